@@ -1,0 +1,214 @@
+"""Typed configuration: dataclasses filled from YAML files and ``key=value`` overrides.
+
+Every option is a dataclass field whose ``metadata["help"]`` documents it where it is defined. Loading is
+strict: an unknown key, a value of the wrong type or a value a ``validate()`` method rejects raises
+:class:`~coclr.errors.ConfigError` naming the dotted key, before any compute starts.
+
+Example::
+
+    cfg = load_config(PretrainConfig, "configs/ucf101_infonce_rgb.yaml", ["optim.lr=0.0005", "data.view=flow"])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+import yaml
+
+from coclr.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def option(default: Any = dataclasses.MISSING, help: str = "", **kwargs: Any) -> Any:
+    """A dataclass field with its documentation attached (shown by ``describe``)."""
+    if isinstance(default, (list, dict)):
+        value = default
+        kwargs["default_factory"] = lambda: type(value)(value)
+        return dataclasses.field(metadata={"help": help}, **kwargs)
+    return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """Turn ``["a.b=1", "c=x"]`` into a nested dict; values are parsed as YAML scalars or lists."""
+    nested: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as error:
+            raise ConfigError(f"override {item!r}: cannot parse value: {error}") from None
+        node = nested
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r} conflicts with another override of {part!r}")
+        node[parts[-1]] = value
+    return nested
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """Recursively merge ``update`` into a copy of ``base``."""
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping, with errors that name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: invalid YAML: {error}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of options")
+    return data
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None,
+                base: dict[str, Any] | None = None) -> T:
+    """Build ``cls`` from defaults, then ``base``, then the YAML file at ``path``, then ``overrides``."""
+    data = dict(base or {})
+    if path is not None:
+        data = merge(data, read_yaml(path))
+    data = merge(data, parse_overrides(overrides or []))
+    return from_dict(cls, data)
+
+
+def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
+    """Strictly build the dataclass ``cls`` from a nested dict, then run its ``validate`` methods."""
+    config = _build(cls, data, prefix)
+    validate(config, prefix)
+    return config
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        names = ", ".join(prefix + k for k in unknown)
+        raise ConfigError(f"unknown option(s): {names} (known: {', '.join(sorted(fields))})")
+    kwargs = {name: _coerce(hints[name], data[name], prefix + name) for name in fields if name in data}
+    missing = [prefix + f.name for f in fields.values()
+               if f.name not in kwargs and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"missing required option(s): {', '.join(missing)}")
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, key: str) -> Any:
+    origin = get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, key + ".")
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, key)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}: invalid value {value!r}")
+    if origin is Literal:
+        choices = get_args(tp)
+        if value not in choices:
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(repr, choices))}")
+        return value
+    if origin in (list, tuple):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        args = get_args(tp)
+        item_type = args[0] if args else Any
+        items = [_coerce(item_type, v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return items if origin is list else tuple(items)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported option type {tp!r}")
+
+
+def validate(config: Any, prefix: str = "") -> None:
+    """Call ``validate()`` on ``config`` and every nested dataclass, innermost first."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(value):
+            validate(value, prefix + field.name + ".")
+    check = getattr(config, "validate", None)
+    if check is not None:
+        try:
+            check()
+        except ConfigError as error:
+            raise ConfigError(f"{prefix}{error}" if prefix and not str(error).startswith(prefix) else str(error))
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """The config as plain nested dicts (for YAML dumps and checkpoints)."""
+    return dataclasses.asdict(config)
+
+
+def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted key, default, help) for every option of ``cls``, nested ones included."""
+    rows = []
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        tp = hints[field.name]
+        if dataclasses.is_dataclass(tp):
+            rows.extend(describe(tp, prefix + field.name + "."))
+            continue
+        if field.default is not dataclasses.MISSING:
+            default = repr(field.default)
+        elif field.default_factory is not dataclasses.MISSING:
+            default = repr(field.default_factory())
+        else:
+            default = "(required)"
+        rows.append((prefix + field.name, default, field.metadata.get("help", "")))
+    return rows
+
+
+def require(condition: bool, key: str, message: str) -> None:
+    """Raise ``ConfigError("key: message")`` unless ``condition`` holds (for ``validate`` methods)."""
+    if not condition:
+        raise ConfigError(f"{key}: {message}")
