@@ -44,3 +44,24 @@ def _few_threads(monkeypatch):
 
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     yield
+
+
+def make_random_store(root: Path, videos: int = 12, frames: int = 12, size: tuple[int, int] = (36, 40),
+                      classes: int = 3, views: tuple[str, ...] = ("rgb", "flow"), test_videos: int = 0,
+                      seed: int = 0) -> Path:
+    """A small clip store of random frames (flow views get one frame fewer), for testing mechanics."""
+    import numpy as np
+
+    from coclr.data.indexes import VideoEntry, VideoIndex
+    from coclr.data.store import create_store, encode_jpeg, write_entry
+
+    rng = np.random.default_rng(seed)
+    entries = [VideoEntry(f"c{i % classes}/v{i:03d}", i % classes, "train" if i < videos else "test",
+                          f"g{i // 2:03d}") for i in range(videos + test_videos)]
+    create_store(root, VideoIndex("random", [f"class{c}" for c in range(classes)], entries))
+    for entry in entries:
+        for view in views:
+            count = frames - 1 if view.startswith("flow") else frames
+            pixels = rng.integers(0, 256, (count, *size, 3), dtype=np.uint8)
+            write_entry(root, entry.path, view, [encode_jpeg(f) for f in pixels], fps=25.0)
+    return root

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from coclr.cli._options import add_config_arguments, print_options
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -14,20 +16,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--out", required=True, help="output store directory")
     parser.add_argument("--seed", type=int, default=0, help="random seed (the dataset is a function of it)")
-    parser.add_argument("--config", help="YAML file of generator options")
     parser.add_argument("--workers", type=int, default=0, help="worker processes (0: one per core)")
-    parser.add_argument("--list-options", action="store_true", help="print the generator options and exit")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="generator option overrides")
+    add_config_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from coclr.config import describe, load_config
+    from coclr.config import load_config
     from coclr.data.synth import SynthConfig, generate_synthetic
 
     if args.list_options:
-        for key, default, text in describe(SynthConfig):
-            print(f"{key} = {default}\n    {text}")
+        print_options(SynthConfig)
         return 0
     config = load_config(SynthConfig, args.config, [*args.overrides, f"seed={args.seed}"])
     summary = generate_synthetic(args.out, config, workers=args.workers)

@@ -1,0 +1,41 @@
+"""The contrastive core: one loss, four positive-set rules, the momentum queue and key encoder.
+
+Pure tensor code, device-agnostic, knowing nothing of files or the command line. InfoNCE, UberNCE, CoCLR
+and CMC share :func:`multi_positive_nce` and differ only in :func:`positive_mask`.
+"""
+
+from coclr.core.distributed import all_gather_concat, broadcast_, is_distributed, is_main, rank, world_size
+from coclr.core.loss import logits_from, multi_positive_nce
+from coclr.core.momentum import momentum_copy, momentum_update, shuffled_forward
+from coclr.core.positives import (
+    METHODS,
+    cross_view_instance_positives,
+    cross_view_topk_positives,
+    drop_own_positive,
+    instance_positives,
+    label_positives,
+    positive_mask,
+)
+from coclr.core.queue import MomentumQueue
+
+__all__ = [
+    "METHODS",
+    "MomentumQueue",
+    "all_gather_concat",
+    "broadcast_",
+    "cross_view_instance_positives",
+    "cross_view_topk_positives",
+    "drop_own_positive",
+    "instance_positives",
+    "is_distributed",
+    "is_main",
+    "label_positives",
+    "logits_from",
+    "momentum_copy",
+    "momentum_update",
+    "multi_positive_nce",
+    "positive_mask",
+    "rank",
+    "shuffled_forward",
+    "world_size",
+]

@@ -1,0 +1,145 @@
+"""``coclr data``: build dataset indexes and clip stores, inspect stores, generate the synthetic dataset.
+
+Examples::
+
+    coclr data index --format ucf101 --annotations ucfTrainTestlist --split 1 --root UCF-101 --out ucf1.json
+    coclr data store --index ucf1.json --root UCF-101 --out stores/ucf101 --short-side 128 --workers 0
+    coclr data info stores/ucf101 --verify
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from coclr.cli import _synth
+
+FORMATS = ("ucf101", "hmdb51", "kinetics", "folder", "csv")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("data", help="datasets: indexes, clip stores, the synthetic dataset",
+                                   description="Build dataset indexes and clip stores, inspect stores, and "
+                                   "generate the built-in synthetic dataset.")
+    data_subparsers = parser.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
+
+    index = data_subparsers.add_parser(
+        "index", help="build a dataset index (JSON) from official split files, a folder or a CSV",
+        description="Build a dataset index. ucf101: --annotations is the folder of classInd.txt, "
+        "trainlist0N.txt, testlist0N.txt; hmdb51: the folder of <class>_test_split<N>.txt; kinetics: the "
+        "annotation CSV(s) (label,youtube_id,time_start,time_end,split), videos looked for under --root; "
+        "folder: --root laid out <class>/<video> (or <split>/<class>/<video>); csv: a manifest path,label"
+        "[,split[,group]]. With --root, videos missing on disk are reported (all at once).")
+    index.add_argument("--format", required=True, choices=FORMATS, help="dataset layout")
+    index.add_argument("--root", help="folder of the videos (entry paths are relative to it)")
+    index.add_argument("--annotations", nargs="+", help="split files folder, annotation CSV(s) or manifest")
+    index.add_argument("--split", type=int, default=1, help="official split number for ucf101/hmdb51 (1-3)")
+    index.add_argument("--name", help="index name (default: from the dataset)")
+    index.add_argument("--drop-missing", action="store_true",
+                       help="leave out videos missing under --root instead of failing (e.g. deleted "
+                       "Kinetics videos)")
+    index.add_argument("--out", required=True, help="output index JSON file")
+    index.set_defaults(func=run_index)
+
+    store = data_subparsers.add_parser(
+        "store", help="decode the videos of an index once into a clip store (resumable, parallel)",
+        description="Decode every video of an index into resized JPEG frames packed one file per video "
+        "(the 'rgb' view). Resumable: run it again after an interruption and it skips complete videos. "
+        "Undecodable videos are skipped and listed.")
+    store.add_argument("--index", required=True, help="index JSON (from `coclr data index`)")
+    store.add_argument("--root", required=True, help="folder of the videos")
+    store.add_argument("--out", required=True, help="store folder")
+    store.add_argument("--short-side", type=int, default=128, help="resize so the shorter side has this "
+                       "many pixels (0: keep the decoded size)")
+    store.add_argument("--quality", type=int, default=90, help="JPEG quality (1-100)")
+    store.add_argument("--fps", type=float, help="resample to this frame rate (default: keep every frame)")
+    store.add_argument("--workers", type=int, default=0, help="worker processes (0: one per core)")
+    store.set_defaults(func=run_store)
+
+    info = data_subparsers.add_parser("info", help="summarise a clip store: splits, classes, views",
+                                      description="Print a store's index summary, metadata and the "
+                                      "completeness of each view.")
+    info.add_argument("store", help="store folder")
+    info.add_argument("--verify", action="store_true", help="also check every entry file (and decode "
+                      "every frame with --decode) and list the damaged ones")
+    info.add_argument("--decode", action="store_true", help="with --verify: decode every frame")
+    info.set_defaults(func=run_info)
+
+    _synth.register(data_subparsers)
+
+
+def run_index(args: argparse.Namespace) -> int:
+    from coclr.data import indexes
+    from coclr.errors import DataError
+
+    annotations = args.annotations or []
+    if args.format in ("ucf101", "hmdb51", "csv") and len(annotations) != 1:
+        raise DataError(f"--format {args.format} needs exactly one --annotations path")
+    if args.format in ("kinetics", "folder") and not args.root:
+        raise DataError(f"--format {args.format} needs --root")
+    if args.format == "kinetics" and not annotations:
+        raise DataError("--format kinetics needs --annotations CSV file(s)")
+    if args.format == "ucf101":
+        index = indexes.ucf101_index(annotations[0], args.split)
+    elif args.format == "hmdb51":
+        index = indexes.hmdb51_index(annotations[0], args.split)
+    elif args.format == "kinetics":
+        index = indexes.kinetics_index(annotations, args.root)
+    elif args.format == "folder":
+        index = indexes.folder_index(args.root)
+    else:
+        index = indexes.csv_index(annotations[0])
+    if args.name:
+        index.name = args.name
+    if args.root:
+        missing = indexes.missing_videos(index, args.root)
+        if missing and args.drop_missing:
+            index = index.without(missing)
+            print(f"left out {len(missing)} videos missing under {args.root}")
+        elif missing:
+            indexes.check_videos_exist(index, args.root)
+    else:
+        print("note: no --root given, so the videos were not checked")
+    index.save(args.out)
+    counts = ", ".join(f"{split} {n}" for split, n in index.split_counts().items())
+    print(f"index {index.name!r}: {len(index.classes)} classes, {len(index)} videos ({counts}) -> {args.out}")
+    return 0
+
+
+def run_store(args: argparse.Namespace) -> int:
+    from coclr.data.indexes import VideoIndex
+    from coclr.data.store import build_store
+
+    index = VideoIndex.load(args.index)
+    summary = build_store(index, args.root, args.out, short_side=args.short_side or None,
+                          quality=args.quality, fps=args.fps, workers=args.workers)
+    print(summary)
+    return 1 if summary.failed else 0
+
+
+def run_info(args: argparse.Namespace) -> int:
+    from coclr.data.store import ClipStore
+
+    store = ClipStore(args.store)
+    index = store.index
+    print(f"store {store.root}: index {index.name!r}, {len(index)} videos, {len(index.classes)} classes")
+    for split, count in index.split_counts().items():
+        per_class = [n for n in index.class_counts(split) if n]
+        print(f"  {split}: {count} videos in {len(per_class)} classes "
+              f"({min(per_class)}-{max(per_class)} per class)")
+    if store.meta:
+        print("  built with: " + ", ".join(f"{k}={v}" for k, v in sorted(store.meta.items())))
+    views = store.views()
+    if not views:
+        print("  no views yet")
+    keys = store.keys()
+    damaged = 0
+    for view in views:
+        complete = sum(store.has(key, view) for key in keys)
+        print(f"  view {view!r}: {complete}/{len(keys)} entries complete ({100 * complete / max(1, len(keys)):.1f}%)")
+        if args.verify:
+            problems = [(k, p) for k, p in store.verify(view, decode=args.decode) if p != "missing"]
+            damaged += len(problems)
+            for key, problem in problems:
+                print(f"    damaged: {key}: {problem}")
+            print(f"    verified: {len(problems)} damaged entries")
+    return 1 if damaged else 0

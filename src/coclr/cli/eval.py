@@ -1,0 +1,124 @@
+"""``coclr eval retrieval|linear|finetune``: evaluate a pretrained encoder on an evaluation clip store.
+
+The evaluation store is independent of the one the encoder was pretrained on (pretrain on one dataset,
+evaluate on another). Every run writes a JSON record of the checkpoint (path and sha256), the store, the
+view(s), the split sizes, the options and the numbers; ``coclr report`` turns such files into tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+TASKS = ("retrieval", "linear", "finetune")
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, help="encoder checkpoint (ours or the authors')")
+    parser.add_argument("--store", required=True, help="evaluation clip store (with train and test splits)")
+    parser.add_argument("--view", default="rgb", help="store view the encoder reads: rgb, flow, ... (default rgb)")
+    parser.add_argument("--checkpoint2", help="second encoder for two-stream evaluation (e.g. the flow network)")
+    parser.add_argument("--view2", default="flow", help="view of --checkpoint2 (default flow)")
+    parser.add_argument("--out", help="JSON file to write the result to (default: print it)")
+    parser.add_argument("--train-split", default="train", help="split used for training / as gallery")
+    parser.add_argument("--test-split", default="test", help="split used for testing / as queries")
+    parser.add_argument("--length", type=int, default=32, help="frames per clip (default 32)")
+    parser.add_argument("--stride", type=int, default=1, help="step between the frames of a clip (default 1)")
+    parser.add_argument("--size", type=int, default=128, help="crop side in pixels (default 128)")
+    parser.add_argument("--batch-size", type=int, default=16, help="clips per batch (default 16)")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader workers reading the store (default 0)")
+    parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--amp", action="store_true", help="run the network under autocast")
+    parser.add_argument("--name", help="method name shown by 'coclr report' (default: from the checkpoint)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "eval", help="evaluate an encoder: retrieval R@k, linear probe, finetune (ten-crop test)",
+        description="Evaluate a pretrained encoder on a clip store with the paper's protocols: nearest-"
+        "neighbour retrieval (test videos query train videos, R@1/5/10/20), a linear probe on frozen features "
+        "(hyper-parameters chosen on held-out train videos), or end-to-end finetuning (ten-crop test). "
+        "--checkpoint2/--view2 evaluate two streams and average their similarities or probabilities.")
+    tasks = parser.add_subparsers(dest="task", required=True, metavar="TASK")
+
+    retrieval = tasks.add_parser("retrieval", help="nearest-neighbour retrieval, R@k")
+    _add_common(retrieval)
+    retrieval.add_argument("--ks", type=int, nargs="+", default=[1, 5, 10, 20], help="k values (default 1 5 10 20)")
+    retrieval.add_argument("--cache-dir", help="feature cache folder (keyed by checkpoint content and data options)")
+
+    linear = tasks.add_parser("linear", help="linear probe on frozen features")
+    _add_common(linear)
+    linear.add_argument("--cache-dir", help="feature cache folder (keyed by checkpoint content and data options)")
+    linear.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 1e-2], help="learning rates tried")
+    linear.add_argument("--weight-decays", type=float, nargs="+", default=[0.0, 1e-4, 1e-3], help="weight decays tried")
+    linear.add_argument("--epochs", type=int, nargs="+", default=[10, 30, 100], help="epoch counts tried")
+    linear.add_argument("--val-fraction", type=float, default=0.2, help="held-out fraction of each train class")
+    linear.add_argument("--seed", type=int, default=0, help="seed of the held-out split and the training")
+
+    finetune = tasks.add_parser("finetune", help="end-to-end finetuning, centre-crop and ten-crop test")
+    _add_common(finetune)
+    finetune.add_argument("--work-dir", help="folder for the resumable state and probabilities (default: next to "
+                          "--out, else ./finetune)")
+    finetune.add_argument("--epochs", type=int, default=100, help="training epochs (default 100)")
+    finetune.add_argument("--lr", type=float, default=1e-3, help="classifier learning rate (backbone: x0.1)")
+    finetune.add_argument("--weight-decay", type=float, default=1e-3, help="Adam weight decay")
+    finetune.add_argument("--milestones", type=int, nargs="*", default=[60, 80], help="epochs where lr drops x0.1")
+    finetune.add_argument("--seed", type=int, default=0, help="seed of the run")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import torch
+
+    from coclr.config import from_dict
+    from coclr.eval.features import ClipConfig, Stream, check_inputs, open_store, write_json
+
+    clip_config = from_dict(ClipConfig, {"length": args.length, "stride": args.stride, "size": args.size,
+                                         "batch_size": args.batch_size, "workers": args.workers, "amp": args.amp})
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    streams = [Stream(Path(args.checkpoint), args.view)]
+    if args.checkpoint2:
+        streams.append(Stream(Path(args.checkpoint2), args.view2))
+    store = open_store(args.store)
+    check_inputs(store, streams, [args.train_split, args.test_split])
+    common = {"train_split": args.train_split, "test_split": args.test_split, "device": device,
+              "progress": not args.quiet}
+
+    if args.task == "retrieval":
+        from coclr.eval.retrieval import evaluate_retrieval
+
+        record = evaluate_retrieval(store, streams, clip_config, args.ks, cache_dir=args.cache_dir, **common)
+    elif args.task == "linear":
+        from coclr.eval.finetune import save_probabilities
+        from coclr.eval.linear import LinearProbeConfig, evaluate_linear
+
+        probe = from_dict(LinearProbeConfig, {"lrs": args.lrs, "weight_decays": args.weight_decays,
+                                              "epochs": args.epochs, "val_fraction": args.val_fraction,
+                                              "seed": args.seed})
+        record, probabilities, keys = evaluate_linear(store, streams, clip_config, probe, cache_dir=args.cache_dir,
+                                                      **common)
+        if args.out:
+            labels = [store.entry(key).label for key in keys]
+            path = save_probabilities(Path(args.out).with_suffix(".probabilities.npz"), keys, labels,
+                                      probabilities=probabilities)
+            record["results"]["probabilities"] = str(path)
+    else:
+        from coclr.eval.finetune import FinetuneConfig, evaluate_finetune
+
+        config = from_dict(FinetuneConfig, {"epochs": args.epochs, "lr": args.lr, "weight_decay": args.weight_decay,
+                                            "milestones": args.milestones, "seed": args.seed})
+        work_dir = Path(args.work_dir) if args.work_dir else (
+            Path(args.out).with_suffix("") if args.out else Path("finetune"))
+        record = evaluate_finetune(store, streams, work_dir, clip_config, config, **common)
+
+    if args.name:
+        record["name"] = args.name
+    if args.out:
+        write_json(args.out, record)
+        print(f"wrote {args.out}")
+    summary = {key: value for key, value in record["results"].items() if key not in ("grid", "train_losses")}
+    print(json.dumps({"task": args.task, "views": [s.view for s in streams], **summary}, indent=1))
+    return 0

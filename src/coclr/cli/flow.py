@@ -1,0 +1,69 @@
+"""``coclr flow``: compute optical flow for every video of a clip store and store it as a new view."""
+
+from __future__ import annotations
+
+import argparse
+
+BACKEND_CHOICES = ("auto", "tvl1", "dis", "tvl1-torch")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "flow",
+        help="extract optical flow (TV-L1 as in the paper, or the much faster DIS) into a clip store",
+        description="Compute optical flow between consecutive RGB frames of every video in STORE and write it "
+        "as a view of the store, in the paper's format (clipped to +-20 px, uint8, JPEG). Resumable: videos "
+        "already extracted are skipped, so a killed run continues where it stopped. TV-L1 parameters are "
+        "given as key=value (see --list-options); they default to OpenCV's.",
+    )
+    add_options(parser)
+    # Everything from STORE on is parsed in run(), intermixed, so options may follow the key=value overrides
+    # (argparse alone cannot take positionals after options that follow the first positional).
+    parser.add_argument("rest", nargs=argparse.REMAINDER, metavar="STORE [key=value ...] [options]",
+                        help="clip store directory (with an 'rgb' view), then TV-L1 parameter overrides, e.g. "
+                        "warps=3")
+    parser.set_defaults(func=run)
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``coclr flow`` (shared by the subcommand parser and the parser of what follows STORE)."""
+    parser.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
+                        help="tvl1: OpenCV TV-L1 on CPU; dis: OpenCV DIS (fast, less accurate); tvl1-torch: "
+                        "TV-L1 in PyTorch (GPU); auto: tvl1-torch on CUDA when available, else tvl1")
+    parser.add_argument("--view", help="view name to write (default: 'flow' for TV-L1, 'flow_dis' for DIS)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="worker processes for the CPU backends, JPEG threads for tvl1-torch (0: one per core)")
+    parser.add_argument("--device", help="torch device for tvl1-torch, e.g. cpu, cuda, cuda:1 (default: cuda "
+                        "when available)")
+    parser.add_argument("--list-options", action="store_true", help="print the TV-L1 parameters and exit")
+
+
+def parse_rest(args: argparse.Namespace) -> argparse.Namespace:
+    """Parse STORE, the overrides and any options after them into ``args`` (options given before STORE stay)."""
+    parser = argparse.ArgumentParser(prog="coclr flow", argument_default=argparse.SUPPRESS)
+    add_options(parser)
+    parser.add_argument("store", metavar="STORE", nargs="?", default=None)
+    parser.add_argument("overrides", nargs="*", metavar="key=value", default=[])
+    return parser.parse_intermixed_args(args.rest, namespace=args)
+
+
+def run(args: argparse.Namespace) -> int:
+    from coclr.config import describe, load_config
+    from coclr.data.flow.params import TVL1Params
+    from coclr.errors import ConfigError
+
+    args = parse_rest(args)
+    if args.list_options:
+        for key, default, text in describe(TVL1Params):
+            print(f"{key} = {default}\n    {text}")
+        return 0
+    if args.store is None:
+        raise ConfigError("STORE: the clip store directory is required")
+    params = load_config(TVL1Params, None, args.overrides) if args.overrides else None
+
+    from coclr.data.flow.extract import extract_flow
+
+    summary = extract_flow(args.store, backend=args.backend, view=args.view, params=params,
+                           workers=args.workers, device=args.device)
+    print(summary)
+    return 1 if getattr(summary, "failed", 0) else 0

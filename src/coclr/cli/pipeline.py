@@ -1,0 +1,31 @@
+"""``coclr pipeline``: the paper's whole algorithm (InfoNCE initialisation, then CoCLR cycles) in one run."""
+
+from __future__ import annotations
+
+import argparse
+
+from coclr.cli._options import add_config_arguments, print_options
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "pipeline", help="InfoNCE on both views, then cycles of co-training (resumable)",
+        description="Run the CoCLR algorithm end to end in one run folder (run.out). Running the same "
+        "command again continues where it stopped. Works under torchrun too.")
+    add_config_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from coclr.config import load_config
+    from coclr.train.config import PipelineConfig
+
+    if args.list_options:
+        print_options(PipelineConfig)
+        return 0
+    config = load_config(PipelineConfig, args.config, args.overrides)
+    from coclr.train.pipeline import run_pipeline
+
+    run_dir = run_pipeline(config)
+    print(f"pipeline folder: {run_dir} (stages in {run_dir / 'manifest.json'})")
+    return 0

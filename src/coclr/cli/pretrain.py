@@ -1,0 +1,33 @@
+"""``coclr pretrain``: one pretraining stage of any method (infonce, ubernce, coclr, cmc) on any view."""
+
+from __future__ import annotations
+
+import argparse
+
+from coclr.cli._options import add_config_arguments, print_options
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "pretrain", help="train an encoder with InfoNCE, UberNCE, CoCLR or CMC",
+        description="Self-supervised pretraining of one stage. Runs on one process, or on many GPUs and "
+        "machines under torchrun (torchrun --nproc_per_node=N -m coclr pretrain ...).")
+    add_config_arguments(parser)
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from run.out/checkpoint_last.pth when it exists")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from coclr.config import load_config
+    from coclr.train.config import PretrainConfig
+
+    if args.list_options:
+        print_options(PretrainConfig)
+        return 0
+    config = load_config(PretrainConfig, args.config, args.overrides)
+    from coclr.train.trainer import pretrain
+
+    checkpoint = pretrain(config, resume=args.resume)
+    print(f"last checkpoint: {checkpoint}")
+    return 0

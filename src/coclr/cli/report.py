@@ -1,0 +1,60 @@
+"""``coclr report``: the paper's Table 1, Figure 4 and Figure 5 from evaluation results or a pipeline run."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report", help="table, R@1-per-stage plot and retrieval gallery from results or a pipeline run",
+        description="Write to --out: table.md / table.json (Method | Input | Labels | Linear probe | Finetune | "
+        "R@1, '-' where not evaluated) from 'coclr eval' result files; with --run, retrieval is evaluated "
+        "after every finished stage of a 'coclr pipeline' run on --store and stage_recall.png shows R@1 of the "
+        "RGB and flow networks (dotted where frozen); gallery.html shows test queries with their top-3 "
+        "training neighbours as animated thumbnails (self-contained HTML).")
+    parser.add_argument("--results", nargs="+", default=[], metavar="RESULT.json", help="'coclr eval' result files")
+    parser.add_argument("--run", metavar="RUN_DIR", help="a 'coclr pipeline' run folder (with manifest.json)")
+    parser.add_argument("--store", help="evaluation clip store (required with --run; for --results it overrides "
+                        "the store recorded in the results, for the gallery thumbnails)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--gallery-queries", type=int, default=8, help="queries shown in the gallery (default 8)")
+    parser.add_argument("--length", type=int, default=32, help="--run: frames per clip (default 32)")
+    parser.add_argument("--stride", type=int, default=1, help="--run: step between clip frames (default 1)")
+    parser.add_argument("--size", type=int, default=128, help="--run: crop side (default 128)")
+    parser.add_argument("--batch-size", type=int, default=16, help="--run: clips per batch (default 16)")
+    parser.add_argument("--workers", type=int, default=0, help="--run: DataLoader workers (default 0)")
+    parser.add_argument("--device", help="--run: torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--amp", action="store_true", help="--run: run the network under autocast")
+    parser.add_argument("--cache-dir", help="--run: feature cache folder (default OUT/feature_cache)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from coclr.errors import ConfigError
+    from coclr.eval.features import open_store
+    from coclr.eval.report import load_record, write_report
+
+    if not args.results and not args.run:
+        raise ConfigError("--results or --run: give result files, a run folder, or both")
+    if args.run and not args.store:
+        raise ConfigError("--store: required with --run (the store to evaluate the run's encoders on)")
+    records = [load_record(path) for path in args.results]
+    store = open_store(args.store) if args.store else None
+    if args.run:
+        import torch
+
+        from coclr.config import from_dict
+        from coclr.eval.features import ClipConfig
+        from coclr.eval.report import report_run
+
+        clip_config = from_dict(ClipConfig, {"length": args.length, "stride": args.stride, "size": args.size,
+                                             "batch_size": args.batch_size, "workers": args.workers,
+                                             "amp": args.amp})
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        records += report_run(args.run, store, args.out, clip_config, device, args.cache_dir, not args.quiet)
+    written = write_report(args.out, records, store, args.gallery_queries, not args.quiet)
+    for name in sorted(written):
+        print(f"wrote {written[name]}")
+    return 0

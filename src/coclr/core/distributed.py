@@ -1,0 +1,75 @@
+"""Thin helpers over ``torch.distributed`` that are no-ops in a single process.
+
+The rest of :mod:`coclr.core` calls these instead of ``torch.distributed`` directly, so the same code runs
+in one process (CPU or one GPU) and under DDP without ``if distributed:`` branches. Every collective here
+must be called by all ranks in the same order, as with ``torch.distributed`` itself.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def is_distributed() -> bool:
+    """True when a ``torch.distributed`` process group is initialised (then collectives communicate)."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def world_size() -> int:
+    """Number of processes in the default group (1 when not distributed)."""
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def rank() -> int:
+    """This process's rank in the default group (0 when not distributed)."""
+    return dist.get_rank() if is_distributed() else 0
+
+
+def is_main() -> bool:
+    """True on rank 0, the process that writes files and logs."""
+    return rank() == 0
+
+
+def _gather_sizes(length: int, device: torch.device) -> list[int]:
+    """Every rank's ``length``, in rank order."""
+    mine = torch.tensor([length], dtype=torch.long, device=device)
+    sizes = [torch.empty_like(mine) for _ in range(world_size())]
+    dist.all_gather(sizes, mine)
+    return [int(size) for size in sizes]
+
+
+@torch.no_grad()
+def all_gather_sizes_concat(t: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """:func:`all_gather_concat` that also returns every rank's number of rows, in rank order."""
+    if not is_distributed():
+        return t.detach(), [t.shape[0]]
+    sizes = _gather_sizes(t.shape[0], t.device)
+    # Collectives cannot move bool on every backend; move it as uint8.
+    payload = t.detach().contiguous()
+    payload = payload.to(torch.uint8) if t.dtype == torch.bool else payload
+    longest = max(sizes)
+    if payload.shape[0] < longest:  # all_gather needs equal shapes: pad, then trim
+        padding = payload.new_zeros((longest - payload.shape[0], *payload.shape[1:]))
+        payload = torch.cat([payload, padding])
+    parts = [torch.empty_like(payload) for _ in sizes]
+    dist.all_gather(parts, payload)
+    gathered = torch.cat([part[:size] for part, size in zip(parts, sizes)])
+    return gathered.to(t.dtype), sizes
+
+
+def all_gather_concat(t: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``t`` from every rank along dim 0, in rank order; ``t`` itself when not distributed.
+
+    Ranks may hold different numbers of rows (the other dimensions must agree). The result carries no
+    gradient: it is used for keys and queue entries, which are targets, never optimised through.
+    """
+    return all_gather_sizes_concat(t)[0]
+
+
+@torch.no_grad()
+def broadcast_(t: torch.Tensor, src: int = 0) -> torch.Tensor:
+    """Overwrite ``t`` in place with rank ``src``'s values (no-op when not distributed); returns ``t``."""
+    if is_distributed():
+        dist.broadcast(t, src=src)
+    return t

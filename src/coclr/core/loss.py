@@ -1,0 +1,96 @@
+"""The one contrastive loss shared by InfoNCE, UberNCE, CoCLR and CMC.
+
+All four methods score a query against the same candidates (its own key first, then the queue) and
+differ only in which candidates count as positives (:mod:`coclr.core.positives`). The loss therefore takes
+``logits [B, N]`` and a boolean ``positive_mask [B, N]``:
+
+- ``form="mil"``, multi-instance NCE (the CoCLR loss, eq. 1 of the paper): the sum over positives is
+  *inside* the log, ``-log sum_{p in P} softmax(logits)_p``.
+- ``form="supcon"``: the sum is *outside* the log, ``-mean_{p in P} log softmax(logits)_p`` (the form of the
+  authors' UberNCE code and of supervised contrastive learning).
+
+With a single positive in column 0 both reduce exactly to InfoNCE, ``cross_entropy(logits, 0)``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from coclr.errors import ConfigError
+
+LossForm = Literal["mil", "supcon"]
+Reduction = Literal["mean", "none"]
+
+LOSS_FORMS: tuple[str, ...] = ("mil", "supcon")
+REDUCTIONS: tuple[str, ...] = ("mean", "none")
+
+
+def _check_inputs(logits: torch.Tensor, positive_mask: torch.Tensor) -> None:
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be [B, N], got shape {tuple(logits.shape)}")
+    if positive_mask.shape != logits.shape:
+        raise ValueError(
+            f"positive_mask shape {tuple(positive_mask.shape)} differs from logits shape {tuple(logits.shape)}"
+        )
+    if positive_mask.dtype != torch.bool:
+        raise ValueError(f"positive_mask must be bool, got {positive_mask.dtype}")
+    has_positive = positive_mask.any(dim=1)
+    if not bool(has_positive.all()):
+        rows = torch.nonzero(~has_positive).flatten().tolist()
+        raise ValueError(f"row(s) {rows[:10]} of positive_mask have no positive; every query needs at least one")
+
+
+def multi_positive_nce(
+    logits: torch.Tensor,
+    positive_mask: torch.Tensor,
+    form: LossForm = "mil",
+    reduction: Reduction = "mean",
+) -> torch.Tensor:
+    """Contrastive loss of queries with one or more positives among their candidates.
+
+    Args:
+        logits: ``[B, N]`` similarities divided by the temperature; every column is in the denominator.
+        positive_mask: ``[B, N]`` bool, True where a candidate is a positive; every row needs one.
+        form: ``"mil"`` (multi-instance NCE, ``-log`` of the summed positive probability, computed as
+            ``logsumexp(positives) - logsumexp(all)``) or ``"supcon"`` (mean of ``-log softmax`` over the
+            positives).
+        reduction: ``"mean"`` over the batch, or ``"none"`` for the per-row losses ``[B]``.
+
+    Raises:
+        ValueError: on shape or dtype mismatch, or naming the rows that have no positive.
+        ConfigError: for an unknown ``form`` or ``reduction``.
+    """
+    if form not in LOSS_FORMS:
+        raise ConfigError(f"loss form {form!r} is not one of {LOSS_FORMS}")
+    if reduction not in REDUCTIONS:
+        raise ConfigError(f"loss reduction {reduction!r} is not one of {REDUCTIONS}")
+    _check_inputs(logits, positive_mask)
+
+    log_normaliser = torch.logsumexp(logits, dim=1)
+    if form == "mil":
+        positive_logits = logits.masked_fill(~positive_mask, float("-inf"))
+        per_row = log_normaliser - torch.logsumexp(positive_logits, dim=1)
+    else:
+        log_prob = logits - log_normaliser[:, None]
+        summed = torch.where(positive_mask, log_prob, torch.zeros_like(log_prob)).sum(dim=1)
+        per_row = -summed / positive_mask.sum(dim=1).to(logits.dtype)
+    return per_row.mean() if reduction == "mean" else per_row
+
+
+def logits_from(q: torch.Tensor, k: torch.Tensor, queue_keys: torch.Tensor, tau: float) -> torch.Tensor:
+    """Logits ``[B, 1+K]`` of queries against their own key (column 0) and the queue (columns 1..).
+
+    ``logits = [q . k_own, q . queue^T] / tau``: negatives come only from the queue, never from the other
+    rows of the batch (as in MoCo and the authors' code). ``q`` and ``k`` are ``[B, D]``, ``queue_keys``
+    ``[K, D]``; all are expected L2-normalised. For CMC, concatenate this for the own view and the other
+    view along dim 1.
+    """
+    if q.shape != k.shape or q.dim() != 2:
+        raise ValueError(f"q and k must both be [B, D], got {tuple(q.shape)} and {tuple(k.shape)}")
+    if queue_keys.dim() != 2 or queue_keys.shape[1] != q.shape[1]:
+        raise ValueError(f"queue_keys must be [K, {q.shape[1]}], got {tuple(queue_keys.shape)}")
+    own = (q * k.to(q.dtype)).sum(dim=1, keepdim=True)
+    queued = q @ queue_keys.to(q.dtype).T
+    return torch.cat([own, queued], dim=1) / tau

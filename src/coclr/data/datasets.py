@@ -1,0 +1,162 @@
+"""PyTorch Datasets over a clip store: random training clips and test-time sliding windows.
+
+Both return raw ``uint8 [T, H, W, 3]`` frames; augmentation runs later on whole batches, on the training
+device (:mod:`coclr.data.augment`). Randomness is a pure function of ``(seed, epoch, item)``, so a sample is
+the same whichever DataLoader worker reads it, and a resumed run reads exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Sequence
+
+import cv2
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from coclr.data.sampling import aligned_num_frames, sliding_windows, train_clip_indices
+from coclr.data.store import ClipStore
+from coclr.errors import DataError
+
+DERIVED_VIEWS = {"rgbdiff": "rgb"}
+"""Views computed on the fly from a stored view (``rgbdiff`` reads one RGB frame more than its length)."""
+
+
+def stored_view(view: str) -> str:
+    """The stored view a (possibly derived) view reads its frames from."""
+    return DERIVED_VIEWS.get(view, view)
+
+
+def is_flow_view(view: str) -> bool:
+    """Flow views (``flow``, ``flow_dis``, ...) have one frame fewer than the RGB they come from."""
+    return view.startswith("flow")
+
+
+def open_store(store: ClipStore | str | Path) -> ClipStore:
+    return store if isinstance(store, ClipStore) else ClipStore(store)
+
+
+def fit_frames(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Resize ``[T, H, W, 3]`` frames to cover ``size`` (keeping their aspect ratio), then centre-crop."""
+    height, width = frames.shape[1:3]
+    if (height, width) == tuple(size):
+        return frames
+    scale = max(size[0] / height, size[1] / width)
+    new_h, new_w = max(size[0], round(height * scale)), max(size[1], round(width * scale))
+    top, left = (new_h - size[0]) // 2, (new_w - size[1]) // 2
+    out = np.empty((len(frames), size[0], size[1], 3), dtype=np.uint8)
+    for i, frame in enumerate(frames):
+        resized = cv2.resize(frame, (new_w, new_h), interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+        out[i] = resized[top : top + size[0], left : left + size[1]]
+    return out
+
+
+class _SplitClips(Dataset):
+    """Shared state of the two datasets: the split's entries, their frame counts and a common frame size."""
+
+    def __init__(self, store: ClipStore | str | Path, split: str, views: Sequence[str], length: int, stride: int,
+                 frame_size: tuple[int, int] | None):
+        if length < 1 or stride < 1:
+            raise ValueError(f"clip length and stride must be >= 1, got length={length}, stride={stride}")
+        self.store = open_store(store)
+        self.views = list(views)
+        self.length, self.stride = length, stride
+        self.entries = [e for e in self.store.index.entries if e.split == split]
+        if not self.entries:
+            raise DataError(f"{self.store.root}: split {split!r} has no videos")
+        for view in {stored_view(v) for v in self.views}:
+            missing = [e.path for e in self.entries if not self.store.has(e.path, view)]
+            if missing:
+                shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+                raise DataError(f"{self.store.root}: {len(missing)} video(s) of split {split!r} have no "
+                                f"{view!r} view: {shown}")
+        self.num_frames = np.array([self._usable_frames(e.path) for e in self.entries], dtype=np.int64)
+        groups = sorted({e.group for e in self.entries if e.group is not None})
+        group_ids = {g: i for i, g in enumerate(groups)}
+        self.labels = torch.tensor([e.label for e in self.entries], dtype=torch.long)
+        self.groups = torch.tensor([group_ids.get(e.group, -1) for e in self.entries], dtype=torch.long)
+        self.frame_size = tuple(frame_size) if frame_size else self._common_size()
+
+    def _usable_frames(self, key: str) -> int:
+        """Clip start frames every view can provide, so all views of a sample cover the same frames.
+
+        Flow frame i is the motion from RGB frame i to i+1 (``aligned_num_frames``); ``rgbdiff`` needs the
+        frame one stride past each sampled one.
+        """
+        counts = []
+        for view in self.views:
+            n = self.store.num_frames(key, stored_view(view))
+            if is_flow_view(view) and self.store.has(key, "rgb"):
+                n = aligned_num_frames(self.store.num_frames(key, "rgb"), n)
+            elif view in DERIVED_VIEWS:
+                n -= self.stride
+            counts.append(n)
+        return max(1, min(counts))
+
+    def _common_size(self) -> tuple[int, int]:
+        sizes = Counter(self.store.frame_size(e.path, stored_view(self.views[0])) for e in self.entries)
+        return sizes.most_common(1)[0][0]
+
+    def _read(self, key: str, view: str, indices: np.ndarray) -> np.ndarray:
+        if view in DERIVED_VIEWS:
+            indices = np.append(indices, indices[-1] + self.stride)
+        last = self.store.num_frames(key, stored_view(view)) - 1
+        frames = self.store.read(key, stored_view(view), np.minimum(indices, last))
+        return fit_frames(frames, self.frame_size)
+
+
+class TrainClips(_SplitClips):
+    """``num_clips`` random clips per video (independent random starts), the same frames in every view.
+
+    Items are dicts: one ``uint8 [num_clips, T, H, W, 3]`` tensor per view (``rgbdiff`` gets T+1 frames),
+    ``label``, ``video`` (index in the split) and ``group`` (source-group id, -1 when unknown).
+    """
+
+    def __init__(self, store: ClipStore | str | Path, split: str, views: Sequence[str], length: int,
+                 stride: int = 1, num_clips: int = 2, seed: int = 0, frame_size: tuple[int, int] | None = None):
+        super().__init__(store, split, views, length, stride, frame_size)
+        self.num_clips = num_clips
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose random clips are drawn (call before each epoch, in every process)."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        rng = np.random.default_rng([self.seed, self.epoch, item])
+        key = self.entries[item].path
+        starts = [train_clip_indices(int(self.num_frames[item]), self.length, self.stride, rng)
+                  for _ in range(self.num_clips)]
+        sample = {view: torch.from_numpy(np.stack([self._read(key, view, idx) for idx in starts]))
+                  for view in self.views}
+        sample.update(label=self.labels[item], video=torch.tensor(item), group=self.groups[item])
+        return sample
+
+
+class WindowClips(_SplitClips):
+    """Every test-time window of every video: half-overlapping windows covering the whole video.
+
+    Items are dicts with ``clip`` (``uint8 [T, H, W, 3]``, T+1 frames for ``rgbdiff``), ``video`` (index in
+    the split, to average the windows of a video) and ``label``.
+    """
+
+    def __init__(self, store: ClipStore | str | Path, split: str, view: str, length: int, stride: int = 1,
+                 frame_size: tuple[int, int] | None = None):
+        super().__init__(store, split, [view], length, stride, frame_size)
+        self.view = view
+        self.windows = [(video, window) for video, n in enumerate(self.num_frames)
+                        for window in sliding_windows(int(n), length, stride)]
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        video, indices = self.windows[item]
+        clip = self._read(self.entries[video].path, self.view, np.asarray(indices))
+        return {"clip": torch.from_numpy(clip), "video": torch.tensor(video), "label": self.labels[video]}

@@ -1,0 +1,64 @@
+"""The I3D / CoCLR storage format of optical flow: a 3-channel uint8 image.
+
+Flow is clipped to +-``FLOW_BOUND`` pixels and mapped linearly onto 0..255, so one quantisation step is
+40/255 px (about 0.16 px) and rounding adds at most half of that. Channel 0 holds u (horizontal), channel 1
+v (vertical) and channel 2 the constant 128, which makes a flow field an ordinary RGB-shaped frame that the
+store, the JPEG codec and the 3-channel network all handle like RGB.
+
+Both functions take numpy arrays or torch tensors (any device) and return the same kind.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import numpy as np
+
+FLOW_BOUND = 20.0
+"""Flow magnitudes beyond this many pixels per frame are clipped (the I3D convention)."""
+THIRD_CHANNEL = 128
+"""Value of the unused third channel of a stored flow frame."""
+QUANTUM = 2 * FLOW_BOUND / 255
+"""Pixels of flow per uint8 step."""
+
+Array = TypeVar("Array")
+
+
+def _is_numpy(x: object) -> bool:
+    return isinstance(x, np.ndarray)
+
+
+def flow_to_uint8(flow: Array) -> Array:
+    """Encode flow ``[..., H, W, 2]`` (float, pixels) as uint8 ``[..., H, W, 3]``.
+
+    ``value = round((clip(f, -20, 20) + 20) * 255 / 40)`` for u and v; the third channel is 128.
+    """
+    if flow.shape[-1] != 2:
+        raise ValueError(f"flow must have 2 channels (u, v) in the last dimension, got shape {tuple(flow.shape)}")
+    scaled = ((flow.clip(-FLOW_BOUND, FLOW_BOUND) + FLOW_BOUND) * (255.0 / (2 * FLOW_BOUND))).round()
+    shape = (*flow.shape[:-1], 3)
+    if _is_numpy(flow):
+        out = np.full(shape, THIRD_CHANNEL, dtype=np.uint8)
+        out[..., :2] = scaled
+    else:
+        import torch
+
+        out = torch.full(shape, THIRD_CHANNEL, dtype=torch.uint8, device=flow.device)
+        out[..., :2] = scaled.to(torch.uint8)
+    return out
+
+
+def uint8_to_flow(image: Array) -> Array:
+    """Decode a stored flow image ``uint8 [..., H, W, C>=2]`` back to float32 flow ``[..., H, W, 2]`` in pixels.
+
+    The inverse of :func:`flow_to_uint8` up to its rounding (and any JPEG loss); the third channel is ignored.
+    """
+    if image.shape[-1] < 2:
+        raise ValueError(f"a flow image needs at least 2 channels, got shape {tuple(image.shape)}")
+    if _is_numpy(image):
+        uv = image[..., :2].astype(np.float32)
+    else:
+        import torch
+
+        uv = image[..., :2].to(torch.float32)
+    return uv * QUANTUM - FLOW_BOUND

@@ -1,0 +1,377 @@
+"""Dual TV-L1 optical flow in PyTorch: batched, device-agnostic, numerically the scheme of OpenCV's DualTVL1.
+
+The algorithm is the duality-based TV-L1 of Zach, Pock and Bischof (2007) in the form of the IPOL
+implementation (Sanchez, Meinhardt-Llopis and Facciolo 2013) as OpenCV's ``optflow::DualTVL1OpticalFlow``
+runs it on the CPU:
+
+* pyramid: each scale is the previous one resized by ``scale_step`` with bilinear interpolation (no
+  pre-smoothing), sizes rounded to the nearest integer; scales smaller than 16 px are dropped;
+* per scale, the centred gradient of the second image (one-sided halves at the borders) is computed once;
+  per warp the second image and its gradient are warped by the current flow with bicubic interpolation
+  (zero outside the image) and the data term is linearised around the current flow;
+* per warp, up to ``outer_iterations`` rounds of: a median filter of the flow, then up to
+  ``inner_iterations`` primal-dual iterations (thresholding step on ``rho`` against ``lambda * theta *
+  |grad I1w|^2``, divergence of the dual variable by backward differences, primal update, forward gradient,
+  dual update with the projection ``p = (p + tau/theta grad u) / (1 + tau/theta |grad u|)``); the warp
+  ends early once the squared flow update summed over the image drops to ``epsilon^2 * area``;
+* the flow is upsampled bilinearly to the next scale and multiplied by ``1 / scale_step``.
+
+Batching: every pair of a batch is solved at once, with all arrays ``[B, C, H, W]``. The early stop is per
+pair, as in OpenCV: a pair whose update fell below the threshold is frozen by zeroing its step sizes (its
+``lambda * theta``, ``theta`` and ``tau / theta`` become 0, which leaves ``u`` and ``p`` exactly unchanged),
+so no pixel-sized masking pass is needed and each pair's result is the one a single run gives. The host
+only learns that *all* pairs have stopped when it reads the flags, which costs a device synchronisation;
+``check_every`` sets how often (1 on the CPU where it is free, 5 on a GPU); reading them less often costs
+only the wasted iterations of frozen pairs, never accuracy.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from coclr.data.flow.params import TVL1Params
+from coclr.errors import DataError
+
+FLT_EPSILON = float(torch.finfo(torch.float32).eps)
+"""OpenCV's threshold under which the squared image gradient counts as zero (``numeric_limits<float>``)."""
+MIN_SCALE_SIZE = 16
+"""OpenCV stops building the pyramid at the first scale narrower or lower than this many pixels."""
+MIN_IMAGE_SIZE = 3
+"""The finite differences of the scheme need at least this many rows and columns."""
+
+
+def pyramid_sizes(height: int, width: int, nscales: int, scale_step: float) -> list[tuple[int, int]]:
+    """Sizes ``(h, w)`` of the pyramid scales, finest first, as OpenCV builds them.
+
+    Each scale is ``round(previous * scale_step)`` (OpenCV's ``resize`` with ``fx = fy = scale_step``); the
+    pyramid stops before the first scale with a side under :data:`MIN_SCALE_SIZE`.
+    """
+    sizes = [(height, width)]
+    for _ in range(1, nscales):
+        prev_h, prev_w = sizes[-1]
+        size = (round(prev_h * scale_step), round(prev_w * scale_step))
+        if size[0] < MIN_SCALE_SIZE or size[1] < MIN_SCALE_SIZE:
+            break
+        sizes.append(size)
+    return sizes
+
+
+def build_pyramid(images: Tensor, nscales: int, scale_step: float) -> list[Tensor]:
+    """Pyramid of ``images [B, C, H, W]``, finest first, each scale resized bilinearly from the previous.
+
+    Matches ``cv2.resize(prev, None, fx=scale_step, fy=scale_step, interpolation=cv2.INTER_LINEAR)``: the
+    sampling positions use ``scale_step`` itself (not the ratio of the rounded sizes), hence the ATen op that
+    takes both the output size and the scale.
+    """
+    sizes = pyramid_sizes(images.shape[-2], images.shape[-1], nscales, scale_step)
+    levels = [images]
+    for size in sizes[1:]:
+        levels.append(torch.ops.aten.upsample_bilinear2d(levels[-1], list(size), False, scale_step, scale_step))
+    return levels
+
+
+def centered_gradient(image: Tensor) -> Tensor:
+    """``[B, 2, H, W]`` (d/dx, d/dy) of ``image [B, 1, H, W]`` by centred differences, as OpenCV computes it.
+
+    At the borders OpenCV takes half the one-sided difference, which equals the centred difference of the
+    image padded by replicating its edge.
+    """
+    padded = F.pad(image, (1, 1, 1, 1), mode="replicate")
+    dx = 0.5 * (padded[..., 1:-1, 2:] - padded[..., 1:-1, :-2])
+    dy = 0.5 * (padded[..., 2:, 1:-1] - padded[..., :-2, 1:-1])
+    return torch.cat((dx, dy), dim=1)
+
+
+def forward_gradient(field: Tensor) -> tuple[Tensor, Tensor]:
+    """Forward differences (d/dx, d/dy) of ``field [..., H, W]``, zero in the last column / row (OpenCV)."""
+    dx = F.pad(field[..., :, 1:] - field[..., :, :-1], (0, 1))
+    dy = F.pad(field[..., 1:, :] - field[..., :-1, :], (0, 0, 0, 1))
+    return dx, dy
+
+
+def divergence(px: Tensor, py: Tensor) -> Tensor:
+    """Divergence of the dual field ``(px, py)`` by backward differences; the adjoint of :func:`forward_gradient`.
+
+    OpenCV's boundary handling: values before the first column / row count as zero.
+    """
+    div = px + py
+    div[..., :, 1:] -= px[..., :, :-1]
+    div[..., 1:, :] -= py[..., :-1, :]
+    return div
+
+
+Comparator = tuple[int, int, bool, bool]
+"""``(a, b, keep_min, keep_max)``: put min(v[a], v[b]) in ``a`` and the max in ``b``, each only if needed."""
+
+
+def sorting_network(n: int) -> list[tuple[int, int]]:
+    """Batcher's merge-exchange sorting network for ``n`` inputs (Knuth, TAOCP 5.2.2, Algorithm M)."""
+    t = max(1, math.ceil(math.log2(n)))
+    p = 1 << (t - 1)
+    pairs: list[tuple[int, int]] = []
+    while p > 0:
+        q, r, d = 1 << (t - 1), 0, p
+        while True:
+            pairs += [(i, i + d) for i in range(n - d) if i & p == r]
+            if q == p:
+                break
+            d, q, r = q - p, q >> 1, p
+        p >>= 1
+    return pairs
+
+
+def selection_network(n: int, outputs: Sequence[int]) -> list[Comparator]:
+    """The comparators of :func:`sorting_network` that the sorted ``outputs`` positions depend on."""
+    needed = set(outputs)
+    kept: list[Comparator] = []
+    for a, b in reversed(sorting_network(n)):
+        if a in needed or b in needed:
+            kept.append((a, b, a in needed, b in needed))
+            needed |= {a, b}
+    return kept[::-1]
+
+
+def run_network(network: Sequence[Comparator], values: list[Tensor | None]) -> list[Tensor | None]:
+    """Apply a comparator network elementwise to a list of equally shaped tensors (in place in the list)."""
+    for a, b, keep_min, keep_max in network:
+        low = torch.minimum(values[a], values[b]) if keep_min else None
+        high = torch.maximum(values[a], values[b]) if keep_max else None
+        values[a], values[b] = low, high
+    return values
+
+
+@functools.lru_cache(maxsize=None)
+def median_plan(ksize: int) -> tuple[list[Comparator], list[tuple[list[int], list[Comparator]]], list[Comparator]]:
+    """Networks for a ``ksize x ksize`` median: column sort, per-rank row selections, final median.
+
+    After sorting every column of the window and then every row, entry ``(i, j)`` has at least
+    ``(i+1)(j+1) - 1`` entries below it and ``(k-i)(k-j) - 1`` above, so only the entries with both
+    counts at most ``(k^2 - 1) / 2`` can be the median, and as many entries are ruled out below it as
+    above: the median of the window is the median of these candidates (13 of 25 for a 5 x 5 window).
+    """
+    half = (ksize * ksize - 1) // 2
+    rows = []
+    for i in range(ksize):
+        cols = [j for j in range(ksize) if (i + 1) * (j + 1) - 1 <= half and (ksize - i) * (ksize - j) - 1 <= half]
+        rows.append((cols, selection_network(ksize, cols)))
+    count = sum(len(cols) for cols, _ in rows)
+    column_sort = selection_network(ksize, range(ksize))
+    return column_sort, rows, selection_network(count, [count // 2])
+
+
+def median_blur(field: Tensor, ksize: int) -> Tensor:
+    """Median over ``ksize x ksize`` windows of ``field [..., H, W]``, borders replicated (``cv2.medianBlur``).
+
+    A comparator network on shifted views (about 160 min/max passes for 5 x 5, see :func:`median_plan`):
+    exact, no ``k^2``-times larger window tensor, and fusable by ``torch.compile``.
+    """
+    if ksize <= 1:
+        return field
+    if ksize % 2 == 0:
+        raise ValueError(f"median filter size must be odd, got {ksize}")
+    radius = ksize // 2
+    height, width = field.shape[-2:]
+    lead = field.shape[:-2]
+    padded = F.pad(field.reshape(-1, 1, height, width), (radius,) * 4, mode="replicate").reshape(
+        *lead, height + 2 * radius, width + 2 * radius
+    )
+    column_sort, rows, final = median_plan(ksize)
+    columns = run_network(column_sort, [padded[..., i : i + height, :] for i in range(ksize)])
+    candidates: list[Tensor | None] = []
+    for rank, (cols, network) in enumerate(rows):
+        ranked = run_network(network, [columns[rank][..., j : j + width] for j in range(ksize)])
+        candidates += [ranked[j] for j in cols]
+    return run_network(final, candidates)[len(candidates) // 2]
+
+
+def pixel_grid(height: int, width: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Column and row coordinates ``[1, H, W]`` each, float32."""
+    ys = torch.arange(height, device=device, dtype=torch.float32)
+    xs = torch.arange(width, device=device, dtype=torch.float32)
+    grid_y, grid_x = torch.meshgrid(ys, xs, indexing="ij")
+    return grid_x[None], grid_y[None]
+
+
+def warp_bicubic(images: Tensor, flow: Tensor, grid_x: Tensor, grid_y: Tensor) -> Tensor:
+    """``images [B, K, H, W]`` sampled at ``(x + u, y + v)`` by bicubic interpolation, zero outside.
+
+    ``cv2.remap(..., INTER_CUBIC, BORDER_CONSTANT)``: the same cubic kernel (a = -0.75) and taps outside the
+    image read as 0.
+    """
+    height, width = images.shape[-2:]
+    norm_x = (grid_x + flow[:, 0]) * (2.0 / (width - 1)) - 1.0
+    norm_y = (grid_y + flow[:, 1]) * (2.0 / (height - 1)) - 1.0
+    grid = torch.stack((norm_x, norm_y), dim=-1)
+    return F.grid_sample(images, grid, mode="bicubic", padding_mode="zeros", align_corners=True)
+
+
+@dataclass
+class LinearisedData:
+    """The data term linearised around the flow ``u0`` of the current warp (constant during the warp).
+
+    ``image_grad``: ``[B, C, H, W]`` the warped gradient of the second image (and ``gamma`` as a third
+    channel when the illumination term is on); ``rho_const``: ``[B, 1, H, W]`` ``I1w - grad I1w . u0 - I0``;
+    ``neg_inv_grad_sq``: ``[B, 1, H, W]`` ``-1 / max(|grad I1w|^2, FLT_EPSILON)``.
+    """
+
+    image_grad: Tensor
+    rho_const: Tensor
+    neg_inv_grad_sq: Tensor
+
+
+def linearise(i0: Tensor, i1_and_grad: Tensor, flow: Tensor, grid_x: Tensor, grid_y: Tensor,
+              gamma: float) -> LinearisedData:
+    """Warp the second image and its gradient by ``flow [B, C, H, W]`` and linearise the data term there."""
+    warped = warp_bicubic(i1_and_grad, flow, grid_x, grid_y)
+    i1w, grad = warped[:, :1], warped[:, 1:]
+    grad_sq = grad.square().sum(dim=1, keepdim=True)
+    rho_const = i1w - (grad * flow[:, :2]).sum(dim=1, keepdim=True) - i0
+    if gamma:
+        grad = torch.cat((grad, torch.full_like(i1w, gamma)), dim=1)
+    return LinearisedData(grad, rho_const, -1.0 / grad_sq.clamp_min(FLT_EPSILON))
+
+
+def primal_dual_step(flow: Tensor, px: Tensor, py: Tensor, image_grad: Tensor, rho_const: Tensor,
+                     neg_inv_grad_sq: Tensor, gate: Tensor, lambda_theta: float, theta: float,
+                     tau_over_theta: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One inner iteration of the scheme; returns the new ``(flow, px, py)`` and the squared update per pair.
+
+    ``flow, px, py``: ``[B, C, H, W]``; ``gate [B, 1, 1, 1]`` is 1 for pairs still iterating and 0 for
+    pairs that have stopped, whose step sizes it zeroes so that they stay exactly unchanged.
+    Thresholding: ``v = u + clamp(-rho / |grad I1w|^2, -lambda theta, lambda theta) grad I1w`` is OpenCV's
+    three cases (``rho < -l_t g``, ``rho > l_t g``, otherwise) in one expression.
+    """
+    rho = rho_const
+    for channel in range(flow.shape[1]):
+        rho = torch.addcmul(rho, image_grad[:, channel : channel + 1], flow[:, channel : channel + 1])
+    step = torch.clamp(rho * neg_inv_grad_sq, -lambda_theta, lambda_theta).mul_(gate)
+    v = torch.addcmul(flow, step, image_grad)
+    new_flow = torch.addcmul(v, divergence(px, py), gate, value=theta)
+    change = torch.linalg.vector_norm(new_flow - flow, dim=(1, 2, 3)).square()
+    gx, gy = forward_gradient(new_flow)
+    tau_gate = gate * tau_over_theta
+    denom = torch.addcmul(gx * gx, gy, gy).sqrt_().mul_(tau_gate).add_(1.0)
+    new_px = torch.addcmul(px, tau_gate, gx).div_(denom)
+    new_py = torch.addcmul(py, tau_gate, gy).div_(denom)
+    return new_flow, new_px, new_py, change
+
+
+StepFn = Callable[..., tuple[Tensor, Tensor, Tensor, Tensor]]
+
+
+class ScaleSolver:
+    """Runs the warps of one pyramid scale for a batch.
+
+    State: ``flow [B, C, H, W]`` (u, v and, with ``gamma``, the illumination term) and the dual variables
+    ``px, py [B, C, H, W]``, which start at zero at each scale and persist across its warps.
+    """
+
+    def __init__(self, params: TVL1Params, step_fn: StepFn, check_every: int) -> None:
+        self.params = params
+        self.step_fn = step_fn
+        self.check_every = check_every
+        self.iterations = 0
+        """Inner iterations run (by the batch as a whole), for profiling."""
+
+    def solve(self, i0: Tensor, i1: Tensor, flow: Tensor) -> Tensor:
+        """Refine ``flow`` on images ``i0, i1 [B, 1, H, W]`` of this scale; returns the new flow."""
+        params = self.params
+        height, width = i0.shape[-2:]
+        grid_x, grid_y = pixel_grid(height, width, i0.device)
+        i1_and_grad = torch.cat((i1, centered_gradient(i1)), dim=1)
+        px = torch.zeros_like(flow)
+        py = torch.zeros_like(flow)
+        threshold = params.epsilon**2 * height * width
+        for _ in range(params.warps):
+            data = linearise(i0, i1_and_grad, flow, grid_x, grid_y, params.gamma)
+            active = torch.ones(flow.shape[0], dtype=torch.bool, device=flow.device)
+            flow, px, py = self._warp_iterations(flow, px, py, data, active, threshold)
+        return flow
+
+    def _warp_iterations(self, flow: Tensor, px: Tensor, py: Tensor, data: LinearisedData, active: Tensor,
+                         threshold: float) -> tuple[Tensor, Tensor, Tensor]:
+        params = self.params
+        since_check = 0
+        for _ in range(params.outer_iterations):
+            if params.median_filtering > 1:
+                smoothed = median_blur(flow[:, :2], params.median_filtering)
+                flow = torch.cat((torch.where(active[:, None, None, None], smoothed, flow[:, :2]), flow[:, 2:]), 1)
+            for _ in range(params.inner_iterations):
+                gate = active.to(flow.dtype)[:, None, None, None]
+                flow, px, py, change = self.step_fn(
+                    flow, px, py, data.image_grad, data.rho_const, data.neg_inv_grad_sq, gate,
+                    params.lambda_ * params.theta, params.theta, params.tau / params.theta,
+                )
+                active = active & (change > threshold)
+                self.iterations += 1
+                since_check += 1
+                if since_check >= self.check_every:
+                    since_check = 0
+                    if not bool(active.any()):
+                        return flow, px, py
+        return flow, px, py
+
+
+_COMPILED_STEP: StepFn | None = None
+
+
+def compiled_step() -> StepFn:
+    """:func:`primal_dual_step` through ``torch.compile`` (built once per process, shapes become dynamic)."""
+    global _COMPILED_STEP
+    if _COMPILED_STEP is None:
+        _COMPILED_STEP = torch.compile(primal_dual_step, dynamic=None, fullgraph=True)
+    return _COMPILED_STEP
+
+
+def _check_inputs(prev: Tensor, next: Tensor) -> None:
+    if not isinstance(prev, Tensor) or not isinstance(next, Tensor):
+        raise DataError(f"tvl1_flow expects torch tensors, got {type(prev).__name__} and {type(next).__name__}")
+    if prev.ndim != 3 or prev.shape != next.shape:
+        raise DataError(
+            f"tvl1_flow expects two grayscale batches [B, H, W] of the same shape, got {tuple(prev.shape)} "
+            f"and {tuple(next.shape)}"
+        )
+    if prev.device != next.device:
+        raise DataError(f"tvl1_flow: frames on different devices ({prev.device} and {next.device})")
+    if prev.is_complex() or next.is_complex() or prev.dtype == torch.bool or next.dtype == torch.bool:
+        raise DataError(f"tvl1_flow expects real grayscale values 0..255, got {prev.dtype} and {next.dtype}")
+    if min(prev.shape[1:]) < MIN_IMAGE_SIZE:
+        raise DataError(f"tvl1_flow: frames of {tuple(prev.shape[1:])} px are too small (at least 3 x 3)")
+
+
+def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params = TVL1Params(), *, check_every: int | None = None,
+              compile: bool = False) -> Tensor:
+    """Dual TV-L1 flow from ``prev`` to ``next`` for every pair of a batch: float32 ``[B, 2, H, W]`` (u, v).
+
+    ``prev, next``: grayscale ``[B, H, W]``, values 0..255 (any real dtype, any device; the result is on the
+    same device). Channel 0 is the horizontal motion, 1 the vertical, in pixels:
+    ``next[y + v, x + u] ~ prev[y, x]``. ``check_every``: inner iterations between host reads of the
+    per-pair stop flags (default 1 on the CPU, 5 on other devices; results do not depend on it).
+    ``compile``: run the inner iteration through ``torch.compile`` (pays on GPUs; off by default).
+    """
+    _check_inputs(prev, next)
+    params.validate()
+    if check_every is None:
+        check_every = 1 if prev.device.type == "cpu" else 5
+    if check_every < 1:
+        raise ValueError(f"check_every must be at least 1, got {check_every}")
+    images = torch.stack((prev, next), dim=1).to(torch.float32)
+    pyramid = build_pyramid(images, params.nscales, params.scale_step)
+    channels = 3 if params.gamma else 2
+    coarsest = pyramid[-1]
+    flow = coarsest.new_zeros(coarsest.shape[0], channels, *coarsest.shape[-2:])
+    solver = ScaleSolver(params, compiled_step() if compile else primal_dual_step, check_every)
+    for level, scale_images in reversed(list(enumerate(pyramid))):
+        flow = solver.solve(scale_images[:, :1], scale_images[:, 1:], flow)
+        if level > 0:
+            finer = pyramid[level - 1].shape[-2:]
+            flow = F.interpolate(flow, size=finer, mode="bilinear", align_corners=False)
+            flow[:, :2] *= 1.0 / params.scale_step
+    return flow[:, :2].contiguous()

@@ -1,0 +1,394 @@
+"""Dataset indexes: which videos a dataset has, their class, split and group, read from official files.
+
+A :class:`VideoIndex` is a list of :class:`VideoEntry` (a video's path relative to a root folder, its class
+label, its split and an optional group) plus the class names; it is saved as JSON and is the first thing
+a clip store holds. Builders read the official split files of UCF101, HMDB51 and Kinetics-400, any folder
+laid out ``root/<class>/<video>`` and plain CSV manifests.
+
+Example::
+
+    index = ucf101_index("ucfTrainTestlist", split=1)   # 9,537 train + 3,783 test entries
+    check_videos_exist(index, "UCF-101")                # every missing file reported at once
+    index.save("ucf101_split1.json")
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+
+from coclr.data.video import VIDEO_EXTENSIONS
+from coclr.errors import DataError
+
+SPLITS = ("train", "val", "test")
+INDEX_FORMAT = "coclr-video-index"
+INDEX_VERSION = 1
+MISSING_SHOWN = 20
+"""How many missing files an error message lists by name (the count is always given)."""
+
+
+@dataclass(frozen=True)
+class VideoEntry:
+    """One video: ``path`` relative to the dataset root (POSIX separators), class ``label`` (index into
+    ``VideoIndex.classes``), ``split`` ("train", "val" or "test") and ``group`` (videos of one group share
+    actors and scene, e.g. UCF101's ``g08``; ``None`` when unknown)."""
+
+    path: str
+    label: int
+    split: str
+    group: str | None = None
+
+
+@dataclass
+class VideoIndex:
+    """A dataset's videos and class names. Entry paths are unique and are the keys of a clip store."""
+
+    name: str
+    classes: list[str]
+    entries: list[VideoEntry] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        problems = []
+        seen: set[str] = set()
+        for entry in self.entries:
+            if not 0 <= entry.label < len(self.classes):
+                problems.append(f"{entry.path}: label {entry.label} outside 0..{len(self.classes) - 1}")
+            if entry.split not in SPLITS:
+                problems.append(f"{entry.path}: split {entry.split!r} is not one of {', '.join(SPLITS)}")
+            if not is_relative_key(entry.path):
+                problems.append(f"{entry.path!r}: paths must be relative, with '/' and no '..'")
+            if entry.path in seen:
+                problems.append(f"{entry.path}: listed twice")
+            seen.add(entry.path)
+            if len(problems) >= MISSING_SHOWN:
+                break
+        if problems:
+            raise DataError(f"index {self.name!r} is invalid: " + "; ".join(problems))
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def split(self, name: str) -> VideoIndex:
+        """The entries of one split (same name and classes)."""
+        if name not in SPLITS:
+            raise DataError(f"unknown split {name!r} (known: {', '.join(SPLITS)})")
+        return VideoIndex(self.name, list(self.classes), [e for e in self.entries if e.split == name])
+
+    def without(self, paths: Iterable[str]) -> VideoIndex:
+        """The index less the entries whose path is in ``paths`` (e.g. videos missing on disk)."""
+        drop = set(paths)
+        return VideoIndex(self.name, list(self.classes), [e for e in self.entries if e.path not in drop])
+
+    def split_counts(self) -> dict[str, int]:
+        """Number of videos per split, for the splits that have any."""
+        counts = Counter(e.split for e in self.entries)
+        return {split: counts[split] for split in SPLITS if counts[split]}
+
+    def class_counts(self, split: str | None = None) -> list[int]:
+        """Number of videos per class (in the order of ``classes``), in one split or in all."""
+        counts = Counter(e.label for e in self.entries if split is None or e.split == split)
+        return [counts[label] for label in range(len(self.classes))]
+
+    def to_dict(self) -> dict:
+        return {"format": INDEX_FORMAT, "version": INDEX_VERSION, "name": self.name, "classes": self.classes,
+                "entries": [asdict(e) for e in self.entries]}
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "index") -> VideoIndex:
+        if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT:
+            raise DataError(f"{source}: not a coclr video index (no \"format\": {INDEX_FORMAT!r})")
+        if data.get("version") != INDEX_VERSION:
+            raise DataError(f"{source}: unsupported index version {data.get('version')!r}")
+        try:
+            entries = [VideoEntry(str(e["path"]), int(e["label"]), str(e["split"]), e.get("group"))
+                       for e in data["entries"]]
+            return cls(str(data["name"]), [str(c) for c in data["classes"]], entries)
+        except (KeyError, TypeError, ValueError) as error:
+            raise DataError(f"{source}: malformed index: {error!r}") from None
+
+    def save(self, path: str | Path) -> None:
+        """Write the index as JSON, atomically (a temporary file in the same folder, then a rename)."""
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> VideoIndex:
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(f"index file not found: {path}")
+        try:
+            data = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise DataError(f"{path}: not valid JSON: {error}") from None
+        return cls.from_dict(data, str(path))
+
+
+def is_relative_key(path: str) -> bool:
+    """Whether ``path`` is a relative POSIX path without ``..`` (safe to join under a root folder)."""
+    parts = PurePosixPath(path).parts
+    return bool(parts) and "\\" not in path and not path.startswith("/") and ".." not in parts
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(handle, "w") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def missing_videos(index: VideoIndex, root: str | Path) -> list[str]:
+    """Paths of the index's entries that are not files under ``root``."""
+    root = Path(root)
+    return [e.path for e in index.entries if not (root / e.path).is_file()]
+
+
+def check_videos_exist(index: VideoIndex, root: str | Path) -> None:
+    """Raise one DataError listing every video of ``index`` missing under ``root`` (count + first names)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"video folder not found: {root}")
+    missing = missing_videos(index, root)
+    if missing:
+        shown = ", ".join(missing[:MISSING_SHOWN])
+        more = f" (and {len(missing) - MISSING_SHOWN} more)" if len(missing) > MISSING_SHOWN else ""
+        raise DataError(f"{len(missing)} of the {len(index)} videos of index {index.name!r} are missing "
+                        f"under {root}: {shown}{more}")
+
+
+# ---------------------------------------------------------------------------------------------- UCF101
+
+_UCF_NAME = re.compile(r"v_(?P<class>[^_]+)_(?P<group>g\d+)_c\d+", re.IGNORECASE)
+
+
+def ucf101_index(annotations: str | Path, split: int = 1) -> VideoIndex:
+    """UCF101 from its official files in ``annotations`` (``ucfTrainTestlist``): ``classInd.txt``
+    (``index name``, 1-based), ``trainlist0N.txt`` (``Class/v_Class_gXX_cYY.avi label``) and
+    ``testlist0N.txt`` (``Class/v_Class_gXX_cYY.avi``). Entries carry the group ``gXX`` of the video."""
+    annotations = Path(annotations)
+    _check_split_number(split)
+    class_file = annotations / "classInd.txt"
+    classes_by_number: dict[int, str] = {}
+    for number, line in _lines(class_file):
+        fields = line.split()
+        if len(fields) != 2 or not fields[0].isdigit():
+            raise DataError(f"{class_file}:{number}: expected 'index name', got {line!r}")
+        classes_by_number[int(fields[0])] = fields[1]
+    if sorted(classes_by_number) != list(range(1, len(classes_by_number) + 1)):
+        raise DataError(f"{class_file}: class indices must be 1..{len(classes_by_number)}")
+    classes = [classes_by_number[i] for i in range(1, len(classes_by_number) + 1)]
+    label_of_folder = {name.lower(): label for label, name in enumerate(classes)}
+
+    entries = []
+    for split_name in ("train", "test"):
+        list_file = annotations / f"{split_name}list{split:02d}.txt"
+        for number, line in _lines(list_file):
+            fields = line.split()
+            where = f"{list_file}:{number}"
+            path = fields[0]
+            folder = PurePosixPath(path).parts[0] if "/" in path else ""
+            if folder.lower() not in label_of_folder:
+                raise DataError(f"{where}: class folder {folder!r} of {path!r} is not in {class_file}")
+            label = label_of_folder[folder.lower()]
+            if len(fields) > 1:
+                if not fields[1].isdigit() or int(fields[1]) - 1 != label:
+                    raise DataError(f"{where}: label {fields[1]!r} does not match class {folder!r}")
+            match = _UCF_NAME.match(PurePosixPath(path).name)
+            entries.append(VideoEntry(path, label, split_name, match["group"].lower() if match else None))
+    return VideoIndex(f"ucf101_split{split}", classes, entries)
+
+
+# ---------------------------------------------------------------------------------------------- HMDB51
+
+def hmdb51_index(annotations: str | Path, split: int = 1) -> VideoIndex:
+    """HMDB51 from its split files ``<class>_test_split<N>.txt`` in ``annotations`` (lines
+    ``video.avi flag``: 1 train, 2 test, 0 unused). Video paths are ``<class>/<video>.avi``."""
+    annotations = Path(annotations)
+    _check_split_number(split)
+    suffix = f"_test_split{split}.txt"
+    files = sorted(p for p in annotations.glob(f"*{suffix}") if p.is_file()) if annotations.is_dir() else []
+    if not files:
+        raise DataError(f"no HMDB51 split files '*{suffix}' found in {annotations}")
+    classes = [p.name[: -len(suffix)] for p in files]
+    entries = []
+    for label, (name, list_file) in enumerate(zip(classes, files)):
+        for number, line in _lines(list_file):
+            fields = line.split()
+            if len(fields) != 2 or fields[1] not in ("0", "1", "2"):
+                raise DataError(f"{list_file}:{number}: expected 'video.avi 0|1|2', got {line!r}")
+            if fields[1] != "0":
+                entries.append(VideoEntry(f"{name}/{fields[0]}", label, "train" if fields[1] == "1" else "test"))
+    return VideoIndex(f"hmdb51_split{split}", classes, entries)
+
+
+# ------------------------------------------------------------------------------------------ Kinetics-400
+
+_KINETICS_SPLITS = {"train": "train", "val": "val", "validate": "val", "validation": "val", "test": "test"}
+
+
+def kinetics_index(annotations: str | Path | Sequence[str | Path], root: str | Path,
+                   name: str = "kinetics400") -> VideoIndex:
+    """Kinetics from annotation CSVs (``label,youtube_id,time_start,time_end,split``, one or several).
+
+    Videos are named ``<youtube_id>_<start:06d>_<end:06d>.mp4`` and looked for under ``root`` in the usual
+    layouts, in this order: ``root/<split>/<label>/``, ``root/<label>/``, ``root/<split>/``, ``root/``, where
+    ``<split>`` is the CSV's value or ours ("validate" -> "val") and ``<label>`` the class name as written or
+    with spaces as underscores. A video found nowhere gets the first layout's path, so that
+    :func:`check_videos_exist` reports it. Classes are the sorted labels; the group is the YouTube id.
+    """
+    files = [Path(annotations)] if isinstance(annotations, (str, Path)) else [Path(a) for a in annotations]
+    root = Path(root)
+    rows = []
+    for csv_file in files:
+        if not csv_file.is_file():
+            raise DataError(f"annotation file not found: {csv_file}")
+        with csv_file.open(newline="") as file:
+            reader = csv.DictReader(file)
+            needed = {"label", "youtube_id", "time_start", "time_end", "split"}
+            if reader.fieldnames is None or not needed <= set(reader.fieldnames):
+                raise DataError(f"{csv_file}: expected the columns {', '.join(sorted(needed))}, "
+                                f"got {reader.fieldnames}")
+            for number, row in enumerate(reader, start=2):
+                split = _KINETICS_SPLITS.get(row["split"].strip().lower())
+                if split is None:
+                    raise DataError(f"{csv_file}:{number}: unknown split {row['split']!r}")
+                try:
+                    start, end = int(float(row["time_start"])), int(float(row["time_end"]))
+                except ValueError:
+                    raise DataError(f"{csv_file}:{number}: bad time_start/time_end {row}") from None
+                rows.append((row["label"].strip(), row["youtube_id"].strip(), start, end,
+                             row["split"].strip(), split))
+    classes = sorted({row[0] for row in rows if row[0]})
+    label_of = {c: i for i, c in enumerate(classes)}
+    listing = _FolderListing(root)
+    entries = []
+    for label, youtube_id, start, end, csv_split, split in rows:
+        if not label:
+            continue
+        file_name = f"{youtube_id}_{start:06d}_{end:06d}.mp4"
+        candidates = _kinetics_candidates(file_name, label, csv_split, split)
+        path = next((c for c in candidates if listing.exists(c)), candidates[0])
+        entries.append(VideoEntry(path, label_of[label], split, youtube_id))
+    return VideoIndex(name, classes, entries)
+
+
+def _kinetics_candidates(file_name: str, label: str, csv_split: str, split: str) -> list[str]:
+    splits = list(dict.fromkeys([csv_split, split]))
+    labels = list(dict.fromkeys([label, label.replace(" ", "_")]))
+    return ([f"{s}/{lab}/{file_name}" for s in splits for lab in labels] + [f"{lab}/{file_name}" for lab in labels]
+            + [f"{s}/{file_name}" for s in splits] + [file_name])
+
+
+class _FolderListing:
+    """Answers "does root/<path> exist" from one listing per folder (fast on 250k files); state: a cache
+    of folder listings."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._listings: dict[str, frozenset[str]] = {}
+
+    def exists(self, path: str) -> bool:
+        folder, _, name = path.rpartition("/")
+        if folder not in self._listings:
+            directory = self.root / folder
+            self._listings[folder] = frozenset(os.listdir(directory)) if directory.is_dir() else frozenset()
+        return name in self._listings[folder]
+
+
+# ---------------------------------------------------------------------------------------- folder and CSV
+
+def folder_index(root: str | Path, name: str | None = None, split: str = "train",
+                 extensions: Sequence[str] = VIDEO_EXTENSIONS) -> VideoIndex:
+    """Any folder laid out ``root/<class>/<video>``: classes are the sorted subfolder names and every entry
+    is in ``split``. A root holding only ``train``/``val``/``test`` subfolders is read as
+    ``root/<split>/<class>/<video>`` instead (classes: the union over the splits)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"video folder not found: {root}")
+    if split not in SPLITS:
+        raise DataError(f"unknown split {split!r} (known: {', '.join(SPLITS)})")
+    subfolders = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    by_split = bool(subfolders) and set(subfolders) <= set(SPLITS)
+    prefixes = [(f"{s}/", s) for s in subfolders] if by_split else [("", split)]
+    suffixes = tuple(e.lower() for e in extensions)
+    videos = []
+    for prefix, split_name in prefixes:
+        for class_dir in sorted(p for p in (root / prefix).iterdir() if p.is_dir() and not p.name.startswith(".")):
+            for file in sorted(class_dir.rglob("*")):
+                if file.is_file() and file.name.lower().endswith(suffixes):
+                    videos.append((file.relative_to(root).as_posix(), class_dir.name, split_name))
+    if not videos:
+        raise DataError(f"no videos ({', '.join(extensions)}) found in {root}/<class>/")
+    classes = sorted({c for _, c, _ in videos})
+    label_of = {c: i for i, c in enumerate(classes)}
+    entries = [VideoEntry(path, label_of[c], s) for path, c, s in videos]
+    return VideoIndex(name or root.name, classes, entries)
+
+
+def csv_index(path: str | Path, name: str | None = None) -> VideoIndex:
+    """A CSV manifest with the columns ``path,label`` and optionally ``split`` (default "train") and
+    ``group``; a header row naming them is optional. Labels are all integers (classes "0".."max") or all
+    class names (classes: their sorted set)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"manifest not found: {path}")
+    with path.open(newline="") as file:
+        rows = [(number, row) for number, row in enumerate(csv.reader(file), start=1)
+                if row and not row[0].startswith("#")]
+    columns = ["path", "label", "split", "group"]
+    if rows and [c.strip().lower() for c in rows[0][1]][:2] == ["path", "label"]:
+        columns = [c.strip().lower() for c in rows[0][1]]
+        rows = rows[1:]
+    if not rows:
+        raise DataError(f"{path}: the manifest lists no videos")
+    records = []
+    for number, row in rows:
+        if len(row) < 2 or len(row) > len(columns):
+            raise DataError(f"{path}:{number}: expected {','.join(columns[:2])}[,split[,group]], got {row}")
+        record = dict(zip(columns, (value.strip() for value in row)))
+        records.append((number, record))
+    labels = [r["label"] for _, r in records]
+    numeric = all(_is_int(label) for label in labels)
+    classes = ([str(i) for i in range(max(int(x) for x in labels) + 1)] if numeric
+               else sorted(set(labels)))
+    label_of: Callable[[str], int] = int if numeric else {c: i for i, c in enumerate(classes)}.__getitem__
+    entries = []
+    for number, record in records:
+        split = record.get("split") or "train"
+        if split not in SPLITS:
+            raise DataError(f"{path}:{number}: unknown split {split!r} (known: {', '.join(SPLITS)})")
+        entries.append(VideoEntry(record["path"], label_of(record["label"]), split, record.get("group") or None))
+    return VideoIndex(name or path.stem, classes, entries)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+def _lines(path: Path) -> list[tuple[int, str]]:
+    """Non-empty lines of a text file with their 1-based numbers (CRLF endings accepted)."""
+    if not path.is_file():
+        raise DataError(f"annotation file not found: {path}")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return [(number, line.strip()) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+
+
+def _check_split_number(split: int) -> None:
+    if split not in (1, 2, 3):
+        raise DataError(f"split must be 1, 2 or 3, got {split!r}")
+
+
+def _is_int(text: str) -> bool:
+    return text.isdigit()

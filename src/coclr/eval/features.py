@@ -1,0 +1,313 @@
+"""Video-level features of a frozen backbone, for retrieval and the linear probe, with a content-keyed cache.
+
+Protocol (paper, section 4.3, and REFERENCE.md section 5): the pooled backbone feature (no projection head)
+of every half-overlapping sliding window of a video, centre crop only (no colour operations at test time),
+averaged over the windows of the video. Query AND gallery videos are treated the same way (the reference
+code used one random clip per gallery video).
+
+The cache is keyed by the sha256 of the checkpoint *file content* plus the data configuration (store, view,
+split and its list of videos, clip length, frame stride, crop size, autocast), so retraining a checkpoint
+in place never serves stale features (the reference keyed its cache by folder).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from coclr.config import option, require
+from coclr.errors import DataError
+
+CACHE_FORMAT = 1
+"""Bumped whenever the way features are computed changes, which invalidates every cache entry."""
+
+
+@dataclasses.dataclass
+class ClipConfig:
+    """How test clips are cut from a video and fed to the backbone."""
+
+    length: int = option(32, "frames per clip (the paper: 32)")
+    stride: int = option(1, "temporal step between the frames of a clip (1: consecutive frames)")
+    size: int = option(128, "side of the square crop fed to the network (the paper: 128)")
+    batch_size: int = option(16, "clips per forward pass")
+    workers: int = option(0, "DataLoader worker processes reading the store (0: read in this process)")
+    amp: bool = option(False, "run the backbone under autocast (bfloat16 on CPU, float16 on CUDA)")
+
+    def validate(self) -> None:
+        require(self.length >= 1, "length", f"must be >= 1, got {self.length}")
+        require(self.stride >= 1, "stride", f"must be >= 1, got {self.stride}")
+        require(self.size >= 32, "size", f"must be >= 32 (the smallest S3D input), got {self.size}")
+        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.workers >= 0, "workers", f"must be >= 0, got {self.workers}")
+
+    def data_key(self) -> dict[str, object]:
+        """The options that change the features (batch size and workers do not)."""
+        return {"length": self.length, "stride": self.stride, "size": self.size, "amp": self.amp}
+
+
+class VideoFeatures(NamedTuple):
+    """One feature row per video of a split, in the split's index order."""
+
+    features: np.ndarray
+    """``float32 [N, D]``: window features averaged per video."""
+    labels: np.ndarray
+    """``int64 [N]``: class index of each video."""
+    keys: list[str]
+    """Store key (relative path) of each video."""
+
+
+def file_sha256(path: str | Path, chunk_size: int = 1 << 20) -> str:
+    """Hex sha256 of a file's content (identifies a checkpoint whatever its name or folder)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(chunk_size), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def eval_views(frames: torch.Tensor, view: str, size: int, ten_crop: bool = False,
+               short_side: int | None = None) -> torch.Tensor:
+    """Test-time inputs of uint8 clips ``[B, T, H, W, 3]`` of ``view`` -> normalised ``[B, V, 3, T', S, S]``.
+
+    V = 1: the centre crop of the frames resized to short side ``size``. V = 10 (``ten_crop``): the centre
+    and four corner crops of the frames resized to short side ``short_side``, each also flipped (flow's
+    horizontal component negated), see :func:`coclr.data.augment.ten_crop`. No colour operation at test time.
+    """
+    from coclr.data import augment
+
+    if ten_crop:
+        return augment.ten_crop({view: frames}, size, short_side=short_side)[view]
+    return augment.center_crop({view: frames}, size)[view].unsqueeze(1)
+
+
+def _autocast(device: torch.device, enabled: bool):
+    dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+    return torch.autocast(device_type=device.type, dtype=dtype, enabled=enabled)
+
+
+def split_entries(store, split: str) -> list:
+    """The index entries of ``split``; a clear error (listing the splits that exist) when it is empty."""
+    entries = [entry for entry in store.index.entries if entry.split == split]
+    if not entries:
+        present = sorted({entry.split for entry in store.index.entries})
+        raise DataError(f"{store.root}: split {split!r} has no videos (splits present: {', '.join(present) or 'none'})")
+    return entries
+
+
+@torch.no_grad()
+def predict_windows(model: Callable[[torch.Tensor], torch.Tensor], store, view: str, split: str, config: ClipConfig,
+                    device: str | torch.device = "cpu", ten_crop: bool = False, short_side: int | None = None,
+                    progress: bool = True, desc: str = "windows") -> tuple[torch.Tensor, list]:
+    """Run ``model`` on every sliding window of every video of ``split`` and average its outputs per video.
+
+    ``model`` maps normalised clips ``[B, 3, T, S, S]`` to ``[B, D]``; with ``ten_crop`` each window is
+    given as ten crops whose outputs are averaged with the windows. Returns the per-video mean ``[N, D]``
+    (float32, on the CPU) and the split's index entries in the same order. The caller sets eval mode.
+    """
+    from torch.utils.data import DataLoader
+    from tqdm import tqdm
+
+    from coclr.data.datasets import WindowClips
+
+    device = torch.device(device)
+    windows = WindowClips(store, split, view, config.length, config.stride)
+    loader = DataLoader(windows, batch_size=config.batch_size, shuffle=False, num_workers=config.workers,
+                        pin_memory=device.type == "cuda")
+    sums: torch.Tensor | None = None
+    counts = torch.zeros(len(windows.entries), dtype=torch.float64)
+    for batch in tqdm(loader, desc=desc, unit="batch", disable=not progress, leave=False):
+        crops = eval_views(batch["clip"].to(device, non_blocking=True), view, config.size, ten_crop, short_side)
+        num_views = crops.shape[1]
+        with _autocast(device, config.amp):
+            out = model(crops.flatten(0, 1))
+        out = out.float().reshape(len(crops), num_views, -1).mean(dim=1).double().cpu()
+        if sums is None:
+            sums = torch.zeros(len(windows.entries), out.shape[1], dtype=torch.float64)
+        sums.index_add_(0, batch["video"], out)
+        counts.index_add_(0, batch["video"], torch.ones(len(out), dtype=torch.float64))
+    assert sums is not None and bool((counts > 0).all()), "every video has at least one window"
+    return (sums / counts[:, None]).float(), windows.entries
+
+
+def extract_features(backbone: nn.Module, store, view: str, split: str, config: ClipConfig | None = None,
+                     device: str | torch.device = "cpu", progress: bool = True) -> VideoFeatures:
+    """Pooled backbone features of every video of ``split``: sliding windows (half overlap), centre crop,
+    features averaged per video. The backbone runs in eval mode without gradients; its mode is restored."""
+    config = config or ClipConfig()
+    device = torch.device(device)
+    was_training = backbone.training
+    backbone.eval().to(device)
+    try:
+        means, entries = predict_windows(lambda clips: backbone(clips).mean(dim=(2, 3, 4)), store, view, split,
+                                         config, device, progress=progress, desc=f"features {view}/{split}")
+    finally:
+        backbone.train(was_training)
+    labels = np.array([entry.label for entry in entries], dtype=np.int64)
+    return VideoFeatures(means.numpy(), labels, [entry.path for entry in entries])
+
+
+def cache_key(checkpoint_sha256: str, store, view: str, split: str, config: ClipConfig) -> dict[str, object]:
+    """Everything the features depend on: checkpoint content, store, view, split content, clip options."""
+    entries = split_entries(store, split)
+    videos = hashlib.sha256(json.dumps([[e.path, e.label] for e in entries]).encode()).hexdigest()
+    return {"format": CACHE_FORMAT, "checkpoint_sha256": checkpoint_sha256, "store": str(Path(store.root).resolve()),
+            "view": view, "split": split, "videos_sha256": videos, **config.data_key()}
+
+
+def _cache_path(cache_dir: Path, key: dict[str, object]) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    return cache_dir / f"features_{key['view']}_{key['split']}_{digest}.npz"
+
+
+def _read_cache(path: Path, key: dict[str, object]) -> VideoFeatures | None:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if json.loads(str(data["key"])) != key:
+                return None
+            return VideoFeatures(data["features"].astype(np.float32), data["labels"].astype(np.int64),
+                                 [str(k) for k in data["keys"]])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def publish(tmp: str | Path, path: str | Path) -> None:
+    """Give a finished temporary file the usual permissions (mkstemp makes it private), then move it onto
+    ``path`` atomically."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, path)
+
+
+def _write_cache(path: Path, key: dict[str, object], result: VideoFeatures) -> None:
+    """Atomic write: a temporary file in the cache folder, then ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            np.savez(out, features=result.features, labels=result.labels, keys=np.array(result.keys),
+                     key=np.array(json.dumps(key, sort_keys=True)))
+        publish(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_backbone(checkpoint: str | Path) -> nn.Module:
+    """The backbone of an encoder checkpoint (ours or the authors'); the projection head is dropped."""
+    from coclr.models.loading import load_encoder
+
+    backbone, _head = load_encoder(checkpoint, map_location="cpu")
+    return backbone
+
+
+def cached_features(checkpoint: str | Path, store, view: str, split: str, config: ClipConfig | None = None,
+                    cache_dir: str | Path | None = None, device: str | torch.device = "cpu",
+                    checkpoint_sha256: str | None = None, backbone: nn.Module | None = None,
+                    progress: bool = True) -> VideoFeatures:
+    """:func:`extract_features` for a checkpoint file, served from ``cache_dir`` when the same checkpoint
+    content and data configuration were extracted before. The backbone is loaded only on a cache miss
+    (or taken from ``backbone`` when given, which must be the checkpoint's)."""
+    config = config or ClipConfig()
+    if cache_dir is None:
+        return extract_features(backbone or load_backbone(checkpoint), store, view, split, config, device, progress)
+    key = cache_key(checkpoint_sha256 or file_sha256(checkpoint), store, view, split, config)
+    path = _cache_path(Path(cache_dir), key)
+    if path.is_file():
+        hit = _read_cache(path, key)
+        if hit is not None:
+            return hit
+    result = extract_features(backbone or load_backbone(checkpoint), store, view, split, config, device, progress)
+    _write_cache(path, key, result)
+    return result
+
+
+# ------------------------------------------------------------------------------------------ evaluation inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class Stream:
+    """One network to evaluate: an encoder checkpoint and the store view it reads (two for two-stream)."""
+
+    checkpoint: Path
+    view: str
+
+
+def open_store(root: str | Path):
+    """The evaluation :class:`ClipStore` at ``root``, with a clear error when it is not a store."""
+    from coclr.data.store import ClipStore
+
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"clip store not found: {root}")
+    return ClipStore(root)
+
+
+def check_inputs(store, streams: list[Stream], splits: list[str]) -> None:
+    """Fail before any work: missing checkpoint files, empty splits, or videos without a stream's view."""
+    from coclr.errors import CheckpointError
+
+    for stream in streams:
+        if not Path(stream.checkpoint).is_file():
+            raise CheckpointError(f"checkpoint not found: {stream.checkpoint}")
+    for split in splits:
+        entries = split_entries(store, split)
+        for view in sorted({stream.view for stream in streams}):
+            stored = "rgb" if view == "rgbdiff" else view
+            missing = [entry.path for entry in entries if not store.has(entry.path, stored)]
+            if missing:
+                views = ", ".join(store.views()) or "none"
+                shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
+                raise DataError(f"{store.root}: view {stored!r} is missing for {len(missing)} of the "
+                                f"{len(entries)} {split!r} videos ({shown}); views in the store: {views}")
+
+
+def checkpoint_meta(path: str | Path) -> dict[str, object]:
+    """The ``meta`` dict of one of our encoder checkpoints (method, view, stage ...), or {} for other files."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # not ours or unreadable: load_encoder reports it properly when the model is loaded
+        return {}
+    meta = payload.get("meta") if isinstance(payload, dict) else None
+    return {k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool))} if isinstance(meta, dict) else {}
+
+
+def input_record(store, streams: list[Stream], splits: dict[str, str], shas: list[str]) -> dict[str, object]:
+    """What a result was computed from: checkpoints (path, content hash, meta), store, views, split sizes."""
+    return {
+        "store": str(Path(store.root).resolve()),
+        "dataset": store.index.name,
+        "num_classes": len(store.index.classes),
+        "splits": {role: {"name": name, "videos": len(split_entries(store, name))} for role, name in splits.items()},
+        "streams": [{"checkpoint": str(Path(s.checkpoint).resolve()), "checkpoint_sha256": sha, "view": s.view,
+                     "meta": checkpoint_meta(s.checkpoint)} for s, sha in zip(streams, shas)],
+    }
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write a text file atomically (temporary file in the same folder, then ``os.replace``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        publish(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: str | Path, data: object) -> Path:
+    """Write JSON atomically (see :func:`write_text_atomic`)."""
+    return write_text_atomic(path, json.dumps(data, indent=1) + "\n")

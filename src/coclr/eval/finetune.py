@@ -1,0 +1,270 @@
+"""End-to-end finetuning of a pretrained backbone for classification, with the ten-crop test (paper, 4.3).
+
+Protocol: S3D backbone -> average pool -> Dropout(0.9) -> Linear, all trained with cross-entropy; the
+backbone's learning rate is the classifier's x0.1 (REFERENCE.md section 5). Training clips get the
+pretraining augmentation without Gaussian blur (``ClipAugment(blur_p=0)``). At test time every sliding
+window (half overlap) of every test video is cut into the centre crop, and separately into ten crops
+(centre + four corners, each with its horizontal flip); softmax probabilities are averaged per video.
+
+Model selection never looks at the test split: the model after the last of a fixed number of epochs is
+tested (the reference picked its best epoch on the test set).
+
+The job is resumable: a checkpoint of the model, optimiser and schedule is written atomically after every
+epoch, and each epoch's randomness (clip choice, augmentation, dropout, batch order) is a function of
+``(seed, epoch)``, so a resumed run trains exactly as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from coclr.config import option, require
+from coclr.errors import CheckpointError
+from coclr.eval.features import ClipConfig, predict_windows
+from coclr.eval.fusion import topk_accuracy
+
+STATE_FILE = "finetune_last.pt"
+PROBS_FILE = "finetune_probabilities.npz"
+STATE_FORMAT = "coclr.finetune"
+
+
+@dataclasses.dataclass
+class FinetuneConfig:
+    """Options of end-to-end finetuning (clip options, batch size and workers come from :class:`ClipConfig`)."""
+
+    epochs: int = option(100, "training epochs; the model after the last one is tested (no test-set selection)")
+    lr: float = option(1e-3, "Adam learning rate of the classifier")
+    backbone_lr_scale: float = option(0.1, "backbone learning rate = lr x this (the paper: 0.1)")
+    weight_decay: float = option(1e-3, "Adam weight decay")
+    milestones: list[int] = option([60, 80], "epochs after which the learning rates are multiplied by 0.1")
+    dropout: float = option(0.9, "dropout before the linear classifier (the paper: 0.9)")
+    ten_crop_short_side: int = option(0, "short side the frames are resized to before the ten crops "
+                                      "(0: round(size * 8 / 7), so the corner crops differ from the centre)")
+    seed: int = option(0, "seed of the classifier initialisation and of every epoch's randomness")
+
+    def validate(self) -> None:
+        require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
+        require(self.lr > 0, "lr", f"must be positive, got {self.lr}")
+        require(self.backbone_lr_scale >= 0, "backbone_lr_scale", f"must be >= 0, got {self.backbone_lr_scale}")
+        require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        require(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
+        require(self.ten_crop_short_side >= 0, "ten_crop_short_side", f"must be >= 0, got {self.ten_crop_short_side}")
+
+
+class Classifier(nn.Module):
+    """Backbone -> global average pool -> :class:`LinearClassifier` (Dropout then Linear)."""
+
+    def __init__(self, backbone: nn.Module, num_classes: int, dropout: float) -> None:
+        super().__init__()
+        from coclr.models.heads import LinearClassifier
+
+        self.backbone = backbone
+        self.classifier = LinearClassifier(backbone.out_channels, num_classes, dropout=dropout)
+
+    def forward(self, clips: torch.Tensor) -> torch.Tensor:
+        """Clips ``[B, 3, T, H, W]`` -> logits ``[B, num_classes]``."""
+        return self.classifier(self.backbone(clips).mean(dim=(2, 3, 4)))
+
+
+def build_optimizer(model: Classifier, config: FinetuneConfig) -> torch.optim.Optimizer:
+    """Adam with two parameter groups: the classifier at ``lr``, the backbone at ``lr * backbone_lr_scale``."""
+    return torch.optim.Adam([
+        {"params": model.classifier.parameters(), "lr": config.lr},
+        {"params": model.backbone.parameters(), "lr": config.lr * config.backbone_lr_scale},
+    ], weight_decay=config.weight_decay)
+
+
+def _save_state(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler, epoch: int,
+                fingerprint: dict[str, object]) -> None:
+    from coclr.models.loading import atomic_torch_save
+
+    atomic_torch_save({"format": STATE_FORMAT, "epoch": epoch, "fingerprint": fingerprint,
+                       "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                       "scheduler": scheduler.state_dict()}, path)
+
+
+def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler,
+            fingerprint: dict[str, object]) -> int:
+    """Load the last epoch's state when it exists and belongs to the same job; returns epochs done."""
+    if not path.is_file():
+        return 0
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise CheckpointError(f"{path}: cannot resume finetuning from it: {error}") from None
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise CheckpointError(f"{path}: not a finetuning state file (format {STATE_FORMAT!r})")
+    if state.get("fingerprint") != fingerprint:
+        raise CheckpointError(f"{path} belongs to a finetuning job with other inputs or options "
+                              f"({state.get('fingerprint')}); use another output folder")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    return int(state["epoch"])
+
+
+def train_epoch(model: Classifier, loader, augment, optimizer: torch.optim.Optimizer, view: str,
+                device: torch.device, amp: bool, generator: torch.Generator, progress: bool, desc: str) -> float:
+    """One epoch of cross-entropy training; returns the mean loss."""
+    from tqdm import tqdm
+
+    model.train()
+    total, count = 0.0, 0
+    dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+    for batch in tqdm(loader, desc=desc, unit="batch", disable=not progress, leave=False):
+        frames = batch[view][:, 0].to(device, non_blocking=True)  # one clip per video
+        clips = augment({view: frames}, generator)[view]
+        labels = batch["label"].to(device)
+        with torch.autocast(device_type=device.type, dtype=dtype, enabled=amp):
+            loss = F.cross_entropy(model(clips).float(), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        total += float(loss.detach()) * len(labels)
+        count += len(labels)
+    return total / max(count, 1)
+
+
+def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, out_dir: str | Path,
+             clip_config: ClipConfig | None = None, config: FinetuneConfig | None = None,
+             train_split: str = "train", test_split: str = "test", device: str | torch.device = "cpu",
+             progress: bool = True) -> dict[str, object]:
+    """Finetune the checkpoint's backbone on ``train_split`` and test it on ``test_split``.
+
+    Writes ``out_dir/finetune_last.pt`` after every epoch (resumed from when present) and the per-video test
+    probabilities to ``out_dir/finetune_probabilities.npz`` (``keys``, ``labels``, ``center``, ``ten_crop``).
+    Returns the results: centre-crop and ten-crop top-1/top-5 (percent) and the training losses.
+    """
+    from torch.utils.data import DataLoader
+    from tqdm import tqdm
+
+    from coclr.data.augment import ClipAugment
+    from coclr.data.datasets import TrainClips
+    from coclr.eval.features import load_backbone
+
+    clip_config = clip_config or ClipConfig()
+    config = config or FinetuneConfig()
+    device = torch.device(device)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    num_classes = len(store.index.classes)
+    fingerprint = {"checkpoint_sha256": checkpoint_sha256, "store": str(Path(store.root).resolve()), "view": view,
+                   "train_split": train_split, "clips": dataclasses.asdict(clip_config),
+                   "finetune": dataclasses.asdict(config)}
+    fingerprint["clips"].pop("workers")
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = Classifier(load_backbone(checkpoint), num_classes, config.dropout).to(device)
+    optimizer = build_optimizer(model, config)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, config.milestones, gamma=0.1)
+    state_path = out_dir / STATE_FILE
+    done = _resume(state_path, model, optimizer, scheduler, fingerprint)
+
+    dataset = TrainClips(store, train_split, [view], clip_config.length, clip_config.stride, num_clips=1,
+                         seed=config.seed)
+    augment = ClipAugment(size=clip_config.size, blur_p=0.0)
+    losses = []
+    for epoch in tqdm(range(done, config.epochs), desc="finetune", unit="epoch", disable=not progress,
+                      initial=done, total=config.epochs):
+        dataset.set_epoch(epoch)
+        torch.manual_seed(config.seed * 1_000_003 + epoch)  # dropout of this epoch
+        loader = DataLoader(dataset, batch_size=clip_config.batch_size, shuffle=True,
+                            drop_last=len(dataset) > clip_config.batch_size, num_workers=clip_config.workers,
+                            generator=torch.Generator().manual_seed(config.seed + epoch),
+                            pin_memory=device.type == "cuda")
+        generator = torch.Generator().manual_seed(config.seed * 7919 + epoch)
+        losses.append(train_epoch(model, loader, augment, optimizer, view, device, clip_config.amp, generator,
+                                  progress, f"epoch {epoch + 1}"))
+        scheduler.step()
+        _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint)
+
+    model.eval()
+    short_side = config.ten_crop_short_side or round(clip_config.size * 8 / 7)
+
+    def probabilities(clips: torch.Tensor) -> torch.Tensor:
+        return model(clips).float().softmax(dim=1)
+
+    center, entries = predict_windows(probabilities, store, view, test_split, clip_config, device,
+                                      progress=progress, desc="test centre crop")
+    ten, _ = predict_windows(probabilities, store, view, test_split, clip_config, device, ten_crop=True,
+                             short_side=short_side, progress=progress, desc="test ten crops")
+    keys = [entry.path for entry in entries]
+    labels = np.array([entry.label for entry in entries], dtype=np.int64)
+    save_probabilities(out_dir / PROBS_FILE, keys, labels, center=center.numpy(), ten_crop=ten.numpy())
+    center_acc, ten_acc = topk_accuracy(center.numpy(), labels), topk_accuracy(ten.numpy(), labels)
+    return {"top1": round(100 * ten_acc[1], 4), "top5": round(100 * ten_acc[5], 4),
+            "center_top1": round(100 * center_acc[1], 4), "center_top5": round(100 * center_acc[5], 4),
+            "ten_crop_short_side": short_side, "epochs": config.epochs, "train_losses": losses,
+            "probabilities": str(out_dir / PROBS_FILE)}
+
+
+def save_probabilities(path: str | Path, keys: list[str], labels: np.ndarray, **probabilities: np.ndarray) -> Path:
+    """Per-video class probabilities as ``.npz`` (``keys``, ``labels`` and one array per name), atomically."""
+    import os
+    import tempfile
+
+    from coclr.eval.features import publish
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            np.savez(out, keys=np.array(keys), labels=np.asarray(labels), **probabilities)
+        publish(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_probabilities(path: str | Path) -> dict[str, np.ndarray]:
+    """Read a file written by :func:`save_probabilities` (``keys`` as a list of str)."""
+    with np.load(path, allow_pickle=False) as data:
+        out = {name: data[name] for name in data.files}
+    out["keys"] = [str(key) for key in out["keys"]]
+    return out
+
+
+def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: ClipConfig | None = None,
+                      config: FinetuneConfig | None = None, train_split: str = "train", test_split: str = "test",
+                      device: str | torch.device = "cpu", progress: bool = True) -> dict[str, object]:
+    """The finetune protocol for one checkpoint (or two: ten-crop probabilities averaged) as a JSON record.
+
+    Each stream is finetuned in its own folder ``out_dir/<i>_<view>``; with two streams the fused
+    probabilities go to ``out_dir/fused_probabilities.npz`` and ``results`` are the fused accuracies.
+    """
+    from coclr.eval.features import check_inputs, file_sha256, input_record
+    from coclr.eval.fusion import fuse_probabilities
+
+    clip_config = clip_config or ClipConfig()
+    config = config or FinetuneConfig()
+    check_inputs(store, list(streams), [train_split, test_split])
+    shas = [file_sha256(stream.checkpoint) for stream in streams]
+    out_dir = Path(out_dir)
+    per_stream = [finetune(stream.checkpoint, sha, store, stream.view, out_dir / f"{i}_{stream.view}", clip_config,
+                           config, train_split, test_split, device, progress)
+                  for i, (stream, sha) in enumerate(zip(streams, shas))]
+    record = {"task": "finetune", **input_record(store, list(streams), {"train": train_split, "test": test_split}, shas),
+              "config": {"clips": dataclasses.asdict(clip_config), "finetune": dataclasses.asdict(config)}}
+    if len(per_stream) == 1:
+        record["results"] = per_stream[0]
+        return record
+    loaded = [load_probabilities(result["probabilities"]) for result in per_stream]
+    fused = {name: fuse_probabilities(loaded[0][name], loaded[0]["keys"], loaded[1][name], loaded[1]["keys"])
+             for name in ("center", "ten_crop")}
+    labels = loaded[0]["labels"]
+    path = save_probabilities(out_dir / "fused_probabilities.npz", loaded[0]["keys"], labels, **fused)
+    center_acc, ten_acc = topk_accuracy(fused["center"], labels), topk_accuracy(fused["ten_crop"], labels)
+    record["results"] = {"top1": round(100 * ten_acc[1], 4), "top5": round(100 * ten_acc[5], 4),
+                         "center_top1": round(100 * center_acc[1], 4), "center_top5": round(100 * center_acc[5], 4),
+                         "probabilities": str(path)}
+    record["per_stream"] = per_stream
+    return record

@@ -1,0 +1,123 @@
+"""An HTML retrieval gallery (the paper's Figure 5): test queries and their top-3 train neighbours.
+
+Every video is shown as a small animated GIF made from frames of the store, with its class name; a
+neighbour's border is green when its class is the query's (a hit) and red otherwise. The page is
+self-contained (images are ``data:`` URIs, no script, no network access), so it can be mailed or archived.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+HIT_COLOUR = "#1fa336"
+MISS_COLOUR = "#d62728"
+QUERY_COLOUR = "#3b5bdb"
+
+
+def choose_queries(query_labels: Sequence[int], count: int) -> list[int]:
+    """Up to ``count`` query positions: the first query of classes spread evenly over the classes present
+    (deterministic, one per class, so the gallery shows variety rather than one class)."""
+    labels = np.asarray(query_labels)
+    classes = np.unique(labels)
+    if len(classes) == 0 or count <= 0:
+        return []
+    picked = classes[np.unique(np.linspace(0, len(classes) - 1, min(count, len(classes))).round().astype(int))]
+    return [int(np.flatnonzero(labels == label)[0]) for label in picked]
+
+
+def thumbnail_frames(store, key: str, view: str, num_frames: int = 8, height: int = 64) -> np.ndarray:
+    """``num_frames`` frames spread evenly over a video, resized to ``height`` pixels (aspect kept)."""
+    import cv2
+
+    total = store.num_frames(key, view)
+    indices = np.unique(np.linspace(0, total - 1, min(num_frames, total)).round().astype(np.int64))
+    frames = store.read(key, view, indices)
+    width = max(1, round(frames.shape[2] * height / frames.shape[1]))
+    return np.stack([cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA) for frame in frames])
+
+
+def animated_gif(frames: np.ndarray, fps: float = 6.0) -> bytes:
+    """``uint8 [T, H, W, 3]`` frames -> the bytes of a looping animated GIF."""
+    from PIL import Image
+
+    images = [Image.fromarray(frame).convert("P", palette=Image.Palette.ADAPTIVE, colors=255) for frame in frames]
+    buffer = io.BytesIO()
+    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], duration=round(1000 / fps),
+                   loop=0, disposal=1)
+    return buffer.getvalue()
+
+
+def data_uri(data: bytes, mime: str = "image/gif") -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def _cell(uri: str, caption: str, colour: str, title: str, badge: str) -> str:
+    return (f'<figure class="video" style="border-color:{colour}" title="{html.escape(title)}">'
+            f'<img src="{uri}" alt="{html.escape(caption)}"><figcaption><b>{html.escape(badge)}</b> '
+            f"{html.escape(caption)}</figcaption></figure>")
+
+
+PAGE_STYLE = """
+body { font-family: sans-serif; background: #ffffff; color: #222; margin: 16px; }
+h1 { font-size: 18px; } p.note { font-size: 12px; color: #555; }
+table { border-collapse: collapse; } td { padding: 4px 6px; vertical-align: top; }
+td.sep { border-left: 2px solid #999; }
+figure.video { margin: 0; border: 5px solid; display: inline-block; background: #f4f4f4; }
+figure.video img { display: block; height: 96px; image-rendering: auto; }
+figure.video figcaption { font-size: 11px; padding: 2px 4px; max-width: 160px; overflow-wrap: anywhere; }
+"""
+
+
+def render_gallery(store, view: str, query_keys: Sequence[str], query_labels: Sequence[int],
+                   gallery_keys: Sequence[str], gallery_labels: Sequence[int], topk_indices: np.ndarray,
+                   classes: Sequence[str], queries: Sequence[int], title: str = "Nearest-neighbour retrieval",
+                   neighbours: int = 3, num_frames: int = 8) -> str:
+    """The gallery page as an HTML string: one row per chosen query position in ``queries``."""
+    cache: dict[str, str] = {}
+
+    def uri(key: str) -> str:
+        if key not in cache:
+            cache[key] = data_uri(animated_gif(thumbnail_frames(store, key, view, num_frames)))
+        return cache[key]
+
+    rows = []
+    for position in queries:
+        query_label = int(query_labels[position])
+        cells = [_cell(uri(query_keys[position]), classes[query_label], QUERY_COLOUR, query_keys[position], "query")]
+        for rank, gallery_index in enumerate(np.asarray(topk_indices[position])[:neighbours], start=1):
+            label = int(gallery_labels[gallery_index])
+            colour = HIT_COLOUR if label == query_label else MISS_COLOUR
+            cells.append(_cell(uri(gallery_keys[gallery_index]), classes[label], colour, gallery_keys[gallery_index],
+                               f"#{rank}"))
+        rows.append(f'<tr><td>{cells[0]}</td><td class="sep">' + "</td><td>".join(cells[1:]) + "</td></tr>")
+    note = (f"Test-set queries (blue) and their {neighbours} nearest training videos; green border: same class "
+            "as the query, red: another class. Thumbnails are animated.")
+    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>"
+            f"<h1>{html.escape(title)}</h1><p class=\"note\">{html.escape(note)}</p>"
+            f"<table>{''.join(rows)}</table></body></html>\n")
+
+
+def write_gallery(path: str | Path, store, record: dict, count: int = 8, view: str | None = None,
+                  title: str | None = None) -> Path:
+    """Write the gallery of a retrieval record (from :func:`coclr.eval.retrieval.evaluate_retrieval`).
+
+    Thumbnails come from ``view`` (default: ``rgb`` when the store has it, else the record's first view).
+    """
+    from coclr.eval.features import write_text_atomic
+
+    neighbours = record["neighbours"]
+    if view is None:
+        view = "rgb" if "rgb" in store.views() else record["streams"][0]["view"]
+    queries = choose_queries(neighbours["query_labels"], count)
+    page = render_gallery(store, view, neighbours["query_keys"], neighbours["query_labels"],
+                          neighbours["gallery_keys"], neighbours["gallery_labels"],
+                          np.asarray(neighbours["topk_indices"]), neighbours["classes"], queries,
+                          title or "Nearest-neighbour retrieval")
+    return write_text_atomic(path, page)

@@ -1,0 +1,270 @@
+"""Results people can look at: the paper's Table 1, its Figure 4 (R@1 across the stages of a run) and
+Figure 5 (a retrieval gallery, see :mod:`coclr.eval.gallery`).
+
+- :func:`build_table` merges evaluation records (``coclr eval ... --out R.json``) of the same encoder(s)
+  into one row: Method | Input | Labels | Linear probe | Finetune | R@1, with "-" where not evaluated;
+  written as Markdown and JSON.
+- :func:`plot_stage_recall` draws R@1 of the RGB and flow networks after each stage of a pipeline run;
+  a segment is solid where that network is trained in the stage and dotted where it is frozen.
+- :func:`report_run` evaluates retrieval for every finished stage of a run folder (``manifest.json``) on an
+  evaluation store, then writes the table, the plot and the gallery.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from coclr.errors import DataError
+
+METHOD_NAMES = {"infonce": "InfoNCE", "ubernce": "UberNCE", "coclr": "CoCLR", "cmc": "CMC",
+                "supervised": "Cross-Ent.", "cross_entropy": "Cross-Ent."}
+"""Display names of the pretraining methods, as in the paper's Table 1."""
+LABELLED_METHODS = {"ubernce", "supervised", "cross_entropy"}
+"""Methods that use class labels during pretraining (the "Labels" column)."""
+VIEW_NAMES = {"rgb": "RGB", "flow": "Flow", "rgbdiff": "RGBDiff"}
+TABLE_COLUMNS = ("Method", "Input", "Labels", "Linear probe", "Finetune", "R@1")
+VIEW_COLOURS = {"rgb": "#1f77b4", "flow": "#ff7f0e"}
+
+
+def view_name(view: str) -> str:
+    """Display name of a store view (``flow_dis`` -> ``Flow (dis)``)."""
+    if view in VIEW_NAMES:
+        return VIEW_NAMES[view]
+    if view.startswith("flow"):
+        return f"Flow ({view[4:].lstrip('_')})"
+    return view
+
+
+def load_record(path: str | Path) -> dict[str, Any]:
+    """One evaluation record, checked to be one (names the file when it is not)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"result file not found: {path}")
+    try:
+        record = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DataError(f"{path}: not a JSON file: {error}") from None
+    if not isinstance(record, dict) or record.get("task") not in ("retrieval", "linear", "finetune") \
+            or not isinstance(record.get("streams"), list) or "results" not in record:
+        raise DataError(f"{path}: not a 'coclr eval' result (needs task, streams and results)")
+    record.setdefault("source", str(path))
+    return record
+
+
+def _encoder_key(record: dict[str, Any]) -> tuple:
+    return tuple((s["checkpoint_sha256"], s["view"]) for s in record["streams"])
+
+
+def describe_encoders(record: dict[str, Any]) -> dict[str, str]:
+    """Method, Input and Labels cells of a record, from its name or its checkpoints' metadata."""
+    streams = record["streams"]
+    methods = []
+    for stream in streams:
+        meta = stream.get("meta") or {}
+        method = str(meta.get("method") or Path(stream["checkpoint"]).stem)
+        methods.append(method)
+    distinct = list(dict.fromkeys(methods))
+    name = record.get("name") or "/".join(METHOD_NAMES.get(m, m) for m in distinct)
+    views = [s["view"] for s in streams]
+    if len(views) == 2 and views[0] == "rgb" and views[1].startswith("flow"):
+        input_name = "R+F"
+    else:
+        input_name = "+".join(view_name(v) for v in views)
+    labels = "✓" if any(m in LABELLED_METHODS for m in methods) else "✗"
+    return {"Method": name, "Input": input_name, "Labels": labels}
+
+
+def build_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per encoder (or encoder pair): the linear-probe and finetune top-1 and R@1 in percent,
+    None where not evaluated. Rows keep the order in which their encoders first appear; a later record
+    of the same task and encoders replaces an earlier one."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    columns = {"linear": "Linear probe", "finetune": "Finetune", "retrieval": "R@1"}
+    metric = {"linear": "top1", "finetune": "top1", "retrieval": "R@1"}
+    for record in records:
+        key = (_encoder_key(record), record.get("name"))
+        row = rows.setdefault(key, {**describe_encoders(record), "Linear probe": None, "Finetune": None,
+                                    "R@1": None, "sources": []})
+        row[columns[record["task"]]] = record["results"].get(metric[record["task"]])
+        row["sources"].append(record.get("source", ""))
+    return list(rows.values())
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if isinstance(value, (int, float)) else str(value)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Rows as a Markdown table in the layout of the paper's Table 1."""
+    lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 3) + "|"]
+    lines += ["| " + " | ".join(_cell(row[column]) for column in TABLE_COLUMNS) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_table(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tuple[Path, Path]:
+    """``table.md`` and ``table.json`` in ``out_dir``."""
+    from coclr.eval.features import write_json, write_text_atomic
+
+    out_dir = Path(out_dir)
+    return (write_text_atomic(out_dir / "table.md", markdown_table(rows)),
+            write_json(out_dir / "table.json", {"columns": list(TABLE_COLUMNS), "rows": list(rows)}))
+
+
+def plot_stage_recall(stages: Sequence[str], recall: dict[str, Sequence[float | None]],
+                      trained: Sequence[Sequence[str]], path: str | Path,
+                      title: str = "R@1 across the stages of co-training") -> Path:
+    """The paper's Figure 4 as a PNG: R@1 of each view's network after each stage.
+
+    ``recall[view][i]`` is the R@1 (percent) of that view's network after stage ``i`` (None before it
+    exists); ``trained[i]`` lists the views trained in stage ``i``. The segment into stage ``i`` is solid
+    for a view trained in it and dotted for a frozen one.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    from matplotlib.lines import Line2D
+
+    figure, axes = plt.subplots(figsize=(max(5.0, 1.1 * len(stages) + 2), 3.6), dpi=120)
+    for view, values in recall.items():
+        colour = VIEW_COLOURS.get("flow" if view.startswith("flow") else view, None)
+        xs = [i for i, value in enumerate(values) if value is not None]
+        for previous, current in zip(xs, xs[1:]):
+            style = "-" if view in trained[current] else ":"
+            axes.plot([previous, current], [values[previous], values[current]], linestyle=style, color=colour,
+                      linewidth=2)
+        axes.plot(xs, [values[i] for i in xs], marker="o", linestyle="none", color=colour, label=view_name(view))
+    axes.set_xticks(range(len(stages)))
+    axes.set_xticklabels(stages, rotation=20, ha="right", fontsize=8)
+    axes.set_ylabel("R@1 (%)")
+    axes.set_title(title, fontsize=10)
+    axes.grid(alpha=0.3)
+    handles, _ = axes.get_legend_handles_labels()
+    handles += [Line2D([], [], color="gray", linestyle="-", label="trained in the stage"),
+                Line2D([], [], color="gray", linestyle=":", label="frozen in the stage")]
+    axes.legend(handles=handles, fontsize=8, loc="best")
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    figure.savefig(tmp, format="png")
+    plt.close(figure)
+    tmp.replace(path)
+    return path
+
+
+def stage_encoders(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The points of Figure 4 for a pipeline run: the latest encoder file of every view after each stage.
+
+    Reads ``manifest.json``: a stage's trained views take its exported encoders (``encoders``) or, for a
+    single-view stage, its ``checkpoint``; the other views keep their previous file (frozen). The
+    initialisation stages (cycle 0: InfoNCE of each view, trained independently) form one point, "init",
+    as in the paper's figure, whose curves start from the InfoNCE networks.
+    """
+    run_dir = Path(run_dir)
+    manifest_path = run_dir / "manifest.json"
+    if not manifest_path.is_file():
+        raise DataError(f"{run_dir}: no manifest.json (not a 'coclr pipeline' run folder)")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError as error:
+        raise DataError(f"{manifest_path}: invalid JSON: {error}") from None
+    latest: dict[str, Path] = {}
+    points: list[dict[str, Any]] = []
+    for stage in manifest.get("stages", []):
+        if stage.get("status") != "done":
+            continue
+        trains = [view for view in str(stage.get("trains") or stage.get("view", "")).split("+") if view]
+        encoders = stage.get("encoders") or {}
+        for view in trains:
+            relative = encoders.get(view) or (stage.get("checkpoint") if len(trains) == 1 else None)
+            if relative is None:
+                raise DataError(f"{manifest_path}: stage {stage.get('name')!r} lists no encoder file for {view!r}")
+            latest[view] = run_dir / relative
+        name = stage.get("name", f"stage{len(points)}")
+        initial = stage.get("cycle", 0 if stage.get("method") == "infonce" else 1) == 0
+        if initial and points and points[-1]["initial"]:
+            point = points[-1]
+            point["trains"] += trains
+            point["stages"].append(name)
+            point["encoders"] = dict(latest)
+            continue
+        points.append({"name": "init" if initial else name, "stages": [name], "method": stage.get("method", ""),
+                       "trains": trains, "initial": initial, "encoders": dict(latest)})
+    if not points:
+        raise DataError(f"{manifest_path}: no finished stage to report")
+    return points
+
+
+def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None, device: str = "cpu",
+               cache_dir: str | Path | None = None, progress: bool = True) -> list[dict[str, Any]]:
+    """Evaluate retrieval after every finished stage of a run and draw Figure 4; returns the records.
+
+    Each (checkpoint content, view) is evaluated once (a frozen network is the same file as before), with
+    features cached in ``cache_dir`` (default ``out_dir/feature_cache``). Records are written to
+    ``out_dir/results/<stage>_<view>.json``; the plot to ``out_dir/stage_recall.png``.
+    """
+    from coclr.eval.features import Stream, check_inputs, file_sha256, write_json
+    from coclr.eval.retrieval import evaluate_retrieval
+
+    out_dir = Path(out_dir)
+    cache_dir = Path(cache_dir) if cache_dir else out_dir / "feature_cache"
+    stages = stage_encoders(run_dir)
+    streams = {(str(path), view): Stream(path, view) for stage in stages for view, path in stage["encoders"].items()}
+    check_inputs(store, list(streams.values()), ["train", "test"])
+    by_content: dict[tuple[str, str], dict[str, Any]] = {}
+    records = []
+    views = list(dict.fromkeys(view for stage in stages for view in stage["encoders"]))
+    recall: dict[str, list[float | None]] = {view: [] for view in views}
+    for stage in stages:
+        for view in views:
+            path = stage["encoders"].get(view)
+            if path is None:
+                recall[view].append(None)
+                continue
+            key = (file_sha256(path), view)
+            if key not in by_content:
+                record = evaluate_retrieval(store, [Stream(path, view)], clip_config, device=device,
+                                            cache_dir=cache_dir, progress=progress)
+                trained_in = next(name for name in reversed(stage["stages"]) if str(path).startswith(
+                    str(Path(run_dir) / name)) or view in stage["trains"])
+                record["name"] = f"{METHOD_NAMES.get(stage['method'], stage['method'])} ({trained_in})"
+                record["stage"] = trained_in
+                if view in stage["trains"]:
+                    write_json(out_dir / "results" / f"{trained_in}_{view}.json", record)
+                    records.append(record)
+                by_content[key] = record
+            recall[view].append(by_content[key]["results"]["R@1"])
+    plot_stage_recall([stage["name"] for stage in stages], recall, [stage["trains"] for stage in stages],
+                      out_dir / "stage_recall.png")
+    return records
+
+
+def write_report(out_dir: str | Path, records: Sequence[dict[str, Any]], store=None, gallery_count: int = 8,
+                 progress: bool = True) -> dict[str, Path]:
+    """Table (Markdown + JSON) of ``records`` and a gallery of the last retrieval record with neighbours.
+
+    The gallery reads thumbnails from ``store`` (default: the store recorded in that record).
+    """
+    from coclr.eval.features import open_store
+    from coclr.eval.gallery import write_gallery
+
+    out_dir = Path(out_dir)
+    markdown, table = write_table(build_table(records), out_dir)
+    written = {"table.md": markdown, "table.json": table}
+    retrievals = [record for record in records if record["task"] == "retrieval" and "neighbours" in record]
+    if retrievals:
+        rgb_first = [record for record in retrievals if record["streams"][0]["view"] == "rgb"]
+        record = (rgb_first or retrievals)[-1]
+        gallery_store = store if store is not None else open_store(record["store"])
+        cells = describe_encoders(record)
+        title = f"Retrieval with {cells['Method']}, input {cells['Input']}, on {record.get('dataset', '?')}"
+        written["gallery.html"] = write_gallery(out_dir / "gallery.html", gallery_store, record, gallery_count,
+                                                title=title)
+    if (out_dir / "stage_recall.png").is_file():
+        written["stage_recall.png"] = out_dir / "stage_recall.png"
+    return written

@@ -1,0 +1,506 @@
+"""Load S3D encoders from our checkpoints and from outside ones, strictly and safely.
+
+:func:`load_encoder` recognises the format of a file by its keys:
+
+- ours (``{"format": "coclr.encoder" | "coclr.train", "arch", "backbone", "head"}``, see :func:`save_encoder`);
+- the CoCLR authors' pretraining checkpoints (``state_dict`` with ``encoder_q.*``; InfoNCE, UberNCE, CoCLR);
+- the CoCLR authors' classifier checkpoints (``backbone.*``, ``final_bn.*``, ``final_fc.*``);
+- torchvision's ``s3d`` state dict (``features.*``, ``classifier.*``; BatchNorm eps 1e-3);
+- a bare S3D state dict in the authors' naming (``Conv_1a.*`` ...).
+
+A ``module.`` prefix (DataParallel / DDP) is removed everywhere. Mapping is strict: any missing, unexpected or
+mis-shaped key raises :class:`~coclr.errors.CheckpointError` naming the keys (the authors' code printed the
+mismatches and went on with random weights). Files are read with ``torch.load(weights_only=True)``, so a
+checkpoint carrying pickled Python objects is refused, never executed.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from coclr.errors import CheckpointError
+from coclr.models.encoder import Encoder
+from coclr.models.heads import LinearClassifier, ProjectionHead
+from coclr.models.s3d import S3D
+
+__all__ = ["load_encoder", "load_classifier", "save_encoder", "ENCODER_FORMAT", "TRAIN_FORMAT"]
+
+ENCODER_FORMAT = "coclr.encoder"
+TRAIN_FORMAT = "coclr.train"
+_OUR_FORMATS = (ENCODER_FORMAT, TRAIN_FORMAT)
+_ARCH_KEYS = ("width", "gating", "embed_dim", "bn_eps")
+
+#: The authors' S3D registers every layer twice: ``blockN.i`` aliases of the named layers.
+_AUTHOR_ALIASES = {
+    "block1.0": "Conv_1a",
+    "block2.1": "Conv_2b",
+    "block2.2": "Conv_2c",
+    "block3.1": "Mixed_3b",
+    "block3.2": "Mixed_3c",
+    "block4.1": "Mixed_4b",
+    "block4.2": "Mixed_4c",
+    "block4.3": "Mixed_4d",
+    "block4.4": "Mixed_4e",
+    "block4.5": "Mixed_4f",
+    "block5.1": "Mixed_5b",
+    "block5.2": "Mixed_5c",
+}
+
+#: Our layer -> torchvision ``features`` index; and our conv/bn leaf -> torchvision's Sequential indices.
+_TORCHVISION_LAYERS = {
+    "Conv_1a": "features.0",
+    "Conv_2b": "features.2",
+    "Conv_2c": "features.3",
+    "Mixed_3b": "features.5",
+    "Mixed_3c": "features.6",
+    "Mixed_4b": "features.8",
+    "Mixed_4c": "features.9",
+    "Mixed_4d": "features.10",
+    "Mixed_4e": "features.11",
+    "Mixed_4f": "features.12",
+    "Mixed_5b": "features.14",
+    "Mixed_5c": "features.15",
+}
+_TORCHVISION_LEAVES = {"conv": "0", "bn": "1", "conv1": "0.0", "bn1": "0.1", "conv2": "1.0", "bn2": "1.1"}
+_TORCHVISION_BN_EPS = 1e-3
+
+#: Dropout rate given to an authors' classifier with a ``Sequential(Dropout, Linear)`` head: their files do not
+#: store it; 0.9 is their finetuning rate. It has no effect in eval mode.
+AUTHORS_CLASSIFIER_DROPOUT = 0.9
+
+Tensors = dict[str, torch.Tensor]
+
+
+# --------------------------------------------------------------------------------------------- public API
+
+
+def load_encoder(path: str | os.PathLike[str], map_location: Any = "cpu") -> tuple[S3D, ProjectionHead | None]:
+    """Load an S3D backbone and its projection head from a checkpoint of any supported format.
+
+    Args:
+        path: checkpoint file (ours, the CoCLR authors' pretraining or classifier checkpoint, torchvision's
+            ``s3d`` state dict, or a bare S3D state dict); the format is recognised from its keys.
+        map_location: passed to ``torch.load``; the modules are moved to the device the tensors land on.
+
+    Returns:
+        ``(backbone, head)``: ``backbone`` is an :class:`S3D` whose forward gives the 5-D feature map; ``head``
+        the :class:`ProjectionHead` applied to the pooled feature (before L2 normalisation), or None when the
+        file has no projection head (classifier and torchvision files). Both are in eval mode.
+
+    Raises:
+        CheckpointError: unreadable file, pickled objects (refused), unknown format, or any missing,
+            unexpected or mis-shaped key (all named).
+    """
+    path = Path(path)
+    payload = _read_checkpoint(path, map_location)
+    kind, state = _detect_format(path, payload)
+    if kind == "ours":
+        backbone, head = _load_ours(path, payload)
+    elif kind == "authors_pretrain":
+        backbone, head = _load_authors_pretrain(path, state)
+    elif kind == "authors_classifier":
+        backbone, head = _load_authors_classifier(path, state)[0], None
+    elif kind == "torchvision":
+        backbone, head = _load_torchvision(path, state), None
+    else:
+        backbone, head = _load_bare_backbone(path, state), None
+    return _finish(backbone, payload), _finish(head, payload)
+
+
+def load_classifier(path: str | os.PathLike[str], map_location: Any = "cpu") -> tuple[S3D, LinearClassifier]:
+    """Load an authors' classifier checkpoint (linear probe or finetuned) as ``(backbone, classifier)``.
+
+    The classifier takes the pooled backbone feature. Its layout (``final_bn`` or not, ``final_fc.0`` =
+    Linear or ``final_fc.1`` = Dropout then Linear) is taken from the keys; the dropout rate, which the
+    authors' files do not store, is set to :data:`AUTHORS_CLASSIFIER_DROPOUT`. Both modules are in eval mode.
+    """
+    path = Path(path)
+    payload = _read_checkpoint(path, map_location)
+    kind, state = _detect_format(path, payload)
+    if kind != "authors_classifier":
+        raise CheckpointError(
+            f"{path}: not a classifier checkpoint (found the {kind!r} format; expected backbone.*, final_fc.*)"
+        )
+    backbone, classifier = _load_authors_classifier(path, state)
+    return _finish(backbone, payload), _finish(classifier, payload)
+
+
+def save_encoder(path: str | os.PathLike[str], encoder: Encoder, meta: Mapping[str, Any] | None = None) -> Path:
+    """Write ``encoder`` in the ``"coclr.encoder"`` format, atomically (temporary file + ``os.replace``).
+
+    The file is a dict ``{"format", "arch", "backbone", "head", "meta"}`` of tensors and plain values, so it
+    loads with ``torch.load(weights_only=True)``; ``meta`` (e.g. method, view, epoch) must hold only plain
+    values (str, int, float, bool, None, tensors, and lists / dicts of them). Returns the path written.
+    """
+    path = Path(path)
+    meta = dict(meta or {})
+    _check_plain(meta, "meta")
+    head = encoder.head
+    dim = encoder.backbone.out_channels
+    if head is not None and (head.in_dim, head.hidden_dim) != (dim, dim):
+        raise ValueError(
+            f"cannot save an Encoder whose head is {head.in_dim}->{head.hidden_dim}->{head.out_dim}: the format "
+            f"rebuilds the head as {dim}->{dim}->embed_dim (see build_encoder)"
+        )
+    payload = {
+        "format": ENCODER_FORMAT,
+        "arch": encoder.arch,
+        "backbone": _cpu_state(encoder.backbone),
+        "head": None if head is None else _cpu_state(head),
+        "meta": meta,
+    }
+    atomic_torch_save(payload, path)
+    return path
+
+
+def atomic_torch_save(payload: Any, path: Path) -> None:
+    """``torch.save`` to a temporary file in the same folder, fsync, then ``os.replace`` onto ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as handle:
+            torch.save(payload, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+
+def _read_checkpoint(path: Path, map_location: Any) -> Any:
+    """``torch.load(weights_only=True)`` with every failure turned into a CheckpointError naming the file."""
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        reason = str(error).strip().splitlines()
+        detail = next((line for line in reason if "Unsupported global" in line), reason[0] if reason else "")
+        raise CheckpointError(
+            f"{path}: refused: the file holds pickled Python objects that a weights-only load does not allow "
+            f"(it was not executed). {detail}".strip()
+        ) from None
+    except Exception as error:  # corrupt / truncated / not a torch file: all reported the same way
+        raise CheckpointError(f"{path}: cannot be read as a PyTorch checkpoint: {type(error).__name__}: {error}") from None
+
+
+def _strip_module(state: Mapping[str, Any]) -> dict[str, Any]:
+    """Remove leading ``module.`` prefixes (DataParallel / DDP) from every key."""
+    out: dict[str, Any] = {}
+    for key, value in state.items():
+        while key.startswith("module."):
+            key = key[len("module.") :]
+        out[key] = value
+    return out
+
+
+def _detect_format(path: Path, payload: Any) -> tuple[str, dict[str, Any]]:
+    """The format name and the (prefix-stripped) state dict it keeps its tensors in."""
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"{path}: unknown checkpoint format: it holds a {type(payload).__name__}, not a dict")
+    declared = payload.get("format")
+    if declared in _OUR_FORMATS:
+        return "ours", {}
+    if declared is not None:
+        raise CheckpointError(
+            f"{path}: unknown checkpoint format {declared!r} (this version reads {', '.join(_OUR_FORMATS)})"
+        )
+    nested = payload.get("state_dict")
+    state = _strip_module(nested if isinstance(nested, dict) else payload)
+    keys = [key for key in state if isinstance(key, str)]
+
+    def has(prefix: str) -> bool:
+        return any(key.startswith(prefix) for key in keys)
+
+    if has("encoder_q."):
+        return "authors_pretrain", state
+    if has("backbone.") and has("final_fc."):
+        return "authors_classifier", state
+    if has("features.0.0.0."):
+        return "torchvision", state
+    if has("Conv_1a.") or has("block1.0."):
+        return "bare", state
+    prefixes = sorted({key.split(".")[0] for key in keys})
+    raise CheckpointError(
+        f"{path}: unknown checkpoint format. Top-level keys: {_names(map(str, payload))}; state-dict key "
+        f"prefixes: {_names(prefixes)}. Expected ours ('format': {' | '.join(_OUR_FORMATS)}), the CoCLR "
+        f"authors' (encoder_q.* or backbone.* + final_fc.*), torchvision s3d (features.*) or a bare S3D "
+        f"state dict (Conv_1a.*)"
+    )
+
+
+# --------------------------------------------------------------------------------------------- formats
+
+
+def _load_ours(path: Path, payload: dict[str, Any]) -> tuple[S3D, ProjectionHead | None]:
+    """Our ``coclr.encoder`` / ``coclr.train`` files: rebuild from ``arch``, then load strictly."""
+    missing = [key for key in ("arch", "backbone", "head") if key not in payload]
+    if missing:
+        raise CheckpointError(f"{path}: {payload['format']} checkpoint lacks the top-level keys {_names(missing)}")
+    arch = payload["arch"]
+    if not isinstance(arch, dict) or any(key not in arch for key in _ARCH_KEYS):
+        raise CheckpointError(f"{path}: 'arch' must be a dict with keys {_names(_ARCH_KEYS)}, got {arch!r}")
+    backbone = S3D(width=arch["width"], gating=arch["gating"], bn_eps=arch["bn_eps"])
+    _load_strict(path, backbone, _strip_module(_tensors(path, payload["backbone"], "backbone")), "backbone.")
+    head_state = payload["head"]
+    if head_state is None:
+        return backbone, None
+    if arch["embed_dim"] is None:
+        raise CheckpointError(f"{path}: the file has a 'head' but arch['embed_dim'] is None")
+    dim = backbone.out_channels
+    head = ProjectionHead(dim, dim, int(arch["embed_dim"]))
+    _load_strict(path, head, _strip_module(_tensors(path, head_state, "head")), "head.")
+    return backbone, head
+
+
+def _load_authors_pretrain(path: Path, state: dict[str, Any]) -> tuple[S3D, ProjectionHead | None]:
+    """``encoder_q.0`` = S3D (with block aliases), ``encoder_q.2/.4`` = 1x1x1 conv head; other keys ignored."""
+    prefix = "encoder_q."
+    query = {key[len(prefix) :]: value for key, value in state.items() if key.startswith(prefix)}
+    backbone_state = _collapse_aliases(path, {k[2:]: v for k, v in query.items() if k.startswith("0.")}, "encoder_q.0.")
+    backbone = _backbone_for(path, backbone_state, "encoder_q.0.", bn_eps=1e-5)
+    head_keys = ("2.weight", "2.bias", "4.weight", "4.bias")
+    unexpected = [prefix + k for k in query if not k.startswith("0.") and k not in head_keys]
+    present = [k for k in head_keys if k in query]
+    if unexpected or (present and len(present) < len(head_keys)):
+        missing = [prefix + k for k in head_keys if k not in query] if present else []
+        raise CheckpointError(
+            f"{path}: projection head does not match (encoder_q.2 = Conv3d 1x1x1 -> ReLU -> encoder_q.4 = "
+            f"Conv3d 1x1x1): {_problems(missing, unexpected, [])}"
+        )
+    _load_strict(path, backbone, backbone_state, "encoder_q.0.")
+    if not present:
+        return backbone, None
+    head_state = {
+        "fc1.weight": _conv1x1_as_linear(path, query["2.weight"], prefix + "2.weight"),
+        "fc1.bias": _as_tensor(path, query["2.bias"], prefix + "2.bias"),
+        "fc2.weight": _conv1x1_as_linear(path, query["4.weight"], prefix + "4.weight"),
+        "fc2.bias": _as_tensor(path, query["4.bias"], prefix + "4.bias"),
+    }
+    dim = backbone.out_channels
+    head = ProjectionHead(dim, head_state["fc1.weight"].shape[0], head_state["fc2.weight"].shape[0])
+    sources = {"fc1": "encoder_q.2", "fc2": "encoder_q.4"}
+    _load_strict(path, head, head_state, "", rename=lambda key: sources[key[:3]] + key[3:])
+    return backbone, head
+
+
+def _load_authors_classifier(path: Path, state: dict[str, Any]) -> tuple[S3D, LinearClassifier]:
+    """``backbone.*`` = S3D (with block aliases), optional ``final_bn.*``, ``final_fc.{0,1}.*`` = Linear."""
+    backbone_state = _collapse_aliases(
+        path, {k[len("backbone.") :]: v for k, v in state.items() if k.startswith("backbone.")}, "backbone."
+    )
+    backbone = _backbone_for(path, backbone_state, "backbone.", bn_eps=1e-5)
+    head_state = {k: _as_tensor(path, v, k) for k, v in state.items() if not k.startswith("backbone.")}
+    dropout_layout = "final_fc.1.weight" in head_state
+    fc_weight = head_state.get("final_fc.1.weight" if dropout_layout else "final_fc.0.weight")
+    if not isinstance(fc_weight, torch.Tensor) or fc_weight.dim() != 2:
+        raise CheckpointError(
+            f"{path}: classifier has no 2-D final_fc.0.weight or final_fc.1.weight; found {_names(head_state)}"
+        )
+    classifier = LinearClassifier(
+        in_dim=backbone.out_channels,
+        num_classes=fc_weight.shape[0],
+        final_bn=any(k.startswith("final_bn.") for k in head_state),
+        dropout=AUTHORS_CLASSIFIER_DROPOUT if dropout_layout else 0.0,
+    )
+    _load_strict(path, backbone, backbone_state, "backbone.")
+    _load_strict(path, classifier, head_state, "")
+    return backbone, classifier
+
+
+def _load_torchvision(path: Path, state: dict[str, Any]) -> S3D:
+    """torchvision ``s3d``: ``features.*`` map onto our layers; the Kinetics ``classifier.*`` is dropped."""
+    first = state["features.0.0.0.weight"]
+    backbone = S3D(width=_width_from_stem(path, first, "features.0.0.0.weight"), bn_eps=_TORCHVISION_BN_EPS)
+    ours_by_theirs = {_torchvision_name(key): key for key in backbone.state_dict()}
+    mapped: Tensors = {}
+    unexpected: list[str] = []
+    for key, value in state.items():
+        if key.startswith("classifier."):
+            continue
+        if key in ours_by_theirs:
+            mapped[ours_by_theirs[key]] = _as_tensor(path, value, key)
+        else:
+            unexpected.append(key)
+    _load_strict(path, backbone, mapped, "", rename=_torchvision_name, unexpected=unexpected)
+    return backbone
+
+
+def _load_bare_backbone(path: Path, state: dict[str, Any]) -> S3D:
+    """A plain S3D state dict in the authors' naming (with or without the ``blockN.i`` aliases)."""
+    backbone_state = _collapse_aliases(path, state, "")
+    backbone = _backbone_for(path, backbone_state, "", bn_eps=1e-5)
+    _load_strict(path, backbone, backbone_state, "")
+    return backbone
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def _collapse_aliases(path: Path, state: Mapping[str, Any], prefix: str) -> Tensors:
+    """Map ``blockN.i.*`` aliases onto the named layers, checking that both copies hold the same values."""
+    out: Tensors = {}
+    source: dict[str, str] = {}
+    for key, value in state.items():
+        value = _as_tensor(path, value, prefix + key)
+        parts = key.split(".", 2)
+        alias = ".".join(parts[:2])
+        target = f"{_AUTHOR_ALIASES[alias]}.{parts[2]}" if alias in _AUTHOR_ALIASES and len(parts) == 3 else key
+        if target in out:
+            other = out[target]
+            if other.shape != value.shape or not torch.equal(other, value):
+                raise CheckpointError(
+                    f"{path}: {prefix}{source[target]} and its alias {prefix}{key} hold different values; "
+                    f"the file is inconsistent"
+                )
+            continue
+        out[target] = value
+        source[target] = key
+    return out
+
+
+def _backbone_for(path: Path, state: Tensors, prefix: str, bn_eps: float) -> S3D:
+    """An S3D whose width and gating are inferred from the tensors (stem channels, ``gating_b*`` keys)."""
+    stem_key = "Conv_1a.conv1.weight"
+    if stem_key not in state:
+        raise CheckpointError(f"{path}: missing key {prefix}{stem_key} (the S3D stem); cannot infer the width")
+    gating = any(".gating_b" in key for key in state)
+    return S3D(width=_width_from_stem(path, state[stem_key], prefix + stem_key), gating=gating, bn_eps=bn_eps)
+
+
+def _width_from_stem(path: Path, weight: torch.Tensor, name: str) -> float:
+    """Width multiplier from the stem conv's output channels (64 at width 1)."""
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 5 or weight.shape[1] != 3:
+        shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise CheckpointError(f"{path}: {name} should be a [C, 3, 1, 7, 7] conv weight, got {shape}")
+    return weight.shape[0] / 64
+
+
+def _torchvision_name(key: str) -> str:
+    """Our S3D state-dict key -> torchvision's ``s3d`` key (``Mixed_3b.branch1.1.conv2.weight`` -> ...)."""
+    layer, *rest = key.split(".")
+    parts = [_TORCHVISION_LAYERS[layer]]
+    if layer.startswith("Mixed_"):
+        branch, index, *rest = rest
+        # torchvision's branch0 is the conv block itself; the other branches are Sequentials like ours.
+        parts += [branch] if branch == "branch0" else [branch, index]
+    leaf, *tail = rest
+    return ".".join([*parts, _TORCHVISION_LEAVES[leaf], *tail])
+
+
+def _conv1x1_as_linear(path: Path, weight: Any, name: str) -> torch.Tensor:
+    """A Conv3d 1x1x1 weight ``[out, in, 1, 1, 1]`` as a Linear weight ``[out, in]``."""
+    weight = _as_tensor(path, weight, name)
+    if weight.dim() != 5 or tuple(weight.shape[2:]) != (1, 1, 1):
+        raise CheckpointError(f"{path}: {name} should be a [out, in, 1, 1, 1] conv weight, got {tuple(weight.shape)}")
+    return weight.reshape(weight.shape[0], weight.shape[1])
+
+
+def _load_strict(
+    path: Path,
+    module: nn.Module,
+    state: Tensors,
+    prefix: str,
+    rename: Callable[[str], str] | None = None,
+    unexpected: Iterable[str] = (),
+) -> None:
+    """``load_state_dict`` after checking every key; errors name keys as the file spells them."""
+
+    def name(key: str) -> str:
+        return prefix + (rename(key) if rename is not None else key)
+
+    expected = module.state_dict()
+    missing = [name(key) for key in expected if key not in state]
+    extra = [*unexpected, *(name(key) for key in state if key not in expected)]
+    misshaped = [
+        f"{name(key)} {tuple(value.shape)} (expected {tuple(expected[key].shape)})"
+        for key, value in state.items()
+        if key in expected and tuple(value.shape) != tuple(expected[key].shape)
+    ]
+    if missing or extra or misshaped:
+        raise CheckpointError(f"{path}: {type(module).__name__} does not match: {_problems(missing, extra, misshaped)}")
+    module.load_state_dict(state, strict=True)
+
+
+def _problems(missing: list[str], unexpected: list[str], misshaped: list[str]) -> str:
+    parts = []
+    if missing:
+        parts.append(f"missing keys {_names(missing)}")
+    if unexpected:
+        parts.append(f"unexpected keys {_names(unexpected)}")
+    if misshaped:
+        parts.append(f"mis-shaped keys {_names(misshaped)}")
+    return "; ".join(parts)
+
+
+def _names(items: Iterable[str], limit: int = 25) -> str:
+    """``[a, b, c, ... and N more]`` for error messages."""
+    items = list(items)
+    shown = ", ".join(items[:limit])
+    more = f", ... and {len(items) - limit} more" if len(items) > limit else ""
+    return f"[{shown}{more}]"
+
+
+def _as_tensor(path: Path, value: Any, name: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise CheckpointError(f"{path}: {name} should be a tensor, got {type(value).__name__}")
+    return value
+
+
+def _tensors(path: Path, state: Any, name: str) -> Tensors:
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: '{name}' should be a state dict, got {type(state).__name__}")
+    return {key: _as_tensor(path, value, f"{name}.{key}") for key, value in state.items()}
+
+
+def _cpu_state(module: nn.Module) -> Tensors:
+    return {key: value.detach().cpu() for key, value in module.state_dict().items()}
+
+
+def _check_plain(value: Any, where: str) -> None:
+    """Raise ValueError unless ``value`` is readable by a weights-only load (plain values and tensors)."""
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_plain(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, (str, int)):
+                raise ValueError(f"{where}: key {key!r} must be a str or int")
+            _check_plain(item, f"{where}[{key!r}]")
+        return
+    raise ValueError(f"{where} holds a {type(value).__name__}; checkpoints store only plain values and tensors")
+
+
+def _finish(module: nn.Module | None, payload: Any) -> Any:
+    """Eval mode, on the device the loaded tensors were mapped to."""
+    if module is None:
+        return None
+    device = _first_tensor_device(payload)
+    if device is not None:
+        module.to(device)
+    return module.eval()
+
+
+def _first_tensor_device(payload: Any) -> torch.device | None:
+    if isinstance(payload, torch.Tensor):
+        return payload.device
+    values = payload.values() if isinstance(payload, dict) else payload if isinstance(payload, (list, tuple)) else ()
+    for value in values:
+        device = _first_tensor_device(value)
+        if device is not None:
+            return device
+    return None

@@ -1,0 +1,77 @@
+"""Training checkpoints: atomic writes, ``weights_only`` reads, and the RNG states of a process.
+
+A checkpoint is a dict of tensors and plain values. Besides the full training state it carries, at the top
+level, the trained encoder in the form :func:`coclr.load_encoder` reads (``format``, ``arch``, ``backbone``,
+``head``), so every stage's checkpoint loads directly for evaluation.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from coclr.errors import CheckpointError
+
+TRAIN_FORMAT = "coclr.train"
+
+
+def atomic_save(obj: Any, path: str | Path) -> None:
+    """``torch.save`` to a temporary file in the same folder, then rename: a kill never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(obj, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read one of our training checkpoints (tensors only: ``weights_only=True``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        data = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any unpickling failure means an unusable file
+        raise CheckpointError(f"{path}: cannot be read as a tensors-only checkpoint: {error}") from None
+    if not isinstance(data, dict) or data.get("format") != TRAIN_FORMAT:
+        raise CheckpointError(f"{path}: not a coclr training checkpoint (no format {TRAIN_FORMAT!r})")
+    return data
+
+
+def rng_state() -> dict[str, Any]:
+    """RNG states of Python, NumPy and torch (CPU and CUDA), as tensors and plain values."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` captured."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    numpy_state = state["numpy"]
+    np.random.set_state((numpy_state["kind"], numpy_state["keys"].numpy().astype(np.uint32), numpy_state["pos"],
+                         numpy_state["has_gauss"], numpy_state["gauss"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,219 @@
+"""Configuration of pretraining runs and of the whole CoCLR pipeline (paper defaults, REFERENCE.md section 2).
+
+Options are grouped as in a YAML file under ``configs/``::
+
+    data:    {store: runs/ucf101_store, view: rgb, second_view: flow, length: 32, size: 128}
+    model:   {width: 1.0}
+    method:  {name: coclr, topk: 5, sampler_checkpoint: runs/infonce_flow/checkpoint_last.pth}
+    optim:   {lr: 0.001, epochs: 100}
+    run:     {out: runs/coclr_rgb, batch_size: 32}
+
+and any option can be overridden on the command line as ``method.topk=1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from coclr.config import option, require
+
+METHODS = ("infonce", "ubernce", "coclr", "cmc")
+TWO_VIEW_METHODS = ("coclr", "cmc")
+
+
+@dataclass
+class DataOptions:
+    store: str = option("", "clip store directory (made by `coclr data store` or `coclr data synth`)")
+    split: str = option("train", "split of the store used for self-supervised training")
+    view: str = option("rgb", "view trained: rgb, flow (or another stored flow view, e.g. flow_dis) or rgbdiff")
+    second_view: str = option("flow", "the other view, used by coclr (mining), cmc and simultaneous training")
+    length: int = option(32, "frames per clip")
+    stride: int = option(1, "temporal stride between sampled frames")
+    size: int = option(128, "spatial size of the augmented clips (random resized crop)")
+    frame_size: list[int] | None = option(None, "[height, width] every stored frame is fitted to before "
+                                                "batching (default: the most common size in the split)")
+    workers: int = option(4, "DataLoader worker processes per training process (0: load in the main process)")
+
+    def validate(self) -> None:
+        require(bool(self.store), "store", "is required (a clip store directory)")
+        require(self.length >= 8, "length", "must be at least 8 (the smallest input S3D takes is 8x32x32)")
+        require(self.stride >= 1, "stride", "must be at least 1")
+        require(self.size >= 32, "size", "must be at least 32 (the smallest input S3D takes is 8x32x32)")
+        require(self.workers >= 0, "workers", "must be non-negative")
+        require(self.frame_size is None or (len(self.frame_size) == 2 and min(self.frame_size) > 0),
+                "frame_size", "must be [height, width] with positive values")
+        require(self.view != self.second_view, "second_view", f"must differ from view ({self.view!r})")
+
+
+@dataclass
+class ModelOptions:
+    width: float = option(1.0, "S3D channel width multiplier (1.0 is the paper's S3D; 0.125 for CPU demos)")
+    gating: bool = option(False, "use S3D-G self-gating (the paper's models do not)")
+    embed_dim: int = option(128, "dimension of the L2-normalised embedding of the projection head")
+
+    def validate(self) -> None:
+        require(0 < self.width <= 4, "width", "must be in (0, 4]")
+        require(self.embed_dim >= 1, "embed_dim", "must be positive")
+
+
+@dataclass
+class MethodOptions:
+    name: Literal["infonce", "ubernce", "coclr", "cmc"] = option(
+        "infonce", "positive-set rule: infonce (own key), ubernce (label oracle), coclr (top-K mined in "
+        "the other view), cmc (same clip in both views)")
+    queue_size: int = option(2048, "K, number of keys in the momentum queue (2048 on UCF101, 16384 on K400)")
+    temperature: float = option(0.07, "softmax temperature tau")
+    momentum: float = option(0.999, "EMA coefficient m of the key encoder")
+    topk: int = option(5, "CoCLR: number of positives mined in the other view")
+    own_drop_prob: float = option(0.9, "CoCLR: probability per iteration of dropping the own key from the "
+                                       "numerator of rows that have mined positives (reference code)")
+    group_positives: bool = option(False, "CoCLR: also count clips of the same source group (UCF101 gXX) "
+                                          "as positives")
+    loss_form: Literal["auto", "mil", "supcon"] = option(
+        "auto", "mil: -log of the summed softmax over positives (CoCLR); supcon: mean of the positives' "
+        "log-softmax (UberNCE reference); auto: supcon for ubernce, mil otherwise")
+    simultaneous: bool = option(False, "train both views at once, each mining for the other (CoCLR 'sim'); "
+                                       "cmc always trains both views")
+    sampler_checkpoint: str = option("", "CoCLR (alternating): checkpoint of the frozen other-view encoder "
+                                         "that mines positives")
+    init_checkpoint: str = option("", "checkpoint to initialise the trained encoder from (its last epoch)")
+    second_init_checkpoint: str = option("", "simultaneous/cmc: checkpoint initialising the second view's "
+                                                "encoder")
+    wait_for_full_queue: bool = option(True, "take no optimiser step until the queue is full (reference)")
+
+    @property
+    def form(self) -> str:
+        """The loss form after resolving ``auto``."""
+        if self.loss_form != "auto":
+            return self.loss_form
+        return "supcon" if self.name == "ubernce" else "mil"
+
+    @property
+    def trains_two_views(self) -> bool:
+        return self.name == "cmc" or (self.name == "coclr" and self.simultaneous)
+
+    def validate(self) -> None:
+        require(self.queue_size >= 1, "queue_size", "must be positive")
+        require(self.temperature > 0, "temperature", "must be positive")
+        require(0 <= self.momentum < 1, "momentum", "must be in [0, 1)")
+        require(self.topk >= 1, "topk", "must be at least 1")
+        require(self.topk < self.queue_size, "topk", f"must be smaller than queue_size ({self.queue_size})")
+        require(0 <= self.own_drop_prob <= 1, "own_drop_prob", "must be in [0, 1]")
+        require(not self.simultaneous or self.name == "coclr", "simultaneous", "applies to coclr only")
+        if self.name == "coclr" and not self.simultaneous:
+            require(bool(self.sampler_checkpoint), "sampler_checkpoint",
+                    "coclr needs the frozen other-view encoder that mines positives (a checkpoint of the "
+                    "second view), or method.simultaneous=true")
+
+
+@dataclass
+class OptimOptions:
+    lr: float = option(1e-3, "Adam learning rate")
+    weight_decay: float = option(1e-5, "Adam weight decay")
+    epochs: int = option(300, "epochs (one clip pair per training video each)")
+    schedule: Literal["milestones", "plateau", "constant"] = option(
+        "milestones", "lr x gamma at fixed epochs (reference code), on a plateau of the epoch loss (paper), "
+        "or constant")
+    milestones: list[int] = option([], "epochs at which the lr is multiplied by gamma (schedule=milestones)")
+    gamma: float = option(0.1, "lr decay factor")
+    patience: int = option(10, "schedule=plateau: epochs without improvement before decaying")
+
+    def validate(self) -> None:
+        require(self.lr > 0, "lr", "must be positive")
+        require(self.weight_decay >= 0, "weight_decay", "must be non-negative")
+        require(self.epochs >= 1, "epochs", "must be at least 1")
+        require(all(0 < m <= self.epochs for m in self.milestones), "milestones",
+                f"must lie in 1..epochs ({self.epochs})")
+        require(0 < self.gamma <= 1, "gamma", "must be in (0, 1]")
+        require(self.patience >= 0, "patience", "must be non-negative")
+
+
+@dataclass
+class AugmentOptions:
+    crop_area: list[float] = option([0.2, 1.0], "range of the crop's area fraction (random resized crop)")
+    flip_p: float = option(0.5, "probability of a horizontal flip (flow's u is negated)")
+    jitter_p: float = option(0.8, "probability of colour jitter (0.4, 0.4, 0.4, 0.1) on RGB")
+    gray_p: float = option(0.2, "probability of luminance grayscale on RGB")
+    blur_p: float = option(0.5, "probability of Gaussian blur (sigma 0.1-2) on RGB")
+
+    def validate(self) -> None:
+        lo, hi = (self.crop_area + [0, 0])[:2]
+        require(len(self.crop_area) == 2 and 0 < lo <= hi <= 1, "crop_area", "must be [low, high] in (0, 1]")
+        for name in ("flip_p", "jitter_p", "gray_p", "blur_p"):
+            require(0 <= getattr(self, name) <= 1, name, "must be a probability in [0, 1]")
+
+
+@dataclass
+class RunOptions:
+    out: str = option("", "run directory (checkpoints, logs, TensorBoard events)")
+    batch_size: int = option(32, "clips per training process (the global batch is this times the world size)")
+    seed: int = option(0, "seed of initialisation, data order, clip sampling and augmentation")
+    device: str = option("auto", "auto (cuda when available), cpu, cuda or cuda:N")
+    amp: Literal["none", "bf16", "fp16"] = option("none", "mixed precision on GPU: bf16 or fp16 autocast")
+    compile: bool = option(False, "torch.compile the encoders")
+    channels_last: bool = option(False, "use the channels_last_3d memory format on GPU")
+    deterministic: bool = option(False, "deterministic algorithms (exact resume and reproducibility)")
+    freeze_bn: bool = option(False, "keep BatchNorm in eval mode (running statistics frozen; for tests)")
+    max_steps: int = option(0, "stop after this many optimiser iterations in total (0: no limit)")
+    save_every: int = option(0, "also save checkpoint_last every N iterations within an epoch (0: per epoch)")
+    log_every: int = option(10, "iterations between log lines (JSON-lines and TensorBoard)")
+    knn_every: int = option(0, "epochs between kNN R@1 checks on the store's labelled splits (0: never)")
+    progress: bool = option(True, "show a progress bar")
+
+    def validate(self) -> None:
+        require(bool(self.out), "out", "is required (the run directory)")
+        require(self.batch_size >= 1, "batch_size", "must be at least 1")
+        require(self.max_steps >= 0, "max_steps", "must be non-negative")
+        require(self.save_every >= 0, "save_every", "must be non-negative")
+        require(self.log_every >= 1, "log_every", "must be at least 1")
+        require(self.knn_every >= 0, "knn_every", "must be non-negative")
+        require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
+                f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+
+
+@dataclass
+class PretrainConfig:
+    """One pretraining stage: a method, a view, data, model, optimiser and run options."""
+
+    data: DataOptions = field(default_factory=DataOptions, metadata={"help": "training data"})
+    model: ModelOptions = field(default_factory=ModelOptions, metadata={"help": "encoder"})
+    method: MethodOptions = field(default_factory=MethodOptions, metadata={"help": "contrastive method"})
+    optim: OptimOptions = field(default_factory=OptimOptions, metadata={"help": "optimisation"})
+    augment: AugmentOptions = field(default_factory=AugmentOptions, metadata={"help": "augmentation"})
+    run: RunOptions = field(default_factory=RunOptions, metadata={"help": "run"})
+
+    @property
+    def views(self) -> list[str]:
+        """Views each sample must provide: the trained view, plus the second view when the method uses it."""
+        uses_second = self.method.name in TWO_VIEW_METHODS
+        return [self.data.view, self.data.second_view] if uses_second else [self.data.view]
+
+
+@dataclass
+class PipelineOptions:
+    cycles: int = option(2, "CoCLR cycles after the InfoNCE initialisation (each trains view 1, then view 2)")
+    infonce_epochs: int = option(300, "epochs of the InfoNCE initialisation of each view")
+    cycle_epochs: int = option(100, "epochs of each half-cycle (one view trained, the other frozen)")
+    mode: Literal["alternate", "sim"] = option("alternate", "alternate (the paper) or sim (both views at once, "
+                                                            "cycle_epochs x 2 per cycle)")
+    infonce_milestones: list[int] = option([], "lr milestones of the InfoNCE stages")
+    cycle_milestones: list[int] = option([], "lr milestones of each CoCLR stage")
+
+    def validate(self) -> None:
+        require(self.cycles >= 0, "cycles", "must be non-negative")
+        require(self.infonce_epochs >= 1, "infonce_epochs", "must be at least 1")
+        require(self.cycle_epochs >= 1, "cycle_epochs", "must be at least 1")
+
+
+@dataclass
+class PipelineConfig:
+    """The paper's algorithm: InfoNCE on both views, then ``cycles`` of alternating CoCLR."""
+
+    pipeline: PipelineOptions = field(default_factory=PipelineOptions, metadata={"help": "schedule"})
+    data: DataOptions = field(default_factory=DataOptions, metadata={"help": "training data"})
+    model: ModelOptions = field(default_factory=ModelOptions, metadata={"help": "encoder"})
+    method: MethodOptions = field(default_factory=MethodOptions, metadata={"help": "shared method options"})
+    optim: OptimOptions = field(default_factory=OptimOptions, metadata={"help": "optimisation"})
+    augment: AugmentOptions = field(default_factory=AugmentOptions, metadata={"help": "augmentation"})
+    run: RunOptions = field(default_factory=RunOptions, metadata={"help": "run (out is the pipeline folder)"})

@@ -1,0 +1,153 @@
+"""One MoCo-style learner for every method: InfoNCE, UberNCE, CoCLR and CMC differ only in the positive mask.
+
+A :class:`ViewLearner` trains one view's encoder: query encoder, EMA key encoder and momentum queue. The
+:class:`PretrainModel` around it (or two of them) supplies what a method needs from the other view:
+
+- ``infonce``, ``ubernce``: one view, nothing else;
+- ``coclr`` (alternating, the paper): a frozen ``sampler`` encoder of the other view embeds the key clip's
+  other view; those embeddings are queued beside the keys and mined for top-K positives;
+- ``coclr`` with ``simultaneous`` and ``cmc``: two learners trained at once, each taking the other's key
+  embeddings as its "other view" (mined by coclr; contrasted directly by cmc).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from coclr.core.loss import multi_positive_nce
+from coclr.core.momentum import momentum_copy, momentum_update, shuffled_forward
+from coclr.core.positives import positive_mask
+from coclr.core.queue import MomentumQueue
+from coclr.models.encoder import Encoder
+
+
+@dataclass
+class Targets:
+    """What the data knows of each sample: class label (oracle and monitoring only), video index, source group."""
+
+    labels: torch.Tensor
+    videos: torch.Tensor
+    groups: torch.Tensor
+
+
+@dataclass
+class StepOutput:
+    """Loss of one learner and its detached statistics (tensors: no host sync until logged)."""
+
+    loss: torch.Tensor
+    stats: dict[str, torch.Tensor]
+
+
+class ViewLearner(nn.Module):
+    """Query encoder, EMA key encoder and queue of one trained view.
+
+    State (all in ``state_dict``): ``encoder_q`` (trained), ``encoder_k`` (EMA of ``encoder_q``, m),
+    ``queue`` (keys with labels, video ids, groups and, for two-view methods, the other view's embeddings).
+    """
+
+    def __init__(self, encoder: Encoder, method: str, queue_size: int, temperature: float, momentum: float,
+                 topk: int, own_drop_prob: float, group_positives: bool, loss_form: str,
+                 generator: torch.Generator | None = None):
+        super().__init__()
+        self.method = method
+        self.temperature = temperature
+        self.momentum = momentum
+        self.topk = topk
+        self.own_drop_prob = own_drop_prob
+        self.group_positives = group_positives
+        self.loss_form = loss_form
+        self.encoder_q = encoder
+        self.encoder_k = momentum_copy(encoder)
+        embed_dim = encoder.arch["embed_dim"]
+        other_dim = embed_dim if method in ("coclr", "cmc") else 0
+        self.queue = MomentumQueue(queue_size, embed_dim, other_dim=other_dim, generator=generator)
+
+    @torch.no_grad()
+    def keys(self, key_clip: torch.Tensor) -> torch.Tensor:
+        """Momentum-update the key encoder, then embed the key clip with shuffle-BN."""
+        momentum_update(self.encoder_q, self.encoder_k, self.momentum)
+        return shuffled_forward(self.encoder_k, key_clip)
+
+    def step(self, query_clip: torch.Tensor, keys: torch.Tensor, targets: Targets,
+             other_keys: torch.Tensor | None, generator: torch.Generator | None) -> StepOutput:
+        """Loss for one batch; then enqueue the keys (and their other-view embeddings)."""
+        q = self.encoder_q(query_clip)
+        queue = self.queue
+        own = (q * keys).sum(dim=1, keepdim=True)
+        # Copies: the queue is overwritten in place by the enqueue below, after the graph is built.
+        candidates = [own, q @ queue.keys.clone().t()]
+        if self.method == "cmc":
+            candidates += [(q * other_keys).sum(dim=1, keepdim=True), q @ queue.other.clone().t()]
+        logits = torch.cat(candidates, dim=1).float() / self.temperature
+        with torch.no_grad():
+            mask = positive_mask(self.method, batch_size=q.shape[0], queue=queue, labels=targets.labels,
+                                 groups=targets.groups, other_keys=other_keys, topk=self.topk,
+                                 group_positives=self.group_positives, own_drop_prob=self.own_drop_prob,
+                                 generator=generator)
+        loss = multi_positive_nce(logits, mask, form=self.loss_form)
+        stats = self._stats(logits.detach(), mask, targets.labels)
+        queue.enqueue(keys, labels=targets.labels, video_ids=targets.videos, groups=targets.groups,
+                      other=other_keys if queue.other.shape[1] else None)
+        return StepOutput(loss, stats)
+
+    def _stats(self, logits: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Pretext top-1 (the best-scoring candidate is a positive or the own key) and the precision of the
+        mined positives (fraction whose class is the query's; the signal behind the paper's Figure 4)."""
+        best = logits.argmax(dim=1, keepdim=True)
+        hit = mask.gather(1, best).squeeze(1) | (best.squeeze(1) == 0)
+        stats = {"top1": hit.float().mean()}
+        if self.method in ("coclr", "ubernce"):
+            queue_labels = self.queue.labels
+            queue_mask = mask[:, 1 : 1 + queue_labels.shape[0]]
+            known = (labels >= 0).unsqueeze(1) & (queue_labels >= 0).unsqueeze(0)
+            same_class = known & (queue_labels.unsqueeze(0) == labels.unsqueeze(1))
+            stats["mined_positives"] = queue_mask.sum().float() / mask.shape[0]
+            stats["mined_precision"] = (queue_mask & same_class).sum().float() / (queue_mask & known).sum().clamp(min=1)
+        return stats
+
+
+class PretrainModel(nn.Module):
+    """The module a training process runs (and DDP wraps): one or two view learners and an optional sampler.
+
+    ``forward`` takes the two augmented clips of each view (``query[view]``, ``key[view]``) and returns the
+    summed loss with per-view statistics.
+    """
+
+    def __init__(self, learners: dict[str, ViewLearner], sampler: Encoder | None = None,
+                 sampler_view: str | None = None):
+        super().__init__()
+        self.learners = nn.ModuleDict(learners)
+        self.sampler = sampler
+        self.sampler_view = sampler_view
+        if sampler is not None:
+            sampler.requires_grad_(False)
+
+    def train(self, mode: bool = True) -> "PretrainModel":
+        super().train(mode)
+        if self.sampler is not None:
+            self.sampler.eval()
+        return self
+
+    def forward(self, query: dict[str, torch.Tensor], key: dict[str, torch.Tensor], targets: Targets,
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        keys = {view: learner.keys(key[view]) for view, learner in self.learners.items()}
+        if self.sampler is not None:
+            with torch.no_grad():
+                keys[self.sampler_view] = self.sampler(key[self.sampler_view])
+        total = 0.0
+        stats: dict[str, torch.Tensor] = {}
+        for view, learner in self.learners.items():
+            other_view = next((v for v in keys if v != view), None)
+            other = keys[other_view] if other_view is not None and learner.method in ("coclr", "cmc") else None
+            out = learner.step(query[view], keys[view], targets, other, generator)
+            total = total + out.loss
+            stats[f"{view}/loss"] = out.loss.detach()
+            stats.update({f"{view}/{name}": value for name, value in out.stats.items()})
+        return total, stats
+
+    @property
+    def queues_full(self) -> bool:
+        return all(bool(learner.queue.full) for learner in self.learners.values())

@@ -1,0 +1,166 @@
+"""The paper's algorithm end to end in one run folder: InfoNCE on both views, then cycles of co-training.
+
+Each CoCLR stage trains one view, initialised from that view's last stage, with positives mined by the
+frozen other view's latest encoder (``mode=alternate``); ``mode=sim`` trains both views at once, each mining
+for the other. ``manifest.json`` lists the stages, their status and checkpoints; running the same command
+again skips finished stages and resumes the unfinished one from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from coclr.config import to_dict, validate
+from coclr.core.distributed import is_main
+from coclr.errors import ConfigError
+from coclr.models.loading import save_encoder
+from coclr.train.config import PipelineConfig, PretrainConfig
+from coclr.train.trainer import LAST, Trainer
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class Stage:
+    """One stage of the pipeline and the stages whose encoders it starts from or mines with."""
+
+    name: str
+    method: str
+    trains: list[str]
+    cycle: int
+    epochs: int
+    milestones: list[int]
+    frozen: str | None = None
+    init_from: dict[str, str] = field(default_factory=dict)
+    """view -> name of the stage whose last encoder of that view initialises this one"""
+    sampler_from: str | None = None
+    """name of the stage whose encoder of the frozen view mines positives"""
+
+
+def plan_stages(config: PipelineConfig) -> list[Stage]:
+    """InfoNCE for both views, then ``cycles`` of (view 1 with view 2 frozen, view 2 with view 1 frozen)."""
+    opts = config.pipeline
+    view1, view2 = config.data.view, config.data.second_view
+    stages = [Stage(f"infonce_{v}", "infonce", [v], 0, opts.infonce_epochs, opts.infonce_milestones)
+              for v in (view1, view2)]
+    latest = {view1: stages[0].name, view2: stages[1].name}
+    for cycle in range(1, opts.cycles + 1):
+        if opts.mode == "sim":
+            stage = Stage(f"cycle{cycle}_sim", "coclr", [view1, view2], cycle, 2 * opts.cycle_epochs,
+                          [2 * m for m in opts.cycle_milestones], init_from=dict(latest))
+            stages.append(stage)
+            latest = {view1: stage.name, view2: stage.name}
+            continue
+        for trained, frozen in ((view1, view2), (view2, view1)):
+            stage = Stage(f"cycle{cycle}_{trained}", "coclr", [trained], cycle, opts.cycle_epochs,
+                          opts.cycle_milestones, frozen=frozen, init_from={trained: latest[trained]},
+                          sampler_from=latest[frozen])
+            stages.append(stage)
+            latest[trained] = stage.name
+    return stages
+
+
+def encoder_file(run_dir: Path, stage: str, view: str) -> Path:
+    return run_dir / stage / f"encoder_{view}.pth"
+
+
+def stage_config(config: PipelineConfig, stage: Stage, run_dir: Path) -> PretrainConfig:
+    """The pretraining configuration of one stage, derived from the pipeline's shared options."""
+    data = copy.deepcopy(config.data)
+    trained = stage.trains[0]
+    if trained != config.data.view:
+        data.view, data.second_view = config.data.second_view, config.data.view
+    method = copy.deepcopy(config.method)
+    method.name = stage.method
+    method.simultaneous = len(stage.trains) == 2
+    method.init_checkpoint = str(encoder_file(run_dir, stage.init_from[trained], trained)) if stage.init_from else ""
+    method.second_init_checkpoint = (str(encoder_file(run_dir, stage.init_from[data.second_view], data.second_view))
+                                     if method.simultaneous else "")
+    method.sampler_checkpoint = (str(encoder_file(run_dir, stage.sampler_from, stage.frozen))
+                                 if stage.sampler_from else "")
+    optim = copy.deepcopy(config.optim)
+    optim.epochs, optim.milestones = stage.epochs, list(stage.milestones)
+    run = copy.deepcopy(config.run)
+    run.out = str(run_dir / stage.name)
+    stage_cfg = PretrainConfig(data=data, model=copy.deepcopy(config.model), method=method, optim=optim,
+                               augment=copy.deepcopy(config.augment), run=run)
+    validate(stage_cfg)
+    return stage_cfg
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle, indent=2)
+    os.replace(tmp, path)
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def export_encoders(checkpoint: Path, stage: Stage, run_dir: Path) -> dict[str, str]:
+    """Write each trained view's encoder of a finished stage as its own file (what later stages load)."""
+    from coclr.models.encoder import build_encoder
+    from coclr.train.checkpoint import load_checkpoint
+
+    state = load_checkpoint(checkpoint)
+    files = {}
+    for view in stage.trains:
+        path = encoder_file(run_dir, stage.name, view)
+        if is_main():
+            entry = state["encoders"][view]
+            encoder = build_encoder(**entry["arch"])
+            encoder.backbone.load_state_dict(entry["backbone"])
+            encoder.head.load_state_dict(entry["head"])
+            save_encoder(path, encoder, meta={"stage": stage.name, "view": view, "method": stage.method})
+        files[view] = str(path.relative_to(run_dir))
+    return files
+
+
+def run_pipeline(config: PipelineConfig) -> Path:
+    """Run (or continue) every stage; returns the run folder holding ``manifest.json``."""
+    run_dir = Path(config.run.out)
+    stages = plan_stages(config)
+    previous = read_manifest(run_dir)
+    if previous and previous.get("config", {}).get("pipeline") != to_dict(config.pipeline):
+        raise ConfigError(f"run.out: {run_dir} holds a pipeline with different pipeline options; use "
+                          "another folder or the same options")
+    status = {s["name"]: s for s in previous.get("stages", [])}
+    manifest = {"config": to_dict(config), "stages": []}
+    for stage in stages:
+        entry = status.get(stage.name, {})
+        manifest["stages"].append({
+            "name": stage.name, "method": stage.method, "view": "+".join(stage.trains),
+            "trains": "+".join(stage.trains), "frozen": stage.frozen, "cycle": stage.cycle,
+            "epochs": stage.epochs, "checkpoint": str(Path(stage.name) / LAST),
+            "encoders": entry.get("encoders", {}), "status": entry.get("status", "pending"),
+        })
+    stage_configs = [stage_config(config, stage, run_dir) for stage in stages]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stage, stage_cfg, entry in zip(stages, stage_configs, manifest["stages"]):
+        if entry["status"] == "done":
+            continue
+        entry["status"] = "running"
+        if is_main():
+            write_json_atomic(run_dir / MANIFEST, manifest)
+        trainer = Trainer(stage_cfg, resume=True)
+        checkpoint = trainer.run()
+        if not trainer.finished:
+            return run_dir
+        entry["encoders"] = export_encoders(checkpoint, stage, run_dir)
+        entry["status"] = "done"
+        if dist.is_initialized():
+            dist.barrier()
+        if is_main():
+            write_json_atomic(run_dir / MANIFEST, manifest)
+    return run_dir

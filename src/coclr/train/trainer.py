@@ -1,0 +1,469 @@
+"""The pretraining loop: one trainer for every method and view, on one process or many (torchrun).
+
+Under ``torchrun`` every process reads its own slice of each global batch (:class:`ResumableSampler`), keys
+are gathered before they are queued, the key forward uses shuffle-BN, and rank 0 writes checkpoints and
+logs. Randomness is derived from ``(seed, epoch, step)`` rather than carried in generators, so a run killed
+at any moment and resumed from its last checkpoint continues exactly as if uninterrupted, on any number of
+processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader
+
+from coclr.config import to_dict
+from coclr.core.distributed import is_main, rank, world_size
+from coclr.data.augment import AugmentParams, ClipAugment
+from coclr.data.datasets import TrainClips
+from coclr.errors import CheckpointError, CoclrError, ConfigError
+from coclr.models.encoder import Encoder, build_encoder
+from coclr.models.loading import load_encoder
+from coclr.train.checkpoint import TRAIN_FORMAT, atomic_save, load_checkpoint, rng_state, set_rng_state
+from coclr.train.config import PretrainConfig
+from coclr.train.learner import PretrainModel, Targets, ViewLearner
+from coclr.train.sampler import ResumableSampler
+
+LAST = "checkpoint_last.pth"
+BEST = "checkpoint_best.pth"
+
+
+class NonFiniteLossError(CoclrError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+@dataclass
+class Position:
+    """Where training stands: ``consumed`` videos of ``epoch`` have been used by all processes together."""
+
+    epoch: int = 0
+    consumed: int = 0
+    global_step: int = 0
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"run.device: {name!r} requested but CUDA is not available")
+        if name == "cuda" and "LOCAL_RANK" in os.environ:
+            name = f"cuda:{os.environ['LOCAL_RANK']}"
+    return torch.device(name)
+
+
+def init_distributed(device: torch.device) -> None:
+    """Join the process group torchrun describes (NCCL on GPUs, gloo on CPU); nothing in one process."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+
+def step_generator(seed: int, epoch: int, step: int) -> torch.Generator:
+    """The generator of one iteration's augmentation and own-key dropout: the same on every process."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 1_000_003 + step)
+
+
+def load_into(encoder: Encoder, path: str) -> None:
+    """Initialise ``encoder`` from any checkpoint ``load_encoder`` reads; the architectures must match."""
+    backbone, head = load_encoder(path)
+    try:
+        encoder.backbone.load_state_dict(backbone.state_dict())
+        if head is not None:
+            encoder.head.load_state_dict(head.state_dict())
+    except RuntimeError as error:
+        raise CheckpointError(f"{path}: does not match the configured encoder (model.width, model.gating, "
+                              f"model.embed_dim): {error}") from None
+
+
+def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainModel:
+    """The learner(s) a method needs, initialised as configured; sampler loaded and frozen for coclr."""
+    method = config.method
+
+    def encoder(init: str) -> Encoder:
+        built = build_encoder(width=config.model.width, gating=config.model.gating,
+                              embed_dim=config.model.embed_dim)
+        if init:
+            load_into(built, init)
+        return built
+
+    def learner(init: str) -> ViewLearner:
+        return ViewLearner(encoder(init), method=method.name, queue_size=method.queue_size,
+                           temperature=method.temperature, momentum=method.momentum, topk=method.topk,
+                           own_drop_prob=method.own_drop_prob, group_positives=method.group_positives,
+                           loss_form=method.form, generator=generator)
+
+    learners = {config.data.view: learner(method.init_checkpoint)}
+    sampler = None
+    if method.trains_two_views:
+        learners[config.data.second_view] = learner(method.second_init_checkpoint)
+    elif method.name == "coclr":
+        backbone, head = load_encoder(method.sampler_checkpoint)
+        if head is None:
+            raise CheckpointError(f"{method.sampler_checkpoint}: has no projection head, so it cannot embed "
+                                  "clips for positive mining (a pretraining checkpoint is needed)")
+        sampler = Encoder(backbone, head)
+    return PretrainModel(learners, sampler=sampler, sampler_view=config.data.second_view if sampler else None)
+
+
+def check_inputs(config: PretrainConfig) -> None:
+    """Fail fast, before any compute, on missing files (the store itself is checked by TrainClips)."""
+    for key in ("sampler_checkpoint", "init_checkpoint", "second_init_checkpoint"):
+        path = getattr(config.method, key)
+        if path and not Path(path).is_file():
+            raise ConfigError(f"method.{key}: checkpoint not found: {path}")
+    if not Path(config.data.store).is_dir():
+        raise ConfigError(f"data.store: not a directory: {config.data.store}")
+
+
+def select_clips(params: AugmentParams, index: slice) -> AugmentParams:
+    """The augmentation parameters of a subset of the clips of a batch."""
+    return dataclasses.replace(params, **{f.name: getattr(params, f.name)[index] for f in dataclasses.fields(params)
+                                          if isinstance(getattr(params, f.name), torch.Tensor)})
+
+
+class Trainer:
+    """Runs one pretraining stage; ``run()`` returns the path of the last checkpoint."""
+
+    def __init__(self, config: PretrainConfig, resume: bool = False):
+        check_inputs(config)
+        self.config = config
+        self.device = resolve_device(config.run.device)
+        init_distributed(self.device)
+        self.rank, self.world = rank(), world_size()
+        self.out = Path(config.run.out)
+        if config.run.deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            torch.backends.cudnn.benchmark = False
+        elif self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True
+
+        torch.manual_seed(config.run.seed)
+        self.dataset = TrainClips(config.data.store, config.data.split, config.views, config.data.length,
+                                  config.data.stride, num_clips=2, seed=config.run.seed,
+                                  frame_size=config.data.frame_size)
+        self.sampler = ResumableSampler(len(self.dataset), config.run.batch_size, seed=config.run.seed,
+                                        rank=self.rank, world_size=self.world)
+        queue_generator = torch.Generator().manual_seed(config.run.seed + 1)
+        self.model = build_model(config, queue_generator).to(self.device)
+        if config.run.channels_last and self.device.type == "cuda":
+            self.model.to(memory_format=torch.channels_last_3d)
+        if config.run.compile:
+            for learner in self.model.learners.values():
+                learner.encoder_q.compile()
+                learner.encoder_k.compile()
+        self.trained = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.Adam(self.trained, lr=config.optim.lr, weight_decay=config.optim.weight_decay)
+        self.scheduler = self._scheduler()
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.run.amp == "fp16"
+                                           and self.device.type == "cuda")
+        aug = config.augment
+        self.augment = ClipAugment(size=config.data.size, area=tuple(aug.crop_area), flip_p=aug.flip_p,
+                                   jitter_p=aug.jitter_p, gray_p=aug.gray_p, blur_p=aug.blur_p)
+        self.ddp = self._wrap()
+        self.position = Position()
+        self.best_loss = math.inf
+        if resume and (self.out / LAST).is_file():
+            self._load(self.out / LAST)
+        elif resume:
+            self._log_line(f"no checkpoint in {self.out}: starting from the beginning")
+
+    def _scheduler(self):
+        optim = self.config.optim
+        if optim.schedule == "milestones":
+            return torch.optim.lr_scheduler.MultiStepLR(self.optimizer, optim.milestones, optim.gamma)
+        if optim.schedule == "plateau":
+            return torch.optim.lr_scheduler.ReduceLROnPlateau(self.optimizer, factor=optim.gamma,
+                                                              patience=optim.patience)
+        return torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda epoch: 1.0)
+
+    def _wrap(self) -> nn.Module:
+        if self.world == 1:
+            return self.model
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids, broadcast_buffers=False)
+
+    # ------------------------------------------------------------------ state
+
+    def state(self) -> dict[str, Any]:
+        """Everything needed to continue exactly, plus the trained encoder in ``load_encoder``'s form."""
+        view = self.config.data.view
+        encoder = self.model.learners[view].encoder_q
+        return {
+            "format": TRAIN_FORMAT,
+            "version": 1,
+            "view": view,
+            "method": self.config.method.name,
+            "arch": dict(encoder.arch),
+            "backbone": encoder.backbone.state_dict(),
+            "head": encoder.head.state_dict(),
+            "encoders": {v: {"arch": dict(l.encoder_q.arch), "backbone": l.encoder_q.backbone.state_dict(),
+                             "head": l.encoder_q.head.state_dict()} for v, l in self.model.learners.items()},
+            "config": to_dict(self.config),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": rng_state(),
+            "position": {"epoch": self.position.epoch, "consumed": self.position.consumed,
+                         "global_step": self.position.global_step},
+            "best_loss": self.best_loss,
+            "world_size": self.world,
+        }
+
+    def _load(self, path: Path) -> None:
+        ckpt = load_checkpoint(path, map_location="cpu")
+        saved = ckpt["config"]
+        for section, key in (("method", "name"), ("data", "view"), ("model", "width"), ("model", "gating")):
+            if saved[section][key] != getattr(getattr(self.config, section), key):
+                raise ConfigError(f"{section}.{key}: the run in {self.out} was started with "
+                                  f"{saved[section][key]!r}; resume it with the same value")
+        missing, unexpected = self.model.load_state_dict(ckpt["model"], strict=False)
+        if missing or unexpected:
+            raise CheckpointError(f"{path}: model state does not match: missing {missing}, "
+                                  f"unexpected {unexpected}")
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.scheduler.load_state_dict(ckpt["scheduler"])
+        self.scaler.load_state_dict(ckpt["scaler"])
+        set_rng_state(ckpt["rng"])
+        pos = ckpt["position"]
+        self.position = Position(pos["epoch"], pos["consumed"], pos["global_step"])
+        self.best_loss = ckpt["best_loss"]
+        self._log_line(f"resumed from {path} at epoch {self.position.epoch}, "
+                       f"{self.position.consumed} videos into it (step {self.position.global_step})")
+
+    def save(self, best: bool = False) -> None:
+        if not is_main():
+            return
+        state = self.state()
+        atomic_save(state, self.out / LAST)
+        if best:
+            atomic_save(state, self.out / BEST)
+
+    # ------------------------------------------------------------------ logging
+
+    def _log_line(self, text: str) -> None:
+        if is_main():
+            print(f"[coclr pretrain] {text}", flush=True)
+
+    def _open_logs(self):
+        if not is_main():
+            return None, None
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        log_path = self.out / "log.jsonl"
+        if log_path.exists():  # drop lines past the checkpoint we resumed from
+            lines = [line for line in log_path.read_text().splitlines()
+                     if line and json.loads(line).get("step", 0) <= self.position.global_step]
+            log_path.write_text("".join(line + "\n" for line in lines))
+        return log_path.open("a"), SummaryWriter(str(self.out / "tb"), purge_step=self.position.global_step + 1)
+
+    def _write(self, record: dict[str, Any], jsonl, writer) -> None:
+        if jsonl is None:
+            return
+        jsonl.write(json.dumps(record) + "\n")
+        jsonl.flush()
+        for name, value in record.items():
+            if name not in ("step", "epoch") and isinstance(value, (int, float)):
+                writer.add_scalar(name, value, record["step"])
+
+    # ------------------------------------------------------------------ training
+
+    def _batch_views(self, batch: dict[str, torch.Tensor], step_gen: torch.Generator):
+        """Augment the two clips of every view: views of one clip share crop and flip, the two clips differ.
+
+        Parameters are drawn for the whole global batch on every process and each takes its slice, so the
+        augmentation of a sample does not depend on the number of processes.
+        """
+        views = self.config.views
+        local = batch[views[0]].shape[0]
+        start = self.rank * local
+        out = []
+        for clip in range(2):
+            clip_views = {v: batch[v][:, clip].to(self.device, non_blocking=True) for v in views}
+            height, width = clip_views[views[0]].shape[2:4]
+            params = self.augment.draw_params(local * self.world, height, width, step_gen)
+            params = select_clips(params, slice(start, start + local))
+            augmented = self.augment.apply(clip_views, params)
+            if self.config.run.channels_last and self.device.type == "cuda":
+                augmented = {v: x.contiguous(memory_format=torch.channels_last_3d) for v, x in augmented.items()}
+            out.append(augmented)
+        return out
+
+    def _autocast(self):
+        amp = self.config.run.amp
+        if amp == "none" or self.device.type != "cuda":
+            return nullcontext()
+        return torch.autocast("cuda", dtype=torch.bfloat16 if amp == "bf16" else torch.float16)
+
+    def _set_train_mode(self) -> None:
+        self.model.train()
+        if self.config.run.freeze_bn:
+            for module in self.model.modules():
+                if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                    module.eval()
+
+    def train_step(self, batch: dict[str, torch.Tensor], queue_full: bool) -> tuple[torch.Tensor, dict]:
+        pos = self.position
+        step_gen = step_generator(self.config.run.seed, pos.epoch, pos.consumed // self.sampler.global_batch)
+        query, key = self._batch_views(batch, step_gen)
+        targets = Targets(batch["label"].to(self.device, non_blocking=True),
+                          batch["video"].to(self.device, non_blocking=True),
+                          batch["group"].to(self.device, non_blocking=True))
+        with self._autocast():
+            loss, stats = self.ddp(query, key, targets, step_gen)
+        self.optimizer.zero_grad(set_to_none=True)
+        if queue_full or not self.config.method.wait_for_full_queue:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        return loss.detach(), stats
+
+    def run(self) -> Path:
+        config = self.config
+        loader = DataLoader(self.dataset, batch_size=config.run.batch_size, sampler=self.sampler,
+                            num_workers=config.data.workers, pin_memory=self.device.type == "cuda",
+                            persistent_workers=False, drop_last=True)
+        jsonl, writer = self._open_logs()
+        queue_full = self.model.queues_full
+        nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
+        steps_per_epoch = self.sampler.batches_per_epoch
+        self._log_line(f"{config.method.name} on {config.data.view}: {len(self.dataset)} videos, "
+                       f"{steps_per_epoch} iterations/epoch, {self.world} process(es), device {self.device}")
+        try:
+            while self.position.epoch < config.optim.epochs and not self._done():
+                epoch = self.position.epoch
+                self.dataset.set_epoch(epoch)
+                self.sampler.set_epoch(epoch, self.position.consumed)
+                self._set_train_mode()
+                progress = self._progress(steps_per_epoch)
+                epoch_loss = torch.zeros((), device=self.device)
+                epoch_steps = 0
+                started = time.time()
+                for batch in loader:
+                    loss, stats = self.train_step(batch, queue_full)
+                    nonfinite |= ~torch.isfinite(loss)
+                    epoch_loss += loss
+                    epoch_steps += 1
+                    self.position.consumed += self.sampler.global_batch
+                    self.position.global_step += 1
+                    if not queue_full:
+                        queue_full = self.model.queues_full
+                    if progress is not None:
+                        progress.update(1)
+                    step = self.position.global_step
+                    if step % config.run.log_every == 0:
+                        self._check_finite(nonfinite)
+                        record = self._record(loss, stats)
+                        if progress is not None:
+                            progress.set_postfix(loss=f"{record['loss']:.3f}")
+                        self._write(record, jsonl, writer)
+                    if config.run.save_every and step % config.run.save_every == 0:
+                        self._check_finite(nonfinite)
+                        self.save()
+                    if self._done():
+                        break
+                if progress is not None:
+                    progress.close()
+                self._check_finite(nonfinite)
+                if self.position.consumed >= steps_per_epoch * self.sampler.global_batch:
+                    self._end_epoch(epoch_loss, epoch_steps, time.time() - started, jsonl, writer)
+                else:
+                    self.save()
+        finally:
+            if jsonl is not None:
+                jsonl.close()
+                writer.close()
+        return self.out / LAST
+
+    @property
+    def finished(self) -> bool:
+        """All configured epochs are done (false when ``run.max_steps`` stopped the run early)."""
+        return self.position.epoch >= self.config.optim.epochs
+
+    def _done(self) -> bool:
+        return bool(self.config.run.max_steps) and self.position.global_step >= self.config.run.max_steps
+
+    def _progress(self, steps_per_epoch: int):
+        if not (is_main() and self.config.run.progress):
+            return None
+        from tqdm import tqdm
+
+        done = self.position.consumed // self.sampler.global_batch
+        return tqdm(total=steps_per_epoch, initial=done, desc=f"epoch {self.position.epoch + 1}/"
+                    f"{self.config.optim.epochs}", unit="it", dynamic_ncols=True, leave=False)
+
+    def _check_finite(self, nonfinite: torch.Tensor) -> None:
+        if bool(nonfinite):
+            raise NonFiniteLossError(
+                f"the loss became NaN or infinite before step {self.position.global_step}; stopped. The last "
+                f"good checkpoint is kept in {self.out / LAST} (try a lower optim.lr or run.amp=none)")
+
+    def _record(self, loss: torch.Tensor, stats: dict[str, torch.Tensor]) -> dict[str, Any]:
+        values = torch.stack([loss.float(), *(v.float() for v in stats.values())])
+        if self.world > 1:
+            dist.all_reduce(values)
+            values /= self.world
+        values = values.tolist()
+        record = {"step": self.position.global_step, "epoch": self.position.epoch, "loss": values[0],
+                  "lr": self.optimizer.param_groups[0]["lr"]}
+        record.update(zip(stats.keys(), values[1:]))
+        return record
+
+    def _end_epoch(self, epoch_loss: torch.Tensor, steps: int, seconds: float, jsonl, writer) -> None:
+        mean_loss = epoch_loss / max(steps, 1)
+        if self.world > 1:
+            dist.all_reduce(mean_loss)
+            mean_loss /= self.world
+        mean_loss = float(mean_loss)
+        epoch = self.position.epoch
+        if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.scheduler.step(mean_loss)
+        else:
+            self.scheduler.step()
+        record = {"step": self.position.global_step, "epoch": epoch + 1, "epoch_loss": mean_loss,
+                  "epoch_seconds": seconds}
+        if self.config.run.knn_every and (epoch + 1) % self.config.run.knn_every == 0:
+            record.update(self._knn())
+        self._write(record, jsonl, writer)
+        self._log_line(f"epoch {epoch + 1}/{self.config.optim.epochs}: loss {mean_loss:.4f} "
+                       f"({seconds:.1f} s)" + "".join(f", {k} {v:.1f}" for k, v in record.items()
+                                                     if k.startswith("knn")))
+        self.position = Position(epoch + 1, 0, self.position.global_step)
+        improved = mean_loss < self.best_loss
+        self.best_loss = min(self.best_loss, mean_loss)
+        self.save(best=improved)
+
+    def _knn(self) -> dict[str, float]:
+        """R@1 of test videos retrieving train videos with the trained encoder (labels used only here)."""
+        from coclr.eval.monitor import knn_recall
+
+        encoder = self.model.learners[self.config.data.view].encoder_q
+        return knn_recall(encoder.backbone, self.config.data.store, self.config.data.view,
+                          length=self.config.data.length, stride=self.config.data.stride,
+                          size=self.config.data.size, device=self.device)
+
+
+def pretrain(config: PretrainConfig, resume: bool = False) -> Path:
+    """Run one pretraining stage (resuming from ``run.out`` when asked); returns the last checkpoint."""
+    trainer = Trainer(config, resume=resume)
+    try:
+        return trainer.run()
+    finally:
+        if dist.is_initialized():
+            dist.barrier()

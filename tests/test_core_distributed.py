@@ -1,0 +1,106 @@
+"""The distributed helpers, the queue and shuffle-BN in a real 2-process gloo group (CPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from coclr.core import distributed
+from coclr.core.momentum import shuffled_forward
+from coclr.core.queue import MomentumQueue
+
+WORLD = 2
+QUEUE_SIZE = 7  # not a multiple of the global batch
+STEPS = 3
+
+
+def rank_batch(rank: int, step: int) -> dict[str, torch.Tensor]:
+    """A batch whose values say which rank and step produced them; ranks have different sizes."""
+    rows = 2 + rank
+    ids = torch.tensor([100 * rank + 10 * step + i for i in range(rows)])
+    return {
+        "keys": ids[:, None].float().repeat(1, 3),
+        "labels": ids % 5,
+        "video_ids": ids,
+        "groups": ids // 3,
+        "other": -ids[:, None].float().repeat(1, 2),
+    }
+
+
+class TagRank(nn.Module):
+    """A per-sample function that also records which rank computed each row."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tag = torch.full((x.shape[0], 1), float(dist.get_rank()))
+        return torch.cat([x * 3 + 1, tag], dim=1)
+
+
+def _worker(rank: int, init_file: str, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    try:
+        results: dict[str, object] = {
+            "world_size": distributed.world_size(),
+            "rank": distributed.rank(),
+            "is_main": distributed.is_main(),
+            "gathered": distributed.all_gather_concat(torch.full((rank + 1, 2), rank, dtype=torch.long)),
+            "gathered_bool": distributed.all_gather_concat(torch.tensor([rank == 0, True])),
+            "broadcast": distributed.broadcast_(torch.tensor([float(rank + 5)]), src=1),
+        }
+        queue = MomentumQueue(QUEUE_SIZE, 3, other_dim=2, generator=torch.Generator().manual_seed(0))
+        for step in range(STEPS):
+            queue.enqueue(**rank_batch(rank, step))
+        results["queue"] = queue.state_dict()
+
+        outputs = []
+        for call in range(3):
+            x = torch.randn(3 + 2 * rank, 4, generator=torch.Generator().manual_seed(10 * rank + call))
+            outputs.append((x, shuffled_forward(TagRank(), x, generator=torch.Generator().manual_seed(call))))
+        results["shuffled"] = outputs
+        torch.save(results, Path(out_dir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_process_gloo(tmp_path):
+    mp.spawn(_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD, join=True)
+    results = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
+
+    for rank, result in enumerate(results):
+        assert (result["world_size"], result["rank"], result["is_main"]) == (WORLD, rank, rank == 0)
+        assert result["gathered"][:, 0].tolist() == [0, 1, 1]  # rank order, unequal sizes
+        assert result["gathered_bool"].tolist() == [True, True, False, True]
+        assert result["broadcast"].tolist() == [6.0]
+
+    # Both ranks hold the same queue, equal to one process fed the global batches in rank order.
+    reference = MomentumQueue(QUEUE_SIZE, 3, other_dim=2, generator=torch.Generator().manual_seed(0))
+    for step in range(STEPS):
+        parts = [rank_batch(r, step) for r in range(WORLD)]
+        reference.enqueue(**{name: torch.cat([part[name] for part in parts]) for name in parts[0]})
+    for name, value in reference.state_dict().items():
+        assert torch.equal(results[0]["queue"][name], value), name
+        assert torch.equal(results[1]["queue"][name], value), name
+    # The last global batch (ids 2x, 12x of step 2) is in the queue: keys of both ranks, rank 0 first.
+    ids = results[0]["queue"]["video_ids"].tolist()
+    assert [ids.index(i) for i in (20, 21, 120, 121, 122)] == [(10 + k) % QUEUE_SIZE for k in range(5)]
+    assert bool(results[0]["queue"]["full"])
+
+    # shuffled_forward returns each rank's own rows, and rows were computed on both ranks (a real shuffle).
+    computed_elsewhere = 0
+    for rank, result in enumerate(results):
+        for x, out in result["shuffled"]:
+            torch.testing.assert_close(out[:, :4], x * 3 + 1)
+            computed_elsewhere += int((out[:, 4] != rank).sum())
+    assert computed_elsewhere > 0
+
+
+def test_single_process_helpers_are_identity():
+    assert not distributed.is_distributed()
+    assert (distributed.world_size(), distributed.rank(), distributed.is_main()) == (1, 0, True)
+    t = torch.arange(6.0).reshape(3, 2)
+    assert torch.equal(distributed.all_gather_concat(t), t)
+    assert torch.equal(distributed.broadcast_(t.clone(), src=0), t)

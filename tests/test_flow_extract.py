@@ -1,0 +1,220 @@
+"""Flow extraction into a clip store: frame counts, direction of motion, resuming, a kill in the middle, and
+errors on bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from coclr.cli import main as cli_main
+from coclr.data.flow.encode import uint8_to_flow
+from coclr.data.flow.extract import extract_flow, resolve_backend
+from coclr.data.flow.opencv import opencv_threads
+from coclr.data.flow.params import TVL1Params
+from coclr.data.indexes import VideoEntry, VideoIndex
+from coclr.data.store import ClipStore, create_store, encode_jpeg, write_entry
+from coclr.errors import CoclrError, ConfigError, DataError
+
+REPO = Path(__file__).resolve().parents[1]
+FAST_TVL1 = TVL1Params(nscales=3, warps=2, outer_iterations=3, inner_iterations=10)
+FAST_OVERRIDES = ["nscales=3", "warps=2", "outer_iterations=3", "inner_iterations=10"]
+
+
+def moving_texture(frames: int, dx: int, dy: int, height: int = 48, width: int = 64, seed: int = 0) -> np.ndarray:
+    """RGB frames ``uint8 [frames, H, W, 3]`` of a smooth texture whose content moves by (dx, dy) px per frame."""
+    rng = np.random.default_rng(seed)
+    margin = 4 * frames
+    big = cv2.GaussianBlur(rng.uniform(0, 255, (height + 2 * margin, width + 2 * margin, 3)).astype(np.float32),
+                           (0, 0), 2.0)
+    big = ((big - big.min()) / (big.max() - big.min()) * 255).astype(np.uint8)
+    # frame t at (y, x) shows big[margin + y - t*dy, margin + x - t*dx]: content at (x, y) moves to (x+dx, y+dy)
+    return np.stack([big[margin - t * dy: margin - t * dy + height, margin - t * dx: margin - t * dx + width]
+                     for t in range(frames)])
+
+
+def make_store(root: Path, videos: dict[str, np.ndarray], quality: int = 90, fps: float = 25.0) -> None:
+    index = VideoIndex("synthetic", ["moving"], [VideoEntry(key, 0, "train") for key in videos])
+    create_store(root, index, quality=quality)
+    for key, frames in videos.items():
+        write_entry(root, key, "rgb", [encode_jpeg(frame, quality) for frame in frames], fps=fps)
+
+
+def median_motion(store: ClipStore, key: str, view: str) -> np.ndarray:
+    """Median (u, v) of every stored flow frame of ``key``, away from the borders: [frames, 2]."""
+    images = store.read(key, view, range(store.num_frames(key, view)))
+    flow = uint8_to_flow(images)[:, 10:-10, 10:-10]
+    return np.median(flow.reshape(len(flow), -1, 2), axis=1)
+
+
+MOTIONS = {"right_up.avi": (4, 2, -1), "left_down/clip.avi": (3, -1, 2)}  # key: (frames, dx, dy)
+
+
+@pytest.fixture
+def small_store(tmp_path: Path) -> Path:
+    videos = {key: moving_texture(n, dx, dy, seed=i) for i, (key, (n, dx, dy)) in enumerate(MOTIONS.items())}
+    videos["still.avi"] = moving_texture(1, 0, 0)
+    make_store(tmp_path / "store", videos)
+    return tmp_path / "store"
+
+
+@pytest.mark.parametrize("backend, view, kwargs", [
+    ("tvl1", "flow", {"params": FAST_TVL1}),
+    ("dis", "flow_dis", {}),
+    ("tvl1-torch", "flow", {"params": TVL1Params(nscales=2, warps=1, outer_iterations=2, inner_iterations=10),
+                            "device": "cpu", "batch_pairs": 2}),
+])
+def test_extraction_writes_n_minus_1_frames_along_the_motion(small_store, backend, view, kwargs):
+    summary = extract_flow(small_store, backend=backend, workers=1, **kwargs)
+    assert summary.done == 2 and summary.skipped == 0
+    assert [key for key, _ in summary.failed] == ["still.avi"]
+    assert "1 RGB frame" in summary.failed[0][1]
+    assert summary.frames == sum(n - 1 for n, _, _ in MOTIONS.values())
+    store = ClipStore(small_store)
+    for key, (frames, dx, dy) in MOTIONS.items():
+        assert store.num_frames(key, view) == frames - 1
+        assert store.frame_size(key, view) == (48, 64)
+        assert store.fps(key, view) == 25.0
+        np.testing.assert_allclose(median_motion(store, key, view), [[dx, dy]] * (frames - 1), atol=0.25)
+        third = store.read(key, view, [0])[..., 2].astype(int)
+        assert np.abs(third - 128).max() <= 3  # the constant channel, up to JPEG colour conversion
+
+
+def test_a_second_run_skips_finished_videos_and_retries_failed_ones(small_store):
+    extract_flow(small_store, backend="dis", workers=1)
+    entry = small_store / "flow_dis" / "right_up.avi.frames"
+    stamp = entry.stat().st_mtime_ns
+    again = extract_flow(small_store, backend="dis", workers=1)
+    assert again.done == 0 and again.skipped == 2 and len(again.failed) == 1
+    assert entry.stat().st_mtime_ns == stamp
+
+
+def test_keys_restrict_the_work(small_store):
+    summary = extract_flow(small_store, backend="dis", workers=1, keys=["right_up.avi"])
+    assert summary.done == 1 and not summary.failed
+    assert not ClipStore(small_store).has("left_down/clip.avi", "flow_dis")
+
+
+def test_flow_quality_follows_the_stores_jpeg_quality(tmp_path):
+    frames = {"a.avi": moving_texture(3, 1, 1)}
+    sizes = {}
+    for quality in (30, 95):
+        make_store(tmp_path / str(quality), frames, quality=quality)
+        extract_flow(tmp_path / str(quality), backend="dis", workers=1)
+        sizes[quality] = (tmp_path / str(quality) / "flow_dis" / "a.avi.frames").stat().st_size
+    assert sizes[30] < sizes[95]
+
+
+# --- bad input ----------------------------------------------------------------------------------------------
+
+def test_bad_input_is_a_clear_error_before_any_work(small_store, tmp_path):
+    with pytest.raises(DataError, match="missing"):
+        extract_flow(tmp_path / "missing", backend="dis")
+    with pytest.raises(ConfigError, match="'farneback'"):
+        extract_flow(small_store, backend="farneback")
+    with pytest.raises(ConfigError, match="warps"):
+        extract_flow(small_store, backend="tvl1", params=TVL1Params(warps=0))
+    with pytest.raises(ConfigError, match="dis backend"):
+        extract_flow(small_store, backend="dis", params=TVL1Params())
+    with pytest.raises(ConfigError, match="'rgb'"):
+        extract_flow(small_store, backend="dis", view="rgb")
+    with pytest.raises(DataError, match="nope.avi"):
+        extract_flow(small_store, backend="dis", keys=["nope.avi"])
+    with pytest.raises(ConfigError, match="device"):
+        extract_flow(small_store, backend="tvl1", device="cuda")
+    with pytest.raises(ConfigError, match="'gpu0'"):
+        extract_flow(small_store, backend="tvl1-torch", device="gpu0")
+    empty = tmp_path / "empty"
+    create_store(empty, VideoIndex("empty", ["a"], [VideoEntry("a.avi", 0, "train")]))
+    with pytest.raises(DataError, match="no 'rgb' view"):
+        extract_flow(empty, backend="dis")
+    assert not (small_store / "flow").exists() and not (small_store / "flow_dis").exists()
+
+
+def test_auto_picks_opencv_tvl1_without_cuda():
+    import torch
+
+    backend, device = resolve_backend("auto")
+    if torch.cuda.is_available():
+        assert (backend.name, device) == ("tvl1-torch", "cuda")
+    else:
+        assert (backend.name, device) == ("tvl1", None)
+    assert resolve_backend("auto", "cpu")[0].name == "tvl1"
+
+
+def test_cli_reports_bad_input_as_one_line(small_store, tmp_path, capsys):
+    cases = [
+        ([str(tmp_path / "missing")], "missing"),
+        ([str(small_store), "warps=0"], "warps"),
+        ([str(small_store), "bogus=1"], "bogus"),
+        ([str(small_store), "--backend", "dis", "warps=3"], "dis backend"),
+        (["--backend", "dis", str(small_store), "warps=3", "--workers", "1"], "dis backend"),
+    ]
+    for args, needle in cases:
+        assert cli_main(["flow", *args]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("coclr flow: error:") and needle in error
+    with pytest.raises(SystemExit):
+        cli_main(["flow", str(small_store), "--backend", "farneback"])
+    assert not (small_store / "flow").exists()
+
+
+def test_cli_extracts_and_prints_the_summary(small_store, capsys):
+    status = cli_main(["flow", str(small_store), "--backend", "dis", "--workers", "1", "--view", "motion"])
+    out = capsys.readouterr().out
+    assert status == 1  # the 1-frame video failed
+    assert "motion: 2 done" in out and "1 failed" in out and "still.avi" in out
+    assert ClipStore(small_store).num_frames("right_up.avi", "motion") == 3
+
+
+# --- kill and resume ----------------------------------------------------------------------------------------
+
+def _flow_command(store: Path) -> list[str]:
+    return [sys.executable, "-m", "coclr", "flow", str(store), "--backend", "tvl1", "--workers", "2",
+            *FAST_OVERRIDES]
+
+
+def test_killed_extraction_resumes_to_the_same_result(tmp_path):
+    count = 30
+    videos = {f"v{i:02d}.avi": moving_texture(4, 1 + i % 3, i % 2 - 1, seed=i) for i in range(count)}
+    store_root = tmp_path / "store"
+    make_store(store_root, videos)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    process = subprocess.Popen(_flow_command(store_root), env=env, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    flow_dir = store_root / "flow"
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            if flow_dir.is_dir() and len(list(flow_dir.glob("*.frames"))) >= 4:
+                break
+            time.sleep(0.02)
+        assert process.poll() is None, "the run ended before it could be killed"
+        os.killpg(process.pid, signal.SIGKILL)  # the CLI and its worker processes, mid-run
+    finally:
+        process.wait()
+    finished_at_kill = len(list(flow_dir.glob("*.frames")))
+    print(f"killed with {finished_at_kill} of {count} entries complete")
+    assert 4 <= finished_at_kill < count
+
+    resumed = subprocess.run(_flow_command(store_root), env=env, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{count - finished_at_kill} done, {finished_at_kill} skipped" in resumed.stdout
+    assert not list(flow_dir.glob(".*partial"))
+
+    with opencv_threads(1):  # the workers' setting, so the reference is computed identically
+        reference = extract_flow(store_root, backend="tvl1", view="reference", workers=1, params=FAST_TVL1)
+    assert reference.done == count
+    store = ClipStore(store_root)
+    assert store.verify("flow", decode=True) == []
+    for key in videos:
+        frames = range(store.num_frames(key, "flow"))
+        assert len(frames) == 3
+        assert store.read_encoded(key, "flow", frames) == store.read_encoded(key, "reference", frames), key

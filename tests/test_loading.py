@@ -1,0 +1,346 @@
+"""load_encoder / load_classifier / save_encoder: every supported format, strict errors, refused pickles."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from coclr.errors import CheckpointError
+from coclr.models import LinearClassifier, ProjectionHead, S3D, build_encoder, load_classifier, load_encoder, save_encoder
+
+# The authors' S3D registers each layer a second time under these names (REFERENCE.md section 1).
+AUTHOR_ALIAS = {
+    "Conv_1a": "block1.0",
+    "Conv_2b": "block2.1",
+    "Conv_2c": "block2.2",
+    "Mixed_3b": "block3.1",
+    "Mixed_3c": "block3.2",
+    "Mixed_4b": "block4.1",
+    "Mixed_4c": "block4.2",
+    "Mixed_4d": "block4.3",
+    "Mixed_4e": "block4.4",
+    "Mixed_4f": "block4.5",
+    "Mixed_5b": "block5.1",
+    "Mixed_5c": "block5.2",
+}
+
+
+def randomise(module: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Random weights and random BatchNorm running statistics, so a wrong mapping cannot go unnoticed."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                m.weight.copy_(torch.rand(m.weight.shape, generator=gen) + 0.5)
+                m.bias.copy_(torch.randn(m.bias.shape, generator=gen) * 0.1)
+                m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=gen) * 0.1)
+                m.running_var.copy_(torch.rand(m.running_var.shape, generator=gen) + 0.5)
+                m.num_batches_tracked.fill_(int(torch.randint(1, 1000, (1,), generator=gen)))
+            elif isinstance(m, (torch.nn.Conv3d, torch.nn.Linear)):
+                fan_in = m.weight[0].numel()
+                m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * (2.0 / fan_in) ** 0.5)
+                if m.bias is not None:
+                    m.bias.copy_(torch.randn(m.bias.shape, generator=gen) * 0.1)
+    return module.eval()
+
+
+def authors_backbone_keys(backbone: S3D, prefix: str) -> dict[str, torch.Tensor]:
+    """The backbone as the authors' code stores it: every tensor under its name and its block alias."""
+    out = {}
+    for key, value in backbone.state_dict().items():
+        layer, rest = key.split(".", 1)
+        out[f"{prefix}{key}"] = value.clone()
+        out[f"{prefix}{AUTHOR_ALIAS[layer]}.{rest}"] = value.clone()
+    return out
+
+
+def authors_pretrain_checkpoint(backbone: S3D, head: ProjectionHead, module_prefix: str = "") -> dict:
+    """The layout of the authors' InfoNCE / CoCLR pretraining checkpoints (1x1x1 conv head at .2 and .4)."""
+    state = {}
+    for encoder in ("encoder_q", "encoder_k"):
+        state.update(authors_backbone_keys(backbone, f"{module_prefix}{encoder}.0."))
+        for index, fc in (("2", head.fc1), ("4", head.fc2)):
+            state[f"{module_prefix}{encoder}.{index}.weight"] = fc.weight.detach().clone()[:, :, None, None, None]
+            state[f"{module_prefix}{encoder}.{index}.bias"] = fc.bias.detach().clone()
+    state[f"{module_prefix}queue"] = torch.randn(head.out_dim, 64)
+    state[f"{module_prefix}queue_ptr"] = torch.zeros(1, dtype=torch.long)
+    return {"epoch": 7, "state_dict": state, "best_acc": 0.0, "optimizer": {}, "iteration": 99}
+
+
+@pytest.fixture(scope="module")
+def small_parts() -> tuple[S3D, ProjectionHead]:
+    torch.manual_seed(0)
+    encoder = build_encoder(width=0.25, embed_dim=32)
+    return randomise(encoder.backbone, 1), randomise(encoder.head, 2)
+
+
+@pytest.fixture(scope="module")
+def clip() -> torch.Tensor:
+    return torch.randn(2, 3, 8, 32, 32, generator=torch.Generator().manual_seed(3))
+
+
+@pytest.fixture(scope="module")
+def reference(small_parts, clip) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pooled features and head outputs of the original small encoder on ``clip``."""
+    return outputs(*small_parts, clip)
+
+
+def outputs(backbone: S3D, head: torch.nn.Module | None, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    with torch.no_grad():
+        pooled = backbone(x).mean(dim=(2, 3, 4))
+        return pooled, None if head is None else head(pooled)
+
+
+# ------------------------------------------------------------------------------------ the authors' formats
+
+
+def test_official_fixture_reproduces_the_authors_outputs(fixtures_dir):
+    expected = torch.load(fixtures_dir / "official_infonce_s3d_expected.pt", weights_only=True)
+    backbone, head = load_encoder(fixtures_dir / "official_infonce_s3d_format.pth.tar")
+    assert isinstance(backbone, S3D) and isinstance(head, ProjectionHead)
+    assert not backbone.training and not head.training
+    assert backbone.width == 1.0 and not backbone.gating
+    with torch.no_grad():
+        fmap = backbone(expected["input"])
+        pooled = fmap.mean(dim=(2, 3, 4))
+        projected = head(pooled)
+    assert list(fmap.shape) == list(expected["backbone_feature_map_shape"])
+    assert (pooled - expected["pooled_feature"]).abs().max() < 1e-4
+    assert (projected - expected["head_output"]).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("module_prefix", ["", "module."])
+def test_authors_pretrain_layout_round_trip(tmp_path, small_parts, clip, reference, module_prefix):
+    backbone, head = small_parts
+    path = tmp_path / "authors.pth.tar"
+    torch.save(authors_pretrain_checkpoint(backbone, head, module_prefix), path)
+    loaded_backbone, loaded_head = load_encoder(path)
+    assert loaded_backbone.width == 0.25 and loaded_head.out_dim == 32
+    for got, want in zip(outputs(loaded_backbone, loaded_head, clip), reference):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_authors_alias_disagreement_is_an_error(tmp_path, small_parts):
+    checkpoint = authors_pretrain_checkpoint(*small_parts)
+    checkpoint["state_dict"]["encoder_q.0.block3.2.branch1.1.bn2.running_var"] += 1.0
+    torch.save(checkpoint, tmp_path / "bad.pth.tar")
+    with pytest.raises(CheckpointError) as info:
+        load_encoder(tmp_path / "bad.pth.tar")
+    assert "encoder_q.0.Mixed_3c.branch1.1.bn2.running_var" in str(info.value)
+    assert "encoder_q.0.block3.2.branch1.1.bn2.running_var" in str(info.value)
+
+
+@pytest.mark.parametrize("final_bn,dropout,module_prefix", [(True, 0.0, ""), (False, 0.5, "module."), (True, 0.9, "")])
+def test_authors_classifier_layouts(tmp_path, small_parts, clip, reference, final_bn, dropout, module_prefix):
+    backbone, _ = small_parts
+    classifier = randomise(LinearClassifier(backbone.out_channels, 7, final_bn=final_bn, dropout=dropout), 4)
+    state = authors_backbone_keys(backbone, module_prefix + "backbone.")
+    state.update({f"{module_prefix}{k}": v for k, v in classifier.state_dict().items()})
+    assert any(k.endswith("final_fc.1.weight" if dropout else "final_fc.0.weight") for k in state)
+    path = tmp_path / "classifier.pth.tar"
+    torch.save({"epoch": 1, "state_dict": state, "best_acc": 0.5, "optimizer": {}}, path)
+
+    loaded_backbone, loaded_classifier = load_classifier(path)
+    assert (loaded_classifier.final_bn is not None) == final_bn
+    assert (len(loaded_classifier.final_fc) == 2) == (dropout > 0)
+    assert not loaded_classifier.training
+    pooled = outputs(loaded_backbone, None, clip)[0]
+    torch.testing.assert_close(pooled, reference[0], rtol=0, atol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded_classifier(pooled), classifier(reference[0]), rtol=0, atol=0)
+
+    encoder_backbone, encoder_head = load_encoder(path)
+    assert encoder_head is None
+    torch.testing.assert_close(encoder_backbone.state_dict(), loaded_backbone.state_dict(), rtol=0, atol=0)
+
+
+def test_load_classifier_refuses_a_pretraining_checkpoint(tmp_path, small_parts):
+    torch.save(authors_pretrain_checkpoint(*small_parts), tmp_path / "pretrain.pth.tar")
+    with pytest.raises(CheckpointError, match="not a classifier checkpoint"):
+        load_classifier(tmp_path / "pretrain.pth.tar")
+
+
+# ------------------------------------------------------------------------------------ torchvision
+
+
+def torchvision_s3d():
+    """torchvision's s3d constructor, or skip (its plain import fails here without two stub modules)."""
+    for name in ("torchvision._meta_registrations", "torchvision._autograd_registrations"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    try:
+        from torchvision.models.video import s3d
+    except Exception as error:  # not installed, or broken against this torch
+        pytest.skip(f"torchvision unavailable: {error}")
+    return s3d
+
+
+def test_torchvision_s3d_conversion(tmp_path):
+    s3d = torchvision_s3d()
+    torch.manual_seed(5)
+    theirs = randomise(s3d(num_classes=400), 6)
+    path = tmp_path / "tv_s3d.pth"
+    torch.save(theirs.state_dict(), path)
+    backbone, head = load_encoder(path)
+    assert head is None and backbone.bn_eps == 1e-3 and backbone.width == 1.0
+    x = torch.randn(1, 3, 16, 64, 64, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        want = theirs.features(x)
+        got = backbone(x)
+    assert got.shape == want.shape == (1, 1024, 2, 2, 2)
+    assert want.abs().max() > 1e-2  # a real signal, not all zeros
+    assert (got - want).abs().max() < 1e-4
+
+
+# ------------------------------------------------------------------------------------ our own format
+
+
+@pytest.mark.parametrize("width,gating,with_head", [(0.25, False, True), (0.125, True, True), (0.125, False, False)])
+def test_our_format_round_trip(tmp_path, clip, width, gating, with_head):
+    torch.manual_seed(0)
+    encoder = build_encoder(width=width, gating=gating, embed_dim=24 if with_head else None, bn_eps=1e-4)
+    randomise(encoder, 8)
+    path = save_encoder(tmp_path / "sub" / "enc.pt", encoder, meta={"method": "coclr", "epoch": 3, "view": "flow"})
+    assert sorted(p.name for p in path.parent.iterdir()) == ["enc.pt"]  # no temporary file left behind
+    raw = torch.load(path, weights_only=True)
+    assert raw["format"] == "coclr.encoder" and raw["arch"] == encoder.arch and raw["meta"]["view"] == "flow"
+
+    backbone, head = load_encoder(path)
+    assert backbone.gating == gating and backbone.bn_eps == 1e-4 and (head is not None) == with_head
+    for got, want in zip(outputs(backbone, head, clip), outputs(encoder.backbone, encoder.head, clip)):
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_training_format_with_ddp_prefix(tmp_path, small_parts, clip, reference):
+    backbone, head = small_parts
+    payload = {
+        "format": "coclr.train",
+        "arch": {"width": 0.25, "gating": False, "embed_dim": 32, "bn_eps": 1e-5},
+        "backbone": {f"module.{k}": v for k, v in backbone.state_dict().items()},
+        "head": {f"module.{k}": v for k, v in head.state_dict().items()},
+        "optimizer": {"state": {}, "param_groups": []},
+        "epoch": 4,
+    }
+    torch.save(payload, tmp_path / "train.pt")
+    loaded = load_encoder(tmp_path / "train.pt")
+    for got, want in zip(outputs(*loaded, clip), reference):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_save_encoder_refuses_non_plain_meta(tmp_path):
+    encoder = build_encoder(width=0.125)
+    with pytest.raises(ValueError, match="meta"):
+        save_encoder(tmp_path / "enc.pt", encoder, meta={"root": Path("/data")})
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------ strict errors
+
+
+def our_payload(backbone: S3D, head: ProjectionHead) -> dict:
+    return {
+        "format": "coclr.encoder",
+        "arch": {"width": 0.25, "gating": False, "embed_dim": 32, "bn_eps": 1e-5},
+        "backbone": dict(backbone.state_dict()),
+        "head": dict(head.state_dict()),
+    }
+
+
+def edit_missing(state: dict, key: str) -> None:
+    del state[key]
+
+
+def edit_unexpected(state: dict, key: str) -> None:
+    state[key + "_extra"] = torch.zeros(3)
+
+
+def edit_misshaped(state: dict, key: str) -> None:
+    state[key] = torch.zeros(5, 5)
+
+
+@pytest.mark.parametrize(
+    "edit,word,suffix",
+    [(edit_missing, "missing", ""), (edit_unexpected, "unexpected", "_extra"), (edit_misshaped, "mis-shaped", "")],
+)
+@pytest.mark.parametrize("layout", ["ours_backbone", "ours_head", "authors_backbone", "authors_head"])
+def test_strict_errors_name_the_key(tmp_path, small_parts, edit, word, suffix, layout):
+    if layout.startswith("ours"):
+        payload = our_payload(*small_parts)
+        part = "backbone" if layout == "ours_backbone" else "head"
+        state, key = payload[part], "Mixed_4d.branch2.1.conv2.weight" if part == "backbone" else "fc2.bias"
+        shown = f"{part}.{key}"
+    else:
+        payload = authors_pretrain_checkpoint(*small_parts)
+        state = payload["state_dict"]
+        if layout == "authors_backbone":
+            key = "encoder_q.0.Mixed_4d.branch2.1.conv2.weight"
+            edit(state, key.replace("Mixed_4d", "block4.3"))  # both copies, or the alias check fires first
+        else:
+            key = "encoder_q.4.bias"
+        shown = key
+    edit(state, key)
+    torch.save(payload, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError) as info:
+        load_encoder(tmp_path / "bad.pt")
+    message = str(info.value)
+    assert word in message and shown + suffix in message and "bad.pt" in message
+
+
+def test_torchvision_classifier_is_ignored_but_other_keys_are_not(tmp_path):
+    backbone = S3D(width=0.125, bn_eps=1e-3)
+    from coclr.models.loading import _torchvision_name
+
+    state = {_torchvision_name(k): v for k, v in backbone.state_dict().items()}
+    state["classifier.1.weight"] = torch.zeros(400, backbone.out_channels, 1, 1, 1)
+    state["features.16.weight"] = torch.zeros(1)
+    torch.save(state, tmp_path / "tv.pth")
+    with pytest.raises(CheckpointError, match=r"unexpected keys \[features\.16\.weight\]"):
+        load_encoder(tmp_path / "tv.pth")
+
+
+def test_unknown_format_lists_what_was_found(tmp_path):
+    torch.save({"model": {"layer1.weight": torch.zeros(2)}, "step": 3}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match=r"unknown checkpoint format.*model.*step"):
+        load_encoder(tmp_path / "other.pt")
+    torch.save({"format": "coclr.future", "arch": {}}, tmp_path / "future.pt")
+    with pytest.raises(CheckpointError, match="coclr.future"):
+        load_encoder(tmp_path / "future.pt")
+    torch.save([torch.zeros(1)], tmp_path / "list.pt")
+    with pytest.raises(CheckpointError, match="list"):
+        load_encoder(tmp_path / "list.pt")
+
+
+def test_missing_and_corrupt_files(tmp_path):
+    with pytest.raises(CheckpointError, match="not found.*nothing.pt"):
+        load_encoder(tmp_path / "nothing.pt")
+    (tmp_path / "junk.pt").write_bytes(b"this is not a checkpoint")
+    with pytest.raises(CheckpointError, match="junk.pt"):
+        load_encoder(tmp_path / "junk.pt")
+
+
+class _CreatesMarkerWhenUnpickled:
+    """Unpickling this object calls ``open(marker, "w")``: code execution, which a weights-only load forbids."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def test_pickled_objects_are_refused_not_executed(tmp_path, small_parts):
+    marker = tmp_path / "executed.txt"
+    checkpoint = authors_pretrain_checkpoint(*small_parts)
+    checkpoint["optimizer"] = _CreatesMarkerWhenUnpickled(marker)
+    path = tmp_path / "evil.pth.tar"
+    torch.save(checkpoint, path)
+    with pytest.raises(CheckpointError, match="refused.*evil.pth.tar|evil.pth.tar.*refused"):
+        load_encoder(path)
+    assert not marker.exists()
+    # the payload is live: an unsafe load would have run it
+    torch.load(path, weights_only=False)
+    assert marker.exists()

@@ -1,0 +1,179 @@
+"""Pretraining: bad configurations fail before compute, exact resume after SIGKILL, order of the data."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from coclr.config import load_config
+from coclr.errors import ConfigError, DataError
+from coclr.train.checkpoint import load_checkpoint
+from coclr.train.config import PipelineConfig, PretrainConfig
+from coclr.train.sampler import ResumableSampler
+from coclr.train.trainer import Trainer
+from conftest import REPO_ROOT, make_random_store
+
+TINY = ["model.width=0.125", "data.length=8", "data.size=32", "data.workers=0", "method.queue_size=8",
+        "method.topk=2", "method.wait_for_full_queue=false", "run.batch_size=4", "run.progress=false",
+        "run.log_every=1", "run.deterministic=true"]
+
+
+def tiny_config(store: Path, out: Path, *overrides: str) -> PretrainConfig:
+    return load_config(PretrainConfig, None, [f"data.store={store}", f"run.out={out}", *TINY, *overrides])
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return make_random_store(tmp_path / "store")
+
+
+# ------------------------------------------------------------------------------------ bad configuration
+
+@pytest.mark.parametrize("overrides, key", [
+    (["method.queue_size=8", "method.topk=8"], "method.topk"),
+    (["method.name=coclr"], "method.sampler_checkpoint"),
+    (["method.tpok=3"], "method.tpok"),
+    (["optim.lr=-1"], "optim.lr"),
+    (["data.size=16"], "data.size"),
+    (["data.length=4"], "data.length"),
+    (["method.name=supervised"], "method.name"),
+    (["optim.epochs=10", "optim.milestones=[20]"], "optim.milestones"),
+    (["data.second_view=rgb"], "data.second_view"),
+])
+def test_bad_options_name_their_key(overrides: list[str], key: str) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(PretrainConfig, None, ["data.store=s", "run.out=o", *overrides])
+
+
+def test_missing_store_fails_before_compute(tmp_path: Path) -> None:
+    config = tiny_config(tmp_path / "nowhere", tmp_path / "run")
+    with pytest.raises(ConfigError, match="data.store"):
+        Trainer(config)
+
+
+def test_coclr_without_the_second_views_data(tmp_path: Path) -> None:
+    store = make_random_store(tmp_path / "store", views=("rgb",))
+    sampler = tmp_path / "sampler.pth"
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+
+    save_encoder(sampler, build_encoder(width=0.125))
+    config = tiny_config(store, tmp_path / "run", "method.name=coclr", f"method.sampler_checkpoint={sampler}")
+    with pytest.raises(DataError, match="'flow' view"):
+        Trainer(config)
+
+
+def test_coclr_with_a_missing_sampler_checkpoint(store: Path, tmp_path: Path) -> None:
+    config = tiny_config(store, tmp_path / "run", "method.name=coclr",
+                         f"method.sampler_checkpoint={tmp_path / 'missing.pth'}")
+    with pytest.raises(ConfigError, match="sampler_checkpoint"):
+        Trainer(config)
+
+
+def test_cli_reports_bad_config_in_one_line(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "coclr", "pretrain", "data.store=x", f"run.out={tmp_path}",
+                             "method.topk=9999"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "method.topk" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_are_valid(path: Path) -> None:
+    config_class = PipelineConfig if "pipeline" in path.name else PretrainConfig
+    load_config(config_class, path)
+
+
+# ------------------------------------------------------------------------------------------ data order
+
+def test_sampler_resumes_mid_epoch_on_any_world_size() -> None:
+    full = list(ResumableSampler(40, 4, seed=3))
+    assert sorted(full) == list(range(40))
+    resumed = ResumableSampler(40, 4, seed=3)
+    resumed.set_epoch(0, consumed=12)
+    assert list(resumed) == full[12:]
+    # Two processes: each takes its contiguous half of every global batch of 8.
+    ranks = [ResumableSampler(40, 4, seed=3, rank=r, world_size=2) for r in range(2)]
+    for sampler in ranks:
+        sampler.set_epoch(0, consumed=8)
+    per_rank = [list(s) for s in ranks]
+    global_order = [i for batch in range(4) for r in range(2) for i in per_rank[r][batch * 4:(batch + 1) * 4]]
+    assert global_order == full[8:]
+
+
+def test_epochs_differ_and_repeat(tmp_path: Path) -> None:
+    sampler = ResumableSampler(20, 2, seed=1)
+    sampler.set_epoch(1)
+    first = list(sampler)
+    sampler.set_epoch(2)
+    assert list(sampler) != first
+    sampler.set_epoch(1)
+    assert list(sampler) == first
+
+
+# --------------------------------------------------------------------------------------- kill and resume
+
+def run_pretrain(args: list[str], **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "coclr", "pretrain", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def model_state(path: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(path)["model"]
+
+
+def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(store: Path, tmp_path: Path) -> None:
+    common = [f"data.store={store}", *TINY, "optim.epochs=3", "run.save_every=1"]
+    reference = run_pretrain([*common, f"run.out={tmp_path / 'a'}"])
+    interrupted = run_pretrain([*common, f"run.out={tmp_path / 'b'}"])
+    last = tmp_path / "b" / "checkpoint_last.pth"
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        assert interrupted.poll() is None, interrupted.communicate()[0]
+        if last.exists():
+            position = load_checkpoint(last)["position"]
+            if position["epoch"] >= 1 and position["consumed"] > 0:  # in the middle of the second epoch
+                break
+        time.sleep(0.05)
+    interrupted.send_signal(signal.SIGKILL)
+    interrupted.wait()
+    killed_at = load_checkpoint(last)["position"]
+    assert killed_at["global_step"] < 9, "the run finished before it could be killed"
+    resumed = run_pretrain([*common, f"run.out={tmp_path / 'b'}", "--resume"])
+    out_resumed, _ = resumed.communicate(timeout=300)
+    out_reference, _ = reference.communicate(timeout=300)
+    assert resumed.returncode == 0, out_resumed
+    assert reference.returncode == 0, out_reference
+    assert "resumed from" in out_resumed
+    a, b = model_state(tmp_path / "a" / "checkpoint_last.pth"), model_state(last)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    assert load_checkpoint(last)["position"] == load_checkpoint(tmp_path / "a" / "checkpoint_last.pth")["position"]
+
+
+def test_checkpoint_holds_the_full_state_and_loads_as_an_encoder(store: Path, tmp_path: Path) -> None:
+    from coclr.models.loading import load_encoder
+
+    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=1"))
+    last = trainer.run()
+    state = load_checkpoint(last)
+    for key in ("model", "optimizer", "scheduler", "scaler", "rng", "position", "config"):
+        assert key in state
+    assert "learners.rgb.queue.full" in state["model"]
+    assert any(k.startswith("learners.rgb.encoder_k.") for k in state["model"])
+    backbone, head = load_encoder(last)
+    encoder = trainer.model.learners["rgb"].encoder_q
+    for name, value in encoder.backbone.state_dict().items():
+        assert torch.equal(backbone.state_dict()[name], value)
+    assert head is not None
+    log = (tmp_path / "run" / "log.jsonl").read_text().splitlines()
+    assert len(log) >= 3 and '"loss"' in log[0] and '"lr"' in log[0]
+    assert (tmp_path / "run" / "tb").is_dir()
