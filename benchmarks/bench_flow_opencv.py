@@ -9,7 +9,7 @@ Prints, for TV-L1 (OpenCV defaults) and DIS ("medium"):
   (``extract_flow``: read the store, decode JPEG, grayscale, flow, uint8, JPEG, atomic write) on the same
   frames, with OpenCV on 1 thread and on all threads, and the ratio ours / OpenCV.
 
-Needs ../shared/data. Usage: ``python benchmarks/bench_flow_opencv.py [--pairs 6] [--quality 90]``.
+Needs ../shared/data. Usage: ``python benchmarks/bench_flow_opencv.py [--pairs 4] [--dis-pairs 64] [--quality 90]``.
 """
 
 from __future__ import annotations
@@ -60,18 +60,19 @@ def middlebury(quality: int) -> None:
 
 
 def clip_frames(short_side: int, pairs: int) -> dict[str, np.ndarray]:
-    """``pairs + 1`` RGB frames from the middle of each clip of that size."""
+    """``pairs + 1`` consecutive RGB frames from the middle of each clip of that size (fewer if it is short)."""
     videos = {}
     for name in CLIPS[short_side]:
         frames = decode_video(SHARED / "clips" / name, short_side=short_side)
-        middle = len(frames) // 2
-        videos[name] = frames[middle: middle + pairs + 1]
+        start = max(0, min(len(frames) // 2, len(frames) - pairs - 1))
+        videos[name] = frames[start: start + pairs + 1]
     return videos
 
 
 def opencv_rate(method: str, videos: dict[str, np.ndarray], quality: int) -> float:
     """Pairs/s of OpenCV's own calls on grayscale frames decoded from the same JPEGs our path reads."""
-    grays = [rgb_to_gray(np.stack([decode_jpeg(encode_jpeg(f, quality)) for f in frames])) for frames in videos.values()]
+    grays = [rgb_to_gray(np.stack([decode_jpeg(encode_jpeg(f, quality)) for f in frames]))
+             for frames in videos.values()]
     count, start = 0, time.perf_counter()
     for gray in grays:
         for prev, nxt in zip(gray[:-1], gray[1:]):
@@ -87,18 +88,22 @@ def ours_rate(method: str, store: Path, view: str) -> float:
     return summary.frames / summary.seconds
 
 
-def clips(pairs: int, quality: int) -> None:
-    print(f"\nReal clips, {pairs} frame pairs from each of 2 clips per size; pairs/s (higher is better)")
+def make_store(root: Path, videos: dict[str, np.ndarray], quality: int) -> Path:
+    create_store(root, VideoIndex("bench", ["x"], [VideoEntry(k, 0, "test") for k in videos]), quality=quality)
+    for key, frames in videos.items():
+        write_entry(root, key, "rgb", [encode_jpeg(f, quality) for f in frames], fps=25.0)
+    return root
+
+
+def clips(pairs: dict[str, int], quality: int) -> None:
+    print(f"\nReal clips, 2 clips per size, frame pairs per clip {pairs}; pairs/s (higher is better)")
     print(f"{'size':<8} {'method':<5} {'threads':>7} {'OpenCV call':>12} {'ours':>8} {'ours/OpenCV':>11}")
     with tempfile.TemporaryDirectory() as tmp:
         for short_side in CLIPS:
-            videos = clip_frames(short_side, pairs)
-            height, width = next(iter(videos.values())).shape[1:3]
-            store = Path(tmp) / f"s{short_side}"
-            create_store(store, VideoIndex("bench", ["x"], [VideoEntry(k, 0, "test") for k in videos]), quality=quality)
-            for key, frames in videos.items():
-                write_entry(store, key, "rgb", [encode_jpeg(f, quality) for f in frames], fps=25.0)
-            for method in METHODS:
+            for method, count in pairs.items():
+                videos = clip_frames(short_side, count)
+                height, width = next(iter(videos.values())).shape[1:3]
+                store = make_store(Path(tmp) / f"{method}{short_side}", videos, quality)
                 for threads in sorted({1, ALL_THREADS}):
                     with opencv_threads(threads):
                         theirs = opencv_rate(method, videos, quality)
@@ -109,14 +114,16 @@ def clips(pairs: int, quality: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=6, help="frame pairs per clip (TV-L1 costs ~0.8 s/pair at 256x340)")
+    parser.add_argument("--pairs", type=int, default=4,
+                        help="TV-L1 frame pairs per clip (TV-L1 costs ~0.8 s/pair at 256x340 on one core)")
+    parser.add_argument("--dis-pairs", type=int, default=64, help="DIS frame pairs per clip")
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality of the store (the build default)")
     args = parser.parse_args()
     if not SHARED.is_dir():
         raise SystemExit(f"shared data not found: {SHARED}")
     print(f"OpenCV {cv2.__version__}, all threads = {ALL_THREADS}")
     middlebury(args.quality)
-    clips(args.pairs, args.quality)
+    clips({"tvl1": args.pairs, "dis": args.dis_pairs}, args.quality)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from coclr.data.flow.opencv import opencv_threads
 from coclr.data.flow.params import TVL1Params
 from coclr.data.indexes import VideoEntry, VideoIndex
 from coclr.data.store import ClipStore, create_store, encode_jpeg, write_entry
-from coclr.errors import CoclrError, ConfigError, DataError
+from coclr.errors import ConfigError, DataError
 
 REPO = Path(__file__).resolve().parents[1]
 FAST_TVL1 = TVL1Params(nscales=3, warps=2, outer_iterations=3, inner_iterations=10)

@@ -30,7 +30,8 @@ def test_linear_classifier_layout_and_eval_output(final_bn, dropout):
     fc = "final_fc.1" if dropout > 0 else "final_fc.0"
     expected_keys = {f"{fc}.weight", f"{fc}.bias"}
     if final_bn:
-        expected_keys |= {f"final_bn.{k}" for k in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")}
+        bn_keys = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
+        expected_keys |= {f"final_bn.{k}" for k in bn_keys}
         with torch.no_grad():
             clf.final_bn.running_mean.uniform_(-1, 1)
             clf.final_bn.running_var.uniform_(0.5, 2)

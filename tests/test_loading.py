@@ -10,7 +10,15 @@ import pytest
 import torch
 
 from coclr.errors import CheckpointError
-from coclr.models import LinearClassifier, ProjectionHead, S3D, build_encoder, load_classifier, load_encoder, save_encoder
+from coclr.models import (
+    S3D,
+    LinearClassifier,
+    ProjectionHead,
+    build_encoder,
+    load_classifier,
+    load_encoder,
+    save_encoder,
+)
 
 # The authors' S3D registers each layer a second time under these names (REFERENCE.md section 1).
 AUTHOR_ALIAS = {

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
                                              "amp": args.amp})
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         records += report_run(args.run, store, args.out, clip_config, device, args.cache_dir, not args.quiet)
-    written = write_report(args.out, records, store, args.gallery_queries, not args.quiet)
+    written = write_report(args.out, records, store, args.gallery_queries)
     for name in sorted(written):
         print(f"wrote {written[name]}")
     return 0

@@ -248,7 +248,8 @@ def kinetics_index(annotations: str | Path | Sequence[str | Path], root: str | P
     layouts, in this order: ``root/<split>/<label>/``, ``root/<label>/``, ``root/<split>/``, ``root/``, where
     ``<split>`` is the CSV's value or ours ("validate" -> "val") and ``<label>`` the class name as written or
     with spaces as underscores. A video found nowhere gets the first layout's path, so that
-    :func:`check_videos_exist` reports it. Classes are the sorted labels; the group is the YouTube id.
+    :func:`check_videos_exist` reports it. Classes are the sorted labels; the group is the YouTube id. Rows
+    without a label (the unlabelled test set's CSV) are left out.
     """
     files = [Path(annotations)] if isinstance(annotations, (str, Path)) else [Path(a) for a in annotations]
     root = Path(root)

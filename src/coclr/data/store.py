@@ -33,7 +33,9 @@ import multiprocessing
 import os
 import pickle
 import re
+import signal
 import struct
+import sys
 import tempfile
 import threading
 import time
@@ -65,6 +67,8 @@ _ENTRY_VERSION = 1
 _HEADER = struct.Struct("<8sIIIId")
 _VIEW_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _HEADER_CACHE_SIZE = 4096
+# OpenCV >= 4.10 decodes straight to RGB (about 8% faster than decoding to BGR and converting).
+_IMREAD_RGB: int | None = getattr(cv2, "IMREAD_COLOR_RGB", None)
 
 EntryJob = Callable[[str], tuple[Sequence[bytes], float]]
 """A store job: entry key -> (encoded frames, frames per second). Must be picklable."""
@@ -86,10 +90,10 @@ def encode_jpeg(frame: np.ndarray, quality: int = 90) -> bytes:
 
 def decode_jpeg(data: bytes) -> np.ndarray:
     """Decode an encoded image (JPEG, or any format OpenCV reads) to ``uint8 [H, W, 3]`` RGB."""
-    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), _IMREAD_RGB or cv2.IMREAD_COLOR)
     if image is None:
         raise ValueError(f"cannot decode an image from {len(data)} bytes")
-    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+    return image if _IMREAD_RGB else cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 
 
 # ----------------------------------------------------------------------------------------- store layout
@@ -410,7 +414,7 @@ class JobSummary:
     """What a store job did: entries written, skipped (already complete) and failed (key, message),
     frames written and wall-clock seconds."""
 
-    view: str
+    view: str = ""
     done: int = 0
     skipped: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
@@ -419,14 +423,14 @@ class JobSummary:
 
     def __str__(self) -> str:
         rate = self.frames / self.seconds if self.seconds > 0 else 0.0
-        lines = [f"{self.view}: {self.done} done, {self.skipped} skipped (already complete), "
+        lines = [f"{self.view or 'entries'}: {self.done} done, {self.skipped} skipped (already complete), "
                  f"{len(self.failed)} failed; {self.frames} frames in {self.seconds:.1f} s ({rate:.1f} frames/s)"]
         lines += [f"  failed: {key}: {message}" for key, message in self.failed]
         return "\n".join(lines)
 
 
 def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJob, workers: int = 0,
-                   desc: str | None = None) -> JobSummary:
+                   desc: str | None = None, start_method: str | None = None) -> JobSummary:
     """Run ``job(key) -> (encoded_frames, fps)`` for every key whose entry of ``view`` is not complete yet,
     in a pool of ``workers`` processes (0: one per core; 1: in this process), writing each result
     atomically as soon as it is done.
@@ -434,6 +438,11 @@ def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJ
     Resumable: a killed run leaves only complete entries (and stray temporary files, removed by the next
     run), and the next run skips them. A job that raises (e.g. :class:`VideoDecodeError`) or whose worker
     process dies is counted and listed in the summary; the run goes on. Shows a progress bar with ETA.
+
+    ``start_method`` is the multiprocessing start method of the pool. By default it is "fork" where the
+    platform has it (workers start at once and work from any main program: scripts without a
+    ``__main__`` guard, notebooks, stdin) unless CUDA is initialised in this process, which forked children
+    cannot use: then "spawn" (the job must then be importable by the workers).
     """
     started = time.perf_counter()
     store = ClipStore(root)
@@ -469,7 +478,7 @@ def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJ
             for key in todo:
                 record(*_run_and_write(str(root), view, key, job))
         elif todo:
-            _run_in_pool(str(root), view, todo, job, workers, record)
+            _run_in_pool(str(root), view, todo, job, workers, record, start_method or _default_start_method())
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -518,6 +527,7 @@ def _init_worker(job: EntryJob, parent_pid: int) -> None:
     global _WORKER_JOB
     _WORKER_JOB = job
     cv2.setNumThreads(1)  # one process per core already; OpenCV's own threads would oversubscribe
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled once, by the parent, which stops the pool
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
 
 
@@ -543,12 +553,21 @@ def _run_and_write(root: str, view: str, key: str, job: EntryJob) -> tuple[str, 
         return key, 0, f"{type(error).__name__}: {error}"
 
 
+def _default_start_method() -> str:
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return "spawn"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "spawn"
+    return "fork"
+
+
 def _run_in_pool(root: str, view: str, todo: list[str], job: EntryJob, workers: int,
-                 record: Callable[[str, int, str | None], None]) -> None:
-    """Run the keys in a spawn-context process pool with at most 2 jobs per worker in flight, so results
-    stream in order of completion and a worker that dies (crash, out of memory) costs only its in-flight
-    keys: they are failed and a new pool takes the rest."""
-    context = multiprocessing.get_context("spawn")  # safe with threads and CUDA in the parent
+                 record: Callable[[str, int, str | None], None], start_method: str) -> None:
+    """Run the keys in a process pool with at most 2 jobs per worker in flight, so results stream in order
+    of completion and a worker that dies (crash, out of memory) costs only its in-flight keys: they are
+    failed and a new pool takes the rest."""
+    context = multiprocessing.get_context(start_method)
     pending = list(reversed(todo))
     while pending:
         pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,

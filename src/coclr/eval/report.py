@@ -174,6 +174,7 @@ def stage_encoders(run_dir: str | Path) -> list[dict[str, Any]]:
     except json.JSONDecodeError as error:
         raise DataError(f"{manifest_path}: invalid JSON: {error}") from None
     latest: dict[str, Path] = {}
+    producers: dict[str, tuple[str, str]] = {}
     points: list[dict[str, Any]] = []
     for stage in manifest.get("stages", []):
         if stage.get("status") != "done":
@@ -186,15 +187,16 @@ def stage_encoders(run_dir: str | Path) -> list[dict[str, Any]]:
                 raise DataError(f"{manifest_path}: stage {stage.get('name')!r} lists no encoder file for {view!r}")
             latest[view] = run_dir / relative
         name = stage.get("name", f"stage{len(points)}")
+        producers.update({view: (name, str(stage.get("method", ""))) for view in trains})
         initial = stage.get("cycle", 0 if stage.get("method") == "infonce" else 1) == 0
         if initial and points and points[-1]["initial"]:
             point = points[-1]
             point["trains"] += trains
             point["stages"].append(name)
-            point["encoders"] = dict(latest)
+            point["encoders"], point["producers"] = dict(latest), dict(producers)
             continue
-        points.append({"name": "init" if initial else name, "stages": [name], "method": stage.get("method", ""),
-                       "trains": trains, "initial": initial, "encoders": dict(latest)})
+        points.append({"name": "init" if initial else name, "stages": [name], "trains": trains, "initial": initial,
+                       "encoders": dict(latest), "producers": dict(producers)})
     if not points:
         raise DataError(f"{manifest_path}: no finished stage to report")
     return points
@@ -230,9 +232,8 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
             if key not in by_content:
                 record = evaluate_retrieval(store, [Stream(path, view)], clip_config, device=device,
                                             cache_dir=cache_dir, progress=progress)
-                trained_in = next(name for name in reversed(stage["stages"]) if str(path).startswith(
-                    str(Path(run_dir) / name)) or view in stage["trains"])
-                record["name"] = f"{METHOD_NAMES.get(stage['method'], stage['method'])} ({trained_in})"
+                trained_in, method = stage["producers"][view]
+                record["name"] = f"{METHOD_NAMES.get(method, method)} ({trained_in})"
                 record["stage"] = trained_in
                 if view in stage["trains"]:
                     write_json(out_dir / "results" / f"{trained_in}_{view}.json", record)
@@ -244,9 +245,10 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
     return records
 
 
-def write_report(out_dir: str | Path, records: Sequence[dict[str, Any]], store=None, gallery_count: int = 8,
-                 progress: bool = True) -> dict[str, Path]:
-    """Table (Markdown + JSON) of ``records`` and a gallery of the last retrieval record with neighbours.
+def write_report(out_dir: str | Path, records: Sequence[dict[str, Any]], store=None,
+                 gallery_count: int = 8) -> dict[str, Path]:
+    """Table (Markdown + JSON) of ``records`` and a gallery of the last retrieval record with neighbours
+    (preferring one whose first stream is RGB, as the paper's Figure 5).
 
     The gallery reads thumbnails from ``store`` (default: the store recorded in that record).
     """

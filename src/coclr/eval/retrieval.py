@@ -9,7 +9,10 @@ Memory: similarities are computed in (query chunk x gallery chunk) blocks and on
 query is kept, so a Kinetics-size gallery (240k videos) never materialises the full similarity matrix.
 
 Tie rule: among equal similarities, the gallery video with the lower index (its position in the train split)
-ranks first. It holds exactly whatever the chunk sizes, so chunked and unchunked results are identical.
+ranks first, whatever the chunk sizes (the running top-k is merged with stable sorts). Chunking gives the
+same neighbours as one big block except where two similarities differ by less than float rounding: BLAS
+may round the last bit of a dot product differently for other block shapes (``dtype=torch.float64`` makes
+that ~1e-16).
 
 Two-stream retrieval averages the similarity matrices of the two views (computed blockwise too).
 """

@@ -184,15 +184,17 @@ def _read_checkpoint(path: Path, map_location: Any) -> Any:
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as error:
-        reason = str(error).strip().splitlines()
-        detail = next((line for line in reason if "Unsupported global" in line), reason[0] if reason else "")
-        raise CheckpointError(
-            f"{path}: refused: the file holds pickled Python objects that a weights-only load does not allow "
-            f"(it was not executed). {detail}".strip()
-        ) from None
-    except Exception as error:  # corrupt / truncated / not a torch file: all reported the same way
-        raise CheckpointError(f"{path}: cannot be read as a PyTorch checkpoint: {type(error).__name__}: {error}") from None
+    except Exception as error:  # corrupt, truncated, not a torch file, or a refused pickle
+        lines = str(error).strip().splitlines()
+        refused = [line for line in lines if "Unsupported global" in line or "Weights only load failed" in line]
+        if isinstance(error, pickle.UnpicklingError) and refused:
+            detail = refused[-1].split(" Please use")[0].strip()  # drop torch's advice to allowlist the object
+            raise CheckpointError(
+                f"{path}: refused: the file holds pickled Python objects that a weights-only load does not "
+                f"allow (they were not executed). {detail}"
+            ) from None
+        reason = f"{type(error).__name__}: {lines[0] if lines else ''}"
+        raise CheckpointError(f"{path}: cannot be read as a PyTorch checkpoint: {reason}") from None
 
 
 def _strip_module(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -251,7 +253,10 @@ def _load_ours(path: Path, payload: dict[str, Any]) -> tuple[S3D, ProjectionHead
     arch = payload["arch"]
     if not isinstance(arch, dict) or any(key not in arch for key in _ARCH_KEYS):
         raise CheckpointError(f"{path}: 'arch' must be a dict with keys {_names(_ARCH_KEYS)}, got {arch!r}")
-    backbone = S3D(width=arch["width"], gating=arch["gating"], bn_eps=arch["bn_eps"])
+    try:
+        backbone = S3D(width=float(arch["width"]), gating=bool(arch["gating"]), bn_eps=float(arch["bn_eps"]))
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{path}: invalid 'arch' {arch!r}: {error}") from None
     _load_strict(path, backbone, _strip_module(_tensors(path, payload["backbone"], "backbone")), "backbone.")
     head_state = payload["head"]
     if head_state is None:

@@ -16,6 +16,7 @@ Input ``[B, 3, T, H, W]`` with T >= 8 and H, W >= 32; output ``[B, out_channels,
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -126,12 +127,14 @@ class SepInception(nn.Module):
     def __init__(
         self,
         in_channels: int,
-        channels: tuple[int, int, int, int, int, int],
+        channels: Sequence[int],
         gating: bool = False,
         bn_eps: float = 1e-5,
         bn_momentum: float = 0.1,
     ) -> None:
         super().__init__()
+        if len(channels) != 6:
+            raise ValueError(f"SepInception needs 6 channel counts [b0, b1a, b1b, b2a, b2b, b3], got {channels!r}")
         b0, b1a, b1b, b2a, b2b, b3 = channels
         bn = {"bn_eps": bn_eps, "bn_momentum": bn_momentum}
         self.branch0 = nn.Sequential(BasicConv3d(in_channels, b0, **bn))
@@ -189,7 +192,7 @@ class S3D(nn.Module):
 
         in_channels = ch(192)
         for name, channels in INCEPTION_TABLE:
-            block = SepInception(in_channels, tuple(ch(c) for c in channels), gating=gating, **bn)  # type: ignore[arg-type]
+            block = SepInception(in_channels, [ch(c) for c in channels], gating=gating, **bn)
             self.add_module(name, block)
             in_channels = block.out_channels
         self.out_channels = in_channels

@@ -24,9 +24,9 @@ Example::
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -135,27 +135,38 @@ def _source(store: ClipStore, key: str) -> tuple[list[bytes], float]:
     return store.read_encoded(key, SOURCE_VIEW, range(count)), store.fps(key, SOURCE_VIEW)
 
 
-_STORES: dict[str, ClipStore] = {}
-
-
-def _open_store(root: str) -> ClipStore:
-    """One ClipStore per root and process (worker processes reuse it across videos)."""
-    if root not in _STORES:
-        _STORES[root] = ClipStore(root)
-    return _STORES[root]
-
-
-@dataclass(frozen=True)
-class OpenCVFlowJob:
-    """Store job (picklable, for worker processes): flow of one video with OpenCV TV-L1 or DIS."""
+@dataclass
+class _StoreJob:
+    """Base of the store jobs: opens the store once per process, lazily (the handle is not pickled)."""
 
     root: str
+
+    def __post_init__(self) -> None:
+        self._store: ClipStore | None = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_store"] = None
+        return state
+
+    def store(self) -> ClipStore:
+        if self._store is None:
+            self._store = ClipStore(self.root)
+        return self._store
+
+
+@dataclass
+class OpenCVFlowJob(_StoreJob):
+    """Store job (picklable, for worker processes): flow of one video with OpenCV TV-L1 or DIS.
+
+    State: the store handle (see :class:`_StoreJob`)."""
+
     method: str
     params: TVL1Params
     quality: int
 
     def __call__(self, key: str) -> tuple[list[bytes], float]:
-        blobs, fps = _source(_open_store(self.root), key)
+        blobs, fps = _source(self.store(), key)
         encoded: list[bytes] = []
         for start in range(0, len(blobs) - 1, DECODE_CHUNK):
             gray = decode_gray(blobs[start: start + DECODE_CHUNK + 1])  # one frame of overlap: the next pair
@@ -164,26 +175,29 @@ class OpenCVFlowJob:
 
 
 @dataclass
-class TorchFlowJob:
+class TorchFlowJob(_StoreJob):
     """Store job run in this process: flow of one video with :func:`tvl1_flow` on ``device``.
 
-    State (not pickled): a thread pool that decodes RGB chunks and encodes flow JPEGs while the device
-    solves, and the decoding futures of the video expected next (``order``), prefetched so the device does
-    not wait between videos. Call :meth:`close` when done.
+    State (not pickled): the store handle, a thread pool that decodes RGB chunks and encodes flow JPEGs
+    while the device solves, and the decoding futures of the video expected next (``order``), prefetched so
+    the device does not wait between videos. Call :meth:`close` when done.
     """
 
-    root: str
     params: TVL1Params
     quality: int
     device: str
     batch_pairs: int = 64
     threads: int = 0
     order: tuple[str, ...] = ()
-    _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
-    _prefetched: dict[str, tuple[list[Future], float]] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._pool: ThreadPoolExecutor | None = None
+        self._prefetched: dict[str, tuple[list[Future], float]] = {}
+        self._next = dict(zip(self.order[:-1], self.order[1:]))
 
     def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
+        state = super().__getstate__()
         state["_pool"], state["_prefetched"] = None, {}
         return state
 
@@ -194,21 +208,19 @@ class TorchFlowJob:
 
     def _start_decoding(self, key: str) -> tuple[list[Future], float]:
         """Futures of the grayscale chunks ``[batch_pairs + 1, H, W]`` (overlapping by one frame) of ``key``."""
-        blobs, fps = _source(_open_store(self.root), key)
+        blobs, fps = _source(self.store(), key)
         pool = self._executor()
         chunks = [pool.submit(decode_gray, blobs[start: start + self.batch_pairs + 1])
                   for start in range(0, len(blobs) - 1, self.batch_pairs)]
         return chunks, fps
 
     def _prefetch_after(self, key: str) -> None:
-        if key in self.order:
-            position = self.order.index(key)
-            if position + 1 < len(self.order):
-                upcoming = self.order[position + 1]
-                try:
-                    self._prefetched[upcoming] = self._start_decoding(upcoming)
-                except DataError:
-                    pass  # that video fails when its own turn comes
+        upcoming = self._next.get(key)
+        if upcoming is not None:
+            try:
+                self._prefetched[upcoming] = self._start_decoding(upcoming)
+            except (DataError, OSError):
+                pass  # that video fails when its own turn comes
 
     def __call__(self, key: str) -> tuple[list[bytes], float]:
         import torch

@@ -20,14 +20,14 @@ Batching: every pair of a batch is solved at once, with all arrays ``[B, C, H, W
 pair, as in OpenCV: a pair whose update fell below the threshold is frozen by zeroing its step sizes (its
 ``lambda * theta``, ``theta`` and ``tau / theta`` become 0, which leaves ``u`` and ``p`` exactly unchanged),
 so no pixel-sized masking pass is needed and each pair's result is the one a single run gives. The host
-only learns that *all* pairs have stopped when it reads the flags, which costs a device synchronisation;
-``check_every`` sets how often (1 on the CPU where it is free, 5 on a GPU); reading them less often costs
-only the wasted iterations of frozen pairs, never accuracy.
+reads the flags (a device synchronisation) every ``check_every`` iterations (1 on the CPU, where it is
+free, 5 on a GPU): the warp ends when all pairs have stopped, and once a quarter of the working pairs have
+stopped they are dropped from the working set, so a batch costs about the sum of its pairs' iterations.
+Reading the flags less often costs only the wasted iterations of frozen pairs, never accuracy.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,6 +45,9 @@ MIN_SCALE_SIZE = 16
 """OpenCV stops building the pyramid at the first scale narrower or lower than this many pixels."""
 MIN_IMAGE_SIZE = 3
 """The finite differences of the scheme need at least this many rows and columns."""
+CPU_CHUNK_PIXELS = 1 << 18
+"""On the CPU, pairs are solved in chunks of about this many pixels: larger batches fall out of the caches
+and run slower per pair, while a GPU needs the whole batch to fill it."""
 
 
 def pyramid_sizes(height: int, width: int, nscales: int, scale_step: float) -> list[tuple[int, int]]:
@@ -147,7 +150,6 @@ def run_network(network: Sequence[Comparator], values: list[Tensor | None]) -> l
     return values
 
 
-@functools.lru_cache(maxsize=None)
 def median_plan(ksize: int) -> tuple[list[Comparator], list[tuple[list[int], list[Comparator]]], list[Comparator]]:
     """Networks for a ``ksize x ksize`` median: column sort, per-rank row selections, final median.
 
@@ -166,6 +168,10 @@ def median_plan(ksize: int) -> tuple[list[Comparator], list[tuple[list[int], lis
     return column_sort, rows, selection_network(count, [count // 2])
 
 
+MEDIAN_PLANS = {ksize: median_plan(ksize) for ksize in (3, 5)}
+"""The plans for OpenCV's float median sizes, built once (plain data, so ``torch.compile`` traces freely)."""
+
+
 def median_blur(field: Tensor, ksize: int) -> Tensor:
     """Median over ``ksize x ksize`` windows of ``field [..., H, W]``, borders replicated (``cv2.medianBlur``).
 
@@ -182,7 +188,7 @@ def median_blur(field: Tensor, ksize: int) -> Tensor:
     padded = F.pad(field.reshape(-1, 1, height, width), (radius,) * 4, mode="replicate").reshape(
         *lead, height + 2 * radius, width + 2 * radius
     )
-    column_sort, rows, final = median_plan(ksize)
+    column_sort, rows, final = MEDIAN_PLANS[ksize] if ksize in MEDIAN_PLANS else median_plan(ksize)
     columns = run_network(column_sort, [padded[..., i : i + height, :] for i in range(ksize)])
     candidates: list[Tensor | None] = []
     for rank, (cols, network) in enumerate(rows):
@@ -263,22 +269,60 @@ def primal_dual_step(flow: Tensor, px: Tensor, py: Tensor, image_grad: Tensor, r
     return new_flow, new_px, new_py, change
 
 
+def median_of_active(flow: Tensor, active: Tensor, ksize: int) -> Tensor:
+    """``flow`` with the median filter applied to u and v of the pairs still iterating (``active [B]``)."""
+    motion = flow[:, :2]
+    smoothed = torch.where(active[:, None, None, None], median_blur(motion, ksize), motion)
+    return torch.cat((smoothed, flow[:, 2:]), dim=1) if flow.shape[1] > 2 else smoothed
+
+
+@dataclass
+class WarpWork:
+    """The pairs of a batch still iterating in the current warp, with their state and data term.
+
+    ``rows [N]`` are their positions in the batch; ``active [N]`` is False for pairs that have met the stop
+    criterion since the last compaction (they are frozen, see :func:`primal_dual_step`, until removed).
+    """
+
+    rows: Tensor
+    active: Tensor
+    flow: Tensor
+    px: Tensor
+    py: Tensor
+    data: LinearisedData
+
+    def select(self, keep: Tensor) -> WarpWork:
+        """The work restricted to the entries ``keep`` (indices into this work)."""
+        data = LinearisedData(*(t.index_select(0, keep) for t in vars(self.data).values()))
+        return WarpWork(self.rows.index_select(0, keep), self.active.index_select(0, keep),
+                        self.flow.index_select(0, keep), self.px.index_select(0, keep),
+                        self.py.index_select(0, keep), data)
+
+
 StepFn = Callable[..., tuple[Tensor, Tensor, Tensor, Tensor]]
+MedianFn = Callable[[Tensor, Tensor, int], Tensor]
 
 
 class ScaleSolver:
     """Runs the warps of one pyramid scale for a batch.
 
     State: ``flow [B, C, H, W]`` (u, v and, with ``gamma``, the illumination term) and the dual variables
-    ``px, py [B, C, H, W]``, which start at zero at each scale and persist across its warps.
+    ``px, py [B, C, H, W]``, which start at zero at each scale and persist across its warps. Every
+    ``check_every`` inner iterations the host reads the stop flags: the warp ends when every pair has
+    stopped, and once at least ``compact_fraction`` of the working pairs have stopped they are written back
+    and dropped from the working set, so a batch costs about the sum of its pairs' iterations rather than
+    the batch size times the slowest pair's.
     """
 
-    def __init__(self, params: TVL1Params, step_fn: StepFn, check_every: int) -> None:
+    def __init__(self, params: TVL1Params, step_fn: StepFn, median_fn: MedianFn, check_every: int,
+                 compact_fraction: float = 0.25) -> None:
         self.params = params
         self.step_fn = step_fn
+        self.median_fn = median_fn
         self.check_every = check_every
-        self.iterations = 0
-        """Inner iterations run (by the batch as a whole), for profiling."""
+        self.compact_fraction = compact_fraction
+        self.pair_iterations = 0
+        """Inner iterations times working pairs, summed (the work done, for profiling)."""
 
     def solve(self, i0: Tensor, i1: Tensor, flow: Tensor) -> Tensor:
         """Refine ``flow`` on images ``i0, i1 [B, 1, H, W]`` of this scale; returns the new flow."""
@@ -291,43 +335,59 @@ class ScaleSolver:
         threshold = params.epsilon**2 * height * width
         for _ in range(params.warps):
             data = linearise(i0, i1_and_grad, flow, grid_x, grid_y, params.gamma)
-            active = torch.ones(flow.shape[0], dtype=torch.bool, device=flow.device)
-            flow, px, py = self._warp_iterations(flow, px, py, data, active, threshold)
+            flow, px, py = self._iterate(flow, px, py, data, threshold)
         return flow
 
-    def _warp_iterations(self, flow: Tensor, px: Tensor, py: Tensor, data: LinearisedData, active: Tensor,
-                         threshold: float) -> tuple[Tensor, Tensor, Tensor]:
+    def _iterate(self, flow: Tensor, px: Tensor, py: Tensor, data: LinearisedData,
+                 threshold: float) -> tuple[Tensor, Tensor, Tensor]:
+        """The outer and inner iterations of one warp; returns the batch's new ``(flow, px, py)``."""
         params = self.params
+        batch = flow.shape[0]
+        rows = torch.arange(batch, device=flow.device)
+        active = torch.ones(batch, dtype=torch.bool, device=flow.device)
+        work = WarpWork(rows, active, flow, px, py, data)
         since_check = 0
         for _ in range(params.outer_iterations):
             if params.median_filtering > 1:
-                smoothed = median_blur(flow[:, :2], params.median_filtering)
-                flow = torch.cat((torch.where(active[:, None, None, None], smoothed, flow[:, :2]), flow[:, 2:]), 1)
+                work.flow = self.median_fn(work.flow, work.active, params.median_filtering)
             for _ in range(params.inner_iterations):
-                gate = active.to(flow.dtype)[:, None, None, None]
-                flow, px, py, change = self.step_fn(
-                    flow, px, py, data.image_grad, data.rho_const, data.neg_inv_grad_sq, gate,
-                    params.lambda_ * params.theta, params.theta, params.tau / params.theta,
+                gate = work.active.to(work.flow.dtype)[:, None, None, None]
+                work.flow, work.px, work.py, change = self.step_fn(
+                    work.flow, work.px, work.py, work.data.image_grad, work.data.rho_const,
+                    work.data.neg_inv_grad_sq, gate, params.lambda_ * params.theta, params.theta,
+                    params.tau / params.theta,
                 )
-                active = active & (change > threshold)
-                self.iterations += 1
+                work.active = work.active & (change > threshold)
+                self.pair_iterations += work.rows.shape[0]
                 since_check += 1
-                if since_check >= self.check_every:
-                    since_check = 0
-                    if not bool(active.any()):
-                        return flow, px, py
-        return flow, px, py
+                if since_check < self.check_every:
+                    continue
+                since_check = 0
+                still = int(work.active.sum())
+                if still == 0:
+                    return self._store(flow, px, py, work)
+                if still <= (1.0 - self.compact_fraction) * work.rows.shape[0]:
+                    flow, px, py = self._store(flow, px, py, work)
+                    work = work.select(work.active.nonzero().squeeze(1))
+        return self._store(flow, px, py, work)
+
+    @staticmethod
+    def _store(flow: Tensor, px: Tensor, py: Tensor, work: WarpWork) -> tuple[Tensor, Tensor, Tensor]:
+        """The batch state ``(flow, px, py)`` with the working pairs' current state written into it."""
+        if work.rows.shape[0] == flow.shape[0]:  # nothing dropped yet: the work is the whole batch
+            return work.flow, work.px, work.py
+        return (flow.index_copy(0, work.rows, work.flow), px.index_copy(0, work.rows, work.px),
+                py.index_copy(0, work.rows, work.py))
 
 
-_COMPILED_STEP: StepFn | None = None
+_COMPILED: dict[str, Callable] = {}
 
 
-def compiled_step() -> StepFn:
-    """:func:`primal_dual_step` through ``torch.compile`` (built once per process, shapes become dynamic)."""
-    global _COMPILED_STEP
-    if _COMPILED_STEP is None:
-        _COMPILED_STEP = torch.compile(primal_dual_step, dynamic=None, fullgraph=True)
-    return _COMPILED_STEP
+def compiled(fn: Callable) -> Callable:
+    """``fn`` through ``torch.compile`` (built once per process; shapes become dynamic after the first)."""
+    if fn.__name__ not in _COMPILED:
+        _COMPILED[fn.__name__] = torch.compile(fn, dynamic=None)
+    return _COMPILED[fn.__name__]
 
 
 def _check_inputs(prev: Tensor, next: Tensor) -> None:
@@ -347,31 +407,53 @@ def _check_inputs(prev: Tensor, next: Tensor) -> None:
 
 
 def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params = TVL1Params(), *, check_every: int | None = None,
-              compile: bool = False) -> Tensor:
+              chunk_size: int | None = None, compile: bool = False) -> Tensor:
     """Dual TV-L1 flow from ``prev`` to ``next`` for every pair of a batch: float32 ``[B, 2, H, W]`` (u, v).
 
     ``prev, next``: grayscale ``[B, H, W]``, values 0..255 (any real dtype, any device; the result is on the
     same device). Channel 0 is the horizontal motion, 1 the vertical, in pixels:
-    ``next[y + v, x + u] ~ prev[y, x]``. ``check_every``: inner iterations between host reads of the
-    per-pair stop flags (default 1 on the CPU, 5 on other devices; results do not depend on it).
-    ``compile``: run the inner iteration through ``torch.compile`` (pays on GPUs; off by default).
+    ``next[y + v, x + u] ~ prev[y, x]``. Each pair's flow is the one a batch of one gives.
+
+    ``check_every``: inner iterations between host reads of the per-pair stop flags (default 1 on the CPU,
+    where reading is free, 5 elsewhere; the result does not depend on it, only the wasted work does).
+    ``chunk_size``: pairs solved together (default: all on a GPU; on the CPU as many as keep the working
+    arrays cache-sized, about :data:`CPU_CHUNK_PIXELS` pixels). ``compile``: run the inner iteration and
+    the median filter through ``torch.compile`` (pays on GPUs and on long CPU jobs; the first call of each
+    size compiles for a minute or more).
     """
     _check_inputs(prev, next)
     params.validate()
+    on_cpu = prev.device.type == "cpu"
     if check_every is None:
-        check_every = 1 if prev.device.type == "cpu" else 5
+        check_every = 1 if on_cpu else 5
     if check_every < 1:
         raise ValueError(f"check_every must be at least 1, got {check_every}")
+    batch, height, width = prev.shape
+    if chunk_size is None:
+        chunk_size = max(1, CPU_CHUNK_PIXELS // (height * width)) if on_cpu else batch
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
+    solver = ScaleSolver(
+        params,
+        compiled(primal_dual_step) if compile else primal_dual_step,
+        compiled(median_of_active) if compile else median_of_active,
+        check_every,
+    )
+    flows = [solve_pyramid(prev[start : start + chunk_size], next[start : start + chunk_size], params, solver)
+             for start in range(0, max(batch, 1), chunk_size)]
+    return flows[0] if len(flows) == 1 else torch.cat(flows)
+
+
+def solve_pyramid(prev: Tensor, next: Tensor, params: TVL1Params, solver: ScaleSolver) -> Tensor:
+    """Coarse-to-fine TV-L1 for one chunk of pairs ``[N, H, W]``: float32 flow ``[N, 2, H, W]``."""
     images = torch.stack((prev, next), dim=1).to(torch.float32)
     pyramid = build_pyramid(images, params.nscales, params.scale_step)
     channels = 3 if params.gamma else 2
     coarsest = pyramid[-1]
     flow = coarsest.new_zeros(coarsest.shape[0], channels, *coarsest.shape[-2:])
-    solver = ScaleSolver(params, compiled_step() if compile else primal_dual_step, check_every)
-    for level, scale_images in reversed(list(enumerate(pyramid))):
-        flow = solver.solve(scale_images[:, :1], scale_images[:, 1:], flow)
+    for level in reversed(range(len(pyramid))):
+        flow = solver.solve(pyramid[level][:, :1], pyramid[level][:, 1:], flow)
         if level > 0:
-            finer = pyramid[level - 1].shape[-2:]
-            flow = F.interpolate(flow, size=finer, mode="bilinear", align_corners=False)
+            flow = F.interpolate(flow, size=pyramid[level - 1].shape[-2:], mode="bilinear", align_corners=False)
             flow[:, :2] *= 1.0 / params.scale_step
     return flow[:, :2].contiguous()

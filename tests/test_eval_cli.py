@@ -1,0 +1,96 @@
+"""``coclr eval`` end to end on a tiny store with width-0.125 encoders, checked against direct computation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from test_eval_helpers import make_tiny_store, save_tiny_encoder
+from test_eval_retrieval import brute_force
+
+from coclr.cli import main
+from coclr.eval.features import ClipConfig
+
+CLIP_ARGS = ["--length", "8", "--size", "32", "--batch-size", "6", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    store = make_tiny_store(root / "store", train_per_class=2, test_per_class=1, frames=8, views=("rgb", "flow"))
+    return store, save_tiny_encoder(root / "rgb.pt", seed=0), save_tiny_encoder(root / "flow.pt", seed=1), root
+
+
+def _cached(store_root, checkpoint, view, cache, monkeypatch):
+    """The features the command used, read back from its cache (test_eval_features checks that a cache hit
+    equals a fresh extraction); loading the model is forbidden, so these must be hits."""
+    import coclr.eval.features as features
+    from coclr.data.store import ClipStore
+
+    monkeypatch.setattr(features, "load_backbone", lambda path: pytest.fail("expected a cache hit"))
+    store = ClipStore(store_root)
+    config = ClipConfig(length=8, size=32, batch_size=6)
+    return [features.cached_features(checkpoint, store, view, split, config, cache) for split in ("train", "test")]
+
+
+def test_eval_retrieval_two_stream(tiny, capsys, monkeypatch):
+    store, rgb, flow, root = tiny
+    out = root / "retrieval.json"
+    assert main(["eval", "retrieval", "--checkpoint", str(rgb), "--checkpoint2", str(flow), "--view2", "flow",
+                 "--store", str(store), "--out", str(out), "--cache-dir", str(root / "cache"), *CLIP_ARGS]) == 0
+    record = json.loads(out.read_text())
+    assert record["task"] == "retrieval" and record["splits"]["train"]["videos"] == 6
+    assert record["splits"]["test"]["videos"] == 3
+    assert [s["view"] for s in record["streams"]] == ["rgb", "flow"]
+    from coclr.eval.features import file_sha256
+
+    assert record["streams"][0]["checkpoint_sha256"] == file_sha256(rgb)
+    cache = root / "cache"
+    (rgb_train, rgb_test) = _cached(store, rgb, "rgb", cache, monkeypatch)
+    (flow_train, flow_test) = _cached(store, flow, "flow", cache, monkeypatch)
+    ks = (1, 5, 10, 20)
+    expected, neighbours = brute_force([rgb_test.features, flow_test.features], rgb_test.labels,
+                                       [rgb_train.features, flow_train.features], rgb_train.labels, ks)
+    for k in ks:
+        assert record["results"][f"R@{k}"] == pytest.approx(100 * expected[k])
+    assert record["neighbours"]["topk_indices"] == neighbours[:, :6].tolist()
+    assert record["neighbours"]["query_keys"] == rgb_test.keys
+    single, _ = brute_force([rgb_test.features], rgb_test.labels, [rgb_train.features], rgb_train.labels, ks)
+    assert record["per_stream"][0]["R@1"] == pytest.approx(100 * single[1])
+    assert '"R@1"' in capsys.readouterr().out
+
+
+def test_eval_linear(tiny):
+    store, rgb, _, root = tiny
+    out = root / "linear.json"
+    assert main(["eval", "linear", "--checkpoint", str(rgb), "--store", str(store), "--out", str(out),
+                 "--cache-dir", str(root / "cache"), "--lrs", "0.01", "--weight-decays", "0", "--epochs", "2", "6",
+                 *CLIP_ARGS]) == 0
+    record = json.loads(out.read_text())
+    results = record["results"]
+    assert results["selected"]["epochs"] in (2, 6) and len(results["grid"]) == 2
+    probabilities = np.load(results["probabilities"])
+    labels = probabilities["labels"]
+    top1 = (probabilities["probabilities"].argmax(axis=1) == labels).mean()
+    assert results["top1"] == pytest.approx(100 * top1)
+    assert len(labels) == 3 and record["streams"][0]["view"] == "rgb"
+    assert record["config"]["probe"]["lrs"] == [0.01]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--checkpoint", "{root}/missing.pt"], "checkpoint not found"),
+    (["--view", "flow_dis"], "view 'flow_dis' is missing"),
+    (["--test-split", "val"], "split 'val' has no videos"),
+    (["--store", "{root}/nowhere"], "clip store not found"),
+])
+def test_errors_are_clear_and_early(tiny, capsys, args, message):
+    store, rgb, _, root = tiny
+    base = {"--checkpoint": str(rgb), "--store": str(store)}
+    extra = [a.format(root=root) for a in args]
+    for flag in ("--checkpoint", "--store"):
+        if flag not in extra:
+            extra += [flag, base[flag]]
+    assert main(["eval", "retrieval", *extra, *CLIP_ARGS]) == 2
+    assert message in capsys.readouterr().err

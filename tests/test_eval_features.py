@@ -1,0 +1,136 @@
+"""Video features: window averaging, the content-keyed cache, test-time crop geometry, input checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from test_eval_helpers import make_tiny_store, save_tiny_encoder
+
+from coclr.errors import CheckpointError, DataError
+from coclr.eval.features import (ClipConfig, Stream, cached_features, check_inputs, eval_views, extract_features,
+                                 load_backbone)
+
+CONFIG = ClipConfig(length=8, stride=1, size=32, batch_size=5)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from coclr.data.store import ClipStore
+
+    root = tmp_path_factory.mktemp("features")
+    store = ClipStore(make_tiny_store(root / "store", train_per_class=2, test_per_class=1, frames=12,
+                                      views=("rgb", "flow")))
+    return store, save_tiny_encoder(root / "encoder.pt", seed=0), root
+
+
+def test_features_are_window_means_of_pooled_backbone(tiny):
+    """Reference: every half-overlapping window of a video, one at a time, centre crop, pooled map, mean."""
+    from coclr.data.sampling import sliding_windows
+
+    store, checkpoint, _ = tiny
+    backbone = load_backbone(checkpoint)
+    result = extract_features(backbone, store, "rgb", "test", CONFIG, progress=False)
+    assert result.features.shape == (3, backbone.out_channels) and result.features.dtype == np.float32
+    entries = [e for e in store.index.entries if e.split == "test"]
+    assert result.keys == [e.path for e in entries] and result.labels.tolist() == [e.label for e in entries]
+    for row, entry in enumerate(entries):
+        windows = sliding_windows(store.num_frames(entry.path, "rgb"), 8, 1)
+        assert [w[0] for w in windows] == [0, 4]  # 12 frames: half overlap, the last one ends the video
+        pooled = []
+        for indices in windows:
+            frames = torch.from_numpy(store.read(entry.path, "rgb", indices))[None]
+            with torch.no_grad():
+                pooled.append(backbone(eval_views(frames, "rgb", 32)[:, 0]).mean(dim=(2, 3, 4))[0])
+        reference = torch.stack(pooled).mean(0).numpy()  # batched vs one-by-one convolutions: float rounding
+        np.testing.assert_allclose(result.features[row], reference, rtol=1e-4, atol=1e-5 * np.abs(reference).max())
+    assert not backbone.training
+
+
+def test_cache_is_keyed_by_checkpoint_content(tiny, tmp_path, monkeypatch):
+    store, _, _ = tiny
+    checkpoint = save_tiny_encoder(tmp_path / "model.pt", seed=1)
+    cache = tmp_path / "cache"
+    first = cached_features(checkpoint, store, "rgb", "test", CONFIG, cache, progress=False)
+    assert len(list(cache.glob("*.npz"))) == 1 and not list(cache.glob("*.tmp"))
+
+    import coclr.eval.features as features
+
+    def no_loading(path):
+        raise AssertionError("a cache hit must not load the model")
+
+    monkeypatch.setattr(features, "load_backbone", no_loading)
+    hit = cached_features(checkpoint, store, "rgb", "test", CONFIG, cache, progress=False)
+    np.testing.assert_array_equal(hit.features, first.features)
+    monkeypatch.undo()
+
+    save_tiny_encoder(checkpoint, seed=2)  # same path and folder, new content
+    fresh = cached_features(checkpoint, store, "rgb", "test", CONFIG, cache, progress=False)
+    expected = extract_features(load_backbone(checkpoint), store, "rgb", "test", CONFIG, progress=False)
+    np.testing.assert_array_equal(fresh.features, expected.features)
+    assert not np.allclose(fresh.features, first.features)
+    assert len(list(cache.glob("*.npz"))) == 2
+
+
+def test_cache_key_covers_the_data_configuration(tiny):
+    from dataclasses import replace
+
+    from coclr.eval.features import cache_key
+
+    store, _, _ = tiny
+    base = cache_key("abc", store, "rgb", "test", CONFIG)
+    variants = [cache_key("abd", store, "rgb", "test", CONFIG), cache_key("abc", store, "flow", "test", CONFIG),
+                cache_key("abc", store, "rgb", "train", CONFIG)]
+    variants += [cache_key("abc", store, "rgb", "test", replace(CONFIG, **{name: value}))
+                 for name, value in (("length", 16), ("stride", 2), ("size", 64), ("amp", True))]
+    assert all(variant != base for variant in variants)
+    assert cache_key("abc", store, "rgb", "test", replace(CONFIG, batch_size=1, workers=2)) == base
+
+
+def test_ten_crop_geometry_of_a_known_frame():
+    """Crops of a frame with unique pixel values: without resizing each crop is an exact slice; crops 0-4
+    are top-left, top-right, bottom-left, bottom-right, centre; 5-9 the same flipped; flow's u is negated."""
+    height, width, size = 40, 52, 32
+    rng = np.random.default_rng(0)
+    frame = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    frames = torch.from_numpy(np.stack([frame, frame[::-1].copy()]))[None]  # [1, T=2, H, W, 3]
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+
+    def expected(top, left, flip=False, flow=False):
+        crop = frames[0].numpy()[:, top : top + size, left : left + size].astype(np.float64) / 255
+        if flip:
+            crop = crop[:, :, ::-1]
+            if flow:
+                crop = crop.copy()
+                crop[..., 0] = 1 - crop[..., 0]
+        return ((crop - mean) / std).transpose(3, 0, 1, 2)  # [3, T, S, S]
+
+    corners = [(0, 0), (0, width - size), (height - size, 0), (height - size, width - size),
+               ((height - size) // 2, (width - size) // 2)]
+    for view in ("rgb", "flow"):
+        crops = eval_views(frames, view, size, ten_crop=True, short_side=height)
+        assert crops.shape == (1, 10, 3, 2, size, size)
+        for i, (top, left) in enumerate(corners):
+            np.testing.assert_allclose(crops[0, i].numpy(), expected(top, left), atol=1e-4)
+            np.testing.assert_allclose(crops[0, 5 + i].numpy(), expected(top, left, True, view == "flow"), atol=1e-4)
+    centre = eval_views(frames, "rgb", height)  # no resize: the centred square of side H
+    np.testing.assert_allclose(centre[0, 0].numpy(), expected_square(frames, height, mean, std), atol=1e-4)
+
+
+def expected_square(frames, side, mean, std):
+    width = frames.shape[3]
+    left = (width - side) // 2
+    crop = frames[0].numpy()[:, :, left : left + side].astype(np.float64) / 255
+    return ((crop - mean) / std).transpose(3, 0, 1, 2)
+
+
+def test_input_checks_fail_before_work(tiny, tmp_path):
+    store, checkpoint, _ = tiny
+    check_inputs(store, [Stream(checkpoint, "rgb"), Stream(checkpoint, "flow")], ["train", "test"])
+    with pytest.raises(CheckpointError, match="missing.pt"):
+        check_inputs(store, [Stream(tmp_path / "missing.pt", "rgb")], ["train"])
+    with pytest.raises(DataError, match="'flow_dis' is missing for 6 of the 6 'train' videos"):
+        check_inputs(store, [Stream(checkpoint, "flow_dis")], ["train"])
+    with pytest.raises(DataError, match="split 'val' has no videos"):
+        check_inputs(store, [Stream(checkpoint, "rgb")], ["val"])

@@ -1,0 +1,67 @@
+"""Finetuning: classifier layout, learning rates, and (slow) an end-to-end run with a ten-crop test and resume."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from test_eval_helpers import make_tiny_store, save_tiny_encoder
+
+from coclr.config import from_dict
+from coclr.eval.features import ClipConfig
+from coclr.eval.finetune import Classifier, FinetuneConfig, build_optimizer, finetune, load_probabilities
+
+
+def test_classifier_dropout_and_backbone_lr():
+    from coclr.models.s3d import S3D
+
+    model = Classifier(S3D(width=0.125), num_classes=7, dropout=0.9)
+    assert isinstance(model.classifier.final_fc[0], torch.nn.Dropout) and model.classifier.final_fc[0].p == 0.9
+    assert model.classifier.final_bn is None
+    optimizer = build_optimizer(model, from_dict(FinetuneConfig, {"lr": 0.002}))
+    classifier_group, backbone_group = optimizer.param_groups
+    assert classifier_group["lr"] == 0.002 and backbone_group["lr"] == pytest.approx(0.0002)
+    assert {id(p) for p in backbone_group["params"]} == {id(p) for p in model.backbone.parameters()}
+    model.eval()
+    logits = model(torch.randn(2, 3, 8, 32, 32))
+    assert logits.shape == (2, 7)
+
+
+@pytest.mark.slow
+def test_finetune_end_to_end_and_resume(tmp_path, monkeypatch):
+    from coclr.data.store import ClipStore
+    from coclr.eval import finetune as module
+    from coclr.eval.features import file_sha256
+
+    store = ClipStore(make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8))
+    checkpoint = save_tiny_encoder(tmp_path / "enc.pt")
+    sha = file_sha256(checkpoint)
+    clips = ClipConfig(length=8, size=32, batch_size=3)
+    config = from_dict(FinetuneConfig, {"epochs": 2, "milestones": [1]})
+    whole = finetune(checkpoint, sha, store, "rgb", tmp_path / "whole", clips, config, progress=False)
+    probabilities = load_probabilities(whole["probabilities"])
+    assert probabilities["center"].shape == probabilities["ten_crop"].shape == (3, 3)
+    np.testing.assert_allclose(probabilities["ten_crop"].sum(axis=1), 1.0, atol=1e-5)
+    assert not np.allclose(probabilities["center"], probabilities["ten_crop"])
+    top1 = (probabilities["ten_crop"].argmax(1) == probabilities["labels"]).mean()
+    assert whole["top1"] == pytest.approx(100 * top1) and len(whole["train_losses"]) == 2
+
+    original = module.train_epoch
+    calls = []
+
+    def crash_on_second_epoch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, "train_epoch", crash_on_second_epoch)
+    with pytest.raises(KeyboardInterrupt):
+        finetune(checkpoint, sha, store, "rgb", tmp_path / "resumed", clips, config, progress=False)
+    monkeypatch.setattr(module, "train_epoch", original)
+    resumed = finetune(checkpoint, sha, store, "rgb", tmp_path / "resumed", clips, config, progress=False)
+    assert len(resumed["train_losses"]) == 1  # only the second epoch ran again
+    assert resumed["train_losses"][0] == pytest.approx(whole["train_losses"][1], rel=1e-5)
+    np.testing.assert_allclose(load_probabilities(resumed["probabilities"])["ten_crop"], probabilities["ten_crop"],
+                               rtol=1e-4, atol=1e-6)

@@ -1,0 +1,89 @@
+"""Linear probe: accuracy on separable and random-label features, held-out selection, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coclr.errors import ConfigError
+from coclr.config import from_dict
+from coclr.eval.features import VideoFeatures
+from coclr.eval.linear import LinearProbeConfig, linear_probe, select_hyperparameters, stratified_holdout
+
+SMALL_GRID = {"lrs": [0.01], "weight_decays": [0.0, 0.01], "epochs": [3, 15], "batch_size": 64}
+
+
+def _features(labels: np.ndarray, rng: np.random.Generator, centres: np.ndarray, noise: float) -> VideoFeatures:
+    x = centres[labels] + noise * rng.normal(size=(len(labels), centres.shape[1]))
+    return VideoFeatures(x.astype(np.float32), labels.astype(np.int64), [f"v{i}" for i in range(len(labels))])
+
+
+def _split(seed: int = 0, classes: int = 5, dim: int = 24, noise: float = 0.3):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(classes, dim)) * 2 + 4  # offset and scale: BatchNorm has work to do
+    train = _features(np.repeat(np.arange(classes), 30), rng, centres, noise)
+    test = _features(np.repeat(np.arange(classes), 10), rng, centres, noise)
+    return train, test
+
+
+def test_separable_features_reach_full_accuracy():
+    train, test = _split()
+    result = linear_probe(train, test, 5, from_dict(LinearProbeConfig, SMALL_GRID))
+    assert result.top1 == 1.0 and result.top5 == 1.0
+    assert result.probabilities.shape == (50, 5)
+    np.testing.assert_allclose(result.probabilities.sum(axis=1), 1.0, atol=1e-5)
+    assert result.keys == test.keys
+
+
+def test_random_labels_give_chance():
+    rng = np.random.default_rng(1)
+    classes = 10
+    train = VideoFeatures(rng.normal(size=(400, 16)).astype(np.float32), rng.integers(0, classes, 400),
+                          [str(i) for i in range(400)])
+    test = VideoFeatures(rng.normal(size=(1000, 16)).astype(np.float32), rng.integers(0, classes, 1000),
+                         [str(i) for i in range(1000)])
+    result = linear_probe(train, test, classes, from_dict(LinearProbeConfig, SMALL_GRID))
+    assert abs(result.top1 - 1 / classes) < 0.05  # chance is 0.10; 3 sigma of 1000 draws ~ 0.03
+
+
+def test_stratified_holdout():
+    labels = np.array([0] * 10 + [1] * 5 + [2] * 1 + [3] * 2)
+    fit, held = stratified_holdout(labels, 0.2, seed=3)
+    assert sorted(np.concatenate([fit, held]).tolist()) == list(range(len(labels)))
+    counts = {c: int((labels[held] == c).sum()) for c in range(4)}
+    assert counts == {0: 2, 1: 1, 2: 0, 3: 1}  # round(0.2 n), at least one, never a whole class
+    again, _ = stratified_holdout(labels, 0.2, seed=3)
+    np.testing.assert_array_equal(fit, again)
+    assert not np.array_equal(stratified_holdout(labels, 0.2, seed=4)[1], held)
+
+
+def test_selection_never_sees_test_data():
+    """Shuffled test labels and replaced test features change neither the chosen hyper-parameters nor the
+    held-out scores; selection itself is a function of the train features only."""
+    train, test = _split(seed=2, noise=1.5)  # noisy: the grid points score differently
+    config = from_dict(LinearProbeConfig, SMALL_GRID)
+    first = linear_probe(train, test, 5, config)
+    rng = np.random.default_rng(0)
+    shuffled = VideoFeatures(rng.normal(size=test.features.shape).astype(np.float32), rng.permutation(test.labels),
+                             test.keys)
+    second = linear_probe(train, shuffled, 5, config)
+    assert first.selected == second.selected
+    assert first.grid == second.grid
+    assert (first.selected, first.grid) == select_hyperparameters(train.features, train.labels, 5, config)
+    assert len({g["val_top1"] for g in first.grid}) > 1
+
+
+def test_deterministic_given_seed():
+    train, test = _split(seed=5, noise=1.0)
+    config = from_dict(LinearProbeConfig, SMALL_GRID)
+    a, b = linear_probe(train, test, 5, config), linear_probe(train, test, 5, config)
+    np.testing.assert_array_equal(a.probabilities, b.probabilities)
+    other = linear_probe(train, test, 5, from_dict(LinearProbeConfig, {**SMALL_GRID, "seed": 1}))
+    assert not np.array_equal(a.probabilities, other.probabilities)
+
+
+def test_config_validation():
+    with pytest.raises(ConfigError, match="val_fraction"):
+        from_dict(LinearProbeConfig, {"val_fraction": 1.0})
+    with pytest.raises(ConfigError, match="lrs"):
+        from_dict(LinearProbeConfig, {"lrs": []})

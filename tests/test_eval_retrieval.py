@@ -1,0 +1,131 @@
+"""Retrieval R@k against a brute-force loop computation; chunking, ties and two-stream fusion."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from coclr.errors import DataError
+from coclr.eval.retrieval import recall_at_k, retrieve, topk_neighbours
+
+
+def brute_force(queries, query_labels, galleries, gallery_labels, ks):
+    """Loops in float64: centre each view by its gallery mean, L2-normalise, average the views' cosine
+    similarities; rank by (similarity descending, gallery index ascending)."""
+    views = []
+    for q, g in zip(queries, galleries):
+        q, g = np.asarray(q, np.float64), np.asarray(g, np.float64)
+        mean = g.mean(axis=0)
+        unit = lambda rows: [(r - mean) / max(np.sqrt(((r - mean) ** 2).sum()), 1e-12) for r in rows]  # noqa: E731
+        views.append((unit(q), unit(g)))
+    neighbours, recall = [], {k: 0 for k in ks}
+    for i in range(len(queries[0])):
+        sims = [sum(float(np.dot(q[i], g[j])) for q, g in views) / len(views) for j in range(len(galleries[0]))]
+        order = sorted(range(len(sims)), key=lambda j: (-sims[j], j))
+        neighbours.append(order[: max(ks)])
+        for k in ks:
+            recall[k] += any(gallery_labels[j] == query_labels[i] for j in order[:k])
+    return {k: v / len(queries[0]) for k, v in recall.items()}, np.array(neighbours)
+
+
+def _data(seed=0, num_query=40, num_gallery=300, dim=16, classes=7):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(classes, dim)) + 3.0  # an offset: centring matters
+    gallery_labels = rng.integers(0, classes, num_gallery)
+    query_labels = rng.integers(0, classes, num_query)
+    gallery = (centres[gallery_labels] + 1.5 * rng.normal(size=(num_gallery, dim))).astype(np.float32)
+    query = (centres[query_labels] + 1.5 * rng.normal(size=(num_query, dim))).astype(np.float32)
+    return query, query_labels, gallery, gallery_labels
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_recall_equals_brute_force(dtype):
+    query, query_labels, gallery, gallery_labels = _data()
+    ks = (1, 5, 10, 20)
+    expected, expected_neighbours = brute_force([query], query_labels, [gallery], gallery_labels, ks)
+    result = retrieve(query, query_labels, gallery, gallery_labels, ks, query_chunk=9, gallery_chunk=64, dtype=dtype)
+    assert result.recall == expected
+    np.testing.assert_array_equal(result.topk_indices, expected_neighbours)
+    assert 0 < expected[1] < expected[20] <= 1  # a non-trivial case
+
+
+def test_gallery_mean_centring_not_per_set():
+    """Shifting only the queries changes per-set centring's answer but must change ours (test statistics
+    are not used); shifting both sets by the same vector must not change anything."""
+    query, query_labels, gallery, gallery_labels = _data(seed=1)
+    base = retrieve(query, query_labels, gallery, gallery_labels)
+    shift = np.full(query.shape[1], 5.0, dtype=np.float32)
+    both = retrieve(query + shift, query_labels, gallery + shift, gallery_labels)
+    np.testing.assert_array_equal(both.topk_indices, base.topk_indices)
+    only_queries = retrieve(query + shift, query_labels, gallery, gallery_labels)
+    expected, neighbours = brute_force([query + shift], query_labels, [gallery], gallery_labels, (1, 5, 10, 20))
+    assert only_queries.recall == expected
+    np.testing.assert_array_equal(only_queries.topk_indices, neighbours)
+    assert not np.array_equal(only_queries.topk_indices, base.topk_indices)
+
+
+@pytest.mark.parametrize("chunks", [(1, 1), (3, 7), (40, 299), (1000, 100000)])
+def test_chunked_equals_unchunked(chunks):
+    query, query_labels, gallery, gallery_labels = _data(seed=2)
+    whole = retrieve(query, query_labels, gallery, gallery_labels, query_chunk=10**6, gallery_chunk=10**6)
+    part = retrieve(query, query_labels, gallery, gallery_labels, query_chunk=chunks[0], gallery_chunk=chunks[1])
+    assert part.recall == whole.recall
+    np.testing.assert_array_equal(part.topk_indices, whole.topk_indices)
+    # BLAS may round the last bit differently for other block shapes: scores agree to float precision.
+    np.testing.assert_allclose(part.topk_scores, whole.topk_scores, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("gallery_chunk", [4, 13, 10**6])
+def test_ties_rank_lower_gallery_index_first(gallery_chunk):
+    """Duplicated gallery rows tie exactly; the lower index ranks first, across chunk boundaries, and also
+    when the tie straddles the k-th place (more equal scores than k)."""
+    rng = np.random.default_rng(3)
+    gallery = rng.normal(size=(60, 8)).astype(np.float32)
+    duplicates = [5, 17, 18, 40, 59]
+    gallery[duplicates] = gallery[30]
+    many = list(range(41, 58))  # 17 more copies of row 2: a tie wider than k = 10 on its own
+    gallery[many] = gallery[2]
+    gallery_labels = np.arange(60) % 4
+    query = np.stack([gallery[30], gallery[2], gallery[30] + 0.01]).astype(np.float32)
+    query_labels = np.array([1, 2, 3])
+    result = retrieve(query, query_labels, gallery, gallery_labels, (1, 5, 10), gallery_chunk=gallery_chunk)
+    assert result.topk_indices[0, :6].tolist() == sorted([30, *duplicates])
+    assert result.topk_indices[1, :10].tolist() == sorted([2, *many])[:10]
+    expected, neighbours = brute_force([query], query_labels, [gallery], gallery_labels, (1, 5, 10))
+    np.testing.assert_array_equal(result.topk_indices, neighbours)
+    assert result.recall == expected
+
+
+def test_two_stream_averages_similarities():
+    query_a, query_labels, gallery_a, gallery_labels = _data(seed=4)
+    rng = np.random.default_rng(5)
+    query_b = (query_a[:, ::-1] + rng.normal(size=query_a.shape)).astype(np.float32)
+    gallery_b = (gallery_a[:, ::-1] + rng.normal(size=gallery_a.shape)).astype(np.float32) * 10  # other scale
+    ks = (1, 5, 10, 20)
+    expected, neighbours = brute_force([query_a, query_b], query_labels, [gallery_a, gallery_b], gallery_labels, ks)
+    fused = retrieve([query_a, query_b], query_labels, [gallery_a, gallery_b], gallery_labels, ks,
+                     query_chunk=7, gallery_chunk=50)
+    assert fused.recall == expected
+    np.testing.assert_array_equal(fused.topk_indices, neighbours)
+    single = retrieve(query_a, query_labels, gallery_a, gallery_labels, ks)
+    assert not np.array_equal(single.topk_indices, fused.topk_indices)
+
+
+def test_recall_definition_any_of_k():
+    topk = np.array([[3, 1, 2], [0, 1, 2]])
+    gallery_labels = np.array([0, 1, 1, 2])
+    assert recall_at_k(topk, np.array([1, 2]), gallery_labels, (1, 2, 3)) == {1: 0.0, 2: 0.5, 3: 0.5}
+
+
+def test_k_capped_at_gallery_size_and_bad_features():
+    query, query_labels, gallery, gallery_labels = _data(seed=6, num_gallery=5)
+    result = retrieve(query, query_labels, gallery, gallery_labels, (1, 20))
+    assert result.topk_indices.shape == (len(query), 5)
+    assert result.recall[20] == float(np.isin(query_labels, gallery_labels).mean())
+    bad = gallery.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(DataError, match="NaN"):
+        topk_neighbours(query, bad, 3)
+    with pytest.raises(DataError, match="expected"):
+        topk_neighbours([query, query], [gallery, gallery[:3]], 3)

@@ -1,0 +1,229 @@
+"""Dataset indexes: official split files of UCF101, HMDB51 and Kinetics-400 (made-up trees named like the
+real ones), folders, CSV manifests, JSON round trip and missing-video reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from coclr.data.indexes import (
+    VideoEntry,
+    VideoIndex,
+    check_videos_exist,
+    csv_index,
+    folder_index,
+    hmdb51_index,
+    kinetics_index,
+    missing_videos,
+    ucf101_index,
+)
+from coclr.errors import DataError
+
+
+def touch(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- UCF101
+
+def make_ucf101_lists(folder: Path) -> None:
+    """A three-class UCF101 split 1 with the official files' form (Windows line endings included)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "classInd.txt").write_bytes(b"1 ApplyEyeMakeup\r\n2 BaseballPitch\r\n3 HandstandPushups\r\n")
+    (folder / "trainlist01.txt").write_bytes(
+        b"ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi 1\r\n"
+        b"ApplyEyeMakeup/v_ApplyEyeMakeup_g09_c02.avi 1\r\n"
+        b"BaseballPitch/v_BaseballPitch_g10_c03.avi 2\r\n"
+        b"HandstandPushups/v_HandStandPushups_g08_c01.avi 3\r\n")
+    (folder / "testlist01.txt").write_bytes(
+        b"ApplyEyeMakeup/v_ApplyEyeMakeup_g01_c01.avi\r\n"
+        b"BaseballPitch/v_BaseballPitch_g02_c04.avi\r\n"
+        b"HandstandPushups/v_HandStandPushups_g07_c02.avi\r\n")
+
+
+def test_ucf101_split_files(tmp_path):
+    make_ucf101_lists(tmp_path / "ucfTrainTestlist")
+    index = ucf101_index(tmp_path / "ucfTrainTestlist", split=1)
+    assert index.name == "ucf101_split1"
+    assert index.classes == ["ApplyEyeMakeup", "BaseballPitch", "HandstandPushups"]
+    assert index.split_counts() == {"train": 4, "test": 3}
+    assert index.entries[0] == VideoEntry("ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi", 0, "train", "g08")
+    assert index.entries[3] == VideoEntry("HandstandPushups/v_HandStandPushups_g08_c01.avi", 2, "train", "g08")
+    test = index.split("test")
+    assert [(e.label, e.group) for e in test.entries] == [(0, "g01"), (1, "g02"), (2, "g07")]
+    train_groups = {e.group for e in index.split("train").entries}
+    assert train_groups.isdisjoint({e.group for e in test.entries})
+
+
+def test_ucf101_label_that_contradicts_the_folder_is_reported(tmp_path):
+    make_ucf101_lists(tmp_path)
+    (tmp_path / "trainlist01.txt").write_text("BaseballPitch/v_BaseballPitch_g10_c03.avi 1\n")
+    with pytest.raises(DataError, match="trainlist01.txt:1"):
+        ucf101_index(tmp_path)
+
+
+def test_ucf101_missing_split_file_is_named(tmp_path):
+    make_ucf101_lists(tmp_path)
+    with pytest.raises(DataError, match="trainlist02.txt"):
+        ucf101_index(tmp_path, split=2)
+
+
+# ---------------------------------------------------------------------------------------------- HMDB51
+
+def test_hmdb51_split_files(tmp_path):
+    (tmp_path / "brush_hair_test_split1.txt").write_text(
+        "April_09_brush_hair_u_nm_np1_ba_goo_0.avi 1 \nApril_09_brush_hair_u_nm_np1_ba_goo_1.avi 2 \n"
+        "Aussie_Brush_Hair_brush_hair_h_cm_np1_le_goo_0.avi 0 \n")
+    (tmp_path / "cartwheel_test_split1.txt").write_text("Acrobacias_cartwheel_f_cm_np1_le_med_0.avi 2 \n")
+    (tmp_path / "cartwheel_test_split2.txt").write_text("Acrobacias_cartwheel_f_cm_np1_le_med_0.avi 1 \n")
+    index = hmdb51_index(tmp_path, split=1)
+    assert index.classes == ["brush_hair", "cartwheel"]
+    assert [(e.path, e.label, e.split) for e in index.entries] == [
+        ("brush_hair/April_09_brush_hair_u_nm_np1_ba_goo_0.avi", 0, "train"),
+        ("brush_hair/April_09_brush_hair_u_nm_np1_ba_goo_1.avi", 0, "test"),
+        ("cartwheel/Acrobacias_cartwheel_f_cm_np1_le_med_0.avi", 1, "test"),
+    ]
+    assert hmdb51_index(tmp_path, split=2).entries[0].split == "train"
+
+
+def test_hmdb51_bad_flag_names_file_and_line(tmp_path):
+    (tmp_path / "climb_test_split1.txt").write_text("a.avi 1\nb.avi 7\n")
+    with pytest.raises(DataError, match="climb_test_split1.txt:2"):
+        hmdb51_index(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------ Kinetics-400
+
+def test_kinetics_csv_and_the_usual_layouts(tmp_path):
+    csv_file = tmp_path / "train.csv"
+    csv_file.write_text(
+        "label,youtube_id,time_start,time_end,split\n"
+        "abseiling,--33Lscn6sk,4,14,train\n"
+        "arm wrestling,0F7D3q5cHGw,20,30,train\n"
+        "cleaning pool,-ohS3FB3Spc,50,60,validate\n"
+        "abseiling,zzzmissing1,0,10,train\n")
+    root = tmp_path / "k400"
+    touch(root / "train" / "abseiling" / "--33Lscn6sk_000004_000014.mp4")
+    touch(root / "arm_wrestling" / "0F7D3q5cHGw_000020_000030.mp4")
+    touch(root / "-ohS3FB3Spc_000050_000060.mp4")
+    index = kinetics_index(csv_file, root)
+    assert index.classes == ["abseiling", "arm wrestling", "cleaning pool"]
+    assert [(e.path, e.label, e.split, e.group) for e in index.entries] == [
+        ("train/abseiling/--33Lscn6sk_000004_000014.mp4", 0, "train", "--33Lscn6sk"),
+        ("arm_wrestling/0F7D3q5cHGw_000020_000030.mp4", 1, "train", "0F7D3q5cHGw"),
+        ("-ohS3FB3Spc_000050_000060.mp4", 2, "val", "-ohS3FB3Spc"),
+        ("train/abseiling/zzzmissing1_000000_000010.mp4", 0, "train", "zzzmissing1"),
+    ]
+    assert missing_videos(index, root) == ["train/abseiling/zzzmissing1_000000_000010.mp4"]
+
+
+def test_kinetics_csv_without_the_columns_is_rejected(tmp_path):
+    (tmp_path / "bad.csv").write_text("label,youtube_id\nabseiling,x\n")
+    with pytest.raises(DataError, match="bad.csv"):
+        kinetics_index(tmp_path / "bad.csv", tmp_path)
+
+
+# ---------------------------------------------------------------------------------------- folder and CSV
+
+def test_folder_index(tmp_path):
+    for path in ("walk/b.mp4", "walk/a.avi", "run/x.mkv", "run/notes.txt"):
+        touch(tmp_path / "videos" / path)
+    index = folder_index(tmp_path / "videos")
+    assert index.classes == ["run", "walk"]
+    assert [(e.path, e.label, e.split) for e in index.entries] == [
+        ("run/x.mkv", 0, "train"), ("walk/a.avi", 1, "train"), ("walk/b.mp4", 1, "train")]
+
+
+def test_folder_index_with_split_folders(tmp_path):
+    for path in ("train/walk/a.avi", "train/run/b.avi", "test/walk/c.avi", "val/jump/d.avi"):
+        touch(tmp_path / path)
+    index = folder_index(tmp_path)
+    assert index.classes == ["jump", "run", "walk"]
+    assert sorted((e.path, e.label, e.split) for e in index.entries) == [
+        ("test/walk/c.avi", 2, "test"), ("train/run/b.avi", 1, "train"), ("train/walk/a.avi", 2, "train"),
+        ("val/jump/d.avi", 0, "val")]
+
+
+def test_folder_without_videos_is_an_error(tmp_path):
+    touch(tmp_path / "walk" / "readme.txt")
+    with pytest.raises(DataError, match=str(tmp_path)):
+        folder_index(tmp_path)
+
+
+def test_csv_manifest_with_class_names_and_header(tmp_path):
+    manifest = tmp_path / "list.csv"
+    manifest.write_text("path,label,split\nclips/a.mp4,walk,train\nclips/b.mp4,run,test\nclips/c.mp4,walk,val\n")
+    index = csv_index(manifest)
+    assert index.name == "list"
+    assert index.classes == ["run", "walk"]
+    assert [(e.path, e.label, e.split) for e in index.entries] == [
+        ("clips/a.mp4", 1, "train"), ("clips/b.mp4", 0, "test"), ("clips/c.mp4", 1, "val")]
+
+
+def test_csv_manifest_with_integer_labels_and_no_header(tmp_path):
+    manifest = tmp_path / "list.csv"
+    manifest.write_text("a.mp4,2\nb.mp4,0\n")
+    index = csv_index(manifest)
+    assert index.classes == ["0", "1", "2"]
+    assert [(e.label, e.split) for e in index.entries] == [(2, "train"), (0, "train")]
+
+
+def test_csv_manifest_bad_split_names_the_line(tmp_path):
+    manifest = tmp_path / "list.csv"
+    manifest.write_text("a.mp4,0,train\nb.mp4,0,holdout\n")
+    with pytest.raises(DataError, match="list.csv:2"):
+        csv_index(manifest)
+
+
+# ------------------------------------------------------------------------------------ index and checking
+
+def test_json_round_trip_is_atomic_and_lossless(tmp_path):
+    index = VideoIndex("demo", ["a", "b"], [VideoEntry("a/1.avi", 0, "train", "g01"), VideoEntry("b/2.avi", 1, "test")])
+    index.save(tmp_path / "out" / "index.json")
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["index.json"]
+    assert VideoIndex.load(tmp_path / "out" / "index.json") == index
+    assert json.loads((tmp_path / "out" / "index.json").read_text())["entries"][0]["group"] == "g01"
+
+
+def test_loading_a_non_index_names_the_file(tmp_path):
+    (tmp_path / "x.json").write_text('{"hello": 1}')
+    with pytest.raises(DataError, match="x.json"):
+        VideoIndex.load(tmp_path / "x.json")
+
+
+def test_invalid_entries_are_rejected():
+    with pytest.raises(DataError, match="listed twice"):
+        VideoIndex("d", ["a"], [VideoEntry("a/1.avi", 0, "train"), VideoEntry("a/1.avi", 0, "test")])
+    with pytest.raises(DataError, match="label 3"):
+        VideoIndex("d", ["a"], [VideoEntry("a/1.avi", 3, "train")])
+    with pytest.raises(DataError, match="relative"):
+        VideoIndex("d", ["a"], [VideoEntry("../1.avi", 0, "train")])
+
+
+def test_missing_videos_are_reported_together(tmp_path):
+    entries = [VideoEntry(f"c/v{i:02d}.avi", 0, "train") for i in range(45)]
+    index = VideoIndex("demo", ["c"], entries)
+    for i in range(0, 45, 3):
+        touch(tmp_path / f"c/v{i:02d}.avi")
+    expected_missing = [f"c/v{i:02d}.avi" for i in range(45) if i % 3]
+    assert missing_videos(index, tmp_path) == expected_missing
+    with pytest.raises(DataError) as error:
+        check_videos_exist(index, tmp_path)
+    message = str(error.value)
+    assert "30 of the 45 videos" in message and str(tmp_path) in message
+    assert all(path in message for path in expected_missing[:20])  # the first 20 are named
+    assert expected_missing[20] not in message and "and 10 more" in message
+    check_videos_exist(index.without(expected_missing), tmp_path)
+
+
+def test_counts(tmp_path):
+    index = VideoIndex("d", ["a", "b", "c"], [VideoEntry("1", 0, "train"), VideoEntry("2", 2, "train"),
+                                             VideoEntry("3", 2, "test")])
+    assert index.split_counts() == {"train": 2, "test": 1}
+    assert index.class_counts() == [1, 0, 2]
+    assert index.class_counts("train") == [1, 0, 1]
+    assert len(index.split("test")) == 1 and index.split("test").classes == ["a", "b", "c"]

@@ -1,0 +1,77 @@
+"""The whole CoCLR schedule in one run folder: stages, manifest, initialisation chain, re-run continues."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from coclr.config import load_config
+from coclr.models.loading import load_encoder
+from coclr.train.config import PipelineConfig
+from coclr.train.pipeline import plan_stages, run_pipeline
+from conftest import make_random_store
+from test_train import TINY
+
+
+def pipeline_config(store: Path, out: Path, *overrides: str) -> PipelineConfig:
+    return load_config(PipelineConfig, None, [f"data.store={store}", f"run.out={out}", *TINY,
+                                              "pipeline.infonce_epochs=1", "pipeline.cycle_epochs=1",
+                                              "pipeline.cycles=1", *overrides])
+
+
+def test_stage_plan_follows_the_paper() -> None:
+    config = load_config(PipelineConfig, None, ["data.store=s", "run.out=o", "pipeline.cycles=2"])
+    stages = plan_stages(config)
+    assert [s.name for s in stages] == ["infonce_rgb", "infonce_flow", "cycle1_rgb", "cycle1_flow",
+                                        "cycle2_rgb", "cycle2_flow"]
+    cycle2_flow = stages[-1]
+    assert cycle2_flow.init_from == {"flow": "cycle1_flow"} and cycle2_flow.sampler_from == "cycle2_rgb"
+    assert stages[2].init_from == {"rgb": "infonce_rgb"} and stages[2].sampler_from == "infonce_flow"
+    sim = plan_stages(load_config(PipelineConfig, None, ["data.store=s", "run.out=o", "pipeline.mode=sim"]))
+    assert [s.name for s in sim] == ["infonce_rgb", "infonce_flow", "cycle1_sim", "cycle2_sim"]
+    assert sim[2].trains == ["rgb", "flow"] and sim[2].epochs == 200
+
+
+@pytest.mark.parametrize("mode", ["alternate", "sim"])
+def test_pipeline_end_to_end_and_rerun(tmp_path: Path, mode: str) -> None:
+    store = make_random_store(tmp_path / "store")
+    run_dir = run_pipeline(pipeline_config(store, tmp_path / "run", f"pipeline.mode={mode}"))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    expected = (["infonce_rgb", "infonce_flow", "cycle1_rgb", "cycle1_flow"] if mode == "alternate"
+                else ["infonce_rgb", "infonce_flow", "cycle1_sim"])
+    assert [s["name"] for s in manifest["stages"]] == expected
+    assert all(s["status"] == "done" for s in manifest["stages"])
+    for stage in manifest["stages"]:
+        backbone, head = load_encoder(run_dir / stage["checkpoint"])
+        assert head is not None
+        for view, path in stage["encoders"].items():
+            load_encoder(run_dir / path)
+    # Each co-training stage starts from its view's previous stage and mines with the other view's latest.
+    last = manifest["stages"][-1]
+    config = torch.load(run_dir / last["checkpoint"], weights_only=True)["config"]
+    if mode == "alternate":
+        assert config["method"]["name"] == "coclr" and config["data"]["view"] == "flow"
+        assert config["method"]["sampler_checkpoint"].endswith("cycle1_rgb/encoder_rgb.pth")
+        assert config["method"]["init_checkpoint"].endswith("infonce_flow/encoder_flow.pth")
+    else:
+        assert config["method"]["simultaneous"] and config["method"]["second_init_checkpoint"]
+    # Running the same command again finds every stage done and trains nothing.
+    stamp = (run_dir / last["checkpoint"]).stat().st_mtime_ns
+    run_pipeline(pipeline_config(store, tmp_path / "run", f"pipeline.mode={mode}"))
+    assert (run_dir / last["checkpoint"]).stat().st_mtime_ns == stamp
+
+
+def test_pipeline_continues_an_unfinished_stage(tmp_path: Path) -> None:
+    store = make_random_store(tmp_path / "store")
+    config = pipeline_config(store, tmp_path / "run", "run.max_steps=2")
+    run_pipeline(config)  # stops inside the first stage
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["stages"][0]["status"] == "running"
+    run_pipeline(pipeline_config(store, tmp_path / "run"))
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert all(s["status"] == "done" for s in manifest["stages"])
+    log = (tmp_path / "run" / "infonce_rgb" / "log.jsonl").read_text().splitlines()
+    assert json.loads(log[0])["step"] == 1 and json.loads(log[-1])["step"] >= 3

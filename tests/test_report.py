@@ -1,0 +1,180 @@
+"""``coclr report``: Table 1 layout, the R@1-per-stage plot, the self-contained retrieval gallery."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+
+import numpy as np
+import pytest
+
+from test_eval_helpers import make_tiny_store, save_tiny_encoder
+
+from coclr.cli import main
+from coclr.errors import DataError
+from coclr.eval.gallery import HIT_COLOUR, MISS_COLOUR, choose_queries
+from coclr.eval.report import build_table, load_record, markdown_table, plot_stage_recall, stage_encoders
+
+
+def _record(task, results, streams, name=None, store="", neighbours=None):
+    record = {"task": task, "results": results, "store": store, "dataset": "tiny",
+              "streams": [{"checkpoint": f"/ckpt/{sha}.pt", "checkpoint_sha256": sha, "view": view,
+                           "meta": {"method": method}} for sha, view, method in streams]}
+    if name:
+        record["name"] = name
+    if neighbours:
+        record["neighbours"] = neighbours
+    return record
+
+
+def test_table_in_the_layout_of_table_1(tmp_path):
+    records = [
+        _record("retrieval", {"R@1": 33.1}, [("a", "rgb", "infonce")]),
+        _record("linear", {"top1": 46.8}, [("a", "rgb", "infonce")]),
+        _record("linear", {"top1": 78.0}, [("b", "rgb", "ubernce")]),
+        _record("finetune", {"top1": 87.34}, [("c", "rgb", "coclr"), ("d", "flow", "coclr")]),
+    ]
+    rows = build_table(records)
+    assert [(r["Method"], r["Input"], r["Labels"]) for r in rows] == [
+        ("InfoNCE", "RGB", "✗"), ("UberNCE", "RGB", "✓"), ("CoCLR", "R+F", "✗")]
+    text = markdown_table(rows)
+    lines = text.strip().splitlines()
+    assert lines[0] == "| Method | Input | Labels | Linear probe | Finetune | R@1 |"
+    assert lines[2] == "| InfoNCE | RGB | ✗ | 46.8 | - | 33.1 |"
+    assert lines[3] == "| UberNCE | RGB | ✓ | 78.0 | - | - |"
+    assert lines[4] == "| CoCLR | R+F | ✗ | - | 87.3 | - |"
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(records[0]))
+    assert load_record(path)["source"] == str(path)
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(DataError, match="bad.json"):
+        load_record(tmp_path / "bad.json")
+
+
+def _colour_pixels(png_path, rgb, tolerance=40):
+    from PIL import Image
+
+    image = np.asarray(Image.open(png_path).convert("RGB")).astype(int)
+    return int((np.abs(image - np.array(rgb)).max(axis=2) <= tolerance).sum())
+
+
+def test_stage_plot(tmp_path):
+    path = plot_stage_recall(["init", "cycle1_rgb", "cycle1_flow"], {"rgb": [30.0, 45.0, 45.0],
+                             "flow": [40.0, 40.0, 50.0]}, [["rgb", "flow"], ["rgb"], ["flow"]], tmp_path / "p.png")
+    assert path.stat().st_size > 10_000
+    assert _colour_pixels(path, (0x1F, 0x77, 0xB4), 10) > 200  # RGB line
+    assert _colour_pixels(path, (0xFF, 0x7F, 0x0E), 10) > 200  # flow line
+
+
+def test_stage_encoders_follow_the_manifest(tmp_path):
+    stages = [("infonce_rgb", "infonce", "rgb", None, 0), ("infonce_flow", "infonce", "flow", None, 0),
+              ("cycle1_rgb", "coclr", "rgb", "flow", 1), ("cycle1_flow", "coclr", "flow", "rgb", 1),
+              ("cycle2_rgb", "coclr", "rgb", "flow", 2)]
+    manifest = {"stages": [{"name": n, "method": m, "view": v, "trains": v, "frozen": f, "cycle": c,
+                            "checkpoint": f"{n}/last.pt", "encoders": {v: f"{n}/{v}.pt"},
+                            "status": "done" if n != "cycle2_rgb" else "running"} for n, m, v, f, c in stages]}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    points = stage_encoders(tmp_path)
+    assert [p["name"] for p in points] == ["init", "cycle1_rgb", "cycle1_flow"]
+    assert [p["trains"] for p in points] == [["rgb", "flow"], ["rgb"], ["flow"]]
+    assert points[1]["encoders"] == {"rgb": tmp_path / "cycle1_rgb/rgb.pt", "flow": tmp_path / "infonce_flow/flow.pt"}
+    assert points[2]["producers"]["rgb"] == ("cycle1_rgb", "coclr")
+    with pytest.raises(DataError, match="manifest.json"):
+        stage_encoders(tmp_path / "elsewhere")
+
+
+@pytest.fixture(scope="module")
+def gallery_inputs(tmp_path_factory):
+    from coclr.data.store import ClipStore
+
+    root = tmp_path_factory.mktemp("gallery")
+    store = ClipStore(make_tiny_store(root / "store", train_per_class=2, test_per_class=1, frames=8))
+    train = [e for e in store.index.entries if e.split == "train"]
+    test = [e for e in store.index.entries if e.split == "test"]
+    # Train labels are 0 0 1 1 2 2: query 0 (red) finds red, red, green; query 1 (green) green, green, red;
+    # query 2 (blue) blue, blue, red: six hits and three misses.
+    topk = [[0, 1, 2], [2, 3, 0], [4, 5, 1]]
+    neighbours = {"query_keys": [e.path for e in test], "query_labels": [e.label for e in test],
+                  "gallery_keys": [e.path for e in train], "gallery_labels": [e.label for e in train],
+                  "classes": store.index.classes, "topk_indices": topk}
+    record = _record("retrieval", {"R@1": 100.0}, [("a", "rgb", "coclr")], store=str(store.root),
+                     neighbours=neighbours)
+    path = root / "retrieval.json"
+    path.write_text(json.dumps(record))
+    return store, path, root
+
+
+def test_report_from_results_writes_table_and_gallery(gallery_inputs, tmp_path):
+    from PIL import Image
+
+    store, result, _ = gallery_inputs
+    assert main(["report", "--results", str(result), "--out", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep" / "table.md").read_text().splitlines()[2] == "| CoCLR | RGB | ✗ | - | - | 100.0 |"
+    assert json.loads((tmp_path / "rep" / "table.json").read_text())["rows"][0]["R@1"] == 100.0
+    page = (tmp_path / "rep" / "gallery.html").read_text()
+    assert not re.search(r"https?://", page) and "<script" not in page
+    images = re.findall(r'src="data:image/gif;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == 12  # 3 queries x (query + top 3)
+    gif = Image.open(io.BytesIO(base64.b64decode(images[0])))
+    assert gif.format == "GIF" and gif.n_frames == 8 and gif.size[1] == 64
+    assert page.count(f"border-color:{MISS_COLOUR}") == 3 and page.count(f"border-color:{HIT_COLOUR}") == 6
+    for name in store.index.classes:
+        assert name in page
+
+
+def test_choose_queries_spreads_over_classes():
+    assert choose_queries([0, 0, 1, 1, 2, 3, 3], 3) == [0, 4, 5]
+    assert choose_queries([2, 2, 0], 10) == [2, 0]
+
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def test_gallery_renders_in_headless_chromium(gallery_inputs, tmp_path):
+    """The screenshot shows the thumbnails: each class colour, and the hit and miss borders."""
+    import shutil
+    import subprocess
+
+    from test_eval_helpers import CLASS_COLOURS
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed")
+    store, result, _ = gallery_inputs
+    assert main(["report", "--results", str(result), "--out", str(tmp_path / "rep")]) == 0
+    shot = tmp_path / "shot.png"
+    subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
+                    "--window-size=800,600", (tmp_path / "rep" / "gallery.html").as_uri()],
+                   check=True, capture_output=True, timeout=60)
+    for colour in CLASS_COLOURS:  # each thumbnail is ~100x96 px of its class colour
+        assert _colour_pixels(shot, colour, 45) > 3000, colour
+    for border in (HIT_COLOUR, MISS_COLOUR):
+        rgb = tuple(int(border[i : i + 2], 16) for i in (1, 3, 5))
+        assert _colour_pixels(shot, rgb, 12) > 300, border
+
+
+@pytest.mark.slow
+def test_report_run_end_to_end(tmp_path):
+    """``coclr report --run``: retrieval after every stage of a (fake) pipeline run, plot, table, gallery."""
+    make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8, views=("rgb", "flow"))
+    stages = [("infonce_rgb", "infonce", "rgb", None, 0), ("infonce_flow", "infonce", "flow", None, 0),
+              ("cycle1_rgb", "coclr", "rgb", "flow", 1), ("cycle1_flow", "coclr", "flow", "rgb", 1)]
+    for seed, (name, method, view, _, _) in enumerate(stages):
+        save_tiny_encoder(tmp_path / "run" / name / f"{view}.pt", seed=seed, meta={"method": method, "view": view})
+    manifest = {"stages": [{"name": n, "method": m, "view": v, "trains": v, "frozen": f, "cycle": c,
+                            "checkpoint": f"{n}/last.pt", "encoders": {v: f"{n}/{v}.pt"}, "status": "done"}
+                           for n, m, v, f, c in stages]}
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "report"
+    assert main(["report", "--run", str(tmp_path / "run"), "--store", str(tmp_path / "store"), "--out", str(out),
+                 "--length", "8", "--size", "32", "--quiet"]) == 0
+    table = (out / "table.md").read_text().splitlines()
+    assert [line.split(" | ")[0] for line in table[2:]] == [
+        "| InfoNCE (infonce_rgb)", "| InfoNCE (infonce_flow)", "| CoCLR (cycle1_rgb)", "| CoCLR (cycle1_flow)"]
+    assert sorted(p.name for p in (out / "results").iterdir()) == [
+        "cycle1_flow_flow.json", "cycle1_rgb_rgb.json", "infonce_flow_flow.json", "infonce_rgb_rgb.json"]
+    assert (out / "stage_recall.png").stat().st_size > 10_000
+    assert "CoCLR (cycle1_rgb)" in (out / "gallery.html").read_text()

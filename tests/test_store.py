@@ -1,0 +1,331 @@
+"""The clip store: JPEG frames packed per video, atomic resumable parallel jobs, verification, the CLI."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from coclr.cli import main
+from coclr.data.indexes import VideoEntry, VideoIndex
+from coclr.data.store import (
+    ClipStore,
+    build_store,
+    create_store,
+    decode_jpeg,
+    encode_jpeg,
+    entry_path,
+    run_entry_jobs,
+    write_entry,
+)
+from coclr.data.video import decode_video
+from coclr.errors import DataError
+from test_video import write_video
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_dataset(root: Path, count: int, frames: int = 12, size: tuple[int, int] = (36, 48),
+                 seed: int = 0) -> VideoIndex:
+    """``count`` small lossy videos (.avi, MPEG-4) in two classes, with their index."""
+    rng = np.random.default_rng(seed)
+    entries = []
+    y, x = np.mgrid[0: size[0], 0: size[1]]
+    for i in range(count):
+        label = i % 2
+        base = rng.integers(0, 200, 3)
+        video = np.stack([np.stack([(x * (3 + label) + 4 * t + base[0]) % 256, (y * 5 + base[1]) % 256,
+                                    np.full_like(x, base[2] + t)], -1) for t in range(frames)]).astype(np.uint8)
+        path = f"class{label}/video{i:03d}.avi"
+        (root / f"class{label}").mkdir(parents=True, exist_ok=True)
+        write_video(root / path, video, fps=15, codec="mpeg4")
+        entries.append(VideoEntry(path, label, "train" if i % 4 else "test"))
+    return VideoIndex("toy", ["class0", "class1"], entries)
+
+
+def reference_jpeg_round_trip(frame: np.ndarray, quality: int) -> np.ndarray:
+    """What a stored frame must decode to: OpenCV's JPEG of the RGB frame, decoded by OpenCV."""
+    ok, data = cv2.imencode(".jpg", frame[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, quality])
+    assert ok
+    return cv2.imdecode(data, cv2.IMREAD_COLOR)[..., ::-1]
+
+
+def test_jpeg_round_trip_keeps_channel_order():
+    frame = np.zeros((16, 24, 3), np.uint8)
+    frame[..., 0] = 250  # pure red in RGB
+    decoded = decode_jpeg(encode_jpeg(frame, 95))
+    assert decoded.shape == (16, 24, 3)
+    assert decoded[..., 0].min() > 240 and decoded[..., 1:].max() < 10
+    noise = np.random.default_rng(0).integers(0, 256, (20, 20, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(decode_jpeg(encode_jpeg(noise, 70)), reference_jpeg_round_trip(noise, 70))
+    with pytest.raises(ValueError):
+        decode_jpeg(b"not a jpeg")
+
+
+def test_store_round_trip_equals_jpeg_of_the_source_frames(tmp_path):
+    index = make_dataset(tmp_path / "videos", 3)
+    summary = build_store(index, tmp_path / "videos", tmp_path / "store", short_side=24, quality=80, workers=1)
+    assert (summary.done, summary.skipped, summary.failed, summary.frames) == (3, 0, [], 36)
+    store = ClipStore(tmp_path / "store")
+    assert store.keys() == [e.path for e in index.entries]
+    assert store.index == index
+    assert store.meta == {"short_side": 24, "quality": 80, "fps": None}
+    assert store.views() == ["rgb"]
+    for key in store.keys():
+        source = decode_video(tmp_path / "videos" / key, short_side=24)
+        assert store.has(key, "rgb") and not store.has(key, "flow")
+        assert store.num_frames(key, "rgb") == len(source) == 12
+        assert store.frame_size(key, "rgb") == (24, 32)
+        assert store.fps(key, "rgb") == 15
+        frames = store.read(key, "rgb", range(12))
+        assert frames.dtype == np.uint8 and frames.shape == (12, 24, 32, 3)
+        for stored, original in zip(frames, source):
+            np.testing.assert_array_equal(stored, reference_jpeg_round_trip(original, 80))
+        assert store.read_encoded(key, "rgb", [3, 4]) == [encode_jpeg(source[3], 80), encode_jpeg(source[4], 80)]
+
+
+def test_reads_of_any_index_pattern_match_the_full_read(tmp_path):
+    index = VideoIndex("x", ["a"], [VideoEntry("a/v.avi", 0, "train")])
+    create_store(tmp_path, index)
+    frames = np.random.default_rng(3).integers(0, 256, (20, 8, 10, 3), dtype=np.uint8)
+    write_entry(tmp_path, "a/v.avi", "flow", [encode_jpeg(f, 90) for f in frames], fps=30.0)
+    store = ClipStore(tmp_path)
+    full = store.read("a/v.avi", "flow", np.arange(20))
+    for indices in ([5], [19, 0, 7], [2, 2, 3, 3, 3, 19], list(range(0, 20, 3)), np.array([4, 5, 6, 9], np.int32)):
+        np.testing.assert_array_equal(store.read("a/v.avi", "flow", indices), full[np.asarray(indices)])
+    assert store.read("a/v.avi", "flow", []).shape == (0, 8, 10, 3)
+    with pytest.raises(DataError, match="20 frames"):
+        store.read("a/v.avi", "flow", [20])
+    with pytest.raises(DataError, match="a/v.avi"):
+        store.read("a/v.avi", "rgb", [0])  # the view was never built
+    with pytest.raises(DataError, match="no entry"):
+        store.num_frames("b/w.avi", "flow")
+
+
+def test_failed_videos_are_counted_and_listed_and_the_run_goes_on(tmp_path):
+    index = make_dataset(tmp_path / "videos", 4)
+    bad = index.entries[1].path
+    (tmp_path / "videos" / bad).write_bytes(os.urandom(4000))
+    summary = build_store(index, tmp_path / "videos", tmp_path / "store", short_side=24, workers=2)
+    assert summary.done == 3 and summary.skipped == 0
+    assert [key for key, _ in summary.failed] == [bad]
+    assert "VideoDecodeError" in summary.failed[0][1] and bad in summary.failed[0][1]
+    assert f"failed: {bad}" in str(summary) and "frames/s" in str(summary)
+    store = ClipStore(tmp_path / "store")
+    assert [store.has(e.path, "rgb") for e in index.entries] == [True, False, True, True]
+    again = build_store(index, tmp_path / "videos", tmp_path / "store", short_side=24, workers=1)
+    assert (again.done, again.skipped, [k for k, _ in again.failed]) == (0, 3, [bad])
+
+
+def test_missing_videos_stop_the_build_before_any_work(tmp_path):
+    index = make_dataset(tmp_path / "videos", 2)
+    (tmp_path / "videos" / index.entries[0].path).unlink()
+    with pytest.raises(DataError, match=re.escape(index.entries[0].path)):
+        build_store(index, tmp_path / "videos", tmp_path / "store")
+    assert not (tmp_path / "store").exists()
+
+
+def test_create_store_is_idempotent_and_refuses_another_index(tmp_path):
+    index = VideoIndex("x", ["a"], [VideoEntry("a/1.avi", 0, "train")])
+    create_store(tmp_path, index, short_side=128)
+    create_store(tmp_path, index, short_side=128, flow_backend="tvl1")
+    assert ClipStore(tmp_path).meta == {"short_side": 128, "flow_backend": "tvl1"}
+    with pytest.raises(DataError, match="short_side=128"):
+        create_store(tmp_path, index, short_side=112)
+    other = VideoIndex("x", ["a"], [VideoEntry("a/2.avi", 0, "train")])
+    with pytest.raises(DataError, match="different index"):
+        create_store(tmp_path, other)
+    with pytest.raises(DataError, match="not a clip store"):
+        ClipStore(tmp_path / "nowhere")
+
+
+class FramesOfKey:
+    """A picklable test job: ``count`` frames whose grey value is the key's number; fails on "bad" keys."""
+
+    def __init__(self, count: int = 3) -> None:
+        self.count = count
+
+    def __call__(self, key: str) -> tuple[list[bytes], float]:
+        if "bad" in key:
+            raise ValueError(f"cannot make {key}")
+        value = int(re.sub(r"\D", "", key))
+        return [encode_jpeg(np.full((8, 8, 3), value, np.uint8), 95)] * self.count, 10.0
+
+
+class ExitOnKey(FramesOfKey):
+    """A job whose worker process dies on one key (as on a segfault or the out-of-memory killer)."""
+
+    def __call__(self, key: str) -> tuple[list[bytes], float]:
+        if key == "k/3":
+            os._exit(3)
+        return super().__call__(key)
+
+
+def test_run_entry_jobs_writes_skips_and_lists_failures(tmp_path):
+    keys = ["k/1", "k/2", "k/bad", "k/4"]
+    create_store(tmp_path, VideoIndex("x", ["k"], [VideoEntry(k, 0, "train") for k in keys]))
+    summary = run_entry_jobs(tmp_path, "synthetic", keys, FramesOfKey(), workers=1, desc="test")
+    assert (summary.done, summary.skipped, summary.frames) == (3, 0, 9)
+    assert summary.failed == [("k/bad", "ValueError: cannot make k/bad")]
+    store = ClipStore(tmp_path)
+    assert store.read("k/4", "synthetic", [0, 2])[:, 0, 0, 0].tolist() == [4, 4]
+    assert run_entry_jobs(tmp_path, "synthetic", keys[:2], FramesOfKey(), workers=1).skipped == 2
+    with pytest.raises(DataError, match="k/9"):
+        run_entry_jobs(tmp_path, "synthetic", ["k/9"], FramesOfKey(), workers=1)
+    with pytest.raises(TypeError, match="picklable"):
+        run_entry_jobs(tmp_path, "synthetic", ["k/1"], lambda key: ([], 1.0), workers=1)
+    with pytest.raises(DataError, match="view name"):
+        run_entry_jobs(tmp_path, "../up", ["k/1"], FramesOfKey(), workers=1)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_a_dying_worker_fails_only_its_entry(tmp_path, start_method):
+    if start_method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"no {start_method} on this platform")
+    keys = [f"k/{i}" for i in range(1, 7)]
+    create_store(tmp_path, VideoIndex("x", ["k"], [VideoEntry(k, 0, "train") for k in keys]))
+    summary = run_entry_jobs(tmp_path, "v", keys, ExitOnKey(), workers=2, start_method=start_method)
+    failed = [key for key, _ in summary.failed]
+    assert "k/3" in failed and all("worker process died" in message for _, message in summary.failed)
+    assert summary.done + len(failed) == 6 and summary.done >= 6 - 2 * 2  # at most the in-flight keys fail
+    store = ClipStore(tmp_path)
+    assert all(store.has(k, "v") for k in keys if k not in failed)
+    assert not store.has("k/3", "v")
+
+
+def test_write_entry_is_atomic_and_stale_partials_are_cleaned(tmp_path):
+    keys = ["a/1", "a/2"]
+    create_store(tmp_path, VideoIndex("x", ["a"], [VideoEntry(k, 0, "train") for k in keys]))
+    write_entry(tmp_path, "a/1", "rgb", [encode_jpeg(np.zeros((4, 4, 3), np.uint8), 90)], fps=25)
+    assert sorted(p.name for p in (tmp_path / "rgb" / "a").iterdir()) == ["1.frames"]
+    dead_pid = 2 ** 22 + 12345  # above the default pid_max of 4194304: no such process
+    stale = tmp_path / "rgb" / "a" / f".2.frames.{dead_pid}.x1y2z3.partial"
+    stale.write_bytes(b"half an entry")
+    assert not ClipStore(tmp_path).has("a/2", "rgb")
+    run_entry_jobs(tmp_path, "rgb", keys, FramesOfKey(), workers=1)
+    assert not stale.exists()
+    with pytest.raises(DataError, match="no frames"):
+        write_entry(tmp_path, "a/1", "rgb", [], fps=25)
+
+
+def test_verify_finds_missing_and_damaged_entries(tmp_path):
+    keys = ["a/1", "a/2", "a/3", "a/4"]
+    create_store(tmp_path, VideoIndex("x", ["a"], [VideoEntry(k, 0, "train") for k in keys]))
+    frames = [encode_jpeg(np.full((8, 8, 3), v, np.uint8), 90) for v in (10, 20, 30)]
+    for key in keys[:3]:
+        write_entry(tmp_path, key, "rgb", frames, fps=25)
+    store = ClipStore(tmp_path)
+    assert store.verify("rgb", decode=True) == [("a/4", "missing")]
+    truncated = entry_path(tmp_path, "a/1", "rgb")
+    truncated.write_bytes(truncated.read_bytes()[:-10])
+    zeroed = entry_path(tmp_path, "a/2", "rgb")
+    data = bytearray(zeroed.read_bytes())
+    data[-len(frames[2]):] = bytes(len(frames[2]))  # the last frame's bytes are destroyed, size unchanged
+    zeroed.write_bytes(bytes(data))
+    quick = dict(ClipStore(tmp_path).verify("rgb"))
+    assert set(quick) == {"a/1", "a/4"} and "size" in quick["a/1"]
+    deep = dict(ClipStore(tmp_path).verify("rgb", decode=True))
+    assert set(deep) == {"a/1", "a/2", "a/4"} and "frame 2" in deep["a/2"]
+
+
+def _read_in_child(store: ClipStore) -> np.ndarray:
+    return store.read("a/1", "rgb", [0, 1])
+
+
+def test_store_is_picklable_for_dataloader_workers(tmp_path):
+    create_store(tmp_path, VideoIndex("x", ["a"], [VideoEntry("a/1", 0, "train")]))
+    frames = np.random.default_rng(0).integers(0, 256, (2, 8, 8, 3), dtype=np.uint8)
+    write_entry(tmp_path, "a/1", "rgb", [encode_jpeg(f, 90) for f in frames], fps=25)
+    store = ClipStore(tmp_path)
+    expected = store.read("a/1", "rgb", [0, 1])  # fills the header cache
+    clone = pickle.loads(pickle.dumps(store))
+    assert clone._headers == {} and clone.root == store.root
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        np.testing.assert_array_equal(pool.apply(_read_in_child, (store,)), expected)
+
+
+def test_cli_index_store_info(tmp_path, capsys):
+    index = make_dataset(tmp_path / "videos", 3, frames=6)
+    assert main(["data", "index", "--format", "folder", "--root", str(tmp_path / "videos"),
+                 "--out", str(tmp_path / "index.json")]) == 0
+    assert "2 classes, 3 videos" in capsys.readouterr().out
+    assert len(VideoIndex.load(tmp_path / "index.json")) == len(index)
+    assert main(["data", "store", "--index", str(tmp_path / "index.json"), "--root", str(tmp_path / "videos"),
+                 "--out", str(tmp_path / "store"), "--short-side", "16", "--workers", "1"]) == 0
+    assert "rgb: 3 done, 0 skipped" in capsys.readouterr().out
+    assert main(["data", "info", str(tmp_path / "store"), "--verify", "--decode"]) == 0
+    out = capsys.readouterr().out
+    assert "3 videos, 2 classes" in out and "view 'rgb': 3/3 entries complete" in out and "0 damaged" in out
+    (tmp_path / "videos" / index.entries[0].path).unlink()
+    assert main(["data", "index", "--format", "folder", "--root", str(tmp_path / "videos"),
+                 "--out", str(tmp_path / "index2.json")]) == 0  # the folder scan finds the remaining two
+    csv_file = tmp_path / "list.csv"
+    csv_file.write_text("".join(f"{e.path},{e.label}\n" for e in index.entries))
+    assert main(["data", "index", "--format", "csv", "--annotations", str(csv_file), "--root",
+                 str(tmp_path / "videos"), "--out", str(tmp_path / "index3.json")]) == 2
+    assert index.entries[0].path in capsys.readouterr().err
+    assert main(["data", "index", "--format", "csv", "--annotations", str(csv_file), "--root",
+                 str(tmp_path / "videos"), "--drop-missing", "--out", str(tmp_path / "index3.json")]) == 0
+    assert len(VideoIndex.load(tmp_path / "index3.json")) == 2
+
+
+def _store_command(index: Path, videos: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "coclr", "data", "store", "--index", str(index), "--root", str(videos),
+            "--out", str(out), "--short-side", "32", "--quality", "85", "--workers", "2"]
+
+
+def test_killed_build_resumes_to_a_byte_identical_store(tmp_path):
+    index = make_dataset(tmp_path / "videos", 40, frames=60, size=(60, 80))
+    index.save(tmp_path / "index.json")
+    reference = build_store(index, tmp_path / "videos", tmp_path / "reference", short_side=32, quality=85,
+                            workers=1)
+    assert reference.done == 40
+    out = tmp_path / "store"
+    process = subprocess.Popen(_store_command(tmp_path / "index.json", tmp_path / "videos", out),
+                               cwd=REPO_ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None:
+            written = list((out / "rgb").rglob("*.frames")) if (out / "rgb").is_dir() else []
+            if len(written) >= 3:
+                break
+            time.sleep(0.01)
+        process.send_signal(signal.SIGKILL)  # the parent only: its workers must notice and stop
+        process.wait()
+        complete_at_kill = len(list((out / "rgb").rglob("*.frames")))
+        assert 3 <= complete_at_kill < 40, "the build was not interrupted in the middle"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("worker processes outlived their killed parent")
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    resumed = subprocess.run(_store_command(tmp_path / "index.json", tmp_path / "videos", out), cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    skipped = int(re.search(r"(\d+) skipped", resumed.stdout).group(1))
+    assert skipped >= complete_at_kill
+    store = ClipStore(out)
+    assert store.verify("rgb", decode=True) == []
+    assert not list(out.rglob("*.partial"))
+    for key in store.keys():
+        assert entry_path(out, key, "rgb").read_bytes() == entry_path(tmp_path / "reference", key, "rgb").read_bytes()

@@ -1,0 +1,85 @@
+"""Two CPU processes (gloo) train like one process with the same global batch, and share one queue."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from conftest import make_random_store
+from test_train import tiny_config
+
+STEPS = 3
+OPTIONS = ("run.freeze_bn=true", f"run.max_steps={STEPS}", "optim.epochs=1", "run.save_every=0")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def learner_state(trainer) -> dict[str, torch.Tensor]:
+    learner = trainer.model.learners["rgb"]
+    return {**{f"queue.{k}": v for k, v in learner.queue.state_dict().items()},
+            **{f"encoder.{k}": v for k, v in learner.encoder_q.state_dict().items()}}
+
+
+def _worker(rank: int, world: int, port: int, store: str, out: str, results: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    from coclr.train.trainer import Trainer
+
+    trainer = Trainer(tiny_config(Path(store), Path(out), "run.batch_size=2", *OPTIONS))
+    trainer.run()
+    torch.save(learner_state(trainer), Path(results) / f"rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
+    from coclr.train.trainer import Trainer
+
+    store = make_random_store(tmp_path / "store", videos=16)
+    results = tmp_path / "results"
+    results.mkdir()
+    mp.spawn(_worker, args=(2, free_port(), str(store), str(tmp_path / "ddp"), str(results)), nprocs=2, join=True)
+    ranks = [torch.load(results / f"rank{r}.pt", weights_only=True) for r in range(2)]
+
+    single = Trainer(tiny_config(store, tmp_path / "single", "run.batch_size=4", *OPTIONS))
+    single.run()
+    reference = learner_state(single)
+
+    # Both ranks hold the same queue, gathered from both ranks' samples, as one process with the global batch.
+    for name in ranks[0]:
+        if name.startswith("queue."):
+            assert torch.equal(ranks[0][name], ranks[1][name]), name
+    assert torch.equal(ranks[0]["queue.video_ids"], reference["queue.video_ids"])
+    seen = set(ranks[0]["queue.video_ids"].tolist())
+    order = list(single.sampler.__class__(16, 2, seed=0, rank=1, world_size=2))[: 2 * STEPS]
+    assert seen & set(order), "the queue holds none of rank 1's samples"
+    torch.testing.assert_close(ranks[0]["queue.keys"], reference["queue.keys"], atol=1e-5, rtol=1e-4)
+
+    # Losses and updated weights match within float tolerance.
+    def losses(run: Path) -> list[float]:
+        lines = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+        return [line["loss"] for line in lines if "loss" in line]
+
+    assert len(losses(tmp_path / "ddp")) == STEPS
+    torch.testing.assert_close(torch.tensor(losses(tmp_path / "ddp")), torch.tensor(losses(tmp_path / "single")),
+                               atol=1e-4, rtol=1e-4)
+    # Adam divides by the gradients' running RMS, which amplifies float noise on weights whose gradient is
+    # near zero; so the updates are compared as a whole, relative to their size, and each within one lr step.
+    initial = learner_state(Trainer(tiny_config(store, tmp_path / "init", "run.batch_size=4", *OPTIONS)))
+    weights = [name for name, value in reference.items() if name.startswith("encoder.") and value.is_floating_point()]
+    difference = sum(((ranks[0][n] - reference[n]) ** 2).sum() for n in weights).sqrt()
+    update = sum(((reference[n] - initial[n]) ** 2).sum() for n in weights).sqrt()
+    assert update > 0 and difference / update < 1e-2, (float(difference), float(update))
+    for name in weights:
+        torch.testing.assert_close(ranks[0][name], reference[name], atol=1e-3, rtol=0, msg=name)
+        assert torch.equal(ranks[0][name], ranks[1][name]), name
