@@ -1,0 +1,79 @@
+"""Training throughput of `coclr pretrain`: clips per second of one optimiser step (augmentation included).
+
+The paper's setting is the default: full S3D, 32 x 128 x 128 clips, batch 32 per process, InfoNCE on RGB.
+A small random clip store is made in a temporary folder, one batch is loaded once, and the trainer's own
+``train_step`` (device augmentation, query and key forward, loss, backward, Adam step) is timed, so the figure
+is the model's cost without the data loader; ``--with-loader`` also times full epochs through the DataLoader.
+
+    python benchmarks/bench_train.py                         # GPU if present, else CPU
+    python benchmarks/bench_train.py run.amp=bf16 run.channels_last=true run.compile=true
+    python benchmarks/bench_train.py model.width=0.125 data.length=8 data.size=32   # the CPU demo's size
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from conftest import make_random_store  # noqa: E402
+
+from coclr.config import load_config  # noqa: E402
+from coclr.train.config import PretrainConfig  # noqa: E402
+from coclr.train.trainer import Trainer  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps (after 3 warm-up steps)")
+    parser.add_argument("--with-loader", action="store_true", help="also time an epoch through the DataLoader")
+    parser.add_argument("overrides", nargs="*", help="pretraining options, e.g. run.amp=bf16")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = load_config(PretrainConfig, None, ["data.store=x", "run.out=y", *args.overrides])
+        batch_size = probe.run.batch_size
+        frames = probe.data.length * probe.data.stride + 1
+        height = probe.data.size
+        store = make_random_store(Path(tmp) / "store", videos=2 * batch_size, frames=frames,
+                                  size=(height, height * 4 // 3), views=("rgb",))
+        config = load_config(PretrainConfig, None, [f"data.store={store}", f"run.out={tmp}/run", "run.progress=false",
+                                                     "method.queue_size=256", "method.wait_for_full_queue=false",
+                                                     *args.overrides])
+        trainer = Trainer(config)
+        trainer._set_train_mode()
+        batch = next(iter(torch.utils.data.DataLoader(trainer.dataset, batch_size=batch_size)))
+        sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
+        for _ in range(3):
+            trainer.train_step(batch, queue_full=True)
+        sync()
+        started = time.perf_counter()
+        for _ in range(args.steps):
+            loss, _ = trainer.train_step(batch, queue_full=True)
+        sync()
+        seconds = time.perf_counter() - started
+        memory = torch.cuda.max_memory_allocated() / 2**30 if trainer.device.type == "cuda" else float("nan")
+        print(f"device {trainer.device} ({torch.cuda.get_device_name() if trainer.device.type == 'cuda' else 'cpu'}), "
+              f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
+        print(f"config: width {config.model.width}, clips {config.data.length}x{config.data.size}x{config.data.size}, "
+              f"batch {batch_size}, amp {config.run.amp}, channels_last {config.run.channels_last}, "
+              f"compile {config.run.compile}")
+        print(f"train step: {args.steps * batch_size / seconds:.1f} clips/s ({seconds / args.steps * 1000:.0f} ms/step), "
+              f"peak GPU memory {memory:.2f} GiB, last loss {float(loss):.3f}")
+        if args.with_loader:
+            started = time.perf_counter()
+            trainer.config.optim.epochs = 1
+            trainer.run()
+            seconds = time.perf_counter() - started
+            print(f"epoch with DataLoader ({config.data.workers} workers): "
+                  f"{len(trainer.dataset) // batch_size * batch_size / seconds:.1f} clips/s")
+
+
+if __name__ == "__main__":
+    main()
