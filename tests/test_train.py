@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import signal
 import subprocess
@@ -177,3 +179,34 @@ def test_checkpoint_holds_the_full_state_and_loads_as_an_encoder(store: Path, tm
     log = (tmp_path / "run" / "log.jsonl").read_text().splitlines()
     assert len(log) >= 3 and '"loss"' in log[0] and '"lr"' in log[0]
     assert (tmp_path / "run" / "tb").is_dir()
+
+
+def test_rgbdiff_view_trains_from_rgb_frames(tmp_path: Path) -> None:
+    store = make_random_store(tmp_path / "store", frames=12, views=("rgb",))
+    trainer = Trainer(tiny_config(store, tmp_path / "run", "data.view=rgbdiff", "data.second_view=rgb",
+                                  "run.max_steps=1"))
+    batch = trainer.dataset[0]
+    assert batch["rgbdiff"].shape[1] == 9  # T + 1 RGB frames, differenced into T after augmentation
+    trainer.run()
+    assert load_checkpoint(tmp_path / "run" / "checkpoint_last.pth")["position"]["global_step"] == 1
+
+
+def test_knn_recall_is_logged_when_the_store_has_labelled_splits(tmp_path: Path) -> None:
+    store = make_random_store(tmp_path / "store", test_videos=6)
+    Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=1", "run.knn_every=1")).run()
+    records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    knn = [r for r in records if "knn_R@1" in r]
+    assert len(knn) == 1 and 0 <= knn[0]["knn_R@1"] <= 100
+
+
+def test_a_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(store: Path, tmp_path: Path) -> None:
+    from coclr.train.trainer import NonFiniteLossError
+
+    # An absurd learning rate blows the weights up after the first step: the next loss is not finite.
+    exploding = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=3", "optim.lr=1e30", "run.save_every=1"))
+    with pytest.raises(NonFiniteLossError, match="NaN or infinite"):
+        exploding.run()
+    kept = load_checkpoint(tmp_path / "run" / "checkpoint_last.pth")
+    assert 1 <= kept["position"]["global_step"] < exploding.position.global_step
+    logged = [json.loads(line)["loss"] for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert logged and all(math.isfinite(loss) for loss in logged)

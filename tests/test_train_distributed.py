@@ -83,3 +83,21 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     for name in weights:
         torch.testing.assert_close(ranks[0][name], reference[name], atol=1e-3, rtol=0, msg=name)
         assert torch.equal(ranks[0][name], ranks[1][name]), name
+
+
+def test_a_two_process_run_resumes_in_one_process(tmp_path: Path) -> None:
+    from coclr.train.checkpoint import load_checkpoint
+    from coclr.train.trainer import Trainer
+
+    store = make_random_store(tmp_path / "store", videos=16)
+    results = tmp_path / "results"
+    results.mkdir()
+    mp.spawn(_worker, args=(2, free_port(), str(store), str(tmp_path / "ddp"), str(results)), nprocs=2, join=True)
+    stopped = load_checkpoint(tmp_path / "ddp" / "checkpoint_last.pth")
+    assert stopped["world_size"] == 2 and stopped["position"]["consumed"] == 4 * STEPS
+    resumed = Trainer(tiny_config(store, tmp_path / "ddp", "run.batch_size=4", "run.freeze_bn=true", "optim.epochs=1"),
+                      resume=True)
+    assert resumed.position.consumed == 4 * STEPS
+    resumed.run()
+    final = load_checkpoint(tmp_path / "ddp" / "checkpoint_last.pth")["position"]
+    assert final == {"epoch": 1, "consumed": 0, "global_step": STEPS + 1}
