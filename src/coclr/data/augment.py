@@ -25,6 +25,8 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -86,6 +88,11 @@ class AugmentParams:
     @property
     def batch_size(self) -> int:
         return self.boxes.shape[0]
+
+    def select(self, index: slice | Tensor) -> AugmentParams:
+        """The parameters of a subset of the clips (e.g. one process's share of a global batch)."""
+        return dataclasses.replace(self, **{f.name: getattr(self, f.name)[index] for f in dataclasses.fields(self)
+                                           if isinstance(getattr(self, f.name), Tensor)})
 
 
 @dataclass

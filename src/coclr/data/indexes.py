@@ -18,13 +18,13 @@ import csv
 import json
 import os
 import re
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
 from coclr.data.video import VIDEO_EXTENSIONS
+from coclr.atomic import atomic_write_text
 from coclr.errors import DataError
 
 SPLITS = ("train", "val", "test")
@@ -133,22 +133,6 @@ def is_relative_key(path: str) -> bool:
     """Whether ``path`` is a relative POSIX path without ``..`` (safe to join under a root folder)."""
     parts = PurePosixPath(path).parts
     return bool(parts) and "\\" not in path and not path.startswith("/") and ".." not in parts
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(handle, "w") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 def missing_videos(index: VideoIndex, root: str | Path) -> list[str]:

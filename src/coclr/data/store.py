@@ -36,7 +36,6 @@ import re
 import signal
 import struct
 import sys
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -50,6 +49,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from coclr.atomic import PARTIAL_SUFFIX, atomic_open
 from coclr.data.indexes import VideoIndex, atomic_write_text, check_videos_exist, is_relative_key
 from coclr.errors import DataError
 
@@ -58,7 +58,6 @@ STORE_VERSION = 1
 INDEX_FILE = "index.json"
 META_FILE = "store.json"
 ENTRY_SUFFIX = ".frames"
-PARTIAL_SUFFIX = ".partial"
 
 # Entry file: magic, version, frame count, height, width, fps; then uint64 offsets [count + 1] (absolute,
 # offsets[i]..offsets[i+1] is frame i), then the encoded frames back to back. Little-endian.
@@ -166,20 +165,11 @@ def write_entry(root: str | Path, key: str, view: str, encoded_frames: Sequence[
     np.cumsum(sizes, out=offsets[1:])
     offsets[1:] += data_start
     header = _HEADER.pack(_MAGIC, _ENTRY_VERSION, len(encoded_frames), height, width, float(fps))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=PARTIAL_SUFFIX)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(header)
-            file.write(offsets.tobytes())
-            for frame in encoded_frames:
-                file.write(frame)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "wb") as file:
+        file.write(header)
+        file.write(offsets.tobytes())
+        for frame in encoded_frames:
+            file.write(frame)
 
 
 @dataclass(frozen=True)
@@ -319,8 +309,7 @@ class ClipStore:
                                     f"{int(header.offsets[-1])}")
                 if decode:
                     for start in range(0, header.frames, 64):
-                        frames = self.read(key, view, range(start, min(start + 64, header.frames)))
-                        del frames
+                        self.read(key, view, range(start, min(start + 64, header.frames)))
             except (DataError, OSError) as error:
                 problems.append((key, str(error)))
         return problems

@@ -213,6 +213,7 @@ def _resample(frames: Iterator, convert: _RGBConverter, stream, source_fps: Frac
     output: list[np.ndarray] = []
     previous = None
     previous_rgb: np.ndarray | None = None
+    previous_time = Fraction(0)
     first_time: Fraction | None = None
     next_index = 0
     decoded = 0

@@ -15,8 +15,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -25,6 +23,9 @@ import torch
 from torch import nn
 
 from coclr.config import option, require
+from coclr.atomic import atomic_open
+from coclr.atomic import atomic_write_json as write_json
+from coclr.atomic import atomic_write_text as write_text_atomic
 from coclr.errors import DataError
 
 CACHE_FORMAT = 1
@@ -179,27 +180,10 @@ def _read_cache(path: Path, key: dict[str, object]) -> VideoFeatures | None:
         return None
 
 
-def publish(tmp: str | Path, path: str | Path) -> None:
-    """Give a finished temporary file the usual permissions (mkstemp makes it private), then move it onto
-    ``path`` atomically."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, path)
-
-
 def _write_cache(path: Path, key: dict[str, object], result: VideoFeatures) -> None:
-    """Atomic write: a temporary file in the cache folder, then ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            np.savez(out, features=result.features, labels=result.labels, keys=np.array(result.keys),
-                     key=np.array(json.dumps(key, sort_keys=True)))
-        publish(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "wb") as out:
+        np.savez(out, features=result.features, labels=result.labels, keys=np.array(result.keys),
+                 key=np.array(json.dumps(key, sort_keys=True)))
 
 
 def load_backbone(checkpoint: str | Path) -> nn.Module:
@@ -291,23 +275,3 @@ def input_record(store, streams: list[Stream], splits: dict[str, str], shas: lis
         "streams": [{"checkpoint": str(Path(s.checkpoint).resolve()), "checkpoint_sha256": sha, "view": s.view,
                      "meta": checkpoint_meta(s.checkpoint)} for s, sha in zip(streams, shas)],
     }
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write a text file atomically (temporary file in the same folder, then ``os.replace``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        publish(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_json(path: str | Path, data: object) -> Path:
-    """Write JSON atomically (see :func:`write_text_atomic`)."""
-    return write_text_atomic(path, json.dumps(data, indent=1) + "\n")

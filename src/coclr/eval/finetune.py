@@ -82,7 +82,7 @@ def build_optimizer(model: Classifier, config: FinetuneConfig) -> torch.optim.Op
 
 def _save_state(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler, epoch: int,
                 fingerprint: dict[str, object]) -> None:
-    from coclr.models.loading import atomic_torch_save
+    from coclr.atomic import atomic_torch_save
 
     atomic_torch_save({"format": STATE_FORMAT, "epoch": epoch, "fingerprint": fingerprint,
                        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -207,22 +207,11 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
 
 def save_probabilities(path: str | Path, keys: list[str], labels: np.ndarray, **probabilities: np.ndarray) -> Path:
     """Per-video class probabilities as ``.npz`` (``keys``, ``labels`` and one array per name), atomically."""
-    import os
-    import tempfile
+    from coclr.atomic import atomic_open
 
-    from coclr.eval.features import publish
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            np.savez(out, keys=np.array(keys), labels=np.asarray(labels), **probabilities)
-        publish(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    with atomic_open(path, "wb") as out:
+        np.savez(out, keys=np.array(keys), labels=np.asarray(labels), **probabilities)
+    return Path(path)
 
 
 def load_probabilities(path: str | Path) -> dict[str, np.ndarray]:

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from coclr.atomic import atomic_open
 from coclr.errors import DataError
 
 METHOD_NAMES = {"infonce": "InfoNCE", "ubernce": "UberNCE", "coclr": "CoCLR", "cmc": "CMC",
@@ -148,13 +149,10 @@ def plot_stage_recall(stages: Sequence[str], recall: dict[str, Sequence[float | 
                 Line2D([], [], color="gray", linestyle=":", label="frozen in the stage")]
     axes.legend(handles=handles, fontsize=8, loc="best")
     figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    figure.savefig(tmp, format="png")
+    with atomic_open(path, "wb") as file:
+        figure.savefig(file, format="png")
     plt.close(figure)
-    tmp.replace(path)
-    return path
+    return Path(path)
 
 
 def stage_encoders(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from coclr.atomic import atomic_torch_save
 from coclr.errors import CheckpointError
 from coclr.models.encoder import Encoder
 from coclr.models.heads import LinearClassifier, ProjectionHead
@@ -158,21 +159,6 @@ def save_encoder(path: str | os.PathLike[str], encoder: Encoder, meta: Mapping[s
     }
     atomic_torch_save(payload, path)
     return path
-
-
-def atomic_torch_save(payload: Any, path: Path) -> None:
-    """``torch.save`` to a temporary file in the same folder, fsync, then ``os.replace`` onto ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            torch.save(payload, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 # --------------------------------------------------------------------------------------------- reading

@@ -7,9 +7,7 @@ level, the trained encoder in the form :func:`coclr.load_encoder` reads (``forma
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,22 +17,6 @@ import torch
 from coclr.errors import CheckpointError
 
 TRAIN_FORMAT = "coclr.train"
-
-
-def atomic_save(obj: Any, path: str | Path) -> None:
-    """``torch.save`` to a temporary file in the same folder, then rename: a kill never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
+from coclr.atomic import atomic_write_json
 from coclr.config import to_dict, validate
 from coclr.core.distributed import is_main
 from coclr.errors import ConfigError
@@ -96,13 +95,6 @@ def stage_config(config: PipelineConfig, stage: Stage, run_dir: Path) -> Pretrai
     return stage_cfg
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=2)
-    os.replace(tmp, path)
-
-
 def read_manifest(run_dir: Path) -> dict[str, Any]:
     path = run_dir / MANIFEST
     return json.loads(path.read_text()) if path.is_file() else {}
@@ -152,7 +144,7 @@ def run_pipeline(config: PipelineConfig) -> Path:
             continue
         entry["status"] = "running"
         if is_main():
-            write_json_atomic(run_dir / MANIFEST, manifest)
+            atomic_write_json(run_dir / MANIFEST, manifest)
         trainer = Trainer(stage_cfg, resume=True)
         checkpoint = trainer.run()
         if not trainer.finished:
@@ -162,5 +154,5 @@ def run_pipeline(config: PipelineConfig) -> Path:
         if dist.is_initialized():
             dist.barrier()
         if is_main():
-            write_json_atomic(run_dir / MANIFEST, manifest)
+            atomic_write_json(run_dir / MANIFEST, manifest)
     return run_dir

@@ -9,11 +9,11 @@ processes.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +26,13 @@ from torch.utils.data import DataLoader
 
 from coclr.config import to_dict
 from coclr.core.distributed import is_main, rank, world_size
-from coclr.data.augment import AugmentParams, ClipAugment
+from coclr.data.augment import ClipAugment
 from coclr.data.datasets import TrainClips
 from coclr.errors import CheckpointError, CoclrError, ConfigError
 from coclr.models.encoder import Encoder, build_encoder
 from coclr.models.loading import load_encoder
-from coclr.train.checkpoint import TRAIN_FORMAT, atomic_save, load_checkpoint, rng_state, set_rng_state
+from coclr.atomic import atomic_torch_save
+from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state, set_rng_state
 from coclr.train.config import PretrainConfig
 from coclr.train.learner import PretrainModel, Targets, ViewLearner
 from coclr.train.sampler import ResumableSampler
@@ -129,12 +130,6 @@ def check_inputs(config: PretrainConfig) -> None:
         raise ConfigError(f"data.store: not a directory: {config.data.store}")
 
 
-def select_clips(params: AugmentParams, index: slice) -> AugmentParams:
-    """The augmentation parameters of a subset of the clips of a batch."""
-    return dataclasses.replace(params, **{f.name: getattr(params, f.name)[index] for f in dataclasses.fields(params)
-                                          if isinstance(getattr(params, f.name), torch.Tensor)})
-
-
 class Trainer:
     """Runs one pretraining stage; ``run()`` returns the path of the last checkpoint."""
 
@@ -195,7 +190,9 @@ class Trainer:
         if self.world == 1:
             return self.model
         device_ids = [self.device.index] if self.device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids, broadcast_buffers=False)
+        with warnings.catch_warnings():  # newer torch renames broadcast_buffers; the old name works on 2.4+
+            warnings.simplefilter("ignore", FutureWarning)
+            return nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids, broadcast_buffers=False)
 
     # ------------------------------------------------------------------ state
 
@@ -250,9 +247,9 @@ class Trainer:
         if not is_main():
             return
         state = self.state()
-        atomic_save(state, self.out / LAST)
+        atomic_torch_save(state, self.out / LAST)
         if best:
-            atomic_save(state, self.out / BEST)
+            atomic_torch_save(state, self.out / BEST)
 
     # ------------------------------------------------------------------ logging
 
@@ -298,7 +295,7 @@ class Trainer:
             clip_views = {v: batch[v][:, clip].to(self.device, non_blocking=True) for v in views}
             height, width = clip_views[views[0]].shape[2:4]
             params = self.augment.draw_params(local * self.world, height, width, step_gen)
-            params = select_clips(params, slice(start, start + local))
+            params = params.select(slice(start, start + local))
             augmented = self.augment.apply(clip_views, params)
             if self.config.run.channels_last and self.device.type == "cuda":
                 augmented = {v: x.contiguous(memory_format=torch.channels_last_3d) for v, x in augmented.items()}

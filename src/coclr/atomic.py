@@ -1,0 +1,59 @@
+"""Atomic file writes: a temporary file in the destination's folder, flushed to disk, then renamed onto it.
+
+A reader, or a job resumed after a kill, sees either the old file or the complete new one, never a part.
+Every output of the library's long jobs (store entries, flow, checkpoints, caches, reports) is written here.
+Temporary files are named ``.<name>.<pid>.<random>.partial``, so a cleaner can tell whether their writer
+still runs (see :func:`coclr.data.store.remove_stale_partials`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+PARTIAL_SUFFIX = ".partial"
+
+
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "wb", fsync: bool = True) -> Iterator[IO]:
+    """Open a temporary file for writing; on a clean exit it replaces ``path``, on an error it is deleted."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=PARTIAL_SUFFIX)
+    try:
+        with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as file:
+            yield file
+            file.flush()
+            if fsync:
+                os.fsync(file.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes the file private; give it the usual permissions
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    with atomic_open(path, "w") as file:
+        file.write(text)
+    return Path(path)
+
+
+def atomic_write_json(path: str | Path, data: Any) -> Path:
+    return atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> Path:
+    """``torch.save`` atomically (checkpoints: a kill during the write keeps the previous file)."""
+    import torch
+
+    with atomic_open(path, "wb") as file:
+        torch.save(obj, file)
+    return Path(path)
