@@ -38,11 +38,13 @@ def fixtures_dir() -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _few_threads(monkeypatch):
-    """Keep tests reproducible and polite on a 2-core CI machine."""
+def _one_thread():
+    """One intra-op thread: the tiny test networks gain nothing from more, and tests that start their own
+    processes (gloo, kill-and-resume, the demo) would otherwise oversubscribe the 2-core CI machine, where
+    spinning OpenMP threads make every op many times slower."""
     import torch
 
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    torch.set_num_threads(1)
     yield
 
 
