@@ -210,3 +210,16 @@ def test_a_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(store
     assert 1 <= kept["position"]["global_step"] < exploding.position.global_step
     logged = [json.loads(line)["loss"] for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert logged and all(math.isfinite(loss) for loss in logged)
+
+
+def test_cmc_trains_both_views_against_each_other(store: Path, tmp_path: Path) -> None:
+    trainer = Trainer(tiny_config(store, tmp_path / "run", "method.name=cmc", "run.max_steps=2"))
+    assert set(trainer.model.learners) == {"rgb", "flow"} and trainer.model.sampler is None
+    before = {v: l.encoder_q.head.fc2.weight.clone() for v, l in trainer.model.learners.items()}
+    trainer.run()
+    state = load_checkpoint(tmp_path / "run" / "checkpoint_last.pth")
+    assert set(state["encoders"]) == {"rgb", "flow"}
+    for view, learner in trainer.model.learners.items():
+        assert not torch.equal(before[view], learner.encoder_q.head.fc2.weight), f"{view} was not trained"
+    records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert {"rgb/loss", "flow/loss"} <= set(records[-1])
