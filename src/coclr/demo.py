@@ -10,7 +10,6 @@ whole demo is resumable (run it again to continue).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -169,7 +168,8 @@ def _batches(jobs: list[Job], size: int) -> list[list[Job]]:
 
 def evaluate_all(config: DemoConfig, out: Path, store_path: Path) -> list[dict[str, Any]]:
     """Retrieval and linear probe of every row of the table; returns the evaluation records."""
-    from coclr.eval.features import ClipConfig, Stream, open_store, write_json
+    from coclr.atomic import atomic_write_json
+    from coclr.eval.features import ClipConfig, Stream, open_store
     from coclr.eval.linear import evaluate_linear
     from coclr.eval.retrieval import evaluate_retrieval
 
@@ -186,7 +186,7 @@ def evaluate_all(config: DemoConfig, out: Path, store_path: Path) -> list[dict[s
         linear, _, _ = evaluate_linear(store, streams, clips, cache_dir=cache, progress=False)
         for record in (retrieval, linear):
             record["name"] = name
-            write_json(out / "eval" / f"{method}_{view}_{record['task']}.json".replace("+", "_"), record)
+            atomic_write_json(out / "eval" / f"{method}_{view}_{record['task']}.json".replace("+", "_"), record)
         records.append({"method": method, "view": view, "retrieval": retrieval, "linear": linear})
     return records
 
@@ -200,7 +200,7 @@ def claims(rows: list[dict[str, Any]]) -> dict[str, Any]:
                                                    ("flow", flow))}
     lin = {k: v["linear_top1"] for k, v in (("infonce", infonce), ("uber", uber), ("coclr", coclr), ("flow", flow))}
     gap = r1["uber"] - r1["infonce"]
-    closed = (r1["coclr"] - r1["infonce"]) / gap if gap > 0 else float("nan")
+    closed = (r1["coclr"] - r1["infonce"]) / gap if gap > 0 else None  # undefined without a gap
     return {
         "UberNCE-RGB > CoCLR-RGB > InfoNCE-RGB (R@1)": r1["uber"] > r1["coclr"] > r1["infonce"],
         "UberNCE-RGB > CoCLR-RGB > InfoNCE-RGB (linear probe)": lin["uber"] > lin["coclr"] > lin["infonce"],
@@ -223,7 +223,10 @@ def results_markdown(rows: list[dict[str, Any]], checks: dict[str, Any], seconds
                      f"{r['R@5']:.1f} | {r['R@10']:.1f} | {r['R@20']:.1f} |")
     lines += ["", "Claims of the paper on these results:", ""]
     for claim, value in checks.items():
-        shown = f"{100 * value:.0f}%" if isinstance(value, float) else ("yes" if value else "no")
+        if isinstance(value, bool):
+            shown = "yes" if value else "no"
+        else:
+            shown = "undefined (UberNCE-RGB is not above InfoNCE-RGB)" if value is None else f"{100 * value:.0f}%"
         lines.append(f"- {claim}: {shown}")
     lines += ["", "Files: `results.json`, `stage_recall.png` (R@1 across the co-training stages), `gallery.html` "
               "(test queries and their nearest train videos), `eval/` (full records), `configs/` (every "
@@ -235,7 +238,8 @@ def run_demo(config: DemoConfig, out: str | Path) -> dict[str, Any]:
     """Run the whole demo into ``out`` and return the ``results.json`` content."""
     from coclr.data.flow.extract import extract_flow
     from coclr.data.synth import SynthConfig, generate_synthetic
-    from coclr.eval.features import open_store, write_json, write_text_atomic
+    from coclr.atomic import atomic_write_json, atomic_write_text
+    from coclr.eval.features import open_store
     from coclr.eval.report import report_run, write_report
 
     started = time.time()
@@ -266,6 +270,6 @@ def run_demo(config: DemoConfig, out: str | Path) -> dict[str, Any]:
     checks = claims(rows)
     results = {"seed": config.seed, "wall_seconds": round(seconds, 1), "rows": rows, "claims": checks,
                "config": to_dict(config)}
-    write_json(out / "results.json", results)
-    write_text_atomic(out / "results.md", results_markdown(rows, checks, seconds, config.seed))
+    atomic_write_json(out / "results.json", results)
+    atomic_write_text(out / "results.md", results_markdown(rows, checks, seconds, config.seed))
     return results

@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from coclr.config import from_dict
-    from coclr.eval.features import ClipConfig, Stream, check_inputs, open_store, write_json
+    from coclr.atomic import atomic_write_json
+    from coclr.eval.features import ClipConfig, Stream, check_inputs, open_store
 
     clip_config = from_dict(ClipConfig, {"length": args.length, "stride": args.stride, "size": args.size,
                                          "batch_size": args.batch_size, "workers": args.workers, "amp": args.amp})
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     if args.name:
         record["name"] = args.name
     if args.out:
-        write_json(args.out, record)
+        atomic_write_json(args.out, record)
         print(f"wrote {args.out}")
     summary = {key: value for key, value in record["results"].items() if key not in ("grid", "train_losses")}
     print(json.dumps({"task": args.task, "views": [s.view for s in streams], **summary}, indent=1))

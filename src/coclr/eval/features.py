@@ -24,8 +24,6 @@ from torch import nn
 
 from coclr.config import option, require
 from coclr.atomic import atomic_open
-from coclr.atomic import atomic_write_json as write_json
-from coclr.atomic import atomic_write_text as write_text_atomic
 from coclr.errors import DataError
 
 CACHE_FORMAT = 1

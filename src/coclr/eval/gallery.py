@@ -110,7 +110,7 @@ def write_gallery(path: str | Path, store, record: dict, count: int = 8, view: s
 
     Thumbnails come from ``view`` (default: ``rgb`` when the store has it, else the record's first view).
     """
-    from coclr.eval.features import write_text_atomic
+    from coclr.atomic import atomic_write_text
 
     neighbours = record["neighbours"]
     if view is None:
@@ -120,4 +120,4 @@ def write_gallery(path: str | Path, store, record: dict, count: int = 8, view: s
                           neighbours["gallery_keys"], neighbours["gallery_labels"],
                           np.asarray(neighbours["topk_indices"]), neighbours["classes"], queries,
                           title or "Nearest-neighbour retrieval")
-    return write_text_atomic(path, page)
+    return atomic_write_text(path, page)

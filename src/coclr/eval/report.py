@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from coclr.atomic import atomic_open
+from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text
 from coclr.errors import DataError
 
 METHOD_NAMES = {"infonce": "InfoNCE", "ubernce": "UberNCE", "coclr": "CoCLR", "cmc": "CMC",
@@ -108,11 +108,10 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def write_table(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tuple[Path, Path]:
     """``table.md`` and ``table.json`` in ``out_dir``."""
-    from coclr.eval.features import write_json, write_text_atomic
 
     out_dir = Path(out_dir)
-    return (write_text_atomic(out_dir / "table.md", markdown_table(rows)),
-            write_json(out_dir / "table.json", {"columns": list(TABLE_COLUMNS), "rows": list(rows)}))
+    return (atomic_write_text(out_dir / "table.md", markdown_table(rows)),
+            atomic_write_json(out_dir / "table.json", {"columns": list(TABLE_COLUMNS), "rows": list(rows)}))
 
 
 def plot_stage_recall(stages: Sequence[str], recall: dict[str, Sequence[float | None]],
@@ -208,7 +207,7 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
     features cached in ``cache_dir`` (default ``out_dir/feature_cache``). Records are written to
     ``out_dir/results/<stage>_<view>.json``; the plot to ``out_dir/stage_recall.png``.
     """
-    from coclr.eval.features import Stream, check_inputs, file_sha256, write_json
+    from coclr.eval.features import Stream, check_inputs, file_sha256
     from coclr.eval.retrieval import evaluate_retrieval
 
     out_dir = Path(out_dir)
@@ -234,7 +233,7 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
                 record["name"] = f"{METHOD_NAMES.get(method, method)} ({trained_in})"
                 record["stage"] = trained_in
                 if view in stage["trains"]:
-                    write_json(out_dir / "results" / f"{trained_in}_{view}.json", record)
+                    atomic_write_json(out_dir / "results" / f"{trained_in}_{view}.json", record)
                     records.append(record)
                 by_content[key] = record
             recall[view].append(by_content[key]["results"]["R@1"])
