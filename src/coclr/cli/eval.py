@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from coclr.cli._options import add_clip_arguments
+
 TASKS = ("retrieval", "linear", "finetune")
 
 
@@ -22,13 +24,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="JSON file to write the result to (default: print it)")
     parser.add_argument("--train-split", default="train", help="split used for training / as gallery")
     parser.add_argument("--test-split", default="test", help="split used for testing / as queries")
-    parser.add_argument("--length", type=int, default=32, help="frames per clip (default 32)")
-    parser.add_argument("--stride", type=int, default=1, help="step between the frames of a clip (default 1)")
-    parser.add_argument("--size", type=int, default=128, help="crop side in pixels (default 128)")
-    parser.add_argument("--batch-size", type=int, default=16, help="clips per batch (default 16)")
-    parser.add_argument("--workers", type=int, default=0, help="DataLoader workers reading the store (default 0)")
-    parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
-    parser.add_argument("--amp", action="store_true", help="run the network under autocast")
+    add_clip_arguments(parser)
     parser.add_argument("--name", help="method name shown by 'coclr report' (default: from the checkpoint)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 

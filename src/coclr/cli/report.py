@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from coclr.cli._options import add_clip_arguments
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -19,13 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the store recorded in the results, for the gallery thumbnails)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--gallery-queries", type=int, default=8, help="queries shown in the gallery (default 8)")
-    parser.add_argument("--length", type=int, default=32, help="--run: frames per clip (default 32)")
-    parser.add_argument("--stride", type=int, default=1, help="--run: step between clip frames (default 1)")
-    parser.add_argument("--size", type=int, default=128, help="--run: crop side (default 128)")
-    parser.add_argument("--batch-size", type=int, default=16, help="--run: clips per batch (default 16)")
-    parser.add_argument("--workers", type=int, default=0, help="--run: DataLoader workers (default 0)")
-    parser.add_argument("--device", help="--run: torch device (default: cuda when available, else cpu)")
-    parser.add_argument("--amp", action="store_true", help="--run: run the network under autocast")
+    add_clip_arguments(parser, scope="--run: ")
     parser.add_argument("--cache-dir", help="--run: feature cache folder (default OUT/feature_cache)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(func=run)
