@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-BACKEND_CHOICES = ("auto", "tvl1", "dis", "tvl1-torch")
+BACKEND_CHOICES = ("auto", "tvl1", "dis", "tvl1-torch", "opencv", "torch")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,7 +29,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``coclr flow`` (shared by the subcommand parser and the parser of what follows STORE)."""
     parser.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                         help="tvl1: OpenCV TV-L1 on CPU; dis: OpenCV DIS (fast, less accurate); tvl1-torch: "
-                        "TV-L1 in PyTorch (GPU); auto: tvl1-torch on CUDA when available, else tvl1")
+                        "TV-L1 in PyTorch (GPU); auto: tvl1-torch on CUDA when available, else tvl1; opencv and "
+                        "torch are short for tvl1 and tvl1-torch")
     parser.add_argument("--view", help="view name to write (default: 'flow' for TV-L1, 'flow_dis' for DIS)")
     parser.add_argument("--workers", type=int, default=0,
                         help="worker processes for the CPU backends, JPEG threads for tvl1-torch (0: one per core)")

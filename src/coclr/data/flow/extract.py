@@ -66,14 +66,19 @@ BACKENDS: dict[str, FlowBackend] = {
 }
 
 
+ALIASES = {"torch": "tvl1-torch", "opencv": "tvl1"}
+"""Short names accepted for the two TV-L1 backends."""
+
+
 def resolve_backend(name: str, device: str | None = None) -> tuple[FlowBackend, str | None]:
     """The concrete backend for ``name`` and the torch device it runs on (None for the OpenCV backends).
 
     ``auto`` picks ``tvl1-torch`` when ``device`` is a CUDA device, or is None and CUDA is available;
     otherwise ``tvl1``. Raises :class:`ConfigError` for an unknown backend or an unusable device.
     """
+    name = ALIASES.get(name, name)
     if name not in BACKENDS:
-        raise ConfigError(f"backend: unknown flow backend {name!r} (choose from {', '.join(BACKENDS)})")
+        raise ConfigError(f"backend: unknown flow backend {name!r} (choose from {', '.join([*BACKENDS, *ALIASES])})")
     if name == "auto":
         import torch
 
