@@ -429,10 +429,12 @@ class Trainer:
             mean_loss /= self.world
         mean_loss = float(mean_loss)
         epoch = self.position.epoch
-        if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            self.scheduler.step(mean_loss)
-        else:
-            self.scheduler.step()
+        with warnings.catch_warnings():  # an epoch spent filling the queue takes no optimiser step
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+            if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                self.scheduler.step(mean_loss)
+            else:
+                self.scheduler.step()
         record = {"step": self.position.global_step, "epoch": epoch + 1, "epoch_loss": mean_loss,
                   "epoch_seconds": seconds}
         if self.config.run.knn_every and (epoch + 1) % self.config.run.knn_every == 0:
