@@ -207,13 +207,11 @@ class PipelineOptions:
 
 
 @dataclass
-class PipelineConfig:
-    """The paper's algorithm: InfoNCE on both views, then ``cycles`` of alternating CoCLR."""
+class PipelineConfig(PretrainConfig):
+    """The paper's algorithm: InfoNCE on both views, then ``cycles`` of alternating CoCLR.
+
+    The sections shared with :class:`PretrainConfig` apply to every stage (``method.name``, the checkpoints,
+    ``optim.epochs`` and ``run.out`` are set per stage; ``run.out`` is the pipeline folder).
+    """
 
     pipeline: PipelineOptions = field(default_factory=PipelineOptions, metadata={"help": "schedule"})
-    data: DataOptions = field(default_factory=DataOptions, metadata={"help": "training data"})
-    model: ModelOptions = field(default_factory=ModelOptions, metadata={"help": "encoder"})
-    method: MethodOptions = field(default_factory=MethodOptions, metadata={"help": "shared method options"})
-    optim: OptimOptions = field(default_factory=OptimOptions, metadata={"help": "optimisation"})
-    augment: AugmentOptions = field(default_factory=AugmentOptions, metadata={"help": "augmentation"})
-    run: RunOptions = field(default_factory=RunOptions, metadata={"help": "run (out is the pipeline folder)"})
