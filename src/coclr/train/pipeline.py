@@ -101,22 +101,23 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
 
 
 def export_encoders(checkpoint: Path, stage: Stage, run_dir: Path) -> dict[str, str]:
-    """Write each trained view's encoder of a finished stage as its own file (what later stages load)."""
+    """Write each trained view's encoder of a finished stage as its own file (what later stages load).
+
+    Only rank 0 reads the checkpoint and writes; every rank gets the file names for the manifest.
+    """
     from coclr.models.encoder import build_encoder
     from coclr.train.checkpoint import load_checkpoint
 
-    state = load_checkpoint(checkpoint)
-    files = {}
-    for view in stage.trains:
-        path = encoder_file(run_dir, stage.name, view)
-        if is_main():
-            entry = state["encoders"][view]
+    files = {view: encoder_file(run_dir, stage.name, view) for view in stage.trains}
+    if is_main():
+        encoders = load_checkpoint(checkpoint)["encoders"]
+        for view, path in files.items():
+            entry = encoders[view]
             encoder = build_encoder(**entry["arch"])
             encoder.backbone.load_state_dict(entry["backbone"])
             encoder.head.load_state_dict(entry["head"])
             save_encoder(path, encoder, meta={"stage": stage.name, "view": view, "method": stage.method})
-        files[view] = str(path.relative_to(run_dir))
-    return files
+    return {view: str(path.relative_to(run_dir)) for view, path in files.items()}
 
 
 def run_pipeline(config: PipelineConfig) -> Path:
