@@ -15,16 +15,20 @@ import pytest
 from coclr.config import load_config
 from coclr.data.store import ClipStore, encode_jpeg, entry_path
 from coclr.data.synth import (
+    ACTORS,
     MOTIONS,
     SynthConfig,
     appearance_features,
     clip_flow,
     dataset_clips,
     generate_synthetic,
+    group_objects,
     motion_features,
     nearest_neighbour_accuracy,
     parse_key,
     render_clip,
+    scene_style,
+    shape_sdf,
     synthetic_index,
     write_videos,
 )
@@ -58,6 +62,7 @@ def entry_bytes(root: Path, view: str = "rgb") -> dict[str, bytes]:
     ("size_max=0.4", "size_max"),
     ("speed_min=0", "speed_min"),
     ("seed=-1", "seed"),
+    ("actor_cue=1.5", "actor_cue"),
 ])
 def test_bad_options_are_rejected_naming_the_key(override, key):
     with pytest.raises(ConfigError, match=key):
@@ -152,6 +157,46 @@ def test_single_frames_do_not_depend_on_the_class_scene_does():
     assert same_scene > 0.8, same_scene
 
 
+def test_actor_cue_gives_objects_the_class_shape_with_its_probability():
+    """actor_cue=0 keeps every scene's shapes, 1 gives every object its class's actor, 0.5 about half
+    (draws per group: both clips of a video show the same objects)."""
+    def shapes(cue):
+        config = load_config(SynthConfig, base=dict(actor_cue=cue))
+        found = []
+        for clip in dataset_clips(config):
+            scene, motion, _ = parse_key(clip.key)
+            style = scene_style(config, scene)
+            objects = group_objects(config, style, scene, motion)
+            assert [o.colours.tolist() for o in objects] == [o.colours.tolist() for o in style.objects]
+            found += [(o.shape, s.shape, ACTORS[motion]) for o, s in zip(objects, style.objects)]
+        return found
+
+    assert all(shape == own for shape, own, _ in shapes(0.0))
+    assert all(shape == actor for shape, _, actor in shapes(1.0))
+    half = shapes(0.5)
+    taken = np.mean([shape == actor and own != actor for shape, own, actor in half])
+    kept = np.mean([shape == own and own != actor for shape, own, actor in half])
+    assert 0.35 < taken / (taken + kept) < 0.65, (taken, kept)
+
+
+def test_actor_cue_changes_only_the_shapes_of_a_clip():
+    """With the cue, a clip differs from the cue-free clip only where an object's outline changed: the
+    background, motion and colours are the same draws."""
+    key = "scene0001/zoom_out/c01"  # zoom_out's actor is the half disc, a shape no scene draws
+    plain = render_clip(tiny(noise=0.0, num_classes=8, train_scenes=2, test_scenes=2), key)
+    cued = render_clip(tiny(noise=0.0, num_classes=8, train_scenes=2, test_scenes=2, actor_cue=1.0), key)
+    changed = np.abs(plain.astype(int) - cued.astype(int)).max(axis=-1) > 8
+    assert 0.01 < changed.mean() < 0.5, changed.mean()
+
+
+def test_half_disc_outline():
+    """The half disc (zoom_out's actor): a disc of radius 1 about (0, -0.4) cut at v = 0."""
+    u, v = np.meshgrid(np.linspace(-1.5, 1.5, 61), np.linspace(-1.5, 1.5, 61))
+    inside = shape_sdf("half_disc", u, v) < 0
+    expected = (np.hypot(u, v + 0.4) < 1.0) & (v > 0)
+    assert (inside != expected).mean() < 0.01
+
+
 # ------------------------------------------------------------------------------------------------- store
 
 
@@ -186,6 +231,7 @@ def test_resuming_with_other_options_names_them(tmp_path):
     generate_synthetic(tmp_path, tiny(), workers=1)
     with pytest.raises(DataError, match=r"frames=6 \(given 7\)"):
         generate_synthetic(tmp_path, tiny(frames=7), workers=1)
+
 
 
 def test_cli_generates_a_store(tmp_path):

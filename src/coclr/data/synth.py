@@ -5,7 +5,8 @@ foreground objects. The *class* is how the objects move (translate up, zoom in, 
 *appearance* (background texture and palette, object shapes, colours and sizes, lighting) belongs to a
 *scene*, and each scene performs several classes. Train and test use disjoint scenes, so appearance cannot
 tell the classes apart: an RGB network trained by instance discrimination is tempted to cluster by
-appearance, while optical flow sees the motion.
+appearance, while optical flow sees the motion. (``actor_cue`` > 0 adds appearance that correlates with the
+class, each class's typical object shape, as real actions have typical actors.)
 
 Like UCF101, the clips of one (scene, action) pair are consecutive segments of one continuous source video
 (a *group*: ``scene0003_zoom_in``), and entries are keyed ``scene0003/zoom_in/c01``.
@@ -27,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
@@ -55,6 +57,21 @@ MOTIONS: tuple[str, ...] = (
 """Motion classes, in the order ``num_classes`` takes them. All are invariant under a horizontal flip."""
 
 SHAPES: tuple[str, ...] = ("disc", "square", "triangle", "ring", "cross", "hexagon", "ellipse")
+"""Shapes a scene draws its objects from."""
+ACTORS: dict[str, str] = {
+    "translate_up": "triangle",
+    "translate_down": "disc",
+    "translate_horizontal": "ellipse",
+    "oscillate_horizontal": "square",
+    "oscillate_vertical": "hexagon",
+    "zoom_in": "ring",
+    "zoom_out": "half_disc",
+    "rotate": "cross",
+    "circle": "disc",
+    "still": "square",
+}
+"""The typical actor (object shape) of each class, taken with probability ``actor_cue``; "half_disc" is an
+actor shape only, so the scenes' own shapes do not depend on this table."""
 BACKGROUNDS: tuple[str, ...] = ("noise", "stripes", "checker")
 
 KEY_PATTERN = re.compile(r"^(scene\d{4})/([a-z_]+)/c(\d{2,})$")
@@ -93,6 +110,9 @@ class SynthConfig:
     camera_drift: float = option(0.006, "largest camera pan speed, fraction of the shorter side per frame")
     camera_jitter: float = option(0.004, "camera shake (standard deviation, fraction of the shorter side)")
     noise: float = option(0.01, "standard deviation of the per-pixel Gaussian noise (intensities in [0, 1])")
+    actor_cue: float = option(0.0, "probability that an object of a (scene, action) video takes the action's "
+                              "typical shape (ACTORS), appearance that correlates with the class as real "
+                              "actions have typical actors and places; 0: appearance says nothing of the class")
     jpeg_quality: int = option(95, "JPEG quality of the stored frames (95: luma within about 1 level at 32x32)")
 
     def validate(self) -> None:
@@ -122,6 +142,7 @@ class SynthConfig:
         require(0 <= self.camera_drift <= 0.05, "camera_drift", "must be in [0, 0.05]")
         require(0 <= self.camera_jitter <= 0.05, "camera_jitter", "must be in [0, 0.05]")
         require(0 <= self.noise <= 0.2, "noise", "must be in [0, 0.2]")
+        require(0 <= self.actor_cue <= 1, "actor_cue", "must be in [0, 1]")
         require(1 <= self.jpeg_quality <= 100, "jpeg_quality", "must be in [1, 100]")
 
     @property
@@ -430,7 +451,9 @@ def shape_sdf(shape: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         return np.minimum(np.maximum(au - 1.0, av - 0.38), np.maximum(au - 0.38, av - 1.0))
     if shape == "ellipse":
         return (np.hypot(u, v / 0.55) - 1.0) * 0.55
-    raise ConfigError(f"unknown shape {shape!r} (known: {', '.join(SHAPES)})")
+    if shape == "half_disc":
+        return np.maximum(np.hypot(u, v + 0.4) - 1.0, -v)
+    raise ConfigError(f"unknown shape {shape!r} (known: {', '.join(SHAPES)}, half_disc)")
 
 
 def object_pattern(style: ObjectStyle, u: np.ndarray, v: np.ndarray, radius: np.ndarray) -> np.ndarray:
@@ -500,6 +523,14 @@ def composite_object(canvas: np.ndarray, style: ObjectStyle, path: Trajectory, c
     canvas += alpha * colour
 
 
+def group_objects(config: SynthConfig, style: SceneStyle, scene: str, motion: str) -> tuple[ObjectStyle, ...]:
+    """The objects of the (scene, motion) group: the scene's, each taking the motion's typical shape
+    (``ACTORS``) with probability ``config.actor_cue`` (drawn per group, so all clips of a video agree)."""
+    draws = named_rng(config.seed, "actor", f"{scene}_{motion}").random(len(style.objects))
+    return tuple(dataclasses.replace(obj, shape=ACTORS[motion]) if draw < config.actor_cue else obj
+                 for obj, draw in zip(style.objects, draws))
+
+
 def render_clip(config: SynthConfig, key: str) -> np.ndarray:
     """The frames ``uint8 [T, H, W, 3]`` (RGB) of clip ``key``: a pure function of the config and the key."""
     scene, motion, clip = parse_key(key)
@@ -526,7 +557,7 @@ def render_clip(config: SynthConfig, key: str) -> np.ndarray:
     xs = (np.arange(width)[None, None, :] + 0.5 + cam_x[:, None, None] - centre_x) / side
     ys = (np.arange(height)[None, :, None] + 0.5 + cam_y[:, None, None] - centre_y) / side
     canvas = render_background(style, xs, ys, zoom, (view_x, view_y))
-    for object_style in style.objects:
+    for object_style in group_objects(config, style, scene, motion):
         path = object_trajectory(
             motion, times, group, sign,
             speed=speed * group.uniform(0.9, 1.1),
