@@ -180,19 +180,19 @@ def test_actor_cue_gives_objects_the_class_shape_with_its_probability():
 
 
 def test_actor_cue_changes_only_the_shapes_of_a_clip():
-    """With the cue, a clip differs from the cue-free clip only where an object's outline changed: the
-    background, motion and colours are the same draws."""
-    key = "scene0001/zoom_out/c01"  # zoom_out's actor is the half disc, a shape no scene draws
+    """With the cue, a clip differs from the cue-free clip in part of the frame (where object outlines
+    changed), not everywhere: the background, motion and colours are the same draws."""
+    key = "scene0001/zoom_out/c01"  # zoom_out's actor is the dome, a shape no scene draws
     plain = render_clip(tiny(noise=0.0, num_classes=8, train_scenes=2, test_scenes=2), key)
     cued = render_clip(tiny(noise=0.0, num_classes=8, train_scenes=2, test_scenes=2, actor_cue=1.0), key)
     changed = np.abs(plain.astype(int) - cued.astype(int)).max(axis=-1) > 8
     assert 0.01 < changed.mean() < 0.5, changed.mean()
 
 
-def test_half_disc_outline():
+def test_dome_outline():
     """The half disc (zoom_out's actor): a disc of radius 1 about (0, -0.4) cut at v = 0."""
     u, v = np.meshgrid(np.linspace(-1.5, 1.5, 61), np.linspace(-1.5, 1.5, 61))
-    inside = shape_sdf("half_disc", u, v) < 0
+    inside = shape_sdf("dome", u, v) < 0
     expected = (np.hypot(u, v + 0.4) < 1.0) & (v > 0)
     assert (inside != expected).mean() < 0.01
 

@@ -65,12 +65,12 @@ ACTORS: dict[str, str] = {
     "oscillate_horizontal": "square",
     "oscillate_vertical": "hexagon",
     "zoom_in": "ring",
-    "zoom_out": "half_disc",
+    "zoom_out": "dome",
     "rotate": "cross",
     "circle": "disc",
     "still": "square",
 }
-"""The typical actor (object shape) of each class, taken with probability ``actor_cue``; "half_disc" is an
+"""The typical actor (object shape) of each class, taken with probability ``actor_cue``; "dome" is an
 actor shape only, so the scenes' own shapes do not depend on this table."""
 BACKGROUNDS: tuple[str, ...] = ("noise", "stripes", "checker")
 
@@ -451,9 +451,9 @@ def shape_sdf(shape: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         return np.minimum(np.maximum(au - 1.0, av - 0.38), np.maximum(au - 0.38, av - 1.0))
     if shape == "ellipse":
         return (np.hypot(u, v / 0.55) - 1.0) * 0.55
-    if shape == "half_disc":
+    if shape == "dome":
         return np.maximum(np.hypot(u, v + 0.4) - 1.0, -v)
-    raise ConfigError(f"unknown shape {shape!r} (known: {', '.join(SHAPES)}, half_disc)")
+    raise ConfigError(f"unknown shape {shape!r} (known: {', '.join(SHAPES)}, dome)")
 
 
 def object_pattern(style: ObjectStyle, u: np.ndarray, v: np.ndarray, radius: np.ndarray) -> np.ndarray:
