@@ -190,7 +190,7 @@ def test_actor_cue_changes_only_the_shapes_of_a_clip():
 
 
 def test_dome_outline():
-    """The half disc (zoom_out's actor): a disc of radius 1 about (0, -0.4) cut at v = 0."""
+    """The dome (zoom_out's actor): the part of a unit disc about (0, -0.4) where v > 0."""
     u, v = np.meshgrid(np.linspace(-1.5, 1.5, 61), np.linspace(-1.5, 1.5, 61))
     inside = shape_sdf("dome", u, v) < 0
     expected = (np.hypot(u, v + 0.4) < 1.0) & (v > 0)
