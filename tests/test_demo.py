@@ -7,6 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
+
+from coclr.config import load_config
+from coclr.demo import DEMO_AUGMENT, DEMO_SYNTH, DemoConfig
+from coclr.errors import ConfigError
+
 REDUCED = ["synth={train_scenes: 4, test_scenes: 2, num_classes: 4, actions_per_scene: 4, clips_per_action: 1, "
            "frames: 10}", "flow_backend=dis", "batch_size=8", "queue_size=16", "topk=2", "infonce_epochs=1",
            "cycle_epochs=1", "ubernce_epochs=1"]
@@ -35,8 +42,35 @@ def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
     assert [s["name"] for s in manifest["stages"]] == ["infonce_rgb", "infonce_flow", "cycle1_rgb", "cycle1_flow",
                                                        "cycle2_rgb", "cycle2_flow"]
     assert all(s["status"] == "done" for s in manifest["stages"])
+    stage = yaml.safe_load((out / "configs" / "infonce_rgb.yaml").read_text())
+    assert stage["augment"]["crop_area"] == DEMO_AUGMENT["crop_area"] and stage["augment"]["blur_p"] == 0.0
+    synth = json.loads((out / "store" / "store.json").read_text())["meta"]["synth"]
+    assert synth["actor_cue"] == DEMO_SYNTH["actor_cue"] and synth["train_scenes"] == 4 and synth["seed"] == 3
     # Running it again finds everything done and reproduces the same numbers.
     again = subprocess.run([sys.executable, "-m", "coclr", "demo", "--out", str(out), "--seed", "3", *REDUCED],
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((out / "results.json").read_text())["rows"] == results["rows"]
+
+
+def test_demo_options_override_the_demo_defaults_key_by_key() -> None:
+    """``synth.x=...`` and ``augment.x=...`` change one option of the demo's dataset or augmentation and
+    keep the rest of DEMO_SYNTH / DEMO_AUGMENT (not the generator's or the paper's defaults)."""
+    config = load_config(DemoConfig, overrides=["synth.actor_cue=0.5", "augment.jitter_p=0.8", "seed=7"])
+    synth = config.synth_config()
+    assert (synth.actor_cue, synth.train_scenes, synth.test_scenes, synth.seed) == (0.5, 48, 16, 7)
+    augment = config.augment_options()
+    assert augment["jitter_p"] == 0.8 and augment["crop_area"] == DEMO_AUGMENT["crop_area"]
+    assert augment["gray_p"] == 0.0 and augment["flip_p"] == 0.5
+    defaults = load_config(DemoConfig)
+    assert defaults.synth_config().actor_cue == DEMO_SYNTH["actor_cue"]
+    assert defaults.augment_options()["blur_p"] == DEMO_AUGMENT["blur_p"]
+
+
+@pytest.mark.parametrize("override, key", [("synth.actor_cue=2", "synth.actor_cue"),
+                                           ("synth.colour=1", "synth.colour"),
+                                           ("augment.crop_area=[0.5]", "augment.crop_area"),
+                                           ("augment.gray_p=-1", "augment.gray_p")])
+def test_bad_demo_dataset_or_augment_options_are_named_before_any_work(override: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(DemoConfig, overrides=[override])

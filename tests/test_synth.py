@@ -18,6 +18,7 @@ from coclr.data.synth import (
     ACTORS,
     MOTIONS,
     SynthConfig,
+    actor_colours,
     appearance_features,
     clip_flow,
     dataset_clips,
@@ -157,31 +158,49 @@ def test_single_frames_do_not_depend_on_the_class_scene_does():
     assert same_scene > 0.8, same_scene
 
 
-def test_actor_cue_gives_objects_the_class_shape_with_its_probability():
-    """actor_cue=0 keeps every scene's shapes, 1 gives every object its class's actor, 0.5 about half
-    (draws per group: both clips of a video show the same objects)."""
-    def shapes(cue):
+def test_actor_cue_gives_objects_the_class_actor_with_its_probability():
+    """actor_cue=0 keeps every scene's objects, 1 makes every object its class's actor (shape and colours),
+    0.5 about half (draws per group: both clips of a video show the same objects); pattern and size stay."""
+    def objects(cue):
         config = load_config(SynthConfig, base=dict(actor_cue=cue))
         found = []
         for clip in dataset_clips(config):
             scene, motion, _ = parse_key(clip.key)
             style = scene_style(config, scene)
-            objects = group_objects(config, style, scene, motion)
-            assert [o.colours.tolist() for o in objects] == [o.colours.tolist() for o in style.objects]
-            found += [(o.shape, s.shape, ACTORS[motion]) for o, s in zip(objects, style.objects)]
+            for obj, own in zip(group_objects(config, style, scene, motion), style.objects):
+                assert (obj.pattern, obj.radius, obj.pattern_phase) == (own.pattern, own.radius, own.pattern_phase)
+                is_actor = obj.shape == ACTORS[motion] and np.array_equal(obj.colours, actor_colours(motion))
+                is_own = obj.shape == own.shape and np.array_equal(obj.colours, own.colours)
+                assert is_actor or is_own
+                found.append((is_actor, is_own))
         return found
 
-    assert all(shape == own for shape, own, _ in shapes(0.0))
-    assert all(shape == actor for shape, _, actor in shapes(1.0))
-    half = shapes(0.5)
-    taken = np.mean([shape == actor and own != actor for shape, own, actor in half])
-    kept = np.mean([shape == own and own != actor for shape, own, actor in half])
-    assert 0.35 < taken / (taken + kept) < 0.65, (taken, kept)
+    assert all(is_own and not is_actor for is_actor, is_own in objects(0.0))
+    assert all(is_actor for is_actor, _ in objects(1.0))
+    half = objects(0.5)
+    share = np.mean([is_actor for is_actor, is_own in half if is_actor != is_own])
+    assert 0.35 < share < 0.65, share
 
 
-def test_actor_cue_changes_only_the_shapes_of_a_clip():
-    """With the cue, a clip differs from the cue-free clip in part of the frame (where object outlines
-    changed), not everywhere: the background, motion and colours are the same draws."""
+def test_actor_colours_are_a_bright_and_a_dark_shade_of_one_hue_per_class():
+    """Each class's actor has its own hue (evenly spaced, so no two classes share colours), in a bright and
+    a dark shade, checked against colorsys."""
+    import colorsys
+
+    hues = []
+    for index, motion in enumerate(MOTIONS):
+        bright, dark = actor_colours(motion)
+        np.testing.assert_allclose(dark, bright * 0.45 / 0.95, atol=1e-12)
+        hue, saturation, value = colorsys.rgb_to_hsv(*bright)
+        assert saturation == pytest.approx(1.0) and value == pytest.approx(0.95)
+        assert hue == pytest.approx(index / len(MOTIONS), abs=1e-9)
+        hues.append(hue)
+    assert len(set(np.round(hues, 6))) == len(MOTIONS)
+
+
+def test_actor_cue_changes_only_the_objects_of_a_clip():
+    """With the cue, a clip differs from the cue-free clip in part of the frame (the objects), not
+    everywhere: the background and the motion are the same draws."""
     key = "scene0001/zoom_out/c01"  # zoom_out's actor is the dome, a shape no scene draws
     plain = render_clip(tiny(noise=0.0, num_classes=8, train_scenes=2, test_scenes=2), key)
     cued = render_clip(tiny(noise=0.0, num_classes=8, train_scenes=2, test_scenes=2, actor_cue=1.0), key)

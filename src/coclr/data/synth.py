@@ -6,7 +6,7 @@ foreground objects. The *class* is how the objects move (translate up, zoom in, 
 *scene*, and each scene performs several classes. Train and test use disjoint scenes, so appearance cannot
 tell the classes apart: an RGB network trained by instance discrimination is tempted to cluster by
 appearance, while optical flow sees the motion. (``actor_cue`` > 0 adds appearance that correlates with the
-class, each class's typical object shape, as real actions have typical actors.)
+class, each class's typical actor: an object shape and colours, as real actions have typical actors.)
 
 Like UCF101, the clips of one (scene, action) pair are consecutive segments of one continuous source video
 (a *group*: ``scene0003_zoom_in``), and entries are keyed ``scene0003/zoom_in/c01``.
@@ -70,8 +70,9 @@ ACTORS: dict[str, str] = {
     "circle": "disc",
     "still": "square",
 }
-"""The typical actor (object shape) of each class, taken with probability ``actor_cue``; "dome" is an
-actor shape only, so the scenes' own shapes do not depend on this table."""
+"""The typical actor's shape for each class, taken with probability ``actor_cue``; "dome" is an actor
+shape only, so the scenes' own shapes do not depend on this table. The actor's colours are
+``actor_colours(motion)``."""
 BACKGROUNDS: tuple[str, ...] = ("noise", "stripes", "checker")
 
 KEY_PATTERN = re.compile(r"^(scene\d{4})/([a-z_]+)/c(\d{2,})$")
@@ -110,9 +111,10 @@ class SynthConfig:
     camera_drift: float = option(0.006, "largest camera pan speed, fraction of the shorter side per frame")
     camera_jitter: float = option(0.004, "camera shake (standard deviation, fraction of the shorter side)")
     noise: float = option(0.01, "standard deviation of the per-pixel Gaussian noise (intensities in [0, 1])")
-    actor_cue: float = option(0.0, "probability that an object of a (scene, action) video takes the action's "
-                              "typical shape (ACTORS), appearance that correlates with the class as real "
-                              "actions have typical actors and places; 0: appearance says nothing of the class")
+    actor_cue: float = option(0.0, "probability that an object of a (scene, action) video is the action's "
+                              "typical actor (shape from ACTORS, colours from actor_colours): appearance that "
+                              "correlates with the class as real actions have typical actors and places; "
+                              "0: appearance says nothing of the class")
     jpeg_quality: int = option(95, "JPEG quality of the stored frames (95: luma within about 1 level at 32x32)")
 
     def validate(self) -> None:
@@ -523,11 +525,22 @@ def composite_object(canvas: np.ndarray, style: ObjectStyle, path: Trajectory, c
     canvas += alpha * colour
 
 
+def actor_colours(motion: str) -> np.ndarray:
+    """The two pattern colours ``[2, 3]`` of ``motion``'s typical actor: a bright and a dark shade of a hue
+    of its own (the classes' hues are evenly spaced around the colour wheel)."""
+    hue = MOTIONS.index(motion) / len(MOTIONS)
+    channel = np.array([0.0, 2.0 / 3.0, 1.0 / 3.0])
+    rgb = np.clip(np.abs(((hue + channel) % 1.0) * 6.0 - 3.0) - 1.0, 0.0, 1.0)
+    return np.stack([0.95 * rgb, 0.45 * rgb])
+
+
 def group_objects(config: SynthConfig, style: SceneStyle, scene: str, motion: str) -> tuple[ObjectStyle, ...]:
-    """The objects of the (scene, motion) group: the scene's, each taking the motion's typical shape
-    (``ACTORS``) with probability ``config.actor_cue`` (drawn per group, so all clips of a video agree)."""
+    """The objects of the (scene, motion) group: the scene's, each replaced by the motion's typical actor
+    (shape ``ACTORS[motion]``, colours ``actor_colours(motion)``; pattern and size stay the scene's) with
+    probability ``config.actor_cue``, drawn per group so that all clips of a video agree."""
     draws = named_rng(config.seed, "actor", f"{scene}_{motion}").random(len(style.objects))
-    return tuple(dataclasses.replace(obj, shape=ACTORS[motion]) if draw < config.actor_cue else obj
+    actor = {"shape": ACTORS[motion], "colours": actor_colours(motion)}
+    return tuple(dataclasses.replace(obj, **actor) if draw < config.actor_cue else obj
                  for obj, draw in zip(style.objects, draws))
 
 
