@@ -5,8 +5,8 @@ demo's size with cross-entropy on the train scenes and prints the train accuracy
 the unseen test scenes (centre crop, eval-mode BatchNorm) every few epochs. ``--baseline`` trains a plain
 3-layer 3D CNN (3x3x3 convolutions at full resolution) instead, for comparison; ``--static`` repeats the
 first frame of every clip, so only appearance is left. If the supervised S3D stays near chance, no
-contrastive method can beat chance on that data, which is what blocks the demo's Table-1 ordering (see the
-notes of issue 7). A benchmark (minutes), not a test.
+contrastive RGB method can beat chance on that data (docs/synth.md has the figures that shaped the demo's
+dataset). A benchmark (minutes), not a test.
 
     python benchmarks/bench_synth_supervised.py --out /tmp/sup [--epochs 64] [--width 0.125] [key=value ...]
 """

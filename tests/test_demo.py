@@ -58,7 +58,7 @@ def test_demo_options_override_the_demo_defaults_key_by_key() -> None:
     keep the rest of DEMO_SYNTH / DEMO_AUGMENT (not the generator's or the paper's defaults)."""
     config = load_config(DemoConfig, overrides=["synth.actor_cue=0.5", "augment.jitter_p=0.8", "seed=7"])
     synth = config.synth_config()
-    assert (synth.actor_cue, synth.train_scenes, synth.test_scenes, synth.seed) == (0.5, 48, 16, 7)
+    assert (synth.actor_cue, synth.train_scenes, synth.frames, synth.seed) == (0.5, 48, 12, 7)
     augment = config.augment_options()
     assert augment["jitter_p"] == 0.8 and augment["crop_area"] == DEMO_AUGMENT["crop_area"]
     assert augment["gray_p"] == 0.0 and augment["flip_p"] == 0.5
