@@ -117,3 +117,30 @@ def test_logits_from_matches_loops():
         for j in range(5):
             dot = sum(a * b for a, b in zip(q[i].tolist(), queue[j].tolist()))
             assert math.isclose(logits[i, 1 + j].item(), dot / 0.07, rel_tol=1e-5, abs_tol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["mil", "supcon"])
+def test_excluded_candidates_leave_the_row_altogether(form):
+    """An excluded candidate is the same as deleting its column from that row (loop reference), and its
+    logit gets no gradient; other rows keep it."""
+    logits, mask = random_case(4)
+    excluded = torch.zeros_like(mask)
+    for row in range(logits.shape[0]):
+        negatives = torch.nonzero(~mask[row]).flatten()
+        excluded[row, negatives[: row % 3]] = True
+    logits.requires_grad_(True)
+    per_row = multi_positive_nce(logits, mask, form=form, reduction="none", excluded=excluded)
+    for row in range(logits.shape[0]):
+        kept = ~excluded[row]
+        expected = reference_loss(logits[row, kept][None].detach(), mask[row, kept][None], form)[0]
+        assert per_row[row].item() == pytest.approx(expected, rel=1e-12)
+    per_row.sum().backward()
+    assert bool((logits.grad[excluded] == 0).all()) and bool((logits.grad[~excluded] != 0).any())
+
+
+def test_excluded_must_not_mark_a_positive():
+    logits, mask = random_case(5)
+    with pytest.raises(ValueError, match="excluded marks a positive"):
+        multi_positive_nce(logits, mask, excluded=mask.clone())
+    with pytest.raises(ValueError, match="excluded must be a bool"):
+        multi_positive_nce(logits, mask, excluded=mask.float())

@@ -223,3 +223,38 @@ def test_cmc_trains_both_views_against_each_other(store: Path, tmp_path: Path) -
         assert not torch.equal(before[view], learner.encoder_q.head.fc2.weight), f"{view} was not trained"
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert {"rgb/loss", "flow/loss"} <= set(records[-1])
+
+
+@pytest.mark.parametrize("as_negative", [True, False])
+def test_a_dropped_own_key_is_a_negative_only_when_asked(as_negative: bool) -> None:
+    """CoCLR with the own key always dropped: with ``dropped_own_as_negative`` (reference) the own key's
+    similarity still moves the loss through the denominator; without it the loss ignores the own key."""
+    import copy
+
+    from coclr.models.encoder import build_encoder
+    from coclr.train.learner import Targets, ViewLearner
+
+    torch.manual_seed(0)
+    learner = ViewLearner(build_encoder(width=0.125), method="coclr", queue_size=16, temperature=0.07,
+                          momentum=0.99, topk=3, own_drop_prob=1.0, group_positives=False, loss_form="mil",
+                          dropped_own_as_negative=as_negative)
+    batch = 4
+    embed = lambda n: torch.nn.functional.normalize(torch.randn(n, 128), dim=1)  # noqa: E731
+    learner.queue.enqueue(embed(16), labels=torch.zeros(16, dtype=torch.long), video_ids=torch.arange(16),
+                          groups=torch.arange(16), other=embed(16))
+    clip = torch.randn(batch, 3, 8, 32, 32)
+    targets = Targets(torch.zeros(batch, dtype=torch.long), torch.arange(100, 104), torch.arange(100, 104))
+    other = embed(batch)
+    with torch.no_grad():
+        query = learner.encoder_q(clip)
+
+    def loss(own_keys: torch.Tensor) -> float:
+        fresh = copy.deepcopy(learner)  # step() enqueues; every call starts from the same queue
+        out = fresh.step(clip, own_keys, targets, other, generator=torch.Generator().manual_seed(0))
+        return out.loss.item()
+
+    near, far = query, -query  # own key identical to the query, or opposite to it
+    if as_negative:
+        assert loss(near) > loss(far) + 1.0
+    else:
+        assert loss(near) == pytest.approx(loss(far), abs=1e-6)

@@ -9,7 +9,9 @@ differ only in which candidates count as positives (:mod:`coclr.core.positives`)
 - ``form="supcon"``: the sum is *outside* the log, ``-mean_{p in P} log softmax(logits)_p`` (the form of the
   authors' UberNCE code and of supervised contrastive learning).
 
-With a single positive in column 0 both reduce exactly to InfoNCE, ``cross_entropy(logits, 0)``.
+With a single positive in column 0 both reduce exactly to InfoNCE, ``cross_entropy(logits, 0)``. An optional
+``excluded`` mask leaves candidates out of a row altogether (CoCLR's dropped own key, when it is not to act as a
+negative).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def multi_positive_nce(
     positive_mask: torch.Tensor,
     form: LossForm = "mil",
     reduction: Reduction = "mean",
+    excluded: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Contrastive loss of queries with one or more positives among their candidates.
 
@@ -57,9 +60,11 @@ def multi_positive_nce(
             ``logsumexp(positives) - logsumexp(all)``) or ``"supcon"`` (mean of ``-log softmax`` over the
             positives).
         reduction: ``"mean"`` over the batch, or ``"none"`` for the per-row losses ``[B]``.
+        excluded: optional ``[B, N]`` bool, True where a candidate takes no part in the row's loss (neither
+            positive nor in the denominator); it must not mark a positive.
 
     Raises:
-        ValueError: on shape or dtype mismatch, or naming the rows that have no positive.
+        ValueError: on shape or dtype mismatch, an excluded positive, or naming the rows that have no positive.
         ConfigError: for an unknown ``form`` or ``reduction``.
     """
     if form not in LOSS_FORMS:
@@ -67,6 +72,13 @@ def multi_positive_nce(
     if reduction not in REDUCTIONS:
         raise ConfigError(f"loss reduction {reduction!r} is not one of {REDUCTIONS}")
     _check_inputs(logits, positive_mask)
+    if excluded is not None:
+        if excluded.shape != logits.shape or excluded.dtype != torch.bool:
+            raise ValueError(f"excluded must be a bool tensor of shape {tuple(logits.shape)}, got "
+                             f"{excluded.dtype} {tuple(excluded.shape)}")
+        if bool((excluded & positive_mask).any()):
+            raise ValueError("excluded marks a positive; a candidate cannot be both")
+        logits = logits.masked_fill(excluded, float("-inf"))
 
     log_normaliser = torch.logsumexp(logits, dim=1)
     if form == "mil":

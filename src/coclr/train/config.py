@@ -68,6 +68,9 @@ class MethodOptions:
     topk: int = option(5, "CoCLR: number of positives mined in the other view")
     own_drop_prob: float = option(0.9, "CoCLR: probability per iteration of dropping the own key from the "
                                        "numerator of rows that have mined positives (reference code)")
+    dropped_own_as_negative: bool = option(True, "CoCLR: a dropped own key stays in the denominator, as a "
+                                                 "negative (reference code); false leaves it out of that row's "
+                                                 "loss, which keeps small runs from collapsing (docs/synth.md)")
     group_positives: bool = option(False, "CoCLR: also count clips of the same source group (UCF101 gXX) "
                                           "as positives")
     loss_form: Literal["auto", "mil", "supcon"] = option(

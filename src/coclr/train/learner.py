@@ -50,13 +50,14 @@ class ViewLearner(nn.Module):
 
     def __init__(self, encoder: Encoder, method: str, queue_size: int, temperature: float, momentum: float,
                  topk: int, own_drop_prob: float, group_positives: bool, loss_form: str,
-                 generator: torch.Generator | None = None):
+                 generator: torch.Generator | None = None, dropped_own_as_negative: bool = True):
         super().__init__()
         self.method = method
         self.temperature = temperature
         self.momentum = momentum
         self.topk = topk
         self.own_drop_prob = own_drop_prob
+        self.dropped_own_as_negative = dropped_own_as_negative
         self.group_positives = group_positives
         self.loss_form = loss_form
         self.encoder_q = encoder
@@ -87,7 +88,11 @@ class ViewLearner(nn.Module):
                                  groups=targets.groups, other_keys=other_keys, topk=self.topk,
                                  group_positives=self.group_positives, own_drop_prob=self.own_drop_prob,
                                  generator=generator)
-        loss = multi_positive_nce(logits, mask, form=self.loss_form)
+        excluded = None
+        if not self.dropped_own_as_negative:  # column 0 is a positive unless CoCLR dropped it this step
+            excluded = torch.zeros_like(mask)
+            excluded[:, 0] = ~mask[:, 0]
+        loss = multi_positive_nce(logits, mask, form=self.loss_form, excluded=excluded)
         stats = self._stats(logits.detach(), mask, targets.labels)
         queue.enqueue(keys, labels=targets.labels, video_ids=targets.videos, groups=targets.groups,
                       other=other_keys if queue.other.shape[1] else None)

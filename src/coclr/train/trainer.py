@@ -105,7 +105,8 @@ def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainM
         return ViewLearner(encoder(init), method=method.name, queue_size=method.queue_size,
                            temperature=method.temperature, momentum=method.momentum, topk=method.topk,
                            own_drop_prob=method.own_drop_prob, group_positives=method.group_positives,
-                           loss_form=method.form, generator=generator)
+                           loss_form=method.form, generator=generator,
+                           dropped_own_as_negative=method.dropped_own_as_negative)
 
     learners = {config.data.view: learner(method.init_checkpoint)}
     sampler = None
