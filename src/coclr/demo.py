@@ -16,12 +16,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from coclr.config import from_dict, option, require, to_dict
 from coclr.errors import CoclrError
+
+if TYPE_CHECKING:
+    from coclr.data.synth import SynthConfig
 
 ROWS = [  # (method, view, where its encoder is, relative to OUT)
     ("InfoNCE", "RGB", ["pipeline/infonce_rgb/encoder_rgb.pth"]),
@@ -36,9 +39,9 @@ ROWS = [  # (method, view, where its encoder is, relative to OUT)
 DEMO_SYNTH: dict[str, Any] = {"train_scenes": 48, "test_scenes": 16, "frames": 12, "actor_cue": 1.0}
 """The demo's dataset, on top of the generator's defaults: more scenes than the default (so that a class is
 seen in many places), 12 frames per clip (less flow to extract; training clips have 8), and every object its
-class's typical actor. Motion alone defines the class for flow,
-but the demo's tiny RGB S3D learns RGB motion only after thousands of steps (docs/synth.md), so the RGB rows
-need appearance that goes with the class, as in real videos; the scene's background still dominates it."""
+class's typical actor. Motion alone defines the class for flow, but the demo's tiny RGB S3D learns RGB
+motion only after thousands of steps (docs/synth.md), so the RGB rows need appearance that goes with the
+class, as in real videos; the scene's background still dominates it."""
 
 DEMO_AUGMENT: dict[str, Any] = {"crop_area": [0.6, 1.0], "jitter_p": 0.0, "gray_p": 0.0, "blur_p": 0.0}
 """The demo's training augmentation, on top of the paper's: the paper's is sized for 128 px. At 32 px its
@@ -82,7 +85,7 @@ class DemoConfig:
         for key in ("infonce_epochs", "cycle_epochs", "ubernce_epochs"):
             require(getattr(self, key) >= 1, key, "must be at least 1")
 
-    def synth_config(self):
+    def synth_config(self) -> SynthConfig:
         """The dataset's :class:`SynthConfig`: DEMO_SYNTH, then ``synth``, with the demo's seed."""
         from coclr.data.synth import SynthConfig
 
