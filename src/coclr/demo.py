@@ -25,6 +25,7 @@ from coclr.errors import CoclrError
 
 if TYPE_CHECKING:
     from coclr.data.synth import SynthConfig
+    from coclr.eval.features import ClipConfig
 
 ROWS = [  # (method, view, where its encoder is, relative to OUT)
     ("InfoNCE", "RGB", ["pipeline/infonce_rgb/encoder_rgb.pth"]),
@@ -90,6 +91,12 @@ class DemoConfig:
         from coclr.data.synth import SynthConfig
 
         return from_dict(SynthConfig, {**DEMO_SYNTH, **self.synth, "seed": self.seed}, prefix="synth.")
+
+    def clip_config(self) -> ClipConfig:
+        """How evaluation cuts clips: the training clips' length, stride and size."""
+        from coclr.eval.features import ClipConfig
+
+        return ClipConfig(length=self.length, stride=self.stride, size=self.size, batch_size=64)
 
     def augment_options(self) -> dict[str, Any]:
         """The training ``augment`` section: DEMO_AUGMENT, then ``augment`` (validated)."""
@@ -202,26 +209,25 @@ def _batches(jobs: list[Job], size: int) -> list[list[Job]]:
     return [jobs[i : i + size] for i in range(0, len(jobs), size)]
 
 
-def evaluate_all(config: DemoConfig, out: Path, store_path: Path) -> list[dict[str, Any]]:
-    """Retrieval and linear probe of every row of the table; returns the evaluation records."""
+def evaluate_all(config: DemoConfig, out: Path, store) -> list[dict[str, Any]]:
+    """Retrieval and linear probe of every row of the table (``store``: the opened clip store); returns the
+    evaluation records."""
     from coclr.atomic import atomic_write_json
-    from coclr.eval.features import ClipConfig, Stream, open_store
+    from coclr.eval.features import Stream
     from coclr.eval.linear import evaluate_linear
     from coclr.eval.retrieval import evaluate_retrieval
 
-    store = open_store(store_path)
-    clips = ClipConfig(length=config.length, stride=config.stride, size=config.size, batch_size=64)
+    clips = config.clip_config()
     cache = out / "feature_cache"
     last = f"cycle{config.cycles}"
     records = []
     for method, view, paths in ROWS:
         views = ["rgb", "flow"] if view == "RGB+Flow" else [view.lower()]
         streams = [Stream(out / p.format(last=last), v) for p, v in zip(paths, views)]
-        name = method
         retrieval = evaluate_retrieval(store, streams, clips, cache_dir=cache, progress=False)
         linear, _, _ = evaluate_linear(store, streams, clips, cache_dir=cache, progress=False)
         for record in (retrieval, linear):
-            record["name"] = name
+            record["name"] = method
             atomic_write_json(out / "eval" / f"{method}_{view}_{record['task']}.json".replace("+", "_"), record)
         records.append({"method": method, "view": view, "retrieval": retrieval, "linear": linear})
     return records
@@ -291,18 +297,16 @@ def run_demo(config: DemoConfig, out: str | Path) -> dict[str, Any]:
     print("[3/5] pretraining: InfoNCE (RGB, flow), then CoCLR cycles beside the UberNCE oracle", flush=True)
     train_all(config, out, store)
     print("[4/5] evaluation: retrieval R@k and linear probe", flush=True)
-    evaluated = evaluate_all(config, out, store)
+    opened = open_store(store)
+    evaluated = evaluate_all(config, out, opened)
     rows = [{"method": e["method"], "view": e["view"], "linear_top1": e["linear"]["results"]["top1"],
              "retrieval": {k: e["retrieval"]["results"][k] for k in ("R@1", "R@5", "R@10", "R@20")}}
             for e in evaluated]
     print("[5/5] report: stage plot and retrieval gallery", flush=True)
-    from coclr.eval.features import ClipConfig
-
-    clips = ClipConfig(length=config.length, stride=config.stride, size=config.size, batch_size=64)
-    report_run(out / "pipeline", open_store(store), out, clips, cache_dir=out / "feature_cache", progress=False)
+    report_run(out / "pipeline", opened, out, config.clip_config(), cache_dir=out / "feature_cache", progress=False)
     records = [e[task] for e in evaluated for task in ("linear", "retrieval")]
     coclr_rgb = next(e["retrieval"] for e in evaluated if (e["method"], e["view"]) == ("CoCLR", "RGB"))
-    write_report(out, [*records, coclr_rgb], open_store(store))
+    write_report(out, [*records, coclr_rgb], opened)
     seconds = time.time() - started
     checks = claims(rows)
     results = {"seed": config.seed, "wall_seconds": round(seconds, 1), "rows": rows, "claims": checks,

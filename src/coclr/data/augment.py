@@ -26,7 +26,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass

@@ -49,8 +49,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from coclr.atomic import PARTIAL_SUFFIX, atomic_open
-from coclr.data.indexes import VideoIndex, atomic_write_text, check_videos_exist, is_relative_key
+from coclr.atomic import PARTIAL_SUFFIX, atomic_open, atomic_write_text
+from coclr.data.indexes import VideoIndex, check_videos_exist, is_relative_key
 from coclr.errors import DataError
 
 STORE_FORMAT = "coclr-clip-store"

@@ -38,7 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from coclr.config import option, require, to_dict, validate
-from coclr.data.indexes import VideoEntry, VideoIndex, atomic_write_text
+from coclr.atomic import atomic_write_text
+from coclr.data.indexes import VideoEntry, VideoIndex
 from coclr.data.store import META_FILE, ClipStore, JobSummary, create_store, encode_jpeg, run_entry_jobs
 from coclr.errors import ConfigError, DataError
 

@@ -108,7 +108,6 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def write_table(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tuple[Path, Path]:
     """``table.md`` and ``table.json`` in ``out_dir``."""
-
     out_dir = Path(out_dir)
     return (atomic_write_text(out_dir / "table.md", markdown_table(rows)),
             atomic_write_json(out_dir / "table.json", {"columns": list(TABLE_COLUMNS), "rows": list(rows)}))

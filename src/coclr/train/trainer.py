@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
+from coclr.atomic import atomic_torch_save
 from coclr.config import to_dict
 from coclr.core.distributed import is_main, rank, world_size
 from coclr.data.augment import ClipAugment
@@ -31,7 +32,6 @@ from coclr.data.datasets import TrainClips
 from coclr.errors import CheckpointError, CoclrError, ConfigError
 from coclr.models.encoder import Encoder, build_encoder
 from coclr.models.loading import load_encoder
-from coclr.atomic import atomic_torch_save
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state, set_rng_state
 from coclr.train.config import PretrainConfig
 from coclr.train.learner import PretrainModel, Targets, ViewLearner
