@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+
 import pytest
 
 from coclr.cli import build_parser
