@@ -9,8 +9,8 @@ import torch
 from test_eval_helpers import make_tiny_store, save_tiny_encoder
 
 from coclr.errors import CheckpointError, DataError
-from coclr.eval.features import (ClipConfig, Stream, cached_features, check_inputs, eval_views, extract_features,
-                                 load_backbone)
+from coclr.eval.features import (ClipConfig, Stream, cached_features, check_inputs, checkpoint_meta, eval_views,
+                                 extract_features, load_backbone)
 
 CONFIG = ClipConfig(length=8, stride=1, size=32, batch_size=5)
 
@@ -46,6 +46,18 @@ def test_features_are_window_means_of_pooled_backbone(tiny):
         reference = torch.stack(pooled).mean(0).numpy()  # batched vs one-by-one convolutions: float rounding
         np.testing.assert_allclose(result.features[row], reference, rtol=1e-4, atol=1e-5 * np.abs(reference).max())
     assert not backbone.training
+
+
+def test_checkpoint_meta_of_exported_encoders_and_training_checkpoints(tmp_path):
+    """Reports name the method of every kind of our checkpoints (UberNCE's labels column depends on it)."""
+    exported = save_tiny_encoder(tmp_path / "enc.pt", meta={"method": "coclr", "view": "flow", "stage": "cycle1_flow"})
+    assert checkpoint_meta(exported) == {"method": "coclr", "view": "flow", "stage": "cycle1_flow"}
+    torch.save({"format": "coclr.train", "version": 1, "method": "ubernce", "view": "rgb", "best_loss": 3.5,
+                "model": {"w": torch.zeros(2)}}, tmp_path / "checkpoint_last.pth")
+    assert checkpoint_meta(tmp_path / "checkpoint_last.pth") == {"method": "ubernce", "view": "rgb"}
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, tmp_path / "theirs.pth")
+    (tmp_path / "broken.pth").write_bytes(b"not a checkpoint")
+    assert checkpoint_meta(tmp_path / "theirs.pth") == {} and checkpoint_meta(tmp_path / "broken.pth") == {}
 
 
 def test_cache_is_keyed_by_checkpoint_content(tiny, tmp_path, monkeypatch):

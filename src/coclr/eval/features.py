@@ -254,12 +254,17 @@ def check_inputs(store, streams: list[Stream], splits: list[str]) -> None:
 
 
 def checkpoint_meta(path: str | Path) -> dict[str, object]:
-    """The ``meta`` dict of one of our encoder checkpoints (method, view, stage ...), or {} for other files."""
+    """What one of our checkpoints says it is (method, view, stage ...), or {} for other files: the ``meta``
+    dict of an exported encoder, or the method and view of a training checkpoint."""
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # not ours or unreadable: load_encoder reports it properly when the model is loaded
         return {}
-    meta = payload.get("meta") if isinstance(payload, dict) else None
+    if not isinstance(payload, dict):
+        return {}
+    meta = payload.get("meta")
+    if payload.get("format") == "coclr.train":
+        meta = {key: payload.get(key) for key in ("method", "view")}
     return {k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool))} if isinstance(meta, dict) else {}
 
 
