@@ -16,7 +16,7 @@ from coclr.errors import ConfigError
 
 REDUCED = ["synth={train_scenes: 4, test_scenes: 2, num_classes: 4, actions_per_scene: 4, clips_per_action: 1, "
            "frames: 10}", "flow_backend=dis", "batch_size=8", "queue_size=16", "topk=2", "infonce_epochs=1",
-           "cycle_epochs=1", "ubernce_epochs=1"]
+           "cycle_epochs=1", "ubernce_epochs=1", "warmup_epochs=0.5"]
 
 
 def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
@@ -72,7 +72,8 @@ def test_demo_options_override_the_demo_defaults_key_by_key() -> None:
 @pytest.mark.parametrize("override, key", [("synth.actor_cue=2", "synth.actor_cue"),
                                            ("synth.colour=1", "synth.colour"),
                                            ("augment.crop_area=[0.5]", "augment.crop_area"),
-                                           ("augment.gray_p=-1", "augment.gray_p")])
-def test_bad_demo_dataset_or_augment_options_are_named_before_any_work(override: str, key: str) -> None:
+                                           ("augment.gray_p=-1", "augment.gray_p"),
+                                           ("warmup_epochs=30", "warmup_epochs")])
+def test_bad_demo_options_are_named_before_any_work(override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(DemoConfig, overrides=[override])

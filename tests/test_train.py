@@ -47,6 +47,8 @@ def store(tmp_path: Path) -> Path:
     (["data.length=4"], "data.length"),
     (["method.name=supervised"], "method.name"),
     (["optim.epochs=10", "optim.milestones=[20]"], "optim.milestones"),
+    (["optim.epochs=10", "optim.warmup_epochs=11"], "optim.warmup_epochs"),
+    (["optim.warmup_epochs=-1"], "optim.warmup_epochs"),
     (["data.second_view=rgb"], "data.second_view"),
 ])
 def test_bad_options_name_their_key(overrides: list[str], key: str) -> None:
@@ -258,3 +260,25 @@ def test_a_dropped_own_key_is_a_negative_only_when_asked(as_negative: bool) -> N
         assert loss(near) > loss(far) + 1.0
     else:
         assert loss(near) == pytest.approx(loss(far), abs=1e-6)
+
+
+@pytest.mark.parametrize("warmup_epochs", [0.0, 2.0])
+def test_lr_warm_up_scales_the_first_updates_and_leaves_the_schedule(store: Path, tmp_path: Path,
+                                                                     warmup_epochs: float) -> None:
+    """Adam's first update moves every weight with a clear gradient by lr (m/sqrt(v) = +-1): with a warm-up
+    over 2 epochs of 3 iterations, the first iteration uses lr/6. The scheduled lr is left as it was."""
+    lr = 1e-3
+    trainer = Trainer(tiny_config(store, tmp_path / "run", f"optim.lr={lr}", "optim.weight_decay=0",
+                                  f"optim.warmup_epochs={warmup_epochs}", "run.max_steps=1"))
+    assert trainer.sampler.batches_per_epoch == 3
+    encoder = trainer.model.learners["rgb"].encoder_q
+    before = {name: p.detach().clone() for name, p in encoder.named_parameters()}
+    trainer.run()
+    largest = max(float((p.detach() - before[name]).abs().max()) for name, p in encoder.named_parameters())
+    expected = lr / 6 if warmup_epochs else lr
+    assert expected * 0.99 <= largest <= expected * 1.001
+    assert trainer.optimizer.param_groups[0]["lr"] == lr
+    logged = json.loads((tmp_path / "run" / "log.jsonl").read_text().splitlines()[0])
+    assert logged["lr"] == pytest.approx(expected)
+    assert [trainer.warmup_factor(i) for i in (0, 5, 6, 100)] == ([1 / 6, 1.0, 1.0, 1.0] if warmup_epochs
+                                                                  else [1.0] * 4)

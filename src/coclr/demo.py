@@ -71,6 +71,8 @@ class DemoConfig:
     momentum: float = option(0.99, "key encoder EMA (lower than the paper's 0.999: the runs are short)")
     temperature: float = option(0.07, "softmax temperature")
     lr: float = option(1e-3, "Adam learning rate")
+    warmup_epochs: float = option(0.0, "epochs of linear lr warm-up at the start of every training stage "
+                                  "(docs/synth.md: tried at 2 with momentum 0.9, not better over three seeds)")
     topk: int = option(5, "CoCLR positives mined per query")
     infonce_epochs: int = option(40, "epochs of InfoNCE per view")
     cycle_epochs: int = option(28, "epochs of each CoCLR half-cycle")
@@ -85,6 +87,8 @@ class DemoConfig:
         require(self.processes >= 1, "processes", "must be at least 1")
         for key in ("infonce_epochs", "cycle_epochs", "ubernce_epochs"):
             require(getattr(self, key) >= 1, key, "must be at least 1")
+        shortest = min(self.infonce_epochs, self.cycle_epochs, self.ubernce_epochs)
+        require(0 <= self.warmup_epochs <= shortest, "warmup_epochs", f"must lie in 0..{shortest} (the shortest stage)")
 
     def synth_config(self) -> SynthConfig:
         """The dataset's :class:`SynthConfig`: DEMO_SYNTH, then ``synth``, with the demo's seed."""
@@ -112,7 +116,7 @@ def _training_options(config: DemoConfig, store: Path) -> dict[str, Any]:
         "model": {"width": config.width},
         "method": {"queue_size": config.queue_size, "temperature": config.temperature, "momentum": config.momentum,
                    "topk": config.topk, "dropped_own_as_negative": False},
-        "optim": {"lr": config.lr, "schedule": "constant"},
+        "optim": {"lr": config.lr, "schedule": "constant", "warmup_epochs": config.warmup_epochs},
         "augment": config.augment_options(),
         "run": {"batch_size": config.batch_size, "seed": config.seed, "progress": False, "log_every": 50,
                 "device": "cpu"},

@@ -122,9 +122,14 @@ class OptimOptions:
     milestones: list[int] = option([], "epochs at which the lr is multiplied by gamma (schedule=milestones)")
     gamma: float = option(0.1, "lr decay factor")
     patience: int = option(10, "schedule=plateau: epochs without improvement before decaying")
+    warmup_epochs: float = option(0.0, "epochs at the start of the run over which the lr rises linearly, "
+                                  "iteration by iteration, from lr/iterations to its scheduled value (0: none). "
+                                  "Adam's first steps from a fresh state move every weight by about lr; a stage "
+                                  "initialised from a trained encoder (CoCLR) can lose what it knew in them")
 
     def validate(self) -> None:
         require(self.lr > 0, "lr", "must be positive")
+        require(0 <= self.warmup_epochs <= self.epochs, "warmup_epochs", f"must lie in 0..epochs ({self.epochs})")
         require(self.weight_decay >= 0, "weight_decay", "must be non-negative")
         require(self.epochs >= 1, "epochs", "must be at least 1")
         require(all(0 < m <= self.epochs for m in self.milestones), "milestones",

@@ -328,9 +328,22 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if queue_full or not self.config.method.wait_for_full_queue:
             self.scaler.scale(loss).backward()
+            factor = self.warmup_factor(pos.global_step)
+            scheduled = [group["lr"] for group in self.optimizer.param_groups]
+            for group, lr in zip(self.optimizer.param_groups, scheduled):
+                group["lr"] = lr * factor
             self.scaler.step(self.optimizer)
+            for group, lr in zip(self.optimizer.param_groups, scheduled):  # the scheduler owns the lr
+                group["lr"] = lr
             self.scaler.update()
         return loss.detach(), stats
+
+    def warmup_factor(self, iteration: int) -> float:
+        """The share of the scheduled lr that iteration ``iteration`` (0-based, of this run) uses: (i + 1) /
+        warm-up iterations during ``optim.warmup_epochs``, then 1. Saved iteration counts make resuming
+        continue the warm-up where it stopped."""
+        iterations = self.config.optim.warmup_epochs * self.sampler.batches_per_epoch
+        return min(1.0, (iteration + 1) / iterations) if iterations > 0 else 1.0
 
     def run(self) -> Path:
         config = self.config
@@ -419,7 +432,8 @@ class Trainer:
             values /= self.world
         values = values.tolist()
         record = {"step": self.position.global_step, "epoch": self.position.epoch, "loss": values[0],
-                  "lr": self.optimizer.param_groups[0]["lr"]}
+                  "lr": self.optimizer.param_groups[0]["lr"]
+                  * self.warmup_factor(self.position.global_step - 1)}
         record.update(zip(stats.keys(), values[1:]))
         return record
 
