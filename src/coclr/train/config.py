@@ -123,9 +123,9 @@ class OptimOptions:
     gamma: float = option(0.1, "lr decay factor")
     patience: int = option(10, "schedule=plateau: epochs without improvement before decaying")
     warmup_epochs: float = option(0.0, "epochs at the start of the run over which the lr rises linearly, "
-                                  "iteration by iteration, from lr/iterations to its scheduled value (0: none). "
-                                  "Adam's first steps from a fresh state move every weight by about lr; a stage "
-                                  "initialised from a trained encoder (CoCLR) can lose what it knew in them")
+                                  "iteration by iteration, to its scheduled value (0: none). Adam's first steps "
+                                  "from a fresh state move every weight by about lr, which can undo much of "
+                                  "what a stage initialised from a trained encoder (CoCLR) starts from")
 
     def validate(self) -> None:
         require(self.lr > 0, "lr", "must be positive")
