@@ -71,8 +71,8 @@ class DemoConfig:
     momentum: float = option(0.99, "key encoder EMA (lower than the paper's 0.999: the runs are short)")
     temperature: float = option(0.07, "softmax temperature")
     lr: float = option(1e-3, "Adam learning rate")
-    warmup_epochs: float = option(0.0, "epochs of linear lr warm-up at the start of every training stage "
-                                  "(docs/synth.md: tried at 2 with momentum 0.9, not better over three seeds)")
+    warmup_epochs: float = option(2.0, "epochs of linear lr warm-up at the start of every training stage (a "
+                                  "CoCLR stage starts from a trained encoder with a fresh Adam state)")
     topk: int = option(5, "CoCLR positives mined per query")
     infonce_epochs: int = option(40, "epochs of InfoNCE per view")
     cycle_epochs: int = option(28, "epochs of each CoCLR half-cycle")
