@@ -134,7 +134,8 @@ def model_state(path: Path) -> dict[str, torch.Tensor]:
 
 
 def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(store: Path, tmp_path: Path) -> None:
-    common = [f"data.store={store}", *TINY, "optim.epochs=3", "run.save_every=1"]
+    # The kill falls inside the lr warm-up (6 iterations), so resuming must also continue it exactly.
+    common = [f"data.store={store}", *TINY, "optim.epochs=3", "optim.warmup_epochs=2", "run.save_every=1"]
     reference = run_pretrain([*common, f"run.out={tmp_path / 'a'}"])
     interrupted = run_pretrain([*common, f"run.out={tmp_path / 'b'}"])
     last = tmp_path / "b" / "checkpoint_last.pth"
