@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import colorsys
 import dataclasses
 import hashlib
 import math
@@ -529,9 +530,7 @@ def composite_object(canvas: np.ndarray, style: ObjectStyle, path: Trajectory, c
 def actor_colours(motion: str) -> np.ndarray:
     """The two pattern colours ``[2, 3]`` of ``motion``'s typical actor: a bright and a dark shade of a hue
     of its own (the classes' hues are evenly spaced around the colour wheel)."""
-    hue = MOTIONS.index(motion) / len(MOTIONS)
-    channel = np.array([0.0, 2.0 / 3.0, 1.0 / 3.0])
-    rgb = np.clip(np.abs(((hue + channel) % 1.0) * 6.0 - 3.0) - 1.0, 0.0, 1.0)
+    rgb = np.array(colorsys.hsv_to_rgb(MOTIONS.index(motion) / len(MOTIONS), 1.0, 1.0))
     return np.stack([0.95 * rgb, 0.45 * rgb])
 
 
