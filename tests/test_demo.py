@@ -13,6 +13,7 @@ import yaml
 from coclr.config import load_config
 from coclr.demo import DEMO_AUGMENT, DEMO_SYNTH, DemoConfig
 from coclr.errors import ConfigError
+from coclr.train.config import MethodOptions
 
 REDUCED = ["synth={train_scenes: 4, test_scenes: 2, num_classes: 4, actions_per_scene: 4, clips_per_action: 1, "
            "frames: 10}", "flow_backend=dis", "batch_size=8", "queue_size=16", "topk=2", "infonce_epochs=1",
@@ -45,6 +46,10 @@ def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
     assert [s["name"] for s in manifest["stages"]] == ["infonce_rgb", "infonce_flow", "cycle1_rgb", "cycle1_flow",
                                                        "cycle2_rgb", "cycle2_flow"]
     assert all(s["status"] == "done" for s in manifest["stages"])
+    # CoCLR's dropped own key stays a negative, as in the authors' code (docs/synth.md).
+    method = manifest["config"]["method"]
+    reference = MethodOptions()
+    assert (method["own_drop_prob"], method["dropped_own_as_negative"]) == (reference.own_drop_prob, True)
     stage = yaml.safe_load((out / "configs" / "infonce_rgb.yaml").read_text())
     assert stage["augment"]["crop_area"] == DEMO_AUGMENT["crop_area"] and stage["augment"]["blur_p"] == 0.0
     synth = json.loads((out / "store" / "store.json").read_text())["meta"]["synth"]

@@ -115,7 +115,7 @@ def _training_options(config: DemoConfig, store: Path) -> dict[str, Any]:
                  "stride": config.stride, "size": config.size, "workers": 0},
         "model": {"width": config.width},
         "method": {"queue_size": config.queue_size, "temperature": config.temperature, "momentum": config.momentum,
-                   "topk": config.topk, "dropped_own_as_negative": False},
+                   "topk": config.topk},
         "optim": {"lr": config.lr, "schedule": "constant", "warmup_epochs": config.warmup_epochs},
         "augment": config.augment_options(),
         "run": {"batch_size": config.batch_size, "seed": config.seed, "progress": False, "log_every": 50,
