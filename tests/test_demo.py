@@ -50,6 +50,9 @@ def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
     method = manifest["config"]["method"]
     reference = MethodOptions()
     assert (method["own_drop_prob"], method["dropped_own_as_negative"]) == (reference.own_drop_prob, True)
+    # The oracle uses CoCLR's loss by default, so that only the positive set differs.
+    oracle = yaml.safe_load((out / "configs" / "ubernce_rgb.yaml").read_text())["method"]
+    assert (oracle["name"], oracle["loss_form"]) == ("ubernce", "mil") and method["loss_form"] == "auto"
     stage = yaml.safe_load((out / "configs" / "infonce_rgb.yaml").read_text())
     assert stage["augment"]["crop_area"] == DEMO_AUGMENT["crop_area"] and stage["augment"]["blur_p"] == 0.0
     synth = json.loads((out / "store" / "store.json").read_text())["meta"]["synth"]
@@ -79,7 +82,8 @@ def test_demo_options_override_the_demo_defaults_key_by_key() -> None:
                                            ("synth.colour=1", "synth.colour"),
                                            ("augment.crop_area=[0.5]", "augment.crop_area"),
                                            ("augment.gray_p=-1", "augment.gray_p"),
-                                           ("warmup_epochs=30", "warmup_epochs")])
+                                           ("warmup_epochs=30", "warmup_epochs"),
+                                           ("ubernce_loss=nce", "ubernce_loss")])
 def test_bad_demo_options_are_named_before_any_work(override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(DemoConfig, overrides=[override])

@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
@@ -78,6 +78,10 @@ class DemoConfig:
     cycle_epochs: int = option(28, "epochs of each CoCLR half-cycle")
     cycles: int = option(2, "CoCLR cycles")
     ubernce_epochs: int = option(96, "epochs of the UberNCE oracle (as many RGB epochs as CoCLR-RGB gets)")
+    ubernce_loss: Literal["mil", "supcon"] = option(
+        "mil", "loss form of the UberNCE oracle: mil (CoCLR's multi-instance NCE, so that only the positive set "
+        "differs, as in the paper) or supcon (the authors' UberNCE code; a weaker, seed-dependent oracle at the "
+        "demo's size, docs/synth.md)")
     processes: int = option(2, "training runs at once (one thread each)")
 
     def validate(self) -> None:
@@ -195,7 +199,7 @@ def train_all(config: DemoConfig, out: Path, store: Path) -> None:
     for group in _batches(first, config.processes):
         run_jobs(group, threads, "InfoNCE (RGB, flow)")
 
-    ubernce = {**base, "method": {**base["method"], "name": "ubernce"},
+    ubernce = {**base, "method": {**base["method"], "name": "ubernce", "loss_form": config.ubernce_loss},
                "optim": {**base["optim"], "epochs": config.ubernce_epochs},
                "run": {**base["run"], "out": str(out / "ubernce_rgb")}}
     ubernce_yaml = _write_yaml(out / "configs" / "ubernce_rgb.yaml", ubernce)
