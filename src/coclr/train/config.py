@@ -70,8 +70,8 @@ class MethodOptions:
                                        "numerator of rows that have mined positives (reference code)")
     dropped_own_as_negative: bool = option(True, "CoCLR: a dropped own key stays in the denominator, as a "
                                                  "negative (reference code); false leaves it out of that row's "
-                                                 "loss, which made the CPU demo's CoCLR stages collapse less "
-                                                 "often (docs/synth.md)")
+                                                 "loss (the CPU demo's CoCLR stages then collapsed more often: "
+                                                 "docs/synth.md)")
     group_positives: bool = option(False, "CoCLR: also count clips of the same source group (UCF101 gXX) "
                                           "as positives")
     loss_form: Literal["auto", "mil", "supcon"] = option(
