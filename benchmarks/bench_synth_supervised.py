@@ -6,9 +6,11 @@ the unseen test scenes (centre crop, eval-mode BatchNorm) every few epochs. ``--
 3-layer 3D CNN (3x3x3 convolutions at full resolution) instead, for comparison; ``--static`` repeats the
 first frame of every clip, so only appearance is left. If the supervised S3D stays near chance, no
 contrastive RGB method can beat chance on that data (docs/synth.md has the figures that shaped the demo's
-dataset). A benchmark (minutes), not a test.
+dataset). ``--view flow`` trains on TV-L1 flow instead (extracted into the store first, resumably): the
+upper bound for the flow rows, and for the positives that flow mines for CoCLR-RGB. A benchmark (minutes),
+not a test.
 
-    python benchmarks/bench_synth_supervised.py --out /tmp/sup [--epochs 64] [--width 0.125] [key=value ...]
+    python benchmarks/bench_synth_supervised.py --out /tmp/sup [--view flow] [--epochs 64] [key=value ...]
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torch import nn
 from coclr.config import load_config
 from coclr.data.augment import ClipAugment, center_crop
 from coclr.data.datasets import TrainClips
+from coclr.data.flow.extract import extract_flow
 from coclr.data.synth import SynthConfig, generate_synthetic
 from coclr.models.encoder import build_encoder
 
@@ -56,16 +59,23 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--baseline", action="store_true", help="plain 3D CNN instead of S3D")
     parser.add_argument("--static", action="store_true", help="repeat the first frame (appearance only)")
+    parser.add_argument("--view", choices=("rgb", "flow"), default="rgb",
+                        help="train on RGB frames or on TV-L1 flow (extracted into the store if missing)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("overrides", nargs="*", help="synthetic dataset options, key=value")
     args = parser.parse_args()
+    if args.static and args.view == "flow":
+        parser.error("--static repeats RGB frames; it does not apply to --view flow")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
     config = load_config(SynthConfig, overrides=args.overrides)
     print(generate_synthetic(args.out, config, workers=2), flush=True)
-    train = TrainClips(args.out, "train", ["rgb"], args.length, num_clips=1, seed=0)
-    test = TrainClips(args.out, "test", ["rgb"], args.length, num_clips=1, seed=0)
+    view = args.view
+    if view == "flow":
+        print(extract_flow(args.out, backend="tvl1", view="flow", workers=2), flush=True)
+    train = TrainClips(args.out, "train", [view], args.length, num_clips=1, seed=0)
+    test = TrainClips(args.out, "test", [view], args.length, num_clips=1, seed=0)
     network = Plain3dCnn() if args.baseline else build_encoder(width=args.width, embed_dim=None)
     dim = network.out_channels if args.baseline else network.backbone.out_channels
     classifier = nn.Linear(dim, config.num_classes)
@@ -77,16 +87,17 @@ def main() -> None:
     def still(x: torch.Tensor) -> torch.Tensor:
         return x[:, :, :1].expand_as(x).contiguous() if args.static else x
 
-    test_clips = torch.stack([test[i]["rgb"][0] for i in range(len(test))])
+    test_clips = torch.stack([test[i][view][0] for i in range(len(test))])
     test_labels = torch.stack([test[i]["label"] for i in range(len(test))])
     name = "3D CNN" if args.baseline else f"S3D width {args.width}"
-    print(f"{name}: {len(train)} train clips, {len(test)} test clips, chance {1 / config.num_classes:.3f}")
+    print(f"{name} on {view}: {len(train)} train clips, {len(test)} test clips, "
+          f"chance {1 / config.num_classes:.3f}")
     started, step = time.time(), 0
     for epoch in range(args.epochs):
         train.set_epoch(epoch)
         correct = seen = 0
         for batch in loader:
-            x = still(augment({"rgb": batch["rgb"][:, 0]}, generator)["rgb"])
+            x = still(augment({view: batch[view][:, 0]}, generator)[view])
             logits = classifier(network.features(x))
             loss = F.cross_entropy(logits, batch["label"])
             optimiser.zero_grad()
@@ -98,7 +109,8 @@ def main() -> None:
         if (epoch + 1) % args.every == 0 or epoch + 1 == args.epochs:
             network.eval()
             with torch.no_grad():
-                predicted = classifier(network.features(still(center_crop(test_clips, args.size)))).argmax(1)
+                clips = center_crop({view: test_clips}, args.size)[view]
+                predicted = classifier(network.features(still(clips))).argmax(1)
             network.train()
             accuracy = float((predicted == test_labels).float().mean())
             print(f"epoch {epoch + 1} step {step}: train accuracy {correct / seen:.2f}, test accuracy "
