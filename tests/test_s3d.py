@@ -1,13 +1,15 @@
-"""S3D backbone: parameter counts, output shapes, width scaling, gating, init and memory-format invariance."""
+"""S3D backbone: parameter counts, output shapes, width scaling, gating, init, memory-format invariance and the
+inception pool."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 import torch
 
-from coclr.models.s3d import S3D, SepInception
+from coclr.models.s3d import S3D, InceptionMaxPool3d, SepInception
 
 # The layer table of REFERENCE.md section 1, written out again here so the counts below are independent of
 # the implementation's own table.
@@ -183,6 +185,26 @@ def test_channels_last_3d_gives_the_same_output():
         model_cl = model.to(memory_format=torch.channels_last_3d)
         out = model_cl(x.contiguous(memory_format=torch.channels_last_3d))
     torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last_3d])
+def test_inception_pool_matches_a_loop_over_windows(memory_format):
+    """Values and gradient of the pool (channels-last copy on CPU) equal a max over each clipped 3x3x3 window."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 5, 6).contiguous(memory_format=memory_format).requires_grad_()
+    out = InceptionMaxPool3d()(x)
+    assert out.shape == x.shape and out.is_contiguous(memory_format=memory_format)  # the layout it was given
+    weights = torch.randn_like(out)
+    (out * weights).sum().backward()
+    expected, expected_grad = torch.empty_like(out), torch.zeros_like(x)
+    n, c, t, h, w = x.shape
+    for i, j, a, b, d in itertools.product(range(n), range(c), range(t), range(h), range(w)):
+        window = x[i, j, max(a - 1, 0) : a + 2, max(b - 1, 0) : b + 2, max(d - 1, 0) : d + 2].detach()
+        expected[i, j, a, b, d] = window.max()
+        at = torch.unravel_index(window.argmax(), window.shape)
+        expected_grad[i, j, max(a - 1, 0) + at[0], max(b - 1, 0) + at[1], max(d - 1, 0) + at[2]] += weights[i, j, a, b, d]
+    torch.testing.assert_close(out, expected, atol=0, rtol=0)
+    torch.testing.assert_close(x.grad, expected_grad)
 
 
 def test_training_step_reaches_every_parameter():
