@@ -17,7 +17,7 @@ from coclr.train.config import MethodOptions
 
 REDUCED = ["synth={train_scenes: 4, test_scenes: 2, num_classes: 4, actions_per_scene: 4, clips_per_action: 1, "
            "frames: 10}", "flow_backend=dis", "batch_size=8", "queue_size=16", "topk=2", "infonce_epochs=1",
-           "cycle_epochs=1", "ubernce_epochs=1", "warmup_epochs=0.5"]
+           "cycle_epochs=1", "ubernce_epochs=1", "warmup_epochs=0.5", "own_positive_epochs=0.5"]
 
 
 def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
@@ -50,6 +50,7 @@ def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
     method = manifest["config"]["method"]
     reference = MethodOptions()
     assert (method["own_drop_prob"], method["dropped_own_as_negative"]) == (reference.own_drop_prob, True)
+    assert method["own_positive_epochs"] == 0.5 and reference.own_positive_epochs == 0  # the demo's, passed on
     # The oracle uses CoCLR's loss by default, so that only the positive set differs.
     oracle = yaml.safe_load((out / "configs" / "ubernce_rgb.yaml").read_text())["method"]
     assert (oracle["name"], oracle["loss_form"]) == ("ubernce", "mil") and method["loss_form"] == "auto"

@@ -49,6 +49,7 @@ def store(tmp_path: Path) -> Path:
     (["optim.epochs=10", "optim.milestones=[20]"], "optim.milestones"),
     (["optim.epochs=10", "optim.warmup_epochs=11"], "optim.warmup_epochs"),
     (["optim.warmup_epochs=-1"], "optim.warmup_epochs"),
+    (["method.own_positive_epochs=-1"], "method.own_positive_epochs"),
     (["data.second_view=rgb"], "data.second_view"),
 ])
 def test_bad_options_name_their_key(overrides: list[str], key: str) -> None:
@@ -251,9 +252,10 @@ def test_a_dropped_own_key_is_a_negative_only_when_asked(as_negative: bool) -> N
     with torch.no_grad():
         query = learner.encoder_q(clip)
 
-    def loss(own_keys: torch.Tensor) -> float:
+    def loss(own_keys: torch.Tensor, keep_own: bool = False) -> float:
         fresh = copy.deepcopy(learner)  # step() enqueues; every call starts from the same queue
-        out = fresh.step(clip, own_keys, targets, other, generator=torch.Generator().manual_seed(0))
+        out = fresh.step(clip, own_keys, targets, other, generator=torch.Generator().manual_seed(0),
+                         keep_own=keep_own)
         return out.loss.item()
 
     near, far = query, -query  # own key identical to the query, or opposite to it
@@ -261,6 +263,14 @@ def test_a_dropped_own_key_is_a_negative_only_when_asked(as_negative: bool) -> N
         assert loss(near) > loss(far) + 1.0
     else:
         assert loss(near) == pytest.approx(loss(far), abs=1e-6)
+    # Kept (the first method.own_positive_epochs), the own key is a positive despite own_drop_prob=1.
+    assert loss(near, keep_own=True) < loss(far, keep_own=True) - 1.0
+
+
+def test_the_own_key_is_kept_during_the_first_own_positive_epochs(store: Path, tmp_path: Path) -> None:
+    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=3", "method.own_positive_epochs=1.5"))
+    assert trainer.sampler.batches_per_epoch == 3
+    assert [trainer.keeps_own_key(i) for i in range(6)] == [True] * 5 + [False]
 
 
 @pytest.mark.parametrize("warmup_epochs", [0.0, 2.0])

@@ -74,6 +74,10 @@ class DemoConfig:
     warmup_epochs: float = option(2.0, "epochs of linear lr warm-up at the start of every training stage (a "
                                   "CoCLR stage starts from a trained encoder with a fresh Adam state)")
     topk: int = option(5, "CoCLR positives mined per query")
+    own_positive_epochs: float = option(4.0, "epochs at the start of each CoCLR stage in which every own key stays "
+                                        "a positive (`method.own_positive_epochs`; the reference: 0): from an "
+                                        "InfoNCE start the stages otherwise fall to the uniform solution at this "
+                                        "size (docs/synth.md)")
     infonce_epochs: int = option(40, "epochs of InfoNCE per view")
     cycle_epochs: int = option(28, "epochs of each CoCLR half-cycle")
     cycles: int = option(2, "CoCLR cycles")
@@ -93,6 +97,8 @@ class DemoConfig:
             require(getattr(self, key) >= 1, key, "must be at least 1")
         shortest = min(self.infonce_epochs, self.cycle_epochs, self.ubernce_epochs)
         require(0 <= self.warmup_epochs <= shortest, "warmup_epochs", f"must lie in 0..{shortest} (the shortest stage)")
+        require(0 <= self.own_positive_epochs <= self.cycle_epochs, "own_positive_epochs",
+                f"must lie in 0..{self.cycle_epochs} (cycle_epochs)")
 
     def synth_config(self) -> SynthConfig:
         """The dataset's :class:`SynthConfig`: DEMO_SYNTH, then ``synth``, with the demo's seed."""
@@ -119,7 +125,7 @@ def _training_options(config: DemoConfig, store: Path) -> dict[str, Any]:
                  "stride": config.stride, "size": config.size, "workers": 0},
         "model": {"width": config.width},
         "method": {"queue_size": config.queue_size, "temperature": config.temperature, "momentum": config.momentum,
-                   "topk": config.topk},
+                   "topk": config.topk, "own_positive_epochs": config.own_positive_epochs},
         "optim": {"lr": config.lr, "schedule": "constant", "warmup_epochs": config.warmup_epochs},
         "augment": config.augment_options(),
         "run": {"batch_size": config.batch_size, "seed": config.seed, "progress": False, "log_every": 50,

@@ -68,6 +68,11 @@ class MethodOptions:
     topk: int = option(5, "CoCLR: number of positives mined in the other view")
     own_drop_prob: float = option(0.9, "CoCLR: probability per iteration of dropping the own key from the "
                                        "numerator of rows that have mined positives (reference code)")
+    own_positive_epochs: float = option(0.0, "CoCLR: epochs at the start of training during which every row "
+                                             "keeps its own key as a positive (own_drop_prob applies afterwards); "
+                                             "0 is the reference code. From an InfoNCE initialisation the own key "
+                                             "as a negative drove the CPU demo's CoCLR stages to the uniform "
+                                             "solution, and a few epochs with it kept avoid that (docs/synth.md)")
     dropped_own_as_negative: bool = option(True, "CoCLR: a dropped own key stays in the denominator, as a "
                                                  "negative (reference code); false leaves it out of that row's "
                                                  "loss (the CPU demo's CoCLR stages then collapsed more often: "
@@ -104,6 +109,7 @@ class MethodOptions:
         require(self.topk >= 1, "topk", "must be at least 1")
         require(self.topk < self.queue_size, "topk", f"must be smaller than queue_size ({self.queue_size})")
         require(0 <= self.own_drop_prob <= 1, "own_drop_prob", "must be in [0, 1]")
+        require(self.own_positive_epochs >= 0, "own_positive_epochs", "must be at least 0")
         require(not self.simultaneous or self.name == "coclr", "simultaneous", "applies to coclr only")
         if self.name == "coclr" and not self.simultaneous:
             require(bool(self.sampler_checkpoint), "sampler_checkpoint",

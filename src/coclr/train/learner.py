@@ -73,8 +73,9 @@ class ViewLearner(nn.Module):
         return shuffled_forward(self.encoder_k, key_clip)
 
     def step(self, query_clip: torch.Tensor, keys: torch.Tensor, targets: Targets,
-             other_keys: torch.Tensor | None, generator: torch.Generator | None) -> StepOutput:
-        """Loss for one batch; then enqueue the keys (and their other-view embeddings)."""
+             other_keys: torch.Tensor | None, generator: torch.Generator | None, keep_own: bool = False) -> StepOutput:
+        """Loss for one batch; then enqueue the keys (and their other-view embeddings). With ``keep_own``, CoCLR
+        keeps every row's own key as a positive this step (no own-key drop)."""
         q = self.encoder_q(query_clip)
         queue = self.queue
         own = (q * keys).sum(dim=1, keepdim=True)
@@ -86,7 +87,8 @@ class ViewLearner(nn.Module):
         with torch.no_grad():
             mask = positive_mask(self.method, batch_size=q.shape[0], queue=queue, labels=targets.labels,
                                  groups=targets.groups, other_keys=other_keys, topk=self.topk,
-                                 group_positives=self.group_positives, own_drop_prob=self.own_drop_prob,
+                                 group_positives=self.group_positives,
+                                 own_drop_prob=0.0 if keep_own else self.own_drop_prob,
                                  generator=generator)
         excluded = None
         if not self.dropped_own_as_negative:  # column 0 is a positive unless CoCLR dropped it this step
@@ -137,7 +139,8 @@ class PretrainModel(nn.Module):
         return self
 
     def forward(self, query: dict[str, torch.Tensor], key: dict[str, torch.Tensor], targets: Targets,
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                generator: torch.Generator | None = None,
+                keep_own: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         keys = {view: learner.keys(key[view]) for view, learner in self.learners.items()}
         if self.sampler is not None:
             with torch.no_grad():
@@ -147,7 +150,7 @@ class PretrainModel(nn.Module):
         for view, learner in self.learners.items():
             other_view = next((v for v in keys if v != view), None)
             other = keys[other_view] if other_view is not None and learner.method in ("coclr", "cmc") else None
-            out = learner.step(query[view], keys[view], targets, other, generator)
+            out = learner.step(query[view], keys[view], targets, other, generator, keep_own)
             total = total + out.loss
             stats[f"{view}/loss"] = out.loss.detach()
             stats.update({f"{view}/{name}": value for name, value in out.stats.items()})

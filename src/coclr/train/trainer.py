@@ -327,7 +327,7 @@ class Trainer:
                           batch["video"].to(self.device, non_blocking=True),
                           batch["group"].to(self.device, non_blocking=True))
         with self._autocast():
-            loss, stats = self.ddp(query, key, targets, step_gen)
+            loss, stats = self.ddp(query, key, targets, step_gen, self.keeps_own_key(pos.global_step))
         self.optimizer.zero_grad(set_to_none=True)
         if queue_full or not self.config.method.wait_for_full_queue:
             self.scaler.scale(loss).backward()
@@ -340,6 +340,11 @@ class Trainer:
                 group["lr"] = lr
             self.scaler.update()
         return loss.detach(), stats
+
+    def keeps_own_key(self, iteration: int) -> bool:
+        """Whether iteration ``iteration`` (0-based, of this run) keeps every own key a positive: during the
+        first ``method.own_positive_epochs`` epochs of iterations."""
+        return iteration < self.config.method.own_positive_epochs * self.sampler.batches_per_epoch
 
     def warmup_factor(self, iteration: int) -> float:
         """The share of the scheduled lr that iteration ``iteration`` (0-based, of this run) uses: (i + 1) /
