@@ -71,8 +71,8 @@ class MethodOptions:
     own_positive_epochs: float = option(0.0, "CoCLR: epochs at the start of training during which every row "
                                              "keeps its own key as a positive (own_drop_prob applies afterwards); "
                                              "0 is the reference code. From an InfoNCE initialisation the own key "
-                                             "as a negative drove the CPU demo's CoCLR stages to the uniform "
-                                             "solution, and a few epochs with it kept avoid that (docs/synth.md)")
+                                             "as a negative drives the CPU demo's CoCLR stages towards the uniform "
+                                             "solution; keeping it 4 epochs raised their R@1 (docs/synth.md)")
     dropped_own_as_negative: bool = option(True, "CoCLR: a dropped own key stays in the denominator, as a "
                                                  "negative (reference code); false leaves it out of that row's "
                                                  "loss (the CPU demo's CoCLR stages then collapsed more often: "
