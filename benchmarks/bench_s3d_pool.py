@@ -17,7 +17,7 @@ import time
 import torch
 from torch import nn
 
-from coclr.models.s3d import S3D, InceptionMaxPool3d
+from coclr.models.s3d import S3D, InceptionMaxPool3d, SepInception
 
 
 def seconds_per_pass(modules: list[nn.Module], x: torch.Tensor, repeats: int, rounds: int = 3) -> list[float]:
@@ -39,7 +39,7 @@ def seconds_per_pass(modules: list[nn.Module], x: torch.Tensor, repeats: int, ro
 def with_plain_pools(model: S3D) -> S3D:
     """``model`` with every ``InceptionMaxPool3d`` replaced by the ``nn.MaxPool3d`` it specialises (in place)."""
     for block in model.modules():
-        if hasattr(block, "branch3") and isinstance(block.branch3[0], InceptionMaxPool3d):
+        if isinstance(block, SepInception):
             block.branch3[0] = nn.MaxPool3d(3, stride=1, padding=1)
     return model
 
