@@ -17,7 +17,7 @@ from coclr.train.config import MethodOptions
 
 REDUCED = ["synth={train_scenes: 4, test_scenes: 2, num_classes: 4, actions_per_scene: 4, clips_per_action: 1, "
            "frames: 10}", "flow_backend=dis", "batch_size=8", "queue_size=16", "topk=2", "infonce_epochs=1",
-           "cycle_epochs=1", "ubernce_epochs=1", "warmup_epochs=0.5", "own_positive_epochs=0.5"]
+           "cycle_epochs=1", "warmup_epochs=0.5", "own_positive_epochs=0.5"]
 
 
 def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
@@ -52,8 +52,14 @@ def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
     assert (method["own_drop_prob"], method["dropped_own_as_negative"]) == (reference.own_drop_prob, True)
     assert method["own_positive_epochs"] == 0.5 and reference.own_positive_epochs == 0  # the demo's, passed on
     # The oracle uses CoCLR's loss by default, so that only the positive set differs.
-    oracle = yaml.safe_load((out / "configs" / "ubernce_rgb.yaml").read_text())["method"]
+    oracle_config = yaml.safe_load((out / "configs" / "ubernce_rgb.yaml").read_text())
+    oracle = oracle_config["method"]
     assert (oracle["name"], oracle["loss_form"]) == ("ubernce", "mil") and method["loss_form"] == "auto"
+    # ... and starts where CoCLR-RGB starts, for as many epochs as CoCLR-RGB's two stages.
+    assert Path(oracle["init_checkpoint"]) == out / "pipeline" / "infonce_rgb" / "checkpoint_last.pth"
+    assert oracle_config["optim"]["epochs"] == 2
+    oracle_log = (out / "ubernce_rgb" / "log.jsonl").read_text()
+    assert sum('"epoch_loss"' in line for line in oracle_log.splitlines()) == 2
     stage = yaml.safe_load((out / "configs" / "infonce_rgb.yaml").read_text())
     assert stage["augment"]["crop_area"] == DEMO_AUGMENT["crop_area"] and stage["augment"]["blur_p"] == 0.0
     synth = json.loads((out / "store" / "store.json").read_text())["meta"]["synth"]
@@ -84,7 +90,15 @@ def test_demo_options_override_the_demo_defaults_key_by_key() -> None:
                                            ("augment.crop_area=[0.5]", "augment.crop_area"),
                                            ("augment.gray_p=-1", "augment.gray_p"),
                                            ("warmup_epochs=30", "warmup_epochs"),
-                                           ("ubernce_loss=nce", "ubernce_loss")])
+                                           ("ubernce_loss=nce", "ubernce_loss"),
+                                           ("ubernce_start=infonce_flow", "ubernce_start")])
 def test_bad_demo_options_are_named_before_any_work(override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(DemoConfig, overrides=[override])
+
+
+def test_the_oracle_gets_as_many_rgb_epochs_as_coclr_rgb() -> None:
+    """From InfoNCE-RGB the oracle trains for CoCLR-RGB's stages; from scratch, for InfoNCE's epochs too."""
+    options = ["infonce_epochs=10", "cycle_epochs=3", "cycles=2", "own_positive_epochs=1"]
+    assert load_config(DemoConfig, overrides=options).ubernce_epochs() == 6
+    assert load_config(DemoConfig, overrides=[*options, "ubernce_start=scratch"]).ubernce_epochs() == 16

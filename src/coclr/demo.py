@@ -81,7 +81,11 @@ class DemoConfig:
     infonce_epochs: int = option(40, "epochs of InfoNCE per view")
     cycle_epochs: int = option(28, "epochs of each CoCLR half-cycle")
     cycles: int = option(2, "CoCLR cycles")
-    ubernce_epochs: int = option(96, "epochs of the UberNCE oracle (as many RGB epochs as CoCLR-RGB gets)")
+    ubernce_start: Literal["infonce", "scratch"] = option(
+        "infonce", "what the UberNCE oracle starts from: infonce (the InfoNCE-RGB encoder, then cycles x "
+        "cycle_epochs epochs: CoCLR-RGB's start and epochs, so that only the positives differ) or scratch (a random "
+        "encoder, then infonce_epochs + cycles x cycle_epochs epochs: as many RGB epochs in all; docs/synth.md "
+        "compares the two)")
     ubernce_loss: Literal["mil", "supcon"] = option(
         "mil", "loss form of the UberNCE oracle: mil (CoCLR's multi-instance NCE, so that only the positive set "
         "differs, as in the paper) or supcon (the authors' UberNCE code; a weaker, seed-dependent oracle at the "
@@ -93,12 +97,17 @@ class DemoConfig:
         self.augment_options()
         require(self.cycles >= 1, "cycles", "must be at least 1")
         require(self.processes >= 1, "processes", "must be at least 1")
-        for key in ("infonce_epochs", "cycle_epochs", "ubernce_epochs"):
+        for key in ("infonce_epochs", "cycle_epochs"):
             require(getattr(self, key) >= 1, key, "must be at least 1")
-        shortest = min(self.infonce_epochs, self.cycle_epochs, self.ubernce_epochs)
+        shortest = min(self.infonce_epochs, self.cycle_epochs)
         require(0 <= self.warmup_epochs <= shortest, "warmup_epochs", f"must lie in 0..{shortest} (the shortest stage)")
         require(0 <= self.own_positive_epochs <= self.cycle_epochs, "own_positive_epochs",
                 f"must lie in 0..{self.cycle_epochs} (cycle_epochs)")
+
+    def ubernce_epochs(self) -> int:
+        """Epochs of the oracle: as many RGB epochs as CoCLR-RGB gets after the oracle's start."""
+        coclr_rgb = self.cycles * self.cycle_epochs
+        return coclr_rgb if self.ubernce_start == "infonce" else self.infonce_epochs + coclr_rgb
 
     def synth_config(self) -> SynthConfig:
         """The dataset's :class:`SynthConfig`: DEMO_SYNTH, then ``synth``, with the demo's seed."""
@@ -185,7 +194,7 @@ def run_jobs(jobs: list[Job], threads: int, desc: str) -> None:
 def train_all(config: DemoConfig, out: Path, store: Path) -> None:
     """InfoNCE of both views side by side; then the CoCLR cycles beside the UberNCE oracle."""
     from coclr.train.config import PipelineConfig
-    from coclr.train.pipeline import plan_stages, stage_config
+    from coclr.train.pipeline import LAST, plan_stages, stage_config
 
     base = _training_options(config, store)
     pipeline = {**base, "pipeline": {"cycles": config.cycles, "infonce_epochs": config.infonce_epochs,
@@ -205,15 +214,17 @@ def train_all(config: DemoConfig, out: Path, store: Path) -> None:
     for group in _batches(first, config.processes):
         run_jobs(group, threads, "InfoNCE (RGB, flow)")
 
-    ubernce = {**base, "method": {**base["method"], "name": "ubernce", "loss_form": config.ubernce_loss},
-               "optim": {**base["optim"], "epochs": config.ubernce_epochs},
+    oracle_method = {**base["method"], "name": "ubernce", "loss_form": config.ubernce_loss}
+    if config.ubernce_start == "infonce":
+        oracle_method["init_checkpoint"] = str(out / "pipeline" / stages[0].name / LAST)  # trained above
+    ubernce = {**base, "method": oracle_method, "optim": {**base["optim"], "epochs": config.ubernce_epochs()},
                "run": {**base["run"], "out": str(out / "ubernce_rgb")}}
     ubernce_yaml = _write_yaml(out / "configs" / "ubernce_rgb.yaml", ubernce)
     second = [
         Job("coclr", ["pipeline", "--config", str(pipeline_yaml)], [out / "pipeline" / s.name for s in stages[2:]],
             sum(s.epochs for s in stages[2:]), logs / "pipeline.log"),
         Job("ubernce_rgb", ["pretrain", "--config", str(ubernce_yaml), "--resume"], [out / "ubernce_rgb"],
-            config.ubernce_epochs, logs / "ubernce_rgb.log"),
+            config.ubernce_epochs(), logs / "ubernce_rgb.log"),
     ]
     for group in _batches(second, config.processes):
         run_jobs(group, threads, "CoCLR cycles + UberNCE")
