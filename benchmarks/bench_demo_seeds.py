@@ -2,8 +2,9 @@
 
 For every seed it runs ``coclr demo --out ROOT/seedS --seed S [key=value ...]`` (resumable: a finished
 seed is only read back), then prints, per row of the table, the mean and standard deviation over the seeds
-of the linear-probe top-1 and R@1, the share of the InfoNCE-RGB -> UberNCE-RGB R@1 gap closed by
-CoCLR-RGB, how many seeds satisfy each claim of the paper, and the wall time of each demo. It is a
+of the linear-probe top-1 and R@1, the share of each CoCLR stage's mined positives that had the query's
+class, the share of the InfoNCE-RGB -> UberNCE-RGB R@1 gap closed by CoCLR-RGB, how many seeds satisfy
+each claim of the paper, and the wall time of each demo. It is a
 benchmark (minutes per seed), not a test.
 
     python benchmarks/bench_demo_seeds.py --root /tmp/demo_seeds [--seeds 0 1 2] [key=value ...]
@@ -53,6 +54,15 @@ def summarise(results: list[dict[str, Any]]) -> str:
         lines.append(f"-- {metric}")
         for index, name in enumerate(names):
             values = [get(r["rows"][index]) for r in results]
+            mean, std = mean_std(values)
+            lines.append(f"{name:<18}" + "".join(f"{v:>16.1f}" for v in values) + f"{mean:>11.1f} ± {std:.1f}")
+    mined = [{stage["stage"]: stage["mined_precision"] for stage in r.get("stages", [])} for r in results]
+    stage_names = [name for name, value in mined[0].items() if value is not None]
+    if stage_names:
+        lines.append("-- mined positives of the query's class (%)")
+        for name in stage_names:
+            values = [m.get(name) for m in mined]
+            values = [float("nan") if v is None else v for v in values]
             mean, std = mean_std(values)
             lines.append(f"{name:<18}" + "".join(f"{v:>16.1f}" for v in values) + f"{mean:>11.1f} ± {std:.1f}")
     lines.append("-- claims")

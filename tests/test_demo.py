@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from coclr.config import load_config
-from coclr.demo import DEMO_AUGMENT, DEMO_SYNTH, DemoConfig
+from coclr.demo import DEMO_AUGMENT, DEMO_SYNTH, DemoConfig, results_markdown
 from coclr.errors import ConfigError
 from coclr.train.config import MethodOptions
 
@@ -36,6 +36,13 @@ def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
         assert all(0 <= r <= 100 for r in recall) and recall == sorted(recall)
     markdown = (out / "results.md").read_text()
     assert "| CoCLR | RGB+Flow |" in markdown and "gap closed" in markdown
+    stages = results["stages"]
+    assert [(s["stage"], s["view"]) for s in stages] == [
+        ("infonce_rgb", "RGB"), ("infonce_flow", "Flow"), ("cycle1_rgb", "RGB"), ("cycle1_flow", "Flow"),
+        ("cycle2_rgb", "RGB"), ("cycle2_flow", "Flow")]
+    assert stages[-1]["R@1"] == rows[("CoCLR", "Flow")]["retrieval"]["R@1"]
+    assert all(s["mined_precision"] is None for s in stages)  # 2 steps per stage: nothing logged (log_every 50)
+    assert "| cycle2_rgb | RGB | " in markdown
     table = (out / "table.md").read_text()  # Labels read from the checkpoints: UberNCE's is a training one
     for row in ("| InfoNCE | RGB | ✗ |", "| UberNCE | RGB | ✓ |", "| CoCLR | R+F | ✗ |"):
         assert row in table, table
@@ -95,6 +102,16 @@ def test_demo_options_override_the_demo_defaults_key_by_key() -> None:
 def test_bad_demo_options_are_named_before_any_work(override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(DemoConfig, overrides=[override])
+
+
+def test_results_markdown_lists_the_stages_with_their_mined_precision() -> None:
+    rows = [{"method": "InfoNCE", "view": "RGB", "linear_top1": 20.0,
+             "retrieval": {"R@1": 25.0, "R@5": 50.0, "R@10": 60.0, "R@20": 70.0}}]
+    stages = [{"stage": "infonce_rgb", "view": "RGB", "R@1": 25.0, "mined_precision": None},
+              {"stage": "cycle1_rgb", "view": "RGB", "R@1": 41.4, "mined_precision": 46.25}]
+    markdown = results_markdown(rows, {}, 60.0, 0, stages)
+    assert "| infonce_rgb | RGB | 25.0 | - |" in markdown and "| cycle1_rgb | RGB | 41.4 | 46.2 |" in markdown
+    assert "| Stage |" not in results_markdown(rows, {}, 60.0, 0)
 
 
 def test_the_oracle_gets_as_many_rgb_epochs_as_coclr_rgb() -> None:

@@ -15,7 +15,8 @@ from test_eval_helpers import make_tiny_store, save_tiny_encoder
 from coclr.cli import main
 from coclr.errors import DataError
 from coclr.eval.gallery import HIT_COLOUR, MISS_COLOUR, choose_queries
-from coclr.eval.report import build_table, load_record, markdown_table, plot_stage_recall, stage_encoders
+from coclr.eval.report import (build_table, load_record, markdown_table, mined_precision, plot_stage_recall,
+                               stage_encoders)
 
 
 def _record(task, results, streams, name=None, store="", neighbours=None):
@@ -81,8 +82,23 @@ def test_stage_encoders_follow_the_manifest(tmp_path):
     assert [p["trains"] for p in points] == [["rgb", "flow"], ["rgb"], ["flow"]]
     assert points[1]["encoders"] == {"rgb": tmp_path / "cycle1_rgb/rgb.pt", "flow": tmp_path / "infonce_flow/flow.pt"}
     assert points[2]["producers"]["rgb"] == ("cycle1_rgb", "coclr")
+    assert points[2]["logs"] == {"rgb": tmp_path / "cycle1_rgb/log.jsonl", "flow": tmp_path / "cycle1_flow/log.jsonl"}
     with pytest.raises(DataError, match="manifest.json"):
         stage_encoders(tmp_path / "elsewhere")
+
+
+def test_mined_precision_is_the_mean_over_the_logged_steps(tmp_path):
+    values = [0.25, 0.5, 0.625]
+    lines = [json.dumps({"step": 12, "epoch": 1, "epoch_loss": 2.0})]
+    lines += [json.dumps({"step": 50 * i, "rgb/loss": 3.0, "rgb/mined_precision": v}) for i, v in enumerate(values)]
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(lines) + '\n{"step": 200, "rgb/mined_prec')  # cut short by a kill
+    assert mined_precision(log, "rgb") == pytest.approx(100 * sum(values) / len(values))
+    assert mined_precision(log, "flow") is None  # no value for that view
+    assert mined_precision(tmp_path / "missing.jsonl", "rgb") is None
+    log.write_text(lines[1] + "\nnot json\n" + lines[2] + "\n")
+    with pytest.raises(DataError, match=r"log\.jsonl: line 2 is not JSON"):
+        mined_precision(log, "rgb")
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +184,9 @@ def test_report_run_end_to_end(tmp_path):
                             "checkpoint": f"{n}/last.pt", "encoders": {v: f"{n}/{v}.pt"}, "status": "done"}
                            for n, m, v, f, c in stages]}
     (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest))
+    logged = [0.4, 0.6]
+    (tmp_path / "run" / "cycle1_rgb" / "log.jsonl").write_text(
+        "".join(json.dumps({"step": i, "rgb/mined_precision": v}) + "\n" for i, v in enumerate(logged)))
     out = tmp_path / "report"
     assert main(["report", "--run", str(tmp_path / "run"), "--store", str(tmp_path / "store"), "--out", str(out),
                  "--length", "8", "--size", "32", "--quiet"]) == 0
@@ -178,3 +197,6 @@ def test_report_run_end_to_end(tmp_path):
         "cycle1_flow_flow.json", "cycle1_rgb_rgb.json", "infonce_flow_flow.json", "infonce_rgb_rgb.json"]
     assert (out / "stage_recall.png").stat().st_size > 10_000
     assert "CoCLR (cycle1_rgb)" in (out / "gallery.html").read_text()
+    stage = json.loads((out / "results" / "cycle1_rgb_rgb.json").read_text())
+    assert stage["mined_precision"] == pytest.approx(50.0)
+    assert "mined_precision" not in json.loads((out / "results" / "cycle1_flow_flow.json").read_text())  # no log

@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import yaml
 
@@ -276,7 +276,8 @@ def claims(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def results_markdown(rows: list[dict[str, Any]], checks: dict[str, Any], seconds: float, seed: int) -> str:
+def results_markdown(rows: list[dict[str, Any]], checks: dict[str, Any], seconds: float, seed: int,
+                     stages: Sequence[dict[str, Any]] = ()) -> str:
     lines = [f"# coclr demo (seed {seed}, {seconds / 60:.1f} min)", "",
              "Synthetic dataset: classes are defined by motion, each with a typical actor (shape and colours); "
              "backgrounds belong to scenes, which perform several classes. "
@@ -296,6 +297,14 @@ def results_markdown(rows: list[dict[str, Any]], checks: dict[str, Any], seconds
         else:
             shown = "undefined (UberNCE-RGB is not above InfoNCE-RGB)" if value is None else f"{100 * value:.0f}%"
         lines.append(f"- {claim}: {shown}")
+    if stages:
+        lines += ["", "Pretraining stages: R@1 of the network each trained, and for CoCLR the share of its mined "
+                  "positives (top-K in the other view) that had the query's class:", "",
+                  "| Stage | Trains | R@1 | Mined positives of the class (%) |", "|---|---|---|---|"]
+        for stage in stages:
+            precision = stage["mined_precision"]
+            shown = "-" if precision is None else f"{precision:.1f}"
+            lines.append(f"| {stage['stage']} | {stage['view']} | {stage['R@1']:.1f} | {shown} |")
     lines += ["", "Files: `results.json`, `stage_recall.png` (R@1 across the co-training stages), `gallery.html` "
               "(test queries and their nearest train videos), `eval/` (full records), `configs/` (every "
               "training configuration used)."]
@@ -308,7 +317,7 @@ def run_demo(config: DemoConfig, out: str | Path) -> dict[str, Any]:
     from coclr.data.synth import generate_synthetic
     from coclr.atomic import atomic_write_json, atomic_write_text
     from coclr.eval.features import open_store
-    from coclr.eval.report import report_run, write_report
+    from coclr.eval.report import VIEW_NAMES, report_run, write_report
 
     started = time.time()
     out = Path(out)
@@ -328,14 +337,17 @@ def run_demo(config: DemoConfig, out: str | Path) -> dict[str, Any]:
              "retrieval": {k: e["retrieval"]["results"][k] for k in ("R@1", "R@5", "R@10", "R@20")}}
             for e in evaluated]
     print("[5/5] report: stage plot and retrieval gallery", flush=True)
-    report_run(out / "pipeline", opened, out, config.clip_config(), cache_dir=out / "feature_cache", progress=False)
+    stage_records = report_run(out / "pipeline", opened, out, config.clip_config(), cache_dir=out / "feature_cache",
+                               progress=False)
+    stages = [{"stage": r["stage"], "view": VIEW_NAMES[r["streams"][0]["view"]], "R@1": r["results"]["R@1"],
+               "mined_precision": r.get("mined_precision")} for r in stage_records]
     records = [e[task] for e in evaluated for task in ("linear", "retrieval")]
     coclr_rgb = next(e["retrieval"] for e in evaluated if (e["method"], e["view"]) == ("CoCLR", "RGB"))
     write_report(out, [*records, coclr_rgb], opened)
     seconds = time.time() - started
     checks = claims(rows)
     results = {"seed": config.seed, "wall_seconds": round(seconds, 1), "rows": rows, "claims": checks,
-               "config": to_dict(config)}
+               "stages": stages, "config": to_dict(config)}
     atomic_write_json(out / "results.json", results)
-    atomic_write_text(out / "results.md", results_markdown(rows, checks, seconds, config.seed))
+    atomic_write_text(out / "results.md", results_markdown(rows, checks, seconds, config.seed, stages))
     return results

@@ -7,7 +7,8 @@ Figure 5 (a retrieval gallery, see :mod:`coclr.eval.gallery`).
 - :func:`plot_stage_recall` draws R@1 of the RGB and flow networks after each stage of a pipeline run;
   a segment is solid where that network is trained in the stage and dotted where it is frozen.
 - :func:`report_run` evaluates retrieval for every finished stage of a run folder (``manifest.json``) on an
-  evaluation store, then writes the table, the plot and the gallery.
+  evaluation store, then writes the table, the plot and the gallery. A CoCLR stage's record also gives the
+  share of its mined positives that had the query's class (:func:`mined_precision`), read from its log.
 """
 
 from __future__ import annotations
@@ -157,7 +158,8 @@ def stage_encoders(run_dir: str | Path) -> list[dict[str, Any]]:
     """The points of Figure 4 for a pipeline run: the latest encoder file of every view after each stage.
 
     Reads ``manifest.json``: a stage's trained views take its exported encoders (``encoders``) or, for a
-    single-view stage, its ``checkpoint``; the other views keep their previous file (frozen). The
+    single-view stage, its ``checkpoint``; the other views keep their previous file (frozen). ``logs`` maps
+    each view to the training log (``log.jsonl`` beside the checkpoint) of the stage that produced it. The
     initialisation stages (cycle 0: InfoNCE of each view, trained independently) form one point, "init",
     as in the paper's figure, whose curves start from the InfoNCE networks.
     """
@@ -171,6 +173,7 @@ def stage_encoders(run_dir: str | Path) -> list[dict[str, Any]]:
         raise DataError(f"{manifest_path}: invalid JSON: {error}") from None
     latest: dict[str, Path] = {}
     producers: dict[str, tuple[str, str]] = {}
+    logs: dict[str, Path] = {}
     points: list[dict[str, Any]] = []
     for stage in manifest.get("stages", []):
         if stage.get("status") != "done":
@@ -184,18 +187,46 @@ def stage_encoders(run_dir: str | Path) -> list[dict[str, Any]]:
             latest[view] = run_dir / relative
         name = stage.get("name", f"stage{len(points)}")
         producers.update({view: (name, str(stage.get("method", ""))) for view in trains})
+        if stage.get("checkpoint"):
+            logs.update({view: (run_dir / stage["checkpoint"]).parent / "log.jsonl" for view in trains})
         initial = stage.get("cycle", 0 if stage.get("method") == "infonce" else 1) == 0
         if initial and points and points[-1]["initial"]:
             point = points[-1]
             point["trains"] += trains
             point["stages"].append(name)
-            point["encoders"], point["producers"] = dict(latest), dict(producers)
+            point["encoders"], point["producers"], point["logs"] = dict(latest), dict(producers), dict(logs)
             continue
         points.append({"name": "init" if initial else name, "stages": [name], "trains": trains, "initial": initial,
-                       "encoders": dict(latest), "producers": dict(producers)})
+                       "encoders": dict(latest), "producers": dict(producers), "logs": dict(logs)})
     if not points:
         raise DataError(f"{manifest_path}: no finished stage to report")
     return points
+
+
+def mined_precision(log: str | Path, view: str) -> float | None:
+    """Percentage of the positives a CoCLR stage mined for ``view`` that had the query's class.
+
+    The mean of ``<view>/mined_precision`` over the logged steps of a training log (``log.jsonl``, one
+    record every ``run.log_every`` steps; the trainer logs it when the store has labels). None when the log
+    does not exist or has no such value (InfoNCE and UberNCE stages, unlabelled data). A last line cut short
+    by a killed run is ignored; any other line that is not JSON is an error naming the file and line.
+    """
+    log = Path(log)
+    if not log.is_file():
+        return None
+    key = f"{view}/mined_precision"
+    lines = log.read_text().splitlines()
+    values = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            if number == len(lines):
+                break
+            raise DataError(f"{log}: line {number} is not JSON: {error}") from None
+        if isinstance(record, dict) and isinstance(record.get(key), (int, float)):
+            values.append(float(record[key]))
+    return 100 * sum(values) / len(values) if values else None
 
 
 def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None, device: str = "cpu",
@@ -204,7 +235,8 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
 
     Each (checkpoint content, view) is evaluated once (a frozen network is the same file as before), with
     features cached in ``cache_dir`` (default ``out_dir/feature_cache``). Records are written to
-    ``out_dir/results/<stage>_<view>.json``; the plot to ``out_dir/stage_recall.png``.
+    ``out_dir/results/<stage>_<view>.json``, with ``mined_precision`` (percent) for stages that mined
+    positives; the plot to ``out_dir/stage_recall.png``.
     """
     from coclr.eval.features import Stream, check_inputs, file_sha256
     from coclr.eval.retrieval import evaluate_retrieval
@@ -231,6 +263,9 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
                 trained_in, method = stage["producers"][view]
                 record["name"] = f"{METHOD_NAMES.get(method, method)} ({trained_in})"
                 record["stage"] = trained_in
+                precision = mined_precision(stage["logs"][view], view) if view in stage["logs"] else None
+                if precision is not None:
+                    record["mined_precision"] = precision
                 if view in stage["trains"]:
                     atomic_write_json(out_dir / "results" / f"{trained_in}_{view}.json", record)
                     records.append(record)
