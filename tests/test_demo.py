@@ -11,13 +11,15 @@ import pytest
 import yaml
 
 from coclr.config import load_config
+from coclr.data.synth import MOTIONS
 from coclr.demo import DEMO_AUGMENT, DEMO_SYNTH, DemoConfig, results_markdown
 from coclr.errors import ConfigError
 from coclr.train.config import MethodOptions
 
 REDUCED = ["synth={train_scenes: 4, test_scenes: 2, num_classes: 4, actions_per_scene: 4, clips_per_action: 1, "
-           "frames: 10}", "flow_backend=dis", "batch_size=8", "queue_size=16", "topk=2", "infonce_epochs=1",
-           "cycle_epochs=1", "warmup_epochs=0.5", "own_positive_epochs=0.5"]
+           "frames: 10, motions: [translate_up, zoom_in, rotate, circle]}", "flow_backend=dis", "batch_size=8",
+           "queue_size=16", "topk=2", "infonce_epochs=1", "cycle_epochs=1", "warmup_epochs=0.5",
+           "own_positive_epochs=0.5"]
 
 
 def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
@@ -71,6 +73,8 @@ def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
     assert stage["augment"]["crop_area"] == DEMO_AUGMENT["crop_area"] and stage["augment"]["blur_p"] == 0.0
     synth = json.loads((out / "store" / "store.json").read_text())["meta"]["synth"]
     assert synth["actor_cue"] == DEMO_SYNTH["actor_cue"] and synth["train_scenes"] == 4 and synth["seed"] == 3
+    classes = json.loads((out / "store" / "index.json").read_text())["classes"]
+    assert classes == ["translate_up", "zoom_in", "rotate", "circle"]
     # Running it again finds everything done and reproduces the same numbers.
     again = subprocess.run([sys.executable, "-m", "coclr", "demo", "--out", str(out), "--seed", "3", *REDUCED],
                            capture_output=True, text=True, timeout=600)
@@ -89,11 +93,16 @@ def test_demo_options_override_the_demo_defaults_key_by_key() -> None:
     assert augment["gray_p"] == 0.0 and augment["flip_p"] == 0.5
     defaults = load_config(DemoConfig)
     assert defaults.synth_config().actor_cue == DEMO_SYNTH["actor_cue"]
+    assert defaults.synth_config().classes == list(MOTIONS[:8])
+    chosen = load_config(DemoConfig, overrides=["synth.motions=[zoom_in, rotate, still, circle]",
+                                                "synth.num_classes=4"])
+    assert chosen.synth_config().classes == ["zoom_in", "rotate", "still", "circle"]
     assert defaults.augment_options()["blur_p"] == DEMO_AUGMENT["blur_p"]
 
 
 @pytest.mark.parametrize("override, key", [("synth.actor_cue=2", "synth.actor_cue"),
                                            ("synth.colour=1", "synth.colour"),
+                                           ("synth.motions=[circle]", "synth.num_classes"),  # 1 name, 8 classes
                                            ("augment.crop_area=[0.5]", "augment.crop_area"),
                                            ("augment.gray_p=-1", "augment.gray_p"),
                                            ("warmup_epochs=30", "warmup_epochs"),

@@ -64,6 +64,9 @@ def entry_bytes(root: Path, view: str = "rgb") -> dict[str, bytes]:
     ("speed_min=0", "speed_min"),
     ("seed=-1", "seed"),
     ("actor_cue=1.5", "actor_cue"),
+    ("motions=[circle, jump]", "motions"),
+    ("motions=[circle, circle]", "motions"),
+    ("motions=[circle, rotate]", "num_classes"),  # 2 names, num_classes 8
 ])
 def test_bad_options_are_rejected_naming_the_key(override, key):
     with pytest.raises(ConfigError, match=key):
@@ -78,6 +81,32 @@ def test_malformed_keys_are_rejected():
 
 
 # ------------------------------------------------------------------------------------------------- layout
+
+
+def test_motions_choose_the_classes_and_their_order(tmp_path):
+    chosen = ["circle", "translate_up", "still"]
+    config = tiny(num_classes=3, motions=chosen, actions_per_scene=3)
+    index = synthetic_index(config)
+    assert index.classes == chosen
+    assert {parse_key(e.path)[1] for e in index.entries} == set(chosen)
+    assert all(index.classes[e.label] == parse_key(e.path)[1] for e in index.entries)
+    # A class is drawn the same wherever it sits in the list: as label 0 here, label 8 by default.
+    key = next(e.path for e in index.entries if e.label == 0)
+    default = tiny(num_classes=len(MOTIONS), train_scenes=3, test_scenes=3)
+    assert np.array_equal(render_clip(config, key), render_clip(default, key))
+    with pytest.raises(ConfigError, match="rotate"):
+        render_clip(config, key.replace("circle", "rotate"))  # not among the chosen
+
+
+def test_stores_record_motions_only_when_given(tmp_path):
+    generate_synthetic(tmp_path / "a", tiny(), workers=1)
+    assert "motions" not in ClipStore(tmp_path / "a").meta["synth"]  # as stores from before the option
+    chosen = tiny(num_classes=2, motions=["still", "circle"], actions_per_scene=2)
+    generate_synthetic(tmp_path / "b", chosen, workers=1)
+    assert ClipStore(tmp_path / "b").meta["synth"]["motions"] == ["still", "circle"]
+    generate_synthetic(tmp_path / "b", chosen, workers=1)  # resumes
+    with pytest.raises(DataError, match=r"motions=\['still', 'circle'\] \(given None\)"):
+        generate_synthetic(tmp_path / "b", tiny(num_classes=2, actions_per_scene=2), workers=1)
 
 
 def test_index_layout_classes_groups_splits():

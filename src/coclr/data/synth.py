@@ -35,6 +35,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -92,7 +93,10 @@ class SynthConfig:
     """Options of the synthetic dataset generator. Lengths are fractions of the frame's shorter side."""
 
     seed: int = option(0, "random seed; the whole dataset is a function of it and of the other options")
-    num_classes: int = option(8, f"number of motion classes, the first N of: {', '.join(MOTIONS)}")
+    num_classes: int = option(8, f"number of motion classes: the first N of {', '.join(MOTIONS)}; with "
+                              "`motions`, its length")
+    motions: list[str] = option([], "the classes by motion name, in label order (empty: the first num_classes "
+                                "of MOTIONS), for a class set that leaves some motions out")
     train_scenes: int = option(24, "scenes (appearances) used for the training split")
     test_scenes: int = option(8, "scenes used for the test split (disjoint from the training scenes)")
     actions_per_scene: int = option(4, "how many classes each scene performs (labels are balanced)")
@@ -122,6 +126,11 @@ class SynthConfig:
     def validate(self) -> None:
         require(self.seed >= 0, "seed", "must be non-negative")
         require(2 <= self.num_classes <= len(MOTIONS), "num_classes", f"must be in [2, {len(MOTIONS)}]")
+        unknown = [name for name in self.motions if name not in MOTIONS]
+        require(not unknown, "motions", f"unknown motions {unknown} (known: {', '.join(MOTIONS)})")
+        require(len(set(self.motions)) == len(self.motions), "motions", "must not repeat a motion")
+        require(not self.motions or len(self.motions) == self.num_classes, "num_classes",
+                f"must equal the number of names in motions ({len(self.motions)}), got {self.num_classes}")
         require(self.train_scenes >= 1, "train_scenes", "must be at least 1")
         require(self.test_scenes >= 1, "test_scenes", "must be at least 1")
         require(1 <= self.actions_per_scene <= self.num_classes, "actions_per_scene",
@@ -152,7 +161,7 @@ class SynthConfig:
     @property
     def classes(self) -> list[str]:
         """The class names, index = label."""
-        return list(MOTIONS[: self.num_classes])
+        return list(self.motions) or list(MOTIONS[: self.num_classes])
 
 
 # ----------------------------------------------------------------------------------------------- randomness
@@ -639,11 +648,20 @@ def generate_synthetic(out: str | Path, config: SynthConfig, workers: int = 0) -
     validate(config)
     _check_same_options(Path(out), config)
     index = synthetic_index(config)
-    create_store(out, index, generator="coclr.data.synth", synth=to_dict(config))
+    create_store(out, index, generator="coclr.data.synth", synth=recorded_options(config))
     keys = [entry.path for entry in index.entries]
     job = run_entry_jobs(out, "rgb", keys, SynthClipJob(config), workers, desc="rendering synthetic clips")
     counts = index.split_counts()
     return SynthSummary(str(out), config, counts.get("train", 0), counts.get("test", 0), job)
+
+
+def recorded_options(config: SynthConfig) -> dict[str, Any]:
+    """The options written to a store's metadata. ``motions`` is left out while empty, as stores generated
+    before that option record it, so that they still resume."""
+    options = to_dict(config)
+    if not options["motions"]:
+        del options["motions"]
+    return options
 
 
 def _check_same_options(out: Path, config: SynthConfig) -> None:
@@ -653,9 +671,9 @@ def _check_same_options(out: Path, config: SynthConfig) -> None:
     stored = ClipStore(out).meta.get("synth")
     if stored is None:
         raise DataError(f"{out} holds a clip store that is not a synthetic dataset: use another output folder")
-    given = to_dict(config)
-    differ = [f"{key}={stored.get(key)!r} (given {value!r})" for key, value in given.items()
-              if stored.get(key) != value]
+    given = recorded_options(config)
+    differ = [f"{key}={stored.get(key)!r} (given {given.get(key)!r})" for key in {**given, **stored}
+              if stored.get(key) != given.get(key)]
     if differ:
         raise DataError(f"{out} holds a synthetic dataset generated with {', '.join(differ)}: "
                         "use another output folder")
