@@ -57,7 +57,7 @@ def summarise(results: list[dict[str, Any]]) -> str:
             mean, std = mean_std(values)
             lines.append(f"{name:<18}" + "".join(f"{v:>16.1f}" for v in values) + f"{mean:>11.1f} ± {std:.1f}")
     mined = [{stage["stage"]: stage["mined_precision"] for stage in r.get("stages", [])} for r in results]
-    stage_names = [name for name, value in mined[0].items() if value is not None]
+    stage_names = list(dict.fromkeys(name for m in mined for name, value in m.items() if value is not None))
     if stage_names:
         lines.append("-- mined positives of the query's class (%)")
         for name in stage_names:
