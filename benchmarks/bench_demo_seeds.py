@@ -4,8 +4,7 @@ For every seed it runs ``coclr demo --out ROOT/seedS --seed S [key=value ...]`` 
 seed is only read back), then prints, per row of the table, the mean and standard deviation over the seeds
 of the linear-probe top-1 and R@1, the share of each CoCLR stage's mined positives that had the query's
 class, the share of the InfoNCE-RGB -> UberNCE-RGB R@1 gap closed by CoCLR-RGB, how many seeds satisfy
-each claim of the paper, and the wall time of each demo. It is a
-benchmark (minutes per seed), not a test.
+each claim of the paper, and the wall time of each demo. It is a benchmark (minutes per seed), not a test.
 
     python benchmarks/bench_demo_seeds.py --root /tmp/demo_seeds [--seeds 0 1 2] [key=value ...]
 """
@@ -45,6 +44,12 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(sum((v - mean) ** 2 for v in finite) / (len(finite) - 1))
 
 
+def _row(name: str, values: list[float]) -> str:
+    """One line of the summary: a value per seed, then their mean ± std (NaN: no value for that seed)."""
+    mean, std = mean_std(values)
+    return f"{name:<18}" + "".join(f"{v:>16.1f}" for v in values) + f"{mean:>11.1f} ± {std:.1f}"
+
+
 def summarise(results: list[dict[str, Any]]) -> str:
     """A plain-text table: per seed, then mean ± std over seeds, then how often each claim holds."""
     seeds = [r["seed"] for r in results]
@@ -53,18 +58,13 @@ def summarise(results: list[dict[str, Any]]) -> str:
     for metric, get in (("linear top-1", lambda row: row["linear_top1"]), ("R@1", lambda row: row["retrieval"]["R@1"])):
         lines.append(f"-- {metric}")
         for index, name in enumerate(names):
-            values = [get(r["rows"][index]) for r in results]
-            mean, std = mean_std(values)
-            lines.append(f"{name:<18}" + "".join(f"{v:>16.1f}" for v in values) + f"{mean:>11.1f} ± {std:.1f}")
+            lines.append(_row(name, [get(r["rows"][index]) for r in results]))
     mined = [{stage["stage"]: stage["mined_precision"] for stage in r.get("stages", [])} for r in results]
     stage_names = list(dict.fromkeys(name for m in mined for name, value in m.items() if value is not None))
     if stage_names:
         lines.append("-- mined positives of the query's class (%)")
         for name in stage_names:
-            values = [m.get(name) for m in mined]
-            values = [float("nan") if v is None else v for v in values]
-            mean, std = mean_std(values)
-            lines.append(f"{name:<18}" + "".join(f"{v:>16.1f}" for v in values) + f"{mean:>11.1f} ± {std:.1f}")
+            lines.append(_row(name, [float("nan") if m.get(name) is None else m[name] for m in mined]))
     lines.append("-- claims")
     for claim in results[0]["claims"]:
         values = [r["claims"][claim] for r in results]

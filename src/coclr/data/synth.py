@@ -656,8 +656,8 @@ def generate_synthetic(out: str | Path, config: SynthConfig, workers: int = 0) -
 
 
 def recorded_options(config: SynthConfig) -> dict[str, Any]:
-    """The options written to a store's metadata. ``motions`` is left out while empty, as stores generated
-    before that option record it, so that they still resume."""
+    """The options written to a store's metadata. ``motions`` is left out while empty: stores generated
+    before that option existed do not record it, and they still resume."""
     options = to_dict(config)
     if not options["motions"]:
         del options["motions"]
