@@ -83,7 +83,7 @@ def test_malformed_keys_are_rejected():
 # ------------------------------------------------------------------------------------------------- layout
 
 
-def test_motions_choose_the_classes_and_their_order(tmp_path):
+def test_motions_choose_the_classes_and_their_order():
     chosen = ["circle", "translate_up", "still"]
     config = tiny(num_classes=3, motions=chosen, actions_per_scene=3)
     index = synthetic_index(config)

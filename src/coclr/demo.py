@@ -317,7 +317,7 @@ def run_demo(config: DemoConfig, out: str | Path) -> dict[str, Any]:
     from coclr.data.synth import generate_synthetic
     from coclr.atomic import atomic_write_json, atomic_write_text
     from coclr.eval.features import open_store
-    from coclr.eval.report import VIEW_NAMES, report_run, write_report
+    from coclr.eval.report import report_run, view_name, write_report
 
     started = time.time()
     out = Path(out)
@@ -339,7 +339,7 @@ def run_demo(config: DemoConfig, out: str | Path) -> dict[str, Any]:
     print("[5/5] report: stage plot and retrieval gallery", flush=True)
     stage_records = report_run(out / "pipeline", opened, out, config.clip_config(), cache_dir=out / "feature_cache",
                                progress=False)
-    stages = [{"stage": r["stage"], "view": VIEW_NAMES[r["streams"][0]["view"]], "R@1": r["results"]["R@1"],
+    stages = [{"stage": r["stage"], "view": view_name(r["streams"][0]["view"]), "R@1": r["results"]["R@1"],
                "mined_precision": r.get("mined_precision")} for r in stage_records]
     records = [e[task] for e in evaluated for task in ("linear", "retrieval")]
     coclr_rgb = next(e["retrieval"] for e in evaluated if (e["method"], e["view"]) == ("CoCLR", "RGB"))

@@ -187,8 +187,11 @@ def stage_encoders(run_dir: str | Path) -> list[dict[str, Any]]:
             latest[view] = run_dir / relative
         name = stage.get("name", f"stage{len(points)}")
         producers.update({view: (name, str(stage.get("method", ""))) for view in trains})
-        if stage.get("checkpoint"):
-            logs.update({view: (run_dir / stage["checkpoint"]).parent / "log.jsonl" for view in trains})
+        for view in trains:  # a stage without a checkpoint has no log: never reuse an earlier stage's
+            if stage.get("checkpoint"):
+                logs[view] = (run_dir / stage["checkpoint"]).parent / "log.jsonl"
+            else:
+                logs.pop(view, None)
         initial = stage.get("cycle", 0 if stage.get("method") == "infonce" else 1) == 0
         if initial and points and points[-1]["initial"]:
             point = points[-1]
