@@ -12,9 +12,10 @@ import yaml
 
 from coclr.config import load_config
 from coclr.data.synth import MOTIONS
-from coclr.demo import DEMO_AUGMENT, DEMO_SYNTH, DemoConfig, results_markdown
+from coclr.demo import DEMO_AUGMENT, DEMO_SYNTH, DemoConfig, _stages_beside, results_markdown
 from coclr.errors import ConfigError
-from coclr.train.config import MethodOptions
+from coclr.train.config import MethodOptions, PipelineConfig
+from coclr.train.pipeline import plan_stages
 
 REDUCED = ["synth={train_scenes: 4, test_scenes: 2, num_classes: 4, actions_per_scene: 4, clips_per_action: 1, "
            "frames: 10, motions: [translate_up, zoom_in, rotate, circle]}", "flow_backend=dis", "batch_size=8",
@@ -87,7 +88,8 @@ def test_demo_options_override_the_demo_defaults_key_by_key() -> None:
     keep the rest of DEMO_SYNTH / DEMO_AUGMENT (not the generator's or the paper's defaults)."""
     config = load_config(DemoConfig, overrides=["synth.actor_cue=0.5", "augment.jitter_p=0.8", "seed=7"])
     synth = config.synth_config()
-    assert (synth.actor_cue, synth.train_scenes, synth.frames, synth.seed) == (0.5, 48, 12, 7)
+    assert (synth.actor_cue, synth.train_scenes, synth.actions_per_scene, synth.frames, synth.seed) == (
+        0.5, DEMO_SYNTH["train_scenes"], DEMO_SYNTH["actions_per_scene"], 12, 7)
     augment = config.augment_options()
     assert augment["jitter_p"] == 0.8 and augment["crop_area"] == DEMO_AUGMENT["crop_area"]
     assert augment["gray_p"] == 0.0 and augment["flip_p"] == 0.5
@@ -128,3 +130,14 @@ def test_the_oracle_gets_as_many_rgb_epochs_as_coclr_rgb() -> None:
     options = ["infonce_epochs=10", "cycle_epochs=3", "cycles=2", "own_positive_epochs=1"]
     assert load_config(DemoConfig, overrides=options).ubernce_epochs() == 6
     assert load_config(DemoConfig, overrides=[*options, "ubernce_start=scratch"]).ubernce_epochs() == 16
+
+
+def test_the_first_coclr_stages_run_beside_the_oracle_until_they_reach_its_epochs() -> None:
+    """The oracle runs beside the first CoCLR stages that together reach its epochs; the rest run alone."""
+    config = load_config(PipelineConfig, None, ["data.store=s", "run.out=o", "pipeline.cycles=2",
+                                                "pipeline.cycle_epochs=28"])
+    cycles = plan_stages(config)[2:]
+    assert [s.name for s in _stages_beside(cycles, 56)] == ["cycle1_rgb", "cycle1_flow"]
+    assert [s.name for s in _stages_beside(cycles, 57)] == ["cycle1_rgb", "cycle1_flow", "cycle2_rgb"]
+    assert [s.name for s in _stages_beside(cycles, 20)] == ["cycle1_rgb"]
+    assert _stages_beside(cycles, 500) == cycles  # an oracle longer than the chain: nothing left to run alone

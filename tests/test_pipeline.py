@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from coclr.config import load_config
+from coclr.errors import ConfigError
 from coclr.models.loading import load_encoder
 from coclr.train.config import PipelineConfig
 from coclr.train.pipeline import plan_stages, run_pipeline
@@ -75,3 +76,22 @@ def test_pipeline_continues_an_unfinished_stage(tmp_path: Path) -> None:
     assert all(s["status"] == "done" for s in manifest["stages"])
     log = (tmp_path / "run" / "infonce_rgb" / "log.jsonl").read_text().splitlines()
     assert json.loads(log[0])["step"] == 1 and json.loads(log[-1])["step"] == 2
+
+
+def test_pipeline_until_stops_after_the_stage_and_a_later_run_continues(tmp_path: Path) -> None:
+    store = make_random_store(tmp_path / "store", videos=8, frames=10)
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError, match="cycle9_rgb.*infonce_rgb, infonce_flow, cycle1_rgb, cycle1_flow"):
+        run_pipeline(pipeline_config(store, run_dir), until="cycle9_rgb")
+    assert not run_dir.exists()  # refused before any work
+    run_pipeline(pipeline_config(store, run_dir), until="infonce_flow")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [s["status"] for s in manifest["stages"]] == ["done", "done", "pending", "pending"]
+    assert not (run_dir / "cycle1_rgb").exists()
+    stamp = (run_dir / "infonce_flow" / "encoder_flow.pth").stat().st_mtime_ns
+    run_pipeline(pipeline_config(store, run_dir), until="infonce_flow")  # done already: trains nothing more
+    assert not (run_dir / "cycle1_rgb").exists()
+    run_pipeline(pipeline_config(store, run_dir))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert all(s["status"] == "done" for s in manifest["stages"])
+    assert (run_dir / "infonce_flow" / "encoder_flow.pth").stat().st_mtime_ns == stamp

@@ -13,6 +13,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run the CoCLR algorithm end to end in one run folder (run.out). Running the same "
         "command again continues where it stopped. Works under torchrun too.")
     add_config_arguments(parser)
+    parser.add_argument("--until", metavar="STAGE", help="stop after this stage (e.g. cycle1_flow); running "
+                        "again without it continues with the rest")
     parser.set_defaults(func=run)
 
 
@@ -26,6 +28,6 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(PipelineConfig, args.config, args.overrides)
     from coclr.train.pipeline import run_pipeline
 
-    run_dir = run_pipeline(config)
+    run_dir = run_pipeline(config, until=args.until)
     print(f"pipeline folder: {run_dir} (stages in {run_dir / 'manifest.json'})")
     return 0

@@ -120,10 +120,14 @@ def export_encoders(checkpoint: Path, stage: Stage, run_dir: Path) -> dict[str, 
     return {view: str(path.relative_to(run_dir)) for view, path in files.items()}
 
 
-def run_pipeline(config: PipelineConfig) -> Path:
-    """Run (or continue) every stage; returns the run folder holding ``manifest.json``."""
+def run_pipeline(config: PipelineConfig, until: str | None = None) -> Path:
+    """Run (or continue) every stage, or the stages up to and including ``until``; returns the run folder
+    holding ``manifest.json``. A later call continues with the stages left pending."""
     run_dir = Path(config.run.out)
     stages = plan_stages(config)
+    names = [stage.name for stage in stages]
+    if until is not None and until not in names:
+        raise ConfigError(f"until: no stage {until!r} in this pipeline; its stages are {', '.join(names)}")
     previous = read_manifest(run_dir)
     if previous and previous.get("config", {}).get("pipeline") != to_dict(config.pipeline):
         raise ConfigError(f"run.out: {run_dir} holds a pipeline with different pipeline options; use "
@@ -140,7 +144,8 @@ def run_pipeline(config: PipelineConfig) -> Path:
         })
     stage_configs = [stage_config(config, stage, run_dir) for stage in stages]
     run_dir.mkdir(parents=True, exist_ok=True)
-    for stage, stage_cfg, entry in zip(stages, stage_configs, manifest["stages"]):
+    count = names.index(until) + 1 if until is not None else len(stages)
+    for stage, stage_cfg, entry in zip(stages[:count], stage_configs, manifest["stages"]):
         if entry["status"] == "done":
             continue
         entry["status"] = "running"
