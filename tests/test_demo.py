@@ -12,10 +12,9 @@ import yaml
 
 from coclr.config import load_config
 from coclr.data.synth import MOTIONS
-from coclr.demo import DEMO_AUGMENT, DEMO_SYNTH, DemoConfig, _stages_beside, results_markdown
-from coclr.errors import ConfigError
-from coclr.train.config import MethodOptions, PipelineConfig
-from coclr.train.pipeline import plan_stages
+from coclr.demo import DEMO_AUGMENT, DEMO_SYNTH, DemoConfig, Job, lanes_for, results_markdown, run_lanes
+from coclr.errors import CoclrError, ConfigError
+from coclr.train.config import MethodOptions
 
 REDUCED = ["synth={train_scenes: 4, test_scenes: 2, num_classes: 4, actions_per_scene: 4, clips_per_action: 1, "
            "frames: 10, motions: [translate_up, zoom_in, rotate, circle]}", "flow_backend=dis", "batch_size=8",
@@ -76,6 +75,8 @@ def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
     assert synth["actor_cue"] == DEMO_SYNTH["actor_cue"] and synth["train_scenes"] == 4 and synth["seed"] == 3
     classes = json.loads((out / "store" / "index.json").read_text())["classes"]
     assert classes == ["translate_up", "zoom_in", "rotate", "circle"]
+    # Flow of the 16 train clips first; the 8 test clips' flow beside the oracle.
+    assert "flow: 16 done" in result.stdout and "flow: 8 done" in (out / "logs" / "flow_test.log").read_text()
     # Running it again finds everything done and reproduces the same numbers.
     again = subprocess.run([sys.executable, "-m", "coclr", "demo", "--out", str(out), "--seed", "3", *REDUCED],
                            capture_output=True, text=True, timeout=600)
@@ -132,12 +133,30 @@ def test_the_oracle_gets_as_many_rgb_epochs_as_coclr_rgb() -> None:
     assert load_config(DemoConfig, overrides=[*options, "ubernce_start=scratch"]).ubernce_epochs() == 16
 
 
-def test_the_first_coclr_stages_run_beside_the_oracle_until_they_reach_its_epochs() -> None:
-    """The oracle runs beside the first CoCLR stages that together reach its epochs; the rest run alone."""
-    config = load_config(PipelineConfig, None, ["data.store=s", "run.out=o", "pipeline.cycles=2",
-                                                "pipeline.cycle_epochs=28"])
-    cycles = plan_stages(config)[2:]
-    assert [s.name for s in _stages_beside(cycles, 56)] == ["cycle1_rgb", "cycle1_flow"]
-    assert [s.name for s in _stages_beside(cycles, 57)] == ["cycle1_rgb", "cycle1_flow", "cycle2_rgb"]
-    assert [s.name for s in _stages_beside(cycles, 20)] == ["cycle1_rgb"]
-    assert _stages_beside(cycles, 500) == cycles  # an oracle longer than the chain: nothing left to run alone
+def _job(name: str, argv: list[str], tmp_path: Path) -> Job:
+    return Job(name, argv, [], 0, tmp_path / "logs" / f"{name}.log")
+
+
+def _names(lanes: list[list[Job]]) -> list[list[str]]:
+    return [[job.name for job in lane] for lane in lanes]
+
+
+def test_lanes_put_the_first_job_alone_and_spread_the_others() -> None:
+    jobs = [Job(name, [], [], 0, Path(name)) for name in ("chain", "oracle", "flow")]
+    assert _names(lanes_for(jobs, 2)) == [["chain"], ["oracle", "flow"]]
+    assert _names(lanes_for(jobs, 3)) == _names(lanes_for(jobs, 8)) == [["chain"], ["oracle"], ["flow"]]
+    assert _names(lanes_for(jobs, 1)) == [["chain", "oracle", "flow"]]
+    assert _names(lanes_for(jobs[:1], 2)) == [["chain"]]
+
+
+def test_a_lane_runs_its_commands_in_order_and_stops_at_its_first_failure(tmp_path: Path) -> None:
+    ok = ["flow", "--list-options"]
+    bad = ["pretrain", "--config", str(tmp_path / "missing.yaml")]
+    lanes = [[_job("first", ok, tmp_path), _job("broken", bad, tmp_path), _job("never", ok, tmp_path)],
+             [_job("beside", ok, tmp_path), _job("after", ok, tmp_path)]]
+    with pytest.raises(CoclrError, match="failed: broken") as raised:
+        run_lanes(lanes, threads=1, desc="test")
+    assert "missing.yaml" in str(raised.value)  # the failed command's log tail
+    logs = tmp_path / "logs"
+    assert all("warps" in (logs / f"{name}.log").read_text() for name in ("first", "beside", "after"))
+    assert not (logs / "never.log").exists()

@@ -40,8 +40,11 @@ def moving_texture(frames: int, dx: int, dy: int, height: int = 48, width: int =
                      for t in range(frames)])
 
 
-def make_store(root: Path, videos: dict[str, np.ndarray], quality: int = 90, fps: float = 25.0) -> None:
-    index = VideoIndex("synthetic", ["moving"], [VideoEntry(key, 0, "train") for key in videos])
+def make_store(root: Path, videos: dict[str, np.ndarray], quality: int = 90, fps: float = 25.0,
+               test_keys: tuple[str, ...] = ()) -> None:
+    """A store of ``videos`` (one class), in the train split except ``test_keys``."""
+    index = VideoIndex("synthetic", ["moving"],
+                       [VideoEntry(key, 0, "test" if key in test_keys else "train") for key in videos])
     create_store(root, index, quality=quality)
     for key, frames in videos.items():
         write_entry(root, key, "rgb", [encode_jpeg(frame, quality) for frame in frames], fps=fps)
@@ -102,6 +105,18 @@ def test_keys_restrict_the_work(small_store):
     assert not ClipStore(small_store).has("left_down/clip.avi", "flow_dis")
 
 
+def test_a_split_restricts_the_work_from_the_api_and_the_cli(tmp_path, capsys):
+    videos = {key: moving_texture(n, dx, dy, seed=i) for i, (key, (n, dx, dy)) in enumerate(MOTIONS.items())}
+    make_store(tmp_path / "store", videos, test_keys=("left_down/clip.avi",))
+    assert cli_main(["flow", str(tmp_path / "store"), "--backend", "dis", "--workers", "1", "--split", "test"]) == 0
+    assert "flow_dis: 1 done" in capsys.readouterr().out
+    store = ClipStore(tmp_path / "store")
+    assert store.has("left_down/clip.avi", "flow_dis") and not store.has("right_up.avi", "flow_dis")
+    summary = extract_flow(tmp_path / "store", backend="dis", workers=1, split="train")
+    assert summary.done == 1 and summary.skipped == 0 and store.has("right_up.avi", "flow_dis")
+    assert extract_flow(tmp_path / "store", backend="dis", workers=1, split="val").done == 0
+
+
 def test_flow_quality_follows_the_stores_jpeg_quality(tmp_path):
     frames = {"a.avi": moving_texture(3, 1, 1)}
     sizes = {}
@@ -127,6 +142,8 @@ def test_bad_input_is_a_clear_error_before_any_work(small_store, tmp_path):
         extract_flow(small_store, backend="dis", view="rgb")
     with pytest.raises(DataError, match="nope.avi"):
         extract_flow(small_store, backend="dis", keys=["nope.avi"])
+    with pytest.raises(ConfigError, match="split.*'validation'"):
+        extract_flow(small_store, backend="dis", split="validation")
     with pytest.raises(ConfigError, match="device"):
         extract_flow(small_store, backend="tvl1", device="cuda")
     with pytest.raises(ConfigError, match="'gpu0'"):
@@ -156,6 +173,7 @@ def test_cli_reports_bad_input_as_one_line(small_store, tmp_path, capsys):
         ([str(small_store), "bogus=1"], "bogus"),
         ([str(small_store), "--backend", "dis", "warps=3"], "dis backend"),
         (["--backend", "dis", str(small_store), "warps=3", "--workers", "1"], "dis backend"),
+        ([str(small_store), "--split", "testing"], "'testing'"),
     ]
     for args, needle in cases:
         assert cli_main(["flow", *args]) == 2

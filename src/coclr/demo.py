@@ -5,7 +5,9 @@ across classes: ``DEMO_SYNTH``), extracts TV-L1 flow, trains InfoNCE on RGB and 
 oracle on RGB and CoCLR (two cycles), evaluates retrieval and the linear probe of each (and of the
 two-stream CoCLR), and writes ``results.json``, ``results.md``, the stage plot and the retrieval gallery.
 Training runs are ordinary ``coclr pretrain`` and ``coclr pipeline`` commands on YAML files written to
-``OUT/configs``, two at a time on a 2-core machine; the whole demo is resumable (run it again to continue).
+``OUT/configs``, two at a time on a 2-core machine: the chain of CoCLR stages, the critical path, runs beside
+the oracle and then the test split's flow (only evaluation needs it). The whole demo is resumable (run it
+again to continue).
 """
 
 from __future__ import annotations
@@ -37,12 +39,12 @@ ROWS = [  # (method, view, where its encoder is, relative to OUT)
 ]
 
 
-DEMO_SYNTH: dict[str, Any] = {"train_scenes": 96, "test_scenes": 128, "actions_per_scene": 2, "frames": 12,
+DEMO_SYNTH: dict[str, Any] = {"train_scenes": 96, "test_scenes": 96, "actions_per_scene": 2, "frames": 12,
                                "actor_cue": 1.0}
 """The demo's dataset, on top of the generator's defaults: 384 train clips from 96 scenes, each performing two of
 the eight classes (places go with actions, as in real videos, so a clip's nearest RGB neighbours share its class
-often enough for RGB to mine positives that teach flow: the co-training cycles then help each other); 512 test
-clips (a query set this large keeps the binomial noise of R@1 near 2 points; with 128, the share of the gap
+often enough for RGB to mine positives that teach flow: the co-training cycles then help each other); 384 test
+clips (a query set this large keeps the binomial noise of R@1 near 2.5 points; with 128, the share of the gap
 closed varied by about 12 points from evaluation alone); 12 frames per clip (less flow to extract; training
 clips have 8); and every object its class's typical actor. Motion alone defines the class for flow, but the
 demo's tiny RGB S3D learns RGB motion only after thousands of steps (docs/synth.md), so the RGB rows need
@@ -83,7 +85,7 @@ class DemoConfig:
                                         "InfoNCE start the stages otherwise fall to the uniform solution at this "
                                         "size (docs/synth.md)")
     infonce_epochs: int = option(40, "epochs of InfoNCE per view")
-    cycle_epochs: int = option(28, "epochs of each CoCLR half-cycle")
+    cycle_epochs: int = option(20, "epochs of each CoCLR half-cycle")
     cycles: int = option(2, "CoCLR cycles")
     ubernce_start: Literal["infonce", "scratch"] = option(
         "infonce", "what the UberNCE oracle starts from: infonce (the InfoNCE-RGB encoder, then cycles x "
@@ -94,8 +96,8 @@ class DemoConfig:
         "mil", "loss form of the UberNCE oracle: mil (CoCLR's multi-instance NCE, so that only the positive set "
         "differs, as in the paper) or supcon (the authors' UberNCE code; a weaker, seed-dependent oracle at the "
         "demo's size, docs/synth.md)")
-    processes: int = option(2, "training runs at once (one thread each); a run left alone (the last CoCLR "
-                                "stages, after the oracle) gets max(2, processes) threads")
+    processes: int = option(2, "commands run at once (training runs, the test split's flow), one thread each "
+                                "(one process: two threads)")
 
     def validate(self) -> None:
         self.synth_config()
@@ -173,32 +175,55 @@ class Job:
         return min(done, self.epochs)
 
 
-def run_jobs(jobs: list[Job], threads: int, desc: str) -> None:
-    """Run training commands side by side, each with ``threads`` threads, showing their combined progress."""
+def run_lanes(lanes: list[list[Job]], threads: int, desc: str) -> None:
+    """Run lanes side by side, each lane's commands one after another with ``threads`` threads, showing their
+    combined training epochs. A lane stops at its first failure (the others finish); then the failures raise."""
     from tqdm import tqdm
 
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    for job in jobs:
+    jobs = [job for lane in lanes for job in lane]
+
+    def start(job: Job) -> Job:
         job.log.parent.mkdir(parents=True, exist_ok=True)
         with job.log.open("a") as log:
             job.process = subprocess.Popen([sys.executable, "-m", "coclr", *job.argv], stdout=log,
                                            stderr=subprocess.STDOUT, env=env)
-    total = sum(job.epochs for job in jobs)
-    with tqdm(total=total, desc=desc, unit="epoch", dynamic_ncols=True) as bar:
-        while any(job.process.poll() is None for job in jobs):
+        return job
+
+    waiting = [list(lane) for lane in lanes if lane]
+    running = [start(lane.pop(0)) for lane in waiting]
+    failed = []
+    with tqdm(total=sum(job.epochs for job in jobs), desc=desc, unit="epoch", dynamic_ncols=True) as bar:
+        while any(job is not None for job in running):
             time.sleep(1.0)
+            for index, job in enumerate(running):
+                if job is None or job.process.poll() is None:
+                    continue
+                if job.process.returncode != 0:
+                    failed.append(job)
+                    waiting[index].clear()
+                running[index] = start(waiting[index].pop(0)) if waiting[index] else None
             bar.update(sum(job.epochs_done() for job in jobs) - bar.n)
-        bar.update(sum(job.epochs_done() for job in jobs) - bar.n)
-    failed = [job for job in jobs if job.process.returncode != 0]
     if failed:
         tails = "\n".join(f"--- {job.name} ({job.log}):\n" + "\n".join(job.log.read_text().splitlines()[-15:])
                           for job in failed)
-        raise CoclrError(f"training failed: {', '.join(job.name for job in failed)}\n{tails}")
+        raise CoclrError(f"failed: {', '.join(job.name for job in failed)}\n{tails}")
+
+
+def lanes_for(jobs: list[Job], processes: int) -> list[list[Job]]:
+    """At most ``processes`` lanes: the first job (the longest) alone in the first lane, the others spread over
+    the rest in order; with one process, every job in one lane, in order."""
+    if processes <= 1 or len(jobs) <= 1:
+        return [list(jobs)]
+    lanes: list[list[Job]] = [[jobs[0]]] + [[] for _ in range(min(processes, len(jobs)) - 1)]
+    for index, job in enumerate(jobs[1:]):
+        lanes[1 + index % (len(lanes) - 1)].append(job)
+    return lanes
 
 
 def train_all(config: DemoConfig, out: Path, store: Path) -> None:
-    """InfoNCE of both views side by side; then the first CoCLR stages beside the UberNCE oracle, and the rest
-    of the cycles alone."""
+    """InfoNCE of both views side by side; then the CoCLR cycles (the critical path) beside the UberNCE oracle
+    and, once the oracle is done, the test split's flow (needed only for evaluation)."""
     from coclr.train.config import PipelineConfig
     from coclr.train.pipeline import LAST, plan_stages, stage_config
 
@@ -217,8 +242,7 @@ def train_all(config: DemoConfig, out: Path, store: Path) -> None:
         first.append(Job(stage.name, ["pretrain", "--config", str(stage_yaml), "--resume"],
                          [out / "pipeline" / stage.name], stage.epochs, logs / f"{stage.name}.log"))
     threads = 1 if config.processes > 1 else 2
-    for group in _batches(first, config.processes):
-        run_jobs(group, threads, "InfoNCE (RGB, flow)")
+    run_lanes(lanes_for(first, config.processes), threads, "InfoNCE (RGB, flow)")
 
     oracle_method = {**base["method"], "name": "ubernce", "loss_form": config.ubernce_loss}
     if config.ubernce_start == "infonce":
@@ -227,36 +251,15 @@ def train_all(config: DemoConfig, out: Path, store: Path) -> None:
                "run": {**base["run"], "out": str(out / "ubernce_rgb")}}
     ubernce_yaml = _write_yaml(out / "configs" / "ubernce_rgb.yaml", ubernce)
     cycles = stages[2:]
-    beside = _stages_beside(cycles, config.ubernce_epochs())
     second = [
-        Job("coclr", ["pipeline", "--config", str(pipeline_yaml), "--until", beside[-1].name],
-            [out / "pipeline" / s.name for s in beside], sum(s.epochs for s in beside), logs / "pipeline.log"),
+        Job("coclr", ["pipeline", "--config", str(pipeline_yaml)], [out / "pipeline" / s.name for s in cycles],
+            sum(s.epochs for s in cycles), logs / "pipeline.log"),
         Job("ubernce_rgb", ["pretrain", "--config", str(ubernce_yaml), "--resume"], [out / "ubernce_rgb"],
             config.ubernce_epochs(), logs / "ubernce_rgb.log"),
+        Job("flow_test", ["flow", str(store), "--backend", config.flow_backend, "--view", "flow", "--split", "test",
+                          "--workers", "1"], [], 0, logs / "flow_test.log"),
     ]
-    for group in _batches(second, config.processes):
-        run_jobs(group, threads, "CoCLR cycles + UberNCE")
-    rest = cycles[len(beside):]
-    if rest:  # alone now: one process, all the threads
-        run_jobs([Job("coclr", ["pipeline", "--config", str(pipeline_yaml)], [out / "pipeline" / s.name for s in rest],
-                      sum(s.epochs for s in rest), logs / "pipeline.log")],
-                 max(2, config.processes), "CoCLR cycles")
-
-
-def _stages_beside(cycles: list, oracle_epochs: int) -> list:
-    """The first CoCLR stages, to run beside the oracle: as few as reach its epochs (a CoCLR epoch costs more
-    than an oracle epoch, so the oracle ends first). Once it has, the rest of the chain runs alone with every
-    thread (two threads run the demo's small steps about 1.25x faster than one)."""
-    total = 0
-    for count, stage in enumerate(cycles, 1):
-        total += stage.epochs
-        if total >= oracle_epochs:
-            return cycles[:count]
-    return cycles
-
-
-def _batches(jobs: list[Job], size: int) -> list[list[Job]]:
-    return [jobs[i : i + size] for i in range(0, len(jobs), size)]
+    run_lanes(lanes_for(second, config.processes), threads, "CoCLR cycles | UberNCE, then test flow")
 
 
 def evaluate_all(config: DemoConfig, out: Path, store) -> list[dict[str, Any]]:
@@ -305,7 +308,7 @@ def results_markdown(rows: list[dict[str, Any]], checks: dict[str, Any], seconds
                      stages: Sequence[dict[str, Any]] = ()) -> str:
     lines = [f"# coclr demo (seed {seed}, {seconds / 60:.1f} min)", "",
              "Synthetic dataset: classes are defined by motion, each with a typical actor (shape and colours); "
-             "backgrounds belong to scenes, which perform several classes. "
+             "backgrounds belong to scenes, each performing more than one class. "
              "Pretrained and evaluated on the same data (train scenes) as the paper's Table 1; test scenes "
              "query train scenes.", "",
              "| Method | Input | Labels | Linear probe | R@1 | R@5 | R@10 | R@20 |",
@@ -351,9 +354,11 @@ def run_demo(config: DemoConfig, out: str | Path) -> dict[str, Any]:
     store = out / "store"
     print(f"[1/5] synthetic dataset -> {store}", flush=True)
     print(generate_synthetic(store, synth, workers=config.processes), flush=True)
-    print(f"[2/5] optical flow ({config.flow_backend})", flush=True)
-    print(extract_flow(store, backend=config.flow_backend, view="flow", workers=config.processes), flush=True)
-    print("[3/5] pretraining: InfoNCE (RGB, flow), then CoCLR cycles beside the UberNCE oracle", flush=True)
+    print(f"[2/5] optical flow of the train split ({config.flow_backend})", flush=True)
+    print(extract_flow(store, backend=config.flow_backend, view="flow", workers=config.processes, split="train"),
+          flush=True)
+    print("[3/5] pretraining: InfoNCE (RGB, flow), then the CoCLR cycles beside the UberNCE oracle and the test "
+          "split's flow", flush=True)
     train_all(config, out, store)
     print("[4/5] evaluation: retrieval R@k and linear probe", flush=True)
     opened = open_store(store)

@@ -34,6 +34,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--view", help="view name to write (default: 'flow' for TV-L1, 'flow_dis' for DIS)")
     parser.add_argument("--workers", type=int, default=0,
                         help="worker processes for the CPU backends, JPEG threads for tvl1-torch (0: one per core)")
+    parser.add_argument("--split", help="only the videos of this split: train, val or test (default: every video "
+                        "of the store)")
     parser.add_argument("--device", help="torch device for tvl1-torch, e.g. cpu, cuda, cuda:1 (default: cuda "
                         "when available)")
     parser.add_argument("--list-options", action="store_true", help="print the TV-L1 parameters and exit")
@@ -65,6 +67,6 @@ def run(args: argparse.Namespace) -> int:
     from coclr.data.flow.extract import extract_flow
 
     summary = extract_flow(args.store, backend=args.backend, view=args.view, params=params,
-                           workers=args.workers, device=args.device)
+                           workers=args.workers, device=args.device, split=args.split)
     print(summary)
     return 1 if getattr(summary, "failed", 0) else 0

@@ -34,6 +34,7 @@ import numpy as np
 from coclr.data.flow.encode import flow_to_uint8
 from coclr.data.flow.opencv import opencv_dis, opencv_tvl1, rgb_to_gray
 from coclr.data.flow.params import TVL1Params
+from coclr.data.indexes import SPLITS
 from coclr.data.store import ClipStore, JobSummary, check_view_name, decode_jpeg, encode_jpeg, run_entry_jobs
 from coclr.errors import ConfigError, DataError
 
@@ -254,8 +255,11 @@ class TorchFlowJob(_StoreJob):
 
 def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None = None,
                  params: TVL1Params | None = None, workers: int = 0, device: str | None = None,
-                 keys: Sequence[str] | None = None, batch_pairs: int = 64) -> JobSummary:
+                 keys: Sequence[str] | None = None, batch_pairs: int = 64, split: str | None = None) -> JobSummary:
     """Compute flow for the videos of the store at ``store_root`` (all, or ``keys``) into ``view``.
+
+    ``split`` ("train", "val" or "test") keeps only that split's videos (of ``keys``, when given): training
+    needs the train split's flow first, and the rest can follow beside it.
 
     ``view`` defaults to the backend's (``flow`` for TV-L1, ``flow_dis`` for DIS). ``params``: TV-L1
     parameters (default: OpenCV's); not accepted by ``dis``. ``workers``: processes for the CPU backends (0:
@@ -282,6 +286,11 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
     if not (store.root / SOURCE_VIEW).is_dir():
         raise DataError(f"{store.root}: the store has no {SOURCE_VIEW!r} view to compute flow from")
     keys = list(store.keys() if keys is None else keys)
+    if split is not None:
+        if split not in SPLITS:
+            raise ConfigError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
+        known = set(store.keys())
+        keys = [key for key in keys if key not in known or store.entry(key).split == split]
     quality = int(store.meta.get("quality") or DEFAULT_QUALITY)
     root = str(store.root.resolve())
     desc = f"flow ({chosen.name}{' on ' + torch_device if torch_device else ''}) -> {view}"
