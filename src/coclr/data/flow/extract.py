@@ -289,8 +289,8 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
     if split is not None:
         if split not in SPLITS:
             raise ConfigError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
-        known = set(store.keys())
-        keys = [key for key in keys if key not in known or store.entry(key).split == split]
+        other_splits = {entry.path for entry in store.index.entries if entry.split != split}
+        keys = [key for key in keys if key not in other_splits]  # unknown keys stay, to be reported
     quality = int(store.meta.get("quality") or DEFAULT_QUALITY)
     root = str(store.root.resolve())
     desc = f"flow ({chosen.name}{' on ' + torch_device if torch_device else ''}) -> {view}"
