@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -124,10 +123,29 @@ def test_epochs_differ_and_repeat(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------------------- kill and resume
 
-def run_pretrain(args: list[str], **kwargs) -> subprocess.Popen:
+def run_pretrain(args: list[str], kill_in_step: int | None = None) -> subprocess.Popen:
+    """``coclr pretrain ARGS`` in a subprocess; with ``kill_in_step``, the process SIGKILLs itself inside that
+    iteration (1-based), after its optimizer step and before its bookkeeping or any save, so the kill falls at
+    the same point of the run however fast or loaded the machine is."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "coclr", "pretrain", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+    code = "import sys; from coclr.cli import main; sys.exit(main(sys.argv[1:]))"
+    if kill_in_step is not None:
+        code = KILL_IN_STEP.format(step=kill_in_step) + code
+    return subprocess.Popen([sys.executable, "-c", code, "pretrain", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+KILL_IN_STEP = """
+import os, signal
+from coclr.train.trainer import Trainer
+_train_step = Trainer.train_step
+def _killing_step(self, *args, **kwargs):
+    result = _train_step(self, *args, **kwargs)
+    if self.position.global_step + 1 == {step}:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return result
+Trainer.train_step = _killing_step
+"""
 
 
 def model_state(path: Path) -> dict[str, torch.Tensor]:
@@ -138,20 +156,12 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(store: Path, tmp_pa
     # The kill falls inside the lr warm-up (6 iterations), so resuming must also continue it exactly.
     common = [f"data.store={store}", *TINY, "optim.epochs=3", "optim.warmup_epochs=2", "run.save_every=1"]
     reference = run_pretrain([*common, f"run.out={tmp_path / 'a'}"])
-    interrupted = run_pretrain([*common, f"run.out={tmp_path / 'b'}"])
+    interrupted = run_pretrain([*common, f"run.out={tmp_path / 'b'}"], kill_in_step=6)  # epoch 2 of 3
+    out_interrupted, _ = interrupted.communicate(timeout=300)
+    assert interrupted.returncode == -signal.SIGKILL, out_interrupted
     last = tmp_path / "b" / "checkpoint_last.pth"
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        assert interrupted.poll() is None, interrupted.communicate()[0]
-        if last.exists():
-            position = load_checkpoint(last)["position"]
-            if position["epoch"] >= 1 and position["consumed"] > 0:  # in the middle of the second epoch
-                break
-        time.sleep(0.05)
-    interrupted.send_signal(signal.SIGKILL)
-    interrupted.wait()
     killed_at = load_checkpoint(last)["position"]
-    assert killed_at["global_step"] < 9, "the run finished before it could be killed"
+    assert (killed_at["epoch"], killed_at["global_step"]) == (1, 5), killed_at  # saved after step 5, mid-epoch
     resumed = run_pretrain([*common, f"run.out={tmp_path / 'b'}", "--resume"])
     out_resumed, _ = resumed.communicate(timeout=300)
     out_reference, _ = reference.communicate(timeout=300)
