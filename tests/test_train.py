@@ -195,6 +195,18 @@ def test_checkpoint_holds_the_full_state_and_loads_as_an_encoder(store: Path, tm
     assert (tmp_path / "run" / "tb").is_dir()
 
 
+def test_best_checkpoint_is_the_epoch_with_the_lowest_loss(store: Path, tmp_path: Path) -> None:
+    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=4"))
+    last = trainer.run()
+    records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    losses = [r["epoch_loss"] for r in records if "epoch_loss" in r]
+    assert len(losses) == 4
+    best = load_checkpoint(tmp_path / "run" / "checkpoint_best.pth")
+    assert best["position"]["epoch"] == losses.index(min(losses)) + 1
+    assert best["best_loss"] == pytest.approx(min(losses))
+    assert load_checkpoint(last)["position"]["epoch"] == 4
+
+
 def test_rgbdiff_view_trains_from_rgb_frames(tmp_path: Path) -> None:
     store = make_random_store(tmp_path / "store", frames=12, views=("rgb",))
     trainer = Trainer(tiny_config(store, tmp_path / "run", "data.view=rgbdiff", "data.second_view=rgb",

@@ -57,3 +57,25 @@ def atomic_torch_save(obj: Any, path: str | Path) -> Path:
     with atomic_open(path, "wb") as file:
         torch.save(obj, file)
     return Path(path)
+
+
+def atomic_duplicate(source: str | Path, path: str | Path) -> Path:
+    """Make ``path`` hold what ``source`` holds now, atomically: a hard link under a temporary name renamed onto
+    ``path`` (no second write of the bytes), or a copy through :func:`atomic_open` where the file system has no
+    hard links. A later atomic write of ``source`` gives its name a new file and leaves ``path`` as it was."""
+    import shutil
+
+    source, path = Path(source), Path(path)
+    temp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}{PARTIAL_SUFFIX}"
+    try:
+        os.link(source, temp)
+    except OSError:
+        with open(source, "rb") as reader, atomic_open(path, "wb") as writer:
+            shutil.copyfileobj(reader, writer)
+        return path
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return path

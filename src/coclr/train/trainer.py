@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from coclr.atomic import atomic_torch_save
+from coclr.atomic import atomic_duplicate, atomic_torch_save
 from coclr.config import to_dict
 from coclr.core.distributed import is_main, rank, world_size
 from coclr.data.augment import ClipAugment
@@ -253,7 +253,7 @@ class Trainer:
         state = self.state()
         atomic_torch_save(state, self.out / LAST)
         if best:
-            atomic_torch_save(state, self.out / BEST)
+            atomic_duplicate(self.out / LAST, self.out / BEST)
 
     # ------------------------------------------------------------------ logging
 
