@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from coclr.config import load_config
@@ -67,6 +68,13 @@ def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
     # ... and starts where CoCLR-RGB starts, for as many epochs as CoCLR-RGB's two stages.
     assert Path(oracle["init_checkpoint"]) == out / "pipeline" / "infonce_rgb" / "checkpoint_last.pth"
     assert oracle_config["optim"]["epochs"] == 2
+    # InfoNCE trains at lr; the stages that start from its encoders (the oracle, CoCLR) at cycle_lr.
+    demo_defaults = DemoConfig()
+    assert oracle_config["optim"]["lr"] == demo_defaults.cycle_lr != demo_defaults.lr
+    stage_lrs = {s["name"]: torch.load(out / "pipeline" / s["checkpoint"], weights_only=True)["config"]["optim"]["lr"]
+                 for s in manifest["stages"]}
+    assert stage_lrs == {"infonce_rgb": demo_defaults.lr, "infonce_flow": demo_defaults.lr,
+                         **{f"cycle{c}_{v}": demo_defaults.cycle_lr for c in (1, 2) for v in ("rgb", "flow")}}
     oracle_log = (out / "ubernce_rgb" / "log.jsonl").read_text()
     assert sum('"epoch_loss"' in line for line in oracle_log.splitlines()) == 2
     stage = yaml.safe_load((out / "configs" / "infonce_rgb.yaml").read_text())
@@ -109,6 +117,7 @@ def test_demo_options_override_the_demo_defaults_key_by_key() -> None:
                                            ("augment.crop_area=[0.5]", "augment.crop_area"),
                                            ("augment.gray_p=-1", "augment.gray_p"),
                                            ("warmup_epochs=30", "warmup_epochs"),
+                                           ("cycle_lr=0", "cycle_lr"),
                                            ("ubernce_loss=nce", "ubernce_loss"),
                                            ("ubernce_start=infonce_flow", "ubernce_start")])
 def test_bad_demo_options_are_named_before_any_work(override: str, key: str) -> None:

@@ -12,7 +12,7 @@ from coclr.config import load_config
 from coclr.errors import ConfigError
 from coclr.models.loading import load_encoder
 from coclr.train.config import PipelineConfig
-from coclr.train.pipeline import plan_stages, run_pipeline
+from coclr.train.pipeline import plan_stages, run_pipeline, stage_config
 from conftest import make_random_store
 from test_train import TINY
 
@@ -34,6 +34,22 @@ def test_stage_plan_follows_the_paper() -> None:
     sim = plan_stages(load_config(PipelineConfig, None, ["data.store=s", "run.out=o", "pipeline.mode=sim"]))
     assert [s.name for s in sim] == ["infonce_rgb", "infonce_flow", "cycle1_sim", "cycle2_sim"]
     assert sim[2].trains == ["rgb", "flow"] and sim[2].epochs == 200
+
+
+@pytest.mark.parametrize("mode", ["alternate", "sim"])
+def test_cycle_lr_sets_the_lr_of_the_coclr_stages_only(mode: str) -> None:
+    options = ["data.store=s", "run.out=o", "optim.lr=0.001", f"pipeline.mode={mode}"]
+    for cycle_lr, expected in (([], 0.001), (["pipeline.cycle_lr=0.0005"], 0.0005)):
+        config = load_config(PipelineConfig, None, [*options, *cycle_lr])
+        lrs = {stage.name: stage_config(config, stage, Path("o")).optim.lr for stage in plan_stages(config)}
+        assert lrs["infonce_rgb"] == lrs["infonce_flow"] == 0.001
+        cycles = [lr for name, lr in lrs.items() if name.startswith("cycle")]
+        assert len(cycles) == (4 if mode == "alternate" else 2) and set(cycles) == {expected}
+
+
+def test_a_bad_cycle_lr_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"pipeline\.cycle_lr"):
+        load_config(PipelineConfig, None, ["data.store=s", "run.out=o", "pipeline.cycle_lr=0"])
 
 
 @pytest.mark.parametrize("mode", ["alternate", "sim"])

@@ -76,7 +76,11 @@ class DemoConfig:
     queue_size: int = option(128, "momentum queue size K")
     momentum: float = option(0.99, "key encoder EMA (lower than the paper's 0.999: the runs are short)")
     temperature: float = option(0.07, "softmax temperature")
-    lr: float = option(1e-3, "Adam learning rate")
+    lr: float = option(1e-3, "Adam learning rate of the stages that start from a random encoder (InfoNCE)")
+    cycle_lr: float = option(5e-4, "Adam learning rate of the stages that start from the InfoNCE encoders: the "
+                             "CoCLR stages and the oracle (with ubernce_start=infonce). At 1e-3 the oracle was "
+                             "still far from converged after its 40 epochs on some seeds, and flow gained "
+                             "nothing from the co-training (docs/synth.md)")
     warmup_epochs: float = option(2.0, "epochs of linear lr warm-up at the start of every training stage (a "
                                   "CoCLR stage starts from a trained encoder with a fresh Adam state)")
     topk: int = option(5, "CoCLR positives mined per query")
@@ -104,6 +108,8 @@ class DemoConfig:
         self.augment_options()
         require(self.cycles >= 1, "cycles", "must be at least 1")
         require(self.processes >= 1, "processes", "must be at least 1")
+        for key in ("lr", "cycle_lr"):
+            require(getattr(self, key) > 0, key, "must be positive")
         for key in ("infonce_epochs", "cycle_epochs"):
             require(getattr(self, key) >= 1, key, "must be at least 1")
         shortest = min(self.infonce_epochs, self.cycle_epochs)
@@ -229,7 +235,8 @@ def train_all(config: DemoConfig, out: Path, store: Path) -> None:
 
     base = _training_options(config, store)
     pipeline = {**base, "pipeline": {"cycles": config.cycles, "infonce_epochs": config.infonce_epochs,
-                                     "cycle_epochs": config.cycle_epochs, "mode": "alternate"},
+                                     "cycle_epochs": config.cycle_epochs, "mode": "alternate",
+                                     "cycle_lr": config.cycle_lr},
                 "run": {**base["run"], "out": str(out / "pipeline")}}
     pipeline_config = from_dict(PipelineConfig, pipeline)
     pipeline_yaml = _write_yaml(out / "configs" / "pipeline.yaml", pipeline)
@@ -245,9 +252,11 @@ def train_all(config: DemoConfig, out: Path, store: Path) -> None:
     run_lanes(lanes_for(first, config.processes), threads, "InfoNCE (RGB, flow)")
 
     oracle_method = {**base["method"], "name": "ubernce", "loss_form": config.ubernce_loss}
-    if config.ubernce_start == "infonce":
+    oracle_optim = {**base["optim"], "epochs": config.ubernce_epochs()}
+    if config.ubernce_start == "infonce":  # trained like CoCLR-RGB: from InfoNCE-RGB, at CoCLR's lr
         oracle_method["init_checkpoint"] = str(out / "pipeline" / stages[0].name / LAST)  # trained above
-    ubernce = {**base, "method": oracle_method, "optim": {**base["optim"], "epochs": config.ubernce_epochs()},
+        oracle_optim["lr"] = config.cycle_lr
+    ubernce = {**base, "method": oracle_method, "optim": oracle_optim,
                "run": {**base["run"], "out": str(out / "ubernce_rgb")}}
     ubernce_yaml = _write_yaml(out / "configs" / "ubernce_rgb.yaml", ubernce)
     cycles = stages[2:]

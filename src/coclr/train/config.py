@@ -214,9 +214,12 @@ class PipelineOptions:
                                                             "cycle_epochs x 2 per cycle)")
     infonce_milestones: list[int] = option([], "lr milestones of the InfoNCE stages")
     cycle_milestones: list[int] = option([], "lr milestones of each CoCLR stage")
+    cycle_lr: float | None = option(None, "lr of the CoCLR stages, which start from trained encoders (null: "
+                                    "optim.lr, as in the paper and the reference code)")
 
     def validate(self) -> None:
         require(self.cycles >= 0, "cycles", "must be non-negative")
+        require(self.cycle_lr is None or self.cycle_lr > 0, "cycle_lr", "must be positive (or null)")
         require(self.infonce_epochs >= 1, "infonce_epochs", "must be at least 1")
         require(self.cycle_epochs >= 1, "cycle_epochs", "must be at least 1")
 

@@ -38,6 +38,8 @@ class Stage:
     epochs: int
     milestones: list[int]
     frozen: str | None = None
+    lr: float | None = None
+    """the stage's lr (None: the pipeline's ``optim.lr``)"""
     init_from: dict[str, str] = field(default_factory=dict)
     """view -> name of the stage whose last encoder of that view initialises this one"""
     sampler_from: str | None = None
@@ -54,13 +56,13 @@ def plan_stages(config: PipelineConfig) -> list[Stage]:
     for cycle in range(1, opts.cycles + 1):
         if opts.mode == "sim":
             stage = Stage(f"cycle{cycle}_sim", "coclr", [view1, view2], cycle, 2 * opts.cycle_epochs,
-                          [2 * m for m in opts.cycle_milestones], init_from=dict(latest))
+                          [2 * m for m in opts.cycle_milestones], lr=opts.cycle_lr, init_from=dict(latest))
             stages.append(stage)
             latest = {view1: stage.name, view2: stage.name}
             continue
         for trained, frozen in ((view1, view2), (view2, view1)):
             stage = Stage(f"cycle{cycle}_{trained}", "coclr", [trained], cycle, opts.cycle_epochs,
-                          opts.cycle_milestones, frozen=frozen, init_from={trained: latest[trained]},
+                          opts.cycle_milestones, frozen=frozen, lr=opts.cycle_lr, init_from={trained: latest[trained]},
                           sampler_from=latest[frozen])
             stages.append(stage)
             latest[trained] = stage.name
@@ -87,6 +89,8 @@ def stage_config(config: PipelineConfig, stage: Stage, run_dir: Path) -> Pretrai
                                  if stage.sampler_from else "")
     optim = copy.deepcopy(config.optim)
     optim.epochs, optim.milestones = stage.epochs, list(stage.milestones)
+    if stage.lr is not None:
+        optim.lr = stage.lr
     run = copy.deepcopy(config.run)
     run.out = str(run_dir / stage.name)
     stage_cfg = PretrainConfig(data=data, model=copy.deepcopy(config.model), method=method, optim=optim,
