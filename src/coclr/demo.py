@@ -76,7 +76,8 @@ class DemoConfig:
     queue_size: int = option(128, "momentum queue size K")
     momentum: float = option(0.99, "key encoder EMA (lower than the paper's 0.999: the runs are short)")
     temperature: float = option(0.07, "softmax temperature")
-    lr: float = option(1e-3, "Adam learning rate of the stages that start from a random encoder (InfoNCE)")
+    lr: float = option(1e-3, "Adam learning rate of the stages that start from a random encoder (InfoNCE, and the "
+                       "oracle with ubernce_start=scratch)")
     cycle_lr: float = option(5e-4, "Adam learning rate of the stages that start from the InfoNCE encoders: the "
                              "CoCLR stages and the oracle (with ubernce_start=infonce). At 1e-3 the oracle was "
                              "still far from converged after its 40 epochs on some seeds, and flow gained "
