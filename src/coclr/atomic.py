@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,12 +20,17 @@ from typing import IO, Any
 PARTIAL_SUFFIX = ".partial"
 
 
+def _temp_prefix(path: Path) -> str:
+    """The start of a temporary file's name for ``path``: hidden, and naming the writing process."""
+    return f".{path.name}.{os.getpid()}."
+
+
 @contextmanager
 def atomic_open(path: str | Path, mode: str = "wb", fsync: bool = True) -> Iterator[IO]:
     """Open a temporary file for writing; on a clean exit it replaces ``path``, on an error it is deleted."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=PARTIAL_SUFFIX)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path), suffix=PARTIAL_SUFFIX)
     try:
         with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as file:
             yield file
@@ -63,10 +69,8 @@ def atomic_duplicate(source: str | Path, path: str | Path) -> Path:
     """Make ``path`` hold what ``source`` holds now, atomically: a hard link under a temporary name renamed onto
     ``path`` (no second write of the bytes), or a copy through :func:`atomic_open` where the file system has no
     hard links. A later atomic write of ``source`` gives its name a new file and leaves ``path`` as it was."""
-    import shutil
-
     source, path = Path(source), Path(path)
-    temp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}{PARTIAL_SUFFIX}"
+    temp = path.parent / f"{_temp_prefix(path)}{os.urandom(4).hex()}{PARTIAL_SUFFIX}"
     try:
         os.link(source, temp)
     except OSError:
