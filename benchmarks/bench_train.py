@@ -3,16 +3,20 @@
 The paper's setting is the default: full S3D, 32 x 128 x 128 clips, batch 32 per process, InfoNCE on RGB.
 A small random clip store is made in a temporary folder, one batch is loaded once, and the trainer's own
 ``train_step`` (device augmentation, query and key forward, loss, backward, Adam step) is timed, so the figure
-is the model's cost without the data loader; ``--with-loader`` also times full epochs through the DataLoader.
+is the model's cost without the data loader; ``--with-loader`` also times full epochs through the DataLoader, and
+``--frame-cache`` times epochs in one process (``data.workers=0``) with and without the decoded-frame cache
+(``data.cache_mb``), after a first epoch that fills it, and prints the ratio.
 
     python benchmarks/bench_train.py                         # GPU if present, else CPU
     python benchmarks/bench_train.py run.amp=bf16 run.channels_last=true run.compile=true
     python benchmarks/bench_train.py model.width=0.125 data.length=8 data.size=32   # the CPU demo's size
+    python benchmarks/bench_train.py --frame-cache model.width=0.125 data.length=8 data.size=32
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import tempfile
 import time
@@ -33,6 +37,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=10, help="timed steps (after 3 warm-up steps)")
     parser.add_argument("--with-loader", action="store_true", help="also time an epoch through the DataLoader")
+    parser.add_argument("--frame-cache", action="store_true",
+                        help="also time epochs in one process with and without the decoded-frame cache")
     parser.add_argument("overrides", nargs="*", help="pretraining options, e.g. run.amp=bf16")
     args = parser.parse_args()
 
@@ -73,6 +79,26 @@ def main() -> None:
             seconds = time.perf_counter() - started
             print(f"epoch with DataLoader ({config.data.workers} workers): "
                   f"{len(trainer.dataset) // batch_size * batch_size / seconds:.1f} clips/s")
+        if args.frame_cache:
+            rates = {cache_mb: loader_epochs(config, cache_mb, Path(tmp) / f"cache{cache_mb}") for cache_mb in (0, 256)}
+            print(f"epochs in one process: {rates[0]:.1f} clips/s decoding every read, {rates[256]:.1f} clips/s with "
+                  f"data.cache_mb=256 ({rates[256] / rates[0]:.2f}x)")
+
+
+def loader_epochs(config: PretrainConfig, cache_mb: float, out: Path, epochs: int = 3) -> float:
+    """Clips per second of ``epochs`` training epochs in this process, after one untimed epoch (which fills the
+    frame cache)."""
+    config = copy.deepcopy(config)
+    config.data.workers, config.data.cache_mb, config.run.out = 0, cache_mb, str(out)
+    config.optim.epochs = 1
+    trainer = Trainer(config)
+    trainer.run()
+    trainer.config.optim.epochs = 1 + epochs
+    started = time.perf_counter()
+    trainer.run()
+    seconds = time.perf_counter() - started
+    batch_size = config.run.batch_size
+    return epochs * (len(trainer.dataset) // batch_size * batch_size) / seconds
 
 
 if __name__ == "__main__":

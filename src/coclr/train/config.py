@@ -34,6 +34,9 @@ class DataOptions:
     frame_size: list[int] | None = option(None, "[height, width] every stored frame is fitted to before "
                                                 "batching (default: the most common size in the split)")
     workers: int = option(4, "DataLoader worker processes per training process (0: load in the main process)")
+    cache_mb: float = option(0.0, "MiB of decoded frames each training process keeps in memory after their first "
+                                  "read, so later epochs skip JPEG decoding (0: none). Needs workers=0 (worker "
+                                  "processes start afresh every epoch); for splits that fit in memory")
 
     def validate(self) -> None:
         require(bool(self.store), "store", "is required (a clip store directory)")
@@ -41,6 +44,10 @@ class DataOptions:
         require(self.stride >= 1, "stride", "must be at least 1")
         require(self.size >= 32, "size", "must be at least 32 (the smallest input S3D takes is 8x32x32)")
         require(self.workers >= 0, "workers", "must be non-negative")
+        require(self.cache_mb >= 0, "cache_mb", "must be non-negative")
+        require(self.cache_mb == 0 or self.workers == 0, "cache_mb",
+                f"needs workers=0 (got workers={self.workers}): worker processes start afresh every epoch and "
+                "would decode everything again")
         require(self.frame_size is None or (len(self.frame_size) == 2 and min(self.frame_size) > 0),
                 "frame_size", "must be [height, width] with positive values")
         require(self.view != self.second_view, "second_view", f"must differ from view ({self.view!r})")

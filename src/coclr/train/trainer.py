@@ -151,7 +151,7 @@ class Trainer:
         torch.manual_seed(config.run.seed)
         self.dataset = TrainClips(config.data.store, config.data.split, config.views, config.data.length,
                                   config.data.stride, num_clips=2, seed=config.run.seed,
-                                  frame_size=config.data.frame_size)
+                                  frame_size=config.data.frame_size, cache_mb=config.data.cache_mb)
         self.sampler = ResumableSampler(len(self.dataset), config.run.batch_size, seed=config.run.seed,
                                         rank=self.rank, world_size=self.world)
         queue_generator = torch.Generator().manual_seed(config.run.seed + 1)

@@ -1,0 +1,78 @@
+"""The training dataset's in-memory frame cache: the same samples as uncached reads, bounded, never pickled."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from coclr.config import from_dict
+from coclr.data.datasets import TrainClips
+from coclr.errors import ConfigError
+from coclr.train.config import DataOptions
+from conftest import make_random_store
+
+VIEWS = ["rgb", "flow", "rgbdiff"]
+
+
+def _samples(dataset: TrainClips, epoch: int) -> list[dict]:
+    dataset.set_epoch(epoch)
+    return [dataset[i] for i in range(len(dataset))]
+
+
+def _assert_same(first: list[dict], second: list[dict]) -> None:
+    for a, b in zip(first, second, strict=True):
+        assert a.keys() == b.keys()
+        for name in a:
+            assert np.array_equal(a[name].numpy(), b[name].numpy()), name
+
+
+@pytest.fixture
+def store(tmp_path):
+    return make_random_store(tmp_path / "store", videos=6, frames=12, size=(36, 40))
+
+
+def test_cached_reads_equal_uncached_reads_and_skip_the_store(store):
+    """Frames fitted to another size and a derived view: every epoch's samples are those of uncached reads, and
+    once every entry was read, later epochs never touch the store."""
+    plain = TrainClips(store, "train", VIEWS, length=8, stride=1, seed=3, frame_size=(32, 32))
+    cached = TrainClips(store, "train", VIEWS, length=8, stride=1, seed=3, frame_size=(32, 32), cache_mb=64)
+    _assert_same(_samples(plain, 0), _samples(cached, 0))
+    assert len(cached._cache) == 6 * 2  # every entry of the stored rgb and flow views
+
+    def no_reads(*args, **kwargs):
+        raise AssertionError("the store was read although every entry is cached")
+
+    cached.store.read = no_reads
+    for epoch in (1, 2):
+        _assert_same(_samples(plain, epoch), _samples(cached, epoch))
+
+
+def test_the_cache_stops_growing_at_its_budget(store):
+    """One 12-frame 32x32 entry is 36 KiB: a 0.05 MiB budget holds two entries, then reads go to the store."""
+    plain = TrainClips(store, "train", ["rgb"], length=8, seed=0, frame_size=(32, 32))
+    cached = TrainClips(store, "train", ["rgb"], length=8, seed=0, frame_size=(32, 32), cache_mb=0.05)
+    _assert_same(_samples(plain, 0), _samples(cached, 0))
+    entry_bytes = 12 * 32 * 32 * 3
+    assert len(cached._cache) == 2
+    assert cached._cached_bytes == 2 * entry_bytes
+    _assert_same(_samples(plain, 1), _samples(cached, 1))
+
+
+def test_the_cache_is_not_pickled_to_worker_processes(store):
+    cached = TrainClips(store, "train", ["rgb"], length=8, seed=0, cache_mb=64)
+    _samples(cached, 0)
+    copy = pickle.loads(pickle.dumps(cached))
+    assert cached._cache and not copy._cache and copy._cached_bytes == 0
+    assert copy.cache_bytes == cached.cache_bytes
+    _assert_same(_samples(cached, 1), _samples(copy, 1))
+
+
+def test_cache_options_are_validated():
+    with pytest.raises(ConfigError, match="cache_mb: needs workers=0"):
+        from_dict(DataOptions, {"store": "s", "length": 8, "size": 32, "workers": 2, "cache_mb": 100})
+    with pytest.raises(ConfigError, match="cache_mb: must be non-negative"):
+        from_dict(DataOptions, {"store": "s", "length": 8, "size": 32, "workers": 0, "cache_mb": -1})
+    with pytest.raises(ValueError, match="cache_mb"):
+        TrainClips("unused", "train", ["rgb"], length=8, cache_mb=-1)
