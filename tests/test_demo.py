@@ -13,14 +13,14 @@ import yaml
 
 from coclr.config import load_config
 from coclr.data.synth import MOTIONS
-from coclr.demo import DEMO_AUGMENT, DEMO_SYNTH, DemoConfig, Job, lanes_for, results_markdown, run_lanes
+from coclr.demo import DEMO_AUGMENT, DEMO_FRAME_CACHE_MB, DEMO_SYNTH, DemoConfig, Job, lanes_for, results_markdown, run_lanes
 from coclr.errors import CoclrError, ConfigError
 from coclr.train.config import MethodOptions
 
 REDUCED = ["synth={train_scenes: 4, test_scenes: 2, num_classes: 4, actions_per_scene: 4, clips_per_action: 1, "
            "frames: 10, motions: [translate_up, zoom_in, rotate, circle]}", "flow_backend=dis", "batch_size=8",
            "queue_size=16", "topk=2", "infonce_epochs=1", "cycle_epochs=1", "warmup_epochs=0.5",
-           "own_positive_epochs=0.5"]
+           "own_positive_epochs=0.5", "flow_bound=5"]
 
 
 def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
@@ -79,12 +79,17 @@ def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
     assert sum('"epoch_loss"' in line for line in oracle_log.splitlines()) == 2
     stage = yaml.safe_load((out / "configs" / "infonce_rgb.yaml").read_text())
     assert stage["augment"]["crop_area"] == DEMO_AUGMENT["crop_area"] and stage["augment"]["blur_p"] == 0.0
+    # Every training process keeps the decoded frames in memory (reads are the same; tests/test_datasets.py).
+    assert stage["data"]["cache_mb"] == oracle_config["data"]["cache_mb"] == DEMO_FRAME_CACHE_MB > 0
+    assert manifest["config"]["data"]["cache_mb"] == DEMO_FRAME_CACHE_MB
     synth = json.loads((out / "store" / "store.json").read_text())["meta"]["synth"]
     assert synth["actor_cue"] == DEMO_SYNTH["actor_cue"] and synth["train_scenes"] == 4 and synth["seed"] == 3
     classes = json.loads((out / "store" / "index.json").read_text())["classes"]
     assert classes == ["translate_up", "zoom_in", "rotate", "circle"]
     # Flow of the 16 train clips first; the 8 test clips' flow beside the oracle.
     assert "flow: 16 done" in result.stdout and "flow: 8 done" in (out / "logs" / "flow_test.log").read_text()
+    # Both splits' flow at the demo's bound (the test split's, extracted by its own command, must agree).
+    assert json.loads((out / "store" / "store.json").read_text())["meta"]["flow_bound_px"] == 5.0
     # Running it again finds everything done and reproduces the same numbers.
     again = subprocess.run([sys.executable, "-m", "coclr", "demo", "--out", str(out), "--seed", "3", *REDUCED],
                            capture_output=True, text=True, timeout=600)
@@ -118,6 +123,7 @@ def test_demo_options_override_the_demo_defaults_key_by_key() -> None:
                                            ("augment.gray_p=-1", "augment.gray_p"),
                                            ("warmup_epochs=30", "warmup_epochs"),
                                            ("cycle_lr=0", "cycle_lr"),
+                                           ("flow_bound=-5", "flow_bound"),
                                            ("ubernce_loss=nce", "ubernce_loss"),
                                            ("ubernce_start=infonce_flow", "ubernce_start")])
 def test_bad_demo_options_are_named_before_any_work(override: str, key: str) -> None:

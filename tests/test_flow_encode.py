@@ -8,8 +8,6 @@ import torch
 
 from coclr.data.flow.encode import flow_to_uint8, uint8_to_flow
 
-HALF_STEP = 40 / 255 / 2
-
 
 def reference_encode(flow: np.ndarray) -> np.ndarray:
     """The I3D formula written out element by element."""
@@ -26,17 +24,28 @@ def test_matches_the_formula_element_by_element():
     np.testing.assert_array_equal(flow_to_uint8(flow), reference_encode(flow))
 
 
-def test_round_trip_error_is_at_most_half_a_step_inside_the_range():
+@pytest.mark.parametrize("bound", [20.0, 5.0])
+def test_round_trip_error_is_at_most_half_a_step_inside_the_range(bound):
     rng = np.random.default_rng(1)
-    flow = rng.uniform(-20, 20, size=(3, 40, 50, 2)).astype(np.float32)
-    image = flow_to_uint8(flow)
+    flow = rng.uniform(-bound, bound, size=(3, 40, 50, 2)).astype(np.float32)
+    image = flow_to_uint8(flow, bound)
     assert image.dtype == np.uint8 and image.shape == (3, 40, 50, 3)
     assert np.all(image[..., 2] == 128)
-    decoded = uint8_to_flow(image)
+    decoded = uint8_to_flow(image, bound)
     assert decoded.dtype == np.float32 and decoded.shape == flow.shape
+    half_step = bound / 255
     error = np.abs(decoded - flow).max()
-    assert error <= HALF_STEP + 1e-5
-    assert error > HALF_STEP * 0.9  # the quantisation is really there (the bound is tight)
+    assert error <= half_step + 1e-5
+    assert error > half_step * 0.9  # the quantisation is really there (the bound is tight)
+
+
+def test_a_smaller_bound_is_the_formula_with_finer_steps():
+    """Bound 5 is bound 20 applied to flow four times larger: the same codes, decoded four times smaller."""
+    rng = np.random.default_rng(3)
+    flow = rng.uniform(-7, 7, size=(2, 5, 7, 2))
+    np.testing.assert_array_equal(flow_to_uint8(flow, 5.0), reference_encode(flow * 4))
+    np.testing.assert_allclose(uint8_to_flow(flow_to_uint8(flow, 5.0), 5.0),
+                               uint8_to_flow(reference_encode(flow * 4)) / 4, atol=1e-5)
 
 
 def test_out_of_range_flow_is_clipped_to_the_bound():
@@ -44,6 +53,16 @@ def test_out_of_range_flow_is_clipped_to_the_bound():
     decoded = uint8_to_flow(flow_to_uint8(flow))
     np.testing.assert_allclose(decoded, [[[20.0, -20.0], [20.0, -20.0], [20.0, -20.0]]], atol=1e-5)
     np.testing.assert_array_equal(flow_to_uint8(np.zeros((1, 1, 2)))[0, 0], [128, 128, 128])
+    small = uint8_to_flow(flow_to_uint8(np.array([[[6.0, -5.5]]]), 5.0), 5.0)
+    np.testing.assert_allclose(small, [[[5.0, -5.0]]], atol=1e-5)
+
+
+@pytest.mark.parametrize("bound", [0.0, -5.0, float("inf"), float("nan"), "5"])
+def test_bad_bounds_are_rejected(bound):
+    with pytest.raises(ValueError, match="flow bound"):
+        flow_to_uint8(np.zeros((1, 1, 2)), bound)
+    with pytest.raises(ValueError, match="flow bound"):
+        uint8_to_flow(np.zeros((1, 1, 3), dtype=np.uint8), bound)
 
 
 def test_torch_and_numpy_agree():

@@ -3,6 +3,7 @@ errors on bad input."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -50,10 +51,10 @@ def make_store(root: Path, videos: dict[str, np.ndarray], quality: int = 90, fps
         write_entry(root, key, "rgb", [encode_jpeg(frame, quality) for frame in frames], fps=fps)
 
 
-def median_motion(store: ClipStore, key: str, view: str) -> np.ndarray:
+def median_motion(store: ClipStore, key: str, view: str, bound: float = 20.0) -> np.ndarray:
     """Median (u, v) of every stored flow frame of ``key``, away from the borders: [frames, 2]."""
     images = store.read(key, view, range(store.num_frames(key, view)))
-    flow = uint8_to_flow(images)[:, 10:-10, 10:-10]
+    flow = uint8_to_flow(images, bound)[:, 10:-10, 10:-10]
     return np.median(flow.reshape(len(flow), -1, 2), axis=1)
 
 
@@ -127,6 +128,37 @@ def test_flow_quality_follows_the_stores_jpeg_quality(tmp_path):
     assert sizes[30] < sizes[95]
 
 
+def test_the_bound_is_recorded_and_a_resumed_extraction_must_keep_it(small_store, capsys):
+    """Flow stored at +-5 px decodes (with that bound) to the same motion in steps four times finer; the store
+    records the bound, and extracting more of the view with another bound is refused before any work."""
+    assert cli_main(["flow", str(small_store), "--backend", "dis", "--workers", "1", "--bound", "5"]) == 1  # still.avi fails (one frame), the rest is done
+    capsys.readouterr()
+    store = ClipStore(small_store)
+    assert store.meta["flow_dis_bound_px"] == 5.0
+    fine = {key: median_motion(store, key, "flow_dis", bound=5.0) for key in MOTIONS}
+    for key, (frames, dx, dy) in MOTIONS.items():
+        np.testing.assert_allclose(fine[key], [[dx, dy]] * (frames - 1), atol=0.25)
+    codes = store.read("right_up.avi", "flow_dis", [0])[..., 0].astype(int)
+    assert np.median(codes) - 128 == pytest.approx(2 * 255 / 10, abs=3)  # 2 px right at 25.5 codes per px
+    entry = small_store / "flow_dis" / "right_up.avi.frames"
+    entry.unlink()
+    with pytest.raises(ConfigError, match=r"bound: view 'flow_dis' .* \+-5 px"):
+        extract_flow(small_store, backend="dis", workers=1)  # the default bound, 20
+    assert not entry.exists()
+    assert extract_flow(small_store, backend="dis", workers=1, bound=5.0).done == 1
+
+
+def test_a_view_extracted_before_bounds_were_recorded_counts_as_20_px(small_store):
+    extract_flow(small_store, backend="dis", workers=1, keys=["right_up.avi"])
+    meta = json.loads((small_store / "store.json").read_text())
+    assert meta["meta"].pop("flow_dis_bound_px") == 20.0
+    (small_store / "store.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match=r"\+-20 px"):
+        extract_flow(small_store, backend="dis", workers=1, bound=5.0)
+    assert extract_flow(small_store, backend="dis", workers=1, keys=["left_down/clip.avi"]).done == 1
+    assert ClipStore(small_store).meta["flow_dis_bound_px"] == 20.0
+
+
 # --- bad input ----------------------------------------------------------------------------------------------
 
 def test_bad_input_is_a_clear_error_before_any_work(small_store, tmp_path):
@@ -148,11 +180,14 @@ def test_bad_input_is_a_clear_error_before_any_work(small_store, tmp_path):
         extract_flow(small_store, backend="tvl1", device="cuda")
     with pytest.raises(ConfigError, match="'gpu0'"):
         extract_flow(small_store, backend="tvl1-torch", device="gpu0")
+    with pytest.raises(ConfigError, match="bound: .*positive"):
+        extract_flow(small_store, backend="dis", bound=0.0)
     empty = tmp_path / "empty"
     create_store(empty, VideoIndex("empty", ["a"], [VideoEntry("a.avi", 0, "train")]))
     with pytest.raises(DataError, match="no 'rgb' view"):
         extract_flow(empty, backend="dis")
     assert not (small_store / "flow").exists() and not (small_store / "flow_dis").exists()
+    assert not any(key.endswith("_bound_px") for key in ClipStore(small_store).meta)
 
 
 def test_auto_picks_opencv_tvl1_without_cuda():

@@ -68,6 +68,9 @@ class DemoConfig:
                                      "blur_p), over the demo's DEMO_AUGMENT: "
                                      + ", ".join(f"{k}={v}" for k, v in DEMO_AUGMENT.items()))
     flow_backend: str = option("tvl1", "flow backend of `coclr flow` (tvl1, dis, tvl1-torch, auto)")
+    flow_bound: float = option(20.0, "flow is clipped to +-flow_bound px before its uint8 storage (`coclr flow "
+                               "--bound`): 20 is the paper's (I3D) convention; 5 keeps its precision relative to "
+                               "the motion at 32 px (docs/synth.md measures it)")
     width: float = option(0.125, "S3D width multiplier")
     length: int = option(8, "frames per clip")
     stride: int = option(1, "temporal stride of clips")
@@ -109,6 +112,7 @@ class DemoConfig:
         self.augment_options()
         require(self.cycles >= 1, "cycles", "must be at least 1")
         require(self.processes >= 1, "processes", "must be at least 1")
+        require(0 < self.flow_bound < float("inf"), "flow_bound", "must be a positive number of pixels")
         for key in ("lr", "cycle_lr"):
             require(getattr(self, key) > 0, key, "must be positive")
         for key in ("infonce_epochs", "cycle_epochs"):
@@ -142,10 +146,16 @@ class DemoConfig:
         return to_dict(from_dict(AugmentOptions, {**DEMO_AUGMENT, **self.augment}, prefix="augment."))
 
 
+DEMO_FRAME_CACHE_MB = 256
+"""Decoded frames each training process keeps in memory (``data.cache_mb``): the default demo's train split is
+about 14 MiB per view, and decoding it again every epoch cost a quarter of each CoCLR epoch. Reads are the same
+with or without the cache, so the results are too."""
+
+
 def _training_options(config: DemoConfig, store: Path) -> dict[str, Any]:
     return {
         "data": {"store": str(store), "view": "rgb", "second_view": "flow", "length": config.length,
-                 "stride": config.stride, "size": config.size, "workers": 0},
+                 "stride": config.stride, "size": config.size, "workers": 0, "cache_mb": DEMO_FRAME_CACHE_MB},
         "model": {"width": config.width},
         "method": {"queue_size": config.queue_size, "temperature": config.temperature, "momentum": config.momentum,
                    "topk": config.topk, "own_positive_epochs": config.own_positive_epochs},
@@ -267,7 +277,7 @@ def train_all(config: DemoConfig, out: Path, store: Path) -> None:
         Job("ubernce_rgb", ["pretrain", "--config", str(ubernce_yaml), "--resume"], [out / "ubernce_rgb"],
             config.ubernce_epochs(), logs / "ubernce_rgb.log"),
         Job("flow_test", ["flow", str(store), "--backend", config.flow_backend, "--view", "flow", "--split", "test",
-                          "--workers", "1"], [], 0, logs / "flow_test.log"),
+                          "--bound", repr(config.flow_bound), "--workers", "1"], [], 0, logs / "flow_test.log"),
     ]
     run_lanes(lanes_for(second, config.processes), threads, "CoCLR cycles | UberNCE, then test flow")
 
@@ -365,7 +375,8 @@ def run_demo(config: DemoConfig, out: str | Path) -> dict[str, Any]:
     print(f"[1/5] synthetic dataset -> {store}", flush=True)
     print(generate_synthetic(store, synth, workers=config.processes), flush=True)
     print(f"[2/5] optical flow of the train split ({config.flow_backend})", flush=True)
-    print(extract_flow(store, backend=config.flow_backend, view="flow", workers=config.processes, split="train"),
+    print(extract_flow(store, backend=config.flow_backend, view="flow", workers=config.processes, split="train",
+                       bound=config.flow_bound),
           flush=True)
     print("[3/5] pretraining: InfoNCE (RGB, flow), then the CoCLR cycles beside the UberNCE oracle and the test "
           "split's flow", flush=True)

@@ -314,6 +314,12 @@ class ClipStore:
                 problems.append((key, str(error)))
         return problems
 
+    def check_keys(self, keys: Iterable[str]) -> None:
+        """A :class:`DataError` naming the keys (up to 20) that are not in the index, if any."""
+        unknown = [key for key in keys if key not in self._positions]
+        if unknown:
+            raise DataError(f"{len(unknown)} keys are not in the index of {self.root}: {', '.join(unknown[:20])}")
+
     def _position(self, key: str) -> int:
         try:
             return self._positions[key]
@@ -436,9 +442,7 @@ def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJ
     started = time.perf_counter()
     store = ClipStore(root)
     keys = list(dict.fromkeys(keys))
-    unknown = [key for key in keys if key not in store._positions]
-    if unknown:
-        raise DataError(f"{len(unknown)} keys are not in the index of {store.root}: {', '.join(unknown[:20])}")
+    store.check_keys(keys)
     check_view_name(view)
     try:
         pickle.dumps(job)

@@ -1,7 +1,9 @@
 """The I3D / CoCLR storage format of optical flow: a 3-channel uint8 image.
 
-Flow is clipped to +-``FLOW_BOUND`` pixels and mapped linearly onto 0..255, so one quantisation step is
-40/255 px (about 0.16 px) and rounding adds at most half of that. Channel 0 holds u (horizontal), channel 1
+Flow is clipped to +-``bound`` pixels (``FLOW_BOUND``, 20, by default) and mapped linearly onto 0..255, so one
+quantisation step is ``2 * bound / 255`` px (about 0.16 px at 20) and rounding adds at most half of that. The
+I3D convention's 20 px suits frames of 128 px and more; smaller frames have proportionally smaller motion, and a
+proportionally smaller bound keeps the same relative precision (the CPU demo's 32 px frames use 5). Channel 0 holds u (horizontal), channel 1
 v (vertical) and channel 2 the constant 128, which makes a flow field an ordinary RGB-shaped frame that the
 store, the JPEG codec and the 3-channel network all handle like RGB.
 
@@ -19,7 +21,7 @@ FLOW_BOUND = 20.0
 THIRD_CHANNEL = 128
 """Value of the unused third channel of a stored flow frame."""
 QUANTUM = 2 * FLOW_BOUND / 255
-"""Pixels of flow per uint8 step."""
+"""Pixels of flow per uint8 step at the default bound."""
 
 Array = TypeVar("Array")
 
@@ -28,14 +30,22 @@ def _is_numpy(x: object) -> bool:
     return isinstance(x, np.ndarray)
 
 
-def flow_to_uint8(flow: Array) -> Array:
+def check_bound(bound: float) -> float:
+    """``bound`` as a float; a ``ValueError`` unless it is a positive, finite number of pixels."""
+    if not (isinstance(bound, (int, float)) and 0 < bound < float("inf")):
+        raise ValueError(f"the flow bound must be a positive number of pixels, got {bound!r}")
+    return float(bound)
+
+
+def flow_to_uint8(flow: Array, bound: float = FLOW_BOUND) -> Array:
     """Encode flow ``[..., H, W, 2]`` (float, pixels) as uint8 ``[..., H, W, 3]``.
 
-    ``value = round((clip(f, -20, 20) + 20) * 255 / 40)`` for u and v; the third channel is 128.
+    ``value = round((clip(f, -bound, bound) + bound) * 255 / (2 * bound))`` for u and v; the third channel is 128.
     """
+    bound = check_bound(bound)
     if flow.shape[-1] != 2:
         raise ValueError(f"flow must have 2 channels (u, v) in the last dimension, got shape {tuple(flow.shape)}")
-    scaled = ((flow.clip(-FLOW_BOUND, FLOW_BOUND) + FLOW_BOUND) * (255.0 / (2 * FLOW_BOUND))).round()
+    scaled = ((flow.clip(-bound, bound) + bound) * (255.0 / (2 * bound))).round()
     shape = (*flow.shape[:-1], 3)
     if _is_numpy(flow):
         out = np.full(shape, THIRD_CHANNEL, dtype=np.uint8)
@@ -48,11 +58,13 @@ def flow_to_uint8(flow: Array) -> Array:
     return out
 
 
-def uint8_to_flow(image: Array) -> Array:
+def uint8_to_flow(image: Array, bound: float = FLOW_BOUND) -> Array:
     """Decode a stored flow image ``uint8 [..., H, W, C>=2]`` back to float32 flow ``[..., H, W, 2]`` in pixels.
 
-    The inverse of :func:`flow_to_uint8` up to its rounding (and any JPEG loss); the third channel is ignored.
+    The inverse of :func:`flow_to_uint8` with the same ``bound``, up to its rounding (and any JPEG loss); the
+    third channel is ignored.
     """
+    bound = check_bound(bound)
     if image.shape[-1] < 2:
         raise ValueError(f"a flow image needs at least 2 channels, got shape {tuple(image.shape)}")
     if _is_numpy(image):
@@ -61,4 +73,4 @@ def uint8_to_flow(image: Array) -> Array:
         import torch
 
         uv = image[..., :2].to(torch.float32)
-    return uv * QUANTUM - FLOW_BOUND
+    return uv * (2 * bound / 255) - bound

@@ -1,5 +1,7 @@
 """Optical flow extraction into a clip store, as in the paper: flow between consecutive RGB frames of every
-video, clipped to +-20 px, stored as uint8 JPEG frames (``n`` RGB frames give ``n - 1`` flow frames).
+video, clipped to +-20 px (``bound``), stored as uint8 JPEG frames (``n`` RGB frames give ``n - 1`` flow frames).
+The bound of each flow view is recorded in the store's metadata (``<view>_bound_px``), and a resumed extraction
+must use the same one.
 
 Backends (:data:`BACKENDS`):
 
@@ -31,11 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
-from coclr.data.flow.encode import flow_to_uint8
+from coclr.data.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
 from coclr.data.flow.opencv import opencv_dis, opencv_tvl1, rgb_to_gray
 from coclr.data.flow.params import TVL1Params
 from coclr.data.indexes import SPLITS
-from coclr.data.store import ClipStore, JobSummary, check_view_name, decode_jpeg, encode_jpeg, run_entry_jobs
+from coclr.data.store import (ENTRY_SUFFIX, ClipStore, JobSummary, check_view_name, create_store, decode_jpeg, encode_jpeg,
+                              run_entry_jobs)
 from coclr.errors import ConfigError, DataError
 
 SOURCE_VIEW = "rgb"
@@ -110,9 +113,24 @@ def _check_device(device: str | None) -> str:
     return str(parsed)
 
 
-def encode_flow_frames(flow: np.ndarray, quality: int = DEFAULT_QUALITY) -> list[bytes]:
+def encode_flow_frames(flow: np.ndarray, quality: int = DEFAULT_QUALITY, bound: float = FLOW_BOUND) -> list[bytes]:
     """JPEG bytes of flow ``[N, H, W, 2]`` in the stored format (``flow_to_uint8``, then JPEG)."""
-    return [encode_jpeg(image, quality) for image in flow_to_uint8(flow)]
+    return [encode_jpeg(image, quality) for image in flow_to_uint8(flow, bound)]
+
+
+def bound_key(view: str) -> str:
+    """The store metadata key that records the flow bound of ``view``."""
+    return f"{view}_bound_px"
+
+
+def stored_bound(store: ClipStore, view: str) -> float | None:
+    """The flow bound ``view`` was extracted with: the recorded one; the default for a view written before bounds
+    were recorded; None for a view not extracted yet."""
+    recorded = store.meta.get(bound_key(view))
+    if recorded is not None:
+        return float(recorded)
+    folder = store.root / view
+    return FLOW_BOUND if folder.is_dir() and next(folder.rglob("*" + ENTRY_SUFFIX), None) else None
 
 
 def decode_gray(blobs: Sequence[bytes]) -> np.ndarray:
@@ -170,13 +188,15 @@ class OpenCVFlowJob(_StoreJob):
     method: str
     params: TVL1Params
     quality: int
+    bound: float = FLOW_BOUND
 
     def __call__(self, key: str) -> tuple[list[bytes], float]:
         blobs, fps = _source(self.store(), key)
         encoded: list[bytes] = []
         for start in range(0, len(blobs) - 1, DECODE_CHUNK):
             gray = decode_gray(blobs[start: start + DECODE_CHUNK + 1])  # one frame of overlap: the next pair
-            encoded += encode_flow_frames(opencv_video_flow(gray, self.method, self.params), self.quality)
+            encoded += encode_flow_frames(opencv_video_flow(gray, self.method, self.params), self.quality,
+                                          self.bound)
         return encoded, fps
 
 
@@ -195,6 +215,7 @@ class TorchFlowJob(_StoreJob):
     batch_pairs: int = 64
     threads: int = 0
     order: tuple[str, ...] = ()
+    bound: float = FLOW_BOUND
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -241,7 +262,7 @@ class TorchFlowJob(_StoreJob):
             for chunk in chunks:
                 gray = torch.from_numpy(chunk.result()).to(self.device, non_blocking=True)
                 flow = tvl1_flow(gray[:-1], gray[1:], self.params)
-                images = flow_to_uint8(flow.permute(0, 2, 3, 1)).cpu().numpy()
+                images = flow_to_uint8(flow.permute(0, 2, 3, 1), self.bound).cpu().numpy()
                 encoded += [pool.submit(encode_jpeg, image, self.quality) for image in images]
         return [future.result() for future in encoded], fps
 
@@ -255,7 +276,8 @@ class TorchFlowJob(_StoreJob):
 
 def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None = None,
                  params: TVL1Params | None = None, workers: int = 0, device: str | None = None,
-                 keys: Sequence[str] | None = None, batch_pairs: int = 64, split: str | None = None) -> JobSummary:
+                 keys: Sequence[str] | None = None, batch_pairs: int = 64, split: str | None = None,
+                 bound: float = FLOW_BOUND) -> JobSummary:
     """Compute flow for the videos of the store at ``store_root`` (all, or ``keys``) into ``view``.
 
     ``split`` ("train", "val" or "test") keeps only that split's videos (of ``keys``, when given): training
@@ -264,10 +286,12 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
     ``view`` defaults to the backend's (``flow`` for TV-L1, ``flow_dis`` for DIS). ``params``: TV-L1
     parameters (default: OpenCV's); not accepted by ``dis``. ``workers``: processes for the CPU backends (0:
     one per core), threads for JPEG work of ``tvl1-torch``. ``device`` and ``batch_pairs`` (frame pairs per
-    solve) apply to ``tvl1-torch``. JPEG quality is the store's RGB quality (metadata ``quality``).
+    solve) apply to ``tvl1-torch``. JPEG quality is the store's RGB quality (metadata ``quality``). ``bound``:
+    flow is clipped to +-``bound`` px before quantisation (:func:`~coclr.data.flow.encode.flow_to_uint8`).
 
-    Bad input (not a store, no RGB view, unknown backend or key, bad parameter or device) raises a
-    :class:`~coclr.errors.CoclrError` before any work. Resumable: complete entries are skipped.
+    Bad input (not a store, no RGB view, unknown backend or key, bad parameter or device, a bound other than the
+    one the view was started with) raises a :class:`~coclr.errors.CoclrError` before any work. Resumable:
+    complete entries are skipped.
     """
     chosen, torch_device = resolve_backend(backend, device)
     if params is not None and chosen.name == "dis":
@@ -278,6 +302,10 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
         raise ConfigError(f"workers: must be >= 0 (0: one per core), got {workers}")
     if batch_pairs < 1:
         raise ConfigError(f"batch_pairs: must be at least 1, got {batch_pairs}")
+    try:
+        bound = check_bound(bound)
+    except ValueError as error:
+        raise ConfigError(f"bound: {error}") from None
     store = ClipStore(store_root)
     view = view or chosen.default_view
     check_view_name(view)
@@ -291,15 +319,21 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
             raise ConfigError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
         other_splits = {entry.path for entry in store.index.entries if entry.split != split}
         keys = [key for key in keys if key not in other_splits]  # unknown keys stay, to be reported
+    store.check_keys(keys)
+    started = stored_bound(store, view)
+    if started is not None and started != bound:
+        raise ConfigError(f"bound: view {view!r} of {store.root} holds flow clipped to +-{started:g} px; extracting "
+                          f"more of it at +-{bound:g} px would mix two encodings (use that bound, or another view)")
+    create_store(store.root, store.index, **{bound_key(view): bound})
     quality = int(store.meta.get("quality") or DEFAULT_QUALITY)
     root = str(store.root.resolve())
     desc = f"flow ({chosen.name}{' on ' + torch_device if torch_device else ''}) -> {view}"
     if not chosen.gpu:
-        job = OpenCVFlowJob(root, chosen.name, params, quality)
+        job = OpenCVFlowJob(root, chosen.name, params, quality, bound)
         return run_entry_jobs(root, view, keys, job, workers, desc=desc)
     known = set(store.keys())
     todo = tuple(key for key in dict.fromkeys(keys) if key in known and not store.has(key, view))
-    torch_job = TorchFlowJob(root, params, quality, torch_device, batch_pairs, workers, order=todo)
+    torch_job = TorchFlowJob(root, params, quality, torch_device, batch_pairs, workers, order=todo, bound=bound)
     try:
         return run_entry_jobs(root, view, keys, torch_job, workers=1, desc=desc)
     finally:
