@@ -84,8 +84,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, required=True, help="folder of the demos, one sub-folder per seed")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("overrides", nargs="*", help="DemoConfig options (key=value), as for `coclr demo`")
-    args = parser.parse_args()
+    parser.add_argument("overrides", nargs="*", help="DemoConfig options (key=value), as for `coclr demo`; "
+                        "anywhere on the line")
+    argv = sys.argv[1:]
+    # --seeds takes every following word, so key=value words are moved to the front, where they are positional.
+    overrides = [word for word in argv if "=" in word and not word.startswith("-")]
+    args = parser.parse_args(overrides + [word for word in argv if word not in overrides])
     results = [run_seed(args.root, seed, args.overrides) for seed in args.seeds]
     print(summarise(results))
 

@@ -13,7 +13,8 @@ import yaml
 
 from coclr.config import load_config
 from coclr.data.synth import MOTIONS
-from coclr.demo import DEMO_AUGMENT, DEMO_FRAME_CACHE_MB, DEMO_SYNTH, DemoConfig, Job, lanes_for, results_markdown, run_lanes
+from coclr.demo import (DEMO_AUGMENT, DEMO_FRAME_CACHE_MB, DEMO_SYNTH, DemoConfig, Job, lanes_for, results_markdown,
+                        run_lanes)
 from coclr.errors import CoclrError, ConfigError
 from coclr.train.config import MethodOptions
 

@@ -131,7 +131,8 @@ def test_flow_quality_follows_the_stores_jpeg_quality(tmp_path):
 def test_the_bound_is_recorded_and_a_resumed_extraction_must_keep_it(small_store, capsys):
     """Flow stored at +-5 px decodes (with that bound) to the same motion in steps four times finer; the store
     records the bound, and extracting more of the view with another bound is refused before any work."""
-    assert cli_main(["flow", str(small_store), "--backend", "dis", "--workers", "1", "--bound", "5"]) == 1  # still.avi fails (one frame), the rest is done
+    # still.avi fails (one frame), the rest is done
+    assert cli_main(["flow", str(small_store), "--backend", "dis", "--workers", "1", "--bound", "5"]) == 1
     capsys.readouterr()
     store = ClipStore(small_store)
     assert store.meta["flow_dis_bound_px"] == 5.0

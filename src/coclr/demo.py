@@ -148,8 +148,8 @@ class DemoConfig:
 
 DEMO_FRAME_CACHE_MB = 256
 """Decoded frames each training process keeps in memory (``data.cache_mb``): the default demo's train split is
-about 14 MiB per view, and decoding it again every epoch cost a quarter of each CoCLR epoch. Reads are the same
-with or without the cache, so the results are too."""
+about 14 MiB per view, and decoding it again every epoch took about a quarter of a CoCLR epoch (run alone).
+Reads are the same with or without the cache, so the results are too."""
 
 
 def _training_options(config: DemoConfig, store: Path) -> dict[str, Any]:

@@ -12,8 +12,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "flow",
         help="extract optical flow (TV-L1 as in the paper, or the much faster DIS) into a clip store",
         description="Compute optical flow between consecutive RGB frames of every video in STORE and write it "
-        "as a view of the store, in the paper's format (clipped to +-20 px or --bound, uint8, JPEG). Resumable: videos "
-        "already extracted are skipped, so a killed run continues where it stopped. TV-L1 parameters are "
+        "as a view of the store, in the paper's format (clipped to +-20 px or --bound, uint8, JPEG). Resumable: "
+        "videos already extracted are skipped, so a killed run continues where it stopped. TV-L1 parameters are "
         "given as key=value (see --list-options); they default to OpenCV's.",
     )
     add_options(parser)
@@ -40,8 +40,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         "when available)")
     parser.add_argument("--bound", type=float,
                         help="clip flow to +-BOUND px before storing it as uint8 (one step is 2*BOUND/255 px). The "
-                        "default, 20, is the I3D convention for frames of 128 px or more; scale it with the frame size (the CPU "
-                        "demo's 32 px frames use 5). A resumed extraction must use the view's bound")
+                        "default, 20, is the I3D convention for frames of 128 px or more; scale it with the frame "
+                        "size (5 at 32 px). A resumed extraction must use the view's bound")
     parser.add_argument("--list-options", action="store_true", help="print the TV-L1 parameters and exit")
 
 

@@ -60,7 +60,7 @@ class _SplitClips(Dataset):
     never pickled) until the cache holds ``cache_mb`` MiB; later entries are then read from the store as usual.
     Reads return the same frames either way. It pays when the split fits in memory and the dataset lives in one
     process for many epochs (``num_workers=0``): the CPU demo's clips are 32 px and 12 frames, and decoding
-    them again every epoch was a sixth of a training step.
+    them again every epoch took about a quarter of a CoCLR epoch.
     """
 
     def __init__(self, store: ClipStore | str | Path, split: str, views: Sequence[str], length: int, stride: int,

@@ -3,9 +3,9 @@
 Flow is clipped to +-``bound`` pixels (``FLOW_BOUND``, 20, by default) and mapped linearly onto 0..255, so one
 quantisation step is ``2 * bound / 255`` px (about 0.16 px at 20) and rounding adds at most half of that. The
 I3D convention's 20 px suits frames of 128 px and more; smaller frames have proportionally smaller motion, and a
-proportionally smaller bound keeps the same relative precision (the CPU demo's 32 px frames use 5). Channel 0 holds u (horizontal), channel 1
-v (vertical) and channel 2 the constant 128, which makes a flow field an ordinary RGB-shaped frame that the
-store, the JPEG codec and the 3-channel network all handle like RGB.
+proportionally smaller bound keeps the same relative precision (5 at 32 px). Channel 0 holds u (horizontal),
+channel 1 v (vertical) and channel 2 the constant 128, which makes a flow field an ordinary RGB-shaped frame that
+the store, the JPEG codec and the 3-channel network all handle like RGB.
 
 Both functions take numpy arrays or torch tensors (any device) and return the same kind.
 """

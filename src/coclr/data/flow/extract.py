@@ -37,8 +37,8 @@ from coclr.data.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
 from coclr.data.flow.opencv import opencv_dis, opencv_tvl1, rgb_to_gray
 from coclr.data.flow.params import TVL1Params
 from coclr.data.indexes import SPLITS
-from coclr.data.store import (ENTRY_SUFFIX, ClipStore, JobSummary, check_view_name, create_store, decode_jpeg, encode_jpeg,
-                              run_entry_jobs)
+from coclr.data.store import (ENTRY_SUFFIX, ClipStore, JobSummary, check_view_name, create_store, decode_jpeg,
+                              encode_jpeg, run_entry_jobs)
 from coclr.errors import ConfigError, DataError
 
 SOURCE_VIEW = "rgb"
