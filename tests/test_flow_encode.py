@@ -53,7 +53,7 @@ def test_out_of_range_flow_is_clipped_to_the_bound():
     decoded = uint8_to_flow(flow_to_uint8(flow))
     np.testing.assert_allclose(decoded, [[[20.0, -20.0], [20.0, -20.0], [20.0, -20.0]]], atol=1e-5)
     np.testing.assert_array_equal(flow_to_uint8(np.zeros((1, 1, 2)))[0, 0], [128, 128, 128])
-    small = uint8_to_flow(flow_to_uint8(np.array([[[6.0, -5.5]]]), 5.0), 5.0)
+    small = uint8_to_flow(flow_to_uint8(np.array([[[6.0, -5.5]]]), 5.0), np.float32(5.0))  # numpy scalars too
     np.testing.assert_allclose(small, [[[5.0, -5.0]]], atol=1e-5)
 
 

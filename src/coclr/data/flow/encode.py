@@ -32,7 +32,7 @@ def _is_numpy(x: object) -> bool:
 
 def check_bound(bound: float) -> float:
     """``bound`` as a float; a ``ValueError`` unless it is a positive, finite number of pixels."""
-    if not (isinstance(bound, (int, float)) and 0 < bound < float("inf")):
+    if not (isinstance(bound, (int, float, np.integer, np.floating)) and 0 < bound < float("inf")):
         raise ValueError(f"the flow bound must be a positive number of pixels, got {bound!r}")
     return float(bound)
 
