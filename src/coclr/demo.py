@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 import yaml
 
 from coclr.config import from_dict, option, require, to_dict
-from coclr.errors import CoclrError
+from coclr.errors import CoclrError, ConfigError
 
 if TYPE_CHECKING:
     from coclr.data.synth import SynthConfig
@@ -108,11 +108,16 @@ class DemoConfig:
                                 "(one process: two threads)")
 
     def validate(self) -> None:
+        from coclr.data.flow.encode import check_bound
+
         self.synth_config()
         self.augment_options()
         require(self.cycles >= 1, "cycles", "must be at least 1")
         require(self.processes >= 1, "processes", "must be at least 1")
-        require(0 < self.flow_bound < float("inf"), "flow_bound", "must be a positive number of pixels")
+        try:
+            check_bound(self.flow_bound)
+        except ValueError as error:
+            raise ConfigError(f"flow_bound: {error}") from None
         for key in ("lr", "cycle_lr"):
             require(getattr(self, key) > 0, key, "must be positive")
         for key in ("infonce_epochs", "cycle_epochs"):

@@ -120,11 +120,11 @@ class _SplitClips(Dataset):
         if view in DERIVED_VIEWS:
             indices = np.append(indices, indices[-1] + self.stride)
         source = stored_view(view)
-        indices = np.minimum(indices, self.store.num_frames(key, source) - 1)
+        frames = self.store.num_frames(key, source)
+        indices = np.minimum(indices, frames - 1)
         cached = self._cache.get((key, source))
         if cached is None and self._cached_bytes < self.cache_bytes:
-            cached = fit_frames(self.store.read(key, source, range(self.store.num_frames(key, source))),
-                                self.frame_size)
+            cached = fit_frames(self.store.read(key, source, range(frames)), self.frame_size)
             self._cache[(key, source)] = cached
             self._cached_bytes += cached.nbytes
         if cached is not None:

@@ -20,8 +20,6 @@ FLOW_BOUND = 20.0
 """Flow magnitudes beyond this many pixels per frame are clipped (the I3D convention)."""
 THIRD_CHANNEL = 128
 """Value of the unused third channel of a stored flow frame."""
-QUANTUM = 2 * FLOW_BOUND / 255
-"""Pixels of flow per uint8 step at the default bound."""
 
 Array = TypeVar("Array")
 
