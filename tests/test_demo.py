@@ -13,8 +13,8 @@ import yaml
 
 from coclr.config import load_config
 from coclr.data.synth import MOTIONS
-from coclr.demo import (DEMO_AUGMENT, DEMO_FRAME_CACHE_MB, DEMO_SYNTH, DemoConfig, Job, lanes_for, results_markdown,
-                        run_lanes)
+from coclr.demo import (DEMO_AUGMENT, DEMO_FRAME_CACHE_MB, DEMO_SYNTH, DemoConfig, Job, lanes_for, plan_training,
+                        results_markdown, run_lanes)
 from coclr.errors import CoclrError, ConfigError
 from coclr.train.config import MethodOptions
 
@@ -125,6 +125,7 @@ def test_demo_options_override_the_demo_defaults_key_by_key() -> None:
                                            ("warmup_epochs=30", "warmup_epochs"),
                                            ("cycle_lr=0", "cycle_lr"),
                                            ("flow_bound=-5", "flow_bound"),
+                                           ("decay_epochs=20", "decay_epochs"),  # cycle_epochs: 20
                                            ("ubernce_loss=nce", "ubernce_loss"),
                                            ("ubernce_start=infonce_flow", "ubernce_start")])
 def test_bad_demo_options_are_named_before_any_work(override: str, key: str) -> None:
@@ -147,6 +148,41 @@ def test_the_oracle_gets_as_many_rgb_epochs_as_coclr_rgb() -> None:
     options = ["infonce_epochs=10", "cycle_epochs=3", "cycles=2", "own_positive_epochs=1"]
     assert load_config(DemoConfig, overrides=options).ubernce_epochs() == 6
     assert load_config(DemoConfig, overrides=[*options, "ubernce_start=scratch"]).ubernce_epochs() == 16
+
+
+def _stage_optims(out: Path) -> dict[str, dict]:
+    """The optim section of every training run the demo planned in ``out``: its own YAML files, and each CoCLR
+    stage as the pipeline will configure it."""
+    from coclr.train.config import PipelineConfig, PretrainConfig
+    from coclr.train.pipeline import plan_stages, stage_config
+
+    configs = out / "configs"
+    optims = {name: vars(load_config(PretrainConfig, configs / f"{name}.yaml").optim)
+              for name in ("infonce_rgb", "infonce_flow", "ubernce_rgb")}
+    pipeline = load_config(PipelineConfig, configs / "pipeline.yaml")
+    for stage in plan_stages(pipeline)[2:]:
+        optims[stage.name] = vars(stage_config(pipeline, stage, out / "pipeline").optim)
+    return optims
+
+
+def test_decay_epochs_run_the_end_of_every_stage_at_a_tenth_of_its_lr(tmp_path: Path) -> None:
+    """The last decay_epochs of each stage (InfoNCE: 10 epochs, CoCLR: 4, the oracle: 8) at lr x0.1; without
+    decay every stage keeps a constant lr."""
+    options = ["infonce_epochs=10", "cycle_epochs=4", "own_positive_epochs=1", "warmup_epochs=1"]
+    first, second = plan_training(load_config(DemoConfig, overrides=[*options, "decay_epochs=3"]), tmp_path / "d",
+                                  tmp_path / "store")
+    assert [job.name for job in first] == ["infonce_rgb", "infonce_flow"]
+    assert [job.name for job in second] == ["coclr", "ubernce_rgb", "flow_test"]
+    optims = _stage_optims(tmp_path / "d")
+    assert set(optims) == {"infonce_rgb", "infonce_flow", "ubernce_rgb", "cycle1_rgb", "cycle1_flow",
+                           "cycle2_rgb", "cycle2_flow"}
+    end = {name: optim["epochs"] - optim["milestones"][0] for name, optim in optims.items()}
+    assert end == dict.fromkeys(optims, 3)
+    assert {(optim["schedule"], optim["gamma"]) for optim in optims.values()} == {("milestones", 0.1)}
+    assert (optims["infonce_rgb"]["epochs"], optims["cycle1_rgb"]["epochs"], optims["ubernce_rgb"]["epochs"]) == (
+        10, 4, 8)
+    plan_training(load_config(DemoConfig, overrides=options), tmp_path / "c", tmp_path / "store")
+    assert {optim["schedule"] for optim in _stage_optims(tmp_path / "c").values()} == {"constant"}
 
 
 def _job(name: str, argv: list[str], tmp_path: Path) -> Job:

@@ -85,6 +85,8 @@ class DemoConfig:
                              "CoCLR stages and the oracle (with ubernce_start=infonce). At 1e-3 the oracle was "
                              "still far from converged after its 40 epochs on some seeds, and flow gained "
                              "nothing from the co-training (docs/synth.md)")
+    decay_epochs: int = option(0, "the last decay_epochs epochs of every training stage run at a tenth of its lr "
+                               "(the reference's fixed milestones, lr x0.1); 0: a constant lr")
     warmup_epochs: float = option(2.0, "epochs of linear lr warm-up at the start of every training stage (a "
                                   "CoCLR stage starts from a trained encoder with a fresh Adam state)")
     topk: int = option(5, "CoCLR positives mined per query")
@@ -124,6 +126,8 @@ class DemoConfig:
             require(getattr(self, key) >= 1, key, "must be at least 1")
         shortest = min(self.infonce_epochs, self.cycle_epochs)
         require(0 <= self.warmup_epochs <= shortest, "warmup_epochs", f"must lie in 0..{shortest} (the shortest stage)")
+        require(0 <= self.decay_epochs < shortest, "decay_epochs", f"must lie in 0..{shortest - 1} (below the "
+                "shortest stage)")
         require(0 <= self.own_positive_epochs <= self.cycle_epochs, "own_positive_epochs",
                 f"must lie in 0..{self.cycle_epochs} (cycle_epochs)")
 
@@ -164,11 +168,20 @@ def _training_options(config: DemoConfig, store: Path) -> dict[str, Any]:
         "model": {"width": config.width},
         "method": {"queue_size": config.queue_size, "temperature": config.temperature, "momentum": config.momentum,
                    "topk": config.topk, "own_positive_epochs": config.own_positive_epochs},
-        "optim": {"lr": config.lr, "schedule": "constant", "warmup_epochs": config.warmup_epochs},
+        "optim": {"lr": config.lr, "schedule": "milestones" if config.decay_epochs else "constant",
+                  "warmup_epochs": config.warmup_epochs},
         "augment": config.augment_options(),
         "run": {"batch_size": config.batch_size, "seed": config.seed, "progress": False, "log_every": 50,
                 "device": "cpu"},
     }
+
+
+def _decay_milestones(config: DemoConfig, **stage_epochs: int) -> dict[str, list[int]]:
+    """Each named milestone list: the epoch at which a stage of that many epochs starts its last
+    ``decay_epochs`` (none without decay)."""
+    if not config.decay_epochs:
+        return {}
+    return {key: [epochs - config.decay_epochs] for key, epochs in stage_epochs.items()}
 
 
 def _write_yaml(path: Path, data: dict[str, Any]) -> Path:
@@ -243,16 +256,18 @@ def lanes_for(jobs: list[Job], processes: int) -> list[list[Job]]:
     return lanes
 
 
-def train_all(config: DemoConfig, out: Path, store: Path) -> None:
-    """InfoNCE of both views side by side; then the CoCLR cycles (the critical path) beside the UberNCE oracle
-    and, once the oracle is done, the test split's flow (needed only for evaluation)."""
+def plan_training(config: DemoConfig, out: Path, store: Path) -> tuple[list[Job], list[Job]]:
+    """Write every training configuration under ``OUT/configs`` and return the commands of the two phases:
+    InfoNCE of both views; then the CoCLR cycles, the UberNCE oracle and the test split's flow."""
     from coclr.train.config import PipelineConfig
     from coclr.train.pipeline import LAST, plan_stages, stage_config
 
     base = _training_options(config, store)
     pipeline = {**base, "pipeline": {"cycles": config.cycles, "infonce_epochs": config.infonce_epochs,
                                      "cycle_epochs": config.cycle_epochs, "mode": "alternate",
-                                     "cycle_lr": config.cycle_lr},
+                                     "cycle_lr": config.cycle_lr,
+                                     **_decay_milestones(config, infonce_milestones=config.infonce_epochs,
+                                                         cycle_milestones=config.cycle_epochs)},
                 "run": {**base["run"], "out": str(out / "pipeline")}}
     pipeline_config = from_dict(PipelineConfig, pipeline)
     pipeline_yaml = _write_yaml(out / "configs" / "pipeline.yaml", pipeline)
@@ -264,13 +279,12 @@ def train_all(config: DemoConfig, out: Path, store: Path) -> None:
                                  to_dict(stage_config(pipeline_config, stage, out / "pipeline")))
         first.append(Job(stage.name, ["pretrain", "--config", str(stage_yaml), "--resume"],
                          [out / "pipeline" / stage.name], stage.epochs, logs / f"{stage.name}.log"))
-    threads = 1 if config.processes > 1 else 2
-    run_lanes(lanes_for(first, config.processes), threads, "InfoNCE (RGB, flow)")
 
     oracle_method = {**base["method"], "name": "ubernce", "loss_form": config.ubernce_loss}
-    oracle_optim = {**base["optim"], "epochs": config.ubernce_epochs()}
+    oracle_optim = {**base["optim"], "epochs": config.ubernce_epochs(),
+                    **_decay_milestones(config, milestones=config.ubernce_epochs())}
     if config.ubernce_start == "infonce":  # trained like CoCLR-RGB: from InfoNCE-RGB, at CoCLR's lr
-        oracle_method["init_checkpoint"] = str(out / "pipeline" / stages[0].name / LAST)  # trained above
+        oracle_method["init_checkpoint"] = str(out / "pipeline" / stages[0].name / LAST)  # trained first
         oracle_optim["lr"] = config.cycle_lr
     ubernce = {**base, "method": oracle_method, "optim": oracle_optim,
                "run": {**base["run"], "out": str(out / "ubernce_rgb")}}
@@ -284,6 +298,15 @@ def train_all(config: DemoConfig, out: Path, store: Path) -> None:
         Job("flow_test", ["flow", str(store), "--backend", config.flow_backend, "--view", "flow", "--split", "test",
                           "--bound", repr(config.flow_bound), "--workers", "1"], [], 0, logs / "flow_test.log"),
     ]
+    return first, second
+
+
+def train_all(config: DemoConfig, out: Path, store: Path) -> None:
+    """InfoNCE of both views side by side; then the CoCLR cycles (the critical path) beside the UberNCE oracle
+    and, once the oracle is done, the test split's flow (needed only for evaluation)."""
+    first, second = plan_training(config, out, store)
+    threads = 1 if config.processes > 1 else 2
+    run_lanes(lanes_for(first, config.processes), threads, "InfoNCE (RGB, flow)")
     run_lanes(lanes_for(second, config.processes), threads, "CoCLR cycles | UberNCE, then test flow")
 
 
