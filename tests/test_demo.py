@@ -21,7 +21,8 @@ from coclr.train.config import MethodOptions
 REDUCED = ["synth={train_scenes: 4, test_scenes: 2, num_classes: 4, actions_per_scene: 4, clips_per_action: 1, "
            "frames: 10, motions: [translate_up, zoom_in, rotate, circle]}", "flow_backend=dis", "batch_size=8",
            "queue_size=16", "topk=2", "infonce_epochs=1", "cycle_epochs=1", "warmup_epochs=0.5",
-           "own_positive_epochs=0.5", "flow_bound=5"]
+           "own_positive_epochs=0.5", "flow_bound=5",
+           "decay_epochs=0"]  # one epoch per stage: nothing to decay
 
 
 def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
@@ -145,7 +146,7 @@ def test_results_markdown_lists_the_stages_with_their_mined_precision() -> None:
 
 def test_the_oracle_gets_as_many_rgb_epochs_as_coclr_rgb() -> None:
     """From InfoNCE-RGB the oracle trains for CoCLR-RGB's stages; from scratch, for InfoNCE's epochs too."""
-    options = ["infonce_epochs=10", "cycle_epochs=3", "cycles=2", "own_positive_epochs=1"]
+    options = ["infonce_epochs=10", "cycle_epochs=3", "cycles=2", "own_positive_epochs=1", "decay_epochs=2"]
     assert load_config(DemoConfig, overrides=options).ubernce_epochs() == 6
     assert load_config(DemoConfig, overrides=[*options, "ubernce_start=scratch"]).ubernce_epochs() == 16
 
@@ -168,6 +169,7 @@ def _stage_optims(out: Path) -> dict[str, dict]:
 def test_decay_epochs_run_the_end_of_every_stage_at_a_tenth_of_its_lr(tmp_path: Path) -> None:
     """The last decay_epochs of each stage (InfoNCE: 10 epochs, CoCLR: 4, the oracle: 8) at lr x0.1; without
     decay every stage keeps a constant lr."""
+    assert DemoConfig().decay_epochs == 5
     options = ["infonce_epochs=10", "cycle_epochs=4", "own_positive_epochs=1", "warmup_epochs=1"]
     first, second = plan_training(load_config(DemoConfig, overrides=[*options, "decay_epochs=3"]), tmp_path / "d",
                                   tmp_path / "store")
@@ -181,7 +183,7 @@ def test_decay_epochs_run_the_end_of_every_stage_at_a_tenth_of_its_lr(tmp_path: 
     assert {(optim["schedule"], optim["gamma"]) for optim in optims.values()} == {("milestones", 0.1)}
     assert (optims["infonce_rgb"]["epochs"], optims["cycle1_rgb"]["epochs"], optims["ubernce_rgb"]["epochs"]) == (
         10, 4, 8)
-    plan_training(load_config(DemoConfig, overrides=options), tmp_path / "c", tmp_path / "store")
+    plan_training(load_config(DemoConfig, overrides=[*options, "decay_epochs=0"]), tmp_path / "c", tmp_path / "store")
     assert {optim["schedule"] for optim in _stage_optims(tmp_path / "c").values()} == {"constant"}
 
 

@@ -85,8 +85,9 @@ class DemoConfig:
                              "CoCLR stages and the oracle (with ubernce_start=infonce). At 1e-3 the oracle was "
                              "still far from converged after its 40 epochs on some seeds, and flow gained "
                              "nothing from the co-training (docs/synth.md)")
-    decay_epochs: int = option(0, "the last decay_epochs epochs of every training stage run at a tenth of its lr "
-                               "(the reference's fixed milestones, lr x0.1); 0: a constant lr")
+    decay_epochs: int = option(5, "the last decay_epochs epochs of every training stage run at a tenth of its lr "
+                               "(the reference's fixed milestones, lr x0.1; 0: a constant lr). With a constant lr "
+                               "the oracle of the default seed ended below CoCLR-RGB on one machine (docs/synth.md)")
     warmup_epochs: float = option(2.0, "epochs of linear lr warm-up at the start of every training stage (a "
                                   "CoCLR stage starts from a trained encoder with a fresh Adam state)")
     topk: int = option(5, "CoCLR positives mined per query")
