@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--config FILE``, ``--list-options`` and trailing ``key=value`` overrides."""
+def add_config_arguments(parser: argparse.ArgumentParser, example: str = "optim.lr=0.0005") -> None:
+    """``--config FILE``, ``--list-options`` and trailing ``key=value`` overrides (``example``: one valid
+    override of this command, shown in its help)."""
     parser.add_argument("--config", help="YAML file of options (see configs/)")
     parser.add_argument("--list-options", action="store_true", help="print every option with its default and help")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="option overrides, e.g. optim.lr=0.0005")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help=f"option overrides, e.g. {example}")
 
 
 def print_options(config_class: type) -> None:

@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "results.json, results.md, the stage plot and the retrieval gallery into --out. Resumable.")
     parser.add_argument("--out", default="demo_out", help="output folder (default: demo_out)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data, training and evaluation")
-    add_config_arguments(parser)
+    add_config_arguments(parser, example="cycle_epochs=30")
     parser.set_defaults(func=run)
 
 
