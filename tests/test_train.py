@@ -319,8 +319,9 @@ def test_lr_warm_up_scales_the_first_updates_and_leaves_the_schedule(store: Path
 
 def test_milestones_multiply_the_lr_by_gamma_from_their_epoch_on(store: Path, tmp_path: Path) -> None:
     """Three epochs of three iterations, milestone at epoch 2: the last epoch's updates use lr x gamma."""
-    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.lr=1e-3", "optim.epochs=3", "optim.schedule=milestones",
-                                  "optim.milestones=[2]", "optim.gamma=0.1", "run.log_every=1"))
+    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.lr=1e-3", "optim.epochs=3",
+                                  "optim.schedule=milestones", "optim.milestones=[2]", "optim.gamma=0.1",
+                                  "run.log_every=1"))
     assert trainer.sampler.batches_per_epoch == 3
     trainer.run()
     steps = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()
