@@ -13,8 +13,8 @@ import yaml
 
 from coclr.config import load_config
 from coclr.data.synth import MOTIONS
-from coclr.demo import (DEMO_AUGMENT, DEMO_FRAME_CACHE_MB, DEMO_SYNTH, DemoConfig, Job, lanes_for, plan_training,
-                        results_markdown, run_lanes)
+from coclr.demo import (DEMO_AUGMENT, DEMO_FRAME_CACHE_MB, DEMO_OPTIONS, DEMO_SYNTH, DemoConfig, Job,
+                        check_same_options, lanes_for, plan_training, results_markdown, run_lanes)
 from coclr.errors import CoclrError, ConfigError
 from coclr.train.config import MethodOptions
 
@@ -97,6 +97,27 @@ def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((out / "results.json").read_text())["rows"] == results["rows"]
+    # With another option it refuses at once, naming the option, and leaves the results as they were.
+    before = (out / "results.json").read_text()
+    other = subprocess.run([sys.executable, "-m", "coclr", "demo", "--out", str(out), "--seed", "3", *REDUCED,
+                            "topk=3"], capture_output=True, text=True, timeout=600)
+    assert other.returncode != 0 and "topk=2 (given 3)" in other.stderr, other.stderr[-3000:]
+    assert (out / "results.json").read_text() == before
+
+
+def test_a_demo_folder_continues_only_with_its_own_options(tmp_path: Path) -> None:
+    """The first run records its options; a later one with the same options (or another process count)
+    continues, and one with other options is refused with each differing option named, nested ones included."""
+    check_same_options(load_config(DemoConfig, overrides=["cycle_epochs=30"]), tmp_path)
+    recorded = json.loads((tmp_path / DEMO_OPTIONS).read_text())
+    assert recorded["cycle_epochs"] == 30 and "processes" not in recorded
+    assert recorded["synth"]["train_scenes"] == DEMO_SYNTH["train_scenes"] and recorded["augment"]["flip_p"] == 0.5
+    check_same_options(load_config(DemoConfig, overrides=["cycle_epochs=30", "processes=1"]), tmp_path)
+    changed = load_config(DemoConfig, overrides=["cycle_epochs=30", "seed=4", "synth.frames=10"])
+    with pytest.raises(ConfigError, match=r"holds a demo started with .*seed=0 \(given 4\)") as error:
+        check_same_options(changed, tmp_path)
+    assert "synth.frames=12 (given 10)" in str(error.value) and "cycle_epochs" not in str(error.value)
+    assert json.loads((tmp_path / DEMO_OPTIONS).read_text()) == recorded
 
 
 def test_demo_options_override_the_demo_defaults_key_by_key() -> None:

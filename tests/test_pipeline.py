@@ -107,6 +107,10 @@ def test_pipeline_until_stops_after_the_stage_and_a_later_run_continues(tmp_path
     stamp = (run_dir / "infonce_flow" / "encoder_flow.pth").stat().st_mtime_ns
     run_pipeline(pipeline_config(store, run_dir), until="infonce_flow")  # done already: trains nothing more
     assert not (run_dir / "cycle1_rgb").exists()
+    before = (run_dir / "manifest.json").read_text()
+    with pytest.raises(ConfigError, match=r"holds a pipeline run with pipeline\.cycle_epochs=1 \(given 2\); use"):
+        run_pipeline(pipeline_config(store, run_dir, "pipeline.cycle_epochs=2"))
+    assert (run_dir / "manifest.json").read_text() == before and not (run_dir / "cycle1_rgb").exists()
     run_pipeline(pipeline_config(store, run_dir))
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert all(s["status"] == "done" for s in manifest["stages"])

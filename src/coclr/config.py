@@ -194,6 +194,20 @@ def to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
+def differences(recorded: dict[str, Any], given: dict[str, Any], prefix: str = "") -> list[str]:
+    """Every option whose value differs between two option dicts (nested ones by dotted key), as
+    ``"key=<recorded> (given <given>)"``: what a resumable job prints when its output folder was made with
+    other options. A key missing on one side counts as ``None`` there."""
+    found = []
+    for key in {**recorded, **given}:
+        old, new = recorded.get(key), given.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            found.extend(differences(old, new, f"{prefix}{key}."))
+        elif old != new:
+            found.append(f"{prefix}{key}={old!r} (given {new!r})")
+    return found
+
+
 def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     """(dotted key, default, help) for every option of ``cls``, nested ones included."""
     rows = []

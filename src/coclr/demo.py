@@ -12,6 +12,7 @@ again to continue).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import yaml
 
-from coclr.config import from_dict, option, require, to_dict
+from coclr.config import differences, from_dict, option, require, to_dict
 from coclr.errors import CoclrError, ConfigError
 
 if TYPE_CHECKING:
@@ -388,6 +389,29 @@ def results_markdown(rows: list[dict[str, Any]], checks: dict[str, Any], seconds
     return "\n".join(lines) + "\n"
 
 
+DEMO_OPTIONS = "demo_options.json"
+"""The file in the demo's folder that records the options it was started with (all but ``processes``)."""
+
+
+def check_same_options(config: DemoConfig, out: Path) -> None:
+    """Record the demo's options in ``out``, or, if ``out`` holds a demo started with other options, refuse to
+    continue it, naming every option that differs. ``synth`` and ``augment`` are recorded in full (the demo's
+    defaults merged with the given ones). ``processes`` is left out: it changes only how the work is scheduled,
+    so a demo may continue with another value."""
+    from coclr.atomic import atomic_write_json
+
+    options = {**to_dict(config), "synth": to_dict(config.synth_config()), "augment": config.augment_options()}
+    del options["processes"]
+    path = out / DEMO_OPTIONS
+    if path.is_file():
+        differ = differences(json.loads(path.read_text()), options)
+        if differ:
+            raise ConfigError(f"--out: {out} holds a demo started with {', '.join(differ)}: use another folder "
+                              "or the same options")
+    else:
+        atomic_write_json(path, options)
+
+
 def run_demo(config: DemoConfig, out: str | Path) -> dict[str, Any]:
     """Run the whole demo into ``out`` and return the ``results.json`` content."""
     from coclr.data.flow.extract import extract_flow
@@ -399,6 +423,7 @@ def run_demo(config: DemoConfig, out: str | Path) -> dict[str, Any]:
     started = time.time()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    check_same_options(config, out)
     synth = config.synth_config()
     store = out / "store"
     print(f"[1/5] synthetic dataset -> {store}", flush=True)

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from coclr.config import option, require, to_dict, validate
+from coclr.config import differences, option, require, to_dict, validate
 from coclr.atomic import atomic_write_text
 from coclr.data.indexes import VideoEntry, VideoIndex
 from coclr.data.store import META_FILE, ClipStore, JobSummary, create_store, encode_jpeg, run_entry_jobs
@@ -672,8 +672,7 @@ def _check_same_options(out: Path, config: SynthConfig) -> None:
     if stored is None:
         raise DataError(f"{out} holds a clip store that is not a synthetic dataset: use another output folder")
     given = recorded_options(config)
-    differ = [f"{key}={stored.get(key)!r} (given {given.get(key)!r})" for key in {**given, **stored}
-              if stored.get(key) != given.get(key)]
+    differ = differences(stored, given)
     if differ:
         raise DataError(f"{out} holds a synthetic dataset generated with {', '.join(differ)}: "
                         "use another output folder")

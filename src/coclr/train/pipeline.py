@@ -17,7 +17,7 @@ from typing import Any
 import torch.distributed as dist
 
 from coclr.atomic import atomic_write_json
-from coclr.config import to_dict, validate
+from coclr.config import differences, to_dict, validate
 from coclr.core.distributed import is_main
 from coclr.errors import ConfigError
 from coclr.models.loading import save_encoder
@@ -133,9 +133,11 @@ def run_pipeline(config: PipelineConfig, until: str | None = None) -> Path:
     if until is not None and until not in names:
         raise ConfigError(f"until: no stage {until!r} in this pipeline; its stages are {', '.join(names)}")
     previous = read_manifest(run_dir)
-    if previous and previous.get("config", {}).get("pipeline") != to_dict(config.pipeline):
-        raise ConfigError(f"run.out: {run_dir} holds a pipeline with different pipeline options; use "
-                          "another folder or the same options")
+    if previous:
+        differ = differences(previous.get("config", {}).get("pipeline", {}), to_dict(config.pipeline), "pipeline.")
+        if differ:
+            raise ConfigError(f"run.out: {run_dir} holds a pipeline run with {', '.join(differ)}; use another "
+                              "folder or the same options")
     status = {s["name"]: s for s in previous.get("stages", [])}
     manifest = {"config": to_dict(config), "stages": []}
     for stage in stages:
