@@ -149,6 +149,32 @@ def test_create_store_is_idempotent_and_refuses_another_index(tmp_path):
         ClipStore(tmp_path / "nowhere")
 
 
+def _add_key_when_all_are_ready(root: Path, index: VideoIndex, key: str, barrier) -> None:
+    barrier.wait()
+    create_store(root, index, **{key: key})
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the metadata lock is flock (POSIX)")
+def test_stores_updated_at_the_same_time_keep_every_key(tmp_path):
+    """Processes that add metadata to one store at once (two flow views extracted side by side) each read,
+    update and rewrite store.json; without the lock, the last writer drops the keys of the others."""
+    index = VideoIndex("x", ["a"], [VideoEntry("a/1.avi", 0, "train")])
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    processes = 6
+    for attempt in range(8):
+        root = tmp_path / f"store{attempt}"
+        create_store(root, index, short_side=128)
+        barrier = context.Barrier(processes)
+        workers = [context.Process(target=_add_key_when_all_are_ready, args=(root, index, f"key{n}", barrier))
+                   for n in range(processes)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+        assert [worker.exitcode for worker in workers] == [0] * processes
+        assert ClipStore(root).meta == {"short_side": 128, **{f"key{n}": f"key{n}" for n in range(processes)}}
+
+
 class FramesOfKey:
     """A picklable test job: ``count`` frames whose grey value is the key's number; fails on "bad" keys."""
 

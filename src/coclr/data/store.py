@@ -4,6 +4,7 @@ Layout of a store folder::
 
     index.json                 the VideoIndex (entry key = the entry's relative video path)
     store.json                 format marker and metadata (short side, JPEG quality, ...)
+    .lock                      held while a process updates store.json
     <view>/<key>.frames        one file per entry and view ("rgb", "flow", other flow backends' names)
 
 An entry file is a small header, a table of frame offsets and the concatenated encoded frames, so a random
@@ -39,12 +40,18 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
 import cv2
 import numpy as np
@@ -57,6 +64,7 @@ STORE_FORMAT = "coclr-clip-store"
 STORE_VERSION = 1
 INDEX_FILE = "index.json"
 META_FILE = "store.json"
+LOCK_FILE = ".lock"
 ENTRY_SUFFIX = ".frames"
 
 # Entry file: magic, version, frame count, height, width, fps; then uint64 offsets [count + 1] (absolute,
@@ -97,37 +105,55 @@ def decode_jpeg(data: bytes) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------------- store layout
 
+@contextmanager
+def _metadata_lock(root: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``root/.lock`` (``flock``) while a process reads and rewrites the store's
+    metadata, so that jobs started side by side on one store (flow extraction of two views, say) do not lose
+    each other's keys. Where ``fcntl`` does not exist (Windows), no lock is taken."""
+    if fcntl is None:
+        yield
+        return
+    with open(root / LOCK_FILE, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def create_store(root: str | Path, index: VideoIndex, **meta: Any) -> None:
     """Create the store folder ``root`` for ``index``, with JSON-serialisable metadata ``meta``.
 
     Idempotent: on an existing store with the same index, new metadata keys are added and existing keys
     must have the same value (so a resumed job cannot mix, e.g., two JPEG qualities). A different index
-    raises :class:`DataError`.
+    raises :class:`DataError`. Processes that call it at the same time on one store each add their keys.
     """
     root = Path(root)
+    meta = _json_roundtrip(meta)
+    if root.exists() and not root.is_dir():
+        raise DataError(f"store path exists and is not a folder: {root}")
+    root.mkdir(parents=True, exist_ok=True)
     meta_file = root / META_FILE
-    if meta_file.is_file():
+    with _metadata_lock(root):
+        if not meta_file.is_file():
+            index.save(root / INDEX_FILE)
+            record = {"format": STORE_FORMAT, "version": STORE_VERSION, "meta": meta}
+            atomic_write_text(meta_file, json.dumps(record, indent=1))
+            return
         existing = _read_meta(root)
         stored = _load_index(root)
         if stored.to_dict() != index.to_dict():
             raise DataError(f"{root} already holds a store of a different index ({stored.name!r}, "
                             f"{len(stored)} videos; given {index.name!r}, {len(index)} videos): "
                             "use another output folder")
-        conflicts = [f"{k}={existing['meta'][k]!r} (given {v!r})" for k, v in _json_roundtrip(meta).items()
+        conflicts = [f"{k}={existing['meta'][k]!r} (given {v!r})" for k, v in meta.items()
                      if k in existing["meta"] and existing["meta"][k] != v]
         if conflicts:
             raise DataError(f"{root} was built with {', '.join(conflicts)}: use another output folder")
-        new = {k: v for k, v in _json_roundtrip(meta).items() if k not in existing["meta"]}
+        new = {k: v for k, v in meta.items() if k not in existing["meta"]}
         if new:
             existing["meta"].update(new)
             atomic_write_text(meta_file, json.dumps(existing, indent=1))
-        return
-    if root.exists() and not root.is_dir():
-        raise DataError(f"store path exists and is not a folder: {root}")
-    root.mkdir(parents=True, exist_ok=True)
-    index.save(root / INDEX_FILE)
-    record = {"format": STORE_FORMAT, "version": STORE_VERSION, "meta": _json_roundtrip(meta)}
-    atomic_write_text(meta_file, json.dumps(record, indent=1))
 
 
 def check_view_name(view: str) -> None:
