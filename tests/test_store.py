@@ -19,6 +19,7 @@ import pytest
 from coclr.cli import main
 from coclr.data.indexes import VideoEntry, VideoIndex
 from coclr.data.store import (
+    LOCK_FILE,
     ClipStore,
     build_store,
     create_store,
@@ -142,6 +143,10 @@ def test_create_store_is_idempotent_and_refuses_another_index(tmp_path):
     assert ClipStore(tmp_path).meta == {"short_side": 128, "flow_backend": "tvl1"}
     with pytest.raises(DataError, match="short_side=128"):
         create_store(tmp_path, index, short_side=112)
+    (tmp_path / LOCK_FILE).unlink()
+    before = (tmp_path / "store.json").stat().st_mtime_ns
+    create_store(tmp_path, index, short_side=128)  # every key recorded: only read, so a read-only store will do
+    assert not (tmp_path / LOCK_FILE).exists() and (tmp_path / "store.json").stat().st_mtime_ns == before
     other = VideoIndex("x", ["a"], [VideoEntry("a/2.avi", 0, "train")])
     with pytest.raises(DataError, match="different index"):
         create_store(tmp_path, other)

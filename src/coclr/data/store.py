@@ -121,39 +121,48 @@ def _metadata_lock(root: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _new_metadata(root: Path, index: VideoIndex, meta: dict[str, Any]) -> dict[str, Any]:
+    """The keys of ``meta`` that the existing store ``root`` does not record yet. Raises :class:`DataError` if
+    the store holds another index or records one of the keys with another value."""
+    existing = _read_meta(root)["meta"]
+    stored = _load_index(root)
+    if stored.to_dict() != index.to_dict():
+        raise DataError(f"{root} already holds a store of a different index ({stored.name!r}, "
+                        f"{len(stored)} videos; given {index.name!r}, {len(index)} videos): "
+                        "use another output folder")
+    conflicts = [f"{k}={existing[k]!r} (given {v!r})" for k, v in meta.items() if k in existing and existing[k] != v]
+    if conflicts:
+        raise DataError(f"{root} was built with {', '.join(conflicts)}: use another output folder")
+    return {k: v for k, v in meta.items() if k not in existing}
+
+
 def create_store(root: str | Path, index: VideoIndex, **meta: Any) -> None:
     """Create the store folder ``root`` for ``index``, with JSON-serialisable metadata ``meta``.
 
     Idempotent: on an existing store with the same index, new metadata keys are added and existing keys
     must have the same value (so a resumed job cannot mix, e.g., two JPEG qualities). A different index
-    raises :class:`DataError`. Processes that call it at the same time on one store each add their keys.
+    raises :class:`DataError`. Processes that call it at the same time on one store each add their keys, and
+    a store that records every key already is only read (it may be read-only).
     """
     root = Path(root)
     meta = _json_roundtrip(meta)
+    meta_file = root / META_FILE
+    if meta_file.is_file() and not _new_metadata(root, index, meta):
+        return
     if root.exists() and not root.is_dir():
         raise DataError(f"store path exists and is not a folder: {root}")
     root.mkdir(parents=True, exist_ok=True)
-    meta_file = root / META_FILE
     with _metadata_lock(root):
-        if not meta_file.is_file():
+        if meta_file.is_file():  # read again under the lock: another process may have added keys
+            new = _new_metadata(root, index, meta)
+            if new:
+                record = _read_meta(root)
+                record["meta"].update(new)
+                atomic_write_text(meta_file, json.dumps(record, indent=1))
+        else:
             index.save(root / INDEX_FILE)
             record = {"format": STORE_FORMAT, "version": STORE_VERSION, "meta": meta}
             atomic_write_text(meta_file, json.dumps(record, indent=1))
-            return
-        existing = _read_meta(root)
-        stored = _load_index(root)
-        if stored.to_dict() != index.to_dict():
-            raise DataError(f"{root} already holds a store of a different index ({stored.name!r}, "
-                            f"{len(stored)} videos; given {index.name!r}, {len(index)} videos): "
-                            "use another output folder")
-        conflicts = [f"{k}={existing['meta'][k]!r} (given {v!r})" for k, v in meta.items()
-                     if k in existing["meta"] and existing["meta"][k] != v]
-        if conflicts:
-            raise DataError(f"{root} was built with {', '.join(conflicts)}: use another output folder")
-        new = {k: v for k, v in meta.items() if k not in existing["meta"]}
-        if new:
-            existing["meta"].update(new)
-            atomic_write_text(meta_file, json.dumps(existing, indent=1))
 
 
 def check_view_name(view: str) -> None:
