@@ -57,6 +57,7 @@ import cv2
 import numpy as np
 
 from coclr.atomic import PARTIAL_SUFFIX, atomic_open, atomic_write_text
+from coclr.config import differences
 from coclr.data.indexes import VideoIndex, check_videos_exist, is_relative_key
 from coclr.errors import DataError
 
@@ -130,7 +131,8 @@ def _new_metadata(root: Path, index: VideoIndex, meta: dict[str, Any]) -> dict[s
         raise DataError(f"{root} already holds a store of a different index ({stored.name!r}, "
                         f"{len(stored)} videos; given {index.name!r}, {len(index)} videos): "
                         "use another output folder")
-    conflicts = [f"{k}={existing[k]!r} (given {v!r})" for k, v in meta.items() if k in existing and existing[k] != v]
+    recorded = {k: existing[k] for k in meta if k in existing}
+    conflicts = differences(recorded, {k: meta[k] for k in recorded})
     if conflicts:
         raise DataError(f"{root} was built with {', '.join(conflicts)}: use another output folder")
     return {k: v for k, v in meta.items() if k not in existing}
