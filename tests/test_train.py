@@ -195,6 +195,18 @@ def test_checkpoint_holds_the_full_state_and_loads_as_an_encoder(store: Path, tm
     assert (tmp_path / "run" / "tb").is_dir()
 
 
+def test_resuming_drops_a_log_line_a_kill_cut_short(store: Path, tmp_path: Path) -> None:
+    Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=1")).run()
+    log = tmp_path / "run" / "log.jsonl"
+    written = [json.loads(line) for line in log.read_text().splitlines()]
+    log.write_text(log.read_text() + '{"step": 99, "loss": 1.')  # killed while appending a record
+    Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2"), resume=True).run()
+    records = [json.loads(line) for line in log.read_text().splitlines()]  # every line is JSON again
+    assert records[:len(written)] == written
+    assert [r["epoch"] for r in records if "epoch_loss" in r] == [1, 2]
+    assert all(r["step"] != 99 for r in records)
+
+
 def test_best_checkpoint_is_the_epoch_with_the_lowest_loss(store: Path, tmp_path: Path) -> None:
     trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=4"))
     last = trainer.run()

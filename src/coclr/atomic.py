@@ -3,7 +3,8 @@
 A reader, or a job resumed after a kill, sees either the old file or the complete new one, never a part.
 Every output of the library's long jobs (store entries, flow, checkpoints, caches, reports) is written here.
 Temporary files are named ``.<name>.<pid>.<random>.partial``, so a cleaner can tell whether their writer
-still runs (see :func:`coclr.data.store.remove_stale_partials`).
+still runs (see :func:`coclr.data.store.remove_stale_partials`). Append-only JSON-lines logs are the exception:
+:func:`read_json_lines` reads them back whatever a kill left.
 """
 
 from __future__ import annotations
@@ -83,3 +84,23 @@ def atomic_duplicate(source: str | Path, path: str | Path) -> Path:
         temp.unlink(missing_ok=True)
         raise
     return path
+
+
+def read_json_lines(path: str | Path) -> list[Any]:
+    """The records of an append-only JSON-lines file (a training log, one record per line).
+
+    A kill can cut the last line short while it is appended: that line is left out. Any other line that is not
+    JSON is a :class:`~coclr.errors.DataError` naming the file and line.
+    """
+    from coclr.errors import DataError
+
+    lines = Path(path).read_text().splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number == len(lines):
+                break
+            raise DataError(f"{path}: line {number} is not JSON: {error}") from None
+    return records

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text
+from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, read_json_lines
 from coclr.errors import DataError
 
 METHOD_NAMES = {"infonce": "InfoNCE", "ubernce": "UberNCE", "coclr": "CoCLR", "cmc": "CMC",
@@ -218,17 +218,8 @@ def mined_precision(log: str | Path, view: str) -> float | None:
     if not log.is_file():
         return None
     key = f"{view}/mined_precision"
-    lines = log.read_text().splitlines()
-    values = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            if number == len(lines):
-                break
-            raise DataError(f"{log}: line {number} is not JSON: {error}") from None
-        if isinstance(record, dict) and isinstance(record.get(key), (int, float)):
-            values.append(float(record[key]))
+    values = [float(record[key]) for record in read_json_lines(log)
+              if isinstance(record, dict) and isinstance(record.get(key), (int, float))]
     return 100 * sum(values) / len(values) if values else None
 
 

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from coclr.atomic import atomic_duplicate, atomic_torch_save
+from coclr.atomic import atomic_duplicate, atomic_torch_save, atomic_write_text, read_json_lines
 from coclr.config import to_dict
 from coclr.core.distributed import is_main, rank, world_size
 from coclr.data.augment import ClipAugment
@@ -268,10 +268,10 @@ class Trainer:
 
         self.out.mkdir(parents=True, exist_ok=True)
         log_path = self.out / "log.jsonl"
-        if log_path.exists():  # drop lines past the checkpoint we resumed from
-            lines = [line for line in log_path.read_text().splitlines()
-                     if line and json.loads(line).get("step", 0) <= self.position.global_step]
-            log_path.write_text("".join(line + "\n" for line in lines))
+        if log_path.exists():  # drop records past the checkpoint we resumed from, and a line a kill cut short
+            kept = [record for record in read_json_lines(log_path)
+                    if record.get("step", 0) <= self.position.global_step]
+            atomic_write_text(log_path, "".join(json.dumps(record) + "\n" for record in kept))
         return log_path.open("a"), SummaryWriter(str(self.out / "tb"), purge_step=self.position.global_step + 1)
 
     def _write(self, record: dict[str, Any], jsonl, writer) -> None:
