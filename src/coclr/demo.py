@@ -187,9 +187,9 @@ def _decay_milestones(config: DemoConfig, **stage_epochs: int) -> dict[str, list
 
 
 def _write_yaml(path: Path, data: dict[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    from coclr.atomic import atomic_write_text
+
+    return atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
 
 
 @dataclass
