@@ -92,7 +92,7 @@ def test_mined_precision_is_the_mean_over_the_logged_steps(tmp_path):
     lines = [json.dumps({"step": 12, "epoch": 1, "epoch_loss": 2.0})]
     lines += [json.dumps({"step": 50 * i, "rgb/loss": 3.0, "rgb/mined_precision": v}) for i, v in enumerate(values)]
     log = tmp_path / "log.jsonl"
-    log.write_text("\n".join(lines) + '\n{"step": 200, "rgb/mined_prec')  # cut short by a kill
+    log.write_text("\n".join(lines) + '\n\n{"step": 200, "rgb/mined_prec')  # a blank line; cut short by a kill
     assert mined_precision(log, "rgb") == pytest.approx(100 * sum(values) / len(values))
     assert mined_precision(log, "flow") is None  # no value for that view
     assert mined_precision(tmp_path / "missing.jsonl", "rgb") is None

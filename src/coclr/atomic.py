@@ -89,14 +89,16 @@ def atomic_duplicate(source: str | Path, path: str | Path) -> Path:
 def read_json_lines(path: str | Path) -> list[Any]:
     """The records of an append-only JSON-lines file (a training log, one record per line).
 
-    A kill can cut the last line short while it is appended: that line is left out. Any other line that is not
-    JSON is a :class:`~coclr.errors.DataError` naming the file and line.
+    A kill can cut the last line short while it is appended: that line is left out, and so are blank lines. Any
+    other line that is not JSON is a :class:`~coclr.errors.DataError` naming the file and line.
     """
     from coclr.errors import DataError
 
     lines = Path(path).read_text().splitlines()
     records = []
     for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as error:
