@@ -211,8 +211,9 @@ def mined_precision(log: str | Path, view: str) -> float | None:
 
     The mean of ``<view>/mined_precision`` over the logged steps of a training log (``log.jsonl``, one
     record every ``run.log_every`` steps; the trainer logs it when the store has labels). None when the log
-    does not exist or has no such value (InfoNCE and UberNCE stages, unlabelled data). A last line cut short
-    by a killed run is ignored; any other line that is not JSON is an error naming the file and line.
+    does not exist or has no such value (InfoNCE and UberNCE stages, unlabelled data). Blank lines and a last
+    line cut short by a killed run are ignored; any other line that is not JSON is an error naming the file and
+    line (:func:`coclr.atomic.read_json_lines`).
     """
     log = Path(log)
     if not log.is_file():
