@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from coclr.errors import DataError
+
 PARTIAL_SUFFIX = ".partial"
 
 
@@ -92,8 +94,6 @@ def read_json_lines(path: str | Path) -> list[Any]:
     A kill can cut the last line short while it is appended: that line is left out, and so are blank lines. Any
     other line that is not JSON is a :class:`~coclr.errors.DataError` naming the file and line.
     """
-    from coclr.errors import DataError
-
     lines = Path(path).read_text().splitlines()
     records = []
     for number, line in enumerate(lines, start=1):
