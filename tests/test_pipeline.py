@@ -10,7 +10,7 @@ import torch
 
 from coclr.config import load_config
 from coclr.errors import ConfigError
-from coclr.models.loading import load_encoder
+from coclr.models.loading import load_encoder, read_clip_settings
 from coclr.train.config import PipelineConfig
 from coclr.train.pipeline import plan_stages, run_pipeline, stage_config
 from conftest import make_random_store
@@ -66,6 +66,11 @@ def test_pipeline_end_to_end_and_rerun(tmp_path: Path, mode: str) -> None:
         assert head is not None
         for view, path in stage["encoders"].items():
             load_encoder(run_dir / path)
+            # Every exported encoder records the clips it was trained on, for evaluation and embedding.
+            settings = read_clip_settings(run_dir / path)
+            assert settings["view"] == view and (settings["length"], settings["stride"]) == (8, 1)
+            assert settings["size"] == 32 and settings["mean"] == [0.485, 0.456, 0.406]
+            assert (settings["flow_bound"] is None) == (view == "rgb")
     # Each co-training stage starts from its view's previous stage and mines with the other view's latest.
     last = manifest["stages"][-1]
     config = torch.load(run_dir / last["checkpoint"], weights_only=True)["config"]

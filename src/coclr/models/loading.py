@@ -31,7 +31,8 @@ from coclr.models.encoder import Encoder
 from coclr.models.heads import LinearClassifier, ProjectionHead
 from coclr.models.s3d import S3D
 
-__all__ = ["load_encoder", "load_classifier", "save_encoder", "ENCODER_FORMAT", "TRAIN_FORMAT"]
+__all__ = ["load_encoder", "load_classifier", "save_encoder", "read_clip_settings", "CLIP_SETTING_KEYS",
+           "ENCODER_FORMAT", "TRAIN_FORMAT"]
 
 ENCODER_FORMAT = "coclr.encoder"
 TRAIN_FORMAT = "coclr.train"
@@ -159,6 +160,36 @@ def save_encoder(path: str | os.PathLike[str], encoder: Encoder, meta: Mapping[s
     }
     atomic_torch_save(payload, path)
     return path
+
+
+CLIP_SETTING_KEYS = ("view", "length", "stride", "size", "fps", "short_side", "mean", "std", "flow_bound")
+"""What a checkpoint records about the clips its encoder was trained on (``read_clip_settings``): the store view,
+frames per clip, frame stride, crop size, the store's frame rate (None: every decoded frame) and short side, the
+normalisation, and for flow views the clipping bound in pixels."""
+
+
+def read_clip_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The clip settings a checkpoint recorded from its training (keys of :data:`CLIP_SETTING_KEYS`; only the
+    recorded ones), so that evaluation and embedding feed an encoder the clips it was trained on.
+
+    Our training checkpoints and exported encoders record them (``clip_settings``); a training checkpoint written
+    before that gives what its configuration says (view, length, stride, size). Files from elsewhere (the
+    authors', torchvision's) record nothing: ``{}``.
+    """
+    payload = _read_checkpoint(Path(path), "cpu")
+    if not isinstance(payload, dict):
+        return {}
+    settings: Any = None
+    if payload.get("format") == TRAIN_FORMAT:
+        settings = payload.get("clip_settings")
+        if settings is None:
+            data = (payload.get("config") or {}).get("data") or {}
+            settings = {key: data[key] for key in ("view", "length", "stride", "size") if key in data}
+    elif payload.get("format") == ENCODER_FORMAT:
+        settings = (payload.get("meta") or {}).get("clip_settings")
+    if not isinstance(settings, dict):
+        return {}
+    return {key: settings[key] for key in CLIP_SETTING_KEYS if key in settings}
 
 
 # --------------------------------------------------------------------------------------------- reading

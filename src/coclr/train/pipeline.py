@@ -120,7 +120,8 @@ def export_encoders(checkpoint: Path, stage: Stage, run_dir: Path) -> dict[str, 
             encoder = build_encoder(**entry["arch"])
             encoder.backbone.load_state_dict(entry["backbone"])
             encoder.head.load_state_dict(entry["head"])
-            save_encoder(path, encoder, meta={"stage": stage.name, "view": view, "method": stage.method})
+            save_encoder(path, encoder, meta={"stage": stage.name, "view": view, "method": stage.method,
+                                              "clip_settings": entry.get("clip_settings")})
     return {view: str(path.relative_to(run_dir)) for view, path in files.items()}
 
 

@@ -121,6 +121,21 @@ def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainM
     return PretrainModel(learners, sampler=sampler, sampler_view=config.data.second_view if sampler else None)
 
 
+def clip_settings(config: PretrainConfig, store, view: str) -> dict[str, Any]:
+    """What the encoder of ``view`` is trained on (recorded in its checkpoints, see
+    :func:`coclr.models.loading.read_clip_settings`): clip shape, the store's frame rate and short side, the
+    normalisation and, for flow, the stored bound."""
+    from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD
+    from coclr.data.datasets import is_flow_view, stored_view
+    from coclr.data.flow.extract import stored_bound
+
+    data = config.data
+    return {"view": view, "length": data.length, "stride": data.stride, "size": data.size,
+            "fps": store.meta.get("fps"), "short_side": store.meta.get("short_side"),
+            "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
+            "flow_bound": stored_bound(store, stored_view(view)) if is_flow_view(view) else None}
+
+
 def check_inputs(config: PretrainConfig) -> None:
     """Fail fast, before any compute, on missing files (the store itself is checked by TrainClips)."""
     for key in ("sampler_checkpoint", "init_checkpoint", "second_init_checkpoint"):
@@ -212,8 +227,11 @@ class Trainer:
             "arch": dict(encoder.arch),
             "backbone": encoder.backbone.state_dict(),
             "head": encoder.head.state_dict(),
+            "clip_settings": clip_settings(self.config, self.dataset.store, view),
             "encoders": {v: {"arch": dict(l.encoder_q.arch), "backbone": l.encoder_q.backbone.state_dict(),
-                             "head": l.encoder_q.head.state_dict()} for v, l in self.model.learners.items()},
+                             "head": l.encoder_q.head.state_dict(),
+                             "clip_settings": clip_settings(self.config, self.dataset.store, v)}
+                         for v, l in self.model.learners.items()},
             "config": to_dict(self.config),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
