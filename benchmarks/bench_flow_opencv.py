@@ -28,7 +28,8 @@ from coclr.data.flow.extract import extract_flow
 from coclr.data.flow.middlebury import endpoint_error, read_flo, valid_mask
 from coclr.data.flow.opencv import opencv_dis, opencv_threads, opencv_tvl1, rgb_to_gray
 from coclr.data.indexes import VideoEntry, VideoIndex
-from coclr.data.store import create_store, decode_jpeg, encode_jpeg, write_entry
+from coclr.data.jpeg import decode_jpeg, encode_jpeg
+from coclr.data.store import create_store, write_entry
 from coclr.data.video import decode_video
 
 SHARED = Path(os.environ.get("COCLR_SHARED", Path(__file__).resolve().parents[1].parent / "shared")) / "data"

@@ -27,7 +27,8 @@ import cv2
 import numpy as np
 
 from coclr.data.indexes import VideoEntry, VideoIndex
-from coclr.data.store import ClipStore, create_store, decode_jpeg, encode_jpeg, write_entry
+from coclr.data.jpeg import decode_jpeg, encode_jpeg
+from coclr.data.store import ClipStore, create_store, write_entry
 
 CLIP_LENGTH = 32
 SHARED_CLIPS = Path(__file__).resolve().parents[2] / "shared" / "data" / "clips"

@@ -55,7 +55,8 @@ def make_random_store(root: Path, videos: int = 12, frames: int = 12, size: tupl
     import numpy as np
 
     from coclr.data.indexes import VideoEntry, VideoIndex
-    from coclr.data.store import create_store, encode_jpeg, write_entry
+    from coclr.data.jpeg import encode_jpeg
+    from coclr.data.store import create_store, write_entry
 
     rng = np.random.default_rng(seed)
     entries = [VideoEntry(f"c{i % classes}/v{i:03d}", i % classes, "train" if i < videos else "test",

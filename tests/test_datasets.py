@@ -76,3 +76,33 @@ def test_cache_options_are_validated():
         from_dict(DataOptions, {"store": "s", "length": 8, "size": 32, "workers": 0, "cache_mb": -1})
     with pytest.raises(ValueError, match="cache_mb"):
         TrainClips("unused", "train", ["rgb"], length=8, cache_mb=-1)
+
+
+def test_videos_whose_view_failed_are_left_out_and_unbuilt_views_are_an_error(tmp_path, capsys):
+    """A video whose flow job failed (recorded by the store) is left out of training with a message naming the
+    failure list; a video whose flow was simply not extracted yet stops training before any work."""
+    import os
+
+    from coclr.data.datasets import usable_entries
+    from coclr.data.store import ClipStore, entry_path, record_failures
+    from coclr.errors import DataError
+    from coclr.train.trainer import Trainer
+    from test_train import tiny_config
+
+    store_root = make_random_store(tmp_path / "store", videos=9, frames=12, test_videos=2)
+    short = "c1/v001"
+    os.unlink(entry_path(store_root, short, "flow"))
+    with pytest.raises(DataError, match=r"view 'flow' is missing for 1 of the 9 'train' videos \(c1/v001\)"):
+        usable_entries(ClipStore(store_root), "train", ["rgb", "flow"])
+    record_failures(store_root, "flow", [short], [(short, "DataError: c1/v001: 1 RGB frame, flow needs at least 2")])
+    store = ClipStore(store_root)
+    kept, left_out = usable_entries(store, "train", ["rgb", "flow"])
+    assert short not in [e.path for e in kept] and len(kept) == 8
+    assert left_out == {short: "no 'flow' entry: DataError: c1/v001: 1 RGB frame, flow needs at least 2"}
+    assert usable_entries(store, "train", ["rgb"]) == (  # RGB-only training keeps it
+        [e for e in store.index.entries if e.split == "train"], {})
+    config = tiny_config(store_root, tmp_path / "run", "method.name=cmc")
+    trainer = Trainer(config)
+    assert len(trainer.dataset) == 8
+    out = capsys.readouterr().out
+    assert "left out 1 'train' video(s) whose jobs failed" in out and str(store_root / "failed_flow.json") in out

@@ -21,7 +21,8 @@ def make_tiny_store(root: Path, train_per_class: int = 4, test_per_class: int = 
     Flow views (any name starting with ``flow``) get one frame fewer than RGB, as real flow does.
     """
     from coclr.data.indexes import VideoEntry, VideoIndex
-    from coclr.data.store import create_store, encode_jpeg, write_entry
+    from coclr.data.jpeg import encode_jpeg
+    from coclr.data.store import create_store, write_entry
 
     rng = np.random.default_rng(seed)
     classes = ["red_class", "green_class", "blue_class"]

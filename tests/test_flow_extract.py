@@ -21,7 +21,8 @@ from coclr.data.flow.extract import extract_flow, resolve_backend
 from coclr.data.flow.opencv import opencv_threads
 from coclr.data.flow.params import TVL1Params
 from coclr.data.indexes import VideoEntry, VideoIndex
-from coclr.data.store import ClipStore, create_store, encode_jpeg, write_entry
+from coclr.data.jpeg import encode_jpeg
+from coclr.data.store import ClipStore, create_store, entry_path, write_entry
 from coclr.errors import ConfigError, DataError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,7 +94,7 @@ def test_extraction_writes_n_minus_1_frames_along_the_motion(small_store, backen
 
 def test_a_second_run_skips_finished_videos_and_retries_failed_ones(small_store):
     extract_flow(small_store, backend="dis", workers=1)
-    entry = small_store / "flow_dis" / "right_up.avi.frames"
+    entry = entry_path(small_store, "right_up.avi", "flow_dis")
     stamp = entry.stat().st_mtime_ns
     again = extract_flow(small_store, backend="dis", workers=1)
     assert again.done == 0 and again.skipped == 2 and len(again.failed) == 1
@@ -124,7 +125,7 @@ def test_flow_quality_follows_the_stores_jpeg_quality(tmp_path):
     for quality in (30, 95):
         make_store(tmp_path / str(quality), frames, quality=quality)
         extract_flow(tmp_path / str(quality), backend="dis", workers=1)
-        sizes[quality] = (tmp_path / str(quality) / "flow_dis" / "a.avi.frames").stat().st_size
+        sizes[quality] = entry_path(tmp_path / str(quality), "a.avi", "flow_dis").stat().st_size
     assert sizes[30] < sizes[95]
 
 
@@ -141,7 +142,7 @@ def test_the_bound_is_recorded_and_a_resumed_extraction_must_keep_it(small_store
         np.testing.assert_allclose(fine[key], [[dx, dy]] * (frames - 1), atol=0.25)
     codes = store.read("right_up.avi", "flow_dis", [0])[..., 0].astype(int)
     assert np.median(codes) - 128 == pytest.approx(2 * 255 / 10, abs=3)  # 2 px right at 25.5 codes per px
-    entry = small_store / "flow_dis" / "right_up.avi.frames"
+    entry = entry_path(small_store, "right_up.avi", "flow_dis")
     entry.unlink()
     with pytest.raises(ConfigError, match=r"bound: view 'flow_dis' .* \+-5 px"):
         extract_flow(small_store, backend="dis", workers=1)  # the default bound, 20
@@ -247,14 +248,14 @@ def test_killed_extraction_resumes_to_the_same_result(tmp_path):
     deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline and process.poll() is None:
-            if flow_dir.is_dir() and len(list(flow_dir.glob("*.frames"))) >= 4:
+            if flow_dir.is_dir() and len(list(flow_dir.rglob("*.frames"))) >= 4:
                 break
             time.sleep(0.02)
         assert process.poll() is None, "the run ended before it could be killed"
         os.killpg(process.pid, signal.SIGKILL)  # the CLI and its worker processes, mid-run
     finally:
         process.wait()
-    finished_at_kill = len(list(flow_dir.glob("*.frames")))
+    finished_at_kill = len(list(flow_dir.rglob("*.frames")))
     print(f"killed with {finished_at_kill} of {count} entries complete")
     assert 4 <= finished_at_kill < count
 
@@ -272,3 +273,40 @@ def test_killed_extraction_resumes_to_the_same_result(tmp_path):
         frames = range(store.num_frames(key, "flow"))
         assert len(frames) == 3
         assert store.read_encoded(key, "flow", frames) == store.read_encoded(key, "reference", frames), key
+
+
+def _hold_flow_view(root: str, ready) -> None:
+    from coclr.data.jobs import view_lock
+
+    with view_lock(root, "flow"):
+        ready.set()
+        time.sleep(600)
+
+
+def test_two_flow_jobs_on_one_view_never_mix(small_store: Path):
+    """A view records its backend and parameters: resuming it with another backend or other TV-L1 parameters is
+    refused, naming them; a second job of the same kind is refused while the first holds the view's lock."""
+    import multiprocessing
+
+    from coclr.data.flow.extract import method_key
+
+    extract_flow(small_store, backend="tvl1", view="flow", params=FAST_TVL1, workers=1, keys=["right_up.avi"])
+    assert ClipStore(small_store).meta[method_key("flow")]["backend"] == "tvl1"
+    with pytest.raises(ConfigError, match=r"backend='tvl1' \(given 'tvl1-torch'\)"):
+        extract_flow(small_store, backend="tvl1-torch", view="flow", params=FAST_TVL1, device="cpu")
+    with pytest.raises(ConfigError, match=r"params\.warps=2 \(given 3\)"):
+        extract_flow(small_store, backend="tvl1", view="flow", params=TVL1Params(nscales=3, warps=3,
+                     outer_iterations=3, inner_iterations=10), workers=1)
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    holder = context.Process(target=_hold_flow_view, args=(str(small_store), ready))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(DataError, match="view 'flow' is being written by another job"):
+            extract_flow(small_store, backend="tvl1", view="flow", params=FAST_TVL1, workers=1)
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join()
+    summary = extract_flow(small_store, backend="tvl1", view="flow", params=FAST_TVL1, workers=1)
+    assert (summary.done, summary.skipped) == (1, 1) and len(summary.failed) == 1  # still.avi has one frame

@@ -139,7 +139,7 @@ def test_tvl1_matches_middlebury_ground_truth(tvl1_result, name):
 
 @pytest.mark.parametrize("name", PAIRS)
 def test_error_added_by_the_8bit_jpeg_storage_is_small(tvl1_result, name):
-    from coclr.data.store import decode_jpeg, encode_jpeg
+    from coclr.data.jpeg import decode_jpeg, encode_jpeg
 
     flow, gt = tvl1_result
     stored = uint8_to_flow(decode_jpeg(encode_jpeg(flow_to_uint8(flow))))

@@ -18,17 +18,10 @@ import pytest
 
 from coclr.cli import main
 from coclr.data.indexes import VideoEntry, VideoIndex
-from coclr.data.store import (
-    LOCK_FILE,
-    ClipStore,
-    build_store,
-    create_store,
-    decode_jpeg,
-    encode_jpeg,
-    entry_path,
-    run_entry_jobs,
-    write_entry,
-)
+from coclr.data.build import build_store
+from coclr.data.jobs import run_entry_jobs
+from coclr.data.jpeg import decode_jpeg, encode_jpeg
+from coclr.data.store import LOCK_FILE, ClipStore, create_store, entry_path, write_entry
 from coclr.data.video import decode_video
 from coclr.errors import DataError
 from test_video import write_video
@@ -238,9 +231,12 @@ def test_write_entry_is_atomic_and_stale_partials_are_cleaned(tmp_path):
     keys = ["a/1", "a/2"]
     create_store(tmp_path, VideoIndex("x", ["a"], [VideoEntry(k, 0, "train") for k in keys]))
     write_entry(tmp_path, "a/1", "rgb", [encode_jpeg(np.zeros((4, 4, 3), np.uint8), 90)], fps=25)
-    assert sorted(p.name for p in (tmp_path / "rgb" / "a").iterdir()) == ["1.frames"]
+    written = entry_path(tmp_path, "a/1", "rgb")
+    assert sorted(p.name for p in written.parent.iterdir()) == [written.name]  # no temporary file left
     dead_pid = 2 ** 22 + 12345  # above the default pid_max of 4194304: no such process
-    stale = tmp_path / "rgb" / "a" / f".2.frames.{dead_pid}.x1y2z3.partial"
+    second = entry_path(tmp_path, "a/2", "rgb")
+    second.parent.mkdir(parents=True, exist_ok=True)
+    stale = second.parent / f".{second.name}.{dead_pid}.x1y2z3.partial"
     stale.write_bytes(b"half an entry")
     assert not ClipStore(tmp_path).has("a/2", "rgb")
     run_entry_jobs(tmp_path, "rgb", keys, FramesOfKey(), workers=1)
@@ -360,3 +356,115 @@ def test_killed_build_resumes_to_a_byte_identical_store(tmp_path):
     assert not list(out.rglob("*.partial"))
     for key in store.keys():
         assert entry_path(out, key, "rgb").read_bytes() == entry_path(tmp_path / "reference", key, "rgb").read_bytes()
+
+
+def test_a_video_name_of_255_bytes_does_not_break_the_store(tmp_path, capsys):
+    """Entry files are named by a hash of the key: the longest name a file system holds (255 bytes) stores,
+    resumes and is listed like any other, and the entry keeps its key."""
+    index = make_dataset(tmp_path / "videos", 2, frames=6)
+    long_name = "class0/" + "v" * 251 + ".avi"
+    os.rename(tmp_path / "videos" / index.entries[0].path, tmp_path / "videos" / long_name)
+    index = VideoIndex("toy", index.classes, [VideoEntry(long_name, 0, "train"), index.entries[1]])
+    summary = build_store(index, tmp_path / "videos", tmp_path / "store", short_side=16, workers=1)
+    assert (summary.done, summary.failed) == (2, [])
+    store = ClipStore(tmp_path / "store")
+    assert store.num_frames(long_name, "rgb") == 6 and len(store.entry_path(long_name, "rgb").name) < 64
+    assert build_store(index, tmp_path / "videos", tmp_path / "store", short_side=16, workers=1).skipped == 2
+    assert main(["data", "info", str(tmp_path / "store"), "--verify"]) == 0
+    assert "2/2 entries complete" in capsys.readouterr().out
+
+
+def test_an_updated_index_replaces_the_old_one_in_place_and_keeps_the_work_done(tmp_path, capsys):
+    index = make_dataset(tmp_path / "videos", 5, frames=6)
+    first = VideoIndex("toy", index.classes, index.entries[:4])
+    build_store(first, tmp_path / "videos", tmp_path / "store", short_side=16, workers=1)
+    entry = ClipStore(tmp_path / "store").entry_path(first.entries[1].path, "rgb")
+    written = entry.stat().st_mtime_ns
+    updated = VideoIndex("toy", index.classes, [index.entries[0], *index.entries[2:]])  # one removed, one added
+    summary = build_store(updated, tmp_path / "videos", tmp_path / "store", short_side=16, workers=1)
+    assert (summary.done, summary.skipped) == (1, 3)
+    assert "1 video(s) added, 1 removed" in str(summary)
+    store = ClipStore(tmp_path / "store")
+    assert store.index == updated and store.unlisted("rgb") == [first.entries[1].path]
+    assert entry.stat().st_mtime_ns == written  # the removed video's entry is kept, not rewritten
+    with pytest.raises(DataError, match="different index"):  # other jobs never replace an index by mistake
+        create_store(tmp_path / "store", first)
+    with pytest.raises(DataError, match="short_side=16 \\(given 24\\)"):
+        build_store(updated, tmp_path / "videos", tmp_path / "store", short_side=24, workers=1)
+    assert main(["data", "info", str(tmp_path / "store")]) == 0
+    assert "1 entries of videos no longer in the index" in capsys.readouterr().out
+
+
+def test_failures_are_recorded_in_the_store_and_cleared_when_the_entry_is_made(tmp_path):
+    from coclr.data.store import read_failures
+
+    keys = ["k/1", "k/bad", "k/3"]
+    create_store(tmp_path, VideoIndex("x", ["k"], [VideoEntry(k, 0, "train") for k in keys]))
+    run_entry_jobs(tmp_path, "v", keys, FramesOfKey(), workers=1)
+    assert read_failures(tmp_path, "v") == {"k/bad": "ValueError: cannot make k/bad"}
+    assert ClipStore(tmp_path).failed("v") == {"k/bad": "ValueError: cannot make k/bad"}
+    run_entry_jobs(tmp_path, "v", ["k/1"], FramesOfKey(), workers=1)  # a job that did not attempt it keeps it
+    assert list(read_failures(tmp_path, "v")) == ["k/bad"]
+    run_entry_jobs(tmp_path, "v", keys, FramesOfKeyFixed(), workers=1)
+    assert read_failures(tmp_path, "v") == {} and ClipStore(tmp_path).has("k/bad", "v")
+
+
+class FramesOfKeyFixed(FramesOfKey):
+    """The job of FramesOfKey after its bug was fixed: "bad" keys give frames of value 0."""
+
+    def __call__(self, key: str) -> tuple[list[bytes], float]:
+        return super().__call__(key.replace("bad", "0"))
+
+
+def _hold_view_lock(root: str, ready) -> None:
+    from coclr.data.jobs import view_lock
+
+    with view_lock(root, "v"):
+        ready.set()
+        time.sleep(600)
+
+
+def test_a_second_job_on_a_view_is_refused_and_a_killed_jobs_lock_is_free(tmp_path):
+    keys = ["k/1", "k/2"]
+    create_store(tmp_path, VideoIndex("x", ["k"], [VideoEntry(k, 0, "train") for k in keys]))
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    holder = context.Process(target=_hold_view_lock, args=(str(tmp_path), ready))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(DataError, match=rf"view 'v' is being written by another job \(pid {holder.pid} on"):
+            run_entry_jobs(tmp_path, "v", keys, FramesOfKey(), workers=1)
+        assert not ClipStore(tmp_path).has("k/1", "v")
+        assert run_entry_jobs(tmp_path, "other", keys, FramesOfKey(), workers=1).done == 2  # other views are free
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)  # as kill -9: the lock goes with the process
+        holder.join()
+    assert run_entry_jobs(tmp_path, "v", keys, FramesOfKey(), workers=1).done == 2
+
+
+def _write_version_1_store(root: Path, frames: list[bytes]) -> None:
+    """A store as the first format wrote it: entries at <view>/<key>.frames, no key in the entry header."""
+    import json
+    import struct
+
+    index = VideoIndex("old", ["a"], [VideoEntry("a/1.avi", 0, "train"), VideoEntry("a/2.avi", 0, "train")])
+    root.mkdir()
+    index.save(root / "index.json")
+    (root / "store.json").write_text(json.dumps({"format": "coclr-clip-store", "version": 1, "meta": {}}))
+    header = struct.pack("<8sIIIId", b"COCLRFRM", 1, len(frames), 8, 8, 25.0)
+    start = len(header) + 8 * (len(frames) + 1)
+    offsets = np.cumsum([start] + [len(f) for f in frames]).astype("<u8")
+    (root / "rgb" / "a").mkdir(parents=True)
+    (root / "rgb" / "a" / "1.avi.frames").write_bytes(header + offsets.tobytes() + b"".join(frames))
+
+
+def test_stores_of_the_first_version_are_read_and_resumed(tmp_path):
+    frames = [encode_jpeg(np.full((8, 8, 3), v, np.uint8), 95) for v in (40, 80)]
+    _write_version_1_store(tmp_path / "old", frames)
+    store = ClipStore(tmp_path / "old")
+    assert store.version == 1 and store.verify("rgb") == [("a/2.avi", "missing")]
+    assert store.read("a/1.avi", "rgb", [1])[0, 0, 0, 0] == decode_jpeg(frames[1])[0, 0, 0]
+    run_entry_jobs(tmp_path / "old", "rgb", store.keys(), FramesOfKey(), workers=1)  # resumes in its own layout
+    assert (tmp_path / "old" / "rgb" / "a" / "2.avi.frames").is_file()
+    assert ClipStore(tmp_path / "old").verify("rgb", decode=True) == []

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from coclr.config import load_config
-from coclr.data.store import ClipStore, encode_jpeg, entry_path
+from coclr.data.jpeg import encode_jpeg
+from coclr.data.store import ClipStore, entry_path
 from coclr.data.synth import (
     ACTORS,
     MOTIONS,

@@ -417,7 +417,7 @@ def run_demo(config: DemoConfig, out: str | Path) -> dict[str, Any]:
     from coclr.data.flow.extract import extract_flow
     from coclr.data.synth import generate_synthetic
     from coclr.atomic import atomic_write_json, atomic_write_text
-    from coclr.eval.features import open_store
+    from coclr.data.store import open_store
     from coclr.eval.report import report_run, view_name, write_report
 
     started = time.time()

@@ -44,7 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "store", help="decode the videos of an index once into a clip store (resumable, parallel)",
         description="Decode every video of an index into resized JPEG frames packed one file per video "
         "(the 'rgb' view). Resumable: run it again after an interruption and it skips complete videos. "
-        "Undecodable videos are skipped and listed.")
+        "Undecodable videos are skipped and listed in OUT/failed_rgb.json; training and evaluation leave them out. "
+        "Given an updated index (videos added or removed), it updates the store in place and decodes only the "
+        "new videos.")
     store.add_argument("--index", required=True, help="index JSON (from `coclr data index`)")
     store.add_argument("--root", required=True, help="folder of the videos")
     store.add_argument("--out", required=True, help="store folder")
@@ -107,7 +109,7 @@ def run_index(args: argparse.Namespace) -> int:
 
 def run_store(args: argparse.Namespace) -> int:
     from coclr.data.indexes import VideoIndex
-    from coclr.data.store import build_store
+    from coclr.data.build import build_store
 
     index = VideoIndex.load(args.index)
     summary = build_store(index, args.root, args.out, short_side=args.short_side or None,
@@ -117,9 +119,9 @@ def run_store(args: argparse.Namespace) -> int:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    from coclr.data.store import ClipStore
+    from coclr.data.store import failures_path, open_store
 
-    store = ClipStore(args.store)
+    store = open_store(args.store)
     index = store.index
     print(f"store {store.root}: index {index.name!r}, {len(index)} videos, {len(index.classes)} classes")
     for split, count in index.split_counts().items():
@@ -136,6 +138,13 @@ def run_info(args: argparse.Namespace) -> int:
     for view in views:
         complete = sum(store.has(key, view) for key in keys)
         print(f"  view {view!r}: {complete}/{len(keys)} entries complete ({100 * complete / max(1, len(keys)):.1f}%)")
+        failed = {key: reason for key, reason in store.failed(view).items() if not store.has(key, view)}
+        if failed:
+            print(f"    {len(failed)} failed (left out of training and evaluation), listed in "
+                  f"{failures_path(store.root, view)}")
+        unlisted = store.unlisted(view)
+        if unlisted:
+            print(f"    {len(unlisted)} entries of videos no longer in the index (kept on disk)")
         if args.verify:
             problems = [(k, p) for k, p in store.verify(view, decode=args.decode) if p != "missing"]
             damaged += len(problems)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from coclr.cli._options import add_clip_arguments
 
@@ -71,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
 
     from coclr.config import from_dict
     from coclr.atomic import atomic_write_json
-    from coclr.eval.features import ClipConfig, Stream, check_inputs, open_store
+    from coclr.data.store import open_store
+    from coclr.eval.features import ClipConfig, Stream, check_inputs
 
     clip_config = from_dict(ClipConfig, {"length": args.length, "stride": args.stride, "size": args.size,
                                          "batch_size": args.batch_size, "workers": args.workers, "amp": args.amp})
@@ -80,7 +82,12 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpoint2:
         streams.append(Stream(Path(args.checkpoint2), args.view2))
     store = open_store(args.store)
-    check_inputs(store, streams, [args.train_split, args.test_split])
+    left_out = check_inputs(store, streams, [args.train_split, args.test_split])
+    for split, videos in left_out.items():
+        if videos:
+            from coclr.data.datasets import left_out_message
+
+            print(f"coclr eval: {left_out_message(store, split, [s.view for s in streams], videos)}", file=sys.stderr)
     common = {"train_split": args.train_split, "test_split": args.test_split, "device": device,
               "progress": not args.quiet}
 

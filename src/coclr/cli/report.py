@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from coclr.errors import ConfigError
-    from coclr.eval.features import open_store
+    from coclr.data.store import open_store
     from coclr.eval.report import load_record, write_report
 
     if not args.results and not args.run:

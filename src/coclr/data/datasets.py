@@ -17,25 +17,9 @@ import torch
 from torch.utils.data import Dataset
 
 from coclr.data.sampling import aligned_num_frames, sliding_windows, train_clip_indices
-from coclr.data.store import ClipStore
+from coclr.data.store import ClipStore, failures_path, open_store
+from coclr.data.views import DERIVED_VIEWS, is_flow_view, stored_view
 from coclr.errors import DataError
-
-DERIVED_VIEWS = {"rgbdiff": "rgb"}
-"""Views computed on the fly from a stored view (``rgbdiff`` reads one RGB frame more than its length)."""
-
-
-def stored_view(view: str) -> str:
-    """The stored view a (possibly derived) view reads its frames from."""
-    return DERIVED_VIEWS.get(view, view)
-
-
-def is_flow_view(view: str) -> bool:
-    """Flow views (``flow``, ``flow_dis``, ...) have one frame fewer than the RGB they come from."""
-    return view.startswith("flow")
-
-
-def open_store(store: ClipStore | str | Path) -> ClipStore:
-    return store if isinstance(store, ClipStore) else ClipStore(store)
 
 
 def fit_frames(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -53,8 +37,51 @@ def fit_frames(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return out
 
 
+def usable_entries(store: ClipStore, split: str, views: Sequence[str]) -> tuple[list, dict[str, str]]:
+    """The entries of ``split`` that have every view of ``views``, and those left out, with the reason.
+
+    An entry is left out when the job of one of its views failed (the store lists it: a video that cannot be
+    decoded, one too short for flow). An entry whose view was simply not built yet is an error, not a left-out,
+    so that training never starts on part of a view by mistake. Raises :class:`DataError` naming the split, the
+    view and the first videos, or when no entry is left.
+    """
+    entries = [e for e in store.index.entries if e.split == split]
+    if not entries:
+        present = sorted({e.split for e in store.index.entries})
+        raise DataError(f"{store.root}: split {split!r} has no videos (splits present: {', '.join(present) or 'none'})")
+    left_out: dict[str, str] = {}
+    for view in sorted({stored_view(v) for v in views}):
+        missing = [e.path for e in entries if e.path not in left_out and not store.has(e.path, view)]
+        failed = store.failed(view) if missing else {}
+        unbuilt = [key for key in missing if key not in failed]
+        if unbuilt:
+            shown = ", ".join(unbuilt[:5]) + (" ..." if len(unbuilt) > 5 else "")
+            built = ", ".join(store.views()) or "none"
+            raise DataError(f"{store.root}: view {view!r} is missing for {len(unbuilt)} of the {len(entries)} "
+                            f"{split!r} videos ({shown}): their {view!r} view is not built yet (views in the store: "
+                            f"{built}). Build it first: `coclr data store` makes rgb, `coclr flow` flow")
+        left_out.update({key: f"no {view!r} entry: {failed[key]}" for key in missing})
+    kept = [e for e in entries if e.path not in left_out]
+    if not kept:
+        raise DataError(f"{store.root}: every video of split {split!r} was left out (their jobs failed; see "
+                        f"{', '.join(str(failures_path(store.root, stored_view(v))) for v in views)})")
+    return kept, left_out
+
+
+def left_out_message(store: ClipStore, split: str, views: Sequence[str], left_out: dict[str, str]) -> str:
+    """One line saying how many videos of ``split`` were left out and where they are listed."""
+    lists = ", ".join(str(failures_path(store.root, v)) for v in sorted({stored_view(v) for v in views})
+                      if store.failed(v))
+    first = next(iter(left_out))
+    return (f"left out {len(left_out)} {split!r} video(s) whose jobs failed (listed in {lists}), e.g. {first}: "
+            f"{left_out[first]}")
+
+
 class _SplitClips(Dataset):
     """Shared state of the two datasets: the split's entries, their frame counts and a common frame size.
+
+    The entries are those that have every view read and every view of ``with_views`` (:func:`usable_entries`; two
+    streams evaluated together read the same videos); ``left_out`` lists the others with the reason.
 
     With ``cache_mb`` > 0, each entry's frames are decoded and fitted once, on first read, and kept (per process,
     never pickled) until the cache holds ``cache_mb`` MiB; later entries are then read from the store as usual.
@@ -64,7 +91,7 @@ class _SplitClips(Dataset):
     """
 
     def __init__(self, store: ClipStore | str | Path, split: str, views: Sequence[str], length: int, stride: int,
-                 frame_size: tuple[int, int] | None, cache_mb: float = 0.0):
+                 frame_size: tuple[int, int] | None, cache_mb: float = 0.0, with_views: Sequence[str] = ()):
         if length < 1 or stride < 1:
             raise ValueError(f"clip length and stride must be >= 1, got length={length}, stride={stride}")
         if cache_mb < 0:
@@ -75,15 +102,7 @@ class _SplitClips(Dataset):
         self.store = open_store(store)
         self.views = list(views)
         self.length, self.stride = length, stride
-        self.entries = [e for e in self.store.index.entries if e.split == split]
-        if not self.entries:
-            raise DataError(f"{self.store.root}: split {split!r} has no videos")
-        for view in {stored_view(v) for v in self.views}:
-            missing = [e.path for e in self.entries if not self.store.has(e.path, view)]
-            if missing:
-                shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-                raise DataError(f"{self.store.root}: {len(missing)} video(s) of split {split!r} have no "
-                                f"{view!r} view: {shown}")
+        self.entries, self.left_out = usable_entries(self.store, split, [*self.views, *with_views])
         self.num_frames = np.array([self._usable_frames(e.path) for e in self.entries], dtype=np.int64)
         groups = sorted({e.group for e in self.entries if e.group is not None})
         group_ids = {g: i for i, g in enumerate(groups)}
@@ -141,8 +160,8 @@ class TrainClips(_SplitClips):
 
     def __init__(self, store: ClipStore | str | Path, split: str, views: Sequence[str], length: int,
                  stride: int = 1, num_clips: int = 2, seed: int = 0, frame_size: tuple[int, int] | None = None,
-                 cache_mb: float = 0.0):
-        super().__init__(store, split, views, length, stride, frame_size, cache_mb)
+                 cache_mb: float = 0.0, with_views: Sequence[str] = ()):
+        super().__init__(store, split, views, length, stride, frame_size, cache_mb, with_views)
         self.num_clips = num_clips
         self.seed = seed
         self.epoch = 0
@@ -173,8 +192,8 @@ class WindowClips(_SplitClips):
     """
 
     def __init__(self, store: ClipStore | str | Path, split: str, view: str, length: int, stride: int = 1,
-                 frame_size: tuple[int, int] | None = None):
-        super().__init__(store, split, [view], length, stride, frame_size)
+                 frame_size: tuple[int, int] | None = None, with_views: Sequence[str] = ()):
+        super().__init__(store, split, [view], length, stride, frame_size, with_views=with_views)
         self.view = view
         self.windows = [(video, window) for video, n in enumerate(self.num_frames)
                         for window in sliding_windows(int(n), length, stride)]

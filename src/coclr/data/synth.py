@@ -39,10 +39,12 @@ from typing import Any
 
 import numpy as np
 
-from coclr.config import differences, option, require, to_dict, validate
+from coclr.config import option, require, to_dict, validate
 from coclr.atomic import atomic_write_text
 from coclr.data.indexes import VideoEntry, VideoIndex
-from coclr.data.store import META_FILE, ClipStore, JobSummary, create_store, encode_jpeg, run_entry_jobs
+from coclr.data.jobs import JobSummary, run_entry_jobs
+from coclr.data.jpeg import encode_jpeg
+from coclr.data.store import create_store
 from coclr.errors import ConfigError, DataError
 
 MOTIONS: tuple[str, ...] = (
@@ -643,10 +645,10 @@ def generate_synthetic(out: str | Path, config: SynthConfig, workers: int = 0) -
     """Write the dataset as a clip store at ``out`` (index + "rgb" view), in parallel and resumably.
 
     The generator's options are recorded in the store metadata, so resuming into ``out`` with other options
-    fails with a clear error instead of mixing two datasets. ``workers``: processes (0: one per core).
+    fails with a clear error naming each of them (:func:`~coclr.data.store.create_store`) instead of mixing two
+    datasets. ``workers``: processes (0: one per core).
     """
     validate(config)
-    _check_same_options(Path(out), config)
     index = synthetic_index(config)
     create_store(out, index, generator="coclr.data.synth", synth=recorded_options(config))
     keys = [entry.path for entry in index.entries]
@@ -662,20 +664,6 @@ def recorded_options(config: SynthConfig) -> dict[str, Any]:
     if not options["motions"]:
         del options["motions"]
     return options
-
-
-def _check_same_options(out: Path, config: SynthConfig) -> None:
-    """Refuse to resume into a store generated with other options, naming the options that differ."""
-    if not (out / META_FILE).is_file():
-        return
-    stored = ClipStore(out).meta.get("synth")
-    if stored is None:
-        raise DataError(f"{out} holds a clip store that is not a synthetic dataset: use another output folder")
-    given = recorded_options(config)
-    differ = differences(stored, given)
-    if differ:
-        raise DataError(f"{out} holds a synthetic dataset generated with {', '.join(differ)}: "
-                        "use another output folder")
 
 
 def write_videos(out_dir: str | Path, config: SynthConfig, codec: str = "libx264") -> Path:

@@ -16,14 +16,15 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from coclr.config import option, require
 from coclr.atomic import atomic_open
+from coclr.config import option, require
+from coclr.data.views import stored_view
 from coclr.errors import DataError
 
 CACHE_FORMAT = 1
@@ -93,20 +94,21 @@ def _autocast(device: torch.device, enabled: bool):
     return torch.autocast(device_type=device.type, dtype=dtype, enabled=enabled)
 
 
-def split_entries(store, split: str) -> list:
-    """The index entries of ``split``; a clear error (listing the splits that exist) when it is empty."""
-    entries = [entry for entry in store.index.entries if entry.split == split]
-    if not entries:
-        present = sorted({entry.split for entry in store.index.entries})
-        raise DataError(f"{store.root}: split {split!r} has no videos (splits present: {', '.join(present) or 'none'})")
-    return entries
+def split_entries(store, split: str, views: Sequence[str] = ()) -> list:
+    """The index entries of ``split`` that have every view of ``views`` (those whose job failed are left out,
+    :func:`coclr.data.datasets.usable_entries`); a clear error when none is left or a view is not built yet."""
+    from coclr.data.datasets import usable_entries
+
+    return usable_entries(store, split, views)[0]
 
 
 @torch.no_grad()
 def predict_windows(model: Callable[[torch.Tensor], torch.Tensor], store, view: str, split: str, config: ClipConfig,
                     device: str | torch.device = "cpu", ten_crop: bool = False, short_side: int | None = None,
-                    progress: bool = True, desc: str = "windows") -> tuple[torch.Tensor, list]:
-    """Run ``model`` on every sliding window of every video of ``split`` and average its outputs per video.
+                    progress: bool = True, desc: str = "windows", with_views: Sequence[str] = ()
+                    ) -> tuple[torch.Tensor, list]:
+    """Run ``model`` on every sliding window of every video of ``split`` (that also has the views of
+    ``with_views``) and average its outputs per video.
 
     ``model`` maps normalised clips ``[B, 3, T, S, S]`` to ``[B, D]``; with ``ten_crop`` each window is
     given as ten crops whose outputs are averaged with the windows. Returns the per-video mean ``[N, D]``
@@ -118,7 +120,7 @@ def predict_windows(model: Callable[[torch.Tensor], torch.Tensor], store, view: 
     from coclr.data.datasets import WindowClips
 
     device = torch.device(device)
-    windows = WindowClips(store, split, view, config.length, config.stride)
+    windows = WindowClips(store, split, view, config.length, config.stride, with_views=with_views)
     loader = DataLoader(windows, batch_size=config.batch_size, shuffle=False, num_workers=config.workers,
                         pin_memory=device.type == "cuda")
     sums: torch.Tensor | None = None
@@ -138,25 +140,29 @@ def predict_windows(model: Callable[[torch.Tensor], torch.Tensor], store, view: 
 
 
 def extract_features(backbone: nn.Module, store, view: str, split: str, config: ClipConfig | None = None,
-                     device: str | torch.device = "cpu", progress: bool = True) -> VideoFeatures:
-    """Pooled backbone features of every video of ``split``: sliding windows (half overlap), centre crop,
-    features averaged per video. The backbone runs in eval mode without gradients; its mode is restored."""
+                     device: str | torch.device = "cpu", progress: bool = True,
+                     with_views: Sequence[str] = ()) -> VideoFeatures:
+    """Pooled backbone features of every video of ``split`` (that also has the views of ``with_views``): sliding
+    windows (half overlap), centre crop, features averaged per video. The backbone runs in eval mode without
+    gradients; its mode is restored."""
     config = config or ClipConfig()
     device = torch.device(device)
     was_training = backbone.training
     backbone.eval().to(device)
     try:
         means, entries = predict_windows(lambda clips: backbone(clips).mean(dim=(2, 3, 4)), store, view, split,
-                                         config, device, progress=progress, desc=f"features {view}/{split}")
+                                         config, device, progress=progress, desc=f"features {view}/{split}",
+                                         with_views=with_views)
     finally:
         backbone.train(was_training)
     labels = np.array([entry.label for entry in entries], dtype=np.int64)
     return VideoFeatures(means.numpy(), labels, [entry.path for entry in entries])
 
 
-def cache_key(checkpoint_sha256: str, store, view: str, split: str, config: ClipConfig) -> dict[str, object]:
+def cache_key(checkpoint_sha256: str, store, view: str, split: str, config: ClipConfig,
+              with_views: Sequence[str] = ()) -> dict[str, object]:
     """Everything the features depend on: checkpoint content, store, view, split content, clip options."""
-    entries = split_entries(store, split)
+    entries = split_entries(store, split, [view, *with_views])
     videos = hashlib.sha256(json.dumps([[e.path, e.label] for e in entries]).encode()).hexdigest()
     return {"format": CACHE_FORMAT, "checkpoint_sha256": checkpoint_sha256, "store": str(Path(store.root).resolve()),
             "view": view, "split": split, "videos_sha256": videos, **config.data_key()}
@@ -195,20 +201,22 @@ def load_backbone(checkpoint: str | Path) -> nn.Module:
 def cached_features(checkpoint: str | Path, store, view: str, split: str, config: ClipConfig | None = None,
                     cache_dir: str | Path | None = None, device: str | torch.device = "cpu",
                     checkpoint_sha256: str | None = None, backbone: nn.Module | None = None,
-                    progress: bool = True) -> VideoFeatures:
+                    progress: bool = True, with_views: Sequence[str] = ()) -> VideoFeatures:
     """:func:`extract_features` for a checkpoint file, served from ``cache_dir`` when the same checkpoint
     content and data configuration were extracted before. The backbone is loaded only on a cache miss
     (or taken from ``backbone`` when given, which must be the checkpoint's)."""
     config = config or ClipConfig()
     if cache_dir is None:
-        return extract_features(backbone or load_backbone(checkpoint), store, view, split, config, device, progress)
-    key = cache_key(checkpoint_sha256 or file_sha256(checkpoint), store, view, split, config)
+        return extract_features(backbone or load_backbone(checkpoint), store, view, split, config, device, progress,
+                                with_views)
+    key = cache_key(checkpoint_sha256 or file_sha256(checkpoint), store, view, split, config, with_views)
     path = _cache_path(Path(cache_dir), key)
     if path.is_file():
         hit = _read_cache(path, key)
         if hit is not None:
             return hit
-    result = extract_features(backbone or load_backbone(checkpoint), store, view, split, config, device, progress)
+    result = extract_features(backbone or load_backbone(checkpoint), store, view, split, config, device, progress,
+                              with_views)
     _write_cache(path, key, result)
     return result
 
@@ -224,33 +232,21 @@ class Stream:
     view: str
 
 
-def open_store(root: str | Path):
-    """The evaluation :class:`ClipStore` at ``root``, with a clear error when it is not a store."""
-    from coclr.data.store import ClipStore
-
-    root = Path(root)
-    if not root.is_dir():
-        raise DataError(f"clip store not found: {root}")
-    return ClipStore(root)
+def stream_views(streams: Sequence[Stream]) -> list[str]:
+    """The views the streams read, in order, each once: every stream evaluates the videos that have all of them."""
+    return list(dict.fromkeys(stream.view for stream in streams))
 
 
-def check_inputs(store, streams: list[Stream], splits: list[str]) -> None:
-    """Fail before any work: missing checkpoint files, empty splits, or videos without a stream's view."""
+def check_inputs(store, streams: list[Stream], splits: list[str]) -> dict[str, dict[str, str]]:
+    """Fail before any work: missing checkpoint files, empty splits, or a stream's view not built yet. Returns,
+    per split, the videos left out because a job of one of the views failed (key -> reason)."""
+    from coclr.data.datasets import usable_entries
     from coclr.errors import CheckpointError
 
     for stream in streams:
         if not Path(stream.checkpoint).is_file():
             raise CheckpointError(f"checkpoint not found: {stream.checkpoint}")
-    for split in splits:
-        entries = split_entries(store, split)
-        for view in sorted({stream.view for stream in streams}):
-            stored = "rgb" if view == "rgbdiff" else view
-            missing = [entry.path for entry in entries if not store.has(entry.path, stored)]
-            if missing:
-                views = ", ".join(store.views()) or "none"
-                shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
-                raise DataError(f"{store.root}: view {stored!r} is missing for {len(missing)} of the "
-                                f"{len(entries)} {split!r} videos ({shown}); views in the store: {views}")
+    return {split: usable_entries(store, split, stream_views(streams))[1] for split in splits}
 
 
 def checkpoint_meta(path: str | Path) -> dict[str, object]:
@@ -269,12 +265,18 @@ def checkpoint_meta(path: str | Path) -> dict[str, object]:
 
 
 def input_record(store, streams: list[Stream], splits: dict[str, str], shas: list[str]) -> dict[str, object]:
-    """What a result was computed from: checkpoints (path, content hash, meta), store, views, split sizes."""
+    """What a result was computed from: checkpoints (path, content hash, meta), store, views, split sizes (the
+    videos evaluated, and those left out because a job of one of their views failed)."""
+    from coclr.data.datasets import usable_entries
+
+    views = stream_views(streams)
+    used = {role: usable_entries(store, name, views) for role, name in splits.items()}
     return {
         "store": str(Path(store.root).resolve()),
         "dataset": store.index.name,
         "num_classes": len(store.index.classes),
-        "splits": {role: {"name": name, "videos": len(split_entries(store, name))} for role, name in splits.items()},
+        "splits": {role: {"name": name, "videos": len(used[role][0]), "left_out": sorted(used[role][1])}
+                   for role, name in splits.items()},
         "streams": [{"checkpoint": str(Path(s.checkpoint).resolve()), "checkpoint_sha256": sha, "view": s.view,
                      "meta": checkpoint_meta(s.checkpoint)} for s, sha in zip(streams, shas)],
     }

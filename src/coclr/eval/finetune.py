@@ -17,6 +17,7 @@ epoch, and each epoch's randomness (clip choice, augmentation, dropout, batch or
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -134,8 +135,9 @@ def train_epoch(model: Classifier, loader, augment, optimizer: torch.optim.Optim
 def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, out_dir: str | Path,
              clip_config: ClipConfig | None = None, config: FinetuneConfig | None = None,
              train_split: str = "train", test_split: str = "test", device: str | torch.device = "cpu",
-             progress: bool = True) -> dict[str, object]:
-    """Finetune the checkpoint's backbone on ``train_split`` and test it on ``test_split``.
+             progress: bool = True, with_views: Sequence[str] = ()) -> dict[str, object]:
+    """Finetune the checkpoint's backbone on ``train_split`` and test it on ``test_split`` (the videos that have
+    ``view`` and the views of ``with_views``).
 
     Writes ``out_dir/finetune_last.pt`` after every epoch (resumed from when present) and the per-video test
     probabilities to ``out_dir/finetune_probabilities.npz`` (``keys``, ``labels``, ``center``, ``ten_crop``).
@@ -168,7 +170,7 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     done = _resume(state_path, model, optimizer, scheduler, fingerprint)
 
     dataset = TrainClips(store, train_split, [view], clip_config.length, clip_config.stride, num_clips=1,
-                         seed=config.seed)
+                         seed=config.seed, with_views=with_views)
     augment = ClipAugment(size=clip_config.size, blur_p=0.0)
     losses = []
     for epoch in tqdm(range(done, config.epochs), desc="finetune", unit="epoch", disable=not progress,
@@ -191,10 +193,10 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     def probabilities(clips: torch.Tensor) -> torch.Tensor:
         return model(clips).float().softmax(dim=1)
 
-    center, entries = predict_windows(probabilities, store, view, test_split, clip_config, device,
+    center, entries = predict_windows(probabilities, store, view, test_split, clip_config, device, with_views=with_views,
                                       progress=progress, desc="test centre crop")
-    ten, _ = predict_windows(probabilities, store, view, test_split, clip_config, device, ten_crop=True,
-                             short_side=short_side, progress=progress, desc="test ten crops")
+    ten, _ = predict_windows(probabilities, store, view, test_split, clip_config, device, with_views=with_views,
+                             ten_crop=True, short_side=short_side, progress=progress, desc="test ten crops")
     keys = [entry.path for entry in entries]
     labels = np.array([entry.label for entry in entries], dtype=np.int64)
     save_probabilities(out_dir / PROBS_FILE, keys, labels, center=center.numpy(), ten_crop=ten.numpy())
@@ -230,7 +232,7 @@ def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: Cl
     Each stream is finetuned in its own folder ``out_dir/<i>_<view>``; with two streams the fused
     probabilities go to ``out_dir/fused_probabilities.npz`` and ``results`` are the fused accuracies.
     """
-    from coclr.eval.features import check_inputs, file_sha256, input_record
+    from coclr.eval.features import check_inputs, file_sha256, input_record, stream_views
     from coclr.eval.fusion import fuse_probabilities
 
     clip_config = clip_config or ClipConfig()
@@ -239,7 +241,7 @@ def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: Cl
     shas = [file_sha256(stream.checkpoint) for stream in streams]
     out_dir = Path(out_dir)
     per_stream = [finetune(stream.checkpoint, sha, store, stream.view, out_dir / f"{i}_{stream.view}", clip_config,
-                           config, train_split, test_split, device, progress)
+                           config, train_split, test_split, device, progress, stream_views(streams))
                   for i, (stream, sha) in enumerate(zip(streams, shas))]
     record = {"task": "finetune", **input_record(store, list(streams), {"train": train_split, "test": test_split}, shas),
               "config": {"clips": dataclasses.asdict(clip_config), "finetune": dataclasses.asdict(config)}}

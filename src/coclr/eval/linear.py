@@ -188,7 +188,7 @@ def evaluate_linear(store, streams: list, clip_config=None, probe_config: Linear
     Returns ``(record, test probabilities [N, C], test keys)``; with two streams the probabilities and the
     record's ``results`` are the fused ones and ``per_stream`` holds each probe alone.
     """
-    from coclr.eval.features import ClipConfig, cached_features, check_inputs, file_sha256, input_record
+    from coclr.eval.features import ClipConfig, cached_features, check_inputs, file_sha256, input_record, stream_views
     from coclr.eval.fusion import fuse_probabilities
 
     clip_config = clip_config or ClipConfig()
@@ -199,7 +199,8 @@ def evaluate_linear(store, streams: list, clip_config=None, probe_config: Linear
     results = []
     for stream, sha in zip(streams, shas):
         train, test = (cached_features(stream.checkpoint, store, stream.view, split, clip_config, cache_dir, device,
-                                       checkpoint_sha256=sha, progress=progress) for split in (train_split, test_split))
+                                       checkpoint_sha256=sha, progress=progress, with_views=stream_views(streams))
+                       for split in (train_split, test_split))
         results.append(linear_probe(train, test, num_classes, probe_config, device))
     probabilities, keys = results[0].probabilities, results[0].keys
     for other in results[1:]:

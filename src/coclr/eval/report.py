@@ -278,7 +278,7 @@ def write_report(out_dir: str | Path, records: Sequence[dict[str, Any]], store=N
 
     The gallery reads thumbnails from ``store`` (default: the store recorded in that record).
     """
-    from coclr.eval.features import open_store
+    from coclr.data.store import open_store
     from coclr.eval.gallery import write_gallery
 
     out_dir = Path(out_dir)

@@ -163,7 +163,7 @@ def evaluate_retrieval(store, streams: Sequence, config=None, ks: Sequence[int] 
     fused (similarity-averaged) retrieval and ``per_stream`` holds each stream alone. The record keeps each
     test query's nearest train videos (``neighbours``) for the retrieval gallery.
     """
-    from coclr.eval.features import ClipConfig, cached_features, check_inputs, file_sha256, input_record
+    from coclr.eval.features import ClipConfig, cached_features, check_inputs, file_sha256, input_record, stream_views
     from coclr.eval.fusion import check_same_videos
 
     config = config or ClipConfig()
@@ -173,7 +173,7 @@ def evaluate_retrieval(store, streams: Sequence, config=None, ks: Sequence[int] 
     for stream, sha in zip(streams, shas):
         for split, out in ((train_split, train), (test_split, test)):
             out.append(cached_features(stream.checkpoint, store, stream.view, split, config, cache_dir, device,
-                                       checkpoint_sha256=sha, progress=progress))
+                                       checkpoint_sha256=sha, progress=progress, with_views=stream_views(streams)))
     for other_train, other_test in zip(train[1:], test[1:]):
         check_same_videos(train[0].keys, other_train.keys, "two-stream retrieval (train videos)")
         check_same_videos(test[0].keys, other_test.keys, "two-stream retrieval (test videos)")

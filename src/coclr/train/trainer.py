@@ -126,7 +126,7 @@ def clip_settings(config: PretrainConfig, store, view: str) -> dict[str, Any]:
     :func:`coclr.models.loading.read_clip_settings`): clip shape, the store's frame rate and short side, the
     normalisation and, for flow, the stored bound."""
     from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD
-    from coclr.data.datasets import is_flow_view, stored_view
+    from coclr.data.views import is_flow_view, stored_view
     from coclr.data.flow.extract import stored_bound
 
     data = config.data
@@ -167,6 +167,11 @@ class Trainer:
         self.dataset = TrainClips(config.data.store, config.data.split, config.views, config.data.length,
                                   config.data.stride, num_clips=2, seed=config.run.seed,
                                   frame_size=config.data.frame_size, cache_mb=config.data.cache_mb)
+        if self.dataset.left_out:
+            from coclr.data.datasets import left_out_message
+
+            self._log_line(left_out_message(self.dataset.store, config.data.split, config.views,
+                                            self.dataset.left_out))
         self.sampler = ResumableSampler(len(self.dataset), config.run.batch_size, seed=config.run.seed,
                                         rank=self.rank, world_size=self.world)
         queue_generator = torch.Generator().manual_seed(config.run.seed + 1)

@@ -1,7 +1,8 @@
 """Optical flow extraction into a clip store, as in the paper: flow between consecutive RGB frames of every
 video, clipped to +-20 px (``bound``), stored as uint8 JPEG frames (``n`` RGB frames give ``n - 1`` flow frames).
-The bound of each flow view is recorded in the store's metadata (``<view>_bound_px``), and a resumed extraction
-must use the same one.
+The bound of each flow view is recorded in the store's metadata (``<view>_bound_px``), with its backend and
+parameters (``<view>_method``), and a resumed extraction must use the same ones; one extraction at a time writes
+a view (:func:`coclr.data.jobs.view_lock`).
 
 Backends (:data:`BACKENDS`):
 
@@ -13,7 +14,7 @@ Backends (:data:`BACKENDS`):
   busy by decoding the next video and JPEG-encoding finished flow in a thread pool meanwhile.
 * ``auto``: ``tvl1-torch`` when CUDA is available (and no CPU device was asked for), else ``tvl1``.
 
-Extraction goes through :func:`coclr.data.store.run_entry_jobs`, so it is resumable (finished videos are
+Extraction goes through :func:`coclr.data.jobs.run_entry_jobs`, so it is resumable (finished videos are
 skipped), writes each entry atomically, shows progress with ETA and lists failures (e.g. a 1-frame video)
 instead of stopping.
 
@@ -33,12 +34,14 @@ from pathlib import Path
 
 import numpy as np
 
+from coclr.config import differences, to_dict
 from coclr.data.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
 from coclr.data.flow.opencv import opencv_dis, opencv_tvl1, rgb_to_gray
 from coclr.data.flow.params import TVL1Params
 from coclr.data.indexes import SPLITS
-from coclr.data.store import (ENTRY_SUFFIX, ClipStore, JobSummary, check_view_name, create_store, decode_jpeg,
-                              encode_jpeg, run_entry_jobs)
+from coclr.data.jobs import JobSummary, run_entry_jobs
+from coclr.data.jpeg import decode_jpeg, encode_jpeg
+from coclr.data.store import ENTRY_SUFFIX, ClipStore, check_view_name, create_store
 from coclr.errors import ConfigError, DataError
 
 SOURCE_VIEW = "rgb"
@@ -121,6 +124,11 @@ def encode_flow_frames(flow: np.ndarray, quality: int = DEFAULT_QUALITY, bound: 
 def bound_key(view: str) -> str:
     """The store metadata key that records the flow bound of ``view``."""
     return f"{view}_bound_px"
+
+
+def method_key(view: str) -> str:
+    """The store metadata key that records the backend and TV-L1 parameters of ``view``."""
+    return f"{view}_method"
 
 
 def stored_bound(store: ClipStore, view: str) -> float | None:
@@ -324,7 +332,13 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
     if started is not None and started != bound:
         raise ConfigError(f"bound: view {view!r} of {store.root} holds flow clipped to +-{started:g} px; extracting "
                           f"more of it at +-{bound:g} px would mix two encodings (use that bound, or another view)")
-    create_store(store.root, store.index, **{bound_key(view): bound})
+    method = {"backend": chosen.name, "params": to_dict(params) if chosen.name != "dis" else None}
+    recorded = store.meta.get(method_key(view))
+    if recorded is not None and recorded != method:
+        raise ConfigError(f"backend: view {view!r} of {store.root} was extracted with "
+                          f"{', '.join(differences(recorded, method))}; extracting more of it otherwise would mix "
+                          "two kinds of flow (use the same backend and parameters, or another view)")
+    create_store(store.root, store.index, **{bound_key(view): bound, method_key(view): method})
     quality = int(store.meta.get("quality") or DEFAULT_QUALITY)
     root = str(store.root.resolve())
     desc = f"flow ({chosen.name}{' on ' + torch_device if torch_device else ''}) -> {view}"
