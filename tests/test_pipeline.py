@@ -120,3 +120,30 @@ def test_pipeline_until_stops_after_the_stage_and_a_later_run_continues(tmp_path
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert all(s["status"] == "done" for s in manifest["stages"])
     assert (run_dir / "infonce_flow" / "encoder_flow.pth").stat().st_mtime_ns == stamp
+
+
+def test_a_pipeline_refuses_changed_options_and_keeps_its_record(tmp_path: Path) -> None:
+    """After --until infonce_rgb, a rerun with another width and topk is refused before any stage trains, naming
+    both; the manifest keeps the configuration the folder was started with; continuable options may change."""
+    from coclr.cli import main
+
+    store = make_random_store(tmp_path / "store", videos=8, frames=10)
+    run_dir = tmp_path / "run"
+    base = [f"data.store={store}", f"run.out={run_dir}", *TINY, "pipeline.infonce_epochs=1",
+            "pipeline.cycle_epochs=1", "pipeline.cycles=1"]
+    assert main(["pipeline", *base, "--until", "infonce_rgb"]) == 0
+    manifest = (run_dir / "manifest.json").read_text()
+    with pytest.raises(ConfigError, match=r"model\.width=0\.125 \(given 0\.25\), method\.topk=2 \(given 3\)"):
+        run_pipeline(pipeline_config(store, run_dir, "model.width=0.25", "method.topk=3"))
+    assert (run_dir / "manifest.json").read_text() == manifest and not (run_dir / "infonce_flow").exists()
+    assert main(["pipeline", *base, "run.progress=true", "data.workers=1", "--until", "infonce_flow"]) == 0
+    recorded = json.loads((run_dir / "manifest.json").read_text())["config"]
+    assert recorded["run"]["progress"] is False and recorded["model"]["width"] == 0.125
+
+
+def test_a_pipeline_prints_each_stage_and_the_time_left(tmp_path: Path, capsys) -> None:
+    store = make_random_store(tmp_path / "store", videos=8, frames=10)
+    run_pipeline(pipeline_config(store, tmp_path / "run"))
+    out = capsys.readouterr().out
+    assert "stage 1/4: infonce_rgb (infonce on rgb, 1 epochs); 0/4 epochs of the pipeline done" in out
+    assert "stage 4/4: cycle1_flow (coclr on flow, 1 epochs); 3/4 epochs of the pipeline done, about" in out

@@ -18,7 +18,7 @@ from coclr.errors import ConfigError, DataError
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PipelineConfig, PretrainConfig
 from coclr.train.sampler import ResumableSampler
-from coclr.train.trainer import Trainer
+from coclr.train.trainer import LAST, Trainer
 from conftest import REPO_ROOT, make_random_store
 
 TINY = ["model.width=0.125", "data.length=8", "data.size=32", "data.workers=0", "method.queue_size=8",
@@ -137,7 +137,7 @@ def run_pretrain(args: list[str], kill_in_step: int | None = None) -> subprocess
 
 KILL_IN_STEP = """
 import os, signal
-from coclr.train.trainer import Trainer
+from coclr.train.trainer import LAST, Trainer
 _train_step = Trainer.train_step
 def _killing_step(self, *args, **kwargs):
     result = _train_step(self, *args, **kwargs)
@@ -196,11 +196,11 @@ def test_checkpoint_holds_the_full_state_and_loads_as_an_encoder(store: Path, tm
 
 
 def test_resuming_drops_a_log_line_a_kill_cut_short(store: Path, tmp_path: Path) -> None:
-    Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=1")).run()
+    Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.max_steps=3")).run()  # stops after epoch 1
     log = tmp_path / "run" / "log.jsonl"
     written = [json.loads(line) for line in log.read_text().splitlines()]
     log.write_text(log.read_text() + '{"step": 99, "loss": 1.')  # killed while appending a record
-    Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2"), resume=True).run()
+    Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2")).run()
     records = [json.loads(line) for line in log.read_text().splitlines()]  # every line is JSON again
     assert records[:len(written)] == written
     assert [r["epoch"] for r in records if "epoch_loss" in r] == [1, 2]
@@ -339,3 +339,40 @@ def test_milestones_multiply_the_lr_by_gamma_from_their_epoch_on(store: Path, tm
     steps = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()
              if '"lr"' in line]
     assert [step["lr"] for step in steps] == pytest.approx([1e-3] * 6 + [1e-4] * 3)
+
+
+def test_the_same_command_continues_and_another_is_refused_naming_each_option(store: Path, tmp_path: Path) -> None:
+    """Rerunning `coclr pretrain` without --resume continues the run; changed options are refused before any
+    work, naming each with both values, and nothing in the folder changes; --restart moves the run aside."""
+    from coclr.cli import main
+
+    run = tmp_path / "run"
+    args = ["pretrain", f"data.store={store}", f"run.out={run}", *TINY, "optim.epochs=2", "run.max_steps=3"]
+    assert main(args) == 0  # stops after epoch 1 (3 iterations)
+    last = run / LAST
+    assert load_checkpoint(last)["position"]["epoch"] == 1
+    written = {path.name: path.read_bytes() for path in (last, run / "log.jsonl", run / "run.json")}
+    changed = [a for a in args if a != "run.max_steps=3"] + ["optim.lr=0.002", "model.width=0.25"]
+    assert main(changed) == 2
+    assert {path.name: path.read_bytes() for path in (last, run / "log.jsonl", run / "run.json")} == written
+    assert main([a for a in args if a != "run.max_steps=3"] + ["run.progress=true", "data.workers=1"]) == 0
+    assert load_checkpoint(last)["position"]["epoch"] == 2  # continued: epoch 2 of 2, not epoch 1 again
+    epochs = [json.loads(line)["epoch"] for line in (run / "log.jsonl").read_text().splitlines()
+              if "epoch_loss" in line]
+    assert epochs == [1, 2]
+    assert json.loads((run / "run.json").read_text())["options"]["run"]["progress"] is False  # as started
+    assert main([*args, "--restart"]) == 0
+    assert len(list(tmp_path.glob("run.replaced-*"))) == 1
+    assert load_checkpoint(last)["position"]["epoch"] == 1
+
+
+def test_a_refusal_names_every_differing_option(store: Path, tmp_path: Path, capsys) -> None:
+    from coclr.cli import main
+
+    base = ["pretrain", f"data.store={store}", f"run.out={tmp_path / 'run'}", *TINY, "optim.epochs=1"]
+    assert main(base) == 0
+    capsys.readouterr()
+    assert main([*base, "optim.lr=0.002", "model.width=0.25"]) == 2
+    error = capsys.readouterr().err
+    assert "model.width=0.125 (given 0.25)" in error and "optim.lr=0.001 (given 0.002)" in error
+    assert len(error.strip().splitlines()) == 1

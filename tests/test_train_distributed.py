@@ -95,8 +95,7 @@ def test_a_two_process_run_resumes_in_one_process(tmp_path: Path) -> None:
     mp.spawn(_worker, args=(2, free_port(), str(store), str(tmp_path / "ddp"), str(results)), nprocs=2, join=True)
     stopped = load_checkpoint(tmp_path / "ddp" / "checkpoint_last.pth")
     assert stopped["world_size"] == 2 and stopped["position"]["consumed"] == 4 * STEPS
-    resumed = Trainer(tiny_config(store, tmp_path / "ddp", "run.batch_size=4", "run.freeze_bn=true", "optim.epochs=1"),
-                      resume=True)
+    resumed = Trainer(tiny_config(store, tmp_path / "ddp", "run.batch_size=4", "run.freeze_bn=true", "optim.epochs=1"))
     assert resumed.position.consumed == 4 * STEPS
     resumed.run()
     final = load_checkpoint(tmp_path / "ddp" / "checkpoint_last.pth")["position"]

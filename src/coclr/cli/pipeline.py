@@ -11,8 +11,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "pipeline", help="InfoNCE on both views, then cycles of co-training (resumable)",
         description="Run the CoCLR algorithm end to end in one run folder (run.out). Running the same "
-        "command again continues where it stopped. Works under torchrun too.")
+        "command again continues where it stopped; other options are refused, naming each that differs (progress, "
+        "workers, logging, run.max_steps and --until may change). Works under torchrun too.")
     add_config_arguments(parser)
+    parser.add_argument("--restart", action="store_true",
+                        help="move an earlier run in run.out aside (to <run.out>.replaced-<time>) and start over")
     parser.add_argument("--until", metavar="STAGE", help="stop after this stage (e.g. cycle1_flow); running "
                         "again without it continues with the rest")
     parser.set_defaults(func=run)
@@ -28,6 +31,6 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(PipelineConfig, args.config, args.overrides)
     from coclr.train.pipeline import run_pipeline
 
-    run_dir = run_pipeline(config, until=args.until)
+    run_dir = run_pipeline(config, until=args.until, restart=args.restart)
     print(f"pipeline folder: {run_dir} (stages in {run_dir / 'manifest.json'})")
     return 0

@@ -11,10 +11,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "pretrain", help="train an encoder with InfoNCE, UberNCE, CoCLR or CMC",
         description="Self-supervised pretraining of one stage. Runs on one process, or on many GPUs and "
-        "machines under torchrun (torchrun --nproc_per_node=N -m coclr pretrain ...).")
+        "machines under torchrun (torchrun --nproc_per_node=N -m coclr pretrain ...). The same command on the same "
+        "run.out continues the run from its last checkpoint; other options are refused, naming each that differs.")
     add_config_arguments(parser)
     parser.add_argument("--resume", action="store_true",
-                        help="continue from run.out/checkpoint_last.pth when it exists")
+                        help="continue the run in run.out (what running the same command again always does)")
+    parser.add_argument("--restart", action="store_true",
+                        help="move an earlier run in run.out aside (to <run.out>.replaced-<time>) and start over")
     parser.set_defaults(func=run)
 
 
@@ -28,6 +31,6 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(PretrainConfig, args.config, args.overrides)
     from coclr.train.trainer import pretrain
 
-    checkpoint = pretrain(config, resume=args.resume)
+    checkpoint = pretrain(config, restart=args.restart)
     print(f"last checkpoint: {checkpoint}")
     return 0

@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coclr.config import option, require
-from coclr.errors import CheckpointError
+from coclr.config import differences, option, require
+from coclr.errors import CheckpointError, ConfigError
 from coclr.eval.features import ClipConfig, predict_windows
 from coclr.eval.fusion import topk_accuracy
 
@@ -101,9 +101,10 @@ def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, sch
         raise CheckpointError(f"{path}: cannot resume finetuning from it: {error}") from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise CheckpointError(f"{path}: not a finetuning state file (format {STATE_FORMAT!r})")
-    if state.get("fingerprint") != fingerprint:
-        raise CheckpointError(f"{path} belongs to a finetuning job with other inputs or options "
-                              f"({state.get('fingerprint')}); use another output folder")
+    differ = differences(state.get("fingerprint") or {}, fingerprint)
+    if differ:
+        raise ConfigError(f"{path} belongs to a finetuning job with {', '.join(differ)}; use the same inputs and "
+                          "options to continue it, or another folder")
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

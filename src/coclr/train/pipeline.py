@@ -16,13 +16,14 @@ from typing import Any
 
 import torch.distributed as dist
 
-from coclr.atomic import atomic_write_json
-from coclr.config import differences, to_dict, validate
+from coclr.atomic import atomic_write_json, read_json_lines
+from coclr.config import to_dict, validate
 from coclr.core.distributed import is_main
 from coclr.errors import ConfigError
 from coclr.models.loading import save_encoder
+from coclr.runfolder import check_folder, move_aside, read_record, record_folder
 from coclr.train.config import PipelineConfig, PretrainConfig
-from coclr.train.trainer import LAST, Trainer
+from coclr.train.trainer import CONTINUABLE, LAST, Trainer
 
 MANIFEST = "manifest.json"
 
@@ -104,6 +105,32 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def pipeline_eta(run_dir: Path, stages: list[Stage]) -> str:
+    """How much of the pipeline is done, in epochs, and the time left at the mean epoch time of its training logs
+    so far (every stage's ``log.jsonl`` records each epoch's seconds)."""
+    done, seconds = 0, []
+    for stage in stages:
+        log = run_dir / stage.name / "log.jsonl"
+        if log.is_file():
+            epochs = [r["epoch_seconds"] for r in read_json_lines(log) if isinstance(r, dict) and "epoch_seconds" in r]
+            done += len(epochs)
+            seconds += epochs
+    total = sum(stage.epochs for stage in stages)
+    text = f"{done}/{total} epochs of the pipeline done"
+    if seconds:
+        left = (total - done) * sum(seconds) / len(seconds)
+        text += f", about {_duration(left)} left"
+    return text
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def export_encoders(checkpoint: Path, stage: Stage, run_dir: Path) -> dict[str, str]:
     """Write each trained view's encoder of a finished stage as its own file (what later stages load).
 
@@ -125,22 +152,31 @@ def export_encoders(checkpoint: Path, stage: Stage, run_dir: Path) -> dict[str, 
     return {view: str(path.relative_to(run_dir)) for view, path in files.items()}
 
 
-def run_pipeline(config: PipelineConfig, until: str | None = None) -> Path:
+def _manifest_options(run_dir: Path) -> dict[str, Any] | None:
+    """The options of a pipeline folder written before run records existed: those its manifest holds."""
+    return read_manifest(run_dir).get("config")
+
+
+def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool = False) -> Path:
     """Run (or continue) every stage, or the stages up to and including ``until``; returns the run folder
-    holding ``manifest.json``. A later call continues with the stages left pending."""
+    holding ``manifest.json``. A later call with the same options continues with the stages left pending; other
+    options are refused before any work, naming each that differs (:mod:`coclr.runfolder`; the options listed
+    in :data:`~coclr.train.trainer.CONTINUABLE` may change). ``restart`` moves an earlier run aside first."""
     run_dir = Path(config.run.out)
     stages = plan_stages(config)
     names = [stage.name for stage in stages]
     if until is not None and until not in names:
         raise ConfigError(f"until: no stage {until!r} in this pipeline; its stages are {', '.join(names)}")
+    if restart and is_main():
+        move_aside(run_dir, "pipeline")
+    if restart and dist.is_initialized():
+        dist.barrier()
+    options = to_dict(config)
+    check_folder(run_dir, "pipeline", options, CONTINUABLE, _manifest_options)
     previous = read_manifest(run_dir)
-    if previous:
-        differ = differences(previous.get("config", {}).get("pipeline", {}), to_dict(config.pipeline), "pipeline.")
-        if differ:
-            raise ConfigError(f"run.out: {run_dir} holds a pipeline run with {', '.join(differ)}; use another "
-                              "folder or the same options")
     status = {s["name"]: s for s in previous.get("stages", [])}
-    manifest = {"config": to_dict(config), "stages": []}
+    recorded = read_record(run_dir)
+    manifest = {"config": recorded["options"] if recorded else previous.get("config", options), "stages": []}
     for stage in stages:
         entry = status.get(stage.name, {})
         manifest["stages"].append({
@@ -151,14 +187,19 @@ def run_pipeline(config: PipelineConfig, until: str | None = None) -> Path:
         })
     stage_configs = [stage_config(config, stage, run_dir) for stage in stages]
     run_dir.mkdir(parents=True, exist_ok=True)
+    if is_main():
+        record_folder(run_dir, "pipeline", options)
     count = names.index(until) + 1 if until is not None else len(stages)
-    for stage, stage_cfg, entry in zip(stages[:count], stage_configs, manifest["stages"]):
+    for number, (stage, stage_cfg, entry) in enumerate(zip(stages[:count], stage_configs, manifest["stages"]), 1):
         if entry["status"] == "done":
             continue
         entry["status"] = "running"
         if is_main():
             atomic_write_json(run_dir / MANIFEST, manifest)
-        trainer = Trainer(stage_cfg, resume=True)
+            print(f"[coclr pipeline] stage {number}/{len(stages)}: {stage.name} ({stage.method} on "
+                  f"{'+'.join(stage.trains)}, {stage.epochs} epochs); {pipeline_eta(run_dir, stages)}", flush=True)
+        trainer = Trainer(stage_cfg)
+        trainer.progress_label = f"stage {number}/{len(stages)} {stage.name}"
         checkpoint = trainer.run()
         if not trainer.finished:
             return run_dir

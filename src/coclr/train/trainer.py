@@ -35,6 +35,7 @@ from coclr.models.loading import load_encoder
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state, set_rng_state
 from coclr.train.config import PretrainConfig
 from coclr.train.learner import PretrainModel, Targets, ViewLearner
+from coclr.runfolder import check_folder, move_aside, record_folder
 from coclr.train.sampler import ResumableSampler
 
 LAST = "checkpoint_last.pth"
@@ -146,16 +147,60 @@ def check_inputs(config: PretrainConfig) -> None:
         raise ConfigError(f"data.store: not a directory: {config.data.store}")
 
 
-class Trainer:
-    """Runs one pretraining stage; ``run()`` returns the path of the last checkpoint."""
+CONTINUABLE = ("run.out", "run.device", "run.progress", "run.log_every", "run.save_every", "run.max_steps",
+               "run.knn_every", "run.batch_size", "data.workers", "data.cache_mb")
+"""Options a run may continue with other values (they change where it runs, what it shows or where it stops,
+never its results); any other difference is refused (:mod:`coclr.runfolder`). ``run.batch_size`` is per process:
+what must stay is the global batch, recorded as ``run.global_batch``, so a run continues on any number of
+processes."""
 
-    def __init__(self, config: PretrainConfig, resume: bool = False):
+
+def run_options(config: PretrainConfig, world: int) -> dict[str, Any]:
+    """The options a run folder records: the configuration, with the global batch of ``world`` processes."""
+    options = to_dict(config)
+    options["run"]["global_batch"] = config.run.batch_size * world
+    return options
+
+
+def _checkpoint_options(folder: Path) -> dict[str, Any] | None:
+    """The options of a run folder written before run records existed: those its last checkpoint holds."""
+    if not (folder / LAST).is_file():
+        return None
+    checkpoint = load_checkpoint(folder / LAST)
+    options = checkpoint["config"]
+    options["run"]["global_batch"] = options["run"]["batch_size"] * checkpoint.get("world_size", 1)
+    return options
+
+
+def check_run_folder(config: PretrainConfig, restart: bool = False) -> bool:
+    """Whether ``run.out`` holds a run started with the same options (to continue); other options are refused,
+    naming each that differs; with ``restart``, an earlier run is moved aside first. Under torchrun, rank 0 moves
+    it and every process checks after it."""
+    if restart and is_main():
+        move_aside(config.run.out, "pretrain")
+    if restart and dist.is_initialized():
+        dist.barrier()
+    return check_folder(config.run.out, "pretrain", run_options(config, world_size()), CONTINUABLE,
+                        _checkpoint_options)
+
+
+class Trainer:
+    """Runs one pretraining stage; ``run()`` returns the path of the last checkpoint.
+
+    The run folder ``run.out`` follows :mod:`coclr.runfolder`: a trainer on a folder started with the same options
+    continues it from its last checkpoint; other options are refused before any work, unless ``restart``.
+    """
+
+    def __init__(self, config: PretrainConfig, restart: bool = False):
         check_inputs(config)
         self.config = config
         self.device = resolve_device(config.run.device)
         init_distributed(self.device)
         self.rank, self.world = rank(), world_size()
         self.out = Path(config.run.out)
+        self.progress_label = ""
+        """Shown before the epoch in the progress bar (the pipeline names its stage)."""
+        check_run_folder(config, restart)
         if config.run.deterministic:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True, warn_only=True)
@@ -196,10 +241,8 @@ class Trainer:
         self.ddp = self._wrap()
         self.position = Position()
         self.best_loss = math.inf
-        if resume and (self.out / LAST).is_file():
+        if (self.out / LAST).is_file():
             self._load(self.out / LAST)
-        elif resume:
-            self._log_line(f"no checkpoint in {self.out}: starting from the beginning")
 
     def _scheduler(self):
         optim = self.config.optim
@@ -251,11 +294,6 @@ class Trainer:
 
     def _load(self, path: Path) -> None:
         ckpt = load_checkpoint(path, map_location="cpu")
-        saved = ckpt["config"]
-        for section, key in (("method", "name"), ("data", "view"), ("model", "width"), ("model", "gating")):
-            if saved[section][key] != getattr(getattr(self.config, section), key):
-                raise ConfigError(f"{section}.{key}: the run in {self.out} was started with "
-                                  f"{saved[section][key]!r}; resume it with the same value")
         missing, unexpected = self.model.load_state_dict(ckpt["model"], strict=False)
         if missing or unexpected:
             raise CheckpointError(f"{path}: model state does not match: missing {missing}, "
@@ -381,6 +419,8 @@ class Trainer:
         loader = DataLoader(self.dataset, batch_size=config.run.batch_size, sampler=self.sampler,
                             num_workers=config.data.workers, pin_memory=self.device.type == "cuda",
                             persistent_workers=False, drop_last=True)
+        if is_main():
+            record_folder(self.out, "pretrain", run_options(config, self.world))
         jsonl, writer = self._open_logs()
         queue_full = self.model.queues_full
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
@@ -447,7 +487,8 @@ class Trainer:
         from tqdm import tqdm
 
         done = self.position.consumed // self.sampler.global_batch
-        return tqdm(total=steps_per_epoch, initial=done, desc=f"epoch {self.position.epoch + 1}/"
+        label = f"{self.progress_label}: " if self.progress_label else ""
+        return tqdm(total=steps_per_epoch, initial=done, desc=f"{label}epoch {self.position.epoch + 1}/"
                     f"{self.config.optim.epochs}", unit="it", dynamic_ncols=True, leave=False)
 
     def _check_finite(self, nonfinite: torch.Tensor) -> None:
@@ -504,9 +545,10 @@ class Trainer:
                           size=self.config.data.size, device=self.device)
 
 
-def pretrain(config: PretrainConfig, resume: bool = False) -> Path:
-    """Run one pretraining stage (resuming from ``run.out`` when asked); returns the last checkpoint."""
-    trainer = Trainer(config, resume=resume)
+def pretrain(config: PretrainConfig, restart: bool = False) -> Path:
+    """Run one pretraining stage, or continue the one in ``run.out`` (see :class:`Trainer`); returns the last
+    checkpoint."""
+    trainer = Trainer(config, restart=restart)
     try:
         return trainer.run()
     finally:
