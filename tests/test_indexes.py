@@ -51,10 +51,14 @@ def test_ucf101_split_files(tmp_path):
     assert index.name == "ucf101_split1"
     assert index.classes == ["ApplyEyeMakeup", "BaseballPitch", "HandstandPushups"]
     assert index.split_counts() == {"train": 4, "test": 3}
-    assert index.entries[0] == VideoEntry("ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi", 0, "train", "g08")
-    assert index.entries[3] == VideoEntry("HandstandPushups/v_HandStandPushups_g08_c01.avi", 2, "train", "g08")
+    # Groups are per class, as the authors' code identifies sources (v_<Class>_g<XX>): g08 of two classes differ.
+    assert index.entries[0] == VideoEntry("ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi", 0, "train",
+                                          "v_ApplyEyeMakeup_g08")
+    assert index.entries[3] == VideoEntry("HandstandPushups/v_HandStandPushups_g08_c01.avi", 2, "train",
+                                          "v_HandStandPushups_g08")
     test = index.split("test")
-    assert [(e.label, e.group) for e in test.entries] == [(0, "g01"), (1, "g02"), (2, "g07")]
+    assert [(e.label, e.group) for e in test.entries] == [(0, "v_ApplyEyeMakeup_g01"), (1, "v_BaseballPitch_g02"),
+                                                          (2, "v_HandStandPushups_g07")]
     train_groups = {e.group for e in index.split("train").entries}
     assert train_groups.isdisjoint({e.group for e in test.entries})
 
@@ -227,3 +231,66 @@ def test_counts(tmp_path):
     assert index.class_counts() == [1, 0, 2]
     assert index.class_counts("train") == [1, 0, 1]
     assert len(index.split("test")) == 1 and index.split("test").classes == ["a", "b", "c"]
+
+
+def test_a_symlink_loop_and_videos_reached_twice_are_reported(tmp_path):
+    """`train/zz_loop -> ../train` used to add a class holding copies of every training video."""
+    root = tmp_path / "data"
+    for path in ("train/walk/a.avi", "train/run/b.avi", "test/walk/c.avi"):
+        touch(root / path)
+    (root / "train" / "zz_loop").symlink_to("../train")
+    with pytest.raises(DataError, match=r"loop\): train/zz_loop -> \.\./train"):
+        folder_index(root)
+    (root / "train" / "zz_loop").unlink()
+    (root / "train" / "walk" / "again.avi").symlink_to("a.avi")
+    with pytest.raises(DataError, match=r"reached by two paths: train/walk/again\.avi \(also train/walk/a\.avi\)"):
+        folder_index(root)
+    (root / "train" / "walk" / "again.avi").unlink()
+    touch(tmp_path / "elsewhere" / "jump" / "d.avi")
+    (root / "train" / "jump").symlink_to(tmp_path / "elsewhere" / "jump")  # a linked class folder is fine
+    index = folder_index(root)
+    assert sorted(e.path for e in index.entries) == ["test/walk/c.avi", "train/jump/d.avi", "train/run/b.avi",
+                                                      "train/walk/a.avi"]
+
+
+def test_a_plain_class_folder_is_split_by_source_group(tmp_path):
+    """UCF101-named clips group by source (v_<Class>_g<XX>), nested clips by their subfolder; the split is
+    deterministic, keeps each group on one side and moves no group when videos are added."""
+    for group in range(1, 7):
+        for clip in range(1, 4):
+            touch(tmp_path / "videos" / "Archery" / f"v_Archery_g{group:02d}_c{clip:02d}.avi")
+    for source in ("s1", "s2", "s3", "s4"):
+        for clip in ("x", "y"):
+            touch(tmp_path / "videos" / "walk" / source / f"{clip}.mp4")
+    index = folder_index(tmp_path / "videos", test_fraction=0.34, seed=1)
+    by_group: dict[str, set[str]] = {}
+    for entry in index.entries:
+        by_group.setdefault(entry.group, set()).add(entry.split)
+    assert all(len(splits) == 1 for splits in by_group.values())
+    assert {g for g in by_group if g.startswith("walk/")} == {"walk/s1", "walk/s2", "walk/s3", "walk/s4"}
+    assert index.split_counts() == {"train": 12 + 6, "test": 6 + 2}  # 2 of 6 Archery groups, 1 of 4 walk sources
+    assert folder_index(tmp_path / "videos", test_fraction=0.34, seed=1) == index
+    assert folder_index(tmp_path / "videos", test_fraction=0.34, seed=2) != index
+    touch(tmp_path / "videos" / "walk" / "s5" / "z.mp4")
+    grown = {e.path: e.split for e in folder_index(tmp_path / "videos", test_fraction=0.34, seed=1).entries}
+    assert all(grown[e.path] == e.split for e in index.entries if e.path.startswith("Archery"))
+    with pytest.raises(DataError, match="already laid out by split"):
+        touch(tmp_path / "bysplit" / "train" / "walk" / "a.avi")
+        folder_index(tmp_path / "bysplit", test_fraction=0.2)
+
+
+def test_cli_folder_index_says_when_there_is_no_test_split_and_splits_on_request(tmp_path, capsys):
+    from coclr.cli import main
+
+    for clip in range(4):
+        touch(tmp_path / "videos" / "walk" / f"{clip}.mp4")
+        touch(tmp_path / "videos" / "run" / f"{clip}.mp4")
+    assert main(["data", "index", "--format", "folder", "--root", str(tmp_path / "videos"),
+                 "--out", str(tmp_path / "a.json")]) == 0
+    assert "no video is in a test split" in capsys.readouterr().out
+    assert main(["data", "index", "--format", "folder", "--root", str(tmp_path / "videos"), "--test-fraction", "0.25",
+                 "--out", str(tmp_path / "b.json")]) == 0
+    assert "(train 6, test 2)" in capsys.readouterr().out
+    assert main(["data", "index", "--format", "csv", "--annotations", str(tmp_path / "a.json"), "--test-fraction",
+                 "0.25", "--out", str(tmp_path / "c.json")]) == 2
+    assert "--test-fraction applies to --format folder" in capsys.readouterr().err

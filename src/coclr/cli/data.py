@@ -34,6 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     index.add_argument("--annotations", nargs="+", help="split files folder, annotation CSV(s) or manifest")
     index.add_argument("--split", type=int, default=1, help="official split number for ucf101/hmdb51 (1-3)")
     index.add_argument("--name", help="index name (default: from the dataset)")
+    index.add_argument("--test-fraction", type=float, default=0.0,
+                       help="folder: put about this fraction of each class's videos in the test split, by source "
+                       "group (UCF101 names or <class>/<source>/<clip> subfolders), deterministically; for a plain "
+                       "<class>/<video> folder (a <split>/<class>/<video> folder is split already)")
+    index.add_argument("--seed", type=int, default=0, help="folder with --test-fraction: seed of the split")
     index.add_argument("--drop-missing", action="store_true",
                        help="leave out videos missing under --root instead of failing (e.g. deleted "
                        "Kinetics videos)")
@@ -78,6 +83,8 @@ def run_index(args: argparse.Namespace) -> int:
         raise DataError(f"--format {args.format} needs exactly one --annotations path")
     if args.format in ("kinetics", "folder") and not args.root:
         raise DataError(f"--format {args.format} needs --root")
+    if args.test_fraction and args.format != "folder":
+        raise DataError(f"--test-fraction applies to --format folder, not {args.format} (which has its own splits)")
     if args.format == "kinetics" and not annotations:
         raise DataError("--format kinetics needs --annotations CSV file(s)")
     if args.format == "ucf101":
@@ -87,7 +94,7 @@ def run_index(args: argparse.Namespace) -> int:
     elif args.format == "kinetics":
         index = indexes.kinetics_index(annotations, args.root)
     elif args.format == "folder":
-        index = indexes.folder_index(args.root)
+        index = indexes.folder_index(args.root, test_fraction=args.test_fraction, seed=args.seed)
     else:
         index = indexes.csv_index(annotations[0])
     if args.name:
@@ -104,6 +111,9 @@ def run_index(args: argparse.Namespace) -> int:
     index.save(args.out)
     counts = ", ".join(f"{split} {n}" for split, n in index.split_counts().items())
     print(f"index {index.name!r}: {len(index.classes)} classes, {len(index)} videos ({counts}) -> {args.out}")
+    if "test" not in index.split_counts():
+        print("note: no video is in a test split, which evaluation (coclr eval, coclr report) needs: lay the folder "
+              "out as <split>/<class>/<video>, or give --test-fraction (--format folder) or a split column (csv)")
     return 0
 
 

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import re
@@ -159,10 +160,18 @@ def check_videos_exist(index: VideoIndex, root: str | Path) -> None:
 _UCF_NAME = re.compile(r"v_(?P<class>[^_]+)_(?P<group>g\d+)_c\d+", re.IGNORECASE)
 
 
+def ucf101_group(path: str) -> str | None:
+    """The source group of a UCF101-named video, as the authors' code identifies it: ``v_<Class>_g<XX>`` (per
+    class: ``g08`` of ApplyEyeMakeup and ``g08`` of Archery are different sources); None for other names."""
+    match = _UCF_NAME.match(PurePosixPath(path).name)
+    return f"v_{match['class']}_{match['group'].lower()}" if match else None
+
+
 def ucf101_index(annotations: str | Path, split: int = 1) -> VideoIndex:
     """UCF101 from its official files in ``annotations`` (``ucfTrainTestlist``): ``classInd.txt``
     (``index name``, 1-based), ``trainlist0N.txt`` (``Class/v_Class_gXX_cYY.avi label``) and
-    ``testlist0N.txt`` (``Class/v_Class_gXX_cYY.avi``). Entries carry the group ``gXX`` of the video."""
+    ``testlist0N.txt`` (``Class/v_Class_gXX_cYY.avi``). Entries carry the source group of the video
+    (:func:`ucf101_group`)."""
     annotations = Path(annotations)
     _check_split_number(split)
     class_file = annotations / "classInd.txt"
@@ -191,8 +200,7 @@ def ucf101_index(annotations: str | Path, split: int = 1) -> VideoIndex:
             if len(fields) > 1:
                 if not fields[1].isdigit() or int(fields[1]) - 1 != label:
                     raise DataError(f"{where}: label {fields[1]!r} does not match class {folder!r}")
-            match = _UCF_NAME.match(PurePosixPath(path).name)
-            entries.append(VideoEntry(path, label, split_name, match["group"].lower() if match else None))
+            entries.append(VideoEntry(path, label, split_name, ucf101_group(path)))
     return VideoIndex(f"ucf101_split{split}", classes, entries)
 
 
@@ -297,31 +305,126 @@ class _FolderListing:
 # ---------------------------------------------------------------------------------------- folder and CSV
 
 def folder_index(root: str | Path, name: str | None = None, split: str = "train",
-                 extensions: Sequence[str] = VIDEO_EXTENSIONS) -> VideoIndex:
+                 extensions: Sequence[str] = VIDEO_EXTENSIONS, test_fraction: float = 0.0,
+                 seed: int = 0) -> VideoIndex:
     """Any folder laid out ``root/<class>/<video>``: classes are the sorted subfolder names and every entry
     is in ``split``. A root holding only ``train``/``val``/``test`` subfolders is read as
-    ``root/<split>/<class>/<video>`` instead (classes: the union over the splits)."""
+    ``root/<split>/<class>/<video>`` instead (classes: the union over the splits).
+
+    Videos may sit deeper in a class folder; a video's source group is its UCF101 id (:func:`ucf101_group`) or,
+    failing that, the first subfolder below its class (``<class>/<source>/<clip>``). With ``test_fraction`` > 0 a
+    plain class folder is split into train and test (:func:`split_by_group`): deterministic for a ``seed``, and
+    the clips of one source never straddle the split.
+
+    Links are followed, but a folder link that leads back into a folder being scanned (a loop) and a video file
+    reached by two paths are errors naming them: either would silently add duplicates (a loop under ``train``
+    shows up as one more class holding copies of every video).
+    """
     root = Path(root)
     if not root.is_dir():
         raise DataError(f"video folder not found: {root}")
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r} (known: {', '.join(SPLITS)})")
+    if not 0 <= test_fraction < 1:
+        raise DataError(f"test fraction must be in [0, 1), got {test_fraction}")
     subfolders = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     by_split = bool(subfolders) and set(subfolders) <= set(SPLITS)
+    if by_split and test_fraction:
+        raise DataError(f"{root} is already laid out by split ({', '.join(subfolders)}): a test fraction applies to "
+                        "a plain root/<class>/<video> folder")
     prefixes = [(f"{s}/", s) for s in subfolders] if by_split else [("", split)]
     suffixes = tuple(e.lower() for e in extensions)
+    scan = _FolderScan(root, suffixes)
     videos = []
     for prefix, split_name in prefixes:
         for class_dir in sorted(p for p in (root / prefix).iterdir() if p.is_dir() and not p.name.startswith(".")):
-            for file in sorted(class_dir.rglob("*")):
-                if file.is_file() and file.name.lower().endswith(suffixes):
-                    videos.append((file.relative_to(root).as_posix(), class_dir.name, split_name))
+            for relative in scan.videos(class_dir):
+                depth = PurePosixPath(relative).relative_to(class_dir.relative_to(root).as_posix()).parts
+                group = ucf101_group(relative) or (f"{class_dir.name}/{depth[0]}" if len(depth) > 1 else None)
+                videos.append((relative, class_dir.name, split_name, group))
+    scan.check()
     if not videos:
         raise DataError(f"no videos ({', '.join(extensions)}) found in {root}/<class>/")
-    classes = sorted({c for _, c, _ in videos})
+    classes = sorted({c for _, c, _, _ in videos})
     label_of = {c: i for i, c in enumerate(classes)}
-    entries = [VideoEntry(path, label_of[c], s) for path, c, s in videos]
-    return VideoIndex(name or root.name, classes, entries)
+    entries = [VideoEntry(path, label_of[c], s, g) for path, c, s, g in videos]
+    index = VideoIndex(name or root.name, classes, entries)
+    return split_by_group(index, test_fraction, seed) if test_fraction else index
+
+
+class _FolderScan:
+    """Finds the video files under class folders, following links, and collects loops and videos reached twice.
+
+    State: the real paths of the videos seen (and by which path), and the problems found."""
+
+    def __init__(self, root: Path, suffixes: tuple[str, ...]) -> None:
+        self.root = root
+        self.suffixes = suffixes
+        self.seen: dict[str, str] = {}
+        self.loops: list[str] = []
+        self.twice: list[str] = []
+
+    def videos(self, folder: Path) -> list[str]:
+        """Relative paths (POSIX) of the videos under ``folder``, in sorted order."""
+        found: list[str] = []
+        above = PurePosixPath(folder.relative_to(self.root).as_posix()).parents
+        self._visit(folder, [os.path.realpath(self.root / p) for p in reversed(above)], found)
+        return found
+
+    def _visit(self, folder: Path, ancestors: list[str], found: list[str]) -> None:
+        """Scan ``folder`` unless it leads back to a folder above it (``ancestors``: their real paths)."""
+        real = os.path.realpath(folder)
+        if real in ancestors:
+            target = os.readlink(folder) if folder.is_symlink() else real
+            self.loops.append(f"{folder.relative_to(self.root).as_posix()} -> {target}")
+            return
+        for child in sorted(folder.iterdir()):
+            if child.name.startswith("."):
+                continue
+            if child.is_dir():
+                self._visit(child, [*ancestors, real], found)
+            elif child.is_file() and child.name.lower().endswith(self.suffixes):
+                relative = child.relative_to(self.root).as_posix()
+                target = os.path.realpath(child)
+                if target in self.seen:
+                    self.twice.append(f"{relative} (also {self.seen[target]})")
+                    continue
+                self.seen[target] = relative
+                found.append(relative)
+
+    def check(self) -> None:
+        """Raise one :class:`DataError` naming the loops and the videos reached twice, if any."""
+        problems = []
+        if self.loops:
+            problems.append(f"{len(self.loops)} folder link(s) lead back into a folder being scanned (a loop): "
+                            + ", ".join(self.loops[:MISSING_SHOWN]))
+        if self.twice:
+            problems.append(f"{len(self.twice)} video(s) are reached by two paths: "
+                            + ", ".join(self.twice[:MISSING_SHOWN]))
+        if problems:
+            raise DataError(f"{self.root}: " + "; ".join(problems) + ". Remove or move those links: each video must "
+                            "appear once")
+
+
+def split_by_group(index: VideoIndex, test_fraction: float, seed: int = 0) -> VideoIndex:
+    """The index with about ``test_fraction`` of each class moved to the test split, by source group.
+
+    Within each class, the groups (a video without one is its own group) are ordered by a hash of ``(seed,
+    group)`` and the first ``round(test_fraction * groups)`` of them (at least one, never all, for classes with
+    two groups or more) go to test. So the split is deterministic, one source never straddles it, and adding or
+    removing videos leaves the other groups where they were.
+    """
+    units: dict[int, set[str]] = {}
+    for entry in index.entries:
+        units.setdefault(entry.label, set()).add(entry.group or entry.path)
+    test_units: set[tuple[int, str]] = set()
+    for label, groups in units.items():
+        ordered = sorted(groups, key=lambda g: hashlib.sha256(f"{seed}:{g}".encode()).hexdigest())
+        count = min(len(ordered) - 1, max(1, round(test_fraction * len(ordered)))) if len(ordered) > 1 else 0
+        test_units.update((label, g) for g in ordered[:count])
+    entries = [VideoEntry(e.path, e.label, "test" if (e.label, e.group or e.path) in test_units else "train", e.group)
+               for e in index.entries]
+    return VideoIndex(index.name, list(index.classes), entries)
 
 
 def csv_index(path: str | Path, name: str | None = None) -> VideoIndex:
