@@ -29,8 +29,8 @@ from coclr.data.augment import (
     crop_resize,
     gaussian_blur,
     ten_crop,
-    view_kind,
 )
+from coclr.data.views import view_kind
 from coclr.errors import ConfigError, DataError
 
 MEAN = np.array(IMAGENET_MEAN).reshape(3, 1, 1, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,8 +50,8 @@ def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
     assert all(s["mined_precision"] is None for s in stages)  # 2 steps per stage: nothing logged (log_every 50)
     assert "| cycle2_rgb | RGB | " in markdown
     table = (out / "table.md").read_text()  # Labels read from the checkpoints: UberNCE's is a training one
-    for row in ("| InfoNCE | RGB | ✗ |", "| UberNCE | RGB | ✓ |", "| CoCLR | R+F | ✗ |"):
-        assert row in table, table
+    for row in (r"\| InfoNCE( ‡)? \| RGB \| ✗ \|", r"\| UberNCE( ‡)? \| RGB \| ✓ \|", r"\| CoCLR( ‡)? \| R\+F \| ✗ \|"):
+        assert re.search(row, table), table  # ‡: one epoch per stage leaves these tiny encoders collapsed
     assert (out / "stage_recall.png").stat().st_size > 1000
     gallery = (out / "gallery.html").read_text()
     assert "data:image/gif;base64," in gallery and "http://" not in gallery and "https://" not in gallery

@@ -94,3 +94,69 @@ def test_errors_are_clear_and_early(tiny, capsys, args, message):
             extra += [flag, base[flag]]
     assert main(["eval", "retrieval", *extra, *CLIP_ARGS]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_clip_settings_and_view_default_to_what_the_checkpoint_was_trained_on(tiny, capsys):
+    store, _, _, root = tiny
+    settings = {"view": "flow", "length": 8, "stride": 1, "size": 32}
+    flow = save_tiny_encoder(root / "trained_flow.pt", seed=2, meta={"method": "infonce", "clip_settings": settings})
+    out = root / "defaults.json"
+    assert main(["eval", "retrieval", "--checkpoint", str(flow), "--store", str(store), "--out", str(out),
+                 "--batch-size", "6", "--quiet"]) == 0
+    record = json.loads(out.read_text())
+    assert (record["config"]["length"], record["config"]["stride"], record["config"]["size"]) == (8, 1, 32)
+    assert record["streams"][0]["view"] == "flow" and record["streams"][0]["trained_clips"] == {
+        "length": 8, "stride": 1, "size": 32}
+    captured = capsys.readouterr()
+    assert "clips of length 8 (checkpoint), stride 1 (checkpoint), size 32 (checkpoint); views flow" in captured.err
+    assert json.loads(captured.out[captured.out.index("{"):])["clips"] == {"length": 8, "stride": 1, "size": 32}
+    assert main(["eval", "retrieval", "--checkpoint", str(flow), "--store", str(store), "--view", "rgb",
+                 "--quiet"]) == 2
+    assert "--view rgb: " in capsys.readouterr().err
+    # Evaluated on other clips than it was trained on: the report marks the row and says how.
+    other = root / "other.json"
+    assert main(["eval", "retrieval", "--checkpoint", str(flow), "--store", str(store), "--out", str(other),
+                 "--length", "9", "--batch-size", "6", "--quiet"]) == 0
+    assert main(["report", "--results", str(out), str(other), "--out", str(root / "report")]) == 0
+    table = (root / "report" / "table.md").read_text()
+    assert "| InfoNCE | Flow | ✗ | - | - |" in table and "| InfoNCE † | Flow | ✗ | - | - |" in table
+    assert "- InfoNCE † (Flow): † evaluated on 9x32 clips, trained on 8x32" in table
+
+
+def test_bad_evaluation_options_are_refused_before_any_feature_is_extracted(tiny, capsys):
+    store, rgb, _, root = tiny
+    base = ["eval", "retrieval", "--checkpoint", str(rgb), "--store", str(store), "--cache-dir", str(root / "c0")]
+    assert main([*base, "--ks", "0", "5"]) == 2
+    assert "--ks 0 5: each k must be at least 1" in capsys.readouterr().err
+    assert main([*base, "--length", "1"]) == 2
+    assert "length: must be >= 8" in capsys.readouterr().err
+    assert not (root / "c0").exists()
+    assert main([*base, "--ks", "1", "50", *CLIP_ARGS]) == 0
+    assert "k = 50 exceed the 6 'train' videos" in capsys.readouterr().err
+
+
+def test_a_collapsed_encoder_is_reported_and_scores_chance(tiny, capsys):
+    """Every conv weight zero: every video gets the same feature. The record, the CLI and the report say so, and
+    R@1 is the share of each query's class in the gallery (1/3 here), whatever the gallery's order."""
+    import torch
+
+    from coclr.models.loading import load_encoder, save_encoder
+    from coclr.models.encoder import Encoder
+
+    store, rgb, _, root = tiny
+    backbone, head = load_encoder(rgb)
+    with torch.no_grad():
+        for name, parameter in backbone.named_parameters():
+            if name.endswith("conv.weight") or ".conv" in name and name.endswith("weight"):
+                parameter.zero_()
+    collapsed = save_encoder(root / "collapsed.pt", Encoder(backbone, head), {"method": "coclr", "view": "rgb"})
+    out = root / "collapsed.json"
+    assert main(["eval", "retrieval", "--checkpoint", str(collapsed), "--store", str(store), "--out", str(out),
+                 *CLIP_ARGS]) == 0
+    record = json.loads(out.read_text())
+    assert record["feature_health"][0]["train"]["degenerate"] and record["warnings"]
+    assert "degenerate features" in capsys.readouterr().err
+    assert record["results"]["R@1"] == pytest.approx(100 / 3, abs=1e-3)
+    assert main(["report", "--results", str(out), "--out", str(root / "collapsed_report")]) == 0
+    table = (root / "collapsed_report" / "table.md").read_text()
+    assert "| CoCLR ‡ | RGB |" in table and "‡ degenerate features in the retrieval evaluation" in table

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +14,8 @@ from coclr.eval.retrieval import recall_at_k, retrieve, topk_neighbours
 
 def brute_force(queries, query_labels, galleries, gallery_labels, ks):
     """Loops in float64: centre each view by its gallery mean, L2-normalise, average the views' cosine
-    similarities; rank by (similarity descending, gallery index ascending)."""
+    similarities; rank by (similarity descending, gallery index ascending). R@k counts a tie at the k-th place
+    by its exact probability over random orders of the tied videos (math.comb)."""
     views = []
     for q, g in zip(queries, galleries):
         q, g = np.asarray(q, np.float64), np.asarray(g, np.float64)
@@ -25,7 +28,14 @@ def brute_force(queries, query_labels, galleries, gallery_labels, ks):
         order = sorted(range(len(sims)), key=lambda j: (-sims[j], j))
         neighbours.append(order[: max(ks)])
         for k in ks:
-            recall[k] += any(gallery_labels[j] == query_labels[i] for j in order[:k])
+            kth = sims[order[min(k, len(order)) - 1]]
+            positive = [gallery_labels[j] == query_labels[i] for j in range(len(sims))]
+            if any(p and sim > kth for p, sim in zip(positive, sims)):
+                recall[k] += 1
+                continue
+            tied = [p for p, sim in zip(positive, sims) if sim == kth]
+            places = min(k, len(order)) - sum(sim > kth for sim in sims)
+            recall[k] += 1 - math.comb(len(tied) - sum(tied), places) / math.comb(len(tied), places)
     return {k: v / len(queries[0]) for k, v in recall.items()}, np.array(neighbours)
 
 
@@ -94,7 +104,21 @@ def test_ties_rank_lower_gallery_index_first(gallery_chunk):
     assert result.topk_indices[1, :10].tolist() == sorted([2, *many])[:10]
     expected, neighbours = brute_force([query], query_labels, [gallery], gallery_labels, (1, 5, 10))
     np.testing.assert_array_equal(result.topk_indices, neighbours)
-    assert result.recall == expected
+    assert result.recall == pytest.approx(expected, abs=1e-12)
+
+
+def test_constant_features_score_chance_whatever_the_gallery_order():
+    """A collapsed encoder (every feature the same) ties every similarity: R@k is what a random order of the
+    gallery gives, not what its stored order happens to give (the gallery starts with the queries' class here: R@1
+    was 100% in that order)."""
+    gallery_labels = np.repeat(np.arange(4), 25)
+    query_labels = np.zeros(40, np.int64)
+    query, gallery = np.ones((40, 8), np.float32), np.ones((100, 8), np.float32)
+    result = retrieve(query, query_labels, gallery, gallery_labels, (1, 5, 100))
+    assert result.recall[1] == pytest.approx(0.25)
+    assert result.recall[5] == pytest.approx(1 - math.comb(75, 5) / math.comb(100, 5))
+    assert result.recall[100] == pytest.approx(1.0)
+    assert recall_at_k(result.topk_indices, query_labels, gallery_labels, (1,))[1] == 1.0  # the lucky order
 
 
 def test_two_stream_averages_similarities():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 from pathlib import Path
@@ -352,3 +353,29 @@ def test_pickled_objects_are_refused_not_executed(tmp_path, small_parts):
     # the payload is live: an unsafe load would have run it
     torch.load(path, weights_only=False)
     assert marker.exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "is empty (0 bytes), not a checkpoint"),
+    ("a checkpoint in a text file\n".encode(), "not a PyTorch checkpoint"),
+    (bytes(range(256)) * 12, "not a PyTorch checkpoint"),
+    (b"PK\x03\x04" + bytes(200), "damaged, or not a PyTorch checkpoint"),  # a zip header, then nothing usable
+])
+def test_files_that_are_not_checkpoints_are_named_as_such(tmp_path, content, message):
+    """Empty, text, random and damaged files get one line saying what they are; never the advice to load an
+    untrusted file without weights_only (torch's message for random bytes)."""
+    path = tmp_path / "model.pth"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=re.escape(message)) as error:
+        load_encoder(path)
+    assert "weights_only" not in str(error.value) and "\n" not in str(error.value)
+    assert str(path) in str(error.value)
+
+
+def test_a_refused_pickle_names_the_object(tmp_path):
+    import argparse
+
+    torch.save({"args": argparse.Namespace(lr=0.1)}, tmp_path / "with_args.pth")
+    with pytest.raises(CheckpointError, match=r"pickled Python object \(argparse\.Namespace\)") as error:
+        load_encoder(tmp_path / "with_args.pth")
+    assert "weights_only" not in str(error.value)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from coclr.config import load_config
-from coclr.errors import ConfigError, DataError
+from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PipelineConfig, PretrainConfig
 from coclr.train.sampler import ResumableSampler
@@ -48,6 +48,7 @@ def store(tmp_path: Path) -> Path:
     (["optim.epochs=10", "optim.milestones=[20]"], "optim.milestones"),
     (["optim.epochs=10", "optim.warmup_epochs=11"], "optim.warmup_epochs"),
     (["optim.warmup_epochs=-1"], "optim.warmup_epochs"),
+    (["optim.epochs=-3"], "optim.epochs: must be at least 1, got -3"),
     (["method.own_positive_epochs=-1"], "method.own_positive_epochs"),
     (["data.second_view=rgb"], "data.second_view"),
 ])
@@ -376,3 +377,34 @@ def test_a_refusal_names_every_differing_option(store: Path, tmp_path: Path, cap
     error = capsys.readouterr().err
     assert "model.width=0.125 (given 0.25)" in error and "optim.lr=0.001 (given 0.002)" in error
     assert len(error.strip().splitlines()) == 1
+
+
+def test_shipped_configs_say_which_milestones_to_change() -> None:
+    with pytest.raises(ConfigError, match=r"optim\.milestones: \[200, 250\] must lie in 1\.\.epochs \(2\): when you "
+                                          r"change optim\.epochs, set the milestones too"):
+        load_config(PretrainConfig, REPO_ROOT / "configs" / "ucf101_infonce.yaml", ["optim.epochs=2"])
+    with pytest.raises(ConfigError, match=r"pipeline\.infonce_milestones: \[200, 250\] must lie in 1\.\.infonce_epochs"):
+        load_config(PipelineConfig, REPO_ROOT / "configs" / "ucf101_pipeline.yaml", ["pipeline.infonce_epochs=2"])
+
+
+def test_checkpoints_of_another_width_or_view_are_named_before_training(store: Path, tmp_path: Path) -> None:
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+
+    wide = save_encoder(tmp_path / "wide.pth", build_encoder(width=0.25))
+    with pytest.raises(CheckpointError, match=r"method\.init_checkpoint: .*wide\.pth holds another encoder than the "
+                                              r"run's: model\.width=0\.125 \(the checkpoint: 0\.25\)$"):
+        Trainer(tiny_config(store, tmp_path / "a", f"method.init_checkpoint={wide}"))
+    flow = save_encoder(tmp_path / "flow.pth", build_encoder(width=0.125),
+                        meta={"view": "flow", "clip_settings": {"view": "flow", "length": 8}})
+    with pytest.raises(ConfigError, match=r"method\.init_checkpoint: .*flow\.pth was trained on 'flow' clips, but is "
+                                          r"used here for the 'rgb' view"):
+        Trainer(tiny_config(store, tmp_path / "b", f"method.init_checkpoint={flow}"))
+    rgb = save_encoder(tmp_path / "rgb.pth", build_encoder(width=0.125), meta={"clip_settings": {"view": "rgb"}})
+    with pytest.raises(ConfigError, match=r"method\.sampler_checkpoint: .*rgb\.pth was trained on 'rgb' clips, but "
+                                          r"is used here for the 'flow' view"):
+        Trainer(tiny_config(store, tmp_path / "c", "method.name=coclr", f"method.sampler_checkpoint={rgb}"))
+    Trainer(tiny_config(store, tmp_path / "d", "method.name=coclr", f"method.sampler_checkpoint={flow}"))
+    with pytest.raises(ConfigError, match=r"run\.amp: bf16 autocast is for CUDA devices; this run is on cpu"):
+        Trainer(tiny_config(store, tmp_path / "e", "run.amp=bf16", "run.device=cpu"))
+    assert not any((tmp_path / name).exists() for name in "abce")  # refused before anything was written

@@ -22,9 +22,10 @@ def print_options(config_class: type) -> None:
 
 def add_clip_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None:
     """How test clips are cut and fed to the network (the evaluation commands share these options)."""
-    parser.add_argument("--length", type=int, default=32, help=f"{scope}frames per clip (default 32)")
-    parser.add_argument("--stride", type=int, default=1, help=f"{scope}step between the frames of a clip (default 1)")
-    parser.add_argument("--size", type=int, default=128, help=f"{scope}crop side in pixels (default 128)")
+    trained = "(default: what the checkpoint was trained on, else {})"
+    parser.add_argument("--length", type=int, help=f"{scope}frames per clip {trained.format(32)}")
+    parser.add_argument("--stride", type=int, help=f"{scope}step between the frames of a clip {trained.format(1)}")
+    parser.add_argument("--size", type=int, help=f"{scope}crop side in pixels {trained.format(128)}")
     parser.add_argument("--batch-size", type=int, default=16, help=f"{scope}clips per batch (default 16)")
     parser.add_argument("--workers", type=int, default=0, help=f"{scope}DataLoader workers reading the store (default 0)")
     parser.add_argument("--device", help=f"{scope}torch device (default: cuda when available, else cpu)")

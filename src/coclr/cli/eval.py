@@ -19,9 +19,10 @@ TASKS = ("retrieval", "linear", "finetune")
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="encoder checkpoint (ours or the authors')")
     parser.add_argument("--store", required=True, help="evaluation clip store (with train and test splits)")
-    parser.add_argument("--view", default="rgb", help="store view the encoder reads: rgb, flow, ... (default rgb)")
+    parser.add_argument("--view", help="store view the encoder reads: rgb, flow, ... (default: the view it was "
+                        "trained on, else rgb; a view of another kind is refused)")
     parser.add_argument("--checkpoint2", help="second encoder for two-stream evaluation (e.g. the flow network)")
-    parser.add_argument("--view2", default="flow", help="view of --checkpoint2 (default flow)")
+    parser.add_argument("--view2", help="view of --checkpoint2 (default: the view it was trained on, else flow)")
     parser.add_argument("--out", help="JSON file to write the result to (default: print it)")
     parser.add_argument("--train-split", default="train", help="split used for training / as gallery")
     parser.add_argument("--test-split", default="test", help="split used for testing / as queries")
@@ -41,7 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     retrieval = tasks.add_parser("retrieval", help="nearest-neighbour retrieval, R@k")
     _add_common(retrieval)
-    retrieval.add_argument("--ks", type=int, nargs="+", default=[1, 5, 10, 20], help="k values (default 1 5 10 20)")
+    retrieval.add_argument("--ks", type=int, nargs="+", default=[1, 5, 10, 20],
+                           help="k values, at least 1 (default 1 5 10 20; a k above the number of train videos is "
+                           "computed over all of them, with a warning)")
     retrieval.add_argument("--cache-dir", help="feature cache folder (keyed by checkpoint content and data options)")
 
     linear = tasks.add_parser("linear", help="linear probe on frozen features")
@@ -73,16 +76,33 @@ def run(args: argparse.Namespace) -> int:
     from coclr.config import from_dict
     from coclr.atomic import atomic_write_json
     from coclr.data.store import open_store
-    from coclr.eval.features import ClipConfig, Stream, check_inputs
+    from coclr.errors import CheckpointError, ConfigError
+    from coclr.eval.features import ClipConfig, Stream, check_inputs, split_entries, trained_clips, trained_view
 
-    clip_config = from_dict(ClipConfig, {"length": args.length, "stride": args.stride, "size": args.size,
-                                         "batch_size": args.batch_size, "workers": args.workers, "amp": args.amp})
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    streams = [Stream(Path(args.checkpoint), args.view)]
+    checkpoints = [Path(args.checkpoint)] + ([Path(args.checkpoint2)] if args.checkpoint2 else [])
+    for path in checkpoints:
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint not found: {path}")
+    streams = [Stream(checkpoints[0], trained_view(checkpoints[0], args.view))]
     if args.checkpoint2:
-        streams.append(Stream(Path(args.checkpoint2), args.view2))
+        streams.append(Stream(checkpoints[1], trained_view(checkpoints[1], args.view2, "--view2", default="flow")))
+    clips, sources = trained_clips(checkpoints, length=args.length, stride=args.stride, size=args.size)
+    clip_config = from_dict(ClipConfig, {**clips, "batch_size": args.batch_size, "workers": args.workers,
+                                         "amp": args.amp})
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     store = open_store(args.store)
     left_out = check_inputs(store, streams, [args.train_split, args.test_split])
+    if args.task == "retrieval":
+        if min(args.ks) < 1:
+            raise ConfigError(f"--ks {' '.join(map(str, args.ks))}: each k must be at least 1")
+        gallery = len(split_entries(store, args.train_split, [s.view for s in streams]))
+        beyond = [k for k in args.ks if k > gallery]
+        if beyond:
+            print(f"coclr eval: warning: k = {', '.join(map(str, beyond))} exceed the {gallery} {args.train_split!r} "
+                  f"videos retrieved: R@k is computed over all {gallery} there (a hit whenever the class is in the "
+                  "gallery)", file=sys.stderr)
+    shown = ", ".join(f"{key} {value} ({sources[key]})" for key, value in clips.items())
+    print(f"coclr eval: clips of {shown}; views {', '.join(s.view for s in streams)}", file=sys.stderr)
     for split, videos in left_out.items():
         if videos:
             from coclr.data.datasets import left_out_message
@@ -123,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         atomic_write_json(args.out, record)
         print(f"wrote {args.out}")
+    for warning in record.get("warnings", []):
+        print(f"coclr eval: warning: {warning}", file=sys.stderr)
     summary = {key: value for key, value in record["results"].items() if key not in ("grid", "train_losses")}
-    print(json.dumps({"task": args.task, "views": [s.view for s in streams], **summary}, indent=1))
+    print(json.dumps({"task": args.task, "views": [s.view for s in streams], "clips": clips, **summary}, indent=1))
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from coclr.cli._options import add_clip_arguments
 
@@ -42,11 +43,14 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         from coclr.config import from_dict
-        from coclr.eval.features import ClipConfig
-        from coclr.eval.report import report_run
+        from coclr.eval.features import ClipConfig, trained_clips
+        from coclr.eval.report import report_run, stage_encoders
 
-        clip_config = from_dict(ClipConfig, {"length": args.length, "stride": args.stride, "size": args.size,
-                                             "batch_size": args.batch_size, "workers": args.workers,
+        encoders = list(dict.fromkeys(path for point in stage_encoders(args.run) for path in point["encoders"].values()))
+        clips, sources = trained_clips(encoders, length=args.length, stride=args.stride, size=args.size)
+        print("coclr report: clips of " + ", ".join(f"{key} {value} ({sources[key]})" for key, value in clips.items()),
+              file=sys.stderr)
+        clip_config = from_dict(ClipConfig, {**clips, "batch_size": args.batch_size, "workers": args.workers,
                                              "amp": args.amp})
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         records += report_run(args.run, store, args.out, clip_config, device, args.cache_dir, not args.quiet)

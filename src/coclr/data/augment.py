@@ -6,7 +6,7 @@ drawn once per clip from a CPU :class:`torch.Generator`, so every frame of a cli
 colour jitter, grayscale and blur, all views of a sample share crop and flip, and CPU and GPU runs with the
 same seed draw the same parameters.
 
-View kinds (see :func:`view_kind`):
+View kinds (see :func:`coclr.data.views.view_kind`):
 
 - ``"rgb"``: colour frames; geometric and colour operations.
 - ``"flow"``: stored optical flow (channel 0 = u, 1 = v, 2 = 128; value ``q`` decodes to ``q * 40/255 - 20``
@@ -35,33 +35,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from coclr.config import option, require
-from coclr.errors import ConfigError, DataError
+from coclr.data.views import VIEW_KINDS, view_kind
+from coclr.errors import DataError
 
-VIEW_KINDS = ("rgb", "flow", "rgbdiff")
 LUMA_WEIGHTS = (0.299, 0.587, 0.114)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 CROP_CANDIDATES = 10
 TEN_CROP_ORDER = ("top_left", "top_right", "bottom_left", "bottom_right", "center")
-
-
-def view_kind(name: str, kinds: Mapping[str, str] | None = None) -> str:
-    """The kind of the view ``name``: ``kinds[name]`` if given, else by name.
-
-    The naming rule: ``"rgb"`` -> rgb, ``"rgbdiff"`` -> rgbdiff, any name starting with ``"flow"`` -> flow
-    (``"flow"``, ``"flow_dis"``, ...). Other names must be mapped explicitly in ``kinds``.
-    """
-    if kinds and name in kinds:
-        kind = kinds[name]
-        if kind not in VIEW_KINDS:
-            raise ConfigError(f"kinds[{name!r}]: {kind!r} is not one of {', '.join(VIEW_KINDS)}")
-        return kind
-    if name in ("rgb", "rgbdiff"):
-        return name
-    if name.startswith("flow"):
-        return "flow"
-    raise ConfigError(f"view {name!r}: unknown kind; name it 'rgb', 'rgbdiff' or 'flow...', "
-                      f"or map it to one of {', '.join(VIEW_KINDS)} in kinds")
 
 
 @dataclass

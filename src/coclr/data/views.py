@@ -6,6 +6,12 @@ Views are ``"rgb"``, flow views (``"flow"``, and other backends' names starting 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from coclr.errors import ConfigError
+
+VIEW_KINDS = ("rgb", "flow", "rgbdiff")
+"""What a view holds: RGB frames, optical flow, or RGB frame differences."""
 DERIVED_VIEWS = {"rgbdiff": "rgb"}
 """Views computed on the fly from a stored view (``rgbdiff`` reads one RGB frame more than its length)."""
 
@@ -18,3 +24,23 @@ def stored_view(view: str) -> str:
 def is_flow_view(view: str) -> bool:
     """Flow views (``flow``, ``flow_dis``, ...) have one frame fewer than the RGB they come from."""
     return view.startswith("flow")
+
+
+def view_kind(name: str, kinds: Mapping[str, str] | None = None) -> str:
+    """The kind of the view ``name``: ``kinds[name]`` if given, else by name.
+
+    The naming rule: ``"rgb"`` -> rgb, ``"rgbdiff"`` -> rgbdiff, any name starting with ``"flow"`` -> flow
+    (``"flow"``, ``"flow_dis"``, ...). Other names must be mapped explicitly in ``kinds``.
+    """
+    if kinds and name in kinds:
+        kind = kinds[name]
+        if kind not in VIEW_KINDS:
+            raise ConfigError(f"kinds[{name!r}]: {kind!r} is not one of {', '.join(VIEW_KINDS)}")
+        return kind
+    if name in ("rgb", "rgbdiff"):
+        return name
+    if name.startswith("flow"):
+        return "flow"
+    raise ConfigError(f"view {name!r}: unknown kind; name it 'rgb', 'rgbdiff' or 'flow...', "
+                      f"or map it to one of {', '.join(VIEW_KINDS)} in kinds")
+

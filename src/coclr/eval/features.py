@@ -43,7 +43,8 @@ class ClipConfig:
     amp: bool = option(False, "run the backbone under autocast (bfloat16 on CPU, float16 on CUDA)")
 
     def validate(self) -> None:
-        require(self.length >= 1, "length", f"must be >= 1, got {self.length}")
+        require(self.length >= 8, "length", f"must be >= 8 (the smallest input S3D takes is 8x32x32), got "
+                f"{self.length}")
         require(self.stride >= 1, "stride", f"must be >= 1, got {self.stride}")
         require(self.size >= 32, "size", f"must be >= 32 (the smallest S3D input), got {self.size}")
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
@@ -223,6 +224,47 @@ def cached_features(checkpoint: str | Path, store, view: str, split: str, config
 
 # ------------------------------------------------------------------------------------------ evaluation inputs
 
+PAPER_CLIPS = {"length": 32, "stride": 1, "size": 128}
+"""The paper's test clips: 32 consecutive frames, 128 px crops (used when a checkpoint records none)."""
+
+
+def trained_view(checkpoint: str | Path, given: str | None, option: str = "--view", default: str = "rgb") -> str:
+    """The view to evaluate ``checkpoint`` on: ``given``, else the view it was trained on, else ``default``. A given
+    view of another kind than the trained one (RGB for a flow encoder, say) is a :class:`ConfigError`."""
+    from coclr.data.views import view_kind
+    from coclr.errors import ConfigError
+    from coclr.models.loading import read_clip_settings
+
+    trained = read_clip_settings(checkpoint).get("view")
+    if given is None:
+        return trained or default
+    if trained is not None and view_kind(given) != view_kind(trained):
+        raise ConfigError(f"{option} {given}: {checkpoint} was trained on {trained!r} clips; evaluate it on a "
+                          f"{view_kind(trained)} view (e.g. {option} {trained})")
+    return given
+
+
+def trained_clips(checkpoints: Sequence[str | Path], **given: int | None) -> tuple[dict[str, int], dict[str, str]]:
+    """The clip ``length``, ``stride`` and ``size`` to evaluate with: each one given, else the one the checkpoints
+    were trained on (read_clip_settings; they must agree), else the paper's (:data:`PAPER_CLIPS`). Returns the
+    values and where each came from ("given", "checkpoint", "paper")."""
+    from coclr.errors import ConfigError
+    from coclr.models.loading import read_clip_settings
+
+    recorded = [(Path(c), read_clip_settings(c)) for c in checkpoints]
+    values, sources = {}, {}
+    for key, default in PAPER_CLIPS.items():
+        if given.get(key) is not None:
+            values[key], sources[key] = given[key], "given"
+            continue
+        found = {path: settings[key] for path, settings in recorded if settings.get(key) is not None}
+        if len(set(found.values())) > 1:
+            shown = ", ".join(f"{path.name}: {value}" for path, value in found.items())
+            raise ConfigError(f"--{key}: the checkpoints were trained on clips of different {key} ({shown}); give "
+                              f"--{key}")
+        values[key], sources[key] = (next(iter(found.values())), "checkpoint") if found else (default, "paper")
+    return values, sources
+
 
 @dataclasses.dataclass(frozen=True)
 class Stream:
@@ -252,14 +294,17 @@ def check_inputs(store, streams: list[Stream], splits: list[str]) -> dict[str, d
 def checkpoint_meta(path: str | Path) -> dict[str, object]:
     """What one of our checkpoints says it is (method, view, stage ...), or {} for other files: the ``meta``
     dict of an exported encoder, or the method and view of a training checkpoint."""
+    from coclr.errors import CheckpointError
+    from coclr.models.loading import TRAIN_FORMAT, read_checkpoint_file
+
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # not ours or unreadable: load_encoder reports it properly when the model is loaded
+        payload = read_checkpoint_file(path)
+    except CheckpointError:  # not ours or unreadable: load_encoder reports it properly when the model is loaded
         return {}
     if not isinstance(payload, dict):
         return {}
     meta = payload.get("meta")
-    if payload.get("format") == "coclr.train":
+    if payload.get("format") == TRAIN_FORMAT:
         meta = {key: payload.get(key) for key in ("method", "view")}
     return {k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool))} if isinstance(meta, dict) else {}
 
@@ -278,5 +323,14 @@ def input_record(store, streams: list[Stream], splits: dict[str, str], shas: lis
         "splits": {role: {"name": name, "videos": len(used[role][0]), "left_out": sorted(used[role][1])}
                    for role, name in splits.items()},
         "streams": [{"checkpoint": str(Path(s.checkpoint).resolve()), "checkpoint_sha256": sha, "view": s.view,
-                     "meta": checkpoint_meta(s.checkpoint)} for s, sha in zip(streams, shas)],
+                     "meta": checkpoint_meta(s.checkpoint), "trained_clips": _trained_clip_shape(s.checkpoint)}
+                    for s, sha in zip(streams, shas)],
     }
+
+
+def _trained_clip_shape(checkpoint: str | Path) -> dict[str, int]:
+    """The clip length, stride and size a checkpoint recorded from its training ({} when none)."""
+    from coclr.models.loading import read_clip_settings
+
+    settings = read_clip_settings(checkpoint)
+    return {key: settings[key] for key in PAPER_CLIPS if settings.get(key) is not None}

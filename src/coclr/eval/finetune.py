@@ -95,10 +95,9 @@ def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, sch
     """Load the last epoch's state when it exists and belongs to the same job; returns epochs done."""
     if not path.is_file():
         return 0
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:
-        raise CheckpointError(f"{path}: cannot resume finetuning from it: {error}") from None
+    from coclr.models.loading import read_checkpoint_file
+
+    state = read_checkpoint_file(path)
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise CheckpointError(f"{path}: not a finetuning state file (format {STATE_FORMAT!r})")
     differ = differences(state.get("fingerprint") or {}, fingerprint)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -98,12 +99,13 @@ def _predict(probe: torch.nn.Module, features: torch.Tensor, batch_size: int = 4
 
 def train_probe(features: np.ndarray, labels: np.ndarray, num_classes: int, lr: float, weight_decay: float,
                 epochs: int, batch_size: int = 256, seed: int = 0, device: str | torch.device = "cpu",
-                score_at: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
-                ) -> tuple[torch.nn.Module, dict[int, tuple[float, float]]]:
+                score_at: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+                on_epoch: Callable[[], None] | None = None) -> tuple[torch.nn.Module, dict[int, tuple[float, float]]]:
     """Train a BatchNorm1d + Linear probe with Adam at a constant ``lr`` for ``epochs`` epochs.
 
     ``score_at`` maps epoch counts to held-out ``(features, labels)``; the probe is scored (top-1 accuracy,
-    mean cross-entropy) after each of those epochs. Deterministic given ``seed`` on a given device.
+    mean cross-entropy) after each of those epochs. ``on_epoch`` is called after every epoch (progress).
+    Deterministic given ``seed`` on a given device.
     """
     device = torch.device(device)
     x = torch.as_tensor(np.asarray(features, dtype=np.float32), device=device)
@@ -131,11 +133,14 @@ def train_probe(features: np.ndarray, labels: np.ndarray, num_classes: int, lr: 
             target = torch.as_tensor(held_y, device=device)
             scores[epoch] = (float((logits.argmax(1) == target).float().mean()),
                              float(F.cross_entropy(logits, target)))
+        if on_epoch is not None:
+            on_epoch()
     return probe, scores
 
 
 def select_hyperparameters(features: np.ndarray, labels: np.ndarray, num_classes: int, config: LinearProbeConfig,
-                           device: str | torch.device = "cpu") -> tuple[dict[str, float], list[dict[str, float]]]:
+                           device: str | torch.device = "cpu", on_epoch: Callable[[], None] | None = None
+                           ) -> tuple[dict[str, float], list[dict[str, float]]]:
     """Choose (lr, weight decay, epochs) on a held-out part of the TRAIN features only.
 
     The best held-out top-1 wins; ties go to the lower held-out loss, then to the earlier grid point.
@@ -148,7 +153,7 @@ def select_hyperparameters(features: np.ndarray, labels: np.ndarray, num_classes
     for lr, weight_decay in itertools.product(config.lrs, config.weight_decays):
         _, scores = train_probe(np.asarray(features)[fit], np.asarray(labels)[fit], num_classes, lr, weight_decay,
                                 max(config.epochs), config.batch_size, config.seed, device,
-                                score_at={e: held_data for e in config.epochs})
+                                score_at={e: held_data for e in config.epochs}, on_epoch=on_epoch)
         for epochs in sorted(config.epochs):
             accuracy, loss = scores[epochs]
             grid.append({"lr": lr, "weight_decay": weight_decay, "epochs": epochs, "val_top1": accuracy,
@@ -167,13 +172,21 @@ def _check_features(train: VideoFeatures, test: VideoFeatures, num_classes: int)
 
 
 def linear_probe(train: VideoFeatures, test: VideoFeatures, num_classes: int, config: LinearProbeConfig | None = None,
-                 device: str | torch.device = "cpu") -> LinearProbeResult:
-    """Select hyper-parameters on held-out train videos, retrain on all train videos, test once."""
+                 device: str | torch.device = "cpu", progress: bool = False) -> LinearProbeResult:
+    """Select hyper-parameters on held-out train videos, retrain on all train videos, test once. ``progress``
+    shows a bar over all the training epochs (the grid's, then the final probe's) with an ETA."""
+    from tqdm import tqdm
+
     config = config or LinearProbeConfig()
     _check_features(train, test, num_classes)
-    selected, grid = select_hyperparameters(train.features, train.labels, num_classes, config, device)
-    probe, _ = train_probe(train.features, train.labels, num_classes, selected["lr"], selected["weight_decay"],
-                           int(selected["epochs"]), config.batch_size, config.seed, device)
+    grid_epochs = len(config.lrs) * len(config.weight_decays) * max(config.epochs)
+    with tqdm(total=grid_epochs, desc="linear probe", unit="epoch", disable=not progress, leave=False) as bar:
+        selected, grid = select_hyperparameters(train.features, train.labels, num_classes, config, device,
+                                                on_epoch=lambda: bar.update(1))
+        bar.total = grid_epochs + int(selected["epochs"])
+        probe, _ = train_probe(train.features, train.labels, num_classes, selected["lr"], selected["weight_decay"],
+                               int(selected["epochs"]), config.batch_size, config.seed, device,
+                               on_epoch=lambda: bar.update(1))
     logits = _predict(probe, torch.as_tensor(test.features, device=torch.device(device)))
     probabilities = logits.softmax(dim=1).float().cpu().numpy()
     accuracy = topk_accuracy(probabilities, test.labels, (1, 5))
@@ -190,18 +203,20 @@ def evaluate_linear(store, streams: list, clip_config=None, probe_config: Linear
     """
     from coclr.eval.features import ClipConfig, cached_features, check_inputs, file_sha256, input_record, stream_views
     from coclr.eval.fusion import fuse_probabilities
+    from coclr.eval.health import health_warnings, streams_health
 
     clip_config = clip_config or ClipConfig()
     probe_config = probe_config or LinearProbeConfig()
     check_inputs(store, list(streams), [train_split, test_split])
     shas = [file_sha256(stream.checkpoint) for stream in streams]
     num_classes = len(store.index.classes)
-    results = []
+    results, features = [], []
     for stream, sha in zip(streams, shas):
         train, test = (cached_features(stream.checkpoint, store, stream.view, split, clip_config, cache_dir, device,
                                        checkpoint_sha256=sha, progress=progress, with_views=stream_views(streams))
                        for split in (train_split, test_split))
-        results.append(linear_probe(train, test, num_classes, probe_config, device))
+        features.append((train, test))
+        results.append(linear_probe(train, test, num_classes, probe_config, device, progress))
     probabilities, keys = results[0].probabilities, results[0].keys
     for other in results[1:]:
         probabilities = fuse_probabilities(probabilities, keys, other.probabilities, other.keys)
@@ -210,6 +225,8 @@ def evaluate_linear(store, streams: list, clip_config=None, probe_config: Linear
     record = {"task": "linear", **input_record(store, list(streams), {"train": train_split, "test": test_split}, shas),
               "config": {"clips": dataclasses.asdict(clip_config), "probe": dataclasses.asdict(probe_config)},
               "results": {"top1": round(100 * accuracy[1], 4), "top5": round(100 * accuracy[5], 4)}}
+    record["feature_health"] = streams_health(streams, [f[0] for f in features], [f[1] for f in features])
+    record["warnings"] = health_warnings(record["feature_health"])
     if len(results) == 1:
         record["results"].update(selected=results[0].selected, grid=results[0].grid)
     else:

@@ -78,19 +78,68 @@ def describe_encoders(record: dict[str, Any]) -> dict[str, str]:
     return {"Method": name, "Input": input_name, "Labels": labels}
 
 
+CLIP_KEYS = ("length", "stride", "size")
+OTHER_CLIPS_MARK = "†"
+DEGENERATE_MARK = "‡"
+
+
+def record_clips(record: dict[str, Any]) -> dict[str, int]:
+    """The clip length, stride and size a record was evaluated with."""
+    config = record.get("config") or {}
+    clips = config.get("clips", config)
+    return {key: clips[key] for key in CLIP_KEYS if key in clips}
+
+
+def clips_text(clips: dict[str, int]) -> str:
+    """``32x128`` (frames x crop side), with ``/2`` for a frame stride of 2."""
+    text = f"{clips.get('length', '?')}x{clips.get('size', '?')}"
+    return text + (f"/{clips['stride']}" if clips.get("stride", 1) != 1 else "")
+
+
+def other_clips(record: dict[str, Any]) -> list[str]:
+    """How the clips a record was evaluated on differ from those its encoders were trained on (as their
+    checkpoints record them), e.g. ``["32x128 clips, trained on 8x32"]``; [] when they agree or nothing is
+    recorded."""
+    evaluated = record_clips(record)
+    found = []
+    for stream in record.get("streams", []):
+        trained = stream.get("trained_clips") or {}
+        if trained and any(trained.get(key) != evaluated.get(key) for key in trained):
+            found.append(f"{clips_text(evaluated)} clips, trained on {clips_text(trained)}")
+    return list(dict.fromkeys(found))
+
+
+def degenerate(record: dict[str, Any]) -> bool:
+    """Whether a record's features were degenerate (a collapsed encoder, :mod:`coclr.eval.health`)."""
+    return any(stream[split]["degenerate"] for stream in record.get("feature_health", [])
+               for split in ("train", "test"))
+
+
 def build_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per encoder (or encoder pair): the linear-probe and finetune top-1 and R@1 in percent,
-    None where not evaluated. Rows keep the order in which their encoders first appear; a later record
-    of the same task and encoders replaces an earlier one."""
+    """One row per encoder (or encoder pair) and clip shape: the linear-probe and finetune top-1 and R@1 in
+    percent, None where not evaluated. Rows keep the order in which their encoders first appear; a later record
+    of the same task, encoders and clips replaces an earlier one. A row evaluated on other clips than its encoder
+    was trained on has the Method marked :data:`OTHER_CLIPS_MARK`, one with degenerate features
+    :data:`DEGENERATE_MARK`; ``notes`` says why (:func:`markdown_table` lists them under the table)."""
     rows: dict[tuple, dict[str, Any]] = {}
     columns = {"linear": "Linear probe", "finetune": "Finetune", "retrieval": "R@1"}
     metric = {"linear": "top1", "finetune": "top1", "retrieval": "R@1"}
     for record in records:
-        key = (_encoder_key(record), record.get("name"))
+        clips = record_clips(record)
+        key = (_encoder_key(record), record.get("name"), tuple(sorted(clips.items())))
         row = rows.setdefault(key, {**describe_encoders(record), "Linear probe": None, "Finetune": None,
-                                    "R@1": None, "sources": []})
+                                    "R@1": None, "clips": clips, "notes": [], "sources": []})
         row[columns[record["task"]]] = record["results"].get(metric[record["task"]])
         row["sources"].append(record.get("source", ""))
+        notes = [f"{OTHER_CLIPS_MARK} evaluated on {note}" for note in other_clips(record)]
+        if degenerate(record):
+            notes.append(f"{DEGENERATE_MARK} degenerate features in the {record['task']} evaluation (a collapsed "
+                         "encoder): no evidence of a representation")
+        row["notes"] += [note for note in notes if note not in row["notes"]]
+    for row in rows.values():
+        marks = "".join(mark for mark in (OTHER_CLIPS_MARK, DEGENERATE_MARK) if any(n[0] == mark for n in row["notes"]))
+        if marks:
+            row["Method"] += f" {marks}"
     return list(rows.values())
 
 
@@ -101,10 +150,11 @@ def _cell(value: Any) -> str:
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    """Rows as a Markdown table in the layout of the paper's Table 1."""
+    """Rows as a Markdown table in the layout of the paper's Table 1, then the notes of marked rows."""
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 3) + "|"]
     lines += ["| " + " | ".join(_cell(row[column]) for column in TABLE_COLUMNS) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    notes = [f"- {row['Method']} ({row['Input']}): {note}" for row in rows for note in row.get("notes", [])]
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
 def write_table(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tuple[Path, Path]:

@@ -8,11 +8,13 @@ uses test-set statistics.
 Memory: similarities are computed in (query chunk x gallery chunk) blocks and only a running top-k per
 query is kept, so a Kinetics-size gallery (240k videos) never materialises the full similarity matrix.
 
-Tie rule: among equal similarities, the gallery video with the lower index (its position in the train split)
-ranks first, whatever the chunk sizes (the running top-k is merged with stable sorts). Chunking gives the
-same neighbours as one big block except where two similarities differ by less than float rounding: BLAS
-may round the last bit of a dot product differently for other block shapes (``dtype=torch.float64`` makes
-that ~1e-16).
+Ties: in the neighbour lists, among equal similarities the gallery video with the lower index (its position in
+the train split) ranks first, whatever the chunk sizes (the running top-k is merged with stable sorts). R@k does
+not depend on that order: ties at the k-th place count in expectation over a random order
+(:func:`recall_with_ties`), so constant features (a collapsed encoder) score chance, not what the gallery's
+order happens to give. Chunking gives the same neighbours as one big block except where two similarities differ
+by less than float rounding: BLAS may round the last bit of a dot product differently for other block shapes
+(``dtype=torch.float64`` makes that ~1e-16).
 
 Two-stream retrieval averages the similarity matrices of the two views (computed blockwise too).
 """
@@ -92,15 +94,8 @@ def _as_views(features: torch.Tensor | np.ndarray | Sequence) -> list[torch.Tens
     return [torch.as_tensor(np.asarray(f) if not isinstance(f, torch.Tensor) else f) for f in features]
 
 
-def topk_neighbours(query: torch.Tensor | np.ndarray | Sequence, gallery: torch.Tensor | np.ndarray | Sequence,
-                    k: int, query_chunk: int = 1024, gallery_chunk: int = 8192, device: str | torch.device = "cpu",
-                    dtype: torch.dtype = torch.float32) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` most similar gallery rows of each query row, best first (see the module's tie rule).
-
-    ``query`` and ``gallery`` are one ``[N, D]`` feature matrix each, or a list of them (one per view, the
-    same videos in the same order): the similarity is then the mean of the views' cosine similarities. Each
-    view is centred by its gallery mean and L2-normalised first. Returns ``(scores [Q, k], indices [Q, k])``.
-    """
+def _prepare(query, gallery, device: str | torch.device, dtype: torch.dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Checked views, each centred by its gallery mean and L2-normalised, on ``device`` in ``dtype``."""
     queries, galleries = _as_views(query), _as_views(gallery)
     if len(queries) != len(galleries) or not queries:
         raise ValueError(f"need the same number of views for queries and gallery, got {len(queries)} and {len(galleries)}")
@@ -114,31 +109,93 @@ def topk_neighbours(query: torch.Tensor | np.ndarray | Sequence, gallery: torch.
     if num_gallery == 0 or num_query == 0:
         raise DataError(f"retrieval needs queries and gallery videos, got {num_query} and {num_gallery}")
     device = torch.device(device)
-    pairs = [center_and_normalize(q.to(device, dtype), g.to(device, dtype)) for q, g in zip(queries, galleries)]
-    k = min(k, num_gallery)
+    return [center_and_normalize(q.to(device, dtype), g.to(device, dtype)) for q, g in zip(queries, galleries)]
+
+
+def _block_scores(pairs: list[tuple[torch.Tensor, torch.Tensor]], queries: slice, gallery: slice) -> torch.Tensor:
+    """The view-averaged similarities of a block of queries and gallery videos (the same arithmetic every time,
+    so a block computed twice gives the same bits)."""
+    return sum(q[queries] @ g[gallery].T for q, g in pairs) / len(pairs)
+
+
+def _topk(pairs: list[tuple[torch.Tensor, torch.Tensor]], k: int, query_chunk: int,
+          gallery_chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The running top-k over gallery chunks, in the compute dtype and device: ``(scores, indices) [Q, k]``."""
+    num_query, num_gallery = len(pairs[0][0]), len(pairs[0][1])
     all_scores, all_indices = [], []
     for q_start in range(0, num_query, query_chunk):
         best_values = best_indices = None
         for g_start in range(0, num_gallery, gallery_chunk):
-            scores = sum(q[q_start : q_start + query_chunk] @ g[g_start : g_start + gallery_chunk].T for q, g in pairs)
-            scores = scores / len(pairs)
+            scores = _block_scores(pairs, slice(q_start, q_start + query_chunk),
+                                   slice(g_start, g_start + gallery_chunk))
             values, indices = _ordered_topk(scores, k)
             indices = indices + g_start
             if best_values is None:
                 best_values, best_indices = values, indices
             else:
                 best_values, best_indices = _merge_topk(best_values, best_indices, values, indices, k)
-        all_scores.append(best_values.float().cpu())
-        all_indices.append(best_indices.cpu())
-    return torch.cat(all_scores).numpy(), torch.cat(all_indices).numpy().astype(np.int64)
+        all_scores.append(best_values)
+        all_indices.append(best_indices)
+    return torch.cat(all_scores), torch.cat(all_indices)
+
+
+def topk_neighbours(query: torch.Tensor | np.ndarray | Sequence, gallery: torch.Tensor | np.ndarray | Sequence,
+                    k: int, query_chunk: int = 1024, gallery_chunk: int = 8192, device: str | torch.device = "cpu",
+                    dtype: torch.dtype = torch.float32) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` most similar gallery rows of each query row, best first (see the module's tie rule).
+
+    ``query`` and ``gallery`` are one ``[N, D]`` feature matrix each, or a list of them (one per view, the
+    same videos in the same order): the similarity is then the mean of the views' cosine similarities. Each
+    view is centred by its gallery mean and L2-normalised first. Returns ``(scores [Q, k], indices [Q, k])``.
+    """
+    pairs = _prepare(query, gallery, device, dtype)
+    scores, indices = _topk(pairs, min(k, len(pairs[0][1])), query_chunk, gallery_chunk)
+    return scores.float().cpu().numpy(), indices.cpu().numpy().astype(np.int64)
 
 
 def recall_at_k(topk_indices: np.ndarray, query_labels: np.ndarray, gallery_labels: np.ndarray,
                 ks: Sequence[int] = DEFAULT_KS) -> dict[int, float]:
     """Fraction of queries with at least one same-class video among their k nearest (k capped at the
-    number of neighbours available)."""
+    number of neighbours available), in the order of ``topk_indices`` (ties as they were broken there)."""
     same = np.asarray(gallery_labels)[topk_indices] == np.asarray(query_labels)[:, None]
     return {int(k): float(same[:, :k].any(axis=1).mean()) for k in ks}
+
+
+def recall_with_ties(pairs: list[tuple[torch.Tensor, torch.Tensor]], kth_scores: torch.Tensor, ks: Sequence[int],
+                     query_labels: np.ndarray, gallery_labels: np.ndarray, query_chunk: int = 1024,
+                     gallery_chunk: int = 8192) -> dict[int, float]:
+    """R@k with ties at the k-th place broken at random, in expectation: a query scores 1 when a gallery video of
+    its class is strictly more similar than its k-th neighbour, else the probability that the places left go to
+    at least one video of its class among those tied with the k-th (hypergeometric). Without ties this is the
+    usual R@k; with constant features (every similarity tied) it is the share of the query's class in the
+    gallery, chance, never a score the gallery's order gives. ``kth_scores [Q, len(ks)]``: the k-th best score of
+    each query for each k, from the same blocks (:func:`_topk`)."""
+    device = kth_scores.device
+    query_labels = torch.as_tensor(np.asarray(query_labels), device=device)
+    gallery_labels = torch.as_tensor(np.asarray(gallery_labels), device=device)
+    num_query, num_gallery = len(pairs[0][0]), len(pairs[0][1])
+    places = torch.tensor([min(k, num_gallery) for k in ks], device=device, dtype=torch.float64)
+    hits = []
+    for q_start in range(0, num_query, query_chunk):
+        rows = slice(q_start, q_start + query_chunk)
+        kth = kth_scores[rows].unsqueeze(2)  # [q, K, 1]
+        counts = torch.zeros(4, *kth.shape[:2], dtype=torch.float64, device=device)  # above, above+, tied, tied+
+        for g_start in range(0, num_gallery, gallery_chunk):
+            columns = slice(g_start, g_start + gallery_chunk)
+            scores = _block_scores(pairs, rows, columns).unsqueeze(1)  # [q, 1, g]
+            positive = (query_labels[rows, None] == gallery_labels[None, columns]).unsqueeze(1)
+            above, tied = scores > kth, scores == kth
+            counts += torch.stack([above.sum(2), (above & positive).sum(2), tied.sum(2),
+                                   (tied & positive).sum(2)]).double()
+        above, above_positive, tied, tied_positive = counts
+        left = places - above  # places the tied videos fill (>= 1: the k-th itself is tied with itself)
+        negatives = tied - tied_positive
+        log_miss = (torch.lgamma(negatives + 1) - torch.lgamma((negatives - left).clamp_min(0) + 1)
+                    - torch.lgamma(tied + 1) + torch.lgamma(tied - left + 1))
+        miss = torch.where(negatives >= left, log_miss.exp(), torch.zeros_like(log_miss))
+        hits.append(torch.where(above_positive > 0, torch.ones_like(miss), 1 - miss))
+    mean = torch.cat(hits).mean(dim=0).tolist()
+    return {int(k): float(value) for k, value in zip(ks, mean)}
 
 
 def retrieve(query: torch.Tensor | np.ndarray | Sequence, query_labels: np.ndarray,
@@ -146,12 +203,17 @@ def retrieve(query: torch.Tensor | np.ndarray | Sequence, query_labels: np.ndarr
              ks: Sequence[int] = DEFAULT_KS, query_chunk: int = 1024, gallery_chunk: int = 8192,
              device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> RetrievalResult:
     """R@k of test ``query`` features against train ``gallery`` features (one view, or a list of views for
-    two-stream retrieval), with each query's ``max(ks)`` nearest gallery videos."""
+    two-stream retrieval), with each query's ``max(ks)`` nearest gallery videos. Ties at the k-th place count
+    in expectation (:func:`recall_with_ties`); the neighbour lists break them by gallery index."""
     ks = tuple(sorted({int(k) for k in ks}))
     if not ks or ks[0] < 1:
         raise ValueError(f"k values must be >= 1, got {ks}")
-    scores, indices = topk_neighbours(query, gallery, ks[-1], query_chunk, gallery_chunk, device, dtype)
-    return RetrievalResult(ks, recall_at_k(indices, query_labels, gallery_labels, ks), indices, scores)
+    pairs = _prepare(query, gallery, device, dtype)
+    num_gallery = len(pairs[0][1])
+    scores, indices = _topk(pairs, min(ks[-1], num_gallery), query_chunk, gallery_chunk)
+    kth = scores[:, [min(k, num_gallery) - 1 for k in ks]]
+    recall = recall_with_ties(pairs, kth, ks, query_labels, gallery_labels, query_chunk, gallery_chunk)
+    return RetrievalResult(ks, recall, indices.cpu().numpy().astype(np.int64), scores.float().cpu().numpy())
 
 
 def evaluate_retrieval(store, streams: Sequence, config=None, ks: Sequence[int] = DEFAULT_KS,
@@ -165,6 +227,7 @@ def evaluate_retrieval(store, streams: Sequence, config=None, ks: Sequence[int] 
     """
     from coclr.eval.features import ClipConfig, cached_features, check_inputs, file_sha256, input_record, stream_views
     from coclr.eval.fusion import check_same_videos
+    from coclr.eval.health import health_warnings, streams_health
 
     config = config or ClipConfig()
     check_inputs(store, list(streams), [train_split, test_split])
@@ -181,6 +244,8 @@ def evaluate_retrieval(store, streams: Sequence, config=None, ks: Sequence[int] 
                      ks, device=device)
     record = {"task": "retrieval", **input_record(store, list(streams), {"train": train_split, "test": test_split}, shas),
               "config": {**dataclasses.asdict(config), "ks": list(fused.ks)}, "results": fused.to_json(False)}
+    record["feature_health"] = streams_health(streams, train, test)
+    record["warnings"] = health_warnings(record["feature_health"])
     if len(streams) > 1:
         record["per_stream"] = [retrieve(q.features, q.labels, g.features, g.labels, ks, device=device).to_json(False)
                                 for q, g in zip(test, train)]

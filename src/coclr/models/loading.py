@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,8 @@ from coclr.models.encoder import Encoder
 from coclr.models.heads import LinearClassifier, ProjectionHead
 from coclr.models.s3d import S3D
 
-__all__ = ["load_encoder", "load_classifier", "save_encoder", "read_clip_settings", "CLIP_SETTING_KEYS",
+__all__ = ["load_encoder", "load_classifier", "save_encoder", "read_clip_settings", "read_checkpoint_file",
+           "CLIP_SETTING_KEYS",
            "ENCODER_FORMAT", "TRAIN_FORMAT"]
 
 ENCODER_FORMAT = "coclr.encoder"
@@ -101,7 +103,7 @@ def load_encoder(path: str | os.PathLike[str], map_location: Any = "cpu") -> tup
             unexpected or mis-shaped key (all named).
     """
     path = Path(path)
-    payload = _read_checkpoint(path, map_location)
+    payload = read_checkpoint_file(path, map_location)
     kind, state = _detect_format(path, payload)
     if kind == "ours":
         backbone, head = _load_ours(path, payload)
@@ -124,7 +126,7 @@ def load_classifier(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
     authors' files do not store, is set to :data:`AUTHORS_CLASSIFIER_DROPOUT`. Both modules are in eval mode.
     """
     path = Path(path)
-    payload = _read_checkpoint(path, map_location)
+    payload = read_checkpoint_file(path, map_location)
     kind, state = _detect_format(path, payload)
     if kind != "authors_classifier":
         raise CheckpointError(
@@ -176,7 +178,7 @@ def read_clip_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
     before that gives what its configuration says (view, length, stride, size). Files from elsewhere (the
     authors', torchvision's) record nothing: ``{}``.
     """
-    payload = _read_checkpoint(Path(path), "cpu")
+    payload = read_checkpoint_file(Path(path), "cpu")
     if not isinstance(payload, dict):
         return {}
     settings: Any = None
@@ -195,23 +197,38 @@ def read_clip_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------- reading
 
 
-def _read_checkpoint(path: Path, map_location: Any) -> Any:
-    """``torch.load(weights_only=True)`` with every failure turned into a CheckpointError naming the file."""
+_ZIP_MAGIC = b"PK\x03\x04"
+_PICKLE_PROTOCOLS = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
+_REFUSED_GLOBAL = re.compile(r"(?:GLOBAL|global) ([\w.]+)")
+
+
+def read_checkpoint_file(path: str | os.PathLike[str], map_location: Any = "cpu") -> Any:
+    """``torch.load(path, weights_only=True)``: tensors and plain values only, never executed code. Every failure
+    is a :class:`CheckpointError` naming the file and what it is: missing, empty, not a PyTorch file (random bytes,
+    text, an interrupted download), damaged, or holding pickled objects (refused, and named)."""
+    path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if not head:
+        raise CheckpointError(f"{path}: the file is empty (0 bytes), not a checkpoint")
+    if head != _ZIP_MAGIC and head[:2] not in _PICKLE_PROTOCOLS:
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint (it is neither torch.save's zip format nor its "
+                              "legacy format; an incomplete download or another kind of file?)")
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as error:  # corrupt, truncated, not a torch file, or a refused pickle
-        lines = str(error).strip().splitlines()
-        refused = [line for line in lines if "Unsupported global" in line or "Weights only load failed" in line]
+    except Exception as error:  # damaged, or a refused pickle
+        text = str(error)
+        refused = _REFUSED_GLOBAL.search(text)
         if isinstance(error, pickle.UnpicklingError) and refused:
-            detail = refused[-1].split(" Please use")[0].strip()  # drop torch's advice to allowlist the object
             raise CheckpointError(
-                f"{path}: refused: the file holds pickled Python objects that a weights-only load does not "
-                f"allow (they were not executed). {detail}"
-            ) from None
-        reason = f"{type(error).__name__}: {lines[0] if lines else ''}"
-        raise CheckpointError(f"{path}: cannot be read as a PyTorch checkpoint: {reason}") from None
+                f"{path}: refused: the file holds a pickled Python object ({refused.group(1)}) that a tensors-only "
+                "load does not allow, and it was not executed; use a checkpoint of tensors and plain values (a "
+                "state dict)") from None
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        reason = type(error).__name__ + (f": {first}" if first and "weights_only" not in first else "")
+        raise CheckpointError(f"{path}: damaged, or not a PyTorch checkpoint ({reason})") from None
 
 
 def _strip_module(state: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,19 +15,13 @@ import numpy as np
 import torch
 
 from coclr.errors import CheckpointError
-
-TRAIN_FORMAT = "coclr.train"
+from coclr.models.loading import TRAIN_FORMAT, read_checkpoint_file
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read one of our training checkpoints (tensors only: ``weights_only=True``)."""
+    """Read one of our training checkpoints (tensors only: :func:`~coclr.models.loading.read_checkpoint_file`)."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
-    try:
-        data = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as error:  # noqa: BLE001 - any unpickling failure means an unusable file
-        raise CheckpointError(f"{path}: cannot be read as a tensors-only checkpoint: {error}") from None
+    data = read_checkpoint_file(path, map_location)
     if not isinstance(data, dict) or data.get("format") != TRAIN_FORMAT:
         raise CheckpointError(f"{path}: not a coclr training checkpoint (no format {TRAIN_FORMAT!r})")
     return data

@@ -142,11 +142,12 @@ class OptimOptions:
 
     def validate(self) -> None:
         require(self.lr > 0, "lr", "must be positive")
+        require(self.epochs >= 1, "epochs", f"must be at least 1, got {self.epochs}")
         require(0 <= self.warmup_epochs <= self.epochs, "warmup_epochs", f"must lie in 0..epochs ({self.epochs})")
         require(self.weight_decay >= 0, "weight_decay", "must be non-negative")
-        require(self.epochs >= 1, "epochs", "must be at least 1")
         require(all(0 < m <= self.epochs for m in self.milestones), "milestones",
-                f"must lie in 1..epochs ({self.epochs})")
+                f"{self.milestones} must lie in 1..epochs ({self.epochs}): when you change optim.epochs, set the "
+                "milestones too (e.g. optim.milestones=[] for none)")
         require(0 < self.gamma <= 1, "gamma", "must be in (0, 1]")
         require(self.patience >= 0, "patience", "must be non-negative")
 
@@ -229,6 +230,11 @@ class PipelineOptions:
         require(self.cycle_lr is None or self.cycle_lr > 0, "cycle_lr", "must be positive (or null)")
         require(self.infonce_epochs >= 1, "infonce_epochs", "must be at least 1")
         require(self.cycle_epochs >= 1, "cycle_epochs", "must be at least 1")
+        for key, epochs in (("infonce_milestones", "infonce_epochs"), ("cycle_milestones", "cycle_epochs")):
+            milestones, count = getattr(self, key), getattr(self, epochs)
+            require(all(0 < m <= count for m in milestones), key,
+                    f"{milestones} must lie in 1..{epochs} ({count}): when you change pipeline.{epochs}, set the "
+                    f"milestones too (e.g. pipeline.{key}=[] for none)")
 
 
 @dataclass

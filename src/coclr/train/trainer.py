@@ -31,7 +31,7 @@ from coclr.data.augment import ClipAugment
 from coclr.data.datasets import TrainClips
 from coclr.errors import CheckpointError, CoclrError, ConfigError
 from coclr.models.encoder import Encoder, build_encoder
-from coclr.models.loading import load_encoder
+from coclr.models.loading import load_encoder, read_clip_settings
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state, set_rng_state
 from coclr.train.config import PretrainConfig
 from coclr.train.learner import PretrainModel, Targets, ViewLearner
@@ -79,40 +79,56 @@ def step_generator(seed: int, epoch: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 1_000_003 + step)
 
 
-def load_into(encoder: Encoder, path: str) -> None:
-    """Initialise ``encoder`` from any checkpoint ``load_encoder`` reads; the architectures must match."""
+def load_into(encoder: Encoder, path: str, option: str) -> None:
+    """Initialise ``encoder`` from any checkpoint ``load_encoder`` reads (``option`` names where the path came
+    from); the architectures must match, or the error names both."""
     backbone, head = load_encoder(path)
-    try:
-        encoder.backbone.load_state_dict(backbone.state_dict())
-        if head is not None:
-            encoder.head.load_state_dict(head.state_dict())
-    except RuntimeError as error:
-        raise CheckpointError(f"{path}: does not match the configured encoder (model.width, model.gating, "
-                              f"model.embed_dim): {error}") from None
+    theirs = {"model.width": backbone.width, "model.gating": backbone.gating,
+              "model.embed_dim": None if head is None else head.out_dim}
+    ours = {"model.width": encoder.backbone.width, "model.gating": encoder.backbone.gating,
+            "model.embed_dim": encoder.head.out_dim}
+    differ = [f"{key}={ours[key]!r} (the checkpoint: {theirs[key]!r})" for key in ours
+              if theirs[key] is not None and theirs[key] != ours[key]]
+    if differ:
+        raise CheckpointError(f"{option}: {path} holds another encoder than the run's: {', '.join(differ)}")
+    encoder.backbone.load_state_dict(backbone.state_dict())
+    if head is not None:
+        encoder.head.load_state_dict(head.state_dict())
+
+
+def check_view_of(path: str, view: str, option: str) -> None:
+    """A checkpoint that records the view it was trained on must be of the kind of ``view`` (a flow encoder does
+    not initialise, mine for or evaluate an RGB network)."""
+    from coclr.data.views import view_kind
+
+    trained = read_clip_settings(path).get("view")
+    if trained is not None and view_kind(trained) != view_kind(view):
+        raise ConfigError(f"{option}: {path} was trained on {trained!r} clips, but is used here for the "
+                          f"{view!r} view")
 
 
 def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainModel:
     """The learner(s) a method needs, initialised as configured; sampler loaded and frozen for coclr."""
     method = config.method
 
-    def encoder(init: str) -> Encoder:
+    def encoder(init: str, option: str) -> Encoder:
         built = build_encoder(width=config.model.width, gating=config.model.gating,
                               embed_dim=config.model.embed_dim)
         if init:
-            load_into(built, init)
+            load_into(built, init, option)
         return built
 
-    def learner(init: str) -> ViewLearner:
-        return ViewLearner(encoder(init), method=method.name, queue_size=method.queue_size,
+    def learner(init: str, option: str) -> ViewLearner:
+        return ViewLearner(encoder(init, option), method=method.name, queue_size=method.queue_size,
                            temperature=method.temperature, momentum=method.momentum, topk=method.topk,
                            own_drop_prob=method.own_drop_prob, group_positives=method.group_positives,
                            loss_form=method.form, generator=generator,
                            dropped_own_as_negative=method.dropped_own_as_negative)
 
-    learners = {config.data.view: learner(method.init_checkpoint)}
+    learners = {config.data.view: learner(method.init_checkpoint, "method.init_checkpoint")}
     sampler = None
     if method.trains_two_views:
-        learners[config.data.second_view] = learner(method.second_init_checkpoint)
+        learners[config.data.second_view] = learner(method.second_init_checkpoint, "method.second_init_checkpoint")
     elif method.name == "coclr":
         backbone, head = load_encoder(method.sampler_checkpoint)
         if head is None:
@@ -137,14 +153,22 @@ def clip_settings(config: PretrainConfig, store, view: str) -> dict[str, Any]:
             "flow_bound": stored_bound(store, stored_view(view)) if is_flow_view(view) else None}
 
 
-def check_inputs(config: PretrainConfig) -> None:
-    """Fail fast, before any compute, on missing files (the store itself is checked by TrainClips)."""
-    for key in ("sampler_checkpoint", "init_checkpoint", "second_init_checkpoint"):
+def check_inputs(config: PretrainConfig, device: torch.device) -> None:
+    """Fail fast, before any compute, on missing files, checkpoints of another view, and options the device cannot
+    honour (the store itself is checked by TrainClips)."""
+    views = {"init_checkpoint": config.data.view, "second_init_checkpoint": config.data.second_view,
+             "sampler_checkpoint": config.data.second_view}
+    for key, view in views.items():
         path = getattr(config.method, key)
         if path and not Path(path).is_file():
             raise ConfigError(f"method.{key}: checkpoint not found: {path}")
+        if path:
+            check_view_of(path, view, f"method.{key}")
     if not Path(config.data.store).is_dir():
         raise ConfigError(f"data.store: not a directory: {config.data.store}")
+    if config.run.amp != "none" and device.type != "cuda":
+        raise ConfigError(f"run.amp: {config.run.amp} autocast is for CUDA devices; this run is on {device} "
+                          "(use run.amp=none)")
 
 
 CONTINUABLE = ("run.out", "run.device", "run.progress", "run.log_every", "run.save_every", "run.max_steps",
@@ -192,9 +216,9 @@ class Trainer:
     """
 
     def __init__(self, config: PretrainConfig, restart: bool = False):
-        check_inputs(config)
         self.config = config
         self.device = resolve_device(config.run.device)
+        check_inputs(config, self.device)
         init_distributed(self.device)
         self.rank, self.world = rank(), world_size()
         self.out = Path(config.run.out)
