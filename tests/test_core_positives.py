@@ -12,9 +12,9 @@ from coclr.core.positives import (
     drop_own_positive,
     instance_positives,
     label_positives,
-    positive_mask,
     top_k_lowest_index_ties,
 )
+from coclr.core.methods import positive_mask
 from coclr.core.queue import MomentumQueue
 from coclr.errors import ConfigError
 

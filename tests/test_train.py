@@ -304,7 +304,7 @@ def test_a_dropped_own_key_is_a_negative_only_when_asked(as_negative: bool) -> N
 
 def test_the_own_key_is_kept_during_the_first_own_positive_epochs(store: Path, tmp_path: Path) -> None:
     trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=3", "method.own_positive_epochs=1.5"))
-    assert trainer.sampler.batches_per_epoch == 3
+    assert trainer.data_order.batches_per_epoch == 3
     assert [trainer.keeps_own_key(i) for i in range(6)] == [True] * 5 + [False]
 
 
@@ -316,7 +316,7 @@ def test_lr_warm_up_scales_the_first_updates_and_leaves_the_schedule(store: Path
     lr = 1e-3
     trainer = Trainer(tiny_config(store, tmp_path / "run", f"optim.lr={lr}", "optim.weight_decay=0",
                                   f"optim.warmup_epochs={warmup_epochs}", "run.max_steps=1"))
-    assert trainer.sampler.batches_per_epoch == 3
+    assert trainer.data_order.batches_per_epoch == 3
     encoder = trainer.model.learners["rgb"].encoder_q
     before = {name: p.detach().clone() for name, p in encoder.named_parameters()}
     trainer.run()
@@ -335,7 +335,7 @@ def test_milestones_multiply_the_lr_by_gamma_from_their_epoch_on(store: Path, tm
     trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.lr=1e-3", "optim.epochs=3",
                                   "optim.schedule=milestones", "optim.milestones=[2]", "optim.gamma=0.1",
                                   "run.log_every=1"))
-    assert trainer.sampler.batches_per_epoch == 3
+    assert trainer.data_order.batches_per_epoch == 3
     trainer.run()
     steps = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()
              if '"lr"' in line]
@@ -408,3 +408,14 @@ def test_checkpoints_of_another_width_or_view_are_named_before_training(store: P
     with pytest.raises(ConfigError, match=r"run\.amp: bf16 autocast is for CUDA devices; this run is on cpu"):
         Trainer(tiny_config(store, tmp_path / "e", "run.amp=bf16", "run.device=cpu"))
     assert not any((tmp_path / name).exists() for name in "abce")  # refused before anything was written
+
+
+def test_only_coclr_waits_for_a_full_queue_by_default() -> None:
+    """As in the reference code: InfoNCE and UberNCE step from the first batch, CoCLR waits for a full queue."""
+    def waits(*overrides: str) -> bool:
+        return load_config(PretrainConfig, None, ["data.store=s", "run.out=o", *overrides]).method.waits
+
+    assert not waits("method.name=infonce") and not waits("method.name=ubernce") and not waits("method.name=cmc")
+    assert waits("method.name=coclr", "method.sampler_checkpoint=x")
+    assert waits("method.name=infonce", "method.wait_for_full_queue=true")
+    assert not waits("method.name=coclr", "method.simultaneous=true", "method.wait_for_full_queue=false")

@@ -61,7 +61,7 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
             assert torch.equal(ranks[0][name], ranks[1][name]), name
     assert torch.equal(ranks[0]["queue.video_ids"], reference["queue.video_ids"])
     seen = set(ranks[0]["queue.video_ids"].tolist())
-    order = list(single.sampler.__class__(16, 2, seed=0, rank=1, world_size=2))[: 2 * STEPS]
+    order = list(single.data_order.__class__(16, 2, seed=0, rank=1, world_size=2))[: 2 * STEPS]
     assert seen & set(order), "the queue holds none of rank 1's samples"
     torch.testing.assert_close(ranks[0]["queue.keys"], reference["queue.keys"], atol=1e-5, rtol=1e-4)
 

@@ -1,25 +1,25 @@
 """The contrastive core: one loss, four positive-set rules, the momentum queue and key encoder.
 
 Pure tensor code, device-agnostic, knowing nothing of files or the command line. InfoNCE, UberNCE, CoCLR
-and CMC share :func:`multi_positive_nce` and differ only in :func:`positive_mask`.
+and CMC share :func:`multi_positive_nce` and differ only in their positive rule; :data:`METHODS` defines each.
 """
 
 from coclr.core.distributed import all_gather_concat, broadcast_, is_distributed, is_main, rank, world_size
 from coclr.core.loss import logits_from, multi_positive_nce
 from coclr.core.momentum import momentum_copy, momentum_update, shuffled_forward
+from coclr.core.methods import METHODS, Method, method, positive_mask
 from coclr.core.positives import (
-    METHODS,
     cross_view_instance_positives,
     cross_view_topk_positives,
     drop_own_positive,
     instance_positives,
     label_positives,
-    positive_mask,
 )
 from coclr.core.queue import MomentumQueue
 
 __all__ = [
     "METHODS",
+    "Method",
     "MomentumQueue",
     "all_gather_concat",
     "broadcast_",
@@ -31,6 +31,7 @@ __all__ = [
     "is_main",
     "label_positives",
     "logits_from",
+    "method",
     "momentum_copy",
     "momentum_update",
     "multi_positive_nce",

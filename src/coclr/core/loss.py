@@ -96,8 +96,9 @@ def logits_from(q: torch.Tensor, k: torch.Tensor, queue_keys: torch.Tensor, tau:
 
     ``logits = [q . k_own, q . queue^T] / tau``: negatives come only from the queue, never from the other
     rows of the batch (as in MoCo and the authors' code). ``q`` and ``k`` are ``[B, D]``, ``queue_keys``
-    ``[K, D]``; all are expected L2-normalised. For CMC, concatenate this for the own view and the other
-    view along dim 1.
+    ``[K, D]``; all are expected L2-normalised. The logits are float32 whatever the dtype of the dot products
+    (under autocast they are bf16 or fp16). For CMC, concatenate this for the own view and the other view along
+    dim 1.
     """
     if q.shape != k.shape or q.dim() != 2:
         raise ValueError(f"q and k must both be [B, D], got {tuple(q.shape)} and {tuple(k.shape)}")
@@ -105,4 +106,4 @@ def logits_from(q: torch.Tensor, k: torch.Tensor, queue_keys: torch.Tensor, tau:
         raise ValueError(f"queue_keys must be [K, {q.shape[1]}], got {tuple(queue_keys.shape)}")
     own = (q * k.to(q.dtype)).sum(dim=1, keepdim=True)
     queued = q @ queue_keys.to(q.dtype).T
-    return torch.cat([own, queued], dim=1) / tau
+    return torch.cat([own, queued], dim=1).float() / tau

@@ -1,17 +1,8 @@
 """Which candidates are positives: the only thing that differs between InfoNCE, UberNCE, CoCLR and CMC.
 
 Every method scores a query against its own key and the queue with the same loss
-(:func:`coclr.core.loss.multi_positive_nce`). The methods differ only in the positive set, and the four
-rules sit side by side in :func:`positive_mask`:
-
-============  ===========================================================================================
-``infonce``   the own key only (instance discrimination)
-``ubernce``   own key + queued keys with the same class label (the supervised oracle)
-``coclr``     own key + the top-K queued keys whose *other view* is most similar to the key clip's other
-              view (+ optionally queued sibling clips of the same source group); InfoNCE until the
-              queue is full
-``cmc``       the same clip in both views: own key and the other view's key of the clip
-============  ===========================================================================================
+(:func:`coclr.core.loss.multi_positive_nce`). The methods differ only in the positive set: these are the rules,
+pure functions of tensors, and :mod:`coclr.core.methods` says which method uses which.
 
 Every rule returns a bool mask ``[B, 1+K]``: column 0 is the own key, columns ``1..K`` the queue entries in
 storage order (CMC: ``[B, 2(1+K)]``, the own-view candidates then the other-view candidates).
@@ -19,15 +10,7 @@ storage order (CMC: ``[B, 2(1+K)]``, the own-view candidates then the other-view
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
-
-from coclr.core.queue import MomentumQueue
-from coclr.errors import ConfigError
-
-Method = Literal["infonce", "ubernce", "coclr", "cmc"]
-METHODS: tuple[str, ...] = ("infonce", "ubernce", "coclr", "cmc")
 
 
 def _with_own_key(queue_positives: torch.Tensor) -> torch.Tensor:
@@ -136,77 +119,3 @@ def drop_own_positive(mask: torch.Tensor) -> torch.Tensor:
     out = mask.clone()
     out[:, 0] &= mask.sum(dim=1) <= 1
     return out
-
-
-def _draw(probability: float, generator: torch.Generator | None) -> bool:
-    """One Bernoulli draw from ``generator`` (CPU unless the generator lives elsewhere), without a GPU sync."""
-    device = generator.device if generator is not None else "cpu"
-    return bool(torch.rand((), generator=generator, device=device) < probability)
-
-
-def _needed(method: str, name: str, value: torch.Tensor | None, batch_size: int, device: torch.device) -> torch.Tensor:
-    """``value`` on ``device``, or a clear error when the method needs it and it is missing or mis-sized."""
-    if value is None:
-        raise ValueError(f"positive_mask: method {method!r} needs {name}")
-    if value.shape[0] != batch_size:
-        raise ValueError(f"positive_mask: {name} has {value.shape[0]} rows, expected batch_size={batch_size}")
-    return value.to(device)
-
-
-def positive_mask(
-    method: Method,
-    *,
-    batch_size: int,
-    queue: MomentumQueue,
-    labels: torch.Tensor | None = None,
-    groups: torch.Tensor | None = None,
-    other_keys: torch.Tensor | None = None,
-    topk: int = 5,
-    group_positives: bool = False,
-    own_drop_prob: float = 0.9,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """The positive set of each method, in one place; the loss and the logits are the same for all.
-
-    Args:
-        method: ``"infonce"``, ``"ubernce"``, ``"coclr"`` or ``"cmc"``.
-        batch_size: number of queries ``B``.
-        queue: the momentum queue of the trained view (its ``labels``, ``other``, ``groups``, ``valid``,
-            ``full`` are read, never written).
-        labels: ``[B]`` class labels of the key clips (ubernce).
-        groups: ``[B]`` source-group ids of the key clips (coclr with ``group_positives``). For datasets
-            without groups, passing video ids makes other clips of the same video positives.
-        other_keys: ``[B, D']`` other-view embeddings of the key clips from the frozen encoder (coclr).
-        topk: number of mined positives per query (coclr).
-        group_positives: also treat queued clips of the same group as positives (coclr).
-        own_drop_prob: probability, drawn once per call from ``generator``, that rows with mined positives
-            drop the own key from their positives (coclr); seed ``generator`` alike on every rank for the
-            same decision everywhere.
-        generator: random generator of that draw.
-
-    Returns:
-        bool ``[B, 1+K]`` (``[B, 2(1+K)]`` for cmc) on the queue's device.
-    """
-    size, device = queue.size, queue.keys.device
-    if method == "infonce":
-        return instance_positives(batch_size, size, device)
-    if method == "cmc":
-        return cross_view_instance_positives(batch_size, size, device)
-    if method == "ubernce":
-        return label_positives(_needed(method, "labels", labels, batch_size, device), queue.labels)
-    if method == "coclr":
-        other_keys = _needed(method, "other_keys", other_keys, batch_size, device)
-        if group_positives:
-            groups = _needed(method, "groups (group_positives=True)", groups, batch_size, device)
-        if not bool(queue.full):
-            return instance_positives(batch_size, size, device)
-        mask = cross_view_topk_positives(
-            other_keys,
-            queue.other,
-            topk,
-            queue.valid,
-            groups=groups if group_positives else None,
-            queue_groups=queue.groups if group_positives else None,
-        )
-        return drop_own_positive(mask) if _draw(own_drop_prob, generator) else mask
-    raise ConfigError(f"method {method!r} is not one of {METHODS}")

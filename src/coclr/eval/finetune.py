@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from coclr import seeding
 from coclr.config import differences, option, require
 from coclr.errors import CheckpointError, ConfigError
 from coclr.eval.features import ClipConfig, predict_windows
@@ -176,14 +177,15 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     for epoch in tqdm(range(done, config.epochs), desc="finetune", unit="epoch", disable=not progress,
                       initial=done, total=config.epochs):
         dataset.set_epoch(epoch)
-        torch.manual_seed(config.seed * 1_000_003 + epoch)  # dropout of this epoch
         loader = DataLoader(dataset, batch_size=clip_config.batch_size, shuffle=True,
                             drop_last=len(dataset) > clip_config.batch_size, num_workers=clip_config.workers,
-                            generator=torch.Generator().manual_seed(config.seed + epoch),
+                            generator=seeding.generator(config.seed, epoch, seeding.ORDER),
                             pin_memory=device.type == "cuda")
-        generator = torch.Generator().manual_seed(config.seed * 7919 + epoch)
-        losses.append(train_epoch(model, loader, augment, optimizer, view, device, clip_config.amp, generator,
-                                  progress, f"epoch {epoch + 1}"))
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(seeding.derive_seed(config.seed, epoch))  # this epoch's dropout, restored after
+            losses.append(train_epoch(model, loader, augment, optimizer, view, device, clip_config.amp,
+                                      seeding.generator(config.seed, epoch, seeding.AUGMENT), progress,
+                                      f"epoch {epoch + 1}"))
         scheduler.step()
         _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint)
 

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, read_json_lines
+from coclr.core.methods import METHODS
 from coclr.errors import DataError
 
-METHOD_NAMES = {"infonce": "InfoNCE", "ubernce": "UberNCE", "coclr": "CoCLR", "cmc": "CMC",
-                "supervised": "Cross-Ent.", "cross_entropy": "Cross-Ent."}
-"""Display names of the pretraining methods, as in the paper's Table 1."""
-LABELLED_METHODS = {"ubernce", "supervised", "cross_entropy"}
+METHOD_NAMES = {**{m.name: m.display for m in METHODS.values()}, "supervised": "Cross-Ent.",
+                "cross_entropy": "Cross-Ent."}
+"""Display names of the pretraining methods, as in the paper's Table 1 (and of supervised training)."""
+LABELLED_METHODS = {*(m.name for m in METHODS.values() if m.uses_labels), "supervised", "cross_entropy"}
 """Methods that use class labels during pretraining (the "Labels" column)."""
 VIEW_NAMES = {"rgb": "RGB", "flow": "Flow", "rgbdiff": "RGBDiff"}
 TABLE_COLUMNS = ("Method", "Input", "Labels", "Linear probe", "Finetune", "R@1")

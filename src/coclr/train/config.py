@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from coclr.config import option, require
-
-METHODS = ("infonce", "ubernce", "coclr", "cmc")
-TWO_VIEW_METHODS = ("coclr", "cmc")
+from coclr.core.methods import METHODS
 
 
 @dataclass
@@ -66,9 +64,8 @@ class ModelOptions:
 
 @dataclass
 class MethodOptions:
-    name: Literal["infonce", "ubernce", "coclr", "cmc"] = option(
-        "infonce", "positive-set rule: infonce (own key), ubernce (label oracle), coclr (top-K mined in "
-        "the other view), cmc (same clip in both views)")
+    name: str = option("infonce", "positive-set rule: infonce (own key), ubernce (label oracle), coclr (top-K "
+                                  "mined in the other view), cmc (same clip in both views)")
     queue_size: int = option(2048, "K, number of keys in the momentum queue (2048 on UCF101, 16384 on K400)")
     temperature: float = option(0.07, "softmax temperature tau")
     momentum: float = option(0.999, "EMA coefficient m of the key encoder")
@@ -96,20 +93,30 @@ class MethodOptions:
     init_checkpoint: str = option("", "checkpoint to initialise the trained encoder from (its last epoch)")
     second_init_checkpoint: str = option("", "simultaneous/cmc: checkpoint initialising the second view's "
                                                 "encoder")
-    wait_for_full_queue: bool = option(True, "take no optimiser step until the queue is full (reference)")
+    wait_for_full_queue: bool | None = option(None, "take no optimiser step until the queue is full (null: as the "
+                                                    "reference code does, in coclr only)")
+
+    @property
+    def spec(self):
+        """The method's definition (:data:`coclr.core.methods.METHODS`)."""
+        return METHODS[self.name]
 
     @property
     def form(self) -> str:
-        """The loss form after resolving ``auto``."""
-        if self.loss_form != "auto":
-            return self.loss_form
-        return "supcon" if self.name == "ubernce" else "mil"
+        """The loss form after resolving ``auto``: the method's own."""
+        return self.spec.loss_form if self.loss_form == "auto" else self.loss_form
 
     @property
     def trains_two_views(self) -> bool:
-        return self.name == "cmc" or (self.name == "coclr" and self.simultaneous)
+        return self.spec.trains_two_views(self.simultaneous)
+
+    @property
+    def waits(self) -> bool:
+        """Whether no optimiser step is taken until the queue is full (``wait_for_full_queue`` resolved)."""
+        return self.spec.waits_for_full_queue if self.wait_for_full_queue is None else self.wait_for_full_queue
 
     def validate(self) -> None:
+        require(self.name in METHODS, "name", f"{self.name!r} is not one of {', '.join(METHODS)}")
         require(self.queue_size >= 1, "queue_size", "must be positive")
         require(self.temperature > 0, "temperature", "must be positive")
         require(0 <= self.momentum < 1, "momentum", "must be in [0, 1)")
@@ -117,10 +124,12 @@ class MethodOptions:
         require(self.topk < self.queue_size, "topk", f"must be smaller than queue_size ({self.queue_size})")
         require(0 <= self.own_drop_prob <= 1, "own_drop_prob", "must be in [0, 1]")
         require(self.own_positive_epochs >= 0, "own_positive_epochs", "must be at least 0")
-        require(not self.simultaneous or self.name == "coclr", "simultaneous", "applies to coclr only")
-        if self.name == "coclr" and not self.simultaneous:
+        require(not self.simultaneous or self.spec.two_views == "when_simultaneous", "simultaneous",
+                f"applies to {', '.join(m.name for m in METHODS.values() if m.two_views == 'when_simultaneous')} "
+                "only")
+        if self.spec.needs_sampler(self.simultaneous):
             require(bool(self.sampler_checkpoint), "sampler_checkpoint",
-                    "coclr needs the frozen other-view encoder that mines positives (a checkpoint of the "
+                    f"{self.name} needs the frozen other-view encoder that mines positives (a checkpoint of the "
                     "second view), or method.simultaneous=true")
 
 
@@ -209,7 +218,7 @@ class PretrainConfig:
     @property
     def views(self) -> list[str]:
         """Views each sample must provide: the trained view, plus the second view when the method uses it."""
-        uses_second = self.method.name in TWO_VIEW_METHODS
+        uses_second = self.method.spec.other_view is not None
         return [self.data.view, self.data.second_view] if uses_second else [self.data.view]
 
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from coclr.core.loss import multi_positive_nce
+from coclr.core.loss import logits_from, multi_positive_nce
+from coclr.core.methods import METHODS, positive_mask
 from coclr.core.momentum import momentum_copy, momentum_update, shuffled_forward
-from coclr.core.positives import positive_mask
 from coclr.core.queue import MomentumQueue
 from coclr.models.encoder import Encoder
 
@@ -63,14 +63,20 @@ class ViewLearner(nn.Module):
         self.encoder_q = encoder
         self.encoder_k = momentum_copy(encoder)
         embed_dim = encoder.arch["embed_dim"]
-        other_dim = embed_dim if method in ("coclr", "cmc") else 0
+        self.spec = METHODS[method]
+        other_dim = embed_dim if self.spec.queues_other_view else 0
         self.queue = MomentumQueue(queue_size, embed_dim, other_dim=other_dim, generator=generator)
 
     @torch.no_grad()
-    def keys(self, key_clip: torch.Tensor) -> torch.Tensor:
-        """Momentum-update the key encoder, then embed the key clip with shuffle-BN."""
+    def momentum_update(self) -> None:
+        """Move the key encoder towards the query encoder (EMA with ``momentum``)."""
         momentum_update(self.encoder_q, self.encoder_k, self.momentum)
-        return shuffled_forward(self.encoder_k, key_clip)
+
+    @torch.no_grad()
+    def embed_keys(self, key_clip: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The key encoder's embeddings of the key clips, with shuffle-BN across processes (its permutation drawn
+        from ``generator``)."""
+        return shuffled_forward(self.encoder_k, key_clip, generator)
 
     def step(self, query_clip: torch.Tensor, keys: torch.Tensor, targets: Targets,
              other_keys: torch.Tensor | None, generator: torch.Generator | None, keep_own: bool = False) -> StepOutput:
@@ -78,12 +84,10 @@ class ViewLearner(nn.Module):
         keeps every row's own key as a positive this step (no own-key drop)."""
         q = self.encoder_q(query_clip)
         queue = self.queue
-        own = (q * keys).sum(dim=1, keepdim=True)
         # Copies: the queue is overwritten in place by the enqueue below, after the graph is built.
-        candidates = [own, q @ queue.keys.clone().t()]
-        if self.method == "cmc":
-            candidates += [(q * other_keys).sum(dim=1, keepdim=True), q @ queue.other.clone().t()]
-        logits = torch.cat(candidates, dim=1).float() / self.temperature
+        logits = logits_from(q, keys, queue.keys.clone(), self.temperature)
+        if self.spec.other_view == "contrasted":  # CMC: the other view's key and queue are candidates too
+            logits = torch.cat([logits, logits_from(q, other_keys, queue.other.clone(), self.temperature)], dim=1)
         with torch.no_grad():
             mask = positive_mask(self.method, batch_size=q.shape[0], queue=queue, labels=targets.labels,
                                  groups=targets.groups, other_keys=other_keys, topk=self.topk,
@@ -106,7 +110,7 @@ class ViewLearner(nn.Module):
         best = logits.argmax(dim=1, keepdim=True)
         hit = mask.gather(1, best).squeeze(1) | (best.squeeze(1) == 0)
         stats = {"top1": hit.float().mean()}
-        if self.method in ("coclr", "ubernce"):
+        if self.spec.scores_positives:
             queue_labels = self.queue.labels
             queue_mask = mask[:, 1 : 1 + queue_labels.shape[0]]
             known = (labels >= 0).unsqueeze(1) & (queue_labels >= 0).unsqueeze(0)
@@ -139,9 +143,14 @@ class PretrainModel(nn.Module):
         return self
 
     def forward(self, query: dict[str, torch.Tensor], key: dict[str, torch.Tensor], targets: Targets,
-                generator: torch.Generator | None = None,
-                keep_own: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        keys = {view: learner.keys(key[view]) for view, learner in self.learners.items()}
+                generator: torch.Generator | None = None, keep_own: bool = False,
+                shuffle_generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The summed loss and per-view statistics of one batch. ``generator`` draws CoCLR's own-key drop,
+        ``shuffle_generator`` the shuffle-BN permutation of the key forward (several processes)."""
+        keys = {}
+        for view, learner in self.learners.items():
+            learner.momentum_update()
+            keys[view] = learner.embed_keys(key[view], shuffle_generator)
         if self.sampler is not None:
             with torch.no_grad():
                 keys[self.sampler_view] = self.sampler(key[self.sampler_view])
@@ -149,7 +158,7 @@ class PretrainModel(nn.Module):
         stats: dict[str, torch.Tensor] = {}
         for view, learner in self.learners.items():
             other_view = next((v for v in keys if v != view), None)
-            other = keys[other_view] if other_view is not None and learner.method in ("coclr", "cmc") else None
+            other = keys[other_view] if other_view is not None and learner.spec.queues_other_view else None
             out = learner.step(query[view], keys[view], targets, other, generator, keep_own)
             total = total + out.loss
             stats[f"{view}/loss"] = out.loss.detach()

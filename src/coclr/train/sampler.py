@@ -14,6 +14,8 @@ from typing import Iterator
 import torch
 from torch.utils.data import Sampler
 
+from coclr.seeding import generator
+
 
 class ResumableSampler(Sampler[int]):
     """Indices for one process; ``set_epoch(epoch, consumed)`` selects the epoch and the resume position."""
@@ -45,8 +47,7 @@ class ResumableSampler(Sampler[int]):
         self.consumed = consumed
 
     def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        order = torch.randperm(self.num_samples, generator=generator)
+        order = torch.randperm(self.num_samples, generator=generator(self.seed, self.epoch))
         usable = self.batches_per_epoch * self.global_batch
         remaining = order[self.consumed : usable]
         remaining = remaining[: len(remaining) // self.global_batch * self.global_batch]

@@ -14,7 +14,8 @@ import math
 import os
 import time
 import warnings
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
+from coclr import seeding
 from coclr.atomic import atomic_duplicate, atomic_torch_save, atomic_write_text, read_json_lines
 from coclr.config import to_dict
 from coclr.core.distributed import is_main, rank, world_size
@@ -32,7 +34,7 @@ from coclr.data.datasets import TrainClips
 from coclr.errors import CheckpointError, CoclrError, ConfigError
 from coclr.models.encoder import Encoder, build_encoder
 from coclr.models.loading import load_encoder, read_clip_settings
-from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state, set_rng_state
+from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.config import PretrainConfig
 from coclr.train.learner import PretrainModel, Targets, ViewLearner
 from coclr.runfolder import check_folder, move_aside, record_folder
@@ -53,6 +55,27 @@ class Position:
     epoch: int = 0
     consumed: int = 0
     global_step: int = 0
+
+
+@contextmanager
+def torch_settings(deterministic: bool, device: torch.device) -> Iterator[None]:
+    """Deterministic algorithms (``deterministic``) or cuDNN's autotuner (CUDA), restored on exit: process-wide
+    settings that a trainer must not leave behind (a pipeline runs several in one process)."""
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+    elif device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.benchmark = before[2]
+        if before[3] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -76,7 +99,7 @@ def init_distributed(device: torch.device) -> None:
 
 def step_generator(seed: int, epoch: int, step: int) -> torch.Generator:
     """The generator of one iteration's augmentation and own-key dropout: the same on every process."""
-    return torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 1_000_003 + step)
+    return seeding.generator(seed, epoch, step)
 
 
 def load_into(encoder: Encoder, path: str, option: str) -> None:
@@ -129,7 +152,7 @@ def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainM
     sampler = None
     if method.trains_two_views:
         learners[config.data.second_view] = learner(method.second_init_checkpoint, "method.second_init_checkpoint")
-    elif method.name == "coclr":
+    elif method.spec.needs_sampler(method.simultaneous):
         backbone, head = load_encoder(method.sampler_checkpoint)
         if head is None:
             raise CheckpointError(f"{method.sampler_checkpoint}: has no projection head, so it cannot embed "
@@ -225,14 +248,6 @@ class Trainer:
         self.progress_label = ""
         """Shown before the epoch in the progress bar (the pipeline names its stage)."""
         check_run_folder(config, restart)
-        if config.run.deterministic:
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-            torch.use_deterministic_algorithms(True, warn_only=True)
-            torch.backends.cudnn.benchmark = False
-        elif self.device.type == "cuda":
-            torch.backends.cudnn.benchmark = True
-
-        torch.manual_seed(config.run.seed)
         self.dataset = TrainClips(config.data.store, config.data.split, config.views, config.data.length,
                                   config.data.stride, num_clips=2, seed=config.run.seed,
                                   frame_size=config.data.frame_size, cache_mb=config.data.cache_mb)
@@ -241,10 +256,12 @@ class Trainer:
 
             self._log_line(left_out_message(self.dataset.store, config.data.split, config.views,
                                             self.dataset.left_out))
-        self.sampler = ResumableSampler(len(self.dataset), config.run.batch_size, seed=config.run.seed,
-                                        rank=self.rank, world_size=self.world)
-        queue_generator = torch.Generator().manual_seed(config.run.seed + 1)
-        self.model = build_model(config, queue_generator).to(self.device)
+        self.data_order = ResumableSampler(len(self.dataset), config.run.batch_size, seed=config.run.seed,
+                                           rank=self.rank, world_size=self.world)
+        queue_generator = torch.Generator().manual_seed(seeding.queue_seed(config.run.seed))
+        with torch.random.fork_rng(devices=[]):  # the weights' initialisation draws from the seed, nothing else
+            torch.manual_seed(config.run.seed)
+            self.model = build_model(config, queue_generator).to(self.device)
         if config.run.channels_last and self.device.type == "cuda":
             self.model.to(memory_format=torch.channels_last_3d)
         if config.run.compile:
@@ -325,7 +342,6 @@ class Trainer:
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.scheduler.load_state_dict(ckpt["scheduler"])
         self.scaler.load_state_dict(ckpt["scaler"])
-        set_rng_state(ckpt["rng"])
         pos = ckpt["position"]
         self.position = Position(pos["epoch"], pos["consumed"], pos["global_step"])
         self.best_loss = ckpt["best_loss"]
@@ -406,15 +422,17 @@ class Trainer:
 
     def train_step(self, batch: dict[str, torch.Tensor], queue_full: bool) -> tuple[torch.Tensor, dict]:
         pos = self.position
-        step_gen = step_generator(self.config.run.seed, pos.epoch, pos.consumed // self.sampler.global_batch)
+        step = pos.consumed // self.data_order.global_batch
+        step_gen = step_generator(self.config.run.seed, pos.epoch, step)
         query, key = self._batch_views(batch, step_gen)
         targets = Targets(batch["label"].to(self.device, non_blocking=True),
                           batch["video"].to(self.device, non_blocking=True),
                           batch["group"].to(self.device, non_blocking=True))
         with self._autocast():
-            loss, stats = self.ddp(query, key, targets, step_gen, self.keeps_own_key(pos.global_step))
+            loss, stats = self.ddp(query, key, targets, step_gen, self.keeps_own_key(pos.global_step),
+                                   seeding.generator(self.config.run.seed, pos.epoch, step, seeding.SHUFFLE))
         self.optimizer.zero_grad(set_to_none=True)
-        if queue_full or not self.config.method.wait_for_full_queue:
+        if queue_full or not self.config.method.waits:
             self.scaler.scale(loss).backward()
             factor = self.warmup_factor(pos.global_step)
             scheduled = [group["lr"] for group in self.optimizer.param_groups]
@@ -429,18 +447,24 @@ class Trainer:
     def keeps_own_key(self, iteration: int) -> bool:
         """Whether iteration ``iteration`` (0-based, of this run) keeps every own key a positive: during the
         first ``method.own_positive_epochs`` epochs of iterations."""
-        return iteration < self.config.method.own_positive_epochs * self.sampler.batches_per_epoch
+        return iteration < self.config.method.own_positive_epochs * self.data_order.batches_per_epoch
 
     def warmup_factor(self, iteration: int) -> float:
         """The share of the scheduled lr that iteration ``iteration`` (0-based, of this run) uses: (i + 1) /
         warm-up iterations during ``optim.warmup_epochs``, then 1. Saved iteration counts make resuming
         continue the warm-up where it stopped."""
-        iterations = self.config.optim.warmup_epochs * self.sampler.batches_per_epoch
+        iterations = self.config.optim.warmup_epochs * self.data_order.batches_per_epoch
         return min(1.0, (iteration + 1) / iterations) if iterations > 0 else 1.0
 
     def run(self) -> Path:
+        """Train until ``optim.epochs`` (or ``run.max_steps``); returns the last checkpoint. The torch settings
+        of ``run.deterministic`` (and cuDNN's autotuner on CUDA) hold while it runs and are restored after."""
+        with torch_settings(self.config.run.deterministic, self.device):
+            return self._run()
+
+    def _run(self) -> Path:
         config = self.config
-        loader = DataLoader(self.dataset, batch_size=config.run.batch_size, sampler=self.sampler,
+        loader = DataLoader(self.dataset, batch_size=config.run.batch_size, sampler=self.data_order,
                             num_workers=config.data.workers, pin_memory=self.device.type == "cuda",
                             persistent_workers=False, drop_last=True)
         if is_main():
@@ -448,14 +472,14 @@ class Trainer:
         jsonl, writer = self._open_logs()
         queue_full = self.model.queues_full
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
-        steps_per_epoch = self.sampler.batches_per_epoch
+        steps_per_epoch = self.data_order.batches_per_epoch
         self._log_line(f"{config.method.name} on {config.data.view}: {len(self.dataset)} videos, "
                        f"{steps_per_epoch} iterations/epoch, {self.world} process(es), device {self.device}")
         try:
             while self.position.epoch < config.optim.epochs and not self._done():
                 epoch = self.position.epoch
                 self.dataset.set_epoch(epoch)
-                self.sampler.set_epoch(epoch, self.position.consumed)
+                self.data_order.set_epoch(epoch, self.position.consumed)
                 self._set_train_mode()
                 progress = self._progress(steps_per_epoch)
                 epoch_loss = torch.zeros((), device=self.device)
@@ -466,7 +490,7 @@ class Trainer:
                     nonfinite |= ~torch.isfinite(loss)
                     epoch_loss += loss
                     epoch_steps += 1
-                    self.position.consumed += self.sampler.global_batch
+                    self.position.consumed += self.data_order.global_batch
                     self.position.global_step += 1
                     if not queue_full:
                         queue_full = self.model.queues_full
@@ -487,7 +511,7 @@ class Trainer:
                 if progress is not None:
                     progress.close()
                 self._check_finite(nonfinite)
-                if self.position.consumed >= steps_per_epoch * self.sampler.global_batch:
+                if self.position.consumed >= steps_per_epoch * self.data_order.global_batch:
                     self._end_epoch(epoch_loss, epoch_steps, time.time() - started, jsonl, writer)
                 else:
                     self.save()
@@ -510,7 +534,7 @@ class Trainer:
             return None
         from tqdm import tqdm
 
-        done = self.position.consumed // self.sampler.global_batch
+        done = self.position.consumed // self.data_order.global_batch
         label = f"{self.progress_label}: " if self.progress_label else ""
         return tqdm(total=steps_per_epoch, initial=done, desc=f"{label}epoch {self.position.epoch + 1}/"
                     f"{self.config.optim.epochs}", unit="it", dynamic_ncols=True, leave=False)

@@ -1,0 +1,160 @@
+"""The four methods, each defined once: its positive rule, its loss form, and what it needs from data and views.
+
+InfoNCE, UberNCE, CoCLR and CMC share the learner, the queue, the logits and the loss; they differ in which
+candidates count as positives (:mod:`coclr.core.positives` holds the rules) and, following from that, in what
+the queue stores and which views and encoders they need. The learner, the trainer, the configuration and the
+report ask :data:`METHODS` instead of testing method names.
+
+============  ===========================================================================================
+``infonce``   the own key only (instance discrimination)
+``ubernce``   own key + queued keys with the same class label (the supervised oracle)
+``coclr``     own key + the top-K queued keys whose *other view* is most similar to the key clip's other
+              view (+ optionally queued sibling clips of the same source group); InfoNCE until the
+              queue is full
+``cmc``       the same clip in both views: own key and the other view's key of the clip
+============  ===========================================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from coclr.core.positives import (cross_view_instance_positives, cross_view_topk_positives, drop_own_positive,
+                                  instance_positives, label_positives)
+from coclr.core.queue import MomentumQueue
+from coclr.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What a positive rule may read about one batch: the queue of the trained view (read, never written) and
+    what is known of the key clips."""
+
+    batch_size: int
+    queue: MomentumQueue
+    labels: torch.Tensor | None = None
+    """``[B]`` class labels (UberNCE)."""
+    groups: torch.Tensor | None = None
+    """``[B]`` source-group ids (CoCLR with ``group_positives``; video ids make other clips of a video positives)."""
+    other_keys: torch.Tensor | None = None
+    """``[B, D']`` the other view's embeddings of the key clips (CoCLR: from the frozen encoder)."""
+
+
+@dataclass(frozen=True)
+class Mining:
+    """CoCLR's options: ``topk`` positives mined per query, sibling clips as positives, and the probability per
+    iteration that rows with mined positives drop their own key (drawn once from ``generator``; seed it alike on
+    every rank for the same decision everywhere)."""
+
+    topk: int = 5
+    group_positives: bool = False
+    own_drop_prob: float = 0.9
+    generator: torch.Generator | None = None
+
+
+def _needed(method: str, name: str, value: torch.Tensor | None, batch: Batch) -> torch.Tensor:
+    """``value`` on the queue's device, or a clear error when the method needs it and it is missing or mis-sized."""
+    if value is None:
+        raise ValueError(f"positive_mask: method {method!r} needs {name}")
+    if value.shape[0] != batch.batch_size:
+        raise ValueError(f"positive_mask: {name} has {value.shape[0]} rows, expected batch_size={batch.batch_size}")
+    return value.to(batch.queue.keys.device)
+
+
+def _draw(probability: float, generator: torch.Generator | None) -> bool:
+    """One Bernoulli draw from ``generator`` (CPU unless the generator lives elsewhere), without a GPU sync."""
+    device = generator.device if generator is not None else "cpu"
+    return bool(torch.rand((), generator=generator, device=device) < probability)
+
+
+def _infonce(batch: Batch, mining: Mining) -> torch.Tensor:
+    return instance_positives(batch.batch_size, batch.queue.size, batch.queue.keys.device)
+
+
+def _ubernce(batch: Batch, mining: Mining) -> torch.Tensor:
+    return label_positives(_needed("ubernce", "labels", batch.labels, batch), batch.queue.labels)
+
+
+def _coclr(batch: Batch, mining: Mining) -> torch.Tensor:
+    queue = batch.queue
+    other_keys = _needed("coclr", "other_keys", batch.other_keys, batch)
+    groups = (_needed("coclr", "groups (group_positives=True)", batch.groups, batch)
+              if mining.group_positives else None)
+    if not bool(queue.full):
+        return instance_positives(batch.batch_size, queue.size, queue.keys.device)
+    mask = cross_view_topk_positives(other_keys, queue.other, mining.topk, queue.valid, groups=groups,
+                                     queue_groups=queue.groups if mining.group_positives else None)
+    return drop_own_positive(mask) if _draw(mining.own_drop_prob, mining.generator) else mask
+
+
+def _cmc(batch: Batch, mining: Mining) -> torch.Tensor:
+    return cross_view_instance_positives(batch.batch_size, batch.queue.size, batch.queue.keys.device)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method: its positive rule and what follows from it.
+
+    ``other_view``: None (one view), ``"mined"`` (CoCLR: the queue stores the other view's embedding of each
+    key clip and positives are mined in it) or ``"contrasted"`` (CMC: the other view's keys are candidates).
+    ``two_views``: trains both views at once always (CMC), when asked (CoCLR ``simultaneous``) or never.
+    """
+
+    name: str
+    display: str
+    rule: Callable[[Batch, Mining], torch.Tensor]
+    loss_form: Literal["mil", "supcon"]
+    uses_labels: bool = False
+    other_view: Literal["mined", "contrasted"] | None = None
+    two_views: Literal["always", "when_simultaneous", "never"] = "never"
+    waits_for_full_queue: bool = False
+    """The reference code takes no optimiser step until the queue is full in CoCLR only."""
+
+    @property
+    def queues_other_view(self) -> bool:
+        """Whether the queue stores each key clip's other-view embedding."""
+        return self.other_view is not None
+
+    @property
+    def scores_positives(self) -> bool:
+        """Whether positives besides the own key come from the queue (their class precision is logged)."""
+        return self.uses_labels or self.other_view == "mined"
+
+    def trains_two_views(self, simultaneous: bool) -> bool:
+        return self.two_views == "always" or (self.two_views == "when_simultaneous" and simultaneous)
+
+    def needs_sampler(self, simultaneous: bool) -> bool:
+        """Whether a frozen encoder of the other view must embed the key clips (alternating CoCLR)."""
+        return self.other_view == "mined" and not simultaneous
+
+
+METHODS: dict[str, Method] = {method.name: method for method in (
+    Method("infonce", "InfoNCE", _infonce, "mil"),
+    Method("ubernce", "UberNCE", _ubernce, "supcon", uses_labels=True),
+    Method("coclr", "CoCLR", _coclr, "mil", other_view="mined", two_views="when_simultaneous",
+           waits_for_full_queue=True),
+    Method("cmc", "CMC", _cmc, "mil", other_view="contrasted", two_views="always"),
+)}
+"""Every method by name. UberNCE's loss is the SupCon form, as in the authors' UberNCE code."""
+
+
+def method(name: str) -> Method:
+    """The method called ``name``; a :class:`ConfigError` naming the known ones otherwise."""
+    if name not in METHODS:
+        raise ConfigError(f"method {name!r} is not one of {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def positive_mask(name: str, *, batch_size: int, queue: MomentumQueue, labels: torch.Tensor | None = None,
+                  groups: torch.Tensor | None = None, other_keys: torch.Tensor | None = None, topk: int = 5,
+                  group_positives: bool = False, own_drop_prob: float = 0.9,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """The positive set of method ``name`` for one batch: bool ``[B, 1+K]`` (``[B, 2(1+K)]`` for CMC) on the
+    queue's device; column 0 is the own key, then the queue in storage order (see :class:`Batch` and
+    :class:`Mining` for the arguments)."""
+    return method(name).rule(Batch(batch_size, queue, labels, groups, other_keys),
+                             Mining(topk, group_positives, own_drop_prob, generator))

@@ -1,0 +1,41 @@
+"""Seeds of the random streams, derived from one run seed: the same numbers on every process and after a resume.
+
+Every random draw of training and evaluation comes from a generator seeded by :func:`derive_seed` from the run's
+seed and the position of the draw (epoch, iteration), never from a generator carried across iterations, so a run
+killed at any moment and resumed continues exactly, on any number of processes.
+
+The streams (``seed`` is the run's):
+
+- data order of an epoch: ``derive_seed(seed, epoch)``;
+- augmentation and CoCLR's own-key drop of an iteration: ``derive_seed(seed, epoch, step)``;
+- the shuffle-BN permutation of an iteration (several processes): ``derive_seed(seed, epoch, step, SHUFFLE)``;
+- the random initial keys of the momentum queue: ``seed + 1`` (:func:`queue_seed`);
+- finetuning: dropout ``derive_seed(seed, epoch)``, batch order ``derive_seed(seed, epoch, ORDER)``, augmentation
+  ``derive_seed(seed, epoch, AUGMENT)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+MULTIPLIER = 1_000_003
+"""A prime larger than any epoch or iteration count: distinct positions give distinct seeds."""
+SHUFFLE, ORDER, AUGMENT = -1, -2, -3
+"""Keys of streams drawn at the same position as another (negative: never an epoch or an iteration)."""
+
+
+def derive_seed(seed: int, *keys: int) -> int:
+    """The seed of the stream at ``keys`` (``seed``, then ``s * MULTIPLIER + key`` for each key)."""
+    for key in keys:
+        seed = seed * MULTIPLIER + key
+    return seed
+
+
+def generator(seed: int, *keys: int) -> torch.Generator:
+    """A CPU generator seeded with ``derive_seed(seed, *keys)``."""
+    return torch.Generator().manual_seed(derive_seed(seed, *keys))
+
+
+def queue_seed(seed: int) -> int:
+    """The seed of a queue's random initial keys (the model's initialisation draws from ``seed`` itself)."""
+    return seed + 1
