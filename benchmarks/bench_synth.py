@@ -22,16 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from coclr.config import load_config
-from coclr.data.synth import (
-    SynthConfig,
-    appearance_features,
-    clip_flow,
-    dataset_clips,
-    generate_synthetic,
-    motion_features,
-    nearest_neighbour_accuracy,
-    render_clip,
-)
+from coclr.data.synth import SynthConfig, dataset_clips, generate_synthetic, render_clip
+from synth_diagnostics import appearance_features, clip_flow, motion_features, nearest_neighbour_accuracy
 
 CROP = 8
 

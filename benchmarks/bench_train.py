@@ -17,20 +17,16 @@ from __future__ import annotations
 
 import argparse
 import copy
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from conftest import make_random_store  # noqa: E402
-
-from coclr.config import load_config  # noqa: E402
-from coclr.train.config import PretrainConfig  # noqa: E402
-from coclr.train.trainer import Trainer  # noqa: E402
+from coclr.config import load_config
+from coclr.data.synth import random_store
+from coclr.train.config import PretrainConfig
+from coclr.train.trainer import Trainer
 
 
 def main() -> None:
@@ -47,7 +43,7 @@ def main() -> None:
         batch_size = probe.run.batch_size
         frames = probe.data.length * probe.data.stride + 1
         height = probe.data.size
-        store = make_random_store(Path(tmp) / "store", videos=2 * batch_size, frames=frames,
+        store = random_store(Path(tmp) / "store", videos=2 * batch_size, frames=frames,
                                   size=(height, height * 4 // 3), views=("rgb",))
         config = load_config(PretrainConfig, None, [f"data.store={store}", f"run.out={tmp}/run", "run.progress=false",
                                                      "method.queue_size=256", "method.wait_for_full_queue=false",

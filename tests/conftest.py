@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
+from coclr.data.synth import random_store as make_random_store  # noqa: F401 (the tests' random store)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))  # the synthetic dataset's diagnostic features live there
 SHARED = Path(os.environ.get("COCLR_SHARED", REPO_ROOT.parent / "shared"))
 
 
@@ -47,24 +51,3 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
 
-
-def make_random_store(root: Path, videos: int = 12, frames: int = 12, size: tuple[int, int] = (36, 40),
-                      classes: int = 3, views: tuple[str, ...] = ("rgb", "flow"), test_videos: int = 0,
-                      seed: int = 0) -> Path:
-    """A small clip store of random frames (flow views get one frame fewer), for testing mechanics."""
-    import numpy as np
-
-    from coclr.data.indexes import VideoEntry, VideoIndex
-    from coclr.data.jpeg import encode_jpeg
-    from coclr.data.store import create_store, write_entry
-
-    rng = np.random.default_rng(seed)
-    entries = [VideoEntry(f"c{i % classes}/v{i:03d}", i % classes, "train" if i < videos else "test",
-                          f"g{i // 2:03d}") for i in range(videos + test_videos)]
-    create_store(root, VideoIndex("random", [f"class{c}" for c in range(classes)], entries))
-    for entry in entries:
-        for view in views:
-            count = frames - 1 if view.startswith("flow") else frames
-            pixels = rng.integers(0, 256, (count, *size, 3), dtype=np.uint8)
-            write_entry(root, entry.path, view, [encode_jpeg(f) for f in pixels], fps=25.0)
-    return root

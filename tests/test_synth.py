@@ -20,20 +20,16 @@ from coclr.data.synth import (
     MOTIONS,
     SynthConfig,
     actor_colours,
-    appearance_features,
-    clip_flow,
     dataset_clips,
     generate_synthetic,
-    group_objects,
-    motion_features,
-    nearest_neighbour_accuracy,
     parse_key,
     render_clip,
     scene_style,
-    shape_sdf,
     synthetic_index,
     write_videos,
 )
+from coclr.data.synth.render import group_objects, shape_sdf
+from synth_diagnostics import appearance_features, clip_flow, motion_features, nearest_neighbour_accuracy
 from coclr.errors import ConfigError, DataError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -24,8 +24,6 @@ from torch import nn
 
 from coclr.atomic import atomic_open
 from coclr.config import option, require
-from coclr.data.views import stored_view
-from coclr.errors import DataError
 
 CACHE_FORMAT = 1
 """Bumped whenever the way features are computed changes, which invalidates every cache entry."""

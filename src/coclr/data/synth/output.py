@@ -1,0 +1,157 @@
+"""The synthetic dataset written out: as a clip store (resumable, parallel) or as MP4 files with a CSV manifest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coclr.atomic import atomic_write_text
+from coclr.config import to_dict, validate
+from coclr.data.indexes import VideoEntry, VideoIndex
+from coclr.data.jobs import JobSummary, run_entry_jobs
+from coclr.data.jpeg import encode_jpeg
+from coclr.data.store import create_store, write_entry
+from coclr.data.synth.config import SynthConfig, dataset_clips
+from coclr.data.synth.render import render_clip
+from coclr.errors import ConfigError, DataError
+
+# ------------------------------------------------------------------------------------------------ outputs
+
+
+def synthetic_index(config: SynthConfig) -> VideoIndex:
+    """The :class:`~coclr.data.indexes.VideoIndex` of the dataset (entry paths are the clip keys)."""
+    entries = [VideoEntry(c.key, c.label, c.split, c.group) for c in dataset_clips(config)]
+    return VideoIndex("synth", config.classes, entries)
+
+
+@dataclass(frozen=True)
+class SynthClipJob:
+    """Store job of the "rgb" view: render a clip and encode its frames as JPEG (picklable)."""
+
+    config: SynthConfig
+
+    def __call__(self, key: str) -> tuple[list[bytes], float]:
+        frames = render_clip(self.config, key)
+        return [encode_jpeg(frame, self.config.jpeg_quality) for frame in frames], self.config.fps
+
+
+@dataclass
+class SynthSummary:
+    """What :func:`generate_synthetic` did: the dataset's size and the store job's summary."""
+
+    out: str
+    config: SynthConfig
+    train: int
+    test: int
+    job: JobSummary
+
+    @property
+    def ok(self) -> bool:
+        return not self.job.failed
+
+    def __str__(self) -> str:
+        c = self.config
+        return (f"synthetic dataset in {self.out}: {c.num_classes} motion classes, {self.train} train clips "
+                f"({c.train_scenes} scenes), {self.test} test clips ({c.test_scenes} scenes), {c.frames} frames "
+                f"of {c.width}x{c.height}, seed {c.seed}\n{self.job}")
+
+
+def generate_synthetic(out: str | Path, config: SynthConfig, workers: int = 0) -> SynthSummary:
+    """Write the dataset as a clip store at ``out`` (index + "rgb" view), in parallel and resumably.
+
+    The generator's options are recorded in the store metadata, so resuming into ``out`` with other options
+    fails with a clear error naming each of them (:func:`~coclr.data.store.create_store`) instead of mixing two
+    datasets. ``workers``: processes (0: one per core).
+    """
+    validate(config)
+    index = synthetic_index(config)
+    create_store(out, index, generator="coclr.data.synth", synth=recorded_options(config))
+    keys = [entry.path for entry in index.entries]
+    job = run_entry_jobs(out, "rgb", keys, SynthClipJob(config), workers, desc="rendering synthetic clips")
+    counts = index.split_counts()
+    return SynthSummary(str(out), config, counts.get("train", 0), counts.get("test", 0), job)
+
+
+def recorded_options(config: SynthConfig) -> dict[str, Any]:
+    """The options written to a store's metadata. ``motions`` is left out while empty: stores generated
+    before that option existed do not record it, and they still resume."""
+    options = to_dict(config)
+    if not options["motions"]:
+        del options["motions"]
+    return options
+
+
+def write_videos(out_dir: str | Path, config: SynthConfig, codec: str = "libx264") -> Path:
+    """Write every clip as an MP4 file under ``out_dir`` (``<key>.mp4``) and a CSV manifest
+    ``manifest.csv`` (``path,label,split,group``, labels as class names) for
+    :func:`~coclr.data.indexes.csv_index`, so the video-file path of the data pipeline can be tested on the
+    same data. H.264 needs even sizes, and lossy coding means decoded frames are close to, not equal to,
+    the store's. Returns the manifest path; existing complete files are kept (resumable)."""
+    import csv
+    import io
+
+    import av
+
+    validate(config)
+    if config.height % 2 or config.width % 2:
+        raise ConfigError(f"height/width: MP4 (H.264) output needs even sizes, got {config.width}x{config.height}")
+    out_dir = Path(out_dir)
+    rows = []
+    for clip in dataset_clips(config):
+        path = out_dir / f"{clip.key}.mp4"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temp = path.with_name(f".{path.name}.partial")
+            try:
+                _encode_mp4(temp, render_clip(config, clip.key), config.fps, codec, av)
+                temp.replace(path)
+            except BaseException:
+                temp.unlink(missing_ok=True)
+                raise
+        rows.append([f"{clip.key}.mp4", config.classes[clip.label], clip.split, clip.group])
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(["path", "label", "split", "group"])
+    writer.writerows(rows)
+    manifest = out_dir / "manifest.csv"
+    atomic_write_text(manifest, text.getvalue())
+    return manifest
+
+
+def _encode_mp4(path: Path, frames: np.ndarray, fps: float, codec: str, av) -> None:
+    from fractions import Fraction
+
+    try:
+        with av.open(str(path), mode="w", format="mp4") as container:
+            stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
+            stream.width, stream.height = frames.shape[2], frames.shape[1]
+            stream.pix_fmt = "yuv420p"
+            stream.options = {"crf": "18"} if codec == "libx264" else {}
+            for frame in frames:
+                for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                    container.mux(packet)
+            for packet in stream.encode():
+                container.mux(packet)
+    except av.FFmpegError as error:
+        raise DataError(f"{path}: cannot encode MP4 with codec {codec!r}: {error}") from None
+
+
+def random_store(root: str | Path, videos: int = 12, frames: int = 12, size: tuple[int, int] = (36, 40),
+                 classes: int = 3, views: tuple[str, ...] = ("rgb", "flow"), test_videos: int = 0,
+                 seed: int = 0) -> Path:
+    """A clip store of random frames (flow views get one frame fewer): ``videos`` train and ``test_videos`` test
+    entries in ``classes`` classes, two per source group, for testing and timing the mechanics of training and
+    evaluation (nothing in it can be learned)."""
+    rng = np.random.default_rng(seed)
+    entries = [VideoEntry(f"c{i % classes}/v{i:03d}", i % classes, "train" if i < videos else "test",
+                          f"g{i // 2:03d}") for i in range(videos + test_videos)]
+    create_store(root, VideoIndex("random", [f"class{c}" for c in range(classes)], entries))
+    for entry in entries:
+        for view in views:
+            count = frames - 1 if view.startswith("flow") else frames
+            pixels = rng.integers(0, 256, (count, *size, 3), dtype=np.uint8)
+            write_entry(root, entry.path, view, [encode_jpeg(f) for f in pixels], fps=25.0)
+    return Path(root)
