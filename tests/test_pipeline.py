@@ -147,3 +147,21 @@ def test_a_pipeline_prints_each_stage_and_the_time_left(tmp_path: Path, capsys) 
     out = capsys.readouterr().out
     assert "stage 1/4: infonce_rgb (infonce on rgb, 1 epochs); 0/4 epochs of the pipeline done" in out
     assert "stage 4/4: cycle1_flow (coclr on flow, 1 epochs); 3/4 epochs of the pipeline done, about" in out
+
+
+def test_a_pipeline_can_start_its_cycles_from_another_ones_infonce_stages(tmp_path: Path) -> None:
+    """Ablations (K=1, K=50, sim) share one InfoNCE initialisation: their pipelines train only the cycles."""
+    store = make_random_store(tmp_path / "store", videos=8, frames=10)
+    main_run = tmp_path / "main"
+    with pytest.raises(ConfigError, match=r"pipeline\.infonce_from: .*main has no finished InfoNCE stage"):
+        run_pipeline(pipeline_config(store, tmp_path / "k1", f"pipeline.infonce_from={main_run}"))
+    assert not (tmp_path / "k1").exists()
+    run_pipeline(pipeline_config(store, main_run), until="infonce_flow")
+    run_dir = run_pipeline(pipeline_config(store, tmp_path / "k1", f"pipeline.infonce_from={main_run}",
+                                           "method.topk=1"), until="cycle1_rgb")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [(s["name"], s["status"]) for s in manifest["stages"]] == [("cycle1_rgb", "done"), ("cycle1_flow", "pending")]
+    config = torch.load(run_dir / "cycle1_rgb" / "checkpoint_last.pth", weights_only=True)["config"]["method"]
+    assert config["init_checkpoint"] == str(main_run / "infonce_rgb" / "encoder_rgb.pth")
+    assert config["sampler_checkpoint"] == str(main_run / "infonce_flow" / "encoder_flow.pth")
+    assert config["topk"] == 1 and not (tmp_path / "k1" / "infonce_rgb").exists()

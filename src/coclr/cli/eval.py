@@ -24,6 +24,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint2", help="second encoder for two-stream evaluation (e.g. the flow network)")
     parser.add_argument("--view2", help="view of --checkpoint2 (default: the view it was trained on, else flow)")
     parser.add_argument("--out", help="JSON file to write the result to (default: print it)")
+    parser.add_argument("--also-views", nargs="+", default=[], metavar="VIEW",
+                        help="evaluate only the videos that also have these views (so that evaluations run apart, "
+                        "e.g. an RGB and a flow encoder, compare the same videos)")
     parser.add_argument("--train-split", default="train", help="split used for training / as gallery")
     parser.add_argument("--test-split", default="test", help="split used for testing / as queries")
     add_clip_arguments(parser)
@@ -64,6 +67,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     finetune.add_argument("--lr", type=float, default=1e-3, help="classifier learning rate (backbone: x0.1)")
     finetune.add_argument("--weight-decay", type=float, default=1e-3, help="Adam weight decay")
     finetune.add_argument("--milestones", type=int, nargs="*", default=[60, 80], help="epochs where lr drops x0.1")
+    finetune.add_argument("--backbone-lr-scale", type=float, default=0.1,
+                          help="backbone learning rate = --lr x this (default 0.1, the paper's; 1 trains from scratch)")
+    finetune.add_argument("--dropout", type=float, default=0.9, help="dropout before the classifier (default 0.9)")
     finetune.add_argument("--seed", type=int, default=0, help="seed of the run")
     parser.set_defaults(func=run)
 
@@ -91,11 +97,12 @@ def run(args: argparse.Namespace) -> int:
                                          "amp": args.amp})
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     store = open_store(args.store)
-    left_out = check_inputs(store, streams, [args.train_split, args.test_split])
+    views = [*(s.view for s in streams), *args.also_views]
+    left_out = check_inputs(store, streams, [args.train_split, args.test_split], args.also_views)
     if args.task == "retrieval":
         if min(args.ks) < 1:
             raise ConfigError(f"--ks {' '.join(map(str, args.ks))}: each k must be at least 1")
-        gallery = len(split_entries(store, args.train_split, [s.view for s in streams]))
+        gallery = len(split_entries(store, args.train_split, views))
         beyond = [k for k in args.ks if k > gallery]
         if beyond:
             print(f"coclr eval: warning: k = {', '.join(map(str, beyond))} exceed the {gallery} {args.train_split!r} "
@@ -107,9 +114,9 @@ def run(args: argparse.Namespace) -> int:
         if videos:
             from coclr.data.datasets import left_out_message
 
-            print(f"coclr eval: {left_out_message(store, split, [s.view for s in streams], videos)}", file=sys.stderr)
+            print(f"coclr eval: {left_out_message(store, split, views, videos)}", file=sys.stderr)
     common = {"train_split": args.train_split, "test_split": args.test_split, "device": device,
-              "progress": not args.quiet}
+              "progress": not args.quiet, "with_views": args.also_views}
 
     if args.task == "retrieval":
         from coclr.eval.retrieval import evaluate_retrieval
@@ -133,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
         from coclr.eval.finetune import FinetuneConfig, evaluate_finetune
 
         config = from_dict(FinetuneConfig, {"epochs": args.epochs, "lr": args.lr, "weight_decay": args.weight_decay,
-                                            "milestones": args.milestones, "seed": args.seed})
+                                            "milestones": args.milestones, "seed": args.seed,
+                                            "backbone_lr_scale": args.backbone_lr_scale, "dropout": args.dropout})
         work_dir = Path(args.work_dir) if args.work_dir else (
             Path(args.out).with_suffix("") if args.out else Path("finetune"))
         record = evaluate_finetune(store, streams, work_dir, clip_config, config, **common)

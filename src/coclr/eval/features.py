@@ -272,21 +272,24 @@ class Stream:
     view: str
 
 
-def stream_views(streams: Sequence[Stream]) -> list[str]:
-    """The views the streams read, in order, each once: every stream evaluates the videos that have all of them."""
-    return list(dict.fromkeys(stream.view for stream in streams))
+def stream_views(streams: Sequence[Stream], with_views: Sequence[str] = ()) -> list[str]:
+    """The views the streams read and ``with_views``, in order, each once: every stream evaluates the videos that
+    have all of them (so that evaluations run apart compare the same videos)."""
+    return list(dict.fromkeys([*(stream.view for stream in streams), *with_views]))
 
 
-def check_inputs(store, streams: list[Stream], splits: list[str]) -> dict[str, dict[str, str]]:
+def check_inputs(store, streams: list[Stream], splits: list[str],
+                 with_views: Sequence[str] = ()) -> dict[str, dict[str, str]]:
     """Fail before any work: missing checkpoint files, empty splits, or a stream's view not built yet. Returns,
-    per split, the videos left out because a job of one of the views failed (key -> reason)."""
+    per split, the videos left out because a job of one of the views (or of ``with_views``) failed (key ->
+    reason)."""
     from coclr.data.datasets import usable_entries
     from coclr.errors import CheckpointError
 
     for stream in streams:
         if not Path(stream.checkpoint).is_file():
             raise CheckpointError(f"checkpoint not found: {stream.checkpoint}")
-    return {split: usable_entries(store, split, stream_views(streams))[1] for split in splits}
+    return {split: usable_entries(store, split, stream_views(streams, with_views))[1] for split in splits}
 
 
 def checkpoint_meta(path: str | Path) -> dict[str, object]:
@@ -307,12 +310,13 @@ def checkpoint_meta(path: str | Path) -> dict[str, object]:
     return {k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool))} if isinstance(meta, dict) else {}
 
 
-def input_record(store, streams: list[Stream], splits: dict[str, str], shas: list[str]) -> dict[str, object]:
+def input_record(store, streams: list[Stream], splits: dict[str, str], shas: list[str],
+                 with_views: Sequence[str] = ()) -> dict[str, object]:
     """What a result was computed from: checkpoints (path, content hash, meta), store, views, split sizes (the
     videos evaluated, and those left out because a job of one of their views failed)."""
     from coclr.data.datasets import usable_entries
 
-    views = stream_views(streams)
+    views = stream_views(streams, with_views)
     used = {role: usable_entries(store, name, views) for role, name in splits.items()}
     return {
         "store": str(Path(store.root).resolve()),

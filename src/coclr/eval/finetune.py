@@ -17,6 +17,7 @@ epoch, and each epoch's randomness (clip choice, augmentation, dropout, batch or
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from coclr.eval.fusion import topk_accuracy
 
 STATE_FILE = "finetune_last.pt"
 PROBS_FILE = "finetune_probabilities.npz"
+ENCODER_FILE = "finetuned_encoder.pth"
 STATE_FORMAT = "coclr.finetune"
 
 
@@ -140,9 +142,10 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     """Finetune the checkpoint's backbone on ``train_split`` and test it on ``test_split`` (the videos that have
     ``view`` and the views of ``with_views``).
 
-    Writes ``out_dir/finetune_last.pt`` after every epoch (resumed from when present) and the per-video test
-    probabilities to ``out_dir/finetune_probabilities.npz`` (``keys``, ``labels``, ``center``, ``ten_crop``).
-    Returns the results: centre-crop and ten-crop top-1/top-5 (percent) and the training losses.
+    Writes ``out_dir/finetune_last.pt`` after every epoch (resumed from when present), the finetuned backbone to
+    ``out_dir/finetuned_encoder.pth`` (an encoder file, for retrieval and probes of the finetuned network) and the
+    per-video test probabilities to ``out_dir/finetune_probabilities.npz`` (``keys``, ``labels``, ``center``,
+    ``ten_crop``). Returns the results: centre-crop and ten-crop top-1/top-5 (percent) and the training losses.
     """
     from torch.utils.data import DataLoader
     from tqdm import tqdm
@@ -157,9 +160,12 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     num_classes = len(store.index.classes)
+    dataset = TrainClips(store, train_split, [view], clip_config.length, clip_config.stride, num_clips=1,
+                         seed=config.seed, with_views=with_views)
     fingerprint = {"checkpoint_sha256": checkpoint_sha256, "store": str(Path(store.root).resolve()), "view": view,
-                   "train_split": train_split, "clips": dataclasses.asdict(clip_config),
-                   "finetune": dataclasses.asdict(config)}
+                   "train_split": train_split,
+                   "videos_sha256": hashlib.sha256("\n".join(e.path for e in dataset.entries).encode()).hexdigest(),
+                   "clips": dataclasses.asdict(clip_config), "finetune": dataclasses.asdict(config)}
     fingerprint["clips"].pop("workers")
 
     with torch.random.fork_rng(devices=[]):
@@ -170,8 +176,6 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     state_path = out_dir / STATE_FILE
     done = _resume(state_path, model, optimizer, scheduler, fingerprint)
 
-    dataset = TrainClips(store, train_split, [view], clip_config.length, clip_config.stride, num_clips=1,
-                         seed=config.seed, with_views=with_views)
     augment = ClipAugment(size=clip_config.size, blur_p=0.0)
     losses = []
     for epoch in tqdm(range(done, config.epochs), desc="finetune", unit="epoch", disable=not progress,
@@ -190,6 +194,7 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
         _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint)
 
     model.eval()
+    _save_finetuned(out_dir / ENCODER_FILE, model, view, clip_config, checkpoint_sha256)
     short_side = config.ten_crop_short_side or round(clip_config.size * 8 / 7)
 
     def probabilities(clips: torch.Tensor) -> torch.Tensor:
@@ -209,6 +214,17 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
             "probabilities": str(out_dir / PROBS_FILE)}
 
 
+def _save_finetuned(path: Path, model: Classifier, view: str, clip_config: ClipConfig, source_sha256: str) -> None:
+    """The finetuned backbone as an encoder file that records the clips it was finetuned on."""
+    from coclr.models.encoder import Encoder
+    from coclr.models.loading import save_encoder
+
+    settings = {"view": view, "length": clip_config.length, "stride": clip_config.stride, "size": clip_config.size}
+    save_encoder(path, Encoder(model.backbone, None), meta={"method": "finetuned", "view": view,
+                                                            "finetuned_from": source_sha256,
+                                                            "clip_settings": settings})
+
+
 def save_probabilities(path: str | Path, keys: list[str], labels: np.ndarray, **probabilities: np.ndarray) -> Path:
     """Per-video class probabilities as ``.npz`` (``keys``, ``labels`` and one array per name), atomically."""
     from coclr.atomic import atomic_open
@@ -226,12 +242,21 @@ def load_probabilities(path: str | Path) -> dict[str, np.ndarray]:
     return out
 
 
+def stream_folder(out_dir: str | Path, view: str, checkpoint_sha256: str, views: Sequence[str]) -> Path:
+    """Where a stream is finetuned: named by its view, its checkpoint's content and the views every evaluated
+    video has, so that one- and two-stream evaluations of the same checkpoint share the work."""
+    others = sorted(set(views) - {view})
+    return Path(out_dir) / "_".join([view, checkpoint_sha256[:12], *(["with", *others] if others else [])])
+
+
 def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: ClipConfig | None = None,
                       config: FinetuneConfig | None = None, train_split: str = "train", test_split: str = "test",
-                      device: str | torch.device = "cpu", progress: bool = True) -> dict[str, object]:
-    """The finetune protocol for one checkpoint (or two: ten-crop probabilities averaged) as a JSON record.
+                      device: str | torch.device = "cpu", progress: bool = True,
+                      with_views: Sequence[str] = ()) -> dict[str, object]:
+    """The finetune protocol for one checkpoint (or two: ten-crop probabilities averaged) as a JSON record, on the
+    videos that have every stream's view and the views of ``with_views``.
 
-    Each stream is finetuned in its own folder ``out_dir/<i>_<view>``; with two streams the fused
+    Each stream is finetuned in its own folder (:func:`stream_folder`); with two streams the fused
     probabilities go to ``out_dir/fused_probabilities.npz`` and ``results`` are the fused accuracies.
     """
     from coclr.eval.features import check_inputs, file_sha256, input_record, stream_views
@@ -239,13 +264,15 @@ def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: Cl
 
     clip_config = clip_config or ClipConfig()
     config = config or FinetuneConfig()
-    check_inputs(store, list(streams), [train_split, test_split])
+    check_inputs(store, list(streams), [train_split, test_split], with_views)
     shas = [file_sha256(stream.checkpoint) for stream in streams]
     out_dir = Path(out_dir)
-    per_stream = [finetune(stream.checkpoint, sha, store, stream.view, out_dir / f"{i}_{stream.view}", clip_config,
-                           config, train_split, test_split, device, progress, stream_views(streams))
-                  for i, (stream, sha) in enumerate(zip(streams, shas))]
-    record = {"task": "finetune", **input_record(store, list(streams), {"train": train_split, "test": test_split}, shas),
+    views = stream_views(streams, with_views)
+    per_stream = [finetune(stream.checkpoint, sha, store, stream.view, stream_folder(out_dir, stream.view, sha, views),
+                           clip_config, config, train_split, test_split, device, progress, views)
+                  for stream, sha in zip(streams, shas)]
+    record = {"task": "finetune", **input_record(store, list(streams), {"train": train_split, "test": test_split}, shas,
+                                                    views),
               "config": {"clips": dataclasses.asdict(clip_config), "finetune": dataclasses.asdict(config)}}
     if len(per_stream) == 1:
         record["results"] = per_stream[0]

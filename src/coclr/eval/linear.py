@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -195,8 +195,10 @@ def linear_probe(train: VideoFeatures, test: VideoFeatures, num_classes: int, co
 
 def evaluate_linear(store, streams: list, clip_config=None, probe_config: LinearProbeConfig | None = None,
                     train_split: str = "train", test_split: str = "test", device: str | torch.device = "cpu",
-                    cache_dir=None, progress: bool = True) -> tuple[dict[str, object], np.ndarray, list[str]]:
-    """The linear-probe protocol for one checkpoint (or two: probabilities averaged) as a JSON record.
+                    cache_dir=None, progress: bool = True, with_views: Sequence[str] = ()
+                    ) -> tuple[dict[str, object], np.ndarray, list[str]]:
+    """The linear-probe protocol for one checkpoint (or two: probabilities averaged) as a JSON record, on the videos
+    that have every stream's view and the views of ``with_views``.
 
     Returns ``(record, test probabilities [N, C], test keys)``; with two streams the probabilities and the
     record's ``results`` are the fused ones and ``per_stream`` holds each probe alone.
@@ -207,13 +209,13 @@ def evaluate_linear(store, streams: list, clip_config=None, probe_config: Linear
 
     clip_config = clip_config or ClipConfig()
     probe_config = probe_config or LinearProbeConfig()
-    check_inputs(store, list(streams), [train_split, test_split])
+    check_inputs(store, list(streams), [train_split, test_split], with_views)
     shas = [file_sha256(stream.checkpoint) for stream in streams]
     num_classes = len(store.index.classes)
     results, features = [], []
     for stream, sha in zip(streams, shas):
         train, test = (cached_features(stream.checkpoint, store, stream.view, split, clip_config, cache_dir, device,
-                                       checkpoint_sha256=sha, progress=progress, with_views=stream_views(streams))
+                                       checkpoint_sha256=sha, progress=progress, with_views=stream_views(streams, with_views))
                        for split in (train_split, test_split))
         features.append((train, test))
         results.append(linear_probe(train, test, num_classes, probe_config, device, progress))
@@ -222,7 +224,8 @@ def evaluate_linear(store, streams: list, clip_config=None, probe_config: Linear
         probabilities = fuse_probabilities(probabilities, keys, other.probabilities, other.keys)
     labels = np.array([store.entry(key).label for key in keys])
     accuracy = topk_accuracy(probabilities, labels, (1, 5))
-    record = {"task": "linear", **input_record(store, list(streams), {"train": train_split, "test": test_split}, shas),
+    record = {"task": "linear", **input_record(store, list(streams), {"train": train_split, "test": test_split}, shas,
+                                                    with_views),
               "config": {"clips": dataclasses.asdict(clip_config), "probe": dataclasses.asdict(probe_config)},
               "results": {"top1": round(100 * accuracy[1], 4), "top5": round(100 * accuracy[5], 4)}}
     record["feature_health"] = streams_health(streams, [f[0] for f in features], [f[1] for f in features])

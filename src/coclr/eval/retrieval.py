@@ -218,8 +218,9 @@ def retrieve(query: torch.Tensor | np.ndarray | Sequence, query_labels: np.ndarr
 
 def evaluate_retrieval(store, streams: Sequence, config=None, ks: Sequence[int] = DEFAULT_KS,
                        train_split: str = "train", test_split: str = "test", device: str | torch.device = "cpu",
-                       cache_dir=None, progress: bool = True) -> dict[str, object]:
-    """The retrieval protocol for one checkpoint (or two: two-stream) on an evaluation store, as a JSON record.
+                       cache_dir=None, progress: bool = True, with_views: Sequence[str] = ()) -> dict[str, object]:
+    """The retrieval protocol for one checkpoint (or two: two-stream) on an evaluation store, as a JSON record, on
+    the videos that have every stream's view and the views of ``with_views``.
 
     Features come from :func:`coclr.eval.features.cached_features`; with two streams the result is the
     fused (similarity-averaged) retrieval and ``per_stream`` holds each stream alone. The record keeps each
@@ -230,19 +231,20 @@ def evaluate_retrieval(store, streams: Sequence, config=None, ks: Sequence[int] 
     from coclr.eval.health import health_warnings, streams_health
 
     config = config or ClipConfig()
-    check_inputs(store, list(streams), [train_split, test_split])
+    check_inputs(store, list(streams), [train_split, test_split], with_views)
     shas = [file_sha256(stream.checkpoint) for stream in streams]
     train, test = [], []
     for stream, sha in zip(streams, shas):
         for split, out in ((train_split, train), (test_split, test)):
             out.append(cached_features(stream.checkpoint, store, stream.view, split, config, cache_dir, device,
-                                       checkpoint_sha256=sha, progress=progress, with_views=stream_views(streams)))
+                                       checkpoint_sha256=sha, progress=progress, with_views=stream_views(streams, with_views)))
     for other_train, other_test in zip(train[1:], test[1:]):
         check_same_videos(train[0].keys, other_train.keys, "two-stream retrieval (train videos)")
         check_same_videos(test[0].keys, other_test.keys, "two-stream retrieval (test videos)")
     fused = retrieve([f.features for f in test], test[0].labels, [f.features for f in train], train[0].labels,
                      ks, device=device)
-    record = {"task": "retrieval", **input_record(store, list(streams), {"train": train_split, "test": test_split}, shas),
+    record = {"task": "retrieval", **input_record(store, list(streams), {"train": train_split, "test": test_split}, shas,
+                                                    with_views),
               "config": {**dataclasses.asdict(config), "ks": list(fused.ks)}, "results": fused.to_json(False)}
     record["feature_health"] = streams_health(streams, train, test)
     record["warnings"] = health_warnings(record["feature_health"])

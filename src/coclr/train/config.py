@@ -233,6 +233,8 @@ class PipelineOptions:
     cycle_milestones: list[int] = option([], "lr milestones of each CoCLR stage")
     cycle_lr: float | None = option(None, "lr of the CoCLR stages, which start from trained encoders (null: "
                                     "optim.lr, as in the paper and the reference code)")
+    infonce_from: str = option("", "another pipeline folder whose finished InfoNCE stages start this one's cycles "
+                                   "(this pipeline then trains no InfoNCE stage: ablations share one initialisation)")
 
     def validate(self) -> None:
         require(self.cycles >= 0, "cycles", "must be non-negative")

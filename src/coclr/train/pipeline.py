@@ -54,6 +54,8 @@ def plan_stages(config: PipelineConfig) -> list[Stage]:
     stages = [Stage(f"infonce_{v}", "infonce", [v], 0, opts.infonce_epochs, opts.infonce_milestones)
               for v in (view1, view2)]
     latest = {view1: stages[0].name, view2: stages[1].name}
+    if opts.infonce_from:  # the InfoNCE encoders come from another pipeline folder
+        stages = []
     for cycle in range(1, opts.cycles + 1):
         if opts.mode == "sim":
             stage = Stage(f"cycle{cycle}_sim", "coclr", [view1, view2], cycle, 2 * opts.cycle_epochs,
@@ -70,7 +72,10 @@ def plan_stages(config: PipelineConfig) -> list[Stage]:
     return stages
 
 
-def encoder_file(run_dir: Path, stage: str, view: str) -> Path:
+def encoder_file(run_dir: Path, stage: str, view: str, config: PipelineConfig | None = None) -> Path:
+    """The encoder of ``view`` a finished stage exports (an InfoNCE stage of ``pipeline.infonce_from`` when set)."""
+    if config is not None and config.pipeline.infonce_from and stage.startswith("infonce_"):
+        run_dir = Path(config.pipeline.infonce_from)
     return run_dir / stage / f"encoder_{view}.pth"
 
 
@@ -83,10 +88,11 @@ def stage_config(config: PipelineConfig, stage: Stage, run_dir: Path) -> Pretrai
     method = copy.deepcopy(config.method)
     method.name = stage.method
     method.simultaneous = len(stage.trains) == 2
-    method.init_checkpoint = str(encoder_file(run_dir, stage.init_from[trained], trained)) if stage.init_from else ""
-    method.second_init_checkpoint = (str(encoder_file(run_dir, stage.init_from[data.second_view], data.second_view))
-                                     if method.simultaneous else "")
-    method.sampler_checkpoint = (str(encoder_file(run_dir, stage.sampler_from, stage.frozen))
+    method.init_checkpoint = (str(encoder_file(run_dir, stage.init_from[trained], trained, config))
+                              if stage.init_from else "")
+    method.second_init_checkpoint = (str(encoder_file(run_dir, stage.init_from[data.second_view], data.second_view,
+                                                      config)) if method.simultaneous else "")
+    method.sampler_checkpoint = (str(encoder_file(run_dir, stage.sampler_from, stage.frozen, config))
                                  if stage.sampler_from else "")
     optim = copy.deepcopy(config.optim)
     optim.epochs, optim.milestones = stage.epochs, list(stage.milestones)
@@ -173,6 +179,13 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
         dist.barrier()
     options = to_dict(config)
     check_folder(run_dir, "pipeline", options, CONTINUABLE, _manifest_options)
+    if config.pipeline.infonce_from:
+        needed = [encoder_file(run_dir, f"infonce_{view}", view, config)
+                  for view in (config.data.view, config.data.second_view)]
+        absent = [str(path) for path in needed if not path.is_file()]
+        if absent:
+            raise ConfigError(f"pipeline.infonce_from: {config.pipeline.infonce_from} has no finished InfoNCE stage "
+                              f"({', '.join(absent)} missing): run that pipeline's InfoNCE stages first")
     previous = read_manifest(run_dir)
     status = {s["name"]: s for s in previous.get("stages", [])}
     recorded = read_record(run_dir)
