@@ -91,7 +91,10 @@ def test_cli_reports_bad_config_in_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("path", sorted((REPO_ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_are_valid(path: Path) -> None:
-    config_class = PipelineConfig if "pipeline" in path.name else PretrainConfig
+    from coclr.study.config import StudyConfig
+
+    config_class = (StudyConfig if path.name.startswith("study_") else PipelineConfig if "pipeline" in path.name
+                    else PretrainConfig)
     load_config(config_class, path)
 
 

@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import types
 import typing
@@ -28,7 +29,7 @@ def option(default: Any = dataclasses.MISSING, help: str = "", **kwargs: Any) ->
     """A dataclass field with its documentation attached (shown by ``describe``)."""
     if isinstance(default, (list, dict)):
         value = default
-        kwargs["default_factory"] = lambda: type(value)(value)
+        kwargs["default_factory"] = lambda: copy.deepcopy(value)
         return dataclasses.field(metadata={"help": help}, **kwargs)
     return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
 
@@ -83,12 +84,31 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None,
                 base: dict[str, Any] | None = None) -> T:
-    """Build ``cls`` from defaults, then ``base``, then the YAML file at ``path``, then ``overrides``."""
-    data = dict(base or {})
+    """Build ``cls`` from defaults, then ``base``, then the YAML file at ``path``, then ``overrides``. Options that
+    are mappings (``dict`` fields) are merged key by key with their default, so ``train.optim.lr=0.01`` changes one
+    entry of a default mapping and keeps the others."""
+    data = merge(dict_defaults(cls), dict(base or {}))
     if path is not None:
         data = merge(data, read_yaml(path))
     data = merge(data, parse_overrides(overrides or []))
     return from_dict(cls, data)
+
+
+def dict_defaults(cls: type) -> dict[str, Any]:
+    """The defaults of the mapping-valued options of ``cls`` (nested ones included), as nested dicts."""
+    out: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        tp = hints[field.name]
+        if dataclasses.is_dataclass(tp):
+            nested = dict_defaults(tp)
+            if nested:
+                out[field.name] = nested
+        elif (tp is dict or get_origin(tp) is dict) and field.default_factory is not dataclasses.MISSING:
+            default = field.default_factory()
+            if default:
+                out[field.name] = default
+    return out
 
 
 def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:

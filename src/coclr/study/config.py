@@ -1,0 +1,214 @@
+"""What a study runs: the rows and columns of the paper's Table 1, the data, the training recipe and the evaluation.
+
+The defaults are the quick study on the built-in synthetic data, sized for a laptop CPU (``coclr demo``): six
+rows, linear probe and retrieval. ``configs/study_demo.yaml`` asks for every row and column on the same data;
+``configs/study_ucf101.yaml`` sets the paper's recipe on UCF101 split 1. Every option is checked before any work
+(:func:`coclr.study.plan.plan_study` also builds every stage's configuration and checks every path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from coclr.config import option, require
+
+# ------------------------------------------------------------------------------------------------- the rows
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of Table 1: how it is named, which encoders it evaluates and the paper's numbers.
+
+    ``streams``: ``(encoder name, view)`` pairs (:func:`coclr.study.plan.encoder_path` resolves the names); two
+    streams are evaluated together (two-stream fusion). ``paper``: linear probe, finetune and R@1 on UCF101
+    split 1 (None: not reported)."""
+
+    key: str
+    method: str
+    input: str
+    labels: bool
+    streams: tuple[tuple[str, str], ...]
+    paper: tuple[float | None, float | None, float | None]
+
+
+ROWS: dict[str, Row] = {row.key: row for row in (
+    Row("infonce_rgb", "InfoNCE", "RGB", False, (("infonce_rgb", "rgb"),), (46.8, 78.4, 33.1)),
+    Row("infonce_flow", "InfoNCE", "Flow", False, (("infonce_flow", "flow"),), (66.8, 83.1, 45.2)),
+    Row("ubernce_rgb", "UberNCE", "RGB", True, (("ubernce_rgb", "rgb"),), (78.0, 80.0, 71.6)),
+    Row("cross_entropy_rgb", "Cross-Ent.", "RGB", True, (("cross_entropy_rgb", "rgb"),), (None, 77.0, 73.5)),
+    Row("cmc_rgb", "CMC", "RGB", False, (("cmc_rgb", "rgb"),), (55.0, None, None)),
+    Row("coclr_rgb", "CoCLR", "RGB", False, (("coclr_rgb", "rgb"),), (70.2, 81.4, 51.8)),
+    Row("coclr_flow", "CoCLR", "Flow", False, (("coclr_flow", "flow"),), (68.7, 83.5, 48.4)),
+    Row("coclr_two_stream", "CoCLR", "RGB+Flow", False, (("coclr_rgb", "rgb"), ("coclr_flow", "flow")),
+        (72.1, 87.3, 55.6)),
+    Row("coclr_k1_rgb", "CoCLR K=1", "RGB", False, (("coclr_k1_rgb", "rgb"),), (60.5, 79.5, 48.5)),
+    Row("coclr_k50_rgb", "CoCLR K=50", "RGB", False, (("coclr_k50_rgb", "rgb"),), (68.3, 81.0, 49.8)),
+    Row("coclr_sim_rgb", "CoCLR sim", "RGB", False, (("coclr_sim_rgb", "rgb"),), (65.2, 80.8, 48.0)),
+)}
+"""Every row of the paper's Table 1 (UCF101 split 1, pretrained on UCF101). CoCLR's main rows use
+``train.method.topk`` (the paper's K = 5); the ablations K = 1 and K = 50 and 'sim' (both views trained at once)
+change only that. The paper marks its CMC row as using labels; CMC uses none, and the row says so."""
+
+QUICK_ROWS = ["infonce_rgb", "infonce_flow", "ubernce_rgb", "coclr_rgb", "coclr_flow", "coclr_two_stream"]
+COLUMNS = ("linear", "finetune", "retrieval")
+"""The columns: linear probe top-1, finetune top-1 (ten-crop test) and retrieval (R@1, and R@5/10/20)."""
+
+# ------------------------------------------------------------------------------------ the quick study's data
+
+STUDY_SYNTH: dict[str, Any] = {"train_scenes": 96, "test_scenes": 96, "actions_per_scene": 2, "frames": 12,
+                               "actor_cue": 1.0}
+"""The quick study's dataset, on top of the generator's defaults: 384 train clips from 96 scenes, each performing
+two of the eight classes (places go with actions, as in real videos, so a clip's nearest RGB neighbours share its
+class often enough for RGB to mine positives that teach flow); 384 test clips (a query set this large keeps the
+binomial noise of R@1 near 2.5 points); 12 frames per clip (training clips have 8); and every object its class's
+typical actor: the tiny RGB S3D learns RGB motion only after thousands of steps, so the RGB rows need appearance
+that goes with the class, as in real videos (docs/synth.md)."""
+
+STUDY_TRAIN: dict[str, Any] = {
+    "data": {"length": 8, "stride": 1, "size": 32, "workers": 0, "cache_mb": 256},
+    "model": {"width": 0.125},
+    "method": {"queue_size": 128, "temperature": 0.07, "momentum": 0.99, "topk": 5, "own_positive_epochs": 4.0,
+               "wait_for_full_queue": True},
+    "optim": {"lr": 0.001, "warmup_epochs": 2.0},
+    "augment": {"crop_area": [0.6, 1.0], "flip_p": 0.5, "jitter_p": 0.0, "gray_p": 0.0, "blur_p": 0.0},
+    "run": {"batch_size": 32, "progress": False, "log_every": 50, "device": "cpu"},
+}
+"""The quick study's training options (``coclr pretrain`` options shared by every stage), sized for a tiny S3D
+on 32-px clips: its departures from the paper's recipe are in docs/synth.md, a sentence each. ``cache_mb`` keeps
+each process's decoded frames in memory (the split is about 14 MiB per view; reads are the same either way)."""
+
+
+@dataclass
+class StudyData:
+    """Where the videos come from, the clip store they are decoded into, and their optical flow."""
+
+    source: Literal["synth", "ucf101", "hmdb51", "folder", "csv", "store"] = option(
+        "synth", "synth: the built-in dataset; ucf101 / hmdb51: official split files (annotations) and videos "
+        "(root); folder: root/<split>/<class>/<video>; csv: a manifest (annotations) of videos under root; store: "
+        "an existing clip store (store)")
+    synth: dict[str, Any] = option({}, "synthetic dataset options (`coclr data synth --list-options`), over the "
+                                   "study's: " + ", ".join(f"{k}={v}" for k, v in STUDY_SYNTH.items()))
+    root: str = option("", "folder of the videos (ucf101, hmdb51, folder, csv)")
+    annotations: str = option("", "official split files folder (ucf101, hmdb51) or manifest (csv)")
+    split: int = option(1, "official split number (ucf101, hmdb51)")
+    store: str = option("", "the clip store: an existing one (source=store), or where to build it (default "
+                            "OUT/store)")
+    short_side: int = option(128, "frames are resized to this short side in the store")
+    quality: int = option(90, "JPEG quality of the store's frames")
+    fps: float | None = option(None, "resample videos to this frame rate (null: keep every frame)")
+    flow_backend: str = option("tvl1", "flow backend of `coclr flow` (tvl1, dis, tvl1-torch, auto)")
+    flow_bound: float = option(20.0, "flow is clipped to +-flow_bound px before its uint8 storage (20: the paper's)")
+    flow_workers: int = option(0, "worker processes of the store and flow jobs (0: the study's processes)")
+
+    def validate(self) -> None:
+        from coclr.data.flow.encode import check_bound
+        from coclr.data.flow.extract import BACKENDS
+
+        needs_root = self.source in ("ucf101", "hmdb51", "folder", "csv")
+        require(not needs_root or bool(self.root), "root", f"is required with source={self.source}")
+        require(self.source not in ("ucf101", "hmdb51", "csv") or bool(self.annotations), "annotations",
+                f"is required with source={self.source}")
+        require(self.source != "store" or bool(self.store), "store", "is required with source=store")
+        require(self.split in (1, 2, 3), "split", "must be 1, 2 or 3")
+        require(self.short_side >= 32, "short_side", "must be at least 32")
+        require(1 <= self.quality <= 100, "quality", "must be in 1..100")
+        require(self.fps is None or self.fps > 0, "fps", "must be positive (or null)")
+        require(self.flow_backend in (*BACKENDS, "torch", "opencv"), "flow_backend",
+                f"must be one of {', '.join(BACKENDS)}")
+        require(self.flow_workers >= 0, "flow_workers", "must be non-negative")
+        try:
+            check_bound(self.flow_bound)
+        except ValueError as error:
+            require(False, "flow_bound", str(error))
+
+
+@dataclass
+class StudySchedule:
+    """How long each stage trains and where it starts. Every stage after InfoNCE starts from the InfoNCE
+    encoders, so that the rows differ only in their positives (and UberNCE in its labels)."""
+
+    infonce_epochs: int = option(40, "epochs of InfoNCE per view")
+    cycle_epochs: int = option(20, "epochs of each CoCLR half-cycle")
+    cycles: int = option(2, "CoCLR cycles")
+    cycle_lr: float | None = option(5e-4, "lr of the stages that start from the InfoNCE encoders (CoCLR, the "
+                                    "oracle, CMC); null: train.optim.lr, as in the paper")
+    decay_epochs: int = option(5, "the last decay_epochs epochs of every stage run at a tenth of its lr (the "
+                               "reference's fixed milestones; 0: a constant lr, or the milestones below)")
+    infonce_milestones: list[int] = option([], "lr milestones of the InfoNCE stages (instead of decay_epochs)")
+    cycle_milestones: list[int] = option([], "lr milestones of each CoCLR stage (instead of decay_epochs)")
+    ubernce_start: Literal["infonce", "scratch"] = option(
+        "infonce", "what the UberNCE oracle starts from: infonce (the InfoNCE-RGB encoder, then cycles x "
+        "cycle_epochs epochs at cycle_lr: CoCLR-RGB's start and epochs) or scratch (a random encoder, for as many "
+        "RGB epochs in all)")
+    ubernce_loss: Literal["mil", "supcon"] = option(
+        "mil", "loss form of the oracle: mil (CoCLR's, so that only the positive set differs, as in the paper) or "
+        "supcon (the authors' UberNCE code)")
+    cmc_epochs: int = option(0, "epochs of CMC, both views at once from the InfoNCE encoders at cycle_lr (0: "
+                             "cycles x cycle_epochs, as many as CoCLR-RGB)")
+    supervised: dict[str, Any] = option({}, "the Cross-Entropy row: end-to-end training with labels from a "
+                                        "random encoder, as finetuning options (`coclr eval finetune`): epochs "
+                                        "(default infonce_epochs + cycles x cycle_epochs), lr, weight_decay, "
+                                        "milestones, dropout (default 0.5), backbone_lr_scale (default 1)")
+
+    def validate(self) -> None:
+        for key in ("infonce_epochs", "cycle_epochs", "cycles"):
+            require(getattr(self, key) >= 1, key, "must be at least 1")
+        require(self.cycle_lr is None or self.cycle_lr > 0, "cycle_lr", "must be positive (or null)")
+        shortest = min(self.infonce_epochs, self.cycle_epochs)
+        require(0 <= self.decay_epochs < shortest, "decay_epochs", f"must lie in 0..{shortest - 1} (below the "
+                "shortest stage)")
+        require(self.cmc_epochs >= 0, "cmc_epochs", "must be non-negative")
+
+    def oracle_epochs(self) -> int:
+        """Epochs of the oracle: as many RGB epochs as CoCLR-RGB gets after the oracle's start."""
+        coclr_rgb = self.cycles * self.cycle_epochs
+        return coclr_rgb if self.ubernce_start == "infonce" else self.infonce_epochs + coclr_rgb
+
+
+@dataclass
+class StudyEval:
+    """How every row is evaluated: test clips, retrieval ks, the linear probe and finetuning."""
+
+    length: int | None = option(None, "frames per test clip (null: the training clips')")
+    stride: int | None = option(None, "frame stride of test clips (null: the training clips')")
+    size: int | None = option(None, "crop side of test clips (null: the training clips')")
+    batch_size: int = option(64, "clips per forward pass")
+    ks: list[int] = option([1, 5, 10, 20], "retrieval R@k")
+    linear: dict[str, Any] = option({}, "linear probe options (lrs, weight_decays, epochs, val_fraction)")
+    finetune: dict[str, Any] = option({"epochs": 20, "milestones": [15]},
+                                      "finetuning options (`coclr eval finetune`): epochs, lr, weight_decay, "
+                                      "milestones, dropout, backbone_lr_scale")
+
+    def validate(self) -> None:
+        require(self.batch_size >= 1, "batch_size", "must be at least 1")
+        require(bool(self.ks) and min(self.ks) >= 1, "ks", "must be at least 1")
+
+
+@dataclass
+class StudyConfig:
+    """A study: rows and columns of Table 1 on one dataset, trained and evaluated from one configuration.
+
+    The defaults are the quick study on the built-in synthetic data, on CPU (``coclr demo``)."""
+
+    seed: int = option(0, "seed of the dataset, initialisation, data order, augmentation and evaluation")
+    rows: list[str] = option(QUICK_ROWS, "rows of Table 1: " + ", ".join(ROWS))
+    columns: list[str] = option(["linear", "retrieval"], "columns: " + ", ".join(COLUMNS))
+    data: StudyData = field(default_factory=StudyData, metadata={"help": "data"})
+    train: dict[str, Any] = option(STUDY_TRAIN, "`coclr pretrain` options shared by every stage (`coclr pretrain "
+                                   "--list-options`); the stages set the method, views, epochs, lr schedule, "
+                                   "checkpoints and folders")
+    schedule: StudySchedule = field(default_factory=StudySchedule, metadata={"help": "schedule"})
+    eval: StudyEval = field(default_factory=StudyEval, metadata={"help": "evaluation"})
+    processes: int = option(2, "commands run at once (training runs, flow, finetuning), each with its share of "
+                            "the CPU threads (with gpus: one GPU each, in turn)")
+    gpus: list[int] = option([], "GPU indices the commands run on (empty: as train.run.device says)")
+
+    def validate(self) -> None:
+        unknown = [row for row in self.rows if row not in ROWS]
+        require(not unknown, "rows", f"unknown rows {unknown} (known: {', '.join(ROWS)})")
+        require(len(set(self.rows)) == len(self.rows) and bool(self.rows), "rows", "must list rows, each once")
+        unknown = [column for column in self.columns if column not in COLUMNS]
+        require(not unknown and bool(self.columns), "columns", f"must be some of {', '.join(COLUMNS)}")
+        require(self.processes >= 1, "processes", "must be at least 1")
+        require(all(gpu >= 0 for gpu in self.gpus), "gpus", "must be GPU indices")

@@ -1,0 +1,319 @@
+"""A study as commands: the stages each row needs, computed once and shared, in the order they can run.
+
+Every training stage is an ordinary ``coclr pretrain`` or ``coclr pipeline`` command on a YAML file written to
+``OUT/configs``, and finetuning an ordinary ``coclr eval finetune`` command, so each is resumable and refuses a
+changed configuration on its own. The InfoNCE encoders of both views (``OUT/pipeline``) start every later stage:
+CoCLR's cycles (``OUT/pipeline``), the ablations K=1, K=50 and 'sim' (``OUT/coclr_k1``, ``OUT/coclr_k50``,
+``OUT/coclr_sim``, whose pipelines take their InfoNCE stages from ``OUT/pipeline``), the UberNCE oracle
+(``OUT/ubernce_rgb``) and CMC (``OUT/cmc``). The Cross-Entropy row trains with labels from a random encoder
+(``OUT/cross_entropy``). :func:`plan_study` builds and validates all of it, and checks every path, before any work.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coclr.config import from_dict, merge, to_dict
+from coclr.errors import ConfigError
+from coclr.study.config import ROWS, STUDY_SYNTH, StudyConfig
+
+ABLATIONS = {"coclr_k1_rgb": ("coclr_k1", {"method": {"topk": 1}}),
+             "coclr_k50_rgb": ("coclr_k50", {"method": {"topk": 50}}),
+             "coclr_sim_rgb": ("coclr_sim", {"pipeline": {"mode": "sim"}})}
+"""The CoCLR ablations: the folder of each one's pipeline and what it changes."""
+
+
+@dataclass
+class Job:
+    """One command of the study, run as a child process once the jobs named in ``deps`` are done. ``runs``: the
+    run folders whose training logs count its epochs (progress)."""
+
+    name: str
+    argv: list[str]
+    deps: tuple[str, ...] = ()
+    epochs: int = 0
+    runs: tuple[Path, ...] = ()
+
+
+@dataclass
+class StudyPlan:
+    """Everything a study runs, built and checked before any work."""
+
+    config: StudyConfig
+    out: Path
+    store: Path
+    configs: dict[str, dict[str, Any]]
+    """YAML files to write under ``OUT/configs`` (name -> options)."""
+    jobs: list[Job]
+    """The commands, in the order they start when they can (the critical path first)."""
+    encoders: dict[str, Path]
+    """Encoder name (see :data:`coclr.study.config.ROWS`) -> the checkpoint its training writes."""
+    clips: Any
+    """The evaluation's :class:`~coclr.eval.features.ClipConfig`."""
+    probe: Any
+    """The :class:`~coclr.eval.linear.LinearProbeConfig`."""
+    finetune: Any
+    """The :class:`~coclr.eval.finetune.FinetuneConfig` of every row's finetune column."""
+    supervised: Any
+    """The :class:`~coclr.eval.finetune.FinetuneConfig` of the Cross-Entropy row's training."""
+    last: str = ""
+    """Name of the last CoCLR cycle (``cycle<cycles>``)."""
+    synth: Any = None
+    """The :class:`~coclr.data.synth.SynthConfig` of a synthetic study."""
+    index: Any = None
+    """The :class:`~coclr.data.indexes.VideoIndex` of a study that builds its store from videos."""
+    views: list[str] = field(default_factory=lambda: ["rgb", "flow"])
+
+    @property
+    def evaluated_views(self) -> list[str]:
+        """Every row is evaluated on the videos that have all of these views (the same videos for every row)."""
+        return self.views
+
+
+def study_store(config: StudyConfig, out: Path) -> Path:
+    """The study's clip store: the given one, or ``OUT/store``."""
+    return Path(config.data.store) if config.data.store else out / "store"
+
+
+def _milestones(config: StudyConfig, explicit: list[int], epochs: int) -> list[int]:
+    """A stage's lr milestones: the explicit ones, or the start of its last ``decay_epochs``."""
+    if explicit:
+        return list(explicit)
+    return [epochs - config.schedule.decay_epochs] if config.schedule.decay_epochs else []
+
+
+def base_options(config: StudyConfig, store: Path) -> dict[str, Any]:
+    """The ``coclr pretrain`` options every stage shares: the study's ``train`` section with the store, the views
+    (RGB, then flow) and the seed, and a milestone schedule when the schedule decays the lr."""
+    schedule = config.schedule
+    base = merge(copy.deepcopy(config.train), {"data": {"store": str(store), "view": "rgb", "second_view": "flow"},
+                                               "run": {"seed": config.seed}})
+    decays = schedule.decay_epochs or schedule.infonce_milestones or schedule.cycle_milestones
+    base.setdefault("optim", {})
+    base["optim"]["schedule"] = "milestones" if decays else base["optim"].get("schedule", "constant")
+    return base
+
+
+def _pretrain_config(options: dict[str, Any], where: str):
+    """A validated :class:`PretrainConfig`; errors name the study option the stage came from."""
+    from coclr.train.config import PretrainConfig
+
+    try:
+        return from_dict(PretrainConfig, options)
+    except ConfigError as error:
+        raise ConfigError(f"train (the {where}): {error}") from None
+
+
+def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
+    """Every command, configuration and output of the study in ``out``, checked: the data's paths, every stage's
+    options (built as the commands will), the evaluation's options. Raises a :class:`~coclr.errors.CoclrError`
+    naming the option or file before any work."""
+    from coclr.eval.features import ClipConfig
+    from coclr.eval.finetune import FinetuneConfig
+    from coclr.eval.linear import LinearProbeConfig
+    from coclr.train.config import PipelineConfig
+    from coclr.train.pipeline import LAST, plan_stages, stage_config
+
+    out = Path(out)
+    store = study_store(config, out)
+    schedule = config.schedule
+    rows = [ROWS[key] for key in config.rows]
+    needed = {name for row in rows for name, _ in row.streams}
+    base = base_options(config, store)
+    configs: dict[str, dict[str, Any]] = {}
+    jobs: list[Job] = []
+    encoders: dict[str, Path] = {}
+    last = f"cycle{schedule.cycles}"
+
+    pipeline_options = {**base, "pipeline": {
+        "cycles": schedule.cycles, "infonce_epochs": schedule.infonce_epochs, "cycle_epochs": schedule.cycle_epochs,
+        "mode": "alternate", "cycle_lr": schedule.cycle_lr,
+        "infonce_milestones": _milestones(config, schedule.infonce_milestones, schedule.infonce_epochs),
+        "cycle_milestones": _milestones(config, schedule.cycle_milestones, schedule.cycle_epochs)},
+        "run": {**base["run"], "out": str(out / "pipeline")}}
+    try:
+        pipeline = from_dict(PipelineConfig, pipeline_options)
+    except ConfigError as error:
+        raise ConfigError(f"train (the CoCLR pipeline): {error}") from None
+    stages = plan_stages(pipeline)
+    for stage in stages[:2]:
+        configs[stage.name] = to_dict(stage_config(pipeline, stage, out / "pipeline"))
+        jobs.append(Job(stage.name, ["pretrain", "--config", str(out / "configs" / f"{stage.name}.yaml"), "--resume"], (),
+                        stage.epochs, (out / "pipeline" / stage.name,)))
+    # The pipeline marks the InfoNCE stages done and exports their encoders, which every later stage starts from.
+    configs["pipeline"] = pipeline_options
+    jobs.append(Job("infonce", ["pipeline", "--config", str(out / "configs" / "pipeline.yaml"), "--until",
+                                stages[1].name], ("infonce_rgb", "infonce_flow")))
+    encoders.update({f"infonce_{v}": out / "pipeline" / f"infonce_{v}" / f"encoder_{v}.pth" for v in ("rgb", "flow")})
+    if needed & {"coclr_rgb", "coclr_flow"}:
+        names = [stage.name for stage in stages]
+        cycles = stages[2:] if "coclr_flow" in needed else stages[2: names.index(f"{last}_rgb") + 1]
+        until = [] if "coclr_flow" in needed else ["--until", f"{last}_rgb"]
+        jobs.append(Job("coclr", ["pipeline", "--config", str(out / "configs" / "pipeline.yaml"), *until],
+                        ("infonce",), sum(s.epochs for s in cycles),
+                        tuple(out / "pipeline" / s.name for s in cycles)))
+        encoders.update({f"coclr_{v}": out / "pipeline" / f"{last}_{v}" / f"encoder_{v}.pth" for v in ("rgb", "flow")})
+    for key, (folder, change) in ABLATIONS.items():
+        if key not in needed:
+            continue
+        options = merge(pipeline_options, {**change, "pipeline": {**change.get("pipeline", {}),
+                                                                   "infonce_from": str(out / "pipeline")},
+                                           "run": {"out": str(out / folder)}})
+        try:
+            ablation = from_dict(PipelineConfig, options)
+        except ConfigError as error:
+            raise ConfigError(f"train (the {key} pipeline): {error}") from None
+        ablation_stages = plan_stages(ablation)
+        final = next(s.name for s in ablation_stages if s.name.startswith(last) and "rgb" in s.trains)
+        for stage in ablation_stages:
+            stage_config(ablation, stage, out / folder)  # checks every stage's options now
+        configs[folder] = options
+        count = [s.name for s in ablation_stages].index(final) + 1
+        jobs.append(Job(key, ["pipeline", "--config", str(out / "configs" / f"{folder}.yaml"), "--until", final],
+                        ("infonce",), sum(s.epochs for s in ablation_stages[:count]),
+                        tuple(out / folder / s.name for s in ablation_stages[:count])))
+        encoders[key] = out / folder / final / "encoder_rgb.pth"
+
+    lr_after_infonce = {"lr": schedule.cycle_lr} if schedule.cycle_lr is not None else {}
+    if "ubernce_rgb" in needed:
+        epochs = schedule.oracle_epochs()
+        method = {**base["method"], "name": "ubernce", "loss_form": schedule.ubernce_loss}
+        optim = {**base["optim"], "epochs": epochs,
+                 "milestones": _milestones(config, schedule.cycle_milestones if schedule.ubernce_start == "infonce"
+                                           else schedule.infonce_milestones, epochs)}
+        deps: tuple[str, ...] = ()
+        if schedule.ubernce_start == "infonce":  # trained like CoCLR-RGB: from InfoNCE-RGB, at CoCLR's lr
+            method["init_checkpoint"] = str(out / "pipeline" / "infonce_rgb" / LAST)
+            optim.update(lr_after_infonce)
+            deps = ("infonce_rgb",)
+        configs["ubernce_rgb"] = {**base, "method": method, "optim": optim,
+                                  "run": {**base["run"], "out": str(out / "ubernce_rgb")}}
+        _pretrain_config(configs["ubernce_rgb"], "UberNCE oracle")
+        jobs.append(Job("ubernce_rgb", ["pretrain", "--config", str(out / "configs" / "ubernce_rgb.yaml"), "--resume"], deps,
+                        epochs, (out / "ubernce_rgb",)))
+        encoders["ubernce_rgb"] = out / "ubernce_rgb" / LAST
+    if "cmc_rgb" in needed:
+        epochs = schedule.cmc_epochs or schedule.cycles * schedule.cycle_epochs
+        configs["cmc"] = {**base, "method": {**base["method"], "name": "cmc",
+                                             "init_checkpoint": str(encoders["infonce_rgb"]),
+                                             "second_init_checkpoint": str(encoders["infonce_flow"])},
+                          "optim": {**base["optim"], "epochs": epochs, **lr_after_infonce,
+                                    "milestones": _milestones(config, schedule.cycle_milestones, epochs)},
+                          "run": {**base["run"], "out": str(out / "cmc")}}
+        _pretrain_config(configs["cmc"], "CMC stage")
+        jobs.append(Job("cmc_rgb", ["pretrain", "--config", str(out / "configs" / "cmc.yaml"), "--resume"],
+                        ("infonce",), epochs, (out / "cmc",)))
+        encoders["cmc_rgb"] = out / "cmc" / LAST
+
+    training = _pretrain_config(configs[stages[0].name], "InfoNCE stage")
+    train_clips = {"length": training.data.length, "stride": training.data.stride, "size": training.data.size}
+    evaluation = config.eval
+    clips = from_dict(ClipConfig, {**train_clips, **{k: v for k, v in (("length", evaluation.length),
+                                                                       ("stride", evaluation.stride),
+                                                                       ("size", evaluation.size)) if v is not None},
+                                   "batch_size": evaluation.batch_size}, prefix="eval.")
+    probe = from_dict(LinearProbeConfig, {**evaluation.linear, "seed": config.seed}, prefix="eval.linear.")
+    finetune = from_dict(FinetuneConfig, {**evaluation.finetune, "seed": config.seed}, prefix="eval.finetune.")
+    supervised_epochs = schedule.infonce_epochs + schedule.cycles * schedule.cycle_epochs
+    supervised = from_dict(FinetuneConfig, {"epochs": supervised_epochs,
+                                            "milestones": _milestones(config, [], supervised_epochs),
+                                            "dropout": 0.5, "backbone_lr_scale": 1.0, "lr": training.optim.lr,
+                                            **schedule.supervised, "seed": config.seed}, prefix="schedule.supervised.")
+    plan = StudyPlan(config, out, store, configs, jobs, encoders, clips, probe, finetune, supervised, last)
+    jobs.append(Job("flow_test", ["flow", str(store), "--backend", config.data.flow_backend, "--view", "flow",
+                                  "--split", "test", "--bound", repr(config.data.flow_bound), "--workers", "1"]))
+    if "cross_entropy_rgb" in needed:  # its encoder is known once its random initialisation is written (run)
+        jobs.append(Job("cross_entropy_rgb", finetune_argv(plan, cross_entropy_init(plan), "rgb", supervised,
+                                                           out / "cross_entropy"), ("flow_test",), supervised.epochs))
+    if "finetune" in config.columns:
+        for name, view in dict.fromkeys(stream for row in rows for stream in row.streams):
+            if name == "cross_entropy_rgb":
+                continue  # its training is its finetuning
+            producer = {"coclr_rgb": "coclr", "coclr_flow": "coclr", "infonce_rgb": "infonce",
+                        "infonce_flow": "infonce"}.get(name, name)
+            jobs.append(Job(f"finetune_{name}", finetune_argv(plan, encoders[name], view, finetune,
+                                                              out / "finetune"), (producer, "flow_test"),
+                            finetune.epochs))
+    _check_data(plan)
+    return plan
+
+
+def cross_entropy_init(plan: StudyPlan) -> Path:
+    """The random encoder the Cross-Entropy row trains from (written by the study, a function of the seed)."""
+    return plan.out / "cross_entropy" / "random_init.pth"
+
+
+def finetune_argv(plan: StudyPlan, checkpoint: Path, view: str, options, work_dir: Path) -> list[str]:
+    """``coclr eval finetune`` of one stream, on the videos every row is evaluated on."""
+    clips = plan.clips
+    others = [v for v in plan.evaluated_views if v != view]
+    return ["eval", "finetune", "--checkpoint", str(checkpoint), "--view", view, "--store", str(plan.store),
+            "--work-dir", str(work_dir), *(["--also-views", *others] if others else []),
+            "--length", str(clips.length), "--stride", str(clips.stride), "--size", str(clips.size),
+            "--batch-size", str(clips.batch_size), "--epochs", str(options.epochs), "--lr", repr(options.lr),
+            "--weight-decay", repr(options.weight_decay), "--milestones", *map(str, options.milestones),
+            "--dropout", repr(options.dropout), "--backbone-lr-scale", repr(options.backbone_lr_scale),
+            "--seed", str(options.seed), "--quiet"]
+
+
+def _check_data(plan: StudyPlan) -> None:
+    """The data the study starts from: the synthetic dataset's options, or the videos and split files (every video
+    must exist), or an existing store with both splits."""
+    from coclr.data import indexes
+    from coclr.data.synth import SynthConfig
+
+    data = plan.config.data
+    if data.source == "synth":
+        plan.synth = from_dict(SynthConfig, {**STUDY_SYNTH, **data.synth, "seed": plan.config.seed},
+                               prefix="data.synth.")
+        return
+    if data.source == "store":
+        from coclr.data.store import open_store
+
+        store = open_store(plan.store)
+        for split in ("train", "test"):
+            if not any(entry.split == split for entry in store.index.entries):
+                raise ConfigError(f"data.store: {plan.store} has no {split!r} split; a study needs train and test")
+        return
+    for key in ("root", "annotations"):
+        path = getattr(data, key)
+        if path and not Path(path).exists():
+            raise ConfigError(f"data.{key}: not found: {path}")
+    if data.source == "ucf101":
+        index = indexes.ucf101_index(data.annotations, data.split)
+    elif data.source == "hmdb51":
+        index = indexes.hmdb51_index(data.annotations, data.split)
+    elif data.source == "csv":
+        index = indexes.csv_index(data.annotations)
+    else:
+        index = indexes.folder_index(data.root)
+    indexes.check_videos_exist(index, data.root)
+    for split in ("train", "test"):
+        if split not in index.split_counts():
+            raise ConfigError(f"data: the {data.source} index of {data.root} has no {split!r} split")
+    plan.index = index
+
+
+def describe(plan: StudyPlan) -> str:
+    """The plan in a few lines: data, rows, and every command with what it waits for."""
+    config = plan.config
+    lines = [f"study in {plan.out}: {len(config.rows)} rows ({', '.join(config.rows)}), columns "
+             f"{', '.join(config.columns)}; data {config.data.source} -> {plan.store}; seed {config.seed}",
+             f"evaluation: clips {plan.clips.length}x{plan.clips.size} (stride {plan.clips.stride}), on the videos "
+             f"with {' and '.join(plan.evaluated_views)}"]
+    for job in plan.jobs:
+        lines.append(f"  {job.name}: coclr {' '.join(job.argv[:2])}{f', {job.epochs} epochs' if job.epochs else ''}"
+                     f" (after {', '.join(job.deps) or 'nothing'})")
+    return "\n".join(lines)
+
+
+def options_record(config: StudyConfig) -> dict[str, Any]:
+    """The options a study folder records (``processes`` and ``gpus`` only schedule the work: left out)."""
+    record = dataclasses.asdict(config)
+    for key in ("processes", "gpus"):
+        record.pop(key)
+    return record

@@ -1,0 +1,209 @@
+"""A study's numbers: Table 1 beside the paper's, the paper's claims checked on them, and their spread over seeds.
+
+Claims are checked on every column the study evaluated, and a claim whose rows are not all in the study is left
+out. Over several seeds, every number gets its mean and standard deviation, and every claim the count of seeds it
+held on and whether it holds on the means.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+from coclr.study.config import ROWS
+
+METRICS = {"retrieval": "R@1", "linear": "linear probe", "finetune": "finetune"}
+"""Each column's name in the claims."""
+
+Getter = Callable[[dict[str, Any], str], "float | None"]
+
+
+def row_value(row: dict[str, Any], column: str) -> float | None:
+    """A row's number in ``column``: R@1 for retrieval, top-1 for the probe and finetuning (None: not evaluated)."""
+    if column == "retrieval":
+        return (row.get("retrieval") or {}).get("R@1")
+    return row.get(f"{column}_top1")
+
+
+def claims(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> dict[str, Any]:
+    """The paper's claims on these rows (``{"row": key, ...}`` records), per evaluated column: True/False, or the
+    share of the InfoNCE-RGB to UberNCE-RGB gap that CoCLR-RGB closes (None when there is no gap)."""
+    by_key = {row["row"]: row for row in rows}
+    found: dict[str, Any] = {}
+    for column in columns:
+        metric = METRICS[column]
+
+        def value(key: str) -> float | None:
+            return row_value(by_key[key], column) if key in by_key else None
+
+        def have(*keys: str) -> bool:
+            return all(value(key) is not None for key in keys)
+
+        if have("ubernce_rgb", "coclr_rgb", "infonce_rgb"):
+            found[f"UberNCE-RGB > CoCLR-RGB > InfoNCE-RGB ({metric})"] = (
+                value("ubernce_rgb") > value("coclr_rgb") > value("infonce_rgb"))
+        if have("infonce_flow", "infonce_rgb"):
+            found[f"InfoNCE-Flow > InfoNCE-RGB ({metric})"] = value("infonce_flow") > value("infonce_rgb")
+        if have("coclr_flow", "infonce_flow"):
+            found[f"CoCLR-Flow > InfoNCE-Flow ({metric})"] = value("coclr_flow") > value("infonce_flow")
+        unsupervised = [key for key in by_key if not ROWS[key].labels and key != "coclr_two_stream"
+                        and value(key) is not None]
+        if have("coclr_two_stream") and unsupervised:
+            found[f"CoCLR two-stream above every other self-supervised row ({metric})"] = all(
+                value("coclr_two_stream") > value(key) for key in unsupervised)
+        if have("coclr_rgb", "cmc_rgb"):
+            found[f"CoCLR-RGB > CMC-RGB ({metric})"] = value("coclr_rgb") > value("cmc_rgb")
+        if have("coclr_rgb", "coclr_k1_rgb", "coclr_k50_rgb"):
+            found[f"CoCLR-RGB K=5 >= K=1 and K=50 ({metric})"] = (
+                value("coclr_rgb") >= max(value("coclr_k1_rgb"), value("coclr_k50_rgb")))
+        if have("coclr_rgb", "coclr_sim_rgb"):
+            found[f"CoCLR-RGB alternating >= sim ({metric})"] = value("coclr_rgb") >= value("coclr_sim_rgb")
+        if have("ubernce_rgb", "coclr_rgb", "infonce_rgb"):
+            gap = value("ubernce_rgb") - value("infonce_rgb")
+            found[f"gap closed by CoCLR-RGB ({metric})"] = (
+                (value("coclr_rgb") - value("infonce_rgb")) / gap if gap > 0 else None)
+    return found
+
+
+def claim_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "undefined (UberNCE-RGB is not above InfoNCE-RGB)" if value is None else f"{100 * value:.0f}%"
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def table_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str], with_paper: bool = True,
+                   cell: Callable[[dict[str, Any], str], str] | None = None) -> list[str]:
+    """Table 1's layout: Method | Input | Labels, then each evaluated column (with the paper's number beside it),
+    then R@5/10/20 when retrieval was evaluated. ``cell(row, key)`` formats a number (default: one decimal)."""
+    cell = cell or (lambda row, key: _cell(_lookup(row, key)))
+    names = {"linear": "Linear probe", "finetune": "Finetune", "retrieval": "R@1"}
+    keys: list[tuple[str, str]] = []
+    for column in COLUMN_ORDER:
+        if column in columns:
+            keys.append((names[column], column))
+            if with_paper:
+                keys.append(("paper", f"paper_{column}"))
+    if "retrieval" in columns:
+        keys += [(f"R@{k}", f"R@{k}") for k in (5, 10, 20)]
+    lines = ["| Method | Input | Labels | " + " | ".join(name for name, _ in keys) + " |",
+             "|---|---|---|" + "---:|" * len(keys)]
+    for row in rows:
+        labels = "✓" if row["labels"] else "✗"
+        lines.append(f"| {row['method']}{row.get('marks', '')} | {row['view']} | {labels} | "
+                     + " | ".join(cell(row, key) for _, key in keys) + " |")
+    return lines
+
+
+COLUMN_ORDER = ("linear", "finetune", "retrieval")
+
+
+def _lookup(row: dict[str, Any], key: str) -> float | None:
+    if key.startswith("paper_"):
+        return (row.get("paper") or {}).get(key[len("paper_"):])
+    if key.startswith("R@"):
+        return (row.get("retrieval") or {}).get(key)
+    return row_value(row, key)
+
+
+def results_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str], checks: dict[str, Any],
+                     seconds: float, seed: int, stages: Sequence[dict[str, Any]] = (), notes: Sequence[str] = (),
+                     title: str = "coclr study") -> str:
+    """``results.md``: the table beside the paper's numbers, the claims, the stages of co-training, notes."""
+    lines = [f"# {title} (seed {seed}, {seconds / 60:.1f} min)", "",
+             "Numbers in percent; 'paper': Table 1 of the paper (UCF101 split 1). Test videos query train videos.",
+             "", *table_markdown(rows, columns), ""]
+    if notes:
+        lines += [*(f"- {note}" for note in notes), ""]
+    lines += ["Claims of the paper on these results:", ""]
+    lines += [f"- {claim}: {claim_text(value)}" for claim, value in checks.items()]
+    if stages:
+        lines += ["", "Pretraining stages: R@1 of the network each trained, and for CoCLR the share of its mined "
+                  "positives (top-K in the other view) that had the query's class:", "",
+                  "| Stage | Trains | R@1 | Mined positives of the class (%) |", "|---|---|---|---|"]
+        for stage in stages:
+            precision = stage["mined_precision"]
+            shown = "-" if precision is None else f"{precision:.1f}"
+            lines.append(f"| {stage['stage']} | {stage['view']} | {stage['R@1']:.1f} | {shown} |")
+    lines += ["", "Files: `results.json`, `table.md`, `stage_recall.png` (R@1 across the co-training stages), "
+              "`gallery.html` (test queries and their nearest train videos), `eval/` (full records), `configs/` "
+              "(every training configuration used), `logs/`."]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------- seeds
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def summarise_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Over the ``results.json`` of several seeds: every row's numbers as mean and standard deviation, every
+    claim's count of seeds it held on (for the gap: each seed's share) and its verdict on the means."""
+    columns = results[0]["columns"]
+    rows = []
+    for index, first in enumerate(results[0]["rows"]):
+        row = {key: first.get(key) for key in ("row", "method", "view", "labels", "paper")}
+        for key in ("linear_top1", "finetune_top1"):
+            values = [r["rows"][index].get(key) for r in results]
+            if all(v is not None for v in values):
+                row[key] = mean_std(values)
+        retrieval = [r["rows"][index].get("retrieval") for r in results]
+        if all(retrieval):
+            row["retrieval"] = {k: mean_std([r[k] for r in retrieval]) for k in retrieval[0]}
+        rows.append(row)
+    means = [{**row, **{k: v[0] for k, v in row.items() if k.endswith("_top1")},
+              "retrieval": {k: v[0] for k, v in row.get("retrieval", {}).items()} or None} for row in rows]
+    on_means = claims(means, columns)
+    summary = {}
+    for claim, verdict in on_means.items():
+        per_seed = [r["claims"].get(claim) for r in results]
+        if claim.startswith("gap closed"):
+            shares = [v for v in per_seed if v is not None]
+            summary[claim] = {"per_seed": per_seed, "mean_std": mean_std(shares) if shares else None,
+                              "on_means": verdict}
+        else:
+            summary[claim] = {"held_on": sum(bool(v) for v in per_seed), "seeds": len(per_seed), "on_means": verdict}
+    return {"seeds": [r["seed"] for r in results], "columns": columns, "rows": rows, "claims": summary}
+
+
+def seeds_markdown(summary: dict[str, Any]) -> str:
+    """The summary of :func:`summarise_seeds` as Markdown: mean ± std per number, then the claims."""
+    def cell(row: dict[str, Any], key: str) -> str:
+        value = _lookup_pair(row, key)
+        if value is None:
+            return "-"
+        return f"{value:.1f}" if isinstance(value, float) else f"{value[0]:.1f} ± {value[1]:.1f}"
+
+    seeds = summary["seeds"]
+    lines = [f"# coclr study over seeds {', '.join(map(str, seeds))}", "",
+             "Mean ± standard deviation over the seeds, in percent; 'paper': Table 1 of the paper.", "",
+             *table_markdown(summary["rows"], summary["columns"], cell=cell), "",
+             "Claims of the paper: on how many seeds each held, and on the means:", ""]
+    for claim, entry in summary["claims"].items():
+        if "held_on" in entry:
+            lines.append(f"- {claim}: {entry['held_on']} of {entry['seeds']} seeds; on the means: "
+                         f"{claim_text(entry['on_means'])}")
+        else:
+            spread = entry["mean_std"]
+            shown = "undefined" if spread is None else f"{100 * spread[0]:.0f}% ± {100 * spread[1]:.0f}%"
+            per_seed = ", ".join(claim_text(v) for v in entry["per_seed"])
+            lines.append(f"- {claim}: {shown} over the seeds ({per_seed}); on the means: "
+                         f"{claim_text(entry['on_means'])}")
+    return "\n".join(lines) + "\n"
+
+
+def _lookup_pair(row: dict[str, Any], key: str):
+    if key.startswith("paper_"):
+        return (row.get("paper") or {}).get(key[len("paper_"):])
+    if key.startswith("R@"):
+        return (row.get("retrieval") or {}).get(key)
+    return row.get("retrieval", {}).get("R@1") if key == "retrieval" else row.get(f"{key}_top1")

@@ -1,0 +1,198 @@
+"""Running a study end to end: data, flow, every stage, every evaluation, then the report.
+
+The study folder follows :mod:`coclr.runfolder`: the same command continues it (every stage and evaluation is
+resumable), other options are refused before any work, naming each. ``processes`` and ``gpus`` only schedule the
+work and may change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from coclr.atomic import atomic_write_json, atomic_write_text
+from coclr.study.config import ROWS, StudyConfig
+from coclr.study.plan import StudyPlan, cross_entropy_init, options_record, plan_study
+from coclr.study.results import claims, results_markdown, seeds_markdown, summarise_seeds
+
+
+def prepare_data(plan: StudyPlan) -> None:
+    """The store with its RGB view, and the train split's flow (training needs it first; the test split's flow
+    is a job beside training)."""
+    from coclr.data.flow.extract import extract_flow
+
+    config = plan.config
+    data = config.data
+    workers = data.flow_workers or config.processes
+    if data.source == "synth":
+        from coclr.data.synth import generate_synthetic
+
+        print(f"[study] synthetic dataset -> {plan.store}", flush=True)
+        print(generate_synthetic(plan.store, plan.synth, workers=workers), flush=True)
+    elif data.source != "store":
+        from coclr.data.build import build_store
+
+        print(f"[study] decoding the videos of {data.root} -> {plan.store}", flush=True)
+        print(build_store(plan.index, data.root, plan.store, short_side=data.short_side, quality=data.quality,
+                          fps=data.fps, workers=workers), flush=True)
+    print(f"[study] optical flow of the train split ({data.flow_backend})", flush=True)
+    print(extract_flow(plan.store, backend=data.flow_backend, view="flow", workers=workers, split="train",
+                       bound=data.flow_bound), flush=True)
+
+
+def write_cross_entropy_init(plan: StudyPlan) -> Path:
+    """The random encoder the Cross-Entropy row trains from: a function of the seed and the model options."""
+    import torch
+
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+
+    path = cross_entropy_init(plan)
+    if not path.is_file():
+        model = plan.config.train.get("model", {})
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(plan.config.seed)
+            encoder = build_encoder(width=model.get("width", 1.0), gating=model.get("gating", False))
+        save_encoder(path, encoder, meta={"method": "random", "view": "rgb"})
+    return path
+
+
+def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
+    """Every row's evaluations (records written to ``OUT/eval``) and its numbers with the paper's."""
+    from coclr.data.store import open_store
+    from coclr.eval.features import Stream
+    from coclr.eval.finetune import ENCODER_FILE, evaluate_finetune, stream_folder
+    from coclr.eval.features import file_sha256
+    from coclr.eval.linear import evaluate_linear
+    from coclr.eval.report import other_clips, degenerate
+    from coclr.eval.retrieval import evaluate_retrieval
+
+    out, config = plan.out, plan.config
+    store = open_store(plan.store)
+    views = plan.evaluated_views
+    cache = out / "feature_cache"
+    common = {"with_views": views, "progress": False}
+    if "cross_entropy_rgb" in config.rows:
+        init = cross_entropy_init(plan)
+        plan.encoders["cross_entropy_rgb"] = (stream_folder(out / "cross_entropy", "rgb", file_sha256(init), views)
+                                              / ENCODER_FILE)
+    rows = []
+    for key in config.rows:
+        row = ROWS[key]
+        streams = [Stream(plan.encoders[name], view) for name, view in row.streams]
+        entry: dict[str, Any] = {"row": key, "method": row.method, "view": row.input, "labels": row.labels,
+                                 "paper": dict(zip(("linear", "finetune", "retrieval"), row.paper))}
+        records = []
+        if "retrieval" in config.columns:
+            record = evaluate_retrieval(store, streams, plan.clips, plan.config.eval.ks, cache_dir=cache, **common)
+            entry["retrieval"] = {f"R@{k}": record["results"][f"R@{k}"] for k in record["config"]["ks"]}
+            records.append(record)
+        if "linear" in config.columns:
+            record, _, _ = evaluate_linear(store, streams, plan.clips, plan.probe, cache_dir=cache, **common)
+            entry["linear_top1"] = record["results"]["top1"]
+            records.append(record)
+        if "finetune" in config.columns:
+            if key == "cross_entropy_rgb":  # its finetuning is its training, from the random encoder
+                record = evaluate_finetune(store, [Stream(cross_entropy_init(plan), "rgb")], out / "cross_entropy",
+                                           plan.clips, plan.supervised, **common)
+            else:
+                record = evaluate_finetune(store, streams, out / "finetune", plan.clips, plan.finetune, **common)
+            entry["finetune_top1"] = record["results"]["top1"]
+            records.append(record)
+        marks = []
+        for record in records:
+            record["name"] = row.method
+            atomic_write_json(out / "eval" / f"{key}_{record['task']}.json", record)
+            marks += [f"degenerate features ({record['task']})"] if degenerate(record) else []
+            marks += [f"evaluated on {note}" for note in other_clips(record)]
+        if marks:
+            entry["warnings"] = list(dict.fromkeys(marks))
+            entry["marks"] = " ‡"
+        entry["records"] = records
+        rows.append(entry)
+    return rows
+
+
+def stage_records(plan: StudyPlan) -> list[dict[str, Any]]:
+    """R@1 after every stage of the CoCLR pipeline (Figure 4), with the share of each CoCLR stage's mined positives
+    that had the query's class; draws ``stage_recall.png``."""
+    from coclr.data.store import open_store
+    from coclr.eval.report import report_run, view_name
+
+    if not (plan.out / "pipeline" / "manifest.json").is_file():
+        return []
+    records = report_run(plan.out / "pipeline", open_store(plan.store), plan.out, plan.clips,
+                         cache_dir=plan.out / "feature_cache", progress=False)
+    return [{"stage": r["stage"], "view": view_name(r["streams"][0]["view"]), "R@1": r["results"]["R@1"],
+             "mined_precision": r.get("mined_precision")} for r in records]
+
+
+def run_study(config: StudyConfig, out: str | Path, check_only: bool = False) -> dict[str, Any] | None:
+    """Run (or continue) the study in ``out``; returns the ``results.json`` content (None with ``check_only``,
+    which validates everything and prints the plan)."""
+    from coclr.data.store import open_store
+    from coclr.eval.report import write_report
+    from coclr.runfolder import check_folder, record_folder
+    from coclr.study.plan import describe
+    from coclr.study.scheduler import run_jobs
+
+    started = time.time()
+    out = Path(os.path.abspath(out))
+    plan = plan_study(config, out)
+    check_folder(out, "study", options_record(config))
+    if check_only:
+        print(describe(plan))
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    record_folder(out, "study", options_record(config))
+    for name, options in plan.configs.items():
+        atomic_write_text(out / "configs" / f"{name}.yaml", yaml.safe_dump(options, sort_keys=False))
+    steps = 5
+    print(f"[1/{steps}] data", flush=True)
+    prepare_data(plan)
+    if "cross_entropy_rgb" in config.rows:
+        write_cross_entropy_init(plan)
+    print(f"[2/{steps}] training and finetuning: {len(plan.jobs)} commands, {config.processes} at a time", flush=True)
+    run_jobs(plan.jobs, out, config.processes, config.gpus)
+    print(f"[3/{steps}] evaluation: {', '.join(config.columns)} of {len(config.rows)} rows", flush=True)
+    rows = evaluate_rows(plan)
+    print(f"[4/{steps}] stages of co-training (Figure 4)", flush=True)
+    stages = stage_records(plan)
+    print(f"[5/{steps}] report", flush=True)
+    records = [record for row in rows for record in row.pop("records")]
+    coclr_rgb = [r for r in records if r["task"] == "retrieval" and r["streams"][0]["view"] == "rgb"
+                 and r.get("name") == "CoCLR"]
+    write_report(out, [*records, *coclr_rgb[:1]], open_store(plan.store))
+    seconds = time.time() - started
+    checks = claims(rows, config.columns)
+    notes = [f"{row['method']} ({row['view']}): {warning}" for row in rows for warning in row.get("warnings", [])]
+    results = {"seed": config.seed, "wall_seconds": round(seconds, 1), "columns": list(config.columns),
+               "rows": rows, "claims": checks, "stages": stages, "config": dataclasses.asdict(config)}
+    atomic_write_json(out / "results.json", results)
+    atomic_write_text(out / "results.md", results_markdown(rows, config.columns, checks, seconds, config.seed,
+                                                          stages, notes))
+    return results
+
+
+def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_only: bool = False
+              ) -> dict[str, Any] | None:
+    """The study once per seed (``OUT/seed<S>``, each resumable), then every number's mean and standard deviation
+    and every claim's count of seeds, in ``OUT/seeds.json`` and ``OUT/seeds.md``."""
+    out = Path(out)
+    results = []
+    for seed in seeds:
+        print(f"=== seed {seed}", flush=True)
+        result = run_study(dataclasses.replace(config, seed=seed), out / f"seed{seed}", check_only)
+        if result is not None:
+            results.append(result)
+    if check_only:
+        return None
+    summary = summarise_seeds(results)
+    atomic_write_json(out / "seeds.json", summary)
+    atomic_write_text(out / "seeds.md", seeds_markdown(summary))
+    return summary

@@ -1,0 +1,109 @@
+"""Running a study's commands: each as a child process once the commands it needs are done, a few at a time.
+
+Every command gets its share of the CPU threads (and, with GPUs, one GPU, in turn) and writes its output to
+``OUT/logs/<name>.log``. A progress bar counts the training epochs of all of them, with an ETA. A command that
+fails stops the commands that need it; the others run on; then the failures are raised together with the end of
+each one's log. Running the study again continues every command where it stopped (each one is resumable).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coclr.errors import CoclrError
+from coclr.study.plan import Job
+
+
+def threads_per_job(processes: int) -> int:
+    """Intra-op threads of each command: the machine's cores shared among the commands that run at once."""
+    return max(1, (os.cpu_count() or 1) // processes)
+
+
+@dataclass
+class _Running:
+    job: Job
+    process: subprocess.Popen
+    slot: int
+    log: Path = field(repr=False, default=Path())
+
+
+def _epochs_done(job: Job, finished: bool) -> int:
+    """Training epochs a job has logged (all of them once it finished)."""
+    if finished:
+        return job.epochs
+    done = 0
+    for run in job.runs:
+        log = run / "log.jsonl"
+        if log.is_file():
+            done += sum('"epoch_loss"' in line for line in log.read_text().splitlines())
+    return min(done, job.epochs)
+
+
+def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None = None,
+             desc: str = "study", poll_seconds: float = 1.0) -> None:
+    """Run ``jobs`` (in priority order) as ``python -m coclr ARGV`` child processes, at most ``processes`` at once,
+    each after the jobs named in its ``deps``; raises :class:`CoclrError` naming every failed job (and those it
+    stopped) once the others are done."""
+    from tqdm import tqdm
+
+    threads = threads_per_job(processes)
+    pending = list(jobs)
+    running: list[_Running] = []
+    done: set[str] = set()
+    failed: list[tuple[Job, Path]] = []
+    blocked: list[Job] = []
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+
+    def start(job: Job, slot: int) -> _Running:
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpus[slot % len(gpus)])
+        log = logs / f"{job.name}.log"
+        with log.open("a") as handle:
+            process = subprocess.Popen([sys.executable, "-m", "coclr", *job.argv], stdout=handle,
+                                       stderr=subprocess.STDOUT, env=env)
+        return _Running(job, process, slot, log)
+
+    total = sum(job.epochs for job in jobs)
+    with tqdm(total=total, desc=desc, unit="epoch", dynamic_ncols=True) as bar:
+        while pending or running:
+            for item in list(running):
+                if item.process.poll() is None:
+                    continue
+                running.remove(item)
+                if item.process.returncode == 0:
+                    done.add(item.job.name)
+                else:
+                    failed.append((item.job, item.log))
+            stopped = {job.name for job, _ in failed} | {job.name for job in blocked}
+            for job in list(pending):
+                if stopped & set(job.deps):
+                    pending.remove(job)
+                    blocked.append(job)
+            free = [slot for slot in range(processes) if slot not in {item.slot for item in running}]
+            for job in list(pending):
+                if not free:
+                    break
+                if set(job.deps) <= done:
+                    pending.remove(job)
+                    running.append(start(job, free.pop(0)))
+            if not running and pending:  # nothing can start: a dependency is not a job of this run
+                missing = sorted({dep for job in pending for dep in job.deps} - done)
+                raise CoclrError(f"jobs {', '.join(job.name for job in pending)} wait for {', '.join(missing)}, "
+                                 "which no job provides")
+            epochs = sum(_epochs_done(job, job.name in done) for job in jobs)
+            bar.set_postfix_str(", ".join(item.job.name for item in running), refresh=False)
+            bar.update(epochs - bar.n)
+            if pending or running:
+                time.sleep(poll_seconds)
+    if failed:
+        tails = "\n".join(f"--- {job.name} ({log}):\n" + "\n".join(log.read_text().splitlines()[-15:])
+                          for job, log in failed)
+        stopped = f"; not run, as they need them: {', '.join(job.name for job in blocked)}" if blocked else ""
+        raise CoclrError(f"failed: {', '.join(job.name for job, _ in failed)}{stopped}\n{tails}")

@@ -1,0 +1,313 @@
+"""`coclr study` and `coclr demo`: every row and column of Table 1 from one config, its plan, its scheduler, its
+refusals and its results, on reduced sizes (1 epoch per stage)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from coclr.config import load_config
+from coclr.errors import CoclrError, ConfigError
+from coclr.study.config import QUICK_ROWS, ROWS, STUDY_SYNTH, STUDY_TRAIN, StudyConfig
+from coclr.study.plan import Job, plan_study
+from coclr.study.results import claims, results_markdown, seeds_markdown, summarise_seeds
+from coclr.study.scheduler import run_jobs
+from coclr.train.config import MethodOptions
+from conftest import REPO_ROOT
+
+REDUCED = ["data.synth={train_scenes: 4, test_scenes: 2, num_classes: 4, actions_per_scene: 4, clips_per_action: 1, "
+           "frames: 10, motions: [translate_up, zoom_in, rotate, circle]}", "data.flow_backend=dis",
+           "data.flow_bound=5", "train.run.batch_size=8", "train.method.queue_size=16", "train.method.topk=2",
+           "train.optim.warmup_epochs=0.5", "train.method.own_positive_epochs=0.5", "schedule.infonce_epochs=1",
+           "schedule.cycle_epochs=1", "schedule.decay_epochs=0",  # one epoch per stage: nothing to decay
+           "eval.finetune={epochs: 1, milestones: []}", "schedule.supervised={epochs: 1}"]
+ALL_ROWS = "rows=[" + ", ".join(ROWS) + "]"
+
+
+def _coclr(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "coclr", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    result = _coclr("demo", "--out", str(out), "--seed", "3", *REDUCED)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["seed"] == 3 and results["wall_seconds"] > 0
+    rows = {(row["method"], row["view"]): row for row in results["rows"]}
+    assert set(rows) == {("InfoNCE", "RGB"), ("InfoNCE", "Flow"), ("UberNCE", "RGB"), ("CoCLR", "RGB"),
+                         ("CoCLR", "Flow"), ("CoCLR", "RGB+Flow")}
+    for row in rows.values():
+        assert 0 <= row["linear_top1"] <= 100 and "finetune_top1" not in row
+        recall = [row["retrieval"][f"R@{k}"] for k in (1, 5, 10, 20)]
+        assert all(0 <= r <= 100 for r in recall) and recall == sorted(recall)
+    assert rows[("CoCLR", "RGB")]["paper"] == {"linear": 70.2, "finetune": 81.4, "retrieval": 51.8}
+    markdown = (out / "results.md").read_text()
+    assert re.search(r"\| CoCLR( ‡)? \| RGB\+Flow \|", markdown) and "gap closed" in markdown
+    assert "| paper |" in markdown and "degenerate features" in markdown  # ‡: 1 epoch per stage, collapsed
+    stages = results["stages"]
+    assert [(s["stage"], s["view"]) for s in stages] == [
+        ("infonce_rgb", "RGB"), ("infonce_flow", "Flow"), ("cycle1_rgb", "RGB"), ("cycle1_flow", "Flow"),
+        ("cycle2_rgb", "RGB"), ("cycle2_flow", "Flow")]
+    assert stages[-1]["R@1"] == rows[("CoCLR", "Flow")]["retrieval"]["R@1"]
+    assert all(s["mined_precision"] is None for s in stages)  # 2 steps per stage: nothing logged (log_every 50)
+    assert "| cycle2_rgb | RGB | " in markdown
+    table = (out / "table.md").read_text()  # Labels read from the checkpoints: UberNCE's is a training one
+    for row in (r"\| InfoNCE( ‡)? \| RGB \| ✗ \|", r"\| UberNCE( ‡)? \| RGB \| ✓ \|", r"\| CoCLR( ‡)? \| R\+F \| ✗ \|"):
+        assert re.search(row, table), table  # ‡: one epoch per stage leaves these tiny encoders collapsed
+    assert (out / "stage_recall.png").stat().st_size > 1000
+    gallery = (out / "gallery.html").read_text()
+    assert "data:image/gif;base64," in gallery and "http://" not in gallery and "https://" not in gallery
+    manifest = json.loads((out / "pipeline" / "manifest.json").read_text())
+    assert [s["name"] for s in manifest["stages"]] == ["infonce_rgb", "infonce_flow", "cycle1_rgb", "cycle1_flow",
+                                                       "cycle2_rgb", "cycle2_flow"]
+    assert all(s["status"] == "done" for s in manifest["stages"])
+    # CoCLR's dropped own key stays a negative, as in the authors' code (docs/synth.md).
+    method = manifest["config"]["method"]
+    reference = MethodOptions()
+    assert (method["own_drop_prob"], method["dropped_own_as_negative"]) == (reference.own_drop_prob, True)
+    assert method["own_positive_epochs"] == 0.5 and reference.own_positive_epochs == 0  # the study's, passed on
+    # The oracle uses CoCLR's loss by default, so that only the positive set differs ...
+    oracle_config = yaml.safe_load((out / "configs" / "ubernce_rgb.yaml").read_text())
+    oracle = oracle_config["method"]
+    assert (oracle["name"], oracle["loss_form"]) == ("ubernce", "mil") and method["loss_form"] == "auto"
+    # ... and starts where CoCLR-RGB starts, for as many epochs as CoCLR-RGB's two stages.
+    assert Path(oracle["init_checkpoint"]) == out / "pipeline" / "infonce_rgb" / "checkpoint_last.pth"
+    assert oracle_config["optim"]["epochs"] == 2
+    # InfoNCE trains at lr; the stages that start from its encoders (the oracle, CoCLR) at cycle_lr.
+    defaults = StudyConfig()
+    lr, cycle_lr = defaults.train["optim"]["lr"], defaults.schedule.cycle_lr
+    assert oracle_config["optim"]["lr"] == cycle_lr != lr
+    stage_lrs = {s["name"]: torch.load(out / "pipeline" / s["checkpoint"], weights_only=True)["config"]["optim"]["lr"]
+                 for s in manifest["stages"]}
+    assert stage_lrs == {"infonce_rgb": lr, "infonce_flow": lr, **{f"cycle{c}_{v}": cycle_lr for c in (1, 2)
+                                                                   for v in ("rgb", "flow")}}
+    oracle_log = (out / "ubernce_rgb" / "log.jsonl").read_text()
+    assert sum('"epoch_loss"' in line for line in oracle_log.splitlines()) == 2
+    stage = yaml.safe_load((out / "configs" / "infonce_rgb.yaml").read_text())
+    assert stage["augment"]["crop_area"] == STUDY_TRAIN["augment"]["crop_area"] and stage["augment"]["blur_p"] == 0.0
+    # Every training process keeps the decoded frames in memory (reads are the same; tests/test_datasets.py).
+    assert stage["data"]["cache_mb"] == oracle_config["data"]["cache_mb"] == STUDY_TRAIN["data"]["cache_mb"] > 0
+    synth = json.loads((out / "store" / "store.json").read_text())["meta"]["synth"]
+    assert synth["actor_cue"] == STUDY_SYNTH["actor_cue"] and synth["train_scenes"] == 4 and synth["seed"] == 3
+    classes = json.loads((out / "store" / "index.json").read_text())["classes"]
+    assert classes == ["translate_up", "zoom_in", "rotate", "circle"]
+    # Flow of the 16 train clips first; the 8 test clips' flow beside the training, at the same bound.
+    assert "flow: 16 done" in result.stdout and "flow: 8 done" in (out / "logs" / "flow_test.log").read_text()
+    assert json.loads((out / "store" / "store.json").read_text())["meta"]["flow_bound_px"] == 5.0
+    # Running it again finds everything done and reproduces the same numbers.
+    again = _coclr("demo", "--out", str(out), "--seed", "3", *REDUCED)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((out / "results.json").read_text())["rows"] == results["rows"]
+    # With another option it refuses at once, naming the option, and leaves the results as they were; how many
+    # commands run at once may change.
+    before = (out / "results.json").read_text()
+    other = _coclr("demo", "--out", str(out), "--seed", "3", *REDUCED, "train.method.topk=3")
+    assert other.returncode != 0 and "train.method.topk=2 (given 3)" in other.stderr, other.stderr[-3000:]
+    assert (out / "results.json").read_text() == before
+    assert _coclr("demo", "--out", str(out), "--seed", "3", *REDUCED, "processes=1", "--check").returncode == 0
+
+
+def test_every_row_and_column_of_table_1(tmp_path: Path) -> None:
+    """configs/study_demo.yaml reduced: the eleven rows, each with linear probe, finetune and R@1, the paper's
+    numbers beside them and every claim of the paper checked."""
+    out = tmp_path / "study"
+    result = _coclr("study", "--config", str(REPO_ROOT / "configs" / "study_demo.yaml"), "--out", str(out),
+                    *REDUCED, "train.method.queue_size=64", "processes=2", timeout=900)  # K=50 < queue
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert [row["row"] for row in results["rows"]] == list(ROWS)
+    for row in results["rows"]:
+        for value in (row["linear_top1"], row["finetune_top1"], row["retrieval"]["R@1"]):
+            assert 0 <= value <= 100, row
+    markdown = (out / "results.md").read_text()
+    table = markdown[markdown.index("| Method"):markdown.index("\n\n", markdown.index("| Method"))].splitlines()
+    assert table[0] == ("| Method | Input | Labels | Linear probe | paper | Finetune | paper | R@1 | paper | R@5 | R@10 "
+                        "| R@20 |")
+    assert len(table) == 2 + len(ROWS)
+    assert re.match(r"\| Cross-Ent\.( ‡)? \| RGB \| ✓ \| [\d.]+ \| - \| [\d.]+ \| 77\.0 \| [\d.]+ \| 73\.5 \|", table[5])
+    assert re.match(r"\| CoCLR K=50( ‡)? \| RGB \| ✗ \| [\d.]+ \| 68\.3 \|", table[11])
+    for claim in ("CoCLR-RGB > CMC-RGB (finetune)", "CoCLR-RGB K=5 >= K=1 and K=50 (R@1)",
+                  "CoCLR-RGB alternating >= sim (linear probe)",
+                  "CoCLR two-stream above every other self-supervised row (R@1)", "CoCLR-Flow > InfoNCE-Flow (R@1)"):
+        assert claim in results["claims"] and f"- {claim}: " in markdown
+    # The ablations start from the shared InfoNCE encoders; the two-stream row fuses the two finetunes.
+    k1 = yaml.safe_load((out / "configs" / "coclr_k1.yaml").read_text())
+    assert k1["pipeline"]["infonce_from"] == str(out / "pipeline") and k1["method"]["topk"] == 1
+    assert not (out / "coclr_k1" / "infonce_rgb").exists() and (out / "coclr_k1" / "cycle2_rgb").is_dir()
+    assert (out / "coclr_sim" / "cycle2_sim" / "encoder_rgb.pth").is_file()
+    from coclr.eval.features import file_sha256
+
+    two_stream = json.loads((out / "eval" / "coclr_two_stream_finetune.json").read_text())
+    coclr_rgb = file_sha256(out / "pipeline" / "cycle2_rgb" / "encoder_rgb.pth")[:12]
+    assert Path(two_stream["per_stream"][0]["probabilities"]).parent.name == f"rgb_{coclr_rgb}_with_flow"
+    assert (out / "logs" / "finetune_coclr_rgb.log").is_file()  # that folder's work: the single-stream job's
+
+
+def test_the_quick_study_plans_the_demo_and_checks_every_option(tmp_path: Path) -> None:
+    """The defaults are the quick study of `coclr demo`: six rows, two columns, the demo's training; a bad option
+    is named before any work, nested ones included."""
+    config = load_config(StudyConfig)
+    assert config.rows == QUICK_ROWS and config.columns == ["linear", "retrieval"]
+    plan = plan_study(config, tmp_path / "out")
+    assert [job.name for job in plan.jobs] == ["infonce_rgb", "infonce_flow", "infonce", "coclr", "ubernce_rgb",
+                                              "flow_test"]
+    assert plan.synth.actor_cue == STUDY_SYNTH["actor_cue"] and plan.synth.seed == 0
+    infonce = plan.configs["infonce_rgb"]
+    assert (infonce["optim"]["epochs"], infonce["optim"]["milestones"], infonce["optim"]["schedule"]) == (
+        40, [35], "milestones")
+    assert (plan.clips.length, plan.clips.size, plan.clips.batch_size) == (8, 32, 64)
+    changed = load_config(StudyConfig, overrides=["train.optim.lr=0.01", "data.synth.actor_cue=0.5"])
+    assert changed.train["optim"] == {"lr": 0.01, "warmup_epochs": 2.0} and changed.train["model"]["width"] == 0.125
+    assert plan_study(changed, tmp_path / "other").synth.train_scenes == STUDY_SYNTH["train_scenes"]
+    for override, key in (("rows=[coclr_k2_rgb]", "rows"), ("columns=[mAP]", "columns"),
+                          ("train.method.tpok=3", r"train \(the .*\): unknown option\(s\): method\.tpok"),
+                          ("train.optim.lr=-1", "optim.lr"), ("data.synth.colour=1", r"data\.synth\.colour"),
+                          ("schedule.decay_epochs=20", "decay_epochs"), ("eval.linear.lrs=[]", r"eval\.linear\.lrs"),
+                          ("data.flow_bound=-5", "flow_bound"), ("data.source=ucf101", r"data\.root")):
+        with pytest.raises(ConfigError, match=key):
+            plan_study(load_config(StudyConfig, overrides=[override]), tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_the_ucf101_config_is_checked_on_a_small_ucf101_folder(tmp_path: Path, capsys) -> None:
+    """configs/study_ucf101.yaml: every option known, the split files read and every video found before work."""
+    from coclr.cli import main
+
+    lists = tmp_path / "ucfTrainTestlist"
+    lists.mkdir()
+    (lists / "classInd.txt").write_text("1 ApplyEyeMakeup\n2 Archery\n")
+    train = ["ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi 1", "Archery/v_Archery_g08_c01.avi 2"]
+    test = ["ApplyEyeMakeup/v_ApplyEyeMakeup_g01_c01.avi", "Archery/v_Archery_g01_c02.avi"]
+    (lists / "trainlist01.txt").write_text("\n".join(train) + "\n")
+    (lists / "testlist01.txt").write_text("\n".join(test) + "\n")
+    for line in train + test:
+        video = tmp_path / "UCF-101" / line.split()[0]
+        video.parent.mkdir(parents=True, exist_ok=True)
+        video.write_bytes(b"")
+    args = ["study", "--config", str(REPO_ROOT / "configs" / "study_ucf101.yaml"), "--check", "--out",
+            str(tmp_path / "out"), f"data.root={tmp_path / 'UCF-101'}", f"data.annotations={lists}",
+            f"data.store={tmp_path / 'store'}"]
+    assert main(args) == 0
+    plan = capsys.readouterr().out
+    assert "11 rows" in plan and "clips 32x128" in plan and "cross_entropy_rgb: coclr eval finetune, 500 epochs" in plan
+    config = load_config(StudyConfig, REPO_ROOT / "configs" / "study_ucf101.yaml")  # the paper's recipe
+    assert (config.train["method"]["momentum"], config.train["method"]["queue_size"]) == (0.999, 2048)
+    assert config.train["augment"]["blur_p"] == 0.5 and config.train["data"]["cache_mb"] == 0
+    assert not (tmp_path / "out").exists() and not (tmp_path / "store").exists()
+    (tmp_path / "UCF-101" / test[1]).unlink()
+    assert main(args) == 2
+    assert "Archery/v_Archery_g01_c02.avi" in capsys.readouterr().err
+    assert main([*args, "schedule.cycel_epochs=3"]) == 2
+    assert "schedule.cycel_epochs" in capsys.readouterr().err
+
+
+def test_seeds_give_mean_and_spread_and_how_often_each_claim_held(tmp_path: Path) -> None:
+    out = tmp_path / "seeds"
+    result = _coclr("study", "--out", str(out), "--seeds", "1", "2", *REDUCED,
+                    "rows=[infonce_rgb, infonce_flow]", "columns=[retrieval]")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads((out / "seeds.json").read_text())
+    assert summary["seeds"] == [1, 2]
+    per_seed = [json.loads((out / f"seed{s}" / "results.json").read_text()) for s in (1, 2)]
+    r1 = [r["rows"][0]["retrieval"]["R@1"] for r in per_seed]
+    mean, std = summary["rows"][0]["retrieval"]["R@1"]
+    assert mean == pytest.approx(sum(r1) / 2) and std == pytest.approx(abs(r1[0] - r1[1]) / 2 ** 0.5)
+    claim = summary["claims"]["InfoNCE-Flow > InfoNCE-RGB (R@1)"]
+    assert claim["held_on"] == sum(r["claims"]["InfoNCE-Flow > InfoNCE-RGB (R@1)"] for r in per_seed)
+    assert "InfoNCE-Flow > InfoNCE-RGB (R@1): " in (out / "seeds.md").read_text()
+
+
+def test_claims_follow_the_rows_present() -> None:
+    def row(key: str, r1: float, linear: float) -> dict:
+        return {"row": key, "retrieval": {"R@1": r1}, "linear_top1": linear}
+
+    rows = [row("infonce_rgb", 20, 30), row("ubernce_rgb", 60, 70), row("coclr_rgb", 40, 45),
+            row("infonce_flow", 30, 50), row("coclr_flow", 35, 49), row("coclr_two_stream", 45, 55),
+            row("cmc_rgb", 41, 44)]
+    found = claims(rows, ["retrieval", "linear"])
+    assert found["UberNCE-RGB > CoCLR-RGB > InfoNCE-RGB (R@1)"] and found["gap closed by CoCLR-RGB (R@1)"] == 0.5
+    assert found["CoCLR-Flow > InfoNCE-Flow (R@1)"] and not found["CoCLR-Flow > InfoNCE-Flow (linear probe)"]
+    assert not found["CoCLR-RGB > CMC-RGB (R@1)"] and found["CoCLR-RGB > CMC-RGB (linear probe)"]
+    assert found["CoCLR two-stream above every other self-supervised row (R@1)"]
+    assert not any("K=1" in claim or "sim" in claim for claim in found)  # those rows are not in the study
+    summary = summarise_seeds([{"seed": s, "columns": ["retrieval"], "rows": rows, "claims": claims(rows, ["retrieval"])}
+                               for s in (0, 1)])
+    assert summary["claims"]["gap closed by CoCLR-RGB (R@1)"]["mean_std"] == (0.5, 0.0)
+    assert "2 of 2 seeds" in seeds_markdown(summary)
+
+
+def test_results_markdown_lists_the_stages_with_their_mined_precision() -> None:
+    rows = [{"row": "infonce_rgb", "method": "InfoNCE", "view": "RGB", "labels": False, "linear_top1": 20.0,
+             "paper": {"linear": 46.8}, "retrieval": {"R@1": 25.0, "R@5": 50.0, "R@10": 60.0, "R@20": 70.0}}]
+    stages = [{"stage": "infonce_rgb", "view": "RGB", "R@1": 25.0, "mined_precision": None},
+              {"stage": "cycle1_rgb", "view": "RGB", "R@1": 41.4, "mined_precision": 46.25}]
+    markdown = results_markdown(rows, ["linear", "retrieval"], {}, 60.0, 0, stages)
+    assert "| infonce_rgb | RGB | 25.0 | - |" in markdown and "| cycle1_rgb | RGB | 41.4 | 46.2 |" in markdown
+    assert "| InfoNCE | RGB | ✗ | 20.0 | 46.8 | 25.0 | - | 50.0 | 60.0 | 70.0 |" in markdown
+    assert "| Stage |" not in results_markdown(rows, ["linear", "retrieval"], {}, 60.0, 0)
+
+
+def test_the_oracle_gets_as_many_rgb_epochs_as_coclr_rgb(tmp_path: Path) -> None:
+    """From InfoNCE-RGB the oracle trains for CoCLR-RGB's stages; from scratch, for InfoNCE's epochs too."""
+    options = ["schedule.infonce_epochs=10", "schedule.cycle_epochs=3", "schedule.cycles=2",
+               "train.method.own_positive_epochs=1", "schedule.decay_epochs=2"]
+    assert plan_study(load_config(StudyConfig, overrides=options), tmp_path).configs["ubernce_rgb"]["optim"][
+        "epochs"] == 6
+    scratch = plan_study(load_config(StudyConfig, overrides=[*options, "schedule.ubernce_start=scratch"]), tmp_path)
+    assert scratch.configs["ubernce_rgb"]["optim"]["epochs"] == 16
+    assert "init_checkpoint" not in scratch.configs["ubernce_rgb"]["method"]
+
+
+def test_decay_epochs_run_the_end_of_every_stage_at_a_tenth_of_its_lr(tmp_path: Path) -> None:
+    """The last decay_epochs of each stage (InfoNCE: 10 epochs, CoCLR: 4, the oracle: 8) at lr x0.1; without
+    decay every stage keeps a constant lr."""
+    from coclr.train.config import PipelineConfig, PretrainConfig
+    from coclr.train.pipeline import plan_stages, stage_config
+
+    options = ["schedule.infonce_epochs=10", "schedule.cycle_epochs=4", "train.method.own_positive_epochs=1",
+               "train.optim.warmup_epochs=1"]
+
+    def optims(*extra: str) -> dict[str, dict]:
+        plan = plan_study(load_config(StudyConfig, overrides=[*options, *extra]), tmp_path)
+        found = {name: vars(load_config(PretrainConfig, base=plan.configs[name]).optim)
+                 for name in ("infonce_rgb", "infonce_flow", "ubernce_rgb")}
+        pipeline = load_config(PipelineConfig, base=plan.configs["pipeline"])
+        for stage in plan_stages(pipeline)[2:]:
+            found[stage.name] = vars(stage_config(pipeline, stage, tmp_path / "pipeline").optim)
+        return found
+
+    decayed = optims("schedule.decay_epochs=3")
+    assert set(decayed) == {"infonce_rgb", "infonce_flow", "ubernce_rgb", "cycle1_rgb", "cycle1_flow",
+                            "cycle2_rgb", "cycle2_flow"}
+    assert {name: o["epochs"] - o["milestones"][0] for name, o in decayed.items()} == dict.fromkeys(decayed, 3)
+    assert {(o["schedule"], o["gamma"]) for o in decayed.values()} == {("milestones", 0.1)}
+    assert (decayed["infonce_rgb"]["epochs"], decayed["cycle1_rgb"]["epochs"], decayed["ubernce_rgb"]["epochs"]) == (
+        10, 4, 8)
+    assert {o["schedule"] for o in optims("schedule.decay_epochs=0").values()} == {"constant"}
+
+
+def _job(name: str, argv: list[str], deps: tuple[str, ...] = ()) -> Job:
+    return Job(name, argv, deps)
+
+
+def test_the_scheduler_runs_jobs_after_their_dependencies_and_stops_what_a_failure_blocks(tmp_path: Path) -> None:
+    ok = ["flow", "--list-options"]
+    bad = ["pretrain", "--config", str(tmp_path / "missing.yaml")]
+    jobs = [_job("first", ok), _job("broken", bad, ("first",)), _job("never", ok, ("broken",)),
+            _job("beside", ok), _job("after", ok, ("beside", "first"))]
+    with pytest.raises(CoclrError, match="failed: broken; not run, as they need them: never") as raised:
+        run_jobs(jobs, tmp_path, processes=2, poll_seconds=0.05)
+    assert "missing.yaml" in str(raised.value)  # the failed command's log tail
+    logs = tmp_path / "logs"
+    assert all("warps" in (logs / f"{name}.log").read_text() for name in ("first", "beside", "after"))
+    assert not (logs / "never.log").exists()
+    with pytest.raises(CoclrError, match="wait for nowhere, which no job provides"):
+        run_jobs([_job("lost", ok, ("nowhere",))], tmp_path, processes=1, poll_seconds=0.05)
