@@ -21,7 +21,7 @@ from coclr.models import (
     save_encoder,
 )
 
-# The authors' S3D registers each layer a second time under these names (REFERENCE.md section 1).
+# The authors' S3D registers each layer a second time under these names (docs/ARCHITECTURE.md).
 AUTHOR_ALIAS = {
     "Conv_1a": "block1.0",
     "Conv_2b": "block2.1",

@@ -11,8 +11,8 @@ import torch
 
 from coclr.models.s3d import S3D, InceptionMaxPool3d, SepInception
 
-# The layer table of REFERENCE.md section 1, written out again here so the counts below are independent of
-# the implementation's own table.
+# The layer table of the paper's S3D (docs/ARCHITECTURE.md), written out again here so the counts below are
+# independent of the implementation's own table.
 STEM = [("st", 3, 64, 7), ("basic", 64, 64, 1), ("st", 64, 192, 3)]
 MIXED = [
     (64, 96, 128, 16, 32, 32),

@@ -86,8 +86,8 @@ class _SplitClips(Dataset):
     With ``cache_mb`` > 0, each entry's frames are decoded and fitted once, on first read, and kept (per process,
     never pickled) until the cache holds ``cache_mb`` MiB; later entries are then read from the store as usual.
     Reads return the same frames either way. It pays when the split fits in memory and the dataset lives in one
-    process for many epochs (``num_workers=0``): the CPU demo's clips are 32 px and 12 frames, and decoding
-    them again every epoch took about a quarter of a CoCLR epoch.
+    process for many epochs (``num_workers=0``), as in the quick CPU study, whose 32-px clips decode in a sizeable
+    share of an epoch.
     """
 
     def __init__(self, store: ClipStore | str | Path, split: str, views: Sequence[str], length: int, stride: int,

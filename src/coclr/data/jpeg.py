@@ -8,7 +8,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-# OpenCV >= 4.10 decodes straight to RGB (about 8% faster than decoding to BGR and converting).
+# OpenCV >= 4.10 decodes straight to RGB (faster than decoding to BGR and converting).
 _IMREAD_RGB: int | None = getattr(cv2, "IMREAD_COLOR_RGB", None)
 
 

@@ -1,6 +1,6 @@
 """Video-level features of a frozen backbone, for retrieval and the linear probe, with a content-keyed cache.
 
-Protocol (paper, section 4.3, and REFERENCE.md section 5): the pooled backbone feature (no projection head)
+Protocol (paper, section 4.3): the pooled backbone feature (no projection head)
 of every half-overlapping sliding window of a video, centre crop only (no colour operations at test time),
 averaged over the windows of the video. Query AND gallery videos are treated the same way (the reference
 code used one random clip per gallery video).

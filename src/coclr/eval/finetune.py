@@ -1,7 +1,7 @@
 """End-to-end finetuning of a pretrained backbone for classification, with the ten-crop test (paper, 4.3).
 
 Protocol: S3D backbone -> average pool -> Dropout(0.9) -> Linear, all trained with cross-entropy; the
-backbone's learning rate is the classifier's x0.1 (REFERENCE.md section 5). Training clips get the
+backbone's learning rate is the classifier's x0.1, as in the authors' code. Training clips get the
 pretraining augmentation without Gaussian blur (``ClipAugment(blur_p=0)``). At test time every sliding
 window (half overlap) of every test video is cut into the centre crop, and separately into ten crops
 (centre + four corners, each with its horizontal flip); softmax probabilities are averaged per video.

@@ -120,10 +120,8 @@ class SelfGating(nn.Module):
 class InceptionMaxPool3d(nn.MaxPool3d):
     """The inception blocks' 3x3x3 stride-1 max-pool; on CPU it pools a channels-last copy of its input.
 
-    For this kernel PyTorch's CPU max-pool is 1.6-5.8 times faster, forward and backward, on channels-last
-    tensors, from the CPU demo's S3D to the paper's, except on 1x1x1 maps (the demo's Mixed_5), where both take
-    0.1 ms; the demo's whole backbone runs 1.05-1.15 times as fast (``python benchmarks/bench_s3d_pool.py``).
-    The values are the same, returned in the input's layout. The stem's strided pools are not faster that way
+    For this kernel PyTorch's CPU max-pool is faster, forward and backward, on channels-last tensors
+    (``python benchmarks/bench_s3d_pool.py`` measures it). The values are the same, returned in the input's layout. The stem's strided pools are not faster that way
     and stay ``nn.MaxPool3d``; on CUDA this is a plain ``nn.MaxPool3d``.
     """
 

@@ -1,4 +1,4 @@
-"""Configuration of pretraining runs and of the whole CoCLR pipeline (paper defaults, REFERENCE.md section 2).
+"""Configuration of pretraining runs and of the whole CoCLR pipeline (the paper's settings by default).
 
 Options are grouped as in a YAML file under ``configs/``::
 
@@ -53,7 +53,7 @@ class DataOptions:
 
 @dataclass
 class ModelOptions:
-    width: float = option(1.0, "S3D channel width multiplier (1.0 is the paper's S3D; 0.125 for CPU demos)")
+    width: float = option(1.0, "S3D channel width multiplier (1.0: the paper's S3D; 0.125: the quick CPU study's)")
     gating: bool = option(False, "use S3D-G self-gating (the paper's models do not)")
     embed_dim: int = option(128, "dimension of the L2-normalised embedding of the projection head")
 
@@ -73,16 +73,12 @@ class MethodOptions:
     own_drop_prob: float = option(0.9, "CoCLR: probability per iteration of dropping the own key from the "
                                        "numerator of rows that have mined positives (reference code)")
     own_positive_epochs: float = option(0.0, "CoCLR: epochs at the start of training during which every row "
-                                             "keeps its own key as a positive (own_drop_prob applies afterwards); "
-                                             "0 is the reference code. From an InfoNCE initialisation the own key "
-                                             "as a negative drives the CPU demo's CoCLR stages towards the uniform "
-                                             "solution; keeping it 4 epochs raised their R@1 (docs/synth.md)")
+                                             "keeps its own key as a positive (own_drop_prob applies afterwards; "
+                                             "0: from the first iteration, as the reference code)")
     dropped_own_as_negative: bool = option(True, "CoCLR: a dropped own key stays in the denominator, as a "
-                                                 "negative (reference code); false leaves it out of that row's "
-                                                 "loss (the CPU demo's CoCLR stages then collapsed more often: "
-                                                 "docs/synth.md)")
-    group_positives: bool = option(False, "CoCLR: also count clips of the same source group (UCF101 gXX) "
-                                          "as positives")
+                                                 "negative (reference code); false leaves it out of that row's loss")
+    group_positives: bool = option(False, "CoCLR: also count queued clips of the same source video (UCF101: "
+                                          "v_<Class>_gXX) as positives, as the reference code does")
     loss_form: Literal["auto", "mil", "supcon"] = option(
         "auto", "mil: -log of the summed softmax over positives (CoCLR); supcon: mean of the positives' "
         "log-softmax (UberNCE reference); auto: supcon for ubernce, mil otherwise")

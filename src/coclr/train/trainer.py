@@ -269,8 +269,8 @@ class Trainer:
                 learner.encoder_q.compile()
                 learner.encoder_k.compile()
         self.trained = [p for p in self.model.parameters() if p.requires_grad]
-        # The fused kernel updates every parameter in one pass: for the CPU demo's small S3D its step is 7 times
-        # faster than the default per-parameter loop; it exists on CPU and CUDA.
+        # The fused kernel updates every parameter in one pass (much faster than the per-parameter loop for small
+        # networks); it exists on CPU and CUDA.
         self.optimizer = torch.optim.Adam(self.trained, lr=config.optim.lr, weight_decay=config.optim.weight_decay,
                                           fused=self.device.type in ("cpu", "cuda"))
         self.scheduler = self._scheduler()
