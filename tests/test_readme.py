@@ -37,8 +37,8 @@ COMMANDS = readme_commands()
 
 def test_readme_documents_the_main_steps() -> None:
     names = {" ".join(argv[:2]) if argv[0] in ("data", "eval") else argv[0] for argv in COMMANDS}
-    assert {"demo", "data index", "data store", "flow", "pipeline", "pretrain", "eval retrieval", "eval linear",
-            "eval finetune", "report"} <= names
+    assert {"demo", "study", "data index", "data store", "flow", "pipeline", "pretrain", "eval retrieval",
+            "eval linear", "eval finetune", "report"} <= names
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=lambda argv: " ".join(argv[:2]))
@@ -50,3 +50,7 @@ def test_readme_command_parses(argv: list[str]) -> None:
 
         config_class = PipelineConfig if argv[0] == "pipeline" else PretrainConfig
         load_config(config_class, REPO_ROOT / args.config, args.overrides)
+    if argv[0] == "study":
+        from coclr.study.config import StudyConfig
+
+        load_config(StudyConfig, REPO_ROOT / args.config, args.overrides)
