@@ -160,3 +160,25 @@ def test_a_collapsed_encoder_is_reported_and_scores_chance(tiny, capsys):
     assert main(["report", "--results", str(out), "--out", str(root / "collapsed_report")]) == 0
     table = (root / "collapsed_report" / "table.md").read_text()
     assert "| CoCLR ‡ | RGB |" in table and "‡ degenerate features in the retrieval evaluation" in table
+
+
+def test_videos_whose_job_failed_are_left_out_of_evaluation_and_listed(tmp_path, capsys):
+    import os
+
+    from coclr.data.store import entry_path, record_failures
+
+    store = make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8, views=("rgb", "flow"))
+    broken = "green_class/test_00.avi"
+    os.unlink(entry_path(store, broken, "flow"))
+    record_failures(store, "flow", [broken], [(broken, "DataError: cannot decode")])
+    rgb = save_tiny_encoder(tmp_path / "rgb.pt")
+    out = tmp_path / "r.json"
+    assert main(["eval", "retrieval", "--checkpoint", str(rgb), "--store", str(store), "--also-views", "flow",
+                 "--out", str(out), *CLIP_ARGS]) == 0
+    assert "left out 1 'test' video(s) whose jobs failed" in capsys.readouterr().err
+    record = json.loads(out.read_text())
+    assert record["splits"]["test"] == {"name": "test", "videos": 2, "left_out": [broken]}
+    assert broken not in record["neighbours"]["query_keys"]
+    assert main(["eval", "retrieval", "--checkpoint", str(rgb), "--store", str(store), "--out", str(out),
+                 *CLIP_ARGS]) == 0  # RGB alone: nothing is missing
+    assert json.loads(out.read_text())["splits"]["test"]["videos"] == 3

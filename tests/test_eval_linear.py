@@ -87,3 +87,14 @@ def test_config_validation():
         from_dict(LinearProbeConfig, {"val_fraction": 1.0})
     with pytest.raises(ConfigError, match="lrs"):
         from_dict(LinearProbeConfig, {"lrs": []})
+
+
+def test_progress_counts_every_training_epoch_of_the_grid_and_the_final_probe(capsys):
+    """A bar with an ETA over the grid's epochs (1 lr x 2 weight decays x 15) and the chosen final probe's."""
+    train, test = _split()
+    result = linear_probe(train, test, 5, from_dict(LinearProbeConfig, SMALL_GRID), progress=True)
+    bar = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    final = int(result.selected["epochs"])
+    assert any(line.startswith("linear probe") and f"/{30 + final} " in line for line in bar)
+    assert linear_probe(train, test, 5, from_dict(LinearProbeConfig, SMALL_GRID)).top1 == result.top1
+    assert capsys.readouterr().err == ""  # quiet by default

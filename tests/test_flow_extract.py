@@ -310,3 +310,17 @@ def test_two_flow_jobs_on_one_view_never_mix(small_store: Path):
         holder.join()
     summary = extract_flow(small_store, backend="tvl1", view="flow", params=FAST_TVL1, workers=1)
     assert (summary.done, summary.skipped) == (1, 1) and len(summary.failed) == 1  # still.avi has one frame
+
+
+def test_a_video_too_short_for_flow_is_left_out_of_training_and_said_so(small_store: Path):
+    """still.avi has one frame: its flow job fails and the store lists it; a two-view dataset leaves it out (with
+    the reason), while an RGB-only one keeps it."""
+    from coclr.data.datasets import TrainClips
+
+    extract_flow(small_store, backend="dis", view="flow", workers=1)
+    store = ClipStore(small_store)
+    assert list(store.failed("flow")) == ["still.avi"] and "flow needs at least 2" in store.failed("flow")["still.avi"]
+    two_views = TrainClips(store, "train", ["rgb", "flow"], length=2)
+    assert [e.path for e in two_views.entries] == ["right_up.avi", "left_down/clip.avi"]
+    assert "1 RGB frame" in two_views.left_out["still.avi"]
+    assert len(TrainClips(store, "train", ["rgb"], length=2)) == 3
