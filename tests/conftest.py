@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,32 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
 
+
+
+def _hold_view_lock(root: str, view: str, ready) -> None:
+    import time
+
+    from coclr.data.jobs import view_lock
+
+    with view_lock(root, view):
+        ready.set()
+        time.sleep(600)
+
+
+@contextmanager
+def view_locked_by_another_process(root: Path, view: str):
+    """A process that holds the writing lock of ``view`` (as a running job does) for the duration; on exit it is
+    killed with SIGKILL, as ``kill -9`` would. Yields its pid."""
+    import multiprocessing
+    import signal
+
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    holder = context.Process(target=_hold_view_lock, args=(str(root), view, ready))
+    holder.start()
+    try:
+        assert ready.wait(30), "the lock holder did not start"
+        yield holder.pid
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join()

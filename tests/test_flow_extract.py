@@ -24,6 +24,7 @@ from coclr.data.indexes import VideoEntry, VideoIndex
 from coclr.data.jpeg import encode_jpeg
 from coclr.data.store import ClipStore, create_store, entry_path, write_entry
 from coclr.errors import ConfigError, DataError
+from conftest import view_locked_by_another_process
 
 REPO = Path(__file__).resolve().parents[1]
 FAST_TVL1 = TVL1Params(nscales=3, warps=2, outer_iterations=3, inner_iterations=10)
@@ -275,19 +276,9 @@ def test_killed_extraction_resumes_to_the_same_result(tmp_path):
         assert store.read_encoded(key, "flow", frames) == store.read_encoded(key, "reference", frames), key
 
 
-def _hold_flow_view(root: str, ready) -> None:
-    from coclr.data.jobs import view_lock
-
-    with view_lock(root, "flow"):
-        ready.set()
-        time.sleep(600)
-
-
 def test_two_flow_jobs_on_one_view_never_mix(small_store: Path):
     """A view records its backend and parameters: resuming it with another backend or other TV-L1 parameters is
     refused, naming them; a second job of the same kind is refused while the first holds the view's lock."""
-    import multiprocessing
-
     from coclr.data.flow.extract import method_key
 
     extract_flow(small_store, backend="tvl1", view="flow", params=FAST_TVL1, workers=1, keys=["right_up.avi"])
@@ -297,17 +288,9 @@ def test_two_flow_jobs_on_one_view_never_mix(small_store: Path):
     with pytest.raises(ConfigError, match=r"params\.warps=2 \(given 3\)"):
         extract_flow(small_store, backend="tvl1", view="flow", params=TVL1Params(nscales=3, warps=3,
                      outer_iterations=3, inner_iterations=10), workers=1)
-    context = multiprocessing.get_context("fork")
-    ready = context.Event()
-    holder = context.Process(target=_hold_flow_view, args=(str(small_store), ready))
-    holder.start()
-    try:
-        assert ready.wait(30)
+    with view_locked_by_another_process(small_store, "flow"):
         with pytest.raises(DataError, match="view 'flow' is being written by another job"):
             extract_flow(small_store, backend="tvl1", view="flow", params=FAST_TVL1, workers=1)
-    finally:
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.join()
     summary = extract_flow(small_store, backend="tvl1", view="flow", params=FAST_TVL1, workers=1)
     assert (summary.done, summary.skipped) == (1, 1) and len(summary.failed) == 1  # still.avi has one frame
 

@@ -24,6 +24,7 @@ from coclr.data.jpeg import decode_jpeg, encode_jpeg
 from coclr.data.store import LOCK_FILE, ClipStore, create_store, entry_path, write_entry
 from coclr.data.video import decode_video
 from coclr.errors import DataError
+from conftest import view_locked_by_another_process
 from test_video import write_video
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -416,30 +417,15 @@ class FramesOfKeyFixed(FramesOfKey):
         return super().__call__(key.replace("bad", "0"))
 
 
-def _hold_view_lock(root: str, ready) -> None:
-    from coclr.data.jobs import view_lock
-
-    with view_lock(root, "v"):
-        ready.set()
-        time.sleep(600)
-
-
 def test_a_second_job_on_a_view_is_refused_and_a_killed_jobs_lock_is_free(tmp_path):
     keys = ["k/1", "k/2"]
     create_store(tmp_path, VideoIndex("x", ["k"], [VideoEntry(k, 0, "train") for k in keys]))
-    context = multiprocessing.get_context("fork")
-    ready = context.Event()
-    holder = context.Process(target=_hold_view_lock, args=(str(tmp_path), ready))
-    holder.start()
-    try:
-        assert ready.wait(30)
-        with pytest.raises(DataError, match=rf"view 'v' is being written by another job \(pid {holder.pid} on"):
+    with view_locked_by_another_process(tmp_path, "v") as pid:
+        with pytest.raises(DataError, match=rf"view 'v' is being written by another job \(pid {pid} on"):
             run_entry_jobs(tmp_path, "v", keys, FramesOfKey(), workers=1)
         assert not ClipStore(tmp_path).has("k/1", "v")
         assert run_entry_jobs(tmp_path, "other", keys, FramesOfKey(), workers=1).done == 2  # other views are free
-    finally:
-        os.kill(holder.pid, signal.SIGKILL)  # as kill -9: the lock goes with the process
-        holder.join()
+    # The holder was killed with SIGKILL: the lock went with it.
     assert run_entry_jobs(tmp_path, "v", keys, FramesOfKey(), workers=1).done == 2
 
 

@@ -209,6 +209,15 @@ def test_the_ucf101_config_is_checked_on_a_small_ucf101_folder(tmp_path: Path, c
     assert "schedule.cycel_epochs" in capsys.readouterr().err
 
 
+def test_seeds_are_read_before_the_options_and_each_gets_its_folder(tmp_path: Path, capsys) -> None:
+    from coclr.cli import main
+
+    assert main(["study", "--out", str(tmp_path / "s"), "--seeds", "4", "5", "rows=[infonce_rgb]", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert f"study in {tmp_path / 's' / 'seed4'}: 1 rows (infonce_rgb)" in out and "seed 5" in out
+
+
+@pytest.mark.slow
 def test_seeds_give_mean_and_spread_and_how_often_each_claim_held(tmp_path: Path) -> None:
     out = tmp_path / "seeds"
     result = _coclr("study", "--out", str(out), "--seeds", "1", "2", *REDUCED,
