@@ -36,8 +36,8 @@ from coclr.models.encoder import Encoder, build_encoder
 from coclr.models.loading import load_encoder, read_clip_settings
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.config import PretrainConfig
-from coclr.train.learner import PretrainModel, Targets, ViewLearner
 from coclr.runfolder import check_folder, move_aside, record_folder
+from coclr.train.learner import PretrainModel, Targets, ViewLearner
 from coclr.train.sampler import ResumableSampler
 
 LAST = "checkpoint_last.pth"
@@ -256,6 +256,8 @@ class Trainer:
 
             self._log_line(left_out_message(self.dataset.store, config.data.split, config.views,
                                             self.dataset.left_out))
+        self.clip_settings = {view: clip_settings(config, self.dataset.store, view) for view in config.views}
+        """What each view's encoder is trained on, recorded in every checkpoint."""
         self.data_order = ResumableSampler(len(self.dataset), config.run.batch_size, seed=config.run.seed,
                                            rank=self.rank, world_size=self.world)
         queue_generator = torch.Generator().manual_seed(seeding.queue_seed(config.run.seed))
@@ -316,10 +318,10 @@ class Trainer:
             "arch": dict(encoder.arch),
             "backbone": encoder.backbone.state_dict(),
             "head": encoder.head.state_dict(),
-            "clip_settings": clip_settings(self.config, self.dataset.store, view),
+            "clip_settings": self.clip_settings[view],
             "encoders": {v: {"arch": dict(l.encoder_q.arch), "backbone": l.encoder_q.backbone.state_dict(),
                              "head": l.encoder_q.head.state_dict(),
-                             "clip_settings": clip_settings(self.config, self.dataset.store, v)}
+                             "clip_settings": self.clip_settings[v]}
                          for v, l in self.model.learners.items()},
             "config": to_dict(self.config),
             "model": self.model.state_dict(),
