@@ -52,12 +52,6 @@ class RetrievalResult:
         return out
 
 
-def center_and_normalize(query: torch.Tensor, gallery: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Subtract the gallery mean from both sets, then L2-normalise every row (a zero row stays zero)."""
-    mean = gallery.mean(dim=0, keepdim=True)
-    return F.normalize(query - mean, dim=1), F.normalize(gallery - mean, dim=1)
-
-
 def _ordered_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top ``k`` of each row, ordered by score descending then column ascending (exact tie rule).
 
@@ -94,12 +88,14 @@ def _as_views(features: torch.Tensor | np.ndarray | Sequence) -> list[torch.Tens
 
 def topk_neighbours(query: torch.Tensor | np.ndarray | Sequence, gallery: torch.Tensor | np.ndarray | Sequence,
                     k: int, query_chunk: int = 1024, gallery_chunk: int = 8192, device: str | torch.device = "cpu",
-                    dtype: torch.dtype = torch.float32) -> tuple[np.ndarray, np.ndarray]:
+                    dtype: torch.dtype = torch.float32, center: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` most similar gallery rows of each query row, best first (see the module's tie rule).
 
     ``query`` and ``gallery`` are one ``[N, D]`` feature matrix each, or a list of them (one per view, the
     same videos in the same order): the similarity is then the mean of the views' cosine similarities. Each
-    view is centred by its gallery mean and L2-normalised first. Returns ``(scores [Q, k], indices [Q, k])``.
+    view is centred by its gallery mean (unless ``center`` is false) and L2-normalised first, one chunk at a
+    time, so memory-mapped arrays of millions of rows are read without being copied whole. Returns
+    ``(scores [Q, k], indices [Q, k])``.
     """
     queries, galleries = _as_views(query), _as_views(gallery)
     if len(queries) != len(galleries) or not queries:
@@ -109,19 +105,30 @@ def topk_neighbours(query: torch.Tensor | np.ndarray | Sequence, gallery: torch.
         for view, feats in enumerate(views):
             if feats.ndim != 2 or len(feats) != n:
                 raise DataError(f"{name} features of view {view}: expected [{n}, D], got {tuple(feats.shape)}")
-            if not bool(torch.isfinite(feats).all()):
-                raise DataError(f"{name} features of view {view} contain NaN or infinite values")
     if num_gallery == 0 or num_query == 0:
         raise DataError(f"retrieval needs queries and gallery videos, got {num_query} and {num_gallery}")
     device = torch.device(device)
-    pairs = [center_and_normalize(q.to(device, dtype), g.to(device, dtype)) for q, g in zip(queries, galleries)]
+    means = [g.to(device, dtype).mean(dim=0, keepdim=True) if center else None for g in galleries]
+
+    def prepared(views: list[torch.Tensor], start: int, size: int, name: str) -> list[torch.Tensor]:
+        """Rows ``start:start + size`` of every view, centred and L2-normalised (a zero row stays zero)."""
+        out = []
+        for view, (feats, mean) in enumerate(zip(views, means)):
+            rows = feats[start : start + size].to(device, dtype)
+            if not bool(torch.isfinite(rows).all()):
+                raise DataError(f"{name} features of view {view} contain NaN or infinite values")
+            out.append(F.normalize(rows - mean if mean is not None else rows, dim=1))
+        return out
+
     k = min(k, num_gallery)
     all_scores, all_indices = [], []
     for q_start in range(0, num_query, query_chunk):
+        query_rows = prepared(queries, q_start, query_chunk, "query")
         best_values = best_indices = None
         for g_start in range(0, num_gallery, gallery_chunk):
-            scores = sum(q[q_start : q_start + query_chunk] @ g[g_start : g_start + gallery_chunk].T for q, g in pairs)
-            scores = scores / len(pairs)
+            gallery_rows = prepared(galleries, g_start, gallery_chunk, "gallery")
+            scores = sum(q @ g.T for q, g in zip(query_rows, gallery_rows))
+            scores = scores / len(query_rows)
             values, indices = _ordered_topk(scores, k)
             indices = indices + g_start
             if best_values is None:
