@@ -119,6 +119,22 @@ class Embedder:
             return result
         raise AssertionError("stream() yields one result per path")
 
+    def embed_frames(self, frames: np.ndarray, fps: float, name: str = "<frames>") -> VideoEmbedding:
+        """The embedding of decoded frames ``uint8 [N, H, W, 3]`` (RGB) at ``fps``, already at the settings'
+        short side and frame rate (as :func:`coclr.data.video.decode_video` gives them)."""
+        if not (isinstance(frames, np.ndarray) and frames.dtype == np.uint8 and frames.ndim == 4
+                and frames.shape[-1] == 3):
+            raise DataError(f"{name}: expected uint8 frames [N, H, W, 3], got {getattr(frames, 'dtype', None)} "
+                            f"{getattr(frames, 'shape', None)}")
+        runner = _Runner(self, [name])
+        messages = [("frames", 0, frames[start: start + CHUNK_FRAMES]) for start in range(0, len(frames), CHUNK_FRAMES)]
+        results = [result for message in [*messages, ("end", 0, fps)] for result in runner.handle(message)]
+        results += runner.finish()
+        result = results[0][1]
+        if isinstance(result, EmbedFailure):
+            raise DataError(result.error)
+        return result
+
     def embed_many(self, paths: Iterable[str | os.PathLike[str]], progress: bool = False,
                    skip_errors: bool = False) -> Iterator[VideoEmbedding]:
         """The embeddings of ``paths``, in their order, decoded by the worker processes meanwhile. An unreadable

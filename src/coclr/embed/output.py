@@ -235,7 +235,8 @@ class EmbeddingWriter:
         video_out = _new_array(self.root / f"{VIDEOS}.npy", (num_videos, dim), temps)
         window_out = _new_array(self.root / f"{WINDOWS}.npy", (num_windows, dim), temps)
         for start in range(0, len(old_videos), ARRAY_BLOCK):
-            video_out[start: start + ARRAY_BLOCK] = old_videos[start: start + ARRAY_BLOCK]
+            stop = min(len(old_videos), start + ARRAY_BLOCK)
+            video_out[start:stop] = old_videos[start:stop]
         # Windows of unchanged videos, in their order (copied in runs of consecutive rows), then the new ones.
         new_window_records, write_at, first_window = [], 0, {}
         runs = _runs([w["row"] for w in kept_windows])
