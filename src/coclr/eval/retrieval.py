@@ -115,9 +115,11 @@ def topk_neighbours(query: torch.Tensor | np.ndarray | Sequence, gallery: torch.
         out = []
         for view, (feats, mean) in enumerate(zip(views, means)):
             rows = feats[start : start + size].to(device, dtype)
-            if not bool(torch.isfinite(rows).all()):
+            rows = rows - mean if mean is not None else rows
+            norms = rows.norm(dim=1, keepdim=True)  # not finite iff a value of the row is not (cheaper to test)
+            if not bool(torch.isfinite(norms).all()):
                 raise DataError(f"{name} features of view {view} contain NaN or infinite values")
-            out.append(F.normalize(rows - mean if mean is not None else rows, dim=1))
+            out.append(rows / norms.clamp_min(1e-12))  # F.normalize's formula
         return out
 
     k = min(k, num_gallery)
