@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="video files, folders, list files or glob patterns")
     parser.add_argument("--checkpoint", required=True, help="encoder checkpoint (the RGB stream)")
     parser.add_argument("--out", required=True, help="output folder (created; continued when it exists)")
-    parser.add_argument("--flow-checkpoint", help="flow encoder: embed two streams, with TV-L1 flow computed on the fly")
+    parser.add_argument("--flow-checkpoint",
+                        help="flow encoder: embed two streams, with TV-L1 flow computed on the fly")
     parser.add_argument("--feature", choices=("backbone", "head"),
                         help="backbone: the pooled backbone feature (default, the paper's retrieval feature); head: "
                         "the projection head's 128-d output")

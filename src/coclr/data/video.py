@@ -165,17 +165,17 @@ def decode_frames_at(path: str | Path, indices: Sequence[int], short_side: int |
                      fps: float | None = None) -> np.ndarray:
     """The frames at ``indices`` (of the frames :func:`decode_video` gives) as ``uint8 [len(indices), H, W, 3]``,
     read in one streaming pass that keeps only those frames; indices past the end repeat the last frame."""
-    wanted = sorted(set(int(i) for i in indices))
+    wanted = {int(i) for i in indices}
     if not wanted:
         raise ValueError("no frame indices given")
     kept: dict[int, np.ndarray] = {}
-    last = None
+    last, stop = None, max(wanted)
     with VideoReader(path, short_side, fps) as reader:
         for number, frame in enumerate(reader):
             last = frame
             if number in wanted:
                 kept[number] = frame
-            if number >= wanted[-1]:
+            if number >= stop:
                 break
     assert last is not None
     return np.stack([kept.get(int(i), last) for i in indices])

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from coclr.atomic import atomic_open, atomic_write_json
+from coclr.atomic import atomic_open, atomic_write_json, read_json_lines
 from coclr.config import differences
 from coclr.errors import ConfigError, DataError
 
@@ -340,16 +340,7 @@ def _fsync(path: Path) -> None:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The records of a JSON-lines file of the folder ([] when it does not exist)."""
-    if not path.is_file():
-        return []
-    records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise DataError(f"{path}:{number}: not JSON ({error})") from None
-    return records
+    return read_json_lines(path) if path.is_file() else []
 
 
 def read_settings(root: str | Path) -> dict[str, Any]:

@@ -50,7 +50,7 @@ def faiss_available() -> bool:
 
 
 def nearest(gallery: np.ndarray, queries: np.ndarray, k: int, backend: str = "exact", center: bool = False,
-            chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+            chunk: int = 16384) -> tuple[np.ndarray, np.ndarray]:
     """``(scores [Q, k], rows [Q, k])`` of the ``k`` gallery rows most similar to each query (cosine)."""
     if backend not in BACKENDS:
         raise ConfigError(f"backend: {backend!r} is not one of {', '.join(BACKENDS)}")

@@ -59,7 +59,8 @@ class EmbedSettings:
         require(self.stride >= 1, "stride", f"must be >= 1, got {self.stride}")
         require(self.size >= 32, "size", f"must be >= 32 (the smallest S3D input), got {self.size}")
         require(self.fps is None or self.fps > 0, "fps", f"must be positive, got {self.fps}")
-        require(self.short_side is None or self.short_side >= 1, "short_side", f"must be positive, got {self.short_side}")
+        require(self.short_side is None or self.short_side >= 1, "short_side",
+                f"must be positive, got {self.short_side}")
         require(self.window_step is None or self.window_step >= 1, "window_step",
                 f"must be at least 1 frame, got {self.window_step}")
         require(self.feature in FEATURES, "feature", f"must be one of {', '.join(FEATURES)}, got {self.feature!r}")
@@ -69,7 +70,8 @@ class EmbedSettings:
         for key in ("std", "flow_std"):
             value = getattr(self, key)
             require(value is None or all(v > 0 for v in value), key, f"needs positive values, got {value}")
-        require(self.flow_bound is None or self.flow_bound > 0, "flow_bound", f"must be positive, got {self.flow_bound}")
+        require(self.flow_bound is None or self.flow_bound > 0, "flow_bound",
+                f"must be positive, got {self.flow_bound}")
 
     @property
     def two_stream(self) -> bool:
