@@ -7,7 +7,8 @@ and the scores are those FAISS gives). ``center=True`` subtracts the mean of the
 paper's retrieval protocol does with its gallery, which removes what all videos share.
 
 FAISS (``pip install faiss-cpu``, optional) runs the same exact search with an ``IndexFlatIP``; it must hold the
-whole array in memory. ``benchmarks/bench_embed.py`` measures where it overtakes the chunked search.
+whole array in memory, and building the index per query costs more than the chunked search saves: it pays when
+one index serves many queries (``benchmarks/bench_embed.py`` measures both; ``docs/embed.md``).
 """
 
 from __future__ import annotations
