@@ -112,7 +112,7 @@ class Embedder:
         self.dim = sum(stream.dim for stream in self.streams)
 
     def embed(self, path: str | os.PathLike[str]) -> VideoEmbedding:
-        """The embedding of one video; an unreadable file raises :class:`~coclr.errors.VideoDecodeError`."""
+        """The embedding of one video; an unreadable file raises :class:`~coclr.errors.DataError` naming it."""
         for _, result in self.stream([path], workers=0):
             if isinstance(result, EmbedFailure):
                 raise DataError(result.error)
@@ -127,7 +127,8 @@ class Embedder:
             raise DataError(f"{name}: expected uint8 frames [N, H, W, 3], got {getattr(frames, 'dtype', None)} "
                             f"{getattr(frames, 'shape', None)}")
         runner = _Runner(self, [name])
-        messages = [("frames", 0, frames[start: start + CHUNK_FRAMES]) for start in range(0, len(frames), CHUNK_FRAMES)]
+        messages = [("frames", 0, frames[start: start + CHUNK_FRAMES])
+                    for start in range(0, len(frames), CHUNK_FRAMES)]
         results = [result for message in [*messages, ("end", 0, fps)] for result in runner.handle(message)]
         results += runner.finish()
         result = results[0][1]
