@@ -38,7 +38,7 @@ COMMANDS = readme_commands()
 def test_readme_documents_the_main_steps() -> None:
     names = {" ".join(argv[:2]) if argv[0] in ("data", "eval") else argv[0] for argv in COMMANDS}
     assert {"demo", "study", "data index", "data store", "flow", "pipeline", "pretrain", "eval retrieval",
-            "eval linear", "eval finetune", "report"} <= names
+            "eval linear", "eval finetune", "report", "embed", "search"} <= names
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=lambda argv: " ".join(argv[:2]))
@@ -54,3 +54,21 @@ def test_readme_command_parses(argv: list[str]) -> None:
         from coclr.study.config import StudyConfig
 
         load_config(StudyConfig, REPO_ROOT / args.config, args.overrides)
+
+
+def test_readme_python_embedding_example_runs(tmp_path, monkeypatch) -> None:
+    """The README's Embedder example, run as written on a small video and a tiny encoder with its file names."""
+    from test_embed import moving_square, write_video
+    from test_eval_helpers import save_tiny_encoder
+
+    text = (REPO_ROOT / "README.md").read_text()
+    example = next(block for block in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "Embedder" in block)
+    assert len(example.strip().splitlines()) == 3
+    monkeypatch.chdir(tmp_path)
+    save_tiny_encoder(tmp_path / "encoder_rgb.pth")
+    write_video(tmp_path / "clip.mp4", moving_square(40, height=128, width=160))
+    namespace: dict = {}
+    exec(compile(example, "README.md", "exec"), namespace)
+    result = namespace["result"]
+    assert result.vector.shape == (128,) and result.windows.shape == (2, 128)
+    assert result.starts.tolist() == [0.0, 8 / 25] and result.ends[-1] == 40 / 25

@@ -10,7 +10,8 @@ import cv2
 import numpy as np
 import pytest
 
-from coclr.data.video import decode_video, decode_video_with_rate, probe_video, short_side_size
+from coclr.data.video import (VideoReader, decode_frames_at, decode_video, decode_video_with_rate, probe_video,
+                              short_side_size)
 from coclr.errors import VideoDecodeError
 
 # Frame counts and rates from ../shared/data/README.md (full decode).
@@ -196,3 +197,14 @@ def test_truncated_real_videos_raise(shared_clips, tmp_path):
         half.write_bytes(data[: len(data) // 2])
         with pytest.raises(VideoDecodeError, match=str(half)):
             decode_video(half, short_side=16)
+
+
+def test_streaming_reader_and_frames_at_match_the_whole_decode(shared_clips):
+    path = shared_clips / "flipping_a_pancake.mkv"
+    whole = decode_video(path, short_side=64, fps=12.5)
+    with VideoReader(path, 64, 12.5) as reader:
+        streamed = np.stack(list(reader))
+    assert reader.fps == 12.5 and reader.decoded == 310
+    np.testing.assert_array_equal(streamed, whole)
+    indices = [0, 7, 7, len(whole) - 1, len(whole) + 5]
+    np.testing.assert_array_equal(decode_frames_at(path, indices, 64, 12.5), whole[np.minimum(indices, len(whole) - 1)])

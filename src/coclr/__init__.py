@@ -4,6 +4,7 @@ The public entry points are re-exported here lazily, so that ``import coclr`` (a
 does not import torch:
 
 - :func:`coclr.load_encoder` loads an S3D encoder from our checkpoints or the authors' released ones.
+- :class:`coclr.Embedder` embeds video files (per-video and per-window vectors) with such an encoder.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "load_encoder": ("coclr.models.loading", "load_encoder"),
     "S3D": ("coclr.models.s3d", "S3D"),
+    "Embedder": ("coclr.embed.embedder", "Embedder"),
 }
 
 __all__ = ["__version__", *_LAZY]

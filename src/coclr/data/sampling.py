@@ -35,15 +35,17 @@ def train_clip_indices(num_frames: int, length: int, stride: int, rng: np.random
     return _clip_at(start, num_frames, length, stride)
 
 
-def sliding_windows(num_frames: int, length: int, stride: int) -> list[np.ndarray]:
+def sliding_windows(num_frames: int, length: int, stride: int, hop: int | None = None) -> list[np.ndarray]:
     """Test-time clips covering the whole video: windows that overlap by half (they start
-    ``length // 2 * stride`` frames apart), the last one ending at the last frame; one padded window for
-    videos shorter than a clip."""
+    ``length // 2 * stride`` frames apart, or ``hop`` frames when given), the last one ending at the last
+    frame; one padded window for videos shorter than a clip."""
     _check_frames(num_frames)
     span = clip_span(length, stride)
+    if hop is not None and hop < 1:
+        raise ValueError(f"window hop must be at least 1 frame, got {hop}")
     if num_frames <= span:
         return [_clip_at(0, num_frames, length, stride)]
-    hop = max(1, length // 2) * stride
+    hop = hop or max(1, length // 2) * stride
     starts = list(range(0, num_frames - span + 1, hop))
     if starts[-1] != num_frames - span:
         starts.append(num_frames - span)

@@ -17,7 +17,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -93,31 +93,115 @@ def decode_video(path: str | Path, short_side: int | None = None, fps: float | N
 def decode_video_with_rate(path: str | Path, short_side: int | None = None,
                            fps: float | None = None) -> tuple[np.ndarray, float]:
     """:func:`decode_video`, also returning the frame rate of the frames (``fps``, or the source's)."""
-    path = Path(path)
-    if short_side is not None and short_side < 1:
-        raise ValueError(f"short_side must be positive, got {short_side}")
-    if fps is not None and not fps > 0:
-        raise ValueError(f"fps must be positive, got {fps}")
-    with _open(path) as container:
-        stream = container.streams.video[0]
-        source_fps = _frame_rate(stream)
+    with VideoReader(path, short_side, fps) as reader:
+        frames = list(reader)
+    return np.stack(frames), reader.fps
+
+
+class VideoReader:
+    """The frames of :func:`decode_video`, one at a time, so that a video of any length is read in bounded
+    memory (``with VideoReader(path, 128) as reader: for frame in reader: ...``).
+
+    Opening checks the file (missing, empty, not a video, no frame rate: :class:`VideoDecodeError`). Iterating
+    yields ``uint8 [H, W, 3]`` RGB frames and raises :class:`VideoDecodeError` when the data is corrupt, when
+    no frame decodes, or, after the last frame, when fewer frames decoded than the header announces (a
+    truncated file). ``fps`` is the rate of the frames yielded; ``decoded`` counts the source frames so far.
+    State: the open container (closed at the end of the iteration or by :meth:`close`).
+    """
+
+    def __init__(self, path: str | Path, short_side: int | None = None, fps: float | None = None) -> None:
+        self.path = Path(path)
+        if short_side is not None and short_side < 1:
+            raise ValueError(f"short_side must be positive, got {short_side}")
+        if fps is not None and not fps > 0:
+            raise ValueError(f"fps must be positive, got {fps}")
+        self._container = _open(self.path)
+        self._stream = self._container.streams.video[0]
+        source_fps = _frame_rate(self._stream)
         if source_fps is None:
-            raise VideoDecodeError(f"{path}: the video stream has no frame rate")
-        expected = _expected_frames(container, stream, source_fps)
-        converter = _RGBConverter(short_side)
-        if fps is None:
-            frames = [converter(frame) for frame in _decoded_frames(container, stream, path)]
-            decoded = len(frames)
-        else:
-            frames, decoded = _resample(_decoded_frames(container, stream, path), converter, stream,
-                                        source_fps, fps)
-    if decoded == 0:
-        raise VideoDecodeError(f"{path}: no video frame could be decoded")
-    if expected is not None and decoded < expected - max(_TRUNCATION_TOLERANCE_FRAMES,
-                                                         _TRUNCATION_TOLERANCE_FRACTION * expected):
-        raise VideoDecodeError(f"{path}: truncated or corrupt: decoded {decoded} of the {expected} frames "
-                               "its header announces")
-    return np.stack(frames), float(fps if fps is not None else source_fps)
+            self.close()
+            raise VideoDecodeError(f"{self.path}: the video stream has no frame rate")
+        self.source_fps = source_fps
+        self.expected = _expected_frames(self._container, self._stream, source_fps)
+        self.fps = float(fps if fps is not None else source_fps)
+        self._target_fps = fps
+        self._converter = _RGBConverter(short_side)
+        self.decoded = 0
+
+    def __enter__(self) -> VideoReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._container is not None:
+            self._container.close()
+            self._container = None
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        if self._container is None:
+            raise ValueError(f"{self.path}: the reader is closed")
+        try:
+            frames = _decoded_frames(self._container, self._stream, self.path)
+            if self._target_fps is None:
+                for frame in frames:
+                    self.decoded += 1
+                    yield self._converter(frame)
+            else:
+                yield from _resample(frames, self._converter, self._stream, self.source_fps, self._target_fps, self)
+            expected = self.expected
+            if self.decoded == 0:
+                raise VideoDecodeError(f"{self.path}: no video frame could be decoded")
+            if expected is not None and self.decoded < expected - max(_TRUNCATION_TOLERANCE_FRAMES,
+                                                                      _TRUNCATION_TOLERANCE_FRACTION * expected):
+                raise VideoDecodeError(f"{self.path}: truncated or corrupt: decoded {self.decoded} of the {expected} "
+                                       "frames its header announces")
+        finally:
+            self.close()
+
+
+def decode_frames_at(path: str | Path, indices: Sequence[int], short_side: int | None = None,
+                     fps: float | None = None) -> np.ndarray:
+    """The frames at ``indices`` (of the frames :func:`decode_video` gives) as ``uint8 [len(indices), H, W, 3]``,
+    read in one streaming pass that keeps only those frames; indices past the end repeat the last frame."""
+    wanted = {int(i) for i in indices}
+    if not wanted:
+        raise ValueError("no frame indices given")
+    kept: dict[int, np.ndarray] = {}
+    last, stop = None, max(wanted)
+    with VideoReader(path, short_side, fps) as reader:
+        for number, frame in enumerate(reader):
+            last = frame
+            if number in wanted:
+                kept[number] = frame
+            if number >= stop:
+                break
+    assert last is not None
+    return np.stack([kept.get(int(i), last) for i in indices])
+
+
+def write_mp4(path: str | Path, frames: np.ndarray, fps: float, codec: str = "libx264") -> Path:
+    """Encode ``uint8 [N, H, W, 3]`` RGB frames as an MP4 file (``yuv420p``; H.264 at CRF 18 by default, which
+    needs even sizes), for test and benchmark videos. Raises :class:`VideoDecodeError` naming the file when FFmpeg
+    cannot encode it."""
+    import av
+
+    path = Path(path)
+    try:
+        with av.open(str(path), mode="w", format="mp4") as container:
+            stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
+            stream.width, stream.height = frames.shape[2], frames.shape[1]
+            stream.pix_fmt = "yuv420p"
+            stream.options = {"crf": "18"} if codec == "libx264" else {}
+            for frame in frames:
+                for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                    container.mux(packet)
+            for packet in stream.encode():
+                container.mux(packet)
+    except av.FFmpegError as error:
+        raise VideoDecodeError(f"{path}: cannot encode MP4 with codec {codec!r}: {error}") from None
+    return path
 
 
 def resize_short_side(frame: np.ndarray, short_side: int) -> np.ndarray:
@@ -200,9 +284,9 @@ def _expected_frames(container, stream, fps: Fraction) -> int | None:
     return None
 
 
-def _resample(frames: Iterator, convert: _RGBConverter, stream, source_fps: Fraction,
-              fps: float) -> tuple[list[np.ndarray], int]:
-    """Sample frames at times ``k / fps``; returns the output frames and the number of decoded frames.
+def _resample(frames: Iterator, convert: _RGBConverter, stream, source_fps: Fraction, fps: float,
+              counter: VideoReader) -> Iterator[np.ndarray]:
+    """Sample frames at times ``k / fps``, yielding the output frames; counts decoded frames on ``counter``.
 
     Output ``k`` takes the source frame with the nearest timestamp (ties go to the later frame), so the
     millisecond rounding of Matroska timestamps does not drop frames; the video lasts until its last frame
@@ -210,15 +294,13 @@ def _resample(frames: Iterator, convert: _RGBConverter, stream, source_fps: Frac
     """
     target = Fraction(fps).limit_denominator(1_000_000)
     time_base = stream.time_base
-    output: list[np.ndarray] = []
     previous = None
     previous_rgb: np.ndarray | None = None
     previous_time = Fraction(0)
     first_time: Fraction | None = None
     next_index = 0
-    decoded = 0
     for frame in frames:
-        time = _frame_time(frame, time_base, decoded, source_fps)
+        time = _frame_time(frame, time_base, counter.decoded, source_fps)
         if first_time is None:
             first_time = time
         time -= first_time
@@ -227,17 +309,17 @@ def _resample(frames: Iterator, convert: _RGBConverter, stream, source_fps: Frac
             while Fraction(next_index) / target < midpoint:
                 if previous_rgb is None:
                     previous_rgb = convert(previous)
-                output.append(previous_rgb)
+                yield previous_rgb
                 next_index += 1
         previous, previous_rgb, previous_time = frame, None, time
-        decoded += 1
+        counter.decoded += 1
     if previous is not None:
         end = previous_time + 1 / source_fps
         last = max(next_index, round(end * target))
         if last > next_index:
             previous_rgb = convert(previous)
-            output.extend([previous_rgb] * (last - next_index))
-    return output, decoded
+            for _ in range(last - next_index):
+                yield previous_rgb
 
 
 def _frame_time(frame, time_base, index: int, source_fps: Fraction) -> Fraction:

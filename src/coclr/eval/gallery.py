@@ -11,7 +11,7 @@ import base64
 import html
 import io
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -32,12 +32,18 @@ def choose_queries(query_labels: Sequence[int], count: int) -> list[int]:
 
 
 def thumbnail_frames(store, key: str, view: str, num_frames: int = 8, height: int = 64) -> np.ndarray:
-    """``num_frames`` frames spread evenly over a video, resized to ``height`` pixels (aspect kept)."""
+    """``num_frames`` frames spread evenly over a stored video, resized to ``height`` pixels (aspect kept)."""
+    return thumbnail(store.num_frames(key, view), lambda indices: store.read(key, view, indices), num_frames, height)
+
+
+def thumbnail(total: int, read: Callable[[np.ndarray], np.ndarray], num_frames: int = 8,
+              height: int = 64) -> np.ndarray:
+    """``num_frames`` of ``total`` frames spread evenly, resized to ``height`` pixels (aspect kept); ``read``
+    gives the frames ``uint8 [T, H, W, 3]`` at the indices it is passed (from a store, or a video file)."""
     import cv2
 
-    total = store.num_frames(key, view)
     indices = np.unique(np.linspace(0, total - 1, min(num_frames, total)).round().astype(np.int64))
-    frames = store.read(key, view, indices)
+    frames = read(indices)
     width = max(1, round(frames.shape[2] * height / frames.shape[1]))
     return np.stack([cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA) for frame in frames])
 
@@ -57,7 +63,8 @@ def data_uri(data: bytes, mime: str = "image/gif") -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def _cell(uri: str, caption: str, colour: str, title: str, badge: str) -> str:
+def video_cell(uri: str, caption: str, colour: str, title: str, badge: str) -> str:
+    """One video of the page: its animated thumbnail (a ``data:`` URI) with a badge and a caption."""
     return (f'<figure class="video" style="border-color:{colour}" title="{html.escape(title)}">'
             f'<img src="{uri}" alt="{html.escape(caption)}"><figcaption><b>{html.escape(badge)}</b> '
             f"{html.escape(caption)}</figcaption></figure>")
@@ -89,15 +96,26 @@ def render_gallery(store, view: str, query_keys: Sequence[str], query_labels: Se
     rows = []
     for position in queries:
         query_label = int(query_labels[position])
-        cells = [_cell(uri(query_keys[position]), classes[query_label], QUERY_COLOUR, query_keys[position], "query")]
+        cells = [video_cell(uri(query_keys[position]), classes[query_label], QUERY_COLOUR, query_keys[position],
+                            "query")]
         for rank, gallery_index in enumerate(np.asarray(topk_indices[position])[:neighbours], start=1):
             label = int(gallery_labels[gallery_index])
             colour = HIT_COLOUR if label == query_label else MISS_COLOUR
-            cells.append(_cell(uri(gallery_keys[gallery_index]), classes[label], colour, gallery_keys[gallery_index],
-                               f"#{rank}"))
-        rows.append(f'<tr><td>{cells[0]}</td><td class="sep">' + "</td><td>".join(cells[1:]) + "</td></tr>")
+            cells.append(video_cell(uri(gallery_keys[gallery_index]), classes[label], colour,
+                                    gallery_keys[gallery_index], f"#{rank}"))
+        rows.append(gallery_row(cells[0], cells[1:]))
     note = (f"Test-set queries (blue) and their {neighbours} nearest training videos; green border: same class "
             "as the query, red: another class. Thumbnails are animated.")
+    return gallery_page(title, note, rows)
+
+
+def gallery_row(query_cell: str, neighbour_cells: Sequence[str]) -> str:
+    """One table row: the query's cell, a separator, then its neighbours' cells."""
+    return f'<tr><td>{query_cell}</td><td class="sep">' + "</td><td>".join(neighbour_cells) + "</td></tr>"
+
+
+def gallery_page(title: str, note: str, rows: Sequence[str]) -> str:
+    """A self-contained HTML page of ``rows`` (from :func:`gallery_row`) under a title and a note."""
     return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>"
             f"<h1>{html.escape(title)}</h1><p class=\"note\">{html.escape(note)}</p>"

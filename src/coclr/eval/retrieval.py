@@ -6,7 +6,8 @@ L2-normalised, and compared by cosine similarity. The reference centred each set
 uses test-set statistics.
 
 Memory: similarities are computed in (query chunk x gallery chunk) blocks and only a running top-k per
-query is kept, so a Kinetics-size gallery (240k videos) never materialises the full similarity matrix.
+query is kept, so a Kinetics-size gallery (240k videos) never materialises the full similarity matrix, and
+features are centred and normalised chunk by chunk, so memory-mapped arrays are never copied whole.
 
 Ties: in the neighbour lists, among equal similarities the gallery video with the lower index (its position in
 the train split) ranks first, whatever the chunk sizes (the running top-k is merged with stable sorts). R@k does
@@ -26,7 +27,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from coclr.errors import DataError
 
@@ -52,12 +52,6 @@ class RetrievalResult:
             out["topk_indices"] = self.topk_indices.tolist()
             out["topk_scores"] = np.round(self.topk_scores, 6).tolist()
         return out
-
-
-def center_and_normalize(query: torch.Tensor, gallery: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Subtract the gallery mean from both sets, then L2-normalise every row (a zero row stays zero)."""
-    mean = gallery.mean(dim=0, keepdim=True)
-    return F.normalize(query - mean, dim=1), F.normalize(gallery - mean, dim=1)
 
 
 def _ordered_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,41 +88,59 @@ def _as_views(features: torch.Tensor | np.ndarray | Sequence) -> list[torch.Tens
     return [torch.as_tensor(np.asarray(f) if not isinstance(f, torch.Tensor) else f) for f in features]
 
 
-def _prepare(query, gallery, device: str | torch.device, dtype: torch.dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Checked views, each centred by its gallery mean and L2-normalised, on ``device`` in ``dtype``."""
-    queries, galleries = _as_views(query), _as_views(gallery)
-    if len(queries) != len(galleries) or not queries:
-        raise ValueError(f"need the same number of views for queries and gallery, got {len(queries)} and {len(galleries)}")
-    num_query, num_gallery = len(queries[0]), len(galleries[0])
-    for name, views, n in (("query", queries, num_query), ("gallery", galleries, num_gallery)):
-        for view, feats in enumerate(views):
-            if feats.ndim != 2 or len(feats) != n:
-                raise DataError(f"{name} features of view {view}: expected [{n}, D], got {tuple(feats.shape)}")
-            if not bool(torch.isfinite(feats).all()):
+class _Rows:
+    """The checked views of the queries and the gallery, handed out in chunks of rows centred by the gallery's mean
+    (unless ``center`` is false) and L2-normalised (a zero row stays zero), so memory-mapped arrays of millions
+    of rows are read without being copied whole, and a block computed twice gives the same bits."""
+
+    def __init__(self, query, gallery, device: str | torch.device, dtype: torch.dtype, center: bool) -> None:
+        self.queries, self.galleries = _as_views(query), _as_views(gallery)
+        if len(self.queries) != len(self.galleries) or not self.queries:
+            raise ValueError(f"need the same number of views for queries and gallery, got {len(self.queries)} and "
+                             f"{len(self.galleries)}")
+        self.num_query, self.num_gallery = len(self.queries[0]), len(self.galleries[0])
+        for name, views, n in (("query", self.queries, self.num_query), ("gallery", self.galleries,
+                                                                          self.num_gallery)):
+            for view, feats in enumerate(views):
+                if feats.ndim != 2 or len(feats) != n:
+                    raise DataError(f"{name} features of view {view}: expected [{n}, D], got {tuple(feats.shape)}")
+        if self.num_gallery == 0 or self.num_query == 0:
+            raise DataError(f"retrieval needs queries and gallery videos, got {self.num_query} and "
+                            f"{self.num_gallery}")
+        self.device, self.dtype = torch.device(device), dtype
+        self.means = [g.to(self.device, dtype).mean(dim=0, keepdim=True) if center else None for g in self.galleries]
+
+    def _chunk(self, views: list[torch.Tensor], start: int, size: int, name: str) -> list[torch.Tensor]:
+        out = []
+        for view, (feats, mean) in enumerate(zip(views, self.means)):
+            rows = feats[start : start + size].to(self.device, self.dtype)
+            rows = rows - mean if mean is not None else rows
+            norms = rows.norm(dim=1, keepdim=True)  # not finite iff a value of the row is not (cheaper to test)
+            if not bool(torch.isfinite(norms).all()):
                 raise DataError(f"{name} features of view {view} contain NaN or infinite values")
-    if num_gallery == 0 or num_query == 0:
-        raise DataError(f"retrieval needs queries and gallery videos, got {num_query} and {num_gallery}")
-    device = torch.device(device)
-    return [center_and_normalize(q.to(device, dtype), g.to(device, dtype)) for q, g in zip(queries, galleries)]
+            out.append(rows / norms.clamp_min(1e-12))  # F.normalize's formula
+        return out
+
+    def query(self, start: int, size: int) -> list[torch.Tensor]:
+        return self._chunk(self.queries, start, size, "query")
+
+    def gallery(self, start: int, size: int) -> list[torch.Tensor]:
+        return self._chunk(self.galleries, start, size, "gallery")
 
 
-def _block_scores(pairs: list[tuple[torch.Tensor, torch.Tensor]], queries: slice, gallery: slice) -> torch.Tensor:
-    """The view-averaged similarities of a block of queries and gallery videos (the same arithmetic every time,
-    so a block computed twice gives the same bits)."""
-    return sum(q[queries] @ g[gallery].T for q, g in pairs) / len(pairs)
+def _block_scores(query_rows: list[torch.Tensor], gallery_rows: list[torch.Tensor]) -> torch.Tensor:
+    """The view-averaged similarities of a block of queries and gallery videos."""
+    return sum(q @ g.T for q, g in zip(query_rows, gallery_rows)) / len(query_rows)
 
 
-def _topk(pairs: list[tuple[torch.Tensor, torch.Tensor]], k: int, query_chunk: int,
-          gallery_chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _topk(rows: _Rows, k: int, query_chunk: int, gallery_chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The running top-k over gallery chunks, in the compute dtype and device: ``(scores, indices) [Q, k]``."""
-    num_query, num_gallery = len(pairs[0][0]), len(pairs[0][1])
     all_scores, all_indices = [], []
-    for q_start in range(0, num_query, query_chunk):
+    for q_start in range(0, rows.num_query, query_chunk):
+        query_rows = rows.query(q_start, query_chunk)
         best_values = best_indices = None
-        for g_start in range(0, num_gallery, gallery_chunk):
-            scores = _block_scores(pairs, slice(q_start, q_start + query_chunk),
-                                   slice(g_start, g_start + gallery_chunk))
-            values, indices = _ordered_topk(scores, k)
+        for g_start in range(0, rows.num_gallery, gallery_chunk):
+            values, indices = _ordered_topk(_block_scores(query_rows, rows.gallery(g_start, gallery_chunk)), k)
             indices = indices + g_start
             if best_values is None:
                 best_values, best_indices = values, indices
@@ -141,15 +153,17 @@ def _topk(pairs: list[tuple[torch.Tensor, torch.Tensor]], k: int, query_chunk: i
 
 def topk_neighbours(query: torch.Tensor | np.ndarray | Sequence, gallery: torch.Tensor | np.ndarray | Sequence,
                     k: int, query_chunk: int = 1024, gallery_chunk: int = 8192, device: str | torch.device = "cpu",
-                    dtype: torch.dtype = torch.float32) -> tuple[np.ndarray, np.ndarray]:
+                    dtype: torch.dtype = torch.float32, center: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` most similar gallery rows of each query row, best first (see the module's tie rule).
 
     ``query`` and ``gallery`` are one ``[N, D]`` feature matrix each, or a list of them (one per view, the
     same videos in the same order): the similarity is then the mean of the views' cosine similarities. Each
-    view is centred by its gallery mean and L2-normalised first. Returns ``(scores [Q, k], indices [Q, k])``.
+    view is centred by its gallery mean (unless ``center`` is false) and L2-normalised first, one chunk at a
+    time, so memory-mapped arrays of millions of rows are read without being copied whole. Returns
+    ``(scores [Q, k], indices [Q, k])``.
     """
-    pairs = _prepare(query, gallery, device, dtype)
-    scores, indices = _topk(pairs, min(k, len(pairs[0][1])), query_chunk, gallery_chunk)
+    rows = _Rows(query, gallery, device, dtype, center)
+    scores, indices = _topk(rows, min(k, rows.num_gallery), query_chunk, gallery_chunk)
     return scores.float().cpu().numpy(), indices.cpu().numpy().astype(np.int64)
 
 
@@ -161,7 +175,7 @@ def recall_at_k(topk_indices: np.ndarray, query_labels: np.ndarray, gallery_labe
     return {int(k): float(same[:, :k].any(axis=1).mean()) for k in ks}
 
 
-def recall_with_ties(pairs: list[tuple[torch.Tensor, torch.Tensor]], kth_scores: torch.Tensor, ks: Sequence[int],
+def recall_with_ties(rows: _Rows, kth_scores: torch.Tensor, ks: Sequence[int],
                      query_labels: np.ndarray, gallery_labels: np.ndarray, query_chunk: int = 1024,
                      gallery_chunk: int = 8192) -> dict[int, float]:
     """R@k with ties at the k-th place broken at random, in expectation: a query scores 1 when a gallery video of
@@ -173,17 +187,17 @@ def recall_with_ties(pairs: list[tuple[torch.Tensor, torch.Tensor]], kth_scores:
     device = kth_scores.device
     query_labels = torch.as_tensor(np.asarray(query_labels), device=device)
     gallery_labels = torch.as_tensor(np.asarray(gallery_labels), device=device)
-    num_query, num_gallery = len(pairs[0][0]), len(pairs[0][1])
-    places = torch.tensor([min(k, num_gallery) for k in ks], device=device, dtype=torch.float64)
+    places = torch.tensor([min(k, rows.num_gallery) for k in ks], device=device, dtype=torch.float64)
     hits = []
-    for q_start in range(0, num_query, query_chunk):
-        rows = slice(q_start, q_start + query_chunk)
-        kth = kth_scores[rows].unsqueeze(2)  # [q, K, 1]
+    for q_start in range(0, rows.num_query, query_chunk):
+        chunk = slice(q_start, q_start + query_chunk)
+        query_rows = rows.query(q_start, query_chunk)
+        kth = kth_scores[chunk].unsqueeze(2)  # [q, K, 1]
         counts = torch.zeros(4, *kth.shape[:2], dtype=torch.float64, device=device)  # above, above+, tied, tied+
-        for g_start in range(0, num_gallery, gallery_chunk):
+        for g_start in range(0, rows.num_gallery, gallery_chunk):
             columns = slice(g_start, g_start + gallery_chunk)
-            scores = _block_scores(pairs, rows, columns).unsqueeze(1)  # [q, 1, g]
-            positive = (query_labels[rows, None] == gallery_labels[None, columns]).unsqueeze(1)
+            scores = _block_scores(query_rows, rows.gallery(g_start, gallery_chunk)).unsqueeze(1)  # [q, 1, g]
+            positive = (query_labels[chunk, None] == gallery_labels[None, columns]).unsqueeze(1)
             above, tied = scores > kth, scores == kth
             counts += torch.stack([above.sum(2), (above & positive).sum(2), tied.sum(2),
                                    (tied & positive).sum(2)]).double()
@@ -208,11 +222,10 @@ def retrieve(query: torch.Tensor | np.ndarray | Sequence, query_labels: np.ndarr
     ks = tuple(sorted({int(k) for k in ks}))
     if not ks or ks[0] < 1:
         raise ValueError(f"k values must be >= 1, got {ks}")
-    pairs = _prepare(query, gallery, device, dtype)
-    num_gallery = len(pairs[0][1])
-    scores, indices = _topk(pairs, min(ks[-1], num_gallery), query_chunk, gallery_chunk)
-    kth = scores[:, [min(k, num_gallery) - 1 for k in ks]]
-    recall = recall_with_ties(pairs, kth, ks, query_labels, gallery_labels, query_chunk, gallery_chunk)
+    rows = _Rows(query, gallery, device, dtype, center=True)
+    scores, indices = _topk(rows, min(ks[-1], rows.num_gallery), query_chunk, gallery_chunk)
+    kth = scores[:, [min(k, rows.num_gallery) - 1 for k in ks]]
+    recall = recall_with_ties(rows, kth, ks, query_labels, gallery_labels, query_chunk, gallery_chunk)
     return RetrievalResult(ks, recall, indices.cpu().numpy().astype(np.int64), scores.float().cpu().numpy())
 
 

@@ -33,8 +33,7 @@ from coclr.models.heads import LinearClassifier, ProjectionHead
 from coclr.models.s3d import S3D
 
 __all__ = ["load_encoder", "load_classifier", "save_encoder", "read_clip_settings", "read_checkpoint_file",
-           "CLIP_SETTING_KEYS",
-           "ENCODER_FORMAT", "TRAIN_FORMAT"]
+           "checkpoint_format", "CLIP_SETTING_KEYS", "ENCODER_FORMAT", "TRAIN_FORMAT"]
 
 ENCODER_FORMAT = "coclr.encoder"
 TRAIN_FORMAT = "coclr.train"
@@ -192,6 +191,13 @@ def read_clip_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(settings, dict):
         return {}
     return {key: settings[key] for key in CLIP_SETTING_KEYS if key in settings}
+
+
+def checkpoint_format(path: str | os.PathLike[str]) -> str:
+    """The format :func:`load_encoder` recognises in a file: ``"ours"``, ``"authors_pretrain"``,
+    ``"authors_classifier"``, ``"torchvision"`` or ``"bare"`` (each expects its own input normalisation)."""
+    path = Path(path)
+    return _detect_format(path, read_checkpoint_file(path, "cpu"))[0]
 
 
 # --------------------------------------------------------------------------------------------- reading

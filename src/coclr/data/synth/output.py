@@ -16,7 +16,7 @@ from coclr.data.jpeg import encode_jpeg
 from coclr.data.store import create_store, write_entry
 from coclr.data.synth.config import SynthConfig, dataset_clips
 from coclr.data.synth.render import render_clip
-from coclr.errors import ConfigError, DataError
+from coclr.errors import ConfigError
 
 # ------------------------------------------------------------------------------------------------ outputs
 
@@ -93,7 +93,7 @@ def write_videos(out_dir: str | Path, config: SynthConfig, codec: str = "libx264
     import csv
     import io
 
-    import av
+    from coclr.data.video import write_mp4
 
     validate(config)
     if config.height % 2 or config.width % 2:
@@ -106,7 +106,7 @@ def write_videos(out_dir: str | Path, config: SynthConfig, codec: str = "libx264
             path.parent.mkdir(parents=True, exist_ok=True)
             temp = path.with_name(f".{path.name}.partial")
             try:
-                _encode_mp4(temp, render_clip(config, clip.key), config.fps, codec, av)
+                write_mp4(temp, render_clip(config, clip.key), config.fps, codec)
                 temp.replace(path)
             except BaseException:
                 temp.unlink(missing_ok=True)
@@ -119,24 +119,6 @@ def write_videos(out_dir: str | Path, config: SynthConfig, codec: str = "libx264
     manifest = out_dir / "manifest.csv"
     atomic_write_text(manifest, text.getvalue())
     return manifest
-
-
-def _encode_mp4(path: Path, frames: np.ndarray, fps: float, codec: str, av) -> None:
-    from fractions import Fraction
-
-    try:
-        with av.open(str(path), mode="w", format="mp4") as container:
-            stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
-            stream.width, stream.height = frames.shape[2], frames.shape[1]
-            stream.pix_fmt = "yuv420p"
-            stream.options = {"crf": "18"} if codec == "libx264" else {}
-            for frame in frames:
-                for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
-                    container.mux(packet)
-            for packet in stream.encode():
-                container.mux(packet)
-    except av.FFmpegError as error:
-        raise DataError(f"{path}: cannot encode MP4 with codec {codec!r}: {error}") from None
 
 
 def random_store(root: str | Path, videos: int = 12, frames: int = 12, size: tuple[int, int] = (36, 40),

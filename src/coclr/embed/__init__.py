@@ -1,0 +1,14 @@
+"""Embeddings of your own videos: ``coclr embed`` (files, folders, lists -> arrays on disk), ``coclr search``
+(nearest videos or windows) and :class:`Embedder` (the same from Python).
+
+Modules: ``settings`` (the clip settings, from the checkpoint or the paper), ``inputs`` (what INPUT names),
+``embedder`` (decoding workers + batched inference -> per-window and per-video vectors), ``output`` (the
+resumable, atomic output folder), ``run`` (the two together: ``embed_videos``), ``search`` (exact chunked
+cosine search, optional FAISS, the HTML page).
+"""
+
+from __future__ import annotations
+
+from coclr.embed.embedder import EmbedFailure, Embedder, VideoEmbedding
+
+__all__ = ["Embedder", "VideoEmbedding", "EmbedFailure"]

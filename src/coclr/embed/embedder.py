@@ -1,0 +1,485 @@
+"""Embed video files with a pretrained encoder: per-window and per-video vectors, any length, any container.
+
+Pipeline: decoding workers (a DataLoader over the videos, each worker reading its share with PyAV) stream
+chunks of frames, resized to the settings' short side and resampled to their frame rate, to this process,
+which cuts the windows as soon as their frames have arrived, computes flow on the fly for a two-stream
+embedding, and runs the encoder on batches of windows from any videos (on the GPU when present). Memory is
+bounded whatever the video's length: a video's frames are kept only until its windows have been cut.
+
+Each window is prepared exactly as ``coclr eval`` prepares a clip read from a store (centre crop of
+:func:`coclr.eval.features.eval_views`, the same normalisation), and the windows are the ones
+:func:`coclr.data.sampling.sliding_windows` gives for the whole video; the per-video vector is the mean of the
+window features, L2-normalised. So the embedding of a file equals the normalised feature ``coclr eval``
+extracts from a store of it, but for the store's JPEG compression of the frames.
+
+Two-stream (a flow checkpoint): flow between consecutive frames is computed with the PyTorch TV-L1
+(:func:`coclr.data.flow.tvl1.tvl1_flow`) on the embedding device, from the frames' grayscale, and quantised to
+the stored uint8 format with the flow encoder's bound (what the flow encoder saw in training); both streams
+use the windows of the ``n - 1`` frames that have a flow frame (as a two-view store sample does). A vector is
+the concatenation of the L2-normalised RGB and flow vectors, divided by sqrt(2): unit length, and the cosine
+similarity of two such vectors is the mean of the two streams' cosine similarities (the paper's two-stream
+retrieval by averaged similarities).
+
+Example::
+
+    embedder = Embedder("encoder_rgb.pth")
+    result = embedder.embed("video.mp4")
+    result.vector.shape, result.windows.shape, result.starts[:3]   # (1024,), (W, 1024), seconds
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from coclr.data.sampling import clip_span, sliding_windows
+from coclr.embed.settings import EmbedSettings, resolve_settings
+from coclr.errors import CheckpointError, DataError
+
+CHUNK_FRAMES = 32
+"""Frames a decoding worker sends at a time."""
+
+
+@dataclasses.dataclass
+class VideoEmbedding:
+    """The embedding of one video file."""
+
+    path: str
+    vector: np.ndarray
+    """``float32 [D]``: the per-video embedding (mean of the window features, L2-normalised)."""
+    windows: np.ndarray
+    """``float32 [W, D]``: one L2-normalised embedding per window."""
+    starts: np.ndarray
+    """``float64 [W]``: start time of each window in seconds."""
+    ends: np.ndarray
+    """``float64 [W]``: end time of each window in seconds (the end of its last frame)."""
+    fps: float
+    """Frame rate of the frames the windows count (the settings' ``fps``, or the video's own)."""
+    frames: int
+    """Frames of the video at that rate."""
+
+    @property
+    def duration(self) -> float:
+        return self.frames / self.fps
+
+
+@dataclasses.dataclass
+class EmbedFailure:
+    """A video that could not be embedded, with the reason (one line)."""
+
+    path: str
+    error: str
+
+
+class Embedder:
+    """An encoder checkpoint (and optionally a flow encoder) ready to embed video files.
+
+    ``Embedder(checkpoint, device=None, flow_checkpoint=None, batch_size=16, workers=None, **settings)``:
+    ``device`` defaults to CUDA when available; ``workers`` decoding processes (None: up to 8, one core left
+    to this process; 0: decode here); ``settings`` override any :class:`~coclr.embed.settings.EmbedSettings`
+    key (e.g. ``feature="head"``, ``window_step=8``), the rest come from the checkpoint (see
+    :func:`~coclr.embed.settings.resolve_settings`). State: the loaded networks on ``device``.
+    """
+
+    def __init__(self, checkpoint: str | os.PathLike[str], device: str | torch.device | None = None,
+                 flow_checkpoint: str | os.PathLike[str] | None = None, batch_size: int = 16,
+                 workers: int | None = None, **settings: Any) -> None:
+        from coclr.models.loading import load_encoder
+
+        self.checkpoint = Path(checkpoint)
+        self.flow_checkpoint = Path(flow_checkpoint) if flow_checkpoint is not None else None
+        self.settings: EmbedSettings = resolve_settings(self.checkpoint, self.flow_checkpoint, **settings)
+        if batch_size < 1:
+            raise DataError(f"batch_size must be at least 1, got {batch_size}")
+        if workers is not None and workers < 0:
+            raise DataError(f"workers must be >= 0, got {workers}")
+        self.batch_size = batch_size
+        self.workers = workers if workers is not None else max(1, min(8, (os.cpu_count() or 2) - 1))
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.streams = [_Stream.load(self.checkpoint, "rgb", self.settings.mean, self.settings.std,
+                                     self.settings.feature, self.device, load_encoder)]
+        if self.flow_checkpoint is not None:
+            self.streams.append(_Stream.load(self.flow_checkpoint, "flow", self.settings.flow_mean,
+                                             self.settings.flow_std, self.settings.feature, self.device, load_encoder))
+        self.dim = sum(stream.dim for stream in self.streams)
+
+    def embed(self, path: str | os.PathLike[str]) -> VideoEmbedding:
+        """The embedding of one video; an unreadable file raises :class:`~coclr.errors.DataError` naming it."""
+        for _, result in self.stream([path], workers=0):
+            if isinstance(result, EmbedFailure):
+                raise DataError(result.error)
+            return result
+        raise AssertionError("stream() yields one result per path")
+
+    def embed_frames(self, frames: np.ndarray, fps: float, name: str = "<frames>") -> VideoEmbedding:
+        """The embedding of decoded frames ``uint8 [N, H, W, 3]`` (RGB) at ``fps``, already at the settings'
+        short side and frame rate (as :func:`coclr.data.video.decode_video` gives them)."""
+        if not (isinstance(frames, np.ndarray) and frames.dtype == np.uint8 and frames.ndim == 4
+                and frames.shape[-1] == 3):
+            raise DataError(f"{name}: expected uint8 frames [N, H, W, 3], got {getattr(frames, 'dtype', None)} "
+                            f"{getattr(frames, 'shape', None)}")
+        runner = _Runner(self, [name])
+        messages = [("frames", 0, frames[start: start + CHUNK_FRAMES])
+                    for start in range(0, len(frames), CHUNK_FRAMES)]
+        results = [result for message in [*messages, ("end", 0, fps)] for result in runner.handle(message)]
+        results += runner.finish()
+        result = results[0][1]
+        if isinstance(result, EmbedFailure):
+            raise DataError(result.error)
+        return result
+
+    def embed_many(self, paths: Iterable[str | os.PathLike[str]], progress: bool = False,
+                   skip_errors: bool = False) -> Iterator[VideoEmbedding]:
+        """The embeddings of ``paths``, in their order, decoded by the worker processes meanwhile. An unreadable
+        file raises :class:`~coclr.errors.DataError` naming it, or is left out with ``skip_errors``."""
+        paths = [str(p) for p in paths]
+        done: dict[int, VideoEmbedding | EmbedFailure] = {}
+        next_index = 0
+        for index, result in self.stream(paths, progress=progress):
+            done[index] = result
+            while next_index in done:
+                item = done.pop(next_index)
+                next_index += 1
+                if isinstance(item, EmbedFailure):
+                    if not skip_errors:
+                        raise DataError(item.error)
+                    continue
+                yield item
+
+    def stream(self, paths: Sequence[str | os.PathLike[str]], workers: int | None = None, progress: bool = False,
+               desc: str = "embedding") -> Iterator[tuple[int, VideoEmbedding | EmbedFailure]]:
+        """``(position in paths, result)`` for every path, in the order the videos finish; never raises for
+        a bad video (it gives an :class:`EmbedFailure`). ``progress`` shows a bar with the ETA."""
+        from tqdm import tqdm
+
+        paths = [str(p) for p in paths]
+        workers = self.workers if workers is None else workers
+        runner = _Runner(self, paths)
+        with tqdm(total=len(paths), desc=desc, unit="video", disable=not progress, dynamic_ncols=True,
+                  smoothing=0.05) as bar:
+            for message in _decoded_messages(paths, self.settings, workers):
+                for index, result in runner.handle(message):
+                    bar.update(1)
+                    if isinstance(result, EmbedFailure):
+                        runner.failed += 1
+                        bar.set_postfix(failed=runner.failed, refresh=False)
+                    yield index, result
+            for index, result in runner.finish():
+                bar.update(1)
+                yield index, result
+
+
+# ------------------------------------------------------------------------------------------------ networks
+
+
+@dataclasses.dataclass
+class _Stream:
+    """One network of the embedding: the view it reads, its normalisation, and a function clips -> features."""
+
+    view: str
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    network: Any
+    dim: int
+
+    @classmethod
+    def load(cls, checkpoint: Path, view: str, mean, std, feature: str, device: torch.device, load_encoder) -> _Stream:
+        backbone, head = load_encoder(checkpoint, map_location="cpu")
+        backbone.to(device).eval()
+        if feature == "head":
+            if head is None:
+                raise CheckpointError(f"{checkpoint}: has no projection head; embed its backbone feature instead "
+                                      "(feature 'backbone')")
+            head.to(device).eval()
+
+            def network(clips: torch.Tensor) -> torch.Tensor:
+                return head(backbone(clips).mean(dim=(2, 3, 4)))
+
+            dim = head.out_dim
+        else:
+            def network(clips: torch.Tensor) -> torch.Tensor:
+                return backbone(clips).mean(dim=(2, 3, 4))
+
+            dim = backbone.out_channels
+        return cls(view, tuple(mean), tuple(std), network, dim)
+
+
+def combine(features: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Per-stream features ``[N, D_i]`` -> one unit vector per row: the L2-normalised streams concatenated
+    and divided by sqrt(number of streams)."""
+    parts = [F.normalize(f.float(), dim=-1) for f in features]
+    return torch.cat(parts, dim=-1) / math.sqrt(len(parts))
+
+
+# ------------------------------------------------------------------------------------------------ decoding
+
+
+def _decoded_messages(paths: Sequence[str], settings: EmbedSettings, workers: int) -> Iterator[tuple]:
+    """The decoders' messages for ``paths``: ``("frames", i, uint8 [c, H, W, 3])``, then ``("end", i, fps)``
+    or ``("error", i, message)``; from ``workers`` processes (0: decoded here)."""
+    source = _DecodedVideos(list(paths), settings.short_side, settings.fps)
+    if workers == 0 or len(paths) <= 1:
+        yield from source
+        return
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(source, batch_size=None, num_workers=min(workers, len(paths)), worker_init_fn=_init_decoder)
+    yield from loader
+
+
+def _init_decoder(_worker: int) -> None:
+    import cv2
+
+    cv2.setNumThreads(1)
+
+
+class _DecodedVideos(torch.utils.data.IterableDataset):
+    """Streams the frames of the videos, each worker its share (video ``i`` goes to worker ``i % workers``)."""
+
+    def __init__(self, paths: list[str], short_side: int | None, fps: float | None) -> None:
+        self.paths, self.short_side, self.fps = paths, short_side, fps
+
+    def __iter__(self) -> Iterator[tuple]:
+        from coclr.data.video import VideoReader
+
+        info = torch.utils.data.get_worker_info()
+        first, step = (0, 1) if info is None else (info.id, info.num_workers)
+        for index in range(first, len(self.paths), step):
+            try:
+                with VideoReader(self.paths[index], self.short_side, self.fps) as reader:
+                    chunk: list[np.ndarray] = []
+                    for frame in reader:
+                        chunk.append(frame)
+                        if len(chunk) == CHUNK_FRAMES:
+                            yield ("frames", index, np.stack(chunk))
+                            chunk = []
+                    if chunk:
+                        yield ("frames", index, np.stack(chunk))
+                    yield ("end", index, reader.fps)
+            except Exception as error:  # one bad file must not stop the others
+                yield ("error", index, _message(self.paths[index], error))
+
+
+def _message(path: str, error: BaseException) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return text if path in text else f"{path}: {type(error).__name__}: {text}"
+
+
+# ------------------------------------------------------------------------------------------------ windows
+
+
+class _VideoWindows:
+    """Cuts the windows of one video from its frames as they arrive (and its flow, for two streams).
+
+    Windows are those of ``sliding_windows(n, length, stride, hop)`` for the final frame count ``n``: the
+    ones at multiples of the hop are cut as soon as their frames are there, the last one (ending at the last
+    frame) when the video ends. Frames are dropped once no window can need them.
+    State: the kept frames (``base`` = index of the first kept), the flow of the kept frames, the last frame.
+    """
+
+    def __init__(self, settings: EmbedSettings) -> None:
+        self.length, self.stride = settings.length, settings.stride
+        self.span = clip_span(settings.length, settings.stride)
+        self.hop = settings.window_step or max(1, settings.length // 2) * settings.stride
+        self.two_stream = settings.two_stream
+        self.frames: list[np.ndarray] = []
+        self.flow: list[np.ndarray] = []
+        self.base = 0
+        self.received = 0
+        self.next_start = 0
+        self.cut: set[int] = set()
+
+    @property
+    def available(self) -> int:
+        """Frames that windows may use so far (for two streams: those with a flow frame)."""
+        return self.base + (len(self.flow) if self.two_stream else len(self.frames))
+
+    def add(self, frames: np.ndarray, flow: np.ndarray | None) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """Add decoded frames (and the flow frames they complete); returns the windows now complete."""
+        self.frames.extend(frames)
+        if flow is not None:
+            self.flow.extend(flow)
+        self.received += len(frames)
+        ready = []
+        while self.next_start + self.span <= self.available:
+            ready.append(self._window(self.next_start + self.stride * np.arange(self.length)))
+            self.next_start += self.hop
+        self._trim()
+        return ready
+
+    def finish(self) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """The windows not cut yet, once every frame has arrived."""
+        total = self.available
+        if total < 1:
+            raise DataError("a two-stream embedding needs at least 2 frames (flow is computed between frames)"
+                            if self.two_stream else "the video has no frame")
+        windows = sliding_windows(total, self.length, self.stride, self.hop)
+        return [self._window(indices) for indices in windows if int(indices[0]) not in self.cut]
+
+    def _window(self, indices: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        indices = np.minimum(indices, self.available - 1)
+        self.cut.add(int(indices[0]))
+        local = indices - self.base
+        views = {"rgb": np.stack([self.frames[i] for i in local])}
+        if self.two_stream:
+            views["flow"] = np.stack([self.flow[i] for i in local])
+        return indices, views
+
+    def _trim(self) -> None:
+        """Drop frames before the earliest one a later window can start at."""
+        keep_from = max(0, min(self.next_start, self.available - self.span))
+        drop = keep_from - self.base
+        if drop > 0:
+            if self.two_stream:
+                drop = min(drop, len(self.frames) - 1)  # the last frame pairs with the next chunk's first
+                del self.flow[:drop]
+            del self.frames[:drop]
+            self.base += drop
+
+
+# ------------------------------------------------------------------------------------------------ inference
+
+
+@dataclasses.dataclass
+class _Pending:
+    """A video being embedded: its window cutter, the windows' features (per stream) and times."""
+
+    path: str
+    windows: _VideoWindows
+    features: dict[int, list[torch.Tensor]] = dataclasses.field(default_factory=dict)
+    starts: list[int] = dataclasses.field(default_factory=list)
+    ends: list[int] = dataclasses.field(default_factory=list)
+    queued: int = 0
+    fps: float | None = None
+    failed: str | None = None
+
+
+class _Runner:
+    """Turns decoder messages into results: cuts windows, batches them through the networks, assembles videos.
+
+    State: the videos in progress and the queue of prepared windows (normalised crops on the device).
+    """
+
+    def __init__(self, embedder: Embedder, paths: list[str]) -> None:
+        self.embedder = embedder
+        self.settings = embedder.settings
+        self.paths = paths
+        self.videos: dict[int, _Pending] = {}
+        self.queue: list[tuple[int, int, list[torch.Tensor]]] = []  # (video, window number, crops per stream)
+        self.queued_windows = 0
+        self.failed = 0
+        self.last_gray: dict[int, np.ndarray] = {}
+
+    def handle(self, message: tuple) -> list[tuple[int, VideoEmbedding | EmbedFailure]]:
+        kind, index, payload = message
+        video = self.videos.get(index)
+        if video is None:
+            video = self.videos[index] = _Pending(self.paths[index], _VideoWindows(self.settings))
+        if video.failed is None:
+            try:
+                if kind == "frames":
+                    frames = payload.numpy() if isinstance(payload, torch.Tensor) else payload
+                    self._enqueue(index, video, video.windows.add(frames, self._flow(index, frames)))
+                elif kind == "end":
+                    video.fps = float(payload)
+                    self._enqueue(index, video, video.windows.finish())
+                    self.last_gray.pop(index, None)
+                else:
+                    video.failed = str(payload)
+            except DataError as error:
+                video.failed = _message(video.path, error)
+        out = []
+        while self.queued_windows >= self.embedder.batch_size:
+            self._run_batch()
+        out.extend(self._collect())
+        return out
+
+    def finish(self) -> list[tuple[int, VideoEmbedding | EmbedFailure]]:
+        while self.queue:
+            self._run_batch()
+        out = self._collect()
+        assert not self.videos, f"videos left unfinished: {[v.path for v in self.videos.values()]}"
+        return out
+
+    def _flow(self, index: int, frames: np.ndarray) -> np.ndarray | None:
+        """Flow frames (uint8, the stored format) from the previous frame to each of ``frames``."""
+        if not self.settings.two_stream:
+            return None
+        from coclr.data.flow.encode import flow_to_uint8
+        from coclr.data.flow.opencv import rgb_to_gray
+        from coclr.data.flow.tvl1 import tvl1_flow
+
+        gray = rgb_to_gray(frames)
+        previous = self.last_gray.get(index)
+        self.last_gray[index] = gray[-1]
+        if previous is not None:
+            gray = np.concatenate([previous[None], gray])
+        if len(gray) < 2:
+            return np.zeros((0, *frames.shape[1:]), np.uint8)
+        device_gray = torch.from_numpy(gray).to(self.embedder.device)
+        with torch.inference_mode():
+            flow = tvl1_flow(device_gray[:-1], device_gray[1:])
+            return flow_to_uint8(flow.permute(0, 2, 3, 1), self.settings.flow_bound).cpu().numpy()
+
+    def _enqueue(self, index: int, video: _Pending, windows: list[tuple[np.ndarray, dict[str, np.ndarray]]]) -> None:
+        """Crop and normalise the windows on the device, and queue them for the networks."""
+        if not windows:
+            return
+        from coclr.data.augment import center_crop
+
+        crops = []
+        for stream in self.embedder.streams:
+            clips = torch.from_numpy(np.stack([views[stream.view] for _, views in windows])).to(self.embedder.device)
+            crops.append(center_crop({stream.view: clips}, self.settings.size, mean=stream.mean,
+                                     std=stream.std)[stream.view])
+        for number, (indices, _) in enumerate(windows):
+            video.starts.append(int(indices[0]))
+            video.ends.append(int(indices[-1]) + 1)
+            self.queue.append((index, video.queued + number, [c[number] for c in crops]))
+        video.queued += len(windows)
+        self.queued_windows += len(windows)
+
+    @torch.no_grad()
+    def _run_batch(self) -> None:
+        batch, self.queue = self.queue[: self.embedder.batch_size], self.queue[self.embedder.batch_size:]
+        self.queued_windows -= len(batch)
+        outputs = [stream.network(torch.stack([crops[s] for _, _, crops in batch])).float().cpu()
+                   for s, stream in enumerate(self.embedder.streams)]
+        for row, (index, number, _) in enumerate(batch):
+            self.videos[index].features[number] = [output[row] for output in outputs]
+
+    def _collect(self) -> list[tuple[int, VideoEmbedding | EmbedFailure]]:
+        """The videos that are complete (ended with all windows computed) or failed."""
+        out = []
+        for index in list(self.videos):
+            video = self.videos[index]
+            if video.failed is not None:
+                if any(item[0] == index for item in self.queue):
+                    self.queue = [item for item in self.queue if item[0] != index]
+                    self.queued_windows = len(self.queue)
+                out.append((index, EmbedFailure(video.path, video.failed)))
+            elif video.fps is not None and len(video.features) == video.queued:
+                out.append((index, self._assemble(video)))
+            else:
+                continue
+            del self.videos[index]
+            self.last_gray.pop(index, None)
+        return out
+
+    def _assemble(self, video: _Pending) -> VideoEmbedding:
+        per_stream = [torch.stack([video.features[n][s] for n in range(video.queued)])
+                      for s in range(len(self.embedder.streams))]
+        vector = combine([features.double().mean(dim=0).float() for features in per_stream])
+        windows = combine(per_stream)
+        fps = float(video.fps)
+        frames = video.windows.received
+        return VideoEmbedding(video.path, vector.numpy(), windows.numpy(), np.asarray(video.starts, np.float64) / fps,
+                              np.asarray(video.ends, np.float64) / fps, fps, frames)

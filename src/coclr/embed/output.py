@@ -1,0 +1,390 @@
+"""The output folder of ``coclr embed``: memory-mappable arrays plus JSON-lines metadata, resumable and atomic.
+
+Layout::
+
+    embed.json       the settings, the checkpoints (path, sha256, format), the dimension, library versions
+    videos.npy       float32 [N, D], one unit vector per video (row i <-> line i of videos.jsonl)
+    videos.jsonl     {"row", "path", "size", "mtime_ns", "duration", "fps", "frames", "windows", "first_window"}
+    windows.npy      float32 [M, D], one unit vector per window; a video's windows are consecutive rows
+    windows.jsonl    {"row", "video", "start", "end"} (video row, times in seconds)
+    failed.jsonl     {"path", "size", "mtime_ns", "error"}: the files that could not be embedded
+    chunks/          results of a run not merged into the files above yet (each chunk file written atomically)
+
+A video is keyed by its absolute path; the same path with the same size and modification time is not embedded
+again, a changed one replaces its row in place (same row number; its windows move to the end of windows.npy).
+
+Writes: while a run goes, finished videos are written to chunk files (atomically, every ``flush_videos``
+videos or ``flush_seconds``). Merging them rewrites the five files as temporary ``.next`` files, then records
+the list of renames in ``commit.json`` (atomically), then renames and deletes the merged chunks, then deletes
+``commit.json``. A run that starts finds and finishes an interrupted commit, then merges what chunks remain,
+so a kill at any moment loses at most the unflushed videos, and never leaves a duplicate or a half-written row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coclr.atomic import atomic_open, atomic_write_json, read_json_lines
+from coclr.config import differences
+from coclr.errors import ConfigError, DataError
+
+SETTINGS_FILE = "embed.json"
+COMMIT_FILE = "commit.json"
+CHUNKS = "chunks"
+LOCK_FILE = ".lock"
+NEXT_SUFFIX = ".next"
+VIDEOS, WINDOWS = "videos", "windows"
+FAILED = "failed.jsonl"
+FORMAT = "coclr-embeddings"
+ARRAY_BLOCK = 65536
+"""Rows copied at a time when the arrays are rewritten (bounds memory for millions of rows)."""
+
+
+def file_identity(path: str | Path) -> tuple[int, int] | None:
+    """``(size, mtime_ns)`` of a file, None when it cannot be read."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+@contextlib.contextmanager
+def _exclusive(root: Path) -> Iterator[None]:
+    """Hold ``root/.lock`` so that two runs never write one folder at once (a second one is refused)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock
+        yield
+        return
+    with open(root / LOCK_FILE, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DataError(f"{root}: another coclr embed is writing this folder; wait for it to finish") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class EmbeddingWriter:
+    """Writes an output folder (see the module docstring): use as ``with EmbeddingWriter(root, record) as out``.
+
+    ``record`` is what ``embed.json`` holds; its ``"settings"`` must equal the folder's (else
+    :class:`ConfigError` naming each differing key). Opening locks the folder, finishes an interrupted commit
+    and merges leftover chunks; closing flushes and merges. State: the videos done (identity by path), the
+    failures, and the results not flushed yet.
+    """
+
+    def __init__(self, root: str | Path, record: dict[str, Any], flush_videos: int = 256,
+                 flush_seconds: float = 60.0) -> None:
+        self.root = Path(root)
+        self.record = json.loads(json.dumps(record))
+        self.flush_videos, self.flush_seconds = flush_videos, flush_seconds
+        self._buffer: list[Any] = []
+        self._failures: list[dict[str, Any]] = []
+        self._last_flush = time.monotonic()
+        self._lock: contextlib.ExitStack | None = None
+        self._sequence = 0
+
+    # ------------------------------------------------------------------ opening and closing
+
+    def __enter__(self) -> EmbeddingWriter:
+        if self.root.exists() and not self.root.is_dir():
+            raise DataError(f"{self.root}: exists and is not a folder")
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = contextlib.ExitStack()
+        self._lock.enter_context(_exclusive(self.root))
+        try:
+            self._check_settings()
+            recover(self.root)
+            self.merge()
+            self.done = {r["path"]: (r["size"], r["mtime_ns"]) for r in read_jsonl(self.root / f"{VIDEOS}.jsonl")}
+            self.failed = {r["path"]: (r["size"], r["mtime_ns"]) for r in read_jsonl(self.root / FAILED)}
+        except BaseException:
+            self._lock.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.flush()
+            self.merge()
+        finally:
+            assert self._lock is not None
+            self._lock.close()
+
+    def _check_settings(self) -> None:
+        path = self.root / SETTINGS_FILE
+        if not path.is_file():
+            if any(entry.name != LOCK_FILE for entry in self.root.iterdir()):
+                raise DataError(f"{self.root}: the folder holds other files and no {SETTINGS_FILE}; give an empty or "
+                                "new folder (or one coclr embed wrote)")
+            atomic_write_json(path, {"format": FORMAT, **self.record})
+            return
+        recorded = read_settings(self.root)
+        conflicts = differences(recorded.get("settings", {}), self.record["settings"])
+        if conflicts:
+            raise ConfigError(f"{self.root} holds embeddings made with other settings: {', '.join(conflicts)}; use "
+                              "those settings or another output folder")
+
+    # ------------------------------------------------------------------ adding results
+
+    def todo(self, path: str, identity: tuple[int, int] | None, retry_failed: bool = False) -> bool:
+        """Whether ``path`` (with its current identity) still needs embedding."""
+        if identity is None:
+            return True  # unreadable now: it is tried, and fails with a clear message
+        if self.done.get(path) == identity:
+            return False
+        return retry_failed or self.failed.get(path) != identity
+
+    def add(self, result, identity: tuple[int, int]) -> None:
+        """Add a :class:`~coclr.embed.embedder.VideoEmbedding` of the file with ``identity``."""
+        self._buffer.append((result, identity))
+        self._maybe_flush()
+
+    def add_failure(self, path: str, identity: tuple[int, int] | None, error: str) -> None:
+        size, mtime = identity if identity is not None else (None, None)
+        self._failures.append({"path": path, "size": size, "mtime_ns": mtime, "error": error})
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        if (len(self._buffer) + len(self._failures) >= self.flush_videos
+                or time.monotonic() - self._last_flush >= self.flush_seconds):
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered results to a new chunk file (atomically)."""
+        self._last_flush = time.monotonic()
+        if not self._buffer and not self._failures:
+            return
+        dim = int(self.record["dim"])
+        videos = [{"path": r.path, "size": ident[0], "mtime_ns": ident[1], "duration": r.duration, "fps": r.fps,
+                   "frames": r.frames, "windows": len(r.windows)} for r, ident in self._buffer]
+        arrays = {
+            "videos": np.stack([r.vector for r, _ in self._buffer]).astype(np.float32) if self._buffer
+            else np.zeros((0, dim), np.float32),
+            "windows": np.concatenate([r.windows for r, _ in self._buffer]).astype(np.float32) if self._buffer
+            else np.zeros((0, dim), np.float32),
+            "starts": np.concatenate([r.starts for r, _ in self._buffer]) if self._buffer else np.zeros(0),
+            "ends": np.concatenate([r.ends for r, _ in self._buffer]) if self._buffer else np.zeros(0),
+        }
+        meta = json.dumps({"videos": videos, "failed": self._failures})
+        name = f"{time.time_ns():020d}-{os.getpid()}-{self._sequence:06d}.npz"
+        self._sequence += 1
+        with atomic_open(self.root / CHUNKS / name, "wb") as out:
+            np.savez(out, meta=np.array(meta), **arrays)
+        for (result, identity) in self._buffer:
+            self.done[result.path] = identity
+        for failure in self._failures:
+            self.failed[failure["path"]] = (failure["size"], failure["mtime_ns"])
+        self._buffer, self._failures = [], []
+
+    # ------------------------------------------------------------------ merging
+
+    def merge(self) -> None:
+        """Merge the chunk files into the arrays and JSON-lines files (see the module docstring)."""
+        chunks = sorted((self.root / CHUNKS).glob("*.npz")) if (self.root / CHUNKS).is_dir() else []
+        if not chunks and (self.root / f"{VIDEOS}.npy").is_file():
+            return
+        dim = int(self.record["dim"])
+        videos = read_jsonl(self.root / f"{VIDEOS}.jsonl")
+        windows = read_jsonl(self.root / f"{WINDOWS}.jsonl")
+        old_videos = _open_array(self.root / f"{VIDEOS}.npy", dim)
+        old_windows = _open_array(self.root / f"{WINDOWS}.npy", dim)
+        failed = {r["path"]: r for r in read_jsonl(self.root / FAILED)}
+        row_of = {record["path"]: record["row"] for record in videos}
+
+        # The latest result of every path: (chunk number, position in chunk) of its rows.
+        latest: dict[str, tuple[int, int]] = {}
+        loaded = []
+        for number, chunk in enumerate(chunks):
+            try:
+                with np.load(chunk, allow_pickle=False) as data:
+                    meta = json.loads(str(data["meta"]))
+                    arrays = {key: data[key] for key in ("videos", "windows", "starts", "ends")}
+            except (OSError, ValueError, KeyError) as error:
+                raise DataError(f"{chunk}: unreadable chunk file ({error}); delete it and run again") from None
+            first = np.concatenate([[0], np.cumsum([v["windows"] for v in meta["videos"]])]).astype(np.int64)
+            loaded.append((meta, arrays, first))
+            for position, video in enumerate(meta["videos"]):
+                latest[video["path"]] = (number, position)
+                failed.pop(video["path"], None)
+            for failure in meta["failed"]:
+                failed[failure["path"]] = failure
+
+        replaced = {row_of[path] for path in latest if path in row_of}
+        new_paths = [path for path in latest if path not in row_of]
+        for path in new_paths:
+            row_of[path] = len(row_of)
+        num_videos = len(row_of)
+        kept_windows = [w for w in windows if w["video"] not in replaced]
+        added_windows = sum(loaded[n][0]["videos"][p]["windows"] for n, p in latest.values())
+        num_windows = len(kept_windows) + added_windows
+
+        temps = {}
+        video_out = _new_array(self.root / f"{VIDEOS}.npy", (num_videos, dim), temps)
+        window_out = _new_array(self.root / f"{WINDOWS}.npy", (num_windows, dim), temps)
+        for start in range(0, len(old_videos), ARRAY_BLOCK):
+            stop = min(len(old_videos), start + ARRAY_BLOCK)
+            video_out[start:stop] = old_videos[start:stop]
+        # Windows of unchanged videos, in their order (copied in runs of consecutive rows), then the new ones.
+        new_window_records, write_at, first_window = [], 0, {}
+        runs = _runs([w["row"] for w in kept_windows])
+        for begin, end in runs:
+            for start in range(begin, end, ARRAY_BLOCK):
+                stop = min(end, start + ARRAY_BLOCK)
+                window_out[write_at: write_at + stop - start] = old_windows[start:stop]
+                write_at += stop - start
+        for row, record in enumerate(kept_windows):
+            new_window_records.append({**record, "row": row})
+            first_window.setdefault(record["video"], row)
+        video_records = {record["row"]: record for record in videos}
+        for path, (number, position) in sorted(latest.items(), key=lambda item: item[1]):
+            meta, arrays, first = loaded[number]
+            record = meta["videos"][position]
+            row = row_of[path]
+            video_out[row] = arrays["videos"][position]
+            begin, end = int(first[position]), int(first[position + 1])
+            window_out[write_at: write_at + end - begin] = arrays["windows"][begin:end]
+            for offset in range(end - begin):
+                new_window_records.append({"row": write_at + offset, "video": row,
+                                           "start": float(arrays["starts"][begin + offset]),
+                                           "end": float(arrays["ends"][begin + offset])})
+            first_window[row] = write_at
+            write_at += end - begin
+            video_records[row] = {"row": row, **record}
+        assert write_at == num_windows
+        for row, record in video_records.items():
+            record["first_window"] = first_window.get(row, 0)
+        for array in (video_out, window_out):
+            if isinstance(array, np.memmap):
+                array.flush()
+        del video_out, window_out, old_videos, old_windows
+        _write_lines(self.root / f"{VIDEOS}.jsonl", [video_records[row] for row in range(num_videos)], temps)
+        _write_lines(self.root / f"{WINDOWS}.jsonl", new_window_records, temps)
+        _write_lines(self.root / FAILED, list(failed.values()), temps)
+        for temp in temps.values():
+            _fsync(temp)
+        atomic_write_json(self.root / COMMIT_FILE, {"renames": {str(t.name): str(f.name) for f, t in temps.items()},
+                                                    "chunks": [chunk.name for chunk in chunks]})
+        recover(self.root)
+
+
+def recover(root: Path) -> None:
+    """Finish an interrupted commit (renames, then chunk deletions), and remove leftover temporary files."""
+    commit = root / COMMIT_FILE
+    if commit.is_file():
+        plan = json.loads(commit.read_text())
+        for temp, final in plan["renames"].items():
+            if (root / temp).is_file():
+                os.replace(root / temp, root / final)
+        for chunk in plan["chunks"]:
+            (root / CHUNKS / chunk).unlink(missing_ok=True)
+        commit.unlink()
+    for leftover in root.glob("*" + NEXT_SUFFIX):
+        leftover.unlink()
+    from coclr.data.jobs import remove_stale_partials
+
+    remove_stale_partials(root / CHUNKS)
+
+
+def _runs(rows: list[int]) -> list[tuple[int, int]]:
+    """Consecutive runs ``[begin, end)`` of a sorted list of rows."""
+    runs: list[tuple[int, int]] = []
+    for row in rows:
+        if runs and runs[-1][1] == row:
+            runs[-1] = (runs[-1][0], row + 1)
+        else:
+            runs.append((row, row + 1))
+    return runs
+
+
+def _open_array(path: Path, dim: int) -> np.ndarray:
+    if not path.is_file():
+        return np.zeros((0, dim), np.float32)
+    return np.load(path, mmap_mode="r")
+
+
+def _new_array(final: Path, shape: tuple[int, int], temps: dict[Path, Path]) -> np.ndarray:
+    temp = final.with_name(final.name + NEXT_SUFFIX)
+    temps[final] = temp
+    if shape[0] == 0:  # an empty file cannot be memory-mapped
+        with open(temp, "wb") as out:
+            np.save(out, np.zeros(shape, np.float32))
+        return np.zeros(shape, np.float32)
+    return np.lib.format.open_memmap(temp, mode="w+", dtype=np.float32, shape=shape)
+
+
+def _write_lines(final: Path, records: list[dict[str, Any]], temps: dict[Path, Path]) -> None:
+    temp = final.with_name(final.name + NEXT_SUFFIX)
+    temps[final] = temp
+    with open(temp, "w", encoding="utf-8") as out:
+        for record in records:
+            out.write(json.dumps(record) + "\n")
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file of the folder ([] when it does not exist)."""
+    return read_json_lines(path) if path.is_file() else []
+
+
+def read_settings(root: str | Path) -> dict[str, Any]:
+    """The ``embed.json`` record of an output folder (a :class:`DataError` when it is not one)."""
+    path = Path(root) / SETTINGS_FILE
+    if not path.is_file():
+        raise DataError(f"{root}: not a coclr embed output folder (no {SETTINGS_FILE})")
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path}: not valid JSON: {error}") from None
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise DataError(f"{path}: not a coclr embed settings file")
+    return record
+
+
+class Embeddings:
+    """Read access to an output folder: memory-mapped arrays and their metadata.
+
+    ``videos`` and ``windows`` are memory-mapped ``float32 [N, D]`` / ``[M, D]`` (copy-on-write: reading
+    never loads them whole); ``video_records`` / ``window_records`` the JSON lines. An interrupted run (chunks
+    not merged, or a commit not finished) is reported: run ``coclr embed`` again on the folder to finish it.
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.record = read_settings(self.root)
+        if (self.root / COMMIT_FILE).is_file():
+            raise DataError(f"{self.root}: a run was interrupted while writing; run the same coclr embed command "
+                            "again to finish it")
+        if not (self.root / f"{VIDEOS}.npy").is_file():
+            raise DataError(f"{self.root}: no embeddings yet; run the same coclr embed command again to finish")
+        self.videos = np.load(self.root / f"{VIDEOS}.npy", mmap_mode="c")
+        self.windows = np.load(self.root / f"{WINDOWS}.npy", mmap_mode="c")
+        self.video_records = read_jsonl(self.root / f"{VIDEOS}.jsonl")
+        self.window_records = read_jsonl(self.root / f"{WINDOWS}.jsonl")
+        if len(self.videos) != len(self.video_records) or len(self.windows) != len(self.window_records):
+            raise DataError(f"{self.root}: the arrays and the JSON-lines files disagree (an interrupted run?); run "
+                            "the same coclr embed command again to finish it")
+        self.pending_chunks = len(list((self.root / CHUNKS).glob("*.npz"))) if (self.root / CHUNKS).is_dir() else 0
+        self._row_of: dict[str, int] | None = None
+
+    def row_of(self, path: str | Path) -> int | None:
+        """The video row of ``path`` (absolute, as embedded), or None."""
+        if self._row_of is None:
+            self._row_of = {record["path"]: record["row"] for record in self.video_records}
+        return self._row_of.get(str(Path(os.path.abspath(path))))

@@ -1,0 +1,143 @@
+"""The clip settings an embedding is computed with: from the checkpoint, else the paper's, each overridable.
+
+An encoder gives useful features only for clips like the ones it was trained on, so every setting defaults to
+what the checkpoint recorded from its training (:func:`coclr.models.loading.read_clip_settings`). Files that
+record nothing get the defaults of their format:
+
+- the CoCLR authors' checkpoints and ours without a record: the paper's test clips, 32 consecutive frames of
+  the video at its own frame rate, the short side resized to 128 px, the centre 128 x 128 crop, ImageNet mean and
+  standard deviation (as in training, :mod:`coclr.data.augment`), flow clipped to +-20 px;
+- torchvision's ``s3d`` (Kinetics-400 weights): its own inference transform, frames at 15 fps, the short side
+  resized to 256 px, the centre 224 x 224 crop, torchvision's Kinetics mean and standard deviation.
+
+The windows default to the ones ``coclr eval`` uses (half-overlapping, the last one reaching the end), so a
+video's embedding is the feature the paper's retrieval computes for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from coclr.config import option, require
+from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD
+from coclr.errors import ConfigError
+
+FEATURES = ("backbone", "head")
+KINETICS_MEAN = (0.43216, 0.394666, 0.37645)
+KINETICS_STD = (0.22803, 0.22145, 0.216989)
+"""torchvision's normalisation of its Kinetics-400 video models (``VideoClassification`` transform)."""
+
+#: Clip settings shared by the RGB and the flow stream (their windows must cover the same frames).
+SHARED_KEYS = ("length", "stride", "size", "fps", "short_side")
+
+
+@dataclasses.dataclass
+class EmbedSettings:
+    """Everything that changes an embedding (recorded in the output folder's ``embed.json``)."""
+
+    length: int = option(32, "frames per window")
+    stride: int = option(1, "step between the frames of a window (1: consecutive frames)")
+    size: int = option(128, "side of the square centre crop fed to the network, after resizing the short side")
+    fps: float | None = option(None, "resample videos to this frame rate first (None: every decoded frame)")
+    short_side: int | None = option(128, "resize frames so the short side has this many pixels before cropping "
+                                         "(None: the decoded size)")
+    mean: tuple[float, float, float] = option(IMAGENET_MEAN, "per-channel mean of the RGB normalisation")
+    std: tuple[float, float, float] = option(IMAGENET_STD, "per-channel std of the RGB normalisation")
+    window_step: int | None = option(None, "frames between the starts of consecutive windows (None: half a window, "
+                                           "as coclr eval)")
+    feature: str = option("backbone", "backbone: the pooled backbone feature (1024-d at full width, the paper's "
+                                      "retrieval feature); head: the projection head's output (128-d)")
+    flow_bound: float | None = option(None, "two-stream only: flow clipped to +-this many px before its uint8 "
+                                            "quantisation (as the flow encoder's store did)")
+    flow_mean: tuple[float, float, float] | None = option(None, "two-stream only: mean of the flow normalisation")
+    flow_std: tuple[float, float, float] | None = option(None, "two-stream only: std of the flow normalisation")
+
+    def validate(self) -> None:
+        require(self.length >= 1, "length", f"must be >= 1, got {self.length}")
+        require(self.stride >= 1, "stride", f"must be >= 1, got {self.stride}")
+        require(self.size >= 32, "size", f"must be >= 32 (the smallest S3D input), got {self.size}")
+        require(self.fps is None or self.fps > 0, "fps", f"must be positive, got {self.fps}")
+        require(self.short_side is None or self.short_side >= 1, "short_side",
+                f"must be positive, got {self.short_side}")
+        require(self.window_step is None or self.window_step >= 1, "window_step",
+                f"must be at least 1 frame, got {self.window_step}")
+        require(self.feature in FEATURES, "feature", f"must be one of {', '.join(FEATURES)}, got {self.feature!r}")
+        for key in ("mean", "std", "flow_mean", "flow_std"):
+            value = getattr(self, key)
+            require(value is None or len(value) == 3, key, f"needs 3 values, got {value}")
+        for key in ("std", "flow_std"):
+            value = getattr(self, key)
+            require(value is None or all(v > 0 for v in value), key, f"needs positive values, got {value}")
+        require(self.flow_bound is None or self.flow_bound > 0, "flow_bound",
+                f"must be positive, got {self.flow_bound}")
+
+    @property
+    def two_stream(self) -> bool:
+        return self.flow_bound is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (tuples as lists), as recorded in ``embed.json``."""
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in dataclasses.asdict(self).items()}
+
+
+def format_defaults(checkpoint_format: str) -> dict[str, Any]:
+    """The settings of a checkpoint that records none, by format (see the module docstring)."""
+    if checkpoint_format == "torchvision":
+        return {"fps": 15.0, "short_side": 256, "size": 224, "mean": KINETICS_MEAN, "std": KINETICS_STD}
+    return {}
+
+
+def recorded_settings(checkpoint: str | Path, expected_view: str) -> dict[str, Any]:
+    """What ``checkpoint`` recorded (or its format implies) as :class:`EmbedSettings` keys; refuses an encoder
+    trained on another kind of view than ``expected_view`` ("rgb" or "flow")."""
+    from coclr.data.augment import view_kind
+    from coclr.models.loading import checkpoint_format, read_clip_settings
+
+    recorded = read_clip_settings(checkpoint)
+    view = recorded.get("view")
+    if view is not None and view_kind(view) != expected_view:
+        option_name = "--flow-checkpoint" if expected_view == "flow" else "--checkpoint"
+        raise ConfigError(f"{checkpoint}: the encoder was trained on the {view!r} view, but {option_name} takes "
+                          f"an encoder of {expected_view!r} clips")
+    out = format_defaults(checkpoint_format(checkpoint)) if not recorded else {}
+    out.update({key: recorded[key] for key in (*SHARED_KEYS, "mean", "std") if recorded.get(key) is not None})
+    if "fps" in recorded:
+        out["fps"] = recorded["fps"]  # None is a recorded value here: every decoded frame
+    if expected_view == "flow":
+        out = {("flow_" + key if key in ("mean", "std") else key): value for key, value in out.items()}
+        out["flow_bound"] = recorded.get("flow_bound") or 20.0
+    return out
+
+
+def resolve_settings(checkpoint: str | Path, flow_checkpoint: str | Path | None = None,
+                     **overrides: Any) -> EmbedSettings:
+    """The settings for ``checkpoint`` (and ``flow_checkpoint``): recorded, else the format's defaults, else the
+    paper's; ``overrides`` (any :class:`EmbedSettings` key) win. The two streams must agree on the clip shape
+    and frame rate (:data:`SHARED_KEYS`) unless an override settles it."""
+    known = {field.name for field in dataclasses.fields(EmbedSettings)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ConfigError(f"{', '.join(unknown)}: unknown embedding setting (known: {', '.join(sorted(known))})")
+    values = recorded_settings(checkpoint, "rgb")
+    if flow_checkpoint is not None:
+        flow = recorded_settings(flow_checkpoint, "flow")
+        for key in SHARED_KEYS:
+            if key in values and key in flow and values[key] != flow[key] and overrides.get(key) is None:
+                raise ConfigError(f"{key}: {checkpoint} was trained with {values[key]!r} and {flow_checkpoint} with "
+                                  f"{flow[key]!r}; the two streams need the same windows: choose one with --"
+                                  f"{key.replace('_', '-')}")
+            if key in flow:
+                values.setdefault(key, flow[key])
+        values.update({key: value for key, value in flow.items() if key not in SHARED_KEYS})
+        values.setdefault("flow_mean", IMAGENET_MEAN)
+        values.setdefault("flow_std", IMAGENET_STD)
+    elif any(overrides.get(key) is not None for key in ("flow_bound", "flow_mean", "flow_std")):
+        raise ConfigError("flow_bound, flow_mean and flow_std apply to a flow stream: give --flow-checkpoint")
+    values.update({key: value for key, value in overrides.items() if value is not None})
+    values = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
+    settings = EmbedSettings(**values)
+    settings.validate()
+    return settings

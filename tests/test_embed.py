@@ -1,0 +1,422 @@
+"""coclr embed: inputs, settings, windows and features against slow references, the store equivalence on real
+clips, two streams, the output folder (incremental runs, failures, SIGKILL and interrupted commits)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from coclr.cli import main as cli_main
+from coclr.data.sampling import sliding_windows
+from coclr.embed.embedder import Embedder, combine
+from coclr.embed.inputs import expand_inputs
+from coclr.embed.output import Embeddings, EmbeddingWriter
+from coclr.embed.settings import KINETICS_MEAN, resolve_settings
+from coclr.errors import CheckpointError, ConfigError, DataError
+from test_eval_helpers import save_tiny_encoder
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SMALL = {"length": 8, "size": 32, "short_side": 32}
+"""Settings that make a tiny encoder fast on the CPU."""
+
+
+def moving_square(frames: int, height: int = 32, width: int = 40, seed: int = 0) -> np.ndarray:
+    """Frames of a bright square moving over a noisy background of a colour drawn from ``seed``."""
+    rng = np.random.default_rng(seed)
+    base = rng.integers(20, 200, 3)
+    video = np.clip(base + rng.normal(0, 15, (frames, height, width, 3)), 0, 255).astype(np.uint8)
+    for t in range(frames):
+        y, x = (2 * t + 3 * seed) % (height - 8), (3 * t + 5 * seed) % (width - 8)
+        video[t, y: y + 8, x: x + 8] = 255
+    return video
+
+
+def write_video(path: Path, frames: np.ndarray, fps: float = 25.0, codec: str = "libx264") -> Path:
+    from coclr.data.video import write_mp4
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_mp4(path, frames, fps, codec)
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory) -> Path:
+    return save_tiny_encoder(tmp_path_factory.mktemp("enc") / "encoder.pth")
+
+
+@pytest.fixture(scope="module")
+def flow_encoder(tmp_path_factory) -> Path:
+    settings = {"view": "flow", "length": 8, "stride": 1, "size": 32, "fps": None, "short_side": 32,
+                "flow_bound": 5.0}
+    return save_tiny_encoder(tmp_path_factory.mktemp("flowenc") / "flow.pth", seed=1,
+                             meta={"method": "infonce", "view": "flow", "clip_settings": settings})
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+
+
+def test_inputs_expand_files_folders_lists_and_globs(tmp_path, monkeypatch):
+    clips = tmp_path / "clips"
+    a = write_video(clips / "a.mp4", moving_square(4))
+    b = write_video(clips / "sub" / "deeper" / "b.mp4", moving_square(4))
+    (clips / "notes.txt").write_text("not listed as a video")
+    (clips / ".hidden").mkdir()
+    write_video(clips / ".hidden" / "c.mp4", moving_square(4))
+    listing = tmp_path / "list.csv"
+    listing.write_text("path\n# a comment\n\nclips/a.mp4\nclips/missing.mp4,extra,columns\n")
+    monkeypatch.chdir(tmp_path)
+
+    assert expand_inputs(["clips"]) == [a, b]
+    assert expand_inputs(["clips/**/*.mp4"]) == [a, b]
+    assert expand_inputs([str(listing)]) == [a, tmp_path / "clips" / "missing.mp4"]  # missing: a failure later
+    assert expand_inputs(["clips/a.mp4", "clips", str(a)]) == [a, b]  # duplicates dropped, order kept
+    with pytest.raises(DataError, match="nope.mp4: no such file.*empty: no videos"):
+        (tmp_path / "empty").mkdir()
+        expand_inputs(["nope.mp4", "empty"])
+    with pytest.raises(DataError, match="matches no file"):
+        expand_inputs(["clips/*.webm"])
+
+
+# ------------------------------------------------------------------------------------------------ settings
+
+
+def test_settings_from_checkpoint_format_and_overrides(tmp_path, encoder, flow_encoder):
+    paper = resolve_settings(encoder)
+    assert (paper.length, paper.stride, paper.size, paper.short_side, paper.fps) == (32, 1, 128, 128, None)
+    recorded = save_tiny_encoder(tmp_path / "rec.pth", meta={"clip_settings": {
+        "view": "rgb", "length": 16, "stride": 2, "size": 112, "fps": 12.5, "short_side": 120,
+        "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}})
+    settings = resolve_settings(recorded, length=8)
+    assert (settings.length, settings.stride, settings.size, settings.fps, settings.short_side) == \
+        (8, 2, 112, 12.5, 120)
+    assert settings.mean == (0.5, 0.5, 0.5) and settings.std == (0.25, 0.25, 0.25)
+
+    # torchvision's s3d: its own Kinetics transform unless overridden.
+    from coclr.models.loading import _torchvision_name
+    from coclr.models.s3d import S3D
+
+    torchvision = tmp_path / "s3d_tv.pth"
+    torch.save({_torchvision_name(k): v for k, v in S3D(width=0.125, bn_eps=1e-3).state_dict().items()}, torchvision)
+    tv = resolve_settings(torchvision)
+    assert (tv.size, tv.short_side, tv.fps, tv.mean) == (224, 256, 15.0, KINETICS_MEAN)
+    assert resolve_settings(torchvision, mean=(0.1, 0.2, 0.3)).mean == (0.1, 0.2, 0.3)
+
+    two = resolve_settings(save_tiny_encoder(tmp_path / "rgb8.pth", meta={"clip_settings": {
+        "view": "rgb", "length": 8, "size": 32, "short_side": 32, "fps": None}}), flow_encoder)
+    assert two.two_stream and two.flow_bound == 5.0 and two.length == 8
+    with pytest.raises(ConfigError, match=r"length: .* 16 and .* 8.*--length"):
+        resolve_settings(recorded, flow_encoder)
+    assert resolve_settings(recorded, flow_encoder, length=8, size=32, short_side=32, fps=25.0, stride=1).length == 8
+    with pytest.raises(ConfigError, match="trained on the 'flow' view"):
+        resolve_settings(flow_encoder)
+    with pytest.raises(ConfigError, match="window_step"):
+        resolve_settings(encoder, window_step=0)
+    with pytest.raises(ConfigError, match="unknown embedding setting"):
+        resolve_settings(encoder, crop=3)
+
+
+def test_head_feature_needs_a_head(tmp_path):
+    from coclr.models.loading import _torchvision_name
+    from coclr.models.s3d import S3D
+
+    torchvision = tmp_path / "s3d_tv.pth"
+    torch.save({_torchvision_name(k): v for k, v in S3D(width=0.125, bn_eps=1e-3).state_dict().items()}, torchvision)
+    with pytest.raises(CheckpointError, match="no projection head"):
+        Embedder(torchvision, feature="head")
+
+
+# ------------------------------------------------------------------------------------------------ features
+
+
+def reference_embedding(backbone, frames: np.ndarray, length: int, stride: int, size: int, hop=None):
+    """Obviously correct: every window of the whole video (sliding_windows), centre crop, pooled feature."""
+    from coclr.data.augment import center_crop
+
+    windows = sliding_windows(len(frames), length, stride, hop)
+    clips = torch.from_numpy(np.stack([frames[w] for w in windows]))
+    with torch.no_grad():
+        features = backbone(center_crop(clips, size)).mean(dim=(2, 3, 4))
+    return windows, F.normalize(features.double().mean(0), dim=0).float(), F.normalize(features, dim=1)
+
+
+@pytest.mark.parametrize("frames, hop", [(5, None), (8, None), (9, None), (37, None), (37, 3), (70, 16)])
+def test_windows_and_features_match_a_whole_video_reference(encoder, frames, hop):
+    """Streaming (chunks of 32 frames, windows cut as frames arrive) gives the windows and features of the
+    whole-video computation, for videos shorter than a window, exactly one, and longer ones."""
+    from coclr.models.loading import load_encoder
+
+    video = moving_square(frames)
+    embedder = Embedder(encoder, workers=0, window_step=hop, **SMALL)
+    result = embedder.embed_frames(video, fps=20.0)
+    backbone, _ = load_encoder(encoder)
+    windows, vector, per_window = reference_embedding(backbone, video, 8, 1, 32, hop)
+    assert result.frames == frames and result.fps == 20.0
+    np.testing.assert_array_equal(result.starts * 20.0, [w[0] for w in windows])
+    np.testing.assert_allclose(result.ends * 20.0, [w[-1] + 1 for w in windows])
+    np.testing.assert_allclose(result.vector, vector.numpy(), atol=1e-5)
+    np.testing.assert_allclose(result.windows, per_window.numpy(), atol=1e-5)
+    assert abs(np.linalg.norm(result.vector) - 1) < 1e-5
+
+
+def test_head_feature_is_the_projection_of_the_pooled_feature(encoder):
+    from coclr.models.loading import load_encoder
+
+    video = moving_square(20)
+    result = Embedder(encoder, workers=0, feature="head", **SMALL).embed_frames(video, 25.0)
+    backbone, head = load_encoder(encoder)
+    windows, _, _ = reference_embedding(backbone, video, 8, 1, 32)
+    from coclr.data.augment import center_crop
+
+    with torch.no_grad():
+        outputs = head(backbone(center_crop(torch.from_numpy(np.stack([video[w] for w in windows])), 32))
+                       .mean(dim=(2, 3, 4)))
+    assert result.vector.shape == (128,)
+    np.testing.assert_allclose(result.vector, F.normalize(outputs.double().mean(0), dim=0).numpy(), atol=1e-5)
+
+
+def test_two_stream_concatenates_rgb_and_on_the_fly_flow(tmp_path, flow_encoder):
+    """Flow is TV-L1 between consecutive frames, quantised with the flow encoder's bound; both streams use the
+    n - 1 frames that have flow; the vector is the two normalised vectors concatenated, over sqrt(2)."""
+    from coclr.data.augment import center_crop
+    from coclr.data.flow.encode import flow_to_uint8
+    from coclr.data.flow.opencv import rgb_to_gray
+    from coclr.data.flow.tvl1 import tvl1_flow
+    from coclr.models.loading import load_encoder
+
+    rgb_encoder = save_tiny_encoder(tmp_path / "rgb.pth")
+    video = moving_square(45)  # two decoder chunks: the pair across the chunk boundary must be there
+    embedder = Embedder(rgb_encoder, workers=0, flow_checkpoint=flow_encoder, **SMALL)
+    result = embedder.embed_frames(video, 25.0)
+    assert embedder.dim == 256 and result.vector.shape == (256,)
+
+    gray = torch.from_numpy(rgb_to_gray(video))
+    flow = flow_to_uint8(tvl1_flow(gray[:-1], gray[1:]).permute(0, 2, 3, 1), 5.0).numpy()
+    windows = sliding_windows(len(video) - 1, 8, 1)
+    features = []
+    for checkpoint, frames, view in ((rgb_encoder, video, "rgb"), (flow_encoder, flow, "flow")):
+        backbone, _ = load_encoder(checkpoint)
+        clips = torch.from_numpy(np.stack([frames[w] for w in windows]))
+        with torch.no_grad():
+            features.append(backbone(center_crop({view: clips}, 32)[view]).mean(dim=(2, 3, 4)))
+    expected = combine([f.double().mean(0) for f in features])
+    np.testing.assert_allclose(result.vector, expected.numpy(), atol=1e-5)
+    np.testing.assert_allclose(result.windows, combine(features).numpy(), atol=1e-5)
+    assert len(result.starts) == len(windows)
+
+
+def test_store_and_files_give_the_same_features_on_real_clips(tmp_path, shared_clips, encoder):
+    """``coclr eval``'s features of a store of real clips equal the file embeddings: exactly when the embedder is
+    given the store's JPEG-compressed frames, and within the JPEG error from the files themselves. Measured
+    (tiny random encoder, quality 90, 64 px crops of 16 frames): distances between the unit vectors of 0.010 to
+    0.017, against 0.029 between the two closest different clips; asserted: at most 0.025, and each file's
+    nearest stored video is its own."""
+    from coclr.data.indexes import VideoEntry, VideoIndex
+    from coclr.data.build import build_store
+    from coclr.data.jpeg import decode_jpeg, encode_jpeg
+    from coclr.data.store import ClipStore
+    from coclr.data.video import decode_video_with_rate
+    from coclr.eval.features import ClipConfig, extract_features
+    from coclr.models.loading import load_encoder
+
+    names = ["v_BaseballPitch_g01_c01.avi", "v_Basketball_g01_c01.avi", "archery_ucf_format.avi"]  # all 320x240
+    index = VideoIndex("clips", ["any"], [VideoEntry(name, 0, "train") for name in names])
+    build_store(index, shared_clips, tmp_path / "store", short_side=128, quality=90, workers=1)
+    config = ClipConfig(length=16, stride=1, size=64)
+    backbone, _ = load_encoder(encoder)
+    stored = extract_features(backbone, ClipStore(tmp_path / "store"), "rgb", "train", config, progress=False)
+    expected = stored.features / np.linalg.norm(stored.features, axis=1, keepdims=True)
+
+    embedder = Embedder(encoder, workers=0, length=16, size=64, short_side=128)
+    from_files = np.stack([r.vector for r in embedder.embed_many([shared_clips / n for n in names])])
+    for row, name in enumerate(names):
+        frames, fps = decode_video_with_rate(shared_clips / name, 128)
+        jpeg = np.stack([decode_jpeg(encode_jpeg(frame, 90)) for frame in frames])
+        np.testing.assert_allclose(embedder.embed_frames(jpeg, fps).vector, expected[row], atol=1e-5)
+    distances = np.linalg.norm(from_files[:, None] - expected[None], axis=2)
+    others = distances[~np.eye(3, dtype=bool)]
+    print(f"file vs store: {np.round(np.diag(distances), 4)}; closest other clip {others.min():.4f}")
+    assert np.diag(distances).max() <= 0.025
+    assert distances.argmin(axis=1).tolist() == [0, 1, 2]
+
+
+QUICK_CLIPS = ("archery_ucf_format.avi", "arm_wrestling.mp4", "v_BaseballPitch_g01_c01.avi")
+
+
+@pytest.mark.parametrize("names", [pytest.param(QUICK_CLIPS, id="three"),
+                                   pytest.param(None, id="all", marks=pytest.mark.slow)])
+def test_copies_of_real_clips_retrieve_their_original(tmp_path, shared_clips, encoder, names):
+    """Re-encoded with another codec, resized, trimmed by a second at the start: each copy's nearest video among
+    the originals is its original (three clips by default, all eight with -m slow)."""
+    import av
+
+    from coclr.embed.search import nearest
+
+    originals = sorted(p for p in shared_clips.iterdir() if names is None or p.name in names)
+    copies, owners = [], []
+    for number, path in enumerate(originals):
+        with av.open(str(path)) as container:
+            fps = float(container.streams.video[0].average_rate)
+        from coclr.data.video import decode_video
+
+        frames = decode_video(path)
+        height, width = frames.shape[1:3]
+        small = decode_video(path, short_side=(min(height, width) * 3 // 4) // 2 * 2)
+        small = small[:, : small.shape[1] // 2 * 2, : small.shape[2] // 2 * 2]
+        codec = "mpeg4" if path.suffix != ".avi" else "libx264"
+        copies += [write_video(tmp_path / f"{number}_codec.mp4", frames[:, : height // 2 * 2, : width // 2 * 2], fps,
+                               codec),
+                   write_video(tmp_path / f"{number}_resized.mp4", small, fps),
+                   write_video(tmp_path / f"{number}_trimmed.mp4", frames[round(fps):, : height // 2 * 2,
+                                                                          : width // 2 * 2], fps)]
+        owners += [number] * 3
+    embedder = Embedder(encoder, workers=1, length=16, size=64, short_side=64)
+    gallery = np.stack([r.vector for r in embedder.embed_many(originals)])
+    queries = np.stack([r.vector for r in embedder.embed_many(copies)])
+    _, rows = nearest(gallery, queries, 1)
+    assert rows[:, 0].tolist() == owners
+
+
+# ------------------------------------------------------------------------------------------------ output folder
+
+
+def run_cli(*argv: str) -> int:
+    return cli_main(["embed", *map(str, argv), "--quiet", "--workers", "0"])
+
+
+def check_folder(root: Path) -> Embeddings:
+    """Every row valid: one row per path, arrays and JSON lines agree, unit vectors, windows point back."""
+    folder = Embeddings(root)
+    paths = [r["path"] for r in folder.video_records]
+    assert len(paths) == len(set(paths)), "duplicate video rows"
+    assert [r["row"] for r in folder.video_records] == list(range(len(paths)))
+    assert [r["row"] for r in folder.window_records] == list(range(len(folder.window_records)))
+    np.testing.assert_allclose(np.linalg.norm(folder.videos, axis=1), 1, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(folder.windows, axis=1), 1, atol=1e-5)
+    for record in folder.video_records:
+        own = [w for w in folder.window_records if w["video"] == record["row"]]
+        assert len(own) == record["windows"] and own[0]["row"] == record["first_window"]
+        assert own[-1]["end"] == pytest.approx(record["duration"])
+    return folder
+
+
+def test_embed_cli_incremental_rerun_changed_video_and_failures(tmp_path, encoder, capsys):
+    videos = tmp_path / "videos"
+    for number, frames in enumerate((12, 30, 5)):  # 5 frames: shorter than one window
+        write_video(videos / f"v{number}.mp4", moving_square(frames, seed=number))
+    (videos / "broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + os.urandom(2000))
+    listing = tmp_path / "more.txt"
+    write_video(tmp_path / "other" / "listed.mp4", moving_square(16, seed=7))
+    listing.write_text("other/listed.mp4\nother/gone.mp4\n")
+    out = tmp_path / "out"
+    common = ["--checkpoint", encoder, "--out", out, "--length", "8", "--size", "32", "--short-side", "32"]
+
+    assert run_cli(videos, listing, *common) == 0
+    printed = capsys.readouterr().out
+    assert "4 videos embedded" in printed and "2 failed" in printed and "broken.mp4" in printed
+    folder = check_folder(out)
+    assert len(folder.videos) == 4 and folder.videos.shape[1] == 128
+    failed = [json.loads(line) for line in (out / "failed.jsonl").read_text().splitlines()]
+    assert sorted(Path(f["path"]).name for f in failed) == ["broken.mp4", "gone.mp4"]
+    short = folder.video_records[folder.row_of(videos / "v2.mp4")]
+    assert short["frames"] == 5 and short["windows"] == 1 and short["duration"] == pytest.approx(0.2)
+    recorded = json.loads((out / "embed.json").read_text())
+    assert recorded["settings"]["length"] == 8 and len(recorded["checkpoint"]["sha256"]) == 64
+    assert {"torch", "av", "numpy"} <= set(recorded["versions"])
+
+    # The same command again: nothing to do (the failed files are not retried while unchanged).
+    assert run_cli(videos, listing, *common) == 0
+    assert "0 videos embedded" in capsys.readouterr().out
+
+    # A new video and a changed one: only those are embedded; the changed one keeps its row.
+    before = np.array(Embeddings(out).videos)
+    write_video(videos / "v3.mp4", moving_square(20, seed=3))
+    row = folder.row_of(videos / "v1.mp4")
+    write_video(videos / "v1.mp4", moving_square(24, seed=11))
+    assert run_cli(videos, listing, *common) == 0
+    assert "2 videos embedded" in capsys.readouterr().out
+    after = check_folder(out)
+    assert len(after.videos) == 5 and after.row_of(videos / "v1.mp4") == row
+    assert not np.allclose(after.videos[row], before[row])
+    unchanged = [r for r in range(4) if r != row]
+    np.testing.assert_array_equal(after.videos[unchanged], before[unchanged])
+    expected = Embedder(encoder, workers=0, **SMALL).embed(videos / "v1.mp4")
+    np.testing.assert_allclose(after.videos[row], expected.vector, atol=1e-6)
+
+    # Other settings on the same folder: refused before any work, naming the key and both values.
+    assert cli_main(["embed", str(videos), *map(str, common), "--window-step", "2", "--quiet"]) == 2
+    assert "window_step=None (given 2)" in capsys.readouterr().err
+
+
+def test_sigkill_at_any_moment_then_rerun_completes(tmp_path, encoder):
+    """A run killed with SIGKILL (after some chunks were written) and run again gives every video exactly once,
+    with the same vectors as an uninterrupted run."""
+    videos = tmp_path / "videos"
+    for number in range(10):
+        write_video(videos / f"v{number:02d}.mp4", moving_square(12 + 3 * number, seed=number))
+    command = [sys.executable, "-m", "coclr", "embed", str(videos), "--checkpoint", str(encoder), "--length", "8",
+               "--size", "32", "--short-side", "32", "--workers", "0", "--flush-every", "1", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "killed"
+    process = subprocess.Popen([*command, "--out", str(out)], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list((out / "chunks").glob("*.npz"))) < 3 and process.poll() is None:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    partial = list((out / "chunks").glob("*.npz"))
+    assert partial, "the run was killed before it wrote anything"
+    subprocess.run([*command, "--out", str(out)], env=env, check=True, stdout=subprocess.DEVNULL)
+    reference = tmp_path / "reference"
+    subprocess.run([*command, "--out", str(reference)], env=env, check=True, stdout=subprocess.DEVNULL)
+    resumed, clean = check_folder(out), check_folder(reference)
+    assert len(resumed.videos) == 10 and not list((out / "chunks").glob("*"))
+    for record in clean.video_records:
+        np.testing.assert_allclose(resumed.videos[resumed.row_of(record["path"])], clean.videos[record["row"]],
+                                   atol=1e-6)
+
+
+def test_a_commit_interrupted_between_renames_is_finished_by_the_next_run(tmp_path, encoder, monkeypatch):
+    """A kill between the renames of a commit (simulated: os.replace fails after the first) leaves files that
+    disagree; opening the folder again finishes the commit from commit.json."""
+    from coclr.embed import output
+
+    embedder = Embedder(encoder, workers=0, **SMALL)
+    from coclr.embed.run import folder_record
+
+    record = folder_record(embedder)
+    results = [embedder.embed_frames(moving_square(10 + n, seed=n), 25.0, f"/videos/v{n}.mp4") for n in range(3)]
+    with EmbeddingWriter(tmp_path / "out", record) as writer:
+        writer.add(results[0], (1, 1))
+    real_replace, calls = os.replace, []
+
+    def failing_replace(source, target):
+        if str(source).endswith(".next"):  # the commit's renames (os is one module: atomic writes come here too)
+            calls.append(target)
+            if len(calls) == 2:
+                raise KeyboardInterrupt("killed")
+        real_replace(source, target)
+
+    monkeypatch.setattr(output.os, "replace", failing_replace)
+    with pytest.raises(KeyboardInterrupt):
+        with EmbeddingWriter(tmp_path / "out", record) as writer:
+            writer.add(results[1], (1, 1))
+            writer.add(results[2], (1, 1))
+    monkeypatch.setattr(output.os, "replace", real_replace)
+    assert (tmp_path / "out" / "commit.json").is_file()
+    with pytest.raises(DataError, match="interrupted"):
+        Embeddings(tmp_path / "out")
+    with EmbeddingWriter(tmp_path / "out", record):
+        pass
+    folder = check_folder(tmp_path / "out")
+    assert [r["path"] for r in folder.video_records] == [r.path for r in results]
+    np.testing.assert_allclose(folder.videos, np.stack([r.vector for r in results]), atol=1e-7)
