@@ -36,6 +36,7 @@ Parts, in order:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import gc
 import io
@@ -128,6 +129,7 @@ class Suite:
     rows: list[Row] = field(default_factory=list)
     parts: dict[str, dict[str, Any]] = field(default_factory=dict)
     stores: dict[str, Path] = field(default_factory=dict)
+    cache: dict[tuple, Any] = field(default_factory=dict)
 
     @property
     def cuda(self) -> bool:
@@ -512,8 +514,12 @@ def step_cases(suite: Suite) -> list[StepCase]:
 
 
 def one_batch(suite: Suite, views: list[str], batch_size: int) -> dict[str, torch.Tensor]:
-    dataset = TrainClips(suite.stores["main"], "train", views, suite.model.length, seed=0)
-    return torch.utils.data.default_collate([dataset[i] for i in range(batch_size)])
+    """The first ``batch_size`` samples of the step store (read once per views, at the largest batch)."""
+    key = ("batch", *views)
+    if key not in suite.cache:
+        dataset = TrainClips(suite.stores["step"], "train", views, suite.model.length, seed=0)
+        suite.cache[key] = torch.utils.data.default_collate([dataset[i] for i in range(max(suite.model.batches))])
+    return {name: value[:batch_size] for name, value in suite.cache[key].items()}
 
 
 def part_step(suite: Suite, budget: Budget) -> None:
@@ -531,7 +537,8 @@ def step_all(suite: Suite, budget: Budget) -> None:
             suite.parts["step"].setdefault("skipped", []).append(case.name)
             continue
         release_memory(suite.device)
-        config = training_config(suite, suite.stores["main"], suite.tmp / "step_run", *method_overrides(suite, case.method),
+        config = training_config(suite, suite.stores["step"], suite.tmp / "step_run",
+                                 *method_overrides(suite, case.method),
                                  f"run.batch_size={case.batch}", f"run.amp={case.amp}",
                                  f"run.channels_last={str(case.channels_last).lower()}",
                                  f"run.compile={str(case.compile).lower()}", "data.decode=workers",
@@ -631,11 +638,16 @@ def part_dataloader(suite: Suite, budget: Budget) -> None:
     print(f"  batches of {batch_size} two-clip samples of {sizes.length} frames at {sizes.frame[1]}x{sizes.frame[0]}, "
           f"{cpus} CPUs")
     for workers, decode, views in cases:
-        name = f"{'+'.join(views)}, {workers} workers, decoded in the {'workers' if decode == 'workers' else 'training process'}"
+        where = "workers" if decode == "workers" else "training process"
+        name = f"{'+'.join(views)}, {workers} workers, decoded in the {where}"
         if budget.spent:
             suite.parts["dataloader"].setdefault("skipped", []).append(name)
             continue
-        dataset = TrainClips(suite.stores["main"], "train", views, sizes.length, seed=0, encoded=decode == "device")
+        key = ("dataset", *views, decode)
+        if key not in suite.cache:
+            suite.cache[key] = TrainClips(suite.stores["main"], "train", views, sizes.length, seed=0,
+                                          encoded=decode == "device")
+        dataset = suite.cache[key]
         loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
                             collate_fn=collate_clips, pin_memory=suite.cuda, drop_last=True,
                             persistent_workers=workers > 0, prefetch_factor=4 if workers else None)
@@ -672,7 +684,8 @@ def timed_run(suite: Suite, config: PretrainConfig, budget_s: float) -> dict[str
 
     def timed_step(batch, queue_full):
         out = step(batch, queue_full)
-        if len(marks) == warmup - 1 or time.perf_counter() - start > budget_s:
+        last = len(marks) + 1 == trainer.data_order.batches_per_epoch or time.perf_counter() - start > budget_s
+        if len(marks) == warmup - 1 or last:  # the GPU has finished the steps timed
             synchronize(suite.device)
         marks.append(time.perf_counter())
         if marks[-1] - start > budget_s:  # stop after this step
@@ -702,7 +715,8 @@ def part_epoch(suite: Suite, budget: Budget) -> None:
                                  "method.wait_for_full_queue=false")  # every step a full one
         result = timed_run(suite, config, budget.left() * share - 5)
         note = (f"{result['steps']} of {result['of']} steps, decode {result['decode']}, amp {result['amp']}, "
-                f"channels_last {result['channels_last']}, {workers} workers; wall {result['wall']:.0f} s with start-up")
+                f"channels_last {result['channels_last']}, {workers} workers; wall {result['wall']:.0f} s with "
+                "start-up")
         suite.add("epoch", f"{method} epoch through the Trainer, batch {batch}", result["steady"], "samples/s", note)
 
 
@@ -860,6 +874,8 @@ def run_suite(parts: list[str], tiny: bool, tmp: Path, device: torch.device) -> 
         try:
             if name in NEEDS_STORE and "main" not in suite.stores:
                 suite.stores["main"] = pool_store(tmp / "store", model)
+                step_videos = dataclasses.replace(model, train_videos=2 * max(model.batches), test_videos=0)
+                suite.stores["step"] = pool_store(tmp / "step_store", step_videos)
                 suite.parts[name]["store_seconds"] = round(time.perf_counter() - start, 1)
             PART_FUNCTIONS[name](suite, Budget(BUDGETS[name] if suite.cuda else 60))
             if suite.parts[name]["status"] == "pending":

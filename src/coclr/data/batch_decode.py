@@ -99,7 +99,8 @@ class EncodedBatch:
             raise DataError("cannot batch encoded clips of different shapes: "
                             + ", ".join(f"{s.where}: {s.clips}x{s.length} frames for {s.size}" for s in samples))
         starts = np.cumsum([0] + [len(s.data) for s in samples[:-1]])
-        offsets = torch.cat([samples[0].offsets[:1]] + [s.offsets[1:] + int(start) for s, start in zip(samples, starts)])
+        offsets = torch.cat([samples[0].offsets[:1]]
+                            + [s.offsets[1:] + int(start) for s, start in zip(samples, starts)])
         return cls(torch.cat([s.data for s in samples]), offsets, first.clips, first.length,
                    [s.stored_size for s in samples], first.size, [s.where for s in samples])
 
