@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from coclr.config import load_config
+from coclr.data.batch_decode import collate_clips
 from coclr.data.synth import random_store
 from coclr.train.config import PretrainConfig
 from coclr.train.trainer import Trainer
@@ -50,7 +51,8 @@ def main() -> None:
                                                      *args.overrides])
         trainer = Trainer(config)
         trainer._set_train_mode()
-        batch = next(iter(torch.utils.data.DataLoader(trainer.dataset, batch_size=batch_size)))
+        batch = next(iter(torch.utils.data.DataLoader(trainer.dataset, batch_size=batch_size,
+                                                      collate_fn=collate_clips)))
         sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
         for _ in range(3):
             trainer.train_step(batch, queue_full=True)

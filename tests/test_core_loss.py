@@ -144,3 +144,17 @@ def test_excluded_must_not_mark_a_positive():
         multi_positive_nce(logits, mask, excluded=mask.clone())
     with pytest.raises(ValueError, match="excluded must be a bool"):
         multi_positive_nce(logits, mask, excluded=mask.float())
+
+
+@pytest.mark.parametrize("form", ["mil", "supcon"])
+def test_unchecked_masks_give_the_same_loss_and_still_check_shapes(form):
+    logits, mask = random_case(6)
+    excluded = torch.zeros_like(mask)
+    excluded[:, -1] = ~mask[:, -1]
+    checked = multi_positive_nce(logits, mask, form=form, excluded=excluded)
+    assert torch.equal(multi_positive_nce(logits, mask, form=form, excluded=excluded, check_masks=False), checked)
+    empty = mask.clone()
+    empty[1] = False
+    multi_positive_nce(logits, empty, form=form, check_masks=False)  # values unchecked: the caller's promise
+    with pytest.raises(ValueError, match="shape"):
+        multi_positive_nce(logits, mask[:, 1:], form=form, check_masks=False)

@@ -105,3 +105,19 @@ def test_keys_cast_to_queue_dtype():
     queue = MomentumQueue(4, 2)
     queue.enqueue(torch.ones(1, 2, dtype=torch.float16))
     assert queue.keys.dtype == torch.float32 and queue.keys[0].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("size,batch_sizes", [(10, [3, 3, 3, 3]), (7, [4, 10, 2]), (5, [5]), (8, [0, 2, 17])])
+def test_fullness_is_known_on_the_host_through_enqueues_and_loading(size, batch_sizes):
+    queue = MomentumQueue(size, 3, other_dim=2)
+    written = 0
+    for rows in batch_sizes:
+        queue.enqueue(*batch(written, rows))
+        written += rows
+        assert queue.is_full() == bool(queue.full) == (written >= size)
+    restored = MomentumQueue(size, 3, other_dim=2)
+    restored.enqueue(*batch(0, 1))
+    restored.load_state_dict(queue.state_dict())
+    assert restored.is_full() == bool(queue.full)
+    restored.enqueue(*batch(written, size - int(queue.ptr)))  # from the loaded pointer on
+    assert restored.is_full() and int(restored.ptr) == 0

@@ -29,7 +29,7 @@ LOSS_FORMS: tuple[str, ...] = ("mil", "supcon")
 REDUCTIONS: tuple[str, ...] = ("mean", "none")
 
 
-def _check_inputs(logits: torch.Tensor, positive_mask: torch.Tensor) -> None:
+def _check_inputs(logits: torch.Tensor, positive_mask: torch.Tensor, check_values: bool = True) -> None:
     if logits.dim() != 2:
         raise ValueError(f"logits must be [B, N], got shape {tuple(logits.shape)}")
     if positive_mask.shape != logits.shape:
@@ -38,6 +38,8 @@ def _check_inputs(logits: torch.Tensor, positive_mask: torch.Tensor) -> None:
         )
     if positive_mask.dtype != torch.bool:
         raise ValueError(f"positive_mask must be bool, got {positive_mask.dtype}")
+    if not check_values:
+        return
     has_positive = positive_mask.any(dim=1)
     if not bool(has_positive.all()):
         rows = torch.nonzero(~has_positive).flatten().tolist()
@@ -50,6 +52,7 @@ def multi_positive_nce(
     form: LossForm = "mil",
     reduction: Reduction = "mean",
     excluded: torch.Tensor | None = None,
+    check_masks: bool = True,
 ) -> torch.Tensor:
     """Contrastive loss of queries with one or more positives among their candidates.
 
@@ -62,6 +65,9 @@ def multi_positive_nce(
         reduction: ``"mean"`` over the batch, or ``"none"`` for the per-row losses ``[B]``.
         excluded: optional ``[B, N]`` bool, True where a candidate takes no part in the row's loss (neither
             positive nor in the denominator); it must not mark a positive.
+        check_masks: check the masks' values (every row has a positive, no excluded positive). Reading the result
+            waits for the device (a host synchronisation on GPUs); callers whose masks hold these properties by
+            construction, as the training step's, pass False. Shapes and dtypes are always checked.
 
     Raises:
         ValueError: on shape or dtype mismatch, an excluded positive, or naming the rows that have no positive.
@@ -71,12 +77,12 @@ def multi_positive_nce(
         raise ConfigError(f"loss form {form!r} is not one of {LOSS_FORMS}")
     if reduction not in REDUCTIONS:
         raise ConfigError(f"loss reduction {reduction!r} is not one of {REDUCTIONS}")
-    _check_inputs(logits, positive_mask)
+    _check_inputs(logits, positive_mask, check_masks)
     if excluded is not None:
         if excluded.shape != logits.shape or excluded.dtype != torch.bool:
             raise ValueError(f"excluded must be a bool tensor of shape {tuple(logits.shape)}, got "
                              f"{excluded.dtype} {tuple(excluded.shape)}")
-        if bool((excluded & positive_mask).any()):
+        if check_masks and bool((excluded & positive_mask).any()):
             raise ValueError("excluded marks a positive; a candidate cannot be both")
         logits = logits.masked_fill(excluded, float("-inf"))
 

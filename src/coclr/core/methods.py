@@ -84,7 +84,7 @@ def _coclr(batch: Batch, mining: Mining) -> torch.Tensor:
     other_keys = _needed("coclr", "other_keys", batch.other_keys, batch)
     groups = (_needed("coclr", "groups (group_positives=True)", batch.groups, batch)
               if mining.group_positives else None)
-    if not bool(queue.full):
+    if not queue.is_full():
         return instance_positives(batch.batch_size, queue.size, queue.keys.device)
     mask = cross_view_topk_positives(other_keys, queue.other, mining.topk, queue.valid, groups=groups,
                                      queue_groups=queue.groups if mining.group_positives else None)

@@ -30,6 +30,9 @@ class MomentumQueue(nn.Module):
     - ``ptr`` long scalar: the slot the next key goes to.
     - ``full`` bool scalar: True once every slot has been written at least once.
 
+    :meth:`is_full` answers from the host: the number of rows written is known there, so a training step need not
+    wait for the device to learn whether the queue is full (the buffers are read once after loading a state).
+
     Slots are written in order ``0, 1, ..., K-1, 0, ...``, so before the queue is full the written slots
     are exactly ``[0, ptr)``. Because keys are gathered from all ranks before writing, the state depends
     only on the global batches, not on how they were split over processes.
@@ -64,9 +67,22 @@ class MomentumQueue(nn.Module):
         self.register_buffer("other", torch.zeros(size, other_dim))
         self.register_buffer("ptr", torch.zeros((), dtype=torch.long))
         self.register_buffer("full", torch.zeros((), dtype=torch.bool))
+        self._host_state: tuple[int, bool] | None = (0, False)
+        """``(ptr, full)`` as known on the host; None after a state was loaded (read on the next is_full)."""
 
     def extra_repr(self) -> str:
         return f"size={self.size}, dim={self.dim}, other_dim={self.other_dim}"
+
+    def is_full(self) -> bool:
+        """``full`` as a Python bool, followed on the host through every enqueue: no device read, except once after
+        a state was loaded into the buffers."""
+        if self._host_state is None:
+            self._host_state = (int(self.ptr), bool(self.full))
+        return self._host_state[1]
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self._host_state = None
 
     @property
     def valid(self) -> torch.Tensor:
@@ -131,3 +147,6 @@ class MomentumQueue(nn.Module):
         self.groups.index_copy_(0, slots, longs[total - kept :, 2])
         self.full |= self.ptr + total >= self.size
         self.ptr.copy_((self.ptr + total) % self.size)
+        if self._host_state is not None:
+            ptr, full = self._host_state
+            self._host_state = ((ptr + total) % self.size, full or ptr + total >= self.size)

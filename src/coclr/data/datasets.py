@@ -1,6 +1,7 @@
 """PyTorch Datasets over a clip store: random training clips and test-time sliding windows.
 
-Both return raw ``uint8 [T, H, W, 3]`` frames; augmentation runs later on whole batches, on the training
+Both return raw ``uint8 [T, H, W, 3]`` frames (training clips also still JPEG-encoded, for decoding a whole batch
+on the training device: :mod:`coclr.data.batch_decode`); augmentation runs later on whole batches, on the training
 device (:mod:`coclr.data.augment`). Randomness is a pure function of ``(seed, epoch, item)``, so a sample is
 the same whichever DataLoader worker reads it, and a resumed run reads exactly what an uninterrupted one would.
 """
@@ -9,32 +10,18 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-import cv2
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from coclr.data.batch_decode import EncodedFrames
+from coclr.data.frames import fit_frames
 from coclr.data.sampling import aligned_num_frames, sliding_windows, train_clip_indices
 from coclr.data.store import ClipStore, failures_path, open_store
 from coclr.data.views import DERIVED_VIEWS, is_flow_view, stored_view
 from coclr.errors import DataError
-
-
-def fit_frames(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Resize ``[T, H, W, 3]`` frames to cover ``size`` (keeping their aspect ratio), then centre-crop."""
-    height, width = frames.shape[1:3]
-    if (height, width) == tuple(size):
-        return frames
-    scale = max(size[0] / height, size[1] / width)
-    new_h, new_w = max(size[0], round(height * scale)), max(size[1], round(width * scale))
-    top, left = (new_h - size[0]) // 2, (new_w - size[1]) // 2
-    out = np.empty((len(frames), size[0], size[1], 3), dtype=np.uint8)
-    for i, frame in enumerate(frames):
-        resized = cv2.resize(frame, (new_w, new_h), interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
-        out[i] = resized[top : top + size[0], left : left + size[1]]
-    return out
 
 
 def usable_entries(store: ClipStore, split: str, views: Sequence[str]) -> tuple[list, dict[str, str]]:
@@ -135,12 +122,17 @@ class _SplitClips(Dataset):
         state["_cache"], state["_cached_bytes"] = {}, 0
         return state
 
-    def _read(self, key: str, view: str, indices: np.ndarray) -> np.ndarray:
+    def _frames_of(self, key: str, view: str, indices: np.ndarray) -> tuple[str, np.ndarray]:
+        """The stored view and the frame indices a clip of ``view`` at ``indices`` reads (``rgbdiff`` one more;
+        indices past the end repeat the last frame)."""
         if view in DERIVED_VIEWS:
             indices = np.append(indices, indices[-1] + self.stride)
         source = stored_view(view)
+        return source, np.minimum(indices, self.store.num_frames(key, source) - 1)
+
+    def _read(self, key: str, view: str, indices: np.ndarray) -> np.ndarray:
+        source, indices = self._frames_of(key, view, indices)
         frames = self.store.num_frames(key, source)
-        indices = np.minimum(indices, frames - 1)
         cached = self._cache.get((key, source))
         if cached is None and self._cached_bytes < self.cache_bytes:
             cached = fit_frames(self.store.read(key, source, range(frames)), self.frame_size)
@@ -155,16 +147,25 @@ class TrainClips(_SplitClips):
     """``num_clips`` random clips per video (independent random starts), the same frames in every view.
 
     Items are dicts: one ``uint8 [num_clips, T, H, W, 3]`` tensor per view (``rgbdiff`` gets T+1 frames),
-    ``label``, ``video`` (index in the split) and ``group`` (source-group id, -1 when unknown).
+    ``label``, ``video`` (index in the split) and ``group`` (source-group id, -1 when unknown). With ``encoded``,
+    each view is an :class:`~coclr.data.batch_decode.EncodedFrames` of the same frames still JPEG-encoded, for
+    the training process to decode a whole batch at once (``collate_clips`` then ``decode_batch``).
+
+    An item is a video index, read for the epoch of :meth:`set_epoch`, or an ``(epoch, index)`` pair, so that
+    DataLoader workers that live across epochs read the epoch the sampler is at (the trainer's sampler
+    gives such pairs).
     """
 
     def __init__(self, store: ClipStore | str | Path, split: str, views: Sequence[str], length: int,
                  stride: int = 1, num_clips: int = 2, seed: int = 0, frame_size: tuple[int, int] | None = None,
-                 cache_mb: float = 0.0, with_views: Sequence[str] = ()):
+                 cache_mb: float = 0.0, with_views: Sequence[str] = (), encoded: bool = False):
+        if encoded and cache_mb:
+            raise ValueError("the frame cache holds decoded frames: use cache_mb=0 with encoded=True")
         super().__init__(store, split, views, length, stride, frame_size, cache_mb, with_views)
         self.num_clips = num_clips
         self.seed = seed
         self.epoch = 0
+        self.encoded = encoded
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose random clips are drawn (call before each epoch, in every process)."""
@@ -173,15 +174,29 @@ class TrainClips(_SplitClips):
     def __len__(self) -> int:
         return len(self.entries)
 
-    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
-        rng = np.random.default_rng([self.seed, self.epoch, item])
+    def __getitem__(self, item: int | tuple[int, int]) -> dict[str, Any]:
+        epoch, item = item if isinstance(item, tuple) else (self.epoch, item)
+        rng = np.random.default_rng([self.seed, epoch, item])
         key = self.entries[item].path
         starts = [train_clip_indices(int(self.num_frames[item]), self.length, self.stride, rng)
                   for _ in range(self.num_clips)]
-        sample = {view: torch.from_numpy(np.stack([self._read(key, view, idx) for idx in starts]))
-                  for view in self.views}
+        if self.encoded:
+            sample: dict[str, Any] = {view: self._encoded(key, view, starts) for view in self.views}
+        else:
+            sample = {view: torch.from_numpy(np.stack([self._read(key, view, idx) for idx in starts]))
+                      for view in self.views}
         sample.update(label=self.labels[item], video=torch.tensor(item), group=self.groups[item])
         return sample
+
+    def _encoded(self, key: str, view: str, clips: Sequence[np.ndarray]) -> EncodedFrames:
+        """The encoded frames of ``clips`` (index arrays) of ``view``, as :meth:`_read` would decode them."""
+        blobs: list[bytes] = []
+        for indices in clips:
+            source, indices = self._frames_of(key, view, indices)
+            blobs += self.store.read_encoded(key, source, indices)
+        return EncodedFrames.from_blobs(blobs, (len(clips), len(blobs) // len(clips)),
+                                        self.store.frame_size(key, source), self.frame_size,
+                                        f"{self.store.root}: {key} ({source})")
 
 
 class WindowClips(_SplitClips):

@@ -31,10 +31,17 @@ class DataOptions:
     size: int = option(128, "spatial size of the augmented clips (random resized crop)")
     frame_size: list[int] | None = option(None, "[height, width] every stored frame is fitted to before "
                                                 "batching (default: the most common size in the split)")
-    workers: int = option(4, "DataLoader worker processes per training process (0: load in the main process)")
+    workers: int = option(4, "DataLoader worker processes per training process (0: load in the main process); "
+                             "they live for the whole run")
     cache_mb: float = option(0.0, "MiB of decoded frames each training process keeps in memory after their first "
-                                  "read, so later epochs skip JPEG decoding (0: none). Needs workers=0 (worker "
-                                  "processes start afresh every epoch); for splits that fit in memory")
+                                  "read, so later epochs skip JPEG decoding (0: none). Needs workers=0 (each worker "
+                                  "process would hold a cache of its own, of the videos it happened to read); for "
+                                  "splits that fit in memory")
+    decode: Literal["workers", "device"] | None = option(
+        None, "where stored JPEG frames are decoded: workers (in the DataLoader workers, OpenCV on the CPU) or "
+              "device (the workers only read bytes; the training process decodes each batch, on a GPU with nvJPEG "
+              "through torchvision, on the CPU with OpenCV); null: device on CUDA when torchvision's GPU decoder "
+              "is importable and no frame cache is asked for (cache_mb), else workers")
 
     def validate(self) -> None:
         require(bool(self.store), "store", "is required (a clip store directory)")
@@ -44,8 +51,9 @@ class DataOptions:
         require(self.workers >= 0, "workers", "must be non-negative")
         require(self.cache_mb >= 0, "cache_mb", "must be non-negative")
         require(self.cache_mb == 0 or self.workers == 0, "cache_mb",
-                f"needs workers=0 (got workers={self.workers}): worker processes start afresh every epoch and "
-                "would decode everything again")
+                f"needs workers=0 (got workers={self.workers}): each worker process would hold a cache of its own")
+        require(self.cache_mb == 0 or self.decode != "device", "cache_mb",
+                "caches decoded frames, so it cannot be used with decode=device")
         require(self.frame_size is None or (len(self.frame_size) == 2 and min(self.frame_size) > 0),
                 "frame_size", "must be [height, width] with positive values")
         require(self.view != self.second_view, "second_view", f"must differ from view ({self.view!r})")
@@ -178,9 +186,14 @@ class RunOptions:
     batch_size: int = option(32, "clips per training process (the global batch is this times the world size)")
     seed: int = option(0, "seed of initialisation, data order, clip sampling and augmentation")
     device: str = option("auto", "auto (cuda when available), cpu, cuda or cuda:N")
-    amp: Literal["none", "bf16", "fp16"] = option("none", "mixed precision on GPU: bf16 or fp16 autocast")
-    compile: bool = option(False, "torch.compile the encoders")
-    channels_last: bool = option(False, "use the channels_last_3d memory format on GPU")
+    amp: Literal["auto", "none", "bf16", "fp16"] = option(
+        "auto", "mixed precision on GPU: bf16 or fp16 autocast, or none; auto: bf16 on CUDA devices that support "
+                "it, none elsewhere (CPU runs are always full precision)")
+    compile: bool = option(False, "torch.compile the encoders (and CoCLR's sampler)")
+    channels_last: bool | None = option(None, "use the channels_last_3d memory format on GPU; null: when mixed "
+                                              "precision runs on CUDA (its tensor-core convolutions use it)")
+    ddp_bucket_mb: float = option(25.0, "size of DistributedDataParallel's gradient buckets in MiB (all-reduces "
+                                        "start as each bucket's gradients are ready)")
     deterministic: bool = option(False, "deterministic algorithms (exact resume and reproducibility)")
     freeze_bn: bool = option(False, "keep BatchNorm in eval mode (running statistics frozen; for tests)")
     max_steps: int = option(0, "stop after this many optimiser iterations in total (0: no limit)")
@@ -196,6 +209,7 @@ class RunOptions:
         require(self.save_every >= 0, "save_every", "must be non-negative")
         require(self.log_every >= 1, "log_every", "must be at least 1")
         require(self.knn_every >= 0, "knn_every", "must be non-negative")
+        require(self.ddp_bucket_mb > 0, "ddp_bucket_mb", "must be positive")
         require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
                 f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
 

@@ -12,6 +12,7 @@ A :class:`ViewLearner` trains one view's encoder: query encoder, EMA key encoder
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,15 @@ from coclr.core.methods import METHODS, positive_mask
 from coclr.core.momentum import momentum_copy, momentum_update, shuffled_forward
 from coclr.core.queue import MomentumQueue
 from coclr.models.encoder import Encoder
+
+
+def frozen_forward(forward: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """``forward()`` under inference mode (no autograd bookkeeping at all: the key encoder and CoCLR's sampler
+    are never trained through), returned as an ordinary tensor, because the loss uses the keys as constants and
+    autograd may save them for its backward pass, which inference-mode tensors cannot be."""
+    with torch.inference_mode():
+        out = forward()
+    return out.clone()
 
 
 @dataclass
@@ -72,11 +82,10 @@ class ViewLearner(nn.Module):
         """Move the key encoder towards the query encoder (EMA with ``momentum``)."""
         momentum_update(self.encoder_q, self.encoder_k, self.momentum)
 
-    @torch.no_grad()
     def embed_keys(self, key_clip: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """The key encoder's embeddings of the key clips, with shuffle-BN across processes (its permutation drawn
-        from ``generator``)."""
-        return shuffled_forward(self.encoder_k, key_clip, generator)
+        from ``generator``), computed without autograd."""
+        return frozen_forward(lambda: shuffled_forward(self.encoder_k, key_clip, generator))
 
     def step(self, query_clip: torch.Tensor, keys: torch.Tensor, targets: Targets,
              other_keys: torch.Tensor | None, generator: torch.Generator | None, keep_own: bool = False) -> StepOutput:
@@ -98,7 +107,8 @@ class ViewLearner(nn.Module):
         if not self.dropped_own_as_negative:  # column 0 is a positive unless CoCLR dropped it this step
             excluded = torch.zeros_like(mask)
             excluded[:, 0] = ~mask[:, 0]
-        loss = multi_positive_nce(logits, mask, form=self.loss_form, excluded=excluded)
+        # The rules give every row a positive and exclude only dropped own keys: no check (a host sync on GPUs).
+        loss = multi_positive_nce(logits, mask, form=self.loss_form, excluded=excluded, check_masks=False)
         stats = self._stats(logits.detach(), mask, targets.labels)
         queue.enqueue(keys, labels=targets.labels, video_ids=targets.videos, groups=targets.groups,
                       other=other_keys if queue.other.shape[1] else None)
@@ -152,8 +162,7 @@ class PretrainModel(nn.Module):
             learner.momentum_update()
             keys[view] = learner.embed_keys(key[view], shuffle_generator)
         if self.sampler is not None:
-            with torch.no_grad():
-                keys[self.sampler_view] = self.sampler(key[self.sampler_view])
+            keys[self.sampler_view] = frozen_forward(lambda: self.sampler(key[self.sampler_view]))
         total = 0.0
         stats: dict[str, torch.Tensor] = {}
         for view, learner in self.learners.items():
@@ -167,4 +176,5 @@ class PretrainModel(nn.Module):
 
     @property
     def queues_full(self) -> bool:
-        return all(bool(learner.queue.full) for learner in self.learners.values())
+        """Whether every learner's queue is full (known on the host: no device read per step)."""
+        return all(learner.queue.is_full() for learner in self.learners.values())

@@ -23,7 +23,7 @@ from coclr.errors import ConfigError
 from coclr.models.loading import save_encoder
 from coclr.runfolder import check_folder, move_aside, read_record, record_folder
 from coclr.train.config import PipelineConfig, PretrainConfig
-from coclr.train.trainer import CONTINUABLE, LAST, Trainer
+from coclr.train.trainer import CONTINUABLE, LAST, Trainer, resolve_device, resolve_precision
 
 MANIFEST = "manifest.json"
 
@@ -177,7 +177,7 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
         move_aside(run_dir, "pipeline")
     if restart and dist.is_initialized():
         dist.barrier()
-    options = to_dict(config)
+    options = to_dict(resolve_precision(config, resolve_device(config.run.device)))  # as each stage records them
     check_folder(run_dir, "pipeline", options, CONTINUABLE, _manifest_options)
     if config.pipeline.infonce_from:
         needed = [encoder_file(run_dir, f"infonce_{view}", view, config)

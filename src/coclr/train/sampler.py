@@ -57,3 +57,18 @@ class ResumableSampler(Sampler[int]):
     def __len__(self) -> int:
         remaining = max(0, self.batches_per_epoch * self.global_batch - self.consumed)
         return remaining // self.global_batch * self.batch_size
+
+
+class EpochItems(Sampler[tuple[int, int]]):
+    """The items of a :class:`ResumableSampler` as ``(epoch, index)`` pairs, so that DataLoader workers that live
+    across epochs read every item for the epoch the sampler is at (``TrainClips`` takes such pairs)."""
+
+    def __init__(self, order: ResumableSampler):
+        self.order = order
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        epoch = self.order.epoch
+        return ((epoch, index) for index in self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)

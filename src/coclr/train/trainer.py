@@ -9,6 +9,7 @@ processes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -30,6 +31,7 @@ from coclr.atomic import atomic_duplicate, atomic_torch_save, atomic_write_text,
 from coclr.config import to_dict
 from coclr.core.distributed import is_main, rank, world_size
 from coclr.data.augment import ClipAugment
+from coclr.data.batch_decode import collate_clips, decode_batch, resolve_decode
 from coclr.data.datasets import TrainClips
 from coclr.errors import CheckpointError, CoclrError, ConfigError
 from coclr.models.encoder import Encoder, build_encoder
@@ -38,7 +40,7 @@ from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.config import PretrainConfig
 from coclr.runfolder import check_folder, move_aside, record_folder
 from coclr.train.learner import PretrainModel, Targets, ViewLearner
-from coclr.train.sampler import ResumableSampler
+from coclr.train.sampler import EpochItems, ResumableSampler
 
 LAST = "checkpoint_last.pth"
 BEST = "checkpoint_best.pth"
@@ -87,6 +89,20 @@ def resolve_device(name: str) -> torch.device:
         if name == "cuda" and "LOCAL_RANK" in os.environ:
             name = f"cuda:{os.environ['LOCAL_RANK']}"
     return torch.device(name)
+
+
+def resolve_precision(config: PretrainConfig, device: torch.device) -> PretrainConfig:
+    """``config`` with ``run.amp=auto`` and ``run.channels_last=null`` resolved for ``device``: bf16 autocast and
+    channels_last_3d on CUDA devices with bf16 support, none on the CPU (a copy; ``config`` is not changed).
+    Run folders record the resolved values, so a CPU run records what it did."""
+    run = config.run
+    amp = run.amp
+    if amp == "auto":
+        amp = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "none"
+    channels_last = run.channels_last
+    if channels_last is None:
+        channels_last = device.type == "cuda" and amp != "none"
+    return dataclasses.replace(config, run=dataclasses.replace(run, amp=amp, channels_last=channels_last))
 
 
 def init_distributed(device: torch.device) -> None:
@@ -189,13 +205,13 @@ def check_inputs(config: PretrainConfig, device: torch.device) -> None:
             check_view_of(path, view, f"method.{key}")
     if not Path(config.data.store).is_dir():
         raise ConfigError(f"data.store: not a directory: {config.data.store}")
-    if config.run.amp != "none" and device.type != "cuda":
+    if config.run.amp not in ("none", "auto") and device.type != "cuda":
         raise ConfigError(f"run.amp: {config.run.amp} autocast is for CUDA devices; this run is on {device} "
                           "(use run.amp=none)")
 
 
 CONTINUABLE = ("run.out", "run.device", "run.progress", "run.log_every", "run.save_every", "run.max_steps",
-               "run.knn_every", "run.batch_size", "data.workers", "data.cache_mb")
+               "run.knn_every", "run.batch_size", "run.ddp_bucket_mb", "data.workers", "data.cache_mb")
 """Options a run may continue with other values (they change where it runs, what it shows or where it stops,
 never its results); any other difference is refused (:mod:`coclr.runfolder`). ``run.batch_size`` is per process:
 what must stay is the global batch, recorded as ``run.global_batch``, so a run continues on any number of
@@ -239,18 +255,21 @@ class Trainer:
     """
 
     def __init__(self, config: PretrainConfig, restart: bool = False):
-        self.config = config
         self.device = resolve_device(config.run.device)
         check_inputs(config, self.device)
+        config = self.config = resolve_precision(config, self.device)
         init_distributed(self.device)
         self.rank, self.world = rank(), world_size()
         self.out = Path(config.run.out)
         self.progress_label = ""
         """Shown before the epoch in the progress bar (the pipeline names its stage)."""
         check_run_folder(config, restart)
+        self.decode = resolve_decode(config.data.decode, self.device, frame_cache=config.data.cache_mb > 0)
+        """Where frames are decoded: "workers" (DataLoader workers) or "device" (this process, batch by batch)."""
         self.dataset = TrainClips(config.data.store, config.data.split, config.views, config.data.length,
                                   config.data.stride, num_clips=2, seed=config.run.seed,
-                                  frame_size=config.data.frame_size, cache_mb=config.data.cache_mb)
+                                  frame_size=config.data.frame_size, cache_mb=config.data.cache_mb,
+                                  encoded=self.decode == "device")
         if self.dataset.left_out:
             from coclr.data.datasets import left_out_message
 
@@ -270,6 +289,8 @@ class Trainer:
             for learner in self.model.learners.values():
                 learner.encoder_q.compile()
                 learner.encoder_k.compile()
+            if self.model.sampler is not None:
+                self.model.sampler.compile()
         self.trained = [p for p in self.model.parameters() if p.requires_grad]
         # The fused kernel updates every parameter in one pass (much faster than the per-parameter loop for small
         # networks); it exists on CPU and CUDA.
@@ -302,7 +323,8 @@ class Trainer:
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         with warnings.catch_warnings():  # newer torch renames broadcast_buffers; the old name works on 2.4+
             warnings.simplefilter("ignore", FutureWarning)
-            return nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids, broadcast_buffers=False)
+            return nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids, broadcast_buffers=False,
+                                                       bucket_cap_mb=self.config.run.ddp_bucket_mb)
 
     # ------------------------------------------------------------------ state
 
@@ -397,9 +419,12 @@ class Trainer:
         views = self.config.views
         local = batch[views[0]].shape[0]
         start = self.rank * local
+        # Whole (pinned, contiguous) tensors are copied without blocking; a slice would be staged through pageable
+        # memory first.
+        on_device = {v: batch[v].to(self.device, non_blocking=True) for v in views}
         out = []
         for clip in range(2):
-            clip_views = {v: batch[v][:, clip].to(self.device, non_blocking=True) for v in views}
+            clip_views = {v: on_device[v][:, clip] for v in views}
             height, width = clip_views[views[0]].shape[2:4]
             params = self.augment.draw_params(local * self.world, height, width, step_gen)
             params = params.select(slice(start, start + local))
@@ -426,6 +451,7 @@ class Trainer:
         pos = self.position
         step = pos.consumed // self.data_order.global_batch
         step_gen = step_generator(self.config.run.seed, pos.epoch, step)
+        batch = decode_batch(batch, self.device)
         query, key = self._batch_views(batch, step_gen)
         targets = Targets(batch["label"].to(self.device, non_blocking=True),
                           batch["video"].to(self.device, non_blocking=True),
@@ -466,9 +492,10 @@ class Trainer:
 
     def _run(self) -> Path:
         config = self.config
-        loader = DataLoader(self.dataset, batch_size=config.run.batch_size, sampler=self.data_order,
-                            num_workers=config.data.workers, pin_memory=self.device.type == "cuda",
-                            persistent_workers=False, drop_last=True)
+        workers = config.data.workers
+        loader = DataLoader(self.dataset, batch_size=config.run.batch_size, sampler=EpochItems(self.data_order),
+                            num_workers=workers, collate_fn=collate_clips, pin_memory=self.device.type == "cuda",
+                            persistent_workers=workers > 0, prefetch_factor=4 if workers else None, drop_last=True)
         if is_main():
             record_folder(self.out, "pretrain", run_options(config, self.world))
         jsonl, writer = self._open_logs()
