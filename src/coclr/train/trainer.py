@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader
 
 from coclr.atomic import atomic_duplicate, atomic_torch_save, atomic_write_text, read_json_lines
 from coclr.config import to_dict
-from coclr.core.distributed import is_main, rank, world_size
+from coclr.core.distributed import init_distributed, is_main, local_device, rank, world_size
 from coclr.data.augment import ClipAugment
 from coclr.data.datasets import TrainClips
 from coclr.errors import CheckpointError, CoclrError, ConfigError
@@ -60,17 +60,8 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
             raise ConfigError(f"run.device: {name!r} requested but CUDA is not available")
-        if name == "cuda" and "LOCAL_RANK" in os.environ:
-            name = f"cuda:{os.environ['LOCAL_RANK']}"
+        name = local_device(name)
     return torch.device(name)
-
-
-def init_distributed(device: torch.device) -> None:
-    """Join the process group torchrun describes (NCCL on GPUs, gloo on CPU); nothing in one process."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
 
 
 def step_generator(seed: int, epoch: int, step: int) -> torch.Generator:
