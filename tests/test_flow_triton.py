@@ -24,10 +24,14 @@ HAVE_TRITON = importlib.util.find_spec("triton") is not None
 needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed (pip install triton)")
 
 
-def interpret(*checks: str, timeout: int = 600) -> str:
-    """Run checks of tests/triton_checks.py in a child process under the interpreter; returns its output."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(TESTS.parent / "src"),
-                                                                                  os.environ.get("PYTHONPATH", "")])}
+def interpret(*checks: str, timeout: int = 600, device: str = "cpu") -> str:
+    """Run checks of tests/triton_checks.py in a child process, under the interpreter on the CPU, compiled on a
+    GPU; returns its output."""
+    env = {**os.environ, "CHECK_DEVICE": device,
+           "PYTHONPATH": os.pathsep.join([str(TESTS.parent / "src"), os.environ.get("PYTHONPATH", "")])}
+    env.pop("TRITON_INTERPRET", None)
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
     result = subprocess.run([sys.executable, str(TESTS / "triton_checks.py"), *checks], env=env, capture_output=True,
                             text=True, timeout=timeout)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -43,6 +47,13 @@ def test_kernels_match_the_pytorch_iterations_under_the_interpreter():
 @needs_triton
 def test_a_whole_solve_on_the_triton_kernels_gives_the_pytorch_flow():
     assert interpret("solve").splitlines() == ["solve: ok"]
+
+
+@needs_triton
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_compiled_kernels_match_the_pytorch_iterations_on_cuda():
+    out = interpret("passes", "rollback", "median", "solve", device="cuda")
+    assert out.splitlines() == ["passes: ok", "rollback: ok", "median: ok", "solve: ok"]
 
 
 def test_kernels_are_chosen_by_device_and_fall_back_without_triton(monkeypatch):

@@ -1,8 +1,8 @@
 """Optical flow extraction into a clip store, as in the paper: flow between consecutive RGB frames of every
 video, clipped to +-20 px (``bound``), stored as uint8 JPEG frames (``n`` RGB frames give ``n - 1`` flow frames).
-The bound of each flow view is recorded in the store's metadata (``<view>_bound_px``), with its backend and
-parameters (``<view>_method``), and a resumed extraction must use the same ones; one extraction at a time writes
-a view (:func:`coclr.data.jobs.view_lock`).
+The bound of each flow view is recorded in the store's metadata (``<view>_bound_px``), with its backend,
+parameters and mode (``<view>_method``), and a resumed extraction must use the same ones; one extraction at a
+time writes a view (:func:`coclr.data.jobs.job_view_lock`).
 
 Backends (:data:`BACKENDS`):
 

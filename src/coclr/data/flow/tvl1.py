@@ -24,6 +24,11 @@ reads the flags (a device synchronisation) every ``check_every`` iterations (1 o
 free, 5 on a GPU): the warp ends when all pairs have stopped, and once a quarter of the working pairs have
 stopped they are dropped from the working set, so a batch costs about the sum of its pairs' iterations.
 Reading the flags less often costs only the wasted iterations of frozen pairs, never accuracy.
+
+Modes (:data:`~coclr.data.flow.params.MODES`): ``exact`` tests for stopping after every inner iteration, as
+OpenCV; ``fast`` every ``stop_every`` iterations, so that the inner iterations run in passes which the Triton
+kernels of :mod:`~coclr.data.flow.tvl1_triton` fuse into one kernel each (used on CUDA tensors when Triton
+imports; :class:`TorchPasses` runs the same passes with PyTorch operations anywhere).
 """
 
 from __future__ import annotations
