@@ -14,7 +14,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Compute optical flow between consecutive RGB frames of every video in STORE and write it "
         "as a view of the store, in the paper's format (clipped to +-20 px or --bound, uint8, JPEG). Resumable: "
         "videos already extracted are skipped, so a killed run continues where it stopped. TV-L1 parameters are "
-        "given as key=value (see --list-options); they default to OpenCV's.",
+        "given as key=value (see --list-options); they default to OpenCV's. Under torchrun (torchrun "
+        "--nproc_per_node=8 [--nnodes ...] -m coclr flow STORE ...) every process takes its share of the videos, "
+        "on its own GPU; the store must be on a file system all machines share.",
     )
     add_options(parser)
     # Everything from STORE on is parsed in run(), intermixed, so options may follow the key=value overrides
@@ -42,6 +44,21 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="clip flow to +-BOUND px before storing it as uint8 (one step is 2*BOUND/255 px). The "
                         "default, 20, is the I3D convention for frames of 128 px or more; scale it with the frame "
                         "size (5 at 32 px). A resumed extraction must use the view's bound")
+    parser.add_argument("--mode", choices=("exact", "fast"),
+                        help="tvl1-torch: exact tests for stopping after every inner iteration as OpenCV does (the "
+                        "default); fast tests every --stop-every iterations, which the GPU runs as one fused pass "
+                        "(Middlebury error within 2%% of OpenCV's, stored flow within 0.5 units of exact). A view "
+                        "keeps the mode it was started with")
+    parser.add_argument("--stop-every", type=int, help="fast mode: inner iterations between stop tests (default 5)")
+    parser.add_argument("--batch-pairs", type=int,
+                        help="tvl1-torch: frame pairs solved together, taken across videos (default 64 on the CPU, "
+                        "256 on a GPU)")
+    parser.add_argument("--kernels", choices=("auto", "torch", "triton"),
+                        help="tvl1-torch: what runs the iterations; auto (default): the fused Triton kernels on "
+                        "CUDA when Triton imports, else PyTorch operations")
+    parser.add_argument("--jpeg", choices=("opencv", "nvjpeg"),
+                        help="tvl1-torch: encode flow frames with OpenCV in worker processes (default) or with "
+                        "nvJPEG on the GPU (needs torchvision; its JPEG bytes differ slightly from OpenCV's)")
     parser.add_argument("--list-options", action="store_true", help="print the TV-L1 parameters and exit")
 
 
@@ -68,10 +85,19 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("STORE: the clip store directory is required")
     params = load_config(TVL1Params, None, args.overrides) if args.overrides else None
 
-    from coclr.data.flow.extract import extract_flow
+    import torch
 
+    from coclr.core.distributed import init_distributed, launched_world_size
+    from coclr.data.flow.extract import extract_flow, resolve_backend
+    from coclr.data.jobs import GROUP_TIMEOUT
+
+    options = {key: getattr(args, key) for key in ("bound", "mode", "stop_every", "batch_pairs", "kernels", "jpeg")
+               if getattr(args, key, None) is not None}
+    _, device = resolve_backend(args.backend, args.device, options.get("mode", "exact"))
+    if launched_world_size() > 1:  # torchrun: the processes exchange only a few small messages, so gloo everywhere
+        init_distributed(torch.device(device or "cpu"), backend="gloo", timeout=GROUP_TIMEOUT)
+    options.setdefault("batch_pairs", 256 if device is not None and device.startswith("cuda") else 64)
     summary = extract_flow(args.store, backend=args.backend, view=args.view, params=params,
-                           workers=args.workers, device=args.device, split=args.split,
-                           **({} if args.bound is None else {"bound": args.bound}))
-    print(summary)
+                           workers=args.workers, device=args.device, split=args.split, **options)
+    print(summary, flush=True)
     return 1 if getattr(summary, "failed", 0) else 0

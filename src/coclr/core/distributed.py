@@ -7,8 +7,37 @@ must be called by all ranks in the same order, as with ``torch.distributed`` its
 
 from __future__ import annotations
 
+import os
+from datetime import timedelta
+from typing import Any
+
 import torch
 import torch.distributed as dist
+
+
+def launched_world_size() -> int:
+    """The number of processes torchrun started (``WORLD_SIZE``; 1 outside torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def local_device(name: str) -> str:
+    """``name`` with ``cuda`` made this process's GPU under torchrun (``cuda:LOCAL_RANK``); other names as given."""
+    if name == "cuda" and "LOCAL_RANK" in os.environ:
+        return f"cuda:{os.environ['LOCAL_RANK']}"
+    return name
+
+
+def init_distributed(device: torch.device, backend: str | None = None, timeout: timedelta | None = None) -> None:
+    """Join the process group torchrun describes; nothing in one process or when already joined.
+
+    ``backend``: NCCL on GPUs and gloo on CPU by default. ``timeout``: how long a collective waits for the other
+    processes (torch's default, 30 minutes for gloo, when None).
+    """
+    if launched_world_size() > 1 and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group(backend, **({} if timeout is None else {"timeout": timeout}))
 
 
 def is_distributed() -> bool:
@@ -65,6 +94,30 @@ def all_gather_concat(t: torch.Tensor) -> torch.Tensor:
     gradient: it is used for keys and queue entries, which are targets, never optimised through.
     """
     return all_gather_sizes_concat(t)[0]
+
+
+def barrier() -> None:
+    """Wait until every rank has reached this call (no-op when not distributed)."""
+    if is_distributed():
+        dist.barrier()
+
+
+def all_gather_objects(obj: Any) -> list[Any]:
+    """Every rank's picklable ``obj``, in rank order (``[obj]`` when not distributed)."""
+    if not is_distributed():
+        return [obj]
+    gathered: list[Any] = [None] * world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """Rank ``src``'s picklable ``obj`` on every rank (``obj`` itself when not distributed)."""
+    if not is_distributed():
+        return obj
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=src)
+    return holder[0]
 
 
 @torch.no_grad()

@@ -21,8 +21,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 try:
@@ -33,18 +34,28 @@ except ImportError:  # Windows
 import cv2
 
 from coclr.atomic import PARTIAL_SUFFIX
+from coclr.core.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
+from coclr.data.flow.opencv import opencv_threads
 from coclr.data.store import ClipStore, check_view_name, record_failures, write_entry
 from coclr.errors import DataError
 
 EntryJob = Callable[[str], tuple[Sequence[bytes], float]]
 """A store job: entry key -> (encoded frames, frames per second). Must be picklable."""
+RecordFn = Callable[[str, int, "str | None"], None]
+"""Called once per key as it ends: (key, frames written, error message or None)."""
+EntryStream = Callable[[list[str], RecordFn], None]
+"""Runs a list of keys (none of them complete): writes each entry with :func:`coclr.data.store.write_entry` and
+calls the :data:`RecordFn` once per key, in any order (for a pipeline that batches work across entries)."""
+GROUP_TIMEOUT = timedelta(days=30)
+"""How long the processes of a distributed store job wait for each other (at the end, for the slowest one)."""
 
 
 @contextmanager
-def view_lock(root: str | Path, view: str) -> Iterator[None]:
+def view_lock(root: str | Path, view: str, holder: str | None = None) -> Iterator[None]:
     """Hold the writing lock of ``view`` in the store at ``root`` (``.lock_<view>``, ``flock``), or raise
-    :class:`DataError` naming the process that holds it. The kernel releases it when its process ends, so a job
-    killed with SIGKILL leaves no stale lock. Where ``fcntl`` does not exist (Windows), no lock is taken."""
+    :class:`DataError` naming the process that holds it (``holder``, written into the lock file; by default this
+    process). The kernel releases it when its process ends, so a job killed with SIGKILL leaves no stale lock.
+    Where ``fcntl`` does not exist (Windows), no lock is taken."""
     if fcntl is None:
         yield
         return
@@ -58,7 +69,7 @@ def view_lock(root: str | Path, view: str) -> Iterator[None]:
             raise DataError(f"{root}: view {view!r} is being written by another job ({holder}); wait for it to end "
                             "or stop it, then run this command again") from None
         os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        os.pwrite(descriptor, (holder or f"pid {os.getpid()} on {socket.gethostname()}").encode(), 0)
         try:
             yield
         finally:
@@ -67,10 +78,41 @@ def view_lock(root: str | Path, view: str) -> Iterator[None]:
         os.close(descriptor)
 
 
+@contextmanager
+def job_view_lock(root: str | Path, view: str) -> Iterator[None]:
+    """:func:`view_lock` for all processes of one job: in a distributed job (a ``torch.distributed`` group), rank 0
+    takes the lock for every rank, the others wait until it has it (or raise the same error), and rank 0 keeps it
+    until every rank has finished. A second job is refused as long as rank 0 lives.
+
+    Across machines sharing a file system this is as good as its ``flock``: Linux NFS clients emulate ``flock``
+    with POSIX locks, which NFSv4 (and NLM for v3) honour across clients; file systems mounted with node-local
+    locks (Lustre ``localflock``) refuse a second job only on rank 0's machine.
+    """
+    if not is_distributed():
+        with view_lock(root, view):
+            yield
+        return
+    with ExitStack() as stack:
+        error = None
+        if rank() == 0:
+            holder = (f"pid {os.getpid()} on {socket.gethostname()}, rank 0 of a distributed job of {world_size()} "
+                      "processes")
+            try:
+                stack.enter_context(view_lock(root, view, holder))
+            except DataError as refused:
+                error = str(refused)
+        error = broadcast_object(error)
+        if error is not None:
+            raise DataError(error)
+        yield
+        barrier()  # reached on success only: a rank that raised ends its process, and torchrun stops the others
+
+
 @dataclass
 class JobSummary:
-    """What a store job did: entries written, skipped (already complete) and failed (key, message),
-    frames written and wall-clock seconds."""
+    """What a store job did: entries written, skipped (already complete) and failed (key, message), frames
+    written and wall-clock seconds; in a distributed job, those of process ``rank`` of ``world``, and the
+    ``totals`` of all processes (done, skipped, failed, frames)."""
 
     view: str = ""
     done: int = 0
@@ -80,14 +122,28 @@ class JobSummary:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     """Lines shown before the counts (e.g. how the store's index changed)."""
+    rank: int = 0
+    world: int = 1
+    totals: tuple[int, int, int, int] | None = None
 
     def __str__(self) -> str:
         rate = self.frames / self.seconds if self.seconds > 0 else 0.0
-        lines = [*self.notes, f"{self.view or 'entries'}: {self.done} done, {self.skipped} skipped (already "
+        who = f"[rank {self.rank} of {self.world}] " if self.world > 1 else ""
+        lines = [*self.notes, f"{who}{self.view or 'entries'}: {self.done} done, {self.skipped} skipped (already "
                  f"complete), {len(self.failed)} failed; {self.frames} frames in {self.seconds:.1f} s ({rate:.1f} "
                  "frames/s)"]
         lines += [f"  failed: {key}: {message}" for key, message in self.failed]
+        if self.totals is not None and self.rank == 0:
+            done, skipped, failed, frames = self.totals
+            lines.append(f"all {self.world} processes: {done} done, {skipped} skipped, {failed} failed; {frames} "
+                         "frames")
         return "\n".join(lines)
+
+
+def shard(keys: Sequence[str]) -> list[str]:
+    """This process's share of ``keys`` in a distributed job: every ``world_size``-th key from its rank on, so each
+    key goes to exactly one process whatever is already done; all keys in one process."""
+    return list(keys[rank()::world_size()])
 
 
 def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJob, workers: int = 0,
@@ -100,42 +156,61 @@ def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJ
     run), and the next run skips them. A job that raises (e.g. :class:`VideoDecodeError`) or whose worker
     process dies is counted and listed in the summary and recorded in the store (:func:`record_failures`: the
     keys of this run lose their earlier failures); the run goes on. Shows a progress bar with ETA. Another job
-    writing the same view of the same store is refused before any work (:func:`view_lock`).
+    writing the same view of the same store is refused before any work (:func:`job_view_lock`). In a
+    distributed job (a ``torch.distributed`` group, e.g. under torchrun) each process runs its :func:`shard`.
 
     ``start_method`` is the multiprocessing start method of the pool. By default it is "fork" where the
     platform has it (workers start at once and work from any main program: scripts without a
     ``__main__`` guard, notebooks, stdin) unless CUDA is initialised in this process, which forked children
     cannot use: then "spawn" (the job must then be importable by the workers).
     """
+    try:
+        pickle.dumps(job)
+    except Exception as error:
+        raise TypeError(f"the job must be picklable to run in worker processes: {error}") from None
+
+    def stream(todo: list[str], record: RecordFn) -> None:
+        count = max(1, min(workers if workers > 0 else (os.cpu_count() or 1), len(todo)))
+        if count == 1:
+            for key in todo:
+                record(*_run_and_write(str(root), view, key, job))
+        else:
+            _run_in_pool(str(root), view, todo, job, count, record, start_method or default_start_method())
+
+    return run_entry_stream(root, view, keys, stream, desc)
+
+
+def run_entry_stream(root: str | Path, view: str, keys: Iterable[str], stream: EntryStream,
+                     desc: str | None = None) -> JobSummary:
+    """:func:`run_entry_jobs` with the work done by ``stream(todo, record)`` (:data:`EntryStream`), for jobs that
+    are not one call per key: the same checks, sharding, lock, skipping of complete entries, progress bar (on
+    rank 0), failure records and summary."""
     started = time.perf_counter()
     store = ClipStore(root)
     keys = list(dict.fromkeys(keys))
     store.check_keys(keys)
     check_view_name(view)
-    try:
-        pickle.dumps(job)
-    except Exception as error:
-        raise TypeError(f"the job must be picklable to run in worker processes: {error}") from None
-    with view_lock(store.root, view):
-        summary = _run_jobs(store, view, keys, job, workers, desc, start_method)
+    keys = shard(keys)
+    with job_view_lock(store.root, view):
+        summary = _run_stream(store, view, keys, stream, desc)
         record_failures(store.root, view, keys, summary.failed)
+        summary.rank, summary.world = rank(), world_size()
+        if summary.world > 1:
+            counts = all_gather_objects((summary.done, summary.skipped, len(summary.failed), summary.frames))
+            summary.totals = tuple(sum(column) for column in zip(*counts))
     summary.seconds = time.perf_counter() - started
     return summary
 
 
-def _run_jobs(store: ClipStore, view: str, keys: list[str], job: EntryJob, workers: int, desc: str | None,
-              start_method: str | None) -> JobSummary:
-    root = str(store.root)
+def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStream, desc: str | None) -> JobSummary:
     summary = JobSummary(view)
     todo = [key for key in keys if not store.has(key, view)]
     summary.skipped = len(keys) - len(todo)
     remove_stale_partials(store.root / view)
-    workers = workers if workers > 0 else (os.cpu_count() or 1)
-    workers = max(1, min(workers, len(todo)))
     from tqdm import tqdm
 
     with tqdm(total=len(todo), desc=desc or f"{view} entries", unit="video", smoothing=0.05,
-              dynamic_ncols=True) as progress:
+              dynamic_ncols=True, disable=rank() != 0) as progress:
         def record(key: str, frames: int, error: str | None) -> None:
             if error is None:
                 summary.done += 1
@@ -145,11 +220,8 @@ def _run_jobs(store: ClipStore, view: str, keys: list[str], job: EntryJob, worke
                 progress.set_postfix(failed=len(summary.failed), refresh=False)
             progress.update(1)
 
-        if todo and workers == 1:
-            for key in todo:
-                record(*_run_and_write(root, view, key, job))
-        elif todo:
-            _run_in_pool(root, view, todo, job, workers, record, start_method or _default_start_method())
+        if todo:
+            stream(todo, record)
     return summary
 
 
@@ -193,7 +265,9 @@ def _process_alive(pid: int) -> bool:
 _WORKER_JOB: EntryJob | None = None
 
 
-def _init_worker(job: EntryJob, parent_pid: int) -> None:
+def init_worker(job: EntryJob | None, parent_pid: int) -> None:
+    """Initialiser of a pool worker process: the job it runs (:func:`_run_in_worker`), one OpenCV thread, Ctrl-C
+    left to the parent, and an exit soon after the parent (``parent_pid``) is gone."""
     global _WORKER_JOB
     _WORKER_JOB = job
     cv2.setNumThreads(1)  # one process per core already; OpenCV's own threads would oversubscribe
@@ -223,7 +297,7 @@ def _run_and_write(root: str, view: str, key: str, job: EntryJob) -> tuple[str, 
         return key, 0, f"{type(error).__name__}: {error}"
 
 
-def _default_start_method() -> str:
+def default_start_method() -> str:
     if "fork" not in multiprocessing.get_all_start_methods():
         return "spawn"
     torch = sys.modules.get("torch")
@@ -237,10 +311,15 @@ def _run_in_pool(root: str, view: str, todo: list[str], job: EntryJob, workers: 
     """Run the keys in a process pool with at most 2 jobs per worker in flight, so results stream in order
     of completion and a worker that dies (crash, out of memory) costs only its in-flight keys: they are
     failed and a new pool takes the rest."""
-    context = multiprocessing.get_context(start_method)
+    with opencv_threads(1):  # a forked worker would hang stopping the threads of an OpenCV pool running here
+        _run_pools(root, view, todo, job, workers, record, multiprocessing.get_context(start_method))
+
+
+def _run_pools(root: str, view: str, todo: list[str], job: EntryJob, workers: int,
+               record: Callable[[str, int, str | None], None], context: multiprocessing.context.BaseContext) -> None:
     pending = list(reversed(todo))
     while pending:
-        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
+        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker,
                                    initargs=(job, os.getpid()))
         in_flight: dict[Future, str] = {}
         broken = False

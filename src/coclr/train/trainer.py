@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader
 from coclr import seeding
 from coclr.atomic import atomic_duplicate, atomic_torch_save, atomic_write_text, read_json_lines
 from coclr.config import to_dict
-from coclr.core.distributed import is_main, rank, world_size
+from coclr.core.distributed import init_distributed, is_main, local_device, rank, world_size
 from coclr.data.augment import ClipAugment
 from coclr.data.batch_decode import collate_clips, decode_batch, resolve_decode
 from coclr.data.datasets import TrainClips
@@ -86,8 +86,7 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
             raise ConfigError(f"run.device: {name!r} requested but CUDA is not available")
-        if name == "cuda" and "LOCAL_RANK" in os.environ:
-            name = f"cuda:{os.environ['LOCAL_RANK']}"
+        name = local_device(name)
     return torch.device(name)
 
 
@@ -103,14 +102,6 @@ def resolve_precision(config: PretrainConfig, device: torch.device) -> PretrainC
     if channels_last is None:
         channels_last = device.type == "cuda" and amp != "none"
     return dataclasses.replace(config, run=dataclasses.replace(run, amp=amp, channels_last=channels_last))
-
-
-def init_distributed(device: torch.device) -> None:
-    """Join the process group torchrun describes (NCCL on GPUs, gloo on CPU); nothing in one process."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
 
 
 def step_generator(seed: int, epoch: int, step: int) -> torch.Generator:

@@ -35,25 +35,40 @@ def check_bound(bound: float) -> float:
     return float(bound)
 
 
+def quantise_flow(flow: Array, bound: float = FLOW_BOUND) -> Array:
+    """The stored values of u and v of flow ``[..., H, W, 2]``: uint8 ``[..., H, W, 2]``,
+    ``round((clip(f, -bound, bound) + bound) * 255 / (2 * bound))`` (:func:`flow_to_uint8` without its third
+    channel; on a GPU this is what leaves the device)."""
+    bound = check_bound(bound)
+    if flow.shape[-1] != 2:
+        raise ValueError(f"flow must have 2 channels (u, v) in the last dimension, got shape {tuple(flow.shape)}")
+    scaled = ((flow.clip(-bound, bound) + bound) * (255.0 / (2 * bound))).round()
+    if _is_numpy(flow):
+        return scaled.astype(np.uint8)
+    import torch
+
+    return scaled.to(torch.uint8)
+
+
+def flow_image(uv: Array) -> Array:
+    """The stored 3-channel image of quantised flow ``uint8 [..., H, W, 2]``: u, v and the constant 128."""
+    shape = (*uv.shape[:-1], 3)
+    if _is_numpy(uv):
+        out = np.full(shape, THIRD_CHANNEL, dtype=np.uint8)
+    else:
+        import torch
+
+        out = torch.full(shape, THIRD_CHANNEL, dtype=torch.uint8, device=uv.device)
+    out[..., :2] = uv
+    return out
+
+
 def flow_to_uint8(flow: Array, bound: float = FLOW_BOUND) -> Array:
     """Encode flow ``[..., H, W, 2]`` (float, pixels) as uint8 ``[..., H, W, 3]``.
 
     ``value = round((clip(f, -bound, bound) + bound) * 255 / (2 * bound))`` for u and v; the third channel is 128.
     """
-    bound = check_bound(bound)
-    if flow.shape[-1] != 2:
-        raise ValueError(f"flow must have 2 channels (u, v) in the last dimension, got shape {tuple(flow.shape)}")
-    scaled = ((flow.clip(-bound, bound) + bound) * (255.0 / (2 * bound))).round()
-    shape = (*flow.shape[:-1], 3)
-    if _is_numpy(flow):
-        out = np.full(shape, THIRD_CHANNEL, dtype=np.uint8)
-        out[..., :2] = scaled
-    else:
-        import torch
-
-        out = torch.full(shape, THIRD_CHANNEL, dtype=torch.uint8, device=flow.device)
-        out[..., :2] = scaled.to(torch.uint8)
-    return out
+    return flow_image(quantise_flow(flow, bound))
 
 
 def uint8_to_flow(image: Array, bound: float = FLOW_BOUND) -> Array:

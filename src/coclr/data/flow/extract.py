@@ -1,22 +1,24 @@
 """Optical flow extraction into a clip store, as in the paper: flow between consecutive RGB frames of every
 video, clipped to +-20 px (``bound``), stored as uint8 JPEG frames (``n`` RGB frames give ``n - 1`` flow frames).
-The bound of each flow view is recorded in the store's metadata (``<view>_bound_px``), with its backend and
-parameters (``<view>_method``), and a resumed extraction must use the same ones; one extraction at a time writes
-a view (:func:`coclr.data.jobs.view_lock`).
+The bound of each flow view is recorded in the store's metadata (``<view>_bound_px``), with its backend,
+parameters and mode (``<view>_method``), and a resumed extraction must use the same ones; one extraction at a
+time writes a view (:func:`coclr.data.jobs.job_view_lock`).
 
 Backends (:data:`BACKENDS`):
 
 * ``tvl1``: OpenCV's dual TV-L1 on the CPU, the paper's flow; one worker process per core.
 * ``dis``: OpenCV's Dense Inverse Search ("medium" preset), a cheaper unsupervised flow, ~100x faster than
   TV-L1 on the CPU and less accurate; stored under its own view (``flow_dis``) by default.
-* ``tvl1-torch``: the PyTorch TV-L1 (:func:`coclr.data.flow.tvl1.tvl1_flow`) on a torch device, all pairs
-  of a video (or chunks of ``batch_pairs``) solved as one batch; runs in one process and keeps the device
-  busy by decoding the next video and JPEG-encoding finished flow in a thread pool meanwhile.
-* ``auto``: ``tvl1-torch`` when CUDA is available (and no CPU device was asked for), else ``tvl1``.
+* ``tvl1-torch``: the PyTorch TV-L1 (:func:`coclr.data.flow.tvl1.tvl1_flow`, Triton kernels on CUDA) on a torch
+  device, in batches of ``batch_pairs`` frame pairs taken across videos, with decoding and JPEG encoding in
+  worker processes (:class:`~coclr.data.flow.pipeline.FlowPipeline`); the only backend with the ``fast`` mode.
+* ``auto``: ``tvl1-torch`` when CUDA is available (and no CPU device was asked for) or the fast mode was asked
+  for, else ``tvl1``.
 
-Extraction goes through :func:`coclr.data.jobs.run_entry_jobs`, so it is resumable (finished videos are
-skipped), writes each entry atomically, shows progress with ETA and lists failures (e.g. a 1-frame video)
-instead of stopping.
+Extraction goes through :func:`coclr.data.jobs.run_entry_jobs` (or ``run_entry_stream``), so it is resumable
+(finished videos are skipped), writes each entry atomically, shows progress with ETA and lists failures (e.g. a
+1-frame video) instead of stopping. In a distributed job (``torchrun ... -m coclr flow``: a ``torch.distributed``
+group) every process extracts its share of the videos, each video in exactly one process.
 
 Example::
 
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,9 +38,9 @@ import numpy as np
 from coclr.config import differences, to_dict
 from coclr.data.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
 from coclr.data.flow.opencv import opencv_dis, opencv_tvl1, rgb_to_gray
-from coclr.data.flow.params import TVL1Params
+from coclr.data.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
 from coclr.data.indexes import SPLITS
-from coclr.data.jobs import JobSummary, run_entry_jobs
+from coclr.data.jobs import JobSummary, run_entry_jobs, run_entry_stream
 from coclr.data.jpeg import decode_jpeg, encode_jpeg
 from coclr.data.store import ENTRY_SUFFIX, ClipStore, check_view_name, create_store
 from coclr.errors import ConfigError, DataError
@@ -68,7 +69,7 @@ BACKENDS: dict[str, FlowBackend] = {
         FlowBackend("tvl1", "flow", False, "OpenCV dual TV-L1 on the CPU (the paper's flow)"),
         FlowBackend("dis", "flow_dis", False, "OpenCV DIS, 'medium' preset (fast, less accurate)"),
         FlowBackend("tvl1-torch", "flow", True, "TV-L1 in PyTorch on a torch device (GPU)"),
-        FlowBackend("auto", "flow", False, "tvl1-torch on CUDA when available, else tvl1"),
+        FlowBackend("auto", "flow", False, "tvl1-torch on CUDA when available or in the fast mode, else tvl1"),
     )
 }
 
@@ -77,11 +78,12 @@ ALIASES = {"torch": "tvl1-torch", "opencv": "tvl1"}
 """Short names accepted for the two TV-L1 backends."""
 
 
-def resolve_backend(name: str, device: str | None = None) -> tuple[FlowBackend, str | None]:
+def resolve_backend(name: str, device: str | None = None, mode: str = "exact") -> tuple[FlowBackend, str | None]:
     """The concrete backend for ``name`` and the torch device it runs on (None for the OpenCV backends).
 
-    ``auto`` picks ``tvl1-torch`` when ``device`` is a CUDA device, or is None and CUDA is available;
-    otherwise ``tvl1``. Raises :class:`ConfigError` for an unknown backend or an unusable device.
+    ``auto`` picks ``tvl1-torch`` when ``device`` is a CUDA device, or is None and CUDA is available, or ``mode``
+    is ``fast``; otherwise ``tvl1``. Under torchrun, ``cuda`` means the process's own GPU (``cuda:LOCAL_RANK``).
+    Raises :class:`ConfigError` for an unknown backend, an unusable device or a mode the backend lacks.
     """
     name = ALIASES.get(name, name)
     if name not in BACKENDS:
@@ -90,7 +92,9 @@ def resolve_backend(name: str, device: str | None = None) -> tuple[FlowBackend, 
         import torch
 
         use_cuda = torch.cuda.is_available() and (device is None or device.startswith("cuda"))
-        name = "tvl1-torch" if use_cuda else "tvl1"
+        name = "tvl1-torch" if use_cuda or mode == "fast" else "tvl1"
+    if mode != "exact" and name != "tvl1-torch":
+        raise ConfigError(f"mode: the {mode} mode is computed by the tvl1-torch backend only, not by {name}")
     backend = BACKENDS[name]
     if not backend.gpu:
         if device is not None and not device.startswith("cpu"):
@@ -103,8 +107,11 @@ def resolve_backend(name: str, device: str | None = None) -> tuple[FlowBackend, 
 def _check_device(device: str | None) -> str:
     import torch
 
+    from coclr.core.distributed import local_device
+
     if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = local_device(device)
     try:
         parsed = torch.device(device)
     except (RuntimeError, ValueError):
@@ -129,6 +136,24 @@ def bound_key(view: str) -> str:
 def method_key(view: str) -> str:
     """The store metadata key that records the backend and TV-L1 parameters of ``view``."""
     return f"{view}_method"
+
+
+def flow_method(backend: str, params: TVL1Params, mode: str = "exact", stop_every: int = FAST_STOP_EVERY) -> dict:
+    """What a flow view records of how it was computed (metadata ``<view>_method``): the backend, the TV-L1
+    parameters and mode (and, in the fast mode, the iterations between stop tests); two runs that record different
+    methods must not write one view."""
+    if backend == "dis":
+        return {"backend": backend, "params": None}
+    method = {"backend": backend, "params": to_dict(params), "mode": mode}
+    return {**method, "stop_every": stop_every} if mode == "fast" else method
+
+
+def recorded_method(store: ClipStore, view: str) -> dict | None:
+    """The method recorded for ``view`` (:func:`flow_method`); TV-L1 views recorded before modes existed are exact."""
+    recorded = store.meta.get(method_key(view))
+    if recorded is not None and recorded.get("backend") != "dis" and "mode" not in recorded:
+        recorded = {**recorded, "mode": "exact"}
+    return recorded
 
 
 def stored_bound(store: ClipStore, view: str) -> float | None:
@@ -157,7 +182,7 @@ def opencv_video_flow(gray: np.ndarray, method: str, params: TVL1Params | None =
     return np.stack(flows) if flows else np.zeros((0, *gray.shape[1:], 2), np.float32)
 
 
-def _source(store: ClipStore, key: str) -> tuple[list[bytes], float]:
+def video_source(store: ClipStore, key: str) -> tuple[list[bytes], float]:
     """The encoded RGB frames of ``key`` and its fps; a video with fewer than 2 frames is an error."""
     if not store.has(key, SOURCE_VIEW):
         raise DataError(f"{key}: no {SOURCE_VIEW!r} entry in {store.root} (its RGB extraction failed?)")
@@ -199,7 +224,7 @@ class OpenCVFlowJob(_StoreJob):
     bound: float = FLOW_BOUND
 
     def __call__(self, key: str) -> tuple[list[bytes], float]:
-        blobs, fps = _source(self.store(), key)
+        blobs, fps = video_source(self.store(), key)
         encoded: list[bytes] = []
         for start in range(0, len(blobs) - 1, DECODE_CHUNK):
             gray = decode_gray(blobs[start: start + DECODE_CHUNK + 1])  # one frame of overlap: the next pair
@@ -208,100 +233,39 @@ class OpenCVFlowJob(_StoreJob):
         return encoded, fps
 
 
-@dataclass
-class TorchFlowJob(_StoreJob):
-    """Store job run in this process: flow of one video with :func:`tvl1_flow` on ``device``.
-
-    State (not pickled): the store handle, a thread pool that decodes RGB chunks and encodes flow JPEGs
-    while the device solves, and the decoding futures of the video expected next (``order``), prefetched so
-    the device does not wait between videos. Call :meth:`close` when done.
-    """
-
-    params: TVL1Params
-    quality: int
-    device: str
-    batch_pairs: int = 64
-    threads: int = 0
-    order: tuple[str, ...] = ()
-    bound: float = FLOW_BOUND
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._pool: ThreadPoolExecutor | None = None
-        self._prefetched: dict[str, tuple[list[Future], float]] = {}
-        self._next = dict(zip(self.order[:-1], self.order[1:]))
-
-    def __getstate__(self) -> dict:
-        state = super().__getstate__()
-        state["_pool"], state["_prefetched"] = None, {}
-        return state
-
-    def _executor(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads or os.cpu_count() or 1, thread_name_prefix="flow-io")
-        return self._pool
-
-    def _start_decoding(self, key: str) -> tuple[list[Future], float]:
-        """Futures of the grayscale chunks ``[batch_pairs + 1, H, W]`` (overlapping by one frame) of ``key``."""
-        blobs, fps = _source(self.store(), key)
-        pool = self._executor()
-        chunks = [pool.submit(decode_gray, blobs[start: start + self.batch_pairs + 1])
-                  for start in range(0, len(blobs) - 1, self.batch_pairs)]
-        return chunks, fps
-
-    def _prefetch_after(self, key: str) -> None:
-        upcoming = self._next.get(key)
-        if upcoming is not None:
-            try:
-                self._prefetched[upcoming] = self._start_decoding(upcoming)
-            except (DataError, OSError):
-                pass  # that video fails when its own turn comes
-
-    def __call__(self, key: str) -> tuple[list[bytes], float]:
-        import torch
-
-        from coclr.data.flow.tvl1 import tvl1_flow
-
-        chunks, fps = self._prefetched.pop(key, None) or self._start_decoding(key)
-        self._prefetch_after(key)
-        pool = self._executor()
-        encoded: list[Future] = []
-        with torch.inference_mode():
-            for chunk in chunks:
-                gray = torch.from_numpy(chunk.result()).to(self.device, non_blocking=True)
-                flow = tvl1_flow(gray[:-1], gray[1:], self.params)
-                images = flow_to_uint8(flow.permute(0, 2, 3, 1), self.bound).cpu().numpy()
-                encoded += [pool.submit(encode_jpeg, image, self.quality) for image in images]
-        return [future.result() for future in encoded], fps
-
-    def close(self) -> None:
-        """Stop the thread pool (pending prefetches are dropped)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-        self._prefetched.clear()
+def cpu_workers(workers: int) -> int:
+    """The worker processes of this process: ``workers``, or for 0 its share of the machine's cores (all of them,
+    or under torchrun an equal share for each process of the machine, ``LOCAL_WORLD_SIZE``)."""
+    if workers > 0:
+        return workers
+    return max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None = None,
                  params: TVL1Params | None = None, workers: int = 0, device: str | None = None,
                  keys: Sequence[str] | None = None, batch_pairs: int = 64, split: str | None = None,
-                 bound: float = FLOW_BOUND) -> JobSummary:
+                 bound: float = FLOW_BOUND, mode: str = "exact", stop_every: int = FAST_STOP_EVERY,
+                 kernels: str = "auto", jpeg: str = "opencv") -> JobSummary:
     """Compute flow for the videos of the store at ``store_root`` (all, or ``keys``) into ``view``.
 
     ``split`` ("train", "val" or "test") keeps only that split's videos (of ``keys``, when given): training
     needs the train split's flow first, and the rest can follow beside it.
 
     ``view`` defaults to the backend's (``flow`` for TV-L1, ``flow_dis`` for DIS). ``params``: TV-L1
-    parameters (default: OpenCV's); not accepted by ``dis``. ``workers``: processes for the CPU backends (0:
-    one per core), threads for JPEG work of ``tvl1-torch``. ``device`` and ``batch_pairs`` (frame pairs per
-    solve) apply to ``tvl1-torch``. JPEG quality is the store's RGB quality (metadata ``quality``). ``bound``:
-    flow is clipped to +-``bound`` px before quantisation (:func:`~coclr.data.flow.encode.flow_to_uint8`).
+    parameters (default: OpenCV's); not accepted by ``dis``. ``workers``: processes for the CPU backends, or for
+    decoding and JPEG encoding around ``tvl1-torch`` (0: one per core, or under torchrun the process's share of
+    them). ``device``, ``batch_pairs`` (frame pairs per solve, across videos), ``mode`` and ``stop_every``
+    (:data:`~coclr.data.flow.params.MODES`), ``kernels`` (``auto``, ``torch`` or ``triton``) and ``jpeg``
+    (``opencv`` or ``nvjpeg``) apply to ``tvl1-torch``. JPEG quality is the store's RGB quality (metadata
+    ``quality``). ``bound``: flow is clipped to +-``bound`` px before quantisation
+    (:func:`~coclr.data.flow.encode.flow_to_uint8`).
 
-    Bad input (not a store, no RGB view, unknown backend or key, bad parameter or device, a bound other than the
-    one the view was started with) raises a :class:`~coclr.errors.CoclrError` before any work. Resumable:
-    complete entries are skipped.
+    Bad input (not a store, no RGB view, unknown backend or key, bad parameter or device, a bound, backend,
+    parameter or mode other than the view was started with) raises a :class:`~coclr.errors.CoclrError` before any
+    work. Resumable: complete entries are skipped. In a distributed job each process extracts its share.
     """
-    chosen, torch_device = resolve_backend(backend, device)
+    check_mode(mode, stop_every)
+    chosen, torch_device = resolve_backend(backend, device, mode)
     if params is not None and chosen.name == "dis":
         raise ConfigError("TV-L1 parameters were given, but the dis backend does not use them")
     params = params or TVL1Params()
@@ -332,23 +296,26 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
     if started is not None and started != bound:
         raise ConfigError(f"bound: view {view!r} of {store.root} holds flow clipped to +-{started:g} px; extracting "
                           f"more of it at +-{bound:g} px would mix two encodings (use that bound, or another view)")
-    method = {"backend": chosen.name, "params": to_dict(params) if chosen.name != "dis" else None}
-    recorded = store.meta.get(method_key(view))
+    method = flow_method(chosen.name, params, mode, stop_every)
+    recorded = recorded_method(store, view)
     if recorded is not None and recorded != method:
         raise ConfigError(f"backend: view {view!r} of {store.root} was extracted with "
                           f"{', '.join(differences(recorded, method))}; extracting more of it otherwise would mix "
-                          "two kinds of flow (use the same backend and parameters, or another view)")
-    create_store(store.root, store.index, **{bound_key(view): bound, method_key(view): method})
+                          "two kinds of flow (use the same backend, parameters and mode, or another view)")
+    create_store(store.root, store.index,
+                 **{bound_key(view): bound, method_key(view): store.meta.get(method_key(view), method)})
     quality = int(store.meta.get("quality") or DEFAULT_QUALITY)
     root = str(store.root.resolve())
-    desc = f"flow ({chosen.name}{' on ' + torch_device if torch_device else ''}) -> {view}"
+    workers = cpu_workers(workers)
     if not chosen.gpu:
         job = OpenCVFlowJob(root, chosen.name, params, quality, bound)
-        return run_entry_jobs(root, view, keys, job, workers, desc=desc)
-    known = set(store.keys())
-    todo = tuple(key for key in dict.fromkeys(keys) if key in known and not store.has(key, view))
-    torch_job = TorchFlowJob(root, params, quality, torch_device, batch_pairs, workers, order=todo, bound=bound)
-    try:
-        return run_entry_jobs(root, view, keys, torch_job, workers=1, desc=desc)
-    finally:
-        torch_job.close()
+        return run_entry_jobs(root, view, keys, job, workers, desc=f"flow ({chosen.name}) -> {view}")
+    from coclr.data.flow.pipeline import FlowPipeline
+
+    decoders = max(1, workers // 3)  # decoding costs about half as much as encoding
+    pipeline = FlowPipeline(root, view, params, quality, torch_device, batch_pairs, decoders,
+                            max(1, workers - decoders), bound, mode, stop_every, kernels, jpeg)
+    summary = run_entry_stream(root, view, keys, pipeline, desc=f"flow (tvl1-torch {mode} on {torch_device}) -> {view}")
+    if pipeline.stats.pairs:
+        summary.notes.append(str(pipeline.stats))
+    return summary

@@ -5,6 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coclr.config import option, require
+from coclr.errors import ConfigError
+
+MODES = ("exact", "fast")
+"""How the PyTorch TV-L1 tests for stopping: ``exact``, OpenCV's test after every inner iteration (OpenCV's
+results); ``fast``, the test every ``stop_every`` iterations, so that a GPU runs them as one fused pass (up to
+``stop_every - 1`` more iterations per warp)."""
+FAST_STOP_EVERY = 5
+"""Inner iterations per pass between stop tests in the fast mode (divides OpenCV's 30 inner iterations)."""
 
 
 @dataclass
@@ -35,3 +43,11 @@ class TVL1Params:
         require(0 < self.scale_step < 1, "scale_step", "must be in (0, 1)")
         require(self.gamma >= 0, "gamma", "must be non-negative")
         require(self.median_filtering in (0, 1, 3, 5), "median_filtering", "must be 0, 1, 3 or 5")
+
+
+def check_mode(mode: str, stop_every: int) -> None:
+    """Raise :class:`ConfigError` naming the option unless ``mode`` (:data:`MODES`) and ``stop_every`` are valid."""
+    if mode not in MODES:
+        raise ConfigError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
+    if not 1 <= stop_every <= 30:
+        raise ConfigError(f"stop_every: must be in 1..30 (inner iterations per fused pass), got {stop_every}")

@@ -24,19 +24,26 @@ reads the flags (a device synchronisation) every ``check_every`` iterations (1 o
 free, 5 on a GPU): the warp ends when all pairs have stopped, and once a quarter of the working pairs have
 stopped they are dropped from the working set, so a batch costs about the sum of its pairs' iterations.
 Reading the flags less often costs only the wasted iterations of frozen pairs, never accuracy.
+
+Modes (:data:`~coclr.data.flow.params.MODES`): ``exact`` tests for stopping after every inner iteration, as
+OpenCV; ``fast`` every ``stop_every`` iterations, so that the inner iterations run in passes which the Triton
+kernels of :mod:`~coclr.data.flow.tvl1_triton` fuse into one kernel each (used on CUDA tensors when Triton
+imports; :class:`TorchPasses` runs the same passes with PyTorch operations anywhere).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from coclr.data.flow.params import TVL1Params
+from coclr.data.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
 from coclr.errors import DataError
 
 FLT_EPSILON = float(torch.finfo(torch.float32).eps)
@@ -239,8 +246,7 @@ def linearise(i0: Tensor, i1_and_grad: Tensor, flow: Tensor, grid_x: Tensor, gri
     i1w, grad = warped[:, :1], warped[:, 1:]
     grad_sq = grad.square().sum(dim=1, keepdim=True)
     rho_const = i1w - (grad * flow[:, :2]).sum(dim=1, keepdim=True) - i0
-    if gamma:
-        grad = torch.cat((grad, torch.full_like(i1w, gamma)), dim=1)
+    grad = torch.cat((grad, torch.full_like(i1w, gamma)), dim=1) if gamma else grad.contiguous()
     return LinearisedData(grad, rho_const, -1.0 / grad_sq.clamp_min(FLT_EPSILON))
 
 
@@ -301,25 +307,75 @@ class WarpWork:
 
 StepFn = Callable[..., tuple[Tensor, Tensor, Tensor, Tensor]]
 MedianFn = Callable[[Tensor, Tensor, int], Tensor]
+KERNELS = ("auto", "torch", "triton")
+
+
+class Passes(Protocol):
+    """An implementation of the inner iterations: passes of ``n`` iterations and the median filter."""
+
+    fused: bool
+    """Whether a pass costs about one iteration's memory traffic (then exact mode runs long passes too)."""
+
+    def run_pass(self, flow: Tensor, px: Tensor, py: Tensor, image_grad: Tensor, rho_const: Tensor,
+                 neg_inv_grad_sq: Tensor, active: Tensor, n: int, threshold: float, lambda_theta: float,
+                 theta: float, tau_over_theta: float, exact: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]: ...
+
+    def median(self, flow: Tensor, active: Tensor, ksize: int) -> Tensor: ...
+
+
+class TorchPasses:
+    """Passes of inner iterations with PyTorch operations (any device): :func:`primal_dual_step` ``n`` times.
+
+    State: the step and median functions (eager, or through ``torch.compile``)."""
+
+    fused = False
+
+    def __init__(self, step_fn: StepFn = primal_dual_step, median_fn: MedianFn = median_of_active) -> None:
+        self.step_fn = step_fn
+        self.median_fn = median_fn
+
+    def run_pass(self, flow: Tensor, px: Tensor, py: Tensor, image_grad: Tensor, rho_const: Tensor,
+                 neg_inv_grad_sq: Tensor, active: Tensor, n: int, threshold: float, lambda_theta: float,
+                 theta: float, tau_over_theta: float, exact: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``n`` iterations of the pairs with ``active [B]`` set (the others stay frozen) and the stop test of the
+        mode: after every iteration (``exact``), or once after the pass for every iteration of it (``fast``: a
+        pair stops if any of them met the test). Returns the new ``(flow, px, py, active)``."""
+        gate = active.to(flow.dtype)[:, None, None, None]
+        fired = torch.zeros_like(active)
+        for _ in range(n):
+            flow, px, py, change = self.step_fn(flow, px, py, image_grad, rho_const, neg_inv_grad_sq, gate,
+                                                lambda_theta, theta, tau_over_theta)
+            if exact:
+                active = active & (change > threshold)
+                gate = active.to(flow.dtype)[:, None, None, None]
+            else:
+                fired |= change <= threshold
+        return flow, px, py, active if exact else active & ~fired
+
+    def median(self, flow: Tensor, active: Tensor, ksize: int) -> Tensor:
+        return self.median_fn(flow, active, ksize)
 
 
 class ScaleSolver:
     """Runs the warps of one pyramid scale for a batch.
 
     State: ``flow [B, C, H, W]`` (u, v and, with ``gamma``, the illumination term) and the dual variables
-    ``px, py [B, C, H, W]``, which start at zero at each scale and persist across its warps. Every
-    ``check_every`` inner iterations the host reads the stop flags: the warp ends when every pair has
-    stopped, and once at least ``compact_fraction`` of the working pairs have stopped they are written back
-    and dropped from the working set, so a batch costs about the sum of its pairs' iterations rather than
-    the batch size times the slowest pair's.
+    ``px, py [B, C, H, W]``, which start at zero at each scale and persist across its warps. The inner iterations
+    run in passes (``passes``: :class:`TorchPasses` or the Triton kernels) of ``stop_every`` iterations in the
+    fast mode, and of one iteration in the exact mode unless the passes are fused (then the Triton kernels roll
+    back a pair whose test fired inside a pass). Every ``check_every`` iterations the host reads the stop flags:
+    the warp ends when every pair has stopped, and once at least ``compact_fraction`` of the working pairs have
+    stopped they are written back and dropped from the working set, so a batch costs about the sum of its pairs'
+    iterations rather than the batch size times the slowest pair's.
     """
 
-    def __init__(self, params: TVL1Params, step_fn: StepFn, median_fn: MedianFn, check_every: int,
-                 compact_fraction: float = 0.25) -> None:
+    def __init__(self, params: TVL1Params, passes: Passes, check_every: int, mode: str = "exact",
+                 stop_every: int = FAST_STOP_EVERY, compact_fraction: float = 0.25) -> None:
         self.params = params
-        self.step_fn = step_fn
-        self.median_fn = median_fn
+        self.passes = passes
         self.check_every = check_every
+        self.exact = mode == "exact"
+        self.pass_length = stop_every if not self.exact or passes.fused else 1
         self.compact_fraction = compact_fraction
         self.pair_iterations = 0
         """Inner iterations times working pairs, summed (the work done, for profiling)."""
@@ -346,20 +402,21 @@ class ScaleSolver:
         rows = torch.arange(batch, device=flow.device)
         active = torch.ones(batch, dtype=torch.bool, device=flow.device)
         work = WarpWork(rows, active, flow, px, py, data)
+        steps = (params.lambda_ * params.theta, params.theta, params.tau / params.theta)
         since_check = 0
         for _ in range(params.outer_iterations):
             if params.median_filtering > 1:
-                work.flow = self.median_fn(work.flow, work.active, params.median_filtering)
-            for _ in range(params.inner_iterations):
-                gate = work.active.to(work.flow.dtype)[:, None, None, None]
-                work.flow, work.px, work.py, change = self.step_fn(
+                work.flow = self.passes.median(work.flow, work.active, params.median_filtering)
+            done = 0
+            while done < params.inner_iterations:
+                n = min(self.pass_length, params.inner_iterations - done)
+                work.flow, work.px, work.py, work.active = self.passes.run_pass(
                     work.flow, work.px, work.py, work.data.image_grad, work.data.rho_const,
-                    work.data.neg_inv_grad_sq, gate, params.lambda_ * params.theta, params.theta,
-                    params.tau / params.theta,
+                    work.data.neg_inv_grad_sq, work.active, n, threshold, *steps, self.exact,
                 )
-                work.active = work.active & (change > threshold)
-                self.pair_iterations += work.rows.shape[0]
-                since_check += 1
+                done += n
+                self.pair_iterations += n * work.rows.shape[0]
+                since_check += n
                 if since_check < self.check_every:
                     continue
                 since_check = 0
@@ -390,6 +447,36 @@ def compiled(fn: Callable) -> Callable:
     return _COMPILED[fn.__name__]
 
 
+def triton_available() -> bool:
+    """Whether the Triton kernels import (Triton installed and working)."""
+    try:
+        import coclr.data.flow.tvl1_triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def make_passes(kernels: str, device: torch.device, compile: bool = False) -> Passes:
+    """The implementation of the inner iterations: ``triton`` (the fused kernels of
+    :mod:`~coclr.data.flow.tvl1_triton`), ``torch``, or ``auto``: Triton on CUDA devices when it imports, else
+    PyTorch (on the CPU always PyTorch, the faster there)."""
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, got {kernels!r}")
+    if kernels == "auto":
+        kernels = "triton" if device.type == "cuda" and triton_available() else "torch"
+    if kernels == "torch":
+        return TorchPasses(compiled(primal_dual_step) if compile else primal_dual_step,
+                       compiled(median_of_active) if compile else median_of_active)
+    if not triton_available():
+        raise DataError("kernels='triton': Triton is not importable here (pip install triton)")
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise DataError("kernels='triton' on CPU tensors needs Triton's interpreter: set TRITON_INTERPRET=1 before "
+                        "triton is imported")
+    from coclr.data.flow.tvl1_triton import TritonPasses
+
+    return TritonPasses()
+
+
 def _check_inputs(prev: Tensor, next: Tensor) -> None:
     if not isinstance(prev, Tensor) or not isinstance(next, Tensor):
         raise DataError(f"tvl1_flow expects torch tensors, got {type(prev).__name__} and {type(next).__name__}")
@@ -406,23 +493,27 @@ def _check_inputs(prev: Tensor, next: Tensor) -> None:
         raise DataError(f"tvl1_flow: frames of {tuple(prev.shape[1:])} px are too small (at least 3 x 3)")
 
 
-def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params = TVL1Params(), *, check_every: int | None = None,
-              chunk_size: int | None = None, compile: bool = False) -> Tensor:
+def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params = TVL1Params(), *, mode: str = "exact",
+              stop_every: int = FAST_STOP_EVERY, check_every: int | None = None, chunk_size: int | None = None,
+              compile: bool = False, kernels: str = "auto") -> Tensor:
     """Dual TV-L1 flow from ``prev`` to ``next`` for every pair of a batch: float32 ``[B, 2, H, W]`` (u, v).
 
     ``prev, next``: grayscale ``[B, H, W]``, values 0..255 (any real dtype, any device; the result is on the
     same device). Channel 0 is the horizontal motion, 1 the vertical, in pixels:
     ``next[y + v, x + u] ~ prev[y, x]``. Each pair's flow is the one a batch of one gives.
 
-    ``check_every``: inner iterations between host reads of the per-pair stop flags (default 1 on the CPU,
-    where reading is free, 5 elsewhere; the result does not depend on it, only the wasted work does).
-    ``chunk_size``: pairs solved together (default: all on a GPU; on the CPU as many as keep the working
-    arrays cache-sized, about :data:`CPU_CHUNK_PIXELS` pixels). ``compile``: run the inner iteration and
-    the median filter through ``torch.compile`` (pays on GPUs and on long CPU jobs; the first call of each
-    size compiles for a minute or more).
+    ``mode``: ``exact`` (OpenCV's stop test after every inner iteration) or ``fast`` (the test every
+    ``stop_every`` iterations; :data:`~coclr.data.flow.params.MODES`). ``kernels``: ``auto`` (the fused Triton
+    kernels on CUDA when Triton imports, else PyTorch operations), ``torch`` or ``triton`` (on CPU tensors only
+    under ``TRITON_INTERPRET=1``). ``check_every``: inner iterations between host reads of the per-pair stop flags
+    (default 1 on the CPU, where reading is free, 5 elsewhere; the result does not depend on it, only the wasted
+    work does). ``chunk_size``: pairs solved together (default: all on a GPU; on the CPU as many as keep the
+    working arrays cache-sized, about :data:`CPU_CHUNK_PIXELS` pixels). ``compile``: run the PyTorch iteration
+    and median filter through ``torch.compile`` (the first call of each size compiles for a minute or more).
     """
     _check_inputs(prev, next)
     params.validate()
+    check_mode(mode, stop_every)
     on_cpu = prev.device.type == "cpu"
     if check_every is None:
         check_every = 1 if on_cpu else 5
@@ -433,12 +524,7 @@ def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params = TVL1Params(), *, 
         chunk_size = max(1, CPU_CHUNK_PIXELS // (height * width)) if on_cpu else batch
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
-    solver = ScaleSolver(
-        params,
-        compiled(primal_dual_step) if compile else primal_dual_step,
-        compiled(median_of_active) if compile else median_of_active,
-        check_every,
-    )
+    solver = ScaleSolver(params, make_passes(kernels, prev.device, compile), check_every, mode, stop_every)
     flows = [solve_pyramid(prev[start : start + chunk_size], next[start : start + chunk_size], params, solver)
              for start in range(0, max(batch, 1), chunk_size)]
     return flows[0] if len(flows) == 1 else torch.cat(flows)

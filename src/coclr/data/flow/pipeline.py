@@ -1,0 +1,410 @@
+"""The ``tvl1-torch`` extraction as a pipeline that keeps the device busy: CPU processes decode and encode, the
+device solves batches of frame pairs taken across videos.
+
+1. Decoding: a ``DataLoader`` whose worker processes read each video's RGB entry and decode it to grayscale
+   ``uint8 [N, H, W]`` (prefetched, handed over in shared memory).
+2. Batching (the calling thread): the frame pairs of the videos, in order, are cut into batches of
+   ``batch_pairs`` pairs of one frame size; a video may span batches and a batch may hold many videos. Up to
+   :data:`OPEN_SIZES` frame sizes are batched at once; a new size closes the oldest open batch early.
+3. Solving (a device thread): :func:`~coclr.data.flow.tvl1.tvl1_flow` on the device, then the flow is quantised
+   there (:func:`~coclr.data.flow.encode.quantise_flow`) and only the uint8 u and v come back to the host (or,
+   with ``jpeg="nvjpeg"``, the JPEG bytes encoded on the GPU by torchvision's nvJPEG).
+4. Encoding and writing: once every pair of a video is back, a worker process JPEG-encodes its frames and writes
+   its entry atomically (:func:`~coclr.data.store.write_entry`).
+
+Two batches wait for the device at most, and at most two videos per encoding process are in flight, so memory
+stays bounded and a slow stage holds back the others instead of piling up work. :class:`PipelineStats` records
+how long the device thread waited for input. Each pair's flow is the one a batch of one gives (the solver is
+batch-invariant), so the stored bytes do not depend on the batching.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from coclr.data.flow.encode import FLOW_BOUND, flow_image, quantise_flow
+from coclr.data.flow.opencv import opencv_threads
+from coclr.data.flow.params import TVL1Params
+from coclr.data.jobs import RecordFn, default_start_method, init_worker
+from coclr.data.jpeg import encode_jpeg
+from coclr.data.store import write_entry
+from coclr.errors import ConfigError
+
+OPEN_SIZES = 4
+"""Frame sizes with a batch being filled at once (each holds up to ``batch_pairs`` pairs of frames)."""
+JPEG_ENCODERS = ("opencv", "nvjpeg")
+
+
+@dataclass
+class PipelineStats:
+    """Where the time of a pipeline run went: ``solve_seconds`` in the device thread's solves (TV-L1, quantisation,
+    copies), ``wait_seconds`` waiting for a batch to solve, ``wall_seconds`` from start to the last entry written."""
+
+    videos: int = 0
+    pairs: int = 0
+    batches: int = 0
+    solve_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    wall_seconds: float = 0.0
+
+    @property
+    def wait_share(self) -> float:
+        """The share of the run's time in which the device had nothing to solve."""
+        return 1.0 - self.solve_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    def __str__(self) -> str:
+        rate = self.pairs / self.wall_seconds if self.wall_seconds > 0 else 0.0
+        return (f"{self.pairs} frame pairs of {self.videos} videos in {self.batches} batches, {rate:.1f} pairs/s; "
+                f"the device solved for {self.solve_seconds:.1f} s of {self.wall_seconds:.1f} s and waited for input "
+                f"{100 * self.wait_share:.1f}% of the time")
+
+
+class _DecodedVideos:
+    """Map-style dataset over ``keys``: item ``i`` is ``{"key", "frames": uint8 [N, H, W] or None, "fps",
+    "error"}`` (decoding errors are returned, not raised, so one bad video does not stop the loader)."""
+
+    def __init__(self, root: str, keys: list[str]) -> None:
+        self.root = root
+        self.keys = keys
+        self._store = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, i: int) -> dict:
+        import torch
+
+        from coclr.data.flow.extract import decode_gray, video_source
+        from coclr.data.store import ClipStore
+
+        key = self.keys[i]
+        try:
+            if self._store is None:
+                self._store = ClipStore(self.root)
+            blobs, fps = video_source(self._store, key)
+            return {"key": key, "frames": torch.from_numpy(decode_gray(blobs)), "fps": fps, "error": ""}
+        except Exception as error:  # reported for this video; the others go on
+            return {"key": key, "frames": None, "fps": 0.0, "error": f"{type(error).__name__}: {error}"}
+
+
+def _decoder_init(_: int) -> None:
+    import cv2
+    import torch
+
+    cv2.setNumThreads(1)
+    torch.set_num_threads(1)
+
+
+def encode_and_write(root: str, view: str, key: str, frames: np.ndarray | list[bytes], fps: float,
+                     quality: int) -> tuple[str, int, str | None]:
+    """Worker task: JPEG-encode a video's quantised flow ``uint8 [N, H, W, 2]`` (or take its JPEG bytes) and write
+    its entry atomically; returns (key, frames written, error message or None)."""
+    try:
+        if isinstance(frames, np.ndarray):
+            frames = [encode_jpeg(image, quality) for image in flow_image(frames)]
+        write_entry(root, key, view, frames, fps)
+        return key, len(frames), None
+    except Exception as error:  # one bad entry must not stop the others
+        return key, 0, f"{type(error).__name__}: {error}"
+
+
+@dataclass
+class _Segment:
+    """Pairs ``first .. first + len(frames) - 2`` of video ``key``: its frames ``uint8 [n + 1, H, W]``."""
+
+    key: str
+    first: int
+    frames: object  # torch.Tensor
+
+    @property
+    def pairs(self) -> int:
+        return self.frames.shape[0] - 1
+
+
+@dataclass
+class _Video:
+    """A video whose pairs are being solved: its pair count, fps and the quantised flow received so far."""
+
+    pairs: int
+    fps: float
+    parts: dict[int, object] = field(default_factory=dict)
+    received: int = 0
+
+
+class _Batcher:
+    """Cuts the frame pairs of videos into batches of ``size`` pairs, one open batch per frame size (at most
+    :data:`OPEN_SIZES`: a new size closes the oldest)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.open: OrderedDict[tuple[int, int], list[_Segment]] = OrderedDict()
+
+    def add(self, key: str, frames) -> Iterator[list[_Segment]]:
+        """The batches completed by the pairs of video ``key`` (frames ``[N, H, W]``)."""
+        shape = tuple(frames.shape[1:])
+        if shape not in self.open and len(self.open) >= OPEN_SIZES:
+            yield self.open.popitem(last=False)[1]
+        first = 0
+        while first < frames.shape[0] - 1:
+            batch = self.open.setdefault(shape, [])
+            take = min(self.size - sum(segment.pairs for segment in batch), frames.shape[0] - 1 - first)
+            batch.append(_Segment(key, first, frames[first: first + take + 1]))
+            first += take
+            if sum(segment.pairs for segment in batch) == self.size:
+                yield self.open.pop(shape)
+
+    def flush(self) -> Iterator[list[_Segment]]:
+        """The open batches, however full."""
+        while self.open:
+            yield self.open.popitem(last=False)[1]
+
+
+@dataclass
+class FlowPipeline:
+    """The :data:`~coclr.data.jobs.EntryStream` of ``tvl1-torch`` extraction (see the module docstring).
+
+    ``decode_workers`` and ``encode_workers``: processes of the two CPU stages; ``batch_pairs``: frame pairs per
+    device batch; ``mode``, ``stop_every``, ``kernels``: passed to :func:`~coclr.data.flow.tvl1.tvl1_flow`;
+    ``jpeg``: ``opencv`` (worker processes) or ``nvjpeg`` (torchvision on the GPU). State: ``stats`` of the last
+    run.
+    """
+
+    root: str
+    view: str
+    params: TVL1Params
+    quality: int
+    device: str
+    batch_pairs: int = 64
+    decode_workers: int = 1
+    encode_workers: int = 1
+    bound: float = FLOW_BOUND
+    mode: str = "exact"
+    stop_every: int = 5
+    kernels: str = "auto"
+    jpeg: str = "opencv"
+
+    def __post_init__(self) -> None:
+        self.stats = PipelineStats()
+        if self.jpeg not in JPEG_ENCODERS:
+            raise ConfigError(f"jpeg: must be one of {', '.join(JPEG_ENCODERS)}, got {self.jpeg!r}")
+        if self.jpeg == "nvjpeg":
+            check_nvjpeg(self.device)
+
+    def __call__(self, todo: list[str], record: RecordFn) -> None:
+        with opencv_threads(1):  # a forked worker would hang stopping the threads of an OpenCV pool running here
+            self._run(todo, record)
+
+    def _run(self, todo: list[str], record: RecordFn) -> None:
+        import torch
+        from torch.utils.data import DataLoader
+
+        started = time.perf_counter()
+        self.stats = PipelineStats()
+        loader = DataLoader(_DecodedVideos(self.root, todo), batch_size=None, num_workers=self.decode_workers,
+                            prefetch_factor=4 if self.decode_workers else None, worker_init_fn=_decoder_init,
+                            pin_memory=torch.device(self.device).type == "cuda")
+        batches: queue.Queue = queue.Queue(maxsize=2)
+        results: queue.Queue = queue.Queue()
+        solver = threading.Thread(target=self._solve_batches, args=(batches, results), name="flow-device",
+                                  daemon=True)
+        run = _Run(self, record)
+        solver.start()
+        try:
+            batcher = _Batcher(self.batch_pairs)
+            for item in loader:
+                if item["error"]:
+                    run.finish(item["key"], 0, item["error"])
+                    continue
+                run.videos[item["key"]] = _Video(item["frames"].shape[0] - 1, item["fps"])
+                for batch in batcher.add(item["key"], item["frames"]):
+                    self._put(batches, batch, solver, run, results)
+                run.handle(results, block=False)
+            for batch in batcher.flush():
+                self._put(batches, batch, solver, run, results)
+            self._put(batches, None, solver, run, results)
+            solver.join()
+            run.handle(results, block=False)
+            run.drain()
+        finally:
+            if solver.is_alive():  # an error above: let the device thread end after its current batch
+                try:
+                    batches.put_nowait(None)
+                except queue.Full:
+                    pass
+            run.close()
+        self.stats.wall_seconds = time.perf_counter() - started
+
+    @staticmethod
+    def _put(batches: queue.Queue, batch: list[_Segment] | None, solver: threading.Thread, run: _Run,
+             results: queue.Queue) -> None:
+        """Queue a batch for the device, handling finished work while the queue is full."""
+        while True:
+            try:
+                batches.put(batch, timeout=0.05)
+                return
+            except queue.Full:
+                if not solver.is_alive():
+                    raise RuntimeError("the device thread of the flow pipeline ended unexpectedly") from None
+                run.handle(results, block=False)
+
+    def _solve_batches(self, batches: queue.Queue, results: queue.Queue) -> None:
+        """The device thread: solve batches until the end marker; every batch gives one result, an error included."""
+        import torch
+
+        from coclr.data.flow.tvl1 import tvl1_flow
+
+        device = torch.device(self.device)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        with torch.inference_mode():
+            while True:
+                waited = time.perf_counter()
+                batch = batches.get()
+                start = time.perf_counter()
+                self.stats.wait_seconds += start - waited
+                if batch is None:
+                    return
+                try:
+                    prev = torch.cat([segment.frames[:-1] for segment in batch]).to(device, non_blocking=True)
+                    nxt = torch.cat([segment.frames[1:] for segment in batch]).to(device, non_blocking=True)
+                    flow = tvl1_flow(prev, nxt, self.params, mode=self.mode, stop_every=self.stop_every,
+                                     kernels=self.kernels)
+                    uv = quantise_flow(flow.permute(0, 2, 3, 1), self.bound)
+                    out = nvjpeg_encode(uv, self.quality) if self.jpeg == "nvjpeg" else uv.cpu().numpy()
+                    results.put((batch, out, None))
+                except Exception as error:  # the batch's videos fail; the next batches go on
+                    results.put((batch, None, f"{type(error).__name__}: {error}"))
+                self.stats.solve_seconds += time.perf_counter() - start
+                self.stats.batches += 1
+                self.stats.pairs += sum(segment.pairs for segment in batch)
+
+
+class _Run:
+    """The bookkeeping of one pipeline run in the calling thread: videos being solved, encoding tasks in flight
+    (at most two per process) and the keys already finished (each is recorded exactly once)."""
+
+    def __init__(self, pipeline: FlowPipeline, record: RecordFn) -> None:
+        self.pipeline = pipeline
+        self.record = record
+        self.videos: dict[str, _Video] = {}
+        self.finished: set[str] = set()
+        self.in_flight: dict[Future, str] = {}
+        self.pool: ProcessPoolExecutor | None = None
+
+    def finish(self, key: str, frames: int, error: str | None) -> None:
+        if key in self.finished:
+            return
+        self.finished.add(key)
+        self.videos.pop(key, None)
+        if error is None:
+            self.pipeline.stats.videos += 1
+        self.record(key, frames, error)
+
+    def handle(self, results: queue.Queue, block: bool) -> None:
+        """Take the device's results: complete videos go to the encoding pool; collect finished encodings."""
+        while True:
+            try:
+                batch, out, error = results.get(block=block, timeout=0.05 if block else None)
+            except queue.Empty:
+                break
+            offset = 0
+            for segment in batch:
+                part = None if out is None else out[offset: offset + segment.pairs]
+                offset += segment.pairs
+                video = self.videos.get(segment.key)
+                if video is None:
+                    continue  # failed already
+                if error is not None:
+                    self.finish(segment.key, 0, error)
+                    continue
+                video.parts[segment.first] = part
+                video.received += segment.pairs
+                if video.received == video.pairs:
+                    self._submit(segment.key, video)
+        self._collect(block=False)
+
+    def _submit(self, key: str, video: _Video) -> None:
+        while len(self.in_flight) >= 2 * self.pipeline.encode_workers:
+            self._collect(block=True)
+        parts = [video.parts[first] for first in sorted(video.parts)]
+        frames = np.concatenate(parts) if isinstance(parts[0], np.ndarray) else [b for part in parts for b in part]
+        pipeline = self.pipeline
+        try:
+            future = self._pool().submit(encode_and_write, pipeline.root, pipeline.view, key, frames, video.fps,
+                                         pipeline.quality)
+        except BrokenProcessPool:
+            self._replace_pool()
+            future = self._pool().submit(encode_and_write, pipeline.root, pipeline.view, key, frames, video.fps,
+                                         pipeline.quality)
+        self.in_flight[future] = key
+        video.parts.clear()
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self.pool is None:
+            context = multiprocessing.get_context(default_start_method())
+            self.pool = ProcessPoolExecutor(self.pipeline.encode_workers, mp_context=context,
+                                            initializer=init_worker, initargs=(None, os.getpid()))
+        return self.pool
+
+    def _replace_pool(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool = None
+
+    def _collect(self, block: bool) -> None:
+        if not self.in_flight:
+            return
+        done, _ = wait(self.in_flight, timeout=None if block else 0, return_when=FIRST_COMPLETED)
+        broken = False
+        for future in done:
+            key = self.in_flight.pop(future)
+            try:
+                self.finish(*future.result())
+            except BrokenProcessPool:
+                broken = True
+                self.finish(key, 0, "worker process died (crash or out of memory) while writing this entry")
+        if broken:
+            self._replace_pool()
+
+    def drain(self) -> None:
+        """Wait for every encoding in flight."""
+        while self.in_flight:
+            self._collect(block=True)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+
+def check_nvjpeg(device: str) -> None:
+    """Raise :class:`ConfigError` unless torchvision's GPU JPEG encoder can serve ``device``."""
+    import torch
+
+    if torch.device(device).type != "cuda":
+        raise ConfigError(f"jpeg: nvjpeg encodes on a CUDA device, not on {device!r}")
+    try:
+        from torchvision.io import encode_jpeg as _  # noqa: F401
+    except ImportError:
+        raise ConfigError("jpeg: nvjpeg needs torchvision (with CUDA), which is not importable here") from None
+
+
+def nvjpeg_encode(uv, quality: int) -> list[bytes]:
+    """JPEG bytes of quantised flow ``uint8 [P, H, W, 2]`` on a CUDA device, encoded there by torchvision's nvJPEG
+    (its chroma subsampling and tables differ from OpenCV's, so the bytes do too)."""
+    from torchvision.io import encode_jpeg as gpu_encode
+
+    images = flow_image(uv).permute(0, 3, 1, 2).contiguous()
+    encoded = gpu_encode(list(images), quality=quality)
+    return [bytes(data.cpu().numpy().tobytes()) for data in encoded]
