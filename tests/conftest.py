@@ -54,26 +54,26 @@ def _one_thread():
 
 
 
-def _hold_view_lock(root: str, view: str, ready) -> None:
+def _hold_lock(path: str, ready) -> None:
     import time
 
-    from coclr.data.jobs import view_lock
+    from coclr.filelock import exclusive_lock
 
-    with view_lock(root, view):
+    with exclusive_lock(path):
         ready.set()
         time.sleep(600)
 
 
 @contextmanager
-def view_locked_by_another_process(root: Path, view: str):
-    """A process that holds the writing lock of ``view`` (as a running job does) for the duration; on exit it is
-    killed with SIGKILL, as ``kill -9`` would. Yields its pid."""
+def locked_by_another_process(path: Path):
+    """A process that holds the lock file ``path`` (as a running job does) for the duration; on exit it is killed
+    with SIGKILL, as ``kill -9`` would. Yields its pid."""
     import multiprocessing
     import signal
 
     context = multiprocessing.get_context("fork")
     ready = context.Event()
-    holder = context.Process(target=_hold_view_lock, args=(str(root), view, ready))
+    holder = context.Process(target=_hold_lock, args=(str(path), ready))
     holder.start()
     try:
         assert ready.wait(30), "the lock holder did not start"
@@ -81,3 +81,8 @@ def view_locked_by_another_process(root: Path, view: str):
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.join()
+
+
+def view_locked_by_another_process(root: Path, view: str):
+    """:func:`locked_by_another_process` on the writing lock of ``view`` in the store at ``root``."""
+    return locked_by_another_process(Path(root) / f".lock_{view}")

@@ -420,3 +420,20 @@ def test_a_commit_interrupted_between_renames_is_finished_by_the_next_run(tmp_pa
     folder = check_folder(tmp_path / "out")
     assert [r["path"] for r in folder.video_records] == [r.path for r in results]
     np.testing.assert_allclose(folder.videos, np.stack([r.vector for r in results]), atol=1e-7)
+
+
+def test_a_second_writer_of_one_folder_is_refused_while_the_first_holds_it(tmp_path, encoder):
+    """Two runs never write one output folder at once: the second is refused, naming the holder; once the first
+    has ended (even by SIGKILL) the folder opens again."""
+    from coclr.embed.output import LOCK_FILE
+    from coclr.embed.run import folder_record
+
+    from conftest import locked_by_another_process
+
+    record = folder_record(Embedder(encoder, workers=0, **SMALL))
+    (tmp_path / "out").mkdir()
+    with locked_by_another_process(tmp_path / "out" / LOCK_FILE) as pid:
+        with pytest.raises(DataError, match=rf"another coclr embed is writing this folder \(pid {pid} on"):
+            EmbeddingWriter(tmp_path / "out", record).__enter__()
+    with EmbeddingWriter(tmp_path / "out", record):
+        pass

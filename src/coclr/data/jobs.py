@@ -26,11 +26,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None
-
 import cv2
 
 from coclr.atomic import PARTIAL_SUFFIX
@@ -38,6 +33,7 @@ from coclr.core.distributed import all_gather_objects, barrier, broadcast_object
 from coclr.data.flow.opencv import opencv_threads
 from coclr.data.store import ClipStore, check_view_name, record_failures, write_entry
 from coclr.errors import DataError
+from coclr.filelock import exclusive_lock
 
 EntryJob = Callable[[str], tuple[Sequence[bytes], float]]
 """A store job: entry key -> (encoded frames, frames per second). Must be picklable."""
@@ -52,30 +48,14 @@ GROUP_TIMEOUT = timedelta(days=30)
 
 @contextmanager
 def view_lock(root: str | Path, view: str, holder: str | None = None) -> Iterator[None]:
-    """Hold the writing lock of ``view`` in the store at ``root`` (``.lock_<view>``, ``flock``), or raise
-    :class:`DataError` naming the process that holds it (``holder``, written into the lock file; by default this
-    process). The kernel releases it when its process ends, so a job killed with SIGKILL leaves no stale lock.
-    Where ``fcntl`` does not exist (Windows), no lock is taken."""
-    if fcntl is None:
+    """Hold the writing lock of ``view`` in the store at ``root`` (``.lock_<view>``), or raise :class:`DataError`
+    naming the process that holds it (``holder``, written into the lock file; by default this process)."""
+    def busy(who: str) -> str:
+        return (f"{root}: view {view!r} is being written by another job ({who}); wait for it to end or stop it, "
+                "then run this command again")
+
+    with exclusive_lock(Path(root) / f".lock_{view}", busy, holder):
         yield
-        return
-    path = Path(root) / f".lock_{view}"
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(descriptor, 200, 0).decode("utf-8", "replace").strip() or "another process"
-            raise DataError(f"{root}: view {view!r} is being written by another job ({holder}); wait for it to end "
-                            "or stop it, then run this command again") from None
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, (holder or f"pid {os.getpid()} on {socket.gethostname()}").encode(), 0)
-        try:
-            yield
-        finally:
-            fcntl.flock(descriptor, fcntl.LOCK_UN)
-    finally:
-        os.close(descriptor)
 
 
 @contextmanager

@@ -44,11 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None
-
 import numpy as np
 
 from coclr.atomic import atomic_open, atomic_write_json
@@ -56,6 +51,7 @@ from coclr.config import differences
 from coclr.data.indexes import VideoIndex, is_relative_key
 from coclr.data.jpeg import decode_jpeg
 from coclr.errors import DataError
+from coclr.filelock import exclusive_lock
 
 STORE_FORMAT = "coclr-clip-store"
 STORE_VERSION = 2
@@ -82,18 +78,11 @@ _HASH_CHARS = 32
 
 @contextmanager
 def metadata_lock(root: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``root/.lock`` (``flock``) while a process reads and rewrites the store's
-    metadata or index, so that jobs started side by side on one store (flow extraction of two views, say) do not
-    lose each other's keys. Where ``fcntl`` does not exist (Windows), no lock is taken."""
-    if fcntl is None:
+    """Hold ``root/.lock`` while a process reads and rewrites the store's metadata or index (waiting for another
+    holder), so that jobs started side by side on one store (flow extraction of two views, say) do not lose each
+    other's keys."""
+    with exclusive_lock(root / LOCK_FILE):
         yield
-        return
-    with open(root / LOCK_FILE, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ import numpy as np
 from coclr.atomic import atomic_open, atomic_write_json, read_json_lines
 from coclr.config import differences
 from coclr.errors import ConfigError, DataError
+from coclr.filelock import exclusive_lock
 
 SETTINGS_FILE = "embed.json"
 COMMIT_FILE = "commit.json"
@@ -55,25 +55,6 @@ def file_identity(path: str | Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return stat.st_size, stat.st_mtime_ns
-
-
-@contextlib.contextmanager
-def _exclusive(root: Path) -> Iterator[None]:
-    """Hold ``root/.lock`` so that two runs never write one folder at once (a second one is refused)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no lock
-        yield
-        return
-    with open(root / LOCK_FILE, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DataError(f"{root}: another coclr embed is writing this folder; wait for it to finish") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class EmbeddingWriter:
@@ -103,7 +84,9 @@ class EmbeddingWriter:
             raise DataError(f"{self.root}: exists and is not a folder")
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = contextlib.ExitStack()
-        self._lock.enter_context(_exclusive(self.root))
+        self._lock.enter_context(exclusive_lock(
+            self.root / LOCK_FILE, lambda who: f"{self.root}: another coclr embed is writing this folder ({who}); "
+                                              "wait for it to finish"))
         try:
             self._check_settings()
             recover(self.root)

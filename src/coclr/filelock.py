@@ -1,0 +1,50 @@
+"""The one file lock of the project: an exclusive ``flock`` on a file, held for a ``with`` block.
+
+Store jobs hold one per view, the store's metadata one while rewriting its index, and ``coclr embed`` one per
+output folder. The kernel releases a lock when its process ends, so a job killed with SIGKILL leaves none stale.
+Where ``fcntl`` does not exist (Windows), no lock is taken.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
+from coclr.errors import DataError
+
+
+@contextmanager
+def exclusive_lock(path: str | Path, busy: Callable[[str], str] | None = None,
+                   holder: str | None = None) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created when missing).
+
+    ``busy``: when given, a lock held by another process is refused at once with :class:`DataError`
+    ``busy(who)``, ``who`` being the description the holder wrote into the file; without it, wait for the lock.
+    ``holder``: the description written into the file while it is held (default: this process and host).
+    """
+    if fcntl is None:
+        yield
+        return
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | (fcntl.LOCK_NB if busy is not None else 0))
+        except BlockingIOError:
+            who = os.pread(descriptor, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            raise DataError(busy(who)) from None
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, (holder or f"pid {os.getpid()} on {socket.gethostname()}").encode(), 0)
+        try:
+            yield
+        finally:
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+    finally:
+        os.close(descriptor)
