@@ -65,3 +65,27 @@ def test_finetune_end_to_end_and_resume(tmp_path, monkeypatch):
     assert resumed["train_losses"][0] == pytest.approx(whole["train_losses"][1], rel=1e-5)
     np.testing.assert_allclose(load_probabilities(resumed["probabilities"])["ten_crop"], probabilities["ten_crop"],
                                rtol=1e-4, atol=1e-6)
+
+
+def test_finetune_of_a_finished_folder_returns_its_results_without_work(tmp_path, monkeypatch):
+    """The same call on a finished folder returns the recorded results and neither trains nor tests; other
+    inputs (another test split here) do the test again."""
+    from coclr.data.store import ClipStore
+    from coclr.eval import finetune as module
+    from coclr.eval.features import file_sha256
+
+    store = ClipStore(make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8))
+    checkpoint = save_tiny_encoder(tmp_path / "enc.pt")
+    sha = file_sha256(checkpoint)
+    clips = ClipConfig(length=8, size=32, batch_size=3)
+    config = from_dict(FinetuneConfig, {"epochs": 1, "milestones": [1]})
+    first = finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, config, progress=False)
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("a finished folder was worked on again")
+
+    monkeypatch.setattr(module, "train_epoch", no_work)
+    monkeypatch.setattr(module, "predict_windows", no_work)
+    assert finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, config, progress=False) == first
+    with pytest.raises(AssertionError, match="worked on again"):
+        finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, config, test_split="train", progress=False)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from coclr import seeding
+from coclr.atomic import atomic_write_json
 from coclr.config import differences, option, require
 from coclr.errors import CheckpointError, ConfigError
 from coclr.eval.features import ClipConfig, predict_windows
@@ -35,6 +37,7 @@ from coclr.eval.fusion import topk_accuracy
 STATE_FILE = "finetune_last.pt"
 PROBS_FILE = "finetune_probabilities.npz"
 ENCODER_FILE = "finetuned_encoder.pth"
+RESULT_FILE = "finetune_result.json"
 STATE_FORMAT = "coclr.finetune"
 
 
@@ -145,7 +148,9 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     Writes ``out_dir/finetune_last.pt`` after every epoch (resumed from when present), the finetuned backbone to
     ``out_dir/finetuned_encoder.pth`` (an encoder file, for retrieval and probes of the finetuned network) and the
     per-video test probabilities to ``out_dir/finetune_probabilities.npz`` (``keys``, ``labels``, ``center``,
-    ``ten_crop``). Returns the results: centre-crop and ten-crop top-1/top-5 (percent) and the training losses.
+    ``ten_crop``) and the results with the inputs they came from to ``out_dir/finetune_result.json``, so that the
+    same call on a finished folder returns them without training or testing again. Returns the results:
+    centre-crop and ten-crop top-1/top-5 (percent) and the training losses.
     """
     from torch.utils.data import DataLoader
     from tqdm import tqdm
@@ -167,6 +172,10 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
                    "videos_sha256": hashlib.sha256("\n".join(e.path for e in dataset.entries).encode()).hexdigest(),
                    "clips": dataclasses.asdict(clip_config), "finetune": dataclasses.asdict(config)}
     fingerprint["clips"].pop("workers")
+    tested = {"fingerprint": fingerprint, "test_split": test_split, "with_views": list(with_views)}
+    finished = _finished(out_dir, tested)
+    if finished is not None:
+        return finished
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
@@ -208,10 +217,25 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     labels = np.array([entry.label for entry in entries], dtype=np.int64)
     save_probabilities(out_dir / PROBS_FILE, keys, labels, center=center.numpy(), ten_crop=ten.numpy())
     center_acc, ten_acc = topk_accuracy(center.numpy(), labels), topk_accuracy(ten.numpy(), labels)
-    return {"top1": round(100 * ten_acc[1], 4), "top5": round(100 * ten_acc[5], 4),
-            "center_top1": round(100 * center_acc[1], 4), "center_top5": round(100 * center_acc[5], 4),
-            "ten_crop_short_side": short_side, "epochs": config.epochs, "train_losses": losses,
-            "probabilities": str(out_dir / PROBS_FILE)}
+    result = {"top1": round(100 * ten_acc[1], 4), "top5": round(100 * ten_acc[5], 4),
+              "center_top1": round(100 * center_acc[1], 4), "center_top5": round(100 * center_acc[5], 4),
+              "ten_crop_short_side": short_side, "epochs": config.epochs, "train_losses": losses,
+              "probabilities": str(out_dir / PROBS_FILE)}
+    atomic_write_json(out_dir / RESULT_FILE, {**tested, "result": result})
+    return result
+
+
+def _finished(out_dir: Path, tested: dict[str, object]) -> dict[str, object] | None:
+    """The results of a finished job with the same inputs in ``out_dir`` (its files all present), else None."""
+    try:
+        record = json.loads((out_dir / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or {k: record.get(k) for k in tested} != json.loads(json.dumps(tested)):
+        return None
+    if not all((out_dir / name).is_file() for name in (STATE_FILE, PROBS_FILE, ENCODER_FILE)):
+        return None
+    return record.get("result")
 
 
 def _save_finetuned(path: Path, model: Classifier, view: str, clip_config: ClipConfig, source_sha256: str) -> None:
