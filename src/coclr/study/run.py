@@ -81,8 +81,12 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
         init = cross_entropy_init(plan)
         plan.encoders["cross_entropy_rgb"] = (stream_folder(out / "cross_entropy", "rgb", file_sha256(init), views)
                                               / ENCODER_FILE)
+    from tqdm import tqdm
+
     rows = []
+    bar = tqdm(total=len(config.rows) * len(config.columns), desc="evaluation", unit="eval")
     for key in config.rows:
+        bar.set_postfix_str(key)
         row = ROWS[key]
         streams = [Stream(plan.encoders[name], view) for name, view in row.streams]
         entry: dict[str, Any] = {"row": key, "method": row.method, "view": row.input, "labels": row.labels,
@@ -92,10 +96,12 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
             record = evaluate_retrieval(store, streams, plan.clips, plan.config.eval.ks, cache_dir=cache, **common)
             entry["retrieval"] = {f"R@{k}": record["results"][f"R@{k}"] for k in record["config"]["ks"]}
             records.append(record)
+            bar.update()
         if "linear" in config.columns:
             record, _, _ = evaluate_linear(store, streams, plan.clips, plan.probe, cache_dir=cache, **common)
             entry["linear_top1"] = record["results"]["top1"]
             records.append(record)
+            bar.update()
         if "finetune" in config.columns:
             if key == "cross_entropy_rgb":  # its finetuning is its training, from the random encoder
                 record = evaluate_finetune(store, [Stream(cross_entropy_init(plan), "rgb")], out / "cross_entropy",
@@ -104,6 +110,7 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
                 record = evaluate_finetune(store, streams, out / "finetune", plan.clips, plan.finetune, **common)
             entry["finetune_top1"] = record["results"]["top1"]
             records.append(record)
+            bar.update()
         marks = []
         for record in records:
             record["name"] = row.method
@@ -115,6 +122,7 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
             entry["marks"] = " ‡"
         entry["records"] = records
         rows.append(entry)
+    bar.close()
     return rows
 
 
