@@ -62,5 +62,5 @@ def report(config, args: argparse.Namespace) -> int:
     results = run_study(config, args.out, args.check)
     if results is not None:
         print((Path(args.out) / "results.md").read_text())
-        print(f"wall time {results['wall_seconds'] / 60:.1f} min; results in {args.out}/")
+        print(f"this command took {results['wall_seconds'] / 60:.1f} min; results in {args.out}/")
     return 0

@@ -112,8 +112,9 @@ def _lookup(row: dict[str, Any], key: str) -> float | None:
 def results_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str], checks: dict[str, Any],
                      seconds: float, seed: int, stages: Sequence[dict[str, Any]] = (), notes: Sequence[str] = (),
                      title: str = "coclr study") -> str:
-    """``results.md``: the table beside the paper's numbers, the claims, the stages of co-training, notes."""
-    lines = [f"# {title} (seed {seed}, {seconds / 60:.1f} min)", "",
+    """``results.md``: the table beside the paper's numbers, the claims, the stages of co-training, notes.
+    ``seconds``: the wall time of the command that wrote it (a continued study counts only its last command)."""
+    lines = [f"# {title} (seed {seed}; this command took {seconds / 60:.1f} min)", "",
              "Numbers in percent; 'paper': Table 1 of the paper (UCF101 split 1). Test videos query train videos.",
              "", *table_markdown(rows, columns), ""]
     if notes:
