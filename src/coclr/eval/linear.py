@@ -184,6 +184,7 @@ def linear_probe(train: VideoFeatures, test: VideoFeatures, num_classes: int, co
         selected, grid = select_hyperparameters(train.features, train.labels, num_classes, config, device,
                                                 on_epoch=lambda: bar.update(1))
         bar.total = grid_epochs + int(selected["epochs"])
+        bar.refresh()  # show the new total (and ETA) now, not at the next timed redraw
         probe, _ = train_probe(train.features, train.labels, num_classes, selected["lr"], selected["weight_decay"],
                                int(selected["epochs"]), config.batch_size, config.seed, device,
                                on_epoch=lambda: bar.update(1))
