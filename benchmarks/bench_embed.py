@@ -33,7 +33,7 @@ def source_videos(folder: Path) -> tuple[list[Path], str]:
     """The real clips, or 8 synthetic videos of 200 frames at 320x240 written into ``folder``."""
     if SHARED_CLIPS.is_dir():
         return sorted(SHARED_CLIPS.iterdir()), f"the {len(list(SHARED_CLIPS.iterdir()))} real clips"
-    from coclr.data.video import write_mp4
+    from coclr.video.decode import write_mp4
 
     rng = np.random.default_rng(0)
     paths = []
@@ -54,7 +54,7 @@ def save_random_encoder(path: Path, width: float) -> Path:
 
 
 def time_decoding(paths: list[Path], short_side: int) -> float:
-    from coclr.data.video import VideoReader
+    from coclr.video.decode import VideoReader
 
     started = time.perf_counter()
     for path in paths:

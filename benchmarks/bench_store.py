@@ -26,9 +26,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from coclr.data.indexes import VideoEntry, VideoIndex
-from coclr.data.jpeg import decode_jpeg, encode_jpeg
-from coclr.data.store import ClipStore, create_store, write_entry
+from coclr.store.clipstore import ClipStore, create_store, write_entry
+from coclr.store.jpeg import decode_jpeg, encode_jpeg
+from coclr.video.indexes import VideoEntry, VideoIndex
 
 CLIP_LENGTH = 32
 SHARED_CLIPS = Path(__file__).resolve().parents[2] / "shared" / "data" / "clips"
@@ -37,7 +37,7 @@ SHARED_CLIPS = Path(__file__).resolve().parents[2] / "shared" / "data" / "clips"
 def source_videos(short_side: int, quality: int) -> tuple[list[list[bytes]], str]:
     """Encoded frames of the real clips (resized), or of synthetic moving gradients without ../shared."""
     if SHARED_CLIPS.is_dir():
-        from coclr.data.video import decode_video
+        from coclr.video.decode import decode_video
 
         videos = [[encode_jpeg(f, quality) for f in decode_video(p, short_side=short_side)]
                   for p in sorted(SHARED_CLIPS.iterdir())]

@@ -1,4 +1,4 @@
-"""Cost and difficulty of the built-in synthetic dataset (coclr.data.synth) at its default (demo) size.
+"""Cost and difficulty of the built-in synthetic dataset (coclr.synth) at its default (demo) size.
 
 Prints the time to generate the store with 1 and 2 worker processes (and their ratio, same run), the
 rendering time per clip alone, and nearest-neighbour accuracy from train scenes to the unseen test scenes
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from coclr.config import load_config
-from coclr.data.synth import SynthConfig, dataset_clips, generate_synthetic, render_clip
+from coclr.synth import SynthConfig, dataset_clips, generate_synthetic, render_clip
 from synth_diagnostics import appearance_features, clip_flow, motion_features, nearest_neighbour_accuracy
 
 CROP = 8

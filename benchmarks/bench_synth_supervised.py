@@ -25,9 +25,9 @@ from torch import nn
 from coclr.config import load_config
 from coclr.data.augment import ClipAugment, center_crop
 from coclr.data.datasets import TrainClips
-from coclr.data.flow.extract import extract_flow
-from coclr.data.synth import SynthConfig, generate_synthetic
+from coclr.flow.extract import extract_flow
 from coclr.models.encoder import build_encoder
+from coclr.synth import SynthConfig, generate_synthetic
 
 
 class Plain3dCnn(nn.Module):

@@ -25,7 +25,7 @@ import torch
 
 from coclr.config import load_config
 from coclr.data.batch_decode import collate_clips
-from coclr.data.synth import random_store
+from coclr.synth import random_store
 from coclr.train.config import PretrainConfig
 from coclr.train.trainer import Trainer
 

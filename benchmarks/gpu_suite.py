@@ -40,7 +40,6 @@ import dataclasses
 import functools
 import gc
 import io
-import json
 import math
 import os
 import platform
@@ -50,10 +49,11 @@ import tempfile
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import cv2
 import numpy as np
@@ -64,10 +64,10 @@ from coclr.config import load_config
 from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD, ClipAugment
 from coclr.data.batch_decode import collate_clips, decode_batch, gpu_decoder_available
 from coclr.data.datasets import TrainClips
-from coclr.data.indexes import VideoEntry, VideoIndex
-from coclr.data.jpeg import decode_jpeg, encode_jpeg
-from coclr.data.store import create_store, write_entry
+from coclr.store.clipstore import create_store, write_entry
+from coclr.store.jpeg import decode_jpeg, encode_jpeg
 from coclr.train.config import PretrainConfig
+from coclr.video.indexes import VideoEntry, VideoIndex
 
 PARTS = ("decoders", "loader_core", "step", "dataloader", "epoch", "features", "flow", "quality", "projection")
 UCF101 = {"train": 9537, "test": 3783, "mean_frames": 186, "flow_pairs": 2.5e6}
@@ -200,21 +200,21 @@ def frame_pool(size: tuple[int, int], frames: int, clips: int = 4) -> tuple[list
     from coclr.data.frames import fit_frames
 
     if SHARED_CLIPS.is_dir():
-        from coclr.data.video import decode_video
+        from coclr.video.decode import decode_video
 
         videos = []
         for path in sorted(SHARED_CLIPS.iterdir())[:clips]:
             decoded = decode_video(path, short_side=min(size))[:frames]
             videos.append(list(fit_frames(np.asarray(decoded), size)))
         return videos, f"real clips of {SHARED_CLIPS}"
-    from coclr.data.synth import SynthConfig, dataset_clips, render_clip
+    from coclr.synth import SynthConfig, dataset_clips, render_clip
 
     # Noise 0.03 makes the JPEGs as large as the real clips' (7.4 KiB at 171x128, quality 90); decoding time
     # grows with it.
     config = SynthConfig(height=size[0], width=size[1], frames=frames, train_scenes=max(2, clips), test_scenes=2,
                          actions_per_scene=1, num_classes=2, clips_per_action=1, noise=0.03)
     keys = [clip.key for clip in dataset_clips(config) if clip.split == "train"][:clips]
-    return [list(render_clip(config, key)) for key in keys], "synthetic clips (coclr.data.synth)"
+    return [list(render_clip(config, key)) for key in keys], "synthetic clips (coclr.synth)"
 
 
 def flow_like(frames: list[np.ndarray]) -> list[np.ndarray]:
@@ -321,7 +321,8 @@ def part_decoders(suite: Suite, budget: Budget) -> None:
         if name != "cv2.imdecode":
             suite.add("decoders", f"{name} / cv2.imdecode", rates[name] / rates["cv2.imdecode"], "x")
     if suite.cuda and gpu_decoder_available():
-        from torchvision.io import ImageReadMode, decode_jpeg as nvjpeg
+        from torchvision.io import ImageReadMode
+        from torchvision.io import decode_jpeg as nvjpeg
 
         tensors = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
         batch = (tensors * (4096 // len(tensors) + 1))[:4096]
@@ -755,7 +756,7 @@ def part_flow(suite: Suite, budget: Budget) -> None:
     (rows of ``(case, value, unit, note)``), its figures are added."""
     import importlib
 
-    from coclr.data.flow.tvl1 import tvl1_flow
+    from coclr.flow.tvl1 import tvl1_flow
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     try:
@@ -789,8 +790,8 @@ def part_flow(suite: Suite, budget: Budget) -> None:
 
 def part_quality(suite: Suite, budget: Budget) -> None:
     """bf16 against fp32 on the synthetic dataset: InfoNCE on RGB for a few epochs, then kNN R@1."""
-    from coclr.data.synth import SynthConfig, generate_synthetic
     from coclr.eval.monitor import knn_recall
+    from coclr.synth import SynthConfig, generate_synthetic
     from coclr.train.trainer import Trainer
 
     store = suite.tmp / "synth"

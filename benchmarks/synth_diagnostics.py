@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+
 def appearance_features(frames: np.ndarray) -> np.ndarray:
     """Appearance of a clip ``uint8 [T, H, W, 3]``: a 4x4x4 colour histogram of all its frames and an
     8x8 thumbnail of its first frame (what one frame shows, without motion)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from coclr.data.synth import random_store as make_random_store  # noqa: F401 (the tests' random store)
+from coclr.synth import random_store as make_random_store  # noqa: F401 (the tests' random store)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))  # the synthetic dataset's diagnostic features live there

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from coclr.core.methods import positive_mask
 from coclr.core.positives import (
     cross_view_instance_positives,
     cross_view_topk_positives,
@@ -14,7 +15,6 @@ from coclr.core.positives import (
     label_positives,
     top_k_lowest_index_ties,
 )
-from coclr.core.methods import positive_mask
 from coclr.core.queue import MomentumQueue
 from coclr.errors import ConfigError
 

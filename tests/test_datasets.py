@@ -84,8 +84,8 @@ def test_videos_whose_view_failed_are_left_out_and_unbuilt_views_are_an_error(tm
     import os
 
     from coclr.data.datasets import usable_entries
-    from coclr.data.store import ClipStore, entry_path, record_failures
     from coclr.errors import DataError
+    from coclr.store.clipstore import ClipStore, entry_path, record_failures
     from coclr.train.trainer import Trainer
     from test_train import tiny_config
 

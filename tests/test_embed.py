@@ -42,7 +42,7 @@ def moving_square(frames: int, height: int = 32, width: int = 40, seed: int = 0)
 
 
 def write_video(path: Path, frames: np.ndarray, fps: float = 25.0, codec: str = "libx264") -> Path:
-    from coclr.data.video import write_mp4
+    from coclr.video.decode import write_mp4
 
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_mp4(path, frames, fps, codec)
@@ -187,9 +187,9 @@ def test_two_stream_concatenates_rgb_and_on_the_fly_flow(tmp_path, flow_encoder)
     """Flow is TV-L1 between consecutive frames, quantised with the flow encoder's bound; both streams use the
     n - 1 frames that have flow; the vector is the two normalised vectors concatenated, over sqrt(2)."""
     from coclr.data.augment import center_crop
-    from coclr.data.flow.encode import flow_to_uint8
-    from coclr.data.flow.opencv import rgb_to_gray
-    from coclr.data.flow.tvl1 import tvl1_flow
+    from coclr.flow.encode import flow_to_uint8
+    from coclr.flow.opencv import rgb_to_gray
+    from coclr.flow.tvl1 import tvl1_flow
     from coclr.models.loading import load_encoder
 
     rgb_encoder = save_tiny_encoder(tmp_path / "rgb.pth")
@@ -219,13 +219,13 @@ def test_store_and_files_give_the_same_features_on_real_clips(tmp_path, shared_c
     (tiny random encoder, quality 90, 64 px crops of 16 frames): distances between the unit vectors of 0.010 to
     0.017, against 0.029 between the two closest different clips; asserted: at most 0.025, and each file's
     nearest stored video is its own."""
-    from coclr.data.indexes import VideoEntry, VideoIndex
-    from coclr.data.build import build_store
-    from coclr.data.jpeg import decode_jpeg, encode_jpeg
-    from coclr.data.store import ClipStore
-    from coclr.data.video import decode_video_with_rate
     from coclr.eval.features import ClipConfig, extract_features
     from coclr.models.loading import load_encoder
+    from coclr.store.build import build_store
+    from coclr.store.clipstore import ClipStore
+    from coclr.store.jpeg import decode_jpeg, encode_jpeg
+    from coclr.video.decode import decode_video_with_rate
+    from coclr.video.indexes import VideoEntry, VideoIndex
 
     names = ["v_BaseballPitch_g01_c01.avi", "v_Basketball_g01_c01.avi", "archery_ucf_format.avi"]  # all 320x240
     index = VideoIndex("clips", ["any"], [VideoEntry(name, 0, "train") for name in names])
@@ -265,7 +265,7 @@ def test_copies_of_real_clips_retrieve_their_original(tmp_path, shared_clips, en
     for number, path in enumerate(originals):
         with av.open(str(path)) as container:
             fps = float(container.streams.video[0].average_rate)
-        from coclr.data.video import decode_video
+        from coclr.video.decode import decode_video
 
         frames = decode_video(path)
         height, width = frames.shape[1:3]
@@ -427,7 +427,6 @@ def test_a_second_writer_of_one_folder_is_refused_while_the_first_holds_it(tmp_p
     has ended (even by SIGKILL) the folder opens again."""
     from coclr.embed.output import LOCK_FILE
     from coclr.embed.run import folder_record
-
     from conftest import locked_by_another_process
 
     record = folder_record(Embedder(encoder, workers=0, **SMALL))

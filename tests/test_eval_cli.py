@@ -7,11 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from test_eval_helpers import make_tiny_store, save_tiny_encoder
-from test_eval_retrieval import brute_force
-
 from coclr.cli import main
 from coclr.eval.features import ClipConfig
+from test_eval_helpers import make_tiny_store, save_tiny_encoder
+from test_eval_retrieval import brute_force
 
 CLIP_ARGS = ["--length", "8", "--size", "32", "--batch-size", "6", "--quiet"]
 
@@ -27,7 +26,7 @@ def _cached(store_root, checkpoint, view, cache, monkeypatch):
     """The features the command used, read back from its cache (test_eval_features checks that a cache hit
     equals a fresh extraction); loading the model is forbidden, so these must be hits."""
     import coclr.eval.features as features
-    from coclr.data.store import ClipStore
+    from coclr.store.clipstore import ClipStore
 
     monkeypatch.setattr(features, "load_backbone", lambda path: pytest.fail("expected a cache hit"))
     store = ClipStore(store_root)
@@ -140,8 +139,8 @@ def test_a_collapsed_encoder_is_reported_and_scores_chance(tiny, capsys):
     R@1 is the share of each query's class in the gallery (1/3 here), whatever the gallery's order."""
     import torch
 
-    from coclr.models.loading import load_encoder, save_encoder
     from coclr.models.encoder import Encoder
+    from coclr.models.loading import load_encoder, save_encoder
 
     store, rgb, _, root = tiny
     backbone, head = load_encoder(rgb)
@@ -165,7 +164,7 @@ def test_a_collapsed_encoder_is_reported_and_scores_chance(tiny, capsys):
 def test_videos_whose_job_failed_are_left_out_of_evaluation_and_listed(tmp_path, capsys):
     import os
 
-    from coclr.data.store import entry_path, record_failures
+    from coclr.store.clipstore import entry_path, record_failures
 
     store = make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8, views=("rgb", "flow"))
     broken = "green_class/test_00.avi"

@@ -6,18 +6,25 @@ import numpy as np
 import pytest
 import torch
 
-from test_eval_helpers import make_tiny_store, save_tiny_encoder
-
 from coclr.errors import CheckpointError, DataError
-from coclr.eval.features import (ClipConfig, Stream, cached_features, check_inputs, checkpoint_meta, eval_views,
-                                 extract_features, load_backbone)
+from coclr.eval.features import (
+    ClipConfig,
+    Stream,
+    cached_features,
+    check_inputs,
+    checkpoint_meta,
+    eval_views,
+    extract_features,
+    load_backbone,
+)
+from test_eval_helpers import make_tiny_store, save_tiny_encoder
 
 CONFIG = ClipConfig(length=8, stride=1, size=32, batch_size=5)
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from coclr.data.store import ClipStore
+    from coclr.store.clipstore import ClipStore
 
     root = tmp_path_factory.mktemp("features")
     store = ClipStore(make_tiny_store(root / "store", train_per_class=2, test_per_class=1, frames=12,

@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from test_eval_helpers import make_tiny_store, save_tiny_encoder
-
 from coclr.config import from_dict
 from coclr.eval.features import ClipConfig
 from coclr.eval.finetune import Classifier, FinetuneConfig, build_optimizer, finetune, load_probabilities
+from test_eval_helpers import make_tiny_store, save_tiny_encoder
 
 
 def test_classifier_dropout_and_backbone_lr():
@@ -30,9 +29,9 @@ def test_classifier_dropout_and_backbone_lr():
 
 @pytest.mark.slow
 def test_finetune_end_to_end_and_resume(tmp_path, monkeypatch):
-    from coclr.data.store import ClipStore
     from coclr.eval import finetune as module
     from coclr.eval.features import file_sha256
+    from coclr.store.clipstore import ClipStore
 
     store = ClipStore(make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8))
     checkpoint = save_tiny_encoder(tmp_path / "enc.pt")
@@ -70,9 +69,9 @@ def test_finetune_end_to_end_and_resume(tmp_path, monkeypatch):
 def test_finetune_of_a_finished_folder_returns_its_results_without_work(tmp_path, monkeypatch):
     """The same call on a finished folder returns the recorded results and neither trains nor tests; other
     inputs (another test split here) do the test again."""
-    from coclr.data.store import ClipStore
     from coclr.eval import finetune as module
     from coclr.eval.features import file_sha256
+    from coclr.store.clipstore import ClipStore
 
     store = ClipStore(make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8))
     checkpoint = save_tiny_encoder(tmp_path / "enc.pt")

@@ -20,9 +20,9 @@ def make_tiny_store(root: Path, train_per_class: int = 4, test_per_class: int = 
 
     Flow views (any name starting with ``flow``) get one frame fewer than RGB, as real flow does.
     """
-    from coclr.data.indexes import VideoEntry, VideoIndex
-    from coclr.data.jpeg import encode_jpeg
-    from coclr.data.store import create_store, write_entry
+    from coclr.store.clipstore import create_store, write_entry
+    from coclr.store.jpeg import encode_jpeg
+    from coclr.video.indexes import VideoEntry, VideoIndex
 
     rng = np.random.default_rng(seed)
     classes = ["red_class", "green_class", "blue_class"]
@@ -69,7 +69,7 @@ def save_tiny_encoder(path: Path, seed: int = 0, width: float = 0.125, meta: dic
 
 def test_tiny_store_and_encoder(tmp_path):
     from coclr import load_encoder
-    from coclr.data.store import ClipStore
+    from coclr.store.clipstore import ClipStore
 
     store = ClipStore(make_tiny_store(tmp_path / "store", views=("rgb", "flow")))
     assert len(store.keys()) == 18

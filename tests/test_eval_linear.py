@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coclr.errors import ConfigError
 from coclr.config import from_dict
+from coclr.errors import ConfigError
 from coclr.eval.features import VideoFeatures
 from coclr.eval.linear import LinearProbeConfig, linear_probe, select_hyperparameters, stratified_holdout
 

@@ -10,8 +10,8 @@ import torch
 from coclr.cli import main
 from coclr.config import from_dict
 from coclr.data.datasets import TrainClips
-from coclr.data.store import ClipStore
-from coclr.data.synth import SynthConfig, generate_synthetic
+from coclr.store.clipstore import ClipStore
+from coclr.synth import SynthConfig, generate_synthetic
 
 
 def test_torch_and_opencv_flow_stores_read_the_same(tmp_path: Path) -> None:

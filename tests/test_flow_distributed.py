@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch.multiprocessing as mp
 
-from coclr.data.flow.extract import extract_flow
-from coclr.data.store import ClipStore
 from coclr.errors import DataError
+from coclr.flow.extract import extract_flow
+from coclr.store.clipstore import ClipStore
 from test_flow_extract import make_store, moving_texture
 from test_train_distributed import free_port
 
@@ -67,7 +67,7 @@ def test_two_processes_write_the_store_of_one_process(tmp_path):
 
 def _params():
     from coclr.config import load_config
-    from coclr.data.flow.params import TVL1Params
+    from coclr.flow.params import TVL1Params
 
     return load_config(TVL1Params, None, OVERRIDES)
 
@@ -114,7 +114,7 @@ def test_a_process_killed_mid_run_then_the_same_command_completes_the_store(tmp_
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"all 2 processes: {len(videos) - written} done, {written} skipped, 0 failed" in resumed.stdout
     from coclr.config import load_config
-    from coclr.data.flow.params import TVL1Params
+    from coclr.flow.params import TVL1Params
 
     extract_flow(tmp_path / "one", backend="tvl1-torch", device="cpu", workers=1, batch_pairs=4,
                  params=load_config(TVL1Params, None, heavier))
@@ -133,7 +133,7 @@ def _lock_worker(rank: int, port: int, root: str, signals: str) -> None:
     """Rank ``rank`` of a 2-process job: tries the view while another job holds it, then, told to, takes it."""
     import torch.distributed as dist
 
-    from coclr.data.jobs import job_view_lock
+    from coclr.store.jobs import job_view_lock
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
     dist.init_process_group("gloo")
@@ -151,7 +151,7 @@ def _lock_worker(rank: int, port: int, root: str, signals: str) -> None:
 
 
 def test_one_job_per_view_admits_all_ranks_of_a_distributed_job(tmp_path):
-    from coclr.data.jobs import view_lock
+    from coclr.store.jobs import view_lock
 
     make_store(tmp_path / "store", {"a.avi": moving_texture(2, 1, 0)})
     root, signals = str(tmp_path / "store"), tmp_path / "signals"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from coclr.data.flow.encode import flow_to_uint8, uint8_to_flow
+from coclr.flow.encode import flow_to_uint8, uint8_to_flow
 
 
 def reference_encode(flow: np.ndarray) -> np.ndarray:

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 from coclr.cli import main as cli_main
-from coclr.data.flow.encode import uint8_to_flow
-from coclr.data.flow.extract import extract_flow, resolve_backend
-from coclr.data.flow.opencv import opencv_threads
-from coclr.data.flow.params import TVL1Params
-from coclr.data.indexes import VideoEntry, VideoIndex
-from coclr.data.jpeg import encode_jpeg
-from coclr.data.store import ClipStore, create_store, entry_path, write_entry
 from coclr.errors import ConfigError, DataError
+from coclr.flow.encode import uint8_to_flow
+from coclr.flow.extract import extract_flow, resolve_backend
+from coclr.flow.params import TVL1Params
+from coclr.store.clipstore import ClipStore, create_store, entry_path, write_entry
+from coclr.store.jpeg import encode_jpeg
+from coclr.threads import opencv_threads
+from coclr.video.indexes import VideoEntry, VideoIndex
 from conftest import view_locked_by_another_process
 
 REPO = Path(__file__).resolve().parents[1]
@@ -279,7 +279,7 @@ def test_killed_extraction_resumes_to_the_same_result(tmp_path):
 def test_two_flow_jobs_on_one_view_never_mix(small_store: Path):
     """A view records its backend and parameters: resuming it with another backend or other TV-L1 parameters is
     refused, naming them; a second job of the same kind is refused while the first holds the view's lock."""
-    from coclr.data.flow.extract import method_key
+    from coclr.flow.extract import method_key
 
     extract_flow(small_store, backend="tvl1", view="flow", params=FAST_TVL1, workers=1, keys=["right_up.avi"])
     assert ClipStore(small_store).meta[method_key("flow")]["backend"] == "tvl1"

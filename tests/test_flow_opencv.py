@@ -10,10 +10,11 @@ import cv2
 import numpy as np
 import pytest
 
-from coclr.data.flow.encode import flow_to_uint8, uint8_to_flow
-from coclr.data.flow.middlebury import endpoint_error, read_flo, valid_mask
-from coclr.data.flow.opencv import create_tvl1, opencv_dis, opencv_threads, opencv_tvl1, rgb_to_gray
-from coclr.data.flow.params import TVL1Params
+from coclr.flow.encode import flow_to_uint8, uint8_to_flow
+from coclr.flow.middlebury import endpoint_error, read_flo, valid_mask
+from coclr.flow.opencv import create_tvl1, opencv_dis, opencv_tvl1, rgb_to_gray
+from coclr.flow.params import TVL1Params
+from coclr.threads import opencv_threads
 
 GETTERS = {
     "tau": "getTau",
@@ -139,7 +140,7 @@ def test_tvl1_matches_middlebury_ground_truth(tvl1_result, name):
 
 @pytest.mark.parametrize("name", PAIRS)
 def test_error_added_by_the_8bit_jpeg_storage_is_small(tvl1_result, name):
-    from coclr.data.jpeg import decode_jpeg, encode_jpeg
+    from coclr.store.jpeg import decode_jpeg, encode_jpeg
 
     flow, gt = tvl1_result
     stored = uint8_to_flow(decode_jpeg(encode_jpeg(flow_to_uint8(flow))))

@@ -13,17 +13,18 @@ import numpy as np
 import pytest
 import torch
 
-from coclr.data.flow.encode import flow_to_uint8
-from coclr.data.flow.extract import decode_gray, extract_flow, method_key
-from coclr.data.flow.middlebury import endpoint_error
-from coclr.data.flow.opencv import opencv_tvl1, rgb_to_gray
-from coclr.data.flow.params import TVL1Params
-from coclr.data.flow.pipeline import OPEN_SIZES, _Batcher
-from coclr.data.flow.tvl1 import tvl1_flow
-from coclr.data.jpeg import encode_jpeg
-from coclr.data.store import ClipStore
-from coclr.data.video import resize_short_side
 from coclr.errors import ConfigError
+from coclr.flow.encode import flow_to_uint8
+from coclr.flow.extract import extract_flow, method_key
+from coclr.flow.middlebury import endpoint_error
+from coclr.flow.opencv import opencv_tvl1, rgb_to_gray
+from coclr.flow.params import TVL1Params
+from coclr.flow.pipeline import OPEN_SIZES, _Batcher
+from coclr.flow.source import decode_gray
+from coclr.flow.tvl1 import tvl1_flow
+from coclr.store.clipstore import ClipStore
+from coclr.store.jpeg import encode_jpeg
+from coclr.video.decode import resize_short_side
 from test_flow_extract import make_store, moving_texture
 from test_flow_tvl1 import CROP, load_pair
 

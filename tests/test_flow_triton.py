@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from coclr.data.flow import tvl1
-from coclr.data.flow.tvl1 import TorchPasses, make_passes
 from coclr.errors import DataError
+from coclr.flow import tvl1
+from coclr.flow.tvl1 import TorchPasses, make_passes
 
 TESTS = Path(__file__).resolve().parent
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
@@ -71,7 +71,7 @@ def test_kernels_are_chosen_by_device_and_fall_back_without_triton(monkeypatch):
 
 @needs_triton
 def test_the_generated_median_code_is_up_to_date():
-    from coclr.data.flow import _median_triton
+    from coclr.flow import _median_triton
 
     source = Path(_median_triton.__file__).read_text()
     assert source.rpartition(_median_triton.MARKER + "\n")[2].strip() == _median_triton.generated_source().strip()

@@ -10,21 +10,21 @@ import numpy as np
 import pytest
 import torch
 
-from coclr.data.flow.middlebury import endpoint_error, read_flo
-from coclr.data.flow.opencv import opencv_tvl1
-from coclr.data.flow.params import TVL1Params
-from coclr.data.flow.tvl1 import (
+from coclr.errors import DataError
+from coclr.flow.middlebury import endpoint_error, read_flo
+from coclr.flow.opencv import opencv_tvl1
+from coclr.flow.params import TVL1Params
+from coclr.flow.tvl1 import (
     build_pyramid,
     centered_gradient,
     divergence,
     forward_gradient,
     median_blur,
+    pixel_grid,
     pyramid_sizes,
     tvl1_flow,
     warp_bicubic,
-    pixel_grid,
 )
-from coclr.errors import DataError
 
 CROP = (slice(100, 260), slice(150, 350))  # 160 x 200: all five default scales stay above 16 px
 

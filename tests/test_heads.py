@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from coclr.models import Encoder, LinearClassifier, ProjectionHead, S3D, build_encoder
+from coclr.models import S3D, Encoder, LinearClassifier, ProjectionHead, build_encoder
 
 
 def as_np(t: torch.Tensor) -> np.ndarray:

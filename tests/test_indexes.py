@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from coclr.data.indexes import (
+from coclr.errors import DataError
+from coclr.video.indexes import (
     VideoEntry,
     VideoIndex,
     check_videos_exist,
@@ -19,7 +20,6 @@ from coclr.data.indexes import (
     missing_videos,
     ucf101_index,
 )
-from coclr.errors import DataError
 
 
 def touch(path: Path) -> Path:

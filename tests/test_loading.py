@@ -357,7 +357,7 @@ def test_pickled_objects_are_refused_not_executed(tmp_path, small_parts):
 
 @pytest.mark.parametrize("content, message", [
     (b"", "is empty (0 bytes), not a checkpoint"),
-    ("a checkpoint in a text file\n".encode(), "not a PyTorch checkpoint"),
+    (b"a checkpoint in a text file\n", "not a PyTorch checkpoint"),
     (bytes(range(256)) * 12, "not a PyTorch checkpoint"),
     (b"PK\x03\x04" + bytes(200), "damaged, or not a PyTorch checkpoint"),  # a zip header, then nothing usable
 ])

@@ -10,13 +10,18 @@ import re
 import numpy as np
 import pytest
 
-from test_eval_helpers import make_tiny_store, save_tiny_encoder
-
 from coclr.cli import main
 from coclr.errors import DataError
 from coclr.eval.gallery import HIT_COLOUR, MISS_COLOUR, choose_queries
-from coclr.eval.report import (build_table, load_record, markdown_table, mined_precision, plot_stage_recall,
-                               stage_encoders)
+from coclr.eval.report import (
+    build_table,
+    load_record,
+    markdown_table,
+    mined_precision,
+    plot_stage_recall,
+    stage_encoders,
+)
+from test_eval_helpers import make_tiny_store, save_tiny_encoder
 
 
 def _record(task, results, streams, name=None, store="", neighbours=None):
@@ -103,7 +108,7 @@ def test_mined_precision_is_the_mean_over_the_logged_steps(tmp_path):
 
 @pytest.fixture(scope="module")
 def gallery_inputs(tmp_path_factory):
-    from coclr.data.store import ClipStore
+    from coclr.store.clipstore import ClipStore
 
     root = tmp_path_factory.mktemp("gallery")
     store = ClipStore(make_tiny_store(root / "store", train_per_class=2, test_per_class=1, frames=8))

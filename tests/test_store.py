@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 from coclr.cli import main
-from coclr.data.indexes import VideoEntry, VideoIndex
-from coclr.data.build import build_store
-from coclr.data.jobs import run_entry_jobs
-from coclr.data.jpeg import decode_jpeg, encode_jpeg
-from coclr.data.store import LOCK_FILE, ClipStore, create_store, entry_path, write_entry
-from coclr.data.video import decode_video
 from coclr.errors import DataError
+from coclr.store.build import build_store
+from coclr.store.clipstore import LOCK_FILE, ClipStore, create_store, entry_path, write_entry
+from coclr.store.jobs import run_entry_jobs
+from coclr.store.jpeg import decode_jpeg, encode_jpeg
+from coclr.video.decode import decode_video
+from coclr.video.indexes import VideoEntry, VideoIndex
 from conftest import view_locked_by_another_process
 from test_video import write_video
 
@@ -397,7 +397,7 @@ def test_an_updated_index_replaces_the_old_one_in_place_and_keeps_the_work_done(
 
 
 def test_failures_are_recorded_in_the_store_and_cleared_when_the_entry_is_made(tmp_path):
-    from coclr.data.store import read_failures
+    from coclr.store.clipstore import read_failures
 
     keys = ["k/1", "k/bad", "k/3"]
     create_store(tmp_path, VideoIndex("x", ["k"], [VideoEntry(k, 0, "train") for k in keys]))

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from coclr.config import load_config
-from coclr.data.jpeg import encode_jpeg
-from coclr.data.store import ClipStore, entry_path
-from coclr.data.synth import (
+from coclr.errors import ConfigError, DataError
+from coclr.store.clipstore import ClipStore, entry_path
+from coclr.store.jpeg import encode_jpeg
+from coclr.synth import (
     ACTORS,
     MOTIONS,
     SynthConfig,
@@ -28,9 +29,8 @@ from coclr.data.synth import (
     synthetic_index,
     write_videos,
 )
-from coclr.data.synth.render import group_objects, shape_sdf
+from coclr.synth.render import group_objects, shape_sdf
 from synth_diagnostics import appearance_features, clip_flow, motion_features, nearest_neighbour_accuracy
-from coclr.errors import ConfigError, DataError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -294,8 +294,8 @@ def test_cli_generates_a_store(tmp_path):
 
 
 def test_write_videos_round_trip(tmp_path):
-    from coclr.data.indexes import csv_index
-    from coclr.data.video import decode_video
+    from coclr.video.decode import decode_video
+    from coclr.video.indexes import csv_index
 
     config = tiny(test_scenes=1, train_scenes=1, frames=8, height=32, width=32)
     manifest = write_videos(tmp_path, config)

@@ -11,7 +11,6 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from coclr.config import load_config
 from coclr.data.batch_decode import EncodedBatch, collate_clips, decode_batch, resolve_decode
 from coclr.data.datasets import TrainClips
 from coclr.errors import ConfigError, DataError
@@ -117,8 +116,8 @@ def mixed_size_store(root: Path) -> Path:
     """A random store whose first train video is stored at another size (fitted to the common one on reading)."""
     import numpy as np
 
-    from coclr.data.jpeg import encode_jpeg
-    from coclr.data.store import ClipStore, write_entry
+    from coclr.store.clipstore import ClipStore, write_entry
+    from coclr.store.jpeg import encode_jpeg
 
     store = make_random_store(root, frames=14)
     key = ClipStore(store).keys()[0]
@@ -154,7 +153,7 @@ def test_an_item_names_its_epoch(tmp_path: Path) -> None:
 
 
 def test_a_damaged_frame_is_named_when_decoded_in_the_training_process(tmp_path: Path) -> None:
-    from coclr.data.store import ClipStore
+    from coclr.store.clipstore import ClipStore
 
     store = make_random_store(tmp_path / "store")
     dataset = TrainClips(store, "train", ["rgb"], length=8, encoded=True)
@@ -173,7 +172,7 @@ class FakeTorchvisionDecoder:
 
     @staticmethod
     def decode_jpeg(tensors, mode, device):
-        from coclr.data.jpeg import decode_jpeg
+        from coclr.store.jpeg import decode_jpeg
 
         assert mode == "RGB"
         return [torch.from_numpy(decode_jpeg(t.numpy().tobytes())).permute(2, 0, 1).to(device) for t in tensors]

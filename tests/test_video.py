@@ -10,9 +10,15 @@ import cv2
 import numpy as np
 import pytest
 
-from coclr.data.video import (VideoReader, decode_frames_at, decode_video, decode_video_with_rate, probe_video,
-                              short_side_size)
 from coclr.errors import VideoDecodeError
+from coclr.video.decode import (
+    VideoReader,
+    decode_frames_at,
+    decode_video,
+    decode_video_with_rate,
+    probe_video,
+    short_side_size,
+)
 
 # Frame counts and rates from ../shared/data/README.md (full decode).
 REAL_CLIPS = {

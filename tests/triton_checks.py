@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import torch
 
-from coclr.data.flow.params import TVL1Params
-from coclr.data.flow.tvl1 import TorchPasses, make_passes, median_of_active, tvl1_flow
-from coclr.data.flow.tvl1_triton import TritonPasses, TritonSettings
+from coclr.flow.params import TVL1Params
+from coclr.flow.tvl1 import TorchPasses, make_passes, median_of_active, tvl1_flow
+from coclr.flow.tvl1_triton import TritonPasses, TritonSettings
 
 DEVICE = torch.device(os.environ.get("CHECK_DEVICE", "cpu"))
 TOLERANCE = 1e-5 if DEVICE.type == "cpu" else 1e-4

@@ -3,7 +3,7 @@
 A reader, or a job resumed after a kill, sees either the old file or the complete new one, never a part.
 Every output of the library's long jobs (store entries, flow, checkpoints, caches, reports) is written here.
 Temporary files are named ``.<name>.<pid>.<random>.partial``, so a cleaner can tell whether their writer
-still runs (see :func:`coclr.data.jobs.remove_stale_partials`). Append-only JSON-lines logs are the exception:
+still runs (see :func:`coclr.store.jobs.remove_stale_partials`). Append-only JSON-lines logs are the exception:
 :func:`read_json_lines` reads them back whatever a kill left.
 """
 

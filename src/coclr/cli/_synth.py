@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from coclr.config import load_config
-    from coclr.data.synth import SynthConfig, generate_synthetic
+    from coclr.synth import SynthConfig, generate_synthetic
 
     if args.list_options:
         print_options(SynthConfig)

@@ -118,8 +118,8 @@ def run_index(args: argparse.Namespace) -> int:
 
 
 def run_store(args: argparse.Namespace) -> int:
-    from coclr.data.indexes import VideoIndex
-    from coclr.data.build import build_store
+    from coclr.store.build import build_store
+    from coclr.video.indexes import VideoIndex
 
     index = VideoIndex.load(args.index)
     summary = build_store(index, args.root, args.out, short_side=args.short_side or None,
@@ -129,7 +129,7 @@ def run_store(args: argparse.Namespace) -> int:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    from coclr.data.store import failures_path, open_store
+    from coclr.store.clipstore import failures_path, open_store
 
     store = open_store(args.store)
     index = store.index

@@ -79,11 +79,11 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from coclr.config import from_dict
     from coclr.atomic import atomic_write_json
-    from coclr.data.store import open_store
+    from coclr.config import from_dict
     from coclr.errors import CheckpointError, ConfigError
     from coclr.eval.features import ClipConfig, Stream, check_inputs, split_entries, trained_clips, trained_view
+    from coclr.store.clipstore import open_store
 
     checkpoints = [Path(args.checkpoint)] + ([Path(args.checkpoint2)] if args.checkpoint2 else [])
     for path in checkpoints:

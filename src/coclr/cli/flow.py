@@ -73,8 +73,8 @@ def parse_rest(args: argparse.Namespace) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> int:
     from coclr.config import describe, load_config
-    from coclr.data.flow.params import TVL1Params
     from coclr.errors import ConfigError
+    from coclr.flow.params import TVL1Params
 
     args = parse_rest(args)
     if args.list_options:
@@ -88,8 +88,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from coclr.core.distributed import init_distributed, launched_world_size
-    from coclr.data.flow.extract import extract_flow, resolve_backend
-    from coclr.data.jobs import GROUP_TIMEOUT
+    from coclr.flow.extract import extract_flow, resolve_backend
+    from coclr.store.jobs import GROUP_TIMEOUT
 
     options = {key: getattr(args, key) for key in ("bound", "mode", "stop_every", "batch_pairs", "kernels", "jpeg")
                if getattr(args, key, None) is not None}

@@ -30,8 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from coclr.errors import ConfigError
-    from coclr.data.store import open_store
     from coclr.eval.report import load_record, write_report
+    from coclr.store.clipstore import open_store
 
     if not args.results and not args.run:
         raise ConfigError("--results or --run: give result files, a run folder, or both")

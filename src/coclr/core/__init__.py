@@ -6,8 +6,8 @@ and CMC share :func:`multi_positive_nce` and differ only in their positive rule;
 
 from coclr.core.distributed import all_gather_concat, broadcast_, is_distributed, is_main, rank, world_size
 from coclr.core.loss import logits_from, multi_positive_nce
-from coclr.core.momentum import momentum_copy, momentum_update, shuffled_forward
 from coclr.core.methods import METHODS, Method, method, positive_mask
+from coclr.core.momentum import momentum_copy, momentum_update, shuffled_forward
 from coclr.core.positives import (
     cross_view_instance_positives,
     cross_view_topk_positives,

@@ -23,8 +23,13 @@ from typing import Literal
 
 import torch
 
-from coclr.core.positives import (cross_view_instance_positives, cross_view_topk_positives, drop_own_positive,
-                                  instance_positives, label_positives)
+from coclr.core.positives import (
+    cross_view_instance_positives,
+    cross_view_topk_positives,
+    drop_own_positive,
+    instance_positives,
+    label_positives,
+)
 from coclr.core.queue import MomentumQueue
 from coclr.errors import ConfigError
 

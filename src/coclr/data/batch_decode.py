@@ -18,16 +18,17 @@ torchvision is optional: :func:`gpu_decoder_available` says whether its GPU deco
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import default_collate
 
 from coclr.data.frames import fit_frames, fit_frames_torch
-from coclr.data.jpeg import decode_jpeg
 from coclr.errors import DataError
+from coclr.store.jpeg import decode_jpeg
 
 DECODE_MODES = ("workers", "device")
 
@@ -72,7 +73,7 @@ class EncodedFrames:
 
     @classmethod
     def from_blobs(cls, blobs: Sequence[bytes], shape: tuple[int, int], stored_size: tuple[int, int],
-                   size: tuple[int, int], where: str) -> "EncodedFrames":
+                   size: tuple[int, int], where: str) -> EncodedFrames:
         offsets = np.zeros(len(blobs) + 1, np.int64)
         np.cumsum([len(blob) for blob in blobs], out=offsets[1:])
         data = np.frombuffer(b"".join(blobs), np.uint8).copy()
@@ -93,7 +94,7 @@ class EncodedBatch:
     wheres: list[str]
 
     @classmethod
-    def collate(cls, samples: Sequence[EncodedFrames]) -> "EncodedBatch":
+    def collate(cls, samples: Sequence[EncodedFrames]) -> EncodedBatch:
         first = samples[0]
         if any((s.clips, s.length, s.size) != (first.clips, first.length, first.size) for s in samples):
             raise DataError("cannot batch encoded clips of different shapes: "
@@ -143,7 +144,8 @@ class EncodedBatch:
     def decode_gpu(self, device: torch.device) -> torch.Tensor:
         """``uint8 [B, clips, length, H, W, 3]`` on ``device``, decoded by nvJPEG in one call (a view of
         ``[..., 3, H, W]`` memory, the layout the augmentation reads fastest)."""
-        from torchvision.io import ImageReadMode, decode_jpeg as tv_decode_jpeg
+        from torchvision.io import ImageReadMode
+        from torchvision.io import decode_jpeg as tv_decode_jpeg
 
         bounds = self.offsets.tolist()
         encoded = [self.data[bounds[i]: bounds[i + 1]] for i in range(len(bounds) - 1)]

@@ -9,8 +9,9 @@ the same whichever DataLoader worker reads it, and a resumed run reads exactly w
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,9 +20,9 @@ from torch.utils.data import Dataset
 from coclr.data.batch_decode import EncodedFrames
 from coclr.data.frames import fit_frames
 from coclr.data.sampling import aligned_num_frames, sliding_windows, train_clip_indices
-from coclr.data.store import ClipStore, failures_path, open_store
 from coclr.data.views import DERIVED_VIEWS, is_flow_view, stored_view
 from coclr.errors import DataError
+from coclr.store.clipstore import ClipStore, failures_path, open_store
 
 
 def usable_entries(store: ClipStore, split: str, views: Sequence[str]) -> tuple[list, dict[str, str]]:

@@ -7,7 +7,7 @@ training device, for frames decoded there, with PyTorch's antialiased resize (cl
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import cv2
 import numpy as np

@@ -9,6 +9,6 @@ cosine search, optional FAISS, the HTML page).
 
 from __future__ import annotations
 
-from coclr.embed.embedder import EmbedFailure, Embedder, VideoEmbedding
+from coclr.embed.embedder import Embedder, EmbedFailure, VideoEmbedding
 
 __all__ = ["Embedder", "VideoEmbedding", "EmbedFailure"]

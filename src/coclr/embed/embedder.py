@@ -13,7 +13,7 @@ window features, L2-normalised. So the embedding of a file equals the normalised
 extracts from a store of it, but for the store's JPEG compression of the frames.
 
 Two-stream (a flow checkpoint): flow between consecutive frames is computed with the PyTorch TV-L1
-(:func:`coclr.data.flow.tvl1.tvl1_flow`) on the embedding device, from the frames' grayscale, and quantised to
+(:func:`coclr.flow.tvl1.tvl1_flow`) on the embedding device, from the frames' grayscale, and quantised to
 the stored uint8 format with the flow encoder's bound (what the flow encoder saw in training); both streams
 use the windows of the ``n - 1`` frames that have a flow frame (as a two-view store sample does). A vector is
 the concatenation of the L2-normalised RGB and flow vectors, divided by sqrt(2): unit length, and the cosine
@@ -121,7 +121,7 @@ class Embedder:
 
     def embed_frames(self, frames: np.ndarray, fps: float, name: str = "<frames>") -> VideoEmbedding:
         """The embedding of decoded frames ``uint8 [N, H, W, 3]`` (RGB) at ``fps``, already at the settings'
-        short side and frame rate (as :func:`coclr.data.video.decode_video` gives them)."""
+        short side and frame rate (as :func:`coclr.video.decode.decode_video` gives them)."""
         if not (isinstance(frames, np.ndarray) and frames.dtype == np.uint8 and frames.ndim == 4
                 and frames.shape[-1] == 3):
             raise DataError(f"{name}: expected uint8 frames [N, H, W, 3], got {getattr(frames, 'dtype', None)} "
@@ -248,7 +248,7 @@ class _DecodedVideos(torch.utils.data.IterableDataset):
         self.paths, self.short_side, self.fps = paths, short_side, fps
 
     def __iter__(self) -> Iterator[tuple]:
-        from coclr.data.video import VideoReader
+        from coclr.video.decode import VideoReader
 
         info = torch.utils.data.get_worker_info()
         first, step = (0, 1) if info is None else (info.id, info.num_workers)
@@ -413,9 +413,9 @@ class _Runner:
         """Flow frames (uint8, the stored format) from the previous frame to each of ``frames``."""
         if not self.settings.two_stream:
             return None
-        from coclr.data.flow.encode import flow_to_uint8
-        from coclr.data.flow.opencv import rgb_to_gray
-        from coclr.data.flow.tvl1 import tvl1_flow
+        from coclr.flow.encode import flow_to_uint8
+        from coclr.flow.opencv import rgb_to_gray
+        from coclr.flow.tvl1 import tvl1_flow
 
         gray = rgb_to_gray(frames)
         previous = self.last_gray.get(index)

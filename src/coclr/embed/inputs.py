@@ -1,6 +1,6 @@
 """What ``coclr embed INPUT...`` means by its inputs: video files, folders, list files and glob patterns.
 
-- a video file (a name ending in one of :data:`~coclr.data.video.VIDEO_EXTENSIONS`): itself;
+- a video file (a name ending in one of :data:`~coclr.video.decode.VIDEO_EXTENSIONS`): itself;
 - a folder: every video under it, recursively (hidden files and folders left out), in sorted order;
 - a list file (any other file: ``.txt``, ``.csv``, ``.lst`` ...): one path per line, or a CSV whose first
   column is the path (a header row whose first cell is ``path`` is skipped, as are blank lines and lines
@@ -22,8 +22,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from coclr.data.video import VIDEO_EXTENSIONS
 from coclr.errors import DataError
+from coclr.video.decode import VIDEO_EXTENSIONS
 
 GLOB_CHARACTERS = "*?["
 

@@ -276,7 +276,7 @@ def recover(root: Path) -> None:
         commit.unlink()
     for leftover in root.glob("*" + NEXT_SUFFIX):
         leftover.unlink()
-    from coclr.data.jobs import remove_stale_partials
+    from coclr.store.jobs import remove_stale_partials
 
     remove_stale_partials(root / CHUNKS)
 

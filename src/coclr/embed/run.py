@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from coclr.embed.embedder import EmbedFailure, Embedder
+from coclr.embed.embedder import Embedder, EmbedFailure
 from coclr.embed.inputs import expand_inputs
 from coclr.embed.output import EmbeddingWriter, file_identity, read_settings
 from coclr.errors import CheckpointError

@@ -124,8 +124,15 @@ def write_search_html(path: str | Path, query_label: str, query_thumbnail: np.nd
     """The query and its neighbours as animated thumbnails on one self-contained page (the retrieval gallery's
     layout), the neighbours' taken from their files (their window's frames for window hits)."""
     from coclr.atomic import atomic_write_text
-    from coclr.eval.gallery import (HIT_COLOUR, QUERY_COLOUR, animated_gif, data_uri, gallery_page, gallery_row,
-                                    video_cell)
+    from coclr.eval.gallery import (
+        HIT_COLOUR,
+        QUERY_COLOUR,
+        animated_gif,
+        data_uri,
+        gallery_page,
+        gallery_row,
+        video_cell,
+    )
 
     query_cell = video_cell(data_uri(animated_gif(query_thumbnail)), Path(query_label).name, QUERY_COLOUR,
                             query_label, "query")
@@ -144,8 +151,8 @@ def file_thumbnail(path: str, embeddings: Embeddings | None = None, start: float
                    end: float | None = None, num_frames: int = 8, height: int = 64) -> np.ndarray:
     """Thumbnail frames of a video file (of the part from ``start`` to ``end`` seconds, when given), at the frame
     rate the folder embedded it with."""
-    from coclr.data.video import decode_frames_at, probe_video
     from coclr.eval.gallery import thumbnail
+    from coclr.video.decode import decode_frames_at, probe_video
 
     fps = embeddings.record["settings"].get("fps") if embeddings is not None else None
     row = embeddings.row_of(path) if embeddings is not None else None

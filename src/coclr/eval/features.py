@@ -15,8 +15,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch

@@ -8,7 +8,7 @@ enforces with an error naming the first difference.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from coclr.data.store import ClipStore
 from coclr.eval.features import ClipConfig, extract_features
 from coclr.eval.retrieval import retrieve
+from coclr.store.clipstore import ClipStore
 
 
 def knn_recall(backbone: nn.Module, store: str, view: str, length: int, stride: int, size: int,

@@ -14,8 +14,9 @@ Figure 5 (a retrieval gallery, see :mod:`coclr.eval.gallery`).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, read_json_lines
 from coclr.core.methods import METHODS
@@ -329,8 +330,8 @@ def write_report(out_dir: str | Path, records: Sequence[dict[str, Any]], store=N
 
     The gallery reads thumbnails from ``store`` (default: the store recorded in that record).
     """
-    from coclr.data.store import open_store
     from coclr.eval.gallery import write_gallery
+    from coclr.store.clipstore import open_store
 
     out_dir = Path(out_dir)
     markdown, table = write_table(build_table(records), out_dir)

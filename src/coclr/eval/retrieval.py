@@ -23,7 +23,7 @@ Two-stream retrieval averages the similarity matrices of the two views (computed
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -102,8 +102,8 @@ class StudyData:
     flow_workers: int = option(0, "worker processes of the store and flow jobs (0: the study's processes)")
 
     def validate(self) -> None:
-        from coclr.data.flow.encode import check_bound
-        from coclr.data.flow.extract import BACKENDS
+        from coclr.flow.encode import check_bound
+        from coclr.flow.extract import BACKENDS
 
         needs_root = self.source in ("ucf101", "hmdb51", "folder", "csv")
         require(not needs_root or bool(self.root), "root", f"is required with source={self.source}")

@@ -63,9 +63,9 @@ class StudyPlan:
     last: str = ""
     """Name of the last CoCLR cycle (``cycle<cycles>``)."""
     synth: Any = None
-    """The :class:`~coclr.data.synth.SynthConfig` of a synthetic study."""
+    """The :class:`~coclr.synth.SynthConfig` of a synthetic study."""
     index: Any = None
-    """The :class:`~coclr.data.indexes.VideoIndex` of a study that builds its store from videos."""
+    """The :class:`~coclr.video.indexes.VideoIndex` of a study that builds its store from videos."""
     views: list[str] = field(default_factory=lambda: ["rgb", "flow"])
 
     @property
@@ -264,7 +264,7 @@ def _check_data(plan: StudyPlan) -> None:
     """The data the study starts from: the synthetic dataset's options, or the videos and split files (every video
     must exist), or an existing store with both splits."""
     from coclr.data import indexes
-    from coclr.data.synth import SynthConfig
+    from coclr.synth import SynthConfig
 
     data = plan.config.data
     if data.source == "synth":
@@ -272,7 +272,7 @@ def _check_data(plan: StudyPlan) -> None:
                                prefix="data.synth.")
         return
     if data.source == "store":
-        from coclr.data.store import open_store
+        from coclr.store.clipstore import open_store
 
         store = open_store(plan.store)
         for split in ("train", "test"):

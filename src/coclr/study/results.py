@@ -8,7 +8,8 @@ held on and whether it holds on the means.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from coclr.study.config import ROWS
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
@@ -24,18 +25,18 @@ from coclr.study.results import claims, results_markdown, seeds_markdown, summar
 def prepare_data(plan: StudyPlan) -> None:
     """The store with its RGB view, and the train split's flow (training needs it first; the test split's flow
     is a job beside training)."""
-    from coclr.data.flow.extract import extract_flow
+    from coclr.flow.extract import extract_flow
 
     config = plan.config
     data = config.data
     workers = data.flow_workers or config.processes
     if data.source == "synth":
-        from coclr.data.synth import generate_synthetic
+        from coclr.synth import generate_synthetic
 
         print(f"[study] synthetic dataset -> {plan.store}", flush=True)
         print(generate_synthetic(plan.store, plan.synth, workers=workers), flush=True)
     elif data.source != "store":
-        from coclr.data.build import build_store
+        from coclr.store.build import build_store
 
         print(f"[study] decoding the videos of {data.root} -> {plan.store}", flush=True)
         print(build_store(plan.index, data.root, plan.store, short_side=data.short_side, quality=data.quality,
@@ -64,13 +65,12 @@ def write_cross_entropy_init(plan: StudyPlan) -> Path:
 
 def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
     """Every row's evaluations (records written to ``OUT/eval``) and its numbers with the paper's."""
-    from coclr.data.store import open_store
-    from coclr.eval.features import Stream
+    from coclr.eval.features import Stream, file_sha256
     from coclr.eval.finetune import ENCODER_FILE, evaluate_finetune, stream_folder
-    from coclr.eval.features import file_sha256
     from coclr.eval.linear import evaluate_linear
-    from coclr.eval.report import other_clips, degenerate
+    from coclr.eval.report import degenerate, other_clips
     from coclr.eval.retrieval import evaluate_retrieval
+    from coclr.store.clipstore import open_store
 
     out, config = plan.out, plan.config
     store = open_store(plan.store)
@@ -129,8 +129,8 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
 def stage_records(plan: StudyPlan) -> list[dict[str, Any]]:
     """R@1 after every stage of the CoCLR pipeline (Figure 4), with the share of each CoCLR stage's mined positives
     that had the query's class; draws ``stage_recall.png``."""
-    from coclr.data.store import open_store
     from coclr.eval.report import report_run, view_name
+    from coclr.store.clipstore import open_store
 
     if not (plan.out / "pipeline" / "manifest.json").is_file():
         return []
@@ -143,9 +143,9 @@ def stage_records(plan: StudyPlan) -> list[dict[str, Any]]:
 def run_study(config: StudyConfig, out: str | Path, check_only: bool = False) -> dict[str, Any] | None:
     """Run (or continue) the study in ``out``; returns the ``results.json`` content (None with ``check_only``,
     which validates everything and prints the plan)."""
-    from coclr.data.store import open_store
     from coclr.eval.report import write_report
     from coclr.runfolder import check_folder, record_folder
+    from coclr.store.clipstore import open_store
     from coclr.study.plan import describe
     from coclr.study.scheduler import run_jobs
 

@@ -146,7 +146,7 @@ class PretrainModel(nn.Module):
         if sampler is not None:
             sampler.requires_grad_(False)
 
-    def train(self, mode: bool = True) -> "PretrainModel":
+    def train(self, mode: bool = True) -> PretrainModel:
         super().train(mode)
         if self.sampler is not None:
             self.sampler.eval()

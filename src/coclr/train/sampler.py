@@ -9,7 +9,7 @@ different number of processes.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from torch.utils.data import Sampler

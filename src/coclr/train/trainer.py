@@ -36,9 +36,9 @@ from coclr.data.datasets import TrainClips
 from coclr.errors import CheckpointError, CoclrError, ConfigError
 from coclr.models.encoder import Encoder, build_encoder
 from coclr.models.loading import load_encoder, read_clip_settings
+from coclr.runfolder import check_folder, move_aside, record_folder
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.config import PretrainConfig
-from coclr.runfolder import check_folder, move_aside, record_folder
 from coclr.train.learner import PretrainModel, Targets, ViewLearner
 from coclr.train.sampler import EpochItems, ResumableSampler
 
@@ -174,7 +174,7 @@ def clip_settings(config: PretrainConfig, store, view: str) -> dict[str, Any]:
     normalisation and, for flow, the stored bound."""
     from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD
     from coclr.data.views import is_flow_view, stored_view
-    from coclr.data.flow.extract import stored_bound
+    from coclr.flow.extract import stored_bound
 
     data = config.data
     return {"view": view, "length": data.length, "stride": data.stride, "size": data.size,

@@ -10,19 +10,19 @@ import numpy as np
 
 from coclr.atomic import atomic_write_text
 from coclr.config import to_dict, validate
-from coclr.data.indexes import VideoEntry, VideoIndex
-from coclr.data.jobs import JobSummary, run_entry_jobs
-from coclr.data.jpeg import encode_jpeg
-from coclr.data.store import create_store, write_entry
-from coclr.data.synth.config import SynthConfig, dataset_clips
-from coclr.data.synth.render import render_clip
 from coclr.errors import ConfigError
+from coclr.store.clipstore import create_store, write_entry
+from coclr.store.jobs import JobSummary, run_entry_jobs
+from coclr.store.jpeg import encode_jpeg
+from coclr.synth.config import SynthConfig, dataset_clips
+from coclr.synth.render import render_clip
+from coclr.video.indexes import VideoEntry, VideoIndex
 
 # ------------------------------------------------------------------------------------------------ outputs
 
 
 def synthetic_index(config: SynthConfig) -> VideoIndex:
-    """The :class:`~coclr.data.indexes.VideoIndex` of the dataset (entry paths are the clip keys)."""
+    """The :class:`~coclr.video.indexes.VideoIndex` of the dataset (entry paths are the clip keys)."""
     entries = [VideoEntry(c.key, c.label, c.split, c.group) for c in dataset_clips(config)]
     return VideoIndex("synth", config.classes, entries)
 
@@ -63,12 +63,12 @@ def generate_synthetic(out: str | Path, config: SynthConfig, workers: int = 0) -
     """Write the dataset as a clip store at ``out`` (index + "rgb" view), in parallel and resumably.
 
     The generator's options are recorded in the store metadata, so resuming into ``out`` with other options
-    fails with a clear error naming each of them (:func:`~coclr.data.store.create_store`) instead of mixing two
+    fails with a clear error naming each of them (:func:`~coclr.store.clipstore.create_store`) instead of mixing two
     datasets. ``workers``: processes (0: one per core).
     """
     validate(config)
     index = synthetic_index(config)
-    create_store(out, index, generator="coclr.data.synth", synth=recorded_options(config))
+    create_store(out, index, generator="coclr.synth", synth=recorded_options(config))
     keys = [entry.path for entry in index.entries]
     job = run_entry_jobs(out, "rgb", keys, SynthClipJob(config), workers, desc="rendering synthetic clips")
     counts = index.split_counts()
@@ -87,13 +87,13 @@ def recorded_options(config: SynthConfig) -> dict[str, Any]:
 def write_videos(out_dir: str | Path, config: SynthConfig, codec: str = "libx264") -> Path:
     """Write every clip as an MP4 file under ``out_dir`` (``<key>.mp4``) and a CSV manifest
     ``manifest.csv`` (``path,label,split,group``, labels as class names) for
-    :func:`~coclr.data.indexes.csv_index`, so the video-file path of the data pipeline can be tested on the
+    :func:`~coclr.video.indexes.csv_index`, so the video-file path of the data pipeline can be tested on the
     same data. H.264 needs even sizes, and lossy coding means decoded frames are close to, not equal to,
     the store's. Returns the manifest path; existing complete files are kept (resumable)."""
     import csv
     import io
 
-    from coclr.data.video import write_mp4
+    from coclr.video.decode import write_mp4
 
     validate(config)
     if config.height % 2 or config.width % 2:

@@ -16,7 +16,7 @@ An entry file is a small header, a table of frame offsets and the concatenated e
 32-frame clip is two small reads and one contiguous read of one file (``docs/store.md`` compares this with
 LMDB and sharded tar, measured). Entry files are written atomically (temporary file + ``os.replace``): an
 entry file that exists is complete, which makes long jobs resumable by skipping existing entries
-(:mod:`coclr.data.jobs` runs them).
+(:mod:`coclr.store.jobs` runs them).
 
 The index of a store may be replaced by an updated one (videos added or removed): entries are keyed by video
 path, so the work done for the videos both indexes hold is kept.
@@ -48,10 +48,10 @@ import numpy as np
 
 from coclr.atomic import atomic_open, atomic_write_json
 from coclr.config import differences
-from coclr.data.indexes import VideoIndex, is_relative_key
-from coclr.data.jpeg import decode_jpeg
 from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
+from coclr.store.jpeg import decode_jpeg
+from coclr.video.indexes import VideoIndex, is_relative_key
 
 STORE_FORMAT = "coclr-clip-store"
 STORE_VERSION = 2

@@ -25,17 +25,16 @@ free, 5 on a GPU): the warp ends when all pairs have stopped, and once a quarter
 stopped they are dropped from the working set, so a batch costs about the sum of its pairs' iterations.
 Reading the flags less often costs only the wasted iterations of frozen pairs, never accuracy.
 
-Modes (:data:`~coclr.data.flow.params.MODES`): ``exact`` tests for stopping after every inner iteration, as
+Modes (:data:`~coclr.flow.params.MODES`): ``exact`` tests for stopping after every inner iteration, as
 OpenCV; ``fast`` every ``stop_every`` iterations, so that the inner iterations run in passes which the Triton
-kernels of :mod:`~coclr.data.flow.tvl1_triton` fuse into one kernel each (used on CUDA tensors when Triton
+kernels of :mod:`~coclr.flow.tvl1_triton` fuse into one kernel each (used on CUDA tensors when Triton
 imports; :class:`TorchPasses` runs the same passes with PyTorch operations anywhere).
 """
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,8 +42,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from coclr.data.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
 from coclr.errors import DataError
+from coclr.flow.median import median_blur
+from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
 
 FLT_EPSILON = float(torch.finfo(torch.float32).eps)
 """OpenCV's threshold under which the squared image gradient counts as zero (``numeric_limits<float>``)."""
@@ -115,93 +115,6 @@ def divergence(px: Tensor, py: Tensor) -> Tensor:
     div[..., :, 1:] -= px[..., :, :-1]
     div[..., 1:, :] -= py[..., :-1, :]
     return div
-
-
-Comparator = tuple[int, int, bool, bool]
-"""``(a, b, keep_min, keep_max)``: put min(v[a], v[b]) in ``a`` and the max in ``b``, each only if needed."""
-
-
-def sorting_network(n: int) -> list[tuple[int, int]]:
-    """Batcher's merge-exchange sorting network for ``n`` inputs (Knuth, TAOCP 5.2.2, Algorithm M)."""
-    t = max(1, math.ceil(math.log2(n)))
-    p = 1 << (t - 1)
-    pairs: list[tuple[int, int]] = []
-    while p > 0:
-        q, r, d = 1 << (t - 1), 0, p
-        while True:
-            pairs += [(i, i + d) for i in range(n - d) if i & p == r]
-            if q == p:
-                break
-            d, q, r = q - p, q >> 1, p
-        p >>= 1
-    return pairs
-
-
-def selection_network(n: int, outputs: Sequence[int]) -> list[Comparator]:
-    """The comparators of :func:`sorting_network` that the sorted ``outputs`` positions depend on."""
-    needed = set(outputs)
-    kept: list[Comparator] = []
-    for a, b in reversed(sorting_network(n)):
-        if a in needed or b in needed:
-            kept.append((a, b, a in needed, b in needed))
-            needed |= {a, b}
-    return kept[::-1]
-
-
-def run_network(network: Sequence[Comparator], values: list[Tensor | None]) -> list[Tensor | None]:
-    """Apply a comparator network elementwise to a list of equally shaped tensors (in place in the list)."""
-    for a, b, keep_min, keep_max in network:
-        low = torch.minimum(values[a], values[b]) if keep_min else None
-        high = torch.maximum(values[a], values[b]) if keep_max else None
-        values[a], values[b] = low, high
-    return values
-
-
-def median_plan(ksize: int) -> tuple[list[Comparator], list[tuple[list[int], list[Comparator]]], list[Comparator]]:
-    """Networks for a ``ksize x ksize`` median: column sort, per-rank row selections, final median.
-
-    After sorting every column of the window and then every row, entry ``(i, j)`` has at least
-    ``(i+1)(j+1) - 1`` entries below it and ``(k-i)(k-j) - 1`` above, so only the entries with both
-    counts at most ``(k^2 - 1) / 2`` can be the median, and as many entries are ruled out below it as
-    above: the median of the window is the median of these candidates (13 of 25 for a 5 x 5 window).
-    """
-    half = (ksize * ksize - 1) // 2
-    rows = []
-    for i in range(ksize):
-        cols = [j for j in range(ksize) if (i + 1) * (j + 1) - 1 <= half and (ksize - i) * (ksize - j) - 1 <= half]
-        rows.append((cols, selection_network(ksize, cols)))
-    count = sum(len(cols) for cols, _ in rows)
-    column_sort = selection_network(ksize, range(ksize))
-    return column_sort, rows, selection_network(count, [count // 2])
-
-
-MEDIAN_PLANS = {ksize: median_plan(ksize) for ksize in (3, 5)}
-"""The plans for OpenCV's float median sizes, built once (plain data, so ``torch.compile`` traces freely)."""
-
-
-def median_blur(field: Tensor, ksize: int) -> Tensor:
-    """Median over ``ksize x ksize`` windows of ``field [..., H, W]``, borders replicated (``cv2.medianBlur``).
-
-    A comparator network on shifted views (about 160 min/max passes for 5 x 5, see :func:`median_plan`):
-    exact, no ``k^2``-times larger window tensor, and fusable by ``torch.compile``.
-    """
-    if ksize <= 1:
-        return field
-    if ksize % 2 == 0:
-        raise ValueError(f"median filter size must be odd, got {ksize}")
-    radius = ksize // 2
-    height, width = field.shape[-2:]
-    lead = field.shape[:-2]
-    padded = F.pad(field.reshape(-1, 1, height, width), (radius,) * 4, mode="replicate").reshape(
-        *lead, height + 2 * radius, width + 2 * radius
-    )
-    column_sort, rows, final = MEDIAN_PLANS[ksize] if ksize in MEDIAN_PLANS else median_plan(ksize)
-    columns = run_network(column_sort, [padded[..., i : i + height, :] for i in range(ksize)])
-    candidates: list[Tensor | None] = []
-    for rank, (cols, network) in enumerate(rows):
-        ranked = run_network(network, [columns[rank][..., j : j + width] for j in range(ksize)])
-        candidates += [ranked[j] for j in cols]
-    return run_network(final, candidates)[len(candidates) // 2]
 
 
 def pixel_grid(height: int, width: int, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -450,7 +363,7 @@ def compiled(fn: Callable) -> Callable:
 def triton_available() -> bool:
     """Whether the Triton kernels import (Triton installed and working)."""
     try:
-        import coclr.data.flow.tvl1_triton  # noqa: F401
+        import coclr.flow.tvl1_triton  # noqa: F401
     except ImportError:
         return False
     return True
@@ -458,7 +371,7 @@ def triton_available() -> bool:
 
 def make_passes(kernels: str, device: torch.device, compile: bool = False) -> Passes:
     """The implementation of the inner iterations: ``triton`` (the fused kernels of
-    :mod:`~coclr.data.flow.tvl1_triton`), ``torch``, or ``auto``: Triton on CUDA devices when it imports, else
+    :mod:`~coclr.flow.tvl1_triton`), ``torch``, or ``auto``: Triton on CUDA devices when it imports, else
     PyTorch (on the CPU always PyTorch, the faster there)."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, got {kernels!r}")
@@ -472,7 +385,7 @@ def make_passes(kernels: str, device: torch.device, compile: bool = False) -> Pa
     if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise DataError("kernels='triton' on CPU tensors needs Triton's interpreter: set TRITON_INTERPRET=1 before "
                         "triton is imported")
-    from coclr.data.flow.tvl1_triton import TritonPasses
+    from coclr.flow.tvl1_triton import TritonPasses
 
     return TritonPasses()
 
@@ -503,7 +416,7 @@ def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params = TVL1Params(), *, 
     ``next[y + v, x + u] ~ prev[y, x]``. Each pair's flow is the one a batch of one gives.
 
     ``mode``: ``exact`` (OpenCV's stop test after every inner iteration) or ``fast`` (the test every
-    ``stop_every`` iterations; :data:`~coclr.data.flow.params.MODES`). ``kernels``: ``auto`` (the fused Triton
+    ``stop_every`` iterations; :data:`~coclr.flow.params.MODES`). ``kernels``: ``auto`` (the fused Triton
     kernels on CUDA when Triton imports, else PyTorch operations), ``torch`` or ``triton`` (on CPU tensors only
     under ``TRITON_INTERPRET=1``). ``check_every``: inner iterations between host reads of the per-pair stop flags
     (default 1 on the CPU, where reading is free, 5 elsewhere; the result does not depend on it, only the wasted

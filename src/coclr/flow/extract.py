@@ -2,20 +2,20 @@
 video, clipped to +-20 px (``bound``), stored as uint8 JPEG frames (``n`` RGB frames give ``n - 1`` flow frames).
 The bound of each flow view is recorded in the store's metadata (``<view>_bound_px``), with its backend,
 parameters and mode (``<view>_method``), and a resumed extraction must use the same ones; one extraction at a
-time writes a view (:func:`coclr.data.jobs.job_view_lock`).
+time writes a view (:func:`coclr.store.jobs.job_view_lock`).
 
 Backends (:data:`BACKENDS`):
 
 * ``tvl1``: OpenCV's dual TV-L1 on the CPU, the paper's flow; one worker process per core.
 * ``dis``: OpenCV's Dense Inverse Search ("medium" preset), a cheaper unsupervised flow, ~100x faster than
   TV-L1 on the CPU and less accurate; stored under its own view (``flow_dis``) by default.
-* ``tvl1-torch``: the PyTorch TV-L1 (:func:`coclr.data.flow.tvl1.tvl1_flow`, Triton kernels on CUDA) on a torch
+* ``tvl1-torch``: the PyTorch TV-L1 (:func:`coclr.flow.tvl1.tvl1_flow`, Triton kernels on CUDA) on a torch
   device, in batches of ``batch_pairs`` frame pairs taken across videos, with decoding and JPEG encoding in
-  worker processes (:class:`~coclr.data.flow.pipeline.FlowPipeline`); the only backend with the ``fast`` mode.
+  worker processes (:class:`~coclr.flow.pipeline.FlowPipeline`); the only backend with the ``fast`` mode.
 * ``auto``: ``tvl1-torch`` when CUDA is available (and no CPU device was asked for) or the fast mode was asked
   for, else ``tvl1``.
 
-Extraction goes through :func:`coclr.data.jobs.run_entry_jobs` (or ``run_entry_stream``), so it is resumable
+Extraction goes through :func:`coclr.store.jobs.run_entry_jobs` (or ``run_entry_stream``), so it is resumable
 (finished videos are skipped), writes each entry atomically, shows progress with ETA and lists failures (e.g. a
 1-frame video) instead of stopping. In a distributed job (``torchrun ... -m coclr flow``: a ``torch.distributed``
 group) every process extracts its share of the videos, each video in exactly one process.
@@ -36,16 +36,16 @@ from pathlib import Path
 import numpy as np
 
 from coclr.config import differences, to_dict
-from coclr.data.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
-from coclr.data.flow.opencv import opencv_dis, opencv_tvl1, rgb_to_gray
-from coclr.data.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
-from coclr.data.indexes import SPLITS
-from coclr.data.jobs import JobSummary, run_entry_jobs, run_entry_stream
-from coclr.data.jpeg import decode_jpeg, encode_jpeg
-from coclr.data.store import ENTRY_SUFFIX, ClipStore, check_view_name, create_store
 from coclr.errors import ConfigError, DataError
+from coclr.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
+from coclr.flow.opencv import opencv_dis, opencv_tvl1
+from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
+from coclr.flow.source import SOURCE_VIEW, decode_gray, video_source
+from coclr.store.clipstore import ENTRY_SUFFIX, ClipStore, check_view_name, create_store
+from coclr.store.jobs import JobSummary, run_entry_jobs, run_entry_stream
+from coclr.store.jpeg import encode_jpeg
+from coclr.video.indexes import SPLITS
 
-SOURCE_VIEW = "rgb"
 DEFAULT_QUALITY = 90
 """JPEG quality of flow frames when the store's metadata does not record the RGB quality."""
 DECODE_CHUNK = 64
@@ -166,11 +166,6 @@ def stored_bound(store: ClipStore, view: str) -> float | None:
     return FLOW_BOUND if folder.is_dir() and next(folder.rglob("*" + ENTRY_SUFFIX), None) else None
 
 
-def decode_gray(blobs: Sequence[bytes]) -> np.ndarray:
-    """Grayscale ``uint8 [N, H, W]`` of encoded RGB frames (as ``cv2.COLOR_RGB2GRAY`` converts them)."""
-    return rgb_to_gray(np.stack([decode_jpeg(blob) for blob in blobs]))
-
-
 def opencv_video_flow(gray: np.ndarray, method: str, params: TVL1Params | None = None) -> np.ndarray:
     """Flow between consecutive frames of ``gray [N, H, W]`` with an OpenCV backend: float32 ``[N-1, H, W, 2]``."""
     if method == "tvl1":
@@ -180,16 +175,6 @@ def opencv_video_flow(gray: np.ndarray, method: str, params: TVL1Params | None =
     else:
         raise ValueError(f"not an OpenCV flow method: {method!r}")
     return np.stack(flows) if flows else np.zeros((0, *gray.shape[1:], 2), np.float32)
-
-
-def video_source(store: ClipStore, key: str) -> tuple[list[bytes], float]:
-    """The encoded RGB frames of ``key`` and its fps; a video with fewer than 2 frames is an error."""
-    if not store.has(key, SOURCE_VIEW):
-        raise DataError(f"{key}: no {SOURCE_VIEW!r} entry in {store.root} (its RGB extraction failed?)")
-    count = store.num_frames(key, SOURCE_VIEW)
-    if count < 2:
-        raise DataError(f"{key}: {count} RGB frame, flow needs at least 2")
-    return store.read_encoded(key, SOURCE_VIEW, range(count)), store.fps(key, SOURCE_VIEW)
 
 
 @dataclass
@@ -255,10 +240,10 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
     parameters (default: OpenCV's); not accepted by ``dis``. ``workers``: processes for the CPU backends, or for
     decoding and JPEG encoding around ``tvl1-torch`` (0: one per core, or under torchrun the process's share of
     them). ``device``, ``batch_pairs`` (frame pairs per solve, across videos), ``mode`` and ``stop_every``
-    (:data:`~coclr.data.flow.params.MODES`), ``kernels`` (``auto``, ``torch`` or ``triton``) and ``jpeg``
+    (:data:`~coclr.flow.params.MODES`), ``kernels`` (``auto``, ``torch`` or ``triton``) and ``jpeg``
     (``opencv`` or ``nvjpeg``) apply to ``tvl1-torch``. JPEG quality is the store's RGB quality (metadata
     ``quality``). ``bound``: flow is clipped to +-``bound`` px before quantisation
-    (:func:`~coclr.data.flow.encode.flow_to_uint8`).
+    (:func:`~coclr.flow.encode.flow_to_uint8`).
 
     Bad input (not a store, no RGB view, unknown backend or key, bad parameter or device, a bound, backend,
     parameter or mode other than the view was started with) raises a :class:`~coclr.errors.CoclrError` before any
@@ -310,7 +295,7 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
     if not chosen.gpu:
         job = OpenCVFlowJob(root, chosen.name, params, quality, bound)
         return run_entry_jobs(root, view, keys, job, workers, desc=f"flow ({chosen.name}) -> {view}")
-    from coclr.data.flow.pipeline import FlowPipeline
+    from coclr.flow.pipeline import FlowPipeline
 
     decoders = max(1, workers // 3)  # decoding costs about half as much as encoding
     pipeline = FlowPipeline(root, view, params, quality, torch_device, batch_pairs, decoders,

@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
-from coclr.data.video import VIDEO_EXTENSIONS
 from coclr.atomic import atomic_write_text
 from coclr.errors import DataError
+from coclr.video.decode import VIDEO_EXTENSIONS
 
 SPLITS = ("train", "val", "test")
 INDEX_FORMAT = "coclr-video-index"

@@ -1,4 +1,4 @@
-"""Triton kernels of the PyTorch TV-L1 (:mod:`coclr.data.flow.tvl1`): fused multi-iteration passes and the median.
+"""Triton kernels of the PyTorch TV-L1 (:mod:`coclr.flow.tvl1`): fused multi-iteration passes and the median.
 
 The inner iterations (thresholding, primal update, dual update) are memory-bound: one iteration of the eager
 PyTorch scheme reads and writes the images about 22 times. A *pass* here runs ``n`` iterations of a tile in one
@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from coclr.data.flow._median_triton import _median3, _median5
+from coclr.flow._median_triton import _median3, _median5
 
 
 @triton.jit

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from coclr.data.indexes import VideoIndex, check_videos_exist
-from coclr.data.jobs import JobSummary, run_entry_jobs
-from coclr.data.jpeg import encode_jpeg
-from coclr.data.store import create_store
 from coclr.errors import DataError
+from coclr.store.clipstore import create_store
+from coclr.store.jobs import JobSummary, run_entry_jobs
+from coclr.store.jpeg import encode_jpeg
+from coclr.video.indexes import VideoIndex, check_videos_exist
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class DecodeVideoJob:
     fps: float | None = None
 
     def __call__(self, key: str) -> tuple[list[bytes], float]:
-        from coclr.data.video import decode_video_with_rate
+        from coclr.video.decode import decode_video_with_rate
 
         frames, fps = decode_video_with_rate(Path(self.video_root) / key, self.short_side, self.fps)
         return [encode_jpeg(frame, self.quality) for frame in frames], fps

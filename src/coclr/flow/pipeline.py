@@ -6,11 +6,11 @@ device solves batches of frame pairs taken across videos.
 2. Batching (the calling thread): the frame pairs of the videos, in order, are cut into batches of
    ``batch_pairs`` pairs of one frame size; a video may span batches and a batch may hold many videos. Up to
    :data:`OPEN_SIZES` frame sizes are batched at once; a new size closes the oldest open batch early.
-3. Solving (a device thread): :func:`~coclr.data.flow.tvl1.tvl1_flow` on the device, then the flow is quantised
-   there (:func:`~coclr.data.flow.encode.quantise_flow`) and only the uint8 u and v come back to the host (or,
+3. Solving (a device thread): :func:`~coclr.flow.tvl1.tvl1_flow` on the device, then the flow is quantised
+   there (:func:`~coclr.flow.encode.quantise_flow`) and only the uint8 u and v come back to the host (or,
    with ``jpeg="nvjpeg"``, the JPEG bytes encoded on the GPU by torchvision's nvJPEG).
 4. Encoding and writing: once every pair of a video is back, a worker process JPEG-encodes its frames and writes
-   its entry atomically (:func:`~coclr.data.store.write_entry`).
+   its entry atomically (:func:`~coclr.store.clipstore.write_entry`).
 
 Two batches wait for the device at most, and at most two videos per encoding process are in flight, so memory
 stays bounded and a slow stage holds back the others instead of piling up work. :class:`PipelineStats` records
@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from coclr.data.flow.encode import FLOW_BOUND, flow_image, quantise_flow
-from coclr.data.flow.opencv import opencv_threads
-from coclr.data.flow.params import TVL1Params
-from coclr.data.jobs import RecordFn, default_start_method, init_worker
-from coclr.data.jpeg import encode_jpeg
-from coclr.data.store import write_entry
 from coclr.errors import ConfigError
+from coclr.flow.encode import FLOW_BOUND, flow_image, quantise_flow
+from coclr.flow.params import TVL1Params
+from coclr.store.clipstore import write_entry
+from coclr.store.jobs import RecordFn, default_start_method, init_worker
+from coclr.store.jpeg import encode_jpeg
+from coclr.threads import opencv_threads
 
 OPEN_SIZES = 4
 """Frame sizes with a batch being filled at once (each holds up to ``batch_pairs`` pairs of frames)."""
@@ -85,8 +85,8 @@ class _DecodedVideos:
     def __getitem__(self, i: int) -> dict:
         import torch
 
-        from coclr.data.flow.extract import decode_gray, video_source
-        from coclr.data.store import ClipStore
+        from coclr.flow.source import decode_gray, video_source
+        from coclr.store.clipstore import ClipStore
 
         key = self.keys[i]
         try:
@@ -172,10 +172,10 @@ class _Batcher:
 
 @dataclass
 class FlowPipeline:
-    """The :data:`~coclr.data.jobs.EntryStream` of ``tvl1-torch`` extraction (see the module docstring).
+    """The :data:`~coclr.store.jobs.EntryStream` of ``tvl1-torch`` extraction (see the module docstring).
 
     ``decode_workers`` and ``encode_workers``: processes of the two CPU stages; ``batch_pairs``: frame pairs per
-    device batch; ``mode``, ``stop_every``, ``kernels``: passed to :func:`~coclr.data.flow.tvl1.tvl1_flow`;
+    device batch; ``mode``, ``stop_every``, ``kernels``: passed to :func:`~coclr.flow.tvl1.tvl1_flow`;
     ``jpeg``: ``opencv`` (worker processes) or ``nvjpeg`` (torchvision on the GPU). State: ``stats`` of the last
     run.
     """
@@ -262,7 +262,7 @@ class FlowPipeline:
         """The device thread: solve batches until the end marker; every batch gives one result, an error included."""
         import torch
 
-        from coclr.data.flow.tvl1 import tvl1_flow
+        from coclr.flow.tvl1 import tvl1_flow
 
         device = torch.device(self.device)
         if device.type == "cuda":

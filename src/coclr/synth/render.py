@@ -9,9 +9,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coclr.data.synth.config import (ACTORS, BACKGROUNDS, MOTIONS, OCTAVES, SHAPES, ZOOM_FADE, ZOOM_RANGE,
-                                     SynthConfig, named_rng, parse_key)
 from coclr.errors import ConfigError
+from coclr.synth.config import (
+    ACTORS,
+    BACKGROUNDS,
+    MOTIONS,
+    OCTAVES,
+    SHAPES,
+    ZOOM_FADE,
+    ZOOM_RANGE,
+    SynthConfig,
+    named_rng,
+    parse_key,
+)
 
 # ------------------------------------------------------------------------------------------- appearance
 

@@ -1,7 +1,7 @@
 """The engine of long store jobs: one job per entry of a view, in worker processes, resumable and atomic.
 
-Building the RGB view (:mod:`coclr.data.build`), optical flow extraction (:mod:`coclr.data.flow.extract`) and the
-synthetic dataset (:mod:`coclr.data.synth`) all run through :func:`run_entry_jobs`: a picklable
+Building the RGB view (:mod:`coclr.store.build`), optical flow extraction (:mod:`coclr.flow.extract`) and the
+synthetic dataset (:mod:`coclr.synth`) all run through :func:`run_entry_jobs`: a picklable
 ``job(key) -> (encoded_frames, fps)`` runs in a process pool, finished entries are written atomically, complete
 ones skipped, failures counted, listed and recorded in the store (``failed_<view>.json``), so training and
 evaluation can leave them out knowingly. One job at a time writes a view: a second one started on the same store
@@ -30,17 +30,17 @@ import cv2
 
 from coclr.atomic import PARTIAL_SUFFIX
 from coclr.core.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
-from coclr.data.flow.opencv import opencv_threads
-from coclr.data.store import ClipStore, check_view_name, record_failures, write_entry
 from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
+from coclr.store.clipstore import ClipStore, check_view_name, record_failures, write_entry
+from coclr.threads import opencv_threads
 
 EntryJob = Callable[[str], tuple[Sequence[bytes], float]]
 """A store job: entry key -> (encoded frames, frames per second). Must be picklable."""
 RecordFn = Callable[[str, int, "str | None"], None]
 """Called once per key as it ends: (key, frames written, error message or None)."""
 EntryStream = Callable[[list[str], RecordFn], None]
-"""Runs a list of keys (none of them complete): writes each entry with :func:`coclr.data.store.write_entry` and
+"""Runs a list of keys (none of them complete): writes each entry with :func:`coclr.store.clipstore.write_entry` and
 calls the :data:`RecordFn` once per key, in any order (for a pipeline that batches work across entries)."""
 GROUP_TIMEOUT = timedelta(days=30)
 """How long the processes of a distributed store job wait for each other (at the end, for the slowest one)."""

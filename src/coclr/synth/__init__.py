@@ -26,11 +26,30 @@ Example::
     summary = generate_synthetic("data/synth", config, workers=2)
 """
 
-from coclr.data.synth.config import (ACTORS, BACKGROUNDS, MOTIONS, SHAPES, ClipSpec, SynthConfig, clip_key,
-                                     dataset_clips, named_rng, parse_key, scene_actions, scene_name)
-from coclr.data.synth.output import (SynthClipJob, SynthSummary, generate_synthetic, random_store, recorded_options,
-                                     synthetic_index, write_videos)
-from coclr.data.synth.render import actor_colours, render_clip, scene_style
+from coclr.synth.config import (
+                                     ACTORS,
+                                     BACKGROUNDS,
+                                     MOTIONS,
+                                     SHAPES,
+                                     ClipSpec,
+                                     SynthConfig,
+                                     clip_key,
+                                     dataset_clips,
+                                     named_rng,
+                                     parse_key,
+                                     scene_actions,
+                                     scene_name,
+)
+from coclr.synth.output import (
+                                     SynthClipJob,
+                                     SynthSummary,
+                                     generate_synthetic,
+                                     random_store,
+                                     recorded_options,
+                                     synthetic_index,
+                                     write_videos,
+)
+from coclr.synth.render import actor_colours, render_clip, scene_style
 
 __all__ = ["ACTORS", "BACKGROUNDS", "MOTIONS", "SHAPES", "ClipSpec", "SynthClipJob", "SynthConfig", "SynthSummary",
            "actor_colours", "clip_key", "dataset_clips", "generate_synthetic", "named_rng", "parse_key",

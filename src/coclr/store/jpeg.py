@@ -1,6 +1,6 @@
 """The JPEG codec of stored frames (OpenCV: deterministic for the same input and build).
 
-RGB and flow frames are stored as JPEG (flow as its 3-channel uint8 image, :mod:`coclr.data.flow.encode`).
+RGB and flow frames are stored as JPEG (flow as its 3-channel uint8 image, :mod:`coclr.flow.encode`).
 """
 
 from __future__ import annotations

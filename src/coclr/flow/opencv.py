@@ -8,35 +8,16 @@ OpenCV parallelises one call over its own thread pool; :func:`opencv_threads` se
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import cv2
 import numpy as np
 
-from coclr.data.flow.params import TVL1Params
+from coclr.flow.params import TVL1Params
 
 DIS_PRESETS = {
     "ultrafast": cv2.DISOPTICAL_FLOW_PRESET_ULTRAFAST,
     "fast": cv2.DISOPTICAL_FLOW_PRESET_FAST,
     "medium": cv2.DISOPTICAL_FLOW_PRESET_MEDIUM,
 }
-
-
-@contextmanager
-def opencv_threads(threads: int | None) -> Iterator[None]:
-    """Run a block with OpenCV's thread pool set to ``threads`` (None: leave OpenCV's setting alone)."""
-    if threads is None:
-        yield
-        return
-    if threads < 1:
-        raise ValueError(f"threads must be at least 1, got {threads}")
-    previous = cv2.getNumThreads()
-    cv2.setNumThreads(threads)
-    try:
-        yield
-    finally:
-        cv2.setNumThreads(previous)
 
 
 def rgb_to_gray(frames: np.ndarray) -> np.ndarray:

@@ -1,0 +1,29 @@
+"""What flow is computed from: a video's encoded RGB frames in the store, as grayscale frames."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from coclr.errors import DataError
+from coclr.flow.opencv import rgb_to_gray
+from coclr.store.clipstore import ClipStore
+from coclr.store.jpeg import decode_jpeg
+
+SOURCE_VIEW = "rgb"
+
+
+def decode_gray(blobs: Sequence[bytes]) -> np.ndarray:
+    """Grayscale ``uint8 [N, H, W]`` of encoded RGB frames (as ``cv2.COLOR_RGB2GRAY`` converts them)."""
+    return rgb_to_gray(np.stack([decode_jpeg(blob) for blob in blobs]))
+
+
+def video_source(store: ClipStore, key: str) -> tuple[list[bytes], float]:
+    """The encoded RGB frames of ``key`` and its fps; a video with fewer than 2 frames is an error."""
+    if not store.has(key, SOURCE_VIEW):
+        raise DataError(f"{key}: no {SOURCE_VIEW!r} entry in {store.root} (its RGB extraction failed?)")
+    count = store.num_frames(key, SOURCE_VIEW)
+    if count < 2:
+        raise DataError(f"{key}: {count} RGB frame, flow needs at least 2")
+    return store.read_encoded(key, SOURCE_VIEW, range(count)), store.fps(key, SOURCE_VIEW)
