@@ -263,7 +263,7 @@ def finetune_argv(plan: StudyPlan, checkpoint: Path, view: str, options, work_di
 def _check_data(plan: StudyPlan) -> None:
     """The data the study starts from: the synthetic dataset's options, or the videos and split files (every video
     must exist), or an existing store with both splits."""
-    from coclr.data import indexes
+    from coclr.video import indexes
     from coclr.synth import SynthConfig
 
     data = plan.config.data
