@@ -1,14 +1,17 @@
 """The one file lock of the project: an exclusive ``flock`` on a file, held for a ``with`` block.
 
-Store jobs hold one per view, the store's metadata one while rewriting its index, and ``coclr embed`` one per
-output folder. The kernel releases a lock when its process ends, so a job killed with SIGKILL leaves none stale.
-Where ``fcntl`` does not exist (Windows), no lock is taken.
+Store jobs hold one per view, the store's metadata one while rewriting its index, and every folder a long
+command writes one (:mod:`coclr.runfolder`). The kernel releases a lock when its process ends, so a job killed
+with SIGKILL leaves none stale. A thread that holds a lock may take it again (nested ``with`` blocks: a job
+locks its view before it updates the store's index, and the engine it calls locks the view again). A refused
+lock leaves the lock file as it was. Where ``fcntl`` does not exist (Windows), no lock is taken.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +22,10 @@ except ImportError:  # Windows
     fcntl = None
 
 from coclr.errors import DataError
+
+_HELD: dict[tuple[str, int, int], int] = {}
+"""The locks held here (real path, pid, thread: a forked child holds none of its parent's, another thread waits
+as another process would), with their depth of nesting."""
 
 
 @contextmanager
@@ -33,6 +40,14 @@ def exclusive_lock(path: str | Path, busy: Callable[[str], str] | None = None,
     if fcntl is None:
         yield
         return
+    held = (os.path.realpath(path), os.getpid(), threading.get_ident())
+    if held in _HELD:
+        _HELD[held] += 1
+        try:
+            yield
+        finally:
+            _HELD[held] -= 1
+        return
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         try:
@@ -42,9 +57,11 @@ def exclusive_lock(path: str | Path, busy: Callable[[str], str] | None = None,
             raise DataError(busy(who)) from None
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, (holder or f"pid {os.getpid()} on {socket.gethostname()}").encode(), 0)
+        _HELD[held] = 0
         try:
             yield
         finally:
+            del _HELD[held]
             fcntl.flock(descriptor, fcntl.LOCK_UN)
     finally:
         os.close(descriptor)

@@ -1,15 +1,21 @@
-"""The one rule of every long command's output folder: the same command continues, another one is refused.
+"""The one rule of every folder a long command writes: the same command continues, another one is refused.
 
-A folder records, in ``run.json``, the command that started it and its resolved options. A later command on the
-folder whose options are the same continues the work; one whose options differ is refused before any work, with
-each differing option named with both values (:func:`coclr.config.differences`). Options that cannot change the
-results (progress bars, worker counts, logging, where to stop) are listed per command as *continuable* and may
-change between runs; the record keeps the values the folder was started with. Starting over takes an explicit
-``restart``, which moves the old folder aside (``<folder>.replaced-<time>``) rather than deleting it.
+A folder records the settings it was started with (``run.json`` for pretrain, pipeline, study and finetune
+folders; ``embed.json`` for embeddings; ``store.json`` for a clip store and its flow views). A later command on
+the folder with the same settings continues the work; one with other settings is refused, naming each differing
+key with both values and what to do (:class:`FolderRule`). Keys that cannot change the results (progress bars,
+workers, device, where to stop) are listed per kind as ``may_differ``; a kind with ``may_add`` (a store's
+metadata) accepts keys it does not record yet and refuses only other values of those it does. Starting over takes
+an explicit ``restart`` where the command has one: the old folder is moved aside (``<folder>.replaced-<time>``).
+
+Refused means untouched: every check and the folder's lock come before the first write, so a refused command
+leaves the folder byte for byte as it was (:func:`claim_folder`: check, create, lock, check again under the lock,
+record; a second job on a locked folder is refused by the lock, which it does not rewrite).
 
 Example::
 
-    claim_folder(out, "pretrain", to_dict(config), continuable=PRETRAIN_CONTINUABLE)   # before any work
+    with claim_folder(out, PRETRAIN_RULE, to_dict(config)) as continued:   # before any work
+        ...
 """
 
 from __future__ import annotations
@@ -17,15 +23,71 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from coclr.atomic import atomic_write_json
 from coclr.config import differences
 from coclr.errors import ConfigError, DataError
+from coclr.filelock import exclusive_lock
 
 RUN_RECORD = "run.json"
+LOCK_FILE = ".lock"
+
+
+class FolderRefused(ConfigError, DataError):
+    """A folder holds work started by another command or with other settings; nothing in it was written. Both a
+    :class:`ConfigError` (the options differ) and a :class:`DataError` (the folder's content decides)."""
+
+
+@dataclass(frozen=True)
+class FolderRule:
+    """How one kind of folder is continued or refused.
+
+    ``command``: the command as typed (``"pretrain"``, ``"data store"``); ``what``: what the folder holds, as in
+    "FOLDER holds <what> with ..."; ``may_differ``: dotted keys that may change between runs (the record keeps
+    the first values); ``may_add``: only the keys both settings hold are compared (the folder may gain keys,
+    and holds keys of other jobs: a store's metadata of each view); ``restart``: whether the command has
+    ``--restart``; ``other``: where else to go instead (``"another folder"``)."""
+
+    command: str
+    what: str
+    may_differ: tuple[str, ...] = ()
+    may_add: bool = False
+    restart: bool = False
+    other: str = "another folder"
+
+    def differing(self, recorded: dict[str, Any], given: dict[str, Any]) -> list[str]:
+        """Every differing key of the two settings, as ``key=<recorded> (given <given>)``."""
+        recorded, given = without_keys(recorded, self.may_differ), without_keys(given, self.may_differ)
+        if self.may_add:  # only the keys both hold: the folder's other keys are other jobs', new ones are added
+            shared = [key for key in given if key in recorded]
+            recorded, given = {key: recorded[key] for key in shared}, {key: given[key] for key in shared}
+        return differences(recorded, given)
+
+    def remedy(self) -> str:
+        """What to do instead of the refused command."""
+        if self.restart:
+            return f"use the same options to continue it, {self.other}, or --restart to move it aside and start over"
+        return f"use the same options to continue it, or {self.other}"
+
+    def check(self, folder: str | Path, recorded: dict[str, Any] | None, given: dict[str, Any]) -> bool:
+        """Whether ``folder``, recording ``recorded`` (None: nothing yet), may be continued with ``given``
+        (False when it records nothing); raises :class:`FolderRefused` naming each differing key."""
+        if recorded is None:
+            return False
+        differ = self.differing(recorded, given)
+        if differ:
+            raise FolderRefused(f"{folder} holds {self.what} with {', '.join(differ)}; {self.remedy()}")
+        return True
+
+    def busy(self, folder: str | Path) -> Callable[[str], str]:
+        """The refusal of a second job while ``who`` holds the folder's lock."""
+        return lambda who: (f"{folder}: another coclr {self.command} is writing this folder ({who}); wait for it to "
+                            "end or stop it, then run this command again")
 
 
 def without_keys(options: dict[str, Any], keys: Collection[str]) -> dict[str, Any]:
@@ -67,44 +129,67 @@ def move_aside(folder: str | Path, command: str) -> Path | None:
     return aside
 
 
-def check_folder(folder: str | Path, command: str, options: dict[str, Any], continuable: Collection[str] = (),
+def check_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any],
                  legacy: Callable[[Path], dict[str, Any] | None] | None = None) -> bool:
     """Whether ``folder`` holds work of the same command and options (to continue); False when it holds none.
-    Raises :class:`~coclr.errors.ConfigError` naming every differing option (or the other command).
+    Reads only. Raises :class:`FolderRefused` naming every differing option (or the other command).
 
     ``legacy`` reads the options of a folder written before records existed (e.g. from its checkpoint), None
     when it holds none."""
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise FolderRefused(f"{folder}: exists and is not a folder; give a folder")
     record = read_record(folder)
     if record is None and legacy is not None and folder.is_dir():
         recorded = legacy(folder)
-        record = None if recorded is None else {"command": command, "options": recorded}
+        record = None if recorded is None else {"command": rule.command, "options": recorded}
     if record is None:
         return False
-    if record.get("command", command) != command:
-        raise ConfigError(f"{folder} holds the output of `coclr {record.get('command')}`, not of `coclr {command}`: "
-                          "use another folder")
-    differ = differences(without_keys(record["options"], continuable), without_keys(options, continuable))
-    if differ:
-        raise ConfigError(f"{folder} holds a {command} run with {', '.join(differ)}; use the same options to continue "
-                          "it, another folder, or --restart to move it aside and start over")
-    return True
+    if record.get("command", rule.command) != rule.command:
+        raise FolderRefused(f"{folder} holds the output of `coclr {record.get('command')}`, not of "
+                            f"`coclr {rule.command}`: use another folder")
+    return rule.check(folder, record["options"], options)
 
 
-def record_folder(folder: str | Path, command: str, options: dict[str, Any]) -> None:
-    """Write the record of ``folder`` unless it has one (a continued run keeps the options it was started with).
-    Call it once the work is about to begin, so that a command that failed during its checks records nothing."""
+def record_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any]) -> None:
+    """Write the record of ``folder`` unless it has one (a continued run keeps the options it was started with)."""
     folder = Path(folder)
     if not (folder / RUN_RECORD).is_file():
-        atomic_write_json(folder / RUN_RECORD, {"command": command, "options": options})
+        atomic_write_json(folder / RUN_RECORD, {"command": rule.command, "options": options})
 
 
-def claim_folder(folder: str | Path, command: str, options: dict[str, Any], continuable: Collection[str] = (),
-                 restart: bool = False, legacy: Callable[[Path], dict[str, Any] | None] | None = None) -> bool:
-    """:func:`check_folder` then :func:`record_folder` (after :func:`move_aside` with ``restart``): for commands
-    whose checks are all done before. Returns whether there was work to continue."""
+def restart_folder(folder: str | Path, rule: FolderRule) -> Path | None:
+    """:func:`move_aside` under the folder's lock, so that a running job's folder is never moved from under it."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return move_aside(folder, rule.command)
+    with folder_lock(folder, rule):
+        return move_aside(folder, rule.command)
+
+
+@contextmanager
+def folder_lock(folder: str | Path, rule: FolderRule) -> Iterator[None]:
+    """Hold ``folder/.lock`` (the folder must exist); a second job is refused at once, naming the holder, and
+    leaves the lock file as it found it."""
+    with exclusive_lock(Path(folder) / LOCK_FILE, rule.busy(folder)):
+        yield
+
+
+@contextmanager
+def claim_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any], restart: bool = False,
+                 legacy: Callable[[Path], dict[str, Any] | None] | None = None, lock: bool = True) -> Iterator[bool]:
+    """Hold ``folder`` for the work of a ``with`` block; yields whether there was work to continue.
+
+    In this order, so that a refused command writes nothing: :func:`check_folder` (reads only), then the folder
+    is created and locked (:func:`folder_lock`, unless ``lock`` is false: another process of the same job holds
+    it), checked again under the lock (another job may have started it meanwhile), and recorded. ``restart``
+    moves an earlier folder aside first (the one write a refused check cannot undo: it is asked for)."""
+    folder = Path(folder)
     if restart:
-        move_aside(folder, command)
-    held = check_folder(folder, command, options, continuable, legacy)
-    record_folder(folder, command, options)
-    return held
+        restart_folder(folder, rule)
+    check_folder(folder, rule, options, legacy)
+    folder.mkdir(parents=True, exist_ok=True)
+    with folder_lock(folder, rule) if lock else nullcontext():
+        held = check_folder(folder, rule, options, legacy)
+        record_folder(folder, rule, options)
+        yield held

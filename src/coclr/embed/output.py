@@ -32,18 +32,18 @@ from typing import Any
 import numpy as np
 
 from coclr.atomic import atomic_open, atomic_write_json, read_json_lines
-from coclr.config import differences
-from coclr.errors import ConfigError, DataError
-from coclr.filelock import exclusive_lock
+from coclr.errors import DataError
+from coclr.runfolder import LOCK_FILE, FolderRule, folder_lock
 
 SETTINGS_FILE = "embed.json"
 COMMIT_FILE = "commit.json"
 CHUNKS = "chunks"
-LOCK_FILE = ".lock"
 NEXT_SUFFIX = ".next"
 VIDEOS, WINDOWS = "videos", "windows"
 FAILED = "failed.jsonl"
 FORMAT = "coclr-embeddings"
+EMBED_FOLDER = FolderRule("embed", "embeddings", other="another output folder")
+"""How an output folder is continued or refused (:mod:`coclr.runfolder`): by the ``"settings"`` of ``embed.json``."""
 ARRAY_BLOCK = 65536
 """Rows copied at a time when the arrays are rewritten (bounds memory for millions of rows)."""
 
@@ -61,7 +61,8 @@ class EmbeddingWriter:
     """Writes an output folder (see the module docstring): use as ``with EmbeddingWriter(root, record) as out``.
 
     ``record`` is what ``embed.json`` holds; its ``"settings"`` must equal the folder's (else
-    :class:`ConfigError` naming each differing key). Opening locks the folder, finishes an interrupted commit
+    :class:`~coclr.runfolder.FolderRefused` naming each differing key). Opening checks, then locks the folder
+    (a refused run writes nothing), finishes an interrupted commit
     and merges leftover chunks; closing flushes and merges. State: the videos done (identity by path), the
     failures, and the results not flushed yet.
     """
@@ -80,15 +81,13 @@ class EmbeddingWriter:
     # ------------------------------------------------------------------ opening and closing
 
     def __enter__(self) -> EmbeddingWriter:
-        if self.root.exists() and not self.root.is_dir():
-            raise DataError(f"{self.root}: exists and is not a folder")
+        self._check_settings()  # reads only: a refused run leaves the folder untouched
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = contextlib.ExitStack()
-        self._lock.enter_context(exclusive_lock(
-            self.root / LOCK_FILE, lambda who: f"{self.root}: another coclr embed is writing this folder ({who}); "
-                                              "wait for it to finish"))
+        self._lock.enter_context(folder_lock(self.root, EMBED_FOLDER))
         try:
-            self._check_settings()
+            if not self._check_settings():  # again under the lock: another run may have started it meanwhile
+                atomic_write_json(self.root / SETTINGS_FILE, {"format": FORMAT, **self.record})
             recover(self.root)
             self.merge()
             self.done = {r["path"]: (r["size"], r["mtime_ns"]) for r in read_jsonl(self.root / f"{VIDEOS}.jsonl")}
@@ -106,19 +105,17 @@ class EmbeddingWriter:
             assert self._lock is not None
             self._lock.close()
 
-    def _check_settings(self) -> None:
-        path = self.root / SETTINGS_FILE
-        if not path.is_file():
-            if any(entry.name != LOCK_FILE for entry in self.root.iterdir()):
+    def _check_settings(self) -> bool:
+        """Whether the folder records its settings (then they equal this run's: else :class:`FolderRefused`
+        naming each differing one); a folder that holds other files and no settings is refused. Reads only."""
+        if self.root.exists() and not self.root.is_dir():
+            raise DataError(f"{self.root}: exists and is not a folder")
+        if not (self.root / SETTINGS_FILE).is_file():
+            if self.root.is_dir() and any(entry.name != LOCK_FILE for entry in self.root.iterdir()):
                 raise DataError(f"{self.root}: the folder holds other files and no {SETTINGS_FILE}; give an empty or "
                                 "new folder (or one coclr embed wrote)")
-            atomic_write_json(path, {"format": FORMAT, **self.record})
-            return
-        recorded = read_settings(self.root)
-        conflicts = differences(recorded.get("settings", {}), self.record["settings"])
-        if conflicts:
-            raise ConfigError(f"{self.root} holds embeddings made with other settings: {', '.join(conflicts)}; use "
-                              "those settings or another output folder")
+            return False
+        return EMBED_FOLDER.check(self.root, read_settings(self.root).get("settings", {}), self.record["settings"])
 
     # ------------------------------------------------------------------ adding results
 

@@ -29,16 +29,20 @@ from torch import nn
 
 from coclr import seeding
 from coclr.atomic import atomic_write_json
-from coclr.config import differences, option, require
-from coclr.errors import CheckpointError, ConfigError
+from coclr.config import option, require
+from coclr.errors import CheckpointError
 from coclr.eval.features import ClipConfig, predict_windows
 from coclr.eval.fusion import topk_accuracy
+from coclr.runfolder import FolderRule, claim_folder
 
 STATE_FILE = "finetune_last.pt"
 PROBS_FILE = "finetune_probabilities.npz"
 ENCODER_FILE = "finetuned_encoder.pth"
 RESULT_FILE = "finetune_result.json"
 STATE_FORMAT = "coclr.finetune"
+FINETUNE_FOLDER = FolderRule("finetune", "a finetuning job", other="another folder (--work-dir)")
+"""How a finetuning folder is continued or refused (:mod:`coclr.runfolder`): its settings are the job's
+fingerprint (checkpoint content, store, view, training videos, clip and finetuning options; not the workers)."""
 
 
 @dataclasses.dataclass
@@ -96,20 +100,27 @@ def _save_state(path: Path, model: Classifier, optimizer: torch.optim.Optimizer,
                        "scheduler": scheduler.state_dict()}, path)
 
 
-def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler,
-            fingerprint: dict[str, object]) -> int:
-    """Load the last epoch's state when it exists and belongs to the same job; returns epochs done."""
-    if not path.is_file():
-        return 0
+def _read_state(path: Path) -> dict:
     from coclr.models.loading import read_checkpoint_file
 
     state = read_checkpoint_file(path)
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise CheckpointError(f"{path}: not a finetuning state file (format {STATE_FORMAT!r})")
-    differ = differences(state.get("fingerprint") or {}, fingerprint)
-    if differ:
-        raise ConfigError(f"{path} belongs to a finetuning job with {', '.join(differ)}; use the same inputs and "
-                          "options to continue it, or another folder")
+    return state
+
+
+def _state_fingerprint(folder: Path) -> dict[str, object] | None:
+    """The settings of a finetuning folder written before folders recorded them: those of its state file."""
+    path = folder / STATE_FILE
+    return (_read_state(path).get("fingerprint") or {}) if path.is_file() else None
+
+
+def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler) -> int:
+    """Load the last epoch's state when it exists (its folder holds the same job: :data:`FINETUNE_FOLDER`);
+    returns epochs done."""
+    if not path.is_file():
+        return 0
+    state = _read_state(path)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
@@ -163,7 +174,6 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     config = config or FinetuneConfig()
     device = torch.device(device)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     num_classes = len(store.index.classes)
     dataset = TrainClips(store, train_split, [view], clip_config.length, clip_config.stride, num_clips=1,
                          seed=config.seed, with_views=with_views)
@@ -173,56 +183,57 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
                    "clips": dataclasses.asdict(clip_config), "finetune": dataclasses.asdict(config)}
     fingerprint["clips"].pop("workers")
     tested = {"fingerprint": fingerprint, "test_split": test_split, "with_views": list(with_views)}
-    finished = _finished(out_dir, tested)
-    if finished is not None:
-        return finished
+    with claim_folder(out_dir, FINETUNE_FOLDER, fingerprint, legacy=_state_fingerprint):
+        finished = _finished(out_dir, tested)
+        if finished is not None:
+            return finished
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        model = Classifier(load_backbone(checkpoint), num_classes, config.dropout).to(device)
-    optimizer = build_optimizer(model, config)
-    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, config.milestones, gamma=0.1)
-    state_path = out_dir / STATE_FILE
-    done = _resume(state_path, model, optimizer, scheduler, fingerprint)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            model = Classifier(load_backbone(checkpoint), num_classes, config.dropout).to(device)
+        optimizer = build_optimizer(model, config)
+        scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, config.milestones, gamma=0.1)
+        state_path = out_dir / STATE_FILE
+        done = _resume(state_path, model, optimizer, scheduler)
 
-    augment = ClipAugment(size=clip_config.size, blur_p=0.0)
-    losses = []
-    for epoch in tqdm(range(done, config.epochs), desc="finetune", unit="epoch", disable=not progress,
-                      initial=done, total=config.epochs):
-        dataset.set_epoch(epoch)
-        loader = DataLoader(dataset, batch_size=clip_config.batch_size, shuffle=True,
-                            drop_last=len(dataset) > clip_config.batch_size, num_workers=clip_config.workers,
-                            generator=seeding.generator(config.seed, epoch, seeding.ORDER),
-                            pin_memory=device.type == "cuda")
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(seeding.derive_seed(config.seed, epoch))  # this epoch's dropout, restored after
-            losses.append(train_epoch(model, loader, augment, optimizer, view, device, clip_config.amp,
-                                      seeding.generator(config.seed, epoch, seeding.AUGMENT), progress,
-                                      f"epoch {epoch + 1}"))
-        scheduler.step()
-        _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint)
+        augment = ClipAugment(size=clip_config.size, blur_p=0.0)
+        losses = []
+        for epoch in tqdm(range(done, config.epochs), desc="finetune", unit="epoch", disable=not progress,
+                          initial=done, total=config.epochs):
+            dataset.set_epoch(epoch)
+            loader = DataLoader(dataset, batch_size=clip_config.batch_size, shuffle=True,
+                                drop_last=len(dataset) > clip_config.batch_size, num_workers=clip_config.workers,
+                                generator=seeding.generator(config.seed, epoch, seeding.ORDER),
+                                pin_memory=device.type == "cuda")
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                torch.manual_seed(seeding.derive_seed(config.seed, epoch))  # this epoch's dropout, restored after
+                losses.append(train_epoch(model, loader, augment, optimizer, view, device, clip_config.amp,
+                                          seeding.generator(config.seed, epoch, seeding.AUGMENT), progress,
+                                          f"epoch {epoch + 1}"))
+            scheduler.step()
+            _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint)
 
-    model.eval()
-    _save_finetuned(out_dir / ENCODER_FILE, model, view, clip_config, checkpoint_sha256)
-    short_side = config.ten_crop_short_side or round(clip_config.size * 8 / 7)
+        model.eval()
+        _save_finetuned(out_dir / ENCODER_FILE, model, view, clip_config, checkpoint_sha256)
+        short_side = config.ten_crop_short_side or round(clip_config.size * 8 / 7)
 
-    def probabilities(clips: torch.Tensor) -> torch.Tensor:
-        return model(clips).float().softmax(dim=1)
+        def probabilities(clips: torch.Tensor) -> torch.Tensor:
+            return model(clips).float().softmax(dim=1)
 
-    center, entries = predict_windows(probabilities, store, view, test_split, clip_config, device, with_views=with_views,
-                                      progress=progress, desc="test centre crop")
-    ten, _ = predict_windows(probabilities, store, view, test_split, clip_config, device, with_views=with_views,
-                             ten_crop=True, short_side=short_side, progress=progress, desc="test ten crops")
-    keys = [entry.path for entry in entries]
-    labels = np.array([entry.label for entry in entries], dtype=np.int64)
-    save_probabilities(out_dir / PROBS_FILE, keys, labels, center=center.numpy(), ten_crop=ten.numpy())
-    center_acc, ten_acc = topk_accuracy(center.numpy(), labels), topk_accuracy(ten.numpy(), labels)
-    result = {"top1": round(100 * ten_acc[1], 4), "top5": round(100 * ten_acc[5], 4),
-              "center_top1": round(100 * center_acc[1], 4), "center_top5": round(100 * center_acc[5], 4),
-              "ten_crop_short_side": short_side, "epochs": config.epochs, "train_losses": losses,
-              "probabilities": str(out_dir / PROBS_FILE)}
-    atomic_write_json(out_dir / RESULT_FILE, {**tested, "result": result})
-    return result
+        center, entries = predict_windows(probabilities, store, view, test_split, clip_config, device,
+                                          with_views=with_views, progress=progress, desc="test centre crop")
+        ten, _ = predict_windows(probabilities, store, view, test_split, clip_config, device, with_views=with_views,
+                                 ten_crop=True, short_side=short_side, progress=progress, desc="test ten crops")
+        keys = [entry.path for entry in entries]
+        labels = np.array([entry.label for entry in entries], dtype=np.int64)
+        save_probabilities(out_dir / PROBS_FILE, keys, labels, center=center.numpy(), ten_crop=ten.numpy())
+        center_acc, ten_acc = topk_accuracy(center.numpy(), labels), topk_accuracy(ten.numpy(), labels)
+        result = {"top1": round(100 * ten_acc[1], 4), "top5": round(100 * ten_acc[5], 4),
+                  "center_top1": round(100 * center_acc[1], 4), "center_top5": round(100 * center_acc[5], 4),
+                  "ten_crop_short_side": short_side, "epochs": config.epochs, "train_losses": losses,
+                  "probabilities": str(out_dir / PROBS_FILE)}
+        atomic_write_json(out_dir / RESULT_FILE, {**tested, "result": result})
+        return result
 
 
 def _finished(out_dir: Path, tested: dict[str, object]) -> dict[str, object] | None:

@@ -35,14 +35,15 @@ from pathlib import Path
 
 import numpy as np
 
-from coclr.config import differences, to_dict
+from coclr.config import to_dict
 from coclr.errors import ConfigError, DataError
 from coclr.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
 from coclr.flow.opencv import opencv_dis, opencv_tvl1
 from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
 from coclr.flow.source import SOURCE_VIEW, decode_gray, video_source
-from coclr.store.clipstore import ENTRY_SUFFIX, ClipStore, check_view_name, create_store
-from coclr.store.jobs import JobSummary, run_entry_jobs, run_entry_stream
+from coclr.runfolder import FolderRule
+from coclr.store.clipstore import ENTRY_SUFFIX, ClipStore, check_view_name
+from coclr.store.jobs import JobSummary, run_entry_jobs, run_entry_stream, writing_view
 from coclr.store.jpeg import encode_jpeg
 from coclr.video.indexes import SPLITS
 
@@ -166,6 +167,19 @@ def stored_bound(store: ClipStore, view: str) -> float | None:
     return FLOW_BOUND if folder.is_dir() and next(folder.rglob("*" + ENTRY_SUFFIX), None) else None
 
 
+def flow_view_rule(view: str) -> FolderRule:
+    """How a flow view is continued or refused (:mod:`coclr.runfolder`): by its bound and method, recorded in the
+    store's metadata; extracting more of it otherwise would mix two kinds of flow."""
+    return FolderRule("flow", f"flow view {view!r}", may_add=True, other="another view (--view)")
+
+
+def recorded_settings(store: ClipStore, view: str) -> dict:
+    """The bound and method ``view`` records (:func:`stored_bound`, :func:`recorded_method`; none for a view not
+    extracted yet)."""
+    recorded = {bound_key(view): stored_bound(store, view), method_key(view): recorded_method(store, view)}
+    return {key: value for key, value in recorded.items() if value is not None}
+
+
 def opencv_video_flow(gray: np.ndarray, method: str, params: TVL1Params | None = None) -> np.ndarray:
     """Flow between consecutive frames of ``gray [N, H, W]`` with an OpenCV backend: float32 ``[N-1, H, W, 2]``."""
     if method == "tvl1":
@@ -277,30 +291,23 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
         other_splits = {entry.path for entry in store.index.entries if entry.split != split}
         keys = [key for key in keys if key not in other_splits]  # unknown keys stay, to be reported
     store.check_keys(keys)
-    started = stored_bound(store, view)
-    if started is not None and started != bound:
-        raise ConfigError(f"bound: view {view!r} of {store.root} holds flow clipped to +-{started:g} px; extracting "
-                          f"more of it at +-{bound:g} px would mix two encodings (use that bound, or another view)")
-    method = flow_method(chosen.name, params, mode, stop_every)
-    recorded = recorded_method(store, view)
-    if recorded is not None and recorded != method:
-        raise ConfigError(f"backend: view {view!r} of {store.root} was extracted with "
-                          f"{', '.join(differences(recorded, method))}; extracting more of it otherwise would mix "
-                          "two kinds of flow (use the same backend, parameters and mode, or another view)")
-    create_store(store.root, store.index,
-                 **{bound_key(view): bound, method_key(view): store.meta.get(method_key(view), method)})
+    settings = {bound_key(view): bound, method_key(view): flow_method(chosen.name, params, mode, stop_every)}
+    flow_view_rule(view).check(store.root, recorded_settings(store, view), settings)
+    settings[method_key(view)] = store.meta.get(method_key(view), settings[method_key(view)])  # as recorded
     quality = int(store.meta.get("quality") or DEFAULT_QUALITY)
     root = str(store.root.resolve())
     workers = cpu_workers(workers)
-    if not chosen.gpu:
-        job = OpenCVFlowJob(root, chosen.name, params, quality, bound)
-        return run_entry_jobs(root, view, keys, job, workers, desc=f"flow ({chosen.name}) -> {view}")
-    from coclr.flow.pipeline import FlowPipeline
+    with writing_view(root, view, store.index, **settings):
+        if not chosen.gpu:
+            job = OpenCVFlowJob(root, chosen.name, params, quality, bound)
+            return run_entry_jobs(root, view, keys, job, workers, desc=f"flow ({chosen.name}) -> {view}")
+        from coclr.flow.pipeline import FlowPipeline
 
-    decoders = max(1, workers // 3)  # decoding costs about half as much as encoding
-    pipeline = FlowPipeline(root, view, params, quality, torch_device, batch_pairs, decoders,
-                            max(1, workers - decoders), bound, mode, stop_every, kernels, jpeg)
-    summary = run_entry_stream(root, view, keys, pipeline, desc=f"flow (tvl1-torch {mode} on {torch_device}) -> {view}")
+        decoders = max(1, workers // 3)  # decoding costs about half as much as encoding
+        pipeline = FlowPipeline(root, view, params, quality, torch_device, batch_pairs, decoders,
+                                max(1, workers - decoders), bound, mode, stop_every, kernels, jpeg)
+        summary = run_entry_stream(root, view, keys, pipeline,
+                                   desc=f"flow (tvl1-torch {mode} on {torch_device}) -> {view}")
     if pipeline.stats.pairs:
         summary.notes.append(str(pipeline.stats))
     return summary

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coclr.errors import DataError
-from coclr.store.clipstore import create_store
-from coclr.store.jobs import JobSummary, run_entry_jobs
+from coclr.store.jobs import JobSummary, run_entry_jobs, writing_view
 from coclr.store.jpeg import encode_jpeg
 from coclr.video.indexes import VideoIndex, check_videos_exist
 
@@ -40,7 +39,8 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path, shor
     ``video_root``: decoded once, resized to ``short_side``, optionally resampled to ``fps``, JPEG
     ``quality``. Missing videos are reported together before any work; undecodable ones are listed in the
     summary and in the store's failure list. A store built from an earlier version of the index takes the new
-    one in place (videos added or removed); the entries of the videos both hold are kept."""
+    one in place (videos added or removed); the entries of the videos both hold are kept. A job refused (other
+    options, or another job writing the view) changes nothing in the store."""
     if short_side is not None and short_side < 1:
         raise DataError(f"short_side must be positive, got {short_side}")
     if not 1 <= quality <= 100:
@@ -48,9 +48,10 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path, shor
     if fps is not None and not fps > 0:
         raise DataError(f"fps must be positive, got {fps}")
     check_videos_exist(index, video_root)
-    update = create_store(out, index, replace_index=True, short_side=short_side, quality=quality, fps=fps)
     job = DecodeVideoJob(str(Path(video_root).resolve()), short_side, quality, fps)
-    summary = run_entry_jobs(out, "rgb", [e.path for e in index.entries], job, workers, desc="decoding videos")
+    with writing_view(out, "rgb", index, replace_index=True, short_side=short_side, quality=quality,
+                      fps=fps) as update:
+        summary = run_entry_jobs(out, "rgb", [e.path for e in index.entries], job, workers, desc="decoding videos")
     if update:
         summary.notes.append(str(update))
     return summary

@@ -47,9 +47,9 @@ from typing import Any
 import numpy as np
 
 from coclr.atomic import atomic_open, atomic_write_json
-from coclr.config import differences
 from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
+from coclr.runfolder import FolderRule
 from coclr.store.jpeg import decode_jpeg
 from coclr.video.indexes import VideoIndex, is_relative_key
 
@@ -100,16 +100,16 @@ class IndexUpdate:
                 "removed videos stay on disk, unlisted)")
 
 
+STORE_FOLDER = FolderRule("data store", "a clip store", may_add=True, other="another output folder")
+"""How a store's metadata is continued or refused (:mod:`coclr.runfolder`): it may only gain keys."""
+
+
 def _conflicts(root: Path, index: VideoIndex, meta: dict[str, Any], replace_index: bool) -> tuple[dict, bool]:
     """The keys of ``meta`` that the existing store ``root`` does not record yet, and whether its index differs
     from ``index``. Raises :class:`DataError` if the store records one of the keys with another value, or holds
     another index and ``replace_index`` is false."""
     existing = _read_meta(root)["meta"]
-    recorded = {k: existing[k] for k in meta if k in existing}
-    conflicts = differences(recorded, {k: meta[k] for k in recorded})
-    if conflicts:
-        raise DataError(f"{root} was built with {', '.join(conflicts)}: give the same options, or use another "
-                        "output folder")
+    STORE_FOLDER.check(root, existing, meta)
     stored = _load_index(root)
     changed = stored.to_dict() != index.to_dict()
     if changed and not replace_index:
@@ -117,6 +117,18 @@ def _conflicts(root: Path, index: VideoIndex, meta: dict[str, Any], replace_inde
                         f"{len(stored)} videos; given {index.name!r}, {len(index)} videos): use another output "
                         "folder (`coclr data store` updates the index of a store it built)")
     return {k: v for k, v in meta.items() if k not in existing}, changed
+
+
+def check_store(root: str | Path, index: VideoIndex, *, replace_index: bool = False, **meta: Any) -> bool:
+    """What :func:`create_store` would refuse, found by reading only (so that a job is refused before it takes a
+    lock or writes): whether the store must be written (created, or given new keys or the index)."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise DataError(f"store path exists and is not a folder: {root}")
+    if not (root / META_FILE).is_file():
+        return True
+    new, changed = _conflicts(root, index, _json_roundtrip(meta), replace_index)
+    return bool(new or changed)
 
 
 def create_store(root: str | Path, index: VideoIndex, *, replace_index: bool = False, **meta: Any) -> IndexUpdate:
@@ -127,17 +139,14 @@ def create_store(root: str | Path, index: VideoIndex, *, replace_index: bool = F
     differing key). Another index raises :class:`DataError`, unless ``replace_index``: then it replaces the
     stored one and the entries of the videos both hold are kept. Returns what changed in the index. Processes
     that call it at the same time on one store each add their keys, and a store that records every key and the
-    same index is only read (it may be read-only).
+    same index is only read (it may be read-only). A job that writes a view calls it holding the view's lock
+    (:func:`coclr.store.jobs.writing_view`), so that a job refused by that lock has changed nothing.
     """
     root = Path(root)
     meta = _json_roundtrip(meta)
     meta_file = root / META_FILE
-    if meta_file.is_file():
-        new, changed = _conflicts(root, index, meta, replace_index)
-        if not new and not changed:
-            return IndexUpdate((), ())
-    if root.exists() and not root.is_dir():
-        raise DataError(f"store path exists and is not a folder: {root}")
+    if not check_store(root, index, replace_index=replace_index, **meta):
+        return IndexUpdate((), ())
     root.mkdir(parents=True, exist_ok=True)
     with metadata_lock(root):
         if not meta_file.is_file():

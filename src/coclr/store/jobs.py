@@ -25,6 +25,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import cv2
 
@@ -32,8 +33,17 @@ from coclr.atomic import PARTIAL_SUFFIX
 from coclr.core.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
 from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
-from coclr.store.clipstore import ClipStore, check_view_name, record_failures, write_entry
+from coclr.store.clipstore import (
+    ClipStore,
+    IndexUpdate,
+    check_store,
+    check_view_name,
+    create_store,
+    record_failures,
+    write_entry,
+)
 from coclr.threads import opencv_threads
+from coclr.video.indexes import VideoIndex
 
 EntryJob = Callable[[str], tuple[Sequence[bytes], float]]
 """A store job: entry key -> (encoded frames, frames per second). Must be picklable."""
@@ -86,6 +96,19 @@ def job_view_lock(root: str | Path, view: str) -> Iterator[None]:
             raise DataError(error)
         yield
         barrier()  # reached on success only: a rank that raised ends its process, and torchrun stops the others
+
+
+@contextmanager
+def writing_view(root: str | Path, view: str, index: VideoIndex, replace_index: bool = False,
+                 **meta: Any) -> Iterator[IndexUpdate]:
+    """Hold ``view`` of the store at ``root`` for a job that first creates or updates the store (its index and
+    metadata, :func:`~coclr.store.clipstore.create_store`); yields what changed in the index. In this order, so
+    that a refused job writes nothing: the store's checks (reads only), the view's lock (:func:`job_view_lock`),
+    then the update."""
+    check_store(root, index, replace_index=replace_index, **meta)
+    Path(root).mkdir(parents=True, exist_ok=True)
+    with job_view_lock(root, view):
+        yield create_store(root, index, replace_index=replace_index, **meta)
 
 
 @dataclass

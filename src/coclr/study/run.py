@@ -1,7 +1,8 @@
 """Running a study end to end: data, flow, every stage, every evaluation, then the report.
 
 The study folder follows :mod:`coclr.runfolder`: the same command continues it (every stage and evaluation is
-resumable), other options are refused before any work, naming each. ``processes`` and ``gpus`` only schedule the
+resumable), other options are refused before any work, naming each, and a second study on a running one is
+refused by its lock. ``processes`` and ``gpus`` only schedule the
 work and may change.
 """
 
@@ -17,9 +18,14 @@ from typing import Any
 import yaml
 
 from coclr.atomic import atomic_write_json, atomic_write_text
+from coclr.runfolder import FolderRule, check_folder, claim_folder
 from coclr.study.config import ROWS, StudyConfig
 from coclr.study.plan import StudyPlan, cross_entropy_init, options_record, plan_study
 from coclr.study.results import claims, results_markdown, seeds_markdown, summarise_seeds
+
+STUDY_FOLDER = FolderRule("study", "a study run")
+"""How a study folder is continued or refused (:mod:`coclr.runfolder`); its options leave out ``processes`` and
+``gpus``, which only schedule the work."""
 
 
 def prepare_data(plan: StudyPlan) -> None:
@@ -143,21 +149,26 @@ def stage_records(plan: StudyPlan) -> list[dict[str, Any]]:
 def run_study(config: StudyConfig, out: str | Path, check_only: bool = False) -> dict[str, Any] | None:
     """Run (or continue) the study in ``out``; returns the ``results.json`` content (None with ``check_only``,
     which validates everything and prints the plan)."""
-    from coclr.eval.report import write_report
-    from coclr.runfolder import check_folder, record_folder
-    from coclr.store.clipstore import open_store
     from coclr.study.plan import describe
-    from coclr.study.scheduler import run_jobs
 
     started = time.time()
     out = Path(os.path.abspath(out))
     plan = plan_study(config, out)
-    check_folder(out, "study", options_record(config))
+    check_folder(out, STUDY_FOLDER, options_record(config))
     if check_only:
         print(describe(plan))
         return None
-    out.mkdir(parents=True, exist_ok=True)
-    record_folder(out, "study", options_record(config))
+    with claim_folder(out, STUDY_FOLDER, options_record(config)):
+        return _run_plan(plan, started)
+
+
+def _run_plan(plan: StudyPlan, started: float) -> dict[str, Any]:
+    """Every step of a study whose folder this process holds; returns the ``results.json`` content."""
+    from coclr.eval.report import write_report
+    from coclr.store.clipstore import open_store
+    from coclr.study.scheduler import run_jobs
+
+    config, out = plan.config, plan.out
     for name, options in plan.configs.items():
         atomic_write_text(out / "configs" / f"{name}.yaml", yaml.safe_dump(options, sort_keys=False))
     steps = 5

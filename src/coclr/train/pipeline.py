@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,13 @@ from coclr.config import to_dict, validate
 from coclr.core.distributed import is_main
 from coclr.errors import ConfigError
 from coclr.models.loading import save_encoder
-from coclr.runfolder import check_folder, move_aside, read_record, record_folder
+from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record, restart_folder
 from coclr.train.config import PipelineConfig, PretrainConfig
 from coclr.train.trainer import CONTINUABLE, LAST, Trainer, resolve_device, resolve_precision
 
 MANIFEST = "manifest.json"
+PIPELINE_FOLDER = FolderRule("pipeline", "a pipeline run", may_differ=CONTINUABLE, restart=True)
+"""How a pipeline folder is continued or refused (:mod:`coclr.runfolder`)."""
 
 
 @dataclass
@@ -174,11 +177,11 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
     if until is not None and until not in names:
         raise ConfigError(f"until: no stage {until!r} in this pipeline; its stages are {', '.join(names)}")
     if restart and is_main():
-        move_aside(run_dir, "pipeline")
+        restart_folder(run_dir, PIPELINE_FOLDER)
     if restart and dist.is_initialized():
         dist.barrier()
     options = to_dict(resolve_precision(config, resolve_device(config.run.device)))  # as each stage records them
-    check_folder(run_dir, "pipeline", options, CONTINUABLE, _manifest_options)
+    check_folder(run_dir, PIPELINE_FOLDER, options, _manifest_options)
     if config.pipeline.infonce_from:
         needed = [encoder_file(run_dir, f"infonce_{view}", view, config)
                   for view in (config.data.view, config.data.second_view)]
@@ -199,9 +202,15 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
             "encoders": entry.get("encoders", {}), "status": entry.get("status", "pending"),
         })
     stage_configs = [stage_config(config, stage, run_dir) for stage in stages]
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if is_main():
-        record_folder(run_dir, "pipeline", options)
+    claim = claim_folder(run_dir, PIPELINE_FOLDER, options, legacy=_manifest_options) if is_main() else nullcontext()
+    with claim:
+        return _run_stages(run_dir, stages, stage_configs, manifest, until)
+
+
+def _run_stages(run_dir: Path, stages: list[Stage], stage_configs: list[PretrainConfig], manifest: dict[str, Any],
+                until: str | None) -> Path:
+    """Run the stages up to ``until`` that are not done yet, recording each in the manifest."""
+    names = [stage.name for stage in stages]
     count = names.index(until) + 1 if until is not None else len(stages)
     for number, (stage, stage_cfg, entry) in enumerate(zip(stages[:count], stage_configs, manifest["stages"]), 1):
         if entry["status"] == "done":

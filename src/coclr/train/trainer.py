@@ -36,7 +36,7 @@ from coclr.data.datasets import TrainClips
 from coclr.errors import CheckpointError, CoclrError, ConfigError
 from coclr.models.encoder import Encoder, build_encoder
 from coclr.models.loading import load_encoder, read_clip_settings
-from coclr.runfolder import check_folder, move_aside, record_folder
+from coclr.runfolder import FolderRule, check_folder, claim_folder, restart_folder
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.config import PretrainConfig
 from coclr.train.learner import PretrainModel, Targets, ViewLearner
@@ -226,16 +226,30 @@ def _checkpoint_options(folder: Path) -> dict[str, Any] | None:
     return options
 
 
+PRETRAIN_FOLDER = FolderRule("pretrain", "a pretrain run", may_differ=CONTINUABLE, restart=True)
+"""How a pretrain run folder is continued or refused (:mod:`coclr.runfolder`)."""
+
+
 def check_run_folder(config: PretrainConfig, restart: bool = False) -> bool:
     """Whether ``run.out`` holds a run started with the same options (to continue); other options are refused,
-    naming each that differs; with ``restart``, an earlier run is moved aside first. Under torchrun, rank 0 moves
-    it and every process checks after it."""
+    naming each that differs; with ``restart``, an earlier run is moved aside first (refused while another job
+    holds it). Under torchrun, rank 0 moves it and every process checks after it. Reads only, without
+    ``restart``."""
     if restart and is_main():
-        move_aside(config.run.out, "pretrain")
+        restart_folder(config.run.out, PRETRAIN_FOLDER)
     if restart and dist.is_initialized():
         dist.barrier()
-    return check_folder(config.run.out, "pretrain", run_options(config, world_size()), CONTINUABLE,
-                        _checkpoint_options)
+    return check_folder(config.run.out, PRETRAIN_FOLDER, run_options(config, world_size()), _checkpoint_options)
+
+
+def claim_run_folder(config: PretrainConfig):
+    """Hold ``run.out`` while a run writes it (a context manager): on the main process, the folder is created,
+    locked (a second job is refused, leaving it untouched), checked again and recorded before anything is
+    written; the other processes of a torchrun job write under rank 0's lock."""
+    if not is_main():
+        return nullcontext()
+    return claim_folder(config.run.out, PRETRAIN_FOLDER, run_options(config, world_size()),
+                        legacy=_checkpoint_options)
 
 
 class Trainer:
@@ -332,10 +346,11 @@ class Trainer:
             "backbone": encoder.backbone.state_dict(),
             "head": encoder.head.state_dict(),
             "clip_settings": self.clip_settings[view],
-            "encoders": {v: {"arch": dict(l.encoder_q.arch), "backbone": l.encoder_q.backbone.state_dict(),
-                             "head": l.encoder_q.head.state_dict(),
+            "encoders": {v: {"arch": dict(learner.encoder_q.arch),
+                             "backbone": learner.encoder_q.backbone.state_dict(),
+                             "head": learner.encoder_q.head.state_dict(),
                              "clip_settings": self.clip_settings[v]}
-                         for v, l in self.model.learners.items()},
+                         for v, learner in self.model.learners.items()},
             "config": to_dict(self.config),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -478,7 +493,7 @@ class Trainer:
     def run(self) -> Path:
         """Train until ``optim.epochs`` (or ``run.max_steps``); returns the last checkpoint. The torch settings
         of ``run.deterministic`` (and cuDNN's autotuner on CUDA) hold while it runs and are restored after."""
-        with torch_settings(self.config.run.deterministic, self.device):
+        with torch_settings(self.config.run.deterministic, self.device), claim_run_folder(self.config):
             return self._run()
 
     def _run(self) -> Path:
@@ -487,8 +502,6 @@ class Trainer:
         loader = DataLoader(self.dataset, batch_size=config.run.batch_size, sampler=EpochItems(self.data_order),
                             num_workers=workers, collate_fn=collate_clips, pin_memory=self.device.type == "cuda",
                             persistent_workers=workers > 0, prefetch_factor=4 if workers else None, drop_last=True)
-        if is_main():
-            record_folder(self.out, "pretrain", run_options(config, self.world))
         jsonl, writer = self._open_logs()
         queue_full = self.model.queues_full
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
