@@ -1,0 +1,241 @@
+"""Refused means untouched: for every kind of folder the project writes (pretrain, eval, finetune, embed, store,
+flow, study), a second job with other options, and one started while another job holds the folder's lock, is
+refused, and the folder is byte for byte what it was (every file's name and bytes, hidden and lock files
+included). Plus the rule itself (:class:`coclr.runfolder.FolderRule`) against a slow reference."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from coclr.cli import main
+from coclr.config import from_dict, load_config
+from coclr.errors import ConfigError, DataError
+from coclr.runfolder import LOCK_FILE, FolderRefused, FolderRule, claim_folder
+from conftest import locked_by_another_process, make_random_store, view_locked_by_another_process
+from test_embed import moving_square, write_video
+from test_eval_helpers import make_tiny_store, save_tiny_encoder
+from test_store import make_dataset
+from test_train import TINY
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    """Every entry under ``folder`` by relative path: a file's bytes, None for a folder."""
+    found: dict[str, bytes | None] = {}
+    for directory, folders, files in os.walk(folder):
+        for name in folders:
+            found[os.path.relpath(os.path.join(directory, name), folder)] = None
+        for name in files:
+            path = os.path.join(directory, name)
+            found[os.path.relpath(path, folder)] = Path(path).read_bytes()
+    return found
+
+
+def refused_untouched(folder: Path, run, error: type[Exception] | None = None, match: str = "") -> None:
+    """``run()`` is refused (raises ``error`` matching ``match``, or returns the CLI's code 2) and leaves
+    ``folder`` as it was."""
+    before = snapshot(folder)
+    assert before, f"{folder} is empty: nothing to compare"
+    if error is None:
+        assert run() == 2
+    else:
+        with pytest.raises(error, match=match):
+            run()
+    assert snapshot(folder) == before
+
+
+# ----------------------------------------------------------------------------------------------- the rule
+
+
+def reference_differences(recorded: dict, given: dict, may_differ: set[str], may_add: bool, prefix: str = "") -> set:
+    """The differing dotted keys, by brute force over the flattened settings."""
+    def flat(options: dict, prefix: str = "") -> dict:
+        out = {}
+        for key, value in options.items():
+            if isinstance(value, dict) and value:
+                out.update(flat(value, f"{prefix}{key}."))
+            else:
+                out[f"{prefix}{key}"] = value
+        return out
+
+    old, new = flat(recorded), flat(given)
+    keys = set(old) & set(new) if may_add else set(old) | set(new)
+    return {key for key in keys if key not in may_differ and old.get(key) != new.get(key)}
+
+
+@pytest.mark.parametrize("may_add", [False, True])
+def test_the_rule_names_each_differing_key_with_both_values(may_add):
+    recorded = {"a": 1, "run": {"progress": True, "seed": 0}, "old": "x", "m": {"k": [1, 2]}}
+    given = {"a": 2, "run": {"progress": False, "seed": 0}, "new": 5, "m": {"k": [1, 3]}}
+    rule = FolderRule("pretrain", "a run", may_differ=("run.progress",), may_add=may_add, restart=True)
+    differ = rule.differing(recorded, given)
+    assert {item.split("=")[0] for item in differ} == reference_differences(recorded, given, {"run.progress"},
+                                                                              may_add)
+    assert "a=1 (given 2)" in differ and "m.k=[1, 2] (given [1, 3])" in differ
+    with pytest.raises(FolderRefused, match=r"^F holds a run with .*a=1 \(given 2\).*; use the same options to "
+                       r"continue it, another folder, or --restart to move it aside and start over$"):
+        rule.check("F", recorded, given)
+    assert rule.check("F", recorded, {**recorded, "run": {"progress": False, "seed": 0}}) is True
+    assert rule.check("F", None, given) is False
+    assert issubclass(FolderRefused, ConfigError) and issubclass(FolderRefused, DataError)
+
+
+def test_claim_checks_locks_checks_again_and_records(tmp_path):
+    rule = FolderRule("x", "an x run")
+    with claim_folder(tmp_path / "f", rule, {"a": 1}) as held:
+        assert held is False and (tmp_path / "f" / LOCK_FILE).is_file() and (tmp_path / "f" / "run.json").is_file()
+    with claim_folder(tmp_path / "f", rule, {"a": 1}) as held:
+        assert held is True
+    refused_untouched(tmp_path / "f", lambda: claim_folder(tmp_path / "f", rule, {"a": 2}).__enter__(),
+                      FolderRefused, r"a=1 \(given 2\)")
+    with locked_by_another_process(tmp_path / "f" / LOCK_FILE) as pid:
+        refused_untouched(tmp_path / "f", lambda: claim_folder(tmp_path / "f", rule, {"a": 1}).__enter__(),
+                          DataError, rf"another coclr x is writing this folder \(pid {pid} on")
+        refused_untouched(tmp_path / "f", lambda: claim_folder(tmp_path / "f", rule, {"a": 1},
+                                                               restart=True).__enter__(), DataError, "writing")
+    with pytest.raises(FolderRefused):
+        claim_folder(tmp_path / "f", FolderRule("y", "a y run"), {"a": 1}).__enter__()
+
+
+# ----------------------------------------------------------------------------------- the seven folder kinds
+
+
+def test_pretrain(tmp_path):
+    store = make_random_store(tmp_path / "store")
+    run = tmp_path / "run"
+    args = ["pretrain", f"data.store={store}", f"run.out={run}", *TINY, "optim.epochs=1", "run.max_steps=1"]
+    assert main(args) == 0
+    refused_untouched(run, lambda: main([*args, "optim.lr=0.002"]))
+    with locked_by_another_process(run / LOCK_FILE):
+        refused_untouched(run, lambda: main(args))
+        refused_untouched(run, lambda: main([*args, "--restart"]))
+    assert not list(tmp_path.glob("run.replaced-*"))
+
+
+def test_pipeline(tmp_path):
+    from coclr.train.config import PipelineConfig
+    from coclr.train.pipeline import run_pipeline
+
+    store = make_random_store(tmp_path / "store")
+    overrides = [f"data.store={store}", f"run.out={tmp_path / 'run'}", *TINY, "run.max_steps=1",
+                 "pipeline.infonce_epochs=1", "pipeline.cycles=1", "pipeline.cycle_epochs=1"]
+    run_pipeline(load_config(PipelineConfig, None, overrides), until="infonce_rgb")
+    run = tmp_path / "run"
+    refused_untouched(run, lambda: run_pipeline(load_config(PipelineConfig, None, [*overrides, "optim.lr=0.002"])),
+                      FolderRefused, r"optim\.lr=0\.001 \(given 0\.002\)")
+    with locked_by_another_process(run / LOCK_FILE):
+        refused_untouched(run, lambda: run_pipeline(load_config(PipelineConfig, None, overrides)), DataError,
+                          "another coclr pipeline is writing this folder")
+
+
+def test_eval(tmp_path):
+    store = make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8)
+    checkpoint = save_tiny_encoder(tmp_path / "encoder.pt")
+    out = tmp_path / "eval"
+    args = ["eval", "retrieval", "--checkpoint", str(checkpoint), "--store", str(store), "--out",
+            str(out / "r.json"), "--cache-dir", str(out / "cache"), "--length", "8", "--size", "32", "--quiet"]
+    assert main(args) == 0
+    refused_untouched(out, lambda: main([*args, "--ks", "0"]))
+    refused_untouched(out, lambda: main([*args, "--view", "flow"]))
+    refused_untouched(store, lambda: main([*args, "--view", "flow"]))
+
+
+def test_finetune(tmp_path):
+    from coclr.eval.features import ClipConfig, file_sha256
+    from coclr.eval.finetune import FinetuneConfig, finetune
+    from coclr.store.clipstore import ClipStore
+
+    store = ClipStore(make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8))
+    checkpoint = save_tiny_encoder(tmp_path / "encoder.pt")
+    clips = ClipConfig(length=8, size=32, batch_size=3)
+    config = from_dict(FinetuneConfig, {"epochs": 1, "milestones": [1]})
+    out = tmp_path / "finetune"
+
+    def again(**changed):
+        return finetune(checkpoint, file_sha256(checkpoint), store, "rgb", out, clips,
+                        from_dict(FinetuneConfig, {"epochs": 1, "milestones": [1], **changed}), progress=False)
+
+    again()
+    refused_untouched(out, lambda: again(lr=0.002), FolderRefused, r"finetune\.lr=0\.001 \(given 0\.002\)")
+    with locked_by_another_process(out / LOCK_FILE):
+        refused_untouched(out, again, DataError, "another coclr finetune is writing this folder")
+    assert config.lr == 0.001
+
+
+def test_embed(tmp_path):
+    encoder = save_tiny_encoder(tmp_path / "encoder.pth")
+    videos = tmp_path / "videos"
+    for seed in range(2):
+        write_video(videos / f"v{seed}.mp4", moving_square(12, seed=seed))
+    def embed(out: Path, *extra: str) -> int:
+        return main(["embed", str(videos), "--checkpoint", str(encoder), "--out", str(out), "--length", "8", "--size",
+                     "32", "--short-side", "32", "--quiet", "--workers", "0", *extra])
+
+    out = tmp_path / "out"
+    assert embed(out) == 0
+    refused_untouched(out, lambda: embed(out, "--window-step", "2"))
+    with locked_by_another_process(out / LOCK_FILE):
+        refused_untouched(out, lambda: embed(out))
+    # A folder of other files is refused without a lock file left in it.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    refused_untouched(other, lambda: embed(other))
+
+
+def test_store(tmp_path):
+    from coclr.video.indexes import VideoIndex
+
+    index = make_dataset(tmp_path / "videos", 3, frames=6)
+    index.save(tmp_path / "index.json")
+    VideoIndex("toy", index.classes, index.entries[:2]).save(tmp_path / "fewer.json")
+    out = tmp_path / "store"
+
+    def store(index_file: str = "index.json", short_side: str = "16") -> int:
+        return main(["data", "store", "--index", str(tmp_path / index_file), "--root", str(tmp_path / "videos"),
+                     "--out", str(out), "--short-side", short_side, "--workers", "1"])
+
+    assert store() == 0
+    refused_untouched(out, lambda: store(short_side="24"))
+    with view_locked_by_another_process(out, "rgb"):
+        refused_untouched(out, lambda: store("fewer.json"))  # the index is not replaced by a refused job
+        refused_untouched(out, store)
+    assert store("fewer.json") == 0 and len(VideoIndex.load(out / "index.json")) == 2
+
+
+def test_flow(tmp_path):
+    from coclr.flow.extract import extract_flow
+
+    store = make_tiny_store(tmp_path / "store", train_per_class=1, test_per_class=1, frames=6)
+    keys = ["red_class/train_00.avi"]
+    extract_flow(store, backend="dis", workers=1, keys=keys, bound=5.0)
+    refused_untouched(store, lambda: extract_flow(store, backend="dis", workers=1, bound=20.0), FolderRefused,
+                      r"flow view 'flow_dis' with flow_dis_bound_px=5\.0 \(given 20\.0\)")
+    with view_locked_by_another_process(store, "flow_dis"):
+        refused_untouched(store, lambda: extract_flow(store, backend="dis", workers=1, bound=5.0), DataError,
+                          "view 'flow_dis' is being written by another job")
+        # a new view is refused by its lock too, before its bound and method are added to the store's metadata
+    with view_locked_by_another_process(store, "flow_new"):
+        refused_untouched(store, lambda: extract_flow(store, backend="dis", view="flow_new", workers=1), DataError,
+                          "view 'flow_new' is being written by another job")
+
+
+def test_study(tmp_path, monkeypatch):
+    from coclr.study import run as study_run
+    from coclr.study.config import StudyConfig
+
+    def stop(plan):
+        raise KeyboardInterrupt  # a study stopped in its first step: its folder holds what it wrote before
+
+    monkeypatch.setattr(study_run, "prepare_data", stop)
+    out = tmp_path / "study"
+    with pytest.raises(KeyboardInterrupt):
+        study_run.run_study(load_config(StudyConfig), out)
+    assert (out / "run.json").is_file() and (out / "configs").is_dir()
+    refused_untouched(out, lambda: study_run.run_study(load_config(StudyConfig, overrides=["train.method.topk=3"]),
+                                                       out), FolderRefused, r"train\.method\.topk=5 \(given 3\)")
+    with locked_by_another_process(out / LOCK_FILE):
+        refused_untouched(out, lambda: study_run.run_study(load_config(StudyConfig), out), DataError,
+                          "another coclr study is writing this folder")
