@@ -164,6 +164,26 @@ def test_finetune(tmp_path):
     assert config.lr == 0.001
 
 
+def test_two_stream_finetune_checks_both_folders_before_any_work(tmp_path):
+    from coclr.eval.features import ClipConfig, Stream
+    from coclr.eval.finetune import FinetuneConfig, evaluate_finetune
+    from coclr.store.clipstore import ClipStore
+
+    store = ClipStore(make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8))
+    first, second, third = (save_tiny_encoder(tmp_path / f"encoder{seed}.pt", seed=seed) for seed in range(3))
+    clips = ClipConfig(length=8, size=32, batch_size=3)
+    out = tmp_path / "finetune"
+
+    def evaluate(checkpoints, lr):
+        return evaluate_finetune(store, [Stream(path, "rgb") for path in checkpoints], out, clips,
+                                 from_dict(FinetuneConfig, {"epochs": 1, "milestones": [1], "lr": lr}), progress=False)
+
+    evaluate([first, second], 0.001)
+    # The second stream's folder holds other options: refused before the first stream (a new folder) is trained.
+    refused_untouched(out, lambda: evaluate([third, second], 0.002), FolderRefused, r"finetune\.lr=0\.001 \(given "
+                      r"0\.002\)")
+
+
 def test_embed(tmp_path):
     encoder = save_tiny_encoder(tmp_path / "encoder.pth")
     videos = tmp_path / "videos"

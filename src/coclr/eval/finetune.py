@@ -31,9 +31,9 @@ from coclr import seeding
 from coclr.atomic import atomic_write_json
 from coclr.config import option, require
 from coclr.errors import CheckpointError
-from coclr.eval.features import ClipConfig, predict_windows
+from coclr.eval.features import ClipConfig, predict_windows, split_entries
 from coclr.eval.fusion import topk_accuracy
-from coclr.runfolder import FolderRule, claim_folder
+from coclr.runfolder import FolderRule, check_folder, claim_folder
 
 STATE_FILE = "finetune_last.pt"
 PROBS_FILE = "finetune_probabilities.npz"
@@ -149,6 +149,19 @@ def train_epoch(model: Classifier, loader, augment, optimizer: torch.optim.Optim
     return total / max(count, 1)
 
 
+def finetune_fingerprint(checkpoint_sha256: str, store, view: str, train_split: str, clip_config: ClipConfig,
+                         config: FinetuneConfig, with_views: Sequence[str] = ()) -> dict[str, object]:
+    """The settings a finetuning folder records (:data:`FINETUNE_FOLDER`): what determines the finetuned network
+    (the checkpoint's content, the store, the view, the training videos, the clip and finetuning options)."""
+    entries = split_entries(store, train_split, [view, *with_views])  # the videos TrainClips trains on
+    fingerprint = {"checkpoint_sha256": checkpoint_sha256, "store": str(Path(store.root).resolve()), "view": view,
+                   "train_split": train_split,
+                   "videos_sha256": hashlib.sha256("\n".join(e.path for e in entries).encode()).hexdigest(),
+                   "clips": dataclasses.asdict(clip_config), "finetune": dataclasses.asdict(config)}
+    fingerprint["clips"].pop("workers")
+    return fingerprint
+
+
 def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, out_dir: str | Path,
              clip_config: ClipConfig | None = None, config: FinetuneConfig | None = None,
              train_split: str = "train", test_split: str = "test", device: str | torch.device = "cpu",
@@ -177,11 +190,7 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     num_classes = len(store.index.classes)
     dataset = TrainClips(store, train_split, [view], clip_config.length, clip_config.stride, num_clips=1,
                          seed=config.seed, with_views=with_views)
-    fingerprint = {"checkpoint_sha256": checkpoint_sha256, "store": str(Path(store.root).resolve()), "view": view,
-                   "train_split": train_split,
-                   "videos_sha256": hashlib.sha256("\n".join(e.path for e in dataset.entries).encode()).hexdigest(),
-                   "clips": dataclasses.asdict(clip_config), "finetune": dataclasses.asdict(config)}
-    fingerprint["clips"].pop("workers")
+    fingerprint = finetune_fingerprint(checkpoint_sha256, store, view, train_split, clip_config, config, with_views)
     tested = {"fingerprint": fingerprint, "test_split": test_split, "with_views": list(with_views)}
     with claim_folder(out_dir, FINETUNE_FOLDER, fingerprint, legacy=_state_fingerprint):
         finished = _finished(out_dir, tested)
@@ -303,6 +312,10 @@ def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: Cl
     shas = [file_sha256(stream.checkpoint) for stream in streams]
     out_dir = Path(out_dir)
     views = stream_views(streams, with_views)
+    for stream, sha in zip(streams, shas):  # every folder before any work
+        check_folder(stream_folder(out_dir, stream.view, sha, views), FINETUNE_FOLDER,
+                     finetune_fingerprint(sha, store, stream.view, train_split, clip_config, config, views),
+                     _state_fingerprint)
     per_stream = [finetune(stream.checkpoint, sha, store, stream.view, stream_folder(out_dir, stream.view, sha, views),
                            clip_config, config, train_split, test_split, device, progress, views)
                   for stream, sha in zip(streams, shas)]
