@@ -14,7 +14,8 @@ record; a second job on a locked folder is refused by the lock, which it does no
 
 Example::
 
-    with claim_folder(out, PRETRAIN_RULE, to_dict(config)) as continued:   # before any work
+    RULE = FolderRule("pretrain", "a pretrain run", may_differ=("run.progress",), restart=True)
+    with claim_folder(out, RULE, to_dict(config), restart=restart) as continued:   # before any work
         ...
 """
 
@@ -24,7 +25,7 @@ import copy
 import json
 import time
 from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,19 +178,19 @@ def folder_lock(folder: str | Path, rule: FolderRule) -> Iterator[None]:
 
 @contextmanager
 def claim_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any], restart: bool = False,
-                 legacy: Callable[[Path], dict[str, Any] | None] | None = None, lock: bool = True) -> Iterator[bool]:
+                 legacy: Callable[[Path], dict[str, Any] | None] | None = None) -> Iterator[bool]:
     """Hold ``folder`` for the work of a ``with`` block; yields whether there was work to continue.
 
     In this order, so that a refused command writes nothing: :func:`check_folder` (reads only), then the folder
-    is created and locked (:func:`folder_lock`, unless ``lock`` is false: another process of the same job holds
-    it), checked again under the lock (another job may have started it meanwhile), and recorded. ``restart``
+    is created and locked (:func:`folder_lock`), checked again under the lock (another job may have started it
+    meanwhile), and recorded. In a job of several processes, one of them claims the folder. ``restart``
     moves an earlier folder aside first (the one write a refused check cannot undo: it is asked for)."""
     folder = Path(folder)
     if restart:
         restart_folder(folder, rule)
     check_folder(folder, rule, options, legacy)
     folder.mkdir(parents=True, exist_ok=True)
-    with folder_lock(folder, rule) if lock else nullcontext():
+    with folder_lock(folder, rule):
         held = check_folder(folder, rule, options, legacy)
         record_folder(folder, rule, options)
         yield held
