@@ -32,7 +32,7 @@ from coclr.atomic import PARTIAL_SUFFIX
 from coclr.core.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
 from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
-from coclr.store.clipstore import ClipStore, check_view_name, record_failures, write_entry
+from coclr.store.clipstore import ClipStore, StorageFullError, check_view_name, record_failures, write_entry
 from coclr.threads import opencv_threads
 
 EntryJob = Callable[[str], tuple[Sequence[bytes], float]]
@@ -184,7 +184,8 @@ def run_entry_stream(root: str | Path, view: str, keys: Iterable[str], stream: E
 
 def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStream, desc: str | None) -> JobSummary:
     summary = JobSummary(view)
-    todo = [key for key in keys if not store.has(key, view)]
+    listed = store.failed(view)  # failed or damaged: tried again (a damaged entry's file exists)
+    todo = [key for key in keys if key in listed or not store.has(key, view)]
     summary.skipped = len(keys) - len(todo)
     remove_stale_partials(store.root / view)
     from tqdm import tqdm
@@ -273,6 +274,8 @@ def _run_and_write(root: str, view: str, key: str, job: EntryJob) -> tuple[str, 
         encoded, fps = job(key)
         write_entry(root, key, view, encoded, fps)
         return key, len(encoded), None
+    except StorageFullError:  # the storage's fault, not the entry's: the job stops (no video is blamed)
+        raise
     except Exception as error:  # one bad entry must not stop a job over thousands of videos
         return key, 0, f"{type(error).__name__}: {error}"
 
