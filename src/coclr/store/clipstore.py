@@ -287,6 +287,40 @@ class StorageFullError(DataError):
     """A store write failed because the storage is full (or the file too large for it): no video is to blame, so
     a job stops at once (:mod:`coclr.store.jobs`) and the same command, run again with space freed, goes on."""
 
+    def __init__(self, message: str, needed: int = 0) -> None:
+        super().__init__(message)
+        self.needed = needed
+
+    def __reduce__(self):
+        return type(self), (str(self), self.needed)
+
+    @classmethod
+    def of(cls, path: Path, error: OSError, needed: int) -> StorageFullError:
+        """The error of writing ``needed`` bytes to ``path`` (one line: the folder, the space needed and free)."""
+        folder = next((p for p in (path.parent, *path.parents) if p.is_dir()), path.parent)
+        try:
+            free = f"{human_size(shutil.disk_usage(folder).free)} free"
+        except OSError:
+            free = "free space unknown"
+        name = errno.errorcode.get(error.errno, str(error.errno))
+        return cls(f"{path.parent}: {os.strerror(error.errno)} ({name}) writing an entry of {human_size(needed)} "
+                   f"({free} in {folder})", needed)
+
+    def with_remaining(self, entries: int) -> StorageFullError:
+        """This error, saying how much the ``entries`` left of the job need at this entry's size, and what to do."""
+        return StorageFullError(f"{self}; the job stopped with {entries} entries left, about "
+                                f"{human_size(entries * self.needed)} at this entry's size: free space there (or "
+                                "move the store), then run the same command again to continue", self.needed)
+
+
+def human_size(size: float) -> str:
+    """``size`` bytes as "12.3 kB", "4.5 MB", "1.2 GB" (decimal units)."""
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} TB"
+
     @classmethod
     def of(cls, path: Path, error: OSError, needed: int) -> StorageFullError:
         folder = path.parent
@@ -535,6 +569,20 @@ class ClipStore:
             _record_quietly(self.root, view, key, f"damaged entry: {error}")
             return str(error)
         return None
+
+    def add_checksums(self, key: str, view: str) -> bool:
+        """Rewrite entry ``key`` of ``view``, written before checksums, with them (the same frames, frame rate and
+        key; atomically); False when it has them already. The caller holds the view's writing lock
+        (:func:`coclr.store.jobs.view_lock`) and has checked the entry (:meth:`check_entry` with ``decode``): the
+        checksums vouch for the bytes as they are now."""
+        self._headers.pop((key, view), None)
+        header = self._header(key, view)
+        if header.checksums is not None:
+            return False
+        blobs = self._read_blobs(key, view, list(range(header.frames)))
+        write_entry(self.root, key, view, [blobs[i] for i in range(header.frames)], header.fps)
+        self._headers.pop((key, view), None)
+        return True
 
     def _decode_strict(self, header: _EntryHeader, index: int, blob: bytes) -> None:
         try:

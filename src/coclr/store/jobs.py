@@ -202,7 +202,10 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
             progress.update(1)
 
         if todo:
-            stream(todo, record)
+            try:
+                stream(todo, record)
+            except StorageFullError as error:  # stop at once: the entries left would fail the same way
+                raise error.with_remaining(len(todo) - summary.done - len(summary.failed)) from None
     return summary
 
 
