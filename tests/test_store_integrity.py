@@ -14,10 +14,13 @@ import xxhash
 import coclr.store.clipstore as clipstore
 from coclr.cli import main
 from coclr.data.datasets import TrainClips, usable_entries
+from coclr.flow.extract import extract_flow
+from coclr.flow.params import TVL1Params
 from coclr.store.build import build_store
 from coclr.store.clipstore import ClipStore, DamagedEntryError, create_store, read_failures, write_entry
 from coclr.store.jpeg import decode_jpeg, decode_jpeg_strict, encode_jpeg
 from coclr.video.indexes import VideoEntry, VideoIndex
+from test_flow_extract import make_store, moving_texture
 from test_store import make_dataset
 
 
@@ -224,3 +227,40 @@ def test_a_full_disk_is_a_storage_error_from_the_writer(tmp_path, monkeypatch, c
     with pytest.raises(clipstore.StorageFullError, match=errno.errorcode[code]):
         write_entry(store.root, "c/a.avi", "rgb", _noise_frames(2), 25.0)
     assert json.loads((store.root / "store.json").read_text())["version"] == 2
+
+
+FLOW_RUNS = [("dis", {}),
+             ("tvl1-torch", {"params": TVL1Params(nscales=1, warps=1, outer_iterations=1, inner_iterations=2),
+                             "device": "cpu", "batch_pairs": 2})]
+
+
+@pytest.mark.parametrize("backend, kwargs", FLOW_RUNS)
+def test_flow_reads_are_verified_and_a_damaged_rgb_entry_fails_only_its_video(tmp_path, backend, kwargs):
+    make_store(tmp_path / "store", {f"v{i}.avi": moving_texture(4, 1, 1, seed=i) for i in range(3)})
+    store = ClipStore(tmp_path / "store")
+    header = store._header("v1.avi", "rgb")
+    _flip(store.entry_path("v1.avi", "rgb"), int(header.offsets[2]) + 30, 8)
+    summary = extract_flow(tmp_path / "store", backend=backend, workers=1, **kwargs)
+    assert summary.done == 2 and [key for key, _ in summary.failed] == ["v1.avi"]
+    assert "damaged entry" in summary.failed[0][1] and "frame 2 checksum expected" in summary.failed[0][1]
+    assert "v1.avi" in read_failures(tmp_path / "store", "rgb")
+
+
+@pytest.mark.parametrize("backend, kwargs", FLOW_RUNS)
+def test_a_full_disk_stops_flow_extraction_and_a_rerun_completes(tmp_path, monkeypatch, backend, kwargs):
+    make_store(tmp_path / "store", {f"v{i}.avi": moving_texture(4, 1, 1, seed=i) for i in range(3)})
+    real_open = clipstore.atomic_open
+
+    def full(path, mode="wb", fsync=True):
+        if "flow" in str(path):
+            raise OSError(errno.EFBIG, "File too large")
+        return real_open(path, mode, fsync)
+
+    monkeypatch.setattr(clipstore, "atomic_open", full)
+    view = "flow_dis" if backend == "dis" else "flow"
+    with pytest.raises(clipstore.StorageFullError, match=r"File too large \(EFBIG\).*3 entries left"):
+        extract_flow(tmp_path / "store", backend=backend, workers=1, **kwargs)
+    assert read_failures(tmp_path / "store", view) == {}
+    monkeypatch.setattr(clipstore, "atomic_open", real_open)
+    summary = extract_flow(tmp_path / "store", backend=backend, workers=1, **kwargs)
+    assert (summary.done, summary.failed) == (3, [])
