@@ -387,7 +387,7 @@ class _EntryHeader:
     width: int
     fps: float
     offsets: np.ndarray  # uint64 [frames + 1]
-    checksums: np.ndarray | None = None  # uint64 [frames]; None in entries written before checksums (versions 1, 2)
+    checksums: list[int] | None = None  # of each frame; None in entries written before checksums (versions 1, 2)
     checksum: int | None = None  # of the header (which holds the frames' checksums): the entry's checksum
 
     @property
@@ -518,10 +518,11 @@ class ClipStore:
         finally:
             os.close(descriptor)
         if header.checksums is not None:
+            expected = header.checksums
             for i, blob in blobs.items():
                 found = checksum(blob)
-                if found != header.checksums[i]:
-                    raise self._recorded(_damaged(header.path, key, f"frame {i}", int(header.checksums[i]), found))
+                if found != expected[i]:
+                    raise self._recorded(_damaged(header.path, key, f"frame {i}", expected[i], found))
         return blobs
 
     def _recorded(self, error: DamagedEntryError) -> DamagedEntryError:
@@ -697,7 +698,7 @@ def _read_header(path: Path, key: str | None = None) -> _EntryHeader:
         found = checksum(raw[:_HEADER.size + _KEY_LENGTH.size] + key_bytes + table[:-_CHECKSUM.size])
         if found != entry_checksum:
             raise _damaged(path, key if key is not None else _guess_key(key_bytes), "header", entry_checksum, found)
-        sums = np.frombuffer(table, "<u8", count, 8 * (count + 1))
+        sums = np.frombuffer(table, "<u8", count, 8 * (count + 1)).tolist()  # ints: compared per read
     if version >= 2:
         try:
             stored_key = key_bytes.decode("utf-8")
