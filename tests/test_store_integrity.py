@@ -264,3 +264,19 @@ def test_a_full_disk_stops_flow_extraction_and_a_rerun_completes(tmp_path, monke
     monkeypatch.setattr(clipstore, "atomic_open", real_open)
     summary = extract_flow(tmp_path / "store", backend=backend, workers=1, **kwargs)
     assert (summary.done, summary.failed) == (3, [])
+
+
+def test_evaluation_names_a_damaged_entry_and_its_rerun_leaves_it_out(tmp_path):
+    from coclr.eval.features import ClipConfig, extract_features, load_backbone
+    from test_eval_helpers import make_tiny_store, save_tiny_encoder
+
+    store = ClipStore(make_tiny_store(tmp_path / "store", train_per_class=1, test_per_class=1, frames=8))
+    backbone = load_backbone(save_tiny_encoder(tmp_path / "encoder.pt"))
+    config = ClipConfig(length=8, size=32, batch_size=4)
+    key = [e.path for e in store.index.entries if e.split == "test"][1]
+    header = store._header(key, "rgb")
+    _flip(store.entry_path(key, "rgb"), int(header.offsets[3]) + 20, 8)
+    with pytest.raises(DamagedEntryError, match=rf"video '{key}'.*frame 3 checksum expected"):
+        extract_features(backbone, ClipStore(store.root), "rgb", "test", config, progress=False)
+    rerun = extract_features(backbone, ClipStore(store.root), "rgb", "test", config, progress=False)
+    assert key not in rerun.keys and len(rerun.keys) == 2
