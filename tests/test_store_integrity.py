@@ -121,6 +121,15 @@ def test_training_leaves_out_an_entry_found_damaged_during_the_run(tmp_path, cap
     assert "c/1.avi" in usable_entries(ClipStore(store.root), "train", ["rgb"])[1]
 
 
+def test_a_dataset_leaves_out_an_entry_whose_header_is_damaged(tmp_path, capsys):
+    store = _store_with(tmp_path, {f"c/{i}.avi": _noise_frames(8, seed=i) for i in range(3)})
+    _flip(store.entry_path("c/2.avi", "rgb"), 70, 1)
+    dataset = TrainClips(store.root, "train", ["rgb"], length=4, num_clips=1)
+    assert [e.path for e in dataset.entries] == ["c/0.avi", "c/1.avi"] and "c/2.avi" in dataset.left_out
+    assert "header checksum expected" in capsys.readouterr().err
+    assert "c/2.avi" in read_failures(store.root, "rgb")
+
+
 def test_data_info_verify_decode_reports_256_flipped_bytes(tmp_path, capsys):
     index = make_dataset(tmp_path / "videos", 2, frames=12)
     build_store(index, tmp_path / "videos", tmp_path / "store", short_side=32, quality=90, workers=1)
@@ -227,6 +236,9 @@ def test_a_full_disk_is_a_storage_error_from_the_writer(tmp_path, monkeypatch, c
     with pytest.raises(clipstore.StorageFullError, match=errno.errorcode[code]):
         write_entry(store.root, "c/a.avi", "rgb", _noise_frames(2), 25.0)
     assert json.loads((store.root / "store.json").read_text())["version"] == 2
+    monkeypatch.setattr(clipstore, "atomic_write_json", lambda path, data: full(path))
+    with pytest.raises(clipstore.StorageFullError, match=rf"{store.root}: .*writing failed_rgb.json"):
+        clipstore.record_failures(store.root, "rgb", [], [("c/a.avi", "x")])
 
 
 FLOW_RUNS = [("dis", {}),

@@ -59,6 +59,12 @@ def usable_entries(store: ClipStore, split: str, views: Sequence[str]) -> tuple[
     return kept, left_out
 
 
+def say_damaged(store: ClipStore, error: DamagedEntryError) -> None:
+    """Print the one line of an entry found damaged during a run, which the run leaves out."""
+    print(f"{error}; left out of this run, listed in {failures_path(store.root, error.view)} (the next run of the "
+          "job that writes the view rebuilds it)", file=sys.stderr)
+
+
 _UNVERIFIED_SAID: set[tuple[str, str]] = set()
 
 
@@ -108,8 +114,19 @@ class _SplitClips(Dataset):
         self.store = open_store(store)
         self.views = list(views)
         self.length, self.stride = length, stride
-        self.entries, self.left_out = usable_entries(self.store, split, [*self.views, *with_views])
-        self.num_frames = np.array([self._usable_frames(e.path) for e in self.entries], dtype=np.int64)
+        entries, self.left_out = usable_entries(self.store, split, [*self.views, *with_views])
+        counts = {}
+        for entry in entries:
+            try:
+                counts[entry.path] = self._usable_frames(entry.path)
+            except DamagedEntryError as error:  # its header: listed by the store, left out here
+                self.left_out[entry.path] = str(error)
+                say_damaged(self.store, error)
+        self.entries = [entry for entry in entries if entry.path in counts]
+        if not self.entries:
+            raise DataError(f"{self.store.root}: every usable video of split {split!r} is damaged (see `coclr data "
+                            "verify`)")
+        self.num_frames = np.array([counts[e.path] for e in self.entries], dtype=np.int64)
         groups = sorted({e.group for e in self.entries if e.group is not None})
         group_ids = {g: i for i, g in enumerate(groups)}
         self.labels = torch.tensor([e.label for e in self.entries], dtype=torch.long)
@@ -219,8 +236,7 @@ class TrainClips(_SplitClips):
                 return self._sample(epoch, candidate)
             except DamagedEntryError as error:
                 self._damaged.add(self.entries[candidate].path)
-                print(f"{error}; left out of this run, listed in {failures_path(self.store.root, error.view)} (the "
-                      "next run of the job that writes the view rebuilds it)", file=sys.stderr)
+                say_damaged(self.store, error)
         raise DataError(f"{self.store.root}: every video of the split is damaged (see `coclr data verify`)")
 
     def _sample(self, epoch: int, item: int) -> dict[str, Any]:

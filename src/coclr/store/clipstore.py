@@ -186,8 +186,10 @@ def create_store(root: str | Path, index: VideoIndex, *, replace_index: bool = F
     root.mkdir(parents=True, exist_ok=True)
     with metadata_lock(root):
         if not meta_file.is_file():
-            index.save(root / INDEX_FILE)
-            atomic_write_json(meta_file, {"format": STORE_FORMAT, "version": STORE_VERSION, "meta": meta})
+            with storage_errors(root / INDEX_FILE):
+                index.save(root / INDEX_FILE)
+            with storage_errors(meta_file):
+                atomic_write_json(meta_file, {"format": STORE_FORMAT, "version": STORE_VERSION, "meta": meta})
             return IndexUpdate((), ())
         new, changed = _conflicts(root, index, meta, replace_index)  # again under the lock: others may have written
         update = IndexUpdate((), ())
@@ -196,11 +198,13 @@ def create_store(root: str | Path, index: VideoIndex, *, replace_index: bool = F
             after = [entry.path for entry in index.entries]
             update = IndexUpdate(tuple(k for k in after if k not in before),
                                  tuple(sorted(before - set(after))))
-            index.save(root / INDEX_FILE)
+            with storage_errors(root / INDEX_FILE):
+                index.save(root / INDEX_FILE)
         if new:
             record = _read_meta(root)
             record["meta"].update(new)
-            atomic_write_json(meta_file, record)
+            with storage_errors(meta_file):
+                atomic_write_json(meta_file, record)
         return update
 
 
@@ -250,15 +254,10 @@ def write_entry(root: str | Path, key: str, view: str, encoded_frames: Sequence[
     except ValueError as error:
         raise DataError(f"entry {key!r} ({view}): first frame: {error}") from None
     header = encode_header(key, height, width, fps, encoded_frames)
-    try:
-        with atomic_open(path, "wb") as file:
-            file.write(header)
-            for frame in encoded_frames:
-                file.write(frame)
-    except OSError as error:
-        if error.errno in FULL_ERRNOS:
-            raise StorageFullError.of(path, error, len(header) + sum(map(len, encoded_frames))) from None
-        raise
+    with storage_errors(path, len(header) + sum(map(len, encoded_frames))), atomic_open(path, "wb") as file:
+        file.write(header)
+        for frame in encoded_frames:
+            file.write(frame)
 
 
 def encode_header(key: str, height: int, width: int, fps: float, encoded_frames: Sequence[bytes]) -> bytes:
@@ -283,6 +282,17 @@ FULL_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 """Write errors that are the storage's, not the entry's: no space left, file too large, quota exceeded."""
 
 
+@contextmanager
+def storage_errors(path: Path, needed: int | None = None) -> Iterator[None]:
+    """Turn a write's :data:`FULL_ERRNOS` into :class:`StorageFullError` (see :meth:`StorageFullError.of`)."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno in FULL_ERRNOS:
+            raise StorageFullError.of(Path(path), error, needed) from None
+        raise
+
+
 class StorageFullError(DataError):
     """A store write failed because the storage is full (or the file too large for it): no video is to blame, so
     a job stops at once (:mod:`coclr.store.jobs`) and the same command, run again with space freed, goes on."""
@@ -295,22 +305,24 @@ class StorageFullError(DataError):
         return type(self), (str(self), self.needed)
 
     @classmethod
-    def of(cls, path: Path, error: OSError, needed: int) -> StorageFullError:
-        """The error of writing ``needed`` bytes to ``path`` (one line: the folder, the space needed and free)."""
+    def of(cls, path: Path, error: OSError, needed: int | None = None) -> StorageFullError:
+        """The error of writing ``path`` (an entry of ``needed`` bytes, or a metadata file when None): one line
+        naming the folder, the space needed and the space free."""
         folder = next((p for p in (path.parent, *path.parents) if p.is_dir()), path.parent)
         try:
             free = f"{human_size(shutil.disk_usage(folder).free)} free"
         except OSError:
             free = "free space unknown"
         name = errno.errorcode.get(error.errno, str(error.errno))
-        return cls(f"{path.parent}: {os.strerror(error.errno)} ({name}) writing an entry of {human_size(needed)} "
-                   f"({free} in {folder})", needed)
+        what = f"{path.name}" if needed is None else f"an entry of {human_size(needed)}"
+        return cls(f"{path.parent}: {os.strerror(error.errno)} ({name}) writing {what} ({free} in {folder})",
+                   needed or 0)
 
     def with_remaining(self, entries: int) -> StorageFullError:
         """This error, saying how much the ``entries`` left of the job need at this entry's size, and what to do."""
-        return StorageFullError(f"{self}; the job stopped with {entries} entries left, about "
-                                f"{human_size(entries * self.needed)} at this entry's size: free space there (or "
-                                "move the store), then run the same command again to continue", self.needed)
+        estimate = f", about {human_size(entries * self.needed)} at this entry's size" if self.needed else ""
+        return StorageFullError(f"{self}; the job stopped with {entries} entries left{estimate}: free space there "
+                                "(or move the store), then run the same command again to continue", self.needed)
 
 
 def human_size(size: float) -> str:
@@ -364,7 +376,8 @@ def record_failures(root: str | Path, view: str, attempted: Iterable[str], faile
         kept.update(failed)
         path = failures_path(root, view)
         if kept or path.exists():
-            atomic_write_json(path, {"view": view, "failed": dict(sorted(kept.items()))})
+            with storage_errors(path):
+                atomic_write_json(path, {"view": view, "failed": dict(sorted(kept.items()))})
     return path
 
 
@@ -372,7 +385,7 @@ def _record_quietly(root: Path, view: str, key: str, reason: str) -> None:
     """List ``key`` as failed in ``view`` when the store can be written (a read-only one is only read)."""
     try:
         record_failures(root, view, [], [(key, reason)])
-    except OSError:
+    except (OSError, StorageFullError):
         pass
 
 
