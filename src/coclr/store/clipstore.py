@@ -12,14 +12,18 @@ An entry file is named by a hash of its key, so no video name (a 255-byte one, d
 the file system refuses, and it holds its key in its header, so an entry can always be told from another. Stores
 of the first version (``<view>/<key>.frames``, no key in the header) are still read and resumed.
 
-An entry file is a small header, a table of frame offsets and the concatenated encoded frames, so a random
-32-frame clip is two small reads and one contiguous read of one file (``docs/store.md`` compares this with
+An entry file is a small header, a table of frame offsets, the checksum of each frame and of the header, and the
+concatenated encoded frames, so a random 32-frame clip is two small reads and one contiguous read of one file (``docs/store.md`` compares this with
 LMDB and sharded tar, measured). Entry files are written atomically (temporary file + ``os.replace``): an
 entry file that exists is complete, which makes long jobs resumable by skipping existing entries
 (:mod:`coclr.store.jobs` runs them).
 
 The index of a store may be replaced by an updated one (videos added or removed): entries are keyed by video
 path, so the work done for the videos both indexes hold is kept.
+
+Every read checks the bytes it reads against their checksums (XXH3-64): a damaged entry raises
+:class:`DamagedEntryError` naming it in one line and is listed in the store's failure list, so training and
+evaluation leave it out and the next job on its view rebuilds it (``docs/store.md``, "Integrity").
 
 Reading is safe from DataLoader worker processes: no file stays open between reads (each read opens,
 ``pread``s and closes), and the per-process header cache is dropped when a store is pickled.
