@@ -13,9 +13,10 @@ the file system refuses, and it holds its key in its header, so an entry can alw
 of the first version (``<view>/<key>.frames``, no key in the header) are still read and resumed.
 
 An entry file is a small header, a table of frame offsets, the checksum of each frame and of the header, and the
-concatenated encoded frames, so a random 32-frame clip is two small reads and one contiguous read of one file (``docs/store.md`` compares this with
-LMDB and sharded tar, measured). Entry files are written atomically (temporary file + ``os.replace``): an
-entry file that exists is complete, which makes long jobs resumable by skipping existing entries
+concatenated encoded frames, so a random 32-frame clip is two small reads and one contiguous read of one file
+(``docs/store.md`` compares this with LMDB and sharded tar, measured). Entry files are written atomically
+(temporary file + ``os.replace``): an entry file that exists is complete, which makes long jobs resumable by
+skipping existing entries
 (:mod:`coclr.store.jobs` runs them).
 
 The index of a store may be replaced by an updated one (videos added or removed): entries are keyed by video

@@ -3,10 +3,11 @@
 Building the RGB view (:mod:`coclr.store.build`), optical flow extraction (:mod:`coclr.flow.extract`) and the
 synthetic dataset (:mod:`coclr.synth`) all run through :func:`run_entry_jobs`: a picklable
 ``job(key) -> (encoded_frames, fps)`` runs in a process pool, finished entries are written atomically, complete
-ones skipped (unless the store lists them as failed or damaged: those are tried again), failures counted, listed and
-recorded in the store (``failed_<view>.json``), so training and evaluation can leave them out knowingly. A full
-disk is nobody's failure: the job stops at once (:class:`~coclr.store.clipstore.StorageFullError`). One job at a time writes a view: a second one started on the same store
-and view is refused while the first runs (the lock goes with the process, so a killed job leaves none behind).
+ones skipped (unless the store lists them as failed or damaged: those are tried again), failures counted, listed
+and recorded in the store (``failed_<view>.json``), so training and evaluation can leave them out knowingly. A
+full disk is nobody's failure: the job stops at once (:class:`~coclr.store.clipstore.StorageFullError`). One job
+at a time writes a view: a second one started on the same store and view is refused while the first runs (the
+lock goes with the process, so a killed job leaves none behind).
 """
 
 from __future__ import annotations
