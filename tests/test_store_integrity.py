@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import struct
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -290,5 +291,9 @@ def test_evaluation_names_a_damaged_entry_and_its_rerun_leaves_it_out(tmp_path):
     _flip(store.entry_path(key, "rgb"), int(header.offsets[3]) + 20, 8)
     with pytest.raises(DamagedEntryError, match=rf"video '{key}'.*frame 3 checksum expected"):
         extract_features(backbone, ClipStore(store.root), "rgb", "test", config, progress=False)
+    clipstore.record_failures(store.root, "rgb", [key], [])  # as if it had not been listed
+    with pytest.raises(DamagedEntryError) as caught:  # read by a DataLoader worker: the same one line
+        extract_features(backbone, ClipStore(store.root), "rgb", "test", replace(config, workers=1), progress=False)
+    assert str(caught.value).startswith("damaged entry: store") and "\n" not in str(caught.value)
     rerun = extract_features(backbone, ClipStore(store.root), "rgb", "test", config, progress=False)
     assert key not in rerun.keys and len(rerun.keys) == 2

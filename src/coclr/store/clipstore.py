@@ -16,8 +16,7 @@ An entry file is a small header, a table of frame offsets, the checksum of each 
 concatenated encoded frames, so a random 32-frame clip is two small reads and one contiguous read of one file
 (``docs/store.md`` compares this with LMDB and sharded tar, measured). Entry files are written atomically
 (temporary file + ``os.replace``): an entry file that exists is complete, which makes long jobs resumable by
-skipping existing entries
-(:mod:`coclr.store.jobs` runs them).
+skipping existing entries (:mod:`coclr.store.jobs` runs them).
 
 The index of a store may be replaced by an updated one (videos added or removed): entries are keyed by video
 path, so the work done for the videos both indexes hold is kept.
@@ -106,6 +105,8 @@ class DamagedEntryError(DataError):
     """
 
     def __init__(self, message: str, key: str = "", view: str = "") -> None:
+        # A DataLoader worker's error comes back as this class built from its whole traceback: keep its one line.
+        message = message.rpartition(f"{type(self).__name__}: ")[2].strip() if "\n" in message else message
         super().__init__(message)
         self.key, self.view = key, view
 
