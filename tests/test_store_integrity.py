@@ -297,3 +297,17 @@ def test_evaluation_names_a_damaged_entry_and_its_rerun_leaves_it_out(tmp_path):
     assert str(caught.value).startswith("damaged entry: store") and "\n" not in str(caught.value)
     rerun = extract_features(backbone, ClipStore(store.root), "rgb", "test", config, progress=False)
     assert key not in rerun.keys and len(rerun.keys) == 2
+
+
+def test_a_damaged_flow_entry_is_rebuilt_by_the_next_flow_run(tmp_path):
+    make_store(tmp_path / "store", {f"v{i}.avi": moving_texture(4, 1, 1, seed=i) for i in range(2)})
+    extract_flow(tmp_path / "store", backend="dis", workers=1)
+    store = ClipStore(tmp_path / "store")
+    path = store.entry_path("v0.avi", "flow_dis")
+    good = path.read_bytes()
+    _flip(path, int(store._header("v0.avi", "flow_dis").offsets[1]) + 5, 4)
+    with pytest.raises(DamagedEntryError, match="frame 1 checksum"):
+        store.read("v0.avi", "flow_dis", [1])
+    summary = extract_flow(tmp_path / "store", backend="dis", workers=1)
+    assert (summary.done, summary.skipped) == (1, 1) and path.read_bytes() == good
+    assert read_failures(tmp_path / "store", "flow_dis") == {}
