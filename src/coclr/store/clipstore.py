@@ -408,6 +408,7 @@ class _EntryHeader:
     offsets: np.ndarray  # uint64 [frames + 1]
     checksums: list[int] | None = None  # of each frame; None in entries written before checksums (versions 1, 2)
     checksum: int | None = None  # of the header (which holds the frames' checksums): the entry's checksum
+    inode: int = 0  # of the file the header was read from: a file replaced since then is read afresh
 
     @property
     def frames(self) -> int:
@@ -512,6 +513,16 @@ class ClipStore:
         header = self._header(key, view)
         if not indices:
             return {}
+        descriptor = _open_entry(header.path)
+        try:
+            if os.fstat(descriptor).st_ino != header.inode:  # replaced since (rebuilt, or checksums added): reload
+                self._headers.pop((key, view), None)
+                header = self._header(key, view)
+            return self._read_runs(descriptor, key, header, indices)
+        finally:
+            os.close(descriptor)
+
+    def _read_runs(self, descriptor: int, key: str, header: _EntryHeader, indices: list[int]) -> dict[int, bytes]:
         wanted = sorted(set(indices))
         if wanted[0] < 0 or wanted[-1] >= header.frames:
             raise DataError(f"{header.where}: the entry has {header.frames} frames; asked for indices "
@@ -524,18 +535,14 @@ class ClipStore:
         runs.append((run_start, wanted[-1]))
         offsets = header.offsets
         blobs: dict[int, bytes] = {}
-        descriptor = _open_entry(header.path)
-        try:
-            for first, last in runs:
-                start, stop = int(offsets[first]), int(offsets[last + 1])
-                data = os.pread(descriptor, stop - start, start)
-                if len(data) != stop - start:
-                    raise DataError(f"{header.where}: file is shorter than its frame table (damaged entry)")
-                bounds = (offsets[first: last + 2] - start).tolist()
-                for i in range(first, last + 1):
-                    blobs[i] = data[bounds[i - first]: bounds[i - first + 1]]
-        finally:
-            os.close(descriptor)
+        for first, last in runs:
+            start, stop = int(offsets[first]), int(offsets[last + 1])
+            data = os.pread(descriptor, stop - start, start)
+            if len(data) != stop - start:
+                raise DataError(f"{header.where}: file is shorter than its frame table (damaged entry)")
+            bounds = (offsets[first: last + 2] - start).tolist()
+            for i in range(first, last + 1):
+                blobs[i] = data[bounds[i - first]: bounds[i - first + 1]]
         if header.checksums is not None:
             expected = header.checksums
             for i, blob in blobs.items():
@@ -709,6 +716,7 @@ def _read_header(path: Path, key: str | None = None) -> _EntryHeader:
         table = os.pread(descriptor, table_size, table_start)
         if len(table) != table_size:
             raise DataError(f"{path}: damaged entry (frame table cut short)")
+        inode = os.fstat(descriptor).st_ino
     finally:
         os.close(descriptor)
     entry_checksum = sums = None
@@ -729,7 +737,7 @@ def _read_header(path: Path, key: str | None = None) -> _EntryHeader:
     if count == 0 or np.any(np.diff(offsets.astype(np.int64)) <= 0):
         raise DataError(f"{path}: damaged entry (bad frame table)")
     where = f"entry {key or stored_key or path.name!r} ({path})"
-    return _EntryHeader(str(path), where, stored_key, height, width, fps, offsets, sums, entry_checksum)
+    return _EntryHeader(str(path), where, stored_key, height, width, fps, offsets, sums, entry_checksum, inode)
 
 
 def _guess_key(key_bytes: bytes) -> str | None:
