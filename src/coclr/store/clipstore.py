@@ -333,22 +333,11 @@ class StorageFullError(DataError):
 
 def human_size(size: float) -> str:
     """``size`` bytes as "12.3 kB", "4.5 MB", "1.2 GB" (decimal units)."""
-    for unit in ("bytes", "kB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
+    for unit in ("bytes", "kB", "MB"):
+        if size < 1000:
             return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
         size /= 1000
-    return f"{size:.1f} TB"
-
-    @classmethod
-    def of(cls, path: Path, error: OSError, needed: int) -> StorageFullError:
-        folder = path.parent
-        try:
-            free = f"{shutil.disk_usage(folder).free / 1e6:.1f} MB free"
-        except OSError:
-            free = "free space unknown"
-        return cls(f"{folder}: {os.strerror(error.errno)} ({errno.errorcode.get(error.errno, error.errno)}) "
-                   f"writing an entry of {needed / 1e6:.1f} MB ({free}): free space there (or move the store), then "
-                   "run the same command again to continue")
+    return f"{size:.1f} GB"
 
 
 # ---------------------------------------------------------------------------------------- failure records
