@@ -109,6 +109,19 @@ def test_a_damaged_header_is_named_with_its_checksums(tmp_path):
     assert "c/a.avi" in read_failures(tmp_path / "store", "rgb")
 
 
+def test_a_damaged_frame_count_is_a_damaged_entry_not_a_huge_read(tmp_path):
+    store = _store_with(tmp_path, {"c/a.avi": _noise_frames(3), "c/b.avi": _noise_frames(3, seed=1)})
+    path = store.entry_path("c/a.avi", "rgb")
+    data = bytearray(path.read_bytes())
+    data[12:16] = struct.pack("<I", 0x7FFFFFFF)  # the frame count field
+    path.write_bytes(bytes(data))
+    with pytest.raises(DamagedEntryError, match=r"video 'c/a.avi', entry rgb/.*: frame table of 2147483647 frames "
+                       "longer than the file"):
+        ClipStore(store.root).num_frames("c/a.avi", "rgb")
+    dataset = TrainClips(store.root, "train", ["rgb"], length=2, num_clips=1)
+    assert [e.path for e in dataset.entries] == ["c/b.avi"]
+
+
 def test_training_leaves_out_an_entry_found_damaged_during_the_run(tmp_path, capsys):
     store = _store_with(tmp_path, {f"c/{i}.avi": _noise_frames(8, seed=i) for i in range(3)})
     dataset = TrainClips(store.root, "train", ["rgb"], length=4, num_clips=1)

@@ -98,10 +98,11 @@ def format_checksum(value: int) -> str:
 
 
 class DamagedEntryError(DataError):
-    """An entry file whose bytes do not match their checksum (bit rot, a torn copy, a bad sector).
+    """An entry file whose bytes do not match their checksum (bit rot, a torn copy, a bad sector), or that is no
+    valid entry file (a header cut short, a frame table past the end of the file).
 
-    The message is one line: the store, the video, the entry file, the part (header or frame) and the expected and
-    found checksums. ``key`` and ``view`` name the entry for the code that leaves it out.
+    The message is one line: the store, the video, the entry file, then the part (header or frame) and the expected
+    and found checksums, or what is wrong. ``key`` and ``view`` name the entry for the code that leaves it out.
     """
 
     def __init__(self, message: str, key: str = "", view: str = "") -> None:
@@ -115,13 +116,18 @@ class DamagedEntryError(DataError):
 
 
 def _damaged(path: Path | str, key: str | None, part: str, expected: int, found: int) -> DamagedEntryError:
+    """The error of a ``part`` ("header", "frame 3") of an entry file whose checksum does not match."""
+    return _broken(path, key, f"{part} checksum expected {format_checksum(expected)}, found {format_checksum(found)}")
+
+
+def _broken(path: Path | str, key: str | None, problem: str) -> DamagedEntryError:
+    """The error of an entry file that is damaged: ``problem`` located by store, video and entry file."""
     path = Path(path)
     view, root = path.parent.parent.name, path.parent.parent.parent
     if key is not None and path.name == Path(key).name + ENTRY_SUFFIX:  # version-1 layout: <view>/<key>.frames
         parts = Path(key).parts
         view, root = path.parents[len(parts) - 1].name, path.parents[len(parts)]
-    return DamagedEntryError(f"damaged entry: store {root}, video {key!r}, entry {path.relative_to(root)}: {part} "
-                             f"checksum expected {format_checksum(expected)}, found {format_checksum(found)}",
+    return DamagedEntryError(f"damaged entry: store {root}, video {key!r}, entry {path.relative_to(root)}: {problem}",
                              key or "", view)
 
 
@@ -528,7 +534,7 @@ class ClipStore:
             start, stop = int(offsets[first]), int(offsets[last + 1])
             data = os.pread(descriptor, stop - start, start)
             if len(data) != stop - start:
-                raise DataError(f"{header.where}: file is shorter than its frame table (damaged entry)")
+                raise self._recorded(_broken(header.path, key, "file shorter than its frame table"))
             bounds = (offsets[first: last + 2] - start).tolist()
             for i in range(first, last + 1):
                 blobs[i] = data[bounds[i - first]: bounds[i - first + 1]]
@@ -682,30 +688,31 @@ def _open_entry(path: str) -> int:
 
 def _read_header(path: Path, key: str | None = None) -> _EntryHeader:
     """The header of an entry file; with ``key``, a version-2 entry must hold that key. A version-3 header must
-    match its checksum (:class:`DamagedEntryError` otherwise)."""
+    match its checksum. A file that is no valid entry raises :class:`DamagedEntryError`."""
     descriptor = _open_entry(str(path))
     try:
+        size = os.fstat(descriptor).st_size
+        inode = os.fstat(descriptor).st_ino
         raw = os.pread(descriptor, _HEADER.size + _KEY_LENGTH.size, 0)
         if len(raw) < _HEADER.size:
-            raise DataError(f"{path}: damaged entry (file shorter than its header)")
+            raise _broken(path, key, "file shorter than its header")
         magic, version, count, height, width, fps = _HEADER.unpack(raw[:_HEADER.size])
         if magic != _MAGIC or version not in READABLE_ENTRY_VERSIONS:
-            raise DataError(f"{path}: not a coclr entry file of a version this library reads "
-                            f"({', '.join(map(str, READABLE_ENTRY_VERSIONS))})")
-        table_start, stored_key = _HEADER.size, None
+            raise _broken(path, key, f"not a coclr entry file of a version this library reads "
+                          f"({', '.join(map(str, READABLE_ENTRY_VERSIONS))})")
+        table_start, stored_key, key_bytes = _HEADER.size, None, b""
         if version >= 2:
             if len(raw) < _HEADER.size + _KEY_LENGTH.size:
-                raise DataError(f"{path}: damaged entry (file shorter than its header)")
+                raise _broken(path, key, "file shorter than its header")
             (length,) = _KEY_LENGTH.unpack(raw[_HEADER.size:])
-            key_bytes = os.pread(descriptor, length, _HEADER.size + _KEY_LENGTH.size)
-            if len(key_bytes) != length:
-                raise DataError(f"{path}: damaged entry (key cut short)")
             table_start = _HEADER.size + _KEY_LENGTH.size + length
+            if table_start > size:
+                raise _broken(path, key, "key longer than the file")
+            key_bytes = os.pread(descriptor, length, _HEADER.size + _KEY_LENGTH.size)
         table_size = 8 * (count + 1) + ((8 * count + _CHECKSUM.size) if version >= 3 else 0)
+        if table_start + table_size > size:  # checked first: a damaged count must not make a huge read
+            raise _broken(path, key, f"frame table of {count} frames longer than the file")
         table = os.pread(descriptor, table_size, table_start)
-        if len(table) != table_size:
-            raise DataError(f"{path}: damaged entry (frame table cut short)")
-        inode = os.fstat(descriptor).st_ino
     finally:
         os.close(descriptor)
     entry_checksum = sums = None
@@ -719,12 +726,12 @@ def _read_header(path: Path, key: str | None = None) -> _EntryHeader:
         try:
             stored_key = key_bytes.decode("utf-8")
         except UnicodeDecodeError:
-            raise DataError(f"{path}: damaged entry (key is not UTF-8)") from None
+            raise _broken(path, key, "key is not UTF-8") from None
     if key is not None and stored_key is not None and stored_key != key:
-        raise DataError(f"{path}: holds the entry of {stored_key!r}, not of {key!r} (damaged store)")
+        raise _broken(path, key, f"holds the entry of {stored_key!r}")
     offsets = np.frombuffer(table, "<u8", count + 1)
     if count == 0 or np.any(np.diff(offsets.astype(np.int64)) <= 0):
-        raise DataError(f"{path}: damaged entry (bad frame table)")
+        raise _broken(path, key, "bad frame table")
     where = f"entry {key or stored_key or path.name!r} ({path})"
     return _EntryHeader(str(path), where, stored_key, height, width, fps, offsets, sums, entry_checksum, inode)
 
