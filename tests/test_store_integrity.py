@@ -326,3 +326,18 @@ def test_a_damaged_flow_entry_is_rebuilt_by_the_next_flow_run(tmp_path):
     summary = extract_flow(tmp_path / "store", backend="dis", workers=1)
     assert (summary.done, summary.skipped) == (1, 1) and path.read_bytes() == good
     assert read_failures(tmp_path / "store", "flow_dis") == {}
+
+
+def test_without_xxhash_entries_are_written_unverified_and_checksummed_ones_named(tmp_path, monkeypatch):
+    """A machine without xxhash (a bare GPU machine) writes version-2 entries, byte for byte what version 2 wrote,
+    and reads them as unverified; an entry with checksums gets one line saying what to install."""
+    frames = _noise_frames(3)
+    verified = _store_with(tmp_path / "a", {"v/a": frames})
+    monkeypatch.setattr(clipstore, "xxhash", None)
+    store = _store_with(tmp_path / "b", {"v/b": frames})
+    _write_unverified_entry(tmp_path / "expected.frames", "v/b", frames)
+    assert store.entry_path("v/b", "rgb").read_bytes() == (tmp_path / "expected.frames").read_bytes()
+    assert store.checksum("v/b", "rgb") is None
+    np.testing.assert_array_equal(store.read("v/b", "rgb", [0, 2]), np.stack([decode_jpeg(frames[i]) for i in (0, 2)]))
+    with pytest.raises(clipstore.DataError, match="needs the xxhash package: pip install xxhash"):
+        ClipStore(verified.root).read("v/a", "rgb", [0])

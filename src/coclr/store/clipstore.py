@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xxhash
 
 from coclr.atomic import atomic_open, atomic_write_json
 from coclr.config import differences
@@ -59,6 +58,11 @@ from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
 from coclr.store.jpeg import decode_jpeg, decode_jpeg_strict
 from coclr.video.indexes import VideoIndex, is_relative_key
+
+try:
+    import xxhash
+except ImportError:  # optional: a bare GPU machine writes entries without checksums (version 2)
+    xxhash = None
 
 STORE_FORMAT = "coclr-clip-store"
 STORE_VERSION = 2
@@ -89,6 +93,9 @@ _HASH_CHARS = 32
 
 def checksum(data: bytes) -> int:
     """The checksum of stored bytes (a frame, an entry's header): XXH3-64, as an integer."""
+    if xxhash is None:
+        raise DataError("this store's entries carry XXH3 checksums, and reading them needs the xxhash package: "
+                        "pip install xxhash")
     return xxhash.xxh3_64_intdigest(data)
 
 
@@ -277,14 +284,17 @@ def encode_header(key: str, height: int, width: int, fps: float, encoded_frames:
     checksums and the checksum of all of these."""
     count = len(encoded_frames)
     key_bytes = key.encode("utf-8")
-    header = (_HEADER.pack(_MAGIC, ENTRY_VERSION, count, height, width, float(fps))
+    version = ENTRY_VERSION if xxhash is not None else 2  # without xxhash: no checksums, read as unverified
+    header = (_HEADER.pack(_MAGIC, version, count, height, width, float(fps))
               + _KEY_LENGTH.pack(len(key_bytes)) + key_bytes)
     sizes = np.fromiter((len(f) for f in encoded_frames), np.uint64, count)
-    data_start = len(header) + 8 * (count + 1) + 8 * count + _CHECKSUM.size
+    data_start = len(header) + 8 * (count + 1) + ((8 * count + _CHECKSUM.size) if version >= 3 else 0)
     offsets = np.empty(count + 1, "<u8")
     offsets[0] = data_start
     np.cumsum(sizes, out=offsets[1:])
     offsets[1:] += data_start
+    if version < 3:
+        return header + offsets.tobytes()
     sums = np.fromiter((checksum(f) for f in encoded_frames), np.uint64, count).astype("<u8")
     header += offsets.tobytes() + sums.tobytes()
     return header + _CHECKSUM.pack(checksum(header))
