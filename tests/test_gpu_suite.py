@@ -43,3 +43,40 @@ def test_the_tiny_suite_reports_every_part(tmp_path: Path, capsys) -> None:
     assert all("CPU" in row["note"] for row in rows if row["part"] == "projection")
     table = capsys.readouterr().out
     assert "| part | case | value | unit | note |" in table and "| projection | the whole UCF101 study |" in table
+
+
+BARE_MACHINE = """
+import sys
+sys.modules["av"] = None  # import av raises ImportError, as on a machine without PyAV
+import cv2
+if hasattr(cv2, "optflow"):
+    del cv2.optflow
+sys.modules["cv2.optflow"] = None  # no OpenCV contrib modules
+"""
+
+
+def test_the_quick_suite_runs_without_pyav_opencv_contrib_or_shared_data(tmp_path: Path) -> None:
+    """``--quick --out`` as a bare GPU machine runs it (its own packages only), here tiny on the CPU: each part's
+    figures are in the JSON file."""
+    import os
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BARE_MACHINE)
+    benchmarks = Path(gpu_suite.__file__).resolve().parent
+    env = {**os.environ, "COCLR_SHARED": str(tmp_path / "no_shared"), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(site), str(benchmarks.parent / "src"), os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "quick.json"
+    script = ("import sys, gpu_suite; assert sys.modules['av'] is None and not hasattr(sys.modules['cv2'], 'optflow');"
+              f" sys.exit(gpu_suite.main(['--quick', '--tiny', '--device', 'cpu', '--out', {str(out)!r}]))")
+    result = subprocess.run([sys.executable, "-c", script], cwd=benchmarks, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    saved = json.loads(out.read_text())
+    assert list(saved["parts"]) == list(gpu_suite.QUICK_PARTS)
+    assert all(part["status"] == "done" for part in saved["parts"].values()), saved["parts"]
+    cases = [row["case"] for row in saved["rows"]]
+    for start in ("our TV-L1 fast", "our TV-L1 exact", "infonce fp32, batch", "infonce epoch through the Trainer"):
+        assert any(case.startswith(start) for case in cases), (start, cases)
