@@ -11,7 +11,13 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from coclr.data.batch_decode import EncodedBatch, collate_clips, decode_batch, resolve_decode
+from coclr.data.batch_decode import (
+    EncodedBatch,
+    collate_clips,
+    decode_batch,
+    gpu_decoder_problem,
+    resolve_decode,
+)
 from coclr.data.datasets import TrainClips
 from coclr.errors import ConfigError, DataError
 from coclr.models.encoder import build_encoder
@@ -175,6 +181,9 @@ class FakeTorchvisionDecoder:
         from coclr.store.jpeg import decode_jpeg
 
         assert mode == "RGB"
+        device = torch.device(device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            device = torch.device("cpu")  # it stands in for a working GPU decoder
         return [torch.from_numpy(decode_jpeg(t.numpy().tobytes())).permute(2, 0, 1).to(device) for t in tensors]
 
 
@@ -191,6 +200,9 @@ def fake_torchvision(monkeypatch):
     package.io = io
     monkeypatch.setitem(sys.modules, "torchvision", package)
     monkeypatch.setitem(sys.modules, "torchvision.io", io)
+    gpu_decoder_problem.cache_clear()
+    yield
+    gpu_decoder_problem.cache_clear()
 
 
 def test_the_gpu_path_assembles_and_fits_the_batch_as_the_cpu_path(tmp_path: Path, fake_torchvision) -> None:
@@ -216,7 +228,34 @@ def test_decoding_is_resolved_per_device(monkeypatch, fake_torchvision) -> None:
     assert resolve_decode("device", cpu) == "device" and resolve_decode("workers", cuda) == "workers"
     monkeypatch.delitem(__import__("sys").modules, "torchvision")
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    gpu_decoder_problem.cache_clear()
     assert resolve_decode(None, cuda) == "workers"
+    with pytest.raises(ConfigError, match=r"^data.decode=device on cuda: torchvision.io.decode_jpeg is not importable "
+                                          r".*; use data.decode=workers$"):
+        resolve_decode("device", cuda)  # refused before any work, in one line
+    assert resolve_decode("device", cpu) == "device"  # the CPU decodes with OpenCV
+
+
+def test_a_gpu_decoder_that_fails_is_refused_or_falls_back_to_the_cpu(tmp_path: Path, monkeypatch,
+                                                                      fake_torchvision) -> None:
+    """A decoder that imports but fails: ``decode=device`` is refused at start-up naming the failure, ``auto``
+    decodes in the workers, and a batch it fails on at call time is decoded on the CPU, with a warning."""
+    import sys
+
+    def failing(tensors, mode, device):
+        raise RuntimeError("nvjpeg: not supported on this device")
+
+    monkeypatch.setattr(sys.modules["torchvision.io"], "decode_jpeg", failing)
+    cuda = torch.device("cuda")
+    with pytest.raises(ConfigError, match="decode_jpeg fails on cuda: RuntimeError: nvjpeg: not supported"):
+        resolve_decode("device", cuda)
+    assert resolve_decode(None, cuda) == "workers"
+    store = make_random_store(tmp_path / "store")
+    dataset = TrainClips(store, "train", ["rgb"], length=4, seed=1, encoded=True)
+    batch = collate_clips([dataset[(0, i)] for i in range(2)])["rgb"]
+    with pytest.warns(RuntimeWarning, match="decoded on the CPU"):
+        frames = batch.decode_gpu(torch.device("cpu"))
+    assert torch.equal(frames, batch.decode_cpu())
 
 
 def test_precision_is_resolved_per_device(tmp_path: Path, monkeypatch) -> None:
