@@ -681,19 +681,52 @@ def part_dataloader(suite: Suite, budget: Budget) -> None:
 
 # ------------------------------------------------------------------------------------------------------ epoch
 
+class StepClock:
+    """When each step's work began and ended on the device: CUDA events on a GPU (timestamped when the GPU reaches
+    them, so the gap between one step's end and the next one's start is time the GPU had nothing to do), the host's
+    clock on the CPU. Reading them waits for the device: once, after the run."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.marks: list[tuple[Any, Any]] = []
+
+    def now(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def waiting_share(self, first: int) -> float:
+        """The share of the time from step ``first``'s start to the last step's end the device spent waiting between
+        steps (for the loader, or for the host)."""
+        marks = self.marks[first:]
+        if len(marks) < 2:
+            return math.nan
+        if self.cuda:
+            gaps = sum(end.elapsed_time(start) for (_, end), (start, _) in zip(marks, marks[1:]))
+            return gaps / marks[0][0].elapsed_time(marks[-1][1])
+        gaps = sum(start - end for (_, end), (start, _) in zip(marks, marks[1:]))
+        return gaps / (marks[-1][1] - marks[0][0])
+
+
 def timed_run(suite: Suite, config: PretrainConfig, budget_s: float) -> dict[str, float]:
-    """Train one epoch through the Trainer (loader included); the steady rate is timed from the end of the
-    warm-up steps; the run stops early (``run.max_steps``) when ``budget_s`` is spent."""
+    """Train one epoch through the Trainer (loader included); the steady rate and the share of the time the device
+    waited between steps are measured from the end of the warm-up steps; the run stops early (``run.max_steps``)
+    when ``budget_s`` is spent."""
     from coclr.train.trainer import Trainer
 
     trainer = Trainer(config)
     step = trainer.train_step
     marks: list[float] = []
+    clock = StepClock(suite.device)
     warmup = max(1, suite.model.warmup)
     start = time.perf_counter()
 
     def timed_step(batch, queue_full):
+        began = clock.now()
         out = step(batch, queue_full)
+        clock.marks.append((began, clock.now()))
         last = len(marks) + 1 == trainer.data_order.batches_per_epoch or time.perf_counter() - start > budget_s
         if len(marks) == warmup - 1 or last:  # the GPU has finished the steps timed
             synchronize(suite.device)
@@ -709,6 +742,7 @@ def timed_run(suite: Suite, config: PretrainConfig, budget_s: float) -> dict[str
     steps = len(marks)
     steady = (steps - warmup) * config.run.batch_size / (marks[-1] - marks[warmup - 1]) if steps > warmup else math.nan
     return {"steps": steps, "of": trainer.data_order.batches_per_epoch, "steady": steady, "wall": end - start,
+            "waiting": clock.waiting_share(warmup), "peak_gib": peak_gib(suite.device),
             "decode": trainer.decode, "amp": trainer.config.run.amp, "channels_last": trainer.config.run.channels_last}
 
 
@@ -727,7 +761,10 @@ def part_epoch(suite: Suite, budget: Budget) -> None:
         note = (f"{result['steps']} of {result['of']} steps, decode {result['decode']}, amp {result['amp']}, "
                 f"channels_last {result['channels_last']}, {workers} workers; wall {result['wall']:.0f} s with "
                 "start-up")
-        suite.add("epoch", f"{method} epoch through the Trainer, batch {batch}", result["steady"], "samples/s", note)
+        suite.add("epoch", f"{method} epoch through the Trainer, batch {batch}", result["steady"], "samples/s",
+                  f"{note}; peak {result['peak_gib']:.2f} GiB")
+        suite.add("epoch", f"{method} epoch, share of the time the {suite.device.type.upper()} waited between steps",
+                  100 * result["waiting"], "%", "between the end of a step's work and the start of the next one's")
 
 
 # ---------------------------------------------------------------------------------------------------- features
