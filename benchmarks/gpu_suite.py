@@ -39,6 +39,7 @@ Parts, in order:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -47,8 +48,10 @@ import math
 import os
 import platform
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import warnings
@@ -903,8 +906,38 @@ def part_projection(suite: Suite, budget: Budget) -> None:
 # ----------------------------------------------------------------------------------------------------- running
 
 BUDGETS = {"decoders": 15, "loader_core": 20, "step": 160, "dataloader": 45, "epoch": 70, "features": 25,
-           "flow": 20, "quality": 80, "projection": 1}
-"""Seconds per part on a GPU machine (the store of UCF101's size takes about half a minute more)."""
+           "flow": 60, "quality": 80, "projection": 1}
+"""Seconds per part on a GPU machine (the store of UCF101's size takes about half a minute more). A part stops
+starting new cases once its budget is spent; :func:`time_limit` stops one that overruns it."""
+
+
+class PartTimeLimit(Exception):
+    """A part ran past its hard time limit (its budget and a grace); the figures it measured are kept."""
+
+
+def hard_limit(budget_s: float) -> float:
+    """A part's hard time limit: its budget, then as much again and a minute for the case it was in."""
+    return 2 * budget_s + 60
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Raise :class:`PartTimeLimit` in the main thread once ``seconds`` have passed (SIGALRM; the Python code of a
+    long call, such as torch.compile's, is interrupted too). No limit off the main thread or without SIGALRM."""
+    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise PartTimeLimit(f"stopped at its time limit of {seconds:.0f} s; the figures measured before are kept")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 PART_FUNCTIONS = {"decoders": part_decoders, "loader_core": part_loader_core, "step": part_step,
                   "dataloader": part_dataloader, "epoch": part_epoch, "features": part_features, "flow": part_flow,
                   "quality": part_quality, "projection": part_projection}
@@ -932,9 +965,13 @@ def run_suite(parts: list[str], tiny: bool, tmp: Path, device: torch.device,
                 step_videos = dataclasses.replace(model, train_videos=2 * max(model.batches), test_videos=0)
                 suite.stores["step"] = pool_store(tmp / "step_store", step_videos)
                 suite.parts[name]["store_seconds"] = round(time.perf_counter() - start, 1)
-            PART_FUNCTIONS[name](suite, Budget(BUDGETS[name] if suite.cuda else 60))
+            budget_s = BUDGETS[name] if suite.cuda else 60
+            with time_limit(hard_limit(budget_s)):
+                PART_FUNCTIONS[name](suite, Budget(budget_s))
             if suite.parts[name]["status"] == "pending":
                 suite.parts[name]["status"] = "done"
+        except PartTimeLimit as error:
+            suite.parts[name]["status"] = str(error)
         except Exception as error:  # one failing part does not lose the others' figures
             traceback.print_exc()
             suite.parts[name]["status"] = f"error: {type(error).__name__}: {error}"

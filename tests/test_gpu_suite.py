@@ -81,3 +81,21 @@ def test_the_quick_suite_runs_without_pyav_opencv_contrib_or_shared_data(tmp_pat
     for start in ("our TV-L1 fast", "our TV-L1 exact", "infonce fp32, batch", "infonce epoch through the Trainer",
                   "infonce epoch, share of the time the CPU waited"):
         assert any(case.startswith(start) for case in cases), (start, cases)
+
+
+def test_a_part_past_its_hard_time_limit_is_stopped_and_the_suite_goes_on(tmp_path: Path, monkeypatch) -> None:
+    import time
+
+    def endless(suite, budget):
+        suite.add("flow", "measured before the limit", 1.0, "pairs/s")
+        while True:
+            time.sleep(0.01)
+
+    monkeypatch.setitem(gpu_suite.PART_FUNCTIONS, "flow", endless)
+    monkeypatch.setattr(gpu_suite, "hard_limit", lambda budget_s: 0.5)
+    reports = []
+    suite = gpu_suite.run_suite(["flow", "projection"], True, tmp_path, gpu_suite.torch.device("cpu"),
+                                lambda s: reports.append(dict(s.parts)))
+    assert suite.parts["flow"]["status"].startswith("stopped at its time limit of 0 s")
+    assert [row.case for row in suite.rows if row.part == "flow"] == ["measured before the limit"]
+    assert suite.parts["projection"]["status"] != "pending" and len(reports) == 2  # reported after each part
