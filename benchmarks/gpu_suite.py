@@ -205,13 +205,22 @@ class one_core:
 
 # ------------------------------------------------------------------------------------------- frames and stores
 
+def have_pyav() -> bool:
+    """Whether PyAV imports (GPU machines have no wheel of their own: then the frames are synthesised)."""
+    try:
+        import av  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 @functools.lru_cache(maxsize=8)
 def frame_pool(size: tuple[int, int], frames: int, clips: int = 4) -> tuple[list[list[np.ndarray]], str]:
     """RGB frames ``[H, W, 3]`` of a few videos at ``size``: the real clips of ../shared/data/clips when present
     (resized and centre-cropped), else clips of the synthetic dataset rendered at that size."""
     from coclr.data.frames import fit_frames
 
-    if SHARED_CLIPS.is_dir():
+    if SHARED_CLIPS.is_dir() and have_pyav():
         from coclr.video.decode import decode_video
 
         videos = []
