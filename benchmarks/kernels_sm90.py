@@ -176,11 +176,11 @@ def halo_factors(settings, pass_length: int = 5) -> dict[tuple[int, int], tuple[
     return factors
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--block", action="append", default=[], help="also check this block shape, HxW")
     parser.add_argument("--warps", type=int, default=None, help="warps of the extra block shapes")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if importlib.util.find_spec("triton") is None:
         print("kernels_sm90: skipped, triton is not installed (pip install triton)")
         return 0
