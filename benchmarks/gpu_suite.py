@@ -4,7 +4,7 @@ projected wall time of the paper's UCF101 study.
     python benchmarks/gpu_suite.py [--json gpu_suite.json] [--tiny] [--parts step,epoch]
     python benchmarks/gpu_suite.py --quick --out quick.json   # TV-L1, step and epoch only; no PyAV, contrib, ../shared
 
-The JSON file is rewritten after every part, so a run cut short keeps the figures measured so far.
+The JSON file is rewritten after every figure and part, so a run cut short keeps the figures measured so far.
 
 On a CUDA machine it runs the full suite in under 8 minutes (every part has a time budget and stops early when
 it is spent; the table says so). On the CPU the parts meant for a GPU run a tiny version (the demo's network on
@@ -142,6 +142,8 @@ class Suite:
     parts: dict[str, dict[str, Any]] = field(default_factory=dict)
     stores: dict[str, Path] = field(default_factory=dict)
     cache: dict[tuple, Any] = field(default_factory=dict)
+    report: Callable[[Suite], None] = lambda suite: None
+    """Called after every row and part (writes the JSON file: a run cut short keeps every figure it measured)."""
 
     @property
     def cuda(self) -> bool:
@@ -150,6 +152,7 @@ class Suite:
     def add(self, part: str, case: str, value: float, unit: str, note: str = "") -> None:
         self.rows.append(Row(part, case, float(value), unit, note))
         print(f"  {case}: {value:,.2f} {unit}{f'  ({note})' if note else ''}", flush=True)
+        self.report(self)
 
     def value(self, part: str, case_start: str) -> float | None:
         """The first value of ``part`` whose case starts with ``case_start`` (None when not measured)."""
@@ -955,9 +958,10 @@ NEEDS_STORE = {"step", "dataloader", "epoch", "features"}
 
 def run_suite(parts: list[str], tiny: bool, tmp: Path, device: torch.device,
               report: Callable[[Suite], None] = lambda suite: None) -> Suite:
-    """Run ``parts`` in order; ``report(suite)`` after each one, so that a run cut short keeps its figures."""
+    """Run ``parts`` in order; ``report(suite)`` after each row and part, so that a run cut short keeps its
+    figures."""
     model = TINY if tiny or device.type != "cuda" else FULL
-    suite = Suite(device, tmp, model, TINY if tiny else FULL)
+    suite = Suite(device, tmp, model, TINY if tiny else FULL, report=report)
     for name in parts:
         suite.parts[name] = {"status": "pending"}
         if name == "quality" and not suite.cuda:
@@ -1011,7 +1015,7 @@ def environment(device: torch.device) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", "--out", type=Path, default=Path("gpu_suite.json"),
-                        help="where to write the results (rewritten after every part)")
+                        help="where to write the results (rewritten after every figure)")
     parser.add_argument("--quick", action="store_true", help=f"only the parts {','.join(QUICK_PARTS)}")
     parser.add_argument("--tiny", action="store_true", help="every part tiny (the CI test; figures meaningless)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")

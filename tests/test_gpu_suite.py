@@ -105,7 +105,8 @@ def test_a_part_past_its_hard_time_limit_is_stopped_and_the_suite_goes_on(tmp_pa
                                 lambda s: reports.append(dict(s.parts)))
     assert suite.parts["flow"]["status"].startswith("stopped at its time limit of 0 s")
     assert [row.case for row in suite.rows if row.part == "flow"] == ["measured before the limit"]
-    assert suite.parts["projection"]["status"] != "pending" and len(reports) == 2  # reported after each part
+    assert suite.parts["projection"]["status"] != "pending"
+    assert len(reports) >= 3 and "flow" in reports[0]  # after the row measured before the limit, and each part
 
 
 def test_bench_tvl1_starts_on_a_bare_machine_and_says_what_it_skips(tmp_path: Path) -> None:
