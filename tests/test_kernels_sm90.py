@@ -7,9 +7,20 @@ import importlib.util
 
 import pytest
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 
 
+def test_without_triton_it_says_so_in_one_line_and_passes(monkeypatch, capsys):
+    import kernels_sm90
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "triton" else
+                        find_spec(name, *args))
+    assert kernels_sm90.main([]) == 0
+    assert capsys.readouterr().out == "kernels_sm90: skipped, triton is not installed (pip install triton)\n"
+
+
+@needs_triton
 def test_the_recorded_launches_cover_every_kernel_channel_count_mode_and_median_size():
     import kernels_sm90
     from coclr.flow.tvl1_triton import TritonSettings
@@ -31,6 +42,7 @@ def test_the_recorded_launches_cover_every_kernel_channel_count_mode_and_median_
     assert all(launch.default == (dict(launch.constants)["NMAX"] <= 8) for launch in by_kernel["_stop_kernel"])
 
 
+@needs_triton
 def test_a_kernel_compiles_for_sm90_and_its_resources_are_read():
     import kernels_sm90
     from coclr.flow import tvl1_triton
@@ -42,6 +54,7 @@ def test_a_kernel_compiles_for_sm90_and_its_resources_are_read():
     assert 16 <= usage.registers <= 255 and usage.spill_bytes == 0 and usage.stack_bytes >= 0
 
 
+@needs_triton
 @pytest.mark.slow
 def test_every_default_configuration_compiles_for_sm90_without_spills(capsys):
     import kernels_sm90
