@@ -7,6 +7,7 @@ must be called by all ranks in the same order, as with ``torch.distributed`` its
 
 from __future__ import annotations
 
+import atexit
 import os
 from datetime import timedelta
 from typing import Any
@@ -28,7 +29,8 @@ def local_device(name: str) -> str:
 
 
 def init_distributed(device: torch.device, backend: str | None = None, timeout: timedelta | None = None) -> None:
-    """Join the process group torchrun describes; nothing in one process or when already joined.
+    """Join the process group torchrun describes; nothing in one process or when already joined. The group is
+    destroyed when the process exits (:func:`destroy_distributed`).
 
     ``backend``: NCCL on GPUs and gloo on CPU by default. ``timeout``: how long a collective waits for the other
     processes (torch's default, 30 minutes for gloo, when None).
@@ -38,6 +40,14 @@ def init_distributed(device: torch.device, backend: str | None = None, timeout: 
             torch.cuda.set_device(device)
         backend = backend or ("nccl" if device.type == "cuda" else "gloo")
         dist.init_process_group(backend, **({} if timeout is None else {"timeout": timeout}))
+        atexit.register(destroy_distributed)
+
+
+def destroy_distributed() -> None:
+    """Leave and destroy the default process group, if any (registered at exit by :func:`init_distributed`: a
+    group left to the interpreter's teardown can hang NCCL's communicators or leak their resources)."""
+    if is_distributed():
+        dist.destroy_process_group()
 
 
 def is_distributed() -> bool:

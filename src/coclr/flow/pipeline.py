@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,6 +41,9 @@ from coclr.store.clipstore import StorageFullError, write_entry
 from coclr.store.jobs import RecordFn, default_start_method, init_worker
 from coclr.store.jpeg import encode_jpeg
 from coclr.threads import opencv_threads
+
+if TYPE_CHECKING:
+    import torch
 
 OPEN_SIZES = 4
 """Frame sizes with a batch being filled at once (each holds up to ``batch_pairs`` pairs of frames)."""
@@ -278,8 +282,7 @@ class FlowPipeline:
                 if batch is None:
                     return
                 try:
-                    prev = torch.cat([segment.frames[:-1] for segment in batch]).to(device, non_blocking=True)
-                    nxt = torch.cat([segment.frames[1:] for segment in batch]).to(device, non_blocking=True)
+                    prev, nxt = upload_pairs([segment.frames for segment in batch], device)
                     flow = tvl1_flow(prev, nxt, self.params, mode=self.mode, stop_every=self.stop_every,
                                      kernels=self.kernels)
                     uv = quantise_flow(flow.permute(0, 2, 3, 1), self.bound)
@@ -290,6 +293,24 @@ class FlowPipeline:
                 self.stats.solve_seconds += time.perf_counter() - start
                 self.stats.batches += 1
                 self.stats.pairs += sum(segment.pairs for segment in batch)
+
+
+def upload_pairs(videos: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The consecutive frame pairs of ``videos`` (``[N_i, H, W]`` each, one size) as ``(prev, next)`` on ``device``.
+
+    Both are gathered into one host buffer, pinned when ``device`` is a GPU, and copied in one non-blocking copy:
+    the DataLoader pins each video's frames, but concatenating them makes a new, pageable tensor, whose copy
+    would wait for the GPU's queue.
+    """
+    import torch  # heavy: this module is imported by processes that never touch a device
+
+    pairs = sum(len(frames) - 1 for frames in videos)
+    first = videos[0]
+    host = torch.empty((2, pairs, *first.shape[1:]), dtype=first.dtype, pin_memory=device.type == "cuda")
+    torch.cat([frames[:-1] for frames in videos], out=host[0])
+    torch.cat([frames[1:] for frames in videos], out=host[1])
+    on_device = host.to(device, non_blocking=True)
+    return on_device[0], on_device[1]
 
 
 class _Run:
