@@ -48,6 +48,7 @@ def test_the_tiny_suite_reports_every_part(tmp_path: Path, capsys) -> None:
 BARE_MACHINE = """
 import sys
 sys.modules["av"] = None  # import av raises ImportError, as on a machine without PyAV
+sys.modules["xxhash"] = None  # nor xxhash
 import cv2
 if hasattr(cv2, "optflow"):
     del cv2.optflow
@@ -56,8 +57,8 @@ sys.modules["cv2.optflow"] = None  # no OpenCV contrib modules
 
 
 def run_on_a_bare_machine(tmp_path: Path, script: str) -> str:
-    """Run ``script`` (Python, in benchmarks/) as a bare GPU machine would: ``av`` and ``cv2.optflow`` unimportable,
-    no ../shared; returns its output, after checking that it succeeded."""
+    """Run ``script`` (Python, in benchmarks/) as a bare GPU machine would: ``av``, ``xxhash`` and ``cv2.optflow``
+    unimportable, no ../shared; returns its output, after checking that it succeeded."""
     import os
     import subprocess
     import sys
@@ -68,7 +69,8 @@ def run_on_a_bare_machine(tmp_path: Path, script: str) -> str:
     benchmarks = Path(gpu_suite.__file__).resolve().parent
     env = {**os.environ, "COCLR_SHARED": str(tmp_path / "no_shared"), "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(site), str(benchmarks.parent / "src"), os.environ.get("PYTHONPATH", "")])}
-    check = "import sys, cv2; assert sys.modules['av'] is None and not hasattr(cv2, 'optflow'); "
+    check = ("import sys, cv2; assert sys.modules['av'] is None and sys.modules['xxhash'] is None "
+             "and not hasattr(cv2, 'optflow'); ")
     result = subprocess.run([sys.executable, "-c", check + script], cwd=benchmarks, env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
