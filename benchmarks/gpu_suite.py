@@ -61,6 +61,7 @@ import torch
 import torch.utils._python_dispatch
 
 from coclr.config import load_config
+from coclr.core.methods import METHODS
 from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD, ClipAugment
 from coclr.data.batch_decode import collate_clips, decode_batch, gpu_decoder_available
 from coclr.data.datasets import TrainClips
@@ -268,8 +269,8 @@ def training_config(suite: Suite, store: Path, out: Path, *overrides: str) -> Pr
 
 
 def method_overrides(suite: Suite, method: str) -> list[str]:
-    if method == "infonce":
-        return ["method.name=infonce"]
+    if not METHODS[method].needs_sampler(simultaneous=False):
+        return [f"method.name={method}"]
     checkpoint = sampler_checkpoint(suite.tmp / f"sampler_{suite.model.width}.pth", suite.model.width)
     return ["method.name=coclr", f"method.sampler_checkpoint={checkpoint}", "method.group_positives=true"]
 

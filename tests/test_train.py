@@ -166,7 +166,7 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(store: Path, tmp_pa
     last = tmp_path / "b" / "checkpoint_last.pth"
     killed_at = load_checkpoint(last)["position"]
     assert (killed_at["epoch"], killed_at["global_step"]) == (1, 5), killed_at  # saved after step 5, mid-epoch
-    resumed = run_pretrain([*common, f"run.out={tmp_path / 'b'}", "--resume"])
+    resumed = run_pretrain([*common, f"run.out={tmp_path / 'b'}"])  # the same command continues
     out_resumed, _ = resumed.communicate(timeout=300)
     out_reference, _ = reference.communicate(timeout=300)
     assert resumed.returncode == 0, out_resumed

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from coclr.atomic import atomic_write_json, atomic_write_text
-from coclr.study.config import ROWS, StudyConfig
+from coclr.study.config import ROWS, StudyConfig, supervised_row
 from coclr.study.plan import StudyPlan, cross_entropy_init, options_record, plan_study
 from coclr.study.results import claims, results_markdown, seeds_markdown, summarise_seeds
 
@@ -77,10 +77,9 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
     views = plan.evaluated_views
     cache = out / "feature_cache"
     common = {"with_views": views, "progress": False}
-    if "cross_entropy_rgb" in config.rows:
+    for key in filter(supervised_row, config.rows):
         init = cross_entropy_init(plan)
-        plan.encoders["cross_entropy_rgb"] = (stream_folder(out / "cross_entropy", "rgb", file_sha256(init), views)
-                                              / ENCODER_FILE)
+        plan.encoders[key] = stream_folder(out / "cross_entropy", "rgb", file_sha256(init), views) / ENCODER_FILE
     from tqdm import tqdm
 
     rows = []
@@ -103,7 +102,7 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
             records.append(record)
             bar.update()
         if "finetune" in config.columns:
-            if key == "cross_entropy_rgb":  # its finetuning is its training, from the random encoder
+            if supervised_row(key):  # its finetuning is its training, from the random encoder
                 record = evaluate_finetune(store, [Stream(cross_entropy_init(plan), "rgb")], out / "cross_entropy",
                                            plan.clips, plan.supervised, **common)
             else:
@@ -163,7 +162,7 @@ def run_study(config: StudyConfig, out: str | Path, check_only: bool = False) ->
     steps = 5
     print(f"[1/{steps}] data", flush=True)
     prepare_data(plan)
-    if "cross_entropy_rgb" in config.rows:
+    if any(map(supervised_row, config.rows)):
         write_cross_entropy_init(plan)
     print(f"[2/{steps}] training and finetuning: {len(plan.jobs)} commands, {config.processes} at a time", flush=True)
     run_jobs(plan.jobs, out, config.processes, config.gpus)
@@ -172,9 +171,9 @@ def run_study(config: StudyConfig, out: str | Path, check_only: bool = False) ->
     print(f"[4/{steps}] stages of co-training (Figure 4)", flush=True)
     stages = stage_records(plan)
     print(f"[5/{steps}] report", flush=True)
+    coclr_rgb = [r for key in ("coclr_rgb", "coclr_two_stream") for row in rows if row["row"] == key
+                 for r in row["records"] if r["task"] == "retrieval"]  # the gallery: CoCLR's RGB retrieval
     records = [record for row in rows for record in row.pop("records")]
-    coclr_rgb = [r for r in records if r["task"] == "retrieval" and r["streams"][0]["view"] == "rgb"
-                 and r.get("name") == "CoCLR"]
     write_report(out, [*records, *coclr_rgb[:1]], open_store(plan.store))
     seconds = time.time() - started
     checks = claims(rows, config.columns)

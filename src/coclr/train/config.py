@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from coclr.config import option, require
-from coclr.core.methods import METHODS
+from coclr.core.methods import CONTRASTIVE, methods_help
 
 
 @dataclass
@@ -72,8 +72,7 @@ class ModelOptions:
 
 @dataclass
 class MethodOptions:
-    name: str = option("infonce", "positive-set rule: infonce (own key), ubernce (label oracle), coclr (top-K "
-                                  "mined in the other view), cmc (same clip in both views)")
+    name: str = option("infonce", methods_help())
     queue_size: int = option(2048, "K, number of keys in the momentum queue (2048 on UCF101, 16384 on K400)")
     temperature: float = option(0.07, "softmax temperature tau")
     momentum: float = option(0.999, "EMA coefficient m of the key encoder")
@@ -103,7 +102,7 @@ class MethodOptions:
     @property
     def spec(self):
         """The method's definition (:data:`coclr.core.methods.METHODS`)."""
-        return METHODS[self.name]
+        return CONTRASTIVE[self.name]
 
     @property
     def form(self) -> str:
@@ -120,7 +119,7 @@ class MethodOptions:
         return self.spec.waits_for_full_queue if self.wait_for_full_queue is None else self.wait_for_full_queue
 
     def validate(self) -> None:
-        require(self.name in METHODS, "name", f"{self.name!r} is not one of {', '.join(METHODS)}")
+        require(self.name in CONTRASTIVE, "name", f"{self.name!r} is not one of {', '.join(CONTRASTIVE)}")
         require(self.queue_size >= 1, "queue_size", "must be positive")
         require(self.temperature > 0, "temperature", "must be positive")
         require(0 <= self.momentum < 1, "momentum", "must be in [0, 1)")
@@ -129,7 +128,7 @@ class MethodOptions:
         require(0 <= self.own_drop_prob <= 1, "own_drop_prob", "must be in [0, 1]")
         require(self.own_positive_epochs >= 0, "own_positive_epochs", "must be at least 0")
         require(not self.simultaneous or self.spec.two_views == "when_simultaneous", "simultaneous",
-                f"applies to {', '.join(m.name for m in METHODS.values() if m.two_views == 'when_simultaneous')} "
+                f"applies to {', '.join(m.name for m in CONTRASTIVE.values() if m.two_views == 'when_simultaneous')} "
                 "only")
         if self.spec.needs_sampler(self.simultaneous):
             require(bool(self.sampler_checkpoint), "sampler_checkpoint",
