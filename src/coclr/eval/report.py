@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, read_json_lines
+from coclr.clips import CLIP_KEYS
 from coclr.core.methods import display_name, find_method
 from coclr.errors import DataError
 
@@ -75,7 +76,6 @@ def describe_encoders(record: dict[str, Any]) -> dict[str, str]:
     return {"Method": name, "Input": input_name, "Labels": labels}
 
 
-CLIP_KEYS = ("length", "stride", "size")
 OTHER_CLIPS_MARK = "†"
 DEGENERATE_MARK = "‡"
 

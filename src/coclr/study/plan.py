@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coclr.clips import recorded_clips
 from coclr.config import from_dict, merge, to_dict
 from coclr.errors import ConfigError
 from coclr.study.config import ROWS, STUDY_SYNTH, StudyConfig, supervised_row
@@ -213,11 +214,8 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
         encoders["cmc_rgb"] = out / "cmc" / LAST
 
     training = _pretrain_config(configs[stages[0].name], "InfoNCE stage")
-    train_clips = {"length": training.data.length, "stride": training.data.stride, "size": training.data.size}
     evaluation = config.eval
-    clips = from_dict(ClipConfig, {**train_clips, **{k: v for k, v in (("length", evaluation.length),
-                                                                       ("stride", evaluation.stride),
-                                                                       ("size", evaluation.size)) if v is not None},
+    clips = from_dict(ClipConfig, {**training.data.clips.to_dict(), **recorded_clips(dataclasses.asdict(evaluation)),
                                    "batch_size": evaluation.batch_size}, prefix="eval.")
     probe = from_dict(LinearProbeConfig, {**evaluation.linear, "seed": config.seed}, prefix="eval.linear.")
     finetune = from_dict(FinetuneConfig, {**evaluation.finetune, "seed": config.seed}, prefix="eval.finetune.")
@@ -263,8 +261,8 @@ def finetune_argv(plan: StudyPlan, checkpoint: Path, view: str, options, work_di
 def _check_data(plan: StudyPlan) -> None:
     """The data the study starts from: the synthetic dataset's options, or the videos and split files (every video
     must exist), or an existing store with both splits."""
-    from coclr.video import indexes
     from coclr.synth import SynthConfig
+    from coclr.video import indexes
 
     data = plan.config.data
     if data.source == "synth":

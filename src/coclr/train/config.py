@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from coclr.clips import ClipSettings, clip_option
 from coclr.config import option, require
 from coclr.core.methods import CONTRASTIVE, methods_help
 
@@ -26,9 +27,9 @@ class DataOptions:
     split: str = option("train", "split of the store used for self-supervised training")
     view: str = option("rgb", "view trained: rgb, flow (or another stored flow view, e.g. flow_dis) or rgbdiff")
     second_view: str = option("flow", "the other view, used by coclr (mining), cmc and simultaneous training")
-    length: int = option(32, "frames per clip")
-    stride: int = option(1, "temporal stride between sampled frames")
-    size: int = option(128, "spatial size of the augmented clips (random resized crop)")
+    length: int = clip_option("length")
+    stride: int = clip_option("stride")
+    size: int = clip_option("size", "side of the augmented clips (random resized crop)")
     frame_size: list[int] | None = option(None, "[height, width] every stored frame is fitted to before "
                                                 "batching (default: the most common size in the split)")
     workers: int = option(4, "DataLoader worker processes per training process (0: load in the main process); "
@@ -43,11 +44,13 @@ class DataOptions:
               "through torchvision, on the CPU with OpenCV); null: device on CUDA when torchvision's GPU decoder "
               "is importable and no frame cache is asked for (cache_mb), else workers")
 
+    @property
+    def clips(self) -> ClipSettings:
+        return ClipSettings.of(self)
+
     def validate(self) -> None:
         require(bool(self.store), "store", "is required (a clip store directory)")
-        require(self.length >= 8, "length", "must be at least 8 (the smallest input S3D takes is 8x32x32)")
-        require(self.stride >= 1, "stride", "must be at least 1")
-        require(self.size >= 32, "size", "must be at least 32 (the smallest input S3D takes is 8x32x32)")
+        ClipSettings.check(self)
         require(self.workers >= 0, "workers", "must be non-negative")
         require(self.cache_mb >= 0, "cache_mb", "must be non-negative")
         require(self.cache_mb == 0 or self.workers == 0, "cache_mb",

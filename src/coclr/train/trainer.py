@@ -177,9 +177,8 @@ def clip_settings(config: PretrainConfig, store, view: str) -> dict[str, Any]:
     from coclr.flow.extract import stored_bound
 
     data = config.data
-    return {"view": view, "length": data.length, "stride": data.stride, "size": data.size,
-            "fps": store.meta.get("fps"), "short_side": store.meta.get("short_side"),
-            "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
+    return {"view": view, **data.clips.to_dict(), "fps": store.meta.get("fps"),
+            "short_side": store.meta.get("short_side"), "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
             "flow_bound": stored_bound(store, stored_view(view)) if is_flow_view(view) else None}
 
 
@@ -332,10 +331,10 @@ class Trainer:
             "backbone": encoder.backbone.state_dict(),
             "head": encoder.head.state_dict(),
             "clip_settings": self.clip_settings[view],
-            "encoders": {v: {"arch": dict(l.encoder_q.arch), "backbone": l.encoder_q.backbone.state_dict(),
-                             "head": l.encoder_q.head.state_dict(),
+            "encoders": {v: {"arch": dict(learner.encoder_q.arch), "backbone": learner.encoder_q.backbone.state_dict(),
+                             "head": learner.encoder_q.head.state_dict(),
                              "clip_settings": self.clip_settings[v]}
-                         for v, l in self.model.learners.items()},
+                         for v, learner in self.model.learners.items()},
             "config": to_dict(self.config),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
