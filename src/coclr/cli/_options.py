@@ -30,6 +30,8 @@ def add_clip_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None
                         help=f"{scope}step between the frames of a clip {trained.format(PAPER_CLIPS['stride'])}")
     parser.add_argument("--size", type=int, help=f"{scope}crop side in pixels {trained.format(PAPER_CLIPS['size'])}")
     parser.add_argument("--batch-size", type=int, default=16, help=f"{scope}clips per batch (default 16)")
-    parser.add_argument("--workers", type=int, default=0, help=f"{scope}DataLoader workers reading the store (default 0)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help=f"{scope}DataLoader worker processes reading the store (default 0: none, read in this "
+                        "process)")
     parser.add_argument("--device", help=f"{scope}torch device (default: cuda when available, else cpu)")
     parser.add_argument("--amp", action="store_true", help=f"{scope}run the network under autocast")

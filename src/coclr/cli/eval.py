@@ -77,10 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    import torch
-
     from coclr.atomic import atomic_write_json
     from coclr.config import from_dict
+    from coclr.core.distributed import pick_device
     from coclr.errors import CheckpointError, ConfigError
     from coclr.eval.features import ClipConfig, Stream, check_inputs, split_entries, trained_clips, trained_view
     from coclr.store.clipstore import open_store
@@ -95,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     clips, sources = trained_clips(checkpoints, length=args.length, stride=args.stride, size=args.size)
     clip_config = from_dict(ClipConfig, {**clips, "batch_size": args.batch_size, "workers": args.workers,
                                          "amp": args.amp})
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = str(pick_device(args.device, "--device"))
     store = open_store(args.store)
     views = [*(s.view for s in streams), *args.also_views]
     left_out = check_inputs(store, streams, [args.train_split, args.test_split], args.also_views)

@@ -40,19 +40,19 @@ def run(args: argparse.Namespace) -> int:
     records = [load_record(path) for path in args.results]
     store = open_store(args.store) if args.store else None
     if args.run:
-        import torch
-
         from coclr.config import from_dict
+        from coclr.core.distributed import pick_device
         from coclr.eval.features import ClipConfig, trained_clips
         from coclr.eval.report import report_run, stage_encoders
 
-        encoders = list(dict.fromkeys(path for point in stage_encoders(args.run) for path in point["encoders"].values()))
+        encoders = list(dict.fromkeys(path for point in stage_encoders(args.run)
+                                      for path in point["encoders"].values()))
         clips, sources = trained_clips(encoders, length=args.length, stride=args.stride, size=args.size)
         print("coclr report: clips of " + ", ".join(f"{key} {value} ({sources[key]})" for key, value in clips.items()),
               file=sys.stderr)
         clip_config = from_dict(ClipConfig, {**clips, "batch_size": args.batch_size, "workers": args.workers,
                                              "amp": args.amp})
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = str(pick_device(args.device, "--device"))
         records += report_run(args.run, store, args.out, clip_config, device, args.cache_dir, not args.quiet)
     written = write_report(args.out, records, store, args.gallery_queries)
     for name in sorted(written):

@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader
 from coclr import seeding
 from coclr.atomic import atomic_duplicate, atomic_torch_save, atomic_write_text, read_json_lines
 from coclr.config import to_dict
-from coclr.core.distributed import init_distributed, is_main, local_device, rank, world_size
+from coclr.core.distributed import init_distributed, is_main, pick_device, rank, world_size
 from coclr.data.augment import ClipAugment
 from coclr.data.batch_decode import collate_clips, decode_batch, resolve_decode
 from coclr.data.datasets import TrainClips
@@ -81,13 +81,8 @@ def torch_settings(deterministic: bool, device: torch.device) -> Iterator[None]:
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ConfigError(f"run.device: {name!r} requested but CUDA is not available")
-        name = local_device(name)
-    return torch.device(name)
+    """The device of ``run.device`` (:func:`coclr.core.distributed.pick_device`)."""
+    return pick_device(name, "run.device")
 
 
 def resolve_precision(config: PretrainConfig, device: torch.device) -> PretrainConfig:
