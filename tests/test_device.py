@@ -7,7 +7,7 @@ import torch
 
 from coclr.core.distributed import pick_device
 from coclr.errors import ConfigError
-from coclr.train.trainer import resolve_device
+from coclr.train.setup import resolve_device
 
 
 def test_auto_and_none_pick_cuda_when_available_else_the_cpu() -> None:

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
         print_options(PretrainConfig)
         return 0
     config = load_config(PretrainConfig, args.config, args.overrides)
-    from coclr.train.trainer import pretrain
+    from coclr.train.run import pretrain
 
     checkpoint = pretrain(config, restart=args.restart)
     print(f"last checkpoint: {checkpoint}")
