@@ -281,8 +281,8 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
     ``out_dir/results/<stage>_<view>.json``, with ``mined_precision`` (percent) for stages that mined
     positives; the plot to ``out_dir/stage_recall.png``.
     """
-    from coclr.eval.features import Stream, check_inputs, file_sha256
-    from coclr.eval.retrieval import evaluate_retrieval
+    from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
+    from coclr.eval.features import ClipConfig, Stream, check_inputs, file_sha256
 
     out_dir = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir else out_dir / "feature_cache"
@@ -301,8 +301,8 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
                 continue
             key = (file_sha256(path), view)
             if key not in by_content:
-                record = evaluate_retrieval(store, [Stream(path, view)], clip_config, device=device,
-                                            cache_dir=cache_dir, progress=progress)
+                record = evaluate_checkpoint("retrieval", store, [Stream(path, view)], clip_config or ClipConfig(),
+                                             TaskOptions(cache_dir=cache_dir), device=device, progress=progress)
                 trained_in, method = stage["producers"][view]
                 record["name"] = f"{display_name(method)} ({trained_in})"
                 record["stage"] = trained_in

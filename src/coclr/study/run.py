@@ -65,11 +65,10 @@ def write_cross_entropy_init(plan: StudyPlan) -> Path:
 
 def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
     """Every row's evaluations (records written to ``OUT/eval``) and its numbers with the paper's."""
+    from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
     from coclr.eval.features import Stream, file_sha256
-    from coclr.eval.finetune import ENCODER_FILE, evaluate_finetune, stream_folder
-    from coclr.eval.linear import evaluate_linear
+    from coclr.eval.finetune import ENCODER_FILE, stream_folder
     from coclr.eval.report import degenerate, other_clips
-    from coclr.eval.retrieval import evaluate_retrieval
     from coclr.store.clipstore import open_store
 
     out, config = plan.out, plan.config
@@ -77,6 +76,8 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
     views = plan.evaluated_views
     cache = out / "feature_cache"
     common = {"with_views": views, "progress": False}
+    options = TaskOptions(ks=config.eval.ks, probe=plan.probe, finetune=plan.finetune, work_dir=out / "finetune",
+                          cache_dir=cache)
     for key in filter(supervised_row, config.rows):
         init = cross_entropy_init(plan)
         plan.encoders[key] = stream_folder(out / "cross_entropy", "rgb", file_sha256(init), views) / ENCODER_FILE
@@ -92,21 +93,22 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
                                  "paper": dict(zip(("linear", "finetune", "retrieval"), row.paper))}
         records = []
         if "retrieval" in config.columns:
-            record = evaluate_retrieval(store, streams, plan.clips, plan.config.eval.ks, cache_dir=cache, **common)
+            record = evaluate_checkpoint("retrieval", store, streams, plan.clips, options, **common)
             entry["retrieval"] = {f"R@{k}": record["results"][f"R@{k}"] for k in record["config"]["ks"]}
             records.append(record)
             bar.update()
         if "linear" in config.columns:
-            record, _, _ = evaluate_linear(store, streams, plan.clips, plan.probe, cache_dir=cache, **common)
+            record = evaluate_checkpoint("linear", store, streams, plan.clips, options, **common)
             entry["linear_top1"] = record["results"]["top1"]
             records.append(record)
             bar.update()
         if "finetune" in config.columns:
             if supervised_row(key):  # its finetuning is its training, from the random encoder
-                record = evaluate_finetune(store, [Stream(cross_entropy_init(plan), "rgb")], out / "cross_entropy",
-                                           plan.clips, plan.supervised, **common)
+                supervised = dataclasses.replace(options, finetune=plan.supervised, work_dir=out / "cross_entropy")
+                record = evaluate_checkpoint("finetune", store, [Stream(cross_entropy_init(plan), "rgb")],
+                                             plan.clips, supervised, **common)
             else:
-                record = evaluate_finetune(store, streams, out / "finetune", plan.clips, plan.finetune, **common)
+                record = evaluate_checkpoint("finetune", store, streams, plan.clips, options, **common)
             entry["finetune_top1"] = record["results"]["top1"]
             records.append(record)
             bar.update()
