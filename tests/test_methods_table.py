@@ -51,3 +51,4 @@ def test_study_rows_follow_the_table() -> None:
     assert [key for key in ROWS if supervised_row(key)] == ["cross_entropy_rgb"]
     assert ROWS["coclr_two_stream"].streams == (("coclr_rgb", "rgb"), ("coclr_flow", "flow"))
     assert ROWS["coclr_k1_rgb"].method == "CoCLR K=1" and ROWS["cmc_rgb"].labels is False
+

@@ -28,6 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+RUN_ONLY = ("length", "stride", "size", "device", "amp", "cache_dir")
+"""Options that only the evaluation of ``--run`` reads (refused without it, instead of being ignored)."""
+
+
 def run(args: argparse.Namespace) -> int:
     from coclr.errors import ConfigError
     from coclr.eval.report import load_record, write_report
@@ -37,6 +41,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--results or --run: give result files, a run folder, or both")
     if args.run and not args.store:
         raise ConfigError("--store: required with --run (the store to evaluate the run's encoders on)")
+    unused = [f"--{key.replace('_', '-')}" for key in RUN_ONLY if getattr(args, key) not in (None, False)]
+    if unused and not args.run:
+        raise ConfigError(f"{', '.join(unused)}: apply to --run only (the evaluation of a pipeline run's stages); "
+                          "the result files were evaluated already")
     records = [load_record(path) for path in args.results]
     store = open_store(args.store) if args.store else None
     if args.run:
