@@ -759,8 +759,7 @@ def part_flow(suite: Suite, budget: Budget) -> None:
 
     from coclr.flow.tvl1 import tvl1_flow
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    try:
+    try:  # benchmarks/ is on the path: the script's own folder, or pytest's pythonpath
         bench = importlib.import_module("bench_tvl1")
     except Exception as error:  # it needs ../shared/data; a broken import must not stop the suite
         print(f"  benchmarks/bench_tvl1.py not importable here ({type(error).__name__}: {error})")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -12,7 +11,6 @@ import pytest
 from coclr.synth import random_store as make_random_store  # noqa: F401 (the tests' random store)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))  # the synthetic dataset's diagnostic features live there
 SHARED = Path(os.environ.get("COCLR_SHARED", REPO_ROOT.parent / "shared"))
 
 

@@ -5,9 +5,11 @@ of every half-overlapping sliding window of a video, centre crop only (no colour
 averaged over the windows of the video. Query AND gallery videos are treated the same way (the reference
 code used one random clip per gallery video).
 
-The cache is keyed by the sha256 of the checkpoint *file content* plus the data configuration (store, view,
-split and its list of videos, clip length, frame stride, crop size, autocast), so retraining a checkpoint
-in place never serves stale features (the reference keyed its cache by folder).
+The cache is keyed by the sha256 of the checkpoint *file content* plus what determines the data: the store's
+settings, the split's videos with the checksum of each one's entry (:meth:`ClipStore.checksum`, which changes with
+any stored byte), the view, clip length, frame stride, crop size and autocast. So retraining a checkpoint or
+rebuilding a store in place (other frames, other JPEG quality) never serves stale features (the reference keyed its
+cache by folder), and a store moved elsewhere keeps its cache.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from coclr.atomic import atomic_open
 from coclr.clips import PAPER_CLIPS, ClipSettings, clip_option, recorded_clips
 from coclr.config import option, require
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 """Bumped whenever the way features are computed changes, which invalidates every cache entry."""
 
 
@@ -163,11 +165,23 @@ def extract_features(backbone: nn.Module, store, view: str, split: str, config: 
 
 def cache_key(checkpoint_sha256: str, store, view: str, split: str, config: ClipConfig,
               with_views: Sequence[str] = ()) -> dict[str, object]:
-    """Everything the features depend on: checkpoint content, store, view, split content, clip options."""
+    """Everything the features depend on: checkpoint content, the store's settings, view, split, the split's
+    videos and the content of their entries (:func:`entry_identity`), clip options. Not the store's path."""
     entries = split_entries(store, split, [view, *with_views])
-    videos = hashlib.sha256(json.dumps([[e.path, e.label] for e in entries]).encode()).hexdigest()
-    return {"format": CACHE_FORMAT, "checkpoint_sha256": checkpoint_sha256, "store": str(Path(store.root).resolve()),
-            "view": view, "split": split, "videos_sha256": videos, **config.data_key()}
+    videos = [[e.path, e.label, entry_identity(store, e.path, view)] for e in entries]
+    return {"format": CACHE_FORMAT, "checkpoint_sha256": checkpoint_sha256, "store_settings": store.meta,
+            "view": view, "split": split, "videos_sha256": hashlib.sha256(json.dumps(videos).encode()).hexdigest(),
+            **config.data_key()}
+
+
+def entry_identity(store, key: str, view: str) -> str:
+    """What identifies the stored content of an entry: its checksum; for an entry written before checksums, its
+    file's inode, size and modification time (a rebuilt entry is a new file: written atomically)."""
+    value = store.checksum(key, view)
+    if value is not None:
+        return value
+    stat = store.entry_path(key, view).stat()
+    return f"unverified:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def _cache_path(cache_dir: Path, key: dict[str, object]) -> Path:

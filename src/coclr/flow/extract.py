@@ -225,7 +225,8 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
     ``view`` defaults to the backend's (``flow`` for TV-L1, ``flow_dis`` for DIS). ``params``: TV-L1
     parameters (default: OpenCV's); not accepted by ``dis``. ``workers``: processes for the CPU backends, or for
     decoding and JPEG encoding around ``tvl1-torch`` (None: one per core, or under torchrun the process's share of
-    them; 0: none, everything in this process). ``device``, ``batch_pairs`` (frame pairs per solve, across videos), ``mode`` and ``stop_every``
+    them; 0: none, everything in this process). ``device``, ``batch_pairs`` (frame pairs per solve, across
+    videos), ``mode`` and ``stop_every``
     (:data:`~coclr.flow.params.MODES`), ``kernels`` (``auto``, ``torch`` or ``triton``) and ``jpeg``
     (``opencv`` or ``nvjpeg``) apply to ``tvl1-torch``. JPEG quality is the store's RGB quality (metadata
     ``quality``). ``bound``: flow is clipped to +-``bound`` px before quantisation

@@ -36,7 +36,7 @@ import numpy as np
 from coclr.errors import ConfigError
 from coclr.flow.encode import FLOW_BOUND, flow_image, quantise_flow
 from coclr.flow.params import TVL1Params
-from coclr.store.clipstore import write_entry
+from coclr.store.clipstore import StorageFullError, write_entry
 from coclr.store.jobs import RecordFn, default_start_method, init_worker
 from coclr.store.jpeg import encode_jpeg
 from coclr.threads import opencv_threads
@@ -115,6 +115,8 @@ def encode_and_write(root: str, view: str, key: str, frames: np.ndarray | list[b
             frames = [encode_jpeg(image, quality) for image in flow_image(frames)]
         write_entry(root, key, view, frames, fps)
         return key, len(frames), None
+    except StorageFullError:  # the storage's fault, not the entry's: the job stops (no video is blamed)
+        raise
     except Exception as error:  # one bad entry must not stop the others
         return key, 0, f"{type(error).__name__}: {error}"
 

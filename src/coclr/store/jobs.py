@@ -3,9 +3,11 @@
 Building the RGB view (:mod:`coclr.store.build`), optical flow extraction (:mod:`coclr.flow.extract`) and the
 synthetic dataset (:mod:`coclr.synth`) all run through :func:`run_entry_jobs`: a picklable
 ``job(key) -> (encoded_frames, fps)`` runs in a process pool, finished entries are written atomically, complete
-ones skipped, failures counted, listed and recorded in the store (``failed_<view>.json``), so training and
-evaluation can leave them out knowingly. One job at a time writes a view: a second one started on the same store
-and view is refused while the first runs (the lock goes with the process, so a killed job leaves none behind).
+ones skipped (unless the store lists them as failed or damaged: those are tried again), failures counted, listed
+and recorded in the store (``failed_<view>.json``), so training and evaluation can leave them out knowingly. A
+full disk is nobody's failure: the job stops at once (:class:`~coclr.store.clipstore.StorageFullError`). One job
+at a time writes a view: a second one started on the same store and view is refused while the first runs (the
+lock goes with the process, so a killed job leaves none behind).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from coclr.atomic import PARTIAL_SUFFIX
 from coclr.core.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
 from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
-from coclr.store.clipstore import ClipStore, check_view_name, record_failures, write_entry
+from coclr.store.clipstore import ClipStore, StorageFullError, check_view_name, record_failures, write_entry
 from coclr.threads import opencv_threads
 
 EntryJob = Callable[[str], tuple[Sequence[bytes], float]]
@@ -184,7 +186,8 @@ def run_entry_stream(root: str | Path, view: str, keys: Iterable[str], stream: E
 
 def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStream, desc: str | None) -> JobSummary:
     summary = JobSummary(view)
-    todo = [key for key in keys if not store.has(key, view)]
+    listed = store.failed(view)  # failed or damaged: tried again (a damaged entry's file exists)
+    todo = [key for key in keys if key in listed or not store.has(key, view)]
     summary.skipped = len(keys) - len(todo)
     remove_stale_partials(store.root / view)
     from tqdm import tqdm
@@ -201,7 +204,10 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
             progress.update(1)
 
         if todo:
-            stream(todo, record)
+            try:
+                stream(todo, record)
+            except StorageFullError as error:  # stop at once: the entries left would fail the same way
+                raise error.with_remaining(len(todo) - summary.done - len(summary.failed)) from None
     return summary
 
 
@@ -273,6 +279,8 @@ def _run_and_write(root: str, view: str, key: str, job: EntryJob) -> tuple[str, 
         encoded, fps = job(key)
         write_entry(root, key, view, encoded, fps)
         return key, len(encoded), None
+    except StorageFullError:  # the storage's fault, not the entry's: the job stops (no video is blamed)
+        raise
     except Exception as error:  # one bad entry must not stop a job over thousands of videos
         return key, 0, f"{type(error).__name__}: {error}"
 
