@@ -796,7 +796,7 @@ def part_quality(suite: Suite, budget: Budget) -> None:
 
     store = suite.tmp / "synth"
     synth = SynthConfig(height=64, width=64, frames=16, train_scenes=48, test_scenes=16, actor_cue=0.5)
-    generate_synthetic(store, synth, workers=0)
+    generate_synthetic(store, synth)  # one worker per core
     results = {}
     for name, amp, seed in (("fp32, seed 0", "none", 0), ("bf16, seed 0", "bf16", 0), ("fp32, seed 1", "none", 1)):
         out = suite.tmp / f"quality_{amp}_{seed}"
