@@ -67,6 +67,7 @@ ROWS: dict[str, Row] = {row.key: row for row in (
 ``train.method.topk`` (the paper's K = 5); the ablations K = 1 and K = 50 and 'sim' (both views trained at once)
 change only that. The paper marks its CMC row as using labels; CMC uses none, and the row says so."""
 
+
 def supervised_row(key: str) -> bool:
     """Whether row ``key`` is trained end to end with labels from a random encoder (its method has no positive
     rule): its finetuning is its training."""
