@@ -67,6 +67,7 @@ import torch
 import torch.utils._python_dispatch
 
 from coclr.config import load_config
+from coclr.core.methods import METHODS
 from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD, ClipAugment
 from coclr.data.batch_decode import collate_clips, decode_batch, gpu_decoder_available
 from coclr.data.datasets import TrainClips
@@ -292,8 +293,8 @@ def training_config(suite: Suite, store: Path, out: Path, *overrides: str) -> Pr
 
 
 def method_overrides(suite: Suite, method: str) -> list[str]:
-    if method == "infonce":
-        return ["method.name=infonce"]
+    if not METHODS[method].needs_sampler(simultaneous=False):
+        return [f"method.name={method}"]
     checkpoint = sampler_checkpoint(suite.tmp / f"sampler_{suite.model.width}.pth", suite.model.width)
     return ["method.name=coclr", f"method.sampler_checkpoint={checkpoint}", "method.group_positives=true"]
 
@@ -862,7 +863,7 @@ def part_quality(suite: Suite, budget: Budget) -> None:
 
     store = suite.tmp / "synth"
     synth = SynthConfig(height=64, width=64, frames=16, train_scenes=48, test_scenes=16, actor_cue=0.5)
-    generate_synthetic(store, synth, workers=0)
+    generate_synthetic(store, synth)  # one worker per core
     results = {}
     for name, amp, seed in (("fp32, seed 0", "none", 0), ("bf16, seed 0", "bf16", 0), ("fp32, seed 1", "none", 1)):
         out = suite.tmp / f"quality_{amp}_{seed}"

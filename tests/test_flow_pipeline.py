@@ -49,11 +49,12 @@ def reference_entry(store: ClipStore, key: str, params: TVL1Params, mode: str, q
     return [encode_jpeg(image, quality) for image in flow_to_uint8(flow.permute(0, 2, 3, 1)).numpy()]
 
 
-@pytest.mark.parametrize("mode", ["exact", "fast"])
-def test_the_pipeline_writes_what_each_video_alone_gives(tmp_path, mode):
+@pytest.mark.parametrize("mode, workers", [("exact", 2), ("fast", 2), ("exact", 0)])
+def test_the_pipeline_writes_what_each_video_alone_gives(tmp_path, mode, workers):
+    # workers=0: decoding and encoding in this process, as DataLoader's num_workers=0
     videos = mixed_videos()
     make_store(tmp_path / "store", videos)
-    summary = extract_flow(tmp_path / "store", backend="tvl1-torch", device="cpu", params=SHORT, workers=2,
+    summary = extract_flow(tmp_path / "store", backend="tvl1-torch", device="cpu", params=SHORT, workers=workers,
                            batch_pairs=3, mode=mode)
     failed = dict(summary.failed)
     assert set(failed) == {"single_frame.avi", "tiny.avi"}

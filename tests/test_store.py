@@ -196,6 +196,29 @@ class ExitOnKey(FramesOfKey):
         return super().__call__(key)
 
 
+class PidOfKey(FramesOfKey):
+    """A job that notes the process each key ran in (visible here only when it ran in this process)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pids: list[int] = []
+
+    def __call__(self, key: str) -> tuple[list[bytes], float]:
+        self.pids.append(os.getpid())
+        return super().__call__(key)
+
+
+def test_workers_0_runs_every_job_in_this_process_as_dataloader(tmp_path):
+    keys = ["k/1", "k/2", "k/3"]
+    create_store(tmp_path, VideoIndex("x", ["k"], [VideoEntry(k, 0, "train") for k in keys]))
+    job = PidOfKey()
+    assert run_entry_jobs(tmp_path, "v", ["k/1", "k/2", "k/3"], job, workers=0).done == 3
+    assert job.pids == [os.getpid()] * 3
+    pooled = PidOfKey()
+    assert run_entry_jobs(tmp_path, "w", ["k/1", "k/2", "k/3"], pooled, workers=2).done == 3
+    assert pooled.pids == []  # ran in worker processes
+
+
 def test_run_entry_jobs_writes_skips_and_lists_failures(tmp_path):
     keys = ["k/1", "k/2", "k/bad", "k/4"]
     create_store(tmp_path, VideoIndex("x", ["k"], [VideoEntry(k, 0, "train") for k in keys]))

@@ -25,7 +25,8 @@ from coclr.errors import ConfigError, DataError
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import save_encoder
 from coclr.train.config import PretrainConfig
-from coclr.train.trainer import Trainer, resolve_precision
+from coclr.train.setup import resolve_precision
+from coclr.train.trainer import Trainer
 from conftest import make_random_store
 from test_train import tiny_config
 

@@ -3,7 +3,7 @@
 Examples::
 
     coclr data index --format ucf101 --annotations ucfTrainTestlist --split 1 --root UCF-101 --out ucf1.json
-    coclr data store --index ucf1.json --root UCF-101 --out stores/ucf101 --short-side 128 --workers 0
+    coclr data store --index ucf1.json --root UCF-101 --out stores/ucf101 --short-side 128
     coclr data info stores/ucf101 --verify
 """
 
@@ -59,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        "many pixels (0: keep the decoded size)")
     store.add_argument("--quality", type=int, default=90, help="JPEG quality (1-100)")
     store.add_argument("--fps", type=float, help="resample to this frame rate (default: keep every frame)")
-    store.add_argument("--workers", type=int, default=0, help="worker processes (0: one per core)")
+    store.add_argument("--workers", type=int, help="worker processes (default: one per core; 0: none, work in this "
+                       "process, as DataLoader's num_workers)")
     store.set_defaults(func=run_store)
 
     info = data_subparsers.add_parser("info", help="summarise a clip store: splits, classes, views",

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from coclr.errors import ConfigError
+
 
 def launched_world_size() -> int:
     """The number of processes torchrun started (``WORLD_SIZE``; 1 outside torchrun)."""
@@ -26,6 +28,24 @@ def local_device(name: str) -> str:
     if name == "cuda" and "LOCAL_RANK" in os.environ:
         return f"cuda:{os.environ['LOCAL_RANK']}"
     return name
+
+
+def pick_device(requested: str | torch.device | None = None, option: str = "device") -> torch.device:
+    """The one device picker: ``requested`` (``None`` or ``"auto"``: CUDA when available, else the CPU), with
+    ``cuda`` made this process's GPU under torchrun (:func:`local_device`). A device that does not exist here is a
+    :class:`ConfigError` naming ``option`` (the command's option, e.g. ``run.device`` or ``--device``)."""
+    name = str(requested) if requested is not None else "auto"
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(local_device(name))
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"{option}: {name!r} is not a torch device (e.g. auto, cpu, cuda, cuda:1)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{option}: {name!r} was asked for but CUDA is not available")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"{option}: {name!r} does not exist ({torch.cuda.device_count()} CUDA device(s))")
+    return device
 
 
 def init_distributed(device: torch.device, backend: str | None = None, timeout: timedelta | None = None) -> None:

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from coclr.atomic import atomic_open
+from coclr.clips import PAPER_CLIPS, ClipSettings, clip_option, recorded_clips
 from coclr.config import option, require
 
 CACHE_FORMAT = 2
@@ -36,24 +37,25 @@ CACHE_FORMAT = 2
 class ClipConfig:
     """How test clips are cut from a video and fed to the backbone."""
 
-    length: int = option(32, "frames per clip (the paper: 32)")
-    stride: int = option(1, "temporal step between the frames of a clip (1: consecutive frames)")
-    size: int = option(128, "side of the square crop fed to the network (the paper: 128)")
+    length: int = clip_option("length")
+    stride: int = clip_option("stride")
+    size: int = clip_option("size")
     batch_size: int = option(16, "clips per forward pass")
     workers: int = option(0, "DataLoader worker processes reading the store (0: read in this process)")
     amp: bool = option(False, "run the backbone under autocast (bfloat16 on CPU, float16 on CUDA)")
 
     def validate(self) -> None:
-        require(self.length >= 8, "length", f"must be >= 8 (the smallest input S3D takes is 8x32x32), got "
-                f"{self.length}")
-        require(self.stride >= 1, "stride", f"must be >= 1, got {self.stride}")
-        require(self.size >= 32, "size", f"must be >= 32 (the smallest S3D input), got {self.size}")
+        ClipSettings.check(self)
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         require(self.workers >= 0, "workers", f"must be >= 0, got {self.workers}")
 
     def data_key(self) -> dict[str, object]:
         """The options that change the features (batch size and workers do not)."""
-        return {"length": self.length, "stride": self.stride, "size": self.size, "amp": self.amp}
+        return {**ClipSettings.of(self).to_dict(), "amp": self.amp}
+
+    @property
+    def clips(self) -> ClipSettings:
+        return ClipSettings.of(self)
 
 
 class VideoFeatures(NamedTuple):
@@ -237,10 +239,6 @@ def cached_features(checkpoint: str | Path, store, view: str, split: str, config
 
 # ------------------------------------------------------------------------------------------ evaluation inputs
 
-PAPER_CLIPS = {"length": 32, "stride": 1, "size": 128}
-"""The paper's test clips: 32 consecutive frames, 128 px crops (used when a checkpoint records none)."""
-
-
 def trained_view(checkpoint: str | Path, given: str | None, option: str = "--view", default: str = "rgb") -> str:
     """The view to evaluate ``checkpoint`` on: ``given``, else the view it was trained on, else ``default``. A given
     view of another kind than the trained one (RGB for a flow encoder, say) is a :class:`ConfigError`."""
@@ -349,5 +347,4 @@ def _trained_clip_shape(checkpoint: str | Path) -> dict[str, int]:
     """The clip length, stride and size a checkpoint recorded from its training ({} when none)."""
     from coclr.models.loading import read_clip_settings
 
-    settings = read_clip_settings(checkpoint)
-    return {key: settings[key] for key in PAPER_CLIPS if settings.get(key) is not None}
+    return recorded_clips(read_clip_settings(checkpoint))

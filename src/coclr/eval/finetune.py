@@ -209,8 +209,8 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     def probabilities(clips: torch.Tensor) -> torch.Tensor:
         return model(clips).float().softmax(dim=1)
 
-    center, entries = predict_windows(probabilities, store, view, test_split, clip_config, device, with_views=with_views,
-                                      progress=progress, desc="test centre crop")
+    center, entries = predict_windows(probabilities, store, view, test_split, clip_config, device,
+                                      with_views=with_views, progress=progress, desc="test centre crop")
     ten, _ = predict_windows(probabilities, store, view, test_split, clip_config, device, with_views=with_views,
                              ten_crop=True, short_side=short_side, progress=progress, desc="test ten crops")
     keys = [entry.path for entry in entries]
@@ -243,7 +243,7 @@ def _save_finetuned(path: Path, model: Classifier, view: str, clip_config: ClipC
     from coclr.models.encoder import Encoder
     from coclr.models.loading import save_encoder
 
-    settings = {"view": view, "length": clip_config.length, "stride": clip_config.stride, "size": clip_config.size}
+    settings = {"view": view, **clip_config.clips.to_dict()}
     save_encoder(path, Encoder(model.backbone, None), meta={"method": "finetuned", "view": view,
                                                             "finetuned_from": source_sha256,
                                                             "clip_settings": settings})

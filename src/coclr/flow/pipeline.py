@@ -180,7 +180,8 @@ class _Batcher:
 class FlowPipeline:
     """The :data:`~coclr.store.jobs.EntryStream` of ``tvl1-torch`` extraction (see the module docstring).
 
-    ``decode_workers`` and ``encode_workers``: processes of the two CPU stages; ``batch_pairs``: frame pairs per
+    ``decode_workers`` and ``encode_workers``: processes of the two CPU stages (0: in this process);
+    ``batch_pairs``: frame pairs per
     device batch; ``mode``, ``stop_every``, ``kernels``: passed to :func:`~coclr.flow.tvl1.tvl1_flow`;
     ``jpeg``: ``opencv`` (worker processes) or ``nvjpeg`` (torchvision on the GPU). State: ``stats`` of the last
     run.
@@ -358,7 +359,7 @@ class _Run:
         self._collect(block=False)
 
     def _submit(self, key: str, video: _Video) -> None:
-        while len(self.in_flight) >= 2 * self.pipeline.encode_workers:
+        while len(self.in_flight) >= 2 * max(1, self.pipeline.encode_workers):
             self._collect(block=True)
         parts = [video.parts[first] for first in sorted(video.parts)]
         frames = np.concatenate(parts) if isinstance(parts[0], np.ndarray) else [b for part in parts for b in part]
@@ -373,7 +374,9 @@ class _Run:
         self.in_flight[future] = key
         video.parts.clear()
 
-    def _pool(self) -> ProcessPoolExecutor:
+    def _pool(self) -> ProcessPoolExecutor | _InProcess:
+        if self.pool is None and self.pipeline.encode_workers == 0:
+            self.pool = _InProcess()
         if self.pool is None:
             context = multiprocessing.get_context(default_start_method())
             self.pool = ProcessPoolExecutor(self.pipeline.encode_workers, mp_context=context,
@@ -409,6 +412,21 @@ class _Run:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
+
+
+class _InProcess:
+    """The executor of ``encode_workers=0``: runs each task at once in this process."""
+
+    def submit(self, function, *args) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(function(*args))
+        except Exception as error:  # reported by future.result(), as from a pool
+            future.set_exception(error)
+        return future
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
 
 
 def check_nvjpeg(device: str) -> None:

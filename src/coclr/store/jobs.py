@@ -128,11 +128,11 @@ def shard(keys: Sequence[str]) -> list[str]:
     return list(keys[rank()::world_size()])
 
 
-def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJob, workers: int = 0,
+def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJob, workers: int | None = None,
                    desc: str | None = None, start_method: str | None = None) -> JobSummary:
     """Run ``job(key) -> (encoded_frames, fps)`` for every key whose entry of ``view`` is not complete yet,
-    in a pool of ``workers`` processes (0: one per core; 1: in this process), writing each result
-    atomically as soon as it is done.
+    in a pool of ``workers`` processes (None: one per core; 0, as DataLoader's ``num_workers``, or 1: in this
+    process), writing each result atomically as soon as it is done.
 
     Resumable: a killed run leaves only complete entries (and stray temporary files, removed by the next
     run), and the next run skips them. A job that raises (e.g. :class:`VideoDecodeError`) or whose worker
@@ -152,7 +152,7 @@ def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJ
         raise TypeError(f"the job must be picklable to run in worker processes: {error}") from None
 
     def stream(todo: list[str], record: RecordFn) -> None:
-        count = max(1, min(workers if workers > 0 else (os.cpu_count() or 1), len(todo)))
+        count = max(1, min((os.cpu_count() or 1) if workers is None else workers, len(todo)))
         if count == 1:
             for key in todo:
                 record(*_run_and_write(str(root), view, key, job))
