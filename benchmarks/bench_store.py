@@ -31,7 +31,10 @@ from coclr.store.jpeg import decode_jpeg, encode_jpeg
 from coclr.video.indexes import VideoEntry, VideoIndex
 
 CLIP_LENGTH = 32
-SHARED_CLIPS = Path(__file__).resolve().parents[2] / "shared" / "data" / "clips"
+SHARED_CLIPS = next((folder / "shared" / "data" / "clips" for folder in Path(__file__).resolve().parents
+                     if (folder / "shared" / "data" / "clips").is_dir()),
+                    Path(__file__).resolve().parents[2] / "shared" / "data" / "clips")
+"""The real clips: ../shared/data/clips of the checkout (or of a folder above it, for a git worktree)."""
 
 
 def source_videos(short_side: int, quality: int) -> tuple[list[list[bytes]], str]:

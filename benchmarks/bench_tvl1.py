@@ -17,12 +17,16 @@ Prints:
 
 Usage: ``python benchmarks/bench_tvl1.py [--pairs 4] [--cuda-batches 64,256,1024] [--e2e-frames 0]
 [--e2e-repeat 20]``. Without a CUDA device the GPU rows say so and the end-to-end stage runs on the CPU (on
-the first ``--e2e-frames`` frames of each clip). Needs ../shared/data (or COCLR_SHARED).
+the first ``--e2e-frames`` frames of each clip). The real clips and Middlebury come from ../shared/data (or
+COCLR_SHARED). On a bare GPU machine (no PyAV, no OpenCV contrib modules, no ../shared) it starts all the same:
+the speed rows run on synthetic frames (``coclr.synth``) without the OpenCV columns, and each section that needs
+what is missing says so in one line and is skipped.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import tempfile
@@ -30,7 +34,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import av
 import cv2
 import numpy as np
 import torch
@@ -44,6 +47,7 @@ from coclr.flow.tvl1 import triton_available, tvl1_flow
 from coclr.store.build import build_store
 from coclr.threads import opencv_threads
 from coclr.video.indexes import VideoEntry, VideoIndex
+from gpu_suite import frame_pool, have_pyav
 
 DATASET_PAIRS = {"UCF101": 2.5e6, "Kinetics-400": 60e6}
 """Frame pairs of the datasets (consecutive frames of every video), for the projections."""
@@ -52,9 +56,35 @@ SIZES = {(128, 171): "v_Basketball_g01_c01.avi", (256, 340): "arm_wrestling.mp4"
 ALL_THREADS = os.cpu_count() or 1
 
 
+HAVE_OPENCV_TVL1 = hasattr(cv2, "optflow")
+"""OpenCV's DualTVL1 is in the contrib modules (opencv-contrib-python-headless)."""
+
+
+def missing(*needs: str) -> str | None:
+    """Why a section cannot run here (one line), or None: ``needs`` among ``shared``, ``pyav``, ``opencv``."""
+    reasons = {"shared": (SHARED.is_dir(), f"no {SHARED} (set COCLR_SHARED)"),
+               "pyav": (have_pyav(), "no PyAV (pip install av)"),
+               "opencv": (HAVE_OPENCV_TVL1, "no cv2.optflow (pip install opencv-contrib-python-headless)")}
+    lacking = [reasons[need][1] for need in needs if not reasons[need][0]]
+    return "; ".join(lacking) or None
+
+
+def speed_frames(size: tuple[int, int], count: int) -> tuple[np.ndarray, str]:
+    """``count`` consecutive grayscale frames at ``size``: of the section's real clip when it can be read, else
+    of a synthetic clip (repeated if it is shorter)."""
+    clip = SIZES.get(size)
+    if clip is not None and missing("shared", "pyav") is None:
+        return gray_frames(SHARED / "clips" / clip, count, size=size), clip
+    videos, source = frame_pool(size, min(count, 64), 1)
+    gray = np.stack([rgb_to_gray(frame) for frame in videos[0]])
+    return np.concatenate([gray] * (count // len(gray) + 1))[:count], source
+
+
 def gray_frames(path: Path, count: int, size: tuple[int, int] | None = None, short_side: int | None = None,
                 start: int = 0) -> np.ndarray:
     """``count`` consecutive grayscale frames ``uint8 [count, H, W]`` from frame ``start`` of a video."""
+    import av  # optional: see missing()
+
     frames = []
     with av.open(str(path)) as container:
         for index, frame in enumerate(container.decode(video=0)):
@@ -94,20 +124,26 @@ def ours_pairs(frames: np.ndarray, device: str = "cpu", mode: str = "exact", ker
     return flow.permute(0, 2, 3, 1).cpu().numpy()
 
 
-def speed(pairs: int, cuda_batches: list[int], stop_every: int) -> None:
+def speed(pairs: int, cuda_batches: list[int], stop_every: int, sizes: list[tuple[int, int]]) -> None:
     print(f"== frame pairs/s, OpenCV default parameters, {pairs} pairs per size on the CPU ==")
-    for size, clip in SIZES.items():
-        frames = gray_frames(SHARED / "clips" / clip, pairs + 1, size=size)
-        with opencv_threads(1):
-            cv_one = pairs / best_time(lambda: opencv_pairs(frames), 1)
-        with opencv_threads(ALL_THREADS):
-            cv_all = pairs / best_time(lambda: opencv_pairs(frames), 1)
-        line = [f"{size[0]}x{size[1]}: OpenCV 1 thread {cv_one:.2f}, {ALL_THREADS} threads {cv_all:.2f}"]
+    for size in sizes:
+        frames, source = speed_frames(size, pairs + 1)
+        line = [f"{size[0]}x{size[1]} ({source})"]
+        cv_one = math.nan
+        if HAVE_OPENCV_TVL1:
+            with opencv_threads(1):
+                cv_one = pairs / best_time(lambda frames=frames: opencv_pairs(frames), 1)
+            with opencv_threads(ALL_THREADS):
+                cv_all = pairs / best_time(lambda frames=frames: opencv_pairs(frames), 1)
+            line.append(f"OpenCV 1 thread {cv_one:.2f}, {ALL_THREADS} threads {cv_all:.2f}")
+        else:
+            line.append(f"OpenCV: not measured ({missing('opencv')})")
         for mode in MODES:
+            run = lambda frames=frames, mode=mode: ours_pairs(frames, mode=mode, stop_every=stop_every)  # noqa: E731
             torch.set_num_threads(1)
-            one = pairs / best_time(lambda: ours_pairs(frames, mode=mode, stop_every=stop_every), 1)
+            one = pairs / best_time(run, 1)
             torch.set_num_threads(ALL_THREADS)
-            every = pairs / best_time(lambda: ours_pairs(frames, mode=mode, stop_every=stop_every), 1)
+            every = pairs / best_time(run, 1)
             line.append(f"ours CPU {mode} 1 thread {one:.2f} ({one / cv_one:.2f}x OpenCV 1 thread), "
                         f"{ALL_THREADS} threads {every:.2f}")
         torch.set_num_threads(1)
@@ -116,13 +152,14 @@ def speed(pairs: int, cuda_batches: list[int], stop_every: int) -> None:
             print("    GPU: not measured (no CUDA device)")
             continue
         name = torch.cuda.get_device_name()
-        many = gray_frames(SHARED / "clips" / clip, max(cuda_batches) + 1, size=size)  # distinct pairs, repeated
+        many, _ = speed_frames(size, max(cuda_batches) + 1)  # distinct pairs, repeated
         kinds = ["triton", "torch"] if triton_available() else ["torch"]
         for mode in MODES:
             for kernels in kinds:
                 for batch in cuda_batches:
                     repeated = np.concatenate([many] * (batch // len(many) + 1))[: batch + 1]
-                    run = lambda: ours_pairs(repeated, "cuda", mode, kernels, stop_every)  # noqa: E731
+                    run = lambda repeated=repeated, mode=mode, kernels=kernels: ours_pairs(  # noqa: E731
+                        repeated, "cuda", mode, kernels, stop_every)
                     run()  # warm-up (and Triton's compilation)
                     torch.cuda.reset_peak_memory_stats()
                     rate = batch / best_time(run)
@@ -177,6 +214,8 @@ def stored_agreement(frames_per_clip: int, stop_every: int) -> None:
 def trimmed_clips(folder: Path, frames: int) -> None:
     """The clips of ../shared/data/clips as MP4 files in ``folder``, each cut to its first ``frames`` frames
     (re-encoded with H.264; all frames when ``frames`` is 0, copied as they are)."""
+    import av  # optional: see missing()
+
     for clip in sorted((SHARED / "clips").iterdir()):
         if not frames:
             shutil.copy(clip, folder / clip.name)
@@ -246,6 +285,7 @@ def end_to_end(frames: int, repeat: int, short_side: int, mode: str, stop_every:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=4, help="pairs timed per size on the CPU")
+    parser.add_argument("--sizes", default="128x171,256x340", help="frame sizes (HxW) of the speed section")
     parser.add_argument("--cuda-batches", default="64,256,1024", help="batch sizes timed on CUDA")
     parser.add_argument("--stop-every", type=int, default=FAST_STOP_EVERY, help="the fast mode's stop interval")
     parser.add_argument("--agreement-frames", type=int, default=4, help="frames per clip for the 8-bit check")
@@ -262,12 +302,18 @@ def main() -> None:
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     skip = set(filter(None, args.skip.split(",")))
+    needs = {"middlebury": ("shared", "opencv"), "agreement": ("shared", "pyav", "opencv"), "e2e": ("shared", "pyav")}
+    for section, need in needs.items():
+        if section not in skip and missing(*need):
+            print(f"{section}: skipped, {missing(*need)}")
+            skip.add(section)
     print(f"torch {torch.__version__}, OpenCV {cv2.__version__}, {ALL_THREADS} CPU threads, Triton "
           f"{'importable' if triton_available() else 'not importable'}, params {TVL1Params()}, fast mode stop_every "
           f"{args.stop_every}")
     torch.set_num_threads(1)
     if "speed" not in skip:
-        speed(args.pairs, [int(b) for b in args.cuda_batches.split(",")], args.stop_every)
+        sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",")]
+        speed(args.pairs, [int(b) for b in args.cuda_batches.split(",")], args.stop_every, sizes)
     if "middlebury" not in skip:
         middlebury_accuracy(args.stop_every)
     if "agreement" not in skip:

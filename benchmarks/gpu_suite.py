@@ -2,6 +2,9 @@
 projected wall time of the paper's UCF101 study.
 
     python benchmarks/gpu_suite.py [--json gpu_suite.json] [--tiny] [--parts step,epoch]
+    python benchmarks/gpu_suite.py --quick --out quick.json   # TV-L1, step and epoch only; no PyAV, contrib, ../shared
+
+The JSON file is rewritten after every figure and part, so a run cut short keeps the figures measured so far.
 
 On a CUDA machine it runs the full suite in under 8 minutes (every part has a time budget and stops early when
 it is spent; the table says so). On the CPU the parts meant for a GPU run a tiny version (the demo's network on
@@ -36,6 +39,7 @@ Parts, in order:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -44,8 +48,10 @@ import math
 import os
 import platform
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import warnings
@@ -61,6 +67,7 @@ import torch
 import torch.utils._python_dispatch
 
 from coclr.config import load_config
+from coclr.core.methods import METHODS
 from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD, ClipAugment
 from coclr.data.batch_decode import collate_clips, decode_batch, gpu_decoder_available
 from coclr.data.datasets import TrainClips
@@ -100,6 +107,12 @@ class Sizes:
     quality_epochs: int
 
 
+FLOW_SIZES = ((128, 171), (256, 340))
+"""The frame sizes of the TV-L1 figures (height, width): the paper's UCF101 and Kinetics-400 sizes."""
+QUICK_PARTS = ("flow", "step", "epoch")
+"""``--quick``: the TV-L1 rates, the training step (samples/s, peak memory, host synchronisations) and an epoch
+through the Trainer with its loader (samples/s, the share of time the GPU waited for data)."""
+
 FULL = Sizes(width=1.0, length=32, size=128, frame=(128, 171), batches=(32, 64, 128), steps=10, warmup=3,
              train_videos=UCF101["train"], test_videos=UCF101["test"], entry_frames=36, workers=(4, 8, 16),
              decode_frames=256, core_clips=24, flow_pairs=128, quality_epochs=12)
@@ -130,6 +143,8 @@ class Suite:
     parts: dict[str, dict[str, Any]] = field(default_factory=dict)
     stores: dict[str, Path] = field(default_factory=dict)
     cache: dict[tuple, Any] = field(default_factory=dict)
+    report: Callable[[Suite], None] = lambda suite: None
+    """Called after every row and part (writes the JSON file: a run cut short keeps every figure it measured)."""
 
     @property
     def cuda(self) -> bool:
@@ -138,6 +153,7 @@ class Suite:
     def add(self, part: str, case: str, value: float, unit: str, note: str = "") -> None:
         self.rows.append(Row(part, case, float(value), unit, note))
         print(f"  {case}: {value:,.2f} {unit}{f'  ({note})' if note else ''}", flush=True)
+        self.report(self)
 
     def value(self, part: str, case_start: str) -> float | None:
         """The first value of ``part`` whose case starts with ``case_start`` (None when not measured)."""
@@ -193,13 +209,22 @@ class one_core:
 
 # ------------------------------------------------------------------------------------------- frames and stores
 
+def have_pyav() -> bool:
+    """Whether PyAV imports (GPU machines have no wheel of their own: then the frames are synthesised)."""
+    try:
+        import av  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 @functools.lru_cache(maxsize=8)
 def frame_pool(size: tuple[int, int], frames: int, clips: int = 4) -> tuple[list[list[np.ndarray]], str]:
     """RGB frames ``[H, W, 3]`` of a few videos at ``size``: the real clips of ../shared/data/clips when present
     (resized and centre-cropped), else clips of the synthetic dataset rendered at that size."""
     from coclr.data.frames import fit_frames
 
-    if SHARED_CLIPS.is_dir():
+    if SHARED_CLIPS.is_dir() and have_pyav():
         from coclr.video.decode import decode_video
 
         videos = []
@@ -268,8 +293,8 @@ def training_config(suite: Suite, store: Path, out: Path, *overrides: str) -> Pr
 
 
 def method_overrides(suite: Suite, method: str) -> list[str]:
-    if method == "infonce":
-        return ["method.name=infonce"]
+    if not METHODS[method].needs_sampler(simultaneous=False):
+        return [f"method.name={method}"]
     checkpoint = sampler_checkpoint(suite.tmp / f"sampler_{suite.model.width}.pth", suite.model.width)
     return ["method.name=coclr", f"method.sampler_checkpoint={checkpoint}", "method.group_positives=true"]
 
@@ -672,19 +697,52 @@ def part_dataloader(suite: Suite, budget: Budget) -> None:
 
 # ------------------------------------------------------------------------------------------------------ epoch
 
+class StepClock:
+    """When each step's work began and ended on the device: CUDA events on a GPU (timestamped when the GPU reaches
+    them, so the gap between one step's end and the next one's start is time the GPU had nothing to do), the host's
+    clock on the CPU. Reading them waits for the device: once, after the run."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.marks: list[tuple[Any, Any]] = []
+
+    def now(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def waiting_share(self, first: int) -> float:
+        """The share of the time from step ``first``'s start to the last step's end the device spent waiting between
+        steps (for the loader, or for the host)."""
+        marks = self.marks[first:]
+        if len(marks) < 2:
+            return math.nan
+        if self.cuda:
+            gaps = sum(end.elapsed_time(start) for (_, end), (start, _) in zip(marks, marks[1:]))
+            return gaps / marks[0][0].elapsed_time(marks[-1][1])
+        gaps = sum(start - end for (_, end), (start, _) in zip(marks, marks[1:]))
+        return gaps / (marks[-1][1] - marks[0][0])
+
+
 def timed_run(suite: Suite, config: PretrainConfig, budget_s: float) -> dict[str, float]:
-    """Train one epoch through the Trainer (loader included); the steady rate is timed from the end of the
-    warm-up steps; the run stops early (``run.max_steps``) when ``budget_s`` is spent."""
+    """Train one epoch through the Trainer (loader included); the steady rate and the share of the time the device
+    waited between steps are measured from the end of the warm-up steps; the run stops early (``run.max_steps``)
+    when ``budget_s`` is spent."""
     from coclr.train.trainer import Trainer
 
     trainer = Trainer(config)
     step = trainer.train_step
     marks: list[float] = []
+    clock = StepClock(suite.device)
     warmup = max(1, suite.model.warmup)
     start = time.perf_counter()
 
     def timed_step(batch, queue_full):
+        began = clock.now()
         out = step(batch, queue_full)
+        clock.marks.append((began, clock.now()))
         last = len(marks) + 1 == trainer.data_order.batches_per_epoch or time.perf_counter() - start > budget_s
         if len(marks) == warmup - 1 or last:  # the GPU has finished the steps timed
             synchronize(suite.device)
@@ -700,6 +758,7 @@ def timed_run(suite: Suite, config: PretrainConfig, budget_s: float) -> dict[str
     steps = len(marks)
     steady = (steps - warmup) * config.run.batch_size / (marks[-1] - marks[warmup - 1]) if steps > warmup else math.nan
     return {"steps": steps, "of": trainer.data_order.batches_per_epoch, "steady": steady, "wall": end - start,
+            "waiting": clock.waiting_share(warmup), "peak_gib": peak_gib(suite.device),
             "decode": trainer.decode, "amp": trainer.config.run.amp, "channels_last": trainer.config.run.channels_last}
 
 
@@ -718,7 +777,10 @@ def part_epoch(suite: Suite, budget: Budget) -> None:
         note = (f"{result['steps']} of {result['of']} steps, decode {result['decode']}, amp {result['amp']}, "
                 f"channels_last {result['channels_last']}, {workers} workers; wall {result['wall']:.0f} s with "
                 "start-up")
-        suite.add("epoch", f"{method} epoch through the Trainer, batch {batch}", result["steady"], "samples/s", note)
+        suite.add("epoch", f"{method} epoch through the Trainer, batch {batch}", result["steady"], "samples/s",
+                  f"{note}; peak {result['peak_gib']:.2f} GiB")
+        suite.add("epoch", f"{method} epoch, share of the time the {suite.device.type.upper()} waited between steps",
+                  100 * result["waiting"], "%", "between the end of a step's work and the start of the next one's")
 
 
 # ---------------------------------------------------------------------------------------------------- features
@@ -767,22 +829,28 @@ def part_flow(suite: Suite, budget: Budget) -> None:
         for case, value, unit, note in bench.suite_rows(suite.device, suite.model is TINY):
             suite.add("flow", case, value, unit, note)
 
-    sizes = suite.model
-    videos, source = frame_pool(sizes.frame, 2 if not suite.cuda else 17)
-    gray = np.stack([cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in videos[0]])
-    pairs = sizes.flow_pairs
-    index = np.arange(pairs) % (len(gray) - 1)
-    prev = torch.from_numpy(gray[index]).to(suite.device)
-    next_ = torch.from_numpy(gray[index + 1]).to(suite.device)
-    if suite.cuda:
-        tvl1_flow(prev[:2], next_[:2])  # warm-up
-        synchronize(suite.device)
-    start = time.perf_counter()
-    tvl1_flow(prev, next_)
-    synchronize(suite.device)
-    rate = pairs / (time.perf_counter() - start)
-    suite.add("flow", f"our TV-L1, {sizes.frame[1]}x{sizes.frame[0]}, batch of {pairs} pairs", rate, "pairs/s",
-              f"OpenCV's defaults, {source}; accuracy and OpenCV: benchmarks/bench_tvl1.py")
+    source = "synthetic frames (coclr.synth)"
+    for frame in FLOW_SIZES if suite.model is not TINY else (suite.model.frame,):
+        videos, source = frame_pool(frame, 2 if not suite.cuda else 17)
+        gray = np.stack([cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in videos[0]])
+        pairs = suite.model.flow_pairs
+        index = np.arange(pairs) % (len(gray) - 1)
+        prev = torch.from_numpy(gray[index]).to(suite.device)
+        next_ = torch.from_numpy(gray[index + 1]).to(suite.device)
+        for mode in ("fast", "exact"):
+            if budget.spent:
+                suite.parts["flow"].setdefault("skipped", []).append(f"{frame[1]}x{frame[0]} {mode}")
+                continue
+            # warm-up on the timed shape: Triton's compile and the allocator's growth stay out of the timing
+            tvl1_flow(prev, next_, mode=mode)
+            synchronize(suite.device)
+            start = time.perf_counter()
+            tvl1_flow(prev, next_, mode=mode)
+            synchronize(suite.device)
+            rate = pairs / (time.perf_counter() - start)
+            suite.add("flow", f"our TV-L1 {mode}, {frame[1]}x{frame[0]}, batch of {pairs} pairs", rate, "pairs/s",
+                      f"OpenCV's defaults, {source}; peak {peak_gib(suite.device):.2f} GiB; accuracy and OpenCV: "
+                      "benchmarks/bench_tvl1.py")
 
 
 # ----------------------------------------------------------------------------------------------------- quality
@@ -795,7 +863,7 @@ def part_quality(suite: Suite, budget: Budget) -> None:
 
     store = suite.tmp / "synth"
     synth = SynthConfig(height=64, width=64, frames=16, train_scenes=48, test_scenes=16, actor_cue=0.5)
-    generate_synthetic(store, synth, workers=0)
+    generate_synthetic(store, synth)  # one worker per core
     results = {}
     for name, amp, seed in (("fp32, seed 0", "none", 0), ("bf16, seed 0", "bf16", 0), ("fp32, seed 1", "none", 1)):
         out = suite.tmp / f"quality_{amp}_{seed}"
@@ -850,17 +918,50 @@ def part_projection(suite: Suite, budget: Budget) -> None:
 # ----------------------------------------------------------------------------------------------------- running
 
 BUDGETS = {"decoders": 15, "loader_core": 20, "step": 160, "dataloader": 45, "epoch": 70, "features": 25,
-           "flow": 20, "quality": 80, "projection": 1}
-"""Seconds per part on a GPU machine (the store of UCF101's size takes about half a minute more)."""
+           "flow": 60, "quality": 80, "projection": 1}
+"""Seconds per part on a GPU machine (the store of UCF101's size takes about half a minute more). A part stops
+starting new cases once its budget is spent; :func:`time_limit` stops one that overruns it."""
+
+
+class PartTimeLimit(Exception):
+    """A part ran past its hard time limit (its budget and a grace); the figures it measured are kept."""
+
+
+def hard_limit(budget_s: float) -> float:
+    """A part's hard time limit: its budget, then as much again and a minute for the case it was in."""
+    return 2 * budget_s + 60
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Raise :class:`PartTimeLimit` in the main thread once ``seconds`` have passed (SIGALRM; the Python code of a
+    long call, such as torch.compile's, is interrupted too). No limit off the main thread or without SIGALRM."""
+    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise PartTimeLimit(f"stopped at its time limit of {seconds:.0f} s; the figures measured before are kept")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 PART_FUNCTIONS = {"decoders": part_decoders, "loader_core": part_loader_core, "step": part_step,
                   "dataloader": part_dataloader, "epoch": part_epoch, "features": part_features, "flow": part_flow,
                   "quality": part_quality, "projection": part_projection}
 NEEDS_STORE = {"step", "dataloader", "epoch", "features"}
 
 
-def run_suite(parts: list[str], tiny: bool, tmp: Path, device: torch.device) -> Suite:
+def run_suite(parts: list[str], tiny: bool, tmp: Path, device: torch.device,
+              report: Callable[[Suite], None] = lambda suite: None) -> Suite:
+    """Run ``parts`` in order; ``report(suite)`` after each row and part, so that a run cut short keeps its
+    figures."""
     model = TINY if tiny or device.type != "cuda" else FULL
-    suite = Suite(device, tmp, model, TINY if tiny else FULL)
+    suite = Suite(device, tmp, model, TINY if tiny else FULL, report=report)
     for name in parts:
         suite.parts[name] = {"status": "pending"}
         if name == "quality" and not suite.cuda:
@@ -877,13 +978,18 @@ def run_suite(parts: list[str], tiny: bool, tmp: Path, device: torch.device) -> 
                 step_videos = dataclasses.replace(model, train_videos=2 * max(model.batches), test_videos=0)
                 suite.stores["step"] = pool_store(tmp / "step_store", step_videos)
                 suite.parts[name]["store_seconds"] = round(time.perf_counter() - start, 1)
-            PART_FUNCTIONS[name](suite, Budget(BUDGETS[name] if suite.cuda else 60))
+            budget_s = BUDGETS[name] if suite.cuda else 60
+            with time_limit(hard_limit(budget_s)):
+                PART_FUNCTIONS[name](suite, Budget(budget_s))
             if suite.parts[name]["status"] == "pending":
                 suite.parts[name]["status"] = "done"
+        except PartTimeLimit as error:
+            suite.parts[name]["status"] = str(error)
         except Exception as error:  # one failing part does not lose the others' figures
             traceback.print_exc()
             suite.parts[name]["status"] = f"error: {type(error).__name__}: {error}"
         suite.parts[name]["seconds"] = round(time.perf_counter() - start, 1)
+        report(suite)
     return suite
 
 
@@ -908,12 +1014,14 @@ def environment(device: torch.device) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", type=Path, default=Path("gpu_suite.json"), help="where to write the results")
+    parser.add_argument("--json", "--out", type=Path, default=Path("gpu_suite.json"),
+                        help="where to write the results (rewritten after every figure)")
+    parser.add_argument("--quick", action="store_true", help=f"only the parts {','.join(QUICK_PARTS)}")
     parser.add_argument("--tiny", action="store_true", help="every part tiny (the CI test; figures meaningless)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     parser.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda")
     args = parser.parse_args(argv)
-    parts = [p for p in args.parts.split(",") if p]
+    parts = list(QUICK_PARTS) if args.quick else [p for p in args.parts.split(",") if p]
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         parser.error(f"unknown parts {unknown}; known: {', '.join(PARTS)}")
@@ -922,14 +1030,16 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(device)
     print(f"gpu_suite on {env['device']} ({device}), torch {env['torch']}, {env['cpus']} CPUs, "
           f"{'tiny' if args.tiny else 'full' if device.type == 'cuda' else 'CPU (model parts tiny)'}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="coclr_gpu_suite_") as tmp:
-        suite = run_suite(parts, args.tiny, Path(tmp), device)
-    print_table(suite)
-    result = {"environment": env, "tiny": args.tiny, "seconds": round(suite.elapsed(), 1), "parts": suite.parts,
-              "rows": [row.__dict__ for row in suite.rows]}
     from coclr.atomic import atomic_write_json
 
-    atomic_write_json(args.json, result)
+    def report(suite: Suite) -> None:
+        atomic_write_json(args.json, {"environment": env, "tiny": args.tiny, "seconds": round(suite.elapsed(), 1),
+                                      "parts": suite.parts, "rows": [row.__dict__ for row in suite.rows]})
+
+    with tempfile.TemporaryDirectory(prefix="coclr_gpu_suite_") as tmp:
+        suite = run_suite(parts, args.tiny, Path(tmp), device, report)
+    print_table(suite)
+    report(suite)
     print(f"wrote {args.json}")
     return 1 if any(p["status"].startswith("error") for p in suite.parts.values()) else 0
 

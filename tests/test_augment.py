@@ -121,7 +121,8 @@ def test_full_pipeline_matches_per_clip_reference():
 
 def test_crop_geometry_matches_slicing_and_interpolate():
     frames = random_frames(4, 2, 40, 50, 3)
-    boxes = torch.tensor([[[0, 0, 50, 40]], [[5, 3, 20, 30]], [[30, 10, 20, 20]], [[2, 9, 16, 31]]], dtype=torch.float64)
+    boxes = torch.tensor([[[0, 0, 50, 40]], [[5, 3, 20, 30]], [[30, 10, 20, 20]], [[2, 9, 16, 31]]],
+                         dtype=torch.float64)
     flip = torch.tensor([[False], [True], [False], [True]])
     out = crop_resize(frames, boxes, flip, 16)
     assert out.shape == (4, 1, 3, 2, 16, 16)
@@ -404,3 +405,85 @@ def test_view_kinds_and_bad_input():
     config = from_dict(ClipAugment, {"blur_p": 0.0, "area": [0.3, 1.0]})
     assert config.blur_p == 0.0 and config.area == (0.3, 1.0)
     assert math.isclose(config.ratio[1], 4 / 3)
+
+
+class Transfers:
+    """Counts, while active, the copies between devices that ``Tensor.to`` and ``Tensor.copy_`` make, blocking (no
+    ``non_blocking=True``) or not, and the host reads (``item``, ``tolist``, ``__bool__``, ``nonzero``, ``cpu``) of
+    tensors on ``device``."""
+
+    def __init__(self, monkeypatch, device: torch.device) -> None:
+        self.blocking = self.non_blocking = self.reads = 0
+        to, copy = torch.Tensor.to, torch.Tensor.copy_
+        counter = self
+
+        def watched_to(tensor, *args, **kwargs):
+            out = to(tensor, *args, **kwargs)
+            if out.device != tensor.device:
+                counter._count(kwargs.get("non_blocking", False) or (len(args) > 2 and args[2] is True))
+            return out
+
+        def watched_copy(target, source, non_blocking=False):
+            if target.device != source.device:
+                counter._count(non_blocking)
+            return copy(target, source, non_blocking)
+
+        monkeypatch.setattr(torch.Tensor, "to", watched_to)
+        monkeypatch.setattr(torch.Tensor, "copy_", watched_copy)
+        for name in ("item", "tolist", "__bool__", "nonzero", "cpu"):
+            original = getattr(torch.Tensor, name)
+
+            def watched(tensor, *args, _original=original, **kwargs):
+                if tensor.device == device:
+                    counter.reads += 1
+                return _original(tensor, *args, **kwargs)
+
+            monkeypatch.setattr(torch.Tensor, name, watched)
+
+    def _count(self, non_blocking: bool) -> None:
+        if non_blocking:
+            self.non_blocking += 1
+        else:
+            self.blocking += 1
+
+
+@pytest.mark.parametrize("views", [("rgb",), ("rgb", "flow"), ("rgb", "rgbdiff", "flow")])
+def test_augmenting_a_batch_on_another_device_copies_its_parameters_once_without_blocking(views, monkeypatch):
+    """The parameters (drawn on the CPU) reach the augmenting device in one non-blocking copy per batch whatever
+    the views and draws, and nothing is read back: the frames are on the ``meta`` device (shapes only), where
+    any read of a value would fail and every copy from the CPU is a copy to another device."""
+    augment = ClipAugment(size=16, jitter_p=0.9, gray_p=0.5, blur_p=0.5)
+    meta = torch.device("meta")
+    frames = {name: torch.zeros(6, 4, 20, 24, 3, dtype=torch.uint8, device=meta) for name in views}
+    for seed in range(3):
+        params = augment.draw_params(6, 20, 24, torch.Generator().manual_seed(seed))
+        transfers = Transfers(monkeypatch, meta)
+        out = augment.apply(frames, params)
+        monkeypatch.undo()
+        assert (transfers.blocking, transfers.non_blocking, transfers.reads) == (0, 1, 0), seed
+        assert all(clips.device == meta for clips in out.values())
+
+
+def test_the_transfer_counter_sees_a_blocking_copy(monkeypatch):
+    meta = torch.device("meta")
+    transfers = Transfers(monkeypatch, meta)
+    torch.zeros(3).to(meta)
+    torch.zeros(3, device=meta).copy_(torch.zeros(3))
+    torch.zeros(3).to(meta, non_blocking=True)
+    monkeypatch.undo()
+    assert (transfers.blocking, transfers.non_blocking) == (2, 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_augmenting_on_cuda_makes_no_synchronising_call():
+    augment = ClipAugment(size=16, jitter_p=0.9, gray_p=0.5, blur_p=0.5)
+    frames = {"rgb": torch.zeros(6, 4, 20, 24, 3, dtype=torch.uint8, device="cuda"),
+              "flow": torch.zeros(6, 4, 20, 24, 3, dtype=torch.uint8, device="cuda")}
+    params = augment.draw_params(6, 20, 24, torch.Generator().manual_seed(0))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = augment.apply(frames, params)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert out["rgb"].shape == (6, 3, 4, 16, 16)

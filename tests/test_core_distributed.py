@@ -104,3 +104,42 @@ def test_single_process_helpers_are_identity():
     t = torch.arange(6.0).reshape(3, 2)
     assert torch.equal(distributed.all_gather_concat(t), t)
     assert torch.equal(distributed.broadcast_(t.clone(), src=0), t)
+
+
+GROUP_AT_EXIT = """
+import atexit, os, sys
+import torch
+import torch.distributed as dist
+from coclr.core.distributed import init_distributed
+
+out = sys.argv[1]
+# registered before the group exists, so it runs after init_distributed's own exit handler (last in, first out)
+atexit.register(lambda: open(out, "w").write(str(dist.is_initialized())))
+init_distributed(torch.device("cpu"))
+assert dist.is_initialized() and dist.get_world_size() == 2
+"""
+
+
+def test_the_process_group_is_destroyed_when_the_process_exits(tmp_path):
+    """Two processes join through init_distributed (as torchrun starts them) and exit without cleaning up: their
+    group is gone before the interpreter's teardown."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    src = Path(distributed.__file__).resolve().parents[2]
+    processes = []
+    for rank in range(WORLD):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+               "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD), "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
+        processes.append(subprocess.Popen([sys.executable, "-c", GROUP_AT_EXIT, str(tmp_path / f"rank{rank}")],
+                                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for process in processes:
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+    assert [(tmp_path / f"rank{rank}").read_text() for rank in range(WORLD)] == ["False", "False"]

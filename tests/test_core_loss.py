@@ -158,3 +158,18 @@ def test_unchecked_masks_give_the_same_loss_and_still_check_shapes(form):
     multi_positive_nce(logits, empty, form=form, check_masks=False)  # values unchecked: the caller's promise
     with pytest.raises(ValueError, match="shape"):
         multi_positive_nce(logits, mask[:, 1:], form=form, check_masks=False)
+
+
+def test_logits_are_float32_under_bf16_autocast():
+    """Under bf16 autocast the dot products would be rounded to bf16 (errors of ~0.04 after the temperature);
+    logits_from computes them in float32 whatever the autocast state."""
+    generator = torch.Generator().manual_seed(7)
+    q, k = F.normalize(torch.randn(2, 32, 128, generator=generator), dim=2)
+    queue = F.normalize(torch.randn(1024, 128, generator=generator), dim=1)
+    reference = logits_from(q, k, queue, tau=0.07)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = logits_from(q, k, queue, tau=0.07)
+        rounded = (q @ queue.T) / 0.07  # what autocast does to a plain matmul: the test can tell the difference
+    assert mixed.dtype == torch.float32
+    assert (mixed - reference).abs().max() <= 1e-5
+    assert (rounded.float() - reference[:, 1:]).abs().max() > 1e-3

@@ -205,3 +205,19 @@ def test_dispatch_errors():
         positive_mask("ubernce", batch_size=2, queue=queue, labels=torch.zeros(3, dtype=torch.long))
     with pytest.raises(ConfigError, match="'moco'"):
         positive_mask("moco", batch_size=2, queue=queue)  # type: ignore[arg-type]
+
+
+def test_mined_positives_are_identical_under_bf16_autocast():
+    """The top-k scores are float32 under autocast: bf16 scores would reorder near-equal candidates (a queue of
+    clusters around the keys, as trained embeddings are)."""
+    generator = torch.Generator().manual_seed(8)
+    keys = F.normalize(torch.randn(32, 128, generator=generator), dim=1)
+    centres = keys[torch.randint(0, 32, (2048,), generator=generator)]
+    queue = F.normalize(centres + 0.05 * torch.randn(2048, 128, generator=generator), dim=1)
+    valid = torch.ones(2048, dtype=torch.bool)
+    reference = cross_view_topk_positives(keys, queue, 5, valid)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = cross_view_topk_positives(keys, queue, 5, valid)
+        rounded = top_k_lowest_index_ties(keys @ queue.T, 5)  # bf16 scores under autocast
+    assert torch.equal(mixed, reference)
+    assert not torch.equal(rounded, reference[:, 1:])  # the test can tell bf16 mining apart

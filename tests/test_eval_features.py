@@ -107,6 +107,41 @@ def test_cache_key_covers_the_data_configuration(tiny):
     assert cache_key("abc", store, "rgb", "test", replace(CONFIG, batch_size=1, workers=2)) == base
 
 
+def test_cache_is_keyed_by_store_content_not_its_path(tmp_path, monkeypatch):
+    """A store rebuilt in place with other frames (other JPEG quality) must not be served from the cache; the same
+    store rebuilt identically (deterministic encoding, so the same checksums), or moved, is."""
+    import shutil
+
+    import coclr.eval.features as features
+    from coclr.store.build import build_store
+    from coclr.store.clipstore import ClipStore
+    from test_store import make_dataset
+
+    index = make_dataset(tmp_path / "videos", 8, frames=12, size=(36, 48))
+    checkpoint = save_tiny_encoder(tmp_path / "model.pt", seed=1)
+    cache = tmp_path / "cache"
+
+    def features_of(quality: int, where: str = "store"):
+        shutil.rmtree(tmp_path / where, ignore_errors=True)
+        build_store(index, tmp_path / "videos", tmp_path / where, short_side=36, quality=quality, workers=1)
+        return cached_features(checkpoint, ClipStore(tmp_path / where), "rgb", "test", CONFIG, cache, progress=False)
+
+    first = features_of(90)
+    other = features_of(20)  # rebuilt in place: other frames
+    expected = extract_features(load_backbone(checkpoint), ClipStore(tmp_path / "store"), "rgb", "test", CONFIG,
+                                progress=False)
+    np.testing.assert_array_equal(other.features, expected.features)
+    assert not np.allclose(other.features, first.features)
+    assert len(list(cache.glob("*.npz"))) == 2
+
+    def no_loading(path):
+        raise AssertionError("a cache hit must not load the model")
+
+    monkeypatch.setattr(features, "load_backbone", no_loading)
+    np.testing.assert_array_equal(features_of(90).features, first.features)  # same content: served from the cache
+    np.testing.assert_array_equal(features_of(90, "moved").features, first.features)
+
+
 def test_ten_crop_geometry_of_a_known_frame():
     """Crops of a frame with unique pixel values: without resizing each crop is an exact slice; crops 0-4
     are top-left, top-right, bottom-left, bottom-right, centre; 5-9 the same flipped; flow's u is negated."""

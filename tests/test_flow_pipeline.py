@@ -49,11 +49,12 @@ def reference_entry(store: ClipStore, key: str, params: TVL1Params, mode: str, q
     return [encode_jpeg(image, quality) for image in flow_to_uint8(flow.permute(0, 2, 3, 1)).numpy()]
 
 
-@pytest.mark.parametrize("mode", ["exact", "fast"])
-def test_the_pipeline_writes_what_each_video_alone_gives(tmp_path, mode):
+@pytest.mark.parametrize("mode, workers", [("exact", 2), ("fast", 2), ("exact", 0)])
+def test_the_pipeline_writes_what_each_video_alone_gives(tmp_path, mode, workers):
+    # workers=0: decoding and encoding in this process, as DataLoader's num_workers=0
     videos = mixed_videos()
     make_store(tmp_path / "store", videos)
-    summary = extract_flow(tmp_path / "store", backend="tvl1-torch", device="cpu", params=SHORT, workers=2,
+    summary = extract_flow(tmp_path / "store", backend="tvl1-torch", device="cpu", params=SHORT, workers=workers,
                            batch_pairs=3, mode=mode)
     failed = dict(summary.failed)
     assert set(failed) == {"single_frame.avi", "tiny.avi"}
@@ -176,3 +177,29 @@ def test_nvjpeg_frames_decode_like_opencvs(tmp_path):
     a, b = (store.read("a.avi", view, range(4)).astype(int) for view in ("cv", "nv"))
     assert np.abs(a - b).mean() < 1.0
     assert cv2.imdecode(np.frombuffer(store.read_encoded("a.avi", "nv", [0])[0], np.uint8), 1) is not None
+
+
+def test_the_pairs_of_a_batch_go_to_the_device_in_one_copy_as_consecutive_frames(monkeypatch):
+    """``upload_pairs`` gives the concatenated pairs (the reference: ``torch.cat`` of each video's slices) in one
+    non-blocking copy from one host buffer (pinned on a GPU: a concatenation of pinned frames is not)."""
+    import torch
+
+    from coclr.flow.pipeline import upload_pairs
+
+    videos = [torch.randint(0, 256, (n, 5, 7), dtype=torch.uint8) for n in (3, 1, 4)]
+    copies = []
+    to = torch.Tensor.to
+
+    def watched(tensor, *args, **kwargs):
+        copies.append(kwargs.get("non_blocking", False))
+        return to(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", watched)
+    prev, nxt = upload_pairs(videos, torch.device("cpu"))
+    monkeypatch.undo()
+    assert copies == [True]
+    assert torch.equal(prev, torch.cat([v[:-1] for v in videos]))
+    assert torch.equal(nxt, torch.cat([v[1:] for v in videos]))
+    if torch.cuda.is_available():
+        prev, nxt = upload_pairs(videos, torch.device("cuda"))
+        assert torch.equal(prev.cpu(), torch.cat([v[:-1] for v in videos]))

@@ -17,7 +17,7 @@ SRC = REPO / "src" / "coclr"
 LAYERS = [
     {"coclr", "errors"},
     {"atomic", "config", "seeding", "filelock", "threads"},
-    {"runfolder", "distributed"},
+    {"runfolder", "distributed", "clips"},
     {"core", "models", "video"},
     {"store"},
     {"flow", "synth", "data"},

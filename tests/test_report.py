@@ -205,3 +205,9 @@ def test_report_run_end_to_end(tmp_path):
     stage = json.loads((out / "results" / "cycle1_rgb_rgb.json").read_text())
     assert stage["mined_precision"] == pytest.approx(50.0)
     assert "mined_precision" not in json.loads((out / "results" / "cycle1_flow_flow.json").read_text())  # no log
+
+
+def test_report_refuses_evaluation_options_without_a_run(tmp_path, capsys) -> None:
+    assert main(["report", "--results", str(tmp_path / "r.json"), "--out", str(tmp_path / "o"), "--length", "8",
+                 "--amp"]) == 2
+    assert "--length, --amp: apply to --run only" in capsys.readouterr().err

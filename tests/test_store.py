@@ -196,6 +196,29 @@ class ExitOnKey(FramesOfKey):
         return super().__call__(key)
 
 
+class PidOfKey(FramesOfKey):
+    """A job that notes the process each key ran in (visible here only when it ran in this process)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pids: list[int] = []
+
+    def __call__(self, key: str) -> tuple[list[bytes], float]:
+        self.pids.append(os.getpid())
+        return super().__call__(key)
+
+
+def test_workers_0_runs_every_job_in_this_process_as_dataloader(tmp_path):
+    keys = ["k/1", "k/2", "k/3"]
+    create_store(tmp_path, VideoIndex("x", ["k"], [VideoEntry(k, 0, "train") for k in keys]))
+    job = PidOfKey()
+    assert run_entry_jobs(tmp_path, "v", ["k/1", "k/2", "k/3"], job, workers=0).done == 3
+    assert job.pids == [os.getpid()] * 3
+    pooled = PidOfKey()
+    assert run_entry_jobs(tmp_path, "w", ["k/1", "k/2", "k/3"], pooled, workers=2).done == 3
+    assert pooled.pids == []  # ran in worker processes
+
+
 def test_run_entry_jobs_writes_skips_and_lists_failures(tmp_path):
     keys = ["k/1", "k/2", "k/bad", "k/4"]
     create_store(tmp_path, VideoIndex("x", ["k"], [VideoEntry(k, 0, "train") for k in keys]))
@@ -260,8 +283,8 @@ def test_verify_finds_missing_and_damaged_entries(tmp_path):
     data = bytearray(zeroed.read_bytes())
     data[-len(frames[2]):] = bytes(len(frames[2]))  # the last frame's bytes are destroyed, size unchanged
     zeroed.write_bytes(bytes(data))
-    quick = dict(ClipStore(tmp_path).verify("rgb"))
-    assert set(quick) == {"a/1", "a/4"} and "size" in quick["a/1"]
+    quick = dict(ClipStore(tmp_path).verify("rgb"))  # the checksums find the destroyed frame without decoding
+    assert set(quick) == {"a/1", "a/2", "a/4"} and "size" in quick["a/1"] and "frame 2 checksum" in quick["a/2"]
     deep = dict(ClipStore(tmp_path).verify("rgb", decode=True))
     assert set(deep) == {"a/1", "a/2", "a/4"} and "frame 2" in deep["a/2"]
 

@@ -166,7 +166,7 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(store: Path, tmp_pa
     last = tmp_path / "b" / "checkpoint_last.pth"
     killed_at = load_checkpoint(last)["position"]
     assert (killed_at["epoch"], killed_at["global_step"]) == (1, 5), killed_at  # saved after step 5, mid-epoch
-    resumed = run_pretrain([*common, f"run.out={tmp_path / 'b'}", "--resume"])
+    resumed = run_pretrain([*common, f"run.out={tmp_path / 'b'}"])  # the same command continues
     out_resumed, _ = resumed.communicate(timeout=300)
     out_reference, _ = reference.communicate(timeout=300)
     assert resumed.returncode == 0, out_resumed
@@ -257,7 +257,7 @@ def test_a_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(store
 def test_cmc_trains_both_views_against_each_other(store: Path, tmp_path: Path) -> None:
     trainer = Trainer(tiny_config(store, tmp_path / "run", "method.name=cmc", "run.max_steps=2"))
     assert set(trainer.model.learners) == {"rgb", "flow"} and trainer.model.sampler is None
-    before = {v: l.encoder_q.head.fc2.weight.clone() for v, l in trainer.model.learners.items()}
+    before = {v: learner.encoder_q.head.fc2.weight.clone() for v, learner in trainer.model.learners.items()}
     trainer.run()
     state = load_checkpoint(tmp_path / "run" / "checkpoint_last.pth")
     assert set(state["encoders"]) == {"rgb", "flow"}
@@ -386,7 +386,8 @@ def test_shipped_configs_say_which_milestones_to_change() -> None:
     with pytest.raises(ConfigError, match=r"optim\.milestones: \[200, 250\] must lie in 1\.\.epochs \(2\): when you "
                                           r"change optim\.epochs, set the milestones too"):
         load_config(PretrainConfig, REPO_ROOT / "configs" / "ucf101_infonce.yaml", ["optim.epochs=2"])
-    with pytest.raises(ConfigError, match=r"pipeline\.infonce_milestones: \[200, 250\] must lie in 1\.\.infonce_epochs"):
+    with pytest.raises(ConfigError,
+                       match=r"pipeline\.infonce_milestones: \[200, 250\] must lie in 1\.\.infonce_epochs"):
         load_config(PipelineConfig, REPO_ROOT / "configs" / "ucf101_pipeline.yaml", ["pipeline.infonce_epochs=2"])
 
 

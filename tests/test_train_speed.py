@@ -5,19 +5,28 @@ from __future__ import annotations
 
 import json
 import traceback
+import weakref
 from pathlib import Path
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from coclr.data.batch_decode import EncodedBatch, collate_clips, decode_batch, resolve_decode
+from coclr.data.batch_decode import (
+    EncodedBatch,
+    collate_clips,
+    decode_batch,
+    gpu_decoder_problem,
+    resolve_decode,
+)
 from coclr.data.datasets import TrainClips
 from coclr.errors import ConfigError, DataError
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import save_encoder
 from coclr.train.config import PretrainConfig
-from coclr.train.trainer import Trainer, resolve_precision
+from coclr.train.setup import resolve_precision
+from coclr.train.trainer import Trainer
 from conftest import make_random_store
 from test_train import tiny_config
 
@@ -31,7 +40,7 @@ ops whose output size depends on the data."""
 SYNC_POINTS = {"_record", "_check_finite", "_end_epoch", "save", "_knn", "_load"}
 """The trainer's places that may read back (every ``run.log_every`` steps, per epoch, at start-up)."""
 
-CPU_BY_DESIGN = {("augment.py", "_colour"), ("augment.py", "sample_crop_boxes"), ("methods.py", "_draw"),
+CPU_BY_DESIGN = {("augment.py", "upload"), ("augment.py", "sample_crop_boxes"), ("methods.py", "_draw"),
                  ("sampler.py", "__iter__")}
 """Reads of tensors that stay on the CPU in a GPU run too: augmentation parameters and the own-key drop are drawn
 from CPU generators, and the data order is a CPU permutation."""
@@ -80,6 +89,128 @@ def unexpected_reads(trainer: Trainer, monkeypatch) -> list[tuple[str, str]]:
     assert reads.sites, "the detector saw nothing: it is not watching"
     return sorted({(file, name) for file, name, in_sync_point in reads.sites
                    if not in_sync_point and (file, name) not in CPU_BY_DESIGN})
+
+
+class DeviceTraffic(TorchFunctionMode):
+    """Follows which tensors a GPU run would hold on the device, on a CPU run, and records each blocking copy from
+    the host to the device and each read of a device value, with its site (as :class:`HostReads`).
+
+    A tensor is on the device when it is a parameter or buffer of the model (the queue included), the result of a
+    copy that names the device (``Tensor.to``), of a call that names a ``device`` (not a draw from a generator,
+    which are CPU generators here), or of an operation with a device tensor among its inputs; anything else stays
+    on the host (the DataLoader's batches, draws from CPU generators).
+    A copy is blocking when it moves a host tensor to the device without ``non_blocking=True``; a read is
+    ``item``, ``tolist``, ``__bool__``, ``__int__``, ``__float__``, ``nonzero``, ``cpu``, ``numpy`` or a boolean
+    mask index on a device tensor.
+    """
+
+    READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
+             torch.Tensor.__float__, torch.Tensor.nonzero, torch.nonzero, torch.Tensor.cpu, torch.Tensor.numpy}
+
+    def __init__(self, device_tensors) -> None:
+        super().__init__()
+        self.on_device: set[int] = set()  # ids of live device tensors (a WeakSet would compare tensors with ==)
+        for tensor in device_tensors:
+            self._mark(tensor)
+        self.blocking: list[tuple[str, str, bool]] = []  # (file, function, in a sync point) of each
+        self.reads: list[tuple[str, str, bool]] = []
+        self.non_blocking = 0
+
+    @staticmethod
+    def _site() -> tuple[str, str, bool]:
+        """The innermost frame in src/coclr (else the caller's) and whether a trainer sync point is on the stack."""
+        stack = traceback.extract_stack()[:-2]
+        ours = [f for f in stack if f.filename.startswith(str(SRC))]
+        inner = ours[-1] if ours else stack[-1]
+        in_sync_point = any(f.name in SYNC_POINTS and f.filename.endswith("trainer.py") for f in ours)
+        return Path(inner.filename).name, inner.name, in_sync_point
+
+    def _mark(self, tensor: torch.Tensor) -> None:
+        if id(tensor) not in self.on_device:
+            self.on_device.add(id(tensor))
+            weakref.finalize(tensor, self.on_device.discard, id(tensor))
+
+    def _is_device(self, value) -> bool:
+        return isinstance(value, torch.Tensor) and id(value) in self.on_device
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inputs = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
+        inputs += [t for v in (*args, *kwargs.values()) if isinstance(v, (list, tuple))
+                   for t in v if isinstance(t, torch.Tensor)]
+        device_input = any(self._is_device(t) for t in inputs)
+        if func in self.READS and self._is_device(args[0]):
+            self.reads.append(self._site())
+        if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__) and isinstance(args[1], torch.Tensor) \
+                and args[1].dtype == torch.bool and self._is_device(args[1]):
+            self.reads.append(self._site())  # a boolean mask: the output's size is data on the device
+        moved = False
+        if func is torch.Tensor.to:
+            target, _, non_blocking, *_ = torch._C._nn._parse_to(*args[1:], **kwargs)
+            if target is not None or any(self._is_device(v) for v in args[1:]):
+                moved = True
+                if not self._is_device(args[0]):
+                    if non_blocking:
+                        self.non_blocking += 1
+                    else:
+                        self.blocking.append(self._site())
+        if func is torch.Tensor.copy_ and self._is_device(args[0]) and not self._is_device(args[1]):
+            if kwargs.get("non_blocking", len(args) > 2 and args[2]):
+                self.non_blocking += 1
+            else:
+                self.blocking.append(self._site())
+        out = func(*args, **kwargs)
+        if moved and out is args[0]:
+            out = out.view_as(out)  # on a GPU the copy is a new tensor; the host tensor stays on the host
+        named = "device" in kwargs and kwargs.get("generator") is None  # a CPU generator's draws stay on the host
+        if func not in self.READS and (moved or device_input or named):
+            for result in (out if isinstance(out, (list, tuple)) else (out,)):
+                if isinstance(result, torch.Tensor):
+                    self._mark(result)
+        return out
+
+
+@pytest.mark.parametrize("method", ["infonce", "coclr"])
+def test_a_training_step_makes_no_blocking_copy_and_reads_nothing_on_the_device(method: str, tmp_path: Path) -> None:
+    """Per step, outside the logging and epoch-end points, at most one host synchronisation: a blocking copy to the
+    device or a read of a device value (there are none), on a CPU run followed as a GPU run would place its
+    tensors (:class:`DeviceTraffic`); the batch's tensors and the augmentation parameters go over non-blocking."""
+    store = make_random_store(tmp_path / "store")
+    extra = []
+    if method == "coclr":
+        save_encoder(tmp_path / "sampler.pth", build_encoder(width=0.125))
+        extra = ["method.name=coclr", f"method.sampler_checkpoint={tmp_path / 'sampler.pth'}",
+                 "method.wait_for_full_queue=true"]
+    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.log_every=1000", *extra))
+    steps = []
+    step = trainer.train_step
+
+    def counted_step(*args, **kwargs):
+        steps.append(1)
+        return step(*args, **kwargs)
+
+    trainer.train_step = counted_step
+    traffic = DeviceTraffic([*trainer.model.parameters(), *trainer.model.buffers()])
+    with traffic:
+        trainer.run()
+    syncs = [site for site in traffic.blocking + traffic.reads if not site[2]]
+    assert steps and traffic.non_blocking >= 2 * len(steps)  # it is watching: the batch goes over every step
+    assert len(syncs) <= len(steps), syncs
+    assert syncs == [], syncs
+
+
+def test_the_device_traffic_detector_finds_a_blocking_copy_and_a_read() -> None:
+    device_weight = torch.zeros(3)
+    traffic = DeviceTraffic([device_weight])
+    with traffic:
+        batch = torch.ones(3)  # the host's
+        on_device = batch.to("cpu")  # blocking
+        total = (on_device + device_weight).sum()
+        total.item()  # a read of a device value
+        batch.sum().item()  # a host value: no read
+        batch.to("cpu", non_blocking=True)
+        device_weight.copy_(batch)  # blocking
+    assert (len(traffic.blocking), len(traffic.reads), traffic.non_blocking) == (2, 1, 1)
 
 
 @pytest.mark.parametrize("method", ["infonce", "coclr"])
@@ -175,6 +306,9 @@ class FakeTorchvisionDecoder:
         from coclr.store.jpeg import decode_jpeg
 
         assert mode == "RGB"
+        device = torch.device(device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            device = torch.device("cpu")  # it stands in for a working GPU decoder
         return [torch.from_numpy(decode_jpeg(t.numpy().tobytes())).permute(2, 0, 1).to(device) for t in tensors]
 
 
@@ -191,6 +325,9 @@ def fake_torchvision(monkeypatch):
     package.io = io
     monkeypatch.setitem(sys.modules, "torchvision", package)
     monkeypatch.setitem(sys.modules, "torchvision.io", io)
+    gpu_decoder_problem.cache_clear()
+    yield
+    gpu_decoder_problem.cache_clear()
 
 
 def test_the_gpu_path_assembles_and_fits_the_batch_as_the_cpu_path(tmp_path: Path, fake_torchvision) -> None:
@@ -216,7 +353,34 @@ def test_decoding_is_resolved_per_device(monkeypatch, fake_torchvision) -> None:
     assert resolve_decode("device", cpu) == "device" and resolve_decode("workers", cuda) == "workers"
     monkeypatch.delitem(__import__("sys").modules, "torchvision")
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    gpu_decoder_problem.cache_clear()
     assert resolve_decode(None, cuda) == "workers"
+    with pytest.raises(ConfigError, match=r"^data.decode=device on cuda: torchvision.io.decode_jpeg is not importable "
+                                          r".*; use data.decode=workers$"):
+        resolve_decode("device", cuda)  # refused before any work, in one line
+    assert resolve_decode("device", cpu) == "device"  # the CPU decodes with OpenCV
+
+
+def test_a_gpu_decoder_that_fails_is_refused_or_falls_back_to_the_cpu(tmp_path: Path, monkeypatch,
+                                                                      fake_torchvision) -> None:
+    """A decoder that imports but fails: ``decode=device`` is refused at start-up naming the failure, ``auto``
+    decodes in the workers, and a batch it fails on at call time is decoded on the CPU, with a warning."""
+    import sys
+
+    def failing(tensors, mode, device):
+        raise RuntimeError("nvjpeg: not supported on this device")
+
+    monkeypatch.setattr(sys.modules["torchvision.io"], "decode_jpeg", failing)
+    cuda = torch.device("cuda")
+    with pytest.raises(ConfigError, match="decode_jpeg fails on cuda: RuntimeError: nvjpeg: not supported"):
+        resolve_decode("device", cuda)
+    assert resolve_decode(None, cuda) == "workers"
+    store = make_random_store(tmp_path / "store")
+    dataset = TrainClips(store, "train", ["rgb"], length=4, seed=1, encoded=True)
+    batch = collate_clips([dataset[(0, i)] for i in range(2)])["rgb"]
+    with pytest.warns(RuntimeWarning, match="decoded on the CPU"):
+        frames = batch.decode_gpu(torch.device("cpu"))
+    assert torch.equal(frames, batch.decode_cpu())
 
 
 def test_precision_is_resolved_per_device(tmp_path: Path, monkeypatch) -> None:
@@ -276,3 +440,35 @@ def test_keys_are_ordinary_tensors_equal_to_a_no_grad_forward(tmp_path: Path) ->
         learner.encoder_k.train()
         expected = learner.encoder_k(clips)
     assert torch.equal(keys, expected)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("method", ["infonce", "coclr"])
+def test_training_steps_on_cuda_make_no_synchronising_call(method: str, tmp_path: Path) -> None:
+    """Every step after the first (which allocates and may probe) runs under CUDA's sync debug mode set to error."""
+    store = make_random_store(tmp_path / "store")
+    extra = []
+    if method == "coclr":
+        save_encoder(tmp_path / "sampler.pth", build_encoder(width=0.125))
+        extra = ["method.name=coclr", f"method.sampler_checkpoint={tmp_path / 'sampler.pth'}",
+                 "method.wait_for_full_queue=false"]
+    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.log_every=1000", "run.device=cuda",
+                                  "data.decode=workers", *extra))
+    step = trainer.train_step
+    steps = []
+
+    def checked_step(batch, queue_full):
+        if not steps:
+            out = step(batch, queue_full)
+        else:
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                out = step(batch, queue_full)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        steps.append(1)
+        return out
+
+    trainer.train_step = checked_step
+    trainer.run()
+    assert len(steps) > 1

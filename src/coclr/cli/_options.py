@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from coclr.clips import PAPER_CLIPS
+
 
 def add_config_arguments(parser: argparse.ArgumentParser, example: str = "optim.lr=0.0005") -> None:
     """``--config FILE``, ``--list-options`` and trailing ``key=value`` overrides (``example``: one valid
@@ -23,10 +25,13 @@ def print_options(config_class: type) -> None:
 def add_clip_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None:
     """How test clips are cut and fed to the network (the evaluation commands share these options)."""
     trained = "(default: what the checkpoint was trained on, else {})"
-    parser.add_argument("--length", type=int, help=f"{scope}frames per clip {trained.format(32)}")
-    parser.add_argument("--stride", type=int, help=f"{scope}step between the frames of a clip {trained.format(1)}")
-    parser.add_argument("--size", type=int, help=f"{scope}crop side in pixels {trained.format(128)}")
+    parser.add_argument("--length", type=int, help=f"{scope}frames per clip {trained.format(PAPER_CLIPS['length'])}")
+    parser.add_argument("--stride", type=int,
+                        help=f"{scope}step between the frames of a clip {trained.format(PAPER_CLIPS['stride'])}")
+    parser.add_argument("--size", type=int, help=f"{scope}crop side in pixels {trained.format(PAPER_CLIPS['size'])}")
     parser.add_argument("--batch-size", type=int, default=16, help=f"{scope}clips per batch (default 16)")
-    parser.add_argument("--workers", type=int, default=0, help=f"{scope}DataLoader workers reading the store (default 0)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help=f"{scope}DataLoader worker processes reading the store (default 0: none, read in this "
+                        "process)")
     parser.add_argument("--device", help=f"{scope}torch device (default: cuda when available, else cpu)")
     parser.add_argument("--amp", action="store_true", help=f"{scope}run the network under autocast")

@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--out", required=True, help="output store directory")
     parser.add_argument("--seed", type=int, default=0, help="random seed (the dataset is a function of it)")
-    parser.add_argument("--workers", type=int, default=0, help="worker processes (0: one per core)")
+    parser.add_argument("--workers", type=int, help="worker processes (default: one per core; 0: none, work in this "
+                        "process, as DataLoader's num_workers)")
     add_config_arguments(parser, example="train_scenes=8")
     parser.set_defaults(func=run)
 

@@ -3,7 +3,7 @@
 Examples::
 
     coclr data index --format ucf101 --annotations ucfTrainTestlist --split 1 --root UCF-101 --out ucf1.json
-    coclr data store --index ucf1.json --root UCF-101 --out stores/ucf101 --short-side 128 --workers 0
+    coclr data store --index ucf1.json --root UCF-101 --out stores/ucf101 --short-side 128
     coclr data info stores/ucf101 --verify
 """
 
@@ -59,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        "many pixels (0: keep the decoded size)")
     store.add_argument("--quality", type=int, default=90, help="JPEG quality (1-100)")
     store.add_argument("--fps", type=float, help="resample to this frame rate (default: keep every frame)")
-    store.add_argument("--workers", type=int, default=0, help="worker processes (0: one per core)")
+    store.add_argument("--workers", type=int, help="worker processes (default: one per core; 0: none, work in this "
+                       "process, as DataLoader's num_workers)")
     store.set_defaults(func=run_store)
 
     info = data_subparsers.add_parser("info", help="summarise a clip store: splits, classes, views",
@@ -71,12 +72,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     info.add_argument("--decode", action="store_true", help="with --verify: decode every frame")
     info.set_defaults(func=run_info)
 
+    verify = data_subparsers.add_parser(
+        "verify", help="check every entry of a clip store against its checksums (and decode it)",
+        description="Read every entry of every view (or --view) and check its bytes against the checksums written "
+        "with it; a damaged entry is named and listed in STORE/failed_<view>.json, so training and evaluation leave "
+        "it out and the next `coclr data store` / `coclr flow` rebuilds it. Exit status 1 when an entry is damaged.")
+    verify.add_argument("store", help="store folder")
+    verify.add_argument("--view", action="append", help="check only this view (repeatable; default: all)")
+    verify.add_argument("--decode", action="store_true", help="also decode every frame (a decoder's warning of "
+                        "corrupt data counts as damage)")
+    verify.add_argument("--add", action="store_true", help="give checksums to the entries written before them "
+                        "(after decoding each of their frames cleanly); the others are only checked")
+    verify.set_defaults(func=run_verify)
+
     _synth.register(data_subparsers)
 
 
 def run_index(args: argparse.Namespace) -> int:
-    from coclr.video import indexes
     from coclr.errors import DataError
+    from coclr.video import indexes
 
     annotations = args.annotations or []
     if args.format in ("ucf101", "hmdb51", "csv") and len(annotations) != 1:
@@ -148,9 +162,11 @@ def run_info(args: argparse.Namespace) -> int:
     for view in views:
         complete = sum(store.has(key, view) for key in keys)
         print(f"  view {view!r}: {complete}/{len(keys)} entries complete ({100 * complete / max(1, len(keys)):.1f}%)")
-        failed = {key: reason for key, reason in store.failed(view).items() if not store.has(key, view)}
+        failed = store.failed(view)
         if failed:
-            print(f"    {len(failed)} failed (left out of training and evaluation), listed in "
+            present = sum(store.has(key, view) for key in failed)
+            damaged_text = f", {present} of them damaged entries" if present else ""
+            print(f"    {len(failed)} failed{damaged_text} (left out of training and evaluation), listed in "
                   f"{failures_path(store.root, view)}")
         unlisted = store.unlisted(view)
         if unlisted:
@@ -162,3 +178,51 @@ def run_info(args: argparse.Namespace) -> int:
                 print(f"    damaged: {key}: {problem}")
             print(f"    verified: {len(problems)} damaged entries")
     return 1 if damaged else 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from contextlib import nullcontext
+
+    from tqdm import tqdm
+
+    from coclr.errors import DataError
+    from coclr.store.clipstore import failures_path, open_store
+    from coclr.store.jobs import view_lock
+
+    store = open_store(args.store)
+    views = args.view or store.views()
+    unknown = [view for view in views if view not in store.views()]
+    if unknown:
+        raise DataError(f"{store.root}: no view {', '.join(map(repr, unknown))} (views: "
+                        f"{', '.join(store.views()) or 'none'})")
+    damaged_total = 0
+    for view in views:
+        counts = dict.fromkeys(("verified", "damaged", "unverified", "checksums added", "missing"), 0)
+        with view_lock(store.root, view) if args.add else nullcontext():
+            for key in tqdm(store.keys(), desc=f"verify {view}", unit="entry", dynamic_ncols=True):
+                problem = store.check_entry(key, view, args.decode)
+                if problem is None and store.checksum(key, view) is None:
+                    if not args.add:
+                        counts["unverified"] += 1
+                        continue
+                    problem = store.check_entry(key, view, decode=True) if not args.decode else None
+                    if problem is None:
+                        store.add_checksums(key, view)
+                        counts["checksums added"] += 1
+                        continue
+                if problem is None:
+                    counts["verified"] += 1
+                elif problem == "missing":
+                    counts["missing"] += 1
+                else:
+                    counts["damaged"] += 1
+                    tqdm.write(problem)
+        damaged_total += counts["damaged"]
+        print(f"{view}: " + ", ".join(f"{n} {what}" for what, n in counts.items() if n or what == "damaged"))
+        if counts["damaged"]:
+            print(f"  damaged entries are listed in {failures_path(store.root, view)}: training and evaluation leave "
+                  "them out, and the next run of the job that writes the view rebuilds them")
+        if counts["unverified"]:
+            print(f"  {counts['unverified']} entries were written before checksums (unverified): "
+                  f"`coclr data verify {store.root} --add` checks them and adds checksums")
+    return 1 if damaged_total else 0

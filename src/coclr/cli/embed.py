@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from coclr.clips import PAPER_CLIPS
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -22,16 +24,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--feature", choices=("backbone", "head"),
                         help="backbone: the pooled backbone feature (default, the paper's retrieval feature); head: "
                         "the projection head's 128-d output")
-    parser.add_argument("--length", type=int, help="frames per window (default: the checkpoint's, else 32)")
+    parser.add_argument("--length", type=int, help="frames per window (default: the checkpoint's, else "
+                        f"{PAPER_CLIPS['length']})")
     parser.add_argument("--stride", type=int, help="step between the frames of a window (default: the checkpoint's, "
-                        "else 1)")
+                        f"else {PAPER_CLIPS['stride']})")
     parser.add_argument("--window-step", type=int, help="frames between window starts (default: half a window, as "
                         "coclr eval)")
     parser.add_argument("--fps", type=float, help="resample videos to this frame rate (default: the checkpoint's "
                         "store's, else every decoded frame)")
     parser.add_argument("--short-side", type=int, help="resize the short side to this many pixels before the crop "
                         "(default: the checkpoint's, else 128)")
-    parser.add_argument("--size", type=int, help="side of the centre crop (default: the checkpoint's, else 128)")
+    parser.add_argument("--size", type=int, help="side of the centre crop (default: the checkpoint's, else "
+                        f"{PAPER_CLIPS['size']})")
     parser.add_argument("--mean", type=float, nargs=3, help="RGB normalisation mean (default: the checkpoint's, else "
                         "ImageNet's; Kinetics' for torchvision's s3d)")
     parser.add_argument("--std", type=float, nargs=3, help="RGB normalisation std (default as --mean)")

@@ -74,14 +74,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def task_options(args: argparse.Namespace):
+    """The options of the task ``args.task`` asks for (:class:`coclr.eval.evaluate.TaskOptions`)."""
+    from pathlib import Path
+
+    from coclr.config import from_dict
+    from coclr.eval.evaluate import TaskOptions
+    from coclr.eval.finetune import FinetuneConfig
+    from coclr.eval.linear import LinearProbeConfig
+
+    if args.task == "retrieval":
+        return TaskOptions(ks=args.ks, cache_dir=args.cache_dir)
+    if args.task == "linear":
+        probe = from_dict(LinearProbeConfig, {"lrs": args.lrs, "weight_decays": args.weight_decays,
+                                              "epochs": args.epochs, "val_fraction": args.val_fraction,
+                                              "seed": args.seed})
+        return TaskOptions(probe=probe, cache_dir=args.cache_dir,
+                           probabilities=Path(args.out).with_suffix(".probabilities.npz") if args.out else None)
+    config = from_dict(FinetuneConfig, {"epochs": args.epochs, "lr": args.lr, "weight_decay": args.weight_decay,
+                                        "milestones": args.milestones, "seed": args.seed,
+                                        "backbone_lr_scale": args.backbone_lr_scale, "dropout": args.dropout})
+    work_dir = Path(args.work_dir) if args.work_dir else (
+        Path(args.out).with_suffix("") if args.out else Path("finetune"))
+    return TaskOptions(finetune=config, work_dir=work_dir)
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    import torch
-
     from coclr.atomic import atomic_write_json
     from coclr.config import from_dict
+    from coclr.core.distributed import pick_device
     from coclr.errors import CheckpointError, ConfigError
+    from coclr.eval.evaluate import evaluate_checkpoint
     from coclr.eval.features import ClipConfig, Stream, check_inputs, split_entries, trained_clips, trained_view
     from coclr.store.clipstore import open_store
 
@@ -95,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     clips, sources = trained_clips(checkpoints, length=args.length, stride=args.stride, size=args.size)
     clip_config = from_dict(ClipConfig, {**clips, "batch_size": args.batch_size, "workers": args.workers,
                                          "amp": args.amp})
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = str(pick_device(args.device, "--device"))
     store = open_store(args.store)
     views = [*(s.view for s in streams), *args.also_views]
     left_out = check_inputs(store, streams, [args.train_split, args.test_split], args.also_views)
@@ -115,39 +140,9 @@ def run(args: argparse.Namespace) -> int:
             from coclr.data.datasets import left_out_message
 
             print(f"coclr eval: {left_out_message(store, split, views, videos)}", file=sys.stderr)
-    common = {"train_split": args.train_split, "test_split": args.test_split, "device": device,
-              "progress": not args.quiet, "with_views": args.also_views}
-
-    if args.task == "retrieval":
-        from coclr.eval.retrieval import evaluate_retrieval
-
-        record = evaluate_retrieval(store, streams, clip_config, args.ks, cache_dir=args.cache_dir, **common)
-    elif args.task == "linear":
-        from coclr.eval.finetune import save_probabilities
-        from coclr.eval.linear import LinearProbeConfig, evaluate_linear
-
-        probe = from_dict(LinearProbeConfig, {"lrs": args.lrs, "weight_decays": args.weight_decays,
-                                              "epochs": args.epochs, "val_fraction": args.val_fraction,
-                                              "seed": args.seed})
-        record, probabilities, keys = evaluate_linear(store, streams, clip_config, probe, cache_dir=args.cache_dir,
-                                                      **common)
-        if args.out:
-            labels = [store.entry(key).label for key in keys]
-            path = save_probabilities(Path(args.out).with_suffix(".probabilities.npz"), keys, labels,
-                                      probabilities=probabilities)
-            record["results"]["probabilities"] = str(path)
-    else:
-        from coclr.eval.finetune import FinetuneConfig, evaluate_finetune
-
-        config = from_dict(FinetuneConfig, {"epochs": args.epochs, "lr": args.lr, "weight_decay": args.weight_decay,
-                                            "milestones": args.milestones, "seed": args.seed,
-                                            "backbone_lr_scale": args.backbone_lr_scale, "dropout": args.dropout})
-        work_dir = Path(args.work_dir) if args.work_dir else (
-            Path(args.out).with_suffix("") if args.out else Path("finetune"))
-        record = evaluate_finetune(store, streams, work_dir, clip_config, config, **common)
-
-    if args.name:
-        record["name"] = args.name
+    record = evaluate_checkpoint(args.task, store, streams, clip_config, task_options(args), name=args.name,
+                                 device=device, train_split=args.train_split, test_split=args.test_split,
+                                 with_views=args.also_views, progress=not args.quiet)
     if args.out:
         atomic_write_json(args.out, record)
         print(f"wrote {args.out}")

@@ -34,8 +34,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         "TV-L1 in PyTorch (GPU); auto: tvl1-torch on CUDA when available, else tvl1; opencv and "
                         "torch are short for tvl1 and tvl1-torch")
     parser.add_argument("--view", help="view name to write (default: 'flow' for TV-L1, 'flow_dis' for DIS)")
-    parser.add_argument("--workers", type=int, default=0,
-                        help="worker processes for the CPU backends, JPEG threads for tvl1-torch (0: one per core)")
+    parser.add_argument("--workers", type=int,
+                        help="worker processes for the CPU backends, JPEG processes for tvl1-torch (default: one per "
+                        "core; 0: none, work in this process, as DataLoader's num_workers)")
     parser.add_argument("--split", help="only the videos of this split: train, val or test (default: every video "
                         "of the store)")
     parser.add_argument("--device", help="torch device for tvl1-torch, e.g. cpu, cuda, cuda:1 (default: cuda "

@@ -14,8 +14,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "machines under torchrun (torchrun --nproc_per_node=N -m coclr pretrain ...). The same command on the same "
         "run.out continues the run from its last checkpoint; other options are refused, naming each that differs.")
     add_config_arguments(parser)
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the run in run.out (what running the same command again always does)")
     parser.add_argument("--restart", action="store_true",
                         help="move an earlier run in run.out aside (to <run.out>.replaced-<time>) and start over")
     parser.set_defaults(func=run)
@@ -29,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
         print_options(PretrainConfig)
         return 0
     config = load_config(PretrainConfig, args.config, args.overrides)
-    from coclr.train.trainer import pretrain
+    from coclr.train.run import pretrain
 
     checkpoint = pretrain(config, restart=args.restart)
     print(f"last checkpoint: {checkpoint}")

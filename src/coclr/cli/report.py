@@ -28,6 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+RUN_ONLY = ("length", "stride", "size", "device", "amp", "cache_dir")
+"""Options that only the evaluation of ``--run`` reads (refused without it, instead of being ignored)."""
+
+
 def run(args: argparse.Namespace) -> int:
     from coclr.errors import ConfigError
     from coclr.eval.report import load_record, write_report
@@ -37,22 +41,26 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--results or --run: give result files, a run folder, or both")
     if args.run and not args.store:
         raise ConfigError("--store: required with --run (the store to evaluate the run's encoders on)")
+    unused = [f"--{key.replace('_', '-')}" for key in RUN_ONLY if getattr(args, key) not in (None, False)]
+    if unused and not args.run:
+        raise ConfigError(f"{', '.join(unused)}: apply to --run only (the evaluation of a pipeline run's stages); "
+                          "the result files were evaluated already")
     records = [load_record(path) for path in args.results]
     store = open_store(args.store) if args.store else None
     if args.run:
-        import torch
-
         from coclr.config import from_dict
+        from coclr.core.distributed import pick_device
         from coclr.eval.features import ClipConfig, trained_clips
         from coclr.eval.report import report_run, stage_encoders
 
-        encoders = list(dict.fromkeys(path for point in stage_encoders(args.run) for path in point["encoders"].values()))
+        encoders = list(dict.fromkeys(path for point in stage_encoders(args.run)
+                                      for path in point["encoders"].values()))
         clips, sources = trained_clips(encoders, length=args.length, stride=args.stride, size=args.size)
         print("coclr report: clips of " + ", ".join(f"{key} {value} ({sources[key]})" for key, value in clips.items()),
               file=sys.stderr)
         clip_config = from_dict(ClipConfig, {**clips, "batch_size": args.batch_size, "workers": args.workers,
                                              "amp": args.amp})
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = str(pick_device(args.device, "--device"))
         records += report_run(args.run, store, args.out, clip_config, device, args.cache_dir, not args.quiet)
     written = write_report(args.out, records, store, args.gallery_queries)
     for name in sorted(written):

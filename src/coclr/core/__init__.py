@@ -6,7 +6,7 @@ and CMC share :func:`multi_positive_nce` and differ only in their positive rule;
 
 from coclr.core.distributed import all_gather_concat, broadcast_, is_distributed, is_main, rank, world_size
 from coclr.core.loss import logits_from, multi_positive_nce
-from coclr.core.methods import METHODS, Method, method, positive_mask
+from coclr.core.methods import CONTRASTIVE, METHODS, Method, find_method, method, positive_mask
 from coclr.core.momentum import momentum_copy, momentum_update, shuffled_forward
 from coclr.core.positives import (
     cross_view_instance_positives,
@@ -18,6 +18,7 @@ from coclr.core.positives import (
 from coclr.core.queue import MomentumQueue
 
 __all__ = [
+    "CONTRASTIVE",
     "METHODS",
     "Method",
     "MomentumQueue",
@@ -26,6 +27,7 @@ __all__ = [
     "cross_view_instance_positives",
     "cross_view_topk_positives",
     "drop_own_positive",
+    "find_method",
     "instance_positives",
     "is_distributed",
     "is_main",

@@ -7,12 +7,15 @@ must be called by all ranks in the same order, as with ``torch.distributed`` its
 
 from __future__ import annotations
 
+import atexit
 import os
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from coclr.errors import ConfigError
 
 
 def launched_world_size() -> int:
@@ -27,8 +30,27 @@ def local_device(name: str) -> str:
     return name
 
 
+def pick_device(requested: str | torch.device | None = None, option: str = "device") -> torch.device:
+    """The one device picker: ``requested`` (``None`` or ``"auto"``: CUDA when available, else the CPU), with
+    ``cuda`` made this process's GPU under torchrun (:func:`local_device`). A device that does not exist here is a
+    :class:`ConfigError` naming ``option`` (the command's option, e.g. ``run.device`` or ``--device``)."""
+    name = str(requested) if requested is not None else "auto"
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(local_device(name))
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"{option}: {name!r} is not a torch device (e.g. auto, cpu, cuda, cuda:1)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{option}: {name!r} was asked for but CUDA is not available")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"{option}: {name!r} does not exist ({torch.cuda.device_count()} CUDA device(s))")
+    return device
+
+
 def init_distributed(device: torch.device, backend: str | None = None, timeout: timedelta | None = None) -> None:
-    """Join the process group torchrun describes; nothing in one process or when already joined.
+    """Join the process group torchrun describes; nothing in one process or when already joined. The group is
+    destroyed when the process exits (:func:`destroy_distributed`).
 
     ``backend``: NCCL on GPUs and gloo on CPU by default. ``timeout``: how long a collective waits for the other
     processes (torch's default, 30 minutes for gloo, when None).
@@ -38,6 +60,14 @@ def init_distributed(device: torch.device, backend: str | None = None, timeout: 
             torch.cuda.set_device(device)
         backend = backend or ("nccl" if device.type == "cuda" else "gloo")
         dist.init_process_group(backend, **({} if timeout is None else {"timeout": timeout}))
+        atexit.register(destroy_distributed)
+
+
+def destroy_distributed() -> None:
+    """Leave and destroy the default process group, if any (registered at exit by :func:`init_distributed`: a
+    group left to the interpreter's teardown can hang NCCL's communicators or leak their resources)."""
+    if is_distributed():
+        dist.destroy_process_group()
 
 
 def is_distributed() -> bool:

@@ -102,14 +102,30 @@ def logits_from(q: torch.Tensor, k: torch.Tensor, queue_keys: torch.Tensor, tau:
 
     ``logits = [q . k_own, q . queue^T] / tau``: negatives come only from the queue, never from the other
     rows of the batch (as in MoCo and the authors' code). ``q`` and ``k`` are ``[B, D]``, ``queue_keys``
-    ``[K, D]``; all are expected L2-normalised. The logits are float32 whatever the dtype of the dot products
-    (under autocast they are bf16 or fp16). For CMC, concatenate this for the own view and the other view along
-    dim 1.
+    ``[K, D]``; all are expected L2-normalised. The logits are computed in float32 whatever the inputs' dtype
+    and the autocast state (:func:`float32_scores`). For CMC, concatenate this for the own view and the other
+    view along dim 1.
     """
     if q.shape != k.shape or q.dim() != 2:
         raise ValueError(f"q and k must both be [B, D], got {tuple(q.shape)} and {tuple(k.shape)}")
     if queue_keys.dim() != 2 or queue_keys.shape[1] != q.shape[1]:
         raise ValueError(f"queue_keys must be [K, {q.shape[1]}], got {tuple(queue_keys.shape)}")
-    own = (q * k.to(q.dtype)).sum(dim=1, keepdim=True)
-    queued = q @ queue_keys.to(q.dtype).T
-    return torch.cat([own, queued], dim=1).float() / tau
+    with float32_scores(q):
+        own = (q.float() * k.float()).sum(dim=1, keepdim=True)
+        return torch.cat([own, similarity(q, queue_keys)], dim=1) / tau
+
+
+def float32_scores(reference: torch.Tensor) -> torch.autocast:
+    """A context in which autocast is off on ``reference``'s device: scores computed inside stay float32.
+
+    Under bf16 autocast a dot product of unit vectors is rounded to 8 bits of mantissa (errors up to ~0.004,
+    0.04 after the temperature), enough to reorder near-equal candidates; the logits and the mined positives
+    are what the methods differ in, so they are computed in float32 whatever the encoders run in.
+    """
+    return torch.autocast(device_type=reference.device.type, enabled=False)
+
+
+def similarity(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``[N, M]`` float32 dot products of the rows of ``a [N, D]`` with those of ``b [M, D]``, autocast or not."""
+    with float32_scores(a):
+        return a.float() @ b.float().T

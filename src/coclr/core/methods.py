@@ -1,9 +1,12 @@
-"""The four methods, each defined once: its positive rule, its loss form, and what it needs from data and views.
+"""Every method, each defined once: its positive rule, its loss form, and what it needs from data and views.
 
 InfoNCE, UberNCE, CoCLR and CMC share the learner, the queue, the logits and the loss; they differ in which
 candidates count as positives (:mod:`coclr.core.positives` holds the rules) and, following from that, in what
-the queue stores and which views and encoders they need. The learner, the trainer, the configuration and the
-report ask :data:`METHODS` instead of testing method names.
+the queue stores and which views and encoders they need. The supervised Cross-Entropy baseline (Table 1) is a row
+too, without a positive rule: it is trained by finetuning a random encoder with labels. The learner, the trainer,
+the configuration, the report, the study and the benchmarks ask :data:`METHODS` instead of testing method names;
+the help text of ``method.name`` is generated from it. Adding a method is one row here and its positive rule in
+:mod:`coclr.core.positives`.
 
 ============  ===========================================================================================
 ``infonce``   the own key only (instance discrimination)
@@ -12,6 +15,7 @@ report ask :data:`METHODS` instead of testing method names.
               view (+ optionally queued sibling clips of the same source group); InfoNCE until the
               queue is full
 ``cmc``       the same clip in both views: own key and the other view's key of the clip
+``cross_entropy``  no positives: end-to-end training with class labels (not a ``coclr pretrain`` method)
 ============  ===========================================================================================
 """
 
@@ -107,17 +111,34 @@ class Method:
     ``other_view``: None (one view), ``"mined"`` (CoCLR: the queue stores the other view's embedding of each
     key clip and positives are mined in it) or ``"contrasted"`` (CMC: the other view's keys are candidates).
     ``two_views``: trains both views at once always (CMC), when asked (CoCLR ``simultaneous``) or never.
+    ``rule`` None: not contrastive (Cross-Entropy), so not a ``coclr pretrain`` method.
     """
 
     name: str
     display: str
-    rule: Callable[[Batch, Mining], torch.Tensor]
-    loss_form: Literal["mil", "supcon"]
+    """The name in the paper's Table 1."""
+    summary: str
+    """What the method does, in a few words (the help text of ``method.name``)."""
+    rule: Callable[[Batch, Mining], torch.Tensor] | None
+    loss_form: Literal["mil", "supcon"] | None
     uses_labels: bool = False
     other_view: Literal["mined", "contrasted"] | None = None
     two_views: Literal["always", "when_simultaneous", "never"] = "never"
     waits_for_full_queue: bool = False
     """The reference code takes no optimiser step until the queue is full in CoCLR only."""
+    aliases: tuple[str, ...] = ()
+    """Other names records may carry for it (older files)."""
+
+    @property
+    def contrastive(self) -> bool:
+        """Whether it is trained by ``coclr pretrain`` (it has a positive rule)."""
+        return self.rule is not None
+
+    @property
+    def from_scratch(self) -> bool:
+        """Whether it learns from one view alone, without labels or another encoder: the CoCLR schedule's first
+        stage (cycle 0)."""
+        return self.contrastive and not self.uses_labels and self.other_view is None
 
     @property
     def queues_other_view(self) -> bool:
@@ -138,20 +159,41 @@ class Method:
 
 
 METHODS: dict[str, Method] = {method.name: method for method in (
-    Method("infonce", "InfoNCE", _infonce, "mil"),
-    Method("ubernce", "UberNCE", _ubernce, "supcon", uses_labels=True),
-    Method("coclr", "CoCLR", _coclr, "mil", other_view="mined", two_views="when_simultaneous",
-           waits_for_full_queue=True),
-    Method("cmc", "CMC", _cmc, "mil", other_view="contrasted", two_views="always"),
+    Method("infonce", "InfoNCE", "own key", _infonce, "mil"),
+    Method("ubernce", "UberNCE", "label oracle", _ubernce, "supcon", uses_labels=True),
+    Method("coclr", "CoCLR", "top-K mined in the other view", _coclr, "mil", other_view="mined",
+           two_views="when_simultaneous", waits_for_full_queue=True),
+    Method("cmc", "CMC", "same clip in both views", _cmc, "mil", other_view="contrasted", two_views="always"),
+    Method("cross_entropy", "Cross-Ent.", "supervised training with labels", None, None, uses_labels=True,
+           aliases=("supervised",)),
 )}
 """Every method by name. UberNCE's loss is the SupCon form, as in the authors' UberNCE code."""
 
+CONTRASTIVE: dict[str, Method] = {name: m for name, m in METHODS.items() if m.contrastive}
+"""The methods ``coclr pretrain`` trains (those with a positive rule)."""
+
 
 def method(name: str) -> Method:
-    """The method called ``name``; a :class:`ConfigError` naming the known ones otherwise."""
-    if name not in METHODS:
-        raise ConfigError(f"method {name!r} is not one of {', '.join(METHODS)}")
-    return METHODS[name]
+    """The contrastive method called ``name``; a :class:`ConfigError` naming the known ones otherwise."""
+    if name not in CONTRASTIVE:
+        raise ConfigError(f"method {name!r} is not one of {', '.join(CONTRASTIVE)}")
+    return CONTRASTIVE[name]
+
+
+def find_method(name: str) -> Method | None:
+    """The method a record names (its name or an alias); None for anything else (a random encoder, a file)."""
+    return next((m for m in METHODS.values() if name == m.name or name in m.aliases), None)
+
+
+def display_name(name: str) -> str:
+    """The Table 1 name of the method a record names, or the name itself when no method has it."""
+    found = find_method(name)
+    return found.display if found else name
+
+
+def methods_help() -> str:
+    """The help text of ``method.name``: every contrastive method with what it does."""
+    return "positive-set rule: " + ", ".join(f"{m.name} ({m.summary})" for m in CONTRASTIVE.values())
 
 
 def positive_mask(name: str, *, batch_size: int, queue: MomentumQueue, labels: torch.Tensor | None = None,

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from coclr.core.loss import similarity
+
 
 def _with_own_key(queue_positives: torch.Tensor) -> torch.Tensor:
     """Prepend the always-positive own-key column to a ``[B, K]`` mask."""
@@ -52,7 +54,8 @@ def cross_view_topk_positives(
     """CoCLR: own key + the ``topk`` queue entries most similar in the other view (+ source-group siblings).
 
     Similarity is the dot product of the key clip's other-view embedding ``other_keys [B, D]`` with the queued
-    other-view embeddings ``queue_other [K, D]``. Only valid (written) slots are ever mined; with fewer than
+    other-view embeddings ``queue_other [K, D]``, in float32 whatever the autocast state (a bf16 score reorders
+    near-equal candidates). Only valid (written) slots are ever mined; with fewer than
     ``topk`` valid slots, all of them are. Ties are broken by lower queue index first (as a stable descending
     sort would), so the mask is deterministic on every device.
 
@@ -75,8 +78,8 @@ def cross_view_topk_positives(
         else torch.zeros(other_keys.shape[0], queue_other.shape[0], dtype=torch.bool, device=other_keys.device)
     )
     minable = queue_valid[None, :] & ~siblings
-    similarity = (other_keys @ queue_other.to(other_keys.dtype).T).masked_fill(~minable, float("-inf"))
-    return _with_own_key((top_k_lowest_index_ties(similarity, topk) & minable) | siblings)
+    scores = similarity(other_keys, queue_other).masked_fill(~minable, float("-inf"))
+    return _with_own_key((top_k_lowest_index_ties(scores, topk) & minable) | siblings)
 
 
 def top_k_lowest_index_ties(scores: torch.Tensor, k: int) -> torch.Tensor:

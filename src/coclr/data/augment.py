@@ -169,37 +169,78 @@ class ClipAugment:
         if (batch, height, width) != (params.batch_size, params.height, params.width):
             raise DataError(f"views of batch {batch} with {height}x{width} frames do not match parameters drawn "
                             f"for batch {params.batch_size} with {params.height}x{params.width} frames")
+        on_device = DeviceParams.upload(params, self.mean, self.std, next(iter(views.values())).device)
         out = {}
         for name, frames in views.items():
             kind = view_kind(name, self.kinds)
-            clips = crop_resize(frames, params.boxes[:, None], params.flip[:, None], self.size)[:, 0]
+            clips = crop_resize(frames, on_device.boxes[:, None], on_device.flip[:, None], self.size)[:, 0]
             if kind == "flow":
-                clips = negate_flow_u(clips, params.flip)
+                clips = negate_flow_u(clips, on_device.flip)
             else:
-                clips = self._colour(clips, params)
-            out[name] = _finish(clips, kind, self.mean, self.std)
+                clips = self._colour(clips, on_device)
+            out[name] = _finish(clips, kind, on_device.mean, on_device.std)
         return out
 
-    def _colour(self, clips: Tensor, params: AugmentParams) -> Tensor:
+    def _colour(self, clips: Tensor, params: DeviceParams) -> Tensor:
         """Colour jitter, grayscale and blur of RGB clips in [0, 1], each on the clips drawn for it."""
-        device = clips.device
-        factors = params.jitter_factors.to(device=device, dtype=clips.dtype)
+        for op_index, index, factor in params.jitter_steps:
+            clips[index] = JITTER_OPS[op_index](clips[index], factor.to(clips.dtype))
+        if params.grayscale is not None:
+            clips[params.grayscale] = grayscale(clips[params.grayscale])
+        if params.blur is not None:
+            sigma = params.blur_sigma.to(clips.dtype)
+            clips[params.blur] = gaussian_blur(clips[params.blur], sigma, self.blur_radius)
+        return clips
+
+
+@dataclass
+class DeviceParams:
+    """A batch's augmentation parameters on the augmenting device, as :meth:`ClipAugment.apply` uses them.
+
+    Built by :meth:`upload` from the CPU draw in one host-to-device copy (pinned and non-blocking on CUDA): a
+    blocking copy waits for the GPU's queue, and the per-op copies it replaces were 20 or more per view. Which
+    clips each operation touches is decided on the CPU (the draw is there), so the sizes of the index tensors
+    are known to the host and no Python branch depends on a device value.
+    """
+
+    boxes: Tensor  # float64 [B, 4]
+    flip: Tensor  # bool [B]
+    jitter_steps: list[tuple[int, Tensor, Tensor]]  # (JITTER_OPS index, clip indices, factors), in order
+    grayscale: Tensor | None  # int64 clip indices, None when no clip is converted
+    blur: Tensor | None  # int64 clip indices, None when no clip is blurred
+    blur_sigma: Tensor  # float64, one per blurred clip
+    mean: Tensor  # float64 [3]
+    std: Tensor  # float64 [3]
+
+    @staticmethod
+    def upload(params: AugmentParams, mean: tuple[float, ...], std: tuple[float, ...],
+               device: torch.device) -> DeviceParams:
+        """Pack ``params`` (CPU) into one float64 buffer, copy it to ``device`` once, and slice it there."""
+        parts: list[Tensor] = [params.boxes.reshape(-1).double(), params.flip.double()]
+        jitter: list[tuple[int, int]] = []  # (op index, clips)
         for position in range(len(JITTER_OPS)):
-            for op_index, op in enumerate(JITTER_OPS):
+            for op_index in range(len(JITTER_OPS)):
                 chosen = torch.nonzero(params.jitter & (params.jitter_order[:, position] == op_index)).flatten()
                 if len(chosen):
-                    index = chosen.to(device)
-                    clips[index] = op(clips[index], factors[index, op_index])
-        chosen = torch.nonzero(params.grayscale).flatten()
-        if len(chosen):
-            index = chosen.to(device)
-            clips[index] = grayscale(clips[index])
-        chosen = torch.nonzero(params.blur).flatten()
-        if len(chosen):
-            index = chosen.to(device)
-            sigma = params.blur_sigma[chosen].to(device=device, dtype=clips.dtype)
-            clips[index] = gaussian_blur(clips[index], sigma, self.blur_radius)
-        return clips
+                    jitter.append((op_index, len(chosen)))
+                    parts += [chosen.double(), params.jitter_factors[chosen, op_index].double()]
+        gray = torch.nonzero(params.grayscale).flatten()
+        blur = torch.nonzero(params.blur).flatten()
+        parts += [gray.double(), blur.double(), params.blur_sigma[blur].double(),
+                  torch.tensor(mean, dtype=torch.float64), torch.tensor(std, dtype=torch.float64)]
+        host = torch.cat(parts)
+        if device.type == "cuda":
+            host = host.pin_memory()
+        values = host.to(device, non_blocking=True)
+        batch = params.batch_size
+        sizes = [4 * batch, batch, *(n for _, count in jitter for n in (count, count)), len(gray), len(blur),
+                 len(blur), 3, 3]
+        pieces = list(values.split(sizes))
+        boxes, flip = pieces[0].view(batch, 4), pieces[1].bool()
+        steps = [(op_index, pieces[2 + 2 * i].long(), pieces[3 + 2 * i]) for i, (op_index, _) in enumerate(jitter)]
+        gray_index, blur_index, sigma, mean_t, std_t = pieces[2 + 2 * len(jitter):]
+        return DeviceParams(boxes, flip, steps, gray_index.long() if len(gray) else None,
+                            blur_index.long() if len(blur) else None, sigma, mean_t, std_t)
 
 
 def check_views(views: Mapping[str, Tensor], kinds: Mapping[str, str] | None = None) -> tuple[int, int, int]:
@@ -331,21 +372,22 @@ def _eval_crops(views: Tensor | Mapping[str, Tensor], size: int, kinds: Mapping[
     return out["rgb"] if single else out
 
 
-def _finish(clips: Tensor, kind: str, mean: tuple[float, ...], std: tuple[float, ...]) -> Tensor:
+def _finish(clips: Tensor, kind: str, mean: tuple[float, ...] | Tensor, std: tuple[float, ...] | Tensor) -> Tensor:
     """Normalise ``[..., 3, T, H, W]`` clips in [0, 1]; difference consecutive frames for rgbdiff."""
     clips = normalize(clips, mean, std)
     return frame_difference(clips) if kind == "rgbdiff" else clips
 
 
-def normalize(clips: Tensor, mean: tuple[float, ...] = IMAGENET_MEAN,
-              std: tuple[float, ...] = IMAGENET_STD) -> Tensor:
-    """``(x - mean) / std`` per channel of ``[..., 3, T, H, W]`` clips in [0, 1] (RGB and flow alike).
+def normalize(clips: Tensor, mean: tuple[float, ...] | Tensor = IMAGENET_MEAN,
+              std: tuple[float, ...] | Tensor = IMAGENET_STD) -> Tensor:
+    """``(x - mean) / std`` per channel of ``[..., 3, T, H, W]`` clips in [0, 1] (RGB and flow alike); ``mean``
+    and ``std`` as tuples or as tensors already on the clips' device (no copy per call).
 
     Returns a new contiguous tensor.
     """
     shape = (3, 1, 1, 1)
-    mean_t = torch.tensor(mean, dtype=clips.dtype, device=clips.device).view(shape)
-    std_t = torch.tensor(std, dtype=clips.dtype, device=clips.device).view(shape)
+    mean_t = torch.as_tensor(mean, device=clips.device).to(clips.dtype).view(shape)
+    std_t = torch.as_tensor(std, device=clips.device).to(clips.dtype).view(shape)
     out = torch.empty(clips.shape, dtype=clips.dtype, device=clips.device)
     return torch.sub(clips, mean_t, out=out).div_(std_t)
 

@@ -12,12 +12,17 @@ machine the CPU cores that DataLoader workers decode with are what limits traini
 - elsewhere (or without torchvision), frame by frame with OpenCV, as the workers would: the same pixels, bit for
   bit, so the CPU path can be tested against the workers' path.
 
-torchvision is optional: :func:`gpu_decoder_available` says whether its GPU decoder can be imported.
+torchvision is optional: :func:`gpu_decoder_available` says whether its GPU decoder can be imported,
+:func:`gpu_decoder_problem` whether it decodes on a given device (a one-frame probe, once per device), which is what
+``data.decode`` is resolved with. Should nvJPEG still fail on a batch whose frames all decode on the CPU (a driver
+or library problem, not the data), the batch is decoded on the CPU and the run goes on, with one warning.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +32,8 @@ import torch
 from torch.utils.data import default_collate
 
 from coclr.data.frames import fit_frames, fit_frames_torch
-from coclr.errors import DataError
-from coclr.store.jpeg import decode_jpeg
+from coclr.errors import ConfigError, DataError
+from coclr.store.jpeg import decode_jpeg, encode_jpeg
 
 DECODE_MODES = ("workers", "device")
 
@@ -44,14 +49,40 @@ def gpu_decoder_available() -> bool:
     return True
 
 
+@functools.cache
+def gpu_decoder_problem(device: torch.device) -> str | None:
+    """None when ``torchvision.io.decode_jpeg`` decodes a small JPEG on ``device`` to OpenCV's size, else why not
+    (one line). Probed once per device and process."""
+    if not gpu_decoder_available():
+        return (f"torchvision.io.decode_jpeg is not importable (pip install the torchvision built for torch "
+                f"{torch.__version__})")
+    from torchvision.io import ImageReadMode
+    from torchvision.io import decode_jpeg as tv_decode_jpeg
+
+    probe = np.zeros((16, 16, 3), np.uint8)
+    encoded = torch.from_numpy(np.frombuffer(encode_jpeg(probe), np.uint8).copy())
+    try:
+        images = tv_decode_jpeg([encoded], mode=ImageReadMode.RGB, device=device)
+        if tuple(images[0].shape) != (3, 16, 16):
+            return f"torchvision's decode_jpeg gave a {tuple(images[0].shape)} image for a 16x16 JPEG on {device}"
+    except Exception as error:  # noqa: BLE001 - whatever fails, the decoder does not work here
+        return f"torchvision's decode_jpeg fails on {device}: {type(error).__name__}: {str(error).splitlines()[0]}"
+    return None
+
+
 def resolve_decode(requested: str | None, device: torch.device, frame_cache: bool = False) -> str:
     """Where a training run decodes its frames: ``requested`` if given, else ``device`` on CUDA when the GPU
-    decoder is importable and no decoded-frame cache is used, else ``workers``."""
+    decoder works there and no decoded-frame cache is used, else ``workers``. ``device`` requested on CUDA
+    without a working GPU decoder is refused (:class:`ConfigError`), before any work."""
     if requested is not None:
         if requested not in DECODE_MODES:
             raise ValueError(f"decode must be one of {DECODE_MODES} or None, got {requested!r}")
+        if requested == "device" and device.type == "cuda":
+            problem = gpu_decoder_problem(device)
+            if problem is not None:
+                raise ConfigError(f"data.decode=device on {device}: {problem}; use data.decode=workers")
         return requested
-    if device.type == "cuda" and not frame_cache and gpu_decoder_available():
+    if device.type == "cuda" and not frame_cache and gpu_decoder_problem(device) is None:
         return "device"
     return "workers"
 
@@ -151,13 +182,12 @@ class EncodedBatch:
         encoded = [self.data[bounds[i]: bounds[i + 1]] for i in range(len(bounds) - 1)]
         try:
             images = tv_decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
-        except RuntimeError as error:  # find the frame, with its entry, on the CPU
-            for index in range(len(encoded)):
-                try:
-                    decode_jpeg(self.frame(index).tobytes())
-                except ValueError as frame_error:
-                    raise self._frame_error(index, frame_error) from None
-            raise DataError(f"nvJPEG could not decode a batch of {', '.join(self.wheres[:4])}...: {error}") from None
+        except RuntimeError as error:  # a damaged frame is named (found on the CPU); else the CPU decodes the batch
+            cpu = self.decode_cpu()
+            warnings.warn(f"nvJPEG failed on a batch whose frames all decode on the CPU ({type(error).__name__}: "
+                          f"{str(error).splitlines()[0] if str(error) else ''}); this batch was decoded on the CPU",
+                          RuntimeWarning, stacklevel=2)
+            return cpu.to(device)
         per_sample = self.clips * self.length
         fitted = []
         for sample in range(self.batch_size):

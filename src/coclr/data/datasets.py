@@ -8,6 +8,7 @@ the same whichever DataLoader worker reads it, and a resumed run reads exactly w
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,15 +23,16 @@ from coclr.data.frames import fit_frames
 from coclr.data.sampling import aligned_num_frames, sliding_windows, train_clip_indices
 from coclr.data.views import DERIVED_VIEWS, is_flow_view, stored_view
 from coclr.errors import DataError
-from coclr.store.clipstore import ClipStore, failures_path, open_store
+from coclr.store.clipstore import ClipStore, DamagedEntryError, failures_path, open_store
 
 
 def usable_entries(store: ClipStore, split: str, views: Sequence[str]) -> tuple[list, dict[str, str]]:
     """The entries of ``split`` that have every view of ``views``, and those left out, with the reason.
 
-    An entry is left out when the job of one of its views failed (the store lists it: a video that cannot be
-    decoded, one too short for flow). An entry whose view was simply not built yet is an error, not a left-out,
-    so that training never starts on part of a view by mistake. Raises :class:`DataError` naming the split, the
+    An entry is left out when the job of one of its views failed or its entry was found damaged (the store lists
+    it: a video that cannot be decoded, one too short for flow, bytes that do not match their checksum). An entry
+    whose view was simply not built yet is an error, not a left-out, so that training never starts on part of a
+    view by mistake. Raises :class:`DataError` naming the split, the
     view and the first videos, or when no entry is left.
     """
     entries = [e for e in store.index.entries if e.split == split]
@@ -39,8 +41,9 @@ def usable_entries(store: ClipStore, split: str, views: Sequence[str]) -> tuple[
         raise DataError(f"{store.root}: split {split!r} has no videos (splits present: {', '.join(present) or 'none'})")
     left_out: dict[str, str] = {}
     for view in sorted({stored_view(v) for v in views}):
-        missing = [e.path for e in entries if e.path not in left_out and not store.has(e.path, view)]
-        failed = store.failed(view) if missing else {}
+        failed = store.failed(view)
+        missing = [e.path for e in entries if e.path not in left_out and (e.path in failed
+                                                                          or not store.has(e.path, view))]
         unbuilt = [key for key in missing if key not in failed]
         if unbuilt:
             shown = ", ".join(unbuilt[:5]) + (" ..." if len(unbuilt) > 5 else "")
@@ -54,6 +57,27 @@ def usable_entries(store: ClipStore, split: str, views: Sequence[str]) -> tuple[
         raise DataError(f"{store.root}: every video of split {split!r} was left out (their jobs failed; see "
                         f"{', '.join(str(failures_path(store.root, stored_view(v))) for v in views)})")
     return kept, left_out
+
+
+def say_damaged(store: ClipStore, error: DamagedEntryError) -> None:
+    """Print the one line of an entry found damaged during a run, which the run leaves out."""
+    print(f"{error}; left out of this run, listed in {failures_path(store.root, error.view)} (the next run of the "
+          "job that writes the view rebuilds it)", file=sys.stderr)
+
+
+_UNVERIFIED_SAID: set[tuple[str, str]] = set()
+
+
+def unverified_note(store: ClipStore, keys: Sequence[str], views: Sequence[str]) -> str | None:
+    """One line when entries of ``keys`` in ``views`` were written before checksums (their reads are not
+    verified), saying how to add them; None when every entry has its checksums."""
+    counts = {view: sum(store.checksum(key, view) is None for key in keys) for view in sorted(set(views))}
+    counts = {view: n for view, n in counts.items() if n}
+    if not counts:
+        return None
+    views_text = ", ".join(f"{n} of {len(keys)} {view!r}" for view, n in counts.items())
+    return (f"{store.root}: {views_text} entries have no checksums (built before checksums): their reads are "
+            f"unverified; `coclr data verify {store.root} --add` checks them and adds checksums")
 
 
 def left_out_message(store: ClipStore, split: str, views: Sequence[str], left_out: dict[str, str]) -> str:
@@ -90,13 +114,36 @@ class _SplitClips(Dataset):
         self.store = open_store(store)
         self.views = list(views)
         self.length, self.stride = length, stride
-        self.entries, self.left_out = usable_entries(self.store, split, [*self.views, *with_views])
-        self.num_frames = np.array([self._usable_frames(e.path) for e in self.entries], dtype=np.int64)
+        entries, self.left_out = usable_entries(self.store, split, [*self.views, *with_views])
+        counts = {}
+        for entry in entries:
+            try:
+                counts[entry.path] = self._usable_frames(entry.path)
+            except DamagedEntryError as error:  # its header: listed by the store, left out here
+                self.left_out[entry.path] = str(error)
+                say_damaged(self.store, error)
+        self.entries = [entry for entry in entries if entry.path in counts]
+        if not self.entries:
+            raise DataError(f"{self.store.root}: every usable video of split {split!r} is damaged (see `coclr data "
+                            "verify`)")
+        self.num_frames = np.array([counts[e.path] for e in self.entries], dtype=np.int64)
         groups = sorted({e.group for e in self.entries if e.group is not None})
         group_ids = {g: i for i, g in enumerate(groups)}
         self.labels = torch.tensor([e.label for e in self.entries], dtype=torch.long)
         self.groups = torch.tensor([group_ids.get(e.group, -1) for e in self.entries], dtype=torch.long)
         self.frame_size = tuple(frame_size) if frame_size else self._common_size()
+        self._say_unverified()
+
+    def _say_unverified(self) -> None:
+        """Print :func:`unverified_note` once per process and store (the datasets of one run share a store)."""
+        views = sorted({stored_view(v) for v in self.views})
+        said = (str(self.store.root), ",".join(views))
+        if said in _UNVERIFIED_SAID:
+            return
+        _UNVERIFIED_SAID.add(said)
+        note = unverified_note(self.store, [e.path for e in self.entries], views)
+        if note:
+            print(note, file=sys.stderr)
 
     def _usable_frames(self, key: str) -> int:
         """Clip start frames every view can provide, so all views of a sample cover the same frames.
@@ -164,6 +211,7 @@ class TrainClips(_SplitClips):
             raise ValueError("the frame cache holds decoded frames: use cache_mb=0 with encoded=True")
         super().__init__(store, split, views, length, stride, frame_size, cache_mb, with_views)
         self.num_clips = num_clips
+        self._damaged: set[str] = set()  # entries found damaged while reading, in this process
         self.seed = seed
         self.epoch = 0
         self.encoded = encoded
@@ -176,7 +224,22 @@ class TrainClips(_SplitClips):
         return len(self.entries)
 
     def __getitem__(self, item: int | tuple[int, int]) -> dict[str, Any]:
+        """The sample of video ``item``; when its entry turns out damaged (a checksum that does not match), the
+        entry is listed in the store (:meth:`ClipStore._recorded`), named in one line, and left out of the rest of
+        the run in this process: the next video that is not damaged gives the sample instead."""
         epoch, item = item if isinstance(item, tuple) else (self.epoch, item)
+        for offset in range(len(self.entries)):
+            candidate = (item + offset) % len(self.entries)
+            if self.entries[candidate].path in self._damaged:
+                continue
+            try:
+                return self._sample(epoch, candidate)
+            except DamagedEntryError as error:
+                self._damaged.add(self.entries[candidate].path)
+                say_damaged(self.store, error)
+        raise DataError(f"{self.store.root}: every video of the split is damaged (see `coclr data verify`)")
+
+    def _sample(self, epoch: int, item: int) -> dict[str, Any]:
         rng = np.random.default_rng([self.seed, epoch, item])
         key = self.entries[item].path
         starts = [train_clip_indices(int(self.num_frames[item]), self.length, self.stride, rng)

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from coclr.core.distributed import pick_device
 from coclr.data.sampling import clip_span, sliding_windows
 from coclr.embed.settings import EmbedSettings, resolve_settings
 from coclr.errors import CheckpointError, DataError
@@ -103,7 +104,7 @@ class Embedder:
             raise DataError(f"workers must be >= 0, got {workers}")
         self.batch_size = batch_size
         self.workers = workers if workers is not None else max(1, min(8, (os.cpu_count() or 2) - 1))
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = pick_device(device)
         self.streams = [_Stream.load(self.checkpoint, "rgb", self.settings.mean, self.settings.std,
                                      self.settings.feature, self.device, load_encoder)]
         if self.flow_checkpoint is not None:

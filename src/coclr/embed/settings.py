@@ -20,6 +20,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from coclr.clips import CLIP_KEYS, ClipSettings, clip_option
 from coclr.config import option, require
 from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD
 from coclr.errors import ConfigError
@@ -30,16 +31,17 @@ KINETICS_STD = (0.22803, 0.22145, 0.216989)
 """torchvision's normalisation of its Kinetics-400 video models (``VideoClassification`` transform)."""
 
 #: Clip settings shared by the RGB and the flow stream (their windows must cover the same frames).
-SHARED_KEYS = ("length", "stride", "size", "fps", "short_side")
+SHARED_KEYS = (*CLIP_KEYS, "fps", "short_side")
 
 
 @dataclasses.dataclass
 class EmbedSettings:
     """Everything that changes an embedding (recorded in the output folder's ``embed.json``)."""
 
-    length: int = option(32, "frames per window")
-    stride: int = option(1, "step between the frames of a window (1: consecutive frames)")
-    size: int = option(128, "side of the square centre crop fed to the network, after resizing the short side")
+    length: int = clip_option("length", "frames per window")
+    stride: int = clip_option("stride", "step between the frames of a window (1: consecutive frames)")
+    size: int = clip_option("size", "side of the square centre crop fed to the network, after resizing the short "
+                                    "side")
     fps: float | None = option(None, "resample videos to this frame rate first (None: every decoded frame)")
     short_side: int | None = option(128, "resize frames so the short side has this many pixels before cropping "
                                          "(None: the decoded size)")
@@ -55,9 +57,7 @@ class EmbedSettings:
     flow_std: tuple[float, float, float] | None = option(None, "two-stream only: std of the flow normalisation")
 
     def validate(self) -> None:
-        require(self.length >= 1, "length", f"must be >= 1, got {self.length}")
-        require(self.stride >= 1, "stride", f"must be >= 1, got {self.stride}")
-        require(self.size >= 32, "size", f"must be >= 32 (the smallest S3D input), got {self.size}")
+        ClipSettings.check(self)
         require(self.fps is None or self.fps > 0, "fps", f"must be positive, got {self.fps}")
         require(self.short_side is None or self.short_side >= 1, "short_side",
                 f"must be positive, got {self.short_side}")

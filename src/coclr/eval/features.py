@@ -5,9 +5,11 @@ of every half-overlapping sliding window of a video, centre crop only (no colour
 averaged over the windows of the video. Query AND gallery videos are treated the same way (the reference
 code used one random clip per gallery video).
 
-The cache is keyed by the sha256 of the checkpoint *file content* plus the data configuration (store, view,
-split and its list of videos, clip length, frame stride, crop size, autocast), so retraining a checkpoint
-in place never serves stale features (the reference keyed its cache by folder).
+The cache is keyed by the sha256 of the checkpoint *file content* plus what determines the data: the store's
+settings, the split's videos with the checksum of each one's entry (:meth:`ClipStore.checksum`, which changes with
+any stored byte), the view, clip length, frame stride, crop size and autocast. So retraining a checkpoint or
+rebuilding a store in place (other frames, other JPEG quality) never serves stale features (the reference keyed its
+cache by folder), and a store moved elsewhere keeps its cache.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import torch
 from torch import nn
 
 from coclr.atomic import atomic_open
+from coclr.clips import PAPER_CLIPS, ClipSettings, clip_option, recorded_clips
 from coclr.config import option, require
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 """Bumped whenever the way features are computed changes, which invalidates every cache entry."""
 
 
@@ -34,24 +37,25 @@ CACHE_FORMAT = 1
 class ClipConfig:
     """How test clips are cut from a video and fed to the backbone."""
 
-    length: int = option(32, "frames per clip (the paper: 32)")
-    stride: int = option(1, "temporal step between the frames of a clip (1: consecutive frames)")
-    size: int = option(128, "side of the square crop fed to the network (the paper: 128)")
+    length: int = clip_option("length")
+    stride: int = clip_option("stride")
+    size: int = clip_option("size")
     batch_size: int = option(16, "clips per forward pass")
     workers: int = option(0, "DataLoader worker processes reading the store (0: read in this process)")
     amp: bool = option(False, "run the backbone under autocast (bfloat16 on CPU, float16 on CUDA)")
 
     def validate(self) -> None:
-        require(self.length >= 8, "length", f"must be >= 8 (the smallest input S3D takes is 8x32x32), got "
-                f"{self.length}")
-        require(self.stride >= 1, "stride", f"must be >= 1, got {self.stride}")
-        require(self.size >= 32, "size", f"must be >= 32 (the smallest S3D input), got {self.size}")
+        ClipSettings.check(self)
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         require(self.workers >= 0, "workers", f"must be >= 0, got {self.workers}")
 
     def data_key(self) -> dict[str, object]:
         """The options that change the features (batch size and workers do not)."""
-        return {"length": self.length, "stride": self.stride, "size": self.size, "amp": self.amp}
+        return {**ClipSettings.of(self).to_dict(), "amp": self.amp}
+
+    @property
+    def clips(self) -> ClipSettings:
+        return ClipSettings.of(self)
 
 
 class VideoFeatures(NamedTuple):
@@ -161,11 +165,23 @@ def extract_features(backbone: nn.Module, store, view: str, split: str, config: 
 
 def cache_key(checkpoint_sha256: str, store, view: str, split: str, config: ClipConfig,
               with_views: Sequence[str] = ()) -> dict[str, object]:
-    """Everything the features depend on: checkpoint content, store, view, split content, clip options."""
+    """Everything the features depend on: checkpoint content, the store's settings, view, split, the split's
+    videos and the content of their entries (:func:`entry_identity`), clip options. Not the store's path."""
     entries = split_entries(store, split, [view, *with_views])
-    videos = hashlib.sha256(json.dumps([[e.path, e.label] for e in entries]).encode()).hexdigest()
-    return {"format": CACHE_FORMAT, "checkpoint_sha256": checkpoint_sha256, "store": str(Path(store.root).resolve()),
-            "view": view, "split": split, "videos_sha256": videos, **config.data_key()}
+    videos = [[e.path, e.label, entry_identity(store, e.path, view)] for e in entries]
+    return {"format": CACHE_FORMAT, "checkpoint_sha256": checkpoint_sha256, "store_settings": store.meta,
+            "view": view, "split": split, "videos_sha256": hashlib.sha256(json.dumps(videos).encode()).hexdigest(),
+            **config.data_key()}
+
+
+def entry_identity(store, key: str, view: str) -> str:
+    """What identifies the stored content of an entry: its checksum; for an entry written before checksums, its
+    file's inode, size and modification time (a rebuilt entry is a new file: written atomically)."""
+    value = store.checksum(key, view)
+    if value is not None:
+        return value
+    stat = store.entry_path(key, view).stat()
+    return f"unverified:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def _cache_path(cache_dir: Path, key: dict[str, object]) -> Path:
@@ -222,10 +238,6 @@ def cached_features(checkpoint: str | Path, store, view: str, split: str, config
 
 
 # ------------------------------------------------------------------------------------------ evaluation inputs
-
-PAPER_CLIPS = {"length": 32, "stride": 1, "size": 128}
-"""The paper's test clips: 32 consecutive frames, 128 px crops (used when a checkpoint records none)."""
-
 
 def trained_view(checkpoint: str | Path, given: str | None, option: str = "--view", default: str = "rgb") -> str:
     """The view to evaluate ``checkpoint`` on: ``given``, else the view it was trained on, else ``default``. A given
@@ -335,5 +347,4 @@ def _trained_clip_shape(checkpoint: str | Path) -> dict[str, int]:
     """The clip length, stride and size a checkpoint recorded from its training ({} when none)."""
     from coclr.models.loading import read_clip_settings
 
-    settings = read_clip_settings(checkpoint)
-    return {key: settings[key] for key in PAPER_CLIPS if settings.get(key) is not None}
+    return recorded_clips(read_clip_settings(checkpoint))

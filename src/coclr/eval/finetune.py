@@ -263,7 +263,7 @@ def _save_finetuned(path: Path, model: Classifier, view: str, clip_config: ClipC
     from coclr.models.encoder import Encoder
     from coclr.models.loading import save_encoder
 
-    settings = {"view": view, "length": clip_config.length, "stride": clip_config.stride, "size": clip_config.size}
+    settings = {"view": view, **clip_config.clips.to_dict()}
     save_encoder(path, Encoder(model.backbone, None), meta={"method": "finetuned", "view": view,
                                                             "finetuned_from": source_sha256,
                                                             "clip_settings": settings})

@@ -19,14 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, read_json_lines
-from coclr.core.methods import METHODS
+from coclr.clips import CLIP_KEYS
+from coclr.core.methods import display_name, find_method
 from coclr.errors import DataError
 
-METHOD_NAMES = {**{m.name: m.display for m in METHODS.values()}, "supervised": "Cross-Ent.",
-                "cross_entropy": "Cross-Ent."}
-"""Display names of the pretraining methods, as in the paper's Table 1 (and of supervised training)."""
-LABELLED_METHODS = {*(m.name for m in METHODS.values() if m.uses_labels), "supervised", "cross_entropy"}
-"""Methods that use class labels during pretraining (the "Labels" column)."""
 VIEW_NAMES = {"rgb": "RGB", "flow": "Flow", "rgbdiff": "RGBDiff"}
 TABLE_COLUMNS = ("Method", "Input", "Labels", "Linear probe", "Finetune", "R@1")
 VIEW_COLOURS = {"rgb": "#1f77b4", "flow": "#ff7f0e"}
@@ -70,17 +66,16 @@ def describe_encoders(record: dict[str, Any]) -> dict[str, str]:
         method = str(meta.get("method") or Path(stream["checkpoint"]).stem)
         methods.append(method)
     distinct = list(dict.fromkeys(methods))
-    name = record.get("name") or "/".join(METHOD_NAMES.get(m, m) for m in distinct)
+    name = record.get("name") or "/".join(display_name(m) for m in distinct)
     views = [s["view"] for s in streams]
     if len(views) == 2 and views[0] == "rgb" and views[1].startswith("flow"):
         input_name = "R+F"
     else:
         input_name = "+".join(view_name(v) for v in views)
-    labels = "✓" if any(m in LABELLED_METHODS for m in methods) else "✗"
+    labels = "✓" if any(getattr(find_method(m), "uses_labels", False) for m in methods) else "✗"
     return {"Method": name, "Input": input_name, "Labels": labels}
 
 
-CLIP_KEYS = ("length", "stride", "size")
 OTHER_CLIPS_MARK = "†"
 DEGENERATE_MARK = "‡"
 
@@ -244,7 +239,8 @@ def stage_encoders(run_dir: str | Path) -> list[dict[str, Any]]:
                 logs[view] = (run_dir / stage["checkpoint"]).parent / "log.jsonl"
             else:
                 logs.pop(view, None)
-        initial = stage.get("cycle", 0 if stage.get("method") == "infonce" else 1) == 0
+        found = find_method(str(stage.get("method")))
+        initial = stage.get("cycle", 0 if found and found.from_scratch else 1) == 0
         if initial and points and points[-1]["initial"]:
             point = points[-1]
             point["trains"] += trains
@@ -285,8 +281,8 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
     ``out_dir/results/<stage>_<view>.json``, with ``mined_precision`` (percent) for stages that mined
     positives; the plot to ``out_dir/stage_recall.png``.
     """
-    from coclr.eval.features import Stream, check_inputs, file_sha256
-    from coclr.eval.retrieval import evaluate_retrieval
+    from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
+    from coclr.eval.features import ClipConfig, Stream, check_inputs, file_sha256
 
     out_dir = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir else out_dir / "feature_cache"
@@ -305,10 +301,10 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
                 continue
             key = (file_sha256(path), view)
             if key not in by_content:
-                record = evaluate_retrieval(store, [Stream(path, view)], clip_config, device=device,
-                                            cache_dir=cache_dir, progress=progress)
+                record = evaluate_checkpoint("retrieval", store, [Stream(path, view)], clip_config or ClipConfig(),
+                                             TaskOptions(cache_dir=cache_dir), device=device, progress=progress)
                 trained_in, method = stage["producers"][view]
-                record["name"] = f"{METHOD_NAMES.get(method, method)} ({trained_in})"
+                record["name"] = f"{display_name(method)} ({trained_in})"
                 record["stage"] = trained_in
                 precision = mined_precision(stage["logs"][view], view) if view in stage["logs"] else None
                 if precision is not None:

@@ -90,10 +90,9 @@ def resolve_backend(name: str, device: str | None = None, mode: str = "exact") -
     if name not in BACKENDS:
         raise ConfigError(f"backend: unknown flow backend {name!r} (choose from {', '.join([*BACKENDS, *ALIASES])})")
     if name == "auto":
-        import torch
+        from coclr.core.distributed import pick_device  # torch: heavy, not needed by the OpenCV backends
 
-        use_cuda = torch.cuda.is_available() and (device is None or device.startswith("cuda"))
-        name = "tvl1-torch" if use_cuda or mode == "fast" else "tvl1"
+        name = "tvl1-torch" if mode == "fast" or pick_device(device).type == "cuda" else "tvl1"
     if mode != "exact" and name != "tvl1-torch":
         raise ConfigError(f"mode: the {mode} mode is computed by the tvl1-torch backend only, not by {name}")
     backend = BACKENDS[name]
@@ -106,22 +105,9 @@ def resolve_backend(name: str, device: str | None = None, mode: str = "exact") -
 
 
 def _check_device(device: str | None) -> str:
-    import torch
+    from coclr.core.distributed import pick_device  # torch: heavy, not needed by the OpenCV backends
 
-    from coclr.core.distributed import local_device
-
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = local_device(device)
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise ConfigError(f"device: {device!r} is not a torch device (e.g. cpu, cuda, cuda:1)") from None
-    if parsed.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device: {device!r} was asked for but CUDA is not available")
-    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
-        raise ConfigError(f"device: {device!r} does not exist ({torch.cuda.device_count()} CUDA device(s))")
-    return str(parsed)
+    return str(pick_device(device))
 
 
 def encode_flow_frames(flow: np.ndarray, quality: int = DEFAULT_QUALITY, bound: float = FLOW_BOUND) -> list[bytes]:
@@ -232,16 +218,16 @@ class OpenCVFlowJob(_StoreJob):
         return encoded, fps
 
 
-def cpu_workers(workers: int) -> int:
-    """The worker processes of this process: ``workers``, or for 0 its share of the machine's cores (all of them,
-    or under torchrun an equal share for each process of the machine, ``LOCAL_WORLD_SIZE``)."""
-    if workers > 0:
+def cpu_workers(workers: int | None) -> int:
+    """The worker processes of this process: ``workers`` (0: none), or for None its share of the machine's cores
+    (all of them, or under torchrun an equal share for each process of the machine, ``LOCAL_WORLD_SIZE``)."""
+    if workers is not None:
         return workers
     return max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None = None,
-                 params: TVL1Params | None = None, workers: int = 0, device: str | None = None,
+                 params: TVL1Params | None = None, workers: int | None = None, device: str | None = None,
                  keys: Sequence[str] | None = None, batch_pairs: int = 64, split: str | None = None,
                  bound: float = FLOW_BOUND, mode: str = "exact", stop_every: int = FAST_STOP_EVERY,
                  kernels: str = "auto", jpeg: str = "opencv") -> JobSummary:
@@ -252,8 +238,9 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
 
     ``view`` defaults to the backend's (``flow`` for TV-L1, ``flow_dis`` for DIS). ``params``: TV-L1
     parameters (default: OpenCV's); not accepted by ``dis``. ``workers``: processes for the CPU backends, or for
-    decoding and JPEG encoding around ``tvl1-torch`` (0: one per core, or under torchrun the process's share of
-    them). ``device``, ``batch_pairs`` (frame pairs per solve, across videos), ``mode`` and ``stop_every``
+    decoding and JPEG encoding around ``tvl1-torch`` (None: one per core, or under torchrun the process's share of
+    them; 0: none, everything in this process). ``device``, ``batch_pairs`` (frame pairs per solve, across
+    videos), ``mode`` and ``stop_every``
     (:data:`~coclr.flow.params.MODES`), ``kernels`` (``auto``, ``torch`` or ``triton``) and ``jpeg``
     (``opencv`` or ``nvjpeg``) apply to ``tvl1-torch``. JPEG quality is the store's RGB quality (metadata
     ``quality``). ``bound``: flow is clipped to +-``bound`` px before quantisation
@@ -269,8 +256,8 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
         raise ConfigError("TV-L1 parameters were given, but the dis backend does not use them")
     params = params or TVL1Params()
     params.validate()
-    if workers < 0:
-        raise ConfigError(f"workers: must be >= 0 (0: one per core), got {workers}")
+    if workers is not None and workers < 0:
+        raise ConfigError(f"workers: must be >= 0 (0: work in this process), got {workers}")
     if batch_pairs < 1:
         raise ConfigError(f"batch_pairs: must be at least 1, got {batch_pairs}")
     try:
@@ -303,9 +290,9 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
             return run_entry_jobs(root, view, keys, job, workers, desc=f"flow ({chosen.name}) -> {view}")
         from coclr.flow.pipeline import FlowPipeline
 
-        decoders = max(1, workers // 3)  # decoding costs about half as much as encoding
+        decoders = min(workers, max(1, workers // 3))  # decoding costs about half as much as encoding
         pipeline = FlowPipeline(root, view, params, quality, torch_device, batch_pairs, decoders,
-                                max(1, workers - decoders), bound, mode, stop_every, kernels, jpeg)
+                                min(workers, max(1, workers - decoders)), bound, mode, stop_every, kernels, jpeg)
         summary = run_entry_stream(root, view, keys, pipeline,
                                    desc=f"flow (tvl1-torch {mode} on {torch_device}) -> {view}")
     if pipeline.stats.pairs:

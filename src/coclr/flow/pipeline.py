@@ -30,16 +30,20 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from coclr.errors import ConfigError
 from coclr.flow.encode import FLOW_BOUND, flow_image, quantise_flow
 from coclr.flow.params import TVL1Params
-from coclr.store.clipstore import write_entry
+from coclr.store.clipstore import StorageFullError, write_entry
 from coclr.store.jobs import RecordFn, default_start_method, init_worker
 from coclr.store.jpeg import encode_jpeg
 from coclr.threads import opencv_threads
+
+if TYPE_CHECKING:
+    import torch
 
 OPEN_SIZES = 4
 """Frame sizes with a batch being filled at once (each holds up to ``batch_pairs`` pairs of frames)."""
@@ -115,6 +119,8 @@ def encode_and_write(root: str, view: str, key: str, frames: np.ndarray | list[b
             frames = [encode_jpeg(image, quality) for image in flow_image(frames)]
         write_entry(root, key, view, frames, fps)
         return key, len(frames), None
+    except StorageFullError:  # the storage's fault, not the entry's: the job stops (no video is blamed)
+        raise
     except Exception as error:  # one bad entry must not stop the others
         return key, 0, f"{type(error).__name__}: {error}"
 
@@ -174,7 +180,8 @@ class _Batcher:
 class FlowPipeline:
     """The :data:`~coclr.store.jobs.EntryStream` of ``tvl1-torch`` extraction (see the module docstring).
 
-    ``decode_workers`` and ``encode_workers``: processes of the two CPU stages; ``batch_pairs``: frame pairs per
+    ``decode_workers`` and ``encode_workers``: processes of the two CPU stages (0: in this process);
+    ``batch_pairs``: frame pairs per
     device batch; ``mode``, ``stop_every``, ``kernels``: passed to :func:`~coclr.flow.tvl1.tvl1_flow`;
     ``jpeg``: ``opencv`` (worker processes) or ``nvjpeg`` (torchvision on the GPU). State: ``stats`` of the last
     run.
@@ -276,8 +283,7 @@ class FlowPipeline:
                 if batch is None:
                     return
                 try:
-                    prev = torch.cat([segment.frames[:-1] for segment in batch]).to(device, non_blocking=True)
-                    nxt = torch.cat([segment.frames[1:] for segment in batch]).to(device, non_blocking=True)
+                    prev, nxt = upload_pairs([segment.frames for segment in batch], device)
                     flow = tvl1_flow(prev, nxt, self.params, mode=self.mode, stop_every=self.stop_every,
                                      kernels=self.kernels)
                     uv = quantise_flow(flow.permute(0, 2, 3, 1), self.bound)
@@ -288,6 +294,24 @@ class FlowPipeline:
                 self.stats.solve_seconds += time.perf_counter() - start
                 self.stats.batches += 1
                 self.stats.pairs += sum(segment.pairs for segment in batch)
+
+
+def upload_pairs(videos: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The consecutive frame pairs of ``videos`` (``[N_i, H, W]`` each, one size) as ``(prev, next)`` on ``device``.
+
+    Both are gathered into one host buffer, pinned when ``device`` is a GPU, and copied in one non-blocking copy:
+    the DataLoader pins each video's frames, but concatenating them makes a new, pageable tensor, whose copy
+    would wait for the GPU's queue.
+    """
+    import torch  # heavy: this module is imported by processes that never touch a device
+
+    pairs = sum(len(frames) - 1 for frames in videos)
+    first = videos[0]
+    host = torch.empty((2, pairs, *first.shape[1:]), dtype=first.dtype, pin_memory=device.type == "cuda")
+    torch.cat([frames[:-1] for frames in videos], out=host[0])
+    torch.cat([frames[1:] for frames in videos], out=host[1])
+    on_device = host.to(device, non_blocking=True)
+    return on_device[0], on_device[1]
 
 
 class _Run:
@@ -335,7 +359,7 @@ class _Run:
         self._collect(block=False)
 
     def _submit(self, key: str, video: _Video) -> None:
-        while len(self.in_flight) >= 2 * self.pipeline.encode_workers:
+        while len(self.in_flight) >= 2 * max(1, self.pipeline.encode_workers):
             self._collect(block=True)
         parts = [video.parts[first] for first in sorted(video.parts)]
         frames = np.concatenate(parts) if isinstance(parts[0], np.ndarray) else [b for part in parts for b in part]
@@ -350,7 +374,9 @@ class _Run:
         self.in_flight[future] = key
         video.parts.clear()
 
-    def _pool(self) -> ProcessPoolExecutor:
+    def _pool(self) -> ProcessPoolExecutor | _InProcess:
+        if self.pool is None and self.pipeline.encode_workers == 0:
+            self.pool = _InProcess()
         if self.pool is None:
             context = multiprocessing.get_context(default_start_method())
             self.pool = ProcessPoolExecutor(self.pipeline.encode_workers, mp_context=context,
@@ -386,6 +412,21 @@ class _Run:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
+
+
+class _InProcess:
+    """The executor of ``encode_workers=0``: runs each task at once in this process."""
+
+    def submit(self, function, *args) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(function(*args))
+        except Exception as error:  # reported by future.result(), as from a pool
+            future.set_exception(error)
+        return future
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
 
 
 def check_nvjpeg(device: str) -> None:

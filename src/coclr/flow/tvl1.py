@@ -21,8 +21,9 @@ pair, as in OpenCV: a pair whose update fell below the threshold is frozen by ze
 ``lambda * theta``, ``theta`` and ``tau / theta`` become 0, which leaves ``u`` and ``p`` exactly unchanged),
 so no pixel-sized masking pass is needed and each pair's result is the one a single run gives. The host
 reads the flags (a device synchronisation) every ``check_every`` iterations (1 on the CPU, where it is
-free, 5 on a GPU): the warp ends when all pairs have stopped, and once a quarter of the working pairs have
-stopped they are dropped from the working set, so a batch costs about the sum of its pairs' iterations.
+free, :data:`GPU_CHECK_PASSES` passes on a GPU): the warp ends when all pairs have stopped, and once a
+quarter of the working pairs have stopped they are dropped from the working set, so a batch costs about the sum of
+its pairs' iterations.
 Reading the flags less often costs only the wasted iterations of frozen pairs, never accuracy.
 
 Modes (:data:`~coclr.flow.params.MODES`): ``exact`` tests for stopping after every inner iteration, as
@@ -52,6 +53,10 @@ MIN_SCALE_SIZE = 16
 """OpenCV stops building the pyramid at the first scale narrower or lower than this many pixels."""
 MIN_IMAGE_SIZE = 3
 """The finite differences of the scheme need at least this many rows and columns."""
+GPU_CHECK_PASSES = 3
+"""On a GPU the host reads the stop flags (a synchronisation, which drains the queue of launched kernels) once
+every this many passes: frozen pairs cost at most that many passes of wasted work, a read per pass would
+leave the GPU idle once per pass."""
 CPU_CHUNK_PIXELS = 1 << 18
 """On the CPU, pairs are solved in chunks of about this many pixels: larger batches fall out of the caches
 and run slower per pair, while a GPU needs the whole batch to fill it."""
@@ -406,7 +411,7 @@ def _check_inputs(prev: Tensor, next: Tensor) -> None:
         raise DataError(f"tvl1_flow: frames of {tuple(prev.shape[1:])} px are too small (at least 3 x 3)")
 
 
-def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params = TVL1Params(), *, mode: str = "exact",
+def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params | None = None, *, mode: str = "exact",
               stop_every: int = FAST_STOP_EVERY, check_every: int | None = None, chunk_size: int | None = None,
               compile: bool = False, kernels: str = "auto") -> Tensor:
     """Dual TV-L1 flow from ``prev`` to ``next`` for every pair of a batch: float32 ``[B, 2, H, W]`` (u, v).
@@ -419,17 +424,19 @@ def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params = TVL1Params(), *, 
     ``stop_every`` iterations; :data:`~coclr.flow.params.MODES`). ``kernels``: ``auto`` (the fused Triton
     kernels on CUDA when Triton imports, else PyTorch operations), ``torch`` or ``triton`` (on CPU tensors only
     under ``TRITON_INTERPRET=1``). ``check_every``: inner iterations between host reads of the per-pair stop flags
-    (default 1 on the CPU, where reading is free, 5 elsewhere; the result does not depend on it, only the wasted
-    work does). ``chunk_size``: pairs solved together (default: all on a GPU; on the CPU as many as keep the
-    working arrays cache-sized, about :data:`CPU_CHUNK_PIXELS` pixels). ``compile``: run the PyTorch iteration
+    (default 1 on the CPU, where reading is free; elsewhere :data:`GPU_CHECK_PASSES` passes of ``stop_every``; the
+    result does not depend on it, only the wasted work does). ``chunk_size``: pairs solved together (default:
+    all on a GPU; on the CPU as many as keep the working arrays cache-sized, about :data:`CPU_CHUNK_PIXELS`
+    pixels). ``compile``: run the PyTorch iteration
     and median filter through ``torch.compile`` (the first call of each size compiles for a minute or more).
     """
     _check_inputs(prev, next)
+    params = TVL1Params() if params is None else params
     params.validate()
     check_mode(mode, stop_every)
     on_cpu = prev.device.type == "cpu"
     if check_every is None:
-        check_every = 1 if on_cpu else 5
+        check_every = 1 if on_cpu else GPU_CHECK_PASSES * stop_every
     if check_every < 1:
         raise ValueError(f"check_every must be at least 1, got {check_every}")
     batch, height, width = prev.shape

@@ -2,7 +2,7 @@
 
 The inner iterations (thresholding, primal update, dual update) are memory-bound: one iteration of the eager
 PyTorch scheme reads and writes the images about 22 times. A *pass* here runs ``n`` iterations of a tile in one
-kernel: the tile is read once with a halo of ``HALO >= n`` pixels on every side, iterated in registers, and its
+kernel: the tile is read once with a halo of ``halo >= n`` pixels on every side, iterated in registers, and its
 interior written once. One iteration moves information by one pixel (the divergence reads the left and upper
 dual values, the gradient the right and lower flow values), so after ``n`` iterations the interior is exactly
 what ``n`` separate iterations give. Neighbour values are exchanged through a small per-program scratch area
@@ -44,16 +44,24 @@ def _dual(p_x, p_y, gx, gy, tau_gate):
     return tl.div_rn(p_x + tau_gate * gx, denom), tl.div_rn(p_y + tau_gate * gy, denom)
 
 
-@triton.jit
+PASS_SCALARS = ("height", "width", "tiles_x", "tiles", "total", "n_iter", "halo", "nmax", "lambda_theta", "theta",
+                "tau_over_theta")
+"""The pass kernel's run-time scalars: not specialised on their values, so that one compiled kernel per channel
+count and block serves every image size and pass length (``benchmarks/kernels_sm90.py`` compiles them all)."""
+
+
+@triton.jit(do_not_specialize=PASS_SCALARS)
 def _pass_kernel(flow_ptr, px_ptr, py_ptr, grad_ptr, rho_ptr, ninv_ptr, iters_ptr,
                  out_flow_ptr, out_px_ptr, out_py_ptr, sums_ptr, scratch_ptr,
-                 height, width, tiles_x, tiles, total, n_iter, lambda_theta, theta, tau_over_theta,
-                 CH: tl.constexpr, HALO: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr, NMAX: tl.constexpr):
+                 height, width, tiles_x, tiles, total, n_iter, halo, nmax, lambda_theta, theta, tau_over_theta,
+                 CH: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
     """Up to ``n_iter`` inner iterations of every tile of every pair; pair ``b`` runs ``iters[b]`` of them with
     its steps on and the rest frozen, or is skipped (nothing read or written) when ``iters[b] < 0``.
 
     ``flow, px, py``: ``[B, CH, H, W]``; ``grad``: ``[B, CH, H, W]`` (the warped image gradient, and gamma);
-    ``rho``, ``ninv``: ``[B, 1, H, W]``; ``sums``: ``[B, tiles, NMAX]`` squared updates per tile and iteration.
+    ``rho``, ``ninv``: ``[B, 1, H, W]``; ``sums``: ``[B, tiles, nmax]`` squared updates per tile and iteration.
+    The gamma channel of ``grad`` is a constant per pair (:func:`~coclr.flow.tvl1.linearise`): it is read once
+    per tile as a scalar, not held as a block (fewer live values: no spills with 3 channels).
     """
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -66,8 +74,8 @@ def _pass_kernel(flow_ptr, px_ptr, py_ptr, grad_ptr, rho_ptr, ninv_ptr, iters_pt
     scratch = scratch_ptr + pid.to(tl.int64) * (3 * CH * block)
     s_px = scratch + CH * block
     s_py = scratch + 2 * CH * block
-    inner_h = BH - 2 * HALO
-    inner_w = BW - 2 * HALO
+    inner_h = BH - 2 * halo
+    inner_w = BW - 2 * halo
     for t in range(pid, total, programs):
         b = t // tiles
         tile = t - b * tiles
@@ -75,10 +83,10 @@ def _pass_kernel(flow_ptr, px_ptr, py_ptr, grad_ptr, rho_ptr, ninv_ptr, iters_pt
         if steps >= 0:
             ty = tile // tiles_x
             tx = tile - ty * tiles_x
-            ys = ty * inner_h - HALO + rows
-            xs = tx * inner_w - HALO + cols
+            ys = ty * inner_h - halo + rows
+            xs = tx * inner_w - halo + cols
             img = (ys >= 0) & (ys < height) & (xs >= 0) & (xs < width)
-            keep = img & (rows >= HALO) & (rows < BH - HALO) & (cols >= HALO) & (cols < BW - HALO)
+            keep = img & (rows >= halo) & (rows < BH - halo) & (cols >= halo) & (cols < BW - halo)
             left = img & (xs > 0) & (cols > 0)
             up = img & (ys > 0) & (rows > 0)
             right = cols < BW - 1
@@ -88,32 +96,33 @@ def _pass_kernel(flow_ptr, px_ptr, py_ptr, grad_ptr, rho_ptr, ninv_ptr, iters_pt
             off = ys * width + xs
             base = b.to(tl.int64) * CH * plane
             base1 = b.to(tl.int64) * plane
-            rho_c = tl.load(rho_ptr + base1 + off, mask=img, other=0.0)
-            ninv = tl.load(ninv_ptr + base1 + off, mask=img, other=0.0)
-            g0 = tl.load(grad_ptr + base + off, mask=img, other=0.0)
-            g1 = tl.load(grad_ptr + base + plane + off, mask=img, other=0.0)
             u0 = tl.load(flow_ptr + base + off, mask=img, other=0.0)
             u1 = tl.load(flow_ptr + base + plane + off, mask=img, other=0.0)
             px0 = tl.load(px_ptr + base + off, mask=img, other=0.0)
             px1 = tl.load(px_ptr + base + plane + off, mask=img, other=0.0)
             py0 = tl.load(py_ptr + base + off, mask=img, other=0.0)
             py1 = tl.load(py_ptr + base + plane + off, mask=img, other=0.0)
-            g2 = tl.zeros([BH, BW], tl.float32)
+            gamma = 0.0
             u2 = tl.zeros([BH, BW], tl.float32)
             px2 = tl.zeros([BH, BW], tl.float32)
             py2 = tl.zeros([BH, BW], tl.float32)
             if CH == 3:
-                g2 = tl.load(grad_ptr + base + 2 * plane + off, mask=img, other=0.0)
+                gamma = tl.load(grad_ptr + base + 2 * plane)
                 u2 = tl.load(flow_ptr + base + 2 * plane + off, mask=img, other=0.0)
                 px2 = tl.load(px_ptr + base + 2 * plane + off, mask=img, other=0.0)
                 py2 = tl.load(py_ptr + base + 2 * plane + off, mask=img, other=0.0)
             for i in range(n_iter):
                 gate = (i < steps).to(tl.float32)
+                # the data term is read again every iteration (from L1) rather than held: fewer live values
+                g0 = tl.load(grad_ptr + base + off, mask=img, other=0.0)
+                g1 = tl.load(grad_ptr + base + plane + off, mask=img, other=0.0)
+                rho_c = tl.load(rho_ptr + base1 + off, mask=img, other=0.0)
+                ninv = tl.load(ninv_ptr + base1 + off, mask=img, other=0.0)
                 # thresholding: v = u + clamp(-rho / |grad I1w|^2, -l_t, l_t) grad I1w
                 rho = rho_c + g0 * u0
                 rho = rho + g1 * u1
                 if CH == 3:
-                    rho = rho + g2 * u2
+                    rho = rho + gamma * u2
                 step = tl.minimum(tl.maximum(rho * ninv, -lambda_theta), lambda_theta) * gate
                 # the left and upper dual values, for the divergence
                 tl.store(s_px + loc, px0)
@@ -137,11 +146,11 @@ def _pass_kernel(flow_ptr, px_ptr, py_ptr, grad_ptr, rho_ptr, ninv_ptr, iters_pt
                 if CH == 3:
                     div2 = px2 + py2 - tl.load(s_px + 2 * block + loc - 1, mask=left, other=0.0)
                     div2 = div2 - tl.load(s_py + 2 * block + loc - BW, mask=up, other=0.0)
-                    new2 = (u2 + step * g2) + theta * div2 * gate
+                    new2 = (u2 + step * gamma) + theta * div2 * gate
                     change = change + (new2 - u2) * (new2 - u2)
                     u2 = new2
                 total_change = tl.sum(tl.sum(tl.where(keep, change, 0.0), axis=1), axis=0)
-                tl.store(sums_ptr + (b * tiles + tile) * NMAX + i, total_change)
+                tl.store(sums_ptr + (b * tiles + tile) * nmax + i, total_change)
                 # the right and lower flow values, for the forward gradient
                 tl.store(scratch + loc, u0)
                 tl.store(scratch + block + loc, u1)
@@ -171,7 +180,7 @@ def _pass_kernel(flow_ptr, px_ptr, py_ptr, grad_ptr, rho_ptr, ninv_ptr, iters_pt
                 tl.store(out_py_ptr + base + 2 * plane + off, py2, mask=keep)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=("tiles", "n_iter", "threshold"))
 def _stop_kernel(sums_ptr, active_ptr, rerun_ptr, tiles, n_iter, threshold,
                  EXACT: tl.constexpr, BT: tl.constexpr, NMAX: tl.constexpr):
     """Per pair: sum the tiles' squared updates of every iteration of the pass (a fixed order) and apply the stop
@@ -193,7 +202,7 @@ def _stop_kernel(sums_ptr, active_ptr, rerun_ptr, tiles, n_iter, threshold,
     tl.store(active_ptr + b, (active & (first >= n_iter)).to(tl.int8))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=("height", "width", "tiles_x"))
 def _median_kernel(flow_ptr, active_ptr, out_ptr, height, width, tiles_x,
                    CH: tl.constexpr, KSIZE: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
     """The ``KSIZE x KSIZE`` median of u and v of the pairs still iterating; the other channels and pairs are
@@ -222,14 +231,37 @@ def _median_kernel(flow_ptr, active_ptr, out_ptr, height, width, tiles_x,
 
 @dataclass(frozen=True)
 class TritonSettings:
-    """Launch settings of the pass kernel: the block (``block_h x block_w`` pixels with the halo, powers of two),
-    warps per program and persistent programs per multiprocessor (results do not depend on them, except for float
-    rounding of the stop test's sums: the tile size sets their order)."""
+    """Launch settings of the pass kernel: the block (``block_h x block_w`` pixels with the halo, powers of two;
+    ``gamma_block_w`` wide with the gamma channel), warps per program and persistent programs per multiprocessor
+    (results do not depend on them, except for float rounding of the stop test's sums: the tile size sets their
+    order).
+
+    The defaults compile for sm_90 without spills (``benchmarks/kernels_sm90.py``): 16 warps hold 8 pixels of a
+    64x64 block per thread within their 128 registers; a third state channel (gamma) needs a narrower block.
+    """
 
     block_h: int = 64
     block_w: int = 64
-    num_warps: int = 8
+    gamma_block_w: int = 32
+    num_warps: int = 16
     programs_per_sm: int = 4
+
+
+MEDIAN_BLOCK = (16, 64)
+MEDIAN_WARPS = 8
+"""The median kernel's block and warps: 4 pixels per thread keep the 25 values of a 5x5 window in registers on
+sm_90 (8 pixels per thread, at 4 warps, spilled)."""
+
+
+def block_shape(settings: TritonSettings, halo: int, channels: int = 2) -> tuple[int, int]:
+    """The pass kernel's block for a halo of ``halo`` pixels and ``channels`` state channels: the settings'
+    block, each side doubled until the interior is at least 4 pixels wide."""
+    block_h, block_w = settings.block_h, settings.gamma_block_w if channels == 3 else settings.block_w
+    while block_h - 2 * halo < 4:
+        block_h *= 2
+    while block_w - 2 * halo < 4:
+        block_w *= 2
+    return block_h, block_w
 
 
 def _program_count(device: torch.device, work: int, per_sm: int) -> int:
@@ -264,11 +296,7 @@ class TritonPasses:
         batch, channels, height, width = flow.shape
         halo = max(n, 1)
         settings = self.settings
-        block_h, block_w = settings.block_h, settings.block_w
-        while block_h - 2 * halo < 4:
-            block_h *= 2
-        while block_w - 2 * halo < 4:
-            block_w *= 2
+        block_h, block_w = block_shape(settings, halo, channels)
         inner_h, inner_w = block_h - 2 * halo, block_w - 2 * halo
         tiles_x, tiles_y = triton.cdiv(width, inner_w), triton.cdiv(height, inner_h)
         tiles = tiles_x * tiles_y
@@ -281,14 +309,15 @@ class TritonPasses:
         flags = active.to(torch.int8)
         constants = (height, width, tiles_x, tiles, batch * tiles)
         steps = (lambda_theta, theta, tau_over_theta)
-        meta = dict(CH=channels, HALO=halo, BH=block_h, BW=block_w, NMAX=nmax, num_warps=settings.num_warps)
+        meta = dict(CH=channels, BH=block_h, BW=block_w, num_warps=settings.num_warps)
         iters = torch.where(active, n, 0).to(torch.int32)
-        _pass_kernel[(programs,)](*inputs, iters, *outputs, sums, scratch, *constants, n, *steps, **meta)
+        _pass_kernel[(programs,)](*inputs, iters, *outputs, sums, scratch, *constants, n, halo, nmax, *steps, **meta)
         rerun = torch.empty(batch, dtype=torch.int32, device=flow.device)
         _stop_kernel[(batch,)](sums, flags, rerun, tiles, n, threshold, EXACT=exact, BT=64, NMAX=nmax)
         if exact and n > 1:
             # pairs whose test fired inside the pass: again from the pass's input, for exactly their iterations
-            _pass_kernel[(programs,)](*inputs, rerun, *outputs, sums, scratch, *constants, n, *steps, **meta)
+            _pass_kernel[(programs,)](*inputs, rerun, *outputs, sums, scratch, *constants, n, halo, nmax, *steps,
+                                      **meta)
         return outputs[0], outputs[1], outputs[2], flags.bool()
 
     def median(self, flow: Tensor, active: Tensor, ksize: int) -> Tensor:
@@ -296,9 +325,9 @@ class TritonPasses:
         batch, channels, height, width = flow.shape
         flow = flow.contiguous()
         out = torch.empty_like(flow)
-        block_h, block_w = 16, 64
+        block_h, block_w = MEDIAN_BLOCK
         tiles_x = triton.cdiv(width, block_w)
         grid = (tiles_x * triton.cdiv(height, block_h), batch)
         _median_kernel[grid](flow, active.to(torch.int8), out, height, width, tiles_x, CH=channels, KSIZE=ksize,
-                             BH=block_h, BW=block_w, num_warps=4)
+                             BH=block_h, BW=block_w, num_warps=MEDIAN_WARPS)
         return out

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from coclr.atomic import atomic_torch_save
+from coclr.clips import CLIP_KEYS
 from coclr.errors import CheckpointError
 from coclr.models.encoder import Encoder
 from coclr.models.heads import LinearClassifier, ProjectionHead
@@ -163,7 +164,7 @@ def save_encoder(path: str | os.PathLike[str], encoder: Encoder, meta: Mapping[s
     return path
 
 
-CLIP_SETTING_KEYS = ("view", "length", "stride", "size", "fps", "short_side", "mean", "std", "flow_bound")
+CLIP_SETTING_KEYS = ("view", *CLIP_KEYS, "fps", "short_side", "mean", "std", "flow_bound")
 """What a checkpoint records about the clips its encoder was trained on (``read_clip_settings``): the store view,
 frames per clip, frame stride, crop size, the store's frame rate (None: every decoded frame) and short side, the
 normalisation, and for flow views the clipping bound in pixels."""
@@ -185,7 +186,7 @@ def read_clip_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
         settings = payload.get("clip_settings")
         if settings is None:
             data = (payload.get("config") or {}).get("data") or {}
-            settings = {key: data[key] for key in ("view", "length", "stride", "size") if key in data}
+            settings = {key: data[key] for key in ("view", *CLIP_KEYS) if key in data}
     elif payload.get("format") == ENCODER_FORMAT:
         settings = (payload.get("meta") or {}).get("clip_settings")
     if not isinstance(settings, dict):

@@ -34,7 +34,7 @@ class DecodeVideoJob:
 
 
 def build_store(index: VideoIndex, video_root: str | Path, out: str | Path, short_side: int | None = 128,
-                quality: int = 90, fps: float | None = None, workers: int = 0) -> JobSummary:
+                quality: int = 90, fps: float | None = None, workers: int | None = None) -> JobSummary:
     """Build (or resume building) the "rgb" view of the store ``out`` from the videos of ``index`` under
     ``video_root``: decoded once, resized to ``short_side``, optionally resampled to ``fps``, JPEG
     ``quality``. Missing videos are reported together before any work; undecodable ones are listed in the

@@ -12,14 +12,18 @@ An entry file is named by a hash of its key, so no video name (a 255-byte one, d
 the file system refuses, and it holds its key in its header, so an entry can always be told from another. Stores
 of the first version (``<view>/<key>.frames``, no key in the header) are still read and resumed.
 
-An entry file is a small header, a table of frame offsets and the concatenated encoded frames, so a random
-32-frame clip is two small reads and one contiguous read of one file (``docs/store.md`` compares this with
-LMDB and sharded tar, measured). Entry files are written atomically (temporary file + ``os.replace``): an
-entry file that exists is complete, which makes long jobs resumable by skipping existing entries
-(:mod:`coclr.store.jobs` runs them).
+An entry file is a small header, a table of frame offsets, the checksum of each frame and of the header, and the
+concatenated encoded frames, so a random 32-frame clip is two small reads and one contiguous read of one file
+(``docs/store.md`` compares this with LMDB and sharded tar, measured). Entry files are written atomically
+(temporary file + ``os.replace``): an entry file that exists is complete, which makes long jobs resumable by
+skipping existing entries (:mod:`coclr.store.jobs` runs them).
 
 The index of a store may be replaced by an updated one (videos added or removed): entries are keyed by video
 path, so the work done for the videos both indexes hold is kept.
+
+Every read checks the bytes it reads against their checksums (XXH3-64): a damaged entry raises
+:class:`DamagedEntryError` naming it in one line and is listed in the store's failure list, so training and
+evaluation leave it out and the next job on its view rebuilds it (``docs/store.md``, "Integrity").
 
 Reading is safe from DataLoader worker processes: no file stays open between reads (each read opens,
 ``pread``s and closes), and the per-process header cache is dropped when a store is pickled.
@@ -32,10 +36,12 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
+import shutil
 import struct
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -50,28 +56,86 @@ from coclr.atomic import atomic_open, atomic_write_json
 from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
 from coclr.runfolder import FolderRule
-from coclr.store.jpeg import decode_jpeg
+from coclr.store.jpeg import decode_jpeg, decode_jpeg_strict
 from coclr.video.indexes import VideoIndex, is_relative_key
+
+try:
+    import xxhash
+except ImportError:  # optional: a bare GPU machine writes entries without checksums (version 2)
+    xxhash = None
 
 STORE_FORMAT = "coclr-clip-store"
 STORE_VERSION = 2
 """Version of new stores: 2 names entry files by a hash of their key; 1 (still read) by the key itself."""
 READABLE_VERSIONS = (1, 2)
+ENTRY_VERSION = 3
+"""Version of new entry files (in stores of every version): 3 adds a checksum per frame and one of the header;
+1 (no key) and 2 (key, no checksums) are still read, unverified."""
+READABLE_ENTRY_VERSIONS = (1, 2, 3)
 INDEX_FILE = "index.json"
 META_FILE = "store.json"
 LOCK_FILE = ".lock"
 ENTRY_SUFFIX = ".frames"
 FAILED_PREFIX = "failed_"
 
-# Entry file: magic, version, frame count, height, width, fps (version 2: then the key's length and the key, UTF-8);
-# then uint64 offsets [count + 1] (absolute, offsets[i]..offsets[i+1] is frame i), then the encoded frames back
-# to back. Little-endian.
+# Entry file: magic, version, frame count, height, width, fps (version >= 2: then the key's length and the key,
+# UTF-8); then uint64 offsets [count + 1] (absolute, offsets[i]..offsets[i+1] is frame i); (version 3:) uint64
+# checksums [count] of the frames' bytes, then the uint64 checksum of every byte before it (the entry's checksum);
+# then the encoded frames back to back. Little-endian. Checksums are XXH3-64 (docs/store.md: why).
 _MAGIC = b"COCLRFRM"
 _HEADER = struct.Struct("<8sIIIId")
 _KEY_LENGTH = struct.Struct("<I")
+_CHECKSUM = struct.Struct("<Q")
 _VIEW_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _HEADER_CACHE_SIZE = 4096
 _HASH_CHARS = 32
+
+
+def checksum(data: bytes) -> int:
+    """The checksum of stored bytes (a frame, an entry's header): XXH3-64, as an integer."""
+    if xxhash is None:
+        raise DataError("this store's entries carry XXH3 checksums, and reading them needs the xxhash package: "
+                        "pip install xxhash")
+    return xxhash.xxh3_64_intdigest(data)
+
+
+def format_checksum(value: int) -> str:
+    """A checksum as the 16 hex digits messages and cache keys show."""
+    return f"{int(value):016x}"
+
+
+class DamagedEntryError(DataError):
+    """An entry file whose bytes do not match their checksum (bit rot, a torn copy, a bad sector), or that is no
+    valid entry file (a header cut short, a frame table past the end of the file).
+
+    The message is one line: the store, the video, the entry file, then the part (header or frame) and the expected
+    and found checksums, or what is wrong. ``key`` and ``view`` name the entry for the code that leaves it out.
+    """
+
+    def __init__(self, message: str, key: str = "", view: str = "") -> None:
+        # A DataLoader worker's error comes back as this class built from its whole traceback: keep its one line.
+        message = message.rpartition(f"{type(self).__name__}: ")[2].strip() if "\n" in message else message
+        super().__init__(message)
+        self.key, self.view = key, view
+
+    def __reduce__(self):
+        return type(self), (str(self), self.key, self.view)
+
+
+def _damaged(path: Path | str, key: str | None, part: str, expected: int, found: int) -> DamagedEntryError:
+    """The error of a ``part`` ("header", "frame 3") of an entry file whose checksum does not match."""
+    return _broken(path, key, f"{part} checksum expected {format_checksum(expected)}, found {format_checksum(found)}")
+
+
+def _broken(path: Path | str, key: str | None, problem: str) -> DamagedEntryError:
+    """The error of an entry file that is damaged: ``problem`` located by store, video and entry file."""
+    path = Path(path)
+    view, root = path.parent.parent.name, path.parent.parent.parent
+    if key is not None and path.name == Path(key).name + ENTRY_SUFFIX:  # version-1 layout: <view>/<key>.frames
+        parts = Path(key).parts
+        view, root = path.parents[len(parts) - 1].name, path.parents[len(parts)]
+    return DamagedEntryError(f"damaged entry: store {root}, video {key!r}, entry {path.relative_to(root)}: {problem}",
+                             key or "", view)
 
 
 # ----------------------------------------------------------------------------------------- store layout
@@ -150,8 +214,10 @@ def create_store(root: str | Path, index: VideoIndex, *, replace_index: bool = F
     root.mkdir(parents=True, exist_ok=True)
     with metadata_lock(root):
         if not meta_file.is_file():
-            index.save(root / INDEX_FILE)
-            atomic_write_json(meta_file, {"format": STORE_FORMAT, "version": STORE_VERSION, "meta": meta})
+            with storage_errors(root / INDEX_FILE):
+                index.save(root / INDEX_FILE)
+            with storage_errors(meta_file):
+                atomic_write_json(meta_file, {"format": STORE_FORMAT, "version": STORE_VERSION, "meta": meta})
             return IndexUpdate((), ())
         new, changed = _conflicts(root, index, meta, replace_index)  # again under the lock: others may have written
         update = IndexUpdate((), ())
@@ -160,11 +226,13 @@ def create_store(root: str | Path, index: VideoIndex, *, replace_index: bool = F
             after = [entry.path for entry in index.entries]
             update = IndexUpdate(tuple(k for k in after if k not in before),
                                  tuple(sorted(before - set(after))))
-            index.save(root / INDEX_FILE)
+            with storage_errors(root / INDEX_FILE):
+                index.save(root / INDEX_FILE)
         if new:
             record = _read_meta(root)
             record["meta"].update(new)
-            atomic_write_json(meta_file, record)
+            with storage_errors(meta_file):
+                atomic_write_json(meta_file, record)
         return update
 
 
@@ -213,21 +281,88 @@ def write_entry(root: str | Path, key: str, view: str, encoded_frames: Sequence[
         height, width = decode_jpeg(encoded_frames[0]).shape[:2]
     except ValueError as error:
         raise DataError(f"entry {key!r} ({view}): first frame: {error}") from None
-    key_bytes = key.encode("utf-8") if version >= 2 else b""
-    header = _HEADER.pack(_MAGIC, version, len(encoded_frames), height, width, float(fps))
-    if version >= 2:
-        header += _KEY_LENGTH.pack(len(key_bytes)) + key_bytes
-    sizes = np.fromiter((len(f) for f in encoded_frames), np.uint64, len(encoded_frames))
-    data_start = len(header) + 8 * (len(encoded_frames) + 1)
-    offsets = np.empty(len(encoded_frames) + 1, "<u8")
+    header = encode_header(key, height, width, fps, encoded_frames)
+    with storage_errors(path, len(header) + sum(map(len, encoded_frames))), atomic_open(path, "wb") as file:
+        file.write(header)
+        for frame in encoded_frames:
+            file.write(frame)
+
+
+def encode_header(key: str, height: int, width: int, fps: float, encoded_frames: Sequence[bytes]) -> bytes:
+    """The header of a new entry file (version :data:`ENTRY_VERSION`): fields, key, frame offsets, the frames'
+    checksums and the checksum of all of these."""
+    count = len(encoded_frames)
+    key_bytes = key.encode("utf-8")
+    version = ENTRY_VERSION if xxhash is not None else 2  # without xxhash: no checksums, read as unverified
+    header = (_HEADER.pack(_MAGIC, version, count, height, width, float(fps))
+              + _KEY_LENGTH.pack(len(key_bytes)) + key_bytes)
+    sizes = np.fromiter((len(f) for f in encoded_frames), np.uint64, count)
+    data_start = len(header) + 8 * (count + 1) + ((8 * count + _CHECKSUM.size) if version >= 3 else 0)
+    offsets = np.empty(count + 1, "<u8")
     offsets[0] = data_start
     np.cumsum(sizes, out=offsets[1:])
     offsets[1:] += data_start
-    with atomic_open(path, "wb") as file:
-        file.write(header)
-        file.write(offsets.tobytes())
-        for frame in encoded_frames:
-            file.write(frame)
+    if version < 3:
+        return header + offsets.tobytes()
+    sums = np.fromiter((checksum(f) for f in encoded_frames), np.uint64, count).astype("<u8")
+    header += offsets.tobytes() + sums.tobytes()
+    return header + _CHECKSUM.pack(checksum(header))
+
+
+FULL_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+"""Write errors that are the storage's, not the entry's: no space left, file too large, quota exceeded."""
+
+
+@contextmanager
+def storage_errors(path: Path, needed: int | None = None) -> Iterator[None]:
+    """Turn a write's :data:`FULL_ERRNOS` into :class:`StorageFullError` (see :meth:`StorageFullError.of`)."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno in FULL_ERRNOS:
+            raise StorageFullError.of(Path(path), error, needed) from None
+        raise
+
+
+class StorageFullError(DataError):
+    """A store write failed because the storage is full (or the file too large for it): no video is to blame, so
+    a job stops at once (:mod:`coclr.store.jobs`) and the same command, run again with space freed, goes on."""
+
+    def __init__(self, message: str, needed: int = 0) -> None:
+        super().__init__(message)
+        self.needed = needed
+
+    def __reduce__(self):
+        return type(self), (str(self), self.needed)
+
+    @classmethod
+    def of(cls, path: Path, error: OSError, needed: int | None = None) -> StorageFullError:
+        """The error of writing ``path`` (an entry of ``needed`` bytes, or a metadata file when None): one line
+        naming the folder, the space needed and the space free."""
+        folder = next((p for p in (path.parent, *path.parents) if p.is_dir()), path.parent)
+        try:
+            free = f"{human_size(shutil.disk_usage(folder).free)} free"
+        except OSError:
+            free = "free space unknown"
+        name = errno.errorcode.get(error.errno, str(error.errno))
+        what = f"{path.name}" if needed is None else f"an entry of {human_size(needed)}"
+        return cls(f"{path.parent}: {os.strerror(error.errno)} ({name}) writing {what} ({free} in {folder})",
+                   needed or 0)
+
+    def with_remaining(self, entries: int) -> StorageFullError:
+        """This error, saying how much the ``entries`` left of the job need at this entry's size, and what to do."""
+        estimate = f", about {human_size(entries * self.needed)} at this entry's size" if self.needed else ""
+        return StorageFullError(f"{self}; the job stopped with {entries} entries left{estimate}: free space there "
+                                "(or move the store), then run the same command again to continue", self.needed)
+
+
+def human_size(size: float) -> str:
+    """``size`` bytes as "12.3 kB", "4.5 MB", "1.2 GB" (decimal units)."""
+    for unit in ("bytes", "kB", "MB"):
+        if size < 1000:
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} GB"
 
 
 # ---------------------------------------------------------------------------------------- failure records
@@ -261,8 +396,17 @@ def record_failures(root: str | Path, view: str, attempted: Iterable[str], faile
         kept.update(failed)
         path = failures_path(root, view)
         if kept or path.exists():
-            atomic_write_json(path, {"view": view, "failed": dict(sorted(kept.items()))})
+            with storage_errors(path):
+                atomic_write_json(path, {"view": view, "failed": dict(sorted(kept.items()))})
     return path
+
+
+def _record_quietly(root: Path, view: str, key: str, reason: str) -> None:
+    """List ``key`` as failed in ``view`` when the store can be written (a read-only one is only read)."""
+    try:
+        record_failures(root, view, [], [(key, reason)])
+    except (OSError, StorageFullError):
+        pass
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -276,6 +420,9 @@ class _EntryHeader:
     width: int
     fps: float
     offsets: np.ndarray  # uint64 [frames + 1]
+    checksums: list[int] | None = None  # of each frame; None in entries written before checksums (versions 1, 2)
+    checksum: int | None = None  # of the header (which holds the frames' checksums): the entry's checksum
+    inode: int = 0  # of the file the header was read from: a file replaced since then is read afresh
 
     @property
     def frames(self) -> int:
@@ -341,6 +488,12 @@ class ClipStore:
     def fps(self, key: str, view: str) -> float:
         return self._header(key, view).fps
 
+    def checksum(self, key: str, view: str) -> str | None:
+        """The checksum of entry ``key`` of ``view`` (of its header, which holds its frames' checksums, so it
+        changes with any stored byte), or None for an entry written before checksums (unverified)."""
+        value = self._header(key, view).checksum
+        return None if value is None else format_checksum(value)
+
     def read_encoded(self, key: str, view: str, indices: Iterable[int] | np.ndarray) -> list[bytes]:
         """The encoded frames at ``indices`` (repeats allowed); consecutive indices are read in one call."""
         indices = _as_indices(indices)
@@ -374,6 +527,16 @@ class ClipStore:
         header = self._header(key, view)
         if not indices:
             return {}
+        descriptor = _open_entry(header.path)
+        try:
+            if os.fstat(descriptor).st_ino != header.inode:  # replaced since (rebuilt, or checksums added): reload
+                self._headers.pop((key, view), None)
+                header = self._header(key, view)
+            return self._read_runs(descriptor, key, header, indices)
+        finally:
+            os.close(descriptor)
+
+    def _read_runs(self, descriptor: int, key: str, header: _EntryHeader, indices: list[int]) -> dict[int, bytes]:
         wanted = sorted(set(indices))
         if wanted[0] < 0 or wanted[-1] >= header.frames:
             raise DataError(f"{header.where}: the entry has {header.frames} frames; asked for indices "
@@ -386,40 +549,90 @@ class ClipStore:
         runs.append((run_start, wanted[-1]))
         offsets = header.offsets
         blobs: dict[int, bytes] = {}
-        descriptor = _open_entry(header.path)
-        try:
-            for first, last in runs:
-                start, stop = int(offsets[first]), int(offsets[last + 1])
-                data = os.pread(descriptor, stop - start, start)
-                if len(data) != stop - start:
-                    raise DataError(f"{header.where}: file is shorter than its frame table (damaged entry)")
-                bounds = (offsets[first: last + 2] - start).tolist()
-                for i in range(first, last + 1):
-                    blobs[i] = data[bounds[i - first]: bounds[i - first + 1]]
-        finally:
-            os.close(descriptor)
+        for first, last in runs:
+            start, stop = int(offsets[first]), int(offsets[last + 1])
+            data = os.pread(descriptor, stop - start, start)
+            if len(data) != stop - start:
+                raise self._recorded(_broken(header.path, key, "file shorter than its frame table"))
+            bounds = (offsets[first: last + 2] - start).tolist()
+            for i in range(first, last + 1):
+                blobs[i] = data[bounds[i - first]: bounds[i - first + 1]]
+        if header.checksums is not None:
+            expected = header.checksums
+            for i, blob in blobs.items():
+                found = checksum(blob)
+                if found != expected[i]:
+                    raise self._recorded(_damaged(header.path, key, f"frame {i}", expected[i], found))
         return blobs
 
+    def _recorded(self, error: DamagedEntryError) -> DamagedEntryError:
+        """``error``, after listing its entry in the store's failure list (so a rerun of the job that writes the
+        view rebuilds it, and training and evaluation leave it out) and forgetting its cached header."""
+        self._headers.pop((error.key, error.view), None)
+        _record_quietly(self.root, error.view, error.key, str(error))
+        return error
+
     def verify(self, view: str, decode: bool = False) -> list[tuple[str, str]]:
-        """``(key, problem)`` for every entry of ``view`` that is missing, damaged, holds another key or (with
-        ``decode``) has a frame that does not decode to the entry's frame size."""
+        """``(key, problem)`` for every entry of ``view`` that is missing (problem "missing"), damaged (a checksum
+        that does not match, a bad header, another key, a size that does not match the offsets table) or (with
+        ``decode``) has a frame that does not decode cleanly to the entry's frame size. Damaged entries are
+        recorded in the store's failure list (:meth:`check_entry`)."""
         problems = []
         for key in self.keys():
-            path = self.entry_path(key, view)
-            if not path.is_file():
-                problems.append((key, "missing"))
-                continue
-            try:
-                header = _read_header(path, key)
-                if header.offsets[-1] != path.stat().st_size:
-                    raise DataError(f"{path}: size {path.stat().st_size} bytes, the frame table says "
-                                    f"{int(header.offsets[-1])}")
-                if decode:
-                    for start in range(0, header.frames, 64):
-                        self.read(key, view, range(start, min(start + 64, header.frames)))
-            except (DataError, OSError) as error:
-                problems.append((key, str(error)))
+            problem = self.check_entry(key, view, decode)
+            if problem is not None:
+                problems.append((key, problem))
         return problems
+
+    def check_entry(self, key: str, view: str, decode: bool = False) -> str | None:
+        """What is wrong with entry ``key`` of ``view`` (see :meth:`verify`), or None: every byte is read and
+        checked against its checksum (entries written before checksums only structurally), and with ``decode``
+        every frame is decoded, a JPEG decoder's warning of corrupt data counting as damage. A damaged entry is
+        listed in the store's failure list, so the job that writes the view rebuilds it on its next run."""
+        path = self.entry_path(key, view)
+        if not path.is_file():
+            return "missing"
+        self._headers.pop((key, view), None)
+        try:
+            header = self._header(key, view)
+            size = path.stat().st_size
+            if header.offsets[-1] != size:
+                raise DataError(f"{path}: size {size} bytes, the frame table says {int(header.offsets[-1])}")
+            for start in range(0, header.frames, 64):
+                indices = list(range(start, min(start + 64, header.frames)))
+                blobs = self._read_blobs(key, view, indices)
+                if decode:
+                    for index in indices:
+                        self._decode_strict(header, index, blobs[index])
+        except DamagedEntryError as error:
+            return str(error)
+        except (DataError, OSError) as error:
+            _record_quietly(self.root, view, key, f"damaged entry: {error}")
+            return str(error)
+        return None
+
+    def add_checksums(self, key: str, view: str) -> bool:
+        """Rewrite entry ``key`` of ``view``, written before checksums, with them (the same frames, frame rate and
+        key; atomically); False when it has them already. The caller holds the view's writing lock
+        (:func:`coclr.store.jobs.view_lock`) and has checked the entry (:meth:`check_entry` with ``decode``): the
+        checksums vouch for the bytes as they are now."""
+        self._headers.pop((key, view), None)
+        header = self._header(key, view)
+        if header.checksums is not None:
+            return False
+        blobs = self._read_blobs(key, view, list(range(header.frames)))
+        write_entry(self.root, key, view, [blobs[i] for i in range(header.frames)], header.fps)
+        self._headers.pop((key, view), None)
+        return True
+
+    def _decode_strict(self, header: _EntryHeader, index: int, blob: bytes) -> None:
+        try:
+            frame = decode_jpeg_strict(blob)
+        except ValueError as error:
+            raise DataError(f"{header.where}: frame {index}: {error}") from None
+        if frame.shape[:2] != (header.height, header.width):
+            raise DataError(f"{header.where}: frame {index} is {frame.shape[1]}x{frame.shape[0]}, the entry's "
+                            f"frames are {header.width}x{header.height}")
 
     def unlisted(self, view: str) -> list[str]:
         """Keys of the entry files of ``view`` that are not in the index (videos removed from it by an update);
@@ -458,7 +671,10 @@ class ClipStore:
         path = self.entry_path(key, view)
         if not path.is_file():
             raise DataError(f"{self.root}: no {view!r} entry of {key!r} (not built yet, or its job failed)")
-        header = _read_header(path, key)
+        try:
+            header = _read_header(path, key)
+        except DamagedEntryError as error:
+            raise self._recorded(error) from None
         self._headers[cache_key] = header
         if len(self._headers) > _HEADER_CACHE_SIZE:
             self._headers.popitem(last=False)
@@ -490,41 +706,57 @@ def _open_entry(path: str) -> int:
 
 
 def _read_header(path: Path, key: str | None = None) -> _EntryHeader:
-    """The header of an entry file; with ``key``, a version-2 entry must hold that key."""
+    """The header of an entry file; with ``key``, a version-2 entry must hold that key. A version-3 header must
+    match its checksum. A file that is no valid entry raises :class:`DamagedEntryError`."""
     descriptor = _open_entry(str(path))
     try:
+        size = os.fstat(descriptor).st_size
+        inode = os.fstat(descriptor).st_ino
         raw = os.pread(descriptor, _HEADER.size + _KEY_LENGTH.size, 0)
         if len(raw) < _HEADER.size:
-            raise DataError(f"{path}: damaged entry (file shorter than its header)")
+            raise _broken(path, key, "file shorter than its header")
         magic, version, count, height, width, fps = _HEADER.unpack(raw[:_HEADER.size])
-        if magic != _MAGIC or version not in READABLE_VERSIONS:
-            raise DataError(f"{path}: not a coclr entry file of a version this library reads "
-                            f"({', '.join(map(str, READABLE_VERSIONS))})")
-        table_start, stored_key = _HEADER.size, None
+        if magic != _MAGIC or version not in READABLE_ENTRY_VERSIONS:
+            raise _broken(path, key, f"not a coclr entry file of a version this library reads "
+                          f"({', '.join(map(str, READABLE_ENTRY_VERSIONS))})")
+        table_start, stored_key, key_bytes = _HEADER.size, None, b""
         if version >= 2:
             if len(raw) < _HEADER.size + _KEY_LENGTH.size:
-                raise DataError(f"{path}: damaged entry (file shorter than its header)")
+                raise _broken(path, key, "file shorter than its header")
             (length,) = _KEY_LENGTH.unpack(raw[_HEADER.size:])
-            key_bytes = os.pread(descriptor, length, _HEADER.size + _KEY_LENGTH.size)
-            if len(key_bytes) != length:
-                raise DataError(f"{path}: damaged entry (key cut short)")
-            try:
-                stored_key = key_bytes.decode("utf-8")
-            except UnicodeDecodeError:
-                raise DataError(f"{path}: damaged entry (key is not UTF-8)") from None
             table_start = _HEADER.size + _KEY_LENGTH.size + length
-        table = os.pread(descriptor, 8 * (count + 1), table_start)
-        if len(table) != 8 * (count + 1):
-            raise DataError(f"{path}: damaged entry (frame table cut short)")
+            if table_start > size:
+                raise _broken(path, key, "key longer than the file")
+            key_bytes = os.pread(descriptor, length, _HEADER.size + _KEY_LENGTH.size)
+        table_size = 8 * (count + 1) + ((8 * count + _CHECKSUM.size) if version >= 3 else 0)
+        if table_start + table_size > size:  # checked first: a damaged count must not make a huge read
+            raise _broken(path, key, f"frame table of {count} frames longer than the file")
+        table = os.pread(descriptor, table_size, table_start)
     finally:
         os.close(descriptor)
+    entry_checksum = sums = None
+    if version >= 3:
+        (entry_checksum,) = _CHECKSUM.unpack(table[-_CHECKSUM.size:])
+        found = checksum(raw[:_HEADER.size + _KEY_LENGTH.size] + key_bytes + table[:-_CHECKSUM.size])
+        if found != entry_checksum:
+            raise _damaged(path, key if key is not None else _guess_key(key_bytes), "header", entry_checksum, found)
+        sums = np.frombuffer(table, "<u8", count, 8 * (count + 1)).tolist()  # ints: compared per read
+    if version >= 2:
+        try:
+            stored_key = key_bytes.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _broken(path, key, "key is not UTF-8") from None
     if key is not None and stored_key is not None and stored_key != key:
-        raise DataError(f"{path}: holds the entry of {stored_key!r}, not of {key!r} (damaged store)")
-    offsets = np.frombuffer(table, "<u8")
+        raise _broken(path, key, f"holds the entry of {stored_key!r}")
+    offsets = np.frombuffer(table, "<u8", count + 1)
     if count == 0 or np.any(np.diff(offsets.astype(np.int64)) <= 0):
-        raise DataError(f"{path}: damaged entry (bad frame table)")
+        raise _broken(path, key, "bad frame table")
     where = f"entry {key or stored_key or path.name!r} ({path})"
-    return _EntryHeader(str(path), where, stored_key, height, width, fps, offsets)
+    return _EntryHeader(str(path), where, stored_key, height, width, fps, offsets, sums, entry_checksum, inode)
+
+
+def _guess_key(key_bytes: bytes) -> str | None:
+    return key_bytes.decode("utf-8", "replace") or None
 
 
 def _read_meta(root: Path) -> dict:

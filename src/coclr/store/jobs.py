@@ -3,9 +3,11 @@
 Building the RGB view (:mod:`coclr.store.build`), optical flow extraction (:mod:`coclr.flow.extract`) and the
 synthetic dataset (:mod:`coclr.synth`) all run through :func:`run_entry_jobs`: a picklable
 ``job(key) -> (encoded_frames, fps)`` runs in a process pool, finished entries are written atomically, complete
-ones skipped, failures counted, listed and recorded in the store (``failed_<view>.json``), so training and
-evaluation can leave them out knowingly. One job at a time writes a view: a second one started on the same store
-and view is refused while the first runs (the lock goes with the process, so a killed job leaves none behind).
+ones skipped (unless the store lists them as failed or damaged: those are tried again), failures counted, listed
+and recorded in the store (``failed_<view>.json``), so training and evaluation can leave them out knowingly. A
+full disk is nobody's failure: the job stops at once (:class:`~coclr.store.clipstore.StorageFullError`). One job
+at a time writes a view: a second one started on the same store and view is refused while the first runs (the
+lock goes with the process, so a killed job leaves none behind).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from coclr.filelock import exclusive_lock
 from coclr.store.clipstore import (
     ClipStore,
     IndexUpdate,
+    StorageFullError,
     check_store,
     check_view_name,
     create_store,
@@ -149,11 +152,11 @@ def shard(keys: Sequence[str]) -> list[str]:
     return list(keys[rank()::world_size()])
 
 
-def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJob, workers: int = 0,
+def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJob, workers: int | None = None,
                    desc: str | None = None, start_method: str | None = None) -> JobSummary:
     """Run ``job(key) -> (encoded_frames, fps)`` for every key whose entry of ``view`` is not complete yet,
-    in a pool of ``workers`` processes (0: one per core; 1: in this process), writing each result
-    atomically as soon as it is done.
+    in a pool of ``workers`` processes (None: one per core; 0, as DataLoader's ``num_workers``, or 1: in this
+    process), writing each result atomically as soon as it is done.
 
     Resumable: a killed run leaves only complete entries (and stray temporary files, removed by the next
     run), and the next run skips them. A job that raises (e.g. :class:`VideoDecodeError`) or whose worker
@@ -173,7 +176,7 @@ def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJ
         raise TypeError(f"the job must be picklable to run in worker processes: {error}") from None
 
     def stream(todo: list[str], record: RecordFn) -> None:
-        count = max(1, min(workers if workers > 0 else (os.cpu_count() or 1), len(todo)))
+        count = max(1, min((os.cpu_count() or 1) if workers is None else workers, len(todo)))
         if count == 1:
             for key in todo:
                 record(*_run_and_write(str(root), view, key, job))
@@ -207,7 +210,8 @@ def run_entry_stream(root: str | Path, view: str, keys: Iterable[str], stream: E
 
 def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStream, desc: str | None) -> JobSummary:
     summary = JobSummary(view)
-    todo = [key for key in keys if not store.has(key, view)]
+    listed = store.failed(view)  # failed or damaged: tried again (a damaged entry's file exists)
+    todo = [key for key in keys if key in listed or not store.has(key, view)]
     summary.skipped = len(keys) - len(todo)
     remove_stale_partials(store.root / view)
     from tqdm import tqdm
@@ -224,7 +228,10 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
             progress.update(1)
 
         if todo:
-            stream(todo, record)
+            try:
+                stream(todo, record)
+            except StorageFullError as error:  # stop at once: the entries left would fail the same way
+                raise error.with_remaining(len(todo) - summary.done - len(summary.failed)) from None
     return summary
 
 
@@ -296,6 +303,8 @@ def _run_and_write(root: str, view: str, key: str, job: EntryJob) -> tuple[str, 
         encoded, fps = job(key)
         write_entry(root, key, view, encoded, fps)
         return key, len(encoded), None
+    except StorageFullError:  # the storage's fault, not the entry's: the job stops (no video is blamed)
+        raise
     except Exception as error:  # one bad entry must not stop a job over thousands of videos
         return key, 0, f"{type(error).__name__}: {error}"
 

@@ -5,6 +5,10 @@ RGB and flow frames are stored as JPEG (flow as its 3-channel uint8 image, :mod:
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
+
 import cv2
 import numpy as np
 
@@ -30,3 +34,24 @@ def decode_jpeg(data: bytes) -> np.ndarray:
     if image is None:
         raise ValueError(f"cannot decode an image from {len(data)} bytes")
     return image if _IMREAD_RGB else cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+
+
+def decode_jpeg_strict(data: bytes) -> np.ndarray:
+    """:func:`decode_jpeg`, and a ``ValueError`` when the decoder warns about the data: libjpeg decodes damaged
+    data as far as it goes and only prints a warning ("Corrupt JPEG data: ...") to the process's standard error,
+    which is captured here (file descriptor 2 is redirected while the frame decodes, so this is for verification,
+    not for the training path)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            image = decode_jpeg(data)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        capture.seek(0)
+        warning = capture.read().decode("utf-8", "replace").strip()
+    if warning:
+        raise ValueError(f"the JPEG decoder reports damaged data: {warning.splitlines()[0]}")
+    return image

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from coclr.config import option, require
+from coclr.core.methods import METHODS
 
 # ------------------------------------------------------------------------------------------------- the rows
 
@@ -20,9 +21,10 @@ from coclr.config import option, require
 class Row:
     """One row of Table 1: how it is named, which encoders it evaluates and the paper's numbers.
 
-    ``streams``: ``(encoder name, view)`` pairs (:func:`coclr.study.plan.encoder_path` resolves the names); two
-    streams are evaluated together (two-stream fusion). ``paper``: linear probe, finetune and R@1 on UCF101
-    split 1 (None: not reported)."""
+    ``method_name``: its row of :data:`coclr.core.methods.METHODS` (``method``, its Table 1 name with the variant,
+    and ``labels`` follow from it). ``streams``: ``(encoder name, view)`` pairs
+    (:func:`coclr.study.plan.encoder_path` resolves the names); two streams are evaluated together (two-stream
+    fusion). ``paper``: linear probe, finetune and R@1 on UCF101 split 1 (None: not reported)."""
 
     key: str
     method: str
@@ -30,25 +32,47 @@ class Row:
     labels: bool
     streams: tuple[tuple[str, str], ...]
     paper: tuple[float | None, float | None, float | None]
+    method_name: str = ""
+
+
+INPUTS = {"rgb": "RGB", "flow": "Flow", "two_stream": "RGB+Flow"}
+
+
+def _row(method_name: str, view: str, paper: tuple[float | None, float | None, float | None],
+         variant: tuple[str, str] = ("", "")) -> Row:
+    """The row of ``method_name`` (a key of :data:`METHODS`) on ``view`` (``rgb``, ``flow`` or ``two_stream``, the
+    RGB and flow rows fused); ``variant``: (key part, display suffix) of an ablation, e.g. ``("k1", "K=1")``."""
+    spec = METHODS[method_name]
+    key = "_".join(part for part in (method_name, variant[0], view) if part)
+    streams = (((f"{method_name}_rgb", "rgb"), (f"{method_name}_flow", "flow")) if view == "two_stream"
+               else ((key, view),))
+    display = " ".join(part for part in (spec.display, variant[1]) if part)
+    return Row(key, display, INPUTS[view], spec.uses_labels, streams, paper, method_name)
 
 
 ROWS: dict[str, Row] = {row.key: row for row in (
-    Row("infonce_rgb", "InfoNCE", "RGB", False, (("infonce_rgb", "rgb"),), (46.8, 78.4, 33.1)),
-    Row("infonce_flow", "InfoNCE", "Flow", False, (("infonce_flow", "flow"),), (66.8, 83.1, 45.2)),
-    Row("ubernce_rgb", "UberNCE", "RGB", True, (("ubernce_rgb", "rgb"),), (78.0, 80.0, 71.6)),
-    Row("cross_entropy_rgb", "Cross-Ent.", "RGB", True, (("cross_entropy_rgb", "rgb"),), (None, 77.0, 73.5)),
-    Row("cmc_rgb", "CMC", "RGB", False, (("cmc_rgb", "rgb"),), (55.0, None, None)),
-    Row("coclr_rgb", "CoCLR", "RGB", False, (("coclr_rgb", "rgb"),), (70.2, 81.4, 51.8)),
-    Row("coclr_flow", "CoCLR", "Flow", False, (("coclr_flow", "flow"),), (68.7, 83.5, 48.4)),
-    Row("coclr_two_stream", "CoCLR", "RGB+Flow", False, (("coclr_rgb", "rgb"), ("coclr_flow", "flow")),
-        (72.1, 87.3, 55.6)),
-    Row("coclr_k1_rgb", "CoCLR K=1", "RGB", False, (("coclr_k1_rgb", "rgb"),), (60.5, 79.5, 48.5)),
-    Row("coclr_k50_rgb", "CoCLR K=50", "RGB", False, (("coclr_k50_rgb", "rgb"),), (68.3, 81.0, 49.8)),
-    Row("coclr_sim_rgb", "CoCLR sim", "RGB", False, (("coclr_sim_rgb", "rgb"),), (65.2, 80.8, 48.0)),
+    _row("infonce", "rgb", (46.8, 78.4, 33.1)),
+    _row("infonce", "flow", (66.8, 83.1, 45.2)),
+    _row("ubernce", "rgb", (78.0, 80.0, 71.6)),
+    _row("cross_entropy", "rgb", (None, 77.0, 73.5)),
+    _row("cmc", "rgb", (55.0, None, None)),
+    _row("coclr", "rgb", (70.2, 81.4, 51.8)),
+    _row("coclr", "flow", (68.7, 83.5, 48.4)),
+    _row("coclr", "two_stream", (72.1, 87.3, 55.6)),
+    _row("coclr", "rgb", (60.5, 79.5, 48.5), ("k1", "K=1")),
+    _row("coclr", "rgb", (68.3, 81.0, 49.8), ("k50", "K=50")),
+    _row("coclr", "rgb", (65.2, 80.8, 48.0), ("sim", "sim")),
 )}
 """Every row of the paper's Table 1 (UCF101 split 1, pretrained on UCF101). CoCLR's main rows use
 ``train.method.topk`` (the paper's K = 5); the ablations K = 1 and K = 50 and 'sim' (both views trained at once)
 change only that. The paper marks its CMC row as using labels; CMC uses none, and the row says so."""
+
+
+def supervised_row(key: str) -> bool:
+    """Whether row ``key`` is trained end to end with labels from a random encoder (its method has no positive
+    rule): its finetuning is its training."""
+    return not METHODS[ROWS[key].method_name].contrastive
+
 
 QUICK_ROWS = ["infonce_rgb", "infonce_flow", "ubernce_rgb", "coclr_rgb", "coclr_flow", "coclr_two_stream"]
 COLUMNS = ("linear", "finetune", "retrieval")

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coclr.clips import recorded_clips
 from coclr.config import from_dict, merge, to_dict
 from coclr.errors import ConfigError
-from coclr.study.config import ROWS, STUDY_SYNTH, StudyConfig
+from coclr.study.config import ROWS, STUDY_SYNTH, StudyConfig, supervised_row
 
 ABLATIONS = {"coclr_k1_rgb": ("coclr_k1", {"method": {"topk": 1}}),
              "coclr_k50_rgb": ("coclr_k50", {"method": {"topk": 50}}),
@@ -127,6 +128,7 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
     configs: dict[str, dict[str, Any]] = {}
     jobs: list[Job] = []
     encoders: dict[str, Path] = {}
+    producers: dict[str, str] = {}  # encoder name -> the job that writes it
     last = f"cycle{schedule.cycles}"
 
     pipeline_options = {**base, "pipeline": {
@@ -142,13 +144,14 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
     stages = plan_stages(pipeline)
     for stage in stages[:2]:
         configs[stage.name] = to_dict(stage_config(pipeline, stage, out / "pipeline"))
-        jobs.append(Job(stage.name, ["pretrain", "--config", str(out / "configs" / f"{stage.name}.yaml"), "--resume"], (),
+        jobs.append(Job(stage.name, ["pretrain", "--config", str(out / "configs" / f"{stage.name}.yaml")], (),
                         stage.epochs, (out / "pipeline" / stage.name,)))
     # The pipeline marks the InfoNCE stages done and exports their encoders, which every later stage starts from.
     configs["pipeline"] = pipeline_options
     jobs.append(Job("infonce", ["pipeline", "--config", str(out / "configs" / "pipeline.yaml"), "--until",
                                 stages[1].name], ("infonce_rgb", "infonce_flow")))
     encoders.update({f"infonce_{v}": out / "pipeline" / f"infonce_{v}" / f"encoder_{v}.pth" for v in ("rgb", "flow")})
+    producers.update({f"infonce_{v}": "infonce" for v in ("rgb", "flow")})
     if needed & {"coclr_rgb", "coclr_flow"}:
         names = [stage.name for stage in stages]
         cycles = stages[2:] if "coclr_flow" in needed else stages[2: names.index(f"{last}_rgb") + 1]
@@ -157,6 +160,7 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
                         ("infonce",), sum(s.epochs for s in cycles),
                         tuple(out / "pipeline" / s.name for s in cycles)))
         encoders.update({f"coclr_{v}": out / "pipeline" / f"{last}_{v}" / f"encoder_{v}.pth" for v in ("rgb", "flow")})
+        producers.update({f"coclr_{v}": "coclr" for v in ("rgb", "flow")})
     for key, (folder, change) in ABLATIONS.items():
         if key not in needed:
             continue
@@ -193,7 +197,7 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
         configs["ubernce_rgb"] = {**base, "method": method, "optim": optim,
                                   "run": {**base["run"], "out": str(out / "ubernce_rgb")}}
         _pretrain_config(configs["ubernce_rgb"], "UberNCE oracle")
-        jobs.append(Job("ubernce_rgb", ["pretrain", "--config", str(out / "configs" / "ubernce_rgb.yaml"), "--resume"], deps,
+        jobs.append(Job("ubernce_rgb", ["pretrain", "--config", str(out / "configs" / "ubernce_rgb.yaml")], deps,
                         epochs, (out / "ubernce_rgb",)))
         encoders["ubernce_rgb"] = out / "ubernce_rgb" / LAST
     if "cmc_rgb" in needed:
@@ -205,16 +209,13 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
                                     "milestones": _milestones(config, schedule.cycle_milestones, epochs)},
                           "run": {**base["run"], "out": str(out / "cmc")}}
         _pretrain_config(configs["cmc"], "CMC stage")
-        jobs.append(Job("cmc_rgb", ["pretrain", "--config", str(out / "configs" / "cmc.yaml"), "--resume"],
+        jobs.append(Job("cmc_rgb", ["pretrain", "--config", str(out / "configs" / "cmc.yaml")],
                         ("infonce",), epochs, (out / "cmc",)))
         encoders["cmc_rgb"] = out / "cmc" / LAST
 
     training = _pretrain_config(configs[stages[0].name], "InfoNCE stage")
-    train_clips = {"length": training.data.length, "stride": training.data.stride, "size": training.data.size}
     evaluation = config.eval
-    clips = from_dict(ClipConfig, {**train_clips, **{k: v for k, v in (("length", evaluation.length),
-                                                                       ("stride", evaluation.stride),
-                                                                       ("size", evaluation.size)) if v is not None},
+    clips = from_dict(ClipConfig, {**training.data.clips.to_dict(), **recorded_clips(dataclasses.asdict(evaluation)),
                                    "batch_size": evaluation.batch_size}, prefix="eval.")
     probe = from_dict(LinearProbeConfig, {**evaluation.linear, "seed": config.seed}, prefix="eval.linear.")
     finetune = from_dict(FinetuneConfig, {**evaluation.finetune, "seed": config.seed}, prefix="eval.finetune.")
@@ -226,18 +227,15 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
     plan = StudyPlan(config, out, store, configs, jobs, encoders, clips, probe, finetune, supervised, last)
     jobs.append(Job("flow_test", ["flow", str(store), "--backend", config.data.flow_backend, "--view", "flow",
                                   "--split", "test", "--bound", repr(config.data.flow_bound), "--workers", "1"]))
-    if "cross_entropy_rgb" in needed:  # its encoder is known once its random initialisation is written (run)
-        jobs.append(Job("cross_entropy_rgb", finetune_argv(plan, cross_entropy_init(plan), "rgb", supervised,
-                                                           out / "cross_entropy"), ("flow_test",), supervised.epochs))
+    for row in rows:  # its encoder is known once its random initialisation is written (run)
+        if supervised_row(row.key):
+            jobs.append(Job(row.key, finetune_argv(plan, cross_entropy_init(plan), "rgb", supervised,
+                                                   out / "cross_entropy"), ("flow_test",), supervised.epochs))
     if "finetune" in config.columns:
-        for name, view in dict.fromkeys(stream for row in rows for stream in row.streams):
-            if name == "cross_entropy_rgb":
-                continue  # its training is its finetuning
-            producer = {"coclr_rgb": "coclr", "coclr_flow": "coclr", "infonce_rgb": "infonce",
-                        "infonce_flow": "infonce"}.get(name, name)
-            jobs.append(Job(f"finetune_{name}", finetune_argv(plan, encoders[name], view, finetune,
-                                                              out / "finetune"), (producer, "flow_test"),
-                            finetune.epochs))
+        for name, view in dict.fromkeys(stream for row in rows if not supervised_row(row.key)
+                                        for stream in row.streams):  # a supervised row's training is its finetuning
+            argv = finetune_argv(plan, encoders[name], view, finetune, out / "finetune")
+            jobs.append(Job(f"finetune_{name}", argv, (producers.get(name, name), "flow_test"), finetune.epochs))
     _check_data(plan)
     return plan
 
@@ -263,8 +261,8 @@ def finetune_argv(plan: StudyPlan, checkpoint: Path, view: str, options, work_di
 def _check_data(plan: StudyPlan) -> None:
     """The data the study starts from: the synthetic dataset's options, or the videos and split files (every video
     must exist), or an existing store with both splits."""
-    from coclr.video import indexes
     from coclr.synth import SynthConfig
+    from coclr.video import indexes
 
     data = plan.config.data
     if data.source == "synth":

@@ -19,7 +19,7 @@ import yaml
 
 from coclr.atomic import atomic_write_json, atomic_write_text
 from coclr.runfolder import FolderRule, check_folder, claim_folder
-from coclr.study.config import ROWS, StudyConfig
+from coclr.study.config import ROWS, StudyConfig, supervised_row
 from coclr.study.plan import StudyPlan, cross_entropy_init, options_record, plan_study
 from coclr.study.results import claims, results_markdown, seeds_markdown, summarise_seeds
 
@@ -71,11 +71,10 @@ def write_cross_entropy_init(plan: StudyPlan) -> Path:
 
 def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
     """Every row's evaluations (records written to ``OUT/eval``) and its numbers with the paper's."""
+    from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
     from coclr.eval.features import Stream, file_sha256
-    from coclr.eval.finetune import ENCODER_FILE, evaluate_finetune, stream_folder
-    from coclr.eval.linear import evaluate_linear
+    from coclr.eval.finetune import ENCODER_FILE, stream_folder
     from coclr.eval.report import degenerate, other_clips
-    from coclr.eval.retrieval import evaluate_retrieval
     from coclr.store.clipstore import open_store
 
     out, config = plan.out, plan.config
@@ -83,10 +82,11 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
     views = plan.evaluated_views
     cache = out / "feature_cache"
     common = {"with_views": views, "progress": False}
-    if "cross_entropy_rgb" in config.rows:
+    options = TaskOptions(ks=config.eval.ks, probe=plan.probe, finetune=plan.finetune, work_dir=out / "finetune",
+                          cache_dir=cache)
+    for key in filter(supervised_row, config.rows):
         init = cross_entropy_init(plan)
-        plan.encoders["cross_entropy_rgb"] = (stream_folder(out / "cross_entropy", "rgb", file_sha256(init), views)
-                                              / ENCODER_FILE)
+        plan.encoders[key] = stream_folder(out / "cross_entropy", "rgb", file_sha256(init), views) / ENCODER_FILE
     from tqdm import tqdm
 
     rows = []
@@ -99,21 +99,22 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
                                  "paper": dict(zip(("linear", "finetune", "retrieval"), row.paper))}
         records = []
         if "retrieval" in config.columns:
-            record = evaluate_retrieval(store, streams, plan.clips, plan.config.eval.ks, cache_dir=cache, **common)
+            record = evaluate_checkpoint("retrieval", store, streams, plan.clips, options, **common)
             entry["retrieval"] = {f"R@{k}": record["results"][f"R@{k}"] for k in record["config"]["ks"]}
             records.append(record)
             bar.update()
         if "linear" in config.columns:
-            record, _, _ = evaluate_linear(store, streams, plan.clips, plan.probe, cache_dir=cache, **common)
+            record = evaluate_checkpoint("linear", store, streams, plan.clips, options, **common)
             entry["linear_top1"] = record["results"]["top1"]
             records.append(record)
             bar.update()
         if "finetune" in config.columns:
-            if key == "cross_entropy_rgb":  # its finetuning is its training, from the random encoder
-                record = evaluate_finetune(store, [Stream(cross_entropy_init(plan), "rgb")], out / "cross_entropy",
-                                           plan.clips, plan.supervised, **common)
+            if supervised_row(key):  # its finetuning is its training, from the random encoder
+                supervised = dataclasses.replace(options, finetune=plan.supervised, work_dir=out / "cross_entropy")
+                record = evaluate_checkpoint("finetune", store, [Stream(cross_entropy_init(plan), "rgb")],
+                                             plan.clips, supervised, **common)
             else:
-                record = evaluate_finetune(store, streams, out / "finetune", plan.clips, plan.finetune, **common)
+                record = evaluate_checkpoint("finetune", store, streams, plan.clips, options, **common)
             entry["finetune_top1"] = record["results"]["top1"]
             records.append(record)
             bar.update()
@@ -174,7 +175,7 @@ def _run_plan(plan: StudyPlan, started: float) -> dict[str, Any]:
     steps = 5
     print(f"[1/{steps}] data", flush=True)
     prepare_data(plan)
-    if "cross_entropy_rgb" in config.rows:
+    if any(map(supervised_row, config.rows)):
         write_cross_entropy_init(plan)
     print(f"[2/{steps}] training and finetuning: {len(plan.jobs)} commands, {config.processes} at a time", flush=True)
     run_jobs(plan.jobs, out, config.processes, config.gpus)
@@ -183,9 +184,9 @@ def _run_plan(plan: StudyPlan, started: float) -> dict[str, Any]:
     print(f"[4/{steps}] stages of co-training (Figure 4)", flush=True)
     stages = stage_records(plan)
     print(f"[5/{steps}] report", flush=True)
+    coclr_rgb = [r for key in ("coclr_rgb", "coclr_two_stream") for row in rows if row["row"] == key
+                 for r in row["records"] if r["task"] == "retrieval"]  # the gallery: CoCLR's RGB retrieval
     records = [record for row in rows for record in row.pop("records")]
-    coclr_rgb = [r for r in records if r["task"] == "retrieval" and r["streams"][0]["view"] == "rgb"
-                 and r.get("name") == "CoCLR"]
     write_report(out, [*records, *coclr_rgb[:1]], open_store(plan.store))
     seconds = time.time() - started
     checks = claims(rows, config.columns)

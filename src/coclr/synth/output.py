@@ -59,12 +59,12 @@ class SynthSummary:
                 f"of {c.width}x{c.height}, seed {c.seed}\n{self.job}")
 
 
-def generate_synthetic(out: str | Path, config: SynthConfig, workers: int = 0) -> SynthSummary:
+def generate_synthetic(out: str | Path, config: SynthConfig, workers: int | None = None) -> SynthSummary:
     """Write the dataset as a clip store at ``out`` (index + "rgb" view), in parallel and resumably.
 
     The generator's options are recorded in the store metadata, so resuming into ``out`` with other options
     fails with a clear error naming each of them (:func:`~coclr.store.clipstore.create_store`) instead of mixing two
-    datasets. ``workers``: processes (0: one per core).
+    datasets. ``workers``: processes (None: one per core; 0: in this process).
     """
     validate(config)
     index = synthetic_index(config)

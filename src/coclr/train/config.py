@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from coclr.clips import ClipSettings, clip_option
 from coclr.config import option, require
-from coclr.core.methods import METHODS
+from coclr.core.methods import CONTRASTIVE, methods_help
 
 
 @dataclass
@@ -26,9 +27,9 @@ class DataOptions:
     split: str = option("train", "split of the store used for self-supervised training")
     view: str = option("rgb", "view trained: rgb, flow (or another stored flow view, e.g. flow_dis) or rgbdiff")
     second_view: str = option("flow", "the other view, used by coclr (mining), cmc and simultaneous training")
-    length: int = option(32, "frames per clip")
-    stride: int = option(1, "temporal stride between sampled frames")
-    size: int = option(128, "spatial size of the augmented clips (random resized crop)")
+    length: int = clip_option("length")
+    stride: int = clip_option("stride")
+    size: int = clip_option("size", "side of the augmented clips (random resized crop)")
     frame_size: list[int] | None = option(None, "[height, width] every stored frame is fitted to before "
                                                 "batching (default: the most common size in the split)")
     workers: int = option(4, "DataLoader worker processes per training process (0: load in the main process); "
@@ -43,11 +44,13 @@ class DataOptions:
               "through torchvision, on the CPU with OpenCV); null: device on CUDA when torchvision's GPU decoder "
               "is importable and no frame cache is asked for (cache_mb), else workers")
 
+    @property
+    def clips(self) -> ClipSettings:
+        return ClipSettings.of(self)
+
     def validate(self) -> None:
         require(bool(self.store), "store", "is required (a clip store directory)")
-        require(self.length >= 8, "length", "must be at least 8 (the smallest input S3D takes is 8x32x32)")
-        require(self.stride >= 1, "stride", "must be at least 1")
-        require(self.size >= 32, "size", "must be at least 32 (the smallest input S3D takes is 8x32x32)")
+        ClipSettings.check(self)
         require(self.workers >= 0, "workers", "must be non-negative")
         require(self.cache_mb >= 0, "cache_mb", "must be non-negative")
         require(self.cache_mb == 0 or self.workers == 0, "cache_mb",
@@ -72,8 +75,7 @@ class ModelOptions:
 
 @dataclass
 class MethodOptions:
-    name: str = option("infonce", "positive-set rule: infonce (own key), ubernce (label oracle), coclr (top-K "
-                                  "mined in the other view), cmc (same clip in both views)")
+    name: str = option("infonce", methods_help())
     queue_size: int = option(2048, "K, number of keys in the momentum queue (2048 on UCF101, 16384 on K400)")
     temperature: float = option(0.07, "softmax temperature tau")
     momentum: float = option(0.999, "EMA coefficient m of the key encoder")
@@ -103,7 +105,7 @@ class MethodOptions:
     @property
     def spec(self):
         """The method's definition (:data:`coclr.core.methods.METHODS`)."""
-        return METHODS[self.name]
+        return CONTRASTIVE[self.name]
 
     @property
     def form(self) -> str:
@@ -120,7 +122,7 @@ class MethodOptions:
         return self.spec.waits_for_full_queue if self.wait_for_full_queue is None else self.wait_for_full_queue
 
     def validate(self) -> None:
-        require(self.name in METHODS, "name", f"{self.name!r} is not one of {', '.join(METHODS)}")
+        require(self.name in CONTRASTIVE, "name", f"{self.name!r} is not one of {', '.join(CONTRASTIVE)}")
         require(self.queue_size >= 1, "queue_size", "must be positive")
         require(self.temperature > 0, "temperature", "must be positive")
         require(0 <= self.momentum < 1, "momentum", "must be in [0, 1)")
@@ -129,7 +131,7 @@ class MethodOptions:
         require(0 <= self.own_drop_prob <= 1, "own_drop_prob", "must be in [0, 1]")
         require(self.own_positive_epochs >= 0, "own_positive_epochs", "must be at least 0")
         require(not self.simultaneous or self.spec.two_views == "when_simultaneous", "simultaneous",
-                f"applies to {', '.join(m.name for m in METHODS.values() if m.two_views == 'when_simultaneous')} "
+                f"applies to {', '.join(m.name for m in CONTRASTIVE.values() if m.two_views == 'when_simultaneous')} "
                 "only")
         if self.spec.needs_sampler(self.simultaneous):
             require(bool(self.sampler_checkpoint), "sampler_checkpoint",

@@ -24,7 +24,8 @@ from coclr.errors import ConfigError
 from coclr.models.loading import save_encoder
 from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record, restart_folder
 from coclr.train.config import PipelineConfig, PretrainConfig
-from coclr.train.trainer import CONTINUABLE, LAST, Trainer, resolve_device, resolve_precision
+from coclr.train.setup import CONTINUABLE, LAST, resolve_device, resolve_precision
+from coclr.train.trainer import Trainer
 
 MANIFEST = "manifest.json"
 PIPELINE_FOLDER = FolderRule("pipeline", "a pipeline run", may_differ=CONTINUABLE, restart=True)
@@ -170,7 +171,7 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
     """Run (or continue) every stage, or the stages up to and including ``until``; returns the run folder
     holding ``manifest.json``. A later call with the same options continues with the stages left pending; other
     options are refused before any work, naming each that differs (:mod:`coclr.runfolder`; the options listed
-    in :data:`~coclr.train.trainer.CONTINUABLE` may change). ``restart`` moves an earlier run aside first."""
+    in :data:`~coclr.train.setup.CONTINUABLE` may change). ``restart`` moves an earlier run aside first."""
     run_dir = Path(config.run.out)
     stages = plan_stages(config)
     names = [stage.name for stage in stages]

@@ -1,5 +1,9 @@
 """The pretraining loop: one trainer for every method and view, on one process or many (torchrun).
 
+The trainer runs the loop only: :func:`coclr.train.setup.setup_run` has picked the device, joined the processes
+and checked the run folder before it (:func:`coclr.train.run.pretrain`), and :mod:`coclr.train.model` builds
+the networks.
+
 Under ``torchrun`` every process reads its own slice of each global batch (:class:`ResumableSampler`), keys
 are gathered before they are queued, the key forward uses shuffle-BN, and rank 0 writes checkpoints and
 logs. Randomness is derived from ``(seed, epoch, step)`` rather than carried in generators, so a run killed
@@ -9,14 +13,11 @@ processes.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-import os
 import time
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,21 +30,17 @@ from torch.utils.data import DataLoader
 from coclr import seeding
 from coclr.atomic import atomic_duplicate, atomic_torch_save, atomic_write_text, read_json_lines
 from coclr.config import to_dict
-from coclr.core.distributed import init_distributed, is_main, local_device, rank, world_size
+from coclr.core.distributed import is_main
 from coclr.data.augment import ClipAugment
 from coclr.data.batch_decode import collate_clips, decode_batch, resolve_decode
 from coclr.data.datasets import TrainClips
-from coclr.errors import CheckpointError, CoclrError, ConfigError
-from coclr.models.encoder import Encoder, build_encoder
-from coclr.models.loading import load_encoder, read_clip_settings
-from coclr.runfolder import FolderRule, check_folder, claim_folder, restart_folder
+from coclr.errors import CheckpointError, CoclrError
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.config import PretrainConfig
-from coclr.train.learner import PretrainModel, Targets, ViewLearner
+from coclr.train.learner import Targets
+from coclr.train.model import build_model, clip_settings
 from coclr.train.sampler import EpochItems, ResumableSampler
-
-LAST = "checkpoint_last.pth"
-BEST = "checkpoint_best.pth"
+from coclr.train.setup import BEST, LAST, RunSetup, claim_run_folder, setup_run, torch_settings
 
 
 class NonFiniteLossError(CoclrError):
@@ -59,49 +56,10 @@ class Position:
     global_step: int = 0
 
 
-@contextmanager
-def torch_settings(deterministic: bool, device: torch.device) -> Iterator[None]:
-    """Deterministic algorithms (``deterministic``) or cuDNN's autotuner (CUDA), restored on exit: process-wide
-    settings that a trainer must not leave behind (a pipeline runs several in one process)."""
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-              torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
-    if deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.backends.cudnn.benchmark = False
-    elif device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        torch.backends.cudnn.benchmark = before[2]
-        if before[3] is None:
-            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ConfigError(f"run.device: {name!r} requested but CUDA is not available")
-        name = local_device(name)
-    return torch.device(name)
 
 
-def resolve_precision(config: PretrainConfig, device: torch.device) -> PretrainConfig:
-    """``config`` with ``run.amp=auto`` and ``run.channels_last=null`` resolved for ``device``: bf16 autocast and
-    channels_last_3d on CUDA devices with bf16 support, none on the CPU (a copy; ``config`` is not changed).
-    Run folders record the resolved values, so a CPU run records what it did."""
-    run = config.run
-    amp = run.amp
-    if amp == "auto":
-        amp = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "none"
-    channels_last = run.channels_last
-    if channels_last is None:
-        channels_last = device.type == "cuda" and amp != "none"
-    return dataclasses.replace(config, run=dataclasses.replace(run, amp=amp, channels_last=channels_last))
 
 
 def step_generator(seed: int, epoch: int, step: int) -> torch.Generator:
@@ -109,166 +67,20 @@ def step_generator(seed: int, epoch: int, step: int) -> torch.Generator:
     return seeding.generator(seed, epoch, step)
 
 
-def load_into(encoder: Encoder, path: str, option: str) -> None:
-    """Initialise ``encoder`` from any checkpoint ``load_encoder`` reads (``option`` names where the path came
-    from); the architectures must match, or the error names both."""
-    backbone, head = load_encoder(path)
-    theirs = {"model.width": backbone.width, "model.gating": backbone.gating,
-              "model.embed_dim": None if head is None else head.out_dim}
-    ours = {"model.width": encoder.backbone.width, "model.gating": encoder.backbone.gating,
-            "model.embed_dim": encoder.head.out_dim}
-    differ = [f"{key}={ours[key]!r} (the checkpoint: {theirs[key]!r})" for key in ours
-              if theirs[key] is not None and theirs[key] != ours[key]]
-    if differ:
-        raise CheckpointError(f"{option}: {path} holds another encoder than the run's: {', '.join(differ)}")
-    encoder.backbone.load_state_dict(backbone.state_dict())
-    if head is not None:
-        encoder.head.load_state_dict(head.state_dict())
-
-
-def check_view_of(path: str, view: str, option: str) -> None:
-    """A checkpoint that records the view it was trained on must be of the kind of ``view`` (a flow encoder does
-    not initialise, mine for or evaluate an RGB network)."""
-    from coclr.data.views import view_kind
-
-    trained = read_clip_settings(path).get("view")
-    if trained is not None and view_kind(trained) != view_kind(view):
-        raise ConfigError(f"{option}: {path} was trained on {trained!r} clips, but is used here for the "
-                          f"{view!r} view")
-
-
-def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainModel:
-    """The learner(s) a method needs, initialised as configured; sampler loaded and frozen for coclr."""
-    method = config.method
-
-    def encoder(init: str, option: str) -> Encoder:
-        built = build_encoder(width=config.model.width, gating=config.model.gating,
-                              embed_dim=config.model.embed_dim)
-        if init:
-            load_into(built, init, option)
-        return built
-
-    def learner(init: str, option: str) -> ViewLearner:
-        return ViewLearner(encoder(init, option), method=method.name, queue_size=method.queue_size,
-                           temperature=method.temperature, momentum=method.momentum, topk=method.topk,
-                           own_drop_prob=method.own_drop_prob, group_positives=method.group_positives,
-                           loss_form=method.form, generator=generator,
-                           dropped_own_as_negative=method.dropped_own_as_negative)
-
-    learners = {config.data.view: learner(method.init_checkpoint, "method.init_checkpoint")}
-    sampler = None
-    if method.trains_two_views:
-        learners[config.data.second_view] = learner(method.second_init_checkpoint, "method.second_init_checkpoint")
-    elif method.spec.needs_sampler(method.simultaneous):
-        backbone, head = load_encoder(method.sampler_checkpoint)
-        if head is None:
-            raise CheckpointError(f"{method.sampler_checkpoint}: has no projection head, so it cannot embed "
-                                  "clips for positive mining (a pretraining checkpoint is needed)")
-        sampler = Encoder(backbone, head)
-    return PretrainModel(learners, sampler=sampler, sampler_view=config.data.second_view if sampler else None)
-
-
-def clip_settings(config: PretrainConfig, store, view: str) -> dict[str, Any]:
-    """What the encoder of ``view`` is trained on (recorded in its checkpoints, see
-    :func:`coclr.models.loading.read_clip_settings`): clip shape, the store's frame rate and short side, the
-    normalisation and, for flow, the stored bound."""
-    from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD
-    from coclr.data.views import is_flow_view, stored_view
-    from coclr.flow.extract import stored_bound
-
-    data = config.data
-    return {"view": view, "length": data.length, "stride": data.stride, "size": data.size,
-            "fps": store.meta.get("fps"), "short_side": store.meta.get("short_side"),
-            "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
-            "flow_bound": stored_bound(store, stored_view(view)) if is_flow_view(view) else None}
-
-
-def check_inputs(config: PretrainConfig, device: torch.device) -> None:
-    """Fail fast, before any compute, on missing files, checkpoints of another view, and options the device cannot
-    honour (the store itself is checked by TrainClips)."""
-    views = {"init_checkpoint": config.data.view, "second_init_checkpoint": config.data.second_view,
-             "sampler_checkpoint": config.data.second_view}
-    for key, view in views.items():
-        path = getattr(config.method, key)
-        if path and not Path(path).is_file():
-            raise ConfigError(f"method.{key}: checkpoint not found: {path}")
-        if path:
-            check_view_of(path, view, f"method.{key}")
-    if not Path(config.data.store).is_dir():
-        raise ConfigError(f"data.store: not a directory: {config.data.store}")
-    if config.run.amp not in ("none", "auto") and device.type != "cuda":
-        raise ConfigError(f"run.amp: {config.run.amp} autocast is for CUDA devices; this run is on {device} "
-                          "(use run.amp=none)")
-
-
-CONTINUABLE = ("run.out", "run.device", "run.progress", "run.log_every", "run.save_every", "run.max_steps",
-               "run.knn_every", "run.batch_size", "run.ddp_bucket_mb", "data.workers", "data.cache_mb")
-"""Options a run may continue with other values (they change where it runs, what it shows or where it stops,
-never its results); any other difference is refused (:mod:`coclr.runfolder`). ``run.batch_size`` is per process:
-what must stay is the global batch, recorded as ``run.global_batch``, so a run continues on any number of
-processes."""
-
-
-def run_options(config: PretrainConfig, world: int) -> dict[str, Any]:
-    """The options a run folder records: the configuration, with the global batch of ``world`` processes."""
-    options = to_dict(config)
-    options["run"]["global_batch"] = config.run.batch_size * world
-    return options
-
-
-def _checkpoint_options(folder: Path) -> dict[str, Any] | None:
-    """The options of a run folder written before run records existed: those its last checkpoint holds."""
-    if not (folder / LAST).is_file():
-        return None
-    checkpoint = load_checkpoint(folder / LAST)
-    options = checkpoint["config"]
-    options["run"]["global_batch"] = options["run"]["batch_size"] * checkpoint.get("world_size", 1)
-    return options
-
-
-PRETRAIN_FOLDER = FolderRule("pretrain", "a pretrain run", may_differ=CONTINUABLE, restart=True)
-"""How a pretrain run folder is continued or refused (:mod:`coclr.runfolder`)."""
-
-
-def check_run_folder(config: PretrainConfig, restart: bool = False) -> bool:
-    """Whether ``run.out`` holds a run started with the same options (to continue); other options are refused,
-    naming each that differs; with ``restart``, an earlier run is moved aside first (refused while another job
-    holds it). Under torchrun, rank 0 moves it and every process checks after it. Reads only, without
-    ``restart``."""
-    if restart and is_main():
-        restart_folder(config.run.out, PRETRAIN_FOLDER)
-    if restart and dist.is_initialized():
-        dist.barrier()
-    return check_folder(config.run.out, PRETRAIN_FOLDER, run_options(config, world_size()), _checkpoint_options)
-
-
-def claim_run_folder(config: PretrainConfig):
-    """Hold ``run.out`` while a run writes it (a context manager): on the main process, the folder is created,
-    locked (a second job is refused, leaving it untouched), checked again and recorded before anything is
-    written; the other processes of a torchrun job write under rank 0's lock."""
-    if not is_main():
-        return nullcontext()
-    return claim_folder(config.run.out, PRETRAIN_FOLDER, run_options(config, world_size()),
-                        legacy=_checkpoint_options)
-
-
 class Trainer:
     """Runs one pretraining stage; ``run()`` returns the path of the last checkpoint.
 
-    The run folder ``run.out`` follows :mod:`coclr.runfolder`: a trainer on a folder started with the same options
-    continues it from its last checkpoint; other options are refused before any work, unless ``restart``.
+    ``setup``: the run set up by :func:`~coclr.train.setup.setup_run` (made here from ``config`` and ``restart``
+    when not given). A run folder that holds a run continues from its last checkpoint.
     """
 
-    def __init__(self, config: PretrainConfig, restart: bool = False):
-        self.device = resolve_device(config.run.device)
-        check_inputs(config, self.device)
-        config = self.config = resolve_precision(config, self.device)
-        init_distributed(self.device)
-        self.rank, self.world = rank(), world_size()
+    def __init__(self, config: PretrainConfig, restart: bool = False, setup: RunSetup | None = None):
+        setup = setup or setup_run(config, restart)
+        config = self.config = setup.config
+        self.device, self.rank, self.world = setup.device, setup.rank, setup.world
         self.out = Path(config.run.out)
         self.progress_label = ""
         """Shown before the epoch in the progress bar (the pipeline names its stage)."""
-        check_run_folder(config, restart)
         self.decode = resolve_decode(config.data.decode, self.device, frame_cache=config.data.cache_mb > 0)
         """Where frames are decoded: "workers" (DataLoader workers) or "device" (this process, batch by batch)."""
         self.dataset = TrainClips(config.data.store, config.data.split, config.views, config.data.length,
@@ -346,8 +158,7 @@ class Trainer:
             "backbone": encoder.backbone.state_dict(),
             "head": encoder.head.state_dict(),
             "clip_settings": self.clip_settings[view],
-            "encoders": {v: {"arch": dict(learner.encoder_q.arch),
-                             "backbone": learner.encoder_q.backbone.state_dict(),
+            "encoders": {v: {"arch": dict(learner.encoder_q.arch), "backbone": learner.encoder_q.backbone.state_dict(),
                              "head": learner.encoder_q.head.state_dict(),
                              "clip_settings": self.clip_settings[v]}
                          for v, learner in self.model.learners.items()},
@@ -493,7 +304,7 @@ class Trainer:
     def run(self) -> Path:
         """Train until ``optim.epochs`` (or ``run.max_steps``); returns the last checkpoint. The torch settings
         of ``run.deterministic`` (and cuDNN's autotuner on CUDA) hold while it runs and are restored after."""
-        with torch_settings(self.config.run.deterministic, self.device), claim_run_folder(self.config):
+        with torch_settings(self.config.run.deterministic, self.device), claim_run_folder(self.config, self.world):
             return self._run()
 
     def _run(self) -> Path:
@@ -626,12 +437,3 @@ class Trainer:
                           size=self.config.data.size, device=self.device)
 
 
-def pretrain(config: PretrainConfig, restart: bool = False) -> Path:
-    """Run one pretraining stage, or continue the one in ``run.out`` (see :class:`Trainer`); returns the last
-    checkpoint."""
-    trainer = Trainer(config, restart=restart)
-    try:
-        return trainer.run()
-    finally:
-        if dist.is_initialized():
-            dist.barrier()

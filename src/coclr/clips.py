@@ -1,0 +1,66 @@
+"""The clips an encoder sees: frames per clip, frame stride and crop side, with their defaults in one place.
+
+Pretraining (``data.*``), evaluation (``coclr eval``), embedding (``coclr embed``), the study (``eval.*``) and
+checkpoints (:func:`coclr.models.loading.read_clip_settings`) all describe clips with these three numbers; their
+options take default, help and checks from :class:`ClipSettings` (:func:`clip_option`, :meth:`ClipSettings.check`),
+so that a default changes in one place. The defaults are the paper's: 32 consecutive frames, 128 px crops.
+Knows nothing of files, models or the CLI, so every package may import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from coclr.config import option, require
+
+MIN_LENGTH = 8
+MIN_SIZE = 32
+"""The smallest input S3D takes: 8 frames of 32 x 32 pixels."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipSettings:
+    """Frames per clip, the step between them and the side of the square crop fed to the network."""
+
+    length: int = option(32, "frames per clip (the paper: 32)")
+    stride: int = option(1, "temporal step between the frames of a clip (1: consecutive frames)")
+    size: int = option(128, "side of the square crop fed to the network (the paper: 128)")
+
+    def validate(self) -> None:
+        require(self.length >= MIN_LENGTH, "length", f"must be >= {MIN_LENGTH} (the smallest input S3D takes is "
+                f"{MIN_LENGTH}x{MIN_SIZE}x{MIN_SIZE}), got {self.length}")
+        require(self.stride >= 1, "stride", f"must be >= 1, got {self.stride}")
+        require(self.size >= MIN_SIZE, "size", f"must be >= {MIN_SIZE} (the smallest S3D input), got {self.size}")
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def of(cls, options: Any) -> ClipSettings:
+        """The clip settings of an options object that has ``length``, ``stride`` and ``size`` (a config)."""
+        return cls(**{key: getattr(options, key) for key in CLIP_KEYS})
+
+    @classmethod
+    def check(cls, options: Any) -> None:
+        """Validate the clip options of a config (errors name the option, as its own ``validate`` would)."""
+        cls.of(options).validate()
+
+
+CLIP_KEYS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(ClipSettings))
+"""``("length", "stride", "size")``: the keys of a clip shape, in records and checkpoints."""
+
+PAPER_CLIPS: dict[str, int] = ClipSettings().to_dict()
+"""The paper's clips (used when a checkpoint records none)."""
+
+
+def clip_option(key: str, help: str | None = None) -> Any:
+    """A config field for clip setting ``key`` with its one default (``help``: a command's own wording)."""
+    field = ClipSettings.__dataclass_fields__[key]
+    return option(field.default, help or field.metadata["help"])
+
+
+def recorded_clips(record: Mapping[str, Any]) -> dict[str, int]:
+    """The clip keys present in a record (a checkpoint's ``clip_settings``, an evaluation's config)."""
+    return {key: record[key] for key in CLIP_KEYS if record.get(key) is not None}

@@ -1,0 +1,85 @@
+"""The networks of a pretraining run: the learner(s) a method needs, initialised from checkpoints as configured,
+CoCLR's frozen sampler, and what each encoder records about the clips it is trained on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD
+from coclr.data.views import is_flow_view, stored_view, view_kind
+from coclr.errors import CheckpointError, ConfigError
+from coclr.flow.extract import stored_bound
+from coclr.models.encoder import Encoder, build_encoder
+from coclr.models.loading import load_encoder, read_clip_settings
+from coclr.train.config import PretrainConfig
+from coclr.train.learner import PretrainModel, ViewLearner
+
+
+def load_into(encoder: Encoder, path: str, option: str) -> None:
+    """Initialise ``encoder`` from any checkpoint ``load_encoder`` reads (``option`` names where the path came
+    from); the architectures must match, or the error names both."""
+    backbone, head = load_encoder(path)
+    theirs = {"model.width": backbone.width, "model.gating": backbone.gating,
+              "model.embed_dim": None if head is None else head.out_dim}
+    ours = {"model.width": encoder.backbone.width, "model.gating": encoder.backbone.gating,
+            "model.embed_dim": encoder.head.out_dim}
+    differ = [f"{key}={ours[key]!r} (the checkpoint: {theirs[key]!r})" for key in ours
+              if theirs[key] is not None and theirs[key] != ours[key]]
+    if differ:
+        raise CheckpointError(f"{option}: {path} holds another encoder than the run's: {', '.join(differ)}")
+    encoder.backbone.load_state_dict(backbone.state_dict())
+    if head is not None:
+        encoder.head.load_state_dict(head.state_dict())
+
+
+def check_view_of(path: str, view: str, option: str) -> None:
+    """A checkpoint that records the view it was trained on must be of the kind of ``view`` (a flow encoder does
+    not initialise, mine for or evaluate an RGB network)."""
+    trained = read_clip_settings(path).get("view")
+    if trained is not None and view_kind(trained) != view_kind(view):
+        raise ConfigError(f"{option}: {path} was trained on {trained!r} clips, but is used here for the "
+                          f"{view!r} view")
+
+
+def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainModel:
+    """The learner(s) a method needs, initialised as configured; sampler loaded and frozen for coclr."""
+    method = config.method
+
+    def encoder(init: str, option: str) -> Encoder:
+        built = build_encoder(width=config.model.width, gating=config.model.gating,
+                              embed_dim=config.model.embed_dim)
+        if init:
+            load_into(built, init, option)
+        return built
+
+    def learner(init: str, option: str) -> ViewLearner:
+        return ViewLearner(encoder(init, option), method=method.name, queue_size=method.queue_size,
+                           temperature=method.temperature, momentum=method.momentum, topk=method.topk,
+                           own_drop_prob=method.own_drop_prob, group_positives=method.group_positives,
+                           loss_form=method.form, generator=generator,
+                           dropped_own_as_negative=method.dropped_own_as_negative)
+
+    learners = {config.data.view: learner(method.init_checkpoint, "method.init_checkpoint")}
+    sampler = None
+    if method.trains_two_views:
+        learners[config.data.second_view] = learner(method.second_init_checkpoint, "method.second_init_checkpoint")
+    elif method.spec.needs_sampler(method.simultaneous):
+        backbone, head = load_encoder(method.sampler_checkpoint)
+        if head is None:
+            raise CheckpointError(f"{method.sampler_checkpoint}: has no projection head, so it cannot embed "
+                                  "clips for positive mining (a pretraining checkpoint is needed)")
+        sampler = Encoder(backbone, head)
+    return PretrainModel(learners, sampler=sampler, sampler_view=config.data.second_view if sampler else None)
+
+
+def clip_settings(config: PretrainConfig, store, view: str) -> dict[str, Any]:
+    """What the encoder of ``view`` is trained on (recorded in its checkpoints, see
+    :func:`coclr.models.loading.read_clip_settings`): clip shape, the store's frame rate and short side, the
+    normalisation and, for flow, the stored bound."""
+    data = config.data
+    return {"view": view, **data.clips.to_dict(), "fps": store.meta.get("fps"),
+            "short_side": store.meta.get("short_side"), "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
+            "flow_bound": stored_bound(store, stored_view(view)) if is_flow_view(view) else None}
+

@@ -1,0 +1,63 @@
+"""benchmarks/kernels_sm90.py: the launches it compiles are the ones the code makes, a compiled kernel's resources
+are read, and (slow) every default configuration compiles for sm_90 without spills. Skipped without Triton."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+
+
+def test_without_triton_it_says_so_in_one_line_and_passes(monkeypatch, capsys):
+    import kernels_sm90
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "triton" else
+                        find_spec(name, *args))
+    assert kernels_sm90.main([]) == 0
+    assert capsys.readouterr().out == "kernels_sm90: skipped, triton is not installed (pip install triton)\n"
+
+
+@needs_triton
+def test_the_recorded_launches_cover_every_kernel_channel_count_mode_and_median_size():
+    import kernels_sm90
+    from coclr.flow.tvl1_triton import TritonSettings
+
+    launches = kernels_sm90.record_launches([TritonSettings()])
+    by_kernel: dict[str, list] = {}
+    for launch in launches:
+        by_kernel.setdefault(launch.kernel, []).append(launch)
+    passes = {(dict(launch.constants)["CH"], dict(launch.constants)["BW"], launch.default)
+              for launch in by_kernel["_pass_kernel"]}
+    # 2 channels: one compiled kernel for every pass length; gamma: 64x32, and 64x64 for halos of 15 and more
+    assert passes == {(2, 64, True), (3, 32, True), (3, 64, False)}
+    stops = {(dict(launch.constants)["EXACT"], dict(launch.constants)["NMAX"]) for launch in by_kernel["_stop_kernel"]}
+    assert stops == {(exact, nmax) for exact in (True, False) for nmax in (1, 2, 4, 8, 16, 32)}
+    medians = {(dict(launch.constants)["CH"], dict(launch.constants)["KSIZE"])
+               for launch in by_kernel["_median_kernel"]}
+    assert medians == {(2, 3), (2, 5), (3, 3), (3, 5)}
+    assert all(launch.default for launch in by_kernel["_median_kernel"])
+    assert all(launch.default == (dict(launch.constants)["NMAX"] <= 8) for launch in by_kernel["_stop_kernel"])
+
+
+@needs_triton
+def test_a_kernel_compiles_for_sm90_and_its_resources_are_read():
+    import kernels_sm90
+    from coclr.flow import tvl1_triton
+    from coclr.flow.tvl1_triton import TritonSettings
+
+    launch = next(launch for launch in kernels_sm90.record_launches([TritonSettings()])
+                  if launch.kernel == "_median_kernel" and dict(launch.constants)["KSIZE"] == 3)
+    usage = kernels_sm90.compile_sm90(launch, tvl1_triton._median_kernel)
+    assert 16 <= usage.registers <= 255 and usage.spill_bytes == 0 and usage.stack_bytes >= 0
+
+
+@needs_triton
+@pytest.mark.slow
+def test_every_default_configuration_compiles_for_sm90_without_spills(capsys):
+    import kernels_sm90
+
+    assert kernels_sm90.main([]) == 0
+    assert "all kernels compile for sm_90 without spills by default" in capsys.readouterr().out
