@@ -2,8 +2,7 @@
 
 The study folder follows :mod:`coclr.runfolder`: the same command continues it (every stage and evaluation is
 resumable), other options are refused before any work, naming each, and a second study on a running one is
-refused by its lock. ``processes`` and ``gpus`` only schedule the
-work and may change.
+refused by its lock. ``processes`` and ``gpus`` only schedule the work and may change.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ its process group here), the inputs checked and the run folder continued or refu
 
 :func:`setup_run` does all of it, once, before any model is built; :func:`coclr.train.run.pretrain` calls it and
 hands the result to the :class:`~coclr.train.trainer.Trainer`, which only runs the loop. The run folder follows
-:mod:`coclr.runfolder` through one call, :func:`check_run_folder`.
+:mod:`coclr.runfolder` through two calls: :func:`check_run_folder` (reads only) here, and
+:func:`claim_run_folder` (lock, check again, record) around the loop, before its first write.
 """
 
 from __future__ import annotations
