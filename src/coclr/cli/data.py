@@ -75,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_index(args: argparse.Namespace) -> int:
-    from coclr.data import indexes
+    from coclr.video import indexes
     from coclr.errors import DataError
 
     annotations = args.annotations or []
