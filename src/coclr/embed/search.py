@@ -1,28 +1,51 @@
-"""Nearest videos (or windows) of a query in an embedding folder, by cosine similarity.
+"""Nearest videos (or windows) of a query in an embedding folder, by cosine similarity, exactly.
 
-Exact search goes through :func:`coclr.eval.retrieval.topk_neighbours` over the memory-mapped arrays, in
-chunks, so memory stays bounded for millions of rows. The rows are unit vectors, so the similarity is their dot
-product; by default nothing is centred (a row's neighbours do not change when videos are added to the folder,
-and the scores are those FAISS gives). ``center=True`` subtracts the mean of the folder's rows first, as the
-paper's retrieval protocol does with its gallery, which removes what all videos share.
+Scores: the exact dot products of quantised unit vectors (:mod:`coclr.eval.exact`, the rule retrieval uses), so the
+answer is the same bits on every CPU, thread count and chunk size, and byte-identical rows tie and rank by the
+documented rule: higher score first, then lower row. By default nothing is centred (a row's neighbours do not change
+when videos are added to the folder); ``center=True`` subtracts the mean of the folder's rows first, as the paper's
+retrieval protocol does with its gallery (the order-free mean of :func:`coclr.eval.exact.gallery_mean`).
 
-FAISS (``pip install faiss-cpu``, optional) runs the same exact search with an ``IndexFlatIP``; it must hold the
-whole array in memory, and building the index per query costs more than the chunked search saves: it pays when
-one index serves many queries (``benchmarks/bench_embed.py`` measures both; ``docs/embed.md``).
+Speed: the rows are normalised once, when the folder is first searched (or when ``coclr embed`` calls
+:func:`prepare_search` after writing it), into ``search/<videos|windows>.<plain|centred>.npy`` beside the arrays,
+with a JSON record of the source array's identity (device, inode, size, modification and change times) and its
+BLAKE2 checksum: a source whose identity changed is checksummed again, and rows whose checksum differs are
+normalised again, so a changed folder is never served stale. The prepared rows are memory-mapped. A search is
+then a float32 matrix product over chunks (BLAS speed) that keeps, per query, every row whose float32 score is
+within twice the float32 rounding bound (:func:`coclr.eval.exact.exact_dot_bound`) of its running k-th best, and
+scores those few candidates exactly in float64: the float32 pass may round however the CPU likes, the exact pass
+decides. Only NumPy is needed (no torch import for a search of stored rows).
+
+FAISS (``pip install faiss-cpu``, optional) runs an exact float32 search with an ``IndexFlatIP``: the same
+neighbours up to float32 rounding, without the tie rule; it must hold the whole array in memory.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from coclr.atomic import atomic_open, atomic_write_json
 from coclr.embed.output import Embeddings
 from coclr.errors import ConfigError, DataError
+from coclr.eval.exact import QUANTUM_BITS, exact_dot_bound, gallery_mean, unit_rows
 
 BACKENDS = ("exact", "faiss")
+PREPARED_DIR = "search"
+PREPARED_FORMAT = "coclr-search-rows"
+PREPARE_BLOCK = 65536
+"""Rows normalised at a time when the prepared rows are written (bounds memory for millions of rows)."""
+SEARCH_CHUNK = 32768
+"""Gallery rows per float32 product in a search (bounds the score block to ``queries x SEARCH_CHUNK``)."""
+FIRST_CHUNK = 4096
+"""The first chunk is small: its k-th best score starts the candidate threshold before the big chunks come."""
 
 
 @dataclasses.dataclass
@@ -50,17 +73,188 @@ def faiss_available() -> bool:
     return True
 
 
-def nearest(gallery: np.ndarray, queries: np.ndarray, k: int, backend: str = "exact", center: bool = False,
-            chunk: int = 16384) -> tuple[np.ndarray, np.ndarray]:
-    """``(scores [Q, k], rows [Q, k])`` of the ``k`` gallery rows most similar to each query (cosine)."""
+# ------------------------------------------------------------------------------------- exact two-pass search
+
+
+@dataclasses.dataclass
+class UnitRows:
+    """Gallery rows as quantised unit vectors (:func:`coclr.eval.exact.unit_rows`): ``block(start, stop)`` and
+    ``take(indices)`` give the same bits for a row whichever way it is read; ``mean`` was subtracted first."""
+
+    count: int
+    dim: int
+    block: Callable[[int, int], np.ndarray]
+    take: Callable[[np.ndarray], np.ndarray]
+    mean: np.ndarray | None = None
+
+    @classmethod
+    def of_array(cls, units: np.ndarray, mean: np.ndarray | None = None) -> UnitRows:
+        """Rows normalised already (a prepared file, memory-mapped)."""
+        return cls(len(units), units.shape[1], lambda a, b: np.asarray(units[a:b]),
+                   lambda rows: np.asarray(units[rows]), mean)
+
+    @classmethod
+    def normalising(cls, rows: np.ndarray, center: bool) -> UnitRows:
+        """Raw rows, normalised chunk by chunk as they are read (nothing written)."""
+        mean = gallery_mean(rows) if center else None
+        return cls(len(rows), rows.shape[1], lambda a, b: _units(rows[a:b], mean),
+                   lambda indices: _units(rows[indices], mean), mean)
+
+
+def _units(rows: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
+    try:
+        return unit_rows(rows, mean)
+    except ValueError:
+        raise DataError("the searched rows hold NaN or infinite values") from None
+
+
+def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEARCH_CHUNK
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores float64 [Q, k], rows int64 [Q, k])``: each query's ``k`` best gallery rows by exact score, ties
+    to the lower row. ``queries`` are unit rows already (:func:`coclr.eval.exact.unit_rows`, same mean).
+
+    Pass 1 (float32 BLAS, any rounding) keeps every row within ``2 * bound`` of the running k-th best float32
+    score, ``bound`` the float32 rounding bound: a row whose exact score reaches the exact k-th best is always
+    kept. Pass 2 scores the kept rows exactly (float64 products of quantised rows, exact in any order)."""
+    queries = np.ascontiguousarray(queries, np.float32)
+    k = min(k, gallery.count)
+    margin = 2 * exact_dot_bound(gallery.dim)
+    pools: list[list[np.ndarray]] = [[np.empty(0, np.int64), np.empty(0, np.float32)] for _ in queries]
+    floor = np.full(len(queries), -np.inf, np.float32)
+    starts = [0, *range(min(FIRST_CHUNK, chunk), gallery.count, chunk)] if gallery.count else []
+    for number, start in enumerate(starts):
+        stop = starts[number + 1] if number + 1 < len(starts) else gallery.count
+        scores = queries @ gallery.block(start, stop).T  # float32 [Q, c]
+        rows, cols = np.nonzero(scores >= floor[:, None])
+        values = scores[rows, cols]
+        bounds = np.searchsorted(rows, np.arange(len(queries) + 1))
+        for query, pool in enumerate(pools):
+            a, b = bounds[query], bounds[query + 1]
+            if a == b:
+                continue
+            pool[0] = np.concatenate([pool[0], cols[a:b].astype(np.int64) + start])
+            pool[1] = np.concatenate([pool[1], values[a:b]])
+            if len(pool[1]) >= k:
+                kth = np.partition(pool[1], len(pool[1]) - k)[len(pool[1]) - k]
+                floor[query] = np.float32(kth - margin)  # rounds: the test below keeps >=, margin has slack
+                keep = pool[1] >= floor[query]
+                pool[0], pool[1] = pool[0][keep], pool[1][keep]
+    out_scores = np.empty((len(queries), k), np.float64)
+    out_rows = np.empty((len(queries), k), np.int64)
+    for query, (candidates, _) in enumerate(pools):
+        candidates = np.sort(candidates)
+        exact = gallery.take(candidates).astype(np.float64) @ queries[query].astype(np.float64)
+        order = np.lexsort((candidates, -exact))[:k]
+        out_scores[query], out_rows[query] = exact[order], candidates[order]
+    return out_scores, out_rows
+
+
+# ------------------------------------------------------------------------------ prepared rows beside a folder
+
+
+def _identity(path: Path) -> list[int]:
+    stat = os.stat(path)
+    return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+
+
+def file_checksum(path: Path, block: int = 1 << 23) -> str:
+    """``blake2b:<hex>`` of a file's bytes (read in blocks)."""
+    digest = hashlib.blake2b(digest_size=20)
+    with open(path, "rb") as file:
+        while chunk := file.read(block):
+            digest.update(chunk)
+    return f"blake2b:{digest.hexdigest()}"
+
+
+def prepared_paths(root: Path, name: str, center: bool) -> tuple[Path, Path]:
+    """The prepared rows of ``<name>.npy`` and their record: ``search/<name>.<plain|centred>.{npy,json}``."""
+    stem = f"{name}.{'centred' if center else 'plain'}"
+    return root / PREPARED_DIR / f"{stem}.npy", root / PREPARED_DIR / f"{stem}.json"
+
+
+def _fresh(root: Path, name: str, center: bool, source: np.ndarray) -> UnitRows | None:
+    """The prepared rows when their record matches the source array (by identity, else by checksum); else None."""
+    rows_path, record_path = prepared_paths(root, name, center)
+    source_path = root / f"{name}.npy"
+    try:
+        record = json.loads(record_path.read_text())
+        if record.get("format") != PREPARED_FORMAT or record.get("quantum_bits") != QUANTUM_BITS \
+                or record.get("prepared_identity") != _identity(rows_path):
+            return None
+        if record.get("source_identity") != _identity(source_path):
+            if record.get("source_checksum") != file_checksum(source_path):
+                return None
+            record["source_identity"] = _identity(source_path)  # the same bytes (a copy, a touch): re-bless
+            atomic_write_json(record_path, record)
+        units = np.load(rows_path, mmap_mode="r")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if units.shape != source.shape or units.dtype != np.float32:
+        return None
+    mean = np.asarray(record["mean"], np.float64) if center else None
+    if mean is not None and mean.shape != (source.shape[1],):
+        return None
+    return UnitRows.of_array(units, mean)
+
+
+def _write_prepared(root: Path, name: str, center: bool, source: np.ndarray) -> UnitRows:
+    rows_path, record_path = prepared_paths(root, name, center)
+    source_path = root / f"{name}.npy"
+    identity, checksum = _identity(source_path), file_checksum(source_path)
+    mean = gallery_mean(source) if center else None
+    with atomic_open(rows_path, "wb") as file:
+        np.lib.format.write_array_header_1_0(file, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                                                    "fortran_order": False, "shape": tuple(source.shape)})
+        for start in range(0, len(source), PREPARE_BLOCK):
+            file.write(_units(source[start: start + PREPARE_BLOCK], mean).tobytes())
+    atomic_write_json(record_path, {"format": PREPARED_FORMAT, "quantum_bits": QUANTUM_BITS, "source": source_path.name,
+                                    "source_identity": identity, "source_checksum": checksum,
+                                    "prepared_identity": _identity(rows_path),
+                                    "mean": mean.tolist() if mean is not None else None})
+    return UnitRows.of_array(np.load(rows_path, mmap_mode="r"), mean)
+
+
+def folder_rows(embeddings: Embeddings, windows: bool = False, center: bool = False) -> UnitRows:
+    """The searched rows of a folder, prepared once and kept beside it (see the module docstring); a folder that
+    cannot be written (read-only) is normalised chunk by chunk on each search instead."""
+    name = "windows" if windows else "videos"
+    source = embeddings.windows if windows else embeddings.videos
+    prepared = _fresh(embeddings.root, name, center, source)
+    if prepared is not None:
+        return prepared
+    if len(source) == 0:
+        return UnitRows.normalising(source, center)
+    try:
+        return _write_prepared(embeddings.root, name, center, source)
+    except OSError:
+        return UnitRows.normalising(source, center)
+
+
+def prepare_search(root: str | Path) -> None:
+    """Prepare a folder's rows for search now (videos and windows, not centred): the hook ``coclr embed`` may call
+    after it writes the folder, so that the first search does not pay for it. Safe to call at any time."""
+    embeddings = Embeddings(root)
+    for windows in (False, True):
+        folder_rows(embeddings, windows)
+
+
+# ------------------------------------------------------------------------------------------------ the search
+
+
+def nearest(gallery: np.ndarray | UnitRows, queries: np.ndarray, k: int, backend: str = "exact",
+            center: bool = False, chunk: int = SEARCH_CHUNK) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores [Q, k], rows [Q, k])`` of the ``k`` gallery rows most similar to each query (cosine), best first,
+    ties to the lower row. ``gallery``: raw rows (normalised as they are read) or prepared :class:`UnitRows`
+    (then ``center`` is theirs)."""
     if backend not in BACKENDS:
         raise ConfigError(f"backend: {backend!r} is not one of {', '.join(BACKENDS)}")
-    queries = np.asarray(queries, np.float32).reshape(-1, gallery.shape[1])
+    dim = gallery.dim if isinstance(gallery, UnitRows) else gallery.shape[1]
+    queries = np.asarray(queries, np.float32).reshape(-1, dim)
     if backend == "faiss":
-        return _faiss_nearest(gallery, queries, k, center, chunk)
-    from coclr.eval.retrieval import topk_neighbours
-
-    return topk_neighbours(queries, gallery, k, gallery_chunk=chunk, center=center)
+        raw = gallery.block(0, gallery.count) if isinstance(gallery, UnitRows) else gallery
+        return _faiss_nearest(raw, queries, k, center and not isinstance(gallery, UnitRows), chunk)
+    rows = gallery if isinstance(gallery, UnitRows) else UnitRows.normalising(gallery, center)
+    return exact_topk(rows, _units(queries, rows.mean), k, chunk)
 
 
 def _faiss_nearest(gallery: np.ndarray, queries: np.ndarray, k: int, center: bool,
@@ -93,7 +287,8 @@ def search(embeddings: Embeddings, query: np.ndarray, k: int = 10, windows: bool
     if k < 1:
         raise ConfigError(f"k: must be at least 1, got {k}")
     extra = 1 if exclude is not None else 0
-    scores, rows = nearest(gallery, query, k + extra, backend, center)
+    rows_or_prepared = folder_rows(embeddings, windows, center) if backend == "exact" else gallery
+    scores, rows = nearest(rows_or_prepared, query, k + extra, backend, center)
     hits = []
     for score, row in zip(scores[0], rows[0]):
         row = int(row)
