@@ -150,6 +150,8 @@ def _tied_rows(seed=0, count=3000, dim=16):
     gallery = (rng.normal(size=(count, dim)) + 1.0).astype(np.float32)
     copies = rng.integers(0, 40, count // 2)
     gallery[rng.permutation(count)[: count // 2]] = gallery[copies]  # half the rows repeat one of 40
+    near = rng.permutation(count)[:200]  # and some differ from one of them by a few float32 ulps: float32
+    gallery[near] = gallery[copies[:200]] * (1 + rng.integers(-3, 4, (200, dim)) * 2.0 ** -23)  # cannot order them
     queries = np.concatenate([gallery[[3, 17, 25]], rng.normal(size=(4, dim)).astype(np.float32) + 1.0])
     return gallery, queries
 

@@ -72,7 +72,7 @@ def test_output_paths_that_are_folders_or_under_a_file(tmp_path, capsys):
     result = _result(tmp_path)
     out = tmp_path / "report"
     (out / "table.md").mkdir(parents=True)  # EISDIR: the output file is a folder
-    assert main(["report", "--results", str(result), "--out", str(out)]) == 1
+    assert main(["report", "--results", str(result), "--out", str(out)]) == 2
     line = _one_line(capsys)
     assert str(out / "table.md") in line and "is a folder" in line
     assert not any(name.endswith(".partial") for name in os.listdir(out))
@@ -82,7 +82,7 @@ def test_output_paths_that_are_folders_or_under_a_file(tmp_path, capsys):
     capsys.readouterr()
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    assert main(["report", "--results", str(result), "--out", str(blocker / "sub")]) == 1  # ENOTDIR / EEXIST
+    assert main(["report", "--results", str(result), "--out", str(blocker / "sub")]) == 2  # ENOTDIR / EEXIST
     assert str(blocker) in _one_line(capsys)
 
 
@@ -98,7 +98,7 @@ def test_a_full_disk_is_one_line_naming_the_file_and_keeps_the_folder(tmp_path, 
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "fsync", full)
-    assert main(["report", "--results", str(result), "--out", str(out)]) == 1
+    assert main(["report", "--results", str(result), "--out", str(out)]) == 2
     line = _one_line(capsys)
     assert "No space left on device" in line and str(out / "table.md") in line and "disk is full" in line
     assert _files(out) == before  # nothing half-written, no temporary file left
@@ -118,7 +118,7 @@ def test_a_file_size_limit_is_one_line_not_a_signal(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
 
     run = subprocess.run(command, capture_output=True, text=True, env=env, preexec_fn=limit, timeout=120)
-    assert run.returncode == 1, (run.returncode, run.stderr)
+    assert run.returncode == 2, (run.returncode, run.stderr)
     assert "File too large" in run.stderr and str(out) in run.stderr and "Traceback" not in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
     assert not any(name.endswith(".partial") for name in os.listdir(out))

@@ -51,8 +51,9 @@ WORLD_ERRORS = {
 do. Every write of the library is atomic (:mod:`coclr.atomic`), so after one of them the folders hold what they held
 before the failed write, and the same command run again continues."""
 
-WORLD_ERROR_STATUS = 1
-"""Exit status after an error of the world; bad input (:class:`~coclr.errors.CoclrError`) exits 2."""
+WORLD_ERROR_STATUS = 2
+"""Exit status after an error of the world: that of every error a command reports in one line (bad input, a
+:class:`~coclr.errors.CoclrError`, too); 1 stays the status of an unexpected error (a traceback)."""
 
 
 def world_error_line(error: OSError) -> str | None:
@@ -65,9 +66,9 @@ def world_error_line(error: OSError) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the ``coclr`` command line; returns the process exit status: 0 done, 2 bad input (one line naming the
-    option, file or value), 1 an error of the world (disk full, file too large, a path that cannot be written:
-    one line naming the path), 130 interrupted."""
+    """Run the ``coclr`` command line; returns the process exit status: 0 done, 2 refused or stopped by an error
+    named in one line (bad input naming the option, file or value; an error of the world naming the path: disk
+    full, file too large, a path that cannot be written), 130 interrupted."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if hasattr(signal, "SIGXFSZ"):  # past ``ulimit -f`` a write fails with EFBIG (one line) instead of killing us

@@ -40,11 +40,11 @@ from coclr.eval.exact import QUANTUM_BITS, exact_dot_bound, gallery_mean, unit_r
 BACKENDS = ("exact", "faiss")
 PREPARED_DIR = "search"
 PREPARED_FORMAT = "coclr-search-rows"
-PREPARE_BLOCK = 65536
+PREPARE_BLOCK = 8192
 """Rows normalised at a time when the prepared rows are written (bounds memory for millions of rows)."""
 SEARCH_CHUNK = 32768
 """Gallery rows per float32 product in a search (bounds the score block to ``queries x SEARCH_CHUNK``)."""
-FIRST_CHUNK = 4096
+FIRST_CHUNK = 1024
 """The first chunk is small: its k-th best score starts the candidate threshold before the big chunks come."""
 
 
@@ -113,40 +113,41 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
     """``(scores float64 [Q, k], rows int64 [Q, k])``: each query's ``k`` best gallery rows by exact score, ties
     to the lower row. ``queries`` are unit rows already (:func:`coclr.eval.exact.unit_rows`, same mean).
 
-    Pass 1 (float32 BLAS, any rounding) keeps every row within ``2 * bound`` of the running k-th best float32
-    score, ``bound`` the float32 rounding bound: a row whose exact score reaches the exact k-th best is always
-    kept. Pass 2 scores the kept rows exactly (float64 products of quantised rows, exact in any order)."""
+    Pass 1 (float32 BLAS, any rounding) keeps every row within ``margin`` (twice the float32 rounding bound) of the
+    running k-th best float32 score: a row whose exact score reaches the exact k-th best is always kept. Pass 2
+    scores the kept rows exactly (float64 products of quantised rows: exact in any order)."""
+    if gallery.count == 0 or k < 1:
+        raise DataError(f"nothing to search: {gallery.count} rows, k = {k}")
     queries = np.ascontiguousarray(queries, np.float32)
-    k = min(k, gallery.count)
-    margin = 2 * exact_dot_bound(gallery.dim)
-    pools: list[list[np.ndarray]] = [[np.empty(0, np.int64), np.empty(0, np.float32)] for _ in queries]
-    floor = np.full(len(queries), -np.inf, np.float32)
-    starts = [0, *range(min(FIRST_CHUNK, chunk), gallery.count, chunk)] if gallery.count else []
+    count, k = len(queries), min(k, gallery.count)
+    margin = np.float32(2 * exact_dot_bound(gallery.dim))
+    floor = np.full(count, -np.inf, np.float32)
+    pool_query, pool_row, pool_score = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
+    starts = [0, *range(min(FIRST_CHUNK, chunk), gallery.count, chunk)]
     for number, start in enumerate(starts):
         stop = starts[number + 1] if number + 1 < len(starts) else gallery.count
         scores = queries @ gallery.block(start, stop).T  # float32 [Q, c]
-        rows, cols = np.nonzero(scores >= floor[:, None])
-        values = scores[rows, cols]
-        bounds = np.searchsorted(rows, np.arange(len(queries) + 1))
-        for query, pool in enumerate(pools):
-            a, b = bounds[query], bounds[query + 1]
-            if a == b:
-                continue
-            pool[0] = np.concatenate([pool[0], cols[a:b].astype(np.int64) + start])
-            pool[1] = np.concatenate([pool[1], values[a:b]])
-            if len(pool[1]) >= k:
-                kth = np.partition(pool[1], len(pool[1]) - k)[len(pool[1]) - k]
-                floor[query] = np.float32(kth - margin)  # rounds: the test below keeps >=, margin has slack
-                keep = pool[1] >= floor[query]
-                pool[0], pool[1] = pool[0][keep], pool[1][keep]
-    out_scores = np.empty((len(queries), k), np.float64)
-    out_rows = np.empty((len(queries), k), np.int64)
-    for query, (candidates, _) in enumerate(pools):
-        candidates = np.sort(candidates)
-        exact = gallery.take(candidates).astype(np.float64) @ queries[query].astype(np.float64)
-        order = np.lexsort((candidates, -exact))[:k]
-        out_scores[query], out_rows[query] = exact[order], candidates[order]
-    return out_scores, out_rows
+        if number == 0 and stop - start >= k:  # the first block's k-th best starts the threshold
+            floor = np.partition(scores, stop - start - k, axis=1)[:, stop - start - k] - margin
+        hot = np.flatnonzero(scores.max(axis=1) >= floor)  # most queries have no candidate in a later block
+        rows, cols = np.nonzero((scores if len(hot) == count else scores[hot]) >= floor[hot, None])
+        pool_query = np.concatenate([pool_query, hot[rows]])
+        pool_row = np.concatenate([pool_row, cols.astype(np.int64) + start])
+        pool_score = np.concatenate([pool_score, scores[hot[rows], cols]])
+        order = np.lexsort((-pool_score, pool_query))  # by query, best first: the k-th is at first + k - 1
+        pool_query, pool_row, pool_score = pool_query[order], pool_row[order], pool_score[order]
+        first = np.searchsorted(pool_query, np.arange(count + 1))
+        full = np.flatnonzero(np.diff(first) >= k)
+        floor[full] = np.maximum(floor[full], pool_score[first[full] + k - 1] - margin)
+        keep = pool_score >= floor[pool_query]
+        pool_query, pool_row, pool_score = pool_query[keep], pool_row[keep], pool_score[keep]
+    unique, inverse = np.unique(pool_row, return_inverse=True)  # each candidate row read once, in file order
+    candidates = gallery.take(unique).astype(np.float64)[inverse]
+    exact = np.einsum("ij,ij->i", candidates, queries[pool_query].astype(np.float64))  # exact in any order
+    order = np.lexsort((pool_row, -exact, pool_query))
+    first = np.searchsorted(pool_query[order], np.arange(count))
+    picked = order[first[:, None] + np.arange(k)]
+    return exact[picked], pool_row[picked]
 
 
 # ------------------------------------------------------------------------------ prepared rows beside a folder
