@@ -255,3 +255,21 @@ def test_prepared_rows_are_kept_beside_the_folder_and_never_served_stale(folder,
     after = top()
     assert after == [{0: 0, 1: 5, 2: 4, 3: 3, 4: 2, 5: 1}[row] for row in before]
     assert os.stat(rows_path).st_ino != inode
+
+
+def test_json_lines_are_parsed_as_read_and_equal_the_eager_reader(folder, tmp_path):
+    from coclr.embed.output import JsonLines, read_jsonl
+    from coclr.errors import DataError
+
+    for name in ("videos.jsonl", "windows.jsonl"):
+        lazy, eager = JsonLines(folder[0] / name), read_jsonl(folder[0] / name)
+        assert len(lazy) == len(eager) and list(lazy) == eager and lazy[-1] == eager[-1] and lazy[1:3] == eager[1:3]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"row": 0}\n{"row": 1\n')
+    lines = JsonLines(bad)
+    assert len(lines) == 2 and lines[0] == {"row": 0}
+    with pytest.raises(DataError, match="bad.jsonl: record 2 is not JSON"):
+        lines[1]
+    with pytest.raises(IndexError):
+        lines[2]
+    assert len(JsonLines(tmp_path / "missing.jsonl")) == 0

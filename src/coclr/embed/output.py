@@ -334,12 +334,16 @@ class JsonLines(Sequence):
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        data = path.read_bytes() if path.is_file() else b""
-        self._lines = [line for line in data.split(b"\n") if line.strip()]
+        self._data = path.read_bytes() if path.is_file() else b""
+        ends = np.flatnonzero(np.frombuffer(self._data, np.uint8) == ord("\n"))
+        starts = np.concatenate([[0], ends + 1])
+        ends = np.concatenate([ends, [len(self._data)]])
+        full = ends > starts  # empty lines (the end of the file) are no records
+        self._starts, self._ends = starts[full], ends[full]
         self._parsed: dict[int, Any] = {}
 
     def __len__(self) -> int:
-        return len(self._lines)
+        return len(self._starts)
 
     def __getitem__(self, index):
         if isinstance(index, slice):
@@ -347,7 +351,7 @@ class JsonLines(Sequence):
         number = range(len(self))[index]  # IndexError when out of range, negative indices allowed
         if number not in self._parsed:
             try:
-                self._parsed[number] = json.loads(self._lines[number])
+                self._parsed[number] = json.loads(self._data[self._starts[number]: self._ends[number]])
             except ValueError as error:
                 raise DataError(f"{self.path}: record {number + 1} is not JSON: {error}") from None
         return self._parsed[number]
