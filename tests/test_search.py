@@ -229,8 +229,9 @@ def test_prepared_rows_are_kept_beside_the_folder_and_never_served_stale(folder,
 
     out = _copy_folder(folder, tmp_path)
     prepare_search(out)
-    rows_path, record_path = prepared_paths(out, "videos", False)
-    assert rows_path.is_file() and json.loads(record_path.read_text())["source_checksum"].startswith("blake2b:")
+    rows_path, bf16_path, record_path = prepared_paths(out, "videos", False)
+    assert rows_path.is_file() and bf16_path.is_file()
+    assert json.loads(record_path.read_text())["source_checksum"].startswith("blake2b:")
     prepared = folder_rows(Embeddings(out))
     np.testing.assert_array_equal(prepared.block(0, 6), np.load(rows_path))
     inode = os.stat(rows_path).st_ino
@@ -272,3 +273,30 @@ def test_json_lines_are_parsed_as_read_and_equal_the_eager_reader(folder, tmp_pa
     with pytest.raises(IndexError):
         lines[2]
     assert len(JsonLines(tmp_path / "missing.jsonl")) == 0
+
+
+def test_the_bfloat16_first_pass_gives_the_exact_answer_for_many_queries():
+    """From BF16_MIN_QUERIES queries the first pass multiplies bfloat16 copies (AMX/AVX-512 BF16 where the CPU has
+    them); it only chooses candidates: the answer is the exact reference's, ties and near ties included, and the
+    bfloat16 products stay within the bound the candidates are chosen with."""
+    import torch
+
+    from coclr.embed.search import BF16_MIN_QUERIES, UnitRows, exact_topk
+    from coclr.eval.exact import bfloat16_bits, bfloat16_dot_bound, unit_rows
+
+    gallery, queries = _tied_rows(count=2500, dim=64)
+    rng = np.random.default_rng(1)
+    queries = np.concatenate([queries, gallery[rng.integers(0, 2500, 40)], rng.normal(size=(10, 64)) + 1.0])
+    assert len(queries) >= BF16_MIN_QUERIES
+    units, query_units = unit_rows(gallery), unit_rows(queries)
+    bits = bfloat16_bits(units)
+    np.testing.assert_array_equal(bits, torch.from_numpy(units).bfloat16().view(torch.int16).numpy().view(np.uint16))
+    expected_scores, expected_rows = exact_reference(gallery, queries, 12, False)
+    for chunk in (300, 4096):
+        scores, rows = exact_topk(UnitRows.of_array(units, None, bits), query_units, 12, chunk)
+        np.testing.assert_array_equal(rows, expected_rows)
+        np.testing.assert_array_equal(scores, expected_scores)
+    bf16 = lambda b: torch.from_numpy(b.view(np.int16)).view(torch.bfloat16)  # noqa: E731
+    approx = (bf16(bfloat16_bits(query_units)) @ bf16(bits).T).float().numpy().astype(np.float64)
+    exact = query_units.astype(np.float64) @ units.astype(np.float64).T
+    assert np.abs(approx - exact).max() <= bfloat16_dot_bound(64) / 2

@@ -35,7 +35,14 @@ import numpy as np
 from coclr.atomic import atomic_open, atomic_write_json
 from coclr.embed.output import Embeddings
 from coclr.errors import ConfigError, DataError
-from coclr.eval.exact import QUANTUM_BITS, exact_dot_bound, gallery_mean, unit_rows
+from coclr.eval.exact import (
+    QUANTUM_BITS,
+    bfloat16_bits,
+    bfloat16_dot_bound,
+    exact_dot_bound,
+    gallery_mean,
+    unit_rows,
+)
 
 BACKENDS = ("exact", "faiss")
 PREPARED_DIR = "search"
@@ -46,6 +53,9 @@ SEARCH_CHUNK = 32768
 """Gallery rows per float32 product in a search (bounds the score block to ``queries x SEARCH_CHUNK``)."""
 FIRST_CHUNK = 1024
 """The first chunk is small: its k-th best score starts the candidate threshold before the big chunks come."""
+BF16_MIN_QUERIES = 16
+"""From this many queries at once the first pass multiplies bfloat16 copies of the rows (compute-bound: faster
+where the CPU has bfloat16 instructions); fewer queries read float32 rows (memory-bound) without importing torch."""
 
 
 @dataclasses.dataclass
@@ -86,12 +96,16 @@ class UnitRows:
     block: Callable[[int, int], np.ndarray]
     take: Callable[[np.ndarray], np.ndarray]
     mean: np.ndarray | None = None
+    block16: Callable[[int, int], np.ndarray] | None = None
+    """The same rows rounded to bfloat16 (raw ``uint16`` bits), when prepared: the fast first pass of many queries."""
 
     @classmethod
-    def of_array(cls, units: np.ndarray, mean: np.ndarray | None = None) -> UnitRows:
-        """Rows normalised already (a prepared file, memory-mapped)."""
+    def of_array(cls, units: np.ndarray, mean: np.ndarray | None = None,
+                 units16: np.ndarray | None = None) -> UnitRows:
+        """Rows normalised already (a prepared file, memory-mapped), and their bfloat16 copy when there is one."""
+        block16 = (lambda a, b: np.asarray(units16[a:b])) if units16 is not None else None
         return cls(len(units), units.shape[1], lambda a, b: np.asarray(units[a:b]),
-                   lambda rows: np.asarray(units[rows]), mean)
+                   lambda rows: np.asarray(units[rows]), mean, block16)
 
     @classmethod
     def normalising(cls, rows: np.ndarray, center: bool) -> UnitRows:
@@ -113,20 +127,25 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
     """``(scores float64 [Q, k], rows int64 [Q, k])``: each query's ``k`` best gallery rows by exact score, ties
     to the lower row. ``queries`` are unit rows already (:func:`coclr.eval.exact.unit_rows`, same mean).
 
-    Pass 1 (float32 BLAS, any rounding) keeps every row within ``margin`` (twice the float32 rounding bound) of the
-    running k-th best float32 score: a row whose exact score reaches the exact k-th best is always kept. Pass 2
-    scores the kept rows exactly (float64 products of quantised rows: exact in any order)."""
+    Pass 1 (float32 BLAS, or for ``BF16_MIN_QUERIES`` queries and more a bfloat16 product where the rows have a
+    bfloat16 copy and torch is installed: oneDNN's AMX/AVX-512 BF16 kernels) keeps every row within ``margin``
+    (twice that pass's rounding bound) of the running k-th best first-pass score: a row whose exact score reaches
+    the exact k-th best is always kept. Pass 2 scores the kept rows exactly (float64 products of quantised rows:
+    exact in any order)."""
     if gallery.count == 0 or k < 1:
         raise DataError(f"nothing to search: {gallery.count} rows, k = {k}")
     queries = np.ascontiguousarray(queries, np.float32)
     count, k = len(queries), min(k, gallery.count)
-    margin = np.float32(2 * exact_dot_bound(gallery.dim))
+    first_pass = _bfloat16_pass(gallery, queries) if count >= BF16_MIN_QUERIES else None
+    bound = bfloat16_dot_bound(gallery.dim) if first_pass is not None else exact_dot_bound(gallery.dim)
+    first_pass = first_pass or (lambda start, stop: queries @ gallery.block(start, stop).T)
+    margin = np.float32(2 * bound)
     floor = np.full(count, -np.inf, np.float32)
     pool_query, pool_row, pool_score = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
     starts = [0, *range(min(FIRST_CHUNK, chunk), gallery.count, chunk)]
     for number, start in enumerate(starts):
         stop = starts[number + 1] if number + 1 < len(starts) else gallery.count
-        scores = queries @ gallery.block(start, stop).T  # float32 [Q, c]
+        scores = first_pass(start, stop)  # float32 [Q, c], rounded however the CPU likes (within the bound)
         if number == 0 and stop - start >= k:  # the first block's k-th best starts the threshold
             floor = np.partition(scores, stop - start - k, axis=1)[:, stop - start - k] - margin
         hot = np.flatnonzero(scores.max(axis=1) >= floor)  # most queries have no candidate in a later block
@@ -150,6 +169,23 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
     return exact[picked], pool_row[picked]
 
 
+def _bfloat16_pass(gallery: UnitRows, queries: np.ndarray) -> Callable[[int, int], np.ndarray] | None:
+    """The bfloat16 first pass (scores as float32 ``[Q, c]``), or None without a bfloat16 copy or torch."""
+    if gallery.block16 is None:
+        return None
+    try:
+        import torch  # optional here (heavy to import; a one-query search does without it)
+    except ImportError:
+        return None
+    query16 = torch.from_numpy(bfloat16_bits(queries).view(np.int16)).view(torch.bfloat16)
+
+    def scores(start: int, stop: int) -> np.ndarray:
+        rows = torch.from_numpy(np.ascontiguousarray(gallery.block16(start, stop)).view(np.int16))
+        return (query16 @ rows.view(torch.bfloat16).T).float().numpy()
+
+    return scores
+
+
 # ------------------------------------------------------------------------------ prepared rows beside a folder
 
 
@@ -167,52 +203,58 @@ def file_checksum(path: Path, block: int = 1 << 23) -> str:
     return f"blake2b:{digest.hexdigest()}"
 
 
-def prepared_paths(root: Path, name: str, center: bool) -> tuple[Path, Path]:
-    """The prepared rows of ``<name>.npy`` and their record: ``search/<name>.<plain|centred>.{npy,json}``."""
-    stem = f"{name}.{'centred' if center else 'plain'}"
-    return root / PREPARED_DIR / f"{stem}.npy", root / PREPARED_DIR / f"{stem}.json"
+def prepared_paths(root: Path, name: str, center: bool) -> tuple[Path, Path, Path]:
+    """The prepared rows of ``<name>.npy``, their bfloat16 copy and their record:
+    ``search/<name>.<plain|centred>.{npy,bf16.npy,json}``."""
+    stem = root / PREPARED_DIR / f"{name}.{'centred' if center else 'plain'}"
+    return Path(f"{stem}.npy"), Path(f"{stem}.bf16.npy"), Path(f"{stem}.json")
 
 
 def _fresh(root: Path, name: str, center: bool, source: np.ndarray) -> UnitRows | None:
     """The prepared rows when their record matches the source array (by identity, else by checksum); else None."""
-    rows_path, record_path = prepared_paths(root, name, center)
+    rows_path, bf16_path, record_path = prepared_paths(root, name, center)
     source_path = root / f"{name}.npy"
     try:
         record = json.loads(record_path.read_text())
         if record.get("format") != PREPARED_FORMAT or record.get("quantum_bits") != QUANTUM_BITS \
-                or record.get("prepared_identity") != _identity(rows_path):
+                or record.get("prepared_identity") != _identity(rows_path) \
+                or record.get("bf16_identity") != _identity(bf16_path):
             return None
         if record.get("source_identity") != _identity(source_path):
             if record.get("source_checksum") != file_checksum(source_path):
                 return None
             record["source_identity"] = _identity(source_path)  # the same bytes (a copy, a touch): re-bless
             atomic_write_json(record_path, record)
-        units = np.load(rows_path, mmap_mode="r")
+        units, units16 = np.load(rows_path, mmap_mode="r"), np.load(bf16_path, mmap_mode="r")
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if units.shape != source.shape or units.dtype != np.float32:
+    if units.shape != source.shape or units.dtype != np.float32 or units16.shape != source.shape \
+            or units16.dtype != np.uint16:
         return None
     mean = np.asarray(record["mean"], np.float64) if center else None
     if mean is not None and mean.shape != (source.shape[1],):
         return None
-    return UnitRows.of_array(units, mean)
+    return UnitRows.of_array(units, mean, units16)
 
 
 def _write_prepared(root: Path, name: str, center: bool, source: np.ndarray) -> UnitRows:
-    rows_path, record_path = prepared_paths(root, name, center)
+    rows_path, bf16_path, record_path = prepared_paths(root, name, center)
     source_path = root / f"{name}.npy"
     identity, checksum = _identity(source_path), file_checksum(source_path)
     mean = gallery_mean(source) if center else None
-    with atomic_open(rows_path, "wb") as file:
-        np.lib.format.write_array_header_1_0(file, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
-                                                    "fortran_order": False, "shape": tuple(source.shape)})
+    with atomic_open(rows_path, "wb") as file, atomic_open(bf16_path, "wb") as file16:
+        for out, dtype in ((file, np.float32), (file16, np.uint16)):
+            np.lib.format.write_array_header_1_0(out, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                                       "fortran_order": False, "shape": tuple(source.shape)})
         for start in range(0, len(source), PREPARE_BLOCK):
-            file.write(_units(source[start: start + PREPARE_BLOCK], mean).tobytes())
+            units = _units(source[start: start + PREPARE_BLOCK], mean)
+            file.write(units.tobytes())
+            file16.write(bfloat16_bits(units).tobytes())
     atomic_write_json(record_path, {"format": PREPARED_FORMAT, "quantum_bits": QUANTUM_BITS, "source": source_path.name,
                                     "source_identity": identity, "source_checksum": checksum,
-                                    "prepared_identity": _identity(rows_path),
+                                    "prepared_identity": _identity(rows_path), "bf16_identity": _identity(bf16_path),
                                     "mean": mean.tolist() if mean is not None else None})
-    return UnitRows.of_array(np.load(rows_path, mmap_mode="r"), mean)
+    return UnitRows.of_array(np.load(rows_path, mmap_mode="r"), mean, np.load(bf16_path, mmap_mode="r"))
 
 
 def folder_rows(embeddings: Embeddings, windows: bool = False, center: bool = False) -> UnitRows:

@@ -75,3 +75,21 @@ def exact_dot_bound(dim: int) -> float:
     unit_roundoff = 2.0 ** -24
     gamma = dim * unit_roundoff / (1 - dim * unit_roundoff)
     return 2 * gamma * (1 + dim * 2.0 ** -25) ** 2
+
+
+def bfloat16_bits(units: np.ndarray) -> np.ndarray:
+    """``uint16``: the bfloat16 nearest each float32 value (ties to even; torch's ``.bfloat16()``), as raw bits."""
+    bits = np.ascontiguousarray(units, np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def bfloat16_dot_bound(dim: int) -> float:
+    """A bound on ``|bfloat16 product - exact dot|`` for two :func:`unit_rows` rows rounded to bfloat16, multiplied
+    with float32 accumulation (oneDNN, AMX and PyTorch's own kernels) and a bfloat16 result: each input rounding
+    ``u = 2**-9`` relative (``2u + u**2`` on a product), the float32 sums ``gamma_dim``, the result ``u``; all over
+    ``sum |a_i b_i| <= 1 + dim * 2**-25``. Doubled for safety, like :func:`exact_dot_bound`."""
+    unit_roundoff = 2.0 ** -9
+    size = (1 + dim * 2.0 ** -25) ** 2
+    inputs = (2 * unit_roundoff + unit_roundoff ** 2) * size
+    sums = exact_dot_bound(dim) / 2 * (1 + unit_roundoff) ** 2
+    return 2 * (inputs + sums + unit_roundoff * (size + inputs + sums))
