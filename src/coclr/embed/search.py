@@ -153,20 +153,35 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
         pool_query = np.concatenate([pool_query, hot[rows]])
         pool_row = np.concatenate([pool_row, cols.astype(np.int64) + start])
         pool_score = np.concatenate([pool_score, scores[hot[rows], cols]])
-        order = np.lexsort((-pool_score, pool_query))  # by query, best first: the k-th is at first + k - 1
-        pool_query, pool_row, pool_score = pool_query[order], pool_row[order], pool_score[order]
-        first = np.searchsorted(pool_query, np.arange(count + 1))
-        full = np.flatnonzero(np.diff(first) >= k)
-        floor[full] = np.maximum(floor[full], pool_score[first[full] + k - 1] - margin)
+        floor = _raise_floor(floor, pool_query, pool_score, k, margin)
         keep = pool_score >= floor[pool_query]
         pool_query, pool_row, pool_score = pool_query[keep], pool_row[keep], pool_score[keep]
     unique, inverse = np.unique(pool_row, return_inverse=True)  # each candidate row read once, in file order
-    candidates = gallery.take(unique).astype(np.float64)[inverse]
-    exact = np.einsum("ij,ij->i", candidates, queries[pool_query].astype(np.float64))  # exact in any order
-    order = np.lexsort((pool_row, -exact, pool_query))
+    rows32 = gallery.take(unique)
+    if bound != exact_dot_bound(gallery.dim):  # a coarse first pass: float32 scores of its candidates thin them
+        refined = (queries @ rows32.T)[pool_query, inverse]
+        margin32 = np.float32(2 * exact_dot_bound(gallery.dim))
+        floor32 = _raise_floor(np.full(count, -np.inf, np.float32), pool_query, refined, k, margin32)
+        keep = refined >= floor32[pool_query]
+        pool_query, pool_row, inverse = pool_query[keep], pool_row[keep], inverse[keep]
+    exact = np.einsum("ij,ij->i", rows32[inverse].astype(np.float64), queries[pool_query].astype(np.float64))
+    order = np.lexsort((pool_row, -exact, pool_query))  # exact in any order (quantised rows); ties to the lower row
     first = np.searchsorted(pool_query[order], np.arange(count))
     picked = order[first[:, None] + np.arange(k)]
     return exact[picked], pool_row[picked]
+
+
+def _raise_floor(floor: np.ndarray, pool_query: np.ndarray, pool_score: np.ndarray, k: int,
+                 margin: np.float32) -> np.ndarray:
+    """Each query's floor raised to its k-th best pool score minus ``margin`` (where it has k pool scores)."""
+    count = len(floor)
+    order = np.lexsort((-pool_score, pool_query))  # by query, best first: the k-th is at first + k - 1
+    sorted_query, sorted_score = pool_query[order], pool_score[order]
+    first = np.searchsorted(sorted_query, np.arange(count + 1))
+    full = np.flatnonzero(np.diff(first) >= k)
+    floor = floor.copy()
+    floor[full] = np.maximum(floor[full], sorted_score[first[full] + k - 1] - margin)
+    return floor
 
 
 def _bfloat16_pass(gallery: UnitRows, queries: np.ndarray) -> Callable[[int, int], np.ndarray] | None:
