@@ -300,3 +300,12 @@ def test_the_bfloat16_first_pass_gives_the_exact_answer_for_many_queries():
     approx = (bf16(bfloat16_bits(query_units)) @ bf16(bits).T).float().numpy().astype(np.float64)
     exact = query_units.astype(np.float64) @ units.astype(np.float64).T
     assert np.abs(approx - exact).max() <= bfloat16_dot_bound(64) / 2
+
+
+def test_an_html_path_that_is_a_folder_is_one_line(folder, tmp_path, capsys):
+    out, _, _ = folder
+    page = tmp_path / "page.html"
+    page.mkdir()
+    assert cli_main(["search", str(out), "--query", "1", "-k", "2", "--html", str(page)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and str(page) in err and "is a folder" in err
