@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -137,7 +138,8 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
     queries = np.ascontiguousarray(queries, np.float32)
     count, k = len(queries), min(k, gallery.count)
     first_pass = _bfloat16_pass(gallery, queries) if count >= BF16_MIN_QUERIES else None
-    bound = bfloat16_dot_bound(gallery.dim) if first_pass is not None else exact_dot_bound(gallery.dim)
+    coarse = first_pass is not None
+    bound = bfloat16_dot_bound(gallery.dim) if coarse else exact_dot_bound(gallery.dim)
     first_pass = first_pass or (lambda start, stop: queries @ gallery.block(start, stop).T)
     margin = np.float32(2 * bound)
     floor = np.full(count, -np.inf, np.float32)
@@ -158,7 +160,7 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
         pool_query, pool_row, pool_score = pool_query[keep], pool_row[keep], pool_score[keep]
     unique, inverse = np.unique(pool_row, return_inverse=True)  # each candidate row read once, in file order
     rows32 = gallery.take(unique)
-    if bound != exact_dot_bound(gallery.dim):  # a coarse first pass: float32 scores of its candidates thin them
+    if coarse:  # float32 scores of the bfloat16 pass's candidates thin them
         refined = (queries @ rows32.T)[pool_query, inverse]
         margin32 = np.float32(2 * exact_dot_bound(gallery.dim))
         floor32 = _raise_floor(np.full(count, -np.inf, np.float32), pool_query, refined, k, margin32)
@@ -195,7 +197,9 @@ def _bfloat16_pass(gallery: UnitRows, queries: np.ndarray) -> Callable[[int, int
     query16 = torch.from_numpy(bfloat16_bits(queries).view(np.int16)).view(torch.bfloat16)
 
     def scores(start: int, stop: int) -> np.ndarray:
-        rows = torch.from_numpy(np.ascontiguousarray(gallery.block16(start, stop)).view(np.int16))
+        with warnings.catch_warnings():  # a read-only memory map: torch warns that it could write (it does not)
+            warnings.simplefilter("ignore", UserWarning)
+            rows = torch.from_numpy(np.ascontiguousarray(gallery.block16(start, stop)).view(np.int16))
         return (query16 @ rows.view(torch.bfloat16).T).float().numpy()
 
     return scores
