@@ -75,8 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_index(args: argparse.Namespace) -> int:
-    from coclr.video import indexes
     from coclr.errors import DataError
+    from coclr.video import indexes
 
     annotations = args.annotations or []
     if args.format in ("ucf101", "hmdb51", "csv") and len(annotations) != 1:
