@@ -34,6 +34,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``coclr`` command line; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status = run_command(args)
+    except CoclrError as error:
+        print(f"coclr {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"coclr {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return int(status or 0)
+
+
 WORLD_ERRORS = {
     errno.ENOSPC: "the disk is full: free space there (or write elsewhere), then rerun the same command",
     errno.EDQUOT: "the disk quota is used up: free space there (or write elsewhere), then rerun the same command",
@@ -65,26 +80,16 @@ def world_error_line(error: OSError) -> str | None:
     return f"{where}{error.strerror or errno.errorcode.get(error.errno, '')} ({WORLD_ERRORS[error.errno]})"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the ``coclr`` command line; returns the process exit status: 0 done, 2 refused or stopped by an error
-    named in one line (bad input naming the option, file or value; an error of the world naming the path: disk
-    full, file too large, a path that cannot be written), 130 interrupted."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed command; an error of the world (:data:`WORLD_ERRORS`) becomes one line naming the path and
+    :data:`WORLD_ERROR_STATUS`, any other error goes on to :func:`main` (bad input: one line too)."""
     if hasattr(signal, "SIGXFSZ"):  # past ``ulimit -f`` a write fails with EFBIG (one line) instead of killing us
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        status = args.func(args)
-    except CoclrError as error:
-        print(f"coclr {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        return args.func(args)
     except OSError as error:
         line = world_error_line(error)
         if line is None:
             raise
         print(f"coclr {args.command}: error: {line}", file=sys.stderr)
         return WORLD_ERROR_STATUS
-    except KeyboardInterrupt:
-        print(f"coclr {args.command}: interrupted", file=sys.stderr)
-        return 130
-    return int(status or 0)
