@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from coclr.cli import main, world_error_line
+from coclr.cli import main
+from coclr.cli._world import world_error_line
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

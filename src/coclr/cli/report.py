@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
         from coclr.eval.features import ClipConfig, trained_clips
         from coclr.eval.report import report_run, stage_encoders
 
-        encoders = list(dict.fromkeys(path for point in stage_encoders(args.run) for path in point["encoders"].values()))
+        encoders = list(dict.fromkeys(path for point in stage_encoders(args.run)
+                                      for path in point["encoders"].values()))
         clips, sources = trained_clips(encoders, length=args.length, stride=args.stride, size=args.size)
         print("coclr report: clips of " + ", ".join(f"{key} {value} ({sources[key]})" for key, value in clips.items()),
               file=sys.stderr)
