@@ -260,8 +260,8 @@ def evaluate_retrieval(store, streams: Sequence, config=None, ks: Sequence[int] 
         check_same_videos(test[0].keys, other_test.keys, "two-stream retrieval (test videos)")
     fused = retrieve([f.features for f in test], test[0].labels, [f.features for f in train], train[0].labels,
                      ks, device=device)
-    splits = {"train": train_split, "test": test_split}
-    record = {"task": "retrieval", **input_record(store, list(streams), splits, shas, with_views),
+    record = {"task": "retrieval", **input_record(store, list(streams), {"train": train_split, "test": test_split},
+                                                    shas, with_views),
               "config": {**dataclasses.asdict(config), "ks": list(fused.ks)}, "results": fused.to_json(False)}
     record["feature_health"] = streams_health(streams, train, test)
     record["warnings"] = health_warnings(record["feature_health"])
