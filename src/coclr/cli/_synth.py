@@ -15,11 +15,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "seed. Options of the generator are given as key=value (see --list-options).",
     )
     parser.add_argument("--out", required=True, help="output store directory")
-    parser.add_argument("--seed", type=int, help="random seed (the dataset is a function of it); the same as seed=N, "
-                        "which a config file may also set (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (the dataset is a function of it)")
     parser.add_argument("--workers", type=int, default=0, help="worker processes (0: one per core)")
     add_config_arguments(parser, example="train_scenes=8")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, seed=None)  # None: --seed not given (seed=N or a config file's seed may set it)
 
 
 def run(args: argparse.Namespace) -> int:
