@@ -326,10 +326,10 @@ def test_the_scheduler_runs_jobs_after_their_dependencies_and_stops_what_a_failu
 def test_repeated_seeds_are_refused_before_any_work(tmp_path, capsys):
     """`--seeds 0 0` reported one run as two agreeing seeds (+- 0.0)."""
     from coclr.cli import main
+    from coclr.cli.study import check_seeds
     from coclr.errors import ConfigError
-    from coclr.study.config import check_seeds
 
-    assert check_seeds(["2", 0, 1]) == [2, 0, 1]
+    assert check_seeds([2, 0, 1]) == [2, 0, 1]
     with pytest.raises(ConfigError, match="--seeds: 0 given more than once"):
         check_seeds([0, 1, 0])
     out = tmp_path / "study"

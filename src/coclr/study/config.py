@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from coclr.config import option, require
-from coclr.errors import ConfigError
 
 # ------------------------------------------------------------------------------------------------- the rows
 
@@ -213,17 +212,3 @@ class StudyConfig:
         require(not unknown and bool(self.columns), "columns", f"must be some of {', '.join(COLUMNS)}")
         require(self.processes >= 1, "processes", "must be at least 1")
         require(all(gpu >= 0 for gpu in self.gpus), "gpus", "must be GPU indices")
-
-
-def check_seeds(seeds) -> list[int]:
-    """The seeds of ``--seeds``, refused in one line when one repeats (the same run counted twice would report two
-    agreeing seeds, +- 0.0) or is negative."""
-    seeds = [int(seed) for seed in seeds]
-    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
-    if repeated:
-        raise ConfigError(f"--seeds: {', '.join(map(str, repeated))} given more than once; each seed must be "
-                          "a different run")
-    negative = [seed for seed in seeds if seed < 0]
-    if negative:
-        raise ConfigError(f"--seeds: must be non-negative, got {', '.join(map(str, negative))}")
-    return seeds

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from coclr.atomic import atomic_write_json, atomic_write_text
-from coclr.study.config import ROWS, StudyConfig, check_seeds
+from coclr.study.config import ROWS, StudyConfig
 from coclr.study.plan import StudyPlan, cross_entropy_init, options_record, plan_study
 from coclr.study.results import claims, results_markdown, seeds_markdown, summarise_seeds
 
@@ -191,7 +191,7 @@ def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_
               ) -> dict[str, Any] | None:
     """The study once per seed (``OUT/seed<S>``, each resumable), then every number's mean and standard deviation
     and every claim's count of seeds, in ``OUT/seeds.json`` and ``OUT/seeds.md``."""
-    out, seeds = Path(out), check_seeds(seeds)
+    out = Path(out)
     results = []
     for seed in seeds:
         print(f"=== seed {seed}", flush=True)
