@@ -1,5 +1,5 @@
 """Options mean what they say: values that would silently give a wrong result are refused in one line, before any
-work (issue 36, 3e). The seed and --seeds cases live beside their commands' tests (test_synth, test_study); embed's
+work (issue 36, 3e). The synth seed case lives beside its command's tests (test_synth); embed's
 non-finite --mean is refused by the embed work (test_embed)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from coclr.cli import main
-from coclr.errors import DataError
+from coclr.errors import ConfigError, DataError
 from coclr.video.indexes import folder_index
 
 
@@ -31,3 +31,15 @@ def test_folder_index_refuses_videos_beside_the_class_folders(tmp_path, capsys, 
     assert "stray.mp4" in capsys.readouterr().err and not out.exists()
     (tmp_path / "videos" / prefix / "stray.mp4").unlink()
     assert len(folder_index(tmp_path / "videos").entries) == 2
+
+
+def test_repeated_seeds_are_refused_before_any_work(tmp_path, capsys):
+    """`study --seeds 0 0` reported one run as two agreeing seeds (+- 0.0)."""
+    from coclr.cli.study import check_seeds
+
+    assert check_seeds([2, 0, 1]) == [2, 0, 1]
+    with pytest.raises(ConfigError, match="--seeds: 0 given more than once"):
+        check_seeds([0, 1, 0])
+    out = tmp_path / "study"
+    assert main(["study", "--out", str(out), "--seeds", "0", "0"]) == 2
+    assert "--seeds: 0 given more than once" in capsys.readouterr().err and not out.exists()

@@ -129,11 +129,10 @@ def test_every_row_and_column_of_table_1(tmp_path: Path) -> None:
             assert 0 <= value <= 100, row
     markdown = (out / "results.md").read_text()
     table = markdown[markdown.index("| Method"):markdown.index("\n\n", markdown.index("| Method"))].splitlines()
-    assert table[0] == ("| Method | Input | Labels | Linear probe | paper | Finetune | paper | R@1 | paper | R@5 "
-                        "| R@10 | R@20 |")
+    assert table[0] == ("| Method | Input | Labels | Linear probe | paper | Finetune | paper | R@1 | paper | R@5 | R@10 "
+                        "| R@20 |")
     assert len(table) == 2 + len(ROWS)
-    assert re.match(r"\| Cross-Ent\.( ‡)? \| RGB \| ✓ \| [\d.]+ \| - \| [\d.]+ \| 77\.0 \| [\d.]+ \| 73\.5 \|",
-                    table[5])
+    assert re.match(r"\| Cross-Ent\.( ‡)? \| RGB \| ✓ \| [\d.]+ \| - \| [\d.]+ \| 77\.0 \| [\d.]+ \| 73\.5 \|", table[5])
     assert re.match(r"\| CoCLR K=50( ‡)? \| RGB \| ✗ \| [\d.]+ \| 68\.3 \|", table[11])
     for claim in ("CoCLR-RGB > CMC-RGB (finetune)", "CoCLR-RGB K=5 >= K=1 and K=50 (R@1)",
                   "CoCLR-RGB alternating >= sim (linear probe)",
@@ -248,8 +247,8 @@ def test_claims_follow_the_rows_present() -> None:
     assert not found["CoCLR-RGB > CMC-RGB (R@1)"] and found["CoCLR-RGB > CMC-RGB (linear probe)"]
     assert found["CoCLR two-stream above every other self-supervised row (R@1)"]
     assert not any("K=1" in claim or "sim" in claim for claim in found)  # those rows are not in the study
-    summary = summarise_seeds([{"seed": s, "columns": ["retrieval"], "rows": rows,
-                                "claims": claims(rows, ["retrieval"])} for s in (0, 1)])
+    summary = summarise_seeds([{"seed": s, "columns": ["retrieval"], "rows": rows, "claims": claims(rows, ["retrieval"])}
+                               for s in (0, 1)])
     assert summary["claims"]["gap closed by CoCLR-RGB (R@1)"]["mean_std"] == (0.5, 0.0)
     assert "2 of 2 seeds" in seeds_markdown(summary)
 
@@ -321,17 +320,3 @@ def test_the_scheduler_runs_jobs_after_their_dependencies_and_stops_what_a_failu
     assert not (logs / "never.log").exists()
     with pytest.raises(CoclrError, match="wait for nowhere, which no job provides"):
         run_jobs([_job("lost", ok, ("nowhere",))], tmp_path, processes=1, poll_seconds=0.05)
-
-
-def test_repeated_seeds_are_refused_before_any_work(tmp_path, capsys):
-    """`--seeds 0 0` reported one run as two agreeing seeds (+- 0.0)."""
-    from coclr.cli import main
-    from coclr.cli.study import check_seeds
-    from coclr.errors import ConfigError
-
-    assert check_seeds([2, 0, 1]) == [2, 0, 1]
-    with pytest.raises(ConfigError, match="--seeds: 0 given more than once"):
-        check_seeds([0, 1, 0])
-    out = tmp_path / "study"
-    assert main(["study", "--out", str(out), "--seeds", "0", "0"]) == 2
-    assert "--seeds: 0 given more than once" in capsys.readouterr().err and not out.exists()
