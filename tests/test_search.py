@@ -122,3 +122,190 @@ def test_bad_queries_are_one_line_errors(folder, capsys):
     assert "neither a video file nor a row number" in capsys.readouterr().err
     assert cli_main(["search", str(out.parent), "--query", "1"]) == 2
     assert "not a coclr embed output folder" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ exact scores, ties, prepared rows
+
+
+def exact_reference(gallery, queries, k, center):
+    """Slow and obviously exact: the quantised unit rows of coclr.eval.exact, dot products by math.fsum of the
+    (exact) float64 products, ranked by score descending then row ascending."""
+    import math
+
+    from coclr.eval.exact import gallery_mean, unit_rows
+
+    mean = gallery_mean(gallery) if center else None
+    g, q = unit_rows(gallery, mean).astype(np.float64), unit_rows(queries, mean).astype(np.float64)
+    rows, scores = [], []
+    for query in q:
+        sims = [math.fsum(query * row) for row in g]
+        order = sorted(range(len(sims)), key=lambda j: (-sims[j], j))[:k]
+        rows.append(order)
+        scores.append([sims[j] for j in order])
+    return np.array(scores), np.array(rows)
+
+
+def _tied_rows(seed=0, count=3000, dim=16):
+    rng = np.random.default_rng(seed)
+    gallery = (rng.normal(size=(count, dim)) + 1.0).astype(np.float32)
+    copies = rng.integers(0, 40, count // 2)
+    gallery[rng.permutation(count)[: count // 2]] = gallery[copies]  # half the rows repeat one of 40
+    near = rng.permutation(count)[:200]  # and some differ from one of them by a few float32 ulps: float32
+    gallery[near] = gallery[copies[:200]] * (1 + rng.integers(-3, 4, (200, dim)) * 2.0 ** -23)  # cannot order them
+    queries = np.concatenate([gallery[[3, 17, 25]], rng.normal(size=(4, dim)).astype(np.float32) + 1.0])
+    return gallery, queries
+
+
+_SEARCH_IN_A_PROCESS = """
+import hashlib
+import numpy as np
+from test_search import _tied_rows
+from coclr.embed.search import nearest
+gallery, queries = _tied_rows()
+scores, rows = nearest(gallery, queries, 25, center={center}, chunk={chunk})
+print(hashlib.sha256(scores.tobytes() + rows.tobytes()).hexdigest())
+"""
+
+
+@pytest.mark.parametrize("center", [False, True])
+def test_exact_search_is_the_same_for_every_chunk_and_thread_count_ties_included(center):
+    """Byte-identical rows tie and rank by row (search --center ranked them by rounding noise); every chunk size
+    and BLAS thread count gives the same bits, those of a slow exact reference and of retrieval's
+    topk_neighbours."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from coclr.eval.retrieval import topk_neighbours
+
+    gallery, queries = _tied_rows()
+    expected_scores, expected_rows = exact_reference(gallery, queries, 25, center)
+    assert (np.diff(expected_scores, axis=1) == 0).sum() > 20  # ties inside the top 25
+    for chunk in (7, 100, 1024, 10**6):
+        scores, rows = nearest(gallery, queries, 25, center=center, chunk=chunk)
+        np.testing.assert_array_equal(rows, expected_rows)
+        np.testing.assert_array_equal(scores, expected_scores)
+    retrieval_scores, retrieval_rows = topk_neighbours(queries, gallery, 25, center=center, gallery_chunk=333)
+    np.testing.assert_array_equal(retrieval_rows, expected_rows)
+    np.testing.assert_array_equal(retrieval_scores, expected_scores.astype(np.float32))
+    digest = hashlib.sha256(expected_scores.tobytes() + expected_rows.astype(np.int64).tobytes()).hexdigest()
+    paths = os.pathsep.join([str(Path(__file__).parents[1] / "src"), str(Path(__file__).parent)])
+    for threads, chunk in ((1, 4096), (2, 500)):
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads),
+               "MKL_NUM_THREADS": str(threads), "PYTHONPATH": paths}
+        code = _SEARCH_IN_A_PROCESS.format(center=center, chunk=chunk)
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == digest
+
+
+def _copy_folder(folder, tmp_path):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(folder[0], out)
+    return out
+
+
+def test_search_center_ranks_identical_rows_by_row(folder, tmp_path, capsys):
+    out = _copy_folder(folder, tmp_path)
+    videos = np.load(out / "videos.npy")
+    videos[[2, 4]] = videos[0]
+    videos[5] = videos[1]
+    np.save(out / "videos.npy", videos)
+    for center in ([], ["--center"]):
+        assert cli_main(["search", str(out), "--query", "0", "-k", "5", "--json", *center]) == 0
+        hits = json.loads(capsys.readouterr().out)["hits"]
+        assert [h["row"] for h in hits][:2] == [2, 4] and hits[0]["score"] == hits[1]["score"]
+        assert [h["row"] for h in hits][2:4] == [1, 5] and hits[2]["score"] == hits[3]["score"]
+
+
+def test_prepared_rows_are_kept_beside_the_folder_and_never_served_stale(folder, tmp_path, capsys):
+    import os
+
+    from coclr.embed.search import folder_rows, prepare_search, prepared_paths
+
+    out = _copy_folder(folder, tmp_path)
+    prepare_search(out)
+    rows_path, bf16_path, record_path = prepared_paths(out, "videos", False)
+    assert rows_path.is_file() and bf16_path.is_file()
+    assert json.loads(record_path.read_text())["source_checksum"].startswith("blake2b:")
+    prepared = folder_rows(Embeddings(out))
+    np.testing.assert_array_equal(prepared.block(0, 6), np.load(rows_path))
+    inode = os.stat(rows_path).st_ino
+
+    def top(query="0"):
+        assert cli_main(["search", str(out), "--query", query, "-k", "5", "--json"]) == 0
+        return [h["row"] for h in json.loads(capsys.readouterr().out)["hits"]]
+
+    before = top()
+    assert os.stat(rows_path).st_ino == inode  # reused, not rewritten
+    os.utime(out / "videos.npy")  # same bytes, new identity: checksummed again, kept
+    assert top() == before and os.stat(rows_path).st_ino == inode
+    # The rows change in place, with the size and modification time put back: never served stale.
+    videos = np.load(out / "videos.npy")
+    stat = os.stat(out / "videos.npy")
+    changed = videos[[0, 5, 4, 3, 2, 1]]
+    with open(out / "videos.npy", "r+b") as file:
+        file.seek(os.path.getsize(out / "videos.npy") - changed.nbytes)
+        file.write(changed.tobytes())
+    os.utime(out / "videos.npy", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    after = top()
+    assert after == [{0: 0, 1: 5, 2: 4, 3: 3, 4: 2, 5: 1}[row] for row in before]
+    assert os.stat(rows_path).st_ino != inode
+
+
+def test_json_lines_are_parsed_as_read_and_equal_the_eager_reader(folder, tmp_path):
+    from coclr.embed.output import JsonLines, read_jsonl
+    from coclr.errors import DataError
+
+    for name in ("videos.jsonl", "windows.jsonl"):
+        lazy, eager = JsonLines(folder[0] / name), read_jsonl(folder[0] / name)
+        assert len(lazy) == len(eager) and list(lazy) == eager and lazy[-1] == eager[-1] and lazy[1:3] == eager[1:3]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"row": 0}\n{"row": 1\n')
+    lines = JsonLines(bad)
+    assert len(lines) == 2 and lines[0] == {"row": 0}
+    with pytest.raises(DataError, match="bad.jsonl: record 2 is not JSON"):
+        lines[1]
+    with pytest.raises(IndexError):
+        lines[2]
+    assert len(JsonLines(tmp_path / "missing.jsonl")) == 0
+
+
+def test_the_bfloat16_first_pass_gives_the_exact_answer_for_many_queries():
+    """From BF16_MIN_QUERIES queries the first pass multiplies bfloat16 copies (AMX/AVX-512 BF16 where the CPU has
+    them); it only chooses candidates: the answer is the exact reference's, ties and near ties included, and the
+    bfloat16 products stay within the bound the candidates are chosen with."""
+    import torch
+
+    from coclr.embed.search import BF16_MIN_QUERIES, UnitRows, exact_topk
+    from coclr.eval.exact import bfloat16_bits, bfloat16_dot_bound, unit_rows
+
+    gallery, queries = _tied_rows(count=2500, dim=64)
+    rng = np.random.default_rng(1)
+    queries = np.concatenate([queries, gallery[rng.integers(0, 2500, 40)], rng.normal(size=(10, 64)) + 1.0])
+    assert len(queries) >= BF16_MIN_QUERIES
+    units, query_units = unit_rows(gallery), unit_rows(queries)
+    bits = bfloat16_bits(units)
+    np.testing.assert_array_equal(bits, torch.from_numpy(units).bfloat16().view(torch.int16).numpy().view(np.uint16))
+    expected_scores, expected_rows = exact_reference(gallery, queries, 12, False)
+    for chunk in (300, 4096):
+        scores, rows = exact_topk(UnitRows.of_array(units, None, bits), query_units, 12, chunk)
+        np.testing.assert_array_equal(rows, expected_rows)
+        np.testing.assert_array_equal(scores, expected_scores)
+    bf16 = lambda b: torch.from_numpy(b.view(np.int16)).view(torch.bfloat16)  # noqa: E731
+    approx = (bf16(bfloat16_bits(query_units)) @ bf16(bits).T).float().numpy().astype(np.float64)
+    exact = query_units.astype(np.float64) @ units.astype(np.float64).T
+    assert np.abs(approx - exact).max() <= bfloat16_dot_bound(64) / 2
+
+
+def test_an_html_path_that_is_a_folder_is_one_line(folder, tmp_path, capsys):
+    out, _, _ = folder
+    page = tmp_path / "page.html"
+    page.mkdir()
+    assert cli_main(["search", str(out), "--query", "1", "-k", "2", "--html", str(page)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and str(page) in err and "is a folder" in err

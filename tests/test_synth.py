@@ -339,3 +339,25 @@ def test_motion_tells_classes_apart_across_scenes_appearance_does_not():
     motion_accuracy = nearest_neighbour_accuracy(motion[train], labels[train], motion[~train], labels[~train])
     assert appearance_accuracy < chance + 0.15, appearance_accuracy
     assert motion_accuracy > 4 * chance, motion_accuracy
+
+
+def test_seed_from_an_override_or_a_config_file_is_honoured_and_a_conflict_refused(tmp_path, capsys):
+    """`data synth seed=5` and a config file's `seed: 7` were silently replaced by seed 0 (only --seed worked)."""
+    from coclr.cli import main
+    from coclr.cli._synth import synth_config
+
+    config_file = tmp_path / "synth.yaml"
+    config_file.write_text("seed: 7\n")
+    assert synth_config(None, ["seed=5"], None).seed == 5
+    assert synth_config(str(config_file), [], None).seed == 7
+    assert synth_config(str(config_file), ["seed=5"], None).seed == 5
+    assert synth_config(None, [], 3).seed == 3
+    assert synth_config(None, [], None).seed == 0
+    assert synth_config(str(config_file), [], 7).seed == 7
+    with pytest.raises(ConfigError, match="--seed 3 disagrees with seed 5 from the seed=N override"):
+        synth_config(None, ["seed=5"], 3)
+    with pytest.raises(ConfigError, match="seed 7 from the config file"):
+        synth_config(str(config_file), [], 3)
+    out = tmp_path / "store"
+    assert main(["data", "synth", "--out", str(out), "--seed", "3", "seed=5"]) == 2
+    assert "disagrees" in capsys.readouterr().err and not out.exists()  # refused before any work

@@ -44,6 +44,11 @@ def atomic_open(path: str | Path, mode: str = "wb", fsync: bool = True) -> Itera
         os.umask(umask)
         os.chmod(temp, 0o666 & ~umask)  # mkstemp makes the file private; give it the usual permissions
         os.replace(temp, path)
+    except OSError as error:
+        Path(temp).unlink(missing_ok=True)
+        if error.filename is None:  # a failed write or flush (disk full, file too large) names no file: name it
+            raise OSError(error.errno, error.strerror, str(path)) from error
+        raise
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise

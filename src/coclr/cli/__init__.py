@@ -12,6 +12,7 @@ import importlib
 import pkgutil
 import sys
 
+from coclr.cli._world import run_command
 from coclr.errors import CoclrError
 
 
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        status = args.func(args)
+        status = run_command(args)
     except CoclrError as error:
         print(f"coclr {args.command}: error: {error}", file=sys.stderr)
         return 2

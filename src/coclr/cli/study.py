@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.seeds:  # the seeds end at the first key=value, which argparse would take for one more seed
         overrides = [token for token in args.seeds if not token.lstrip("-").isdigit()]
-        args.seeds = [int(token) for token in args.seeds if token.lstrip("-").isdigit()]
+        args.seeds = check_seeds([int(token) for token in args.seeds if token.lstrip("-").isdigit()])
         args.overrides = [*overrides, *args.overrides]
     overrides = [*args.overrides, *([f"seed={args.seed}"] if args.seed is not None else [])]
     config = load_config(StudyConfig, args.config, overrides)
@@ -64,3 +64,18 @@ def report(config, args: argparse.Namespace) -> int:
         print((Path(args.out) / "results.md").read_text())
         print(f"this command took {results['wall_seconds'] / 60:.1f} min; results in {args.out}/")
     return 0
+
+
+def check_seeds(seeds: list[int]) -> list[int]:
+    """The seeds of ``--seeds``, refused in one line when one repeats (the same run counted twice would report two
+    agreeing seeds, +- 0.0) or is negative."""
+    from coclr.errors import ConfigError
+
+    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if repeated:
+        raise ConfigError(f"--seeds: {', '.join(map(str, repeated))} given more than once; each seed must be "
+                          "a different run")
+    negative = [seed for seed in seeds if seed < 0]
+    if negative:
+        raise ConfigError(f"--seeds: must be non-negative, got {', '.join(map(str, negative))}")
+    return seeds

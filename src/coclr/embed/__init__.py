@@ -9,6 +9,19 @@ cosine search, optional FAISS, the HTML page).
 
 from __future__ import annotations
 
-from coclr.embed.embedder import Embedder, EmbedFailure, VideoEmbedding
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coclr.embed.embedder import Embedder, EmbedFailure, VideoEmbedding
 
 __all__ = ["Embedder", "VideoEmbedding", "EmbedFailure"]
+
+
+def __getattr__(name: str) -> Any:
+    """The embedder's names on first use (lazy: it imports torch, which ``coclr search`` of stored rows, reading
+    ``output`` and ``search`` only, does not need)."""
+    if name in __all__:
+        from coclr.embed import embedder
+
+        return getattr(embedder, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -323,6 +324,36 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return read_json_lines(path) if path.is_file() else []
 
 
+class JsonLines(Sequence):
+    """The records of a JSON-lines file of the folder as a read-only list whose lines are parsed when first read
+    (a search of millions of rows reads the ``k`` it prints); a line that is not JSON is a :class:`DataError`
+    naming the file and line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._data = path.read_bytes() if path.is_file() else b""
+        ends = np.flatnonzero(np.frombuffer(self._data, np.uint8) == ord("\n"))
+        starts = np.concatenate([[0], ends + 1])
+        ends = np.concatenate([ends, [len(self._data)]])
+        full = ends > starts  # empty lines (the end of the file) are no records
+        self._starts, self._ends = starts[full], ends[full]
+        self._parsed: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        number = range(len(self))[index]  # IndexError when out of range, negative indices allowed
+        if number not in self._parsed:
+            try:
+                self._parsed[number] = json.loads(self._data[self._starts[number]: self._ends[number]])
+            except ValueError as error:
+                raise DataError(f"{self.path}: record {number + 1} is not JSON: {error}") from None
+        return self._parsed[number]
+
+
 def read_settings(root: str | Path) -> dict[str, Any]:
     """The ``embed.json`` record of an output folder (a :class:`DataError` when it is not one)."""
     path = Path(root) / SETTINGS_FILE
@@ -355,8 +386,8 @@ class Embeddings:
             raise DataError(f"{self.root}: no embeddings yet; run the same coclr embed command again to finish")
         self.videos = np.load(self.root / f"{VIDEOS}.npy", mmap_mode="c")
         self.windows = np.load(self.root / f"{WINDOWS}.npy", mmap_mode="c")
-        self.video_records = read_jsonl(self.root / f"{VIDEOS}.jsonl")
-        self.window_records = read_jsonl(self.root / f"{WINDOWS}.jsonl")
+        self.video_records = JsonLines(self.root / f"{VIDEOS}.jsonl")  # parsed as read: a search reads k of N
+        self.window_records = JsonLines(self.root / f"{WINDOWS}.jsonl")
         if len(self.videos) != len(self.video_records) or len(self.windows) != len(self.window_records):
             raise DataError(f"{self.root}: the arrays and the JSON-lines files disagree (an interrupted run?); run "
                             "the same coclr embed command again to finish it")

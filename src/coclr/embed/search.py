@@ -1,28 +1,62 @@
-"""Nearest videos (or windows) of a query in an embedding folder, by cosine similarity.
+"""Nearest videos (or windows) of a query in an embedding folder, by cosine similarity, exactly.
 
-Exact search goes through :func:`coclr.eval.retrieval.topk_neighbours` over the memory-mapped arrays, in
-chunks, so memory stays bounded for millions of rows. The rows are unit vectors, so the similarity is their dot
-product; by default nothing is centred (a row's neighbours do not change when videos are added to the folder,
-and the scores are those FAISS gives). ``center=True`` subtracts the mean of the folder's rows first, as the
-paper's retrieval protocol does with its gallery, which removes what all videos share.
+Scores: the exact dot products of quantised unit vectors (:mod:`coclr.eval.exact`, the rule retrieval uses), so the
+answer is the same bits on every CPU, thread count and chunk size, and byte-identical rows tie and rank by the
+documented rule: higher score first, then lower row. By default nothing is centred (a row's neighbours do not change
+when videos are added to the folder); ``center=True`` subtracts the mean of the folder's rows first, as the paper's
+retrieval protocol does with its gallery (the order-free mean of :func:`coclr.eval.exact.gallery_mean`).
 
-FAISS (``pip install faiss-cpu``, optional) runs the same exact search with an ``IndexFlatIP``; it must hold the
-whole array in memory, and building the index per query costs more than the chunked search saves: it pays when
-one index serves many queries (``benchmarks/bench_embed.py`` measures both; ``docs/embed.md``).
+Speed: the rows are normalised once, when the folder is first searched (or when ``coclr embed`` calls
+:func:`prepare_search` after writing it), into ``search/<videos|windows>.<plain|centred>.npy`` beside the arrays,
+with a JSON record of the source array's identity (device, inode, size, modification and change times) and its
+BLAKE2 checksum: a source whose identity changed is checksummed again, and rows whose checksum differs are
+normalised again, so a changed folder is never served stale. The prepared rows are memory-mapped. A search is
+then a float32 matrix product over chunks (BLAS speed) that keeps, per query, every row whose float32 score is
+within twice the float32 rounding bound (:func:`coclr.eval.exact.exact_dot_bound`) of its running k-th best, and
+scores those few candidates exactly in float64: the float32 pass may round however the CPU likes, the exact pass
+decides. Only NumPy is needed (no torch import for a search of stored rows).
+
+FAISS (``pip install faiss-cpu``, optional) runs an exact float32 search with an ``IndexFlatIP``: the same
+neighbours up to float32 rounding, without the tie rule; it must hold the whole array in memory.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import os
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from coclr.atomic import atomic_open, atomic_write_json
 from coclr.embed.output import Embeddings
 from coclr.errors import ConfigError, DataError
+from coclr.eval.exact import (
+    QUANTUM_BITS,
+    bfloat16_bits,
+    bfloat16_dot_bound,
+    exact_dot_bound,
+    gallery_mean,
+    unit_rows,
+)
 
 BACKENDS = ("exact", "faiss")
+PREPARED_DIR = "search"
+PREPARED_FORMAT = "coclr-search-rows"
+PREPARE_BLOCK = 8192
+"""Rows normalised at a time when the prepared rows are written (bounds memory for millions of rows)."""
+SEARCH_CHUNK = 32768
+"""Gallery rows per float32 product in a search (bounds the score block to ``queries x SEARCH_CHUNK``)."""
+FIRST_CHUNK = 1024
+"""The first chunk is small: its k-th best score starts the candidate threshold before the big chunks come."""
+BF16_MIN_QUERIES = 16
+"""From this many queries at once the first pass multiplies bfloat16 copies of the rows (compute-bound: faster
+where the CPU has bfloat16 instructions); fewer queries read float32 rows (memory-bound) without importing torch."""
 
 
 @dataclasses.dataclass
@@ -50,17 +84,239 @@ def faiss_available() -> bool:
     return True
 
 
-def nearest(gallery: np.ndarray, queries: np.ndarray, k: int, backend: str = "exact", center: bool = False,
-            chunk: int = 16384) -> tuple[np.ndarray, np.ndarray]:
-    """``(scores [Q, k], rows [Q, k])`` of the ``k`` gallery rows most similar to each query (cosine)."""
+# ------------------------------------------------------------------------------------- exact two-pass search
+
+
+@dataclasses.dataclass
+class UnitRows:
+    """Gallery rows as quantised unit vectors (:func:`coclr.eval.exact.unit_rows`): ``block(start, stop)`` and
+    ``take(indices)`` give the same bits for a row whichever way it is read; ``mean`` was subtracted first."""
+
+    count: int
+    dim: int
+    block: Callable[[int, int], np.ndarray]
+    take: Callable[[np.ndarray], np.ndarray]
+    mean: np.ndarray | None = None
+    block16: Callable[[int, int], np.ndarray] | None = None
+    """The same rows rounded to bfloat16 (raw ``uint16`` bits), when prepared: the fast first pass of many queries."""
+
+    @classmethod
+    def of_array(cls, units: np.ndarray, mean: np.ndarray | None = None,
+                 units16: np.ndarray | None = None) -> UnitRows:
+        """Rows normalised already (a prepared file, memory-mapped), and their bfloat16 copy when there is one."""
+        block16 = (lambda a, b: np.asarray(units16[a:b])) if units16 is not None else None
+        return cls(len(units), units.shape[1], lambda a, b: np.asarray(units[a:b]),
+                   lambda rows: np.asarray(units[rows]), mean, block16)
+
+    @classmethod
+    def normalising(cls, rows: np.ndarray, center: bool) -> UnitRows:
+        """Raw rows, normalised chunk by chunk as they are read (nothing written)."""
+        mean = gallery_mean(rows) if center else None
+        return cls(len(rows), rows.shape[1], lambda a, b: _units(rows[a:b], mean),
+                   lambda indices: _units(rows[indices], mean), mean)
+
+
+def _units(rows: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
+    try:
+        return unit_rows(rows, mean)
+    except ValueError:
+        raise DataError("the searched rows hold NaN or infinite values") from None
+
+
+def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEARCH_CHUNK
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores float64 [Q, k], rows int64 [Q, k])``: each query's ``k`` best gallery rows by exact score, ties
+    to the lower row. ``queries`` are unit rows already (:func:`coclr.eval.exact.unit_rows`, same mean).
+
+    Pass 1 (float32 BLAS, or for ``BF16_MIN_QUERIES`` queries and more a bfloat16 product where the rows have a
+    bfloat16 copy and torch is installed: oneDNN's AMX/AVX-512 BF16 kernels) keeps every row within ``margin``
+    (twice that pass's rounding bound) of the running k-th best first-pass score: a row whose exact score reaches
+    the exact k-th best is always kept. Pass 2 scores the kept rows exactly (float64 products of quantised rows:
+    exact in any order)."""
+    if gallery.count == 0 or k < 1:
+        raise DataError(f"nothing to search: {gallery.count} rows, k = {k}")
+    queries = np.ascontiguousarray(queries, np.float32)
+    count, k = len(queries), min(k, gallery.count)
+    first_pass = _bfloat16_pass(gallery, queries) if count >= BF16_MIN_QUERIES else None
+    coarse = first_pass is not None
+    bound = bfloat16_dot_bound(gallery.dim) if coarse else exact_dot_bound(gallery.dim)
+    first_pass = first_pass or (lambda start, stop: queries @ gallery.block(start, stop).T)
+    margin = np.float32(2 * bound)
+    floor = np.full(count, -np.inf, np.float32)
+    pool_query, pool_row, pool_score = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
+    starts = [0, *range(min(FIRST_CHUNK, chunk), gallery.count, chunk)]
+    for number, start in enumerate(starts):
+        stop = starts[number + 1] if number + 1 < len(starts) else gallery.count
+        scores = first_pass(start, stop)  # float32 [Q, c], rounded however the CPU likes (within the bound)
+        if number == 0 and stop - start >= k:  # the first block's k-th best starts the threshold
+            floor = np.partition(scores, stop - start - k, axis=1)[:, stop - start - k] - margin
+        hot = np.flatnonzero(scores.max(axis=1) >= floor)  # most queries have no candidate in a later block
+        rows, cols = np.nonzero((scores if len(hot) == count else scores[hot]) >= floor[hot, None])
+        pool_query = np.concatenate([pool_query, hot[rows]])
+        pool_row = np.concatenate([pool_row, cols.astype(np.int64) + start])
+        pool_score = np.concatenate([pool_score, scores[hot[rows], cols]])
+        floor = _raise_floor(floor, pool_query, pool_score, k, margin)
+        keep = pool_score >= floor[pool_query]
+        pool_query, pool_row, pool_score = pool_query[keep], pool_row[keep], pool_score[keep]
+    unique, inverse = np.unique(pool_row, return_inverse=True)  # each candidate row read once, in file order
+    rows32 = gallery.take(unique)
+    if coarse:  # float32 scores of the bfloat16 pass's candidates thin them
+        refined = (queries @ rows32.T)[pool_query, inverse]
+        margin32 = np.float32(2 * exact_dot_bound(gallery.dim))
+        floor32 = _raise_floor(np.full(count, -np.inf, np.float32), pool_query, refined, k, margin32)
+        keep = refined >= floor32[pool_query]
+        pool_query, pool_row, inverse = pool_query[keep], pool_row[keep], inverse[keep]
+    exact = np.einsum("ij,ij->i", rows32[inverse].astype(np.float64), queries[pool_query].astype(np.float64))
+    order = np.lexsort((pool_row, -exact, pool_query))  # exact in any order (quantised rows); ties to the lower row
+    first = np.searchsorted(pool_query[order], np.arange(count))
+    picked = order[first[:, None] + np.arange(k)]
+    return exact[picked], pool_row[picked]
+
+
+def _raise_floor(floor: np.ndarray, pool_query: np.ndarray, pool_score: np.ndarray, k: int,
+                 margin: np.float32) -> np.ndarray:
+    """Each query's floor raised to its k-th best pool score minus ``margin`` (where it has k pool scores)."""
+    count = len(floor)
+    order = np.lexsort((-pool_score, pool_query))  # by query, best first: the k-th is at first + k - 1
+    sorted_query, sorted_score = pool_query[order], pool_score[order]
+    first = np.searchsorted(sorted_query, np.arange(count + 1))
+    full = np.flatnonzero(np.diff(first) >= k)
+    floor = floor.copy()
+    floor[full] = np.maximum(floor[full], sorted_score[first[full] + k - 1] - margin)
+    return floor
+
+
+def _bfloat16_pass(gallery: UnitRows, queries: np.ndarray) -> Callable[[int, int], np.ndarray] | None:
+    """The bfloat16 first pass (scores as float32 ``[Q, c]``), or None without a bfloat16 copy or torch."""
+    if gallery.block16 is None:
+        return None
+    try:
+        import torch  # optional here (heavy to import; a one-query search does without it)
+    except ImportError:
+        return None
+    query16 = torch.from_numpy(bfloat16_bits(queries).view(np.int16)).view(torch.bfloat16)
+
+    def scores(start: int, stop: int) -> np.ndarray:
+        with warnings.catch_warnings():  # a read-only memory map: torch warns that it could write (it does not)
+            warnings.simplefilter("ignore", UserWarning)
+            rows = torch.from_numpy(np.ascontiguousarray(gallery.block16(start, stop)).view(np.int16))
+        return (query16 @ rows.view(torch.bfloat16).T).float().numpy()
+
+    return scores
+
+
+# ------------------------------------------------------------------------------ prepared rows beside a folder
+
+
+def _identity(path: Path) -> list[int]:
+    stat = os.stat(path)
+    return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+
+
+def file_checksum(path: Path, block: int = 1 << 23) -> str:
+    """``blake2b:<hex>`` of a file's bytes (read in blocks)."""
+    digest = hashlib.blake2b(digest_size=20)
+    with open(path, "rb") as file:
+        while chunk := file.read(block):
+            digest.update(chunk)
+    return f"blake2b:{digest.hexdigest()}"
+
+
+def prepared_paths(root: Path, name: str, center: bool) -> tuple[Path, Path, Path]:
+    """The prepared rows of ``<name>.npy``, their bfloat16 copy and their record:
+    ``search/<name>.<plain|centred>.{npy,bf16.npy,json}``."""
+    stem = root / PREPARED_DIR / f"{name}.{'centred' if center else 'plain'}"
+    return Path(f"{stem}.npy"), Path(f"{stem}.bf16.npy"), Path(f"{stem}.json")
+
+
+def _fresh(root: Path, name: str, center: bool, source: np.ndarray) -> UnitRows | None:
+    """The prepared rows when their record matches the source array (by identity, else by checksum); else None."""
+    rows_path, bf16_path, record_path = prepared_paths(root, name, center)
+    source_path = root / f"{name}.npy"
+    try:
+        record = json.loads(record_path.read_text())
+        if record.get("format") != PREPARED_FORMAT or record.get("quantum_bits") != QUANTUM_BITS \
+                or record.get("prepared_identity") != _identity(rows_path) \
+                or record.get("bf16_identity") != _identity(bf16_path):
+            return None
+        if record.get("source_identity") != _identity(source_path):
+            if record.get("source_checksum") != file_checksum(source_path):
+                return None
+            record["source_identity"] = _identity(source_path)  # the same bytes (a copy, a touch): re-bless
+            atomic_write_json(record_path, record)
+        units, units16 = np.load(rows_path, mmap_mode="r"), np.load(bf16_path, mmap_mode="r")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if units.shape != source.shape or units.dtype != np.float32 or units16.shape != source.shape \
+            or units16.dtype != np.uint16:
+        return None
+    mean = np.asarray(record["mean"], np.float64) if center else None
+    if mean is not None and mean.shape != (source.shape[1],):
+        return None
+    return UnitRows.of_array(units, mean, units16)
+
+
+def _write_prepared(root: Path, name: str, center: bool, source: np.ndarray) -> UnitRows:
+    rows_path, bf16_path, record_path = prepared_paths(root, name, center)
+    source_path = root / f"{name}.npy"
+    identity, checksum = _identity(source_path), file_checksum(source_path)
+    mean = gallery_mean(source) if center else None
+    with atomic_open(rows_path, "wb") as file, atomic_open(bf16_path, "wb") as file16:
+        for out, dtype in ((file, np.float32), (file16, np.uint16)):
+            np.lib.format.write_array_header_1_0(out, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                                       "fortran_order": False, "shape": tuple(source.shape)})
+        for start in range(0, len(source), PREPARE_BLOCK):
+            units = _units(source[start: start + PREPARE_BLOCK], mean)
+            file.write(units.tobytes())
+            file16.write(bfloat16_bits(units).tobytes())
+    atomic_write_json(record_path, {"format": PREPARED_FORMAT, "quantum_bits": QUANTUM_BITS, "source": source_path.name,
+                                    "source_identity": identity, "source_checksum": checksum,
+                                    "prepared_identity": _identity(rows_path), "bf16_identity": _identity(bf16_path),
+                                    "mean": mean.tolist() if mean is not None else None})
+    return UnitRows.of_array(np.load(rows_path, mmap_mode="r"), mean, np.load(bf16_path, mmap_mode="r"))
+
+
+def folder_rows(embeddings: Embeddings, windows: bool = False, center: bool = False) -> UnitRows:
+    """The searched rows of a folder, prepared once and kept beside it (see the module docstring); a folder that
+    cannot be written (read-only) is normalised chunk by chunk on each search instead."""
+    name = "windows" if windows else "videos"
+    source = embeddings.windows if windows else embeddings.videos
+    prepared = _fresh(embeddings.root, name, center, source)
+    if prepared is not None:
+        return prepared
+    if len(source) == 0:
+        return UnitRows.normalising(source, center)
+    try:
+        return _write_prepared(embeddings.root, name, center, source)
+    except OSError:
+        return UnitRows.normalising(source, center)
+
+
+def prepare_search(root: str | Path) -> None:
+    """Prepare a folder's rows for search now (videos and windows, not centred): the hook ``coclr embed`` may call
+    after it writes the folder, so that the first search does not pay for it. Safe to call at any time."""
+    embeddings = Embeddings(root)
+    for windows in (False, True):
+        folder_rows(embeddings, windows)
+
+
+# ------------------------------------------------------------------------------------------------ the search
+
+
+def nearest(gallery: np.ndarray | UnitRows, queries: np.ndarray, k: int, backend: str = "exact",
+            center: bool = False, chunk: int = SEARCH_CHUNK) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores [Q, k], rows [Q, k])`` of the ``k`` gallery rows most similar to each query (cosine), best first,
+    ties to the lower row. ``gallery``: raw rows (normalised as they are read) or prepared :class:`UnitRows`
+    (then ``center`` is theirs)."""
     if backend not in BACKENDS:
         raise ConfigError(f"backend: {backend!r} is not one of {', '.join(BACKENDS)}")
-    queries = np.asarray(queries, np.float32).reshape(-1, gallery.shape[1])
+    dim = gallery.dim if isinstance(gallery, UnitRows) else gallery.shape[1]
+    queries = np.asarray(queries, np.float32).reshape(-1, dim)
     if backend == "faiss":
-        return _faiss_nearest(gallery, queries, k, center, chunk)
-    from coclr.eval.retrieval import topk_neighbours
-
-    return topk_neighbours(queries, gallery, k, gallery_chunk=chunk, center=center)
+        raw = gallery.block(0, gallery.count) if isinstance(gallery, UnitRows) else gallery
+        return _faiss_nearest(raw, queries, k, center and not isinstance(gallery, UnitRows), chunk)
+    rows = gallery if isinstance(gallery, UnitRows) else UnitRows.normalising(gallery, center)
+    return exact_topk(rows, _units(queries, rows.mean), k, chunk)
 
 
 def _faiss_nearest(gallery: np.ndarray, queries: np.ndarray, k: int, center: bool,
@@ -93,7 +349,8 @@ def search(embeddings: Embeddings, query: np.ndarray, k: int = 10, windows: bool
     if k < 1:
         raise ConfigError(f"k: must be at least 1, got {k}")
     extra = 1 if exclude is not None else 0
-    scores, rows = nearest(gallery, query, k + extra, backend, center)
+    rows_or_prepared = folder_rows(embeddings, windows, center) if backend == "exact" else gallery
+    scores, rows = nearest(rows_or_prepared, query, k + extra, backend, center)
     hits = []
     for score, row in zip(scores[0], rows[0]):
         row = int(row)

@@ -38,19 +38,89 @@ def view_name(view: str) -> str:
 
 
 def load_record(path: str | Path) -> dict[str, Any]:
-    """One evaluation record, checked to be one (names the file when it is not)."""
+    """One evaluation record, checked to be one (names the file and the field when it is not)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"result file not found: {path}")
     try:
         record = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, bad UTF-8, absurd nesting
         raise DataError(f"{path}: not a JSON file: {error}") from None
     if not isinstance(record, dict) or record.get("task") not in ("retrieval", "linear", "finetune") \
             or not isinstance(record.get("streams"), list) or "results" not in record:
         raise DataError(f"{path}: not a 'coclr eval' result (needs task, streams and results)")
+    problem = record_problem(record)
+    if problem:
+        raise DataError(f"{path}: not a valid 'coclr eval' result: {problem}; write it again with coclr eval")
     record.setdefault("source", str(path))
     return record
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _int_list(value: Any, below: int | None = None) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                           and (below is None or v < below) for v in value)
+
+
+def record_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with the fields the report reads from an evaluation record (None when nothing is), so that a
+    malformed file is named in one line before anything is written, never a traceback half-way."""
+    streams = record["streams"]
+    if not streams:
+        return "streams: empty"
+    for number, stream in enumerate(streams):
+        if not isinstance(stream, dict):
+            return f"streams[{number}]: not a mapping"
+        for key in ("checkpoint", "checkpoint_sha256", "view"):
+            if not isinstance(stream.get(key), str):
+                return f"streams[{number}].{key}: missing or not a string"
+        for key in ("meta", "trained_clips"):
+            if stream.get(key) is not None and not isinstance(stream[key], dict):
+                return f"streams[{number}].{key}: not a mapping"
+    results = record["results"]
+    if not isinstance(results, dict):
+        return "results: not a mapping"
+    metric = "R@1" if record["task"] == "retrieval" else "top1"
+    if results.get(metric) is not None and not _is_number(results[metric]):
+        return f"results.{metric}: not a number ({results[metric]!r})"
+    if record.get("name") is not None and not isinstance(record["name"], str):
+        return "name: not a string"
+    config = record.get("config", {})
+    if not isinstance(config, dict) or not isinstance(config.get("clips", {}), dict):
+        return "config: not a mapping of the clip settings"
+    health = record.get("feature_health", [])
+    if not isinstance(health, list) or not all(
+            isinstance(item, dict) and all(isinstance(item.get(split), dict) and "degenerate" in item[split]
+                                           for split in ("train", "test")) for item in health):
+        return "feature_health: needs a list of {train: {degenerate}, test: {degenerate}}"
+    if "neighbours" in record:
+        return neighbours_problem(record)
+    return None
+
+
+def neighbours_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with a record's ``neighbours`` (the retrieval gallery's input), None when nothing is."""
+    neighbours = record["neighbours"]
+    if not isinstance(neighbours, dict):
+        return "neighbours: not a mapping"
+    keys = ("query_keys", "query_labels", "gallery_keys", "gallery_labels", "classes", "topk_indices")
+    missing = [key for key in keys if not isinstance(neighbours.get(key), list)]
+    if missing:
+        return f"neighbours: {', '.join(missing)} missing or not a list"
+    queries, gallery, classes = neighbours["query_keys"], neighbours["gallery_keys"], neighbours["classes"]
+    if not all(isinstance(key, str) for key in [*queries, *gallery, *classes]):
+        return "neighbours: keys and classes must be strings"
+    for name, labels, count in (("query_labels", neighbours["query_labels"], len(queries)),
+                                ("gallery_labels", neighbours["gallery_labels"], len(gallery))):
+        if len(labels) != count or not _int_list(labels, len(classes)):
+            return f"neighbours.{name}: needs one class number below {len(classes)} per key"
+    topk = neighbours["topk_indices"]
+    if len(topk) != len(queries) or not all(_int_list(row, len(gallery)) for row in topk):
+        return f"neighbours.topk_indices: needs one list of gallery rows (below {len(gallery)}) per query"
+    return None
 
 
 def _encoder_key(record: dict[str, Any]) -> tuple:
@@ -330,17 +400,22 @@ def write_report(out_dir: str | Path, records: Sequence[dict[str, Any]], store=N
     from coclr.store.clipstore import open_store
 
     out_dir = Path(out_dir)
+    retrievals = [record for record in records if record["task"] == "retrieval" and "neighbours" in record]
+    gallery_record = gallery_store = None
+    if retrievals:  # the gallery's store is opened before anything is written: a bad one changes nothing
+        rgb_first = [record for record in retrievals if record["streams"][0]["view"] == "rgb"]
+        gallery_record = (rgb_first or retrievals)[-1]
+        if store is None and not isinstance(gallery_record.get("store"), str):
+            raise DataError(f"{gallery_record.get('source', 'a retrieval record')}: records no store for the "
+                            "gallery's thumbnails; give --store")
+        gallery_store = store if store is not None else open_store(gallery_record["store"])
     markdown, table = write_table(build_table(records), out_dir)
     written = {"table.md": markdown, "table.json": table}
-    retrievals = [record for record in records if record["task"] == "retrieval" and "neighbours" in record]
-    if retrievals:
-        rgb_first = [record for record in retrievals if record["streams"][0]["view"] == "rgb"]
-        record = (rgb_first or retrievals)[-1]
-        gallery_store = store if store is not None else open_store(record["store"])
-        cells = describe_encoders(record)
-        title = f"Retrieval with {cells['Method']}, input {cells['Input']}, on {record.get('dataset', '?')}"
-        written["gallery.html"] = write_gallery(out_dir / "gallery.html", gallery_store, record, gallery_count,
-                                                title=title)
+    if gallery_record is not None:
+        cells = describe_encoders(gallery_record)
+        title = f"Retrieval with {cells['Method']}, input {cells['Input']}, on {gallery_record.get('dataset', '?')}"
+        written["gallery.html"] = write_gallery(out_dir / "gallery.html", gallery_store, gallery_record,
+                                                gallery_count, title=title)
     if (out_dir / "stage_recall.png").is_file():
         written["stage_recall.png"] = out_dir / "stage_recall.png"
     return written

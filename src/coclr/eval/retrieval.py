@@ -13,9 +13,9 @@ Ties: in the neighbour lists, among equal similarities the gallery video with th
 the train split) ranks first, whatever the chunk sizes (the running top-k is merged with stable sorts). R@k does
 not depend on that order: ties at the k-th place count in expectation over a random order
 (:func:`recall_with_ties`), so constant features (a collapsed encoder) score chance, not what the gallery's
-order happens to give. Chunking gives the same neighbours as one big block except where two similarities differ
-by less than float rounding: BLAS may round the last bit of a dot product differently for other block shapes
-(``dtype=torch.float64`` makes that ~1e-16).
+order happens to give. Equal rows always tie: similarities are exact dot products of quantised unit vectors
+(:mod:`coclr.eval.exact`), so neighbours, scores and R@k are the same bits on every CPU and device, for every
+chunk size, thread count and gallery order (the gallery mean is order-free too).
 
 Two-stream retrieval averages the similarity matrices of the two views (computed blockwise too).
 """
@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from coclr.errors import DataError
+from coclr.eval.exact import gallery_mean, unit_rows
 
 DEFAULT_KS = (1, 5, 10, 20)
 
@@ -82,18 +83,20 @@ def _merge_topk(values: torch.Tensor, indices: torch.Tensor, new_values: torch.T
     return values[:, :k], indices[:, :k]
 
 
-def _as_views(features: torch.Tensor | np.ndarray | Sequence) -> list[torch.Tensor]:
+def _as_views(features: torch.Tensor | np.ndarray | Sequence) -> list[np.ndarray]:
+    """The views as arrays on the CPU (memory-mapped arrays stay memory-mapped: rows are read chunk by chunk)."""
     if isinstance(features, (torch.Tensor, np.ndarray)):
         features = [features]
-    return [torch.as_tensor(np.asarray(f) if not isinstance(f, torch.Tensor) else f) for f in features]
+    return [f.detach().cpu().numpy() if isinstance(f, torch.Tensor) else np.asanyarray(f) for f in features]
 
 
 class _Rows:
     """The checked views of the queries and the gallery, handed out in chunks of rows centred by the gallery's mean
-    (unless ``center`` is false) and L2-normalised (a zero row stays zero), so memory-mapped arrays of millions
-    of rows are read without being copied whole, and a block computed twice gives the same bits."""
+    (unless ``center`` is false), L2-normalised and quantised by :func:`coclr.eval.exact.unit_rows`, as float64 on
+    the compute device: a row's values depend on the row alone, so a block computed twice, in another chunk or on
+    another CPU gives the same bits, and memory-mapped arrays of millions of rows are never copied whole."""
 
-    def __init__(self, query, gallery, device: str | torch.device, dtype: torch.dtype, center: bool) -> None:
+    def __init__(self, query, gallery, device: str | torch.device, center: bool) -> None:
         self.queries, self.galleries = _as_views(query), _as_views(gallery)
         if len(self.queries) != len(self.galleries) or not self.queries:
             raise ValueError(f"need the same number of views for queries and gallery, got {len(self.queries)} and "
@@ -107,18 +110,17 @@ class _Rows:
         if self.num_gallery == 0 or self.num_query == 0:
             raise DataError(f"retrieval needs queries and gallery videos, got {self.num_query} and "
                             f"{self.num_gallery}")
-        self.device, self.dtype = torch.device(device), dtype
-        self.means = [g.to(self.device, dtype).mean(dim=0, keepdim=True) if center else None for g in self.galleries]
+        self.device = torch.device(device)
+        self.means = [gallery_mean(g) if center else None for g in self.galleries]
 
-    def _chunk(self, views: list[torch.Tensor], start: int, size: int, name: str) -> list[torch.Tensor]:
+    def _chunk(self, views: list[np.ndarray], start: int, size: int, name: str) -> list[torch.Tensor]:
         out = []
         for view, (feats, mean) in enumerate(zip(views, self.means)):
-            rows = feats[start : start + size].to(self.device, self.dtype)
-            rows = rows - mean if mean is not None else rows
-            norms = rows.norm(dim=1, keepdim=True)  # not finite iff a value of the row is not (cheaper to test)
-            if not bool(torch.isfinite(norms).all()):
-                raise DataError(f"{name} features of view {view} contain NaN or infinite values")
-            out.append(rows / norms.clamp_min(1e-12))  # F.normalize's formula
+            try:
+                rows = unit_rows(feats[start : start + size], mean)
+            except ValueError:
+                raise DataError(f"{name} features of view {view} contain NaN or infinite values") from None
+            out.append(torch.from_numpy(rows).to(self.device, torch.float64))
         return out
 
     def query(self, start: int, size: int) -> list[torch.Tensor]:
@@ -129,12 +131,13 @@ class _Rows:
 
 
 def _block_scores(query_rows: list[torch.Tensor], gallery_rows: list[torch.Tensor]) -> torch.Tensor:
-    """The view-averaged similarities of a block of queries and gallery videos."""
+    """The view-averaged similarities of a block of queries and gallery videos, float64 and exact for each view
+    (quantised rows: see :mod:`coclr.eval.exact`), so equal rows tie wherever they fall in the block."""
     return sum(q @ g.T for q, g in zip(query_rows, gallery_rows)) / len(query_rows)
 
 
 def _topk(rows: _Rows, k: int, query_chunk: int, gallery_chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The running top-k over gallery chunks, in the compute dtype and device: ``(scores, indices) [Q, k]``."""
+    """The running top-k over gallery chunks, float64 on the compute device: ``(scores, indices) [Q, k]``."""
     all_scores, all_indices = [], []
     for q_start in range(0, rows.num_query, query_chunk):
         query_rows = rows.query(q_start, query_chunk)
@@ -153,7 +156,7 @@ def _topk(rows: _Rows, k: int, query_chunk: int, gallery_chunk: int) -> tuple[to
 
 def topk_neighbours(query: torch.Tensor | np.ndarray | Sequence, gallery: torch.Tensor | np.ndarray | Sequence,
                     k: int, query_chunk: int = 1024, gallery_chunk: int = 8192, device: str | torch.device = "cpu",
-                    dtype: torch.dtype = torch.float32, center: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                    center: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` most similar gallery rows of each query row, best first (see the module's tie rule).
 
     ``query`` and ``gallery`` are one ``[N, D]`` feature matrix each, or a list of them (one per view, the
@@ -162,7 +165,7 @@ def topk_neighbours(query: torch.Tensor | np.ndarray | Sequence, gallery: torch.
     time, so memory-mapped arrays of millions of rows are read without being copied whole. Returns
     ``(scores [Q, k], indices [Q, k])``.
     """
-    rows = _Rows(query, gallery, device, dtype, center)
+    rows = _Rows(query, gallery, device, center)
     scores, indices = _topk(rows, min(k, rows.num_gallery), query_chunk, gallery_chunk)
     return scores.float().cpu().numpy(), indices.cpu().numpy().astype(np.int64)
 
@@ -215,14 +218,14 @@ def recall_with_ties(rows: _Rows, kth_scores: torch.Tensor, ks: Sequence[int],
 def retrieve(query: torch.Tensor | np.ndarray | Sequence, query_labels: np.ndarray,
              gallery: torch.Tensor | np.ndarray | Sequence, gallery_labels: np.ndarray,
              ks: Sequence[int] = DEFAULT_KS, query_chunk: int = 1024, gallery_chunk: int = 8192,
-             device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> RetrievalResult:
+             device: str | torch.device = "cpu") -> RetrievalResult:
     """R@k of test ``query`` features against train ``gallery`` features (one view, or a list of views for
     two-stream retrieval), with each query's ``max(ks)`` nearest gallery videos. Ties at the k-th place count
     in expectation (:func:`recall_with_ties`); the neighbour lists break them by gallery index."""
     ks = tuple(sorted({int(k) for k in ks}))
     if not ks or ks[0] < 1:
         raise ValueError(f"k values must be >= 1, got {ks}")
-    rows = _Rows(query, gallery, device, dtype, center=True)
+    rows = _Rows(query, gallery, device, center=True)
     scores, indices = _topk(rows, min(ks[-1], rows.num_gallery), query_chunk, gallery_chunk)
     kth = scores[:, [min(k, rows.num_gallery) - 1 for k in ks]]
     recall = recall_with_ties(rows, kth, ks, query_labels, gallery_labels, query_chunk, gallery_chunk)
@@ -250,14 +253,15 @@ def evaluate_retrieval(store, streams: Sequence, config=None, ks: Sequence[int] 
     for stream, sha in zip(streams, shas):
         for split, out in ((train_split, train), (test_split, test)):
             out.append(cached_features(stream.checkpoint, store, stream.view, split, config, cache_dir, device,
-                                       checkpoint_sha256=sha, progress=progress, with_views=stream_views(streams, with_views)))
+                                       checkpoint_sha256=sha, progress=progress,
+                                       with_views=stream_views(streams, with_views)))
     for other_train, other_test in zip(train[1:], test[1:]):
         check_same_videos(train[0].keys, other_train.keys, "two-stream retrieval (train videos)")
         check_same_videos(test[0].keys, other_test.keys, "two-stream retrieval (test videos)")
     fused = retrieve([f.features for f in test], test[0].labels, [f.features for f in train], train[0].labels,
                      ks, device=device)
-    record = {"task": "retrieval", **input_record(store, list(streams), {"train": train_split, "test": test_split}, shas,
-                                                    with_views),
+    record = {"task": "retrieval", **input_record(store, list(streams), {"train": train_split, "test": test_split},
+                                                    shas, with_views),
               "config": {**dataclasses.asdict(config), "ks": list(fused.ks)}, "results": fused.to_json(False)}
     record["feature_health"] = streams_health(streams, train, test)
     record["warnings"] = health_warnings(record["feature_health"])

@@ -334,6 +334,8 @@ def folder_index(root: str | Path, name: str | None = None, split: str = "train"
                         "a plain root/<class>/<video> folder")
     prefixes = [(f"{s}/", s) for s in subfolders] if by_split else [("", split)]
     suffixes = tuple(e.lower() for e in extensions)
+    for prefix, _ in prefixes:
+        _refuse_loose_videos(root / prefix, suffixes)
     scan = _FolderScan(root, suffixes)
     videos = []
     for prefix, split_name in prefixes:
@@ -350,6 +352,16 @@ def folder_index(root: str | Path, name: str | None = None, split: str = "train"
     entries = [VideoEntry(path, label_of[c], s, g) for path, c, s, g in videos]
     index = VideoIndex(name or root.name, classes, entries)
     return split_by_group(index, test_fraction, seed) if test_fraction else index
+
+
+def _refuse_loose_videos(folder: Path, suffixes: tuple[str, ...]) -> None:
+    """Videos lying in a folder of class folders have no class: refused in one line naming them, never dropped."""
+    loose = sorted(p.name for p in folder.iterdir() if p.suffix.lower() in suffixes and p.is_file()
+                   and not p.name.startswith("."))
+    if loose:
+        shown = ", ".join(loose[:3]) + (f" and {len(loose) - 3} more" if len(loose) > 3 else "")
+        raise DataError(f"{folder}: {len(loose)} video(s) lie beside the class folders, outside any class ({shown}); "
+                        "move each into its class folder (root/<class>/<video>) or elsewhere")
 
 
 class _FolderScan:

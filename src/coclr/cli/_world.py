@@ -1,0 +1,54 @@
+"""Errors of the world (disk full, file too large, a path that is a folder or cannot be created): one line naming the
+path and what to do, never a traceback. :func:`run_command` is what :func:`coclr.cli.main` runs a command through."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import signal
+import sys
+
+WORLD_ERRORS = {
+    errno.ENOSPC: "the disk is full: free space there (or write elsewhere), then rerun the same command",
+    errno.EDQUOT: "the disk quota is used up: free space there (or write elsewhere), then rerun the same command",
+    errno.EFBIG: "a file grew past what the file system or the file size limit (ulimit -f) allows: write to "
+                 "another file system or raise the limit, then rerun the same command",
+    errno.EISDIR: "this is a folder, where a file is needed: give a file path",
+    errno.ENOTDIR: "a part of this path is a file, where a folder is needed: give another path",
+    errno.EEXIST: "this exists and is not a folder: give another path",
+    errno.EACCES: "permission denied: give a path you may write, or change its permissions",
+    errno.EPERM: "operation not permitted: give a path you may write, or change its permissions",
+    errno.EROFS: "the file system is read-only: write elsewhere",
+    errno.ENAMETOOLONG: "the path is too long: give a shorter one",
+}
+"""The errors of the world (``OSError`` errnos) that :func:`main` turns into one line naming the path, and what to
+do. Every write of the library is atomic (:mod:`coclr.atomic`), so after one of them the folders hold what they held
+before the failed write, and the same command run again continues."""
+
+WORLD_ERROR_STATUS = 2
+"""Exit status after an error of the world: that of every error a command reports in one line (bad input, a
+:class:`~coclr.errors.CoclrError`, too); 1 stays the status of an unexpected error (a traceback)."""
+
+
+def world_error_line(error: OSError) -> str | None:
+    """One line for an error of the world (:data:`WORLD_ERRORS`), naming the path; None for any other error."""
+    if error.errno not in WORLD_ERRORS:
+        return None
+    paths = [str(path) for path in (error.filename, error.filename2) if path is not None]
+    where = " -> ".join(paths) + ": " if paths else ""
+    return f"{where}{error.strerror or errno.errorcode.get(error.errno, '')} ({WORLD_ERRORS[error.errno]})"
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed command; an error of the world (:data:`WORLD_ERRORS`) becomes one line naming the path and
+    :data:`WORLD_ERROR_STATUS`, any other error goes on to :func:`main` (bad input: one line too)."""
+    if hasattr(signal, "SIGXFSZ"):  # past ``ulimit -f`` a write fails with EFBIG (one line) instead of killing us
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        return args.func(args)
+    except OSError as error:
+        line = world_error_line(error)
+        if line is None:
+            raise
+        print(f"coclr {args.command}: error: {line}", file=sys.stderr)
+        return WORLD_ERROR_STATUS

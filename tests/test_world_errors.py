@@ -1,0 +1,134 @@
+"""Errors of the world (disk full, file too large, a path that is a folder or cannot be created) and malformed
+input files give one line naming the path, never a traceback; the folder keeps what it held and the same command
+then completes (issue 36, 3g)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coclr.cli import main
+from coclr.cli._world import world_error_line
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _result(tmp_path: Path, **changes) -> Path:
+    record = {"task": "retrieval", "results": {"R@1": 33.1}, "dataset": "tiny",
+              "streams": [{"checkpoint": "/ckpt/a.pt", "checkpoint_sha256": "a", "view": "rgb",
+                           "meta": {"method": "infonce"}}], **changes}
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(record))
+    return path
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())} if folder.is_dir() else {}
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"streams": ["rgb"]}, r"streams\[0\]: not a mapping"),
+    ({"streams": [{"view": "rgb"}]}, r"streams\[0\]\.checkpoint: missing"),
+    ({"results": [33.1]}, "results: not a mapping"),
+    ({"results": {"R@1": "high"}}, "results.R@1: not a number"),
+    ({"feature_health": [{"train": {}}]}, "feature_health"),
+    ({"config": {"clips": 3}}, "config"),
+    ({"neighbours": {"query_keys": ["a"], "query_labels": [0], "gallery_keys": ["b"], "gallery_labels": [0],
+                     "classes": ["c"], "topk_indices": [[5]]}}, "neighbours.topk_indices"),
+    ({"neighbours": {"query_keys": ["a"]}}, "neighbours: query_labels"),
+])
+def test_a_malformed_results_file_is_one_line_before_any_write(tmp_path, capsys, change, message):
+    """These gave TypeError, KeyError or AttributeError tracebacks (after table.md was written for some)."""
+    import re
+
+    out = tmp_path / "report"
+    assert main(["report", "--results", str(_result(tmp_path, **change)), "--out", str(out)]) == 2
+    line = _one_line(capsys)
+    assert "result.json: not a valid 'coclr eval' result" in line and re.search(message, line), line
+    assert not out.exists()
+
+
+def test_absurdly_nested_json_is_one_line(tmp_path, capsys):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100000)
+    assert main(["report", "--results", str(path), "--out", str(tmp_path / "report")]) == 2
+    assert "deep.json: not a JSON file" in _one_line(capsys)
+
+
+def test_output_paths_that_are_folders_or_under_a_file(tmp_path, capsys):
+    result = _result(tmp_path)
+    out = tmp_path / "report"
+    (out / "table.md").mkdir(parents=True)  # EISDIR: the output file is a folder
+    assert main(["report", "--results", str(result), "--out", str(out)]) == 2
+    line = _one_line(capsys)
+    assert str(out / "table.md") in line and "is a folder" in line
+    assert not any(name.endswith(".partial") for name in os.listdir(out))
+    (out / "table.md").rmdir()
+    assert main(["report", "--results", str(result), "--out", str(out)]) == 0  # the rerun completes
+    assert "| InfoNCE | RGB |" in (out / "table.md").read_text()
+    capsys.readouterr()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["report", "--results", str(result), "--out", str(blocker / "sub")]) == 2  # ENOTDIR / EEXIST
+    assert str(blocker) in _one_line(capsys)
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_keeps_the_folder(tmp_path, capsys, monkeypatch):
+    result = _result(tmp_path)
+    out = tmp_path / "report"
+    assert main(["report", "--results", str(result), "--out", str(out)]) == 0
+    before = _files(out)
+    capsys.readouterr()
+    result.write_text(result.read_text().replace("33.1", "40.2"))
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert main(["report", "--results", str(result), "--out", str(out)]) == 2
+    line = _one_line(capsys)
+    assert "No space left on device" in line and str(out / "table.md") in line and "disk is full" in line
+    assert _files(out) == before  # nothing half-written, no temporary file left
+    monkeypatch.undo()
+    assert main(["report", "--results", str(result), "--out", str(out)]) == 0
+    assert "40.2" in (out / "table.md").read_text()
+
+
+def test_a_file_size_limit_is_one_line_not_a_signal(tmp_path):
+    """Past ``ulimit -f`` the kernel sends SIGXFSZ, which killed the process (no message, a core dump)."""
+    result = _result(tmp_path)
+    out = tmp_path / "report"
+    command = [sys.executable, "-m", "coclr", "report", "--results", str(result), "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+    run = subprocess.run(command, capture_output=True, text=True, env=env, preexec_fn=limit, timeout=120)
+    assert run.returncode == 2, (run.returncode, run.stderr)
+    assert "File too large" in run.stderr and str(out) in run.stderr and "Traceback" not in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+    assert not any(name.endswith(".partial") for name in os.listdir(out))
+    assert subprocess.run(command, capture_output=True, env=env, timeout=120).returncode == 0
+    assert "| InfoNCE | RGB |" in (out / "table.md").read_text()
+
+
+def test_world_error_line_names_the_path_and_leaves_other_errors_alone():
+    assert world_error_line(OSError(errno.ENOSPC, "No space left on device", "/x/y")).startswith(
+        "/x/y: No space left on device (the disk is full")
+    assert world_error_line(OSError(errno.ECONNRESET, "reset")) is None
+    assert signal.getsignal(signal.SIGXFSZ) is not None
