@@ -134,7 +134,7 @@ def ours_loader(config: dict[str, Any]) -> tuple[Callable[[], dict], dict]:
         dataset.set_epoch(step)
         clips = collate_clips([dataset[i % len(dataset)] for i in range(batch)])["rgb"]
         outs = [augment({"rgb": clips[:, c]}, generator)["rgb"] for c in range(clips.shape[1])]
-        return {"shape": list(torch.cat(outs, dim=2).shape)}
+        return {"shape": [len(outs), *outs[0].shape]}  # the trainer takes the two clips apart
 
     return call, {}
 
