@@ -129,7 +129,8 @@ def test_full_pipeline_matches_per_clip_reference(cpu_8bit):
 
 def test_crop_geometry_matches_slicing_and_interpolate():
     frames = random_frames(4, 2, 40, 50, 3)
-    boxes = torch.tensor([[[0, 0, 50, 40]], [[5, 3, 20, 30]], [[30, 10, 20, 20]], [[2, 9, 16, 31]]], dtype=torch.float64)
+    boxes = torch.tensor([[[0, 0, 50, 40]], [[5, 3, 20, 30]], [[30, 10, 20, 20]], [[2, 9, 16, 31]]],
+                         dtype=torch.float64)
     flip = torch.tensor([[False], [True], [False], [True]])
     out = crop_resize(frames, boxes, flip, 16)
     assert out.shape == (4, 1, 3, 2, 16, 16)

@@ -32,9 +32,10 @@ SYNC_POINTS = {"_record", "_check_finite", "_end_epoch", "save", "_knn", "_load"
 """The trainer's places that may read back (every ``run.log_every`` steps, per epoch, at start-up)."""
 
 CPU_BY_DESIGN = {("augment.py", "_colour"), ("augment.py", "sample_crop_boxes"), ("methods.py", "_draw"),
-                 ("sampler.py", "__iter__")}
+                 ("sampler.py", "__iter__"), ("augment.py", "_cpu_clips"), ("augment.py", "colour_clip_u8")}
 """Reads of tensors that stay on the CPU in a GPU run too: augmentation parameters and the own-key drop are drawn
-from CPU generators, and the data order is a CPU permutation."""
+from CPU generators, and the data order is a CPU permutation; the 8-bit augmentation path runs on CPU tensors
+only (a GPU run never enters it)."""
 
 
 class HostReads(TorchDispatchMode):
