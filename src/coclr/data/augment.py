@@ -348,25 +348,24 @@ def colour_clip_u8(clip: np.ndarray, params: AugmentParams, index: int, blur_rad
     return clip
 
 
-def _blend_u8(image: np.ndarray, other: np.ndarray | None, factor: float, constant: float = 0.0) -> np.ndarray:
-    """``round(factor * image + (1 - factor) * other + constant)``, saturated to 0..255."""
-    if other is None:
-        return cv2.addWeighted(image, factor, image, 0.0, constant)
-    return cv2.addWeighted(image, factor, other, 1.0 - factor, constant)
+def _scale_u8(image: np.ndarray, factor: float, constant: float = 0.0) -> np.ndarray:
+    """``round(factor * image + constant)``, saturated to 0..255."""
+    return cv2.addWeighted(image, factor, image, 0.0, constant)
 
 
 def _brightness_u8(image: np.ndarray, factor: float) -> np.ndarray:
-    return _blend_u8(image, None, factor)
+    return _scale_u8(image, factor)
 
 
 def _contrast_u8(image: np.ndarray, factor: float) -> np.ndarray:
-    mean = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY).mean(dtype=np.float64)
-    return _blend_u8(image, None, factor, (1.0 - factor) * mean)
+    mean = float(np.dot(cv2.mean(image)[:3], LUMA_WEIGHTS))  # the clip's mean luminance
+    return _scale_u8(image, factor, (1.0 - factor) * mean)
 
 
 def _saturation_u8(image: np.ndarray, factor: float) -> np.ndarray:
-    gray = cv2.cvtColor(cv2.cvtColor(image, cv2.COLOR_RGB2GRAY), cv2.COLOR_GRAY2RGB)
-    return _blend_u8(image, gray, factor)
+    """``factor * rgb + (1 - factor) * luminance`` per pixel: one 3x3 colour matrix (``cv2.transform``)."""
+    matrix = factor * np.eye(3) + (1.0 - factor) * np.tile(LUMA_WEIGHTS, (3, 1))
+    return cv2.transform(image, matrix.astype(np.float32))
 
 
 def _hue_u8(image: np.ndarray, shift: float) -> np.ndarray:
