@@ -292,7 +292,8 @@ class Trainer:
                                            and self.device.type == "cuda")
         aug = config.augment
         self.augment = ClipAugment(size=config.data.size, area=tuple(aug.crop_area), flip_p=aug.flip_p,
-                                   jitter_p=aug.jitter_p, gray_p=aug.gray_p, blur_p=aug.blur_p)
+                                   jitter_p=aug.jitter_p, gray_p=aug.gray_p, blur_p=aug.blur_p,
+                                   cpu_8bit=aug.cpu_8bit)
         self.ddp = self._wrap()
         self.position = Position()
         self.best_loss = math.inf
@@ -332,10 +333,10 @@ class Trainer:
             "backbone": encoder.backbone.state_dict(),
             "head": encoder.head.state_dict(),
             "clip_settings": self.clip_settings[view],
-            "encoders": {v: {"arch": dict(l.encoder_q.arch), "backbone": l.encoder_q.backbone.state_dict(),
-                             "head": l.encoder_q.head.state_dict(),
+            "encoders": {v: {"arch": dict(lrn.encoder_q.arch), "backbone": lrn.encoder_q.backbone.state_dict(),
+                             "head": lrn.encoder_q.head.state_dict(),
                              "clip_settings": self.clip_settings[v]}
-                         for v, l in self.model.learners.items()},
+                         for v, lrn in self.model.learners.items()},
             "config": to_dict(self.config),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
