@@ -33,6 +33,7 @@ importable by skipping its operator registrations; the transforms their loader u
     python benchmarks/compare.py --authors /path/to/CoCLR                # the full table, ~15 minutes
     python benchmarks/compare.py --quick                                 # tiny sizes, seconds (CI)
     python benchmarks/compare.py --rows loader,tvl1 --json out.json
+    python benchmarks/compare.py --profile loader                        # where our loader's time goes
 """
 
 from __future__ import annotations
@@ -485,6 +486,31 @@ ROWS: dict[str, Callable[[Settings], None]] = {
     "embed": lambda s: imported_rows(s, "embed"), "search": lambda s: imported_rows(s, "search")}
 
 
+def profile(row: str, quick: bool) -> None:
+    """Where our side of ``row`` spends its time: cProfile of one call after a warm-up, on 1 thread."""
+    import cProfile  # noqa: PLC0415
+    import pstats  # noqa: PLC0415
+
+    import cv2  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    torch.set_num_threads(1)
+    cv2.setNumThreads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(quick, 1, None, "", Path(tmp), (row,))
+        if row == "loader":
+            config = loader_data(settings)
+            if isinstance(config, str):
+                raise SystemExit(config)
+            call, _ = ours_loader(config)
+        else:
+            call, _ = ours_tvl1({"frames": flow_frames(settings, 32 if quick else 128, 1 if quick else 4)})
+        call()
+        profiler = cProfile.Profile()
+        profiler.runcall(call)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+
+
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -505,10 +531,14 @@ def main() -> None:
                         help="extra folders for the authors' workers only (their dependencies)")
     parser.add_argument("--rows", default=",".join(ROW_GROUPS), help=f"row groups, of {', '.join(ROW_GROUPS)}")
     parser.add_argument("--json", default="compare.json", help="where the results are written")
+    parser.add_argument("--profile", choices=("loader", "tvl1"),
+                        help="instead of the table: profile our side of a row in this process (cProfile, 1 thread)")
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker_main(args.worker[0], json.loads(args.worker[1]))
+    if args.profile:
+        return profile(args.profile, args.quick)
     rows = tuple(r for r in args.rows.split(",") if r)
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
