@@ -417,3 +417,16 @@ def test_view_kinds_and_bad_input():
     config = from_dict(ClipAugment, {"blur_p": 0.0, "area": [0.3, 1.0]})
     assert config.blur_p == 0.0 and config.area == (0.3, 1.0)
     assert math.isclose(config.ratio[1], 4 / 3)
+
+
+def test_cpu_8bit_path_takes_non_contiguous_views_and_any_batch_split():
+    """A strided view gives what its contiguous copy gives, and a clip's output does not depend on the batch it
+    is augmented in (the 8-bit path works clip by clip)."""
+    aug = ClipAugment(size=16, jitter_p=1.0, gray_p=0.5, blur_p=0.5)
+    view = random_frames(4, 2, 24, 64, 3)[:, :, :, ::2]  # every other column: each frame is strided
+    assert not view[0].is_contiguous()
+    params = aug.draw_params(4, 24, 32, torch.Generator().manual_seed(6))
+    out = aug.apply({"rgb": view}, params)["rgb"]
+    torch.testing.assert_close(out, aug.apply({"rgb": view.contiguous()}, params)["rgb"], rtol=0, atol=0)
+    half = aug.apply({"rgb": view[2:]}, params.select(slice(2, 4)))["rgb"]
+    torch.testing.assert_close(half, out[2:], rtol=0, atol=0)
