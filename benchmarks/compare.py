@@ -39,6 +39,7 @@ importable by skipping its operator registrations; the transforms their loader u
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import platform
@@ -468,10 +469,8 @@ def imported_rows(settings: Settings, group: str) -> None:
     function = getattr(module, f"compare_{group}", None)
     if function is None:
         return skip(settings, group, f"benchmarks/bench_{group}.py defines no compare_{group}() yet")
-    try:
-        rows = function(quick=settings.quick)
-    except TypeError:
-        rows = function()
+    takes_quick = "quick" in inspect.signature(function).parameters
+    rows = function(quick=settings.quick) if takes_quick else function()
     for row in rows:
         row.setdefault("row", group)
         settings.results.append(row)
