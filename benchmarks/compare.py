@@ -10,7 +10,7 @@ Rows (ratio = their time / our time for the same work, > 1 means we are faster):
   ``DualTVL1OpticalFlow`` with the same parameters, on the same grayscale frame pairs of real clips, at
   128x171 and 256x340, on 1 and 2 threads, and on 2 threads while another process spins on one core.
   ``wait policy`` rows time our 2-thread TV-L1 under that load with OpenMP's default (active) wait policy
-  against the passive policy ``coclr`` sets (:mod:`coclr.threads`).
+  against the passive policy ``coclr`` sets (:mod:`coclr.threads`), and ours on 2 threads against ours on 1.
 * ``s3d step``: one S3D training step (forward, backward, SGD step) on 1 thread, ours against the authors'
   ``backbone/s3dg.py`` with the same weights; the first losses of both are printed.
 * ``embed`` and ``search`` rows come from ``benchmarks/bench_embed.py`` (``compare_embed``) and
@@ -304,12 +304,15 @@ class Spinner:
 
 
 def compare(settings: Settings, name: str, ours: tuple[str, dict], theirs: tuple[str, dict], threads: int,
-            against: str, spin: bool = False, policies: tuple[bool, bool] = (True, True)) -> dict[str, Any]:
-    """Time ``ours`` and ``theirs`` (worker kind and config) A B B A; print and record the row."""
+            against: str, spin: bool = False, policies: tuple[bool, bool] = (True, True),
+            their_threads: int | None = None) -> dict[str, Any]:
+    """Time ``ours`` and ``theirs`` (worker kind and config) A B B A; print and record the row. Both sides get
+    ``threads`` threads unless ``their_threads`` is given (for comparing our own thread counts)."""
     workers: list[Worker] = []
+    sides = zip((ours, theirs), policies, (threads, their_threads or threads))
     try:
-        workers = [Worker(kind, config, worker_env(threads, policy))
-                   for (kind, config), policy in zip((ours, theirs), policies)]
+        workers = [Worker(kind, {**config, "threads": n}, worker_env(n, policy))
+                   for (kind, config), policy, n in sides]
         times: tuple[list[float], list[float]] = ([], [])
         with Spinner() if spin else _nothing():
             for _ in range(settings.rounds):
@@ -441,6 +444,8 @@ def policy_rows(settings: Settings) -> None:
     config = {"frames": flow_frames(settings, short_side, pairs)}
     compare(settings, "wait policy, tvl1 2t +spin", ("ours_tvl1", config), ("ours_tvl1", config), 2,
             "our TV-L1 with OpenMP's default (active) wait policy", spin=True, policies=(True, False))
+    compare(settings, "2 threads vs 1, tvl1 +spin", ("ours_tvl1", config), ("ours_tvl1", config), 2,
+            "our TV-L1 on 1 thread (both under the spinning process, passive policy)", spin=True, their_threads=1)
 
 
 def step_rows(settings: Settings) -> None:
