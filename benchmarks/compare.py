@@ -30,7 +30,7 @@ with any of them to the authors' workers only (e.g. a torchvision installed with
 A torchvision whose compiled operators do not load with this torch (a CUDA wheel beside a CPU torch) is made
 importable by skipping its operator registrations; the transforms their loader uses are pure PIL.
 
-    python benchmarks/compare.py --authors /path/to/CoCLR                # the full table, ~15 minutes
+    python benchmarks/compare.py --authors /path/to/CoCLR                # the full table, ~10 minutes
     python benchmarks/compare.py --quick                                 # tiny sizes, seconds (CI)
     python benchmarks/compare.py --rows loader,tvl1 --json out.json
     python benchmarks/compare.py --profile loader                        # where our loader's time goes
