@@ -62,10 +62,13 @@ ROWS: dict[str, Row] = {row.key: row for row in (
     _row("coclr", "rgb", (60.5, 79.5, 48.5), ("k1", "K=1")),
     _row("coclr", "rgb", (68.3, 81.0, 49.8), ("k50", "K=50")),
     _row("coclr", "rgb", (65.2, 80.8, 48.0), ("sim", "sim")),
+    _row("coclr", "rgb", (None, None, None), ("equal", "alt. equal updates")),
 )}
 """Every row of the paper's Table 1 (UCF101 split 1, pretrained on UCF101). CoCLR's main rows use
 ``train.method.topk`` (the paper's K = 5); the ablations K = 1 and K = 50 and 'sim' (both views trained at once)
-change only that. The paper marks its CMC row as using labels; CMC uses none, and the row says so."""
+change only that. 'alt. equal updates' is not in the paper: alternation with as many updates per network as
+'sim' (each half-cycle as long as sim's cycle, the same lr schedule), to separate the schedule from the update
+count. The paper marks its CMC row as using labels; CMC uses none, and the row says so."""
 
 
 def supervised_row(key: str) -> bool:
