@@ -41,9 +41,10 @@ SYNC_POINTS = {"_record", "_check_finite", "_end_epoch", "save", "_knn", "_load"
 """The trainer's places that may read back (every ``run.log_every`` steps, per epoch, at start-up)."""
 
 CPU_BY_DESIGN = {("augment.py", "upload"), ("augment.py", "sample_crop_boxes"), ("methods.py", "_draw"),
-                 ("sampler.py", "__iter__")}
+                 ("sampler.py", "__iter__"), ("augment.py", "_cpu_clips"), ("augment.py", "colour_clip_u8")}
 """Reads of tensors that stay on the CPU in a GPU run too: augmentation parameters and the own-key drop are drawn
-from CPU generators, and the data order is a CPU permutation."""
+from CPU generators, and the data order is a CPU permutation; the 8-bit augmentation path runs on CPU tensors
+only (a GPU run never enters it)."""
 
 
 class HostReads(TorchDispatchMode):
@@ -181,7 +182,9 @@ def test_a_training_step_makes_no_blocking_copy_and_reads_nothing_on_the_device(
         save_encoder(tmp_path / "sampler.pth", build_encoder(width=0.125))
         extra = ["method.name=coclr", f"method.sampler_checkpoint={tmp_path / 'sampler.pth'}",
                  "method.wait_for_full_queue=true"]
-    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.log_every=1000", *extra))
+    # The device path of the augmentation, as a GPU run takes it (the 8-bit path is for CPU tensors only).
+    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.log_every=1000",
+                                  "augment.cpu_8bit=false", *extra))
     steps = []
     step = trainer.train_step
 

@@ -2,7 +2,8 @@
 
 Each subcommand lives in its own module of this package and exposes ``register(subparsers)``, which adds
 its parser and sets ``func`` to the function that runs it. Modules import heavy dependencies (torch, PyAV)
-inside that function, so ``coclr --help`` stays fast.
+inside that function, so ``coclr --help`` stays fast. Importing this package sets OpenMP's wait policy
+(:func:`coclr.threads.apply_openmp_policy`) before any subcommand imports torch, for every entry point.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import sys
 
 from coclr.cli._world import run_command
 from coclr.errors import CoclrError
+from coclr.threads import apply_openmp_policy
+
+apply_openmp_policy()  # before any subcommand imports torch: OpenMP reads it once, when torch loads it
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,6 +30,8 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import cv2
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -85,7 +87,8 @@ class ClipAugment:
     are drawn per clip (vectorised, always the same number of random draws) and the first that fits the frame
     is used; if none fits (probability ~1e-5 at 128x171), the last is shrunk into the frame keeping its
     aspect ratio. The four jitter ops run in a random order per clip, as in torchvision's ColorJitter.
-    Finetuning uses ``blur_p=0``.
+    Finetuning uses ``blur_p=0``. On CPU tensors (``cpu_8bit``) the same operations and parameters run in
+    8 bits, clip by clip (:meth:`_cpu_clips`); on a GPU, in float over the whole batch.
     """
 
     size: int = option(128, "output height and width of the crops")
@@ -102,6 +105,9 @@ class ClipAugment:
     std: tuple[float, float, float] = option(IMAGENET_STD, "per-channel standard deviation for normalisation")
     kinds: dict[str, str] = option({}, "view name -> kind (rgb, flow, rgbdiff) for names the naming rule "
                                        "('rgb', 'rgbdiff', 'flow...') does not cover")
+    cpu_8bit: bool = option(True, "on CPU tensors, augment clip by clip in 8 bits with OpenCV, rounding after each "
+                                  "operation as the authors' PIL pipeline does (several times faster); false: "
+                                  "the device path's float operations")
 
     def __post_init__(self) -> None:
         self.validate()
@@ -173,6 +179,9 @@ class ClipAugment:
         out = {}
         for name, frames in views.items():
             kind = view_kind(name, self.kinds)
+            if frames.device.type == "cpu" and self.cpu_8bit:
+                out[name] = self._cpu_clips(frames, params, kind)
+                continue
             clips = crop_resize(frames, on_device.boxes[:, None], on_device.flip[:, None], self.size)[:, 0]
             if kind == "flow":
                 clips = negate_flow_u(clips, on_device.flip)
@@ -180,6 +189,32 @@ class ClipAugment:
                 clips = self._colour(clips, on_device)
             out[name] = _finish(clips, kind, on_device.mean, on_device.std)
         return out
+
+    def _cpu_clips(self, frames: Tensor, params: AugmentParams, kind: str) -> Tensor:
+        """The CPU path of :meth:`apply`: ``uint8 [B, T, H, W, 3]`` -> normalised ``float [B, 3, T, S, S]``.
+
+        The operations and parameters of the device path, computed clip by clip in 8 bits with OpenCV, rounding
+        after each operation as the authors' PIL pipeline does (a few grey levels from the device path's float
+        result): each clip's working set stays in the cache, and OpenCV's 8-bit vectorised conversions and
+        filters do the per-pixel work with a quarter of float32's memory traffic.
+        """
+        batch, steps = frames.shape[:2]
+        out = torch.empty((batch, 3, steps, self.size, self.size), dtype=torch.float32)
+        scale = [1 / (255 * s) for s in self.std]
+        shift = [-m / s for m, s in zip(self.mean, self.std)]
+        planes = out.numpy().reshape(batch, 3, steps * self.size, self.size)
+        for b in range(batch):
+            clip = crop_resize_u8(frames[b].numpy(), params.boxes[b].tolist(), bool(params.flip[b]), self.size)
+            if kind == "flow":
+                if params.flip[b]:
+                    np.subtract(255, clip[..., 0], out=clip[..., 0])
+            else:
+                clip = colour_clip_u8(clip, params, b, self.blur_radius)
+            planar = np.ascontiguousarray(clip.transpose(3, 0, 1, 2)).reshape(3, steps * self.size, self.size)
+            for channel in range(3):  # x / (255 std) - mean / std, in one vectorised pass per channel
+                cv2.addWeighted(planar[channel], scale[channel], planar[channel], 0.0, shift[channel],
+                                dst=planes[b, channel], dtype=cv2.CV_32F)
+        return frame_difference(out) if kind == "rgbdiff" else out
 
     def _colour(self, clips: Tensor, params: DeviceParams) -> Tensor:
         """Colour jitter, grayscale and blur of RGB clips in [0, 1], each on the clips drawn for it."""
@@ -313,6 +348,77 @@ def crop_resize(frames: Tensor, boxes: Tensor, flip: Tensor, size: int) -> Tenso
     out = F.grid_sample(channels.view(batch, 3 * steps, height, width), grid.view(batch, crops * size, size, 2),
                         mode="bilinear", padding_mode="border", align_corners=False)
     return out.div_(255).view(batch, 3, steps, crops, size, size).permute(0, 3, 1, 2, 4, 5)
+
+
+def crop_resize_u8(frames: np.ndarray, box: list[float], flip: bool, size: int) -> np.ndarray:
+    """:func:`crop_resize` of one clip in 8 bits: ``uint8 [T, H, W, 3]`` -> ``uint8 [T, size, size, 3]``.
+
+    The same sample positions, bilinear, edge pixels replicated (OpenCV's ``remap``: positions to 1/32 pixel,
+    the result rounded).
+    """
+    height, width = frames.shape[1:3]
+    x0, y0, w, h = box
+    centres = (np.arange(size, dtype=np.float64) + 0.5) / size
+    xs = np.clip(x0 + centres * w - 0.5, 0, width - 1).astype(np.float32)
+    ys = np.clip(y0 + centres * h - 0.5, 0, height - 1).astype(np.float32)
+    if flip:
+        xs = xs[::-1]
+    map_x, map_y = cv2.convertMaps(*np.broadcast_arrays(xs[None, :], ys[:, None]), cv2.CV_16SC2)
+    out = np.empty((len(frames), size, size, 3), dtype=np.uint8)
+    for frame, target in zip(frames, out):
+        cv2.remap(frame, map_x, map_y, cv2.INTER_LINEAR, dst=target, borderMode=cv2.BORDER_REPLICATE)
+    return out
+
+
+def colour_clip_u8(clip: np.ndarray, params: AugmentParams, index: int, blur_radius: int) -> np.ndarray:
+    """:meth:`ClipAugment._colour` of clip ``index`` in 8 bits (``uint8 [T, S, S, 3]``, changed in place): the
+    jitter ops in the clip's drawn order, grayscale, blur; OpenCV, each result rounded (as PIL's)."""
+    steps, height, width, _ = clip.shape
+    image = clip.reshape(steps * height, width, 3)  # the per-pixel ops see the clip as one tall image
+    if params.jitter[index]:
+        factors = params.jitter_factors[index].tolist()
+        for op_index in params.jitter_order[index].tolist():
+            image = _JITTER_U8[op_index](image, factors[op_index])
+    if params.grayscale[index]:
+        image = cv2.cvtColor(cv2.cvtColor(image, cv2.COLOR_RGB2GRAY), cv2.COLOR_GRAY2RGB)
+    clip = image.reshape(steps, height, width, 3)
+    if params.blur[index]:
+        kernel = gaussian_kernels(params.blur_sigma[index : index + 1], blur_radius)[0].numpy()
+        for frame in clip:
+            cv2.sepFilter2D(frame, -1, kernel, kernel, dst=frame, borderType=cv2.BORDER_REFLECT_101)
+    return clip
+
+
+def _scale_u8(image: np.ndarray, factor: float, constant: float = 0.0) -> np.ndarray:
+    """``round(factor * image + constant)``, saturated to 0..255."""
+    return cv2.addWeighted(image, factor, image, 0.0, constant)
+
+
+def _brightness_u8(image: np.ndarray, factor: float) -> np.ndarray:
+    return _scale_u8(image, factor)
+
+
+def _contrast_u8(image: np.ndarray, factor: float) -> np.ndarray:
+    mean = float(np.dot(cv2.mean(image)[:3], LUMA_WEIGHTS))  # the clip's mean luminance
+    return _scale_u8(image, factor, (1.0 - factor) * mean)
+
+
+def _saturation_u8(image: np.ndarray, factor: float) -> np.ndarray:
+    """``factor * rgb + (1 - factor) * luminance`` per pixel: one 3x3 colour matrix (``cv2.transform``)."""
+    matrix = factor * np.eye(3) + (1.0 - factor) * np.tile(LUMA_WEIGHTS, (3, 1))
+    return cv2.transform(image, matrix.astype(np.float32))
+
+
+def _hue_u8(image: np.ndarray, shift: float) -> np.ndarray:
+    """Hue rotation in 8-bit HSV (hue in 256ths of a turn, wrapping), as torchvision's PIL ``adjust_hue``."""
+    hsv = cv2.cvtColor(image, cv2.COLOR_RGB2HSV_FULL)
+    hue = hsv[..., 0]
+    np.add(hue, np.uint8(round(shift * 256) % 256), out=hue, casting="unsafe")
+    return cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB_FULL)
+
+
+_JITTER_U8: tuple[Callable[[np.ndarray, float], np.ndarray], ...] = (
+    _brightness_u8, _contrast_u8, _saturation_u8, _hue_u8)
 
 
 def center_crop(views: Tensor | Mapping[str, Tensor], size: int, kinds: Mapping[str, str] | None = None,

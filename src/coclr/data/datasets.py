@@ -179,7 +179,16 @@ class _SplitClips(Dataset):
         return source, np.minimum(indices, self.store.num_frames(key, source) - 1)
 
     def _read(self, key: str, view: str, indices: np.ndarray) -> np.ndarray:
-        source, indices = self._frames_of(key, view, indices)
+        return self._read_clips(key, view, [indices])[0]
+
+    def _read_clips(self, key: str, view: str, clips: Sequence[np.ndarray]) -> np.ndarray:
+        """The frames of several clips of one video, ``uint8 [len(clips), T, H, W, 3]``, in one read: a frame
+        that two clips share is decoded once."""
+        wanted = [self._frames_of(key, view, indices) for indices in clips]
+        frames = self._read_frames(key, wanted[0][0], np.concatenate([indices for _, indices in wanted]))
+        return frames.reshape(len(clips), -1, *frames.shape[1:])
+
+    def _read_frames(self, key: str, source: str, indices: np.ndarray) -> np.ndarray:
         frames = self.store.num_frames(key, source)
         cached = self._cache.get((key, source))
         if cached is None and self._cached_bytes < self.cache_bytes:
@@ -247,8 +256,7 @@ class TrainClips(_SplitClips):
         if self.encoded:
             sample: dict[str, Any] = {view: self._encoded(key, view, starts) for view in self.views}
         else:
-            sample = {view: torch.from_numpy(np.stack([self._read(key, view, idx) for idx in starts]))
-                      for view in self.views}
+            sample = {view: torch.from_numpy(self._read_clips(key, view, starts)) for view in self.views}
         sample.update(label=self.labels[item], video=torch.tensor(item), group=self.groups[item])
         return sample
 

@@ -62,10 +62,13 @@ ROWS: dict[str, Row] = {row.key: row for row in (
     _row("coclr", "rgb", (60.5, 79.5, 48.5), ("k1", "K=1")),
     _row("coclr", "rgb", (68.3, 81.0, 49.8), ("k50", "K=50")),
     _row("coclr", "rgb", (65.2, 80.8, 48.0), ("sim", "sim")),
+    _row("coclr", "rgb", (None, None, None), ("equal", "alt. equal updates")),
 )}
 """Every row of the paper's Table 1 (UCF101 split 1, pretrained on UCF101). CoCLR's main rows use
 ``train.method.topk`` (the paper's K = 5); the ablations K = 1 and K = 50 and 'sim' (both views trained at once)
-change only that. The paper marks its CMC row as using labels; CMC uses none, and the row says so."""
+change only that. 'alt. equal updates' is not in the paper: alternation with as many updates per network as
+'sim' (each half-cycle as long as sim's cycle, the same lr schedule), to separate the schedule from the update
+count. The paper marks its CMC row as using labels; CMC uses none, and the row says so."""
 
 
 def supervised_row(key: str) -> bool:
@@ -95,12 +98,14 @@ STUDY_TRAIN: dict[str, Any] = {
     "method": {"queue_size": 128, "temperature": 0.07, "momentum": 0.99, "topk": 5, "own_positive_epochs": 4.0,
                "wait_for_full_queue": True},
     "optim": {"lr": 0.001, "warmup_epochs": 2.0},
-    "augment": {"crop_area": [0.6, 1.0], "flip_p": 0.5, "jitter_p": 0.0, "gray_p": 0.0, "blur_p": 0.0},
+    "augment": {"crop_area": [0.6, 1.0], "flip_p": 0.5, "jitter_p": 0.0, "gray_p": 0.0, "blur_p": 0.0,
+                "cpu_8bit": False},
     "run": {"batch_size": 32, "progress": False, "log_every": 50, "device": "cpu"},
 }
 """The quick study's training options (``coclr pretrain`` options shared by every stage), sized for a tiny S3D
 on 32-px clips: its departures from the paper's recipe are in docs/synth.md, a sentence each. ``cache_mb`` keeps
-each process's decoded frames in memory (the split is about 14 MiB per view; reads are the same either way)."""
+each process's decoded frames in memory (the split is about 14 MiB per view; reads are the same either way);
+``cpu_8bit`` false keeps the float augmentation its recorded results (docs/synth.md) were computed with."""
 
 
 @dataclass

@@ -3,16 +3,18 @@
 Every training stage is an ordinary ``coclr pretrain`` or ``coclr pipeline`` command on a YAML file written to
 ``OUT/configs``, and finetuning an ordinary ``coclr eval finetune`` command, so each is resumable and refuses a
 changed configuration on its own. The InfoNCE encoders of both views (``OUT/pipeline``) start every later stage:
-CoCLR's cycles (``OUT/pipeline``), the ablations K=1, K=50 and 'sim' (``OUT/coclr_k1``, ``OUT/coclr_k50``,
-``OUT/coclr_sim``, whose pipelines take their InfoNCE stages from ``OUT/pipeline``), the UberNCE oracle
-(``OUT/ubernce_rgb``) and CMC (``OUT/cmc``). The Cross-Entropy row trains with labels from a random encoder
-(``OUT/cross_entropy``). :func:`plan_study` builds and validates all of it, and checks every path, before any work.
+CoCLR's cycles (``OUT/pipeline``), the ablations K=1, K=50, 'sim' and alternation with sim's updates
+(``OUT/coclr_k1``, ``OUT/coclr_k50``, ``OUT/coclr_sim``, ``OUT/coclr_equal``, whose pipelines take their InfoNCE
+stages from ``OUT/pipeline``), the UberNCE oracle (``OUT/ubernce_rgb``) and CMC (``OUT/cmc``). The Cross-Entropy
+row trains with labels from a random encoder (``OUT/cross_entropy``). :func:`plan_study` builds and validates all
+of it, and checks every path, before any work.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,10 +24,22 @@ from coclr.config import from_dict, merge, to_dict
 from coclr.errors import ConfigError
 from coclr.study.config import ROWS, STUDY_SYNTH, StudyConfig, supervised_row
 
-ABLATIONS = {"coclr_k1_rgb": ("coclr_k1", {"method": {"topk": 1}}),
-             "coclr_k50_rgb": ("coclr_k50", {"method": {"topk": 50}}),
-             "coclr_sim_rgb": ("coclr_sim", {"pipeline": {"mode": "sim"}})}
-"""The CoCLR ablations: the folder of each one's pipeline and what it changes."""
+
+def _equal_updates(pipeline: dict[str, Any]) -> dict[str, Any]:
+    """Alternation with sim's updates per network: each half-cycle as long as sim's cycle (which trains both
+    views for twice ``cycle_epochs``), its milestones scaled as sim's are."""
+    return {"pipeline": {"cycle_epochs": 2 * pipeline["cycle_epochs"],
+                         "cycle_milestones": [2 * m for m in pipeline["cycle_milestones"]]}}
+
+
+ABLATIONS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
+    "coclr_k1_rgb": ("coclr_k1", lambda pipeline: {"method": {"topk": 1}}),
+    "coclr_k50_rgb": ("coclr_k50", lambda pipeline: {"method": {"topk": 50}}),
+    "coclr_sim_rgb": ("coclr_sim", lambda pipeline: {"pipeline": {"mode": "sim"}}),
+    "coclr_equal_rgb": ("coclr_equal", _equal_updates),
+}
+"""The CoCLR ablations: the folder of each one's pipeline and what it changes, given the main pipeline's
+``pipeline`` options."""
 
 
 @dataclass
@@ -161,9 +175,10 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
                         tuple(out / "pipeline" / s.name for s in cycles)))
         encoders.update({f"coclr_{v}": out / "pipeline" / f"{last}_{v}" / f"encoder_{v}.pth" for v in ("rgb", "flow")})
         producers.update({f"coclr_{v}": "coclr" for v in ("rgb", "flow")})
-    for key, (folder, change) in ABLATIONS.items():
+    for key, (folder, changes) in ABLATIONS.items():
         if key not in needed:
             continue
+        change = changes(pipeline_options["pipeline"])
         options = merge(pipeline_options, {**change, "pipeline": {**change.get("pipeline", {}),
                                                                    "infonce_from": str(out / "pipeline")},
                                            "run": {"out": str(out / folder)}})

@@ -1,8 +1,11 @@
 """A study's numbers: Table 1 beside the paper's, the paper's claims checked on them, and their spread over seeds.
 
 Claims are checked on every column the study evaluated, and a claim whose rows are not all in the study is left
-out. Over several seeds, every number gets its mean and standard deviation, and every claim the count of seeds it
-held on and whether it holds on the means.
+out. Over several seeds, every number gets its mean and standard deviation, every claim the count of seeds it held on
+and whether it holds on the means, and every comparison behind a claim its paired difference: the difference of the
+two rows on each seed (both rows of a seed share its data and its InfoNCE encoders), its mean and a 95% Student-t
+interval. The spread of a row over seeds is mostly the seed's (its data and starting encoders), which a paired
+difference cancels, so the interval can exclude 0 where the unpaired spreads overlap.
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ def claims(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> dict[str, 
                 value("coclr_rgb") >= max(value("coclr_k1_rgb"), value("coclr_k50_rgb")))
         if have("coclr_rgb", "coclr_sim_rgb"):
             found[f"CoCLR-RGB alternating >= sim ({metric})"] = value("coclr_rgb") >= value("coclr_sim_rgb")
+        if have("coclr_equal_rgb", "coclr_sim_rgb"):
+            found[f"CoCLR-RGB alternating with equal updates >= sim ({metric})"] = (
+                value("coclr_equal_rgb") >= value("coclr_sim_rgb"))
         if have("ubernce_rgb", "coclr_rgb", "infonce_rgb"):
             gap = value("ubernce_rgb") - value("infonce_rgb")
             found[f"gap closed by CoCLR-RGB ({metric})"] = (
@@ -147,6 +153,63 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
+PAIRS: tuple[tuple[str, str, str], ...] = (
+    ("UberNCE-RGB - CoCLR-RGB", "ubernce_rgb", "coclr_rgb"),
+    ("CoCLR-RGB - InfoNCE-RGB", "coclr_rgb", "infonce_rgb"),
+    ("InfoNCE-Flow - InfoNCE-RGB", "infonce_flow", "infonce_rgb"),
+    ("CoCLR-Flow - InfoNCE-Flow", "coclr_flow", "infonce_flow"),
+    ("CoCLR two-stream - CoCLR-RGB", "coclr_two_stream", "coclr_rgb"),
+    ("CoCLR-RGB - CMC-RGB", "coclr_rgb", "cmc_rgb"),
+    ("CoCLR-RGB K=5 - K=1", "coclr_rgb", "coclr_k1_rgb"),
+    ("CoCLR-RGB K=5 - K=50", "coclr_rgb", "coclr_k50_rgb"),
+    ("CoCLR-RGB alternating - sim", "coclr_rgb", "coclr_sim_rgb"),
+    ("CoCLR-RGB alternating with equal updates - sim", "coclr_equal_rgb", "coclr_sim_rgb"),
+)
+"""The comparisons behind the paper's claims, as ``(name, row a, row b)``: the claim expects a - b > 0 (>= 0 for
+K and the schedule)."""
+
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+"""The 0.975 quantile of Student's t with 1..30 degrees of freedom."""
+
+
+def t_quantile_975(dof: int) -> float:
+    """The 0.975 quantile of Student's t: the table up to 30 degrees of freedom, then the Cornish-Fisher
+    expansion around the normal quantile (within 1e-3 beyond 30)."""
+    if dof < 1:
+        raise ValueError(f"degrees of freedom must be at least 1, got {dof}")
+    if dof <= len(T_975):
+        return T_975[dof - 1]
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
+
+
+def paired_interval(differences: Sequence[float]) -> dict[str, Any]:
+    """Mean of paired differences and its 95% Student-t interval (None with fewer than two)."""
+    mean, std = mean_std(differences)
+    if len(differences) < 2:
+        return {"mean": mean, "interval": None, "seeds": len(differences)}
+    half = t_quantile_975(len(differences) - 1) * std / math.sqrt(len(differences))
+    return {"mean": mean, "interval": (mean - half, mean + half), "seeds": len(differences)}
+
+
+def paired_differences(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per comparison of :data:`PAIRS` whose rows every seed evaluated, per column: each seed's difference (a - b,
+    in points), their mean and 95% interval."""
+    found: dict[str, Any] = {}
+    columns = results[0]["columns"]
+    for name, a, b in PAIRS:
+        for column in columns:
+            per_seed = []
+            for result in results:
+                by_key = {row["row"]: row for row in result["rows"]}
+                values = [row_value(by_key[key], column) if key in by_key else None for key in (a, b)]
+                per_seed.append(None if None in values else values[0] - values[1])
+            if per_seed and None not in per_seed:
+                found[f"{name} ({METRICS[column]})"] = {"per_seed": per_seed, **paired_interval(per_seed)}
+    return found
+
+
 def summarise_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Over the ``results.json`` of several seeds: every row's numbers as mean and standard deviation, every
     claim's count of seeds it held on (for the gap: each seed's share) and its verdict on the means."""
@@ -174,7 +237,8 @@ def summarise_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
                               "on_means": verdict}
         else:
             summary[claim] = {"held_on": sum(bool(v) for v in per_seed), "seeds": len(per_seed), "on_means": verdict}
-    return {"seeds": [r["seed"] for r in results], "columns": columns, "rows": rows, "claims": summary}
+    return {"seeds": [r["seed"] for r in results], "columns": columns, "rows": rows, "claims": summary,
+            "paired": paired_differences(results)}
 
 
 def seeds_markdown(summary: dict[str, Any]) -> str:
@@ -200,6 +264,15 @@ def seeds_markdown(summary: dict[str, Any]) -> str:
             per_seed = ", ".join(claim_text(v) for v in entry["per_seed"])
             lines.append(f"- {claim}: {shown} over the seeds ({per_seed}); on the means: "
                          f"{claim_text(entry['on_means'])}")
+    paired = summary.get("paired") or {}
+    if paired:
+        lines += ["", "Paired differences (the two rows on the same seed), in points: mean [95% interval], then each "
+                  "seed's:", ""]
+        for name, entry in paired.items():
+            interval = entry["interval"]
+            shown = "no interval (one seed)" if interval is None else f"[{interval[0]:+.1f}, {interval[1]:+.1f}]"
+            per_seed = ", ".join(f"{d:+.1f}" for d in entry["per_seed"])
+            lines.append(f"- {name}: {entry['mean']:+.1f} {shown} ({per_seed})")
     return "\n".join(lines) + "\n"
 
 

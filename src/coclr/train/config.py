@@ -174,6 +174,9 @@ class AugmentOptions:
     jitter_p: float = option(0.8, "probability of colour jitter (0.4, 0.4, 0.4, 0.1) on RGB")
     gray_p: float = option(0.2, "probability of luminance grayscale on RGB")
     blur_p: float = option(0.5, "probability of Gaussian blur (sigma 0.1-2) on RGB")
+    cpu_8bit: bool = option(True, "on the CPU, augment in 8 bits clip by clip (OpenCV; rounded after each "
+                                  "operation as the authors' PIL pipeline; several times faster than false: the "
+                                  "GPU path's float operations)")
 
     def validate(self) -> None:
         lo, hi = (self.crop_area + [0, 0])[:2]

@@ -118,7 +118,8 @@ class Trainer:
                                            and self.device.type == "cuda")
         aug = config.augment
         self.augment = ClipAugment(size=config.data.size, area=tuple(aug.crop_area), flip_p=aug.flip_p,
-                                   jitter_p=aug.jitter_p, gray_p=aug.gray_p, blur_p=aug.blur_p)
+                                   jitter_p=aug.jitter_p, gray_p=aug.gray_p, blur_p=aug.blur_p,
+                                   cpu_8bit=aug.cpu_8bit)
         self.ddp = self._wrap()
         self.position = Position()
         self.best_loss = math.inf

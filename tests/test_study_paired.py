@@ -1,0 +1,101 @@
+"""Paired comparisons over seeds (the claims' differences with their intervals) and the alternation row with as
+many updates per network as 'sim'."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from coclr.config import from_dict, load_config
+from coclr.study.config import StudyConfig
+from coclr.study.plan import plan_study
+from coclr.study.results import PAIRS, claims, paired_differences, seeds_markdown, summarise_seeds, t_quantile_975
+from coclr.train.config import PipelineConfig
+from coclr.train.pipeline import plan_stages
+
+
+def t_cdf(t: float, dof: int, steps: int = 20000) -> float:
+    """Student's t CDF by Simpson's rule on its density from 0 to t (symmetric around 0)."""
+    def density(x: float) -> float:
+        return (math.gamma((dof + 1) / 2) / (math.sqrt(dof * math.pi) * math.gamma(dof / 2))
+                * (1 + x * x / dof) ** (-(dof + 1) / 2))
+    h = t / steps
+    total = density(0) + density(t) + sum((4 if i % 2 else 2) * density(i * h) for i in range(1, steps))
+    return 0.5 + total * h / 3
+
+
+@pytest.mark.parametrize("dof", [1, 2, 4, 9, 30, 31, 60, 200])
+def test_t_quantile_is_the_975th_percentile(dof):
+    assert t_cdf(t_quantile_975(dof), dof) == pytest.approx(0.975, abs=2e-5 if dof <= 30 else 1e-4)
+
+
+def _result(seed: int, values: dict[str, float]) -> dict:
+    rows = [{"row": key, "method": key, "view": "RGB", "labels": False, "retrieval": {"R@1": r1},
+             "linear_top1": r1 + 10} for key, r1 in values.items()]
+    return {"seed": seed, "columns": ["retrieval", "linear"], "rows": rows, "claims": claims(rows, ["retrieval"])}
+
+
+def test_paired_differences_are_per_seed_with_a_t_interval():
+    results = [_result(0, {"coclr_flow": 50.0, "infonce_flow": 48.0, "coclr_rgb": 40.0}),
+               _result(1, {"coclr_flow": 61.0, "infonce_flow": 58.0, "coclr_rgb": 45.0}),
+               _result(2, {"coclr_flow": 40.0, "infonce_flow": 39.0, "coclr_rgb": 30.0})]
+    found = paired_differences(results)
+    entry = found["CoCLR-Flow - InfoNCE-Flow (R@1)"]
+    assert entry["per_seed"] == [2.0, 3.0, 1.0] and entry["mean"] == pytest.approx(2.0) and entry["seeds"] == 3
+    half = 4.303 * 1.0 / math.sqrt(3)  # sample std of (2, 3, 1) is 1
+    assert entry["interval"] == pytest.approx((2.0 - half, 2.0 + half))
+    assert found["CoCLR-Flow - InfoNCE-Flow (linear probe)"]["per_seed"] == [2.0, 3.0, 1.0]
+    # Only comparisons whose two rows every seed evaluated.
+    assert all(name.startswith("CoCLR-Flow - InfoNCE-Flow") for name in found)
+    # The unpaired spreads overlap widely; the paired interval excludes 0.
+    summary = summarise_seeds(results)
+    assert summary["paired"] == found
+    text = seeds_markdown(summary)
+    assert "- CoCLR-Flow - InfoNCE-Flow (R@1): +2.0 [-0.5, +4.5] (+2.0, +3.0, +1.0)" in text
+
+
+def test_a_row_missing_on_one_seed_gives_no_pair_and_one_seed_no_interval():
+    both = [_result(0, {"coclr_flow": 50.0, "infonce_flow": 48.0}), _result(1, {"coclr_flow": 50.0})]
+    assert paired_differences(both) == {}
+    one = paired_differences([_result(0, {"coclr_flow": 50.0, "infonce_flow": 48.0})])
+    assert one["CoCLR-Flow - InfoNCE-Flow (R@1)"]["interval"] is None
+    assert "no interval (one seed)" in seeds_markdown(summarise_seeds([_result(0, {"coclr_flow": 5.0,
+                                                                                  "infonce_flow": 4.0})]))
+
+
+def test_every_pair_names_rows_of_the_table():
+    from coclr.study.config import ROWS
+
+    assert all(a in ROWS and b in ROWS for _, a, b in PAIRS)
+
+
+def test_equal_updates_alternates_with_as_many_updates_per_network_as_sim(tmp_path: Path):
+    config = load_config(StudyConfig, overrides=["rows=[infonce_rgb,coclr_sim_rgb,coclr_equal_rgb]"])
+    plan = plan_study(config, tmp_path / "out")
+    sim = plan_stages(from_dict(PipelineConfig, plan.configs["coclr_sim"]))
+    equal = plan_stages(from_dict(PipelineConfig, plan.configs["coclr_equal"]))
+    last = f"cycle{config.schedule.cycles}"
+    for view in ("rgb", "flow"):
+        sim_stages = [s for s in sim if s.method == "coclr" and view in s.trains]
+        equal_stages = [s for s in equal if s.method == "coclr" and view in s.trains]
+        assert [s.epochs for s in equal_stages] == [s.epochs for s in sim_stages]
+        assert [s.milestones for s in equal_stages] == [s.milestones for s in sim_stages]
+        assert all(s.trains == [view] for s in equal_stages)  # alternating: one network at a time
+    # Nothing else differs from the main pipeline: its InfoNCE stages are shared.
+    main, equal_options = plan.configs["pipeline"], plan.configs["coclr_equal"]
+    assert equal_options["pipeline"]["infonce_from"] == str(tmp_path / "out" / "pipeline")
+    assert {k: v for k, v in equal_options["pipeline"].items() if k not in ("cycle_epochs", "cycle_milestones",
+                                                                          "infonce_from")} == {
+        k: v for k, v in main["pipeline"].items() if k not in ("cycle_epochs", "cycle_milestones")}
+    assert equal_options["method"] == main["method"] and equal_options["optim"] == main["optim"]
+    assert plan.encoders["coclr_equal_rgb"] == tmp_path / "out" / "coclr_equal" / f"{last}_rgb" / "encoder_rgb.pth"
+
+
+def test_the_equal_updates_claim_compares_it_with_sim():
+    rows = [{"row": key, "retrieval": {"R@1": r1}}
+            for key, r1 in (("coclr_equal_rgb", 50.0), ("coclr_sim_rgb", 51.0), ("coclr_rgb", 52.0))]
+    found = claims(rows, ["retrieval"])
+    assert found["CoCLR-RGB alternating with equal updates >= sim (R@1)"] is False
+    assert found["CoCLR-RGB alternating >= sim (R@1)"] is True
