@@ -142,8 +142,8 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
     stages = plan_stages(pipeline)
     for stage in stages[:2]:
         configs[stage.name] = to_dict(stage_config(pipeline, stage, out / "pipeline"))
-        jobs.append(Job(stage.name, ["pretrain", "--config", str(out / "configs" / f"{stage.name}.yaml"), "--resume"], (),
-                        stage.epochs, (out / "pipeline" / stage.name,)))
+        jobs.append(Job(stage.name, ["pretrain", "--config", str(out / "configs" / f"{stage.name}.yaml"),
+                                     "--resume"], (), stage.epochs, (out / "pipeline" / stage.name,)))
     # The pipeline marks the InfoNCE stages done and exports their encoders, which every later stage starts from.
     configs["pipeline"] = pipeline_options
     jobs.append(Job("infonce", ["pipeline", "--config", str(out / "configs" / "pipeline.yaml"), "--until",
@@ -193,8 +193,8 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
         configs["ubernce_rgb"] = {**base, "method": method, "optim": optim,
                                   "run": {**base["run"], "out": str(out / "ubernce_rgb")}}
         _pretrain_config(configs["ubernce_rgb"], "UberNCE oracle")
-        jobs.append(Job("ubernce_rgb", ["pretrain", "--config", str(out / "configs" / "ubernce_rgb.yaml"), "--resume"], deps,
-                        epochs, (out / "ubernce_rgb",)))
+        jobs.append(Job("ubernce_rgb", ["pretrain", "--config", str(out / "configs" / "ubernce_rgb.yaml"),
+                                        "--resume"], deps, epochs, (out / "ubernce_rgb",)))
         encoders["ubernce_rgb"] = out / "ubernce_rgb" / LAST
     if "cmc_rgb" in needed:
         epochs = schedule.cmc_epochs or schedule.cycles * schedule.cycle_epochs
@@ -263,8 +263,8 @@ def finetune_argv(plan: StudyPlan, checkpoint: Path, view: str, options, work_di
 def _check_data(plan: StudyPlan) -> None:
     """The data the study starts from: the synthetic dataset's options, or the videos and split files (every video
     must exist), or an existing store with both splits."""
-    from coclr.data import indexes
     from coclr.synth import SynthConfig
+    from coclr.video import indexes
 
     data = plan.config.data
     if data.source == "synth":

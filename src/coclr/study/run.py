@@ -19,7 +19,7 @@ import yaml
 from coclr.atomic import atomic_write_json, atomic_write_text
 from coclr.study.config import ROWS, StudyConfig
 from coclr.study.plan import StudyPlan, cross_entropy_init, options_record, plan_study
-from coclr.study.results import claims, results_markdown, seeds_markdown, summarise_seeds
+from coclr.study.results import claims, collapse_warning, results_markdown, seeds_markdown, summarise_seeds
 
 
 def prepare_data(plan: StudyPlan) -> None:
@@ -68,7 +68,7 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
     from coclr.eval.features import Stream, file_sha256
     from coclr.eval.finetune import ENCODER_FILE, evaluate_finetune, stream_folder
     from coclr.eval.linear import evaluate_linear
-    from coclr.eval.report import degenerate, other_clips
+    from coclr.eval.report import DEGENERATE_MARK, OTHER_CLIPS_MARK, degenerate, other_clips
     from coclr.eval.retrieval import evaluate_retrieval
     from coclr.store.clipstore import open_store
 
@@ -111,15 +111,17 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
             entry["finetune_top1"] = record["results"]["top1"]
             records.append(record)
             bar.update()
-        marks = []
+        warnings = []
         for record in records:
             record["name"] = row.method
             atomic_write_json(out / "eval" / f"{key}_{record['task']}.json", record)
-            marks += [f"degenerate features ({record['task']})"] if degenerate(record) else []
-            marks += [f"evaluated on {note}" for note in other_clips(record)]
-        if marks:
-            entry["warnings"] = list(dict.fromkeys(marks))
-            entry["marks"] = " ‡"
+            warnings += [collapse_warning(record)] if degenerate(record) else []
+            warnings += [f"{OTHER_CLIPS_MARK} evaluated on {note}" for note in other_clips(record)]
+        entry["collapsed"] = any(degenerate(record) for record in records)
+        if warnings:
+            entry["warnings"] = list(dict.fromkeys(warnings))
+            entry["marks"] = " " + "".join(mark for mark in (OTHER_CLIPS_MARK, DEGENERATE_MARK)
+                                           if any(w.startswith(mark) for w in warnings))
         entry["records"] = records
         rows.append(entry)
     bar.close()
@@ -143,9 +145,7 @@ def stage_records(plan: StudyPlan) -> list[dict[str, Any]]:
 def run_study(config: StudyConfig, out: str | Path, check_only: bool = False) -> dict[str, Any] | None:
     """Run (or continue) the study in ``out``; returns the ``results.json`` content (None with ``check_only``,
     which validates everything and prints the plan)."""
-    from coclr.eval.report import write_report
     from coclr.runfolder import check_folder, record_folder
-    from coclr.store.clipstore import open_store
     from coclr.study.plan import describe
     from coclr.study.scheduler import run_jobs
 
@@ -172,6 +172,18 @@ def run_study(config: StudyConfig, out: str | Path, check_only: bool = False) ->
     print(f"[4/{steps}] stages of co-training (Figure 4)", flush=True)
     stages = stage_records(plan)
     print(f"[5/{steps}] report", flush=True)
+    return write_results(plan, rows, stages, started)
+
+
+def write_results(plan: StudyPlan, rows: list[dict[str, Any]], stages: list[dict[str, Any]], started: float
+                  ) -> dict[str, Any]:
+    """The report of the rows' records (``table.md``, the gallery, the plots), ``results.json`` and
+    ``results.md`` (the table, its notes, the claims, the stages) in the study folder; returns the results. A row
+    whose encoder collapsed is marked in each (:func:`coclr.study.results.collapse_warning`)."""
+    from coclr.eval.report import write_report
+    from coclr.store.clipstore import open_store
+
+    out, config = plan.out, plan.config
     records = [record for row in rows for record in row.pop("records")]
     coclr_rgb = [r for r in records if r["task"] == "retrieval" and r["streams"][0]["view"] == "rgb"
                  and r.get("name") == "CoCLR"]
