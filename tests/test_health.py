@@ -21,23 +21,28 @@ from coclr.eval.health import (
 from test_eval_helpers import make_tiny_store, save_tiny_encoder
 
 
-def reference_nn_accuracy(features: np.ndarray, labels: np.ndarray) -> float:
-    """One video at a time: centre, normalise, its most similar other videos (ties share the hit)."""
+def reference_nn_accuracy(features: np.ndarray, labels: np.ndarray, groups=None) -> float:
+    """One video at a time: centre, normalise, its most similar videos of other groups (ties share the hit)."""
+    groups = [f"own{i}" for i in range(len(labels))] if groups is None else groups
     x = features.astype(np.float64) - features.astype(np.float64).mean(axis=0)
     x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
     total = 0.0
     for i in range(len(x)):
-        others = [j for j in range(len(x)) if j != i]
+        others = [j for j in range(len(x)) if j != i and (groups[j] is None or groups[j] != groups[i])]
         scores = np.array([float(x[i] @ x[j]) for j in others])
         best = [others[n] for n in np.flatnonzero(scores == scores.max())]
         total += sum(labels[j] == labels[i] for j in best) / len(best)
     return total / len(x)
 
 
-def reference_chance(labels: np.ndarray) -> float:
-    """The share of (video, other video) pairs of one class, counted pair by pair."""
-    n = len(labels)
-    return sum(labels[i] == labels[j] for i in range(n) for j in range(n) if i != j) / (n * (n - 1))
+def reference_chance(labels: np.ndarray, groups=None) -> float:
+    """The share of a video's class among the videos of other groups, averaged, counted pair by pair."""
+    groups = [f"own{i}" for i in range(len(labels))] if groups is None else groups
+    shares = []
+    for i in range(len(labels)):
+        others = [j for j in range(len(labels)) if j != i and (groups[j] is None or groups[j] != groups[i])]
+        shares.append(sum(labels[j] == labels[i] for j in others) / len(others))
+    return sum(shares) / len(shares)
 
 
 def spread_without_class(videos: int = 384, classes: int = 8, seed: int = 0):
@@ -59,6 +64,24 @@ def test_nn_accuracy_matches_a_video_by_video_reference_whatever_the_chunk() -> 
     for chunk in (1, 7, 1024):
         assert nn_accuracy(features, labels, chunk=chunk) == pytest.approx(expected, abs=1e-12)
     assert chance_nn_accuracy(labels) == pytest.approx(reference_chance(labels))
+    groups = [None if i % 5 == 0 else f"g{i % 9}" for i in range(37)]  # some videos of no known group
+    expected = reference_nn_accuracy(features, labels, groups)
+    for chunk in (1, 7, 1024):
+        assert nn_accuracy(features, labels, groups, chunk=chunk) == pytest.approx(expected, abs=1e-12)
+    assert chance_nn_accuracy(labels, groups) == pytest.approx(reference_chance(labels, groups))
+
+
+def test_a_video_of_the_same_source_is_not_its_neighbour() -> None:
+    """Features that tell only the source video (its scene) apart: each video's nearest is its sibling, of its
+    class, but the class is not in them; leaving the group out shows it (UCF101's gXX clips; the built-in data's
+    two clips per scene and action)."""
+    rng = np.random.default_rng(4)
+    labels = np.repeat(rng.integers(0, 8, size=192), 2)  # 192 source videos of two clips each
+    groups = [f"g{i // 2}" for i in range(384)]
+    features = np.repeat(rng.normal(size=(192, 16)), 2, axis=0) + 0.05 * rng.normal(size=(384, 16))
+    assert nn_accuracy(features, labels) == 1.0 and not feature_health(features, labels)["degenerate"]
+    health = feature_health(features, labels, groups)
+    assert health["nn_accuracy"] < 25 and health["degenerate"]
 
 
 def test_constant_features_score_chance_not_what_the_order_gives() -> None:
@@ -119,8 +142,8 @@ def collapsed_encoder(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def store_and_encoders(tmp_path_factory):
-    """A store of three colour classes (8 train, 7 test videos each: enough for the nearest-neighbour test), a random encoder (its features carry the
-    colour: healthy) and a collapsed one."""
+    """A store of three colour classes (8 train, 7 test videos each: enough for the nearest-neighbour test), a
+    random encoder (its features carry the colour: healthy) and a collapsed one."""
     root = tmp_path_factory.mktemp("health")
     store = make_tiny_store(root / "store", train_per_class=8, test_per_class=7, frames=8, views=("rgb", "flow"))
     return store, save_tiny_encoder(root / "healthy.pt", seed=0), collapsed_encoder(root / "collapsed.pt"), root

@@ -46,32 +46,46 @@ def effective_rank(centered: np.ndarray) -> float:
     return float(np.exp(-(share * np.log(share)).sum()))
 
 
-def nn_accuracy(features: np.ndarray, labels: np.ndarray, chunk: int = CHUNK) -> float:
-    """Leave-one-out 1-nearest-neighbour accuracy (a fraction): the share of videos whose most similar other video
-    (cosine after centring by the mean, float64) has their class. Ties count in expectation over a random order
-    (a video tied with several neighbours scores the share of its class among them), so constant features score
-    chance, not what the videos' order happens to give."""
+def _group_ids(groups, count: int) -> np.ndarray:
+    """An integer per video: equal for videos of one known group, unique for a video of no known group."""
+    if groups is None:
+        return np.arange(count)
+    ids: dict[str, int] = {}
+    return np.array([ids.setdefault(group, len(ids)) if group is not None else -1 - n
+                     for n, group in enumerate(groups)])
+
+
+def nn_accuracy(features: np.ndarray, labels: np.ndarray, groups=None, chunk: int = CHUNK) -> float:
+    """Leave-one-group-out 1-nearest-neighbour accuracy (a fraction): the share of videos whose most similar video
+    of another group (``groups``: one source video, e.g. UCF101's gXX, which shares the scene; None: only the
+    video itself is left out) has their class, by cosine after centring by the mean (float64). Ties count in
+    expectation over a random order (a video tied with several neighbours scores the share of its class among
+    them), so constant features score chance, not what the videos' order happens to give."""
     x = np.asarray(features, dtype=np.float64)
     labels = np.asarray(labels)
+    group = _group_ids(groups, len(x))
     x = x - x.mean(axis=0)
     x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
     hits = 0.0
     for start in range(0, len(x), chunk):
         scores = x[start : start + chunk] @ x.T
-        rows = np.arange(len(scores))
-        scores[rows, start + rows] = -np.inf
+        scores[group[start : start + chunk, None] == group[None, :]] = -np.inf
         tied = scores == scores.max(axis=1, keepdims=True)
         same = labels[None, :] == labels[start : start + chunk, None]
         hits += float(((tied & same).sum(axis=1) / tied.sum(axis=1)).sum())
     return hits / len(x)
 
 
-def chance_nn_accuracy(labels: np.ndarray) -> float:
-    """The leave-one-out accuracy of a random neighbour: the probability that another video drawn at random has
-    a video's class, sum over classes of n_c (n_c - 1) / (N (N - 1))."""
-    _, counts = np.unique(np.asarray(labels), return_counts=True)
-    n = counts.sum()
-    return float((counts * (counts - 1)).sum() / (n * (n - 1))) if n > 1 else 1.0
+def chance_nn_accuracy(labels: np.ndarray, groups=None) -> float:
+    """The accuracy of :func:`nn_accuracy` with a random neighbour: the mean over videos of the share of their
+    class among the videos of other groups (without groups, sum over classes of n_c (n_c - 1) / (N (N - 1)))."""
+    labels = np.asarray(labels)
+    group = _group_ids(groups, len(labels))
+    others = group[:, None] != group[None, :]
+    same = others & (labels[:, None] == labels[None, :])
+    counts = others.sum(axis=1)
+    usable = counts > 0
+    return float((same.sum(axis=1)[usable] / counts[usable]).mean()) if usable.any() else 1.0
 
 
 def carries_nothing(accuracy: float, chance: float, videos: int) -> bool:
@@ -80,19 +94,21 @@ def carries_nothing(accuracy: float, chance: float, videos: int) -> bool:
     return accuracy <= chance + CHANCE_MARGIN_SD * math.sqrt(chance * (1 - chance) / max(videos, 1))
 
 
-def feature_health(features: np.ndarray, labels: np.ndarray | None = None) -> dict[str, float | bool | None]:
+def feature_health(features: np.ndarray, labels: np.ndarray | None = None, groups=None
+                   ) -> dict[str, float | bool | None]:
     """``relative_variance`` (variance across videos / mean squared norm), ``effective_rank``
-    (:func:`effective_rank`), with ``labels`` (of at least :data:`MIN_NN_VIDEOS` videos with a label >= 0)
-    ``nn_accuracy`` and ``chance`` (percent:
+    (:func:`effective_rank`), with ``labels`` (of at least :data:`MIN_NN_VIDEOS` videos with a label >= 0; and
+    their ``groups``, whose videos are never each other's neighbours) ``nn_accuracy`` and ``chance`` (percent:
     :func:`nn_accuracy` and :func:`chance_nn_accuracy`), and ``degenerate``: no variance, or a nearest-neighbour
     accuracy no better than chance (:func:`carries_nothing`); without labels, an effective rank below
     :data:`MIN_EFFECTIVE_RANK`. With labels the rank does not decide: features along one line that orders the
     classes carry them, and features that spread along directions unrelated to the class carry nothing."""
     x = np.asarray(features, dtype=np.float64)
     y = None if labels is None else np.asarray(labels)
+    g = None if groups is None else np.asarray(groups, dtype=object)
     if len(x) > MAX_ROWS:
         rows = np.random.default_rng(0).choice(len(x), MAX_ROWS, replace=False)
-        x, y = x[rows], (None if y is None else y[rows])
+        x, y, g = x[rows], (None if y is None else y[rows]), (None if g is None else g[rows])
     centered = x - x.mean(axis=0)
     spread = float((centered ** 2).sum(axis=1).mean())
     relative = spread / max(float((x ** 2).sum(axis=1).mean()), 1e-300)
@@ -100,9 +116,10 @@ def feature_health(features: np.ndarray, labels: np.ndarray | None = None) -> di
     health: dict[str, float | bool | None] = {"relative_variance": relative, "effective_rank": rank,
                                               "nn_accuracy": None, "chance": None}
     known = None if y is None else y >= 0
-    chance = 0.0 if known is None else chance_nn_accuracy(y[known])
+    kept = None if known is None or g is None else list(g[known])
+    chance = 0.0 if known is None else chance_nn_accuracy(y[known], kept)
     if known is not None and int(known.sum()) >= MIN_NN_VIDEOS and 0 < chance < 1:
-        accuracy = nn_accuracy(x[known], y[known])
+        accuracy = nn_accuracy(x[known], y[known], kept)
         health.update(nn_accuracy=100.0 * accuracy, chance=100.0 * chance)
         empty = carries_nothing(accuracy, chance, int(known.sum()))
     else:  # too few labelled videos (or classes) to judge by: only the spread
@@ -134,8 +151,17 @@ def health_warnings(health: list[dict]) -> list[str]:
     return lines
 
 
-def streams_health(streams, train: list, test: list) -> list[dict]:
-    """:func:`feature_health` of each stream's train and test features (``VideoFeatures``), for a record."""
-    return [{"view": stream.view, "checkpoint": str(stream.checkpoint),
-             "train": feature_health(tr.features, tr.labels), "test": feature_health(te.features, te.labels)}
+def store_groups(store, keys: list[str]) -> list[str | None]:
+    """The group of each video of a store (None: unknown), for :func:`feature_health`."""
+    return [store.entry(key).group for key in keys]
+
+
+def streams_health(streams, train: list, test: list, store=None) -> list[dict]:
+    """:func:`feature_health` of each stream's train and test features (``VideoFeatures``; with the ``store``
+    they come from, each video's group is left out of its neighbours), for a record."""
+    def health(features) -> dict:
+        groups = None if store is None else store_groups(store, features.keys)
+        return feature_health(features.features, features.labels, groups)
+
+    return [{"view": stream.view, "checkpoint": str(stream.checkpoint), "train": health(tr), "test": health(te)}
             for stream, tr, te in zip(streams, train, test)]

@@ -12,7 +12,7 @@ from torch import nn
 
 from coclr.errors import DataError
 from coclr.eval.features import ClipConfig, extract_features
-from coclr.eval.health import feature_health
+from coclr.eval.health import feature_health, store_groups
 from coclr.eval.retrieval import retrieve
 from coclr.store.clipstore import ClipStore
 
@@ -30,7 +30,7 @@ def knn_recall(backbone: nn.Module, store: str, view: str, length: int, stride: 
         return {}
     config = ClipConfig(length=length, stride=stride, size=size, batch_size=batch_size)
     gallery = extract_features(backbone, clip_store, view, gallery_split, config, device, progress=False)
-    health = feature_health(gallery.features, gallery.labels)
+    health = feature_health(gallery.features, gallery.labels, store_groups(clip_store, gallery.keys))
     found = {"knn_rank": health["effective_rank"], "knn_nn_accuracy": health["nn_accuracy"],
              "knn_collapsed": float(health["degenerate"])}
     try:  # the study builds the test split's flow beside training: until it is built, only the gallery's health

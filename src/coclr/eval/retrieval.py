@@ -250,16 +250,17 @@ def evaluate_retrieval(store, streams: Sequence, config=None, ks: Sequence[int] 
     for stream, sha in zip(streams, shas):
         for split, out in ((train_split, train), (test_split, test)):
             out.append(cached_features(stream.checkpoint, store, stream.view, split, config, cache_dir, device,
-                                       checkpoint_sha256=sha, progress=progress, with_views=stream_views(streams, with_views)))
+                                       checkpoint_sha256=sha, progress=progress,
+                                       with_views=stream_views(streams, with_views)))
     for other_train, other_test in zip(train[1:], test[1:]):
         check_same_videos(train[0].keys, other_train.keys, "two-stream retrieval (train videos)")
         check_same_videos(test[0].keys, other_test.keys, "two-stream retrieval (test videos)")
     fused = retrieve([f.features for f in test], test[0].labels, [f.features for f in train], train[0].labels,
                      ks, device=device)
-    record = {"task": "retrieval", **input_record(store, list(streams), {"train": train_split, "test": test_split}, shas,
-                                                    with_views),
+    record = {"task": "retrieval", **input_record(store, list(streams), {"train": train_split, "test": test_split},
+                                                    shas, with_views),
               "config": {**dataclasses.asdict(config), "ks": list(fused.ks)}, "results": fused.to_json(False)}
-    record["feature_health"] = streams_health(streams, train, test)
+    record["feature_health"] = streams_health(streams, train, test, store)
     record["warnings"] = health_warnings(record["feature_health"])
     if len(streams) > 1:
         record["per_stream"] = [retrieve(q.features, q.labels, g.features, g.labels, ks, device=device).to_json(False)
