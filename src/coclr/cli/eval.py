@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     from coclr.errors import CheckpointError, ConfigError
     from coclr.eval.evaluate import evaluate_checkpoint
     from coclr.eval.features import ClipConfig, Stream, check_inputs, split_entries, trained_clips, trained_view
+    from coclr.eval.report import degenerate
     from coclr.store.clipstore import open_store
 
     checkpoints = [Path(args.checkpoint)] + ([Path(args.checkpoint2)] if args.checkpoint2 else [])
@@ -149,5 +150,7 @@ def run(args: argparse.Namespace) -> int:
     for warning in record.get("warnings", []):
         print(f"coclr eval: warning: {warning}", file=sys.stderr)
     summary = {key: value for key, value in record["results"].items() if key not in ("grid", "train_losses")}
+    if "feature_health" in record:  # the probe and retrieval judge the features; finetuning retrains them
+        summary["collapsed"] = degenerate(record)
     print(json.dumps({"task": args.task, "views": [s.view for s in streams], "clips": clips, **summary}, indent=1))
     return 0

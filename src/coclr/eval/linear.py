@@ -40,7 +40,8 @@ class LinearProbeConfig:
         require(bool(self.lrs) and all(lr > 0 for lr in self.lrs), "lrs", f"need positive values, got {self.lrs}")
         require(bool(self.weight_decays) and all(wd >= 0 for wd in self.weight_decays), "weight_decays",
                 f"need values >= 0, got {self.weight_decays}")
-        require(bool(self.epochs) and all(e >= 1 for e in self.epochs), "epochs", f"need values >= 1, got {self.epochs}")
+        require(bool(self.epochs) and all(e >= 1 for e in self.epochs), "epochs",
+                f"need values >= 1, got {self.epochs}")
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         require(0.0 < self.val_fraction < 1.0, "val_fraction", f"must be in (0, 1), got {self.val_fraction}")
 
@@ -165,7 +166,8 @@ def select_hyperparameters(features: np.ndarray, labels: np.ndarray, num_classes
 
 def _check_features(train: VideoFeatures, test: VideoFeatures, num_classes: int) -> None:
     if train.features.shape[1] != test.features.shape[1]:
-        raise DataError(f"train and test features differ in size: {train.features.shape[1]} vs {test.features.shape[1]}")
+        raise DataError(f"train and test features differ in size: {train.features.shape[1]} vs "
+                        f"{test.features.shape[1]}")
     for name, labels in (("train", train.labels), ("test", test.labels)):
         if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
             raise DataError(f"{name} labels must be in [0, {num_classes}), got {labels.min()}..{labels.max()}")
@@ -215,8 +217,9 @@ def evaluate_linear(store, streams: list, clip_config=None, probe_config: Linear
     num_classes = len(store.index.classes)
     results, features = [], []
     for stream, sha in zip(streams, shas):
+        views = stream_views(streams, with_views)
         train, test = (cached_features(stream.checkpoint, store, stream.view, split, clip_config, cache_dir, device,
-                                       checkpoint_sha256=sha, progress=progress, with_views=stream_views(streams, with_views))
+                                       checkpoint_sha256=sha, progress=progress, with_views=views)
                        for split in (train_split, test_split))
         features.append((train, test))
         results.append(linear_probe(train, test, num_classes, probe_config, device, progress))
@@ -229,7 +232,8 @@ def evaluate_linear(store, streams: list, clip_config=None, probe_config: Linear
                                                     with_views),
               "config": {"clips": dataclasses.asdict(clip_config), "probe": dataclasses.asdict(probe_config)},
               "results": {"top1": round(100 * accuracy[1], 4), "top5": round(100 * accuracy[5], 4)}}
-    record["feature_health"] = streams_health(streams, [f[0] for f in features], [f[1] for f in features])
+    record["feature_health"] = streams_health(streams, [f[0] for f in features], [f[1] for f in features],
+                                                store)
     record["warnings"] = health_warnings(record["feature_health"])
     if len(results) == 1:
         record["results"].update(selected=results[0].selected, grid=results[0].grid)

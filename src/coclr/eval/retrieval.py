@@ -263,7 +263,7 @@ def evaluate_retrieval(store, streams: Sequence, config=None, ks: Sequence[int] 
     record = {"task": "retrieval", **input_record(store, list(streams), {"train": train_split, "test": test_split},
                                                     shas, with_views),
               "config": {**dataclasses.asdict(config), "ks": list(fused.ks)}, "results": fused.to_json(False)}
-    record["feature_health"] = streams_health(streams, train, test)
+    record["feature_health"] = streams_health(streams, train, test, store)
     record["warnings"] = health_warnings(record["feature_health"])
     if len(streams) > 1:
         record["per_stream"] = [retrieve(q.features, q.labels, g.features, g.labels, ks, device=device).to_json(False)

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from coclr.eval.report import DEGENERATE_MARK as COLLAPSED_MARK
 from coclr.study.config import ROWS
 
 METRICS = {"retrieval": "R@1", "linear": "linear probe", "finetune": "finetune"}
@@ -29,47 +30,81 @@ def row_value(row: dict[str, Any], column: str) -> float | None:
     return row.get(f"{column}_top1")
 
 
-def claims(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> dict[str, Any]:
-    """The paper's claims on these rows (``{"row": key, ...}`` records), per evaluated column: True/False, or the
-    share of the InfoNCE-RGB to UberNCE-RGB gap that CoCLR-RGB closes (None when there is no gap)."""
+CLAIMS: tuple[tuple[str, tuple[str, ...], Callable[..., Any]], ...] = (
+    ("UberNCE-RGB > CoCLR-RGB > InfoNCE-RGB", ("ubernce_rgb", "coclr_rgb", "infonce_rgb"), lambda u, c, i: u > c > i),
+    ("InfoNCE-Flow > InfoNCE-RGB", ("infonce_flow", "infonce_rgb"), lambda f, r: f > r),
+    ("CoCLR-Flow > InfoNCE-Flow", ("coclr_flow", "infonce_flow"), lambda c, i: c > i),
+    ("CoCLR two-stream above every other self-supervised row", ("coclr_two_stream", "*"),
+     lambda two, *others: all(two > other for other in others)),
+    ("CoCLR-RGB > CMC-RGB", ("coclr_rgb", "cmc_rgb"), lambda c, m: c > m),
+    ("CoCLR-RGB K=5 >= K=1 and K=50", ("coclr_rgb", "coclr_k1_rgb", "coclr_k50_rgb"),
+     lambda k5, k1, k50: k5 >= max(k1, k50)),
+    ("CoCLR-RGB alternating >= sim", ("coclr_rgb", "coclr_sim_rgb"), lambda a, s: a >= s),
+    ("CoCLR-RGB alternating with equal updates >= sim", ("coclr_equal_rgb", "coclr_sim_rgb"), lambda a, s: a >= s),
+    ("gap closed by CoCLR-RGB", ("ubernce_rgb", "coclr_rgb", "infonce_rgb"),
+     lambda u, c, i: (c - i) / (u - i) if u - i > 0 else None),
+)
+"""The paper's claims: name, the rows each compares (``"*"``: every other self-supervised row the study has, at
+least one) and its verdict on their numbers (True/False, or the share of the InfoNCE-RGB to UberNCE-RGB gap that
+CoCLR-RGB closes, None when there is no gap)."""
+
+
+def _claims(rows: Sequence[dict[str, Any]], columns: Sequence[str]):
+    """``(claim, row keys, verdict)`` of every claim whose rows the study has, per evaluated column."""
     by_key = {row["row"]: row for row in rows}
-    found: dict[str, Any] = {}
     for column in columns:
-        metric = METRICS[column]
+        values = {key: row_value(row, column) for key, row in by_key.items()}
+        values = {key: value for key, value in values.items() if value is not None}
+        for name, needs, test in CLAIMS:
+            keys = [key for key in needs if key != "*"]
+            if "*" in needs:
+                keys += [key for key in values if not ROWS[key].labels and key not in keys]
+            if all(key in values for key in keys) and len(keys) >= len(needs):
+                yield f"{name} ({METRICS[column]})", keys, test(*(values[key] for key in keys))
 
-        def value(key: str) -> float | None:
-            return row_value(by_key[key], column) if key in by_key else None
 
-        def have(*keys: str) -> bool:
-            return all(value(key) is not None for key in keys)
+def claims(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> dict[str, Any]:
+    """The paper's claims (:data:`CLAIMS`) on these rows (``{"row": key, ...}`` records), per evaluated column."""
+    return {claim: verdict for claim, _, verdict in _claims(rows, columns)}
 
-        if have("ubernce_rgb", "coclr_rgb", "infonce_rgb"):
-            found[f"UberNCE-RGB > CoCLR-RGB > InfoNCE-RGB ({metric})"] = (
-                value("ubernce_rgb") > value("coclr_rgb") > value("infonce_rgb"))
-        if have("infonce_flow", "infonce_rgb"):
-            found[f"InfoNCE-Flow > InfoNCE-RGB ({metric})"] = value("infonce_flow") > value("infonce_rgb")
-        if have("coclr_flow", "infonce_flow"):
-            found[f"CoCLR-Flow > InfoNCE-Flow ({metric})"] = value("coclr_flow") > value("infonce_flow")
-        unsupervised = [key for key in by_key if not ROWS[key].labels and key != "coclr_two_stream"
-                        and value(key) is not None]
-        if have("coclr_two_stream") and unsupervised:
-            found[f"CoCLR two-stream above every other self-supervised row ({metric})"] = all(
-                value("coclr_two_stream") > value(key) for key in unsupervised)
-        if have("coclr_rgb", "cmc_rgb"):
-            found[f"CoCLR-RGB > CMC-RGB ({metric})"] = value("coclr_rgb") > value("cmc_rgb")
-        if have("coclr_rgb", "coclr_k1_rgb", "coclr_k50_rgb"):
-            found[f"CoCLR-RGB K=5 >= K=1 and K=50 ({metric})"] = (
-                value("coclr_rgb") >= max(value("coclr_k1_rgb"), value("coclr_k50_rgb")))
-        if have("coclr_rgb", "coclr_sim_rgb"):
-            found[f"CoCLR-RGB alternating >= sim ({metric})"] = value("coclr_rgb") >= value("coclr_sim_rgb")
-        if have("coclr_equal_rgb", "coclr_sim_rgb"):
-            found[f"CoCLR-RGB alternating with equal updates >= sim ({metric})"] = (
-                value("coclr_equal_rgb") >= value("coclr_sim_rgb"))
-        if have("ubernce_rgb", "coclr_rgb", "infonce_rgb"):
-            gap = value("ubernce_rgb") - value("infonce_rgb")
-            found[f"gap closed by CoCLR-RGB ({metric})"] = (
-                (value("coclr_rgb") - value("infonce_rgb")) / gap if gap > 0 else None)
-    return found
+
+def claim_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> dict[str, list[str]]:
+    """The rows each claim of :func:`claims` rests on."""
+    return {claim: keys for claim, keys, _ in _claims(rows, columns)}
+
+
+def collapsed_rows(rows: Sequence[dict[str, Any]], claim_keys: Sequence[str]) -> list[str]:
+    """The rows among ``claim_keys`` whose encoder collapsed (``collapsed`` in their record; over seeds: on any)."""
+    by_key = {row["row"]: row for row in rows}
+    return [key for key in claim_keys if by_key[key].get("collapsed")]
+
+
+def row_name(row: dict[str, Any]) -> str:
+    """How a row is named in notes: ``Method (Input)``."""
+    return f"{row['method']} ({row['view']})"
+
+
+def collapse_caveat(rows: Sequence[dict[str, Any]], claim_keys: Sequence[str], seeds: int = 1) -> str:
+    """What a claim line adds when it rests on a collapsed row ('' when none): which rows (over seeds, on how many
+    of them), so that a verdict that holds for the wrong reason says so."""
+    by_key = {row["row"]: row for row in rows}
+    bad = collapsed_rows(rows, claim_keys)
+    if not bad:
+        return ""
+    names = ", ".join(row_name(by_key[key]) + (f" on {int(by_key[key]['collapsed'])} of {seeds} seeds"
+                                               if seeds > 1 else "") for key in bad)
+    return f" [{COLLAPSED_MARK} rests on a collapsed encoder: {names}; no evidence either way]"
+
+
+def collapse_warning(record: dict[str, Any]) -> str:
+    """The note of a row whose ``record`` (linear probe or retrieval) had degenerate features: the mark, the task
+    and the measures of the first stream and split that failed (:mod:`coclr.eval.health`)."""
+    from coclr.eval.health import describe_health
+
+    measures = next(stream[split] for stream in record["feature_health"] for split in ("train", "test")
+                    if stream[split]["degenerate"])
+    return (f"{COLLAPSED_MARK} collapsed encoder: degenerate features in the {record['task']} evaluation "
+            f"({describe_health(measures)}): its numbers are no evidence of a representation")
 
 
 def claim_text(value: Any) -> str:
@@ -126,8 +161,10 @@ def results_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str], che
              "", *table_markdown(rows, columns), ""]
     if notes:
         lines += [*(f"- {note}" for note in notes), ""]
+    resting = claim_rows(rows, columns)
     lines += ["Claims of the paper on these results:", ""]
-    lines += [f"- {claim}: {claim_text(value)}" for claim, value in checks.items()]
+    lines += [f"- {claim}: {claim_text(value)}{collapse_caveat(rows, resting.get(claim, []))}"
+              for claim, value in checks.items()]
     if stages:
         lines += ["", "Pretraining stages: R@1 of the network each trained, and for CoCLR the share of its mined "
                   "positives (top-K in the other view) that had the query's class:", "",
@@ -217,6 +254,9 @@ def summarise_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     rows = []
     for index, first in enumerate(results[0]["rows"]):
         row = {key: first.get(key) for key in ("row", "method", "view", "labels", "paper")}
+        row["collapsed"] = sum(bool(r["rows"][index].get("collapsed")) for r in results)
+        if row["collapsed"]:
+            row["marks"] = f" {COLLAPSED_MARK}"
         for key in ("linear_top1", "finetune_top1"):
             values = [r["rows"][index].get(key) for r in results]
             if all(v is not None for v in values):
@@ -228,6 +268,7 @@ def summarise_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     means = [{**row, **{k: v[0] for k, v in row.items() if k.endswith("_top1")},
               "retrieval": {k: v[0] for k, v in row.get("retrieval", {}).items()} or None} for row in rows]
     on_means = claims(means, columns)
+    resting = claim_rows(means, columns)
     summary = {}
     for claim, verdict in on_means.items():
         per_seed = [r["claims"].get(claim) for r in results]
@@ -237,6 +278,7 @@ def summarise_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
                               "on_means": verdict}
         else:
             summary[claim] = {"held_on": sum(bool(v) for v in per_seed), "seeds": len(per_seed), "on_means": verdict}
+        summary[claim]["rows"] = resting[claim]
     return {"seeds": [r["seed"] for r in results], "columns": columns, "rows": rows, "claims": summary,
             "paired": paired_differences(results)}
 
@@ -249,21 +291,26 @@ def seeds_markdown(summary: dict[str, Any]) -> str:
             return "-"
         return f"{value:.1f}" if isinstance(value, float) else f"{value[0]:.1f} ± {value[1]:.1f}"
 
-    seeds = summary["seeds"]
+    seeds, rows = summary["seeds"], summary["rows"]
     lines = [f"# coclr study over seeds {', '.join(map(str, seeds))}", "",
              "Mean ± standard deviation over the seeds, in percent; 'paper': Table 1 of the paper.", "",
-             *table_markdown(summary["rows"], summary["columns"], cell=cell), "",
-             "Claims of the paper: on how many seeds each held, and on the means:", ""]
+             *table_markdown(rows, summary["columns"], cell=cell), ""]
+    collapsed = [f"- {row_name(row)}: {COLLAPSED_MARK} its encoder collapsed on {row['collapsed']} of {len(seeds)} "
+                 "seeds (degenerate features: `seed<S>/results.md` says which): its mean is no evidence of a "
+                 "representation" for row in rows if row.get("collapsed")]
+    lines += [*collapsed, ""] if collapsed else []
+    lines += ["Claims of the paper: on how many seeds each held, and on the means:", ""]
     for claim, entry in summary["claims"].items():
+        caveat = collapse_caveat(rows, entry.get("rows", []), len(seeds))
         if "held_on" in entry:
             lines.append(f"- {claim}: {entry['held_on']} of {entry['seeds']} seeds; on the means: "
-                         f"{claim_text(entry['on_means'])}")
+                         f"{claim_text(entry['on_means'])}{caveat}")
         else:
             spread = entry["mean_std"]
             shown = "undefined" if spread is None else f"{100 * spread[0]:.0f}% ± {100 * spread[1]:.0f}%"
             per_seed = ", ".join(claim_text(v) for v in entry["per_seed"])
             lines.append(f"- {claim}: {shown} over the seeds ({per_seed}); on the means: "
-                         f"{claim_text(entry['on_means'])}")
+                         f"{claim_text(entry['on_means'])}{caveat}")
     paired = summary.get("paired") or {}
     if paired:
         lines += ["", "Paired differences (the two rows on the same seed), in points: mean [95% interval], then each "

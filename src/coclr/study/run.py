@@ -20,7 +20,7 @@ from coclr.atomic import atomic_write_json, atomic_write_text
 from coclr.runfolder import FolderRule, check_folder, claim_folder
 from coclr.study.config import ROWS, StudyConfig, supervised_row
 from coclr.study.plan import StudyPlan, cross_entropy_init, options_record, plan_study
-from coclr.study.results import claims, results_markdown, seeds_markdown, summarise_seeds
+from coclr.study.results import claims, collapse_warning, results_markdown, seeds_markdown, summarise_seeds
 
 STUDY_FOLDER = FolderRule("study", "a study run")
 """How a study folder is continued or refused (:mod:`coclr.runfolder`); its options leave out ``processes`` and
@@ -73,7 +73,7 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
     from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
     from coclr.eval.features import Stream, file_sha256
     from coclr.eval.finetune import ENCODER_FILE, stream_folder
-    from coclr.eval.report import degenerate, other_clips
+    from coclr.eval.report import DEGENERATE_MARK, OTHER_CLIPS_MARK, degenerate, other_clips
     from coclr.store.clipstore import open_store
 
     out, config = plan.out, plan.config
@@ -117,15 +117,17 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
             entry["finetune_top1"] = record["results"]["top1"]
             records.append(record)
             bar.update()
-        marks = []
+        warnings = []
         for record in records:
             record["name"] = row.method
             atomic_write_json(out / "eval" / f"{key}_{record['task']}.json", record)
-            marks += [f"degenerate features ({record['task']})"] if degenerate(record) else []
-            marks += [f"evaluated on {note}" for note in other_clips(record)]
-        if marks:
-            entry["warnings"] = list(dict.fromkeys(marks))
-            entry["marks"] = " ‡"
+            warnings += [collapse_warning(record)] if degenerate(record) else []
+            warnings += [f"{OTHER_CLIPS_MARK} evaluated on {note}" for note in other_clips(record)]
+        entry["collapsed"] = any(degenerate(record) for record in records)
+        if warnings:
+            entry["warnings"] = list(dict.fromkeys(warnings))
+            entry["marks"] = " " + "".join(mark for mark in (OTHER_CLIPS_MARK, DEGENERATE_MARK)
+                                           if any(w.startswith(mark) for w in warnings))
         entry["records"] = records
         rows.append(entry)
     bar.close()
@@ -164,8 +166,6 @@ def run_study(config: StudyConfig, out: str | Path, check_only: bool = False) ->
 
 def _run_plan(plan: StudyPlan, started: float) -> dict[str, Any]:
     """Every step of a study whose folder this process holds; returns the ``results.json`` content."""
-    from coclr.eval.report import write_report
-    from coclr.store.clipstore import open_store
     from coclr.study.scheduler import run_jobs
 
     config, out = plan.config, plan.out
@@ -183,6 +183,18 @@ def _run_plan(plan: StudyPlan, started: float) -> dict[str, Any]:
     print(f"[4/{steps}] stages of co-training (Figure 4)", flush=True)
     stages = stage_records(plan)
     print(f"[5/{steps}] report", flush=True)
+    return write_results(plan, rows, stages, started)
+
+
+def write_results(plan: StudyPlan, rows: list[dict[str, Any]], stages: list[dict[str, Any]], started: float
+                  ) -> dict[str, Any]:
+    """The report of the rows' records (``table.md``, the gallery, the plots), ``results.json`` and
+    ``results.md`` (the table, its notes, the claims, the stages) in the study folder; returns the results. A row
+    whose encoder collapsed is marked in each (:func:`coclr.study.results.collapse_warning`)."""
+    from coclr.eval.report import write_report
+    from coclr.store.clipstore import open_store
+
+    out, config = plan.out, plan.config
     coclr_rgb = [r for key in ("coclr_rgb", "coclr_two_stream") for row in rows if row["row"] == key
                  for r in row["records"] if r["task"] == "retrieval"]  # the gallery: CoCLR's RGB retrieval
     records = [record for row in rows for record in row.pop("records")]
