@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from coclr.cli import _synth
+from coclr.cli import _synth, job_status
 
 FORMATS = ("ucf101", "hmdb51", "kinetics", "folder", "csv")
 
@@ -125,7 +125,7 @@ def run_store(args: argparse.Namespace) -> int:
     summary = build_store(index, args.root, args.out, short_side=args.short_side or None,
                           quality=args.quality, fps=args.fps, workers=args.workers)
     print(summary)
-    return 1 if summary.failed else 0
+    return job_status(len(summary.failed))
 
 
 def run_info(args: argparse.Namespace) -> int:
@@ -161,4 +161,4 @@ def run_info(args: argparse.Namespace) -> int:
             for key, problem in problems:
                 print(f"    damaged: {key}: {problem}")
             print(f"    verified: {len(problems)} damaged entries")
-    return 1 if damaged else 0
+    return job_status(damaged)

@@ -256,7 +256,10 @@ class _DecodedVideos(torch.utils.data.IterableDataset):
             try:
                 with VideoReader(self.paths[index], self.short_side, self.fps) as reader:
                     chunk: list[np.ndarray] = []
-                    for frame in reader:
+                    first: np.ndarray | None = None
+                    for number, frame in enumerate(reader):
+                        first = frame if first is None else first
+                        check_frame_size(first, frame, number)
                         chunk.append(frame)
                         if len(chunk) == CHUNK_FRAMES:
                             yield ("frames", index, np.stack(chunk))
@@ -266,6 +269,15 @@ class _DecodedVideos(torch.utils.data.IterableDataset):
                     yield ("end", index, reader.fps)
             except Exception as error:  # one bad file must not stop the others
                 yield ("error", index, _message(self.paths[index], error))
+
+
+def check_frame_size(first: np.ndarray, frame: np.ndarray, number: int) -> None:
+    """Refuse a video whose frame size changes mid-stream (a stream spliced from two encodings): its windows
+    would mix frames of two sizes (and two framings), which no crop makes one clip."""
+    if frame.shape != first.shape:
+        raise DataError(f"the frame size changes mid-stream, from {first.shape[1]}x{first.shape[0]} to "
+                        f"{frame.shape[1]}x{frame.shape[0]} at frame {number}; re-encode the video at one size "
+                        "(e.g. ffmpeg -i IN -vf scale=W:H OUT)")
 
 
 def _message(path: str, error: BaseException) -> str:
@@ -377,9 +389,12 @@ class _Runner:
         self.queued_windows = 0
         self.failed = 0
         self.last_gray: dict[int, np.ndarray] = {}
+        self.reported: set[int] = set()
 
     def handle(self, message: tuple) -> list[tuple[int, VideoEmbedding | EmbedFailure]]:
         kind, index, payload = message
+        if index in self.reported:  # the rest of a video that failed already
+            return []
         video = self.videos.get(index)
         if video is None:
             video = self.videos[index] = _Pending(self.paths[index], _VideoWindows(self.settings))
@@ -394,7 +409,7 @@ class _Runner:
                     self.last_gray.pop(index, None)
                 else:
                     video.failed = str(payload)
-            except DataError as error:
+            except Exception as error:  # any error from one video is that video's failure, never the job's
                 video.failed = _message(video.path, error)
         out = []
         while self.queued_windows >= self.embedder.batch_size:
@@ -471,6 +486,7 @@ class _Runner:
             else:
                 continue
             del self.videos[index]
+            self.reported.add(index)
             self.last_gray.pop(index, None)
         return out
 

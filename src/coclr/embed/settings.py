@@ -17,6 +17,7 @@ video's embedding is the feature the paper's retrieval computes for it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,8 @@ class EmbedSettings:
         for key in ("mean", "std", "flow_mean", "flow_std"):
             value = getattr(self, key)
             require(value is None or len(value) == 3, key, f"needs 3 values, got {value}")
+            require(value is None or all(math.isfinite(v) for v in value), key,
+                    f"needs finite values, got {value} (a NaN or infinity would make every embedding NaN)")
         for key in ("std", "flow_std"):
             value = getattr(self, key)
             require(value is None or all(v > 0 for v in value), key, f"needs positive values, got {value}")
