@@ -591,3 +591,64 @@ def test_a_symbolic_link_loop_is_named_and_every_real_file_embedded_once(tmp_pat
                    *sum(([f"--{k.replace('_', '-')}", v] for k, v in SMALL.items()), [])) == 0
     printed = capsys.readouterr().out
     assert "2 videos embedded" in printed and "not followed 3 symbolic links" in printed
+
+
+# ------------------------------------------------------------------------------------------------ same folder, any way
+
+
+def test_a_videos_vector_does_not_depend_on_its_batch_companions_or_threads(encoder):
+    """Batches always have ``batch_size`` rows (the last padded), so a video's vector is the same, bit for bit,
+    embedded alone or among other videos; with another torch thread count, the same to rounding."""
+    videos = [moving_square(frames, seed=n) for n, frames in enumerate((9, 21, 14, 30))]
+    embedder = Embedder(encoder, workers=0, batch_size=4, **SMALL)
+    alone = [embedder.embed_frames(video, 25.0).vector for video in videos]
+    runner_results = {}
+    from coclr.embed.embedder import _Runner
+
+    runner = _Runner(embedder, [f"v{n}" for n in range(len(videos))])
+    chunks = sorted((start, n) for n, video in enumerate(videos) for start in range(0, len(video), 8))
+    messages = [("frames", n, videos[n][start: start + 8]) for start, n in chunks]  # the videos interleaved
+    for message in [*messages, *[("end", n, 25.0) for n in range(len(videos))]]:
+        runner_results.update(runner.handle(message))
+    runner_results.update(runner.finish())
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1 if threads > 1 else 2)
+        other_threads = [embedder.embed_frames(video, 25.0).vector for video in videos]
+    finally:
+        torch.set_num_threads(threads)
+    for n in range(len(videos)):
+        np.testing.assert_array_equal(runner_results[n].vector, alone[n])
+        # oneDNN's convolutions round differently with another thread count (measured: at most 1 ulp, 7e-8)
+        np.testing.assert_allclose(other_threads[n], alone[n], rtol=0, atol=1e-6)
+
+
+def embed_command(*extra: str) -> list[str]:
+    return ["-m", "coclr", "embed", *extra, "--length", "8", "--size", "32", "--short-side", "32", "--workers", "0",
+            "--quiet", "--batch-size", "4"]
+
+
+def test_two_torchrun_processes_write_the_folder_of_one_process(tmp_path, encoder):
+    """``torchrun --nproc_per_node=2 -m coclr embed`` (gloo): each process embeds every other video, rank 0 merges;
+    the folder has the same rows in the same order and the same bytes as the one a single process writes."""
+    from test_train_distributed import free_port
+
+    videos = tmp_path / "videos"
+    for number in range(7):
+        write_video(videos / f"v{number}.mp4", moving_square(9 + 5 * number, seed=number))
+    (videos / "broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + os.urandom(800))
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    common = [str(videos), "--checkpoint", str(encoder)]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          f"--master_port={free_port()}", *embed_command(*common, "--out", str(tmp_path / "two"))],
+                         env={k: v for k, v in env.items() if k not in ("MASTER_PORT",)}, capture_output=True,
+                         text=True, timeout=300)
+    assert "7 videos embedded by 2 processes" in two.stdout, two.stdout + two.stderr
+    assert "1 failed" in two.stdout and "broken.mp4" in two.stdout
+    one = subprocess.run([sys.executable, *embed_command(*common, "--out", str(tmp_path / "one"))], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 3, one.stdout + one.stderr
+    for name in ("videos.npy", "windows.npy", "videos.jsonl", "windows.jsonl", "failed.jsonl"):
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+    assert not list((tmp_path / "two" / "chunks").glob("*"))
+    assert len(check_folder(tmp_path / "two").videos) == 7

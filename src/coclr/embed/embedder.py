@@ -212,6 +212,17 @@ class _Stream:
         return cls(view, tuple(mean), tuple(std), network, dim)
 
 
+def padded(clips: torch.Tensor, size: int) -> torch.Tensor:
+    """``clips`` with its last row repeated up to ``size`` rows. Every batch has the same number of rows so that a
+    window's features never depend on how many other windows shared its batch: oneDNN picks its algorithm (and
+    so its rounding) by batch shape, while a row's result does not depend on the other rows of a batch of one
+    shape. So a video gets the same vector alone, in a folder, under any number of processes or decoders."""
+    missing = size - len(clips)
+    if missing <= 0:
+        return clips
+    return torch.cat([clips, clips[-1:].expand(missing, *clips.shape[1:])])
+
+
 def combine(features: Sequence[torch.Tensor]) -> torch.Tensor:
     """Per-stream features ``[N, D_i]`` -> one unit vector per row: the L2-normalised streams concatenated
     and divided by sqrt(number of streams)."""
@@ -464,10 +475,11 @@ class _Runner:
 
     @torch.no_grad()
     def _run_batch(self) -> None:
-        batch, self.queue = self.queue[: self.embedder.batch_size], self.queue[self.embedder.batch_size:]
+        size = self.embedder.batch_size
+        batch, self.queue = self.queue[:size], self.queue[size:]
         self.queued_windows -= len(batch)
-        outputs = [stream.network(torch.stack([crops[s] for _, _, crops in batch])).float().cpu()
-                   for s, stream in enumerate(self.embedder.streams)]
+        outputs = [stream.network(padded(torch.stack([crops[s] for _, _, crops in batch]), size))[: len(batch)]
+                   .float().cpu() for s, stream in enumerate(self.embedder.streams)]
         for row, (index, number, _) in enumerate(batch):
             self.videos[index].features[number] = [output[row] for output in outputs]
 
