@@ -652,3 +652,37 @@ def test_two_torchrun_processes_write_the_folder_of_one_process(tmp_path, encode
         assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
     assert not list((tmp_path / "two" / "chunks").glob("*"))
     assert len(check_folder(tmp_path / "two").videos) == 7
+
+
+# ------------------------------------------------------------------------------------------------ inference speed-ups
+
+
+def test_the_default_inference_keeps_cosine_0999_of_plain_float32(encoder):
+    """The defaults (float32 in channels-last 3D on the CPU, padded batches) give the plain float32 network's
+    window features within cosine 0.999 (in fact to rounding); bf16 is an opt-in that is recorded in the folder."""
+    from coclr.data.augment import center_crop
+    from coclr.models.loading import load_encoder
+
+    video = moving_square(40, seed=3)
+    embedder = Embedder(encoder, workers=0, batch_size=4, **SMALL)
+    result = embedder.embed_frames(video, 25.0)
+    backbone, _ = load_encoder(encoder)
+    windows = sliding_windows(len(video), 8, 1)
+    with torch.no_grad():
+        plain = backbone(center_crop(torch.from_numpy(np.stack([video[w] for w in windows])), 32)).mean(dim=(2, 3, 4))
+    cosine = F.cosine_similarity(torch.from_numpy(result.windows), plain, dim=1)
+    assert cosine.min() >= 0.999 and torch.allclose(cosine, torch.ones_like(cosine), atol=1e-5)
+    assert Embedder(encoder, workers=0, **SMALL).settings.precision is None
+
+
+@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no bfloat16 kernels on this CPU")
+def test_bf16_is_close_to_float32_and_refused_where_unsupported(encoder, monkeypatch):
+    video = moving_square(40, seed=3)
+    exact = Embedder(encoder, workers=0, **SMALL).embed_frames(video, 25.0)
+    fast = Embedder(encoder, workers=0, precision="bf16", **SMALL).embed_frames(video, 25.0)
+    cosine = (exact.windows * fast.windows).sum(axis=1)
+    print(f"bf16 vs float32, tiny encoder: window cosine min {cosine.min():.5f}")
+    assert cosine.min() > 0.99 and not np.array_equal(exact.windows, fast.windows)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    with pytest.raises(ConfigError, match="no bfloat16 kernels"):
+        Embedder(encoder, workers=0, precision="bf16", **SMALL)

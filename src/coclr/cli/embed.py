@@ -39,6 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--std", type=float, nargs=3, help="RGB normalisation std (default as --mean)")
     parser.add_argument("--flow-bound", type=float, help="flow clipping bound in px (default: the flow checkpoint's, "
                         "else 20)")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="fp32 (default) or bf16: the backbone under bfloat16 autocast, faster on CPUs with "
+                        "AVX-512 BF16/AMX but not within cosine 0.999 of fp32 on every network (docs/embed.md)")
     parser.add_argument("--batch-size", type=int, default=16, help="windows per forward pass (default 16)")
     parser.add_argument("--workers", type=int, help="decoding processes (default: up to 8, leaving a core; 0: decode "
                         "in this process)")
@@ -67,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         init_distributed(torch.device(device), backend="gloo", timeout=GROUP_TIMEOUT)
     settings = {"feature": args.feature, "length": args.length, "stride": args.stride, "window_step": args.window_step,
                 "fps": args.fps, "short_side": args.short_side, "size": args.size, "mean": args.mean,
-                "std": args.std, "flow_bound": args.flow_bound}
+                "std": args.std, "flow_bound": args.flow_bound,
+                "precision": None if args.precision == "fp32" else args.precision}
     embedder = Embedder(args.checkpoint, device=device, flow_checkpoint=args.flow_checkpoint,
                         batch_size=args.batch_size, workers=args.workers, **settings)
     summary = embed_videos(args.inputs, args.out, embedder, progress=not args.quiet, retry_failed=args.retry_failed,
