@@ -560,12 +560,16 @@ def test_rows_of_replaced_and_removed_files_are_dropped(tmp_path, encoder, capsy
     paths[1].write_bytes(b"\x00\x00\x00\x18ftypmp42" + os.urandom(3000))  # replaced by a file that fails
     paths[2].unlink()  # removed
     write_video(extra, moving_square(20, seed=10))  # changed, and not among the next run's inputs
+    # Until the next run, a reader can tell the rows not to serve.
+    stale = Embeddings(out).stale_rows()
+    assert sorted(Path(before.video_records[row]["path"]).name for row in stale) == ["v1.mp4", "v2.mp4", "x.mp4"]
     assert run_cli(videos, *common) == 3
     printed = capsys.readouterr().out
     assert "dropped the rows of 2 files removed or changed" in printed and "v2.mp4 (removed)" in printed
     assert "x.mp4 (changed since it was embedded)" in printed
     after = check_folder(out)
     assert [Path(r["path"]).name for r in after.video_records] == ["v0.mp4", "v3.mp4"]
+    assert len(after.stale_rows()) == 0
     for record in after.video_records:
         np.testing.assert_array_equal(after.videos[record["row"]], vectors[Path(record["path"]).name])
     assert "v1.mp4" in failed_records(out)

@@ -443,6 +443,13 @@ class Embeddings:
         self.pending_chunks = len(list((self.root / CHUNKS).glob("*.npz"))) if (self.root / CHUNKS).is_dir() else 0
         self._row_of: dict[str, int] | None = None
 
+    def stale_rows(self) -> np.ndarray:
+        """The video rows (sorted ``int64``) whose file was removed or changed (size or modification time) since it
+        was embedded: what a reader must not serve until ``coclr embed`` runs again (which drops or redoes them).
+        One ``stat`` per row."""
+        return np.array([record["row"] for record in self.video_records
+                         if file_identity(record["path"]) != (record["size"], record["mtime_ns"])], np.int64)
+
     def row_of(self, path: str | Path) -> int | None:
         """The video row of ``path`` (absolute, as embedded), or None."""
         if self._row_of is None:
