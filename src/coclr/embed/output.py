@@ -12,6 +12,10 @@ Layout::
 
 A video is keyed by its absolute path; the same path with the same size and modification time is not embedded
 again, a changed one replaces its row in place (same row number; its windows move to the end of windows.npy).
+Rows stay true to the files: a video that fails loses its earlier row (the failure is in failed.jsonl), and a
+run drops the rows of files removed or changed since they were embedded that it does not embed again (the rows
+after a dropped one move up). New rows follow the order of the run's inputs, whichever process embedded them and
+whenever they were flushed, so a distributed run writes the folder one process writes.
 
 Writes: while a run goes, finished videos are written to chunk files (atomically, every ``flush_videos``
 videos or ``flush_seconds``). Merging them rewrites the five files as temporary ``.next`` files, then records
