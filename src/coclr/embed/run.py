@@ -134,8 +134,8 @@ def embed_videos(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
             stale = writer.stale({paths[order] for order in todo})
             for path, reason in stale.items():
                 writer.add_stale(path, reason)
-            plan = (identities, todo, stale)
-        identities, todo, stale = broadcast_object(plan)
+            plan = (paths, identities, todo, stale)
+        paths, identities, todo, stale = broadcast_object(plan)  # rank 0's view of the inputs, for every rank
         summary.skipped, summary.dropped = len(paths) - len(todo), stale
         mine = shard(todo)
         failed: list[tuple[int, str, str]] = []
