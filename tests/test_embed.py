@@ -690,3 +690,14 @@ def test_bf16_is_close_to_float32_and_refused_where_unsupported(encoder, monkeyp
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
     with pytest.raises(ConfigError, match="no bfloat16 kernels"):
         Embedder(encoder, workers=0, precision="bf16", **SMALL)
+
+
+def test_the_frozen_network_gives_the_eager_features(encoder):
+    """``optimize=True`` (TorchScript trace, freeze, optimize_for_inference) computes the same features to
+    rounding."""
+    video = moving_square(30, seed=5)
+    eager = Embedder(encoder, workers=0, batch_size=4, **SMALL).embed_frames(video, 25.0)
+    frozen = Embedder(encoder, workers=0, batch_size=4, optimize=True, **SMALL)
+    result = frozen.embed_frames(video, 25.0)
+    np.testing.assert_allclose(result.windows, eager.windows, atol=1e-5)
+    np.testing.assert_allclose(result.vector, eager.vector, atol=1e-5)

@@ -82,10 +82,11 @@ class EmbedFailure:
 class Embedder:
     """An encoder checkpoint (and optionally a flow encoder) ready to embed video files.
 
-    ``Embedder(checkpoint, device=None, flow_checkpoint=None, batch_size=16, workers=None, optimize=True,
+    ``Embedder(checkpoint, device=None, flow_checkpoint=None, batch_size=16, workers=None, optimize=False,
     **settings)``: ``device`` defaults to CUDA when available; ``workers`` decoding processes (None: up to 8, one
     core left to this process; 0: decode here); ``optimize`` compiles float32 CPU networks for inference
-    (:func:`frozen_for_inference`; False: eager, channels-last 3D); ``settings`` override any
+    (:func:`frozen_for_inference`; off by default: its build cost outweighed its gain in the measured runs, and it
+    was slower on 2 threads; docs/embed.md); ``settings`` override any
     :class:`~coclr.embed.settings.EmbedSettings` key (e.g. ``feature="head"``, ``window_step=8``), the rest come
     from the checkpoint (see
     :func:`~coclr.embed.settings.resolve_settings`). State: the loaded networks on ``device``.
@@ -93,7 +94,7 @@ class Embedder:
 
     def __init__(self, checkpoint: str | os.PathLike[str], device: str | torch.device | None = None,
                  flow_checkpoint: str | os.PathLike[str] | None = None, batch_size: int = 16,
-                 workers: int | None = None, optimize: bool = True, **settings: Any) -> None:
+                 workers: int | None = None, optimize: bool = False, **settings: Any) -> None:
         from coclr.models.loading import load_encoder
 
         self.checkpoint = Path(checkpoint)
@@ -233,8 +234,9 @@ def inference_layout(device: torch.device) -> torch.memory_format:
 def frozen_for_inference(backbone: torch.nn.Module, example: torch.Tensor) -> torch.jit.ScriptModule:
     """The backbone traced, frozen and optimised for CPU inference by TorchScript: BatchNorm folded into the
     convolutions, ReLU fused into them, the weights prepacked once for oneDNN. The same float32 features to
-    rounding (cosine 0.9999999 on the full-width S3D), about twice as fast as channels-last 3D eager (measured,
-    docs/embed.md), for a one-time cost of a few seconds per network (one traced pass of ``example``)."""
+    rounding (cosine 0.9999999 on the full-width S3D). Measured (docs/embed.md): 2.2x eager channels-last 3D on one
+    thread in a long-running process, but a build of 17 to 33 s for the full-width network and no gain on two
+    threads, so it is opt-in (``Embedder(optimize=True)``)."""
     import warnings
 
     with warnings.catch_warnings(), torch.no_grad():
