@@ -12,7 +12,14 @@ Search: one query against ``N`` random unit rows of ``--dim`` (float32, memory-m
 search`` reads them): the chunked exact search, and FAISS ``IndexFlatIP`` with its index built per query (what
 ``coclr search --backend faiss`` does) and prebuilt (the search alone). Ratios are measured in the same run.
 
+Comparison (``--compare``, and :func:`compare_embed` for ``benchmarks/compare.py``): ``coclr embed`` against the
+plain script a user would write (:func:`plain_embed`: PyAV decodes every frame, OpenCV resizes it, the centre crop,
+the same windows, the same checkpoint in float32 on batches of one video's windows, the mean of the windows),
+same videos, same thread count for both (``torch.set_num_threads`` and the CPU affinity), interleaved A B B A,
+medians; the cosine between the two sides' vectors is printed as a check that both compute the same thing.
+
     python benchmarks/bench_embed.py [--width 1.0] [--workers 0 1] [--search-rows 10000 100000 1000000]
+    python benchmarks/bench_embed.py --compare [--threads 1 2] [--repeats 1] [--precision fp32 bf16]
 """
 
 from __future__ import annotations
@@ -26,7 +33,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-SHARED_CLIPS = Path(__file__).resolve().parents[2] / "shared" / "data" / "clips"
+SHARED_CLIPS = next((root / "shared" / "data" / "clips" for root in Path(__file__).resolve().parents
+                     if (root / "shared" / "data" / "clips").is_dir()), Path("../shared/data/clips"))
+"""The real clips of ../shared (searched upwards, so that a worktree nested deeper finds them too)."""
 
 
 def source_videos(folder: Path) -> tuple[list[Path], str]:
@@ -45,12 +54,25 @@ def source_videos(folder: Path) -> tuple[list[Path], str]:
     return paths, "8 synthetic videos (../shared/data/clips not found)"
 
 
-def save_random_encoder(path: Path, width: float) -> Path:
+def save_random_encoder(path: Path, width: float, calibrate: bool = True) -> Path:
+    """A randomly initialised encoder whose BatchNorm statistics are set on random clips (one pass in training
+    mode): without it the activations of the untrained network shrink layer by layer towards zero and
+    denormals, which times (and compares precisions) unlike any trained network."""
     from coclr.models.encoder import build_encoder
     from coclr.models.loading import save_encoder
 
     torch.manual_seed(0)
-    return save_encoder(path, build_encoder(width=width))
+    encoder = build_encoder(width=width)
+    if calibrate:
+        for module in encoder.modules():
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                module.reset_running_stats()
+                module.momentum = None  # a cumulative average over the calibration batch
+        encoder.train()
+        with torch.no_grad():
+            encoder.backbone(torch.rand(4, 3, 32, 128, 128) * 4 - 2)
+        encoder.eval()
+    return save_encoder(path, encoder)
 
 
 def time_decoding(paths: list[Path], short_side: int) -> float:
@@ -90,6 +112,115 @@ def bench_embedding(args: argparse.Namespace, work: Path) -> None:
                   f"{summary.windows / summary.seconds:.1f} windows/s ({share})")
 
 
+def plain_embed(paths: list[Path], checkpoint: Path, length: int = 32, size: int = 128, short_side: int = 128,
+                batch: int = 16) -> np.ndarray:
+    """The script a user writes to embed videos with an S3D checkpoint: PyAV decodes every frame of a video,
+    OpenCV resizes it to the short side, the centre crop is normalised, the windows (``length`` frames, every
+    half window, the last one ending at the last frame: those of ``coclr eval``) go through the network in
+    float32 batches, and the video's vector is the mean of its windows' features, L2-normalised."""
+    import av
+    import cv2
+    import torch.nn.functional as F
+
+    from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD
+    from coclr.data.sampling import sliding_windows
+    from coclr.models.loading import load_encoder
+
+    backbone, _ = load_encoder(checkpoint)
+    backbone.eval()
+    mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1, 1)
+    std = torch.tensor(IMAGENET_STD).view(3, 1, 1, 1)
+    vectors = []
+    for path in paths:
+        with av.open(str(path)) as container:
+            frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+        height, width = frames[0].shape[:2]
+        scale = short_side / min(height, width)
+        new_size = (max(1, round(width * scale)), max(1, round(height * scale)))
+        frames = np.stack([cv2.resize(frame, new_size, interpolation=cv2.INTER_AREA) for frame in frames])
+        top, left = (frames.shape[1] - size) // 2, (frames.shape[2] - size) // 2
+        video = torch.from_numpy(frames[:, top: top + size, left: left + size]).permute(3, 0, 1, 2).float() / 255
+        video = (video - mean) / std
+        windows = sliding_windows(len(frames), length, 1, length // 2)
+        features = []
+        with torch.no_grad():
+            for start in range(0, len(windows), batch):
+                clips = torch.stack([video[:, torch.from_numpy(w)] for w in windows[start: start + batch]])
+                features.append(backbone(clips).mean(dim=(2, 3, 4)))
+        vectors.append(F.normalize(torch.cat(features).double().mean(0), dim=0).float().numpy())
+    return np.stack(vectors)
+
+
+def ours_embed(paths: list[Path], checkpoint: Path, out: Path, workers: int, precision: str | None = None,
+               batch: int = 16) -> np.ndarray:
+    """``coclr embed`` from Python (:func:`coclr.embed.run.embed_videos`) into a fresh folder; the vectors in the
+    order of ``paths``."""
+    import shutil
+
+    from coclr.embed.embedder import Embedder
+    from coclr.embed.output import Embeddings
+    from coclr.embed.run import embed_videos
+
+    shutil.rmtree(out, ignore_errors=True)
+    embedder = Embedder(checkpoint, device="cpu", workers=workers, batch_size=batch, precision=precision)
+    summary = embed_videos(paths, out, embedder, progress=False)
+    assert summary.done == len(paths), summary
+    folder = Embeddings(out)
+    return np.stack([np.asarray(folder.videos[folder.row_of(path)]) for path in paths])
+
+
+def compare_embed(threads: tuple[int, ...] = (1, 2), repeats: int = 1, width: float = 1.0,
+                  videos: list[Path] | None = None, precisions: tuple[str, ...] = ("fp32",),
+                  log=print) -> list[dict]:
+    """``coclr embed`` against :func:`plain_embed` on the same videos and checkpoint, for each torch thread count
+    (the process pinned to that many cores; our decoding worker shares them), interleaved A B B A ``repeats``
+    times; one row per thread count and precision of ours: median seconds of each side, their spread, the ratio
+    theirs / ours (> 1: ours faster) and the minimum cosine between the two sides' vectors."""
+    import statistics
+
+    rows = []
+    saved_threads = torch.get_num_threads()
+    saved_affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    with tempfile.TemporaryDirectory(prefix="compare_embed_") as folder:
+        work = Path(folder)
+        paths, what = (videos, f"{len(videos)} videos") if videos else source_videos(work)
+        checkpoint = save_random_encoder(work / "encoder.pth", width)
+        try:
+            for count in threads:
+                torch.set_num_threads(count)
+                if saved_affinity is not None:
+                    os.sched_setaffinity(0, sorted(saved_affinity)[:count])
+                workers = 1 if count > 1 else 0  # on one core a decoding process could only take from inference
+                for precision in precisions:
+                    mode = None if precision == "fp32" else precision
+                    times: dict[str, list[float]] = {"ours": [], "theirs": []}
+                    vectors = {}
+                    order = ["theirs", "ours", "ours", "theirs"] * repeats
+                    for side in order:
+                        started = time.perf_counter()
+                        if side == "ours":
+                            vectors[side] = ours_embed(paths, checkpoint, work / "out", workers, mode)
+                        else:
+                            vectors[side] = plain_embed(paths, checkpoint)
+                        times[side].append(time.perf_counter() - started)
+                        log(f"  {count} thread(s), {precision}: {side} {times[side][-1]:.1f} s")
+                    cosine = float((vectors["ours"] * vectors["theirs"]).sum(axis=1).min())
+                    ours, theirs = statistics.median(times["ours"]), statistics.median(times["theirs"])
+                    rows.append({"path": "coclr embed", "compared_with": "plain PyAV + S3D script", "what": what,
+                                 "width": width, "threads": count, "precision": precision, "ours_s": ours,
+                                 "theirs_s": theirs, "ours_spread_s": max(times["ours"]) - min(times["ours"]),
+                                 "theirs_spread_s": max(times["theirs"]) - min(times["theirs"]),
+                                 "ratio": theirs / ours, "min_cosine": cosine,
+                                 "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else None})
+                    log(f"coclr embed vs plain script, {what}, {count} thread(s), {precision}: ours {ours:.1f} s, "
+                        f"theirs {theirs:.1f} s, ratio {theirs / ours:.2f}, min cosine {cosine:.5f}")
+        finally:
+            torch.set_num_threads(saved_threads)
+            if saved_affinity is not None:
+                os.sched_setaffinity(0, saved_affinity)
+    return rows
+
+
 def bench_search(args: argparse.Namespace, work: Path) -> None:
     from coclr.embed.search import faiss_available, nearest
 
@@ -105,15 +236,15 @@ def bench_search(args: argparse.Namespace, work: Path) -> None:
         del array
         gallery = np.load(path, mmap_mode="c")
         query = np.asarray(gallery[rows // 2])
-        exact = min(_timed(lambda: nearest(gallery, query, 10)) for _ in range(3))
+        exact = min(_timed(lambda g=gallery, q=query: nearest(g, q, 10)) for _ in range(3))
         line = f"  {rows:>9,d} rows: exact chunked {1000 * exact:8.1f} ms"
         if faiss_available():
             import faiss
 
-            with_build = min(_timed(lambda: nearest(gallery, query, 10, backend="faiss")) for _ in range(3))
+            with_build = min(_timed(lambda g=gallery, q=query: nearest(g, q, 10, backend="faiss")) for _ in range(3))
             index = faiss.IndexFlatIP(args.dim)
             index.add(np.ascontiguousarray(gallery))
-            prebuilt = min(_timed(lambda: index.search(query[None], 10)) for _ in range(3))
+            prebuilt = min(_timed(lambda i=index, q=query: i.search(q[None], 10)) for _ in range(3))
             line += (f" | faiss, index built per query {1000 * with_build:8.1f} ms ({exact / with_build:.2f}x), "
                      f"prebuilt index {1000 * prebuilt:7.1f} ms ({exact / prebuilt:.1f}x)")
         else:
@@ -137,7 +268,22 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=1024, help="embedding dimension for the search timings")
     parser.add_argument("--search-rows", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--skip-embedding", action="store_true")
+    parser.add_argument("--compare", action="store_true", help="only the comparison with the plain script")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts of the comparison")
+    parser.add_argument("--repeats", type=int, default=1, help="A B B A rounds of the comparison")
+    parser.add_argument("--precision", nargs="+", default=["fp32"], choices=("fp32", "bf16"),
+                        help="precisions of ours in the comparison")
+    parser.add_argument("--videos", type=Path, nargs="*", help="videos of the comparison (default: the real clips)")
+    parser.add_argument("--json", type=Path, help="write the comparison's rows here")
     args = parser.parse_args()
+    if args.compare:
+        print(f"load average {os.getloadavg()}; {os.cpu_count()} cores; torch {torch.__version__}")
+        rows = compare_embed(tuple(args.threads), args.repeats, args.width, args.videos, tuple(args.precision))
+        if args.json:
+            import json
+
+            args.json.write_text(json.dumps(rows, indent=1))
+        return
     with tempfile.TemporaryDirectory(prefix="bench_embed_") as folder:
         work = Path(folder)
         if not args.skip_embedding:

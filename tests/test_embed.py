@@ -3,6 +3,7 @@ clips, two streams, the output folder (incremental runs, failures, SIGKILL and i
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 
 from coclr.cli import main as cli_main
 from coclr.data.sampling import sliding_windows
-from coclr.embed.embedder import Embedder, combine
+from coclr.embed.embedder import Embedder, EmbedFailure, combine
 from coclr.embed.inputs import expand_inputs
 from coclr.embed.output import Embeddings, EmbeddingWriter
 from coclr.embed.settings import KINETICS_MEAN, resolve_settings
@@ -319,7 +320,7 @@ def test_embed_cli_incremental_rerun_changed_video_and_failures(tmp_path, encode
     out = tmp_path / "out"
     common = ["--checkpoint", encoder, "--out", out, "--length", "8", "--size", "32", "--short-side", "32"]
 
-    assert run_cli(videos, listing, *common) == 0
+    assert run_cli(videos, listing, *common) == 3  # finished, with 2 failed
     printed = capsys.readouterr().out
     assert "4 videos embedded" in printed and "2 failed" in printed and "broken.mp4" in printed
     folder = check_folder(out)
@@ -436,3 +437,267 @@ def test_a_second_writer_of_one_folder_is_refused_while_the_first_holds_it(tmp_p
             EmbeddingWriter(tmp_path / "out", record).__enter__()
     with EmbeddingWriter(tmp_path / "out", record):
         pass
+
+
+# ------------------------------------------------------------------------------------------------ faults (issue 36)
+
+
+def write_size_change_video(path: Path, first: int = 33, second: int = 32) -> Path:
+    """An MPEG-TS stream spliced from two encodings of other frame sizes (40x32, then 32x48), as a cut-and-joined
+    file is: the decoder gives ``first - 1`` frames of one size (the first encoding's last frame is lost at the
+    splice), then frames of the other; ``first=33`` puts the change at frame 32, a decoding chunk boundary."""
+    import av
+
+    parts = []
+    rng = np.random.default_rng(0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for count, (height, width) in ((first, (32, 40)), (second, (48, 32))):
+        part = path.with_name(f"{path.stem}_{height}x{width}.ts")
+        with av.open(str(part), "w", format="mpegts") as container:
+            stream = container.add_stream("mpeg2video", rate=25)
+            stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+            for frame in rng.integers(0, 255, (count, height, width, 3), dtype=np.uint8):
+                for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                    container.mux(packet)
+            for packet in stream.encode():
+                container.mux(packet)
+        parts.append(part.read_bytes())
+        part.unlink()
+    path.write_bytes(b"".join(parts))
+    return path
+
+
+def failed_records(out: Path) -> dict[str, str]:
+    return {Path(r["path"]).name: r["error"] for r in map(json.loads, (out / "failed.jsonl").read_text().splitlines())}
+
+
+def test_a_video_whose_frame_size_changes_mid_stream_fails_alone(tmp_path, encoder, capsys):
+    """The size changes at a decoding chunk boundary (frame 32): that video is a failure with its reason, the
+    others are embedded, the job finishes with status 3, and a rerun does not stumble on it again."""
+    from coclr.video.decode import VideoReader
+
+    videos = tmp_path / "videos"
+    changing = write_size_change_video(videos / "spliced.mpg")
+    with VideoReader(changing, 32) as reader:
+        shapes = [frame.shape for frame in reader]
+    assert shapes[31] != shapes[32] and len(set(shapes[:32])) == len(set(shapes[32:])) == 1  # the chunk boundary
+    for number in range(2):
+        write_video(videos / f"v{number}.mp4", moving_square(20, seed=number))
+    out = tmp_path / "out"
+    common = ["--checkpoint", encoder, "--out", out, "--length", "8", "--size", "32", "--short-side", "32"]
+    assert run_cli(videos, *common) == 3
+    printed = capsys.readouterr().out
+    assert "2 videos embedded" in printed and "1 failed" in printed
+    assert "frame size changes mid-stream, from 40x32 to 32x48 at frame 32" in failed_records(out)["spliced.mpg"]
+    assert sorted(Path(r["path"]).name for r in check_folder(out).video_records) == ["v0.mp4", "v1.mp4"]
+    assert run_cli(videos, *common) == 0  # nothing left to do: the failure is remembered while the file is unchanged
+    assert "0 videos embedded (0 windows), 3 skipped" in capsys.readouterr().out
+
+
+def test_any_error_from_one_video_is_that_videos_failure(tmp_path, encoder, monkeypatch):
+    """Not only DataError: whatever one video raises while its windows are cut is its failure, the job goes on."""
+    from coclr.embed import embedder as embedder_module
+
+    real_add = embedder_module._VideoWindows.add
+
+    def add(self, frames, flow):
+        if frames.shape[0] == 7:  # the 7-frame video
+            raise RuntimeError("something unexpected")
+        return real_add(self, frames, flow)
+
+    monkeypatch.setattr(embedder_module._VideoWindows, "add", add)
+    paths = [write_video(tmp_path / f"v{n}.mp4", moving_square(frames, seed=n)) for n, frames in enumerate((12, 7, 9))]
+    results = dict(Embedder(encoder, workers=0, **SMALL).stream(paths))
+    assert isinstance(results[1], EmbedFailure) and "RuntimeError: something unexpected" in results[1].error
+    assert str(paths[1]) in results[1].error
+    assert results[0].vector.shape == results[2].vector.shape == (128,)
+
+
+def test_nan_normalisation_is_refused_before_any_work(tmp_path, encoder, capsys):
+    write_video(tmp_path / "videos" / "v.mp4", moving_square(10))
+    status = cli_main(["embed", str(tmp_path / "videos"), "--checkpoint", str(encoder), "--out", str(tmp_path / "out"),
+                       "--mean", "nan", "0", "0", "--quiet"])
+    assert status == 2 and "mean: needs finite values" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match="std: needs finite values"):
+        resolve_settings(encoder, std=(1.0, float("inf"), 1.0))
+
+
+def test_exit_status_rule_in_help_and_when_every_video_failed(tmp_path, encoder, capsys):
+    from coclr.cli import EXIT_CODES, build_parser
+
+    def help_text(parser) -> str:
+        return " ".join(parser.format_help().split())
+
+    parser = build_parser()
+    assert EXIT_CODES in help_text(parser)
+    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name in ("embed", "flow", "data"):
+        assert EXIT_CODES in help_text(subcommands.choices[name])
+    (tmp_path / "videos").mkdir()
+    for name in ("a.mp4", "b.mp4"):
+        (tmp_path / "videos" / name).write_bytes(os.urandom(500))
+    assert run_cli(tmp_path / "videos", "--checkpoint", encoder, "--out", tmp_path / "out", *sum(
+        ([f"--{k.replace('_', '-')}", v] for k, v in SMALL.items()), [])) == 3
+    assert "0 videos embedded" in capsys.readouterr().out
+
+
+def test_rows_of_replaced_and_removed_files_are_dropped(tmp_path, encoder, capsys):
+    """A file replaced by one that fails: its old row is dropped with the failure recorded. A removed file, or
+    one changed outside this run's inputs: its row is dropped, said in one line. The other rows keep their
+    vectors and windows, in their order."""
+    videos = tmp_path / "videos"
+    paths = [write_video(videos / f"v{n}.mp4", moving_square(12 + 4 * n, seed=n)) for n in range(4)]
+    extra = write_video(tmp_path / "elsewhere" / "x.mp4", moving_square(14, seed=9))
+    out = tmp_path / "out"
+    common = ["--checkpoint", encoder, "--out", out, *sum(([f"--{k.replace('_', '-')}", v] for k, v in SMALL.items()),
+                                                          [])]
+    assert run_cli(videos, extra, *common) == 0
+    before = check_folder(out)
+    vectors = {Path(r["path"]).name: np.array(before.videos[r["row"]]) for r in before.video_records}
+    capsys.readouterr()
+
+    paths[1].write_bytes(b"\x00\x00\x00\x18ftypmp42" + os.urandom(3000))  # replaced by a file that fails
+    paths[2].unlink()  # removed
+    write_video(extra, moving_square(20, seed=10))  # changed, and not among the next run's inputs
+    # Until the next run, a reader can tell the rows not to serve.
+    stale = Embeddings(out).stale_rows()
+    assert sorted(Path(before.video_records[row]["path"]).name for row in stale) == ["v1.mp4", "v2.mp4", "x.mp4"]
+    assert run_cli(videos, *common) == 3
+    printed = capsys.readouterr().out
+    assert "dropped the rows of 2 files removed or changed" in printed and "v2.mp4 (removed)" in printed
+    assert "x.mp4 (changed since it was embedded)" in printed
+    after = check_folder(out)
+    assert [Path(r["path"]).name for r in after.video_records] == ["v0.mp4", "v3.mp4"]
+    assert len(after.stale_rows()) == 0
+    for record in after.video_records:
+        np.testing.assert_array_equal(after.videos[record["row"]], vectors[Path(record["path"]).name])
+    assert "v1.mp4" in failed_records(out)
+    # The replaced file becomes good again: embedded again, as a new row.
+    write_video(paths[1], moving_square(16, seed=1))
+    assert run_cli(videos, *common) == 0
+    assert [Path(r["path"]).name for r in check_folder(out).video_records] == ["v0.mp4", "v3.mp4", "v1.mp4"]
+
+
+def test_a_symbolic_link_loop_is_named_and_every_real_file_embedded_once(tmp_path, encoder, capsys, monkeypatch):
+    videos = tmp_path / "videos"
+    a = write_video(videos / "a.mp4", moving_square(10))
+    b = write_video(videos / "sub" / "b.mp4", moving_square(12, seed=1))
+    (videos / "again").symlink_to(".")  # a loop
+    (videos / "sub" / "up").symlink_to("..")  # another loop
+    (videos / "alias.mp4").symlink_to("a.mp4")  # another name of a real file
+    (videos / "zlink").symlink_to("sub")  # a second way into one folder
+    notes: list[str] = []
+    assert expand_inputs([videos], notes) == [a, b]
+    assert len(notes) == 2 and "not followed 3 symbolic links" in notes[0] and "again" in notes[0]
+    assert "alias.mp4 (= " in notes[1]
+    assert run_cli(videos, "--checkpoint", encoder, "--out", tmp_path / "out",
+                   *sum(([f"--{k.replace('_', '-')}", v] for k, v in SMALL.items()), [])) == 0
+    printed = capsys.readouterr().out
+    assert "2 videos embedded" in printed and "not followed 3 symbolic links" in printed
+
+
+# ------------------------------------------------------------------------------------------------ same folder, any way
+
+
+def test_a_videos_vector_does_not_depend_on_its_batch_companions_or_threads(encoder):
+    """Batches always have ``batch_size`` rows (the last padded), so a video's vector is the same, bit for bit,
+    embedded alone or among other videos; with another torch thread count, the same to rounding."""
+    videos = [moving_square(frames, seed=n) for n, frames in enumerate((9, 21, 14, 30))]
+    embedder = Embedder(encoder, workers=0, batch_size=4, **SMALL)
+    alone = [embedder.embed_frames(video, 25.0).vector for video in videos]
+    runner_results = {}
+    from coclr.embed.embedder import _Runner
+
+    runner = _Runner(embedder, [f"v{n}" for n in range(len(videos))])
+    chunks = sorted((start, n) for n, video in enumerate(videos) for start in range(0, len(video), 8))
+    messages = [("frames", n, videos[n][start: start + 8]) for start, n in chunks]  # the videos interleaved
+    for message in [*messages, *[("end", n, 25.0) for n in range(len(videos))]]:
+        runner_results.update(runner.handle(message))
+    runner_results.update(runner.finish())
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1 if threads > 1 else 2)
+        other_threads = [embedder.embed_frames(video, 25.0).vector for video in videos]
+    finally:
+        torch.set_num_threads(threads)
+    for n in range(len(videos)):
+        np.testing.assert_array_equal(runner_results[n].vector, alone[n])
+        # oneDNN's convolutions round differently with another thread count (measured: at most 1 ulp, 7e-8)
+        np.testing.assert_allclose(other_threads[n], alone[n], rtol=0, atol=1e-6)
+
+
+def embed_command(*extra: str) -> list[str]:
+    return ["-m", "coclr", "embed", *extra, "--length", "8", "--size", "32", "--short-side", "32", "--workers", "0",
+            "--quiet", "--batch-size", "4"]
+
+
+def test_two_torchrun_processes_write_the_folder_of_one_process(tmp_path, encoder):
+    """``torchrun --nproc_per_node=2 -m coclr embed`` (gloo): each process embeds every other video, rank 0 merges;
+    the folder has the same rows in the same order and the same bytes as the one a single process writes."""
+    from test_train_distributed import free_port
+
+    videos = tmp_path / "videos"
+    for number in range(7):
+        write_video(videos / f"v{number}.mp4", moving_square(9 + 5 * number, seed=number))
+    (videos / "broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + os.urandom(800))
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    common = [str(videos), "--checkpoint", str(encoder)]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          f"--master_port={free_port()}", *embed_command(*common, "--out", str(tmp_path / "two"))],
+                         env={k: v for k, v in env.items() if k not in ("MASTER_PORT",)}, capture_output=True,
+                         text=True, timeout=300)
+    assert "7 videos embedded by 2 processes" in two.stdout, two.stdout + two.stderr
+    assert "1 failed" in two.stdout and "broken.mp4" in two.stdout
+    one = subprocess.run([sys.executable, *embed_command(*common, "--out", str(tmp_path / "one"))], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 3, one.stdout + one.stderr
+    for name in ("videos.npy", "windows.npy", "videos.jsonl", "windows.jsonl", "failed.jsonl"):
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+    assert not list((tmp_path / "two" / "chunks").glob("*"))
+    assert len(check_folder(tmp_path / "two").videos) == 7
+
+
+# ------------------------------------------------------------------------------------------------ inference speed-ups
+
+
+def test_the_default_inference_keeps_cosine_0999_of_plain_float32(encoder):
+    """The defaults (float32 in channels-last 3D on the CPU, padded batches) give the plain float32 network's
+    window features within cosine 0.999 (in fact to rounding); bf16 is an opt-in that is recorded in the folder."""
+    from coclr.data.augment import center_crop
+    from coclr.models.loading import load_encoder
+
+    video = moving_square(40, seed=3)
+    embedder = Embedder(encoder, workers=0, batch_size=4, **SMALL)
+    result = embedder.embed_frames(video, 25.0)
+    backbone, _ = load_encoder(encoder)
+    windows = sliding_windows(len(video), 8, 1)
+    with torch.no_grad():
+        plain = backbone(center_crop(torch.from_numpy(np.stack([video[w] for w in windows])), 32)).mean(dim=(2, 3, 4))
+    cosine = F.cosine_similarity(torch.from_numpy(result.windows), plain, dim=1)
+    assert cosine.min() >= 0.999 and torch.allclose(cosine, torch.ones_like(cosine), atol=1e-5)
+    assert Embedder(encoder, workers=0, **SMALL).settings.precision is None
+
+
+@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no bfloat16 kernels on this CPU")
+def test_bf16_is_close_to_float32_and_refused_where_unsupported(encoder, monkeypatch):
+    video = moving_square(40, seed=3)
+    exact = Embedder(encoder, workers=0, **SMALL).embed_frames(video, 25.0)
+    fast = Embedder(encoder, workers=0, precision="bf16", **SMALL).embed_frames(video, 25.0)
+    cosine = (exact.windows * fast.windows).sum(axis=1)
+    print(f"bf16 vs float32, tiny encoder: window cosine min {cosine.min():.5f}")
+    assert cosine.min() > 0.99 and not np.array_equal(exact.windows, fast.windows)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    with pytest.raises(ConfigError, match="no bfloat16 kernels"):
+        Embedder(encoder, workers=0, precision="bf16", **SMALL)
+
+
+def test_the_frozen_network_gives_the_eager_features(encoder):
+    """``optimize=True`` (TorchScript trace, freeze, optimize_for_inference) computes the same features to
+    rounding."""
+    video = moving_square(30, seed=5)
+    eager = Embedder(encoder, workers=0, batch_size=4, **SMALL).embed_frames(video, 25.0)
+    frozen = Embedder(encoder, workers=0, batch_size=4, optimize=True, **SMALL)
+    result = frozen.embed_frames(video, 25.0)
+    np.testing.assert_allclose(result.windows, eager.windows, atol=1e-5)
+    np.testing.assert_allclose(result.vector, eager.vector, atol=1e-5)

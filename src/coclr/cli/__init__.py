@@ -19,12 +19,33 @@ from coclr.threads import apply_openmp_policy
 
 apply_openmp_policy()  # before any subcommand imports torch: OpenMP reads it once, when torch loads it
 
+EXIT_DONE = 0
+"""Every input done (or nothing left to do)."""
+EXIT_ERROR = 2
+"""Refused or stopped by an error, named in one line on stderr (bad option, input, checkpoint, folder, disk):
+argparse's status for a bad command line, kept for every error the command reports itself."""
+EXIT_SOME_FAILED = 3
+"""A per-input job (``embed``, ``data store``, ``flow`` ...) that went through all its inputs, some of which
+failed: they are listed, recorded for the next run, and the rest is done."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (the same command continues where it stopped)."""
+EXIT_CODES = (f"exit status: {EXIT_DONE} all done; {EXIT_SOME_FAILED} finished, but some inputs failed (each "
+              f"listed with its reason); {EXIT_ERROR} refused or stopped by an error (one line on stderr); "
+              f"{EXIT_INTERRUPTED} interrupted; 1 an unexpected error (a traceback: please report it)")
+"""The one exit-status rule of every command, shown at the end of every ``--help``."""
+
+
+def job_status(failed: int) -> int:
+    """The exit status of a per-input job that went through all its inputs, ``failed`` of which failed."""
+    return EXIT_SOME_FAILED if failed else EXIT_DONE
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand found in this package."""
     parser = argparse.ArgumentParser(
         prog="coclr",
         description="Self-supervised co-training for video representation learning (CoCLR).",
+        epilog=EXIT_CODES,
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
@@ -34,7 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
         register = getattr(module, "register", None)
         if register is not None:
             register(subparsers)
+    _add_epilog(parser, EXIT_CODES)
     return parser
+
+
+def _add_epilog(parser: argparse.ArgumentParser, text: str) -> None:
+    """Append ``text`` to the ``--help`` of ``parser`` and of every subcommand under it."""
+    if text not in (parser.epilog or ""):
+        parser.epilog = f"{parser.epilog}\n\n{text}" if parser.epilog else text
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                _add_epilog(child, text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         status = run_command(args)
     except CoclrError as error:
         print(f"coclr {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print(f"coclr {args.command}: interrupted", file=sys.stderr)
-        return 130
-    return int(status or 0)
+        return EXIT_INTERRUPTED
+    return int(status or EXIT_DONE)

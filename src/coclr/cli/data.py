@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from coclr.cli import _synth
+from coclr.cli import _synth, job_status
 
 FORMATS = ("ucf101", "hmdb51", "kinetics", "folder", "csv")
 
@@ -139,7 +139,7 @@ def run_store(args: argparse.Namespace) -> int:
     summary = build_store(index, args.root, args.out, short_side=args.short_side or None,
                           quality=args.quality, fps=args.fps, workers=args.workers)
     print(summary)
-    return 1 if summary.failed else 0
+    return job_status(len(summary.failed))
 
 
 def run_info(args: argparse.Namespace) -> int:
@@ -177,7 +177,7 @@ def run_info(args: argparse.Namespace) -> int:
             for key, problem in problems:
                 print(f"    damaged: {key}: {problem}")
             print(f"    verified: {len(problems)} damaged entries")
-    return 1 if damaged else 0
+    return job_status(damaged)
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -225,4 +225,4 @@ def run_verify(args: argparse.Namespace) -> int:
         if counts["unverified"]:
             print(f"  {counts['unverified']} entries were written before checksums (unverified): "
                   f"`coclr data verify {store.root} --add` checks them and adds checksums")
-    return 1 if damaged_total else 0
+    return job_status(damaged_total)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from coclr.cli import EXIT_DONE, job_status
+
 BACKEND_CHOICES = ("auto", "tvl1", "dis", "tvl1-torch", "opencv", "torch")
 
 
@@ -101,4 +103,5 @@ def run(args: argparse.Namespace) -> int:
     summary = extract_flow(args.store, backend=args.backend, view=args.view, params=params,
                            workers=args.workers, device=args.device, split=args.split, **options)
     print(summary, flush=True)
-    return 1 if getattr(summary, "failed", 0) else 0
+    failed = summary.totals[2] if summary.totals is not None else len(summary.failed)
+    return job_status(failed) if summary.rank == 0 else EXIT_DONE  # under torchrun, rank 0 speaks for the job

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from coclr.core.distributed import pick_device
 from coclr.data.sampling import clip_span, sliding_windows
 from coclr.embed.settings import EmbedSettings, resolve_settings
-from coclr.errors import CheckpointError, DataError
+from coclr.errors import CheckpointError, ConfigError, DataError
 
 CHUNK_FRAMES = 32
 """Frames a decoding worker sends at a time."""
@@ -83,16 +83,19 @@ class EmbedFailure:
 class Embedder:
     """An encoder checkpoint (and optionally a flow encoder) ready to embed video files.
 
-    ``Embedder(checkpoint, device=None, flow_checkpoint=None, batch_size=16, workers=None, **settings)``:
-    ``device`` defaults to CUDA when available; ``workers`` decoding processes (None: up to 8, one core left
-    to this process; 0: decode here); ``settings`` override any :class:`~coclr.embed.settings.EmbedSettings`
-    key (e.g. ``feature="head"``, ``window_step=8``), the rest come from the checkpoint (see
+    ``Embedder(checkpoint, device=None, flow_checkpoint=None, batch_size=16, workers=None, optimize=False,
+    **settings)``: ``device`` defaults to CUDA when available; ``workers`` decoding processes (None: up to 8, one
+    core left to this process; 0: decode here); ``optimize`` compiles float32 CPU networks for inference
+    (:func:`frozen_for_inference`; off by default: its build cost outweighed its gain in the measured runs, and it
+    was slower on 2 threads; docs/embed.md); ``settings`` override any
+    :class:`~coclr.embed.settings.EmbedSettings` key (e.g. ``feature="head"``, ``window_step=8``), the rest come
+    from the checkpoint (see
     :func:`~coclr.embed.settings.resolve_settings`). State: the loaded networks on ``device``.
     """
 
     def __init__(self, checkpoint: str | os.PathLike[str], device: str | torch.device | None = None,
                  flow_checkpoint: str | os.PathLike[str] | None = None, batch_size: int = 16,
-                 workers: int | None = None, **settings: Any) -> None:
+                 workers: int | None = None, optimize: bool = False, **settings: Any) -> None:
         from coclr.models.loading import load_encoder
 
         self.checkpoint = Path(checkpoint)
@@ -105,11 +108,15 @@ class Embedder:
         self.batch_size = batch_size
         self.workers = workers if workers is not None else max(1, min(8, (os.cpu_count() or 2) - 1))
         self.device = pick_device(device)
+        check_precision(self.settings.precision, self.device)
+        example = (1, 3, self.settings.length, self.settings.size, self.settings.size) if optimize else None
         self.streams = [_Stream.load(self.checkpoint, "rgb", self.settings.mean, self.settings.std,
-                                     self.settings.feature, self.device, load_encoder)]
+                                     self.settings.feature, self.device, load_encoder, self.settings.precision,
+                                     example)]
         if self.flow_checkpoint is not None:
             self.streams.append(_Stream.load(self.flow_checkpoint, "flow", self.settings.flow_mean,
-                                             self.settings.flow_std, self.settings.feature, self.device, load_encoder))
+                                             self.settings.flow_std, self.settings.feature, self.device, load_encoder,
+                                             self.settings.precision, example))
         self.dim = sum(stream.dim for stream in self.streams)
 
     def embed(self, path: str | os.PathLike[str]) -> VideoEmbedding:
@@ -192,25 +199,69 @@ class _Stream:
     dim: int
 
     @classmethod
-    def load(cls, checkpoint: Path, view: str, mean, std, feature: str, device: torch.device, load_encoder) -> _Stream:
+    def load(cls, checkpoint: Path, view: str, mean, std, feature: str, device: torch.device, load_encoder,
+             precision: str | None = None, example: tuple[int, ...] | None = None) -> _Stream:
+        """``example``: the shape of one clip, to compile the backbone for inference with (None: eager)."""
         backbone, head = load_encoder(checkpoint, map_location="cpu")
         backbone.to(device).eval()
+        layout = inference_layout(device)
+        backbone.to(memory_format=layout)
+        out_channels = backbone.out_channels
+        if example is not None and device.type == "cpu" and precision is None:
+            backbone, layout = frozen_for_inference(backbone, torch.zeros(example)), torch.contiguous_format
         if feature == "head":
             if head is None:
                 raise CheckpointError(f"{checkpoint}: has no projection head; embed its backbone feature instead "
                                       "(feature 'backbone')")
             head.to(device).eval()
-
-            def network(clips: torch.Tensor) -> torch.Tensor:
-                return head(backbone(clips).mean(dim=(2, 3, 4)))
-
             dim = head.out_dim
         else:
-            def network(clips: torch.Tensor) -> torch.Tensor:
-                return backbone(clips).mean(dim=(2, 3, 4))
+            head, dim = None, out_channels
 
-            dim = backbone.out_channels
+        def network(clips: torch.Tensor) -> torch.Tensor:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                pooled = backbone(clips.contiguous(memory_format=layout)).float().mean(dim=(2, 3, 4))
+            return pooled if head is None else head(pooled)
+
         return cls(view, tuple(mean), tuple(std), network, dim)
+
+
+def inference_layout(device: torch.device) -> torch.memory_format:
+    """The memory layout the networks run in: channels-last 3D on the CPU, where oneDNN's convolutions run it
+    faster than the default layout at the same precision (measured, docs/embed.md), the default elsewhere."""
+    return torch.channels_last_3d if device.type == "cpu" else torch.contiguous_format
+
+
+def frozen_for_inference(backbone: torch.nn.Module, example: torch.Tensor) -> torch.jit.ScriptModule:
+    """The backbone traced, frozen and optimised for CPU inference by TorchScript: BatchNorm folded into the
+    convolutions, ReLU fused into them, the weights prepacked once for oneDNN. The same float32 features to
+    rounding (cosine 0.9999999 on the full-width S3D). Measured (docs/embed.md): 2.2x eager channels-last 3D on one
+    thread in a long-running process, but a build of 17 to 33 s for the full-width network and no gain on two
+    threads, so it is opt-in (``Embedder(optimize=True)``)."""
+    import warnings
+
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # TorchScript's deprecation notice
+        return torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(backbone, example)))
+
+
+def check_precision(precision: str | None, device: torch.device) -> None:
+    """Refuse a precision the device cannot run: bf16 on a CPU needs oneDNN's bfloat16 kernels (AVX-512 BF16 or
+    AMX; without them it would be emulated, slower than float32)."""
+    if precision == "bf16" and device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        raise ConfigError("precision: this CPU has no bfloat16 kernels (AVX-512 BF16 or AMX); leave the precision "
+                          "at float32")
+
+
+def padded(clips: torch.Tensor, size: int) -> torch.Tensor:
+    """``clips`` with its last row repeated up to ``size`` rows. Every batch has the same number of rows so that a
+    window's features never depend on how many other windows shared its batch: oneDNN picks its algorithm (and
+    so its rounding) by batch shape, while a row's result does not depend on the other rows of a batch of one
+    shape. So a video gets the same vector alone, in a folder, under any number of processes or decoders."""
+    missing = size - len(clips)
+    if missing <= 0:
+        return clips
+    return torch.cat([clips, clips[-1:].expand(missing, *clips.shape[1:])])
 
 
 def combine(features: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -257,7 +308,10 @@ class _DecodedVideos(torch.utils.data.IterableDataset):
             try:
                 with VideoReader(self.paths[index], self.short_side, self.fps) as reader:
                     chunk: list[np.ndarray] = []
-                    for frame in reader:
+                    first: np.ndarray | None = None
+                    for number, frame in enumerate(reader):
+                        first = frame if first is None else first
+                        check_frame_size(first, frame, number)
                         chunk.append(frame)
                         if len(chunk) == CHUNK_FRAMES:
                             yield ("frames", index, np.stack(chunk))
@@ -267,6 +321,15 @@ class _DecodedVideos(torch.utils.data.IterableDataset):
                     yield ("end", index, reader.fps)
             except Exception as error:  # one bad file must not stop the others
                 yield ("error", index, _message(self.paths[index], error))
+
+
+def check_frame_size(first: np.ndarray, frame: np.ndarray, number: int) -> None:
+    """Refuse a video whose frame size changes mid-stream (a stream spliced from two encodings): its windows
+    would mix frames of two sizes (and two framings), which no crop makes one clip."""
+    if frame.shape != first.shape:
+        raise DataError(f"the frame size changes mid-stream, from {first.shape[1]}x{first.shape[0]} to "
+                        f"{frame.shape[1]}x{frame.shape[0]} at frame {number}; re-encode the video at one size "
+                        "(e.g. ffmpeg -i IN -vf scale=W:H OUT)")
 
 
 def _message(path: str, error: BaseException) -> str:
@@ -378,9 +441,12 @@ class _Runner:
         self.queued_windows = 0
         self.failed = 0
         self.last_gray: dict[int, np.ndarray] = {}
+        self.reported: set[int] = set()
 
     def handle(self, message: tuple) -> list[tuple[int, VideoEmbedding | EmbedFailure]]:
         kind, index, payload = message
+        if index in self.reported:  # the rest of a video that failed already
+            return []
         video = self.videos.get(index)
         if video is None:
             video = self.videos[index] = _Pending(self.paths[index], _VideoWindows(self.settings))
@@ -395,7 +461,7 @@ class _Runner:
                     self.last_gray.pop(index, None)
                 else:
                     video.failed = str(payload)
-            except DataError as error:
+            except Exception as error:  # any error from one video is that video's failure, never the job's
                 video.failed = _message(video.path, error)
         out = []
         while self.queued_windows >= self.embedder.batch_size:
@@ -450,10 +516,11 @@ class _Runner:
 
     @torch.no_grad()
     def _run_batch(self) -> None:
-        batch, self.queue = self.queue[: self.embedder.batch_size], self.queue[self.embedder.batch_size:]
+        size = self.embedder.batch_size
+        batch, self.queue = self.queue[:size], self.queue[size:]
         self.queued_windows -= len(batch)
-        outputs = [stream.network(torch.stack([crops[s] for _, _, crops in batch])).float().cpu()
-                   for s, stream in enumerate(self.embedder.streams)]
+        outputs = [stream.network(padded(torch.stack([crops[s] for _, _, crops in batch]), size))[: len(batch)]
+                   .float().cpu() for s, stream in enumerate(self.embedder.streams)]
         for row, (index, number, _) in enumerate(batch):
             self.videos[index].features[number] = [output[row] for output in outputs]
 
@@ -472,6 +539,7 @@ class _Runner:
             else:
                 continue
             del self.videos[index]
+            self.reported.add(index)
             self.last_gray.pop(index, None)
         return out
 

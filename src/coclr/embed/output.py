@@ -12,6 +12,10 @@ Layout::
 
 A video is keyed by its absolute path; the same path with the same size and modification time is not embedded
 again, a changed one replaces its row in place (same row number; its windows move to the end of windows.npy).
+Rows stay true to the files: a video that fails loses its earlier row (the failure is in failed.jsonl), and a
+run drops the rows of files removed or changed since they were embedded that it does not embed again (the rows
+after a dropped one move up). New rows follow the order of the run's inputs, whichever process embedded them and
+whenever they were flushed, so a distributed run writes the folder one process writes.
 
 Writes: while a run goes, finished videos are written to chunk files (atomically, every ``flush_videos``
 videos or ``flush_seconds``). Merging them rewrites the five files as temporary ``.next`` files, then records
@@ -58,7 +62,85 @@ def file_identity(path: str | Path) -> tuple[int, int] | None:
     return stat.st_size, stat.st_mtime_ns
 
 
-class EmbeddingWriter:
+class ChunkWriter:
+    """Buffers results and writes them to chunk files of an output folder (atomically, every ``flush_videos``
+    results or ``flush_seconds``); :class:`EmbeddingWriter` merges them. Alone, it is what the other processes
+    of a distributed job use (rank 0 holds the folder). State: the results and events not flushed yet.
+
+    A chunk records, in order of events: the videos embedded (with their position ``order`` in the run's list of
+    inputs, which orders new rows whatever process or moment embedded them), the failures, and the stale paths
+    (files removed or changed since their row was written, not embedded again): a failure or a stale path drops
+    the path's row at the merge, so no row outlives the file it was computed from.
+    """
+
+    def __init__(self, root: str | Path, record: dict[str, Any], flush_videos: int = 256,
+                 flush_seconds: float = 60.0, name: str = "") -> None:
+        self.root = Path(root)
+        self.record = json.loads(json.dumps(record))
+        self.flush_videos, self.flush_seconds = flush_videos, flush_seconds
+        self.name = name
+        self._buffer: list[tuple[Any, tuple[int, int], int]] = []
+        self._failures: list[dict[str, Any]] = []
+        self._stale: list[dict[str, Any]] = []
+        self._last_flush = time.monotonic()
+        self._sequence = 0
+        self._added = 0
+
+    def add(self, result, identity: tuple[int, int], order: int | None = None) -> None:
+        """Add a :class:`~coclr.embed.embedder.VideoEmbedding` of the file with ``identity``; ``order`` places a
+        new row among the others of the run (default: the order of the calls)."""
+        self._buffer.append((result, identity, self._added if order is None else int(order)))
+        self._added += 1
+        self._maybe_flush()
+
+    def add_failure(self, path: str, identity: tuple[int, int] | None, error: str) -> None:
+        """Record that ``path`` (with ``identity``) could not be embedded: its old row, if any, is dropped."""
+        size, mtime = identity if identity is not None else (None, None)
+        self._failures.append({"path": path, "size": size, "mtime_ns": mtime, "error": error})
+        self._maybe_flush()
+
+    def add_stale(self, path: str, reason: str) -> None:
+        """Record that the row of ``path`` no longer matches its file (``reason``: one line): it is dropped."""
+        self._stale.append({"path": path, "reason": reason})
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        if (len(self._buffer) + len(self._failures) + len(self._stale) >= self.flush_videos
+                or time.monotonic() - self._last_flush >= self.flush_seconds):
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered results to a new chunk file (atomically)."""
+        self._last_flush = time.monotonic()
+        if not self._buffer and not self._failures and not self._stale:
+            return
+        dim = int(self.record["dim"])
+        results = [result for result, _, _ in self._buffer]
+        videos = [{"path": r.path, "size": ident[0], "mtime_ns": ident[1], "duration": r.duration, "fps": r.fps,
+                   "frames": r.frames, "windows": len(r.windows)} for r, ident, _ in self._buffer]
+        arrays = {
+            "videos": np.stack([r.vector for r in results]).astype(np.float32) if results
+            else np.zeros((0, dim), np.float32),
+            "windows": np.concatenate([r.windows for r in results]).astype(np.float32) if results
+            else np.zeros((0, dim), np.float32),
+            "starts": np.concatenate([r.starts for r in results]) if results else np.zeros(0),
+            "ends": np.concatenate([r.ends for r in results]) if results else np.zeros(0),
+        }
+        meta = json.dumps({"videos": videos, "order": [order for _, _, order in self._buffer],
+                           "failed": self._failures, "stale": self._stale})
+        name = f"{time.time_ns():020d}-{os.getpid()}{self.name}-{self._sequence:06d}.npz"
+        self._sequence += 1
+        with atomic_open(self.root / CHUNKS / name, "wb") as out:
+            np.savez(out, meta=np.array(meta), **arrays)
+        self._flushed(self._buffer, self._failures, self._stale)
+        self._buffer, self._failures, self._stale = [], [], []
+
+    def _flushed(self, results: list[tuple[Any, tuple[int, int], int]], failures: list[dict[str, Any]],
+                 stale: list[dict[str, Any]]) -> None:
+        """Called with what a flush wrote."""
+
+
+class EmbeddingWriter(ChunkWriter):
     """Writes an output folder (see the module docstring): use as ``with EmbeddingWriter(root, record) as out``.
 
     ``record`` is what ``embed.json`` holds; its ``"settings"`` must equal the folder's (else
@@ -70,14 +152,8 @@ class EmbeddingWriter:
 
     def __init__(self, root: str | Path, record: dict[str, Any], flush_videos: int = 256,
                  flush_seconds: float = 60.0) -> None:
-        self.root = Path(root)
-        self.record = json.loads(json.dumps(record))
-        self.flush_videos, self.flush_seconds = flush_videos, flush_seconds
-        self._buffer: list[Any] = []
-        self._failures: list[dict[str, Any]] = []
-        self._last_flush = time.monotonic()
+        super().__init__(root, record, flush_videos, flush_seconds)
         self._lock: contextlib.ExitStack | None = None
-        self._sequence = 0
 
     # ------------------------------------------------------------------ opening and closing
 
@@ -121,59 +197,46 @@ class EmbeddingWriter:
     # ------------------------------------------------------------------ adding results
 
     def todo(self, path: str, identity: tuple[int, int] | None, retry_failed: bool = False) -> bool:
-        """Whether ``path`` (with its current identity) still needs embedding."""
-        if identity is None:
-            return True  # unreadable now: it is tried, and fails with a clear message
-        if self.done.get(path) == identity:
+        """Whether ``path`` (with its current identity, None when it cannot be read) still needs embedding: not
+        when its row is there for this identity, nor when it failed before with this identity (a file missing
+        then and now included) unless ``retry_failed``."""
+        if identity is not None and self.done.get(path) == identity:
             return False
-        return retry_failed or self.failed.get(path) != identity
+        return retry_failed or self.failed.get(path) != (identity or (None, None))
 
-    def add(self, result, identity: tuple[int, int]) -> None:
-        """Add a :class:`~coclr.embed.embedder.VideoEmbedding` of the file with ``identity``."""
-        self._buffer.append((result, identity))
-        self._maybe_flush()
+    def stale(self, skip: set[str]) -> dict[str, str]:
+        """The rows (path -> reason) whose file was removed or changed since it was embedded, among the paths
+        not in ``skip`` (the ones this run embeds again)."""
+        out = {}
+        for path, identity in self.done.items():
+            if path in skip:
+                continue
+            now = file_identity(path)
+            if now is None:
+                out[path] = "removed"
+            elif now != identity:
+                out[path] = "changed since it was embedded"
+        return out
 
-    def add_failure(self, path: str, identity: tuple[int, int] | None, error: str) -> None:
-        size, mtime = identity if identity is not None else (None, None)
-        self._failures.append({"path": path, "size": size, "mtime_ns": mtime, "error": error})
-        self._maybe_flush()
-
-    def _maybe_flush(self) -> None:
-        if (len(self._buffer) + len(self._failures) >= self.flush_videos
-                or time.monotonic() - self._last_flush >= self.flush_seconds):
-            self.flush()
-
-    def flush(self) -> None:
-        """Write the buffered results to a new chunk file (atomically)."""
-        self._last_flush = time.monotonic()
-        if not self._buffer and not self._failures:
-            return
-        dim = int(self.record["dim"])
-        videos = [{"path": r.path, "size": ident[0], "mtime_ns": ident[1], "duration": r.duration, "fps": r.fps,
-                   "frames": r.frames, "windows": len(r.windows)} for r, ident in self._buffer]
-        arrays = {
-            "videos": np.stack([r.vector for r, _ in self._buffer]).astype(np.float32) if self._buffer
-            else np.zeros((0, dim), np.float32),
-            "windows": np.concatenate([r.windows for r, _ in self._buffer]).astype(np.float32) if self._buffer
-            else np.zeros((0, dim), np.float32),
-            "starts": np.concatenate([r.starts for r, _ in self._buffer]) if self._buffer else np.zeros(0),
-            "ends": np.concatenate([r.ends for r, _ in self._buffer]) if self._buffer else np.zeros(0),
-        }
-        meta = json.dumps({"videos": videos, "failed": self._failures})
-        name = f"{time.time_ns():020d}-{os.getpid()}-{self._sequence:06d}.npz"
-        self._sequence += 1
-        with atomic_open(self.root / CHUNKS / name, "wb") as out:
-            np.savez(out, meta=np.array(meta), **arrays)
-        for (result, identity) in self._buffer:
+    def _flushed(self, results: list[tuple[Any, tuple[int, int], int]], failures: list[dict[str, Any]],
+                 stale: list[dict[str, Any]]) -> None:
+        for result, identity, _ in results:
             self.done[result.path] = identity
-        for failure in self._failures:
+        for failure in failures:
             self.failed[failure["path"]] = (failure["size"], failure["mtime_ns"])
-        self._buffer, self._failures = [], []
+            self.done.pop(failure["path"], None)
+        for record in stale:
+            self.done.pop(record["path"], None)
 
     # ------------------------------------------------------------------ merging
 
     def merge(self) -> None:
-        """Merge the chunk files into the arrays and JSON-lines files (see the module docstring)."""
+        """Merge the chunk files into the arrays and JSON-lines files (see the module docstring).
+
+        Rows of unchanged videos keep their order; a re-embedded video keeps its row (its windows move to the
+        end); a failed or stale video's row is dropped (the rows after it move up); new videos follow, ordered
+        by their position in their run's inputs, so the folder does not depend on which process embedded what
+        or when results were flushed."""
         chunks = sorted((self.root / CHUNKS).glob("*.npz")) if (self.root / CHUNKS).is_dir() else []
         if not chunks and (self.root / f"{VIDEOS}.npy").is_file():
             return
@@ -183,56 +246,52 @@ class EmbeddingWriter:
         old_videos = _open_array(self.root / f"{VIDEOS}.npy", dim)
         old_windows = _open_array(self.root / f"{WINDOWS}.npy", dim)
         failed = {r["path"]: r for r in read_jsonl(self.root / FAILED)}
-        row_of = {record["path"]: record["row"] for record in videos}
 
-        # The latest result of every path: (chunk number, position in chunk) of its rows.
-        latest: dict[str, tuple[int, int]] = {}
+        # The latest result of every path: (its order, chunk number, position in chunk); the rows to drop.
+        latest: dict[str, tuple[int, int, int]] = {}
+        dropped: set[str] = set()
         loaded = []
         for number, chunk in enumerate(chunks):
-            try:
-                with np.load(chunk, allow_pickle=False) as data:
-                    meta = json.loads(str(data["meta"]))
-                    arrays = {key: data[key] for key in ("videos", "windows", "starts", "ends")}
-            except (OSError, ValueError, KeyError) as error:
-                raise DataError(f"{chunk}: unreadable chunk file ({error}); delete it and run again") from None
+            meta, arrays = _read_chunk(chunk)
             first = np.concatenate([[0], np.cumsum([v["windows"] for v in meta["videos"]])]).astype(np.int64)
             loaded.append((meta, arrays, first))
+            orders = meta.get("order") or list(range(len(meta["videos"])))
             for position, video in enumerate(meta["videos"]):
-                latest[video["path"]] = (number, position)
+                latest[video["path"]] = (int(orders[position]), number, position)
                 failed.pop(video["path"], None)
+                dropped.discard(video["path"])
             for failure in meta["failed"]:
                 failed[failure["path"]] = failure
+            for path in [f["path"] for f in meta["failed"]] + [s["path"] for s in meta.get("stale", [])]:
+                latest.pop(path, None)
+                dropped.add(path)
 
-        replaced = {row_of[path] for path in latest if path in row_of}
-        new_paths = [path for path in latest if path not in row_of]
-        for path in new_paths:
-            row_of[path] = len(row_of)
+        kept = [record for record in videos if record["path"] not in dropped]
+        new_row = {record["row"]: row for row, record in enumerate(kept)}
+        row_of = {record["path"]: new_row[record["row"]] for record in kept}
+        ordered = sorted(latest, key=latest.__getitem__)
+        for path in ordered:
+            row_of.setdefault(path, len(row_of))
+        replaced = {row_of[path] for path in latest if row_of[path] < len(kept)}
         num_videos = len(row_of)
-        kept_windows = [w for w in windows if w["video"] not in replaced]
-        added_windows = sum(loaded[n][0]["videos"][p]["windows"] for n, p in latest.values())
-        num_windows = len(kept_windows) + added_windows
+        kept_windows = [w for w in windows if w["video"] in new_row and new_row[w["video"]] not in replaced]
+        num_windows = len(kept_windows) + sum(loaded[n][0]["videos"][p]["windows"] for _, n, p in latest.values())
 
         temps = {}
         video_out = _new_array(self.root / f"{VIDEOS}.npy", (num_videos, dim), temps)
         window_out = _new_array(self.root / f"{WINDOWS}.npy", (num_windows, dim), temps)
-        for start in range(0, len(old_videos), ARRAY_BLOCK):
-            stop = min(len(old_videos), start + ARRAY_BLOCK)
-            video_out[start:stop] = old_videos[start:stop]
-        # Windows of unchanged videos, in their order (copied in runs of consecutive rows), then the new ones.
-        new_window_records, write_at, first_window = [], 0, {}
-        runs = _runs([w["row"] for w in kept_windows])
-        for begin, end in runs:
-            for start in range(begin, end, ARRAY_BLOCK):
-                stop = min(end, start + ARRAY_BLOCK)
-                window_out[write_at: write_at + stop - start] = old_windows[start:stop]
-                write_at += stop - start
+        _copy_rows(old_videos, [record["row"] for record in kept], video_out)
+        # Windows of unchanged videos, in their order, then the new ones.
+        write_at = _copy_rows(old_windows, [w["row"] for w in kept_windows], window_out)
+        new_window_records, first_window = [], {}
         for row, record in enumerate(kept_windows):
-            new_window_records.append({**record, "row": row})
-            first_window.setdefault(record["video"], row)
-        video_records = {record["row"]: record for record in videos}
-        for path, (number, position) in sorted(latest.items(), key=lambda item: item[1]):
+            video = new_row[record["video"]]
+            new_window_records.append({**record, "row": row, "video": video})
+            first_window.setdefault(video, row)
+        video_records = {row: {**record, "row": row} for row, record in enumerate(kept)}
+        for path in ordered:
+            _, number, position = latest[path]
             meta, arrays, first = loaded[number]
-            record = meta["videos"][position]
             row = row_of[path]
             video_out[row] = arrays["videos"][position]
             begin, end = int(first[position]), int(first[position + 1])
@@ -243,7 +302,7 @@ class EmbeddingWriter:
                                            "end": float(arrays["ends"][begin + offset])})
             first_window[row] = write_at
             write_at += end - begin
-            video_records[row] = {"row": row, **record}
+            video_records[row] = {"row": row, **meta["videos"][position]}
         assert write_at == num_windows
         for row, record in video_records.items():
             record["first_window"] = first_window.get(row, 0)
@@ -253,12 +312,34 @@ class EmbeddingWriter:
         del video_out, window_out, old_videos, old_windows
         _write_lines(self.root / f"{VIDEOS}.jsonl", [video_records[row] for row in range(num_videos)], temps)
         _write_lines(self.root / f"{WINDOWS}.jsonl", new_window_records, temps)
-        _write_lines(self.root / FAILED, list(failed.values()), temps)
+        _write_lines(self.root / FAILED, [failed[path] for path in sorted(failed)], temps)
         for temp in temps.values():
             _fsync(temp)
         atomic_write_json(self.root / COMMIT_FILE, {"renames": {str(t.name): str(f.name) for f, t in temps.items()},
                                                     "chunks": [chunk.name for chunk in chunks]})
         recover(self.root)
+
+
+def _read_chunk(chunk: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    try:
+        with np.load(chunk, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            arrays = {key: data[key] for key in ("videos", "windows", "starts", "ends")}
+    except (OSError, ValueError, KeyError) as error:
+        raise DataError(f"{chunk}: unreadable chunk file ({error}); delete it and run again") from None
+    return meta, arrays
+
+
+def _copy_rows(source: np.ndarray, rows: list[int], target: np.ndarray) -> int:
+    """Copy ``source[rows]`` (sorted) to the first ``len(rows)`` rows of ``target``, in blocks of consecutive
+    rows (bounded memory); returns ``len(rows)``."""
+    write_at = 0
+    for begin, end in _runs(rows):
+        for start in range(begin, end, ARRAY_BLOCK):
+            stop = min(end, start + ARRAY_BLOCK)
+            target[write_at: write_at + stop - start] = source[start:stop]
+            write_at += stop - start
+    return write_at
 
 
 def recover(root: Path) -> None:
@@ -393,6 +474,13 @@ class Embeddings:
                             "the same coclr embed command again to finish it")
         self.pending_chunks = len(list((self.root / CHUNKS).glob("*.npz"))) if (self.root / CHUNKS).is_dir() else 0
         self._row_of: dict[str, int] | None = None
+
+    def stale_rows(self) -> np.ndarray:
+        """The video rows (sorted ``int64``) whose file was removed or changed (size or modification time) since it
+        was embedded: what a reader must not serve until ``coclr embed`` runs again (which drops or redoes them).
+        One ``stat`` per row."""
+        return np.array([record["row"] for record in self.video_records
+                         if file_identity(record["path"]) != (record["size"], record["mtime_ns"])], np.int64)
 
     def row_of(self, path: str | Path) -> int | None:
         """The video row of ``path`` (absolute, as embedded), or None."""

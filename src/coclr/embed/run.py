@@ -2,41 +2,61 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from coclr.core.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
 from coclr.embed.embedder import Embedder, EmbedFailure
 from coclr.embed.inputs import expand_inputs
-from coclr.embed.output import EmbeddingWriter, file_identity, read_settings
-from coclr.errors import CheckpointError
+from coclr.embed.output import ChunkWriter, EmbeddingWriter, file_identity, read_settings
+from coclr.errors import CheckpointError, CoclrError, DataError
+from coclr.store.jobs import shard
 
 
 @dataclasses.dataclass
 class EmbedSummary:
     """What a run did: videos embedded, skipped (already in the folder, or failed before unchanged), failed
-    (path, message), windows embedded, and the wall-clock seconds."""
+    (path, message), windows embedded, rows dropped (path -> reason: files removed or changed since embedded),
+    notes on the inputs (symbolic-link loops, duplicates), and the wall-clock seconds. In a distributed job the
+    counts are those of all processes."""
 
     out: Path
     done: int = 0
     skipped: int = 0
     failed: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     windows: int = 0
+    dropped: dict[str, str] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    world: int = 1
 
     def __str__(self) -> str:
         rate = self.done / self.seconds if self.seconds > 0 else 0.0
         window_rate = self.windows / self.seconds if self.seconds > 0 else 0.0
-        lines = [f"{self.out}: {self.done} videos embedded ({self.windows} windows), {self.skipped} skipped (already "
-                 f"there, or failed before and unchanged), {len(self.failed)} failed; {self.seconds:.1f} s "
-                 f"({rate:.2f} videos/s, {window_rate:.1f} windows/s)"]
-        shown = self.failed[:20]
-        lines += [f"  failed: {message}" for _, message in shown]
-        if len(self.failed) > len(shown):
-            lines.append(f"  ... and {len(self.failed) - len(shown)} more, listed in {self.out / 'failed.jsonl'}")
+        lines = list(self.notes)
+        if self.dropped:
+            shown = ", ".join(f"{path} ({reason})" for path, reason in list(self.dropped.items())[:5])
+            more = f" and {len(self.dropped) - 5} more" if len(self.dropped) > 5 else ""
+            lines.append(f"{self.out}: dropped the rows of {len(self.dropped)} files removed or changed since they "
+                         f"were embedded and not among this run's inputs (their rows are no longer served): "
+                         f"{shown}{more}")
+        processes = f" by {self.world} processes" if self.world > 1 else ""
+        lines.append(f"{self.out}: {self.done} videos embedded{processes} ({self.windows} windows), {self.skipped} "
+                     f"skipped (already there, or failed before and unchanged), {len(self.failed)} failed; "
+                     f"{self.seconds:.1f} s ({rate:.2f} videos/s, {window_rate:.1f} windows/s)")
+        shown_failed = self.failed[:20]
+        lines += [f"  failed: {message}" for _, message in shown_failed]
+        if len(self.failed) > len(shown_failed):
+            lines.append(f"  ... and {len(self.failed) - len(shown_failed)} more, listed in "
+                         f"{self.out / 'failed.jsonl'}")
+        if self.failed:
+            lines.append("  a failed video's earlier row, if any, is dropped; it is tried again once the file changes "
+                         "(or with --retry-failed)")
         return "\n".join(lines)
 
 
@@ -96,23 +116,70 @@ def embed_videos(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
     """Embed the videos named by ``inputs`` (:func:`~coclr.embed.inputs.expand_inputs`) into the output folder
     ``out`` (:mod:`coclr.embed.output`): videos already there unchanged are skipped, so the same command
     continues after an interruption; a folder made with other settings is refused before any work. Unreadable
-    videos are counted, listed in ``failed.jsonl`` and skipped by later runs while unchanged (unless
-    ``retry_failed``)."""
+    videos are counted, listed in ``failed.jsonl`` (an earlier row of theirs dropped) and skipped by later runs
+    while unchanged (unless ``retry_failed``). Rows of files removed or changed since they were embedded, and
+    not embedded again by this run, are dropped.
+
+    In a distributed job (a ``torch.distributed`` group, e.g. under torchrun) rank 0 holds the folder and
+    decides what to do, each process embeds every ``world_size``-th video of it (as ``coclr flow`` shares
+    entries), and rank 0 merges all results: the folder is the one a single process writes."""
     started = time.perf_counter()
-    paths = [str(path) for path in expand_inputs(inputs)]
-    summary = EmbedSummary(Path(out))
-    with EmbeddingWriter(out, folder_record(embedder), flush_videos, flush_seconds) as writer:
-        identities = {path: file_identity(path) for path in paths}
-        todo = [path for path in paths if writer.todo(path, identities[path], retry_failed)]
-        summary.skipped = len(paths) - len(todo)
-        for index, result in embedder.stream(todo, progress=progress, desc=f"embedding -> {out}"):
-            path = todo[index]
+    summary = EmbedSummary(Path(out), world=world_size())
+    paths = [str(path) for path in expand_inputs(inputs, summary.notes)]
+    with job_writer(out, folder_record(embedder), flush_videos, flush_seconds) as writer:
+        plan = None
+        if isinstance(writer, EmbeddingWriter):  # rank 0, or the only process
+            identities = {path: file_identity(path) for path in paths}
+            todo = [order for order, path in enumerate(paths) if writer.todo(path, identities[path], retry_failed)]
+            stale = writer.stale({paths[order] for order in todo})
+            for path, reason in stale.items():
+                writer.add_stale(path, reason)
+            plan = (paths, identities, todo, stale)
+        paths, identities, todo, stale = broadcast_object(plan)  # rank 0's view of the inputs, for every rank
+        summary.skipped, summary.dropped = len(paths) - len(todo), stale
+        mine = shard(todo)
+        failed: list[tuple[int, str, str]] = []
+        for index, result in embedder.stream([paths[order] for order in mine], progress=progress and rank() == 0,
+                                             desc=f"embedding -> {out}"):
+            order = mine[index]
+            path = paths[order]
             if isinstance(result, EmbedFailure):
-                summary.failed.append((path, result.error))
+                failed.append((order, path, result.error))
                 writer.add_failure(path, identities[path], result.error)
             else:
                 summary.done += 1
                 summary.windows += len(result.windows)
-                writer.add(result, identities[path])
+                writer.add(result, identities[path], order)
+        counts = all_gather_objects((summary.done, summary.windows, failed))
+    summary.done, summary.windows = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    summary.failed = [(path, error) for _, path, error in sorted(f for c in counts for f in c[2])]
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+@contextlib.contextmanager
+def job_writer(out: str | os.PathLike[str], record: dict[str, Any], flush_videos: int,
+               flush_seconds: float) -> Iterator[ChunkWriter]:
+    """The writer of this process: the :class:`EmbeddingWriter` of ``out`` (lock, checks, merge) in one process
+    and on rank 0 of a distributed job; a :class:`ChunkWriter` into the same folder on the other ranks, which wait
+    for rank 0 to hold the folder (or raise the error that refused it). Every rank flushes before rank 0 merges."""
+    if not is_distributed():
+        with EmbeddingWriter(out, record, flush_videos, flush_seconds) as writer:
+            yield writer
+        return
+    with contextlib.ExitStack() as stack:
+        error, writer = None, None
+        if rank() == 0:
+            try:
+                writer = stack.enter_context(EmbeddingWriter(out, record, flush_videos, flush_seconds))
+            except CoclrError as refused:
+                error = refused
+        message = broadcast_object(None if error is None else str(error))
+        if error is not None:
+            raise error
+        if message is not None:
+            raise DataError(message)
+        writer = writer or ChunkWriter(out, record, flush_videos, flush_seconds, name=f"-rank{rank()}")
+        yield writer
+        writer.flush()
+        barrier()  # every rank's chunks are on disk before rank 0 merges them (on leaving the stack)

@@ -17,6 +17,7 @@ video's embedding is the feature the paper's retrieval computes for it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD
 from coclr.errors import ConfigError
 
 FEATURES = ("backbone", "head")
+PRECISIONS = (None, "bf16")
 KINETICS_MEAN = (0.43216, 0.394666, 0.37645)
 KINETICS_STD = (0.22803, 0.22145, 0.216989)
 """torchvision's normalisation of its Kinetics-400 video models (``VideoClassification`` transform)."""
@@ -55,6 +57,9 @@ class EmbedSettings:
                                             "quantisation (as the flow encoder's store did)")
     flow_mean: tuple[float, float, float] | None = option(None, "two-stream only: mean of the flow normalisation")
     flow_std: tuple[float, float, float] | None = option(None, "two-stream only: std of the flow normalisation")
+    precision: str | None = option(None, "None: float32 (the default); 'bf16': the backbone under bfloat16 "
+                                         "autocast (oneDNN's AVX-512 BF16/AMX kernels on a CPU): faster, but not "
+                                         "within cosine 0.999 of float32 on every network (docs/embed.md)")
 
     def validate(self) -> None:
         ClipSettings.check(self)
@@ -67,9 +72,12 @@ class EmbedSettings:
         for key in ("mean", "std", "flow_mean", "flow_std"):
             value = getattr(self, key)
             require(value is None or len(value) == 3, key, f"needs 3 values, got {value}")
+            require(value is None or all(math.isfinite(v) for v in value), key,
+                    f"needs finite values, got {value} (a NaN or infinity would make every embedding NaN)")
         for key in ("std", "flow_std"):
             value = getattr(self, key)
             require(value is None or all(v > 0 for v in value), key, f"needs positive values, got {value}")
+        require(self.precision in PRECISIONS, "precision", f"must be None (float32) or 'bf16', got {self.precision!r}")
         require(self.flow_bound is None or self.flow_bound > 0, "flow_bound",
                 f"must be positive, got {self.flow_bound}")
 
