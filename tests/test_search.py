@@ -309,3 +309,35 @@ def test_an_html_path_that_is_a_folder_is_one_line(folder, tmp_path, capsys):
     assert cli_main(["search", str(out), "--query", "1", "-k", "2", "--html", str(page)]) == 2
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1 and str(page) in err and "is a folder" in err
+
+
+def test_rows_of_removed_or_changed_files_are_never_served(tmp_path, capsys):
+    """Between two embed runs, a hit whose file was removed or changed is left out (the next row takes its place)
+    and the command says so in one line; only the candidates' files are looked at."""
+    from pathlib import Path
+
+    encoder = save_tiny_encoder(tmp_path / "encoder.pth")
+    for n in range(5):
+        write_video(tmp_path / "videos" / f"v{n}.mp4", moving_square(14 + 4 * n, seed=n))
+    out = tmp_path / "out"
+    assert cli_main(["embed", str(tmp_path / "videos"), "--checkpoint", str(encoder), "--out", str(out),
+                     "--length", "8", "--size", "32", "--short-side", "32", "--workers", "0", "--quiet"]) == 0
+    embeddings = Embeddings(out)
+    query = np.asarray(embeddings.videos[0])
+    everything = [hit.path for hit in search(embeddings, query, k=5)]
+    removed, changed = everything[1], everything[3]
+    Path(removed).unlink()
+    with open(changed, "ab") as file:
+        file.write(b"\0")
+    stale: list[str] = []
+    hits = search(Embeddings(out), query, k=3, stale=stale)
+    assert [hit.path for hit in hits] == [p for p in everything if p not in (removed, changed)]
+    assert [hit.rank for hit in hits] == [1, 2, 3] and sorted(stale) == sorted([removed, changed])
+    capsys.readouterr()
+    row = Embeddings(out).row_of(everything[0])
+    assert cli_main(["search", str(out), "--query", str(row), "-k", "2", "--json"]) == 0
+    captured = capsys.readouterr()
+    served = [hit["path"] for hit in json.loads(captured.out)["hits"]]
+    assert served == [everything[2], everything[4]]
+    note = [line for line in captured.err.splitlines() if "left out" in line]
+    assert len(note) == 1 and "2 embedded file(s) changed or were removed" in note[0]

@@ -63,7 +63,11 @@ def run(args: argparse.Namespace) -> int:
             from coclr.embed.run import embedder_for
 
             vector = embedder_for(args.dir, device=args.device, workers=0).embed(path).vector
-    hits = search(embeddings, vector, args.k, args.windows, exclude, args.backend, args.center)
+    stale: list[str] = []
+    hits = search(embeddings, vector, args.k, args.windows, exclude, args.backend, args.center, stale)
+    if stale:
+        print(f"coclr search: note: {len(stale)} embedded file(s) changed or were removed since they were embedded "
+              f"(e.g. {stale[0]}): left out; run coclr embed again to update {args.dir}", file=sys.stderr)
     if args.json:
         print(json.dumps({"query": label, "windows": args.windows, "hits": [hit.to_json() for hit in hits]}, indent=1))
     else:

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from coclr.atomic import atomic_open, atomic_write_json
-from coclr.embed.output import Embeddings
+from coclr.embed.output import Embeddings, file_identity
 from coclr.errors import ConfigError, DataError
 from coclr.eval.exact import (
     QUANTUM_BITS,
@@ -340,31 +340,48 @@ def _unit(rows: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
 
 
 def search(embeddings: Embeddings, query: np.ndarray, k: int = 10, windows: bool = False, exclude: int | None = None,
-           backend: str = "exact", center: bool = False) -> list[Hit]:
+           backend: str = "exact", center: bool = False, stale: list[str] | None = None) -> list[Hit]:
     """The ``k`` nearest videos (or windows, with ``windows``) of the vector ``query``; ``exclude`` leaves out
-    one row of the searched array (the query's own)."""
+    one row of the searched array (the query's own). A hit whose file was removed or changed since it was embedded
+    is never served: it is left out (its path appended to ``stale``) and the next row takes its place; only the
+    candidates' files are looked at, so a search costs a few ``stat`` calls, not one per row."""
     gallery = embeddings.windows if windows else embeddings.videos
     if len(gallery) == 0:
         raise DataError(f"{embeddings.root}: no {'windows' if windows else 'videos'} to search")
     if k < 1:
         raise ConfigError(f"k: must be at least 1, got {k}")
-    extra = 1 if exclude is not None else 0
     rows_or_prepared = folder_rows(embeddings, windows, center) if backend == "exact" else gallery
-    scores, rows = nearest(rows_or_prepared, query, k + extra, backend, center)
-    hits = []
-    for score, row in zip(scores[0], rows[0]):
-        row = int(row)
-        if row == exclude or row < 0 or len(hits) == k:
-            continue
-        if windows:
-            record = embeddings.window_records[row]
-            video = embeddings.video_records[record["video"]]
-            hits.append(Hit(len(hits) + 1, float(score), row, video["path"], video["row"], record["start"],
-                            record["end"]))
-        else:
-            video = embeddings.video_records[row]
-            hits.append(Hit(len(hits) + 1, float(score), row, video["path"], row))
-    return hits
+    left_out = {exclude} if exclude is not None else set()
+    fresh: dict[int, bool] = {}  # video row -> whether its file is as embedded
+
+    def is_fresh(video: dict[str, Any]) -> bool:
+        if video["row"] not in fresh:
+            fresh[video["row"]] = file_identity(video["path"]) == (video["size"], video["mtime_ns"])
+            if not fresh[video["row"]] and stale is not None:
+                stale.append(video["path"])
+        return fresh[video["row"]]
+
+    want = k + len(left_out)
+    while True:
+        scores, rows = nearest(rows_or_prepared, query, min(want, len(gallery)), backend, center)
+        hits = []
+        for score, row in zip(scores[0], rows[0]):
+            row = int(row)
+            if row in left_out or row < 0 or len(hits) == k:
+                continue
+            record = embeddings.window_records[row] if windows else None
+            video = embeddings.video_records[record["video"] if windows else row]
+            if not is_fresh(video):
+                left_out.add(row)
+                continue
+            if windows:
+                hits.append(Hit(len(hits) + 1, float(score), row, video["path"], video["row"], record["start"],
+                                record["end"]))
+            else:
+                hits.append(Hit(len(hits) + 1, float(score), row, video["path"], row))
+        if len(hits) == k or want >= len(gallery):
+            return hits
+        want = min(len(gallery), 2 * want + len(left_out))
 
 
 def format_hits(hits: list[Hit]) -> str:
