@@ -72,7 +72,8 @@ def main() -> None:
     for name, pool_input in pool_inputs.items():
         plain, ours = seconds_per_pass([nn.MaxPool3d(3, stride=1, padding=1), InceptionMaxPool3d()], pool_input,
                                        args.repeats)
-        print(f"{name:24s} {str(tuple(pool_input.shape)):24s} {plain * 1e3:12.2f} {ours * 1e3:10.2f} {plain / ours:6.2f}")
+        shape = str(tuple(pool_input.shape))
+        print(f"{name:24s} {shape:24s} {plain * 1e3:12.2f} {ours * 1e3:10.2f} {plain / ours:6.2f}")
     plain_model = with_plain_pools(copy.deepcopy(model))
     plain, ours = seconds_per_pass([plain_model, model], x, args.repeats)
     print(f"{'whole backbone':49s} {plain * 1e3:12.1f} {ours * 1e3:10.1f} {plain / ours:6.2f}")

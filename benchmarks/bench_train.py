@@ -68,7 +68,8 @@ def main() -> None:
         print(f"config: width {config.model.width}, clips {config.data.length}x{config.data.size}x{config.data.size}, "
               f"batch {batch_size}, amp {config.run.amp}, channels_last {config.run.channels_last}, "
               f"compile {config.run.compile}")
-        print(f"train step: {args.steps * batch_size / seconds:.1f} clips/s ({seconds / args.steps * 1000:.0f} ms/step), "
+        print(f"train step: {args.steps * batch_size / seconds:.1f} clips/s "
+              f"({seconds / args.steps * 1000:.0f} ms/step), "
               f"peak GPU memory {memory:.2f} GiB, last loss {float(loss):.3f}")
         if args.with_loader:
             started = time.perf_counter()

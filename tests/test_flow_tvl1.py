@@ -55,8 +55,8 @@ def load_pair(root: Path, name: str, crop=None) -> tuple[np.ndarray, np.ndarray,
     return first, second, gt
 
 
-def ours(first: np.ndarray, second: np.ndarray, params: TVL1Params = TVL1Params(), **kwargs) -> np.ndarray:
-    flow = tvl1_flow(torch.from_numpy(first)[None], torch.from_numpy(second)[None], params, **kwargs)
+def ours(first: np.ndarray, second: np.ndarray, params: TVL1Params | None = None, **kwargs) -> np.ndarray:
+    flow = tvl1_flow(torch.from_numpy(first)[None], torch.from_numpy(second)[None], params or TVL1Params(), **kwargs)
     return flow[0].permute(1, 2, 0).numpy()
 
 
@@ -164,7 +164,8 @@ def test_other_settings_match_opencv(middlebury):
 
 
 def test_batch_equals_single_runs(middlebury):
-    pairs = [load_pair(middlebury, name, (slice(100, 196), slice(150, 278)))[:2] for name in ("RubberWhale", "Dimetrodon")]
+    pairs = [load_pair(middlebury, name, (slice(100, 196), slice(150, 278)))[:2]
+             for name in ("RubberWhale", "Dimetrodon")]
     texture = smooth_texture(96, 128, seed=6)
     pairs.append((texture, np.roll(texture, (1, -2), axis=(0, 1))))
     prev = torch.from_numpy(np.stack([p[0] for p in pairs]))

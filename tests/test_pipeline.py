@@ -160,7 +160,8 @@ def test_a_pipeline_can_start_its_cycles_from_another_ones_infonce_stages(tmp_pa
     run_dir = run_pipeline(pipeline_config(store, tmp_path / "k1", f"pipeline.infonce_from={main_run}",
                                            "method.topk=1"), until="cycle1_rgb")
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert [(s["name"], s["status"]) for s in manifest["stages"]] == [("cycle1_rgb", "done"), ("cycle1_flow", "pending")]
+    assert [(s["name"], s["status"]) for s in manifest["stages"]] == [("cycle1_rgb", "done"),
+                                                                       ("cycle1_flow", "pending")]
     config = torch.load(run_dir / "cycle1_rgb" / "checkpoint_last.pth", weights_only=True)["config"]["method"]
     assert config["init_checkpoint"] == str(main_run / "infonce_rgb" / "encoder_rgb.pth")
     assert config["sampler_checkpoint"] == str(main_run / "infonce_flow" / "encoder_flow.pth")

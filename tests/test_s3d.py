@@ -202,7 +202,8 @@ def test_inception_pool_matches_a_loop_over_windows(memory_format):
         window = x[i, j, max(a - 1, 0) : a + 2, max(b - 1, 0) : b + 2, max(d - 1, 0) : d + 2].detach()
         expected[i, j, a, b, d] = window.max()
         at = torch.unravel_index(window.argmax(), window.shape)
-        expected_grad[i, j, max(a - 1, 0) + at[0], max(b - 1, 0) + at[1], max(d - 1, 0) + at[2]] += weights[i, j, a, b, d]
+        where = (i, j, max(a - 1, 0) + at[0], max(b - 1, 0) + at[1], max(d - 1, 0) + at[2])
+        expected_grad[where] += weights[i, j, a, b, d]
     torch.testing.assert_close(out, expected, atol=0, rtol=0)
     torch.testing.assert_close(x.grad, expected_grad)
 

@@ -130,10 +130,11 @@ def test_every_row_and_column_of_table_1(tmp_path: Path) -> None:
             assert 0 <= value <= 100, row
     markdown = (out / "results.md").read_text()
     table = markdown[markdown.index("| Method"):markdown.index("\n\n", markdown.index("| Method"))].splitlines()
-    assert table[0] == ("| Method | Input | Labels | Linear probe | paper | Finetune | paper | R@1 | paper | R@5 | R@10 "
-                        "| R@20 |")
+    assert table[0] == ("| Method | Input | Labels | Linear probe | paper | Finetune | paper | R@1 | paper | R@5 "
+                        "| R@10 | R@20 |")
     assert len(table) == 2 + len(table_1)
-    assert re.match(r"\| Cross-Ent\.( ‡)? \| RGB \| ✓ \| [\d.]+ \| - \| [\d.]+ \| 77\.0 \| [\d.]+ \| 73\.5 \|", table[5])
+    assert re.match(r"\| Cross-Ent\.( ‡)? \| RGB \| ✓ \| [\d.]+ \| - \| [\d.]+ \| 77\.0 \| [\d.]+ \| 73\.5 \|",
+                    table[5])
     assert re.match(r"\| CoCLR K=50( ‡)? \| RGB \| ✗ \| [\d.]+ \| 68\.3 \|", table[11])
     for claim in ("CoCLR-RGB > CMC-RGB (finetune)", "CoCLR-RGB K=5 >= K=1 and K=50 (R@1)",
                   "CoCLR-RGB alternating >= sim (linear probe)",
@@ -248,8 +249,8 @@ def test_claims_follow_the_rows_present() -> None:
     assert not found["CoCLR-RGB > CMC-RGB (R@1)"] and found["CoCLR-RGB > CMC-RGB (linear probe)"]
     assert found["CoCLR two-stream above every other self-supervised row (R@1)"]
     assert not any("K=1" in claim or "sim" in claim for claim in found)  # those rows are not in the study
-    summary = summarise_seeds([{"seed": s, "columns": ["retrieval"], "rows": rows, "claims": claims(rows, ["retrieval"])}
-                               for s in (0, 1)])
+    summary = summarise_seeds([{"seed": s, "columns": ["retrieval"], "rows": rows,
+                                "claims": claims(rows, ["retrieval"])} for s in (0, 1)])
     assert summary["claims"]["gap closed by CoCLR-RGB (R@1)"]["mean_std"] == (0.5, 0.0)
     assert "2 of 2 seeds" in seeds_markdown(summary)
 

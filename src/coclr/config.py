@@ -206,7 +206,8 @@ def validate(config: Any, prefix: str = "") -> None:
         try:
             check()
         except ConfigError as error:
-            raise ConfigError(f"{prefix}{error}" if prefix and not str(error).startswith(prefix) else str(error))
+            raise ConfigError(f"{prefix}{error}" if prefix and not str(error).startswith(prefix) else str(error)
+                              ) from None
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -121,8 +121,9 @@ class InceptionMaxPool3d(nn.MaxPool3d):
     """The inception blocks' 3x3x3 stride-1 max-pool; on CPU it pools a channels-last copy of its input.
 
     For this kernel PyTorch's CPU max-pool is faster, forward and backward, on channels-last tensors
-    (``python benchmarks/bench_s3d_pool.py`` measures it). The values are the same, returned in the input's layout. The stem's strided pools are not faster that way
-    and stay ``nn.MaxPool3d``; on CUDA this is a plain ``nn.MaxPool3d``.
+    (``python benchmarks/bench_s3d_pool.py`` measures it). The values are the same, returned in the input's
+    layout. The stem's strided pools are not faster that way and stay ``nn.MaxPool3d``; on CUDA this is a plain
+    ``nn.MaxPool3d``.
     """
 
     def __init__(self) -> None:
