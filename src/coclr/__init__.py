@@ -24,7 +24,7 @@ __all__ = ["__version__", *_LAZY]
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
+        import importlib  # noqa: PLC0415 (lazy attribute)
 
         module_name, attr = _LAZY[name]
         return getattr(importlib.import_module(module_name), attr)

@@ -66,7 +66,7 @@ def atomic_write_json(path: str | Path, data: Any) -> Path:
 
 def atomic_torch_save(obj: Any, path: str | Path) -> Path:
     """``torch.save`` atomically (checkpoints: a kill during the write keeps the previous file)."""
-    import torch
+    import torch  # noqa: PLC0415 (heavy)
 
     with atomic_open(path, "wb") as file:
         torch.save(obj, file)

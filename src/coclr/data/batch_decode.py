@@ -43,7 +43,7 @@ def gpu_decoder_available() -> bool:
     if importlib.util.find_spec("torchvision") is None:
         return False
     try:
-        from torchvision.io import decode_jpeg  # noqa: F401
+        from torchvision.io import decode_jpeg  # noqa: F401, PLC0415 (optional)
     except (ImportError, RuntimeError, OSError):  # a torchvision built for another torch fails at import
         return False
     return True
@@ -56,8 +56,8 @@ def gpu_decoder_problem(device: torch.device) -> str | None:
     if not gpu_decoder_available():
         return (f"torchvision.io.decode_jpeg is not importable (pip install the torchvision built for torch "
                 f"{torch.__version__})")
-    from torchvision.io import ImageReadMode
-    from torchvision.io import decode_jpeg as tv_decode_jpeg
+    from torchvision.io import ImageReadMode  # noqa: PLC0415 (optional)
+    from torchvision.io import decode_jpeg as tv_decode_jpeg  # noqa: PLC0415 (optional)
 
     probe = np.zeros((16, 16, 3), np.uint8)
     encoded = torch.from_numpy(np.frombuffer(encode_jpeg(probe), np.uint8).copy())
@@ -175,8 +175,8 @@ class EncodedBatch:
     def decode_gpu(self, device: torch.device) -> torch.Tensor:
         """``uint8 [B, clips, length, H, W, 3]`` on ``device``, decoded by nvJPEG in one call (a view of
         ``[..., 3, H, W]`` memory, the layout the augmentation reads fastest)."""
-        from torchvision.io import ImageReadMode
-        from torchvision.io import decode_jpeg as tv_decode_jpeg
+        from torchvision.io import ImageReadMode  # noqa: PLC0415 (optional)
+        from torchvision.io import decode_jpeg as tv_decode_jpeg  # noqa: PLC0415 (optional)
 
         bounds = self.offsets.tolist()
         encoded = [self.data[bounds[i]: bounds[i + 1]] for i in range(len(bounds) - 1)]

@@ -21,7 +21,7 @@ def __getattr__(name: str) -> Any:
     """The embedder's names on first use (lazy: it imports torch, which ``coclr search`` of stored rows, reading
     ``output`` and ``search`` only, does not need)."""
     if name in __all__:
-        from coclr.embed import embedder
+        from coclr.embed import embedder  # noqa: PLC0415 (lazy attribute)
 
         return getattr(embedder, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

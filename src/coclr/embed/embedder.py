@@ -32,18 +32,28 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.utils.data import DataLoader
+from tqdm import tqdm
 
 from coclr.core.distributed import pick_device
+from coclr.data.augment import center_crop
 from coclr.data.sampling import clip_span, sliding_windows
 from coclr.embed.settings import EmbedSettings, resolve_settings
 from coclr.errors import CheckpointError, ConfigError, DataError
+from coclr.flow.encode import flow_to_uint8
+from coclr.flow.opencv import rgb_to_gray
+from coclr.flow.tvl1 import tvl1_flow
+from coclr.models.loading import load_encoder
+from coclr.video.decode import VideoReader
 
 CHUNK_FRAMES = 32
 """Frames a decoding worker sends at a time."""
@@ -96,7 +106,6 @@ class Embedder:
     def __init__(self, checkpoint: str | os.PathLike[str], device: str | torch.device | None = None,
                  flow_checkpoint: str | os.PathLike[str] | None = None, batch_size: int = 16,
                  workers: int | None = None, optimize: bool = False, **settings: Any) -> None:
-        from coclr.models.loading import load_encoder
 
         self.checkpoint = Path(checkpoint)
         self.flow_checkpoint = Path(flow_checkpoint) if flow_checkpoint is not None else None
@@ -166,7 +175,6 @@ class Embedder:
                desc: str = "embedding") -> Iterator[tuple[int, VideoEmbedding | EmbedFailure]]:
         """``(position in paths, result)`` for every path, in the order the videos finish; never raises for
         a bad video (it gives an :class:`EmbedFailure`). ``progress`` shows a bar with the ETA."""
-        from tqdm import tqdm
 
         paths = [str(p) for p in paths]
         workers = self.workers if workers is None else workers
@@ -238,7 +246,6 @@ def frozen_for_inference(backbone: torch.nn.Module, example: torch.Tensor) -> to
     rounding (cosine 0.9999999 on the full-width S3D). Measured (docs/embed.md): 2.2x eager channels-last 3D on one
     thread in a long-running process, but a build of 17 to 33 s for the full-width network and no gain on two
     threads, so it is opt-in (``Embedder(optimize=True)``)."""
-    import warnings
 
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # TorchScript's deprecation notice
@@ -281,14 +288,12 @@ def _decoded_messages(paths: Sequence[str], settings: EmbedSettings, workers: in
     if workers == 0 or len(paths) <= 1:
         yield from source
         return
-    from torch.utils.data import DataLoader
 
     loader = DataLoader(source, batch_size=None, num_workers=min(workers, len(paths)), worker_init_fn=_init_decoder)
     yield from loader
 
 
 def _init_decoder(_worker: int) -> None:
-    import cv2
 
     cv2.setNumThreads(1)
 
@@ -300,7 +305,6 @@ class _DecodedVideos(torch.utils.data.IterableDataset):
         self.paths, self.short_side, self.fps = paths, short_side, fps
 
     def __iter__(self) -> Iterator[tuple]:
-        from coclr.video.decode import VideoReader
 
         info = torch.utils.data.get_worker_info()
         first, step = (0, 1) if info is None else (info.id, info.num_workers)
@@ -480,9 +484,6 @@ class _Runner:
         """Flow frames (uint8, the stored format) from the previous frame to each of ``frames``."""
         if not self.settings.two_stream:
             return None
-        from coclr.flow.encode import flow_to_uint8
-        from coclr.flow.opencv import rgb_to_gray
-        from coclr.flow.tvl1 import tvl1_flow
 
         gray = rgb_to_gray(frames)
         previous = self.last_gray.get(index)
@@ -500,7 +501,6 @@ class _Runner:
         """Crop and normalise the windows on the device, and queue them for the networks."""
         if not windows:
             return
-        from coclr.data.augment import center_crop
 
         crops = []
         for stream in self.embedder.streams:

@@ -355,7 +355,7 @@ def recover(root: Path) -> None:
         commit.unlink()
     for leftover in root.glob("*" + NEXT_SUFFIX):
         leftover.unlink()
-    from coclr.store.jobs import remove_stale_partials
+    from coclr.store.jobs import remove_stale_partials  # noqa: PLC0415 (heavy)
 
     remove_stale_partials(root / CHUNKS)
 

@@ -10,11 +10,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import cv2
+import numpy
+
 from coclr.core.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
 from coclr.embed.embedder import Embedder, EmbedFailure
 from coclr.embed.inputs import expand_inputs
 from coclr.embed.output import ChunkWriter, EmbeddingWriter, file_identity, read_settings
 from coclr.errors import CheckpointError, CoclrError, DataError
+from coclr.eval.features import file_sha256
+from coclr.models.loading import checkpoint_format
 from coclr.store.jobs import shard
 
 
@@ -63,8 +68,6 @@ class EmbedSummary:
 def folder_record(embedder: Embedder) -> dict[str, Any]:
     """What ``embed.json`` records: the settings (with the checkpoints' content hashes, which a rerun must
     match), the checkpoint files, the dimension and the library versions."""
-    from coclr.eval.features import file_sha256
-    from coclr.models.loading import checkpoint_format
 
     checkpoints = {"checkpoint": embedder.checkpoint, "flow_checkpoint": embedder.flow_checkpoint}
     described = {name: None if path is None else {"path": os.path.abspath(path), "sha256": file_sha256(path),
@@ -76,12 +79,10 @@ def folder_record(embedder: Embedder) -> dict[str, Any]:
 
 
 def library_versions() -> dict[str, str]:
-    import av
-    import cv2
-    import numpy
-    import torch
+    import av  # noqa: PLC0415 (optional)
+    import torch  # noqa: PLC0415 (heavy)
 
-    import coclr
+    import coclr  # noqa: PLC0415 (heavy)
 
     return {"coclr": coclr.__version__, "torch": torch.__version__, "av": av.__version__, "opencv": cv2.__version__,
             "numpy": numpy.__version__}
@@ -90,7 +91,6 @@ def library_versions() -> dict[str, str]:
 def embedder_for(root: str | Path, device: str | None = None, **options: Any) -> Embedder:
     """An :class:`Embedder` with the settings and checkpoints an output folder recorded (to embed a query video
     the way the folder's videos were); the checkpoint files must still hold the recorded content."""
-    from coclr.eval.features import file_sha256
 
     record = read_settings(root)
     paths = {}

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from coclr.atomic import atomic_open, atomic_write_json
+from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text
 from coclr.embed.output import Embeddings, file_identity
 from coclr.errors import ConfigError, DataError
 from coclr.eval.exact import (
@@ -44,6 +44,17 @@ from coclr.eval.exact import (
     gallery_mean,
     unit_rows,
 )
+from coclr.eval.gallery import (
+    HIT_COLOUR,
+    QUERY_COLOUR,
+    animated_gif,
+    data_uri,
+    gallery_page,
+    gallery_row,
+    thumbnail,
+    video_cell,
+)
+from coclr.video.decode import decode_frames_at, probe_video
 
 BACKENDS = ("exact", "faiss")
 PREPARED_DIR = "search"
@@ -78,7 +89,7 @@ class Hit:
 
 def faiss_available() -> bool:
     try:
-        import faiss  # noqa: F401
+        import faiss  # noqa: F401, PLC0415 (optional)
     except ImportError:
         return False
     return True
@@ -191,7 +202,7 @@ def _bfloat16_pass(gallery: UnitRows, queries: np.ndarray) -> Callable[[int, int
     if gallery.block16 is None:
         return None
     try:
-        import torch  # optional here (heavy to import; a one-query search does without it)
+        import torch  # noqa: PLC0415 (heavy); optional here (heavy to import; a one-query search does without it)
     except ImportError:
         return None
     query16 = torch.from_numpy(bfloat16_bits(queries).view(np.int16)).view(torch.bfloat16)
@@ -322,7 +333,7 @@ def nearest(gallery: np.ndarray | UnitRows, queries: np.ndarray, k: int, backend
 def _faiss_nearest(gallery: np.ndarray, queries: np.ndarray, k: int, center: bool,
                    chunk: int) -> tuple[np.ndarray, np.ndarray]:
     try:
-        import faiss
+        import faiss  # noqa: PLC0415 (optional)
     except ImportError:
         raise ConfigError("backend: faiss is not installed (pip install faiss-cpu), use the exact backend") from None
     mean = gallery.mean(axis=0, dtype=np.float64).astype(np.float32) if center else None
@@ -397,16 +408,6 @@ def write_search_html(path: str | Path, query_label: str, query_thumbnail: np.nd
                       embeddings: Embeddings, title: str = "Nearest videos") -> Path:
     """The query and its neighbours as animated thumbnails on one self-contained page (the retrieval gallery's
     layout), the neighbours' taken from their files (their window's frames for window hits)."""
-    from coclr.atomic import atomic_write_text
-    from coclr.eval.gallery import (
-        HIT_COLOUR,
-        QUERY_COLOUR,
-        animated_gif,
-        data_uri,
-        gallery_page,
-        gallery_row,
-        video_cell,
-    )
 
     query_cell = video_cell(data_uri(animated_gif(query_thumbnail)), Path(query_label).name, QUERY_COLOUR,
                             query_label, "query")
@@ -425,8 +426,6 @@ def file_thumbnail(path: str, embeddings: Embeddings | None = None, start: float
                    end: float | None = None, num_frames: int = 8, height: int = 64) -> np.ndarray:
     """Thumbnail frames of a video file (of the part from ``start`` to ``end`` seconds, when given), at the frame
     rate the folder embedded it with."""
-    from coclr.eval.gallery import thumbnail
-    from coclr.video.decode import decode_frames_at, probe_video
 
     fps = embeddings.record["settings"].get("fps") if embeddings is not None else None
     row = embeddings.row_of(path) if embeddings is not None else None

@@ -23,8 +23,9 @@ from typing import Any
 
 from coclr.clips import CLIP_KEYS, ClipSettings, clip_option
 from coclr.config import option, require
-from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD
+from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD, view_kind
 from coclr.errors import ConfigError
+from coclr.models.loading import checkpoint_format, read_clip_settings
 
 FEATURES = ("backbone", "head")
 PRECISIONS = (None, "bf16")
@@ -101,8 +102,6 @@ def format_defaults(checkpoint_format: str) -> dict[str, Any]:
 def recorded_settings(checkpoint: str | Path, expected_view: str) -> dict[str, Any]:
     """What ``checkpoint`` recorded (or its format implies) as :class:`EmbedSettings` keys; refuses an encoder
     trained on another kind of view than ``expected_view`` ("rgb" or "flow")."""
-    from coclr.data.augment import view_kind
-    from coclr.models.loading import checkpoint_format, read_clip_settings
 
     recorded = read_clip_settings(checkpoint)
     view = recorded.get("view")

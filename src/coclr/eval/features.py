@@ -24,10 +24,17 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
+from tqdm import tqdm
 
 from coclr.atomic import atomic_open
 from coclr.clips import PAPER_CLIPS, ClipSettings, clip_option, recorded_clips
 from coclr.config import option, require
+from coclr.data import augment
+from coclr.data.datasets import WindowClips, usable_entries
+from coclr.data.views import view_kind
+from coclr.errors import CheckpointError, ConfigError
+from coclr.models.loading import TRAIN_FORMAT, load_encoder, read_checkpoint_file, read_clip_settings
 
 CACHE_FORMAT = 2
 """Bumped whenever the way features are computed changes, which invalidates every cache entry."""
@@ -86,7 +93,6 @@ def eval_views(frames: torch.Tensor, view: str, size: int, ten_crop: bool = Fals
     and four corner crops of the frames resized to short side ``short_side``, each also flipped (flow's
     horizontal component negated), see :func:`coclr.data.augment.ten_crop`. No colour operation at test time.
     """
-    from coclr.data import augment
 
     if ten_crop:
         return augment.ten_crop({view: frames}, size, short_side=short_side)[view]
@@ -101,7 +107,6 @@ def _autocast(device: torch.device, enabled: bool):
 def split_entries(store, split: str, views: Sequence[str] = ()) -> list:
     """The index entries of ``split`` that have every view of ``views`` (those whose job failed are left out,
     :func:`coclr.data.datasets.usable_entries`); a clear error when none is left or a view is not built yet."""
-    from coclr.data.datasets import usable_entries
 
     return usable_entries(store, split, views)[0]
 
@@ -118,10 +123,7 @@ def predict_windows(model: Callable[[torch.Tensor], torch.Tensor], store, view: 
     given as ten crops whose outputs are averaged with the windows. Returns the per-video mean ``[N, D]``
     (float32, on the CPU) and the split's index entries in the same order. The caller sets eval mode.
     """
-    from torch.utils.data import DataLoader
-    from tqdm import tqdm
 
-    from coclr.data.datasets import WindowClips
 
     device = torch.device(device)
     windows = WindowClips(store, split, view, config.length, config.stride, with_views=with_views)
@@ -208,7 +210,6 @@ def _write_cache(path: Path, key: dict[str, object], result: VideoFeatures) -> N
 
 def load_backbone(checkpoint: str | Path) -> nn.Module:
     """The backbone of an encoder checkpoint (ours or the authors'); the projection head is dropped."""
-    from coclr.models.loading import load_encoder
 
     backbone, _head = load_encoder(checkpoint, map_location="cpu")
     return backbone
@@ -242,9 +243,6 @@ def cached_features(checkpoint: str | Path, store, view: str, split: str, config
 def trained_view(checkpoint: str | Path, given: str | None, option: str = "--view", default: str = "rgb") -> str:
     """The view to evaluate ``checkpoint`` on: ``given``, else the view it was trained on, else ``default``. A given
     view of another kind than the trained one (RGB for a flow encoder, say) is a :class:`ConfigError`."""
-    from coclr.data.views import view_kind
-    from coclr.errors import ConfigError
-    from coclr.models.loading import read_clip_settings
 
     trained = read_clip_settings(checkpoint).get("view")
     if given is None:
@@ -259,8 +257,6 @@ def trained_clips(checkpoints: Sequence[str | Path], **given: int | None) -> tup
     """The clip ``length``, ``stride`` and ``size`` to evaluate with: each one given, else the one the checkpoints
     were trained on (read_clip_settings; they must agree), else the paper's (:data:`PAPER_CLIPS`). Returns the
     values and where each came from ("given", "checkpoint", "paper")."""
-    from coclr.errors import ConfigError
-    from coclr.models.loading import read_clip_settings
 
     recorded = [(Path(c), read_clip_settings(c)) for c in checkpoints]
     values, sources = {}, {}
@@ -296,8 +292,6 @@ def check_inputs(store, streams: list[Stream], splits: list[str],
     """Fail before any work: missing checkpoint files, empty splits, or a stream's view not built yet. Returns,
     per split, the videos left out because a job of one of the views (or of ``with_views``) failed (key ->
     reason)."""
-    from coclr.data.datasets import usable_entries
-    from coclr.errors import CheckpointError
 
     for stream in streams:
         if not Path(stream.checkpoint).is_file():
@@ -308,8 +302,6 @@ def check_inputs(store, streams: list[Stream], splits: list[str],
 def checkpoint_meta(path: str | Path) -> dict[str, object]:
     """What one of our checkpoints says it is (method, view, stage ...), or {} for other files: the ``meta``
     dict of an exported encoder, or the method and view of a training checkpoint."""
-    from coclr.errors import CheckpointError
-    from coclr.models.loading import TRAIN_FORMAT, read_checkpoint_file
 
     try:
         payload = read_checkpoint_file(path)
@@ -327,7 +319,6 @@ def input_record(store, streams: list[Stream], splits: dict[str, str], shas: lis
                  with_views: Sequence[str] = ()) -> dict[str, object]:
     """What a result was computed from: checkpoints (path, content hash, meta), store, views, split sizes (the
     videos evaluated, and those left out because a job of one of their views failed)."""
-    from coclr.data.datasets import usable_entries
 
     views = stream_views(streams, with_views)
     used = {role: usable_entries(store, name, views) for role, name in splits.items()}
@@ -345,6 +336,5 @@ def input_record(store, streams: list[Stream], splits: dict[str, str], shas: lis
 
 def _trained_clip_shape(checkpoint: str | Path) -> dict[str, int]:
     """The clip length, stride and size a checkpoint recorded from its training ({} when none)."""
-    from coclr.models.loading import read_clip_settings
 
     return recorded_clips(read_clip_settings(checkpoint))

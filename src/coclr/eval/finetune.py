@@ -26,13 +26,29 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import DataLoader
+from tqdm import tqdm
 
 from coclr import seeding
-from coclr.atomic import atomic_write_json
+from coclr.atomic import atomic_open, atomic_torch_save, atomic_write_json
 from coclr.config import option, require
+from coclr.data.augment import ClipAugment
+from coclr.data.datasets import TrainClips
 from coclr.errors import CheckpointError
-from coclr.eval.features import ClipConfig, predict_windows, split_entries
-from coclr.eval.fusion import topk_accuracy
+from coclr.eval.features import (
+    ClipConfig,
+    check_inputs,
+    file_sha256,
+    input_record,
+    load_backbone,
+    predict_windows,
+    split_entries,
+    stream_views,
+)
+from coclr.eval.fusion import fuse_probabilities, topk_accuracy
+from coclr.models.encoder import Encoder
+from coclr.models.heads import LinearClassifier
+from coclr.models.loading import read_checkpoint_file, save_encoder
 from coclr.runfolder import FolderRule, check_folder, claim_folder
 
 STATE_FILE = "finetune_last.pt"
@@ -73,7 +89,6 @@ class Classifier(nn.Module):
 
     def __init__(self, backbone: nn.Module, num_classes: int, dropout: float) -> None:
         super().__init__()
-        from coclr.models.heads import LinearClassifier
 
         self.backbone = backbone
         self.classifier = LinearClassifier(backbone.out_channels, num_classes, dropout=dropout)
@@ -93,7 +108,6 @@ def build_optimizer(model: Classifier, config: FinetuneConfig) -> torch.optim.Op
 
 def _save_state(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler, epoch: int,
                 fingerprint: dict[str, object]) -> None:
-    from coclr.atomic import atomic_torch_save
 
     atomic_torch_save({"format": STATE_FORMAT, "epoch": epoch, "fingerprint": fingerprint,
                        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -101,7 +115,6 @@ def _save_state(path: Path, model: Classifier, optimizer: torch.optim.Optimizer,
 
 
 def _read_state(path: Path) -> dict:
-    from coclr.models.loading import read_checkpoint_file
 
     state = read_checkpoint_file(path)
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
@@ -130,7 +143,6 @@ def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, sch
 def train_epoch(model: Classifier, loader, augment, optimizer: torch.optim.Optimizer, view: str,
                 device: torch.device, amp: bool, generator: torch.Generator, progress: bool, desc: str) -> float:
     """One epoch of cross-entropy training; returns the mean loss."""
-    from tqdm import tqdm
 
     model.train()
     total, count = 0.0, 0
@@ -176,12 +188,7 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     same call on a finished folder returns them without training or testing again. Returns the results:
     centre-crop and ten-crop top-1/top-5 (percent) and the training losses.
     """
-    from torch.utils.data import DataLoader
-    from tqdm import tqdm
 
-    from coclr.data.augment import ClipAugment
-    from coclr.data.datasets import TrainClips
-    from coclr.eval.features import load_backbone
 
     clip_config = clip_config or ClipConfig()
     config = config or FinetuneConfig()
@@ -260,8 +267,6 @@ def _finished(out_dir: Path, tested: dict[str, object]) -> dict[str, object] | N
 
 def _save_finetuned(path: Path, model: Classifier, view: str, clip_config: ClipConfig, source_sha256: str) -> None:
     """The finetuned backbone as an encoder file that records the clips it was finetuned on."""
-    from coclr.models.encoder import Encoder
-    from coclr.models.loading import save_encoder
 
     settings = {"view": view, **clip_config.clips.to_dict()}
     save_encoder(path, Encoder(model.backbone, None), meta={"method": "finetuned", "view": view,
@@ -271,7 +276,6 @@ def _save_finetuned(path: Path, model: Classifier, view: str, clip_config: ClipC
 
 def save_probabilities(path: str | Path, keys: list[str], labels: np.ndarray, **probabilities: np.ndarray) -> Path:
     """Per-video class probabilities as ``.npz`` (``keys``, ``labels`` and one array per name), atomically."""
-    from coclr.atomic import atomic_open
 
     with atomic_open(path, "wb") as out:
         np.savez(out, keys=np.array(keys), labels=np.asarray(labels), **probabilities)
@@ -303,8 +307,6 @@ def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: Cl
     Each stream is finetuned in its own folder (:func:`stream_folder`); with two streams the fused
     probabilities go to ``out_dir/fused_probabilities.npz`` and ``results`` are the fused accuracies.
     """
-    from coclr.eval.features import check_inputs, file_sha256, input_record, stream_views
-    from coclr.eval.fusion import fuse_probabilities
 
     clip_config = clip_config or ClipConfig()
     config = config or FinetuneConfig()

@@ -13,7 +13,10 @@ import io
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import cv2
 import numpy as np
+
+from coclr.atomic import atomic_write_text
 
 HIT_COLOUR = "#1fa336"
 MISS_COLOUR = "#d62728"
@@ -40,7 +43,6 @@ def thumbnail(total: int, read: Callable[[np.ndarray], np.ndarray], num_frames: 
               height: int = 64) -> np.ndarray:
     """``num_frames`` of ``total`` frames spread evenly, resized to ``height`` pixels (aspect kept); ``read``
     gives the frames ``uint8 [T, H, W, 3]`` at the indices it is passed (from a store, or a video file)."""
-    import cv2
 
     indices = np.unique(np.linspace(0, total - 1, min(num_frames, total)).round().astype(np.int64))
     frames = read(indices)
@@ -50,7 +52,7 @@ def thumbnail(total: int, read: Callable[[np.ndarray], np.ndarray], num_frames: 
 
 def animated_gif(frames: np.ndarray, fps: float = 6.0) -> bytes:
     """``uint8 [T, H, W, 3]`` frames -> the bytes of a looping animated GIF."""
-    from PIL import Image
+    from PIL import Image  # noqa: PLC0415 (optional)
 
     images = [Image.fromarray(frame).convert("P", palette=Image.Palette.ADAPTIVE, colors=255) for frame in frames]
     buffer = io.BytesIO()
@@ -128,7 +130,6 @@ def write_gallery(path: str | Path, store, record: dict, count: int = 8, view: s
 
     Thumbnails come from ``view`` (default: ``rgb`` when the store has it, else the record's first view).
     """
-    from coclr.atomic import atomic_write_text
 
     neighbours = record["neighbours"]
     if view is None:

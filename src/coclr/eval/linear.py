@@ -18,11 +18,22 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from coclr.config import option, require
 from coclr.errors import DataError
-from coclr.eval.features import VideoFeatures
-from coclr.eval.fusion import topk_accuracy
+from coclr.eval.features import (
+    ClipConfig,
+    VideoFeatures,
+    cached_features,
+    check_inputs,
+    file_sha256,
+    input_record,
+    stream_views,
+)
+from coclr.eval.fusion import fuse_probabilities, topk_accuracy
+from coclr.eval.health import health_warnings, streams_health
+from coclr.models.heads import LinearClassifier
 
 
 @dataclasses.dataclass
@@ -84,7 +95,6 @@ def stratified_holdout(labels: np.ndarray, fraction: float, seed: int) -> tuple[
 
 
 def _new_probe(dim: int, num_classes: int, seed: int, device: torch.device) -> torch.nn.Module:
-    from coclr.models.heads import LinearClassifier
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -177,7 +187,6 @@ def linear_probe(train: VideoFeatures, test: VideoFeatures, num_classes: int, co
                  device: str | torch.device = "cpu", progress: bool = False) -> LinearProbeResult:
     """Select hyper-parameters on held-out train videos, retrain on all train videos, test once. ``progress``
     shows a bar over all the training epochs (the grid's, then the final probe's) with an ETA."""
-    from tqdm import tqdm
 
     config = config or LinearProbeConfig()
     _check_features(train, test, num_classes)
@@ -206,9 +215,6 @@ def evaluate_linear(store, streams: list, clip_config=None, probe_config: Linear
     Returns ``(record, test probabilities [N, C], test keys)``; with two streams the probabilities and the
     record's ``results`` are the fused ones and ``per_stream`` holds each probe alone.
     """
-    from coclr.eval.features import ClipConfig, cached_features, check_inputs, file_sha256, input_record, stream_views
-    from coclr.eval.fusion import fuse_probabilities
-    from coclr.eval.health import health_warnings, streams_health
 
     clip_config = clip_config or ClipConfig()
     probe_config = probe_config or LinearProbeConfig()

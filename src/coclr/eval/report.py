@@ -22,6 +22,10 @@ from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, read
 from coclr.clips import CLIP_KEYS
 from coclr.core.methods import display_name, find_method
 from coclr.errors import DataError
+from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
+from coclr.eval.features import ClipConfig, Stream, check_inputs, file_sha256
+from coclr.eval.gallery import write_gallery
+from coclr.store.clipstore import open_store
 
 VIEW_NAMES = {"rgb": "RGB", "flow": "Flow", "rgbdiff": "RGBDiff"}
 TABLE_COLUMNS = ("Method", "Input", "Labels", "Linear probe", "Finetune", "R@1")
@@ -240,11 +244,11 @@ def plot_stage_recall(stages: Sequence[str], recall: dict[str, Sequence[float | 
     exists); ``trained[i]`` lists the views trained in stage ``i``. The segment into stage ``i`` is solid
     for a view trained in it and dotted for a frozen one.
     """
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 (heavy)
 
     matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-    from matplotlib.lines import Line2D
+    from matplotlib import pyplot as plt  # noqa: PLC0415 (heavy)
+    from matplotlib.lines import Line2D  # noqa: PLC0415 (heavy)
 
     figure, axes = plt.subplots(figsize=(max(5.0, 1.1 * len(stages) + 2), 3.6), dpi=120)
     for view, values in recall.items():
@@ -351,8 +355,6 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
     ``out_dir/results/<stage>_<view>.json``, with ``mined_precision`` (percent) for stages that mined
     positives; the plot to ``out_dir/stage_recall.png``.
     """
-    from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
-    from coclr.eval.features import ClipConfig, Stream, check_inputs, file_sha256
 
     out_dir = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir else out_dir / "feature_cache"
@@ -396,8 +398,6 @@ def write_report(out_dir: str | Path, records: Sequence[dict[str, Any]], store=N
 
     The gallery reads thumbnails from ``store`` (default: the store recorded in that record).
     """
-    from coclr.eval.gallery import write_gallery
-    from coclr.store.clipstore import open_store
 
     out_dir = Path(out_dir)
     retrievals = [record for record in records if record["task"] == "retrieval" and "neighbours" in record]

@@ -30,6 +30,9 @@ import torch
 
 from coclr.errors import DataError
 from coclr.eval.exact import gallery_mean, unit_rows
+from coclr.eval.features import ClipConfig, cached_features, check_inputs, file_sha256, input_record, stream_views
+from coclr.eval.fusion import check_same_videos
+from coclr.eval.health import health_warnings, streams_health
 
 DEFAULT_KS = (1, 5, 10, 20)
 
@@ -242,9 +245,6 @@ def evaluate_retrieval(store, streams: Sequence, config=None, ks: Sequence[int] 
     fused (similarity-averaged) retrieval and ``per_stream`` holds each stream alone. The record keeps each
     test query's nearest train videos (``neighbours``) for the retrieval gallery.
     """
-    from coclr.eval.features import ClipConfig, cached_features, check_inputs, file_sha256, input_record, stream_views
-    from coclr.eval.fusion import check_same_videos
-    from coclr.eval.health import health_warnings, streams_health
 
     config = config or ClipConfig()
     check_inputs(store, list(streams), [train_split, test_split], with_views)

@@ -45,7 +45,7 @@ def quantise_flow(flow: Array, bound: float = FLOW_BOUND) -> Array:
     scaled = ((flow.clip(-bound, bound) + bound) * (255.0 / (2 * bound))).round()
     if _is_numpy(flow):
         return scaled.astype(np.uint8)
-    import torch
+    import torch  # noqa: PLC0415 (heavy)
 
     return scaled.to(torch.uint8)
 
@@ -56,7 +56,7 @@ def flow_image(uv: Array) -> Array:
     if _is_numpy(uv):
         out = np.full(shape, THIRD_CHANNEL, dtype=np.uint8)
     else:
-        import torch
+        import torch  # noqa: PLC0415 (heavy)
 
         out = torch.full(shape, THIRD_CHANNEL, dtype=torch.uint8, device=uv.device)
     out[..., :2] = uv
@@ -83,7 +83,7 @@ def uint8_to_flow(image: Array, bound: float = FLOW_BOUND) -> Array:
     if _is_numpy(image):
         uv = image[..., :2].astype(np.float32)
     else:
-        import torch
+        import torch  # noqa: PLC0415 (heavy)
 
         uv = image[..., :2].to(torch.float32)
     return uv * (2 * bound / 255) - bound

@@ -36,10 +36,12 @@ from pathlib import Path
 import numpy as np
 
 from coclr.config import to_dict
+from coclr.core.distributed import pick_device
 from coclr.errors import ConfigError, DataError
 from coclr.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
 from coclr.flow.opencv import opencv_dis, opencv_tvl1
 from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
+from coclr.flow.pipeline import FlowPipeline
 from coclr.flow.source import SOURCE_VIEW, decode_gray, video_source
 from coclr.runfolder import FolderRule
 from coclr.store.clipstore import ENTRY_SUFFIX, ClipStore, check_view_name
@@ -90,7 +92,6 @@ def resolve_backend(name: str, device: str | None = None, mode: str = "exact") -
     if name not in BACKENDS:
         raise ConfigError(f"backend: unknown flow backend {name!r} (choose from {', '.join([*BACKENDS, *ALIASES])})")
     if name == "auto":
-        from coclr.core.distributed import pick_device  # torch: heavy, not needed by the OpenCV backends
 
         name = "tvl1-torch" if mode == "fast" or pick_device(device).type == "cuda" else "tvl1"
     if mode != "exact" and name != "tvl1-torch":
@@ -105,7 +106,6 @@ def resolve_backend(name: str, device: str | None = None, mode: str = "exact") -
 
 
 def _check_device(device: str | None) -> str:
-    from coclr.core.distributed import pick_device  # torch: heavy, not needed by the OpenCV backends
 
     return str(pick_device(device))
 
@@ -288,7 +288,6 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
         if not chosen.gpu:
             job = OpenCVFlowJob(root, chosen.name, params, quality, bound)
             return run_entry_jobs(root, view, keys, job, workers, desc=f"flow ({chosen.name}) -> {view}")
-        from coclr.flow.pipeline import FlowPipeline
 
         decoders = min(workers, max(1, workers // 3))  # decoding costs about half as much as encoding
         pipeline = FlowPipeline(root, view, params, quality, torch_device, batch_pairs, decoders,

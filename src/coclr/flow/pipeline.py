@@ -32,12 +32,15 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import cv2
 import numpy as np
 
 from coclr.errors import ConfigError
 from coclr.flow.encode import FLOW_BOUND, flow_image, quantise_flow
 from coclr.flow.params import TVL1Params
-from coclr.store.clipstore import StorageFullError, write_entry
+from coclr.flow.source import decode_gray, video_source
+from coclr.flow.tvl1 import tvl1_flow
+from coclr.store.clipstore import ClipStore, StorageFullError, write_entry
 from coclr.store.jobs import RecordFn, default_start_method, init_worker
 from coclr.store.jpeg import encode_jpeg
 from coclr.threads import opencv_threads
@@ -87,10 +90,8 @@ class _DecodedVideos:
         return len(self.keys)
 
     def __getitem__(self, i: int) -> dict:
-        import torch
+        import torch  # noqa: PLC0415 (heavy)
 
-        from coclr.flow.source import decode_gray, video_source
-        from coclr.store.clipstore import ClipStore
 
         key = self.keys[i]
         try:
@@ -103,8 +104,7 @@ class _DecodedVideos:
 
 
 def _decoder_init(_: int) -> None:
-    import cv2
-    import torch
+    import torch  # noqa: PLC0415 (heavy)
 
     cv2.setNumThreads(1)
     torch.set_num_threads(1)
@@ -213,8 +213,8 @@ class FlowPipeline:
             self._run(todo, record)
 
     def _run(self, todo: list[str], record: RecordFn) -> None:
-        import torch
-        from torch.utils.data import DataLoader
+        import torch  # noqa: PLC0415 (heavy)
+        from torch.utils.data import DataLoader  # noqa: PLC0415 (heavy)
 
         started = time.perf_counter()
         self.stats = PipelineStats()
@@ -267,9 +267,8 @@ class FlowPipeline:
 
     def _solve_batches(self, batches: queue.Queue, results: queue.Queue) -> None:
         """The device thread: solve batches until the end marker; every batch gives one result, an error included."""
-        import torch
+        import torch  # noqa: PLC0415 (heavy)
 
-        from coclr.flow.tvl1 import tvl1_flow
 
         device = torch.device(self.device)
         if device.type == "cuda":
@@ -303,7 +302,7 @@ def upload_pairs(videos: list[torch.Tensor], device: torch.device) -> tuple[torc
     the DataLoader pins each video's frames, but concatenating them makes a new, pageable tensor, whose copy
     would wait for the GPU's queue.
     """
-    import torch  # heavy: this module is imported by processes that never touch a device
+    import torch  # noqa: PLC0415 (heavy); heavy: this module is imported by processes that never touch a device
 
     pairs = sum(len(frames) - 1 for frames in videos)
     first = videos[0]
@@ -431,12 +430,12 @@ class _InProcess:
 
 def check_nvjpeg(device: str) -> None:
     """Raise :class:`ConfigError` unless torchvision's GPU JPEG encoder can serve ``device``."""
-    import torch
+    import torch  # noqa: PLC0415 (heavy)
 
     if torch.device(device).type != "cuda":
         raise ConfigError(f"jpeg: nvjpeg encodes on a CUDA device, not on {device!r}")
     try:
-        from torchvision.io import encode_jpeg as _  # noqa: F401
+        from torchvision.io import encode_jpeg as _  # noqa: F401, PLC0415 (optional)
     except ImportError:
         raise ConfigError("jpeg: nvjpeg needs torchvision (with CUDA), which is not importable here") from None
 
@@ -444,7 +443,7 @@ def check_nvjpeg(device: str) -> None:
 def nvjpeg_encode(uv, quality: int) -> list[bytes]:
     """JPEG bytes of quantised flow ``uint8 [P, H, W, 2]`` on a CUDA device, encoded there by torchvision's nvJPEG
     (its chroma subsampling and tables differ from OpenCV's, so the bytes do too)."""
-    from torchvision.io import encode_jpeg as gpu_encode
+    from torchvision.io import encode_jpeg as gpu_encode  # noqa: PLC0415 (optional)
 
     images = flow_image(uv).permute(0, 3, 1, 2).contiguous()
     encoded = gpu_encode(list(images), quality=quality)

@@ -14,6 +14,7 @@ from pathlib import Path
 from coclr.errors import DataError
 from coclr.store.jobs import JobSummary, run_entry_jobs, writing_view
 from coclr.store.jpeg import encode_jpeg
+from coclr.video.decode import decode_video_with_rate
 from coclr.video.indexes import VideoIndex, check_videos_exist
 
 
@@ -27,7 +28,6 @@ class DecodeVideoJob:
     fps: float | None = None
 
     def __call__(self, key: str) -> tuple[list[bytes], float]:
-        from coclr.video.decode import decode_video_with_rate
 
         frames, fps = decode_video_with_rate(Path(self.video_root) / key, self.short_side, self.fps)
         return [encode_jpeg(frame, self.quality) for frame in frames], fps

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import cv2
+from tqdm import tqdm
 
 from coclr.atomic import PARTIAL_SUFFIX
 from coclr.core.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
@@ -214,7 +215,6 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
     todo = [key for key in keys if key in listed or not store.has(key, view)]
     summary.skipped = len(keys) - len(todo)
     remove_stale_partials(store.root / view)
-    from tqdm import tqdm
 
     with tqdm(total=len(todo), desc=desc or f"{view} entries", unit="video", smoothing=0.05,
               dynamic_ncols=True, disable=rank() != 0) as progress:

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from coclr.config import option, require
 from coclr.core.methods import METHODS
+from coclr.flow.encode import check_bound
+from coclr.flow.extract import BACKENDS
 
 # ------------------------------------------------------------------------------------------------- the rows
 
@@ -131,8 +133,6 @@ class StudyData:
     flow_workers: int = option(0, "worker processes of the store and flow jobs (0: the study's processes)")
 
     def validate(self) -> None:
-        from coclr.flow.encode import check_bound
-        from coclr.flow.extract import BACKENDS
 
         needs_root = self.source in ("ucf101", "hmdb51", "folder", "csv")
         require(not needs_root or bool(self.root), "root", f"is required with source={self.source}")

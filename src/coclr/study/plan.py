@@ -22,7 +22,15 @@ from typing import Any
 from coclr.clips import recorded_clips
 from coclr.config import from_dict, merge, to_dict
 from coclr.errors import ConfigError
+from coclr.eval.features import ClipConfig
+from coclr.eval.finetune import FinetuneConfig
+from coclr.eval.linear import LinearProbeConfig
+from coclr.store.clipstore import open_store
 from coclr.study.config import ROWS, STUDY_SYNTH, StudyConfig, supervised_row
+from coclr.synth import SynthConfig
+from coclr.train.config import PipelineConfig, PretrainConfig
+from coclr.train.pipeline import LAST, plan_stages, stage_config
+from coclr.video import indexes
 
 
 def _equal_updates(pipeline: dict[str, Any]) -> dict[str, Any]:
@@ -115,7 +123,6 @@ def base_options(config: StudyConfig, store: Path) -> dict[str, Any]:
 
 def _pretrain_config(options: dict[str, Any], where: str):
     """A validated :class:`PretrainConfig`; errors name the study option the stage came from."""
-    from coclr.train.config import PretrainConfig
 
     try:
         return from_dict(PretrainConfig, options)
@@ -127,11 +134,6 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
     """Every command, configuration and output of the study in ``out``, checked: the data's paths, every stage's
     options (built as the commands will), the evaluation's options. Raises a :class:`~coclr.errors.CoclrError`
     naming the option or file before any work."""
-    from coclr.eval.features import ClipConfig
-    from coclr.eval.finetune import FinetuneConfig
-    from coclr.eval.linear import LinearProbeConfig
-    from coclr.train.config import PipelineConfig
-    from coclr.train.pipeline import LAST, plan_stages, stage_config
 
     out = Path(out)
     store = study_store(config, out)
@@ -276,8 +278,6 @@ def finetune_argv(plan: StudyPlan, checkpoint: Path, view: str, options, work_di
 def _check_data(plan: StudyPlan) -> None:
     """The data the study starts from: the synthetic dataset's options, or the videos and split files (every video
     must exist), or an existing store with both splits."""
-    from coclr.synth import SynthConfig
-    from coclr.video import indexes
 
     data = plan.config.data
     if data.source == "synth":
@@ -285,7 +285,6 @@ def _check_data(plan: StudyPlan) -> None:
                                prefix="data.synth.")
         return
     if data.source == "store":
-        from coclr.store.clipstore import open_store
 
         store = open_store(plan.store)
         for split in ("train", "test"):

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from coclr.eval.health import describe_health
 from coclr.eval.report import DEGENERATE_MARK as COLLAPSED_MARK
 from coclr.study.config import ROWS
 
@@ -99,7 +100,6 @@ def collapse_caveat(rows: Sequence[dict[str, Any]], claim_keys: Sequence[str], s
 def collapse_warning(record: dict[str, Any]) -> str:
     """The note of a row whose ``record`` (linear probe or retrieval) had degenerate features: the mark, the task
     and the measures of the first stream and split that failed (:mod:`coclr.eval.health`)."""
-    from coclr.eval.health import describe_health
 
     measures = next(stream[split] for stream in record["feature_health"] for split in ("train", "test")
                     if stream[split]["degenerate"])

@@ -15,12 +15,32 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tqdm import tqdm
 
 from coclr.atomic import atomic_write_json, atomic_write_text
+from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
+from coclr.eval.features import Stream, file_sha256
+from coclr.eval.finetune import ENCODER_FILE, stream_folder
+from coclr.eval.report import (
+    DEGENERATE_MARK,
+    OTHER_CLIPS_MARK,
+    degenerate,
+    other_clips,
+    report_run,
+    view_name,
+    write_report,
+)
+from coclr.flow.extract import extract_flow
+from coclr.models.encoder import build_encoder
+from coclr.models.loading import save_encoder
 from coclr.runfolder import FolderRule, check_folder, claim_folder
+from coclr.store.build import build_store
+from coclr.store.clipstore import open_store
 from coclr.study.config import ROWS, StudyConfig, supervised_row
-from coclr.study.plan import StudyPlan, cross_entropy_init, options_record, plan_study
+from coclr.study.plan import StudyPlan, cross_entropy_init, describe, options_record, plan_study
 from coclr.study.results import claims, collapse_warning, results_markdown, seeds_markdown, summarise_seeds
+from coclr.study.scheduler import run_jobs
+from coclr.synth import generate_synthetic
 
 STUDY_FOLDER = FolderRule("study", "a study run")
 """How a study folder is continued or refused (:mod:`coclr.runfolder`); its options leave out ``processes`` and
@@ -30,18 +50,15 @@ STUDY_FOLDER = FolderRule("study", "a study run")
 def prepare_data(plan: StudyPlan) -> None:
     """The store with its RGB view, and the train split's flow (training needs it first; the test split's flow
     is a job beside training)."""
-    from coclr.flow.extract import extract_flow
 
     config = plan.config
     data = config.data
     workers = data.flow_workers or config.processes
     if data.source == "synth":
-        from coclr.synth import generate_synthetic
 
         print(f"[study] synthetic dataset -> {plan.store}", flush=True)
         print(generate_synthetic(plan.store, plan.synth, workers=workers), flush=True)
     elif data.source != "store":
-        from coclr.store.build import build_store
 
         print(f"[study] decoding the videos of {data.root} -> {plan.store}", flush=True)
         print(build_store(plan.index, data.root, plan.store, short_side=data.short_side, quality=data.quality,
@@ -53,10 +70,8 @@ def prepare_data(plan: StudyPlan) -> None:
 
 def write_cross_entropy_init(plan: StudyPlan) -> Path:
     """The random encoder the Cross-Entropy row trains from: a function of the seed and the model options."""
-    import torch
+    import torch  # noqa: PLC0415 (heavy)
 
-    from coclr.models.encoder import build_encoder
-    from coclr.models.loading import save_encoder
 
     path = cross_entropy_init(plan)
     if not path.is_file():
@@ -70,11 +85,6 @@ def write_cross_entropy_init(plan: StudyPlan) -> Path:
 
 def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
     """Every row's evaluations (records written to ``OUT/eval``) and its numbers with the paper's."""
-    from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
-    from coclr.eval.features import Stream, file_sha256
-    from coclr.eval.finetune import ENCODER_FILE, stream_folder
-    from coclr.eval.report import DEGENERATE_MARK, OTHER_CLIPS_MARK, degenerate, other_clips
-    from coclr.store.clipstore import open_store
 
     out, config = plan.out, plan.config
     store = open_store(plan.store)
@@ -86,7 +96,6 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
     for key in filter(supervised_row, config.rows):
         init = cross_entropy_init(plan)
         plan.encoders[key] = stream_folder(out / "cross_entropy", "rgb", file_sha256(init), views) / ENCODER_FILE
-    from tqdm import tqdm
 
     rows = []
     bar = tqdm(total=len(config.rows) * len(config.columns), desc="evaluation", unit="eval")
@@ -137,8 +146,6 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
 def stage_records(plan: StudyPlan) -> list[dict[str, Any]]:
     """R@1 after every stage of the CoCLR pipeline (Figure 4), with the share of each CoCLR stage's mined positives
     that had the query's class; draws ``stage_recall.png``."""
-    from coclr.eval.report import report_run, view_name
-    from coclr.store.clipstore import open_store
 
     if not (plan.out / "pipeline" / "manifest.json").is_file():
         return []
@@ -151,7 +158,6 @@ def stage_records(plan: StudyPlan) -> list[dict[str, Any]]:
 def run_study(config: StudyConfig, out: str | Path, check_only: bool = False) -> dict[str, Any] | None:
     """Run (or continue) the study in ``out``; returns the ``results.json`` content (None with ``check_only``,
     which validates everything and prints the plan)."""
-    from coclr.study.plan import describe
 
     started = time.time()
     out = Path(os.path.abspath(out))
@@ -166,7 +172,6 @@ def run_study(config: StudyConfig, out: str | Path, check_only: bool = False) ->
 
 def _run_plan(plan: StudyPlan, started: float) -> dict[str, Any]:
     """Every step of a study whose folder this process holds; returns the ``results.json`` content."""
-    from coclr.study.scheduler import run_jobs
 
     config, out = plan.config, plan.out
     for name, options in plan.configs.items():
@@ -191,8 +196,6 @@ def write_results(plan: StudyPlan, rows: list[dict[str, Any]], stages: list[dict
     """The report of the rows' records (``table.md``, the gallery, the plots), ``results.json`` and
     ``results.md`` (the table, its notes, the claims, the stages) in the study folder; returns the results. A row
     whose encoder collapsed is marked in each (:func:`coclr.study.results.collapse_warning`)."""
-    from coclr.eval.report import write_report
-    from coclr.store.clipstore import open_store
 
     out, config = plan.out, plan.config
     coclr_rgb = [r for key in ("coclr_rgb", "coclr_two_stream") for row in rows if row["row"] == key

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tqdm import tqdm
+
 from coclr.errors import CoclrError
 from coclr.study.plan import Job
 
@@ -49,7 +51,6 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
     """Run ``jobs`` (in priority order) as ``python -m coclr ARGV`` child processes, at most ``processes`` at once,
     each after the jobs named in its ``deps``; raises :class:`CoclrError` naming every failed job (and those it
     stopped) once the others are done."""
-    from tqdm import tqdm
 
     threads = threads_per_job(processes)
     pending = list(jobs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from coclr.store.jobs import JobSummary, run_entry_jobs
 from coclr.store.jpeg import encode_jpeg
 from coclr.synth.config import SynthConfig, dataset_clips
 from coclr.synth.render import render_clip
+from coclr.video.decode import write_mp4
 from coclr.video.indexes import VideoEntry, VideoIndex
 
 # ------------------------------------------------------------------------------------------------ outputs
@@ -90,10 +93,7 @@ def write_videos(out_dir: str | Path, config: SynthConfig, codec: str = "libx264
     :func:`~coclr.video.indexes.csv_index`, so the video-file path of the data pipeline can be tested on the
     same data. H.264 needs even sizes, and lossy coding means decoded frames are close to, not equal to,
     the store's. Returns the manifest path; existing complete files are kept (resumable)."""
-    import csv
-    import io
 
-    from coclr.video.decode import write_mp4
 
     validate(config)
     if config.height % 2 or config.width % 2:

@@ -21,8 +21,10 @@ from coclr.atomic import atomic_write_json, read_json_lines
 from coclr.config import to_dict, validate
 from coclr.core.distributed import is_main
 from coclr.errors import ConfigError
+from coclr.models.encoder import build_encoder
 from coclr.models.loading import save_encoder
 from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record, restart_folder
+from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PipelineConfig, PretrainConfig
 from coclr.train.setup import CONTINUABLE, LAST, resolve_device, resolve_precision
 from coclr.train.trainer import Trainer
@@ -146,8 +148,6 @@ def export_encoders(checkpoint: Path, stage: Stage, run_dir: Path) -> dict[str, 
 
     Only rank 0 reads the checkpoint and writes; every rank gets the file names for the manifest.
     """
-    from coclr.models.encoder import build_encoder
-    from coclr.train.checkpoint import load_checkpoint
 
     files = {view: encoder_file(run_dir, stage.name, view) for view in stage.trains}
     if is_main():

@@ -26,6 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
 
 from coclr import seeding
 from coclr.atomic import atomic_duplicate, atomic_torch_save, atomic_write_text, read_json_lines
@@ -33,8 +35,9 @@ from coclr.config import to_dict
 from coclr.core.distributed import is_main
 from coclr.data.augment import ClipAugment
 from coclr.data.batch_decode import collate_clips, decode_batch, resolve_decode
-from coclr.data.datasets import TrainClips
+from coclr.data.datasets import TrainClips, left_out_message
 from coclr.errors import CheckpointError, CoclrError
+from coclr.eval.monitor import knn_recall
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.config import PretrainConfig
 from coclr.train.learner import Targets
@@ -88,7 +91,6 @@ class Trainer:
                                   frame_size=config.data.frame_size, cache_mb=config.data.cache_mb,
                                   encoded=self.decode == "device")
         if self.dataset.left_out:
-            from coclr.data.datasets import left_out_message
 
             self._log_line(left_out_message(self.dataset.store, config.data.split, config.views,
                                             self.dataset.left_out))
@@ -207,7 +209,6 @@ class Trainer:
     def _open_logs(self):
         if not is_main():
             return None, None
-        from torch.utils.tensorboard import SummaryWriter
 
         self.out.mkdir(parents=True, exist_ok=True)
         log_path = self.out / "log.jsonl"
@@ -377,7 +378,6 @@ class Trainer:
     def _progress(self, steps_per_epoch: int):
         if not (is_main() and self.config.run.progress):
             return None
-        from tqdm import tqdm
 
         done = self.position.consumed // self.data_order.global_batch
         label = f"{self.progress_label}: " if self.progress_label else ""
@@ -430,7 +430,6 @@ class Trainer:
 
     def _knn(self) -> dict[str, float]:
         """R@1 of test videos retrieving train videos with the trained encoder (labels used only here)."""
-        from coclr.eval.monitor import knn_recall
 
         encoder = self.model.learners[self.config.data.view].encoder_q
         return knn_recall(encoder.backbone, self.config.data.store, self.config.data.view,

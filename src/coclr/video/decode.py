@@ -185,7 +185,7 @@ def write_mp4(path: str | Path, frames: np.ndarray, fps: float, codec: str = "li
     """Encode ``uint8 [N, H, W, 3]`` RGB frames as an MP4 file (``yuv420p``; H.264 at CRF 18 by default, which
     needs even sizes), for test and benchmark videos. Raises :class:`VideoDecodeError` naming the file when FFmpeg
     cannot encode it."""
-    import av
+    import av  # noqa: PLC0415 (optional)
 
     path = Path(path)
     try:
@@ -232,7 +232,7 @@ class _RGBConverter:
 
 
 def _open(path: Path):
-    import av
+    import av  # noqa: PLC0415 (optional)
 
     if not path.is_file():
         raise VideoDecodeError(f"{path}: video file not found")
@@ -260,7 +260,7 @@ def _open(path: Path):
 
 def _decoded_frames(container, stream, path: Path) -> Iterator:
     """Decoded frames in presentation order; FFmpeg errors become VideoDecodeError naming the file."""
-    import av
+    import av  # noqa: PLC0415 (optional)
 
     try:
         yield from container.decode(stream)
