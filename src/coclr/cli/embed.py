@@ -58,10 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
 
     from coclr.cli import EXIT_DONE, job_status
-    from coclr.core.distributed import init_distributed, launched_world_size, local_device, rank
+    from coclr.core.distributed import init_distributed, launched_world_size, pick_device, rank
     from coclr.embed.embedder import Embedder
     from coclr.embed.run import embed_videos
     from coclr.errors import ConfigError
@@ -69,9 +68,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.flush_every < 1:
         raise ConfigError(f"--flush-every: must be at least 1, got {args.flush_every}")
-    device = local_device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = pick_device(args.device, "--device")
     if launched_world_size() > 1:  # torchrun: the processes exchange only a few small messages, so gloo everywhere
-        init_distributed(torch.device(device), backend="gloo", timeout=GROUP_TIMEOUT)
+        init_distributed(device, backend="gloo", timeout=GROUP_TIMEOUT)
     settings = {"feature": args.feature, "length": args.length, "stride": args.stride, "window_step": args.window_step,
                 "fps": args.fps, "short_side": args.short_side, "size": args.size, "mean": args.mean,
                 "std": args.std, "flow_bound": args.flow_bound,
