@@ -138,13 +138,20 @@ def describe_health(measures: dict) -> str:
     return text
 
 
+def collapsed(stream: dict) -> bool:
+    """Whether a stream's encoder collapsed: its features degenerate on the train and on the test split. A
+    collapsed encoder carries nothing anywhere; a weak one can sit within the noise of chance on one split's
+    nearest neighbours (a few hundred videos) while its test-to-train retrieval is well above chance."""
+    return all(stream[split]["degenerate"] for split in ("train", "test"))
+
+
 def health_warnings(health: list[dict]) -> list[str]:
-    """One line per stream whose train or test features are degenerate (``health``: per stream ``{"view",
+    """One line per stream whose encoder collapsed (:func:`collapsed`; ``health``: per stream ``{"view",
     "checkpoint", "train", "test"}``)."""
     lines = []
     for stream in health:
         bad = [split for split in ("train", "test") if stream[split]["degenerate"]]
-        if bad:
+        if collapsed(stream):
             lines.append(f"collapsed encoder: degenerate features from {stream['checkpoint']} ({stream['view']}, "
                          f"{' and '.join(bad)}): {describe_health(stream[bad[0]])}; its numbers are no evidence "
                          "of a representation")

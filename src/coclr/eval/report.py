@@ -25,6 +25,7 @@ from coclr.errors import DataError
 from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
 from coclr.eval.features import ClipConfig, Stream, check_inputs, file_sha256
 from coclr.eval.gallery import write_gallery
+from coclr.eval.health import collapsed
 from coclr.store.clipstore import open_store
 
 VIEW_NAMES = {"rgb": "RGB", "flow": "Flow", "rgbdiff": "RGBDiff"}
@@ -182,8 +183,7 @@ def other_clips(record: dict[str, Any]) -> list[str]:
 
 def degenerate(record: dict[str, Any]) -> bool:
     """Whether a record's features were degenerate (a collapsed encoder, :mod:`coclr.eval.health`)."""
-    return any(stream[split]["degenerate"] for stream in record.get("feature_health", [])
-               for split in ("train", "test"))
+    return any(collapsed(stream) for stream in record.get("feature_health", []))
 
 
 def build_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
