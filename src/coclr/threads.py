@@ -17,8 +17,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import cv2
-
 #: Environment settings of the OpenMP runtimes (GNU libgomp reads the first, Intel/LLVM libiomp the second).
 OPENMP_POLICY = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
 
@@ -39,6 +37,8 @@ def opencv_threads(threads: int | None) -> Iterator[None]:
         return
     if threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
+    import cv2  # noqa: PLC0415 (heavy: the CLI imports this module at start, before any command needs OpenCV)
+
     previous = cv2.getNumThreads()
     cv2.setNumThreads(threads)
     try:
