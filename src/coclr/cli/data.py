@@ -76,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "verify", help="check every entry of a clip store against its checksums (and decode it)",
         description="Read every entry of every view (or --view) and check its bytes against the checksums written "
         "with it; a damaged entry is named and listed in STORE/failed_<view>.json, so training and evaluation leave "
-        "it out and the next `coclr data store` / `coclr flow` rebuilds it. Exit status 1 when an entry is damaged.")
+        "it out and the next `coclr data store` / `coclr flow` rebuilds it. Exit status 3 when an entry is damaged.")
     verify.add_argument("store", help="store folder")
     verify.add_argument("--view", action="append", help="check only this view (repeatable; default: all)")
     verify.add_argument("--decode", action="store_true", help="also decode every frame (a decoder's warning of "
