@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from coclr.threads import OPENMP_POLICY
+from coclr.threads import ALLOCATOR_POLICY, OPENMP_POLICY
 
 HERE = Path(__file__).resolve()
 SHARED = Path(os.environ.get("COCLR_SHARED", HERE.parents[1].parent / "shared")) / "data"
@@ -283,9 +283,11 @@ class Worker:
 
 
 def worker_env(threads: int, policy: bool = True) -> dict[str, str]:
-    """The environment of a worker: equal thread settings for both sides, OpenMP's wait policy or its default."""
+    """The environment of a worker: equal thread settings for both sides, OpenMP's wait policy or its default,
+    and ``coclr``'s allocator setting for both sides (huge pages: the authors' code gets them too)."""
     env = {k: v for k, v in os.environ.items() if k not in OPENMP_POLICY}
-    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+               **ALLOCATOR_POLICY)
     if policy:
         env.update(OPENMP_POLICY)
     return env

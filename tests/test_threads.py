@@ -1,4 +1,5 @@
-"""OpenMP's wait policy is set before torch loads, in every entry point (checked in fresh interpreters)."""
+"""OpenMP's wait policy and torch's huge-page allocations are set before torch loads, in every entry point
+(checked in fresh interpreters)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from coclr.threads import OPENMP_POLICY
+from coclr.threads import OPENMP_POLICY, PROCESS_POLICY
 
 PROBE = ("import json, os, sys; {setup}; "
          "print(json.dumps({{'torch_loaded': 'torch' in sys.modules, "
@@ -17,8 +18,8 @@ PROBE = ("import json, os, sys; {setup}; "
 
 
 def run_probe(setup: str, env: dict[str, str] | None = None) -> dict:
-    base = {k: v for k, v in os.environ.items() if k not in OPENMP_POLICY}
-    code = PROBE.format(setup=setup, keys=list(OPENMP_POLICY))
+    base = {k: v for k, v in os.environ.items() if k not in PROCESS_POLICY}
+    code = PROBE.format(setup=setup, keys=list(PROCESS_POLICY))
     out = subprocess.run([sys.executable, "-c", code], env={**base, **(env or {})}, capture_output=True, text=True,
                          check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -27,7 +28,7 @@ def run_probe(setup: str, env: dict[str, str] | None = None) -> dict:
 @pytest.mark.parametrize("setup", ["import coclr.cli", "import coclr.__main__"])
 def test_entry_points_set_the_policy_before_torch(setup):
     result = run_probe(setup)
-    assert result["env"] == OPENMP_POLICY
+    assert result["env"] == PROCESS_POLICY
     assert not result["torch_loaded"], "torch was imported before the policy could take effect"
 
 
@@ -39,7 +40,7 @@ def test_a_users_setting_is_kept():
 
 def test_the_command_runs_with_the_policy(tmp_path):
     """``python -m coclr`` (as torchrun starts it) reaches a subcommand with the policy in its environment."""
-    base = {k: v for k, v in os.environ.items() if k not in OPENMP_POLICY}
+    base = {k: v for k, v in os.environ.items() if k not in PROCESS_POLICY}
     code = ("import os, sys, runpy; sys.argv = ['coclr', '--help']\n"
             "try:\n    runpy.run_module('coclr', run_name='__main__')\nexcept SystemExit:\n    pass\n"
             "print('POLICY', os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)")

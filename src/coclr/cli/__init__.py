@@ -2,8 +2,9 @@
 
 Each subcommand lives in its own module of this package and exposes ``register(subparsers)``, which adds
 its parser and sets ``func`` to the function that runs it. Modules import heavy dependencies (torch, PyAV)
-inside that function, so ``coclr --help`` stays fast. Importing this package sets OpenMP's wait policy
-(:func:`coclr.threads.apply_openmp_policy`) before any subcommand imports torch, for every entry point.
+inside that function, so ``coclr --help`` stays fast. Importing this package sets OpenMP's wait policy and
+PyTorch's huge-page allocations (:func:`coclr.threads.apply_process_policy`) before any subcommand imports torch,
+for every entry point.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import sys
 
 from coclr.cli._world import run_command
 from coclr.errors import CoclrError
-from coclr.threads import apply_openmp_policy
+from coclr.threads import apply_process_policy
 
-apply_openmp_policy()  # before any subcommand imports torch: OpenMP reads it once, when torch loads it
+apply_process_policy()  # before any subcommand imports torch: OpenMP and torch's allocator read it once
 
 EXIT_DONE = 0
 """Every input done (or nothing left to do)."""

@@ -210,7 +210,7 @@ class ClipAugment:
                     np.subtract(255, clip[..., 0], out=clip[..., 0])
             else:
                 clip = colour_clip_u8(clip, params, b, self.blur_radius)
-            planar = np.ascontiguousarray(clip.transpose(3, 0, 1, 2)).reshape(3, steps * self.size, self.size)
+            planar = cv2.split(clip.reshape(steps * self.size, self.size, 3))  # RGB planes (a SIMD de-interleave)
             for channel in range(3):  # x / (255 std) - mean / std, in one vectorised pass per channel
                 cv2.addWeighted(planar[channel], scale[channel], planar[channel], 0.0, shift[channel],
                                 dst=planes[b, channel], dtype=cv2.CV_32F)
