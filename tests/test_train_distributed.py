@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 import torch
@@ -100,3 +101,41 @@ def test_a_two_process_run_resumes_in_one_process(tmp_path: Path) -> None:
     resumed.run()
     final = load_checkpoint(tmp_path / "ddp" / "checkpoint_last.pth")["position"]
     assert final == {"epoch": 1, "consumed": 0, "global_step": STEPS + 1}
+
+
+def _refused_worker(rank: int, port: int, store: str, out: str, results: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    from coclr.errors import CoclrError
+    from coclr.train.trainer import Trainer
+
+    try:
+        Trainer(tiny_config(Path(store), Path(out), "run.batch_size=2", *OPTIONS)).run()
+    except CoclrError as error:
+        (Path(results) / f"refused{rank}").write_text(str(error))
+    dist.destroy_process_group()
+
+
+def test_a_folder_refused_on_rank_0_stops_every_rank(tmp_path: Path) -> None:
+    """Another job holds the run folder: rank 0 is refused, and the other rank gets the same refusal instead of
+    waiting for rank 0 forever."""
+    from coclr.train.setup import claim_run_folder, setup_run
+
+    store = make_random_store(tmp_path / "store", videos=8)
+    results = tmp_path / "results"
+    results.mkdir()
+    config = tiny_config(store, tmp_path / "run", "run.batch_size=2", *OPTIONS)
+    with claim_run_folder(setup_run(config).config, 2):  # the other job, with the same options
+        context = mp.start_processes(_refused_worker, args=(free_port(), str(store), str(tmp_path / "run"),
+                                                            str(results)), nprocs=2, join=False, start_method="spawn")
+        deadline = time.monotonic() + 240
+        while not context.join(timeout=1) and time.monotonic() < deadline:
+            pass
+        alive = [p.pid for p in context.processes if p.is_alive()]
+        for process in context.processes:
+            process.kill()
+    assert not alive, "a rank was still waiting after rank 0 was refused"
+    messages = [(results / f"refused{rank}").read_text() for rank in range(2)]
+    assert messages[0] == messages[1] and "is writing this folder" in messages[0]
+    assert not (tmp_path / "run" / "last.pt").exists()

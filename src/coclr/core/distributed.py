@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import atexit
 import os
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from coclr.errors import ConfigError
+from coclr.errors import CoclrError, ConfigError
 
 
 def launched_world_size() -> int:
@@ -130,6 +132,29 @@ def barrier() -> None:
     """Wait until every rank has reached this call (no-op when not distributed)."""
     if is_distributed():
         dist.barrier()
+
+
+@contextmanager
+def held_by_main(enter: Callable[[], AbstractContextManager[Any]]) -> Iterator[None]:
+    """Hold the context ``enter()`` (a folder's or a view's lock) for every rank of a job: rank 0 enters it, and a
+    refusal (a :class:`~coclr.errors.CoclrError`) is raised on every rank, so that no process waits for a rank
+    that stopped; rank 0 keeps it until every rank is through. In one process: ``enter()`` itself."""
+    if not is_distributed():
+        with enter():
+            yield
+        return
+    with ExitStack() as stack:
+        refused = None
+        if is_main():
+            try:
+                stack.enter_context(enter())
+            except CoclrError as error:
+                refused = error
+        shared = broadcast_object(refused)
+        if shared is not None:
+            raise refused if refused is not None else shared
+        yield
+        barrier()  # reached on success only: a rank that raised ends its process, and torchrun stops the others
 
 
 def all_gather_objects(obj: Any) -> list[Any]:

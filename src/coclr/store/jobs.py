@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -33,8 +33,13 @@ import cv2
 from tqdm import tqdm
 
 from coclr.atomic import PARTIAL_SUFFIX
-from coclr.core.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
-from coclr.errors import DataError
+from coclr.core.distributed import (
+    all_gather_objects,
+    held_by_main,
+    is_distributed,
+    rank,
+    world_size,
+)
 from coclr.filelock import exclusive_lock
 from coclr.store.clipstore import (
     ClipStore,
@@ -82,24 +87,11 @@ def job_view_lock(root: str | Path, view: str) -> Iterator[None]:
     with POSIX locks, which NFSv4 (and NLM for v3) honour across clients; file systems mounted with node-local
     locks (Lustre ``localflock``) refuse a second job only on rank 0's machine.
     """
-    if not is_distributed():
-        with view_lock(root, view):
-            yield
-        return
-    with ExitStack() as stack:
-        error = None
-        if rank() == 0:
-            holder = (f"pid {os.getpid()} on {socket.gethostname()}, rank 0 of a distributed job of {world_size()} "
-                      "processes")
-            try:
-                stack.enter_context(view_lock(root, view, holder))
-            except DataError as refused:
-                error = str(refused)
-        error = broadcast_object(error)
-        if error is not None:
-            raise DataError(error)
+    holder = None
+    if is_distributed():
+        holder = f"pid {os.getpid()} on {socket.gethostname()}, rank 0 of a distributed job of {world_size()} processes"
+    with held_by_main(lambda: view_lock(root, view, holder)):
         yield
-        barrier()  # reached on success only: a rank that raised ends its process, and torchrun stops the others
 
 
 @contextmanager

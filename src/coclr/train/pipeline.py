@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import torch.distributed as dist
 
 from coclr.atomic import atomic_write_json, read_json_lines
 from coclr.config import to_dict, validate
-from coclr.core.distributed import is_main
+from coclr.core.distributed import held_by_main, is_main
 from coclr.errors import ConfigError
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import save_encoder
@@ -203,8 +202,7 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
             "encoders": entry.get("encoders", {}), "status": entry.get("status", "pending"),
         })
     stage_configs = [stage_config(config, stage, run_dir) for stage in stages]
-    claim = claim_folder(run_dir, PIPELINE_FOLDER, options, legacy=_manifest_options) if is_main() else nullcontext()
-    with claim:
+    with held_by_main(lambda: claim_folder(run_dir, PIPELINE_FOLDER, options, legacy=_manifest_options)):
         return _run_stages(run_dir, stages, stage_configs, manifest, until)
 
 

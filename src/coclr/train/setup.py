@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from coclr.config import to_dict
-from coclr.core.distributed import init_distributed, is_main, pick_device, rank, world_size
+from coclr.core.distributed import held_by_main, init_distributed, is_main, pick_device, rank, world_size
 from coclr.errors import ConfigError
 from coclr.runfolder import FolderRule, check_folder, claim_folder, restart_folder
 from coclr.train.checkpoint import load_checkpoint
@@ -159,7 +159,6 @@ def check_run_folder(config: PretrainConfig, restart: bool = False) -> bool:
 def claim_run_folder(config: PretrainConfig, world: int):
     """Hold ``run.out`` while the loop writes it (a context manager): on rank 0, the folder is created, locked (a
     second job is refused and leaves it untouched), checked again and its options recorded before anything is
-    written; the other processes of a torchrun job write under rank 0's lock."""
-    if not is_main():
-        return nullcontext()
-    return claim_folder(config.run.out, PRETRAIN_FOLDER, run_options(config, world), legacy=_checkpoint_options)
+    written; the other processes of a torchrun job write under rank 0's lock, and a refusal stops them all."""
+    return held_by_main(lambda: claim_folder(config.run.out, PRETRAIN_FOLDER, run_options(config, world),
+                                             legacy=_checkpoint_options))

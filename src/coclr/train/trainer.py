@@ -59,12 +59,6 @@ class Position:
     global_step: int = 0
 
 
-
-
-
-
-
-
 def step_generator(seed: int, epoch: int, step: int) -> torch.Generator:
     """The generator of one iteration's augmentation and own-key dropout: the same on every process."""
     return seeding.generator(seed, epoch, step)
