@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -277,6 +278,30 @@ def test_resuming_with_other_options_names_them(tmp_path):
     with pytest.raises(DataError, match=r"frames=6 \(given 7\)"):
         generate_synthetic(tmp_path, tiny(frames=7), workers=1)
 
+
+def test_another_job_writing_the_store_is_refused_before_any_write(tmp_path):
+    from coclr.store.jobs import view_lock
+
+    out = tmp_path / "synth"
+    out.mkdir()
+    held, release = threading.Event(), threading.Event()
+
+    def other_job() -> None:  # another thread: the lock is re-entrant only within one thread
+        with view_lock(out, "rgb", "the other job"):
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=other_job)
+    holder.start()
+    try:
+        held.wait(60)
+        with pytest.raises(DataError, match="being written by another job \\(the other job\\)"):
+            generate_synthetic(out, tiny(), workers=1)
+    finally:
+        release.set()
+        holder.join()
+    assert sorted(p.name for p in out.iterdir()) == [".lock_rgb"]  # no index, no metadata, no frames
+    assert generate_synthetic(out, tiny(), workers=1).job.done == len(dataset_clips(tiny()))
 
 
 def test_cli_generates_a_store(tmp_path):

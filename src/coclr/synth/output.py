@@ -14,7 +14,7 @@ from coclr.atomic import atomic_write_text
 from coclr.config import to_dict, validate
 from coclr.errors import ConfigError
 from coclr.store.clipstore import create_store, write_entry
-from coclr.store.jobs import JobSummary, run_entry_jobs
+from coclr.store.jobs import JobSummary, run_entry_jobs, writing_view
 from coclr.store.jpeg import encode_jpeg
 from coclr.synth.config import SynthConfig, dataset_clips
 from coclr.synth.render import render_clip
@@ -67,13 +67,14 @@ def generate_synthetic(out: str | Path, config: SynthConfig, workers: int | None
 
     The generator's options are recorded in the store metadata, so resuming into ``out`` with other options
     fails with a clear error naming each of them (:func:`~coclr.store.clipstore.create_store`) instead of mixing two
-    datasets. ``workers``: processes (None: one per core; 0: in this process).
+    datasets; another job writing the store's frames is refused before anything is written. ``workers``:
+    processes (None: one per core; 0: in this process).
     """
     validate(config)
     index = synthetic_index(config)
-    create_store(out, index, generator="coclr.synth", synth=recorded_options(config))
     keys = [entry.path for entry in index.entries]
-    job = run_entry_jobs(out, "rgb", keys, SynthClipJob(config), workers, desc="rendering synthetic clips")
+    with writing_view(out, "rgb", index, generator="coclr.synth", synth=recorded_options(config)):
+        job = run_entry_jobs(out, "rgb", keys, SynthClipJob(config), workers, desc="rendering synthetic clips")
     counts = index.split_counts()
     return SynthSummary(str(out), config, counts.get("train", 0), counts.get("test", 0), job)
 
