@@ -99,7 +99,8 @@ def reference_augment(frames: torch.Tensor, params: AugmentParams, i: int, aug: 
     if params.grayscale[i]:
         img = np.repeat(np_luma(img)[None], 3, axis=0)
     if params.blur[i]:
-        img = np_blur(img, float(params.blur_sigma[i]), aug.blur_radius)
+        sigma = float(params.blur_sigma[i])
+        img = np_blur(img, sigma, math.ceil(3 * sigma))  # each clip's kernel spans 3 of its own sigma
     return (img - MEAN) / STD
 
 
@@ -273,8 +274,8 @@ def test_gaussian_blur_matches_opencv():
     clips = torch.rand(3, 3, 2, 20, 24, generator=torch.Generator().manual_seed(0))
     sigma = torch.tensor([0.1, 0.9, 2.0])
     out = gaussian_blur(clips, sigma, radius=6)
-    for i in range(3):
-        ref = np_blur(clips[i].numpy(), float(sigma[i]), 6)
+    for i in range(3):  # OpenCV's kernel of 2 ceil(3 sigma) + 1 taps: each clip's own span in the batch's array
+        ref = np_blur(clips[i].numpy(), float(sigma[i]), math.ceil(3 * float(sigma[i])))
         np.testing.assert_allclose(out[i].numpy(), ref, atol=1e-5)
     torch.testing.assert_close(gaussian_blur(clips, torch.full((3,), 1e-3), 6), clips)  # tiny sigma: identity
 

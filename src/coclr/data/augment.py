@@ -134,7 +134,8 @@ class ClipAugment:
 
     @property
     def blur_radius(self) -> int:
-        """Radius of the Gaussian kernel: 3 sigma of the largest sigma (the same for every batch)."""
+        """Radius of a batch's Gaussian kernel array: 3 sigma of the largest sigma (each clip's kernel is zero
+        beyond 3 of its own sigma, :func:`kernel_radius`)."""
         return math.ceil(3 * self.blur_sigma[1])
 
     def __call__(self, views: Mapping[str, Tensor], generator: torch.Generator) -> dict[str, Tensor]:
@@ -383,7 +384,9 @@ def colour_clip_u8(clip: np.ndarray, params: AugmentParams, index: int, blur_rad
         image = cv2.cvtColor(cv2.cvtColor(image, cv2.COLOR_RGB2GRAY), cv2.COLOR_GRAY2RGB)
     clip = image.reshape(steps, height, width, 3)
     if params.blur[index]:
-        kernel = gaussian_kernels(params.blur_sigma[index : index + 1], blur_radius)[0].numpy()
+        sigma = params.blur_sigma[index : index + 1]
+        own = int(kernel_radius(sigma))  # the taps beyond it are zero: not run
+        kernel = gaussian_kernels(sigma, blur_radius)[0, blur_radius - own : blur_radius + own + 1].numpy()
         for frame in clip:
             cv2.sepFilter2D(frame, -1, kernel, kernel, dst=frame, borderType=cv2.BORDER_REFLECT_101)
     return clip
@@ -580,10 +583,18 @@ JITTER_OPS: tuple[Callable[[Tensor, Tensor], Tensor], ...] = (
     adjust_brightness, adjust_contrast, adjust_saturation, adjust_hue)
 
 
+def kernel_radius(sigma: Tensor) -> Tensor:
+    """The radius of each sigma's Gaussian kernel: ``ceil(3 sigma)`` taps on each side (OpenCV's choice for 8-bit
+    images; PIL's Gaussian blur, which the authors' pipeline uses, spans about as far)."""
+    return torch.ceil(3 * sigma)
+
+
 def gaussian_kernels(sigma: Tensor, radius: int) -> Tensor:
-    """Normalised 1-D Gaussian kernels ``[B, 2 * radius + 1]``, one per sigma."""
+    """Normalised 1-D Gaussian kernels ``[B, 2 * radius + 1]``, one per sigma, each zero beyond its own
+    :func:`kernel_radius` (``radius`` is the largest: one array for the batch)."""
     taps = torch.arange(-radius, radius + 1, dtype=sigma.dtype, device=sigma.device)
     weights = torch.exp(-0.5 * (taps / sigma[:, None]) ** 2)
+    weights = torch.where(taps.abs() <= kernel_radius(sigma)[:, None], weights, 0)
     return weights / weights.sum(dim=1, keepdim=True)
 
 
