@@ -46,7 +46,7 @@ from torch import Tensor
 from coclr.errors import DataError
 from coclr.flow.median import median_blur
 from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
-from coclr.flow.tvl1_cpu import CompileError, c_passes
+from coclr.flow.tvl1_cpu import CompileError, CPasses, c_passes
 
 FLT_EPSILON = float(torch.finfo(torch.float32).eps)
 """OpenCV's threshold under which the squared image gradient counts as zero (``numeric_limits<float>``)."""
@@ -452,9 +452,9 @@ def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params | None = None, *, m
     (default 1 on the CPU, where reading is free; elsewhere :data:`GPU_CHECK_PASSES` passes of ``stop_every``; the
     result does not depend on it, only the wasted work does; the C loops test inside each warp and ignore it).
     ``chunk_size``: pairs solved together (default: all on a GPU; on the CPU as many as keep the working arrays
-    cache-sized, about :data:`CPU_CHUNK_PIXELS` pixels). ``compile``: run the PyTorch iteration and median filter
-    through ``torch.compile`` (the first call of each size compiles for a minute or more; ``auto`` then takes
-    PyTorch operations on the CPU).
+    cache-sized, about :data:`CPU_CHUNK_PIXELS` pixels, per thread for the C loops). ``compile``: run the
+    PyTorch iteration and median filter through ``torch.compile`` (the first call of each size compiles for a
+    minute or more; ``auto`` then takes PyTorch operations on the CPU).
     """
     _check_inputs(prev, next)
     params = TVL1Params() if params is None else params
@@ -466,11 +466,14 @@ def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params | None = None, *, m
     if check_every < 1:
         raise ValueError(f"check_every must be at least 1, got {check_every}")
     batch, height, width = prev.shape
-    if chunk_size is None:
-        chunk_size = max(1, CPU_CHUNK_PIXELS // (height * width)) if on_cpu else batch
-    if chunk_size < 1:
+    if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
-    solver = ScaleSolver(params, make_passes(kernels, prev.device, compile), check_every, mode, stop_every)
+    passes = make_passes(kernels, prev.device, compile)
+    if chunk_size is None:
+        # the C loops solve each pair on its own thread, so each thread gets a cache-sized share
+        per_thread = torch.get_num_threads() if isinstance(passes, CPasses) else 1
+        chunk_size = max(1, CPU_CHUNK_PIXELS // (height * width)) * per_thread if on_cpu else batch
+    solver = ScaleSolver(params, passes, check_every, mode, stop_every)
     flows = [solve_pyramid(prev[start : start + chunk_size], next[start : start + chunk_size], params, solver)
              for start in range(0, max(batch, 1), chunk_size)]
     return flows[0] if len(flows) == 1 else torch.cat(flows)

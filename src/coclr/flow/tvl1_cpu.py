@@ -166,7 +166,7 @@ static int iterations(const int ch, float *u, float *px, float *py, const float 
     *stopped = 0;
     for (int i = 0; i < n; i++) {
         const double change = iteration_any(ch, u, px, py, g, rc, ng, h, w, lt, theta, tot, d, zero);
-        if (!(change > (double)threshold)) {
+        if (exact ? !(change > (double)threshold) : change <= (double)threshold) {  /* PyTorch's tests, NaN too */
             *stopped = 1;
             if (exact) return i + 1;
         }
