@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import cv2
@@ -237,3 +238,26 @@ def test_nothing_is_compiled_at_import(tmp_path):
     env = {**os.environ, "COCLR_CACHE_DIR": str(tmp_path / "cache")}
     subprocess.run([sys.executable, "-c", "import coclr.flow.tvl1, coclr.flow.tvl1_cpu"], env=env, check=True)
     assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_gets_its_own_thread_pool():
+    """The parent's pool has no threads in a forked child: the child must start its own, not wait forever."""
+    torch.set_num_threads(2)
+    assert tvl1_cpu.for_each_pair(4, lambda i: i * i) == [0, 1, 4, 9]  # the parent's pool exists now
+    pid = os.fork()
+    if pid == 0:  # the child exits 0 only with the right result
+        try:
+            os._exit(0 if tvl1_cpu.for_each_pair(4, lambda i: i + 1) == [1, 2, 3, 4] else 1)
+        except BaseException:
+            os._exit(2)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.02)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child hung on its parent's thread pool")

@@ -466,7 +466,8 @@ def load_library() -> Library | None:
 # the Passes implementation
 
 
-_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
+"""Thread pools by (process id, size): a forked child starts its own (its parent's threads are not in it)."""
 
 
 def for_each_pair(count: int, fn: Callable[[int], object]) -> list:
@@ -475,10 +476,11 @@ def for_each_pair(count: int, fn: Callable[[int], object]) -> list:
     threads = min(torch.get_num_threads(), count)
     if threads <= 1:
         return [fn(i) for i in range(count)]
+    key = (os.getpid(), threads)
     with _LOCK:
-        pool = _POOLS.get(threads)
+        pool = _POOLS.get(key)
         if pool is None:
-            pool = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="coclr-tvl1")
+            pool = _POOLS[key] = ThreadPoolExecutor(threads, thread_name_prefix="coclr-tvl1")
     return list(pool.map(fn, range(count)))
 
 
