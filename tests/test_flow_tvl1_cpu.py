@@ -144,6 +144,17 @@ def test_flow_is_torchs_to_float_rounding(c_kernels, mode, gamma):
     assert torch.equal(ours, solve(prev, nxt, params, DrivenPasses(c_kernels), mode)[0])
 
 
+@pytest.mark.parametrize("median", [0, 1])
+@pytest.mark.parametrize("size", [(3, 3), (5, 9), (19, 21)])
+def test_small_frames_and_no_median_follow_torch(c_kernels, median, size):
+    texture = torch.from_numpy(smooth_texture(*size, seed=5))
+    prev, nxt = texture[None], torch.roll(texture, 1, dims=1)[None]
+    params = TVL1Params(nscales=2, warps=2, median_filtering=median)
+    ours = solve(prev, nxt, params, c_kernels)[0]
+    torch.testing.assert_close(ours, solve(prev, nxt, params, TorchPasses())[0], atol=1e-3, rtol=0)
+    assert torch.equal(ours, solve(prev, nxt, params, DrivenPasses(c_kernels))[0])
+
+
 def test_same_bits_on_any_thread_count_and_chunk(c_kernels):
     prev, nxt = pairs_of_frames()
     params = TVL1Params(nscales=3)
