@@ -70,7 +70,8 @@ _STATIC_SOURCE = r"""
 
 /* Row y of the primal step, every channel: rho, thresholding, divergence (backward differences, zero before the
    first column/row: pyu is row y-1 of py, or a zero row with pyu_plane 0), u = v + theta div; d gets u_new - u.
-   The order of every operation is PyTorch's (primal_dual_step, divergence). */
+   The order of every operation is PyTorch's (primal_dual_step, divergence). The left neighbour's index stays in
+   the row at x = 0 (its value is then discarded), so every load is unconditional and the loop vectorises. */
 INLINE void primal_row(const int ch, float *restrict u, const float *restrict px, const float *restrict py,
                        const float *restrict pyu, const ptrdiff_t pyu_plane, const float *restrict g,
                        const float *restrict rc, const float *restrict ng, float *restrict d,
@@ -97,7 +98,8 @@ INLINE void primal_row(const int ch, float *restrict u, const float *restrict px
 }
 
 /* Row y of the dual step: forward differences of the new u (ud is row y+1, or row y itself for the last row, so
-   gy = 0; gx = 0 in the last column) and the projection p = (p + tot grad u) / (1 + tot |grad u|). */
+   gy = 0; gx = 0 in the last column, whose right neighbour's index stays in the row) and the projection
+   p = (p + tot grad u) / (1 + tot |grad u|). */
 INLINE void dual_row(const int ch, const float *restrict u, const float *restrict ud, float *restrict px,
                      float *restrict py, const ptrdiff_t plane, const int w, const float tot)
 {
