@@ -29,7 +29,8 @@ Reading the flags less often costs only the wasted iterations of frozen pairs, n
 Modes (:data:`~coclr.flow.params.MODES`): ``exact`` tests for stopping after every inner iteration, as
 OpenCV; ``fast`` every ``stop_every`` iterations, so that the inner iterations run in passes which the Triton
 kernels of :mod:`~coclr.flow.tvl1_triton` fuse into one kernel each (used on CUDA tensors when Triton
-imports; :class:`TorchPasses` runs the same passes with PyTorch operations anywhere).
+imports; on CPU tensors the C loops of :mod:`~coclr.flow.tvl1_cpu` run a whole warp per call when a C compiler
+builds them; :class:`TorchPasses` runs the same passes with PyTorch operations anywhere).
 """
 
 from __future__ import annotations
