@@ -6,9 +6,11 @@ Rows (ratio = their time / our time for the same work, > 1 means we are faster):
   against the authors' ``UCF101LMDB_2CLIP`` with ``get_transform`` from their ``main_nce.py``, run as they are
   from their checkout, on an LMDB (their format) holding the very JPEG bytes of our store. Both give a batch
   of two 32-frame 128x128 clips per video; ours also normalises (theirs does that later, on the GPU).
-* ``tvl1 HxW Nt``: our PyTorch TV-L1 (``coclr.flow.tvl1``, exact mode) against OpenCV's
-  ``DualTVL1OpticalFlow`` with the same parameters, on the same grayscale frame pairs of real clips, at
-  128x171 and 256x340, on 1 and 2 threads, and on 2 threads while another process spins on one core.
+* ``tvl1 HxW Nt``: our TV-L1 (``coclr.flow.tvl1``, exact mode, ``kernels="auto"``: the fused C loops of
+  ``coclr.flow.tvl1_cpu`` where a C compiler builds them; the kernels that ran are recorded in the JSON) against
+  OpenCV's ``DualTVL1OpticalFlow`` with the same parameters, on the same grayscale frame pairs of real clips, at
+  128x171 and 256x340, on 1 and 2 threads, and on 2 threads while another process spins on one core; and
+  ``tvl1 ... C vs torch``: the C loops against the PyTorch operations (``kernels="torch"``) they replace.
   ``wait policy`` rows time our 2-thread TV-L1 under that load with OpenMP's default (active) wait policy
   against the passive policy ``coclr`` sets (:mod:`coclr.threads`), and ours on 2 threads against ours on 1.
 * ``s3d step``: one S3D training step (forward, backward, SGD step) on 1 thread, ours against the authors'
@@ -168,15 +170,16 @@ def _flow_pairs(config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 def ours_tvl1(config: dict[str, Any]) -> tuple[Callable[[], dict], dict]:
     import torch  # noqa: PLC0415
 
-    from coclr.flow.tvl1 import tvl1_flow  # noqa: PLC0415
+    from coclr.flow.tvl1 import make_passes, tvl1_flow  # noqa: PLC0415
 
     prev, nxt = (torch.from_numpy(a) for a in _flow_pairs(config))
+    kernels = config.get("kernels", "auto")
 
     def call() -> dict:
-        flow = tvl1_flow(prev, nxt, mode="exact")
+        flow = tvl1_flow(prev, nxt, mode="exact", kernels=kernels)
         return {"mean_abs_flow": float(flow.abs().mean())}
 
-    return call, {}
+    return call, {"kernels": type(make_passes(kernels, prev.device)).__name__}
 
 
 def opencv_tvl1(config: dict[str, Any]) -> tuple[Callable[[], dict], dict]:
@@ -436,8 +439,15 @@ def tvl1_rows(settings: Settings) -> None:
         shape = np.load(config["frames"], mmap_mode="r").shape
         for threads, spin in ([(1, False)] if settings.quick else [(1, False), (2, False), (2, True)]):
             label = f"tvl1 {shape[1]}x{shape[2]} {threads}t" + (" +spin" if spin else "")
-            compare(settings, label, ("ours_tvl1", config), ("opencv_tvl1", config), threads,
-                    f"OpenCV DualTVL1OpticalFlow, same parameters, {pairs} pairs", spin=spin)
+            row = compare(settings, label, ("ours_tvl1", config), ("opencv_tvl1", config), threads,
+                          f"OpenCV DualTVL1OpticalFlow, same parameters, {pairs} pairs", spin=spin)
+        print(f"{'':<30} ours ran {row['ours_info']['kernels']}; mean |flow| ours "
+              f"{row['ours_info']['mean_abs_flow']:.4f}, OpenCV {row['theirs_info']['mean_abs_flow']:.4f}", flush=True)
+    if not settings.quick:
+        config = {"frames": flow_frames(settings, 256, 2)}
+        compare(settings, "tvl1 256x340 1t, C vs torch", ("ours_tvl1", config),
+                ("ours_tvl1", {**config, "kernels": "torch"}), 1,
+                "our TV-L1 with PyTorch operations (kernels='torch'), 2 pairs")
 
 
 def policy_rows(settings: Settings) -> None:

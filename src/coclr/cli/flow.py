@@ -56,9 +56,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-pairs", type=int,
                         help="tvl1-torch: frame pairs solved together, taken across videos (default 64 on the CPU, "
                         "256 on a GPU)")
-    parser.add_argument("--kernels", choices=("auto", "torch", "triton"),
+    parser.add_argument("--kernels", choices=("auto", "torch", "triton", "c"),
                         help="tvl1-torch: what runs the iterations; auto (default): the fused Triton kernels on "
-                        "CUDA when Triton imports, else PyTorch operations")
+                        "CUDA when Triton imports, the fused C loops on the CPU when a C compiler builds them, "
+                        "else PyTorch operations")
     parser.add_argument("--jpeg", choices=("opencv", "nvjpeg"),
                         help="tvl1-torch: encode flow frames with OpenCV in worker processes (default) or with "
                         "nvJPEG on the GPU (needs torchvision; its JPEG bytes differ slightly from OpenCV's)")

@@ -241,7 +241,7 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
     decoding and JPEG encoding around ``tvl1-torch`` (None: one per core, or under torchrun the process's share of
     them; 0: none, everything in this process). ``device``, ``batch_pairs`` (frame pairs per solve, across
     videos), ``mode`` and ``stop_every``
-    (:data:`~coclr.flow.params.MODES`), ``kernels`` (``auto``, ``torch`` or ``triton``) and ``jpeg``
+    (:data:`~coclr.flow.params.MODES`), ``kernels`` (``auto``, ``torch``, ``triton`` or ``c``) and ``jpeg``
     (``opencv`` or ``nvjpeg``) apply to ``tvl1-torch``. JPEG quality is the store's RGB quality (metadata
     ``quality``). ``bound``: flow is clipped to +-``bound`` px before quantisation
     (:func:`~coclr.flow.encode.flow_to_uint8`).

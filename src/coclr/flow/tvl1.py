@@ -29,7 +29,8 @@ Reading the flags less often costs only the wasted iterations of frozen pairs, n
 Modes (:data:`~coclr.flow.params.MODES`): ``exact`` tests for stopping after every inner iteration, as
 OpenCV; ``fast`` every ``stop_every`` iterations, so that the inner iterations run in passes which the Triton
 kernels of :mod:`~coclr.flow.tvl1_triton` fuse into one kernel each (used on CUDA tensors when Triton
-imports; :class:`TorchPasses` runs the same passes with PyTorch operations anywhere).
+imports; on CPU tensors the C loops of :mod:`~coclr.flow.tvl1_cpu` run a whole warp per call when a C compiler
+builds them; :class:`TorchPasses` runs the same passes with PyTorch operations anywhere).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from torch import Tensor
 from coclr.errors import DataError
 from coclr.flow.median import median_blur
 from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
+from coclr.flow.tvl1_cpu import CompileError, CPasses, c_passes
 
 FLT_EPSILON = float(torch.finfo(torch.float32).eps)
 """OpenCV's threshold under which the squared image gradient counts as zero (``numeric_limits<float>``)."""
@@ -225,11 +227,14 @@ class WarpWork:
 
 StepFn = Callable[..., tuple[Tensor, Tensor, Tensor, Tensor]]
 MedianFn = Callable[[Tensor, Tensor, int], Tensor]
-KERNELS = ("auto", "torch", "triton")
+KERNELS = ("auto", "torch", "triton", "c")
 
 
 class Passes(Protocol):
-    """An implementation of the inner iterations: passes of ``n`` iterations and the median filter."""
+    """An implementation of the inner iterations: passes of ``n`` iterations and the median filter.
+
+    An implementation may also define ``run_warp`` (see :class:`~coclr.flow.tvl1_cpu.CPasses`): a whole warp,
+    medians and passes, in one call; :class:`ScaleSolver` then uses it instead of driving the passes."""
 
     fused: bool
     """Whether a pass costs about one iteration's memory traffic (then exact mode runs long passes too)."""
@@ -293,6 +298,7 @@ class ScaleSolver:
         self.passes = passes
         self.check_every = check_every
         self.exact = mode == "exact"
+        self.stop_every = stop_every
         self.pass_length = stop_every if not self.exact or passes.fused else 1
         self.compact_fraction = compact_fraction
         self.pair_iterations = 0
@@ -316,11 +322,18 @@ class ScaleSolver:
                  threshold: float) -> tuple[Tensor, Tensor, Tensor]:
         """The outer and inner iterations of one warp; returns the batch's new ``(flow, px, py)``."""
         params = self.params
+        steps = (params.lambda_ * params.theta, params.theta, params.tau / params.theta)
+        run_warp = getattr(self.passes, "run_warp", None)
+        if run_warp is not None:
+            flow, px, py, iterations = run_warp(flow, px, py, data.image_grad, data.rho_const, data.neg_inv_grad_sq,
+                                                threshold, steps, params.outer_iterations, params.inner_iterations,
+                                                params.median_filtering, self.exact, self.stop_every)
+            self.pair_iterations += iterations
+            return flow, px, py
         batch = flow.shape[0]
         rows = torch.arange(batch, device=flow.device)
         active = torch.ones(batch, dtype=torch.bool, device=flow.device)
         work = WarpWork(rows, active, flow, px, py, data)
-        steps = (params.lambda_ * params.theta, params.theta, params.tau / params.theta)
         since_check = 0
         for _ in range(params.outer_iterations):
             if params.median_filtering > 1:
@@ -376,12 +389,24 @@ def triton_available() -> bool:
 
 def make_passes(kernels: str, device: torch.device, compile: bool = False) -> Passes:
     """The implementation of the inner iterations: ``triton`` (the fused kernels of
-    :mod:`~coclr.flow.tvl1_triton`), ``torch``, or ``auto``: Triton on CUDA devices when it imports, else
-    PyTorch (on the CPU always PyTorch, the faster there)."""
+    :mod:`~coclr.flow.tvl1_triton`), ``c`` (the fused C loops of :mod:`~coclr.flow.tvl1_cpu`, CPU tensors),
+    ``torch``, or ``auto``: Triton on CUDA devices when it imports, the C loops on the CPU when they build here
+    (unless ``compile`` asks for the compiled PyTorch iteration), else PyTorch operations."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, got {kernels!r}")
     if kernels == "auto":
+        if device.type == "cpu" and not compile:
+            passes = c_passes()
+            if passes is not None:
+                return passes
         kernels = "triton" if device.type == "cuda" and triton_available() else "torch"
+    if kernels == "c":
+        if device.type != "cpu":
+            raise DataError(f"kernels='c' runs on CPU tensors, got tensors on {device}")
+        try:
+            return c_passes(required=True)
+        except CompileError as error:
+            raise DataError(f"kernels='c': {error}") from error
     if kernels == "torch":
         return TorchPasses(compiled(primal_dual_step) if compile else primal_dual_step,
                        compiled(median_of_active) if compile else median_of_active)
@@ -422,13 +447,15 @@ def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params | None = None, *, m
 
     ``mode``: ``exact`` (OpenCV's stop test after every inner iteration) or ``fast`` (the test every
     ``stop_every`` iterations; :data:`~coclr.flow.params.MODES`). ``kernels``: ``auto`` (the fused Triton
-    kernels on CUDA when Triton imports, else PyTorch operations), ``torch`` or ``triton`` (on CPU tensors only
-    under ``TRITON_INTERPRET=1``). ``check_every``: inner iterations between host reads of the per-pair stop flags
+    kernels on CUDA when Triton imports, the fused C loops of :mod:`~coclr.flow.tvl1_cpu` on the CPU when a C
+    compiler builds them, else PyTorch operations), ``torch``, ``c`` or ``triton`` (on CPU tensors only under
+    ``TRITON_INTERPRET=1``). ``check_every``: inner iterations between host reads of the per-pair stop flags
     (default 1 on the CPU, where reading is free; elsewhere :data:`GPU_CHECK_PASSES` passes of ``stop_every``; the
-    result does not depend on it, only the wasted work does). ``chunk_size``: pairs solved together (default:
-    all on a GPU; on the CPU as many as keep the working arrays cache-sized, about :data:`CPU_CHUNK_PIXELS`
-    pixels). ``compile``: run the PyTorch iteration
-    and median filter through ``torch.compile`` (the first call of each size compiles for a minute or more).
+    result does not depend on it, only the wasted work does; the C loops test inside each warp and ignore it).
+    ``chunk_size``: pairs solved together (default: all on a GPU; on the CPU as many as keep the working arrays
+    cache-sized, about :data:`CPU_CHUNK_PIXELS` pixels, per thread for the C loops). ``compile``: run the
+    PyTorch iteration and median filter through ``torch.compile`` (the first call of each size compiles for a
+    minute or more; ``auto`` then takes PyTorch operations on the CPU).
     """
     _check_inputs(prev, next)
     params = TVL1Params() if params is None else params
@@ -440,11 +467,14 @@ def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params | None = None, *, m
     if check_every < 1:
         raise ValueError(f"check_every must be at least 1, got {check_every}")
     batch, height, width = prev.shape
-    if chunk_size is None:
-        chunk_size = max(1, CPU_CHUNK_PIXELS // (height * width)) if on_cpu else batch
-    if chunk_size < 1:
+    if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
-    solver = ScaleSolver(params, make_passes(kernels, prev.device, compile), check_every, mode, stop_every)
+    passes = make_passes(kernels, prev.device, compile)
+    if chunk_size is None:
+        # the C loops solve each pair on its own thread, so each thread gets a cache-sized share
+        per_thread = torch.get_num_threads() if isinstance(passes, CPasses) else 1
+        chunk_size = max(1, CPU_CHUNK_PIXELS // (height * width)) * per_thread if on_cpu else batch
+    solver = ScaleSolver(params, passes, check_every, mode, stop_every)
     flows = [solve_pyramid(prev[start : start + chunk_size], next[start : start + chunk_size], params, solver)
              for start in range(0, max(batch, 1), chunk_size)]
     return flows[0] if len(flows) == 1 else torch.cat(flows)

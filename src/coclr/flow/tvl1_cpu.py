@@ -1,0 +1,573 @@
+"""Fused CPU loops of the PyTorch TV-L1 (:mod:`coclr.flow.tvl1`): the inner iterations and the median in plain C.
+
+On the CPU the PyTorch scheme is bound by memory passes (about 15 whole-image operations per inner iteration and
+~160 min/max passes per median). Here one C call runs a whole warp of one pair (every outer iteration: the median
+filter of u and v, then the inner iterations with the mode's stop test) in one sweep over the rows per iteration:
+row ``y``'s primal update (thresholding, divergence, the squared change) is followed by row ``y - 1``'s forward
+gradient and dual projection, so each array is read and written about once per iteration, from the caches.
+
+* **Plain C, compiled on first use** with the system compiler (``$CC``, sysconfig's ``CC``, ``cc``, ``gcc`` or
+  ``clang``), loaded with ctypes on float32 contiguous buffers; no torch headers, so compiling takes about a
+  second. Nothing is compiled at import.
+* **Cache.** The shared object lives in ``$COCLR_CACHE_DIR`` (else ``$XDG_CACHE_HOME/coclr``, else
+  ``~/.cache/coclr``) under a name hashing the C source, the compiler's version, the flags and the CPU (machine
+  and its instruction-set flags, since ``-march=native`` is used). It is compiled in a temporary folder and moved
+  in with :func:`coclr.atomic.atomic_open`, so concurrent processes or a kill never leave a broken file.
+* **Fallback.** No compiler, or a failed compile: one warning naming what failed, and ``kernels="auto"`` runs the
+  PyTorch operations (``kernels="c"`` raises instead).
+* **Determinism.** No ``-ffast-math`` and ``-ffp-contract=off`` (no FMA contraction), so every operation is the
+  IEEE float32 operation PyTorch's scheme does, in the same order; the per-iteration squared change that drives the
+  exact stop test is summed in float64, in 8 fixed lanes per row and the rows in order. A pair's flow depends on
+  nothing but the pair: not the CPU, the thread count or the chunk size.
+* **Threads.** No OpenMP in the C code (a second runtime beside torch's, and per-iteration barriers, are what
+  made 2 threads slower than 1 under load): pairs are independent, so they go to a pool of
+  ``torch.get_num_threads()`` Python threads, one C call per pair and warp (ctypes releases the GIL).
+* **The median** is the comparator network of :func:`coclr.flow.median.median_plan`, generated into straight-line
+  C (as ``_median_triton`` does for Triton): sort each padded column, select per rank row, take the median of the
+  candidates; the x loops are plain element-wise code the compiler vectorises.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from coclr.atomic import atomic_open
+from coclr.flow.median import Comparator, median_plan
+
+MEDIAN_SIZES = (3, 5)
+"""The median sizes compiled (OpenCV's float ``medianBlur`` sizes; :class:`~coclr.flow.params.TVL1Params`)."""
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared")
+"""Compiler flags: vectorised for this CPU, but IEEE float32 throughout (no fast-math, no FMA contraction;
+``-fno-math-errno`` only lets ``sqrtf`` vectorise, its results are the same)."""
+PORTABLE_FLAGS = tuple(f for f in FLAGS if f != "-march=native")
+"""Tried when the compiler does not know ``-march=native``."""
+
+_STATIC_SOURCE = r"""
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MINF(a, b) ((a) < (b) ? (a) : (b))
+#define MAXF(a, b) ((a) < (b) ? (b) : (a))
+#define INLINE static inline __attribute__((always_inline))
+
+/* Row y of the primal step, every channel: rho, thresholding, divergence (backward differences, zero before the
+   first column/row: pyu is row y-1 of py, or a zero row with pyu_plane 0), u = v + theta div; d gets u_new - u.
+   The order of every operation is PyTorch's (primal_dual_step, divergence). The left neighbour's index stays in
+   the row at x = 0 (its value is then discarded), so every load is unconditional and the loop vectorises. */
+INLINE void primal_row(const int ch, float *restrict u, const float *restrict px, const float *restrict py,
+                       const float *restrict pyu, const ptrdiff_t pyu_plane, const float *restrict g,
+                       const float *restrict rc, const float *restrict ng, float *restrict d,
+                       const ptrdiff_t plane, const int w, const float lt, const float theta)
+{
+    for (int x = 0; x < w; x++) {
+        float rho = rc[x];
+        for (int c = 0; c < ch; c++) rho = fmaf(g[c * plane + x], u[c * plane + x], rho);
+        float s = rho * ng[x];
+        s = s < -lt ? -lt : s;
+        s = s > lt ? lt : s;
+        for (int c = 0; c < ch; c++) {
+            const ptrdiff_t o = c * plane + x;
+            const float left = x > 0 ? px[o - (x > 0)] : 0.0f;
+            float dv = px[o] + py[o];
+            dv = dv - left;
+            dv = dv - pyu[c * pyu_plane + x];
+            const float v = fmaf(s, g[o], u[o]);
+            const float nu = v + theta * dv;
+            d[c * w + x] = nu - u[o];
+            u[o] = nu;
+        }
+    }
+}
+
+/* Row y of the dual step: forward differences of the new u (ud is row y+1, or row y itself for the last row, so
+   gy = 0; gx = 0 in the last column, whose right neighbour's index stays in the row) and the projection
+   p = (p + tot grad u) / (1 + tot |grad u|). */
+INLINE void dual_row(const int ch, const float *restrict u, const float *restrict ud, float *restrict px,
+                     float *restrict py, const ptrdiff_t plane, const int w, const float tot)
+{
+    for (int c = 0; c < ch; c++) {
+        const float *restrict uc = u + c * plane;
+        const float *restrict udc = ud + c * plane;
+        float *restrict pxc = px + c * plane;
+        float *restrict pyc = py + c * plane;
+        for (int x = 0; x < w; x++) {
+            const float gx = x + 1 < w ? uc[x + 1 - (x + 1 >= w)] - uc[x] : 0.0f;
+            const float gy = udc[x] - uc[x];
+            const float denom = sqrtf(fmaf(gy, gy, gx * gx)) * tot + 1.0f;
+            pxc[x] = fmaf(tot, gx, pxc[x]) / denom;
+            pyc[x] = fmaf(tot, gy, pyc[x]) / denom;
+        }
+    }
+}
+
+/* Sum of d[i]^2 in float64: 8 lanes, then the lanes in order (a fixed order the compiler may vectorise). */
+static double row_sum(const float *restrict d, const int n)
+{
+    double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) lanes[l] += (double)d[i + l] * (double)d[i + l];
+    for (int l = 0; i < n; i++, l++) lanes[l] += (double)d[i] * (double)d[i];
+    double total = 0.0;
+    for (int l = 0; l < 8; l++) total += lanes[l];
+    return total;
+}
+
+/* One inner iteration over the image in one sweep with a one-row lag; returns sum (u_new - u)^2. */
+INLINE double iteration(const int ch, float *u, float *px, float *py, const float *g, const float *rc,
+                        const float *ng, const int h, const int w, const float lt, const float theta,
+                        const float tot, float *d, const float *zero)
+{
+    const ptrdiff_t plane = (ptrdiff_t)h * w;
+    double total = 0.0;
+    for (int y = 0; y < h; y++) {
+        const ptrdiff_t r = (ptrdiff_t)y * w;
+        primal_row(ch, u + r, px + r, py + r, y > 0 ? py + r - w : zero, y > 0 ? plane : 0, g + r, rc + r, ng + r,
+                   d, plane, w, lt, theta);
+        total += row_sum(d, ch * w);
+        if (y > 0) dual_row(ch, u + r - w, u + r, px + r - w, py + r - w, plane, w, tot);
+    }
+    const ptrdiff_t last = (ptrdiff_t)(h - 1) * w;
+    dual_row(ch, u + last, u + last, px + last, py + last, plane, w, tot);
+    return total;
+}
+
+static double iteration_any(const int ch, float *u, float *px, float *py, const float *g, const float *rc,
+                            const float *ng, const int h, const int w, const float lt, const float theta,
+                            const float tot, float *d, const float *zero)
+{
+    if (ch == 2) return iteration(2, u, px, py, g, rc, ng, h, w, lt, theta, tot, d, zero);
+    return iteration(3, u, px, py, g, rc, ng, h, w, lt, theta, tot, d, zero);
+}
+
+/* Up to n iterations with the mode's stop test: exact stops after the first iteration whose change is at most
+   the threshold; fast runs all n and reports whether any of them met it. Returns the iterations run. */
+static int iterations(const int ch, float *u, float *px, float *py, const float *g, const float *rc,
+                      const float *ng, const int h, const int w, const int n, const int exact,
+                      const float threshold, const float lt, const float theta, const float tot, float *d,
+                      const float *zero, int *stopped)
+{
+    *stopped = 0;
+    for (int i = 0; i < n; i++) {
+        const double change = iteration_any(ch, u, px, py, g, rc, ng, h, w, lt, theta, tot, d, zero);
+        if (exact ? !(change > (double)threshold) : change <= (double)threshold) {  /* PyTorch's tests, NaN too */
+            *stopped = 1;
+            if (exact) return i + 1;
+        }
+    }
+    return n;
+}
+
+static void median_dispatch(float *dst, int h, int w, int k, const float *pad, float *ranks);
+
+/* The k x k median of one plane (replicated borders) into dst: pad, then per output row the column sort and the
+   per-rank selections of the generated network. pad: (h + 2r)(w + 2r) floats, ranks: k (w + 2r). */
+static void median_plane(const float *src, float *dst, const int h, const int w, const int k, float *pad,
+                         float *ranks)
+{
+    const int r = k / 2, pw = w + 2 * r;
+    for (int yy = 0; yy < h + 2 * r; yy++) {
+        const int sy = yy < r ? 0 : (yy - r >= h ? h - 1 : yy - r);
+        const float *s = src + (ptrdiff_t)sy * w;
+        float *row = pad + (ptrdiff_t)yy * pw;
+        for (int x = 0; x < r; x++) {
+            row[x] = s[0];
+            row[r + w + x] = s[w - 1];
+        }
+        memcpy(row + r, s, sizeof(float) * (size_t)w);
+    }
+    median_dispatch(dst, h, w, k, pad, ranks);
+}
+
+/* Scratch of one call: the change row, a zero row, the median's padded plane, rank rows and output plane. */
+static float *scratch(const int ch, const int h, const int w, const int k)
+{
+    const size_t r = (size_t)(k > 1 ? k / 2 : 0), pw = (size_t)w + 2 * r, kk = (size_t)(k > 1 ? k : 0);
+    const size_t n = (size_t)ch * w + (size_t)w + ((size_t)h + 2 * r) * pw + kk * pw + (size_t)h * w;
+    return (float *)calloc(n, sizeof(float));
+}
+
+/* One pass of n iterations for one pair (the Passes protocol); returns the iterations run, -1 without memory. */
+int tvl1_pass(float *u, float *px, float *py, const float *g, const float *rc, const float *ng, int ch, int h,
+              int w, int n, int exact, float threshold, float lt, float theta, float tot, int *stopped)
+{
+    float *buf = scratch(ch, h, w, 0);
+    if (!buf) return -1;
+    const int done = iterations(ch, u, px, py, g, rc, ng, h, w, n, exact, threshold, lt, theta, tot, buf,
+                                buf + (size_t)ch * w, stopped);
+    free(buf);
+    return done;
+}
+
+/* The k x k median of the first `planes` planes of h x w at src into dst; 0, or -1 without memory. */
+int tvl1_median(const float *src, float *dst, int planes, int h, int w, int k)
+{
+    float *buf = scratch(1, h, w, k);
+    if (!buf) return -1;
+    const size_t pw = (size_t)w + 2 * (size_t)(k / 2);
+    float *pad = buf + 2 * (size_t)w, *ranks = pad + ((size_t)h + (size_t)(k - 1)) * pw;
+    for (int c = 0; c < planes; c++)
+        median_plane(src + (size_t)c * h * w, dst + (size_t)c * h * w, h, w, k, pad, ranks);
+    free(buf);
+    return 0;
+}
+
+/* A whole warp of one pair: `outer` rounds of (the k x k median of u and v when k > 1, then up to `inner`
+   iterations in passes of stop_every for fast, one run for exact); it ends when the stop test fires.
+   Returns the inner iterations run, -1 without memory. */
+long long tvl1_warp(float *u, float *px, float *py, const float *g, const float *rc, const float *ng, int ch,
+                    int h, int w, int outer, int inner, int k, int exact, int stop_every, float threshold, float lt,
+                    float theta, float tot)
+{
+    float *buf = scratch(ch, h, w, k);
+    if (!buf) return -1;
+    float *d = buf, *zero = buf + (size_t)ch * w;
+    const size_t pw = (size_t)w + 2 * (size_t)(k > 1 ? k / 2 : 0), plane = (size_t)h * w;
+    float *pad = zero + w, *ranks = pad + ((size_t)h + (size_t)(k > 1 ? k - 1 : 0)) * pw;
+    float *med = ranks + (size_t)(k > 1 ? k : 0) * pw;
+    long long total = 0;
+    for (int o = 0; o < outer; o++) {
+        if (k > 1)
+            for (int c = 0; c < 2; c++) {
+                median_plane(u + c * plane, med, h, w, k, pad, ranks);
+                memcpy(u + c * plane, med, sizeof(float) * plane);
+            }
+        int done = 0, stopped = 0;
+        while (done < inner) {
+            int n = inner - done;
+            if (!exact && n > stop_every) n = stop_every;
+            total += iterations(ch, u, px, py, g, rc, ng, h, w, n, exact, threshold, lt, theta, tot, d, zero,
+                                &stopped);
+            done += n;
+            if (stopped) {
+                free(buf);
+                return total;
+            }
+        }
+    }
+    free(buf);
+    return total;
+}
+"""
+
+
+def _comparator_lines(network: Sequence[Comparator], names: Sequence[str]) -> list[str]:
+    """One C statement per comparator ``(a, b, keep_min, keep_max)`` of ``network`` on the variables ``names``."""
+    lines = []
+    for a, b, keep_min, keep_max in network:
+        first, second = names[a], names[b]
+        if keep_min and keep_max:
+            lines.append(f"t = MINF({first}, {second}); {second} = MAXF({first}, {second}); {first} = t;")
+        elif keep_min:
+            lines.append(f"{first} = MINF({first}, {second});")
+        else:
+            lines.append(f"{second} = MAXF({first}, {second});")
+    return lines
+
+
+def _loop(signature: str, body: list[str]) -> str:
+    inner = "\n".join("        " + line for line in body)
+    return f"static void {signature}\n{{\n    float t;\n    for (int x = 0; x < n; x++) {{\n{inner}\n    }}\n}}\n"
+
+
+def median_source(ksize: int) -> str:
+    """C of the ``ksize x ksize`` median from :func:`~coclr.flow.median.median_plan`: ``median{k}_columns`` sorts
+    the columns of ``k`` padded rows into ``k`` rank rows; ``median{k}_select`` runs each rank row's selection and
+    the final selection over ``n`` outputs."""
+    column_sort, rows, final = median_plan(ksize)
+    ins = ", ".join(f"const float *restrict s{i}" for i in range(ksize))
+    outs = ", ".join(f"float *restrict o{i}" for i in range(ksize))
+    body = [f"float v{i} = s{i}[x];" for i in range(ksize)]
+    body += _comparator_lines(column_sort, [f"v{i}" for i in range(ksize)])
+    body += [f"o{i}[x] = v{i};" for i in range(ksize)]
+    columns = _loop(f"median{ksize}_columns({ins}, {outs}, const int n)", body)
+    ranks = ", ".join(f"const float *restrict c{i}" for i in range(ksize))
+    body = [f"float v{i}{j} = c{i}[x + {j}];" for i in range(ksize) for j in range(ksize)]
+    candidates: list[str] = []
+    for rank, (cols, network) in enumerate(rows):
+        names = [f"v{rank}{j}" for j in range(ksize)]
+        body += _comparator_lines(network, names)
+        candidates += [names[j] for j in cols]
+    body += _comparator_lines(final, candidates)
+    body.append(f"out[x] = {candidates[len(candidates) // 2]};")
+    select = _loop(f"median{ksize}_select({ranks}, float *restrict out, const int n)", body)
+    return columns + "\n" + select
+
+
+def _dispatch_source() -> str:
+    """``median_dispatch``: per output row, the generated column sort and selection of the median size."""
+    cases = []
+    for k in MEDIAN_SIZES:
+        pads = ", ".join(f"pad + (ptrdiff_t)(y + {i}) * pw" for i in range(k))
+        rank_rows = ", ".join(f"ranks + {i} * pw" for i in range(k))
+        cases.append(f"    case {k}:\n        for (int y = 0; y < h; y++) {{\n"
+                     f"            median{k}_columns({pads}, {rank_rows}, pw);\n"
+                     f"            median{k}_select({rank_rows}, dst + (ptrdiff_t)y * w, w);\n"
+                     f"        }}\n        break;")
+    body = "\n".join(cases)
+    return ("static void median_dispatch(float *dst, int h, int w, int k, const float *pad, float *ranks)\n{\n"
+            "    const ptrdiff_t pw = w + 2 * (k / 2);\n"
+            f"    switch (k) {{\n{body}\n    }}\n}}\n")
+
+
+def c_source() -> str:
+    """The whole C source: the iteration loops and the medians generated from the comparator networks."""
+    generated = "\n".join(median_source(k) for k in MEDIAN_SIZES)
+    return _STATIC_SOURCE + "\n" + generated + "\n" + _dispatch_source()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# compiling and loading
+
+
+def cache_dir() -> Path:
+    """Where compiled objects are kept: ``$COCLR_CACHE_DIR``, else ``$XDG_CACHE_HOME/coclr``, else
+    ``~/.cache/coclr``."""
+    if os.environ.get("COCLR_CACHE_DIR"):
+        return Path(os.environ["COCLR_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "coclr"
+
+
+def find_compiler() -> list[str] | None:
+    """The C compiler's command: ``$CC``, sysconfig's ``CC``, then ``cc``, ``gcc``, ``clang``; None if none runs."""
+    candidates = [os.environ.get("CC", ""), sysconfig.get_config_var("CC") or "", "cc", "gcc", "clang"]
+    for candidate in candidates:
+        words = shlex.split(candidate)
+        if words and shutil.which(words[0]):
+            return words
+    return None
+
+
+def _cpu_flags() -> str:
+    """The CPU's instruction-set flags (``/proc/cpuinfo``), part of the cache key since ``-march=native`` is used."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def cache_key(source: str, compiler: Sequence[str], version: str, flags: Sequence[str]) -> str:
+    """Hash of everything the compiled object depends on: the source, compiler and version, flags and the CPU."""
+    parts = [source, " ".join(compiler), version, " ".join(flags), platform.machine(), _cpu_flags()]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+
+
+class CompileError(RuntimeError):
+    """The C kernels could not be built here (no compiler, or the compiler failed); the message says which."""
+
+
+def _compile(compiler: list[str], source: str, flags: Sequence[str], folder: Path) -> Path:
+    """Compile ``source`` into a shared object in ``folder``; raise :class:`CompileError` with the compiler's
+    first error line."""
+    (folder / "tvl1_cpu.c").write_text(source)
+    out = folder / "tvl1_cpu.so"
+    result = subprocess.run([*compiler, *flags, "-o", str(out), str(folder / "tvl1_cpu.c"), "-lm"],
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        lines = [line for line in result.stderr.splitlines() if "error" in line] or result.stderr.splitlines()
+        raise CompileError(f"{' '.join(compiler)} failed: {lines[0] if lines else f'exit {result.returncode}'}")
+    return out
+
+
+def build_library(folder: Path | None = None) -> Path:
+    """The path of the compiled kernels for this source, compiler and CPU: from the cache, else compiled now and
+    moved in atomically. Raises :class:`CompileError` when there is no compiler or it fails."""
+    compiler = find_compiler()
+    if compiler is None:
+        raise CompileError("no C compiler found (set CC, or install gcc or clang)")
+    try:
+        version = subprocess.run([*compiler, "--version"], capture_output=True, text=True, check=False).stdout
+    except OSError as error:
+        raise CompileError(f"{' '.join(compiler)} does not run ({error})") from error
+    source = c_source()
+    folder = cache_dir() if folder is None else folder
+    with tempfile.TemporaryDirectory(prefix="coclr-tvl1-") as tmp:
+        built, errors = None, []
+        for flags in (FLAGS, PORTABLE_FLAGS):
+            path = folder / f"tvl1_cpu-{cache_key(source, compiler, version, flags)}.so"
+            if path.is_file():
+                return path
+            try:
+                built = _compile(compiler, source, flags, Path(tmp))
+                break
+            except CompileError as error:
+                errors.append(str(error))
+        if built is None:
+            raise CompileError(errors[0])
+        try:
+            with atomic_open(path, "wb", fsync=False) as file:
+                file.write(built.read_bytes())
+        except OSError:  # a read-only cache: keep a private copy for this process
+            path = Path(tempfile.mkdtemp(prefix="coclr-tvl1-")) / built.name
+            shutil.copyfile(built, path)
+    return path
+
+
+_FLOAT_P = ctypes.c_void_p
+
+
+class Library:
+    """The loaded C functions with their ctypes signatures."""
+
+    def __init__(self, path: Path) -> None:
+        lib = ctypes.CDLL(str(path))
+        ints = [ctypes.c_int] * 3
+        floats = [ctypes.c_float] * 4
+        self.warp = lib.tvl1_warp
+        self.warp.argtypes = [_FLOAT_P] * 6 + ints + [ctypes.c_int] * 5 + floats
+        self.warp.restype = ctypes.c_longlong
+        self.pass_ = lib.tvl1_pass
+        self.pass_.argtypes = [_FLOAT_P] * 6 + ints + [ctypes.c_int] * 2 + floats + [ctypes.POINTER(ctypes.c_int)]
+        self.pass_.restype = ctypes.c_int
+        self.median = lib.tvl1_median
+        self.median.argtypes = [_FLOAT_P] * 2 + [ctypes.c_int] * 4
+        self.median.restype = ctypes.c_int
+
+
+_LOCK = threading.Lock()
+_LIBRARY: list[Library | None] = []
+"""The loaded library, or None after a failure (warned once); empty until first asked for."""
+
+
+def load_library() -> Library | None:
+    """The C kernels, built and loaded on first use; None (with one warning naming what failed) if they cannot be."""
+    with _LOCK:
+        if not _LIBRARY:
+            try:
+                _LIBRARY.append(Library(build_library()))
+            except (CompileError, OSError) as error:
+                warnings.warn(f"TV-L1 C kernels unavailable, using PyTorch operations on the CPU: {error}",
+                              RuntimeWarning, stacklevel=3)
+                _LIBRARY.append(None)
+        return _LIBRARY[0]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the Passes implementation
+
+
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
+"""Thread pools by (process id, size): a forked child starts its own (its parent's threads are not in it)."""
+
+
+def for_each_pair(count: int, fn: Callable[[int], object]) -> list:
+    """``[fn(i) for i in range(count)]``, on ``torch.get_num_threads()`` threads when that and ``count`` exceed 1
+    (the C calls release the GIL); each pair is one task, so uneven pairs balance."""
+    threads = min(torch.get_num_threads(), count)
+    if threads <= 1:
+        return [fn(i) for i in range(count)]
+    key = (os.getpid(), threads)
+    with _LOCK:
+        pool = _POOLS.get(key)
+        if pool is None:
+            pool = _POOLS[key] = ThreadPoolExecutor(threads, thread_name_prefix="coclr-tvl1")
+    return list(pool.map(fn, range(count)))
+
+
+def _pointer(tensor: Tensor, pair: int) -> int:
+    return tensor.data_ptr() + pair * tensor.stride(0) * tensor.element_size()
+
+
+def _checked(*tensors: Tensor) -> list[Tensor]:
+    """Contiguous float32 CPU copies or views of ``tensors`` (the C loops index dense buffers)."""
+    return [t.to(torch.float32).contiguous() for t in tensors]
+
+
+class CPasses:
+    """Passes of inner iterations and the median with the C loops (CPU tensors); state: the loaded library.
+
+    Besides the :class:`~coclr.flow.tvl1.Passes` protocol it runs whole warps (:meth:`run_warp`), one C call per
+    pair, which :class:`~coclr.flow.tvl1.ScaleSolver` uses when present: no Python between iterations."""
+
+    fused = True
+    """A pass stops a pair at the iteration its exact test fires, with no roll-back, so exact mode runs long passes."""
+
+    def __init__(self, library: Library) -> None:
+        self.lib = library
+
+    def run_pass(self, flow: Tensor, px: Tensor, py: Tensor, image_grad: Tensor, rho_const: Tensor,
+                 neg_inv_grad_sq: Tensor, active: Tensor, n: int, threshold: float, lambda_theta: float,
+                 theta: float, tau_over_theta: float, exact: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``n`` iterations of the pairs with ``active [B]`` set, the others unchanged, with the mode's stop test;
+        returns the new ``(flow, px, py, active)``."""
+        flow, px, py = (t.clone() for t in _checked(flow, px, py))
+        grad, rho, ninv = _checked(image_grad, rho_const, neg_inv_grad_sq)
+        batch, channels, height, width = flow.shape
+        flags = active.tolist()
+
+        def one(b: int) -> bool:
+            if not flags[b]:
+                return False
+            stopped = ctypes.c_int(0)
+            done = self.lib.pass_(*(_pointer(t, b) for t in (flow, px, py, grad, rho, ninv)), channels, height,
+                                  width, n, int(exact), threshold, lambda_theta, theta, tau_over_theta,
+                                  ctypes.byref(stopped))
+            if done < 0:
+                raise MemoryError("TV-L1 C kernels: out of memory")
+            return not stopped.value
+
+        still = for_each_pair(batch, one)
+        return flow, px, py, torch.tensor(still, dtype=torch.bool, device=active.device)
+
+    def median(self, flow: Tensor, active: Tensor, ksize: int) -> Tensor:
+        """``flow`` with the ``ksize x ksize`` median applied to u and v of the pairs still iterating."""
+        (flow,) = _checked(flow)
+        out = flow.clone()
+        batch, _, height, width = flow.shape
+        flags = active.tolist()
+
+        def one(b: int) -> None:
+            if flags[b] and self.lib.median(_pointer(flow, b), _pointer(out, b), 2, height, width, ksize) < 0:
+                raise MemoryError("TV-L1 C kernels: out of memory")
+
+        for_each_pair(batch, one)
+        return out
+
+    def run_warp(self, flow: Tensor, px: Tensor, py: Tensor, image_grad: Tensor, rho_const: Tensor,
+                 neg_inv_grad_sq: Tensor, threshold: float, steps: tuple[float, float, float], outer: int,
+                 inner: int, ksize: int, exact: bool, stop_every: int) -> tuple[Tensor, Tensor, Tensor, int]:
+        """A whole warp of every pair: ``outer`` rounds of the median (``ksize > 1``) and up to ``inner``
+        iterations with the mode's stop test; returns the new ``(flow, px, py)`` and the pair-iterations run."""
+        flow, px, py = (t.clone() for t in _checked(flow, px, py))
+        grad, rho, ninv = _checked(image_grad, rho_const, neg_inv_grad_sq)
+        batch, channels, height, width = flow.shape
+
+        def one(b: int) -> int:
+            done = self.lib.warp(*(_pointer(t, b) for t in (flow, px, py, grad, rho, ninv)), channels, height,
+                                 width, outer, inner, ksize if ksize > 1 else 0, int(exact), stop_every, threshold,
+                                 *steps)
+            if done < 0:
+                raise MemoryError("TV-L1 C kernels: out of memory")
+            return done
+
+        return flow, px, py, sum(for_each_pair(batch, one))
+
+
+def c_passes(required: bool = False) -> CPasses | None:
+    """:class:`CPasses` if the C kernels build here; else None (``required``: raise :class:`CompileError`)."""
+    library = load_library()
+    if library is None and required:
+        raise CompileError("TV-L1 C kernels could not be built here (see the warning above)")
+    return None if library is None else CPasses(library)
