@@ -193,15 +193,30 @@ def test_bad_input_is_a_clear_error_before_any_work(small_store, tmp_path):
     assert not any(key.endswith("_bound_px") for key in ClipStore(small_store).meta)
 
 
-def test_auto_picks_opencv_tvl1_without_cuda():
+def test_auto_picks_our_tvl1_where_it_is_fast_and_continues_a_view_with_its_backend(monkeypatch):
     import torch
+
+    import coclr.flow.extract as extract
 
     backend, device = resolve_backend("auto")
     if torch.cuda.is_available():
         assert (backend.name, device) == ("tvl1-torch", "cuda")
-    else:
-        assert (backend.name, device) == ("tvl1", None)
+    else:  # the CPU: our TV-L1 where its C loops build (the default test machines have a compiler)
+        assert (backend.name, device) == ("tvl1-torch", "cpu")
+    assert resolve_backend("auto", "cpu", kernels="torch")[0].name == "tvl1"  # PyTorch operations: OpenCV is faster
+    assert resolve_backend("auto", "cpu", recorded="tvl1")[0].name == "tvl1"  # a view continues as it started
+    assert resolve_backend("auto", "cpu", kernels="torch", recorded="tvl1-torch")[0].name == "tvl1-torch"
+    monkeypatch.setattr(extract, "load_library", lambda: None)  # no compiler: OpenCV's
     assert resolve_backend("auto", "cpu")[0].name == "tvl1"
+
+
+def test_auto_continues_a_view_started_with_opencv(small_store):
+    """A view begun by ``auto`` when it meant OpenCV's tvl1 is continued with OpenCV's tvl1, not refused."""
+    keys = ClipStore(small_store).keys()
+    extract_flow(small_store, backend="tvl1", keys=keys[:1], workers=0)
+    summary = extract_flow(small_store, backend="auto", device="cpu", keys=keys[:2], workers=0)
+    assert (summary.done, summary.skipped, summary.failed) == (1, 1, [])
+    assert ClipStore(small_store).meta["flow_method"]["backend"] == "tvl1"
 
 
 def test_cli_reports_bad_input_as_one_line(small_store, tmp_path, capsys):

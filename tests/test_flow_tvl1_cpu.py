@@ -234,7 +234,7 @@ def test_fallback_to_torch_with_one_warning(tmp_path, monkeypatch, failure):
     else:
         monkeypatch.setenv("CC", "false")  # runs, and fails
         expected = "false failed"
-    with pytest.warns(RuntimeWarning, match=f"using PyTorch operations on the CPU: {expected}") as caught:
+    with pytest.warns(RuntimeWarning, match=rf"CPU flow runs without them \(slower\): {expected}") as caught:
         passes = make_passes("auto", torch.device("cpu"))
         assert isinstance(make_passes("auto", torch.device("cpu")), TorchPasses)  # warned once, not again
     assert isinstance(passes, TorchPasses) and len(caught) == 1

@@ -33,8 +33,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``coclr flow`` (shared by the subcommand parser and the parser of what follows STORE)."""
     parser.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                         help="tvl1: OpenCV TV-L1 on CPU; dis: OpenCV DIS (fast, less accurate); tvl1-torch: "
-                        "TV-L1 in PyTorch (GPU); auto: tvl1-torch on CUDA when available, else tvl1; opencv and "
-                        "torch are short for tvl1 and tvl1-torch")
+                        "our TV-L1 (Triton kernels on a GPU, C loops on the CPU); auto: the backend the view was "
+                        "started with, else tvl1-torch on CUDA, in the fast mode or where its C loops build, else "
+                        "tvl1; opencv and torch are short for tvl1 and tvl1-torch")
     parser.add_argument("--view", help="view name to write (default: 'flow' for TV-L1, 'flow_dis' for DIS)")
     parser.add_argument("--workers", type=int,
                         help="worker processes for the CPU backends, JPEG processes for tvl1-torch (default: one per "

@@ -43,6 +43,7 @@ from coclr.flow.opencv import opencv_dis, opencv_tvl1
 from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
 from coclr.flow.pipeline import FlowPipeline
 from coclr.flow.source import SOURCE_VIEW, decode_gray, video_source
+from coclr.flow.tvl1_cpu import load_library
 from coclr.runfolder import FolderRule
 from coclr.store.clipstore import ENTRY_SUFFIX, ClipStore, check_view_name
 from coclr.store.jobs import JobSummary, run_entry_jobs, run_entry_stream, writing_view
@@ -71,8 +72,10 @@ BACKENDS: dict[str, FlowBackend] = {
     for backend in (
         FlowBackend("tvl1", "flow", False, "OpenCV dual TV-L1 on the CPU (the paper's flow)"),
         FlowBackend("dis", "flow_dis", False, "OpenCV DIS, 'medium' preset (fast, less accurate)"),
-        FlowBackend("tvl1-torch", "flow", True, "TV-L1 in PyTorch on a torch device (GPU)"),
-        FlowBackend("auto", "flow", False, "tvl1-torch on CUDA when available or in the fast mode, else tvl1"),
+        FlowBackend("tvl1-torch", "flow", True, "our TV-L1 on a torch device: fused Triton kernels on a GPU, fused C "
+                    "loops on the CPU (OpenCV's scheme and results, several times faster)"),
+        FlowBackend("auto", "flow", False, "the backend a view was started with; else tvl1-torch on CUDA, in the fast "
+                    "mode, or on a CPU where its C loops build; else tvl1"),
     )
 }
 
@@ -81,19 +84,27 @@ ALIASES = {"torch": "tvl1-torch", "opencv": "tvl1"}
 """Short names accepted for the two TV-L1 backends."""
 
 
-def resolve_backend(name: str, device: str | None = None, mode: str = "exact") -> tuple[FlowBackend, str | None]:
+def resolve_backend(name: str, device: str | None = None, mode: str = "exact", kernels: str = "auto",
+                    recorded: str | None = None) -> tuple[FlowBackend, str | None]:
     """The concrete backend for ``name`` and the torch device it runs on (None for the OpenCV backends).
 
-    ``auto`` picks ``tvl1-torch`` when ``device`` is a CUDA device, or is None and CUDA is available, or ``mode``
-    is ``fast``; otherwise ``tvl1``. Under torchrun, ``cuda`` means the process's own GPU (``cuda:LOCAL_RANK``).
-    Raises :class:`ConfigError` for an unknown backend, an unusable device or a mode the backend lacks.
+    ``auto`` continues a view with the backend it was started with (``recorded``, a TV-L1 backend), so that the
+    same command keeps its meaning; otherwise it picks ``tvl1-torch`` when ``device`` is a CUDA device (or None
+    and CUDA is available), when ``mode`` is ``fast``, or on the CPU when its fused C loops build here and
+    ``kernels`` allows them (several times OpenCV's speed: docs/performance.md); otherwise OpenCV's ``tvl1``.
+    Under torchrun, ``cuda`` means the process's own GPU (``cuda:LOCAL_RANK``). Raises :class:`ConfigError` for an
+    unknown backend, an unusable device or a mode the backend lacks.
     """
     name = ALIASES.get(name, name)
     if name not in BACKENDS:
         raise ConfigError(f"backend: unknown flow backend {name!r} (choose from {', '.join([*BACKENDS, *ALIASES])})")
     if name == "auto":
-
-        name = "tvl1-torch" if mode == "fast" or pick_device(device).type == "cuda" else "tvl1"
+        if recorded in ("tvl1", "tvl1-torch"):
+            name = recorded
+        elif mode == "fast" or pick_device(device).type == "cuda":
+            name = "tvl1-torch"
+        else:
+            name = "tvl1-torch" if kernels in ("auto", "c") and load_library() is not None else "tvl1"
     if mode != "exact" and name != "tvl1-torch":
         raise ConfigError(f"mode: the {mode} mode is computed by the tvl1-torch backend only, not by {name}")
     backend = BACKENDS[name]
@@ -251,7 +262,9 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
     work. Resumable: complete entries are skipped. In a distributed job each process extracts its share.
     """
     check_mode(mode, stop_every)
-    chosen, torch_device = resolve_backend(backend, device, mode)
+    store = ClipStore(store_root)
+    recorded = recorded_method(store, view or BACKENDS["auto"].default_view) if backend == "auto" else None
+    chosen, torch_device = resolve_backend(backend, device, mode, kernels, recorded and recorded.get("backend"))
     if params is not None and chosen.name == "dis":
         raise ConfigError("TV-L1 parameters were given, but the dis backend does not use them")
     params = params or TVL1Params()
@@ -264,7 +277,6 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
         bound = check_bound(bound)
     except ValueError as error:
         raise ConfigError(f"bound: {error}") from None
-    store = ClipStore(store_root)
     view = view or chosen.default_view
     check_view_name(view)
     if view == SOURCE_VIEW:

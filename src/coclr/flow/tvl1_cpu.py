@@ -458,7 +458,7 @@ def load_library() -> Library | None:
             try:
                 _LIBRARY.append(Library(build_library()))
             except (CompileError, OSError) as error:
-                warnings.warn(f"TV-L1 C kernels unavailable, using PyTorch operations on the CPU: {error}",
+                warnings.warn(f"TV-L1 C kernels unavailable, CPU flow runs without them (slower): {error}",
                               RuntimeWarning, stacklevel=3)
                 _LIBRARY.append(None)
         return _LIBRARY[0]
