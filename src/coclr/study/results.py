@@ -201,6 +201,7 @@ PAIRS: tuple[tuple[str, str, str], ...] = (
     ("CoCLR-RGB K=5 - K=50", "coclr_rgb", "coclr_k50_rgb"),
     ("CoCLR-RGB alternating - sim", "coclr_rgb", "coclr_sim_rgb"),
     ("CoCLR-RGB alternating with equal updates - sim", "coclr_equal_rgb", "coclr_sim_rgb"),
+    ("CoCLR-RGB alternating with equal updates - alternating", "coclr_equal_rgb", "coclr_rgb"),
 )
 """The comparisons behind the paper's claims, as ``(name, row a, row b)``: the claim expects a - b > 0 (>= 0 for
 K and the schedule)."""
