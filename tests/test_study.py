@@ -322,3 +322,45 @@ def test_the_scheduler_runs_jobs_after_their_dependencies_and_stops_what_a_failu
     assert not (logs / "never.log").exists()
     with pytest.raises(CoclrError, match="wait for nowhere, which no job provides"):
         run_jobs([_job("lost", ok, ("nowhere",))], tmp_path, processes=1, poll_seconds=0.05)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
+def test_a_study_stopped_by_sigterm_stops_its_running_commands(tmp_path: Path) -> None:
+    """``kill STUDY_PID`` must not leave its commands training on (and holding their folders) behind its back."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "study.py"
+    script.write_text(
+        "import sys\nfrom pathlib import Path\nfrom coclr.study.plan import Job\n"
+        "from coclr.study.scheduler import run_jobs\n"
+        "out = Path(sys.argv[1])\n"
+        "sleeper = [sys.executable, '-c', 'import os, sys, time; "
+        "open(sys.argv[1] + \".tmp\", \"w\").write(str(os.getpid())); "
+        "os.replace(sys.argv[1] + \".tmp\", sys.argv[1]); time.sleep(120)']\n"
+        "try:\n"
+        "    run_jobs([Job('a', [str(out / 'a.pid')]), Job('b', [str(out / 'b.pid')])], out, processes=2,\n"
+        "             poll_seconds=0.05, command=sleeper)\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(130)\n")
+    study = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stderr=subprocess.DEVNULL)
+    pids = [tmp_path / "a.pid", tmp_path / "b.pid"]
+    deadline = time.monotonic() + 60
+    while not all(p.exists() for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    children = [int(p.read_text()) for p in pids]
+    assert all(_alive(pid) for pid in children)
+    study.send_signal(signal.SIGTERM)
+    assert study.wait(60) == 130
+    assert not any(_alive(pid) for pid in children), "a command of the study was left running"

@@ -4,14 +4,20 @@ Every command gets its share of the CPU threads (and, with GPUs, one GPU, in tur
 ``OUT/logs/<name>.log``. A progress bar counts the training epochs of all of them, with an ETA. A command that
 fails stops the commands that need it; the others run on; then the failures are raised together with the end of
 each one's log. Running the study again continues every command where it stopped (each one is resumable).
+When the study stops early (interrupted, SIGTERM, an error of its own), it stops its running commands first, so
+that none goes on writing, and holding its folder, behind its back.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,11 +52,50 @@ def _epochs_done(job: Job, finished: bool) -> int:
     return min(done, job.epochs)
 
 
+STOP_SECONDS = 30.0
+"""How long a stopped command may take to exit after SIGTERM before it is killed."""
+COMMAND = (sys.executable, "-m", "coclr")
+"""What runs a job: ``COMMAND + job.argv``."""
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While the block runs, SIGTERM interrupts it as Ctrl-C does (:class:`KeyboardInterrupt`): cleanup runs and
+    the command exits as interrupted. Only the main thread can take signals; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stop_processes(processes: Sequence[subprocess.Popen], grace: float = STOP_SECONDS) -> None:
+    """SIGTERM to every process still running, then SIGKILL to those still running after ``grace`` seconds."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + grace
+    for process in processes:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None = None,
-             desc: str = "study", poll_seconds: float = 1.0) -> None:
-    """Run ``jobs`` (in priority order) as ``python -m coclr ARGV`` child processes, at most ``processes`` at once,
-    each after the jobs named in its ``deps``; raises :class:`CoclrError` naming every failed job (and those it
-    stopped) once the others are done."""
+             desc: str = "study", poll_seconds: float = 1.0, command: Sequence[str] = COMMAND) -> None:
+    """Run ``jobs`` (in priority order) as ``COMMAND + argv`` child processes (``python -m coclr ARGV``), at most
+    ``processes`` at once, each after the jobs named in its ``deps``; raises :class:`CoclrError` naming every failed
+    job (and those it stopped) once the others are done. Stopped early (Ctrl-C, SIGTERM, an error), it stops the
+    commands still running before it returns."""
 
     threads = threads_per_job(processes)
     pending = list(jobs)
@@ -67,44 +112,47 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
             env["CUDA_VISIBLE_DEVICES"] = str(gpus[slot % len(gpus)])
         log = logs / f"{job.name}.log"
         with log.open("a") as handle:
-            process = subprocess.Popen([sys.executable, "-m", "coclr", *job.argv], stdout=handle,
-                                       stderr=subprocess.STDOUT, env=env)
+            process = subprocess.Popen([*command, *job.argv], stdout=handle, stderr=subprocess.STDOUT, env=env)
         return _Running(job, process, slot, log)
 
     total = sum(job.epochs for job in jobs)
-    with tqdm(total=total, desc=desc, unit="epoch", dynamic_ncols=True) as bar:
-        while pending or running:
-            for item in list(running):
-                if item.process.poll() is None:
-                    continue
-                running.remove(item)
-                if item.process.returncode == 0:
-                    done.add(item.job.name)
-                else:
-                    failed.append((item.job, item.log))
-            stopped = {job.name for job, _ in failed} | {job.name for job in blocked}
-            for job in list(pending):
-                if stopped & set(job.deps):
-                    pending.remove(job)
-                    blocked.append(job)
-            free = [slot for slot in range(processes) if slot not in {item.slot for item in running}]
-            for job in list(pending):
-                if not free:
-                    break
-                if set(job.deps) <= done:
-                    pending.remove(job)
-                    running.append(start(job, free.pop(0)))
-            if not running and pending:  # nothing can start: a dependency is not a job of this run
-                missing = sorted({dep for job in pending for dep in job.deps} - done)
-                raise CoclrError(f"jobs {', '.join(job.name for job in pending)} wait for {', '.join(missing)}, "
-                                 "which no job provides")
-            epochs = sum(_epochs_done(job, job.name in done) for job in jobs)
-            bar.set_postfix_str(", ".join(item.job.name for item in running), refresh=False)
-            bar.update(epochs - bar.n)
-            if pending or running:
-                time.sleep(poll_seconds)
+    try:
+        with sigterm_interrupts(), tqdm(total=total, desc=desc, unit="epoch", dynamic_ncols=True) as bar:
+            while pending or running:
+                for item in list(running):
+                    if item.process.poll() is None:
+                        continue
+                    running.remove(item)
+                    if item.process.returncode == 0:
+                        done.add(item.job.name)
+                    else:
+                        failed.append((item.job, item.log))
+                stopped = {job.name for job, _ in failed} | {job.name for job in blocked}
+                for job in list(pending):
+                    if stopped & set(job.deps):
+                        pending.remove(job)
+                        blocked.append(job)
+                free = [slot for slot in range(processes) if slot not in {item.slot for item in running}]
+                for job in list(pending):
+                    if not free:
+                        break
+                    if set(job.deps) <= done:
+                        pending.remove(job)
+                        running.append(start(job, free.pop(0)))
+                if not running and pending:  # nothing can start: a dependency is not a job of this run
+                    missing = sorted({dep for job in pending for dep in job.deps} - done)
+                    raise CoclrError(f"jobs {', '.join(job.name for job in pending)} wait for {', '.join(missing)}, "
+                                     "which no job provides")
+                epochs = sum(_epochs_done(job, job.name in done) for job in jobs)
+                bar.set_postfix_str(", ".join(item.job.name for item in running), refresh=False)
+                bar.update(epochs - bar.n)
+                if pending or running:
+                    time.sleep(poll_seconds)
+    finally:
+        stop_processes([item.process for item in running])
     if failed:
         tails = "\n".join(f"--- {job.name} ({log}):\n" + "\n".join(log.read_text().splitlines()[-15:])
                           for job, log in failed)
         stopped = f"; not run, as they need them: {', '.join(job.name for job in blocked)}" if blocked else ""
         raise CoclrError(f"failed: {', '.join(job.name for job, _ in failed)}{stopped}\n{tails}")
+
