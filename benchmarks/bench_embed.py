@@ -194,31 +194,57 @@ def compare_embed(threads: tuple[int, ...] = (1, 2), repeats: int = 1, width: fl
                 for precision in precisions:
                     mode = None if precision == "fp32" else precision
                     times: dict[str, list[float]] = {"ours": [], "theirs": []}
+                    cpu: dict[str, list[float]] = {"ours": [], "theirs": []}
                     vectors = {}
                     order = ["theirs", "ours", "ours", "theirs"] * repeats
                     for side in order:
-                        started = time.perf_counter()
+                        started, cpu_started = time.perf_counter(), cpu_seconds()
                         if side == "ours":
                             vectors[side] = ours_embed(paths, checkpoint, work / "out", workers, mode)
                         else:
                             vectors[side] = plain_embed(paths, checkpoint)
                         times[side].append(time.perf_counter() - started)
-                        log(f"  {count} thread(s), {precision}: {side} {times[side][-1]:.1f} s")
+                        cpu[side].append(cpu_seconds() - cpu_started)
+                        log(f"  {count} thread(s), {precision}: {side} {times[side][-1]:.1f} s "
+                            f"(CPU {cpu[side][-1]:.1f} s, load {os.getloadavg()[0]:.1f})")
                     cosine = float((vectors["ours"] * vectors["theirs"]).sum(axis=1).min())
                     ours, theirs = statistics.median(times["ours"]), statistics.median(times["theirs"])
+                    ours_cpu, theirs_cpu = statistics.median(cpu["ours"]), statistics.median(cpu["theirs"])
+                    pairs = pair_ratios(times, order)
                     rows.append({"path": "coclr embed", "compared_with": "plain PyAV + S3D script", "what": what,
                                  "width": width, "threads": count, "precision": precision, "ours_s": ours,
                                  "theirs_s": theirs, "ours_spread_s": max(times["ours"]) - min(times["ours"]),
                                  "theirs_spread_s": max(times["theirs"]) - min(times["theirs"]),
-                                 "ratio": theirs / ours, "min_cosine": cosine,
+                                 "ratio": theirs / ours, "pair_ratios": pairs, "ours_cpu_s": ours_cpu,
+                                 "theirs_cpu_s": theirs_cpu, "cpu_ratio": theirs_cpu / ours_cpu,
+                                 "min_cosine": cosine,
                                  "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else None})
                     log(f"coclr embed vs plain script, {what}, {count} thread(s), {precision}: ours {ours:.1f} s, "
-                        f"theirs {theirs:.1f} s, ratio {theirs / ours:.2f}, min cosine {cosine:.5f}")
+                        f"theirs {theirs:.1f} s, ratio {theirs / ours:.2f} (within pairs: "
+                        f"{', '.join(f'{r:.2f}' for r in pairs)}); CPU time ours {ours_cpu:.1f} s, theirs "
+                        f"{theirs_cpu:.1f} s, ratio {theirs_cpu / ours_cpu:.2f}; min cosine {cosine:.5f}")
         finally:
             torch.set_num_threads(saved_threads)
             if saved_affinity is not None:
                 os.sched_setaffinity(0, saved_affinity)
     return rows
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished child processes (the decoding workers), user and system:
+    what a run cost in work, steadier than wall time on a machine that other jobs share."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def pair_ratios(times: dict[str, list[float]], order: list[str]) -> list[float]:
+    """theirs / ours within each pair of consecutive runs (A B, then B A, ...): ``order`` names the side of each
+    run, ``times[side]`` holds that side's timings in the order they were taken."""
+    taken = {side: iter(values) for side, values in times.items()}
+    runs = [(side, next(taken[side])) for side in order]
+    return [dict(pair)["theirs"] / dict(pair)["ours"] for pair in zip(runs[::2], runs[1::2])]
 
 
 def bench_search(args: argparse.Namespace, work: Path) -> None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.flow.encode import flow_to_uint8
 from coclr.flow.opencv import rgb_to_gray
 from coclr.flow.tvl1 import tvl1_flow
+from coclr.models.inference import fused_for_inference
 from coclr.models.loading import load_encoder
 from coclr.video.decode import VideoReader
 
@@ -93,19 +93,17 @@ class EmbedFailure:
 class Embedder:
     """An encoder checkpoint (and optionally a flow encoder) ready to embed video files.
 
-    ``Embedder(checkpoint, device=None, flow_checkpoint=None, batch_size=16, workers=None, optimize=False,
-    **settings)``: ``device`` defaults to CUDA when available; ``workers`` decoding processes (None: up to 8, one
-    core left to this process; 0: decode here); ``optimize`` compiles float32 CPU networks for inference
-    (:func:`frozen_for_inference`; off by default: its build cost outweighed its gain in the measured runs, and it
-    was slower on 2 threads; docs/embed.md); ``settings`` override any
-    :class:`~coclr.embed.settings.EmbedSettings` key (e.g. ``feature="head"``, ``window_step=8``), the rest come
-    from the checkpoint (see
-    :func:`~coclr.embed.settings.resolve_settings`). State: the loaded networks on ``device``.
+    ``Embedder(checkpoint, device=None, flow_checkpoint=None, batch_size=16, workers=None, **settings)``:
+    ``device`` defaults to CUDA when available; ``workers`` decoding processes (None: up to 8, one core left to this
+    process; 0: decode here); ``settings`` override any :class:`~coclr.embed.settings.EmbedSettings` key (e.g.
+    ``feature="head"``, ``window_step=8``), the rest come from the checkpoint (see
+    :func:`~coclr.embed.settings.resolve_settings`). State: the loaded networks on ``device`` (float32 on the CPU:
+    BatchNorm folded and ReLU fused into the convolutions, :func:`~coclr.models.inference.fused_for_inference`).
     """
 
     def __init__(self, checkpoint: str | os.PathLike[str], device: str | torch.device | None = None,
                  flow_checkpoint: str | os.PathLike[str] | None = None, batch_size: int = 16,
-                 workers: int | None = None, optimize: bool = False, **settings: Any) -> None:
+                 workers: int | None = None, **settings: Any) -> None:
 
         self.checkpoint = Path(checkpoint)
         self.flow_checkpoint = Path(flow_checkpoint) if flow_checkpoint is not None else None
@@ -118,14 +116,12 @@ class Embedder:
         self.workers = workers if workers is not None else max(1, min(8, (os.cpu_count() or 2) - 1))
         self.device = pick_device(device)
         check_precision(self.settings.precision, self.device)
-        example = (1, 3, self.settings.length, self.settings.size, self.settings.size) if optimize else None
         self.streams = [_Stream.load(self.checkpoint, "rgb", self.settings.mean, self.settings.std,
-                                     self.settings.feature, self.device, load_encoder, self.settings.precision,
-                                     example)]
+                                     self.settings.feature, self.device, load_encoder, self.settings.precision)]
         if self.flow_checkpoint is not None:
             self.streams.append(_Stream.load(self.flow_checkpoint, "flow", self.settings.flow_mean,
                                              self.settings.flow_std, self.settings.feature, self.device, load_encoder,
-                                             self.settings.precision, example))
+                                             self.settings.precision))
         self.dim = sum(stream.dim for stream in self.streams)
 
     def embed(self, path: str | os.PathLike[str]) -> VideoEmbedding:
@@ -208,15 +204,16 @@ class _Stream:
 
     @classmethod
     def load(cls, checkpoint: Path, view: str, mean, std, feature: str, device: torch.device, load_encoder,
-             precision: str | None = None, example: tuple[int, ...] | None = None) -> _Stream:
-        """``example``: the shape of one clip, to compile the backbone for inference with (None: eager)."""
+             precision: str | None = None) -> _Stream:
+        """The networks of ``checkpoint`` on ``device``; float32 on the CPU runs the fused inference copy of the
+        backbone (:func:`~coclr.models.inference.fused_for_inference`), bf16 the eager one under autocast."""
         backbone, head = load_encoder(checkpoint, map_location="cpu")
         backbone.to(device).eval()
+        if device.type == "cpu" and precision is None:
+            backbone = fused_for_inference(backbone)
         layout = inference_layout(device)
         backbone.to(memory_format=layout)
         out_channels = backbone.out_channels
-        if example is not None and device.type == "cpu" and precision is None:
-            backbone, layout = frozen_for_inference(backbone, torch.zeros(example)), torch.contiguous_format
         if feature == "head":
             if head is None:
                 raise CheckpointError(f"{checkpoint}: has no projection head; embed its backbone feature instead "
@@ -238,18 +235,6 @@ def inference_layout(device: torch.device) -> torch.memory_format:
     """The memory layout the networks run in: channels-last 3D on the CPU, where oneDNN's convolutions run it
     faster than the default layout at the same precision (measured, docs/embed.md), the default elsewhere."""
     return torch.channels_last_3d if device.type == "cpu" else torch.contiguous_format
-
-
-def frozen_for_inference(backbone: torch.nn.Module, example: torch.Tensor) -> torch.jit.ScriptModule:
-    """The backbone traced, frozen and optimised for CPU inference by TorchScript: BatchNorm folded into the
-    convolutions, ReLU fused into them, the weights prepacked once for oneDNN. The same float32 features to
-    rounding (cosine 0.9999999 on the full-width S3D). Measured (docs/embed.md): 2.2x eager channels-last 3D on one
-    thread in a long-running process, but a build of 17 to 33 s for the full-width network and no gain on two
-    threads, so it is opt-in (``Embedder(optimize=True)``)."""
-
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # TorchScript's deprecation notice
-        return torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(backbone, example)))
 
 
 def check_precision(precision: str | None, device: torch.device) -> None:
