@@ -9,9 +9,8 @@ S3D's float32 3D convolutions to its im2col path, ``slow_conv3d_forward``: 56 of
 
 The same features to rounding (the fold changes where the products are rounded; docs/embed.md gives the
 measured cosines), and the same bits with any thread count (tested; the eager network's differed by rounding).
-Training is
-untouched: :func:`fused_for_inference` builds a separate module from an eval-mode backbone; it has no
-BatchNorm to update and no gradient.
+Training is untouched: :func:`fused_for_inference` builds a separate module from an eval-mode backbone; it has
+no BatchNorm to update and no gradient.
 """
 
 from __future__ import annotations
