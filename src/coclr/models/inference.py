@@ -8,9 +8,9 @@ S3D's float32 3D convolutions to its im2col path, ``slow_conv3d_forward``: 56 of
 (CUDA, other dtypes, a PyTorch without the op) the same module runs ``conv3d`` then an in-place ReLU.
 
 The same features to rounding (the fold changes where the products are rounded; docs/embed.md gives the
-measured cosines), and, like oneDNN's plain convolutions, the same bits with any thread count. Training is
-untouched: :func:`fused_for_inference` builds a separate module from an eval-mode backbone; it has no
-BatchNorm to update and no gradient.
+measured cosines), and the same bits with any thread count (tested; the eager network's differed by rounding).
+Training is untouched: :func:`fused_for_inference` builds a separate module from an eval-mode backbone; it has
+no BatchNorm to update and no gradient.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ __all__ = ["ConvReLU", "fold_batchnorm", "fused_for_inference", "has_fused_convo
 
 
 def has_fused_convolution() -> bool:
-    """Whether this PyTorch has oneDNN's fused convolution + pointwise op for CPU tensors (torch >= 2.1 built
-    with oneDNN)."""
+    """Whether this PyTorch has oneDNN's fused convolution + pointwise op for CPU tensors (built with oneDNN,
+    and recent enough to register ``mkldnn::_convolution_pointwise``)."""
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_convolution_pointwise")
 
 
