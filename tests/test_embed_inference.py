@@ -1,5 +1,5 @@
 """The fused inference network of ``coclr embed`` (BatchNorm folded into the convolutions, ReLU fused with them):
-the fold against conv -> BatchNorm, the fused S3D against the eager one, the same bits with any thread count, and
+the fold against conv -> BatchNorm, the fused S3D against the eager one, independent of the thread count, and
 the embeddings of real clips and generated videos against the unfused float32 path."""
 
 from __future__ import annotations
@@ -106,7 +106,9 @@ def test_the_fused_copy_computes_the_eager_network_and_leaves_it_alone():
         assert (result.double() - exact).abs().max() <= 10 * float32_error
 
 
-def test_the_fused_network_gives_the_same_bits_with_any_thread_count():
+def test_the_fused_network_does_not_depend_on_the_thread_count():
+    """The same bits on the Intel Xeon it was measured on (oneDNN's forward convolutions do not split their sums
+    across threads); the bound leaves room for a CPU whose kernels order a sum by the thread count: rounding only."""
     fused = fused_for_inference(calibrated_s3d(0.25)).to(memory_format=torch.channels_last_3d)
     x = (torch.rand(2, 3, 16, 64, 64) * 4 - 2).contiguous(memory_format=torch.channels_last_3d)
     threads = torch.get_num_threads()
@@ -118,7 +120,8 @@ def test_the_fused_network_gives_the_same_bits_with_any_thread_count():
                 outputs.append(fused(x))
     finally:
         torch.set_num_threads(threads)
-    assert all(torch.equal(outputs[0], other) for other in outputs[1:])
+    scale = outputs[0].abs().max()
+    assert all((outputs[0] - other).abs().max() <= 1e-6 * scale for other in outputs[1:])
 
 
 def unfused_embedder(monkeypatch, *args, **kwargs) -> Embedder:

@@ -8,7 +8,7 @@ process spins on one core, ``docs/performance.md``). With a passive wait policy 
 at once, so a second thread can only help. OpenMP reads the policy once, when the runtime is loaded (on
 ``import torch``), so :func:`apply_process_policy` must run before torch is imported: ``coclr.cli`` calls it
 when it is imported (the ``coclr`` script, ``python -m coclr`` and ``torchrun -m coclr`` all import it
-first) and the benchmarks call it at their top. A value the user has set is kept.
+first); ``benchmarks/compare.py`` gives both sides' workers the same settings. A value the user has set is kept.
 
 Large CPU tensors (a batch of clips is 50-100 MB) are fresh memory mappings each time: the first touch of each
 4 KiB page faults and zeroes it, a sizeable part of writing a normalised batch. With ``THP_MEM_ALLOC_ENABLE``
