@@ -46,3 +46,42 @@ def test_the_command_runs_with_the_policy(tmp_path):
             "print('POLICY', os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], env=base, capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == f"POLICY {OPENMP_POLICY['OMP_WAIT_POLICY']} False"
+
+
+FORKS = """
+import os, sys, time
+import numpy as np, cv2
+{guard}
+
+cv2.setNumThreads(2)
+image = np.random.default_rng(0).random((2000, 2000), dtype=np.float32)
+hung = 0
+for _ in range(8):
+    for _ in range(3):
+        cv2.GaussianBlur(image, (21, 21), 5)  # OpenCV's pool runs in the parent, and it forks right after
+    pid = os.fork()
+    if pid == 0:
+        worker_opencv_threads()  # hung in about one fork in two without the fork guard
+        cv2.GaussianBlur(image, (21, 21), 5)
+        os._exit(0)
+    deadline = time.monotonic() + 20
+    while os.waitpid(pid, os.WNOHANG)[0] == 0:
+        if time.monotonic() > deadline:
+            hung += 1
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            break
+        time.sleep(0.02)
+print("HUNG", hung, cv2.getNumThreads())
+"""
+GUARD = "from coclr.threads import worker_opencv_threads"
+UNGUARDED = "def worker_opencv_threads():\n    cv2.setNumThreads(1)"
+
+
+@pytest.mark.skipif(not hasattr(os, "register_at_fork"), reason="fork hooks are POSIX-only")
+def test_workers_forked_after_opencvs_pool_ran_do_not_hang(tmp_path):
+    """Without the guard (``FORKS.format(guard=UNGUARDED)``) some of the 8 children hang in cv2.setNumThreads."""
+    script = tmp_path / "forks.py"
+    script.write_text(FORKS.format(guard=GUARD))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=400, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "HUNG 0 2"  # none hung; the parent keeps its 2 threads

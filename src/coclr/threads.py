@@ -1,5 +1,5 @@
 """Process settings of the libraries we call, for every entry point: OpenMP's wait policy, PyTorch's huge-page
-allocations; and OpenCV's pool size.
+allocations; OpenCV's pool size, and forking safely after OpenCV's pool ran.
 
 OpenMP threads that finish a parallel region spin, by default, for a while before sleeping. When another
 process keeps a core busy, a spinning thread steals the core that the thread holding the rest of the work
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -56,3 +57,33 @@ def opencv_threads(threads: int | None) -> Iterator[None]:
         yield
     finally:
         cv2.setNumThreads(previous)
+
+
+_SAVED = threading.local()
+
+
+def _before_fork() -> None:
+    cv2 = sys.modules.get("cv2")
+    _SAVED.opencv_threads = cv2.getNumThreads() if cv2 is not None else 1
+    if _SAVED.opencv_threads > 1:
+        cv2.setNumThreads(1)  # OpenCV stops its pool threads, so the child inherits no half-owned pool
+
+
+def _after_fork_in_parent() -> None:
+    if getattr(_SAVED, "opencv_threads", 1) > 1:
+        sys.modules["cv2"].setNumThreads(_SAVED.opencv_threads)
+
+
+if hasattr(os, "register_at_fork"):
+    # OpenCV's thread pool (pthreads) is not fork-safe: a child forked after the parent ran a parallel OpenCV call
+    # inherits the pool's state without its threads, and its first cv2.setNumThreads waits for them forever
+    # (measured: about one fork in two hung). Worker processes (store jobs, flow decoders, embed decoders, data
+    # loaders) are forked, so every fork of this process parks the pool first and restores it after.
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
+
+
+def worker_opencv_threads() -> None:
+    """In a worker process: OpenCV on one thread (the workers are one per core already)."""
+    import cv2  # noqa: PLC0415 (heavy: this module is imported when the CLI starts)
+
+    cv2.setNumThreads(1)

@@ -36,7 +36,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -53,6 +52,7 @@ from coclr.flow.opencv import rgb_to_gray
 from coclr.flow.tvl1 import tvl1_flow
 from coclr.models.inference import fused_for_inference
 from coclr.models.loading import load_encoder
+from coclr.threads import worker_opencv_threads
 from coclr.video.decode import VideoReader
 
 CHUNK_FRAMES = 32
@@ -279,8 +279,7 @@ def _decoded_messages(paths: Sequence[str], settings: EmbedSettings, workers: in
 
 
 def _init_decoder(_worker: int) -> None:
-
-    cv2.setNumThreads(1)
+    worker_opencv_threads()
 
 
 class _DecodedVideos(torch.utils.data.IterableDataset):

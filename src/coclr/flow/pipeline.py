@@ -32,7 +32,6 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import cv2
 import numpy as np
 
 from coclr.errors import ConfigError
@@ -43,7 +42,7 @@ from coclr.flow.tvl1 import tvl1_flow
 from coclr.store.clipstore import ClipStore, StorageFullError, write_entry
 from coclr.store.jobs import RecordFn, default_start_method, init_worker
 from coclr.store.jpeg import encode_jpeg
-from coclr.threads import opencv_threads
+from coclr.threads import opencv_threads, worker_opencv_threads
 
 if TYPE_CHECKING:
     import torch
@@ -106,7 +105,7 @@ class _DecodedVideos:
 def _decoder_init(_: int) -> None:
     import torch  # noqa: PLC0415 (heavy)
 
-    cv2.setNumThreads(1)
+    worker_opencv_threads()
     torch.set_num_threads(1)
 
 

@@ -29,7 +29,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import cv2
 from tqdm import tqdm
 
 from coclr.atomic import PARTIAL_SUFFIX
@@ -51,7 +50,7 @@ from coclr.store.clipstore import (
     record_failures,
     write_entry,
 )
-from coclr.threads import opencv_threads
+from coclr.threads import opencv_threads, worker_opencv_threads
 from coclr.video.indexes import VideoIndex
 
 EntryJob = Callable[[str], tuple[Sequence[bytes], float]]
@@ -272,7 +271,7 @@ def init_worker(job: EntryJob | None, parent_pid: int) -> None:
     left to the parent, and an exit soon after the parent (``parent_pid``) is gone."""
     global _WORKER_JOB
     _WORKER_JOB = job
-    cv2.setNumThreads(1)  # one process per core already; OpenCV's own threads would oversubscribe
+    worker_opencv_threads()  # one process per core already; OpenCV's own threads would oversubscribe
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled once, by the parent, which stops the pool
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
 
