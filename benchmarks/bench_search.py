@@ -97,13 +97,16 @@ def thread_env(threads: int) -> dict[str, str]:
 
 
 def make_folder(root: Path, rows: int, dim: int, seed: int = 0) -> Path:
-    """An embedding folder of ``rows`` random unit rows (reused when it exists with that shape)."""
+    """An embedding folder of ``rows`` random unit rows, each the row of a real (empty) file, so that a search serves
+    it (a row whose file is missing or changed is never served); reused when it exists with that shape."""
     from coclr.atomic import atomic_write_json, atomic_write_text
 
     folder = root / f"search_{rows}x{dim}"
-    if (folder / "embed.json").is_file() and np.load(folder / "videos.npy", mmap_mode="r").shape == (rows, dim):
+    files = folder / "files"
+    if ((folder / "embed.json").is_file() and np.load(folder / "videos.npy", mmap_mode="r").shape == (rows, dim)
+            and (files / f"v{rows - 1:07d}.mp4").is_file()):
         return folder
-    folder.mkdir(parents=True, exist_ok=True)
+    files.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     out = np.lib.format.open_memmap(folder / "videos.npy", mode="w+", dtype=np.float32, shape=(rows, dim))
     for start in range(0, rows, 16384):
@@ -114,9 +117,14 @@ def make_folder(root: Path, rows: int, dim: int, seed: int = 0) -> Path:
     np.save(folder / "windows.npy", np.zeros((0, dim), np.float32))
     atomic_write_text(folder / "windows.jsonl", "")
     atomic_write_text(folder / "failed.jsonl", "")
-    atomic_write_text(folder / "videos.jsonl", "".join(
-        json.dumps({"row": row, "path": f"/videos/v{row:07d}.mp4", "size": 1000, "mtime_ns": 0, "duration": 10.0,
-                    "fps": 25.0, "frames": 250, "windows": 0, "first_window": 0}) + "\n" for row in range(rows)))
+    records = []
+    for row in range(rows):
+        path = files / f"v{row:07d}.mp4"
+        path.touch()
+        stat = path.stat()
+        records.append(json.dumps({"row": row, "path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                                   "duration": 10.0, "fps": 25.0, "frames": 250, "windows": 0, "first_window": 0}))
+    atomic_write_text(folder / "videos.jsonl", "\n".join(records) + "\n")
     atomic_write_json(folder / "embed.json", {"format": "coclr-embeddings", "settings": {}, "dim": dim})
     return folder
 
