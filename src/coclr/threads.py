@@ -77,7 +77,7 @@ def _after_fork_in_parent() -> None:
 if hasattr(os, "register_at_fork"):
     # OpenCV's thread pool (pthreads) is not fork-safe: a child forked after the parent ran a parallel OpenCV call
     # inherits the pool's state without its threads, and its first cv2.setNumThreads waits for them forever
-    # (measured: about one fork in two hung). Worker processes (store jobs, flow decoders, embed decoders, data
+    # (measured: one fork in two to eight hung). Worker processes (store jobs, flow decoders, embed decoders, data
     # loaders) are forked, so every fork of this process parks the pool first and restores it after.
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
 
