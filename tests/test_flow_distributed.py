@@ -88,8 +88,9 @@ def test_a_process_killed_mid_run_then_the_same_command_completes_the_store(tmp_
     videos = {f"v{i:02d}.avi": moving_texture(5, 1 + i % 2, i % 3 - 1, seed=i) for i in range(10)}
     make_store(tmp_path / "two", videos)
     shutil.copytree(tmp_path / "two", tmp_path / "one")
-    heavier = ["nscales=3", "warps=3"]  # a few seconds per process, so that the kill lands mid-run
-    command = torchrun(tmp_path / "two", *heavier)
+    heavier = ["nscales=3", "warps=3"]
+    # PyTorch operations: a few seconds per process, so that the kill lands mid-run (the C loops finish first)
+    command = torchrun(tmp_path / "two", "--kernels", "torch", *heavier)
     agent = subprocess.Popen(command, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     flow_dir = tmp_path / "two" / "flow"
@@ -117,7 +118,7 @@ def test_a_process_killed_mid_run_then_the_same_command_completes_the_store(tmp_
     from coclr.flow.params import TVL1Params
 
     extract_flow(tmp_path / "one", backend="tvl1-torch", device="cpu", workers=1, batch_pairs=4,
-                 params=load_config(TVL1Params, None, heavier))
+                 params=load_config(TVL1Params, None, heavier), kernels="torch")
     assert stored_bytes(tmp_path / "two", "flow") == stored_bytes(tmp_path / "one", "flow")
     assert not list(flow_dir.rglob("*partial*"))
 
