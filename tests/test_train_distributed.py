@@ -114,7 +114,7 @@ def _refused_worker(rank: int, port: int, store: str, out: str, results: str) ->
         Trainer(tiny_config(Path(store), Path(out), "run.batch_size=2", *OPTIONS)).run()
     except CoclrError as error:
         (Path(results) / f"refused{rank}").write_text(str(error))
-    dist.destroy_process_group()
+    os._exit(0)  # not the group's teardown: once one rank has left, gloo may abort the other's (not under test)
 
 
 def test_a_folder_refused_on_rank_0_stops_every_rank(tmp_path: Path) -> None:
