@@ -44,6 +44,15 @@ def selection_network(n: int, outputs: Sequence[int]) -> list[Comparator]:
     return kept[::-1]
 
 
+def comparator_statements(network: Sequence[Comparator], names: Sequence[str], both: str, low: str,
+                          high: str) -> list[str]:
+    """Source lines of ``network`` on the variables ``names``, for the code generators (Triton, C): per comparator
+    ``(a, b, keep_min, keep_max)`` the template ``both``, ``low`` (the min only) or ``high`` (the max only),
+    formatted with ``a`` and ``b`` as the two variables' names."""
+    templates = {(True, True): both, (True, False): low, (False, True): high}
+    return [templates[keep_min, keep_max].format(a=names[a], b=names[b]) for a, b, keep_min, keep_max in network]
+
+
 def run_network(network: Sequence[Comparator], values: list[Tensor | None]) -> list[Tensor | None]:
     """Apply a comparator network elementwise to a list of equally shaped tensors (in place in the list)."""
     for a, b, keep_min, keep_max in network:

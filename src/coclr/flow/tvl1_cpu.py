@@ -48,7 +48,7 @@ import torch
 from torch import Tensor
 
 from coclr.atomic import atomic_open
-from coclr.flow.median import Comparator, median_plan
+from coclr.flow.median import Comparator, comparator_statements, median_plan
 
 MEDIAN_SIZES = (3, 5)
 """The median sizes compiled (OpenCV's float ``medianBlur`` sizes; :class:`~coclr.flow.params.TVL1Params`)."""
@@ -270,17 +270,9 @@ long long tvl1_warp(float *u, float *px, float *py, const float *g, const float 
 
 
 def _comparator_lines(network: Sequence[Comparator], names: Sequence[str]) -> list[str]:
-    """One C statement per comparator ``(a, b, keep_min, keep_max)`` of ``network`` on the variables ``names``."""
-    lines = []
-    for a, b, keep_min, keep_max in network:
-        first, second = names[a], names[b]
-        if keep_min and keep_max:
-            lines.append(f"t = MINF({first}, {second}); {second} = MAXF({first}, {second}); {first} = t;")
-        elif keep_min:
-            lines.append(f"{first} = MINF({first}, {second});")
-        else:
-            lines.append(f"{second} = MAXF({first}, {second});")
-    return lines
+    """One C statement per comparator of ``network`` on the variables ``names``."""
+    return comparator_statements(network, names, "t = MINF({a}, {b}); {b} = MAXF({a}, {b}); {a} = t;",
+                                 "{a} = MINF({a}, {b});", "{b} = MAXF({a}, {b});")
 
 
 def _loop(signature: str, body: list[str]) -> str:
