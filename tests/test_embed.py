@@ -111,14 +111,17 @@ def test_settings_from_checkpoint_format_and_overrides(tmp_path, encoder, flow_e
     assert (tv.size, tv.short_side, tv.fps, tv.mean) == (224, 256, 15.0, KINETICS_MEAN)
     assert resolve_settings(torchvision, mean=(0.1, 0.2, 0.3)).mean == (0.1, 0.2, 0.3)
 
-    two = resolve_settings(save_tiny_encoder(tmp_path / "rgb8.pth", meta={"clip_settings": {
-        "view": "rgb", "length": 8, "size": 32, "short_side": 32, "fps": None}}), flow_encoder)
-    assert two.two_stream and two.flow_bound == 5.0 and two.length == 8
+    rgb8 = save_tiny_encoder(tmp_path / "rgb8.pth", meta={"clip_settings": {
+        "view": "rgb", "length": 8, "size": 32, "short_side": 32, "fps": None}})
+    two = resolve_settings(rgb8, flow_encoder)
+    assert two.computes_flow and two.flow_bound == 5.0 and two.length == 8
     with pytest.raises(ConfigError, match=r"length: .* 16 and .* 8.*--length"):
         resolve_settings(recorded, flow_encoder)
     assert resolve_settings(recorded, flow_encoder, length=8, size=32, short_side=32, fps=25.0, stride=1).length == 8
-    with pytest.raises(ConfigError, match="trained on the 'flow' view"):
-        resolve_settings(flow_encoder)
+    alone = resolve_settings(flow_encoder)  # a flow encoder alone: the flow stream
+    assert alone.computes_flow and alone.flow_bound == 5.0 and (alone.length, alone.short_side) == (8, 32)
+    with pytest.raises(ConfigError, match="trained on the 'rgb' view, but --flow-checkpoint"):
+        resolve_settings(rgb8, rgb8)
     with pytest.raises(ConfigError, match="window_step"):
         resolve_settings(encoder, window_step=0)
     with pytest.raises(ConfigError, match="unknown embedding setting"):
@@ -212,6 +215,24 @@ def test_two_stream_concatenates_rgb_and_on_the_fly_flow(tmp_path, flow_encoder)
     np.testing.assert_allclose(result.vector, expected.numpy(), atol=1e-5)
     np.testing.assert_allclose(result.windows, combine(features).numpy(), atol=1e-5)
     assert len(result.starts) == len(windows)
+
+
+def test_a_flow_encoder_alone_embeds_the_flow_stream_of_the_two_stream_embedding(tmp_path, flow_encoder):
+    """A checkpoint trained on flow is a flow stream alone: its vectors are the flow half of the two-stream
+    vectors (times sqrt 2), over the same n - 1 frames; a flow encoder given as --checkpoint beside
+    --flow-checkpoint is refused."""
+    from coclr.errors import ConfigError
+
+    rgb_encoder = save_tiny_encoder(tmp_path / "rgb.pth")
+    video = moving_square(45)
+    both = Embedder(rgb_encoder, workers=0, flow_checkpoint=flow_encoder, **SMALL).embed_frames(video, 25.0)
+    alone = Embedder(flow_encoder, workers=0, **SMALL).embed_frames(video, 25.0)
+    assert alone.vector.shape == (128,)
+    np.testing.assert_allclose(alone.vector, both.vector[128:] * np.sqrt(2), atol=1e-5)
+    np.testing.assert_allclose(alone.windows, both.windows[:, 128:] * np.sqrt(2), atol=1e-5)
+    np.testing.assert_array_equal(alone.starts, both.starts)
+    with pytest.raises(ConfigError, match="flow stream alone"):
+        Embedder(flow_encoder, workers=0, flow_checkpoint=flow_encoder, **SMALL)
 
 
 def test_store_and_files_give_the_same_features_on_real_clips(tmp_path, shared_clips, encoder):

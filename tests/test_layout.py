@@ -16,7 +16,7 @@ SRC = REPO / "src" / "coclr"
 # ``coclr`` (its ``__version__``) is the lowest.
 LAYERS = [
     {"coclr", "errors"},
-    {"atomic", "config", "seeding", "filelock", "threads"},
+    {"atomic", "config", "seeding", "filelock", "threads", "progress"},
     {"runfolder", "distributed", "clips"},
     {"core", "models", "video"},
     {"store"},
@@ -24,6 +24,7 @@ LAYERS = [
     {"eval"},
     {"train", "embed"},
     {"study"},
+    {"learn"},
     {"cli"},
     {"__main__"},
 ]

@@ -319,21 +319,34 @@ def test_cli_generates_a_store(tmp_path):
 
 
 def test_write_videos_round_trip(tmp_path):
+    from coclr.runfolder import FolderRefused
+    from coclr.synth.output import video_name
     from coclr.video.decode import decode_video
     from coclr.video.indexes import csv_index
 
     config = tiny(test_scenes=1, train_scenes=1, frames=8, height=32, width=32)
     manifest = write_videos(tmp_path, config)
+    assert manifest == tmp_path / "labels.csv"
     index = csv_index(manifest)
     clips = dataset_clips(config)
     assert len(index) == len(clips)
-    for entry, clip in zip(index.entries, clips):
-        assert entry.path == clip.key + ".mp4" and entry.split == clip.split and entry.group == clip.group
+    by_path = {entry.path: entry for entry in index.entries}
+    names = sorted(p.name for p in (tmp_path / "videos").iterdir())
+    assert names == sorted(video_name(config, clip.key) for clip in clips)
+    for clip in clips:
+        entry = by_path[f"videos/{video_name(config, clip.key)}"]
+        assert entry.split == clip.split and entry.group == clip.group
         assert index.classes[entry.label] == config.classes[clip.label]
-    decoded = decode_video(tmp_path / index.entries[0].path)
+        assert not any(word in entry.path for word in (*config.classes, "scene", clip.split))  # names tell nothing
+    decoded = decode_video(tmp_path / f"videos/{video_name(config, clips[0].key)}")
     rendered = render_clip(config, clips[0].key)
     assert decoded.shape == rendered.shape
     assert np.abs(decoded.astype(int) - rendered.astype(int)).mean() < 8  # H.264 at CRF 18, 4:2:0 chroma
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "videos").iterdir()}
+    assert write_videos(tmp_path, config) == manifest  # the same options continue: nothing rewritten
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "videos").iterdir()} == before
+    with pytest.raises(FolderRefused, match="seed=0 \\(given 1\\)"):
+        write_videos(tmp_path, tiny(test_scenes=1, train_scenes=1, frames=8, height=32, width=32, seed=1))
     with pytest.raises(ConfigError, match="even"):
         write_videos(tmp_path / "odd", tiny(width=25))
 

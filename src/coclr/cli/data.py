@@ -27,8 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Build a dataset index. ucf101: --annotations is the folder of classInd.txt, "
         "trainlist0N.txt, testlist0N.txt; hmdb51: the folder of <class>_test_split<N>.txt; kinetics: the "
         "annotation CSV(s) (label,youtube_id,time_start,time_end,split), videos looked for under --root; "
-        "folder: --root laid out <class>/<video> (or <split>/<class>/<video>); csv: a manifest path,label"
-        "[,split[,group]]. With --root, videos missing on disk are reported (all at once).")
+        "folder: --root laid out <class>/<video> (or <split>/<class>/<video>), or with --unlabelled any tree of "
+        "videos; csv: a manifest path,label[,split[,group]] (without a label column, or with empty label cells: "
+        "videos without labels). With --root, videos missing on disk are reported (all at once).")
     index.add_argument("--format", required=True, choices=FORMATS, help="dataset layout")
     index.add_argument("--root", help="folder of the videos (entry paths are relative to it)")
     index.add_argument("--annotations", nargs="+", help="split files folder, annotation CSV(s) or manifest")
@@ -39,6 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        "group (UCF101 names or <class>/<source>/<clip> subfolders), deterministically; for a plain "
                        "<class>/<video> folder (a <split>/<class>/<video> folder is split already)")
     index.add_argument("--seed", type=int, default=0, help="folder with --test-fraction: seed of the split")
+    index.add_argument("--unlabelled", action="store_true",
+                       help="folder: every video under --root, at any depth, without labels (your own footage); the "
+                       "folder holding a video is its source group (a camera, a recording). Self-supervised "
+                       "training (InfoNCE, CoCLR, CMC), the store and flow take such an index; what needs labels "
+                       "(UberNCE, supervised training, linear probe, finetuning, retrieval R@k) refuses it")
     index.add_argument("--drop-missing", action="store_true",
                        help="leave out videos missing under --root instead of failing (e.g. deleted "
                        "Kinetics videos)")
@@ -97,6 +103,9 @@ def run_index(args: argparse.Namespace) -> int:
         raise DataError(f"--format {args.format} needs exactly one --annotations path")
     if args.format in ("kinetics", "folder") and not args.root:
         raise DataError(f"--format {args.format} needs --root")
+    if args.unlabelled and args.format != "folder":
+        raise DataError(f"--unlabelled applies to --format folder (a csv manifest without a label column is "
+                        f"unlabelled already), not {args.format}")
     if args.test_fraction and args.format != "folder":
         raise DataError(f"--test-fraction applies to --format folder, not {args.format} (which has its own splits)")
     if args.format == "kinetics" and not annotations:
@@ -107,6 +116,8 @@ def run_index(args: argparse.Namespace) -> int:
         index = indexes.hmdb51_index(annotations[0], args.split)
     elif args.format == "kinetics":
         index = indexes.kinetics_index(annotations, args.root)
+    elif args.format == "folder" and args.unlabelled:
+        index = indexes.tree_index(args.root, test_fraction=args.test_fraction, seed=args.seed)
     elif args.format == "folder":
         index = indexes.folder_index(args.root, test_fraction=args.test_fraction, seed=args.seed)
     else:
@@ -124,8 +135,13 @@ def run_index(args: argparse.Namespace) -> int:
         print("note: no --root given, so the videos were not checked")
     index.save(args.out)
     counts = ", ".join(f"{split} {n}" for split, n in index.split_counts().items())
-    print(f"index {index.name!r}: {len(index.classes)} classes, {len(index)} videos ({counts}) -> {args.out}")
-    if "test" not in index.split_counts():
+    unlabelled = len(index.unlabelled())
+    labels = (f"{len(index.classes)} classes" if not unlabelled else "no labels" if unlabelled == len(index)
+              else f"{len(index.classes)} classes, {unlabelled} videos without a label")
+    print(f"index {index.name!r}: {labels}, {len(index)} videos ({counts}) -> {args.out}")
+    if unlabelled:
+        print("note: videos without labels train InfoNCE, CoCLR and CMC; evaluation and UberNCE need labels")
+    elif "test" not in index.split_counts():
         print("note: no video is in a test split, which evaluation (coclr eval, coclr report) needs: lay the folder "
               "out as <split>/<class>/<video>, or give --test-fraction (--format folder) or a split column (csv)")
     return 0
@@ -150,8 +166,11 @@ def run_info(args: argparse.Namespace) -> int:
     print(f"store {store.root}: index {index.name!r}, {len(index)} videos, {len(index.classes)} classes")
     for split, count in index.split_counts().items():
         per_class = [n for n in index.class_counts(split) if n]
-        print(f"  {split}: {count} videos in {len(per_class)} classes "
-              f"({min(per_class)}-{max(per_class)} per class)")
+        unlabelled = len(index.unlabelled([split]))
+        classes = (f" in {len(per_class)} classes ({min(per_class)}-{max(per_class)} per class)" if per_class
+                   else "")
+        none = "" if not unlabelled else " without labels" if unlabelled == count else f", {unlabelled} without a label"
+        print(f"  {split}: {count} videos{classes}{none}")
     if store.meta:
         print("  built with: " + ", ".join(f"{k}={v}" for k, v in sorted(store.meta.items())))
     views = store.views()

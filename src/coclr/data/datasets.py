@@ -103,7 +103,8 @@ class _SplitClips(Dataset):
     """
 
     def __init__(self, store: ClipStore | str | Path, split: str, views: Sequence[str], length: int, stride: int,
-                 frame_size: tuple[int, int] | None, cache_mb: float = 0.0, with_views: Sequence[str] = ()):
+                 frame_size: tuple[int, int] | None, cache_mb: float = 0.0, with_views: Sequence[str] = (),
+                 keys: Sequence[str] | None = None):
         if length < 1 or stride < 1:
             raise ValueError(f"clip length and stride must be >= 1, got length={length}, stride={stride}")
         if cache_mb < 0:
@@ -115,6 +116,9 @@ class _SplitClips(Dataset):
         self.views = list(views)
         self.length, self.stride = length, stride
         entries, self.left_out = usable_entries(self.store, split, [*self.views, *with_views])
+        if keys is not None:  # a sample of the split
+            wanted = set(keys)
+            entries = [entry for entry in entries if entry.path in wanted]
         counts = {}
         for entry in entries:
             try:
@@ -129,7 +133,7 @@ class _SplitClips(Dataset):
         self.num_frames = np.array([counts[e.path] for e in self.entries], dtype=np.int64)
         groups = sorted({e.group for e in self.entries if e.group is not None})
         group_ids = {g: i for i, g in enumerate(groups)}
-        self.labels = torch.tensor([e.label for e in self.entries], dtype=torch.long)
+        self.labels = torch.tensor([e.label_id for e in self.entries], dtype=torch.long)
         self.groups = torch.tensor([group_ids.get(e.group, -1) for e in self.entries], dtype=torch.long)
         self.frame_size = tuple(frame_size) if frame_size else self._common_size()
         self._say_unverified()
@@ -275,12 +279,14 @@ class WindowClips(_SplitClips):
     """Every test-time window of every video: half-overlapping windows covering the whole video.
 
     Items are dicts with ``clip`` (``uint8 [T, H, W, 3]``, T+1 frames for ``rgbdiff``), ``video`` (index in
-    the split, to average the windows of a video) and ``label``.
+    the split, to average the windows of a video) and ``label``. ``keys``: only these videos of the split (a
+    sample).
     """
 
     def __init__(self, store: ClipStore | str | Path, split: str, view: str, length: int, stride: int = 1,
-                 frame_size: tuple[int, int] | None = None, with_views: Sequence[str] = ()):
-        super().__init__(store, split, [view], length, stride, frame_size, with_views=with_views)
+                 frame_size: tuple[int, int] | None = None, with_views: Sequence[str] = (),
+                 keys: Sequence[str] | None = None):
+        super().__init__(store, split, [view], length, stride, frame_size, with_views=with_views, keys=keys)
         self.view = view
         self.windows = [(video, window) for video, n in enumerate(self.num_frames)
                         for window in sliding_windows(int(n), length, stride)]

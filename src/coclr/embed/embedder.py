@@ -12,13 +12,13 @@ Each window is prepared exactly as ``coclr eval`` prepares a clip read from a st
 window features, L2-normalised. So the embedding of a file equals the normalised feature ``coclr eval``
 extracts from a store of it, but for the store's JPEG compression of the frames.
 
-Two-stream (a flow checkpoint): flow between consecutive frames is computed with the PyTorch TV-L1
-(:func:`coclr.flow.tvl1.tvl1_flow`) on the embedding device, from the frames' grayscale, and quantised to
-the stored uint8 format with the flow encoder's bound (what the flow encoder saw in training); both streams
-use the windows of the ``n - 1`` frames that have a flow frame (as a two-view store sample does). A vector is
-the concatenation of the L2-normalised RGB and flow vectors, divided by sqrt(2): unit length, and the cosine
-similarity of two such vectors is the mean of the two streams' cosine similarities (the paper's two-stream
-retrieval by averaged similarities).
+A flow stream (a flow checkpoint beside the RGB one, or a flow encoder alone): flow between consecutive frames
+is computed with the PyTorch TV-L1 (:func:`coclr.flow.tvl1.tvl1_flow`) on the embedding device, from the frames'
+grayscale, and quantised to the stored uint8 format with the flow encoder's bound (what the flow encoder saw in
+training); every stream then uses the windows of the ``n - 1`` frames that have a flow frame (as a two-view store
+sample does). A two-stream vector is the concatenation of the L2-normalised RGB and flow vectors, divided by
+sqrt(2): unit length, and the cosine similarity of two such vectors is the mean of the two streams' cosine
+similarities (the paper's two-stream retrieval by averaged similarities).
 
 Example::
 
@@ -40,18 +40,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
-from tqdm import tqdm
 
 from coclr.core.distributed import pick_device
 from coclr.data.augment import center_crop
 from coclr.data.sampling import clip_span, sliding_windows
-from coclr.embed.settings import EmbedSettings, resolve_settings
+from coclr.embed.settings import EmbedSettings, checkpoint_view, resolve_settings
 from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.flow.encode import flow_to_uint8
 from coclr.flow.opencv import rgb_to_gray
 from coclr.flow.tvl1 import tvl1_flow
 from coclr.models.inference import fused_for_inference
 from coclr.models.loading import load_encoder
+from coclr.progress import bar as progress_bar
 from coclr.threads import worker_opencv_threads
 from coclr.video.decode import VideoReader
 
@@ -116,13 +116,16 @@ class Embedder:
         self.workers = workers if workers is not None else max(1, min(8, (os.cpu_count() or 2) - 1))
         self.device = pick_device(device)
         check_precision(self.settings.precision, self.device)
-        self.streams = [_Stream.load(self.checkpoint, "rgb", self.settings.mean, self.settings.std,
-                                     self.settings.feature, self.device, load_encoder, self.settings.precision)]
+        checkpoints = [(self.checkpoint, checkpoint_view(self.checkpoint))]
         if self.flow_checkpoint is not None:
-            self.streams.append(_Stream.load(self.flow_checkpoint, "flow", self.settings.flow_mean,
-                                             self.settings.flow_std, self.settings.feature, self.device, load_encoder,
-                                             self.settings.precision))
+            checkpoints.append((self.flow_checkpoint, "flow"))
+        self.streams = [_Stream.load(path, view, *self._normalisation(view), self.settings.feature, self.device,
+                                     load_encoder, self.settings.precision) for path, view in checkpoints]
         self.dim = sum(stream.dim for stream in self.streams)
+
+    def _normalisation(self, view: str) -> tuple:
+        settings = self.settings
+        return (settings.flow_mean, settings.flow_std) if view == "flow" else (settings.mean, settings.std)
 
     def embed(self, path: str | os.PathLike[str]) -> VideoEmbedding:
         """The embedding of one video; an unreadable file raises :class:`~coclr.errors.DataError` naming it."""
@@ -175,7 +178,7 @@ class Embedder:
         paths = [str(p) for p in paths]
         workers = self.workers if workers is None else workers
         runner = _Runner(self, paths)
-        with tqdm(total=len(paths), desc=desc, unit="video", disable=not progress, dynamic_ncols=True,
+        with progress_bar(total=len(paths), desc=desc, unit="video", disable=not progress, dynamic_ncols=True,
                   smoothing=0.05) as bar:
             for message in _decoded_messages(paths, self.settings, workers):
                 for index, result in runner.handle(message):
@@ -341,7 +344,7 @@ class _VideoWindows:
         self.length, self.stride = settings.length, settings.stride
         self.span = clip_span(settings.length, settings.stride)
         self.hop = settings.window_step or max(1, settings.length // 2) * settings.stride
-        self.two_stream = settings.two_stream
+        self.with_flow = settings.computes_flow
         self.frames: list[np.ndarray] = []
         self.flow: list[np.ndarray] = []
         self.base = 0
@@ -352,7 +355,7 @@ class _VideoWindows:
     @property
     def available(self) -> int:
         """Frames that windows may use so far (for two streams: those with a flow frame)."""
-        return self.base + (len(self.flow) if self.two_stream else len(self.frames))
+        return self.base + (len(self.flow) if self.with_flow else len(self.frames))
 
     def add(self, frames: np.ndarray, flow: np.ndarray | None) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
         """Add decoded frames (and the flow frames they complete); returns the windows now complete."""
@@ -371,8 +374,8 @@ class _VideoWindows:
         """The windows not cut yet, once every frame has arrived."""
         total = self.available
         if total < 1:
-            raise DataError("a two-stream embedding needs at least 2 frames (flow is computed between frames)"
-                            if self.two_stream else "the video has no frame")
+            raise DataError("an embedding of flow needs at least 2 frames (flow is computed between frames)"
+                            if self.with_flow else "the video has no frame")
         windows = sliding_windows(total, self.length, self.stride, self.hop)
         return [self._window(indices) for indices in windows if int(indices[0]) not in self.cut]
 
@@ -381,7 +384,7 @@ class _VideoWindows:
         self.cut.add(int(indices[0]))
         local = indices - self.base
         views = {"rgb": np.stack([self.frames[i] for i in local])}
-        if self.two_stream:
+        if self.with_flow:
             views["flow"] = np.stack([self.flow[i] for i in local])
         return indices, views
 
@@ -390,7 +393,7 @@ class _VideoWindows:
         keep_from = max(0, min(self.next_start, self.available - self.span))
         drop = keep_from - self.base
         if drop > 0:
-            if self.two_stream:
+            if self.with_flow:
                 drop = min(drop, len(self.frames) - 1)  # the last frame pairs with the next chunk's first
                 del self.flow[:drop]
             del self.frames[:drop]
@@ -466,7 +469,7 @@ class _Runner:
 
     def _flow(self, index: int, frames: np.ndarray) -> np.ndarray | None:
         """Flow frames (uint8, the stored format) from the previous frame to each of ``frames``."""
-        if not self.settings.two_stream:
+        if not self.settings.computes_flow:
             return None
 
         gray = rgb_to_gray(frames)

@@ -54,10 +54,10 @@ class EmbedSettings:
                                            "as coclr eval)")
     feature: str = option("backbone", "backbone: the pooled backbone feature (1024-d at full width, the paper's "
                                       "retrieval feature); head: the projection head's output (128-d)")
-    flow_bound: float | None = option(None, "two-stream only: flow clipped to +-this many px before its uint8 "
+    flow_bound: float | None = option(None, "flow stream only: flow clipped to +-this many px before its uint8 "
                                             "quantisation (as the flow encoder's store did)")
-    flow_mean: tuple[float, float, float] | None = option(None, "two-stream only: mean of the flow normalisation")
-    flow_std: tuple[float, float, float] | None = option(None, "two-stream only: std of the flow normalisation")
+    flow_mean: tuple[float, float, float] | None = option(None, "flow stream only: mean of the flow normalisation")
+    flow_std: tuple[float, float, float] | None = option(None, "flow stream only: std of the flow normalisation")
     precision: str | None = option(None, "None: float32 (the default); 'bf16': the backbone under bfloat16 "
                                          "autocast (oneDNN's AVX-512 BF16/AMX kernels on a CPU): faster, but not "
                                          "within cosine 0.999 of float32 on every network (docs/embed.md)")
@@ -83,7 +83,9 @@ class EmbedSettings:
                 f"must be positive, got {self.flow_bound}")
 
     @property
-    def two_stream(self) -> bool:
+    def computes_flow(self) -> bool:
+        """Whether a flow stream is embedded (flow alone, or beside RGB): flow is computed on the fly, and the
+        windows cover the frames that have a flow frame."""
         return self.flow_bound is not None
 
     def to_dict(self) -> dict[str, Any]:
@@ -119,15 +121,31 @@ def recorded_settings(checkpoint: str | Path, expected_view: str) -> dict[str, A
     return out
 
 
+def checkpoint_view(checkpoint: str | Path) -> str:
+    """The kind of view ("rgb" or "flow") an encoder was trained on, as it recorded; "rgb" for files that record
+    nothing (the authors', torchvision's)."""
+    view = read_clip_settings(checkpoint).get("view")
+    return "rgb" if view is None else view_kind(view)
+
+
 def resolve_settings(checkpoint: str | Path, flow_checkpoint: str | Path | None = None,
                      **overrides: Any) -> EmbedSettings:
     """The settings for ``checkpoint`` (and ``flow_checkpoint``): recorded, else the format's defaults, else the
     paper's; ``overrides`` (any :class:`EmbedSettings` key) win. The two streams must agree on the clip shape
-    and frame rate (:data:`SHARED_KEYS`) unless an override settles it."""
+    and frame rate (:data:`SHARED_KEYS`) unless an override settles it. A ``checkpoint`` trained on flow is a
+    flow stream alone (no ``flow_checkpoint`` then)."""
     known = {field.name for field in dataclasses.fields(EmbedSettings)}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ConfigError(f"{', '.join(unknown)}: unknown embedding setting (known: {', '.join(sorted(known))})")
+    if checkpoint_view(checkpoint) == "flow":
+        if flow_checkpoint is not None:
+            raise ConfigError(f"{checkpoint}: a flow encoder embeds a flow stream alone; for two streams give the RGB "
+                              "encoder as --checkpoint and the flow encoder as --flow-checkpoint")
+        values = {key: value for key, value in recorded_settings(checkpoint, "flow").items()}
+        values.setdefault("flow_mean", IMAGENET_MEAN)
+        values.setdefault("flow_std", IMAGENET_STD)
+        return _settings(values, overrides)
     values = recorded_settings(checkpoint, "rgb")
     if flow_checkpoint is not None:
         flow = recorded_settings(flow_checkpoint, "flow")
@@ -143,6 +161,11 @@ def resolve_settings(checkpoint: str | Path, flow_checkpoint: str | Path | None 
         values.setdefault("flow_std", IMAGENET_STD)
     elif any(overrides.get(key) is not None for key in ("flow_bound", "flow_mean", "flow_std")):
         raise ConfigError("flow_bound, flow_mean and flow_std apply to a flow stream: give --flow-checkpoint")
+    return _settings(values, overrides)
+
+
+def _settings(values: dict[str, Any], overrides: dict[str, Any]) -> EmbedSettings:
+    """The checked settings of ``values`` with the ``overrides`` that are set."""
     values.update({key: value for key, value in overrides.items() if value is not None})
     values = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
     settings = EmbedSettings(**values)

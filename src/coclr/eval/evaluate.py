@@ -20,6 +20,7 @@ from coclr.eval.features import ClipConfig, Stream
 from coclr.eval.finetune import FinetuneConfig, evaluate_finetune, save_probabilities
 from coclr.eval.linear import LinearProbeConfig, evaluate_linear
 from coclr.eval.retrieval import DEFAULT_KS, evaluate_retrieval
+from coclr.store.clipstore import open_store
 
 TASKS = ("retrieval", "linear", "finetune")
 
@@ -48,6 +49,8 @@ def evaluate_checkpoint(task: str, store, streams: Sequence[Stream], clips: Clip
     every stream's view and ``with_views``; ``name`` is the method name the report shows (default: from the
     checkpoints)."""
     options = options or TaskOptions()
+    store = open_store(store)
+    store.index.require_labels(f"evaluation ({task})", [train_split, test_split])
     common: dict[str, Any] = {"train_split": train_split, "test_split": test_split, "device": device,
                               "progress": progress, "with_views": with_views}
     streams = list(streams)

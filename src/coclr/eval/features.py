@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -25,7 +25,6 @@ import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
-from tqdm import tqdm
 
 from coclr.atomic import atomic_open
 from coclr.clips import PAPER_CLIPS, ClipSettings, clip_option, recorded_clips
@@ -35,6 +34,7 @@ from coclr.data.datasets import WindowClips, usable_entries
 from coclr.data.views import view_kind
 from coclr.errors import CheckpointError, ConfigError
 from coclr.models.loading import TRAIN_FORMAT, load_encoder, read_checkpoint_file, read_clip_settings
+from coclr.progress import bar as progress_bar
 
 CACHE_FORMAT = 2
 """Bumped whenever the way features are computed changes, which invalidates every cache entry."""
@@ -123,26 +123,47 @@ def predict_windows(model: Callable[[torch.Tensor], torch.Tensor], store, view: 
     given as ten crops whose outputs are averaged with the windows. Returns the per-video mean ``[N, D]``
     (float32, on the CPU) and the split's index entries in the same order. The caller sets eval mode.
     """
-
-
-    device = torch.device(device)
     windows = WindowClips(store, split, view, config.length, config.stride, with_views=with_views)
-    loader = DataLoader(windows, batch_size=config.batch_size, shuffle=False, num_workers=config.workers,
-                        pin_memory=device.type == "cuda")
     sums: torch.Tensor | None = None
     counts = torch.zeros(len(windows.entries), dtype=torch.float64)
-    for batch in tqdm(loader, desc=desc, unit="batch", disable=not progress, leave=False):
-        crops = eval_views(batch["clip"].to(device, non_blocking=True), view, config.size, ten_crop, short_side)
+    for videos, out in _window_outputs(model, windows, config, device, ten_crop, short_side, progress, desc):
+        if sums is None:
+            sums = torch.zeros(len(windows.entries), out.shape[1], dtype=torch.float64)
+        sums.index_add_(0, videos, out)
+        counts.index_add_(0, videos, torch.ones(len(out), dtype=torch.float64))
+    assert sums is not None and bool((counts > 0).all()), "every video has at least one window"
+    return (sums / counts[:, None]).float(), windows.entries
+
+
+@torch.no_grad()
+def window_features(backbone: nn.Module, store, view: str, split: str, config: ClipConfig,
+                    device: str | torch.device = "cpu", keys: Sequence[str] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Pooled backbone features of every sliding window of the videos of ``split`` (``keys``: only these):
+    ``float32 [W, D]``, the video (row of the returned keys) of each window, and the videos' keys. The caller sets
+    eval mode."""
+    windows = WindowClips(store, split, view, config.length, config.stride, keys=keys)
+    parts = list(_window_outputs(lambda clips: backbone(clips).mean(dim=(2, 3, 4)), windows, config, device,
+                                 progress=False))
+    features = torch.cat([out for _, out in parts]).float().numpy()
+    videos = torch.cat([video for video, _ in parts]).numpy()
+    return features, videos, [entry.path for entry in windows.entries]
+
+
+def _window_outputs(model: Callable[[torch.Tensor], torch.Tensor], windows: WindowClips, config: ClipConfig,
+                    device: str | torch.device, ten_crop: bool = False, short_side: int | None = None,
+                    progress: bool = False, desc: str = "windows") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``(video of each window, output float64 [B, D] on the CPU)`` for each batch of ``windows``."""
+    device = torch.device(device)
+    loader = DataLoader(windows, batch_size=config.batch_size, shuffle=False, num_workers=config.workers,
+                        pin_memory=device.type == "cuda")
+    for batch in progress_bar(loader, desc=desc, unit="batch", disable=not progress, leave=False):
+        crops = eval_views(batch["clip"].to(device, non_blocking=True), windows.view, config.size, ten_crop,
+                           short_side)
         num_views = crops.shape[1]
         with _autocast(device, config.amp):
             out = model(crops.flatten(0, 1))
-        out = out.float().reshape(len(crops), num_views, -1).mean(dim=1).double().cpu()
-        if sums is None:
-            sums = torch.zeros(len(windows.entries), out.shape[1], dtype=torch.float64)
-        sums.index_add_(0, batch["video"], out)
-        counts.index_add_(0, batch["video"], torch.ones(len(out), dtype=torch.float64))
-    assert sums is not None and bool((counts > 0).all()), "every video has at least one window"
-    return (sums / counts[:, None]).float(), windows.entries
+        yield batch["video"], out.float().reshape(len(crops), num_views, -1).mean(dim=1).double().cpu()
 
 
 def extract_features(backbone: nn.Module, store, view: str, split: str, config: ClipConfig | None = None,
@@ -161,7 +182,7 @@ def extract_features(backbone: nn.Module, store, view: str, split: str, config: 
                                          with_views=with_views)
     finally:
         backbone.train(was_training)
-    labels = np.array([entry.label for entry in entries], dtype=np.int64)
+    labels = np.array([entry.label_id for entry in entries], dtype=np.int64)
     return VideoFeatures(means.numpy(), labels, [entry.path for entry in entries])
 
 
@@ -170,7 +191,7 @@ def cache_key(checkpoint_sha256: str, store, view: str, split: str, config: Clip
     """Everything the features depend on: checkpoint content, the store's settings, view, split, the split's
     videos and the content of their entries (:func:`entry_identity`), clip options. Not the store's path."""
     entries = split_entries(store, split, [view, *with_views])
-    videos = [[e.path, e.label, entry_identity(store, e.path, view)] for e in entries]
+    videos = [[e.path, e.label_id, entry_identity(store, e.path, view)] for e in entries]
     return {"format": CACHE_FORMAT, "checkpoint_sha256": checkpoint_sha256, "store_settings": store.meta,
             "view": view, "split": split, "videos_sha256": hashlib.sha256(json.dumps(videos).encode()).hexdigest(),
             **config.data_key()}

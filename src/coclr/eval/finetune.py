@@ -241,7 +241,7 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
         ten, _ = predict_windows(probabilities, store, view, test_split, clip_config, device, with_views=with_views,
                                  ten_crop=True, short_side=short_side, progress=progress, desc="test ten crops")
         keys = [entry.path for entry in entries]
-        labels = np.array([entry.label for entry in entries], dtype=np.int64)
+        labels = np.array([entry.label_id for entry in entries], dtype=np.int64)
         save_probabilities(out_dir / PROBS_FILE, keys, labels, center=center.numpy(), ten_crop=ten.numpy())
         center_acc, ten_acc = topk_accuracy(center.numpy(), labels), topk_accuracy(ten.numpy(), labels)
         result = {"top1": round(100 * ten_acc[1], 4), "top5": round(100 * ten_acc[5], 4),

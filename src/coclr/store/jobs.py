@@ -29,8 +29,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from coclr.atomic import PARTIAL_SUFFIX
 from coclr.core.distributed import (
     all_gather_objects,
@@ -40,6 +38,7 @@ from coclr.core.distributed import (
     world_size,
 )
 from coclr.filelock import exclusive_lock
+from coclr.progress import bar as progress_bar
 from coclr.store.clipstore import (
     ClipStore,
     IndexUpdate,
@@ -207,7 +206,7 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
     summary.skipped = len(keys) - len(todo)
     remove_stale_partials(store.root / view)
 
-    with tqdm(total=len(todo), desc=desc or f"{view} entries", unit="video", smoothing=0.05,
+    with progress_bar(total=len(todo), desc=desc or f"{view} entries", unit="video", smoothing=0.05,
               dynamic_ncols=True, disable=rank() != 0) as progress:
         def record(key: str, frames: int, error: str | None) -> None:
             if error is None:

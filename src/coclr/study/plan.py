@@ -287,6 +287,7 @@ def _check_data(plan: StudyPlan) -> None:
     if data.source == "store":
 
         store = open_store(plan.store)
+        store.index.require_labels("a study (Table 1 is evaluated with labels)", ["train", "test"])
         for split in ("train", "test"):
             if not any(entry.split == split for entry in store.index.entries):
                 raise ConfigError(f"data.store: {plan.store} has no {split!r} split; a study needs train and test")
@@ -304,6 +305,7 @@ def _check_data(plan: StudyPlan) -> None:
     else:
         index = indexes.folder_index(data.root)
     indexes.check_videos_exist(index, data.root)
+    index.require_labels("a study (Table 1 is evaluated with labels)", ["train", "test"])
     for split in ("train", "test"):
         if split not in index.split_counts():
             raise ConfigError(f"data: the {data.source} index of {data.root} has no {split!r} split")

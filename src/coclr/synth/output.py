@@ -1,8 +1,9 @@
-"""The synthetic dataset written out: as a clip store (resumable, parallel) or as MP4 files with a CSV manifest."""
+"""The synthetic dataset written out: as a clip store (resumable, parallel) or as MP4 files with their labels apart."""
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ import numpy as np
 from coclr.atomic import atomic_write_text
 from coclr.config import to_dict, validate
 from coclr.errors import ConfigError
+from coclr.runfolder import FolderRule, claim_folder
 from coclr.store.clipstore import create_store, write_entry
 from coclr.store.jobs import JobSummary, run_entry_jobs, writing_view
 from coclr.store.jpeg import encode_jpeg
@@ -88,36 +90,55 @@ def recorded_options(config: SynthConfig) -> dict[str, Any]:
     return options
 
 
+VIDEOS_FOLDER = "videos"
+LABELS_FILE = "labels.csv"
+SYNTH_VIDEOS_FOLDER = FolderRule("data synth --videos", "the videos of a synthetic dataset")
+"""A folder of the dataset's videos records the generator's options: the same ones continue, others are refused."""
+
+
+def video_name(config: SynthConfig, key: str) -> str:
+    """The file name of a clip's video: a hash of the seed and the clip's key, so that neither the name nor the
+    names' order tells the class, the scene or the split (a person or a program learning from the folder sees
+    videos, nothing else)."""
+    return hashlib.sha256(f"{config.seed}:{key}".encode()).hexdigest()[:12] + ".mp4"
+
+
 def write_videos(out_dir: str | Path, config: SynthConfig, codec: str = "libx264") -> Path:
-    """Write every clip as an MP4 file under ``out_dir`` (``<key>.mp4``) and a CSV manifest
-    ``manifest.csv`` (``path,label,split,group``, labels as class names) for
-    :func:`~coclr.video.indexes.csv_index`, so the video-file path of the data pipeline can be tested on the
-    same data. H.264 needs even sizes, and lossy coding means decoded frames are close to, not equal to,
-    the store's. Returns the manifest path; existing complete files are kept (resumable)."""
-
-
+    """Write every clip as an MP4 file ``out_dir/videos/<name>.mp4`` (:func:`video_name`) and the labels apart,
+    in ``out_dir/labels.csv``: the ``--format csv`` manifest (``path,label,split,group``; paths relative to
+    ``out_dir``, labels as class names) for :func:`~coclr.video.indexes.csv_index`, so that learning from the
+    folder can be scored against labels it never saw. H.264 needs even sizes, and lossy coding means decoded
+    frames are close to, not equal to, the store's. Returns the manifest path; complete files are kept
+    (resumable: each video is written to a temporary name, then renamed)."""
     validate(config)
     if config.height % 2 or config.width % 2:
         raise ConfigError(f"height/width: MP4 (H.264) output needs even sizes, got {config.width}x{config.height}")
     out_dir = Path(out_dir)
+    with claim_folder(out_dir, SYNTH_VIDEOS_FOLDER, recorded_options(config)):
+        return _write_videos(out_dir, config, codec)
+
+
+def _write_videos(out_dir: Path, config: SynthConfig, codec: str) -> Path:
+    videos = out_dir / VIDEOS_FOLDER
+    videos.mkdir(parents=True, exist_ok=True)
     rows = []
     for clip in dataset_clips(config):
-        path = out_dir / f"{clip.key}.mp4"
+        name = video_name(config, clip.key)
+        path = videos / name
         if not path.is_file():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temp = path.with_name(f".{path.name}.partial")
+            temp = path.with_name(f".{name}.partial")
             try:
                 write_mp4(temp, render_clip(config, clip.key), config.fps, codec)
                 temp.replace(path)
             except BaseException:
                 temp.unlink(missing_ok=True)
                 raise
-        rows.append([f"{clip.key}.mp4", config.classes[clip.label], clip.split, clip.group])
+        rows.append([f"{VIDEOS_FOLDER}/{name}", config.classes[clip.label], clip.split, clip.group])
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(["path", "label", "split", "group"])
-    writer.writerows(rows)
-    manifest = out_dir / "manifest.csv"
+    writer.writerows(sorted(rows))
+    manifest = out_dir / LABELS_FILE
     atomic_write_text(manifest, text.getvalue())
     return manifest
 

@@ -24,6 +24,7 @@ from coclr.config import to_dict
 from coclr.core.distributed import held_by_main, init_distributed, is_main, pick_device, rank, world_size
 from coclr.errors import ConfigError
 from coclr.runfolder import FolderRule, check_folder, claim_folder, restart_folder
+from coclr.store.clipstore import open_store
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PretrainConfig
 from coclr.train.model import check_view_of
@@ -110,6 +111,8 @@ def check_inputs(config: PretrainConfig, device: torch.device) -> None:
             check_view_of(path, view, f"method.{key}")
     if not Path(config.data.store).is_dir():
         raise ConfigError(f"data.store: not a directory: {config.data.store}")
+    if config.method.spec.uses_labels:
+        open_store(config.data.store).index.require_labels(f"method {config.method.name}", [config.data.split])
     if config.run.amp not in ("none", "auto") and device.type != "cuda":
         raise ConfigError(f"run.amp: {config.run.amp} autocast is for CUDA devices; this run is on {device} "
                           "(use run.amp=none)")

@@ -27,7 +27,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 from torch.utils.tensorboard import SummaryWriter
-from tqdm import tqdm
 
 from coclr import seeding
 from coclr.atomic import atomic_duplicate, atomic_torch_save, atomic_write_text, read_json_lines
@@ -38,6 +37,7 @@ from coclr.data.batch_decode import collate_clips, decode_batch, resolve_decode
 from coclr.data.datasets import TrainClips, left_out_message
 from coclr.errors import CheckpointError, CoclrError
 from coclr.eval.monitor import knn_recall
+from coclr.progress import bar as progress_bar
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.config import PretrainConfig
 from coclr.train.learner import Targets
@@ -370,13 +370,15 @@ class Trainer:
         return bool(self.config.run.max_steps) and self.position.global_step >= self.config.run.max_steps
 
     def _progress(self, steps_per_epoch: int):
-        if not (is_main() and self.config.run.progress):
+        """The epoch's bar: drawn on rank 0 with ``run.progress``; a job that observes its parts sees its steps
+        either way (:mod:`coclr.progress`)."""
+        if not is_main():
             return None
-
         done = self.position.consumed // self.data_order.global_batch
         label = f"{self.progress_label}: " if self.progress_label else ""
-        return tqdm(total=steps_per_epoch, initial=done, desc=f"{label}epoch {self.position.epoch + 1}/"
-                    f"{self.config.optim.epochs}", unit="it", dynamic_ncols=True, leave=False)
+        return progress_bar(total=steps_per_epoch, initial=done, desc=f"{label}epoch {self.position.epoch + 1}/"
+                            f"{self.config.optim.epochs}", unit="it", dynamic_ncols=True, leave=False,
+                            disable=not self.config.run.progress)
 
     def _check_finite(self, nonfinite: torch.Tensor) -> None:
         if bool(nonfinite):

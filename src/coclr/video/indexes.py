@@ -35,16 +35,26 @@ MISSING_SHOWN = 20
 """How many missing files an error message lists by name (the count is always given)."""
 
 
+UNLABELLED = -1
+"""The class number of a video without a label wherever labels are numbers (tensors, feature files): never a
+class, so it is never anybody's positive and every measure that needs labels leaves it out."""
+
+
 @dataclass(frozen=True)
 class VideoEntry:
     """One video: ``path`` relative to the dataset root (POSIX separators), class ``label`` (index into
-    ``VideoIndex.classes``), ``split`` ("train", "val" or "test") and ``group`` (videos of one group share
-    actors and scene, e.g. UCF101's ``g08``; ``None`` when unknown)."""
+    ``VideoIndex.classes``; None: unlabelled), ``split`` ("train", "val" or "test") and ``group`` (videos of one
+    group share actors and scene, e.g. UCF101's ``g08``, or one camera's recording; ``None`` when unknown)."""
 
     path: str
-    label: int
+    label: int | None
     split: str
     group: str | None = None
+
+    @property
+    def label_id(self) -> int:
+        """The label as a number: the class index, or :data:`UNLABELLED`."""
+        return UNLABELLED if self.label is None else self.label
 
 
 @dataclass
@@ -59,7 +69,7 @@ class VideoIndex:
         problems = []
         seen: set[str] = set()
         for entry in self.entries:
-            if not 0 <= entry.label < len(self.classes):
+            if entry.label is not None and not 0 <= entry.label < len(self.classes):
                 problems.append(f"{entry.path}: label {entry.label} outside 0..{len(self.classes) - 1}")
             if entry.split not in SPLITS:
                 problems.append(f"{entry.path}: split {entry.split!r} is not one of {', '.join(SPLITS)}")
@@ -87,6 +97,22 @@ class VideoIndex:
         drop = set(paths)
         return VideoIndex(self.name, list(self.classes), [e for e in self.entries if e.path not in drop])
 
+    def unlabelled(self, splits: Iterable[str] | None = None) -> list[str]:
+        """Paths of the entries without a label (in ``splits``, or in all)."""
+        wanted = None if splits is None else set(splits)
+        return [e.path for e in self.entries if e.label is None and (wanted is None or e.split in wanted)]
+
+    def require_labels(self, what: str, splits: Iterable[str] | None = None) -> None:
+        """Refuse, in one line naming ``what`` needs them, an index whose entries (in ``splits``) lack labels."""
+        splits = None if splits is None else list(dict.fromkeys(splits))
+        missing = self.unlabelled(splits)
+        if missing:
+            within = [e for e in self.entries if splits is None or e.split in splits]
+            where = f" of split {'/'.join(splits)}" if splits else ""
+            raise DataError(f"{what} needs labels, but {len(missing)} of the {len(within)} videos{where} of index "
+                            f"{self.name!r} have none (e.g. {missing[0]}): give a labelled index, or use a method "
+                            "that needs none (InfoNCE, CoCLR, CMC; `coclr learn` for unlabelled videos)")
+
     def split_counts(self) -> dict[str, int]:
         """Number of videos per split, for the splits that have any."""
         counts = Counter(e.split for e in self.entries)
@@ -94,7 +120,7 @@ class VideoIndex:
 
     def class_counts(self, split: str | None = None) -> list[int]:
         """Number of videos per class (in the order of ``classes``), in one split or in all."""
-        counts = Counter(e.label for e in self.entries if split is None or e.split == split)
+        counts = Counter(e.label for e in self.entries if e.label is not None and (split is None or e.split == split))
         return [counts[label] for label in range(len(self.classes))]
 
     def to_dict(self) -> dict:
@@ -108,7 +134,8 @@ class VideoIndex:
         if data.get("version") != INDEX_VERSION:
             raise DataError(f"{source}: unsupported index version {data.get('version')!r}")
         try:
-            entries = [VideoEntry(str(e["path"]), int(e["label"]), str(e["split"]), e.get("group"))
+            entries = [VideoEntry(str(e["path"]), None if e["label"] is None else int(e["label"]), str(e["split"]),
+                                  e.get("group"))
                        for e in data["entries"]]
             return cls(str(data["name"]), [str(c) for c in data["classes"]], entries)
         except (KeyError, TypeError, ValueError) as error:
@@ -354,6 +381,40 @@ def folder_index(root: str | Path, name: str | None = None, split: str = "train"
     return split_by_group(index, test_fraction, seed) if test_fraction else index
 
 
+def tree_index(root: str | Path, name: str | None = None, extensions: Sequence[str] = VIDEO_EXTENSIONS,
+               test_fraction: float = 0.0, seed: int = 0) -> VideoIndex:
+    """Every video under ``root``, at any depth, without labels (:func:`unlabelled_index`): a folder of one's own
+    footage, laid out any way (``root/<camera>/<recording>/<clip>``, or flat). Links are followed as in
+    :func:`folder_index`, and loops or videos reached twice are refused the same way."""
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"video folder not found: {root}")
+    scan = _FolderScan(root, tuple(e.lower() for e in extensions))
+    videos = scan.videos(root)
+    scan.check()
+    if not videos:
+        raise DataError(f"no videos ({', '.join(extensions)}) found under {root}")
+    return unlabelled_index(videos, name or root.name, test_fraction, seed)
+
+
+def unlabelled_index(paths: Sequence[str], name: str, test_fraction: float = 0.0, seed: int = 0) -> VideoIndex:
+    """An index of videos without labels, from their paths relative to a root. A video's source group is its
+    UCF101 id, else the folder holding it (``<camera>/<recording>``: its clips share the scene; none for a video at
+    the top), so that with ``test_fraction`` > 0 the clips of one source never straddle the split
+    (:func:`split_by_group`)."""
+    if not 0 <= test_fraction < 1:
+        raise DataError(f"test fraction must be in [0, 1), got {test_fraction}")
+    entries = [VideoEntry(path, None, "train", ucf101_group(path) or source_folder(path)) for path in paths]
+    index = VideoIndex(name, [], entries)
+    return split_by_group(index, test_fraction, seed) if test_fraction else index
+
+
+def source_folder(path: str) -> str | None:
+    """The folder holding ``path`` (relative, POSIX), None at the top."""
+    parent = PurePosixPath(path).parent.as_posix()
+    return None if parent == "." else parent
+
+
 def _refuse_loose_videos(folder: Path, suffixes: tuple[str, ...]) -> None:
     """Videos lying in a folder of class folders have no class: refused in one line naming them, never dropped."""
     loose = sorted(p.name for p in folder.iterdir() if p.suffix.lower() in suffixes and p.is_file()
@@ -441,8 +502,10 @@ def split_by_group(index: VideoIndex, test_fraction: float, seed: int = 0) -> Vi
 
 def csv_index(path: str | Path, name: str | None = None) -> VideoIndex:
     """A CSV manifest with the columns ``path,label`` and optionally ``split`` (default "train") and
-    ``group``; a header row naming them is optional. Labels are all integers (classes "0".."max") or all
-    class names (classes: their sorted set)."""
+    ``group``; a header row naming them is optional, and with a header they may come in any order. Labels are all
+    integers (classes "0".."max") or all class names (classes: their sorted set). A video with an empty label
+    cell, or every video of a manifest without a label column (a header without ``label``, or one column of paths
+    and no header), has no label."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"manifest not found: {path}")
@@ -450,28 +513,34 @@ def csv_index(path: str | Path, name: str | None = None) -> VideoIndex:
         rows = [(number, row) for number, row in enumerate(csv.reader(file), start=1)
                 if row and not row[0].startswith("#")]
     columns = ["path", "label", "split", "group"]
-    if rows and [c.strip().lower() for c in rows[0][1]][:2] == ["path", "label"]:
+    if rows and rows[0][1][0].strip().lower() == "path":
         columns = [c.strip().lower() for c in rows[0][1]]
+        unknown = [c for c in columns if c not in ("path", "label", "split", "group")]
+        if unknown or len(set(columns)) != len(columns):
+            raise DataError(f"{path}:{rows[0][0]}: the header names the columns path, label, split and group, each "
+                            f"once; got {','.join(columns)}")
         rows = rows[1:]
     if not rows:
         raise DataError(f"{path}: the manifest lists no videos")
     records = []
     for number, row in rows:
-        if len(row) < 2 or len(row) > len(columns):
-            raise DataError(f"{path}:{number}: expected {','.join(columns[:2])}[,split[,group]], got {row}")
-        record = dict(zip(columns, (value.strip() for value in row)))
-        records.append((number, record))
-    labels = [r["label"] for _, r in records]
+        if len(row) > len(columns):
+            raise DataError(f"{path}:{number}: expected {','.join(columns)} (the last ones optional), got {row}")
+        records.append((number, dict(zip(columns, (value.strip() for value in row)))))
+    labels = [r["label"] for _, r in records if r.get("label")]
     numeric = all(_is_int(label) for label in labels)
-    classes = ([str(i) for i in range(max(int(x) for x in labels) + 1)] if numeric
+    classes = ([str(i) for i in range(max(int(x) for x in labels) + 1)] if numeric and labels
                else sorted(set(labels)))
     label_of: Callable[[str], int] = int if numeric else {c: i for i, c in enumerate(classes)}.__getitem__
     entries = []
     for number, record in records:
+        if not record.get("path"):
+            raise DataError(f"{path}:{number}: no path")
         split = record.get("split") or "train"
         if split not in SPLITS:
             raise DataError(f"{path}:{number}: unknown split {split!r} (known: {', '.join(SPLITS)})")
-        entries.append(VideoEntry(record["path"], label_of(record["label"]), split, record.get("group") or None))
+        label = label_of(record["label"]) if record.get("label") else None
+        entries.append(VideoEntry(record["path"], label, split, record.get("group") or None))
     return VideoIndex(name or path.stem, classes, entries)
 
 

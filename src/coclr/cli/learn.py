@@ -1,0 +1,42 @@
+"""``coclr learn``: learn encoders of your own videos, without labels, and embed and search them."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "learn", help="learn from your own videos, no labels: encoders, embeddings and a search page in one command",
+        description="Learn RGB and optical-flow encoders of the videos named by VIDEOS (files, folders searched "
+        "recursively, list files of paths, glob patterns), without labels, as the paper does (InfoNCE on each view, "
+        "then two cycles of CoCLR co-training), sized to --budget on this machine from a short measurement; then "
+        "embed every video with them. OUT gets encoder_rgb.pth and encoder_flow.pth (for coclr embed), "
+        "embeddings/{rgb,flow,two_stream} (for coclr search), report.html and learn.json (the plan, the time of "
+        "each phase, the quality of each stage judged without labels). The same command continues after an "
+        "interruption; other videos or options on the same OUT are refused; a finished run returns at once.")
+    parser.add_argument("inputs", nargs="+", metavar="VIDEOS", help="video files, folders, list files or globs")
+    parser.add_argument("--out", required=True, help="output folder (created; continued when it exists)")
+    parser.add_argument("--budget", default="15m", help="wall-clock time for the whole run, e.g. 5m, 90m, 2h "
+                        "(default 15m): the network, clip size and epochs are chosen to fit it")
+    parser.add_argument("--labels", help="a --format csv manifest (path,label[,split[,group]]) of some of the "
+                        "videos: never used to train, only to score the embeddings (kNN accuracy, R@k)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the initialisation, data order and augmentation")
+    parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--workers", type=int, help="processes decoding videos and computing flow (default: one per "
+                        "core)")
+    parser.add_argument("--restart", action="store_true", help="move an earlier run in OUT aside and start over")
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from coclr.cli import job_status
+    from coclr.learn import LearnOptions, learn
+    from coclr.learn.budget import parse_budget
+
+    options = LearnOptions(budget=parse_budget(args.budget), seed=args.seed, labels=args.labels, device=args.device,
+                           workers=args.workers, restart=args.restart, progress=not args.quiet)
+    summary = learn(args.inputs, args.out, options)
+    print(summary, flush=True)
+    return job_status(len(summary.failed))

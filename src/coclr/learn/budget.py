@@ -1,0 +1,392 @@
+"""How ``coclr learn`` fits its work to a wall-clock budget on this machine: measure, then choose.
+
+The work of a run is proportional to the footage (decoding it into the store, its flow, embedding it) and to the
+training steps. A short calibration measures on this machine, with the footage's own videos where it can, the
+seconds of each unit: a decoded source frame, a stored frame, a flow pair, a training step and an inference
+forward of each candidate network. :func:`choose_plan` then keeps the largest network (width, crop side, frames
+per clip) that affords the quick study's number of training steps after the footage's fixed costs, and gives
+the training every second left of the budget (less a margin), split over the stages as the quick study splits its
+epochs. Too few videos, or a budget that leaves too few steps for even the smallest network, are refused in one
+line that says what would do.
+
+Everything here but :func:`measure_costs` is arithmetic on the measured :class:`Costs`, so the choice is
+tested with costs given by the tests.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coclr.data.sampling import clip_span, sliding_windows
+from coclr.errors import ConfigError
+
+MIN_VIDEOS = 8
+"""Fewest videos a run learns from: contrastive learning needs other videos as negatives in every batch."""
+TARGET_STEPS = 1920
+"""Training steps (batches) that make a useful encoder: the quick study's, which learns the built-in data's
+classes (40 InfoNCE epochs per view and two cycles of 20 epochs per view, at 12 batches an epoch)."""
+MIN_STEPS = 480
+"""Fewest training steps worth running (a quarter of :data:`TARGET_STEPS`); a budget that leaves fewer is refused."""
+MARGIN = 0.85
+"""The share of the budget the plan fills: the rest absorbs the error of the estimates."""
+FIXED_SECONDS = 20.0
+"""Seconds of work that does not scale with the footage: starting each stage, the report."""
+STAGE_SHARES = {"infonce": 0.25, "coclr": 0.125}
+"""Share of the training steps of each stage: the quick study's epochs (40 InfoNCE per view, 20 per CoCLR stage,
+two cycles): a quarter for each InfoNCE stage, an eighth for each of the four CoCLR stages."""
+MAX_EPOCHS = {"infonce": 200, "coclr": 100}
+"""At most this many epochs per stage: a few videos and a long budget would otherwise repeat them thousands of
+times (what is left of the budget is not spent)."""
+QUALITY_VIDEOS = 512
+"""Videos whose features measure each stage's quality (a sample of larger footage)."""
+BATCH = 32
+"""Clips per training batch (smaller footage: a quarter of its videos, at least 2)."""
+INFERENCE_BATCH = 16
+"""Clips per inference forward (``coclr embed``'s default batch): the unit of :attr:`Costs.forward`."""
+
+
+@dataclass(frozen=True)
+class Model:
+    """A network and clip size the plan may choose: S3D ``width``, ``length`` frames of ``size`` x ``size``."""
+
+    width: float
+    size: int
+    length: int
+
+    def __str__(self) -> str:
+        return f"S3D width {self.width:g}, clips of {self.length} frames at {self.size}x{self.size} px"
+
+    @property
+    def key(self) -> str:
+        return f"w{self.width:g}_s{self.size}_l{self.length}"
+
+
+MODELS = (Model(0.125, 32, 8), Model(0.25, 32, 8), Model(0.25, 64, 8), Model(0.5, 64, 16), Model(0.5, 112, 16),
+          Model(1.0, 128, 32))
+"""The candidates, cheapest first: the quick study's network (width 0.125, 8 frames of 32 px, its CPU size) up to
+the paper's S3D (width 1, 32 frames of 128 px)."""
+
+
+@dataclass
+class Footage:
+    """What the videos hold: how many, their frames in all, and the frame counts and short sides that bound the
+    clip (no crop larger than most videos' short side, no clip longer than most videos)."""
+
+    videos: int
+    frames: int
+    short_side: int
+    """the median short side of the videos, in pixels"""
+    aspect: float
+    """the median ratio of the long side to the short side"""
+    short_frames: int
+    """the 10th percentile of the frame counts"""
+    frame_counts: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, infos: Sequence[Any]) -> Footage:
+        """From :class:`~coclr.video.decode.VideoInfo` of each readable video."""
+        frames = np.array([max(1, info.frames) for info in infos])
+        shorts = np.array([min(info.width, info.height) for info in infos])
+        aspects = np.array([max(info.width, info.height) / max(1, min(info.width, info.height)) for info in infos])
+        return cls(len(infos), int(frames.sum()), int(np.median(shorts)), float(np.median(aspects)),
+                   int(np.percentile(frames, 10)), [int(f) for f in frames])
+
+    def fits(self, model: Model) -> bool:
+        """Whether the clips of ``model`` suit the videos: a crop no larger than the median short side (rounded
+        down to 32 px, never below the smallest model's), and a clip and its flow within most videos."""
+        if model == MODELS[0]:
+            return True
+        largest = max(MODELS[0].size, self.short_side // 32 * 32)
+        return model.size <= largest and clip_span(model.length, 1) + 1 <= self.short_frames
+
+
+@dataclass
+class Costs:
+    """Seconds per unit of work on this machine, measured by :func:`measure_costs` (or given by a test)."""
+
+    decode_frame: float
+    """decoding one source frame and resizing it (one process)"""
+    store_frame: dict[int, float]
+    """JPEG-encoding one frame at each short side (one process)"""
+    flow_pair: dict[int, float]
+    """TV-L1 flow of one frame pair at each short side, as the flow job and the embedding compute it (pairs
+    solved together on every thread)"""
+    step: dict[str, float]
+    """one InfoNCE training step of each model (:attr:`Model.key`)"""
+    forward: dict[str, float]
+    """one clip through each model's encoder without gradients, in batches of :data:`INFERENCE_BATCH` (CoCLR's
+    miner, inference)"""
+    workers: int
+    """processes the store and flow jobs run at once"""
+    seconds: float = 0.0
+    """what the measurement took"""
+
+
+@dataclass
+class Plan:
+    """What a run does: the network and clips, the schedule, the estimates per phase, and why."""
+
+    model: Model
+    batch: int
+    queue: int
+    topk: int
+    epochs: dict[str, int]
+    """epochs of each stage kind ("infonce", "coclr")"""
+    steps: int
+    """training steps in all"""
+    estimates: dict[str, float]
+    """seconds of each phase, estimated"""
+    budget: float
+    reasons: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        return cls(**{**data, "model": Model(**data["model"])})
+
+    def describe(self) -> str:
+        total = sum(self.estimates.values())
+        lines = [f"plan: {self.model}; batch {self.batch}, queue {self.queue}, top-{self.topk} mined positives; "
+                 f"InfoNCE {self.epochs['infonce']} epochs per view, CoCLR 2 cycles of {self.epochs['coclr']} epochs "
+                 f"per view ({self.steps} steps); about {duration(total)} of the {duration(self.budget)} budget"]
+        lines += [f"  {reason}" for reason in self.reasons]
+        return "\n".join(lines)
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` in words: "45 s", "12 min", "1.5 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def parse_budget(text: str) -> float:
+    """Seconds of a budget written ``90s``, ``15m``, ``1.5h`` (a bare number: minutes)."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    text = str(text).strip().lower()
+    unit = units.get(text[-1:]) if text else None
+    number = text[:-1] if unit is not None else text
+    try:
+        value = float(number) * (unit or 60.0)
+    except ValueError:
+        raise ConfigError(f"--budget: {text!r} is not a duration (e.g. 90s, 15m, 2h)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"--budget: must be a positive duration, got {text!r}")
+    return value
+
+
+def batch_for(videos: int) -> int:
+    """Clips per batch: :data:`BATCH`, or a quarter of fewer videos (at least 2)."""
+    return max(2, min(BATCH, videos // 4))
+
+
+def queue_for(videos: int, batch: int) -> int:
+    """Keys in the queue: the largest power of two within a third of the videos (the quick study's 128 of 384),
+    at most 2048 (the paper's on UCF101) and at least the batch."""
+    return max(batch, min(2048, 2 ** int(math.log2(max(2, videos // 3)))))
+
+
+def windows_of(footage: Footage, model: Model) -> int:
+    """Inference windows of every video (``coclr eval``'s sliding windows)."""
+    return sum(len(sliding_windows(frames, model.length, 1)) for frames in footage.frame_counts)
+
+
+def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: int) -> dict[str, float]:
+    """Seconds of each phase of a run of ``model`` with ``steps`` training steps."""
+    size = model.size
+    pairs = max(0, footage.frames - footage.videos)
+    quality_videos = min(footage.videos, QUALITY_VIDEOS)
+    quality_windows = windows_of(footage, model) * quality_videos / footage.videos
+    step_seconds = costs.step[model.key]
+    forward = costs.forward[model.key]
+    coclr_share = 4 * STAGE_SHARES["coclr"]
+    return {
+        "store": footage.frames * (costs.decode_frame + costs.store_frame[size]) / costs.workers,
+        "flow": pairs * (costs.flow_pair[size] + costs.store_frame[size] / costs.workers),
+        "train": steps * (step_seconds + coclr_share * batch * forward),
+        # three passes over the files (RGB, flow, both), flow computed on the fly by two of them
+        "embed": (3 * footage.frames * costs.decode_frame / costs.workers + 2 * pairs * costs.flow_pair[size]
+                  + 4 * windows_of(footage, model) * forward),
+        "quality": 6 * quality_windows * forward,
+        "fixed": FIXED_SECONDS,
+    }
+
+
+def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.0) -> Plan:
+    """The plan for ``footage`` within ``budget`` seconds, ``spent`` of which are gone (probing, calibration).
+
+    The largest model of :data:`MODELS` that suits the footage (:meth:`Footage.fits`) and affords
+    :data:`TARGET_STEPS` within :data:`MARGIN` of the budget; else the cheapest one, if it affords
+    :data:`MIN_STEPS`; else a refusal naming the budget that would do."""
+    if footage.videos < MIN_VIDEOS:
+        raise ConfigError(f"{footage.videos} readable video(s): learning needs at least {MIN_VIDEOS} (each batch "
+                          "contrasts a video with the others); give more videos")
+    batch = batch_for(footage.videos)
+    steps_per_epoch = max(1, footage.videos // batch)
+    available = budget * MARGIN - spent
+    affordable: dict[Model, int] = {}
+    for model in MODELS:
+        if model.key not in costs.step or not footage.fits(model):
+            continue
+        fixed = estimates(footage, model, costs, 0, batch)
+        per_step = (estimates(footage, model, costs, 1000, batch)["train"]) / 1000
+        affordable[model] = int((available - sum(fixed.values())) / per_step)
+    if not affordable:
+        raise ConfigError("no network was measured for these videos")
+    cheapest = min(affordable, key=lambda m: MODELS.index(m))
+    good = [m for m, steps in affordable.items() if steps >= TARGET_STEPS]
+    if good:
+        model = max(good, key=lambda m: MODELS.index(m))
+    elif affordable[cheapest] >= MIN_STEPS:
+        model = cheapest
+    else:
+        fixed = sum(estimates(footage, cheapest, costs, 0, batch).values())
+        per_step = estimates(footage, cheapest, costs, 1000, batch)["train"] / 1000
+        needed = (spent + fixed + MIN_STEPS * per_step) / MARGIN
+        raise ConfigError(f"--budget {duration(budget)} is too small for {footage.videos} videos on this machine: "
+                          f"storing, flow and embedding alone take about {duration(fixed)}, and the smallest network "
+                          f"({cheapest}) needs {duration(MIN_STEPS * per_step)} for {MIN_STEPS} training steps; give "
+                          f"--budget {math.ceil(needed / 60)}m or more, or fewer videos")
+    steps = affordable[model]
+    epochs = {kind: max(1, min(MAX_EPOCHS[kind], round(steps * share / steps_per_epoch)))
+              for kind, share in STAGE_SHARES.items()}
+    steps = steps_per_epoch * (2 * epochs["infonce"] + 4 * epochs["coclr"])
+    queue = queue_for(footage.videos, batch)
+    reasons = _reasons(footage, costs, model, affordable, budget)
+    return Plan(model, batch, queue, min(5, max(1, queue // 2)), epochs, steps,
+                estimates(footage, model, costs, steps, batch), budget, reasons)
+
+
+def _reasons(footage: Footage, costs: Costs, model: Model, affordable: dict[Model, int], budget: float) -> list[str]:
+    """Why ``model``: what each candidate would afford, and the measured costs."""
+    lines = [f"{footage.videos} videos, {footage.frames} frames (median short side {footage.short_side} px); "
+             f"measured here: {1e3 * costs.decode_frame:.2f} ms to decode a frame, "
+             f"{1e3 * costs.flow_pair[model.size]:.2f} ms of flow per frame pair at {model.size} px, "
+             f"{costs.workers} worker(s)"]
+    for candidate, steps in affordable.items():
+        verdict = ("chosen" if candidate == model else
+                   "affords fewer steps than the target" if steps < TARGET_STEPS else "smaller")
+        lines.append(f"{candidate}: {1e3 * costs.step[candidate.key]:.0f} ms a step, {max(steps, 0)} steps within "
+                     f"{MARGIN:.0%} of {duration(budget)} (target {TARGET_STEPS}): {verdict}")
+    skipped = [m for m in MODELS if m not in affordable and not footage.fits(m)]
+    if skipped:
+        lines.append(f"not for these videos (crop above their short side, or clip longer than most): "
+                     f"{'; '.join(map(str, skipped))}")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------ measuring
+
+
+def measure_costs(sample_videos: Sequence[str], footage: Footage, device, workers: int,
+                  deadline: float) -> Costs:
+    """Measure :class:`Costs` on this machine: decoding on up to three of the footage's own videos, JPEG and flow
+    on their frames at each candidate size, and a few training steps and forwards of each candidate network, from
+    the cheapest up, until one would not afford :data:`MIN_STEPS` within ``deadline`` seconds of work."""
+    import torch  # noqa: PLC0415 (heavy)
+
+    from coclr.flow.opencv import rgb_to_gray  # noqa: PLC0415 (heavy: torch)
+    from coclr.flow.tvl1 import tvl1_flow  # noqa: PLC0415 (heavy: torch)
+    from coclr.store.jpeg import encode_jpeg  # noqa: PLC0415
+    from coclr.video.decode import VideoReader, resize_short_side  # noqa: PLC0415
+
+    started = time.perf_counter()
+    sizes = sorted({m.size for m in MODELS if footage.fits(m)})
+    frames: list[np.ndarray] = []
+    decoded, decode_seconds = 0, 0.0
+    for path in sample_videos[:3]:
+        try:
+            begin = time.perf_counter()
+            with VideoReader(path) as reader:
+                for number, frame in enumerate(reader):
+                    frames.append(frame)
+                    decoded += 1
+                    if number == 47:
+                        break
+            decode_seconds += time.perf_counter() - begin
+        except Exception:  # an unreadable sample is the store job's failure to report, not the calibration's
+            continue
+    if not frames:
+        raise ConfigError("none of the first videos could be decoded to measure this machine: check the inputs")
+    decode_frame = decode_seconds / decoded
+    store_frame, flow_pair = {}, {}
+    for size in sizes:
+        small = [resize_short_side(frame, size) for frame in frames[:9]]
+        begin = time.perf_counter()
+        for frame in small:
+            encode_jpeg(frame)
+        store_frame[size] = (time.perf_counter() - begin) / len(small)
+        gray = torch.from_numpy(np.stack([rgb_to_gray(frame[None])[0] for frame in small]).astype(np.float32))
+        if len(gray) < 2:
+            gray = torch.cat([gray, gray.roll(1, dims=-1)])
+        tvl1_flow(gray[:1], gray[1:2])  # builds the kernels
+        begin = time.perf_counter()
+        tvl1_flow(gray[:-1], gray[1:])
+        flow_pair[size] = (time.perf_counter() - begin) / (len(gray) - 1)
+    costs = Costs(decode_frame, store_frame, flow_pair, {}, {}, workers)
+    with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
+        for model in MODELS:
+            if not footage.fits(model):
+                continue
+            step, forward = _time_training(model, Path(tmp) / model.key, device, batch_for(footage.videos))
+            costs.step[model.key], costs.forward[model.key] = step, forward
+            spent = time.perf_counter() - started
+            if spent + MIN_STEPS * step > deadline:  # larger ones would not afford the minimum either
+                break
+    costs.seconds = time.perf_counter() - started
+    return costs
+
+
+def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 3) -> tuple[float, float]:
+    """Seconds of one InfoNCE training step of ``model`` (after two untimed ones) and of one clip's forward without
+    gradients (in a batch of :data:`INFERENCE_BATCH`), on a store of random frames."""
+    import torch  # noqa: PLC0415 (heavy)
+
+    from coclr.config import from_dict  # noqa: PLC0415
+    from coclr.data.batch_decode import collate_clips  # noqa: PLC0415
+    from coclr.synth.output import random_store  # noqa: PLC0415
+    from coclr.train.config import PretrainConfig  # noqa: PLC0415
+    from coclr.train.trainer import Trainer  # noqa: PLC0415
+
+    store = random_store(folder / "store", videos=2 * batch, frames=model.length + 2,
+                         size=(model.size, model.size * 4 // 3), views=("rgb",))
+    config = from_dict(PretrainConfig, {
+        "data": {"store": str(store), "length": model.length, "size": model.size, "workers": 0},
+        "model": {"width": model.width},
+        "method": {"queue_size": 2 * batch, "topk": 1, "wait_for_full_queue": False},
+        "run": {"out": str(folder / "run"), "batch_size": batch, "progress": False, "device": str(device)}})
+    trainer = Trainer(config)
+    trainer._set_train_mode()
+    loader = torch.utils.data.DataLoader(trainer.dataset, batch_size=batch, collate_fn=collate_clips)
+    data = next(iter(loader))
+    sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
+    for _ in range(2):
+        trainer.train_step(data, queue_full=True)
+    sync()
+    begin = time.perf_counter()
+    for _ in range(steps):
+        trainer.train_step(data, queue_full=True)
+    sync()
+    step = (time.perf_counter() - begin) / steps
+    encoder = next(iter(trainer.model.learners.values())).encoder_k
+    clips = torch.randn(INFERENCE_BATCH, 3, model.length, model.size, model.size, device=trainer.device)
+    with torch.no_grad():
+        encoder(clips)
+        sync()
+        begin = time.perf_counter()
+        for _ in range(steps):
+            encoder(clips)
+        sync()
+    return step, (time.perf_counter() - begin) / steps / INFERENCE_BATCH

@@ -1,0 +1,196 @@
+"""``OUT/report.html`` of a learn run: what was learnt, how training went, how good each stage is without
+labels, and what the encoders find alike.
+
+One self-contained page (images are ``data:`` URIs; no script, no network): the plan and the time of each phase,
+the training loss of every stage, the label-free measures of every stage (a collapsed one marked, and so is
+everything computed from it), the scores on labels when given, a sample of videos with their nearest neighbours
+in the two-stream embedding (animated thumbnails from the store, every video named), and every input video with
+what became of it.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coclr.atomic import atomic_write_text, read_json_lines
+from coclr.embed.output import Embeddings
+from coclr.embed.search import search
+from coclr.eval.gallery import (
+    PAGE_STYLE,
+    QUERY_COLOUR,
+    animated_gif,
+    data_uri,
+    gallery_row,
+    thumbnail_frames,
+    video_cell,
+)
+from coclr.learn.budget import duration
+from coclr.store.clipstore import ClipStore
+
+NEIGHBOUR_COLOUR = "#999999"
+"""Neighbours have no class to be right or wrong about: a neutral border."""
+SAMPLE_QUERIES = 8
+NEIGHBOURS = 4
+COLLAPSED_MARK = "‡"
+REPORT_STYLE = PAGE_STYLE + """
+h2 { font-size: 15px; margin-top: 22px; } table.data td, table.data th { border: 1px solid #ccc; font-size: 12px; }
+table.data th { background: #f0f0f0; text-align: left; padding: 4px 6px; } td.bad { color: #d62728; }
+ul.videos { font-size: 12px; columns: 3; } .mark { color: #d62728; font-weight: bold; }
+"""
+
+
+def write_report(path: Path, out: Path, result: dict[str, Any], paths: list[str]) -> Path:
+    """Write the report of the run in ``out`` (its ``result``: what ``learn.json`` records) for the input
+    videos ``paths``."""
+    store = ClipStore(out / "store")
+    root = os.path.commonpath([os.path.dirname(p) for p in paths])
+    collapsed = {stage for stage, entry in result.get("stages", {}).items() if entry.get("collapsed")}
+    final = {entry["view"]: stage for stage, entry in result.get("stages", {}).items()}  # the last of each view
+    sections = [_summary(result), _curves(out, result), _stages(result, collapsed), _embeddings(result, final,
+                collapsed), _neighbours(out, store, root, final, collapsed), _videos(paths, result)]
+    title = f"coclr learn: {out.name}"
+    page = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{REPORT_STYLE}</style></head><body>"
+            f"<h1>{html.escape(title)}</h1>{''.join(sections)}</body></html>\n")
+    return atomic_write_text(path, page)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
+    return f'<table class="data"><tr>{head}</tr>{body}</table>'
+
+
+def _number(value: Any, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _summary(result: dict[str, Any]) -> str:
+    plan = result["plan"]
+    model = plan["model"]
+    phases = result.get("phases", {})
+    rows = [[html.escape(name), duration(plan["estimates"].get(name, 0.0)), duration(phases[name])]
+            for name in phases]
+    failed = len(result.get("failed", []))
+    text = (f"<p>{result['videos']} videos ({failed} could not be read), learnt without labels in "
+            f"{duration(result.get('seconds', 0.0))} of a {duration(plan['budget'])} budget: S3D width "
+            f"{model['width']:g}, clips of {model['length']} frames at {model['size']}x{model['size']} px, batch "
+            f"{plan['batch']}; InfoNCE {plan['epochs']['infonce']} epochs per view, then two CoCLR cycles of "
+            f"{plan['epochs']['coclr']} epochs per view ({plan['steps']} steps).</p>")
+    reasons = "".join(f"<li>{html.escape(reason)}</li>" for reason in plan.get("reasons", []))
+    return (f"<h2>The run</h2>{text}<p class=\"note\">Why this plan:</p><ul class=\"note\">{reasons}</ul>"
+            + _table(["phase", "estimated", "took"], rows))
+
+
+def _curves(out: Path, result: dict[str, Any]) -> str:
+    """The loss per epoch of every stage, one line each, as a PNG."""
+    import matplotlib  # noqa: PLC0415 (heavy)
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot  # noqa: PLC0415 (heavy)
+
+    figure, axis = pyplot.subplots(figsize=(7, 3), dpi=100)
+    offset = 0
+    for stage in result.get("stages", {}):
+        log = out / "pipeline" / stage / "log.jsonl"
+        losses = [r["epoch_loss"] for r in read_json_lines(log) if isinstance(r, dict) and "epoch_loss" in r] \
+            if log.is_file() else []
+        if losses:
+            axis.plot(np.arange(offset, offset + len(losses)) + 1, losses, marker=".", label=stage)
+            offset += len(losses)
+    axis.set_xlabel("epoch (stages one after the other)")
+    axis.set_ylabel("training loss")
+    axis.legend(fontsize=7, ncol=3)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    pyplot.close(figure)
+    image = data_uri(buffer.getvalue(), "image/png")
+    return f'<h2>Training</h2><img alt="training loss of every stage" src="{image}">'
+
+
+def _stages(result: dict[str, Any], collapsed: set[str]) -> str:
+    rows = []
+    for stage, entry in result.get("stages", {}).items():
+        mark = f' <span class="mark">{COLLAPSED_MARK} collapsed</span>' if stage in collapsed else ""
+        rows.append([html.escape(stage) + mark, html.escape(entry["view"]), html.escape(entry["method"]),
+                     _number(entry["effective_rank"]), _number(entry["alignment"]), _number(entry["uniformity"])])
+    agreement = [[html.escape(name), html.escape(" + ".join(entry["stages"])),
+                  _number(100 * entry["nearest_neighbour"] if entry["nearest_neighbour"] is not None else None, 1),
+                  _number(100 * entry["chance"], 1)] for name, entry in result.get("agreement", {}).items()]
+    note = ("<p class=\"note\">Measured without labels on the stored videos: effective rank of the video features "
+            "(higher: more directions used), alignment (mean squared distance of two halves of a video; lower is "
+            "better) and uniformity (log of the mean Gaussian potential between videos; lower is better), Wang and "
+            f"Isola 2020. {COLLAPSED_MARK}: the features have no spread (a collapsed encoder carries nothing). "
+            "Agreement: how often the RGB and flow encoders find the same nearest video.</p>")
+    return ("<h2>Each stage, without labels</h2>" + note
+            + _table(["stage", "view", "method", "effective rank", "alignment", "uniformity"], rows)
+            + "<p></p>" + _table(["after", "encoders", "nearest neighbours agree (%)", "chance (%)"], agreement))
+
+
+def _embeddings(result: dict[str, Any], final: dict[str, str], collapsed: set[str]) -> str:
+    rows = []
+    labels = (result.get("labels") or {}).get("embeddings", {})
+    keys = list(dict.fromkeys(key for scores in labels.values() for key in scores if key.startswith(("R@", "kNN"))))
+    for name, entry in result.get("embeddings", {}).items():
+        sources = [final[view] for view in (("rgb", "flow") if name == "two_stream" else (name,)) if view in final]
+        mark = (f' <span class="mark">{COLLAPSED_MARK}</span>' if any(s in collapsed for s in sources) else "")
+        scores = labels.get(name, {})
+        rows.append([html.escape(name) + mark, _number(entry["effective_rank"]), _number(entry["uniformity"]),
+                     *[_number(scores.get(key), 1) for key in keys]])
+    text = ""
+    if result.get("labels"):
+        info = result["labels"]
+        protocol = next(iter(labels.values()), {}).get("protocol", "")
+        text = (f"<p class=\"note\">Scored with the labels of {info['videos']} videos from "
+                f"{html.escape(info['file'])} (never used to train; {html.escape(protocol)}; chance about "
+                f"{info['chance']:.1f}%).</p>")
+    return ("<h2>The embeddings</h2><p class=\"note\">Every video embedded with the final encoders "
+            "(embeddings/rgb, flow, two_stream: the two-stream similarity is the mean of the two).</p>" + text
+            + _table(["embedding", "effective rank", "uniformity", *keys], rows))
+
+
+def _neighbours(out: Path, store: ClipStore, root: str, final: dict[str, str], collapsed: set[str]) -> str:
+    embeddings = Embeddings(out / "embeddings" / "two_stream")
+    count = len(embeddings.videos)
+    if count < 2:
+        return ""
+    cache: dict[str, str] = {}
+
+    def cell(path: str, colour: str, badge: str) -> str:
+        key = os.path.relpath(path, root).replace(os.sep, "/")
+        if key not in cache:
+            cache[key] = data_uri(animated_gif(thumbnail_frames(store, key, "rgb", 8)))
+        return video_cell(cache[key], os.path.basename(path), colour, path, badge)
+
+    rows = []
+    for row in np.unique(np.linspace(0, count - 1, min(SAMPLE_QUERIES, count)).round().astype(int)):
+        query = embeddings.video_records[int(row)]["path"]
+        hits = search(embeddings, np.asarray(embeddings.videos[int(row)])[None], k=min(NEIGHBOURS, count - 1),
+                      exclude=int(row))
+        rows.append(gallery_row(cell(query, QUERY_COLOUR, "video"),
+                                [cell(hit.path, NEIGHBOUR_COLOUR, f"#{hit.rank} {hit.score:.2f}") for hit in hits]))
+    mark = (f' <span class="mark">{COLLAPSED_MARK} from a collapsed encoder</span>'
+            if any(final.get(view) in collapsed for view in ("rgb", "flow")) else "")
+    return (f"<h2>Nearest neighbours{mark}</h2><p class=\"note\">A sample of videos (blue) and their "
+            f"{NEIGHBOURS} nearest videos in the two-stream embedding, with the cosine similarity; thumbnails are "
+            f"animated.</p><table>{''.join(rows)}</table>")
+
+
+def _videos(paths: list[str], result: dict[str, Any]) -> str:
+    failed = {item["path"]: item["error"] for item in result.get("failed", [])}
+    items = []
+    for path in paths:
+        if path in failed:
+            items.append(f'<li class="bad" title="{html.escape(failed[path])}">{html.escape(path)}: left out '
+                         f"({html.escape(failed[path])})</li>")
+        else:
+            items.append(f"<li>{html.escape(path)}</li>")
+    return (f"<h2>The videos</h2><p class=\"note\">{len(paths)} inputs, {len(failed)} left out.</p>"
+            f"<ul class=\"videos\">{''.join(items)}</ul>")

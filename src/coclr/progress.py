@@ -1,0 +1,72 @@
+"""Progress bars that a job made of other jobs can follow: one line for the whole job instead of one per part.
+
+Every long loop of the library shows its progress with :func:`bar` (a ``tqdm`` bar). A command that runs several
+such jobs in one process (``coclr learn``: store, flow, training stages, embedding) follows them with
+:func:`observed`: while it is active the parts' bars are not drawn, and each of their updates is passed to the
+observer, which draws one line with the ETA of the whole job.
+
+Example::
+
+    with observed(lambda desc, n, total: print(desc, n, total)):
+        run_entry_jobs(...)        # its bar is silent; the observer sees every update
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tqdm import tqdm
+
+Observer = Callable[[str, int, "int | None"], None]
+"""Called with a bar's description, the count it advanced by and its total (None: unknown)."""
+
+_observers: list[Observer] = []
+_lock = threading.Lock()
+
+
+class _Bar(tqdm):
+    """A tqdm bar that passes each update to the active observers (and is not drawn while there are any)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.label = str(kwargs.get("desc") or "")  # a disabled tqdm keeps no description
+        super().__init__(*args, **kwargs)
+
+    def __iter__(self) -> Iterator[Any]:
+        if not _observers:  # tqdm's own loop, which counts without calling update
+            yield from super().__iter__()
+            return
+        for item in self.iterable:
+            yield item
+            self.update(1)
+
+    def update(self, n: float | None = 1) -> bool | None:
+        for observer in list(_observers):
+            observer(self.label, int(n or 0), self.total)
+        return super().update(n)
+
+
+def bar(*args: Any, **kwargs: Any) -> tqdm:
+    """A ``tqdm`` bar with tqdm's arguments; not drawn while a job observes its parts (:func:`observed`)."""
+    if _observers:
+        kwargs["disable"] = True
+    return _Bar(*args, **kwargs)
+
+
+def write(text: str, file: Any = None) -> None:
+    """Print a line (to ``file``, default stdout) without breaking the progress line under it."""
+    tqdm.write(text, file=file)
+
+
+@contextmanager
+def observed(observer: Observer) -> Iterator[None]:
+    """Pass the updates of every :func:`bar` made in this process to ``observer`` while the block runs."""
+    with _lock:
+        _observers.append(observer)
+    try:
+        yield
+    finally:
+        with _lock:
+            _observers.remove(observer)
