@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from coclr.data.sampling import clip_span, sliding_windows
+from coclr.data.sampling import clip_span
 from coclr.errors import ConfigError
 
 MIN_VIDEOS = 8
@@ -42,9 +42,9 @@ FIXED_SECONDS = 20.0
 STAGE_SHARES = {"infonce": 0.25, "coclr": 0.125}
 """Share of the training steps of each stage: the quick study's epochs (40 InfoNCE per view, 20 per CoCLR stage,
 two cycles): a quarter for each InfoNCE stage, an eighth for each of the four CoCLR stages."""
-MAX_EPOCHS = {"infonce": 200, "coclr": 100}
-"""At most this many epochs per stage: a few videos and a long budget would otherwise repeat them thousands of
-times (what is left of the budget is not spent)."""
+MAX_EPOCHS = {"coclr": 100}
+"""At most this many epochs per CoCLR stage (and twice as many per InfoNCE stage): a few videos and a long budget
+would otherwise repeat them thousands of times (what is left of the budget is not spent)."""
 QUALITY_VIDEOS = 512
 """Videos whose features measure each stage's quality (a sample of larger footage)."""
 BATCH = 32
@@ -199,8 +199,14 @@ def queue_for(videos: int, batch: int) -> int:
 
 
 def windows_of(footage: Footage, model: Model) -> int:
-    """Inference windows of every video (``coclr eval``'s sliding windows)."""
-    return sum(len(sliding_windows(frames, model.length, 1)) for frames in footage.frame_counts)
+    """Inference windows of every video (:func:`~coclr.data.sampling.sliding_windows`, counted: one for a video no
+    longer than a clip, else one every half clip and one ending at the last frame)."""
+    span = clip_span(model.length, 1)
+    hop = max(1, model.length // 2)
+    frames = np.asarray(footage.frame_counts, dtype=np.int64)
+    starts = (frames - span) // hop + 1
+    windows = np.where(frames <= span, 1, starts + ((frames - span) % hop != 0))
+    return int(windows.sum())
 
 
 def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: int) -> dict[str, float]:
@@ -260,13 +266,13 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
                           f"({cheapest}) needs {duration(MIN_STEPS * per_step)} for {MIN_STEPS} training steps; give "
                           f"--budget {math.ceil(needed / 60)}m or more, or fewer videos")
     steps = affordable[model]
-    epochs = {kind: max(1, min(MAX_EPOCHS[kind], round(steps * share / steps_per_epoch)))
-              for kind, share in STAGE_SHARES.items()}
+    cycle = max(1, min(MAX_EPOCHS["coclr"], int(steps * STAGE_SHARES["coclr"] / steps_per_epoch)))
+    epochs = {"infonce": round(cycle * STAGE_SHARES["infonce"] / STAGE_SHARES["coclr"]), "coclr": cycle}
     steps = steps_per_epoch * (2 * epochs["infonce"] + 4 * epochs["coclr"])
     queue = queue_for(footage.videos, batch)
     reasons = _reasons(footage, costs, model, affordable, budget)
     return Plan(model, batch, queue, min(5, max(1, queue // 2)), epochs, steps,
-                estimates(footage, model, costs, steps, batch), budget, reasons)
+                {"measure": spent, **estimates(footage, model, costs, steps, batch)}, budget, reasons)
 
 
 def _reasons(footage: Footage, costs: Costs, model: Model, affordable: dict[Model, int], budget: float) -> list[str]:
