@@ -40,7 +40,8 @@ def footage(videos: int = 768, frames: int = 12, short_side: int = 32) -> Footag
 def costs(step_ms: dict[Model, float]) -> Costs:
     return Costs(decode_frame=1e-4, store_frame={m.size: 1e-4 for m in MODELS},
                  flow_pair={m.size: 1e-3 for m in MODELS}, step={m.key: ms / 1e3 for m, ms in step_ms.items()},
-                 forward={m.key: ms / 1e3 / 100 for m, ms in step_ms.items()}, workers=2)
+                 forward={m.key: ms / 1e3 / 100 for m, ms in step_ms.items()},
+                 epoch={m.key: 0.05 for m in step_ms}, stage={m.key: 1.0 for m in step_ms}, workers=2)
 
 
 SMALL, WIDER = MODELS[0], MODELS[1]

@@ -124,6 +124,10 @@ class Costs:
     forward: dict[str, float]
     """one clip through each model's encoder without gradients, in batches of :data:`INFERENCE_BATCH` (CoCLR's
     miner, inference)"""
+    epoch: dict[str, float]
+    """the end of an epoch of each model: writing its checkpoint (a cost of its own with few videos an epoch)"""
+    stage: dict[str, float]
+    """starting a training stage of each model (the dataset, the networks, the optimiser)"""
     workers: int
     """processes the store and flow jobs run at once"""
     seconds: float = 0.0
@@ -218,10 +222,12 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
     step_seconds = costs.step[model.key]
     forward = costs.forward[model.key]
     coclr_share = 4 * STAGE_SHARES["coclr"]
+    epochs = steps / max(1, footage.videos // batch)
     return {
         "store": footage.frames * (costs.decode_frame + costs.store_frame[size]) / costs.workers,
         "flow": pairs * (costs.flow_pair[size] + costs.store_frame[size] / costs.workers),
-        "train": steps * (step_seconds + coclr_share * batch * forward),
+        "train": (steps * (step_seconds + coclr_share * batch * forward) + epochs * costs.epoch[model.key]
+                  + 6 * costs.stage[model.key]),
         # three passes over the files (RGB, flow, both), flow computed on the fly by two of them
         "embed": (3 * footage.frames * costs.decode_frame / costs.workers + 2 * pairs * costs.flow_pair[size]
                   + 4 * windows_of(footage, model) * forward),
@@ -247,7 +253,7 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
         if model.key not in costs.step or not footage.fits(model):
             continue
         fixed = estimates(footage, model, costs, 0, batch)
-        per_step = (estimates(footage, model, costs, 1000, batch)["train"]) / 1000
+        per_step = _per_step(footage, model, costs, batch)
         affordable[model] = int((available - sum(fixed.values())) / per_step)
     if not affordable:
         raise ConfigError("no network was measured for these videos")
@@ -259,7 +265,7 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
         model = cheapest
     else:
         fixed = sum(estimates(footage, cheapest, costs, 0, batch).values())
-        per_step = estimates(footage, cheapest, costs, 1000, batch)["train"] / 1000
+        per_step = _per_step(footage, cheapest, costs, batch)
         needed = (spent + fixed + MIN_STEPS * per_step) / MARGIN
         raise ConfigError(f"--budget {duration(budget)} is too small for {footage.videos} videos on this machine: "
                           f"storing, flow and embedding alone take about {duration(fixed)}, and the smallest network "
@@ -273,6 +279,12 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
     reasons = _reasons(footage, costs, model, affordable, budget)
     return Plan(model, batch, queue, min(5, max(1, queue // 2)), epochs, steps,
                 {"measure": spent, **estimates(footage, model, costs, steps, batch)}, budget, reasons)
+
+
+def _per_step(footage: Footage, model: Model, costs: Costs, batch: int) -> float:
+    """Seconds of one more training step (its share of the epoch's end included)."""
+    return (estimates(footage, model, costs, 1000, batch)["train"]
+            - estimates(footage, model, costs, 0, batch)["train"]) / 1000
 
 
 def _reasons(footage: Footage, costs: Costs, model: Model, affordable: dict[Model, int], budget: float) -> list[str]:
@@ -341,13 +353,15 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         begin = time.perf_counter()
         tvl1_flow(gray[:-1], gray[1:])
         flow_pair[size] = (time.perf_counter() - begin) / (len(gray) - 1)
-    costs = Costs(decode_frame, store_frame, flow_pair, {}, {}, workers)
+    costs = Costs(decode_frame, store_frame, flow_pair, {}, {}, {}, {}, workers)
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
         for model in MODELS:
             if not footage.fits(model):
                 continue
-            step, forward = _time_training(model, Path(tmp) / model.key, device, batch_for(footage.videos))
-            costs.step[model.key], costs.forward[model.key] = step, forward
+            measured = _time_training(model, Path(tmp) / model.key, device, batch_for(footage.videos))
+            for name, seconds in measured.items():
+                getattr(costs, name)[model.key] = seconds
+            step = measured["step"]
             spent = time.perf_counter() - started
             if spent + MIN_STEPS * step > deadline:  # larger ones would not afford the minimum either
                 break
@@ -355,9 +369,10 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     return costs
 
 
-def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 3) -> tuple[float, float]:
-    """Seconds of one InfoNCE training step of ``model`` (after two untimed ones) and of one clip's forward without
-    gradients (in a batch of :data:`INFERENCE_BATCH`), on a store of random frames."""
+def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 3) -> dict[str, float]:
+    """Seconds of the parts of training ``model`` on a store of random frames: starting a stage, one InfoNCE
+    training step (after two untimed ones), the end of an epoch (its checkpoint), and one clip's forward without
+    gradients (in a batch of :data:`INFERENCE_BATCH`)."""
     import torch  # noqa: PLC0415 (heavy)
 
     from coclr.config import from_dict  # noqa: PLC0415
@@ -373,7 +388,9 @@ def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 
         "model": {"width": model.width},
         "method": {"queue_size": 2 * batch, "topk": 1, "wait_for_full_queue": False},
         "run": {"out": str(folder / "run"), "batch_size": batch, "progress": False, "device": str(device)}})
+    begin = time.perf_counter()
     trainer = Trainer(config)
+    stage = time.perf_counter() - begin
     trainer._set_train_mode()
     loader = torch.utils.data.DataLoader(trainer.dataset, batch_size=batch, collate_fn=collate_clips)
     data = next(iter(loader))
@@ -386,6 +403,9 @@ def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 
         trainer.train_step(data, queue_full=True)
     sync()
     step = (time.perf_counter() - begin) / steps
+    begin = time.perf_counter()
+    trainer.save(best=True)
+    epoch = time.perf_counter() - begin
     encoder = next(iter(trainer.model.learners.values())).encoder_k
     clips = torch.randn(INFERENCE_BATCH, 3, model.length, model.size, model.size, device=trainer.device)
     with torch.no_grad():
@@ -395,4 +415,5 @@ def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 
         for _ in range(steps):
             encoder(clips)
         sync()
-    return step, (time.perf_counter() - begin) / steps / INFERENCE_BATCH
+    forward = (time.perf_counter() - begin) / steps / INFERENCE_BATCH
+    return {"step": step, "forward": forward, "epoch": epoch, "stage": stage}
