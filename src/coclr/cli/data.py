@@ -108,7 +108,10 @@ def run_index(args: argparse.Namespace) -> int:
     elif args.format == "kinetics":
         index = indexes.kinetics_index(annotations, args.root)
     elif args.format == "folder":
-        index = indexes.folder_index(args.root, test_fraction=args.test_fraction, seed=args.seed)
+        notes: list[str] = []
+        index = indexes.folder_index(args.root, test_fraction=args.test_fraction, seed=args.seed, notes=notes)
+        for note in notes:
+            print(f"note: {note}")
     else:
         index = indexes.csv_index(annotations[0])
     if args.name:
