@@ -165,7 +165,8 @@ class VideoReader:
         self.damaged = 0
         self.orientation = Orientation()
         self.end_time: float | None = None
-        self._end: Fraction | None = None
+        self._clock = _Clock(self._stream.time_base, source_fps)
+        self._end: int | Fraction | None = None
         self._end_on_stream_clock: Fraction | None = None
 
     def __enter__(self) -> VideoReader:
@@ -189,22 +190,22 @@ class VideoReader:
         if self._container is None:
             raise ValueError(f"{self.path}: the reader is closed")
         try:
-            frames = self._source_frames()
+            frames, clock = self._source_frames(), self._clock
             if self._target_fps is None:
-                for frame, time in frames:
-                    yield self._converter(frame), float(time)
-                end = self._end
+                for frame, ticks in frames:
+                    yield self._converter(frame), clock.seconds(ticks)
+                self.end_time = None if self._end is None else clock.seconds(self._end)
             else:
-                end = yield from _resample(frames, self._converter, self._target_fps, lambda: self._end)
-            self.end_time = None if end is None else float(end)
+                self.end_time = yield from _resample(frames, self._converter, self._target_fps, clock,
+                                                     lambda: self._end)
             self._check_complete()
         finally:
             self.close()
 
-    def _source_frames(self) -> Iterator[tuple[object, Fraction]]:
-        """The decoded frames with their times (:class:`_Clock`); sets the orientation from the first frame, counts
-        the decoded and damaged frames, and the end time after the last."""
-        clock = _Clock(self._stream.time_base, self.source_fps)
+    def _source_frames(self) -> Iterator[tuple[object, int | Fraction]]:
+        """The decoded frames with their times in ticks of the clock (:class:`_Clock`); sets the orientation from the
+        first frame, counts the decoded and damaged frames, and the end time after the last."""
+        clock = self._clock
         damage = _Damage()
         held = None  # each frame is timed once the next one is observed
         for frame in _decoded_frames(self._container, self._stream, self.path):
@@ -219,7 +220,7 @@ class VideoReader:
         if held is not None:
             yield held, clock.time(held)
             self._end = clock.end()
-            self._end_on_stream_clock = (clock.first or 0) + self._end
+            self._end_on_stream_clock = clock.on_stream_clock(self._end)
 
     def _check_complete(self) -> None:
         expected = self.expected
@@ -318,23 +319,27 @@ def _display_matrix(frame) -> list[int] | None:
 
 
 class _Clock:
-    """The time of each decoded frame in seconds from the first one (exact fractions): FFmpeg's best-effort
-    timestamp (``guess_correct_pts``: the frame's pts, unless pts went backwards more often than dts, as the
-    packed B-frames of AVI files make them, then its dts) times the stream's time base, decided with one frame of
-    hindsight (:meth:`observe` the next frame before asking the :meth:`time` of this one), so that the frame just
-    before the first backward pts is timed by its dts too. A frame without either timestamp comes one frame
-    period (``1 / fps``) after the previous one; time never runs backwards.
-    State: the counts of faulty timestamps, the last ones, the first time, the previous time and duration."""
+    """The time of each decoded frame from the first one, in ticks of the stream's time base (exact integers, so that
+    timing costs a few integer operations a frame; :meth:`seconds` converts): FFmpeg's best-effort timestamp
+    (``guess_correct_pts``: the frame's pts, unless pts went backwards more often than dts, as the packed B-frames
+    of AVI files make them, then its dts), decided with one frame of hindsight (:meth:`observe` the next frame
+    before asking the :meth:`time` of this one), so that the frame just before the first backward pts is timed by
+    its dts too. A frame without either timestamp comes one frame period (``1 / fps``) after the previous one
+    (without a time base, ticks are frame periods); time never runs backwards.
+    State: the counts of faulty timestamps, the last ones, the first stamp, the previous time and duration."""
 
     def __init__(self, time_base: Fraction | None, fps: Fraction) -> None:
-        self.time_base = Fraction(time_base) if time_base else None
-        self.period = 1 / Fraction(fps)
+        self.has_base = bool(time_base)
+        self.unit = Fraction(time_base) if time_base else 1 / Fraction(fps)
+        """Seconds per tick."""
+        period = 1 / Fraction(fps) / self.unit
+        self.period: int | Fraction = int(period) if period.denominator == 1 else period
         self.faulty_pts = self.faulty_dts = 0
         self.last_pts: int | None = None
         self.last_dts: int | None = None
-        self.first: Fraction | None = None
-        self.previous: Fraction | None = None
-        self.duration: Fraction | None = None
+        self.first: int | Fraction | None = None
+        self.previous: int | Fraction | None = None
+        self.duration: int | None = None
 
     def observe(self, frame) -> None:
         """Count ``frame``'s timestamps that do not advance (decoded frames come in presentation order)."""
@@ -350,27 +355,37 @@ class _Clock:
         elif dts is not None:
             self.last_pts = dts
 
-    def time(self, frame) -> Fraction:
-        """The time of ``frame`` (observed already), given in order."""
+    def time(self, frame) -> int | Fraction:
+        """The time of ``frame`` (observed already) in ticks, frames given in order."""
         pts, dts = frame.pts, frame.dts
         stamp = pts if pts is not None and (dts is None or self.faulty_pts <= self.faulty_dts) else dts
-        following = Fraction(0) if self.previous is None else self.previous + self.period
-        if stamp is None or self.time_base is None:
+        following = 0 if self.previous is None else self.previous + self.period
+        if stamp is None or not self.has_base:
             time = following
         else:
             if self.first is None:
-                self.first = stamp * self.time_base - following
-            time = stamp * self.time_base - self.first
+                self.first = stamp - following
+            time = stamp - self.first
             if self.previous is not None and time < self.previous:
                 time = self.previous
         self.previous = time
-        self.duration = frame.duration * self.time_base if frame.duration and self.time_base else None
+        self.duration = frame.duration if self.has_base else None
         return time
 
-    def end(self) -> Fraction:
-        """When the last frame stops being shown: its time plus its duration (else one frame period)."""
+    def end(self) -> int | Fraction:
+        """When the last frame stops being shown, in ticks: its time plus its duration (else one frame period)."""
         assert self.previous is not None
         return self.previous + (self.duration if self.duration and self.duration > 0 else self.period)
+
+    def seconds(self, ticks: int | Fraction) -> float:
+        """``ticks`` in seconds (the float nearest the exact value)."""
+        if type(ticks) is int:
+            return ticks * self.unit.numerator / self.unit.denominator
+        return float(ticks * self.unit)
+
+    def on_stream_clock(self, ticks: int | Fraction) -> Fraction:
+        """``ticks`` (from the first frame) in seconds of the stream's own clock (from its stamp 0)."""
+        return ((self.first or 0) + ticks) * self.unit
 
 
 class _Damage:
@@ -583,35 +598,41 @@ def _expected_end(container, stream) -> Fraction | None:
     return None
 
 
-def _resample(frames: Iterator[tuple[object, Fraction]], convert: _RGBConverter, fps: float,
-              source_end: Callable[[], Fraction | None]) -> Generator[tuple[np.ndarray, float], None, Fraction | None]:
-    """Sample the timed source frames at times ``k / fps``, yielding ``(output frame, k / fps)``; returns the end of
-    the last output frame (None when there was no frame).
+def _resample(frames: Iterator[tuple[object, int | Fraction]], convert: _RGBConverter, fps: float, clock: _Clock,
+              source_end: Callable[[], int | Fraction | None]) -> Generator[tuple[np.ndarray, float], None,
+                                                                            float | None]:
+    """Sample the source frames (timed in ticks of ``clock``) at times ``k / fps``, yielding ``(output frame,
+    k / fps)``; returns when the last output frame ends, in seconds (None when there was no frame).
 
     Output ``k`` takes the source frame with the nearest time (ties go to the later frame), so the millisecond
     rounding of Matroska timestamps does not drop frames; the video lasts until its last frame stops being shown
     (``source_end()``, read once the frames are exhausted). Only the frames that are sampled are converted to RGB.
+    Comparisons are exact, in integers: output ``k`` comes before the midpoint ``(a + b) / 2`` of two source frames
+    when ``2 k / (unit * fps) < a + b``.
     """
     target = Fraction(fps).limit_denominator(1_000_000)
+    scale = clock.unit * target  # output frames per tick
+    per_tick, ticks_per = scale.numerator, scale.denominator
+    numerator, denominator = target.numerator, target.denominator
     previous = None
     previous_rgb: np.ndarray | None = None
-    previous_time = Fraction(0)
+    previous_ticks: int | Fraction = 0
     next_index = 0
-    for frame, time in frames:
+    for frame, ticks in frames:
         if previous is not None:
-            midpoint = (previous_time + time) / 2
-            while Fraction(next_index) / target < midpoint:
+            bound = (previous_ticks + ticks) * per_tick
+            while 2 * next_index * ticks_per < bound:
                 if previous_rgb is None:
                     previous_rgb = convert(previous)
-                yield previous_rgb, float(next_index / target)
+                yield previous_rgb, next_index * denominator / numerator
                 next_index += 1
-        previous, previous_rgb, previous_time = frame, None, time
+        previous, previous_rgb, previous_ticks = frame, None, ticks
     end = source_end()
     if previous is None or end is None:
         return None
-    last = max(next_index, round(end * target))
+    last = max(next_index, round(end * scale))
     if last > next_index:
         previous_rgb = convert(previous)
         for index in range(next_index, last):
-            yield previous_rgb, float(index / target)
-    return last / target
+            yield previous_rgb, index * denominator / numerator
+    return last * denominator / numerator
