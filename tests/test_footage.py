@@ -14,8 +14,10 @@ import pytest
 from coclr.cli import main as cli_main
 from coclr.data.sampling import sliding_windows
 from coclr.embed.embedder import Embedder
+from coclr.embed.inputs import expand_inputs
 from coclr.embed.output import Embeddings
 from coclr.embed.search import file_thumbnail
+from coclr.errors import DataError
 from coclr.store.build import build_store
 from coclr.store.clipstore import ClipStore
 from coclr.video.decode import DAMAGE_TOLERANCE
@@ -63,6 +65,11 @@ def test_transport_streams_are_videos_and_a_bad_argument_fails_alone(tmp_path, e
     noise = videos / "noise.bin"
     noise.write_bytes(np.random.default_rng(0).integers(0, 256, 20_000, np.uint8).tobytes())
     out = tmp_path / "out"
+    unusable: dict[str, str] = {}
+    assert expand_inputs([videos / "clip.ts", noise], unusable=unusable) == [videos / "clip.ts"]
+    assert list(unusable) == [str(noise)] and "binary data" in unusable[str(noise)]
+    with pytest.raises(DataError, match=f"{noise}: neither a video"):  # a library caller without the list
+        expand_inputs([videos / "clip.ts", noise])
 
     assert embed(encoder, out, videos / "ok.mp4", videos / "clip.ts", videos / "CLIP.MTS", noise) == 3
     printed = capsys.readouterr()
