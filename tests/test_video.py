@@ -408,6 +408,27 @@ def write_transport_stream(path: Path, frames: np.ndarray) -> Path:
     return path
 
 
+def write_song_with_cover(path: Path) -> Path:
+    """An MP4 of silence whose only video stream is a cover picture (disposition attached_pic), as music files have."""
+    with av.open(str(path), "w", format="mp4") as container:
+        sound = container.add_stream("aac", rate=16000)
+        cover = container.add_stream("mjpeg", rate=1)
+        cover.width, cover.height, cover.pix_fmt = 16, 16, "yuvj420p"
+        cover.disposition = av.stream.Disposition.attached_pic
+        black = av.VideoFrame.from_ndarray(np.zeros((16, 16, 3), np.uint8), format="rgb24")
+        picture = black.reformat(format="yuvj420p")
+        for packet in [*cover.encode(picture), *cover.encode()]:
+            container.mux(packet)
+        for number in range(10):
+            frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+            frame.sample_rate, frame.pts = 16000, 1024 * number
+            for packet in sound.encode(frame):
+                container.mux(packet)
+        for packet in sound.encode():
+            container.mux(packet)
+    return path
+
+
 def test_a_file_is_a_video_by_its_name_or_when_pyav_opens_it_as_one(tmp_path):
     frames = numbered_frames(6, 32, 48)
     stream = write_transport_stream(tmp_path / "clip.ts", frames)
@@ -422,6 +443,10 @@ def test_a_file_is_a_video_by_its_name_or_when_pyav_opens_it_as_one(tmp_path):
     assert why_not_video(tmp_path / "notes.txt") == "its name ends in .txt"
     for name in ("source.ts", "noise.bin"):
         assert why_not_video(tmp_path / name), name
+    song = write_song_with_cover(tmp_path / "song")
+    assert why_not_video(song) == "the file has no video stream, only a still picture (cover art)"
+    with pytest.raises(VideoDecodeError, match="only a still picture"):
+        decode_video(write_song_with_cover(tmp_path / "song.mp4"))
     assert frame_numbers(decode_video(tmp_path / "CLIP.MTS")) == list(range(6))
     with VideoReader(tmp_path / "clip.ts") as reader:
         assert [time for _, time in reader.timed()] == pytest.approx([i / 10 for i in range(6)])  # from 0, not 1.4 s

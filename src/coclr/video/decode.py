@@ -59,6 +59,7 @@ until the next key frame); more is a :class:`VideoDecodeError`. Fewer are kept a
 # Demuxers that accept almost any file (text as ANSI art, single images): such a file is not a video.
 _NOT_VIDEO_FORMATS = frozenset({"tty", "image2", "bin", "lavfi"})
 _NOT_VIDEO_CODECS = frozenset({"ansi", "bintext", "xbin", "idf"})
+_ATTACHED_PIC = 0x0400  # AV_DISPOSITION_ATTACHED_PIC: a cover picture, not a video
 
 # A decode that yields fewer frames than the header promises by more than this is a truncated file.
 # Headers of sound files are off by a frame or two (an AVI that ffmpeg pads to 165 frames decodes 164).
@@ -563,10 +564,8 @@ def _open(path: Path):
 def _video_stream(container, path: Path | None = None):
     """The first video stream that is not a still picture (a cover image attached to a sound file is not a video);
     with ``path``, none is a :class:`VideoDecodeError` naming it."""
-    import av  # noqa: PLC0415 (optional)
-
     for stream in container.streams.video:
-        if not stream.disposition & av.stream.Disposition.attached_pic:
+        if not int(getattr(stream, "disposition", 0)) & _ATTACHED_PIC:
             return stream
     if path is None:
         raise AssertionError("opened without a video stream")
