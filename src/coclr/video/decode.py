@@ -121,7 +121,7 @@ def decode_video(path: str | Path, short_side: int | None = None, fps: float | N
             does), and the output lasts ``round(duration * fps)`` frames; ``None`` keeps every decoded frame.
 
     Raises:
-        VideoDecodeError: the file is missing, not a video, corrupt, empty or truncated.
+        VideoDecodeError: the file is missing, not a video, corrupt, empty, truncated or too damaged.
     """
     return decode_video_with_rate(path, short_side, fps)[0]
 
@@ -141,8 +141,9 @@ class VideoReader:
 
     Opening checks the file (missing, empty, not a video, no frame rate: :class:`VideoDecodeError`). Iterating
     yields ``uint8 [H, W, 3]`` RGB frames, turned as the display matrix says, and raises :class:`VideoDecodeError`
-    when a packet cannot be decoded, when no frame decodes, and, after the last frame, when fewer frames decoded
-    than the header announces (a truncated file) or when more than :data:`DAMAGE_TOLERANCE` of them are damaged.
+    when a packet cannot be decoded or a Matroska stretch was skipped (:func:`_decoded_frames`), when no frame
+    decodes, and, after the last frame, when fewer frames decoded than the header announces or they end before its
+    duration (a truncated file), or when more than :data:`DAMAGE_TOLERANCE` of them are damaged.
     ``fps`` is the rate of the frames yielded; ``decoded`` counts the source frames so far and ``damaged`` the
     damaged ones among them (:class:`_Damage`); ``orientation`` is known once the first frame is decoded;
     ``end_time`` (seconds from the first frame) once the last one is.
