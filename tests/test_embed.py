@@ -630,12 +630,15 @@ def test_a_videos_vector_does_not_depend_on_its_batch_companions_or_threads(enco
     embedder = Embedder(encoder, workers=0, batch_size=4, **SMALL)
     alone = [embedder.embed_frames(video, 25.0).vector for video in videos]
     runner_results = {}
-    from coclr.embed.embedder import _Runner
+    from coclr.embed.embedder import _end_facts, _Runner
 
     runner = _Runner(embedder, [f"v{n}" for n in range(len(videos))])
     chunks = sorted((start, n) for n, video in enumerate(videos) for start in range(0, len(video), 8))
-    messages = [("frames", n, videos[n][start: start + 8]) for start, n in chunks]  # the videos interleaved
-    for message in [*messages, *[("end", n, 25.0) for n in range(len(videos))]]:
+    times = np.arange(30) / 25.0
+    messages = [("frames", n, (videos[n][start: start + 8], times[start: start + 8][: len(videos[n][start:])]))
+                for start, n in chunks]  # the videos interleaved
+    ends = [("end", n, _end_facts(25.0, len(video) / 25.0)) for n, video in enumerate(videos)]
+    for message in [*messages, *ends]:
         runner_results.update(runner.handle(message))
     runner_results.update(runner.finish())
     threads = torch.get_num_threads()

@@ -110,6 +110,7 @@ def run_index(args: argparse.Namespace) -> int:
         raise DataError(f"--test-fraction applies to --format folder, not {args.format} (which has its own splits)")
     if args.format == "kinetics" and not annotations:
         raise DataError("--format kinetics needs --annotations CSV file(s)")
+    notes: list[str] = []
     if args.format == "ucf101":
         index = indexes.ucf101_index(annotations[0], args.split)
     elif args.format == "hmdb51":
@@ -117,11 +118,13 @@ def run_index(args: argparse.Namespace) -> int:
     elif args.format == "kinetics":
         index = indexes.kinetics_index(annotations, args.root)
     elif args.format == "folder" and args.unlabelled:
-        index = indexes.tree_index(args.root, test_fraction=args.test_fraction, seed=args.seed)
+        index = indexes.tree_index(args.root, test_fraction=args.test_fraction, seed=args.seed, notes=notes)
     elif args.format == "folder":
-        index = indexes.folder_index(args.root, test_fraction=args.test_fraction, seed=args.seed)
+        index = indexes.folder_index(args.root, test_fraction=args.test_fraction, seed=args.seed, notes=notes)
     else:
         index = indexes.csv_index(annotations[0])
+    for note in notes:
+        print(f"note: {note}")
     if args.name:
         index.name = args.name
     if args.root:

@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import math
 import os
@@ -69,17 +70,26 @@ class VideoEmbedding:
     windows: np.ndarray
     """``float32 [W, D]``: one L2-normalised embedding per window."""
     starts: np.ndarray
-    """``float64 [W]``: start time of each window in seconds."""
+    """``float64 [W]``: start time of each window in seconds from the video's first frame: when its first frame is
+    shown (the frames' presentation timestamps; with the settings' ``fps``, ``k / fps`` for frame ``k``)."""
     ends: np.ndarray
-    """``float64 [W]``: end time of each window in seconds (the end of its last frame)."""
+    """``float64 [W]``: end time of each window in seconds (when its last frame stops being shown: the next frame's
+    time, or the end of the video)."""
     fps: float
-    """Frame rate of the frames the windows count (the settings' ``fps``, or the video's own)."""
+    """Frame rate of the frames the windows count (the settings' ``fps``, or the video's own average rate)."""
     frames: int
     """Frames of the video at that rate."""
+    duration: float | None = None
+    """Seconds from the first frame to the end of the last (``frames / fps`` when not given)."""
+    damaged_frames: int = 0
+    """Source frames the decoder reported damaged, or predicted from one (within the tolerance, else a failure)."""
+    rotation: int = 0
+    """Degrees the frames were turned clockwise as the file's display matrix asks (then mirrored if ``mirrored``)."""
+    mirrored: bool = False
 
-    @property
-    def duration(self) -> float:
-        return self.frames / self.fps
+    def __post_init__(self) -> None:
+        if self.duration is None:
+            self.duration = self.frames / self.fps
 
 
 @dataclasses.dataclass
@@ -143,9 +153,11 @@ class Embedder:
             raise DataError(f"{name}: expected uint8 frames [N, H, W, 3], got {getattr(frames, 'dtype', None)} "
                             f"{getattr(frames, 'shape', None)}")
         runner = _Runner(self, [name])
-        messages = [("frames", 0, frames[start: start + CHUNK_FRAMES])
+        times = np.arange(len(frames), dtype=np.float64) / fps
+        messages = [("frames", 0, (frames[start: start + CHUNK_FRAMES], times[start: start + CHUNK_FRAMES]))
                     for start in range(0, len(frames), CHUNK_FRAMES)]
-        results = [result for message in [*messages, ("end", 0, fps)] for result in runner.handle(message)]
+        end = ("end", 0, _end_facts(fps, len(frames) / fps))
+        results = [result for message in [*messages, end] for result in runner.handle(message)]
         results += runner.finish()
         result = results[0][1]
         if isinstance(result, EmbedFailure):
@@ -270,8 +282,9 @@ def combine(features: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def _decoded_messages(paths: Sequence[str], settings: EmbedSettings, workers: int) -> Iterator[tuple]:
-    """The decoders' messages for ``paths``: ``("frames", i, uint8 [c, H, W, 3])``, then ``("end", i, fps)``
-    or ``("error", i, message)``; from ``workers`` processes (0: decoded here)."""
+    """The decoders' messages for ``paths``: ``("frames", i, (uint8 [c, H, W, 3], float64 [c] times))``, then
+    ``("end", i, facts)`` (:func:`_end_facts`) or ``("error", i, message)``; from ``workers`` processes (0: decoded
+    here)."""
     source = _DecodedVideos(list(paths), settings.short_side, settings.fps)
     if workers == 0 or len(paths) <= 1:
         yield from source
@@ -299,19 +312,30 @@ class _DecodedVideos(torch.utils.data.IterableDataset):
             try:
                 with VideoReader(self.paths[index], self.short_side, self.fps) as reader:
                     chunk: list[np.ndarray] = []
+                    times: list[float] = []
                     first: np.ndarray | None = None
-                    for number, frame in enumerate(reader):
+                    for number, (frame, time) in enumerate(reader.timed()):
                         first = frame if first is None else first
                         check_frame_size(first, frame, number)
                         chunk.append(frame)
+                        times.append(time)
                         if len(chunk) == CHUNK_FRAMES:
-                            yield ("frames", index, np.stack(chunk))
-                            chunk = []
+                            yield ("frames", index, (np.stack(chunk), np.asarray(times, np.float64)))
+                            chunk, times = [], []
                     if chunk:
-                        yield ("frames", index, np.stack(chunk))
-                    yield ("end", index, reader.fps)
+                        yield ("frames", index, (np.stack(chunk), np.asarray(times, np.float64)))
+                    yield ("end", index, _end_facts(reader.fps, reader.end_time, reader.damaged,
+                                                    reader.orientation.rotation, reader.orientation.mirrored))
             except Exception as error:  # one bad file must not stop the others
                 yield ("error", index, _message(self.paths[index], error))
+
+
+def _end_facts(fps: float, end: float | None, damaged: int = 0, rotation: int = 0,
+               mirrored: bool = False) -> dict[str, Any]:
+    """What the end of a video tells the runner: its frame rate, when its last frame ends (seconds), its damaged
+    frames and how its frames were turned."""
+    return {"fps": float(fps), "end": end, "damaged": int(damaged), "rotation": int(rotation),
+            "mirrored": bool(mirrored)}
 
 
 def check_frame_size(first: np.ndarray, frame: np.ndarray, number: int) -> None:
@@ -412,8 +436,11 @@ class _Pending:
     features: dict[int, list[torch.Tensor]] = dataclasses.field(default_factory=dict)
     starts: list[int] = dataclasses.field(default_factory=list)
     ends: list[int] = dataclasses.field(default_factory=list)
+    times: array.array = dataclasses.field(default_factory=lambda: array.array("d"))
+    """The time of every frame received (8 bytes a frame): windows are timed by their frames' timestamps."""
     queued: int = 0
-    fps: float | None = None
+    end: dict[str, Any] | None = None
+    """The facts of the video's end (:func:`_end_facts`), once every frame has arrived."""
     failed: str | None = None
 
 
@@ -444,10 +471,11 @@ class _Runner:
         if video.failed is None:
             try:
                 if kind == "frames":
-                    frames = payload.numpy() if isinstance(payload, torch.Tensor) else payload
+                    frames, times = (item.numpy() if isinstance(item, torch.Tensor) else item for item in payload)
+                    video.times.extend(times.tolist())
                     self._enqueue(index, video, video.windows.add(frames, self._flow(index, frames)))
                 elif kind == "end":
-                    video.fps = float(payload)
+                    video.end = payload
                     self._enqueue(index, video, video.windows.finish())
                     self.last_gray.pop(index, None)
                 else:
@@ -521,7 +549,7 @@ class _Runner:
                     self.queue = [item for item in self.queue if item[0] != index]
                     self.queued_windows = len(self.queue)
                 out.append((index, EmbedFailure(video.path, video.failed)))
-            elif video.fps is not None and len(video.features) == video.queued:
+            elif video.end is not None and len(video.features) == video.queued:
                 out.append((index, self._assemble(video)))
             else:
                 continue
@@ -535,7 +563,11 @@ class _Runner:
                       for s in range(len(self.embedder.streams))]
         vector = combine([features.double().mean(dim=0).float() for features in per_stream])
         windows = combine(per_stream)
-        fps = float(video.fps)
-        frames = video.windows.received
-        return VideoEmbedding(video.path, vector.numpy(), windows.numpy(), np.asarray(video.starts, np.float64) / fps,
-                              np.asarray(video.ends, np.float64) / fps, fps, frames)
+        facts = video.end
+        end = float(facts["end"])
+        times = np.frombuffer(video.times, np.float64)
+        starts = times[np.asarray(video.starts, np.int64)]
+        ends = np.array([times[e] if e < len(times) else end for e in video.ends], np.float64)
+        return VideoEmbedding(video.path, vector.numpy(), windows.numpy(), starts, ends, float(facts["fps"]),
+                              video.windows.received, duration=end, damaged_frames=int(facts["damaged"]),
+                              rotation=int(facts["rotation"]), mirrored=bool(facts["mirrored"]))

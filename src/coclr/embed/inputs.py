@@ -1,24 +1,29 @@
 """What ``coclr embed INPUT...`` means by its inputs: video files, folders, list files and glob patterns.
 
-- a video file (a name ending in one of :data:`~coclr.video.decode.VIDEO_EXTENSIONS`): itself;
-- a folder: every video under it, recursively (hidden files and folders left out), in sorted order;
-- a list file (any other file: ``.txt``, ``.csv``, ``.lst`` ...): one path per line, or a CSV whose first
-  column is the path (a header row whose first cell is ``path`` is skipped, as are blank lines and lines
-  starting with ``#``); relative paths are taken from the list file's folder. Labels are not needed;
-- a glob pattern (``*``, ``?``, ``[``; ``**`` reaches into subfolders): the files it matches, and the videos in
-  the folders it matches.
+Which files are videos is one rule, :func:`coclr.video.decode.why_not_video`: a name ending in one of
+:data:`~coclr.video.decode.VIDEO_EXTENSIONS`, or any file PyAV opens as a video (``.ts``, ``.MTS``, no extension...).
+
+- a file: a video, itself; otherwise a list file: a text file of one path per line, or a CSV whose first column is
+  the path (a header row whose first cell is ``path`` is skipped, as are blank lines and lines starting with
+  ``#``); relative paths are taken from the list file's folder. Labels are not needed. A file that is neither (a
+  binary file PyAV cannot read as a video) is that input's failure, listed with the failed videos: the others go on;
+- a folder: every video under it, recursively (hidden files and folders left out), in sorted order; the files that
+  are not videos are counted and named in one line (a few of them, with the reason);
+- a glob pattern (``*``, ``?``, ``[``; ``**`` reaches into subfolders): the videos among the files it matches, and
+  the videos in the folders it matches.
 
 Every video is named by its absolute path (``os.path.abspath``: symbolic links are kept, not resolved), the key
 of the output folder's rows; a file reached twice (the same path, or another name of the same real file through
 a symbolic link) is embedded once, under the first name met. Folders are followed through symbolic links, but a
 link back to a folder being scanned (a loop, e.g. ``again -> .``) or to one already scanned is not followed, and
-each is named in one line. An INPUT that names nothing (a missing file, a folder without
-videos, a pattern matching nothing) is an error before any work; a path listed in a list file that does not exist
-is reported with the failed videos instead, so one stale line does not stop a list of thousands.
+each is named in one line. An INPUT that names nothing (a missing file, a folder without videos, a pattern matching
+no video, a list file naming no path) is an error before any work; a path listed in a list file that does not
+exist is reported with the failed videos instead, so one stale line does not stop a list of thousands.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import glob
 import os
@@ -26,32 +31,41 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from coclr.errors import DataError
-from coclr.video.decode import VIDEO_EXTENSIONS
+from coclr.video.decode import why_not_video
 
 GLOB_CHARACTERS = "*?["
+TEXT_CHECK_BYTES = 65536
+"""How much of a list file is checked for binary data before it is read whole."""
+SKIPPED_SHOWN = 3
+"""Files named (with the reason) in the one line about the files a folder scan skipped."""
 
 
-def is_video_name(path: str | Path) -> bool:
-    return str(path).lower().endswith(VIDEO_EXTENSIONS)
-
-
-def expand_inputs(inputs: Sequence[str | os.PathLike[str]], notes: list[str] | None = None) -> list[Path]:
+def expand_inputs(inputs: Sequence[str | os.PathLike[str]], notes: list[str] | None = None,
+                  unusable: dict[str, str] | None = None) -> list[Path]:
     """The absolute paths of the videos named by ``inputs`` (see the module docstring), in order, each real file
-    once. Raises :class:`DataError` naming every input that names no video. ``notes`` receives one line per
-    symbolic link not followed and per file named twice."""
+    once. Raises :class:`DataError` naming every input that names nothing. ``notes`` receives one line per
+    symbolic link not followed, per file named twice and per folder or pattern with files that are not videos.
+    A file that is neither a video nor a text list file goes to ``unusable`` (absolute path -> reason, one line)
+    when it is given (``coclr embed`` lists it as that input's failure), else it is a :class:`DataError` too."""
     if not inputs:
         raise DataError("no input given: name video files, folders, list files or glob patterns")
     notes = [] if notes is None else notes
     found: list[Path] = []
     empty: list[str] = []
+    bad: dict[str, str] = {}
     for item in inputs:
-        videos = _expand(str(item), notes)
-        if videos:
-            found.extend(videos)
-        else:
+        videos, problem = _expand(str(item), notes)
+        found.extend(videos)
+        if problem is not None:
+            bad[str(_absolute(str(item), Path.cwd()))] = problem
+        elif not videos:
             empty.append(str(item))
     if empty:
         raise DataError("; ".join(_nothing_found(item) for item in empty))
+    if bad and unusable is None:
+        raise DataError("; ".join(f"{path}: {reason}" for path, reason in bad.items()))
+    if unusable is not None:
+        unusable.update(bad)
     return _unique_files(found, notes)
 
 
@@ -72,42 +86,58 @@ def _unique_files(paths: list[Path], notes: list[str]) -> list[Path]:
     return list(first.values())
 
 
-def _expand(item: str, notes: list[str]) -> list[Path]:
+def _expand(item: str, notes: list[str]) -> tuple[list[Path], str | None]:
+    """The videos ``item`` names, and why it is unusable (a file neither a video nor a text list) or None."""
     path = Path(item).expanduser()
     if path.is_dir():
-        return scan_folder(path, notes)
+        return scan_folder(path, notes), None
     if path.is_file():
-        return [_absolute(item, Path.cwd())] if is_video_name(path) else read_list_file(path)
+        not_video = why_not_video(path)
+        if not_video is None:
+            return [_absolute(item, Path.cwd())], None
+        if not is_text_file(path):
+            return [], f"neither a video ({not_video}) nor a text list of paths (it holds binary data)"
+        return read_list_file(path), None
     if any(char in item for char in GLOB_CHARACTERS):
         matches = sorted(glob.glob(str(path), recursive=True))
         out: list[Path] = []
+        skipped: list[tuple[str, str]] = []
         for match in map(Path, matches):
             if match.is_dir():
                 out.extend(scan_folder(match, notes))
             elif match.is_file():
-                out.append(_absolute(str(match), Path.cwd()))
-        return out
-    return []
+                reason = why_not_video(match)
+                if reason is None:
+                    out.append(_absolute(str(match), Path.cwd()))
+                else:
+                    skipped.append((str(match), reason))
+        _note_skipped(item, skipped, notes)
+        return out, None
+    return [], None
 
 
 def _nothing_found(item: str) -> str:
     path = Path(item).expanduser()
     if path.is_dir():
-        return f"{item}: no videos ({', '.join(VIDEO_EXTENSIONS)}) in this folder or its subfolders"
+        return f"{item}: no videos in this folder or its subfolders (a file is a video when its name ends in a " \
+               "video extension or PyAV opens it as one)"
     if path.is_file():
         return f"{item}: the list file names no video"
     if any(char in item for char in GLOB_CHARACTERS):
-        return f"{item}: the pattern matches no file"
+        matched = glob.glob(str(path), recursive=True)
+        return f"{item}: the pattern matches no video (only files that are not videos)" if matched else \
+            f"{item}: the pattern matches no file"
     return f"{item}: no such file or folder"
 
 
 def scan_folder(root: Path, notes: list[str] | None = None) -> list[Path]:
     """Every video file under ``root`` (recursively; hidden entries skipped; symbolic links to folders followed
     unless they lead to a folder already scanned), sorted by path. ``notes`` receives one line naming the links
-    not followed."""
+    not followed, and one line counting the files that are not videos (a few named, with the reason)."""
     videos = []
     seen = {os.path.realpath(root)}
     loops: list[str] = []
+    skipped: list[tuple[str, str]] = []
     for directory, folders, files in os.walk(root, followlinks=True):
         keep = []
         names = sorted(name for name in folders if not name.startswith("."))
@@ -120,13 +150,46 @@ def scan_folder(root: Path, notes: list[str] | None = None) -> list[Path]:
                 seen.add(real)
                 keep.append(name)
         folders[:] = sorted(keep)
-        videos.extend(_absolute(os.path.join(directory, name), Path.cwd()) for name in files
-                      if not name.startswith(".") and is_video_name(name))
+        for name in sorted(files):
+            if name.startswith("."):
+                continue
+            reason = why_not_video(os.path.join(directory, name))
+            if reason is None:
+                videos.append(_absolute(os.path.join(directory, name), Path.cwd()))
+            else:
+                skipped.append((os.path.relpath(os.path.join(directory, name), root), reason))
     if loops and notes is not None:
         more = f" and {len(loops) - 3} more" if len(loops) > 3 else ""
         notes.append(f"{root}: not followed {len(loops)} symbolic links to folders scanned already (a loop, or a "
                      f"second way to one folder): {', '.join(loops[:3])}{more}")
+    if notes is not None:
+        _note_skipped(str(root), skipped, notes)
     return sorted(videos)
+
+
+def _note_skipped(where: str, skipped: list[tuple[str, str]], notes: list[str]) -> None:
+    """One line saying how many files of a folder or pattern are not videos, naming a few with the reason."""
+    if not skipped:
+        return
+    shown = "; ".join(f"{name}: {reason}" for name, reason in skipped[:SKIPPED_SHOWN])
+    more = f"; and {len(skipped) - SKIPPED_SHOWN} more" if len(skipped) > SKIPPED_SHOWN else ""
+    notes.append(f"{where}: skipped {len(skipped)} files that are not videos ({shown}{more})")
+
+
+def is_text_file(path: Path) -> bool:
+    """Whether ``path`` reads as text: no NUL byte and valid UTF-8 in its first :data:`TEXT_CHECK_BYTES`."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(TEXT_CHECK_BYTES)
+    except OSError as error:
+        raise DataError(f"{path}: cannot read the list file: {error}") from None
+    if b"\0" in head:
+        return False
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def read_list_file(path: Path) -> list[Path]:

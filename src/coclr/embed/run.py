@@ -21,14 +21,16 @@ from coclr.errors import CheckpointError, CoclrError, DataError
 from coclr.eval.features import file_sha256
 from coclr.models.loading import checkpoint_format
 from coclr.store.jobs import shard
+from coclr.video.decode import DAMAGE_TOLERANCE
 
 
 @dataclasses.dataclass
 class EmbedSummary:
     """What a run did: videos embedded, skipped (already in the folder, or failed before unchanged), failed
     (path, message), windows embedded, rows dropped (path -> reason: files removed or changed since embedded),
-    notes on the inputs (symbolic-link loops, duplicates), and the wall-clock seconds. In a distributed job the
-    counts are those of all processes."""
+    notes on the inputs (symbolic-link loops, duplicates, files that are not videos), the videos embedded with
+    damaged frames (path, count: kept, below the decoder's tolerance, and marked in videos.jsonl), and the
+    wall-clock seconds. In a distributed job the counts are those of all processes."""
 
     out: Path
     done: int = 0
@@ -37,6 +39,7 @@ class EmbedSummary:
     windows: int = 0
     dropped: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
+    damaged: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     world: int = 1
 
@@ -62,6 +65,11 @@ class EmbedSummary:
         if self.failed:
             lines.append("  a failed video's earlier row, if any, is dropped; it is tried again once the file changes "
                          "(or with --retry-failed)")
+        lines += [f"  damaged: {path}: {count} damaged frames (reported corrupt by the decoder, or predicted from "
+                  f"one), within the {100 * DAMAGE_TOLERANCE:.0f}% tolerated: embedded, marked \"damaged_frames\" in "
+                  "videos.jsonl" for path, count in self.damaged[:20]]
+        if len(self.damaged) > 20:
+            lines.append(f"  ... and {len(self.damaged) - 20} more videos with damaged frames (videos.jsonl)")
         return "\n".join(lines)
 
 
@@ -125,20 +133,27 @@ def embed_videos(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
     entries), and rank 0 merges all results: the folder is the one a single process writes."""
     started = time.perf_counter()
     summary = EmbedSummary(Path(out), world=world_size())
-    paths = [str(path) for path in expand_inputs(inputs, summary.notes)]
+    unusable: dict[str, str] = {}
+    paths = [str(path) for path in expand_inputs(inputs, summary.notes, unusable)]
     with job_writer(out, folder_record(embedder), flush_videos, flush_seconds) as writer:
         plan = None
+        failed: list[tuple[int, str, str]] = []
         if isinstance(writer, EmbeddingWriter):  # rank 0, or the only process
             identities = {path: file_identity(path) for path in paths}
             todo = [order for order, path in enumerate(paths) if writer.todo(path, identities[path], retry_failed)]
-            stale = writer.stale({paths[order] for order in todo})
+            # An input that is neither a video nor a list fails as a video does (listed, skipped while unchanged).
+            bad = [path for path in unusable if writer.todo(path, file_identity(path), retry_failed)]
+            stale = writer.stale({paths[order] for order in todo} | set(bad))
             for path, reason in stale.items():
                 writer.add_stale(path, reason)
-            plan = (paths, identities, todo, stale)
-        paths, identities, todo, stale = broadcast_object(plan)  # rank 0's view of the inputs, for every rank
-        summary.skipped, summary.dropped = len(paths) - len(todo), stale
+            for path in bad:
+                failed.append((-1, path, f"{path}: {unusable[path]}"))
+                writer.add_failure(path, file_identity(path), failed[-1][2])
+            plan = (paths, identities, todo, stale, len(unusable) - len(bad))
+        paths, identities, todo, stale, skipped_bad = broadcast_object(plan)  # rank 0's view, for every rank
+        summary.skipped, summary.dropped = len(paths) - len(todo) + skipped_bad, stale
         mine = shard(todo)
-        failed: list[tuple[int, str, str]] = []
+        damaged: list[tuple[int, str, int]] = []
         for index, result in embedder.stream([paths[order] for order in mine], progress=progress and rank() == 0,
                                              desc=f"embedding -> {out}"):
             order = mine[index]
@@ -149,10 +164,13 @@ def embed_videos(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
             else:
                 summary.done += 1
                 summary.windows += len(result.windows)
+                if result.damaged_frames:
+                    damaged.append((order, path, result.damaged_frames))
                 writer.add(result, identities[path], order)
-        counts = all_gather_objects((summary.done, summary.windows, failed))
+        counts = all_gather_objects((summary.done, summary.windows, failed, damaged))
     summary.done, summary.windows = sum(c[0] for c in counts), sum(c[1] for c in counts)
     summary.failed = [(path, error) for _, path, error in sorted(f for c in counts for f in c[2])]
+    summary.damaged = [(path, count) for _, path, count in sorted(d for c in counts for d in c[3])]
     summary.seconds = time.perf_counter() - started
     return summary
 

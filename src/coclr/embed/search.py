@@ -54,7 +54,7 @@ from coclr.eval.gallery import (
     thumbnail,
     video_cell,
 )
-from coclr.video.decode import decode_frames_at, probe_video
+from coclr.video.decode import decode_frames_at, decode_frames_between, probe_video
 
 BACKENDS = ("exact", "faiss")
 PREPARED_DIR = "search"
@@ -424,19 +424,17 @@ def write_search_html(path: str | Path, query_label: str, query_thumbnail: np.nd
 
 def file_thumbnail(path: str, embeddings: Embeddings | None = None, start: float | None = None,
                    end: float | None = None, num_frames: int = 8, height: int = 64) -> np.ndarray:
-    """Thumbnail frames of a video file (of the part from ``start`` to ``end`` seconds, when given), at the frame
-    rate the folder embedded it with."""
+    """Thumbnail frames of a video file (of the frames shown from ``start`` to ``end`` seconds, when given: a
+    window's times, which follow the frames' timestamps), at the frame rate the folder embedded it with."""
 
     fps = embeddings.record["settings"].get("fps") if embeddings is not None else None
+    if start is not None:
+        frames = decode_frames_between(path, start, float("inf") if end is None else end, height, fps)
+        return thumbnail(len(frames), lambda indices: frames[indices], num_frames, height)
     row = embeddings.row_of(path) if embeddings is not None else None
     if row is not None:
-        record = embeddings.video_records[row]
-        rate, total = record["fps"], record["frames"]
+        total = embeddings.video_records[row]["frames"]
     else:
         info = probe_video(path)
-        rate = fps or info.fps
-        total = max(1, round(info.frames * rate / info.fps))
-    first = 0 if start is None else min(total - 1, int(round(start * rate)))
-    last = total if end is None else max(first + 1, min(total, int(round(end * rate))))
-    return thumbnail(last - first, lambda indices: decode_frames_at(path, indices + first, height, fps), num_frames,
-                     height)
+        total = max(1, round(info.frames * (fps or info.fps) / info.fps))
+    return thumbnail(total, lambda indices: decode_frames_at(path, indices, height, fps), num_frames, height)

@@ -10,27 +10,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from coclr.errors import DataError
 from coclr.store.jobs import JobSummary, run_entry_jobs, writing_view
 from coclr.store.jpeg import encode_jpeg
-from coclr.video.decode import decode_video_with_rate
+from coclr.video.decode import VideoReader
 from coclr.video.indexes import VideoIndex, check_videos_exist
 
 
 @dataclass(frozen=True)
 class DecodeVideoJob:
-    """Store job of the "rgb" view: decode ``video_root/<key>``, resize, resample, encode as JPEG."""
+    """Store job of the "rgb" view: decode ``video_root/<key>``, resize, resample, encode as JPEG; notes the damaged
+    frames kept (within the decoder's tolerance, :data:`~coclr.video.decode.DAMAGE_TOLERANCE`) and the turn its
+    display matrix asked for, for the store's ``notes_rgb.json``."""
 
     video_root: str
     short_side: int | None = 128
     quality: int = 90
     fps: float | None = None
 
-    def __call__(self, key: str) -> tuple[list[bytes], float]:
+    def __call__(self, key: str) -> tuple[list[bytes], float, dict[str, Any]]:
 
-        frames, fps = decode_video_with_rate(Path(self.video_root) / key, self.short_side, self.fps)
-        return [encode_jpeg(frame, self.quality) for frame in frames], fps
+        with VideoReader(Path(self.video_root) / key, self.short_side, self.fps) as reader:
+            encoded = [encode_jpeg(frame, self.quality) for frame in reader]
+        notes: dict[str, Any] = {}
+        if reader.damaged:
+            notes["damaged_frames"] = reader.damaged
+        if reader.orientation:
+            notes.update(rotation=reader.orientation.rotation, mirrored=reader.orientation.mirrored)
+        return encoded, reader.fps, notes
 
 
 def build_store(index: VideoIndex, video_root: str | Path, out: str | Path, short_side: int | None = 128,

@@ -6,6 +6,7 @@ Layout of a store folder::
     store.json                 format marker and metadata (short side, JPEG quality, flow bounds, ...)
     .lock                      held while a process updates store.json or index.json
     failed_<view>.json         the entries of a view whose job failed, with the reason (see record_failures)
+    notes_<view>.json          what decoding noted about entries written (damaged frames, a turn), see record_notes
     <view>/ab/<hash>.frames    one file per entry and view ("rgb", "flow", other flow backends' names)
 
 An entry file is named by a hash of its key, so no video name (a 255-byte one, deep folders) can make a path
@@ -77,6 +78,7 @@ META_FILE = "store.json"
 LOCK_FILE = ".lock"
 ENTRY_SUFFIX = ".frames"
 FAILED_PREFIX = "failed_"
+NOTES_PREFIX = "notes_"
 
 # Entry file: magic, version, frame count, height, width, fps (version >= 2: then the key's length and the key,
 # UTF-8); then uint64 offsets [count + 1] (absolute, offsets[i]..offsets[i+1] is frame i); (version 3:) uint64
@@ -401,6 +403,41 @@ def record_failures(root: str | Path, view: str, attempted: Iterable[str], faile
     return path
 
 
+def notes_path(root: str | Path, view: str) -> Path:
+    """The file of what the job of ``view`` noted about the entries it wrote (``{"view", "notes": {key: {...}}}``):
+    for the rgb view, ``damaged_frames`` (frames the decoder reported damaged, kept within its tolerance) and
+    ``rotation``/``mirrored`` (how the frames were turned upright, as the video's display matrix asks)."""
+    check_view_name(view)
+    return Path(root) / f"{NOTES_PREFIX}{view}.json"
+
+
+def read_notes(root: str | Path, view: str) -> dict[str, dict[str, Any]]:
+    """The notes of the entries of ``view`` (empty when there are none)."""
+    path = notes_path(root, view)
+    if not path.is_file():
+        return {}
+    try:
+        notes = json.loads(path.read_text())["notes"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        raise DataError(f"{path}: not a notes file ({error!r}); delete it and run the job again") from None
+    return {str(key): dict(note) for key, note in notes.items()}
+
+
+def record_notes(root: str | Path, view: str, attempted: Iterable[str], notes: dict[str, dict[str, Any]]) -> Path:
+    """Update the notes of ``view`` after a job attempted the entries ``attempted``: their earlier notes are dropped
+    and the new ones recorded (as :func:`record_failures`, under the metadata lock)."""
+    root = Path(root)
+    attempted = set(attempted)
+    with metadata_lock(root):
+        kept = {k: v for k, v in read_notes(root, view).items() if k not in attempted}
+        kept.update(notes)
+        path = notes_path(root, view)
+        if kept or path.exists():
+            with storage_errors(path):
+                atomic_write_json(path, {"view": view, "notes": dict(sorted(kept.items()))})
+    return path
+
+
 def _record_quietly(root: Path, view: str, key: str, reason: str) -> None:
     """List ``key`` as failed in ``view`` when the store can be written (a read-only one is only read)."""
     try:
@@ -476,6 +513,10 @@ class ClipStore:
     def failed(self, view: str) -> dict[str, str]:
         """The entries of ``view`` whose job failed, with the reason (:func:`read_failures`)."""
         return read_failures(self.root, view)
+
+    def notes(self, view: str) -> dict[str, dict[str, Any]]:
+        """What decoding noted about the entries of ``view`` (:func:`read_notes`: damaged frames, a turn)."""
+        return read_notes(self.root, view)
 
     def num_frames(self, key: str, view: str) -> int:
         return self._header(key, view).frames

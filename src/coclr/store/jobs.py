@@ -47,15 +47,17 @@ from coclr.store.clipstore import (
     check_view_name,
     create_store,
     record_failures,
+    record_notes,
     write_entry,
 )
 from coclr.threads import opencv_threads, worker_opencv_threads
 from coclr.video.indexes import VideoIndex
 
-EntryJob = Callable[[str], tuple[Sequence[bytes], float]]
-"""A store job: entry key -> (encoded frames, frames per second). Must be picklable."""
-RecordFn = Callable[[str, int, "str | None"], None]
-"""Called once per key as it ends: (key, frames written, error message or None)."""
+EntryJob = Callable[[str], tuple[Sequence[bytes], float] | tuple[Sequence[bytes], float, dict[str, Any]]]
+"""A store job: entry key -> (encoded frames, frames per second[, notes: what to record about the entry, e.g. its
+damaged frames, in the store's ``notes_<view>.json``]). Must be picklable."""
+RecordFn = Callable[..., None]
+"""Called once per key as it ends: (key, frames written, error message or None[, notes or None])."""
 EntryStream = Callable[[list[str], RecordFn], None]
 """Runs a list of keys (none of them complete): writes each entry with :func:`coclr.store.clipstore.write_entry` and
 calls the :data:`RecordFn` once per key, in any order (for a pipeline that batches work across entries)."""
@@ -115,6 +117,10 @@ class JobSummary:
     done: int = 0
     skipped: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
+    noted: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What the jobs noted about the entries they wrote (``notes_<view>.json``): damaged frames kept, a turn."""
+    attempted: list[str] = field(default_factory=list, repr=False)
+    """The keys the job ran (done or failed), whose earlier notes it replaces."""
     frames: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -130,6 +136,9 @@ class JobSummary:
                  f"complete), {len(self.failed)} failed; {self.frames} frames in {self.seconds:.1f} s ({rate:.1f} "
                  "frames/s)"]
         lines += [f"  failed: {key}: {message}" for key, message in self.failed]
+        lines += [f"  damaged: {key}: {note['damaged_frames']} damaged frames (reported corrupt by the decoder, or "
+                  "predicted from one), within its tolerance: stored, noted in notes_<view>.json"
+                  for key, note in self.noted.items() if note.get("damaged_frames")]
         if self.totals is not None and self.rank == 0:
             done, skipped, failed, frames = self.totals
             lines.append(f"all {self.world} processes: {done} done, {skipped} skipped, {failed} failed; {frames} "
@@ -191,6 +200,7 @@ def run_entry_stream(root: str | Path, view: str, keys: Iterable[str], stream: E
     with job_view_lock(store.root, view):
         summary = _run_stream(store, view, keys, stream, desc)
         record_failures(store.root, view, keys, summary.failed)
+        record_notes(store.root, view, summary.attempted, summary.noted)
         summary.rank, summary.world = rank(), world_size()
         if summary.world > 1:
             counts = all_gather_objects((summary.done, summary.skipped, len(summary.failed), summary.frames))
@@ -208,7 +218,10 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
 
     with progress_bar(total=len(todo), desc=desc or f"{view} entries", unit="video", smoothing=0.05,
               dynamic_ncols=True, disable=rank() != 0) as progress:
-        def record(key: str, frames: int, error: str | None) -> None:
+        def record(key: str, frames: int, error: str | None, notes: dict[str, Any] | None = None) -> None:
+            summary.attempted.append(key)
+            if notes:
+                summary.noted[key] = notes
             if error is None:
                 summary.done += 1
                 summary.frames += frames
@@ -282,21 +295,22 @@ def _exit_when_orphaned(parent_pid: int) -> None:
     os._exit(1)
 
 
-def _run_in_worker(root: str, view: str, key: str) -> tuple[str, int, str | None]:
+def _run_in_worker(root: str, view: str, key: str) -> tuple[str, int, str | None, dict[str, Any] | None]:
     assert _WORKER_JOB is not None
     return _run_and_write(root, view, key, _WORKER_JOB)
 
 
-def _run_and_write(root: str, view: str, key: str, job: EntryJob) -> tuple[str, int, str | None]:
-    """Run one job and write its entry; returns (key, frames written, error message or None)."""
+def _run_and_write(root: str, view: str, key: str,
+                   job: EntryJob) -> tuple[str, int, str | None, dict[str, Any] | None]:
+    """Run one job and write its entry; returns (key, frames written, error message or None, notes or None)."""
     try:
-        encoded, fps = job(key)
+        encoded, fps, *notes = job(key)
         write_entry(root, key, view, encoded, fps)
-        return key, len(encoded), None
+        return key, len(encoded), None, (notes[0] if notes else None)
     except StorageFullError:  # the storage's fault, not the entry's: the job stops (no video is blamed)
         raise
     except Exception as error:  # one bad entry must not stop a job over thousands of videos
-        return key, 0, f"{type(error).__name__}: {error}"
+        return key, 0, f"{type(error).__name__}: {error}", None
 
 
 def default_start_method() -> str:

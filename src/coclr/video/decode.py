@@ -6,9 +6,13 @@ every source pixel a target pixel covers: the anti-aliased choice for the downsc
 (bilinear sampling would skip pixels and alias fine texture); on a 340x256 H.264 clip it cost less than
 swscale's own area filter and within 6% of its bicubic one, and it is deterministic (``docs/store.md``).
 
-A file that cannot be decoded completely (corrupt, truncated, empty, not a video) raises
-:class:`~coclr.errors.VideoDecodeError` naming the file, so one bad video in a dataset of thousands is
-reported and skipped instead of silently giving a short or empty clip.
+A file that cannot be decoded completely (corrupt, truncated, empty, not a video, or with more damaged frames than
+:data:`DAMAGE_TOLERANCE` allows) raises :class:`~coclr.errors.VideoDecodeError` naming the file, so one bad video in a
+dataset of thousands is reported and skipped instead of silently giving a short, empty or garbled clip.
+
+Frames are what a player shows: turned as the file's display matrix (or legacy ``rotate`` tag) says, timed by their
+presentation timestamps (variable frame rate, edit lists, a clock that does not start at 0), and counted damaged when
+the decoder reports them corrupt (``docs/store.md``, "Decoding and resizing").
 
 Example::
 
@@ -17,7 +21,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -27,12 +32,34 @@ import numpy as np
 
 from coclr.errors import VideoDecodeError
 
-VIDEO_EXTENSIONS = (".avi", ".mp4", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv", ".3gp")
-"""File name endings treated as videos when scanning folders."""
+VIDEO_EXTENSIONS = (".avi", ".mp4", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv", ".3gp", ".3g2",
+                    ".m2ts", ".m2t", ".mxf", ".ogv", ".vob", ".asf", ".f4v", ".mk3d", ".qt", ".dv", ".divx", ".rmvb",
+                    ".y4m", ".nut", ".ivf")
+"""File name endings taken as videos without opening the file. Any other file is a video when PyAV opens it as one
+(:func:`why_not_video`): so ``.ts`` and ``.mts`` (MPEG transport streams, but also TypeScript sources) are decided
+by their content."""
+
+NOT_VIDEO_EXTENSIONS = (".txt", ".csv", ".tsv", ".lst", ".json", ".jsonl", ".yaml", ".yml", ".xml", ".md", ".rst",
+                        ".html", ".htm", ".log", ".py", ".sh", ".ini", ".cfg", ".toml", ".srt", ".vtt", ".ass",
+                        ".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".heic", ".svg",
+                        ".wav", ".mp3", ".flac", ".aac", ".m4a", ".oga", ".opus", ".wma",
+                        ".npy", ".npz", ".pth", ".pt", ".pkl", ".h5", ".zip", ".tar", ".gz", ".tgz", ".bz2", ".xz",
+                        ".7z", ".pdf", ".doc", ".docx")
+"""File name endings of text, images, sound, arrays and archives: not videos, and not opened to find out."""
+
+SKIPPED_BYTES_TOLERANCE = 16384
+"""Bytes of a Matroska or WebM file between two packets that no packet covers, above which the file is corrupt: a
+healthy file has a few dozen bytes of block and cluster headers there (29 at most in the real clip measured), a
+damaged cluster that FFmpeg skipped tens of kilobytes (200,662 bytes for 4 KB of random bytes)."""
+
+DAMAGE_TOLERANCE = 0.10
+"""A video may have at most this fraction of damaged frames (reported corrupt by the decoder, or predicted from one
+until the next key frame); more is a :class:`VideoDecodeError`. Fewer are kept and counted (``damaged``)."""
 
 # Demuxers that accept almost any file (text as ANSI art, single images): such a file is not a video.
 _NOT_VIDEO_FORMATS = frozenset({"tty", "image2", "bin", "lavfi"})
 _NOT_VIDEO_CODECS = frozenset({"ansi", "bintext", "xbin", "idf"})
+_ATTACHED_PIC = 0x0400  # AV_DISPOSITION_ATTACHED_PIC: a cover picture, not a video
 
 # A decode that yields fewer frames than the header promises by more than this is a truncated file.
 # Headers of sound files are off by a frame or two (an AVI that ffmpeg pads to 165 frames decodes 164).
@@ -42,12 +69,15 @@ _TRUNCATION_TOLERANCE_FRACTION = 0.05
 
 @dataclass(frozen=True)
 class VideoInfo:
-    """What a video holds: frame count (exact when ``probe_video(exact=True)``), frame rate and size."""
+    """What a video holds: frame count (exact when ``probe_video(exact=True)``), frame rate and size as shown (after
+    the turn its display matrix asks for: ``rotation`` degrees clockwise, then ``mirrored`` left-right)."""
 
     frames: int
     fps: float
     width: int
     height: int
+    rotation: int = 0
+    mirrored: bool = False
 
 
 def probe_video(path: str | Path, exact: bool = False) -> VideoInfo:
@@ -55,22 +85,28 @@ def probe_video(path: str | Path, exact: bool = False) -> VideoInfo:
 
     The frame count comes from the container header; when the header has none (Matroska, WebM) or when
     ``exact`` is set, the frames are counted by decoding the whole stream (what :func:`decode_video`
-    returns).
+    returns). The first frame is decoded to read the display matrix.
     """
     path = Path(path)
     with _open(path) as container:
-        stream = container.streams.video[0]
+        stream = _video_stream(container)
         rate = _frame_rate(stream)
         if rate is None:
             raise VideoDecodeError(f"{path}: the video stream has no frame rate")
         fps = float(rate)
         width, height = stream.codec_context.width, stream.codec_context.height
         frames = int(stream.frames or 0)
+        decoded = _decoded_frames(container, stream, path)
+        first = next(decoded, None)
+        turn = Orientation.of(first, stream, path) if first is not None else Orientation()
         if frames <= 0 or exact:
-            frames = sum(1 for _ in _decoded_frames(container, stream, path))
+            frames = (first is not None) + sum(1 for _ in decoded)
     if width <= 0 or height <= 0:
         raise VideoDecodeError(f"{path}: the video stream has no frame size")
-    return VideoInfo(frames=frames, fps=fps, width=width, height=height)
+    if turn.rotation in (90, 270):
+        width, height = height, width
+    return VideoInfo(frames=frames, fps=fps, width=width, height=height, rotation=turn.rotation,
+                     mirrored=turn.mirrored)
 
 
 def decode_video(path: str | Path, short_side: int | None = None, fps: float | None = None) -> np.ndarray:
@@ -85,7 +121,7 @@ def decode_video(path: str | Path, short_side: int | None = None, fps: float | N
             does), and the output lasts ``round(duration * fps)`` frames; ``None`` keeps every decoded frame.
 
     Raises:
-        VideoDecodeError: the file is missing, not a video, corrupt, empty or truncated.
+        VideoDecodeError: the file is missing, not a video, corrupt, empty, truncated or too damaged.
     """
     return decode_video_with_rate(path, short_side, fps)[0]
 
@@ -100,12 +136,17 @@ def decode_video_with_rate(path: str | Path, short_side: int | None = None,
 
 class VideoReader:
     """The frames of :func:`decode_video`, one at a time, so that a video of any length is read in bounded
-    memory (``with VideoReader(path, 128) as reader: for frame in reader: ...``).
+    memory (``with VideoReader(path, 128) as reader: for frame in reader: ...``; :meth:`timed` also gives each
+    frame's time).
 
     Opening checks the file (missing, empty, not a video, no frame rate: :class:`VideoDecodeError`). Iterating
-    yields ``uint8 [H, W, 3]`` RGB frames and raises :class:`VideoDecodeError` when the data is corrupt, when
-    no frame decodes, or, after the last frame, when fewer frames decoded than the header announces (a
-    truncated file). ``fps`` is the rate of the frames yielded; ``decoded`` counts the source frames so far.
+    yields ``uint8 [H, W, 3]`` RGB frames, turned as the display matrix says, and raises :class:`VideoDecodeError`
+    when a packet cannot be decoded or a Matroska stretch was skipped (:func:`_decoded_frames`), when no frame
+    decodes, and, after the last frame, when fewer frames decoded than the header announces or they end before its
+    duration (a truncated file), or when more than :data:`DAMAGE_TOLERANCE` of them are damaged.
+    ``fps`` is the rate of the frames yielded; ``decoded`` counts the source frames so far and ``damaged`` the
+    damaged ones among them (:class:`_Damage`); ``orientation`` is known once the first frame is decoded;
+    ``end_time`` (seconds from the first frame) once the last one is.
     State: the open container (closed at the end of the iteration or by :meth:`close`).
     """
 
@@ -116,17 +157,24 @@ class VideoReader:
         if fps is not None and not fps > 0:
             raise ValueError(f"fps must be positive, got {fps}")
         self._container = _open(self.path)
-        self._stream = self._container.streams.video[0]
+        self._stream = _video_stream(self._container)
         source_fps = _frame_rate(self._stream)
         if source_fps is None:
             self.close()
             raise VideoDecodeError(f"{self.path}: the video stream has no frame rate")
         self.source_fps = source_fps
-        self.expected = _expected_frames(self._container, self._stream, source_fps)
+        self.expected = int(self._stream.frames) if self._stream.frames and self._stream.frames > 0 else None
+        self.expected_end = None if self.expected is not None else _expected_end(self._container, self._stream)
         self.fps = float(fps if fps is not None else source_fps)
         self._target_fps = fps
         self._converter = _RGBConverter(short_side)
         self.decoded = 0
+        self.damaged = 0
+        self.orientation = Orientation()
+        self.end_time: float | None = None
+        self._clock = _Clock(self._stream.time_base, source_fps)
+        self._end: int | Fraction | None = None
+        self._end_on_stream_clock: Fraction | None = None
 
     def __enter__(self) -> VideoReader:
         return self
@@ -140,25 +188,254 @@ class VideoReader:
             self._container = None
 
     def __iter__(self) -> Iterator[np.ndarray]:
+        for frame, _ in self.timed():
+            yield frame
+
+    def timed(self) -> Iterator[tuple[np.ndarray, float]]:
+        """``(frame, time)`` pairs: the frames of the iteration and when each is shown, in seconds from the first
+        frame (from the presentation timestamps; with ``fps``, ``k / fps`` for output frame ``k``)."""
         if self._container is None:
             raise ValueError(f"{self.path}: the reader is closed")
         try:
-            frames = _decoded_frames(self._container, self._stream, self.path)
+            frames, clock = self._source_frames(), self._clock
             if self._target_fps is None:
-                for frame in frames:
-                    self.decoded += 1
-                    yield self._converter(frame)
+                for frame, ticks in frames:
+                    yield self._converter(frame), clock.seconds(ticks)
+                self.end_time = None if self._end is None else clock.seconds(self._end)
             else:
-                yield from _resample(frames, self._converter, self._stream, self.source_fps, self._target_fps, self)
-            expected = self.expected
-            if self.decoded == 0:
-                raise VideoDecodeError(f"{self.path}: no video frame could be decoded")
-            if expected is not None and self.decoded < expected - max(_TRUNCATION_TOLERANCE_FRAMES,
-                                                                      _TRUNCATION_TOLERANCE_FRACTION * expected):
-                raise VideoDecodeError(f"{self.path}: truncated or corrupt: decoded {self.decoded} of the {expected} "
-                                       "frames its header announces")
+                self.end_time = yield from _resample(frames, self._converter, self._target_fps, clock,
+                                                     lambda: self._end)
+            self._check_complete()
         finally:
             self.close()
+
+    def _source_frames(self) -> Iterator[tuple[object, int | Fraction]]:
+        """The decoded frames with their times in ticks of the clock (:class:`_Clock`); sets the orientation from the
+        first frame, counts the decoded and damaged frames, and the end time after the last."""
+        clock = self._clock
+        damage = _Damage()
+        held = None  # each frame is timed once the next one is observed
+        for frame in _decoded_frames(self._container, self._stream, self.path):
+            if self.decoded == 0:
+                self.orientation = self._converter.orientation = Orientation.of(frame, self._stream, self.path)
+            clock.observe(frame)
+            self.damaged = damage(frame)
+            self.decoded += 1
+            if held is not None:
+                yield held, clock.time(held)
+            held = frame
+        if held is not None:
+            yield held, clock.time(held)
+            self._end = clock.end()
+            self._end_on_stream_clock = clock.on_stream_clock(self._end)
+
+    def _check_complete(self) -> None:
+        expected = self.expected
+        if self.decoded == 0:
+            raise VideoDecodeError(f"{self.path}: no video frame could be decoded")
+        if expected is not None and self.decoded < expected - max(_TRUNCATION_TOLERANCE_FRAMES,
+                                                                  _TRUNCATION_TOLERANCE_FRACTION * expected):
+            raise VideoDecodeError(f"{self.path}: truncated or corrupt: decoded {self.decoded} of the {expected} "
+                                   "frames its header announces")
+        end, announced = self._end_on_stream_clock, self.expected_end
+        if announced is not None and end is not None and end < announced - max(
+                _TRUNCATION_TOLERANCE_FRAMES / self.source_fps, _TRUNCATION_TOLERANCE_FRACTION * announced):
+            raise VideoDecodeError(f"{self.path}: truncated or corrupt: its frames end at {float(end):.2f} s of the "
+                                   f"{float(announced):.2f} s its header announces")
+        if self.damaged > DAMAGE_TOLERANCE * self.decoded:
+            raise VideoDecodeError(f"{self.path}: damaged: {self.damaged} of its {self.decoded} frames "
+                                   f"({100 * self.damaged / self.decoded:.0f}%, more than "
+                                   f"{100 * DAMAGE_TOLERANCE:.0f}%) are corrupt as the decoder reports, or predicted "
+                                   "from a corrupt one; get an intact copy of the file")
+
+
+@dataclass(frozen=True)
+class Orientation:
+    """How a player turns the decoded picture: ``rotation`` degrees clockwise (0, 90, 180, 270), then ``mirrored``
+    left-right. Read from the display matrix the decoder attaches to a frame (FFmpeg's rules of ``ffmpeg``'s
+    autorotation, fftools), else from the legacy ``rotate`` tag of the stream (degrees clockwise)."""
+
+    rotation: int = 0
+    mirrored: bool = False
+
+    @classmethod
+    def of(cls, frame, stream, path: Path) -> Orientation:
+        """The orientation of ``frame`` of ``stream`` (file ``path``, named in the error for a turn that is not a
+        quarter turn, which no frame array can show without resampling)."""
+        matrix = _display_matrix(frame)
+        if matrix is not None:
+            return cls._of_matrix(matrix, path)
+        tag = next((value for key, value in (stream.metadata or {}).items() if key.lower() == "rotate"), None)
+        if tag is None:
+            return cls()
+        try:
+            degrees = float(tag) % 360
+        except ValueError:
+            raise VideoDecodeError(f"{path}: the stream's rotate tag {tag!r} is not a number of degrees") from None
+        return cls(_quarter_turns(degrees, path) * 90)
+
+    @classmethod
+    def _of_matrix(cls, m: Sequence[int], path: Path) -> Orientation:
+        # av_display_rotation_get, then fftools' get_rotation and its choice of transpose/flip filters.
+        scale0, scale1 = math.hypot(m[0], m[3]), math.hypot(m[1], m[4])
+        if scale0 == 0 or scale1 == 0:
+            return cls()
+        theta = -round(-math.degrees(math.atan2(m[1] / scale1, m[0] / scale0)))
+        theta -= 360 * math.floor(theta / 360 + 0.9 / 360)
+        turns = _quarter_turns(theta, path)
+        if turns == 1:  # transpose=clock, or cclock_flip (the transpose: a clockwise turn, then a mirror)
+            return cls(90, m[3] > 0)
+        if turns == 3:  # transpose=cclock, or clock_flip (a counterclockwise turn, then a mirror)
+            return cls(270, m[3] < 0)
+        if turns == 2:  # hflip and/or vflip
+            hflip, vflip = m[0] < 0, m[4] < 0
+            return cls(180, False) if hflip and vflip else cls(0, True) if hflip else cls(180, True) if vflip \
+                else cls()
+        return cls(180, True) if m[4] < 0 else cls()  # vflip
+
+    def __call__(self, frame: np.ndarray) -> np.ndarray:
+        """``frame`` ``[H, W, C]`` as shown."""
+        if self.rotation:
+            frame = np.rot90(frame, -self.rotation // 90)
+        if self.mirrored:
+            frame = frame[:, ::-1]
+        return np.ascontiguousarray(frame) if self else frame
+
+    def __bool__(self) -> bool:
+        return bool(self.rotation or self.mirrored)
+
+
+def _quarter_turns(degrees: float, path: Path) -> int:
+    turns = round(degrees / 90)
+    if abs(degrees - 90 * turns) >= 1.0:
+        raise VideoDecodeError(f"{path}: its display matrix turns the picture by {degrees:.0f} degrees, not a multiple "
+                               "of 90; re-encode it upright (ffmpeg -i IN OUT applies the turn)")
+    return turns % 4
+
+
+def _display_matrix(frame) -> list[int] | None:
+    """The 3x3 display matrix (9 int32, FFmpeg's layout) the decoder attached to ``frame``, or None."""
+    from av.sidedata.sidedata import Type  # noqa: PLC0415 (optional)
+
+    for data in frame.side_data:
+        if data.type == Type.DISPLAYMATRIX:
+            raw = bytes(data)
+            if len(raw) >= 36:
+                return np.frombuffer(raw[:36], "<i4").tolist()
+    return None
+
+
+class _Clock:
+    """The time of each decoded frame from the first one, in ticks of the stream's time base (exact integers, so that
+    timing costs a few integer operations a frame; :meth:`seconds` converts): FFmpeg's best-effort timestamp
+    (``guess_correct_pts``: the frame's pts, unless pts went backwards more often than dts, as the packed B-frames
+    of AVI files make them, then its dts), decided with one frame of hindsight (:meth:`observe` the next frame
+    before asking the :meth:`time` of this one), so that the frame just before the first backward pts is timed by
+    its dts too. A frame without either timestamp comes one frame period (``1 / fps``) after the previous one
+    (without a time base, ticks are frame periods); time never runs backwards.
+    State: the counts of faulty timestamps, the last ones, the first stamp, the previous time and duration."""
+
+    def __init__(self, time_base: Fraction | None, fps: Fraction) -> None:
+        self.has_base = bool(time_base)
+        self.unit = Fraction(time_base) if time_base else 1 / Fraction(fps)
+        """Seconds per tick."""
+        period = 1 / Fraction(fps) / self.unit
+        self.period: int | Fraction = int(period) if period.denominator == 1 else period
+        self.faulty_pts = self.faulty_dts = 0
+        self.last_pts: int | None = None
+        self.last_dts: int | None = None
+        self.first: int | Fraction | None = None
+        self.previous: int | Fraction | None = None
+        self.duration: int | None = None
+
+    def observe(self, frame) -> None:
+        """Count ``frame``'s timestamps that do not advance (decoded frames come in presentation order)."""
+        pts, dts = frame.pts, frame.dts
+        if dts is not None:
+            self.faulty_dts += self.last_dts is not None and dts <= self.last_dts
+            self.last_dts = dts
+        elif pts is not None:
+            self.last_dts = pts
+        if pts is not None:
+            self.faulty_pts += self.last_pts is not None and pts <= self.last_pts
+            self.last_pts = pts
+        elif dts is not None:
+            self.last_pts = dts
+
+    def time(self, frame) -> int | Fraction:
+        """The time of ``frame`` (observed already) in ticks, frames given in order."""
+        pts, dts = frame.pts, frame.dts
+        stamp = pts if pts is not None and (dts is None or self.faulty_pts <= self.faulty_dts) else dts
+        following = 0 if self.previous is None else self.previous + self.period
+        if stamp is None or not self.has_base:
+            time = following
+        else:
+            if self.first is None:
+                self.first = stamp - following
+            time = stamp - self.first
+            if self.previous is not None and time < self.previous:
+                time = self.previous
+        self.previous = time
+        self.duration = frame.duration if self.has_base else None
+        return time
+
+    def end(self) -> int | Fraction:
+        """When the last frame stops being shown, in ticks: its time plus its duration (else one frame period)."""
+        assert self.previous is not None
+        return self.previous + (self.duration if self.duration and self.duration > 0 else self.period)
+
+    def seconds(self, ticks: int | Fraction) -> float:
+        """``ticks`` in seconds (the float nearest the exact value)."""
+        if type(ticks) is int:
+            return ticks * self.unit.numerator / self.unit.denominator
+        return float(ticks * self.unit)
+
+    def on_stream_clock(self, ticks: int | Fraction) -> Fraction:
+        """``ticks`` (from the first frame) in seconds of the stream's own clock (from its stamp 0)."""
+        return ((self.first or 0) + ticks) * self.unit
+
+
+class _Damage:
+    """Counts damaged frames: those the decoder reports corrupt (``frame.is_corrupt``: FFmpeg's decode error
+    flags, set when it concealed errors, or its corrupt flag) and every frame after one until the next key frame,
+    since those predict from it (a 4 KB hole in an H.264 P-frame visibly spoils every frame up to the next IDR
+    frame, while the decoder flags one). State: the count, and whether damage is spreading."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.spreading = False
+
+    def __call__(self, frame) -> int:
+        if frame.is_corrupt:
+            self.spreading = True
+        elif frame.key_frame:
+            self.spreading = False
+        self.frames += self.spreading
+        return self.frames
+
+
+def decode_frames_between(path: str | Path, start: float, end: float, short_side: int | None = None,
+                          fps: float | None = None) -> np.ndarray:
+    """The frames shown between ``start`` and ``end`` seconds (times as :meth:`VideoReader.timed` gives them; a
+    frame is shown from its time to the next frame's) as ``uint8 [N, H, W, 3]``, read in one streaming pass that
+    stops at ``end``; when none is, the last frame."""
+    kept: list[np.ndarray] = []
+    last: np.ndarray | None = None
+    last_time = 0.0
+    with VideoReader(path, short_side, fps) as reader:
+        for frame, time in reader.timed():
+            if last is not None and last_time < end and time > start:
+                kept.append(last)
+            last, last_time = frame, time
+            if time >= end:
+                break
+        else:
+            if last is not None and last_time < end and (reader.end_time is None or reader.end_time > start):
+                kept.append(last)
+    if not kept:
+        assert last is not None
+        kept.append(last)
+    return np.stack(kept)
 
 
 def decode_frames_at(path: str | Path, indices: Sequence[int], short_side: int | None = None,
@@ -204,6 +481,30 @@ def write_mp4(path: str | Path, frames: np.ndarray, fps: float, codec: str = "li
     return path
 
 
+def is_video_name(path: str | Path) -> bool:
+    """Whether the name of ``path`` ends in one of :data:`VIDEO_EXTENSIONS`: a video without opening it."""
+    return str(path).lower().endswith(VIDEO_EXTENSIONS)
+
+
+def why_not_video(path: str | Path) -> str | None:
+    """None when the file ``path`` is a video, else why not (a few words). The one rule of which files are videos
+    (the inputs of ``coclr embed``, its folder scans, ``coclr data index --format folder``): a name ending in
+    :data:`VIDEO_EXTENSIONS` is one (a broken one fails when decoded); a name ending in :data:`NOT_VIDEO_EXTENSIONS`
+    is not; any other file (``.ts``, ``.MTS``, no extension ...) is one when PyAV opens it and finds a video stream
+    in a video container (``_open``'s checks), whatever its extension."""
+    path = Path(path)
+    if is_video_name(path):
+        return None
+    if path.name.lower().endswith(NOT_VIDEO_EXTENSIONS):
+        return f"its name ends in {path.suffix}"
+    try:
+        _open(path).close()
+    except VideoDecodeError as error:
+        text = str(error)
+        return text[len(f"{path}: "):] if text.startswith(f"{path}: ") else text
+    return None
+
+
 def resize_short_side(frame: np.ndarray, short_side: int) -> np.ndarray:
     """Resize ``[H, W, C]`` so that ``min(H, W) == short_side``, keeping the aspect ratio (``INTER_AREA``)."""
     height, width = frame.shape[:2]
@@ -221,14 +522,19 @@ def short_side_size(height: int, width: int, short_side: int) -> tuple[int, int]
 
 
 class _RGBConverter:
-    """Turns decoded PyAV frames into RGB arrays, resized to a short side (state: nothing but the size)."""
+    """Turns decoded PyAV frames into RGB arrays as shown: resized to a short side in the coded orientation, then
+    turned (:class:`Orientation`: the turn moves pixels only, so resizing first costs less and gives the same
+    size). State: the size and the orientation."""
 
     def __init__(self, short_side: int | None) -> None:
         self.short_side = short_side
+        self.orientation = Orientation()
 
     def __call__(self, frame) -> np.ndarray:
         rgb = frame.to_ndarray(format="rgb24")
-        return rgb if self.short_side is None else resize_short_side(rgb, self.short_side)
+        if self.short_side is not None:
+            rgb = resize_short_side(rgb, self.short_side)
+        return self.orientation(rgb)
 
 
 def _open(path: Path):
@@ -246,9 +552,7 @@ def _open(path: Path):
         format_names = set(container.format.name.split(","))
         if format_names & _NOT_VIDEO_FORMATS or any(name.endswith("_pipe") for name in format_names):
             raise VideoDecodeError(f"{path}: not a video (FFmpeg reads it as {container.format.name!r})")
-        if not container.streams.video:
-            raise VideoDecodeError(f"{path}: the file has no video stream")
-        stream = container.streams.video[0]
+        stream = _video_stream(container, path)
         if stream.codec_context.name in _NOT_VIDEO_CODECS:
             raise VideoDecodeError(f"{path}: not a video (codec {stream.codec_context.name!r})")
         stream.thread_type = "AUTO"
@@ -258,14 +562,41 @@ def _open(path: Path):
     return container
 
 
+def _video_stream(container, path: Path | None = None):
+    """The first video stream that is not a still picture (a cover image attached to a sound file is not a video);
+    with ``path``, none is a :class:`VideoDecodeError` naming it."""
+    for stream in container.streams.video:
+        if not int(getattr(stream, "disposition", 0)) & _ATTACHED_PIC:
+            return stream
+    if path is None:
+        raise AssertionError("opened without a video stream")
+    if container.streams.video:
+        raise VideoDecodeError(f"{path}: the file has no video stream, only a still picture (cover art)")
+    raise VideoDecodeError(f"{path}: the file has no video stream")
+
+
 def _decoded_frames(container, stream, path: Path) -> Iterator:
-    """Decoded frames in presentation order; FFmpeg errors become VideoDecodeError naming the file."""
+    """Decoded frames in presentation order; a packet FFmpeg cannot decode (its frame is lost) becomes
+    VideoDecodeError naming the file, and so does, in Matroska and WebM, a stretch of the file that no packet of any
+    stream covers (:data:`SKIPPED_BYTES_TOLERANCE`): FFmpeg's Matroska reader skips a damaged cluster without an
+    error and goes on at the next one, so the frames it held are lost in silence (and those files announce no
+    frame count to miss)."""
     import av  # noqa: PLC0415 (optional)
 
+    watch = "matroska" in container.format.name
+    end: int | None = None
     try:
-        yield from container.decode(stream)
+        for packet in container.demux() if watch else container.demux(stream):
+            if watch and packet.pos is not None and packet.pos >= 0 and packet.size:
+                if end is not None and packet.pos - end > SKIPPED_BYTES_TOLERANCE:
+                    raise VideoDecodeError(f"{path}: corrupt: the {packet.pos - end} bytes from offset {end} are no "
+                                           "readable part of the file (FFmpeg skipped them), and the frames they held "
+                                           "are lost")
+                end = max(end or 0, packet.pos + packet.size)
+            if packet.stream_index == stream.index:
+                yield from packet.decode()
     except (av.FFmpegError, OSError, ValueError) as error:
-        raise VideoDecodeError(f"{path}: corrupt video data: {error}") from None
+        raise VideoDecodeError(f"{path}: corrupt video data: a packet could not be decoded: {error}") from None
 
 
 def _frame_rate(stream) -> Fraction | None:
@@ -273,56 +604,53 @@ def _frame_rate(stream) -> Fraction | None:
     return Fraction(rate) if rate and rate > 0 else None
 
 
-def _expected_frames(container, stream, fps: Fraction) -> int | None:
-    """The frame count the header announces (or its duration implies), to detect truncated files."""
-    if stream.frames and stream.frames > 0:
-        return int(stream.frames)
+def _expected_end(container, stream) -> Fraction | None:
+    """When a header without a frame count says the video ends, in seconds, to detect truncated files (Matroska,
+    WebM). Compared with when the last frame ends on the stream's own clock, which may start late: a duration that
+    counts from the first frame (MPEG-TS) is then passed by that much, never missed, and a variable frame rate does
+    not matter (a frame count from duration * rate would be wrong for it)."""
     if stream.duration and stream.time_base:
-        return int(stream.duration * stream.time_base * fps)
+        return stream.duration * Fraction(stream.time_base)
     if container.duration and container.duration > 0:
-        return int(Fraction(container.duration, 1_000_000) * fps)
+        return Fraction(container.duration, 1_000_000)
     return None
 
 
-def _resample(frames: Iterator, convert: _RGBConverter, stream, source_fps: Fraction, fps: float,
-              counter: VideoReader) -> Iterator[np.ndarray]:
-    """Sample frames at times ``k / fps``, yielding the output frames; counts decoded frames on ``counter``.
+def _resample(frames: Iterator[tuple[object, int | Fraction]], convert: _RGBConverter, fps: float, clock: _Clock,
+              source_end: Callable[[], int | Fraction | None]) -> Generator[tuple[np.ndarray, float], None,
+                                                                            float | None]:
+    """Sample the source frames (timed in ticks of ``clock``) at times ``k / fps``, yielding ``(output frame,
+    k / fps)``; returns when the last output frame ends, in seconds (None when there was no frame).
 
-    Output ``k`` takes the source frame with the nearest timestamp (ties go to the later frame), so the
-    millisecond rounding of Matroska timestamps does not drop frames; the video lasts until its last frame
-    plus one source frame period. Only the frames that are sampled are converted to RGB.
+    Output ``k`` takes the source frame with the nearest time (ties go to the later frame), so the millisecond
+    rounding of Matroska timestamps does not drop frames; the video lasts until its last frame stops being shown
+    (``source_end()``, read once the frames are exhausted). Only the frames that are sampled are converted to RGB.
+    Comparisons are exact, in integers: output ``k`` comes before the midpoint ``(a + b) / 2`` of two source frames
+    when ``2 k / (unit * fps) < a + b``.
     """
     target = Fraction(fps).limit_denominator(1_000_000)
-    time_base = stream.time_base
+    scale = clock.unit * target  # output frames per tick
+    per_tick, ticks_per = scale.numerator, scale.denominator
+    numerator, denominator = target.numerator, target.denominator
     previous = None
     previous_rgb: np.ndarray | None = None
-    previous_time = Fraction(0)
-    first_time: Fraction | None = None
+    previous_ticks: int | Fraction = 0
     next_index = 0
-    for frame in frames:
-        time = _frame_time(frame, time_base, counter.decoded, source_fps)
-        if first_time is None:
-            first_time = time
-        time -= first_time
+    for frame, ticks in frames:
         if previous is not None:
-            midpoint = (previous_time + time) / 2
-            while Fraction(next_index) / target < midpoint:
+            bound = (previous_ticks + ticks) * per_tick
+            while 2 * next_index * ticks_per < bound:
                 if previous_rgb is None:
                     previous_rgb = convert(previous)
-                yield previous_rgb
+                yield previous_rgb, next_index * denominator / numerator
                 next_index += 1
-        previous, previous_rgb, previous_time = frame, None, time
-        counter.decoded += 1
-    if previous is not None:
-        end = previous_time + 1 / source_fps
-        last = max(next_index, round(end * target))
-        if last > next_index:
-            previous_rgb = convert(previous)
-            for _ in range(last - next_index):
-                yield previous_rgb
-
-
-def _frame_time(frame, time_base, index: int, source_fps: Fraction) -> Fraction:
-    if frame.pts is None or time_base is None:
-        return index / source_fps
-    return frame.pts * time_base
+        previous, previous_rgb, previous_ticks = frame, None, ticks
+    end = source_end()
+    if previous is None or end is None:
+        return None
+    last = max(next_index, round(end * scale))
+    if last > next_index:
+        previous_rgb = convert(previous)
+        for index in range(next_index, last):
+            yield previous_rgb, index * denominator / numerator
+    return last * denominator / numerator

@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from coclr.atomic import atomic_write_text
 from coclr.errors import DataError
-from coclr.video.decode import VIDEO_EXTENSIONS
+from coclr.video.decode import why_not_video
 
 SPLITS = ("train", "val", "test")
 INDEX_FORMAT = "coclr-video-index"
@@ -332,11 +332,16 @@ class _FolderListing:
 # ---------------------------------------------------------------------------------------- folder and CSV
 
 def folder_index(root: str | Path, name: str | None = None, split: str = "train",
-                 extensions: Sequence[str] = VIDEO_EXTENSIONS, test_fraction: float = 0.0,
-                 seed: int = 0) -> VideoIndex:
+                 extensions: Sequence[str] | None = None, test_fraction: float = 0.0,
+                 seed: int = 0, notes: list[str] | None = None) -> VideoIndex:
     """Any folder laid out ``root/<class>/<video>``: classes are the sorted subfolder names and every entry
     is in ``split``. A root holding only ``train``/``val``/``test`` subfolders is read as
     ``root/<split>/<class>/<video>`` instead (classes: the union over the splits).
+
+    A file is a video by the one rule of :func:`coclr.video.decode.why_not_video` (a video extension, or PyAV opens
+    it as one: ``.ts``, ``.MTS`` ...), or, with ``extensions``, when its name ends in one of them. ``notes``
+    receives one line counting the files under the class folders that are not videos (a few named, with the
+    reason).
 
     Videos may sit deeper in a class folder; a video's source group is its UCF101 id (:func:`ucf101_group`) or,
     failing that, the first subfolder below its class (``<class>/<source>/<clip>``). With ``test_fraction`` > 0 a
@@ -360,10 +365,10 @@ def folder_index(root: str | Path, name: str | None = None, split: str = "train"
         raise DataError(f"{root} is already laid out by split ({', '.join(subfolders)}): a test fraction applies to "
                         "a plain root/<class>/<video> folder")
     prefixes = [(f"{s}/", s) for s in subfolders] if by_split else [("", split)]
-    suffixes = tuple(e.lower() for e in extensions)
+    not_video = why_not_video if extensions is None else _by_extension(extensions)
     for prefix, _ in prefixes:
-        _refuse_loose_videos(root / prefix, suffixes)
-    scan = _FolderScan(root, suffixes)
+        _refuse_loose_videos(root / prefix, not_video)
+    scan = _FolderScan(root, not_video)
     videos = []
     for prefix, split_name in prefixes:
         for class_dir in sorted(p for p in (root / prefix).iterdir() if p.is_dir() and not p.name.startswith(".")):
@@ -372,8 +377,10 @@ def folder_index(root: str | Path, name: str | None = None, split: str = "train"
                 group = ucf101_group(relative) or (f"{class_dir.name}/{depth[0]}" if len(depth) > 1 else None)
                 videos.append((relative, class_dir.name, split_name, group))
     scan.check()
+    _note_skipped(root, scan, notes)
     if not videos:
-        raise DataError(f"no videos ({', '.join(extensions)}) found in {root}/<class>/")
+        raise DataError(f"no videos found in {root}/<class>/ (a file is a video when its name ends in a video "
+                        "extension or PyAV opens it as one)")
     classes = sorted({c for _, c, _, _ in videos})
     label_of = {c: i for i, c in enumerate(classes)}
     entries = [VideoEntry(path, label_of[c], s, g) for path, c, s, g in videos]
@@ -381,19 +388,21 @@ def folder_index(root: str | Path, name: str | None = None, split: str = "train"
     return split_by_group(index, test_fraction, seed) if test_fraction else index
 
 
-def tree_index(root: str | Path, name: str | None = None, extensions: Sequence[str] = VIDEO_EXTENSIONS,
-               test_fraction: float = 0.0, seed: int = 0) -> VideoIndex:
+def tree_index(root: str | Path, name: str | None = None, extensions: Sequence[str] | None = None,
+               test_fraction: float = 0.0, seed: int = 0, notes: list[str] | None = None) -> VideoIndex:
     """Every video under ``root``, at any depth, without labels (:func:`unlabelled_index`): a folder of one's own
-    footage, laid out any way (``root/<camera>/<recording>/<clip>``, or flat). Links are followed as in
-    :func:`folder_index`, and loops or videos reached twice are refused the same way."""
+    footage, laid out any way (``root/<camera>/<recording>/<clip>``, or flat). Which files are videos, links, loops,
+    videos reached twice and ``notes`` as in :func:`folder_index`."""
     root = Path(root)
     if not root.is_dir():
         raise DataError(f"video folder not found: {root}")
-    scan = _FolderScan(root, tuple(e.lower() for e in extensions))
+    scan = _FolderScan(root, why_not_video if extensions is None else _by_extension(extensions))
     videos = scan.videos(root)
     scan.check()
+    _note_skipped(root, scan, notes)
     if not videos:
-        raise DataError(f"no videos ({', '.join(extensions)}) found under {root}")
+        raise DataError(f"no videos found under {root} (a file is a video when its name ends in a video extension or "
+                        "PyAV opens it as one)")
     return unlabelled_index(videos, name or root.name, test_fraction, seed)
 
 
@@ -415,10 +424,28 @@ def source_folder(path: str) -> str | None:
     return None if parent == "." else parent
 
 
-def _refuse_loose_videos(folder: Path, suffixes: tuple[str, ...]) -> None:
+def _note_skipped(root: Path, scan: _FolderScan, notes: list[str] | None) -> None:
+    """One line in ``notes`` counting the files of the scan that are not videos (a few named, with the reason)."""
+    if scan.skipped and notes is not None:
+        shown = "; ".join(f"{path}: {reason}" for path, reason in scan.skipped[:3])
+        more = f"; and {len(scan.skipped) - 3} more" if len(scan.skipped) > 3 else ""
+        notes.append(f"{root}: skipped {len(scan.skipped)} files that are not videos ({shown}{more})")
+
+
+def _by_extension(extensions: Sequence[str]) -> Callable[[Path], str | None]:
+    """A rule of which files are videos (as :func:`why_not_video`) by their name's ending only."""
+    suffixes = tuple(e.lower() for e in extensions)
+
+    def not_video(path: Path) -> str | None:
+        return None if path.name.lower().endswith(suffixes) else f"its name does not end in {', '.join(suffixes)}"
+
+    return not_video
+
+
+def _refuse_loose_videos(folder: Path, not_video: Callable[[Path], str | None]) -> None:
     """Videos lying in a folder of class folders have no class: refused in one line naming them, never dropped."""
-    loose = sorted(p.name for p in folder.iterdir() if p.suffix.lower() in suffixes and p.is_file()
-                   and not p.name.startswith("."))
+    loose = sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
+                   and not_video(p) is None)
     if loose:
         shown = ", ".join(loose[:3]) + (f" and {len(loose) - 3} more" if len(loose) > 3 else "")
         raise DataError(f"{folder}: {len(loose)} video(s) lie beside the class folders, outside any class ({shown}); "
@@ -428,11 +455,13 @@ def _refuse_loose_videos(folder: Path, suffixes: tuple[str, ...]) -> None:
 class _FolderScan:
     """Finds the video files under class folders, following links, and collects loops and videos reached twice.
 
-    State: the real paths of the videos seen (and by which path), and the problems found."""
+    State: the real paths of the videos seen (and by which path), the files that are not videos (with the reason),
+    and the problems found."""
 
-    def __init__(self, root: Path, suffixes: tuple[str, ...]) -> None:
+    def __init__(self, root: Path, not_video: Callable[[Path], str | None]) -> None:
         self.root = root
-        self.suffixes = suffixes
+        self.not_video = not_video
+        self.skipped: list[tuple[str, str]] = []
         self.seen: dict[str, str] = {}
         self.loops: list[str] = []
         self.twice: list[str] = []
@@ -456,7 +485,9 @@ class _FolderScan:
                 continue
             if child.is_dir():
                 self._visit(child, [*ancestors, real], found)
-            elif child.is_file() and child.name.lower().endswith(self.suffixes):
+            elif child.is_file() and (reason := self.not_video(child)) is not None:
+                self.skipped.append((child.relative_to(self.root).as_posix(), reason))
+            elif child.is_file():
                 relative = child.relative_to(self.root).as_posix()
                 target = os.path.realpath(child)
                 if target in self.seen:
