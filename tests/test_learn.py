@@ -284,3 +284,28 @@ def test_the_report_shows_every_stage_and_names_every_video_in_a_browser(learnt,
                     "--window-size=1200,3000", page], check=True, capture_output=True, timeout=60)
     blue = tuple(int(QUERY_COLOUR[i: i + 2], 16) for i in (1, 3, 5))
     assert _colour_pixels(shot, blue, 12) > 8 * 300  # the sampled videos' borders: their thumbnails are drawn
+
+
+def test_two_torchrun_processes_learn_one_folder(learnt, tmp_path):
+    """``torchrun --nproc_per_node=2`` (gloo): rank 0 holds the folder and makes the plan, both share the store, the
+    flow, every batch (half each: the plan's global batch) and the embedding; one folder results, as one process
+    writes it."""
+    from coclr.embed.output import Embeddings
+    from coclr.train.checkpoint import load_checkpoint
+    from test_train_distributed import free_port
+
+    videos, _, _, _ = learnt
+    script = tmp_path / "run.py"
+    script.write_text(RUN)
+    out = tmp_path / "two"
+    env = {k: v for k, v in os.environ.items() if k != "MASTER_PORT"} | {"OMP_NUM_THREADS": "1"}
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          f"--master_port={free_port()}", str(script), str(videos), str(out), json.dumps(TINY_PLAN)],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert two.returncode != 0 and "broken.mp4" in two.stdout, two.stdout + two.stderr  # rank 0's exit 3
+    record = json.loads((out / "learn.json").read_text())
+    assert record["status"] == "done" and len(record["failed"]) == 1
+    checkpoint = load_checkpoint(out / "pipeline" / "cycle2_flow" / "checkpoint_last.pth")
+    assert checkpoint["world_size"] == 2 and checkpoint["config"]["run"]["batch_size"] == TINY_PLAN["batch"] // 2
+    assert len(Embeddings(out / "embeddings" / "two_stream").videos) == 16
+    assert not list((out / "embeddings" / "two_stream" / "chunks").glob("*"))

@@ -14,7 +14,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "embed every video with them. OUT gets encoder_rgb.pth and encoder_flow.pth (for coclr embed), "
         "embeddings/{rgb,flow,two_stream} (for coclr search), report.html and learn.json (the plan, the time of "
         "each phase, the quality of each stage judged without labels). The same command continues after an "
-        "interruption; other videos or options on the same OUT are refused; a finished run returns at once.")
+        "interruption; other videos or options on the same OUT are refused; a finished run returns at once. Under "
+        "torchrun (torchrun --nproc_per_node=N -m coclr learn ...) the processes share the videos and every batch.")
     parser.add_argument("inputs", nargs="+", metavar="VIDEOS", help="video files, folders, list files or globs")
     parser.add_argument("--out", required=True, help="output folder (created; continued when it exists)")
     parser.add_argument("--budget", default="15m", help="wall-clock time for the whole run, e.g. 5m, 90m, 2h "
@@ -31,12 +32,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coclr.cli import job_status
+    from coclr.cli import EXIT_DONE, job_status
+    from coclr.core.distributed import rank
     from coclr.learn import LearnOptions, learn
     from coclr.learn.budget import parse_budget
 
     options = LearnOptions(budget=parse_budget(args.budget), seed=args.seed, labels=args.labels, device=args.device,
                            workers=args.workers, restart=args.restart, progress=not args.quiet)
     summary = learn(args.inputs, args.out, options)
+    if rank() != 0:  # under torchrun, rank 0 speaks for the job
+        return EXIT_DONE
     print(summary, flush=True)
     return job_status(len(summary.failed))

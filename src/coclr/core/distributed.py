@@ -25,6 +25,16 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def launched_rank() -> int:
+    """This process's rank as torchrun started it (``RANK``; 0 outside torchrun), known before the group is joined."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def launched_machines() -> int:
+    """The number of machines torchrun started processes on (``WORLD_SIZE / LOCAL_WORLD_SIZE``; 1 outside it)."""
+    return max(1, launched_world_size() // int(os.environ.get("LOCAL_WORLD_SIZE", launched_world_size())))
+
+
 def local_device(name: str) -> str:
     """``name`` with ``cuda`` made this process's GPU under torchrun (``cuda:LOCAL_RANK``); other names as given."""
     if name == "cuda" and "LOCAL_RANK" in os.environ:

@@ -129,9 +129,13 @@ class Costs:
     stage: dict[str, float]
     """starting a training stage of each model (the dataset, the networks, the optimiser)"""
     workers: int
-    """processes the store and flow jobs run at once"""
+    """processes the store and flow jobs run at once (on each machine)"""
     seconds: float = 0.0
     """what the measurement took"""
+    processes: int = 1
+    """processes of the job (torchrun's world): each trains on its share of every batch, embeds its share"""
+    machines: int = 1
+    """machines of the job: each decodes and computes flow for its share of the videos"""
 
 
 @dataclass
@@ -140,6 +144,7 @@ class Plan:
 
     model: Model
     batch: int
+    """clips per batch of each process"""
     queue: int
     topk: int
     epochs: dict[str, int]
@@ -150,6 +155,8 @@ class Plan:
     """seconds of each phase, estimated"""
     budget: float
     reasons: list[str]
+    processes: int = 1
+    """processes the plan was made for (the global batch is ``batch`` times this)"""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -213,8 +220,13 @@ def windows_of(footage: Footage, model: Model) -> int:
     return int(windows.sum())
 
 
+def steps_per_epoch(footage: Footage, batch: int, processes: int = 1) -> int:
+    """Steps of an epoch: one clip of every video, ``batch`` per process."""
+    return max(1, footage.videos // (batch * processes))
+
+
 def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: int) -> dict[str, float]:
-    """Seconds of each phase of a run of ``model`` with ``steps`` training steps."""
+    """Seconds of each phase of a run of ``model`` with ``steps`` training steps of ``batch`` clips per process."""
     size = model.size
     pairs = max(0, footage.frames - footage.videos)
     quality_videos = min(footage.videos, QUALITY_VIDEOS)
@@ -222,15 +234,16 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
     step_seconds = costs.step[model.key]
     forward = costs.forward[model.key]
     coclr_share = 4 * STAGE_SHARES["coclr"]
-    epochs = steps / max(1, footage.videos // batch)
+    epochs = steps / steps_per_epoch(footage, batch, costs.processes)
+    shared = costs.machines  # the store, flow and embedding jobs split the videos between machines
     return {
-        "store": footage.frames * (costs.decode_frame + costs.store_frame[size]) / costs.workers,
-        "flow": pairs * (costs.flow_pair[size] + costs.store_frame[size] / costs.workers),
+        "store": footage.frames * (costs.decode_frame + costs.store_frame[size]) / costs.workers / shared,
+        "flow": pairs * (costs.flow_pair[size] + costs.store_frame[size] / costs.workers) / shared,
         "train": (steps * (step_seconds + coclr_share * batch * forward) + epochs * costs.epoch[model.key]
                   + 6 * costs.stage[model.key]),
         # three passes over the files (RGB, flow, both), flow computed on the fly by two of them
         "embed": (3 * footage.frames * costs.decode_frame / costs.workers + 2 * pairs * costs.flow_pair[size]
-                  + 4 * windows_of(footage, model) * forward),
+                  + 4 * windows_of(footage, model) * forward) / shared,
         "quality": 6 * quality_windows * forward,
         "fixed": FIXED_SECONDS,
     }
@@ -245,8 +258,8 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
     if footage.videos < MIN_VIDEOS:
         raise ConfigError(f"{footage.videos} readable video(s): learning needs at least {MIN_VIDEOS} (each batch "
                           "contrasts a video with the others); give more videos")
-    batch = batch_for(footage.videos)
-    steps_per_epoch = max(1, footage.videos // batch)
+    batch = batch_for(footage.videos // costs.processes)
+    epoch_steps = steps_per_epoch(footage, batch, costs.processes)
     available = budget * MARGIN - spent
     affordable: dict[Model, int] = {}
     for model in MODELS:
@@ -272,13 +285,13 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
                           f"({cheapest}) needs {duration(MIN_STEPS * per_step)} for {MIN_STEPS} training steps; give "
                           f"--budget {math.ceil(needed / 60)}m or more, or fewer videos")
     steps = affordable[model]
-    cycle = max(1, min(MAX_EPOCHS["coclr"], int(steps * STAGE_SHARES["coclr"] / steps_per_epoch)))
+    cycle = max(1, min(MAX_EPOCHS["coclr"], int(steps * STAGE_SHARES["coclr"] / epoch_steps)))
     epochs = {"infonce": round(cycle * STAGE_SHARES["infonce"] / STAGE_SHARES["coclr"]), "coclr": cycle}
-    steps = steps_per_epoch * (2 * epochs["infonce"] + 4 * epochs["coclr"])
-    queue = queue_for(footage.videos, batch)
+    steps = epoch_steps * (2 * epochs["infonce"] + 4 * epochs["coclr"])
+    queue = queue_for(footage.videos, batch * costs.processes)
     reasons = _reasons(footage, costs, model, affordable, budget)
     return Plan(model, batch, queue, min(5, max(1, queue // 2)), epochs, steps,
-                {"measure": spent, **estimates(footage, model, costs, steps, batch)}, budget, reasons)
+                {"measure": spent, **estimates(footage, model, costs, steps, batch)}, budget, reasons, costs.processes)
 
 
 def _per_step(footage: Footage, model: Model, costs: Costs, batch: int) -> float:
@@ -309,7 +322,7 @@ def _reasons(footage: Footage, costs: Costs, model: Model, affordable: dict[Mode
 
 
 def measure_costs(sample_videos: Sequence[str], footage: Footage, device, workers: int,
-                  deadline: float) -> Costs:
+                  deadline: float, processes: int = 1, machines: int = 1) -> Costs:
     """Measure :class:`Costs` on this machine: decoding on up to three of the footage's own videos, JPEG and flow
     on their frames at each candidate size, and a few training steps and forwards of each candidate network, from
     the cheapest up, until one would not afford :data:`MIN_STEPS` within ``deadline`` seconds of work."""
@@ -353,12 +366,13 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         begin = time.perf_counter()
         tvl1_flow(gray[:-1], gray[1:])
         flow_pair[size] = (time.perf_counter() - begin) / (len(gray) - 1)
-    costs = Costs(decode_frame, store_frame, flow_pair, {}, {}, {}, {}, workers)
+    costs = Costs(decode_frame, store_frame, flow_pair, {}, {}, {}, {}, workers, processes=processes,
+                  machines=machines)
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
         for model in MODELS:
             if not footage.fits(model):
                 continue
-            measured = _time_training(model, Path(tmp) / model.key, device, batch_for(footage.videos))
+            measured = _time_training(model, Path(tmp) / model.key, device, batch_for(footage.videos // processes))
             for name, seconds in measured.items():
                 getattr(costs, name)[model.key] = seconds
             step = measured["step"]

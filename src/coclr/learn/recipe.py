@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from coclr.errors import ConfigError
 from coclr.learn.budget import Plan
 from coclr.study.config import STUDY_TRAIN
 
@@ -35,10 +36,17 @@ def milestones(epochs: int, share: float) -> list[int]:
     return [start] if 0 < start < epochs else []
 
 
-def pipeline_options(plan: Plan, store: str, out: str, seed: int, device: str, videos: int) -> dict[str, Any]:
-    """The ``coclr pipeline`` options (:class:`~coclr.train.config.PipelineConfig`) of ``plan``."""
+def pipeline_options(plan: Plan, store: str, out: str, seed: int, device: str, videos: int,
+                     processes: int = 1) -> dict[str, Any]:
+    """The ``coclr pipeline`` options (:class:`~coclr.train.config.PipelineConfig`) of ``plan`` for a job of
+    ``processes`` (its global batch, the plan's, shared between them)."""
     model = plan.model
-    steps_per_epoch = max(1, videos // plan.batch)
+    global_batch = plan.batch * plan.processes
+    if global_batch % processes:
+        raise ConfigError(f"the plan's global batch of {global_batch} clips ({plan.processes} process(es) of "
+                          f"{plan.batch}) cannot be shared by {processes} processes: continue this run with a number "
+                          f"of processes that divides {global_batch}")
+    steps_per_epoch = max(1, videos // global_batch)
     on_gpu = device.startswith("cuda")
     options = copy.deepcopy(STUDY_TRAIN)
     options["data"].update(store=store, view="rgb", second_view="flow", length=model.length, stride=1,
@@ -50,7 +58,7 @@ def pipeline_options(plan: Plan, store: str, out: str, seed: int, device: str, v
                             schedule="milestones")
     if model.size > SMALL_CLIPS:  # the paper's augmentation
         options["augment"] = {"cpu_8bit": not on_gpu}
-    options["run"].update(batch_size=plan.batch, progress=True, device=device, seed=seed, out=out)
+    options["run"].update(batch_size=global_batch // processes, progress=True, device=device, seed=seed, out=out)
     options["pipeline"] = {
         "cycles": 2, "infonce_epochs": plan.epochs["infonce"], "cycle_epochs": plan.epochs["coclr"],
         "cycle_lr": 5e-4, "mode": "alternate",

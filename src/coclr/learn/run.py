@@ -35,7 +35,7 @@ from coclr import progress
 from coclr.atomic import atomic_write_json
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
-from coclr.errors import ConfigError, DataError
+from coclr.errors import CoclrError, ConfigError, DataError
 from coclr.learn.budget import Footage, Plan, choose_plan, duration, measure_costs
 from coclr.learn.recipe import pipeline_options
 from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record
@@ -134,43 +134,77 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         if result.get("status") == "done" and result.get("labels_file") == record_options["labels"]:
             failed = [(item["path"], item["error"]) for item in result.get("failed", [])]
             return LearnSummary(out, len(paths), failed, time.perf_counter() - started, True, result)
-    with claim_folder(out, LEARN_FOLDER, record_options, restart=options.restart):
-        result = read_result(out)
-        for note in notes:
-            print(note, flush=True)
-        if not (out / INPUTS_FILE).is_file():
-            atomic_write_json(out / INPUTS_FILE, {"videos": paths})
-        with open(out / LOG_FILE, "a") as log:
-            return _learn(out, paths, labels, options, result, log, started)
-
-
-def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, options: LearnOptions,
-           result: dict[str, Any], log, started: float) -> LearnSummary:
-    import torch  # noqa: PLC0415 (heavy)
-
-    from coclr.core.distributed import pick_device  # noqa: PLC0415 (heavy: torch)
+    from coclr.core.distributed import (  # noqa: PLC0415 (heavy: torch)
+        barrier,
+        broadcast_object,
+        init_distributed,
+        launched_rank,
+        pick_device,
+    )
 
     device = pick_device(options.device)
+    with contextlib.ExitStack() as held:
+        refused, plan = None, None
+        if launched_rank() == 0:  # holds the folder and makes the plan before the other processes join it
+            try:
+                held.enter_context(claim_folder(out, LEARN_FOLDER, record_options, restart=options.restart))
+                plan = prepare(out, paths, notes, options, device, started)
+            except CoclrError as error:
+                refused = error
+        init_distributed(device)  # under torchrun the other processes wait here for rank 0
+        message, plan = broadcast_object((None if refused is None else str(refused), plan))
+        if message is not None:
+            raise refused if refused is not None else ConfigError(message)
+        summary = _learn(out, paths, labels, options, plan, device, started)
+        barrier()
+    return summary
+
+
+def prepare(out: Path, paths: list[str], notes: list[str], options: LearnOptions, device, started: float) -> Plan:
+    """The run's plan (made once: measured and chosen, or given) and its record of the inputs."""
+    for note in notes:
+        say(note)
+    if not (out / INPUTS_FILE).is_file():
+        atomic_write_json(out / INPUTS_FILE, {"videos": paths})
     plan = read_plan(out)
     if plan is None:
         plan = options.plan or make_plan(paths, options.budget, device, options.workers,
                                          time.perf_counter() - started)
         atomic_write_json(out / PLAN_FILE, plan.to_dict())
-    say(plan.describe())
+    return plan
+
+
+def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, options: LearnOptions, plan: Plan, device,
+           started: float) -> LearnSummary:
+    """Every phase; the parts run by every process of a torchrun job, what is written once by rank 0."""
+    import torch  # noqa: PLC0415 (heavy)
+
+    from coclr.core.distributed import barrier, is_main, world_size  # noqa: PLC0415 (heavy: torch)
+
+    main = is_main()
+    result = read_result(out) if main else {}
+    if main:
+        say(plan.describe())
     result["status"] = "running"
-    line = ProgressLine(plan.estimates, enabled=options.progress)
-    with line, progress.observed(line.observe), contextlib.redirect_stdout(log):
+    line = ProgressLine(plan.estimates, enabled=options.progress and main)
+    log = open(out / LOG_FILE if main else os.devnull, "a")  # the parts' lines go to the log, not the terminal
+    with log, line, progress.observed(line.observe), contextlib.redirect_stdout(log):
+        record = (lambda name: timed(out, result, name)) if main else (lambda name: contextlib.nullcontext())
         root = common_root(paths)
-        with line.phase("store", len(paths)), timed(out, result, "store"):
+        with line.phase("store", len(paths)), record("store"):
             store = build_learn_store(out, root, paths, plan, options.workers)
-        with line.phase("flow", len(paths)), timed(out, result, "flow"):
+        with line.phase("flow", len(paths)), record("flow"):
             flow_failed = extract_learn_flow(store, root, options.workers)
-        with line.phase("train", plan.steps), timed(out, result, "train"):
-            config = train(out, store, plan, options.seed, str(device), usable_videos(store))
-        export_encoders(out, config)
-        with line.phase("embed", 3 * len(paths)), timed(out, result, "embed"):
+        with line.phase("train", plan.steps), record("train"):
+            config = train(out, store, plan, options.seed, str(device), usable_videos(store), world_size())
+        if main:
+            export_encoders(out, config)
+        barrier()
+        with line.phase("embed", 3 * len(paths)), record("embed"):
             embed_failed = embed_all(out, paths, str(device), options.workers)
-        with line.phase("quality", None), timed(out, result, "quality"):
+        if not main:
+            return LearnSummary(out, len(paths), [], time.perf_counter() - started)
+        with line.phase("quality", None), record("quality"):
             result["stages"], result["agreement"] = stage_quality(out, store, config, str(device))
             result["embeddings"] = embedding_quality(out)
         if labels is not None:
@@ -240,7 +274,9 @@ def check_inputs(out: Path, paths: list[str], restart: bool) -> None:
 
 
 def make_plan(paths: list[str], budget: float, device, workers: int | None, spent: float) -> Plan:
-    """Probe the videos, measure this machine and choose the plan (:mod:`coclr.learn.budget`)."""
+    """Probe the videos, measure this machine and choose the plan (:mod:`coclr.learn.budget`) for the processes
+    and machines of the job."""
+    from coclr.core.distributed import launched_machines, launched_world_size  # noqa: PLC0415 (heavy: torch)
     from coclr.video.decode import probe_video  # noqa: PLC0415
 
     say(f"coclr learn: probing {len(paths)} videos and measuring this machine for the budget ...")
@@ -256,7 +292,7 @@ def make_plan(paths: list[str], budget: float, device, workers: int | None, spen
     footage = Footage.of(infos)
     workers = job_workers(workers)
     spent += time.perf_counter() - begin
-    costs = measure_costs(paths, footage, device, workers, budget - spent)
+    costs = measure_costs(paths, footage, device, workers, budget - spent, launched_world_size(), launched_machines())
     return choose_plan(footage, costs, budget, spent + costs.seconds)
 
 
@@ -308,13 +344,14 @@ def usable_videos(store: Path) -> int:
     return len(usable_entries(ClipStore(store), "train", list(VIEWS))[0])
 
 
-def train(out: Path, store: Path, plan: Plan, seed: int, device: str, videos: int):
-    """InfoNCE on both views, then two CoCLR cycles (``OUT/pipeline``); returns the pipeline's configuration."""
+def train(out: Path, store: Path, plan: Plan, seed: int, device: str, videos: int, processes: int):
+    """InfoNCE on both views, then two CoCLR cycles (``OUT/pipeline``), by ``processes`` processes; returns the
+    pipeline's configuration."""
     from coclr.train.config import PipelineConfig  # noqa: PLC0415 (heavy: torch)
     from coclr.train.pipeline import run_pipeline  # noqa: PLC0415
 
     config = from_dict(PipelineConfig, pipeline_options(plan, str(store), str(out / "pipeline"), seed, device,
-                                                        videos))
+                                                        videos, processes))
     run_pipeline(config)
     return config
 
