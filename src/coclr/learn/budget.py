@@ -334,6 +334,8 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     from coclr.video.decode import VideoReader, resize_short_side  # noqa: PLC0415
 
     started = time.perf_counter()
+    device = torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sizes = sorted({m.size for m in MODELS if footage.fits(m)})
     frames: list[np.ndarray] = []
     decoded, decode_seconds = 0, 0.0
@@ -362,9 +364,12 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         gray = torch.from_numpy(np.stack([rgb_to_gray(frame[None])[0] for frame in small]).astype(np.float32))
         if len(gray) < 2:
             gray = torch.cat([gray, gray.roll(1, dims=-1)])
+        gray = gray.to(device)  # where the flow job computes it: Triton on a GPU, the C loops on a CPU
         tvl1_flow(gray[:1], gray[1:2])  # builds the kernels
+        sync()
         begin = time.perf_counter()
         tvl1_flow(gray[:-1], gray[1:])
+        sync()
         flow_pair[size] = (time.perf_counter() - begin) / (len(gray) - 1)
     costs = Costs(decode_frame, store_frame, flow_pair, {}, {}, {}, {}, workers, processes=processes,
                   machines=machines)
