@@ -309,3 +309,18 @@ def test_two_torchrun_processes_learn_one_folder(learnt, tmp_path):
     assert checkpoint["world_size"] == 2 and checkpoint["config"]["run"]["batch_size"] == TINY_PLAN["batch"] // 2
     assert len(Embeddings(out / "embeddings" / "two_stream").videos) == 16
     assert not list((out / "embeddings" / "two_stream" / "chunks").glob("*"))
+
+
+def test_a_refused_budget_leaves_no_folder_behind(learnt, tmp_path, monkeypatch):
+    """The plan is made before the folder is claimed: a budget too small is one line, and nothing is written, so
+    the same folder takes the next command with a larger budget."""
+    from coclr.learn import LearnOptions, learn, run
+
+    def too_small(*args, **kwargs):
+        raise ConfigError("--budget 1 min is too small for 16 videos on this machine: give --budget 3m or more")
+
+    monkeypatch.setattr(run, "make_plan", too_small)
+    videos, _, _, _ = learnt
+    with pytest.raises(ConfigError, match="too small"):
+        learn([videos], tmp_path / "new", LearnOptions(budget=60))
+    assert not (tmp_path / "new").exists()

@@ -145,10 +145,12 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     device = pick_device(options.device)
     with contextlib.ExitStack() as held:
         refused, plan = None, None
-        if launched_rank() == 0:  # holds the folder and makes the plan before the other processes join it
+        if launched_rank() == 0:  # makes the plan and holds the folder before the other processes join it
             try:
+                plan = (None if options.restart else read_plan(out)) or options.plan or make_plan(
+                    paths, options.budget, device, options.workers, time.perf_counter() - started)
                 held.enter_context(claim_folder(out, LEARN_FOLDER, record_options, restart=options.restart))
-                plan = prepare(out, paths, notes, options, device, started)
+                record_start(out, paths, notes, plan)
             except CoclrError as error:
                 refused = error
         init_distributed(device)  # under torchrun the other processes wait here for rank 0
@@ -160,18 +162,15 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     return summary
 
 
-def prepare(out: Path, paths: list[str], notes: list[str], options: LearnOptions, device, started: float) -> Plan:
-    """The run's plan (made once: measured and chosen, or given) and its record of the inputs."""
+def record_start(out: Path, paths: list[str], notes: list[str], plan: Plan) -> None:
+    """Write what a run follows, once: its inputs and its plan (the plan is made before the folder is claimed, so
+    that a refused budget leaves no folder behind)."""
     for note in notes:
         say(note)
     if not (out / INPUTS_FILE).is_file():
         atomic_write_json(out / INPUTS_FILE, {"videos": paths})
-    plan = read_plan(out)
-    if plan is None:
-        plan = options.plan or make_plan(paths, options.budget, device, options.workers,
-                                         time.perf_counter() - started)
+    if not (out / PLAN_FILE).is_file():
         atomic_write_json(out / PLAN_FILE, plan.to_dict())
-    return plan
 
 
 def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, options: LearnOptions, plan: Plan, device,
