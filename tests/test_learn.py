@@ -286,6 +286,7 @@ def test_the_report_shows_every_stage_and_names_every_video_in_a_browser(learnt,
     assert _colour_pixels(shot, blue, 12) > 8 * 300  # the sampled videos' borders: their thumbnails are drawn
 
 
+@pytest.mark.slow
 def test_two_torchrun_processes_learn_one_folder(learnt, tmp_path):
     """``torchrun --nproc_per_node=2`` (gloo): rank 0 holds the folder and makes the plan, both share the store, the
     flow, every batch (half each: the plan's global batch) and the embedding; one folder results, as one process

@@ -315,6 +315,10 @@ def _reasons(footage: Footage, costs: Costs, model: Model, affordable: dict[Mode
     if skipped:
         lines.append(f"not for these videos (crop above their short side, or clip longer than most): "
                      f"{'; '.join(map(str, skipped))}")
+    unmeasured = [m for m in MODELS if m not in affordable and footage.fits(m)]
+    if unmeasured:
+        lines.append("not measured (a smaller network already affords too few steps): "
+                     + "; ".join(map(str, unmeasured)))
     return lines
 
 
