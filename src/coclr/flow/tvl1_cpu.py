@@ -49,6 +49,7 @@ from torch import Tensor
 
 from coclr.atomic import atomic_open
 from coclr.flow.median import Comparator, comparator_statements, median_plan
+from coclr.interrupts import check_stop
 
 MEDIAN_SIZES = (3, 5)
 """The median sizes compiled (OpenCV's float ``medianBlur`` sizes; :class:`~coclr.flow.params.TVL1Params`)."""
@@ -488,7 +489,9 @@ def _checked(*tensors: Tensor) -> list[Tensor]:
 
 
 class CPasses:
-    """Passes of inner iterations and the median with the C loops (CPU tensors); state: the loaded library.
+    """Passes of inner iterations and the median with the C loops (CPU tensors); state: the loaded library and
+    ``stop`` (a :class:`threading.Event`, or None): once it is set, each call ends before its next pair's C call with
+    :class:`~coclr.interrupts.Interrupted` (a C call cannot be stopped; one pair's warp takes a fraction of a second).
 
     Besides the :class:`~coclr.flow.tvl1.Passes` protocol it runs whole warps (:meth:`run_warp`), one C call per
     pair, which :class:`~coclr.flow.tvl1.ScaleSolver` uses when present: no Python between iterations."""
@@ -496,8 +499,9 @@ class CPasses:
     fused = True
     """A pass stops a pair at the iteration its exact test fires, with no roll-back, so exact mode runs long passes."""
 
-    def __init__(self, library: Library) -> None:
+    def __init__(self, library: Library, stop: threading.Event | None = None) -> None:
         self.lib = library
+        self.stop = stop
 
     def run_pass(self, flow: Tensor, px: Tensor, py: Tensor, image_grad: Tensor, rho_const: Tensor,
                  neg_inv_grad_sq: Tensor, active: Tensor, n: int, threshold: float, lambda_theta: float,
@@ -510,6 +514,7 @@ class CPasses:
         flags = active.tolist()
 
         def one(b: int) -> bool:
+            check_stop(self.stop)
             if not flags[b]:
                 return False
             stopped = ctypes.c_int(0)
@@ -531,6 +536,7 @@ class CPasses:
         flags = active.tolist()
 
         def one(b: int) -> None:
+            check_stop(self.stop)
             if flags[b] and self.lib.median(_pointer(flow, b), _pointer(out, b), 2, height, width, ksize) < 0:
                 raise MemoryError("TV-L1 C kernels: out of memory")
 
@@ -547,6 +553,7 @@ class CPasses:
         batch, channels, height, width = flow.shape
 
         def one(b: int) -> int:
+            check_stop(self.stop)
             done = self.lib.warp(*(_pointer(t, b) for t in (flow, px, py, grad, rho, ninv)), channels, height,
                                  width, outer, inner, ksize if ksize > 1 else 0, int(exact), stop_every, threshold,
                                  *steps)
@@ -557,9 +564,10 @@ class CPasses:
         return flow, px, py, sum(for_each_pair(batch, one))
 
 
-def c_passes(required: bool = False) -> CPasses | None:
-    """:class:`CPasses` if the C kernels build here; else None (``required``: raise :class:`CompileError`)."""
+def c_passes(required: bool = False, stop: threading.Event | None = None) -> CPasses | None:
+    """:class:`CPasses` (stopped by ``stop``) if the C kernels build here; else None (``required``: raise
+    :class:`CompileError`)."""
     library = load_library()
     if library is None and required:
         raise CompileError("TV-L1 C kernels could not be built here (see the warning above)")
-    return None if library is None else CPasses(library)
+    return None if library is None else CPasses(library, stop)
