@@ -43,7 +43,7 @@ from coclr.errors import ConfigError
 from coclr.flow.encode import FLOW_BOUND, flow_image, quantise_flow
 from coclr.flow.params import TVL1Params
 from coclr.flow.source import decode_gray, video_source
-from coclr.flow.tvl1 import tvl1_flow
+from coclr.flow.tvl1 import make_passes, tvl1_flow
 from coclr.store.clipstore import ClipStore, StorageFullError, write_entry
 from coclr.store.jobs import RecordFn, default_start_method, init_worker, stop_pool
 from coclr.store.jpeg import encode_jpeg
@@ -206,7 +206,10 @@ class FlowPipeline:
     jpeg: str = "opencv"
 
     def __post_init__(self) -> None:
+        import torch  # noqa: PLC0415 (heavy)
+
         self.stats = PipelineStats()
+        make_passes(self.kernels, torch.device(self.device))  # kernels that cannot run here: refused before any video
         if self.jpeg not in JPEG_ENCODERS:
             raise ConfigError(f"jpeg: must be one of {', '.join(JPEG_ENCODERS)}, got {self.jpeg!r}")
         if self.jpeg == "nvjpeg":

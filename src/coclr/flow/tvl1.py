@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from coclr.errors import DataError
+from coclr.errors import ConfigError, DataError
 from coclr.flow.median import median_blur
 from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
 from coclr.flow.tvl1_cpu import CompileError, CPasses, c_passes
@@ -402,7 +402,7 @@ def make_passes(kernels: str, device: torch.device, compile: bool = False,
     (unless ``compile`` asks for the compiled PyTorch iteration), else PyTorch operations. ``stop``: the C loops
     end between pairs once it is set. Kernels asked for by name that cannot run here raise :class:`DataError`."""
     if kernels not in KERNELS:
-        raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, got {kernels!r}")
+        raise ConfigError(f"kernels: must be one of {', '.join(KERNELS)}, got {kernels!r}")
     if kernels == "auto":
         if device.type == "cpu" and not compile:
             passes = c_passes(stop=stop)
@@ -415,7 +415,7 @@ def make_passes(kernels: str, device: torch.device, compile: bool = False,
         try:
             return c_passes(required=True, stop=stop)
         except CompileError as error:
-            raise DataError(f"kernels='c': {error}") from error
+            raise DataError(f"kernels='c': {error}; kernels='auto' or 'torch' run without them") from error
     if kernels == "torch":
         return TorchPasses(compiled(primal_dual_step) if compile else primal_dual_step,
                        compiled(median_of_active) if compile else median_of_active)
