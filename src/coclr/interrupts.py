@@ -22,6 +22,7 @@ from contextlib import contextmanager
 
 INTERRUPTING = (signal.SIGINT, signal.SIGTERM)
 """The signals that stop a command as Ctrl-C does."""
+_CHILD_SIGNAL = getattr(signal, "SIGCHLD", None)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -72,6 +73,12 @@ def signals_interrupt() -> Iterator[None]:
         if _STATE["received"]:
             return  # cleanup is under way (bounded); an exception raised inside it would leave workers behind
         _STATE["received"] = signum
+        if _CHILD_SIGNAL is not None and callable(signal.getsignal(_CHILD_SIGNAL)):
+            # PyTorch's handler raises RuntimeError in this thread, at the next child's exit, while a DataLoader
+            # worker that died of a signal is registered: of the one that stops us, when it was sent to the whole
+            # process group (timeout, SLURM), and the loaders are shut down only as the exception unwinds (or at
+            # exit). The error would replace the interruption with a traceback, so it stays off in this process.
+            signal.signal(_CHILD_SIGNAL, _child_exited)
         raise Interrupted(signum)
 
     previous = {signum: signal.signal(signum, interrupt) for signum in INTERRUPTING}
@@ -84,6 +91,11 @@ def signals_interrupt() -> Iterator[None]:
             _STATE["received"] = 0
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _child_exited(signum: int, frame: object) -> None:
+    """SIGCHLD's handler once interrupted: nothing (a no-op rather than SIG_DFL, whose pending signals CPython
+    reports as "ignored due to race condition")."""
 
 
 def default_signals_in_worker() -> None:

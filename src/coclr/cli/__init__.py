@@ -82,11 +82,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         status = run_command(args)
     except CoclrError as error:
+        _close_progress_bars()
         print(f"coclr {args.command}: error: {error}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt as error:  # SIGINT or SIGTERM (run_command): the work stopped, what it finished kept
         stopped = interrupted(error, "what was finished is kept")
+        _close_progress_bars()
         print(f"coclr {args.command}: interrupted ({stopped.signal_name}); {stopped.kept}; run the same command to "
               "continue", file=sys.stderr)
         return stopped.exit_status
     return int(status or EXIT_DONE)
+
+
+def _close_progress_bars() -> None:
+    """Close the progress bars a stopped command left open, so that its one line is a line of its own (not the end
+    of a bar's line, nor erased by a bar closed later)."""
+    module = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(module, "tqdm", None), "_instances", ())):
+        bar.close()
