@@ -21,7 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from coclr.errors import CoclrError
-from coclr.interrupts import signals_interrupt
+from coclr.interrupts import interrupted, signals_interrupt
 from coclr.study.plan import Job
 
 
@@ -128,6 +128,10 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
                 bar.update(epochs - bar.n)
                 if pending or running:
                     time.sleep(poll_seconds)
+    except KeyboardInterrupt as error:
+        stopped = f"; {', '.join(item.job.name for item in running)} stopped at their checkpoints (logs: {logs})"
+        raise interrupted(error, f"{len(done)} of {len(jobs)} commands done and kept"
+                          f"{stopped if running else ''}") from None
     finally:
         stop_processes([item.process for item in running])
     if failed:
