@@ -110,3 +110,16 @@ def check_stop(stop: threading.Event | None) -> None:
     work at a safe point, told by the main thread that was interrupted."""
     if stop is not None and stop.is_set():
         raise Interrupted()
+
+
+def loader_worker_signals(worker_id: int = 0) -> None:
+    """In a DataLoader worker (as its ``worker_init_fn``, or called from it): SIGTERM ends the worker as Ctrl-C does
+    (PyTorch's worker loop stops quietly on the ``KeyboardInterrupt``), through its normal exit. PyTorch's own
+    handler kills a worker outright when SIGTERM comes from another process than its parent, as ``timeout`` and
+    batch schedulers send it to a whole process group: a killed worker leaves its temporary folders behind
+    (multiprocessing's ``pymp-*``), and its parent, stopped by the same signal, shuts the loader down anyway."""
+    signal.signal(signal.SIGTERM, _end_loader_worker)
+
+
+def _end_loader_worker(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

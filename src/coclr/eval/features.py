@@ -34,6 +34,7 @@ from coclr.data import augment
 from coclr.data.datasets import WindowClips, usable_entries
 from coclr.data.views import view_kind
 from coclr.errors import CheckpointError, ConfigError
+from coclr.interrupts import loader_worker_signals
 from coclr.models.loading import TRAIN_FORMAT, load_encoder, read_checkpoint_file, read_clip_settings
 
 CACHE_FORMAT = 2
@@ -128,7 +129,7 @@ def predict_windows(model: Callable[[torch.Tensor], torch.Tensor], store, view: 
     device = torch.device(device)
     windows = WindowClips(store, split, view, config.length, config.stride, with_views=with_views)
     loader = DataLoader(windows, batch_size=config.batch_size, shuffle=False, num_workers=config.workers,
-                        pin_memory=device.type == "cuda")
+                        pin_memory=device.type == "cuda", worker_init_fn=loader_worker_signals)
     sums: torch.Tensor | None = None
     counts = torch.zeros(len(windows.entries), dtype=torch.float64)
     for batch in tqdm(loader, desc=desc, unit="batch", disable=not progress, leave=False):

@@ -46,7 +46,7 @@ from coclr.eval.features import (
     stream_views,
 )
 from coclr.eval.fusion import fuse_probabilities, topk_accuracy
-from coclr.interrupts import interrupted
+from coclr.interrupts import interrupted, loader_worker_signals
 from coclr.models.encoder import Encoder
 from coclr.models.heads import LinearClassifier
 from coclr.models.loading import read_checkpoint_file, save_encoder
@@ -222,7 +222,7 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
                 loader = DataLoader(dataset, batch_size=clip_config.batch_size, shuffle=True,
                                     drop_last=len(dataset) > clip_config.batch_size, num_workers=clip_config.workers,
                                     generator=seeding.generator(config.seed, epoch, seeding.ORDER),
-                                    pin_memory=device.type == "cuda")
+                                    pin_memory=device.type == "cuda", worker_init_fn=loader_worker_signals)
                 with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
                     torch.manual_seed(seeding.derive_seed(config.seed, epoch))  # this epoch's dropout, restored after
                     losses.append(train_epoch(model, loader, augment, optimizer, view, device, clip_config.amp,

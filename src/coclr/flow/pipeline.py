@@ -44,6 +44,7 @@ from coclr.flow.encode import FLOW_BOUND, flow_image, quantise_flow
 from coclr.flow.params import TVL1Params
 from coclr.flow.source import decode_gray, video_source
 from coclr.flow.tvl1 import make_passes, tvl1_flow
+from coclr.interrupts import loader_worker_signals
 from coclr.store.clipstore import ClipStore, StorageFullError, write_entry
 from coclr.store.jobs import RecordFn, default_start_method, init_worker, stop_pool
 from coclr.store.jpeg import encode_jpeg
@@ -110,6 +111,7 @@ class _DecodedVideos:
 def _decoder_init(_: int) -> None:
     import torch  # noqa: PLC0415 (heavy)
 
+    loader_worker_signals()
     worker_opencv_threads()
     torch.set_num_threads(1)
 

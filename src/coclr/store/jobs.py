@@ -211,8 +211,11 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
 
     with tqdm(total=len(todo), desc=desc or f"{view} entries", unit="video", smoothing=0.05,
               dynamic_ncols=True, disable=rank() != 0) as progress:
+        done: set[str] = set()
+
         def record(key: str, frames: int, error: str | None) -> None:
             if error is None:
+                done.add(key)
                 summary.done += 1
                 summary.frames += frames
             else:
@@ -227,8 +230,10 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
                 raise error.with_remaining(len(todo) - summary.done - len(summary.failed)) from None
             except KeyboardInterrupt as error:  # the stream stopped its workers; what they were writing goes
                 remove_stale_partials(store.root / view)
-                raise interrupted(error, f"{view}: {summary.done + summary.skipped} of {len(keys)} videos done and "
-                                  "kept") from None
+                # kept: those recorded, and those written whose result had not come back (not those listed before)
+                written = {key for key in todo if key not in listed and store.has(key, view)}
+                raise interrupted(error, f"{view}: {summary.skipped + len(done | written)} of {len(keys)} videos done "
+                                  "and kept") from None
     return summary
 
 
@@ -366,9 +371,7 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     reaped. What they were doing is discarded: each write is atomic, and the temporary files of the writers killed
     are removed by :func:`remove_stale_partials`. Waiting for the tasks in flight instead could take minutes (a
     long video's flow)."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())  # Python < 3.14 has no terminate_workers
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
+    for process in list((getattr(pool, "_processes", None) or {}).values()):  # Python < 3.14: no terminate_workers
         process.kill()
-    for process in processes:
-        process.join()
+    pool.shutdown(wait=True, cancel_futures=True)  # the pool, broken, reaps every worker (so none is a zombie that
+    # remove_stale_partials would take for a live writer) before its manager thread ends

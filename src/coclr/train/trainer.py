@@ -40,7 +40,7 @@ from coclr.data.batch_decode import collate_clips, decode_batch, resolve_decode
 from coclr.data.datasets import TrainClips, left_out_message
 from coclr.errors import CheckpointError, CoclrError
 from coclr.eval.monitor import knn_recall
-from coclr.interrupts import interrupted
+from coclr.interrupts import interrupted, loader_worker_signals
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.config import PretrainConfig
 from coclr.train.learner import Targets
@@ -315,7 +315,8 @@ class Trainer:
         workers = config.data.workers
         loader = DataLoader(self.dataset, batch_size=config.run.batch_size, sampler=EpochItems(self.data_order),
                             num_workers=workers, collate_fn=collate_clips, pin_memory=self.device.type == "cuda",
-                            persistent_workers=workers > 0, prefetch_factor=4 if workers else None, drop_last=True)
+                            persistent_workers=workers > 0, prefetch_factor=4 if workers else None, drop_last=True,
+                            worker_init_fn=loader_worker_signals)
         jsonl, writer = self._open_logs()
         queue_full = self.model.queues_full
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
