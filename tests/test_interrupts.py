@@ -406,3 +406,138 @@ def test_pretrain_stopped_by_sigterm_to_its_group_keeps_its_checkpoint_and_conti
     again = run([*argv, f"run.max_steps={step + 2}"], env)  # the same command told where to stop (may change)
     assert again.returncode == 0, again.stderr
     assert f"(step {step})" in again.stdout and checkpoint_step(out / "checkpoint_last.pth") == step + 2
+
+
+@pytest.mark.slow
+def test_a_pipeline_stopped_in_a_stage_names_it_and_continues(tmp_path):
+    store = random_store(tmp_path / "store", videos=12, frames=12)
+    out = tmp_path / "run"
+    env = environment(tmp_path)
+    argv = ["pipeline", f"data.store={store}", f"run.out={out}", *TINY, "data.workers=0", "pipeline.cycles=1"]
+    process = start(argv, env, tmp_path / "run")
+    checkpoint = out / "infonce_rgb" / "checkpoint_last.pth"
+    status, line, _ = stop_when(process, checkpoint.is_file, signal.SIGINT, group=True, log=tmp_path / "run")
+    assert status == 130
+    assert re.fullmatch(rf"coclr pipeline: interrupted \(SIGINT\); stage 1/\d+ infonce_rgb: {checkpoint} kept "
+                        r"\(.*step (\d+)\).*; run the same command to continue", line), line
+    step = checkpoint_step(checkpoint)
+    assert_clean(env, out)
+    again = run([*argv, f"run.max_steps={step + 1}"], env)
+    assert again.returncode == 0, again.stderr
+    assert f"(step {step})" in again.stdout and checkpoint_step(checkpoint) == step + 1
+
+
+@pytest.mark.slow
+def test_finetune_stopped_keeps_its_epochs_and_continues(tmp_path, encoder):
+    from test_eval_helpers import make_tiny_store
+
+    store = make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8)
+    work = tmp_path / "work"
+    env = environment(tmp_path)
+    argv = ["eval", "finetune", "--checkpoint", str(encoder), "--store", str(store), "--work-dir", str(work),
+            "--epochs", "10", "--length", "8", "--size", "32", "--batch-size", "6", "--workers", "1",
+            "--out", str(tmp_path / "result.json")]
+    process = start(argv, env, tmp_path / "run")
+    status, line, _ = stop_when(process, lambda: any(work.rglob("finetune_last.pt")), signal.SIGTERM, group=False,
+                                log=tmp_path / "run")
+    assert status == 143
+    kept = re.fullmatch(r"coclr eval: interrupted \(SIGTERM\); (\d+) of 10 finetuning epochs done and kept in "
+                        r".*finetune_last\.pt; run the same command to continue", line)
+    assert kept and 1 <= int(kept.group(1)) < 10, line
+    assert_clean(env, work)
+    again = run(argv, env)
+    assert again.returncode == 0, again.stderr
+    import json
+
+    losses = json.loads((tmp_path / "result.json").read_text())["results"]["train_losses"]
+    assert len(losses) == 10 - int(kept.group(1))  # only the epochs not kept were trained again
+
+
+@pytest.mark.slow
+def test_embed_stopped_keeps_the_videos_done_and_continues(tmp_path, encoder):
+    """The last video is long: signalled once every other one is written, the command stops its decoding worker,
+    keeps what is done (merged by the next run) and the same command embeds the rest."""
+    from coclr.embed.output import Embeddings
+    from test_embed import moving_square, write_video
+
+    videos = tmp_path / "videos"
+    for number in range(5):
+        write_video(videos / f"v{number}.mp4", moving_square(10, seed=number))
+    write_video(videos / "v5.mp4", moving_square(3000, seed=5))  # minutes of windows on a loaded CPU
+    out = tmp_path / "out"
+    env = environment(tmp_path)
+    argv = ["embed", str(videos), "--checkpoint", str(encoder), "--length", "8", "--size", "32", "--short-side", "32",
+            "--workers", "2", "--flush-every", "1", "--out", str(out)]
+    process = start(argv, env, tmp_path / "run")
+    status, line, _ = stop_when(process, lambda: len(list((out / "chunks").glob("*.npz"))) >= 5
+                                if (out / "chunks").is_dir() else False, signal.SIGINT, group=True,
+                                log=tmp_path / "run")
+    assert status == 130
+    assert line == f"coclr embed: interrupted (SIGINT); {out}: 5 of 6 videos embedded and kept; run the same command " \
+                   "to continue"
+    assert_clean(env, out)
+    write_video(videos / "v5.mp4", moving_square(10, seed=5))  # a short one now: the rest is quick
+    again = run(argv, env)
+    assert again.returncode == 0, again.stderr
+    assert "1 videos embedded" in again.stdout and "5 skipped" in again.stdout
+    assert len(Embeddings(out).videos) == 6
+
+
+@pytest.mark.slow
+def test_data_store_and_synth_stop_and_continue(tmp_path):
+    """``coclr data store`` (decoding workers) and ``coclr data synth`` (rendering workers): the same engine."""
+    from coclr.store.build import build_store  # noqa: F401 (the command under test)
+    from test_store import make_dataset
+
+    index = make_dataset(tmp_path / "videos", 24, frames=40, size=(120, 160))
+    index.save(tmp_path / "index.json")
+    out = tmp_path / "store"
+    env = environment(tmp_path)
+    argv = ["data", "store", "--index", str(tmp_path / "index.json"), "--root", str(tmp_path / "videos"), "--out",
+            str(out), "--short-side", "32", "--workers", "2"]
+    process = start(argv, env, tmp_path / "store_run")
+    status, line, _ = stop_when(process, lambda: entries(out, "rgb") >= 2, signal.SIGTERM, group=False,
+                                log=tmp_path / "store_run")
+    assert status == 143
+    kept = re.fullmatch(r"coclr data: interrupted \(SIGTERM\); rgb: (\d+) of 24 videos done and kept; run the same "
+                        r"command to continue", line)
+    assert kept and int(kept.group(1)) == entries(out, "rgb") < 24, line
+    assert_clean(env, out)
+    again = run(argv, env)
+    assert again.returncode == 0, again.stderr
+    assert ClipStore(out).verify("rgb") == [] and entries(out, "rgb") == 24
+
+    synth = tmp_path / "synth"
+    argv = ["data", "synth", "--out", str(synth), "--workers", "2", "train_scenes=8", "test_scenes=2", "frames=32",
+            "height=64", "width=64"]
+    process = start(argv, env, tmp_path / "synth_run")
+    status, line, _ = stop_when(process, lambda: entries(synth, "rgb") >= 2, signal.SIGINT, group=True,
+                                log=tmp_path / "synth_run")
+    assert status == 130
+    kept = re.fullmatch(r"coclr data: interrupted \(SIGINT\); rgb: (\d+) of 80 videos done and kept; run the same "
+                        r"command to continue", line)
+    assert kept and int(kept.group(1)) == entries(synth, "rgb") < 80, line
+    again = run(argv, env)
+    assert again.returncode == 0, again.stderr
+    assert ClipStore(synth).verify("rgb") == [] and entries(synth, "rgb") == 80
+    assert_clean(env, synth)
+
+
+@pytest.mark.slow
+def test_a_study_stopped_stops_its_commands_and_says_what_is_kept(tmp_path):
+    """The quick study, stopped while its training commands run: they stop (each keeping its checkpoint), and the
+    study says how many are done."""
+    from test_study import REDUCED
+
+    out = tmp_path / "demo"
+    env = environment(tmp_path)
+    argv = ["demo", "--out", str(out), *REDUCED, "schedule.infonce_epochs=1000"]
+    process = start(argv, env, tmp_path / "run")
+    status, line, _ = stop_when(process, lambda: any((out / "pipeline").rglob("checkpoint_last.pth"))
+                                if (out / "pipeline").is_dir() else False, signal.SIGTERM, group=False,
+                                log=tmp_path / "run")
+    assert status == 143
+    assert re.fullmatch(rf"coclr demo: interrupted \(SIGTERM\); 0 of \d+ commands done and kept; .* stopped at their "
+                        rf"checkpoints \(logs: {out}/logs\); run the same command to continue", line), line
+    logs = "".join(path.read_text() for path in (out / "logs").glob("*.log"))
+    assert "interrupted (SIGTERM)" in logs  # each command said what it kept
