@@ -151,6 +151,15 @@ def test_signals_raise_interrupted_once_and_handlers_come_back():
                 pass
     assert caught.value.exit_status == 130
 
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as a shell starts a background job's SIGINT
+    try:
+        with signals_interrupt():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGINT) is not before[signal.SIGINT]
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
 
 def test_the_innermost_layer_says_what_was_kept():
     inner = interrupted(Interrupted(signal.SIGTERM), "3 of 5 videos done and kept")
@@ -320,6 +329,23 @@ def test_an_unwritable_cache_falls_back_to_one_private_folder_built_by_two_proce
     assert fallback.stat().st_mode & 0o777 == 0o700
     monkeypatch.setattr(tvl1_cpu, "_compile", lambda *args: pytest.fail("compiled again"))
     assert str(tvl1_cpu.build_library()) in paths  # reused
+
+
+def test_no_folder_for_the_c_loops_is_one_error_naming_both(tmp_path, monkeypatch, c_kernels):
+    from coclr.flow import tvl1_cpu
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("COCLR_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "tmp" / f"coclr-cache-{os.getuid()}").write_text("")  # the fallback is a file
+    with pytest.raises(tvl1_cpu.CompileError) as caught:
+        tvl1_cpu.build_library()
+    message = str(caught.value)
+    assert message.startswith("no folder to keep the compiled C loops in: ") and "\n" not in message
+    assert f"{tmp_path}/file/cache: Not a directory" in message and "coclr-cache-" in message
+    assert message.endswith("(set COCLR_CACHE_DIR to a folder you may write)")
+    assert [p.name for p in (tmp_path / "tmp").iterdir()] == [f"coclr-cache-{os.getuid()}"]  # nothing left
 
 
 @pytest.mark.slow

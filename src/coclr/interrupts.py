@@ -64,7 +64,8 @@ interrupted them (0: none yet); one signal interrupts all of them once."""
 def signals_interrupt() -> Iterator[None]:
     """While the block runs in the main thread, the first SIGINT or SIGTERM raises :class:`Interrupted` there;
     later ones are ignored while the blocks clean up. Blocks nest (a command's, a study's); elsewhere (another
-    thread) nothing changes."""
+    thread) nothing changes, and neither does a signal this process was started ignoring (a shell's background
+    job ignores SIGINT)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -81,7 +82,8 @@ def signals_interrupt() -> Iterator[None]:
             signal.signal(_CHILD_SIGNAL, _child_exited)
         raise Interrupted(signum)
 
-    previous = {signum: signal.signal(signum, interrupt) for signum in INTERRUPTING}
+    previous = {signum: signal.signal(signum, interrupt) for signum in INTERRUPTING
+                if signal.getsignal(signum) is not signal.SIG_IGN}  # ignored by whoever started us (cmd &): kept
     _STATE["depth"] += 1
     try:
         yield
