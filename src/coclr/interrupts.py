@@ -8,9 +8,10 @@ and what was in flight is discarded; the layer that knows what was kept says so 
 command prints one line and exits with ``128 + signal`` (130, 143). Only the first signal interrupts: cleanup is
 bounded, and a second Ctrl-C arriving in the middle of it would leave workers running.
 
-Processes forked while it is in force inherit it: a worker that must not stop on its own (a pool worker, which
-its parent stops) sets its own handlers (``store.jobs.init_worker``); a DataLoader worker ends its loop quietly
-on the ``KeyboardInterrupt``, as it does on Ctrl-C.
+Worker processes do not stop on their own account: a pool worker leaves Ctrl-C to its parent, which kills it
+(:func:`default_signals_in_worker`, ``store.jobs.stop_pool``); a DataLoader worker ends its loop quietly on either
+signal (:func:`loader_worker_signals`) while its parent shuts the loader down. A thread is told to stop through a
+:class:`threading.Event` it checks between units of work (:func:`check_stop`).
 """
 
 from __future__ import annotations

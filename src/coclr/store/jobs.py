@@ -360,10 +360,10 @@ def _run_pools(root: str, view: str, todo: list[str], job: EntryJob, workers: in
                     except BrokenProcessPool:
                         broken = True
                         record(key, 0, "worker process died (crash or out of memory) while running this entry")
+            pool.shutdown(wait=True)
         except BaseException:
             stop_pool(pool)
             raise
-        pool.shutdown(wait=True)
 
 
 def stop_pool(pool: ProcessPoolExecutor) -> None:
