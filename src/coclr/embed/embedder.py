@@ -50,6 +50,7 @@ from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.flow.encode import flow_to_uint8
 from coclr.flow.opencv import rgb_to_gray
 from coclr.flow.tvl1 import tvl1_flow
+from coclr.interrupts import loader_worker_signals
 from coclr.models.inference import fused_for_inference
 from coclr.models.loading import load_encoder
 from coclr.progress import bar as progress_bar
@@ -295,6 +296,7 @@ def _decoded_messages(paths: Sequence[str], settings: EmbedSettings, workers: in
 
 
 def _init_decoder(_worker: int) -> None:
+    loader_worker_signals()
     worker_opencv_threads()
 
 

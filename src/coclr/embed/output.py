@@ -151,7 +151,8 @@ class EmbeddingWriter(ChunkWriter):
     ``record`` is what ``embed.json`` holds; its ``"settings"`` must equal the folder's (else
     :class:`~coclr.runfolder.FolderRefused` naming each differing key). Opening checks, then locks the folder
     (a refused run writes nothing), finishes an interrupted commit
-    and merges leftover chunks; closing flushes and merges. State: the videos done (identity by path), the
+    and merges leftover chunks; closing flushes and merges (interrupted, SIGINT or SIGTERM: flushes only, and the next
+    run merges). State: the videos done (identity by path), the
     failures, and the results not flushed yet.
     """
 
@@ -179,10 +180,11 @@ class EmbeddingWriter(ChunkWriter):
             raise
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: Any) -> None:
         try:
             self.flush()
-            self.merge()
+            if kind is None or not issubclass(kind, KeyboardInterrupt):  # interrupted: the next run merges (the
+                self.merge()  # merge rewrites the whole folder, too long for a stop that must take seconds)
         finally:
             assert self._lock is not None
             self._lock.close()

@@ -19,6 +19,7 @@ from coclr.embed.inputs import expand_inputs
 from coclr.embed.output import ChunkWriter, EmbeddingWriter, file_identity, read_settings
 from coclr.errors import CheckpointError, CoclrError, DataError
 from coclr.eval.features import file_sha256
+from coclr.interrupts import interrupted
 from coclr.models.loading import checkpoint_format
 from coclr.store.jobs import shard
 from coclr.video.decode import DAMAGE_TOLERANCE
@@ -154,19 +155,23 @@ def embed_videos(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
         summary.skipped, summary.dropped = len(paths) - len(todo) + skipped_bad, stale
         mine = shard(todo)
         damaged: list[tuple[int, str, int]] = []
-        for index, result in embedder.stream([paths[order] for order in mine], progress=progress and rank() == 0,
-                                             desc=f"embedding -> {out}"):
-            order = mine[index]
-            path = paths[order]
-            if isinstance(result, EmbedFailure):
-                failed.append((order, path, result.error))
-                writer.add_failure(path, identities[path], result.error)
-            else:
-                summary.done += 1
-                summary.windows += len(result.windows)
-                if result.damaged_frames:
-                    damaged.append((order, path, result.damaged_frames))
-                writer.add(result, identities[path], order)
+        try:
+            for index, result in embedder.stream([paths[order] for order in mine], progress=progress and rank() == 0,
+                                                 desc=f"embedding -> {out}"):
+                order = mine[index]
+                path = paths[order]
+                if isinstance(result, EmbedFailure):
+                    failed.append((order, path, result.error))
+                    writer.add_failure(path, identities[path], result.error)
+                else:
+                    summary.done += 1
+                    summary.windows += len(result.windows)
+                    if result.damaged_frames:
+                        damaged.append((order, path, result.damaged_frames))
+                    writer.add(result, identities[path], order)
+        except KeyboardInterrupt as error:  # the writer keeps what is done (flushed; merged by the next run)
+            raise interrupted(error, f"{out}: {summary.skipped + summary.done} of {len(paths)} videos embedded and "
+                              "kept") from None
         counts = all_gather_objects((summary.done, summary.windows, failed, damaged))
     summary.done, summary.windows = sum(c[0] for c in counts), sum(c[1] for c in counts)
     summary.failed = [(path, error) for _, path, error in sorted(f for c in counts for f in c[2])]

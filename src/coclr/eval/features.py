@@ -33,6 +33,7 @@ from coclr.data import augment
 from coclr.data.datasets import WindowClips, usable_entries
 from coclr.data.views import view_kind
 from coclr.errors import CheckpointError, ConfigError
+from coclr.interrupts import loader_worker_signals
 from coclr.models.loading import TRAIN_FORMAT, load_encoder, read_checkpoint_file, read_clip_settings
 from coclr.progress import bar as progress_bar
 
@@ -156,7 +157,7 @@ def _window_outputs(model: Callable[[torch.Tensor], torch.Tensor], windows: Wind
     """``(video of each window, output float64 [B, D] on the CPU)`` for each batch of ``windows``."""
     device = torch.device(device)
     loader = DataLoader(windows, batch_size=config.batch_size, shuffle=False, num_workers=config.workers,
-                        pin_memory=device.type == "cuda")
+                        pin_memory=device.type == "cuda", worker_init_fn=loader_worker_signals)
     for batch in progress_bar(loader, desc=desc, unit="batch", disable=not progress, leave=False):
         crops = eval_views(batch["clip"].to(device, non_blocking=True), windows.view, config.size, ten_crop,
                            short_side)

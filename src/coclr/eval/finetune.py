@@ -46,6 +46,7 @@ from coclr.eval.features import (
     stream_views,
 )
 from coclr.eval.fusion import fuse_probabilities, topk_accuracy
+from coclr.interrupts import interrupted, loader_worker_signals
 from coclr.models.encoder import Encoder
 from coclr.models.heads import LinearClassifier
 from coclr.models.loading import read_checkpoint_file, save_encoder
@@ -214,20 +215,25 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
 
         augment = ClipAugment(size=clip_config.size, blur_p=0.0)
         losses = []
-        for epoch in tqdm(range(done, config.epochs), desc="finetune", unit="epoch", disable=not progress,
-                          initial=done, total=config.epochs):
-            dataset.set_epoch(epoch)
-            loader = DataLoader(dataset, batch_size=clip_config.batch_size, shuffle=True,
-                                drop_last=len(dataset) > clip_config.batch_size, num_workers=clip_config.workers,
-                                generator=seeding.generator(config.seed, epoch, seeding.ORDER),
-                                pin_memory=device.type == "cuda")
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                torch.manual_seed(seeding.derive_seed(config.seed, epoch))  # this epoch's dropout, restored after
-                losses.append(train_epoch(model, loader, augment, optimizer, view, device, clip_config.amp,
-                                          seeding.generator(config.seed, epoch, seeding.AUGMENT), progress,
-                                          f"epoch {epoch + 1}"))
-            scheduler.step()
-            _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint)
+        try:
+            for epoch in tqdm(range(done, config.epochs), desc="finetune", unit="epoch", disable=not progress,
+                              initial=done, total=config.epochs):
+                dataset.set_epoch(epoch)
+                loader = DataLoader(dataset, batch_size=clip_config.batch_size, shuffle=True,
+                                    drop_last=len(dataset) > clip_config.batch_size, num_workers=clip_config.workers,
+                                    generator=seeding.generator(config.seed, epoch, seeding.ORDER),
+                                    pin_memory=device.type == "cuda", worker_init_fn=loader_worker_signals)
+                with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                    torch.manual_seed(seeding.derive_seed(config.seed, epoch))  # this epoch's dropout, restored after
+                    losses.append(train_epoch(model, loader, augment, optimizer, view, device, clip_config.amp,
+                                              seeding.generator(config.seed, epoch, seeding.AUGMENT), progress,
+                                              f"epoch {epoch + 1}"))
+                scheduler.step()
+                _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint)
+                done = epoch + 1
+        except KeyboardInterrupt as error:  # the epoch under way is trained again
+            raise interrupted(error, f"{done} of {config.epochs} finetuning epochs done and kept in {state_path}") \
+                from None
 
         model.eval()
         _save_finetuned(out_dir / ENCODER_FILE, model, view, clip_config, checkpoint_sha256)

@@ -74,8 +74,8 @@ BACKENDS: dict[str, FlowBackend] = {
         FlowBackend("dis", "flow_dis", False, "OpenCV DIS, 'medium' preset (fast, less accurate)"),
         FlowBackend("tvl1-torch", "flow", True, "our TV-L1 on a torch device: fused Triton kernels on a GPU, fused C "
                     "loops on the CPU (OpenCV's scheme and results, several times faster)"),
-        FlowBackend("auto", "flow", False, "the backend a view was started with; else tvl1-torch on CUDA, in the fast "
-                    "mode, or on a CPU where its C loops build; else tvl1"),
+        FlowBackend("auto", "flow", False, "the backend a view was started with; else tvl1-torch on CUDA, with "
+                    "kernels c or triton, in the fast mode, or on a CPU where its C loops build; else tvl1"),
     )
 }
 
@@ -90,8 +90,9 @@ def resolve_backend(name: str, device: str | None = None, mode: str = "exact", k
 
     ``auto`` continues a view with the backend it was started with (``recorded``, a TV-L1 backend), so that the
     same command keeps its meaning; otherwise it picks ``tvl1-torch`` when ``device`` is a CUDA device (or None
-    and CUDA is available), when ``mode`` is ``fast``, or on the CPU when its fused C loops build here and
-    ``kernels`` allows them (several times OpenCV's speed: docs/performance.md); otherwise OpenCV's ``tvl1``.
+    and CUDA is available), when ``mode`` is ``fast``, when ``kernels`` names the fused ones (``c``, ``triton``:
+    they must then run, or the job is refused), or on the CPU when its fused C loops build here and ``kernels``
+    allows them (several times OpenCV's speed: docs/performance.md); otherwise OpenCV's ``tvl1``.
     Under torchrun, ``cuda`` means the process's own GPU (``cuda:LOCAL_RANK``). Raises :class:`ConfigError` for an
     unknown backend, an unusable device or a mode the backend lacks.
     """
@@ -101,10 +102,10 @@ def resolve_backend(name: str, device: str | None = None, mode: str = "exact", k
     if name == "auto":
         if recorded in ("tvl1", "tvl1-torch"):
             name = recorded
-        elif mode == "fast" or pick_device(device).type == "cuda":
-            name = "tvl1-torch"
-        else:
-            name = "tvl1-torch" if kernels in ("auto", "c") and load_library() is not None else "tvl1"
+        elif mode == "fast" or kernels in ("c", "triton") or pick_device(device).type == "cuda":
+            name = "tvl1-torch"  # fused kernels asked for by name: refused before any video if they cannot run
+        else:  # PyTorch operations on the CPU are slower than OpenCV
+            name = "tvl1-torch" if kernels == "auto" and load_library() is not None else "tvl1"
     if mode != "exact" and name != "tvl1-torch":
         raise ConfigError(f"mode: the {mode} mode is computed by the tvl1-torch backend only, not by {name}")
     backend = BACKENDS[name]
@@ -296,14 +297,14 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
     quality = int(store.meta.get("quality") or DEFAULT_QUALITY)
     root = str(store.root.resolve())
     workers = cpu_workers(workers)
+    if chosen.gpu:  # checks its kernels and encoder: what cannot run here is refused before the store is touched
+        decoders = min(workers, max(1, workers // 3))  # decoding costs about half as much as encoding
+        pipeline = FlowPipeline(root, view, params, quality, torch_device, batch_pairs, decoders,
+                                min(workers, max(1, workers - decoders)), bound, mode, stop_every, kernels, jpeg)
     with writing_view(root, view, store.index, **settings):
         if not chosen.gpu:
             job = OpenCVFlowJob(root, chosen.name, params, quality, bound)
             return run_entry_jobs(root, view, keys, job, workers, desc=f"flow ({chosen.name}) -> {view}")
-
-        decoders = min(workers, max(1, workers // 3))  # decoding costs about half as much as encoding
-        pipeline = FlowPipeline(root, view, params, quality, torch_device, batch_pairs, decoders,
-                                min(workers, max(1, workers - decoders)), bound, mode, stop_every, kernels, jpeg)
         summary = run_entry_stream(root, view, keys, pipeline,
                                    desc=f"flow (tvl1-torch {mode} on {torch_device}) -> {view}")
     if pipeline.stats.pairs:

@@ -16,6 +16,11 @@ Two batches wait for the device at most, and at most two videos per encoding pro
 stays bounded and a slow stage holds back the others instead of piling up work. :class:`PipelineStats` records
 how long the device thread waited for input. Each pair's flow is the one a batch of one gives (the solver is
 batch-invariant), so the stored bytes do not depend on the batching.
+
+Stopped by an error or an interruption (SIGINT, SIGTERM: :mod:`coclr.interrupts`) in the calling thread, it tells
+the device thread to stop (it ends within one pair's warp: ``tvl1_flow(stop=...)``) and waits for it, and kills the
+encoding processes: what was written is kept, what was in flight is discarded. A thread left solving would keep the
+process from exiting cleanly (a daemon thread inside torch or a C call when the interpreter ends aborts it).
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ from coclr.errors import ConfigError
 from coclr.flow.encode import FLOW_BOUND, flow_image, quantise_flow
 from coclr.flow.params import TVL1Params
 from coclr.flow.source import decode_gray, video_source
-from coclr.flow.tvl1 import tvl1_flow
+from coclr.flow.tvl1 import make_passes, tvl1_flow
+from coclr.interrupts import loader_worker_signals
 from coclr.store.clipstore import ClipStore, StorageFullError, write_entry
-from coclr.store.jobs import RecordFn, default_start_method, init_worker
+from coclr.store.jobs import RecordFn, default_start_method, init_worker, stop_pool
 from coclr.store.jpeg import encode_jpeg
 from coclr.threads import opencv_threads, worker_opencv_threads
 
@@ -105,6 +111,7 @@ class _DecodedVideos:
 def _decoder_init(_: int) -> None:
     import torch  # noqa: PLC0415 (heavy)
 
+    loader_worker_signals()
     worker_opencv_threads()
     torch.set_num_threads(1)
 
@@ -201,7 +208,10 @@ class FlowPipeline:
     jpeg: str = "opencv"
 
     def __post_init__(self) -> None:
+        import torch  # noqa: PLC0415 (heavy)
+
         self.stats = PipelineStats()
+        make_passes(self.kernels, torch.device(self.device))  # kernels that cannot run here: refused before any video
         if self.jpeg not in JPEG_ENCODERS:
             raise ConfigError(f"jpeg: must be one of {', '.join(JPEG_ENCODERS)}, got {self.jpeg!r}")
         if self.jpeg == "nvjpeg":
@@ -222,10 +232,12 @@ class FlowPipeline:
                             pin_memory=torch.device(self.device).type == "cuda")
         batches: queue.Queue = queue.Queue(maxsize=2)
         results: queue.Queue = queue.Queue()
-        solver = threading.Thread(target=self._solve_batches, args=(batches, results), name="flow-device",
+        stop = threading.Event()
+        solver = threading.Thread(target=self._solve_batches, args=(batches, results, stop), name="flow-device",
                                   daemon=True)
         run = _Run(self, record)
         solver.start()
+        finished = False
         try:
             batcher = _Batcher(self.batch_pairs)
             for item in loader:
@@ -242,13 +254,16 @@ class FlowPipeline:
             solver.join()
             run.handle(results, block=False)
             run.drain()
+            finished = True
         finally:
-            if solver.is_alive():  # an error above: let the device thread end after its current batch
+            if solver.is_alive():  # stopped by an error or an interruption: the device thread ends within a warp
+                stop.set()
                 try:
-                    batches.put_nowait(None)
+                    batches.put_nowait(None)  # wakes it if it waits for a batch (if the queue is full, it does not)
                 except queue.Full:
                     pass
-            run.close()
+                solver.join()
+            run.close(abort=not finished)
         self.stats.wall_seconds = time.perf_counter() - started
 
     @staticmethod
@@ -264,8 +279,9 @@ class FlowPipeline:
                     raise RuntimeError("the device thread of the flow pipeline ended unexpectedly") from None
                 run.handle(results, block=False)
 
-    def _solve_batches(self, batches: queue.Queue, results: queue.Queue) -> None:
-        """The device thread: solve batches until the end marker; every batch gives one result, an error included."""
+    def _solve_batches(self, batches: queue.Queue, results: queue.Queue, stop: threading.Event) -> None:
+        """The device thread: solve batches until the end marker or ``stop`` (then within a pair's warp); every batch
+        solved gives one result, an error included."""
         import torch  # noqa: PLC0415 (heavy)
 
 
@@ -278,15 +294,17 @@ class FlowPipeline:
                 batch = batches.get()
                 start = time.perf_counter()
                 self.stats.wait_seconds += start - waited
-                if batch is None:
+                if batch is None or stop.is_set():
                     return
                 try:
                     prev, nxt = upload_pairs([segment.frames for segment in batch], device)
                     flow = tvl1_flow(prev, nxt, self.params, mode=self.mode, stop_every=self.stop_every,
-                                     kernels=self.kernels)
+                                     kernels=self.kernels, stop=stop)
                     uv = quantise_flow(flow.permute(0, 2, 3, 1), self.bound)
                     out = nvjpeg_encode(uv, self.quality) if self.jpeg == "nvjpeg" else uv.cpu().numpy()
                     results.put((batch, out, None))
+                except KeyboardInterrupt:  # told to stop (check_stop): the batch is abandoned
+                    return
                 except Exception as error:  # the batch's videos fail; the next batches go on
                     results.put((batch, None, f"{type(error).__name__}: {error}"))
                 self.stats.solve_seconds += time.perf_counter() - start
@@ -406,10 +424,13 @@ class _Run:
         while self.in_flight:
             self._collect(block=True)
 
-    def close(self) -> None:
-        if self.pool is not None:
+    def close(self, abort: bool = False) -> None:
+        """Shut the encoding pool down; ``abort`` (an error or interruption): at once, its tasks discarded."""
+        if isinstance(self.pool, ProcessPoolExecutor) and abort:
+            stop_pool(self.pool)
+        elif self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
-            self.pool = None
+        self.pool = None
 
 
 class _InProcess:

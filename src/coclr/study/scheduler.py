@@ -11,19 +11,17 @@ that none goes on writing, and holding its folder, behind its back.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
 from coclr.errors import CoclrError
+from coclr.interrupts import interrupted, signals_interrupt
 from coclr.study.plan import Job
 
 
@@ -56,24 +54,6 @@ STOP_SECONDS = 30.0
 """How long a stopped command may take to exit after SIGTERM before it is killed."""
 COMMAND = (sys.executable, "-m", "coclr")
 """What runs a job: ``COMMAND + job.argv``."""
-
-
-@contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """While the block runs, SIGTERM interrupts it as Ctrl-C does (:class:`KeyboardInterrupt`): cleanup runs and
-    the command exits as interrupted. Only the main thread can take signals; elsewhere nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def stop_processes(processes: Sequence[subprocess.Popen], grace: float = STOP_SECONDS) -> None:
@@ -117,7 +97,7 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
 
     total = sum(job.epochs for job in jobs)
     try:
-        with sigterm_interrupts(), tqdm(total=total, desc=desc, unit="epoch", dynamic_ncols=True) as bar:
+        with signals_interrupt(), tqdm(total=total, desc=desc, unit="epoch", dynamic_ncols=True) as bar:
             while pending or running:
                 for item in list(running):
                     if item.process.poll() is None:
@@ -148,6 +128,10 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
                 bar.update(epochs - bar.n)
                 if pending or running:
                     time.sleep(poll_seconds)
+    except KeyboardInterrupt as error:
+        stopped = f"; {', '.join(item.job.name for item in running)} stopped at their checkpoints (logs: {logs})"
+        raise interrupted(error, f"{len(done)} of {len(jobs)} commands done and kept"
+                          f"{stopped if running else ''}") from None
     finally:
         stop_processes([item.process for item in running])
     if failed:
