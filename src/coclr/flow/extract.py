@@ -29,7 +29,7 @@ Example::
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +42,7 @@ from coclr.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
 from coclr.flow.opencv import opencv_dis, opencv_tvl1
 from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
 from coclr.flow.pipeline import FlowPipeline
-from coclr.flow.source import SOURCE_VIEW, decode_gray, video_source
+from coclr.flow.source import SOURCE_VIEW, decode_gray, source_frames
 from coclr.flow.tvl1_cpu import load_library
 from coclr.runfolder import FolderRule
 from coclr.store.clipstore import ENTRY_SUFFIX, ClipStore, check_view_name
@@ -53,7 +53,7 @@ from coclr.video.indexes import SPLITS
 DEFAULT_QUALITY = 90
 """JPEG quality of flow frames when the store's metadata does not record the RGB quality."""
 DECODE_CHUNK = 64
-"""Frames decoded at a time on the CPU path (bounds memory on long videos)."""
+"""Frame pairs read, decoded and solved at a time on the CPU backends (memory does not grow with a video's length)."""
 
 
 @dataclass(frozen=True)
@@ -219,14 +219,18 @@ class OpenCVFlowJob(_StoreJob):
     quality: int
     bound: float = FLOW_BOUND
 
-    def __call__(self, key: str) -> tuple[list[bytes], float]:
-        blobs, fps = video_source(self.store(), key)
-        encoded: list[bytes] = []
-        for start in range(0, len(blobs) - 1, DECODE_CHUNK):
-            gray = decode_gray(blobs[start: start + DECODE_CHUNK + 1])  # one frame of overlap: the next pair
-            encoded += encode_flow_frames(opencv_video_flow(gray, self.method, self.params), self.quality,
-                                          self.bound)
-        return encoded, fps
+    def __call__(self, key: str) -> tuple[Iterator[bytes], float]:
+        count, fps = source_frames(self.store(), key)
+        return self._flow_frames(key, count), fps
+
+    def _flow_frames(self, key: str, count: int) -> Iterator[bytes]:
+        """The encoded flow frames of ``key``, computed :data:`DECODE_CHUNK` pairs at a time from its RGB entry as
+        its flow entry is written (memory does not grow with the video's length)."""
+        store = self.store()
+        for start in range(0, count - 1, DECODE_CHUNK):
+            stop = min(count, start + DECODE_CHUNK + 1)  # one frame of overlap: the next chunk's first pair
+            gray = decode_gray(store.read_encoded(key, SOURCE_VIEW, range(start, stop)))
+            yield from encode_flow_frames(opencv_video_flow(gray, self.method, self.params), self.quality, self.bound)
 
 
 def cpu_workers(workers: int | None) -> int:

@@ -8,29 +8,47 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from coclr.errors import DataError
+from coclr.errors import DataError, VideoDecodeError
 from coclr.store.jobs import JobSummary, run_entry_jobs, writing_view
 from coclr.store.jpeg import encode_jpeg
-from coclr.video.decode import decode_video_with_rate
+from coclr.video.decode import VideoReader
 from coclr.video.indexes import VideoIndex, check_videos_exist
 
 
 @dataclass(frozen=True)
 class DecodeVideoJob:
-    """Store job of the "rgb" view: decode ``video_root/<key>``, resize, resample, encode as JPEG."""
+    """Store job of the "rgb" view: decode ``video_root/<key>``, resize, resample, encode as JPEG.
+
+    The frames are made one at a time as the entry is written (a generator over a streaming
+    :class:`~coclr.video.decode.VideoReader`), so the job's memory does not depend on the video's length
+    (``docs/store.md``, "Memory")."""
 
     video_root: str
     short_side: int | None = 128
     quality: int = 90
     fps: float | None = None
 
-    def __call__(self, key: str) -> tuple[list[bytes], float]:
+    def __call__(self, key: str) -> tuple[Iterator[bytes], float]:
+        reader = VideoReader(Path(self.video_root) / key, self.short_side, self.fps)
+        return encoded_frames(reader, self.quality), reader.fps
 
-        frames, fps = decode_video_with_rate(Path(self.video_root) / key, self.short_side, self.fps)
-        return [encode_jpeg(frame, self.quality) for frame in frames], fps
+
+def encoded_frames(reader: VideoReader, quality: int) -> Iterator[bytes]:
+    """The JPEG bytes of the frames of ``reader``, one at a time; a frame whose size differs from the first one's
+    (a stream that changes size) is a :class:`VideoDecodeError` naming the video, as the entry needs one size."""
+    shape = None
+    with reader:
+        for number, frame in enumerate(reader):
+            if shape is None:
+                shape = frame.shape
+            elif frame.shape != shape:
+                raise VideoDecodeError(f"{reader.path}: frame {number} is {frame.shape[1]}x{frame.shape[0]}, the "
+                                       f"frames before it {shape[1]}x{shape[0]}: a store entry holds one frame size")
+            yield encode_jpeg(frame, quality)
 
 
 def build_store(index: VideoIndex, video_root: str | Path, out: str | Path, short_side: int | None = 128,

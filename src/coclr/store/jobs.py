@@ -2,12 +2,13 @@
 
 Building the RGB view (:mod:`coclr.store.build`), optical flow extraction (:mod:`coclr.flow.extract`) and the
 synthetic dataset (:mod:`coclr.synth`) all run through :func:`run_entry_jobs`: a picklable
-``job(key) -> (encoded_frames, fps)`` runs in a process pool, finished entries are written atomically, complete
-ones skipped (unless the store lists them as failed or damaged: those are tried again), failures counted, listed
-and recorded in the store (``failed_<view>.json``), so training and evaluation can leave them out knowingly. A
-full disk is nobody's failure: the job stops at once (:class:`~coclr.store.clipstore.StorageFullError`). One job
-at a time writes a view: a second one started on the same store and view is refused while the first runs (the
-lock goes with the process, so a killed job leaves none behind).
+``job(key) -> (encoded_frames, fps)`` runs in a process pool, its entry is written atomically as its frames come
+(a generator of frames is never held whole, so memory does not grow with a video's length), complete ones skipped
+(unless the store lists them as failed or damaged: those are tried again), failures counted, listed and recorded
+in the store (``failed_<view>.json``), so training and evaluation can leave them out knowingly. A full disk is
+nobody's failure: the job stops at once (:class:`~coclr.store.clipstore.StorageFullError`). One job at a time
+writes a view: a second one started on the same store and view is refused while the first runs (the lock goes
+with the process, so a killed job leaves none behind).
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ from coclr.store.clipstore import (
 from coclr.threads import opencv_threads, worker_opencv_threads
 from coclr.video.indexes import VideoIndex
 
-EntryJob = Callable[[str], tuple[Sequence[bytes], float]]
-"""A store job: entry key -> (encoded frames, frames per second). Must be picklable."""
+EntryJob = Callable[[str], tuple[Iterable[bytes], float]]
+"""A store job: entry key -> (encoded frames, frames per second). Must be picklable. The frames may be a generator
+that makes them as they are written (:func:`~coclr.store.clipstore.write_entry` consumes it frame by frame), so a
+job over a long video holds one frame at a time, not the whole video; an error it raises fails the entry."""
 RecordFn = Callable[[str, int, "str | None"], None]
 """Called once per key as it ends: (key, frames written, error message or None)."""
 EntryStream = Callable[[list[str], RecordFn], None]
@@ -292,8 +295,7 @@ def _run_and_write(root: str, view: str, key: str, job: EntryJob) -> tuple[str, 
     """Run one job and write its entry; returns (key, frames written, error message or None)."""
     try:
         encoded, fps = job(key)
-        write_entry(root, key, view, encoded, fps)
-        return key, len(encoded), None
+        return key, write_entry(root, key, view, encoded, fps), None
     except StorageFullError:  # the storage's fault, not the entry's: the job stops (no video is blamed)
         raise
     except Exception as error:  # one bad entry must not stop a job over thousands of videos
