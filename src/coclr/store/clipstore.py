@@ -716,18 +716,20 @@ class ClipStore:
             header = self._header(key, view)
             size = path.stat().st_size
             if header.offsets[-1] != size:
-                raise DataError(f"{path}: size {size} bytes, the frame table says {int(header.offsets[-1])}")
+                raise _broken(path, key, f"size {size} bytes, the frame table says {int(header.offsets[-1])}")
             for start in range(0, header.frames, 64):
                 indices = list(range(start, min(start + 64, header.frames)))
                 blobs = self._read_blobs(key, view, indices)
                 if decode:
                     for index in indices:
-                        self._decode_strict(header, index, blobs[index])
+                        self._decode_strict(key, header, index, blobs[index])
         except DamagedEntryError as error:
+            _record_quietly(self.root, view, key, str(error))
             return str(error)
-        except (DataError, OSError) as error:
-            _record_quietly(self.root, view, key, f"damaged entry: {error}")
-            return str(error)
+        except (DataError, OSError) as error:  # a file that cannot be read
+            problem = str(_broken(path, key, str(error)))
+            _record_quietly(self.root, view, key, problem)
+            return problem
         return None
 
     def add_checksums(self, key: str, view: str) -> bool:
@@ -744,14 +746,15 @@ class ClipStore:
         self._headers.pop((key, view), None)
         return True
 
-    def _decode_strict(self, header: _EntryHeader, index: int, blob: bytes) -> None:
+    @staticmethod
+    def _decode_strict(key: str, header: _EntryHeader, index: int, blob: bytes) -> None:
         try:
             frame = decode_jpeg_strict(blob)
         except ValueError as error:
-            raise DataError(f"{header.where}: frame {index}: {error}") from None
+            raise _broken(header.path, key, f"frame {index}: {error}") from None
         if frame.shape[:2] != (header.height, header.width):
-            raise DataError(f"{header.where}: frame {index} is {frame.shape[1]}x{frame.shape[0]}, the entry's "
-                            f"frames are {header.width}x{header.height}")
+            raise _broken(header.path, key, f"frame {index} is {frame.shape[1]}x{frame.shape[0]}, the entry's "
+                          f"frames are {header.width}x{header.height}")
 
     def unlisted(self, view: str) -> list[str]:
         """Keys of the entry files of ``view`` that are not in the index (videos removed from it by an update);
