@@ -195,7 +195,8 @@ def test_verify_names_every_missing_entry_by_video_and_exits_3(tmp_path, capsys)
         assert main(command) == 3, command
         out = capsys.readouterr().out
         lines = [line.strip() for line in out.splitlines() if line.strip().startswith("missing entry")]
-        assert lines == [f"missing entry: store {store.root}, video 'c/1.avi', entry {deleted.relative_to(store.root)}: "
+        entry = deleted.relative_to(store.root)
+        assert lines == [f"missing entry: store {store.root}, video 'c/1.avi', entry {entry}: "
                          "no entry file (deleted, or never written)",
                          f"missing entry: store {store.root}, video 'c/3.avi', entry "
                          f"{store.entry_path('c/3.avi', 'rgb').relative_to(store.root)}: its job failed: "

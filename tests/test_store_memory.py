@@ -106,13 +106,13 @@ def write_mpeg4(path: Path, frames: int, width: int = 96, height: int = 72) -> P
     return path
 
 
-def traced_peak(function) -> int:
-    """The peak of the Python and NumPy allocations made while ``function()`` runs, in bytes."""
+def traced_peak(function, *args, **kwargs) -> int:
+    """The peak of the Python and NumPy allocations made while ``function(*args, **kwargs)`` runs, in bytes."""
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
         before = tracemalloc.get_traced_memory()[0]
-        function()
+        function(*args, **kwargs)
         return tracemalloc.get_traced_memory()[1] - before
     finally:
         tracemalloc.stop()
@@ -133,7 +133,7 @@ def test_the_store_job_holds_the_same_memory_for_a_video_four_times_longer(tmp_p
         out = tmp_path / f"store{n}"
         build_store(one, videos, out, short_side=None, workers=0)  # warm-up: imports, codec tables
         new_out = tmp_path / f"traced{n}"
-        peaks[n] = traced_peak(lambda: build_store(one, videos, new_out, short_side=None, workers=0))
+        peaks[n] = traced_peak(build_store, one, videos, new_out, short_side=None, workers=0)
         sizes[n] = entry_path(new_out, f"a/{n}.mp4", "rgb").stat().st_size
         assert ClipStore(new_out).num_frames(f"a/{n}.mp4", "rgb") == n
     growth = peaks[600] - peaks[150]
@@ -154,7 +154,7 @@ def test_the_cpu_flow_job_holds_the_same_memory_for_a_video_four_times_longer(tm
         root = new_store(tmp_path / f"store{n}", ["a/v.mp4"])
         base = np.random.default_rng(n).integers(0, 256, (48, 72, 3), np.uint8)
         write_entry(root, "a/v.mp4", "rgb", (encode_jpeg(np.roll(base, t, axis=1), 90) for t in range(n)), 25.0)
-        peaks[n] = traced_peak(lambda: extract_flow(root, backend="dis", workers=0))
+        peaks[n] = traced_peak(extract_flow, root, backend="dis", workers=0)
         sizes[n] = (entry_path(root, "a/v.mp4", "flow_dis").stat().st_size
                     + entry_path(root, "a/v.mp4", "rgb").stat().st_size)
         assert ClipStore(root).num_frames("a/v.mp4", "flow_dis") == n - 1

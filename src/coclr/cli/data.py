@@ -90,8 +90,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_index(args: argparse.Namespace) -> int:
     from coclr.errors import DataError
+    from coclr.runfolder import check_output_file
     from coclr.video import indexes
 
+    check_output_file(args.out, "data index", indexes.is_index_file, "a coclr video index")
     annotations = args.annotations or []
     if args.format in ("ucf101", "hmdb51", "csv") and len(annotations) != 1:
         raise DataError(f"--format {args.format} needs exactly one --annotations path")

@@ -44,7 +44,7 @@ from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
 from coclr.flow.pipeline import FlowPipeline
 from coclr.flow.source import SOURCE_VIEW, decode_gray, source_frames
 from coclr.flow.tvl1_cpu import load_library
-from coclr.runfolder import FolderRule
+from coclr.runfolder import FolderRule, check_output_folder
 from coclr.store.clipstore import ENTRY_SUFFIX, ClipStore, check_view_name
 from coclr.store.jobs import JobSummary, run_entry_jobs, run_entry_stream, writing_view
 from coclr.store.jpeg import encode_jpeg
@@ -177,6 +177,11 @@ def recorded_settings(store: ClipStore, view: str) -> dict:
     return {key: value for key, value in recorded.items() if value is not None}
 
 
+def _is_entry_shard(path: Path) -> bool:
+    """Whether ``path`` is one of the 256 sub-folders of a view's entry files (``ab/``)."""
+    return path.is_dir() and len(path.name) == 2 and all(c in "0123456789abcdef" for c in path.name)
+
+
 def opencv_video_flow(gray: np.ndarray, method: str, params: TVL1Params | None = None) -> np.ndarray:
     """Flow between consecutive frames of ``gray [N, H, W]`` with an OpenCV backend: float32 ``[N-1, H, W, 2]``."""
     if method == "tvl1":
@@ -295,7 +300,10 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
         keys = [key for key in keys if key not in other_splits]  # unknown keys stay, to be reported
     store.check_keys(keys)
     settings = {bound_key(view): bound, method_key(view): flow_method(chosen.name, params, mode, stop_every)}
-    flow_view_rule(view).check(store.root, recorded_settings(store, view), settings)
+    recorded = recorded_settings(store, view)
+    flow_view_rule(view).check(store.root, recorded, settings)
+    if not recorded:  # a new view: a folder of that name holds nothing but entry files (none of the user's files)
+        check_output_folder(store.root / view, "flow", _is_entry_shard, f"entry files ({view}/ab/<hash>.frames)")
     settings[method_key(view)] = store.meta.get(method_key(view), settings[method_key(view)])  # as recorded
     quality = int(store.meta.get("quality") or DEFAULT_QUALITY)
     root = str(store.root.resolve())

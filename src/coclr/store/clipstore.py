@@ -57,7 +57,7 @@ import numpy as np
 from coclr.atomic import atomic_open, atomic_write_json
 from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
-from coclr.runfolder import FolderRule
+from coclr.runfolder import FolderRule, check_place, refuse_foreign
 from coclr.store.jpeg import decode_jpeg, decode_jpeg_strict
 from coclr.video.indexes import VideoIndex, is_relative_key
 
@@ -185,13 +185,28 @@ def _conflicts(root: Path, index: VideoIndex, meta: dict[str, Any], replace_inde
     return {k: v for k, v in meta.items() if k not in existing}, changed
 
 
+def _same_index(path: Path, index: VideoIndex) -> bool:
+    """Whether ``path`` is the store's ``index.json`` holding ``index`` (written by a build killed before its
+    ``store.json``, or the same index the user put there): rewriting it changes nothing."""
+    if path.name != INDEX_FILE or not path.is_file():
+        return False
+    try:
+        return VideoIndex.load(path).to_dict() == index.to_dict()
+    except DataError:
+        return False
+
+
 def check_store(root: str | Path, index: VideoIndex, *, replace_index: bool = False, **meta: Any) -> bool:
     """What :func:`create_store` would refuse, found by reading only (so that a job is refused before it takes a
-    lock or writes): whether the store must be written (created, or given new keys or the index)."""
+    lock or writes): whether the store must be written (created, or given new keys or the index). A new store's
+    folder must hold nothing but coclr's lock files (or that same index: see :func:`_same_index`), and lie in no
+    other command's folder (:mod:`coclr.runfolder`): a user's own ``index.json`` there is refused, not replaced."""
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise DataError(f"store path exists and is not a folder: {root}")
-    if not (root / META_FILE).is_file():
+    if not (root / META_FILE).is_file():  # a new store: not inside another command's folder, nothing else in it
+        check_place(root, STORE_FOLDER.command)
+        refuse_foreign(root, STORE_FOLDER.command, META_FILE, lambda path: _same_index(path, index))
         return True
     new, changed = _conflicts(root, index, _json_roundtrip(meta), replace_index)
     return bool(new or changed)
@@ -279,8 +294,9 @@ class EntryWriter:
 
     The header (frame offsets and checksums) comes first in an entry file and needs every frame's size, so frames
     are held until :meth:`commit`: in memory up to ``buffer_bytes`` (default :data:`ENTRY_BUFFER_BYTES`; a short
-    video is written in one go, as before), then in an unnamed scratch file in the entry's folder (``tempfile.TemporaryFile``: nothing is left
-    behind when the process is killed, and it is on the store's file system). Memory per entry is then
+    video is written in one go, as before), then in an unnamed scratch file in the entry's folder
+    (``tempfile.TemporaryFile``: nothing is left behind when the process is killed, and it is on the store's file
+    system). Memory per entry is then
     ``buffer_bytes`` plus 16 bytes per frame (its size and checksum), whatever the video's length. :meth:`commit`
     writes the header and the frames to a temporary file and renames it onto the entry (:func:`atomic_open`): the
     bytes are those :func:`write_entry` writes for the same frames. Leaving the ``with`` block without a commit
