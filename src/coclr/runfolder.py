@@ -168,8 +168,8 @@ def check_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any],
         recorded = legacy(folder)
         record = None if recorded is None else {"command": rule.command, "options": recorded}
     if record is None:  # a new output: not inside another command's folder, and holding nothing of others
-        check_place(folder, rule.command)
-        refuse_foreign(folder, rule.command, RUN_RECORD)
+        check_place(folder, rule.command)  # (but the outputs it may hold: a study's stage run before the study's)
+        refuse_foreign(folder, rule.command, RUN_RECORD, lambda path: nested_output(path, rule.command))
         return False
     if record.get("command", rule.command) != rule.command:
         raise FolderRefused(f"{folder} holds the output of `coclr {record.get('command')}`, not of "
@@ -242,6 +242,12 @@ def folder_owner(folder: str | Path) -> str | None:
             except (ValueError, AttributeError, OSError):
                 continue
     return None
+
+
+def nested_output(path: Path, command: str) -> bool:
+    """Whether ``path`` is a folder that ``command``'s folder may hold (:data:`NESTED`), e.g. a pipeline's stage,
+    written by ``coclr pretrain`` before the pipeline recorded its own folder."""
+    return path.is_dir() and folder_owner(path) in NESTED.get(command, ())
 
 
 def check_place(path: str | Path, command: str) -> None:
