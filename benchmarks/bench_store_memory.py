@@ -6,12 +6,15 @@ calling process (``--workers 0``):
 
 - ``coclr data store`` of a one-video index into a new store (short side 128, quality 90, the defaults);
 - with ``--flow BACKEND``, ``coclr flow`` of that store with the backend (e.g. ``dis``; TV-L1 on 60,000 frames
-  takes hours on a CPU).
+  takes hours on a CPU);
+- with ``--embed CHECKPOINT``, ``coclr embed`` of the video (decoding in the process, ``--short-side 32 --length 8
+  --size 32``: a small network, so that the run measures the frames' memory, not the network's speed).
 
 and prints each child's peak resident set size (``ru_maxrss`` from ``os.wait4``: that child alone) and its wall time.
 ``--src`` runs another checkout's code (e.g. an older version, for the figures before a change).
 
-    python benchmarks/bench_store_memory.py --frames 6000 60000 [--flow dis] [--work /tmp/store_memory]
+    python benchmarks/bench_store_memory.py --frames 6000 60000 [--flow dis] [--flow-args nscales=1 ...]
+        [--embed tiny.pth] [--skip-store] [--work DIR]
 """
 
 from __future__ import annotations
@@ -77,11 +80,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, nargs="+", default=[6000, 60000])
     parser.add_argument("--flow", help="also run coclr flow with this backend (dis is fast)")
+    parser.add_argument("--flow-args", nargs="+", default=[], metavar="ARG",
+                        help="more arguments of coclr flow, e.g. TV-L1 parameters (nscales=1 warps=1: fewer "
+                        "iterations; memory does not depend on them)")
+    parser.add_argument("--embed", metavar="CHECKPOINT", help="also run coclr embed with this encoder")
+    parser.add_argument("--skip-store", action="store_true", help="only the other runs (--embed)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/coclr_store_memory"), help="scratch folder")
     parser.add_argument("--src", type=Path, default=REPO / "src", help="the coclr package's folder to run")
     args = parser.parse_args()
 
-    results = []
     for frames in args.frames:
         videos = args.work / f"videos{frames}"
         write_video(videos / "a" / f"long{frames}.mp4", frames)
@@ -89,15 +96,25 @@ def main() -> None:
         index.write_text(json.dumps({"format": "coclr-video-index", "version": 1, "name": f"long{frames}",
                                      "classes": ["a"], "entries": [{"path": f"a/long{frames}.mp4", "label": 0,
                                                                     "split": "train", "group": None}]}))
-        store = args.work / f"store{frames}-{time.strftime('%H%M%S')}"
+        row: dict[str, float] = {"frames": frames}
+        stamp = time.strftime("%H%M%S")
+        if args.embed:
+            rss, seconds = run_child(["embed", str(videos), "--checkpoint", args.embed, "--out",
+                                      str(args.work / f"embed{frames}-{stamp}"), "--workers", "0", "--short-side", "32",
+                                      "--length", "8", "--size", "32", "--quiet"], args.src)
+            row.update({"embed_peak_rss_mb": round(rss, 1), "embed_seconds": round(seconds, 1)})
+        if args.skip_store:
+            print(json.dumps(row), flush=True)
+            continue
+        store = args.work / f"store{frames}-{stamp}"
         rss, seconds = run_child(["data", "store", "--index", str(index), "--root", str(videos), "--out", str(store),
                                   "--workers", "0"], args.src)
-        row = {"frames": frames, "store_peak_rss_mb": round(rss, 1), "store_seconds": round(seconds, 1)}
+        row.update({"store_peak_rss_mb": round(rss, 1), "store_seconds": round(seconds, 1)})
         if args.flow:
-            rss, seconds = run_child(["flow", str(store), "--backend", args.flow, "--workers", "0"], args.src)
+            rss, seconds = run_child(["flow", str(store), *args.flow_args, "--backend", args.flow, "--workers", "0"],
+                                     args.src)
             row.update({f"flow_{args.flow}_peak_rss_mb": round(rss, 1), f"flow_{args.flow}_seconds": round(seconds, 1)})
         print(json.dumps(row), flush=True)
-        results.append(row)
 
 
 if __name__ == "__main__":

@@ -159,3 +159,30 @@ def test_the_cpu_flow_job_holds_the_same_memory_for_a_video_four_times_longer(tm
                     + entry_path(root, "a/v.mp4", "rgb").stat().st_size)
         assert ClipStore(root).num_frames("a/v.mp4", "flow_dis") == n - 1
     assert peaks[600] - peaks[150] < 0.25 * (sizes[600] - sizes[150]), (peaks, sizes)
+
+
+def test_the_tvl1_torch_pipeline_holds_the_same_memory_for_a_video_four_times_longer(tmp_path, monkeypatch):
+    """The device pipeline of `coclr flow` (tvl1-torch, here on the CPU, in this process) reads a video in chunks (8
+    pairs here) and writes its entry part by part: its traced peak for 600 frames exceeds that for 150 by far less
+    than a quarter of the bytes the entries add, where the pipeline that decoded whole videos and gathered all of a
+    video's flow before encoding it exceeded it by its decoded frames and flow."""
+    from coclr.flow import pipeline
+    from coclr.flow.extract import extract_flow
+    from coclr.flow.params import TVL1Params
+
+    monkeypatch.setattr(clipstore, "ENTRY_BUFFER_BYTES", 64 * 1024)
+    monkeypatch.setattr(pipeline, "DECODE_CHUNK", 8)
+    params = TVL1Params(nscales=1, warps=1, outer_iterations=1, inner_iterations=1)
+    peaks, sizes = {}, {}
+    for n in (20, 150, 600):  # 20: a warm-up
+        root = new_store(tmp_path / f"store{n}", ["a/v.mp4"])
+        base = np.random.default_rng(n).integers(0, 256, (48, 72, 3), np.uint8)
+        write_entry(root, "a/v.mp4", "rgb", (encode_jpeg(np.roll(base, t, axis=1), 90) for t in range(n)), 25.0)
+        peaks[n] = traced_peak(extract_flow, root, backend="tvl1-torch", device="cpu", params=params, workers=0,
+                               batch_pairs=8, kernels="torch")
+        sizes[n] = (entry_path(root, "a/v.mp4", "flow").stat().st_size
+                    + entry_path(root, "a/v.mp4", "rgb").stat().st_size)
+        assert ClipStore(root).num_frames("a/v.mp4", "flow") == n - 1
+    decoded_growth = 450 * 48 * 72 * 3  # gray frames and two flow channels
+    assert peaks[600] - peaks[150] < 0.25 * (sizes[600] - sizes[150]), (peaks, sizes)
+    assert peaks[600] - peaks[150] < 0.1 * decoded_growth, (peaks, sizes)
