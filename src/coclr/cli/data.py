@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     index.add_argument("--drop-missing", action="store_true",
                        help="leave out videos missing under --root instead of failing (e.g. deleted "
                        "Kinetics videos)")
-    index.add_argument("--out", required=True, help="output index JSON file")
+    index.add_argument("--out", required=True, help="output index JSON file (new, or an index: rewritten)")
     index.set_defaults(func=run_index)
 
     store = data_subparsers.add_parser(
@@ -54,7 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "new videos.")
     store.add_argument("--index", required=True, help="index JSON (from `coclr data index`)")
     store.add_argument("--root", required=True, help="folder of the videos")
-    store.add_argument("--out", required=True, help="store folder")
+    store.add_argument("--out", required=True, help="store folder: new or empty, or a store this command built (a "
+                       "folder of other files is refused)")
     store.add_argument("--short-side", type=int, default=128, help="resize so the shorter side has this "
                        "many pixels (0: keep the decoded size)")
     store.add_argument("--quality", type=int, default=90, help="JPEG quality (1-100)")
@@ -68,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                       "completeness of each view.")
     info.add_argument("store", help="store folder")
     info.add_argument("--verify", action="store_true", help="also check every entry file (and decode "
-                      "every frame with --decode) and list the damaged ones")
+                      "every frame with --decode) and name the missing and damaged ones (exit status 3 if any)")
     info.add_argument("--decode", action="store_true", help="with --verify: decode every frame")
     info.set_defaults(func=run_info)
 
@@ -76,7 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "verify", help="check every entry of a clip store against its checksums (and decode it)",
         description="Read every entry of every view (or --view) and check its bytes against the checksums written "
         "with it; a damaged entry is named and listed in STORE/failed_<view>.json, so training and evaluation leave "
-        "it out and the next `coclr data store` / `coclr flow` rebuilds it. Exit status 3 when an entry is damaged.")
+        "it out and the next `coclr data store` / `coclr flow` rebuilds it; a missing entry is named too. Exit status "
+        "3 when an entry is damaged or missing.")
     verify.add_argument("store", help="store folder")
     verify.add_argument("--view", action="append", help="check only this view (repeatable; default: all)")
     verify.add_argument("--decode", action="store_true", help="also decode every frame (a decoder's warning of "

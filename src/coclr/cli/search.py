@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the result as JSON")
     output.add_argument("--html", metavar="OUT.html", help="write a page with the query and neighbours as animated "
-                        "thumbnails")
+                        "thumbnails (a new file, or a page coclr wrote; never inside DIR)")
     parser.add_argument("--device", help="torch device to embed a query video (default: cuda when available)")
     parser.set_defaults(func=run)
 
