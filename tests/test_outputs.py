@@ -194,6 +194,15 @@ def test_study_seeds_refuse_a_folder_of_other_files(tmp_path):
     assert snapshot(out) == before
 
 
+def test_the_owner_records_are_those_the_store_and_embed_folders_write():
+    from coclr.embed import output
+    from coclr.runfolder import OWNER_RECORDS
+    from coclr.store import clipstore
+
+    assert OWNER_RECORDS == {clipstore.META_FILE: (clipstore.STORE_FORMAT, clipstore.STORE_FOLDER.command),
+                             output.SETTINGS_FILE: (output.FORMAT, output.EMBED_FOLDER.command)}
+
+
 OUTPUT_OPTIONS = {"data index --out", "data store --out", "data synth --out", "embed --out", "eval * --out",
                   "eval * --cache-dir", "eval finetune --work-dir", "report --out", "report --cache-dir",
                   "search --html", "study --out", "demo --out"}

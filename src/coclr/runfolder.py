@@ -229,7 +229,7 @@ def folder_owner(folder: str | Path) -> str | None:
     folder = Path(folder)
     try:
         record = read_record(folder)
-    except DataError:
+    except (DataError, OSError):
         record = None
     if record is not None and isinstance(record.get("command"), str):
         return record["command"]

@@ -38,7 +38,7 @@ import numpy as np
 
 from coclr.atomic import atomic_open, atomic_write_json, read_json_lines
 from coclr.errors import DataError
-from coclr.runfolder import FolderRule, check_place, folder_lock, refuse_foreign
+from coclr.runfolder import LOCK_FILE, FolderRule, check_place, folder_lock, refuse_foreign  # noqa: F401 (LOCK_FILE: re-exported)
 
 SETTINGS_FILE = "embed.json"
 COMMIT_FILE = "commit.json"
