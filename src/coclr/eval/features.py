@@ -36,6 +36,7 @@ from coclr.errors import CheckpointError, ConfigError
 from coclr.interrupts import loader_worker_signals
 from coclr.models.loading import TRAIN_FORMAT, load_encoder, read_checkpoint_file, read_clip_settings
 from coclr.progress import bar as progress_bar
+from coclr.runfolder import check_output_folder
 
 CACHE_FORMAT = 2
 """Bumped whenever the way features are computed changes, which invalidates every cache entry."""
@@ -206,6 +207,17 @@ def entry_identity(store, key: str, view: str) -> str:
         return value
     stat = store.entry_path(key, view).stat()
     return f"unverified:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+CACHE_FILES = "features_*.npz"
+"""The names of feature cache files (:func:`cached_features`); a cache folder holds nothing else."""
+
+
+def check_cache_dir(cache_dir: str | Path) -> None:
+    """Refuse, before any work, a feature cache folder (``--cache-dir``) that holds other files than cache files or
+    lies inside another command's folder (:func:`coclr.runfolder.check_output_folder`)."""
+    check_output_folder(cache_dir, "feature cache", lambda path: path.is_file() and path.match(CACHE_FILES),
+                        f"feature cache files, {CACHE_FILES}")
 
 
 def _cache_path(cache_dir: Path, key: dict[str, object]) -> Path:

@@ -2,14 +2,14 @@
 
 Building the RGB view (:mod:`coclr.store.build`), optical flow extraction (:mod:`coclr.flow.extract`) and the
 synthetic dataset (:mod:`coclr.synth`) all run through :func:`run_entry_jobs`: a picklable
-``job(key) -> (encoded_frames, fps)`` runs in a process pool, finished entries are written atomically, complete
-ones skipped (unless the store lists them as failed or damaged: those are tried again), failures counted, listed
-and recorded in the store (``failed_<view>.json``), so training and evaluation can leave them out knowingly. A
-full disk is nobody's failure: the job stops at once (:class:`~coclr.store.clipstore.StorageFullError`). One job
-at a time writes a view: a second one started on the same store and view is refused while the first runs (the
-lock goes with the process, so a killed job leaves none behind). Interrupted (SIGINT, SIGTERM:
-:mod:`coclr.interrupts`), a job stops its workers at once, discards what they were writing and says how many entries
-are done and kept.
+``job(key) -> (encoded_frames, fps)`` runs in a process pool, its entry is written atomically as its frames come
+(a generator of frames is never held whole, so memory does not grow with a video's length), complete ones skipped
+(unless the store lists them as failed or damaged: those are tried again), failures counted, listed and recorded
+in the store (``failed_<view>.json``), so training and evaluation can leave them out knowingly. A full disk is
+nobody's failure: the job stops at once (:class:`~coclr.store.clipstore.StorageFullError`). One job at a time
+writes a view: a second one started on the same store and view is refused while the first runs (the lock goes
+with the process, so a killed job leaves none behind). Interrupted (SIGINT, SIGTERM: :mod:`coclr.interrupts`), a
+job stops its workers at once, discards what they were writing and says how many entries are done and kept.
 """
 
 from __future__ import annotations
@@ -55,9 +55,12 @@ from coclr.store.clipstore import (
 from coclr.threads import opencv_threads, worker_opencv_threads
 from coclr.video.indexes import VideoIndex
 
-EntryJob = Callable[[str], tuple[Sequence[bytes], float] | tuple[Sequence[bytes], float, dict[str, Any]]]
+EntryJob = Callable[[str], tuple[Iterable[bytes], float] | tuple[Iterable[bytes], float, dict[str, Any]]]
 """A store job: entry key -> (encoded frames, frames per second[, notes: what to record about the entry, e.g. its
-damaged frames, in the store's ``notes_<view>.json``]). Must be picklable."""
+damaged frames, in the store's ``notes_<view>.json``]). Must be picklable. The frames may be a generator that makes
+them as they are written (:func:`~coclr.store.clipstore.write_entry` consumes it frame by frame), so a job over a
+long video holds one frame at a time, not the whole video; an error it raises fails the entry. The notes may be
+filled while the frames are made (what a decoder counts is known at the end)."""
 RecordFn = Callable[..., None]
 """Called once per key as it ends: (key, frames written, error message or None[, notes or None])."""
 EntryStream = Callable[[list[str], RecordFn], None]
@@ -317,8 +320,8 @@ def _run_and_write(root: str, view: str, key: str,
     """Run one job and write its entry; returns (key, frames written, error message or None, notes or None)."""
     try:
         encoded, fps, *notes = job(key)
-        write_entry(root, key, view, encoded, fps)
-        return key, len(encoded), None, (notes[0] if notes else None)
+        frames = write_entry(root, key, view, encoded, fps)  # consumes the frames: the notes are complete after it
+        return key, frames, None, (notes[0] or None if notes else None)
     except StorageFullError:  # the storage's fault, not the entry's: the job stops (no video is blamed)
         raise
     except Exception as error:  # one bad entry must not stop a job over thousands of videos
