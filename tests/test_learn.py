@@ -312,6 +312,21 @@ def test_two_torchrun_processes_learn_one_folder(learnt, tmp_path):
     assert not list((out / "embeddings" / "two_stream" / "chunks").glob("*"))
 
 
+def test_learn_refuses_a_folder_holding_files_it_did_not_write(learnt, tmp_path):
+    from coclr.learn import LearnOptions, learn
+    from coclr.runfolder import FolderRefused
+
+    videos, _, out, _ = learnt
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my own notes")
+    with pytest.raises(FolderRefused, match="notes.txt"):
+        learn([videos], mine, LearnOptions(budget=300, plan=Plan.from_dict(TINY_PLAN)))
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    with pytest.raises(FolderRefused, match="inside"):  # nor inside another command's folder
+        learn([videos], out / "embeddings" / "rgb" / "again", LearnOptions(budget=300, plan=Plan.from_dict(TINY_PLAN)))
+
+
 def test_a_refused_budget_leaves_no_folder_behind(learnt, tmp_path, monkeypatch):
     """The plan is made before the folder is claimed: a budget too small is one line, and nothing is written, so
     the same folder takes the next command with a larger budget."""
