@@ -241,9 +241,9 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
         "flow": pairs * (costs.flow_pair[size] + costs.store_frame[size] / costs.workers) / shared,
         "train": (steps * (step_seconds + coclr_share * batch * forward) + epochs * costs.epoch[model.key]
                   + 6 * costs.stage[model.key]),
-        # three passes over the files (RGB, flow, both), flow computed on the fly by two of them
-        "embed": (3 * footage.frames * costs.decode_frame / costs.workers + 2 * pairs * costs.flow_pair[size]
-                  + 4 * windows_of(footage, model) * forward) / shared,
+        # two passes over the files (RGB; both streams, writing flow alone too), flow computed on the fly by one
+        "embed": (2 * footage.frames * costs.decode_frame / costs.workers + pairs * costs.flow_pair[size]
+                  + 3 * windows_of(footage, model) * forward) / shared,
         "quality": 6 * quality_windows * forward,
         "fixed": FIXED_SECONDS,
     }

@@ -199,7 +199,7 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, options: 
         if main:
             export_encoders(out, config)
         barrier()
-        with line.phase("embed", 3 * len(paths)), record("embed"):
+        with line.phase("embed", 2 * len(paths)), record("embed"):
             embed_failed = embed_all(out, paths, str(device), options.workers)
         if not main:
             return LearnSummary(out, len(paths), [], time.perf_counter() - started)
@@ -378,20 +378,24 @@ def export_encoders(out: Path, config) -> None:
 
 
 def embed_all(out: Path, paths: list[str], device: str, workers: int | None) -> dict[str, str]:
-    """Every video embedded with the final encoders: RGB, flow and both (the paper's two-stream retrieval);
-    returns the videos that could not be embedded (path -> reason)."""
+    """Every video embedded with the final encoders: RGB alone, then both streams in one pass that also writes the
+    flow stream alone (the paper's two-stream retrieval, flow computed once); returns the videos that could not be
+    embedded (path -> reason)."""
     from coclr.embed.embedder import Embedder  # noqa: PLC0415 (heavy: torch)
     from coclr.embed.run import embed_videos  # noqa: PLC0415
 
     rgb, flow = out / "encoder_rgb.pth", out / "encoder_flow.pth"
-    embedders = {"rgb": Embedder(rgb, device=device, workers=workers),
-                 "flow": Embedder(flow, device=device, workers=workers),
-                 "two_stream": Embedder(rgb, device=device, workers=workers, flow_checkpoint=flow)}
     failed: dict[str, str] = {}
-    for name, embedder in embedders.items():
-        summary = embed_videos(paths, out / "embeddings" / name, embedder, progress=False)
-        print(summary, flush=True)
-        failed.update(dict(summary.failed))
+    rgb_alone = Embedder(rgb, device=device, workers=workers)
+    summary = embed_videos(paths, out / "embeddings" / "rgb", rgb_alone, progress=False)
+    print(summary, flush=True)
+    failed.update(dict(summary.failed))
+    both = Embedder(rgb, device=device, workers=workers, flow_checkpoint=flow)
+    flow_alone = Embedder(flow, device=device, workers=workers)
+    summary = embed_videos(paths, out / "embeddings" / "two_stream", both, progress=False,
+                           streams={1: (out / "embeddings" / "flow", flow_alone)})
+    print(summary, flush=True)
+    failed.update(dict(summary.failed))
     return failed
 
 
