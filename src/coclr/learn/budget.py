@@ -16,6 +16,7 @@ tested with costs given by the tests.
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -120,7 +121,10 @@ class Costs:
     """TV-L1 flow of one frame pair at each short side, as the flow job and the embedding compute it (pairs
     solved together on every thread)"""
     step: dict[str, float]
-    """one InfoNCE training step of each model (:attr:`Model.key`)"""
+    """one InfoNCE training step of each model (:attr:`Model.key`), on every thread of the process"""
+    lone_step: dict[str, float]
+    """one step of each model on one thread: what each of two InfoNCE stages trained side by side takes, one core
+    each (a CPU job of one process on two cores or more; :attr:`side_by_side`)"""
     forward: dict[str, float]
     """one clip through each model's encoder without gradients, in batches of :data:`INFERENCE_BATCH` (CoCLR's
     miner, inference)"""
@@ -134,6 +138,9 @@ class Costs:
     """what the measurement took"""
     processes: int = 1
     """processes of the job (torchrun's world): each trains on its share of every batch, embeds its share"""
+    side_by_side: bool = False
+    """whether the two InfoNCE stages train at once, one thread each (a CPU job of one process on two cores or
+    more: tiny networks use two threads poorly, two processes well)"""
     machines: int = 1
     """machines of the job: each decodes and computes flow for its share of the videos"""
 
@@ -183,6 +190,12 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def infonce_side_by_side(device, processes: int) -> bool:
+    """Whether the two InfoNCE stages train at once, one thread each: a CPU job of one process on two cores or more
+    (tiny networks use a second thread poorly, a second process well)."""
+    return str(device).startswith("cpu") and processes == 1 and (os.cpu_count() or 1) >= 2
+
+
 def parse_budget(text: str) -> float:
     """Seconds of a budget written ``90s``, ``15m``, ``1.5h`` (a bare number: minutes)."""
     units = {"s": 1.0, "m": 60.0, "h": 3600.0}
@@ -226,27 +239,38 @@ def steps_per_epoch(footage: Footage, batch: int, processes: int = 1) -> int:
 
 
 def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: int) -> dict[str, float]:
-    """Seconds of each phase of a run of ``model`` with ``steps`` training steps of ``batch`` clips per process."""
+    """Seconds of each phase of a run of ``model`` with ``steps`` training steps of ``batch`` clips per process:
+    half of them InfoNCE (its two stages side by side when :attr:`Costs.side_by_side`), half CoCLR (whose steps
+    also run the frozen miner forward)."""
     size = model.size
     pairs = max(0, footage.frames - footage.videos)
     quality_videos = min(footage.videos, QUALITY_VIDEOS)
     quality_windows = windows_of(footage, model) * quality_videos / footage.videos
-    step_seconds = costs.step[model.key]
-    forward = costs.forward[model.key]
-    coclr_share = 4 * STAGE_SHARES["coclr"]
-    epochs = steps / steps_per_epoch(footage, batch, costs.processes)
+    key = model.key
+    epoch_steps = steps_per_epoch(footage, batch, costs.processes)
+    infonce = 2 * STAGE_SHARES["infonce"] * steps
+    coclr = steps - infonce
+    if costs.side_by_side:  # the two stages at once, each on one core
+        infonce_seconds = infonce / 2 * costs.lone_step[key] + infonce / 2 / epoch_steps * costs.epoch[key]
+    else:
+        infonce_seconds = infonce * costs.step[key] + infonce / epoch_steps * costs.epoch[key]
     shared = costs.machines  # the store, flow and embedding jobs split the videos between machines
     return {
         "store": footage.frames * (costs.decode_frame + costs.store_frame[size]) / costs.workers / shared,
         "flow": pairs * (costs.flow_pair[size] + costs.store_frame[size] / costs.workers) / shared,
-        "train": (steps * (step_seconds + coclr_share * batch * forward) + epochs * costs.epoch[model.key]
-                  + 6 * costs.stage[model.key]),
+        "infonce": infonce_seconds + 2 * costs.stage[key],
+        "coclr": (coclr * (costs.step[key] + batch * costs.forward[key]) + coclr / epoch_steps * costs.epoch[key]
+                  + 4 * costs.stage[key]),
         # two passes over the files (RGB; both streams, writing flow alone too), flow computed on the fly by one
         "embed": (2 * footage.frames * costs.decode_frame / costs.workers + pairs * costs.flow_pair[size]
-                  + 3 * windows_of(footage, model) * forward) / shared,
-        "quality": 6 * quality_windows * forward,
+                  + 3 * windows_of(footage, model) * costs.forward[key]) / shared,
+        "quality": 6 * quality_windows * costs.forward[key],
         "fixed": FIXED_SECONDS,
     }
+
+
+TRAINING = ("infonce", "coclr")
+"""The phases of :func:`estimates` that grow with the training steps."""
 
 
 def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.0) -> Plan:
@@ -296,8 +320,8 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
 
 def _per_step(footage: Footage, model: Model, costs: Costs, batch: int) -> float:
     """Seconds of one more training step (its share of the epoch's end included)."""
-    return (estimates(footage, model, costs, 1000, batch)["train"]
-            - estimates(footage, model, costs, 0, batch)["train"]) / 1000
+    more, none = estimates(footage, model, costs, 1000, batch), estimates(footage, model, costs, 0, batch)
+    return sum(more[phase] - none[phase] for phase in TRAINING) / 1000
 
 
 def _reasons(footage: Footage, costs: Costs, model: Model, affordable: dict[Model, int], budget: float) -> list[str]:
@@ -375,13 +399,14 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         tvl1_flow(gray[:-1], gray[1:])
         sync()
         flow_pair[size] = (time.perf_counter() - begin) / (len(gray) - 1)
-    costs = Costs(decode_frame, store_frame, flow_pair, {}, {}, {}, {}, workers, processes=processes,
-                  machines=machines)
+    costs = Costs(decode_frame, store_frame, flow_pair, {}, {}, {}, {}, {}, workers, processes=processes,
+                  machines=machines, side_by_side=infonce_side_by_side(device, processes))
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
         for model in MODELS:
             if not footage.fits(model):
                 continue
-            measured = _time_training(model, Path(tmp) / model.key, device, batch_for(footage.videos // processes))
+            measured = _time_training(model, Path(tmp) / model.key, device, batch_for(footage.videos // processes),
+                                      lone=costs.side_by_side)
             for name, seconds in measured.items():
                 getattr(costs, name)[model.key] = seconds
             step = measured["step"]
@@ -392,10 +417,11 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     return costs
 
 
-def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 3) -> dict[str, float]:
+def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 3,
+                   lone: bool = False) -> dict[str, float]:
     """Seconds of the parts of training ``model`` on a store of random frames: starting a stage, one InfoNCE
-    training step (after two untimed ones), the end of an epoch (its checkpoint), and one clip's forward without
-    gradients (in a batch of :data:`INFERENCE_BATCH`)."""
+    training step (after two untimed ones; with ``lone``, on one thread too), the end of an epoch (its checkpoint),
+    and one clip's forward without gradients (in a batch of :data:`INFERENCE_BATCH`)."""
     import torch  # noqa: PLC0415 (heavy)
 
     from coclr.config import from_dict  # noqa: PLC0415
@@ -420,12 +446,24 @@ def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 
     sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
     for _ in range(2):
         trainer.train_step(data, queue_full=True)
-    sync()
-    begin = time.perf_counter()
-    for _ in range(steps):
-        trainer.train_step(data, queue_full=True)
-    sync()
-    step = (time.perf_counter() - begin) / steps
+    def timed_steps() -> float:
+        sync()
+        begin = time.perf_counter()
+        for _ in range(steps):
+            trainer.train_step(data, queue_full=True)
+        sync()
+        return (time.perf_counter() - begin) / steps
+
+    step = timed_steps()
+    lone_step = step
+    if lone:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            trainer.train_step(data, queue_full=True)
+            lone_step = timed_steps()
+        finally:
+            torch.set_num_threads(threads)
     begin = time.perf_counter()
     trainer.save(best=True)
     epoch = time.perf_counter() - begin
@@ -439,4 +477,4 @@ def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 
             encoder(clips)
         sync()
     forward = (time.perf_counter() - begin) / steps / INFERENCE_BATCH
-    return {"step": step, "forward": forward, "epoch": epoch, "stage": stage}
+    return {"step": step, "lone_step": lone_step, "forward": forward, "epoch": epoch, "stage": stage}

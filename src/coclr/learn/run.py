@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 
 from coclr import progress
-from coclr.atomic import atomic_write_json
+from coclr.atomic import atomic_write_json, atomic_write_text
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
-from coclr.learn.budget import Footage, Plan, choose_plan, duration, measure_costs
+from coclr.learn.budget import Footage, Plan, choose_plan, duration, infonce_side_by_side, measure_costs
 from coclr.learn.recipe import pipeline_options
 from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record
 from coclr.video.indexes import unlabelled_index
@@ -179,6 +179,7 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, options: 
     import torch  # noqa: PLC0415 (heavy)
 
     from coclr.core.distributed import barrier, is_main, world_size  # noqa: PLC0415 (heavy: torch)
+    from coclr.train.pipeline import plan_stages, run_pipeline  # noqa: PLC0415
 
     main = is_main()
     result = read_result(out) if main else {}
@@ -194,8 +195,16 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, options: 
             store = build_learn_store(out, root, paths, plan, options.workers)
         with line.phase("flow", len(paths)), record("flow"):
             flow_failed = extract_learn_flow(store, root, options.workers)
-        with line.phase("train", plan.steps), record("train"):
-            config = train(out, store, plan, options.seed, str(device), usable_videos(store), world_size())
+        config = pipeline_config(out, store, plan, options.seed, str(device), usable_videos(store), world_size())
+        side_by_side = infonce_side_by_side(device, world_size())
+        infonce = plan_stages(config)[:2]
+        units = sum(stage.epochs for stage in infonce) if side_by_side else plan.steps // 2
+        with line.phase("infonce", units), record("infonce"):
+            if side_by_side:
+                train_side_by_side(out, config, infonce)
+            run_pipeline(config, until=infonce[-1].name)
+        with line.phase("coclr", plan.steps - plan.steps // 2), record("coclr"):
+            run_pipeline(config)
         if main:
             export_encoders(out, config)
         barrier()
@@ -343,16 +352,35 @@ def usable_videos(store: Path) -> int:
     return len(usable_entries(ClipStore(store), "train", list(VIEWS))[0])
 
 
-def train(out: Path, store: Path, plan: Plan, seed: int, device: str, videos: int, processes: int):
-    """InfoNCE on both views, then two CoCLR cycles (``OUT/pipeline``), by ``processes`` processes; returns the
-    pipeline's configuration."""
+def pipeline_config(out: Path, store: Path, plan: Plan, seed: int, device: str, videos: int, processes: int):
+    """The pipeline of the plan (``OUT/pipeline``): InfoNCE on both views, then two CoCLR cycles, by ``processes``
+    processes."""
     from coclr.train.config import PipelineConfig  # noqa: PLC0415 (heavy: torch)
-    from coclr.train.pipeline import run_pipeline  # noqa: PLC0415
 
-    config = from_dict(PipelineConfig, pipeline_options(plan, str(store), str(out / "pipeline"), seed, device,
-                                                        videos, processes))
-    run_pipeline(config)
-    return config
+    return from_dict(PipelineConfig, pipeline_options(plan, str(store), str(out / "pipeline"), seed, device, videos,
+                                                      processes))
+
+
+def train_side_by_side(out: Path, config, stages) -> None:
+    """Train the InfoNCE ``stages`` at once, each a ``coclr pretrain`` child process on its share of the cores (as a
+    study runs them: the pipeline then finds them done), their output in ``OUT/logs``."""
+    import yaml  # noqa: PLC0415
+
+    from coclr.config import to_dict  # noqa: PLC0415
+    from coclr.study.plan import Job  # noqa: PLC0415 (heavy: torch)
+    from coclr.study.scheduler import run_jobs  # noqa: PLC0415
+    from coclr.train.pipeline import stage_config  # noqa: PLC0415
+
+    jobs = []
+    for stage in stages:
+        options = to_dict(stage_config(config, stage, Path(config.run.out)))
+        options["run"]["progress"] = False
+        path = out / "configs" / f"{stage.name}.yaml"
+        path.parent.mkdir(exist_ok=True)
+        atomic_write_text(path, yaml.safe_dump(options, sort_keys=False))
+        jobs.append(Job(stage.name, ["pretrain", "--config", str(path)], (), stage.epochs,
+                        (Path(config.run.out) / stage.name,)))
+    run_jobs(jobs, out, processes=len(jobs), desc="InfoNCE")
 
 
 def final_encoders(out: Path, config) -> dict[str, Path]:
