@@ -366,22 +366,22 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sizes = sorted({m.size for m in MODELS if footage.fits(m)})
     frames: list[np.ndarray] = []
-    decoded, decode_seconds = 0, 0.0
-    for path in sample_videos[:3]:
+    timings: list[tuple[float, int]] = []  # (seconds, frames) of each video decoded
+    for path in sample_videos[:4]:
         try:
             begin = time.perf_counter()
             with VideoReader(path) as reader:
-                for number, frame in enumerate(reader):
+                for count, frame in enumerate(reader, start=1):
                     frames.append(frame)
-                    decoded += 1
-                    if number == 47:
+                    if count == 48:
                         break
-            decode_seconds += time.perf_counter() - begin
+            timings.append((time.perf_counter() - begin, count))
         except Exception:  # an unreadable sample is the store job's failure to report, not the calibration's
             continue
     if not frames:
         raise ConfigError("none of the first videos could be decoded to measure this machine: check the inputs")
-    decode_frame = decode_seconds / decoded
+    timed = timings[1:] or timings  # the first one also warms the decoder up
+    decode_frame = sum(seconds for seconds, _ in timed) / sum(count for _, count in timed)
     store_frame, flow_pair = {}, {}
     for size in sizes:
         small = [resize_short_side(frame, size) for frame in frames[:9]]
