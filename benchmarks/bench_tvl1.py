@@ -47,7 +47,7 @@ from coclr.flow.tvl1 import triton_available, tvl1_flow
 from coclr.store.build import build_store
 from coclr.threads import opencv_threads
 from coclr.video.indexes import VideoEntry, VideoIndex
-from gpu_suite import frame_pool, have_pyav
+from frame_pool import frame_pool, have_pyav
 
 DATASET_PAIRS = {"UCF101": 2.5e6, "Kinetics-400": 60e6}
 """Frame pairs of the datasets (consecutive frames of every video), for the projections."""

@@ -41,6 +41,7 @@ importable by skipping its operator registrations; the transforms their loader u
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
 import json
 import os
@@ -475,12 +476,11 @@ def step_rows(settings: Settings) -> None:
     print(f"{'':<30} first losses: ours {losses[0]:.9g}, theirs {losses[1]:.9g}", flush=True)
 
 
-def imported_rows(settings: Settings, group: str) -> None:
-    """Rows of another benchmark's ``compare_<group>`` (benchmarks/bench_<group>.py), when it defines one."""
-    import importlib  # noqa: PLC0415
-
+def imported_rows(settings: Settings, group: str, load: Callable[[], Any]) -> None:
+    """Rows of another benchmark's ``compare_<group>`` (benchmarks/bench_<group>.py, imported by ``load``), when it
+    defines one."""
     try:
-        module = importlib.import_module(f"bench_{group}")
+        module = load()
     except ImportError as error:
         return skip(settings, group, f"benchmarks/bench_{group}.py does not import ({error})")
     function = getattr(module, f"compare_{group}", None)
@@ -499,7 +499,8 @@ def imported_rows(settings: Settings, group: str) -> None:
 
 ROWS: dict[str, Callable[[Settings], None]] = {
     "loader": loader_rows, "tvl1": tvl1_rows, "policy": policy_rows, "step": step_rows,
-    "embed": lambda s: imported_rows(s, "embed"), "search": lambda s: imported_rows(s, "search")}
+    "embed": lambda s: imported_rows(s, "embed", lambda: importlib.import_module("bench_embed")),
+    "search": lambda s: imported_rows(s, "search", lambda: importlib.import_module("bench_search"))}
 
 
 def profile(row: str, quick: bool) -> None:

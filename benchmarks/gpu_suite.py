@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import functools
 import gc
 import io
 import math
@@ -75,6 +74,7 @@ from coclr.store.clipstore import create_store, write_entry
 from coclr.store.jpeg import decode_jpeg, encode_jpeg
 from coclr.train.config import PretrainConfig
 from coclr.video.indexes import VideoEntry, VideoIndex
+from frame_pool import frame_pool
 
 PARTS = ("decoders", "loader_core", "step", "dataloader", "epoch", "features", "flow", "quality", "projection")
 UCF101 = {"train": 9537, "test": 3783, "mean_frames": 186, "flow_pairs": 2.5e6}
@@ -82,7 +82,6 @@ UCF101 = {"train": 9537, "test": 3783, "mean_frames": 186, "flow_pairs": 2.5e6}
 STUDY = {"infonce_epochs": 300, "cycles": 2, "cycle_epochs": 100, "evaluated_encoders": 4}
 """The paper's schedule: InfoNCE 300 epochs per view, two CoCLR cycles of 100 epochs per view; retrieval features
 of train and test for the 4 encoders of Table 1's unsupervised rows (InfoNCE and CoCLR, RGB and flow)."""
-SHARED_CLIPS = Path(os.environ.get("COCLR_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "data" / "clips"
 TOTAL_BUDGET_S = 450.0
 
 
@@ -208,39 +207,6 @@ class one_core:
 
 
 # ------------------------------------------------------------------------------------------- frames and stores
-
-def have_pyav() -> bool:
-    """Whether PyAV imports (GPU machines have no wheel of their own: then the frames are synthesised)."""
-    try:
-        import av  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@functools.lru_cache(maxsize=8)
-def frame_pool(size: tuple[int, int], frames: int, clips: int = 4) -> tuple[list[list[np.ndarray]], str]:
-    """RGB frames ``[H, W, 3]`` of a few videos at ``size``: the real clips of ../shared/data/clips when present
-    (resized and centre-cropped), else clips of the synthetic dataset rendered at that size."""
-    from coclr.data.frames import fit_frames
-
-    if SHARED_CLIPS.is_dir() and have_pyav():
-        from coclr.video.decode import decode_video
-
-        videos = []
-        for path in sorted(SHARED_CLIPS.iterdir())[:clips]:
-            decoded = decode_video(path, short_side=min(size))[:frames]
-            videos.append(list(fit_frames(np.asarray(decoded), size)))
-        return videos, f"real clips of {SHARED_CLIPS}"
-    from coclr.synth import SynthConfig, dataset_clips, render_clip
-
-    # Noise 0.03 makes the JPEGs as large as the real clips' (7.4 KiB at 171x128, quality 90); decoding time
-    # grows with it.
-    config = SynthConfig(height=size[0], width=size[1], frames=frames, train_scenes=max(2, clips), test_scenes=2,
-                         actions_per_scene=1, num_classes=2, clips_per_action=1, noise=0.03)
-    keys = [clip.key for clip in dataset_clips(config) if clip.split == "train"][:clips]
-    return [list(render_clip(config, key)) for key in keys], "synthetic clips (coclr.synth)"
-
 
 def flow_like(frames: list[np.ndarray]) -> list[np.ndarray]:
     """Stored-flow-like images (u, v around 128, third channel 128) from the brightness changes of a video."""
@@ -816,12 +782,10 @@ def part_features(suite: Suite, budget: Budget) -> None:
 def part_flow(suite: Suite, budget: Budget) -> None:
     """Our TV-L1's frame pairs/s on the device; when benchmarks/bench_tvl1.py offers ``suite_rows(device, tiny)``
     (rows of ``(case, value, unit, note)``), its figures are added."""
-    import importlib
-
     from coclr.flow.tvl1 import tvl1_flow
 
     try:  # benchmarks/ is on the path: the script's own folder, or pytest's pythonpath
-        bench = importlib.import_module("bench_tvl1")
+        import bench_tvl1 as bench
     except Exception as error:  # it needs ../shared/data; a broken import must not stop the suite
         print(f"  benchmarks/bench_tvl1.py not importable here ({type(error).__name__}: {error})")
         bench = None

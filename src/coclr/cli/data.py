@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from coclr.cli import _synth, job_status
+from coclr.cli import _synth
+from coclr.cli._status import job_status
 
 FORMATS = ("ucf101", "hmdb51", "kinetics", "folder", "csv")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from coclr.cli import EXIT_DONE, job_status
+from coclr.cli._status import EXIT_DONE, job_status
 
 BACKEND_CHOICES = ("auto", "tvl1", "dis", "tvl1-torch", "opencv", "torch")
 
