@@ -206,8 +206,22 @@ def test_auto_picks_our_tvl1_where_it_is_fast_and_continues_a_view_with_its_back
     assert resolve_backend("auto", "cpu", kernels="torch")[0].name == "tvl1"  # PyTorch operations: OpenCV is faster
     assert resolve_backend("auto", "cpu", recorded="tvl1")[0].name == "tvl1"  # a view continues as it started
     assert resolve_backend("auto", "cpu", kernels="torch", recorded="tvl1-torch")[0].name == "tvl1-torch"
-    monkeypatch.setattr(extract, "load_library", lambda: None)  # no compiler: OpenCV's
+    monkeypatch.setattr(extract, "compiler_available", lambda: False)  # no compiler: OpenCV's
     assert resolve_backend("auto", "cpu")[0].name == "tvl1"
+
+
+def test_auto_decides_without_compiling(tmp_path, monkeypatch):
+    """Choosing the backend compiles nothing: a compiler found is enough (the loops are compiled when used)."""
+    import coclr.flow.tvl1_cpu as tvl1_cpu
+
+    monkeypatch.setenv("COCLR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(tvl1_cpu, "_LIBRARY", [])
+    monkeypatch.setattr(tvl1_cpu, "compile_sources", lambda *args: pytest.fail("compiled to decide"))
+    monkeypatch.setattr(tvl1_cpu, "find_compiler", lambda: ["cc"])
+    assert resolve_backend("auto", "cpu")[0].name == "tvl1-torch"
+    monkeypatch.setattr(tvl1_cpu, "find_compiler", lambda: None)
+    assert resolve_backend("auto", "cpu")[0].name == "tvl1"
+    assert not (tmp_path / "cache").exists()
 
 
 def test_auto_continues_a_view_started_with_opencv(small_store):

@@ -22,6 +22,7 @@ from coclr.flow.params import TVL1Params
 from coclr.flow.pipeline import OPEN_SIZES, _Batcher
 from coclr.flow.source import decode_gray
 from coclr.flow.tvl1 import tvl1_flow
+from coclr.flow.tvl1_cpu import find_compiler
 from coclr.store.clipstore import ClipStore
 from coclr.store.jpeg import encode_jpeg
 from coclr.video.decode import resize_short_side
@@ -137,6 +138,26 @@ def test_the_mode_is_recorded_and_a_view_never_mixes_modes(tmp_path):
     with pytest.raises(ConfigError, match="mode='exact'"):
         extract_flow(root, backend="tvl1-torch", device="cpu", params=SHORT, view="old", mode="fast")
     assert extract_flow(root, backend="tvl1-torch", device="cpu", params=SHORT, view="old").done == 1
+
+
+@pytest.mark.skipif(find_compiler() is None, reason="no C compiler for the C loops")
+def test_the_kernels_are_recorded_and_a_view_never_mixes_them(tmp_path):
+    """Kernels agree to float rounding, not bit for bit: a view records those that computed it (``auto``
+    resolved), and another job on it with other kernels is refused naming both; a view begun before kernels were
+    recorded continues with any."""
+    make_store(tmp_path / "store", {"a.avi": moving_texture(3, 1, 0), "b.avi": moving_texture(3, 0, 1, seed=1)})
+    root = tmp_path / "store"
+    extract_flow(root, backend="tvl1-torch", device="cpu", params=SHORT, keys=["a.avi"])  # auto: the C loops
+    assert ClipStore(root).meta[method_key("flow")]["kernels"] == "c"
+    with pytest.raises(ConfigError, match=r"kernels='c' \(given 'torch'\)"):
+        extract_flow(root, backend="tvl1-torch", device="cpu", params=SHORT, kernels="torch")
+    assert extract_flow(root, backend="auto", device="cpu", params=SHORT, kernels="c").done == 1
+    extract_flow(root, backend="tvl1-torch", device="cpu", params=SHORT, keys=["a.avi"], view="old", kernels="torch")
+    meta = json.loads((root / "store.json").read_text())
+    del meta["meta"][method_key("old")]["kernels"]
+    (root / "store.json").write_text(json.dumps(meta))
+    assert extract_flow(root, backend="tvl1-torch", device="cpu", params=SHORT, view="old").done == 1
+    assert "kernels" not in ClipStore(root).meta[method_key("old")]
 
 
 def clip_pairs(path: Path, count: int, short_side: int = 128, start: int = 10) -> torch.Tensor:

@@ -238,6 +238,8 @@ class Passes(Protocol):
     An implementation may also define ``run_warp`` (see :class:`~coclr.flow.tvl1_cpu.CPasses`): a whole warp,
     medians and passes, in one call; :class:`ScaleSolver` then uses it instead of driving the passes."""
 
+    name: str
+    """The kernels, as ``kernels=`` names them (``torch``, ``c``, ``triton``) and a flow view records them."""
     fused: bool
     """Whether a pass costs about one iteration's memory traffic (then exact mode runs long passes too)."""
 
@@ -253,6 +255,7 @@ class TorchPasses:
 
     State: the step and median functions (eager, or through ``torch.compile``)."""
 
+    name = "torch"
     fused = False
 
     def __init__(self, step_fn: StepFn = primal_dual_step, median_fn: MedianFn = median_of_active) -> None:

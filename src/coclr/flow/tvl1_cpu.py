@@ -9,8 +9,8 @@ gradient and dual projection, so each array is read and written about once per i
 * **Plain C, compiled on first use**: ``tvl1_cpu.c`` beside this module (package data), with the medians'
   ``tvl1_median.h`` generated beside it in the build folder; compiled with the system compiler (``$CC``,
   sysconfig's ``CC``, ``cc``, ``gcc`` or ``clang``), loaded with ctypes on float32 contiguous buffers; no torch
-  headers, so compiling takes about a second. Nothing is compiled at import. CI compiles them with
-  :data:`WARNINGS`.
+  headers, so compiling takes about a second. Nothing is compiled at import, nor to decide whether the loops are
+  used (:func:`compiler_available`). CI compiles them with :data:`WARNINGS`.
 * **Cache.** The shared object lives in ``$COCLR_CACHE_DIR`` (else ``$XDG_CACHE_HOME/coclr``, else
   ``~/.cache/coclr``) under a name hashing the C source, the compiler's version, the flags and the CPU (machine
   and its instruction-set flags, since ``-march=native`` is used). It is compiled in a temporary folder inside it
@@ -308,6 +308,16 @@ def load_library(warn: bool = True) -> Library | None:
         return None
 
 
+def compiler_available() -> bool:
+    """Whether the C loops are to be used here, decided without compiling them: whether they loaded (or failed to)
+    once asked for in this process, else whether a C compiler is found (a compiler that then fails leaves
+    ``kernels="auto"`` on PyTorch operations, with a warning)."""
+    with _LOCK:
+        if _LIBRARY:
+            return isinstance(_LIBRARY[0], Library)
+    return find_compiler() is not None
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # the Passes implementation
 
@@ -347,6 +357,7 @@ class CPasses:
     Besides the :class:`~coclr.flow.tvl1.Passes` protocol it runs whole warps (:meth:`run_warp`), one C call per
     pair, which :class:`~coclr.flow.tvl1.ScaleSolver` uses when present: no Python between iterations."""
 
+    name = "c"
     fused = True
     """A pass stops a pair at the iteration its exact test fires, with no roll-back, so exact mode runs long passes."""
 

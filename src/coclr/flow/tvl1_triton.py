@@ -274,6 +274,8 @@ class TritonPasses:
     """Runs passes of inner iterations and the median filter with the Triton kernels; state: the launch settings
     and a per-device scratch buffer for the programs, grown on demand."""
 
+    name = "triton"
+    """The kernels, as ``kernels=`` names them and a flow view records them."""
     fused = True
     """A pass of ``n`` iterations reads and writes the images about once (see the module docstring)."""
 
