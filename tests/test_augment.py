@@ -442,14 +442,14 @@ def test_view_kinds_and_bad_input():
         aug({"rgb": torch.zeros(1, 2, 16, 16, 3)}, gen)
     with pytest.raises(DataError, match="rgbdiff needs"):
         aug({"rgbdiff": random_frames(1, 1, 16, 16, 3)}, gen)
-    with pytest.raises(ConfigError, match="area"):
-        ClipAugment(area=(0.5, 0.2))
+    with pytest.raises(ConfigError, match="crop_area"):
+        ClipAugment(crop_area=[0.5, 0.2])
     with pytest.raises(ConfigError, match="jitter_p"):
         from_dict(ClipAugment, {"jitter_p": 1.5})
     with pytest.raises(ConfigError, match="kinds.dis"):
         from_dict(ClipAugment, {"kinds": {"dis": "depth"}})
-    config = from_dict(ClipAugment, {"blur_p": 0.0, "area": [0.3, 1.0]})
-    assert config.blur_p == 0.0 and config.area == (0.3, 1.0)
+    config = from_dict(ClipAugment, {"blur_p": 0.0, "crop_area": [0.3, 1.0]})
+    assert config.blur_p == 0.0 and config.crop_area == [0.3, 1.0]
     assert math.isclose(config.ratio[1], 4 / 3)
 
 

@@ -115,10 +115,7 @@ class Trainer:
         self.scheduler = self._scheduler()
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.run.amp == "fp16"
                                            and self.device.type == "cuda")
-        aug = config.augment
-        self.augment = ClipAugment(size=config.data.size, area=tuple(aug.crop_area), flip_p=aug.flip_p,
-                                   jitter_p=aug.jitter_p, gray_p=aug.gray_p, blur_p=aug.blur_p,
-                                   cpu_8bit=aug.cpu_8bit)
+        self.augment = ClipAugment.of(config.augment, config.data.size)
         self.ddp = self._wrap()
         self.position = Position()
         self.saved: Position | None = None
