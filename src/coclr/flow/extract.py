@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from coclr.clips import JPEG_QUALITY
 from coclr.config import to_dict
 from coclr.core.distributed import pick_device
 from coclr.errors import ConfigError, DataError
@@ -50,8 +51,6 @@ from coclr.store.jobs import JobSummary, run_entry_jobs, run_entry_stream, writi
 from coclr.store.jpeg import encode_jpeg
 from coclr.video.indexes import SPLITS
 
-DEFAULT_QUALITY = 90
-"""JPEG quality of flow frames when the store's metadata does not record the RGB quality."""
 DECODE_CHUNK = 64
 """Frame pairs read, decoded and solved at a time on the CPU backends (memory does not grow with a video's length)."""
 
@@ -123,7 +122,7 @@ def _check_device(device: str | None) -> str:
     return str(pick_device(device))
 
 
-def encode_flow_frames(flow: np.ndarray, quality: int = DEFAULT_QUALITY, bound: float = FLOW_BOUND) -> list[bytes]:
+def encode_flow_frames(flow: np.ndarray, quality: int = JPEG_QUALITY, bound: float = FLOW_BOUND) -> list[bytes]:
     """JPEG bytes of flow ``[N, H, W, 2]`` in the stored format (``flow_to_uint8``, then JPEG)."""
     return [encode_jpeg(image, quality) for image in flow_to_uint8(flow, bound)]
 
@@ -305,7 +304,7 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
         other_splits = {entry.path for entry in store.index.entries if entry.split != split}
         keys = [key for key in keys if key not in other_splits]  # unknown keys stay, to be reported
     store.check_keys(keys)
-    quality = int(store.meta.get("quality") or DEFAULT_QUALITY)
+    quality = int(store.meta.get("quality") or JPEG_QUALITY)
     root = str(store.root.resolve())
     workers = cpu_workers(workers)
     if chosen.gpu:  # picks its kernels, checks them and its encoder: what cannot run here is refused before the

@@ -33,6 +33,7 @@ import numpy as np
 
 from coclr import progress
 from coclr.atomic import atomic_write_json, atomic_write_text
+from coclr.clips import JPEG_QUALITY
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
@@ -50,7 +51,6 @@ RESULT_FILE = "learn.json"
 LOG_FILE = "learn.log"
 FLOW_BOUND = 20.0
 """Flow is clipped to +-20 px before its uint8 storage (the paper's)."""
-STORE_QUALITY = 90
 EMBEDDINGS = ("rgb", "flow", "two_stream")
 VIEWS = ("rgb", "flow")
 
@@ -321,7 +321,7 @@ def build_learn_store(out: Path, root: str, paths: list[str], plan: Plan, worker
 
     index = unlabelled_index([os.path.relpath(path, root).replace(os.sep, "/") for path in paths], out.name)
     store = out / "store"
-    summary = build_store(index, root, store, short_side=plan.model.size, quality=STORE_QUALITY, workers=workers)
+    summary = build_store(index, root, store, short_side=plan.model.size, quality=JPEG_QUALITY, workers=workers)
     print(summary, flush=True)
     return store
 
