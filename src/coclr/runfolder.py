@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import copy
 import fnmatch
-import json
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coclr.atomic import PARTIAL_SUFFIX, atomic_write_json
+from coclr.atomic import PARTIAL_SUFFIX, atomic_write_json, read_json_record
 from coclr.config import differences
 from coclr.errors import ConfigError, DataError
 from coclr.filelock import exclusive_lock
@@ -131,14 +130,9 @@ def without_keys(options: dict[str, Any], keys: Collection[str]) -> dict[str, An
 def read_record(folder: str | Path) -> dict[str, Any] | None:
     """The record of ``folder`` (``{"command", "options"}``), or None when it has none."""
     path = Path(folder) / RUN_RECORD
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise DataError(f"{path}: not valid JSON ({error}); it records how the folder was started, so it cannot "
-                        "be continued: use another folder") from None
-    if not isinstance(record, dict) or "options" not in record:
+    record = read_json_record(path, "it records how the folder was started, so it cannot be continued: use "
+                                    "another folder")
+    if record is not None and "options" not in record:
         raise DataError(f"{path}: not a coclr run record")
     return record
 
@@ -235,13 +229,11 @@ def folder_owner(folder: str | Path) -> str | None:
     if record is not None and isinstance(record.get("command"), str):
         return record["command"]
     for name, (format_name, command) in OWNER_RECORDS.items():
-        path = folder / name
-        if path.is_file():
-            try:
-                if json.loads(path.read_text()).get("format") == format_name:
-                    return command
-            except (ValueError, AttributeError, OSError):
-                continue
+        try:
+            if (read_json_record(folder / name) or {}).get("format") == format_name:
+                return command
+        except (DataError, OSError):
+            continue
     return None
 
 

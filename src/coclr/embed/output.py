@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from coclr.atomic import atomic_open, atomic_write_json, read_json_lines
+from coclr.atomic import atomic_open, atomic_write_json, read_json_lines, read_json_record
 from coclr.errors import DataError
 from coclr.runfolder import LOCK_FILE, FolderRule, check_place, folder_lock, refuse_foreign  # noqa: F401 (LOCK_FILE: re-exported)
 
@@ -352,8 +352,8 @@ def _copy_rows(source: np.ndarray, rows: list[int], target: np.ndarray) -> int:
 def recover(root: Path) -> None:
     """Finish an interrupted commit (renames, then chunk deletions), and remove leftover temporary files."""
     commit = root / COMMIT_FILE
-    if commit.is_file():
-        plan = json.loads(commit.read_text())
+    plan = read_json_record(commit)
+    if plan is not None:
         for temp, final in plan["renames"].items():
             if (root / temp).is_file():
                 os.replace(root / temp, root / final)
@@ -445,13 +445,10 @@ class JsonLines(Sequence):
 def read_settings(root: str | Path) -> dict[str, Any]:
     """The ``embed.json`` record of an output folder (a :class:`DataError` when it is not one)."""
     path = Path(root) / SETTINGS_FILE
-    if not path.is_file():
+    record = read_json_record(path)
+    if record is None:
         raise DataError(f"{root}: not a coclr embed output folder (no {SETTINGS_FILE})")
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise DataError(f"{path}: not valid JSON: {error}") from None
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
+    if record.get("format") != FORMAT:
         raise DataError(f"{path}: not a coclr embed settings file")
     return record
 

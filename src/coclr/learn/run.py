@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -32,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from coclr import progress
-from coclr.atomic import atomic_write_json, atomic_write_text
+from coclr.atomic import atomic_write_json, atomic_write_text, read_json_record
 from coclr.clips import JPEG_QUALITY
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
@@ -254,13 +253,14 @@ def timed(out: Path, result: dict[str, Any], name: str) -> Iterator[None]:
 
 
 def read_result(out: Path) -> dict[str, Any]:
-    path = out / RESULT_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
+    """What the run in ``out`` has finished so far (``learn.json``), empty before its first part."""
+    return read_json_record(out / RESULT_FILE) or {}
 
 
 def read_plan(out: Path) -> Plan | None:
-    path = out / PLAN_FILE
-    return Plan.from_dict(json.loads(path.read_text())) if path.is_file() else None
+    """The plan the run in ``out`` chose (``plan.json``), None before it chose one."""
+    record = read_json_record(out / PLAN_FILE)
+    return None if record is None else Plan.from_dict(record)
 
 
 def check_inputs(out: Path, paths: list[str], restart: bool) -> None:
@@ -269,7 +269,7 @@ def check_inputs(out: Path, paths: list[str], restart: bool) -> None:
     inputs = out / INPUTS_FILE
     if restart or record is None or record.get("command") != LEARN_FOLDER.command or not inputs.is_file():
         return
-    before = json.loads(inputs.read_text())["videos"]
+    before = (read_json_record(inputs) or {}).get("videos")
     if before == paths:
         return
     added = [p for p in paths if p not in set(before)]

@@ -55,7 +55,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from coclr.atomic import atomic_open, atomic_write_json
+from coclr.atomic import atomic_open, atomic_write_json, read_json_record
 from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
 from coclr.runfolder import FolderRule, check_place, refuse_foreign
@@ -513,12 +513,9 @@ def failures_path(root: str | Path, view: str) -> Path:
 def read_failures(root: str | Path, view: str) -> dict[str, str]:
     """The entries of ``view`` whose last job failed, with the reason (empty when none failed)."""
     path = failures_path(root, view)
-    if not path.is_file():
-        return {}
-    try:
-        failed = json.loads(path.read_text())["failed"]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
-        raise DataError(f"{path}: not a failure list ({error!r}); delete it and run the job again") from None
+    failed = (read_json_record(path, "delete it and run the job again") or {"failed": {}}).get("failed")
+    if not isinstance(failed, dict):
+        raise DataError(f"{path}: not a failure list (no mapping 'failed'); delete it and run the job again")
     return {str(key): str(reason) for key, reason in failed.items()}
 
 
@@ -549,12 +546,9 @@ def notes_path(root: str | Path, view: str) -> Path:
 def read_notes(root: str | Path, view: str) -> dict[str, dict[str, Any]]:
     """The notes of the entries of ``view`` (empty when there are none)."""
     path = notes_path(root, view)
-    if not path.is_file():
-        return {}
-    try:
-        notes = json.loads(path.read_text())["notes"]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
-        raise DataError(f"{path}: not a notes file ({error!r}); delete it and run the job again") from None
+    notes = (read_json_record(path, "delete it and run the job again") or {"notes": {}}).get("notes")
+    if not isinstance(notes, dict) or not all(isinstance(note, dict) for note in notes.values()):
+        raise DataError(f"{path}: not a notes file (no mapping 'notes' of mappings); delete it and run the job again")
     return {str(key): dict(note) for key, note in notes.items()}
 
 
@@ -940,13 +934,10 @@ def _guess_key(key_bytes: bytes) -> str | None:
 
 def _read_meta(root: Path) -> dict:
     path = root / META_FILE
-    if not path.is_file():
+    record = read_json_record(path)
+    if record is None:
         raise DataError(f"not a clip store (no {META_FILE}): {root}")
-    try:
-        record = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise DataError(f"{path}: not valid JSON: {error}") from None
-    if not isinstance(record, dict) or record.get("format") != STORE_FORMAT:
+    if record.get("format") != STORE_FORMAT:
         raise DataError(f"{path}: not a coclr clip store")
     if record.get("version") not in READABLE_VERSIONS:
         raise DataError(f"{path}: unsupported store version {record.get('version')!r} (this library reads "

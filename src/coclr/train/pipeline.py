@@ -9,14 +9,13 @@ again skips finished stages and resumes the unfinished one from its last checkpo
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
-from coclr.atomic import atomic_write_json, read_json_lines
+from coclr.atomic import atomic_write_json, read_json_lines, read_json_record
 from coclr.config import to_dict, validate
 from coclr.core.distributed import held_by_main, is_main
 from coclr.errors import ConfigError
@@ -113,8 +112,8 @@ def stage_config(config: PipelineConfig, stage: Stage, run_dir: Path) -> Pretrai
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / MANIFEST
-    return json.loads(path.read_text()) if path.is_file() else {}
+    """The pipeline's manifest (its stages, their checkpoints and times), empty before the first stage ends."""
+    return read_json_record(run_dir / MANIFEST) or {}
 
 
 def pipeline_eta(run_dir: Path, stages: list[Stage]) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
-from coclr.atomic import atomic_write_text
+from coclr.atomic import atomic_write_text, read_json_record
 from coclr.errors import DataError
 from coclr.video.decode import why_not_video
 
@@ -148,12 +148,9 @@ class VideoIndex:
     @classmethod
     def load(cls, path: str | Path) -> VideoIndex:
         path = Path(path)
-        if not path.is_file():
+        data = read_json_record(path)
+        if data is None:
             raise DataError(f"index file not found: {path}")
-        try:
-            data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise DataError(f"{path}: not valid JSON: {error}") from None
         return cls.from_dict(data, str(path))
 
 
