@@ -479,8 +479,8 @@ def test_a_commit_interrupted_between_renames_is_finished_by_the_next_run(tmp_pa
 def test_a_second_writer_of_one_folder_is_refused_while_the_first_holds_it(tmp_path, encoder):
     """Two runs never write one output folder at once: the second is refused, naming the holder; once the first
     has ended (even by SIGKILL) the folder opens again."""
-    from coclr.embed.output import LOCK_FILE
     from coclr.embed.run import folder_record
+    from coclr.runfolder import LOCK_FILE
     from conftest import locked_by_another_process
 
     record = folder_record(Embedder(encoder, workers=0, **SMALL))

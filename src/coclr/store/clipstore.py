@@ -47,7 +47,7 @@ import struct
 import tempfile
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +58,7 @@ import numpy as np
 from coclr.atomic import atomic_open, atomic_write_json, read_json_record
 from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
-from coclr.runfolder import FolderRule, check_place, refuse_foreign
+from coclr.runfolder import LOCK_FILE, FolderRecord, FolderRule, check_folder
 from coclr.store.jpeg import decode_jpeg, decode_jpeg_strict
 from coclr.video.indexes import VideoIndex, is_relative_key
 
@@ -77,7 +77,6 @@ ENTRY_VERSION = 3
 READABLE_ENTRY_VERSIONS = (1, 2, 3)
 INDEX_FILE = "index.json"
 META_FILE = "store.json"
-LOCK_FILE = ".lock"
 ENTRY_SUFFIX = ".frames"
 FAILED_PREFIX = "failed_"
 NOTES_PREFIX = "notes_"
@@ -178,13 +177,19 @@ def _conflicts(root: Path, index: VideoIndex, meta: dict[str, Any], replace_inde
     another index and ``replace_index`` is false."""
     existing = _read_meta(root)["meta"]
     STORE_FOLDER.check(root, existing, meta)
+    return {k: v for k, v in meta.items() if k not in existing}, _index_changed(root, index, replace_index)
+
+
+def _index_changed(root: Path, index: VideoIndex, replace_index: bool) -> bool:
+    """Whether the store ``root`` holds another index than ``index``; refused (:class:`DataError`) unless
+    ``replace_index``."""
     stored = _load_index(root)
     changed = stored.to_dict() != index.to_dict()
     if changed and not replace_index:
         raise DataError(f"{root} already holds a store of a different index ({stored.name!r}, "
                         f"{len(stored)} videos; given {index.name!r}, {len(index)} videos): use another output "
                         "folder (`coclr data store` updates the index of a store it built)")
-    return {k: v for k, v in meta.items() if k not in existing}, changed
+    return changed
 
 
 def _same_index(path: Path, index: VideoIndex) -> bool:
@@ -198,19 +203,35 @@ def _same_index(path: Path, index: VideoIndex) -> bool:
         return False
 
 
+def store_record(index: VideoIndex, replace_index: bool = False, written: Callable[[IndexUpdate], Any] | None = None,
+                 **meta: Any) -> FolderRecord:
+    """How a store records its settings (:func:`~coclr.runfolder.claim_folder`): the metadata of ``store.json``,
+    which may only gain keys, beside the index; a new store's folder may already hold that same index
+    (:func:`_same_index`), an existing one must hold ``index`` unless ``replace_index``. Recording is
+    :func:`create_store`, whose update of the index goes to ``written``."""
+    def read(folder: Path) -> dict[str, Any] | None:
+        return _read_meta(folder)["meta"] if (folder / META_FILE).is_file() else None
+
+    def write(folder: Path, held: bool) -> None:
+        update = create_store(folder, index, replace_index=replace_index, **meta)
+        if written is not None:
+            written(update)
+
+    return FolderRecord(META_FILE, read, write, ours=lambda path: _same_index(path, index),
+                        check=lambda folder: _index_changed(folder, index, replace_index))
+
+
 def check_store(root: str | Path, index: VideoIndex, *, replace_index: bool = False, **meta: Any) -> bool:
     """What :func:`create_store` would refuse, found by reading only (so that a job is refused before it takes a
-    lock or writes): whether the store must be written (created, or given new keys or the index). A new store's
-    folder must hold nothing but coclr's lock files (or that same index: see :func:`_same_index`), and lie in no
-    other command's folder (:mod:`coclr.runfolder`): a user's own ``index.json`` there is refused, not replaced."""
+    lock or writes; :func:`~coclr.runfolder.check_folder` with :func:`store_record`): whether the store must be
+    written (created, or given new keys or the index). A new store's folder must hold nothing but coclr's lock files
+    (or that same index: see :func:`_same_index`), and lie in no other command's folder (:mod:`coclr.runfolder`): a
+    user's own ``index.json`` there is refused, not replaced."""
     root = Path(root)
-    if root.exists() and not root.is_dir():
-        raise DataError(f"store path exists and is not a folder: {root}")
-    if not (root / META_FILE).is_file():  # a new store: not inside another command's folder, nothing else in it
-        check_place(root, STORE_FOLDER.command)
-        refuse_foreign(root, STORE_FOLDER.command, META_FILE, lambda path: _same_index(path, index))
+    meta = recorded_meta(meta)
+    if not check_folder(root, STORE_FOLDER, meta, record=store_record(index, replace_index, **meta)):
         return True
-    new, changed = _conflicts(root, index, _json_roundtrip(meta), replace_index)
+    new, changed = _conflicts(root, index, meta, replace_index)
     return bool(new or changed)
 
 
@@ -226,7 +247,7 @@ def create_store(root: str | Path, index: VideoIndex, *, replace_index: bool = F
     (:func:`coclr.store.jobs.writing_view`), so that a job refused by that lock has changed nothing.
     """
     root = Path(root)
-    meta = _json_roundtrip(meta)
+    meta = recorded_meta(meta)
     meta_file = root / META_FILE
     if not check_store(root, index, replace_index=replace_index, **meta):
         return IndexUpdate((), ())
@@ -966,7 +987,8 @@ def _load_index(root: Path) -> VideoIndex:
     return VideoIndex.load(root / INDEX_FILE)
 
 
-def _json_roundtrip(meta: dict[str, Any]) -> dict[str, Any]:
+def recorded_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` as ``store.json`` records it (a JSON round trip: tuples become lists), to compare with a record."""
     try:
         return json.loads(json.dumps(meta))
     except TypeError as error:
