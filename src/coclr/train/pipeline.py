@@ -25,8 +25,8 @@ from coclr.models.loading import save_encoder
 from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record, restart_folder
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PipelineConfig, PretrainConfig
+from coclr.train.run import pretrain
 from coclr.train.setup import CONTINUABLE, LAST, resolve_device, resolve_precision
-from coclr.train.trainer import Trainer
 
 MANIFEST = "manifest.json"
 PIPELINE_FOLDER = FolderRule("pipeline", "a pipeline run", may_differ=CONTINUABLE, restart=True)
@@ -219,17 +219,16 @@ def _run_stages(run_dir: Path, stages: list[Stage], stage_configs: list[Pretrain
             atomic_write_json(run_dir / MANIFEST, manifest)
             print(f"[coclr pipeline] stage {number}/{len(stages)}: {stage.name} ({stage.method} on "
                   f"{'+'.join(stage.trains)}, {stage.epochs} epochs); {pipeline_eta(run_dir, stages)}", flush=True)
-        trainer = Trainer(stage_cfg)
-        trainer.progress_label = f"stage {number}/{len(stages)} {stage.name}"
+        label = f"stage {number}/{len(stages)} {stage.name}"
         try:
-            checkpoint = trainer.run()
-        except KeyboardInterrupt as error:
-            stopped = interrupted(error, trainer.kept())
-            stopped.kept = f"stage {number}/{len(stages)} {stage.name}: {stopped.kept}"
+            trained = pretrain(stage_cfg, label=label)
+        except KeyboardInterrupt as error:  # the trainer says which checkpoint is kept; before it, the stage's own
+            stopped = interrupted(error, "what its earlier runs finished is kept")
+            stopped.kept = f"{label}: {stopped.kept}"
             raise stopped from None
-        if not trainer.finished:
+        if not trained.finished:
             return run_dir
-        entry["encoders"] = export_encoders(checkpoint, stage, run_dir)
+        entry["encoders"] = export_encoders(trained.checkpoint, stage, run_dir)
         entry["status"] = "done"
         if dist.is_initialized():
             dist.barrier()
