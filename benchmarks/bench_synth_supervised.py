@@ -25,8 +25,8 @@ from torch import nn
 from coclr.config import load_config
 from coclr.data.augment import ClipAugment, center_crop
 from coclr.data.datasets import TrainClips
-from coclr.flow.extract import extract_flow
 from coclr.models.encoder import build_encoder
+from coclr.store.flow_extract import extract_flow
 from coclr.synth import SynthConfig, generate_synthetic
 
 

@@ -18,9 +18,9 @@ import pytest
 from coclr.cli import main as cli_main
 from coclr.errors import ConfigError, DataError
 from coclr.flow.encode import uint8_to_flow
-from coclr.flow.extract import extract_flow, resolve_backend
 from coclr.flow.params import TVL1Params
 from coclr.store.clipstore import ClipStore, create_store, entry_path, write_entry
+from coclr.store.flow_extract import extract_flow, resolve_backend
 from coclr.store.jpeg import encode_jpeg
 from coclr.threads import opencv_threads
 from coclr.video.indexes import VideoEntry, VideoIndex
@@ -196,7 +196,7 @@ def test_bad_input_is_a_clear_error_before_any_work(small_store, tmp_path):
 def test_auto_picks_our_tvl1_where_it_is_fast_and_continues_a_view_with_its_backend(monkeypatch):
     import torch
 
-    import coclr.flow.extract as extract
+    import coclr.store.flow_extract as extract
 
     backend, device = resolve_backend("auto")
     if torch.cuda.is_available():
@@ -308,7 +308,7 @@ def test_killed_extraction_resumes_to_the_same_result(tmp_path):
 def test_two_flow_jobs_on_one_view_never_mix(small_store: Path):
     """A view records its backend and parameters: resuming it with another backend or other TV-L1 parameters is
     refused, naming them; a second job of the same kind is refused while the first holds the view's lock."""
-    from coclr.flow.extract import method_key
+    from coclr.store.flow_views import method_key
 
     extract_flow(small_store, backend="tvl1", view="flow", params=FAST_TVL1, workers=1, keys=["right_up.avi"])
     assert ClipStore(small_store).meta[method_key("flow")]["backend"] == "tvl1"

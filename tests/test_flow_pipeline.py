@@ -15,17 +15,18 @@ import torch
 
 from coclr.errors import ConfigError
 from coclr.flow.encode import flow_to_uint8
-from coclr.flow.extract import extract_flow, method_key
-from coclr.flow.middlebury import endpoint_error
 from coclr.flow.opencv import opencv_tvl1, rgb_to_gray
 from coclr.flow.params import TVL1Params
-from coclr.flow.pipeline import OPEN_SIZES, _Batcher
-from coclr.flow.source import decode_gray
 from coclr.flow.tvl1 import tvl1_flow
 from coclr.flow.tvl1_cpu import find_compiler
 from coclr.store.clipstore import ClipStore
+from coclr.store.flow_extract import extract_flow
+from coclr.store.flow_pipeline import OPEN_SIZES, _Batcher
+from coclr.store.flow_source import decode_gray
+from coclr.store.flow_views import method_key
 from coclr.store.jpeg import encode_jpeg
 from coclr.video.decode import resize_short_side
+from middlebury import endpoint_error
 from test_flow_extract import make_store, moving_texture
 from test_flow_tvl1 import CROP, load_pair
 
@@ -75,7 +76,7 @@ def test_the_pipeline_writes_what_each_video_alone_gives(tmp_path, mode, workers
 def test_videos_read_in_chunks_give_the_entries_of_whole_videos(tmp_path, monkeypatch, workers):
     """Chunks of 2 pairs (a 6-frame video is 3 of them, cut across batches of 3 pairs), encoded part by part, in
     processes or not: every entry holds the frames of its video solved alone, and the failures are the same."""
-    from coclr.flow import pipeline
+    from coclr.store import flow_pipeline as pipeline
 
     monkeypatch.setattr(pipeline, "DECODE_CHUNK", 2)
     videos = mixed_videos()
@@ -225,7 +226,7 @@ def test_the_pairs_of_a_batch_go_to_the_device_in_one_copy_as_consecutive_frames
     non-blocking copy from one host buffer (pinned on a GPU: a concatenation of pinned frames is not)."""
     import torch
 
-    from coclr.flow.pipeline import upload_pairs
+    from coclr.store.flow_pipeline import upload_pairs
 
     videos = [torch.randint(0, 256, (n, 5, 7), dtype=torch.uint8) for n in (3, 1, 4)]
     copies = []

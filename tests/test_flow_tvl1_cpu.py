@@ -18,10 +18,10 @@ import torch
 
 from coclr.errors import DataError
 from coclr.flow import tvl1_cpu
-from coclr.flow.middlebury import endpoint_error, read_flo
 from coclr.flow.params import TVL1Params
 from coclr.flow.tvl1 import ScaleSolver, TorchPasses, make_passes, primal_dual_step, solve_pyramid, tvl1_flow
 from coclr.flow.tvl1_cpu import CPasses
+from middlebury import endpoint_error, read_flo
 
 pytestmark = pytest.mark.skipif(tvl1_cpu.find_compiler() is None, reason="no C compiler found (set CC or install gcc)")
 STEPS = (0.15 * 0.3, 0.3, 0.25 / 0.3)

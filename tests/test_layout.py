@@ -27,10 +27,10 @@ tests/ (importable by name: pytest's ``pythonpath``, the scripts' own folder).""
 LAYERS = [
     {"version", "errors"},
     {"atomic", "config", "seeding", "filelock", "threads", "progress", "interrupts"},
-    {"runfolder", "clips"},
-    {"core", "models", "video"},
+    {"runfolder", "clips", "distributed"},
+    {"core", "models", "video", "flow"},
     {"store"},
-    {"flow", "synth", "data"},
+    {"synth", "data"},
     {"eval"},
     {"train", "embed"},
     {"study"},

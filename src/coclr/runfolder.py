@@ -244,7 +244,7 @@ def claim_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any], 
     (``record.write``). ``restart`` moves an earlier folder aside first (the one write a refused check cannot undo:
     it is asked for). ``record``: where the settings are recorded (default: ``run.json``, :func:`run_record`);
     ``lock``: the lock that refuses a second job (default :func:`folder_lock`; a store's view lock for its views).
-    In a job of several processes, one of them claims the folder (:func:`coclr.core.distributed.held_by_main`)."""
+    In a job of several processes, one of them claims the folder (:func:`coclr.distributed.held_by_main`)."""
     folder = Path(folder)
     record = record or run_record(rule, options)
     if restart:

@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from coclr.core.distributed import init_distributed, launched_world_size
-    from coclr.flow.extract import extract_flow, resolve_backend
+    from coclr.distributed import init_distributed, launched_world_size
+    from coclr.store.flow_extract import extract_flow, resolve_backend
     from coclr.store.jobs import GROUP_TIMEOUT
 
     options = {key: getattr(args, key) for key in ("bound", "mode", "stop_every", "batch_pairs", "kernels", "jpeg")

@@ -42,9 +42,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from coclr.core.distributed import pick_device
 from coclr.data.augment import center_crop
 from coclr.data.sampling import clip_span, sliding_windows
+from coclr.distributed import pick_device
 from coclr.embed.settings import EmbedSettings, checkpoint_view, resolve_settings
 from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.flow.encode import flow_to_uint8

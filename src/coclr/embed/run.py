@@ -13,7 +13,7 @@ from typing import Any
 import cv2
 import numpy
 
-from coclr.core.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
+from coclr.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
 from coclr.embed.embedder import Embedder, EmbedFailure
 from coclr.embed.inputs import expand_inputs
 from coclr.embed.output import ChunkWriter, EmbeddingWriter, file_identity, read_settings

@@ -469,7 +469,7 @@ def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params | None = None, *, m
     PyTorch iteration and median filter through ``torch.compile`` (the first call of each size compiles for a
     minute or more; ``auto`` then takes PyTorch operations on the CPU). ``stop``: a :class:`threading.Event`; once
     it is set, the solve ends at its next warp, pass or (C loops) pair with :class:`~coclr.interrupts.Interrupted`:
-    how a thread solving for an interrupted job (:class:`~coclr.flow.pipeline.FlowPipeline`) is told to stop.
+    how a thread solving for an interrupted job (:class:`~coclr.store.flow_pipeline.FlowPipeline`) is told to stop.
     """
     _check_inputs(prev, next)
     params = TVL1Params() if params is None else params

@@ -133,7 +133,7 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         if result.get("status") == "done" and result.get("labels_file") == record_options["labels"]:
             failed = [(item["path"], item["error"]) for item in result.get("failed", [])]
             return LearnSummary(out, len(paths), failed, time.perf_counter() - started, True, result)
-    from coclr.core.distributed import (  # noqa: PLC0415 (heavy: torch)
+    from coclr.distributed import (  # noqa: PLC0415 (heavy: torch)
         barrier,
         broadcast_object,
         init_distributed,
@@ -177,7 +177,7 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, options: 
     """Every phase; the parts run by every process of a torchrun job, what is written once by rank 0."""
     import torch  # noqa: PLC0415 (heavy)
 
-    from coclr.core.distributed import barrier, is_main, world_size  # noqa: PLC0415 (heavy: torch)
+    from coclr.distributed import barrier, is_main, world_size  # noqa: PLC0415 (heavy: torch)
     from coclr.train.pipeline import plan_stages, run_pipeline  # noqa: PLC0415
 
     main = is_main()
@@ -284,7 +284,7 @@ def check_inputs(out: Path, paths: list[str], restart: bool) -> None:
 def make_plan(paths: list[str], budget: float, device, workers: int | None, spent: float) -> Plan:
     """Probe the videos, measure this machine and choose the plan (:mod:`coclr.learn.budget`) for the processes
     and machines of the job."""
-    from coclr.core.distributed import launched_machines, launched_world_size  # noqa: PLC0415 (heavy: torch)
+    from coclr.distributed import launched_machines, launched_world_size  # noqa: PLC0415 (heavy: torch)
     from coclr.video.decode import probe_video  # noqa: PLC0415
 
     say(f"coclr learn: probing {len(paths)} videos and measuring this machine for the budget ...")
@@ -338,7 +338,7 @@ def store_failures(store: Path, root: str) -> dict[str, str]:
 def extract_learn_flow(store: Path, root: str, workers: int | None) -> dict[str, str]:
     """TV-L1 flow of every stored video (the fastest exact TV-L1 here: our C loops, Triton on a GPU); returns the
     videos it failed for (path -> reason)."""
-    from coclr.flow.extract import extract_flow  # noqa: PLC0415 (heavy: torch)
+    from coclr.store.flow_extract import extract_flow  # noqa: PLC0415 (heavy: torch)
 
     summary = extract_flow(store, backend="auto", bound=FLOW_BOUND, workers=workers)
     print(summary, flush=True)

@@ -1,6 +1,6 @@
 """The engine of long store jobs: one job per entry of a view, in worker processes, resumable and atomic.
 
-Building the RGB view (:mod:`coclr.store.build`), optical flow extraction (:mod:`coclr.flow.extract`) and the
+Building the RGB view (:mod:`coclr.store.build`), optical flow extraction (:mod:`coclr.store.flow_extract`) and the
 synthetic dataset (:mod:`coclr.synth`) all run through :func:`run_entry_jobs`: a picklable
 ``job(key) -> (encoded_frames, fps)`` runs in a process pool, its entry is written atomically as its frames come
 (a generator of frames is never held whole, so memory does not grow with a video's length), complete ones skipped
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from coclr.atomic import PARTIAL_SUFFIX
-from coclr.core.distributed import (
+from coclr.distributed import (
     all_gather_objects,
     held_by_main,
     is_distributed,

@@ -15,7 +15,7 @@ from coclr.clips import JPEG_QUALITY, SHORT_SIDE
 from coclr.config import option, require
 from coclr.core.methods import METHODS
 from coclr.flow.encode import check_bound
-from coclr.flow.extract import BACKENDS
+from coclr.store.flow_extract import BACKENDS
 
 # ------------------------------------------------------------------------------------------------- the rows
 

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from coclr.atomic import atomic_write_json, read_json_lines, read_json_record
 from coclr.config import to_dict, validate
-from coclr.core.distributed import held_by_main, is_main
+from coclr.distributed import held_by_main, is_main
 from coclr.errors import ConfigError
 from coclr.interrupts import interrupted
 from coclr.models.encoder import build_encoder

@@ -26,10 +26,10 @@ from torch import nn
 
 from coclr import seeding
 from coclr.config import to_dict
-from coclr.core.distributed import held_by_main, init_distributed, is_main, pick_device, rank, world_size
 from coclr.data.augment import ClipAugment
 from coclr.data.batch_decode import resolve_decode
 from coclr.data.datasets import TrainClips, left_out_message
+from coclr.distributed import held_by_main, init_distributed, is_main, pick_device, rank, world_size
 from coclr.errors import ConfigError
 from coclr.runfolder import FolderRule, check_folder, claim_folder, restart_folder
 from coclr.store.clipstore import open_store
@@ -174,7 +174,7 @@ def torch_settings(deterministic: bool, device: torch.device) -> Iterator[None]:
 
 
 def resolve_device(name: str) -> torch.device:
-    """The device of ``run.device`` (:func:`coclr.core.distributed.pick_device`)."""
+    """The device of ``run.device`` (:func:`coclr.distributed.pick_device`)."""
     return pick_device(name, "run.device")
 
 

@@ -33,8 +33,8 @@ from torch.utils.tensorboard import SummaryWriter
 from coclr import seeding
 from coclr.atomic import atomic_duplicate, atomic_torch_save, atomic_write_text, read_json_lines
 from coclr.config import to_dict
-from coclr.core.distributed import is_main
 from coclr.data.batch_decode import collate_clips, decode_batch
+from coclr.distributed import is_main
 from coclr.errors import CheckpointError, CoclrError
 from coclr.eval.monitor import knn_recall
 from coclr.interrupts import interrupted, loader_worker_signals

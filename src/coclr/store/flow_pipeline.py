@@ -45,10 +45,10 @@ import numpy as np
 from coclr.errors import ConfigError
 from coclr.flow.encode import FLOW_BOUND, flow_image, quantise_flow
 from coclr.flow.params import TVL1Params
-from coclr.flow.source import SOURCE_VIEW, decode_gray, source_frames
 from coclr.flow.tvl1 import make_passes, tvl1_flow
 from coclr.interrupts import loader_worker_signals
 from coclr.store.clipstore import ClipStore, EntryWriter, StorageFullError
+from coclr.store.flow_source import SOURCE_VIEW, decode_gray, source_frames
 from coclr.store.jobs import RecordFn, default_start_method, init_worker, stop_pool
 from coclr.store.jpeg import encode_jpeg
 from coclr.threads import opencv_threads, worker_opencv_threads

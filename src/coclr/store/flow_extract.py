@@ -11,7 +11,7 @@ Backends (:data:`BACKENDS`):
   TV-L1 on the CPU and less accurate; stored under its own view (``flow_dis``) by default.
 * ``tvl1-torch``: the PyTorch TV-L1 (:func:`coclr.flow.tvl1.tvl1_flow`, Triton kernels on CUDA) on a torch
   device, in batches of ``batch_pairs`` frame pairs taken across videos, with decoding and JPEG encoding in
-  worker processes (:class:`~coclr.flow.pipeline.FlowPipeline`); the only backend with the ``fast`` mode.
+  worker processes (:class:`~coclr.store.flow_pipeline.FlowPipeline`); the only backend with the ``fast`` mode.
 * ``auto``: ``tvl1-torch`` when CUDA is available (and no CPU device was asked for) or the fast mode was asked
   for, else ``tvl1``.
 
@@ -36,17 +36,24 @@ from pathlib import Path
 import numpy as np
 
 from coclr.clips import JPEG_QUALITY
-from coclr.config import to_dict
-from coclr.core.distributed import pick_device
+from coclr.distributed import pick_device
 from coclr.errors import ConfigError, DataError
 from coclr.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
 from coclr.flow.opencv import opencv_dis, opencv_tvl1
 from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
-from coclr.flow.pipeline import FlowPipeline
-from coclr.flow.source import SOURCE_VIEW, decode_gray, source_frames
 from coclr.flow.tvl1_cpu import compiler_available
-from coclr.runfolder import FolderRule, check_output_folder
-from coclr.store.clipstore import ENTRY_SUFFIX, ClipStore, check_view_name
+from coclr.runfolder import check_output_folder
+from coclr.store.clipstore import ClipStore, check_view_name
+from coclr.store.flow_pipeline import FlowPipeline
+from coclr.store.flow_source import SOURCE_VIEW, decode_gray, source_frames
+from coclr.store.flow_views import (
+    bound_key,
+    flow_method,
+    flow_view_rule,
+    method_key,
+    recorded_method,
+    recorded_settings,
+)
 from coclr.store.jobs import JobSummary, run_entry_jobs, run_entry_stream, writing_view
 from coclr.store.jpeg import encode_jpeg
 from coclr.video.indexes import SPLITS
@@ -125,61 +132,6 @@ def _check_device(device: str | None) -> str:
 def encode_flow_frames(flow: np.ndarray, quality: int = JPEG_QUALITY, bound: float = FLOW_BOUND) -> list[bytes]:
     """JPEG bytes of flow ``[N, H, W, 2]`` in the stored format (``flow_to_uint8``, then JPEG)."""
     return [encode_jpeg(image, quality) for image in flow_to_uint8(flow, bound)]
-
-
-def bound_key(view: str) -> str:
-    """The store metadata key that records the flow bound of ``view``."""
-    return f"{view}_bound_px"
-
-
-def method_key(view: str) -> str:
-    """The store metadata key that records the backend and TV-L1 parameters of ``view``."""
-    return f"{view}_method"
-
-
-def flow_method(backend: str, params: TVL1Params, mode: str = "exact", stop_every: int = FAST_STOP_EVERY,
-                kernels: str | None = None) -> dict:
-    """What a flow view records of how it was computed (metadata ``<view>_method``): the backend, the TV-L1
-    parameters and mode (and, in the fast mode, the iterations between stop tests), and for ``tvl1-torch`` the
-    ``kernels`` that computed it (``c``, ``triton``, ``torch``: they agree to float rounding, not bit for bit); two
-    runs that record different methods must not write one view."""
-    if backend == "dis":
-        return {"backend": backend, "params": None}
-    method = {"backend": backend, "params": to_dict(params), "mode": mode}
-    if mode == "fast":
-        method["stop_every"] = stop_every
-    return {**method, "kernels": kernels} if kernels is not None else method
-
-
-def recorded_method(store: ClipStore, view: str) -> dict | None:
-    """The method recorded for ``view`` (:func:`flow_method`); TV-L1 views recorded before modes existed are exact."""
-    recorded = store.meta.get(method_key(view))
-    if recorded is not None and recorded.get("backend") != "dis" and "mode" not in recorded:
-        recorded = {**recorded, "mode": "exact"}
-    return recorded
-
-
-def stored_bound(store: ClipStore, view: str) -> float | None:
-    """The flow bound ``view`` was extracted with: the recorded one; the default for a view written before bounds
-    were recorded; None for a view not extracted yet."""
-    recorded = store.meta.get(bound_key(view))
-    if recorded is not None:
-        return float(recorded)
-    folder = store.root / view
-    return FLOW_BOUND if folder.is_dir() and next(folder.rglob("*" + ENTRY_SUFFIX), None) else None
-
-
-def flow_view_rule(view: str) -> FolderRule:
-    """How a flow view is continued or refused (:mod:`coclr.runfolder`): by its bound and method, recorded in the
-    store's metadata; extracting more of it otherwise would mix two kinds of flow."""
-    return FolderRule("flow", f"flow view {view!r}", may_add=True, other="another view (--view)")
-
-
-def recorded_settings(store: ClipStore, view: str) -> dict:
-    """The bound and method ``view`` records (:func:`stored_bound`, :func:`recorded_method`; none for a view not
-    extracted yet)."""
-    recorded = {bound_key(view): stored_bound(store, view), method_key(view): recorded_method(store, view)}
-    return {key: value for key, value in recorded.items() if value is not None}
 
 
 def _is_entry_shard(path: Path) -> bool:
