@@ -29,6 +29,7 @@ import numpy as np
 
 from coclr.data.sampling import clip_span
 from coclr.errors import ConfigError
+from coclr.progress import duration
 
 MIN_VIDEOS = 8
 """Fewest videos a run learns from: contrastive learning needs other videos as negatives in every batch."""
@@ -183,15 +184,6 @@ class Plan:
                  f"per view ({self.steps} steps); about {duration(total)} of the {duration(self.budget)} budget"]
         lines += [f"  {reason}" for reason in self.reasons]
         return "\n".join(lines)
-
-
-def duration(seconds: float) -> str:
-    """``seconds`` in words: "45 s", "12 min", "1.5 h"."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def infonce_side_by_side(device, processes: int) -> bool:

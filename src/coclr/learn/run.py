@@ -36,7 +36,7 @@ from coclr.atomic import atomic_write_json, atomic_write_text
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
-from coclr.learn.budget import Footage, Plan, choose_plan, duration, infonce_side_by_side, measure_costs
+from coclr.learn.budget import Footage, Plan, choose_plan, infonce_side_by_side, measure_costs
 from coclr.learn.recipe import pipeline_options
 from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record
 from coclr.video.indexes import unlabelled_index
@@ -88,7 +88,7 @@ class LearnSummary:
         if self.already_done:
             lines.append(f"{self.out}: finished before; nothing to do")
         else:
-            lines.append(f"{self.out}: learnt from {self.videos - len(self.failed)} videos in {duration(self.seconds)}")
+            lines.append(f"{self.out}: learnt from {self.videos - len(self.failed)} videos in {progress.duration(self.seconds)}")
         lines.append(f"  encoders: {self.out / 'encoder_rgb.pth'}, {self.out / 'encoder_flow.pth'}")
         lines.append(f"  embeddings: {', '.join(str(self.out / 'embeddings' / name) for name in EMBEDDINGS)} "
                      f"(coclr search {self.out / 'embeddings' / 'two_stream'} --query VIDEO)")
