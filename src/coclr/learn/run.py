@@ -88,7 +88,8 @@ class LearnSummary:
         if self.already_done:
             lines.append(f"{self.out}: finished before; nothing to do")
         else:
-            lines.append(f"{self.out}: learnt from {self.videos - len(self.failed)} videos in {progress.duration(self.seconds)}")
+            learnt = self.videos - len(self.failed)
+            lines.append(f"{self.out}: learnt from {learnt} videos in {progress.duration(self.seconds)}")
         lines.append(f"  encoders: {self.out / 'encoder_rgb.pth'}, {self.out / 'encoder_flow.pth'}")
         lines.append(f"  embeddings: {', '.join(str(self.out / 'embeddings' / name) for name in EMBEDDINGS)} "
                      f"(coclr search {self.out / 'embeddings' / 'two_stream'} --query VIDEO)")
