@@ -48,9 +48,6 @@ INPUTS_FILE = "inputs.json"
 PLAN_FILE = "plan.json"
 RESULT_FILE = "learn.json"
 LOG_FILE = "learn.log"
-FLOW_BOUND = 20.0
-"""Flow is clipped to +-20 px before its uint8 storage (the paper's)."""
-STORE_QUALITY = 90
 EMBEDDINGS = ("rgb", "flow", "two_stream")
 VIEWS = ("rgb", "flow")
 
@@ -322,7 +319,7 @@ def build_learn_store(out: Path, root: str, paths: list[str], plan: Plan, worker
 
     index = unlabelled_index([os.path.relpath(path, root).replace(os.sep, "/") for path in paths], out.name)
     store = out / "store"
-    summary = build_store(index, root, store, short_side=plan.model.size, quality=STORE_QUALITY, workers=workers)
+    summary = build_store(index, root, store, short_side=plan.model.size, workers=workers)
     print(summary, flush=True)
     return store
 
@@ -337,11 +334,11 @@ def store_failures(store: Path, root: str) -> dict[str, str]:
 
 
 def extract_learn_flow(store: Path, root: str, workers: int | None) -> dict[str, str]:
-    """TV-L1 flow of every stored video (the fastest exact TV-L1 here: our C loops, Triton on a GPU); returns the
-    videos it failed for (path -> reason)."""
+    """TV-L1 flow of every stored video (the fastest exact TV-L1 here: our C loops, Triton on a GPU; clipped to the
+    paper's bound); returns the videos it failed for (path -> reason)."""
     from coclr.flow.extract import extract_flow  # noqa: PLC0415 (heavy: torch)
 
-    summary = extract_flow(store, backend="auto", bound=FLOW_BOUND, workers=workers)
+    summary = extract_flow(store, backend="auto", workers=workers)
     print(summary, flush=True)
     return {os.path.join(root, key): reason for key, reason in summary.failed}
 
