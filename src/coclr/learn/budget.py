@@ -426,7 +426,8 @@ def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float,
 
     from coclr.study.scheduler import die_with_parent  # noqa: PLC0415 (heavy: torch)
 
-    code = ("import json, sys; from coclr.learn.budget import _child_timing; "
+    code = ("import json, sys; from coclr.threads import apply_process_policy; apply_process_policy(); "  # as every
+            "from coclr.learn.budget import _child_timing; "  # entry point does, before torch loads
             "print(json.dumps(_child_timing(*json.loads(sys.argv[1]))))")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     launched = time.time()
@@ -446,8 +447,6 @@ def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float,
 def _child_timing(width: float, size: int, length: int, batch: int, steps: int, launched: float) -> dict[str, float]:
     """In a child process of :func:`_time_side_by_side`: the seconds from ``launched`` until it could train, and of
     one step on one thread."""
-    import coclr.cli  # noqa: F401, PLC0415 (the process policy of every entry point: OpenMP's passive wait)
-
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
         timing = _time_training(Model(width, size, length), Path(tmp), "cpu", batch, steps, started=launched)
     return {"step": timing["step"], "started": timing["ready"]}
