@@ -43,7 +43,8 @@ def costs(step_ms: dict[Model, float]) -> Costs:
                  flow_pair={m.size: 1e-3 for m in MODELS}, step={m.key: ms / 1e3 for m, ms in step_ms.items()},
                  lone_step={m.key: ms / 1e3 for m, ms in step_ms.items()},
                  forward={m.key: ms / 1e3 / 100 for m, ms in step_ms.items()},
-                 epoch={m.key: 0.05 for m in step_ms}, stage={m.key: 1.0 for m in step_ms}, workers=2)
+                 epoch={m.key: 0.05 for m in step_ms}, stage={m.key: 1.0 for m in step_ms}, workers=2,
+                 start={m.key: 3.0 for m in step_ms})
 
 
 SMALL, WIDER = MODELS[0], MODELS[1]
@@ -398,3 +399,17 @@ def test_infonce_stages_side_by_side_halve_their_time_in_the_plan():
     assert together.steps > apart.steps
     assert together.estimates["infonce"] == pytest.approx(apart.estimates["infonce"] / 2 * together.steps
                                                           / apart.steps, rel=0.05)
+
+
+def test_the_command_line_of_a_finished_run(learnt, capsys):
+    """``coclr learn`` through the CLI: a finished run returns at once, names its outputs and the video it left out
+    (exit 3); a bad budget is one line (exit 2)."""
+    from coclr.cli import main
+
+    videos, labels, out, _ = learnt
+    assert main(["learn", str(videos), "--out", str(out), "--budget", "300s", "--labels", str(labels)]) == 3
+    printed = capsys.readouterr().out
+    assert "finished before; nothing to do" in printed and "broken.mp4" in printed
+    assert str(out / "embeddings" / "two_stream") in printed
+    assert main(["learn", str(videos), "--out", str(out), "--budget", "soon"]) == 2
+    assert "--budget: 'soon' is not a duration" in capsys.readouterr().err

@@ -15,6 +15,7 @@ tested with costs given by the tests.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
@@ -28,6 +29,7 @@ import numpy as np
 
 from coclr.data.sampling import clip_span
 from coclr.errors import ConfigError
+from coclr.progress import duration
 
 MIN_VIDEOS = 8
 """Fewest videos a run learns from: contrastive learning needs other videos as negatives in every batch."""
@@ -136,6 +138,9 @@ class Costs:
     """processes the store and flow jobs run at once (on each machine)"""
     seconds: float = 0.0
     """what the measurement took"""
+    start: dict[str, float] = field(default_factory=dict)
+    """starting a training stage of each model in a process of its own, side by side with another (the imports
+    too): the InfoNCE stages' (:attr:`side_by_side`)"""
     processes: int = 1
     """processes of the job (torchrun's world): each trains on its share of every batch, embeds its share"""
     side_by_side: bool = False
@@ -179,15 +184,6 @@ class Plan:
                  f"per view ({self.steps} steps); about {duration(total)} of the {duration(self.budget)} budget"]
         lines += [f"  {reason}" for reason in self.reasons]
         return "\n".join(lines)
-
-
-def duration(seconds: float) -> str:
-    """``seconds`` in words: "45 s", "12 min", "1.5 h"."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def infonce_side_by_side(device, processes: int) -> bool:
@@ -250,8 +246,9 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
     epoch_steps = steps_per_epoch(footage, batch, costs.processes)
     infonce = 2 * STAGE_SHARES["infonce"] * steps
     coclr = steps - infonce
-    if costs.side_by_side:  # the two stages at once, each on one core
-        infonce_seconds = infonce / 2 * costs.lone_step[key] + infonce / 2 / epoch_steps * costs.epoch[key]
+    if costs.side_by_side:  # the two stages at once, each on one core, in a process of its own
+        infonce_seconds = (infonce / 2 * costs.lone_step[key] + infonce / 2 / epoch_steps * costs.epoch[key]
+                           + costs.start[key])
     else:
         infonce_seconds = infonce * costs.step[key] + infonce / epoch_steps * costs.epoch[key]
     shared = costs.machines  # the store, flow and embedding jobs split the videos between machines
@@ -401,28 +398,66 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         flow_pair[size] = (time.perf_counter() - begin) / (len(gray) - 1)
     costs = Costs(decode_frame, store_frame, flow_pair, {}, {}, {}, {}, {}, workers, processes=processes,
                   machines=machines, side_by_side=infonce_side_by_side(device, processes))
+    batch = batch_for(footage.videos // processes)
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
         for model in MODELS:
             if not footage.fits(model):
                 continue
-            measured = _time_training(model, Path(tmp) / model.key, device, batch_for(footage.videos // processes),
-                                      lone=costs.side_by_side)
-            for name, seconds in measured.items():
-                getattr(costs, name)[model.key] = seconds
-            step = measured["step"]
-            spent = time.perf_counter() - started
-            if spent + MIN_STEPS * step > deadline:  # larger ones would not afford the minimum either
+            measured = _time_training(model, Path(tmp) / model.key, device, batch)
+            if costs.side_by_side:
+                measured["lone_step"], measured["start"] = _time_side_by_side(model, batch)
+            for name in ("step", "lone_step", "forward", "epoch", "stage", "start"):
+                getattr(costs, name)[model.key] = measured.get(name, measured["step"] if name == "lone_step" else 0.0)
+            left = deadline - (time.perf_counter() - started)
+            steps = (left - sum(estimates(footage, model, costs, 0, batch).values())) / _per_step(footage, model,
+                                                                                                    costs, batch)
+            if steps < TARGET_STEPS:  # a larger network would afford even fewer
                 break
     costs.seconds = time.perf_counter() - started
     return costs
 
 
-def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 3,
-                   lone: bool = False) -> dict[str, float]:
-    """Seconds of the parts of training ``model`` on a store of random frames: starting a stage, one InfoNCE
-    training step (after two untimed ones; with ``lone``, on one thread too), the end of an epoch (its checkpoint),
-    and one clip's forward without gradients (in a batch of :data:`INFERENCE_BATCH`)."""
+def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float, float]:
+    """Seconds of one training step of ``model`` in each of two processes training side by side, one thread each
+    (the slower of the two), and the seconds such a process takes to start (imports, store, networks): measured
+    with two real child processes, as the InfoNCE stages run."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
 
+    from coclr.study.scheduler import die_with_parent  # noqa: PLC0415 (heavy: torch)
+
+    code = ("import json, sys; from coclr.threads import apply_process_policy; apply_process_policy(); "  # as every
+            "from coclr.learn.budget import _child_timing; "  # entry point does, before torch loads
+            "print(json.dumps(_child_timing(*json.loads(sys.argv[1]))))")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    launched = time.time()
+    arguments = json.dumps([model.width, model.size, model.length, batch, steps, launched])
+    children = [subprocess.Popen([sys.executable, "-c", code, arguments], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env, preexec_fn=die_with_parent)
+                for _ in range(2)]
+    results = []
+    for child in children:
+        out, err = child.communicate(timeout=600)
+        if child.returncode != 0:
+            raise ConfigError(f"the calibration of two processes side by side failed: {err.strip()[-300:]}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return max(r["step"] for r in results), max(r["started"] for r in results)
+
+
+def _child_timing(width: float, size: int, length: int, batch: int, steps: int, launched: float) -> dict[str, float]:
+    """In a child process of :func:`_time_side_by_side`: the seconds from ``launched`` until it could train, and of
+    one step on one thread."""
+    with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
+        timing = _time_training(Model(width, size, length), Path(tmp), "cpu", batch, steps, started=launched)
+    return {"step": timing["step"], "started": timing["ready"]}
+
+
+def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 3,
+                   started: float | None = None) -> dict[str, float]:
+    """Seconds of the parts of training ``model`` on a store of random frames: starting a stage, one InfoNCE
+    training step (after two untimed ones), the end of an epoch (its checkpoint), one clip's forward without
+    gradients (in a batch of :data:`INFERENCE_BATCH`), and (``ready``) from ``started`` (a ``time.time()``) until the
+    first step could run."""
     from coclr.config import from_dict  # noqa: PLC0415
     from coclr.synth.output import random_store  # noqa: PLC0415
     from coclr.train.config import PretrainConfig  # noqa: PLC0415
@@ -438,10 +473,11 @@ def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 
     begin = time.perf_counter()
     with start_run(config) as trainer:
         stage = time.perf_counter() - begin
-        return _time_steps(trainer, model, batch, steps, lone, stage)
+        return _time_steps(trainer, model, batch, steps, stage, started)
 
 
-def _time_steps(trainer, model: Model, batch: int, steps: int, lone: bool, stage: float) -> dict[str, float]:
+def _time_steps(trainer, model: Model, batch: int, steps: int, stage: float,
+                started: float | None) -> dict[str, float]:
     """The timings of :func:`_time_training` on the run ``trainer`` loops (``stage``: the seconds it took to start)."""
     import torch  # noqa: PLC0415 (heavy)
 
@@ -461,16 +497,8 @@ def _time_steps(trainer, model: Model, batch: int, steps: int, lone: bool, stage
         sync()
         return (time.perf_counter() - begin) / steps
 
+    ready = time.time() - started if started is not None else 0.0
     step = timed_steps()
-    lone_step = step
-    if lone:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            trainer.train_step(data, queue_full=True)
-            lone_step = timed_steps()
-        finally:
-            torch.set_num_threads(threads)
     begin = time.perf_counter()
     trainer.save(best=True)
     epoch = time.perf_counter() - begin
@@ -484,4 +512,4 @@ def _time_steps(trainer, model: Model, batch: int, steps: int, lone: bool, stage
             encoder(clips)
         sync()
     forward = (time.perf_counter() - begin) / steps / INFERENCE_BATCH
-    return {"step": step, "lone_step": lone_step, "forward": forward, "epoch": epoch, "stage": stage}
+    return {"step": step, "forward": forward, "epoch": epoch, "stage": stage, "ready": ready}
