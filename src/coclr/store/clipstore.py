@@ -544,16 +544,7 @@ def record_failures(root: str | Path, view: str, attempted: Iterable[str], faile
     """Update the failure list of ``view`` after a job attempted the entries ``attempted``: their earlier failures
     are dropped and the new ones (``(key, reason)``) recorded; entries the job did not attempt keep theirs.
     Written atomically under the metadata lock (jobs of several processes may finish at once)."""
-    root = Path(root)
-    attempted = set(attempted)
-    with metadata_lock(root):
-        kept = {k: v for k, v in read_failures(root, view).items() if k not in attempted}
-        kept.update(failed)
-        path = failures_path(root, view)
-        if kept or path.exists():
-            with storage_errors(path):
-                atomic_write_json(path, {"view": view, "failed": dict(sorted(kept.items()))})
-    return path
+    return _update_entries(root, view, attempted, dict(failed), "failed", read_failures, failures_path)
 
 
 def notes_path(root: str | Path, view: str) -> Path:
@@ -576,15 +567,23 @@ def read_notes(root: str | Path, view: str) -> dict[str, dict[str, Any]]:
 def record_notes(root: str | Path, view: str, attempted: Iterable[str], notes: dict[str, dict[str, Any]]) -> Path:
     """Update the notes of ``view`` after a job attempted the entries ``attempted``: their earlier notes are dropped
     and the new ones recorded (as :func:`record_failures`, under the metadata lock)."""
+    return _update_entries(root, view, attempted, notes, "notes", read_notes, notes_path)
+
+
+def _update_entries(root: str | Path, view: str, attempted: Iterable[str], new: dict[str, Any], name: str,
+                    read: Callable[[Path, str], dict[str, Any]], where: Callable[[Path, str], Path]) -> Path:
+    """The update of :func:`record_failures` and :func:`record_notes`: under the metadata lock, the entries of the
+    file ``where(root, view)`` (``{"view", name: {key: value}}``, read by ``read``) that a job attempted are dropped
+    and ``new`` added; written atomically, and only when it has an entry or was there before."""
     root = Path(root)
     attempted = set(attempted)
     with metadata_lock(root):
-        kept = {k: v for k, v in read_notes(root, view).items() if k not in attempted}
-        kept.update(notes)
-        path = notes_path(root, view)
+        kept = {k: v for k, v in read(root, view).items() if k not in attempted}
+        kept.update(new)
+        path = where(root, view)
         if kept or path.exists():
             with storage_errors(path):
-                atomic_write_json(path, {"view": view, "notes": dict(sorted(kept.items()))})
+                atomic_write_json(path, {"view": view, name: dict(sorted(kept.items()))})
     return path
 
 
