@@ -13,7 +13,6 @@ Figure 5 (a retrieval gallery, see :mod:`coclr.eval.gallery`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -61,11 +60,10 @@ def is_result_file(path: str | Path) -> bool:
     """Whether ``path`` is a ``coclr eval`` result (a JSON record of a task, its streams and results), which
     ``coclr eval --out`` may write again."""
     try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, ValueError, RecursionError):
+        record = read_json_record(path)
+    except (OSError, DataError):
         return False
-    return isinstance(record, dict) and record.get("task") in ("retrieval", "linear", "finetune") \
-        and "results" in record
+    return record is not None and record.get("task") in ("retrieval", "linear", "finetune") and "results" in record
 
 
 def load_record(path: str | Path) -> dict[str, Any]:

@@ -157,9 +157,10 @@ class VideoIndex:
 def is_index_file(path: str | Path) -> bool:
     """Whether ``path`` is a coclr video index (what ``coclr data index --out`` writes, and may write again)."""
     try:
-        return json.loads(Path(path).read_text()).get("format") == INDEX_FORMAT
-    except (OSError, ValueError, AttributeError):
+        record = read_json_record(path)
+    except (OSError, DataError):
         return False
+    return record is not None and record.get("format") == INDEX_FORMAT
 
 
 def is_relative_key(path: str) -> bool:
