@@ -13,8 +13,6 @@ import sys
 
 from coclr.cli._options import add_clip_arguments
 
-TASKS = ("retrieval", "linear", "finetune")
-
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="encoder checkpoint (ours or the authors')")
