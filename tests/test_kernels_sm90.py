@@ -31,8 +31,8 @@ def test_the_recorded_launches_cover_every_kernel_channel_count_mode_and_median_
         by_kernel.setdefault(launch.kernel, []).append(launch)
     passes = {(dict(launch.constants)["CH"], dict(launch.constants)["BW"], launch.default)
               for launch in by_kernel["_pass_kernel"]}
-    # 2 channels: one compiled kernel for every pass length; gamma: 64x32, and 64x64 for halos of 15 and more
-    assert passes == {(2, 64, True), (3, 32, True), (3, 64, False)}
+    # both channel counts: 64x32 blocks, and 64x64 for halos of 15 and more
+    assert passes == {(2, 32, True), (2, 64, False), (3, 32, True), (3, 64, False)}
     stops = {(dict(launch.constants)["EXACT"], dict(launch.constants)["NMAX"]) for launch in by_kernel["_stop_kernel"]}
     assert stops == {(exact, nmax) for exact in (True, False) for nmax in (1, 2, 4, 8, 16, 32)}
     medians = {(dict(launch.constants)["CH"], dict(launch.constants)["KSIZE"])
