@@ -29,6 +29,7 @@ import numpy as np
 
 from coclr.data.sampling import clip_span
 from coclr.errors import ConfigError
+from coclr.progress import duration
 
 MIN_VIDEOS = 8
 """Fewest videos a run learns from: contrastive learning needs other videos as negatives in every batch."""
@@ -183,15 +184,6 @@ class Plan:
                  f"per view ({self.steps} steps); about {duration(total)} of the {duration(self.budget)} budget"]
         lines += [f"  {reason}" for reason in self.reasons]
         return "\n".join(lines)
-
-
-def duration(seconds: float) -> str:
-    """``seconds`` in words: "45 s", "12 min", "1.5 h"."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def infonce_side_by_side(device, processes: int) -> bool:
@@ -434,7 +426,8 @@ def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float,
 
     from coclr.study.scheduler import die_with_parent  # noqa: PLC0415 (heavy: torch)
 
-    code = ("import json, sys; from coclr.learn.budget import _child_timing; "
+    code = ("import json, sys; from coclr.threads import apply_process_policy; apply_process_policy(); "  # as every
+            "from coclr.learn.budget import _child_timing; "  # entry point does, before torch loads
             "print(json.dumps(_child_timing(*json.loads(sys.argv[1]))))")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     launched = time.time()
@@ -454,8 +447,6 @@ def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float,
 def _child_timing(width: float, size: int, length: int, batch: int, steps: int, launched: float) -> dict[str, float]:
     """In a child process of :func:`_time_side_by_side`: the seconds from ``launched`` until it could train, and of
     one step on one thread."""
-    import coclr.cli  # noqa: F401, PLC0415 (the process policy of every entry point: OpenMP's passive wait)
-
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
         timing = _time_training(Model(width, size, length), Path(tmp), "cpu", batch, steps, started=launched)
     return {"step": timing["step"], "started": timing["ready"]}

@@ -30,7 +30,7 @@ from coclr.eval.gallery import (
     thumbnail_frames,
     video_cell,
 )
-from coclr.learn.budget import duration
+from coclr.progress import duration
 from coclr.store.clipstore import ClipStore
 
 NEIGHBOUR_COLOUR = "#999999"

@@ -36,7 +36,7 @@ from coclr.atomic import atomic_write_json, atomic_write_text
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
-from coclr.learn.budget import Footage, Plan, choose_plan, duration, infonce_side_by_side, measure_costs
+from coclr.learn.budget import Footage, Plan, choose_plan, infonce_side_by_side, measure_costs
 from coclr.learn.recipe import pipeline_options
 from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record
 from coclr.video.indexes import unlabelled_index
@@ -48,9 +48,6 @@ INPUTS_FILE = "inputs.json"
 PLAN_FILE = "plan.json"
 RESULT_FILE = "learn.json"
 LOG_FILE = "learn.log"
-FLOW_BOUND = 20.0
-"""Flow is clipped to +-20 px before its uint8 storage (the paper's)."""
-STORE_QUALITY = 90
 EMBEDDINGS = ("rgb", "flow", "two_stream")
 VIEWS = ("rgb", "flow")
 
@@ -88,7 +85,8 @@ class LearnSummary:
         if self.already_done:
             lines.append(f"{self.out}: finished before; nothing to do")
         else:
-            lines.append(f"{self.out}: learnt from {self.videos - len(self.failed)} videos in {duration(self.seconds)}")
+            learnt = self.videos - len(self.failed)
+            lines.append(f"{self.out}: learnt from {learnt} videos in {progress.duration(self.seconds)}")
         lines.append(f"  encoders: {self.out / 'encoder_rgb.pth'}, {self.out / 'encoder_flow.pth'}")
         lines.append(f"  embeddings: {', '.join(str(self.out / 'embeddings' / name) for name in EMBEDDINGS)} "
                      f"(coclr search {self.out / 'embeddings' / 'two_stream'} --query VIDEO)")
@@ -321,7 +319,7 @@ def build_learn_store(out: Path, root: str, paths: list[str], plan: Plan, worker
 
     index = unlabelled_index([os.path.relpath(path, root).replace(os.sep, "/") for path in paths], out.name)
     store = out / "store"
-    summary = build_store(index, root, store, short_side=plan.model.size, quality=STORE_QUALITY, workers=workers)
+    summary = build_store(index, root, store, short_side=plan.model.size, workers=workers)
     print(summary, flush=True)
     return store
 
@@ -336,11 +334,11 @@ def store_failures(store: Path, root: str) -> dict[str, str]:
 
 
 def extract_learn_flow(store: Path, root: str, workers: int | None) -> dict[str, str]:
-    """TV-L1 flow of every stored video (the fastest exact TV-L1 here: our C loops, Triton on a GPU); returns the
-    videos it failed for (path -> reason)."""
+    """TV-L1 flow of every stored video (the fastest exact TV-L1 here: our C loops, Triton on a GPU; clipped to the
+    paper's bound); returns the videos it failed for (path -> reason)."""
     from coclr.flow.extract import extract_flow  # noqa: PLC0415 (heavy: torch)
 
-    summary = extract_flow(store, backend="auto", bound=FLOW_BOUND, workers=workers)
+    summary = extract_flow(store, backend="auto", workers=workers)
     print(summary, flush=True)
     return {os.path.join(root, key): reason for key, reason in summary.failed}
 

@@ -23,6 +23,7 @@ from coclr.errors import ConfigError
 from coclr.interrupts import interrupted
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import save_encoder
+from coclr.progress import duration
 from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record, restart_folder
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PipelineConfig, PretrainConfig
@@ -131,16 +132,8 @@ def pipeline_eta(run_dir: Path, stages: list[Stage]) -> str:
     text = f"{done}/{total} epochs of the pipeline done"
     if seconds:
         left = (total - done) * sum(seconds) / len(seconds)
-        text += f", about {_duration(left)} left"
+        text += f", about {duration(left)} left"
     return text
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def export_encoders(checkpoint: Path, stage: Stage, run_dir: Path) -> dict[str, str]:
