@@ -500,9 +500,10 @@ def imported_rows(settings: Settings, group: str) -> None:
         row.setdefault("row", group)
         settings.results.append(row)
         ratio = row.get("ratio")
+        against = row.get("against") or " vs ".join(str(row[key]) for key in ("path", "compared_with") if key in row)
         print(f"{str(row['row']):<30} {row.get('ours_s', float('nan')):9.3f} {row.get('theirs_s', float('nan')):9.3f} "
               f"{ratio if ratio is not None else float('nan'):7.2f} {'':13} {os.getloadavg()[0]:5.2f}  "
-              f"{row.get('against', '')}", flush=True)
+              f"{against}", flush=True)
 
 
 ROWS: dict[str, Callable[[Settings], None]] = {

@@ -317,20 +317,20 @@ def test_every_first_pass_gives_the_exact_answer_for_many_queries():
 
 
 def test_over_floor_finds_every_score_at_the_floor_in_grouped_and_plain_blocks():
-    """The grouped candidate scan (blocks that divide into GROUP parts) and the plain one name exactly the
-    (query, column) pairs at or above the query's floor, the floor itself included."""
+    """The grouped candidate scan (blocks whose rows divide into GROUP parts) and the plain one name exactly the
+    (row, query) pairs of a ``[rows, queries]`` block at or above the query's floor, the floor itself included."""
     from coclr.embed.search import GROUP, _over_floor
 
     rng = np.random.default_rng(3)
     for width in (GROUP * 8, GROUP * 8 + 5, 100):
-        scores = rng.standard_normal((9, width)).astype(np.float32)
-        floor = np.quantile(scores, 0.97, axis=1).astype(np.float32)
-        floor[0] = scores[0, 7]  # a score equal to its floor is a candidate
+        scores = rng.standard_normal((width, 9)).astype(np.float32)
+        floor = np.quantile(scores, 0.97, axis=0).astype(np.float32)
+        floor[0] = scores[7, 0]  # a score equal to its floor is a candidate
         floor[1] = np.inf  # a query with none
-        rows, cols = _over_floor(scores, floor)
-        expected = set(zip(*np.nonzero(scores >= floor[:, None])))
-        assert set(zip(rows.tolist(), cols.tolist())) == {(int(a), int(b)) for a, b in expected}
-        assert len(rows) == len(expected) and (0, 7) in set(zip(rows.tolist(), cols.tolist()))
+        rows, queries = _over_floor(scores, floor)
+        found = set(zip(rows.tolist(), queries.tolist()))
+        expected = {(int(a), int(b)) for a, b in zip(*np.nonzero(scores >= floor))}
+        assert found == expected and len(rows) == len(expected) and (7, 0) in found
 
 
 def test_the_first_pass_is_chosen_by_the_cpu_flags(monkeypatch):

@@ -176,21 +176,22 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
         raise ConfigError(f"first pass: {first!r} is not one of {', '.join(FIRST_PASSES)} for these rows")
     coarse = first == "bfloat16"
     bound = bfloat16_dot_bound(gallery.dim) if coarse else exact_dot_bound(gallery.dim)
+    by_query = queries.T  # the products are rows x queries: OpenBLAS runs that orientation at least as fast
     first_pass = (_bfloat16_pass(gallery, queries, min(chunk, gallery.count)) if coarse
-                  else lambda start, stop: queries @ gallery.block(start, stop).T)
+                  else lambda start, stop: gallery.block(start, stop) @ by_query)
     margin = np.float32(2 * bound)
     floor = np.full(count, -np.inf, np.float32)
     pool_query, pool_row, pool_score = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
     starts = [0, *range(min(FIRST_CHUNK, chunk), gallery.count, chunk)]
     for number, start in enumerate(starts):
         stop = starts[number + 1] if number + 1 < len(starts) else gallery.count
-        scores = first_pass(start, stop)  # float32 [Q, c], rounded however the CPU likes (within the bound)
+        scores = first_pass(start, stop)  # float32 [c, Q], rounded however the CPU likes (within the bound)
         if number == 0 and stop - start >= k:  # the first block's k-th best starts the threshold
-            floor = np.partition(scores, stop - start - k, axis=1)[:, stop - start - k] - margin
-        rows, cols = _over_floor(scores, floor)
-        pool_query = np.concatenate([pool_query, rows])
-        pool_row = np.concatenate([pool_row, cols.astype(np.int64) + start])
-        pool_score = np.concatenate([pool_score, scores[rows, cols]])
+            floor = np.partition(scores, stop - start - k, axis=0)[stop - start - k] - margin
+        rows, hits = _over_floor(scores, floor)
+        pool_query = np.concatenate([pool_query, hits])
+        pool_row = np.concatenate([pool_row, rows.astype(np.int64) + start])
+        pool_score = np.concatenate([pool_score, scores[rows, hits]])
         floor = _raise_floor(floor, pool_query, pool_score, k, margin)
         keep = pool_score >= floor[pool_query]
         pool_query, pool_row, pool_score = pool_query[keep], pool_row[keep], pool_score[keep]
@@ -210,18 +211,18 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
 
 
 def _over_floor(scores: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(queries, columns)`` of the scores at or above their query's floor. Where the block divides into
-    :data:`GROUP` parts, the maximum over the parts (one pass) names the few columns worth a look."""
-    count, width = scores.shape
+    """``(rows, queries)`` of the scores ``[rows, queries]`` at or above their query's floor. Where the block's
+    rows divide into :data:`GROUP` parts, the maximum over the parts (one pass) names the few rows worth a look."""
+    width, count = scores.shape
     if width % GROUP or width < 4 * GROUP:
-        hot = np.flatnonzero(scores.max(axis=1) >= floor)  # most queries have no candidate in a later block
-        rows, cols = np.nonzero((scores if len(hot) == count else scores[hot]) >= floor[hot, None])
-        return hot[rows], cols
+        hot = np.flatnonzero(scores.max(axis=0) >= floor)  # most queries have no candidate in a later block
+        rows, which = np.nonzero((scores if len(hot) == count else scores[:, hot]) >= floor[hot])
+        return rows, hot[which]
     stride = width // GROUP
-    parts = scores.reshape(count, GROUP, stride)  # part g, column j: the score at g * stride + j
-    query, column = np.nonzero(parts.max(axis=1) >= floor[:, None])
-    which, part = np.nonzero(parts[query, :, column] >= floor[query, None])  # [n, GROUP]
-    return query[which], part * stride + column[which]
+    parts = scores.reshape(GROUP, stride, count)  # part g, row j: the scores of row g * stride + j
+    row, query = np.nonzero(parts.max(axis=0) >= floor)
+    part, which = np.nonzero(parts[:, row, query] >= floor[query])  # [GROUP, n]
+    return part * stride + row[which], query[which]
 
 
 def _raise_floor(floor: np.ndarray, pool_query: np.ndarray, pool_score: np.ndarray, k: int,
@@ -238,9 +239,9 @@ def _raise_floor(floor: np.ndarray, pool_query: np.ndarray, pool_score: np.ndarr
 
 
 def _bfloat16_pass(gallery: UnitRows, queries: np.ndarray, width: int) -> Callable[[int, int], np.ndarray]:
-    """PyTorch's product of the queries, rounded to bfloat16, with the bfloat16 copy of rows ``start:stop``
-    (float32 accumulation, a bfloat16 result; one buffer reused: a block is used before the next is asked for),
-    as float32 ``[Q, c]``."""
+    """PyTorch's product of the bfloat16 copy of rows ``start:stop`` with the queries rounded to bfloat16 (float32
+    accumulation, a bfloat16 result; one buffer reused: a block is used before the next is asked for), as float32
+    ``[c, Q]``."""
     import torch  # noqa: PLC0415 (heavy: only a search of many queries needs it)
 
     query = torch.from_numpy(bfloat16_bits(queries).view(np.int16)).view(torch.bfloat16)
@@ -250,8 +251,8 @@ def _bfloat16_pass(gallery: UnitRows, queries: np.ndarray, width: int) -> Callab
         with warnings.catch_warnings():  # a read-only memory map: torch warns that it could write (it does not)
             warnings.simplefilter("ignore", UserWarning)
             rows = torch.from_numpy(np.ascontiguousarray(gallery.block16(start, stop)).view(np.int16))
-        out = buffer[: len(queries) * (stop - start)].view(len(queries), stop - start)
-        torch.mm(query, rows.view(torch.bfloat16).T, out=out)
+        out = buffer[: len(queries) * (stop - start)].view(stop - start, len(queries))
+        torch.mm(rows.view(torch.bfloat16), query.T, out=out)
         return out.float().numpy()
 
     return scores
