@@ -20,6 +20,23 @@ def test_without_triton_it_says_so_in_one_line_and_passes(monkeypatch, capsys):
     assert capsys.readouterr().out == "kernels_sm90: skipped, triton is not installed (pip install triton)\n"
 
 
+def test_an_expected_triton_version_that_is_not_the_one_imported_fails(monkeypatch, capsys):
+    """``--expect-triton`` (how .ci/run checks the kernels under the side folder's Triton 3.6) fails on any other
+    version, or without Triton, instead of checking the wrong Triton."""
+    import kernels_sm90
+
+    assert kernels_sm90._version_matches("3.6.0", "3.6") and kernels_sm90._version_matches("3.6.0", "3.6.0")
+    assert not kernels_sm90._version_matches("3.60.0", "3.6") and not kernels_sm90._version_matches("3.9.0", "3.6")
+    if importlib.util.find_spec("triton") is not None:
+        assert kernels_sm90.main(["--expect-triton", "0.1"]) == 1
+        assert "FAIL, Triton 0.1 expected" in capsys.readouterr().out
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "triton" else
+                        find_spec(name, *args))
+    assert kernels_sm90.main(["--expect-triton", "3.6"]) == 1
+    assert "triton is not installed" in capsys.readouterr().out
+
+
 @needs_triton
 def test_the_recorded_launches_cover_every_kernel_channel_count_mode_and_median_size():
     import kernels_sm90
