@@ -36,6 +36,13 @@ importable by skipping its operator registrations; the transforms their loader u
     python benchmarks/compare.py --quick                                 # tiny sizes, seconds (CI)
     python benchmarks/compare.py --rows loader,tvl1 --json out.json
     python benchmarks/compare.py --profile loader                        # where our loader's time goes
+    python benchmarks/compare.py --cpu avx2 --rows search                # the AVX2-only CPU kind, emulated
+
+Every run prints the CPU's model and the instruction-set flags that decide which kernels run
+(:func:`coclr.cpu.describe`), and records them in the JSON. ``--cpu avx2`` runs the whole table (this process,
+the in-process embed rows and every worker) with the kernels of PyTorch, oneDNN, MKL, OpenBLAS, FAISS and NumPy
+limited to AVX2 (:data:`coclr.cpu.AVX2_LIMIT`): an emulation of an AVX2-only CPU on this one (same cores, caches
+and memory), marked so in the output, not a measurement of another machine.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from typing import Any
 
 import numpy as np
 
+from coclr.cpu import AVX2_LIMIT, cpu_flags, cpu_model, describe, limits, native_bfloat16
 from coclr.threads import ALLOCATOR_POLICY, OPENMP_POLICY
 
 HERE = Path(__file__).resolve()
@@ -492,9 +500,10 @@ def imported_rows(settings: Settings, group: str, load: Callable[[], Any]) -> No
         row.setdefault("row", group)
         settings.results.append(row)
         ratio = row.get("ratio")
+        against = row.get("against") or " vs ".join(str(row[key]) for key in ("path", "compared_with") if key in row)
         print(f"{str(row['row']):<30} {row.get('ours_s', float('nan')):9.3f} {row.get('theirs_s', float('nan')):9.3f} "
               f"{ratio if ratio is not None else float('nan'):7.2f} {'':13} {os.getloadavg()[0]:5.2f}  "
-              f"{row.get('against', '')}", flush=True)
+              f"{against}", flush=True)
 
 
 ROWS: dict[str, Callable[[Settings], None]] = {
@@ -528,14 +537,12 @@ def profile(row: str, quick: bool) -> None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+def limit_cpu(kind: str) -> None:
+    """Run this command again with the kernels limited to ``kind`` (``avx2``: :data:`coclr.cpu.AVX2_LIMIT`), so
+    that the libraries read the limits when they load, here and in every worker; nothing when they are set."""
+    if kind == "native" or limits() == AVX2_LIMIT:
+        return
+    os.execve(sys.executable, [sys.executable, str(HERE), *sys.argv[1:]], {**os.environ, **AVX2_LIMIT})
 
 
 def main() -> None:
@@ -550,6 +557,9 @@ def main() -> None:
     parser.add_argument("--json", default="compare.json", help="where the results are written")
     parser.add_argument("--profile", choices=("loader", "tvl1"),
                         help="instead of the table: profile our side of a row in this process (cProfile, 1 thread)")
+    parser.add_argument("--cpu", choices=("native", "avx2"), default="native",
+                        help="native: this CPU as is; avx2: every library's kernels limited to AVX2 (an emulation "
+                        "of the AVX2-only CPU kind: coclr.cpu.AVX2_LIMIT)")
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -565,8 +575,11 @@ def main() -> None:
         parser.error(f"--authors {authors}: no main_nce.py there (expected a checkout of TengdaHan/CoCLR)")
     if not SHARED.is_dir():
         parser.error(f"real clips not found at {SHARED} (set COCLR_SHARED to the folder holding data/)")
+    limit_cpu(args.cpu)
+    import torch  # noqa: PLC0415 - after the limits are in the environment (its capability is printed)
+
     started, load_before = time.time(), os.getloadavg()
-    print(f"CPU {cpu_name()}, {os.cpu_count()} logical cores; Python {platform.python_version()}; "
+    print(f"{describe()}; torch {torch.__version__}; Python {platform.python_version()}; "
           f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
     print("ratio = their median time / our median time (> 1: we are faster); spread = min-max of the A B B A "
           "pair ratios; load = 1-minute load average after the row")
@@ -579,7 +592,9 @@ def main() -> None:
     load_after = os.getloadavg()
     print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; "
           f"{time.time() - started:.0f} s")
-    report = {"cpu": cpu_name(), "cores": os.cpu_count(), "load_before": load_before, "load_after": load_after,
+    report = {"cpu": cpu_model(), "cpu_line": describe(), "flags": sorted(cpu_flags()), "limits": limits(),
+              "torch_capability": torch.backends.cpu.get_cpu_capability(), "native_bfloat16": native_bfloat16(),
+              "cores": os.cpu_count(), "load_before": load_before, "load_after": load_after,
               "quick": args.quick, "rounds": settings.rounds, "command": " ".join(sys.argv),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "rows": settings.results}
     Path(args.json).write_text(json.dumps(report, indent=1))

@@ -26,7 +26,7 @@ tests/ (importable by name: pytest's ``pythonpath``, the scripts' own folder).""
 # stands on top with ``__main__``.
 LAYERS = [
     {"version", "errors"},
-    {"atomic", "config", "seeding", "filelock", "threads", "progress", "interrupts"},
+    {"atomic", "config", "seeding", "filelock", "threads", "progress", "interrupts", "cpu"},
     {"runfolder", "clips", "distributed"},
     {"core", "models", "video", "flow"},
     {"store"},
