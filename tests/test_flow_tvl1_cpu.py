@@ -167,6 +167,37 @@ def test_same_bits_on_any_thread_count_and_chunk(c_kernels):
         assert torch.equal(tvl1_flow(prev[1:2], nxt[1:2], params, kernels="c"), reference[1:2])
 
 
+@pytest.mark.parametrize("gamma", [0.0, 0.2])
+def test_same_bits_on_every_instruction_set(tmp_path, gamma):
+    """The loops compiled for the baseline, for AVX2 (the AVX2-only CPU kind) and for this CPU (AVX-512 here, where
+    it has it) compute the same flow bit for bit, in both of the loops' channel counts (gamma adds the third)."""
+    compiler = tvl1_cpu.find_compiler()
+    cpu_flags = tvl1_cpu._cpu_flags().split()
+    marches = ["-march=native"] + (["-march=x86-64-v3"] if {"avx2", "fma"} <= set(cpu_flags) else [])
+    prev, nxt = pairs_of_frames()
+    params = TVL1Params(nscales=3, gamma=gamma, median_filtering=5 if gamma else 3)
+    flows = []
+    for index, march in enumerate([None, *marches]):
+        flags = [flag for flag in tvl1_cpu.FLAGS if flag != "-march=native"] + ([march] if march else [])
+        (tmp_path / str(index)).mkdir()
+        library = tvl1_cpu.Library(tvl1_cpu.compile_sources(list(compiler), flags, tmp_path / str(index)))
+        flows.append(solve(prev, nxt, params, CPasses(library))[0])
+    assert all(torch.equal(flow, flows[0]) for flow in flows[1:]), [march for march in marches]
+
+
+@pytest.mark.parametrize(("capability", "march"), [("", "-march=native"), ("avx2", "-march=x86-64-v3"),
+                                                    ("default", None), ("AVX512", "-march=native")])
+def test_the_instruction_set_follows_pytorchs_limit(monkeypatch, capability, march):
+    """``ATEN_CPU_CAPABILITY`` (coclr.cpu.AVX2_LIMIT's emulation of the AVX2-only kind) limits the C loops too, on
+    x86-64; the flags are part of the cache key, so each limit has its own compiled object."""
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
+    flags = tvl1_cpu.compile_flags()
+    assert [flag for flag in flags if flag.startswith("-march")] == ([march] if march else [])
+    assert [flag for flag in flags if not flag.startswith("-march")] == [
+        flag for flag in tvl1_cpu.FLAGS if flag != "-march=native"]
+
+
 def test_middlebury_crop_as_accurate_as_torch(c_kernels, middlebury):
     root = Path(middlebury) / "RubberWhale"
     crop = (slice(100, 260), slice(150, 350))

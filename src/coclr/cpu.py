@@ -117,3 +117,15 @@ def native_bfloat16() -> bool:
         return False
     isa = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
     return isa is None or isa.strip().lower() in _ONEDNN_BF16_ISAS
+
+
+def c_march() -> str | None:
+    """The ``-march`` flag of the C code compiled on first use (the CPU TV-L1's loops, :mod:`coclr.flow.tvl1_cpu`):
+    this CPU's instruction set (``-march=native``), or on x86-64 the one PyTorch's capability is limited to:
+    ``ATEN_CPU_CAPABILITY=avx2`` (as in :data:`AVX2_LIMIT`) gives ``-march=x86-64-v3`` (AVX2 and FMA),
+    ``default`` gives None (the compiler's baseline). The loops compute the same bits on every instruction set (no
+    fast-math, no FMA contraction): only their speed depends on it."""
+    aten = os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    if platform.machine().lower() in ("x86_64", "amd64") and aten in ("avx2", "default"):
+        return "-march=x86-64-v3" if aten == "avx2" else None
+    return "-march=native"

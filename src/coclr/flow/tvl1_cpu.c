@@ -44,9 +44,21 @@ INLINE void primal_row(const int ch, float *restrict u, const float *restrict px
     }
 }
 
-/* Row y of the dual step: forward differences of the new u (ud is row y+1, or row y itself for the last row, so
-   gy = 0; gx = 0 in the last column, whose right neighbour's index stays in the row) and the projection
+/* Pixel x of one channel's row y of the dual step: forward differences of the new u (udc is row y+1, or row y
+   itself for the last row, so gy = 0; last: x is the last column, gx = 0) and the projection
    p = (p + tot grad u) / (1 + tot |grad u|). */
+INLINE void dual_pixel(const int x, const int last, const float *restrict uc, const float *restrict udc,
+                       float *restrict pxc, float *restrict pyc, const float tot)
+{
+    const float gx = last ? 0.0f : uc[x + 1] - uc[x];
+    const float gy = udc[x] - uc[x];
+    const float denom = sqrtf(fmaf(gy, gy, gx * gx)) * tot + 1.0f;
+    pxc[x] = fmaf(tot, gx, pxc[x]) / denom;
+    pyc[x] = fmaf(tot, gy, pyc[x]) / denom;
+}
+
+/* Row y of the dual step, every channel: the columns before the last, then the last (apart, so that the row loop
+   has no branch: without masked loads, AVX2 has no other way to vectorise it). */
 INLINE void dual_row(const int ch, const float *restrict u, const float *restrict ud, float *restrict px,
                      float *restrict py, const ptrdiff_t plane, const int w, const float tot)
 {
@@ -55,13 +67,8 @@ INLINE void dual_row(const int ch, const float *restrict u, const float *restric
         const float *restrict udc = ud + c * plane;
         float *restrict pxc = px + c * plane;
         float *restrict pyc = py + c * plane;
-        for (int x = 0; x < w; x++) {
-            const float gx = x + 1 < w ? uc[x + 1 - (x + 1 >= w)] - uc[x] : 0.0f;
-            const float gy = udc[x] - uc[x];
-            const float denom = sqrtf(fmaf(gy, gy, gx * gx)) * tot + 1.0f;
-            pxc[x] = fmaf(tot, gx, pxc[x]) / denom;
-            pyc[x] = fmaf(tot, gy, pyc[x]) / denom;
-        }
+        for (int x = 0; x + 1 < w; x++) dual_pixel(x, 0, uc, udc, pxc, pyc, tot);
+        dual_pixel(w - 1, 1, uc, udc, pxc, pyc, tot);
     }
 }
 

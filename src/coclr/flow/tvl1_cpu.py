@@ -13,7 +13,8 @@ gradient and dual projection, so each array is read and written about once per i
   used (:func:`compiler_available`). CI compiles them with :data:`WARNINGS`.
 * **Cache.** The shared object lives in ``$COCLR_CACHE_DIR`` (else ``$XDG_CACHE_HOME/coclr``, else
   ``~/.cache/coclr``) under a name hashing the C source, the compiler's version, the flags and the CPU (machine
-  and its instruction-set flags, since ``-march=native`` is used). It is compiled in a temporary folder inside it
+  and its instruction-set flags, since ``-march=native`` is used; under ``ATEN_CPU_CAPABILITY=avx2`` the loops are
+  compiled for AVX2, :func:`coclr.cpu.c_march`). It is compiled in a temporary folder inside it
   and moved in with :func:`coclr.atomic.atomic_open`, so concurrent processes or a kill never leave a broken file.
   A cache that cannot be written falls back to one private folder of the user under the temporary folder
   (:func:`fallback_cache_dir`), reused by every process.
@@ -54,14 +55,15 @@ import torch
 from torch import Tensor
 
 from coclr.atomic import atomic_open
+from coclr.cpu import c_march
 from coclr.flow.median import Comparator, comparator_statements, median_plan
 from coclr.interrupts import check_stop
 
 MEDIAN_SIZES = (3, 5)
 """The median sizes compiled (OpenCV's float ``medianBlur`` sizes; :class:`~coclr.flow.params.TVL1Params`)."""
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared")
-"""Compiler flags: vectorised for this CPU, but IEEE float32 throughout (no fast-math, no FMA contraction;
-``-fno-math-errno`` only lets ``sqrtf`` vectorise, its results are the same)."""
+"""Compiler flags: vectorised for this CPU (``-march``: :func:`compile_flags`), but IEEE float32 throughout (no
+fast-math, no FMA contraction; ``-fno-math-errno`` only lets ``sqrtf`` vectorise, its results are the same)."""
 PORTABLE_FLAGS = tuple(f for f in FLAGS if f != "-march=native")
 """Tried when the compiler does not know ``-march=native``."""
 
@@ -186,6 +188,13 @@ class CompileError(RuntimeError):
     """The C kernels could not be built here (no compiler, or the compiler failed); the message says which."""
 
 
+def compile_flags() -> tuple[str, ...]:
+    """:data:`FLAGS` with the instruction set of :func:`coclr.cpu.c_march` (this CPU's, or the one PyTorch's
+    capability is limited to) in place of ``-march=native``."""
+    march = c_march()
+    return tuple(flag for flag in (march if flag == "-march=native" else flag for flag in FLAGS) if flag)
+
+
 def compile_sources(compiler: list[str], flags: Sequence[str], folder: Path) -> Path:
     """Compile :func:`c_sources` (written into ``folder``) into a shared object there; raise :class:`CompileError`
     with the compiler's first error line."""
@@ -234,7 +243,8 @@ def build_library(folder: Path | None = None) -> Path:
     except OSError as error:
         raise CompileError(f"{' '.join(compiler)} does not run ({error})") from error
     source = c_source()
-    names = {flags: f"tvl1_cpu-{cache_key(source, compiler, version, flags)}.so" for flags in (FLAGS, PORTABLE_FLAGS)}
+    names = {flags: f"tvl1_cpu-{cache_key(source, compiler, version, flags)}.so"
+             for flags in (compile_flags(), PORTABLE_FLAGS)}
     unwritable: list[str] = []
     for target in [folder] if folder is not None else [cache_dir(), None]:  # None: the fallback
         try:
