@@ -28,6 +28,16 @@ from coclr.store.clipstore import ClipStore
 from coclr.synth import random_store
 from conftest import REPO_ROOT
 
+
+@pytest.fixture(autouse=True)
+def _sigint_not_ignored():
+    """A suite started in the background (``cmd &``) ignores SIGINT, and so would every command it starts (an
+    ignored signal stays ignored across exec, and ``coclr`` keeps it so): these tests signal with SIGINT, so they
+    run with Python's default handler."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
 STOP_SECONDS = 30.0
 """How long a signalled command may take to exit: generous for a loaded 2-core machine; what it guards against
 (waiting for the work in flight, a hang, an abort) takes minutes, forever, or crashes."""
