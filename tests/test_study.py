@@ -480,3 +480,27 @@ def test_a_rows_mined_precision_is_the_mean_of_its_stages(tmp_path: Path) -> Non
     assert row_mined_precision(logs, "flow") == pytest.approx((30.0 + 90.0) / 2)  # each stage's mean, then theirs
     assert row_mined_precision(logs[2:] + [tmp_path / "absent.jsonl"], "flow") is None
     assert row_mined_precision(logs, "rgb") is None
+
+
+@pytest.mark.slow
+def test_the_miner_rows_run_and_their_gain_is_plotted_against_their_precision(tmp_path: Path) -> None:
+    """Issue 48 end to end on reduced sizes (a queue of one batch, so that every CoCLR stage steps): the flow
+    stages mined by the oracle's checkpoint after the oracle, each row's mined precision in results.json, the
+    miners' paired differences and the plot (`--seeds`)."""
+    out = tmp_path / "miners"
+    rows = ["infonce_flow", "coclr_flow", "coclr_ubernce_miner_flow", "coclr_infonce_miner_flow"]
+    result = _coclr("study", "--out", str(out), "--seeds", "0", *REDUCED, "train.method.queue_size=8",
+                    "train.run.log_every=1", "rows=[" + ", ".join(rows) + "]", "columns=[retrieval]", timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    seed = out / "seed0"
+    record = json.loads((seed / "coclr_ubernce_miner" / "cycle1_flow" / "run.json").read_text())["options"]
+    assert record["method"]["sampler_checkpoint"] == str(seed / "ubernce_rgb" / "checkpoint_last.pth")
+    assert not (seed / "coclr_ubernce_miner" / "cycle1_rgb").exists()
+    results = json.loads((seed / "results.json").read_text())
+    precision = {row["row"]: row.get("mined_precision") for row in results["rows"]}
+    assert precision["infonce_flow"] is None and all(0 <= precision[key] <= 100 for key in rows[1:])
+    summary = json.loads((out / "seeds.json").read_text())
+    assert [(p["seed"], p["row"]) for p in summary["mining"]] == [(0, key) for key in rows[1:]]
+    assert "CoCLR-Flow mined by UberNCE-RGB - InfoNCE-Flow (R@1)" in summary["paired"]
+    assert (out / "mined_precision_flow.png").stat().st_size > 1000
+    assert "- CoCLR mined by UberNCE-RGB (Flow): " in (out / "seeds.md").read_text()

@@ -393,7 +393,8 @@ def plot_mining(points: Sequence[dict[str, Any]], path: str | Path) -> Path:
         mine = [point for point in points if point["row"] == key]
         xs, ys = [p["mined_precision"] for p in mine], [p["gain"] for p in mine]
         colour = colours[number % len(colours)]
-        axes.scatter(xs, ys, color=colour, s=22, label=mine[0]["method"])
+        label = mine[0]["method"] + ("" if key in ROWS and ROWS[key].miner else " (mined by the latest CoCLR-RGB)")
+        axes.scatter(xs, ys, color=colour, s=22, label=label)
         for point in mine:
             axes.annotate(str(point["seed"]), (point["mined_precision"], point["gain"]), fontsize=6,
                           xytext=(3, 2), textcoords="offset points", color=colour)
