@@ -235,6 +235,38 @@ def test_a_flow_encoder_alone_embeds_the_flow_stream_of_the_two_stream_embedding
         Embedder(flow_encoder, workers=0, flow_checkpoint=flow_encoder, **SMALL)
 
 
+def test_a_two_stream_pass_writes_the_flow_streams_folder_as_a_flow_encoder_alone_does(tmp_path, flow_encoder):
+    """``embed_videos(..., streams={1: (folder, flow-only embedder)})``: one pass writes the two-stream folder and
+    the flow stream's folder, which holds what ``coclr embed --checkpoint flow.pth`` writes (the same rows, vectors
+    and record; ``coclr search`` embeds its queries the same way); a stream recorded as another embedder's is
+    refused."""
+    from coclr.embed.output import read_settings
+    from coclr.embed.run import embed_videos
+    from coclr.errors import ConfigError
+
+    rgb_encoder = save_tiny_encoder(tmp_path / "rgb.pth", meta={"clip_settings": {
+        "view": "rgb", "length": 8, "stride": 1, "size": 32, "fps": None, "short_side": 32}})
+    videos = tmp_path / "videos"
+    for number in range(3):
+        write_video(videos / f"v{number}.mp4", moving_square(12 + 7 * number, seed=number))
+    (videos / "broken.mp4").write_bytes(b"\x00" * 900)
+    both = Embedder(rgb_encoder, workers=0, flow_checkpoint=flow_encoder)
+    alone = Embedder(flow_encoder, workers=0)
+    summary = embed_videos([videos], tmp_path / "two", both, progress=False,
+                           streams={1: (tmp_path / "flow", alone)})
+    assert summary.done == 3 and len(summary.failed) == 1
+    separate = embed_videos([videos], tmp_path / "separate", alone, progress=False)
+    assert separate.done == 3
+    one, other = Embeddings(tmp_path / "flow"), Embeddings(tmp_path / "separate")
+    assert [r["path"] for r in one.video_records] == [r["path"] for r in other.video_records]
+    np.testing.assert_allclose(one.videos, other.videos, atol=1e-6)
+    np.testing.assert_allclose(one.windows, other.windows, atol=1e-6)
+    assert read_settings(tmp_path / "flow") == read_settings(tmp_path / "separate")
+    assert len((tmp_path / "flow" / "failed.jsonl").read_text().splitlines()) == 1  # broken.mp4, listed there too
+    with pytest.raises(ConfigError, match="cannot be recorded"):
+        embed_videos([videos], tmp_path / "wrong", both, progress=False, streams={1: (tmp_path / "w", both)})
+
+
 def test_store_and_files_give_the_same_features_on_real_clips(tmp_path, shared_clips, encoder):
     """``coclr eval``'s features of a store of real clips equal the file embeddings: exactly when the embedder is
     given the store's JPEG-compressed frames, and within the JPEG error from the files themselves. Measured

@@ -70,6 +70,26 @@ def test_the_pipeline_writes_what_each_video_alone_gives(tmp_path, mode, workers
     assert set(store.failed("flow")) == set(failed)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_videos_read_in_chunks_give_the_entries_of_whole_videos(tmp_path, monkeypatch, workers):
+    """Chunks of 2 pairs (a 6-frame video is 3 of them, cut across batches of 3 pairs), encoded part by part, in
+    processes or not: every entry holds the frames of its video solved alone, and the failures are the same."""
+    from coclr.flow import pipeline
+
+    monkeypatch.setattr(pipeline, "DECODE_CHUNK", 2)
+    videos = mixed_videos()
+    make_store(tmp_path / "store", videos)
+    summary = extract_flow(tmp_path / "store", backend="tvl1-torch", device="cpu", params=SHORT, workers=workers,
+                           batch_pairs=3)
+    failed = dict(summary.failed)
+    assert set(failed) == {"single_frame.avi", "tiny.avi"} and summary.done == 6
+    store = ClipStore(tmp_path / "store")
+    for key in set(videos) - set(failed):
+        frames = range(store.num_frames(key, "flow"))
+        assert store.read_encoded(key, "flow", frames) == reference_entry(store, key, SHORT, "exact"), key
+    assert not store.has("tiny.avi", "flow")  # its first chunk's batch failed: nothing of it written
+
+
 def test_the_batcher_covers_every_pair_once_in_full_batches():
     batcher = _Batcher(4)
     sizes = [(8, 8), (8, 9), (8, 8), (9, 9), (9, 8), (7, 7), (8, 8), (6, 6)]  # more sizes than OPEN_SIZES

@@ -16,7 +16,7 @@ SRC = REPO / "src" / "coclr"
 # ``coclr`` (its ``__version__``) is the lowest.
 LAYERS = [
     {"coclr", "errors"},
-    {"atomic", "config", "seeding", "filelock", "threads", "progress"},
+    {"atomic", "config", "seeding", "filelock", "threads", "progress", "interrupts"},
     {"runfolder", "distributed", "clips"},
     {"core", "models", "video"},
     {"store"},

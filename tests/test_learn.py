@@ -22,6 +22,7 @@ from coclr.learn.budget import (
     MIN_STEPS,
     MODELS,
     TARGET_STEPS,
+    TRAINING,
     Costs,
     Footage,
     Model,
@@ -40,8 +41,10 @@ def footage(videos: int = 768, frames: int = 12, short_side: int = 32) -> Footag
 def costs(step_ms: dict[Model, float]) -> Costs:
     return Costs(decode_frame=1e-4, store_frame={m.size: 1e-4 for m in MODELS},
                  flow_pair={m.size: 1e-3 for m in MODELS}, step={m.key: ms / 1e3 for m, ms in step_ms.items()},
+                 lone_step={m.key: ms / 1e3 for m, ms in step_ms.items()},
                  forward={m.key: ms / 1e3 / 100 for m, ms in step_ms.items()},
-                 epoch={m.key: 0.05 for m in step_ms}, stage={m.key: 1.0 for m in step_ms}, workers=2)
+                 epoch={m.key: 0.05 for m in step_ms}, stage={m.key: 1.0 for m in step_ms}, workers=2,
+                 start={m.key: 3.0 for m in step_ms})
 
 
 SMALL, WIDER = MODELS[0], MODELS[1]
@@ -52,7 +55,8 @@ def test_the_largest_model_that_affords_the_target_steps_fills_the_budget():
     plan = choose_plan(footage(), measured, budget=900)
     assert plan.model == WIDER  # 150 ms a step affords the target within 15 min; both suit 32-px videos
     assert plan.steps >= TARGET_STEPS and sum(plan.estimates.values()) <= MARGIN * 900
-    assert plan.estimates["train"] > 0.8 * MARGIN * 900 - sum(v for k, v in plan.estimates.items() if k != "train")
+    training = plan.estimates["infonce"] + plan.estimates["coclr"]
+    assert training > 0.8 * (MARGIN * 900 - sum(v for k, v in plan.estimates.items() if k not in TRAINING))
     assert plan.epochs["infonce"] == 2 * plan.epochs["coclr"] or plan.epochs["coclr"] == 100  # the study's split
     assert plan.batch == 32 and plan.queue == 256 and plan.topk == 5  # 768 videos: the quick study's recipe scaled
     slow = choose_plan(footage(), costs({SMALL: 100, WIDER: 600}), budget=900)
@@ -141,7 +145,8 @@ def test_progress_bars_report_to_an_observer_and_stay_silent(capsys):
 
 TINY_PLAN = {"model": {"width": 0.125, "size": 32, "length": 8}, "batch": 4, "queue": 8, "topk": 2,
              "epochs": {"infonce": 2, "coclr": 1}, "steps": 32, "budget": 300.0, "reasons": ["a test's plan"],
-             "estimates": {"store": 1.0, "flow": 1.0, "train": 20.0, "embed": 4.0, "quality": 2.0, "fixed": 2.0}}
+             "estimates": {"store": 1.0, "flow": 1.0, "infonce": 10.0, "coclr": 10.0, "embed": 4.0, "quality": 2.0,
+                           "fixed": 2.0}}
 RUN = """
 import json, sys
 import coclr.cli  # the process policy of every entry point
@@ -168,6 +173,44 @@ def files_digest(root: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
 
 
+PARENT = """
+import subprocess, sys, time
+from coclr.study.scheduler import die_with_parent
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], preexec_fn=die_with_parent)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_command_started_by_a_job_dies_with_it_even_by_sigkill():
+    """The children of ``run_jobs`` (a study's commands, learn's side-by-side stages) get SIGKILL when their parent
+    dies, ``kill -9`` included: none goes on training and holding its folder behind a job that is gone."""
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    assert Path(f"/proc/{child}").exists()
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and Path(f"/proc/{child}").exists() and "Z" not in \
+            Path(f"/proc/{child}/stat").read_text().split()[2]:
+        time.sleep(0.05)
+    state = Path(f"/proc/{child}/stat").read_text().split()[2] if Path(f"/proc/{child}").exists() else "gone"
+    assert state in ("gone", "Z"), state
+
+
+def children_of(out: Path) -> list[str]:
+    """Command lines of live processes that write under ``out`` (its configs)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(out / "configs") in command:
+            found.append(command)
+    return found
+
+
 @pytest.fixture(scope="module")
 def learnt(tmp_path_factory):
     """A run on 16 generated videos and a damaged one, killed with SIGKILL in its second training stage and then
@@ -188,6 +231,10 @@ def learnt(tmp_path_factory):
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert json.loads((out / "learn.json").read_text())["status"] == "running"
+    deadline = time.monotonic() + 10  # its side-by-side training commands are gone: no orphan holds a folder
+    while time.monotonic() < deadline and children_of(out):
+        time.sleep(0.2)
+    assert not children_of(out)
     finished = run_learn(videos, out, str(labels))
     output = finished.stdout.read()
     assert finished.returncode == 3, output  # the damaged video is listed, the others learnt from
@@ -286,6 +333,7 @@ def test_the_report_shows_every_stage_and_names_every_video_in_a_browser(learnt,
     assert _colour_pixels(shot, blue, 12) > 8 * 300  # the sampled videos' borders: their thumbnails are drawn
 
 
+@pytest.mark.slow
 def test_two_torchrun_processes_learn_one_folder(learnt, tmp_path):
     """``torchrun --nproc_per_node=2`` (gloo): rank 0 holds the folder and makes the plan, both share the store, the
     flow, every batch (half each: the plan's global batch) and the embedding; one folder results, as one process
@@ -309,3 +357,59 @@ def test_two_torchrun_processes_learn_one_folder(learnt, tmp_path):
     assert checkpoint["world_size"] == 2 and checkpoint["config"]["run"]["batch_size"] == TINY_PLAN["batch"] // 2
     assert len(Embeddings(out / "embeddings" / "two_stream").videos) == 16
     assert not list((out / "embeddings" / "two_stream" / "chunks").glob("*"))
+
+
+def test_learn_refuses_a_folder_holding_files_it_did_not_write(learnt, tmp_path):
+    from coclr.learn import LearnOptions, learn
+    from coclr.runfolder import FolderRefused
+
+    videos, _, out, _ = learnt
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my own notes")
+    with pytest.raises(FolderRefused, match="notes.txt"):
+        learn([videos], mine, LearnOptions(budget=300, plan=Plan.from_dict(TINY_PLAN)))
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    with pytest.raises(FolderRefused, match="inside"):  # nor inside another command's folder
+        learn([videos], out / "embeddings" / "rgb" / "again", LearnOptions(budget=300, plan=Plan.from_dict(TINY_PLAN)))
+
+
+def test_a_refused_budget_leaves_no_folder_behind(learnt, tmp_path, monkeypatch):
+    """The plan is made before the folder is claimed: a budget too small is one line, and nothing is written, so
+    the same folder takes the next command with a larger budget."""
+    from coclr.learn import LearnOptions, learn, run
+
+    def too_small(*args, **kwargs):
+        raise ConfigError("--budget 1 min is too small for 16 videos on this machine: give --budget 3m or more")
+
+    monkeypatch.setattr(run, "make_plan", too_small)
+    videos, _, _, _ = learnt
+    with pytest.raises(ConfigError, match="too small"):
+        learn([videos], tmp_path / "new", LearnOptions(budget=60))
+    assert not (tmp_path / "new").exists()
+
+
+def test_infonce_stages_side_by_side_halve_their_time_in_the_plan():
+    """On the CPU of one process the two InfoNCE stages train at once, one core each: the plan counts their steps
+    at the one-thread step time, once for both."""
+    measured = costs({SMALL: 100})
+    apart = choose_plan(footage(), measured, 900)
+    measured.side_by_side = True
+    together = choose_plan(footage(), measured, 900)
+    assert together.steps > apart.steps
+    assert together.estimates["infonce"] == pytest.approx(apart.estimates["infonce"] / 2 * together.steps
+                                                          / apart.steps, rel=0.05)
+
+
+def test_the_command_line_of_a_finished_run(learnt, capsys):
+    """``coclr learn`` through the CLI: a finished run returns at once, names its outputs and the video it left out
+    (exit 3); a bad budget is one line (exit 2)."""
+    from coclr.cli import main
+
+    videos, labels, out, _ = learnt
+    assert main(["learn", str(videos), "--out", str(out), "--budget", "300s", "--labels", str(labels)]) == 3
+    printed = capsys.readouterr().out
+    assert "finished before; nothing to do" in printed and "broken.mp4" in printed
+    assert str(out / "embeddings" / "two_stream") in printed
+    assert main(["learn", str(videos), "--out", str(out), "--budget", "soon"]) == 2
+    assert "--budget: 'soon' is not a duration" in capsys.readouterr().err

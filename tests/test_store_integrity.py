@@ -153,7 +153,7 @@ def test_data_info_verify_decode_reports_256_flipped_bytes(tmp_path, capsys):
     _flip(store.entry_path(key, "rgb"), int(header.offsets[6]) + 200)
     assert main(["data", "info", str(tmp_path / "store"), "--verify", "--decode"]) == 3  # some damaged
     out = capsys.readouterr().out
-    assert "1 damaged entries" in out and key in out
+    assert "rgb: 1 verified, 1 damaged, 0 missing" in out and f"video {key!r}" in out
 
 
 def test_strict_decoding_reports_libjpeg_corrupt_data_warnings():
@@ -183,6 +183,28 @@ def test_verify_decode_catches_damage_in_an_entry_without_checksums(tmp_path):
     assert [key for key, _ in problems] == ["c/b.avi"] and "Corrupt JPEG data" in problems[0][1]
 
 
+def test_verify_names_every_missing_entry_by_video_and_exits_3(tmp_path, capsys):
+    """A deleted entry file (and one whose job failed) is named by video and entry file in one line each, by
+    `coclr data verify` and `coclr data info --verify` alike, and the status is 3 (some inputs are not good), not 0."""
+    store = _store_with(tmp_path, {f"c/{n}.avi": _noise_frames(2, seed=n) for n in range(4)})
+    deleted = store.entry_path("c/1.avi", "rgb")
+    deleted.unlink()
+    store.entry_path("c/3.avi", "rgb").unlink()
+    clipstore.record_failures(store.root, "rgb", ["c/3.avi"], [("c/3.avi", "VideoDecodeError: cannot open")])
+    for command in (["data", "verify", str(store.root)], ["data", "info", str(store.root), "--verify"]):
+        assert main(command) == 3, command
+        out = capsys.readouterr().out
+        lines = [line.strip() for line in out.splitlines() if line.strip().startswith("missing entry")]
+        entry = deleted.relative_to(store.root)
+        assert lines == [f"missing entry: store {store.root}, video 'c/1.avi', entry {entry}: "
+                         "no entry file (deleted, or never written)",
+                         f"missing entry: store {store.root}, video 'c/3.avi', entry "
+                         f"{store.entry_path('c/3.avi', 'rgb').relative_to(store.root)}: its job failed: "
+                         "VideoDecodeError: cannot open"], out
+        assert "rgb: 2 verified, 0 damaged, 2 missing" in out and "coclr data store" in out
+    assert list(read_failures(store.root, "rgb")) == ["c/3.avi"]  # verify lists damage, not what was never written
+
+
 def test_verify_command_checks_every_entry_and_add_gives_old_entries_checksums(tmp_path, capsys):
     store = _store_with(tmp_path, {"c/a.avi": _noise_frames(3)})
     index = VideoIndex("t", ["c"], [VideoEntry(k, 0, "train") for k in ("c/a.avi", "c/b.avi", "c/c.avi")])
@@ -196,10 +218,10 @@ def test_verify_command_checks_every_entry_and_add_gives_old_entries_checksums(t
     assert "2 of 3 'rgb' entries have no checksums" in capsys.readouterr().err  # one line: unverified
     assert main(["data", "verify", str(store.root)]) == 0
     captured = capsys.readouterr()
-    assert "rgb: 1 verified, 0 damaged, 2 unverified" in captured.out and "ETA" not in captured.out
+    assert "rgb: 1 verified, 0 damaged, 0 missing, 2 unverified" in captured.out and "ETA" not in captured.out
     assert "verify rgb" in captured.err  # the progress bar
     assert main(["data", "verify", str(store.root), "--add"]) == 0
-    assert "rgb: 1 verified, 0 damaged, 2 checksums added" in capsys.readouterr().out
+    assert "rgb: 1 verified, 0 damaged, 0 missing, 2 checksums added" in capsys.readouterr().out
     for key, frames in old.items():  # a reader that cached the old headers reads the rewritten files right
         assert store.read_encoded(key, "rgb", range(4)) == frames and store.checksum(key, "rgb") is not None
     store = ClipStore(store.root)

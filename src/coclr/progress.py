@@ -55,6 +55,15 @@ def bar(*args: Any, **kwargs: Any) -> tqdm:
     return _Bar(*args, **kwargs)
 
 
+def duration(seconds: float) -> str:
+    """``seconds`` in words, as an ETA says them: "45 s", "12 min", "1.5 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def write(text: str, file: Any = None) -> None:
     """Print a line (to ``file``, default stdout) without breaking the progress line under it."""
     tqdm.write(text, file=file)

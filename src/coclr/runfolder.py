@@ -12,6 +12,13 @@ Refused means untouched: every check and the folder's lock come before the first
 leaves the folder byte for byte as it was (:func:`claim_folder`: check, create, lock, check again under the lock,
 record; a second job on a locked folder is refused by the lock, which it does not rewrite).
 
+Nothing is overwritten that the command did not write, and no command writes into another's folder: a new output
+(a folder no record claims, or a file) is refused, naming what is in the way, when it holds files the command did
+not write (:func:`refuse_foreign`) or lies inside a folder that another command owns (:func:`check_place`: a
+store, an embedding folder, a run folder; :data:`NESTED` says which outputs a folder may hold, e.g. a study's
+stages). Folders and files written without a record of their own (a result file, a page, a feature cache) are
+checked by :func:`check_output_file` and :func:`check_output_folder`, with what the command writes there.
+
 Example::
 
     RULE = FolderRule("pretrain", "a pretrain run", may_differ=("run.progress",), restart=True)
@@ -22,21 +29,38 @@ Example::
 from __future__ import annotations
 
 import copy
+import fnmatch
 import json
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coclr.atomic import atomic_write_json
+from coclr.atomic import PARTIAL_SUFFIX, atomic_write_json
 from coclr.config import differences
 from coclr.errors import ConfigError, DataError
 from coclr.filelock import exclusive_lock
 
 RUN_RECORD = "run.json"
 LOCK_FILE = ".lock"
+OWNER_RECORDS = {"store.json": ("coclr-clip-store", "data store"), "embed.json": ("coclr-embeddings", "embed")}
+"""Records other than ``run.json`` that make a folder a command's output: file name -> (its ``"format"``, the
+command); ``run.json`` names its command itself. (``coclr.store.clipstore`` and ``coclr.embed.output`` write them.)"""
+NESTED: dict[str, tuple[str, ...]] = {
+    "study": ("pretrain", "pipeline", "finetune", "eval", "report", "data store", "flow", "feature cache"),
+    "learn": ("data store", "flow", "pipeline", "pretrain", "embed"),
+    "pipeline": ("pretrain",),
+    "report": ("feature cache",),
+    "data store": ("flow",),
+}
+"""The outputs a command's folder may hold, by command: the study runs its stages, evaluations and store inside its
+folder, learn its store, pipeline and embeddings, a pipeline its stages, a report keeps its feature cache, a store has
+its flow views. Any other output inside a command's folder is refused (:func:`check_place`)."""
+BOOKKEEPING = (LOCK_FILE, ".lock_*", f"*{PARTIAL_SUFFIX}")
+"""Names of coclr's own bookkeeping files (locks, temporary files of atomic writes), found in any folder it writes:
+never counted as files a command did not write."""
 
 
 class FolderRefused(ConfigError, DataError):
@@ -144,7 +168,9 @@ def check_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any],
     if record is None and legacy is not None and folder.is_dir():
         recorded = legacy(folder)
         record = None if recorded is None else {"command": rule.command, "options": recorded}
-    if record is None:
+    if record is None:  # a new output: not inside another command's folder, and holding nothing of others
+        check_place(folder, rule.command)  # (but the outputs it may hold: a study's stage run before the study's)
+        refuse_foreign(folder, rule.command, RUN_RECORD, lambda path: nested_output(path, rule.command))
         return False
     if record.get("command", rule.command) != rule.command:
         raise FolderRefused(f"{folder} holds the output of `coclr {record.get('command')}`, not of "
@@ -194,3 +220,98 @@ def claim_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any], 
         held = check_folder(folder, rule, options, legacy)
         record_folder(folder, rule, options)
         yield held
+
+
+# ------------------------------------------------------------------------- outputs: whose folder, whose files
+
+def folder_owner(folder: str | Path) -> str | None:
+    """The command whose output ``folder`` is, by the record it holds (``run.json``, :data:`OWNER_RECORDS`); None
+    when it holds none (an unreadable or foreign record counts as none: this only decides where outputs may go)."""
+    folder = Path(folder)
+    try:
+        record = read_record(folder)
+    except (DataError, OSError):
+        record = None
+    if record is not None and isinstance(record.get("command"), str):
+        return record["command"]
+    for name, (format_name, command) in OWNER_RECORDS.items():
+        path = folder / name
+        if path.is_file():
+            try:
+                if json.loads(path.read_text()).get("format") == format_name:
+                    return command
+            except (ValueError, AttributeError, OSError):
+                continue
+    return None
+
+
+def nested_output(path: Path, command: str) -> bool:
+    """Whether ``path`` is a folder that ``command``'s folder may hold (:data:`NESTED`), e.g. a pipeline's stage,
+    written by ``coclr pretrain`` before the pipeline recorded its own folder."""
+    return path.is_dir() and folder_owner(path) in NESTED.get(command, ())
+
+
+def check_place(path: str | Path, command: str) -> None:
+    """Refuse a new output ``path`` (a folder or a file) of ``command`` that lies inside a folder another command
+    owns (:func:`folder_owner`) and may not hold it (:data:`NESTED`): e.g. a page in an embedding folder, a store in
+    a run folder. Reads only; raises :class:`FolderRefused` naming the folder and its command."""
+    path = Path(path)
+    for parent in path.absolute().resolve().parents:
+        owner = folder_owner(parent)
+        if owner is not None and command not in NESTED.get(owner, ()):
+            raise FolderRefused(f"{path}: inside {parent}, the output folder of `coclr {owner}`, which coclr {command} "
+                                "must not write into; give a path outside it")
+
+
+def foreign_files(folder: str | Path, ours: Callable[[Path], bool] | None = None) -> list[str]:
+    """The names of what ``folder`` holds (directly) that is neither coclr's bookkeeping (:data:`BOOKKEEPING`) nor
+    ``ours(path)``, sorted; [] for a folder that does not exist."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(entry.name + ("/" if entry.is_dir() else "") for entry in folder.iterdir()
+                  if not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in BOOKKEEPING)
+                  and not (ours is not None and ours(entry)))
+
+
+def refuse_foreign(folder: str | Path, command: str, record: str,
+                   ours: Callable[[Path], bool] | None = None) -> None:
+    """Refuse to write ``folder`` for ``command`` when it holds files the command did not write (a folder without
+    ``record``, the file that would say it did): one line naming them (:func:`foreign_files`)."""
+    names = foreign_files(folder, ours)
+    if names:
+        raise FolderRefused(f"{folder}: holds {_some(names)}, which coclr {command} did not write (it writes a new or "
+                            f"empty folder, or one with its {record}); give another folder, or move those away")
+
+
+def check_output_folder(folder: str | Path, command: str, ours: Callable[[Path], bool], what: str) -> None:
+    """The checks of a folder ``command`` writes without a record of its own (a feature cache, a work folder): not
+    inside another command's folder (:func:`check_place`) and holding only what ``ours`` recognises (``what`` the
+    command writes there, for the message); reads only."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise FolderRefused(f"{folder}: exists and is not a folder; give a folder")
+    check_place(folder, command)
+    names = foreign_files(folder, ours)
+    if names:
+        raise FolderRefused(f"{folder}: holds {_some(names)}, which coclr {command} did not write (it writes only "
+                            f"{what} there); give another folder, or move those away")
+
+
+def check_output_file(path: str | Path, command: str, ours: Callable[[Path], bool], what: str) -> None:
+    """The checks of a file ``command`` writes (a result, an index, a page): not inside another command's folder
+    (:func:`check_place`), not a folder, and, when it exists, recognised by ``ours`` as ``what`` the command wrote
+    before (then it is rewritten); reads only, raises :class:`FolderRefused` in one line."""
+    path = Path(path)
+    check_place(path, command)
+    if path.is_dir():
+        raise FolderRefused(f"{path}: is a folder; give the path of a file")
+    if path.exists() and not ours(path):
+        raise FolderRefused(f"{path}: exists and is not {what} (what coclr {command} writes there), so it was not "
+                            "written by it; give another path, or move it away")
+
+
+def _some(names: Sequence[str], shown: int = 5) -> str:
+    """Up to ``shown`` names, and how many more."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more

@@ -16,6 +16,7 @@ import sys
 
 from coclr.cli._world import run_command
 from coclr.errors import CoclrError
+from coclr.interrupts import interrupted
 from coclr.threads import apply_process_policy
 
 apply_process_policy()  # before any subcommand imports torch: OpenMP and torch's allocator read it once
@@ -29,10 +30,14 @@ EXIT_SOME_FAILED = 3
 """A per-input job (``embed``, ``data store``, ``flow`` ...) that went through all its inputs, some of which
 failed: they are listed, recorded for the next run, and the rest is done."""
 EXIT_INTERRUPTED = 130
-"""Ctrl-C (the same command continues where it stopped)."""
+"""Ctrl-C (SIGINT): stopped within seconds, what was finished kept, one line saying what; the same command
+continues where it stopped (:mod:`coclr.interrupts`)."""
+EXIT_TERMINATED = 143
+"""SIGTERM (``kill``, ``timeout``, a batch scheduler): as Ctrl-C, with the shell's status of SIGTERM."""
 EXIT_CODES = (f"exit status: {EXIT_DONE} all done; {EXIT_SOME_FAILED} finished, but some inputs failed (each "
               f"listed with its reason); {EXIT_ERROR} refused or stopped by an error (one line on stderr); "
-              f"{EXIT_INTERRUPTED} interrupted; 1 an unexpected error (a traceback: please report it)")
+              f"{EXIT_INTERRUPTED} interrupted (Ctrl-C), {EXIT_TERMINATED} stopped by SIGTERM (what was done is kept: "
+              "run the same command to continue); 1 an unexpected error (a traceback: please report it)")
 """The one exit-status rule of every command, shown at the end of every ``--help``."""
 
 
@@ -77,9 +82,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         status = run_command(args)
     except CoclrError as error:
+        _close_progress_bars()
         print(f"coclr {args.command}: error: {error}", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        print(f"coclr {args.command}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as error:  # SIGINT or SIGTERM (run_command): the work stopped, what it finished kept
+        stopped = interrupted(error, "what was finished is kept")
+        _close_progress_bars()
+        print(f"coclr {args.command}: interrupted ({stopped.signal_name}); {stopped.kept}; run the same command to "
+              "continue", file=sys.stderr)
+        return stopped.exit_status
     return int(status or EXIT_DONE)
+
+
+def _close_progress_bars() -> None:
+    """Close the progress bars a stopped command left open, so that its one line is a line of its own (not the end
+    of a bar's line, nor erased by a bar closed later)."""
+    module = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(module, "tqdm", None), "_instances", ())):
+        bar.close()

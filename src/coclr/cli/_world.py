@@ -1,5 +1,7 @@
 """Errors of the world (disk full, file too large, a path that is a folder or cannot be created): one line naming the
-path and what to do, never a traceback. :func:`run_command` is what :func:`coclr.cli.main` runs a command through."""
+path and what to do, never a traceback; SIGINT and SIGTERM stop the command as Ctrl-C does
+(:func:`coclr.interrupts.signals_interrupt`). :func:`run_command` is what :func:`coclr.cli.main` runs a command
+through."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import argparse
 import errno
 import signal
 import sys
+
+from coclr.interrupts import signals_interrupt
 
 WORLD_ERRORS = {
     errno.ENOSPC: "the disk is full: free space there (or write elsewhere), then rerun the same command",
@@ -41,11 +45,13 @@ def world_error_line(error: OSError) -> str | None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed command; an error of the world (:data:`WORLD_ERRORS`) becomes one line naming the path and
-    :data:`WORLD_ERROR_STATUS`, any other error goes on to :func:`main` (bad input: one line too)."""
+    :data:`WORLD_ERROR_STATUS`, any other error goes on to :func:`main` (bad input: one line too), and so does the
+    :class:`~coclr.interrupts.Interrupted` that SIGINT or SIGTERM raise."""
     if hasattr(signal, "SIGXFSZ"):  # past ``ulimit -f`` a write fails with EFBIG (one line) instead of killing us
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        return args.func(args)
+        with signals_interrupt():
+            return args.func(args)
     except OSError as error:
         line = world_error_line(error)
         if line is None:

@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     index.add_argument("--drop-missing", action="store_true",
                        help="leave out videos missing under --root instead of failing (e.g. deleted "
                        "Kinetics videos)")
-    index.add_argument("--out", required=True, help="output index JSON file")
+    index.add_argument("--out", required=True, help="output index JSON file (new, or an index: rewritten)")
     index.set_defaults(func=run_index)
 
     store = data_subparsers.add_parser(
@@ -60,7 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "new videos.")
     store.add_argument("--index", required=True, help="index JSON (from `coclr data index`)")
     store.add_argument("--root", required=True, help="folder of the videos")
-    store.add_argument("--out", required=True, help="store folder")
+    store.add_argument("--out", required=True, help="store folder: new or empty, or a store this command built (a "
+                       "folder of other files is refused)")
     store.add_argument("--short-side", type=int, default=128, help="resize so the shorter side has this "
                        "many pixels (0: keep the decoded size)")
     store.add_argument("--quality", type=int, default=90, help="JPEG quality (1-100)")
@@ -74,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                       "completeness of each view.")
     info.add_argument("store", help="store folder")
     info.add_argument("--verify", action="store_true", help="also check every entry file (and decode "
-                      "every frame with --decode) and list the damaged ones")
+                      "every frame with --decode) and name the missing and damaged ones (exit status 3 if any)")
     info.add_argument("--decode", action="store_true", help="with --verify: decode every frame")
     info.set_defaults(func=run_info)
 
@@ -82,7 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "verify", help="check every entry of a clip store against its checksums (and decode it)",
         description="Read every entry of every view (or --view) and check its bytes against the checksums written "
         "with it; a damaged entry is named and listed in STORE/failed_<view>.json, so training and evaluation leave "
-        "it out and the next `coclr data store` / `coclr flow` rebuilds it. Exit status 3 when an entry is damaged.")
+        "it out and the next `coclr data store` / `coclr flow` rebuilds it; a missing entry is named too. Exit status "
+        "3 when an entry is damaged or missing.")
     verify.add_argument("store", help="store folder")
     verify.add_argument("--view", action="append", help="check only this view (repeatable; default: all)")
     verify.add_argument("--decode", action="store_true", help="also decode every frame (a decoder's warning of "
@@ -96,8 +98,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_index(args: argparse.Namespace) -> int:
     from coclr.errors import DataError
+    from coclr.runfolder import check_output_file
     from coclr.video import indexes
 
+    check_output_file(args.out, "data index", indexes.is_index_file, "a coclr video index")
     annotations = args.annotations or []
     if args.format in ("ucf101", "hmdb51", "csv") and len(annotations) != 1:
         raise DataError(f"--format {args.format} needs exactly one --annotations path")
@@ -180,7 +184,7 @@ def run_info(args: argparse.Namespace) -> int:
     if not views:
         print("  no views yet")
     keys = store.keys()
-    damaged = 0
+    bad = 0
     for view in views:
         complete = sum(store.has(key, view) for key in keys)
         print(f"  view {view!r}: {complete}/{len(keys)} entries complete ({100 * complete / max(1, len(keys)):.1f}%)")
@@ -194,22 +198,13 @@ def run_info(args: argparse.Namespace) -> int:
         if unlisted:
             print(f"    {len(unlisted)} entries of videos no longer in the index (kept on disk)")
         if args.verify:
-            problems = [(k, p) for k, p in store.verify(view, decode=args.decode) if p != "missing"]
-            damaged += len(problems)
-            for key, problem in problems:
-                print(f"    damaged: {key}: {problem}")
-            print(f"    verified: {len(problems)} damaged entries")
-    return job_status(damaged)
+            bad += verify_view(store, view, args.decode, indent="    ")
+    return job_status(bad)
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from contextlib import nullcontext
-
-    from tqdm import tqdm
-
     from coclr.errors import DataError
-    from coclr.store.clipstore import failures_path, open_store
-    from coclr.store.jobs import view_lock
+    from coclr.store.clipstore import open_store
 
     store = open_store(args.store)
     views = args.view or store.views()
@@ -217,34 +212,55 @@ def run_verify(args: argparse.Namespace) -> int:
     if unknown:
         raise DataError(f"{store.root}: no view {', '.join(map(repr, unknown))} (views: "
                         f"{', '.join(store.views()) or 'none'})")
-    damaged_total = 0
-    for view in views:
-        counts = dict.fromkeys(("verified", "damaged", "unverified", "checksums added", "missing"), 0)
-        with view_lock(store.root, view) if args.add else nullcontext():
-            for key in tqdm(store.keys(), desc=f"verify {view}", unit="entry", dynamic_ncols=True):
-                problem = store.check_entry(key, view, args.decode)
-                if problem is None and store.checksum(key, view) is None:
-                    if not args.add:
-                        counts["unverified"] += 1
-                        continue
-                    problem = store.check_entry(key, view, decode=True) if not args.decode else None
-                    if problem is None:
-                        store.add_checksums(key, view)
-                        counts["checksums added"] += 1
-                        continue
+    return job_status(sum(verify_view(store, view, args.decode, args.add) for view in views))
+
+
+def verify_view(store, view: str, decode: bool = False, add: bool = False, indent: str = "") -> int:
+    """Check every entry of ``view`` (``coclr data verify``, ``coclr data info --verify``): one line per missing or
+    damaged entry, naming its video (a damaged one is listed in the store's failure list), then the counts and what
+    to do; with ``add``, entries written before checksums get them. Returns how many entries are missing or
+    damaged (the exit status is 3 when any is)."""
+    from contextlib import nullcontext
+
+    from tqdm import tqdm
+
+    from coclr.store.clipstore import failures_path
+    from coclr.store.jobs import view_lock
+
+    counts = dict.fromkeys(("verified", "damaged", "missing", "unverified", "checksums added"), 0)
+    failed = store.failed(view)
+    with view_lock(store.root, view) if add else nullcontext():
+        for key in tqdm(store.keys(), desc=f"verify {view}", unit="entry", dynamic_ncols=True):
+            problem = store.check_entry(key, view, decode)
+            if problem is None and store.checksum(key, view) is None:
+                if not add:
+                    counts["unverified"] += 1
+                    continue
+                problem = store.check_entry(key, view, decode=True) if not decode else None
                 if problem is None:
-                    counts["verified"] += 1
-                elif problem == "missing":
-                    counts["missing"] += 1
-                else:
-                    counts["damaged"] += 1
-                    tqdm.write(problem)
-        damaged_total += counts["damaged"]
-        print(f"{view}: " + ", ".join(f"{n} {what}" for what, n in counts.items() if n or what == "damaged"))
-        if counts["damaged"]:
-            print(f"  damaged entries are listed in {failures_path(store.root, view)}: training and evaluation leave "
-                  "them out, and the next run of the job that writes the view rebuilds them")
-        if counts["unverified"]:
-            print(f"  {counts['unverified']} entries were written before checksums (unverified): "
-                  f"`coclr data verify {store.root} --add` checks them and adds checksums")
-    return job_status(damaged_total)
+                    store.add_checksums(key, view)
+                    counts["checksums added"] += 1
+                    continue
+            if problem is None:
+                counts["verified"] += 1
+            elif problem == "missing":
+                counts["missing"] += 1
+                why = f"its job failed: {failed[key]}" if key in failed else "no entry file (deleted, or never written)"
+                entry = store.entry_path(key, view).relative_to(store.root)
+                tqdm.write(f"{indent}missing entry: store {store.root}, video {key!r}, entry {entry}: {why}")
+            else:
+                counts["damaged"] += 1
+                tqdm.write(f"{indent}{problem}")
+    shown = ("verified", "damaged", "missing")
+    print(f"{indent}{view}: " + ", ".join(f"{n} {what}" for what, n in counts.items() if n or what in shown))
+    if counts["damaged"]:
+        print(f"{indent}  damaged entries are listed in {failures_path(store.root, view)}: training and evaluation "
+              "leave them out, and the next run of the job that writes the view rebuilds them")
+    if counts["missing"]:
+        print(f"{indent}  missing entries: the next run of the job that writes the view (`coclr data store` for rgb, "
+              "`coclr flow` for a flow view) writes them; until then training and evaluation leave out those whose "
+              f"job failed (listed in {failures_path(store.root, view)}) and refuse the view for the others")
+    if counts["unverified"]:
+        print(f"{indent}  {counts['unverified']} entries were written before checksums (unverified): "
+              f"`coclr data verify {store.root} --add` checks them and adds checksums")
+    return counts["damaged"] + counts["missing"]

@@ -21,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="video files, folders, list files or glob patterns")
     parser.add_argument("--checkpoint", required=True, help="encoder checkpoint: the RGB stream (an encoder trained "
                         "on flow embeds the flow stream alone, with TV-L1 flow computed on the fly)")
-    parser.add_argument("--out", required=True, help="output folder (created; continued when it exists)")
+    parser.add_argument("--out", required=True, help="output folder: new or empty (created), or one coclr embed "
+                        "wrote (continued)")
     parser.add_argument("--flow-checkpoint",
                         help="flow encoder: embed two streams, with TV-L1 flow computed on the fly")
     parser.add_argument("--feature", choices=("backbone", "head"),

@@ -23,7 +23,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                         "trained on, else rgb; a view of another kind is refused)")
     parser.add_argument("--checkpoint2", help="second encoder for two-stream evaluation (e.g. the flow network)")
     parser.add_argument("--view2", help="view of --checkpoint2 (default: the view it was trained on, else flow)")
-    parser.add_argument("--out", help="JSON file to write the result to (default: print it)")
+    parser.add_argument("--out", help="JSON file to write the result to (default: print it); a new file, or a result "
+                        "file: rewritten")
     parser.add_argument("--also-views", nargs="+", default=[], metavar="VIEW",
                         help="evaluate only the videos that also have these views (so that evaluations run apart, "
                         "e.g. an RGB and a flow encoder, compare the same videos)")
@@ -99,6 +100,23 @@ def task_options(args: argparse.Namespace):
     return TaskOptions(finetune=config, work_dir=work_dir)
 
 
+def check_outputs(args: argparse.Namespace, options) -> None:
+    """Refuse, before any work, outputs that would overwrite what ``coclr eval`` did not write or land in another
+    command's folder (:mod:`coclr.runfolder`): the result file, the linear probe's probabilities beside it, the
+    feature cache (the finetuning folder is checked by the finetuning itself, before it trains)."""
+    from coclr.eval.features import check_cache_dir
+    from coclr.eval.finetune import is_probabilities_file
+    from coclr.eval.report import is_result_file
+    from coclr.runfolder import check_output_file
+
+    if args.out:
+        check_output_file(args.out, "eval", is_result_file, "a coclr eval result")
+    if options.probabilities is not None:
+        check_output_file(options.probabilities, "eval", is_probabilities_file, "a probabilities file")
+    if options.cache_dir is not None:
+        check_cache_dir(options.cache_dir)
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -111,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     from coclr.eval.report import degenerate
     from coclr.store.clipstore import open_store
 
+    options = task_options(args)
+    check_outputs(args, options)
     checkpoints = [Path(args.checkpoint)] + ([Path(args.checkpoint2)] if args.checkpoint2 else [])
     for path in checkpoints:
         if not path.is_file():
@@ -141,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
             from coclr.data.datasets import left_out_message
 
             print(f"coclr eval: {left_out_message(store, split, views, videos)}", file=sys.stderr)
-    record = evaluate_checkpoint(args.task, store, streams, clip_config, task_options(args), name=args.name,
+    record = evaluate_checkpoint(args.task, store, streams, clip_config, options, name=args.name,
                                  device=device, train_split=args.train_split, test_split=args.test_split,
                                  with_views=args.also_views, progress=not args.quiet)
     if args.out:

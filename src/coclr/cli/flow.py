@@ -34,7 +34,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                         help="tvl1: OpenCV TV-L1 on CPU; dis: OpenCV DIS (fast, less accurate); tvl1-torch: "
                         "our TV-L1 (Triton kernels on a GPU, C loops on the CPU); auto: the backend the view was "
-                        "started with, else tvl1-torch on CUDA, in the fast mode or where its C loops build, else "
+                        "started with, else tvl1-torch on CUDA, in the fast mode, with --kernels c or triton, or where "
+                        "its C loops build, else "
                         "tvl1; opencv and torch are short for tvl1 and tvl1-torch")
     parser.add_argument("--view", help="view name to write (default: 'flow' for TV-L1, 'flow_dis' for DIS)")
     parser.add_argument("--workers", type=int,
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
     options = {key: getattr(args, key) for key in ("bound", "mode", "stop_every", "batch_pairs", "kernels", "jpeg")
                if getattr(args, key, None) is not None}
-    _, device = resolve_backend(args.backend, args.device, options.get("mode", "exact"))
+    _, device = resolve_backend(args.backend, args.device, options.get("mode", "exact"), options.get("kernels", "auto"))
     if launched_world_size() > 1:  # torchrun: the processes exchange only a few small messages, so gloo everywhere
         init_distributed(torch.device(device or "cpu"), backend="gloo", timeout=GROUP_TIMEOUT)
     options.setdefault("batch_pairs", 256 if device is not None and device.startswith("cuda") else 64)

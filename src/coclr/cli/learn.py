@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "interruption; other videos or options on the same OUT are refused; a finished run returns at once. Under "
         "torchrun (torchrun --nproc_per_node=N -m coclr learn ...) the processes share the videos and every batch.")
     parser.add_argument("inputs", nargs="+", metavar="VIDEOS", help="video files, folders, list files or globs")
-    parser.add_argument("--out", required=True, help="output folder (created; continued when it exists)")
+    parser.add_argument("--out", required=True, help="output folder: new or empty (created), or one coclr learn wrote "
+                        "(continued)")
     parser.add_argument("--budget", default="15m", help="wall-clock time for the whole run, e.g. 5m, 90m, 2h "
                         "(default 15m): the network, clip size and epochs are chosen to fit it")
     parser.add_argument("--labels", help="a --format csv manifest (path,label[,split[,group]]) of some of the "

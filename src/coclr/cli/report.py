@@ -33,8 +33,12 @@ RUN_ONLY = ("length", "stride", "size", "device", "amp", "cache_dir")
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from coclr.errors import ConfigError
-    from coclr.eval.report import load_record, write_report
+    from coclr.eval.features import check_cache_dir
+    from coclr.eval.report import REPORT_FOLDER, load_record, report_options, write_report
+    from coclr.runfolder import check_folder, claim_folder
     from coclr.store.clipstore import open_store
 
     if not args.results and not args.run:
@@ -45,24 +49,32 @@ def run(args: argparse.Namespace) -> int:
     if unused and not args.run:
         raise ConfigError(f"{', '.join(unused)}: apply to --run only (the evaluation of a pipeline run's stages); "
                           "the result files were evaluated already")
+    check_folder(args.out, REPORT_FOLDER, {}, legacy=report_options)  # before any work: a report's folder, or new
+    if args.run:
+        check_cache_dir(args.cache_dir or Path(args.out) / "feature_cache")
     records = [load_record(path) for path in args.results]
     store = open_store(args.store) if args.store else None
-    if args.run:
-        from coclr.config import from_dict
-        from coclr.core.distributed import pick_device
-        from coclr.eval.features import ClipConfig, trained_clips
-        from coclr.eval.report import report_run, stage_encoders
-
-        encoders = list(dict.fromkeys(path for point in stage_encoders(args.run)
-                                      for path in point["encoders"].values()))
-        clips, sources = trained_clips(encoders, length=args.length, stride=args.stride, size=args.size)
-        print("coclr report: clips of " + ", ".join(f"{key} {value} ({sources[key]})" for key, value in clips.items()),
-              file=sys.stderr)
-        clip_config = from_dict(ClipConfig, {**clips, "batch_size": args.batch_size, "workers": args.workers,
-                                             "amp": args.amp})
-        device = str(pick_device(args.device, "--device"))
-        records += report_run(args.run, store, args.out, clip_config, device, args.cache_dir, not args.quiet)
-    written = write_report(args.out, records, store, args.gallery_queries)
+    with claim_folder(args.out, REPORT_FOLDER, {}, legacy=report_options):
+        if args.run:
+            records += evaluate_run(args, store)
+        written = write_report(args.out, records, store, args.gallery_queries)
     for name in sorted(written):
         print(f"wrote {written[name]}")
     return 0
+
+
+def evaluate_run(args: argparse.Namespace, store) -> list[dict]:
+    """The retrieval records of every finished stage of the pipeline run ``args.run`` (written into ``args.out``)."""
+    from coclr.config import from_dict
+    from coclr.core.distributed import pick_device
+    from coclr.eval.features import ClipConfig, trained_clips
+    from coclr.eval.report import report_run, stage_encoders
+
+    encoders = list(dict.fromkeys(path for point in stage_encoders(args.run) for path in point["encoders"].values()))
+    clips, sources = trained_clips(encoders, length=args.length, stride=args.stride, size=args.size)
+    print("coclr report: clips of " + ", ".join(f"{key} {value} ({sources[key]})" for key, value in clips.items()),
+          file=sys.stderr)
+    clip_config = from_dict(ClipConfig, {**clips, "batch_size": args.batch_size, "workers": args.workers,
+                                         "amp": args.amp})
+    device = str(pick_device(args.device, "--device"))
+    return report_run(args.run, store, args.out, clip_config, device, args.cache_dir, not args.quiet)

@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the result as JSON")
     output.add_argument("--html", metavar="OUT.html", help="write a page with the query and neighbours as animated "
-                        "thumbnails")
+                        "thumbnails (a new file, or a page coclr wrote; never inside DIR)")
     parser.add_argument("--device", help="torch device to embed a query video (default: cuda when available)")
     parser.set_defaults(func=run)
 
@@ -37,7 +37,11 @@ def run(args: argparse.Namespace) -> int:
     from coclr.embed.output import Embeddings, file_identity
     from coclr.embed.search import file_thumbnail, format_hits, search, write_search_html
     from coclr.errors import DataError
+    from coclr.eval.gallery import is_page_file
+    from coclr.runfolder import check_output_file
 
+    if args.html:  # before any work: a page is written only where it overwrites nothing but a page of ours
+        check_output_file(args.html, "search", is_page_file, "a coclr page")
     embeddings = Embeddings(args.dir)
     if embeddings.pending_chunks:
         print(f"coclr search: note: {args.dir} has results of an unfinished run not merged yet; run the same coclr "

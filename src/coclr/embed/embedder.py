@@ -50,6 +50,7 @@ from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.flow.encode import flow_to_uint8
 from coclr.flow.opencv import rgb_to_gray
 from coclr.flow.tvl1 import tvl1_flow
+from coclr.interrupts import loader_worker_signals
 from coclr.models.inference import fused_for_inference
 from coclr.models.loading import load_encoder
 from coclr.progress import bar as progress_bar
@@ -86,10 +87,17 @@ class VideoEmbedding:
     rotation: int = 0
     """Degrees the frames were turned clockwise as the file's display matrix asks (then mirrored if ``mirrored``)."""
     mirrored: bool = False
+    parts: list[tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list, repr=False)
+    """With several streams, each stream's own (vector, windows), L2-normalised: what it alone embeds."""
 
     def __post_init__(self) -> None:
         if self.duration is None:
             self.duration = self.frames / self.fps
+
+    def stream(self, index: int) -> VideoEmbedding:
+        """The embedding of stream ``index`` alone (the same windows and times)."""
+        vector, windows = self.parts[index]
+        return dataclasses.replace(self, vector=vector, windows=windows, parts=[])
 
 
 @dataclasses.dataclass
@@ -295,6 +303,7 @@ def _decoded_messages(paths: Sequence[str], settings: EmbedSettings, workers: in
 
 
 def _init_decoder(_worker: int) -> None:
+    loader_worker_signals()
     worker_opencv_threads()
 
 
@@ -561,8 +570,10 @@ class _Runner:
     def _assemble(self, video: _Pending) -> VideoEmbedding:
         per_stream = [torch.stack([video.features[n][s] for n in range(video.queued)])
                       for s in range(len(self.embedder.streams))]
-        vector = combine([features.double().mean(dim=0).float() for features in per_stream])
-        windows = combine(per_stream)
+        means = [features.double().mean(dim=0).float() for features in per_stream]
+        vector, windows = combine(means), combine(per_stream)
+        parts = ([(combine([mean]).numpy(), combine([features]).numpy()) for mean, features in zip(means, per_stream)]
+                 if len(per_stream) > 1 else [])
         facts = video.end
         end = float(facts["end"])
         times = np.frombuffer(video.times, np.float64)
@@ -570,4 +581,4 @@ class _Runner:
         ends = np.array([times[e] if e < len(times) else end for e in video.ends], np.float64)
         return VideoEmbedding(video.path, vector.numpy(), windows.numpy(), starts, ends, float(facts["fps"]),
                               video.windows.received, duration=end, damaged_frames=int(facts["damaged"]),
-                              rotation=int(facts["rotation"]), mirrored=bool(facts["mirrored"]))
+                              rotation=int(facts["rotation"]), mirrored=bool(facts["mirrored"]), parts=parts)

@@ -42,7 +42,7 @@ import numpy as np
 
 from coclr.atomic import atomic_open, atomic_write_json, read_json_lines
 from coclr.errors import DataError
-from coclr.runfolder import LOCK_FILE, FolderRule, folder_lock
+from coclr.runfolder import LOCK_FILE, FolderRule, check_place, folder_lock, refuse_foreign  # noqa: F401 (LOCK_FILE: re-exported)
 
 SETTINGS_FILE = "embed.json"
 COMMIT_FILE = "commit.json"
@@ -151,7 +151,8 @@ class EmbeddingWriter(ChunkWriter):
     ``record`` is what ``embed.json`` holds; its ``"settings"`` must equal the folder's (else
     :class:`~coclr.runfolder.FolderRefused` naming each differing key). Opening checks, then locks the folder
     (a refused run writes nothing), finishes an interrupted commit
-    and merges leftover chunks; closing flushes and merges. State: the videos done (identity by path), the
+    and merges leftover chunks; closing flushes and merges (interrupted, SIGINT or SIGTERM: flushes only, and the next
+    run merges). State: the videos done (identity by path), the
     failures, and the results not flushed yet.
     """
 
@@ -179,23 +180,24 @@ class EmbeddingWriter(ChunkWriter):
             raise
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: Any) -> None:
         try:
             self.flush()
-            self.merge()
+            if kind is None or not issubclass(kind, KeyboardInterrupt):  # interrupted: the next run merges (the
+                self.merge()  # merge rewrites the whole folder, too long for a stop that must take seconds)
         finally:
             assert self._lock is not None
             self._lock.close()
 
     def _check_settings(self) -> bool:
         """Whether the folder records its settings (then they equal this run's: else :class:`FolderRefused`
-        naming each differing one); a folder that holds other files and no settings is refused. Reads only."""
+        naming each differing one); a folder that holds other files and no settings, or lies inside another
+        command's folder, is refused (:mod:`coclr.runfolder`). Reads only."""
         if self.root.exists() and not self.root.is_dir():
             raise DataError(f"{self.root}: exists and is not a folder")
-        if not (self.root / SETTINGS_FILE).is_file():
-            if self.root.is_dir() and any(entry.name != LOCK_FILE for entry in self.root.iterdir()):
-                raise DataError(f"{self.root}: the folder holds other files and no {SETTINGS_FILE}; give an empty or "
-                                "new folder (or one coclr embed wrote)")
+        if not (self.root / SETTINGS_FILE).is_file():  # a new folder: nothing of others in it or around it
+            check_place(self.root, EMBED_FOLDER.command)
+            refuse_foreign(self.root, EMBED_FOLDER.command, SETTINGS_FILE)
             return False
         return EMBED_FOLDER.check(self.root, read_settings(self.root).get("settings", {}), self.record["settings"])
 

@@ -17,8 +17,9 @@ from coclr.core.distributed import all_gather_objects, barrier, broadcast_object
 from coclr.embed.embedder import Embedder, EmbedFailure
 from coclr.embed.inputs import expand_inputs
 from coclr.embed.output import ChunkWriter, EmbeddingWriter, file_identity, read_settings
-from coclr.errors import CheckpointError, CoclrError, DataError
+from coclr.errors import CheckpointError, CoclrError, ConfigError, DataError
 from coclr.eval.features import file_sha256
+from coclr.interrupts import interrupted
 from coclr.models.loading import checkpoint_format
 from coclr.store.jobs import shard
 from coclr.video.decode import DAMAGE_TOLERANCE
@@ -120,13 +121,18 @@ def embedder_for(root: str | Path, device: str | None = None, **options: Any) ->
 
 def embed_videos(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], embedder: Embedder,
                  progress: bool = True, retry_failed: bool = False, flush_videos: int = 256,
-                 flush_seconds: float = 60.0) -> EmbedSummary:
+                 flush_seconds: float = 60.0,
+                 streams: dict[int, tuple[str | os.PathLike[str], Embedder]] | None = None) -> EmbedSummary:
     """Embed the videos named by ``inputs`` (:func:`~coclr.embed.inputs.expand_inputs`) into the output folder
     ``out`` (:mod:`coclr.embed.output`): videos already there unchanged are skipped, so the same command
     continues after an interruption; a folder made with other settings is refused before any work. Unreadable
     videos are counted, listed in ``failed.jsonl`` (an earlier row of theirs dropped) and skipped by later runs
     while unchanged (unless ``retry_failed``). Rows of files removed or changed since they were embedded, and
     not embedded again by this run, are dropped.
+
+    ``streams`` (stream index -> (folder, an embedder of that stream alone)): the same pass also writes each
+    stream's own embedding into its folder, recorded as that embedder's (whose settings must give the same
+    windows), so a two-stream pass writes the flow stream's folder without computing flow twice.
 
     In a distributed job (a ``torch.distributed`` group, e.g. under torchrun) rank 0 holds the folder and
     decides what to do, each process embeds every ``world_size``-th video of it (as ``coclr flow`` shares
@@ -135,44 +141,83 @@ def embed_videos(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
     summary = EmbedSummary(Path(out), world=world_size())
     unusable: dict[str, str] = {}
     paths = [str(path) for path in expand_inputs(inputs, summary.notes, unusable)]
-    with job_writer(out, folder_record(embedder), flush_videos, flush_seconds) as writer:
+    outputs = [(out, folder_record(embedder), None)]
+    for index, (folder, alone) in (streams or {}).items():
+        check_stream_alone(embedder, index, alone)
+        outputs.append((folder, folder_record(alone), index))
+    with contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(job_writer(folder, record, flush_videos, flush_seconds))
+                   for folder, record, _ in outputs]
         plan = None
         failed: list[tuple[int, str, str]] = []
-        if isinstance(writer, EmbeddingWriter):  # rank 0, or the only process
+        if isinstance(writers[0], EmbeddingWriter):  # rank 0, or the only process
             identities = {path: file_identity(path) for path in paths}
-            todo = [order for order, path in enumerate(paths) if writer.todo(path, identities[path], retry_failed)]
-            # An input that is neither a video nor a list fails as a video does (listed, skipped while unchanged).
-            bad = [path for path in unusable if writer.todo(path, file_identity(path), retry_failed)]
-            stale = writer.stale({paths[order] for order in todo} | set(bad))
-            for path, reason in stale.items():
-                writer.add_stale(path, reason)
-            for path in bad:
-                failed.append((-1, path, f"{path}: {unusable[path]}"))
-                writer.add_failure(path, file_identity(path), failed[-1][2])
-            plan = (paths, identities, todo, stale, len(unusable) - len(bad))
-        paths, identities, todo, stale, skipped_bad = broadcast_object(plan)  # rank 0's view, for every rank
+            todos = []
+            for number, writer in enumerate(writers):
+                todo = [order for order, path in enumerate(paths) if writer.todo(path, identities[path], retry_failed)]
+                # An input that is neither a video nor a list fails as a video does (listed, skipped while unchanged).
+                bad = [path for path in unusable if writer.todo(path, file_identity(path), retry_failed)]
+                stale = writer.stale({paths[order] for order in todo} | set(bad))
+                for path, reason in stale.items():
+                    writer.add_stale(path, reason)
+                for path in bad:
+                    message = f"{path}: {unusable[path]}"
+                    writer.add_failure(path, file_identity(path), message)
+                    if number == 0:
+                        failed.append((-1, path, message))
+                todos.append(todo)
+                if number == 0:
+                    dropped, skipped_bad = stale, len(unusable) - len(bad)
+            plan = (paths, identities, todos, dropped, skipped_bad)
+        paths, identities, todos, stale, skipped_bad = broadcast_object(plan)  # rank 0's view, for every rank
+        wanted = [set(todo) for todo in todos]
+        todo = sorted(set().union(*wanted))
         summary.skipped, summary.dropped = len(paths) - len(todo) + skipped_bad, stale
         mine = shard(todo)
         damaged: list[tuple[int, str, int]] = []
-        for index, result in embedder.stream([paths[order] for order in mine], progress=progress and rank() == 0,
-                                             desc=f"embedding -> {out}"):
-            order = mine[index]
-            path = paths[order]
-            if isinstance(result, EmbedFailure):
-                failed.append((order, path, result.error))
-                writer.add_failure(path, identities[path], result.error)
-            else:
-                summary.done += 1
-                summary.windows += len(result.windows)
-                if result.damaged_frames:
-                    damaged.append((order, path, result.damaged_frames))
-                writer.add(result, identities[path], order)
+        try:
+            for index, result in embedder.stream([paths[order] for order in mine], progress=progress and rank() == 0,
+                                                 desc=f"embedding -> {out}"):
+                order = mine[index]
+                path = paths[order]
+                if isinstance(result, EmbedFailure):
+                    failed.append((order, path, result.error))
+                else:
+                    summary.done += 1
+                    summary.windows += len(result.windows)
+                    if result.damaged_frames:
+                        damaged.append((order, path, result.damaged_frames))
+                for writer, (_, _, part), todo_of in zip(writers, outputs, wanted):
+                    if order not in todo_of:
+                        continue
+                    if isinstance(result, EmbedFailure):
+                        writer.add_failure(path, identities[path], result.error)
+                    else:
+                        writer.add(result if part is None else result.stream(part), identities[path], order)
+        except KeyboardInterrupt as error:  # the writers keep what is done (flushed; merged by the next run)
+            raise interrupted(error, f"{out}: {summary.skipped + summary.done} of {len(paths)} videos embedded and "
+                              "kept") from None
         counts = all_gather_objects((summary.done, summary.windows, failed, damaged))
     summary.done, summary.windows = sum(c[0] for c in counts), sum(c[1] for c in counts)
     summary.failed = [(path, error) for _, path, error in sorted(f for c in counts for f in c[2])]
     summary.damaged = [(path, count) for _, path, count in sorted(d for c in counts for d in c[3])]
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def check_stream_alone(embedder: Embedder, index: int, alone: Embedder) -> None:
+    """Refuse to record stream ``index`` of ``embedder`` as ``alone``'s embedding unless ``alone`` embeds that stream
+    by itself with the same windows, crops and normalisation."""
+    if len(embedder.streams) < 2 or not 0 <= index < len(embedder.streams):
+        raise ConfigError(f"stream {index}: the embedder has {len(embedder.streams)} stream(s); a stream alone is "
+                          "written from a pass of several")
+    view = embedder.streams[index].view
+    keys = ("length", "stride", "size", "fps", "short_side", "window_step", "feature", "precision", "flow_bound")
+    keys += ("flow_mean", "flow_std") if view == "flow" else ("mean", "std")
+    differ = [key for key in keys if getattr(embedder.settings, key) != getattr(alone.settings, key)]
+    if len(alone.streams) != 1 or alone.streams[0].view != view or differ:
+        raise ConfigError(f"stream {index} ({view}) cannot be recorded as {alone.checkpoint}'s embedding: "
+                          f"{', '.join(differ) or 'another view'} differ(s)")
 
 
 @contextlib.contextmanager

@@ -33,8 +33,10 @@ from coclr.data import augment
 from coclr.data.datasets import WindowClips, usable_entries
 from coclr.data.views import view_kind
 from coclr.errors import CheckpointError, ConfigError
+from coclr.interrupts import loader_worker_signals
 from coclr.models.loading import TRAIN_FORMAT, load_encoder, read_checkpoint_file, read_clip_settings
 from coclr.progress import bar as progress_bar
+from coclr.runfolder import check_output_folder
 
 CACHE_FORMAT = 2
 """Bumped whenever the way features are computed changes, which invalidates every cache entry."""
@@ -156,7 +158,7 @@ def _window_outputs(model: Callable[[torch.Tensor], torch.Tensor], windows: Wind
     """``(video of each window, output float64 [B, D] on the CPU)`` for each batch of ``windows``."""
     device = torch.device(device)
     loader = DataLoader(windows, batch_size=config.batch_size, shuffle=False, num_workers=config.workers,
-                        pin_memory=device.type == "cuda")
+                        pin_memory=device.type == "cuda", worker_init_fn=loader_worker_signals)
     for batch in progress_bar(loader, desc=desc, unit="batch", disable=not progress, leave=False):
         crops = eval_views(batch["clip"].to(device, non_blocking=True), windows.view, config.size, ten_crop,
                            short_side)
@@ -205,6 +207,17 @@ def entry_identity(store, key: str, view: str) -> str:
         return value
     stat = store.entry_path(key, view).stat()
     return f"unverified:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+CACHE_FILES = "features_*.npz"
+"""The names of feature cache files (:func:`cached_features`); a cache folder holds nothing else."""
+
+
+def check_cache_dir(cache_dir: str | Path) -> None:
+    """Refuse, before any work, a feature cache folder (``--cache-dir``) that holds other files than cache files or
+    lies inside another command's folder (:func:`coclr.runfolder.check_output_folder`)."""
+    check_output_folder(cache_dir, "feature cache", lambda path: path.is_file() and path.match(CACHE_FILES),
+                        f"feature cache files, {CACHE_FILES}")
 
 
 def _cache_path(cache_dir: Path, key: dict[str, object]) -> Path:

@@ -46,15 +46,17 @@ from coclr.eval.features import (
     stream_views,
 )
 from coclr.eval.fusion import fuse_probabilities, topk_accuracy
+from coclr.interrupts import interrupted, loader_worker_signals
 from coclr.models.encoder import Encoder
 from coclr.models.heads import LinearClassifier
 from coclr.models.loading import read_checkpoint_file, save_encoder
-from coclr.runfolder import FolderRule, check_folder, claim_folder
+from coclr.runfolder import FolderRule, check_folder, check_output_file, check_place, claim_folder
 
 STATE_FILE = "finetune_last.pt"
 PROBS_FILE = "finetune_probabilities.npz"
 ENCODER_FILE = "finetuned_encoder.pth"
 RESULT_FILE = "finetune_result.json"
+FUSED_FILE = "fused_probabilities.npz"
 STATE_FORMAT = "coclr.finetune"
 FINETUNE_FOLDER = FolderRule("finetune", "a finetuning job", other="another folder (--work-dir)")
 """How a finetuning folder is continued or refused (:mod:`coclr.runfolder`): its settings are the job's
@@ -214,20 +216,25 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
 
         augment = ClipAugment(size=clip_config.size, blur_p=0.0)
         losses = []
-        for epoch in tqdm(range(done, config.epochs), desc="finetune", unit="epoch", disable=not progress,
-                          initial=done, total=config.epochs):
-            dataset.set_epoch(epoch)
-            loader = DataLoader(dataset, batch_size=clip_config.batch_size, shuffle=True,
-                                drop_last=len(dataset) > clip_config.batch_size, num_workers=clip_config.workers,
-                                generator=seeding.generator(config.seed, epoch, seeding.ORDER),
-                                pin_memory=device.type == "cuda")
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                torch.manual_seed(seeding.derive_seed(config.seed, epoch))  # this epoch's dropout, restored after
-                losses.append(train_epoch(model, loader, augment, optimizer, view, device, clip_config.amp,
-                                          seeding.generator(config.seed, epoch, seeding.AUGMENT), progress,
-                                          f"epoch {epoch + 1}"))
-            scheduler.step()
-            _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint)
+        try:
+            for epoch in tqdm(range(done, config.epochs), desc="finetune", unit="epoch", disable=not progress,
+                              initial=done, total=config.epochs):
+                dataset.set_epoch(epoch)
+                loader = DataLoader(dataset, batch_size=clip_config.batch_size, shuffle=True,
+                                    drop_last=len(dataset) > clip_config.batch_size, num_workers=clip_config.workers,
+                                    generator=seeding.generator(config.seed, epoch, seeding.ORDER),
+                                    pin_memory=device.type == "cuda", worker_init_fn=loader_worker_signals)
+                with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                    torch.manual_seed(seeding.derive_seed(config.seed, epoch))  # this epoch's dropout, restored after
+                    losses.append(train_epoch(model, loader, augment, optimizer, view, device, clip_config.amp,
+                                              seeding.generator(config.seed, epoch, seeding.AUGMENT), progress,
+                                              f"epoch {epoch + 1}"))
+                scheduler.step()
+                _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint)
+                done = epoch + 1
+        except KeyboardInterrupt as error:  # the epoch under way is trained again
+            raise interrupted(error, f"{done} of {config.epochs} finetuning epochs done and kept in {state_path}") \
+                from None
 
         model.eval()
         _save_finetuned(out_dir / ENCODER_FILE, model, view, clip_config, checkpoint_sha256)
@@ -282,6 +289,15 @@ def save_probabilities(path: str | Path, keys: list[str], labels: np.ndarray, **
     return Path(path)
 
 
+def is_probabilities_file(path: str | Path) -> bool:
+    """Whether ``path`` is a file :func:`save_probabilities` wrote (an ``.npz`` with ``keys`` and ``labels``)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {"keys", "labels"} <= set(getattr(data, "files", ()))
+    except (OSError, ValueError, EOFError):
+        return False
+
+
 def load_probabilities(path: str | Path) -> dict[str, np.ndarray]:
     """Read a file written by :func:`save_probabilities` (``keys`` as a list of str)."""
     with np.load(path, allow_pickle=False) as data:
@@ -314,6 +330,10 @@ def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: Cl
     shas = [file_sha256(stream.checkpoint) for stream in streams]
     out_dir = Path(out_dir)
     views = stream_views(streams, with_views)
+    check_place(out_dir, FINETUNE_FOLDER.command)  # a work folder holds finetuning folders (each claimed) ...
+    if len(streams) > 1:  # ... and the fused probabilities: rewritten only if they are that
+        check_output_file(out_dir / FUSED_FILE, FINETUNE_FOLDER.command, is_probabilities_file,
+                          "a probabilities file")
     for stream, sha in zip(streams, shas):  # every folder before any work
         check_folder(stream_folder(out_dir, stream.view, sha, views), FINETUNE_FOLDER,
                      finetune_fingerprint(sha, store, stream.view, train_split, clip_config, config, views),
@@ -331,7 +351,7 @@ def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: Cl
     fused = {name: fuse_probabilities(loaded[0][name], loaded[0]["keys"], loaded[1][name], loaded[1]["keys"])
              for name in ("center", "ten_crop")}
     labels = loaded[0]["labels"]
-    path = save_probabilities(out_dir / "fused_probabilities.npz", loaded[0]["keys"], labels, **fused)
+    path = save_probabilities(out_dir / FUSED_FILE, loaded[0]["keys"], labels, **fused)
     center_acc, ten_acc = topk_accuracy(fused["center"], labels), topk_accuracy(fused["ten_crop"], labels)
     record["results"] = {"top1": round(100 * ten_acc[1], 4), "top5": round(100 * ten_acc[5], 4),
                          "center_top1": round(100 * center_acc[1], 4), "center_top5": round(100 * center_acc[5], 4),

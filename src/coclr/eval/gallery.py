@@ -116,12 +116,28 @@ def gallery_row(query_cell: str, neighbour_cells: Sequence[str]) -> str:
     return f'<tr><td>{query_cell}</td><td class="sep">' + "</td><td>".join(neighbour_cells) + "</td></tr>"
 
 
+PAGE_GENERATOR = '<meta name="generator" content="coclr">'
+"""Marks the pages coclr writes (:func:`gallery_page`), so that a command rewrites its own page, not another file
+(:func:`is_page_file`)."""
+
+
 def gallery_page(title: str, note: str, rows: Sequence[str]) -> str:
     """A self-contained HTML page of ``rows`` (from :func:`gallery_row`) under a title and a note."""
-    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">{PAGE_GENERATOR}"
             f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>"
             f"<h1>{html.escape(title)}</h1><p class=\"note\">{html.escape(note)}</p>"
             f"<table>{''.join(rows)}</table></body></html>\n")
+
+
+def is_page_file(path: str | Path) -> bool:
+    """Whether ``path`` is a page :func:`gallery_page` wrote (marked :data:`PAGE_GENERATOR`; pages written before the
+    mark are known by their style sheet)."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return False
+    return head.startswith("<!DOCTYPE html>") and (PAGE_GENERATOR in head or f"<style>{PAGE_STYLE}</style>" in head)
 
 
 def write_gallery(path: str | Path, store, record: dict, count: int = 8, view: str | None = None,

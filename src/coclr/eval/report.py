@@ -26,6 +26,7 @@ from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
 from coclr.eval.features import ClipConfig, Stream, check_inputs, file_sha256
 from coclr.eval.gallery import write_gallery
 from coclr.eval.health import collapsed
+from coclr.runfolder import FolderRule
 from coclr.store.clipstore import open_store
 
 VIEW_NAMES = {"rgb": "RGB", "flow": "Flow", "rgbdiff": "RGBDiff"}
@@ -40,6 +41,31 @@ def view_name(view: str) -> str:
     if view.startswith("flow"):
         return f"Flow ({view[4:].lstrip('_')})"
     return view
+
+
+REPORT_FOLDER = FolderRule("report", "a report", other="another folder (--out)")
+"""The folder ``coclr report`` writes (:mod:`coclr.runfolder`): recorded with no options, since every run rewrites
+its tables from the inputs given, so that a report is rewritten only into a folder of reports."""
+REPORT_FILES = ("table.md", "table.json", "gallery.html", "stage_recall.png", "results", "feature_cache")
+"""What ``coclr report`` writes into its folder (before folders were recorded: a folder of these is a report's)."""
+
+
+def report_options(folder: Path) -> dict[str, Any] | None:
+    """The (empty) options of a report folder written before folders were recorded: one holding only
+    :data:`REPORT_FILES`; None for any other folder."""
+    names = {entry.name for entry in folder.iterdir() if not entry.name.startswith(".")}
+    return {} if names and names <= set(REPORT_FILES) else None
+
+
+def is_result_file(path: str | Path) -> bool:
+    """Whether ``path`` is a ``coclr eval`` result (a JSON record of a task, its streams and results), which
+    ``coclr eval --out`` may write again."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(record, dict) and record.get("task") in ("retrieval", "linear", "finetune") \
+        and "results" in record
 
 
 def load_record(path: str | Path) -> dict[str, Any]:

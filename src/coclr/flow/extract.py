@@ -29,7 +29,7 @@ Example::
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,9 +42,9 @@ from coclr.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
 from coclr.flow.opencv import opencv_dis, opencv_tvl1
 from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
 from coclr.flow.pipeline import FlowPipeline
-from coclr.flow.source import SOURCE_VIEW, decode_gray, video_source
+from coclr.flow.source import SOURCE_VIEW, decode_gray, source_frames
 from coclr.flow.tvl1_cpu import load_library
-from coclr.runfolder import FolderRule
+from coclr.runfolder import FolderRule, check_output_folder
 from coclr.store.clipstore import ENTRY_SUFFIX, ClipStore, check_view_name
 from coclr.store.jobs import JobSummary, run_entry_jobs, run_entry_stream, writing_view
 from coclr.store.jpeg import encode_jpeg
@@ -53,7 +53,7 @@ from coclr.video.indexes import SPLITS
 DEFAULT_QUALITY = 90
 """JPEG quality of flow frames when the store's metadata does not record the RGB quality."""
 DECODE_CHUNK = 64
-"""Frames decoded at a time on the CPU path (bounds memory on long videos)."""
+"""Frame pairs read, decoded and solved at a time on the CPU backends (memory does not grow with a video's length)."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,8 @@ BACKENDS: dict[str, FlowBackend] = {
         FlowBackend("dis", "flow_dis", False, "OpenCV DIS, 'medium' preset (fast, less accurate)"),
         FlowBackend("tvl1-torch", "flow", True, "our TV-L1 on a torch device: fused Triton kernels on a GPU, fused C "
                     "loops on the CPU (OpenCV's scheme and results, several times faster)"),
-        FlowBackend("auto", "flow", False, "the backend a view was started with; else tvl1-torch on CUDA, in the fast "
-                    "mode, or on a CPU where its C loops build; else tvl1"),
+        FlowBackend("auto", "flow", False, "the backend a view was started with; else tvl1-torch on CUDA, with "
+                    "kernels c or triton, in the fast mode, or on a CPU where its C loops build; else tvl1"),
     )
 }
 
@@ -90,8 +90,9 @@ def resolve_backend(name: str, device: str | None = None, mode: str = "exact", k
 
     ``auto`` continues a view with the backend it was started with (``recorded``, a TV-L1 backend), so that the
     same command keeps its meaning; otherwise it picks ``tvl1-torch`` when ``device`` is a CUDA device (or None
-    and CUDA is available), when ``mode`` is ``fast``, or on the CPU when its fused C loops build here and
-    ``kernels`` allows them (several times OpenCV's speed: docs/performance.md); otherwise OpenCV's ``tvl1``.
+    and CUDA is available), when ``mode`` is ``fast``, when ``kernels`` names the fused ones (``c``, ``triton``:
+    they must then run, or the job is refused), or on the CPU when its fused C loops build here and ``kernels``
+    allows them (several times OpenCV's speed: docs/performance.md); otherwise OpenCV's ``tvl1``.
     Under torchrun, ``cuda`` means the process's own GPU (``cuda:LOCAL_RANK``). Raises :class:`ConfigError` for an
     unknown backend, an unusable device or a mode the backend lacks.
     """
@@ -101,10 +102,10 @@ def resolve_backend(name: str, device: str | None = None, mode: str = "exact", k
     if name == "auto":
         if recorded in ("tvl1", "tvl1-torch"):
             name = recorded
-        elif mode == "fast" or pick_device(device).type == "cuda":
-            name = "tvl1-torch"
-        else:
-            name = "tvl1-torch" if kernels in ("auto", "c") and load_library() is not None else "tvl1"
+        elif mode == "fast" or kernels in ("c", "triton") or pick_device(device).type == "cuda":
+            name = "tvl1-torch"  # fused kernels asked for by name: refused before any video if they cannot run
+        else:  # PyTorch operations on the CPU are slower than OpenCV
+            name = "tvl1-torch" if kernels == "auto" and load_library() is not None else "tvl1"
     if mode != "exact" and name != "tvl1-torch":
         raise ConfigError(f"mode: the {mode} mode is computed by the tvl1-torch backend only, not by {name}")
     backend = BACKENDS[name]
@@ -177,6 +178,11 @@ def recorded_settings(store: ClipStore, view: str) -> dict:
     return {key: value for key, value in recorded.items() if value is not None}
 
 
+def _is_entry_shard(path: Path) -> bool:
+    """Whether ``path`` is one of the 256 sub-folders of a view's entry files (``ab/``)."""
+    return path.is_dir() and len(path.name) == 2 and all(c in "0123456789abcdef" for c in path.name)
+
+
 def opencv_video_flow(gray: np.ndarray, method: str, params: TVL1Params | None = None) -> np.ndarray:
     """Flow between consecutive frames of ``gray [N, H, W]`` with an OpenCV backend: float32 ``[N-1, H, W, 2]``."""
     if method == "tvl1":
@@ -219,14 +225,18 @@ class OpenCVFlowJob(_StoreJob):
     quality: int
     bound: float = FLOW_BOUND
 
-    def __call__(self, key: str) -> tuple[list[bytes], float]:
-        blobs, fps = video_source(self.store(), key)
-        encoded: list[bytes] = []
-        for start in range(0, len(blobs) - 1, DECODE_CHUNK):
-            gray = decode_gray(blobs[start: start + DECODE_CHUNK + 1])  # one frame of overlap: the next pair
-            encoded += encode_flow_frames(opencv_video_flow(gray, self.method, self.params), self.quality,
-                                          self.bound)
-        return encoded, fps
+    def __call__(self, key: str) -> tuple[Iterator[bytes], float]:
+        count, fps = source_frames(self.store(), key)
+        return self._flow_frames(key, count), fps
+
+    def _flow_frames(self, key: str, count: int) -> Iterator[bytes]:
+        """The encoded flow frames of ``key``, computed :data:`DECODE_CHUNK` pairs at a time from its RGB entry as
+        its flow entry is written (memory does not grow with the video's length)."""
+        store = self.store()
+        for start in range(0, count - 1, DECODE_CHUNK):
+            stop = min(count, start + DECODE_CHUNK + 1)  # one frame of overlap: the next chunk's first pair
+            gray = decode_gray(store.read_encoded(key, SOURCE_VIEW, range(start, stop)))
+            yield from encode_flow_frames(opencv_video_flow(gray, self.method, self.params), self.quality, self.bound)
 
 
 def cpu_workers(workers: int | None) -> int:
@@ -291,19 +301,22 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
         keys = [key for key in keys if key not in other_splits]  # unknown keys stay, to be reported
     store.check_keys(keys)
     settings = {bound_key(view): bound, method_key(view): flow_method(chosen.name, params, mode, stop_every)}
-    flow_view_rule(view).check(store.root, recorded_settings(store, view), settings)
+    recorded = recorded_settings(store, view)
+    flow_view_rule(view).check(store.root, recorded, settings)
+    if not recorded:  # a new view: a folder of that name holds nothing but entry files (none of the user's files)
+        check_output_folder(store.root / view, "flow", _is_entry_shard, f"entry files ({view}/ab/<hash>.frames)")
     settings[method_key(view)] = store.meta.get(method_key(view), settings[method_key(view)])  # as recorded
     quality = int(store.meta.get("quality") or DEFAULT_QUALITY)
     root = str(store.root.resolve())
     workers = cpu_workers(workers)
+    if chosen.gpu:  # checks its kernels and encoder: what cannot run here is refused before the store is touched
+        decoders = min(workers, max(1, workers // 3))  # decoding costs about half as much as encoding
+        pipeline = FlowPipeline(root, view, params, quality, torch_device, batch_pairs, decoders,
+                                min(workers, max(1, workers - decoders)), bound, mode, stop_every, kernels, jpeg)
     with writing_view(root, view, store.index, **settings):
         if not chosen.gpu:
             job = OpenCVFlowJob(root, chosen.name, params, quality, bound)
             return run_entry_jobs(root, view, keys, job, workers, desc=f"flow ({chosen.name}) -> {view}")
-
-        decoders = min(workers, max(1, workers // 3))  # decoding costs about half as much as encoding
-        pipeline = FlowPipeline(root, view, params, quality, torch_device, batch_pairs, decoders,
-                                min(workers, max(1, workers - decoders)), bound, mode, stop_every, kernels, jpeg)
         summary = run_entry_stream(root, view, keys, pipeline,
                                    desc=f"flow (tvl1-torch {mode} on {torch_device}) -> {view}")
     if pipeline.stats.pairs:

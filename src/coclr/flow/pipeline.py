@@ -1,21 +1,29 @@
 """The ``tvl1-torch`` extraction as a pipeline that keeps the device busy: CPU processes decode and encode, the
 device solves batches of frame pairs taken across videos.
 
-1. Decoding: a ``DataLoader`` whose worker processes read each video's RGB entry and decode it to grayscale
-   ``uint8 [N, H, W]`` (prefetched, handed over in shared memory).
-2. Batching (the calling thread): the frame pairs of the videos, in order, are cut into batches of
+1. Decoding: a ``DataLoader`` whose worker processes read each video's RGB entry in chunks of
+   :data:`DECODE_CHUNK` frame pairs and decode them to grayscale ``uint8 [n + 1, H, W]`` (prefetched, handed over in
+   shared memory).
+2. Batching (the calling thread): the frame pairs of the chunks, in order, are cut into batches of
    ``batch_pairs`` pairs of one frame size; a video may span batches and a batch may hold many videos. Up to
    :data:`OPEN_SIZES` frame sizes are batched at once; a new size closes the oldest open batch early.
 3. Solving (a device thread): :func:`~coclr.flow.tvl1.tvl1_flow` on the device, then the flow is quantised
    there (:func:`~coclr.flow.encode.quantise_flow`) and only the uint8 u and v come back to the host (or,
    with ``jpeg="nvjpeg"``, the JPEG bytes encoded on the GPU by torchvision's nvJPEG).
-4. Encoding and writing: once every pair of a video is back, a worker process JPEG-encodes its frames and writes
-   its entry atomically (:func:`~coclr.store.clipstore.write_entry`).
+4. Encoding and writing: each part of a video that is back, in order, is JPEG-encoded by a worker process, and
+   the calling thread adds the frames to the video's entry (:class:`~coclr.store.clipstore.EntryWriter`), which is
+   written atomically once its last pair is in.
 
-Two batches wait for the device at most, and at most two videos per encoding process are in flight, so memory
-stays bounded and a slow stage holds back the others instead of piling up work. :class:`PipelineStats` records
+Two batches wait for the device at most, a few chunks wait to be batched and at most two parts per encoding
+process are in flight, so memory stays bounded whatever the videos' lengths, and a slow stage holds back the
+others instead of piling up work. :class:`PipelineStats` records
 how long the device thread waited for input. Each pair's flow is the one a batch of one gives (the solver is
 batch-invariant), so the stored bytes do not depend on the batching.
+
+Stopped by an error or an interruption (SIGINT, SIGTERM: :mod:`coclr.interrupts`) in the calling thread, it tells
+the device thread to stop (it ends within one pair's warp: ``tvl1_flow(stop=...)``) and waits for it, and kills the
+encoding processes: what was written is kept, what was in flight is discarded. A thread left solving would keep the
+process from exiting cleanly (a daemon thread inside torch or a C call when the interpreter ends aborts it).
 """
 
 from __future__ import annotations
@@ -37,10 +45,11 @@ import numpy as np
 from coclr.errors import ConfigError
 from coclr.flow.encode import FLOW_BOUND, flow_image, quantise_flow
 from coclr.flow.params import TVL1Params
-from coclr.flow.source import decode_gray, video_source
-from coclr.flow.tvl1 import tvl1_flow
-from coclr.store.clipstore import ClipStore, StorageFullError, write_entry
-from coclr.store.jobs import RecordFn, default_start_method, init_worker
+from coclr.flow.source import SOURCE_VIEW, decode_gray, source_frames
+from coclr.flow.tvl1 import make_passes, tvl1_flow
+from coclr.interrupts import loader_worker_signals
+from coclr.store.clipstore import ClipStore, EntryWriter, StorageFullError
+from coclr.store.jobs import RecordFn, default_start_method, init_worker, stop_pool
 from coclr.store.jpeg import encode_jpeg
 from coclr.threads import opencv_threads, worker_opencv_threads
 
@@ -49,6 +58,9 @@ if TYPE_CHECKING:
 
 OPEN_SIZES = 4
 """Frame sizes with a batch being filled at once (each holds up to ``batch_pairs`` pairs of frames)."""
+DECODE_CHUNK = 256
+"""Frame pairs of a video decoded (and then solved, encoded and added to its entry) at a time, so that memory does
+not grow with a video's length."""
 JPEG_ENCODERS = ("opencv", "nvjpeg")
 
 
@@ -76,52 +88,55 @@ class PipelineStats:
                 f"{100 * self.wait_share:.1f}% of the time")
 
 
-class _DecodedVideos:
-    """Map-style dataset over ``keys``: item ``i`` is ``{"key", "frames": uint8 [N, H, W] or None, "fps",
-    "error"}`` (decoding errors are returned, not raised, so one bad video does not stop the loader)."""
+@dataclass(frozen=True)
+class _Chunk:
+    """Frames ``start .. stop - 1`` of video ``key`` (its pairs ``start .. stop - 2``)."""
 
-    def __init__(self, root: str, keys: list[str]) -> None:
+    key: str
+    start: int
+    stop: int
+
+
+class _DecodedChunks:
+    """Map-style dataset over chunks of videos: item ``i`` is ``{"key", "first", "frames": uint8 [n + 1, H, W] or
+    None, "error"}`` (decoding errors are returned, not raised, so one bad video does not stop the loader)."""
+
+    def __init__(self, root: str, chunks: list[_Chunk]) -> None:
         self.root = root
-        self.keys = keys
+        self.chunks = chunks
         self._store = None
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.chunks)
 
     def __getitem__(self, i: int) -> dict:
         import torch  # noqa: PLC0415 (heavy)
 
-
-        key = self.keys[i]
+        chunk = self.chunks[i]
         try:
             if self._store is None:
                 self._store = ClipStore(self.root)
-            blobs, fps = video_source(self._store, key)
-            return {"key": key, "frames": torch.from_numpy(decode_gray(blobs)), "fps": fps, "error": ""}
+            blobs = self._store.read_encoded(chunk.key, SOURCE_VIEW, range(chunk.start, chunk.stop))
+            return {"key": chunk.key, "first": chunk.start, "frames": torch.from_numpy(decode_gray(blobs)), "error": ""}
         except Exception as error:  # reported for this video; the others go on
-            return {"key": key, "frames": None, "fps": 0.0, "error": f"{type(error).__name__}: {error}"}
+            return {"key": chunk.key, "first": chunk.start, "frames": None, "error": f"{type(error).__name__}: {error}"}
 
 
 def _decoder_init(_: int) -> None:
     import torch  # noqa: PLC0415 (heavy)
 
+    loader_worker_signals()
     worker_opencv_threads()
     torch.set_num_threads(1)
 
 
-def encode_and_write(root: str, view: str, key: str, frames: np.ndarray | list[bytes], fps: float,
-                     quality: int) -> tuple[str, int, str | None]:
-    """Worker task: JPEG-encode a video's quantised flow ``uint8 [N, H, W, 2]`` (or take its JPEG bytes) and write
-    its entry atomically; returns (key, frames written, error message or None)."""
+def encode_part(key: str, first: int, frames: np.ndarray, quality: int) -> tuple[str, int, list[bytes] | str]:
+    """Worker task: the JPEG bytes of a part of a video's quantised flow ``uint8 [n, H, W, 2]`` (its pairs from
+    ``first`` on); returns (key, first, the bytes, or an error message)."""
     try:
-        if isinstance(frames, np.ndarray):
-            frames = [encode_jpeg(image, quality) for image in flow_image(frames)]
-        write_entry(root, key, view, frames, fps)
-        return key, len(frames), None
-    except StorageFullError:  # the storage's fault, not the entry's: the job stops (no video is blamed)
-        raise
-    except Exception as error:  # one bad entry must not stop the others
-        return key, 0, f"{type(error).__name__}: {error}"
+        return key, first, [encode_jpeg(image, quality) for image in flow_image(frames)]
+    except Exception as error:  # one bad part fails its video, not the others
+        return key, first, f"{type(error).__name__}: {error}"
 
 
 @dataclass
@@ -139,12 +154,16 @@ class _Segment:
 
 @dataclass
 class _Video:
-    """A video whose pairs are being solved: its pair count, fps and the quantised flow received so far."""
+    """A video whose pairs are being solved: its pair count and fps, the parts solved and not yet sent to encoding
+    and those encoded and not yet written (by their first pair), and its entry being written."""
 
     pairs: int
     fps: float
     parts: dict[int, object] = field(default_factory=dict)
-    received: int = 0
+    encoded: dict[int, list[bytes]] = field(default_factory=dict)
+    sent: int = 0  # pairs sent to encoding
+    written: int = 0  # pairs added to the entry
+    writer: EntryWriter | None = None
 
 
 class _Batcher:
@@ -155,8 +174,8 @@ class _Batcher:
         self.size = size
         self.open: OrderedDict[tuple[int, int], list[_Segment]] = OrderedDict()
 
-    def add(self, key: str, frames) -> Iterator[list[_Segment]]:
-        """The batches completed by the pairs of video ``key`` (frames ``[N, H, W]``)."""
+    def add(self, key: str, frames, start: int = 0) -> Iterator[list[_Segment]]:
+        """The batches completed by the pairs of video ``key`` (frames ``[N, H, W]``, its frames from ``start`` on)."""
         shape = tuple(frames.shape[1:])
         if shape not in self.open and len(self.open) >= OPEN_SIZES:
             yield self.open.popitem(last=False)[1]
@@ -164,7 +183,7 @@ class _Batcher:
         while first < frames.shape[0] - 1:
             batch = self.open.setdefault(shape, [])
             take = min(self.size - sum(segment.pairs for segment in batch), frames.shape[0] - 1 - first)
-            batch.append(_Segment(key, first, frames[first: first + take + 1]))
+            batch.append(_Segment(key, start + first, frames[first: first + take + 1]))
             first += take
             if sum(segment.pairs for segment in batch) == self.size:
                 yield self.open.pop(shape)
@@ -201,7 +220,10 @@ class FlowPipeline:
     jpeg: str = "opencv"
 
     def __post_init__(self) -> None:
+        import torch  # noqa: PLC0415 (heavy)
+
         self.stats = PipelineStats()
+        make_passes(self.kernels, torch.device(self.device))  # kernels that cannot run here: refused before any video
         if self.jpeg not in JPEG_ENCODERS:
             raise ConfigError(f"jpeg: must be one of {', '.join(JPEG_ENCODERS)}, got {self.jpeg!r}")
         if self.jpeg == "nvjpeg":
@@ -217,23 +239,27 @@ class FlowPipeline:
 
         started = time.perf_counter()
         self.stats = PipelineStats()
-        loader = DataLoader(_DecodedVideos(self.root, todo), batch_size=None, num_workers=self.decode_workers,
+        run = _Run(self, record)
+        chunks = run.plan(todo)
+        loader = DataLoader(_DecodedChunks(self.root, chunks), batch_size=None, num_workers=self.decode_workers,
                             prefetch_factor=4 if self.decode_workers else None, worker_init_fn=_decoder_init,
                             pin_memory=torch.device(self.device).type == "cuda")
         batches: queue.Queue = queue.Queue(maxsize=2)
         results: queue.Queue = queue.Queue()
-        solver = threading.Thread(target=self._solve_batches, args=(batches, results), name="flow-device",
+        stop = threading.Event()
+        solver = threading.Thread(target=self._solve_batches, args=(batches, results, stop), name="flow-device",
                                   daemon=True)
-        run = _Run(self, record)
         solver.start()
+        finished = False
         try:
             batcher = _Batcher(self.batch_pairs)
             for item in loader:
+                if item["key"] not in run.videos:
+                    continue  # failed already (an earlier chunk, or its encoding)
                 if item["error"]:
                     run.finish(item["key"], 0, item["error"])
                     continue
-                run.videos[item["key"]] = _Video(item["frames"].shape[0] - 1, item["fps"])
-                for batch in batcher.add(item["key"], item["frames"]):
+                for batch in batcher.add(item["key"], item["frames"], item["first"]):
                     self._put(batches, batch, solver, run, results)
                 run.handle(results, block=False)
             for batch in batcher.flush():
@@ -242,13 +268,16 @@ class FlowPipeline:
             solver.join()
             run.handle(results, block=False)
             run.drain()
+            finished = True
         finally:
-            if solver.is_alive():  # an error above: let the device thread end after its current batch
+            if solver.is_alive():  # stopped by an error or an interruption: the device thread ends within a warp
+                stop.set()
                 try:
-                    batches.put_nowait(None)
+                    batches.put_nowait(None)  # wakes it if it waits for a batch (if the queue is full, it does not)
                 except queue.Full:
                     pass
-            run.close()
+                solver.join()
+            run.close(abort=not finished)
         self.stats.wall_seconds = time.perf_counter() - started
 
     @staticmethod
@@ -264,8 +293,9 @@ class FlowPipeline:
                     raise RuntimeError("the device thread of the flow pipeline ended unexpectedly") from None
                 run.handle(results, block=False)
 
-    def _solve_batches(self, batches: queue.Queue, results: queue.Queue) -> None:
-        """The device thread: solve batches until the end marker; every batch gives one result, an error included."""
+    def _solve_batches(self, batches: queue.Queue, results: queue.Queue, stop: threading.Event) -> None:
+        """The device thread: solve batches until the end marker or ``stop`` (then within a pair's warp); every batch
+        solved gives one result, an error included."""
         import torch  # noqa: PLC0415 (heavy)
 
 
@@ -278,15 +308,17 @@ class FlowPipeline:
                 batch = batches.get()
                 start = time.perf_counter()
                 self.stats.wait_seconds += start - waited
-                if batch is None:
+                if batch is None or stop.is_set():
                     return
                 try:
                     prev, nxt = upload_pairs([segment.frames for segment in batch], device)
                     flow = tvl1_flow(prev, nxt, self.params, mode=self.mode, stop_every=self.stop_every,
-                                     kernels=self.kernels)
+                                     kernels=self.kernels, stop=stop)
                     uv = quantise_flow(flow.permute(0, 2, 3, 1), self.bound)
                     out = nvjpeg_encode(uv, self.quality) if self.jpeg == "nvjpeg" else uv.cpu().numpy()
                     results.put((batch, out, None))
+                except KeyboardInterrupt:  # told to stop (check_stop): the batch is abandoned
+                    return
                 except Exception as error:  # the batch's videos fail; the next batches go on
                     results.put((batch, None, f"{type(error).__name__}: {error}"))
                 self.stats.solve_seconds += time.perf_counter() - start
@@ -321,20 +353,38 @@ class _Run:
         self.record = record
         self.videos: dict[str, _Video] = {}
         self.finished: set[str] = set()
-        self.in_flight: dict[Future, str] = {}
+        self.in_flight: dict[Future, tuple[str, int]] = {}
         self.pool: ProcessPoolExecutor | None = None
+
+    def plan(self, todo: list[str]) -> list[_Chunk]:
+        """The chunks of the videos of ``todo`` (:data:`DECODE_CHUNK` pairs each, one frame of overlap); a video
+        that cannot give flow (no RGB entry, fewer than 2 frames) fails here."""
+        store = ClipStore(self.pipeline.root)
+        chunks = []
+        for key in todo:
+            try:
+                count, fps = source_frames(store, key)
+            except Exception as error:  # reported for this video; the others go on
+                self.finish(key, 0, f"{type(error).__name__}: {error}")
+                continue
+            self.videos[key] = _Video(count - 1, fps)
+            chunks += [_Chunk(key, start, min(count, start + DECODE_CHUNK + 1))
+                       for start in range(0, count - 1, DECODE_CHUNK)]
+        return chunks
 
     def finish(self, key: str, frames: int, error: str | None) -> None:
         if key in self.finished:
             return
         self.finished.add(key)
-        self.videos.pop(key, None)
+        video = self.videos.pop(key, None)
+        if video is not None and video.writer is not None:
+            video.writer.discard()
         if error is None:
             self.pipeline.stats.videos += 1
         self.record(key, frames, error)
 
     def handle(self, results: queue.Queue, block: bool) -> None:
-        """Take the device's results: complete videos go to the encoding pool; collect finished encodings."""
+        """Take the device's results: each video's parts go to encoding in order; collect finished encodings."""
         while True:
             try:
                 batch, out, error = results.get(block=block, timeout=0.05 if block else None)
@@ -351,26 +401,52 @@ class _Run:
                     self.finish(segment.key, 0, error)
                     continue
                 video.parts[segment.first] = part
-                video.received += segment.pairs
-                if video.received == video.pairs:
-                    self._submit(segment.key, video)
+                self._submit(segment.key, video)
         self._collect(block=False)
 
     def _submit(self, key: str, video: _Video) -> None:
-        while len(self.in_flight) >= 2 * max(1, self.pipeline.encode_workers):
-            self._collect(block=True)
-        parts = [video.parts[first] for first in sorted(video.parts)]
-        frames = np.concatenate(parts) if isinstance(parts[0], np.ndarray) else [b for part in parts for b in part]
-        pipeline = self.pipeline
+        """Send the parts of ``key`` that follow those sent already to encoding (JPEG bytes from the device, already
+        encoded, go straight to the entry)."""
+        while video.sent in video.parts and key in self.videos:
+            first = video.sent
+            part = video.parts.pop(first)
+            video.sent += len(part)
+            if not isinstance(part, np.ndarray):
+                self._encoded(key, first, list(part))
+                continue
+            while len(self.in_flight) >= 2 * max(1, self.pipeline.encode_workers):
+                self._collect(block=True)
+            args = (encode_part, key, first, part, self.pipeline.quality)
+            try:
+                future = self._pool().submit(*args)
+            except BrokenProcessPool:
+                self._replace_pool()
+                future = self._pool().submit(*args)
+            self.in_flight[future] = (key, first)
+
+    def _encoded(self, key: str, first: int, frames: list[bytes] | str) -> None:
+        """Add the encoded part of ``key`` from pair ``first`` to its entry, in order; write the entry when complete."""
+        video = self.videos.get(key)
+        if video is None:
+            return  # failed already
+        if isinstance(frames, str):
+            self.finish(key, 0, frames)
+            return
+        video.encoded[first] = frames
         try:
-            future = self._pool().submit(encode_and_write, pipeline.root, pipeline.view, key, frames, video.fps,
-                                         pipeline.quality)
-        except BrokenProcessPool:
-            self._replace_pool()
-            future = self._pool().submit(encode_and_write, pipeline.root, pipeline.view, key, frames, video.fps,
-                                         pipeline.quality)
-        self.in_flight[future] = key
-        video.parts.clear()
+            while video.written in video.encoded:
+                part = video.encoded.pop(video.written)
+                if video.writer is None:
+                    video.writer = EntryWriter(self.pipeline.root, key, self.pipeline.view)
+                for frame in part:
+                    video.writer.add(frame)
+                video.written += len(part)
+            if video.written == video.pairs:
+                self.finish(key, video.writer.commit(video.fps), None)
+        except StorageFullError:  # the storage's fault, not the entry's: the job stops (no video is blamed)
+            raise
+        except Exception as error:  # one bad entry must not stop the others
+            self.finish(key, 0, f"{type(error).__name__}: {error}")
 
     def _pool(self) -> ProcessPoolExecutor | _InProcess:
         if self.pool is None and self.pipeline.encode_workers == 0:
@@ -392,12 +468,12 @@ class _Run:
         done, _ = wait(self.in_flight, timeout=None if block else 0, return_when=FIRST_COMPLETED)
         broken = False
         for future in done:
-            key = self.in_flight.pop(future)
+            key, first = self.in_flight.pop(future)
             try:
-                self.finish(*future.result())
+                self._encoded(*future.result())
             except BrokenProcessPool:
                 broken = True
-                self.finish(key, 0, "worker process died (crash or out of memory) while writing this entry")
+                self.finish(key, 0, "worker process died (crash or out of memory) while encoding this entry")
         if broken:
             self._replace_pool()
 
@@ -406,10 +482,16 @@ class _Run:
         while self.in_flight:
             self._collect(block=True)
 
-    def close(self) -> None:
-        if self.pool is not None:
+    def close(self, abort: bool = False) -> None:
+        """Shut the encoding pool down; ``abort`` (an error or interruption): at once, its tasks discarded."""
+        if isinstance(self.pool, ProcessPoolExecutor) and abort:
+            stop_pool(self.pool)
+        elif self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
-            self.pool = None
+        self.pool = None
+        for video in self.videos.values():  # stopped by an error: nothing of an unfinished entry is kept
+            if video.writer is not None:
+                video.writer.discard()
 
 
 class _InProcess:

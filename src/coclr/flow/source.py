@@ -19,11 +19,18 @@ def decode_gray(blobs: Sequence[bytes]) -> np.ndarray:
     return rgb_to_gray(np.stack([decode_jpeg(blob) for blob in blobs]))
 
 
-def video_source(store: ClipStore, key: str) -> tuple[list[bytes], float]:
-    """The encoded RGB frames of ``key`` and its fps; a video with fewer than 2 frames is an error."""
+def source_frames(store: ClipStore, key: str) -> tuple[int, float]:
+    """The number of RGB frames of ``key`` and its fps; a video with fewer than 2 frames is an error."""
     if not store.has(key, SOURCE_VIEW):
         raise DataError(f"{key}: no {SOURCE_VIEW!r} entry in {store.root} (its RGB extraction failed?)")
     count = store.num_frames(key, SOURCE_VIEW)
     if count < 2:
         raise DataError(f"{key}: {count} RGB frame, flow needs at least 2")
-    return store.read_encoded(key, SOURCE_VIEW, range(count)), store.fps(key, SOURCE_VIEW)
+    return count, store.fps(key, SOURCE_VIEW)
+
+
+def video_source(store: ClipStore, key: str) -> tuple[list[bytes], float]:
+    """The encoded RGB frames of ``key`` (all of them: see :func:`source_frames` to read them in parts) and its
+    fps; a video with fewer than 2 frames is an error."""
+    count, fps = source_frames(store, key)
+    return store.read_encoded(key, SOURCE_VIEW, range(count)), fps

@@ -36,6 +36,7 @@ builds them; :class:`TorchPasses` runs the same passes with PyTorch operations a
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -44,10 +45,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from coclr.errors import DataError
+from coclr.errors import ConfigError, DataError
 from coclr.flow.median import median_blur
 from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
 from coclr.flow.tvl1_cpu import CompileError, CPasses, c_passes
+from coclr.interrupts import check_stop
 
 FLT_EPSILON = float(torch.finfo(torch.float32).eps)
 """OpenCV's threshold under which the squared image gradient counts as zero (``numeric_limits<float>``)."""
@@ -293,8 +295,11 @@ class ScaleSolver:
     """
 
     def __init__(self, params: TVL1Params, passes: Passes, check_every: int, mode: str = "exact",
-                 stop_every: int = FAST_STOP_EVERY, compact_fraction: float = 0.25) -> None:
+                 stop_every: int = FAST_STOP_EVERY, compact_fraction: float = 0.25,
+                 stop: threading.Event | None = None) -> None:
         self.params = params
+        self.stop = stop
+        """Once set, the solve ends before its next warp or pass (:func:`~coclr.interrupts.check_stop`)."""
         self.passes = passes
         self.check_every = check_every
         self.exact = mode == "exact"
@@ -324,6 +329,7 @@ class ScaleSolver:
         params = self.params
         steps = (params.lambda_ * params.theta, params.theta, params.tau / params.theta)
         run_warp = getattr(self.passes, "run_warp", None)
+        check_stop(self.stop)
         if run_warp is not None:
             flow, px, py, iterations = run_warp(flow, px, py, data.image_grad, data.rho_const, data.neg_inv_grad_sq,
                                                 threshold, steps, params.outer_iterations, params.inner_iterations,
@@ -340,6 +346,7 @@ class ScaleSolver:
                 work.flow = self.passes.median(work.flow, work.active, params.median_filtering)
             done = 0
             while done < params.inner_iterations:
+                check_stop(self.stop)
                 n = min(self.pass_length, params.inner_iterations - done)
                 work.flow, work.px, work.py, work.active = self.passes.run_pass(
                     work.flow, work.px, work.py, work.data.image_grad, work.data.rho_const,
@@ -387,16 +394,18 @@ def triton_available() -> bool:
     return True
 
 
-def make_passes(kernels: str, device: torch.device, compile: bool = False) -> Passes:
+def make_passes(kernels: str, device: torch.device, compile: bool = False,
+                stop: threading.Event | None = None) -> Passes:
     """The implementation of the inner iterations: ``triton`` (the fused kernels of
     :mod:`~coclr.flow.tvl1_triton`), ``c`` (the fused C loops of :mod:`~coclr.flow.tvl1_cpu`, CPU tensors),
     ``torch``, or ``auto``: Triton on CUDA devices when it imports, the C loops on the CPU when they build here
-    (unless ``compile`` asks for the compiled PyTorch iteration), else PyTorch operations."""
+    (unless ``compile`` asks for the compiled PyTorch iteration), else PyTorch operations. ``stop``: the C loops
+    end between pairs once it is set. Kernels asked for by name that cannot run here raise :class:`DataError`."""
     if kernels not in KERNELS:
-        raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, got {kernels!r}")
+        raise ConfigError(f"kernels: must be one of {', '.join(KERNELS)}, got {kernels!r}")
     if kernels == "auto":
         if device.type == "cpu" and not compile:
-            passes = c_passes()
+            passes = c_passes(stop=stop)
             if passes is not None:
                 return passes
         kernels = "triton" if device.type == "cuda" and triton_available() else "torch"
@@ -404,9 +413,9 @@ def make_passes(kernels: str, device: torch.device, compile: bool = False) -> Pa
         if device.type != "cpu":
             raise DataError(f"kernels='c' runs on CPU tensors, got tensors on {device}")
         try:
-            return c_passes(required=True)
+            return c_passes(required=True, stop=stop)
         except CompileError as error:
-            raise DataError(f"kernels='c': {error}") from error
+            raise DataError(f"kernels='c': {error}; kernels='auto' or 'torch' run without them") from error
     if kernels == "torch":
         return TorchPasses(compiled(primal_dual_step) if compile else primal_dual_step,
                        compiled(median_of_active) if compile else median_of_active)
@@ -438,7 +447,7 @@ def _check_inputs(prev: Tensor, next: Tensor) -> None:
 
 def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params | None = None, *, mode: str = "exact",
               stop_every: int = FAST_STOP_EVERY, check_every: int | None = None, chunk_size: int | None = None,
-              compile: bool = False, kernels: str = "auto") -> Tensor:
+              compile: bool = False, kernels: str = "auto", stop: threading.Event | None = None) -> Tensor:
     """Dual TV-L1 flow from ``prev`` to ``next`` for every pair of a batch: float32 ``[B, 2, H, W]`` (u, v).
 
     ``prev, next``: grayscale ``[B, H, W]``, values 0..255 (any real dtype, any device; the result is on the
@@ -455,7 +464,9 @@ def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params | None = None, *, m
     ``chunk_size``: pairs solved together (default: all on a GPU; on the CPU as many as keep the working arrays
     cache-sized, about :data:`CPU_CHUNK_PIXELS` pixels, per thread for the C loops). ``compile``: run the
     PyTorch iteration and median filter through ``torch.compile`` (the first call of each size compiles for a
-    minute or more; ``auto`` then takes PyTorch operations on the CPU).
+    minute or more; ``auto`` then takes PyTorch operations on the CPU). ``stop``: a :class:`threading.Event`; once
+    it is set, the solve ends at its next warp, pass or (C loops) pair with :class:`~coclr.interrupts.Interrupted`:
+    how a thread solving for an interrupted job (:class:`~coclr.flow.pipeline.FlowPipeline`) is told to stop.
     """
     _check_inputs(prev, next)
     params = TVL1Params() if params is None else params
@@ -469,12 +480,12 @@ def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params | None = None, *, m
     batch, height, width = prev.shape
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
-    passes = make_passes(kernels, prev.device, compile)
+    passes = make_passes(kernels, prev.device, compile, stop)
     if chunk_size is None:
         # the C loops solve each pair on its own thread, so each thread gets a cache-sized share
         per_thread = torch.get_num_threads() if isinstance(passes, CPasses) else 1
         chunk_size = max(1, CPU_CHUNK_PIXELS // (height * width)) * per_thread if on_cpu else batch
-    solver = ScaleSolver(params, passes, check_every, mode, stop_every)
+    solver = ScaleSolver(params, passes, check_every, mode, stop_every, stop=stop)
     flows = [solve_pyramid(prev[start : start + chunk_size], next[start : start + chunk_size], params, solver)
              for start in range(0, max(batch, 1), chunk_size)]
     return flows[0] if len(flows) == 1 else torch.cat(flows)

@@ -11,8 +11,10 @@ gradient and dual projection, so each array is read and written about once per i
   second. Nothing is compiled at import.
 * **Cache.** The shared object lives in ``$COCLR_CACHE_DIR`` (else ``$XDG_CACHE_HOME/coclr``, else
   ``~/.cache/coclr``) under a name hashing the C source, the compiler's version, the flags and the CPU (machine
-  and its instruction-set flags, since ``-march=native`` is used). It is compiled in a temporary folder and moved
-  in with :func:`coclr.atomic.atomic_open`, so concurrent processes or a kill never leave a broken file.
+  and its instruction-set flags, since ``-march=native`` is used). It is compiled in a temporary folder inside it
+  and moved in with :func:`coclr.atomic.atomic_open`, so concurrent processes or a kill never leave a broken file.
+  A cache that cannot be written falls back to one private folder of the user under the temporary folder
+  (:func:`fallback_cache_dir`), reused by every process.
 * **Fallback.** No compiler, or a failed compile: one warning naming what failed, and ``kernels="auto"`` runs the
   PyTorch operations (``kernels="c"`` raises instead).
 * **Determinism.** No ``-ffast-math`` and ``-ffp-contract=off`` (no FMA contraction), so every operation is the
@@ -30,11 +32,13 @@ gradient and dual projection, so each array is read and written about once per i
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import os
 import platform
 import shlex
 import shutil
+import stat
 import subprocess
 import sysconfig
 import tempfile
@@ -49,6 +53,7 @@ from torch import Tensor
 
 from coclr.atomic import atomic_open
 from coclr.flow.median import Comparator, comparator_statements, median_plan
+from coclr.interrupts import check_stop
 
 MEDIAN_SIZES = (3, 5)
 """The median sizes compiled (OpenCV's float ``medianBlur`` sizes; :class:`~coclr.flow.params.TVL1Params`)."""
@@ -383,9 +388,32 @@ def _compile(compiler: list[str], source: str, flags: Sequence[str], folder: Pat
     return out
 
 
+def fallback_cache_dir() -> Path:
+    """Where compiled objects are kept when :func:`cache_dir` cannot be written: one folder of this user under the
+    temporary folder (``coclr-cache-<uid>``), reused by every process; made private, and refused unless it is a
+    folder (not a link) that this user owns and nobody else may write, since code is loaded from it."""
+    return Path(tempfile.gettempdir()) / f"coclr-cache-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+
+
+def _private_folder(path: Path) -> Path:
+    """``path`` made (mode 0700) or found as a folder safe to load code from; raises ``OSError`` naming it."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:  # made by an earlier run, or by a process starting at the same time
+        pass
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()) \
+            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise OSError(errno.EPERM, "not a folder of this user that only it may write, so no code is loaded from "
+                      "it: remove it, or set COCLR_CACHE_DIR to a folder you may write", str(path))
+    return path
+
+
 def build_library(folder: Path | None = None) -> Path:
-    """The path of the compiled kernels for this source, compiler and CPU: from the cache, else compiled now and
-    moved in atomically. Raises :class:`CompileError` when there is no compiler or it fails."""
+    """The path of the compiled kernels for this source, compiler and CPU: from the cache (``folder``, default
+    :func:`cache_dir`), else compiled now and moved in atomically; when the cache cannot be written, from or into
+    :func:`fallback_cache_dir` (one folder for every process, no temporary folder left behind). Raises
+    :class:`CompileError` when there is no compiler, it fails, or neither folder can be written."""
     compiler = find_compiler()
     if compiler is None:
         raise CompileError("no C compiler found (set CC, or install gcc or clang)")
@@ -394,27 +422,33 @@ def build_library(folder: Path | None = None) -> Path:
     except OSError as error:
         raise CompileError(f"{' '.join(compiler)} does not run ({error})") from error
     source = c_source()
-    folder = cache_dir() if folder is None else folder
-    with tempfile.TemporaryDirectory(prefix="coclr-tvl1-") as tmp:
-        built, errors = None, []
-        for flags in (FLAGS, PORTABLE_FLAGS):
-            path = folder / f"tvl1_cpu-{cache_key(source, compiler, version, flags)}.so"
-            if path.is_file():
-                return path
-            try:
-                built = _compile(compiler, source, flags, Path(tmp))
-                break
-            except CompileError as error:
-                errors.append(str(error))
-        if built is None:
-            raise CompileError(errors[0])
+    names = {flags: f"tvl1_cpu-{cache_key(source, compiler, version, flags)}.so" for flags in (FLAGS, PORTABLE_FLAGS)}
+    unwritable: list[str] = []
+    for target in [folder] if folder is not None else [cache_dir(), None]:  # None: the fallback
         try:
-            with atomic_open(path, "wb", fsync=False) as file:
-                file.write(built.read_bytes())
-        except OSError:  # a read-only cache: keep a private copy for this process
-            path = Path(tempfile.mkdtemp(prefix="coclr-tvl1-")) / built.name
-            shutil.copyfile(built, path)
-    return path
+            target = Path(target) if target is not None else _private_folder(fallback_cache_dir())
+            cached = [target / name for name in names.values() if (target / name).is_file()]
+            if cached:
+                return cached[0]
+            target.mkdir(parents=True, exist_ok=True)
+            build = tempfile.TemporaryDirectory(dir=target, prefix=".build-")  # beside the object: no stray folder
+        except OSError as error:
+            unwritable.append(f"{error.filename or target}: {error.strerror or error}")
+            continue
+        with build as tmp:
+            errors = []
+            for flags, name in names.items():
+                try:
+                    built = _compile(compiler, source, flags, Path(tmp))
+                except CompileError as error:
+                    errors.append(str(error))
+                    continue
+                with atomic_open(target / name, "wb", fsync=False) as file:
+                    file.write(built.read_bytes())
+                return target / name
+            raise CompileError(errors[0])
+    raise CompileError(f"no folder to keep the compiled C loops in: {'; '.join(unwritable)} (set COCLR_CACHE_DIR "
+                       "to a folder you may write)")
 
 
 _FLOAT_P = ctypes.c_void_p
@@ -439,21 +473,27 @@ class Library:
 
 
 _LOCK = threading.Lock()
-_LIBRARY: list[Library | None] = []
-"""The loaded library, or None after a failure (warned once); empty until first asked for."""
+_LIBRARY: list[Library | CompileError] = []
+"""The loaded library, or the error that kept it from loading (warned of once); empty until first asked for."""
 
 
-def load_library() -> Library | None:
-    """The C kernels, built and loaded on first use; None (with one warning naming what failed) if they cannot be."""
+def load_library(warn: bool = True) -> Library | None:
+    """The C kernels, built and loaded on first use; None if they cannot be, with one warning naming what failed
+    (unless ``warn`` is false: a caller that raises instead, :func:`c_passes`)."""
     with _LOCK:
         if not _LIBRARY:
             try:
                 _LIBRARY.append(Library(build_library()))
             except (CompileError, OSError) as error:
-                warnings.warn(f"TV-L1 C kernels unavailable, CPU flow runs without them (slower): {error}",
-                              RuntimeWarning, stacklevel=3)
-                _LIBRARY.append(None)
-        return _LIBRARY[0]
+                _LIBRARY.append(error if isinstance(error, CompileError) else CompileError(str(error)))
+        loaded = _LIBRARY[0]
+        if isinstance(loaded, Library):
+            return loaded
+        if warn and not getattr(loaded, "warned", False):
+            loaded.warned = True
+            warnings.warn(f"TV-L1 C kernels unavailable, CPU flow runs without them (slower): {loaded}",
+                          RuntimeWarning, stacklevel=3)
+        return None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -488,7 +528,9 @@ def _checked(*tensors: Tensor) -> list[Tensor]:
 
 
 class CPasses:
-    """Passes of inner iterations and the median with the C loops (CPU tensors); state: the loaded library.
+    """Passes of inner iterations and the median with the C loops (CPU tensors); state: the loaded library and
+    ``stop`` (a :class:`threading.Event`, or None): once it is set, each call ends before its next pair's C call with
+    :class:`~coclr.interrupts.Interrupted` (a C call cannot be stopped; one pair's warp takes a fraction of a second).
 
     Besides the :class:`~coclr.flow.tvl1.Passes` protocol it runs whole warps (:meth:`run_warp`), one C call per
     pair, which :class:`~coclr.flow.tvl1.ScaleSolver` uses when present: no Python between iterations."""
@@ -496,8 +538,9 @@ class CPasses:
     fused = True
     """A pass stops a pair at the iteration its exact test fires, with no roll-back, so exact mode runs long passes."""
 
-    def __init__(self, library: Library) -> None:
+    def __init__(self, library: Library, stop: threading.Event | None = None) -> None:
         self.lib = library
+        self.stop = stop
 
     def run_pass(self, flow: Tensor, px: Tensor, py: Tensor, image_grad: Tensor, rho_const: Tensor,
                  neg_inv_grad_sq: Tensor, active: Tensor, n: int, threshold: float, lambda_theta: float,
@@ -510,6 +553,7 @@ class CPasses:
         flags = active.tolist()
 
         def one(b: int) -> bool:
+            check_stop(self.stop)
             if not flags[b]:
                 return False
             stopped = ctypes.c_int(0)
@@ -531,6 +575,7 @@ class CPasses:
         flags = active.tolist()
 
         def one(b: int) -> None:
+            check_stop(self.stop)
             if flags[b] and self.lib.median(_pointer(flow, b), _pointer(out, b), 2, height, width, ksize) < 0:
                 raise MemoryError("TV-L1 C kernels: out of memory")
 
@@ -547,6 +592,7 @@ class CPasses:
         batch, channels, height, width = flow.shape
 
         def one(b: int) -> int:
+            check_stop(self.stop)
             done = self.lib.warp(*(_pointer(t, b) for t in (flow, px, py, grad, rho, ninv)), channels, height,
                                  width, outer, inner, ksize if ksize > 1 else 0, int(exact), stop_every, threshold,
                                  *steps)
@@ -557,9 +603,10 @@ class CPasses:
         return flow, px, py, sum(for_each_pair(batch, one))
 
 
-def c_passes(required: bool = False) -> CPasses | None:
-    """:class:`CPasses` if the C kernels build here; else None (``required``: raise :class:`CompileError`)."""
-    library = load_library()
+def c_passes(required: bool = False, stop: threading.Event | None = None) -> CPasses | None:
+    """:class:`CPasses` (stopped by ``stop``) if the C kernels build here; else None (``required``: raise
+    :class:`CompileError`)."""
+    library = load_library(warn=not required)
     if library is None and required:
-        raise CompileError("TV-L1 C kernels could not be built here (see the warning above)")
-    return None if library is None else CPasses(library)
+        raise CompileError(f"the C loops cannot be built here: {_LIBRARY[0]}")
+    return None if library is None else CPasses(library, stop)

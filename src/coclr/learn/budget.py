@@ -15,7 +15,9 @@ tested with costs given by the tests.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -27,6 +29,7 @@ import numpy as np
 
 from coclr.data.sampling import clip_span
 from coclr.errors import ConfigError
+from coclr.progress import duration
 
 MIN_VIDEOS = 8
 """Fewest videos a run learns from: contrastive learning needs other videos as negatives in every batch."""
@@ -120,7 +123,10 @@ class Costs:
     """TV-L1 flow of one frame pair at each short side, as the flow job and the embedding compute it (pairs
     solved together on every thread)"""
     step: dict[str, float]
-    """one InfoNCE training step of each model (:attr:`Model.key`)"""
+    """one InfoNCE training step of each model (:attr:`Model.key`), on every thread of the process"""
+    lone_step: dict[str, float]
+    """one step of each model on one thread: what each of two InfoNCE stages trained side by side takes, one core
+    each (a CPU job of one process on two cores or more; :attr:`side_by_side`)"""
     forward: dict[str, float]
     """one clip through each model's encoder without gradients, in batches of :data:`INFERENCE_BATCH` (CoCLR's
     miner, inference)"""
@@ -132,8 +138,14 @@ class Costs:
     """processes the store and flow jobs run at once (on each machine)"""
     seconds: float = 0.0
     """what the measurement took"""
+    start: dict[str, float] = field(default_factory=dict)
+    """starting a training stage of each model in a process of its own, side by side with another (the imports
+    too): the InfoNCE stages' (:attr:`side_by_side`)"""
     processes: int = 1
     """processes of the job (torchrun's world): each trains on its share of every batch, embeds its share"""
+    side_by_side: bool = False
+    """whether the two InfoNCE stages train at once, one thread each (a CPU job of one process on two cores or
+    more: tiny networks use two threads poorly, two processes well)"""
     machines: int = 1
     """machines of the job: each decodes and computes flow for its share of the videos"""
 
@@ -174,13 +186,10 @@ class Plan:
         return "\n".join(lines)
 
 
-def duration(seconds: float) -> str:
-    """``seconds`` in words: "45 s", "12 min", "1.5 h"."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+def infonce_side_by_side(device, processes: int) -> bool:
+    """Whether the two InfoNCE stages train at once, one thread each: a CPU job of one process on two cores or more
+    (tiny networks use a second thread poorly, a second process well)."""
+    return str(device).startswith("cpu") and processes == 1 and (os.cpu_count() or 1) >= 2
 
 
 def parse_budget(text: str) -> float:
@@ -226,27 +235,39 @@ def steps_per_epoch(footage: Footage, batch: int, processes: int = 1) -> int:
 
 
 def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: int) -> dict[str, float]:
-    """Seconds of each phase of a run of ``model`` with ``steps`` training steps of ``batch`` clips per process."""
+    """Seconds of each phase of a run of ``model`` with ``steps`` training steps of ``batch`` clips per process:
+    half of them InfoNCE (its two stages side by side when :attr:`Costs.side_by_side`), half CoCLR (whose steps
+    also run the frozen miner forward)."""
     size = model.size
     pairs = max(0, footage.frames - footage.videos)
     quality_videos = min(footage.videos, QUALITY_VIDEOS)
     quality_windows = windows_of(footage, model) * quality_videos / footage.videos
-    step_seconds = costs.step[model.key]
-    forward = costs.forward[model.key]
-    coclr_share = 4 * STAGE_SHARES["coclr"]
-    epochs = steps / steps_per_epoch(footage, batch, costs.processes)
+    key = model.key
+    epoch_steps = steps_per_epoch(footage, batch, costs.processes)
+    infonce = 2 * STAGE_SHARES["infonce"] * steps
+    coclr = steps - infonce
+    if costs.side_by_side:  # the two stages at once, each on one core, in a process of its own
+        infonce_seconds = (infonce / 2 * costs.lone_step[key] + infonce / 2 / epoch_steps * costs.epoch[key]
+                           + costs.start[key])
+    else:
+        infonce_seconds = infonce * costs.step[key] + infonce / epoch_steps * costs.epoch[key]
     shared = costs.machines  # the store, flow and embedding jobs split the videos between machines
     return {
         "store": footage.frames * (costs.decode_frame + costs.store_frame[size]) / costs.workers / shared,
         "flow": pairs * (costs.flow_pair[size] + costs.store_frame[size] / costs.workers) / shared,
-        "train": (steps * (step_seconds + coclr_share * batch * forward) + epochs * costs.epoch[model.key]
-                  + 6 * costs.stage[model.key]),
-        # three passes over the files (RGB, flow, both), flow computed on the fly by two of them
-        "embed": (3 * footage.frames * costs.decode_frame / costs.workers + 2 * pairs * costs.flow_pair[size]
-                  + 4 * windows_of(footage, model) * forward) / shared,
-        "quality": 6 * quality_windows * forward,
+        "infonce": infonce_seconds + 2 * costs.stage[key],
+        "coclr": (coclr * (costs.step[key] + batch * costs.forward[key]) + coclr / epoch_steps * costs.epoch[key]
+                  + 4 * costs.stage[key]),
+        # two passes over the files (RGB; both streams, writing flow alone too), flow computed on the fly by one
+        "embed": (2 * footage.frames * costs.decode_frame / costs.workers + pairs * costs.flow_pair[size]
+                  + 3 * windows_of(footage, model) * costs.forward[key]) / shared,
+        "quality": 6 * quality_windows * costs.forward[key],
         "fixed": FIXED_SECONDS,
     }
+
+
+TRAINING = ("infonce", "coclr")
+"""The phases of :func:`estimates` that grow with the training steps."""
 
 
 def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.0) -> Plan:
@@ -296,8 +317,8 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
 
 def _per_step(footage: Footage, model: Model, costs: Costs, batch: int) -> float:
     """Seconds of one more training step (its share of the epoch's end included)."""
-    return (estimates(footage, model, costs, 1000, batch)["train"]
-            - estimates(footage, model, costs, 0, batch)["train"]) / 1000
+    more, none = estimates(footage, model, costs, 1000, batch), estimates(footage, model, costs, 0, batch)
+    return sum(more[phase] - none[phase] for phase in TRAINING) / 1000
 
 
 def _reasons(footage: Footage, costs: Costs, model: Model, affordable: dict[Model, int], budget: float) -> list[str]:
@@ -315,6 +336,10 @@ def _reasons(footage: Footage, costs: Costs, model: Model, affordable: dict[Mode
     if skipped:
         lines.append(f"not for these videos (crop above their short side, or clip longer than most): "
                      f"{'; '.join(map(str, skipped))}")
+    unmeasured = [m for m in MODELS if m not in affordable and footage.fits(m)]
+    if unmeasured:
+        lines.append("not measured (a smaller network already affords too few steps): "
+                     + "; ".join(map(str, unmeasured)))
     return lines
 
 
@@ -338,22 +363,22 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sizes = sorted({m.size for m in MODELS if footage.fits(m)})
     frames: list[np.ndarray] = []
-    decoded, decode_seconds = 0, 0.0
-    for path in sample_videos[:3]:
+    timings: list[tuple[float, int]] = []  # (seconds, frames) of each video decoded
+    for path in sample_videos[:4]:
         try:
             begin = time.perf_counter()
             with VideoReader(path) as reader:
-                for number, frame in enumerate(reader):
+                for count, frame in enumerate(reader, start=1):
                     frames.append(frame)
-                    decoded += 1
-                    if number == 47:
+                    if count == 48:
                         break
-            decode_seconds += time.perf_counter() - begin
+            timings.append((time.perf_counter() - begin, count))
         except Exception:  # an unreadable sample is the store job's failure to report, not the calibration's
             continue
     if not frames:
         raise ConfigError("none of the first videos could be decoded to measure this machine: check the inputs")
-    decode_frame = decode_seconds / decoded
+    timed = timings[1:] or timings  # the first one also warms the decoder up
+    decode_frame = sum(seconds for seconds, _ in timed) / sum(count for _, count in timed)
     store_frame, flow_pair = {}, {}
     for size in sizes:
         small = [resize_short_side(frame, size) for frame in frames[:9]]
@@ -371,27 +396,68 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         tvl1_flow(gray[:-1], gray[1:])
         sync()
         flow_pair[size] = (time.perf_counter() - begin) / (len(gray) - 1)
-    costs = Costs(decode_frame, store_frame, flow_pair, {}, {}, {}, {}, workers, processes=processes,
-                  machines=machines)
+    costs = Costs(decode_frame, store_frame, flow_pair, {}, {}, {}, {}, {}, workers, processes=processes,
+                  machines=machines, side_by_side=infonce_side_by_side(device, processes))
+    batch = batch_for(footage.videos // processes)
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
         for model in MODELS:
             if not footage.fits(model):
                 continue
-            measured = _time_training(model, Path(tmp) / model.key, device, batch_for(footage.videos // processes))
-            for name, seconds in measured.items():
-                getattr(costs, name)[model.key] = seconds
-            step = measured["step"]
-            spent = time.perf_counter() - started
-            if spent + MIN_STEPS * step > deadline:  # larger ones would not afford the minimum either
+            measured = _time_training(model, Path(tmp) / model.key, device, batch)
+            if costs.side_by_side:
+                measured["lone_step"], measured["start"] = _time_side_by_side(model, batch)
+            for name in ("step", "lone_step", "forward", "epoch", "stage", "start"):
+                getattr(costs, name)[model.key] = measured.get(name, measured["step"] if name == "lone_step" else 0.0)
+            left = deadline - (time.perf_counter() - started)
+            steps = (left - sum(estimates(footage, model, costs, 0, batch).values())) / _per_step(footage, model,
+                                                                                                    costs, batch)
+            if steps < TARGET_STEPS:  # a larger network would afford even fewer
                 break
     costs.seconds = time.perf_counter() - started
     return costs
 
 
-def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 3) -> dict[str, float]:
+def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float, float]:
+    """Seconds of one training step of ``model`` in each of two processes training side by side, one thread each
+    (the slower of the two), and the seconds such a process takes to start (imports, store, networks): measured
+    with two real child processes, as the InfoNCE stages run."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from coclr.study.scheduler import die_with_parent  # noqa: PLC0415 (heavy: torch)
+
+    code = ("import json, sys; from coclr.threads import apply_process_policy; apply_process_policy(); "  # as every
+            "from coclr.learn.budget import _child_timing; "  # entry point does, before torch loads
+            "print(json.dumps(_child_timing(*json.loads(sys.argv[1]))))")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    launched = time.time()
+    arguments = json.dumps([model.width, model.size, model.length, batch, steps, launched])
+    children = [subprocess.Popen([sys.executable, "-c", code, arguments], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env, preexec_fn=die_with_parent)
+                for _ in range(2)]
+    results = []
+    for child in children:
+        out, err = child.communicate(timeout=600)
+        if child.returncode != 0:
+            raise ConfigError(f"the calibration of two processes side by side failed: {err.strip()[-300:]}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return max(r["step"] for r in results), max(r["started"] for r in results)
+
+
+def _child_timing(width: float, size: int, length: int, batch: int, steps: int, launched: float) -> dict[str, float]:
+    """In a child process of :func:`_time_side_by_side`: the seconds from ``launched`` until it could train, and of
+    one step on one thread."""
+    with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
+        timing = _time_training(Model(width, size, length), Path(tmp), "cpu", batch, steps, started=launched)
+    return {"step": timing["step"], "started": timing["ready"]}
+
+
+def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 3,
+                   started: float | None = None) -> dict[str, float]:
     """Seconds of the parts of training ``model`` on a store of random frames: starting a stage, one InfoNCE
-    training step (after two untimed ones), the end of an epoch (its checkpoint), and one clip's forward without
-    gradients (in a batch of :data:`INFERENCE_BATCH`)."""
+    training step (after two untimed ones), the end of an epoch (its checkpoint), one clip's forward without
+    gradients (in a batch of :data:`INFERENCE_BATCH`), and (``ready``) from ``started`` (a ``time.time()``) until the
+    first step could run."""
     import torch  # noqa: PLC0415 (heavy)
 
     from coclr.config import from_dict  # noqa: PLC0415
@@ -416,12 +482,16 @@ def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 
     sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
     for _ in range(2):
         trainer.train_step(data, queue_full=True)
-    sync()
-    begin = time.perf_counter()
-    for _ in range(steps):
-        trainer.train_step(data, queue_full=True)
-    sync()
-    step = (time.perf_counter() - begin) / steps
+    def timed_steps() -> float:
+        sync()
+        begin = time.perf_counter()
+        for _ in range(steps):
+            trainer.train_step(data, queue_full=True)
+        sync()
+        return (time.perf_counter() - begin) / steps
+
+    ready = time.time() - started if started is not None else 0.0
+    step = timed_steps()
     begin = time.perf_counter()
     trainer.save(best=True)
     epoch = time.perf_counter() - begin
@@ -435,4 +505,4 @@ def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 
             encoder(clips)
         sync()
     forward = (time.perf_counter() - begin) / steps / INFERENCE_BATCH
-    return {"step": step, "forward": forward, "epoch": epoch, "stage": stage}
+    return {"step": step, "forward": forward, "epoch": epoch, "stage": stage, "ready": ready}

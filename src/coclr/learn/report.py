@@ -30,7 +30,7 @@ from coclr.eval.gallery import (
     thumbnail_frames,
     video_cell,
 )
-from coclr.learn.budget import duration
+from coclr.progress import duration
 from coclr.store.clipstore import ClipStore
 
 NEIGHBOUR_COLOUR = "#999999"
@@ -175,7 +175,7 @@ def _neighbours(out: Path, store: ClipStore, root: str, final: dict[str, str], c
         hits = search(embeddings, np.asarray(embeddings.videos[int(row)])[None], k=min(NEIGHBOURS, count - 1),
                       exclude=int(row))
         rows.append(gallery_row(cell(query, QUERY_COLOUR, "video"),
-                                [cell(hit.path, NEIGHBOUR_COLOUR, f"#{hit.rank} {hit.score:.2f}") for hit in hits]))
+                                [cell(hit.path, NEIGHBOUR_COLOUR, f"#{hit.rank} {hit.score:.3f}") for hit in hits]))
     mark = (f' <span class="mark">{COLLAPSED_MARK} from a collapsed encoder</span>'
             if any(final.get(view) in collapsed for view in ("rgb", "flow")) else "")
     return (f"<h2>Nearest neighbours{mark}</h2><p class=\"note\">A sample of videos (blue) and their "

@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 
 from coclr import progress
-from coclr.atomic import atomic_write_json
+from coclr.atomic import atomic_write_json, atomic_write_text
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
-from coclr.learn.budget import Footage, Plan, choose_plan, duration, measure_costs
+from coclr.learn.budget import Footage, Plan, choose_plan, infonce_side_by_side, measure_costs
 from coclr.learn.recipe import pipeline_options
 from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record
 from coclr.video.indexes import unlabelled_index
@@ -48,9 +48,6 @@ INPUTS_FILE = "inputs.json"
 PLAN_FILE = "plan.json"
 RESULT_FILE = "learn.json"
 LOG_FILE = "learn.log"
-FLOW_BOUND = 20.0
-"""Flow is clipped to +-20 px before its uint8 storage (the paper's)."""
-STORE_QUALITY = 90
 EMBEDDINGS = ("rgb", "flow", "two_stream")
 VIEWS = ("rgb", "flow")
 
@@ -88,7 +85,8 @@ class LearnSummary:
         if self.already_done:
             lines.append(f"{self.out}: finished before; nothing to do")
         else:
-            lines.append(f"{self.out}: learnt from {self.videos - len(self.failed)} videos in {duration(self.seconds)}")
+            learnt = self.videos - len(self.failed)
+            lines.append(f"{self.out}: learnt from {learnt} videos in {progress.duration(self.seconds)}")
         lines.append(f"  encoders: {self.out / 'encoder_rgb.pth'}, {self.out / 'encoder_flow.pth'}")
         lines.append(f"  embeddings: {', '.join(str(self.out / 'embeddings' / name) for name in EMBEDDINGS)} "
                      f"(coclr search {self.out / 'embeddings' / 'two_stream'} --query VIDEO)")
@@ -145,10 +143,12 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     device = pick_device(options.device)
     with contextlib.ExitStack() as held:
         refused, plan = None, None
-        if launched_rank() == 0:  # holds the folder and makes the plan before the other processes join it
+        if launched_rank() == 0:  # makes the plan and holds the folder before the other processes join it
             try:
+                plan = (None if options.restart else read_plan(out)) or options.plan or make_plan(
+                    paths, options.budget, device, options.workers, time.perf_counter() - started)
                 held.enter_context(claim_folder(out, LEARN_FOLDER, record_options, restart=options.restart))
-                plan = prepare(out, paths, notes, options, device, started)
+                record_start(out, paths, notes, plan)
             except CoclrError as error:
                 refused = error
         init_distributed(device)  # under torchrun the other processes wait here for rank 0
@@ -160,18 +160,15 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     return summary
 
 
-def prepare(out: Path, paths: list[str], notes: list[str], options: LearnOptions, device, started: float) -> Plan:
-    """The run's plan (made once: measured and chosen, or given) and its record of the inputs."""
+def record_start(out: Path, paths: list[str], notes: list[str], plan: Plan) -> None:
+    """Write what a run follows, once: its inputs and its plan (the plan is made before the folder is claimed, so
+    that a refused budget leaves no folder behind)."""
     for note in notes:
         say(note)
     if not (out / INPUTS_FILE).is_file():
         atomic_write_json(out / INPUTS_FILE, {"videos": paths})
-    plan = read_plan(out)
-    if plan is None:
-        plan = options.plan or make_plan(paths, options.budget, device, options.workers,
-                                         time.perf_counter() - started)
+    if not (out / PLAN_FILE).is_file():
         atomic_write_json(out / PLAN_FILE, plan.to_dict())
-    return plan
 
 
 def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, options: LearnOptions, plan: Plan, device,
@@ -180,6 +177,7 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, options: 
     import torch  # noqa: PLC0415 (heavy)
 
     from coclr.core.distributed import barrier, is_main, world_size  # noqa: PLC0415 (heavy: torch)
+    from coclr.train.pipeline import plan_stages, run_pipeline  # noqa: PLC0415
 
     main = is_main()
     result = read_result(out) if main else {}
@@ -195,12 +193,20 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, options: 
             store = build_learn_store(out, root, paths, plan, options.workers)
         with line.phase("flow", len(paths)), record("flow"):
             flow_failed = extract_learn_flow(store, root, options.workers)
-        with line.phase("train", plan.steps), record("train"):
-            config = train(out, store, plan, options.seed, str(device), usable_videos(store), world_size())
+        config = pipeline_config(out, store, plan, options.seed, str(device), usable_videos(store), world_size())
+        side_by_side = infonce_side_by_side(device, world_size())
+        infonce = plan_stages(config)[:2]
+        units = sum(stage.epochs for stage in infonce) if side_by_side else plan.steps // 2
+        with line.phase("infonce", units), record("infonce"):
+            if side_by_side:
+                train_side_by_side(out, config, infonce)
+            run_pipeline(config, until=infonce[-1].name)
+        with line.phase("coclr", plan.steps - plan.steps // 2), record("coclr"):
+            run_pipeline(config)
         if main:
             export_encoders(out, config)
         barrier()
-        with line.phase("embed", 3 * len(paths)), record("embed"):
+        with line.phase("embed", 2 * len(paths)), record("embed"):
             embed_failed = embed_all(out, paths, str(device), options.workers)
         if not main:
             return LearnSummary(out, len(paths), [], time.perf_counter() - started)
@@ -313,7 +319,7 @@ def build_learn_store(out: Path, root: str, paths: list[str], plan: Plan, worker
 
     index = unlabelled_index([os.path.relpath(path, root).replace(os.sep, "/") for path in paths], out.name)
     store = out / "store"
-    summary = build_store(index, root, store, short_side=plan.model.size, quality=STORE_QUALITY, workers=workers)
+    summary = build_store(index, root, store, short_side=plan.model.size, workers=workers)
     print(summary, flush=True)
     return store
 
@@ -328,11 +334,11 @@ def store_failures(store: Path, root: str) -> dict[str, str]:
 
 
 def extract_learn_flow(store: Path, root: str, workers: int | None) -> dict[str, str]:
-    """TV-L1 flow of every stored video (the fastest exact TV-L1 here: our C loops, Triton on a GPU); returns the
-    videos it failed for (path -> reason)."""
+    """TV-L1 flow of every stored video (the fastest exact TV-L1 here: our C loops, Triton on a GPU; clipped to the
+    paper's bound); returns the videos it failed for (path -> reason)."""
     from coclr.flow.extract import extract_flow  # noqa: PLC0415 (heavy: torch)
 
-    summary = extract_flow(store, backend="auto", bound=FLOW_BOUND, workers=workers)
+    summary = extract_flow(store, backend="auto", workers=workers)
     print(summary, flush=True)
     return {os.path.join(root, key): reason for key, reason in summary.failed}
 
@@ -344,16 +350,35 @@ def usable_videos(store: Path) -> int:
     return len(usable_entries(ClipStore(store), "train", list(VIEWS))[0])
 
 
-def train(out: Path, store: Path, plan: Plan, seed: int, device: str, videos: int, processes: int):
-    """InfoNCE on both views, then two CoCLR cycles (``OUT/pipeline``), by ``processes`` processes; returns the
-    pipeline's configuration."""
+def pipeline_config(out: Path, store: Path, plan: Plan, seed: int, device: str, videos: int, processes: int):
+    """The pipeline of the plan (``OUT/pipeline``): InfoNCE on both views, then two CoCLR cycles, by ``processes``
+    processes."""
     from coclr.train.config import PipelineConfig  # noqa: PLC0415 (heavy: torch)
-    from coclr.train.pipeline import run_pipeline  # noqa: PLC0415
 
-    config = from_dict(PipelineConfig, pipeline_options(plan, str(store), str(out / "pipeline"), seed, device,
-                                                        videos, processes))
-    run_pipeline(config)
-    return config
+    return from_dict(PipelineConfig, pipeline_options(plan, str(store), str(out / "pipeline"), seed, device, videos,
+                                                      processes))
+
+
+def train_side_by_side(out: Path, config, stages) -> None:
+    """Train the InfoNCE ``stages`` at once, each a ``coclr pretrain`` child process on its share of the cores (as a
+    study runs them: the pipeline then finds them done), their output in ``OUT/logs``."""
+    import yaml  # noqa: PLC0415
+
+    from coclr.config import to_dict  # noqa: PLC0415
+    from coclr.study.plan import Job  # noqa: PLC0415 (heavy: torch)
+    from coclr.study.scheduler import run_jobs  # noqa: PLC0415
+    from coclr.train.pipeline import stage_config  # noqa: PLC0415
+
+    jobs = []
+    for stage in stages:
+        options = to_dict(stage_config(config, stage, Path(config.run.out)))
+        options["run"]["progress"] = False
+        path = out / "configs" / f"{stage.name}.yaml"
+        path.parent.mkdir(exist_ok=True)
+        atomic_write_text(path, yaml.safe_dump(options, sort_keys=False))
+        jobs.append(Job(stage.name, ["pretrain", "--config", str(path)], (), stage.epochs,
+                        (Path(config.run.out) / stage.name,)))
+    run_jobs(jobs, out, processes=len(jobs), desc="InfoNCE")
 
 
 def final_encoders(out: Path, config) -> dict[str, Path]:
@@ -379,20 +404,24 @@ def export_encoders(out: Path, config) -> None:
 
 
 def embed_all(out: Path, paths: list[str], device: str, workers: int | None) -> dict[str, str]:
-    """Every video embedded with the final encoders: RGB, flow and both (the paper's two-stream retrieval);
-    returns the videos that could not be embedded (path -> reason)."""
+    """Every video embedded with the final encoders: RGB alone, then both streams in one pass that also writes the
+    flow stream alone (the paper's two-stream retrieval, flow computed once); returns the videos that could not be
+    embedded (path -> reason)."""
     from coclr.embed.embedder import Embedder  # noqa: PLC0415 (heavy: torch)
     from coclr.embed.run import embed_videos  # noqa: PLC0415
 
     rgb, flow = out / "encoder_rgb.pth", out / "encoder_flow.pth"
-    embedders = {"rgb": Embedder(rgb, device=device, workers=workers),
-                 "flow": Embedder(flow, device=device, workers=workers),
-                 "two_stream": Embedder(rgb, device=device, workers=workers, flow_checkpoint=flow)}
     failed: dict[str, str] = {}
-    for name, embedder in embedders.items():
-        summary = embed_videos(paths, out / "embeddings" / name, embedder, progress=False)
-        print(summary, flush=True)
-        failed.update(dict(summary.failed))
+    rgb_alone = Embedder(rgb, device=device, workers=workers)
+    summary = embed_videos(paths, out / "embeddings" / "rgb", rgb_alone, progress=False)
+    print(summary, flush=True)
+    failed.update(dict(summary.failed))
+    both = Embedder(rgb, device=device, workers=workers, flow_checkpoint=flow)
+    flow_alone = Embedder(flow, device=device, workers=workers)
+    summary = embed_videos(paths, out / "embeddings" / "two_stream", both, progress=False,
+                           streams={1: (out / "embeddings" / "flow", flow_alone)})
+    print(summary, flush=True)
+    failed.update(dict(summary.failed))
     return failed
 
 

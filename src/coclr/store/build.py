@@ -8,11 +8,12 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coclr.errors import DataError
+from coclr.errors import DataError, VideoDecodeError
 from coclr.store.jobs import JobSummary, run_entry_jobs, writing_view
 from coclr.store.jpeg import encode_jpeg
 from coclr.video.decode import VideoReader
@@ -23,23 +24,40 @@ from coclr.video.indexes import VideoIndex, check_videos_exist
 class DecodeVideoJob:
     """Store job of the "rgb" view: decode ``video_root/<key>``, resize, resample, encode as JPEG; notes the damaged
     frames kept (within the decoder's tolerance, :data:`~coclr.video.decode.DAMAGE_TOLERANCE`) and the turn its
-    display matrix asked for, for the store's ``notes_rgb.json``."""
+    display matrix asked for, for the store's ``notes_rgb.json``.
+
+    The frames are made one at a time as the entry is written (a generator over a streaming
+    :class:`~coclr.video.decode.VideoReader`), so the job's memory does not depend on the video's length
+    (``docs/store.md``, "Memory"); the notes are filled when the last frame is made."""
 
     video_root: str
     short_side: int | None = 128
     quality: int = 90
     fps: float | None = None
 
-    def __call__(self, key: str) -> tuple[list[bytes], float, dict[str, Any]]:
-
-        with VideoReader(Path(self.video_root) / key, self.short_side, self.fps) as reader:
-            encoded = [encode_jpeg(frame, self.quality) for frame in reader]
+    def __call__(self, key: str) -> tuple[Iterator[bytes], float, dict[str, Any]]:
+        reader = VideoReader(Path(self.video_root) / key, self.short_side, self.fps)
         notes: dict[str, Any] = {}
-        if reader.damaged:
-            notes["damaged_frames"] = reader.damaged
-        if reader.orientation:
-            notes.update(rotation=reader.orientation.rotation, mirrored=reader.orientation.mirrored)
-        return encoded, reader.fps, notes
+        return encoded_frames(reader, self.quality, notes), reader.fps, notes
+
+
+def encoded_frames(reader: VideoReader, quality: int, notes: dict[str, Any] | None = None) -> Iterator[bytes]:
+    """The JPEG bytes of the frames of ``reader``, one at a time; a frame whose size differs from the first one's
+    (a stream that changes size) is a :class:`VideoDecodeError` naming the video, as the entry needs one size. At
+    the end, ``notes`` gets the damaged frames kept and the turn applied, if any."""
+    shape = None
+    with reader:
+        for number, frame in enumerate(reader):
+            if shape is None:
+                shape = frame.shape
+            elif frame.shape != shape:
+                raise VideoDecodeError(f"{reader.path}: frame {number} is {frame.shape[1]}x{frame.shape[0]}, the "
+                                       f"frames before it {shape[1]}x{shape[0]}: a store entry holds one frame size")
+            yield encode_jpeg(frame, quality)
+    if notes is not None and reader.damaged:
+        notes["damaged_frames"] = reader.damaged
+    if notes is not None and reader.orientation:
+        notes.update(rotation=reader.orientation.rotation, mirrored=reader.orientation.mirrored)
 
 
 def build_store(index: VideoIndex, video_root: str | Path, out: str | Path, short_side: int | None = 128,

@@ -44,19 +44,21 @@ import os
 import re
 import shutil
 import struct
+import tempfile
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from coclr.atomic import atomic_open, atomic_write_json
 from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
-from coclr.runfolder import FolderRule
+from coclr.runfolder import FolderRule, check_place, refuse_foreign
 from coclr.store.jpeg import decode_jpeg, decode_jpeg_strict
 from coclr.video.indexes import VideoIndex, is_relative_key
 
@@ -185,13 +187,28 @@ def _conflicts(root: Path, index: VideoIndex, meta: dict[str, Any], replace_inde
     return {k: v for k, v in meta.items() if k not in existing}, changed
 
 
+def _same_index(path: Path, index: VideoIndex) -> bool:
+    """Whether ``path`` is the store's ``index.json`` holding ``index`` (written by a build killed before its
+    ``store.json``, or the same index the user put there): rewriting it changes nothing."""
+    if path.name != INDEX_FILE or not path.is_file():
+        return False
+    try:
+        return VideoIndex.load(path).to_dict() == index.to_dict()
+    except DataError:
+        return False
+
+
 def check_store(root: str | Path, index: VideoIndex, *, replace_index: bool = False, **meta: Any) -> bool:
     """What :func:`create_store` would refuse, found by reading only (so that a job is refused before it takes a
-    lock or writes): whether the store must be written (created, or given new keys or the index)."""
+    lock or writes): whether the store must be written (created, or given new keys or the index). A new store's
+    folder must hold nothing but coclr's lock files (or that same index: see :func:`_same_index`), and lie in no
+    other command's folder (:mod:`coclr.runfolder`): a user's own ``index.json`` there is refused, not replaced."""
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise DataError(f"store path exists and is not a folder: {root}")
-    if not (root / META_FILE).is_file():
+    if not (root / META_FILE).is_file():  # a new store: not inside another command's folder, nothing else in it
+        check_place(root, STORE_FOLDER.command)
+        refuse_foreign(root, STORE_FOLDER.command, META_FILE, lambda path: _same_index(path, index))
         return True
     new, changed = _conflicts(root, index, _json_roundtrip(meta), replace_index)
     return bool(new or changed)
@@ -268,37 +285,156 @@ def entry_path(root: str | Path, key: str, view: str) -> Path:
     return _entry_path(Path(root), key, view, store_version(root))
 
 
-def write_entry(root: str | Path, key: str, view: str, encoded_frames: Sequence[bytes], fps: float) -> None:
-    """Write one entry atomically: a temporary file in the same folder, fsync, then ``os.replace``.
+ENTRY_BUFFER_BYTES = 8 * 2**20
+"""Encoded bytes of an entry kept in memory while it is written; past them, the frames go to a scratch file beside
+the entry (:class:`EntryWriter`), so writing an entry of any length holds at most this much of its frames."""
 
-    The frame size is read from the first frame; all frames of an entry must have that size.
+
+class EntryWriter:
+    """Writes one entry frame by frame in bounded memory, atomically: ``with EntryWriter(root, key, view) as w:
+    w.add(frame) ...; w.commit(fps)``.
+
+    The header (frame offsets and checksums) comes first in an entry file and needs every frame's size, so frames
+    are held until :meth:`commit`: in memory up to ``buffer_bytes`` (default :data:`ENTRY_BUFFER_BYTES`; a short
+    video is written in one go, as before), then in an unnamed scratch file in the entry's folder
+    (``tempfile.TemporaryFile``: nothing is left behind when the process is killed, and it is on the store's file
+    system). Memory per entry is then
+    ``buffer_bytes`` plus 16 bytes per frame (its size and checksum), whatever the video's length. :meth:`commit`
+    writes the header and the frames to a temporary file and renames it onto the entry (:func:`atomic_open`): the
+    bytes are those :func:`write_entry` writes for the same frames. Leaving the ``with`` block without a commit
+    (an error while the frames were made) writes nothing. State: the frames' sizes and checksums, the frames held.
     """
-    version = store_version(root)
-    path = _entry_path(Path(root), key, view, version)
-    if len(encoded_frames) == 0:
-        raise DataError(f"entry {key!r} ({view}): no frames to write")
+
+    def __init__(self, root: str | Path, key: str, view: str, buffer_bytes: int | None = None) -> None:
+        self.root, self.key, self.view = Path(root), key, view
+        self.path = _entry_path(self.root, key, view, store_version(root))
+        self.buffer_bytes = ENTRY_BUFFER_BYTES if buffer_bytes is None else buffer_bytes
+        self.frames = 0
+        self.size = 0  # bytes of the frames added
+        self.frame_size: tuple[int, int] | None = None  # (height, width), from the first frame
+        self._sizes = array("Q")
+        self._sums = array("Q") if xxhash is not None else None  # without xxhash: an entry without checksums
+        self._held: list[bytes] = []
+        self._spool: IO[bytes] | None = None
+
+    def __enter__(self) -> EntryWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.discard()
+
+    def add(self, frame: bytes) -> None:
+        """Add the next encoded frame (all frames of an entry have the first one's size)."""
+        if self.frame_size is None:
+            try:
+                self.frame_size = decode_jpeg(frame).shape[:2]
+            except ValueError as error:
+                raise DataError(f"entry {self.key!r} ({self.view}): first frame: {error}") from None
+        self._sizes.append(len(frame))
+        if self._sums is not None:
+            self._sums.append(checksum(frame))
+        self.frames += 1
+        self.size += len(frame)
+        if self._spool is None and self.size > self.buffer_bytes:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._spool = tempfile.TemporaryFile(dir=self.path.parent)
+            self._write_spool(b"".join(self._held))
+            self._held = []
+        if self._spool is None:
+            self._held.append(frame)
+        else:
+            self._write_spool(frame)
+
+    def _write_spool(self, data: bytes) -> None:
+        assert self._spool is not None
+        with storage_errors(self.path, self.size):
+            self._spool.write(data)
+
+    def commit(self, fps: float) -> int:
+        """Write the entry (atomically) with the frames added; returns their number."""
+        if not fps > 0:
+            raise DataError(f"entry {self.key!r} ({self.view}): fps must be positive, got {fps!r}")
+        if self.frames == 0:
+            raise DataError(f"entry {self.key!r} ({self.view}): no frames to write")
+        assert self.frame_size is not None
+        height, width = self.frame_size
+        header = _entry_header(self.key, height, width, fps, np.frombuffer(self._sizes, np.uint64),
+                               None if self._sums is None else np.frombuffer(self._sums, np.uint64))
+        with storage_errors(self.path, len(header) + self.size), atomic_open(self.path, "wb") as file:
+            file.write(header)
+            if self._spool is None:
+                for frame in self._held:
+                    file.write(frame)
+            else:
+                self._spool.flush()
+                file.flush()
+                _copy_file(self._spool.fileno(), file.fileno(), self.size, len(header))
+        self.discard()
+        return self.frames
+
+    def discard(self) -> None:
+        """Drop the frames held (the scratch file too); an entry committed before stays."""
+        self._held = []
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None
+
+
+def _copy_file(source: int, target: int, size: int, target_offset: int) -> None:
+    """Copy the first ``size`` bytes of the file ``source`` into ``target`` at ``target_offset`` (in the kernel
+    where it can: ``os.copy_file_range``; else through a 1 MiB buffer)."""
+    done = 0
+    copy_range = getattr(os, "copy_file_range", None)
+    while done < size and copy_range is not None:
+        try:
+            copied = copy_range(source, target, size - done, done, target_offset + done)
+        except OSError as error:
+            if error.errno in FULL_ERRNOS:
+                raise
+            break  # not supported between these files: copy through user space
+        if copied == 0:
+            break
+        done += copied
+    while done < size:
+        data = os.pread(source, min(2**20, size - done), done)
+        if not data:
+            raise DataError(f"scratch file of an entry ended after {done} of its {size} bytes")
+        done += os.pwrite(target, data, target_offset + done)
+
+
+def write_entry(root: str | Path, key: str, view: str, encoded_frames: Iterable[bytes], fps: float) -> int:
+    """Write one entry atomically (a temporary file in the same folder, fsync, then ``os.replace``); returns its
+    number of frames.
+
+    ``encoded_frames`` may be any iterable (a generator that decodes and encodes a video as it goes): it is
+    consumed frame by frame through :class:`EntryWriter`, so memory does not grow with the entry's length, and an
+    error raised while it is consumed writes nothing. The frame size is read from the first frame; all frames of
+    an entry must have that size.
+    """
     if not fps > 0:
         raise DataError(f"entry {key!r} ({view}): fps must be positive, got {fps!r}")
-    try:
-        height, width = decode_jpeg(encoded_frames[0]).shape[:2]
-    except ValueError as error:
-        raise DataError(f"entry {key!r} ({view}): first frame: {error}") from None
-    header = encode_header(key, height, width, fps, encoded_frames)
-    with storage_errors(path, len(header) + sum(map(len, encoded_frames))), atomic_open(path, "wb") as file:
-        file.write(header)
+    with EntryWriter(root, key, view) as writer:
         for frame in encoded_frames:
-            file.write(frame)
+            writer.add(frame)
+        return writer.commit(fps)
 
 
 def encode_header(key: str, height: int, width: int, fps: float, encoded_frames: Sequence[bytes]) -> bytes:
     """The header of a new entry file (version :data:`ENTRY_VERSION`): fields, key, frame offsets, the frames'
     checksums and the checksum of all of these."""
     count = len(encoded_frames)
+    sizes = np.fromiter((len(f) for f in encoded_frames), np.uint64, count)
+    sums = np.fromiter((checksum(f) for f in encoded_frames), np.uint64, count) if xxhash is not None else None
+    return _entry_header(key, height, width, fps, sizes, sums)
+
+
+def _entry_header(key: str, height: int, width: int, fps: float, sizes: np.ndarray, sums: np.ndarray | None) -> bytes:
+    """The header of an entry of frames of ``sizes`` bytes with checksums ``sums`` (None: version 2, none)."""
+    count = len(sizes)
     key_bytes = key.encode("utf-8")
-    version = ENTRY_VERSION if xxhash is not None else 2  # without xxhash: no checksums, read as unverified
+    version = ENTRY_VERSION if sums is not None else 2  # without xxhash: no checksums, read as unverified
     header = (_HEADER.pack(_MAGIC, version, count, height, width, float(fps))
               + _KEY_LENGTH.pack(len(key_bytes)) + key_bytes)
-    sizes = np.fromiter((len(f) for f in encoded_frames), np.uint64, count)
     data_start = len(header) + 8 * (count + 1) + ((8 * count + _CHECKSUM.size) if version >= 3 else 0)
     offsets = np.empty(count + 1, "<u8")
     offsets[0] = data_start
@@ -306,8 +442,7 @@ def encode_header(key: str, height: int, width: int, fps: float, encoded_frames:
     offsets[1:] += data_start
     if version < 3:
         return header + offsets.tobytes()
-    sums = np.fromiter((checksum(f) for f in encoded_frames), np.uint64, count).astype("<u8")
-    header += offsets.tobytes() + sums.tobytes()
+    header += offsets.tobytes() + np.asarray(sums).astype("<u8").tobytes()
     return header + _CHECKSUM.pack(checksum(header))
 
 
@@ -638,18 +773,20 @@ class ClipStore:
             header = self._header(key, view)
             size = path.stat().st_size
             if header.offsets[-1] != size:
-                raise DataError(f"{path}: size {size} bytes, the frame table says {int(header.offsets[-1])}")
+                raise _broken(path, key, f"size {size} bytes, the frame table says {int(header.offsets[-1])}")
             for start in range(0, header.frames, 64):
                 indices = list(range(start, min(start + 64, header.frames)))
                 blobs = self._read_blobs(key, view, indices)
                 if decode:
                     for index in indices:
-                        self._decode_strict(header, index, blobs[index])
+                        self._decode_strict(key, header, index, blobs[index])
         except DamagedEntryError as error:
+            _record_quietly(self.root, view, key, str(error))
             return str(error)
-        except (DataError, OSError) as error:
-            _record_quietly(self.root, view, key, f"damaged entry: {error}")
-            return str(error)
+        except (DataError, OSError) as error:  # a file that cannot be read
+            problem = str(_broken(path, key, str(error)))
+            _record_quietly(self.root, view, key, problem)
+            return problem
         return None
 
     def add_checksums(self, key: str, view: str) -> bool:
@@ -666,14 +803,15 @@ class ClipStore:
         self._headers.pop((key, view), None)
         return True
 
-    def _decode_strict(self, header: _EntryHeader, index: int, blob: bytes) -> None:
+    @staticmethod
+    def _decode_strict(key: str, header: _EntryHeader, index: int, blob: bytes) -> None:
         try:
             frame = decode_jpeg_strict(blob)
         except ValueError as error:
-            raise DataError(f"{header.where}: frame {index}: {error}") from None
+            raise _broken(header.path, key, f"frame {index}: {error}") from None
         if frame.shape[:2] != (header.height, header.width):
-            raise DataError(f"{header.where}: frame {index} is {frame.shape[1]}x{frame.shape[0]}, the entry's "
-                            f"frames are {header.width}x{header.height}")
+            raise _broken(header.path, key, f"frame {index} is {frame.shape[1]}x{frame.shape[0]}, the entry's "
+                          f"frames are {header.width}x{header.height}")
 
     def unlisted(self, view: str) -> list[str]:
         """Keys of the entry files of ``view`` that are not in the index (videos removed from it by an update);

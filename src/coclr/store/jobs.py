@@ -2,12 +2,14 @@
 
 Building the RGB view (:mod:`coclr.store.build`), optical flow extraction (:mod:`coclr.flow.extract`) and the
 synthetic dataset (:mod:`coclr.synth`) all run through :func:`run_entry_jobs`: a picklable
-``job(key) -> (encoded_frames, fps)`` runs in a process pool, finished entries are written atomically, complete
-ones skipped (unless the store lists them as failed or damaged: those are tried again), failures counted, listed
-and recorded in the store (``failed_<view>.json``), so training and evaluation can leave them out knowingly. A
-full disk is nobody's failure: the job stops at once (:class:`~coclr.store.clipstore.StorageFullError`). One job
-at a time writes a view: a second one started on the same store and view is refused while the first runs (the
-lock goes with the process, so a killed job leaves none behind).
+``job(key) -> (encoded_frames, fps)`` runs in a process pool, its entry is written atomically as its frames come
+(a generator of frames is never held whole, so memory does not grow with a video's length), complete ones skipped
+(unless the store lists them as failed or damaged: those are tried again), failures counted, listed and recorded
+in the store (``failed_<view>.json``), so training and evaluation can leave them out knowingly. A full disk is
+nobody's failure: the job stops at once (:class:`~coclr.store.clipstore.StorageFullError`). One job at a time
+writes a view: a second one started on the same store and view is refused while the first runs (the lock goes
+with the process, so a killed job leaves none behind). Interrupted (SIGINT, SIGTERM: :mod:`coclr.interrupts`), a
+job stops its workers at once, discards what they were writing and says how many entries are done and kept.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
-import signal
 import socket
 import sys
 import threading
@@ -38,6 +39,7 @@ from coclr.core.distributed import (
     world_size,
 )
 from coclr.filelock import exclusive_lock
+from coclr.interrupts import default_signals_in_worker, interrupted
 from coclr.progress import bar as progress_bar
 from coclr.store.clipstore import (
     ClipStore,
@@ -53,9 +55,12 @@ from coclr.store.clipstore import (
 from coclr.threads import opencv_threads, worker_opencv_threads
 from coclr.video.indexes import VideoIndex
 
-EntryJob = Callable[[str], tuple[Sequence[bytes], float] | tuple[Sequence[bytes], float, dict[str, Any]]]
+EntryJob = Callable[[str], tuple[Iterable[bytes], float] | tuple[Iterable[bytes], float, dict[str, Any]]]
 """A store job: entry key -> (encoded frames, frames per second[, notes: what to record about the entry, e.g. its
-damaged frames, in the store's ``notes_<view>.json``]). Must be picklable."""
+damaged frames, in the store's ``notes_<view>.json``]). Must be picklable. The frames may be a generator that makes
+them as they are written (:func:`~coclr.store.clipstore.write_entry` consumes it frame by frame), so a job over a
+long video holds one frame at a time, not the whole video; an error it raises fails the entry. The notes may be
+filled while the frames are made (what a decoder counts is known at the end)."""
 RecordFn = Callable[..., None]
 """Called once per key as it ends: (key, frames written, error message or None[, notes or None])."""
 EntryStream = Callable[[list[str], RecordFn], None]
@@ -217,12 +222,15 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
     remove_stale_partials(store.root / view)
 
     with progress_bar(total=len(todo), desc=desc or f"{view} entries", unit="video", smoothing=0.05,
-              dynamic_ncols=True, disable=rank() != 0) as progress:
+                      dynamic_ncols=True, disable=rank() != 0) as progress:
+        done: set[str] = set()
+
         def record(key: str, frames: int, error: str | None, notes: dict[str, Any] | None = None) -> None:
             summary.attempted.append(key)
             if notes:
                 summary.noted[key] = notes
             if error is None:
+                done.add(key)
                 summary.done += 1
                 summary.frames += frames
             else:
@@ -235,6 +243,12 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
                 stream(todo, record)
             except StorageFullError as error:  # stop at once: the entries left would fail the same way
                 raise error.with_remaining(len(todo) - summary.done - len(summary.failed)) from None
+            except KeyboardInterrupt as error:  # the stream stopped its workers; what they were writing goes
+                remove_stale_partials(store.root / view)
+                # kept: those recorded, and those written whose result had not come back (not those listed before)
+                written = {key for key in todo if key not in listed and store.has(key, view)}
+                raise interrupted(error, f"{view}: {summary.skipped + len(done | written)} of {len(keys)} videos done "
+                                  "and kept") from None
     return summary
 
 
@@ -280,11 +294,12 @@ _WORKER_JOB: EntryJob | None = None
 
 def init_worker(job: EntryJob | None, parent_pid: int) -> None:
     """Initialiser of a pool worker process: the job it runs (:func:`_run_in_worker`), one OpenCV thread, Ctrl-C
-    left to the parent, and an exit soon after the parent (``parent_pid``) is gone."""
+    left to the parent (which stops the pool: :func:`stop_pool`), SIGTERM's default (an exit), and an exit soon after
+    the parent (``parent_pid``) is gone."""
     global _WORKER_JOB
     _WORKER_JOB = job
     worker_opencv_threads()  # one process per core already; OpenCV's own threads would oversubscribe
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled once, by the parent, which stops the pool
+    default_signals_in_worker()
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
 
 
@@ -305,8 +320,8 @@ def _run_and_write(root: str, view: str, key: str,
     """Run one job and write its entry; returns (key, frames written, error message or None, notes or None)."""
     try:
         encoded, fps, *notes = job(key)
-        write_entry(root, key, view, encoded, fps)
-        return key, len(encoded), None, (notes[0] if notes else None)
+        frames = write_entry(root, key, view, encoded, fps)  # consumes the frames: the notes are complete after it
+        return key, frames, None, (notes[0] or None if notes else None)
     except StorageFullError:  # the storage's fault, not the entry's: the job stops (no video is blamed)
         raise
     except Exception as error:  # one bad entry must not stop a job over thousands of videos
@@ -361,7 +376,18 @@ def _run_pools(root: str, view: str, todo: list[str], job: EntryJob, workers: in
                     except BrokenProcessPool:
                         broken = True
                         record(key, 0, "worker process died (crash or out of memory) while running this entry")
+            pool.shutdown(wait=True)
         except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
+            stop_pool(pool)
             raise
-        pool.shutdown(wait=True)
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a process pool now (on an interruption or an error): its queued tasks cancelled, its workers killed and
+    reaped. What they were doing is discarded: each write is atomic, and the temporary files of the writers killed
+    are removed by :func:`remove_stale_partials`. Waiting for the tasks in flight instead could take minutes (a
+    long video's flow)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):  # Python < 3.14: no terminate_workers
+        process.kill()
+    pool.shutdown(wait=True, cancel_futures=True)  # the pool, broken, reaps every worker (so none is a zombie that
+    # remove_stale_partials would take for a live writer) before its manager thread ends

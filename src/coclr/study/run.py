@@ -34,7 +34,7 @@ from coclr.eval.report import (
 from coclr.flow.extract import extract_flow
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import save_encoder
-from coclr.runfolder import FolderRule, check_folder, claim_folder
+from coclr.runfolder import FolderRule, check_folder, check_output_folder, claim_folder
 from coclr.store.build import build_store
 from coclr.store.clipstore import open_store
 from coclr.study.config import ROWS, StudyConfig, supervised_row
@@ -54,6 +54,9 @@ from coclr.synth import generate_synthetic
 STUDY_FOLDER = FolderRule("study", "a study run")
 """How a study folder is continued or refused (:mod:`coclr.runfolder`); its options leave out ``processes`` and
 ``gpus``, which only schedule the work."""
+SEEDS_FILES = ("seeds.json", "seeds.md", MINING_PLOT)
+"""What ``--seeds`` writes beside the seeds' folders (the plot only when CoCLR rows of flow record their mined
+positives' precision)."""
 
 
 def prepare_data(plan: StudyPlan) -> None:
@@ -231,12 +234,20 @@ def write_results(plan: StudyPlan, rows: list[dict[str, Any]], stages: list[dict
     return results
 
 
+def _seeds_output(path: Path) -> bool:
+    """Whether ``path`` is what ``--seeds`` writes into its folder: a seed's study folder or a summary file."""
+    return path.name in SEEDS_FILES or (path.is_dir() and path.name.startswith("seed") and path.name[4:].isdigit())
+
+
 def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_only: bool = False
               ) -> dict[str, Any] | None:
     """The study once per seed (``OUT/seed<S>``, each resumable), then every number's mean and standard deviation
     and every claim's count of seeds, in ``OUT/seeds.json`` and ``OUT/seeds.md``, and, when CoCLR rows of flow
-    record their mined positives' precision, the plot of their gain against it (``OUT/mined_precision_flow.png``)."""
+    record their mined positives' precision, the plot of their gain against it (``OUT/mined_precision_flow.png``).
+    ``OUT`` holds nothing else (else it is refused before any work, naming what is there:
+    :func:`coclr.runfolder.check_output_folder`)."""
     out = Path(out)
+    check_output_folder(out, STUDY_FOLDER.command, _seeds_output, "seed<S>/, " + ", ".join(SEEDS_FILES))
     results = []
     for seed in seeds:
         print(f"=== seed {seed}", flush=True)

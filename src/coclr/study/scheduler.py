@@ -10,20 +10,20 @@ that none goes on writing, and holding its folder, behind its back.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
-
 from coclr.errors import CoclrError
+from coclr.interrupts import interrupted, signals_interrupt
+from coclr.progress import bar as progress_bar
 from coclr.study.plan import Job
 
 
@@ -58,22 +58,18 @@ COMMAND = (sys.executable, "-m", "coclr")
 """What runs a job: ``COMMAND + job.argv``."""
 
 
-@contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """While the block runs, SIGTERM interrupts it as Ctrl-C does (:class:`KeyboardInterrupt`): cleanup runs and
-    the command exits as interrupted. Only the main thread can take signals; elsewhere nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
+def die_with_parent() -> None:
+    """In a child process (``preexec_fn``): be killed when the parent dies, however it dies (``kill -9`` too), so that
+    no command goes on training and holding its folder behind a job that is gone (Linux; elsewhere nothing)."""
     try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+PR_SET_PDEATHSIG = 1
+"""prctl(2)'s option: the signal a process gets when its parent exits."""
 
 
 def stop_processes(processes: Sequence[subprocess.Popen], grace: float = STOP_SECONDS) -> None:
@@ -112,12 +108,13 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
             env["CUDA_VISIBLE_DEVICES"] = str(gpus[slot % len(gpus)])
         log = logs / f"{job.name}.log"
         with log.open("a") as handle:
-            process = subprocess.Popen([*command, *job.argv], stdout=handle, stderr=subprocess.STDOUT, env=env)
+            process = subprocess.Popen([*command, *job.argv], stdout=handle, stderr=subprocess.STDOUT, env=env,
+                                       preexec_fn=die_with_parent)
         return _Running(job, process, slot, log)
 
     total = sum(job.epochs for job in jobs)
     try:
-        with sigterm_interrupts(), tqdm(total=total, desc=desc, unit="epoch", dynamic_ncols=True) as bar:
+        with signals_interrupt(), progress_bar(total=total, desc=desc, unit="epoch", dynamic_ncols=True) as bar:
             while pending or running:
                 for item in list(running):
                     if item.process.poll() is None:
@@ -148,6 +145,10 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
                 bar.update(epochs - bar.n)
                 if pending or running:
                     time.sleep(poll_seconds)
+    except KeyboardInterrupt as error:
+        stopped = f"; {', '.join(item.job.name for item in running)} stopped at their checkpoints (logs: {logs})"
+        raise interrupted(error, f"{len(done)} of {len(jobs)} commands done and kept"
+                          f"{stopped if running else ''}") from None
     finally:
         stop_processes([item.process for item in running])
     if failed:

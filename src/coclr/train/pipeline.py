@@ -22,8 +22,10 @@ from coclr.atomic import atomic_write_json, read_json_lines
 from coclr.config import to_dict, validate
 from coclr.core.distributed import held_by_main, is_main
 from coclr.errors import ConfigError
+from coclr.interrupts import interrupted
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import save_encoder
+from coclr.progress import duration
 from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record, restart_folder
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PipelineConfig, PretrainConfig
@@ -140,16 +142,8 @@ def pipeline_eta(run_dir: Path, stages: list[Stage]) -> str:
     text = f"{done}/{total} epochs of the pipeline done"
     if seconds:
         left = (total - done) * sum(seconds) / len(seconds)
-        text += f", about {_duration(left)} left"
+        text += f", about {duration(left)} left"
     return text
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def export_encoders(checkpoint: Path, stage: Stage, run_dir: Path) -> dict[str, str]:
@@ -233,7 +227,12 @@ def _run_stages(run_dir: Path, stages: list[Stage], stage_configs: list[Pretrain
                   f"{'+'.join(stage.trains)}, {stage.epochs} epochs); {pipeline_eta(run_dir, stages)}", flush=True)
         trainer = Trainer(stage_cfg)
         trainer.progress_label = f"stage {number}/{len(stages)} {stage.name}"
-        checkpoint = trainer.run()
+        try:
+            checkpoint = trainer.run()
+        except KeyboardInterrupt as error:
+            stopped = interrupted(error, trainer.kept())
+            stopped.kept = f"stage {number}/{len(stages)} {stage.name}: {stopped.kept}"
+            raise stopped from None
         if not trainer.finished:
             return run_dir
         entry["encoders"] = export_encoders(checkpoint, stage, run_dir)

@@ -8,11 +8,13 @@ Under ``torchrun`` every process reads its own slice of each global batch (:clas
 are gathered before they are queued, the key forward uses shuffle-BN, and rank 0 writes checkpoints and
 logs. Randomness is derived from ``(seed, epoch, step)`` rather than carried in generators, so a run killed
 at any moment and resumed from its last checkpoint continues exactly as if uninterrupted, on any number of
-processes.
+processes. Interrupted (SIGINT, SIGTERM: :mod:`coclr.interrupts`), it stops at once and says which checkpoint is
+kept and how many steps after it will be trained again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -37,6 +39,7 @@ from coclr.data.batch_decode import collate_clips, decode_batch, resolve_decode
 from coclr.data.datasets import TrainClips, left_out_message
 from coclr.errors import CheckpointError, CoclrError
 from coclr.eval.monitor import knn_recall
+from coclr.interrupts import interrupted, loader_worker_signals
 from coclr.progress import bar as progress_bar
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.config import PretrainConfig
@@ -118,6 +121,8 @@ class Trainer:
                                    cpu_8bit=aug.cpu_8bit)
         self.ddp = self._wrap()
         self.position = Position()
+        self.saved: Position | None = None
+        """The position of the checkpoint in the run folder (None: none yet)."""
         self.best_loss = math.inf
         if (self.out / LAST).is_file():
             self._load(self.out / LAST)
@@ -182,6 +187,7 @@ class Trainer:
         self.scaler.load_state_dict(ckpt["scaler"])
         pos = ckpt["position"]
         self.position = Position(pos["epoch"], pos["consumed"], pos["global_step"])
+        self.saved = dataclasses.replace(self.position)
         self.best_loss = ckpt["best_loss"]
         self._log_line(f"resumed from {path} at epoch {self.position.epoch}, "
                        f"{self.position.consumed} videos into it (step {self.position.global_step})")
@@ -191,6 +197,7 @@ class Trainer:
             return
         state = self.state()
         atomic_torch_save(state, self.out / LAST)
+        self.saved = dataclasses.replace(self.position)
         if best:
             atomic_duplicate(self.out / LAST, self.out / BEST)
 
@@ -308,7 +315,8 @@ class Trainer:
         workers = config.data.workers
         loader = DataLoader(self.dataset, batch_size=config.run.batch_size, sampler=EpochItems(self.data_order),
                             num_workers=workers, collate_fn=collate_clips, pin_memory=self.device.type == "cuda",
-                            persistent_workers=workers > 0, prefetch_factor=4 if workers else None, drop_last=True)
+                            persistent_workers=workers > 0, prefetch_factor=4 if workers else None, drop_last=True,
+                            worker_init_fn=loader_worker_signals)
         jsonl, writer = self._open_logs()
         queue_full = self.model.queues_full
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
@@ -355,11 +363,25 @@ class Trainer:
                     self._end_epoch(epoch_loss, epoch_steps, time.time() - started, jsonl, writer)
                 else:
                     self.save()
+        except KeyboardInterrupt as error:  # the steps since the checkpoint are lost: say which one is kept
+            raise interrupted(error, self.kept()) from None
         finally:
             if jsonl is not None:
                 jsonl.close()
                 writer.close()
         return self.out / LAST
+
+    def kept(self) -> str:
+        """What a stop now keeps of the run: its checkpoint (where it stands, and the steps done after it, which
+        the same command trains again), or nothing yet."""
+        saved = self.saved
+        if saved is None:
+            return f"{self.out}: no checkpoint yet (the first comes after epoch 1, or after run.save_every steps)"
+        where = (f"end of epoch {saved.epoch}" if not saved.consumed else
+                 f"epoch {saved.epoch + 1}, {saved.consumed} videos into it")
+        redo = self.position.global_step - saved.global_step
+        since = f"; the {redo} steps after it are trained again" if redo else ""
+        return f"{self.out / LAST} kept ({where}, step {saved.global_step}){since}"
 
     @property
     def finished(self) -> bool:

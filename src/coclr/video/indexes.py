@@ -157,6 +157,14 @@ class VideoIndex:
         return cls.from_dict(data, str(path))
 
 
+def is_index_file(path: str | Path) -> bool:
+    """Whether ``path`` is a coclr video index (what ``coclr data index --out`` writes, and may write again)."""
+    try:
+        return json.loads(Path(path).read_text()).get("format") == INDEX_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def is_relative_key(path: str) -> bool:
     """Whether ``path`` is a relative POSIX path without ``..`` (safe to join under a root folder)."""
     parts = PurePosixPath(path).parts

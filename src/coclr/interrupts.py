@@ -1,0 +1,128 @@
+"""Stopping a command on SIGINT (Ctrl-C) or SIGTERM (``kill``, ``timeout``, a batch scheduler): the one rule.
+
+Every command runs under :func:`signals_interrupt` (``cli._world.run_command``): either signal raises
+:class:`Interrupted` in the main thread, as Ctrl-C raises ``KeyboardInterrupt``, so the code that holds workers,
+threads and locks stops them on its way out (``finally`` blocks, context managers) instead of the process dying
+with them running (SIGTERM's default) or waiting for them. Every write is atomic, so what was finished is kept
+and what was in flight is discarded; the layer that knows what was kept says so (:func:`interrupted`), and the
+command prints one line and exits with ``128 + signal`` (130, 143). Only the first signal interrupts: cleanup is
+bounded, and a second Ctrl-C arriving in the middle of it would leave workers running.
+
+Worker processes do not stop on their own account: a pool worker leaves Ctrl-C to its parent, which kills it
+(:func:`default_signals_in_worker`, ``store.jobs.stop_pool``); a DataLoader worker ends its loop quietly on either
+signal (:func:`loader_worker_signals`) while its parent shuts the loader down. A thread is told to stop through a
+:class:`threading.Event` it checks between units of work (:func:`check_stop`).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+INTERRUPTING = (signal.SIGINT, signal.SIGTERM)
+"""The signals that stop a command as Ctrl-C does."""
+_CHILD_SIGNAL = getattr(signal, "SIGCHLD", None)
+
+
+class Interrupted(KeyboardInterrupt):
+    """The command was stopped by signal ``signum`` (SIGINT or SIGTERM); ``kept`` says what its work kept (one
+    phrase, set by the layer that knows: :func:`interrupted`), None while no layer said."""
+
+    def __init__(self, signum: int = signal.SIGINT, kept: str | None = None) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+        self.kept = kept
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_status(self) -> int:
+        """The shell's status of a process ended by the signal: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + self.signum
+
+
+def interrupted(error: KeyboardInterrupt, kept: str) -> Interrupted:
+    """``error`` as an :class:`Interrupted` saying ``kept`` (what the interrupted work kept), unless an inner layer
+    said it already; a plain ``KeyboardInterrupt`` (Ctrl-C in a program that did not install
+    :func:`signals_interrupt`) counts as SIGINT. Raise the result ``from None``."""
+    if not isinstance(error, Interrupted):
+        error = Interrupted(signal.SIGINT)
+    if error.kept is None:
+        error.kept = kept
+    return error
+
+
+_STATE = {"depth": 0, "received": 0}
+"""Of the :func:`signals_interrupt` blocks of this process (they nest): how many are open, and the signal that
+interrupted them (0: none yet); one signal interrupts all of them once."""
+
+
+@contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """While the block runs in the main thread, the first SIGINT or SIGTERM raises :class:`Interrupted` there;
+    later ones are ignored while the blocks clean up. Blocks nest (a command's, a study's); elsewhere (another
+    thread) nothing changes, and neither does a signal this process was started ignoring (a shell's background
+    job ignores SIGINT)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        if _STATE["received"]:
+            return  # cleanup is under way (bounded); an exception raised inside it would leave workers behind
+        _STATE["received"] = signum
+        if _CHILD_SIGNAL is not None and callable(signal.getsignal(_CHILD_SIGNAL)):
+            # PyTorch's handler raises RuntimeError in this thread, at the next child's exit, while a DataLoader
+            # worker that died of a signal is registered: of the one that stops us, when it was sent to the whole
+            # process group (timeout, SLURM), and the loaders are shut down only as the exception unwinds (or at
+            # exit). The error would replace the interruption with a traceback, so it stays off in this process.
+            signal.signal(_CHILD_SIGNAL, _child_exited)
+        raise Interrupted(signum)
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in INTERRUPTING
+                if signal.getsignal(signum) is not signal.SIG_IGN}  # ignored by whoever started us (cmd &): kept
+    _STATE["depth"] += 1
+    try:
+        yield
+    finally:
+        _STATE["depth"] -= 1
+        if not _STATE["depth"]:
+            _STATE["received"] = 0
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _child_exited(signum: int, frame: object) -> None:
+    """SIGCHLD's handler once interrupted: nothing (a no-op rather than SIG_DFL, whose pending signals CPython
+    reports as "ignored due to race condition")."""
+
+
+def default_signals_in_worker() -> None:
+    """In a worker process its parent stops: Ctrl-C (sent to the whole terminal's group) is left to the parent,
+    which stops its workers itself; SIGTERM kills the worker at once (the default), its in-flight work discarded."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def check_stop(stop: threading.Event | None) -> None:
+    """Raise :class:`Interrupted` once ``stop`` is set: how a thread of a job (which signals do not reach) ends its
+    work at a safe point, told by the main thread that was interrupted."""
+    if stop is not None and stop.is_set():
+        raise Interrupted()
+
+
+def loader_worker_signals(worker_id: int = 0) -> None:
+    """In a DataLoader worker (as its ``worker_init_fn``, or called from it): SIGTERM ends the worker as Ctrl-C does
+    (PyTorch's worker loop stops quietly on the ``KeyboardInterrupt``), through its normal exit. PyTorch's own
+    handler kills a worker outright when SIGTERM comes from another process than its parent, as ``timeout`` and
+    batch schedulers send it to a whole process group: a killed worker leaves its temporary folders behind
+    (multiprocessing's ``pymp-*``), and its parent, stopped by the same signal, shuts the loader down anyway."""
+    signal.signal(signal.SIGTERM, _end_loader_worker)
+
+
+def _end_loader_worker(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

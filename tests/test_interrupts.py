@@ -1,0 +1,569 @@
+"""SIGINT and SIGTERM stop every long command within seconds, with one line saying what was kept (exit 130, 143),
+and the same command continues; environment errors (kernels that cannot be built, an unwritable cache) are one
+line before any work. Real commands in subprocesses on small generated data.
+
+Where the test is about work in flight, that work takes minutes (a large video's flow), so a command that waited
+for its workers (instead of stopping them) would not exit in time. Signals go to the command's process group (as
+Ctrl-C in a terminal, ``timeout`` or a batch scheduler send them) or to the command alone (``kill PID``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from coclr.interrupts import Interrupted, check_stop, interrupted, signals_interrupt
+from coclr.store.clipstore import ClipStore
+from coclr.synth import random_store
+from conftest import REPO_ROOT
+
+STOP_SECONDS = 30.0
+"""How long a signalled command may take to exit: generous for a loaded 2-core machine; what it guards against
+(waiting for the work in flight, a hang, an abort) takes minutes, forever, or crashes."""
+PYTHON_COCLR = (sys.executable, "-m", "coclr")
+
+
+def environment(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The commands' environment: this checkout, one thread, and a temporary folder of their own (checked empty
+    after), the C loops' cache shared with the other tests unless ``extra`` says otherwise."""
+    temp = tmp_path / "tmp"
+    temp.mkdir(exist_ok=True)
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1", "TMPDIR": str(temp),
+            **extra}
+
+
+def start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """``coclr ARGV`` in a process group of its own, stdout and stderr into ``log``.out / .err."""
+    return subprocess.Popen([*PYTHON_COCLR, *argv], env=env, start_new_session=True, cwd=REPO_ROOT,
+                            stdout=log.with_suffix(".out").open("w"), stderr=log.with_suffix(".err").open("w"))
+
+
+def stop_when(process: subprocess.Popen, ready: Callable[[], bool], signum: int, group: bool,
+              log: Path) -> tuple[int, str, float]:
+    """Send ``signum`` to the command (its whole group with ``group``) once ``ready()`` holds; returns its exit
+    status, its last stderr line and the seconds it took to exit. Fails if it ended before, or outlived
+    :data:`STOP_SECONDS`, or left a process of its group behind."""
+    try:
+        deadline = time.monotonic() + 300
+        while not ready():
+            assert process.poll() is None, f"ended before it was signalled:\n{log.with_suffix('.err').read_text()}"
+            assert time.monotonic() < deadline, "never got ready"
+            time.sleep(0.05)
+        signalled = time.monotonic()
+        os.killpg(process.pid, signum) if group else process.send_signal(signum)
+        try:
+            status = process.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running {STOP_SECONDS:.0f} s after {signal.Signals(signum).name}")
+        seconds = time.monotonic() - signalled
+        while time.monotonic() - signalled < STOP_SECONDS:  # its workers go with it
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("a worker process outlived the command")
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    err = log.with_suffix(".err").read_text()
+    assert "Traceback" not in err and "terminate called" not in err, err
+    return status, last_line(err), seconds
+
+
+def last_line(text: str) -> str:
+    """The last line a command wrote (progress bars are redrawn with carriage returns)."""
+    return [line for line in re.split(r"[\r\n]", text) if line.strip()][-1]
+
+
+def run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([*PYTHON_COCLR, *argv], env=env, cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def assert_clean(env: dict[str, str], *folders: Path) -> None:
+    """No temporary folder or file left behind: in the commands' temporary folder (but caches: the C loops' fallback,
+    when the test uses it, and PyTorch's compiler's, which any run makes), and no partial entry in ``folders``."""
+    left = [p.name for p in Path(env["TMPDIR"]).iterdir() if not p.name.startswith(("coclr-cache-", "torchinductor"))]
+    assert not left, f"left in the temporary folder: {left}"
+    for folder in folders:
+        assert not list(folder.rglob("*.partial")), list(folder.rglob("*.partial"))
+
+
+def entries(store: Path, view: str) -> int:
+    folder = store / view
+    return len(list(folder.rglob("*.frames"))) if folder.is_dir() else 0
+
+
+def long_entry(store: Path, key: str, frames: int, size: tuple[int, int]) -> Callable[[], None]:
+    """Make ``key``'s RGB entry ``frames`` frames of noise of ``size``, whose flow takes minutes (work in flight
+    that a command must abandon to stop in seconds); returns the function that puts the original entry back."""
+    import numpy as np
+
+    from coclr.store.clipstore import write_entry
+    from coclr.store.jpeg import encode_jpeg
+
+    path = ClipStore(store).entry_path(key, "rgb")
+    saved = path.with_name(path.name + ".saved")
+    os.link(path, saved)
+    noise = np.random.default_rng(0).integers(0, 256, (frames, *size, 3), dtype=np.uint8)
+    write_entry(store, key, "rgb", [encode_jpeg(frame) for frame in noise], fps=25.0)
+    return lambda: os.replace(saved, path)
+
+
+# ------------------------------------------------------------------------------------------------ in process
+
+
+def test_signals_raise_interrupted_once_and_handlers_come_back():
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    with pytest.raises(Interrupted) as caught, signals_interrupt():
+        with signals_interrupt():  # nested blocks (a command's, a study's): one signal interrupts them once
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs between bytecodes
+                pass
+            pytest.fail("not interrupted")
+    assert (caught.value.signum, caught.value.exit_status, caught.value.signal_name) == (15, 143, "SIGTERM")
+    assert isinstance(caught.value, KeyboardInterrupt)
+    assert {signum: signal.getsignal(signum) for signum in before} == before
+
+    with pytest.raises(Interrupted) as caught, signals_interrupt():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+        finally:  # cleanup is not interrupted by a second signal
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+    assert caught.value.exit_status == 130
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as a shell starts a background job's SIGINT
+    try:
+        with signals_interrupt():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGINT) is not before[signal.SIGINT]
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_innermost_layer_says_what_was_kept():
+    inner = interrupted(Interrupted(signal.SIGTERM), "3 of 5 videos done and kept")
+    outer = interrupted(inner, "what was finished is kept")
+    assert outer is inner and outer.kept == "3 of 5 videos done and kept" and outer.signum == signal.SIGTERM
+    assert interrupted(KeyboardInterrupt(), "x").signum == signal.SIGINT  # Ctrl-C without our handler
+
+
+@pytest.mark.parametrize("kernels", ["c", "torch"])
+def test_a_solve_told_to_stop_ends_with_interrupted(kernels):
+    if kernels == "c":
+        from coclr.flow.tvl1_cpu import load_library
+
+        if load_library() is None:
+            pytest.skip("no C compiler here")
+    from coclr.flow.tvl1 import tvl1_flow
+
+    frames = torch.randint(0, 256, (2, 2, 32, 32)).float()
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(Interrupted):
+        tvl1_flow(frames[0], frames[1], kernels=kernels, stop=stop)
+    check_stop(None)  # no event: never stops
+
+
+def _block_forever(_: int) -> None:
+    threading.Event().wait()
+
+
+def test_stop_pool_kills_workers_busy_with_work_that_does_not_end():
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from coclr.store.jobs import stop_pool
+
+    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"))
+    futures = [pool.submit(_block_forever, i) for i in range(4)]
+    processes = list(pool._processes.values())
+    stop_pool(pool)
+    assert all(process.exitcode == -signal.SIGKILL for process in processes)  # reaped: no zombie
+    assert all(future.done() for future in futures)
+
+
+# ------------------------------------------------------------------------------------------------ flow
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory) -> Path:
+    """6 videos of 8 random frames (36 x 40), RGB only."""
+    return random_store(tmp_path_factory.mktemp("interrupts") / "store", videos=6, frames=8, views=("rgb",))
+
+
+def copy_store(store: Path, to: Path) -> Path:
+    import shutil
+
+    shutil.copytree(store, to)
+    return to
+
+
+@pytest.mark.parametrize("backend, view, signum, size", [
+    ("tvl1", "flow", signal.SIGTERM, (288, 320)),  # 29 pairs of 7 s on a loaded 2-core machine
+    pytest.param("dis", "flow_dis", signal.SIGINT, (512, 512), marks=pytest.mark.slow),  # seconds (DIS is fast)
+])
+def test_opencv_flow_stops_its_workers_at_once_and_continues(tmp_path, small_store, backend, view, signum, size):
+    """The last video takes minutes: signalled once every other video is done, the command must stop the worker
+    computing it, say 5 of 6 are kept, and the same command then does the last one."""
+    store = copy_store(small_store, tmp_path / "store")
+    keys = ClipStore(store).keys()
+    restore = long_entry(store, keys[-1], 30, size)
+    env = environment(tmp_path)
+    argv = ["flow", str(store), "--backend", backend, "--workers", "2"]
+    process = start(argv, env, tmp_path / "run")
+    status, line, _ = stop_when(process, lambda: entries(store, view) == len(keys) - 1, signum,
+                                group=signum == signal.SIGINT, log=tmp_path / "run")
+    assert status == 128 + signum
+    assert line == (f"coclr flow: interrupted ({signal.Signals(signum).name}); {view}: 5 of 6 videos done and kept; "
+                    "run the same command to continue")
+    assert_clean(env, store)
+    restore()  # a small video again, so that the rest is quick
+    again = run(argv, env)
+    assert again.returncode == 0, again.stderr
+    assert f"{view}: 1 done, 5 skipped" in again.stdout
+    assert ClipStore(store).verify(view) == [] and entries(store, view) == len(keys)
+    assert_clean(env, store)
+
+
+@pytest.fixture(scope="module")
+def c_kernels():
+    from coclr.flow.tvl1_cpu import load_library
+
+    if load_library() is None:
+        pytest.skip("no C compiler here")
+
+
+@pytest.mark.parametrize("kernels, size, overrides, signum", [
+    ("c", (96, 96), [], signal.SIGINT),  # a batch of the C loops: a fraction of a second
+    pytest.param("torch", (32, 32), ["outer_iterations=2"], signal.SIGTERM, marks=pytest.mark.slow),  # PyTorch ops
+])
+def test_tvl1_torch_stops_its_device_thread_mid_batch_and_continues(tmp_path, c_kernels, kernels, size, overrides,
+                                                                    signum):
+    """8 batches of 4 pairs, one video each: signalled when the first video is written, the device thread is
+    solving a later batch. It must be told to stop: a thread left solving aborted the interpreter at exit
+    ("terminate called without an active exception", status 134)."""
+    store = random_store(tmp_path / "store", videos=8, frames=5, size=size, views=("rgb",))
+    env = environment(tmp_path, OMP_NUM_THREADS="2")  # the C loops' pairs on threads: torch operations in between
+    argv = ["flow", str(store), *overrides, "--backend", "tvl1-torch", "--kernels", kernels, "--workers", "1",
+            "--batch-pairs", "4"]
+    process = start(argv, env, tmp_path / "run")
+    status, line, _ = stop_when(process, lambda: entries(store, "flow") >= 1, signum, group=signum == signal.SIGINT,
+                                log=tmp_path / "run")
+    assert status == 128 + signum
+    kept = re.fullmatch(rf"coclr flow: interrupted \({signal.Signals(signum).name}\); flow: (\d) of 8 videos done "
+                        r"and kept; run the same command to continue", line)
+    assert kept and 1 <= int(kept.group(1)) == entries(store, "flow") < 8, line  # what is on disk
+    assert_clean(env, store)
+    again = run(argv, env)
+    assert again.returncode == 0, again.stderr
+    assert f"flow: {8 - int(kept.group(1))} done, {kept.group(1)} skipped" in again.stdout
+    assert ClipStore(store).verify("flow") == [] and entries(store, "flow") == 8
+    assert_clean(env, store)
+
+
+# ------------------------------------------------------------------------------------------------ environment errors
+
+
+def test_c_kernels_that_cannot_be_built_are_one_line_before_any_video(tmp_path, small_store):
+    store = copy_store(small_store, tmp_path / "store")
+    before = sorted(p.name for p in store.iterdir())
+    env = environment(tmp_path, CC="false", COCLR_CACHE_DIR=str(tmp_path / "cache"))  # a compiler that fails
+    for backend in ("auto", "tvl1-torch"):
+        result = run(["flow", str(store), "--backend", backend, "--kernels", "c"], env)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip().splitlines() == [
+            "coclr flow: error: kernels='c': the C loops cannot be built here: false failed: exit 1; kernels='auto' "
+            "or 'torch' run without them"]
+    assert sorted(p.name for p in store.iterdir()) == before  # nothing written: no view, no metadata
+    assert_clean(env, store, tmp_path / "cache")
+
+
+def _build_library(queue) -> None:
+    from coclr.flow import tvl1_cpu
+
+    queue.put(str(tvl1_cpu.build_library()))
+
+
+def test_an_unwritable_cache_falls_back_to_one_private_folder_built_by_two_processes_at_once(tmp_path, monkeypatch,
+                                                                                            c_kernels):
+    import multiprocessing
+
+    from coclr.flow import tvl1_cpu
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("COCLR_CACHE_DIR", str(tmp_path / "file" / "cache"))  # under a file: cannot be made
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    builders = [context.Process(target=_build_library, args=(queue,)) for _ in range(2)]
+    for builder in builders:
+        builder.start()
+    paths = {queue.get(timeout=300) for _ in builders}
+    for builder in builders:
+        builder.join()
+    fallback = tmp_path / "tmp" / f"coclr-cache-{os.getuid()}"
+    assert [p.name for p in (tmp_path / "tmp").iterdir()] == [fallback.name]  # one folder, nothing else
+    assert paths == {str(path) for path in fallback.iterdir()} and len(paths) == 1  # one object, no build folder
+    assert fallback.stat().st_mode & 0o777 == 0o700
+    monkeypatch.setattr(tvl1_cpu, "_compile", lambda *args: pytest.fail("compiled again"))
+    assert str(tvl1_cpu.build_library()) in paths  # reused
+
+
+def test_no_folder_for_the_c_loops_is_one_error_naming_both(tmp_path, monkeypatch, c_kernels):
+    from coclr.flow import tvl1_cpu
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("COCLR_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "tmp" / f"coclr-cache-{os.getuid()}").write_text("")  # the fallback is a file
+    with pytest.raises(tvl1_cpu.CompileError) as caught:
+        tvl1_cpu.build_library()
+    message = str(caught.value)
+    assert message.startswith("no folder to keep the compiled C loops in: ") and "\n" not in message
+    assert f"{tmp_path}/file/cache: Not a directory" in message and "coclr-cache-" in message
+    assert message.endswith("(set COCLR_CACHE_DIR to a folder you may write)")
+    assert [p.name for p in (tmp_path / "tmp").iterdir()] == [f"coclr-cache-{os.getuid()}"]  # nothing left
+
+
+@pytest.mark.slow
+def test_an_unwritable_cache_falls_back_to_one_private_folder_shared_by_commands(tmp_path, small_store, c_kernels):
+    """Two extractions at once with a cache that cannot be written: both build into the one fallback folder of the
+    user (no folder per process), and leave nothing else; with no folder at all, ``--kernels c`` is one line."""
+    (tmp_path / "file").write_text("")
+    env = environment(tmp_path, COCLR_CACHE_DIR=str(tmp_path / "file" / "cache"))  # under a file: cannot be made
+    stores = [copy_store(small_store, tmp_path / f"store{i}") for i in range(2)]
+    argv = ["--backend", "tvl1-torch", "--kernels", "c", "--workers", "0"]
+    processes = [start(["flow", str(store), *argv], env, tmp_path / f"run{i}") for i, store in enumerate(stores)]
+    assert [process.wait(600) for process in processes] == [0, 0], (tmp_path / "run0.err").read_text()
+    fallback = Path(env["TMPDIR"]) / f"coclr-cache-{os.getuid()}"
+    assert [p.suffix for p in fallback.iterdir()] == [".so"]  # one object, no build folder left
+    assert fallback.stat().st_mode & 0o777 == 0o700
+    assert_clean(env, *stores)
+
+    for path in fallback.iterdir():
+        path.unlink()
+    fallback.rmdir()
+    fallback.write_text("")  # the fallback cannot be a folder either
+    result = run(["flow", str(stores[0]), "--view", "other", *argv], env)
+    assert result.returncode == 2
+    assert re.fullmatch(r"coclr flow: error: kernels='c': the C loops cannot be built here: no folder to keep the "
+                        r"compiled C loops in: .*file/cache: Not a directory; .*coclr-cache-\d+: .*; kernels='auto' "
+                        r"or 'torch' run without them\n", result.stderr), result.stderr
+    assert not (stores[0] / "other").exists()
+
+
+def test_the_fallback_cache_is_refused_unless_private(tmp_path, monkeypatch):
+    from coclr.flow import tvl1_cpu
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    folder = tvl1_cpu.fallback_cache_dir()
+    assert folder.parent == tmp_path
+    assert tvl1_cpu._private_folder(folder) == folder and folder.stat().st_mode & 0o777 == 0o700
+    assert tvl1_cpu._private_folder(folder) == folder  # made by another process first: fine
+    folder.chmod(0o777)
+    with pytest.raises(OSError, match="only it may write"):
+        tvl1_cpu._private_folder(folder)
+    folder.rmdir()
+    folder.symlink_to(tmp_path)
+    with pytest.raises(OSError, match="only it may write"):
+        tvl1_cpu._private_folder(folder)
+
+
+# ------------------------------------------------------------------------------------------------ other commands
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory) -> Path:
+    from test_eval_helpers import save_tiny_encoder
+
+    return save_tiny_encoder(tmp_path_factory.mktemp("encoder") / "encoder.pth")
+
+
+TINY = ["model.width=0.125", "data.length=8", "data.size=32", "method.queue_size=8", "method.topk=2",
+        "method.wait_for_full_queue=false", "run.batch_size=4", "run.save_every=1"]
+"""A pretraining small enough for the CPU, with a checkpoint after every step."""
+
+
+def checkpoint_step(path: Path) -> int:
+    from coclr.train.checkpoint import load_checkpoint
+
+    return load_checkpoint(path)["position"]["global_step"]
+
+
+def test_pretrain_stopped_by_sigterm_to_its_group_keeps_its_checkpoint_and_continues(tmp_path):
+    """SIGTERM to the whole group (``timeout``, SLURM) reaches the DataLoader workers too: the command still says
+    which checkpoint is kept (not PyTorch's "DataLoader worker killed" error) and the same command continues."""
+    store = random_store(tmp_path / "store", videos=12, frames=12, views=("rgb",))
+    out = tmp_path / "run"
+    env = environment(tmp_path)
+    argv = ["pretrain", f"data.store={store}", f"run.out={out}", *TINY, "data.workers=2", "optim.epochs=1000"]
+    process = start(argv, env, tmp_path / "run")
+    status, line, _ = stop_when(process, lambda: (out / "checkpoint_last.pth").is_file(), signal.SIGTERM, group=True,
+                                log=tmp_path / "run")
+    assert status == 143
+    kept = re.fullmatch(rf"coclr pretrain: interrupted \(SIGTERM\); {out}/checkpoint_last\.pth kept \((?:end of )?"
+                        r"epoch \d+(?:, \d+ videos into it)?, step (\d+)\)(?:; the \d+ steps after it are trained "
+                        r"again)?; run the same command to continue", line)
+    assert kept, line
+    step = int(kept.group(1))
+    assert checkpoint_step(out / "checkpoint_last.pth") == step
+    assert_clean(env, out)
+    again = run([*argv, f"run.max_steps={step + 2}"], env)  # the same command told where to stop (may change)
+    assert again.returncode == 0, again.stderr
+    assert f"(step {step})" in again.stdout and checkpoint_step(out / "checkpoint_last.pth") == step + 2
+
+
+@pytest.mark.slow
+def test_a_pipeline_stopped_in_a_stage_names_it_and_continues(tmp_path):
+    store = random_store(tmp_path / "store", videos=12, frames=12)
+    out = tmp_path / "run"
+    env = environment(tmp_path)
+    argv = ["pipeline", f"data.store={store}", f"run.out={out}", *TINY, "data.workers=0", "pipeline.cycles=1"]
+    process = start(argv, env, tmp_path / "run")
+    checkpoint = out / "infonce_rgb" / "checkpoint_last.pth"
+    status, line, _ = stop_when(process, checkpoint.is_file, signal.SIGINT, group=True, log=tmp_path / "run")
+    assert status == 130
+    assert re.fullmatch(rf"coclr pipeline: interrupted \(SIGINT\); stage 1/\d+ infonce_rgb: {checkpoint} kept "
+                        r"\(.*step (\d+)\).*; run the same command to continue", line), line
+    step = checkpoint_step(checkpoint)
+    assert_clean(env, out)
+    again = run([*argv, f"run.max_steps={step + 1}"], env)
+    assert again.returncode == 0, again.stderr
+    assert f"(step {step})" in again.stdout and checkpoint_step(checkpoint) == step + 1
+
+
+@pytest.mark.slow
+def test_finetune_stopped_keeps_its_epochs_and_continues(tmp_path, encoder):
+    from test_eval_helpers import make_tiny_store
+
+    store = make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8)
+    work = tmp_path / "work"
+    env = environment(tmp_path)
+    argv = ["eval", "finetune", "--checkpoint", str(encoder), "--store", str(store), "--work-dir", str(work),
+            "--epochs", "10", "--length", "8", "--size", "32", "--batch-size", "6", "--workers", "1",
+            "--out", str(tmp_path / "result.json")]
+    process = start(argv, env, tmp_path / "run")
+    status, line, _ = stop_when(process, lambda: any(work.rglob("finetune_last.pt")), signal.SIGTERM, group=False,
+                                log=tmp_path / "run")
+    assert status == 143
+    kept = re.fullmatch(r"coclr eval: interrupted \(SIGTERM\); (\d+) of 10 finetuning epochs done and kept in "
+                        r".*finetune_last\.pt; run the same command to continue", line)
+    assert kept and 1 <= int(kept.group(1)) < 10, line
+    assert_clean(env, work)
+    again = run(argv, env)
+    assert again.returncode == 0, again.stderr
+    import json
+
+    losses = json.loads((tmp_path / "result.json").read_text())["results"]["train_losses"]
+    assert len(losses) == 10 - int(kept.group(1))  # only the epochs not kept were trained again
+
+
+@pytest.mark.slow
+def test_embed_stopped_keeps_the_videos_done_and_continues(tmp_path, encoder):
+    """The last video is long: signalled once every other one is written, the command stops its decoding worker,
+    keeps what is done (merged by the next run) and the same command embeds the rest."""
+    from coclr.embed.output import Embeddings
+    from test_embed import moving_square, write_video
+
+    videos = tmp_path / "videos"
+    for number in range(5):
+        write_video(videos / f"v{number}.mp4", moving_square(10, seed=number))
+    write_video(videos / "v5.mp4", moving_square(3000, seed=5))  # minutes of windows on a loaded CPU
+    out = tmp_path / "out"
+    env = environment(tmp_path)
+    argv = ["embed", str(videos), "--checkpoint", str(encoder), "--length", "8", "--size", "32", "--short-side", "32",
+            "--workers", "2", "--flush-every", "1", "--out", str(out)]
+    process = start(argv, env, tmp_path / "run")
+    status, line, _ = stop_when(process, lambda: len(list((out / "chunks").glob("*.npz"))) >= 5
+                                if (out / "chunks").is_dir() else False, signal.SIGINT, group=True,
+                                log=tmp_path / "run")
+    assert status == 130
+    assert line == f"coclr embed: interrupted (SIGINT); {out}: 5 of 6 videos embedded and kept; run the same command " \
+                   "to continue"
+    assert_clean(env, out)
+    write_video(videos / "v5.mp4", moving_square(10, seed=5))  # a short one now: the rest is quick
+    again = run(argv, env)
+    assert again.returncode == 0, again.stderr
+    assert "1 videos embedded" in again.stdout and "5 skipped" in again.stdout
+    assert len(Embeddings(out).videos) == 6
+
+
+@pytest.mark.slow
+def test_data_store_and_synth_stop_and_continue(tmp_path):
+    """``coclr data store`` (decoding workers) and ``coclr data synth`` (rendering workers): the same engine."""
+    from coclr.store.build import build_store  # noqa: F401 (the command under test)
+    from test_store import make_dataset
+
+    index = make_dataset(tmp_path / "videos", 24, frames=40, size=(120, 160))
+    index.save(tmp_path / "index.json")
+    out = tmp_path / "store"
+    env = environment(tmp_path)
+    argv = ["data", "store", "--index", str(tmp_path / "index.json"), "--root", str(tmp_path / "videos"), "--out",
+            str(out), "--short-side", "32", "--workers", "2"]
+    process = start(argv, env, tmp_path / "store_run")
+    status, line, _ = stop_when(process, lambda: entries(out, "rgb") >= 2, signal.SIGTERM, group=False,
+                                log=tmp_path / "store_run")
+    assert status == 143
+    kept = re.fullmatch(r"coclr data: interrupted \(SIGTERM\); rgb: (\d+) of 24 videos done and kept; run the same "
+                        r"command to continue", line)
+    assert kept and int(kept.group(1)) == entries(out, "rgb") < 24, line
+    assert_clean(env, out)
+    again = run(argv, env)
+    assert again.returncode == 0, again.stderr
+    assert ClipStore(out).verify("rgb") == [] and entries(out, "rgb") == 24
+
+    synth = tmp_path / "synth"
+    argv = ["data", "synth", "--out", str(synth), "--workers", "2", "train_scenes=8", "test_scenes=2", "frames=32",
+            "height=64", "width=64"]
+    process = start(argv, env, tmp_path / "synth_run")
+    status, line, _ = stop_when(process, lambda: entries(synth, "rgb") >= 2, signal.SIGINT, group=True,
+                                log=tmp_path / "synth_run")
+    assert status == 130
+    kept = re.fullmatch(r"coclr data: interrupted \(SIGINT\); rgb: (\d+) of 80 videos done and kept; run the same "
+                        r"command to continue", line)
+    assert kept and int(kept.group(1)) == entries(synth, "rgb") < 80, line
+    again = run(argv, env)
+    assert again.returncode == 0, again.stderr
+    assert ClipStore(synth).verify("rgb") == [] and entries(synth, "rgb") == 80
+    assert_clean(env, synth)
+
+
+@pytest.mark.slow
+def test_a_study_stopped_stops_its_commands_and_says_what_is_kept(tmp_path):
+    """The quick study, stopped while its training commands run: they stop (each keeping its checkpoint), and the
+    study says how many are done."""
+    from test_study import REDUCED
+
+    out = tmp_path / "demo"
+    env = environment(tmp_path)
+    argv = ["demo", "--out", str(out), *REDUCED, "schedule.infonce_epochs=1000"]
+    process = start(argv, env, tmp_path / "run")
+    status, line, _ = stop_when(process, lambda: any((out / "pipeline").rglob("checkpoint_last.pth"))
+                                if (out / "pipeline").is_dir() else False, signal.SIGTERM, group=False,
+                                log=tmp_path / "run")
+    assert status == 143
+    assert re.fullmatch(rf"coclr demo: interrupted \(SIGTERM\); 0 of \d+ commands done and kept; .* stopped at their "
+                        rf"checkpoints \(logs: {out}/logs\); run the same command to continue", line), line
+    logs = "".join(path.read_text() for path in (out / "logs").glob("*.log"))
+    assert "interrupted (SIGTERM)" in logs  # each command said what it kept
