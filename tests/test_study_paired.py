@@ -132,3 +132,22 @@ def test_the_miners_of_coclr_flow_are_paired_and_plotted_against_their_precision
     assert plot_mining(points, tmp_path / MINING_PLOT).stat().st_size > 1000
     # Without InfoNCE-Flow there is nothing to measure the gain against.
     assert mining_points([result(0, {"coclr_flow": 48.0}, {"coclr_flow": 35.0})]) == []
+
+
+def test_the_flow_claim_says_what_it_rests_on():
+    """Issue 48 (confirmed): the line of "CoCLR-Flow > InfoNCE-Flow" in results.md and seeds.md names the class
+    precision of RGB's mining for flow; no other claim line changes, nor any claim's key or verdict."""
+    from coclr.study.results import CLAIM_NOTES, results_markdown
+
+    results = [_result(seed, {"coclr_flow": 50.0 + 2 * seed, "infonce_flow": 51.0, "infonce_rgb": 30.0})
+               for seed in (0, 1)]
+    assert results[0]["claims"] == {"InfoNCE-Flow > InfoNCE-RGB (R@1)": True, "CoCLR-Flow > InfoNCE-Flow (R@1)": False}
+    note = CLAIM_NOTES["CoCLR-Flow > InfoNCE-Flow"]
+    assert "class precision" in note and "RGB mines" in note
+    first = results[0]
+    page = results_markdown(first["rows"], ["retrieval"], first["claims"], 60.0, 0)
+    assert f"- CoCLR-Flow > InfoNCE-Flow (R@1): no — {note}\n" in page
+    assert "- InfoNCE-Flow > InfoNCE-RGB (R@1): yes\n" in page
+    text = seeds_markdown(summarise_seeds(results))
+    assert f"- CoCLR-Flow > InfoNCE-Flow (R@1): 1 of 2 seeds; on the means: no — {note}\n" in text
+    assert "- InfoNCE-Flow > InfoNCE-RGB (R@1): 2 of 2 seeds; on the means: yes\n" in text

@@ -51,6 +51,19 @@ CLAIMS: tuple[tuple[str, tuple[str, ...], Callable[..., Any]], ...] = (
 least one) and its verdict on their numbers (True/False, or the share of the InfoNCE-RGB to UberNCE-RGB gap that
 CoCLR-RGB closes, None when there is no gap)."""
 
+CLAIM_NOTES = {
+    "CoCLR-Flow > InfoNCE-Flow": "on the built-in data it rests on the class precision of the positives RGB mines "
+    "for flow (the mined positives below; docs/synth.md, issue 48)",
+}
+"""What a claim's line in ``results.md`` and ``seeds.md`` adds: what a verdict was found to rest on, by a test
+pre-registered in docs/experiments/."""
+
+
+def claim_note(claim: str) -> str:
+    """The note a claim line (``"name (column)"``) ends with ('' when none: :data:`CLAIM_NOTES`)."""
+    name = claim.rsplit(" (", 1)[0]
+    return f" — {CLAIM_NOTES[name]}" if name in CLAIM_NOTES else ""
+
 
 def _claims(rows: Sequence[dict[str, Any]], columns: Sequence[str]):
     """``(claim, row keys, verdict)`` of every claim whose rows the study has, per evaluated column."""
@@ -165,7 +178,7 @@ def results_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str], che
         lines += [*(f"- {note}" for note in notes), ""]
     resting = claim_rows(rows, columns)
     lines += ["Claims of the paper on these results:", ""]
-    lines += [f"- {claim}: {claim_text(value)}{collapse_caveat(rows, resting.get(claim, []))}"
+    lines += [f"- {claim}: {claim_text(value)}{collapse_caveat(rows, resting.get(claim, []))}{claim_note(claim)}"
               for claim, value in checks.items()]
     if stages:
         lines += ["", "Pretraining stages: R@1 of the network each trained, and for CoCLR the share of its mined "
@@ -346,7 +359,7 @@ def seeds_markdown(summary: dict[str, Any]) -> str:
         caveat = collapse_caveat(rows, entry.get("rows", []), len(seeds))
         if "held_on" in entry:
             lines.append(f"- {claim}: {entry['held_on']} of {entry['seeds']} seeds; on the means: "
-                         f"{claim_text(entry['on_means'])}{caveat}")
+                         f"{claim_text(entry['on_means'])}{caveat}{claim_note(claim)}")
         else:
             spread = entry["mean_std"]
             shown = "undefined" if spread is None else f"{100 * spread[0]:.0f}% ± {100 * spread[1]:.0f}%"
