@@ -24,14 +24,14 @@ import cv2
 import numpy as np
 
 from coclr.flow.encode import flow_to_uint8, uint8_to_flow
-from coclr.flow.extract import extract_flow
-from coclr.flow.middlebury import endpoint_error, read_flo, valid_mask
 from coclr.flow.opencv import opencv_dis, opencv_tvl1, rgb_to_gray
 from coclr.store.clipstore import create_store, write_entry
+from coclr.store.flow_extract import extract_flow
 from coclr.store.jpeg import decode_jpeg, encode_jpeg
 from coclr.threads import opencv_threads
 from coclr.video.decode import decode_video
 from coclr.video.indexes import VideoEntry, VideoIndex
+from middlebury import endpoint_error, read_flo, valid_mask
 
 SHARED = Path(os.environ.get("COCLR_SHARED", Path(__file__).resolve().parents[1].parent / "shared")) / "data"
 CLIPS = {128: ["v_Basketball_g01_c01.avi", "v_BaseballPitch_g01_c01.avi"],

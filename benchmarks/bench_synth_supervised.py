@@ -25,8 +25,8 @@ from torch import nn
 from coclr.config import load_config
 from coclr.data.augment import ClipAugment, center_crop
 from coclr.data.datasets import TrainClips
-from coclr.flow.extract import extract_flow
 from coclr.models.encoder import build_encoder
+from coclr.store.flow_extract import extract_flow
 from coclr.synth import SynthConfig, generate_synthetic
 
 
@@ -80,7 +80,7 @@ def main() -> None:
     dim = network.out_channels if args.baseline else network.backbone.out_channels
     classifier = nn.Linear(dim, config.num_classes)
     optimiser = torch.optim.Adam([*network.parameters(), *classifier.parameters()], args.lr)
-    augment = ClipAugment(size=args.size, area=(0.6, 1.0), jitter_p=0.0, gray_p=0.0, blur_p=0.0)
+    augment = ClipAugment(size=args.size, crop_area=[0.6, 1.0], jitter_p=0.0, gray_p=0.0, blur_p=0.0)
     loader = torch.utils.data.DataLoader(train, batch_size=args.batch_size, shuffle=True, drop_last=True)
     generator = torch.Generator().manual_seed(0)
 

@@ -27,7 +27,7 @@ from coclr.config import load_config
 from coclr.data.batch_decode import collate_clips
 from coclr.synth import random_store
 from coclr.train.config import PretrainConfig
-from coclr.train.trainer import Trainer
+from coclr.train.run import start_run
 
 
 def main() -> None:
@@ -49,39 +49,40 @@ def main() -> None:
         config = load_config(PretrainConfig, None, [f"data.store={store}", f"run.out={tmp}/run", "run.progress=false",
                                                      "method.queue_size=256", "method.wait_for_full_queue=false",
                                                      *args.overrides])
-        trainer = Trainer(config)
-        trainer._set_train_mode()
-        batch = next(iter(torch.utils.data.DataLoader(trainer.dataset, batch_size=batch_size,
-                                                      collate_fn=collate_clips)))
-        sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
-        for _ in range(3):
-            trainer.train_step(batch, queue_full=True)
-        sync()
-        started = time.perf_counter()
-        for _ in range(args.steps):
-            loss, _ = trainer.train_step(batch, queue_full=True)
-        sync()
-        seconds = time.perf_counter() - started
-        memory = torch.cuda.max_memory_allocated() / 2**30 if trainer.device.type == "cuda" else float("nan")
-        print(f"device {trainer.device} ({torch.cuda.get_device_name() if trainer.device.type == 'cuda' else 'cpu'}), "
-              f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
-        print(f"config: width {config.model.width}, clips {config.data.length}x{config.data.size}x{config.data.size}, "
-              f"batch {batch_size}, amp {config.run.amp}, channels_last {config.run.channels_last}, "
-              f"compile {config.run.compile}")
-        print(f"train step: {args.steps * batch_size / seconds:.1f} clips/s "
-              f"({seconds / args.steps * 1000:.0f} ms/step), "
-              f"peak GPU memory {memory:.2f} GiB, last loss {float(loss):.3f}")
-        if args.with_loader:
+        with start_run(config) as trainer:
+            trainer._set_train_mode()
+            batch = next(iter(torch.utils.data.DataLoader(trainer.dataset, batch_size=batch_size,
+                                                          collate_fn=collate_clips)))
+            sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
+            for _ in range(3):
+                trainer.train_step(batch, queue_full=True)
+            sync()
             started = time.perf_counter()
-            trainer.config.optim.epochs = 1
-            trainer.run()
+            for _ in range(args.steps):
+                loss, _ = trainer.train_step(batch, queue_full=True)
+            sync()
             seconds = time.perf_counter() - started
-            print(f"epoch with DataLoader ({config.data.workers} workers): "
-                  f"{len(trainer.dataset) // batch_size * batch_size / seconds:.1f} clips/s")
-        if args.frame_cache:
-            rates = {cache_mb: loader_epochs(config, cache_mb, Path(tmp) / f"cache{cache_mb}") for cache_mb in (0, 256)}
-            print(f"epochs in one process: {rates[0]:.1f} clips/s decoding every read, {rates[256]:.1f} clips/s with "
-                  f"data.cache_mb=256 ({rates[256] / rates[0]:.2f}x)")
+            memory = torch.cuda.max_memory_allocated() / 2**30 if trainer.device.type == "cuda" else float("nan")
+            name = torch.cuda.get_device_name() if trainer.device.type == "cuda" else "cpu"
+            print(f"device {trainer.device} ({name}), torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
+            print(f"config: width {config.model.width}, "
+                  f"clips {config.data.length}x{config.data.size}x{config.data.size}, batch {batch_size}, "
+                  f"amp {config.run.amp}, channels_last {config.run.channels_last}, compile {config.run.compile}")
+            print(f"train step: {args.steps * batch_size / seconds:.1f} clips/s "
+                  f"({seconds / args.steps * 1000:.0f} ms/step), "
+                  f"peak GPU memory {memory:.2f} GiB, last loss {float(loss):.3f}")
+            if args.with_loader:
+                started = time.perf_counter()
+                trainer.config.optim.epochs = 1
+                trainer.run()
+                seconds = time.perf_counter() - started
+                print(f"epoch with DataLoader ({config.data.workers} workers): "
+                      f"{len(trainer.dataset) // batch_size * batch_size / seconds:.1f} clips/s")
+            if args.frame_cache:
+                rates = {cache_mb: loader_epochs(config, cache_mb, Path(tmp) / f"cache{cache_mb}")
+                         for cache_mb in (0, 256)}
+                print(f"epochs in one process: {rates[0]:.1f} clips/s decoding every read, {rates[256]:.1f} clips/s "
+                      f"with data.cache_mb=256 ({rates[256] / rates[0]:.2f}x)")
 
 
 def loader_epochs(config: PretrainConfig, cache_mb: float, out: Path, epochs: int = 3) -> float:
@@ -90,14 +91,14 @@ def loader_epochs(config: PretrainConfig, cache_mb: float, out: Path, epochs: in
     config = copy.deepcopy(config)
     config.data.workers, config.data.cache_mb, config.run.out = 0, cache_mb, str(out)
     config.optim.epochs = 1
-    trainer = Trainer(config)
-    trainer.run()
-    trainer.config.optim.epochs = 1 + epochs
-    started = time.perf_counter()
-    trainer.run()
-    seconds = time.perf_counter() - started
-    batch_size = config.run.batch_size
-    return epochs * (len(trainer.dataset) // batch_size * batch_size) / seconds
+    with start_run(config) as trainer:
+        trainer.run()
+        trainer.config.optim.epochs = 1 + epochs
+        started = time.perf_counter()
+        trainer.run()
+        seconds = time.perf_counter() - started
+        batch_size = config.run.batch_size
+        return epochs * (len(trainer.dataset) // batch_size * batch_size) / seconds
 
 
 if __name__ == "__main__":

@@ -39,15 +39,15 @@ import numpy as np
 import torch
 
 from coclr.flow.encode import flow_to_uint8
-from coclr.flow.extract import extract_flow
-from coclr.flow.middlebury import endpoint_error, read_flo
 from coclr.flow.opencv import opencv_tvl1, rgb_to_gray
 from coclr.flow.params import FAST_STOP_EVERY, MODES, TVL1Params
 from coclr.flow.tvl1 import triton_available, tvl1_flow
 from coclr.store.build import build_store
+from coclr.store.flow_extract import extract_flow
 from coclr.threads import opencv_threads
 from coclr.video.indexes import VideoEntry, VideoIndex
-from gpu_suite import frame_pool, have_pyav
+from frame_pool import frame_pool, have_pyav
+from middlebury import endpoint_error, read_flo
 
 DATASET_PAIRS = {"UCF101": 2.5e6, "Kinetics-400": 60e6}
 """Frame pairs of the datasets (consecutive frames of every video), for the projections."""

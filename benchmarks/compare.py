@@ -36,11 +36,19 @@ importable by skipping its operator registrations; the transforms their loader u
     python benchmarks/compare.py --quick                                 # tiny sizes, seconds (CI)
     python benchmarks/compare.py --rows loader,tvl1 --json out.json
     python benchmarks/compare.py --profile loader                        # where our loader's time goes
+    python benchmarks/compare.py --cpu avx2 --rows search                # the AVX2-only CPU kind, emulated
+
+Every run prints the CPU's model and the instruction-set flags that decide which kernels run
+(:func:`coclr.cpu.describe`), and records them in the JSON. ``--cpu avx2`` runs the whole table (this process,
+the in-process embed rows and every worker) with the kernels of PyTorch, oneDNN, MKL, OpenBLAS, FAISS and NumPy
+limited to AVX2 (:data:`coclr.cpu.AVX2_LIMIT`): an emulation of an AVX2-only CPU on this one (same cores, caches
+and memory), marked so in the output, not a measurement of another machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
 import json
 import os
@@ -57,6 +65,7 @@ from typing import Any
 
 import numpy as np
 
+from coclr.cpu import AVX2_LIMIT, cpu_flags, cpu_model, describe, limits, native_bfloat16
 from coclr.threads import ALLOCATOR_POLICY, OPENMP_POLICY
 
 HERE = Path(__file__).resolve()
@@ -475,12 +484,11 @@ def step_rows(settings: Settings) -> None:
     print(f"{'':<30} first losses: ours {losses[0]:.9g}, theirs {losses[1]:.9g}", flush=True)
 
 
-def imported_rows(settings: Settings, group: str) -> None:
-    """Rows of another benchmark's ``compare_<group>`` (benchmarks/bench_<group>.py), when it defines one."""
-    import importlib  # noqa: PLC0415
-
+def imported_rows(settings: Settings, group: str, load: Callable[[], Any]) -> None:
+    """Rows of another benchmark's ``compare_<group>`` (benchmarks/bench_<group>.py, imported by ``load``), when it
+    defines one."""
     try:
-        module = importlib.import_module(f"bench_{group}")
+        module = load()
     except ImportError as error:
         return skip(settings, group, f"benchmarks/bench_{group}.py does not import ({error})")
     function = getattr(module, f"compare_{group}", None)
@@ -492,14 +500,16 @@ def imported_rows(settings: Settings, group: str) -> None:
         row.setdefault("row", group)
         settings.results.append(row)
         ratio = row.get("ratio")
+        against = row.get("against") or " vs ".join(str(row[key]) for key in ("path", "compared_with") if key in row)
         print(f"{str(row['row']):<30} {row.get('ours_s', float('nan')):9.3f} {row.get('theirs_s', float('nan')):9.3f} "
               f"{ratio if ratio is not None else float('nan'):7.2f} {'':13} {os.getloadavg()[0]:5.2f}  "
-              f"{row.get('against', '')}", flush=True)
+              f"{against}", flush=True)
 
 
 ROWS: dict[str, Callable[[Settings], None]] = {
     "loader": loader_rows, "tvl1": tvl1_rows, "policy": policy_rows, "step": step_rows,
-    "embed": lambda s: imported_rows(s, "embed"), "search": lambda s: imported_rows(s, "search")}
+    "embed": lambda s: imported_rows(s, "embed", lambda: importlib.import_module("bench_embed")),
+    "search": lambda s: imported_rows(s, "search", lambda: importlib.import_module("bench_search"))}
 
 
 def profile(row: str, quick: bool) -> None:
@@ -527,14 +537,12 @@ def profile(row: str, quick: bool) -> None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+def limit_cpu(kind: str) -> None:
+    """Run this command again with the kernels limited to ``kind`` (``avx2``: :data:`coclr.cpu.AVX2_LIMIT`), so
+    that the libraries read the limits when they load, here and in every worker; nothing when they are set."""
+    if kind == "native" or limits() == AVX2_LIMIT:
+        return
+    os.execve(sys.executable, [sys.executable, str(HERE), *sys.argv[1:]], {**os.environ, **AVX2_LIMIT})
 
 
 def main() -> None:
@@ -549,6 +557,9 @@ def main() -> None:
     parser.add_argument("--json", default="compare.json", help="where the results are written")
     parser.add_argument("--profile", choices=("loader", "tvl1"),
                         help="instead of the table: profile our side of a row in this process (cProfile, 1 thread)")
+    parser.add_argument("--cpu", choices=("native", "avx2"), default="native",
+                        help="native: this CPU as is; avx2: every library's kernels limited to AVX2 (an emulation "
+                        "of the AVX2-only CPU kind: coclr.cpu.AVX2_LIMIT)")
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -564,8 +575,11 @@ def main() -> None:
         parser.error(f"--authors {authors}: no main_nce.py there (expected a checkout of TengdaHan/CoCLR)")
     if not SHARED.is_dir():
         parser.error(f"real clips not found at {SHARED} (set COCLR_SHARED to the folder holding data/)")
+    limit_cpu(args.cpu)
+    import torch  # noqa: PLC0415 - after the limits are in the environment (its capability is printed)
+
     started, load_before = time.time(), os.getloadavg()
-    print(f"CPU {cpu_name()}, {os.cpu_count()} logical cores; Python {platform.python_version()}; "
+    print(f"{describe()}; torch {torch.__version__}; Python {platform.python_version()}; "
           f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
     print("ratio = their median time / our median time (> 1: we are faster); spread = min-max of the A B B A "
           "pair ratios; load = 1-minute load average after the row")
@@ -578,7 +592,9 @@ def main() -> None:
     load_after = os.getloadavg()
     print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; "
           f"{time.time() - started:.0f} s")
-    report = {"cpu": cpu_name(), "cores": os.cpu_count(), "load_before": load_before, "load_after": load_after,
+    report = {"cpu": cpu_model(), "cpu_line": describe(), "flags": sorted(cpu_flags()), "limits": limits(),
+              "torch_capability": torch.backends.cpu.get_cpu_capability(), "native_bfloat16": native_bfloat16(),
+              "cores": os.cpu_count(), "load_before": load_before, "load_after": load_after,
               "quick": args.quick, "rounds": settings.rounds, "command": " ".join(sys.argv),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "rows": settings.results}
     Path(args.json).write_text(json.dumps(report, indent=1))

@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import functools
 import gc
 import io
 import math
@@ -75,6 +74,7 @@ from coclr.store.clipstore import create_store, write_entry
 from coclr.store.jpeg import decode_jpeg, encode_jpeg
 from coclr.train.config import PretrainConfig
 from coclr.video.indexes import VideoEntry, VideoIndex
+from frame_pool import frame_pool
 
 PARTS = ("decoders", "loader_core", "step", "dataloader", "epoch", "features", "flow", "quality", "projection")
 UCF101 = {"train": 9537, "test": 3783, "mean_frames": 186, "flow_pairs": 2.5e6}
@@ -82,7 +82,6 @@ UCF101 = {"train": 9537, "test": 3783, "mean_frames": 186, "flow_pairs": 2.5e6}
 STUDY = {"infonce_epochs": 300, "cycles": 2, "cycle_epochs": 100, "evaluated_encoders": 4}
 """The paper's schedule: InfoNCE 300 epochs per view, two CoCLR cycles of 100 epochs per view; retrieval features
 of train and test for the 4 encoders of Table 1's unsupervised rows (InfoNCE and CoCLR, RGB and flow)."""
-SHARED_CLIPS = Path(os.environ.get("COCLR_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "data" / "clips"
 TOTAL_BUDGET_S = 450.0
 
 
@@ -208,39 +207,6 @@ class one_core:
 
 
 # ------------------------------------------------------------------------------------------- frames and stores
-
-def have_pyav() -> bool:
-    """Whether PyAV imports (GPU machines have no wheel of their own: then the frames are synthesised)."""
-    try:
-        import av  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@functools.lru_cache(maxsize=8)
-def frame_pool(size: tuple[int, int], frames: int, clips: int = 4) -> tuple[list[list[np.ndarray]], str]:
-    """RGB frames ``[H, W, 3]`` of a few videos at ``size``: the real clips of ../shared/data/clips when present
-    (resized and centre-cropped), else clips of the synthetic dataset rendered at that size."""
-    from coclr.data.frames import fit_frames
-
-    if SHARED_CLIPS.is_dir() and have_pyav():
-        from coclr.video.decode import decode_video
-
-        videos = []
-        for path in sorted(SHARED_CLIPS.iterdir())[:clips]:
-            decoded = decode_video(path, short_side=min(size))[:frames]
-            videos.append(list(fit_frames(np.asarray(decoded), size)))
-        return videos, f"real clips of {SHARED_CLIPS}"
-    from coclr.synth import SynthConfig, dataset_clips, render_clip
-
-    # Noise 0.03 makes the JPEGs as large as the real clips' (7.4 KiB at 171x128, quality 90); decoding time
-    # grows with it.
-    config = SynthConfig(height=size[0], width=size[1], frames=frames, train_scenes=max(2, clips), test_scenes=2,
-                         actions_per_scene=1, num_classes=2, clips_per_action=1, noise=0.03)
-    keys = [clip.key for clip in dataset_clips(config) if clip.split == "train"][:clips]
-    return [list(render_clip(config, key)) for key in keys], "synthetic clips (coclr.synth)"
-
 
 def flow_like(frames: list[np.ndarray]) -> list[np.ndarray]:
     """Stored-flow-like images (u, v around 128, third channel 128) from the brightness changes of a video."""
@@ -549,14 +515,14 @@ def one_batch(suite: Suite, views: list[str], batch_size: int) -> dict[str, torc
 
 
 def part_step(suite: Suite, budget: Budget) -> None:
-    from coclr.train.trainer import torch_settings
+    from coclr.train.setup import torch_settings
 
     with torch_settings(False, suite.device):  # cuDNN's autotuner, as in Trainer.run
         step_all(suite, budget)
 
 
 def step_all(suite: Suite, budget: Budget) -> None:
-    from coclr.train.trainer import Trainer
+    from coclr.train.run import start_run
 
     for case in step_cases(suite):
         if budget.spent:
@@ -570,29 +536,29 @@ def step_all(suite: Suite, budget: Budget) -> None:
                                  f"run.compile={str(case.compile).lower()}", "data.decode=workers",
                                  "method.wait_for_full_queue=false")
         shutil.rmtree(config.run.out, ignore_errors=True)
-        trainer = Trainer(config)
-        trainer._set_train_mode()
-        batch = one_batch(suite, config.views, case.batch)
-        start = time.perf_counter()
-        trainer.train_step(batch, queue_full=True)
-        synchronize(suite.device)
-        first = time.perf_counter() - start
-        for _ in range(suite.model.warmup - 1):
+        with start_run(config) as trainer:
+            trainer._set_train_mode()
+            batch = one_batch(suite, config.views, case.batch)
+            start = time.perf_counter()
             trainer.train_step(batch, queue_full=True)
-        synchronize(suite.device)
-        start = time.perf_counter()
-        for _ in range(suite.model.steps):
-            trainer.train_step(batch, queue_full=True)
-        synchronize(suite.device)
-        per_step = (time.perf_counter() - start) / suite.model.steps
-        note = f"peak {peak_gib(suite.device):.1f} GiB" if suite.cuda else ""
-        if case.compile:
-            note += f", compile + first step {first:.0f} s"
-        suite.add("step", case.name, case.batch / per_step, "samples/s", note.strip(", "))
-        if not suite.cuda or (case.amp == "bf16" and case.channels_last and not case.compile
-                              and case.batch == suite.model.batches[0]):
-            count_syncs(suite, trainer, batch, case)
-        del trainer, batch
+            synchronize(suite.device)
+            first = time.perf_counter() - start
+            for _ in range(suite.model.warmup - 1):
+                trainer.train_step(batch, queue_full=True)
+            synchronize(suite.device)
+            start = time.perf_counter()
+            for _ in range(suite.model.steps):
+                trainer.train_step(batch, queue_full=True)
+            synchronize(suite.device)
+            per_step = (time.perf_counter() - start) / suite.model.steps
+            note = f"peak {peak_gib(suite.device):.1f} GiB" if suite.cuda else ""
+            if case.compile:
+                note += f", compile + first step {first:.0f} s"
+            suite.add("step", case.name, case.batch / per_step, "samples/s", note.strip(", "))
+            if not suite.cuda or (case.amp == "bf16" and case.channels_last and not case.compile
+                                  and case.batch == suite.model.batches[0]):
+                count_syncs(suite, trainer, batch, case)
+            del trainer, batch
     release_memory(suite.device)
 
 
@@ -730,36 +696,37 @@ def timed_run(suite: Suite, config: PretrainConfig, budget_s: float) -> dict[str
     """Train one epoch through the Trainer (loader included); the steady rate and the share of the time the device
     waited between steps are measured from the end of the warm-up steps; the run stops early (``run.max_steps``)
     when ``budget_s`` is spent."""
-    from coclr.train.trainer import Trainer
+    from coclr.train.run import start_run
 
-    trainer = Trainer(config)
-    step = trainer.train_step
-    marks: list[float] = []
-    clock = StepClock(suite.device)
-    warmup = max(1, suite.model.warmup)
-    start = time.perf_counter()
+    with start_run(config) as trainer:
+        step = trainer.train_step
+        marks: list[float] = []
+        clock = StepClock(suite.device)
+        warmup = max(1, suite.model.warmup)
+        start = time.perf_counter()
 
-    def timed_step(batch, queue_full):
-        began = clock.now()
-        out = step(batch, queue_full)
-        clock.marks.append((began, clock.now()))
-        last = len(marks) + 1 == trainer.data_order.batches_per_epoch or time.perf_counter() - start > budget_s
-        if len(marks) == warmup - 1 or last:  # the GPU has finished the steps timed
-            synchronize(suite.device)
-        marks.append(time.perf_counter())
-        if marks[-1] - start > budget_s:  # stop after this step
-            trainer.config.run.max_steps = trainer.position.global_step + 1
-        return out
+        def timed_step(batch, queue_full):
+            began = clock.now()
+            out = step(batch, queue_full)
+            clock.marks.append((began, clock.now()))
+            last = len(marks) + 1 == trainer.data_order.batches_per_epoch or time.perf_counter() - start > budget_s
+            if len(marks) == warmup - 1 or last:  # the GPU has finished the steps timed
+                synchronize(suite.device)
+            marks.append(time.perf_counter())
+            if marks[-1] - start > budget_s:  # stop after this step
+                trainer.config.run.max_steps = trainer.position.global_step + 1
+            return out
 
-    trainer.train_step = timed_step
-    trainer.run()
-    synchronize(suite.device)
-    end = time.perf_counter()
-    steps = len(marks)
-    steady = (steps - warmup) * config.run.batch_size / (marks[-1] - marks[warmup - 1]) if steps > warmup else math.nan
-    return {"steps": steps, "of": trainer.data_order.batches_per_epoch, "steady": steady, "wall": end - start,
-            "waiting": clock.waiting_share(warmup), "peak_gib": peak_gib(suite.device),
-            "decode": trainer.decode, "amp": trainer.config.run.amp, "channels_last": trainer.config.run.channels_last}
+        trainer.train_step = timed_step
+        trainer.run()
+        synchronize(suite.device)
+        end = time.perf_counter()
+        steps = len(marks)
+        steady = ((steps - warmup) * config.run.batch_size / (marks[-1] - marks[warmup - 1]) if steps > warmup
+                  else math.nan)
+        return {"steps": steps, "of": trainer.data_order.batches_per_epoch, "steady": steady, "wall": end - start,
+                "waiting": clock.waiting_share(warmup), "peak_gib": peak_gib(suite.device), "decode": trainer.decode,
+                "amp": trainer.config.run.amp, "channels_last": trainer.config.run.channels_last}
 
 
 def part_epoch(suite: Suite, budget: Budget) -> None:
@@ -816,12 +783,10 @@ def part_features(suite: Suite, budget: Budget) -> None:
 def part_flow(suite: Suite, budget: Budget) -> None:
     """Our TV-L1's frame pairs/s on the device; when benchmarks/bench_tvl1.py offers ``suite_rows(device, tiny)``
     (rows of ``(case, value, unit, note)``), its figures are added."""
-    import importlib
-
     from coclr.flow.tvl1 import tvl1_flow
 
     try:  # benchmarks/ is on the path: the script's own folder, or pytest's pythonpath
-        bench = importlib.import_module("bench_tvl1")
+        import bench_tvl1 as bench
     except Exception as error:  # it needs ../shared/data; a broken import must not stop the suite
         print(f"  benchmarks/bench_tvl1.py not importable here ({type(error).__name__}: {error})")
         bench = None
@@ -859,7 +824,7 @@ def part_quality(suite: Suite, budget: Budget) -> None:
     """bf16 against fp32 on the synthetic dataset: InfoNCE on RGB for a few epochs, then kNN R@1."""
     from coclr.eval.monitor import knn_recall
     from coclr.synth import SynthConfig, generate_synthetic
-    from coclr.train.trainer import Trainer
+    from coclr.train.run import start_run
 
     store = suite.tmp / "synth"
     synth = SynthConfig(height=64, width=64, frames=16, train_scenes=48, test_scenes=16, actor_cue=0.5)
@@ -871,14 +836,14 @@ def part_quality(suite: Suite, budget: Budget) -> None:
             f"data.store={store}", f"run.out={out}", "model.width=1.0", "data.length=8", "data.size=64",
             "data.workers=4", "method.queue_size=1024", f"optim.epochs={suite.model.quality_epochs}",
             "run.batch_size=32", f"run.amp={amp}", f"run.seed={seed}", "run.progress=false"])
-        trainer = Trainer(config)
-        trainer.run()
-        recall = knn_recall(trainer.model.learners["rgb"].encoder_q.backbone, str(store), "rgb", length=8, stride=1,
-                            size=64, device=suite.device)
-        results[name] = recall["knn_R@1"]
-        suite.add("quality", f"R@1 after {suite.model.quality_epochs} InfoNCE epochs, {name}", results[name], "%")
-        del trainer
-        release_memory(suite.device)
+        with start_run(config) as trainer:
+            trainer.run()
+            recall = knn_recall(trainer.model.learners["rgb"].encoder_q.backbone, str(store), "rgb", length=8, stride=1,
+                                size=64, device=suite.device)
+            results[name] = recall["knn_R@1"]
+            suite.add("quality", f"R@1 after {suite.model.quality_epochs} InfoNCE epochs, {name}", results[name], "%")
+            del trainer
+            release_memory(suite.device)
     gap = abs(results["bf16, seed 0"] - results["fp32, seed 0"])
     spread = abs(results["fp32, seed 1"] - results["fp32, seed 0"])
     suite.add("quality", "|bf16 - fp32| beside |fp32 seed 1 - seed 0|", gap, "R@1 points",

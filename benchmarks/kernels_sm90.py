@@ -12,7 +12,17 @@ Exits 1 on a compile error or a spill in a default configuration: the default la
 (``TritonSettings()``) at pass lengths up to the default ``stop_every`` (5). The longer passes the option allows
 need wider halos, hence larger blocks: they are compiled and their spills reported, not fatal, as are those of
 other settings (``--block 64x32 --warps 4``). Without Triton it
-prints one line and exits 0. Usage: ``python benchmarks/kernels_sm90.py [--block HxW] [--warps N]``.
+prints one line and exits 0. Usage: ``python benchmarks/kernels_sm90.py [--block HxW] [--warps N]
+[--expect-triton VERSION]``.
+
+Two Tritons: the GPU machines run Triton 3.6 (what their PyTorch ships), CI installs the newest; a kernel that fits
+the registers under one may spill under the other (the default 64x64 pass block spilled under 3.6 only). ``.ci/run``
+therefore runs this check under both: the newest from the environment, and Triton 3.6 installed with ``pip install
+--target`` into a side folder put first on ``PYTHONPATH``, with ``--expect-triton 3.6`` so that a wrong path fails
+instead of checking the other Triton twice. ``pyproject.toml`` admits the Triton versions checked so (3.6 to 3.9).
+Every launch passes ``enable_fp_fusion=False`` (``coclr.flow.tvl1_triton.FP_FUSION``), recorded here with the
+launch and passed to the compile and to ptxas (``--fmad=false``); ``.ci/run`` also sets
+``TRITON_DEFAULT_FP_FUSION=0``, so that the default the launches override is the same one.
 """
 
 from __future__ import annotations
@@ -176,14 +186,30 @@ def halo_factors(settings, pass_length: int = 5) -> dict[tuple[int, int], tuple[
     return factors
 
 
+def _version_matches(version: str, expected: str) -> bool:
+    """Whether ``version`` is ``expected`` or a release of it (``3.6.0`` matches ``3.6``, ``3.60`` does not)."""
+    return version == expected or version.startswith(expected + ".") or version.startswith(expected + "+")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--block", action="append", default=[], help="also check this block shape, HxW")
     parser.add_argument("--warps", type=int, default=None, help="warps of the extra block shapes")
+    parser.add_argument("--expect-triton", metavar="VERSION",
+                        help="fail unless the Triton imported has this version (or a version starting with it)")
     args = parser.parse_args(argv)
     if importlib.util.find_spec("triton") is None:
+        if args.expect_triton:
+            print(f"kernels_sm90: FAIL, Triton {args.expect_triton} expected and triton is not installed")
+            return 1
         print("kernels_sm90: skipped, triton is not installed (pip install triton)")
         return 0
+    import triton
+
+    if args.expect_triton and not _version_matches(triton.__version__, args.expect_triton):
+        print(f"kernels_sm90: FAIL, Triton {args.expect_triton} expected, {triton.__version__} imported from "
+              f"{Path(triton.__file__).parent}")
+        return 1
     from coclr.flow import tvl1_triton
     from coclr.flow.tvl1_triton import TritonSettings
 
@@ -193,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         height, width = (int(x) for x in shape.lower().split("x"))
         extra.append(TritonSettings(block_h=height, block_w=width,
                                     num_warps=args.warps if args.warps else default.num_warps))
-    print(f"Triton {__import__('triton').__version__}, target sm_{TARGET_ARCH}; default settings {default}")
+    print(f"Triton {triton.__version__} ({Path(triton.__file__).parent}), target sm_{TARGET_ARCH}; "
+          f"default settings {default}; enable_fp_fusion={tvl1_triton.FP_FUSION} on every launch")
     failures = 0
     for launch in record_launches([default, *extra]):
         fn = getattr(tvl1_triton, launch.kernel)

@@ -52,6 +52,18 @@ def _one_thread():
 
 
 
+@pytest.fixture
+def start_trainer():
+    """``start_trainer(config)``: the :class:`~coclr.train.trainer.Trainer` of a started run
+    (:func:`coclr.train.run.start_run`), its folder held until the test ends, for tests that look inside a run."""
+    from contextlib import ExitStack
+
+    from coclr.train.run import start_run
+
+    with ExitStack() as stack:
+        yield lambda config, restart=False: stack.enter_context(start_run(config, restart))
+
+
 def _hold_lock(path: str, ready) -> None:
     import time
 

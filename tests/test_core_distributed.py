@@ -9,7 +9,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from coclr.core import distributed
+from coclr import distributed
 from coclr.core.momentum import shuffled_forward
 from coclr.core.queue import MomentumQueue
 
@@ -110,7 +110,7 @@ GROUP_AT_EXIT = """
 import atexit, os, sys
 import torch
 import torch.distributed as dist
-from coclr.core.distributed import init_distributed
+from coclr.distributed import init_distributed
 
 out = sys.argv[1]
 # registered before the group exists, so it runs after init_distributed's own exit handler (last in, first out)

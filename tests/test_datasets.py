@@ -78,7 +78,7 @@ def test_cache_options_are_validated():
         TrainClips("unused", "train", ["rgb"], length=8, cache_mb=-1)
 
 
-def test_videos_whose_view_failed_are_left_out_and_unbuilt_views_are_an_error(tmp_path, capsys):
+def test_videos_whose_view_failed_are_left_out_and_unbuilt_views_are_an_error(tmp_path, capsys, start_trainer):
     """A video whose flow job failed (recorded by the store) is left out of training with a message naming the
     failure list; a video whose flow was simply not extracted yet stops training before any work."""
     import os
@@ -86,7 +86,6 @@ def test_videos_whose_view_failed_are_left_out_and_unbuilt_views_are_an_error(tm
     from coclr.data.datasets import usable_entries
     from coclr.errors import DataError
     from coclr.store.clipstore import ClipStore, entry_path, record_failures
-    from coclr.train.trainer import Trainer
     from test_train import tiny_config
 
     store_root = make_random_store(tmp_path / "store", videos=9, frames=12, test_videos=2)
@@ -102,7 +101,7 @@ def test_videos_whose_view_failed_are_left_out_and_unbuilt_views_are_an_error(tm
     assert usable_entries(store, "train", ["rgb"]) == (  # RGB-only training keeps it
         [e for e in store.index.entries if e.split == "train"], {})
     config = tiny_config(store_root, tmp_path / "run", "method.name=cmc")
-    trainer = Trainer(config)
+    trainer = start_trainer(config)
     assert len(trainer.dataset) == 8
     out = capsys.readouterr().out
     assert "left out 1 'train' video(s) whose jobs failed" in out and str(store_root / "failed_flow.json") in out

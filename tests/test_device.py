@@ -1,11 +1,11 @@
-"""One device picker (coclr.core.distributed.pick_device) for every command."""
+"""One device picker (coclr.distributed.pick_device) for every command."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from coclr.core.distributed import pick_device
+from coclr.distributed import pick_device
 from coclr.errors import ConfigError
 from coclr.train.setup import resolve_device
 

@@ -15,8 +15,8 @@ import pytest
 import torch.multiprocessing as mp
 
 from coclr.errors import DataError
-from coclr.flow.extract import extract_flow
 from coclr.store.clipstore import ClipStore
+from coclr.store.flow_extract import extract_flow
 from test_flow_extract import make_store, moving_texture
 from test_train_distributed import free_port
 

@@ -18,9 +18,9 @@ import pytest
 from coclr.cli import main as cli_main
 from coclr.errors import ConfigError, DataError
 from coclr.flow.encode import uint8_to_flow
-from coclr.flow.extract import extract_flow, resolve_backend
 from coclr.flow.params import TVL1Params
 from coclr.store.clipstore import ClipStore, create_store, entry_path, write_entry
+from coclr.store.flow_extract import extract_flow, resolve_backend
 from coclr.store.jpeg import encode_jpeg
 from coclr.threads import opencv_threads
 from coclr.video.indexes import VideoEntry, VideoIndex
@@ -196,7 +196,7 @@ def test_bad_input_is_a_clear_error_before_any_work(small_store, tmp_path):
 def test_auto_picks_our_tvl1_where_it_is_fast_and_continues_a_view_with_its_backend(monkeypatch):
     import torch
 
-    import coclr.flow.extract as extract
+    import coclr.store.flow_extract as extract
 
     backend, device = resolve_backend("auto")
     if torch.cuda.is_available():
@@ -206,8 +206,22 @@ def test_auto_picks_our_tvl1_where_it_is_fast_and_continues_a_view_with_its_back
     assert resolve_backend("auto", "cpu", kernels="torch")[0].name == "tvl1"  # PyTorch operations: OpenCV is faster
     assert resolve_backend("auto", "cpu", recorded="tvl1")[0].name == "tvl1"  # a view continues as it started
     assert resolve_backend("auto", "cpu", kernels="torch", recorded="tvl1-torch")[0].name == "tvl1-torch"
-    monkeypatch.setattr(extract, "load_library", lambda: None)  # no compiler: OpenCV's
+    monkeypatch.setattr(extract, "compiler_available", lambda: False)  # no compiler: OpenCV's
     assert resolve_backend("auto", "cpu")[0].name == "tvl1"
+
+
+def test_auto_decides_without_compiling(tmp_path, monkeypatch):
+    """Choosing the backend compiles nothing: a compiler found is enough (the loops are compiled when used)."""
+    import coclr.flow.tvl1_cpu as tvl1_cpu
+
+    monkeypatch.setenv("COCLR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(tvl1_cpu, "_LIBRARY", [])
+    monkeypatch.setattr(tvl1_cpu, "compile_sources", lambda *args: pytest.fail("compiled to decide"))
+    monkeypatch.setattr(tvl1_cpu, "find_compiler", lambda: ["cc"])
+    assert resolve_backend("auto", "cpu")[0].name == "tvl1-torch"
+    monkeypatch.setattr(tvl1_cpu, "find_compiler", lambda: None)
+    assert resolve_backend("auto", "cpu")[0].name == "tvl1"
+    assert not (tmp_path / "cache").exists()
 
 
 def test_auto_continues_a_view_started_with_opencv(small_store):
@@ -294,7 +308,7 @@ def test_killed_extraction_resumes_to_the_same_result(tmp_path):
 def test_two_flow_jobs_on_one_view_never_mix(small_store: Path):
     """A view records its backend and parameters: resuming it with another backend or other TV-L1 parameters is
     refused, naming them; a second job of the same kind is refused while the first holds the view's lock."""
-    from coclr.flow.extract import method_key
+    from coclr.store.flow_views import method_key
 
     extract_flow(small_store, backend="tvl1", view="flow", params=FAST_TVL1, workers=1, keys=["right_up.avi"])
     assert ClipStore(small_store).meta[method_key("flow")]["backend"] == "tvl1"

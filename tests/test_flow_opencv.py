@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from coclr.flow.encode import flow_to_uint8, uint8_to_flow
-from coclr.flow.middlebury import endpoint_error, read_flo, valid_mask
 from coclr.flow.opencv import create_tvl1, opencv_dis, opencv_tvl1, rgb_to_gray
 from coclr.flow.params import TVL1Params
 from coclr.threads import opencv_threads
+from middlebury import endpoint_error, read_flo, valid_mask
 
 GETTERS = {
     "tau": "getTau",

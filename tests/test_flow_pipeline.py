@@ -15,16 +15,18 @@ import torch
 
 from coclr.errors import ConfigError
 from coclr.flow.encode import flow_to_uint8
-from coclr.flow.extract import extract_flow, method_key
-from coclr.flow.middlebury import endpoint_error
 from coclr.flow.opencv import opencv_tvl1, rgb_to_gray
 from coclr.flow.params import TVL1Params
-from coclr.flow.pipeline import OPEN_SIZES, _Batcher
-from coclr.flow.source import decode_gray
 from coclr.flow.tvl1 import tvl1_flow
+from coclr.flow.tvl1_cpu import find_compiler
 from coclr.store.clipstore import ClipStore
+from coclr.store.flow_extract import extract_flow
+from coclr.store.flow_pipeline import OPEN_SIZES, _Batcher
+from coclr.store.flow_source import decode_gray
+from coclr.store.flow_views import method_key
 from coclr.store.jpeg import encode_jpeg
 from coclr.video.decode import resize_short_side
+from middlebury import endpoint_error
 from test_flow_extract import make_store, moving_texture
 from test_flow_tvl1 import CROP, load_pair
 
@@ -74,7 +76,7 @@ def test_the_pipeline_writes_what_each_video_alone_gives(tmp_path, mode, workers
 def test_videos_read_in_chunks_give_the_entries_of_whole_videos(tmp_path, monkeypatch, workers):
     """Chunks of 2 pairs (a 6-frame video is 3 of them, cut across batches of 3 pairs), encoded part by part, in
     processes or not: every entry holds the frames of its video solved alone, and the failures are the same."""
-    from coclr.flow import pipeline
+    from coclr.store import flow_pipeline as pipeline
 
     monkeypatch.setattr(pipeline, "DECODE_CHUNK", 2)
     videos = mixed_videos()
@@ -137,6 +139,26 @@ def test_the_mode_is_recorded_and_a_view_never_mixes_modes(tmp_path):
     with pytest.raises(ConfigError, match="mode='exact'"):
         extract_flow(root, backend="tvl1-torch", device="cpu", params=SHORT, view="old", mode="fast")
     assert extract_flow(root, backend="tvl1-torch", device="cpu", params=SHORT, view="old").done == 1
+
+
+@pytest.mark.skipif(find_compiler() is None, reason="no C compiler for the C loops")
+def test_the_kernels_are_recorded_and_a_view_never_mixes_them(tmp_path):
+    """Kernels agree to float rounding, not bit for bit: a view records those that computed it (``auto``
+    resolved), and another job on it with other kernels is refused naming both; a view begun before kernels were
+    recorded continues with any."""
+    make_store(tmp_path / "store", {"a.avi": moving_texture(3, 1, 0), "b.avi": moving_texture(3, 0, 1, seed=1)})
+    root = tmp_path / "store"
+    extract_flow(root, backend="tvl1-torch", device="cpu", params=SHORT, keys=["a.avi"])  # auto: the C loops
+    assert ClipStore(root).meta[method_key("flow")]["kernels"] == "c"
+    with pytest.raises(ConfigError, match=r"kernels='c' \(given 'torch'\)"):
+        extract_flow(root, backend="tvl1-torch", device="cpu", params=SHORT, kernels="torch")
+    assert extract_flow(root, backend="auto", device="cpu", params=SHORT, kernels="c").done == 1
+    extract_flow(root, backend="tvl1-torch", device="cpu", params=SHORT, keys=["a.avi"], view="old", kernels="torch")
+    meta = json.loads((root / "store.json").read_text())
+    del meta["meta"][method_key("old")]["kernels"]
+    (root / "store.json").write_text(json.dumps(meta))
+    assert extract_flow(root, backend="tvl1-torch", device="cpu", params=SHORT, view="old").done == 1
+    assert "kernels" not in ClipStore(root).meta[method_key("old")]
 
 
 def clip_pairs(path: Path, count: int, short_side: int = 128, start: int = 10) -> torch.Tensor:
@@ -204,7 +226,7 @@ def test_the_pairs_of_a_batch_go_to_the_device_in_one_copy_as_consecutive_frames
     non-blocking copy from one host buffer (pinned on a GPU: a concatenation of pinned frames is not)."""
     import torch
 
-    from coclr.flow.pipeline import upload_pairs
+    from coclr.store.flow_pipeline import upload_pairs
 
     videos = [torch.randint(0, 256, (n, 5, 7), dtype=torch.uint8) for n in (3, 1, 4)]
     copies = []

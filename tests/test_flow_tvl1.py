@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from coclr.errors import DataError
-from coclr.flow.middlebury import endpoint_error, read_flo
 from coclr.flow.opencv import opencv_tvl1
 from coclr.flow.params import TVL1Params
 from coclr.flow.tvl1 import (
@@ -25,6 +24,7 @@ from coclr.flow.tvl1 import (
     tvl1_flow,
     warp_bicubic,
 )
+from middlebury import endpoint_error, read_flo
 
 CROP = (slice(100, 260), slice(150, 350))  # 160 x 200: all five default scales stay above 16 px
 

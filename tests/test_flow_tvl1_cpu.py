@@ -5,6 +5,7 @@ counts and chunk sizes, the compile cache and the fallback when no compiler work
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -17,10 +18,10 @@ import torch
 
 from coclr.errors import DataError
 from coclr.flow import tvl1_cpu
-from coclr.flow.middlebury import endpoint_error, read_flo
 from coclr.flow.params import TVL1Params
 from coclr.flow.tvl1 import ScaleSolver, TorchPasses, make_passes, primal_dual_step, solve_pyramid, tvl1_flow
 from coclr.flow.tvl1_cpu import CPasses
+from middlebury import endpoint_error, read_flo
 
 pytestmark = pytest.mark.skipif(tvl1_cpu.find_compiler() is None, reason="no C compiler found (set CC or install gcc)")
 STEPS = (0.15 * 0.3, 0.3, 0.25 / 0.3)
@@ -166,6 +167,37 @@ def test_same_bits_on_any_thread_count_and_chunk(c_kernels):
         assert torch.equal(tvl1_flow(prev[1:2], nxt[1:2], params, kernels="c"), reference[1:2])
 
 
+@pytest.mark.parametrize("gamma", [0.0, 0.2])
+def test_same_bits_on_every_instruction_set(tmp_path, gamma):
+    """The loops compiled for the baseline, for AVX2 (the AVX2-only CPU kind) and for this CPU (AVX-512 here, where
+    it has it) compute the same flow bit for bit, in both of the loops' channel counts (gamma adds the third)."""
+    compiler = tvl1_cpu.find_compiler()
+    cpu_flags = tvl1_cpu._cpu_flags().split()
+    marches = ["-march=native"] + (["-march=x86-64-v3"] if {"avx2", "fma"} <= set(cpu_flags) else [])
+    prev, nxt = pairs_of_frames()
+    params = TVL1Params(nscales=3, gamma=gamma, median_filtering=5 if gamma else 3)
+    flows = []
+    for index, march in enumerate([None, *marches]):
+        flags = [flag for flag in tvl1_cpu.FLAGS if flag != "-march=native"] + ([march] if march else [])
+        (tmp_path / str(index)).mkdir()
+        library = tvl1_cpu.Library(tvl1_cpu.compile_sources(list(compiler), flags, tmp_path / str(index)))
+        flows.append(solve(prev, nxt, params, CPasses(library))[0])
+    assert all(torch.equal(flow, flows[0]) for flow in flows[1:]), [march for march in marches]
+
+
+@pytest.mark.parametrize(("capability", "march"), [("", "-march=native"), ("avx2", "-march=x86-64-v3"),
+                                                    ("default", None), ("AVX512", "-march=native")])
+def test_the_instruction_set_follows_pytorchs_limit(monkeypatch, capability, march):
+    """``ATEN_CPU_CAPABILITY`` (coclr.cpu.AVX2_LIMIT's emulation of the AVX2-only kind) limits the C loops too, on
+    x86-64; the flags are part of the cache key, so each limit has its own compiled object."""
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
+    flags = tvl1_cpu.compile_flags()
+    assert [flag for flag in flags if flag.startswith("-march")] == ([march] if march else [])
+    assert [flag for flag in flags if not flag.startswith("-march")] == [
+        flag for flag in tvl1_cpu.FLAGS if flag != "-march=native"]
+
+
 def test_middlebury_crop_as_accurate_as_torch(c_kernels, middlebury):
     root = Path(middlebury) / "RubberWhale"
     crop = (slice(100, 260), slice(150, 350))
@@ -198,7 +230,7 @@ def test_compiled_once_into_the_cache(tmp_path, monkeypatch):
     def no_compiling(*args):
         raise AssertionError("compiled again")
 
-    monkeypatch.setattr(tvl1_cpu, "_compile", no_compiling)
+    monkeypatch.setattr(tvl1_cpu, "compile_sources", no_compiling)
     assert tvl1_cpu.build_library() == path
     tvl1_cpu.Library(path)  # loads
 
@@ -211,6 +243,46 @@ def test_cache_key_covers_source_compiler_flags_and_cpu(monkeypatch):
     assert all(tvl1_cpu.cache_key(*other) != key for other in others)
     monkeypatch.setattr(tvl1_cpu, "_cpu_flags", lambda: "sse2 avx512f")
     assert tvl1_cpu.cache_key("src", ["cc"], "gcc 12", ["-O3"]) != key
+
+
+def test_the_c_source_compiles_without_warnings(tmp_path):
+    """CI's check of the C loops: every C compiler found here (gcc, clang) with the flags of the cache and
+    ``-Wall -Wextra -Werror``."""
+    compilers = {tuple(tvl1_cpu.find_compiler())} | {(name,) for name in ("gcc", "clang") if shutil.which(name)}
+    for compiler in sorted(compilers):
+        folder = tmp_path / compiler[0]
+        folder.mkdir()
+        built = tvl1_cpu.compile_sources(list(compiler), (*tvl1_cpu.FLAGS, *tvl1_cpu.WARNINGS), folder)
+        tvl1_cpu.Library(built)  # and it loads
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_c_source_is_package_data():
+    """The C source ships with the package: pyproject's package-data names it, so a wheel holds it (an editable
+    install reads it from src/, where it is)."""
+    tomllib = pytest.importorskip("tomllib")
+    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert tvl1_cpu.SOURCE.is_file()
+    assert any(tvl1_cpu.SOURCE.match(pattern) for pattern in package_data["coclr.flow"])
+
+
+@pytest.mark.slow
+def test_a_wheel_holds_the_c_source(tmp_path):
+    """A wheel built from a copy of the project holds the C source beside its module."""
+    import zipfile
+
+    pytest.importorskip("setuptools")
+    pytest.importorskip("wheel")
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, project / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w",
+                    str(tmp_path / "wheel"), str(project)], check=True, capture_output=True)
+    (wheel,) = (tmp_path / "wheel").glob("coclr-*.whl")
+    assert "coclr/flow/tvl1_cpu.c" in zipfile.ZipFile(wheel).namelist()
 
 
 def test_median_code_is_generated_from_the_plan():

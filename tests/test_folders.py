@@ -226,7 +226,7 @@ def test_store(tmp_path):
 
 
 def test_flow(tmp_path):
-    from coclr.flow.extract import extract_flow
+    from coclr.store.flow_extract import extract_flow
 
     store = make_tiny_store(tmp_path / "store", train_per_class=1, test_per_class=1, frames=6)
     keys = ["red_class/train_00.avi"]

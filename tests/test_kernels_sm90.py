@@ -20,6 +20,23 @@ def test_without_triton_it_says_so_in_one_line_and_passes(monkeypatch, capsys):
     assert capsys.readouterr().out == "kernels_sm90: skipped, triton is not installed (pip install triton)\n"
 
 
+def test_an_expected_triton_version_that_is_not_the_one_imported_fails(monkeypatch, capsys):
+    """``--expect-triton`` (how .ci/run checks the kernels under the side folder's Triton 3.6) fails on any other
+    version, or without Triton, instead of checking the wrong Triton."""
+    import kernels_sm90
+
+    assert kernels_sm90._version_matches("3.6.0", "3.6") and kernels_sm90._version_matches("3.6.0", "3.6.0")
+    assert not kernels_sm90._version_matches("3.60.0", "3.6") and not kernels_sm90._version_matches("3.9.0", "3.6")
+    if importlib.util.find_spec("triton") is not None:
+        assert kernels_sm90.main(["--expect-triton", "0.1"]) == 1
+        assert "FAIL, Triton 0.1 expected" in capsys.readouterr().out
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "triton" else
+                        find_spec(name, *args))
+    assert kernels_sm90.main(["--expect-triton", "3.6"]) == 1
+    assert "triton is not installed" in capsys.readouterr().out
+
+
 @needs_triton
 def test_the_recorded_launches_cover_every_kernel_channel_count_mode_and_median_size():
     import kernels_sm90
@@ -31,8 +48,8 @@ def test_the_recorded_launches_cover_every_kernel_channel_count_mode_and_median_
         by_kernel.setdefault(launch.kernel, []).append(launch)
     passes = {(dict(launch.constants)["CH"], dict(launch.constants)["BW"], launch.default)
               for launch in by_kernel["_pass_kernel"]}
-    # 2 channels: one compiled kernel for every pass length; gamma: 64x32, and 64x64 for halos of 15 and more
-    assert passes == {(2, 64, True), (3, 32, True), (3, 64, False)}
+    # both channel counts: 64x32 blocks, and 64x64 for halos of 15 and more
+    assert passes == {(2, 32, True), (2, 64, False), (3, 32, True), (3, 64, False)}
     stops = {(dict(launch.constants)["EXACT"], dict(launch.constants)["NMAX"]) for launch in by_kernel["_stop_kernel"]}
     assert stops == {(exact, nmax) for exact in (True, False) for nmax in (1, 2, 4, 8, 16, 32)}
     medians = {(dict(launch.constants)["CH"], dict(launch.constants)["KSIZE"])

@@ -275,31 +275,141 @@ def test_json_lines_are_parsed_as_read_and_equal_the_eager_reader(folder, tmp_pa
     assert len(JsonLines(tmp_path / "missing.jsonl")) == 0
 
 
-def test_the_bfloat16_first_pass_gives_the_exact_answer_for_many_queries():
-    """From BF16_MIN_QUERIES queries the first pass multiplies bfloat16 copies (AMX/AVX-512 BF16 where the CPU has
-    them); it only chooses candidates: the answer is the exact reference's, ties and near ties included, and the
-    bfloat16 products stay within the bound the candidates are chosen with."""
-    import torch
-
-    from coclr.embed.search import BF16_MIN_QUERIES, UnitRows, exact_topk
-    from coclr.eval.exact import bfloat16_bits, bfloat16_dot_bound, unit_rows
+def _many_queries():
+    """Tied and near-tied rows, and more queries than MANY_QUERIES (the compute-bound first passes)."""
+    from coclr.embed.search import MANY_QUERIES
 
     gallery, queries = _tied_rows(count=2500, dim=64)
     rng = np.random.default_rng(1)
     queries = np.concatenate([queries, gallery[rng.integers(0, 2500, 40)], rng.normal(size=(10, 64)) + 1.0])
-    assert len(queries) >= BF16_MIN_QUERIES
+    assert len(queries) >= MANY_QUERIES
+    return gallery, queries
+
+
+def test_every_first_pass_gives_the_exact_answer_for_many_queries():
+    """Each first pass (NumPy's float32 product; the bfloat16 one, AMX/AVX-512 BF16 where the CPU has them and
+    PyTorch's generic kernels elsewhere) only chooses candidates: on the same rows each gives the exact reference's
+    answer, ties and near ties included, at every chunk size; the bfloat16 products stay within the bound the
+    candidates are chosen with."""
+    import torch
+
+    from coclr.embed.search import FIRST_PASSES, UnitRows, exact_topk
+    from coclr.errors import ConfigError
+    from coclr.eval.exact import bfloat16_bits, bfloat16_dot_bound, unit_rows
+
+    gallery, queries = _many_queries()
     units, query_units = unit_rows(gallery), unit_rows(queries)
     bits = bfloat16_bits(units)
     np.testing.assert_array_equal(bits, torch.from_numpy(units).bfloat16().view(torch.int16).numpy().view(np.uint16))
     expected_scores, expected_rows = exact_reference(gallery, queries, 12, False)
-    for chunk in (300, 4096):
-        scores, rows = exact_topk(UnitRows.of_array(units, None, bits), query_units, 12, chunk)
-        np.testing.assert_array_equal(rows, expected_rows)
-        np.testing.assert_array_equal(scores, expected_scores)
+    assert FIRST_PASSES == ("float32", "bfloat16")
+    for first in FIRST_PASSES:
+        for chunk in (300, 4096):  # 4096: a first block of 1024 columns (cut into GROUP parts), then 1476
+            scores, rows = exact_topk(UnitRows.of_array(units, None, bits), query_units, 12, chunk, first=first)
+            np.testing.assert_array_equal(rows, expected_rows, err_msg=first)
+            np.testing.assert_array_equal(scores, expected_scores, err_msg=first)
+    with pytest.raises(ConfigError, match="first pass: 'bfloat16'"):  # no bfloat16 copy of these rows
+        exact_topk(UnitRows.of_array(units), query_units, 12, first="bfloat16")
     bf16 = lambda b: torch.from_numpy(b.view(np.int16)).view(torch.bfloat16)  # noqa: E731
     approx = (bf16(bfloat16_bits(query_units)) @ bf16(bits).T).float().numpy().astype(np.float64)
     exact = query_units.astype(np.float64) @ units.astype(np.float64).T
     assert np.abs(approx - exact).max() <= bfloat16_dot_bound(64) / 2
+
+
+def test_over_floor_finds_every_score_at_the_floor_in_grouped_and_plain_blocks():
+    """The grouped candidate scan (blocks whose rows divide into GROUP parts) and the plain one name exactly the
+    (row, query) pairs of a ``[rows, queries]`` block at or above the query's floor, the floor itself included."""
+    from coclr.embed.search import GROUP, _over_floor
+
+    rng = np.random.default_rng(3)
+    for width in (GROUP * 8, GROUP * 8 + 5, 100):
+        scores = rng.standard_normal((width, 9)).astype(np.float32)
+        floor = np.quantile(scores, 0.97, axis=0).astype(np.float32)
+        floor[0] = scores[7, 0]  # a score equal to its floor is a candidate
+        floor[1] = np.inf  # a query with none
+        rows, queries = _over_floor(scores, floor)
+        found = set(zip(rows.tolist(), queries.tolist()))
+        expected = {(int(a), int(b)) for a, b in zip(*np.nonzero(scores >= floor))}
+        assert found == expected and len(rows) == len(expected) and (7, 0) in found
+
+
+def test_the_first_pass_is_chosen_by_the_cpu_flags(monkeypatch):
+    """bfloat16 only from MANY_QUERIES queries, for rows with a bfloat16 copy, where the CPU has AVX512_BF16 or AMX
+    and neither PyTorch nor oneDNN is limited below them; float32 everywhere else (never a timing)."""
+    import coclr.cpu
+    from coclr.embed import search as search_module
+    from coclr.embed.search import MANY_QUERIES, UnitRows, first_pass_kind
+
+    units = np.eye(4, dtype=np.float32)
+    with16, without = UnitRows.of_array(units, None, np.zeros((4, 4), np.uint16)), UnitRows.of_array(units)
+    for name in coclr.cpu.AVX2_LIMIT:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    cascade_lake = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
+    sapphire_rapids = cascade_lake | {"avx512_bf16", "amx_tile", "amx_bf16"}
+    zen3 = {"avx2", "fma"}
+    for flags, native in ((cascade_lake, False), (zen3, False), (sapphire_rapids, True),
+                          (cascade_lake | {"avx512_bf16"}, True), (set(), False)):
+        monkeypatch.setattr(coclr.cpu, "cpu_flags", lambda flags=flags: set(flags))
+        assert coclr.cpu.native_bfloat16() is native
+        assert search_module.native_bfloat16() is native  # the search asks the same function
+        assert first_pass_kind(with16, MANY_QUERIES) == ("bfloat16" if native else "float32")
+        assert first_pass_kind(with16, MANY_QUERIES - 1) == "float32"
+        assert first_pass_kind(without, MANY_QUERIES) == "float32"
+    monkeypatch.setattr(coclr.cpu, "cpu_flags", lambda: set(sapphire_rapids))
+    for name, value, native in (("ATEN_CPU_CAPABILITY", "avx2", False), ("ATEN_CPU_CAPABILITY", "avx512", True),
+                                ("ONEDNN_MAX_CPU_ISA", "AVX2", False), ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE", False),
+                                ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX", True), ("DNNL_MAX_CPU_ISA", "avx2", False)):
+        monkeypatch.setenv(name, value)
+        assert coclr.cpu.native_bfloat16() is native, (name, value)
+        monkeypatch.delenv(name)
+    for name, value in coclr.cpu.AVX2_LIMIT.items():
+        monkeypatch.setenv(name, value)
+    assert not coclr.cpu.native_bfloat16() and "emulated AVX2 kind" in coclr.cpu.describe()
+
+
+_TOPK_IN_A_PROCESS = """
+import hashlib, json
+import torch
+from test_search import _many_queries
+from coclr.embed.search import UnitRows, exact_topk, first_pass_kind
+from coclr.eval.exact import bfloat16_bits, unit_rows
+gallery, queries = _many_queries()
+units = unit_rows(gallery)
+rows = UnitRows.of_array(units, None, bfloat16_bits(units))
+scores, found = exact_topk(rows, unit_rows(queries), 12, 700)
+print(json.dumps({"digest": hashlib.sha256(scores.tobytes() + found.tobytes()).hexdigest(),
+                  "first": first_pass_kind(rows, len(queries)), "capability": torch.backends.cpu.get_cpu_capability()}))
+"""
+
+
+def test_the_answer_is_the_same_with_the_cpu_limited_to_avx2():
+    """A child process with PyTorch, oneDNN, MKL, OpenBLAS and NumPy limited to AVX2 (coclr.cpu.AVX2_LIMIT: the
+    AVX2-only CPU kind, emulated) and one with this CPU as is give the same scores and rows, those of the exact
+    reference, whichever first pass each chose."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from coclr.cpu import AVX2_LIMIT
+
+    gallery, queries = _many_queries()
+    expected_scores, expected_rows = exact_reference(gallery, queries, 12, False)
+    digest = hashlib.sha256(expected_scores.tobytes() + expected_rows.astype(np.int64).tobytes()).hexdigest()
+    paths = os.pathsep.join([str(Path(__file__).parents[1] / "src"), str(Path(__file__).parent)])
+    base = {k: v for k, v in os.environ.items() if k not in AVX2_LIMIT}
+    results = []
+    for limit in ({}, AVX2_LIMIT):
+        env = {**base, **limit, "PYTHONPATH": paths, "OMP_NUM_THREADS": "1"}
+        run = subprocess.run([sys.executable, "-c", _TOPK_IN_A_PROCESS], capture_output=True, text=True, env=env,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr
+        results.append(json.loads(run.stdout.strip().splitlines()[-1]))
+    assert [r["digest"] for r in results] == [digest, digest]
+    limited = results[1]
+    assert limited["capability"] in ("AVX2", "DEFAULT") and limited["first"] == "float32"
 
 
 def test_an_html_path_that_is_a_folder_is_one_line(folder, tmp_path, capsys):

@@ -15,10 +15,10 @@ import xxhash
 import coclr.store.clipstore as clipstore
 from coclr.cli import main
 from coclr.data.datasets import TrainClips, usable_entries
-from coclr.flow.extract import extract_flow
 from coclr.flow.params import TVL1Params
 from coclr.store.build import build_store
 from coclr.store.clipstore import ClipStore, DamagedEntryError, create_store, read_failures, write_entry
+from coclr.store.flow_extract import extract_flow
 from coclr.store.jpeg import decode_jpeg, decode_jpeg_strict, encode_jpeg
 from coclr.video.indexes import VideoEntry, VideoIndex
 from test_flow_extract import make_store, moving_texture

@@ -146,7 +146,7 @@ def test_the_cpu_flow_job_holds_the_same_memory_for_a_video_four_times_longer(tm
     """`coclr flow`'s CPU job (DIS here) reads, solves and writes a 600-frame video in parts: its traced peak exceeds
     that of a 150-frame video by far less than a quarter of the flow entry's added bytes, where the job that read
     the whole RGB entry and gathered every flow frame before writing exceeded it by both."""
-    from coclr.flow.extract import extract_flow
+    from coclr.store.flow_extract import extract_flow
 
     monkeypatch.setattr(clipstore, "ENTRY_BUFFER_BYTES", 64 * 1024)
     peaks, sizes = {}, {}
@@ -166,9 +166,9 @@ def test_the_tvl1_torch_pipeline_holds_the_same_memory_for_a_video_four_times_lo
     pairs here) and writes its entry part by part: its traced peak for 600 frames exceeds that for 150 by far less
     than a quarter of the bytes the entries add, where the pipeline that decoded whole videos and gathered all of a
     video's flow before encoding it exceeded it by its decoded frames and flow."""
-    from coclr.flow import pipeline
-    from coclr.flow.extract import extract_flow
     from coclr.flow.params import TVL1Params
+    from coclr.store import flow_pipeline as pipeline
+    from coclr.store.flow_extract import extract_flow
 
     monkeypatch.setattr(clipstore, "ENTRY_BUFFER_BYTES", 64 * 1024)
     monkeypatch.setattr(pipeline, "DECODE_CHUNK", 8)

@@ -35,17 +35,81 @@ def _coclr(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "coclr", *args], capture_output=True, text=True, timeout=timeout)
 
 
-def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
-    out = tmp_path / "demo"
-    result = _coclr("demo", "--out", str(out), "--seed", "3", *REDUCED)
+STUDY_OPTIONS = [*REDUCED, "train.method.queue_size=64", "processes=2"]  # K=50 < queue
+STUDY_ARGS = ["--config", str(REPO_ROOT / "configs" / "study_demo.yaml"), "--seed", "3", *STUDY_OPTIONS]
+"""configs/study_demo.yaml reduced: the quick study's rows and options (``coclr demo``'s) with every other row of
+Table 1 and the finetune column."""
+
+
+@pytest.fixture(scope="module")
+def table_1(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The study of :data:`STUDY_ARGS`, run once for the tests that read its results (the quick study's rows are
+    among its rows: ``coclr demo`` runs the same commands for them); returns its folder and the command's output."""
+    out = tmp_path_factory.mktemp("study") / "study"
+    result = _coclr("study", "--out", str(out), *STUDY_ARGS, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return out, result
+
+
+def test_every_row_and_column_of_table_1(table_1) -> None:
+    """configs/study_demo.yaml reduced: the eleven rows, each with linear probe, finetune and R@1, the paper's
+    numbers beside them and every claim of the paper checked."""
+    out, _ = table_1
+    results = json.loads((out / "results.json").read_text())
+    rows = yaml.safe_load((REPO_ROOT / "configs" / "study_demo.yaml").read_text())["rows"]
+    assert len(rows) == 11 and [row["row"] for row in results["rows"]] == rows
+    for row in results["rows"]:
+        for value in (row["linear_top1"], row["finetune_top1"], row["retrieval"]["R@1"]):
+            assert 0 <= value <= 100, row
+    markdown = (out / "results.md").read_text()
+    table = markdown[markdown.index("| Method"):markdown.index("\n\n", markdown.index("| Method"))].splitlines()
+    assert table[0] == ("| Method | Input | Labels | Linear probe | paper | Finetune | paper | R@1 | paper | R@5 "
+                        "| R@10 | R@20 |")
+    assert len(table) == 2 + len(rows)
+    assert re.match(r"\| Cross-Ent\.( ‡)? \| RGB \| ✓ \| [\d.]+ \| - \| [\d.]+ \| 77\.0 \| [\d.]+ \| 73\.5 \|",
+                    table[5])
+    assert re.match(r"\| CoCLR K=50( ‡)? \| RGB \| ✗ \| [\d.]+ \| 68\.3 \|", table[11])
+    for claim in ("CoCLR-RGB > CMC-RGB (finetune)", "CoCLR-RGB K=5 >= K=1 and K=50 (R@1)",
+                  "CoCLR-RGB alternating >= sim (linear probe)",
+                  "CoCLR two-stream above every other self-supervised row (R@1)", "CoCLR-Flow > InfoNCE-Flow (R@1)"):
+        assert claim in results["claims"] and f"- {claim}: " in markdown
+    # The ablations start from the shared InfoNCE encoders; the two-stream row fuses the two finetunes.
+    k1 = yaml.safe_load((out / "configs" / "coclr_k1.yaml").read_text())
+    assert k1["pipeline"]["infonce_from"] == str(out / "pipeline") and k1["method"]["topk"] == 1
+    assert not (out / "coclr_k1" / "infonce_rgb").exists() and (out / "coclr_k1" / "cycle2_rgb").is_dir()
+    assert (out / "coclr_sim" / "cycle2_sim" / "encoder_rgb.pth").is_file()
+    from coclr.eval.features import file_sha256
+
+    two_stream = json.loads((out / "eval" / "coclr_two_stream_finetune.json").read_text())
+    coclr_rgb = file_sha256(out / "pipeline" / "cycle2_rgb" / "encoder_rgb.pth")[:12]
+    assert Path(two_stream["per_stream"][0]["probabilities"]).parent.name == f"rgb_{coclr_rgb}_with_flow"
+    assert (out / "logs" / "finetune_coclr_rgb.log").is_file()  # that folder's work: the single-stream job's
+
+
+def test_the_quick_studys_rows_write_every_result(table_1, tmp_path: Path) -> None:
+    """The quick study's rows, stages, tables, plot, gallery, configurations and store, as ``coclr demo`` writes
+    them: the demo plans the same commands, the same data and the same evaluation as the study of the fixture for
+    them (checked first; the next test checks that the demo is the quick study); a rerun reproduces them, another
+    option is refused."""
+    out, result = table_1
+    demo = _coclr("demo", "--out", str(tmp_path / "demo"), "--seed", "3", *REDUCED, "--check")
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    assert f"6 rows ({', '.join(QUICK_ROWS)}), columns linear, retrieval" in demo.stdout, demo.stdout
+    options = [*STUDY_OPTIONS, "seed=3"]
+    quick = plan_study(load_config(StudyConfig, overrides=options), out)
+    study = plan_study(load_config(StudyConfig, REPO_ROOT / "configs" / "study_demo.yaml", options), out)
+    jobs = {job.name: job.argv for job in study.jobs}
+    assert {job.name: job.argv for job in quick.jobs}.items() <= jobs.items()
+    assert all(study.configs[name] == config for name, config in quick.configs.items())
+    assert (quick.synth, quick.clips, quick.probe) == (study.synth, study.clips, study.probe)
     results = json.loads((out / "results.json").read_text())
     assert results["seed"] == 3 and results["wall_seconds"] > 0
-    rows = {(row["method"], row["view"]): row for row in results["rows"]}
+    by_key = {row["row"]: row for row in results["rows"]}
+    rows = {(by_key[key]["method"], by_key[key]["view"]): by_key[key] for key in QUICK_ROWS}
     assert set(rows) == {("InfoNCE", "RGB"), ("InfoNCE", "Flow"), ("UberNCE", "RGB"), ("CoCLR", "RGB"),
                          ("CoCLR", "Flow"), ("CoCLR", "RGB+Flow")}
     for row in rows.values():
-        assert 0 <= row["linear_top1"] <= 100 and "finetune_top1" not in row
+        assert 0 <= row["linear_top1"] <= 100
         recall = [row["retrieval"][f"R@{k}"] for k in (1, 5, 10, 20)]
         assert all(0 <= r <= 100 for r in recall) and recall == sorted(recall)
     assert rows[("CoCLR", "RGB")]["paper"] == {"linear": 70.2, "finetune": 81.4, "retrieval": 51.8}
@@ -103,54 +167,16 @@ def test_reduced_demo_writes_every_result(tmp_path: Path) -> None:
     assert "flow: 16 done" in result.stdout and "flow: 8 done" in (out / "logs" / "flow_test.log").read_text()
     assert json.loads((out / "store" / "store.json").read_text())["meta"]["flow_bound_px"] == 5.0
     # Running it again finds everything done and reproduces the same numbers.
-    again = _coclr("demo", "--out", str(out), "--seed", "3", *REDUCED)
+    again = _coclr("study", "--out", str(out), *STUDY_ARGS)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((out / "results.json").read_text())["rows"] == results["rows"]
     # With another option it refuses at once, naming the option, and leaves the results as they were; how many
     # commands run at once may change.
     before = (out / "results.json").read_text()
-    other = _coclr("demo", "--out", str(out), "--seed", "3", *REDUCED, "train.method.topk=3")
+    other = _coclr("study", "--out", str(out), *STUDY_ARGS, "train.method.topk=3")
     assert other.returncode != 0 and "train.method.topk=2 (given 3)" in other.stderr, other.stderr[-3000:]
     assert (out / "results.json").read_text() == before
-    assert _coclr("demo", "--out", str(out), "--seed", "3", *REDUCED, "processes=1", "--check").returncode == 0
-
-
-def test_every_row_and_column_of_table_1(tmp_path: Path) -> None:
-    """configs/study_demo.yaml reduced: the eleven rows, each with linear probe, finetune and R@1, the paper's
-    numbers beside them and every claim of the paper checked."""
-    out = tmp_path / "study"
-    result = _coclr("study", "--config", str(REPO_ROOT / "configs" / "study_demo.yaml"), "--out", str(out),
-                    *REDUCED, "train.method.queue_size=64", "processes=2", timeout=900)  # K=50 < queue
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    results = json.loads((out / "results.json").read_text())
-    table_1 = yaml.safe_load((REPO_ROOT / "configs" / "study_demo.yaml").read_text())["rows"]
-    assert len(table_1) == 11 and [row["row"] for row in results["rows"]] == table_1
-    for row in results["rows"]:
-        for value in (row["linear_top1"], row["finetune_top1"], row["retrieval"]["R@1"]):
-            assert 0 <= value <= 100, row
-    markdown = (out / "results.md").read_text()
-    table = markdown[markdown.index("| Method"):markdown.index("\n\n", markdown.index("| Method"))].splitlines()
-    assert table[0] == ("| Method | Input | Labels | Linear probe | paper | Finetune | paper | R@1 | paper | R@5 "
-                        "| R@10 | R@20 |")
-    assert len(table) == 2 + len(table_1)
-    assert re.match(r"\| Cross-Ent\.( ‡)? \| RGB \| ✓ \| [\d.]+ \| - \| [\d.]+ \| 77\.0 \| [\d.]+ \| 73\.5 \|",
-                    table[5])
-    assert re.match(r"\| CoCLR K=50( ‡)? \| RGB \| ✗ \| [\d.]+ \| 68\.3 \|", table[11])
-    for claim in ("CoCLR-RGB > CMC-RGB (finetune)", "CoCLR-RGB K=5 >= K=1 and K=50 (R@1)",
-                  "CoCLR-RGB alternating >= sim (linear probe)",
-                  "CoCLR two-stream above every other self-supervised row (R@1)", "CoCLR-Flow > InfoNCE-Flow (R@1)"):
-        assert claim in results["claims"] and f"- {claim}: " in markdown
-    # The ablations start from the shared InfoNCE encoders; the two-stream row fuses the two finetunes.
-    k1 = yaml.safe_load((out / "configs" / "coclr_k1.yaml").read_text())
-    assert k1["pipeline"]["infonce_from"] == str(out / "pipeline") and k1["method"]["topk"] == 1
-    assert not (out / "coclr_k1" / "infonce_rgb").exists() and (out / "coclr_k1" / "cycle2_rgb").is_dir()
-    assert (out / "coclr_sim" / "cycle2_sim" / "encoder_rgb.pth").is_file()
-    from coclr.eval.features import file_sha256
-
-    two_stream = json.loads((out / "eval" / "coclr_two_stream_finetune.json").read_text())
-    coclr_rgb = file_sha256(out / "pipeline" / "cycle2_rgb" / "encoder_rgb.pth")[:12]
-    assert Path(two_stream["per_stream"][0]["probabilities"]).parent.name == f"rgb_{coclr_rgb}_with_flow"
-    assert (out / "logs" / "finetune_coclr_rgb.log").is_file()  # that folder's work: the single-stream job's
+    assert _coclr("study", "--out", str(out), *STUDY_ARGS, "processes=1", "--check").returncode == 0
 
 
 def test_the_quick_study_plans_the_demo_and_checks_every_option(tmp_path: Path) -> None:

@@ -17,8 +17,9 @@ from coclr.config import load_config
 from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PipelineConfig, PretrainConfig
+from coclr.train.run import pretrain
 from coclr.train.sampler import ResumableSampler
-from coclr.train.trainer import LAST, Trainer
+from coclr.train.trainer import LAST
 from conftest import REPO_ROOT, make_random_store
 
 TINY = ["model.width=0.125", "data.length=8", "data.size=32", "data.workers=0", "method.queue_size=8",
@@ -60,7 +61,7 @@ def test_bad_options_name_their_key(overrides: list[str], key: str) -> None:
 def test_missing_store_fails_before_compute(tmp_path: Path) -> None:
     config = tiny_config(tmp_path / "nowhere", tmp_path / "run")
     with pytest.raises(ConfigError, match="data.store"):
-        Trainer(config)
+        pretrain(config)
 
 
 def test_coclr_without_the_second_views_data(tmp_path: Path) -> None:
@@ -72,14 +73,14 @@ def test_coclr_without_the_second_views_data(tmp_path: Path) -> None:
     save_encoder(sampler, build_encoder(width=0.125))
     config = tiny_config(store, tmp_path / "run", "method.name=coclr", f"method.sampler_checkpoint={sampler}")
     with pytest.raises(DataError, match="'flow' view"):
-        Trainer(config)
+        pretrain(config)
 
 
 def test_coclr_with_a_missing_sampler_checkpoint(store: Path, tmp_path: Path) -> None:
     config = tiny_config(store, tmp_path / "run", "method.name=coclr",
                          f"method.sampler_checkpoint={tmp_path / 'missing.pth'}")
     with pytest.raises(ConfigError, match="sampler_checkpoint"):
-        Trainer(config)
+        pretrain(config)
 
 
 def test_cli_reports_bad_config_in_one_line(tmp_path: Path) -> None:
@@ -179,10 +180,10 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(store: Path, tmp_pa
     assert load_checkpoint(last)["position"] == load_checkpoint(tmp_path / "a" / "checkpoint_last.pth")["position"]
 
 
-def test_checkpoint_holds_the_full_state_and_loads_as_an_encoder(store: Path, tmp_path: Path) -> None:
+def test_checkpoint_holds_the_full_state_and_loads_as_an_encoder(store: Path, tmp_path: Path, start_trainer) -> None:
     from coclr.models.loading import load_encoder
 
-    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=1"))
+    trainer = start_trainer(tiny_config(store, tmp_path / "run", "optim.epochs=1"))
     last = trainer.run()
     state = load_checkpoint(last)
     for key in ("model", "optimizer", "scheduler", "scaler", "rng", "position", "config"):
@@ -200,19 +201,19 @@ def test_checkpoint_holds_the_full_state_and_loads_as_an_encoder(store: Path, tm
 
 
 def test_resuming_drops_a_log_line_a_kill_cut_short(store: Path, tmp_path: Path) -> None:
-    Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.max_steps=3")).run()  # stops after epoch 1
+    pretrain(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.max_steps=3"))  # stops after epoch 1
     log = tmp_path / "run" / "log.jsonl"
     written = [json.loads(line) for line in log.read_text().splitlines()]
     log.write_text(log.read_text() + '{"step": 99, "loss": 1.')  # killed while appending a record
-    Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2")).run()
+    pretrain(tiny_config(store, tmp_path / "run", "optim.epochs=2"))
     records = [json.loads(line) for line in log.read_text().splitlines()]  # every line is JSON again
     assert records[:len(written)] == written
     assert [r["epoch"] for r in records if "epoch_loss" in r] == [1, 2]
     assert all(r["step"] != 99 for r in records)
 
 
-def test_best_checkpoint_is_the_epoch_with_the_lowest_loss(store: Path, tmp_path: Path) -> None:
-    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=4"))
+def test_best_checkpoint_is_the_epoch_with_the_lowest_loss(store: Path, tmp_path: Path, start_trainer) -> None:
+    trainer = start_trainer(tiny_config(store, tmp_path / "run", "optim.epochs=4"))
     last = trainer.run()
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     losses = [r["epoch_loss"] for r in records if "epoch_loss" in r]
@@ -223,10 +224,10 @@ def test_best_checkpoint_is_the_epoch_with_the_lowest_loss(store: Path, tmp_path
     assert load_checkpoint(last)["position"]["epoch"] == 4
 
 
-def test_rgbdiff_view_trains_from_rgb_frames(tmp_path: Path) -> None:
+def test_rgbdiff_view_trains_from_rgb_frames(tmp_path: Path, start_trainer) -> None:
     store = make_random_store(tmp_path / "store", frames=12, views=("rgb",))
-    trainer = Trainer(tiny_config(store, tmp_path / "run", "data.view=rgbdiff", "data.second_view=rgb",
-                                  "run.max_steps=1"))
+    trainer = start_trainer(tiny_config(store, tmp_path / "run", "data.view=rgbdiff", "data.second_view=rgb",
+                                        "run.max_steps=1"))
     batch = trainer.dataset[0]
     assert batch["rgbdiff"].shape[1] == 9  # T + 1 RGB frames, differenced into T after augmentation
     trainer.run()
@@ -235,17 +236,19 @@ def test_rgbdiff_view_trains_from_rgb_frames(tmp_path: Path) -> None:
 
 def test_knn_recall_is_logged_when_the_store_has_labelled_splits(tmp_path: Path) -> None:
     store = make_random_store(tmp_path / "store", test_videos=6)
-    Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=1", "run.knn_every=1")).run()
+    pretrain(tiny_config(store, tmp_path / "run", "optim.epochs=1", "run.knn_every=1"))
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     knn = [r for r in records if "knn_R@1" in r]
     assert len(knn) == 1 and 0 <= knn[0]["knn_R@1"] <= 100
 
 
-def test_a_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(store: Path, tmp_path: Path) -> None:
+def test_a_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(store: Path, tmp_path: Path,
+                                                                            start_trainer) -> None:
     from coclr.train.trainer import NonFiniteLossError
 
     # An absurd learning rate blows the weights up after the first step: the next loss is not finite.
-    exploding = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=3", "optim.lr=1e30", "run.save_every=1"))
+    exploding = start_trainer(tiny_config(store, tmp_path / "run", "optim.epochs=3", "optim.lr=1e30",
+                                          "run.save_every=1"))
     with pytest.raises(NonFiniteLossError, match="NaN or infinite"):
         exploding.run()
     kept = load_checkpoint(tmp_path / "run" / "checkpoint_last.pth")
@@ -254,8 +257,8 @@ def test_a_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(store
     assert logged and all(math.isfinite(loss) for loss in logged)
 
 
-def test_cmc_trains_both_views_against_each_other(store: Path, tmp_path: Path) -> None:
-    trainer = Trainer(tiny_config(store, tmp_path / "run", "method.name=cmc", "run.max_steps=2"))
+def test_cmc_trains_both_views_against_each_other(store: Path, tmp_path: Path, start_trainer) -> None:
+    trainer = start_trainer(tiny_config(store, tmp_path / "run", "method.name=cmc", "run.max_steps=2"))
     assert set(trainer.model.learners) == {"rgb", "flow"} and trainer.model.sampler is None
     before = {v: learner.encoder_q.head.fc2.weight.clone() for v, learner in trainer.model.learners.items()}
     trainer.run()
@@ -305,20 +308,20 @@ def test_a_dropped_own_key_is_a_negative_only_when_asked(as_negative: bool) -> N
     assert loss(near, keep_own=True) < loss(far, keep_own=True) - 1.0
 
 
-def test_the_own_key_is_kept_during_the_first_own_positive_epochs(store: Path, tmp_path: Path) -> None:
-    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=3", "method.own_positive_epochs=1.5"))
+def test_the_own_key_is_kept_during_the_first_own_positive_epochs(store: Path, tmp_path: Path, start_trainer) -> None:
+    trainer = start_trainer(tiny_config(store, tmp_path / "run", "optim.epochs=3", "method.own_positive_epochs=1.5"))
     assert trainer.data_order.batches_per_epoch == 3
     assert [trainer.keeps_own_key(i) for i in range(6)] == [True] * 5 + [False]
 
 
 @pytest.mark.parametrize("warmup_epochs", [0.0, 2.0])
 def test_lr_warm_up_scales_the_first_updates_and_leaves_the_schedule(store: Path, tmp_path: Path,
-                                                                     warmup_epochs: float) -> None:
+                                                                     warmup_epochs: float, start_trainer) -> None:
     """Adam's first update moves every weight with a clear gradient by lr (m/sqrt(v) = +-1): with a warm-up
     over 2 epochs of 3 iterations, the first iteration uses lr/6. The scheduled lr is left as it was."""
     lr = 1e-3
-    trainer = Trainer(tiny_config(store, tmp_path / "run", f"optim.lr={lr}", "optim.weight_decay=0",
-                                  f"optim.warmup_epochs={warmup_epochs}", "run.max_steps=1"))
+    trainer = start_trainer(tiny_config(store, tmp_path / "run", f"optim.lr={lr}", "optim.weight_decay=0",
+                                        f"optim.warmup_epochs={warmup_epochs}", "run.max_steps=1"))
     assert trainer.data_order.batches_per_epoch == 3
     encoder = trainer.model.learners["rgb"].encoder_q
     before = {name: p.detach().clone() for name, p in encoder.named_parameters()}
@@ -333,11 +336,11 @@ def test_lr_warm_up_scales_the_first_updates_and_leaves_the_schedule(store: Path
                                                                   else [1.0] * 4)
 
 
-def test_milestones_multiply_the_lr_by_gamma_from_their_epoch_on(store: Path, tmp_path: Path) -> None:
+def test_milestones_multiply_the_lr_by_gamma_from_their_epoch_on(store: Path, tmp_path: Path, start_trainer) -> None:
     """Three epochs of three iterations, milestone at epoch 2: the last epoch's updates use lr x gamma."""
-    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.lr=1e-3", "optim.epochs=3",
-                                  "optim.schedule=milestones", "optim.milestones=[2]", "optim.gamma=0.1",
-                                  "run.log_every=1"))
+    trainer = start_trainer(tiny_config(store, tmp_path / "run", "optim.lr=1e-3", "optim.epochs=3",
+                                        "optim.schedule=milestones", "optim.milestones=[2]", "optim.gamma=0.1",
+                                        "run.log_every=1"))
     assert trainer.data_order.batches_per_epoch == 3
     trainer.run()
     steps = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()
@@ -391,26 +394,27 @@ def test_shipped_configs_say_which_milestones_to_change() -> None:
         load_config(PipelineConfig, REPO_ROOT / "configs" / "ucf101_pipeline.yaml", ["pipeline.infonce_epochs=2"])
 
 
-def test_checkpoints_of_another_width_or_view_are_named_before_training(store: Path, tmp_path: Path) -> None:
+def test_checkpoints_of_another_width_or_view_are_named_before_training(store: Path, tmp_path: Path,
+                                                                          start_trainer) -> None:
     from coclr.models.encoder import build_encoder
     from coclr.models.loading import save_encoder
 
     wide = save_encoder(tmp_path / "wide.pth", build_encoder(width=0.25))
     with pytest.raises(CheckpointError, match=r"method\.init_checkpoint: .*wide\.pth holds another encoder than the "
                                               r"run's: model\.width=0\.125 \(the checkpoint: 0\.25\)$"):
-        Trainer(tiny_config(store, tmp_path / "a", f"method.init_checkpoint={wide}"))
+        pretrain(tiny_config(store, tmp_path / "a", f"method.init_checkpoint={wide}"))
     flow = save_encoder(tmp_path / "flow.pth", build_encoder(width=0.125),
                         meta={"view": "flow", "clip_settings": {"view": "flow", "length": 8}})
     with pytest.raises(ConfigError, match=r"method\.init_checkpoint: .*flow\.pth was trained on 'flow' clips, but is "
                                           r"used here for the 'rgb' view"):
-        Trainer(tiny_config(store, tmp_path / "b", f"method.init_checkpoint={flow}"))
+        pretrain(tiny_config(store, tmp_path / "b", f"method.init_checkpoint={flow}"))
     rgb = save_encoder(tmp_path / "rgb.pth", build_encoder(width=0.125), meta={"clip_settings": {"view": "rgb"}})
     with pytest.raises(ConfigError, match=r"method\.sampler_checkpoint: .*rgb\.pth was trained on 'rgb' clips, but "
                                           r"is used here for the 'flow' view"):
-        Trainer(tiny_config(store, tmp_path / "c", "method.name=coclr", f"method.sampler_checkpoint={rgb}"))
-    Trainer(tiny_config(store, tmp_path / "d", "method.name=coclr", f"method.sampler_checkpoint={flow}"))
+        pretrain(tiny_config(store, tmp_path / "c", "method.name=coclr", f"method.sampler_checkpoint={rgb}"))
+    start_trainer(tiny_config(store, tmp_path / "d", "method.name=coclr", f"method.sampler_checkpoint={flow}"))
     with pytest.raises(ConfigError, match=r"run\.amp: bf16 autocast is for CUDA devices; this run is on cpu"):
-        Trainer(tiny_config(store, tmp_path / "e", "run.amp=bf16", "run.device=cpu"))
+        pretrain(tiny_config(store, tmp_path / "e", "run.amp=bf16", "run.device=cpu"))
     assert not any((tmp_path / name).exists() for name in "abce")  # refused before anything was written
 
 

@@ -35,24 +35,22 @@ def _worker(rank: int, world: int, port: int, store: str, out: str, results: str
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
-    from coclr.train.trainer import Trainer
+    from coclr.train.run import start_run
 
-    trainer = Trainer(tiny_config(Path(store), Path(out), "run.batch_size=2", *OPTIONS))
-    trainer.run()
+    with start_run(tiny_config(Path(store), Path(out), "run.batch_size=2", *OPTIONS)) as trainer:
+        trainer.run()
     torch.save(learner_state(trainer), Path(results) / f"rank{rank}.pt")
     dist.destroy_process_group()
 
 
-def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
-    from coclr.train.trainer import Trainer
-
+def test_two_gloo_processes_match_one_process(tmp_path: Path, start_trainer) -> None:
     store = make_random_store(tmp_path / "store", videos=16)
     results = tmp_path / "results"
     results.mkdir()
     mp.spawn(_worker, args=(2, free_port(), str(store), str(tmp_path / "ddp"), str(results)), nprocs=2, join=True)
     ranks = [torch.load(results / f"rank{r}.pt", weights_only=True) for r in range(2)]
 
-    single = Trainer(tiny_config(store, tmp_path / "single", "run.batch_size=4", *OPTIONS))
+    single = start_trainer(tiny_config(store, tmp_path / "single", "run.batch_size=4", *OPTIONS))
     single.run()
     reference = learner_state(single)
 
@@ -76,7 +74,7 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
                                atol=1e-4, rtol=1e-4)
     # Adam divides by the gradients' running RMS, which amplifies float noise on weights whose gradient is
     # near zero; so the updates are compared as a whole, relative to their size, and each within one lr step.
-    initial = learner_state(Trainer(tiny_config(store, tmp_path / "init", "run.batch_size=4", *OPTIONS)))
+    initial = learner_state(start_trainer(tiny_config(store, tmp_path / "init", "run.batch_size=4", *OPTIONS)))
     weights = [name for name, value in reference.items() if name.startswith("encoder.") and value.is_floating_point()]
     difference = sum(((ranks[0][n] - reference[n]) ** 2).sum() for n in weights).sqrt()
     update = sum(((reference[n] - initial[n]) ** 2).sum() for n in weights).sqrt()
@@ -86,17 +84,16 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
         assert torch.equal(ranks[0][name], ranks[1][name]), name
 
 
-def test_a_two_process_run_resumes_in_one_process(tmp_path: Path) -> None:
+def test_a_two_process_run_resumes_in_one_process(tmp_path: Path, start_trainer) -> None:
     from coclr.train.checkpoint import load_checkpoint
-    from coclr.train.trainer import Trainer
-
     store = make_random_store(tmp_path / "store", videos=16)
     results = tmp_path / "results"
     results.mkdir()
     mp.spawn(_worker, args=(2, free_port(), str(store), str(tmp_path / "ddp"), str(results)), nprocs=2, join=True)
     stopped = load_checkpoint(tmp_path / "ddp" / "checkpoint_last.pth")
     assert stopped["world_size"] == 2 and stopped["position"]["consumed"] == 4 * STEPS
-    resumed = Trainer(tiny_config(store, tmp_path / "ddp", "run.batch_size=4", "run.freeze_bn=true", "optim.epochs=1"))
+    resumed = start_trainer(tiny_config(store, tmp_path / "ddp", "run.batch_size=4", "run.freeze_bn=true",
+                                        "optim.epochs=1"))
     assert resumed.position.consumed == 4 * STEPS
     resumed.run()
     final = load_checkpoint(tmp_path / "ddp" / "checkpoint_last.pth")["position"]
@@ -108,10 +105,11 @@ def _refused_worker(rank: int, port: int, store: str, out: str, results: str) ->
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
     from coclr.errors import CoclrError
-    from coclr.train.trainer import Trainer
+    from coclr.train.run import start_run
 
     try:
-        Trainer(tiny_config(Path(store), Path(out), "run.batch_size=2", *OPTIONS)).run()
+        with start_run(tiny_config(Path(store), Path(out), "run.batch_size=2", *OPTIONS)) as trainer:
+            trainer.run()
     except CoclrError as error:
         (Path(results) / f"refused{rank}").write_text(str(error))
     os._exit(0)  # not the group's teardown: once one rank has left, gloo may abort the other's (not under test)

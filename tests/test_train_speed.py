@@ -25,6 +25,7 @@ from coclr.errors import ConfigError, DataError
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import save_encoder
 from coclr.train.config import PretrainConfig
+from coclr.train.run import pretrain, start_run
 from coclr.train.setup import resolve_precision
 from coclr.train.trainer import Trainer
 from conftest import make_random_store
@@ -172,7 +173,8 @@ class DeviceTraffic(TorchFunctionMode):
 
 
 @pytest.mark.parametrize("method", ["infonce", "coclr"])
-def test_a_training_step_makes_no_blocking_copy_and_reads_nothing_on_the_device(method: str, tmp_path: Path) -> None:
+def test_a_training_step_makes_no_blocking_copy_and_reads_nothing_on_the_device(method: str, tmp_path: Path,
+                                                                                 start_trainer) -> None:
     """Per step, outside the logging and epoch-end points, at most one host synchronisation: a blocking copy to the
     device or a read of a device value (there are none), on a CPU run followed as a GPU run would place its
     tensors (:class:`DeviceTraffic`); the batch's tensors and the augmentation parameters go over non-blocking."""
@@ -183,8 +185,8 @@ def test_a_training_step_makes_no_blocking_copy_and_reads_nothing_on_the_device(
         extra = ["method.name=coclr", f"method.sampler_checkpoint={tmp_path / 'sampler.pth'}",
                  "method.wait_for_full_queue=true"]
     # The device path of the augmentation, as a GPU run takes it (the 8-bit path is for CPU tensors only).
-    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.log_every=1000",
-                                  "augment.cpu_8bit=false", *extra))
+    trainer = start_trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.log_every=1000",
+                                        "augment.cpu_8bit=false", *extra))
     steps = []
     step = trainer.train_step
 
@@ -217,22 +219,23 @@ def test_the_device_traffic_detector_finds_a_blocking_copy_and_a_read() -> None:
 
 
 @pytest.mark.parametrize("method", ["infonce", "coclr"])
-def test_training_steps_read_nothing_back_from_the_device(method: str, tmp_path: Path, monkeypatch) -> None:
+def test_training_steps_read_nothing_back_from_the_device(method: str, tmp_path: Path, monkeypatch,
+                                                          start_trainer) -> None:
     store = make_random_store(tmp_path / "store")
     extra = []
     if method == "coclr":  # mining, the own-key drop and waiting for the full queue
         save_encoder(tmp_path / "sampler.pth", build_encoder(width=0.125))
         extra = ["method.name=coclr", f"method.sampler_checkpoint={tmp_path / 'sampler.pth'}",
                  "method.wait_for_full_queue=true"]
-    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.log_every=1000", *extra))
+    trainer = start_trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.log_every=1000", *extra))
     assert unexpected_reads(trainer, monkeypatch) == []
 
 
-def test_the_read_back_detector_finds_an_item_in_the_step(tmp_path: Path, monkeypatch) -> None:
+def test_the_read_back_detector_finds_an_item_in_the_step(tmp_path: Path, monkeypatch, start_trainer) -> None:
     from coclr.train.learner import ViewLearner
 
     store = make_random_store(tmp_path / "store")
-    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=1", "run.log_every=1000"))
+    trainer = start_trainer(tiny_config(store, tmp_path / "run", "optim.epochs=1", "run.log_every=1000"))
     step = ViewLearner.step
 
     def step_reading_the_loss(self, *args, **kwargs):
@@ -404,18 +407,18 @@ def test_precision_is_resolved_per_device(tmp_path: Path, monkeypatch) -> None:
 
 def test_a_cpu_run_records_full_precision_and_refuses_explicit_autocast(tmp_path: Path) -> None:
     store = make_random_store(tmp_path / "store")
-    Trainer(tiny_config(store, tmp_path / "run", "run.max_steps=1")).run()
+    pretrain(tiny_config(store, tmp_path / "run", "run.max_steps=1"))
     recorded = json.loads((tmp_path / "run" / "run.json").read_text())["options"]["run"]
     assert (recorded["amp"], recorded["channels_last"]) == ("none", False)  # as runs recorded before "auto"
     with pytest.raises(ConfigError, match="run.amp: bf16 autocast is for CUDA"):
-        Trainer(tiny_config(store, tmp_path / "other", "run.amp=bf16", "run.device=cpu"))
+        pretrain(tiny_config(store, tmp_path / "other", "run.amp=bf16", "run.device=cpu"))
 
 
 # ------------------------------------------------------------------------------------ the same training results
 
 def losses_and_weights(config: PretrainConfig) -> tuple[list[float], dict[str, torch.Tensor]]:
-    trainer = Trainer(config)
-    trainer.run()
+    with start_run(config) as trainer:
+        trainer.run()
     records = [json.loads(line) for line in (Path(config.run.out) / "log.jsonl").read_text().splitlines()]
     return [r.get("loss", r.get("epoch_loss")) for r in records], trainer.model.state_dict()
 
@@ -433,8 +436,8 @@ def test_every_loading_path_trains_to_the_same_losses_and_weights(overrides, tmp
         assert torch.equal(other[1][name], value), name
 
 
-def test_keys_are_ordinary_tensors_equal_to_a_no_grad_forward(tmp_path: Path) -> None:
-    trainer = Trainer(tiny_config(make_random_store(tmp_path / "store"), tmp_path / "run"))
+def test_keys_are_ordinary_tensors_equal_to_a_no_grad_forward(tmp_path: Path, start_trainer) -> None:
+    trainer = start_trainer(tiny_config(make_random_store(tmp_path / "store"), tmp_path / "run"))
     learner = trainer.model.learners["rgb"]
     clips = torch.randn(4, 3, 8, 32, 32)
     keys = learner.embed_keys(clips)
@@ -447,7 +450,7 @@ def test_keys_are_ordinary_tensors_equal_to_a_no_grad_forward(tmp_path: Path) ->
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("method", ["infonce", "coclr"])
-def test_training_steps_on_cuda_make_no_synchronising_call(method: str, tmp_path: Path) -> None:
+def test_training_steps_on_cuda_make_no_synchronising_call(method: str, tmp_path: Path, start_trainer) -> None:
     """Every step after the first (which allocates and may probe) runs under CUDA's sync debug mode set to error."""
     store = make_random_store(tmp_path / "store")
     extra = []
@@ -455,8 +458,8 @@ def test_training_steps_on_cuda_make_no_synchronising_call(method: str, tmp_path
         save_encoder(tmp_path / "sampler.pth", build_encoder(width=0.125))
         extra = ["method.name=coclr", f"method.sampler_checkpoint={tmp_path / 'sampler.pth'}",
                  "method.wait_for_full_queue=false"]
-    trainer = Trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.log_every=1000", "run.device=cuda",
-                                  "data.decode=workers", *extra))
+    trainer = start_trainer(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.log_every=1000",
+                                              "run.device=cuda", "data.decode=workers", *extra))
     step = trainer.train_step
     steps = []
 

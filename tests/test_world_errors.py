@@ -66,7 +66,7 @@ def test_absurdly_nested_json_is_one_line(tmp_path, capsys):
     path = tmp_path / "deep.json"
     path.write_text("[" * 100000)
     assert main(["report", "--results", str(path), "--out", str(tmp_path / "report")]) == 2
-    assert "deep.json: not a JSON file" in _one_line(capsys)
+    assert "deep.json: not valid JSON" in _one_line(capsys)
 
 
 def test_output_paths_that_are_folders_or_under_a_file(tmp_path, capsys):

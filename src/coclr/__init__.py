@@ -11,21 +11,23 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from coclr.version import __version__
 
-_LAZY = {
-    "load_encoder": ("coclr.models.loading", "load_encoder"),
-    "S3D": ("coclr.models.s3d", "S3D"),
-    "Embedder": ("coclr.embed.embedder", "Embedder"),
-}
-
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", "load_encoder", "S3D", "Embedder"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib  # noqa: PLC0415 (lazy attribute)
+    """The public entry points, imported when first asked for (``import coclr`` does not import torch)."""
+    if name == "load_encoder":
+        from coclr.models.loading import load_encoder  # noqa: PLC0415 (lazy attribute)
 
-        module_name, attr = _LAZY[name]
-        return getattr(importlib.import_module(module_name), attr)
+        return load_encoder
+    if name == "S3D":
+        from coclr.models.s3d import S3D  # noqa: PLC0415 (lazy attribute)
+
+        return S3D
+    if name == "Embedder":
+        from coclr.embed.embedder import Embedder  # noqa: PLC0415 (lazy attribute)
+
+        return Embedder
     raise AttributeError(f"module 'coclr' has no attribute {name!r}")

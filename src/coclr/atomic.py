@@ -4,7 +4,8 @@ A reader, or a job resumed after a kill, sees either the old file or the complet
 Every output of the library's long jobs (store entries, flow, checkpoints, caches, reports) is written here.
 Temporary files are named ``.<name>.<pid>.<random>.partial``, so a cleaner can tell whether their writer
 still runs (see :func:`coclr.store.jobs.remove_stale_partials`). Append-only JSON-lines logs are the exception:
-:func:`read_json_lines` reads them back whatever a kill left.
+:func:`read_json_lines` reads them back whatever a kill left. :func:`read_json_record` is the one reader of the
+JSON records these writes leave (a folder's settings, a store's metadata, an index, a result).
 """
 
 from __future__ import annotations
@@ -91,6 +92,22 @@ def atomic_duplicate(source: str | Path, path: str | Path) -> Path:
         temp.unlink(missing_ok=True)
         raise
     return path
+
+
+def read_json_record(path: str | Path, remedy: str = "") -> dict[str, Any] | None:
+    """The JSON object in the file ``path``, or None when there is no such file. A file that is not a JSON object
+    (bad JSON or UTF-8, absurd nesting, another value) is a :class:`~coclr.errors.DataError` naming it and what was
+    wrong, then ``remedy`` (what to do, as ``"; <remedy>"``); a file that cannot be read raises its ``OSError``."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError; nesting past the stack
+        raise DataError(f"{path}: not valid JSON ({error}){'; ' + remedy if remedy else ''}") from None
+    if not isinstance(record, dict):
+        raise DataError(f"{path}: not a JSON object (holds {type(record).__name__}){'; ' + remedy if remedy else ''}")
+    return record
 
 
 def read_json_lines(path: str | Path) -> list[Any]:

@@ -4,6 +4,8 @@ Pretraining (``data.*``), evaluation (``coclr eval``), embedding (``coclr embed`
 checkpoints (:func:`coclr.models.loading.read_clip_settings`) all describe clips with these three numbers; their
 options take default, help and checks from :class:`ClipSettings` (:func:`clip_option`, :meth:`ClipSettings.check`),
 so that a default changes in one place. The defaults are the paper's: 32 consecutive frames, 128 px crops.
+The frames they are cut from are decoded at :data:`SHORT_SIDE` and stored as JPEG of :data:`JPEG_QUALITY` unless
+a command is told otherwise (``coclr data store``, the study, ``coclr embed``, ``coclr learn``).
 Knows nothing of files, models or the CLI, so every package may import it.
 """
 
@@ -15,6 +17,10 @@ from typing import Any
 
 from coclr.config import option, require
 
+SHORT_SIDE = 128
+"""The short side, in pixels, videos are decoded at by default (the paper's: its 128 px crops fit)."""
+JPEG_QUALITY = 90
+"""The JPEG quality of stored frames (RGB, and flow when the store records none)."""
 MIN_LENGTH = 8
 MIN_SIZE = 32
 """The smallest input S3D takes: 8 frames of 32 x 32 pixels."""

@@ -10,7 +10,9 @@ an explicit ``restart`` where the command has one: the old folder is moved aside
 
 Refused means untouched: every check and the folder's lock come before the first write, so a refused command
 leaves the folder byte for byte as it was (:func:`claim_folder`: check, create, lock, check again under the lock,
-record; a second job on a locked folder is refused by the lock, which it does not rewrite).
+record; a second job on a locked folder is refused by the lock, which it does not rewrite). Every kind of folder
+is claimed so, each with its :class:`FolderRecord` (where its settings are recorded: ``run.json``, ``embed.json``,
+a store's ``store.json``) and its lock.
 
 Nothing is overwritten that the command did not write, and no command writes into another's folder: a new output
 (a folder no record claims, or a file) is refused, naming what is in the way, when it holds files the command did
@@ -30,15 +32,14 @@ from __future__ import annotations
 
 import copy
 import fnmatch
-import json
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coclr.atomic import PARTIAL_SUFFIX, atomic_write_json
+from coclr.atomic import PARTIAL_SUFFIX, atomic_write_json, read_json_record
 from coclr.config import differences
 from coclr.errors import ConfigError, DataError
 from coclr.filelock import exclusive_lock
@@ -131,14 +132,9 @@ def without_keys(options: dict[str, Any], keys: Collection[str]) -> dict[str, An
 def read_record(folder: str | Path) -> dict[str, Any] | None:
     """The record of ``folder`` (``{"command", "options"}``), or None when it has none."""
     path = Path(folder) / RUN_RECORD
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise DataError(f"{path}: not valid JSON ({error}); it records how the folder was started, so it cannot "
-                        "be continued: use another folder") from None
-    if not isinstance(record, dict) or "options" not in record:
+    record = read_json_record(path, "it records how the folder was started, so it cannot be continued: use "
+                                    "another folder")
+    if record is not None and "options" not in record:
         raise DataError(f"{path}: not a coclr run record")
     return record
 
@@ -154,35 +150,69 @@ def move_aside(folder: str | Path, command: str) -> Path | None:
     return aside
 
 
-def check_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any],
-                 legacy: Callable[[Path], dict[str, Any] | None] | None = None) -> bool:
-    """Whether ``folder`` holds work of the same command and options (to continue); False when it holds none.
-    Reads only. Raises :class:`FolderRefused` naming every differing option (or the other command).
+@dataclass(frozen=True)
+class FolderRecord:
+    """Where and how a kind of folder records the settings it was started with (:func:`claim_folder`).
 
-    ``legacy`` reads the options of a folder written before records existed (e.g. from its checkpoint), None
-    when it holds none."""
+    ``name``: the record's file, named in refusals (``run.json``, ``embed.json``, ``store.json``); ``read(folder)``:
+    the recorded settings, None when the folder records none (it raises for the record of another command);
+    ``write(folder, held)``: called under the lock once the settings were checked again (``held``: the folder
+    recorded them already): records a new folder, or adds the keys it lacks (a rule with ``may_add``);
+    ``ours(path)``: what a folder without a record may already hold, besides coclr's bookkeeping; ``check(folder)``:
+    further read-only checks of a recorded folder (a store's index)."""
+
+    name: str
+    read: Callable[[Path], dict[str, Any] | None]
+    write: Callable[[Path, bool], Any]
+    ours: Callable[[Path], bool] | None = None
+    check: Callable[[Path], Any] | None = None
+
+
+def run_record(rule: FolderRule, options: dict[str, Any]) -> FolderRecord:
+    """The record of the folders of pretrain, pipeline, study, finetune, report, learn and the synthetic videos:
+    ``run.json``, ``{"command", "options"}``, written once (a continued run keeps the options it was started with);
+    a folder without one may hold the outputs its command nests (:data:`NESTED`)."""
+    def read(folder: Path) -> dict[str, Any] | None:
+        record = read_record(folder)
+        if record is None:
+            return None
+        if record.get("command", rule.command) != rule.command:
+            raise FolderRefused(f"{folder} holds the output of `coclr {record.get('command')}`, not of "
+                                f"`coclr {rule.command}`: use another folder")
+        return record["options"]
+
+    def write(folder: Path, held: bool) -> None:
+        if not (folder / RUN_RECORD).is_file():  # (a folder from before records held work without one)
+            atomic_write_json(folder / RUN_RECORD, {"command": rule.command, "options": options})
+
+    return FolderRecord(RUN_RECORD, read, write, ours=lambda path: nested_output(path, rule.command))
+
+
+def check_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any],
+                 legacy: Callable[[Path], dict[str, Any] | None] | None = None,
+                 record: FolderRecord | None = None) -> bool:
+    """Whether ``folder`` holds work of the same command and options (to continue); False when it holds none.
+    Reads only: the pre-check of :func:`claim_folder`, which a command also runs on its own before any work.
+    Raises :class:`FolderRefused` naming every differing option (or the other command), or what is in the way of
+    a new folder (:func:`check_place`, :func:`refuse_foreign`).
+
+    ``record``: where the folder records its settings (default :func:`run_record`); ``legacy`` reads the options
+    of a folder written before records existed (e.g. from its checkpoint), None when it holds none."""
     folder = Path(folder)
+    record = record or run_record(rule, options)
     if folder.exists() and not folder.is_dir():
         raise FolderRefused(f"{folder}: exists and is not a folder; give a folder")
-    record = read_record(folder)
-    if record is None and legacy is not None and folder.is_dir():
+    recorded = record.read(folder) if folder.is_dir() else None
+    if recorded is None and legacy is not None and folder.is_dir():
         recorded = legacy(folder)
-        record = None if recorded is None else {"command": rule.command, "options": recorded}
-    if record is None:  # a new output: not inside another command's folder, and holding nothing of others
+    if recorded is None:  # a new output: not inside another command's folder, and holding nothing of others
         check_place(folder, rule.command)  # (but the outputs it may hold: a study's stage run before the study's)
-        refuse_foreign(folder, rule.command, RUN_RECORD, lambda path: nested_output(path, rule.command))
+        refuse_foreign(folder, rule.command, record.name, record.ours)
         return False
-    if record.get("command", rule.command) != rule.command:
-        raise FolderRefused(f"{folder} holds the output of `coclr {record.get('command')}`, not of "
-                            f"`coclr {rule.command}`: use another folder")
-    return rule.check(folder, record["options"], options)
-
-
-def record_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any]) -> None:
-    """Write the record of ``folder`` unless it has one (a continued run keeps the options it was started with)."""
-    folder = Path(folder)
-    if not (folder / RUN_RECORD).is_file():
-        atomic_write_json(folder / RUN_RECORD, {"command": rule.command, "options": options})
+    rule.check(folder, recorded, options)
+    if record.check is not None:
+        record.check(folder)
+    return True
 
 
 def restart_folder(folder: str | Path, rule: FolderRule) -> Path | None:
@@ -204,21 +234,26 @@ def folder_lock(folder: str | Path, rule: FolderRule) -> Iterator[None]:
 
 @contextmanager
 def claim_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any], restart: bool = False,
-                 legacy: Callable[[Path], dict[str, Any] | None] | None = None) -> Iterator[bool]:
-    """Hold ``folder`` for the work of a ``with`` block; yields whether there was work to continue.
+                 legacy: Callable[[Path], dict[str, Any] | None] | None = None, record: FolderRecord | None = None,
+                 lock: Callable[[], AbstractContextManager[Any]] | None = None) -> Iterator[bool]:
+    """Hold ``folder`` for the work of a ``with`` block; yields whether there was work to continue. The one claim of
+    every kind of folder a command writes (run folders, embeddings, a store's views).
 
     In this order, so that a refused command writes nothing: :func:`check_folder` (reads only), then the folder
-    is created and locked (:func:`folder_lock`), checked again under the lock (another job may have started it
-    meanwhile), and recorded. In a job of several processes, one of them claims the folder. ``restart``
-    moves an earlier folder aside first (the one write a refused check cannot undo: it is asked for)."""
+    is created and locked, checked again under the lock (another job may have started it meanwhile), and recorded
+    (``record.write``). ``restart`` moves an earlier folder aside first (the one write a refused check cannot undo:
+    it is asked for). ``record``: where the settings are recorded (default: ``run.json``, :func:`run_record`);
+    ``lock``: the lock that refuses a second job (default :func:`folder_lock`; a store's view lock for its views).
+    In a job of several processes, one of them claims the folder (:func:`coclr.distributed.held_by_main`)."""
     folder = Path(folder)
+    record = record or run_record(rule, options)
     if restart:
         restart_folder(folder, rule)
-    check_folder(folder, rule, options, legacy)
+    check_folder(folder, rule, options, legacy, record)
     folder.mkdir(parents=True, exist_ok=True)
-    with folder_lock(folder, rule):
-        held = check_folder(folder, rule, options, legacy)
-        record_folder(folder, rule, options)
+    with lock() if lock is not None else folder_lock(folder, rule):
+        held = check_folder(folder, rule, options, legacy, record)
+        record.write(folder, held)
         yield held
 
 
@@ -235,13 +270,11 @@ def folder_owner(folder: str | Path) -> str | None:
     if record is not None and isinstance(record.get("command"), str):
         return record["command"]
     for name, (format_name, command) in OWNER_RECORDS.items():
-        path = folder / name
-        if path.is_file():
-            try:
-                if json.loads(path.read_text()).get("format") == format_name:
-                    return command
-            except (ValueError, AttributeError, OSError):
-                continue
+        try:
+            if (read_json_record(folder / name) or {}).get("format") == format_name:
+                return command
+        except (DataError, OSError):
+            continue
     return None
 
 

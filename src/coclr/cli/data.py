@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 
-from coclr.cli import _synth, job_status
+from coclr.cli import _synth
+from coclr.cli._status import job_status
+from coclr.clips import JPEG_QUALITY, SHORT_SIDE
 
 FORMATS = ("ucf101", "hmdb51", "kinetics", "folder", "csv")
 
@@ -62,9 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     store.add_argument("--root", required=True, help="folder of the videos")
     store.add_argument("--out", required=True, help="store folder: new or empty, or a store this command built (a "
                        "folder of other files is refused)")
-    store.add_argument("--short-side", type=int, default=128, help="resize so the shorter side has this "
+    store.add_argument("--short-side", type=int, default=SHORT_SIDE, help="resize so the shorter side has this "
                        "many pixels (0: keep the decoded size)")
-    store.add_argument("--quality", type=int, default=90, help="JPEG quality (1-100)")
+    store.add_argument("--quality", type=int, default=JPEG_QUALITY, help="JPEG quality (1-100)")
     store.add_argument("--fps", type=float, help="resample to this frame rate (default: keep every frame)")
     store.add_argument("--workers", type=int, help="worker processes (default: one per core; 0: none, work in this "
                        "process, as DataLoader's num_workers)")

@@ -61,8 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    from coclr.cli import EXIT_DONE, job_status
-    from coclr.core.distributed import init_distributed, launched_world_size, pick_device, rank
+    from coclr.cli._status import EXIT_DONE, job_status
+    from coclr.distributed import init_distributed, launched_world_size, pick_device, rank
     from coclr.embed.embedder import Embedder
     from coclr.embed.run import embed_videos
     from coclr.errors import ConfigError

@@ -13,8 +13,6 @@ import sys
 
 from coclr.cli._options import add_clip_arguments
 
-TASKS = ("retrieval", "linear", "finetune")
-
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="encoder checkpoint (ours or the authors')")
@@ -122,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
     from coclr.atomic import atomic_write_json
     from coclr.config import from_dict
-    from coclr.core.distributed import pick_device
+    from coclr.distributed import pick_device
     from coclr.errors import CheckpointError, ConfigError
     from coclr.eval.evaluate import evaluate_checkpoint
     from coclr.eval.features import ClipConfig, Stream, check_inputs, split_entries, trained_clips, trained_view

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from coclr.cli import EXIT_DONE, job_status
+from coclr.cli._status import EXIT_DONE, job_status
 
 BACKEND_CHOICES = ("auto", "tvl1", "dis", "tvl1-torch", "opencv", "torch")
 
@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from coclr.core.distributed import init_distributed, launched_world_size
-    from coclr.flow.extract import extract_flow, resolve_backend
+    from coclr.distributed import init_distributed, launched_world_size
+    from coclr.store.flow_extract import extract_flow, resolve_backend
     from coclr.store.jobs import GROUP_TIMEOUT
 
     options = {key: getattr(args, key) for key in ("bound", "mode", "stop_every", "batch_pairs", "kernels", "jpeg")

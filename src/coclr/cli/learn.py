@@ -33,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coclr.cli import EXIT_DONE, job_status
-    from coclr.core.distributed import rank
+    from coclr.cli._status import EXIT_DONE, job_status
+    from coclr.distributed import rank
     from coclr.learn import LearnOptions, learn
     from coclr.learn.budget import parse_budget
 

@@ -29,6 +29,6 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(PretrainConfig, args.config, args.overrides)
     from coclr.train.run import pretrain
 
-    checkpoint = pretrain(config, restart=args.restart)
-    print(f"last checkpoint: {checkpoint}")
+    trained = pretrain(config, restart=args.restart)
+    print(f"last checkpoint: {trained.checkpoint}")
     return 0

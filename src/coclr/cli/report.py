@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 def evaluate_run(args: argparse.Namespace, store) -> list[dict]:
     """The retrieval records of every finished stage of the pipeline run ``args.run`` (written into ``args.out``)."""
     from coclr.config import from_dict
-    from coclr.core.distributed import pick_device
+    from coclr.distributed import pick_device
     from coclr.eval.features import ClipConfig, trained_clips
     from coclr.eval.report import report_run, stage_encoders
 

@@ -4,7 +4,6 @@ Pure tensor code, device-agnostic, knowing nothing of files or the command line.
 and CMC share :func:`multi_positive_nce` and differ only in their positive rule; :data:`METHODS` defines each.
 """
 
-from coclr.core.distributed import all_gather_concat, broadcast_, is_distributed, is_main, rank, world_size
 from coclr.core.loss import logits_from, multi_positive_nce
 from coclr.core.methods import CONTRASTIVE, METHODS, Method, find_method, method, positive_mask
 from coclr.core.momentum import momentum_copy, momentum_update, shuffled_forward
@@ -22,15 +21,11 @@ __all__ = [
     "METHODS",
     "Method",
     "MomentumQueue",
-    "all_gather_concat",
-    "broadcast_",
     "cross_view_instance_positives",
     "cross_view_topk_positives",
     "drop_own_positive",
     "find_method",
     "instance_positives",
-    "is_distributed",
-    "is_main",
     "label_positives",
     "logits_from",
     "method",
@@ -38,7 +33,5 @@ __all__ = [
     "momentum_update",
     "multi_positive_nce",
     "positive_mask",
-    "rank",
     "shuffled_forward",
-    "world_size",
 ]

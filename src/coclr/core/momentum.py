@@ -13,7 +13,7 @@ import copy
 import torch
 from torch import nn
 
-from coclr.core.distributed import all_gather_sizes_concat, broadcast_, is_distributed, rank
+from coclr.distributed import all_gather_sizes_concat, broadcast_, is_distributed, rank
 
 
 def momentum_copy(module: nn.Module) -> nn.Module:

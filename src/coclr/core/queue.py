@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from coclr.core.distributed import all_gather_concat
+from coclr.distributed import all_gather_concat
 
 UNKNOWN = -1
 """Value of ``labels``, ``video_ids`` and ``groups`` for slots never written or written without the field."""

@@ -78,7 +78,33 @@ class AugmentParams:
 
 
 @dataclass
-class ClipAugment:
+class AugmentOptions:
+    """What a training run chooses of its augmentation: the pretrain configuration's ``augment`` options, recorded
+    in its run folder. :class:`ClipAugment` is these and the settings no run changes (crop side, aspect ratios,
+    jitter strengths, blur sigmas, normalisation); ``ClipAugment.of(options, size)`` makes one."""
+
+    crop_area: list[float] = option([0.2, 1.0], "range of the crop area as a fraction of the frame area (random "
+                                                "resized crop)")
+    flip_p: float = option(0.5, "probability of a horizontal flip (flow's u is negated when flipped)")
+    jitter_p: float = option(0.8, "probability of colour jitter per clip (RGB only; strengths 0.4, 0.4, 0.4, 0.1 as "
+                                  "torchvision's ColorJitter)")
+    gray_p: float = option(0.2, "probability of converting a clip to luminance grayscale (RGB only)")
+    blur_p: float = option(0.5, "probability of Gaussian blur per clip (RGB only; sigma 0.1-2; 0 for finetuning)")
+    cpu_8bit: bool = option(True, "on CPU tensors, augment clip by clip in 8 bits with OpenCV, rounding after each "
+                                  "operation as the authors' PIL pipeline does (several times faster); false: "
+                                  "the device path's float operations")
+
+    def validate(self) -> None:
+        area = tuple(self.crop_area)
+        require(len(area) == 2 and 0 < area[0] <= area[1] <= 1, "crop_area",
+                f"must be [min, max] with 0 < min <= max <= 1, got {list(area)}")
+        for key in ("flip_p", "jitter_p", "gray_p", "blur_p"):
+            value = getattr(self, key)
+            require(0 <= value <= 1, key, f"must be a probability in [0, 1], got {value}")
+
+
+@dataclass
+class ClipAugment(AugmentOptions):
     """Training augmentation of a batch of clips: random resized crop, flip, colour jitter, grayscale, blur.
 
     Call it as ``augment(views, generator)``; or ``draw_params`` then ``apply`` to reuse or inspect the
@@ -92,30 +118,27 @@ class ClipAugment:
     """
 
     size: int = option(128, "output height and width of the crops")
-    area: tuple[float, float] = option((0.2, 1.0), "range of the crop area as a fraction of the frame area")
     ratio: tuple[float, float] = option((3 / 4, 4 / 3), "range of the crop aspect ratio w/h (log-uniform)")
-    flip_p: float = option(0.5, "probability of a horizontal flip (flow's u is negated when flipped)")
     jitter: tuple[float, float, float, float] = option(
         (0.4, 0.4, 0.4, 0.1), "colour jitter strengths: brightness, contrast, saturation, hue (torchvision)")
-    jitter_p: float = option(0.8, "probability of colour jitter per clip (RGB only)")
-    gray_p: float = option(0.2, "probability of converting a clip to luminance grayscale (RGB only)")
     blur_sigma: tuple[float, float] = option((0.1, 2.0), "range of the Gaussian blur sigma in output pixels")
-    blur_p: float = option(0.5, "probability of Gaussian blur per clip (RGB only; 0 for finetuning)")
     mean: tuple[float, float, float] = option(IMAGENET_MEAN, "per-channel mean for normalisation")
     std: tuple[float, float, float] = option(IMAGENET_STD, "per-channel standard deviation for normalisation")
     kinds: dict[str, str] = option({}, "view name -> kind (rgb, flow, rgbdiff) for names the naming rule "
                                        "('rgb', 'rgbdiff', 'flow...') does not cover")
-    cpu_8bit: bool = option(True, "on CPU tensors, augment clip by clip in 8 bits with OpenCV, rounding after each "
-                                  "operation as the authors' PIL pipeline does (several times faster); false: "
-                                  "the device path's float operations")
 
     def __post_init__(self) -> None:
         self.validate()
 
+    @classmethod
+    def of(cls, options: AugmentOptions, size: int) -> ClipAugment:
+        """The augmentation a run's ``options`` choose, with crops of ``size``."""
+        return cls(size=size, **{field.name: getattr(options, field.name)
+                                 for field in dataclasses.fields(AugmentOptions)})
+
     def validate(self) -> None:
+        super().validate()
         require(self.size >= 1, "size", f"must be positive, got {self.size}")
-        require(len(self.area) == 2 and 0 < self.area[0] <= self.area[1] <= 1, "area",
-                f"must be (min, max) with 0 < min <= max <= 1, got {self.area}")
         require(len(self.ratio) == 2 and 0 < self.ratio[0] <= self.ratio[1], "ratio",
                 f"must be (min, max) with 0 < min <= max, got {self.ratio}")
         require(len(self.jitter) == 4 and all(s >= 0 for s in self.jitter) and self.jitter[3] <= 0.5, "jitter",
@@ -124,9 +147,6 @@ class ClipAugment:
                 f"must be (min, max) with 0 < min <= max, got {self.blur_sigma}")
         require(self.blur_radius < self.size, "blur_sigma",
                 f"max sigma {self.blur_sigma[1]} needs a kernel radius {self.blur_radius} below size {self.size}")
-        for key in ("flip_p", "jitter_p", "gray_p", "blur_p"):
-            value = getattr(self, key)
-            require(0 <= value <= 1, key, f"must be a probability in [0, 1], got {value}")
         require(len(self.mean) == 3, "mean", f"needs 3 values, got {self.mean}")
         require(len(self.std) == 3 and all(s > 0 for s in self.std), "std", f"needs 3 positive values, got {self.std}")
         for name, kind in self.kinds.items():
@@ -153,7 +173,7 @@ class ClipAugment:
         def uniform(low: float, high: float, *shape: int) -> Tensor:
             return low + (high - low) * torch.rand(shape, generator=generator, dtype=torch.float64)
 
-        boxes = sample_crop_boxes(batch_size, height, width, self.area, self.ratio, generator)
+        boxes = sample_crop_boxes(batch_size, height, width, tuple(self.crop_area), self.ratio, generator)
         flip = torch.rand(batch_size, generator=generator) < self.flip_p
         jitter = torch.rand(batch_size, generator=generator) < self.jitter_p
         brightness, contrast, saturation, hue = self.jitter

@@ -42,9 +42,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from coclr.core.distributed import pick_device
+from coclr.cpu import native_bfloat16
 from coclr.data.augment import center_crop
 from coclr.data.sampling import clip_span, sliding_windows
+from coclr.distributed import pick_device
 from coclr.embed.settings import EmbedSettings, checkpoint_view, resolve_settings
 from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.flow.encode import flow_to_uint8
@@ -261,10 +262,12 @@ def inference_layout(device: torch.device) -> torch.memory_format:
 
 
 def check_precision(precision: str | None, device: torch.device) -> None:
-    """Refuse a precision the device cannot run: bf16 on a CPU needs oneDNN's bfloat16 kernels (AVX-512 BF16 or
-    AMX; without them it would be emulated, slower than float32)."""
-    if precision == "bf16" and device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        raise ConfigError("precision: this CPU has no bfloat16 kernels (AVX-512 BF16 or AMX); leave the precision "
+    """Refuse a precision the device cannot run: bf16 on a CPU needs bfloat16 dot-product instructions (AVX-512 BF16
+    or AMX, :func:`coclr.cpu.native_bfloat16`, by the CPU's flags; without them oneDNN converts to float32 and runs
+    slower than float32). ``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` is no such test: it is true on any CPU
+    with AVX-512."""
+    if precision == "bf16" and device.type == "cpu" and not native_bfloat16():
+        raise ConfigError("precision: this CPU has no bfloat16 instructions (AVX512_BF16 or AMX); leave the precision "
                           "at float32")
 
 

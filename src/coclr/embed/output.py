@@ -40,9 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from coclr.atomic import atomic_open, atomic_write_json, read_json_lines
+from coclr.atomic import atomic_open, atomic_write_json, read_json_lines, read_json_record
 from coclr.errors import DataError
-from coclr.runfolder import LOCK_FILE, FolderRule, check_place, folder_lock, refuse_foreign  # noqa: F401 (LOCK_FILE: re-exported)
+from coclr.runfolder import FolderRecord, FolderRule, claim_folder
 
 SETTINGS_FILE = "embed.json"
 COMMIT_FILE = "commit.json"
@@ -164,13 +164,10 @@ class EmbeddingWriter(ChunkWriter):
     # ------------------------------------------------------------------ opening and closing
 
     def __enter__(self) -> EmbeddingWriter:
-        self._check_settings()  # reads only: a refused run leaves the folder untouched
-        self.root.mkdir(parents=True, exist_ok=True)
         self._lock = contextlib.ExitStack()
-        self._lock.enter_context(folder_lock(self.root, EMBED_FOLDER))
+        self._lock.enter_context(claim_folder(self.root, EMBED_FOLDER, self.record["settings"],
+                                              record=self._folder_record()))
         try:
-            if not self._check_settings():  # again under the lock: another run may have started it meanwhile
-                atomic_write_json(self.root / SETTINGS_FILE, {"format": FORMAT, **self.record})
             recover(self.root)
             self.merge()
             self.done = {r["path"]: (r["size"], r["mtime_ns"]) for r in read_jsonl(self.root / f"{VIDEOS}.jsonl")}
@@ -189,17 +186,18 @@ class EmbeddingWriter(ChunkWriter):
             assert self._lock is not None
             self._lock.close()
 
-    def _check_settings(self) -> bool:
-        """Whether the folder records its settings (then they equal this run's: else :class:`FolderRefused`
-        naming each differing one); a folder that holds other files and no settings, or lies inside another
-        command's folder, is refused (:mod:`coclr.runfolder`). Reads only."""
-        if self.root.exists() and not self.root.is_dir():
-            raise DataError(f"{self.root}: exists and is not a folder")
-        if not (self.root / SETTINGS_FILE).is_file():  # a new folder: nothing of others in it or around it
-            check_place(self.root, EMBED_FOLDER.command)
-            refuse_foreign(self.root, EMBED_FOLDER.command, SETTINGS_FILE)
-            return False
-        return EMBED_FOLDER.check(self.root, read_settings(self.root).get("settings", {}), self.record["settings"])
+    def _folder_record(self) -> FolderRecord:
+        """How the folder records its settings (:func:`~coclr.runfolder.claim_folder`): the ``"settings"`` of
+        ``embed.json``, which a new folder is given with the rest of the record (checkpoints, dimension,
+        versions)."""
+        def settings(folder: Path) -> dict[str, Any] | None:
+            return read_settings(folder).get("settings", {}) if (folder / SETTINGS_FILE).is_file() else None
+
+        def write(folder: Path, held: bool) -> None:
+            if not held:
+                atomic_write_json(folder / SETTINGS_FILE, {"format": FORMAT, **self.record})
+
+        return FolderRecord(SETTINGS_FILE, settings, write)
 
     # ------------------------------------------------------------------ adding results
 
@@ -352,8 +350,8 @@ def _copy_rows(source: np.ndarray, rows: list[int], target: np.ndarray) -> int:
 def recover(root: Path) -> None:
     """Finish an interrupted commit (renames, then chunk deletions), and remove leftover temporary files."""
     commit = root / COMMIT_FILE
-    if commit.is_file():
-        plan = json.loads(commit.read_text())
+    plan = read_json_record(commit)
+    if plan is not None:
         for temp, final in plan["renames"].items():
             if (root / temp).is_file():
                 os.replace(root / temp, root / final)
@@ -445,13 +443,10 @@ class JsonLines(Sequence):
 def read_settings(root: str | Path) -> dict[str, Any]:
     """The ``embed.json`` record of an output folder (a :class:`DataError` when it is not one)."""
     path = Path(root) / SETTINGS_FILE
-    if not path.is_file():
+    record = read_json_record(path)
+    if record is None:
         raise DataError(f"{root}: not a coclr embed output folder (no {SETTINGS_FILE})")
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise DataError(f"{path}: not valid JSON: {error}") from None
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
+    if record.get("format") != FORMAT:
         raise DataError(f"{path}: not a coclr embed settings file")
     return record
 

@@ -13,7 +13,7 @@ from typing import Any
 import cv2
 import numpy
 
-from coclr.core.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
+from coclr.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
 from coclr.embed.embedder import Embedder, EmbedFailure
 from coclr.embed.inputs import expand_inputs
 from coclr.embed.output import ChunkWriter, EmbeddingWriter, file_identity, read_settings
@@ -22,6 +22,7 @@ from coclr.eval.features import file_sha256
 from coclr.interrupts import interrupted
 from coclr.models.loading import checkpoint_format
 from coclr.store.jobs import shard
+from coclr.version import __version__
 from coclr.video.decode import DAMAGE_TOLERANCE
 
 
@@ -88,12 +89,11 @@ def folder_record(embedder: Embedder) -> dict[str, Any]:
 
 
 def library_versions() -> dict[str, str]:
+    """The versions of the libraries an embedding depends on, recorded in the folder (what computed its rows)."""
     import av  # noqa: PLC0415 (optional)
     import torch  # noqa: PLC0415 (heavy)
 
-    import coclr  # noqa: PLC0415 (heavy)
-
-    return {"coclr": coclr.__version__, "torch": torch.__version__, "av": av.__version__, "opencv": cv2.__version__,
+    return {"coclr": __version__, "torch": torch.__version__, "av": av.__version__, "opencv": cv2.__version__,
             "numpy": numpy.__version__}
 
 

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text
+from coclr.cpu import native_bfloat16
 from coclr.embed.output import Embeddings, file_identity
 from coclr.errors import ConfigError, DataError
 from coclr.eval.exact import (
@@ -65,9 +66,16 @@ SEARCH_CHUNK = 32768
 """Gallery rows per float32 product in a search (bounds the score block to ``queries x SEARCH_CHUNK``)."""
 FIRST_CHUNK = 1024
 """The first chunk is small: its k-th best score starts the candidate threshold before the big chunks come."""
-BF16_MIN_QUERIES = 16
-"""From this many queries at once the first pass multiplies bfloat16 copies of the rows (compute-bound: faster
-where the CPU has bfloat16 instructions); fewer queries read float32 rows (memory-bound) without importing torch."""
+MANY_QUERIES = 16
+"""From this many queries at once the first pass is compute-bound: there it multiplies the rows' bfloat16 copy
+where the CPU has bfloat16 dot-product instructions (:func:`coclr.cpu.native_bfloat16`). Otherwise, and for fewer
+queries (memory-bound), it is NumPy's float32 product (no torch import)."""
+GROUP = 64
+"""A score block is cut into ``GROUP`` parts: the maximum over the parts (one pass over the scores) names the few
+columns that can hold a candidate, and only those are compared with the floor (instead of a compare and a
+``nonzero`` over every score)."""
+FIRST_PASSES = ("float32", "bfloat16")
+"""The first passes (:func:`first_pass_kind`): NumPy's float32 product, or PyTorch's bfloat16 one."""
 
 
 @dataclasses.dataclass
@@ -134,38 +142,56 @@ def _units(rows: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
         raise DataError("the searched rows hold NaN or infinite values") from None
 
 
-def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEARCH_CHUNK
-               ) -> tuple[np.ndarray, np.ndarray]:
+def first_pass_kind(gallery: UnitRows, count: int) -> str:
+    """Which first pass ``count`` queries at once get over ``gallery`` (one of :data:`FIRST_PASSES`), by what the
+    CPU has and what is installed, never by a timing: ``bfloat16`` from :data:`MANY_QUERIES` queries where the rows
+    have a bfloat16 copy, torch is installed and the CPU has bfloat16 dot-product instructions (AVX512_BF16 or AMX,
+    not limited by ``ATEN_CPU_CAPABILITY`` or ``ONEDNN_MAX_CPU_ISA``: :func:`coclr.cpu.native_bfloat16`), else
+    ``float32``. Either gives the same answer (:func:`exact_topk`)."""
+    if count < MANY_QUERIES or gallery.block16 is None or not native_bfloat16():
+        return "float32"
+    try:
+        import torch  # noqa: F401, PLC0415 (heavy; optional here: only the bfloat16 pass needs it)
+    except ImportError:
+        return "float32"
+    return "bfloat16"
+
+
+def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEARCH_CHUNK,
+               first: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(scores float64 [Q, k], rows int64 [Q, k])``: each query's ``k`` best gallery rows by exact score, ties
     to the lower row. ``queries`` are unit rows already (:func:`coclr.eval.exact.unit_rows`, same mean).
 
-    Pass 1 (float32 BLAS, or for ``BF16_MIN_QUERIES`` queries and more a bfloat16 product where the rows have a
-    bfloat16 copy and torch is installed: oneDNN's AMX/AVX-512 BF16 kernels) keeps every row within ``margin``
-    (twice that pass's rounding bound) of the running k-th best first-pass score: a row whose exact score reaches
-    the exact k-th best is always kept. Pass 2 scores the kept rows exactly (float64 products of quantised rows:
-    exact in any order)."""
+    Pass 1 (``first``, by default :func:`first_pass_kind`: NumPy's float32 product, or a bfloat16 product where
+    the CPU has bfloat16 instructions) keeps every row within ``margin`` (twice that pass's rounding bound) of the
+    running k-th best first-pass score: a row whose exact score reaches the exact k-th best is always kept. Pass 2
+    scores the kept rows exactly (float64 products of quantised rows: exact in any order), so the answer is the
+    same whichever first pass ran."""
     if gallery.count == 0 or k < 1:
         raise DataError(f"nothing to search: {gallery.count} rows, k = {k}")
     queries = np.ascontiguousarray(queries, np.float32)
     count, k = len(queries), min(k, gallery.count)
-    first_pass = _bfloat16_pass(gallery, queries) if count >= BF16_MIN_QUERIES else None
-    coarse = first_pass is not None
+    first = first or first_pass_kind(gallery, count)
+    if first not in FIRST_PASSES or (first == "bfloat16" and gallery.block16 is None):
+        raise ConfigError(f"first pass: {first!r} is not one of {', '.join(FIRST_PASSES)} for these rows")
+    coarse = first == "bfloat16"
     bound = bfloat16_dot_bound(gallery.dim) if coarse else exact_dot_bound(gallery.dim)
-    first_pass = first_pass or (lambda start, stop: queries @ gallery.block(start, stop).T)
+    by_query = queries.T  # the products are rows x queries: OpenBLAS runs that orientation at least as fast
+    first_pass = (_bfloat16_pass(gallery, queries, min(chunk, gallery.count)) if coarse
+                  else lambda start, stop: gallery.block(start, stop) @ by_query)
     margin = np.float32(2 * bound)
     floor = np.full(count, -np.inf, np.float32)
     pool_query, pool_row, pool_score = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
     starts = [0, *range(min(FIRST_CHUNK, chunk), gallery.count, chunk)]
     for number, start in enumerate(starts):
         stop = starts[number + 1] if number + 1 < len(starts) else gallery.count
-        scores = first_pass(start, stop)  # float32 [Q, c], rounded however the CPU likes (within the bound)
+        scores = first_pass(start, stop)  # float32 [c, Q], rounded however the CPU likes (within the bound)
         if number == 0 and stop - start >= k:  # the first block's k-th best starts the threshold
-            floor = np.partition(scores, stop - start - k, axis=1)[:, stop - start - k] - margin
-        hot = np.flatnonzero(scores.max(axis=1) >= floor)  # most queries have no candidate in a later block
-        rows, cols = np.nonzero((scores if len(hot) == count else scores[hot]) >= floor[hot, None])
-        pool_query = np.concatenate([pool_query, hot[rows]])
-        pool_row = np.concatenate([pool_row, cols.astype(np.int64) + start])
-        pool_score = np.concatenate([pool_score, scores[hot[rows], cols]])
+            floor = np.partition(scores, stop - start - k, axis=0)[stop - start - k] - margin
+        rows, hits = _over_floor(scores, floor)
+        pool_query = np.concatenate([pool_query, hits])
+        pool_row = np.concatenate([pool_row, rows.astype(np.int64) + start])
+        pool_score = np.concatenate([pool_score, scores[rows, hits]])
         floor = _raise_floor(floor, pool_query, pool_score, k, margin)
         keep = pool_score >= floor[pool_query]
         pool_query, pool_row, pool_score = pool_query[keep], pool_row[keep], pool_score[keep]
@@ -179,9 +205,24 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
         pool_query, pool_row, inverse = pool_query[keep], pool_row[keep], inverse[keep]
     exact = np.einsum("ij,ij->i", rows32[inverse].astype(np.float64), queries[pool_query].astype(np.float64))
     order = np.lexsort((pool_row, -exact, pool_query))  # exact in any order (quantised rows); ties to the lower row
-    first = np.searchsorted(pool_query[order], np.arange(count))
-    picked = order[first[:, None] + np.arange(k)]
+    first_hit = np.searchsorted(pool_query[order], np.arange(count))
+    picked = order[first_hit[:, None] + np.arange(k)]
     return exact[picked], pool_row[picked]
+
+
+def _over_floor(scores: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, queries)`` of the scores ``[rows, queries]`` at or above their query's floor. Where the block's
+    rows divide into :data:`GROUP` parts, the maximum over the parts (one pass) names the few rows worth a look."""
+    width, count = scores.shape
+    if width % GROUP or width < 4 * GROUP:
+        hot = np.flatnonzero(scores.max(axis=0) >= floor)  # most queries have no candidate in a later block
+        rows, which = np.nonzero((scores if len(hot) == count else scores[:, hot]) >= floor[hot])
+        return rows, hot[which]
+    stride = width // GROUP
+    parts = scores.reshape(GROUP, stride, count)  # part g, row j: the scores of row g * stride + j
+    row, query = np.nonzero(parts.max(axis=0) >= floor)
+    part, which = np.nonzero(parts[:, row, query] >= floor[query])  # [GROUP, n]
+    return part * stride + row[which], query[which]
 
 
 def _raise_floor(floor: np.ndarray, pool_query: np.ndarray, pool_score: np.ndarray, k: int,
@@ -197,21 +238,22 @@ def _raise_floor(floor: np.ndarray, pool_query: np.ndarray, pool_score: np.ndarr
     return floor
 
 
-def _bfloat16_pass(gallery: UnitRows, queries: np.ndarray) -> Callable[[int, int], np.ndarray] | None:
-    """The bfloat16 first pass (scores as float32 ``[Q, c]``), or None without a bfloat16 copy or torch."""
-    if gallery.block16 is None:
-        return None
-    try:
-        import torch  # noqa: PLC0415 (heavy); optional here (heavy to import; a one-query search does without it)
-    except ImportError:
-        return None
-    query16 = torch.from_numpy(bfloat16_bits(queries).view(np.int16)).view(torch.bfloat16)
+def _bfloat16_pass(gallery: UnitRows, queries: np.ndarray, width: int) -> Callable[[int, int], np.ndarray]:
+    """PyTorch's product of the bfloat16 copy of rows ``start:stop`` with the queries rounded to bfloat16 (float32
+    accumulation, a bfloat16 result; one buffer reused: a block is used before the next is asked for), as float32
+    ``[c, Q]``."""
+    import torch  # noqa: PLC0415 (heavy: only a search of many queries needs it)
+
+    query = torch.from_numpy(bfloat16_bits(queries).view(np.int16)).view(torch.bfloat16)
+    buffer = torch.empty(len(queries) * width, dtype=torch.bfloat16)
 
     def scores(start: int, stop: int) -> np.ndarray:
         with warnings.catch_warnings():  # a read-only memory map: torch warns that it could write (it does not)
             warnings.simplefilter("ignore", UserWarning)
             rows = torch.from_numpy(np.ascontiguousarray(gallery.block16(start, stop)).view(np.int16))
-        return (query16 @ rows.view(torch.bfloat16).T).float().numpy()
+        out = buffer[: len(queries) * (stop - start)].view(stop - start, len(queries))
+        torch.mm(rows.view(torch.bfloat16), query.T, out=out)
+        return out.float().numpy()
 
     return scores
 

@@ -21,7 +21,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from coclr.clips import CLIP_KEYS, ClipSettings, clip_option
+from coclr.clips import CLIP_KEYS, SHORT_SIDE, ClipSettings, clip_option
 from coclr.config import option, require
 from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD, view_kind
 from coclr.errors import ConfigError
@@ -46,7 +46,7 @@ class EmbedSettings:
     size: int = clip_option("size", "side of the square centre crop fed to the network, after resizing the short "
                                     "side")
     fps: float | None = option(None, "resample videos to this frame rate first (None: every decoded frame)")
-    short_side: int | None = option(128, "resize frames so the short side has this many pixels before cropping "
+    short_side: int | None = option(SHORT_SIDE, "resize frames so the short side has this many pixels before cropping "
                                          "(None: the decoded size)")
     mean: tuple[float, float, float] = option(IMAGENET_MEAN, "per-channel mean of the RGB normalisation")
     std: tuple[float, float, float] = option(IMAGENET_STD, "per-channel std of the RGB normalisation")

@@ -30,11 +30,11 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from coclr import seeding
-from coclr.atomic import atomic_open, atomic_torch_save, atomic_write_json
+from coclr.atomic import atomic_open, atomic_torch_save, atomic_write_json, read_json_record
 from coclr.config import option, require
 from coclr.data.augment import ClipAugment
 from coclr.data.datasets import TrainClips
-from coclr.errors import CheckpointError
+from coclr.errors import CheckpointError, DataError
 from coclr.eval.features import (
     ClipConfig,
     check_inputs,
@@ -262,10 +262,10 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
 def _finished(out_dir: Path, tested: dict[str, object]) -> dict[str, object] | None:
     """The results of a finished job with the same inputs in ``out_dir`` (its files all present), else None."""
     try:
-        record = json.loads((out_dir / RESULT_FILE).read_text())
-    except (OSError, ValueError):
+        record = read_json_record(out_dir / RESULT_FILE)
+    except (OSError, DataError):
         return None
-    if not isinstance(record, dict) or {k: record.get(k) for k in tested} != json.loads(json.dumps(tested)):
+    if record is None or {k: record.get(k) for k in tested} != json.loads(json.dumps(tested)):
         return None
     if not all((out_dir / name).is_file() for name in (STATE_FILE, PROBS_FILE, ENCODER_FILE)):
         return None

@@ -13,12 +13,11 @@ Figure 5 (a retrieval gallery, see :mod:`coclr.eval.gallery`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, read_json_lines
+from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, read_json_lines, read_json_record
 from coclr.clips import CLIP_KEYS
 from coclr.core.methods import display_name, find_method
 from coclr.errors import DataError
@@ -61,23 +60,19 @@ def is_result_file(path: str | Path) -> bool:
     """Whether ``path`` is a ``coclr eval`` result (a JSON record of a task, its streams and results), which
     ``coclr eval --out`` may write again."""
     try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, ValueError, RecursionError):
+        record = read_json_record(path)
+    except (OSError, DataError):
         return False
-    return isinstance(record, dict) and record.get("task") in ("retrieval", "linear", "finetune") \
-        and "results" in record
+    return record is not None and record.get("task") in ("retrieval", "linear", "finetune") and "results" in record
 
 
 def load_record(path: str | Path) -> dict[str, Any]:
     """One evaluation record, checked to be one (names the file and the field when it is not)."""
     path = Path(path)
-    if not path.is_file():
+    record = read_json_record(path)
+    if record is None:
         raise DataError(f"result file not found: {path}")
-    try:
-        record = json.loads(path.read_text())
-    except (ValueError, RecursionError) as error:  # JSONDecodeError, bad UTF-8, absurd nesting
-        raise DataError(f"{path}: not a JSON file: {error}") from None
-    if not isinstance(record, dict) or record.get("task") not in ("retrieval", "linear", "finetune") \
+    if record.get("task") not in ("retrieval", "linear", "finetune") \
             or not isinstance(record.get("streams"), list) or "results" not in record:
         raise DataError(f"{path}: not a 'coclr eval' result (needs task, streams and results)")
     problem = record_problem(record)
@@ -312,12 +307,9 @@ def stage_encoders(run_dir: str | Path) -> list[dict[str, Any]]:
     """
     run_dir = Path(run_dir)
     manifest_path = run_dir / "manifest.json"
-    if not manifest_path.is_file():
+    manifest = read_json_record(manifest_path)
+    if manifest is None:
         raise DataError(f"{run_dir}: no manifest.json (not a 'coclr pipeline' run folder)")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as error:
-        raise DataError(f"{manifest_path}: invalid JSON: {error}") from None
     latest: dict[str, Path] = {}
     producers: dict[str, tuple[str, str]] = {}
     logs: dict[str, Path] = {}

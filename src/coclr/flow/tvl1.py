@@ -238,6 +238,8 @@ class Passes(Protocol):
     An implementation may also define ``run_warp`` (see :class:`~coclr.flow.tvl1_cpu.CPasses`): a whole warp,
     medians and passes, in one call; :class:`ScaleSolver` then uses it instead of driving the passes."""
 
+    name: str
+    """The kernels, as ``kernels=`` names them (``torch``, ``c``, ``triton``) and a flow view records them."""
     fused: bool
     """Whether a pass costs about one iteration's memory traffic (then exact mode runs long passes too)."""
 
@@ -253,6 +255,7 @@ class TorchPasses:
 
     State: the step and median functions (eager, or through ``torch.compile``)."""
 
+    name = "torch"
     fused = False
 
     def __init__(self, step_fn: StepFn = primal_dual_step, median_fn: MedianFn = median_of_active) -> None:
@@ -466,7 +469,7 @@ def tvl1_flow(prev: Tensor, next: Tensor, params: TVL1Params | None = None, *, m
     PyTorch iteration and median filter through ``torch.compile`` (the first call of each size compiles for a
     minute or more; ``auto`` then takes PyTorch operations on the CPU). ``stop``: a :class:`threading.Event`; once
     it is set, the solve ends at its next warp, pass or (C loops) pair with :class:`~coclr.interrupts.Interrupted`:
-    how a thread solving for an interrupted job (:class:`~coclr.flow.pipeline.FlowPipeline`) is told to stop.
+    how a thread solving for an interrupted job (:class:`~coclr.store.flow_pipeline.FlowPipeline`) is told to stop.
     """
     _check_inputs(prev, next)
     params = TVL1Params() if params is None else params

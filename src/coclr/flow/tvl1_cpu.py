@@ -6,12 +6,15 @@ filter of u and v, then the inner iterations with the mode's stop test) in one s
 row ``y``'s primal update (thresholding, divergence, the squared change) is followed by row ``y - 1``'s forward
 gradient and dual projection, so each array is read and written about once per iteration, from the caches.
 
-* **Plain C, compiled on first use** with the system compiler (``$CC``, sysconfig's ``CC``, ``cc``, ``gcc`` or
-  ``clang``), loaded with ctypes on float32 contiguous buffers; no torch headers, so compiling takes about a
-  second. Nothing is compiled at import.
+* **Plain C, compiled on first use**: ``tvl1_cpu.c`` beside this module (package data), with the medians'
+  ``tvl1_median.h`` generated beside it in the build folder; compiled with the system compiler (``$CC``,
+  sysconfig's ``CC``, ``cc``, ``gcc`` or ``clang``), loaded with ctypes on float32 contiguous buffers; no torch
+  headers, so compiling takes about a second. Nothing is compiled at import, nor to decide whether the loops are
+  used (:func:`compiler_available`). CI compiles them with :data:`WARNINGS`.
 * **Cache.** The shared object lives in ``$COCLR_CACHE_DIR`` (else ``$XDG_CACHE_HOME/coclr``, else
   ``~/.cache/coclr``) under a name hashing the C source, the compiler's version, the flags and the CPU (machine
-  and its instruction-set flags, since ``-march=native`` is used). It is compiled in a temporary folder inside it
+  and its instruction-set flags, since ``-march=native`` is used; under ``ATEN_CPU_CAPABILITY=avx2`` the loops are
+  compiled for AVX2, :func:`coclr.cpu.c_march`). It is compiled in a temporary folder inside it
   and moved in with :func:`coclr.atomic.atomic_open`, so concurrent processes or a kill never leave a broken file.
   A cache that cannot be written falls back to one private folder of the user under the temporary folder
   (:func:`fallback_cache_dir`), reused by every process.
@@ -52,226 +55,25 @@ import torch
 from torch import Tensor
 
 from coclr.atomic import atomic_open
+from coclr.cpu import c_march
 from coclr.flow.median import Comparator, comparator_statements, median_plan
 from coclr.interrupts import check_stop
 
 MEDIAN_SIZES = (3, 5)
 """The median sizes compiled (OpenCV's float ``medianBlur`` sizes; :class:`~coclr.flow.params.TVL1Params`)."""
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared")
-"""Compiler flags: vectorised for this CPU, but IEEE float32 throughout (no fast-math, no FMA contraction;
-``-fno-math-errno`` only lets ``sqrtf`` vectorise, its results are the same)."""
+"""Compiler flags: vectorised for this CPU (``-march``: :func:`compile_flags`), but IEEE float32 throughout (no
+fast-math, no FMA contraction; ``-fno-math-errno`` only lets ``sqrtf`` vectorise, its results are the same)."""
 PORTABLE_FLAGS = tuple(f for f in FLAGS if f != "-march=native")
 """Tried when the compiler does not know ``-march=native``."""
 
-_STATIC_SOURCE = r"""
-#include <math.h>
-#include <stddef.h>
-#include <stdlib.h>
-#include <string.h>
-
-#define MINF(a, b) ((a) < (b) ? (a) : (b))
-#define MAXF(a, b) ((a) < (b) ? (b) : (a))
-#define INLINE static inline __attribute__((always_inline))
-
-/* Row y of the primal step, every channel: rho, thresholding, divergence (backward differences, zero before the
-   first column/row: pyu is row y-1 of py, or a zero row with pyu_plane 0), u = v + theta div; d gets u_new - u.
-   The order of every operation is PyTorch's (primal_dual_step, divergence). The left neighbour's index stays in
-   the row at x = 0 (its value is then discarded), so every load is unconditional and the loop vectorises. */
-INLINE void primal_row(const int ch, float *restrict u, const float *restrict px, const float *restrict py,
-                       const float *restrict pyu, const ptrdiff_t pyu_plane, const float *restrict g,
-                       const float *restrict rc, const float *restrict ng, float *restrict d,
-                       const ptrdiff_t plane, const int w, const float lt, const float theta)
-{
-    for (int x = 0; x < w; x++) {
-        float rho = rc[x];
-        for (int c = 0; c < ch; c++) rho = fmaf(g[c * plane + x], u[c * plane + x], rho);
-        float s = rho * ng[x];
-        s = s < -lt ? -lt : s;
-        s = s > lt ? lt : s;
-        for (int c = 0; c < ch; c++) {
-            const ptrdiff_t o = c * plane + x;
-            const float left = x > 0 ? px[o - (x > 0)] : 0.0f;
-            float dv = px[o] + py[o];
-            dv = dv - left;
-            dv = dv - pyu[c * pyu_plane + x];
-            const float v = fmaf(s, g[o], u[o]);
-            const float nu = v + theta * dv;
-            d[c * w + x] = nu - u[o];
-            u[o] = nu;
-        }
-    }
-}
-
-/* Row y of the dual step: forward differences of the new u (ud is row y+1, or row y itself for the last row, so
-   gy = 0; gx = 0 in the last column, whose right neighbour's index stays in the row) and the projection
-   p = (p + tot grad u) / (1 + tot |grad u|). */
-INLINE void dual_row(const int ch, const float *restrict u, const float *restrict ud, float *restrict px,
-                     float *restrict py, const ptrdiff_t plane, const int w, const float tot)
-{
-    for (int c = 0; c < ch; c++) {
-        const float *restrict uc = u + c * plane;
-        const float *restrict udc = ud + c * plane;
-        float *restrict pxc = px + c * plane;
-        float *restrict pyc = py + c * plane;
-        for (int x = 0; x < w; x++) {
-            const float gx = x + 1 < w ? uc[x + 1 - (x + 1 >= w)] - uc[x] : 0.0f;
-            const float gy = udc[x] - uc[x];
-            const float denom = sqrtf(fmaf(gy, gy, gx * gx)) * tot + 1.0f;
-            pxc[x] = fmaf(tot, gx, pxc[x]) / denom;
-            pyc[x] = fmaf(tot, gy, pyc[x]) / denom;
-        }
-    }
-}
-
-/* Sum of d[i]^2 in float64: 8 lanes, then the lanes in order (a fixed order the compiler may vectorise). */
-static double row_sum(const float *restrict d, const int n)
-{
-    double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) lanes[l] += (double)d[i + l] * (double)d[i + l];
-    for (int l = 0; i < n; i++, l++) lanes[l] += (double)d[i] * (double)d[i];
-    double total = 0.0;
-    for (int l = 0; l < 8; l++) total += lanes[l];
-    return total;
-}
-
-/* One inner iteration over the image in one sweep with a one-row lag; returns sum (u_new - u)^2. */
-INLINE double iteration(const int ch, float *u, float *px, float *py, const float *g, const float *rc,
-                        const float *ng, const int h, const int w, const float lt, const float theta,
-                        const float tot, float *d, const float *zero)
-{
-    const ptrdiff_t plane = (ptrdiff_t)h * w;
-    double total = 0.0;
-    for (int y = 0; y < h; y++) {
-        const ptrdiff_t r = (ptrdiff_t)y * w;
-        primal_row(ch, u + r, px + r, py + r, y > 0 ? py + r - w : zero, y > 0 ? plane : 0, g + r, rc + r, ng + r,
-                   d, plane, w, lt, theta);
-        total += row_sum(d, ch * w);
-        if (y > 0) dual_row(ch, u + r - w, u + r, px + r - w, py + r - w, plane, w, tot);
-    }
-    const ptrdiff_t last = (ptrdiff_t)(h - 1) * w;
-    dual_row(ch, u + last, u + last, px + last, py + last, plane, w, tot);
-    return total;
-}
-
-static double iteration_any(const int ch, float *u, float *px, float *py, const float *g, const float *rc,
-                            const float *ng, const int h, const int w, const float lt, const float theta,
-                            const float tot, float *d, const float *zero)
-{
-    if (ch == 2) return iteration(2, u, px, py, g, rc, ng, h, w, lt, theta, tot, d, zero);
-    return iteration(3, u, px, py, g, rc, ng, h, w, lt, theta, tot, d, zero);
-}
-
-/* Up to n iterations with the mode's stop test: exact stops after the first iteration whose change is at most
-   the threshold; fast runs all n and reports whether any of them met it. Returns the iterations run. */
-static int iterations(const int ch, float *u, float *px, float *py, const float *g, const float *rc,
-                      const float *ng, const int h, const int w, const int n, const int exact,
-                      const float threshold, const float lt, const float theta, const float tot, float *d,
-                      const float *zero, int *stopped)
-{
-    *stopped = 0;
-    for (int i = 0; i < n; i++) {
-        const double change = iteration_any(ch, u, px, py, g, rc, ng, h, w, lt, theta, tot, d, zero);
-        if (exact ? !(change > (double)threshold) : change <= (double)threshold) {  /* PyTorch's tests, NaN too */
-            *stopped = 1;
-            if (exact) return i + 1;
-        }
-    }
-    return n;
-}
-
-static void median_dispatch(float *dst, int h, int w, int k, const float *pad, float *ranks);
-
-/* The k x k median of one plane (replicated borders) into dst: pad, then per output row the column sort and the
-   per-rank selections of the generated network. pad: (h + 2r)(w + 2r) floats, ranks: k (w + 2r). */
-static void median_plane(const float *src, float *dst, const int h, const int w, const int k, float *pad,
-                         float *ranks)
-{
-    const int r = k / 2, pw = w + 2 * r;
-    for (int yy = 0; yy < h + 2 * r; yy++) {
-        const int sy = yy < r ? 0 : (yy - r >= h ? h - 1 : yy - r);
-        const float *s = src + (ptrdiff_t)sy * w;
-        float *row = pad + (ptrdiff_t)yy * pw;
-        for (int x = 0; x < r; x++) {
-            row[x] = s[0];
-            row[r + w + x] = s[w - 1];
-        }
-        memcpy(row + r, s, sizeof(float) * (size_t)w);
-    }
-    median_dispatch(dst, h, w, k, pad, ranks);
-}
-
-/* Scratch of one call: the change row, a zero row, the median's padded plane, rank rows and output plane. */
-static float *scratch(const int ch, const int h, const int w, const int k)
-{
-    const size_t r = (size_t)(k > 1 ? k / 2 : 0), pw = (size_t)w + 2 * r, kk = (size_t)(k > 1 ? k : 0);
-    const size_t n = (size_t)ch * w + (size_t)w + ((size_t)h + 2 * r) * pw + kk * pw + (size_t)h * w;
-    return (float *)calloc(n, sizeof(float));
-}
-
-/* One pass of n iterations for one pair (the Passes protocol); returns the iterations run, -1 without memory. */
-int tvl1_pass(float *u, float *px, float *py, const float *g, const float *rc, const float *ng, int ch, int h,
-              int w, int n, int exact, float threshold, float lt, float theta, float tot, int *stopped)
-{
-    float *buf = scratch(ch, h, w, 0);
-    if (!buf) return -1;
-    const int done = iterations(ch, u, px, py, g, rc, ng, h, w, n, exact, threshold, lt, theta, tot, buf,
-                                buf + (size_t)ch * w, stopped);
-    free(buf);
-    return done;
-}
-
-/* The k x k median of the first `planes` planes of h x w at src into dst; 0, or -1 without memory. */
-int tvl1_median(const float *src, float *dst, int planes, int h, int w, int k)
-{
-    float *buf = scratch(1, h, w, k);
-    if (!buf) return -1;
-    const size_t pw = (size_t)w + 2 * (size_t)(k / 2);
-    float *pad = buf + 2 * (size_t)w, *ranks = pad + ((size_t)h + (size_t)(k - 1)) * pw;
-    for (int c = 0; c < planes; c++)
-        median_plane(src + (size_t)c * h * w, dst + (size_t)c * h * w, h, w, k, pad, ranks);
-    free(buf);
-    return 0;
-}
-
-/* A whole warp of one pair: `outer` rounds of (the k x k median of u and v when k > 1, then up to `inner`
-   iterations in passes of stop_every for fast, one run for exact); it ends when the stop test fires.
-   Returns the inner iterations run, -1 without memory. */
-long long tvl1_warp(float *u, float *px, float *py, const float *g, const float *rc, const float *ng, int ch,
-                    int h, int w, int outer, int inner, int k, int exact, int stop_every, float threshold, float lt,
-                    float theta, float tot)
-{
-    float *buf = scratch(ch, h, w, k);
-    if (!buf) return -1;
-    float *d = buf, *zero = buf + (size_t)ch * w;
-    const size_t pw = (size_t)w + 2 * (size_t)(k > 1 ? k / 2 : 0), plane = (size_t)h * w;
-    float *pad = zero + w, *ranks = pad + ((size_t)h + (size_t)(k > 1 ? k - 1 : 0)) * pw;
-    float *med = ranks + (size_t)(k > 1 ? k : 0) * pw;
-    long long total = 0;
-    for (int o = 0; o < outer; o++) {
-        if (k > 1)
-            for (int c = 0; c < 2; c++) {
-                median_plane(u + c * plane, med, h, w, k, pad, ranks);
-                memcpy(u + c * plane, med, sizeof(float) * plane);
-            }
-        int done = 0, stopped = 0;
-        while (done < inner) {
-            int n = inner - done;
-            if (!exact && n > stop_every) n = stop_every;
-            total += iterations(ch, u, px, py, g, rc, ng, h, w, n, exact, threshold, lt, theta, tot, d, zero,
-                                &stopped);
-            done += n;
-            if (stopped) {
-                free(buf);
-                return total;
-            }
-        }
-    }
-    free(buf);
-    return total;
-}
-"""
+SOURCE = Path(__file__).with_name("tvl1_cpu.c")
+"""The C loops (package data, installed beside this module); they include :data:`MEDIAN_HEADER`."""
+MEDIAN_HEADER = "tvl1_median.h"
+"""The medians' C, generated from the comparator networks when compiling (:func:`median_header`), beside the
+source in the build folder."""
+WARNINGS = ("-Wall", "-Wextra", "-Werror")
+"""Warnings CI compiles the source with (tests/test_flow_tvl1_cpu.py): none is allowed."""
 
 
 def _comparator_lines(network: Sequence[Comparator], names: Sequence[str]) -> list[str]:
@@ -325,10 +127,21 @@ def _dispatch_source() -> str:
             f"    switch (k) {{\n{body}\n    }}\n}}\n")
 
 
-def c_source() -> str:
-    """The whole C source: the iteration loops and the medians generated from the comparator networks."""
+def median_header() -> str:
+    """:data:`MEDIAN_HEADER`: the medians of every size of :data:`MEDIAN_SIZES` and their dispatch."""
     generated = "\n".join(median_source(k) for k in MEDIAN_SIZES)
-    return _STATIC_SOURCE + "\n" + generated + "\n" + _dispatch_source()
+    return ("/* Generated by coclr.flow.tvl1_cpu.median_header from the networks of coclr.flow.median. */\n"
+            + generated + "\n" + _dispatch_source())
+
+
+def c_sources() -> dict[str, str]:
+    """The files compiled, by name: :data:`SOURCE` and the generated :data:`MEDIAN_HEADER` it includes."""
+    return {SOURCE.name: SOURCE.read_text(), MEDIAN_HEADER: median_header()}
+
+
+def c_source() -> str:
+    """The whole C source (every file of :func:`c_sources`), as the cache key hashes it."""
+    return "\0".join(f"{name}\0{text}" for name, text in c_sources().items())
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -375,12 +188,20 @@ class CompileError(RuntimeError):
     """The C kernels could not be built here (no compiler, or the compiler failed); the message says which."""
 
 
-def _compile(compiler: list[str], source: str, flags: Sequence[str], folder: Path) -> Path:
-    """Compile ``source`` into a shared object in ``folder``; raise :class:`CompileError` with the compiler's
-    first error line."""
-    (folder / "tvl1_cpu.c").write_text(source)
+def compile_flags() -> tuple[str, ...]:
+    """:data:`FLAGS` with the instruction set of :func:`coclr.cpu.c_march` (this CPU's, or the one PyTorch's
+    capability is limited to) in place of ``-march=native``."""
+    march = c_march()
+    return tuple(flag for flag in (march if flag == "-march=native" else flag for flag in FLAGS) if flag)
+
+
+def compile_sources(compiler: list[str], flags: Sequence[str], folder: Path) -> Path:
+    """Compile :func:`c_sources` (written into ``folder``) into a shared object there; raise :class:`CompileError`
+    with the compiler's first error line."""
+    for name, text in c_sources().items():
+        (folder / name).write_text(text)
     out = folder / "tvl1_cpu.so"
-    result = subprocess.run([*compiler, *flags, "-o", str(out), str(folder / "tvl1_cpu.c"), "-lm"],
+    result = subprocess.run([*compiler, *flags, "-o", str(out), str(folder / SOURCE.name), "-lm"],
                             capture_output=True, text=True, check=False)
     if result.returncode != 0:
         lines = [line for line in result.stderr.splitlines() if "error" in line] or result.stderr.splitlines()
@@ -422,7 +243,8 @@ def build_library(folder: Path | None = None) -> Path:
     except OSError as error:
         raise CompileError(f"{' '.join(compiler)} does not run ({error})") from error
     source = c_source()
-    names = {flags: f"tvl1_cpu-{cache_key(source, compiler, version, flags)}.so" for flags in (FLAGS, PORTABLE_FLAGS)}
+    names = {flags: f"tvl1_cpu-{cache_key(source, compiler, version, flags)}.so"
+             for flags in (compile_flags(), PORTABLE_FLAGS)}
     unwritable: list[str] = []
     for target in [folder] if folder is not None else [cache_dir(), None]:  # None: the fallback
         try:
@@ -439,7 +261,7 @@ def build_library(folder: Path | None = None) -> Path:
             errors = []
             for flags, name in names.items():
                 try:
-                    built = _compile(compiler, source, flags, Path(tmp))
+                    built = compile_sources(compiler, flags, Path(tmp))
                 except CompileError as error:
                     errors.append(str(error))
                     continue
@@ -496,6 +318,16 @@ def load_library(warn: bool = True) -> Library | None:
         return None
 
 
+def compiler_available() -> bool:
+    """Whether the C loops are to be used here, decided without compiling them: whether they loaded (or failed to)
+    once asked for in this process, else whether a C compiler is found (a compiler that then fails leaves
+    ``kernels="auto"`` on PyTorch operations, with a warning)."""
+    with _LOCK:
+        if _LIBRARY:
+            return isinstance(_LIBRARY[0], Library)
+    return find_compiler() is not None
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # the Passes implementation
 
@@ -535,6 +367,7 @@ class CPasses:
     Besides the :class:`~coclr.flow.tvl1.Passes` protocol it runs whole warps (:meth:`run_warp`), one C call per
     pair, which :class:`~coclr.flow.tvl1.ScaleSolver` uses when present: no Python between iterations."""
 
+    name = "c"
     fused = True
     """A pass stops a pair at the iteration its exact test fires, with no roll-back, so exact mode runs long passes."""
 

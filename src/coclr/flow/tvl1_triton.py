@@ -236,16 +236,27 @@ class TritonSettings:
     (results do not depend on them, except for float rounding of the stop test's sums: the tile size sets their
     order).
 
-    The defaults compile for sm_90 without spills (``benchmarks/kernels_sm90.py``): 16 warps hold 8 pixels of a
-    64x64 block per thread within their 128 registers; a third state channel (gamma) needs a narrower block.
+    The defaults compile for sm_90 without spills under Triton 3.6 and 3.9 (``benchmarks/kernels_sm90.py``, with
+    ``FP_FUSION``): 16 warps hold 4 pixels of a 64x32 block per thread (2 channels: 128 registers on 3.6, 79 on
+    3.9; gamma: 128 and 91). A 64x64 block at 16 warps spilled 192 B on Triton 3.6 (0 on 3.9), at 8 warps 316 B
+    and 8 B, at 32 warps 144 B and 0 (2026-11-27).
     """
 
     block_h: int = 64
-    block_w: int = 64
+    block_w: int = 32
     gamma_block_w: int = 32
     num_warps: int = 16
     programs_per_sm: int = 4
 
+
+FP_FUSION = False
+"""Every launch passes ``enable_fp_fusion=FP_FUSION``, what ``TRITON_DEFAULT_FP_FUSION=0`` sets as the default (and
+it overrides that variable either way). With fusion on, Triton lets LLVM and ptxas contract a multiply and an
+add into one FMA (one rounding instead of two), wherever they like; off, every ``*``, ``+`` and ``-`` is its own
+IEEE float32 operation, as NumPy runs them under ``TRITON_INTERPRET=1``, where the tests check the kernels
+(``tests/test_flow_triton.py``): the compiled kernels then compute what was tested, whatever Triton's default
+(on in 3.6 and 3.9, off from 3.10), except for the order of ``tl.sum``'s additions. The kernels are memory-bound:
+the unfused multiplies cost no measurable time there (not measured on a GPU: none here)."""
 
 MEDIAN_BLOCK = (16, 64)
 MEDIAN_WARPS = 8
@@ -274,6 +285,8 @@ class TritonPasses:
     """Runs passes of inner iterations and the median filter with the Triton kernels; state: the launch settings
     and a per-device scratch buffer for the programs, grown on demand."""
 
+    name = "triton"
+    """The kernels, as ``kernels=`` names them and a flow view records them."""
     fused = True
     """A pass of ``n`` iterations reads and writes the images about once (see the module docstring)."""
 
@@ -309,11 +322,12 @@ class TritonPasses:
         flags = active.to(torch.int8)
         constants = (height, width, tiles_x, tiles, batch * tiles)
         steps = (lambda_theta, theta, tau_over_theta)
-        meta = dict(CH=channels, BH=block_h, BW=block_w, num_warps=settings.num_warps)
+        meta = dict(CH=channels, BH=block_h, BW=block_w, num_warps=settings.num_warps, enable_fp_fusion=FP_FUSION)
         iters = torch.where(active, n, 0).to(torch.int32)
         _pass_kernel[(programs,)](*inputs, iters, *outputs, sums, scratch, *constants, n, halo, nmax, *steps, **meta)
         rerun = torch.empty(batch, dtype=torch.int32, device=flow.device)
-        _stop_kernel[(batch,)](sums, flags, rerun, tiles, n, threshold, EXACT=exact, BT=64, NMAX=nmax)
+        _stop_kernel[(batch,)](sums, flags, rerun, tiles, n, threshold, EXACT=exact, BT=64, NMAX=nmax,
+                               enable_fp_fusion=FP_FUSION)
         if exact and n > 1:
             # pairs whose test fired inside the pass: again from the pass's input, for exactly their iterations
             _pass_kernel[(programs,)](*inputs, rerun, *outputs, sums, scratch, *constants, n, halo, nmax, *steps,
@@ -329,5 +343,6 @@ class TritonPasses:
         tiles_x = triton.cdiv(width, block_w)
         grid = (tiles_x * triton.cdiv(height, block_h), batch)
         _median_kernel[grid](flow, active.to(torch.int8), out, height, width, tiles_x, CH=channels, KSIZE=ksize,
-                             BH=block_h, BW=block_w, num_warps=MEDIAN_WARPS)
+                             BH=block_h, BW=block_w, num_warps=MEDIAN_WARPS,
+                             enable_fp_fusion=FP_FUSION)
         return out

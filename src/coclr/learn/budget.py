@@ -458,13 +458,10 @@ def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 
     training step (after two untimed ones), the end of an epoch (its checkpoint), one clip's forward without
     gradients (in a batch of :data:`INFERENCE_BATCH`), and (``ready``) from ``started`` (a ``time.time()``) until the
     first step could run."""
-    import torch  # noqa: PLC0415 (heavy)
-
     from coclr.config import from_dict  # noqa: PLC0415
-    from coclr.data.batch_decode import collate_clips  # noqa: PLC0415
     from coclr.synth.output import random_store  # noqa: PLC0415
     from coclr.train.config import PretrainConfig  # noqa: PLC0415
-    from coclr.train.trainer import Trainer  # noqa: PLC0415
+    from coclr.train.run import start_run  # noqa: PLC0415
 
     store = random_store(folder / "store", videos=2 * batch, frames=model.length + 2,
                          size=(model.size, model.size * 4 // 3), views=("rgb",))
@@ -474,8 +471,18 @@ def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 
         "method": {"queue_size": 2 * batch, "topk": 1, "wait_for_full_queue": False},
         "run": {"out": str(folder / "run"), "batch_size": batch, "progress": False, "device": str(device)}})
     begin = time.perf_counter()
-    trainer = Trainer(config)
-    stage = time.perf_counter() - begin
+    with start_run(config) as trainer:
+        stage = time.perf_counter() - begin
+        return _time_steps(trainer, model, batch, steps, stage, started)
+
+
+def _time_steps(trainer, model: Model, batch: int, steps: int, stage: float,
+                started: float | None) -> dict[str, float]:
+    """The timings of :func:`_time_training` on the run ``trainer`` loops (``stage``: the seconds it took to start)."""
+    import torch  # noqa: PLC0415 (heavy)
+
+    from coclr.data.batch_decode import collate_clips  # noqa: PLC0415
+
     trainer._set_train_mode()
     loader = torch.utils.data.DataLoader(trainer.dataset, batch_size=batch, collate_fn=collate_clips)
     data = next(iter(loader))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -32,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from coclr import progress
-from coclr.atomic import atomic_write_json, atomic_write_text
+from coclr.atomic import atomic_write_json, atomic_write_text, read_json_record
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
@@ -132,7 +131,7 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         if result.get("status") == "done" and result.get("labels_file") == record_options["labels"]:
             failed = [(item["path"], item["error"]) for item in result.get("failed", [])]
             return LearnSummary(out, len(paths), failed, time.perf_counter() - started, True, result)
-    from coclr.core.distributed import (  # noqa: PLC0415 (heavy: torch)
+    from coclr.distributed import (  # noqa: PLC0415 (heavy: torch)
         barrier,
         broadcast_object,
         init_distributed,
@@ -176,7 +175,7 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, options: 
     """Every phase; the parts run by every process of a torchrun job, what is written once by rank 0."""
     import torch  # noqa: PLC0415 (heavy)
 
-    from coclr.core.distributed import barrier, is_main, world_size  # noqa: PLC0415 (heavy: torch)
+    from coclr.distributed import barrier, is_main, world_size  # noqa: PLC0415 (heavy: torch)
     from coclr.train.pipeline import plan_stages, run_pipeline  # noqa: PLC0415
 
     main = is_main()
@@ -252,13 +251,14 @@ def timed(out: Path, result: dict[str, Any], name: str) -> Iterator[None]:
 
 
 def read_result(out: Path) -> dict[str, Any]:
-    path = out / RESULT_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
+    """What the run in ``out`` has finished so far (``learn.json``), empty before its first part."""
+    return read_json_record(out / RESULT_FILE) or {}
 
 
 def read_plan(out: Path) -> Plan | None:
-    path = out / PLAN_FILE
-    return Plan.from_dict(json.loads(path.read_text())) if path.is_file() else None
+    """The plan the run in ``out`` chose (``plan.json``), None before it chose one."""
+    record = read_json_record(out / PLAN_FILE)
+    return None if record is None else Plan.from_dict(record)
 
 
 def check_inputs(out: Path, paths: list[str], restart: bool) -> None:
@@ -267,7 +267,7 @@ def check_inputs(out: Path, paths: list[str], restart: bool) -> None:
     inputs = out / INPUTS_FILE
     if restart or record is None or record.get("command") != LEARN_FOLDER.command or not inputs.is_file():
         return
-    before = json.loads(inputs.read_text())["videos"]
+    before = (read_json_record(inputs) or {}).get("videos")
     if before == paths:
         return
     added = [p for p in paths if p not in set(before)]
@@ -282,7 +282,7 @@ def check_inputs(out: Path, paths: list[str], restart: bool) -> None:
 def make_plan(paths: list[str], budget: float, device, workers: int | None, spent: float) -> Plan:
     """Probe the videos, measure this machine and choose the plan (:mod:`coclr.learn.budget`) for the processes
     and machines of the job."""
-    from coclr.core.distributed import launched_machines, launched_world_size  # noqa: PLC0415 (heavy: torch)
+    from coclr.distributed import launched_machines, launched_world_size  # noqa: PLC0415 (heavy: torch)
     from coclr.video.decode import probe_video  # noqa: PLC0415
 
     say(f"coclr learn: probing {len(paths)} videos and measuring this machine for the budget ...")
@@ -336,7 +336,7 @@ def store_failures(store: Path, root: str) -> dict[str, str]:
 def extract_learn_flow(store: Path, root: str, workers: int | None) -> dict[str, str]:
     """TV-L1 flow of every stored video (the fastest exact TV-L1 here: our C loops, Triton on a GPU; clipped to the
     paper's bound); returns the videos it failed for (path -> reason)."""
-    from coclr.flow.extract import extract_flow  # noqa: PLC0415 (heavy: torch)
+    from coclr.store.flow_extract import extract_flow  # noqa: PLC0415 (heavy: torch)
 
     summary = extract_flow(store, backend="auto", workers=workers)
     print(summary, flush=True)

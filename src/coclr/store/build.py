@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coclr.clips import JPEG_QUALITY, SHORT_SIDE
 from coclr.errors import DataError, VideoDecodeError
 from coclr.store.jobs import JobSummary, run_entry_jobs, writing_view
 from coclr.store.jpeg import encode_jpeg
@@ -31,8 +32,8 @@ class DecodeVideoJob:
     (``docs/store.md``, "Memory"); the notes are filled when the last frame is made."""
 
     video_root: str
-    short_side: int | None = 128
-    quality: int = 90
+    short_side: int | None = SHORT_SIDE
+    quality: int = JPEG_QUALITY
     fps: float | None = None
 
     def __call__(self, key: str) -> tuple[Iterator[bytes], float, dict[str, Any]]:
@@ -60,8 +61,8 @@ def encoded_frames(reader: VideoReader, quality: int, notes: dict[str, Any] | No
         notes.update(rotation=reader.orientation.rotation, mirrored=reader.orientation.mirrored)
 
 
-def build_store(index: VideoIndex, video_root: str | Path, out: str | Path, short_side: int | None = 128,
-                quality: int = 90, fps: float | None = None, workers: int | None = None) -> JobSummary:
+def build_store(index: VideoIndex, video_root: str | Path, out: str | Path, short_side: int | None = SHORT_SIDE,
+                quality: int = JPEG_QUALITY, fps: float | None = None, workers: int | None = None) -> JobSummary:
     """Build (or resume building) the "rgb" view of the store ``out`` from the videos of ``index`` under
     ``video_root``: decoded once, resized to ``short_side``, optionally resampled to ``fps``, JPEG
     ``quality``. Missing videos are reported together before any work; undecodable ones are listed in the

@@ -47,7 +47,7 @@ import struct
 import tempfile
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,10 +55,10 @@ from typing import IO, Any
 
 import numpy as np
 
-from coclr.atomic import atomic_open, atomic_write_json
+from coclr.atomic import atomic_open, atomic_write_json, read_json_record
 from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
-from coclr.runfolder import FolderRule, check_place, refuse_foreign
+from coclr.runfolder import LOCK_FILE, FolderRecord, FolderRule, check_folder
 from coclr.store.jpeg import decode_jpeg, decode_jpeg_strict
 from coclr.video.indexes import VideoIndex, is_relative_key
 
@@ -77,7 +77,6 @@ ENTRY_VERSION = 3
 READABLE_ENTRY_VERSIONS = (1, 2, 3)
 INDEX_FILE = "index.json"
 META_FILE = "store.json"
-LOCK_FILE = ".lock"
 ENTRY_SUFFIX = ".frames"
 FAILED_PREFIX = "failed_"
 NOTES_PREFIX = "notes_"
@@ -178,13 +177,19 @@ def _conflicts(root: Path, index: VideoIndex, meta: dict[str, Any], replace_inde
     another index and ``replace_index`` is false."""
     existing = _read_meta(root)["meta"]
     STORE_FOLDER.check(root, existing, meta)
+    return {k: v for k, v in meta.items() if k not in existing}, _index_changed(root, index, replace_index)
+
+
+def _index_changed(root: Path, index: VideoIndex, replace_index: bool) -> bool:
+    """Whether the store ``root`` holds another index than ``index``; refused (:class:`DataError`) unless
+    ``replace_index``."""
     stored = _load_index(root)
     changed = stored.to_dict() != index.to_dict()
     if changed and not replace_index:
         raise DataError(f"{root} already holds a store of a different index ({stored.name!r}, "
                         f"{len(stored)} videos; given {index.name!r}, {len(index)} videos): use another output "
                         "folder (`coclr data store` updates the index of a store it built)")
-    return {k: v for k, v in meta.items() if k not in existing}, changed
+    return changed
 
 
 def _same_index(path: Path, index: VideoIndex) -> bool:
@@ -198,19 +203,35 @@ def _same_index(path: Path, index: VideoIndex) -> bool:
         return False
 
 
+def store_record(index: VideoIndex, replace_index: bool = False, written: Callable[[IndexUpdate], Any] | None = None,
+                 **meta: Any) -> FolderRecord:
+    """How a store records its settings (:func:`~coclr.runfolder.claim_folder`): the metadata of ``store.json``,
+    which may only gain keys, beside the index; a new store's folder may already hold that same index
+    (:func:`_same_index`), an existing one must hold ``index`` unless ``replace_index``. Recording is
+    :func:`create_store`, whose update of the index goes to ``written``."""
+    def read(folder: Path) -> dict[str, Any] | None:
+        return _read_meta(folder)["meta"] if (folder / META_FILE).is_file() else None
+
+    def write(folder: Path, held: bool) -> None:
+        update = create_store(folder, index, replace_index=replace_index, **meta)
+        if written is not None:
+            written(update)
+
+    return FolderRecord(META_FILE, read, write, ours=lambda path: _same_index(path, index),
+                        check=lambda folder: _index_changed(folder, index, replace_index))
+
+
 def check_store(root: str | Path, index: VideoIndex, *, replace_index: bool = False, **meta: Any) -> bool:
     """What :func:`create_store` would refuse, found by reading only (so that a job is refused before it takes a
-    lock or writes): whether the store must be written (created, or given new keys or the index). A new store's
-    folder must hold nothing but coclr's lock files (or that same index: see :func:`_same_index`), and lie in no
-    other command's folder (:mod:`coclr.runfolder`): a user's own ``index.json`` there is refused, not replaced."""
+    lock or writes; :func:`~coclr.runfolder.check_folder` with :func:`store_record`): whether the store must be
+    written (created, or given new keys or the index). A new store's folder must hold nothing but coclr's lock files
+    (or that same index: see :func:`_same_index`), and lie in no other command's folder (:mod:`coclr.runfolder`): a
+    user's own ``index.json`` there is refused, not replaced."""
     root = Path(root)
-    if root.exists() and not root.is_dir():
-        raise DataError(f"store path exists and is not a folder: {root}")
-    if not (root / META_FILE).is_file():  # a new store: not inside another command's folder, nothing else in it
-        check_place(root, STORE_FOLDER.command)
-        refuse_foreign(root, STORE_FOLDER.command, META_FILE, lambda path: _same_index(path, index))
+    meta = recorded_meta(meta)
+    if not check_folder(root, STORE_FOLDER, meta, record=store_record(index, replace_index, **meta)):
         return True
-    new, changed = _conflicts(root, index, _json_roundtrip(meta), replace_index)
+    new, changed = _conflicts(root, index, meta, replace_index)
     return bool(new or changed)
 
 
@@ -226,7 +247,7 @@ def create_store(root: str | Path, index: VideoIndex, *, replace_index: bool = F
     (:func:`coclr.store.jobs.writing_view`), so that a job refused by that lock has changed nothing.
     """
     root = Path(root)
-    meta = _json_roundtrip(meta)
+    meta = recorded_meta(meta)
     meta_file = root / META_FILE
     if not check_store(root, index, replace_index=replace_index, **meta):
         return IndexUpdate((), ())
@@ -513,12 +534,9 @@ def failures_path(root: str | Path, view: str) -> Path:
 def read_failures(root: str | Path, view: str) -> dict[str, str]:
     """The entries of ``view`` whose last job failed, with the reason (empty when none failed)."""
     path = failures_path(root, view)
-    if not path.is_file():
-        return {}
-    try:
-        failed = json.loads(path.read_text())["failed"]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
-        raise DataError(f"{path}: not a failure list ({error!r}); delete it and run the job again") from None
+    failed = (read_json_record(path, "delete it and run the job again") or {"failed": {}}).get("failed")
+    if not isinstance(failed, dict):
+        raise DataError(f"{path}: not a failure list (no mapping 'failed'); delete it and run the job again")
     return {str(key): str(reason) for key, reason in failed.items()}
 
 
@@ -526,16 +544,7 @@ def record_failures(root: str | Path, view: str, attempted: Iterable[str], faile
     """Update the failure list of ``view`` after a job attempted the entries ``attempted``: their earlier failures
     are dropped and the new ones (``(key, reason)``) recorded; entries the job did not attempt keep theirs.
     Written atomically under the metadata lock (jobs of several processes may finish at once)."""
-    root = Path(root)
-    attempted = set(attempted)
-    with metadata_lock(root):
-        kept = {k: v for k, v in read_failures(root, view).items() if k not in attempted}
-        kept.update(failed)
-        path = failures_path(root, view)
-        if kept or path.exists():
-            with storage_errors(path):
-                atomic_write_json(path, {"view": view, "failed": dict(sorted(kept.items()))})
-    return path
+    return _update_entries(root, view, attempted, dict(failed), "failed", read_failures, failures_path)
 
 
 def notes_path(root: str | Path, view: str) -> Path:
@@ -549,27 +558,32 @@ def notes_path(root: str | Path, view: str) -> Path:
 def read_notes(root: str | Path, view: str) -> dict[str, dict[str, Any]]:
     """The notes of the entries of ``view`` (empty when there are none)."""
     path = notes_path(root, view)
-    if not path.is_file():
-        return {}
-    try:
-        notes = json.loads(path.read_text())["notes"]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
-        raise DataError(f"{path}: not a notes file ({error!r}); delete it and run the job again") from None
+    notes = (read_json_record(path, "delete it and run the job again") or {"notes": {}}).get("notes")
+    if not isinstance(notes, dict) or not all(isinstance(note, dict) for note in notes.values()):
+        raise DataError(f"{path}: not a notes file (no mapping 'notes' of mappings); delete it and run the job again")
     return {str(key): dict(note) for key, note in notes.items()}
 
 
 def record_notes(root: str | Path, view: str, attempted: Iterable[str], notes: dict[str, dict[str, Any]]) -> Path:
     """Update the notes of ``view`` after a job attempted the entries ``attempted``: their earlier notes are dropped
     and the new ones recorded (as :func:`record_failures`, under the metadata lock)."""
+    return _update_entries(root, view, attempted, notes, "notes", read_notes, notes_path)
+
+
+def _update_entries(root: str | Path, view: str, attempted: Iterable[str], new: dict[str, Any], name: str,
+                    read: Callable[[Path, str], dict[str, Any]], where: Callable[[Path, str], Path]) -> Path:
+    """The update of :func:`record_failures` and :func:`record_notes`: under the metadata lock, the entries of the
+    file ``where(root, view)`` (``{"view", name: {key: value}}``, read by ``read``) that a job attempted are dropped
+    and ``new`` added; written atomically, and only when it has an entry or was there before."""
     root = Path(root)
     attempted = set(attempted)
     with metadata_lock(root):
-        kept = {k: v for k, v in read_notes(root, view).items() if k not in attempted}
-        kept.update(notes)
-        path = notes_path(root, view)
+        kept = {k: v for k, v in read(root, view).items() if k not in attempted}
+        kept.update(new)
+        path = where(root, view)
         if kept or path.exists():
             with storage_errors(path):
-                atomic_write_json(path, {"view": view, "notes": dict(sorted(kept.items()))})
+                atomic_write_json(path, {"view": view, name: dict(sorted(kept.items()))})
     return path
 
 
@@ -940,13 +954,10 @@ def _guess_key(key_bytes: bytes) -> str | None:
 
 def _read_meta(root: Path) -> dict:
     path = root / META_FILE
-    if not path.is_file():
+    record = read_json_record(path)
+    if record is None:
         raise DataError(f"not a clip store (no {META_FILE}): {root}")
-    try:
-        record = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise DataError(f"{path}: not valid JSON: {error}") from None
-    if not isinstance(record, dict) or record.get("format") != STORE_FORMAT:
+    if record.get("format") != STORE_FORMAT:
         raise DataError(f"{path}: not a coclr clip store")
     if record.get("version") not in READABLE_VERSIONS:
         raise DataError(f"{path}: unsupported store version {record.get('version')!r} (this library reads "
@@ -975,7 +986,8 @@ def _load_index(root: Path) -> VideoIndex:
     return VideoIndex.load(root / INDEX_FILE)
 
 
-def _json_roundtrip(meta: dict[str, Any]) -> dict[str, Any]:
+def recorded_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` as ``store.json`` records it (a JSON round trip: tuples become lists), to compare with a record."""
     try:
         return json.loads(json.dumps(meta))
     except TypeError as error:

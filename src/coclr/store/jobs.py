@@ -1,6 +1,6 @@
 """The engine of long store jobs: one job per entry of a view, in worker processes, resumable and atomic.
 
-Building the RGB view (:mod:`coclr.store.build`), optical flow extraction (:mod:`coclr.flow.extract`) and the
+Building the RGB view (:mod:`coclr.store.build`), optical flow extraction (:mod:`coclr.store.flow_extract`) and the
 synthetic dataset (:mod:`coclr.synth`) all run through :func:`run_entry_jobs`: a picklable
 ``job(key) -> (encoded_frames, fps)`` runs in a process pool, its entry is written atomically as its frames come
 (a generator of frames is never held whole, so memory does not grow with a video's length), complete ones skipped
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from coclr.atomic import PARTIAL_SUFFIX
-from coclr.core.distributed import (
+from coclr.distributed import (
     all_gather_objects,
     held_by_main,
     is_distributed,
@@ -41,15 +41,17 @@ from coclr.core.distributed import (
 from coclr.filelock import exclusive_lock
 from coclr.interrupts import default_signals_in_worker, interrupted
 from coclr.progress import bar as progress_bar
+from coclr.runfolder import claim_folder
 from coclr.store.clipstore import (
+    STORE_FOLDER,
     ClipStore,
     IndexUpdate,
     StorageFullError,
-    check_store,
     check_view_name,
-    create_store,
     record_failures,
     record_notes,
+    recorded_meta,
+    store_record,
     write_entry,
 )
 from coclr.threads import opencv_threads, worker_opencv_threads
@@ -103,13 +105,14 @@ def job_view_lock(root: str | Path, view: str) -> Iterator[None]:
 def writing_view(root: str | Path, view: str, index: VideoIndex, replace_index: bool = False,
                  **meta: Any) -> Iterator[IndexUpdate]:
     """Hold ``view`` of the store at ``root`` for a job that first creates or updates the store (its index and
-    metadata, :func:`~coclr.store.clipstore.create_store`); yields what changed in the index. In this order, so
-    that a refused job writes nothing: the store's checks (reads only), the view's lock (:func:`job_view_lock`),
-    then the update."""
-    check_store(root, index, replace_index=replace_index, **meta)
-    Path(root).mkdir(parents=True, exist_ok=True)
-    with job_view_lock(root, view):
-        yield create_store(root, index, replace_index=replace_index, **meta)
+    metadata, :func:`~coclr.store.clipstore.create_store`); yields what changed in the index. The store's claim is
+    every folder's (:func:`~coclr.runfolder.claim_folder` with :func:`~coclr.store.clipstore.store_record`), so that
+    a refused job writes nothing: the store's checks (reads only), the view's lock (:func:`job_view_lock`: a second
+    job on the view is refused, one on another view goes on beside it), the checks again, then the update."""
+    updates: list[IndexUpdate] = []
+    record = store_record(index, replace_index, updates.append, **meta)
+    with claim_folder(root, STORE_FOLDER, recorded_meta(meta), record=record, lock=lambda: job_view_lock(root, view)):
+        yield updates[0]
 
 
 @dataclass

@@ -12,11 +12,13 @@ import tempfile
 import cv2
 import numpy as np
 
+from coclr.clips import JPEG_QUALITY
+
 # OpenCV >= 4.10 decodes straight to RGB (faster than decoding to BGR and converting).
 _IMREAD_RGB: int | None = getattr(cv2, "IMREAD_COLOR_RGB", None)
 
 
-def encode_jpeg(frame: np.ndarray, quality: int = 90) -> bytes:
+def encode_jpeg(frame: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:
     """Encode ``uint8 [H, W, 3]`` RGB as JPEG."""
     if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
         raise ValueError(f"expected a uint8 [H, W, 3] frame, got {frame.dtype} {tuple(frame.shape)}")

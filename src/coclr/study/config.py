@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from coclr.clips import JPEG_QUALITY, SHORT_SIDE
 from coclr.config import option, require
 from coclr.core.methods import METHODS
 from coclr.flow.encode import check_bound
-from coclr.flow.extract import BACKENDS
+from coclr.store.flow_extract import BACKENDS
 
 # ------------------------------------------------------------------------------------------------- the rows
 
@@ -140,8 +141,8 @@ class StudyData:
     split: int = option(1, "official split number (ucf101, hmdb51)")
     store: str = option("", "the clip store: an existing one (source=store), or where to build it (default "
                             "OUT/store)")
-    short_side: int = option(128, "frames are resized to this short side in the store")
-    quality: int = option(90, "JPEG quality of the store's frames")
+    short_side: int = option(SHORT_SIDE, "frames are resized to this short side in the store")
+    quality: int = option(JPEG_QUALITY, "JPEG quality of the store's frames")
     fps: float | None = option(None, "resample videos to this frame rate (null: keep every frame)")
     flow_backend: str = option("tvl1", "flow backend of `coclr flow` (tvl1, dis, tvl1-torch, auto)")
     flow_bound: float = option(20.0, "flow is clipped to +-flow_bound px before its uint8 storage (20: the paper's)")

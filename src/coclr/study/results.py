@@ -18,7 +18,7 @@ from typing import Any
 from coclr.atomic import atomic_open
 from coclr.eval.health import describe_health
 from coclr.eval.report import DEGENERATE_MARK as COLLAPSED_MARK
-from coclr.study.config import ROWS
+from coclr.study.config import COLUMNS, ROWS
 
 METRICS = {"retrieval": "R@1", "linear": "linear probe", "finetune": "finetune"}
 """Each column's name in the claims."""
@@ -139,7 +139,7 @@ def table_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str], with_
     cell = cell or (lambda row, key: _cell(_lookup(row, key)))
     names = {"linear": "Linear probe", "finetune": "Finetune", "retrieval": "R@1"}
     keys: list[tuple[str, str]] = []
-    for column in COLUMN_ORDER:
+    for column in COLUMNS:
         if column in columns:
             keys.append((names[column], column))
             if with_paper:
@@ -153,9 +153,6 @@ def table_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str], with_
         lines.append(f"| {row['method']}{row.get('marks', '')} | {row['view']} | {labels} | "
                      + " | ".join(cell(row, key) for _, key in keys) + " |")
     return lines
-
-
-COLUMN_ORDER = ("linear", "finetune", "retrieval")
 
 
 def _lookup(row: dict[str, Any], key: str) -> float | None:

@@ -31,12 +31,12 @@ from coclr.eval.report import (
     view_name,
     write_report,
 )
-from coclr.flow.extract import extract_flow
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import save_encoder
 from coclr.runfolder import FolderRule, check_folder, check_output_folder, claim_folder
 from coclr.store.build import build_store
 from coclr.store.clipstore import open_store
+from coclr.store.flow_extract import extract_flow
 from coclr.study.config import ROWS, StudyConfig, supervised_row
 from coclr.study.plan import StudyPlan, cross_entropy_init, describe, options_record, plan_study
 from coclr.study.results import (

@@ -19,6 +19,7 @@ from typing import Literal
 from coclr.clips import ClipSettings, clip_option
 from coclr.config import option, require
 from coclr.core.methods import CONTRASTIVE, methods_help
+from coclr.data.augment import AugmentOptions
 
 
 @dataclass
@@ -168,24 +169,6 @@ class OptimOptions:
 
 
 @dataclass
-class AugmentOptions:
-    crop_area: list[float] = option([0.2, 1.0], "range of the crop's area fraction (random resized crop)")
-    flip_p: float = option(0.5, "probability of a horizontal flip (flow's u is negated)")
-    jitter_p: float = option(0.8, "probability of colour jitter (0.4, 0.4, 0.4, 0.1) on RGB")
-    gray_p: float = option(0.2, "probability of luminance grayscale on RGB")
-    blur_p: float = option(0.5, "probability of Gaussian blur (sigma 0.1-2) on RGB")
-    cpu_8bit: bool = option(True, "on the CPU, augment in 8 bits clip by clip (OpenCV; rounded after each "
-                                  "operation as the authors' PIL pipeline; several times faster than false: the "
-                                  "GPU path's float operations)")
-
-    def validate(self) -> None:
-        lo, hi = (self.crop_area + [0, 0])[:2]
-        require(len(self.crop_area) == 2 and 0 < lo <= hi <= 1, "crop_area", "must be [low, high] in (0, 1]")
-        for name in ("flip_p", "jitter_p", "gray_p", "blur_p"):
-            require(0 <= getattr(self, name) <= 1, name, "must be a probability in [0, 1]")
-
-
-@dataclass
 class RunOptions:
     out: str = option("", "run directory (checkpoints, logs, TensorBoard events)")
     batch_size: int = option(32, "clips per training process (the global batch is this times the world size)")
@@ -227,7 +210,8 @@ class PretrainConfig:
     model: ModelOptions = field(default_factory=ModelOptions, metadata={"help": "encoder"})
     method: MethodOptions = field(default_factory=MethodOptions, metadata={"help": "contrastive method"})
     optim: OptimOptions = field(default_factory=OptimOptions, metadata={"help": "optimisation"})
-    augment: AugmentOptions = field(default_factory=AugmentOptions, metadata={"help": "augmentation"})
+    augment: AugmentOptions = field(default_factory=AugmentOptions, metadata={"help": "augmentation (the data's own "
+                                                                                      "options: coclr.data.augment)"})
     run: RunOptions = field(default_factory=RunOptions, metadata={"help": "run"})
 
     @property

@@ -10,9 +10,9 @@ import torch
 from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD
 from coclr.data.views import is_flow_view, stored_view, view_kind
 from coclr.errors import CheckpointError, ConfigError
-from coclr.flow.extract import stored_bound
 from coclr.models.encoder import Encoder, build_encoder
 from coclr.models.loading import load_encoder, read_clip_settings
+from coclr.store.flow_views import stored_bound
 from coclr.train.config import PretrainConfig
 from coclr.train.learner import PretrainModel, ViewLearner
 

@@ -11,16 +11,15 @@ unfinished one from its last checkpoint.
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
-from coclr.atomic import atomic_write_json, read_json_lines
+from coclr.atomic import atomic_write_json, read_json_lines, read_json_record
 from coclr.config import to_dict, validate
-from coclr.core.distributed import held_by_main, is_main
+from coclr.distributed import held_by_main, is_main
 from coclr.errors import ConfigError
 from coclr.interrupts import interrupted
 from coclr.models.encoder import build_encoder
@@ -29,8 +28,8 @@ from coclr.progress import duration
 from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record, restart_folder
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PipelineConfig, PretrainConfig
+from coclr.train.run import pretrain
 from coclr.train.setup import CONTINUABLE, LAST, resolve_device, resolve_precision
-from coclr.train.trainer import Trainer
 
 MANIFEST = "manifest.json"
 PIPELINE_FOLDER = FolderRule("pipeline", "a pipeline run", may_differ=CONTINUABLE, restart=True)
@@ -124,8 +123,8 @@ def stage_config(config: PipelineConfig, stage: Stage, run_dir: Path) -> Pretrai
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / MANIFEST
-    return json.loads(path.read_text()) if path.is_file() else {}
+    """The pipeline's manifest (its stages, their checkpoints and times), empty before the first stage ends."""
+    return read_json_record(run_dir / MANIFEST) or {}
 
 
 def pipeline_eta(run_dir: Path, stages: list[Stage]) -> str:
@@ -225,17 +224,16 @@ def _run_stages(run_dir: Path, stages: list[Stage], stage_configs: list[Pretrain
             atomic_write_json(run_dir / MANIFEST, manifest)
             print(f"[coclr pipeline] stage {number}/{len(stages)}: {stage.name} ({stage.method} on "
                   f"{'+'.join(stage.trains)}, {stage.epochs} epochs); {pipeline_eta(run_dir, stages)}", flush=True)
-        trainer = Trainer(stage_cfg)
-        trainer.progress_label = f"stage {number}/{len(stages)} {stage.name}"
+        label = f"stage {number}/{len(stages)} {stage.name}"
         try:
-            checkpoint = trainer.run()
-        except KeyboardInterrupt as error:
-            stopped = interrupted(error, trainer.kept())
-            stopped.kept = f"stage {number}/{len(stages)} {stage.name}: {stopped.kept}"
+            trained = pretrain(stage_cfg, label=label)
+        except KeyboardInterrupt as error:  # the trainer says which checkpoint is kept; before it, the stage's own
+            stopped = interrupted(error, "what its earlier runs finished is kept")
+            stopped.kept = f"{label}: {stopped.kept}"
             raise stopped from None
-        if not trainer.finished:
+        if not trained.finished:
             return run_dir
-        entry["encoders"] = export_encoders(checkpoint, stage, run_dir)
+        entry["encoders"] = export_encoders(trained.checkpoint, stage, run_dir)
         entry["status"] = "done"
         if dist.is_initialized():
             dist.barrier()

@@ -1,24 +1,57 @@
-"""The pretrain entry point: sets up the processes and the run folder (:mod:`coclr.train.setup`), then runs the
-loop (:class:`~coclr.train.trainer.Trainer`)."""
+"""The pretrain entry point: sets up the processes, checks and claims the run folder and builds every part of the run
+(:mod:`coclr.train.setup`), then runs the loop (:class:`~coclr.train.trainer.Trainer`).
+
+:func:`pretrain` is the one entry of every pretraining stage: ``coclr pretrain``, the pipeline's stages (and so the
+study's and ``coclr learn``'s) and the benchmarks. :func:`start_run` is its first half, for a caller that drives
+the loop's steps itself (the calibration of ``coclr learn``'s budget, tests).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch.distributed as dist
 
 from coclr.train.config import PretrainConfig
-from coclr.train.setup import setup_run
+from coclr.train.setup import build_parts, claim_run_folder, setup_run, torch_settings
 from coclr.train.trainer import Trainer
 
 
-def pretrain(config: PretrainConfig, restart: bool = False) -> Path:
-    """Run one pretraining stage, or continue the one in ``run.out``; returns the last checkpoint. Everything is
-    checked (inputs, device, the run folder's options) before any model is built."""
+@dataclass(frozen=True)
+class Pretrained:
+    """What a pretraining run left: its last checkpoint, and whether every configured epoch is done (false when
+    ``run.max_steps`` stopped it first)."""
+
+    checkpoint: Path
+    finished: bool
+
+
+@contextmanager
+def start_run(config: PretrainConfig, restart: bool = False) -> Iterator[Trainer]:
+    """A run ready for its loop, for the ``with`` block: everything checked (inputs, device, the run folder's
+    options; with ``restart`` an earlier run moved aside) and every part built (a checkpoint that does not fit is
+    refused here) before anything is written; then the folder claimed (held until the block ends) and its last
+    checkpoint loaded. The torch settings of ``run.deterministic`` (and cuDNN's autotuner on CUDA) hold while the
+    block runs and are restored after."""
     setup = setup_run(config, restart)
-    trainer = Trainer(setup.config, setup=setup)
+    parts = build_parts(setup)
+    with claim_run_folder(setup.config, setup.world), \
+            torch_settings(setup.config.run.deterministic, setup.device):
+        yield Trainer(parts)
+
+
+def pretrain(config: PretrainConfig, restart: bool = False, label: str = "") -> Pretrained:
+    """Run one pretraining stage, or continue the one in ``run.out``: :func:`start_run`, then the loop (its
+    progress bar labelled ``label``). Interrupted, it raises :class:`~coclr.interrupts.Interrupted` saying which
+    checkpoint is kept."""
     try:
-        return trainer.run()
+        with start_run(config, restart) as trainer:
+            trainer.progress_label = label
+            checkpoint = trainer.run()
+            return Pretrained(checkpoint, trainer.finished)
     finally:
         if dist.is_initialized():
             dist.barrier()

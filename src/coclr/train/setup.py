@@ -1,16 +1,19 @@
 """What the pretrain entry point does before the loop: the device and precision, the processes (torchrun joins
-its process group here), the inputs checked and the run folder continued or refused.
+its process group here), the inputs checked, the run folder continued or refused, and every part of the run built.
 
-:func:`setup_run` does all of it, once, before any model is built; :func:`coclr.train.run.pretrain` calls it and
-hands the result to the :class:`~coclr.train.trainer.Trainer`, which only runs the loop. The run folder follows
-:mod:`coclr.runfolder` through two calls: :func:`check_run_folder` (reads only) here, and
-:func:`claim_run_folder` (lock, check again, record) around the loop, before its first write.
+:func:`setup_run` checks all of it, once, before anything is built or written; :func:`build_parts` then builds the
+data, model, optimiser, augmentation and DDP wrapper (:class:`RunParts`), which
+:func:`coclr.train.run.start_run` hands to the :class:`~coclr.train.trainer.Trainer`, which only runs the loop.
+The run folder follows :mod:`coclr.runfolder` through two calls: :func:`check_run_folder` (reads only) in
+:func:`setup_run`, and :func:`claim_run_folder` (lock, check again, record) once the parts are built, before the
+first write (a part that cannot be built, a checkpoint of another encoder, leaves the folder untouched).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,15 +22,22 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
+from coclr import seeding
 from coclr.config import to_dict
-from coclr.core.distributed import held_by_main, init_distributed, is_main, pick_device, rank, world_size
+from coclr.data.augment import ClipAugment
+from coclr.data.batch_decode import resolve_decode
+from coclr.data.datasets import TrainClips, left_out_message
+from coclr.distributed import held_by_main, init_distributed, is_main, pick_device, rank, world_size
 from coclr.errors import ConfigError
 from coclr.runfolder import FolderRule, check_folder, claim_folder, restart_folder
 from coclr.store.clipstore import open_store
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PretrainConfig
-from coclr.train.model import check_view_of
+from coclr.train.learner import PretrainModel
+from coclr.train.model import build_model, check_view_of, clip_settings
+from coclr.train.sampler import ResumableSampler
 
 LAST = "checkpoint_last.pth"
 BEST = "checkpoint_best.pth"
@@ -58,6 +68,90 @@ def setup_run(config: PretrainConfig, restart: bool = False) -> RunSetup:
     return RunSetup(config, device, rank(), world_size(), continues)
 
 
+@dataclass
+class RunParts:
+    """Every part of a run, built by :func:`build_parts` for the loop: where it runs (``setup``), the data
+    (``dataset``, ``decode``: where frames are decoded, ``data_order``), what each view's encoder is trained on
+    (``clip_settings``, recorded in every checkpoint), the networks (``model``, and ``ddp`` that wraps it across
+    processes, or the model itself), the optimiser with its schedule and loss scaler, and the augmentation."""
+
+    setup: RunSetup
+    dataset: TrainClips
+    decode: str
+    data_order: ResumableSampler
+    clip_settings: dict[str, dict[str, Any]]
+    model: PretrainModel
+    ddp: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler
+    augment: ClipAugment
+
+
+def log_line(text: str) -> None:
+    """One line of the run's output (rank 0 only)."""
+    if is_main():
+        print(f"[coclr pretrain] {text}", flush=True)
+
+
+def build_parts(setup: RunSetup) -> RunParts:
+    """Build every part of the run ``setup`` describes: the dataset (its left-out videos said), the data order, the
+    model (its weights drawn from the run's seed and nothing else; channels-last and compiled as the options ask),
+    the fused Adam optimiser on the trained parameters, its schedule and loss scaler, the augmentation, and the DDP
+    wrapper when several processes train."""
+    config, device = setup.config, setup.device
+    decode = resolve_decode(config.data.decode, device, frame_cache=config.data.cache_mb > 0)
+    dataset = TrainClips(config.data.store, config.data.split, config.views, config.data.length, config.data.stride,
+                         num_clips=2, seed=config.run.seed, frame_size=config.data.frame_size,
+                         cache_mb=config.data.cache_mb, encoded=decode == "device")
+    if dataset.left_out:
+        log_line(left_out_message(dataset.store, config.data.split, config.views, dataset.left_out))
+    settings = {view: clip_settings(config, dataset.store, view) for view in config.views}
+    data_order = ResumableSampler(len(dataset), config.run.batch_size, seed=config.run.seed, rank=setup.rank,
+                                  world_size=setup.world)
+    queue_generator = torch.Generator().manual_seed(seeding.queue_seed(config.run.seed))
+    with torch.random.fork_rng(devices=[]):  # the weights' initialisation draws from the seed, nothing else
+        torch.manual_seed(config.run.seed)
+        model = build_model(config, queue_generator).to(device)
+    if config.run.channels_last and device.type == "cuda":
+        model.to(memory_format=torch.channels_last_3d)
+    if config.run.compile:
+        for learner in model.learners.values():
+            learner.encoder_q.compile()
+            learner.encoder_k.compile()
+        if model.sampler is not None:
+            model.sampler.compile()
+    trained = [p for p in model.parameters() if p.requires_grad]
+    # The fused kernel updates every parameter in one pass (much faster than the per-parameter loop for small
+    # networks); it exists on CPU and CUDA.
+    optimizer = torch.optim.Adam(trained, lr=config.optim.lr, weight_decay=config.optim.weight_decay,
+                                 fused=device.type in ("cpu", "cuda"))
+    scaler = torch.amp.GradScaler(device.type, enabled=config.run.amp == "fp16" and device.type == "cuda")
+    return RunParts(setup, dataset, decode, data_order, settings, model, _wrap(model, setup), optimizer,
+                    _scheduler(config, optimizer), scaler, ClipAugment.of(config.augment, config.data.size))
+
+
+def _scheduler(config: PretrainConfig, optimizer: torch.optim.Optimizer) -> Any:
+    """The learning-rate schedule of ``optim.schedule``."""
+    optim = config.optim
+    if optim.schedule == "milestones":
+        return torch.optim.lr_scheduler.MultiStepLR(optimizer, optim.milestones, optim.gamma)
+    if optim.schedule == "plateau":
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=optim.gamma, patience=optim.patience)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 1.0)
+
+
+def _wrap(model: nn.Module, setup: RunSetup) -> nn.Module:
+    """``model`` wrapped by DistributedDataParallel when several processes train; else itself."""
+    if setup.world == 1:
+        return model
+    device_ids = [setup.device.index] if setup.device.type == "cuda" else None
+    with warnings.catch_warnings():  # newer torch renames broadcast_buffers; the old name works on 2.4+
+        warnings.simplefilter("ignore", FutureWarning)
+        return nn.parallel.DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False,
+                                                   bucket_cap_mb=setup.config.run.ddp_bucket_mb)
+
+
 @contextmanager
 def torch_settings(deterministic: bool, device: torch.device) -> Iterator[None]:
     """Deterministic algorithms (``deterministic``) or cuDNN's autotuner (CUDA), restored on exit: process-wide
@@ -80,7 +174,7 @@ def torch_settings(deterministic: bool, device: torch.device) -> Iterator[None]:
 
 
 def resolve_device(name: str) -> torch.device:
-    """The device of ``run.device`` (:func:`coclr.core.distributed.pick_device`)."""
+    """The device of ``run.device`` (:func:`coclr.distributed.pick_device`)."""
     return pick_device(name, "run.device")
 
 

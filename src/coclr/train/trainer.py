@@ -33,20 +33,16 @@ from torch.utils.tensorboard import SummaryWriter
 from coclr import seeding
 from coclr.atomic import atomic_duplicate, atomic_torch_save, atomic_write_text, read_json_lines
 from coclr.config import to_dict
-from coclr.core.distributed import is_main
-from coclr.data.augment import ClipAugment
-from coclr.data.batch_decode import collate_clips, decode_batch, resolve_decode
-from coclr.data.datasets import TrainClips, left_out_message
+from coclr.data.batch_decode import collate_clips, decode_batch
+from coclr.distributed import is_main
 from coclr.errors import CheckpointError, CoclrError
 from coclr.eval.monitor import knn_recall
 from coclr.interrupts import interrupted, loader_worker_signals
 from coclr.progress import bar as progress_bar
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
-from coclr.train.config import PretrainConfig
 from coclr.train.learner import Targets
-from coclr.train.model import build_model, clip_settings
-from coclr.train.sampler import EpochItems, ResumableSampler
-from coclr.train.setup import BEST, LAST, RunSetup, claim_run_folder, setup_run, torch_settings
+from coclr.train.sampler import EpochItems
+from coclr.train.setup import BEST, LAST, RunParts, log_line
 
 
 class NonFiniteLossError(CoclrError):
@@ -68,82 +64,35 @@ def step_generator(seed: int, epoch: int, step: int) -> torch.Generator:
 
 
 class Trainer:
-    """Runs one pretraining stage; ``run()`` returns the path of the last checkpoint.
-
-    ``setup``: the run set up by :func:`~coclr.train.setup.setup_run` (made here from ``config`` and ``restart``
-    when not given). A run folder that holds a run continues from its last checkpoint.
+    """Runs the loop of one pretraining stage over the parts it is handed (:class:`~coclr.train.setup.RunParts`,
+    built by :func:`~coclr.train.setup.build_parts` in :func:`~coclr.train.run.start_run`, which holds the run
+    folder while it runs); ``run()`` returns the path of the last checkpoint. A run folder that holds a run
+    continues from its last checkpoint.
     """
 
-    def __init__(self, config: PretrainConfig, restart: bool = False, setup: RunSetup | None = None):
-        setup = setup or setup_run(config, restart)
+    def __init__(self, parts: RunParts):
+        setup = parts.setup
         config = self.config = setup.config
         self.device, self.rank, self.world = setup.device, setup.rank, setup.world
         self.out = Path(config.run.out)
         self.progress_label = ""
         """Shown before the epoch in the progress bar (the pipeline names its stage)."""
-        self.decode = resolve_decode(config.data.decode, self.device, frame_cache=config.data.cache_mb > 0)
+        self.decode = parts.decode
         """Where frames are decoded: "workers" (DataLoader workers) or "device" (this process, batch by batch)."""
-        self.dataset = TrainClips(config.data.store, config.data.split, config.views, config.data.length,
-                                  config.data.stride, num_clips=2, seed=config.run.seed,
-                                  frame_size=config.data.frame_size, cache_mb=config.data.cache_mb,
-                                  encoded=self.decode == "device")
-        if self.dataset.left_out:
-
-            self._log_line(left_out_message(self.dataset.store, config.data.split, config.views,
-                                            self.dataset.left_out))
-        self.clip_settings = {view: clip_settings(config, self.dataset.store, view) for view in config.views}
+        self.dataset = parts.dataset
+        self.clip_settings = parts.clip_settings
         """What each view's encoder is trained on, recorded in every checkpoint."""
-        self.data_order = ResumableSampler(len(self.dataset), config.run.batch_size, seed=config.run.seed,
-                                           rank=self.rank, world_size=self.world)
-        queue_generator = torch.Generator().manual_seed(seeding.queue_seed(config.run.seed))
-        with torch.random.fork_rng(devices=[]):  # the weights' initialisation draws from the seed, nothing else
-            torch.manual_seed(config.run.seed)
-            self.model = build_model(config, queue_generator).to(self.device)
-        if config.run.channels_last and self.device.type == "cuda":
-            self.model.to(memory_format=torch.channels_last_3d)
-        if config.run.compile:
-            for learner in self.model.learners.values():
-                learner.encoder_q.compile()
-                learner.encoder_k.compile()
-            if self.model.sampler is not None:
-                self.model.sampler.compile()
-        self.trained = [p for p in self.model.parameters() if p.requires_grad]
-        # The fused kernel updates every parameter in one pass (much faster than the per-parameter loop for small
-        # networks); it exists on CPU and CUDA.
-        self.optimizer = torch.optim.Adam(self.trained, lr=config.optim.lr, weight_decay=config.optim.weight_decay,
-                                          fused=self.device.type in ("cpu", "cuda"))
-        self.scheduler = self._scheduler()
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.run.amp == "fp16"
-                                           and self.device.type == "cuda")
-        aug = config.augment
-        self.augment = ClipAugment(size=config.data.size, area=tuple(aug.crop_area), flip_p=aug.flip_p,
-                                   jitter_p=aug.jitter_p, gray_p=aug.gray_p, blur_p=aug.blur_p,
-                                   cpu_8bit=aug.cpu_8bit)
-        self.ddp = self._wrap()
+        self.data_order = parts.data_order
+        self.model = parts.model
+        self.ddp = parts.ddp
+        self.optimizer, self.scheduler, self.scaler = parts.optimizer, parts.scheduler, parts.scaler
+        self.augment = parts.augment
         self.position = Position()
         self.saved: Position | None = None
         """The position of the checkpoint in the run folder (None: none yet)."""
         self.best_loss = math.inf
         if (self.out / LAST).is_file():
             self._load(self.out / LAST)
-
-    def _scheduler(self):
-        optim = self.config.optim
-        if optim.schedule == "milestones":
-            return torch.optim.lr_scheduler.MultiStepLR(self.optimizer, optim.milestones, optim.gamma)
-        if optim.schedule == "plateau":
-            return torch.optim.lr_scheduler.ReduceLROnPlateau(self.optimizer, factor=optim.gamma,
-                                                              patience=optim.patience)
-        return torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda epoch: 1.0)
-
-    def _wrap(self) -> nn.Module:
-        if self.world == 1:
-            return self.model
-        device_ids = [self.device.index] if self.device.type == "cuda" else None
-        with warnings.catch_warnings():  # newer torch renames broadcast_buffers; the old name works on 2.4+
-            warnings.simplefilter("ignore", FutureWarning)
-            return nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids, broadcast_buffers=False,
-                                                       bucket_cap_mb=self.config.run.ddp_bucket_mb)
 
     # ------------------------------------------------------------------ state
 
@@ -204,8 +153,7 @@ class Trainer:
     # ------------------------------------------------------------------ logging
 
     def _log_line(self, text: str) -> None:
-        if is_main():
-            print(f"[coclr pretrain] {text}", flush=True)
+        log_line(text)
 
     def _open_logs(self):
         if not is_main():
@@ -305,12 +253,7 @@ class Trainer:
         return min(1.0, (iteration + 1) / iterations) if iterations > 0 else 1.0
 
     def run(self) -> Path:
-        """Train until ``optim.epochs`` (or ``run.max_steps``); returns the last checkpoint. The torch settings
-        of ``run.deterministic`` (and cuDNN's autotuner on CUDA) hold while it runs and are restored after."""
-        with torch_settings(self.config.run.deterministic, self.device), claim_run_folder(self.config, self.world):
-            return self._run()
-
-    def _run(self) -> Path:
+        """Train until ``optim.epochs`` (or ``run.max_steps``); returns the last checkpoint."""
         config = self.config
         workers = config.data.workers
         loader = DataLoader(self.dataset, batch_size=config.run.batch_size, sampler=EpochItems(self.data_order),

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
-from coclr.atomic import atomic_write_text
+from coclr.atomic import atomic_write_text, read_json_record
 from coclr.errors import DataError
 from coclr.video.decode import why_not_video
 
@@ -148,21 +148,19 @@ class VideoIndex:
     @classmethod
     def load(cls, path: str | Path) -> VideoIndex:
         path = Path(path)
-        if not path.is_file():
+        data = read_json_record(path)
+        if data is None:
             raise DataError(f"index file not found: {path}")
-        try:
-            data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise DataError(f"{path}: not valid JSON: {error}") from None
         return cls.from_dict(data, str(path))
 
 
 def is_index_file(path: str | Path) -> bool:
     """Whether ``path`` is a coclr video index (what ``coclr data index --out`` writes, and may write again)."""
     try:
-        return json.loads(Path(path).read_text()).get("format") == INDEX_FORMAT
-    except (OSError, ValueError, AttributeError):
+        record = read_json_record(path)
+    except (OSError, DataError):
         return False
+    return record is not None and record.get("format") == INDEX_FORMAT
 
 
 def is_relative_key(path: str) -> bool:

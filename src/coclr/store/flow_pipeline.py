@@ -45,10 +45,10 @@ import numpy as np
 from coclr.errors import ConfigError
 from coclr.flow.encode import FLOW_BOUND, flow_image, quantise_flow
 from coclr.flow.params import TVL1Params
-from coclr.flow.source import SOURCE_VIEW, decode_gray, source_frames
 from coclr.flow.tvl1 import make_passes, tvl1_flow
 from coclr.interrupts import loader_worker_signals
 from coclr.store.clipstore import ClipStore, EntryWriter, StorageFullError
+from coclr.store.flow_source import SOURCE_VIEW, decode_gray, source_frames
 from coclr.store.jobs import RecordFn, default_start_method, init_worker, stop_pool
 from coclr.store.jpeg import encode_jpeg
 from coclr.threads import opencv_threads, worker_opencv_threads
@@ -223,7 +223,9 @@ class FlowPipeline:
         import torch  # noqa: PLC0415 (heavy)
 
         self.stats = PipelineStats()
-        make_passes(self.kernels, torch.device(self.device))  # kernels that cannot run here: refused before any video
+        self.passes_name = make_passes(self.kernels, torch.device(self.device)).name
+        """The kernels ``kernels`` stands for here (``auto`` resolved), which solve every batch and the view records;
+        kernels that cannot run here are refused now, before any video."""
         if self.jpeg not in JPEG_ENCODERS:
             raise ConfigError(f"jpeg: must be one of {', '.join(JPEG_ENCODERS)}, got {self.jpeg!r}")
         if self.jpeg == "nvjpeg":
@@ -313,7 +315,7 @@ class FlowPipeline:
                 try:
                     prev, nxt = upload_pairs([segment.frames for segment in batch], device)
                     flow = tvl1_flow(prev, nxt, self.params, mode=self.mode, stop_every=self.stop_every,
-                                     kernels=self.kernels, stop=stop)
+                                     kernels=self.passes_name, stop=stop)
                     uv = quantise_flow(flow.permute(0, 2, 3, 1), self.bound)
                     out = nvjpeg_encode(uv, self.quality) if self.jpeg == "nvjpeg" else uv.cpu().numpy()
                     results.put((batch, out, None))

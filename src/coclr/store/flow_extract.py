@@ -11,7 +11,7 @@ Backends (:data:`BACKENDS`):
   TV-L1 on the CPU and less accurate; stored under its own view (``flow_dis``) by default.
 * ``tvl1-torch``: the PyTorch TV-L1 (:func:`coclr.flow.tvl1.tvl1_flow`, Triton kernels on CUDA) on a torch
   device, in batches of ``batch_pairs`` frame pairs taken across videos, with decoding and JPEG encoding in
-  worker processes (:class:`~coclr.flow.pipeline.FlowPipeline`); the only backend with the ``fast`` mode.
+  worker processes (:class:`~coclr.store.flow_pipeline.FlowPipeline`); the only backend with the ``fast`` mode.
 * ``auto``: ``tvl1-torch`` when CUDA is available (and no CPU device was asked for) or the fast mode was asked
   for, else ``tvl1``.
 
@@ -35,23 +35,29 @@ from pathlib import Path
 
 import numpy as np
 
-from coclr.config import to_dict
-from coclr.core.distributed import pick_device
+from coclr.clips import JPEG_QUALITY
+from coclr.distributed import pick_device
 from coclr.errors import ConfigError, DataError
 from coclr.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
 from coclr.flow.opencv import opencv_dis, opencv_tvl1
 from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
-from coclr.flow.pipeline import FlowPipeline
-from coclr.flow.source import SOURCE_VIEW, decode_gray, source_frames
-from coclr.flow.tvl1_cpu import load_library
-from coclr.runfolder import FolderRule, check_output_folder
-from coclr.store.clipstore import ENTRY_SUFFIX, ClipStore, check_view_name
+from coclr.flow.tvl1_cpu import compiler_available
+from coclr.runfolder import check_output_folder
+from coclr.store.clipstore import ClipStore, check_view_name
+from coclr.store.flow_pipeline import FlowPipeline
+from coclr.store.flow_source import SOURCE_VIEW, decode_gray, source_frames
+from coclr.store.flow_views import (
+    bound_key,
+    flow_method,
+    flow_view_rule,
+    method_key,
+    recorded_method,
+    recorded_settings,
+)
 from coclr.store.jobs import JobSummary, run_entry_jobs, run_entry_stream, writing_view
 from coclr.store.jpeg import encode_jpeg
 from coclr.video.indexes import SPLITS
 
-DEFAULT_QUALITY = 90
-"""JPEG quality of flow frames when the store's metadata does not record the RGB quality."""
 DECODE_CHUNK = 64
 """Frame pairs read, decoded and solved at a time on the CPU backends (memory does not grow with a video's length)."""
 
@@ -75,7 +81,7 @@ BACKENDS: dict[str, FlowBackend] = {
         FlowBackend("tvl1-torch", "flow", True, "our TV-L1 on a torch device: fused Triton kernels on a GPU, fused C "
                     "loops on the CPU (OpenCV's scheme and results, several times faster)"),
         FlowBackend("auto", "flow", False, "the backend a view was started with; else tvl1-torch on CUDA, with "
-                    "kernels c or triton, in the fast mode, or on a CPU where its C loops build; else tvl1"),
+                    "kernels c or triton, in the fast mode, or on a CPU with a C compiler for its loops; else tvl1"),
     )
 }
 
@@ -91,8 +97,9 @@ def resolve_backend(name: str, device: str | None = None, mode: str = "exact", k
     ``auto`` continues a view with the backend it was started with (``recorded``, a TV-L1 backend), so that the
     same command keeps its meaning; otherwise it picks ``tvl1-torch`` when ``device`` is a CUDA device (or None
     and CUDA is available), when ``mode`` is ``fast``, when ``kernels`` names the fused ones (``c``, ``triton``:
-    they must then run, or the job is refused), or on the CPU when its fused C loops build here and ``kernels``
-    allows them (several times OpenCV's speed: docs/performance.md); otherwise OpenCV's ``tvl1``.
+    they must then run, or the job is refused), or on the CPU when a C compiler for its fused loops is found
+    (decided without compiling them: :func:`~coclr.flow.tvl1_cpu.compiler_available`) and ``kernels`` allows
+    them (several times OpenCV's speed: docs/performance.md); otherwise OpenCV's ``tvl1``.
     Under torchrun, ``cuda`` means the process's own GPU (``cuda:LOCAL_RANK``). Raises :class:`ConfigError` for an
     unknown backend, an unusable device or a mode the backend lacks.
     """
@@ -105,7 +112,7 @@ def resolve_backend(name: str, device: str | None = None, mode: str = "exact", k
         elif mode == "fast" or kernels in ("c", "triton") or pick_device(device).type == "cuda":
             name = "tvl1-torch"  # fused kernels asked for by name: refused before any video if they cannot run
         else:  # PyTorch operations on the CPU are slower than OpenCV
-            name = "tvl1-torch" if kernels == "auto" and load_library() is not None else "tvl1"
+            name = "tvl1-torch" if kernels == "auto" and compiler_available() else "tvl1"
     if mode != "exact" and name != "tvl1-torch":
         raise ConfigError(f"mode: the {mode} mode is computed by the tvl1-torch backend only, not by {name}")
     backend = BACKENDS[name]
@@ -122,60 +129,9 @@ def _check_device(device: str | None) -> str:
     return str(pick_device(device))
 
 
-def encode_flow_frames(flow: np.ndarray, quality: int = DEFAULT_QUALITY, bound: float = FLOW_BOUND) -> list[bytes]:
+def encode_flow_frames(flow: np.ndarray, quality: int = JPEG_QUALITY, bound: float = FLOW_BOUND) -> list[bytes]:
     """JPEG bytes of flow ``[N, H, W, 2]`` in the stored format (``flow_to_uint8``, then JPEG)."""
     return [encode_jpeg(image, quality) for image in flow_to_uint8(flow, bound)]
-
-
-def bound_key(view: str) -> str:
-    """The store metadata key that records the flow bound of ``view``."""
-    return f"{view}_bound_px"
-
-
-def method_key(view: str) -> str:
-    """The store metadata key that records the backend and TV-L1 parameters of ``view``."""
-    return f"{view}_method"
-
-
-def flow_method(backend: str, params: TVL1Params, mode: str = "exact", stop_every: int = FAST_STOP_EVERY) -> dict:
-    """What a flow view records of how it was computed (metadata ``<view>_method``): the backend, the TV-L1
-    parameters and mode (and, in the fast mode, the iterations between stop tests); two runs that record different
-    methods must not write one view."""
-    if backend == "dis":
-        return {"backend": backend, "params": None}
-    method = {"backend": backend, "params": to_dict(params), "mode": mode}
-    return {**method, "stop_every": stop_every} if mode == "fast" else method
-
-
-def recorded_method(store: ClipStore, view: str) -> dict | None:
-    """The method recorded for ``view`` (:func:`flow_method`); TV-L1 views recorded before modes existed are exact."""
-    recorded = store.meta.get(method_key(view))
-    if recorded is not None and recorded.get("backend") != "dis" and "mode" not in recorded:
-        recorded = {**recorded, "mode": "exact"}
-    return recorded
-
-
-def stored_bound(store: ClipStore, view: str) -> float | None:
-    """The flow bound ``view`` was extracted with: the recorded one; the default for a view written before bounds
-    were recorded; None for a view not extracted yet."""
-    recorded = store.meta.get(bound_key(view))
-    if recorded is not None:
-        return float(recorded)
-    folder = store.root / view
-    return FLOW_BOUND if folder.is_dir() and next(folder.rglob("*" + ENTRY_SUFFIX), None) else None
-
-
-def flow_view_rule(view: str) -> FolderRule:
-    """How a flow view is continued or refused (:mod:`coclr.runfolder`): by its bound and method, recorded in the
-    store's metadata; extracting more of it otherwise would mix two kinds of flow."""
-    return FolderRule("flow", f"flow view {view!r}", may_add=True, other="another view (--view)")
-
-
-def recorded_settings(store: ClipStore, view: str) -> dict:
-    """The bound and method ``view`` records (:func:`stored_bound`, :func:`recorded_method`; none for a view not
-    extracted yet)."""
-    recorded = {bound_key(view): stored_bound(store, view), method_key(view): recorded_method(store, view)}
-    return {key: value for key, value in recorded.items() if value is not None}
 
 
 def _is_entry_shard(path: Path) -> bool:
@@ -300,19 +256,24 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
         other_splits = {entry.path for entry in store.index.entries if entry.split != split}
         keys = [key for key in keys if key not in other_splits]  # unknown keys stay, to be reported
     store.check_keys(keys)
-    settings = {bound_key(view): bound, method_key(view): flow_method(chosen.name, params, mode, stop_every)}
+    quality = int(store.meta.get("quality") or JPEG_QUALITY)
+    root = str(store.root.resolve())
+    workers = cpu_workers(workers)
+    if chosen.gpu:  # picks its kernels, checks them and its encoder: what cannot run here is refused before the
+        # store is touched; decoding costs about half as much as encoding
+        decoders = min(workers, max(1, workers // 3))
+        pipeline = FlowPipeline(root, view, params, quality, torch_device, batch_pairs, decoders,
+                                min(workers, max(1, workers - decoders)), bound, mode, stop_every, kernels, jpeg)
+    used = pipeline.passes_name if chosen.gpu else None
+    settings = {bound_key(view): bound, method_key(view): flow_method(chosen.name, params, mode, stop_every, used)}
     recorded = recorded_settings(store, view)
+    before = recorded.get(method_key(view))
+    if before is not None and "kernels" not in before:  # begun before views recorded their kernels: unknown, so
+        settings[method_key(view)].pop("kernels", None)  # not compared, and left unrecorded
     flow_view_rule(view).check(store.root, recorded, settings)
     if not recorded:  # a new view: a folder of that name holds nothing but entry files (none of the user's files)
         check_output_folder(store.root / view, "flow", _is_entry_shard, f"entry files ({view}/ab/<hash>.frames)")
     settings[method_key(view)] = store.meta.get(method_key(view), settings[method_key(view)])  # as recorded
-    quality = int(store.meta.get("quality") or DEFAULT_QUALITY)
-    root = str(store.root.resolve())
-    workers = cpu_workers(workers)
-    if chosen.gpu:  # checks its kernels and encoder: what cannot run here is refused before the store is touched
-        decoders = min(workers, max(1, workers // 3))  # decoding costs about half as much as encoding
-        pipeline = FlowPipeline(root, view, params, quality, torch_device, batch_pairs, decoders,
-                                min(workers, max(1, workers - decoders)), bound, mode, stop_every, kernels, jpeg)
     with writing_view(root, view, store.index, **settings):
         if not chosen.gpu:
             job = OpenCVFlowJob(root, chosen.name, params, quality, bound)
