@@ -187,6 +187,7 @@ def test_study_seeds_refuse_a_folder_of_other_files(tmp_path):
     out = tmp_path / "seeds"
     out.mkdir()
     (out / "seeds.md").write_text("# earlier summary")  # ours by name
+    (out / "mined_precision_flow.png").write_bytes(b"\x89PNG")  # ours too: the miners' plot (issue 48)
     (out / "paper.pdf").write_bytes(b"%PDF")
     before = snapshot(out)
     with pytest.raises(FolderRefused, match=r"holds paper\.pdf, which coclr study did not write"):

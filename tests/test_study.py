@@ -390,3 +390,143 @@ def test_a_study_stopped_by_sigterm_stops_its_running_commands(tmp_path: Path) -
     study.send_signal(signal.SIGTERM)
     assert study.wait(60) == 130
     assert not any(_alive(pid) for pid in children), "a command of the study was left running"
+
+
+MINER_ROWS = ["infonce_rgb", "infonce_flow", "ubernce_rgb", "coclr_rgb", "coclr_flow", "coclr_ubernce_miner_flow",
+              "coclr_infonce_miner_flow"]
+
+
+def test_the_miner_rows_train_flow_alone_mined_by_a_fixed_rgb_encoder(tmp_path: Path) -> None:
+    """Issue 48: CoCLR-Flow with every positive mined by UberNCE-RGB or by InfoNCE-RGB; the flow stages are today's
+    (epochs, init, lr, schedule) but for the miner, no RGB stage is trained, and the oracle's row comes first."""
+    from coclr.config import from_dict
+    from coclr.train.config import PipelineConfig
+    from coclr.train.pipeline import plan_stages, stage_config
+
+    out = tmp_path / "out"
+    plan = plan_study(load_config(StudyConfig, overrides=["rows=[" + ", ".join(MINER_ROWS) + "]",
+                                                         "columns=[linear, finetune, retrieval]"]), out)
+    jobs = {job.name: job for job in plan.jobs}
+    main = from_dict(PipelineConfig, plan.configs["pipeline"])
+    today = {s.name: stage_config(main, s, out / "pipeline") for s in plan_stages(main)}
+    assert today["cycle1_flow"].method.sampler_checkpoint == str(out / "pipeline" / "cycle1_rgb" / "encoder_rgb.pth")
+    for key, folder, miner, deps in (
+            ("coclr_ubernce_miner_flow", "coclr_ubernce_miner", out / "ubernce_rgb" / "checkpoint_last.pth",
+             ("infonce", "ubernce_rgb")),
+            ("coclr_infonce_miner_flow", "coclr_infonce_miner", out / "pipeline" / "infonce_rgb" / "encoder_rgb.pth",
+             ("infonce",))):
+        assert plan.encoders[ROWS[key].miner] == miner
+        options = plan.configs[folder]
+        assert options["pipeline"] == {**plan.configs["pipeline"]["pipeline"], "infonce_from": str(out / "pipeline"),
+                                       "miner": str(miner)}
+        assert {k: v for k, v in options.items() if k not in ("pipeline", "run")} == {
+            k: v for k, v in plan.configs["pipeline"].items() if k not in ("pipeline", "run")}
+        pipeline = from_dict(PipelineConfig, options)
+        stages = plan_stages(pipeline)
+        assert [(s.name, s.trains) for s in stages] == [("cycle1_flow", ["flow"]), ("cycle2_flow", ["flow"])]
+        for stage in stages:
+            config = stage_config(pipeline, stage, out / folder)
+            assert config.method.sampler_checkpoint == str(miner)
+            expected = today[stage.name]
+            init = (out / "pipeline" / "infonce_flow" / "encoder_flow.pth" if stage.cycle == 1
+                    else out / folder / "cycle1_flow" / "encoder_flow.pth")
+            assert config.method.init_checkpoint == str(init)
+            assert (config.optim, config.data, config.augment) == (expected.optim, expected.data, expected.augment)
+            assert {k: v for k, v in vars(config.method).items() if not k.endswith("checkpoint")} == {
+                k: v for k, v in vars(expected.method).items() if not k.endswith("checkpoint")}
+        job = jobs[key]
+        assert job.deps == deps and job.argv[-2:] == ["--until", "cycle2_flow"] and job.epochs == 40
+        assert plan.encoders[key] == out / folder / "cycle2_flow" / "encoder_flow.pth"
+        assert plan.mining[key] == tuple(out / folder / f"cycle{c}_flow" / "log.jsonl" for c in (1, 2))
+        assert jobs[f"finetune_{key}"].deps == (key, "flow_test")
+    assert plan.mining["coclr_flow"] == tuple(out / "pipeline" / f"cycle{c}_flow" / "log.jsonl" for c in (1, 2))
+    assert plan.mining["coclr_rgb"] == tuple(out / "pipeline" / f"cycle{c}_rgb" / "log.jsonl" for c in (1, 2))
+    # The oracle mines with labels, so the row uses them; InfoNCE-RGB does not.
+    assert ROWS["coclr_ubernce_miner_flow"].labels and not ROWS["coclr_infonce_miner_flow"].labels
+    assert ROWS["coclr_ubernce_miner_flow"].method == "CoCLR mined by UberNCE-RGB"
+    # A miner row alone still trains the oracle that mines for it.
+    alone = plan_study(load_config(StudyConfig, overrides=["rows=[coclr_ubernce_miner_flow]"]), tmp_path / "alone")
+    assert [job.name for job in alone.jobs[:5]] == ["infonce_rgb", "infonce_flow", "infonce",
+                                                    "coclr_ubernce_miner_flow", "ubernce_rgb"]
+
+
+QUICK_STUDY_PLAN = "5a89e527bcca089631243672a3f0d0eb95a8cb478478384c8ab7358c4956ad2e"
+"""The digest of the quick study's plan (:func:`_plan_digest`), as computed by the code whose demo numbers
+docs/synth.md records (recorded at commit 54f77cf, before `pipeline.miner`)."""
+
+
+def _plan_digest(out: Path) -> str:
+    import hashlib
+
+    from coclr.config import from_dict, to_dict
+    from coclr.train.config import PipelineConfig
+    from coclr.train.pipeline import plan_stages, stage_config
+
+    plan = plan_study(load_config(StudyConfig), out)
+    stages = {}
+    for folder, options in plan.configs.items():
+        if "pipeline" in options:
+            pipeline = from_dict(PipelineConfig, options)
+            stages[folder] = {s.name: to_dict(stage_config(pipeline, s, out / folder)) for s in plan_stages(pipeline)}
+    record = {"configs": plan.configs, "stages": stages,
+              "jobs": [[job.name, job.argv, list(job.deps), job.epochs] for job in plan.jobs]}
+    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).replace(str(out), "OUT").encode()).hexdigest()
+
+
+def test_the_quick_study_trains_what_it_trained(tmp_path: Path) -> None:
+    """Every stage's configuration and every command of `coclr demo`, with their order, are those of the code
+    that produced its recorded numbers: a change here changes the demo (then run it again and record both)."""
+    assert _plan_digest(tmp_path / "out") == QUICK_STUDY_PLAN
+
+
+def test_a_pipeline_miner_is_checked(tmp_path: Path) -> None:
+    from coclr.train.config import PipelineConfig
+    from coclr.train.pipeline import run_pipeline
+
+    with pytest.raises(ConfigError, match="pipeline.miner: needs mode=alternate"):
+        load_config(PipelineConfig, overrides=["pipeline.miner=x.pth", "pipeline.mode=sim", f"data.store={tmp_path}",
+                                               f"run.out={tmp_path / 'sim'}"])
+    config = load_config(PipelineConfig, overrides=[f"pipeline.miner={tmp_path / 'absent.pth'}",
+                                                    f"run.out={tmp_path / 'run'}", f"data.store={tmp_path}"])
+    with pytest.raises(ConfigError, match="pipeline.miner: checkpoint not found"):
+        run_pipeline(config)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_rows_mined_precision_is_the_mean_of_its_stages(tmp_path: Path) -> None:
+    from coclr.study.run import row_mined_precision
+
+    logs = []
+    for number, values in enumerate(([0.2, 0.4], [0.9], [])):
+        log = tmp_path / f"stage{number}" / "log.jsonl"
+        log.parent.mkdir()
+        log.write_text("".join(json.dumps({"step": 50 * i, "flow/mined_precision": v}) + "\n"
+                               for i, v in enumerate(values, 1)) + json.dumps({"epoch_loss": 1.0}) + "\n")
+        logs.append(log)
+    assert row_mined_precision(logs, "flow") == pytest.approx((30.0 + 90.0) / 2)  # each stage's mean, then theirs
+    assert row_mined_precision(logs[2:] + [tmp_path / "absent.jsonl"], "flow") is None
+    assert row_mined_precision(logs, "rgb") is None
+
+
+@pytest.mark.slow
+def test_the_miner_rows_run_and_their_gain_is_plotted_against_their_precision(tmp_path: Path) -> None:
+    """Issue 48 end to end on reduced sizes (a queue of one batch, so that every CoCLR stage steps): the flow
+    stages mined by the oracle's checkpoint after the oracle, each row's mined precision in results.json, the
+    miners' paired differences and the plot (`--seeds`)."""
+    out = tmp_path / "miners"
+    rows = ["infonce_flow", "coclr_flow", "coclr_ubernce_miner_flow", "coclr_infonce_miner_flow"]
+    result = _coclr("study", "--out", str(out), "--seeds", "0", *REDUCED, "train.method.queue_size=8",
+                    "train.run.log_every=1", "rows=[" + ", ".join(rows) + "]", "columns=[retrieval]", timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    seed = out / "seed0"
+    record = json.loads((seed / "coclr_ubernce_miner" / "cycle1_flow" / "run.json").read_text())["options"]
+    assert record["method"]["sampler_checkpoint"] == str(seed / "ubernce_rgb" / "checkpoint_last.pth")
+    assert not (seed / "coclr_ubernce_miner" / "cycle1_rgb").exists()
+    results = json.loads((seed / "results.json").read_text())
+    precision = {row["row"]: row.get("mined_precision") for row in results["rows"]}
+    assert precision["infonce_flow"] is None and all(0 <= precision[key] <= 100 for key in rows[1:])
+    summary = json.loads((out / "seeds.json").read_text())
+    assert [(p["seed"], p["row"]) for p in summary["mining"]] == [(0, key) for key in rows[1:]]
+    assert "CoCLR-Flow mined by UberNCE-RGB - InfoNCE-Flow (R@1)" in summary["paired"]
+    assert (out / "mined_precision_flow.png").stat().st_size > 1000
+    assert "- CoCLR mined by UberNCE-RGB (Flow): " in (out / "seeds.md").read_text()

@@ -99,3 +99,55 @@ def test_the_equal_updates_claim_compares_it_with_sim():
     found = claims(rows, ["retrieval"])
     assert found["CoCLR-RGB alternating with equal updates >= sim (R@1)"] is False
     assert found["CoCLR-RGB alternating >= sim (R@1)"] is True
+
+
+def test_the_miners_of_coclr_flow_are_paired_and_plotted_against_their_precision(tmp_path: Path):
+    """Issue 48: each flow row's gain over InfoNCE-Flow against its mined positives' class precision, one point
+    per (seed, row); the miners' comparisons are paired like the claims'."""
+    from coclr.study.results import MINING_PLOT, mining_points, plot_mining
+
+    def result(seed: int, r1: dict[str, float], precision: dict[str, float]) -> dict:
+        rows = [{"row": key, "method": key, "view": "RGB" if key.endswith("rgb") else "Flow", "labels": False,
+                 "retrieval": {"R@1": value}, **({"mined_precision": precision[key]} if key in precision else {})}
+                for key, value in r1.items()]
+        return {"seed": seed, "columns": ["retrieval"], "rows": rows, "claims": {}}
+
+    results = [result(seed, {"infonce_flow": 50.0 + seed, "coclr_flow": 48.0 + 2 * seed, "coclr_rgb": 40.0,
+                             "coclr_ubernce_miner_flow": 60.0, "coclr_infonce_miner_flow": 45.0},
+                      {"coclr_flow": 35.0 + seed, "coclr_rgb": 50.0, "coclr_ubernce_miner_flow": 80.0,
+                       "coclr_infonce_miner_flow": 30.0}) for seed in (0, 1)]
+    points = mining_points(results)
+    assert [(p["seed"], p["row"], p["mined_precision"], p["gain"]) for p in points] == [
+        (0, "coclr_flow", 35.0, -2.0), (0, "coclr_ubernce_miner_flow", 80.0, 10.0),
+        (0, "coclr_infonce_miner_flow", 30.0, -5.0), (1, "coclr_flow", 36.0, -1.0),
+        (1, "coclr_ubernce_miner_flow", 80.0, 9.0), (1, "coclr_infonce_miner_flow", 30.0, -6.0)]  # no RGB row
+    summary = summarise_seeds(results)
+    assert summary["mining"] == points
+    paired = summary["paired"]
+    assert paired["CoCLR-Flow mined by UberNCE-RGB - InfoNCE-Flow (R@1)"]["per_seed"] == [10.0, 9.0]
+    assert paired["CoCLR-Flow mined by UberNCE-RGB - CoCLR-Flow (R@1)"]["per_seed"] == [12.0, 10.0]
+    assert paired["CoCLR-Flow - CoCLR-Flow mined by InfoNCE-RGB (frozen) (R@1)"]["per_seed"] == [3.0, 5.0]
+    text = seeds_markdown(summary)
+    assert "- coclr_flow (Flow): 35.5 ± 0.7" in text and MINING_PLOT in text
+    assert plot_mining(points, tmp_path / MINING_PLOT).stat().st_size > 1000
+    # Without InfoNCE-Flow there is nothing to measure the gain against.
+    assert mining_points([result(0, {"coclr_flow": 48.0}, {"coclr_flow": 35.0})]) == []
+
+
+def test_the_flow_claim_says_what_it_rests_on():
+    """Issue 48 (confirmed): the line of "CoCLR-Flow > InfoNCE-Flow" in results.md and seeds.md names the class
+    precision of RGB's mining for flow; no other claim line changes, nor any claim's key or verdict."""
+    from coclr.study.results import CLAIM_NOTES, results_markdown
+
+    results = [_result(seed, {"coclr_flow": 50.0 + 2 * seed, "infonce_flow": 51.0, "infonce_rgb": 30.0})
+               for seed in (0, 1)]
+    assert results[0]["claims"] == {"InfoNCE-Flow > InfoNCE-RGB (R@1)": True, "CoCLR-Flow > InfoNCE-Flow (R@1)": False}
+    note = CLAIM_NOTES["CoCLR-Flow > InfoNCE-Flow"]
+    assert "class precision" in note and "RGB mines" in note
+    first = results[0]
+    page = results_markdown(first["rows"], ["retrieval"], first["claims"], 60.0, 0)
+    assert f"- CoCLR-Flow > InfoNCE-Flow (R@1): no — {note}\n" in page
+    assert "- InfoNCE-Flow > InfoNCE-RGB (R@1): yes\n" in page
+    text = seeds_markdown(summarise_seeds(results))
+    assert f"- CoCLR-Flow > InfoNCE-Flow (R@1): 1 of 2 seeds; on the means: no — {note}\n" in text
+    assert "- InfoNCE-Flow > InfoNCE-RGB (R@1): 2 of 2 seeds; on the means: yes\n" in text

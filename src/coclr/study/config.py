@@ -25,9 +25,11 @@ class Row:
     """One row of Table 1: how it is named, which encoders it evaluates and the paper's numbers.
 
     ``method_name``: its row of :data:`coclr.core.methods.METHODS` (``method``, its Table 1 name with the variant,
-    and ``labels`` follow from it). ``streams``: ``(encoder name, view)`` pairs
-    (:func:`coclr.study.plan.encoder_path` resolves the names); two streams are evaluated together (two-stream
-    fusion). ``paper``: linear probe, finetune and R@1 on UCF101 split 1 (None: not reported)."""
+    and ``labels`` follow from it). ``streams``: ``(encoder name, view)`` pairs (:func:`coclr.study.plan.plan_study`
+    resolves the names); two streams are evaluated together (two-stream fusion). ``paper``: linear probe, finetune
+    and R@1 on UCF101 split 1 (None: not reported). ``miner``: for a CoCLR row of the second view, the row whose
+    encoder mines the positives of all its stages (``pipeline.miner``; "": the other view's latest encoder, as in
+    the paper); a row mined by an encoder trained with labels uses labels."""
 
     key: str
     method: str
@@ -36,27 +38,34 @@ class Row:
     streams: tuple[tuple[str, str], ...]
     paper: tuple[float | None, float | None, float | None]
     method_name: str = ""
+    miner: str = ""
 
 
 INPUTS = {"rgb": "RGB", "flow": "Flow", "two_stream": "RGB+Flow"}
 
 
 def _row(method_name: str, view: str, paper: tuple[float | None, float | None, float | None],
-         variant: tuple[str, str] = ("", "")) -> Row:
+         variant: tuple[str, str] = ("", ""), miner: Row | None = None) -> Row:
     """The row of ``method_name`` (a key of :data:`METHODS`) on ``view`` (``rgb``, ``flow`` or ``two_stream``, the
-    RGB and flow rows fused); ``variant``: (key part, display suffix) of an ablation, e.g. ``("k1", "K=1")``."""
+    RGB and flow rows fused); ``variant``: (key part, display suffix) of an ablation, e.g. ``("k1", "K=1")``;
+    ``miner``: the row whose encoder mines its positives (see :class:`Row`)."""
     spec = METHODS[method_name]
     key = "_".join(part for part in (method_name, variant[0], view) if part)
     streams = (((f"{method_name}_rgb", "rgb"), (f"{method_name}_flow", "flow")) if view == "two_stream"
                else ((key, view),))
     display = " ".join(part for part in (spec.display, variant[1]) if part)
-    return Row(key, display, INPUTS[view], spec.uses_labels, streams, paper, method_name)
+    labels = spec.uses_labels or (miner is not None and miner.labels)
+    return Row(key, display, INPUTS[view], labels, streams, paper, method_name, miner.key if miner else "")
+
+
+_INFONCE_RGB = _row("infonce", "rgb", (46.8, 78.4, 33.1))
+_UBERNCE_RGB = _row("ubernce", "rgb", (78.0, 80.0, 71.6))
 
 
 ROWS: dict[str, Row] = {row.key: row for row in (
-    _row("infonce", "rgb", (46.8, 78.4, 33.1)),
+    _INFONCE_RGB,
     _row("infonce", "flow", (66.8, 83.1, 45.2)),
-    _row("ubernce", "rgb", (78.0, 80.0, 71.6)),
+    _UBERNCE_RGB,
     _row("cross_entropy", "rgb", (None, 77.0, 73.5)),
     _row("cmc", "rgb", (55.0, None, None)),
     _row("coclr", "rgb", (70.2, 81.4, 51.8)),
@@ -66,12 +75,18 @@ ROWS: dict[str, Row] = {row.key: row for row in (
     _row("coclr", "rgb", (68.3, 81.0, 49.8), ("k50", "K=50")),
     _row("coclr", "rgb", (65.2, 80.8, 48.0), ("sim", "sim")),
     _row("coclr", "rgb", (None, None, None), ("equal", "alt. equal updates")),
+    _row("coclr", "flow", (None, None, None), ("ubernce_miner", "mined by UberNCE-RGB"), miner=_UBERNCE_RGB),
+    _row("coclr", "flow", (None, None, None), ("infonce_miner", "mined by InfoNCE-RGB (frozen)"), miner=_INFONCE_RGB),
 )}
 """Every row of the paper's Table 1 (UCF101 split 1, pretrained on UCF101). CoCLR's main rows use
 ``train.method.topk`` (the paper's K = 5); the ablations K = 1 and K = 50 and 'sim' (both views trained at once)
 change only that. 'alt. equal updates' is not in the paper: alternation with as many updates per network as
 'sim' (each half-cycle as long as sim's cycle, the same lr schedule), to separate the schedule from the update
-count. The paper marks its CMC row as using labels; CMC uses none, and the row says so."""
+count. 'mined by UberNCE-RGB' and 'mined by InfoNCE-RGB (frozen)' are not in the paper either: CoCLR-Flow's two
+cycles with every positive mined by that RGB encoder instead of CoCLR-RGB's latest (the oracle's, which knows the
+labels, and InfoNCE-RGB's, the start, kept for both cycles), nothing else changed, to measure how much the quality
+of RGB's mining decides what co-training does for flow. The paper marks its CMC row as using labels; CMC uses
+none, and the row says so."""
 
 
 def supervised_row(key: str) -> bool:

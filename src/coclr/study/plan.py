@@ -5,9 +5,10 @@ Every training stage is an ordinary ``coclr pretrain`` or ``coclr pipeline`` com
 changed configuration on its own. The InfoNCE encoders of both views (``OUT/pipeline``) start every later stage:
 CoCLR's cycles (``OUT/pipeline``), the ablations K=1, K=50, 'sim' and alternation with sim's updates
 (``OUT/coclr_k1``, ``OUT/coclr_k50``, ``OUT/coclr_sim``, ``OUT/coclr_equal``, whose pipelines take their InfoNCE
-stages from ``OUT/pipeline``), the UberNCE oracle (``OUT/ubernce_rgb``) and CMC (``OUT/cmc``). The Cross-Entropy
-row trains with labels from a random encoder (``OUT/cross_entropy``). :func:`plan_study` builds and validates all
-of it, and checks every path, before any work.
+stages from ``OUT/pipeline``), CoCLR-Flow with its positives mined by a fixed RGB encoder
+(``OUT/coclr_ubernce_miner``: the oracle's, after its job; ``OUT/coclr_infonce_miner``: InfoNCE-RGB's), the UberNCE
+oracle (``OUT/ubernce_rgb``) and CMC (``OUT/cmc``). The Cross-Entropy row trains with labels from a random encoder
+(``OUT/cross_entropy``). :func:`plan_study` builds and validates all of it, and checks every path, before any work.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from coclr.store.clipstore import open_store
 from coclr.study.config import ROWS, STUDY_SYNTH, StudyConfig, supervised_row
 from coclr.synth import SynthConfig
 from coclr.train.config import PipelineConfig, PretrainConfig
-from coclr.train.pipeline import LAST, plan_stages, stage_config
+from coclr.train.pipeline import LAST, Stage, plan_stages, stage_config
 from coclr.video import indexes
 
 
@@ -45,9 +46,13 @@ ABLATIONS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
     "coclr_k50_rgb": ("coclr_k50", lambda pipeline: {"method": {"topk": 50}}),
     "coclr_sim_rgb": ("coclr_sim", lambda pipeline: {"pipeline": {"mode": "sim"}}),
     "coclr_equal_rgb": ("coclr_equal", _equal_updates),
+    # Only the miner changes, which the row names (Row.miner, set as pipeline.miner): no RGB stage is trained.
+    "coclr_ubernce_miner_flow": ("coclr_ubernce_miner", lambda pipeline: {}),
+    "coclr_infonce_miner_flow": ("coclr_infonce_miner", lambda pipeline: {}),
 }
 """The CoCLR ablations: the folder of each one's pipeline and what it changes, given the main pipeline's
-``pipeline`` options."""
+``pipeline`` options; a row with a ``miner`` (:class:`coclr.study.config.Row`) also sets ``pipeline.miner`` to
+that row's encoder, and waits for its job. Each evaluates its row's view after the last cycle."""
 
 
 @dataclass
@@ -90,6 +95,9 @@ class StudyPlan:
     index: Any = None
     """The :class:`~coclr.video.indexes.VideoIndex` of a study that builds its store from videos."""
     views: list[str] = field(default_factory=lambda: ["rgb", "flow"])
+    mining: dict[str, tuple[Path, ...]] = field(default_factory=dict)
+    """Encoder name -> the training logs of the CoCLR stages that trained it with mined positives (each logs
+    ``<view>/mined_precision``, the share of the positives with the query's class)."""
 
     @property
     def evaluated_views(self) -> list[str]:
@@ -140,11 +148,13 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
     schedule = config.schedule
     rows = [ROWS[key] for key in config.rows]
     needed = {name for row in rows for name, _ in row.streams}
+    needed |= {ROWS[name].miner for name in needed if name in ROWS and ROWS[name].miner}
     base = base_options(config, store)
     configs: dict[str, dict[str, Any]] = {}
     jobs: list[Job] = []
     encoders: dict[str, Path] = {}
     producers: dict[str, str] = {}  # encoder name -> the job that writes it
+    mining: dict[str, tuple[Path, ...]] = {}
     last = f"cycle{schedule.cycles}"
 
     pipeline_options = {**base, "pipeline": {
@@ -177,28 +187,10 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
                         tuple(out / "pipeline" / s.name for s in cycles)))
         encoders.update({f"coclr_{v}": out / "pipeline" / f"{last}_{v}" / f"encoder_{v}.pth" for v in ("rgb", "flow")})
         producers.update({f"coclr_{v}": "coclr" for v in ("rgb", "flow")})
-    for key, (folder, changes) in ABLATIONS.items():
-        if key not in needed:
-            continue
-        change = changes(pipeline_options["pipeline"])
-        options = merge(pipeline_options, {**change, "pipeline": {**change.get("pipeline", {}),
-                                                                   "infonce_from": str(out / "pipeline")},
-                                           "run": {"out": str(out / folder)}})
-        try:
-            ablation = from_dict(PipelineConfig, options)
-        except ConfigError as error:
-            raise ConfigError(f"train (the {key} pipeline): {error}") from None
-        ablation_stages = plan_stages(ablation)
-        final = next(s.name for s in ablation_stages if s.name.startswith(last) and "rgb" in s.trains)
-        for stage in ablation_stages:
-            stage_config(ablation, stage, out / folder)  # checks every stage's options now
-        configs[folder] = options
-        count = [s.name for s in ablation_stages].index(final) + 1
-        jobs.append(Job(key, ["pipeline", "--config", str(out / "configs" / f"{folder}.yaml"), "--until", final],
-                        ("infonce",), sum(s.epochs for s in ablation_stages[:count]),
-                        tuple(out / folder / s.name for s in ablation_stages[:count])))
-        encoders[key] = out / folder / final / "encoder_rgb.pth"
-
+        mining.update({f"coclr_{v}": _mining_logs(stages[: names.index(f"{last}_{v}") + 1], v, out / "pipeline")
+                       for v in ("rgb", "flow")})
+    ablations_at = len(jobs)  # the ablations' long pipelines start before the oracle and CMC, though they are
+    # planned after them (the job of a miner must be known)
     lr_after_infonce = {"lr": schedule.cycle_lr} if schedule.cycle_lr is not None else {}
     if "ubernce_rgb" in needed:
         epochs = schedule.oracle_epochs()
@@ -230,6 +222,35 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
                         ("infonce",), epochs, (out / "cmc",)))
         encoders["cmc_rgb"] = out / "cmc" / LAST
 
+    for key, (folder, changes) in ABLATIONS.items():
+        if key not in needed:
+            continue
+        row = ROWS[key]
+        view = row.streams[0][1]
+        change = changes(pipeline_options["pipeline"])
+        pipeline_change = {**change.get("pipeline", {}), "infonce_from": str(out / "pipeline")}
+        deps = ("infonce",)
+        if row.miner:  # its positives are mined by another row's encoder: that row's job comes first
+            pipeline_change["miner"] = str(encoders[row.miner])
+            deps = tuple(dict.fromkeys((*deps, producers.get(row.miner, row.miner))))
+        options = merge(pipeline_options, {**change, "pipeline": pipeline_change, "run": {"out": str(out / folder)}})
+        try:
+            ablation = from_dict(PipelineConfig, options)
+        except ConfigError as error:
+            raise ConfigError(f"train (the {key} pipeline): {error}") from None
+        ablation_stages = plan_stages(ablation)
+        final = next(s.name for s in ablation_stages if s.name.startswith(last) and view in s.trains)
+        for stage in ablation_stages:
+            stage_config(ablation, stage, out / folder)  # checks every stage's options now
+        configs[folder] = options
+        count = [s.name for s in ablation_stages].index(final) + 1
+        jobs.insert(ablations_at, Job(key, ["pipeline", "--config", str(out / "configs" / f"{folder}.yaml"),
+                                            "--until", final], deps, sum(s.epochs for s in ablation_stages[:count]),
+                                      tuple(out / folder / s.name for s in ablation_stages[:count])))
+        ablations_at += 1
+        encoders[key] = out / folder / final / f"encoder_{view}.pth"
+        mining[key] = _mining_logs(ablation_stages[:count], view, out / folder)
+
     training = _pretrain_config(configs[stages[0].name], "InfoNCE stage")
     evaluation = config.eval
     clips = from_dict(ClipConfig, {**training.data.clips.to_dict(), **recorded_clips(dataclasses.asdict(evaluation)),
@@ -241,7 +262,8 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
                                             "milestones": _milestones(config, [], supervised_epochs),
                                             "dropout": 0.5, "backbone_lr_scale": 1.0, "lr": training.optim.lr,
                                             **schedule.supervised, "seed": config.seed}, prefix="schedule.supervised.")
-    plan = StudyPlan(config, out, store, configs, jobs, encoders, clips, probe, finetune, supervised, last)
+    plan = StudyPlan(config, out, store, configs, jobs, encoders, clips, probe, finetune, supervised, last,
+                     mining=mining)
     jobs.append(Job("flow_test", ["flow", str(store), "--backend", config.data.flow_backend, "--view", "flow",
                                   "--split", "test", "--bound", repr(config.data.flow_bound), "--workers", "1"]))
     for row in rows:  # its encoder is known once its random initialisation is written (run)
@@ -255,6 +277,12 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
             jobs.append(Job(f"finetune_{name}", argv, (producers.get(name, name), "flow_test"), finetune.epochs))
     _check_data(plan)
     return plan
+
+
+def _mining_logs(stages: list[Stage], view: str, run_dir: Path) -> tuple[Path, ...]:
+    """The training logs of the CoCLR ``stages`` that trained ``view`` with mined positives."""
+    return tuple(run_dir / stage.name / "log.jsonl" for stage in stages if stage.method == "coclr"
+                 and view in stage.trains)
 
 
 def cross_entropy_init(plan: StudyPlan) -> Path:

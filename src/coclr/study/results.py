@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+from coclr.atomic import atomic_open
 from coclr.eval.health import describe_health
 from coclr.eval.report import DEGENERATE_MARK as COLLAPSED_MARK
 from coclr.study.config import COLUMNS, ROWS
@@ -48,6 +50,19 @@ CLAIMS: tuple[tuple[str, tuple[str, ...], Callable[..., Any]], ...] = (
 """The paper's claims: name, the rows each compares (``"*"``: every other self-supervised row the study has, at
 least one) and its verdict on their numbers (True/False, or the share of the InfoNCE-RGB to UberNCE-RGB gap that
 CoCLR-RGB closes, None when there is no gap)."""
+
+CLAIM_NOTES = {
+    "CoCLR-Flow > InfoNCE-Flow": "on the built-in data it rests on the class precision of the positives RGB mines "
+    "for flow (the mined positives below; docs/synth.md, issue 48)",
+}
+"""What a claim's line in ``results.md`` and ``seeds.md`` adds: what a verdict was found to rest on, by a test
+pre-registered in docs/experiments/."""
+
+
+def claim_note(claim: str) -> str:
+    """The note a claim line (``"name (column)"``) ends with ('' when none: :data:`CLAIM_NOTES`)."""
+    name = claim.rsplit(" (", 1)[0]
+    return f" — {CLAIM_NOTES[name]}" if name in CLAIM_NOTES else ""
 
 
 def _claims(rows: Sequence[dict[str, Any]], columns: Sequence[str]):
@@ -160,7 +175,7 @@ def results_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str], che
         lines += [*(f"- {note}" for note in notes), ""]
     resting = claim_rows(rows, columns)
     lines += ["Claims of the paper on these results:", ""]
-    lines += [f"- {claim}: {claim_text(value)}{collapse_caveat(rows, resting.get(claim, []))}"
+    lines += [f"- {claim}: {claim_text(value)}{collapse_caveat(rows, resting.get(claim, []))}{claim_note(claim)}"
               for claim, value in checks.items()]
     if stages:
         lines += ["", "Pretraining stages: R@1 of the network each trained, and for CoCLR the share of its mined "
@@ -170,6 +185,10 @@ def results_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str], che
             precision = stage["mined_precision"]
             shown = "-" if precision is None else f"{precision:.1f}"
             lines.append(f"| {stage['stage']} | {stage['view']} | {stage['R@1']:.1f} | {shown} |")
+    mined = [row for row in rows if row.get("mined_precision") is not None]
+    if mined:
+        lines += ["", "Mined positives of the query's class per CoCLR row (%, the mean over the stages that trained "
+                  "its encoder):", "", *(f"- {row_name(row)}: {row['mined_precision']:.1f}" for row in mined)]
     lines += ["", "Files: `results.json`, `table.md`, `stage_recall.png` (R@1 across the co-training stages), "
               "`gallery.html` (test queries and their nearest train videos), `eval/` (full records), `configs/` "
               "(every training configuration used), `logs/`."]
@@ -199,9 +218,14 @@ PAIRS: tuple[tuple[str, str, str], ...] = (
     ("CoCLR-RGB alternating - sim", "coclr_rgb", "coclr_sim_rgb"),
     ("CoCLR-RGB alternating with equal updates - sim", "coclr_equal_rgb", "coclr_sim_rgb"),
     ("CoCLR-RGB alternating with equal updates - alternating", "coclr_equal_rgb", "coclr_rgb"),
+    ("CoCLR-Flow mined by UberNCE-RGB - InfoNCE-Flow", "coclr_ubernce_miner_flow", "infonce_flow"),
+    ("CoCLR-Flow mined by InfoNCE-RGB (frozen) - InfoNCE-Flow", "coclr_infonce_miner_flow", "infonce_flow"),
+    ("CoCLR-Flow mined by UberNCE-RGB - CoCLR-Flow", "coclr_ubernce_miner_flow", "coclr_flow"),
+    ("CoCLR-Flow - CoCLR-Flow mined by InfoNCE-RGB (frozen)", "coclr_flow", "coclr_infonce_miner_flow"),
 )
 """The comparisons behind the paper's claims, as ``(name, row a, row b)``: the claim expects a - b > 0 (>= 0 for
-K and the schedule)."""
+K and the schedule). The last four compare the miners of CoCLR-Flow (issue 48): if the quality of RGB's mining
+limits what co-training does for flow, each is positive (a better miner, a larger gain)."""
 
 T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
          2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -262,6 +286,9 @@ def summarise_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         retrieval = [r["rows"][index].get("retrieval") for r in results]
         if all(retrieval):
             row["retrieval"] = {k: mean_std([r[k] for r in retrieval]) for k in retrieval[0]}
+        precision = [r["rows"][index].get("mined_precision") for r in results]
+        if all(v is not None for v in precision):
+            row["mined_precision"] = mean_std(precision)
         rows.append(row)
     means = [{**row, **{k: v[0] for k, v in row.items() if k.endswith("_top1")},
               "retrieval": {k: v[0] for k, v in row.get("retrieval", {}).items()} or None} for row in rows]
@@ -277,8 +304,35 @@ def summarise_seeds(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         else:
             summary[claim] = {"held_on": sum(bool(v) for v in per_seed), "seeds": len(per_seed), "on_means": verdict}
         summary[claim]["rows"] = resting[claim]
-    return {"seeds": [r["seed"] for r in results], "columns": columns, "rows": rows, "claims": summary,
-            "paired": paired_differences(results)}
+    found = {"seeds": [r["seed"] for r in results], "columns": columns, "rows": rows, "claims": summary,
+             "paired": paired_differences(results)}
+    points = mining_points(results)
+    if points:
+        found["mining"] = points
+    return found
+
+
+MINING_BASELINE = ("infonce_flow", "Flow")
+"""What the gain of a CoCLR-Flow row is measured against: InfoNCE-Flow (its start), on the flow rows."""
+
+
+def mining_points(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per seed and CoCLR row of flow that records ``mined_precision`` (the mean over its stages of the
+    share of its mined positives that had the query's class, in percent): that precision and the row's R@1 minus
+    InfoNCE-Flow's on the same seed (``gain``), for the plot of the gain against the miner's quality."""
+    baseline, view = MINING_BASELINE
+    points = []
+    for result in results:
+        by_key = {row["row"]: row for row in result["rows"]}
+        if baseline not in by_key or row_value(by_key[baseline], "retrieval") is None:
+            continue
+        for row in result["rows"]:
+            value = row_value(row, "retrieval")
+            if row.get("view") == view and row.get("mined_precision") is not None and value is not None:
+                points.append({"seed": result["seed"], "row": row["row"], "method": row["method"],
+                               "mined_precision": row["mined_precision"],
+                               "gain": value - row_value(by_key[baseline], "retrieval")})
+    return points
 
 
 def seeds_markdown(summary: dict[str, Any]) -> str:
@@ -302,7 +356,7 @@ def seeds_markdown(summary: dict[str, Any]) -> str:
         caveat = collapse_caveat(rows, entry.get("rows", []), len(seeds))
         if "held_on" in entry:
             lines.append(f"- {claim}: {entry['held_on']} of {entry['seeds']} seeds; on the means: "
-                         f"{claim_text(entry['on_means'])}{caveat}")
+                         f"{claim_text(entry['on_means'])}{caveat}{claim_note(claim)}")
         else:
             spread = entry["mean_std"]
             shown = "undefined" if spread is None else f"{100 * spread[0]:.0f}% ± {100 * spread[1]:.0f}%"
@@ -318,7 +372,54 @@ def seeds_markdown(summary: dict[str, Any]) -> str:
             shown = "no interval (one seed)" if interval is None else f"[{interval[0]:+.1f}, {interval[1]:+.1f}]"
             per_seed = ", ".join(f"{d:+.1f}" for d in entry["per_seed"])
             lines.append(f"- {name}: {entry['mean']:+.1f} {shown} ({per_seed})")
+    mined = [row for row in rows if row.get("mined_precision")]
+    if mined:
+        lines += ["", "Mined positives of the query's class (%, mean over the row's CoCLR stages; mean ± standard "
+                  "deviation over the seeds):", ""]
+        lines += [f"- {row_name(row)}: {row['mined_precision'][0]:.1f} ± {row['mined_precision'][1]:.1f}"
+                  for row in mined]
+    if summary.get("mining"):
+        lines += ["", f"`{MINING_PLOT}`: each CoCLR row of flow's R@1 minus InfoNCE-Flow's against its mined "
+                  "positives' class precision, one point per seed."]
     return "\n".join(lines) + "\n"
+
+
+MINING_PLOT = "mined_precision_flow.png"
+"""The plot of :func:`plot_mining` in a study's folder over seeds."""
+
+
+def plot_mining(points: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """CoCLR-Flow's gain over InfoNCE-Flow (R@1, points) against the class precision of its mined positives (%),
+    one point per (seed, row) of :func:`mining_points`, one colour per row (its miner), each row's mean as a
+    larger mark; the seed is written beside each point."""
+    import matplotlib  # noqa: PLC0415 (heavy)
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt  # noqa: PLC0415 (heavy)
+
+    figure, axes = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for number, key in enumerate(dict.fromkeys(point["row"] for point in points)):
+        mine = [point for point in points if point["row"] == key]
+        xs, ys = [p["mined_precision"] for p in mine], [p["gain"] for p in mine]
+        colour = colours[number % len(colours)]
+        label = mine[0]["method"] + ("" if key in ROWS and ROWS[key].miner else " (mined by the latest CoCLR-RGB)")
+        axes.scatter(xs, ys, color=colour, s=22, label=label)
+        for point in mine:
+            axes.annotate(str(point["seed"]), (point["mined_precision"], point["gain"]), fontsize=6,
+                          xytext=(3, 2), textcoords="offset points", color=colour)
+        axes.scatter([sum(xs) / len(xs)], [sum(ys) / len(ys)], color=colour, s=110, marker="D", edgecolor="black")
+    axes.axhline(0.0, color="gray", linewidth=1)
+    axes.set_xlabel("mined positives of the query's class (%, mean over the flow stages)")
+    axes.set_ylabel("R@1 minus InfoNCE-Flow's (points)")
+    axes.set_title("CoCLR-Flow's gain against the quality of its miner (◆: mean over the seeds)", fontsize=9)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7, loc="best")
+    figure.tight_layout()
+    with atomic_open(path, "wb") as file:
+        figure.savefig(file, format="png")
+    plt.close(figure)
+    return Path(path)
 
 
 def _lookup_pair(row: dict[str, Any], key: str):

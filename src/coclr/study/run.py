@@ -25,6 +25,7 @@ from coclr.eval.report import (
     DEGENERATE_MARK,
     OTHER_CLIPS_MARK,
     degenerate,
+    mined_precision,
     other_clips,
     report_run,
     view_name,
@@ -38,15 +39,24 @@ from coclr.store.clipstore import open_store
 from coclr.store.flow_extract import extract_flow
 from coclr.study.config import ROWS, StudyConfig, supervised_row
 from coclr.study.plan import StudyPlan, cross_entropy_init, describe, options_record, plan_study
-from coclr.study.results import claims, collapse_warning, results_markdown, seeds_markdown, summarise_seeds
+from coclr.study.results import (
+    MINING_PLOT,
+    claims,
+    collapse_warning,
+    plot_mining,
+    results_markdown,
+    seeds_markdown,
+    summarise_seeds,
+)
 from coclr.study.scheduler import run_jobs
 from coclr.synth import generate_synthetic
 
 STUDY_FOLDER = FolderRule("study", "a study run")
-SEEDS_FILES = ("seeds.json", "seeds.md")
-"""What ``--seeds`` writes beside the seeds' folders."""
 """How a study folder is continued or refused (:mod:`coclr.runfolder`); its options leave out ``processes`` and
 ``gpus``, which only schedule the work."""
+SEEDS_FILES = ("seeds.json", "seeds.md", MINING_PLOT)
+"""What ``--seeds`` writes beside the seeds' folders (the plot only when CoCLR rows of flow record their mined
+positives' precision)."""
 
 
 def prepare_data(plan: StudyPlan) -> None:
@@ -135,6 +145,8 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
             warnings += [collapse_warning(record)] if degenerate(record) else []
             warnings += [f"{OTHER_CLIPS_MARK} evaluated on {note}" for note in other_clips(record)]
         entry["collapsed"] = any(degenerate(record) for record in records)
+        if len(row.streams) == 1 and row.streams[0][0] in plan.mining:
+            entry["mined_precision"] = row_mined_precision(plan.mining[row.streams[0][0]], row.streams[0][1])
         if warnings:
             entry["warnings"] = list(dict.fromkeys(warnings))
             entry["marks"] = " " + "".join(mark for mark in (OTHER_CLIPS_MARK, DEGENERATE_MARK)
@@ -143,6 +155,13 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
         rows.append(entry)
     bar.close()
     return rows
+
+
+def row_mined_precision(logs: Sequence[Path], view: str) -> float | None:
+    """The share (%) of a CoCLR row's mined positives that had the query's class: the mean over its stages (the
+    training ``logs``) of each stage's mean, as the stage table gives it (None when no stage logged one)."""
+    values = [value for value in (mined_precision(log, view) for log in logs) if value is not None]
+    return sum(values) / len(values) if values else None
 
 
 def stage_records(plan: StudyPlan) -> list[dict[str, Any]]:
@@ -223,8 +242,10 @@ def _seeds_output(path: Path) -> bool:
 def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_only: bool = False
               ) -> dict[str, Any] | None:
     """The study once per seed (``OUT/seed<S>``, each resumable), then every number's mean and standard deviation
-    and every claim's count of seeds, in ``OUT/seeds.json`` and ``OUT/seeds.md``. ``OUT`` holds nothing else (else
-    it is refused before any work, naming what is there: :func:`coclr.runfolder.check_output_folder`)."""
+    and every claim's count of seeds, in ``OUT/seeds.json`` and ``OUT/seeds.md``, and, when CoCLR rows of flow
+    record their mined positives' precision, the plot of their gain against it (``OUT/mined_precision_flow.png``).
+    ``OUT`` holds nothing else (else it is refused before any work, naming what is there:
+    :func:`coclr.runfolder.check_output_folder`)."""
     out = Path(out)
     check_output_folder(out, STUDY_FOLDER.command, _seeds_output, "seed<S>/, " + ", ".join(SEEDS_FILES))
     results = []
@@ -238,4 +259,6 @@ def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_
     summary = summarise_seeds(results)
     atomic_write_json(out / "seeds.json", summary)
     atomic_write_text(out / "seeds.md", seeds_markdown(summary))
+    if summary.get("mining"):
+        plot_mining(summary["mining"], out / MINING_PLOT)
     return summary

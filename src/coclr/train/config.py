@@ -234,12 +234,18 @@ class PipelineOptions:
                                     "optim.lr, as in the paper and the reference code)")
     infonce_from: str = option("", "another pipeline folder whose finished InfoNCE stages start this one's cycles "
                                    "(this pipeline then trains no InfoNCE stage: ablations share one initialisation)")
+    miner: str | None = option(None, "a fixed checkpoint of the first view (data.view) whose space mines the "
+                               "positives of every CoCLR stage of the second view (null: the first view's latest "
+                               "encoder, as in the paper); the first view's CoCLR stages are then not trained")
 
     def validate(self) -> None:
         require(self.cycles >= 0, "cycles", "must be non-negative")
         require(self.cycle_lr is None or self.cycle_lr > 0, "cycle_lr", "must be positive (or null)")
         require(self.infonce_epochs >= 1, "infonce_epochs", "must be at least 1")
         require(self.cycle_epochs >= 1, "cycle_epochs", "must be at least 1")
+        require(self.miner is None or bool(self.miner), "miner", "must name a checkpoint (or be null)")
+        require(self.miner is None or self.mode == "alternate", "miner", "needs mode=alternate (in sim both views "
+                "are trained and each mines for the other)")
         for key, epochs in (("infonce_milestones", "infonce_epochs"), ("cycle_milestones", "cycle_epochs")):
             milestones, count = getattr(self, key), getattr(self, epochs)
             require(all(0 < m <= count for m in milestones), key,

@@ -2,8 +2,10 @@
 
 Each CoCLR stage trains one view, initialised from that view's last stage, with positives mined by the
 frozen other view's latest encoder (``mode=alternate``); ``mode=sim`` trains both views at once, each mining
-for the other. ``manifest.json`` lists the stages, their status and checkpoints; running the same command
-again skips finished stages and resumes the unfinished one from its last checkpoint.
+for the other. ``pipeline.miner`` fixes the encoder that mines for the second view (a checkpoint of the first):
+only the second view's CoCLR stages are trained, each mined by that checkpoint. ``manifest.json`` lists the
+stages, their status and checkpoints; running the same command again skips finished stages and resumes the
+unfinished one from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -51,10 +53,13 @@ class Stage:
     """view -> name of the stage whose last encoder of that view initialises this one"""
     sampler_from: str | None = None
     """name of the stage whose encoder of the frozen view mines positives"""
+    sampler_file: str | None = None
+    """a fixed checkpoint of the frozen view that mines positives instead (``pipeline.miner``)"""
 
 
 def plan_stages(config: PipelineConfig) -> list[Stage]:
-    """InfoNCE for both views, then ``cycles`` of (view 1 with view 2 frozen, view 2 with view 1 frozen)."""
+    """InfoNCE for both views, then ``cycles`` of (view 1 with view 2 frozen, view 2 with view 1 frozen); with
+    ``pipeline.miner``, cycles of view 2 alone, mined by that checkpoint of view 1."""
     opts = config.pipeline
     view1, view2 = config.data.view, config.data.second_view
     stages = [Stage(f"infonce_{v}", "infonce", [v], 0, opts.infonce_epochs, opts.infonce_milestones)
@@ -70,9 +75,11 @@ def plan_stages(config: PipelineConfig) -> list[Stage]:
             latest = {view1: stage.name, view2: stage.name}
             continue
         for trained, frozen in ((view1, view2), (view2, view1)):
+            if opts.miner is not None and trained == view1:  # the fixed miner of view 1 is not trained
+                continue
             stage = Stage(f"cycle{cycle}_{trained}", "coclr", [trained], cycle, opts.cycle_epochs,
                           opts.cycle_milestones, frozen=frozen, lr=opts.cycle_lr, init_from={trained: latest[trained]},
-                          sampler_from=latest[frozen])
+                          sampler_from=None if opts.miner else latest[frozen], sampler_file=opts.miner)
             stages.append(stage)
             latest[trained] = stage.name
     return stages
@@ -98,8 +105,11 @@ def stage_config(config: PipelineConfig, stage: Stage, run_dir: Path) -> Pretrai
                               if stage.init_from else "")
     method.second_init_checkpoint = (str(encoder_file(run_dir, stage.init_from[data.second_view], data.second_view,
                                                       config)) if method.simultaneous else "")
-    method.sampler_checkpoint = (str(encoder_file(run_dir, stage.sampler_from, stage.frozen, config))
-                                 if stage.sampler_from else "")
+    if stage.sampler_file:
+        method.sampler_checkpoint = stage.sampler_file
+    else:
+        method.sampler_checkpoint = (str(encoder_file(run_dir, stage.sampler_from, stage.frozen, config))
+                                     if stage.sampler_from else "")
     optim = copy.deepcopy(config.optim)
     optim.epochs, optim.milestones = stage.epochs, list(stage.milestones)
     if stage.lr is not None:
@@ -175,6 +185,8 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
         dist.barrier()
     options = to_dict(resolve_precision(config, resolve_device(config.run.device)))  # as each stage records them
     check_folder(run_dir, PIPELINE_FOLDER, options, _manifest_options)
+    if config.pipeline.miner is not None and not Path(config.pipeline.miner).is_file():
+        raise ConfigError(f"pipeline.miner: checkpoint not found: {config.pipeline.miner}")
     if config.pipeline.infonce_from:
         needed = [encoder_file(run_dir, f"infonce_{view}", view, config)
                   for view in (config.data.view, config.data.second_view)]
