@@ -48,3 +48,27 @@ def test_bad_tasks_are_refused(tiny):  # noqa: F811
         evaluate_checkpoint("knn", store, [Stream(tiny[1], "rgb")], CLIPS)
     with pytest.raises(ConfigError, match="work_dir"):
         evaluate_checkpoint("finetune", store, [Stream(tiny[1], "rgb")], CLIPS)
+
+
+def test_an_earlier_record_of_the_same_inputs_stands_and_other_inputs_are_evaluated_again(tiny, tmp_path):  # noqa: F811
+    """What a study's rerun relies on: a record is reused only when every input is the same (the batch size is
+    not an input), and a record of other inputs is never returned."""
+    store_root, rgb, flow, _ = tiny
+    store = ClipStore(store_root)
+    options = TaskOptions(probe=LinearProbeConfig(lrs=[1e-2], weight_decays=[0.0], epochs=[2]))
+    record = evaluate_checkpoint("linear", store, [Stream(rgb, "rgb")], CLIPS, options, progress=False)
+    marked = {**record, "results": {**record["results"], "top1": -1.0}}  # only a reuse can return -1
+
+    def again(streams=None, clips=CLIPS, task_options=options):
+        return evaluate_checkpoint("linear", store, streams or [Stream(rgb, "rgb")], clips, task_options,
+                                   progress=False, earlier=marked)
+
+    assert again() is marked
+    assert again(clips=ClipConfig(length=8, size=32, batch_size=2)) is marked
+    other_probe = TaskOptions(probe=LinearProbeConfig(lrs=[1e-2], weight_decays=[0.0], epochs=[3]))
+    copy = tmp_path / "copy.pt"  # the same content elsewhere is the same input ...
+    copy.write_bytes(rgb.read_bytes())
+    assert again(streams=[Stream(copy, "rgb")]) is marked
+    for changed in (again(task_options=other_probe), again(streams=[Stream(flow, "rgb")]),  # ... other content not
+                    again(clips=ClipConfig(length=8, stride=2, size=32, batch_size=6))):
+        assert changed["results"]["top1"] >= 0 and changed["inputs_sha256"] != record["inputs_sha256"]

@@ -18,7 +18,7 @@ from coclr.errors import CoclrError, ConfigError
 from coclr.study.config import QUICK_ROWS, ROWS, STUDY_SYNTH, STUDY_TRAIN, StudyConfig
 from coclr.study.plan import Job, plan_study
 from coclr.study.results import claims, results_markdown, seeds_markdown, summarise_seeds
-from coclr.study.scheduler import run_jobs
+from coclr.study.scheduler import run_jobs, wait_for_an_exit
 from coclr.train.config import MethodOptions
 from conftest import REPO_ROOT
 
@@ -166,10 +166,15 @@ def test_the_quick_studys_rows_write_every_result(table_1, tmp_path: Path) -> No
     # Flow of the 16 train clips first; the 8 test clips' flow beside the training, at the same bound.
     assert "flow: 16 done" in result.stdout and "flow: 8 done" in (out / "logs" / "flow_test.log").read_text()
     assert json.loads((out / "store" / "store.json").read_text())["meta"]["flow_bound_px"] == 5.0
-    # Running it again finds everything done and reproduces the same numbers.
+    # Running it again finds everything done: each record of the same inputs stands, and one evaluated again (its
+    # record deleted) reproduces the same numbers.
+    records = {path.name: path.stat().st_mtime_ns for path in (out / "eval").glob("*.json")}
+    (out / "eval" / "infonce_rgb_linear.json").unlink()
     again = _coclr("study", "--out", str(out), *STUDY_ARGS)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((out / "results.json").read_text())["rows"] == results["rows"]
+    rewritten = {path.name for path in (out / "eval").glob("*.json") if path.stat().st_mtime_ns != records[path.name]}
+    assert rewritten == {"infonce_rgb_linear.json"} and len(records) == 33
     # With another option it refuses at once, naming the option, and leaves the results as they were; how many
     # commands run at once may change.
     before = (out / "results.json").read_text()
@@ -360,6 +365,19 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
+def test_the_scheduler_sees_a_command_end_at_once_not_at_its_next_poll() -> None:
+    """A job that needs another starts as soon as that one exits: the wait returns then, not after the poll."""
+    import time
+
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = time.monotonic()
+    wait_for_an_exit([process], 120.0)
+    assert process.poll() == 0 and time.monotonic() - started < 60
+    started = time.monotonic()
+    wait_for_an_exit([], 0.2)  # nothing running: the poll's length
+    assert time.monotonic() - started >= 0.2
+
+
 def test_a_study_stopped_by_sigterm_stops_its_running_commands(tmp_path: Path) -> None:
     """``kill STUDY_PID`` must not leave its commands training on (and holding their folders) behind its back."""
     import signal

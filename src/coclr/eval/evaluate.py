@@ -2,12 +2,16 @@
 
 :func:`evaluate_checkpoint` runs one task (retrieval, linear probe or finetuning) of one or two streams (encoder
 checkpoint + store view) on a store and returns its JSON record (inputs, clip settings, left-out videos, feature
-health, results). The command line and the study only choose the inputs and options; how a task is run, what it
-reads and what it records is decided here once.
+health, results, and the digest of what determined them). The command line and the study only choose the inputs
+and options; how a task is run, what it reads and what it records is decided here once, and so is when an earlier
+record of the same inputs stands for a new evaluation (:func:`inputs_digest`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,13 +20,15 @@ from typing import Any
 import torch
 
 from coclr.errors import ConfigError
-from coclr.eval.features import ClipConfig, Stream
+from coclr.eval.features import ClipConfig, Stream, cache_key, file_sha256, stream_views
 from coclr.eval.finetune import FinetuneConfig, evaluate_finetune, save_probabilities
 from coclr.eval.linear import LinearProbeConfig, evaluate_linear
 from coclr.eval.retrieval import DEFAULT_KS, evaluate_retrieval
 from coclr.store.clipstore import open_store
 
 TASKS = ("retrieval", "linear", "finetune")
+RECORD_FORMAT = 1
+"""Bumped whenever what a task computes from the same inputs changes: a record of another format is not reused."""
 
 
 @dataclass
@@ -41,19 +47,43 @@ class TaskOptions:
     probabilities: str | Path | None = None
 
 
+def inputs_digest(task: str, store, streams: Sequence[Stream], clips: ClipConfig, options: TaskOptions, *,
+                  train_split: str = "train", test_split: str = "test", with_views: Sequence[str] = ()) -> str:
+    """The sha256 of everything ``task``'s record is a function of: the task's own options, and for every stream
+    and split what its features are a function of (:func:`coclr.eval.features.cache_key`: the checkpoint's content,
+    the store's settings, the split's videos and the content of their entries, the clip options). Not the paths,
+    batch size, workers or device: the same digest means the same inputs, so an earlier record of it stands."""
+    store = open_store(store)
+    own = {"retrieval": {"ks": list(options.ks)}, "linear": dataclasses.asdict(options.probe),
+           "finetune": dataclasses.asdict(options.finetune)}
+    if task not in own:
+        raise ConfigError(f"task: {task!r} is not one of {', '.join(TASKS)}")
+    views = stream_views(streams, with_views)
+    data = [cache_key(file_sha256(stream.checkpoint), store, stream.view, split, clips, views)
+            for stream in streams for split in (train_split, test_split)]
+    inputs = {"format": RECORD_FORMAT, "task": task, "options": own[task], "streams": data}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
 def evaluate_checkpoint(task: str, store, streams: Sequence[Stream], clips: ClipConfig,
                         options: TaskOptions | None = None, *, name: str | None = None,
                         device: str | torch.device = "cpu", train_split: str = "train", test_split: str = "test",
-                        with_views: Sequence[str] = (), progress: bool = True) -> dict[str, Any]:
+                        with_views: Sequence[str] = (), progress: bool = True,
+                        earlier: dict[str, Any] | None = None) -> dict[str, Any]:
     """The record of ``task`` on ``streams`` (one stream, or two fused), on the videos of ``store`` that have
     every stream's view and ``with_views``; ``name`` is the method name the report shows (default: from the
-    checkpoints)."""
+    checkpoints). ``earlier``: a record this function returned before, returned again without any work when it
+    was computed from the same inputs (its ``inputs_sha256``, :func:`inputs_digest`)."""
     options = options or TaskOptions()
     store = open_store(store)
+    streams = list(streams)
     store.index.require_labels(f"evaluation ({task})", [train_split, test_split])
+    digest = inputs_digest(task, store, streams, clips, options, train_split=train_split, test_split=test_split,
+                           with_views=with_views)
+    if earlier is not None and earlier.get("inputs_sha256") == digest:
+        return earlier
     common: dict[str, Any] = {"train_split": train_split, "test_split": test_split, "device": device,
                               "progress": progress, "with_views": with_views}
-    streams = list(streams)
     if task == "retrieval":
         record = evaluate_retrieval(store, streams, clips, options.ks, cache_dir=options.cache_dir, **common)
     elif task == "linear":
@@ -67,8 +97,7 @@ def evaluate_checkpoint(task: str, store, streams: Sequence[Stream], clips: Clip
         if options.work_dir is None:
             raise ConfigError("finetune: needs a work folder for its resumable state (work_dir)")
         record = evaluate_finetune(store, streams, options.work_dir, clips, options.finetune, **common)
-    else:
-        raise ConfigError(f"task: {task!r} is not one of {', '.join(TASKS)}")
+    record["inputs_sha256"] = digest
     if name:
         record["name"] = name
     return record

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from tqdm import tqdm
 
-from coclr.atomic import atomic_write_json, atomic_write_text
+from coclr.atomic import atomic_write_json, atomic_write_text, read_json_record
 from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
 from coclr.eval.features import Stream, file_sha256
 from coclr.eval.finetune import ENCODER_FILE, stream_folder
@@ -95,8 +95,15 @@ def write_cross_entropy_init(plan: StudyPlan) -> Path:
     return path
 
 
+def eval_record(out: Path, row: str, task: str) -> Path:
+    """Where a study keeps ``row``'s record of ``task``."""
+    return out / "eval" / f"{row}_{task}.json"
+
+
 def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
-    """Every row's evaluations (records written to ``OUT/eval``) and its numbers with the paper's."""
+    """Every row's evaluations (records written to ``OUT/eval``) and its numbers with the paper's. A record
+    already there from the same inputs is taken as it is (:func:`coclr.eval.evaluate.inputs_digest`), so a finished
+    study run again reports at once."""
 
     out, config = plan.out, plan.config
     store = open_store(plan.store)
@@ -117,31 +124,39 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
         streams = [Stream(plan.encoders[name], view) for name, view in row.streams]
         entry: dict[str, Any] = {"row": key, "method": row.method, "view": row.input, "labels": row.labels,
                                  "paper": dict(zip(("linear", "finetune", "retrieval"), row.paper))}
+
+        def evaluate(task: str, streams: list[Stream] = streams, options: TaskOptions = options, key: str = key
+                     ) -> dict[str, Any]:
+            """The row's record of ``task``: its record in ``OUT/eval`` when that was computed from the same
+            inputs, else a new evaluation, written there."""
+            path = eval_record(out, key, task)
+            earlier = read_json_record(path, "delete it to evaluate again")
+            record = evaluate_checkpoint(task, store, streams, plan.clips, options, name=ROWS[key].method,
+                                         earlier=earlier, **common)
+            if record is not earlier:
+                atomic_write_json(path, record)
+            bar.update()
+            return record
+
         records = []
         if "retrieval" in config.columns:
-            record = evaluate_checkpoint("retrieval", store, streams, plan.clips, options, **common)
+            record = evaluate("retrieval")
             entry["retrieval"] = {f"R@{k}": record["results"][f"R@{k}"] for k in record["config"]["ks"]}
             records.append(record)
-            bar.update()
         if "linear" in config.columns:
-            record = evaluate_checkpoint("linear", store, streams, plan.clips, options, **common)
+            record = evaluate("linear")
             entry["linear_top1"] = record["results"]["top1"]
             records.append(record)
-            bar.update()
         if "finetune" in config.columns:
             if supervised_row(key):  # its finetuning is its training, from the random encoder
                 supervised = dataclasses.replace(options, finetune=plan.supervised, work_dir=out / "cross_entropy")
-                record = evaluate_checkpoint("finetune", store, [Stream(cross_entropy_init(plan), "rgb")],
-                                             plan.clips, supervised, **common)
+                record = evaluate("finetune", [Stream(cross_entropy_init(plan), "rgb")], supervised)
             else:
-                record = evaluate_checkpoint("finetune", store, streams, plan.clips, options, **common)
+                record = evaluate("finetune")
             entry["finetune_top1"] = record["results"]["top1"]
             records.append(record)
-            bar.update()
         warnings = []
         for record in records:
-            record["name"] = row.method
-            atomic_write_json(out / "eval" / f"{key}_{record['task']}.json", record)
             warnings += [collapse_warning(record)] if degenerate(record) else []
             warnings += [f"{OTHER_CLIPS_MARK} evaluated on {note}" for note in other_clips(record)]
         entry["collapsed"] = any(degenerate(record) for record in records)

@@ -52,6 +52,16 @@ def _epochs_done(job: Job, finished: bool) -> int:
     return min(done, job.epochs)
 
 
+def wait_for_an_exit(processes: Sequence[subprocess.Popen], seconds: float, step: float = 0.05) -> None:
+    """Sleep up to ``seconds``, returning as soon as one of ``processes`` has exited: a job that needs it starts
+    at once, and the progress is read once per ``seconds`` only."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if any(process.poll() is not None for process in processes):
+            return
+        time.sleep(min(step, max(0.0, deadline - time.monotonic())))
+
+
 STOP_SECONDS = 30.0
 """How long a stopped command may take to exit after SIGTERM before it is killed."""
 COMMAND = (sys.executable, "-m", "coclr")
@@ -144,7 +154,7 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
                 bar.set_postfix_str(", ".join(item.job.name for item in running), refresh=False)
                 bar.update(epochs - bar.n)
                 if pending or running:
-                    time.sleep(poll_seconds)
+                    wait_for_an_exit([item.process for item in running], poll_seconds)
     except KeyboardInterrupt as error:
         stopped = f"; {', '.join(item.job.name for item in running)} stopped at their checkpoints (logs: {logs})"
         raise interrupted(error, f"{len(done)} of {len(jobs)} commands done and kept"
