@@ -8,15 +8,17 @@ Prints, from one run on this machine:
   counts the convolutions and matrix products (2 FLOPs per multiply-add), not the pooling, BatchNorm or ReLU;
 * the network alone: the fused inference network ``coclr embed`` runs on the CPU
   (:func:`coclr.models.inference.fused_for_inference`, channels-last 3D, batches of ``--batch`` windows), timed on
-  1 thread, and its achieved FLOP/s;
+  1 thread, and its achieved FLOP/s; beside it the same network with PyTorch's max-pools in place of its C ones
+  (:mod:`coclr.models.pool_cpu`), and the ratio of the two;
 * the core's peak float32 rate measured from a matrix product: ``torch.mm`` of two ``--matrix`` square float32
   matrices on 1 thread (MKL's SGEMM: the best a float32 kernel reaches on this core);
 * the network's rate as a fraction of that peak, and where one forward's time goes (``torch.profiler``: self CPU
   time by op; the convolutions' own rate).
 
-The two timings alternate (peak, network, network, peak, ``--repeats`` times), so drifts of a shared machine's
-load hit both; the median and the best of each are given, with the load average and the CPU's flags
-(:func:`coclr.cpu.describe`). ``--cpu avx2`` runs it with the kernels limited to AVX2 (:data:`coclr.cpu.AVX2_LIMIT`).
+The timings alternate (peak, network, PyTorch's pools, PyTorch's pools, network, peak, ``--repeats`` times), so
+drifts of a shared machine's load hit both; the median and the best of each are given, with the load average and the
+CPU's flags (:func:`coclr.cpu.describe`). ``--cpu avx2`` runs it with the kernels limited to AVX2
+(:data:`coclr.cpu.AVX2_LIMIT`).
 
     python benchmarks/roofline_embed.py [--batch 16] [--repeats 2] [--cpu avx2]
 """
@@ -24,6 +26,7 @@ load hit both; the median and the best of each are given, with the load average 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import sys
@@ -56,6 +59,7 @@ def main() -> None:
     from coclr.embed.embedder import inference_layout  # noqa: PLC0415
     from coclr.models.inference import fused_for_inference  # noqa: PLC0415
     from coclr.models.loading import load_encoder  # noqa: PLC0415
+    from coclr.models.pool_cpu import MaxPool3dInference  # noqa: PLC0415
 
     torch.set_num_threads(1)
     print(f"{describe()}; torch {torch.__version__}; 1 thread; load average {os.getloadavg()[0]:.2f}", flush=True)
@@ -69,6 +73,11 @@ def main() -> None:
     flops_per_window = counter.get_total_flops()
     layout = inference_layout(torch.device("cpu"))
     network = fused_for_inference(backbone).to(memory_format=layout)
+    torch_pools = copy.deepcopy(network)
+    for parent in list(torch_pools.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, MaxPool3dInference):
+                setattr(parent, name, torch.nn.MaxPool3d(child.kernel_size, child.stride, child.padding))
     inputs = clips.contiguous(memory_format=layout)
     a, b = (torch.randn(args.matrix, args.matrix, generator=generator) for _ in range(2))
     out = torch.empty(args.matrix, args.matrix)
@@ -77,17 +86,22 @@ def main() -> None:
         with torch.no_grad():
             network(inputs)
 
+    def run_torch_pools() -> None:
+        with torch.no_grad():
+            torch_pools(inputs)
+
     def run_peak() -> None:
         for _ in range(4):
             torch.mm(a, b, out=out)
 
-    work = {"network": flops_per_window * args.batch, "peak": 4 * 2 * args.matrix ** 3}
-    calls = {"network": run_network, "peak": run_peak}
+    work = {"network": flops_per_window * args.batch, "torch_pools": flops_per_window * args.batch,
+            "peak": 4 * 2 * args.matrix ** 3}
+    calls = {"network": run_network, "torch_pools": run_torch_pools, "peak": run_peak}
     for call in calls.values():  # warm-up: oneDNN's primitives and MKL's buffers
         call()
-    rates: dict[str, list[float]] = {"network": [], "peak": []}
+    rates: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(args.repeats):
-        for name in ("peak", "network", "network", "peak"):
+        for name in ("peak", "network", "torch_pools", "torch_pools", "network", "peak"):
             start = time.perf_counter()
             calls[name]()
             rates[name].append(work[name] / (time.perf_counter() - start))
@@ -95,10 +109,13 @@ def main() -> None:
     print(f"S3D width {args.width}, {args.length}x{args.size}x{args.size} window: "
           f"{flops_per_window / 1e9:.2f} GFLOP per window (convolutions and matrix products, 2 per multiply-add)")
     for name, label in (("network", f"network alone (fused, {layout}, batch {args.batch})"),
+                        ("torch_pools", "the same with PyTorch's max-pools"),
                         ("peak", f"peak: torch.mm {args.matrix}x{args.matrix} float32")):
         values = rates[name]
         print(f"{label:<62} median {statistics.median(values) / 1e9:7.1f} GFLOP/s, best {max(values) / 1e9:7.1f} "
               f"({', '.join(f'{v / 1e9:.1f}' for v in values)})")
+    speedup = statistics.median(rates["network"]) / statistics.median(rates["torch_pools"])
+    print(f"with its C max-pools the network runs {speedup:.2f}x as fast as with PyTorch's (medians)")
     with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
         network(inputs)
     by_op = sorted(((event.key, event.self_cpu_time_total) for event in profiler.key_averages()),

@@ -213,13 +213,14 @@ def test_auto_picks_our_tvl1_where_it_is_fast_and_continues_a_view_with_its_back
 def test_auto_decides_without_compiling(tmp_path, monkeypatch):
     """Choosing the backend compiles nothing: a compiler found is enough (the loops are compiled when used)."""
     import coclr.flow.tvl1_cpu as tvl1_cpu
+    from coclr import native
 
     monkeypatch.setenv("COCLR_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(tvl1_cpu, "_LIBRARY", [])
-    monkeypatch.setattr(tvl1_cpu, "compile_sources", lambda *args: pytest.fail("compiled to decide"))
-    monkeypatch.setattr(tvl1_cpu, "find_compiler", lambda: ["cc"])
+    monkeypatch.setattr(native, "compile_sources", lambda *args: pytest.fail("compiled to decide"))
+    monkeypatch.setattr(native, "find_compiler", lambda: ["cc"])
     assert resolve_backend("auto", "cpu")[0].name == "tvl1-torch"
-    monkeypatch.setattr(tvl1_cpu, "find_compiler", lambda: None)
+    monkeypatch.setattr(native, "find_compiler", lambda: None)
     assert resolve_backend("auto", "cpu")[0].name == "tvl1"
     assert not (tmp_path / "cache").exists()
 

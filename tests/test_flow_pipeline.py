@@ -18,7 +18,7 @@ from coclr.flow.encode import flow_to_uint8
 from coclr.flow.opencv import opencv_tvl1, rgb_to_gray
 from coclr.flow.params import TVL1Params
 from coclr.flow.tvl1 import tvl1_flow
-from coclr.flow.tvl1_cpu import find_compiler
+from coclr.native import find_compiler
 from coclr.store.clipstore import ClipStore
 from coclr.store.flow_extract import extract_flow
 from coclr.store.flow_pipeline import OPEN_SIZES, _Batcher

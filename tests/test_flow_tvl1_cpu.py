@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from coclr import native
 from coclr.errors import DataError
 from coclr.flow import tvl1_cpu
 from coclr.flow.params import TVL1Params
@@ -23,7 +24,7 @@ from coclr.flow.tvl1 import ScaleSolver, TorchPasses, make_passes, primal_dual_s
 from coclr.flow.tvl1_cpu import CPasses
 from middlebury import endpoint_error, read_flo
 
-pytestmark = pytest.mark.skipif(tvl1_cpu.find_compiler() is None, reason="no C compiler found (set CC or install gcc)")
+pytestmark = pytest.mark.skipif(native.find_compiler() is None, reason="no C compiler found (set CC or install gcc)")
 STEPS = (0.15 * 0.3, 0.3, 0.25 / 0.3)
 
 
@@ -170,12 +171,12 @@ def test_same_bits_on_any_thread_count_and_chunk(c_kernels):
 def test_same_bits_on_every_instruction_set(tmp_path):
     """The loops compiled for the baseline, for AVX2 (the AVX2-only CPU kind) and for this CPU (AVX-512 here, where
     it has it) compute the same flow bit for bit, in both of the loops' channel counts (gamma adds the third)."""
-    compiler = tvl1_cpu.find_compiler()
-    cpu_flags = tvl1_cpu._cpu_flags().split()
+    compiler = native.find_compiler()
+    cpu_flags = native.cpu_flags().split()
     marches = [None, "-march=native"] + (["-march=x86-64-v3"] if {"avx2", "fma"} <= set(cpu_flags) else [])
     libraries = []
     for index, march in enumerate(marches):
-        flags = [flag for flag in tvl1_cpu.FLAGS if flag != "-march=native"] + ([march] if march else [])
+        flags = [flag for flag in native.FLAGS if flag != "-march=native"] + ([march] if march else [])
         (tmp_path / str(index)).mkdir()
         libraries.append(tvl1_cpu.Library(tvl1_cpu.compile_sources(list(compiler), flags, tmp_path / str(index))))
     prev, nxt = pairs_of_frames()
@@ -192,10 +193,10 @@ def test_the_instruction_set_follows_pytorchs_limit(monkeypatch, capability, mar
     x86-64; the flags are part of the cache key, so each limit has its own compiled object."""
     monkeypatch.setattr("platform.machine", lambda: "x86_64")
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
-    flags = tvl1_cpu.compile_flags()
+    flags = native.compile_flags()
     assert [flag for flag in flags if flag.startswith("-march")] == ([march] if march else [])
     assert [flag for flag in flags if not flag.startswith("-march")] == [
-        flag for flag in tvl1_cpu.FLAGS if flag != "-march=native"]
+        flag for flag in native.FLAGS if flag != "-march=native"]
 
 
 def test_middlebury_crop_as_accurate_as_torch(c_kernels, middlebury):
@@ -230,29 +231,29 @@ def test_compiled_once_into_the_cache(tmp_path, monkeypatch):
     def no_compiling(*args):
         raise AssertionError("compiled again")
 
-    monkeypatch.setattr(tvl1_cpu, "compile_sources", no_compiling)
+    monkeypatch.setattr(native, "compile_sources", no_compiling)
     assert tvl1_cpu.build_library() == path
     tvl1_cpu.Library(path)  # loads
 
 
 def test_cache_key_covers_source_compiler_flags_and_cpu(monkeypatch):
-    key = tvl1_cpu.cache_key("src", ["cc"], "gcc 12", ["-O3"])
-    assert key == tvl1_cpu.cache_key("src", ["cc"], "gcc 12", ["-O3"])
+    key = native.cache_key("src", ["cc"], "gcc 12", ["-O3"])
+    assert key == native.cache_key("src", ["cc"], "gcc 12", ["-O3"])
     others = [("src2", ["cc"], "gcc 12", ["-O3"]), ("src", ["clang"], "gcc 12", ["-O3"]),
               ("src", ["cc"], "gcc 13", ["-O3"]), ("src", ["cc"], "gcc 12", ["-O2"])]
-    assert all(tvl1_cpu.cache_key(*other) != key for other in others)
-    monkeypatch.setattr(tvl1_cpu, "_cpu_flags", lambda: "sse2 avx512f")
-    assert tvl1_cpu.cache_key("src", ["cc"], "gcc 12", ["-O3"]) != key
+    assert all(native.cache_key(*other) != key for other in others)
+    monkeypatch.setattr(native, "cpu_flags", lambda: "sse2 avx512f")
+    assert native.cache_key("src", ["cc"], "gcc 12", ["-O3"]) != key
 
 
 def test_the_c_source_compiles_without_warnings(tmp_path):
     """CI's check of the C loops: every C compiler found here (gcc, clang) with the flags of the cache and
     ``-Wall -Wextra -Werror``."""
-    compilers = {tuple(tvl1_cpu.find_compiler())} | {(name,) for name in ("gcc", "clang") if shutil.which(name)}
+    compilers = {tuple(native.find_compiler())} | {(name,) for name in ("gcc", "clang") if shutil.which(name)}
     for compiler in sorted(compilers):
         folder = tmp_path / compiler[0]
         folder.mkdir()
-        built = tvl1_cpu.compile_sources(list(compiler), (*tvl1_cpu.FLAGS, *tvl1_cpu.WARNINGS), folder)
+        built = tvl1_cpu.compile_sources(list(compiler), (*native.FLAGS, *native.WARNINGS), folder)
         tvl1_cpu.Library(built)  # and it loads
 
 
@@ -282,7 +283,7 @@ def test_a_wheel_holds_the_c_source(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w",
                     str(tmp_path / "wheel"), str(project)], check=True, capture_output=True)
     (wheel,) = (tmp_path / "wheel").glob("coclr-*.whl")
-    assert "coclr/flow/tvl1_cpu.c" in zipfile.ZipFile(wheel).namelist()
+    assert {"coclr/flow/tvl1_cpu.c", "coclr/models/pool_cpu.c"} <= set(zipfile.ZipFile(wheel).namelist())
 
 
 def test_median_code_is_generated_from_the_plan():
@@ -301,7 +302,7 @@ def test_fallback_to_torch_with_one_warning(tmp_path, monkeypatch, failure):
     monkeypatch.setenv("COCLR_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(tvl1_cpu, "_LIBRARY", [])
     if failure == "no compiler":
-        monkeypatch.setattr(tvl1_cpu, "find_compiler", lambda: None)
+        monkeypatch.setattr(native, "find_compiler", lambda: None)
         expected = "no C compiler found"
     else:
         monkeypatch.setenv("CC", "false")  # runs, and fails

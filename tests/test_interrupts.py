@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from coclr import native
 from coclr.interrupts import Interrupted, check_stop, interrupted, signals_interrupt
 from coclr.store.clipstore import ClipStore
 from coclr.synth import random_store
@@ -337,7 +338,7 @@ def test_an_unwritable_cache_falls_back_to_one_private_folder_built_by_two_proce
     assert [p.name for p in (tmp_path / "tmp").iterdir()] == [fallback.name]  # one folder, nothing else
     assert paths == {str(path) for path in fallback.iterdir()} and len(paths) == 1  # one object, no build folder
     assert fallback.stat().st_mode & 0o777 == 0o700
-    monkeypatch.setattr(tvl1_cpu, "compile_sources", lambda *args: pytest.fail("compiled again"))
+    monkeypatch.setattr(native, "compile_sources", lambda *args: pytest.fail("compiled again"))
     assert str(tvl1_cpu.build_library()) in paths  # reused
 
 
@@ -386,20 +387,19 @@ def test_an_unwritable_cache_falls_back_to_one_private_folder_shared_by_commands
 
 
 def test_the_fallback_cache_is_refused_unless_private(tmp_path, monkeypatch):
-    from coclr.flow import tvl1_cpu
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    folder = tvl1_cpu.fallback_cache_dir()
+    folder = native.fallback_cache_dir()
     assert folder.parent == tmp_path
-    assert tvl1_cpu._private_folder(folder) == folder and folder.stat().st_mode & 0o777 == 0o700
-    assert tvl1_cpu._private_folder(folder) == folder  # made by another process first: fine
+    assert native.private_folder(folder) == folder and folder.stat().st_mode & 0o777 == 0o700
+    assert native.private_folder(folder) == folder  # made by another process first: fine
     folder.chmod(0o777)
     with pytest.raises(OSError, match="only it may write"):
-        tvl1_cpu._private_folder(folder)
+        native.private_folder(folder)
     folder.rmdir()
     folder.symlink_to(tmp_path)
     with pytest.raises(OSError, match="only it may write"):
-        tvl1_cpu._private_folder(folder)
+        native.private_folder(folder)
 
 
 # ------------------------------------------------------------------------------------------------ other commands

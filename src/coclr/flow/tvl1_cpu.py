@@ -6,18 +6,11 @@ filter of u and v, then the inner iterations with the mode's stop test) in one s
 row ``y``'s primal update (thresholding, divergence, the squared change) is followed by row ``y - 1``'s forward
 gradient and dual projection, so each array is read and written about once per iteration, from the caches.
 
-* **Plain C, compiled on first use**: ``tvl1_cpu.c`` beside this module (package data), with the medians'
-  ``tvl1_median.h`` generated beside it in the build folder; compiled with the system compiler (``$CC``,
-  sysconfig's ``CC``, ``cc``, ``gcc`` or ``clang``), loaded with ctypes on float32 contiguous buffers; no torch
-  headers, so compiling takes about a second. Nothing is compiled at import, nor to decide whether the loops are
-  used (:func:`compiler_available`). CI compiles them with :data:`WARNINGS`.
-* **Cache.** The shared object lives in ``$COCLR_CACHE_DIR`` (else ``$XDG_CACHE_HOME/coclr``, else
-  ``~/.cache/coclr``) under a name hashing the C source, the compiler's version, the flags and the CPU (machine
-  and its instruction-set flags, since ``-march=native`` is used; under ``ATEN_CPU_CAPABILITY=avx2`` the loops are
-  compiled for AVX2, :func:`coclr.cpu.c_march`). It is compiled in a temporary folder inside it
-  and moved in with :func:`coclr.atomic.atomic_open`, so concurrent processes or a kill never leave a broken file.
-  A cache that cannot be written falls back to one private folder of the user under the temporary folder
-  (:func:`fallback_cache_dir`), reused by every process.
+* **Plain C, compiled on first use** (:mod:`coclr.native`: the compiler, flags, cache and its fallback):
+  ``tvl1_cpu.c`` beside this module (package data), with the medians' ``tvl1_median.h`` generated beside it in the
+  build folder, loaded with ctypes on float32 contiguous buffers. Nothing is compiled at import, nor to decide
+  whether the loops are used (:func:`compiler_available`). Under ``ATEN_CPU_CAPABILITY=avx2`` the loops are
+  compiled for AVX2 (:func:`coclr.cpu.c_march`).
 * **Fallback.** No compiler, or a failed compile: one warning naming what failed, and ``kernels="auto"`` runs the
   PyTorch operations (``kernels="c"`` raises instead).
 * **Determinism.** No ``-ffast-math`` and ``-ffp-contract=off`` (no FMA contraction), so every operation is the
@@ -25,8 +18,8 @@ gradient and dual projection, so each array is read and written about once per i
   exact stop test is summed in float64, in 8 fixed lanes per row and the rows in order. A pair's flow depends on
   nothing but the pair: not the CPU, the thread count or the chunk size.
 * **Threads.** No OpenMP in the C code (a second runtime beside torch's, and per-iteration barriers, are what
-  made 2 threads slower than 1 under load): pairs are independent, so they go to a pool of
-  ``torch.get_num_threads()`` Python threads, one C call per pair and warp (ctypes releases the GIL).
+  made 2 threads slower than 1 under load): pairs are independent, one C call per pair and warp on
+  :func:`coclr.native.for_each`'s threads.
 * **The median** is the comparator network of :func:`coclr.flow.median.median_plan`, generated into straight-line
   C (as ``_median_triton`` does for Triton): sort each padded column, select per rank row, take the median of the
   candidates; the x loops are plain element-wise code the compiler vectorises.
@@ -35,45 +28,27 @@ gradient and dual projection, so each array is read and written about once per i
 from __future__ import annotations
 
 import ctypes
-import errno
-import hashlib
-import os
-import platform
-import shlex
-import shutil
-import stat
-import subprocess
-import sysconfig
-import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from coclr.atomic import atomic_open
-from coclr.cpu import c_march
+from coclr import native
 from coclr.flow.median import Comparator, comparator_statements, median_plan
 from coclr.interrupts import check_stop
 
 MEDIAN_SIZES = (3, 5)
 """The median sizes compiled (OpenCV's float ``medianBlur`` sizes; :class:`~coclr.flow.params.TVL1Params`)."""
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared")
-"""Compiler flags: vectorised for this CPU (``-march``: :func:`compile_flags`), but IEEE float32 throughout (no
-fast-math, no FMA contraction; ``-fno-math-errno`` only lets ``sqrtf`` vectorise, its results are the same)."""
-PORTABLE_FLAGS = tuple(f for f in FLAGS if f != "-march=native")
-"""Tried when the compiler does not know ``-march=native``."""
-
+CompileError = native.CompileError
+"""The loops cannot be built here (:class:`coclr.native.CompileError`)."""
 SOURCE = Path(__file__).with_name("tvl1_cpu.c")
 """The C loops (package data, installed beside this module); they include :data:`MEDIAN_HEADER`."""
 MEDIAN_HEADER = "tvl1_median.h"
 """The medians' C, generated from the comparator networks when compiling (:func:`median_header`), beside the
 source in the build folder."""
-WARNINGS = ("-Wall", "-Wextra", "-Werror")
-"""Warnings CI compiles the source with (tests/test_flow_tvl1_cpu.py): none is allowed."""
 
 
 def _comparator_lines(network: Sequence[Comparator], names: Sequence[str]) -> list[str]:
@@ -139,138 +114,18 @@ def c_sources() -> dict[str, str]:
     return {SOURCE.name: SOURCE.read_text(), MEDIAN_HEADER: median_header()}
 
 
-def c_source() -> str:
-    """The whole C source (every file of :func:`c_sources`), as the cache key hashes it."""
-    return "\0".join(f"{name}\0{text}" for name, text in c_sources().items())
-
-
 # ----------------------------------------------------------------------------------------------------------------
-# compiling and loading
-
-
-def cache_dir() -> Path:
-    """Where compiled objects are kept: ``$COCLR_CACHE_DIR``, else ``$XDG_CACHE_HOME/coclr``, else
-    ``~/.cache/coclr``."""
-    if os.environ.get("COCLR_CACHE_DIR"):
-        return Path(os.environ["COCLR_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "coclr"
-
-
-def find_compiler() -> list[str] | None:
-    """The C compiler's command: ``$CC``, sysconfig's ``CC``, then ``cc``, ``gcc``, ``clang``; None if none runs."""
-    candidates = [os.environ.get("CC", ""), sysconfig.get_config_var("CC") or "", "cc", "gcc", "clang"]
-    for candidate in candidates:
-        words = shlex.split(candidate)
-        if words and shutil.which(words[0]):
-            return words
-    return None
-
-
-def _cpu_flags() -> str:
-    """The CPU's instruction-set flags (``/proc/cpuinfo``), part of the cache key since ``-march=native`` is used."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def cache_key(source: str, compiler: Sequence[str], version: str, flags: Sequence[str]) -> str:
-    """Hash of everything the compiled object depends on: the source, compiler and version, flags and the CPU."""
-    parts = [source, " ".join(compiler), version, " ".join(flags), platform.machine(), _cpu_flags()]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
-
-
-class CompileError(RuntimeError):
-    """The C kernels could not be built here (no compiler, or the compiler failed); the message says which."""
-
-
-def compile_flags() -> tuple[str, ...]:
-    """:data:`FLAGS` with the instruction set of :func:`coclr.cpu.c_march` (this CPU's, or the one PyTorch's
-    capability is limited to) in place of ``-march=native``."""
-    march = c_march()
-    return tuple(flag for flag in (march if flag == "-march=native" else flag for flag in FLAGS) if flag)
-
-
-def compile_sources(compiler: list[str], flags: Sequence[str], folder: Path) -> Path:
-    """Compile :func:`c_sources` (written into ``folder``) into a shared object there; raise :class:`CompileError`
-    with the compiler's first error line."""
-    for name, text in c_sources().items():
-        (folder / name).write_text(text)
-    out = folder / "tvl1_cpu.so"
-    result = subprocess.run([*compiler, *flags, "-o", str(out), str(folder / SOURCE.name), "-lm"],
-                            capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        lines = [line for line in result.stderr.splitlines() if "error" in line] or result.stderr.splitlines()
-        raise CompileError(f"{' '.join(compiler)} failed: {lines[0] if lines else f'exit {result.returncode}'}")
-    return out
-
-
-def fallback_cache_dir() -> Path:
-    """Where compiled objects are kept when :func:`cache_dir` cannot be written: one folder of this user under the
-    temporary folder (``coclr-cache-<uid>``), reused by every process; made private, and refused unless it is a
-    folder (not a link) that this user owns and nobody else may write, since code is loaded from it."""
-    return Path(tempfile.gettempdir()) / f"coclr-cache-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
-
-
-def _private_folder(path: Path) -> Path:
-    """``path`` made (mode 0700) or found as a folder safe to load code from; raises ``OSError`` naming it."""
-    try:
-        path.mkdir(mode=0o700)
-    except FileExistsError:  # made by an earlier run, or by a process starting at the same time
-        pass
-    info = path.lstat()
-    if not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()) \
-            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise OSError(errno.EPERM, "not a folder of this user that only it may write, so no code is loaded from "
-                      "it: remove it, or set COCLR_CACHE_DIR to a folder you may write", str(path))
-    return path
+# compiling and loading (coclr.native)
 
 
 def build_library(folder: Path | None = None) -> Path:
-    """The path of the compiled kernels for this source, compiler and CPU: from the cache (``folder``, default
-    :func:`cache_dir`), else compiled now and moved in atomically; when the cache cannot be written, from or into
-    :func:`fallback_cache_dir` (one folder for every process, no temporary folder left behind). Raises
-    :class:`CompileError` when there is no compiler, it fails, or neither folder can be written."""
-    compiler = find_compiler()
-    if compiler is None:
-        raise CompileError("no C compiler found (set CC, or install gcc or clang)")
-    try:
-        version = subprocess.run([*compiler, "--version"], capture_output=True, text=True, check=False).stdout
-    except OSError as error:
-        raise CompileError(f"{' '.join(compiler)} does not run ({error})") from error
-    source = c_source()
-    names = {flags: f"tvl1_cpu-{cache_key(source, compiler, version, flags)}.so"
-             for flags in (compile_flags(), PORTABLE_FLAGS)}
-    unwritable: list[str] = []
-    for target in [folder] if folder is not None else [cache_dir(), None]:  # None: the fallback
-        try:
-            target = Path(target) if target is not None else _private_folder(fallback_cache_dir())
-            cached = [target / name for name in names.values() if (target / name).is_file()]
-            if cached:
-                return cached[0]
-            target.mkdir(parents=True, exist_ok=True)
-            build = tempfile.TemporaryDirectory(dir=target, prefix=".build-")  # beside the object: no stray folder
-        except OSError as error:
-            unwritable.append(f"{error.filename or target}: {error.strerror or error}")
-            continue
-        with build as tmp:
-            errors = []
-            for flags, name in names.items():
-                try:
-                    built = compile_sources(compiler, flags, Path(tmp))
-                except CompileError as error:
-                    errors.append(str(error))
-                    continue
-                with atomic_open(target / name, "wb", fsync=False) as file:
-                    file.write(built.read_bytes())
-                return target / name
-            raise CompileError(errors[0])
-    raise CompileError(f"no folder to keep the compiled C loops in: {'; '.join(unwritable)} (set COCLR_CACHE_DIR "
-                       "to a folder you may write)")
+    """The compiled loops (:func:`coclr.native.build_library` of :func:`c_sources`)."""
+    return native.build_library("tvl1_cpu", c_sources(), folder)
+
+
+def compile_sources(compiler: list[str], flags: Sequence[str], folder: Path) -> Path:
+    """:func:`c_sources` compiled into ``folder`` with ``flags`` (:func:`coclr.native.compile_sources`)."""
+    return native.compile_sources(compiler, flags, folder, c_sources(), "tvl1_cpu")
 
 
 _FLOAT_P = ctypes.c_void_p
@@ -325,29 +180,15 @@ def compiler_available() -> bool:
     with _LOCK:
         if _LIBRARY:
             return isinstance(_LIBRARY[0], Library)
-    return find_compiler() is not None
+    return native.find_compiler() is not None
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # the Passes implementation
 
 
-_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
-"""Thread pools by (process id, size): a forked child starts its own (its parent's threads are not in it)."""
-
-
-def for_each_pair(count: int, fn: Callable[[int], object]) -> list:
-    """``[fn(i) for i in range(count)]``, on ``torch.get_num_threads()`` threads when that and ``count`` exceed 1
-    (the C calls release the GIL); each pair is one task, so uneven pairs balance."""
-    threads = min(torch.get_num_threads(), count)
-    if threads <= 1:
-        return [fn(i) for i in range(count)]
-    key = (os.getpid(), threads)
-    with _LOCK:
-        pool = _POOLS.get(key)
-        if pool is None:
-            pool = _POOLS[key] = ThreadPoolExecutor(threads, thread_name_prefix="coclr-tvl1")
-    return list(pool.map(fn, range(count)))
+for_each_pair = native.for_each
+"""One task per pair, on ``torch.get_num_threads()`` threads (:func:`coclr.native.for_each`)."""
 
 
 def _pointer(tensor: Tensor, pair: int) -> int:

@@ -1,4 +1,5 @@
-"""An inference-only copy of the S3D backbone: each BatchNorm folded into its convolution, the ReLU fused into it.
+"""An inference-only copy of the S3D backbone: each BatchNorm folded into its convolution, the ReLU fused into it,
+and the max-pools without indices.
 
 In evaluation mode a BatchNorm is a per-channel affine map, so conv -> BN is one convolution with scaled weights
 and a bias (the standard inference fold). The folded convolution and its ReLU then run as one oneDNN primitive,
@@ -10,7 +11,8 @@ S3D's float32 3D convolutions to its im2col path, ``slow_conv3d_forward``: 56 of
 The same features to rounding (the fold changes where the products are rounded; docs/embed.md gives the
 measured cosines), independent of the thread count to rounding (the same bits on the Xeon measured; the eager
 network's differed by up to 2e-6).
-Training is untouched: :func:`fused_for_inference` builds a separate module from an eval-mode backbone; it has
+Its max-pools compute no argmax indices on the CPU (:class:`coclr.models.pool_cpu.MaxPool3dInference`: the same
+values). Training is untouched: :func:`fused_for_inference` builds a separate module from an eval-mode backbone; it has
 no BatchNorm to update and no gradient.
 """
 
@@ -22,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from coclr.models.pool_cpu import MaxPool3dInference
 from coclr.models.s3d import BasicConv3d, STConv3d
 
 __all__ = ["ConvReLU", "fold_batchnorm", "fused_for_inference", "has_fused_convolution"]
@@ -86,7 +89,9 @@ class ConvReLU(nn.Module):
 def fused_for_inference(backbone: nn.Module) -> nn.Module:
     """A copy of ``backbone`` for inference: every :class:`~coclr.models.s3d.BasicConv3d` becomes a
     :class:`ConvReLU`, every :class:`~coclr.models.s3d.STConv3d` two of them (BatchNorm folded with its running
-    statistics, so use it as an eval-mode network); in eval mode, without gradients. ``backbone`` is unchanged."""
+    statistics, so use it as an eval-mode network), every ``nn.MaxPool3d`` a
+    :class:`~coclr.models.pool_cpu.MaxPool3dInference`; in eval mode, without gradients. ``backbone`` is
+    unchanged."""
     fused = copy.deepcopy(backbone).eval()
     for parent in list(fused.modules()):
         for name, child in list(parent.named_children()):
@@ -95,4 +100,6 @@ def fused_for_inference(backbone: nn.Module) -> nn.Module:
             elif isinstance(child, STConv3d):
                 setattr(parent, name, nn.Sequential(ConvReLU(child.conv1, child.bn1),
                                                     ConvReLU(child.conv2, child.bn2)))
+            elif isinstance(child, nn.MaxPool3d):
+                setattr(parent, name, MaxPool3dInference.of(child))
     return fused.requires_grad_(False)

@@ -1,8 +1,9 @@
 """Running a study end to end: data, flow, every stage, every evaluation, then the report.
 
 The study folder follows :mod:`coclr.runfolder`: the same command continues it (every stage and evaluation is
-resumable), other options are refused before any work, naming each, and a second study on a running one is
-refused by its lock. ``processes`` and ``gpus`` only schedule the work and may change.
+resumable, and an evaluation whose inputs are unchanged is its record in ``OUT/eval``), other options are refused
+before any work, naming each, and a second study on a running one is refused by its lock. ``processes`` and
+``gpus`` only schedule the work and may change.
 """
 
 from __future__ import annotations
