@@ -46,6 +46,16 @@ def test_the_same_values_as_pytorch(kernel, stride, padding, shape):
         assert module.is_contiguous(memory_format=layout) and _same(module, expected)
 
 
+def test_other_input_is_pytorchs_to_answer():
+    """Empty, unbatched or invalid input gets PyTorch's result or PyTorch's error."""
+    for x in (torch.randn(0, 3, 4, 4, 4), torch.randn(3, 4, 4, 4)):
+        assert torch.equal(max_pool3d(x, 3, 1, 1), F.max_pool3d(x, 3, 1, 1))
+    with pytest.raises(RuntimeError, match="pad should be"):
+        max_pool3d(torch.randn(1, 2, 4, 4, 4), 3, 1, 2)
+    with pytest.raises(RuntimeError):
+        max_pool3d(torch.randn(1, 2, 4, 4, 4), 3, 0, 1)
+
+
 def test_any_thread_count_gives_the_same_bits():
     x = torch.randn(3, 40, 6, 9, 9).contiguous(memory_format=torch.channels_last_3d)
     threads = torch.get_num_threads()

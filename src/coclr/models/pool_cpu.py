@@ -67,10 +67,12 @@ def max_pool3d(x: torch.Tensor, kernel_size, stride, padding) -> torch.Tensor:
     if library is None:
         return F.max_pool3d(x, kernel_size, stride, padding)
     kernel, step, pad = _triple(kernel_size), _triple(stride), _triple(padding)
+    if x.dim() != 5 or x.numel() == 0 or min(step) < 1 or min(kernel) < 1 or min(pad) < 0 \
+            or any(p > k // 2 for p, k in zip(pad, kernel)) \
+            or any(s + 2 * p < k for s, p, k in zip(x.shape[2:], pad, kernel)):
+        return F.max_pool3d(x, kernel_size, stride, padding)  # PyTorch's result, or its error, for such input
     x = x.contiguous(memory_format=torch.channels_last_3d)
     n, c, *sizes = x.shape
-    if any(p > k // 2 for p, k in zip(pad, kernel)) or any(s + 2 * p < k for s, p, k in zip(sizes, pad, kernel)):
-        return F.max_pool3d(x, kernel_size, stride, padding)  # PyTorch's own error for such a pool
     out_sizes = [(s + 2 * p - k) // d + 1 for s, p, k, d in zip(sizes, pad, kernel, step)]
     out = torch.empty((n, c, *out_sizes), dtype=x.dtype, memory_format=torch.channels_last_3d)
     planes = n * out_sizes[0]
