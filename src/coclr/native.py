@@ -30,9 +30,11 @@ import subprocess
 import sysconfig
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -174,6 +176,30 @@ def build_library(stem: str, sources: Mapping[str, str], folder: Path | None = N
             raise CompileError(errors[0])
     raise CompileError(f"no folder to keep the compiled C loops in: {'; '.join(unwritable)} (set COCLR_CACHE_DIR "
                        "to a folder you may write)")
+
+
+Loaded = TypeVar("Loaded")
+
+
+def load_once(state: list, lock: threading.Lock, load: Callable[[], Loaded], unavailable: str,
+              warn: bool = True) -> Loaded | None:
+    """What ``load()`` returns (a library built with :func:`build_library` and loaded), called once per process:
+    ``state`` is the caller's one-item list holding it, or the :class:`CompileError` that kept it from loading.
+    None when it failed, with one ``RuntimeWarning``, ``"<unavailable>: <what failed>"``, the first time a caller
+    asks with ``warn`` (a caller that raises instead passes ``warn=False``)."""
+    with lock:
+        if not state:
+            try:
+                state.append(load())
+            except (CompileError, OSError) as error:
+                state.append(error if isinstance(error, CompileError) else CompileError(str(error)))
+        loaded = state[0]
+        if not isinstance(loaded, CompileError):
+            return loaded
+        if warn and not getattr(loaded, "warned", False):
+            loaded.warned = True
+            warnings.warn(f"{unavailable}: {loaded}", RuntimeWarning, stacklevel=3)
+        return None
 
 
 _POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}

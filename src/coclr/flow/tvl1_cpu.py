@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import ctypes
 import threading
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -156,21 +155,9 @@ _LIBRARY: list[Library | CompileError] = []
 
 def load_library(warn: bool = True) -> Library | None:
     """The C kernels, built and loaded on first use; None if they cannot be, with one warning naming what failed
-    (unless ``warn`` is false: a caller that raises instead, :func:`c_passes`)."""
-    with _LOCK:
-        if not _LIBRARY:
-            try:
-                _LIBRARY.append(Library(build_library()))
-            except (CompileError, OSError) as error:
-                _LIBRARY.append(error if isinstance(error, CompileError) else CompileError(str(error)))
-        loaded = _LIBRARY[0]
-        if isinstance(loaded, Library):
-            return loaded
-        if warn and not getattr(loaded, "warned", False):
-            loaded.warned = True
-            warnings.warn(f"TV-L1 C kernels unavailable, CPU flow runs without them (slower): {loaded}",
-                          RuntimeWarning, stacklevel=3)
-        return None
+    (unless ``warn`` is false: a caller that raises instead, :func:`c_passes`; :func:`coclr.native.load_once`)."""
+    return native.load_once(_LIBRARY, _LOCK, lambda: Library(build_library()),
+                            "TV-L1 C kernels unavailable, CPU flow runs without them (slower)", warn)
 
 
 def compiler_available() -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import threading
-import warnings
 from pathlib import Path
 
 import torch
@@ -36,24 +35,20 @@ def build_library(folder: Path | None = None) -> Path:
     return native.build_library("pool_cpu", {SOURCE.name: SOURCE.read_text()}, folder)
 
 
+def _load() -> ctypes.CDLL:
+    library = ctypes.CDLL(str(build_library()))
+    function = library.coclr_max_pool3d
+    function.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 3 + [ctypes.c_long] + [ctypes.c_int] * 12 + \
+        [ctypes.c_long] * 2
+    function.restype = ctypes.c_int
+    return library
+
+
 def load_library() -> ctypes.CDLL | None:
-    """The C max-pool, built and loaded on first use; None, with one warning naming what failed, if it cannot be."""
-    with _LOCK:
-        if not _LIBRARY:
-            try:
-                library = ctypes.CDLL(str(build_library()))
-                function = library.coclr_max_pool3d
-                function.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 3 + [ctypes.c_long] + \
-                    [ctypes.c_int] * 12 + [ctypes.c_long] * 2
-                function.restype = ctypes.c_int
-                _LIBRARY.append(library)
-            except (native.CompileError, OSError) as error:
-                failure = error if isinstance(error, native.CompileError) else native.CompileError(str(error))
-                warnings.warn(f"the C max-pool is unavailable, inference pools with PyTorch (slower): {failure}",
-                              RuntimeWarning, stacklevel=3)
-                _LIBRARY.append(failure)
-        loaded = _LIBRARY[0]
-        return loaded if isinstance(loaded, ctypes.CDLL) else None
+    """The C max-pool, built and loaded on first use; None, with one warning naming what failed, if it cannot be
+    (:func:`coclr.native.load_once`)."""
+    return native.load_once(_LIBRARY, _LOCK, _load,
+                            "the C max-pool is unavailable, inference pools with PyTorch (slower)")
 
 
 def _triple(value: int | tuple[int, ...]) -> tuple[int, int, int]:
