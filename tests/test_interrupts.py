@@ -24,7 +24,14 @@ import pytest
 import torch
 
 from coclr import native
-from coclr.interrupts import Interrupted, check_stop, interrupted, signals_interrupt
+from coclr.interrupts import (
+    Interrupted,
+    check_interrupt,
+    check_stop,
+    deferred_interrupts,
+    interrupted,
+    signals_interrupt,
+)
 from coclr.store.clipstore import ClipStore
 from coclr.synth import random_store
 from conftest import REPO_ROOT
@@ -170,6 +177,33 @@ def test_signals_raise_interrupted_once_and_handlers_come_back():
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_deferred_signal_raises_at_the_check_not_where_it_lands():
+    """Code that an exception may not land in the middle of (a lock taken, a child reaped but not recorded) runs to
+    its end; the signal raises at the loop's next check, or as the deferring block ends."""
+    finished = []
+    with pytest.raises(Interrupted) as caught, signals_interrupt(), deferred_interrupts():
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # where the handler runs: it must not raise here
+            pass
+        finished.append("critical")
+        check_interrupt()
+        finished.append("after the check")
+    assert finished == ["critical"] and caught.value.signum == signal.SIGTERM
+
+    with pytest.raises(Interrupted) as caught, signals_interrupt():
+        with deferred_interrupts():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+            finished.append("block")
+        finished.append("after the block")  # no check in the block: its end raises
+    assert finished[1:] == ["block"] and caught.value.signum == signal.SIGINT
+    check_interrupt()  # nothing held back any more: no error
+
+    with signals_interrupt(), deferred_interrupts():
+        check_interrupt()  # no signal: no error
 
 
 def test_the_innermost_layer_says_what_was_kept():

@@ -378,6 +378,36 @@ def test_the_scheduler_sees_a_command_end_at_once_not_at_its_next_poll() -> None
     assert time.monotonic() - started >= 0.2
 
 
+def test_a_signal_during_a_poll_stops_the_scheduler_after_it_not_inside_it(tmp_path: Path, monkeypatch) -> None:
+    """``Popen.poll`` takes a lock that an exception landing just after it leaves taken (the study then hangs in
+    ``wait`` as it stops its commands): SIGTERM arriving inside a poll lets the poll end, then stops the study, which
+    stops its commands."""
+    import os
+    import signal
+
+    from coclr.interrupts import Interrupted
+
+    polls, ended = [], []
+    poll = subprocess.Popen.poll
+
+    def poll_where_the_signal_lands(process: subprocess.Popen) -> int | None:
+        polls.append(process)
+        if len(polls) == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs between these bytecodes
+                pass
+            ended.append(process)  # reached: the poll the signal landed in runs to its end
+        return poll(process)
+
+    monkeypatch.setattr(subprocess.Popen, "poll", poll_where_the_signal_lands)
+    sleeper = [sys.executable, "-c", "import sys, time; time.sleep(60)"]
+    with pytest.raises(Interrupted) as caught:
+        run_jobs([Job("a", ["x"]), Job("b", ["y"])], tmp_path, processes=2, poll_seconds=0.05, command=sleeper)
+    assert caught.value.signum == signal.SIGTERM and ended
+    commands = set(polls)
+    assert len(commands) == 2 and all(process.returncode is not None for process in commands)  # stopped
+
+
 def test_a_study_stopped_by_sigterm_stops_its_running_commands(tmp_path: Path) -> None:
     """``kill STUDY_PID`` must not leave its commands training on (and holding their folders) behind its back."""
     import signal

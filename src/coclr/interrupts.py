@@ -6,7 +6,9 @@ threads and locks stops them on its way out (``finally`` blocks, context manager
 with them running (SIGTERM's default) or waiting for them. Every write is atomic, so what was finished is kept
 and what was in flight is discarded; the layer that knows what was kept says so (:func:`interrupted`), and the
 command prints one line and exits with ``128 + signal`` (130, 143). Only the first signal interrupts: cleanup is
-bounded, and a second Ctrl-C arriving in the middle of it would leave workers running.
+bounded, and a second Ctrl-C arriving in the middle of it would leave workers running. A loop that mostly waits
+on library code an exception must not land in (a child's poll, a progress bar's locks) holds the signal back to
+its own safe points (:func:`deferred_interrupts`, :func:`check_interrupt`).
 
 Worker processes do not stop on their own account: a pool worker leaves Ctrl-C to its parent, which kills it
 (:func:`default_signals_in_worker`, ``store.jobs.stop_pool``); a DataLoader worker ends its loop quietly on either
@@ -56,9 +58,10 @@ def interrupted(error: KeyboardInterrupt, kept: str) -> Interrupted:
     return error
 
 
-_STATE = {"depth": 0, "received": 0}
+_STATE = {"depth": 0, "received": 0, "deferring": 0, "deferred": 0}
 """Of the :func:`signals_interrupt` blocks of this process (they nest): how many are open, and the signal that
-interrupted them (0: none yet); one signal interrupts all of them once."""
+interrupted them (0: none yet); one signal interrupts all of them once. Of the :func:`deferred_interrupts` blocks:
+how many are open, and the signal they hold back (0: none)."""
 
 
 @contextmanager
@@ -81,6 +84,9 @@ def signals_interrupt() -> Iterator[None]:
             # process group (timeout, SLURM), and the loaders are shut down only as the exception unwinds (or at
             # exit). The error would replace the interruption with a traceback, so it stays off in this process.
             signal.signal(_CHILD_SIGNAL, _child_exited)
+        if _STATE["deferring"]:
+            _STATE["deferred"] = signum  # raised at the block's next check_interrupt, or as it ends
+            return
         raise Interrupted(signum)
 
     previous = {signum: signal.signal(signum, interrupt) for signum in INTERRUPTING
@@ -91,9 +97,35 @@ def signals_interrupt() -> Iterator[None]:
     finally:
         _STATE["depth"] -= 1
         if not _STATE["depth"]:
-            _STATE["received"] = 0
+            _STATE["received"] = _STATE["deferred"] = 0
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Inside a :func:`signals_interrupt` block: the interrupting signal does not raise wherever the main thread
+    happens to be, but at the next :func:`check_interrupt` or as this block ends. For a loop that calls code an
+    exception may not land in the middle of: ``subprocess.Popen.poll`` takes a lock that an exception raised just
+    after it leaves taken (a later ``wait`` on that process then blocks for ever), tqdm takes two locks one after
+    the other, ``Popen`` forks then records the child. The loop calls :func:`check_interrupt` where stopping is
+    safe (around its sleep); a sleep interrupted by the signal goes on for its remaining time (PEP 475), so the
+    loop's steps should be short."""
+    _STATE["deferring"] += 1
+    try:
+        yield
+    finally:
+        _STATE["deferring"] -= 1
+    check_interrupt()
+
+
+def check_interrupt() -> None:
+    """Raise :class:`Interrupted` if :func:`deferred_interrupts` holds a signal back: where the deferring loop may
+    stop."""
+    signum = _STATE["deferred"]
+    if signum:
+        _STATE["deferred"] = 0
+        raise Interrupted(signum)
 
 
 def _child_exited(signum: int, frame: object) -> None:

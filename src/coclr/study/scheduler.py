@@ -11,7 +11,6 @@ that none goes on writing, and holding its folder, behind its back.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 import subprocess
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coclr.errors import CoclrError
-from coclr.interrupts import interrupted, signals_interrupt
+from coclr.interrupts import check_interrupt, deferred_interrupts, interrupted, signals_interrupt
 from coclr.progress import bar as progress_bar
 from coclr.study.plan import Job
 
@@ -54,12 +53,17 @@ def _epochs_done(job: Job, finished: bool) -> int:
 
 def wait_for_an_exit(processes: Sequence[subprocess.Popen], seconds: float, step: float = 0.05) -> None:
     """Sleep up to ``seconds``, returning as soon as one of ``processes`` has exited: a job that needs it starts
-    at once, and the progress is read once per ``seconds`` only."""
+    at once, and the progress is read once per ``seconds`` only. Where a signal is deferred
+    (:func:`~coclr.interrupts.deferred_interrupts`), this is where it stops the loop: between polls."""
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while True:
+        check_interrupt()
         if any(process.poll() is not None for process in processes):
             return
-        time.sleep(min(step, max(0.0, deadline - time.monotonic())))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(step, left))
 
 
 STOP_SECONDS = 30.0
@@ -70,16 +74,26 @@ COMMAND = (sys.executable, "-m", "coclr")
 
 def die_with_parent() -> None:
     """In a child process (``preexec_fn``): be killed when the parent dies, however it dies (``kill -9`` too), so that
-    no command goes on training and holding its folder behind a job that is gone (Linux; elsewhere nothing)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
+    no command goes on training and holding its folder behind a job that is gone (Linux; elsewhere nothing). Only
+    the one call: between fork and exec of a process with threads, nothing may take a lock (import, load a
+    library, start a process), so ``prctl`` was looked up in the parent."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 PR_SET_PDEATHSIG = 1
 """prctl(2)'s option: the signal a process gets when its parent exits."""
+
+
+def _find_prctl():  # noqa: ANN202 (a ctypes function)
+    """libc's ``prctl`` from the symbols the process has loaded (no search of the file system), or None."""
+    try:
+        return ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _find_prctl()
 
 
 def stop_processes(processes: Sequence[subprocess.Popen], grace: float = STOP_SECONDS) -> None:
@@ -124,7 +138,8 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
 
     total = sum(job.epochs for job in jobs)
     try:
-        with signals_interrupt(), progress_bar(total=total, desc=desc, unit="epoch", dynamic_ncols=True) as bar:
+        with signals_interrupt(), deferred_interrupts(), \
+                progress_bar(total=total, desc=desc, unit="epoch", dynamic_ncols=True) as bar:
             while pending or running:
                 for item in list(running):
                     if item.process.poll() is None:
