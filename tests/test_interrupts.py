@@ -206,6 +206,26 @@ def test_a_deferred_signal_raises_at_the_check_not_where_it_lands():
         check_interrupt()  # no signal: no error
 
 
+def test_a_signal_landing_where_exceptions_are_ignored_still_interrupts():
+    """Python ignores an exception raised in a ``__del__`` or a fork hook (it prints "Exception ignored"): the
+    interruption landing there is sent again, not lost with the command running on."""
+
+    class SignalledAsItIsDeleted:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs here, where its exception is ignored
+                pass
+
+    unraisable = sys.unraisablehook
+    with pytest.raises(Interrupted) as caught, signals_interrupt():
+        SignalledAsItIsDeleted()  # deleted at once
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+        pytest.fail("the interruption was lost")
+    assert caught.value.signum == signal.SIGTERM and sys.unraisablehook is unraisable
+
+
 def test_the_innermost_layer_says_what_was_kept():
     inner = interrupted(Interrupted(signal.SIGTERM), "3 of 5 videos done and kept")
     outer = interrupted(inner, "what was finished is kept")

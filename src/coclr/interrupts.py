@@ -6,7 +6,8 @@ threads and locks stops them on its way out (``finally`` blocks, context manager
 with them running (SIGTERM's default) or waiting for them. Every write is atomic, so what was finished is kept
 and what was in flight is discarded; the layer that knows what was kept says so (:func:`interrupted`), and the
 command prints one line and exits with ``128 + signal`` (130, 143). Only the first signal interrupts: cleanup is
-bounded, and a second Ctrl-C arriving in the middle of it would leave workers running. A loop that mostly waits
+bounded, and a second Ctrl-C arriving in the middle of it would leave workers running. Where the exception lands
+in code whose exceptions Python ignores (a fork hook, a ``__del__``), the signal is sent again. A loop that mostly waits
 on library code an exception must not land in (a child's poll, a progress bar's locks) holds the signal back to
 its own safe points (:func:`deferred_interrupts`, :func:`check_interrupt`).
 
@@ -18,10 +19,14 @@ signal (:func:`loader_worker_signals`) while its parent shuts the loader down. A
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 INTERRUPTING = (signal.SIGINT, signal.SIGTERM)
 """The signals that stop a command as Ctrl-C does."""
@@ -58,10 +63,26 @@ def interrupted(error: KeyboardInterrupt, kept: str) -> Interrupted:
     return error
 
 
-_STATE = {"depth": 0, "received": 0, "deferring": 0, "deferred": 0}
+_STATE = {"depth": 0, "received": 0, "deferring": 0, "deferred": 0, "in_hook": 0}
 """Of the :func:`signals_interrupt` blocks of this process (they nest): how many are open, and the signal that
 interrupted them (0: none yet); one signal interrupts all of them once. Of the :func:`deferred_interrupts` blocks:
-how many are open, and the signal they hold back (0: none)."""
+how many are open, and the signal they hold back (0: none). Whether the hook that sends a lost interruption again
+is running (a signal handled inside it would be lost too)."""
+
+SEND_AGAIN_SECONDS = 0.01
+"""How long after its exception was lost an interrupting signal is sent again: time for the code that lost it to
+return."""
+
+
+def _send_again(signum: int) -> None:
+    """Send ``signum`` to this process again in :data:`SEND_AGAIN_SECONDS`, from a thread of its own (sent now, its
+    handler would run inside the code that called this)."""
+
+    def send() -> None:
+        time.sleep(SEND_AGAIN_SECONDS)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=send, name="coclr-interrupt-again", daemon=True).start()
 
 
 @contextmanager
@@ -77,6 +98,9 @@ def signals_interrupt() -> Iterator[None]:
     def interrupt(signum: int, frame: object) -> None:
         if _STATE["received"]:
             return  # cleanup is under way (bounded); an exception raised inside it would leave workers behind
+        if _STATE["in_hook"]:
+            _send_again(signum)  # the exception would be lost in the hook below: later
+            return
         _STATE["received"] = signum
         if _CHILD_SIGNAL is not None and callable(signal.getsignal(_CHILD_SIGNAL)):
             # PyTorch's handler raises RuntimeError in this thread, at the next child's exit, while a DataLoader
@@ -89,8 +113,25 @@ def signals_interrupt() -> Iterator[None]:
             return
         raise Interrupted(signum)
 
+    unraisable_hook = sys.unraisablehook
+
+    def interrupt_again(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, Interrupted) and _STATE["received"]:
+            # The exception landed where Python ignores exceptions (a fork hook, a __del__, a weakref callback):
+            # lost there, it would leave the command running with its signals ignored. The signal is sent again,
+            # for its handler to raise in the next code that can.
+            _STATE["in_hook"] += 1
+            try:
+                _STATE["received"] = 0
+                _send_again(unraisable.exc_value.signum)
+            finally:
+                _STATE["in_hook"] -= 1
+            return
+        unraisable_hook(unraisable)
+
     previous = {signum: signal.signal(signum, interrupt) for signum in INTERRUPTING
                 if signal.getsignal(signum) is not signal.SIG_IGN}  # ignored by whoever started us (cmd &): kept
+    sys.unraisablehook = interrupt_again
     _STATE["depth"] += 1
     try:
         yield
@@ -98,6 +139,7 @@ def signals_interrupt() -> Iterator[None]:
         _STATE["depth"] -= 1
         if not _STATE["depth"]:
             _STATE["received"] = _STATE["deferred"] = 0
+        sys.unraisablehook = unraisable_hook
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
