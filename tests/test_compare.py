@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO_ROOT, shared_path
 
 
@@ -32,6 +34,7 @@ def test_quick_compare_writes_every_requested_row(tmp_path: Path):
     assert "authors" in rows["loader, 1 core"]["skipped"]
 
 
+@pytest.mark.slow
 def test_compare_prints_the_cpu_and_runs_limited_to_avx2(tmp_path: Path):
     """Every run names the CPU and its relevant flags; ``--cpu avx2`` runs the table (parent and workers) with the
     kernels limited to AVX2 (coclr.cpu.AVX2_LIMIT), says so, and records it in the JSON."""

@@ -689,6 +689,7 @@ def embed_command(*extra: str) -> list[str]:
             "--quiet", "--batch-size", "4"]
 
 
+@pytest.mark.slow
 def test_two_torchrun_processes_write_the_folder_of_one_process(tmp_path, encoder):
     """``torchrun --nproc_per_node=2 -m coclr embed`` (gloo): each process embeds every other video, rank 0 merges;
     the folder has the same rows in the same order and the same bytes as the one a single process writes."""

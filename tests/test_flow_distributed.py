@@ -40,6 +40,7 @@ def stored_bytes(root: Path, view: str) -> dict[str, list[bytes]]:
             if store.has(key, view)}
 
 
+@pytest.mark.slow
 def test_two_processes_write_the_store_of_one_process(tmp_path):
     videos = {f"v{i}.avi": moving_texture(2 + i % 4, 1, i % 3 - 1, seed=i) for i in range(9)}
     videos["single_frame.avi"] = moving_texture(1, 0, 0)
@@ -84,6 +85,7 @@ def _rank_process(agent: int, rank: int) -> int | None:
     return None
 
 
+@pytest.mark.slow
 def test_a_process_killed_mid_run_then_the_same_command_completes_the_store(tmp_path):
     videos = {f"v{i:02d}.avi": moving_texture(5, 1 + i % 2, i % 3 - 1, seed=i) for i in range(10)}
     make_store(tmp_path / "two", videos)

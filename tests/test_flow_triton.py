@@ -44,6 +44,7 @@ def test_kernels_match_the_pytorch_iterations_under_the_interpreter():
     assert out.splitlines() == ["passes: ok", "rollback: ok", "median: ok"]
 
 
+@pytest.mark.slow
 @needs_triton
 def test_a_whole_solve_on_the_triton_kernels_gives_the_pytorch_flow():
     assert interpret("solve").splitlines() == ["solve: ok"]

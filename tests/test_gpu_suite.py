@@ -7,6 +7,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 import gpu_suite  # benchmarks/ is on the path (conftest)
 
 EXPECTED_CASES = {
@@ -24,6 +26,7 @@ EXPECTED_CASES = {
 }
 
 
+@pytest.mark.slow
 def test_the_tiny_suite_reports_every_part(tmp_path: Path, capsys) -> None:
     out = tmp_path / "suite.json"
     assert gpu_suite.main(["--tiny", "--device", "cpu", "--json", str(out)]) == 0

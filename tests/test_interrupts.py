@@ -475,6 +475,7 @@ def checkpoint_step(path: Path) -> int:
     return load_checkpoint(path)["position"]["global_step"]
 
 
+@pytest.mark.slow
 def test_pretrain_stopped_by_sigterm_to_its_group_keeps_its_checkpoint_and_continues(tmp_path):
     """SIGTERM to the whole group (``timeout``, SLURM) reaches the DataLoader workers too: the command still says
     which checkpoint is kept (not PyTorch's "DataLoader worker killed" error) and the same command continues."""

@@ -241,6 +241,7 @@ def learnt(tmp_path_factory):
     return videos, labels, out, output
 
 
+@pytest.mark.slow
 def test_a_killed_run_continues_to_encoders_embeddings_and_scores(learnt):
     from coclr.embed.output import Embeddings
     from coclr.models.loading import load_encoder, read_clip_settings
@@ -272,6 +273,7 @@ def test_a_killed_run_continues_to_encoders_embeddings_and_scores(learnt):
     assert all(0 <= scores[name]["R@1"] <= scores[name]["R@5"] <= 100 for name in scores)
 
 
+@pytest.mark.slow
 def test_the_embeddings_are_search_folders_and_the_encoders_embed(learnt, tmp_path, capsys):
     from coclr.cli import main
 
@@ -289,6 +291,7 @@ def test_the_embeddings_are_search_folders_and_the_encoders_embed(learnt, tmp_pa
     np.testing.assert_allclose(again.videos[0], mine.videos[mine.row_of(query)], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_same_command_on_a_finished_run_changes_nothing_and_other_options_are_refused(learnt):
     videos, labels, out, _ = learnt
     before = files_digest(out)
@@ -306,6 +309,7 @@ def test_the_same_command_on_a_finished_run_changes_nothing_and_other_options_ar
     assert files_digest(out) == before
 
 
+@pytest.mark.slow
 def test_the_report_shows_every_stage_and_names_every_video_in_a_browser(learnt, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -359,6 +363,7 @@ def test_two_torchrun_processes_learn_one_folder(learnt, tmp_path):
     assert not list((out / "embeddings" / "two_stream" / "chunks").glob("*"))
 
 
+@pytest.mark.slow
 def test_learn_refuses_a_folder_holding_files_it_did_not_write(learnt, tmp_path):
     from coclr.learn import LearnOptions, learn
     from coclr.runfolder import FolderRefused
@@ -374,6 +379,7 @@ def test_learn_refuses_a_folder_holding_files_it_did_not_write(learnt, tmp_path)
         learn([videos], out / "embeddings" / "rgb" / "again", LearnOptions(budget=300, plan=Plan.from_dict(TINY_PLAN)))
 
 
+@pytest.mark.slow
 def test_a_refused_budget_leaves_no_folder_behind(learnt, tmp_path, monkeypatch):
     """The plan is made before the folder is claimed: a budget too small is one line, and nothing is written, so
     the same folder takes the next command with a larger budget."""
@@ -401,6 +407,7 @@ def test_infonce_stages_side_by_side_halve_their_time_in_the_plan():
                                                           / apart.steps, rel=0.05)
 
 
+@pytest.mark.slow
 def test_the_command_line_of_a_finished_run(learnt, capsys):
     """``coclr learn`` through the CLI: a finished run returns at once, names its outputs and the video it left out
     (exit 3); a bad budget is one line (exit 2)."""

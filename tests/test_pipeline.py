@@ -99,6 +99,7 @@ def test_pipeline_continues_an_unfinished_stage(tmp_path: Path) -> None:
     assert json.loads(log[0])["step"] == 1 and json.loads(log[-1])["step"] == 2
 
 
+@pytest.mark.slow
 def test_pipeline_until_stops_after_the_stage_and_a_later_run_continues(tmp_path: Path) -> None:
     store = make_random_store(tmp_path / "store", videos=8, frames=10)
     run_dir = tmp_path / "run"
@@ -141,6 +142,7 @@ def test_a_pipeline_refuses_changed_options_and_keeps_its_record(tmp_path: Path)
     assert recorded["run"]["progress"] is False and recorded["model"]["width"] == 0.125
 
 
+@pytest.mark.slow
 def test_a_pipeline_prints_each_stage_and_the_time_left(tmp_path: Path, capsys) -> None:
     store = make_random_store(tmp_path / "store", videos=8, frames=10)
     run_pipeline(pipeline_config(store, tmp_path / "run"))
@@ -149,6 +151,7 @@ def test_a_pipeline_prints_each_stage_and_the_time_left(tmp_path: Path, capsys) 
     assert "stage 4/4: cycle1_flow (coclr on flow, 1 epochs); 3/4 epochs of the pipeline done, about" in out
 
 
+@pytest.mark.slow
 def test_a_pipeline_can_start_its_cycles_from_another_ones_infonce_stages(tmp_path: Path) -> None:
     """Ablations (K=1, K=50, sim) share one InfoNCE initialisation: their pipelines train only the cycles."""
     store = make_random_store(tmp_path / "store", videos=8, frames=10)

@@ -335,6 +335,7 @@ def _store_command(index: Path, videos: Path, out: Path) -> list[str]:
             "--out", str(out), "--short-side", "32", "--quality", "85", "--workers", "2"]
 
 
+@pytest.mark.slow
 def test_killed_build_resumes_to_a_byte_identical_store(tmp_path):
     index = make_dataset(tmp_path / "videos", 40, frames=60, size=(60, 80))
     index.save(tmp_path / "index.json")

@@ -51,6 +51,7 @@ def table_1(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     return out, result
 
 
+@pytest.mark.slow
 def test_every_row_and_column_of_table_1(table_1) -> None:
     """configs/study_demo.yaml reduced: the eleven rows, each with linear probe, finetune and R@1, the paper's
     numbers beside them and every claim of the paper checked."""
@@ -86,6 +87,7 @@ def test_every_row_and_column_of_table_1(table_1) -> None:
     assert (out / "logs" / "finetune_coclr_rgb.log").is_file()  # that folder's work: the single-stream job's
 
 
+@pytest.mark.slow
 def test_the_quick_studys_rows_write_every_result(table_1, tmp_path: Path) -> None:
     """The quick study's rows, stages, tables, plot, gallery, configurations and store, as ``coclr demo`` writes
     them: the demo plans the same commands, the same data and the same evaluation as the study of the fixture for

@@ -85,3 +85,32 @@ def test_workers_forked_after_opencvs_pool_ran_do_not_hang(tmp_path):
     script.write_text(FORKS.format(guard=GUARD))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=400, check=True)
     assert out.stdout.strip().splitlines()[-1] == "HUNG 0 2"  # none hung; the parent keeps its 2 threads
+
+
+LOADER = """
+import os, sys, tempfile
+{setup}
+import torch
+from multiprocessing.util import get_temp_dir
+from torch.utils.data import DataLoader, TensorDataset
+
+batches = DataLoader(TensorDataset(torch.arange(64.0).reshape(16, 4)), batch_size=4, num_workers=1)
+print(sum(float(batch.sum()) for batch, in batches), get_temp_dir(), flush=True)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Unix sockets under TMPDIR, as on Linux")
+def test_a_loader_with_workers_runs_under_a_temporary_folder_too_long_for_a_socket(tmp_path):
+    """A worker hands each batch to its parent through a Unix socket under multiprocessing's temporary folder: with
+    ``TMPDIR`` too long for a socket path, Python 3.11 drops the batch and the parent waits for ever. Every entry
+    point gives multiprocessing a short folder instead (removed at exit); ``TMPDIR`` is left as the user set it."""
+    long = tmp_path / ("t" * 60) / ("m" * 40)
+    long.mkdir(parents=True)
+    env = {**os.environ, "TMPDIR": str(long)}
+    done = subprocess.run([sys.executable, "-c", LOADER.format(setup="import coclr.cli")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    total, folder = done.stdout.split()
+    assert float(total) == sum(range(64)) and not folder.startswith(str(long))
+    assert len(folder) + len("/listener-XXXXXXXX") <= 107 and not os.path.exists(folder)  # removed at exit
+    assert list(long.iterdir()) == []

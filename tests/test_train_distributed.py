@@ -8,6 +8,7 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -84,6 +85,7 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path, start_trainer) -> 
         assert torch.equal(ranks[0][name], ranks[1][name]), name
 
 
+@pytest.mark.slow
 def test_a_two_process_run_resumes_in_one_process(tmp_path: Path, start_trainer) -> None:
     from coclr.train.checkpoint import load_checkpoint
     store = make_random_store(tmp_path / "store", videos=16)

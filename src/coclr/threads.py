@@ -1,5 +1,6 @@
 """Process settings of the libraries we call, for every entry point: OpenMP's wait policy, PyTorch's huge-page
-allocations; OpenCV's pool size, and forking safely after OpenCV's pool ran.
+allocations, a temporary folder multiprocessing's sockets fit in; OpenCV's pool size, and forking safely after
+OpenCV's pool ran.
 
 OpenMP threads that finish a parallel region spin, by default, for a while before sleeping. When another
 process keeps a core busy, a spinning thread steals the core that the thread holding the rest of the work
@@ -34,11 +35,46 @@ PROCESS_POLICY = {**OPENMP_POLICY, **ALLOCATOR_POLICY}
 
 
 def apply_process_policy() -> bool:
-    """Set :data:`PROCESS_POLICY` in the environment where not set; True if torch was not imported yet (so the
-    settings take effect in this process; child processes inherit them either way)."""
+    """Set :data:`PROCESS_POLICY` in the environment where not set, and give multiprocessing a temporary folder its
+    sockets fit in (:func:`short_socket_folder`); True if torch was not imported yet (so the settings take effect
+    in this process; child processes inherit them either way)."""
     for key, value in PROCESS_POLICY.items():
         os.environ.setdefault(key, value)
+    short_socket_folder()
     return "torch" not in sys.modules
+
+
+SOCKET_PATH_MAX = 107
+"""The longest path of a Unix socket (``sun_path``: 108 bytes on Linux, the last a NUL)."""
+SOCKET_NAMES = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+"""What multiprocessing adds to the temporary folder for a socket's path (its folder, then the socket)."""
+SHORT_TEMP_FOLDERS = ("/tmp", "/var/tmp", "/usr/tmp")
+
+
+def short_socket_folder() -> str | None:
+    """Where ``TMPDIR`` is too long for a Unix socket path under it, multiprocessing's own temporary folder (its
+    sockets) goes under the first writable system folder instead; returns that folder (None: nothing changed).
+
+    A data loader's worker hands each batch's shared memory to the parent through such a socket. Python 3.11
+    raises "AF_UNIX path too long" in the worker's queue thread, which drops the batch, and the parent waits for it
+    for ever (python/cpython#132124; Python 3.14 falls back the same way)."""
+    import tempfile  # noqa: PLC0415
+    from multiprocessing import process, util  # noqa: PLC0415
+
+    if os.name != "posix" or process.current_process()._config.get("tempdir") is not None:
+        return None
+    if len(tempfile.gettempdir()) + SOCKET_NAMES <= SOCKET_PATH_MAX:
+        return None
+    for base in SHORT_TEMP_FOLDERS:
+        if len(base) + SOCKET_NAMES <= SOCKET_PATH_MAX and os.access(base, os.W_OK | os.X_OK):
+            folder = tempfile.mkdtemp(prefix="pymp-", dir=base)
+            import shutil  # noqa: PLC0415
+
+            # removed at exit as multiprocessing removes its own (by this process only, not by forked children)
+            util.Finalize(None, shutil.rmtree, args=(folder, True), exitpriority=-100)
+            process.current_process()._config["tempdir"] = folder
+            return folder
+    return None
 
 
 @contextmanager
