@@ -88,7 +88,6 @@ def test_workers_forked_after_opencvs_pool_ran_do_not_hang(tmp_path):
 
 
 LOADER = """
-import os, sys, tempfile
 {setup}
 import torch
 from multiprocessing.util import get_temp_dir
