@@ -179,6 +179,38 @@ def test_run_folders_refuse_other_files_and_nest_only_as_the_commands_do(tmp_pat
     assert check_folder(tmp_path / "pipe" / "infonce_rgb", rule, {})  # a recorded folder is continued
 
 
+def test_a_record_written_while_the_folder_is_checked_is_checked_not_refused(tmp_path):
+    """Two processes of one job (torchrun) claim one folder: the record the first writes between the second's read
+    of it and its look at the folder's files is the folder's record, checked as such, not a file in the way."""
+    import dataclasses
+
+    from coclr.runfolder import run_record
+
+    rule = FolderRule("pretrain", "a pretrain run")
+    record = run_record(rule, {"lr": 0.1})
+    reads = []
+
+    def read_as_another_process_writes(folder: Path):
+        reads.append(folder)
+        if len(reads) == 1:  # not recorded yet when read; recorded at once after
+            record.write(folder, False)
+            return None
+        return record.read(folder)
+
+    racing = dataclasses.replace(record, read=read_as_another_process_writes)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    assert check_folder(folder, rule, {"lr": 0.1}, record=racing)  # recorded: continued
+    reads.clear()
+    (folder / "run.json").unlink()
+    with pytest.raises(FolderRefused, match=r"holds a pretrain run with lr=0\.1 \(given 0\.2\)"):
+        check_folder(folder, rule, {"lr": 0.2}, record=dataclasses.replace(record, read=read_as_another_process_writes))
+    (folder / "run.json").unlink()
+    (folder / "a.txt").write_text("the user's")
+    with pytest.raises(FolderRefused, match=r"holds a\.txt"):  # no record appeared: refused as before
+        check_folder(folder, rule, {"lr": 0.1}, record=dataclasses.replace(record, read=lambda f: None))
+
+
 def test_study_seeds_refuse_a_folder_of_other_files(tmp_path):
     from coclr.config import load_config
     from coclr.study.config import StudyConfig

@@ -207,8 +207,16 @@ def check_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any],
         recorded = legacy(folder)
     if recorded is None:  # a new output: not inside another command's folder, and holding nothing of others
         check_place(folder, rule.command)  # (but the outputs it may hold: a study's stage run before the study's)
-        refuse_foreign(folder, rule.command, record.name, record.ours)
-        return False
+        try:
+            refuse_foreign(folder, rule.command, record.name, record.ours)
+        except FolderRefused:
+            # The record written since it was read (another process of the same job, or another job, claimed the
+            # folder meanwhile: atomic writes, so it is whole): checked as any recorded folder is.
+            recorded = record.read(folder)
+            if recorded is None:
+                raise
+        else:
+            return False
     rule.check(folder, recorded, options)
     if record.check is not None:
         record.check(folder)
