@@ -328,11 +328,11 @@ def test_nothing_is_compiled_at_import(tmp_path):
 def test_a_forked_child_gets_its_own_thread_pool():
     """The parent's pool has no threads in a forked child: the child must start its own, not wait forever."""
     torch.set_num_threads(2)
-    assert tvl1_cpu.for_each_pair(4, lambda i: i * i) == [0, 1, 4, 9]  # the parent's pool exists now
+    assert native.for_each(4, lambda i: i * i) == [0, 1, 4, 9]  # the parent's pool exists now
     pid = os.fork()
     if pid == 0:  # the child exits 0 only with the right result
         try:
-            os._exit(0 if tvl1_cpu.for_each_pair(4, lambda i: i + 1) == [1, 2, 3, 4] else 1)
+            os._exit(0 if native.for_each(4, lambda i: i + 1) == [1, 2, 3, 4] else 1)
         except BaseException:
             os._exit(2)
     deadline = time.monotonic() + 30

@@ -59,8 +59,9 @@ def inputs_digest(task: str, store, streams: Sequence[Stream], clips: ClipConfig
     if task not in own:
         raise ConfigError(f"task: {task!r} is not one of {', '.join(TASKS)}")
     views = stream_views(streams, with_views)
-    data = [cache_key(file_sha256(stream.checkpoint), store, stream.view, split, clips, views)
-            for stream in streams for split in (train_split, test_split)]
+    data = [cache_key(checkpoint, store, stream.view, split, clips, views)
+            for stream in streams for checkpoint in [file_sha256(stream.checkpoint)]  # hashed once per stream
+            for split in (train_split, test_split)]
     inputs = {"format": RECORD_FORMAT, "task": task, "options": own[task], "streams": data}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 

@@ -174,10 +174,6 @@ def compiler_available() -> bool:
 # the Passes implementation
 
 
-for_each_pair = native.for_each
-"""One task per pair, on ``torch.get_num_threads()`` threads (:func:`coclr.native.for_each`)."""
-
-
 def _pointer(tensor: Tensor, pair: int) -> int:
     return tensor.data_ptr() + pair * tensor.stride(0) * tensor.element_size()
 
@@ -225,7 +221,7 @@ class CPasses:
                 raise MemoryError("TV-L1 C kernels: out of memory")
             return not stopped.value
 
-        still = for_each_pair(batch, one)
+        still = native.for_each(batch, one)
         return flow, px, py, torch.tensor(still, dtype=torch.bool, device=active.device)
 
     def median(self, flow: Tensor, active: Tensor, ksize: int) -> Tensor:
@@ -240,7 +236,7 @@ class CPasses:
             if flags[b] and self.lib.median(_pointer(flow, b), _pointer(out, b), 2, height, width, ksize) < 0:
                 raise MemoryError("TV-L1 C kernels: out of memory")
 
-        for_each_pair(batch, one)
+        native.for_each(batch, one)
         return out
 
     def run_warp(self, flow: Tensor, px: Tensor, py: Tensor, image_grad: Tensor, rho_const: Tensor,
@@ -261,7 +257,7 @@ class CPasses:
                 raise MemoryError("TV-L1 C kernels: out of memory")
             return done
 
-        return flow, px, py, sum(for_each_pair(batch, one))
+        return flow, px, py, sum(native.for_each(batch, one))
 
 
 def c_passes(required: bool = False, stop: threading.Event | None = None) -> CPasses | None:
