@@ -53,7 +53,8 @@ import json, sys, time
 import numpy as np
 import faiss
 from coclr.embed.output import Embeddings
-from coclr.embed.search import folder_rows, nearest
+from coclr.embed import search_cpu
+from coclr.embed.search import first_pass_kind, folder_rows, nearest
 folder, threads, repeats, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 faiss.omp_set_num_threads(threads)
 embeddings = Embeddings(folder)
@@ -86,7 +87,8 @@ for _ in range(repeats):
         sides[name]()
         times[name].append(time.perf_counter() - start)
 same = {name: float(np.mean(results["ours"][1] == value[1])) for name, value in results.items()}
-print(json.dumps({"times": times, "same_rows": same, "default_threshold": default_threshold}))
+print(json.dumps({"times": times, "same_rows": same, "default_threshold": default_threshold,
+                  "first_pass": first_pass_kind(prepared, count), "int8_kernel": search_cpu.kernel()}))
 '''
 
 
@@ -175,7 +177,8 @@ def compare_search(rows: int = 200_000, dim: int = 1024, threads: int = 1, repea
                         ("faiss_blas", "FAISS IndexFlatIP search, BLAS path forced")):
         table.append(_row(f"{queries} queries at once, {rows}x{dim}", label, result["times"]["ours"],
                           result["times"][name], threads=threads, same_neighbours=result["same_rows"][name],
-                          faster_faiss_path=name == faster))
+                          faster_faiss_path=name == faster, first_pass=result["first_pass"],
+                          int8_kernel=result["int8_kernel"]))
     return table
 
 

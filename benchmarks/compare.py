@@ -504,6 +504,8 @@ def imported_rows(settings: Settings, group: str, load: Callable[[], Any]) -> No
         print(f"{str(row['row']):<30} {row.get('ours_s', float('nan')):9.3f} {row.get('theirs_s', float('nan')):9.3f} "
               f"{ratio if ratio is not None else float('nan'):7.2f} {'':13} {os.getloadavg()[0]:5.2f}  "
               f"{against}", flush=True)
+        if "first_pass" in row:
+            print(f"{'':<30} our first pass: {row['first_pass']} (int8 kernel: {row.get('int8_kernel')})", flush=True)
 
 
 ROWS: dict[str, Callable[[Settings], None]] = {

@@ -229,11 +229,24 @@ def test_prepared_rows_are_kept_beside_the_folder_and_never_served_stale(folder,
 
     out = _copy_folder(folder, tmp_path)
     prepare_search(out)
-    rows_path, bf16_path, record_path = prepared_paths(out, "videos", False)
-    assert rows_path.is_file() and bf16_path.is_file()
-    assert json.loads(record_path.read_text())["source_checksum"].startswith("blake2b:")
+    paths = prepared_paths(out, "videos", False)
+    rows_path = paths["prepared"]
+    assert all(path.is_file() for path in paths.values())
+    assert json.loads(paths["record"].read_text())["source_checksum"].startswith("blake2b:")
     prepared = folder_rows(Embeddings(out))
     np.testing.assert_array_equal(prepared.block(0, 6), np.load(rows_path))
+    from coclr.embed.search_cpu import quantise_rows
+
+    quantised, scales, error, norm = quantise_rows(np.load(rows_path))  # the int8 copy is that of the rows
+    np.testing.assert_array_equal(prepared.int8.bytes, quantised)
+    np.testing.assert_array_equal(prepared.int8.scales, scales)
+    assert (prepared.int8.error, prepared.int8.norm) == (error, norm)
+    inode = os.stat(rows_path).st_ino
+    for key in ("i8", "i8_scales"):  # a prepared copy that changed is not used: the rows are prepared again
+        data = paths[key].read_bytes()
+        paths[key].write_bytes(data)
+        assert folder_rows(Embeddings(out)).int8 is not None and os.stat(rows_path).st_ino != inode
+        inode = os.stat(rows_path).st_ino
     inode = os.stat(rows_path).st_ino
 
     def top(query="0"):
@@ -288,12 +301,13 @@ def _many_queries():
 
 def test_every_first_pass_gives_the_exact_answer_for_many_queries():
     """Each first pass (NumPy's float32 product; the bfloat16 one, AMX/AVX-512 BF16 where the CPU has them and
-    PyTorch's generic kernels elsewhere) only chooses candidates: on the same rows each gives the exact reference's
-    answer, ties and near ties included, at every chunk size; the bfloat16 products stay within the bound the
-    candidates are chosen with."""
+    PyTorch's generic kernels elsewhere; the int8 one in C) only chooses candidates: on the same rows each gives the
+    exact reference's answer, ties and near ties included, at every chunk size; the bfloat16 products stay within
+    the bound the candidates are chosen with (the int8 ones: tests/test_search_cpu.py)."""
     import torch
 
-    from coclr.embed.search import FIRST_PASSES, UnitRows, exact_topk
+    from coclr.embed.search import FIRST_PASSES, Int8Rows, UnitRows, exact_topk
+    from coclr.embed.search_cpu import quantise_rows
     from coclr.errors import ConfigError
     from coclr.eval.exact import bfloat16_bits, bfloat16_dot_bound, unit_rows
 
@@ -302,18 +316,38 @@ def test_every_first_pass_gives_the_exact_answer_for_many_queries():
     bits = bfloat16_bits(units)
     np.testing.assert_array_equal(bits, torch.from_numpy(units).bfloat16().view(torch.int16).numpy().view(np.uint16))
     expected_scores, expected_rows = exact_reference(gallery, queries, 12, False)
-    assert FIRST_PASSES == ("float32", "bfloat16")
+    assert FIRST_PASSES == ("float32", "bfloat16", "int8")
+    prepared = UnitRows.of_array(units, None, bits, Int8Rows(*quantise_rows(units)))
     for first in FIRST_PASSES:
         for chunk in (300, 4096):  # 4096: a first block of 1024 columns (cut into GROUP parts), then 1476
-            scores, rows = exact_topk(UnitRows.of_array(units, None, bits), query_units, 12, chunk, first=first)
-            np.testing.assert_array_equal(rows, expected_rows, err_msg=first)
-            np.testing.assert_array_equal(scores, expected_scores, err_msg=first)
-    with pytest.raises(ConfigError, match="first pass: 'bfloat16'"):  # no bfloat16 copy of these rows
-        exact_topk(UnitRows.of_array(units), query_units, 12, first="bfloat16")
+            for subset in (slice(None), slice(0, 5)):  # many queries (C scores the candidates), and a few (NumPy)
+                scores, rows = exact_topk(prepared, query_units[subset], 12, chunk, first=first)
+                np.testing.assert_array_equal(rows, expected_rows[subset], err_msg=first)
+                np.testing.assert_array_equal(scores, expected_scores[subset], err_msg=first)
+    for first in ("bfloat16", "int8"):  # no such copy of these rows
+        with pytest.raises(ConfigError, match=f"first pass: '{first}'"):
+            exact_topk(UnitRows.of_array(units), query_units, 12, first=first)
     bf16 = lambda b: torch.from_numpy(b.view(np.int16)).view(torch.bfloat16)  # noqa: E731
     approx = (bf16(bfloat16_bits(query_units)) @ bf16(bits).T).float().numpy().astype(np.float64)
     exact = query_units.astype(np.float64) @ units.astype(np.float64).T
     assert np.abs(approx - exact).max() <= bfloat16_dot_bound(64) / 2
+
+
+def test_without_c_many_queries_get_the_same_answer(monkeypatch):
+    """Without a C compiler the candidates of many queries are scored exactly by NumPy, with the same answer."""
+    from coclr.embed import search_cpu
+    from coclr.embed.search import Int8Rows, UnitRows, exact_topk, first_pass_kind
+    from coclr.eval.exact import unit_rows
+
+    gallery, queries = _many_queries()
+    units = unit_rows(gallery)
+    prepared = UnitRows.of_array(units, None, None, Int8Rows(*search_cpu.quantise_rows(units)))
+    expected = exact_topk(prepared, unit_rows(queries), 12, 700)
+    monkeypatch.setattr(search_cpu, "load_library", lambda warn=True: None)
+    assert first_pass_kind(prepared, len(queries)) == "float32"
+    found = exact_topk(prepared, unit_rows(queries), 12, 700)
+    np.testing.assert_array_equal(found[0], expected[0])
+    np.testing.assert_array_equal(found[1], expected[1])
 
 
 def test_over_floor_finds_every_score_at_the_floor_in_grouped_and_plain_blocks():
@@ -334,14 +368,17 @@ def test_over_floor_finds_every_score_at_the_floor_in_grouped_and_plain_blocks()
 
 
 def test_the_first_pass_is_chosen_by_the_cpu_flags(monkeypatch):
-    """bfloat16 only from MANY_QUERIES queries, for rows with a bfloat16 copy, where the CPU has AVX512_BF16 or AMX
-    and neither PyTorch nor oneDNN is limited below them; float32 everywhere else (never a timing)."""
+    """From MANY_QUERIES queries: bfloat16 for rows with a bfloat16 copy where the CPU has AVX512_BF16 or AMX and
+    neither PyTorch nor oneDNN is limited below them, else int8 for rows with an int8 copy where its C builds;
+    float32 for fewer queries, for rows without those copies, and without C (never a timing)."""
     import coclr.cpu
     from coclr.embed import search as search_module
-    from coclr.embed.search import MANY_QUERIES, UnitRows, first_pass_kind
+    from coclr.embed import search_cpu
+    from coclr.embed.search import MANY_QUERIES, Int8Rows, UnitRows, first_pass_kind
 
     units = np.eye(4, dtype=np.float32)
     with16, without = UnitRows.of_array(units, None, np.zeros((4, 4), np.uint16)), UnitRows.of_array(units)
+    both = UnitRows.of_array(units, None, np.zeros((4, 4), np.uint16), Int8Rows(*search_cpu.quantise_rows(units)))
     for name in coclr.cpu.AVX2_LIMIT:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
@@ -354,7 +391,8 @@ def test_the_first_pass_is_chosen_by_the_cpu_flags(monkeypatch):
         assert coclr.cpu.native_bfloat16() is native
         assert search_module.native_bfloat16() is native  # the search asks the same function
         assert first_pass_kind(with16, MANY_QUERIES) == ("bfloat16" if native else "float32")
-        assert first_pass_kind(with16, MANY_QUERIES - 1) == "float32"
+        assert first_pass_kind(both, MANY_QUERIES) == ("bfloat16" if native else "int8")
+        assert first_pass_kind(with16, MANY_QUERIES - 1) == first_pass_kind(both, MANY_QUERIES - 1) == "float32"
         assert first_pass_kind(without, MANY_QUERIES) == "float32"
     monkeypatch.setattr(coclr.cpu, "cpu_flags", lambda: set(sapphire_rapids))
     for name, value, native in (("ATEN_CPU_CAPABILITY", "avx2", False), ("ATEN_CPU_CAPABILITY", "avx512", True),
@@ -366,27 +404,32 @@ def test_the_first_pass_is_chosen_by_the_cpu_flags(monkeypatch):
     for name, value in coclr.cpu.AVX2_LIMIT.items():
         monkeypatch.setenv(name, value)
     assert not coclr.cpu.native_bfloat16() and "emulated AVX2 kind" in coclr.cpu.describe()
+    assert first_pass_kind(both, MANY_QUERIES) == "int8"
+    monkeypatch.setattr(search_cpu, "load_library", lambda warn=True: None)  # no C compiler
+    assert first_pass_kind(both, MANY_QUERIES) == "float32"
 
 
 _TOPK_IN_A_PROCESS = """
 import hashlib, json
 import torch
 from test_search import _many_queries
-from coclr.embed.search import UnitRows, exact_topk, first_pass_kind
+from coclr.embed.search import Int8Rows, UnitRows, exact_topk, first_pass_kind
+from coclr.embed.search_cpu import kernel, quantise_rows
 from coclr.eval.exact import bfloat16_bits, unit_rows
 gallery, queries = _many_queries()
 units = unit_rows(gallery)
-rows = UnitRows.of_array(units, None, bfloat16_bits(units))
+rows = UnitRows.of_array(units, None, bfloat16_bits(units), Int8Rows(*quantise_rows(units)))
 scores, found = exact_topk(rows, unit_rows(queries), 12, 700)
 print(json.dumps({"digest": hashlib.sha256(scores.tobytes() + found.tobytes()).hexdigest(),
-                  "first": first_pass_kind(rows, len(queries)), "capability": torch.backends.cpu.get_cpu_capability()}))
+                  "first": first_pass_kind(rows, len(queries)), "kernel": kernel(),
+                  "capability": torch.backends.cpu.get_cpu_capability()}))
 """
 
 
 def test_the_answer_is_the_same_with_the_cpu_limited_to_avx2():
     """A child process with PyTorch, oneDNN, MKL, OpenBLAS and NumPy limited to AVX2 (coclr.cpu.AVX2_LIMIT: the
     AVX2-only CPU kind, emulated) and one with this CPU as is give the same scores and rows, those of the exact
-    reference, whichever first pass each chose."""
+    reference, whichever first pass each chose (the int8 one, in C compiled for AVX2 under the limit)."""
     import hashlib
     import os
     import subprocess
@@ -409,7 +452,8 @@ def test_the_answer_is_the_same_with_the_cpu_limited_to_avx2():
         results.append(json.loads(run.stdout.strip().splitlines()[-1]))
     assert [r["digest"] for r in results] == [digest, digest]
     limited = results[1]
-    assert limited["capability"] in ("AVX2", "DEFAULT") and limited["first"] == "float32"
+    assert limited["capability"] in ("AVX2", "DEFAULT") and limited["first"] == "int8"
+    assert limited["kernel"] == "avx2" and results[0]["kernel"] in ("avx2", "avx512_vnni")
 
 
 def test_an_html_path_that_is_a_folder_is_one_line(folder, tmp_path, capsys):

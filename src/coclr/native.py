@@ -13,8 +13,8 @@ second. Nothing is compiled at import.
   :func:`coclr.atomic.atomic_open`, so concurrent processes or a kill never leave a broken file. A cache that cannot
   be written falls back to one private folder of the user under the temporary folder (:func:`fallback_cache_dir`),
   reused by every process.
-* **Threads.** No OpenMP in the C code: independent pieces of work go to a pool of ``torch.get_num_threads()``
-  Python threads (:func:`for_each`; ctypes releases the GIL).
+* **Threads.** No OpenMP in the C code: independent pieces of work go to a pool of :func:`thread_count` Python
+  threads (:func:`for_each`; ctypes releases the GIL).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import shlex
 import shutil
 import stat
 import subprocess
+import sys
 import sysconfig
 import tempfile
 import threading
@@ -35,8 +36,6 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
-
-import torch
 
 from coclr.atomic import atomic_open
 from coclr.cpu import c_march
@@ -207,10 +206,22 @@ _POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
 
 
+def thread_count() -> int:
+    """The threads C kernels use: PyTorch's (``torch.get_num_threads()``) where torch is loaded, else
+    ``OMP_NUM_THREADS`` where set, else the CPUs this process may run on (torch is not imported for it)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch.get_num_threads()
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0]))
+    except ValueError:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def for_each(count: int, fn: Callable[[int], object]) -> list:
-    """``[fn(i) for i in range(count)]``, on ``torch.get_num_threads()`` threads when that and ``count`` exceed 1
-    (the C calls release the GIL); each item is one task, so uneven items balance."""
-    threads = min(torch.get_num_threads(), count)
+    """``[fn(i) for i in range(count)]``, on :func:`thread_count` threads when that and ``count`` exceed 1 (the C
+    calls release the GIL); each item is one task, so uneven items balance."""
+    threads = min(thread_count(), count)
     if threads <= 1:
         return [fn(i) for i in range(count)]
     key = (os.getpid(), threads)

@@ -10,11 +10,13 @@ Speed: the rows are normalised once, when the folder is first searched (or when 
 :func:`prepare_search` after writing it), into ``search/<videos|windows>.<plain|centred>.npy`` beside the arrays,
 with a JSON record of the source array's identity (device, inode, size, modification and change times) and its
 BLAKE2 checksum: a source whose identity changed is checksummed again, and rows whose checksum differs are
-normalised again, so a changed folder is never served stale. The prepared rows are memory-mapped. A search is
-then a float32 matrix product over chunks (BLAS speed) that keeps, per query, every row whose float32 score is
-within twice the float32 rounding bound (:func:`coclr.eval.exact.exact_dot_bound`) of its running k-th best, and
-scores those few candidates exactly in float64: the float32 pass may round however the CPU likes, the exact pass
-decides. Only NumPy is needed (no torch import for a search of stored rows).
+normalised again, so a changed folder is never served stale. The prepared rows are memory-mapped, beside their
+bfloat16 and int8 copies (the first passes of many queries). A search is then a first pass over chunks that keeps,
+per query, every row whose first-pass score is within twice that pass's error bound of its running k-th best, and
+scores those few candidates exactly in float64: the first pass may round however the CPU likes, the exact pass
+decides. For few queries the first pass is a float32 matrix product (BLAS speed); for many, a bfloat16 one where the
+CPU has bfloat16 instructions, else an int8 one in C (:mod:`coclr.embed.search_cpu`). No torch import for a search
+of stored rows except by the bfloat16 pass.
 
 FAISS (``pip install faiss-cpu``, optional) runs an exact float32 search with an ``IndexFlatIP``: the same
 neighbours up to float32 rounding, without the tie rule; it must hold the whole array in memory.
@@ -22,6 +24,7 @@ neighbours up to float32 rounding, without the tie rule; it must hold the whole 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -35,6 +38,7 @@ import numpy as np
 
 from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text
 from coclr.cpu import native_bfloat16
+from coclr.embed import search_cpu
 from coclr.embed.output import Embeddings, file_identity
 from coclr.errors import ConfigError, DataError
 from coclr.eval.exact import (
@@ -65,17 +69,20 @@ PREPARE_BLOCK = 8192
 SEARCH_CHUNK = 32768
 """Gallery rows per float32 product in a search (bounds the score block to ``queries x SEARCH_CHUNK``)."""
 FIRST_CHUNK = 1024
-"""The first chunk is small: its k-th best score starts the candidate threshold before the big chunks come."""
+"""The first chunk is small: its k best rows per query, scored exactly, start the floors before the big chunks come."""
+PAIR_BLOCK = 8192
+"""Candidate pairs scored exactly at a time by NumPy (bounds the float64 copy of their rows)."""
 MANY_QUERIES = 16
 """From this many queries at once the first pass is compute-bound: there it multiplies the rows' bfloat16 copy
-where the CPU has bfloat16 dot-product instructions (:func:`coclr.cpu.native_bfloat16`). Otherwise, and for fewer
-queries (memory-bound), it is NumPy's float32 product (no torch import)."""
+where the CPU has bfloat16 dot-product instructions (:func:`coclr.cpu.native_bfloat16`), else their int8 copy in C
+(:mod:`coclr.embed.search_cpu`). For fewer queries (memory-bound) it is NumPy's float32 product."""
 GROUP = 64
 """A score block is cut into ``GROUP`` parts: the maximum over the parts (one pass over the scores) names the few
 columns that can hold a candidate, and only those are compared with the floor (instead of a compare and a
 ``nonzero`` over every score)."""
-FIRST_PASSES = ("float32", "bfloat16")
-"""The first passes (:func:`first_pass_kind`): NumPy's float32 product, or PyTorch's bfloat16 one."""
+FIRST_PASSES = ("float32", "bfloat16", "int8")
+"""The first passes (:func:`first_pass_kind`): NumPy's float32 product, PyTorch's bfloat16 one, or the int8 one in C
+(:mod:`coclr.embed.search_cpu`)."""
 
 
 @dataclasses.dataclass
@@ -107,6 +114,17 @@ def faiss_available() -> bool:
 
 
 @dataclasses.dataclass
+class Int8Rows:
+    """The int8 copy of unit rows (:func:`coclr.embed.search_cpu.quantise_rows`): bytes ``[N, padded(D)]``, a scale
+    per row, and the largest error norm and quantised norm over the rows (what the first pass's bound needs)."""
+
+    bytes: np.ndarray
+    scales: np.ndarray
+    error: float
+    norm: float
+
+
+@dataclasses.dataclass
 class UnitRows:
     """Gallery rows as quantised unit vectors (:func:`coclr.eval.exact.unit_rows`): ``block(start, stop)`` and
     ``take(indices)`` give the same bits for a row whichever way it is read; ``mean`` was subtracted first."""
@@ -118,14 +136,20 @@ class UnitRows:
     mean: np.ndarray | None = None
     block16: Callable[[int, int], np.ndarray] | None = None
     """The same rows rounded to bfloat16 (raw ``uint16`` bits), when prepared: the fast first pass of many queries."""
+    int8: Int8Rows | None = None
+    """Their int8 copy, when prepared: the first pass of many queries on CPUs without bfloat16 instructions."""
+    units: np.ndarray | None = None
+    """The rows themselves (C order, a memory map when prepared), when they are stored: read in place."""
 
     @classmethod
-    def of_array(cls, units: np.ndarray, mean: np.ndarray | None = None,
-                 units16: np.ndarray | None = None) -> UnitRows:
-        """Rows normalised already (a prepared file, memory-mapped), and their bfloat16 copy when there is one."""
+    def of_array(cls, units: np.ndarray, mean: np.ndarray | None = None, units16: np.ndarray | None = None,
+                 int8: Int8Rows | None = None) -> UnitRows:
+        """Rows normalised already (a prepared file, memory-mapped), and their bfloat16 and int8 copies when there
+        are."""
         block16 = (lambda a, b: np.asarray(units16[a:b])) if units16 is not None else None
         return cls(len(units), units.shape[1], lambda a, b: np.asarray(units[a:b]),
-                   lambda rows: np.asarray(units[rows]), mean, block16)
+                   lambda rows: np.asarray(units[rows]), mean, block16, int8,
+                   units if units.flags.c_contiguous and units.dtype == np.float32 else None)
 
     @classmethod
     def normalising(cls, rows: np.ndarray, center: bool) -> UnitRows:
@@ -144,17 +168,23 @@ def _units(rows: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
 
 def first_pass_kind(gallery: UnitRows, count: int) -> str:
     """Which first pass ``count`` queries at once get over ``gallery`` (one of :data:`FIRST_PASSES`), by what the
-    CPU has and what is installed, never by a timing: ``bfloat16`` from :data:`MANY_QUERIES` queries where the rows
+    CPU has and what is installed, never by a timing. From :data:`MANY_QUERIES` queries: ``bfloat16`` where the rows
     have a bfloat16 copy, torch is installed and the CPU has bfloat16 dot-product instructions (AVX512_BF16 or AMX,
-    not limited by ``ATEN_CPU_CAPABILITY`` or ``ONEDNN_MAX_CPU_ISA``: :func:`coclr.cpu.native_bfloat16`), else
-    ``float32``. Either gives the same answer (:func:`exact_topk`)."""
-    if count < MANY_QUERIES or gallery.block16 is None or not native_bfloat16():
+    not limited by ``ATEN_CPU_CAPABILITY`` or ``ONEDNN_MAX_CPU_ISA``: :func:`coclr.cpu.native_bfloat16`); else
+    ``int8`` where the rows have an int8 copy and its C kernels build (:mod:`coclr.embed.search_cpu`). Otherwise
+    ``float32``. Each gives the same answer (:func:`exact_topk`)."""
+    if count < MANY_QUERIES:
         return "float32"
-    try:
-        import torch  # noqa: F401, PLC0415 (heavy; optional here: only the bfloat16 pass needs it)
-    except ImportError:
-        return "float32"
-    return "bfloat16"
+    if gallery.block16 is not None and native_bfloat16():
+        try:
+            import torch  # noqa: F401, PLC0415 (heavy; optional here: only the bfloat16 pass needs it)
+        except ImportError:
+            pass
+        else:
+            return "bfloat16"
+    if gallery.int8 is not None and gallery.units is not None and search_cpu.load_library() is not None:
+        return "int8"
+    return "float32"
 
 
 def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEARCH_CHUNK,
@@ -162,80 +192,151 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
     """``(scores float64 [Q, k], rows int64 [Q, k])``: each query's ``k`` best gallery rows by exact score, ties
     to the lower row. ``queries`` are unit rows already (:func:`coclr.eval.exact.unit_rows`, same mean).
 
-    Pass 1 (``first``, by default :func:`first_pass_kind`: NumPy's float32 product, or a bfloat16 product where
-    the CPU has bfloat16 instructions) keeps every row within ``margin`` (twice that pass's rounding bound) of the
-    running k-th best first-pass score: a row whose exact score reaches the exact k-th best is always kept. Pass 2
-    scores the kept rows exactly (float64 products of quantised rows: exact in any order), so the answer is the
-    same whichever first pass ran."""
+    Pass 1 (``first``, by default :func:`first_pass_kind`: NumPy's float32 product, a bfloat16 product where the
+    CPU has bfloat16 instructions, or the int8 one) scores the rows chunk by chunk within a known bound of the exact
+    score (per query). Pass 2 scores exactly (float64 products of quantised rows: exact in any order) every row whose
+    first-pass score is at least the query's floor: the k-th best exact score found so far, less the bound. A row
+    whose exact score reaches the exact k-th best is therefore always scored exactly, and the answer is the same
+    whichever first pass ran. In each chunk, k rows per query that score high in the first pass (:func:`_seeds`)
+    are scored exactly first, to raise the floors before the chunk's candidates are taken; the first chunk is
+    small, to start the floors before the big chunks come."""
     if gallery.count == 0 or k < 1:
         raise DataError(f"nothing to search: {gallery.count} rows, k = {k}")
     queries = np.ascontiguousarray(queries, np.float32)
     count, k = len(queries), min(k, gallery.count)
     first = first or first_pass_kind(gallery, count)
-    if first not in FIRST_PASSES or (first == "bfloat16" and gallery.block16 is None):
+    many = first == "int8" or count >= MANY_QUERIES  # the C kernels score many candidates exactly, if they load
+    library = search_cpu.load_library(warn=first == "int8") if many else None
+    if first not in FIRST_PASSES or (first == "bfloat16" and gallery.block16 is None) \
+            or (first == "int8" and (gallery.int8 is None or gallery.units is None or library is None)):
         raise ConfigError(f"first pass: {first!r} is not one of {', '.join(FIRST_PASSES)} for these rows")
-    coarse = first == "bfloat16"
-    bound = bfloat16_dot_bound(gallery.dim) if coarse else exact_dot_bound(gallery.dim)
-    by_query = queries.T  # the products are rows x queries: OpenBLAS runs that orientation at least as fast
-    first_pass = (_bfloat16_pass(gallery, queries, min(chunk, gallery.count)) if coarse
-                  else lambda start, stop: gallery.block(start, stop) @ by_query)
-    margin = np.float32(2 * bound)
-    floor = np.full(count, -np.inf, np.float32)
-    pool_query, pool_row, pool_score = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
+    width = min(chunk, gallery.count)
+    if first == "int8":
+        first_pass, bound = _int8_pass(library, gallery.int8, queries, width)
+    elif first == "bfloat16":
+        first_pass, bound = _bfloat16_pass(gallery, queries, width), bfloat16_dot_bound(gallery.dim)
+    else:
+        by_query = queries.T  # the products are rows x queries: OpenBLAS runs that orientation at least as fast
+        first_pass, bound = (lambda start, stop: gallery.block(start, stop) @ by_query), exact_dot_bound(gallery.dim)
+    bound = np.broadcast_to(np.asarray(bound, np.float64), count)
+    exact_pairs = _exact_pairs(gallery, queries, library)
+    lower = np.full(count, -np.inf)  # per query, the k-th best exact score of the rows scored so far
+    pool_query, pool_row, pool_exact = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64)
     starts = [0, *range(min(FIRST_CHUNK, chunk), gallery.count, chunk)]
     for number, start in enumerate(starts):
         stop = starts[number + 1] if number + 1 < len(starts) else gallery.count
-        scores = first_pass(start, stop)  # float32 [c, Q], rounded however the CPU likes (within the bound)
-        if number == 0 and stop - start >= k:  # the first block's k-th best starts the threshold
-            floor = np.partition(scores, stop - start - k, axis=0)[stop - start - k] - margin
-        rows, hits = _over_floor(scores, floor)
-        pool_query = np.concatenate([pool_query, hits])
-        pool_row = np.concatenate([pool_row, rows.astype(np.int64) + start])
-        pool_score = np.concatenate([pool_score, scores[rows, hits]])
-        floor = _raise_floor(floor, pool_query, pool_score, k, margin)
-        keep = pool_score >= floor[pool_query]
-        pool_query, pool_row, pool_score = pool_query[keep], pool_row[keep], pool_score[keep]
-    unique, inverse = np.unique(pool_row, return_inverse=True)  # each candidate row read once, in file order
-    rows32 = gallery.take(unique)
-    if coarse:  # float32 scores of the bfloat16 pass's candidates thin them
-        refined = (queries @ rows32.T)[pool_query, inverse]
-        margin32 = np.float32(2 * exact_dot_bound(gallery.dim))
-        floor32 = _raise_floor(np.full(count, -np.inf, np.float32), pool_query, refined, k, margin32)
-        keep = refined >= floor32[pool_query]
-        pool_query, pool_row, inverse = pool_query[keep], pool_row[keep], inverse[keep]
-    exact = np.einsum("ij,ij->i", rows32[inverse].astype(np.float64), queries[pool_query].astype(np.float64))
-    order = np.lexsort((pool_row, -exact, pool_query))  # exact in any order (quantised rows); ties to the lower row
+        scores = first_pass(start, stop)  # float32 [c, Q], within the bound of the exact scores
+        parts, maxima = _parts(scores)
+        seeds = _seeds(parts, maxima, k)
+        if seeds is not None:  # k rows of the chunk that score high for each query: their k-th raises its floor
+            lower = np.maximum(lower, exact_pairs(seeds + start, np.tile(np.arange(count), k)).reshape(k, count)
+                               .min(axis=0))
+        rows, hits = _over_floor(scores, _floor32(lower - bound), parts, maxima)
+        rows = rows.astype(np.int64) + start
+        pool_query, pool_row = np.concatenate([pool_query, hits]), np.concatenate([pool_row, rows])
+        pool_exact = np.concatenate([pool_exact, exact_pairs(rows, hits)])
+        lower = _kth_best(lower, pool_query, pool_exact, k)
+        keep = pool_exact >= lower[pool_query]  # below the k-th best exact score: never among the k best
+        pool_query, pool_row, pool_exact = pool_query[keep], pool_row[keep], pool_exact[keep]
+    order = np.lexsort((pool_row, -pool_exact, pool_query))  # by query, best first, ties to the lower row
     first_hit = np.searchsorted(pool_query[order], np.arange(count))
     picked = order[first_hit[:, None] + np.arange(k)]
-    return exact[picked], pool_row[picked]
+    return pool_exact[picked], pool_row[picked]
 
 
-def _over_floor(scores: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(rows, queries)`` of the scores ``[rows, queries]`` at or above their query's floor. Where the block's
-    rows divide into :data:`GROUP` parts, the maximum over the parts (one pass) names the few rows worth a look."""
+def _floor32(floor: np.ndarray) -> np.ndarray:
+    """``floor`` (float64) as float32, rounded down: a first-pass score at the floor is never left out."""
+    floor32 = floor.astype(np.float32)
+    high = floor32 > floor
+    floor32[high] = np.nextafter(floor32[high], np.float32(-np.inf))
+    return floor32
+
+
+def _exact_pairs(gallery: UnitRows, queries: np.ndarray,
+                 library: Any | None) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``exact(rows, queries_of_rows) -> float64``: the exact scores of (row, query) pairs; in C, reading the rows in
+    place in file order, when the int8 kernels are loaded (:func:`coclr.embed.search_cpu.pair_dots`), else the
+    rows read once each and multiplied in float64 by NumPy."""
+    def exact(rows: np.ndarray, which: np.ndarray) -> np.ndarray:
+        out = np.empty(len(rows), np.float64)
+        if library is not None and gallery.units is not None:
+            by_row = np.argsort(rows, kind="stable")
+            out[by_row] = search_cpu.pair_dots(library, gallery.units, queries, rows[by_row], which[by_row])
+            return out
+        unique, inverse = np.unique(rows, return_inverse=True)  # each row read once, in file order
+        taken = gallery.take(unique).astype(np.float64)
+        for start in range(0, len(rows), PAIR_BLOCK):
+            part = slice(start, start + PAIR_BLOCK)
+            out[part] = np.einsum("ij,ij->i", taken[inverse[part]], queries[which[part]].astype(np.float64))
+        return out
+
+    return exact
+
+
+def _kth_best(lower: np.ndarray, pool_query: np.ndarray, pool_exact: np.ndarray, k: int) -> np.ndarray:
+    """Each query's ``lower`` raised to its k-th best pool score (where it has k pool scores)."""
+    count = len(lower)
+    order = np.lexsort((-pool_exact, pool_query))  # by query, best first: the k-th is at first + k - 1
+    sorted_query, sorted_score = pool_query[order], pool_exact[order]
+    first = np.searchsorted(sorted_query, np.arange(count + 1))
+    full = np.flatnonzero(np.diff(first) >= k)
+    lower = lower.copy()
+    lower[full] = np.maximum(lower[full], sorted_score[first[full] + k - 1])
+    return lower
+
+
+def _parts(scores: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """``(parts, maxima)`` of a score block ``[rows, queries]``: where its rows divide into :data:`GROUP` parts,
+    the parts ``[GROUP, rows / GROUP, queries]`` (part g, row j: the scores of row g * rows / GROUP + j) and their
+    maxima over the parts ``[rows / GROUP, queries]``, each the score of another row; else None and the scores."""
     width, count = scores.shape
     if width % GROUP or width < 4 * GROUP:
+        return None, scores
+    parts = scores.reshape(GROUP, width // GROUP, count)
+    return parts, parts.max(axis=0)
+
+
+def _seeds(parts: np.ndarray | None, maxima: np.ndarray, k: int) -> np.ndarray | None:
+    """``int64 [k * Q]`` (k-major): for each query, the rows of its ``k`` largest ``maxima`` (:func:`_parts`): k
+    distinct rows of the block that score high; None when there are no more than k maxima."""
+    if len(maxima) <= k:
+        return None
+    count = maxima.shape[1]
+    top = np.argpartition(maxima, len(maxima) - k, axis=0)[len(maxima) - k:]  # [k, Q]
+    if parts is None:
+        return top.ravel().astype(np.int64)
+    part = parts[:, top, np.arange(count)].argmax(axis=0)  # [k, Q]: the part holding each maximum
+    return (part * parts.shape[1] + top).ravel().astype(np.int64)
+
+
+def _over_floor(scores: np.ndarray, floor: np.ndarray, parts: np.ndarray | None = None,
+                maxima: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, queries)`` of the scores ``[rows, queries]`` at or above their query's floor. Where the block's
+    rows divide into :data:`GROUP` parts (:func:`_parts`, computed here unless given), the maximum over the parts
+    (one pass) names the few rows worth a look."""
+    if maxima is None:
+        parts, maxima = _parts(scores)
+    if parts is None:
+        count = scores.shape[1]
         hot = np.flatnonzero(scores.max(axis=0) >= floor)  # most queries have no candidate in a later block
         rows, which = np.nonzero((scores if len(hot) == count else scores[:, hot]) >= floor[hot])
         return rows, hot[which]
-    stride = width // GROUP
-    parts = scores.reshape(GROUP, stride, count)  # part g, row j: the scores of row g * stride + j
-    row, query = np.nonzero(parts.max(axis=0) >= floor)
+    row, query = np.nonzero(maxima >= floor)
     part, which = np.nonzero(parts[:, row, query] >= floor[query])  # [GROUP, n]
-    return part * stride + row[which], query[which]
+    return part * parts.shape[1] + row[which], query[which]
 
 
-def _raise_floor(floor: np.ndarray, pool_query: np.ndarray, pool_score: np.ndarray, k: int,
-                 margin: np.float32) -> np.ndarray:
-    """Each query's floor raised to its k-th best pool score minus ``margin`` (where it has k pool scores)."""
-    count = len(floor)
-    order = np.lexsort((-pool_score, pool_query))  # by query, best first: the k-th is at first + k - 1
-    sorted_query, sorted_score = pool_query[order], pool_score[order]
-    first = np.searchsorted(sorted_query, np.arange(count + 1))
-    full = np.flatnonzero(np.diff(first) >= k)
-    floor = floor.copy()
-    floor[full] = np.maximum(floor[full], sorted_score[first[full] + k - 1] - margin)
-    return floor
+def _int8_pass(library: Any, rows: Int8Rows, queries: np.ndarray,
+               width: int) -> tuple[Callable[[int, int], np.ndarray], np.ndarray]:
+    """The int8 first pass of rows ``start:stop`` (float32 ``[c, Q]``, one buffer reused like the bfloat16 pass's)
+    and its bound per query (:func:`coclr.embed.search_cpu.query_bounds`)."""
+    quantised = search_cpu.Queries(queries)
+    buffer = np.empty(len(queries) * width, np.float32)
+
+    def scores(start: int, stop: int) -> np.ndarray:
+        return search_cpu.scores(library, rows.bytes[start:stop], rows.scales[start:stop], quantised, buffer)
+
+    return scores, search_cpu.query_bounds(quantised, rows.error, rows.norm)
 
 
 def _bfloat16_pass(gallery: UnitRows, queries: np.ndarray, width: int) -> Callable[[int, int], np.ndarray]:
@@ -275,58 +376,81 @@ def file_checksum(path: Path, block: int = 1 << 23) -> str:
     return f"blake2b:{digest.hexdigest()}"
 
 
-def prepared_paths(root: Path, name: str, center: bool) -> tuple[Path, Path, Path]:
-    """The prepared rows of ``<name>.npy``, their bfloat16 copy and their record:
-    ``search/<name>.<plain|centred>.{npy,bf16.npy,json}``."""
+COPIES = {"prepared": ("npy", np.float32), "bf16": ("bf16.npy", np.uint16), "i8": ("i8.npy", np.uint8),
+          "i8_scales": ("i8-scales.npy", np.float32)}
+"""The prepared files of an array (key: file suffix, dtype): the unit rows, their bfloat16 copy, their int8 copy
+(:data:`coclr.embed.search_cpu.ALIGN`-padded) and its scales; the record holds each one's identity as
+``<key>_identity``."""
+
+
+def prepared_paths(root: Path, name: str, center: bool) -> dict[str, Path]:
+    """The prepared files of ``<name>.npy`` (:data:`COPIES`) and their record (``"record"``):
+    ``search/<name>.<plain|centred>.{npy,bf16.npy,i8.npy,i8-scales.npy,json}``."""
     stem = root / PREPARED_DIR / f"{name}.{'centred' if center else 'plain'}"
-    return Path(f"{stem}.npy"), Path(f"{stem}.bf16.npy"), Path(f"{stem}.json")
+    return {**{key: Path(f"{stem}.{suffix}") for key, (suffix, _) in COPIES.items()}, "record": Path(f"{stem}.json")}
+
+
+def _prepared_shapes(shape: tuple[int, int]) -> dict[str, tuple[int, ...]]:
+    count, dim = shape
+    return {"prepared": (count, dim), "bf16": (count, dim), "i8": (count, search_cpu.padded(dim)),
+            "i8_scales": (count,)}
 
 
 def _fresh(root: Path, name: str, center: bool, source: np.ndarray) -> UnitRows | None:
     """The prepared rows when their record matches the source array (by identity, else by checksum); else None."""
-    rows_path, bf16_path, record_path = prepared_paths(root, name, center)
+    paths = prepared_paths(root, name, center)
     source_path = root / f"{name}.npy"
     try:
-        record = json.loads(record_path.read_text())
+        record = json.loads(paths["record"].read_text())
         if record.get("format") != PREPARED_FORMAT or record.get("quantum_bits") != QUANTUM_BITS \
-                or record.get("prepared_identity") != _identity(rows_path) \
-                or record.get("bf16_identity") != _identity(bf16_path):
+                or any(record.get(f"{key}_identity") != _identity(paths[key]) for key in COPIES):
             return None
         if record.get("source_identity") != _identity(source_path):
             if record.get("source_checksum") != file_checksum(source_path):
                 return None
             record["source_identity"] = _identity(source_path)  # the same bytes (a copy, a touch): re-bless
-            atomic_write_json(record_path, record)
-        units, units16 = np.load(rows_path, mmap_mode="r"), np.load(bf16_path, mmap_mode="r")
+            atomic_write_json(paths["record"], record)
+        arrays = {key: np.load(paths[key], mmap_mode="r") for key in COPIES}
+        int8 = Int8Rows(arrays["i8"], arrays["i8_scales"], float(record["i8_error"]), float(record["i8_norm"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if units.shape != source.shape or units.dtype != np.float32 or units16.shape != source.shape \
-            or units16.dtype != np.uint16:
+    shapes = _prepared_shapes(source.shape)
+    if any(array.shape != shapes[key] or array.dtype != COPIES[key][1] for key, array in arrays.items()):
         return None
     mean = np.asarray(record["mean"], np.float64) if center else None
     if mean is not None and mean.shape != (source.shape[1],):
         return None
-    return UnitRows.of_array(units, mean, units16)
+    return UnitRows.of_array(arrays["prepared"], mean, arrays["bf16"], int8)
 
 
 def _write_prepared(root: Path, name: str, center: bool, source: np.ndarray) -> UnitRows:
-    rows_path, bf16_path, record_path = prepared_paths(root, name, center)
+    paths = prepared_paths(root, name, center)
     source_path = root / f"{name}.npy"
     identity, checksum = _identity(source_path), file_checksum(source_path)
     mean = gallery_mean(source) if center else None
-    with atomic_open(rows_path, "wb") as file, atomic_open(bf16_path, "wb") as file16:
-        for out, dtype in ((file, np.float32), (file16, np.uint16)):
-            np.lib.format.write_array_header_1_0(out, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
-                                                       "fortran_order": False, "shape": tuple(source.shape)})
+    shapes = _prepared_shapes(source.shape)
+    error = norm = 0.0
+    with contextlib.ExitStack() as stack:
+        files = {key: stack.enter_context(atomic_open(paths[key], "wb")) for key in COPIES}
+        for key, file in files.items():
+            np.lib.format.write_array_header_1_0(file, {"descr": np.lib.format.dtype_to_descr(np.dtype(COPIES[key][1])),
+                                                        "fortran_order": False, "shape": shapes[key]})
         for start in range(0, len(source), PREPARE_BLOCK):
             units = _units(source[start: start + PREPARE_BLOCK], mean)
-            file.write(units.tobytes())
-            file16.write(bfloat16_bits(units).tobytes())
-    atomic_write_json(record_path, {"format": PREPARED_FORMAT, "quantum_bits": QUANTUM_BITS, "source": source_path.name,
-                                    "source_identity": identity, "source_checksum": checksum,
-                                    "prepared_identity": _identity(rows_path), "bf16_identity": _identity(bf16_path),
-                                    "mean": mean.tolist() if mean is not None else None})
-    return UnitRows.of_array(np.load(rows_path, mmap_mode="r"), mean, np.load(bf16_path, mmap_mode="r"))
+            quantised, scales, block_error, block_norm = search_cpu.quantise_rows(units)
+            error, norm = max(error, block_error), max(norm, block_norm)
+            for key, array in (("prepared", units), ("bf16", bfloat16_bits(units)), ("i8", quantised),
+                               ("i8_scales", scales)):
+                files[key].write(array.tobytes())
+    atomic_write_json(paths["record"], {
+        "format": PREPARED_FORMAT, "quantum_bits": QUANTUM_BITS, "source": source_path.name,
+        "source_identity": identity, "source_checksum": checksum,
+        **{f"{key}_identity": _identity(paths[key]) for key in COPIES}, "i8_error": error, "i8_norm": norm,
+        "mean": mean.tolist() if mean is not None else None})
+    fresh = _fresh(root, name, center, source)
+    if fresh is None:
+        raise OSError(f"{paths['record']}: the prepared rows changed while they were written")
+    return fresh
 
 
 def folder_rows(embeddings: Embeddings, windows: bool = False, center: bool = False) -> UnitRows:

@@ -1,0 +1,165 @@
+/* The search's int8 first pass and its exact second pass, in plain C. Loaded by coclr/embed/search_cpu.py.
+ *
+ * First pass: scores[i][j] = (float)(dot(rows[i], queries[j]) - offsets[j]) * (row_scale[i] * query_scale[j]),
+ * where rows are unsigned bytes (a row's int8 values plus 128) and queries signed bytes in [-63, 63]: every pair
+ * of products sums to at most 2 * 255 * 63 = 32130, so AVX2's saturating vpmaddubsw never saturates and every
+ * path (AVX2, AVX-512 VNNI, plain C) computes the same integers, hence the same floats. offsets[j] is 128 times
+ * the sum of query j (what the +128 of the rows added). dim is a multiple of 64 (the rows and queries are padded
+ * with zero products).
+ *
+ * Second pass: out[p] = the float64 dot product of rows32[row[p]] and queries32[query[p]]: exact in any order for
+ * the quantised unit rows of coclr.eval.exact, so its summation order does not matter.
+ */
+#include <stdint.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+static float finish(int32_t dot, int32_t offset, float row_scale, float query_scale) {
+    return (float)(dot - offset) * (row_scale * query_scale);
+}
+
+/* The plain loop: one row against one query (tails, and CPUs without AVX2). */
+static int32_t dot_u8_s8(const uint8_t *restrict row, const int8_t *restrict query, int dim) {
+    int32_t sum = 0;
+    for (int k = 0; k < dim; k++) sum += (int32_t)row[k] * (int32_t)query[k];
+    return sum;
+}
+
+#if defined(__AVX2__) && !(defined(__AVX512VNNI__) && defined(__AVX512BW__))
+/* The sums of four vectors of eight int32, as one vector of four (horizontal adds: fewer steps than four sums). */
+static __m128i sum4(__m256i a, __m256i b, __m256i c, __m256i d) {
+    __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+#endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define ROWS 2
+#define QUERIES 4
+/* ROWS rows against QUERIES queries, 64 bytes a step: vpdpbusd (u8 x s8, four products to an int32, exact). The
+ * accumulators are named variables, not an array, so that they stay in registers. */
+#define DOT(acc, r, q) acc = _mm512_dpbusd_epi32(acc, r, q)
+static void block(const uint8_t *restrict rows, const int8_t *restrict queries, int dim, int32_t *dots) {
+    __m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
+            a13 = a00;
+    for (int k = 0; k < dim; k += 64) {
+        __m512i r0 = _mm512_loadu_si512((const void *)(rows + k));
+        __m512i r1 = _mm512_loadu_si512((const void *)(rows + dim + k));
+        __m512i q = _mm512_loadu_si512((const void *)(queries + k));
+        DOT(a00, r0, q); DOT(a10, r1, q);
+        q = _mm512_loadu_si512((const void *)(queries + dim + k));
+        DOT(a01, r0, q); DOT(a11, r1, q);
+        q = _mm512_loadu_si512((const void *)(queries + 2L * dim + k));
+        DOT(a02, r0, q); DOT(a12, r1, q);
+        q = _mm512_loadu_si512((const void *)(queries + 3L * dim + k));
+        DOT(a03, r0, q); DOT(a13, r1, q);
+    }
+    dots[0] = _mm512_reduce_add_epi32(a00); dots[1] = _mm512_reduce_add_epi32(a01);
+    dots[2] = _mm512_reduce_add_epi32(a02); dots[3] = _mm512_reduce_add_epi32(a03);
+    dots[4] = _mm512_reduce_add_epi32(a10); dots[5] = _mm512_reduce_add_epi32(a11);
+    dots[6] = _mm512_reduce_add_epi32(a12); dots[7] = _mm512_reduce_add_epi32(a13);
+}
+#elif defined(__AVX2__)
+#define ROWS 2
+#define QUERIES 4
+/* ROWS rows against QUERIES queries, 32 bytes a step: vpmaddubsw (pairs of u8 x s8 to int16, below saturation by
+ * the queries' range), then vpmaddwd with ones (pairs of int16 to int32). Named accumulators (see above). */
+#define DOT(acc, r, q) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(r, q), ones))
+static void block(const uint8_t *restrict rows, const int8_t *restrict queries, int dim, int32_t *dots) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i a00 = _mm256_setzero_si256(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
+            a13 = a00;
+    for (int k = 0; k < dim; k += 32) {
+        __m256i r0 = _mm256_loadu_si256((const __m256i *)(rows + k));
+        __m256i r1 = _mm256_loadu_si256((const __m256i *)(rows + dim + k));
+        __m256i q = _mm256_loadu_si256((const __m256i *)(queries + k));
+        DOT(a00, r0, q); DOT(a10, r1, q);
+        q = _mm256_loadu_si256((const __m256i *)(queries + dim + k));
+        DOT(a01, r0, q); DOT(a11, r1, q);
+        q = _mm256_loadu_si256((const __m256i *)(queries + 2L * dim + k));
+        DOT(a02, r0, q); DOT(a12, r1, q);
+        q = _mm256_loadu_si256((const __m256i *)(queries + 3L * dim + k));
+        DOT(a03, r0, q); DOT(a13, r1, q);
+    }
+    _mm_storeu_si128((__m128i *)dots, sum4(a00, a01, a02, a03));
+    _mm_storeu_si128((__m128i *)(dots + 4), sum4(a10, a11, a12, a13));
+}
+#else
+#define ROWS 1
+#define QUERIES 1
+static void block(const uint8_t *restrict rows, const int8_t *restrict queries, int dim, int32_t *dots) {
+    dots[0] = dot_u8_s8(rows, queries, dim);
+}
+#endif
+
+/* Which kernel this build runs (for the tests and the benchmarks' log). */
+const char *coclr_i8_kernel(void) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    return "avx512_vnni";
+#elif defined(__AVX2__)
+    return "avx2";
+#else
+    return "plain";
+#endif
+}
+
+/* Scores of rows [i, i + ROWS... up to last) against queries [j0, j1), written into scores [n, nq]. */
+static void tile(const uint8_t *restrict rows, const int8_t *restrict queries, const float *restrict row_scale,
+                 const float *restrict query_scale, const int32_t *restrict offsets, long first, long last, int j0,
+                 int j1, int nq, int dim, float *restrict scores) {
+    int32_t dots[ROWS * QUERIES];
+    long i = first;
+    for (; i + ROWS <= last; i += ROWS) {
+        int j = j0;
+        for (; j + QUERIES <= j1; j += QUERIES) {
+            block(rows + i * (long)dim, queries + (long)j * dim, dim, dots);
+            for (int a = 0; a < ROWS; a++)
+                for (int b = 0; b < QUERIES; b++)
+                    scores[(i + a) * nq + j + b] = finish(dots[a * QUERIES + b], offsets[j + b], row_scale[i + a],
+                                                          query_scale[j + b]);
+        }
+        for (; j < j1; j++)
+            for (int a = 0; a < ROWS; a++)
+                scores[(i + a) * nq + j] = finish(dot_u8_s8(rows + (i + a) * (long)dim, queries + (long)j * dim, dim),
+                                                  offsets[j], row_scale[i + a], query_scale[j]);
+    }
+    for (; i < last; i++)
+        for (int j = j0; j < j1; j++)
+            scores[i * nq + j] = finish(dot_u8_s8(rows + i * (long)dim, queries + (long)j * dim, dim), offsets[j],
+                                        row_scale[i], query_scale[j]);
+}
+
+/* Rows [first, last) of rows [n, dim] against queries [nq, dim]; scores [n, nq] row-major (only rows first..last
+ * written). The work goes in tiles: a group of queries that fits the L1 cache beside a block of rows, against a
+ * run of rows that fits L2, so that neither is read from further away for each block. Returns 0. */
+int coclr_i8_scores(const uint8_t *restrict rows, const int8_t *restrict queries, const float *restrict row_scale,
+                    const float *restrict query_scale, const int32_t *restrict offsets, long first, long last,
+                    int nq, int dim, float *restrict scores) {
+    int group = (16384 / dim) / QUERIES * QUERIES;
+    long run = (long)((131072 / dim) / ROWS * ROWS);
+    if (group < QUERIES) group = QUERIES;
+    if (run < ROWS) run = ROWS;
+    for (long start = first; start < last; start += run) {
+        long stop = start + run < last ? start + run : last;
+        for (int j0 = 0; j0 < nq; j0 += group)
+            tile(rows, queries, row_scale, query_scale, offsets, start, stop, j0, j0 + group < nq ? j0 + group : nq,
+                 nq, dim, scores);
+    }
+    return 0;
+}
+
+/* out[p] = sum_k (double)rows[row[p]][k] * (double)queries[query[p]][k] for p in [first, last). Returns 0. */
+int coclr_pair_dots(const float *restrict rows, const float *restrict queries, const int64_t *restrict row,
+                    const int64_t *restrict query, long first, long last, int dim, double *restrict out) {
+    for (long p = first; p < last; p++) {
+        const float *a = rows + row[p] * (long)dim, *b = queries + query[p] * (long)dim;
+        double sums[8] = {0};  /* eight running sums (vectorised): exact, so the order is free */
+        int k = 0;
+        for (; k + 8 <= dim; k += 8)
+            for (int l = 0; l < 8; l++) sums[l] += (double)a[k + l] * (double)b[k + l];
+        for (; k < dim; k++) sums[0] += (double)a[k] * (double)b[k];
+        out[p] = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
+    }
+    return 0;
+}

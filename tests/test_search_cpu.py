@@ -1,0 +1,153 @@
+"""The search's int8 first pass in C: the integer products scaled as documented, the same bits from every build
+(plain C, AVX2, AVX-512 VNNI) and thread count, no saturation at the extremes, scores within the stated bound, and
+the exact pass equal to a slow exact reference."""
+
+from __future__ import annotations
+
+import math
+import platform
+import shutil
+
+import numpy as np
+import pytest
+
+from coclr import native
+from coclr.embed import search_cpu
+from coclr.embed.search_cpu import Queries, pair_dots, quantise_rows, query_bounds, scores
+from coclr.eval.exact import unit_rows
+
+pytestmark = pytest.mark.skipif(native.find_compiler() is None, reason="no C compiler found (set CC or install gcc)")
+
+
+def _reference(rows: np.ndarray, row_scales: np.ndarray, queries: Queries) -> np.ndarray:
+    """The first-pass scores the slow way: the integer products in int64, then the documented float32 scaling."""
+    dots = (rows.astype(np.int64) - 128) @ queries.bytes.astype(np.int64).T
+    assert np.abs(dots).max(initial=0) < 2 ** 24  # exact in float32
+    scale = row_scales[:, None] * queries.scales[None, :]  # float32 products, as in C
+    return dots.astype(np.float32) * scale
+
+
+def _extreme_rows(dim: int) -> np.ndarray:
+    """Unit rows whose bytes reach both ends (0 and 254 plus 128 -> 1 and 255), and one that is zero."""
+    rng = np.random.default_rng(3)
+    rows = rng.normal(size=(7, dim))
+    rows[0] = np.where(np.arange(dim) % 2, 1.0, -1.0)  # every byte at an end, alternating
+    rows[1] = 1.0
+    rows[2] = -1.0
+    rows[3] = 0.0
+    rows[4, 1:] = 0.0  # one non-zero value
+    return unit_rows(rows)
+
+
+@pytest.mark.parametrize("dim", [64, 100, 1024])
+def test_scores_are_the_integer_products_scaled(dim):
+    """Row counts and query counts off the kernels' blocks, dimensions off their step (padding), extreme bytes: the
+    C scores equal the int64 reference bit for bit, on 1 to 3 threads (each score is computed alone)."""
+    import torch
+
+    rng = np.random.default_rng(dim)
+    units = np.concatenate([_extreme_rows(dim), unit_rows(rng.normal(size=(1200, dim)))])
+    query_rows = np.concatenate([_extreme_rows(dim), unit_rows(rng.normal(size=(10, dim)))])
+    quantised, row_scales, _, _ = quantise_rows(units)
+    queries = Queries(query_rows)
+    assert quantised.min() == 1 and quantised.max() == 255 and np.abs(queries.bytes).max() == 63
+    library = search_cpu.load_library()
+    expected = _reference(quantised, row_scales, queries)
+    previous = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            for count in (len(units), 1, 5, 67, 601):
+                np.testing.assert_array_equal(scores(library, quantised[:count], row_scales[:count], queries),
+                                              expected[:count])
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_every_build_computes_the_same_scores(tmp_path):
+    """The kernels compiled for the baseline (plain C), for AVX2 (vpmaddubsw: below saturation by the queries'
+    7 bits) and for this CPU (AVX-512 VNNI where it has it) give the same scores, at the extremes too."""
+    compiler = native.find_compiler()
+    cpu_flags = set(native.cpu_flags().split())
+    marches = [None, "-march=native"] + (["-march=x86-64-v3"] if {"avx2", "fma"} <= cpu_flags else [])
+    dim = 256
+    rng = np.random.default_rng(0)
+    units = np.concatenate([_extreme_rows(dim), unit_rows(rng.normal(size=(41, dim)))])
+    quantised, row_scales, _, _ = quantise_rows(units)
+    queries = Queries(np.concatenate([_extreme_rows(dim)[::-1], unit_rows(rng.normal(size=(9, dim)))]))
+    expected = _reference(quantised, row_scales, queries)
+    kernels = set()
+    for index, march in enumerate(marches):
+        flags = [flag for flag in native.FLAGS if flag != "-march=native"] + ([march] if march else [])
+        (tmp_path / str(index)).mkdir()
+        library = search_cpu.open_library(native.compile_sources(
+            list(compiler), flags, tmp_path / str(index), {search_cpu.SOURCE.name: search_cpu.SOURCE.read_text()},
+            "search_cpu"))
+        kernels.add(library.coclr_i8_kernel().decode())
+        np.testing.assert_array_equal(scores(library, quantised, row_scales, queries), expected, err_msg=march)
+    assert "plain" in kernels and (("avx2" in kernels) or "avx2" not in cpu_flags)
+
+
+@pytest.mark.parametrize("kind", ["normal", "spiky", "positive", "sparse"])
+def test_first_pass_scores_are_within_their_bound(kind):
+    """Whatever the rows look like, every first-pass score is within its query's bound of the exact dot product
+    (the bound the search chooses its candidates with), and the bound is not vacuous."""
+    rng = np.random.default_rng(7)
+    dim = 512
+    raw = rng.normal(size=(3000, dim))
+    if kind == "spiky":
+        raw[:, :3] *= 40  # a few large values: a large scale, coarse steps for the rest
+    elif kind == "positive":
+        raw = np.abs(raw) + 1.0
+    elif kind == "sparse":
+        raw *= rng.random(raw.shape) < 0.02
+    units = unit_rows(raw)
+    query_units = unit_rows(np.concatenate([raw[rng.integers(0, 3000, 20)] + rng.normal(size=(20, dim)),
+                                            rng.normal(size=(20, dim))]))
+    quantised, row_scales, error, norm = quantise_rows(units)
+    queries = Queries(query_units)
+    bounds = query_bounds(queries, error, norm)
+    first = scores(search_cpu.load_library(), quantised, row_scales, queries).astype(np.float64)
+    exact = units.astype(np.float64) @ query_units.astype(np.float64).T
+    assert (np.abs(first - exact) <= bounds[None, :]).all()
+    assert bounds.max() < 0.2
+
+
+def test_pair_dots_are_exact(tmp_path):
+    """The exact pass: float64 dots of quantised unit rows, equal to math.fsum of the products; memory-mapped rows
+    are read in place; an index out of range is refused, not read."""
+    rng = np.random.default_rng(5)
+    units = unit_rows(rng.normal(size=(300, 96)))
+    query_units = unit_rows(rng.normal(size=(7, 96)))
+    np.save(tmp_path / "rows.npy", units)
+    mapped = np.load(tmp_path / "rows.npy", mmap_mode="r")
+    row = rng.integers(0, 300, 5000)
+    query = rng.integers(0, 7, 5000)
+    found = pair_dots(search_cpu.load_library(), mapped, query_units, row, query)
+    expected = [math.fsum(units[r].astype(np.float64) * query_units[q].astype(np.float64)) for r, q in zip(row, query)]
+    np.testing.assert_array_equal(found, expected)
+    with pytest.raises(IndexError):
+        pair_dots(search_cpu.load_library(), mapped, query_units, np.array([300]), np.array([0]))
+
+
+def test_the_c_source_compiles_without_warnings(tmp_path):
+    compilers = {tuple(native.find_compiler())} | {(name,) for name in ("gcc", "clang") if shutil.which(name)}
+    for compiler in sorted(compilers):
+        x86 = platform.machine().lower() in ("x86_64", "amd64")
+        for march in ("-march=native", *(("-march=x86-64-v3", "-march=x86-64") if x86 else ())):
+            folder = tmp_path / f"{compiler[0]}{march}"
+            folder.mkdir()
+            flags = [flag for flag in (*native.FLAGS, *native.WARNINGS) if flag != "-march=native"] + [march]
+            native.compile_sources(list(compiler), flags, folder,
+                                   {search_cpu.SOURCE.name: search_cpu.SOURCE.read_text()}, "search_cpu")
+
+
+def test_the_c_source_is_package_data():
+    """pyproject's package-data names the source, so a wheel holds it (tests/test_flow_tvl1_cpu.py builds one)."""
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    package_data = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]
+    assert search_cpu.SOURCE.is_file()
+    assert any(search_cpu.SOURCE.match(pattern) for pattern in package_data["coclr.embed"])
