@@ -379,6 +379,7 @@ def test_the_first_pass_is_chosen_by_the_cpu_flags(monkeypatch):
     units = np.eye(4, dtype=np.float32)
     with16, without = UnitRows.of_array(units, None, np.zeros((4, 4), np.uint16)), UnitRows.of_array(units)
     both = UnitRows.of_array(units, None, np.zeros((4, 4), np.uint16), Int8Rows(*search_cpu.quantise_rows(units)))
+    int8 = "int8" if search_cpu.load_library(warn=False) is not None else "float32"  # "float32" without C
     for name in coclr.cpu.AVX2_LIMIT:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
@@ -391,7 +392,7 @@ def test_the_first_pass_is_chosen_by_the_cpu_flags(monkeypatch):
         assert coclr.cpu.native_bfloat16() is native
         assert search_module.native_bfloat16() is native  # the search asks the same function
         assert first_pass_kind(with16, MANY_QUERIES) == ("bfloat16" if native else "float32")
-        assert first_pass_kind(both, MANY_QUERIES) == ("bfloat16" if native else "int8")
+        assert first_pass_kind(both, MANY_QUERIES) == ("bfloat16" if native else int8)
         assert first_pass_kind(with16, MANY_QUERIES - 1) == first_pass_kind(both, MANY_QUERIES - 1) == "float32"
         assert first_pass_kind(without, MANY_QUERIES) == "float32"
     monkeypatch.setattr(coclr.cpu, "cpu_flags", lambda: set(sapphire_rapids))
@@ -404,7 +405,7 @@ def test_the_first_pass_is_chosen_by_the_cpu_flags(monkeypatch):
     for name, value in coclr.cpu.AVX2_LIMIT.items():
         monkeypatch.setenv(name, value)
     assert not coclr.cpu.native_bfloat16() and "emulated AVX2 kind" in coclr.cpu.describe()
-    assert first_pass_kind(both, MANY_QUERIES) == "int8"
+    assert first_pass_kind(both, MANY_QUERIES) == int8
     monkeypatch.setattr(search_cpu, "load_library", lambda warn=True: None)  # no C compiler
     assert first_pass_kind(both, MANY_QUERIES) == "float32"
 
@@ -452,8 +453,12 @@ def test_the_answer_is_the_same_with_the_cpu_limited_to_avx2():
         results.append(json.loads(run.stdout.strip().splitlines()[-1]))
     assert [r["digest"] for r in results] == [digest, digest]
     limited = results[1]
-    assert limited["capability"] in ("AVX2", "DEFAULT") and limited["first"] == "int8"
-    assert limited["kernel"] == "avx2" and results[0]["kernel"] in ("avx2", "avx512_vnni")
+    assert limited["capability"] in ("AVX2", "DEFAULT")
+    from coclr.native import find_compiler
+
+    if find_compiler() is not None:  # the int8 pass ran, compiled for AVX2 under the limit
+        assert limited["first"] == "int8" and limited["kernel"] == "avx2"
+        assert results[0]["kernel"] in ("avx2", "avx512_vnni")
 
 
 def test_an_html_path_that_is_a_folder_is_one_line(folder, tmp_path, capsys):
