@@ -406,6 +406,9 @@ def test_the_first_pass_is_chosen_by_the_cpu_flags(monkeypatch):
         monkeypatch.setenv(name, value)
     assert not coclr.cpu.native_bfloat16() and "emulated AVX2 kind" in coclr.cpu.describe()
     assert first_pass_kind(both, MANY_QUERIES) == int8
+    monkeypatch.setattr(search_cpu, "MAX_DIM", 3)  # rows too long for the int32 sums
+    assert first_pass_kind(both, MANY_QUERIES) == "float32"
+    monkeypatch.setattr(search_cpu, "MAX_DIM", 4)
     monkeypatch.setattr(search_cpu, "load_library", lambda warn=True: None)  # no C compiler
     assert first_pass_kind(both, MANY_QUERIES) == "float32"
 

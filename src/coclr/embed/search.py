@@ -171,8 +171,9 @@ def first_pass_kind(gallery: UnitRows, count: int) -> str:
     CPU has and what is installed, never by a timing. From :data:`MANY_QUERIES` queries: ``bfloat16`` where the rows
     have a bfloat16 copy, torch is installed and the CPU has bfloat16 dot-product instructions (AVX512_BF16 or AMX,
     not limited by ``ATEN_CPU_CAPABILITY`` or ``ONEDNN_MAX_CPU_ISA``: :func:`coclr.cpu.native_bfloat16`); else
-    ``int8`` where the rows have an int8 copy and its C kernels build (:mod:`coclr.embed.search_cpu`). Otherwise
-    ``float32``. Each gives the same answer (:func:`exact_topk`)."""
+    ``int8`` where the rows have an int8 copy, are at most :data:`~coclr.embed.search_cpu.MAX_DIM` long and its C
+    kernels build (:mod:`coclr.embed.search_cpu`). Otherwise ``float32``. Each gives the same answer
+    (:func:`exact_topk`)."""
     if count < MANY_QUERIES:
         return "float32"
     if gallery.block16 is not None and native_bfloat16():
@@ -182,7 +183,8 @@ def first_pass_kind(gallery: UnitRows, count: int) -> str:
             pass
         else:
             return "bfloat16"
-    if gallery.int8 is not None and gallery.units is not None and search_cpu.load_library() is not None:
+    if gallery.int8 is not None and gallery.units is not None and gallery.dim <= search_cpu.MAX_DIM \
+            and search_cpu.load_library() is not None:
         return "int8"
     return "float32"
 
@@ -208,7 +210,8 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
     many = first == "int8" or count >= MANY_QUERIES  # the C kernels score many candidates exactly, if they load
     library = search_cpu.load_library(warn=first == "int8") if many else None
     if first not in FIRST_PASSES or (first == "bfloat16" and gallery.block16 is None) \
-            or (first == "int8" and (gallery.int8 is None or gallery.units is None or library is None)):
+            or (first == "int8" and (gallery.int8 is None or gallery.units is None or library is None
+                                     or gallery.dim > search_cpu.MAX_DIM)):
         raise ConfigError(f"first pass: {first!r} is not one of {', '.join(FIRST_PASSES)} for these rows")
     width = min(chunk, gallery.count)
     if first == "int8":

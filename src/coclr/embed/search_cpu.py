@@ -31,6 +31,8 @@ ROW_LEVELS = 127
 """A row's bytes: its values over its scale, rounded, in [-127, 127], stored plus 128 (unsigned)."""
 QUERY_LEVELS = 63
 """A query's bytes, in [-63, 63]: two byte products then sum to at most 2 * 255 * 63 < 2**15 (no saturation)."""
+MAX_DIM = (2 ** 31 - 1) // (255 * QUERY_LEVELS)
+"""The longest rows the int32 sums hold (a row's bytes are at most 255): longer ones take the float32 pass."""
 SAFETY = 1.01
 """The bound is computed in float64 from norms rounded to nearest; this factor covers their rounding."""
 
