@@ -151,3 +151,31 @@ def test_the_c_source_is_package_data():
     package_data = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]
     assert search_cpu.SOURCE.is_file()
     assert any(search_cpu.SOURCE.match(pattern) for pattern in package_data["coclr.embed"])
+
+
+_WITHOUT_TORCH = """
+import sys
+import numpy as np
+from coclr import native
+from coclr.embed.search import Int8Rows, UnitRows, exact_topk, first_pass_kind
+from coclr.embed.search_cpu import quantise_rows
+from coclr.eval.exact import unit_rows
+units = unit_rows(np.random.default_rng(0).normal(size=(3000, 64)))
+rows = UnitRows.of_array(units, None, None, Int8Rows(*quantise_rows(units)))
+exact_topk(rows, units[:40], 5)
+print(first_pass_kind(rows, 40), native.thread_count(), "torch" in sys.modules)
+"""
+
+
+def test_the_int8_search_runs_without_importing_torch(tmp_path):
+    """A search of many queries through the C kernels imports no torch; their threads then follow
+    ``OMP_NUM_THREADS``."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "OMP_NUM_THREADS": "3", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    run = subprocess.run([sys.executable, "-c", _WITHOUT_TORCH], capture_output=True, text=True, env=env,
+                         timeout=300, check=True)
+    assert run.stdout.split() == ["int8", "3", "False"]

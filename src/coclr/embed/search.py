@@ -11,12 +11,12 @@ Speed: the rows are normalised once, when the folder is first searched (or when 
 with a JSON record of the source array's identity (device, inode, size, modification and change times) and its
 BLAKE2 checksum: a source whose identity changed is checksummed again, and rows whose checksum differs are
 normalised again, so a changed folder is never served stale. The prepared rows are memory-mapped, beside their
-bfloat16 and int8 copies (the first passes of many queries). A search is then a first pass over chunks that keeps,
-per query, every row whose first-pass score is within twice that pass's error bound of its running k-th best, and
-scores those few candidates exactly in float64: the first pass may round however the CPU likes, the exact pass
-decides. For few queries the first pass is a float32 matrix product (BLAS speed); for many, a bfloat16 one where the
-CPU has bfloat16 instructions, else an int8 one in C (:mod:`coclr.embed.search_cpu`). No torch import for a search
-of stored rows except by the bfloat16 pass.
+bfloat16 and int8 copies (the first passes of many queries). A search is then a first pass over chunks, within a
+known bound of the exact scores, and an exact pass (float64) over the few rows whose first-pass score reaches the
+query's k-th best exact score so far less that bound: the first pass may round however the CPU likes, the exact
+pass decides (:func:`exact_topk`). For few queries the first pass is a float32 matrix product (BLAS speed); for
+many, a bfloat16 one where the CPU has bfloat16 instructions, else an int8 one in C (:mod:`coclr.embed.search_cpu`).
+No torch import for a search of stored rows except by the bfloat16 pass.
 
 FAISS (``pip install faiss-cpu``, optional) runs an exact float32 search with an ``IndexFlatIP``: the same
 neighbours up to float32 rounding, without the tie rule; it must hold the whole array in memory.
@@ -258,8 +258,8 @@ def _floor32(floor: np.ndarray) -> np.ndarray:
 def _exact_pairs(gallery: UnitRows, queries: np.ndarray,
                  library: Any | None) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """``exact(rows, queries_of_rows) -> float64``: the exact scores of (row, query) pairs; in C, reading the rows in
-    place in file order, when the int8 kernels are loaded (:func:`coclr.embed.search_cpu.pair_dots`), else the
-    rows read once each and multiplied in float64 by NumPy."""
+    place in file order, when ``library`` (:mod:`coclr.embed.search_cpu`) is given and the rows are stored
+    (:func:`coclr.embed.search_cpu.pair_dots`), else the rows read once each and multiplied in float64 by NumPy."""
     def exact(rows: np.ndarray, which: np.ndarray) -> np.ndarray:
         out = np.empty(len(rows), np.float64)
         if library is not None and gallery.units is not None:

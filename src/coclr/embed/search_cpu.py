@@ -3,7 +3,7 @@
 Where the CPU has no bfloat16 dot-product instructions, the cheapest exact-enough product is an integer one: AVX2's
 ``vpmaddubsw`` multiplies 32 byte pairs per instruction where a float32 FMA multiplies 8, and AVX-512 VNNI's
 ``vpdpbusd`` 64. :func:`quantise_rows` stores each unit row as bytes with its own scale (prepared once, beside the
-float32 rows); :func:`quantise_queries` does the same for the queries, to 7 bits (so that no pair of byte products
+float32 rows); :class:`Queries` does the same for the queries, to 7 bits (so that no pair of byte products
 reaches AVX2's int16 saturation, and every kernel computes the same integers). :func:`query_bounds` bounds, per
 query, how far a first-pass score may be from the exact one over any of the rows (Cauchy-Schwarz on the two
 quantisation errors, and the float32 rounding of the scaling); the exact pass (:func:`pair_dots`, float64 dots of
