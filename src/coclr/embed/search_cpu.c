@@ -26,66 +26,63 @@ static int32_t dot_u8_s8(const uint8_t *restrict row, const int8_t *restrict que
     return sum;
 }
 
-#if defined(__AVX2__) && !(defined(__AVX512VNNI__) && defined(__AVX512BW__))
-/* The sums of four vectors of eight int32, as one vector of four (horizontal adds: fewer steps than four sums). */
+/* The vector kernels: one block function (below) over these per instruction set. VEC: a vector of int32 sums;
+ * STEP: bytes a step; LOAD: unaligned load; ZERO: a zero vector; DOT(acc, r, q): acc += the byte products of r
+ * (unsigned) and q (signed), four to each int32; SUMS(out, a, b, c, d): out[0..3] = the totals of a, b, c, d. */
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define KERNEL "avx512_vnni"
+#define VEC __m512i
+#define STEP 64
+#define LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define ZERO _mm512_setzero_si512()
+#define ONES
+/* vpdpbusd: u8 x s8, four products to an int32, exact. */
+#define DOT(acc, r, q) acc = _mm512_dpbusd_epi32(acc, r, q)
+#define SUMS(out, a, b, c, d) \
+    ((out)[0] = _mm512_reduce_add_epi32(a), (out)[1] = _mm512_reduce_add_epi32(b), \
+     (out)[2] = _mm512_reduce_add_epi32(c), (out)[3] = _mm512_reduce_add_epi32(d))
+#elif defined(__AVX2__)
+#define KERNEL "avx2"
+#define VEC __m256i
+#define STEP 32
+#define LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define ZERO _mm256_setzero_si256()
+#define ONES const __m256i ones = _mm256_set1_epi16(1);
+/* vpmaddubsw (pairs of u8 x s8 to int16, below saturation by the queries' range), then vpmaddwd with ones (pairs
+ * of int16 to int32). */
+#define DOT(acc, r, q) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(r, q), ones))
+#define SUMS(out, a, b, c, d) _mm_storeu_si128((__m128i *)(out), sum4(a, b, c, d))
+/* The totals of four vectors of eight int32, as one vector of four (horizontal adds: fewer steps than four sums). */
 static __m128i sum4(__m256i a, __m256i b, __m256i c, __m256i d) {
     __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
     return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
 }
 #endif
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#ifdef VEC
 #define ROWS 2
 #define QUERIES 4
-/* ROWS rows against QUERIES queries, 64 bytes a step: vpdpbusd (u8 x s8, four products to an int32, exact). The
- * accumulators are named variables, not an array, so that they stay in registers. */
-#define DOT(acc, r, q) acc = _mm512_dpbusd_epi32(acc, r, q)
+/* ROWS rows against QUERIES queries, STEP bytes a step. The accumulators are named variables, not an array, so
+ * that they stay in registers. */
 static void block(const uint8_t *restrict rows, const int8_t *restrict queries, int dim, int32_t *dots) {
-    __m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
-            a13 = a00;
-    for (int k = 0; k < dim; k += 64) {
-        __m512i r0 = _mm512_loadu_si512((const void *)(rows + k));
-        __m512i r1 = _mm512_loadu_si512((const void *)(rows + dim + k));
-        __m512i q = _mm512_loadu_si512((const void *)(queries + k));
+    ONES
+    VEC a00 = ZERO, a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+    for (int k = 0; k < dim; k += STEP) {
+        VEC r0 = LOAD(rows + k), r1 = LOAD(rows + dim + k);
+        VEC q = LOAD(queries + k);
         DOT(a00, r0, q); DOT(a10, r1, q);
-        q = _mm512_loadu_si512((const void *)(queries + dim + k));
+        q = LOAD(queries + dim + k);
         DOT(a01, r0, q); DOT(a11, r1, q);
-        q = _mm512_loadu_si512((const void *)(queries + 2L * dim + k));
+        q = LOAD(queries + 2L * dim + k);
         DOT(a02, r0, q); DOT(a12, r1, q);
-        q = _mm512_loadu_si512((const void *)(queries + 3L * dim + k));
+        q = LOAD(queries + 3L * dim + k);
         DOT(a03, r0, q); DOT(a13, r1, q);
     }
-    dots[0] = _mm512_reduce_add_epi32(a00); dots[1] = _mm512_reduce_add_epi32(a01);
-    dots[2] = _mm512_reduce_add_epi32(a02); dots[3] = _mm512_reduce_add_epi32(a03);
-    dots[4] = _mm512_reduce_add_epi32(a10); dots[5] = _mm512_reduce_add_epi32(a11);
-    dots[6] = _mm512_reduce_add_epi32(a12); dots[7] = _mm512_reduce_add_epi32(a13);
-}
-#elif defined(__AVX2__)
-#define ROWS 2
-#define QUERIES 4
-/* ROWS rows against QUERIES queries, 32 bytes a step: vpmaddubsw (pairs of u8 x s8 to int16, below saturation by
- * the queries' range), then vpmaddwd with ones (pairs of int16 to int32). Named accumulators (see above). */
-#define DOT(acc, r, q) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(r, q), ones))
-static void block(const uint8_t *restrict rows, const int8_t *restrict queries, int dim, int32_t *dots) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i a00 = _mm256_setzero_si256(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
-            a13 = a00;
-    for (int k = 0; k < dim; k += 32) {
-        __m256i r0 = _mm256_loadu_si256((const __m256i *)(rows + k));
-        __m256i r1 = _mm256_loadu_si256((const __m256i *)(rows + dim + k));
-        __m256i q = _mm256_loadu_si256((const __m256i *)(queries + k));
-        DOT(a00, r0, q); DOT(a10, r1, q);
-        q = _mm256_loadu_si256((const __m256i *)(queries + dim + k));
-        DOT(a01, r0, q); DOT(a11, r1, q);
-        q = _mm256_loadu_si256((const __m256i *)(queries + 2L * dim + k));
-        DOT(a02, r0, q); DOT(a12, r1, q);
-        q = _mm256_loadu_si256((const __m256i *)(queries + 3L * dim + k));
-        DOT(a03, r0, q); DOT(a13, r1, q);
-    }
-    _mm_storeu_si128((__m128i *)dots, sum4(a00, a01, a02, a03));
-    _mm_storeu_si128((__m128i *)(dots + 4), sum4(a10, a11, a12, a13));
+    SUMS(dots, a00, a01, a02, a03);
+    SUMS(dots + 4, a10, a11, a12, a13);
 }
 #else
+#define KERNEL "plain"
 #define ROWS 1
 #define QUERIES 1
 static void block(const uint8_t *restrict rows, const int8_t *restrict queries, int dim, int32_t *dots) {
@@ -94,17 +91,9 @@ static void block(const uint8_t *restrict rows, const int8_t *restrict queries, 
 #endif
 
 /* Which kernel this build runs (for the tests and the benchmarks' log). */
-const char *coclr_i8_kernel(void) {
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    return "avx512_vnni";
-#elif defined(__AVX2__)
-    return "avx2";
-#else
-    return "plain";
-#endif
-}
+const char *coclr_i8_kernel(void) { return KERNEL; }
 
-/* Scores of rows [i, i + ROWS... up to last) against queries [j0, j1), written into scores [n, nq]. */
+/* Scores of rows [first, last) against queries [j0, j1), written into scores [n, nq]. */
 static void tile(const uint8_t *restrict rows, const int8_t *restrict queries, const float *restrict row_scale,
                  const float *restrict query_scale, const int32_t *restrict offsets, long first, long last, int j0,
                  int j1, int nq, int dim, float *restrict scores) {
