@@ -113,3 +113,41 @@ def test_a_loader_with_workers_runs_under_a_temporary_folder_too_long_for_a_sock
     assert float(total) == sum(range(64)) and not folder.startswith(str(long))
     assert len(folder) + len("/listener-XXXXXXXX") <= 107 and not os.path.exists(folder)  # removed at exit
     assert list(long.iterdir()) == []
+
+
+_FAULTS = """
+import resource, sys
+import numpy as np
+from coclr.threads import reuse_freed_memory
+took = reuse_freed_memory() if sys.argv[1] == "reuse" else None
+
+def faults_of_a_64mb_block():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block = np.empty(64 << 20, np.uint8)
+    block[::4096] = 1  # touch every page
+    del block
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+faults_of_a_64mb_block()
+print(took, faults_of_a_64mb_block())
+"""
+
+
+def test_freed_memory_is_reused_without_faulting_again():
+    """With :func:`reuse_freed_memory` a large block freed and allocated again is the same memory, its pages
+    present: the second 64 MB block faults (almost) nowhere; without it each of its pages faults again (at least
+    one fault per 2 MB, huge pages or not)."""
+    from pathlib import Path
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("glibc's mallopt: Linux")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    results = {}
+    for mode in ("reuse", "default"):
+        run = subprocess.run([sys.executable, "-c", _FAULTS, mode], capture_output=True, text=True, env=env,
+                             timeout=120, check=True)
+        results[mode] = run.stdout.split()
+    if results["reuse"][0] != "True":
+        pytest.skip("this C library has no mallopt (not glibc)")
+    assert int(results["reuse"][1]) <= 8
+    assert int(results["default"][1]) >= 32

@@ -20,6 +20,7 @@ the OpenMP policy.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import threading
@@ -42,6 +43,30 @@ def apply_process_policy() -> bool:
         os.environ.setdefault(key, value)
     short_socket_folder()
     return "torch" not in sys.modules
+
+
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+"""glibc's ``mallopt`` parameters (``malloc.h``) that :func:`reuse_freed_memory` sets."""
+
+
+def reuse_freed_memory() -> bool:
+    """Make glibc's ``malloc`` keep the memory freed in this process for its next allocations instead of handing it
+    back to the system: large blocks from its heap, not from fresh mappings (``M_MMAP_MAX`` 0), and the heap's top
+    not trimmed (``M_TRIM_THRESHOLD`` at its largest). True where that took effect (glibc; elsewhere nothing
+    changes).
+
+    Why: a forward of the inference network on the CPU allocates its activations afresh, hundreds of MB a batch;
+    mapped and unmapped each time, every page of them faults and is zeroed again at its first touch, the same
+    pages every batch. Kept in the heap they are reused as they are (the fused S3D's forward: 1.16x,
+    docs/embed.md). The cost is that the process keeps its peak memory until it exits, so only inference on the
+    CPU (:class:`coclr.embed.embedder.Embedder`) asks for it. Later allocations only: the values computed do not
+    change."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1))
 
 
 SOCKET_PATH_MAX = 107
