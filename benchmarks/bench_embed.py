@@ -16,7 +16,9 @@ Comparison (``--compare``, and :func:`compare_embed` for ``benchmarks/compare.py
 plain script a user would write (:func:`plain_embed`: PyAV decodes every frame, OpenCV resizes it, the centre crop,
 the same windows, the same checkpoint in float32 on batches of one video's windows, the mean of the windows),
 same videos, same thread count for both (``torch.set_num_threads`` and the CPU affinity), interleaved A B B A,
-medians; the cosine between the two sides' vectors is printed as a check that both compute the same thing.
+medians; the cosine between the two sides' vectors is printed as a check that both compute the same thing. Each
+run of a side is a fresh interpreter (timed around the call only, as in one process), so that no process-wide
+setting of one side (glibc's malloc policy within :func:`~coclr.embed.run.embed_videos`) reaches the other.
 
     python benchmarks/bench_embed.py [--width 1.0] [--workers 0 1] [--search-rows 10000 100000 1000000]
     python benchmarks/bench_embed.py --compare [--threads 1 2] [--repeats 1] [--precision fp32 bf16]
@@ -25,7 +27,10 @@ medians; the cosine between the two sides' vectors is printed as a check that bo
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -179,55 +184,77 @@ def compare_embed(threads: tuple[int, ...] = (1, 2), repeats: int = 1, width: fl
     import statistics
 
     rows = []
-    saved_threads = torch.get_num_threads()
-    saved_affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     with tempfile.TemporaryDirectory(prefix="compare_embed_") as folder:
         work = Path(folder)
         paths, what = (videos, f"{len(videos)} videos") if videos else source_videos(work)
         checkpoint = save_random_encoder(work / "encoder.pth", width)
-        try:
-            for count in threads:
-                torch.set_num_threads(count)
-                if saved_affinity is not None:
-                    os.sched_setaffinity(0, sorted(saved_affinity)[:count])
-                workers = 1 if count > 1 else 0  # on one core a decoding process could only take from inference
-                for precision in precisions:
-                    mode = None if precision == "fp32" else precision
-                    times: dict[str, list[float]] = {"ours": [], "theirs": []}
-                    cpu: dict[str, list[float]] = {"ours": [], "theirs": []}
-                    vectors = {}
-                    order = ["theirs", "ours", "ours", "theirs"] * repeats
-                    for side in order:
-                        started, cpu_started = time.perf_counter(), cpu_seconds()
-                        if side == "ours":
-                            vectors[side] = ours_embed(paths, checkpoint, work / "out", workers, mode)
-                        else:
-                            vectors[side] = plain_embed(paths, checkpoint)
-                        times[side].append(time.perf_counter() - started)
-                        cpu[side].append(cpu_seconds() - cpu_started)
-                        log(f"  {count} thread(s), {precision}: {side} {times[side][-1]:.1f} s "
-                            f"(CPU {cpu[side][-1]:.1f} s, load {os.getloadavg()[0]:.1f})")
-                    cosine = float((vectors["ours"] * vectors["theirs"]).sum(axis=1).min())
-                    ours, theirs = statistics.median(times["ours"]), statistics.median(times["theirs"])
-                    ours_cpu, theirs_cpu = statistics.median(cpu["ours"]), statistics.median(cpu["theirs"])
-                    pairs = pair_ratios(times, order)
-                    rows.append({"path": "coclr embed", "compared_with": "plain PyAV + S3D script", "what": what,
-                                 "width": width, "threads": count, "precision": precision, "ours_s": ours,
-                                 "theirs_s": theirs, "ours_spread_s": max(times["ours"]) - min(times["ours"]),
-                                 "theirs_spread_s": max(times["theirs"]) - min(times["theirs"]),
-                                 "ratio": theirs / ours, "pair_ratios": pairs, "ours_cpu_s": ours_cpu,
-                                 "theirs_cpu_s": theirs_cpu, "cpu_ratio": theirs_cpu / ours_cpu,
-                                 "min_cosine": cosine,
-                                 "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else None})
-                    log(f"coclr embed vs plain script, {what}, {count} thread(s), {precision}: ours {ours:.1f} s, "
-                        f"theirs {theirs:.1f} s, ratio {theirs / ours:.2f} (within pairs: "
-                        f"{', '.join(f'{r:.2f}' for r in pairs)}); CPU time ours {ours_cpu:.1f} s, theirs "
-                        f"{theirs_cpu:.1f} s, ratio {theirs_cpu / ours_cpu:.2f}; min cosine {cosine:.5f}")
-        finally:
-            torch.set_num_threads(saved_threads)
-            if saved_affinity is not None:
-                os.sched_setaffinity(0, saved_affinity)
+        for count in threads:
+            workers = 1 if count > 1 else 0  # on one core a decoding process could only take from inference
+            for precision in precisions:
+                mode = None if precision == "fp32" else precision
+                times: dict[str, list[float]] = {"ours": [], "theirs": []}
+                cpu: dict[str, list[float]] = {"ours": [], "theirs": []}
+                vectors = {}
+                order = ["theirs", "ours", "ours", "theirs"] * repeats
+                for side in order:
+                    seconds, cpu_used, vectors[side] = run_side(side, paths, checkpoint, work, workers, mode,
+                                                                count)
+                    times[side].append(seconds)
+                    cpu[side].append(cpu_used)
+                    log(f"  {count} thread(s), {precision}: {side} {times[side][-1]:.1f} s "
+                        f"(CPU {cpu[side][-1]:.1f} s, load {os.getloadavg()[0]:.1f})")
+                cosine = float((vectors["ours"] * vectors["theirs"]).sum(axis=1).min())
+                ours, theirs = statistics.median(times["ours"]), statistics.median(times["theirs"])
+                ours_cpu, theirs_cpu = statistics.median(cpu["ours"]), statistics.median(cpu["theirs"])
+                pairs = pair_ratios(times, order)
+                rows.append({"path": "coclr embed", "compared_with": "plain PyAV + S3D script", "what": what,
+                             "width": width, "threads": count, "precision": precision, "ours_s": ours,
+                             "theirs_s": theirs, "ours_spread_s": max(times["ours"]) - min(times["ours"]),
+                             "theirs_spread_s": max(times["theirs"]) - min(times["theirs"]),
+                             "ratio": theirs / ours, "pair_ratios": pairs, "ours_cpu_s": ours_cpu,
+                             "theirs_cpu_s": theirs_cpu, "cpu_ratio": theirs_cpu / ours_cpu,
+                             "min_cosine": cosine,
+                             "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else None})
+                log(f"coclr embed vs plain script, {what}, {count} thread(s), {precision}: ours {ours:.1f} s, "
+                    f"theirs {theirs:.1f} s, ratio {theirs / ours:.2f} (within pairs: "
+                    f"{', '.join(f'{r:.2f}' for r in pairs)}); CPU time ours {ours_cpu:.1f} s, theirs "
+                    f"{theirs_cpu:.1f} s, ratio {theirs_cpu / ours_cpu:.2f}; min cosine {cosine:.5f}")
     return rows
+
+
+SIDE = "--side"
+"""The argument that makes this script run one side of the comparison (:func:`run_side`)."""
+
+
+def run_side(side: str, paths: list[Path], checkpoint: Path, work: Path, workers: int, precision: str | None,
+             threads: int) -> tuple[float, float, np.ndarray]:
+    """``(wall seconds, CPU seconds, vectors)`` of one run of ``side`` (``ours`` or ``theirs``) in a fresh
+    interpreter pinned to ``threads`` cores with as many torch threads, timed around the call alone."""
+    spec = {"side": side, "paths": [str(path) for path in paths], "checkpoint": str(checkpoint),
+            "out": str(work / "out"), "workers": workers, "precision": precision, "threads": threads,
+            "vectors": str(work / f"{side}.npy")}
+    run = subprocess.run([sys.executable, str(Path(__file__).resolve()), SIDE, json.dumps(spec)],
+                         capture_output=True, text=True, check=False)
+    if run.returncode != 0:
+        raise RuntimeError(f"the {side} side failed:\n{run.stderr[-3000:]}")
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    return result["seconds"], result["cpu"], np.load(spec["vectors"])
+
+
+def side_main(spec: dict) -> None:
+    """The child of :func:`run_side`."""
+    torch.set_num_threads(spec["threads"])
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: spec["threads"]])
+    paths = [Path(path) for path in spec["paths"]]
+    started, cpu_started = time.perf_counter(), cpu_seconds()
+    if spec["side"] == "ours":
+        vectors = ours_embed(paths, Path(spec["checkpoint"]), Path(spec["out"]), spec["workers"], spec["precision"])
+    else:
+        vectors = plain_embed(paths, Path(spec["checkpoint"]))
+    seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
+    np.save(spec["vectors"], vectors)
+    print(json.dumps({"seconds": seconds, "cpu": cpu}))
 
 
 def cpu_seconds() -> float:
@@ -287,6 +314,8 @@ def _timed(function) -> float:
 
 
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == SIDE:
+        return side_main(json.loads(sys.argv[2]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--width", type=float, default=1.0, help="S3D width (1.0: the paper's network)")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1], help="decoding worker counts to time")
@@ -306,8 +335,6 @@ def main() -> None:
         print(f"load average {os.getloadavg()}; {os.cpu_count()} cores; torch {torch.__version__}")
         rows = compare_embed(tuple(args.threads), args.repeats, args.width, args.videos, tuple(args.precision))
         if args.json:
-            import json
-
             args.json.write_text(json.dumps(rows, indent=1))
         return
     with tempfile.TemporaryDirectory(prefix="bench_embed_") as folder:

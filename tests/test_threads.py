@@ -118,8 +118,7 @@ def test_a_loader_with_workers_runs_under_a_temporary_folder_too_long_for_a_sock
 _FAULTS = """
 import resource, sys
 import numpy as np
-from coclr.threads import reuse_freed_memory
-took = reuse_freed_memory() if sys.argv[1] == "reuse" else None
+from coclr.threads import freed_memory_reused
 
 def faults_of_a_64mb_block():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -128,26 +127,26 @@ def faults_of_a_64mb_block():
     del block
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
+with freed_memory_reused() as took:
+    faults_of_a_64mb_block()
+    within = faults_of_a_64mb_block()
 faults_of_a_64mb_block()
-print(took, faults_of_a_64mb_block())
+print(took, within, faults_of_a_64mb_block())
 """
 
 
-def test_freed_memory_is_reused_without_faulting_again():
-    """With :func:`reuse_freed_memory` a large block freed and allocated again is the same memory, its pages
-    present: the second 64 MB block faults (almost) nowhere; without it each of its pages faults again (at least
-    one fault per 2 MB, huge pages or not)."""
+def test_freed_memory_is_reused_without_faulting_again_then_handed_back():
+    """Within :func:`freed_memory_reused` a large block freed and allocated again is the same memory, its pages
+    present: the second 64 MB block faults (almost) nowhere. After it, as by default, each of its pages faults again
+    (at least one fault per 2 MB, huge pages or not): the memory was handed back."""
     from pathlib import Path
 
     if not sys.platform.startswith("linux"):
         pytest.skip("glibc's mallopt: Linux")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    results = {}
-    for mode in ("reuse", "default"):
-        run = subprocess.run([sys.executable, "-c", _FAULTS, mode], capture_output=True, text=True, env=env,
-                             timeout=120, check=True)
-        results[mode] = run.stdout.split()
-    if results["reuse"][0] != "True":
+    run = subprocess.run([sys.executable, "-c", _FAULTS], capture_output=True, text=True, env=env, timeout=120,
+                         check=True)
+    took, within, after = run.stdout.split()
+    if took != "True":
         pytest.skip("this C library has no mallopt (not glibc)")
-    assert int(results["reuse"][1]) <= 8
-    assert int(results["default"][1]) >= 32
+    assert int(within) <= 8 and int(after) >= 32

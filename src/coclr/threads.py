@@ -46,27 +46,39 @@ def apply_process_policy() -> bool:
 
 
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
-"""glibc's ``mallopt`` parameters (``malloc.h``) that :func:`reuse_freed_memory` sets."""
+"""glibc's ``mallopt`` parameters (``malloc.h``) that :func:`freed_memory_reused` sets."""
+MALLOC_DEFAULTS = {M_TRIM_THRESHOLD: 128 * 1024, M_MMAP_MAX: 65536}
+"""Their glibc defaults, put back when it ends."""
 
 
-def reuse_freed_memory() -> bool:
-    """Make glibc's ``malloc`` keep the memory freed in this process for its next allocations instead of handing it
-    back to the system: large blocks from its heap, not from fresh mappings (``M_MMAP_MAX`` 0), and the heap's top
-    not trimmed (``M_TRIM_THRESHOLD`` at its largest). True where that took effect (glibc; elsewhere nothing
-    changes).
-
-    Why: a forward of the inference network on the CPU allocates its activations afresh, hundreds of MB a batch;
-    mapped and unmapped each time, every page of them faults and is zeroed again at its first touch, the same
-    pages every batch. Kept in the heap they are reused as they are (the fused S3D's forward: 1.16x,
-    docs/embed.md). The cost is that the process keeps its peak memory until it exits, so only inference on the
-    CPU (:class:`coclr.embed.embedder.Embedder`) asks for it. Later allocations only: the values computed do not
-    change."""
+def _mallopt(settings: dict[int, int]) -> bool:
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1))
+    return all([bool(mallopt(key, value)) for key, value in settings.items()])
+
+
+@contextmanager
+def freed_memory_reused() -> Iterator[bool]:
+    """Within: glibc's ``malloc`` keeps the memory freed in this process for its next allocations instead of handing
+    it back to the system (large blocks from its heap, not from fresh mappings: ``M_MMAP_MAX`` 0; the heap's top not
+    trimmed: ``M_TRIM_THRESHOLD`` at its largest). On exit the defaults again (:data:`MALLOC_DEFAULTS`) and the kept
+    memory handed back (``malloc_trim``). Yields whether it took effect (glibc; elsewhere nothing changes).
+
+    Why: a forward of the inference network on the CPU allocates its activations afresh, hundreds of MB a batch;
+    mapped and unmapped each time, every page of them faults and is zeroed again at its first touch, the same
+    pages every batch. Kept in the heap they are reused as they are (the fused S3D's forward: 1.16x,
+    docs/embed.md). :func:`coclr.embed.run.embed_videos` runs within it on the CPU. The values computed do not
+    change."""
+    took = _mallopt({M_MMAP_MAX: 0, M_TRIM_THRESHOLD: 2 ** 31 - 1})
+    try:
+        yield took
+    finally:
+        if took:
+            _mallopt(MALLOC_DEFAULTS)
+            ctypes.CDLL(None).malloc_trim(ctypes.c_size_t(0))
 
 
 SOCKET_PATH_MAX = 107

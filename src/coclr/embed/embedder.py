@@ -55,7 +55,7 @@ from coclr.interrupts import loader_worker_signals
 from coclr.models.inference import fused_for_inference
 from coclr.models.loading import load_encoder
 from coclr.progress import bar as progress_bar
-from coclr.threads import reuse_freed_memory, worker_opencv_threads
+from coclr.threads import worker_opencv_threads
 from coclr.video.decode import VideoReader
 
 CHUNK_FRAMES = 32
@@ -135,8 +135,6 @@ class Embedder:
         self.workers = workers if workers is not None else max(1, min(8, (os.cpu_count() or 2) - 1))
         self.device = pick_device(device)
         check_precision(self.settings.precision, self.device)
-        if self.device.type == "cpu":
-            reuse_freed_memory()  # the forwards' activations reuse the memory of the last ones
         checkpoints = [(self.checkpoint, checkpoint_view(self.checkpoint))]
         if self.flow_checkpoint is not None:
             checkpoints.append((self.flow_checkpoint, "flow"))

@@ -22,6 +22,7 @@ from coclr.eval.features import file_sha256
 from coclr.interrupts import interrupted
 from coclr.models.loading import checkpoint_format
 from coclr.store.jobs import shard
+from coclr.threads import freed_memory_reused
 from coclr.version import __version__
 from coclr.video.decode import DAMAGE_TOLERANCE
 
@@ -146,6 +147,8 @@ def embed_videos(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
         check_stream_alone(embedder, index, alone)
         outputs.append((folder, folder_record(alone), index))
     with contextlib.ExitStack() as stack:
+        if embedder.device.type == "cpu":  # each batch's activations reuse the memory of the last batch's
+            stack.enter_context(freed_memory_reused())
         writers = [stack.enter_context(job_writer(folder, record, flush_videos, flush_seconds))
                    for folder, record, _ in outputs]
         plan = None
