@@ -136,7 +136,9 @@ def ours_loader(config: dict[str, Any]) -> tuple[Callable[[], dict], dict]:
     from coclr.data.augment import ClipAugment  # noqa: PLC0415
     from coclr.data.batch_decode import collate_clips  # noqa: PLC0415
     from coclr.data.datasets import TrainClips  # noqa: PLC0415
+    from coclr.train.trainer import train_loader_worker  # noqa: PLC0415
 
+    train_loader_worker()  # what the training loader's workers run first: this worker is one of them
     dataset = TrainClips(config["store"], "train", ["rgb"], config["length"], num_clips=2, seed=0)
     augment = ClipAugment(size=config["size"])
     generator = torch.Generator().manual_seed(0)

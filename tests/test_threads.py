@@ -127,6 +127,12 @@ def faults_of_a_64mb_block():
     del block
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
+if sys.argv[1] == "worker":  # a training loader's worker keeps its freed memory for its life
+    from coclr.train.trainer import train_loader_worker
+    train_loader_worker(0)
+    faults_of_a_64mb_block()
+    print(faults_of_a_64mb_block())
+    sys.exit()
 with freed_memory_reused() as took:
     faults_of_a_64mb_block()
     within = faults_of_a_64mb_block()
@@ -138,15 +144,19 @@ print(took, within, faults_of_a_64mb_block())
 def test_freed_memory_is_reused_without_faulting_again_then_handed_back():
     """Within :func:`freed_memory_reused` a large block freed and allocated again is the same memory, its pages
     present: the second 64 MB block faults (almost) nowhere. After it, as by default, each of its pages faults again
-    (at least one fault per 2 MB, huge pages or not): the memory was handed back."""
+    (at least one fault per 2 MB, huge pages or not): the memory was handed back. A training loader's worker keeps
+    its freed memory from its start."""
     from pathlib import Path
 
     if not sys.platform.startswith("linux"):
         pytest.skip("glibc's mallopt: Linux")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    run = subprocess.run([sys.executable, "-c", _FAULTS], capture_output=True, text=True, env=env, timeout=120,
-                         check=True)
+    run = subprocess.run([sys.executable, "-c", _FAULTS, "context"], capture_output=True, text=True, env=env,
+                         timeout=120, check=True)
     took, within, after = run.stdout.split()
     if took != "True":
         pytest.skip("this C library has no mallopt (not glibc)")
     assert int(within) <= 8 and int(after) >= 32
+    worker = subprocess.run([sys.executable, "-c", _FAULTS, "worker"], capture_output=True, text=True, env=env,
+                            timeout=300, check=True)
+    assert int(worker.stdout.split()[-1]) <= 8  # the training loader's workers (train_loader_worker) keep theirs

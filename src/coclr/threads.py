@@ -46,9 +46,11 @@ def apply_process_policy() -> bool:
 
 
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
-"""glibc's ``mallopt`` parameters (``malloc.h``) that :func:`freed_memory_reused` sets."""
+"""glibc's ``mallopt`` parameters (``malloc.h``) that :func:`reuse_freed_memory` sets."""
+MALLOC_REUSE = {M_MMAP_MAX: 0, M_TRIM_THRESHOLD: 2 ** 31 - 1}
+"""Large blocks from the heap, not from fresh mappings; the heap's top never trimmed."""
 MALLOC_DEFAULTS = {M_TRIM_THRESHOLD: 128 * 1024, M_MMAP_MAX: 65536}
-"""Their glibc defaults, put back when it ends."""
+"""Their glibc defaults, put back when :func:`freed_memory_reused` ends."""
 
 
 def _mallopt(settings: dict[int, int]) -> bool:
@@ -60,19 +62,26 @@ def _mallopt(settings: dict[int, int]) -> bool:
     return all([bool(mallopt(key, value)) for key, value in settings.items()])
 
 
+def reuse_freed_memory() -> bool:
+    """From now on glibc's ``malloc`` keeps the memory freed in this process for its next allocations instead of
+    handing it back to the system (:data:`MALLOC_REUSE`); True where that took effect (glibc; elsewhere nothing
+    changes). For a process that repeats the same work, batch after batch, for all its life (a training loader's
+    worker, :func:`coclr.train.trainer.train_loader_worker`); :func:`freed_memory_reused` for a stretch of one.
+
+    Why: each batch allocates its large arrays afresh (decoded clips, augmented copies, a network's activations:
+    tens to hundreds of MB); as fresh mappings every page of them faults and is zeroed again at its first touch,
+    the same pages every batch. Kept in the heap they are reused as they are (the fused S3D's forward 1.36x,
+    docs/embed.md; our training loader 1.17x, docs/performance.md). The values computed do not change; the process
+    keeps its peak memory."""
+    return _mallopt(MALLOC_REUSE)
+
+
 @contextmanager
 def freed_memory_reused() -> Iterator[bool]:
-    """Within: glibc's ``malloc`` keeps the memory freed in this process for its next allocations instead of handing
-    it back to the system (large blocks from its heap, not from fresh mappings: ``M_MMAP_MAX`` 0; the heap's top not
-    trimmed: ``M_TRIM_THRESHOLD`` at its largest). On exit the defaults again (:data:`MALLOC_DEFAULTS`) and the kept
-    memory handed back (``malloc_trim``). Yields whether it took effect (glibc; elsewhere nothing changes).
-
-    Why: a forward of the inference network on the CPU allocates its activations afresh, hundreds of MB a batch;
-    mapped and unmapped each time, every page of them faults and is zeroed again at its first touch, the same
-    pages every batch. Kept in the heap they are reused as they are (the fused S3D's forward: 1.16x,
-    docs/embed.md). :func:`coclr.embed.run.embed_videos` runs within it on the CPU. The values computed do not
-    change."""
-    took = _mallopt({M_MMAP_MAX: 0, M_TRIM_THRESHOLD: 2 ** 31 - 1})
+    """Within: :func:`reuse_freed_memory`'s policy; on exit glibc's defaults again (:data:`MALLOC_DEFAULTS`) and the
+    kept memory handed back (``malloc_trim``). Yields whether it took effect. :func:`coclr.embed.run.embed_videos`
+    runs within it on the CPU."""
+    took = reuse_freed_memory()
     try:
         yield took
     finally:

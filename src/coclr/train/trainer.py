@@ -39,6 +39,7 @@ from coclr.errors import CheckpointError, CoclrError
 from coclr.eval.monitor import knn_recall
 from coclr.interrupts import interrupted, loader_worker_signals
 from coclr.progress import bar as progress_bar
+from coclr.threads import reuse_freed_memory
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.learner import Targets
 from coclr.train.sampler import EpochItems
@@ -56,6 +57,15 @@ class Position:
     epoch: int = 0
     consumed: int = 0
     global_step: int = 0
+
+
+def train_loader_worker(worker_id: int = 0) -> None:
+    """The training loader's workers (its ``worker_init_fn``): SIGTERM ends one cleanly
+    (:func:`coclr.interrupts.loader_worker_signals`), and its freed memory is kept for its next batches
+    (:func:`coclr.threads.reuse_freed_memory`: each batch's decoded and augmented clips are large arrays made
+    afresh)."""
+    loader_worker_signals(worker_id)
+    reuse_freed_memory()
 
 
 def step_generator(seed: int, epoch: int, step: int) -> torch.Generator:
@@ -259,7 +269,7 @@ class Trainer:
         loader = DataLoader(self.dataset, batch_size=config.run.batch_size, sampler=EpochItems(self.data_order),
                             num_workers=workers, collate_fn=collate_clips, pin_memory=self.device.type == "cuda",
                             persistent_workers=workers > 0, prefetch_factor=4 if workers else None, drop_last=True,
-                            worker_init_fn=loader_worker_signals)
+                            worker_init_fn=train_loader_worker)
         jsonl, writer = self._open_logs()
         queue_full = self.model.queues_full
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
