@@ -1,6 +1,6 @@
 """Process settings of the libraries we call, for every entry point: OpenMP's wait policy, PyTorch's huge-page
 allocations, a temporary folder multiprocessing's sockets fit in; OpenCV's pool size, and forking safely after
-OpenCV's pool ran.
+OpenCV's pool ran; and, for the processes that repeat one batch's work, glibc's malloc keeping freed memory.
 
 OpenMP threads that finish a parallel region spin, by default, for a while before sleeping. When another
 process keeps a core busy, a spinning thread steals the core that the thread holding the rest of the work
@@ -15,7 +15,9 @@ Large CPU tensors (a batch of clips is 50-100 MB) are fresh memory mappings each
 4 KiB page faults and zeroes it, a sizeable part of writing a normalised batch. With ``THP_MEM_ALLOC_ENABLE``
 PyTorch's CPU allocator asks for transparent huge pages (``madvise``) on allocations of 2 MiB and more, 512 times
 fewer faults (measured: docs/performance.md). PyTorch reads it once, at its first allocation, so it is set with
-the OpenMP policy.
+the OpenMP policy. Where the same large arrays are made batch after batch (a training loader's worker, the
+embedding's forwards), :func:`reuse_freed_memory` and :func:`freed_memory_reused` go further: the freed memory
+stays in glibc's heap, its pages present, and is reused without any fault.
 """
 
 from __future__ import annotations
