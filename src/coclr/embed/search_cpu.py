@@ -143,9 +143,10 @@ def pair_dots(library: ctypes.CDLL, rows: np.ndarray, queries: np.ndarray, row: 
               query: np.ndarray) -> np.ndarray:
     """``float64 [P]``: ``rows[row[p]] . queries[query[p]]`` in float64 (exact for quantised unit rows); ``rows``
     float32 ``[N, D]`` in C order (a memory map is read in place)."""
-    if not rows.flags.c_contiguous:
-        raise ValueError("pair_dots reads rows in C order")
     queries = np.ascontiguousarray(queries, np.float32)
+    if not rows.flags.c_contiguous or rows.dtype != np.float32 or rows.ndim != 2 or queries.shape[1:] != rows.shape[1:]:
+        raise ValueError(f"pair_dots reads float32 rows [N, D] in C order and queries [Q, D]: got {rows.dtype} "
+                         f"{rows.shape} and {queries.shape}")
     row, query = np.ascontiguousarray(row, np.int64), np.ascontiguousarray(query, np.int64)
     out = np.empty(len(row), np.float64)
     if len(row) and (row.min() < 0 or row.max() >= len(rows) or query.min() < 0 or query.max() >= len(queries)):
