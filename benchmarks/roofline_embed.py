@@ -8,9 +8,9 @@ Prints, from one run on this machine:
   counts the convolutions and matrix products (2 FLOPs per multiply-add), not the pooling, BatchNorm or ReLU;
 * the network alone: the fused inference network ``coclr embed`` runs on the CPU
   (:func:`coclr.models.inference.fused_for_inference`, channels-last 3D, batches of ``--batch`` windows), timed on
-  1 thread within :func:`coclr.threads.freed_memory_reused` as ``coclr embed`` runs it, and its achieved FLOP/s;
-  beside it the same network with PyTorch's max-pools in place of its C ones (:mod:`coclr.models.pool_cpu`), and
-  the ratio of the two;
+  1 thread with freed memory reused (:func:`coclr.threads.reuse_freed_memory`) as ``coclr embed`` runs it, and
+  its achieved FLOP/s; beside it the same network with PyTorch's max-pools in place of its C ones
+  (:mod:`coclr.models.pool_cpu`), and the ratio of the two;
 * the core's peak float32 rate measured from a matrix product: ``torch.mm`` of two ``--matrix`` square float32
   matrices on 1 thread (MKL's SGEMM: the best a float32 kernel reaches on this core);
 * the network's rate as a fraction of that peak, and where one forward's time goes (``torch.profiler``: self CPU
@@ -27,7 +27,6 @@ CPU's flags (:func:`coclr.cpu.describe`). ``--cpu avx2`` runs it with the kernel
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import os
 import statistics
@@ -37,7 +36,7 @@ import time
 from pathlib import Path
 
 from coclr.cpu import AVX2_LIMIT, describe, limits
-from coclr.threads import freed_memory_reused
+from coclr.threads import reuse_freed_memory
 
 HERE = Path(__file__).resolve()
 
@@ -100,8 +99,7 @@ def main() -> None:
     work = {"network": flops_per_window * args.batch, "torch_pools": flops_per_window * args.batch,
             "peak": 4 * 2 * args.matrix ** 3}
     calls = {"network": run_network, "torch_pools": run_torch_pools, "peak": run_peak}
-    stack = contextlib.ExitStack()  # as coclr embed runs it: freed activations reused (coclr.threads)
-    stack.enter_context(freed_memory_reused())
+    reuse_freed_memory()  # as coclr embed runs the network: freed activations reused (coclr.threads)
     for call in calls.values():  # warm-up: oneDNN's primitives and MKL's buffers
         call()
     rates: dict[str, list[float]] = {name: [] for name in calls}

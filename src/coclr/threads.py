@@ -61,7 +61,7 @@ def _mallopt(settings: dict[int, int]) -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return all([bool(mallopt(key, value)) for key, value in settings.items()])
+    return all([bool(mallopt(key, value)) for key, value in settings.items()])  # a list: every one is set
 
 
 def reuse_freed_memory() -> bool:

@@ -71,6 +71,7 @@ def kernel() -> str:
 
 
 def padded(dim: int) -> int:
+    """``dim`` rounded up to a multiple of :data:`ALIGN`: the length of a quantised row or query."""
     return -(-dim // ALIGN) * ALIGN
 
 
