@@ -5,7 +5,6 @@ counts and chunk sizes, the compile cache and the fallback when no compiler work
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -244,47 +243,6 @@ def test_cache_key_covers_source_compiler_flags_and_cpu(monkeypatch):
     assert all(native.cache_key(*other) != key for other in others)
     monkeypatch.setattr(native, "cpu_flags", lambda: "sse2 avx512f")
     assert native.cache_key("src", ["cc"], "gcc 12", ["-O3"]) != key
-
-
-def test_the_c_source_compiles_without_warnings(tmp_path):
-    """CI's check of the C loops: every C compiler found here (gcc, clang) with the flags of the cache and
-    ``-Wall -Wextra -Werror``."""
-    compilers = {tuple(native.find_compiler())} | {(name,) for name in ("gcc", "clang") if shutil.which(name)}
-    for compiler in sorted(compilers):
-        folder = tmp_path / compiler[0]
-        folder.mkdir()
-        built = tvl1_cpu.compile_sources(list(compiler), (*native.FLAGS, *native.WARNINGS), folder)
-        tvl1_cpu.Library(built)  # and it loads
-
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def test_the_c_source_is_package_data():
-    """The C source ships with the package: pyproject's package-data names it, so a wheel holds it (an editable
-    install reads it from src/, where it is)."""
-    tomllib = pytest.importorskip("tomllib")
-    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    assert tvl1_cpu.SOURCE.is_file()
-    assert any(tvl1_cpu.SOURCE.match(pattern) for pattern in package_data["coclr.flow"])
-
-
-@pytest.mark.slow
-def test_a_wheel_holds_the_c_source(tmp_path):
-    """A wheel built from a copy of the project holds the C source beside its module."""
-    import zipfile
-
-    pytest.importorskip("setuptools")
-    pytest.importorskip("wheel")
-    project = tmp_path / "project"
-    shutil.copytree(REPO / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(REPO / name, project / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w",
-                    str(tmp_path / "wheel"), str(project)], check=True, capture_output=True)
-    (wheel,) = (tmp_path / "wheel").glob("coclr-*.whl")
-    assert {"coclr/flow/tvl1_cpu.c", "coclr/models/pool_cpu.c", "coclr/embed/search_cpu.c"} <= set(
-        zipfile.ZipFile(wheel).namelist())
 
 
 def test_median_code_is_generated_from_the_plan():

@@ -5,8 +5,6 @@ the exact pass equal to a slow exact reference."""
 from __future__ import annotations
 
 import math
-import platform
-import shutil
 
 import numpy as np
 import pytest
@@ -128,29 +126,6 @@ def test_pair_dots_are_exact(tmp_path):
     np.testing.assert_array_equal(found, expected)
     with pytest.raises(IndexError):
         pair_dots(search_cpu.load_library(), mapped, query_units, np.array([300]), np.array([0]))
-
-
-def test_the_c_source_compiles_without_warnings(tmp_path):
-    compilers = {tuple(native.find_compiler())} | {(name,) for name in ("gcc", "clang") if shutil.which(name)}
-    for compiler in sorted(compilers):
-        x86 = platform.machine().lower() in ("x86_64", "amd64")
-        for march in ("-march=native", *(("-march=x86-64-v3", "-march=x86-64") if x86 else ())):
-            folder = tmp_path / f"{compiler[0]}{march}"
-            folder.mkdir()
-            flags = [flag for flag in (*native.FLAGS, *native.WARNINGS) if flag != "-march=native"] + [march]
-            native.compile_sources(list(compiler), flags, folder,
-                                   {search_cpu.SOURCE.name: search_cpu.SOURCE.read_text()}, "search_cpu")
-
-
-def test_the_c_source_is_package_data():
-    """pyproject's package-data names the source, so a wheel holds it (tests/test_flow_tvl1_cpu.py builds one)."""
-    from pathlib import Path
-
-    tomllib = pytest.importorskip("tomllib")
-    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
-    package_data = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]
-    assert search_cpu.SOURCE.is_file()
-    assert any(search_cpu.SOURCE.match(pattern) for pattern in package_data["coclr.embed"])
 
 
 _WITHOUT_TORCH = """

@@ -48,11 +48,12 @@ def _numpy_avx512_features() -> str:
 #: The environment of the AVX2-only kind on a CPU with AVX-512 (set before the libraries load: in a child
 #: process). PyTorch's own kernels (``ATEN_CPU_CAPABILITY``), oneDNN (``ONEDNN_MAX_CPU_ISA``: its convolutions,
 #: and bfloat16 products without AVX512_BF16/AMX), MKL (``MKL_ENABLE_INSTRUCTIONS``: PyTorch's float32 products),
-#: OpenBLAS (``OPENBLAS_CORETYPE``: NumPy's and FAISS's products), FAISS's own SIMD (``FAISS_SIMD_LEVEL``) and
-#: NumPy's loops (``NPY_DISABLE_CPU_FEATURES``).
+#: OpenBLAS (``OPENBLAS_CORETYPE``: NumPy's and FAISS's products), FAISS's own SIMD (``FAISS_SIMD_LEVEL``),
+#: NumPy's loops (``NPY_DISABLE_CPU_FEATURES``) and OpenCV's dispatched kernels (``OPENCV_CPU_DISABLE``: its
+#: AVX512_SKX code; ``cv2.getCPUFeaturesLine()`` marks it ``?``). libjpeg-turbo has no AVX-512 code.
 AVX2_LIMIT = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
               "OPENBLAS_CORETYPE": "Haswell", "FAISS_SIMD_LEVEL": "AVX2",
-              "NPY_DISABLE_CPU_FEATURES": _numpy_avx512_features()}
+              "NPY_DISABLE_CPU_FEATURES": _numpy_avx512_features(), "OPENCV_CPU_DISABLE": "AVX512-SKX"}
 
 
 def cpu_model() -> str:

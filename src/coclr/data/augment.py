@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from coclr.config import option, require
+from coclr.data.augment_cpu import crop_clip, rgb_to_planes
 from coclr.data.views import VIEW_KINDS, view_kind
 from coclr.errors import DataError
 
@@ -90,9 +91,9 @@ class AugmentOptions:
                                   "torchvision's ColorJitter)")
     gray_p: float = option(0.2, "probability of converting a clip to luminance grayscale (RGB only)")
     blur_p: float = option(0.5, "probability of Gaussian blur per clip (RGB only; sigma 0.1-2; 0 for finetuning)")
-    cpu_8bit: bool = option(True, "on CPU tensors, augment clip by clip in 8 bits with OpenCV, rounding after each "
-                                  "operation as the authors' PIL pipeline does (several times faster); false: "
-                                  "the device path's float operations")
+    cpu_8bit: bool = option(True, "on CPU tensors, augment clip by clip in 8 bits (C loops and OpenCV), rounding "
+                                  "after each operation as the authors' PIL pipeline does (several times faster); "
+                                  "false: the device path's float operations")
 
     def validate(self) -> None:
         area = tuple(self.crop_area)
@@ -214,10 +215,11 @@ class ClipAugment(AugmentOptions):
     def _cpu_clips(self, frames: Tensor, params: AugmentParams, kind: str) -> Tensor:
         """The CPU path of :meth:`apply`: ``uint8 [B, T, H, W, 3]`` -> normalised ``float [B, 3, T, S, S]``.
 
-        The operations and parameters of the device path, computed clip by clip in 8 bits with OpenCV, rounding
-        after each operation as the authors' PIL pipeline does (a few grey levels from the device path's float
-        result): each clip's working set stays in the cache, and OpenCV's 8-bit vectorised conversions and
-        filters do the per-pixel work with a quarter of float32's memory traffic.
+        The operations and parameters of the device path, computed clip by clip in 8 bits, rounding after each
+        operation as the authors' PIL pipeline does (a few grey levels from the device path's float result): each
+        clip's working set stays in the cache, and 8-bit vectorised loops do the per-pixel work with a quarter of
+        float32's memory traffic. The crop and the normalisation are :mod:`coclr.data.augment_cpu`'s C loops, the
+        colour operations and the blur OpenCV's.
         """
         batch, steps = frames.shape[:2]
         out = torch.empty((batch, 3, steps, self.size, self.size), dtype=torch.float32)
@@ -231,10 +233,7 @@ class ClipAugment(AugmentOptions):
                     np.subtract(255, clip[..., 0], out=clip[..., 0])
             else:
                 clip = colour_clip_u8(clip, params, b, self.blur_radius)
-            planar = cv2.split(clip.reshape(steps * self.size, self.size, 3))  # RGB planes (a SIMD de-interleave)
-            for channel in range(3):  # x / (255 std) - mean / std, in one vectorised pass per channel
-                cv2.addWeighted(planar[channel], scale[channel], planar[channel], 0.0, shift[channel],
-                                dst=planes[b, channel], dtype=cv2.CV_32F)
+            rgb_to_planes(np.ascontiguousarray(clip), scale, shift, planes[b])  # x / (255 std) - mean / std
         return frame_difference(out) if kind == "rgbdiff" else out
 
     def _colour(self, clips: Tensor, params: DeviceParams) -> Tensor:
@@ -374,21 +373,15 @@ def crop_resize(frames: Tensor, boxes: Tensor, flip: Tensor, size: int) -> Tenso
 def crop_resize_u8(frames: np.ndarray, box: list[float], flip: bool, size: int) -> np.ndarray:
     """:func:`crop_resize` of one clip in 8 bits: ``uint8 [T, H, W, 3]`` -> ``uint8 [T, size, size, 3]``.
 
-    The same sample positions, bilinear, edge pixels replicated (OpenCV's ``remap``: positions to 1/32 pixel,
-    the result rounded).
+    The same sample positions, bilinear, edge pixels replicated (:func:`coclr.data.augment_cpu.crop_clip`:
+    positions to 1/2048 pixel, the result rounded once).
     """
     height, width = frames.shape[1:3]
     x0, y0, w, h = box
     centres = (np.arange(size, dtype=np.float64) + 0.5) / size
-    xs = np.clip(x0 + centres * w - 0.5, 0, width - 1).astype(np.float32)
-    ys = np.clip(y0 + centres * h - 0.5, 0, height - 1).astype(np.float32)
-    if flip:
-        xs = xs[::-1]
-    map_x, map_y = cv2.convertMaps(*np.broadcast_arrays(xs[None, :], ys[:, None]), cv2.CV_16SC2)
-    out = np.empty((len(frames), size, size, 3), dtype=np.uint8)
-    for frame, target in zip(frames, out):
-        cv2.remap(frame, map_x, map_y, cv2.INTER_LINEAR, dst=target, borderMode=cv2.BORDER_REPLICATE)
-    return out
+    xs = np.clip(x0 + centres * w - 0.5, 0, width - 1)
+    ys = np.clip(y0 + centres * h - 0.5, 0, height - 1)
+    return crop_clip(frames, xs[::-1] if flip else xs, ys)
 
 
 def colour_clip_u8(clip: np.ndarray, params: AugmentParams, index: int, blur_radius: int) -> np.ndarray:
