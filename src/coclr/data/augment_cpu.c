@@ -1,7 +1,7 @@
-/* The last step of the CPU augmentation: an 8-bit RGB clip to the network's normalised float32 planes.
- * Loaded by coclr/data/augment_cpu.py.
+/* The first and last steps of the CPU augmentation: a clip's bilinear crops, and the 8-bit RGB clip to the
+ * network's normalised float32 planes. Loaded by coclr/data/augment_cpu.py.
  *
- * rgb: [pixels, 3] interleaved bytes; out: three float32 planes, plane c at out + c * plane_stride;
+ * Normalisation. rgb: [pixels, 3] interleaved bytes; out: three float32 planes, plane c at out + c * plane_stride;
  * out[c][i] = (float)rgb[i][c] * scale[c] + shift[c], the product and the sum each rounded to float32 (no FMA: the
  * build's -ffp-contract=off), so NumPy's float32 multiply and add give the same bits.
  */
@@ -20,8 +20,8 @@ int coclr_rgb_to_planes(const uint8_t *restrict rgb, float *restrict out, long p
     return 0;
 }
 
-/* Bilinear crops of a clip's frames at separable sample positions, in fixed point (the first step of the CPU
- * augmentation). Positions are given per output column and row: the two source pixels each blends and the weight
+/* Crops. Bilinear samples of a clip's frames at separable sample positions, in fixed point (the first step of
+ * the CPU augmentation). Positions are given per output column and row: the two source pixels each blends and the weight
  * of the second, in 1/COCLR_CROP_ONE (the first gets the rest). Each frame is interpolated along x on the source
  * rows the crop reads ([row_first, row_last]), then along y; the sums are exact integers, rounded once (half up):
  * out = (sum + ONE^2 / 2) / ONE^2, so any compiler and instruction set gives the same bytes.
@@ -31,6 +31,7 @@ int coclr_rgb_to_planes(const uint8_t *restrict rgb, float *restrict out, long p
  */
 #define COCLR_CROP_BITS 11
 #define COCLR_CROP_ONE (1 << COCLR_CROP_BITS)
+#define COCLR_CROP_HALF (1 << (2 * COCLR_CROP_BITS - 1))
 
 int coclr_crop_resize(const uint8_t *restrict src, long frames, int height, int width,
                       const int *restrict x_left, const int *restrict x_right, const int *restrict x_weight, int out_w,
@@ -52,11 +53,12 @@ int coclr_crop_resize(const uint8_t *restrict src, long frames, int height, int 
         }
         uint8_t *frame_out = dst + f * out_h * row_len;
         for (int i = 0; i < out_h; i++) {
-            const int *top = work + (y_top[i] - row_first) * row_len, *bottom = work + (y_bottom[i] - row_first) * row_len;
+            const int *top = work + (y_top[i] - row_first) * row_len;
+            const int *bottom = work + (y_bottom[i] - row_first) * row_len;
             const int b = y_weight[i], a = COCLR_CROP_ONE - b;
             uint8_t *out = frame_out + i * row_len;
-            for (long k = 0; k < row_len; k++)
-                out[k] = (uint8_t)((top[k] * a + bottom[k] * b + (1 << (2 * COCLR_CROP_BITS - 1))) >> (2 * COCLR_CROP_BITS));
+            for (long k = 0; k < row_len; k++)  /* at most 255 * ONE^2 + ONE^2 / 2 < 2^31 */
+                out[k] = (uint8_t)((top[k] * a + bottom[k] * b + COCLR_CROP_HALF) >> (2 * COCLR_CROP_BITS));
         }
     }
     return 0;
