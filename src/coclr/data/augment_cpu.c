@@ -23,8 +23,8 @@ int coclr_rgb_to_planes(const uint8_t *restrict rgb, float *restrict out, long p
 /* Crops. Bilinear samples of a clip's frames at separable sample positions, in fixed point (the first step of
  * the CPU augmentation). Positions are given per output column and row: the two source pixels each blends and
  * the weight of the second, in 1/COCLR_CROP_ONE (the first gets the rest). Each frame is interpolated along x on
- * the source rows the crop reads ([row_first, row_last]), then along y; the sums are exact integers, rounded once (half up):
- * out = (sum + ONE^2 / 2) / ONE^2, so any compiler and instruction set gives the same bytes.
+ * the source rows the crop reads ([row_first, row_last]), then along y; the sums are exact integers, rounded
+ * once (half up): out = (sum + ONE^2 / 2) / ONE^2, so any compiler and instruction set gives the same bytes.
  *
  * src: [frames, height, width, 3]; dst: [frames, out_h, out_w, 3]; work: (row_last - row_first + 1) * out_w * 3
  * int32. Returns 0.
