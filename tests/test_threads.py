@@ -133,6 +133,19 @@ if sys.argv[1] == "worker":  # a training loader's worker keeps its freed memory
     faults_of_a_64mb_block()
     print(faults_of_a_64mb_block())
     sys.exit()
+if sys.argv[1] == "nested":  # an inner stretch's end keeps the outer's policy; a policy for life outlasts both
+    with freed_memory_reused():
+        with freed_memory_reused():
+            pass
+        faults_of_a_64mb_block()
+        inner_ended = faults_of_a_64mb_block()
+    from coclr.threads import reuse_freed_memory
+    reuse_freed_memory()
+    with freed_memory_reused():
+        pass
+    faults_of_a_64mb_block()
+    print(inner_ended, faults_of_a_64mb_block())
+    sys.exit()
 with freed_memory_reused() as took:
     faults_of_a_64mb_block()
     within = faults_of_a_64mb_block()
@@ -145,7 +158,7 @@ def test_freed_memory_is_reused_without_faulting_again_then_handed_back():
     """Within :func:`freed_memory_reused` a large block freed and allocated again is the same memory, its pages
     present: the second 64 MB block faults (almost) nowhere. After it, as by default, each of its pages faults again
     (at least one fault per 2 MB, huge pages or not): the memory was handed back. A training loader's worker keeps
-    its freed memory from its start."""
+    its freed memory from its start; stretches nest, and one ending leaves a policy set for the process's life."""
     from pathlib import Path
 
     if not sys.platform.startswith("linux"):
@@ -160,3 +173,6 @@ def test_freed_memory_is_reused_without_faulting_again_then_handed_back():
     worker = subprocess.run([sys.executable, "-c", _FAULTS, "worker"], capture_output=True, text=True, env=env,
                             timeout=300, check=True)
     assert int(worker.stdout.split()[-1]) <= 8  # the training loader's workers (train_loader_worker) keep theirs
+    nested = subprocess.run([sys.executable, "-c", _FAULTS, "nested"], capture_output=True, text=True, env=env,
+                            timeout=120, check=True)
+    assert [int(n) <= 8 for n in nested.stdout.split()] == [True, True]

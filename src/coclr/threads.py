@@ -75,21 +75,36 @@ def reuse_freed_memory() -> bool:
     the same pages every batch. Kept in the heap they are reused as they are (the fused S3D's forward 1.36x,
     docs/embed.md; our training loader 1.17x, docs/performance.md). The values computed do not change; the process
     keeps its peak memory."""
-    return _mallopt(MALLOC_REUSE)
+    with _REUSE_LOCK:
+        took = _mallopt(MALLOC_REUSE)
+        _REUSE["for_life"] = _REUSE["for_life"] or took
+        return took
+
+
+_REUSE_LOCK = threading.Lock()
+_REUSE = {"for_life": False, "open": 0}
+"""Whether :func:`reuse_freed_memory` set the policy for the process's life, and how many
+:func:`freed_memory_reused` stretches are open: glibc's defaults come back only when neither holds."""
 
 
 @contextmanager
 def freed_memory_reused() -> Iterator[bool]:
-    """Within: :func:`reuse_freed_memory`'s policy; on exit glibc's defaults again (:data:`MALLOC_DEFAULTS`) and the
-    kept memory handed back (``malloc_trim``). Yields whether it took effect. :func:`coclr.embed.run.embed_videos`
-    runs within it on the CPU."""
-    took = reuse_freed_memory()
+    """Within: :func:`reuse_freed_memory`'s policy; when the last open stretch ends (they nest, in any threads),
+    glibc's defaults again (:data:`MALLOC_DEFAULTS`) and the kept memory handed back (``malloc_trim``), unless the
+    process set the policy for its life. Yields whether it took effect. :func:`coclr.embed.run.embed_videos` runs
+    within it on the CPU."""
+    with _REUSE_LOCK:
+        took = _mallopt(MALLOC_REUSE)
+        _REUSE["open"] += took
     try:
         yield took
     finally:
         if took:
-            _mallopt(MALLOC_DEFAULTS)
-            ctypes.CDLL(None).malloc_trim(ctypes.c_size_t(0))
+            with _REUSE_LOCK:
+                _REUSE["open"] -= 1
+                if not _REUSE["open"] and not _REUSE["for_life"]:
+                    _mallopt(MALLOC_DEFAULTS)
+                    ctypes.CDLL(None).malloc_trim(ctypes.c_size_t(0))
 
 
 SOCKET_PATH_MAX = 107
