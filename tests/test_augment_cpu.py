@@ -80,6 +80,31 @@ def test_the_c_crops_are_numpys_integers_and_the_float_crop_rounded(monkeypatch,
         assert error.max() <= 0.5 + 2 * 255 / 4096 and error.mean() < 0.3, box
 
 
+@needs_compiler
+def test_same_bits_on_every_instruction_set(monkeypatch, tmp_path):
+    """The loops compiled for the baseline, for AVX2 (the AVX2-only CPU kind) and for this CPU (AVX-512 here, where
+    it has it) give the same crops and planes, byte for byte."""
+    marches = [None, "-march=native"] + (["-march=x86-64-v3"] if {"avx2", "fma"} <= set(native.cpu_flags().split())
+                                         else [])
+    frames, rgb = _frames(5, 57, 83, 11), _image(256 * 301, 12)
+    results = []
+    for index, march in enumerate(marches):
+        flags = [flag for flag in native.FLAGS if flag != "-march=native"] + ([march] if march else [])
+        (tmp_path / str(index)).mkdir()
+        built = native.compile_sources(native.find_compiler(), flags, tmp_path / str(index),
+                                       {augment_cpu.SOURCE.name: augment_cpu.SOURCE.read_text()}, "augment_cpu")
+        library = augment_cpu._load(built)
+        monkeypatch.setattr(augment_cpu, "load_library", lambda library=library: library)
+        crops = [crop_resize_u8(frames, [x0 * 83 / 31, y0 * 57 / 23, w * 83 / 31, h * 57 / 23], flip, 37)
+                 for x0, y0, w, h, flip in CROPS]
+        planes = np.empty((3, len(rgb)), np.float32)
+        rgb_to_planes(rgb, SCALE, SHIFT, planes)
+        results.append((crops, planes))
+    for crops, planes in results[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(crops, results[0][0])), marches
+        assert np.array_equal(planes.view(np.uint32), results[0][1].view(np.uint32)), marches
+
+
 def test_crops_take_any_frames_and_refuse_positions_outside(monkeypatch):
     frames = _frames(3, 9, 12, 7)
     xs, ys = np.linspace(0, 11, 5), np.linspace(0.5, 8, 4)

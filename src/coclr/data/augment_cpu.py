@@ -41,8 +41,9 @@ def build_library(folder: Path | None = None) -> Path:
     return native.build_library("augment_cpu", {SOURCE.name: SOURCE.read_text()}, folder)
 
 
-def _load() -> ctypes.CDLL:
-    library = ctypes.CDLL(str(build_library()))
+def _load(path: Path | None = None) -> ctypes.CDLL:
+    """The library at ``path`` (default: :func:`build_library`'s), its functions' argument types set."""
+    library = ctypes.CDLL(str(path or build_library()))
     function = library.coclr_rgb_to_planes
     function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
                          ctypes.c_long, ctypes.c_long]
