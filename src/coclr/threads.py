@@ -64,6 +64,12 @@ def _mallopt(settings: dict[int, int]) -> bool:
     return all([bool(mallopt(key, value)) for key, value in settings.items()])  # a list: every one is set
 
 
+_REUSE_LOCK = threading.Lock()
+_REUSE = {"for_life": False, "open": 0}
+"""Whether :func:`reuse_freed_memory` set the policy for the process's life, and how many
+:func:`freed_memory_reused` stretches are open: glibc's defaults come back only when neither holds."""
+
+
 def reuse_freed_memory() -> bool:
     """From now on glibc's ``malloc`` keeps the memory freed in this process for its next allocations instead of
     handing it back to the system (:data:`MALLOC_REUSE`); True where that took effect (glibc; elsewhere nothing
@@ -79,12 +85,6 @@ def reuse_freed_memory() -> bool:
         took = _mallopt(MALLOC_REUSE)
         _REUSE["for_life"] = _REUSE["for_life"] or took
         return took
-
-
-_REUSE_LOCK = threading.Lock()
-_REUSE = {"for_life": False, "open": 0}
-"""Whether :func:`reuse_freed_memory` set the policy for the process's life, and how many
-:func:`freed_memory_reused` stretches are open: glibc's defaults come back only when neither holds."""
 
 
 @contextmanager

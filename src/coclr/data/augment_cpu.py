@@ -5,7 +5,7 @@ ends it with ``x * scale[c] + shift[c]`` per channel into the model's planar ``[
 
 * :func:`crop_clip` interpolates along x on the source rows the crop reads, then along y, in fixed point
   (positions to 1/2048 pixel, one rounding): OpenCV's ``remap`` takes each output pixel's four neighbours with
-  positions to 1/32 pixel and is not separable, about three times slower.
+  positions to 1/32 pixel, not using that the crop's positions are separable (slower, docs/performance.md).
 * :func:`rgb_to_planes` reads the interleaved bytes once and writes the three planes; OpenCV needs a de-interleave
   (``split``) and one conversion per channel, four passes over the clip.
 
