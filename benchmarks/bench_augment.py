@@ -3,9 +3,13 @@
 Prints clips/s for batches of 32-frame clips of 128x171 stored frames cropped to 128x128: the whole training
 augmentation (RGB alone, and RGB + flow sharing crops) on the CPU with one thread and with all threads, and on
 the GPU when there is one; and the vectorised crop (one grid_sample for the batch) against a per-clip loop of
-slicing + F.interpolate, measured in the same run (best of ``--repeats`` timings each).
+slicing + F.interpolate, measured in the same run (best of ``--repeats`` timings each). Then the CPU 8-bit
+path's C loops (coclr.data.augment_cpu, 1 thread) against the OpenCV calls a user would write for the same work,
+timed alternately (A B B A) on the same clips: the sub-pixel crop of every frame (``cv2.remap`` with fixed-point
+maps, one call per frame) and the normalisation into float32 planes (``cv2.split`` + one ``cv2.addWeighted`` per
+channel); medians and their ratio.
 
-    python benchmarks/bench_augment.py [--batch 16] [--frames 32] [--repeats 3]
+    python benchmarks/bench_augment.py [--batch 16] [--frames 32] [--repeats 3] [--rounds 8]
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ import os
 import time
 from collections.abc import Callable
 
+import cv2
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from coclr.data.augment import ClipAugment, crop_resize
+from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD, ClipAugment, crop_resize
+from coclr.data.augment_cpu import crop_clip, load_library, rgb_to_planes
 
 
 def per_clip_crop(frames: torch.Tensor, boxes: torch.Tensor, flip: torch.Tensor, size: int) -> torch.Tensor:
@@ -64,11 +71,67 @@ def run(device: torch.device, batch: int, frames: int, repeats: int, label: str)
           f"ratio {loop / vectorised:5.2f}x")
 
 
+def opencv_crop(frames: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """The crop with OpenCV: ``remap`` of each frame at the same positions (maps to 1/32 pixel)."""
+    maps = cv2.convertMaps(*np.broadcast_arrays(xs[None, :].astype(np.float32), ys[:, None].astype(np.float32)),
+                           cv2.CV_16SC2)
+    out = np.empty((len(frames), len(ys), len(xs), 3), np.uint8)
+    for frame, target in zip(frames, out):
+        cv2.remap(frame, *maps, cv2.INTER_LINEAR, dst=target, borderMode=cv2.BORDER_REPLICATE)
+    return out
+
+
+def opencv_planes(clip: np.ndarray, scale: list[float], shift: list[float], out: np.ndarray) -> None:
+    """The normalisation with OpenCV: the planes split, then each converted with its scale and shift."""
+    for channel, plane in enumerate(cv2.split(clip.reshape(-1, clip.shape[-2], 3))):
+        cv2.addWeighted(plane, scale[channel], plane, 0.0, shift[channel], dst=out[channel], dtype=cv2.CV_32F)
+
+
+def alternate(ours: Callable[[], object], theirs: Callable[[], object], rounds: int) -> tuple[float, float]:
+    """Median times of ``ours`` and ``theirs``, called A B B A ``rounds`` times after one warm-up each."""
+    times: dict[int, list[float]] = {0: [], 1: []}
+    calls = (ours, theirs)
+    for fn in calls:
+        fn()
+    for order in [(0, 1), (1, 0)] * rounds:
+        for side in order:
+            start = time.perf_counter()
+            calls[side]()
+            times[side].append(time.perf_counter() - start)
+    return float(np.median(times[0])), float(np.median(times[1]))
+
+
+def c_loops_against_opencv(frames: int, rounds: int) -> None:
+    if load_library() is None:
+        print("C loops: not built here (no C compiler), nothing to compare")
+        return
+    torch.set_num_threads(1)
+    cv2.setNumThreads(1)
+    rng = np.random.default_rng(0)
+    clip = cv2.GaussianBlur(rng.integers(0, 256, (frames * 128, 171, 3), dtype=np.uint8), (0, 0), 1.5)
+    clip = clip.reshape(frames, 128, 171, 3)
+    centres = (np.arange(128) + 0.5) / 128
+    xs, ys = 13.3 + centres * 120.4 - 0.5, 7.9 + centres * 101.7 - 0.5  # a box of 120.4 x 101.7 at (13.3, 7.9)
+    ours, theirs = alternate(lambda: crop_clip(clip, xs, ys), lambda: opencv_crop(clip, xs, ys), rounds)
+    print(f"crop of {frames} frames, 1 thread: C {ours * 1e3:7.2f} ms, OpenCV remap {theirs * 1e3:7.2f} ms, "
+          f"ratio {theirs / ours:5.2f}x")
+    cropped = crop_clip(clip, xs, ys)
+    scale = [1 / (255 * s) for s in IMAGENET_STD]
+    shift = [-m / s for m, s in zip(IMAGENET_MEAN, IMAGENET_STD)]
+    out = np.empty((3, frames * 128 * 128), np.float32)
+    planes = out.reshape(3, frames * 128, 128)
+    ours, theirs = alternate(lambda: rgb_to_planes(cropped, scale, shift, out),
+                             lambda: opencv_planes(cropped, scale, shift, planes), rounds)
+    print(f"normalisation of {frames} frames, 1 thread: C {ours * 1e3:7.2f} ms, OpenCV split + addWeighted "
+          f"{theirs * 1e3:7.2f} ms, ratio {theirs / ours:5.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=16, help="clips per batch")
     parser.add_argument("--frames", type=int, default=32, help="frames per clip")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per figure (the best is kept)")
+    parser.add_argument("--rounds", type=int, default=8, help="A B B A rounds of the C loops against OpenCV")
     args = parser.parse_args()
     print(f"batch {args.batch} x {args.frames} frames of 128x171 -> 128x128, torch {torch.__version__}")
     cores = os.cpu_count() or 1
@@ -80,6 +143,7 @@ def main() -> None:
     if torch.cuda.is_available():
         run(torch.device("cuda"), max(args.batch, 32), args.frames, args.repeats,
             f"GPU {torch.cuda.get_device_name()}")
+    c_loops_against_opencv(args.frames, args.rounds)
 
 
 if __name__ == "__main__":
