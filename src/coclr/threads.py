@@ -79,7 +79,7 @@ def reuse_freed_memory() -> bool:
     Why: each batch allocates its large arrays afresh (decoded clips, augmented copies, a network's activations:
     tens to hundreds of MB); as fresh mappings every page of them faults and is zeroed again at its first touch,
     the same pages every batch. Kept in the heap they are reused as they are (the fused S3D's forward 1.36x,
-    docs/embed.md; our training loader 1.17x, docs/performance.md). The values computed do not change; the process
+    docs/embed.md; our training loader 1.17x, docs/training_speed.md). The values computed do not change; the process
     keeps its peak memory."""
     with _REUSE_LOCK:
         took = _mallopt(MALLOC_REUSE)
