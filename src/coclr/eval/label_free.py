@@ -10,15 +10,27 @@
   perfect alignment and uniformity 0.
 - **effective rank** of the video features (:func:`coclr.eval.health.effective_rank`), and **collapse** judged
   without labels by :func:`coclr.eval.health.feature_health` (no spread, or features along one line).
+- **RankMe** (Garrido et al., "RankMe: Assessing the Downstream Performance of Pretrained Self-Supervised
+  Representations by Their Rank", ICML 2023) on the centred video features: the exponential of the entropy of
+  their normalised singular values (the effective rank weighs the eigenvalues, their squares).
 - **neighbour agreement** of two views: how often a video's nearest other video is the same one for the RGB
-  and for the flow encoder (chance: one over the videos less one). CoCLR's premise is that the views agree on
-  which videos are alike; agreement that rises over the cycles is the co-training working.
+  and for the flow encoder (chance: one over the videos less one), and its k-nearest form
+  (:func:`neighbour_overlap`: the share of a video's k nearest shared by two encoders). CoCLR's premise is that
+  the views agree on which videos are alike; agreement that rises over the cycles is the co-training working.
+- **temporal retrieval**: how often a video's first half (the mean of its first windows) finds its own second half
+  as the nearest among every video's second half; and **neighbour stability**: the share of a video's k nearest
+  others that are the same whether the videos are seen through their first or their second halves. Both ask
+  whether the features say more about which video (and which kind of video) it is than about the moment.
+
+Every ranking here compares videos by the cosine of their centred features, scored exactly
+(:mod:`coclr.eval.exact`), ties to the lower index, so the measures do not depend on the CPU or the order of work.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from coclr.eval.exact import gallery_mean, unit_rows
 from coclr.eval.health import effective_rank, feature_health
 
 MAX_PAIRS_ROWS = 4096
@@ -68,13 +80,39 @@ def uniformity(features: np.ndarray, t: float = 2.0) -> float | None:
     return float(peak + np.log(np.exp(values - peak).mean()))
 
 
-def nearest_others(features: np.ndarray) -> np.ndarray:
-    """The index of each row's most similar other row (cosine after centring; ties to the lower index)."""
-    x = np.asarray(features, dtype=np.float64)
-    x = _unit(x - x.mean(axis=0))
-    scores = x @ x.T
+NEIGHBOURS = 5
+"""The k of the k-nearest measures (fewer for fewer videos: :func:`neighbour_count`)."""
+
+
+def neighbour_count(videos: int, k: int = NEIGHBOURS) -> int:
+    """``k``, or fewer for few videos (at most the videos less two, so that a neighbour set is never every other
+    video), at least 1."""
+    return max(1, min(k, videos - 2))
+
+
+def similarities(queries: np.ndarray, gallery: np.ndarray | None = None) -> np.ndarray:
+    """``float64 [Q, G]``: the cosine of each query and gallery row after centring both by the gallery's mean (the
+    queries' own without a gallery), exact whatever the order of work (:mod:`coclr.eval.exact`)."""
+    others = queries if gallery is None else gallery
+    mean = gallery_mean(np.asarray(others, dtype=np.float64))
+    q = unit_rows(queries, mean).astype(np.float64)
+    g = q if gallery is None else unit_rows(gallery, mean).astype(np.float64)
+    return q @ g.T
+
+
+def nearest(scores: np.ndarray, k: int) -> np.ndarray:
+    """``[Q, k]``: the columns of each row's ``k`` largest scores, best first, ties to the lower column (a stable
+    sort)."""
+    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+
+
+def nearest_others(features: np.ndarray, k: int = 1) -> np.ndarray:
+    """The indices of each row's ``k`` most similar other rows (cosine after centring; ties to the lower index):
+    ``[N]`` for ``k`` 1, else ``[N, k]``."""
+    scores = similarities(features)
     np.fill_diagonal(scores, -np.inf)
-    return scores.argmax(axis=1)
+    found = nearest(scores, k)
+    return found[:, 0] if k == 1 else found
 
 
 def neighbour_agreement(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -85,16 +123,58 @@ def neighbour_agreement(a: np.ndarray, b: np.ndarray) -> float | None:
     return float((nearest_others(a) == nearest_others(b)).mean())
 
 
+def _overlap(a: np.ndarray, b: np.ndarray) -> float:
+    """The mean over rows of the share of ``a``'s indices that are also in ``b``'s (``[N, k]`` each)."""
+    return float(np.mean([len(set(x) & set(y)) / a.shape[1] for x, y in zip(a.tolist(), b.tolist())]))
+
+
+def neighbour_overlap(a: np.ndarray, b: np.ndarray, k: int = NEIGHBOURS) -> float | None:
+    """The share of a video's ``k`` nearest other videos (:func:`neighbour_count`) that are the same in ``a`` and
+    in ``b`` (rows: the same videos), averaged over the videos; None for fewer than three videos."""
+    if len(a) < 3:
+        return None
+    k = neighbour_count(len(a), k)
+    return _overlap(nearest_others(a, k).reshape(len(a), k), nearest_others(b, k).reshape(len(b), k))
+
+
+def rankme(centered: np.ndarray, eps: float = 1e-7) -> float:
+    """RankMe: exp of the entropy of the normalised singular values of ``centered`` (0 for no spread)."""
+    values = np.linalg.svd(np.asarray(centered, dtype=np.float64), compute_uv=False)
+    total = values.sum()
+    if total <= 0:
+        return 0.0
+    share = values / total + eps
+    return float(np.exp(-(share * np.log(share)).sum()))
+
+
+def temporal_retrieval(first: np.ndarray, second: np.ndarray) -> float | None:
+    """The share of videos whose ``first`` half finds its own ``second`` half as the nearest among every video's
+    second half (cosine, centred by the second halves' mean; ties to the lower index: a constant encoder scores
+    one video in all); None for fewer than two videos."""
+    if len(first) < 2:
+        return None
+    return float((nearest(similarities(first, second), 1)[:, 0] == np.arange(len(first))).mean())
+
+
+def neighbour_stability(first: np.ndarray, second: np.ndarray, k: int = NEIGHBOURS) -> float | None:
+    """The share of a video's ``k`` nearest other videos that are the same by the videos' ``first`` halves and by
+    their ``second`` halves (:func:`neighbour_overlap` of the two); None for fewer than three videos."""
+    return neighbour_overlap(first, second, k)
+
+
 def quality(video_features: np.ndarray, windows: np.ndarray | None = None,
             window_videos: np.ndarray | None = None) -> dict[str, float | bool | None]:
-    """The label-free measures of one encoder's features: ``effective_rank``, ``uniformity``, ``alignment`` (with
-    the window features and the video of each window) and ``collapsed`` (no spread, or one line:
+    """The label-free measures of one encoder's features: ``effective_rank``, ``rankme``, ``uniformity``, with the
+    window features and the video of each window ``alignment``, ``temporal_retrieval`` and
+    ``neighbour_stability`` (on the videos of two windows or more), and ``collapsed`` (no spread, or one line:
     :func:`~coclr.eval.health.feature_health` without labels)."""
     x = np.asarray(video_features, dtype=np.float64)
     health = feature_health(x)
     mean = x.mean(axis=0)
     first, second = (halves(windows, window_videos) if windows is not None and window_videos is not None
                      else (np.zeros((0, x.shape[1])), np.zeros((0, x.shape[1]))))
-    return {"effective_rank": effective_rank(x - mean), "uniformity": uniformity(x - mean),
-            "alignment": alignment(first - mean, second - mean), "videos": len(x),
+    return {"effective_rank": effective_rank(x - mean), "rankme": rankme(x - mean),
+            "uniformity": uniformity(x - mean), "alignment": alignment(first - mean, second - mean),
+            "temporal_retrieval": temporal_retrieval(first, second),
+            "neighbour_stability": neighbour_stability(first, second), "videos": len(x),
             "collapsed": bool(health["degenerate"])}
