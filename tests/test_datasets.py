@@ -105,3 +105,36 @@ def test_videos_whose_view_failed_are_left_out_and_unbuilt_views_are_an_error(tm
     assert len(trainer.dataset) == 8
     out = capsys.readouterr().out
     assert "left out 1 'train' video(s) whose jobs failed" in out and str(store_root / "failed_flow.json") in out
+
+
+def test_stretches_of_long_videos_are_instances_and_whole_short_videos_are_one(tmp_path):
+    """``segment_frames``: each video is cut into stretches, each an instance whose two clips lie inside it; a video
+    shorter than two stretches is one instance; when every video is one, the samples are those without stretches."""
+    from coclr.data.sampling import segment_counts, segments_of
+
+    assert segments_of([10, 33, 40, 5], 16).tolist() == [[0, 0, 10], [1, 0, 16], [1, 16, 17], [2, 0, 16],
+                                                         [2, 16, 24], [3, 0, 5]]
+    assert segment_counts([10, 33, 40, 5], 16).tolist() == [1, 2, 2, 1]
+    assert segments_of([10, 33], None).tolist() == [[0, 0, 10], [1, 0, 33]]
+    store = make_random_store(tmp_path / "long", videos=3, frames=41, size=(16, 16))
+    dataset = TrainClips(store, "train", ["rgb", "flow"], length=4, seed=1, segment_frames=10)
+    assert len(dataset) == 3 * 4  # 40 aligned frames each: four stretches of 10
+    for epoch in range(3):
+        dataset.set_epoch(epoch)
+        for item in range(len(dataset)):
+            sample = dataset[item]
+            video, first, frames = dataset.segments[item]
+            assert int(sample["video"]) == item
+            for clip in sample["rgb"]:  # frames are random: find each clip's frames in its video
+                whole = dataset._read_frames(dataset.entries[video].path, "rgb", np.arange(41))
+                starts = [s for s in range(41 - 3) if np.array_equal(whole[s: s + 4], clip.numpy())]
+                assert starts and first <= starts[0] and starts[0] + 4 <= first + frames
+    short = make_random_store(tmp_path / "short", videos=4, frames=12, size=(16, 16))
+    whole = TrainClips(short, "train", ["rgb", "flow"], length=4, seed=2)
+    cut = TrainClips(short, "train", ["rgb", "flow"], length=4, seed=2, segment_frames=8)  # 11 frames: one
+    assert len(cut) == len(whole) == 4
+    _assert_same(_samples(whole, 0), _samples(cut, 0))
+    with pytest.raises(ValueError, match="segment_frames"):
+        TrainClips(short, "train", ["rgb"], length=4, segment_frames=0)
+    with pytest.raises(ConfigError, match="segment_frames"):
+        from_dict(DataOptions, {"store": "x", "segment_frames": 0})

@@ -3,6 +3,7 @@ training and continued), its outputs, its report in a real browser, and its refu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -127,6 +129,44 @@ def test_neighbour_agreement_and_collapse():
     windows = np.repeat(x, 2, axis=0) + rng.normal(scale=0.01, size=(60, 8))
     measured = quality(x, windows, np.repeat(np.arange(30), 2))
     assert measured["alignment"] < 0.01 and measured["effective_rank"] > 5
+
+
+def _nearest_by_loop(queries: np.ndarray, gallery: np.ndarray, k: int, skip_self: bool) -> list[list[int]]:
+    """The k most similar gallery rows of each query by cosine after centring by the gallery's mean, ties to the
+    lower index, one pair at a time (the slow, obvious reference)."""
+    mean = gallery.mean(axis=0)
+    unit = [(v - mean) / np.linalg.norm(v - mean) for v in gallery]
+    found = []
+    for i, query in enumerate(queries):
+        q = (query - mean) / np.linalg.norm(query - mean)
+        scored = [(-float(q @ g), j) for j, g in enumerate(unit) if not (skip_self and j == i)]
+        found.append([j for _, j in sorted(scored)[:k]])
+    return found
+
+
+def test_the_new_label_free_measures_match_their_definitions():
+    from coclr.eval.label_free import neighbour_overlap, neighbour_stability, rankme, temporal_retrieval
+
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(size=(25, 6)), rng.normal(size=(25, 6))
+    near_a, near_b = _nearest_by_loop(a, a, 5, True), _nearest_by_loop(b, b, 5, True)
+    expected = np.mean([len(set(x) & set(y)) / 5 for x, y in zip(near_a, near_b)])
+    assert neighbour_overlap(a, b) == pytest.approx(expected)
+    assert neighbour_overlap(a, 2 * a + 1) == 1.0 and neighbour_stability(a, a) == 1.0
+    assert neighbour_overlap(a[:4], b[:4], k=5) is not None  # fewer videos: k shrinks to videos - 2
+    second = a + rng.normal(scale=0.5, size=a.shape)
+    own = [row[0] == i for i, row in enumerate(_nearest_by_loop(a, second, 1, False))]
+    assert temporal_retrieval(a, second) == pytest.approx(np.mean(own)) and 0.3 < np.mean(own) < 1
+    assert temporal_retrieval(np.ones((6, 4)), np.ones((6, 4))) == pytest.approx(1 / 6)  # ties: the first video
+    singular = np.linalg.svd(a - a.mean(axis=0), compute_uv=False)
+    share = singular / singular.sum() + 1e-7
+    assert rankme(a - a.mean(axis=0)) == pytest.approx(np.exp(-(share * np.log(share)).sum()))
+    assert rankme(np.zeros((5, 3))) == 0.0
+    line = np.outer(rng.normal(size=25), rng.normal(size=6))
+    assert rankme(line - line.mean(axis=0)) == pytest.approx(1.0, abs=1e-4)
+    windows = np.repeat(a, 2, axis=0) + rng.normal(scale=0.01, size=(50, 6))
+    measured = quality(a, windows, np.repeat(np.arange(25), 2))
+    assert measured["temporal_retrieval"] == 1.0 and measured["neighbour_stability"] > 0.9
 
 
 def test_progress_bars_report_to_an_observer_and_stay_silent(capsys):
@@ -420,3 +460,220 @@ def test_the_command_line_of_a_finished_run(learnt, capsys):
     assert str(out / "embeddings" / "two_stream") in printed
     assert main(["learn", str(videos), "--out", str(out), "--budget", "soon"]) == 2
     assert "--budget: 'soon' is not a duration" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ the exported stage
+
+
+def _stage(view: str, collapsed: bool = False, **measures) -> dict:
+    return {"view": view, "method": "x", "collapsed": collapsed, **measures}
+
+
+def test_the_exported_stage_is_never_a_collapsed_one_and_is_said_why():
+    from coclr.learn.stages import choose_exports, export_line
+
+    stages = {"infonce_rgb": _stage("rgb", agreement=0.2), "infonce_flow": _stage("flow", agreement=0.5),
+              "cycle1_rgb": _stage("rgb", agreement=0.4), "cycle1_flow": _stage("flow", agreement=0.3),
+              "cycle2_rgb": _stage("rgb", True, agreement=0.9), "cycle2_flow": _stage("flow", True)}
+    last = choose_exports(stages, "last")
+    assert {view: entry["stage"] for view, entry in last.items()} == {"rgb": "cycle1_rgb", "flow": "cycle1_flow"}
+    assert last["flow"]["reason"].startswith("cycle2_flow collapsed") and not last["flow"]["collapsed"]
+    best = choose_exports(stages, "agreement")
+    assert best["rgb"]["stage"] == "cycle1_rgb" and best["flow"]["stage"] == "infonce_flow"  # cycle2_rgb collapsed
+    assert "exported infonce_flow as encoder_flow (cycle2_flow collapsed; the best agreement" in export_line(best)
+    lower = choose_exports({"a_rgb": _stage("rgb", alignment=0.3), "b_rgb": _stage("rgb", alignment=0.1),
+                            "c_rgb": _stage("rgb", alignment=None)}, "alignment")
+    assert lower["rgb"]["stage"] == "b_rgb"  # lower alignment is better; a stage without a value ranks last
+    ties = choose_exports({"a_rgb": _stage("rgb", rankme=2.0), "b_rgb": _stage("rgb", rankme=2.0)}, "rankme")
+    assert ties["rgb"]["stage"] == "b_rgb"  # ties to the later stage
+    dead = choose_exports({"infonce_flow": _stage("flow", True), "cycle1_flow": _stage("flow", True)})
+    assert dead["flow"] == {"stage": "cycle1_flow", "collapsed": True, "reason": dead["flow"]["reason"]}
+    assert "every flow stage collapsed" in dead["flow"]["reason"]
+
+
+def test_a_view_whose_every_stage_collapsed_is_said_and_makes_the_run_exit_3(tmp_path, capsys, monkeypatch):
+    from coclr.cli import main
+    from coclr.learn import run
+    from coclr.learn.run import LearnSummary
+
+    record = {"stages": {"infonce_flow": _stage("flow", True), "cycle1_flow": _stage("flow", True)},
+              "exported": {"rgb": {"stage": "cycle1_rgb", "collapsed": False, "reason": "the last stage"},
+                           "flow": {"stage": "cycle1_flow", "collapsed": True, "reason": "every flow stage collapsed"}}}
+    summary = LearnSummary(tmp_path, 8, [], 12.0, record=record)
+    assert summary.collapsed_views == ["flow"]
+    assert "every flow stage collapsed: encoder_flow.pth and the embeddings from it carry nothing; try a longer " \
+           "--budget" in str(summary)
+    monkeypatch.setattr(run, "learn", lambda *args, **kwargs: summary)
+    monkeypatch.setattr("coclr.learn.learn", lambda *args, **kwargs: summary)
+    assert main(["learn", str(tmp_path), "--out", str(tmp_path / "out")]) == 3
+    assert "every flow stage collapsed" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------------ the labels
+
+
+def _labels_file(tmp_path: Path, text: str | bytes, name: str = "labels.csv") -> Path:
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+def test_labels_absolute_paths_a_byte_order_mark_and_notes(tmp_path):
+    from coclr.learn.scores import read_labels
+
+    videos = [str(tmp_path / "v" / f"clip{i}.mp4") for i in range(4)]
+    (tmp_path / "v").mkdir()
+    for path in videos:
+        Path(path).write_bytes(b"x")
+    rows = f"path,label,split\nv/clip0.mp4,jump,train\n{videos[1]},run,test\nv/clip2.mp4,,train\nelsewhere.mp4,run,\n"
+    labels, notes = read_labels(str(_labels_file(tmp_path, "\ufeff" + rows)), videos)  # Excel's CSV UTF-8
+    assert labels["classes"] == ["jump", "run"]
+    assert labels["videos"] == {videos[0]: (0, "train"), videos[1]: (1, "test")}
+    assert any("1 row(s) name videos that are not among the inputs" in n and "elsewhere.mp4" in n for n in notes)
+    assert any("1 row(s) have no label" in n and "line 4" in n for n in notes)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "v")
+    labels, _ = read_labels(str(_labels_file(tmp_path, f"{link}/clip2.mp4,3\nv/clip3.mp4,1\n")), videos)
+    assert labels["videos"] == {videos[2]: (3, "train"), videos[3]: (1, "train")}  # through a link; integer classes
+
+
+def test_bad_labels_files_are_one_line_naming_the_file(tmp_path):
+    from coclr.errors import DataError
+    from coclr.learn.scores import read_labels
+
+    videos = [str(tmp_path / f"clip{i}.mp4") for i in range(3)]
+    text = "path,label\nclip0.mp4,a\nclip1.mp4,b\n"
+    cases = {
+        "utf16.csv": (text.encode("utf-16"), "UTF-16 text, not UTF-8; save it as UTF-8"),
+        "latin.csv": ("path,label\nclip0.mp4,caf\xe9\n".encode("latin-1"), r"not UTF-8 text \(byte 0xe9 at offset"),
+        "split.csv": ("clip0.mp4,a,holdout\nclip1.mp4,b\n,c\n", r"2 malformed row\(s\): line 1 \(split 'holdout'\), "
+                      r"line 3 \(no path\)"),
+        "one.csv": ("clip0.mp4,a\nother.mp4,b\n", r"1 of its rows label an input video .* at least 2 are needed"),
+        "wide.csv": ("clip0.mp4,a,train,g1,extra\n", r"wide.csv:1: expected path,label,split,group"),
+    }
+    for name, (content, message) in cases.items():
+        path = _labels_file(tmp_path, content, name)
+        with pytest.raises(DataError, match=message) as error:
+            read_labels(str(path), videos)
+        assert str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+# ------------------------------------------------------------------------------------------- progress and time
+
+
+def test_the_eta_follows_the_pace_of_the_phase_under_way(monkeypatch):
+    """A phase that goes three times slower than estimated: once it has reported some work, the ETA is its
+    remainder at that pace plus the later phases at the run's pace, not the estimates scaled by the whole run's
+    average."""
+    from coclr.learn import line as module
+    from coclr.learn.line import ProgressLine
+
+    now = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    estimates = {"measure": 10.0, "store": 10.0, "infonce": 100.0, "coclr": 100.0}
+    with ProgressLine(estimates, enabled=False, done=("measure",)) as line:
+        assert line.eta() == pytest.approx(210.0)
+        with line.phase("store", 10):
+            now[0] += 10.0
+            line.observe("store", 10, 10)
+        assert line.eta() == pytest.approx(200.0)  # as estimated so far
+        with line.phase("infonce", 400):  # both side-by-side stages' epochs
+            now[0] += 60.0
+            line.observe("InfoNCE", 80, 400)  # a fifth of the work in 60 s: 3x the estimate
+            remaining, pace = 80.0 * 3.0, (10 + 10 + 60) / (10 + 10 + 20)
+            assert line.eta() == pytest.approx(remaining + 100.0 * pace)
+            now[0] += 180.0
+            line.observe("InfoNCE", 320, 400)
+        assert line.eta() == pytest.approx(100.0 * (10 + 10 + 240) / 120)
+
+
+def test_the_measurement_predicts_what_is_left_and_the_clock_counts_every_part(tmp_path):
+    from coclr.learn.budget import measuring_left, work
+    from coclr.learn.run import Clock, read_result
+
+    assert measuring_left([], MODELS, footage(), costs({m: 10 for m in MODELS}), 900) is None
+    rich = costs({m: 0.01 for m in MODELS})  # every candidate affords the target: all are predicted
+    assert measuring_left([(MODELS[0], 8.0)], MODELS[1:], footage(), rich, 900) == pytest.approx(
+        sum(8.0 * (work(m) / work(MODELS[0])) ** 0.5 for m in MODELS[1:]))
+    two = [(MODELS[0], 8.0), (MODELS[1], 16.0)]  # twice the time for four times the work: the power is 0.5
+    assert measuring_left(two, MODELS[2:3], footage(), rich, 900) == pytest.approx(16.0 * 2.0)
+    poor = costs({m: 10_000 for m in MODELS})  # nothing affords the target: only the next one is measured
+    assert measuring_left([(MODELS[0], 8.0)], MODELS[1:], footage(), poor, 900) == pytest.approx(
+        8.0 * (work(MODELS[1]) / work(MODELS[0])) ** 0.5)
+    clock = Clock(tmp_path, 100.0, time.perf_counter() - 5.0)
+    clock.record({"status": "running"})
+    assert 105.0 <= read_result(tmp_path)["seconds"] < 110.0  # the earlier parts' 100 s and this part's 5 s
+    clock.record({"status": "x"}, due=True)  # not due yet: nothing written
+    assert read_result(tmp_path)["status"] == "running"
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused_at_once(tmp_path, monkeypatch):
+    from coclr.runfolder import FolderRefused, check_writable
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FolderRefused, match="is a file, not a folder"):
+        check_writable(tmp_path / "file" / "out")
+    check_writable(tmp_path / "new" / "deeper")  # created later, under a folder that may be written
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(FolderRefused, match=r"where it would be created, cannot be written by this user"):
+        check_writable(tmp_path / "new")
+
+
+def test_videos_shorter_than_a_clip_are_listed_and_most_of_them_refused():
+    from coclr.errors import DataError
+    from coclr.learn.run import short_videos
+
+    plan = choose_plan(footage(), costs({SMALL: 100}), 900)
+    infos = [SimpleNamespace(frames=n) for n in (3, 9, 40, 8, 100)]
+    paths = [f"v{i}.mp4" for i in range(5)]
+    assert short_videos(plan, paths, infos) == ["v0.mp4", "v3.mp4"]  # 8 frames + 1 for flow
+    assert "warning: 1 video(s) shorter than one clip" in dataclasses.replace(plan, short_videos=["a"]).describe()
+    with pytest.raises(DataError, match=r"3 of the 4 videos are shorter than one clip \(9 frames"):
+        short_videos(plan, paths[:4], [SimpleNamespace(frames=n) for n in (3, 9, 2, 4)])
+
+
+def test_a_warning_is_one_line_on_the_command_line(capsys):
+    import argparse
+    import warnings
+
+    from coclr.cli._world import run_command
+
+    def warns(args):
+        warnings.warn("the C loops could not be built: no C compiler found\n(set CC)", RuntimeWarning, stacklevel=1)
+        return 0
+
+    assert run_command(argparse.Namespace(command="flow", func=warns)) == 0
+    err = capsys.readouterr().err
+    assert err.strip() == "coclr flow: warning: the C loops could not be built: no C compiler found (set CC)"
+
+
+@pytest.mark.slow
+def test_eight_copies_of_one_video_collapse_and_the_run_says_so(tmp_path, capsys):
+    """Every video the same: every stage's features are one point, so no stage is healthy; the run exports the last
+    stage of each view marked collapsed, says so in one line and exits with 3, and the report says it at the top."""
+    from coclr.cli import main
+    from coclr.synth import SynthConfig, write_videos
+
+    write_videos(tmp_path / "data", SynthConfig(num_classes=2, train_scenes=1, test_scenes=1, actions_per_scene=2,
+                                                frames=10))
+    source = next((tmp_path / "data" / "videos").glob("*.mp4"))
+    videos = tmp_path / "copies"
+    videos.mkdir()
+    for number in range(8):
+        shutil.copyfile(source, videos / f"copy{number}.mp4")
+    out = tmp_path / "out"
+    process = run_learn(videos, out)
+    output = process.stdout.read()
+    assert process.returncode == 0, output  # (the script's status counts failed videos only)
+    record = json.loads((out / "learn.json").read_text())
+    assert all(entry["collapsed"] for entry in record["stages"].values())
+    assert record["exported"] == {view: {"stage": f"cycle2_{view}", "collapsed": True,
+                                         "reason": record["exported"][view]["reason"]} for view in ("rgb", "flow")}
+    assert all(entry["collapsed"] and entry["encoder_collapsed"] for entry in record["embeddings"].values())
+    assert "every flow stage collapsed" in output
+    assert main(["learn", str(videos), "--out", str(out), "--budget", "300s"]) == 3
+    printed = capsys.readouterr().out
+    assert "every rgb stage collapsed: encoder_rgb.pth and the embeddings from it carry nothing; try a longer " \
+           "--budget, or more (or longer) videos" in printed
+    page = (out / "report.html").read_text()
+    assert page.index('class="alarm"') < page.index("<h2>The run</h2>") and "Every flow stage collapsed" in page

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import os
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -302,6 +303,21 @@ def check_place(path: str | Path, command: str) -> None:
         if owner is not None and command not in NESTED.get(owner, ()):
             raise FolderRefused(f"{path}: inside {parent}, the output folder of `coclr {owner}`, which coclr {command} "
                                 "must not write into; give a path outside it")
+
+
+def check_writable(folder: str | Path) -> None:
+    """Refuse, in one line and before any work, an output ``folder`` that this process cannot create or write into:
+    the folder itself when it exists, else the nearest folder above it that exists (reads only)."""
+    folder = Path(folder).absolute()
+    existing = next((path for path in (folder, *folder.parents) if path.exists()), None)
+    if existing is None:
+        return
+    if not existing.is_dir():
+        raise FolderRefused(f"{folder}: {existing} is a file, not a folder; give another output folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "it" if existing == folder else f"{existing}, where it would be created,"
+        raise FolderRefused(f"{folder}: {where} cannot be written by this user (permission denied, or a read-only "
+                            "file system); give another output folder")
 
 
 def foreign_files(folder: str | Path, ours: Callable[[Path], bool] | None = None) -> list[str]:

@@ -11,16 +11,18 @@ EXIT_ERROR = 2
 argparse's status for a bad command line, kept for every error the command reports itself."""
 EXIT_SOME_FAILED = 3
 """A per-input job (``embed``, ``data store``, ``flow`` ...) that went through all its inputs, some of which
-failed: they are listed, recorded for the next run, and the rest is done."""
+failed: they are listed, recorded for the next run, and the rest is done; or a job that finished with a result
+that carries nothing (``learn``: every stage of a view collapsed), said in one line."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (SIGINT): stopped within seconds, what was finished kept, one line saying what; the same command
 continues where it stopped (:mod:`coclr.interrupts`)."""
 EXIT_TERMINATED = 143
 """SIGTERM (``kill``, ``timeout``, a batch scheduler): as Ctrl-C, with the shell's status of SIGTERM."""
-EXIT_CODES = (f"exit status: {EXIT_DONE} all done; {EXIT_SOME_FAILED} finished, but some inputs failed (each "
-              f"listed with its reason); {EXIT_ERROR} refused or stopped by an error (one line on stderr); "
-              f"{EXIT_INTERRUPTED} interrupted (Ctrl-C), {EXIT_TERMINATED} stopped by SIGTERM (what was done is kept: "
-              "run the same command to continue); 1 an unexpected error (a traceback: please report it)")
+EXIT_CODES = (f"exit status: {EXIT_DONE} all done; {EXIT_SOME_FAILED} finished, but some inputs failed or a "
+              f"result is unusable (each listed with its reason); {EXIT_ERROR} refused or stopped by an error (one "
+              f"line on stderr); {EXIT_INTERRUPTED} interrupted (Ctrl-C), {EXIT_TERMINATED} stopped by SIGTERM (what "
+              "was done is kept: run the same command to continue); 1 an unexpected error (a traceback: please report "
+              "it)")
 """The one exit-status rule of every command, shown at the end of every ``--help``."""
 
 

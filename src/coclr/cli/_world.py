@@ -9,7 +9,10 @@ import argparse
 import errno
 import signal
 import sys
+import warnings
+from collections.abc import Callable
 
+from coclr import progress
 from coclr.interrupts import signals_interrupt
 
 WORLD_ERRORS = {
@@ -43,14 +46,26 @@ def world_error_line(error: OSError) -> str | None:
     return f"{where}{error.strerror or errno.errorcode.get(error.errno, '')} ({WORLD_ERRORS[error.errno]})"
 
 
+def one_line_warnings(command: str) -> Callable[..., None]:
+    """A ``warnings.showwarning`` that prints a warning as one line, ``coclr COMMAND: warning: MESSAGE``, without
+    breaking a progress bar (a library caller still gets Python's warnings: only the command line shows them so)."""
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001 (warnings' API)
+        text = " ".join(str(message).split())
+        progress.write(f"coclr {command}: warning: {text}", file=file or sys.stderr)
+
+    return show
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed command; an error of the world (:data:`WORLD_ERRORS`) becomes one line naming the path and
     :data:`WORLD_ERROR_STATUS`, any other error goes on to :func:`main` (bad input: one line too), and so does the
-    :class:`~coclr.interrupts.Interrupted` that SIGINT or SIGTERM raise."""
+    :class:`~coclr.interrupts.Interrupted` that SIGINT or SIGTERM raise. Warnings are one line each
+    (:func:`one_line_warnings`)."""
     if hasattr(signal, "SIGXFSZ"):  # past ``ulimit -f`` a write fails with EFBIG (one line) instead of killing us
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        with signals_interrupt():
+        with signals_interrupt(), warnings.catch_warnings():
+            warnings.showwarning = one_line_warnings(args.command)
             return args.func(args)
     except OSError as error:
         line = world_error_line(error)

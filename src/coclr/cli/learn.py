@@ -13,16 +13,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "then two cycles of CoCLR co-training), sized to --budget on this machine from a short measurement; then "
         "embed every video with them. OUT gets encoder_rgb.pth and encoder_flow.pth (for coclr embed), "
         "embeddings/{rgb,flow,two_stream} (for coclr search), report.html and learn.json (the plan, the time of "
-        "each phase, the quality of each stage judged without labels). The same command continues after an "
-        "interruption; other videos or options on the same OUT are refused; a finished run returns at once. Under "
+        "each phase, the quality of each stage judged without labels). Each encoder is the best stage of its view "
+        "that did not collapse; when every stage of a view collapsed, the run says so and exits with 3. The same "
+        "command continues after an interruption; other videos or options on the same OUT are refused; a finished "
+        "run returns at once. Under "
         "torchrun (torchrun --nproc_per_node=N -m coclr learn ...) the processes share the videos and every batch.")
     parser.add_argument("inputs", nargs="+", metavar="VIDEOS", help="video files, folders, list files or globs")
     parser.add_argument("--out", required=True, help="output folder: new or empty (created), or one coclr learn wrote "
                         "(continued)")
     parser.add_argument("--budget", default="15m", help="wall-clock time for the whole run, e.g. 5m, 90m, 2h "
                         "(default 15m): the network, clip size and epochs are chosen to fit it")
-    parser.add_argument("--labels", help="a --format csv manifest (path,label[,split[,group]]) of some of the "
-                        "videos: never used to train, only to score the embeddings (kNN accuracy, R@k)")
+    parser.add_argument("--labels", help="a --format csv manifest (path,label[,split[,group]], UTF-8; paths "
+                        "relative to its folder, or absolute) of some of the videos: never used to train, only to "
+                        "score the embeddings (kNN accuracy, R@k)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the initialisation, data order and augmentation")
     parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     parser.add_argument("--workers", type=int, help="processes decoding videos and computing flow (default: one per "
@@ -44,4 +47,4 @@ def run(args: argparse.Namespace) -> int:
     if rank() != 0:  # under torchrun, rank 0 speaks for the job
         return EXIT_DONE
     print(summary, flush=True)
-    return job_status(len(summary.failed))
+    return job_status(len(summary.failed) + len(summary.collapsed_views))

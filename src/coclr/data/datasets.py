@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 
 from coclr.data.batch_decode import EncodedFrames
 from coclr.data.frames import fit_frames
-from coclr.data.sampling import aligned_num_frames, sliding_windows, train_clip_indices
+from coclr.data.sampling import aligned_num_frames, segments_of, sliding_windows, train_clip_indices
 from coclr.data.views import DERIVED_VIEWS, is_flow_view, stored_view
 from coclr.errors import DataError
 from coclr.store.clipstore import ClipStore, DamagedEntryError, failures_path, open_store
@@ -205,25 +205,32 @@ class _SplitClips(Dataset):
 
 
 class TrainClips(_SplitClips):
-    """``num_clips`` random clips per video (independent random starts), the same frames in every view.
+    """``num_clips`` random clips per instance (independent random starts), the same frames in every view.
 
+    An instance is a video, or with ``segment_frames`` a stretch of one (:func:`~coclr.data.sampling.segments_of`):
+    few long videos then give many instances, each its own positives and the others' negatives, as CoCLR's batches
+    and queue need.
     Items are dicts: one ``uint8 [num_clips, T, H, W, 3]`` tensor per view (``rgbdiff`` gets T+1 frames),
-    ``label``, ``video`` (index in the split) and ``group`` (source-group id, -1 when unknown). With ``encoded``,
+    ``label``, ``video`` (the instance's index) and ``group`` (source-group id, -1 when unknown). With ``encoded``,
     each view is an :class:`~coclr.data.batch_decode.EncodedFrames` of the same frames still JPEG-encoded, for
     the training process to decode a whole batch at once (``collate_clips`` then ``decode_batch``).
 
-    An item is a video index, read for the epoch of :meth:`set_epoch`, or an ``(epoch, index)`` pair, so that
+    An item is an instance index, read for the epoch of :meth:`set_epoch`, or an ``(epoch, index)`` pair, so that
     DataLoader workers that live across epochs read the epoch the sampler is at (the trainer's sampler
     gives such pairs).
     """
 
     def __init__(self, store: ClipStore | str | Path, split: str, views: Sequence[str], length: int,
                  stride: int = 1, num_clips: int = 2, seed: int = 0, frame_size: tuple[int, int] | None = None,
-                 cache_mb: float = 0.0, with_views: Sequence[str] = (), encoded: bool = False):
+                 cache_mb: float = 0.0, with_views: Sequence[str] = (), encoded: bool = False,
+                 segment_frames: int | None = None):
         if encoded and cache_mb:
             raise ValueError("the frame cache holds decoded frames: use cache_mb=0 with encoded=True")
+        if segment_frames is not None and segment_frames < 1:
+            raise ValueError(f"segment_frames must be at least 1 (or None), got {segment_frames}")
         super().__init__(store, split, views, length, stride, frame_size, cache_mb, with_views)
         self.num_clips = num_clips
+        self.segments = segments_of(self.num_frames, segment_frames)
         self._damaged: set[str] = set()  # entries found damaged while reading, in this process
         self.seed = seed
         self.epoch = 0
@@ -234,34 +241,35 @@ class TrainClips(_SplitClips):
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self.segments)
 
     def __getitem__(self, item: int | tuple[int, int]) -> dict[str, Any]:
-        """The sample of video ``item``; when its entry turns out damaged (a checksum that does not match), the
+        """The sample of instance ``item``; when its entry turns out damaged (a checksum that does not match), the
         entry is listed in the store (:meth:`ClipStore._recorded`), named in one line, and left out of the rest of
-        the run in this process: the next video that is not damaged gives the sample instead."""
+        the run in this process: the next instance of a video that is not damaged gives the sample instead."""
         epoch, item = item if isinstance(item, tuple) else (self.epoch, item)
-        for offset in range(len(self.entries)):
-            candidate = (item + offset) % len(self.entries)
-            if self.entries[candidate].path in self._damaged:
+        for offset in range(len(self.segments)):
+            candidate = (item + offset) % len(self.segments)
+            key = self.entries[int(self.segments[candidate, 0])].path
+            if key in self._damaged:
                 continue
             try:
                 return self._sample(epoch, candidate)
             except DamagedEntryError as error:
-                self._damaged.add(self.entries[candidate].path)
+                self._damaged.add(key)
                 say_damaged(self.store, error)
         raise DataError(f"{self.store.root}: every video of the split is damaged (see `coclr data verify`)")
 
     def _sample(self, epoch: int, item: int) -> dict[str, Any]:
         rng = np.random.default_rng([self.seed, epoch, item])
-        key = self.entries[item].path
-        starts = [train_clip_indices(int(self.num_frames[item]), self.length, self.stride, rng)
-                  for _ in range(self.num_clips)]
+        video, first, frames = (int(value) for value in self.segments[item])
+        key = self.entries[video].path
+        starts = [first + train_clip_indices(frames, self.length, self.stride, rng) for _ in range(self.num_clips)]
         if self.encoded:
             sample: dict[str, Any] = {view: self._encoded(key, view, starts) for view in self.views}
         else:
             sample = {view: torch.from_numpy(self._read_clips(key, view, starts)) for view in self.views}
-        sample.update(label=self.labels[item], video=torch.tensor(item), group=self.groups[item])
+        sample.update(label=self.labels[video], video=torch.tensor(item), group=self.groups[video])
         return sample
 
     def _encoded(self, key: str, view: str, clips: Sequence[np.ndarray]) -> EncodedFrames:

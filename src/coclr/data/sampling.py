@@ -1,4 +1,5 @@
-"""Which frames a clip takes: random clips for training, sliding windows for testing, RGB/flow alignment.
+"""Which frames a clip takes: random clips for training, sliding windows for testing, RGB/flow alignment, and the
+stretches of a video that are training instances of their own.
 
 A clip is ``length`` frames ``stride`` apart, spanning ``(length - 1) * stride + 1`` frames. Videos shorter
 than that are padded by repeating their last frame (as the reference implementation does), so every clip
@@ -13,6 +14,8 @@ Example::
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -50,6 +53,28 @@ def sliding_windows(num_frames: int, length: int, stride: int, hop: int | None =
     if starts[-1] != num_frames - span:
         starts.append(num_frames - span)
     return [_clip_at(start, num_frames, length, stride) for start in starts]
+
+
+def segment_counts(num_frames: Sequence[int], segment_frames: int | None) -> np.ndarray:
+    """``int64 [N]``: the instances each video of ``num_frames`` frames gives when cut into stretches of
+    ``segment_frames`` (:func:`segments_of`): one per whole stretch, at least one; one each for None."""
+    frames = np.asarray(num_frames, dtype=np.int64).reshape(-1)
+    if segment_frames is None:
+        return np.ones_like(frames)
+    return np.maximum(1, frames // segment_frames)
+
+
+def segments_of(num_frames: Sequence[int], segment_frames: int | None) -> np.ndarray:
+    """``int64 [S, 3]``: (video, first frame, frames) of each instance when every video is cut into consecutive
+    stretches of ``segment_frames`` frames, the last one taking the remainder (a video shorter than two stretches
+    is one instance, whole); None: every video is one instance."""
+    rows = []
+    for video, (frames, count) in enumerate(zip(np.asarray(num_frames, dtype=np.int64).reshape(-1).tolist(),
+                                                segment_counts(num_frames, segment_frames).tolist())):
+        for number in range(count):
+            first = number * (segment_frames or 0)
+            rows.append((video, first, frames - first if number == count - 1 else segment_frames))
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
 
 
 def aligned_num_frames(n_rgb: int, n_flow: int) -> int:

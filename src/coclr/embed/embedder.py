@@ -88,6 +88,8 @@ class VideoEmbedding:
     rotation: int = 0
     """Degrees the frames were turned clockwise as the file's display matrix asks (then mirrored if ``mirrored``)."""
     mirrored: bool = False
+    padded: bool = False
+    """The video is shorter than one window (with its flow): its one window repeats its last frame."""
     parts: list[tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list, repr=False)
     """With several streams, each stream's own (vector, windows), L2-normalised: what it alone embeds."""
 
@@ -393,6 +395,11 @@ class _VideoWindows:
         """Frames that windows may use so far (for two streams: those with a flow frame)."""
         return self.base + (len(self.flow) if self.with_flow else len(self.frames))
 
+    @property
+    def padded(self) -> bool:
+        """Whether the video (all of it arrived) is shorter than one window: its one window repeats its last frame."""
+        return self.available < self.span
+
     def add(self, frames: np.ndarray, flow: np.ndarray | None) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
         """Add decoded frames (and the flow frames they complete); returns the windows now complete."""
         self.frames.extend(frames)
@@ -584,4 +591,5 @@ class _Runner:
         ends = np.array([times[e] if e < len(times) else end for e in video.ends], np.float64)
         return VideoEmbedding(video.path, vector.numpy(), windows.numpy(), starts, ends, float(facts["fps"]),
                               video.windows.received, duration=end, damaged_frames=int(facts["damaged"]),
-                              rotation=int(facts["rotation"]), mirrored=bool(facts["mirrored"]), parts=parts)
+                              rotation=int(facts["rotation"]), mirrored=bool(facts["mirrored"]),
+                              padded=video.windows.padded, parts=parts)

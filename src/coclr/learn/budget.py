@@ -20,14 +20,14 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from coclr.data.sampling import clip_span
+from coclr.data.sampling import clip_span, segment_counts
 from coclr.errors import ConfigError
 from coclr.progress import duration
 
@@ -51,7 +51,11 @@ would otherwise repeat them thousands of times (what is left of the budget is no
 QUALITY_VIDEOS = 512
 """Videos whose features measure each stage's quality (a sample of larger footage)."""
 BATCH = 32
-"""Clips per training batch (smaller footage: a quarter of its videos, at least 2)."""
+"""Clips per training batch (smaller footage: a quarter of its instances, at least 2)."""
+SEGMENT_SPANS = 2
+"""A video longer than this many clip spans is cut into stretches of that length, each a training instance
+(``data.segment_frames``): eight videos of a few hundred frames give a hundred instances, enough for batches and a
+queue to contrast (docs/learn.md); a video shorter than two stretches is one instance, as in the paper."""
 INFERENCE_BATCH = 16
 """Clips per inference forward (``coclr embed``'s default batch): the unit of :attr:`Costs.forward`."""
 
@@ -101,6 +105,12 @@ class Footage:
         aspects = np.array([max(info.width, info.height) / max(1, min(info.width, info.height)) for info in infos])
         return cls(len(infos), int(frames.sum()), int(np.median(shorts)), float(np.median(aspects)),
                    int(np.percentile(frames, 10)), [int(f) for f in frames])
+
+    def instances(self, model: Model) -> int:
+        """Training instances of ``model``'s plan: each video's stretches of :func:`segment_frames` (its frames
+        that have flow, as the training dataset counts them)."""
+        usable = [max(1, frames - 1) for frames in self.frame_counts]
+        return int(segment_counts(usable, segment_frames(model)).sum())
 
     def fits(self, model: Model) -> bool:
         """Whether the clips of ``model`` suit the videos: a crop no larger than the median short side (rounded
@@ -169,9 +179,19 @@ class Plan:
     reasons: list[str]
     processes: int = 1
     """processes the plan was made for (the global batch is ``batch`` times this)"""
+    segment_frames: int | None = None
+    """frames of a training instance (``data.segment_frames``; None: each video is one, as in plans made before)"""
+    short_videos: list[str] = field(default_factory=list)
+    """the videos shorter than one clip and its flow (padded by repeating their last frame)"""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def stage_steps(self, stages: Sequence[Any]) -> int:
+        """The training steps of ``stages`` (:class:`~coclr.train.pipeline.Stage`, each trained for its epochs at
+        the plan's steps per epoch)."""
+        epochs = 2 * self.epochs["infonce"] + 4 * self.epochs["coclr"]
+        return round(self.steps / max(1, epochs) * sum(stage.epochs for stage in stages))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
@@ -183,6 +203,11 @@ class Plan:
                  f"InfoNCE {self.epochs['infonce']} epochs per view, CoCLR 2 cycles of {self.epochs['coclr']} epochs "
                  f"per view ({self.steps} steps); about {duration(total)} of the {duration(self.budget)} budget"]
         lines += [f"  {reason}" for reason in self.reasons]
+        if self.short_videos:
+            shown = ", ".join(self.short_videos[:5]) + (" ..." if len(self.short_videos) > 5 else "")
+            lines.append(f"  warning: {len(self.short_videos)} video(s) shorter than one clip and its flow "
+                         f"({clip_span(self.model.length, 1) + 1} frames), padded by repeating their last frame: "
+                         f"{shown}")
         return "\n".join(lines)
 
 
@@ -207,15 +232,20 @@ def parse_budget(text: str) -> float:
     return value
 
 
-def batch_for(videos: int) -> int:
-    """Clips per batch: :data:`BATCH`, or a quarter of fewer videos (at least 2)."""
-    return max(2, min(BATCH, videos // 4))
+def segment_frames(model: Model) -> int:
+    """Frames of a training instance of ``model``: :data:`SEGMENT_SPANS` clip spans."""
+    return SEGMENT_SPANS * clip_span(model.length, 1)
 
 
-def queue_for(videos: int, batch: int) -> int:
-    """Keys in the queue: the largest power of two within a third of the videos (the quick study's 128 of 384),
+def batch_for(instances: int) -> int:
+    """Clips per batch: :data:`BATCH`, or a quarter of fewer instances (at least 2)."""
+    return max(2, min(BATCH, instances // 4))
+
+
+def queue_for(instances: int, batch: int) -> int:
+    """Keys in the queue: the largest power of two within a third of the instances (the quick study's 128 of 384),
     at most 2048 (the paper's on UCF101) and at least the batch."""
-    return max(batch, min(2048, 2 ** int(math.log2(max(2, videos // 3)))))
+    return max(batch, min(2048, 2 ** int(math.log2(max(2, instances // 3)))))
 
 
 def windows_of(footage: Footage, model: Model) -> int:
@@ -229,9 +259,9 @@ def windows_of(footage: Footage, model: Model) -> int:
     return int(windows.sum())
 
 
-def steps_per_epoch(footage: Footage, batch: int, processes: int = 1) -> int:
-    """Steps of an epoch: one clip of every video, ``batch`` per process."""
-    return max(1, footage.videos // (batch * processes))
+def steps_per_epoch(footage: Footage, model: Model, batch: int, processes: int = 1) -> int:
+    """Steps of an epoch: a sample of every instance, ``batch`` per process."""
+    return max(1, footage.instances(model) // (batch * processes))
 
 
 def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: int) -> dict[str, float]:
@@ -243,7 +273,7 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
     quality_videos = min(footage.videos, QUALITY_VIDEOS)
     quality_windows = windows_of(footage, model) * quality_videos / footage.videos
     key = model.key
-    epoch_steps = steps_per_epoch(footage, batch, costs.processes)
+    epoch_steps = steps_per_epoch(footage, model, batch, costs.processes)
     infonce = 2 * STAGE_SHARES["infonce"] * steps
     coclr = steps - infonce
     if costs.side_by_side:  # the two stages at once, each on one core, in a process of its own
@@ -279,13 +309,12 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
     if footage.videos < MIN_VIDEOS:
         raise ConfigError(f"{footage.videos} readable video(s): learning needs at least {MIN_VIDEOS} (each batch "
                           "contrasts a video with the others); give more videos")
-    batch = batch_for(footage.videos // costs.processes)
-    epoch_steps = steps_per_epoch(footage, batch, costs.processes)
     available = budget * MARGIN - spent
     affordable: dict[Model, int] = {}
     for model in MODELS:
         if model.key not in costs.step or not footage.fits(model):
             continue
+        batch = plan_batch(footage, model, costs.processes)
         fixed = estimates(footage, model, costs, 0, batch)
         per_step = _per_step(footage, model, costs, batch)
         affordable[model] = int((available - sum(fixed.values())) / per_step)
@@ -298,6 +327,7 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
     elif affordable[cheapest] >= MIN_STEPS:
         model = cheapest
     else:
+        batch = plan_batch(footage, cheapest, costs.processes)
         fixed = sum(estimates(footage, cheapest, costs, 0, batch).values())
         per_step = _per_step(footage, cheapest, costs, batch)
         needed = (spent + fixed + MIN_STEPS * per_step) / MARGIN
@@ -305,14 +335,22 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
                           f"storing, flow and embedding alone take about {duration(fixed)}, and the smallest network "
                           f"({cheapest}) needs {duration(MIN_STEPS * per_step)} for {MIN_STEPS} training steps; give "
                           f"--budget {math.ceil(needed / 60)}m or more, or fewer videos")
+    batch = plan_batch(footage, model, costs.processes)
+    epoch_steps = steps_per_epoch(footage, model, batch, costs.processes)
     steps = affordable[model]
     cycle = max(1, min(MAX_EPOCHS["coclr"], int(steps * STAGE_SHARES["coclr"] / epoch_steps)))
     epochs = {"infonce": round(cycle * STAGE_SHARES["infonce"] / STAGE_SHARES["coclr"]), "coclr": cycle}
     steps = epoch_steps * (2 * epochs["infonce"] + 4 * epochs["coclr"])
-    queue = queue_for(footage.videos, batch * costs.processes)
+    queue = queue_for(footage.instances(model), batch * costs.processes)
     reasons = _reasons(footage, costs, model, affordable, budget)
     return Plan(model, batch, queue, min(5, max(1, queue // 2)), epochs, steps,
-                {"measure": spent, **estimates(footage, model, costs, steps, batch)}, budget, reasons, costs.processes)
+                {"measure": spent, **estimates(footage, model, costs, steps, batch)}, budget, reasons, costs.processes,
+                segment_frames(model))
+
+
+def plan_batch(footage: Footage, model: Model, processes: int = 1) -> int:
+    """Clips per batch of each of ``processes`` for ``model`` (:func:`batch_for` of each process's instances)."""
+    return batch_for(footage.instances(model) // processes)
 
 
 def _per_step(footage: Footage, model: Model, costs: Costs, batch: int) -> float:
@@ -346,11 +384,16 @@ def _reasons(footage: Footage, costs: Costs, model: Model, affordable: dict[Mode
 # ------------------------------------------------------------------------------------------------ measuring
 
 
+Progress = Callable[[str, "float | None"], None]
+"""Told what the measurement is doing and the seconds it expects it still needs (None: not known yet)."""
+
+
 def measure_costs(sample_videos: Sequence[str], footage: Footage, device, workers: int,
-                  deadline: float, processes: int = 1, machines: int = 1) -> Costs:
+                  deadline: float, processes: int = 1, machines: int = 1, report: Progress | None = None) -> Costs:
     """Measure :class:`Costs` on this machine: decoding on up to three of the footage's own videos, JPEG and flow
     on their frames at each candidate size, and a few training steps and forwards of each candidate network, from
-    the cheapest up, until one would not afford :data:`MIN_STEPS` within ``deadline`` seconds of work."""
+    the cheapest up, until one would not afford :data:`TARGET_STEPS` within ``deadline`` seconds of work.
+    ``report`` is told each part and the seconds left (:func:`measuring_left`)."""
     import torch  # noqa: PLC0415 (heavy)
 
     from coclr.flow.opencv import rgb_to_gray  # noqa: PLC0415 (heavy: torch)
@@ -358,12 +401,14 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     from coclr.store.jpeg import encode_jpeg  # noqa: PLC0415
     from coclr.video.decode import VideoReader, resize_short_side  # noqa: PLC0415
 
+    report = report or (lambda what, left: None)
     started = time.perf_counter()
     device = torch.device(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sizes = sorted({m.size for m in MODELS if footage.fits(m)})
     frames: list[np.ndarray] = []
     timings: list[tuple[float, int]] = []  # (seconds, frames) of each video decoded
+    report("decoding a few videos", None)
     for path in sample_videos[:4]:
         try:
             begin = time.perf_counter()
@@ -381,6 +426,7 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     decode_frame = sum(seconds for seconds, _ in timed) / sum(count for _, count in timed)
     store_frame, flow_pair = {}, {}
     for size in sizes:
+        report(f"JPEG and TV-L1 flow at {size} px", None)
         small = [resize_short_side(frame, size) for frame in frames[:9]]
         begin = time.perf_counter()
         for frame in small:
@@ -398,23 +444,59 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         flow_pair[size] = (time.perf_counter() - begin) / (len(gray) - 1)
     costs = Costs(decode_frame, store_frame, flow_pair, {}, {}, {}, {}, {}, workers, processes=processes,
                   machines=machines, side_by_side=infonce_side_by_side(device, processes))
-    batch = batch_for(footage.videos // processes)
+    candidates = [model for model in MODELS if footage.fits(model)]
+    took: list[tuple[Model, float]] = []
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
-        for model in MODELS:
-            if not footage.fits(model):
-                continue
+        for number, model in enumerate(candidates):
+            left = deadline - (time.perf_counter() - started)
+            report(f"training steps of {model} ({number + 1} of at most {len(candidates)})",
+                   measuring_left(took, candidates[number:], footage, costs, left))
+            begin = time.perf_counter()
+            batch = plan_batch(footage, model, processes)
             measured = _time_training(model, Path(tmp) / model.key, device, batch)
             if costs.side_by_side:
                 measured["lone_step"], measured["start"] = _time_side_by_side(model, batch)
             for name in ("step", "lone_step", "forward", "epoch", "stage", "start"):
                 getattr(costs, name)[model.key] = measured.get(name, measured["step"] if name == "lone_step" else 0.0)
-            left = deadline - (time.perf_counter() - started)
-            steps = (left - sum(estimates(footage, model, costs, 0, batch).values())) / _per_step(footage, model,
-                                                                                                    costs, batch)
-            if steps < TARGET_STEPS:  # a larger network would afford even fewer
-                break
+            took.append((model, time.perf_counter() - begin))
+            if _affordable(footage, model, costs, deadline - (time.perf_counter() - started)) < TARGET_STEPS:
+                break  # a larger network would afford even fewer
     costs.seconds = time.perf_counter() - started
     return costs
+
+
+def _affordable(footage: Footage, model: Model, costs: Costs, left: float) -> float:
+    """Training steps of ``model`` (measured in ``costs``) that ``left`` seconds of work afford."""
+    batch = plan_batch(footage, model, costs.processes)
+    return (left - sum(estimates(footage, model, costs, 0, batch).values())) / _per_step(footage, model, costs, batch)
+
+
+def work(model: Model) -> float:
+    """How much computing a clip of ``model`` takes, relatively: channels squared (width), pixels and frames."""
+    return model.width ** 2 * model.size ** 2 * model.length
+
+
+def measuring_left(took: Sequence[tuple[Model, float]], remaining: Sequence[Model], footage: Footage, costs: Costs,
+                   left: float) -> float | None:
+    """The seconds the measurement of the ``remaining`` candidates still takes, predicted from those measured
+    (``took``: each model and the seconds its measurement took): a candidate's measurement grows with its
+    :func:`work` to the power fitted on the last two measured (0.5 after one), and the candidates after the next
+    are counted while the one before them is predicted to afford :data:`TARGET_STEPS` (its steps and work scaled
+    the same way). None before any candidate was measured."""
+    if not took or not remaining:
+        return None
+    (last, seconds) = took[-1]
+    power = 0.5
+    if len(took) >= 2 and work(last) > work(took[-2][0]) and seconds > 0 and took[-2][1] > 0:
+        power = min(1.0, max(0.2, math.log(seconds / took[-2][1]) / math.log(work(last) / work(took[-2][0]))))
+    total = 0.0
+    affordable = _affordable(footage, last, costs, left)
+    for model in remaining:
+        scale = (work(model) / work(last)) ** power
+        total += seconds * scale
+        if affordable / scale < TARGET_STEPS:  # measuring stops after this one
+            break
+    return total
 
 
 def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float, float]:

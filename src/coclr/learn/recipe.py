@@ -36,21 +36,23 @@ def milestones(epochs: int, share: float) -> list[int]:
     return [start] if 0 < start < epochs else []
 
 
-def pipeline_options(plan: Plan, store: str, out: str, seed: int, device: str, videos: int,
+def pipeline_options(plan: Plan, store: str, out: str, seed: int, device: str, instances: int,
                      processes: int = 1) -> dict[str, Any]:
     """The ``coclr pipeline`` options (:class:`~coclr.train.config.PipelineConfig`) of ``plan`` for a job of
-    ``processes`` (its global batch, the plan's, shared between them)."""
+    ``processes`` (its global batch, the plan's, shared between them), over ``instances`` training instances (the
+    store's usable videos, or their stretches of ``plan.segment_frames``)."""
     model = plan.model
     global_batch = plan.batch * plan.processes
     if global_batch % processes:
         raise ConfigError(f"the plan's global batch of {global_batch} clips ({plan.processes} process(es) of "
                           f"{plan.batch}) cannot be shared by {processes} processes: continue this run with a number "
                           f"of processes that divides {global_batch}")
-    steps_per_epoch = max(1, videos // global_batch)
+    steps_per_epoch = max(1, instances // global_batch)
     on_gpu = device.startswith("cuda")
     options = copy.deepcopy(STUDY_TRAIN)
     options["data"].update(store=store, view="rgb", second_view="flow", length=model.length, stride=1,
-                           size=model.size, workers=4 if on_gpu else 0, cache_mb=0 if on_gpu else CACHE_MB)
+                           size=model.size, workers=4 if on_gpu else 0, cache_mb=0 if on_gpu else CACHE_MB,
+                           segment_frames=plan.segment_frames)
     options["model"] = {"width": model.width}
     options["method"].update(queue_size=plan.queue, topk=plan.topk,
                              own_positive_epochs=min(OWN_POSITIVE_STEPS / steps_per_epoch, plan.epochs["coclr"]))

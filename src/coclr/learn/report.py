@@ -42,6 +42,7 @@ REPORT_STYLE = PAGE_STYLE + """
 h2 { font-size: 15px; margin-top: 22px; } table.data td, table.data th { border: 1px solid #ccc; font-size: 12px; }
 table.data th { background: #f0f0f0; text-align: left; padding: 4px 6px; } td.bad { color: #d62728; }
 ul.videos { font-size: 12px; columns: 3; } .mark { color: #d62728; font-weight: bold; }
+p.alarm { border: 2px solid #d62728; padding: 8px; color: #d62728; font-weight: bold; }
 """
 
 
@@ -51,9 +52,9 @@ def write_report(path: Path, out: Path, result: dict[str, Any], paths: list[str]
     store = ClipStore(out / "store")
     root = os.path.commonpath([os.path.dirname(p) for p in paths])
     collapsed = {stage for stage, entry in result.get("stages", {}).items() if entry.get("collapsed")}
-    final = {entry["view"]: stage for stage, entry in result.get("stages", {}).items()}  # the last of each view
-    sections = [_summary(result), _curves(out, result), _stages(result, collapsed), _embeddings(result, final,
-                collapsed), _neighbours(out, store, root, final, collapsed), _videos(paths, result)]
+    exported = {view: entry["stage"] for view, entry in result.get("exported", {}).items()}
+    sections = [_alarm(result), _summary(result), _curves(out, result), _stages(result, collapsed, exported),
+                _embeddings(result), _neighbours(out, store, root, result), _videos(paths, result)]
     title = f"coclr learn: {out.name}"
     page = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{REPORT_STYLE}</style></head><body>"
@@ -71,6 +72,14 @@ def _number(value: Any, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _alarm(result: dict[str, Any]) -> str:
+    """A warning at the top when every stage of a view collapsed: what it means and what to try."""
+    views = [view for view, entry in result.get("exported", {}).items() if entry.get("collapsed")]
+    return "".join(f'<p class="alarm">{COLLAPSED_MARK} Every {html.escape(view)} stage collapsed: encoder_'
+                   f"{html.escape(view)}.pth and the embeddings from it carry nothing. Try a longer --budget, or more "
+                   "(or longer) videos.</p>" for view in views)
+
+
 def _summary(result: dict[str, Any]) -> str:
     plan = result["plan"]
     model = plan["model"]
@@ -84,7 +93,10 @@ def _summary(result: dict[str, Any]) -> str:
             f"{plan['batch']}; InfoNCE {plan['epochs']['infonce']} epochs per view, then two CoCLR cycles of "
             f"{plan['epochs']['coclr']} epochs per view ({plan['steps']} steps).</p>")
     reasons = "".join(f"<li>{html.escape(reason)}</li>" for reason in plan.get("reasons", []))
-    return (f"<h2>The run</h2>{text}<p class=\"note\">Why this plan:</p><ul class=\"note\">{reasons}</ul>"
+    exported = "".join(f"<li>encoder_{html.escape(view)}.pth: {html.escape(entry['stage'])} "
+                       f"({html.escape(entry['reason'])})</li>" for view, entry in result.get("exported", {}).items())
+    return (f"<h2>The run</h2>{text}<p class=\"note\">Exported:</p><ul class=\"note\">{exported}</ul>"
+            f"<p class=\"note\">Why this plan:</p><ul class=\"note\">{reasons}</ul>"
             + _table(["phase", "estimated", "took"], rows))
 
 
@@ -115,32 +127,41 @@ def _curves(out: Path, result: dict[str, Any]) -> str:
     return f'<h2>Training</h2><img alt="training loss of every stage" src="{image}">'
 
 
-def _stages(result: dict[str, Any], collapsed: set[str]) -> str:
+def _stages(result: dict[str, Any], collapsed: set[str], exported: dict[str, str]) -> str:
     rows = []
     for stage, entry in result.get("stages", {}).items():
         mark = f' <span class="mark">{COLLAPSED_MARK} collapsed</span>' if stage in collapsed else ""
+        mark += " (exported)" if exported.get(entry["view"]) == stage else ""
         rows.append([html.escape(stage) + mark, html.escape(entry["view"]), html.escape(entry["method"]),
-                     _number(entry["effective_rank"]), _number(entry["alignment"]), _number(entry["uniformity"])])
-    agreement = [[html.escape(name), html.escape(" + ".join(entry["stages"])),
-                  _number(100 * entry["nearest_neighbour"] if entry["nearest_neighbour"] is not None else None, 1),
-                  _number(100 * entry["chance"], 1)] for name, entry in result.get("agreement", {}).items()]
-    note = ("<p class=\"note\">Measured without labels on the stored videos: effective rank of the video features "
-            "(higher: more directions used), alignment (mean squared distance of two halves of a video; lower is "
-            "better) and uniformity (log of the mean Gaussian potential between videos; lower is better), Wang and "
-            f"Isola 2020. {COLLAPSED_MARK}: the features have no spread (a collapsed encoder carries nothing). "
-            "Agreement: how often the RGB and flow encoders find the same nearest video.</p>")
+                     _number(entry["effective_rank"]), _number(entry.get("rankme")), _number(entry["alignment"]),
+                     _number(entry["uniformity"]), _percent(entry.get("temporal_retrieval")),
+                     _percent(entry.get("neighbour_stability")), _percent(entry.get("agreement"))])
+    agreement = [[html.escape(name), html.escape(" + ".join(entry["stages"])), _percent(entry["nearest_neighbour"]),
+                  _percent(entry["chance"])] for name, entry in result.get("agreement", {}).items()]
+    note = ("<p class=\"note\">Measured without labels on the stored videos: effective rank and RankMe of the video "
+            "features (higher: more directions used), alignment (mean squared distance of two halves of a video; "
+            "lower is better) and uniformity (log of the mean Gaussian potential between videos; lower is better), "
+            "Wang and Isola 2020; the share of videos whose first half finds their own second half (temporal "
+            "retrieval), the share of a video's 5 nearest that stay its nearest through the other half (stable "
+            "neighbours), and the share of them that the other view's stages find too (agreement). "
+            f"{COLLAPSED_MARK}: the features have no spread (a collapsed encoder carries nothing). Below: how often "
+            "the RGB and flow encoders find the same nearest video.</p>")
     return ("<h2>Each stage, without labels</h2>" + note
-            + _table(["stage", "view", "method", "effective rank", "alignment", "uniformity"], rows)
+            + _table(["stage", "view", "method", "effective rank", "RankMe", "alignment", "uniformity",
+                      "temporal retrieval (%)", "stable neighbours (%)", "agreement (%)"], rows)
             + "<p></p>" + _table(["after", "encoders", "nearest neighbours agree (%)", "chance (%)"], agreement))
 
 
-def _embeddings(result: dict[str, Any], final: dict[str, str], collapsed: set[str]) -> str:
+def _percent(value: Any) -> str:
+    return _number(None if value is None else 100 * value, 1)
+
+
+def _embeddings(result: dict[str, Any]) -> str:
     rows = []
     labels = (result.get("labels") or {}).get("embeddings", {})
     keys = list(dict.fromkeys(key for scores in labels.values() for key in scores if key.startswith(("R@", "kNN"))))
     for name, entry in result.get("embeddings", {}).items():
-        sources = [final[view] for view in (("rgb", "flow") if name == "two_stream" else (name,)) if view in final]
-        mark = (f' <span class="mark">{COLLAPSED_MARK}</span>' if any(s in collapsed for s in sources) else "")
+        mark = f' <span class="mark">{COLLAPSED_MARK} collapsed</span>' if entry.get("collapsed") else ""
         scores = labels.get(name, {})
         rows.append([html.escape(name) + mark, _number(entry["effective_rank"]), _number(entry["uniformity"]),
                      *[_number(scores.get(key), 1) for key in keys]])
@@ -151,12 +172,13 @@ def _embeddings(result: dict[str, Any], final: dict[str, str], collapsed: set[st
         text = (f"<p class=\"note\">Scored with the labels of {info['videos']} videos from "
                 f"{html.escape(info['file'])} (never used to train; {html.escape(protocol)}; chance about "
                 f"{info['chance']:.1f}%).</p>")
-    return ("<h2>The embeddings</h2><p class=\"note\">Every video embedded with the final encoders "
+        text += "".join(f"<p class=\"note\">{html.escape(note)}</p>" for note in info.get("notes", []))
+    return ("<h2>The embeddings</h2><p class=\"note\">Every video embedded with the exported encoders "
             "(embeddings/rgb, flow, two_stream: the two-stream similarity is the mean of the two).</p>" + text
             + _table(["embedding", "effective rank", "uniformity", *keys], rows))
 
 
-def _neighbours(out: Path, store: ClipStore, root: str, final: dict[str, str], collapsed: set[str]) -> str:
+def _neighbours(out: Path, store: ClipStore, root: str, result: dict[str, Any]) -> str:
     embeddings = Embeddings(out / "embeddings" / "two_stream")
     count = len(embeddings.videos)
     if count < 2:
@@ -177,7 +199,7 @@ def _neighbours(out: Path, store: ClipStore, root: str, final: dict[str, str], c
         rows.append(gallery_row(cell(query, QUERY_COLOUR, "video"),
                                 [cell(hit.path, NEIGHBOUR_COLOUR, f"#{hit.rank} {hit.score:.3f}") for hit in hits]))
     mark = (f' <span class="mark">{COLLAPSED_MARK} from a collapsed encoder</span>'
-            if any(final.get(view) in collapsed for view in ("rgb", "flow")) else "")
+            if result.get("embeddings", {}).get("two_stream", {}).get("collapsed") else "")
     return (f"<h2>Nearest neighbours{mark}</h2><p class=\"note\">A sample of videos (blue) and their "
             f"{NEIGHBOURS} nearest videos in the two-stream embedding, with the cosine similarity; thumbnails are "
             f"animated.</p><table>{''.join(rows)}</table>")
@@ -185,12 +207,16 @@ def _neighbours(out: Path, store: ClipStore, root: str, final: dict[str, str], c
 
 def _videos(paths: list[str], result: dict[str, Any]) -> str:
     failed = {item["path"]: item["error"] for item in result.get("failed", [])}
+    short = set(result.get("short_videos", []))
     items = []
     for path in paths:
         if path in failed:
             items.append(f'<li class="bad" title="{html.escape(failed[path])}">{html.escape(path)}: left out '
                          f"({html.escape(failed[path])})</li>")
+        elif path in short:
+            items.append(f'<li class="bad">{html.escape(path)}: shorter than one clip (padded by repeating its last '
+                         "frame)</li>")
         else:
             items.append(f"<li>{html.escape(path)}</li>")
-    return (f"<h2>The videos</h2><p class=\"note\">{len(paths)} inputs, {len(failed)} left out.</p>"
-            f"<ul class=\"videos\">{''.join(items)}</ul>")
+    return (f"<h2>The videos</h2><p class=\"note\">{len(paths)} inputs, {len(failed)} left out, {len(short)} "
+            f"shorter than one clip.</p><ul class=\"videos\">{''.join(items)}</ul>")

@@ -23,6 +23,7 @@ import hashlib
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -36,8 +37,11 @@ from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
 from coclr.learn.budget import Footage, Plan, choose_plan, infonce_side_by_side, measure_costs
+from coclr.learn.line import MeasureLine, ProgressLine
 from coclr.learn.recipe import pipeline_options
-from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record
+from coclr.learn.scores import read_labels
+from coclr.learn.stages import VIEWS, choose_exports, export_line
+from coclr.runfolder import FolderRule, check_folder, check_writable, claim_folder, read_record
 from coclr.video.indexes import unlabelled_index
 
 LEARN_FOLDER = FolderRule("learn", "a learn run", may_differ=("labels", "device", "workers"), restart=True)
@@ -48,7 +52,10 @@ PLAN_FILE = "plan.json"
 RESULT_FILE = "learn.json"
 LOG_FILE = "learn.log"
 EMBEDDINGS = ("rgb", "flow", "two_stream")
-VIEWS = ("rgb", "flow")
+SOURCES = {"rgb": ("rgb",), "flow": ("flow",), "two_stream": ("rgb", "flow")}
+"""The encoders each embedding comes from."""
+CLOCK_SECONDS = 30.0
+"""How often a running job records the seconds it has taken in ``learn.json`` (a kill loses at most these)."""
 
 
 @dataclasses.dataclass
@@ -76,8 +83,14 @@ class LearnSummary:
     videos: int
     failed: list[tuple[str, str]]
     seconds: float
+    """the seconds of every part of the run (a continued run's earlier parts included)"""
     already_done: bool = False
     record: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def collapsed_views(self) -> list[str]:
+        """The views whose every stage collapsed (their exported encoder carries nothing)."""
+        return [view for view, entry in self.record.get("exported", {}).items() if entry.get("collapsed")]
 
     def __str__(self) -> str:
         lines = []
@@ -93,10 +106,21 @@ class LearnSummary:
         for name, scores in (self.record.get("labels") or {}).get("embeddings", {}).items():
             lines.append(f"  with the given labels, {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in scores.items()
                                                                        if isinstance(v, float)))
+        for note in (self.record.get("labels") or {}).get("notes", []):
+            lines.append(f"  {note}")
         collapsed = [stage for stage, entry in self.record.get("stages", {}).items() if entry.get("collapsed")]
         if collapsed:
             lines.append(f"  collapsed (features without spread): {', '.join(collapsed)}; their encoders carry "
                          "nothing")
+        short = self.record.get("short_videos", [])
+        if short:
+            lines.append(f"  {len(short)} video(s) shorter than one clip, padded by repeating their last frame: "
+                         f"{', '.join(short[:3])}{' ...' if len(short) > 3 else ''}")
+        if self.record.get("exported"):
+            lines.append(f"  {export_line(self.record['exported'])}")
+        for view in self.collapsed_views:
+            lines.append(f"  every {view} stage collapsed: encoder_{view}.pth and the embeddings from it carry "
+                         f"nothing; try a longer --budget, or more (or longer) videos")
         if self.failed:
             lines.append(f"  {len(self.failed)} video(s) could not be read and were left out:")
             lines += [f"    {message}" for _, message in self.failed[:20]]
@@ -121,7 +145,7 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     notes: list[str] = []
     paths = [str(path) for path in expand_inputs(inputs, notes)]
     check_inputs(out, paths, options.restart)
-    labels = read_labels(options.labels, paths) if options.labels else None
+    labels, label_notes = read_labels(options.labels, paths) if options.labels else (None, [])
     record_options = {"videos": {"count": len(paths), "sha256": paths_digest(paths)},
                       "budget": float(options.budget), "seed": options.seed,
                       "labels": options.labels and os.path.abspath(options.labels), "device": options.device,
@@ -130,7 +154,8 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         result = read_result(out)
         if result.get("status") == "done" and result.get("labels_file") == record_options["labels"]:
             failed = [(item["path"], item["error"]) for item in result.get("failed", [])]
-            return LearnSummary(out, len(paths), failed, time.perf_counter() - started, True, result)
+            return LearnSummary(out, len(paths), failed, result.get("seconds", 0.0), True, result)
+    check_writable(out)  # before the measurement: a folder that cannot be written is one line at once
     from coclr.distributed import (  # noqa: PLC0415 (heavy: torch)
         barrier,
         broadcast_object,
@@ -140,38 +165,40 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     )
 
     device = pick_device(options.device)
+    clock = Clock(out, 0.0 if options.restart else read_result(out).get("seconds", 0.0), started)
     with contextlib.ExitStack() as held:
         refused, plan = None, None
         if launched_rank() == 0:  # makes the plan and holds the folder before the other processes join it
             try:
                 plan = (None if options.restart else read_plan(out)) or options.plan or make_plan(
-                    paths, options.budget, device, options.workers, time.perf_counter() - started)
+                    paths, options.budget, device, options.workers, time.perf_counter() - started, options.progress)
                 held.enter_context(claim_folder(out, LEARN_FOLDER, record_options, restart=options.restart))
-                record_start(out, paths, notes, plan)
+                record_start(out, paths, [*notes, *label_notes], plan, clock)
             except CoclrError as error:
                 refused = error
         init_distributed(device)  # under torchrun the other processes wait here for rank 0
         message, plan = broadcast_object((None if refused is None else str(refused), plan))
         if message is not None:
             raise refused if refused is not None else ConfigError(message)
-        summary = _learn(out, paths, labels, options, plan, device, started)
+        summary = _learn(out, paths, labels, label_notes, options, plan, device, clock)
         barrier()
     return summary
 
 
-def record_start(out: Path, paths: list[str], notes: list[str], plan: Plan) -> None:
+def record_start(out: Path, paths: list[str], notes: list[str], plan: Plan, clock: Clock) -> None:
     """Write what a run follows, once: its inputs and its plan (the plan is made before the folder is claimed, so
-    that a refused budget leaves no folder behind)."""
+    that a refused budget leaves no folder behind), and the seconds taken so far."""
     for note in notes:
         say(note)
     if not (out / INPUTS_FILE).is_file():
         atomic_write_json(out / INPUTS_FILE, {"videos": paths})
     if not (out / PLAN_FILE).is_file():
         atomic_write_json(out / PLAN_FILE, plan.to_dict())
+    clock.record(read_result(out))
 
 
-def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, options: LearnOptions, plan: Plan, device,
-           started: float) -> LearnSummary:
+def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_notes: list[str],
+           options: LearnOptions, plan: Plan, device, clock: Clock) -> LearnSummary:
     """Every phase; the parts run by every process of a torchrun job, what is written once by rank 0."""
     import torch  # noqa: PLC0415 (heavy)
 
@@ -183,50 +210,55 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, options: 
     if main:
         say(plan.describe())
     result["status"] = "running"
-    line = ProgressLine(plan.estimates, enabled=options.progress and main)
+    line = ProgressLine(plan.estimates, enabled=options.progress and main, done=("measure",),
+                        tick=(lambda: clock.record(result, due=True)) if main else None)
     log = open(out / LOG_FILE if main else os.devnull, "a")  # the parts' lines go to the log, not the terminal
     with log, line, progress.observed(line.observe), contextlib.redirect_stdout(log):
-        record = (lambda name: timed(out, result, name)) if main else (lambda name: contextlib.nullcontext())
+        record = (lambda name: timed(clock, result, name)) if main else (lambda name: contextlib.nullcontext())
         root = common_root(paths)
         with line.phase("store", len(paths)), record("store"):
             store = build_learn_store(out, root, paths, plan, options.workers)
         with line.phase("flow", len(paths)), record("flow"):
             flow_failed = extract_learn_flow(store, root, options.workers)
-        config = pipeline_config(out, store, plan, options.seed, str(device), usable_videos(store), world_size())
+        config = pipeline_config(out, store, plan, options.seed, str(device), usable_instances(store, plan),
+                                 world_size())
+        stages = plan_stages(config)
         side_by_side = infonce_side_by_side(device, world_size())
-        infonce = plan_stages(config)[:2]
-        units = sum(stage.epochs for stage in infonce) if side_by_side else plan.steps // 2
-        with line.phase("infonce", units), record("infonce"):
+        # the bars' units: the side-by-side scheduler's counts both stages' epochs, the pipeline's count steps
+        infonce_units = sum(s.epochs for s in stages[:2]) if side_by_side else plan.stage_steps(stages[:2])
+        with line.phase("infonce", infonce_units), record("infonce"):
             if side_by_side:
-                train_side_by_side(out, config, infonce)
-            run_pipeline(config, until=infonce[-1].name)
-        with line.phase("coclr", plan.steps - plan.steps // 2), record("coclr"):
+                train_side_by_side(out, config, stages[:2])
+            run_pipeline(config, until=stages[1].name)
+        with line.phase("coclr", plan.stage_steps(stages[2:])), record("coclr"):
             run_pipeline(config)
         if main:
-            export_encoders(out, config)
+            with line.phase("quality", None), record("quality"):
+                result["stages"], result["agreement"] = measure_stages(out, store, config, str(device))
+            result["exported"] = choose_exports(result["stages"])
+            export_encoders(out, result["exported"])
+            say(export_line(result["exported"]))
         barrier()
         with line.phase("embed", 2 * len(paths)), record("embed"):
             embed_failed = embed_all(out, paths, str(device), options.workers)
         if not main:
-            return LearnSummary(out, len(paths), [], time.perf_counter() - started)
-        with line.phase("quality", None), record("quality"):
-            result["stages"], result["agreement"] = stage_quality(out, store, config, str(device))
-            result["embeddings"] = embedding_quality(out)
+            return LearnSummary(out, len(paths), [], clock.seconds())
+        result["embeddings"] = embedding_quality(out, result["exported"])
         if labels is not None:
             from coclr.learn.scores import label_scores  # noqa: PLC0415
 
-            result["labels"] = label_scores(out, labels)
+            result["labels"] = {**label_scores(out, labels), "notes": label_notes}
         failed = sorted({**store_failures(store, root), **flow_failed, **embed_failed}.items())
         result.update(status="done", plan=plan.to_dict(), labels_file=labels and labels["file"],
                       failed=[{"path": path, "error": error} for path, error in failed],
-                      videos=len(paths), torch=torch.__version__)
-        result["seconds"] = result.get("seconds", 0.0) + time.perf_counter() - started
+                      short_videos=plan.short_videos, videos=len(paths), torch=torch.__version__)
         with line.phase("fixed", None):
             from coclr.learn.report import write_report  # noqa: PLC0415
 
+            result["seconds"] = clock.seconds()
             write_report(out / "report.html", out, result, paths)
-        atomic_write_json(out / RESULT_FILE, result)
-    return LearnSummary(out, len(paths), failed, time.perf_counter() - started, record=result)
+        clock.record(result)
+    return LearnSummary(out, len(paths), failed, result["seconds"], record=result)
 
 
 # ------------------------------------------------------------------------------------------------ the parts
@@ -237,8 +269,30 @@ def say(text: str) -> None:
     progress.write(text, file=sys.__stdout__)
 
 
+class Clock:
+    """The seconds a run has taken in all: those its earlier parts recorded (``before``) and this part's since
+    ``started`` (a ``time.perf_counter()``), recorded in ``learn.json`` (:meth:`record`)."""
+
+    def __init__(self, out: Path, before: float, started: float) -> None:
+        self.out, self.before, self.started = out, before, started
+        self.recorded = time.monotonic()
+
+    def seconds(self) -> float:
+        return self.before + time.perf_counter() - self.started
+
+    def record(self, result: dict[str, Any], due: bool = False) -> None:
+        """Write ``result`` with the seconds so far to ``learn.json`` (with ``due``: only every
+        :data:`CLOCK_SECONDS`, and only from the main thread, which alone writes it)."""
+        if due and (time.monotonic() - self.recorded < CLOCK_SECONDS
+                    or threading.current_thread() is not threading.main_thread()):
+            return
+        self.recorded = time.monotonic()
+        result["seconds"] = self.seconds()
+        atomic_write_json(self.out / RESULT_FILE, result)
+
+
 @contextlib.contextmanager
-def timed(out: Path, result: dict[str, Any], name: str) -> Iterator[None]:
+def timed(clock: Clock, result: dict[str, Any], name: str) -> Iterator[None]:
     """Add the seconds of the block to ``result["phases"][name]`` and record them in ``learn.json`` (a resumed run
     adds to what the earlier ones took)."""
     begin = time.perf_counter()
@@ -247,7 +301,7 @@ def timed(out: Path, result: dict[str, Any], name: str) -> Iterator[None]:
     finally:
         phases = result.setdefault("phases", {})
         phases[name] = phases.get(name, 0.0) + time.perf_counter() - begin
-        atomic_write_json(out / RESULT_FILE, result)
+        clock.record(result)
 
 
 def read_result(out: Path) -> dict[str, Any]:
@@ -279,27 +333,48 @@ def check_inputs(out: Path, paths: list[str], restart: bool) -> None:
                       f"continue it, another --out, or --restart to move it aside and start over")
 
 
-def make_plan(paths: list[str], budget: float, device, workers: int | None, spent: float) -> Plan:
+def make_plan(paths: list[str], budget: float, device, workers: int | None, spent: float,
+              show: bool = True) -> Plan:
     """Probe the videos, measure this machine and choose the plan (:mod:`coclr.learn.budget`) for the processes
-    and machines of the job."""
+    and machines of the job; ``show``: a progress line while measuring. Refused in one line when most videos are
+    shorter than one clip of the plan's network; the plan lists the others that are."""
     from coclr.distributed import launched_machines, launched_world_size  # noqa: PLC0415 (heavy: torch)
     from coclr.video.decode import probe_video  # noqa: PLC0415
 
     say(f"coclr learn: probing {len(paths)} videos and measuring this machine for the budget ...")
     begin = time.perf_counter()
-    infos = []
-    for path in paths:
-        try:
-            infos.append(probe_video(path))
-        except Exception:  # an unreadable video is the store job's failure, listed there
-            continue
-    if not infos:
-        raise DataError("none of the videos could be read (not a video, or damaged): check the inputs")
-    footage = Footage.of(infos)
-    workers = job_workers(workers)
-    spent += time.perf_counter() - begin
-    costs = measure_costs(paths, footage, device, workers, budget - spent, launched_world_size(), launched_machines())
-    return choose_plan(footage, costs, budget, spent + costs.seconds)
+    infos, probed = [], []
+    with MeasureLine(len(paths), enabled=show) as line:
+        for path in paths:
+            line.probed()
+            try:
+                infos.append(probe_video(path))
+                probed.append(path)
+            except Exception:  # an unreadable video is the store job's failure, listed there
+                continue
+        if not infos:
+            raise DataError("none of the videos could be read (not a video, or damaged): check the inputs")
+        footage = Footage.of(infos)
+        workers = job_workers(workers)
+        spent += time.perf_counter() - begin
+        costs = measure_costs(paths, footage, device, workers, budget - spent, launched_world_size(),
+                              launched_machines(), line.measuring)
+    plan = choose_plan(footage, costs, budget, spent + costs.seconds)
+    plan.short_videos = short_videos(plan, probed, infos)
+    return plan
+
+
+def short_videos(plan: Plan, paths: list[str], infos: list) -> list[str]:
+    """The videos shorter than one clip of ``plan`` and its flow (they are padded by repeating their last frame);
+    refused in one line when they are most of them."""
+    from coclr.data.sampling import clip_span  # noqa: PLC0415
+
+    needed = clip_span(plan.model.length, 1) + 1
+    short = [path for path, info in zip(paths, infos) if info.frames < needed]
+    if len(short) > len(paths) / 2:
+        raise DataError(f"{len(short)} of the {len(paths)} videos are shorter than one clip ({needed} frames with its "
+                        f"flow, e.g. {short[0]}): too short to learn motion from; give longer videos")
+    return short
 
 
 def job_workers(workers: int | None) -> int:
@@ -343,20 +418,20 @@ def extract_learn_flow(store: Path, root: str, workers: int | None) -> dict[str,
     return {os.path.join(root, key): reason for key, reason in summary.failed}
 
 
-def usable_videos(store: Path) -> int:
-    from coclr.data.datasets import usable_entries  # noqa: PLC0415 (heavy: torch)
-    from coclr.store.clipstore import ClipStore  # noqa: PLC0415
+def usable_instances(store: Path, plan: Plan) -> int:
+    """Training instances of the store's usable videos under ``plan`` (its videos, or their stretches)."""
+    from coclr.data.datasets import TrainClips  # noqa: PLC0415 (heavy: torch)
 
-    return len(usable_entries(ClipStore(store), "train", list(VIEWS))[0])
+    return len(TrainClips(store, "train", list(VIEWS), plan.model.length, segment_frames=plan.segment_frames))
 
 
-def pipeline_config(out: Path, store: Path, plan: Plan, seed: int, device: str, videos: int, processes: int):
+def pipeline_config(out: Path, store: Path, plan: Plan, seed: int, device: str, instances: int, processes: int):
     """The pipeline of the plan (``OUT/pipeline``): InfoNCE on both views, then two CoCLR cycles, by ``processes``
-    processes."""
+    processes, over ``instances`` training instances."""
     from coclr.train.config import PipelineConfig  # noqa: PLC0415 (heavy: torch)
 
-    return from_dict(PipelineConfig, pipeline_options(plan, str(store), str(out / "pipeline"), seed, device, videos,
-                                                      processes))
+    return from_dict(PipelineConfig, pipeline_options(plan, str(store), str(out / "pipeline"), seed, device,
+                                                      instances, processes))
 
 
 def train_side_by_side(out: Path, config, stages) -> None:
@@ -381,20 +456,13 @@ def train_side_by_side(out: Path, config, stages) -> None:
     run_jobs(jobs, out, processes=len(jobs), desc="InfoNCE")
 
 
-def final_encoders(out: Path, config) -> dict[str, Path]:
-    """The encoder of each view of the pipeline's last stage that trained it."""
-    from coclr.train.pipeline import encoder_file, plan_stages  # noqa: PLC0415
+def export_encoders(out: Path, exported: dict[str, dict[str, Any]]) -> None:
+    """``OUT/encoder_<view>.pth``: each view's exported stage's encoder (:func:`~coclr.learn.stages.choose_exports`),
+    copied atomically."""
+    from coclr.train.pipeline import encoder_file  # noqa: PLC0415 (heavy: torch)
 
-    latest = {}
-    for stage in plan_stages(config):
-        for view in stage.trains:
-            latest[view] = encoder_file(out / "pipeline", stage.name, view)
-    return latest
-
-
-def export_encoders(out: Path, config) -> None:
-    """``OUT/encoder_<view>.pth``: the final encoders, copied atomically."""
-    for view, source in final_encoders(out, config).items():
+    for view, entry in exported.items():
+        source = encoder_file(out / "pipeline", entry["stage"], view)
         target = out / f"encoder_{view}.pth"
         if target.is_file() and target.read_bytes() == source.read_bytes():
             continue
@@ -425,129 +493,30 @@ def embed_all(out: Path, paths: list[str], device: str, workers: int | None) -> 
     return failed
 
 
-def stage_quality(out: Path, store: Path, config, device: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The label-free measures of every stage's encoder on the stored videos (a sample of large footage), and the
-    agreement of the RGB and flow encoders' nearest neighbours after InfoNCE and after each cycle."""
-    import torch  # noqa: PLC0415 (heavy)
-
-    from coclr.eval.features import ClipConfig, window_features  # noqa: PLC0415
-    from coclr.eval.label_free import neighbour_agreement, quality  # noqa: PLC0415
+def measure_stages(out: Path, store: Path, config, device: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The label-free measures of every stage's encoder on the stored videos (a sample of large footage) and the
+    views' agreement (:func:`~coclr.learn.stages.stage_quality`)."""
+    from coclr.eval.features import ClipConfig  # noqa: PLC0415 (heavy: torch)
     from coclr.learn.budget import QUALITY_VIDEOS  # noqa: PLC0415
-    from coclr.models.loading import load_encoder  # noqa: PLC0415
-    from coclr.train.pipeline import encoder_file, plan_stages  # noqa: PLC0415
+    from coclr.learn.stages import sample_keys, stage_quality  # noqa: PLC0415
+    from coclr.train.pipeline import plan_stages  # noqa: PLC0415
 
-    keys = sample_keys(store, QUALITY_VIDEOS)
     clips = ClipConfig(length=config.data.length, stride=config.data.stride, size=config.data.size, batch_size=32)
-    stages: dict[str, Any] = {}
-    means: dict[str, np.ndarray] = {}
-    latest: dict[str, str] = {}
-    agreement: dict[str, Any] = {}
-    for stage in plan_stages(config):
-        for view in stage.trains:
-            backbone, _ = load_encoder(encoder_file(out / "pipeline", stage.name, view))
-            backbone.eval()
-            with torch.inference_mode():
-                windows, videos, names = window_features(backbone, store, view, "train", clips, device, keys)
-            per_video = np.stack([windows[videos == v].mean(axis=0) for v in range(len(names))])
-            stages[stage.name] = {"view": view, "method": stage.method, **quality(per_video, windows, videos)}
-            means[stage.name] = per_video
-            latest[view] = stage.name
-        if set(latest) == set(VIEWS) and (stage.name.startswith("infonce_") or stage.trains == [VIEWS[1]]):
-            name = "infonce" if stage.method == "infonce" else f"cycle{stage.cycle}"
-            agreement[name] = {"stages": [latest["rgb"], latest["flow"]],
-                               "nearest_neighbour": neighbour_agreement(means[latest["rgb"]], means[latest["flow"]]),
-                               "chance": 1.0 / max(1, len(keys) - 1)}
-    return stages, agreement
+    return stage_quality(out / "pipeline", store, plan_stages(config), clips, device,
+                         sample_keys(store, QUALITY_VIDEOS))
 
 
-def sample_keys(store: Path, count: int) -> list[str]:
-    """Up to ``count`` of the store's usable videos, spread evenly over its index (all of smaller footage)."""
-    from coclr.data.datasets import usable_entries  # noqa: PLC0415 (heavy: torch)
-    from coclr.store.clipstore import ClipStore  # noqa: PLC0415
-
-    entries = usable_entries(ClipStore(store), "train", list(VIEWS))[0]
-    picked = np.unique(np.linspace(0, len(entries) - 1, min(count, len(entries))).round().astype(int))
-    return [entries[i].path for i in picked]
-
-
-def embedding_quality(out: Path) -> dict[str, Any]:
-    """The label-free measures of each embedding folder's video vectors."""
+def embedding_quality(out: Path, exported: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The label-free measures of each embedding folder's video vectors; ``collapsed`` when its own vectors are,
+    or an encoder it comes from collapsed (``encoder_collapsed``)."""
     from coclr.embed.search import Embeddings  # noqa: PLC0415 (heavy: torch)
     from coclr.eval.label_free import quality  # noqa: PLC0415
 
     found = {}
     for name in EMBEDDINGS:
         vectors = np.asarray(Embeddings(out / "embeddings" / name).videos)
-        found[name] = quality(vectors)
+        measured = quality(vectors)
+        from_collapsed = any(exported.get(view, {}).get("collapsed") for view in SOURCES[name])
+        found[name] = {**measured, "collapsed": measured["collapsed"] or from_collapsed,
+                       "encoder_collapsed": from_collapsed}
     return found
-
-
-def read_labels(path: str, paths: list[str]) -> dict[str, Any]:
-    """The labels of ``path`` (a ``--format csv`` manifest ``path,label[,split[,group]]``, paths relative to its
-    folder) for the input videos they name: ``{"file", "classes", "videos": {absolute path: (label, split)}}``.
-    Refused in one line when it names none of them."""
-    from coclr.video.indexes import csv_index  # noqa: PLC0415
-
-    index = csv_index(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    wanted = set(paths)
-    videos = {}
-    for entry in index.entries:
-        full = os.path.abspath(os.path.join(folder, entry.path))
-        if entry.label is not None and full in wanted:
-            videos[full] = (entry.label, entry.split)
-    if not videos:
-        raise DataError(f"--labels {path}: none of its labelled videos is among the inputs (its paths are taken "
-                        f"from its folder, {folder})")
-    return {"file": os.path.abspath(path), "classes": index.classes, "videos": videos}
-
-
-# ------------------------------------------------------------------------------------------------ progress
-
-
-class ProgressLine:
-    """One line for the whole job: each phase advances it by its estimated seconds (:class:`~.budget.Plan`) as its
-    parts' bars report (:mod:`coclr.progress`), so its ETA is the estimate scaled by the speed so far.
-
-    State: the tqdm line, the current phase, its units (bar updates it expects; None: it only ends), and the
-    seconds credited to it so far."""
-
-    def __init__(self, estimates: dict[str, float], enabled: bool = True) -> None:
-        self.estimates = dict(estimates)
-        self.enabled = enabled
-        self.bar = None
-        self.current: str | None = None
-        self.units: int | None = None
-        self.credited = 0.0
-
-    def __enter__(self) -> ProgressLine:
-        from tqdm import tqdm  # noqa: PLC0415
-
-        self.bar = tqdm(total=round(sum(self.estimates.values()), 1), disable=not self.enabled, file=sys.__stderr__,
-                        bar_format="coclr learn: {desc} {percentage:3.0f}%|{bar:20}| {elapsed} so far, about "
-                        "{remaining} left", dynamic_ncols=True, smoothing=0.0)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.bar.close()
-
-    @contextlib.contextmanager
-    def phase(self, name: str, units: int | None) -> Iterator[None]:
-        """Run a phase: its parts' updates advance the line by its estimate per unit; at its end the line stands
-        at the phase's full estimate (a resumed phase has less to do)."""
-        self.current, self.units, self.credited = name, units, 0.0
-        self.bar.set_description_str(name, refresh=True)
-        yield
-        self._credit(self.estimates.get(name, 0.0) - self.credited)
-        self.current = None
-
-    def observe(self, desc: str, count: int, total: int | None) -> None:
-        if self.current is None or not self.units:
-            return
-        share = self.estimates.get(self.current, 0.0) * count / self.units
-        self._credit(min(share, self.estimates.get(self.current, 0.0) - self.credited))
-
-    def _credit(self, seconds: float) -> None:
-        if seconds > 0:
-            self.credited += seconds
-            self.bar.update(seconds)

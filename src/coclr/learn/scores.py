@@ -8,6 +8,7 @@ out). The kNN accuracy is the majority class of the ``k`` nearest (a tie goes to
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,58 @@ from typing import Any
 import numpy as np
 
 from coclr.embed.output import Embeddings
+from coclr.errors import DataError
 from coclr.eval.retrieval import retrieve
+from coclr.video.indexes import SPLITS, manifest_labels, manifest_rows
 
 KS = (1, 5, 10)
 KNN = 5
+MIN_LABELLED = 2
+"""Fewest labelled input videos that can be scored (each query needs another labelled video to retrieve)."""
+SHOWN = 3
+"""Rows a note or a refusal names (the count is always given)."""
+
+
+def read_labels(path: str, paths: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """The labels of ``path`` (a ``--format csv`` manifest ``path,label[,split[,group]]``, UTF-8 with or without a
+    byte-order mark; paths relative to its folder, or absolute) for the input videos ``paths`` they name:
+    ``{"file", "classes", "videos": {absolute path: (label, split)}}``, and notes (one line each) on its rows that
+    are not scored: rows naming no input video, rows without a label. Refused in one line, before any work, naming
+    the file and its lines: text that is not UTF-8, rows without a path or of an unknown split, or fewer than
+    :data:`MIN_LABELLED` labelled input videos."""
+    folder = os.path.dirname(os.path.abspath(path))
+    inputs = {os.path.realpath(p): p for p in paths}  # a row may name a video through a link, or the link's target
+    bad, outside, unlabelled, rows = [], [], [], []
+    for number, record in manifest_rows(path):
+        split = record.get("split") or "train"
+        if not record.get("path") or split not in SPLITS:
+            bad.append(f"line {number} ({'no path' if not record.get('path') else f'split {split!r}'})")
+            continue
+        video = inputs.get(os.path.realpath(os.path.join(folder, record["path"])))
+        if video is None:
+            outside.append(record["path"])
+        elif not record.get("label"):
+            unlabelled.append(f"line {number}")
+        else:
+            rows.append((video, record["label"], split))
+    if bad:
+        raise DataError(f"--labels {path}: {len(bad)} malformed row(s): {', '.join(bad[:SHOWN])}"
+                        f"{' ...' if len(bad) > SHOWN else ''} (each row: path,label[,split[,group]], split one of "
+                        f"{', '.join(SPLITS)}); mend them and run again")
+    if len(rows) < MIN_LABELLED:
+        raise DataError(f"--labels {path}: {len(rows)} of its rows label an input video ({len(outside)} name other "
+                        f"files, e.g. {', '.join(outside[:SHOWN]) or 'none'}; paths are taken from its folder, "
+                        f"{folder}, or as absolute): at least {MIN_LABELLED} are needed to score anything")
+    classes, ids = manifest_labels([label for _, label, _ in rows])
+    videos = {video: (label, split) for (video, _, split), label in zip(rows, ids)}
+    notes = []
+    if outside:
+        notes.append(f"--labels {path}: {len(outside)} row(s) name videos that are not among the inputs, not scored "
+                     f"(e.g. {', '.join(outside[:SHOWN])})")
+    if unlabelled:
+        notes.append(f"--labels {path}: {len(unlabelled)} row(s) have no label, not scored "
+                     f"({', '.join(unlabelled[:SHOWN])}{' ...' if len(unlabelled) > SHOWN else ''})")
+    return {"file": os.path.abspath(path), "classes": classes, "videos": videos}, notes
 
 
 def knn_accuracy(topk_indices: np.ndarray, query_labels: np.ndarray, gallery_labels: np.ndarray, k: int) -> float:

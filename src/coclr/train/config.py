@@ -39,6 +39,11 @@ class DataOptions:
                                   "read, so later epochs skip JPEG decoding (0: none). Needs workers=0 (each worker "
                                   "process would hold a cache of its own, of the videos it happened to read); for "
                                   "splits that fit in memory")
+    segment_frames: int | None = option(
+        None, "cut each video into instances of this many frames (consecutive stretches, the last one longer; a "
+              "video shorter than two is one instance): each is a sample of every epoch, its clips drawn from it, "
+              "so that a few long videos give the batches and the queue enough instances to contrast; null: each "
+              "video is one instance (the paper's)")
     decode: Literal["workers", "device"] | None = option(
         None, "where stored JPEG frames are decoded: workers (in the DataLoader workers, OpenCV on the CPU) or "
               "device (the workers only read bytes; the training process decodes each batch, on a GPU with nvJPEG "
@@ -61,6 +66,8 @@ class DataOptions:
         require(self.frame_size is None or (len(self.frame_size) == 2 and min(self.frame_size) > 0),
                 "frame_size", "must be [height, width] with positive values")
         require(self.view != self.second_view, "second_view", f"must differ from view ({self.view!r})")
+        require(self.segment_frames is None or self.segment_frames >= 1, "segment_frames",
+                "must be at least 1 (or null)")
 
 
 @dataclass

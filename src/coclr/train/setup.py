@@ -103,7 +103,8 @@ def build_parts(setup: RunSetup) -> RunParts:
     decode = resolve_decode(config.data.decode, device, frame_cache=config.data.cache_mb > 0)
     dataset = TrainClips(config.data.store, config.data.split, config.views, config.data.length, config.data.stride,
                          num_clips=2, seed=config.run.seed, frame_size=config.data.frame_size,
-                         cache_mb=config.data.cache_mb, encoded=decode == "device")
+                         cache_mb=config.data.cache_mb, encoded=decode == "device",
+                         segment_frames=config.data.segment_frames)
     if dataset.left_out:
         log_line(left_out_message(dataset.store, config.data.split, config.views, dataset.left_out))
     settings = {view: clip_settings(config, dataset.store, view) for view in config.views}

@@ -14,8 +14,10 @@ Example::
 
 from __future__ import annotations
 
+import codecs
 import csv
 import hashlib
+import io
 import json
 import os
 import re
@@ -537,22 +539,36 @@ def split_by_group(index: VideoIndex, test_fraction: float, seed: int = 0) -> Vi
     return VideoIndex(index.name, list(index.classes), entries)
 
 
-def csv_index(path: str | Path, name: str | None = None) -> VideoIndex:
-    """A CSV manifest with the columns ``path,label`` and optionally ``split`` (default "train") and
-    ``group``; a header row naming them is optional, and with a header they may come in any order. Labels are all
-    integers (classes "0".."max") or all class names (classes: their sorted set). A video with an empty label
-    cell, or every video of a manifest without a label column (a header without ``label``, or one column of paths
-    and no header), has no label."""
+MANIFEST_COLUMNS = ("path", "label", "split", "group")
+
+
+def manifest_text(path: str | Path) -> str:
+    """The text of a manifest: UTF-8, with or without the byte-order mark spreadsheets write ("CSV UTF-8"); UTF-16
+    or bytes that are not UTF-8 are refused in one line naming the file and saying how to save it."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"manifest not found: {path}")
-    with path.open(newline="") as file:
-        rows = [(number, row) for number, row in enumerate(csv.reader(file), start=1)
-                if row and not row[0].startswith("#")]
-    columns = ["path", "label", "split", "group"]
+    data = path.read_bytes()
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\0" in data:
+        raise DataError(f"{path}: UTF-16 text, not UTF-8; save it as UTF-8 (a spreadsheet's \"CSV UTF-8\")")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}); save it "
+                        "as UTF-8 (a spreadsheet's \"CSV UTF-8\")") from None
+
+
+def manifest_rows(path: str | Path) -> list[tuple[int, dict[str, str]]]:
+    """The rows of a CSV manifest (:func:`csv_index`'s format), each with its line number: a dict of the columns it
+    fills (``path``, ``label``, ``split``, ``group``; values stripped). Lines starting with ``#`` are comments.
+    Raises :class:`DataError` naming the line of a bad header or of a row with more cells than columns."""
+    path = Path(path)
+    rows = [(number, row) for number, row in enumerate(csv.reader(io.StringIO(manifest_text(path), newline="")),
+                                                     start=1) if row and not row[0].startswith("#")]
+    columns = list(MANIFEST_COLUMNS)
     if rows and rows[0][1][0].strip().lower() == "path":
         columns = [c.strip().lower() for c in rows[0][1]]
-        unknown = [c for c in columns if c not in ("path", "label", "split", "group")]
+        unknown = [c for c in columns if c not in MANIFEST_COLUMNS]
         if unknown or len(set(columns)) != len(columns):
             raise DataError(f"{path}:{rows[0][0]}: the header names the columns path, label, split and group, each "
                             f"once; got {','.join(columns)}")
@@ -564,11 +580,29 @@ def csv_index(path: str | Path, name: str | None = None) -> VideoIndex:
         if len(row) > len(columns):
             raise DataError(f"{path}:{number}: expected {','.join(columns)} (the last ones optional), got {row}")
         records.append((number, dict(zip(columns, (value.strip() for value in row)))))
-    labels = [r["label"] for _, r in records if r.get("label")]
-    numeric = all(_is_int(label) for label in labels)
-    classes = ([str(i) for i in range(max(int(x) for x in labels) + 1)] if numeric and labels
-               else sorted(set(labels)))
-    label_of: Callable[[str], int] = int if numeric else {c: i for i, c in enumerate(classes)}.__getitem__
+    return records
+
+
+def manifest_labels(labels: Sequence[str]) -> tuple[list[str], list[int]]:
+    """The classes of a manifest's label cells and each cell's class index: classes "0".."max" when all are integers
+    (a cell "03" is class 3), else their sorted set."""
+    if labels and all(_is_int(label) for label in labels):
+        return [str(i) for i in range(max(int(x) for x in labels) + 1)], [int(x) for x in labels]
+    classes = sorted(set(labels))
+    index = {c: i for i, c in enumerate(classes)}
+    return classes, [index[label] for label in labels]
+
+
+def csv_index(path: str | Path, name: str | None = None) -> VideoIndex:
+    """A CSV manifest with the columns ``path,label`` and optionally ``split`` (default "train") and
+    ``group``; a header row naming them is optional, and with a header they may come in any order. Labels are all
+    integers (classes "0".."max") or all class names (classes: their sorted set). A video with an empty label
+    cell, or every video of a manifest without a label column (a header without ``label``, or one column of paths
+    and no header), has no label. UTF-8, a byte-order mark accepted (:func:`manifest_text`)."""
+    path = Path(path)
+    records = manifest_rows(path)
+    classes, ids = manifest_labels([r["label"] for _, r in records if r.get("label")])
+    labels = iter(ids)
     entries = []
     for number, record in records:
         if not record.get("path"):
@@ -576,7 +610,7 @@ def csv_index(path: str | Path, name: str | None = None) -> VideoIndex:
         split = record.get("split") or "train"
         if split not in SPLITS:
             raise DataError(f"{path}:{number}: unknown split {split!r} (known: {', '.join(SPLITS)})")
-        label = label_of(record["label"]) if record.get("label") else None
+        label = next(labels) if record.get("label") else None
         entries.append(VideoEntry(record["path"], label, split, record.get("group") or None))
     return VideoIndex(name or path.stem, classes, entries)
 

@@ -1,0 +1,142 @@
+"""The one progress line of ``coclr learn``: the measurement's, then the whole run's, each with an ETA.
+
+:class:`ProgressLine` follows the parts' bars (:func:`coclr.progress.observed`) and advances by each phase's
+estimated seconds (:class:`~coclr.learn.budget.Plan`) as its parts report; its ETA is what the estimates leave,
+scaled by how fast the work goes: the current phase's remainder at that phase's own pace once it has reported some
+of its work, the later phases at the pace of the whole run so far. So an estimate that was wrong is corrected as
+soon as its phase reports, instead of being averaged with the phases that went as planned.
+:class:`MeasureLine` shows the measurement that comes before the plan (probing the videos, then each candidate
+network), with the seconds :func:`~coclr.learn.budget.measuring_left` predicts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Collection, Iterator
+
+from tqdm import tqdm
+
+SETTLED = 0.05
+"""A phase's own pace is trusted once this share of its estimate has been reported."""
+
+
+def _clock(seconds: float | None) -> str:
+    return "?" if seconds is None else tqdm.format_interval(max(0.0, seconds))
+
+
+class ProgressLine:
+    """One line for the whole run (see the module docstring).
+
+    State: the tqdm line; the current phase, its units (bar updates it expects; None: it only ends), the seconds of
+    its estimate credited so far and when it started; the estimated and the actual seconds of the phases done."""
+
+    def __init__(self, estimates: dict[str, float], enabled: bool = True, done: Collection[str] = (),
+                 tick: Callable[[], None] | None = None) -> None:
+        """``done``: phases finished before the line starts (the measurement: its estimate is its time);
+        ``tick``: called at every update (a run records its time with it)."""
+        self.estimates = dict(estimates)
+        self.enabled = enabled
+        self.tick = tick
+        self.bar = None
+        self.current: str | None = None
+        self.units: int | None = None
+        self.credited = 0.0
+        self.phase_started = 0.0
+        self.started = {name for name in done if name in self.estimates}
+        self.estimated_done = sum(self.estimates[name] for name in self.started)
+        self.actual_done = self.estimated_done
+
+    def __enter__(self) -> ProgressLine:
+        self.bar = tqdm(total=round(sum(self.estimates.values()), 1), initial=round(self.estimated_done, 1),
+                        disable=not self.enabled, file=sys.__stderr__, dynamic_ncols=True, smoothing=0.0,
+                        bar_format="coclr learn: {desc} {percentage:3.0f}%|{bar:20}| {elapsed} so far, {postfix}")
+        if hasattr(self.bar, "start_t"):  # (a disabled bar keeps no time)
+            self.bar.start_t -= self.actual_done  # "so far" counts the measurement
+        self._show()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
+
+    @contextlib.contextmanager
+    def phase(self, name: str, units: int | None) -> Iterator[None]:
+        """Run a phase: its parts' updates advance the line by its estimate per unit; at its end the line stands
+        at the phase's full estimate (a resumed phase has less to do)."""
+        self.current, self.units, self.credited = name, units, 0.0
+        self.phase_started = time.monotonic()
+        self.started.add(name)
+        self.bar.set_description_str(name, refresh=False)
+        self._show()
+        yield
+        self._credit(self.estimates.get(name, 0.0) - self.credited)
+        self.estimated_done += self.estimates.get(name, 0.0)
+        self.actual_done += time.monotonic() - self.phase_started
+        self.current, self.credited = None, 0.0
+
+    def observe(self, desc: str, count: int, total: int | None) -> None:
+        if self.tick is not None:
+            self.tick()
+        if self.current is None or not self.units:
+            return
+        share = self.estimates.get(self.current, 0.0) * count / self.units
+        self._credit(min(share, self.estimates.get(self.current, 0.0) - self.credited))
+
+    def eta(self) -> float:
+        """Seconds left: the current phase's remainder at its own pace (once it reported :data:`SETTLED` of its
+        estimate, else at the run's), the phases not started at the run's pace (actual over estimated seconds of
+        the work done so far, the current phase's reported share included)."""
+        elapsed = time.monotonic() - self.phase_started if self.current is not None else 0.0
+        estimated, actual = self.estimated_done + self.credited, self.actual_done + elapsed
+        pace = actual / estimated if estimated > 0 else 1.0
+        later = sum(seconds for name, seconds in self.estimates.items() if name not in self.started)
+        if self.current is None:
+            return later * pace
+        estimate = self.estimates.get(self.current, 0.0)
+        remainder = max(0.0, estimate - self.credited)
+        own = elapsed / self.credited if self.credited > SETTLED * estimate and self.credited > 0 else pace
+        return remainder * own + later * pace
+
+    def _show(self) -> None:
+        self.bar.set_postfix_str(f"about {_clock(self.eta())} left", refresh=True)
+
+    def _credit(self, seconds: float) -> None:
+        if seconds > 0:
+            self.credited += seconds
+            self.bar.update(seconds)
+        self._show()
+
+
+class MeasureLine:
+    """The line of the measurement before the plan: the videos probed, then each part measured, with the elapsed
+    seconds and the seconds left (as predicted; "?" until a prediction can be made)."""
+
+    def __init__(self, videos: int, enabled: bool = True) -> None:
+        self.videos = videos
+        self.enabled = enabled
+        self.bar = None
+        self.count = 0
+        self.left: float | None = None
+        self.since = time.monotonic()
+
+    def __enter__(self) -> MeasureLine:
+        self.bar = tqdm(total=self.videos, disable=not self.enabled, file=sys.__stderr__, dynamic_ncols=True,
+                        bar_format="coclr learn: measuring: {desc} | {elapsed} so far, {postfix}")
+        self.bar.set_description_str(f"probing the videos (0 of {self.videos})", refresh=False)
+        self.bar.set_postfix_str("about ? left")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
+
+    def probed(self) -> None:
+        """One more video probed."""
+        self.count += 1
+        self.bar.set_description_str(f"probing the videos ({self.count} of {self.videos})", refresh=False)
+        self.bar.update(1)
+
+    def measuring(self, what: str, left: float | None) -> None:
+        """What is measured now and the seconds the measurement expects it still needs (None: not known)."""
+        self.bar.set_description_str(what, refresh=False)
+        self.bar.set_postfix_str(f"about {_clock(left)} left", refresh=True)

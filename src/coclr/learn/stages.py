@@ -1,0 +1,112 @@
+"""The stages of a learn run judged without labels, and the one of each view that ``coclr learn`` exports.
+
+Every stage's encoder is measured on the stored videos (a sample of large footage) by
+:mod:`coclr.eval.label_free`; each stage also gets its ``agreement``: how far its neighbours are those of the
+other view's stages (the mean :func:`~coclr.eval.label_free.neighbour_overlap` with each of them). The exported
+stage of a view is the healthy one (not collapsed: :func:`coclr.eval.health.feature_health` without labels) that
+:data:`SCORE` rates best; when every stage of a view collapsed, the last one is exported and marked so. The rule
+and why that score: docs/learn.md ("Which stage is exported"), measured in
+docs/experiments/2026-11-28-issue55-plan.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+VIEWS = ("rgb", "flow")
+SCORE = "last"
+"""What picks the exported stage among a view's healthy stages: ``"last"`` (the last healthy one) or a measure of
+:func:`coclr.eval.label_free.quality` (or ``agreement``) with its direction in :data:`DIRECTIONS` (the best)."""
+DIRECTIONS = {"effective_rank": 1, "rankme": 1, "alignment": -1, "uniformity": -1, "agreement": 1,
+              "temporal_retrieval": 1, "neighbour_stability": 1}
+"""Each label-free measure's direction: 1 when higher is better, -1 when lower is."""
+
+
+def sample_keys(store: Path, count: int) -> list[str]:
+    """Up to ``count`` of the store's usable videos, spread evenly over its index (all of smaller footage)."""
+    from coclr.data.datasets import usable_entries  # noqa: PLC0415 (heavy: torch)
+    from coclr.store.clipstore import ClipStore  # noqa: PLC0415
+
+    entries = usable_entries(ClipStore(store), "train", list(VIEWS))[0]
+    picked = np.unique(np.linspace(0, len(entries) - 1, min(count, len(entries))).round().astype(int))
+    return [entries[i].path for i in picked]
+
+
+def stage_quality(pipeline: Path, store: Path, stages, clips, device: str, keys: list[str]
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The label-free measures of every stage's encoder (``stages``: the pipeline's, in order) on the stored videos
+    ``keys``, each stage's agreement with the other view's stages, and the agreement of the RGB and flow encoders'
+    nearest neighbours after InfoNCE and after each cycle."""
+    import torch  # noqa: PLC0415 (heavy)
+
+    from coclr.eval.features import window_features  # noqa: PLC0415
+    from coclr.eval.label_free import neighbour_agreement, neighbour_overlap, quality  # noqa: PLC0415
+    from coclr.models.loading import load_encoder  # noqa: PLC0415
+    from coclr.train.pipeline import encoder_file  # noqa: PLC0415
+
+    measured: dict[str, Any] = {}
+    means: dict[str, np.ndarray] = {}
+    latest: dict[str, str] = {}
+    agreement: dict[str, Any] = {}
+    for stage in stages:
+        for view in stage.trains:
+            backbone, _ = load_encoder(encoder_file(pipeline, stage.name, view))
+            backbone.eval()
+            with torch.inference_mode():
+                windows, videos, names = window_features(backbone, store, view, "train", clips, device, keys)
+            per_video = np.stack([windows[videos == v].mean(axis=0) for v in range(len(names))])
+            measured[stage.name] = {"view": view, "method": stage.method, **quality(per_video, windows, videos)}
+            means[stage.name] = per_video
+            latest[view] = stage.name
+        if set(latest) == set(VIEWS) and (stage.name.startswith("infonce_") or stage.trains == [VIEWS[1]]):
+            name = "infonce" if stage.method == "infonce" else f"cycle{stage.cycle}"
+            agreement[name] = {"stages": [latest["rgb"], latest["flow"]],
+                               "nearest_neighbour": neighbour_agreement(means[latest["rgb"]], means[latest["flow"]]),
+                               "chance": 1.0 / max(1, len(keys) - 1)}
+    for name, entry in measured.items():
+        others = [other for other in measured if measured[other]["view"] != entry["view"]]
+        overlaps = [neighbour_overlap(means[name], means[other]) for other in others]
+        entry["agreement"] = (float(np.mean(overlaps)) if overlaps and None not in overlaps else None)
+    return measured, agreement
+
+
+def score_of(entry: dict[str, Any], score: str = SCORE) -> float | None:
+    """A stage's score by ``score`` (higher is better; None without one)."""
+    value = entry.get(score)
+    return None if value is None else DIRECTIONS[score] * float(value)
+
+
+def choose_exports(stages: dict[str, Any], score: str = SCORE) -> dict[str, dict[str, Any]]:
+    """For each view, the stage to export and why: ``{"stage", "collapsed", "reason"}``. Among the view's stages
+    (in training order) that did not collapse, the last (``score`` ``"last"``) or the best by ``score`` (ties to the
+    later stage; a stage without a score ranks last); when all collapsed, the last stage, ``collapsed`` True."""
+    chosen = {}
+    for view in VIEWS:
+        names = [name for name, entry in stages.items() if entry["view"] == view]
+        if not names:
+            continue
+        healthy = [name for name in names if not stages[name]["collapsed"]]
+        dropped = [name for name in names if stages[name]["collapsed"]]
+        if not healthy:
+            chosen[view] = {"stage": names[-1], "collapsed": True,
+                            "reason": f"every {view} stage collapsed ({', '.join(names)}): the last one is exported, "
+                                      "and carries nothing"}
+            continue
+        if score == "last":
+            stage, why = healthy[-1], "the last stage that did not collapse"
+        else:
+            rated = [(score_of(stages[name], score), number, name) for number, name in enumerate(healthy)]
+            best = max(rated, key=lambda item: (item[0] is not None, item[0] or 0.0, item[1]))
+            stage, why = best[2], f"the best {score} of the stages that did not collapse"
+        reason = why if not dropped else f"{', '.join(dropped)} collapsed; {why}"
+        chosen[view] = {"stage": stage, "collapsed": False, "reason": reason}
+    return chosen
+
+
+def export_line(chosen: dict[str, dict[str, Any]]) -> str:
+    """One line saying which stage of each view was exported and why."""
+    return "; ".join(f"exported {entry['stage']} as encoder_{view} ({entry['reason']})"
+                     for view, entry in chosen.items())
