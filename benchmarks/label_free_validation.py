@@ -70,7 +70,7 @@ def labelled_scores(features: dict[str, np.ndarray], labels: dict[str, tuple[int
     train, test = split("train"), split("test")
     recall = retrieve(test.features, test.labels, train.features, train.labels, ks=(1,)).recall[1]
     probe = linear_probe(train, test, classes)
-    return {"R@1": 100.0 * recall, "LP": float(probe.top1)}
+    return {"R@1": 100.0 * recall, "LP": 100.0 * float(probe.top1)}
 
 
 def measure_run(stages: dict[str, tuple[str, Path]], store_path: Path, splits: tuple[str, ...],
@@ -117,7 +117,10 @@ def study_runs(folder: Path, out: Path, device: str) -> list[str]:
     from coclr.store.clipstore import ClipStore
 
     names = []
-    for seed_folder in sorted(folder.glob("seed*"), key=lambda p: int(p.name[4:])):
+    for seed_folder in sorted((p for p in folder.glob("seed*") if p.is_dir()), key=lambda p: int(p.name[4:])):
+        if not (seed_folder / "results.json").is_file():
+            print(f"{seed_folder}: not finished, left out", flush=True)
+            continue
         name = f"study_{seed_folder.name}"
         names.append(name)
         target = out / f"{name}.json"
@@ -141,7 +144,11 @@ def learn_runs(folder: Path, out: Path, device: str) -> list[str]:
     from coclr.learn.stages import sample_keys
 
     names = []
-    for run in sorted(folder.glob("learn*"), key=lambda p: int(p.name[5:])):
+    for run in sorted((p for p in folder.glob("learn*") if p.is_dir()), key=lambda p: int(p.name[5:])):
+        if (json.loads((run / "learn.json").read_text()) if (run / "learn.json").is_file() else {}).get(
+                "status") != "done":
+            print(f"{run}: not finished, left out", flush=True)
+            continue
         name = f"learn_seed{run.name[5:]}"
         names.append(name)
         target = out / f"{name}.json"
