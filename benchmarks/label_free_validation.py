@@ -48,7 +48,7 @@ def stage_features(checkpoint: Path, store, split: str, device: str) -> tuple[np
     backbone, _ = load_encoder(checkpoint)
     backbone.eval()
     with torch.inference_mode():
-        return window_features(backbone, store, settings["view"], split, clips, device)
+        return window_features(backbone, store, settings["view"], split, clips, device)[:3]
 
 
 def per_video(windows: np.ndarray, videos: np.ndarray, count: int) -> np.ndarray:

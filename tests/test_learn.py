@@ -179,6 +179,11 @@ def test_progress_bars_report_to_an_observer_and_stay_silent(capsys):
         list(bar(range(2), desc="loop"))
     assert seen == [("work", 2, 3), ("loop", 1, 2), ("loop", 1, 2)]  # tqdm takes the total from the iterable
     assert "work" not in capsys.readouterr().err
+    seen.clear()
+    with observed(lambda desc, n, total: seen.append(n)), bar(total=64, desc="InfoNCE") as progress:
+        for done in (3, 5, 5, 11, 64):  # a scheduler's bar: it reports the epochs done, by their difference
+            progress.update(done - progress.n)
+    assert seen == [3, 2, 0, 6, 53] and progress.n == 64  # the observer gets each difference, not the total
 
 
 # ------------------------------------------------------------------------------------------------ a whole run
@@ -677,3 +682,76 @@ def test_eight_copies_of_one_video_collapse_and_the_run_says_so(tmp_path, capsys
            "--budget, or more (or longer) videos" in printed
     page = (out / "report.html").read_text()
     assert page.index('class="alarm"') < page.index("<h2>The run</h2>") and "Every flow stage collapsed" in page
+
+
+# ----------------------------------------------------------------------------------- few videos, many instances
+
+
+def test_neighbours_outside_a_group_and_their_chance():
+    from coclr.eval.label_free import chance_agreement, neighbour_agreement, nearest_others, neighbour_overlap
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(12, 5))
+    groups = np.repeat(np.arange(4), 3)  # four videos of three stretches each
+    near = nearest_others(x, 2, groups)
+    assert all(groups[j] != groups[i] for i, row in enumerate(near) for j in row)
+    mean = x.mean(axis=0)
+    unit = (x - mean) / np.linalg.norm(x - mean, axis=1, keepdims=True)
+    for i in range(12):  # the slow reference: the best two rows of other videos
+        others = sorted((-float(unit[i] @ unit[j]), j) for j in range(12) if groups[j] != groups[i])
+        assert list(near[i]) == [j for _, j in others[:2]]
+    assert chance_agreement(12, groups) == pytest.approx(1 / 9) and chance_agreement(8) == pytest.approx(1 / 7)
+    assert neighbour_agreement(x, 3 * x, groups) == 1.0
+    assert neighbour_overlap(x, x, groups=groups) == 1.0
+
+
+def test_windows_fall_into_the_stretches_training_cut():
+    from coclr.data.sampling import segment_counts, segments_of
+    from coclr.learn.stages import instance_features, instances_of
+
+    frames = [40, 10, 33]  # usable frames of three videos
+    counts = segment_counts(frames, 16)
+    cut = segments_of(frames, 16)
+    videos = np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 2, 2, 2, 2, 2, 2])
+    starts = np.array([0, 4, 8, 12, 16, 20, 24, 28, 32, 0, 2, 0, 4, 8, 12, 16, 20, 25])
+    pairs = instances_of(videos, starts, counts, 16)
+    for (video, stretch), start in zip(pairs, starts):  # each window's stretch holds its first frame
+        first, length = cut[(cut[:, 0] == video)][stretch, 1:]
+        assert first <= start < first + length
+    assert instances_of(videos, starts, counts, None)[:, 1].tolist() == [0] * len(videos)
+    windows = np.arange(len(videos), dtype=float)[:, None] * np.ones((1, 3))
+    found, features, kept, rows = instance_features(windows, pairs, most=100)
+    assert found.tolist() == [[0, 0], [0, 1], [1, 0], [2, 0], [2, 1]]
+    assert features[0].tolist() == [1.5] * 3  # windows 0-3
+    assert np.array_equal(kept, windows) and rows.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 3, 3, 3, 3, 4, 4, 4]
+    found, features, kept, rows = instance_features(windows, pairs, most=3)  # spread over them
+    assert found.tolist() == [[0, 0], [1, 0], [2, 1]] and len(kept) == len(rows) == 9
+
+
+def test_the_flow_bound_follows_the_footages_motion_and_one_thread_when_it_is_faster():
+    from coclr.flow.encode import bound_for
+    from coclr.learn.budget import flow_bound, one_thread, schedule
+
+    measured = costs({SMALL: 100})
+    assert flow_bound(measured, 32) == bound_for(32) == 5.0 and bound_for(128) == bound_for(256) == 20.0
+    measured.motion = {32: 0.9351, 64: 40.0, 112: 1e-4}
+    assert flow_bound(measured, 32) == 0.94  # rounded up to two digits
+    assert flow_bound(measured, 64) == 10.0 and flow_bound(measured, 112) == pytest.approx(17.5 / 16)
+    assert choose_plan(footage(), measured, 900).flow_bound == 0.94
+    measured.side_by_side = True
+    measured.lone_step[SMALL.key], measured.step[SMALL.key] = 0.08, 0.1
+    assert one_thread(measured, SMALL.key)
+    fast = choose_plan(footage(), measured, 900)
+    assert fast.threads == 1 and "CoCLR trains on one thread" in fast.describe()
+    measured.lone_step[SMALL.key] = 0.12
+    assert choose_plan(footage(), measured, 900).threads is None
+    assert schedule(480, 24) == ({"infonce": 4, "coclr": 2}, 384)
+    assert schedule(480, 24, up=True) == ({"infonce": 6, "coclr": 3}, 576)  # at least the steps asked for
+
+
+def test_a_plan_for_few_long_videos_cuts_them_into_instances():
+    long = Footage(8, 8 * 200, 240, 1.33, 150, [200] * 8)
+    plan = choose_plan(long, costs({SMALL: 100}), 900)
+    assert plan.segment_frames == 16 and long.instances(SMALL) == 8 * 12  # 199 frames with flow: 12 stretches
+    assert plan.batch == 12 and plan.queue == 32 and plan.topk == 5  # an eighth, a power of two within a third
+    assert choose_plan(footage(), costs({SMALL: 100}), 900).batch == 32  # 768 short videos: the study's batch

@@ -176,3 +176,18 @@ def test_freed_memory_is_reused_without_faulting_again_then_handed_back():
     nested = subprocess.run([sys.executable, "-c", _FAULTS, "nested"], capture_output=True, text=True, env=env,
                             timeout=120, check=True)
     assert [int(n) <= 8 for n in nested.stdout.split()] == [True, True]
+
+
+def test_torch_threads_are_set_for_a_block_and_restored():
+    import torch
+
+    from coclr.threads import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="at least 1"), torch_threads(0):
+        pass

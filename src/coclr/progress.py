@@ -45,6 +45,9 @@ class _Bar(tqdm):
     def update(self, n: float | None = 1) -> bool | None:
         for observer in list(_observers):
             observer(self.label, int(n or 0), self.total)
+        if self.disable:  # a disabled tqdm counts nothing: count here, so that ``n`` means the same drawn or not
+            self.n += n or 0
+            return None
         return super().update(n)
 
 

@@ -158,6 +158,24 @@ def opencv_threads(threads: int | None) -> Iterator[None]:
         cv2.setNumThreads(previous)
 
 
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run a block with PyTorch's intra-op threads set to ``threads`` (None: leave PyTorch's setting alone)."""
+    if threads is None:
+        yield
+        return
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    import torch  # noqa: PLC0415 (heavy: the CLI imports this module at start, before torch)
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 _SAVED = threading.local()
 
 

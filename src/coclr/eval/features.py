@@ -140,16 +140,17 @@ def predict_windows(model: Callable[[torch.Tensor], torch.Tensor], store, view: 
 @torch.no_grad()
 def window_features(backbone: nn.Module, store, view: str, split: str, config: ClipConfig,
                     device: str | torch.device = "cpu", keys: Sequence[str] | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                    ) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """Pooled backbone features of every sliding window of the videos of ``split`` (``keys``: only these):
-    ``float32 [W, D]``, the video (row of the returned keys) of each window, and the videos' keys. The caller sets
-    eval mode."""
+    ``float32 [W, D]``, the video (row of the returned keys) of each window, the videos' keys, and the first frame
+    of each window. The caller sets eval mode."""
     windows = WindowClips(store, split, view, config.length, config.stride, keys=keys)
     parts = list(_window_outputs(lambda clips: backbone(clips).mean(dim=(2, 3, 4)), windows, config, device,
                                  progress=False))
     features = torch.cat([out for _, out in parts]).float().numpy()
     videos = torch.cat([video for video, _ in parts]).numpy()
-    return features, videos, [entry.path for entry in windows.entries]
+    starts = np.array([int(indices[0]) for _, indices in windows.windows], dtype=np.int64)
+    return features, videos, [entry.path for entry in windows.entries], starts
 
 
 def _window_outputs(model: Callable[[torch.Tensor], torch.Tensor], windows: WindowClips, config: ClipConfig,

@@ -42,10 +42,11 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
-def halves(windows: np.ndarray, videos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def halves(windows: np.ndarray, videos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The mean window feature of the first and of the second half of each video with two windows or more
-    (``videos``: the video of each window, windows in time order): two positive views of each such video."""
-    firsts, seconds = [], []
+    (``videos``: the video of each window, windows in time order): two positive views of each such video; and
+    those videos."""
+    firsts, seconds, kept = [], [], []
     for video in np.unique(videos):
         rows = np.flatnonzero(videos == video)
         if len(rows) < 2:
@@ -53,8 +54,9 @@ def halves(windows: np.ndarray, videos: np.ndarray) -> tuple[np.ndarray, np.ndar
         middle = len(rows) // 2
         firsts.append(windows[rows[:middle]].mean(axis=0))
         seconds.append(windows[rows[middle:]].mean(axis=0))
+        kept.append(video)
     dim = windows.shape[1]
-    return np.array(firsts).reshape(-1, dim), np.array(seconds).reshape(-1, dim)
+    return np.array(firsts).reshape(-1, dim), np.array(seconds).reshape(-1, dim), np.array(kept, dtype=np.int64)
 
 
 def alignment(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -81,13 +83,13 @@ def uniformity(features: np.ndarray, t: float = 2.0) -> float | None:
 
 
 NEIGHBOURS = 5
-"""The k of the k-nearest measures (fewer for fewer videos: :func:`neighbour_count`)."""
+"""The k of the k-nearest measures (fewer for fewer candidates: :func:`neighbour_count`)."""
 
 
-def neighbour_count(videos: int, k: int = NEIGHBOURS) -> int:
-    """``k``, or fewer for few videos (at most the videos less two, so that a neighbour set is never every other
-    video), at least 1."""
-    return max(1, min(k, videos - 2))
+def neighbour_count(candidates: int, k: int = NEIGHBOURS) -> int:
+    """``k``, or fewer when a row has few candidates (at most its candidates less one, so that a neighbour set is
+    never all of them), at least 1."""
+    return max(1, min(k, candidates - 1))
 
 
 def similarities(queries: np.ndarray, gallery: np.ndarray | None = None) -> np.ndarray:
@@ -106,21 +108,38 @@ def nearest(scores: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(-scores, axis=1, kind="stable")[:, :k]
 
 
-def nearest_others(features: np.ndarray, k: int = 1) -> np.ndarray:
-    """The indices of each row's ``k`` most similar other rows (cosine after centring; ties to the lower index):
-    ``[N]`` for ``k`` 1, else ``[N, k]``."""
+def _candidates(count: int, groups: np.ndarray | None) -> np.ndarray:
+    """``bool [N, N]``: which rows are each row's candidate neighbours: every other row, less those of its group."""
+    allowed = ~np.eye(count, dtype=bool)
+    if groups is not None:
+        groups = np.asarray(groups)
+        allowed &= groups[:, None] != groups[None, :]
+    return allowed
+
+
+def nearest_others(features: np.ndarray, k: int = 1, groups: np.ndarray | None = None) -> np.ndarray:
+    """The indices of each row's ``k`` most similar other rows (cosine after centring; ties to the lower index;
+    with ``groups``, never a row of its own group: other stretches of its video): ``[N]`` for ``k`` 1, else
+    ``[N, k]``."""
     scores = similarities(features)
-    np.fill_diagonal(scores, -np.inf)
+    scores[~_candidates(len(scores), groups)] = -np.inf
     found = nearest(scores, k)
     return found[:, 0] if k == 1 else found
 
 
-def neighbour_agreement(a: np.ndarray, b: np.ndarray) -> float | None:
-    """The share of videos whose nearest other video is the same in ``a`` and in ``b`` (rows: the same videos);
-    None for fewer than three videos."""
+def chance_agreement(count: int, groups: np.ndarray | None = None) -> float:
+    """What :func:`neighbour_agreement` gives for unrelated features: the mean over rows of one over its
+    candidates."""
+    candidates = _candidates(count, groups).sum(axis=1)
+    return float(np.mean(1.0 / np.maximum(candidates, 1)))
+
+
+def neighbour_agreement(a: np.ndarray, b: np.ndarray, groups: np.ndarray | None = None) -> float | None:
+    """The share of rows whose nearest other row (outside its group) is the same in ``a`` and in ``b`` (rows: the
+    same videos, or stretches of them); None for fewer than three rows."""
     if len(a) < 3:
         return None
-    return float((nearest_others(a) == nearest_others(b)).mean())
+    return float((nearest_others(a, groups=groups) == nearest_others(b, groups=groups)).mean())
 
 
 def _overlap(a: np.ndarray, b: np.ndarray) -> float:
@@ -128,13 +147,15 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean([len(set(x) & set(y)) / a.shape[1] for x, y in zip(a.tolist(), b.tolist())]))
 
 
-def neighbour_overlap(a: np.ndarray, b: np.ndarray, k: int = NEIGHBOURS) -> float | None:
-    """The share of a video's ``k`` nearest other videos (:func:`neighbour_count`) that are the same in ``a`` and
-    in ``b`` (rows: the same videos), averaged over the videos; None for fewer than three videos."""
+def neighbour_overlap(a: np.ndarray, b: np.ndarray, k: int = NEIGHBOURS,
+                      groups: np.ndarray | None = None) -> float | None:
+    """The share of a row's ``k`` nearest other rows (outside its group; :func:`neighbour_count` of its fewest
+    candidates) that are the same in ``a`` and in ``b`` (rows: the same videos), averaged over the rows; None for
+    fewer than three rows."""
     if len(a) < 3:
         return None
-    k = neighbour_count(len(a), k)
-    return _overlap(nearest_others(a, k).reshape(len(a), k), nearest_others(b, k).reshape(len(b), k))
+    k = neighbour_count(int(_candidates(len(a), groups).sum(axis=1).min()), k)
+    return _overlap(nearest_others(a, k, groups).reshape(len(a), k), nearest_others(b, k, groups).reshape(len(b), k))
 
 
 def rankme(centered: np.ndarray, eps: float = 1e-7) -> float:
@@ -156,25 +177,30 @@ def temporal_retrieval(first: np.ndarray, second: np.ndarray) -> float | None:
     return float((nearest(similarities(first, second), 1)[:, 0] == np.arange(len(first))).mean())
 
 
-def neighbour_stability(first: np.ndarray, second: np.ndarray, k: int = NEIGHBOURS) -> float | None:
-    """The share of a video's ``k`` nearest other videos that are the same by the videos' ``first`` halves and by
-    their ``second`` halves (:func:`neighbour_overlap` of the two); None for fewer than three videos."""
-    return neighbour_overlap(first, second, k)
+def neighbour_stability(first: np.ndarray, second: np.ndarray, k: int = NEIGHBOURS,
+                        groups: np.ndarray | None = None) -> float | None:
+    """The share of a video's ``k`` nearest other videos (outside its group) that are the same by the videos'
+    ``first`` halves and by their ``second`` halves (:func:`neighbour_overlap` of the two); None for fewer than
+    three videos."""
+    return neighbour_overlap(first, second, k, groups)
 
 
-def quality(video_features: np.ndarray, windows: np.ndarray | None = None,
-            window_videos: np.ndarray | None = None) -> dict[str, float | bool | None]:
-    """The label-free measures of one encoder's features: ``effective_rank``, ``rankme``, ``uniformity``, with the
-    window features and the video of each window ``alignment``, ``temporal_retrieval`` and
-    ``neighbour_stability`` (on the videos of two windows or more), and ``collapsed`` (no spread, or one line:
+def quality(video_features: np.ndarray, windows: np.ndarray | None = None, window_videos: np.ndarray | None = None,
+            groups: np.ndarray | None = None) -> dict[str, float | bool | None]:
+    """The label-free measures of one encoder's features (a row per video, or per stretch of one): ``effective_rank``,
+    ``rankme``, ``uniformity``, with the window features and the row of each window ``alignment``,
+    ``temporal_retrieval`` and ``neighbour_stability`` (on the rows of two windows or more; with ``groups``, each
+    row's group, a row's neighbours are outside its group), and ``collapsed`` (no spread, or one line:
     :func:`~coclr.eval.health.feature_health` without labels)."""
     x = np.asarray(video_features, dtype=np.float64)
     health = feature_health(x)
     mean = x.mean(axis=0)
-    first, second = (halves(windows, window_videos) if windows is not None and window_videos is not None
-                     else (np.zeros((0, x.shape[1])), np.zeros((0, x.shape[1]))))
+    empty = np.zeros((0, x.shape[1]))
+    first, second, kept = (halves(windows, window_videos) if windows is not None and window_videos is not None
+                           else (empty, empty, np.zeros(0, dtype=np.int64)))
+    kept_groups = None if groups is None else np.asarray(groups)[kept]
     return {"effective_rank": effective_rank(x - mean), "rankme": rankme(x - mean),
             "uniformity": uniformity(x - mean), "alignment": alignment(first - mean, second - mean),
             "temporal_retrieval": temporal_retrieval(first, second),
-            "neighbour_stability": neighbour_stability(first, second), "videos": len(x),
+            "neighbour_stability": neighbour_stability(first, second, groups=kept_groups), "videos": len(x),
             "collapsed": bool(health["degenerate"])}

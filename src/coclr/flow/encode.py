@@ -18,6 +18,14 @@ import numpy as np
 
 FLOW_BOUND = 20.0
 """Flow magnitudes beyond this many pixels per frame are clipped (the I3D convention)."""
+BOUND_SIDE = 128
+"""The frame side (px) the I3D convention's bound suits; smaller frames get a proportionally smaller one."""
+
+
+def bound_for(side: int) -> float:
+    """The bound for frames of ``side`` px: :data:`FLOW_BOUND`, scaled down below :data:`BOUND_SIDE` (5 px at 32),
+    so that a quantisation step is the same share of the frame's motion."""
+    return FLOW_BOUND * min(1.0, side / BOUND_SIDE)
 THIRD_CHANNEL = 128
 """Value of the unused third channel of a stored flow frame."""
 

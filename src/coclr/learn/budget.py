@@ -29,6 +29,7 @@ import numpy as np
 
 from coclr.data.sampling import clip_span, segment_counts
 from coclr.errors import ConfigError
+from coclr.flow.encode import FLOW_BOUND, bound_for
 from coclr.progress import duration
 
 MIN_VIDEOS = 8
@@ -38,20 +39,29 @@ TARGET_STEPS = 1920
 classes (40 InfoNCE epochs per view and two cycles of 20 epochs per view, at 12 batches an epoch)."""
 MIN_STEPS = 480
 """Fewest training steps worth running (a quarter of :data:`TARGET_STEPS`); a budget that leaves fewer is refused."""
-MARGIN = 0.85
+MARGIN = 0.95
 """The share of the budget the plan fills: the rest absorbs the error of the estimates."""
-FIXED_SECONDS = 20.0
-"""Seconds of work that does not scale with the footage: starting each stage, the report."""
+FIXED_SECONDS = 5.0
+"""Seconds of work outside the phases the plan estimates: the process's start, exporting, the report."""
 STAGE_SHARES = {"infonce": 0.25, "coclr": 0.125}
 """Share of the training steps of each stage: the quick study's epochs (40 InfoNCE per view, 20 per CoCLR stage,
 two cycles): a quarter for each InfoNCE stage, an eighth for each of the four CoCLR stages."""
 MAX_EPOCHS = {"coclr": 100}
 """At most this many epochs per CoCLR stage (and twice as many per InfoNCE stage): a few videos and a long budget
 would otherwise repeat them thousands of times (what is left of the budget is not spent)."""
+SAMPLE_VIDEOS = 4
+"""Videos the measurement decodes (spread over the inputs): the decoding speed, and frame pairs for the flow."""
+PAIRS = 4
+"""Consecutive frame pairs of each sampled video whose flow is timed and measured."""
+TIMED_PAIRS = 32
+"""Frame pairs whose flow is timed at once (the sampled pairs repeated): the flow job solves many pairs at once,
+and a few alone cost more each."""
+MOTION_PERCENTILE = 99.0
+"""Flow is clipped at this percentile of the footage's motion (:func:`flow_bound`)."""
 QUALITY_VIDEOS = 512
 """Videos whose features measure each stage's quality (a sample of larger footage)."""
 BATCH = 32
-"""Clips per training batch (smaller footage: a quarter of its instances, at least 2)."""
+"""Clips per training batch (smaller footage: an eighth of its instances, at least 2)."""
 SEGMENT_SPANS = 2
 """A video longer than this many clip spans is cut into stretches of that length, each a training instance
 (``data.segment_frames``): eight videos of a few hundred frames give a hundred instances, enough for batches and a
@@ -158,6 +168,9 @@ class Costs:
     more: tiny networks use two threads poorly, two processes well)"""
     machines: int = 1
     """machines of the job: each decodes and computes flow for its share of the videos"""
+    motion: dict[int, float] = field(default_factory=dict)
+    """the :data:`MOTION_PERCENTILE` th percentile of the flow's horizontal and vertical magnitudes (px per frame)
+    on the sampled videos' first frame pairs, at each short side (:func:`flow_bound`)"""
 
 
 @dataclass
@@ -183,6 +196,14 @@ class Plan:
     """frames of a training instance (``data.segment_frames``; None: each video is one, as in plans made before)"""
     short_videos: list[str] = field(default_factory=list)
     """the videos shorter than one clip and its flow (padded by repeating their last frame)"""
+    flow_bound: float | None = None
+    """flow is clipped to +- this many pixels (:func:`coclr.flow.encode.bound_for` the clip side; None: the I3D
+    convention's 20, as in plans made before)"""
+    costs: dict[str, Any] = field(default_factory=dict)
+    """the measured :class:`Costs` the plan was made from (what each part of the work takes here)"""
+    threads: int | None = None
+    """threads of the CoCLR stages, trained in the job's own process (None: every core; 1 where one thread was
+    measured faster: :func:`one_thread`)"""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -203,12 +224,26 @@ class Plan:
                  f"InfoNCE {self.epochs['infonce']} epochs per view, CoCLR 2 cycles of {self.epochs['coclr']} epochs "
                  f"per view ({self.steps} steps); about {duration(total)} of the {duration(self.budget)} budget"]
         lines += [f"  {reason}" for reason in self.reasons]
+        if self.segment_frames is not None:
+            lines.append(f"  a training instance is a video, or a stretch of {self.segment_frames} frames of a longer "
+                         f"one; flow clipped to +-{self.flow_bound or FLOW_BOUND:g} px (the footage's motion, "
+                         f"measured on its first frames)")
+        if self.threads == 1:
+            lines.append("  CoCLR trains on one thread: this network's steps were measured faster on one thread than "
+                         "on every core")
         if self.short_videos:
             shown = ", ".join(self.short_videos[:5]) + (" ..." if len(self.short_videos) > 5 else "")
             lines.append(f"  warning: {len(self.short_videos)} video(s) shorter than one clip and its flow "
                          f"({clip_span(self.model.length, 1) + 1} frames), padded by repeating their last frame: "
                          f"{shown}")
         return "\n".join(lines)
+
+
+def one_thread(costs: Costs, key: str) -> bool:
+    """Whether the CoCLR stages of model ``key`` train faster on one thread than on every core: a step on one
+    thread, measured with another process beside it (:attr:`Costs.lone_step`), took less than one on every thread
+    (:attr:`Costs.step`) — a tiny network's operations are too small to share between threads."""
+    return costs.side_by_side and costs.lone_step.get(key, math.inf) < costs.step.get(key, 0.0)
 
 
 def infonce_side_by_side(device, processes: int) -> bool:
@@ -238,8 +273,9 @@ def segment_frames(model: Model) -> int:
 
 
 def batch_for(instances: int) -> int:
-    """Clips per batch: :data:`BATCH`, or a quarter of fewer instances (at least 2)."""
-    return max(2, min(BATCH, instances // 4))
+    """Clips per batch: :data:`BATCH`, or an eighth of fewer instances (at least 2): the queue holds the
+    negatives, so a smaller batch costs little but makes each step cheaper, and few instances get more steps."""
+    return max(2, min(BATCH, instances // 8))
 
 
 def queue_for(instances: int, batch: int) -> int:
@@ -282,11 +318,12 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
     else:
         infonce_seconds = infonce * costs.step[key] + infonce / epoch_steps * costs.epoch[key]
     shared = costs.machines  # the store, flow and embedding jobs split the videos between machines
+    coclr_step = costs.lone_step[key] if one_thread(costs, key) else costs.step[key]
     return {
         "store": footage.frames * (costs.decode_frame + costs.store_frame[size]) / costs.workers / shared,
         "flow": pairs * (costs.flow_pair[size] + costs.store_frame[size] / costs.workers) / shared,
         "infonce": infonce_seconds + 2 * costs.stage[key],
-        "coclr": (coclr * (costs.step[key] + batch * costs.forward[key]) + coclr / epoch_steps * costs.epoch[key]
+        "coclr": (coclr * (coclr_step + batch * costs.forward[key]) + coclr / epoch_steps * costs.epoch[key]
                   + 4 * costs.stage[key]),
         # two passes over the files (RGB; both streams, writing flow alone too), flow computed on the fly by one
         "embed": (2 * footage.frames * costs.decode_frame / costs.workers + pairs * costs.flow_pair[size]
@@ -322,30 +359,54 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
         raise ConfigError("no network was measured for these videos")
     cheapest = min(affordable, key=lambda m: MODELS.index(m))
     good = [m for m, steps in affordable.items() if steps >= TARGET_STEPS]
+    batch = plan_batch(footage, cheapest, costs.processes)
+    least = schedule(MIN_STEPS, steps_per_epoch(footage, cheapest, batch, costs.processes), up=True)[1]
     if good:
         model = max(good, key=lambda m: MODELS.index(m))
-    elif affordable[cheapest] >= MIN_STEPS:
+    elif affordable[cheapest] >= least:
         model = cheapest
     else:
-        batch = plan_batch(footage, cheapest, costs.processes)
         fixed = sum(estimates(footage, cheapest, costs, 0, batch).values())
         per_step = _per_step(footage, cheapest, costs, batch)
-        needed = (spent + fixed + MIN_STEPS * per_step) / MARGIN
+        needed = (spent + fixed + least * per_step) / MARGIN
         raise ConfigError(f"--budget {duration(budget)} is too small for {footage.videos} videos on this machine: "
                           f"storing, flow and embedding alone take about {duration(fixed)}, and the smallest network "
-                          f"({cheapest}) needs {duration(MIN_STEPS * per_step)} for {MIN_STEPS} training steps; give "
+                          f"({cheapest}) needs {duration(least * per_step)} for {least} training steps; give "
                           f"--budget {math.ceil(needed / 60)}m or more, or fewer videos")
     batch = plan_batch(footage, model, costs.processes)
-    epoch_steps = steps_per_epoch(footage, model, batch, costs.processes)
-    steps = affordable[model]
-    cycle = max(1, min(MAX_EPOCHS["coclr"], int(steps * STAGE_SHARES["coclr"] / epoch_steps)))
-    epochs = {"infonce": round(cycle * STAGE_SHARES["infonce"] / STAGE_SHARES["coclr"]), "coclr": cycle}
-    steps = epoch_steps * (2 * epochs["infonce"] + 4 * epochs["coclr"])
+    epochs, steps = schedule(affordable[model], steps_per_epoch(footage, model, batch, costs.processes))
     queue = queue_for(footage.instances(model), batch * costs.processes)
     reasons = _reasons(footage, costs, model, affordable, budget)
+    recorded = {name: ({str(key): item for key, item in value.items()} if isinstance(value, dict) else value)
+                for name, value in asdict(costs).items()}  # as JSON keeps them
     return Plan(model, batch, queue, min(5, max(1, queue // 2)), epochs, steps,
                 {"measure": spent, **estimates(footage, model, costs, steps, batch)}, budget, reasons, costs.processes,
-                segment_frames(model))
+                segment_frames(model), flow_bound=flow_bound(costs, model.size), costs=recorded,
+                threads=1 if one_thread(costs, model.key) else None)
+
+
+def flow_bound(costs: Costs, side: int) -> float:
+    """The flow bound for the footage at clips of ``side`` px: the :data:`MOTION_PERCENTILE` th percentile of its
+    measured motion, rounded up to two significant digits, within [1/16, 1] of the I3D bound scaled to the side
+    (:func:`coclr.flow.encode.bound_for`): footage that moves little gets flow images that use their range (small
+    values are otherwise lost to the 8-bit and JPEG quantisation), and no footage a wider bound than the paper's."""
+    ceiling = bound_for(side)
+    motion = costs.motion.get(side)
+    if motion is None or not math.isfinite(motion) or motion <= 0:
+        return ceiling
+    digits = 1 - math.floor(math.log10(motion))
+    rounded = math.ceil(motion * 10 ** digits) / 10 ** digits
+    return float(min(ceiling, max(ceiling / 16, rounded)))
+
+
+def schedule(steps: float, epoch_steps: int, up: bool = False) -> tuple[dict[str, int], int]:
+    """The epochs of each stage kind for about ``steps`` training steps of ``epoch_steps`` an epoch, split as
+    :data:`STAGE_SHARES` (whole epochs; at most :data:`MAX_EPOCHS`; rounded down, or with ``up`` up), and the steps
+    they make."""
+    share = steps * STAGE_SHARES["coclr"] / epoch_steps
+    cycle = max(1, min(MAX_EPOCHS["coclr"], math.ceil(share) if up else int(share)))
+    epochs = {"infonce": round(cycle * STAGE_SHARES["infonce"] / STAGE_SHARES["coclr"]), "coclr": cycle}
+    return epochs, epoch_steps * (2 * epochs["infonce"] + 4 * epochs["coclr"])
 
 
 def plan_batch(footage: Footage, model: Model, processes: int = 1) -> int:
@@ -390,10 +451,11 @@ Progress = Callable[[str, "float | None"], None]
 
 def measure_costs(sample_videos: Sequence[str], footage: Footage, device, workers: int,
                   deadline: float, processes: int = 1, machines: int = 1, report: Progress | None = None) -> Costs:
-    """Measure :class:`Costs` on this machine: decoding on up to three of the footage's own videos, JPEG and flow
-    on their frames at each candidate size, and a few training steps and forwards of each candidate network, from
-    the cheapest up, until one would not afford :data:`TARGET_STEPS` within ``deadline`` seconds of work.
-    ``report`` is told each part and the seconds left (:func:`measuring_left`)."""
+    """Measure :class:`Costs` on this machine: decoding on :data:`SAMPLE_VIDEOS` of the footage's own videos (spread
+    over them), then for each candidate network, from the cheapest up, JPEG and flow on their frames at its clip
+    side (once per side; with the footage's motion there) and a few training steps and forwards, until one would
+    not afford :data:`TARGET_STEPS` within ``deadline`` seconds of work. ``report`` is told each part and the
+    seconds left (:func:`measuring_left`)."""
     import torch  # noqa: PLC0415 (heavy)
 
     from coclr.flow.opencv import rgb_to_gray  # noqa: PLC0415 (heavy: torch)
@@ -405,53 +467,64 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     started = time.perf_counter()
     device = torch.device(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    sizes = sorted({m.size for m in MODELS if footage.fits(m)})
-    frames: list[np.ndarray] = []
+    videos: list[list[np.ndarray]] = []  # the first frames of each sampled video
     timings: list[tuple[float, int]] = []  # (seconds, frames) of each video decoded
     report("decoding a few videos", None)
-    for path in sample_videos[:4]:
+    spread = np.unique(np.linspace(0, len(sample_videos) - 1, min(SAMPLE_VIDEOS, len(sample_videos))).round())
+    for path in [sample_videos[int(i)] for i in spread]:
         try:
             begin = time.perf_counter()
+            frames: list[np.ndarray] = []
             with VideoReader(path) as reader:
-                for count, frame in enumerate(reader, start=1):
+                for frame in reader:
                     frames.append(frame)
-                    if count == 48:
+                    if len(frames) == 48:
                         break
-            timings.append((time.perf_counter() - begin, count))
+            timings.append((time.perf_counter() - begin, len(frames)))
+            videos.append(frames)
         except Exception:  # an unreadable sample is the store job's failure to report, not the calibration's
             continue
-    if not frames:
+    if not any(videos):
         raise ConfigError("none of the first videos could be decoded to measure this machine: check the inputs")
     timed = timings[1:] or timings  # the first one also warms the decoder up
-    decode_frame = sum(seconds for seconds, _ in timed) / sum(count for _, count in timed)
-    store_frame, flow_pair = {}, {}
-    for size in sizes:
+    decode_frame = sum(seconds for seconds, _ in timed) / max(1, sum(count for _, count in timed))
+    costs = Costs(decode_frame, {}, {}, {}, {}, {}, {}, {}, workers, processes=processes, machines=machines,
+                  side_by_side=infonce_side_by_side(device, processes))
+
+    def measure_size(size: int) -> None:  # JPEG and flow at a clip side, once a candidate of that side is measured
         report(f"JPEG and TV-L1 flow at {size} px", None)
-        small = [resize_short_side(frame, size) for frame in frames[:9]]
+        small = [[resize_short_side(frame, size) for frame in frames[:PAIRS + 1]] for frames in videos if frames]
         begin = time.perf_counter()
-        for frame in small:
-            encode_jpeg(frame)
-        store_frame[size] = (time.perf_counter() - begin) / len(small)
-        gray = torch.from_numpy(np.stack([rgb_to_gray(frame[None])[0] for frame in small]).astype(np.float32))
-        if len(gray) < 2:
-            gray = torch.cat([gray, gray.roll(1, dims=-1)])
-        gray = gray.to(device)  # where the flow job computes it: Triton on a GPU, the C loops on a CPU
-        tvl1_flow(gray[:1], gray[1:2])  # builds the kernels
+        for frames in small:
+            for frame in frames:
+                encode_jpeg(frame)
+        costs.store_frame[size] = (time.perf_counter() - begin) / sum(len(frames) for frames in small)
+        grays = []
+        for frames in small:
+            gray = torch.from_numpy(np.stack([rgb_to_gray(frame[None])[0] for frame in frames]).astype(np.float32))
+            grays.append((gray if len(gray) > 1 else torch.cat([gray, gray.roll(1, dims=-1)])).to(device))
+        flows = [tvl1_flow(gray[:-1], gray[1:]) for gray in grays]  # (also builds the kernels: C loops, Triton)
+        costs.motion[size] = float(np.percentile(np.concatenate([flow.abs().cpu().numpy().ravel() for flow in flows]),
+                                                 MOTION_PERCENTILE))
+        first = grays[0]  # timed as the flow job solves pairs: many at once
+        repeat = -(-TIMED_PAIRS // (len(first) - 1))
+        previous, following = first[:-1].repeat(repeat, 1, 1), first[1:].repeat(repeat, 1, 1)
         sync()
         begin = time.perf_counter()
-        tvl1_flow(gray[:-1], gray[1:])
+        tvl1_flow(previous, following)
         sync()
-        flow_pair[size] = (time.perf_counter() - begin) / (len(gray) - 1)
-    costs = Costs(decode_frame, store_frame, flow_pair, {}, {}, {}, {}, {}, workers, processes=processes,
-                  machines=machines, side_by_side=infonce_side_by_side(device, processes))
+        costs.flow_pair[size] = (time.perf_counter() - begin) / len(previous)
+
     candidates = [model for model in MODELS if footage.fits(model)]
     took: list[tuple[Model, float]] = []
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
         for number, model in enumerate(candidates):
             left = deadline - (time.perf_counter() - started)
+            begin = time.perf_counter()
+            if model.size not in costs.flow_pair:
+                measure_size(model.size)
             report(f"training steps of {model} ({number + 1} of at most {len(candidates)})",
                    measuring_left(took, candidates[number:], footage, costs, left))
-            begin = time.perf_counter()
             batch = plan_batch(footage, model, processes)
             measured = _time_training(model, Path(tmp) / model.key, device, batch)
             if costs.side_by_side:
@@ -501,8 +574,9 @@ def measuring_left(took: Sequence[tuple[Model, float]], remaining: Sequence[Mode
 
 def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float, float]:
     """Seconds of one training step of ``model`` in each of two processes training side by side, one thread each
-    (the slower of the two), and the seconds such a process takes to start (imports, store, networks): measured
-    with two real child processes, as the InfoNCE stages run."""
+    (the mean of the two's medians: both run the same work), and the seconds such a process takes to start
+    (imports, store, networks; the slower of the two): measured with two real child processes, as the InfoNCE
+    stages run."""
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
@@ -523,7 +597,7 @@ def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float,
         if child.returncode != 0:
             raise ConfigError(f"the calibration of two processes side by side failed: {err.strip()[-300:]}")
         results.append(json.loads(out.strip().splitlines()[-1]))
-    return max(r["step"] for r in results), max(r["started"] for r in results)
+    return float(np.mean([r["step"] for r in results])), max(r["started"] for r in results)
 
 
 def _child_timing(width: float, size: int, length: int, batch: int, steps: int, launched: float) -> dict[str, float]:
@@ -534,7 +608,7 @@ def _child_timing(width: float, size: int, length: int, batch: int, steps: int, 
     return {"step": timing["step"], "started": timing["ready"]}
 
 
-def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 3,
+def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 5,
                    started: float | None = None) -> dict[str, float]:
     """Seconds of the parts of training ``model`` on a store of random frames: starting a stage, one InfoNCE
     training step (after two untimed ones), the end of an epoch (its checkpoint), one clip's forward without
@@ -569,18 +643,20 @@ def _time_steps(trainer, model: Model, batch: int, steps: int, stage: float,
     loader = torch.utils.data.DataLoader(trainer.dataset, batch_size=batch, collate_fn=collate_clips)
     data = next(iter(loader))
     sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
-    for _ in range(2):
-        trainer.train_step(data, queue_full=True)
-    def timed_steps() -> float:
-        sync()
-        begin = time.perf_counter()
+    def median_seconds(work) -> float:  # each run timed alone: the median ignores a step the machine slowed
+        times = []
         for _ in range(steps):
-            trainer.train_step(data, queue_full=True)
-        sync()
-        return (time.perf_counter() - begin) / steps
+            sync()
+            begin = time.perf_counter()
+            work()
+            sync()
+            times.append(time.perf_counter() - begin)
+        return float(np.median(times))
 
+    for _ in range(2):  # the first steps build the kernels and the allocator's pools
+        trainer.train_step(data, queue_full=True)
     ready = time.time() - started if started is not None else 0.0
-    step = timed_steps()
+    step = median_seconds(lambda: trainer.train_step(data, queue_full=True))
     begin = time.perf_counter()
     trainer.save(best=True)
     epoch = time.perf_counter() - begin
@@ -588,10 +664,5 @@ def _time_steps(trainer, model: Model, batch: int, steps: int, stage: float,
     clips = torch.randn(INFERENCE_BATCH, 3, model.length, model.size, model.size, device=trainer.device)
     with torch.no_grad():
         encoder(clips)
-        sync()
-        begin = time.perf_counter()
-        for _ in range(steps):
-            encoder(clips)
-        sync()
-    forward = (time.perf_counter() - begin) / steps / INFERENCE_BATCH
+        forward = median_seconds(lambda: encoder(clips)) / INFERENCE_BATCH
     return {"step": step, "forward": forward, "epoch": epoch, "stage": stage, "ready": ready}

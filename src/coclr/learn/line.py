@@ -49,9 +49,9 @@ class ProgressLine:
         self.actual_done = self.estimated_done
 
     def __enter__(self) -> ProgressLine:
-        self.bar = tqdm(total=round(sum(self.estimates.values()), 1), initial=round(self.estimated_done, 1),
+        self.bar = tqdm(total=sum(self.estimates.values()), initial=self.estimated_done,
                         disable=not self.enabled, file=sys.__stderr__, dynamic_ncols=True, smoothing=0.0,
-                        bar_format="coclr learn: {desc} {percentage:3.0f}%|{bar:20}| {elapsed} so far, {postfix}")
+                        bar_format="coclr learn: {desc} {percentage:3.0f}%|{bar:20}| {elapsed} so far{postfix}")
         if hasattr(self.bar, "start_t"):  # (a disabled bar keeps no time)
             self.bar.start_t -= self.actual_done  # "so far" counts the measurement
         self._show()
@@ -104,7 +104,7 @@ class ProgressLine:
     def _credit(self, seconds: float) -> None:
         if seconds > 0:
             self.credited += seconds
-            self.bar.update(seconds)
+            self.bar.update(min(seconds, self.bar.total - self.bar.n))  # (never past the end by a rounding)
         self._show()
 
 
@@ -122,9 +122,8 @@ class MeasureLine:
 
     def __enter__(self) -> MeasureLine:
         self.bar = tqdm(total=self.videos, disable=not self.enabled, file=sys.__stderr__, dynamic_ncols=True,
-                        bar_format="coclr learn: measuring: {desc} | {elapsed} so far, {postfix}")
-        self.bar.set_description_str(f"probing the videos (0 of {self.videos})", refresh=False)
-        self.bar.set_postfix_str("about ? left")
+                        desc=f"probing the videos (0 of {self.videos})", postfix="about ? left",
+                        bar_format="coclr learn: measuring: {desc} | {elapsed} so far{postfix}")
         return self
 
     def __exit__(self, *exc) -> None:

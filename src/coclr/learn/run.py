@@ -36,12 +36,14 @@ from coclr.atomic import atomic_write_json, atomic_write_text, read_json_record
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
+from coclr.flow.encode import FLOW_BOUND
 from coclr.learn.budget import Footage, Plan, choose_plan, infonce_side_by_side, measure_costs
 from coclr.learn.line import MeasureLine, ProgressLine
 from coclr.learn.recipe import pipeline_options
 from coclr.learn.scores import read_labels
 from coclr.learn.stages import VIEWS, choose_exports, export_line
 from coclr.runfolder import FolderRule, check_folder, check_writable, claim_folder, read_record
+from coclr.threads import torch_threads
 from coclr.video.indexes import unlabelled_index
 
 LEARN_FOLDER = FolderRule("learn", "a learn run", may_differ=("labels", "device", "workers"), restart=True)
@@ -219,7 +221,7 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
         with line.phase("store", len(paths)), record("store"):
             store = build_learn_store(out, root, paths, plan, options.workers)
         with line.phase("flow", len(paths)), record("flow"):
-            flow_failed = extract_learn_flow(store, root, options.workers)
+            flow_failed = extract_learn_flow(store, root, options.workers, plan.flow_bound or FLOW_BOUND)
         config = pipeline_config(out, store, plan, options.seed, str(device), usable_instances(store, plan),
                                  world_size())
         stages = plan_stages(config)
@@ -230,7 +232,7 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
             if side_by_side:
                 train_side_by_side(out, config, stages[:2])
             run_pipeline(config, until=stages[1].name)
-        with line.phase("coclr", plan.stage_steps(stages[2:])), record("coclr"):
+        with line.phase("coclr", plan.stage_steps(stages[2:])), record("coclr"), torch_threads(plan.threads):
             run_pipeline(config)
         if main:
             with line.phase("quality", None), record("quality"):
@@ -408,12 +410,12 @@ def store_failures(store: Path, root: str) -> dict[str, str]:
     return {os.path.join(root, key): reason for key, reason in failed.items()}
 
 
-def extract_learn_flow(store: Path, root: str, workers: int | None) -> dict[str, str]:
-    """TV-L1 flow of every stored video (the fastest exact TV-L1 here: our C loops, Triton on a GPU; clipped to the
-    paper's bound); returns the videos it failed for (path -> reason)."""
+def extract_learn_flow(store: Path, root: str, workers: int | None, bound: float) -> dict[str, str]:
+    """TV-L1 flow of every stored video (the fastest exact TV-L1 here: our C loops, Triton on a GPU; clipped to
+    +-``bound`` px); returns the videos it failed for (path -> reason)."""
     from coclr.store.flow_extract import extract_flow  # noqa: PLC0415 (heavy: torch)
 
-    summary = extract_flow(store, backend="auto", workers=workers)
+    summary = extract_flow(store, backend="auto", workers=workers, bound=bound)
     print(summary, flush=True)
     return {os.path.join(root, key): reason for key, reason in summary.failed}
 
@@ -503,7 +505,7 @@ def measure_stages(out: Path, store: Path, config, device: str) -> tuple[dict[st
 
     clips = ClipConfig(length=config.data.length, stride=config.data.stride, size=config.data.size, batch_size=32)
     return stage_quality(out / "pipeline", store, plan_stages(config), clips, device,
-                         sample_keys(store, QUALITY_VIDEOS))
+                         sample_keys(store, QUALITY_VIDEOS), config.data.segment_frames)
 
 
 def embedding_quality(out: Path, exported: dict[str, dict[str, Any]]) -> dict[str, Any]:

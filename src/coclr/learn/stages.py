@@ -17,6 +17,9 @@ from typing import Any
 import numpy as np
 
 VIEWS = ("rgb", "flow")
+MAX_INSTANCES = 2048
+"""At most this many instances (spread evenly over the sampled videos' stretches) are measured: the neighbour
+measures compare every pair."""
 SCORE = "last"
 """What picks the exported stage among a view's healthy stages: ``"last"`` (the last healthy one) or a measure of
 :func:`coclr.eval.label_free.quality` (or ``agreement``) with its direction in :data:`DIRECTIONS` (the best)."""
@@ -35,40 +38,91 @@ def sample_keys(store: Path, count: int) -> list[str]:
     return [entries[i].path for i in picked]
 
 
-def stage_quality(pipeline: Path, store: Path, stages, clips, device: str, keys: list[str]
-                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+def instances_of(videos: np.ndarray, starts: np.ndarray, counts: np.ndarray,
+                 segment_frames: int | None) -> np.ndarray:
+    """``int64 [W, 2]``: the training instance (video, stretch) of each window (its video and first frame), the
+    video cut into ``counts[video]`` stretches of ``segment_frames`` (the last one longer), as the training
+    dataset cuts it (:func:`coclr.data.sampling.segments_of`)."""
+    if segment_frames is None:
+        return np.stack([videos, np.zeros_like(videos)], axis=1)
+    return np.stack([videos, np.minimum(starts // segment_frames, counts[videos] - 1)], axis=1)
+
+
+def instance_features(windows: np.ndarray, pairs: np.ndarray, most: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The instances of the windows (``pairs``: the (video, stretch) of each, :func:`instances_of`), at most ``most``
+    of them spread evenly: their (video, stretch) ``[I, 2]``, their features (the mean of their windows) ``[I, D]``,
+    and their windows ``[W', D]`` with the instance of each ``[W']`` (in time order, as the windows came)."""
+    found, rows = np.unique(pairs, axis=0, return_inverse=True)
+    rows = rows.reshape(-1)
+    kept = np.unique(np.linspace(0, len(found) - 1, min(most, len(found))).round().astype(int))
+    renumber = np.full(len(found), -1)
+    renumber[kept] = np.arange(len(kept))
+    inside = renumber[rows] >= 0
+    windows, rows = windows[inside], renumber[rows[inside]]
+    features = np.zeros((len(kept), windows.shape[1]))
+    np.add.at(features, rows, windows)
+    features /= np.bincount(rows, minlength=len(kept))[:, None]
+    return found[kept], features, windows, rows
+
+
+def stage_quality(pipeline: Path, store: Path, stages, clips, device: str, keys: list[str],
+                  segment_frames: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The label-free measures of every stage's encoder (``stages``: the pipeline's, in order) on the stored videos
-    ``keys``, each stage's agreement with the other view's stages, and the agreement of the RGB and flow encoders'
-    nearest neighbours after InfoNCE and after each cycle."""
+    ``keys``, over the training instances (each video, or its stretches of ``segment_frames``: a few long videos give
+    the measures many rows; a row's neighbours are never its own video's), each stage's agreement with the other
+    view's stages, and the agreement of the RGB and flow encoders' nearest neighbours after InfoNCE and after each
+    cycle."""
     import torch  # noqa: PLC0415 (heavy)
 
+    from coclr.data.sampling import aligned_num_frames, segment_counts  # noqa: PLC0415
     from coclr.eval.features import window_features  # noqa: PLC0415
-    from coclr.eval.label_free import neighbour_agreement, neighbour_overlap, quality  # noqa: PLC0415
+    from coclr.eval.label_free import (  # noqa: PLC0415
+        chance_agreement,
+        neighbour_agreement,
+        neighbour_overlap,
+        quality,
+    )
     from coclr.models.loading import load_encoder  # noqa: PLC0415
+    from coclr.store.clipstore import ClipStore  # noqa: PLC0415
     from coclr.train.pipeline import encoder_file  # noqa: PLC0415
 
+    clip_store = ClipStore(store)
     measured: dict[str, Any] = {}
-    means: dict[str, np.ndarray] = {}
+    rows: dict[str, np.ndarray] = {}
     latest: dict[str, str] = {}
     agreement: dict[str, Any] = {}
+    instances = groups = None  # (video, stretch) of each row and its video: the same for every stage
     for stage in stages:
         for view in stage.trains:
             backbone, _ = load_encoder(encoder_file(pipeline, stage.name, view))
             backbone.eval()
             with torch.inference_mode():
-                windows, videos, names = window_features(backbone, store, view, "train", clips, device, keys)
-            per_video = np.stack([windows[videos == v].mean(axis=0) for v in range(len(names))])
-            measured[stage.name] = {"view": view, "method": stage.method, **quality(per_video, windows, videos)}
-            means[stage.name] = per_video
+                windows, videos, names, starts = window_features(backbone, clip_store, view, "train", clips, device,
+                                                                 keys)
+            counts = segment_counts([aligned_num_frames(clip_store.num_frames(name, "rgb"),
+                                                        clip_store.num_frames(name, "flow")) for name in names],
+                                    segment_frames)
+            found, features, windows, window_rows = instance_features(
+                windows, instances_of(videos, starts, counts, segment_frames), MAX_INSTANCES)
+            if instances is None:
+                instances, groups = found, found[:, 0]
+            elif not np.array_equal(found, instances):
+                raise RuntimeError(f"{stage.name}: its windows fall into other instances than the first stage's")
+            measured[stage.name] = {"view": view, "method": stage.method,
+                                    **quality(features, windows, window_rows, groups),
+                                    "videos": len(names), "instances": len(found)}
+            rows[stage.name] = features
             latest[view] = stage.name
         if set(latest) == set(VIEWS) and (stage.name.startswith("infonce_") or stage.trains == [VIEWS[1]]):
             name = "infonce" if stage.method == "infonce" else f"cycle{stage.cycle}"
             agreement[name] = {"stages": [latest["rgb"], latest["flow"]],
-                               "nearest_neighbour": neighbour_agreement(means[latest["rgb"]], means[latest["flow"]]),
-                               "chance": 1.0 / max(1, len(keys) - 1)}
+                               "nearest_neighbour": neighbour_agreement(rows[latest["rgb"]], rows[latest["flow"]],
+                                                                        groups),
+                               "chance": chance_agreement(len(groups), groups)}
     for name, entry in measured.items():
         others = [other for other in measured if measured[other]["view"] != entry["view"]]
-        overlaps = [neighbour_overlap(means[name], means[other]) for other in others]
+        overlaps = [neighbour_overlap(rows[name], rows[other], groups=groups) for other in others]
         entry["agreement"] = (float(np.mean(overlaps)) if overlaps and None not in overlaps else None)
     return measured, agreement
 
