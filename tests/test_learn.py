@@ -688,7 +688,7 @@ def test_eight_copies_of_one_video_collapse_and_the_run_says_so(tmp_path, capsys
 
 
 def test_neighbours_outside_a_group_and_their_chance():
-    from coclr.eval.label_free import chance_agreement, neighbour_agreement, nearest_others, neighbour_overlap
+    from coclr.eval.label_free import chance_agreement, nearest_others, neighbour_agreement, neighbour_overlap
 
     rng = np.random.default_rng(3)
     x = rng.normal(size=(12, 5))
