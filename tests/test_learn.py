@@ -739,12 +739,13 @@ def test_the_flow_bound_follows_the_footages_motion_and_one_thread_when_it_is_fa
     assert flow_bound(measured, 64) == 10.0 and flow_bound(measured, 112) == pytest.approx(17.5 / 16)
     assert choose_plan(footage(), measured, 900).flow_bound == 0.94
     measured.side_by_side = True
-    measured.lone_step[SMALL.key], measured.step[SMALL.key] = 0.08, 0.1
+    measured.single_step[SMALL.key], measured.step[SMALL.key] = 0.08, 0.1
     assert one_thread(measured, SMALL.key)
     fast = choose_plan(footage(), measured, 900)
     assert fast.threads == 1 and "CoCLR trains on one thread" in fast.describe()
-    measured.lone_step[SMALL.key] = 0.12
-    assert choose_plan(footage(), measured, 900).threads is None
+    measured.single_step[SMALL.key] = 0.12
+    slow = choose_plan(footage(), measured, 900)
+    assert slow.threads is None and fast.estimates["coclr"] / fast.steps < slow.estimates["coclr"] / slow.steps
     assert schedule(480, 24) == ({"infonce": 4, "coclr": 2}, 384)
     assert schedule(480, 24, up=True) == ({"infonce": 6, "coclr": 3}, 576)  # at least the steps asked for
 

@@ -29,8 +29,9 @@ import numpy as np
 
 from coclr.data.sampling import clip_span, segment_counts
 from coclr.errors import ConfigError
-from coclr.flow.encode import FLOW_BOUND, bound_for
+from coclr.flow.encode import bound_for
 from coclr.progress import duration
+from coclr.threads import torch_threads
 
 MIN_VIDEOS = 8
 """Fewest videos a run learns from: contrastive learning needs other videos as negatives in every batch."""
@@ -168,6 +169,8 @@ class Costs:
     more: tiny networks use two threads poorly, two processes well)"""
     machines: int = 1
     """machines of the job: each decodes and computes flow for its share of the videos"""
+    single_step: dict[str, float] = field(default_factory=dict)
+    """one step of each model on one thread, alone (the CoCLR stages' step where :func:`one_thread`)"""
     motion: dict[int, float] = field(default_factory=dict)
     """the :data:`MOTION_PERCENTILE` th percentile of the flow's horizontal and vertical magnitudes (px per frame)
     on the sampled videos' first frame pairs, at each short side (:func:`flow_bound`)"""
@@ -224,13 +227,6 @@ class Plan:
                  f"InfoNCE {self.epochs['infonce']} epochs per view, CoCLR 2 cycles of {self.epochs['coclr']} epochs "
                  f"per view ({self.steps} steps); about {duration(total)} of the {duration(self.budget)} budget"]
         lines += [f"  {reason}" for reason in self.reasons]
-        if self.segment_frames is not None:
-            lines.append(f"  a training instance is a video, or a stretch of {self.segment_frames} frames of a longer "
-                         f"one; flow clipped to +-{self.flow_bound or FLOW_BOUND:g} px (the footage's motion, "
-                         f"measured on its first frames)")
-        if self.threads == 1:
-            lines.append("  CoCLR trains on one thread: this network's steps were measured faster on one thread than "
-                         "on every core")
         if self.short_videos:
             shown = ", ".join(self.short_videos[:5]) + (" ..." if len(self.short_videos) > 5 else "")
             lines.append(f"  warning: {len(self.short_videos)} video(s) shorter than one clip and its flow "
@@ -240,10 +236,10 @@ class Plan:
 
 
 def one_thread(costs: Costs, key: str) -> bool:
-    """Whether the CoCLR stages of model ``key`` train faster on one thread than on every core: a step on one
-    thread, measured with another process beside it (:attr:`Costs.lone_step`), took less than one on every thread
+    """Whether the CoCLR stages of model ``key`` train faster on one thread than on every core (a CPU job of one
+    process): a step on one thread (:attr:`Costs.single_step`) took less than one on every thread
     (:attr:`Costs.step`) — a tiny network's operations are too small to share between threads."""
-    return costs.side_by_side and costs.lone_step.get(key, math.inf) < costs.step.get(key, 0.0)
+    return costs.side_by_side and costs.single_step.get(key, math.inf) < costs.step.get(key, 0.0)
 
 
 def infonce_side_by_side(device, processes: int) -> bool:
@@ -318,7 +314,7 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
     else:
         infonce_seconds = infonce * costs.step[key] + infonce / epoch_steps * costs.epoch[key]
     shared = costs.machines  # the store, flow and embedding jobs split the videos between machines
-    coclr_step = costs.lone_step[key] if one_thread(costs, key) else costs.step[key]
+    coclr_step = costs.single_step[key] if one_thread(costs, key) else costs.step[key]
     return {
         "store": footage.frames * (costs.decode_frame + costs.store_frame[size]) / costs.workers / shared,
         "flow": pairs * (costs.flow_pair[size] + costs.store_frame[size] / costs.workers) / shared,
@@ -376,13 +372,20 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
     batch = plan_batch(footage, model, costs.processes)
     epochs, steps = schedule(affordable[model], steps_per_epoch(footage, model, batch, costs.processes))
     queue = queue_for(footage.instances(model), batch * costs.processes)
+    threads = 1 if one_thread(costs, model.key) else None
+    bound = flow_bound(costs, model.size)
     reasons = _reasons(footage, costs, model, affordable, budget)
+    reasons.append(f"{footage.instances(model)} training instances: a video, or a stretch of {segment_frames(model)} "
+                   f"frames of a longer one; flow clipped to +-{bound:g} px (the footage's motion, measured on its "
+                   "first frames)")
+    if threads == 1:
+        reasons.append("CoCLR trains on one thread: this network's steps were measured faster on one thread than on "
+                       "every core")
     recorded = {name: ({str(key): item for key, item in value.items()} if isinstance(value, dict) else value)
                 for name, value in asdict(costs).items()}  # as JSON keeps them
     return Plan(model, batch, queue, min(5, max(1, queue // 2)), epochs, steps,
                 {"measure": spent, **estimates(footage, model, costs, steps, batch)}, budget, reasons, costs.processes,
-                segment_frames(model), flow_bound=flow_bound(costs, model.size), costs=recorded,
-                threads=1 if one_thread(costs, model.key) else None)
+                segment_frames(model), flow_bound=bound, costs=recorded, threads=threads)
 
 
 def flow_bound(costs: Costs, side: int) -> float:
@@ -529,8 +532,9 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
             measured = _time_training(model, Path(tmp) / model.key, device, batch)
             if costs.side_by_side:
                 measured["lone_step"], measured["start"] = _time_side_by_side(model, batch)
-            for name in ("step", "lone_step", "forward", "epoch", "stage", "start"):
-                getattr(costs, name)[model.key] = measured.get(name, measured["step"] if name == "lone_step" else 0.0)
+            for name in ("step", "lone_step", "single_step", "forward", "epoch", "stage", "start"):
+                fallback = measured["step"] if name in ("lone_step", "single_step") else 0.0
+                getattr(costs, name)[model.key] = measured.get(name, fallback)
             took.append((model, time.perf_counter() - begin))
             if _affordable(footage, model, costs, deadline - (time.perf_counter() - started)) < TARGET_STEPS:
                 break  # a larger network would afford even fewer
@@ -657,6 +661,11 @@ def _time_steps(trainer, model: Model, batch: int, steps: int, stage: float,
         trainer.train_step(data, queue_full=True)
     ready = time.time() - started if started is not None else 0.0
     step = median_seconds(lambda: trainer.train_step(data, queue_full=True))
+    single = step
+    if trainer.device.type == "cpu" and torch.get_num_threads() > 1:
+        with torch_threads(1):
+            trainer.train_step(data, queue_full=True)
+            single = median_seconds(lambda: trainer.train_step(data, queue_full=True))
     begin = time.perf_counter()
     trainer.save(best=True)
     epoch = time.perf_counter() - begin
@@ -665,4 +674,4 @@ def _time_steps(trainer, model: Model, batch: int, steps: int, stage: float,
     with torch.no_grad():
         encoder(clips)
         forward = median_seconds(lambda: encoder(clips)) / INFERENCE_BATCH
-    return {"step": step, "forward": forward, "epoch": epoch, "stage": stage, "ready": ready}
+    return {"step": step, "single_step": single, "forward": forward, "epoch": epoch, "stage": stage, "ready": ready}

@@ -138,12 +138,13 @@ def _stages(result: dict[str, Any], collapsed: set[str], exported: dict[str, str
                      _percent(entry.get("neighbour_stability")), _percent(entry.get("agreement"))])
     agreement = [[html.escape(name), html.escape(" + ".join(entry["stages"])), _percent(entry["nearest_neighbour"]),
                   _percent(entry["chance"])] for name, entry in result.get("agreement", {}).items()]
-    note = ("<p class=\"note\">Measured without labels on the stored videos: effective rank and RankMe of the video "
-            "features (higher: more directions used), alignment (mean squared distance of two halves of a video; "
-            "lower is better) and uniformity (log of the mean Gaussian potential between videos; lower is better), "
-            "Wang and Isola 2020; the share of videos whose first half finds their own second half (temporal "
-            "retrieval), the share of a video's 5 nearest that stay its nearest through the other half (stable "
-            "neighbours), and the share of them that the other view's stages find too (agreement). "
+    note = ("<p class=\"note\">Measured without labels on the stored videos, over the training instances (a video, "
+            "or a stretch of a long one; an instance's neighbours are never of its own video): effective rank and "
+            "RankMe of the features (higher: more directions used), alignment (mean squared distance of two halves "
+            "of an instance; lower is better) and uniformity (log of the mean Gaussian potential between instances; "
+            "lower is better), Wang and Isola 2020; the share of instances whose first half finds their own second "
+            "half (temporal retrieval), the share of an instance's 5 nearest that stay its nearest through the other "
+            "half (stable neighbours), and the share of them that the other view's stages find too (agreement). "
             f"{COLLAPSED_MARK}: the features have no spread (a collapsed encoder carries nothing). Below: how often "
             "the RGB and flow encoders find the same nearest video.</p>")
     return ("<h2>Each stage, without labels</h2>" + note
