@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
 from coclr.errors import ConfigError
 from coclr.eval.label_free import alignment, neighbour_agreement, quality, uniformity
@@ -303,6 +304,11 @@ def test_a_killed_run_continues_to_encoders_embeddings_and_scores(learnt):
     for view in ("rgb", "flow"):
         backbone, head = load_encoder(out / f"encoder_{view}.pth")
         assert head is not None and read_clip_settings(out / f"encoder_{view}.pth")["view"] == view
+        tensors, tensors_head = load_encoder(out / f"encoder_{view}.safetensors")  # the same, as safetensors
+        assert all(torch.equal(value, tensors.state_dict()[key]) for key, value in backbone.state_dict().items())
+        assert all(torch.equal(value, tensors_head.state_dict()[key]) for key, value in head.state_dict().items())
+        settings = read_clip_settings(out / f"encoder_{view}.pth")
+        assert read_clip_settings(out / f"encoder_{view}.safetensors") == settings
     names = sorted(p.name for p in videos.glob("*.mp4") if p.name != "broken.mp4")
     for name, dim in (("rgb", 128), ("flow", 128), ("two_stream", 256)):
         embeddings = Embeddings(out / "embeddings" / name)

@@ -38,7 +38,7 @@ COMMANDS = readme_commands()
 def test_readme_documents_the_main_steps() -> None:
     names = {" ".join(argv[:2]) if argv[0] in ("data", "eval") else argv[0] for argv in COMMANDS}
     assert {"demo", "study", "data index", "data store", "flow", "pipeline", "pretrain", "eval retrieval",
-            "eval linear", "eval finetune", "report", "embed", "search", "learn", "data synth"} <= names
+            "eval linear", "eval finetune", "report", "embed", "search", "learn", "data synth", "export"} <= names
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=lambda argv: " ".join(argv[:2]))

@@ -170,7 +170,8 @@ class Costs:
     machines: int = 1
     """machines of the job: each decodes and computes flow for its share of the videos"""
     single_step: dict[str, float] = field(default_factory=dict)
-    """one step of each model on one thread, alone (the CoCLR stages' step where :func:`one_thread`)"""
+    """one step of each model on one thread, alone, timed in turn with :attr:`step` (A B B A: a slower moment of the
+    machine slows both); the CoCLR stages' step where :func:`one_thread`"""
     motion: dict[int, float] = field(default_factory=dict)
     """the :data:`MOTION_PERCENTILE` th percentile of the flow's horizontal and vertical magnitudes (px per frame)
     on the sampled videos' first frame pairs, at each short side (:func:`flow_bound`)"""
@@ -657,15 +658,30 @@ def _time_steps(trainer, model: Model, batch: int, steps: int, stage: float,
             times.append(time.perf_counter() - begin)
         return float(np.median(times))
 
+    def one_step() -> float:
+        sync()
+        begin = time.perf_counter()
+        trainer.train_step(data, queue_full=True)
+        sync()
+        return time.perf_counter() - begin
+
     for _ in range(2):  # the first steps build the kernels and the allocator's pools
         trainer.train_step(data, queue_full=True)
     ready = time.time() - started if started is not None else 0.0
-    step = median_seconds(lambda: trainer.train_step(data, queue_full=True))
-    single = step
-    if trainer.device.type == "cpu" and torch.get_num_threads() > 1:
+    threads = trainer.device.type == "cpu" and torch.get_num_threads() > 1  # one thread against every core too
+    if threads:
         with torch_threads(1):
             trainer.train_step(data, queue_full=True)
-            single = median_seconds(lambda: trainer.train_step(data, queue_full=True))
+    every, single = [], []
+    for number in range(steps):  # A B B A: a slower moment of the machine falls on both
+        for alone in ((False, True) if number % 2 == 0 else (True, False)):
+            if not alone:
+                every.append(one_step())
+            elif threads:
+                with torch_threads(1):
+                    single.append(one_step())
+    step = float(np.median(every))
+    single_step = float(np.median(single)) if single else step
     begin = time.perf_counter()
     trainer.save(best=True)
     epoch = time.perf_counter() - begin
@@ -674,4 +690,5 @@ def _time_steps(trainer, model: Model, batch: int, steps: int, stage: float,
     with torch.no_grad():
         encoder(clips)
         forward = median_seconds(lambda: encoder(clips)) / INFERENCE_BATCH
-    return {"step": step, "single_step": single, "forward": forward, "epoch": epoch, "stage": stage, "ready": ready}
+    return {"step": step, "single_step": single_step, "forward": forward, "epoch": epoch, "stage": stage,
+            "ready": ready}

@@ -460,17 +460,22 @@ def train_side_by_side(out: Path, config, stages) -> None:
 
 def export_encoders(out: Path, exported: dict[str, dict[str, Any]]) -> None:
     """``OUT/encoder_<view>.pth``: each view's exported stage's encoder (:func:`~coclr.learn.stages.choose_exports`),
-    copied atomically."""
-    from coclr.train.pipeline import encoder_file  # noqa: PLC0415 (heavy: torch)
+    copied atomically; and ``OUT/encoder_<view>.safetensors``, the same as safetensors with its config
+    (:mod:`coclr.models.export`). Each is written only when it does not hold those bytes already."""
+    from coclr.models.export import save_safetensors  # noqa: PLC0415 (heavy: torch)
+    from coclr.models.loading import load_encoder, read_checkpoint_file  # noqa: PLC0415
+    from coclr.train.pipeline import encoder_file  # noqa: PLC0415
 
     for view, entry in exported.items():
         source = encoder_file(out / "pipeline", entry["stage"], view)
         target = out / f"encoder_{view}.pth"
-        if target.is_file() and target.read_bytes() == source.read_bytes():
-            continue
-        temp = target.with_name(f".{target.name}.partial")
-        shutil.copyfile(source, temp)
-        os.replace(temp, target)
+        if not (target.is_file() and target.read_bytes() == source.read_bytes()):
+            temp = target.with_name(f".{target.name}.partial")
+            shutil.copyfile(source, temp)
+            os.replace(temp, target)
+        backbone, head = load_encoder(target)
+        save_safetensors(out / f"encoder_{view}.safetensors", backbone, head,
+                         read_checkpoint_file(target).get("meta") or {})
 
 
 def embed_all(out: Path, paths: list[str], device: str, workers: int | None) -> dict[str, str]:

@@ -164,3 +164,24 @@ def export_line(chosen: dict[str, dict[str, Any]]) -> str:
     """One line saying which stage of each view was exported and why."""
     return "; ".join(f"exported {entry['stage']} as encoder_{view} ({entry['reason']})"
                      for view, entry in chosen.items())
+
+
+def card_notes(result: dict[str, Any], stage: str | None) -> list[str]:
+    """Lines for an exported encoder's model card from its learn run's ``learn.json`` (``result``): the run's
+    plan, why this stage was exported, and its label-free measures (:mod:`coclr.eval.label_free`)."""
+    notes = []
+    plan = result.get("plan") or {}
+    if plan:
+        model = plan.get("model") or {}
+        notes.append(f"learnt by `coclr learn` without labels from {result.get('videos', '?')} videos: InfoNCE then "
+                     f"two CoCLR cycles, {plan.get('steps', '?')} steps of batch {plan.get('batch', '?')}, S3D "
+                     f"width {model.get('width', '?')}")
+    for view, entry in (result.get("exported") or {}).items():
+        if entry.get("stage") == stage:
+            notes.append(f"exported as encoder_{view}: {entry.get('reason')}")
+    measures = (result.get("stages") or {}).get(stage) or {}
+    shown = [f"{name} {measures[name]:.3g}" for name in DIRECTIONS if isinstance(measures.get(name), (int, float))]
+    if shown:
+        notes.append(f"label-free measures of {stage} (docs/learn.md): " + ", ".join(shown)
+                     + ("; collapsed" if measures.get("collapsed") else ""))
+    return notes

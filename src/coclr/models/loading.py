@@ -2,7 +2,8 @@
 
 :func:`load_encoder` recognises the format of a file by its keys:
 
-- ours (``{"format": "coclr.encoder" | "coclr.train", "arch", "backbone", "head"}``, see :func:`save_encoder`);
+- ours (``{"format": "coclr.encoder" | "coclr.train", "arch", "backbone", "head"}``, see :func:`save_encoder`),
+  also as safetensors with the config in its metadata (:mod:`coclr.models.export`);
 - the CoCLR authors' pretraining checkpoints (``state_dict`` with ``encoder_q.*``; InfoNCE, UberNCE, CoCLR);
 - the CoCLR authors' classifier checkpoints (``backbone.*``, ``final_bn.*``, ``final_fc.*``);
 - torchvision's ``s3d`` state dict (``features.*``, ``classifier.*``; BatchNorm eps 1e-3);
@@ -30,6 +31,7 @@ from coclr.atomic import atomic_torch_save
 from coclr.clips import CLIP_KEYS
 from coclr.errors import CheckpointError
 from coclr.models.encoder import Encoder
+from coclr.models.export import is_safetensors, read_safetensors
 from coclr.models.heads import LinearClassifier, ProjectionHead
 from coclr.models.s3d import S3D
 
@@ -210,19 +212,23 @@ _REFUSED_GLOBAL = re.compile(r"(?:GLOBAL|global) ([\w.]+)")
 
 
 def read_checkpoint_file(path: str | os.PathLike[str], map_location: Any = "cpu") -> Any:
-    """``torch.load(path, weights_only=True)``: tensors and plain values only, never executed code. Every failure
+    """``torch.load(path, weights_only=True)``: tensors and plain values only, never executed code (a safetensors
+    file: :func:`coclr.models.export.read_safetensors`, the same payload). Every failure
     is a :class:`CheckpointError` naming the file and what it is: missing, empty, not a PyTorch file (random bytes,
     text, an interrupted download), damaged, or holding pickled objects (refused, and named)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     with open(path, "rb") as handle:
-        head = handle.read(4)
+        head = handle.read(9)
     if not head:
         raise CheckpointError(f"{path}: the file is empty (0 bytes), not a checkpoint")
+    if is_safetensors(head):
+        return read_safetensors(path, map_location)
+    head = head[:4]
     if head != _ZIP_MAGIC and head[:2] not in _PICKLE_PROTOCOLS:
-        raise CheckpointError(f"{path}: not a PyTorch checkpoint (it is neither torch.save's zip format nor its "
-                              "legacy format; an incomplete download or another kind of file?)")
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint (it is neither torch.save's zip format, its "
+                              "legacy format nor safetensors; an incomplete download or another kind of file?)")
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # damaged, or a refused pickle

@@ -1,0 +1,42 @@
+"""``coclr export``: an encoder as safetensors, ONNX or TorchScript, with its config and model card, checked."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "export", help="write an encoder as safetensors, ONNX or TorchScript, with its config and a model card",
+        description="Write ENCODER (any checkpoint coclr reads: ours, the CoCLR authors', torchvision's s3d) into "
+        "the folder OUT as model.safetensors (tensors and a JSON config; coclr.load_encoder reads it), model.onnx "
+        "or model.pt (TorchScript): the network from normalised clips [B, C, T, H, W] to pooled features [B, D]. "
+        "OUT also gets config.json (network, view, clip shape, normalisation, feature dimension) and README.md (how "
+        "it was trained, how to load it). A network is run beside the PyTorch encoder and kept only when its "
+        "features agree (cosine >= 0.9999 on every clip); safetensors is read back and compared. The same command "
+        "on the same OUT returns at once; another encoder or format is refused.")
+    parser.add_argument("encoder", metavar="ENCODER", help="the encoder checkpoint (e.g. coclr learn's "
+                        "encoder_rgb.pth)")
+    parser.add_argument("--format", required=True, help="safetensors, onnx (needs coclr[export]) or torchscript")
+    parser.add_argument("--out", required=True, help="output folder: new or empty (created), or one the same "
+                        "export wrote")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from coclr.atomic import read_json_record
+    from coclr.learn.stages import card_notes
+    from coclr.models.exported import export_encoder
+    from coclr.models.loading import read_checkpoint_file
+
+    encoder = Path(args.encoder)
+    notes: list[str] = []
+    learnt = read_json_record(encoder.parent / "learn.json") if encoder.is_file() else None
+    if learnt:  # an encoder of a coclr learn folder: the card says how it was chosen and measured
+        payload = read_checkpoint_file(encoder)
+        stage = (payload.get("meta") or {}).get("stage") if isinstance(payload, dict) else None
+        notes = card_notes(learnt, stage)
+    print(export_encoder(encoder, args.format, args.out, notes=notes), flush=True)
+    return 0

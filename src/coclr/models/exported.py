@@ -1,0 +1,183 @@
+"""``coclr export``'s folder: an encoder in another format, its config and model card, checked by running it.
+
+``OUT/model.safetensors`` (or ``model.onnx``, ``model.pt``), ``OUT/config.json`` (:func:`~.export.encoder_config`
+plus, for a network, its input and output), ``OUT/README.md`` (the model card: what the file holds, how it was
+trained, how to load it, and the check), ``OUT/run.json`` (the folder's record: the same command on the same folder
+returns at once, another encoder or format is refused before any work). A network format is accepted only when it
+gives the PyTorch encoder's features on the clips compared (:data:`~.export.MIN_COSINE`); a safetensors file is
+read back and compared tensor by tensor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from coclr.atomic import atomic_write_json, atomic_write_text
+from coclr.errors import CheckpointError
+from coclr.models.export import (
+    FORMATS,
+    MIN_COSINE,
+    SUFFIXES,
+    compare,
+    encoder_config,
+    export_network,
+    run_exported,
+    save_safetensors,
+)
+from coclr.runfolder import FolderRule, check_folder, claim_folder
+
+EXPORT_FOLDER = FolderRule("export", "an exported encoder")
+CHECK_CLIPS = 4
+"""Clips compared when none are given (seeded normal noise of the encoder's clip shape)."""
+
+
+@dataclass
+class Exported:
+    """What :func:`export_encoder` wrote: the model file, the check's figures, whether it was there already."""
+
+    out: Path
+    model: Path
+    check: dict[str, float] = field(default_factory=dict)
+    already_done: bool = False
+
+    def __str__(self) -> str:
+        if self.already_done:
+            return f"{self.model}: exported already (the same encoder and format); nothing written"
+        figures = ", ".join(f"{key.replace('_', ' ')} {value:.3g}" for key, value in self.check.items())
+        return f"wrote {self.model}, config.json and README.md in {self.out}; checked against the encoder: {figures}"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.PathLike[str],
+                   clips: torch.Tensor | None = None, notes: Sequence[str] = ()) -> Exported:
+    """Write ``encoder`` (any file :func:`~coclr.models.loading.load_encoder` reads) as ``fmt`` into the folder
+    ``out`` with its config and model card (``notes``: further lines for the card, e.g. the run's label-free
+    measures), and check it: a network format on ``clips`` (``[B, C, T, H, W]``, normalised as the encoder was
+    trained; default :data:`CHECK_CLIPS` clips of noise), safetensors by reading it back. Refused in one line,
+    before any write, for an unknown format, an unreadable encoder or a folder holding another export."""
+    from coclr.models.loading import load_encoder, read_checkpoint_file, read_clip_settings  # noqa: PLC0415
+
+    if fmt not in FORMATS:
+        raise CheckpointError(f"--format {fmt}: not a format coclr exports ({', '.join(FORMATS)})")
+    encoder, out = Path(encoder), Path(out)
+    backbone, head = load_encoder(encoder)
+    payload = read_checkpoint_file(encoder)
+    meta = dict(payload.get("meta") or {}) if isinstance(payload, dict) else {}
+    if "clip_settings" not in meta:  # a training checkpoint keeps them beside its meta
+        meta["clip_settings"] = read_clip_settings(encoder) or None
+    options = {"encoder": str(encoder.resolve()), "sha256": sha256_of(encoder), "format": fmt}
+    model = out / f"model{SUFFIXES[fmt]}"
+    if check_folder(out, EXPORT_FOLDER, options) and model.is_file() and (out / "README.md").is_file():
+        return Exported(out, model, already_done=True)
+    config = encoder_config(backbone, head, meta)  # refuses a meta JSON cannot hold, before any write
+    settings = config["clip_settings"]
+    if clips is None:
+        generator = torch.Generator().manual_seed(0)
+        shape = (CHECK_CLIPS, 3, settings.get("length", 32), settings.get("size", 128),
+                 settings.get("size", 128))
+        clips = torch.randn(shape, generator=generator)
+    with claim_folder(out, EXPORT_FOLDER, options):
+        if fmt == "safetensors":
+            save_safetensors(model, backbone, head, meta)
+            check = _check_safetensors(model, backbone, head)
+        else:
+            export_network(backbone, fmt, model, clips[:1])
+            with torch.no_grad():
+                reference = backbone(clips).mean(dim=(2, 3, 4)).numpy()
+            check = compare(reference, run_exported(model, fmt, clips))
+            if check["min_cosine"] < MIN_COSINE:
+                model.unlink()
+                raise CheckpointError(f"{encoder}: the {fmt} export gives other features than the encoder (cosine "
+                                      f"{check['min_cosine']:.6f} < {MIN_COSINE}); nothing was kept")
+            config["input"] = {"name": "clips", "shape": ["batch", clips.shape[1], *clips.shape[2:]],
+                               "dtype": "float32"}
+            config["output"] = {"name": "features", "shape": ["batch", config["feature_dim"]]}
+        config["check"] = {"clips": int(clips.shape[0]) if fmt != "safetensors" else 0, **check}
+        atomic_write_json(out / "config.json", config)
+        atomic_write_text(out / "README.md", model_card(config, fmt, encoder, notes))
+    return Exported(out, model, check)
+
+
+def _check_safetensors(path: Path, backbone, head) -> dict[str, float]:
+    """Read ``path`` back as :func:`~coclr.models.loading.load_encoder` does and compare every tensor."""
+    from coclr.models.loading import load_encoder  # noqa: PLC0415
+
+    read_backbone, read_head = load_encoder(path)
+    pairs = [(backbone, read_backbone)] + ([(head, read_head)] if head is not None else [])
+    difference = 0.0
+    for written, read in pairs:
+        if read is None:
+            raise CheckpointError(f"{path}: the projection head did not read back")
+        mine, theirs = written.state_dict(), read.state_dict()
+        if mine.keys() != theirs.keys():
+            raise CheckpointError(f"{path}: its tensors do not read back as the encoder's")
+        for key, value in mine.items():
+            difference = max(difference, float((value.cpu().double() - theirs[key].double()).abs().max())
+                             if value.numel() else 0.0)
+    if difference:
+        raise CheckpointError(f"{path}: the tensors read back differ from the encoder's by {difference:g}")
+    return {"max_difference": difference}
+
+
+def model_card(config: dict[str, Any], fmt: str, encoder: Path, notes: Sequence[str]) -> str:
+    """The README.md of an export: what it is, how it was trained, how to load it, what was checked."""
+    arch, settings, meta = config["arch"], config["clip_settings"], config["meta"]
+    view = config.get("view") or "unknown (the checkpoint does not record it)"
+    lines = [f"# S3D video encoder ({view} view), exported by coclr", "",
+             f"Exported from `{encoder.name}` as {fmt}. An S3D network (width {arch['width']}, gating "
+             f"{arch['gating']}) whose pooled feature has {config['feature_dim']} dimensions.", "",
+             "## Input", ""]
+    if settings:
+        lines += [f"- view: {settings.get('view')}",
+                  f"- clips of {settings.get('length')} frames (stride {settings.get('stride')}), "
+                  f"{settings.get('size')} x {settings.get('size')} px, frames decoded at a short side of "
+                  f"{settings.get('short_side')} px" + (f", {settings['fps']} fps" if settings.get("fps") else ""),
+                  f"- normalised: (x / 255 - mean) / std, mean {settings.get('mean')}, std {settings.get('std')}"]
+        if settings.get("flow_bound") is not None:
+            lines.append(f"- TV-L1 flow (channels u, v and a constant 128) clipped to +-{settings['flow_bound']} "
+                         "px and mapped linearly to [0, 255] before the normalisation")
+    else:
+        lines.append("- not recorded by the checkpoint: give the clips its training used")
+    lines += ["", "## Training", ""]
+    trained = {key: value for key, value in meta.items() if key != "clip_settings"}
+    lines += [f"- {key}: {json.dumps(value)}" for key, value in trained.items()] or ["- not recorded"]
+    lines += [f"- {note}" for note in notes]
+    lines += ["", "## Loading", ""]
+    if fmt == "safetensors":
+        lines += ["```python", "import coclr", "backbone, head = coclr.load_encoder(\"model.safetensors\")",
+                  "features = backbone(clips).mean(dim=(2, 3, 4))  # clips: [B, C, T, H, W]", "```", "",
+                  "Or with `safetensors.torch.load_file`: the tensors `backbone.*` (S3D) and `head.*` (the "
+                  "projection head); the file's metadata `coclr` holds config.json."]
+    elif fmt == "onnx":
+        lines += ["```python", "import onnxruntime",
+                  "session = onnxruntime.InferenceSession(\"model.onnx\")",
+                  "features = session.run(None, {\"clips\": clips})[0]  # float32 [B, C, T, H, W] -> [B, D]",
+                  "```"]
+    else:
+        lines += ["```python", "import torch", "network = torch.jit.load(\"model.pt\")",
+                  "features = network(clips)  # float32 [B, C, T, H, W] -> [B, D]", "```"]
+    check = config["check"]
+    lines += ["", "## Checked", ""]
+    if fmt == "safetensors":
+        lines.append("Read back with `coclr.load_encoder`: every tensor equal to the encoder's.")
+    else:
+        lines.append(f"Run by {'onnxruntime' if fmt == 'onnx' else 'torch.jit'} on {check['clips']} clips beside "
+                     f"the PyTorch encoder: largest difference of the features {check['max_difference']:.3g} "
+                     f"({check['relative_difference']:.3g} of their largest magnitude), smallest cosine "
+                     f"{check['min_cosine']:.7f}.")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,193 @@
+"""coclr export: safetensors read back by load_encoder, ONNX and TorchScript run beside the PyTorch encoder on real
+clips, the folder rule, and the learn run's model card."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from coclr.cli import main
+from coclr.errors import CheckpointError
+from coclr.models import build_encoder, load_encoder, save_encoder
+from coclr.models.export import FORMATS, METADATA_KEY, compare, is_safetensors
+from coclr.models.exported import export_encoder
+from coclr.models.loading import checkpoint_format, read_clip_settings
+from coclr.runfolder import FolderRefused
+from conftest import shared_path
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+SETTINGS = {"view": "rgb", "length": 8, "stride": 1, "size": 32, "fps": None, "short_side": 32, "mean": MEAN,
+            "std": STD, "flow_bound": None}
+
+
+def real_clips(clips_folder, count: int = 4) -> torch.Tensor:
+    """Normalised 8-frame 32 px centre clips of the first ``count`` real videos."""
+    from coclr.video.decode import decode_video
+
+    out = []
+    for path in sorted(clips_folder.iterdir())[:count]:
+        frames = decode_video(path, short_side=32)[:8]
+        height, width = frames.shape[1:3]
+        top, left = (height - 32) // 2, (width - 32) // 2
+        clip = torch.from_numpy(frames[:, top:top + 32, left:left + 32].astype(np.float32) / 255.0)
+        clip = (clip - torch.tensor(MEAN)) / torch.tensor(STD)
+        out.append(clip.permute(3, 0, 1, 2))
+    return torch.stack(out)
+
+
+@pytest.fixture(scope="module")
+def clips():
+    return real_clips(shared_path("data", "clips"))
+
+
+@pytest.fixture(scope="module")
+def encoder_file(tmp_path_factory, clips):
+    """An encoder whose BatchNorm statistics were taken on the real clips (a fresh one's features are ~1e-20,
+    which no comparison could judge), saved as coclr learn saves its encoders."""
+    torch.manual_seed(0)
+    encoder = build_encoder(width=0.125)
+    encoder.train()
+    for module in encoder.modules():
+        if isinstance(module, torch.nn.BatchNorm3d):
+            module.momentum = None  # the running statistics: the mean over the passes
+    with torch.no_grad():
+        for _ in range(3):
+            encoder.features(clips + 0.1 * torch.randn_like(clips))
+    encoder.eval()
+    path = tmp_path_factory.mktemp("encoder") / "encoder_rgb.pth"
+    save_encoder(path, encoder, {"stage": "cycle2_rgb", "view": "rgb", "method": "coclr",
+                                 "clip_settings": SETTINGS})
+    return path
+
+
+def features_of(path, clips) -> np.ndarray:
+    backbone, _ = load_encoder(path)
+    with torch.no_grad():
+        return backbone(clips).mean(dim=(2, 3, 4)).numpy()
+
+
+def test_safetensors_reads_back_as_the_encoder(encoder_file, clips, tmp_path):
+    exported = export_encoder(encoder_file, "safetensors", tmp_path / "out")
+    model = tmp_path / "out" / "model.safetensors"
+    assert exported.model == model and exported.check == {"max_difference": 0.0}
+    with open(model, "rb") as file:
+        head = file.read(9)
+        assert is_safetensors(head)
+        file.seek(8)
+        header = json.loads(file.read(struct.unpack("<Q", head[:8])[0]))
+    config = json.loads(header["__metadata__"][METADATA_KEY])
+    assert config["arch"]["width"] == 0.125 and config["feature_dim"] == 128 and config["view"] == "rgb"
+    assert config["clip_settings"] == SETTINGS and config["meta"]["stage"] == "cycle2_rgb"
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["feature_dim"] == 128
+    # every tensor of the encoder, nothing else; the same features, the same clip settings and format
+    original, _ = load_encoder(encoder_file)
+    read, head_module = load_encoder(model)
+    assert head_module is not None
+    for key, value in original.state_dict().items():
+        assert torch.equal(value, read.state_dict()[key]), key
+    np.testing.assert_array_equal(features_of(model, clips), features_of(encoder_file, clips))
+    assert read_clip_settings(model) == SETTINGS and checkpoint_format(model) == "ours"
+    from safetensors.torch import load_file  # another tool's reader: the tensors, named, nothing else
+
+    tensors = load_file(model)
+    assert set(tensors) == {f"backbone.{key}" for key in original.state_dict()} | {
+        f"head.{key}" for key in head_module.state_dict()}
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+def test_network_formats_give_the_encoders_features_on_real_clips(fmt, encoder_file, clips, tmp_path):
+    if fmt == "onnx":
+        pytest.importorskip("onnxruntime")
+        pytest.importorskip("onnxscript")
+    from coclr.models.export import run_exported
+
+    exported = export_encoder(encoder_file, fmt, tmp_path / "out", clips=clips[:2])
+    assert exported.check["min_cosine"] >= 0.9999
+    # checked again here on other real clips and a batch size the export did not see
+    reference = features_of(encoder_file, clips)
+    assert np.abs(reference).max() > 1e-3  # features a comparison can judge
+    found = compare(reference, run_exported(exported.model, fmt, clips))
+    assert found["min_cosine"] >= 0.9999 and found["relative_difference"] < 1e-4
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["input"]["shape"] == ["batch", 3, 8, 32, 32] and config["output"]["shape"] == ["batch", 128]
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "smallest cosine" in card and "8 frames" in card
+
+
+def test_compare_catches_other_features():
+    reference = np.random.default_rng(0).normal(size=(3, 16))
+    assert compare(reference, reference)["min_cosine"] == pytest.approx(1.0)
+    assert compare(reference, -reference)["min_cosine"] == pytest.approx(-1.0)
+    with pytest.raises(CheckpointError, match="shape"):
+        compare(reference, reference[:, :8])
+
+
+def test_the_folder_rule(encoder_file, tmp_path):
+    out = tmp_path / "out"
+    export_encoder(encoder_file, "torchscript", out)
+    stamps = {path.name: path.stat().st_mtime_ns for path in out.iterdir()}
+    again = export_encoder(encoder_file, "torchscript", out)  # the same command: nothing written
+    assert again.already_done and "nothing written" in str(again)
+    assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == stamps
+    with pytest.raises(FolderRefused, match="format='torchscript' \\(given 'safetensors'\\)"):
+        export_encoder(encoder_file, "safetensors", out)
+    assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == stamps
+    foreign = tmp_path / "theirs"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(FolderRefused):
+        export_encoder(encoder_file, "safetensors", foreign)
+    assert sorted(os.listdir(foreign)) == ["notes.txt"]
+    with pytest.raises(CheckpointError, match="not a format coclr exports"):
+        export_encoder(encoder_file, "tflite", tmp_path / "other")
+    assert not (tmp_path / "other").exists()
+
+
+def test_another_tools_safetensors_is_a_state_dict(tmp_path):
+    """A safetensors file without coclr's config is read as the state dict it holds (here an S3D in the authors'
+    naming, recognised by its keys)."""
+    from safetensors.torch import save_file
+
+    from coclr.models.s3d import S3D
+
+    backbone = S3D(width=0.125)
+    save_file({key: value.contiguous() for key, value in backbone.state_dict().items()}, tmp_path / "bare.safetensors")
+    assert checkpoint_format(tmp_path / "bare.safetensors") == "bare"
+    read, head = load_encoder(tmp_path / "bare.safetensors")
+    assert head is None and all(torch.equal(value, read.state_dict()[key])
+                                for key, value in backbone.state_dict().items())
+    (tmp_path / "damaged.safetensors").write_bytes((tmp_path / "bare.safetensors").read_bytes()[:4000])
+    with pytest.raises(CheckpointError, match="damaged"):
+        load_encoder(tmp_path / "damaged.safetensors")
+
+
+def test_cli_card_of_a_learn_encoder(encoder_file, tmp_path, capsys):
+    """`coclr export` on an encoder in a coclr learn folder: the card says how the run chose and measured it."""
+    folder = tmp_path / "learn"
+    folder.mkdir()
+    (folder / "encoder_rgb.pth").write_bytes(encoder_file.read_bytes())
+    (folder / "learn.json").write_text(json.dumps({
+        "videos": 8, "plan": {"steps": 640, "batch": 12, "model": {"width": 0.125}},
+        "exported": {"rgb": {"stage": "cycle2_rgb", "reason": "the last stage that did not collapse"}},
+        "stages": {"cycle2_rgb": {"effective_rank": 3.5, "agreement": 0.05, "collapsed": False}}}))
+    status = main(["export", str(folder / "encoder_rgb.pth"), "--format", "safetensors", "--out", str(tmp_path / "o")])
+    assert status == 0 and "model.safetensors" in capsys.readouterr().out
+    card = (tmp_path / "o" / "README.md").read_text()
+    assert "from 8 videos" in card and "the last stage that did not collapse" in card
+    assert "effective_rank 3.5" in card and "coclr.load_encoder" in card
+    assert main(["export", str(folder / "encoder_rgb.pth"), "--format", "keras", "--out", str(tmp_path / "k")]) == 2
+    assert "not a format coclr exports" in capsys.readouterr().err
+
+
+def test_help_names_every_format():
+    from coclr.cli import build_parser
+
+    parser = build_parser()
+    action = next(a for a in parser._actions if a.dest == "command")
+    text = action.choices["export"].format_help()
+    assert all(fmt in text for fmt in FORMATS)
