@@ -337,3 +337,31 @@ def test_a_video_too_short_for_flow_is_left_out_of_training_and_said_so(small_st
     assert [e.path for e in two_views.entries] == ["right_up.avi", "left_down/clip.avi"]
     assert "1 RGB frame" in two_views.left_out["still.avi"]
     assert len(TrainClips(store, "train", ["rgb"], length=2)) == 3
+
+
+def test_the_batch_of_frame_pairs_is_chosen_by_the_library_for_every_caller():
+    """tvl1-torch's default batch follows the device in extract_flow itself, so `coclr learn` (which calls it
+    directly) gets a GPU's batch on a GPU, as `coclr flow` does."""
+    import torch
+
+    from coclr.store.flow_extract import BATCH_PAIRS, default_batch_pairs
+
+    assert default_batch_pairs(None) == default_batch_pairs("cpu") == BATCH_PAIRS["cpu"] == 64
+    assert default_batch_pairs("cuda") == default_batch_pairs("cuda:1") == BATCH_PAIRS["cuda"] == 256
+    assert default_batch_pairs(torch.device("cuda", 0)) == 256 and default_batch_pairs(torch.device("cpu")) == 64
+
+
+def test_the_default_batch_gives_the_flow_of_any_other(tmp_path):
+    from coclr.store.clipstore import ClipStore
+    from coclr.store.flow_extract import extract_flow
+    from coclr.synth.output import random_store
+
+    flows = []
+    for name, batch in (("default", None), ("two", 2)):
+        store = random_store(tmp_path / name, videos=4, frames=6, views=("rgb",))
+        extract_flow(store, backend="tvl1-torch", device="cpu", workers=0, batch_pairs=batch)
+        opened = ClipStore(store)
+        flows.append([opened.read_encoded(key, "flow", range(opened.num_frames(key, "flow")))
+                      for key in sorted(opened.keys())])
+    for default, two in zip(*flows):
+        assert len(default) == len(two) == 5 and default == two

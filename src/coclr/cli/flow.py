@@ -102,7 +102,6 @@ def run(args: argparse.Namespace) -> int:
     _, device = resolve_backend(args.backend, args.device, options.get("mode", "exact"), options.get("kernels", "auto"))
     if launched_world_size() > 1:  # torchrun: the processes exchange only a few small messages, so gloo everywhere
         init_distributed(torch.device(device or "cpu"), backend="gloo", timeout=GROUP_TIMEOUT)
-    options.setdefault("batch_pairs", 256 if device is not None and device.startswith("cuda") else 64)
     summary = extract_flow(args.store, backend=args.backend, view=args.view, params=params,
                            workers=args.workers, device=args.device, split=args.split, **options)
     print(summary, flush=True)

@@ -203,9 +203,20 @@ def cpu_workers(workers: int | None) -> int:
     return max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
+BATCH_PAIRS = {"cpu": 64, "cuda": 256}
+"""Frame pairs ``tvl1-torch`` solves together by default, by device type: a GPU needs more of the small frames at
+once to fill it (docs/tvl1.md); the same flow whatever the batch."""
+
+
+def default_batch_pairs(device) -> int:
+    """:data:`BATCH_PAIRS` for a torch device (or its name; None: the CPU)."""
+    kind = "cpu" if device is None else str(device).split(":")[0]
+    return BATCH_PAIRS.get(kind, BATCH_PAIRS["cpu"])
+
+
 def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None = None,
                  params: TVL1Params | None = None, workers: int | None = None, device: str | None = None,
-                 keys: Sequence[str] | None = None, batch_pairs: int = 64, split: str | None = None,
+                 keys: Sequence[str] | None = None, batch_pairs: int | None = None, split: str | None = None,
                  bound: float = FLOW_BOUND, mode: str = "exact", stop_every: int = FAST_STOP_EVERY,
                  kernels: str = "auto", jpeg: str = "opencv") -> JobSummary:
     """Compute flow for the videos of the store at ``store_root`` (all, or ``keys``) into ``view``.
@@ -217,7 +228,7 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
     parameters (default: OpenCV's); not accepted by ``dis``. ``workers``: processes for the CPU backends, or for
     decoding and JPEG encoding around ``tvl1-torch`` (None: one per core, or under torchrun the process's share of
     them; 0: none, everything in this process). ``device``, ``batch_pairs`` (frame pairs per solve, across
-    videos), ``mode`` and ``stop_every``
+    videos; None: :func:`default_batch_pairs` of the device), ``mode`` and ``stop_every``
     (:data:`~coclr.flow.params.MODES`), ``kernels`` (``auto``, ``torch``, ``triton`` or ``c``) and ``jpeg``
     (``opencv`` or ``nvjpeg``) apply to ``tvl1-torch``. JPEG quality is the store's RGB quality (metadata
     ``quality``). ``bound``: flow is clipped to +-``bound`` px before quantisation
@@ -237,6 +248,8 @@ def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None
     params.validate()
     if workers is not None and workers < 0:
         raise ConfigError(f"workers: must be >= 0 (0: work in this process), got {workers}")
+    if batch_pairs is None:
+        batch_pairs = default_batch_pairs(torch_device)
     if batch_pairs < 1:
         raise ConfigError(f"batch_pairs: must be at least 1, got {batch_pairs}")
     try:
