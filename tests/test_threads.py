@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from coclr.threads import OPENMP_POLICY, PROCESS_POLICY
+from coclr.threads import OPENMP_POLICY, PROCESS_POLICY, usable_cores
 
 PROBE = ("import json, os, sys; {setup}; "
          "print(json.dumps({{'torch_loaded': 'torch' in sys.modules, "
@@ -191,3 +191,13 @@ def test_torch_threads_are_set_for_a_block_and_restored():
         assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="at least 1"), torch_threads(0):
         pass
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
+def test_usable_cores_follow_the_affinity_every_default_starts_from():
+    """A process given one CPU (taskset, a container's cpuset) counts one, where os.cpu_count() counts the machine."""
+    code = ("import os; from coclr.threads import usable_cores; from coclr.store.flow_extract import cpu_workers; "
+            "os.sched_setaffinity(0, [sorted(os.sched_getaffinity(0))[0]]); print(usable_cores(), cpu_workers(None))")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert found == ["1", "1"]
+    assert usable_cores() == len(os.sched_getaffinity(0)) >= 1

@@ -39,6 +39,7 @@ from typing import TypeVar
 
 from coclr.atomic import atomic_open
 from coclr.cpu import c_march
+from coclr.threads import usable_cores
 
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared")
 """Compiler flags: vectorised for this CPU (``-march``: :func:`compile_flags`), but IEEE float32 throughout (no
@@ -215,7 +216,7 @@ def thread_count() -> int:
     try:
         return max(1, int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0]))
     except ValueError:
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return usable_cores()
 
 
 def for_each(count: int, fn: Callable[[int], object]) -> list:

@@ -37,6 +37,15 @@ ALLOCATOR_POLICY = {"THP_MEM_ALLOC_ENABLE": "1"}
 PROCESS_POLICY = {**OPENMP_POLICY, **ALLOCATOR_POLICY}
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on: its affinity where the OS keeps one (a container or ``taskset`` may give it
+    fewer than the machine has), else the machine's count; at least 1. The one rule every default of workers and
+    threads starts from."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 def apply_process_policy() -> bool:
     """Set :data:`PROCESS_POLICY` in the environment where not set, and give multiprocessing a temporary folder its
     sockets fit in (:func:`short_socket_folder`); True if torch was not imported yet (so the settings take effect

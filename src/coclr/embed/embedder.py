@@ -55,7 +55,7 @@ from coclr.interrupts import loader_worker_signals
 from coclr.models.inference import fused_for_inference
 from coclr.models.loading import load_encoder
 from coclr.progress import bar as progress_bar
-from coclr.threads import worker_opencv_threads
+from coclr.threads import usable_cores, worker_opencv_threads
 from coclr.video.decode import VideoReader
 
 CHUNK_FRAMES = 32
@@ -134,7 +134,7 @@ class Embedder:
         if workers is not None and workers < 0:
             raise DataError(f"workers must be >= 0, got {workers}")
         self.batch_size = batch_size
-        self.workers = workers if workers is not None else max(1, min(8, (os.cpu_count() or 2) - 1))
+        self.workers = workers if workers is not None else max(1, min(8, usable_cores() - 1))
         self.device = pick_device(device)
         check_precision(self.settings.precision, self.device)
         checkpoints = [(self.checkpoint, checkpoint_view(self.checkpoint))]

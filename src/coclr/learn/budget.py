@@ -31,7 +31,7 @@ from coclr.data.sampling import clip_span, segment_counts
 from coclr.errors import ConfigError
 from coclr.flow.encode import bound_for
 from coclr.progress import duration
-from coclr.threads import torch_threads
+from coclr.threads import torch_threads, usable_cores
 
 MIN_VIDEOS = 8
 """Fewest videos a run learns from: contrastive learning needs other videos as negatives in every batch."""
@@ -246,7 +246,7 @@ def one_thread(costs: Costs, key: str) -> bool:
 def infonce_side_by_side(device, processes: int) -> bool:
     """Whether the two InfoNCE stages train at once, one thread each: a CPU job of one process on two cores or more
     (tiny networks use a second thread poorly, a second process well)."""
-    return str(device).startswith("cpu") and processes == 1 and (os.cpu_count() or 1) >= 2
+    return str(device).startswith("cpu") and processes == 1 and usable_cores() >= 2
 
 
 def parse_budget(text: str) -> float:

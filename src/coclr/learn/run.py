@@ -43,7 +43,7 @@ from coclr.learn.recipe import pipeline_options
 from coclr.learn.scores import read_labels
 from coclr.learn.stages import VIEWS, choose_exports, export_line
 from coclr.runfolder import FolderRule, check_folder, check_writable, claim_folder, read_record
-from coclr.threads import torch_threads
+from coclr.threads import torch_threads, usable_cores
 from coclr.video.indexes import unlabelled_index
 
 LEARN_FOLDER = FolderRule("learn", "a learn run", may_differ=("labels", "device", "workers"), restart=True)
@@ -381,7 +381,7 @@ def short_videos(plan: Plan, paths: list[str], infos: list) -> list[str]:
 
 def job_workers(workers: int | None) -> int:
     """Processes of the store and flow jobs: as given, else one per core."""
-    return max(1, workers if workers is not None else (os.cpu_count() or 1))
+    return max(1, workers if workers is not None else usable_cores())
 
 
 def common_root(paths: list[str]) -> str:

@@ -56,6 +56,7 @@ from coclr.store.flow_views import (
 )
 from coclr.store.jobs import JobSummary, run_entry_jobs, run_entry_stream, writing_view
 from coclr.store.jpeg import encode_jpeg
+from coclr.threads import usable_cores
 from coclr.video.indexes import SPLITS
 
 DECODE_CHUNK = 64
@@ -200,7 +201,7 @@ def cpu_workers(workers: int | None) -> int:
     (all of them, or under torchrun an equal share for each process of the machine, ``LOCAL_WORLD_SIZE``)."""
     if workers is not None:
         return workers
-    return max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return max(1, usable_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 BATCH_PAIRS = {"cpu": 64, "cuda": 256}

@@ -54,7 +54,7 @@ from coclr.store.clipstore import (
     store_record,
     write_entry,
 )
-from coclr.threads import opencv_threads, worker_opencv_threads
+from coclr.threads import opencv_threads, usable_cores, worker_opencv_threads
 from coclr.video.indexes import VideoIndex
 
 EntryJob = Callable[[str], tuple[Iterable[bytes], float] | tuple[Iterable[bytes], float, dict[str, Any]]]
@@ -184,7 +184,7 @@ def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJ
         raise TypeError(f"the job must be picklable to run in worker processes: {error}") from None
 
     def stream(todo: list[str], record: RecordFn) -> None:
-        count = max(1, min((os.cpu_count() or 1) if workers is None else workers, len(todo)))
+        count = max(1, min(usable_cores() if workers is None else workers, len(todo)))
         if count == 1:
             for key in todo:
                 record(*_run_and_write(str(root), view, key, job))

@@ -24,11 +24,12 @@ from coclr.errors import CoclrError
 from coclr.interrupts import check_interrupt, deferred_interrupts, interrupted, signals_interrupt
 from coclr.progress import bar as progress_bar
 from coclr.study.plan import Job
+from coclr.threads import usable_cores
 
 
 def threads_per_job(processes: int) -> int:
     """Intra-op threads of each command: the machine's cores shared among the commands that run at once."""
-    return max(1, (os.cpu_count() or 1) // processes)
+    return max(1, usable_cores() // processes)
 
 
 @dataclass
