@@ -224,15 +224,15 @@ def verify_view(store, view: str, decode: bool = False, add: bool = False, inden
     damaged (the exit status is 3 when any is)."""
     from contextlib import nullcontext
 
-    from tqdm import tqdm
-
+    from coclr.progress import bar as progress_bar
+    from coclr.progress import write
     from coclr.store.clipstore import failures_path
     from coclr.store.jobs import view_lock
 
     counts = dict.fromkeys(("verified", "damaged", "missing", "unverified", "checksums added"), 0)
     failed = store.failed(view)
     with view_lock(store.root, view) if add else nullcontext():
-        for key in tqdm(store.keys(), desc=f"verify {view}", unit="entry", dynamic_ncols=True):
+        for key in progress_bar(store.keys(), desc=f"verify {view}", unit="entry", dynamic_ncols=True):
             problem = store.check_entry(key, view, decode)
             if problem is None and store.checksum(key, view) is None:
                 if not add:
@@ -249,10 +249,10 @@ def verify_view(store, view: str, decode: bool = False, add: bool = False, inden
                 counts["missing"] += 1
                 why = f"its job failed: {failed[key]}" if key in failed else "no entry file (deleted, or never written)"
                 entry = store.entry_path(key, view).relative_to(store.root)
-                tqdm.write(f"{indent}missing entry: store {store.root}, video {key!r}, entry {entry}: {why}")
+                write(f"{indent}missing entry: store {store.root}, video {key!r}, entry {entry}: {why}")
             else:
                 counts["damaged"] += 1
-                tqdm.write(f"{indent}{problem}")
+                write(f"{indent}{problem}")
     shown = ("verified", "damaged", "missing")
     print(f"{indent}{view}: " + ", ".join(f"{n} {what}" for what, n in counts.items() if n or what in shown))
     if counts["damaged"]:

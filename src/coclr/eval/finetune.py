@@ -27,7 +27,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
-from tqdm import tqdm
 
 from coclr import seeding
 from coclr.atomic import atomic_open, atomic_torch_save, atomic_write_json, read_json_record
@@ -50,6 +49,7 @@ from coclr.interrupts import interrupted, loader_worker_signals
 from coclr.models.encoder import Encoder
 from coclr.models.heads import LinearClassifier
 from coclr.models.loading import read_checkpoint_file, save_encoder
+from coclr.progress import bar as progress_bar
 from coclr.runfolder import FolderRule, check_folder, check_output_file, check_place, claim_folder
 
 STATE_FILE = "finetune_last.pt"
@@ -149,7 +149,7 @@ def train_epoch(model: Classifier, loader, augment, optimizer: torch.optim.Optim
     model.train()
     total, count = 0.0, 0
     dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
-    for batch in tqdm(loader, desc=desc, unit="batch", disable=not progress, leave=False):
+    for batch in progress_bar(loader, desc=desc, unit="batch", disable=not progress, leave=False):
         frames = batch[view][:, 0].to(device, non_blocking=True)  # one clip per video
         clips = augment({view: frames}, generator)[view]
         labels = batch["label"].to(device)
@@ -217,8 +217,8 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
         augment = ClipAugment(size=clip_config.size, blur_p=0.0)
         losses = []
         try:
-            for epoch in tqdm(range(done, config.epochs), desc="finetune", unit="epoch", disable=not progress,
-                              initial=done, total=config.epochs):
+            for epoch in progress_bar(range(done, config.epochs), desc="finetune", unit="epoch",
+                                      disable=not progress, initial=done, total=config.epochs):
                 dataset.set_epoch(epoch)
                 loader = DataLoader(dataset, batch_size=clip_config.batch_size, shuffle=True,
                                     drop_last=len(dataset) > clip_config.batch_size, num_workers=clip_config.workers,

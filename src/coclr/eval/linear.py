@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from coclr.config import option, require
 from coclr.errors import DataError
@@ -34,6 +33,7 @@ from coclr.eval.features import (
 from coclr.eval.fusion import fuse_probabilities, topk_accuracy
 from coclr.eval.health import health_warnings, streams_health
 from coclr.models.heads import LinearClassifier
+from coclr.progress import bar as progress_bar
 
 
 @dataclasses.dataclass
@@ -191,7 +191,7 @@ def linear_probe(train: VideoFeatures, test: VideoFeatures, num_classes: int, co
     config = config or LinearProbeConfig()
     _check_features(train, test, num_classes)
     grid_epochs = len(config.lrs) * len(config.weight_decays) * max(config.epochs)
-    with tqdm(total=grid_epochs, desc="linear probe", unit="epoch", disable=not progress, leave=False) as bar:
+    with progress_bar(total=grid_epochs, desc="linear probe", unit="epoch", disable=not progress, leave=False) as bar:
         selected, grid = select_hyperparameters(train.features, train.labels, num_classes, config, device,
                                                 on_epoch=lambda: bar.update(1))
         bar.total = grid_epochs + int(selected["epochs"])

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tqdm import tqdm
 
 from coclr.atomic import atomic_write_json, atomic_write_text, read_json_record
 from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
@@ -34,6 +33,7 @@ from coclr.eval.report import (
 )
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import save_encoder
+from coclr.progress import bar as progress_bar
 from coclr.runfolder import FolderRule, check_folder, check_output_folder, claim_folder
 from coclr.store.build import build_store
 from coclr.store.clipstore import open_store
@@ -118,7 +118,7 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
         plan.encoders[key] = stream_folder(out / "cross_entropy", "rgb", file_sha256(init), views) / ENCODER_FILE
 
     rows = []
-    bar = tqdm(total=len(config.rows) * len(config.columns), desc="evaluation", unit="eval")
+    bar = progress_bar(total=len(config.rows) * len(config.columns), desc="evaluation", unit="eval")
     for key in config.rows:
         bar.set_postfix_str(key)
         row = ROWS[key]
