@@ -146,16 +146,21 @@ class Method:
         return self.other_view is not None
 
     @property
+    def mines(self) -> bool:
+        """Whether its positives are mined in the other view's embedding space (CoCLR)."""
+        return self.other_view == "mined"
+
+    @property
     def scores_positives(self) -> bool:
         """Whether positives besides the own key come from the queue (their class precision is logged)."""
-        return self.uses_labels or self.other_view == "mined"
+        return self.uses_labels or self.mines
 
     def trains_two_views(self, simultaneous: bool) -> bool:
         return self.two_views == "always" or (self.two_views == "when_simultaneous" and simultaneous)
 
     def needs_sampler(self, simultaneous: bool) -> bool:
         """Whether a frozen encoder of the other view must embed the key clips (alternating CoCLR)."""
-        return self.other_view == "mined" and not simultaneous
+        return self.mines and not simultaneous
 
 
 METHODS: dict[str, Method] = {method.name: method for method in (

@@ -115,7 +115,7 @@ def stage_quality(pipeline: Path, store: Path, stages, clips, device: str, keys:
             rows[stage.name] = features
             latest[view] = stage.name
         if set(latest) == set(VIEWS) and (stage.name.startswith("infonce_") or stage.trains == [VIEWS[1]]):
-            name = "infonce" if stage.method == "infonce" else f"cycle{stage.cycle}"
+            name = "infonce" if stage.cycle == 0 else f"cycle{stage.cycle}"  # the schedule's first stages: cycle 0
             agreement[name] = {"stages": [latest["rgb"], latest["flow"]],
                                "nearest_neighbour": neighbour_agreement(rows[latest["rgb"]], rows[latest["flow"]],
                                                                         groups),

@@ -22,6 +22,7 @@ from typing import Any
 
 from coclr.clips import recorded_clips
 from coclr.config import from_dict, merge, to_dict
+from coclr.core.methods import METHODS
 from coclr.errors import ConfigError
 from coclr.eval.features import ClipConfig
 from coclr.eval.finetune import FinetuneConfig
@@ -281,7 +282,7 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
 
 def _mining_logs(stages: list[Stage], view: str, run_dir: Path) -> tuple[Path, ...]:
     """The training logs of the CoCLR ``stages`` that trained ``view`` with mined positives."""
-    return tuple(run_dir / stage.name / "log.jsonl" for stage in stages if stage.method == "coclr"
+    return tuple(run_dir / stage.name / "log.jsonl" for stage in stages if METHODS[stage.method].mines
                  and view in stage.trains)
 
 
