@@ -191,3 +191,11 @@ def test_help_names_every_format():
     action = next(a for a in parser._actions if a.dest == "command")
     text = action.choices["export"].format_help()
     assert all(fmt in text for fmt in FORMATS)
+
+
+def test_a_meta_json_cannot_hold_is_refused_before_any_write(tmp_path):
+    encoder = build_encoder(width=0.125)
+    save_encoder(tmp_path / "odd.pth", encoder, {"view": "rgb", "scale": torch.ones(2)})  # a tensor in meta
+    with pytest.raises(CheckpointError, match="cannot be written as JSON"):
+        export_encoder(tmp_path / "odd.pth", "safetensors", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

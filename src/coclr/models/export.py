@@ -56,14 +56,15 @@ def encoder_config(backbone, head, meta: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON config of an encoder: its architecture (``arch``, as :func:`coclr.models.encoder.build_encoder`
     takes it), the pooled feature's dimension, the view, clip shape and normalisation it was trained with
     (``clip_settings``, empty when the checkpoint recorded none) and the rest of its ``meta`` (how it was trained).
-    Refused (``ValueError``) when ``meta`` holds tensors, which JSON cannot."""
+    Refused (:class:`~coclr.errors.CheckpointError`) when ``meta`` holds values JSON cannot (tensors)."""
     arch = {"width": backbone.width, "gating": backbone.gating,
             "embed_dim": None if head is None else head.out_dim, "bn_eps": backbone.bn_eps}
     meta = dict(meta)
     try:
         json.dumps(meta)
     except TypeError as error:
-        raise ValueError(f"the encoder's meta cannot be written as JSON ({error})") from None
+        raise CheckpointError(f"the encoder's meta cannot be written as JSON ({error}); only its tensors can be "
+                              "exported as they are") from None
     settings = meta.get("clip_settings") or {}
     return {"format": "coclr.encoder", "arch": arch, "feature_dim": backbone.out_channels,
             "view": settings.get("view"), "clip_settings": settings, "meta": meta}
