@@ -199,3 +199,14 @@ def test_a_meta_json_cannot_hold_is_refused_before_any_write(tmp_path):
     with pytest.raises(CheckpointError, match="cannot be written as JSON"):
         export_encoder(tmp_path / "odd.pth", "safetensors", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_onnx_without_its_packages_is_one_line_before_any_write(encoder_file, tmp_path, monkeypatch):
+    import sys
+
+    from coclr.errors import ConfigError
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
+    with pytest.raises(ConfigError, match="onnxruntime package: pip install 'coclr\\[export\\]'"):
+        export_encoder(encoder_file, "onnx", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

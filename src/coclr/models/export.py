@@ -129,6 +129,19 @@ def read_safetensors(path: Path, map_location: Any = "cpu") -> dict[str, Any]:
             "head": part["head"] or None, "meta": meta}
 
 
+def require_packages(fmt: str) -> None:
+    """Refuse in one line (``ConfigError``) when a package writing or running ``fmt`` is missing: ONNX needs
+    onnx and onnxscript to write it and onnxruntime to check it (the ``export`` extra)."""
+    if fmt != "onnx":
+        return
+    try:
+        import onnx  # noqa: F401, PLC0415 (optional: the export extra)
+        import onnxruntime  # noqa: F401, PLC0415
+        import onnxscript  # noqa: F401, PLC0415
+    except ImportError as error:
+        raise ConfigError(f"--format onnx needs the {error.name} package: pip install 'coclr[export]'") from None
+
+
 def export_network(backbone, fmt: str, path: str | os.PathLike[str], example) -> Path:
     """Write the pooled-feature network of ``backbone`` (:func:`pooled_features`, in eval mode, on the CPU) to
     ``path`` as ``fmt`` ("onnx" or "torchscript"), traced on ``example`` clips; batch size free. Refused in one line
@@ -147,11 +160,7 @@ def export_network(backbone, fmt: str, path: str | os.PathLike[str], example) ->
         return Path(path)
     if fmt != "onnx":
         raise ValueError(f"format {fmt!r}: export_network writes onnx or torchscript")
-    try:
-        import onnx  # noqa: F401, PLC0415 (optional: the export extra)
-        import onnxscript  # noqa: F401, PLC0415
-    except ImportError as error:
-        raise ConfigError(f"--format onnx needs the {error.name} package: pip install 'coclr[export]'") from None
+    require_packages(fmt)
     import logging  # noqa: PLC0415
 
     batch = torch.export.Dim("batch", min=1)
@@ -182,10 +191,9 @@ def run_exported(path: str | os.PathLike[str], fmt: str, clips):
             network = torch.jit.load(str(path), map_location="cpu")
         with torch.no_grad():
             return network(clips.cpu()).numpy()
-    try:
-        import onnxruntime  # noqa: PLC0415 (optional)
-    except ImportError:
-        raise ConfigError("checking an ONNX export needs onnxruntime: pip install 'coclr[export]'") from None
+    require_packages(fmt)
+    import onnxruntime  # noqa: PLC0415 (optional: the export extra)
+
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return session.run(None, {"clips": clips.cpu().numpy()})[0]
 

@@ -29,6 +29,7 @@ from coclr.models.export import (
     compare,
     encoder_config,
     export_network,
+    require_packages,
     run_exported,
     save_safetensors,
 )
@@ -74,6 +75,7 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
 
     if fmt not in FORMATS:
         raise CheckpointError(f"--format {fmt}: not a format coclr exports ({', '.join(FORMATS)})")
+    require_packages(fmt)
     encoder, out = Path(encoder), Path(out)
     backbone, head = load_encoder(encoder)
     payload = read_checkpoint_file(encoder)
