@@ -712,8 +712,8 @@ def test_neighbours_outside_a_group_and_their_chance():
 
 
 def test_windows_fall_into_the_stretches_training_cut():
-    from coclr.data.sampling import segment_counts, segments_of
-    from coclr.learn.stages import instance_features, instances_of
+    from coclr.data.sampling import instances_of, segment_counts, segments_of
+    from coclr.learn.stages import instance_features
 
     frames = [40, 10, 33]  # usable frames of three videos
     counts = segment_counts(frames, 16)

@@ -5,11 +5,13 @@ Every output of the library's long jobs (store entries, flow, checkpoints, cache
 Temporary files are named ``.<name>.<pid>.<random>.partial``, so a cleaner can tell whether their writer
 still runs (see :func:`coclr.store.jobs.remove_stale_partials`). Append-only JSON-lines logs are the exception:
 :func:`read_json_lines` reads them back whatever a kill left. :func:`read_json_record` is the one reader of the
-JSON records these writes leave (a folder's settings, a store's metadata, an index, a result).
+JSON records these writes leave (a folder's settings, a store's metadata, an index, a result), :func:`file_sha256`
+the one content hash of a file they name (a checkpoint).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -92,6 +94,15 @@ def atomic_duplicate(source: str | Path, path: str | Path) -> Path:
         temp.unlink(missing_ok=True)
         raise
     return path
+
+
+def file_sha256(path: str | Path, chunk_size: int = 1 << 20) -> str:
+    """Hex sha256 of a file's content (identifies a checkpoint whatever its name or folder)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(chunk_size), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_json_record(path: str | Path, remedy: str = "") -> dict[str, Any] | None:

@@ -26,8 +26,8 @@ import ctypes
 import os
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 #: Environment settings of the OpenMP runtimes (GNU libgomp reads the first, Intel/LLVM libiomp the second).
 OPENMP_POLICY = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
@@ -150,39 +150,44 @@ def short_socket_folder() -> str | None:
 
 
 @contextmanager
-def opencv_threads(threads: int | None) -> Iterator[None]:
-    """Run a block with OpenCV's thread pool set to ``threads`` (None: leave OpenCV's setting alone)."""
+def _pool_threads(threads: int | None, pool: Callable[[], tuple[Callable[[], int], Callable[[int], None]]]
+                  ) -> Iterator[None]:
+    """Run a block with a library's thread pool set to ``threads`` (None: leave it alone); ``pool()`` imports the
+    library (only when asked) and gives its getter and setter."""
     if threads is None:
         yield
         return
     if threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
+    get, put = pool()
+    previous = get()
+    put(threads)
+    try:
+        yield
+    finally:
+        put(previous)
+
+
+def _opencv_pool() -> tuple[Callable[[], int], Callable[[int], None]]:
     import cv2  # noqa: PLC0415 (heavy: the CLI imports this module at start, before any command needs OpenCV)
 
-    previous = cv2.getNumThreads()
-    cv2.setNumThreads(threads)
-    try:
-        yield
-    finally:
-        cv2.setNumThreads(previous)
+    return cv2.getNumThreads, cv2.setNumThreads
 
 
-@contextmanager
-def torch_threads(threads: int | None) -> Iterator[None]:
-    """Run a block with PyTorch's intra-op threads set to ``threads`` (None: leave PyTorch's setting alone)."""
-    if threads is None:
-        yield
-        return
-    if threads < 1:
-        raise ValueError(f"threads must be at least 1, got {threads}")
+def _torch_pool() -> tuple[Callable[[], int], Callable[[int], None]]:
     import torch  # noqa: PLC0415 (heavy: the CLI imports this module at start, before torch)
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
+    return torch.get_num_threads, torch.set_num_threads
+
+
+def opencv_threads(threads: int | None) -> AbstractContextManager[None]:
+    """Run a block with OpenCV's thread pool set to ``threads`` (None: leave OpenCV's setting alone)."""
+    return _pool_threads(threads, _opencv_pool)
+
+
+def torch_threads(threads: int | None) -> AbstractContextManager[None]:
+    """Run a block with PyTorch's intra-op threads set to ``threads`` (None: leave PyTorch's setting alone)."""
+    return _pool_threads(threads, _torch_pool)
 
 
 _SAVED = threading.local()

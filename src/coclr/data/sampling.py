@@ -77,6 +77,16 @@ def segments_of(num_frames: Sequence[int], segment_frames: int | None) -> np.nda
     return np.array(rows, dtype=np.int64).reshape(-1, 3)
 
 
+def instances_of(videos: np.ndarray, starts: np.ndarray, counts: np.ndarray,
+                 segment_frames: int | None) -> np.ndarray:
+    """``int64 [W, 2]``: the instance (video, stretch) holding each window (its video and first frame), each video
+    cut into ``counts[video]`` stretches of ``segment_frames`` (:func:`segment_counts`), the last one longer, as
+    :func:`segments_of` cuts them."""
+    if segment_frames is None:
+        return np.stack([videos, np.zeros_like(videos)], axis=1)
+    return np.stack([videos, np.minimum(starts // segment_frames, counts[videos] - 1)], axis=1)
+
+
 def aligned_num_frames(n_rgb: int, n_flow: int) -> int:
     """Frames usable by a sample that pairs RGB and flow clips at the same indices: flow frame ``i`` is the
     motion from RGB frame ``i`` to ``i + 1``, so index ``i`` is valid when both RGB frames ``i, i + 1`` and

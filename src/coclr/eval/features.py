@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from coclr.atomic import atomic_open
+from coclr.atomic import atomic_open, file_sha256
 from coclr.clips import PAPER_CLIPS, ClipSettings, clip_option, recorded_clips
 from coclr.config import option, require
 from coclr.data import augment
@@ -76,15 +76,6 @@ class VideoFeatures(NamedTuple):
     """``int64 [N]``: class index of each video."""
     keys: list[str]
     """Store key (relative path) of each video."""
-
-
-def file_sha256(path: str | Path, chunk_size: int = 1 << 20) -> str:
-    """Hex sha256 of a file's content (identifies a checkpoint whatever its name or folder)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(chunk_size), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def eval_views(frames: torch.Tensor, view: str, size: int, ten_crop: bool = False,

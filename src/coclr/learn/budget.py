@@ -648,22 +648,15 @@ def _time_steps(trainer, model: Model, batch: int, steps: int, stage: float,
     loader = torch.utils.data.DataLoader(trainer.dataset, batch_size=batch, collate_fn=collate_clips)
     data = next(iter(loader))
     sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
-    def median_seconds(work) -> float:  # each run timed alone: the median ignores a step the machine slowed
-        times = []
-        for _ in range(steps):
-            sync()
-            begin = time.perf_counter()
-            work()
-            sync()
-            times.append(time.perf_counter() - begin)
-        return float(np.median(times))
-
-    def one_step() -> float:
+    def seconds(work: Callable[[], object]) -> float:  # one run, timed alone (medians ignore a slowed one)
         sync()
         begin = time.perf_counter()
-        trainer.train_step(data, queue_full=True)
+        work()
         sync()
         return time.perf_counter() - begin
+
+    def one_step() -> None:
+        trainer.train_step(data, queue_full=True)
 
     for _ in range(2):  # the first steps build the kernels and the allocator's pools
         trainer.train_step(data, queue_full=True)
@@ -676,10 +669,10 @@ def _time_steps(trainer, model: Model, batch: int, steps: int, stage: float,
     for number in range(steps):  # A B B A: a slower moment of the machine falls on both
         for alone in ((False, True) if number % 2 == 0 else (True, False)):
             if not alone:
-                every.append(one_step())
+                every.append(seconds(one_step))
             elif threads:
                 with torch_threads(1):
-                    single.append(one_step())
+                    single.append(seconds(one_step))
     step = float(np.median(every))
     single_step = float(np.median(single)) if single else step
     begin = time.perf_counter()
@@ -689,6 +682,6 @@ def _time_steps(trainer, model: Model, batch: int, steps: int, stage: float,
     clips = torch.randn(INFERENCE_BATCH, 3, model.length, model.size, model.size, device=trainer.device)
     with torch.no_grad():
         encoder(clips)
-        forward = median_seconds(lambda: encoder(clips)) / INFERENCE_BATCH
+        forward = float(np.median([seconds(lambda: encoder(clips)) for _ in range(steps)])) / INFERENCE_BATCH
     return {"step": step, "single_step": single_step, "forward": forward, "epoch": epoch, "stage": stage,
             "ready": ready}

@@ -38,19 +38,10 @@ def sample_keys(store: Path, count: int) -> list[str]:
     return [entries[i].path for i in picked]
 
 
-def instances_of(videos: np.ndarray, starts: np.ndarray, counts: np.ndarray,
-                 segment_frames: int | None) -> np.ndarray:
-    """``int64 [W, 2]``: the training instance (video, stretch) of each window (its video and first frame), the
-    video cut into ``counts[video]`` stretches of ``segment_frames`` (the last one longer), as the training
-    dataset cuts it (:func:`coclr.data.sampling.segments_of`)."""
-    if segment_frames is None:
-        return np.stack([videos, np.zeros_like(videos)], axis=1)
-    return np.stack([videos, np.minimum(starts // segment_frames, counts[videos] - 1)], axis=1)
-
-
 def instance_features(windows: np.ndarray, pairs: np.ndarray, most: int
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The instances of the windows (``pairs``: the (video, stretch) of each, :func:`instances_of`), at most ``most``
+    """The instances of the windows (``pairs``: the (video, stretch) of each,
+    :func:`coclr.data.sampling.instances_of`), at most ``most``
     of them spread evenly: their (video, stretch) ``[I, 2]``, their features (the mean of their windows) ``[I, D]``,
     and their windows ``[W', D]`` with the instance of each ``[W']`` (in time order, as the windows came)."""
     found, rows = np.unique(pairs, axis=0, return_inverse=True)
@@ -75,7 +66,7 @@ def stage_quality(pipeline: Path, store: Path, stages, clips, device: str, keys:
     cycle."""
     import torch  # noqa: PLC0415 (heavy)
 
-    from coclr.data.sampling import aligned_num_frames, segment_counts  # noqa: PLC0415
+    from coclr.data.sampling import aligned_num_frames, instances_of, segment_counts  # noqa: PLC0415
     from coclr.eval.features import window_features  # noqa: PLC0415
     from coclr.eval.label_free import (  # noqa: PLC0415
         chance_agreement,
@@ -92,7 +83,8 @@ def stage_quality(pipeline: Path, store: Path, stages, clips, device: str, keys:
     rows: dict[str, np.ndarray] = {}
     latest: dict[str, str] = {}
     agreement: dict[str, Any] = {}
-    instances = groups = None  # (video, stretch) of each row and its video: the same for every stage
+    instances = groups = counts = None  # the same for every stage: each row's (video, stretch), its video, and
+    # each video's stretches
     for stage in stages:
         for view in stage.trains:
             backbone, _ = load_encoder(encoder_file(pipeline, stage.name, view))
@@ -100,9 +92,10 @@ def stage_quality(pipeline: Path, store: Path, stages, clips, device: str, keys:
             with torch.inference_mode():
                 windows, videos, names, starts = window_features(backbone, clip_store, view, "train", clips, device,
                                                                  keys)
-            counts = segment_counts([aligned_num_frames(clip_store.num_frames(name, "rgb"),
-                                                        clip_store.num_frames(name, "flow")) for name in names],
-                                    segment_frames)
+            if counts is None:
+                counts = segment_counts([aligned_num_frames(clip_store.num_frames(name, "rgb"),
+                                                            clip_store.num_frames(name, "flow")) for name in names],
+                                        segment_frames)
             found, features, windows, window_rows = instance_features(
                 windows, instances_of(videos, starts, counts, segment_frames), MAX_INSTANCES)
             if instances is None:

@@ -37,19 +37,15 @@ every clip compared."""
 
 
 def pooled_features(backbone):
-    """The network that exports write: the backbone and its global average pool, clips ``[B, C, T, H, W]`` ->
-    features ``[B, D]`` (what :meth:`coclr.models.encoder.Encoder.features` computes)."""
-    from torch import nn  # noqa: PLC0415 (heavy)
+    """The network that exports write: clips ``[B, C, T, H, W]`` -> the pooled backbone features ``[B, D]``
+    (:meth:`coclr.models.encoder.Encoder.features` as its forward)."""
+    from coclr.models.encoder import Encoder  # noqa: PLC0415 (heavy: torch)
 
-    class PooledFeatures(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.backbone = backbone
+    class PooledFeatures(Encoder):
+        def forward(self, clips):  # (the input's name is the exported graph's)
+            return self.features(clips)
 
-        def forward(self, clips):
-            return self.backbone(clips).mean(dim=(2, 3, 4))
-
-    return PooledFeatures()
+    return PooledFeatures(backbone, None)
 
 
 def encoder_config(backbone, head, meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -57,8 +53,9 @@ def encoder_config(backbone, head, meta: Mapping[str, Any]) -> dict[str, Any]:
     takes it), the pooled feature's dimension, the view, clip shape and normalisation it was trained with
     (``clip_settings``, empty when the checkpoint recorded none) and the rest of its ``meta`` (how it was trained).
     Refused (:class:`~coclr.errors.CheckpointError`) when ``meta`` holds values JSON cannot (tensors)."""
-    arch = {"width": backbone.width, "gating": backbone.gating,
-            "embed_dim": None if head is None else head.out_dim, "bn_eps": backbone.bn_eps}
+    from coclr.models.encoder import Encoder  # noqa: PLC0415 (heavy: torch)
+
+    arch = Encoder(backbone, head).arch
     meta = dict(meta)
     try:
         json.dumps(meta)

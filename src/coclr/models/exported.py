@@ -10,7 +10,6 @@ read back and compared tensor by tensor.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ from typing import Any
 
 import torch
 
-from coclr.atomic import atomic_write_json, atomic_write_text
+from coclr.atomic import atomic_write_json, atomic_write_text, file_sha256
 from coclr.errors import CheckpointError
 from coclr.models.export import (
     FORMATS,
@@ -29,6 +28,7 @@ from coclr.models.export import (
     compare,
     encoder_config,
     export_network,
+    pooled_features,
     require_packages,
     run_exported,
     save_safetensors,
@@ -56,14 +56,6 @@ class Exported:
         return f"wrote {self.model}, config.json and README.md in {self.out}; checked against the encoder: {figures}"
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.PathLike[str],
                    clips: torch.Tensor | None = None, notes: Sequence[str] = ()) -> Exported:
     """Write ``encoder`` (any file :func:`~coclr.models.loading.load_encoder` reads) as ``fmt`` into the folder
@@ -82,7 +74,7 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
     meta = dict(payload.get("meta") or {}) if isinstance(payload, dict) else {}
     if "clip_settings" not in meta:  # a training checkpoint keeps them beside its meta
         meta["clip_settings"] = read_clip_settings(encoder) or None
-    options = {"encoder": str(encoder.resolve()), "sha256": sha256_of(encoder), "format": fmt}
+    options = {"encoder": str(encoder.resolve()), "sha256": file_sha256(encoder), "format": fmt}
     model = out / f"model{SUFFIXES[fmt]}"
     if check_folder(out, EXPORT_FOLDER, options) and model.is_file() and (out / "README.md").is_file():
         return Exported(out, model, already_done=True)
@@ -100,7 +92,7 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
         else:
             export_network(backbone, fmt, model, clips[:1])
             with torch.no_grad():
-                reference = backbone(clips).mean(dim=(2, 3, 4)).numpy()
+                reference = pooled_features(backbone)(clips).numpy()
             check = compare(reference, run_exported(model, fmt, clips))
             if check["min_cosine"] < MIN_COSINE:
                 model.unlink()
