@@ -27,6 +27,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--labels", help="a --format csv manifest (path,label[,split[,group]], UTF-8; paths "
                         "relative to its folder, or absolute) of some of the videos: never used to train, only to "
                         "score the embeddings (kNN accuracy, R@k)")
+    parser.add_argument("--init", metavar="CHECKPOINT", help="start the RGB encoder from this checkpoint instead of "
+                        "random weights (any file coclr embed takes: the authors' released ones, torchvision's s3d "
+                        "weights, ours); its network and clip size are kept, the budget sizes the schedule")
+    parser.add_argument("--flow-init", metavar="CHECKPOINT", help="start the flow encoder from this checkpoint "
+                        "(default: from scratch); its flow bound is kept")
     parser.add_argument("--seed", type=int, default=0, help="seed of the initialisation, data order and augmentation")
     parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     parser.add_argument("--workers", type=int, help="processes decoding videos and computing flow (default: one per "
@@ -43,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     from coclr.learn.budget import parse_budget
 
     options = LearnOptions(budget=parse_budget(args.budget), seed=args.seed, labels=args.labels, device=args.device,
-                           workers=args.workers, restart=args.restart, progress=not args.quiet)
+                           workers=args.workers, restart=args.restart, progress=not args.quiet,
+                           init=args.init, flow_init=args.flow_init)
     summary = learn(args.inputs, args.out, options)
     if rank() != 0:  # under torchrun, rank 0 speaks for the job
         return EXIT_DONE

@@ -208,6 +208,9 @@ class Plan:
     threads: int | None = None
     """threads of the CoCLR stages, trained in the job's own process (None: every core; 1 where one thread was
     measured faster: :func:`one_thread`)"""
+    init: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """view -> the checkpoint its InfoNCE stage starts from (``source``: the file given, ``sha256``, ``format``;
+    :mod:`coclr.learn.init`); empty: both views from scratch. The model is then the checkpoint's."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -228,6 +231,9 @@ class Plan:
                  f"InfoNCE {self.epochs['infonce']} epochs per view, CoCLR 2 cycles of {self.epochs['coclr']} epochs "
                  f"per view ({self.steps} steps); about {duration(total)} of the {duration(self.budget)} budget"]
         lines += [f"  {reason}" for reason in self.reasons]
+        for view, entry in self.init.items():
+            lines.append(f"  {view} starts from {entry['source']} ({entry['format']} checkpoint, sha256 "
+                         f"{entry['sha256'][:12]}...)")
         if self.short_videos:
             shown = ", ".join(self.short_videos[:5]) + (" ..." if len(self.short_videos) > 5 else "")
             lines.append(f"  warning: {len(self.short_videos)} video(s) shorter than one clip and its flow "
@@ -334,15 +340,20 @@ TRAINING = ("infonce", "coclr")
 """The phases of :func:`estimates` that grow with the training steps."""
 
 
-def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.0) -> Plan:
+def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.0,
+                fixed: Model | None = None) -> Plan:
     """The plan for ``footage`` within ``budget`` seconds, ``spent`` of which are gone (probing, calibration).
 
     The largest model of :data:`MODELS` that suits the footage (:meth:`Footage.fits`) and affords
     :data:`TARGET_STEPS` within :data:`MARGIN` of the budget; else the cheapest one, if it affords
-    :data:`MIN_STEPS`; else a refusal naming the budget that would do."""
+    :data:`MIN_STEPS`; else a refusal naming the budget that would do. With ``fixed`` (the network of a checkpoint
+    the run starts from), that model, given every step the budget affords, or a refusal when it does not afford
+    the smallest schedule (:func:`least_steps`)."""
     if footage.videos < MIN_VIDEOS:
         raise ConfigError(f"{footage.videos} readable video(s): learning needs at least {MIN_VIDEOS} (each batch "
                           "contrasts a video with the others); give more videos")
+    if fixed is not None:
+        return _fixed_plan(footage, costs, budget, spent, fixed)
     available = budget * MARGIN - spent
     affordable: dict[Model, int] = {}
     for model in MODELS:
@@ -370,12 +381,47 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
                           f"storing, flow and embedding alone take about {duration(fixed)}, and the smallest network "
                           f"({cheapest}) needs {duration(least * per_step)} for {least} training steps; give "
                           f"--budget {math.ceil(needed / 60)}m or more, or fewer videos")
+    return _plan(footage, costs, model, affordable[model], budget, spent,
+                 _reasons(footage, costs, model, affordable, budget))
+
+
+def least_steps(footage: Footage, model: Model, processes: int = 1) -> int:
+    """Training steps of the smallest schedule of ``model``: one epoch of each CoCLR stage (and the InfoNCE
+    stages' share of it, :func:`schedule`)."""
+    return schedule(0, steps_per_epoch(footage, model, plan_batch(footage, model, processes), processes), up=True)[1]
+
+
+def _fixed_plan(footage: Footage, costs: Costs, budget: float, spent: float, model: Model) -> Plan:
+    """The plan of ``model``, fixed by a checkpoint (:func:`choose_plan` with ``fixed``)."""
     batch = plan_batch(footage, model, costs.processes)
-    epochs, steps = schedule(affordable[model], steps_per_epoch(footage, model, batch, costs.processes))
+    fixed = sum(estimates(footage, model, costs, 0, batch).values())
+    per_step = _per_step(footage, model, costs, batch)
+    affordable = int((budget * MARGIN - spent - fixed) / per_step)
+    least = least_steps(footage, model, costs.processes)
+    if affordable < least:
+        needed = (spent + fixed + least * per_step) / MARGIN
+        raise ConfigError(f"--budget {duration(budget)} cannot afford one epoch of the starting checkpoint's network "
+                          f"({model}) on {footage.videos} videos on this machine: storing, flow and embedding take "
+                          f"about {duration(fixed)}, and its smallest schedule ({least} steps: one epoch of each "
+                          f"CoCLR stage, two of each InfoNCE stage) {duration(least * per_step)}; give --budget "
+                          f"{math.ceil(needed / 60)}m or more, or fewer videos")
+    reasons = [f"{footage.videos} videos, {footage.frames} frames (median short side {footage.short_side} px); "
+               f"measured here: {1e3 * costs.decode_frame:.2f} ms to decode a frame, "
+               f"{1e3 * costs.flow_pair[model.size]:.2f} ms of flow per frame pair at {model.size} px, "
+               f"{costs.workers} worker(s)",
+               f"{model}: the starting checkpoint's network and clips; {1e3 * costs.step[model.key]:.0f} ms a step, "
+               f"{affordable} steps within {MARGIN:.0%} of {duration(budget)}"]
+    return _plan(footage, costs, model, affordable, budget, spent, reasons)
+
+
+def _plan(footage: Footage, costs: Costs, model: Model, affordable: int, budget: float, spent: float,
+          reasons: list[str]) -> Plan:
+    """The plan of ``model`` given ``affordable`` training steps (``reasons``: why this model)."""
+    batch = plan_batch(footage, model, costs.processes)
+    epochs, steps = schedule(affordable, steps_per_epoch(footage, model, batch, costs.processes))
     queue = queue_for(footage.instances(model), batch * costs.processes)
     threads = 1 if one_thread(costs, model.key) else None
     bound = flow_bound(costs, model.size)
-    reasons = _reasons(footage, costs, model, affordable, budget)
     reasons.append(f"{footage.instances(model)} training instances: a video, or a stretch of {segment_frames(model)} "
                    f"frames of a longer one; flow clipped to +-{bound:g} px (the footage's motion, measured on its "
                    "first frames)")
@@ -454,12 +500,13 @@ Progress = Callable[[str, "float | None"], None]
 
 
 def measure_costs(sample_videos: Sequence[str], footage: Footage, device, workers: int,
-                  deadline: float, processes: int = 1, machines: int = 1, report: Progress | None = None) -> Costs:
+                  deadline: float, processes: int = 1, machines: int = 1, report: Progress | None = None,
+                  fixed: Model | None = None) -> Costs:
     """Measure :class:`Costs` on this machine: decoding on :data:`SAMPLE_VIDEOS` of the footage's own videos (spread
     over them), then for each candidate network, from the cheapest up, JPEG and flow on their frames at its clip
     side (once per side; with the footage's motion there) and a few training steps and forwards, until one would
-    not afford :data:`TARGET_STEPS` within ``deadline`` seconds of work. ``report`` is told each part and the
-    seconds left (:func:`measuring_left`)."""
+    not afford :data:`TARGET_STEPS` within ``deadline`` seconds of work; with ``fixed``, that network alone.
+    ``report`` is told each part and the seconds left (:func:`measuring_left`)."""
     import torch  # noqa: PLC0415 (heavy)
 
     from coclr.flow.opencv import rgb_to_gray  # noqa: PLC0415 (heavy: torch)
@@ -519,7 +566,7 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         sync()
         costs.flow_pair[size] = (time.perf_counter() - begin) / len(previous)
 
-    candidates = [model for model in MODELS if footage.fits(model)]
+    candidates = [fixed] if fixed is not None else [model for model in MODELS if footage.fits(model)]
     took: list[tuple[Model, float]] = []
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
         for number, model in enumerate(candidates):

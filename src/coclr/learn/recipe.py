@@ -37,10 +37,11 @@ def milestones(epochs: int, share: float) -> list[int]:
 
 
 def pipeline_options(plan: Plan, store: str, out: str, seed: int, device: str, instances: int,
-                     processes: int = 1) -> dict[str, Any]:
+                     processes: int = 1, starts: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``coclr pipeline`` options (:class:`~coclr.train.config.PipelineConfig`) of ``plan`` for a job of
     ``processes`` (its global batch, the plan's, shared between them), over ``instances`` training instances (the
-    store's usable videos, or their stretches of ``plan.segment_frames``)."""
+    store's usable videos, or their stretches of ``plan.segment_frames``); ``starts``: view -> the checkpoint its
+    InfoNCE stage starts from."""
     model = plan.model
     global_batch = plan.batch * plan.processes
     if global_batch % processes:
@@ -66,4 +67,7 @@ def pipeline_options(plan: Plan, store: str, out: str, seed: int, device: str, i
         "cycle_lr": 5e-4, "mode": "alternate",
         "infonce_milestones": milestones(plan.epochs["infonce"], DECAY_SHARE["infonce"]),
         "cycle_milestones": milestones(plan.epochs["coclr"], DECAY_SHARE["coclr"])}
+    for key, view in (("init", "rgb"), ("second_init", "flow")):
+        if (starts or {}).get(view):
+            options["pipeline"][key] = starts[view]
     return options

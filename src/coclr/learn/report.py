@@ -95,6 +95,11 @@ def _summary(result: dict[str, Any]) -> str:
     reasons = "".join(f"<li>{html.escape(reason)}</li>" for reason in plan.get("reasons", []))
     exported = "".join(f"<li>encoder_{html.escape(view)}.pth: {html.escape(entry['stage'])} "
                        f"({html.escape(entry['reason'])})</li>" for view, entry in result.get("exported", {}).items())
+    started = "".join(f"<li>{html.escape(view)}: {html.escape(entry['source'])} ({html.escape(entry['format'])} "
+                      f"checkpoint, sha256 {html.escape(entry['sha256'][:12])}...)</li>"
+                      for view, entry in plan.get("init", {}).items())
+    if started:
+        text += f'<p class="note">Started from (the other view from scratch):</p><ul class="note">{started}</ul>'
     return (f"<h2>The run</h2>{text}<p class=\"note\">Exported:</p><ul class=\"note\">{exported}</ul>"
             f"<p class=\"note\">Why this plan:</p><ul class=\"note\">{reasons}</ul>"
             + _table(["phase", "estimated", "took"], rows))
@@ -129,6 +134,7 @@ def _curves(out: Path, result: dict[str, Any]) -> str:
 
 def _stages(result: dict[str, Any], collapsed: set[str], exported: dict[str, str]) -> str:
     rows = []
+    labelled = any(entry.get("labels") for entry in result.get("stages", {}).values())
     for stage, entry in result.get("stages", {}).items():
         mark = f' <span class="mark">{COLLAPSED_MARK} collapsed</span>' if stage in collapsed else ""
         mark += " (exported)" if exported.get(entry["view"]) == stage else ""
@@ -136,6 +142,8 @@ def _stages(result: dict[str, Any], collapsed: set[str], exported: dict[str, str
                      _number(entry["effective_rank"]), _number(entry.get("rankme")), _number(entry["alignment"]),
                      _number(entry["uniformity"]), _percent(entry.get("temporal_retrieval")),
                      _percent(entry.get("neighbour_stability")), _percent(entry.get("agreement"))])
+        if labelled:
+            rows[-1].append(_number((entry.get("labels") or {}).get("R@1"), 1))
     agreement = [[html.escape(name), html.escape(" + ".join(entry["stages"])), _percent(entry["nearest_neighbour"]),
                   _percent(entry["chance"])] for name, entry in result.get("agreement", {}).items()]
     note = ("<p class=\"note\">Measured without labels on the stored videos, over the training instances (a video, "
@@ -147,9 +155,16 @@ def _stages(result: dict[str, Any], collapsed: set[str], exported: dict[str, str
             "half (stable neighbours), and the share of them that the other view's stages find too (agreement). "
             f"{COLLAPSED_MARK}: the features have no spread (a collapsed encoder carries nothing). Below: how often "
             "the RGB and flow encoders find the same nearest video.</p>")
+    if any(entry.get("method") == "init" for entry in result.get("stages", {}).values()):
+        note += ("<p class=\"note\">init_*: the encoder the run started from (--init, --flow-init), measured the "
+                 "same way: whether adapting it to these videos helped.</p>")
+    if labelled:
+        note += ("<p class=\"note\">R@1 (labels): the given labels' videos among those measured, each video the mean "
+                 "of its instances (never used to train or to choose the exported stage).</p>")
     return ("<h2>Each stage, without labels</h2>" + note
             + _table(["stage", "view", "method", "effective rank", "RankMe", "alignment", "uniformity",
-                      "temporal retrieval (%)", "stable neighbours (%)", "agreement (%)"], rows)
+                      "temporal retrieval (%)", "stable neighbours (%)", "agreement (%)"]
+                     + (["R@1 (labels, %)"] if labelled else []), rows)
             + "<p></p>" + _table(["after", "encoders", "nearest neighbours agree (%)", "chance (%)"], agreement))
 
 

@@ -38,6 +38,7 @@ from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
 from coclr.flow.encode import FLOW_BOUND
 from coclr.learn.budget import Footage, Plan, choose_plan, infonce_side_by_side, measure_costs
+from coclr.learn.init import Start, copy_starts, read_starts, recorded_starts, start_file, start_model
 from coclr.learn.line import MeasureLine, ProgressLine
 from coclr.learn.recipe import pipeline_options
 from coclr.learn.scores import read_labels
@@ -72,6 +73,10 @@ class LearnOptions:
     workers: int | None = None
     restart: bool = False
     progress: bool = True
+    init: str | None = None
+    """a checkpoint the RGB encoder starts from (:mod:`coclr.learn.init`; None: from scratch)"""
+    flow_init: str | None = None
+    """a checkpoint the flow encoder starts from (None: from scratch)"""
     plan: Plan | None = None
     """a plan to follow instead of measuring this machine and choosing one (for tests, or a plan chosen before)"""
 
@@ -118,6 +123,11 @@ class LearnSummary:
         if short:
             lines.append(f"  {len(short)} video(s) shorter than one clip, padded by repeating their last frame: "
                          f"{', '.join(short[:3])}{' ...' if len(short) > 3 else ''}")
+        for view, entry in (self.record.get("plan") or {}).get("init", {}).items():
+            start = (self.record.get("stages") or {}).get(f"init_{view}") or {}
+            scored = (start.get("labels") or {}).get("R@1")
+            lines.append(f"  {view} started from {entry['source']}" + (f" (R@1 {scored:.1f} before learning)"
+                                                                       if scored is not None else ""))
         if self.record.get("exported"):
             lines.append(f"  {export_line(self.record['exported'])}")
         for view in self.collapsed_views:
@@ -148,10 +158,13 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     paths = [str(path) for path in expand_inputs(inputs, notes)]
     check_inputs(out, paths, options.restart)
     labels, label_notes = read_labels(options.labels, paths) if options.labels else (None, [])
+    starts = read_starts(options.init, options.flow_init)
     record_options = {"videos": {"count": len(paths), "sha256": paths_digest(paths)},
                       "budget": float(options.budget), "seed": options.seed,
                       "labels": options.labels and os.path.abspath(options.labels), "device": options.device,
                       "workers": options.workers}
+    if starts:  # (a run from scratch records no key: folders made before --init continue)
+        record_options["init"] = recorded_starts(starts)
     if not options.restart and check_folder(out, LEARN_FOLDER, record_options):  # reads only
         result = read_result(out)
         if result.get("status") == "done" and result.get("labels_file") == record_options["labels"]:
@@ -172,10 +185,11 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         refused, plan = None, None
         if launched_rank() == 0:  # makes the plan and holds the folder before the other processes join it
             try:
-                plan = (None if options.restart else read_plan(out)) or options.plan or make_plan(
-                    paths, options.budget, device, options.workers, time.perf_counter() - started, options.progress)
+                plan = (None if options.restart else read_plan(out)) or given_plan(options.plan, starts) or make_plan(
+                    paths, options.budget, device, options.workers, time.perf_counter() - started, options.progress,
+                    starts)
                 held.enter_context(claim_folder(out, LEARN_FOLDER, record_options, restart=options.restart))
-                record_start(out, paths, [*notes, *label_notes], plan, clock)
+                record_start(out, paths, [*notes, *label_notes], plan, clock, starts)
             except CoclrError as error:
                 refused = error
         init_distributed(device)  # under torchrun the other processes wait here for rank 0
@@ -187,11 +201,33 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     return summary
 
 
-def record_start(out: Path, paths: list[str], notes: list[str], plan: Plan, clock: Clock) -> None:
-    """Write what a run follows, once: its inputs and its plan (the plan is made before the folder is claimed, so
-    that a refused budget leaves no folder behind), and the seconds taken so far."""
+def given_plan(plan: Plan | None, starts: dict[str, Start]) -> Plan | None:
+    """A plan given to follow (tests), with the starting checkpoints' record; refused when it is of another
+    network than theirs."""
+    if plan is None or not starts:
+        return plan
+    model = start_model(starts)
+    if plan.model != model:
+        raise ConfigError(f"the given plan's network ({plan.model}) is not the starting checkpoint's ({model})")
+    return with_starts(dataclasses.replace(plan, reasons=list(plan.reasons)), starts)
+
+
+def with_starts(plan: Plan, starts: dict[str, Start]) -> Plan:
+    """``plan`` recording its starting checkpoints, with a flow checkpoint's flow bound (its inputs' clipping)."""
+    plan.init = {view: start.record() for view, start in starts.items()}
+    if "flow" in starts:
+        plan.flow_bound = starts["flow"].flow_bound
+        plan.reasons.append(f"flow clipped to +-{plan.flow_bound:g} px, as the starting flow checkpoint's inputs were")
+    return plan
+
+
+def record_start(out: Path, paths: list[str], notes: list[str], plan: Plan, clock: Clock,
+                 starts: dict[str, Start]) -> None:
+    """Write what a run follows, once: its inputs, its plan (the plan is made before the folder is claimed, so
+    that a refused budget leaves no folder behind) and its starting encoders, and the seconds taken so far."""
     for note in notes:
         say(note)
+    copy_starts(out, starts)
     if not (out / INPUTS_FILE).is_file():
         atomic_write_json(out / INPUTS_FILE, {"videos": paths})
     if not (out / PLAN_FILE).is_file():
@@ -236,7 +272,8 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
             run_pipeline(config)
         if main:
             with line.phase("quality", None), record("quality"):
-                result["stages"], result["agreement"] = measure_stages(out, store, config, str(device))
+                result["stages"], result["agreement"] = measure_stages(out, store, config, plan, str(device),
+                                                                       labels, root)
             result["exported"] = choose_exports(result["stages"])
             export_encoders(out, result["exported"])
             say(export_line(result["exported"]))
@@ -336,10 +373,13 @@ def check_inputs(out: Path, paths: list[str], restart: bool) -> None:
 
 
 def make_plan(paths: list[str], budget: float, device, workers: int | None, spent: float,
-              show: bool = True) -> Plan:
+              show: bool = True, starts: dict[str, Start] | None = None) -> Plan:
     """Probe the videos, measure this machine and choose the plan (:mod:`coclr.learn.budget`) for the processes
-    and machines of the job; ``show``: a progress line while measuring. Refused in one line when most videos are
+    and machines of the job (with ``starts``, of the starting checkpoints' network and clips, and a flow
+    checkpoint's flow bound); ``show``: a progress line while measuring. Refused in one line when most videos are
     shorter than one clip of the plan's network; the plan lists the others that are."""
+    starts = starts or {}
+    fixed = start_model(starts)
     from coclr.distributed import launched_machines, launched_world_size  # noqa: PLC0415 (heavy: torch)
     from coclr.video.decode import probe_video  # noqa: PLC0415
 
@@ -360,10 +400,10 @@ def make_plan(paths: list[str], budget: float, device, workers: int | None, spen
         workers = job_workers(workers)
         spent += time.perf_counter() - begin
         costs = measure_costs(paths, footage, device, workers, budget - spent, launched_world_size(),
-                              launched_machines(), line.measuring)
-    plan = choose_plan(footage, costs, budget, spent + costs.seconds)
+                              launched_machines(), line.measuring, fixed)
+    plan = choose_plan(footage, costs, budget, spent + costs.seconds, fixed)
     plan.short_videos = short_videos(plan, probed, infos)
-    return plan
+    return with_starts(plan, starts)
 
 
 def short_videos(plan: Plan, paths: list[str], infos: list) -> list[str]:
@@ -432,8 +472,9 @@ def pipeline_config(out: Path, store: Path, plan: Plan, seed: int, device: str, 
     processes, over ``instances`` training instances."""
     from coclr.train.config import PipelineConfig  # noqa: PLC0415 (heavy: torch)
 
+    starts = {view: str(start_file(out, view)) for view in plan.init}
     return from_dict(PipelineConfig, pipeline_options(plan, str(store), str(out / "pipeline"), seed, device,
-                                                      instances, processes))
+                                                      instances, processes, starts))
 
 
 def train_side_by_side(out: Path, config, stages) -> None:
@@ -464,10 +505,9 @@ def export_encoders(out: Path, exported: dict[str, dict[str, Any]]) -> None:
     (:mod:`coclr.models.export`). Each is written only when it does not hold those bytes already."""
     from coclr.models.export import save_safetensors  # noqa: PLC0415 (heavy: torch)
     from coclr.models.loading import load_encoder, read_checkpoint_file  # noqa: PLC0415
-    from coclr.train.pipeline import encoder_file  # noqa: PLC0415
 
     for view, entry in exported.items():
-        source = encoder_file(out / "pipeline", entry["stage"], view)
+        source = stage_encoder(out, entry["stage"], view)
         target = out / f"encoder_{view}.pth"
         if not (target.is_file() and target.read_bytes() == source.read_bytes()):
             temp = target.with_name(f".{target.name}.partial")
@@ -500,17 +540,30 @@ def embed_all(out: Path, paths: list[str], device: str, workers: int | None) -> 
     return failed
 
 
-def measure_stages(out: Path, store: Path, config, device: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The label-free measures of every stage's encoder on the stored videos (a sample of large footage) and the
-    views' agreement (:func:`~coclr.learn.stages.stage_quality`)."""
+def stage_encoder(out: Path, stage: str, view: str) -> Path:
+    """The encoder file of a stage of the run in ``out``: a pipeline stage's, or (``init_<view>``) the starting
+    one's copy."""
+    from coclr.train.pipeline import encoder_file  # noqa: PLC0415 (heavy: torch)
+
+    return start_file(out, view) if stage == f"init_{view}" else encoder_file(out / "pipeline", stage, view)
+
+
+def measure_stages(out: Path, store: Path, config, plan: Plan, device: str, labels: dict[str, Any] | None,
+                   root: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The label-free measures of every stage's encoder (the starting ones first) on the stored videos (a sample
+    of large footage) and the views' agreement (:func:`~coclr.learn.stages.stage_quality`); with ``labels``
+    (never used to choose), each stage's R@k on the labelled videos of the sample too."""
     from coclr.eval.features import ClipConfig  # noqa: PLC0415 (heavy: torch)
     from coclr.learn.budget import QUALITY_VIDEOS  # noqa: PLC0415
+    from coclr.learn.scores import stage_scorer  # noqa: PLC0415
     from coclr.learn.stages import sample_keys, stage_quality  # noqa: PLC0415
-    from coclr.train.pipeline import plan_stages  # noqa: PLC0415
+    from coclr.train.pipeline import Stage, plan_stages  # noqa: PLC0415
 
     clips = ClipConfig(length=config.data.length, stride=config.data.stride, size=config.data.size, batch_size=32)
-    return stage_quality(out / "pipeline", store, plan_stages(config), clips, device,
-                         sample_keys(store, QUALITY_VIDEOS), config.data.segment_frames)
+    starts = [Stage(f"init_{view}", "init", [view], 0, 0, []) for view in plan.init]
+    scorer = stage_scorer(labels, root) if labels is not None else None
+    return stage_quality(lambda stage, view: stage_encoder(out, stage, view), store, [*starts, *plan_stages(config)],
+                         clips, device, sample_keys(store, QUALITY_VIDEOS), config.data.segment_frames, scorer)
 
 
 def embedding_quality(out: Path, exported: dict[str, dict[str, Any]]) -> dict[str, Any]:

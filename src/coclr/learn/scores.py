@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,22 @@ def label_scores(out: Path, labels: dict[str, Any]) -> dict[str, Any]:
         scores[folder.name] = scores_of(vectors, np.asarray(classes), splits)
     return {"file": labels["file"], "videos": len(labels["videos"]), "classes": len(labels["classes"]),
             "chance": 100.0 / max(1, len(labels["classes"])), "embeddings": scores}
+
+
+def stage_scorer(labels: dict[str, Any], root: str) -> Callable[[list[str], np.ndarray], dict[str, Any] | None]:
+    """The scores of a stage's video features on the labelled videos among them (:func:`scores_of`; store keys are
+    relative to ``root``), for :func:`coclr.learn.stages.stage_quality`; None when fewer than two are labelled."""
+
+    def score(keys: list[str], features: np.ndarray) -> dict[str, Any] | None:
+        rows, classes, splits = [], [], []
+        for row, key in enumerate(keys):
+            found = labels["videos"].get(os.path.join(root, key))
+            if found is not None:
+                rows.append(row)
+                classes.append(found[0])
+                splits.append(found[1])
+        if len(rows) < MIN_LABELLED:
+            return None
+        return scores_of(np.asarray(features[rows], dtype=np.float32), np.asarray(classes), splits)
+
+    return score

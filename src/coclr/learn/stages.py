@@ -11,6 +11,7 @@ docs/experiments/2026-11-28-issue55-plan.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +58,16 @@ def instance_features(windows: np.ndarray, pairs: np.ndarray, most: int
     return found[kept], features, windows, rows
 
 
-def stage_quality(pipeline: Path, store: Path, stages, clips, device: str, keys: list[str],
-                  segment_frames: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The label-free measures of every stage's encoder (``stages``: the pipeline's, in order) on the stored videos
+def stage_quality(encoder: Callable[[str, str], Path], store: Path, stages, clips, device: str, keys: list[str],
+                  segment_frames: int | None = None, scorer: Callable[[list[str], np.ndarray], Any] | None = None
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The label-free measures of every stage's encoder (``stages``: :class:`~coclr.train.pipeline.Stage` in order,
+    the starting encoders first as method ``"init"``; ``encoder(stage, view)``: its file) on the stored videos
     ``keys``, over the training instances (each video, or its stretches of ``segment_frames``: a few long videos give
     the measures many rows; a row's neighbours are never its own video's), each stage's agreement with the other
-    view's stages, and the agreement of the RGB and flow encoders' nearest neighbours after InfoNCE and after each
-    cycle."""
+    view's stages (a starting encoder's with the other starting one), and the agreement of the RGB and flow
+    encoders' nearest neighbours at the start, after InfoNCE and after each cycle. ``scorer(keys, features)`` (the
+    sampled videos' keys and features, each the mean of its instances) adds each stage's ``labels`` entry."""
     import torch  # noqa: PLC0415 (heavy)
 
     from coclr.data.sampling import aligned_num_frames, instances_of, segment_counts  # noqa: PLC0415
@@ -76,7 +80,6 @@ def stage_quality(pipeline: Path, store: Path, stages, clips, device: str, keys:
     )
     from coclr.models.loading import load_encoder  # noqa: PLC0415
     from coclr.store.clipstore import ClipStore  # noqa: PLC0415
-    from coclr.train.pipeline import encoder_file  # noqa: PLC0415
 
     clip_store = ClipStore(store)
     measured: dict[str, Any] = {}
@@ -87,7 +90,7 @@ def stage_quality(pipeline: Path, store: Path, stages, clips, device: str, keys:
     # each video's stretches
     for stage in stages:
         for view in stage.trains:
-            backbone, _ = load_encoder(encoder_file(pipeline, stage.name, view))
+            backbone, _ = load_encoder(encoder(stage.name, view))
             backbone.eval()
             with torch.inference_mode():
                 windows, videos, names, starts = window_features(backbone, clip_store, view, "train", clips, device,
@@ -105,19 +108,32 @@ def stage_quality(pipeline: Path, store: Path, stages, clips, device: str, keys:
             measured[stage.name] = {"view": view, "method": stage.method,
                                     **quality(features, windows, window_rows, groups),
                                     "videos": len(names), "instances": len(found)}
+            if scorer is not None:
+                measured[stage.name]["labels"] = scorer(*video_features(names, found[:, 0], features))
             rows[stage.name] = features
             latest[view] = stage.name
         if set(latest) == set(VIEWS) and (stage.name.startswith("infonce_") or stage.trains == [VIEWS[1]]):
-            name = "infonce" if stage.cycle == 0 else f"cycle{stage.cycle}"  # the schedule's first stages: cycle 0
+            # the schedule's first stages are cycle 0
+            name = "init" if stage.method == "init" else "infonce" if stage.cycle == 0 else f"cycle{stage.cycle}"
             agreement[name] = {"stages": [latest["rgb"], latest["flow"]],
                                "nearest_neighbour": neighbour_agreement(rows[latest["rgb"]], rows[latest["flow"]],
                                                                         groups),
                                "chance": chance_agreement(len(groups), groups)}
     for name, entry in measured.items():
-        others = [other for other in measured if measured[other]["view"] != entry["view"]]
+        others = [other for other in measured if measured[other]["view"] != entry["view"]
+                  and (measured[other]["method"] == "init") == (entry["method"] == "init")]
         overlaps = [neighbour_overlap(rows[name], rows[other], groups=groups) for other in others]
         entry["agreement"] = (float(np.mean(overlaps)) if overlaps and None not in overlaps else None)
     return measured, agreement
+
+
+def video_features(names: list[str], videos: np.ndarray, features: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The keys of the videos among ``names`` that ``videos`` (each instance's index into ``names``) holds, and each
+    one's feature: the mean of its instances' ``features``."""
+    found, rows = np.unique(videos, return_inverse=True)
+    summed = np.zeros((len(found), features.shape[1]))
+    np.add.at(summed, rows.reshape(-1), features)
+    return [names[i] for i in found], summed / np.bincount(rows.reshape(-1))[:, None]
 
 
 def score_of(entry: dict[str, Any], score: str = SCORE) -> float | None:

@@ -241,6 +241,10 @@ class PipelineOptions:
                                     "optim.lr, as in the paper and the reference code)")
     infonce_from: str = option("", "another pipeline folder whose finished InfoNCE stages start this one's cycles "
                                    "(this pipeline then trains no InfoNCE stage: ablations share one initialisation)")
+    init: str | None = option(None, "a checkpoint that starts the first view's (data.view) InfoNCE stage instead of "
+                                    "random weights (null: from scratch)")
+    second_init: str | None = option(None, "a checkpoint that starts the second view's (data.second_view) InfoNCE "
+                                           "stage (null: from scratch)")
     miner: str | None = option(None, "a fixed checkpoint of the first view (data.view) whose space mines the "
                                "positives of every CoCLR stage of the second view (null: the first view's latest "
                                "encoder, as in the paper); the first view's CoCLR stages are then not trained")
@@ -250,7 +254,10 @@ class PipelineOptions:
         require(self.cycle_lr is None or self.cycle_lr > 0, "cycle_lr", "must be positive (or null)")
         require(self.infonce_epochs >= 1, "infonce_epochs", "must be at least 1")
         require(self.cycle_epochs >= 1, "cycle_epochs", "must be at least 1")
-        require(self.miner is None or bool(self.miner), "miner", "must name a checkpoint (or be null)")
+        for key in ("init", "second_init", "miner"):
+            require(getattr(self, key) is None or bool(getattr(self, key)), key, "must name a checkpoint (or be null)")
+        require(not (self.infonce_from and (self.init or self.second_init)), "init",
+                "starts an InfoNCE stage, and with infonce_from this pipeline trains none: set one of them")
         require(self.miner is None or self.mode == "alternate", "miner", "needs mode=alternate (in sim both views "
                 "are trained and each mines for the other)")
         for key, epochs in (("infonce_milestones", "infonce_epochs"), ("cycle_milestones", "cycle_epochs")):

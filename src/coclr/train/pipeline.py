@@ -55,15 +55,18 @@ class Stage:
     """name of the stage whose encoder of the frozen view mines positives"""
     sampler_file: str | None = None
     """a fixed checkpoint of the frozen view that mines positives instead (``pipeline.miner``)"""
+    init_file: str | None = None
+    """a checkpoint that initialises the (InfoNCE) stage's view (``pipeline.init``, ``pipeline.second_init``)"""
 
 
 def plan_stages(config: PipelineConfig) -> list[Stage]:
-    """InfoNCE for both views, then ``cycles`` of (view 1 with view 2 frozen, view 2 with view 1 frozen); with
-    ``pipeline.miner``, cycles of view 2 alone, mined by that checkpoint of view 1."""
+    """InfoNCE for both views (each from ``pipeline.init`` / ``second_init`` when set, else from scratch), then
+    ``cycles`` of (view 1 with view 2 frozen, view 2 with view 1 frozen); with ``pipeline.miner``, cycles of view 2
+    alone, mined by that checkpoint of view 1."""
     opts = config.pipeline
     view1, view2 = config.data.view, config.data.second_view
-    stages = [Stage(f"infonce_{v}", "infonce", [v], 0, opts.infonce_epochs, opts.infonce_milestones)
-              for v in (view1, view2)]
+    stages = [Stage(f"infonce_{v}", "infonce", [v], 0, opts.infonce_epochs, opts.infonce_milestones,
+                    init_file=init) for v, init in ((view1, opts.init), (view2, opts.second_init))]
     latest = {view1: stages[0].name, view2: stages[1].name}
     if opts.infonce_from:  # the InfoNCE encoders come from another pipeline folder
         stages = []
@@ -102,7 +105,7 @@ def stage_config(config: PipelineConfig, stage: Stage, run_dir: Path) -> Pretrai
     method.name = stage.method
     method.simultaneous = len(stage.trains) == 2
     method.init_checkpoint = (str(encoder_file(run_dir, stage.init_from[trained], trained, config))
-                              if stage.init_from else "")
+                              if stage.init_from else stage.init_file or "")
     method.second_init_checkpoint = (str(encoder_file(run_dir, stage.init_from[data.second_view], data.second_view,
                                                       config)) if method.simultaneous else "")
     if stage.sampler_file:
@@ -185,8 +188,10 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
         dist.barrier()
     options = to_dict(resolve_precision(config, resolve_device(config.run.device)))  # as each stage records them
     check_folder(run_dir, PIPELINE_FOLDER, options, _manifest_options)
-    if config.pipeline.miner is not None and not Path(config.pipeline.miner).is_file():
-        raise ConfigError(f"pipeline.miner: checkpoint not found: {config.pipeline.miner}")
+    for key in ("init", "second_init", "miner"):
+        path = getattr(config.pipeline, key)
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(f"pipeline.{key}: checkpoint not found: {path}")
     if config.pipeline.infonce_from:
         needed = [encoder_file(run_dir, f"infonce_{view}", view, config)
                   for view in (config.data.view, config.data.second_view)]
