@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD, ClipAugment, crop_resize
-from coclr.data.augment_cpu import crop_clip, load_library, rgb_to_planes
+from coclr.data.augment_cpu import KERNEL, crop_clip, rgb_to_planes
 
 
 def per_clip_crop(frames: torch.Tensor, boxes: torch.Tensor, flip: torch.Tensor, size: int) -> torch.Tensor:
@@ -102,7 +102,7 @@ def alternate(ours: Callable[[], object], theirs: Callable[[], object], rounds: 
 
 
 def c_loops_against_opencv(frames: int, rounds: int) -> None:
-    if load_library() is None:
+    if KERNEL.load() is None:
         print("C loops: not built here (no C compiler), nothing to compare")
         return
     torch.set_num_threads(1)

@@ -44,7 +44,7 @@ def test_the_c_loop_gives_the_definition_bit_for_bit(monkeypatch, threads, pixel
     rgb = _image(pixels, pixels + threads)
     out = np.full((3, pixels), np.nan, np.float32)
     rgb_to_planes(rgb, SCALE, SHIFT, out)
-    assert augment_cpu.load_library() is not None  # the C ran
+    assert augment_cpu.KERNEL.load() is not None  # the C ran
     np.testing.assert_array_equal(out, _reference(rgb, SCALE, SHIFT))
     exact = (rgb.T.astype(np.float64) / 255 - np.array(IMAGENET_MEAN)[:, None]) / np.array(IMAGENET_STD)[:, None]
     np.testing.assert_allclose(out, exact, rtol=0, atol=2e-6)  # the normalisation, to float32 rounding
@@ -70,8 +70,8 @@ def test_the_c_crops_are_numpys_integers_and_the_float_crop_rounded(monkeypatch,
     for box in CROPS:
         monkeypatch.setattr(native, "thread_count", lambda: threads)
         ours = crop_resize_u8(frames, list(box[:4]), box[4], 16)
-        assert augment_cpu.load_library() is not None  # the C ran
-        monkeypatch.setattr(augment_cpu, "load_library", lambda: None)
+        assert augment_cpu.KERNEL.load() is not None  # the C ran
+        monkeypatch.setattr(augment_cpu.KERNEL, "load", lambda warn=True: None)
         np.testing.assert_array_equal(ours, crop_resize_u8(frames, list(box[:4]), box[4], 16))  # NumPy's
         monkeypatch.undo()
         exact = crop_resize(views, torch.tensor([[box[:4]]], dtype=torch.float64), torch.tensor([[box[4]]]), 16)
@@ -91,10 +91,8 @@ def test_same_bits_on_every_instruction_set(monkeypatch, tmp_path):
     for index, march in enumerate(marches):
         flags = [flag for flag in native.FLAGS if flag != "-march=native"] + ([march] if march else [])
         (tmp_path / str(index)).mkdir()
-        built = native.compile_sources(native.find_compiler(), flags, tmp_path / str(index),
-                                       {augment_cpu.SOURCE.name: augment_cpu.SOURCE.read_text()}, "augment_cpu")
-        library = augment_cpu._load(built)
-        monkeypatch.setattr(augment_cpu, "load_library", lambda library=library: library)
+        library = augment_cpu._open(augment_cpu.KERNEL.compile(native.find_compiler(), flags, tmp_path / str(index)))
+        monkeypatch.setattr(augment_cpu.KERNEL, "load", lambda warn=True, library=library: library)
         crops = [crop_resize_u8(frames, [x0 * 83 / 31, y0 * 57 / 23, w * 83 / 31, h * 57 / 23], flip, 37)
                  for x0, y0, w, h, flip in CROPS]
         planes = np.empty((3, len(rgb)), np.float32)
@@ -119,7 +117,7 @@ def test_crops_take_any_frames_and_refuse_positions_outside(monkeypatch):
 
 
 def test_without_a_compiler_numpy_computes_the_same_with_one_warning(monkeypatch):
-    monkeypatch.setattr(augment_cpu, "_LIBRARY", [])
+    monkeypatch.setattr(augment_cpu.KERNEL, "_state", [])
     monkeypatch.setattr(native, "find_compiler", lambda: None)
     rgb, out = _image(3000, 1), np.empty((3, 3000), np.float32)
     with pytest.warns(RuntimeWarning, match="no C compiler found"):

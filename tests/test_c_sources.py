@@ -1,8 +1,9 @@
-"""Every C source of coclr: listed here with its module, package data (a wheel holds it), and compiled without a
+"""Every C source of coclr: a kernel of coclr.native's list, package data (a wheel holds it), and compiled without a
 warning by every C compiler found, for this CPU, for AVX2 and for plain x86-64 (the builds the cache can make)."""
 
 from __future__ import annotations
 
+import importlib
 import platform
 import shutil
 import subprocess
@@ -12,37 +13,30 @@ import zipfile
 import pytest
 
 from coclr import native
-from coclr.data import augment_cpu
-from coclr.embed import search_cpu
-from coclr.flow import tvl1_cpu
-from coclr.models import pool_cpu
 from conftest import REPO_ROOT
 
-MODULES = {module.__name__: module for module in (augment_cpu, search_cpu, tvl1_cpu, pool_cpu)}
-"""The modules that build and load a C source, by name."""
+KERNELS = {name: importlib.import_module(name).KERNEL for name in native.KERNELS}
+"""Each module's C kernel, by module name (the list is coclr.native's)."""
 
 
-def _sources(module) -> dict[str, str]:
-    """What the module compiles: its source, and for TV-L1 the median header generated beside it."""
-    return module.c_sources() if hasattr(module, "c_sources") else {module.SOURCE.name: module.SOURCE.read_text()}
+def test_every_c_source_is_a_listed_kernel():
+    assert all(isinstance(kernel, native.Kernel) for kernel in KERNELS.values())
+    assert {kernel.source for kernel in KERNELS.values()} == set((REPO_ROOT / "src" / "coclr").rglob("*.c"))
+    assert len({kernel.stem for kernel in KERNELS.values()}) == len(KERNELS)  # one cache name each
 
 
-def test_every_c_source_is_listed():
-    assert {m.SOURCE for m in MODULES.values()} == set((REPO_ROOT / "src" / "coclr").rglob("*.c"))
-
-
-@pytest.mark.parametrize("name", sorted(MODULES))
+@pytest.mark.parametrize("name", sorted(KERNELS))
 def test_the_c_source_is_package_data(name):
     """pyproject's package-data names the source, so a wheel holds it (an editable install reads it from src/)."""
     tomllib = pytest.importorskip("tomllib")
     package_data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    source = MODULES[name].SOURCE
+    source = KERNELS[name].source
     assert source.is_file()
     assert any(source.match(pattern) for pattern in package_data[name.rsplit(".", 1)[0]])
 
 
 @pytest.mark.skipif(native.find_compiler() is None, reason="no C compiler found (set CC or install gcc)")
-@pytest.mark.parametrize("name", sorted(MODULES))
+@pytest.mark.parametrize("name", sorted(KERNELS))
 def test_the_c_source_compiles_without_warnings(name, tmp_path):
     """CI's check of the C: every compiler found (gcc, clang) with the cache's flags and ``-Wall -Wextra -Werror``,
     for each instruction set the cache builds for on this machine."""
@@ -53,7 +47,7 @@ def test_the_c_source_compiles_without_warnings(name, tmp_path):
             folder = tmp_path / f"{compiler[0]}{march}"
             folder.mkdir()
             flags = [flag for flag in (*native.FLAGS, *native.WARNINGS) if flag != "-march=native"] + [march]
-            native.compile_sources(list(compiler), flags, folder, _sources(MODULES[name]), name.rsplit(".")[-1])
+            KERNELS[name].compile(list(compiler), flags, folder)
 
 
 @pytest.mark.slow
@@ -68,5 +62,5 @@ def test_a_wheel_holds_the_c_sources(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w",
                     str(tmp_path / "wheel"), str(project)], check=True, capture_output=True)
     (wheel,) = (tmp_path / "wheel").glob("coclr-*.whl")
-    expected = {str(m.SOURCE.relative_to(REPO_ROOT / "src")) for m in MODULES.values()}
+    expected = {str(kernel.source.relative_to(REPO_ROOT / "src")) for kernel in KERNELS.values()}
     assert expected <= set(zipfile.ZipFile(wheel).namelist())

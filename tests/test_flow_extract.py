@@ -206,7 +206,7 @@ def test_auto_picks_our_tvl1_where_it_is_fast_and_continues_a_view_with_its_back
     assert resolve_backend("auto", "cpu", kernels="torch")[0].name == "tvl1"  # PyTorch operations: OpenCV is faster
     assert resolve_backend("auto", "cpu", recorded="tvl1")[0].name == "tvl1"  # a view continues as it started
     assert resolve_backend("auto", "cpu", kernels="torch", recorded="tvl1-torch")[0].name == "tvl1-torch"
-    monkeypatch.setattr(extract, "compiler_available", lambda: False)  # no compiler: OpenCV's
+    monkeypatch.setattr(extract.TVL1_KERNEL, "usable", lambda: False)  # no compiler: OpenCV's
     assert resolve_backend("auto", "cpu")[0].name == "tvl1"
 
 
@@ -216,7 +216,7 @@ def test_auto_decides_without_compiling(tmp_path, monkeypatch):
     from coclr import native
 
     monkeypatch.setenv("COCLR_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(tvl1_cpu, "_LIBRARY", [])
+    monkeypatch.setattr(tvl1_cpu.KERNEL, "_state", [])
     monkeypatch.setattr(native, "compile_sources", lambda *args: pytest.fail("compiled to decide"))
     monkeypatch.setattr(native, "find_compiler", lambda: ["cc"])
     assert resolve_backend("auto", "cpu")[0].name == "tvl1-torch"

@@ -59,9 +59,9 @@ def test_the_compiled_kernels_match_the_pytorch_iterations_on_cuda():
 
 def test_kernels_are_chosen_by_device_and_fall_back_without_triton(monkeypatch):
     # the CPU runs the C loops where they build (tests/test_flow_tvl1_cpu.py), else PyTorch operations
-    from coclr.flow.tvl1_cpu import CPasses, load_library  # noqa: PLC0415
+    from coclr.flow.tvl1_cpu import KERNEL, CPasses  # noqa: PLC0415
 
-    assert isinstance(make_passes("auto", torch.device("cpu")), CPasses if load_library() else TorchPasses)
+    assert isinstance(make_passes("auto", torch.device("cpu")), CPasses if KERNEL.load() else TorchPasses)
     if HAVE_TRITON:
         with pytest.raises(DataError, match="TRITON_INTERPRET=1"):
             make_passes("triton", torch.device("cpu"))  # this process did not start the interpreter

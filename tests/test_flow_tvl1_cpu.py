@@ -177,7 +177,7 @@ def test_same_bits_on_every_instruction_set(tmp_path):
     for index, march in enumerate(marches):
         flags = [flag for flag in native.FLAGS if flag != "-march=native"] + ([march] if march else [])
         (tmp_path / str(index)).mkdir()
-        libraries.append(tvl1_cpu.Library(tvl1_cpu.compile_sources(list(compiler), flags, tmp_path / str(index))))
+        libraries.append(tvl1_cpu.Library(tvl1_cpu.KERNEL.compile(list(compiler), flags, tmp_path / str(index))))
     prev, nxt = pairs_of_frames()
     for gamma in (0.0, 0.2):
         params = TVL1Params(nscales=3, gamma=gamma, median_filtering=5 if gamma else 3)
@@ -223,7 +223,7 @@ def test_auto_takes_the_c_kernels_on_the_cpu(c_kernels):
 
 def test_compiled_once_into_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("COCLR_CACHE_DIR", str(tmp_path / "cache"))
-    path = tvl1_cpu.build_library()
+    path = tvl1_cpu.KERNEL.build()
     assert path.parent == tmp_path / "cache" and path.name.startswith("tvl1_cpu-")
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left behind
 
@@ -231,7 +231,7 @@ def test_compiled_once_into_the_cache(tmp_path, monkeypatch):
         raise AssertionError("compiled again")
 
     monkeypatch.setattr(native, "compile_sources", no_compiling)
-    assert tvl1_cpu.build_library() == path
+    assert tvl1_cpu.KERNEL.build() == path
     tvl1_cpu.Library(path)  # loads
 
 
@@ -259,7 +259,7 @@ def test_median_code_is_generated_from_the_plan():
 @pytest.mark.parametrize("failure", ["no compiler", "compile error"])
 def test_fallback_to_torch_with_one_warning(tmp_path, monkeypatch, failure):
     monkeypatch.setenv("COCLR_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(tvl1_cpu, "_LIBRARY", [])
+    monkeypatch.setattr(tvl1_cpu.KERNEL, "_state", [])
     if failure == "no compiler":
         monkeypatch.setattr(native, "find_compiler", lambda: None)
         expected = "no C compiler found"

@@ -236,9 +236,9 @@ def test_the_innermost_layer_says_what_was_kept():
 @pytest.mark.parametrize("kernels", ["c", "torch"])
 def test_a_solve_told_to_stop_ends_with_interrupted(kernels):
     if kernels == "c":
-        from coclr.flow.tvl1_cpu import load_library
+        from coclr.flow.tvl1_cpu import KERNEL
 
-        if load_library() is None:
+        if KERNEL.load() is None:
             pytest.skip("no C compiler here")
     from coclr.flow.tvl1 import tvl1_flow
 
@@ -313,9 +313,9 @@ def test_opencv_flow_stops_its_workers_at_once_and_continues(tmp_path, small_sto
 
 @pytest.fixture(scope="module")
 def c_kernels():
-    from coclr.flow.tvl1_cpu import load_library
+    from coclr.flow.tvl1_cpu import KERNEL
 
-    if load_library() is None:
+    if KERNEL.load() is None:
         pytest.skip("no C compiler here")
 
 
@@ -367,7 +367,7 @@ def test_c_kernels_that_cannot_be_built_are_one_line_before_any_video(tmp_path, 
 def _build_library(queue) -> None:
     from coclr.flow import tvl1_cpu
 
-    queue.put(str(tvl1_cpu.build_library()))
+    queue.put(str(tvl1_cpu.KERNEL.build()))
 
 
 def test_an_unwritable_cache_falls_back_to_one_private_folder_built_by_two_processes_at_once(tmp_path, monkeypatch,
@@ -393,7 +393,7 @@ def test_an_unwritable_cache_falls_back_to_one_private_folder_built_by_two_proce
     assert paths == {str(path) for path in fallback.iterdir()} and len(paths) == 1  # one object, no build folder
     assert fallback.stat().st_mode & 0o777 == 0o700
     monkeypatch.setattr(native, "compile_sources", lambda *args: pytest.fail("compiled again"))
-    assert str(tvl1_cpu.build_library()) in paths  # reused
+    assert str(tvl1_cpu.KERNEL.build()) in paths  # reused
 
 
 def test_no_folder_for_the_c_loops_is_one_error_naming_both(tmp_path, monkeypatch, c_kernels):
@@ -405,7 +405,7 @@ def test_no_folder_for_the_c_loops_is_one_error_naming_both(tmp_path, monkeypatc
     (tmp_path / "tmp").mkdir()
     (tmp_path / "tmp" / f"coclr-cache-{os.getuid()}").write_text("")  # the fallback is a file
     with pytest.raises(tvl1_cpu.CompileError) as caught:
-        tvl1_cpu.build_library()
+        tvl1_cpu.KERNEL.build()
     message = str(caught.value)
     assert message.startswith("no folder to keep the compiled C loops in: ") and "\n" not in message
     assert f"{tmp_path}/file/cache: Not a directory" in message and "coclr-cache-" in message

@@ -762,3 +762,54 @@ def test_a_plan_for_few_long_videos_cuts_them_into_instances():
     assert plan.segment_frames == 16 and long.instances(SMALL) == 8 * 12  # 199 frames with flow: 12 stretches
     assert plan.batch == 12 and plan.queue == 32 and plan.topk == 5  # an eighth, a power of two within a third
     assert choose_plan(footage(), costs({SMALL: 100}), 900).batch == 32  # 768 short videos: the study's batch
+
+
+# --------------------------------------------------------------------------------------- a run from a checkpoint
+
+INIT_RUN = """
+import json, sys
+import coclr.cli  # the process policy of every entry point
+from coclr.learn import LearnOptions, learn
+from coclr.learn.budget import Plan
+plan = Plan.from_dict(json.loads(sys.argv[3]))
+summary = learn([sys.argv[1]], sys.argv[2], LearnOptions(budget=300, plan=plan, workers=0, progress=False,
+                labels=sys.argv[4], init=sys.argv[5]))
+print(summary)
+"""
+
+
+@pytest.mark.slow
+def test_a_run_from_a_checkpoint_measures_it_beside_every_stage_and_keeps_it(learnt, tmp_path):
+    from coclr.learn import LearnOptions, learn
+    from coclr.models.loading import load_encoder
+    from test_learn_init import encoder_file
+
+    videos, labels, source, _ = learnt
+    start = tmp_path / "start.pth"
+    start.write_bytes((source / "encoder_rgb.pth").read_bytes())
+    out = tmp_path / "adapted"
+    done = subprocess.run([sys.executable, "-c", INIT_RUN, str(videos), str(out), json.dumps(TINY_PLAN), str(labels),
+                           str(start)], capture_output=True, text=True, timeout=600)
+    assert "rgb started from" in done.stdout, done.stdout + done.stderr
+    record = json.loads((out / "learn.json").read_text())
+    assert list(record["stages"])[0] == "init_rgb" and record["stages"]["init_rgb"]["method"] == "init"
+    assert "R@1" in record["stages"]["init_rgb"]["labels"] and "R@1" in record["stages"]["cycle2_rgb"]["labels"]
+    assert "init" not in record["agreement"]  # one view started from a checkpoint: no pair to agree
+    assert record["plan"]["init"]["rgb"]["sha256"] == json.loads((out / "run.json").read_text())["options"]["init"][
+        "rgb"]
+    copied, _ = load_encoder(out / "init" / "encoder_rgb.pth")
+    given, _ = load_encoder(start)
+    for (name, ours), theirs in zip(copied.state_dict().items(), given.state_dict().values()):
+        assert np.array_equal(ours.numpy(), theirs.numpy()), name
+    stage = json.loads((out / "pipeline" / "infonce_rgb" / "run.json").read_text())["options"]
+    assert stage["method"]["init_checkpoint"] == str(out / "init" / "encoder_rgb.pth")
+    page = (out / "report.html").read_text()
+    assert "init_rgb" in page and "Started from" in page and "R@1 (labels, %)" in page
+    before = files_digest(out)
+    other = encoder_file(tmp_path / "other.pth", "rgb")
+    with pytest.raises(ConfigError, match="init.rgb="):  # another starting file: refused, nothing written
+        learn([videos], out, LearnOptions(budget=300, plan=Plan.from_dict(TINY_PLAN), init=str(other)))
+    with pytest.raises(ConfigError, match="not the starting checkpoint's"):
+        wide = encoder_file(tmp_path / "wide.pth", "rgb", width=0.25)
+        learn([videos], tmp_path / "new", LearnOptions(budget=300, plan=Plan.from_dict(TINY_PLAN), init=str(wide)))
+    assert files_digest(out) == before and not (tmp_path / "new").exists()

@@ -81,11 +81,11 @@ def test_the_fused_network_pools_in_c_with_the_same_features():
         for pool in pools:  # the same network with PyTorch's pools
             pool.forward = lambda t, p=pool: F.max_pool3d(t, p.kernel_size, p.stride, p.padding)
         theirs = fused(x)
-    assert torch.equal(ours, theirs) and pool_cpu.load_library() is not None  # the C pools ran
+    assert torch.equal(ours, theirs) and pool_cpu.KERNEL.load() is not None  # the C pools ran
 
 
 def test_without_a_compiler_pytorch_pools_with_one_warning(monkeypatch, tmp_path):
-    monkeypatch.setattr(pool_cpu, "_LIBRARY", [])
+    monkeypatch.setattr(pool_cpu.KERNEL, "_state", [])
     monkeypatch.setattr(native, "find_compiler", lambda: None)
     x = torch.randn(1, 4, 3, 5, 5)
     with pytest.warns(RuntimeWarning, match="no C compiler found"):

@@ -343,7 +343,7 @@ def test_without_c_many_queries_get_the_same_answer(monkeypatch):
     units = unit_rows(gallery)
     prepared = UnitRows.of_array(units, None, None, Int8Rows(*search_cpu.quantise_rows(units)))
     expected = exact_topk(prepared, unit_rows(queries), 12, 700)
-    monkeypatch.setattr(search_cpu, "load_library", lambda warn=True: None)
+    monkeypatch.setattr(search_cpu.KERNEL, "load", lambda warn=True: None)
     assert first_pass_kind(prepared, len(queries)) == "float32"
     found = exact_topk(prepared, unit_rows(queries), 12, 700)
     np.testing.assert_array_equal(found[0], expected[0])
@@ -379,7 +379,7 @@ def test_the_first_pass_is_chosen_by_the_cpu_flags(monkeypatch):
     units = np.eye(4, dtype=np.float32)
     with16, without = UnitRows.of_array(units, None, np.zeros((4, 4), np.uint16)), UnitRows.of_array(units)
     both = UnitRows.of_array(units, None, np.zeros((4, 4), np.uint16), Int8Rows(*search_cpu.quantise_rows(units)))
-    int8 = "int8" if search_cpu.load_library(warn=False) is not None else "float32"  # "float32" without C
+    int8 = "int8" if search_cpu.KERNEL.load(warn=False) is not None else "float32"  # "float32" without C
     for name in coclr.cpu.AVX2_LIMIT:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
@@ -409,7 +409,7 @@ def test_the_first_pass_is_chosen_by_the_cpu_flags(monkeypatch):
     monkeypatch.setattr(search_cpu, "MAX_DIM", 3)  # rows too long for the int32 sums
     assert first_pass_kind(both, MANY_QUERIES) == "float32"
     monkeypatch.setattr(search_cpu, "MAX_DIM", 4)
-    monkeypatch.setattr(search_cpu, "load_library", lambda warn=True: None)  # no C compiler
+    monkeypatch.setattr(search_cpu.KERNEL, "load", lambda warn=True: None)  # no C compiler
     assert first_pass_kind(both, MANY_QUERIES) == "float32"
 
 

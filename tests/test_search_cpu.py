@@ -49,7 +49,7 @@ def test_scores_are_the_integer_products_scaled(dim):
     quantised, row_scales, _, _ = quantise_rows(units)
     queries = Queries(query_rows)
     assert quantised.min() == 1 and quantised.max() == 255 and np.abs(queries.bytes).max() == 63
-    library = search_cpu.load_library()
+    library = search_cpu.KERNEL.load()
     expected = _reference(quantised, row_scales, queries)
     previous = torch.get_num_threads()
     try:
@@ -78,9 +78,7 @@ def test_every_build_computes_the_same_scores(tmp_path):
     for index, march in enumerate(marches):
         flags = [flag for flag in native.FLAGS if flag != "-march=native"] + ([march] if march else [])
         (tmp_path / str(index)).mkdir()
-        library = search_cpu.open_library(native.compile_sources(
-            list(compiler), flags, tmp_path / str(index), {search_cpu.SOURCE.name: search_cpu.SOURCE.read_text()},
-            "search_cpu"))
+        library = search_cpu.open_library(search_cpu.KERNEL.compile(list(compiler), flags, tmp_path / str(index)))
         kernels.add(library.coclr_i8_kernel().decode())
         np.testing.assert_array_equal(scores(library, quantised, row_scales, queries), expected, err_msg=march)
     assert "plain" in kernels and (("avx2" in kernels) or "avx2" not in cpu_flags)
@@ -105,7 +103,7 @@ def test_first_pass_scores_are_within_their_bound(kind):
     quantised, row_scales, error, norm = quantise_rows(units)
     queries = Queries(query_units)
     bounds = query_bounds(queries, error, norm)
-    first = scores(search_cpu.load_library(), quantised, row_scales, queries).astype(np.float64)
+    first = scores(search_cpu.KERNEL.load(), quantised, row_scales, queries).astype(np.float64)
     exact = units.astype(np.float64) @ query_units.astype(np.float64).T
     assert (np.abs(first - exact) <= bounds[None, :]).all()
     assert bounds.max() < 0.2
@@ -121,11 +119,11 @@ def test_pair_dots_are_exact(tmp_path):
     mapped = np.load(tmp_path / "rows.npy", mmap_mode="r")
     row = rng.integers(0, 300, 5000)
     query = rng.integers(0, 7, 5000)
-    found = pair_dots(search_cpu.load_library(), mapped, query_units, row, query)
+    found = pair_dots(search_cpu.KERNEL.load(), mapped, query_units, row, query)
     expected = [math.fsum(units[r].astype(np.float64) * query_units[q].astype(np.float64)) for r, q in zip(row, query)]
     np.testing.assert_array_equal(found, expected)
     with pytest.raises(IndexError):
-        pair_dots(search_cpu.load_library(), mapped, query_units, np.array([300]), np.array([0]))
+        pair_dots(search_cpu.KERNEL.load(), mapped, query_units, np.array([300]), np.array([0]))
 
 
 _WITHOUT_TORCH = """

@@ -1,8 +1,8 @@
 """Plain C compiled on first use and kept in a cache: what every C kernel of coclr is built and run with.
 
-The kernels (TV-L1's loops, :mod:`coclr.flow.tvl1_cpu`; the inference max-pool, :mod:`coclr.models.pool_cpu`) are
-plain C files, package data beside their module, loaded with ctypes; no torch headers, so a build takes about a
-second. Nothing is compiled at import.
+The kernels (:data:`KERNELS`: TV-L1's loops, the inference max-pool, the search's int8 pass, the CPU augmentation's
+crop and normalisation) are plain C files, package data beside their module, each a :class:`Kernel` loaded with
+ctypes; no torch headers, so a build takes about a second. Nothing is compiled at import.
 
 * **Compiler**: ``$CC``, sysconfig's ``CC``, ``cc``, ``gcc`` or ``clang`` (:func:`find_compiler`), with
   :data:`FLAGS`: vectorised for this CPU, or for the instruction set PyTorch's capability is limited to
@@ -35,7 +35,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from coclr.atomic import atomic_open
 from coclr.cpu import c_march
@@ -180,26 +180,71 @@ def build_library(stem: str, sources: Mapping[str, str], folder: Path | None = N
 
 Loaded = TypeVar("Loaded")
 
+KERNELS = ("coclr.data.augment_cpu", "coclr.embed.search_cpu", "coclr.flow.tvl1_cpu", "coclr.models.pool_cpu")
+"""The modules that hold a C kernel, each as its ``KERNEL`` (a :class:`Kernel`): the one list the tests (every
+source listed, package data, compiled without a warning) and pyproject's package-data check read."""
 
-def load_once(state: list, lock: threading.Lock, load: Callable[[], Loaded], unavailable: str,
-              warn: bool = True) -> Loaded | None:
-    """What ``load()`` returns (a library built with :func:`build_library` and loaded), called once per process:
-    ``state`` is the caller's one-item list holding it, or the :class:`CompileError` that kept it from loading.
-    None when it failed, with one ``RuntimeWarning``, ``"<unavailable>: <what failed>"``, the first time a caller
-    asks with ``warn`` (a caller that raises instead passes ``warn=False``)."""
-    with lock:
-        if not state:
-            try:
-                state.append(load())
-            except (CompileError, OSError) as error:
-                state.append(error if isinstance(error, CompileError) else CompileError(str(error)))
-        loaded = state[0]
-        if not isinstance(loaded, CompileError):
-            return loaded
-        if warn and not getattr(loaded, "warned", False):
-            loaded.warned = True
-            warnings.warn(f"{unavailable}: {loaded}", RuntimeWarning, stacklevel=3)
-        return None
+
+class Kernel(Generic[Loaded]):
+    """One C kernel of coclr: its source (package data beside its module, plus any files ``generated`` from Python,
+    which it includes), built on first use (:func:`build_library`) and loaded once per process by ``opener`` (which
+    declares the functions' ctypes signatures). :meth:`load` is None when it cannot be built, with one
+    ``RuntimeWarning``, ``"<unavailable>: <what failed>"``."""
+
+    def __init__(self, stem: str, source: Path, opener: Callable[[Path], Loaded], unavailable: str,
+                 generated: Callable[[], Mapping[str, str]] | None = None) -> None:
+        self.stem, self.source, self.opener, self.unavailable = stem, source, opener, unavailable
+        self.generated = generated
+        self._lock = threading.Lock()
+        self._state: list[Loaded | CompileError] = []
+        """the loaded library, or the error that kept it from loading (warned of once); empty until asked for"""
+
+    def sources(self) -> dict[str, str]:
+        """The files compiled, by name: the source first, then the generated files it includes."""
+        return {self.source.name: self.source.read_text(), **(self.generated() if self.generated else {})}
+
+    def build(self, folder: Path | None = None) -> Path:
+        """The compiled library's path (:func:`build_library`; ``folder``: the cache)."""
+        return build_library(self.stem, self.sources(), folder)
+
+    def compile(self, compiler: list[str], flags: Sequence[str], folder: Path) -> Path:
+        """The sources compiled into ``folder`` with ``flags``, uncached (:func:`compile_sources`: the tests)."""
+        return compile_sources(compiler, flags, folder, self.sources(), self.stem)
+
+    def load(self, warn: bool = True) -> Loaded | None:
+        """The loaded library (built on first use), once per process; None when it cannot be, with one warning the
+        first time a caller asks with ``warn`` (a caller that raises instead passes ``warn=False``)."""
+        with self._lock:
+            if not self._state:
+                try:
+                    self._state.append(self.opener(self.build()))
+                except (CompileError, OSError) as error:
+                    self._state.append(error if isinstance(error, CompileError) else CompileError(str(error)))
+            loaded = self._state[0]
+            if not isinstance(loaded, CompileError):
+                return loaded
+            if warn and not getattr(loaded, "warned", False):
+                loaded.warned = True
+                warnings.warn(f"{self.unavailable}: {loaded}", RuntimeWarning, stacklevel=2)
+            return None
+
+    def failure(self) -> CompileError | None:
+        """What kept the library from loading, once :meth:`load` failed; else None."""
+        with self._lock:
+            return self._state[0] if self._state and isinstance(self._state[0], CompileError) else None
+
+    def usable(self) -> bool:
+        """Whether the kernel is to be used here, decided without compiling it: whether it loaded (or failed to)
+        once asked for in this process, else whether a C compiler is found."""
+        with self._lock:
+            if self._state:
+                return not isinstance(self._state[0], CompileError)
+        return find_compiler() is not None
+
+    def forget(self) -> None:
+        """Forget what was loaded, so the next :meth:`load` builds and loads again (tests)."""
+        with self._lock:
+            self._state.clear()
 
 
 _POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}

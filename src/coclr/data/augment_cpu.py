@@ -17,7 +17,6 @@ count.
 from __future__ import annotations
 
 import ctypes
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,22 +27,9 @@ from coclr import native
 CROP_BITS = 11
 """Fixed-point bits of the crops' weights (``COCLR_CROP_BITS`` in the C): positions to 1/2048 pixel."""
 
-SOURCE = Path(__file__).with_name("augment_cpu.c")
-"""The C (package data, installed beside this module)."""
-
-_LOCK = threading.Lock()
-_LIBRARY: list[ctypes.CDLL | native.CompileError] = []
-"""The loaded library, or the error that kept it from loading (warned of once); empty until first asked for."""
-
-
-def build_library(folder: Path | None = None) -> Path:
-    """The compiled source (:func:`coclr.native.build_library`)."""
-    return native.build_library("augment_cpu", {SOURCE.name: SOURCE.read_text()}, folder)
-
-
-def _load(path: Path | None = None) -> ctypes.CDLL:
-    """The library at ``path`` (default: :func:`build_library`'s), its functions' argument types set."""
-    library = ctypes.CDLL(str(path or build_library()))
+def _open(path: Path) -> ctypes.CDLL:
+    """The library at ``path``, its functions' argument types set."""
+    library = ctypes.CDLL(str(path))
     function = library.coclr_rgb_to_planes
     function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
                          ctypes.c_long, ctypes.c_long]
@@ -55,11 +41,9 @@ def _load(path: Path | None = None) -> ctypes.CDLL:
     return library
 
 
-def load_library() -> ctypes.CDLL | None:
-    """The C loops, built and loaded on first use; None, with one warning naming what failed, if it cannot be
-    (:func:`coclr.native.load_once`)."""
-    return native.load_once(_LIBRARY, _LOCK, _load,
-                            "the C augmentation loops are unavailable, NumPy crops and normalises the clips (slower)")
+KERNEL = native.Kernel("augment_cpu", Path(__file__).with_name("augment_cpu.c"), _open,
+                       "the C augmentation loops are unavailable, NumPy crops and normalises the clips (slower)")
+"""The C loops (:class:`coclr.native.Kernel`): built and loaded on first use."""
 
 
 def rgb_to_planes(rgb: np.ndarray, scale: Sequence[float], shift: Sequence[float], out: np.ndarray) -> None:
@@ -78,7 +62,7 @@ def rgb_to_planes(rgb: np.ndarray, scale: Sequence[float], shift: Sequence[float
     scale32, shift32 = np.asarray(scale, np.float32), np.asarray(shift, np.float32)
     if scale32.shape != (3,) or shift32.shape != (3,):
         raise ValueError(f"scale and shift need 3 values each, got {len(scale)} and {len(shift)}")
-    library = load_library()
+    library = KERNEL.load()
     if library is None:
         pixel_rows = rgb.reshape(pixels, 3)
         for channel in range(3):
@@ -118,7 +102,7 @@ def crop_clip(frames: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
     y_top, y_bottom, y_weight = _taps(ys, height)
     first, last = int(y_top[0]), int(y_bottom[-1])
     out = np.empty((steps, len(ys), len(xs), 3), np.uint8)
-    library = load_library()
+    library = KERNEL.load()
     if library is None:
         one = 1 << CROP_BITS
         rows = frames[:, first : last + 1].astype(np.int32)

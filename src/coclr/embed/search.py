@@ -184,7 +184,7 @@ def first_pass_kind(gallery: UnitRows, count: int) -> str:
         else:
             return "bfloat16"
     if gallery.int8 is not None and gallery.units is not None and gallery.dim <= search_cpu.MAX_DIM \
-            and search_cpu.load_library() is not None:
+            and search_cpu.KERNEL.load() is not None:
         return "int8"
     return "float32"
 
@@ -208,7 +208,7 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
     count, k = len(queries), min(k, gallery.count)
     first = first or first_pass_kind(gallery, count)
     many = first == "int8" or count >= MANY_QUERIES  # the C kernels score many candidates exactly, if they load
-    library = search_cpu.load_library(warn=first == "int8") if many else None
+    library = search_cpu.KERNEL.load(warn=first == "int8") if many else None
     if first not in FIRST_PASSES or (first == "bfloat16" and gallery.block16 is None) \
             or (first == "int8" and (gallery.int8 is None or gallery.units is None or library is None
                                      or gallery.dim > search_cpu.MAX_DIM)):

@@ -10,21 +10,18 @@ quantisation errors, and the float32 rounding of the scaling); the exact pass (:
 the candidates, exact in any order) decides, so the answer is the one every first pass gives.
 
 ``search_cpu.c`` (package data) is built on first use by :mod:`coclr.native` for this CPU, or for AVX2 where
-PyTorch's capability is limited to it; :func:`load_library` is None (one warning) when it cannot be built.
+PyTorch's capability is limited to it; :data:`KERNEL`'s ``load()`` is None (one warning) when it cannot be built.
 """
 
 from __future__ import annotations
 
 import ctypes
-import threading
 from pathlib import Path
 
 import numpy as np
 
 from coclr import native
 
-SOURCE = Path(__file__).with_name("search_cpu.c")
-"""The C (package data, installed beside this module)."""
 ALIGN = 64
 """The quantised rows and queries are padded to a multiple of this many bytes (the kernels' step)."""
 ROW_LEVELS = 127
@@ -35,15 +32,6 @@ MAX_DIM = (2 ** 31 - 1) // (255 * QUERY_LEVELS)
 """The longest rows the int32 sums hold (a row's bytes are at most 255): longer ones take the float32 pass."""
 SAFETY = 1.01
 """The bound is computed in float64 from norms rounded to nearest; this factor covers their rounding."""
-
-_LOCK = threading.Lock()
-_LIBRARY: list[ctypes.CDLL | native.CompileError] = []
-
-
-def build_library(folder: Path | None = None) -> Path:
-    """The compiled source (:func:`coclr.native.build_library`)."""
-    return native.build_library("search_cpu", {SOURCE.name: SOURCE.read_text()}, folder)
-
 
 def open_library(path: Path) -> ctypes.CDLL:
     """The compiled kernels at ``path``, with their argument types declared."""
@@ -57,16 +45,15 @@ def open_library(path: Path) -> ctypes.CDLL:
     return library
 
 
-def load_library(warn: bool = True) -> ctypes.CDLL | None:
-    """The C kernels, built and loaded on first use; None if they cannot be, with one warning if ``warn``."""
-    return native.load_once(_LIBRARY, _LOCK, lambda: open_library(build_library()),
-                            "the int8 search kernels are unavailable, the search's first pass multiplies float32 "
-                            "rows (slower)", warn)
+KERNEL = native.Kernel("search_cpu", Path(__file__).with_name("search_cpu.c"), open_library,
+                       "the int8 search kernels are unavailable, the search's first pass multiplies float32 rows "
+                       "(slower)")
+"""The C kernels (:class:`coclr.native.Kernel`): built and loaded on first use."""
 
 
 def kernel() -> str:
     """Which integer kernel the build runs: ``avx512_vnni``, ``avx2`` or ``plain`` (``unavailable`` without C)."""
-    library = load_library()
+    library = KERNEL.load()
     return library.coclr_i8_kernel().decode() if library is not None else "unavailable"
 
 

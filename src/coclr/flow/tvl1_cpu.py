@@ -9,7 +9,7 @@ gradient and dual projection, so each array is read and written about once per i
 * **Plain C, compiled on first use** (:mod:`coclr.native`: the compiler, flags, cache and its fallback):
   ``tvl1_cpu.c`` beside this module (package data), with the medians' ``tvl1_median.h`` generated beside it in the
   build folder, loaded with ctypes on float32 contiguous buffers. Nothing is compiled at import, nor to decide
-  whether the loops are used (:func:`compiler_available`). Under ``ATEN_CPU_CAPABILITY=avx2`` the loops are
+  whether the loops are used (``KERNEL.usable()``). Under ``ATEN_CPU_CAPABILITY=avx2`` the loops are
   compiled for AVX2 (:func:`coclr.cpu.c_march`).
 * **Fallback.** No compiler, or a failed compile: one warning naming what failed, and ``kernels="auto"`` runs the
   PyTorch operations (``kernels="c"`` raises instead).
@@ -108,23 +108,13 @@ def median_header() -> str:
             + generated + "\n" + _dispatch_source())
 
 
-def c_sources() -> dict[str, str]:
-    """The files compiled, by name: :data:`SOURCE` and the generated :data:`MEDIAN_HEADER` it includes."""
-    return {SOURCE.name: SOURCE.read_text(), MEDIAN_HEADER: median_header()}
+def generated_sources() -> dict[str, str]:
+    """The files generated for the C source to include, by name: :data:`MEDIAN_HEADER`."""
+    return {MEDIAN_HEADER: median_header()}
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# compiling and loading (coclr.native)
-
-
-def build_library(folder: Path | None = None) -> Path:
-    """The compiled loops (:func:`coclr.native.build_library` of :func:`c_sources`)."""
-    return native.build_library("tvl1_cpu", c_sources(), folder)
-
-
-def compile_sources(compiler: list[str], flags: Sequence[str], folder: Path) -> Path:
-    """:func:`c_sources` compiled into ``folder`` with ``flags`` (:func:`coclr.native.compile_sources`)."""
-    return native.compile_sources(compiler, flags, folder, c_sources(), "tvl1_cpu")
+# loading (coclr.native)
 
 
 _FLOAT_P = ctypes.c_void_p
@@ -148,26 +138,11 @@ class Library:
         self.median.restype = ctypes.c_int
 
 
-_LOCK = threading.Lock()
-_LIBRARY: list[Library | CompileError] = []
-"""The loaded library, or the error that kept it from loading (warned of once); empty until first asked for."""
-
-
-def load_library(warn: bool = True) -> Library | None:
-    """The C kernels, built and loaded on first use; None if they cannot be, with one warning naming what failed
-    (unless ``warn`` is false: a caller that raises instead, :func:`c_passes`; :func:`coclr.native.load_once`)."""
-    return native.load_once(_LIBRARY, _LOCK, lambda: Library(build_library()),
-                            "TV-L1 C kernels unavailable, CPU flow runs without them (slower)", warn)
-
-
-def compiler_available() -> bool:
-    """Whether the C loops are to be used here, decided without compiling them: whether they loaded (or failed to)
-    once asked for in this process, else whether a C compiler is found (a compiler that then fails leaves
-    ``kernels="auto"`` on PyTorch operations, with a warning)."""
-    with _LOCK:
-        if _LIBRARY:
-            return isinstance(_LIBRARY[0], Library)
-    return native.find_compiler() is not None
+KERNEL = native.Kernel("tvl1_cpu", SOURCE, Library, "TV-L1 C kernels unavailable, CPU flow runs without them "
+                       "(slower)", generated_sources)
+"""The C loops (:class:`coclr.native.Kernel`): built and loaded on first use; ``KERNEL.usable()`` says, without
+compiling them, whether they are to be used here (a compiler that then fails leaves ``kernels="auto"`` on PyTorch
+operations, with a warning)."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -263,7 +238,7 @@ class CPasses:
 def c_passes(required: bool = False, stop: threading.Event | None = None) -> CPasses | None:
     """:class:`CPasses` (stopped by ``stop``) if the C kernels build here; else None (``required``: raise
     :class:`CompileError`)."""
-    library = load_library(warn=not required)
+    library = KERNEL.load(warn=not required)
     if library is None and required:
-        raise CompileError(f"the C loops cannot be built here: {_LIBRARY[0]}")
+        raise CompileError(f"the C loops cannot be built here: {KERNEL.failure()}")
     return None if library is None else CPasses(library, stop)

@@ -13,7 +13,6 @@ count, the split and the path change nothing.
 from __future__ import annotations
 
 import ctypes
-import threading
 from pathlib import Path
 
 import torch
@@ -22,21 +21,9 @@ from torch import nn
 
 from coclr import native
 
-SOURCE = Path(__file__).with_name("pool_cpu.c")
-"""The C (package data, installed beside this module)."""
 
-_LOCK = threading.Lock()
-_LIBRARY: list[ctypes.CDLL | native.CompileError] = []
-"""The loaded library, or the error that kept it from loading (warned of once); empty until first asked for."""
-
-
-def build_library(folder: Path | None = None) -> Path:
-    """The compiled source (:func:`coclr.native.build_library`)."""
-    return native.build_library("pool_cpu", {SOURCE.name: SOURCE.read_text()}, folder)
-
-
-def _load() -> ctypes.CDLL:
-    library = ctypes.CDLL(str(build_library()))
+def _open(path: Path) -> ctypes.CDLL:
+    library = ctypes.CDLL(str(path))
     function = library.coclr_max_pool3d
     function.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 3 + [ctypes.c_long] + [ctypes.c_int] * 12 + \
         [ctypes.c_long] * 2
@@ -44,11 +31,9 @@ def _load() -> ctypes.CDLL:
     return library
 
 
-def load_library() -> ctypes.CDLL | None:
-    """The C max-pool, built and loaded on first use; None, with one warning naming what failed, if it cannot be
-    (:func:`coclr.native.load_once`)."""
-    return native.load_once(_LIBRARY, _LOCK, _load,
-                            "the C max-pool is unavailable, inference pools with PyTorch (slower)")
+KERNEL = native.Kernel("pool_cpu", Path(__file__).with_name("pool_cpu.c"), _open,
+                       "the C max-pool is unavailable, inference pools with PyTorch (slower)")
+"""The C max-pool (:class:`coclr.native.Kernel`): built and loaded on first use."""
 
 
 def _triple(value: int | tuple[int, ...]) -> tuple[int, int, int]:
@@ -58,7 +43,7 @@ def _triple(value: int | tuple[int, ...]) -> tuple[int, int, int]:
 def max_pool3d(x: torch.Tensor, kernel_size, stride, padding) -> torch.Tensor:
     """``F.max_pool3d(x, kernel_size, stride, padding)`` (no dilation, no ceil mode) of a float32 CPU tensor
     ``[N, C, T, H, W]`` in plain C when it can be built; the output is channels-last 3D, the values the same."""
-    library = load_library()
+    library = KERNEL.load()
     if library is None:
         return F.max_pool3d(x, kernel_size, stride, padding)
     kernel, step, pad = _triple(kernel_size), _triple(stride), _triple(padding)

@@ -41,7 +41,7 @@ from coclr.errors import ConfigError, DataError
 from coclr.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
 from coclr.flow.opencv import opencv_dis, opencv_tvl1
 from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
-from coclr.flow.tvl1_cpu import compiler_available
+from coclr.flow.tvl1_cpu import KERNEL as TVL1_KERNEL
 from coclr.runfolder import check_output_folder
 from coclr.store.clipstore import ClipStore, check_view_name
 from coclr.store.flow_pipeline import FlowPipeline
@@ -99,7 +99,7 @@ def resolve_backend(name: str, device: str | None = None, mode: str = "exact", k
     same command keeps its meaning; otherwise it picks ``tvl1-torch`` when ``device`` is a CUDA device (or None
     and CUDA is available), when ``mode`` is ``fast``, when ``kernels`` names the fused ones (``c``, ``triton``:
     they must then run, or the job is refused), or on the CPU when a C compiler for its fused loops is found
-    (decided without compiling them: :func:`~coclr.flow.tvl1_cpu.compiler_available`) and ``kernels`` allows
+    (decided without compiling them: ``coclr.flow.tvl1_cpu.KERNEL.usable()``) and ``kernels`` allows
     them (several times OpenCV's speed: docs/performance.md); otherwise OpenCV's ``tvl1``.
     Under torchrun, ``cuda`` means the process's own GPU (``cuda:LOCAL_RANK``). Raises :class:`ConfigError` for an
     unknown backend, an unusable device or a mode the backend lacks.
@@ -113,7 +113,7 @@ def resolve_backend(name: str, device: str | None = None, mode: str = "exact", k
         elif mode == "fast" or kernels in ("c", "triton") or pick_device(device).type == "cuda":
             name = "tvl1-torch"  # fused kernels asked for by name: refused before any video if they cannot run
         else:  # PyTorch operations on the CPU are slower than OpenCV
-            name = "tvl1-torch" if kernels == "auto" and compiler_available() else "tvl1"
+            name = "tvl1-torch" if kernels == "auto" and TVL1_KERNEL.usable() else "tvl1"
     if mode != "exact" and name != "tvl1-torch":
         raise ConfigError(f"mode: the {mode} mode is computed by the tvl1-torch backend only, not by {name}")
     backend = BACKENDS[name]
