@@ -52,14 +52,16 @@ OWNER_RECORDS = {"store.json": ("coclr-clip-store", "data store"), "embed.json":
 command); ``run.json`` names its command itself. (``coclr.store.clipstore`` and ``coclr.embed.output`` write them.)"""
 NESTED: dict[str, tuple[str, ...]] = {
     "study": ("pretrain", "pipeline", "finetune", "eval", "report", "data store", "flow", "feature cache"),
-    "learn": ("data store", "flow", "pipeline", "pretrain", "embed"),
+    "learn": ("data store", "flow", "pipeline", "pretrain", "embed", "curate"),
+    "curate": ("embed",),
     "pipeline": ("pretrain",),
     "report": ("feature cache",),
     "data store": ("flow",),
 }
 """The outputs a command's folder may hold, by command: the study runs its stages, evaluations and store inside its
 folder, learn its store, pipeline and embeddings, a pipeline its stages, a report keeps its feature cache, a store has
-its flow views. Any other output inside a command's folder is refused (:func:`check_place`)."""
+its flow views, curate the embedding of its altered copies. Any other output inside a command's folder is refused
+(:func:`check_place`)."""
 BOOKKEEPING = (LOCK_FILE, ".lock_*", f"*{PARTIAL_SUFFIX}")
 """Names of coclr's own bookkeeping files (locks, temporary files of atomic writes), found in any folder it writes:
 never counted as files a command did not write."""

@@ -35,3 +35,32 @@ def add_clip_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None
                         "process)")
     parser.add_argument("--device", help=f"{scope}torch device (default: cuda when available, else cpu)")
     parser.add_argument("--amp", action="store_true", help=f"{scope}run the network under autocast")
+
+
+def add_option_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
+    """One ``--flag`` per field of the dataclass ``config_class`` (``--name-with-dashes``), its type, help and
+    default taken from the field (:func:`coclr.config.option`): the options are declared once, in the library.
+    :func:`options_from_flags` builds the dataclass back from the parsed arguments."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(config_class)
+    for field in dataclasses.fields(config_class):
+        kind = hints[field.name]
+        base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
+        flag = "--" + field.name.replace("_", "-")
+        text = f"{field.metadata.get('help', '')} (default {field.default!r})".replace("%", "%%")
+        if base is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            parser.add_argument(flag, type=base, default=None, help=text,
+                                metavar=field.name.upper())
+
+
+def options_from_flags(config_class: type, args: argparse.Namespace):
+    """The dataclass ``config_class`` with the flags :func:`add_option_flags` added that were given."""
+    import dataclasses
+
+    given = {field.name: getattr(args, field.name) for field in dataclasses.fields(config_class)
+             if getattr(args, field.name, None) is not None}
+    return config_class(**given)

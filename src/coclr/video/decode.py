@@ -458,10 +458,10 @@ def decode_frames_at(path: str | Path, indices: Sequence[int], short_side: int |
     return np.stack([kept.get(int(i), last) for i in indices])
 
 
-def write_mp4(path: str | Path, frames: np.ndarray, fps: float, codec: str = "libx264") -> Path:
-    """Encode ``uint8 [N, H, W, 3]`` RGB frames as an MP4 file (``yuv420p``; H.264 at CRF 18 by default, which
-    needs even sizes), for test and benchmark videos. Raises :class:`VideoDecodeError` naming the file when FFmpeg
-    cannot encode it."""
+def write_mp4(path: str | Path, frames: np.ndarray, fps: float, codec: str = "libx264", crf: int = 18) -> Path:
+    """Encode ``uint8 [N, H, W, 3]`` RGB frames as an MP4 file (``yuv420p``; H.264 at CRF ``crf``, 18 by default,
+    which needs even sizes), for test and benchmark videos and altered copies. Raises :class:`VideoDecodeError`
+    naming the file when FFmpeg cannot encode it."""
     import av  # noqa: PLC0415 (optional)
 
     path = Path(path)
@@ -470,7 +470,7 @@ def write_mp4(path: str | Path, frames: np.ndarray, fps: float, codec: str = "li
             stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
             stream.width, stream.height = frames.shape[2], frames.shape[1]
             stream.pix_fmt = "yuv420p"
-            stream.options = {"crf": "18"} if codec == "libx264" else {}
+            stream.options = {"crf": str(crf)} if codec == "libx264" else {}
             for frame in frames:
                 for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
                     container.mux(packet)

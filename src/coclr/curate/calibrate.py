@@ -1,0 +1,125 @@
+"""The duplicate threshold calibrated on altered copies of the user's own videos.
+
+A few videos of the folder (spread over it) are altered as duplicates in the wild are (:mod:`coclr.curate.alter`),
+each copy is embedded exactly as the folder was (the checkpoints and settings its ``embed.json`` records, into a
+``coclr embed`` folder of their own, so an interrupted calibration continues), and each copy's similarity to its
+original is a positive; every video's similarity to its nearest other video is a negative. The threshold is the one
+that separates them best (:func:`coclr.curate.groups.calibrated_threshold`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coclr.atomic import file_sha256
+from coclr.curate.alter import ALTERATIONS, write_altered
+from coclr.embed.output import Embeddings
+from coclr.errors import ConfigError
+
+FOLDER = "calibration"
+"""The curate folder's subfolder of altered copies (``videos/``) and their embeddings (``embeddings/``)."""
+MAX_FRAMES = 300
+"""A longer video's first this many frames are altered (and compared with its own vector: the copy is a part)."""
+
+
+def sample_rows(embeddings: Embeddings, count: int, stale: set[int]) -> list[int]:
+    """Up to ``count`` video rows spread evenly over the folder, of files unchanged since they were embedded."""
+    usable = [row for row in range(len(embeddings.videos)) if row not in stale]
+    if not usable or count <= 0:
+        return []
+    picked = np.unique(np.linspace(0, len(usable) - 1, min(count, len(usable))).round().astype(int))
+    return [usable[i] for i in picked]
+
+
+def folder_encoder(embeddings: Embeddings, device: str | None, workers: int | None):
+    """An :class:`~coclr.embed.embedder.Embedder` that embeds as the folder did (its checkpoints, unchanged since:
+    their sha256 is checked, and its settings); refused in one line when a checkpoint is gone or changed."""
+    from coclr.embed.embedder import Embedder  # noqa: PLC0415 (heavy: torch)
+
+    record = embeddings.record
+    files = {}
+    for key in ("checkpoint", "flow_checkpoint"):
+        entry = record.get(key)
+        if not entry:
+            continue
+        path = Path(entry["path"])
+        if not path.is_file() or file_sha256(path) != entry["sha256"]:
+            raise ConfigError(f"{embeddings.root}: its encoder {path} is gone or changed since it embedded the videos, "
+                              "so altered copies cannot be embedded alike; give --threshold, or --calibrate 0 for the "
+                              "distribution rule")
+        files[key] = path
+    settings = {key: value for key, value in record["settings"].items() if not key.endswith("_sha256")}
+    return Embedder(files["checkpoint"], device=device, flow_checkpoint=files.get("flow_checkpoint"),
+                    workers=workers, **settings)
+
+
+def altered_copies(embeddings: Embeddings, rows: list[int], out: Path) -> list[tuple[int, str, Path]]:
+    """Each sampled video's altered copies in ``out/videos`` (written once; a copy already there is kept): (row,
+    alteration, path) of every copy made; a video that cannot be read is skipped."""
+    from coclr.video.decode import VideoReader  # noqa: PLC0415 (heavy: av)
+
+    folder = out / "videos"
+    folder.mkdir(parents=True, exist_ok=True)
+    copies = []
+    for row in rows:
+        path = embeddings.video_records[row]["path"]
+        names = {name: folder / f"{row:07d}_{name.replace('+', '_')}.mp4" for name in ALTERATIONS}
+        if not all(target.is_file() for target in names.values()):
+            try:
+                with VideoReader(path) as reader:
+                    kept = []
+                    for frame in reader:
+                        kept.append(frame)
+                        if len(kept) == MAX_FRAMES:
+                            break
+                    fps = reader.fps
+                frames = np.stack(kept)
+            except Exception:  # an unreadable original: not a calibration sample
+                continue
+            if len(frames) < 2 or min(frames.shape[1:3]) < 8:
+                continue
+            for name, target in names.items():
+                if not target.is_file():
+                    write_altered(frames, fps, name, target)
+        copies += [(row, name, target) for name, target in names.items()]
+    return copies
+
+
+def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None, nearest: np.ndarray, count: int,
+              out: Path,
+              device: str | None = None, workers: int | None = None, stale: set[int] | None = None,
+              show: bool = True) -> dict[str, Any]:
+    """The calibrated threshold and what it rests on: ``count`` videos' altered copies embedded into
+    ``out/embeddings`` (``units``: the folder's video vectors, centred by ``mean`` and of unit length, as the copies'
+    are then compared; ``nearest``: each video's similarity to its nearest other). Returns ``{"threshold", "rule",
+    "positives": {alteration: [similarities]}, "videos"}``; with no usable copy, the caller's distribution rule
+    applies (``threshold`` None)."""
+    from coclr.curate.groups import calibrated_threshold  # noqa: PLC0415
+    from coclr.embed.run import embed_videos  # noqa: PLC0415 (heavy: torch)
+
+    out.mkdir(parents=True, exist_ok=True)
+    rows = sample_rows(embeddings, count, stale or set())
+    copies = altered_copies(embeddings, rows, out)
+    if not copies:
+        return {"threshold": None, "rule": "no video could be altered", "positives": {}, "videos": 0}
+    encoder = folder_encoder(embeddings, device, workers)
+    embed_videos([str(path) for _, _, path in copies], out / "embeddings", encoder, progress=show)
+    copied = Embeddings(out / "embeddings")
+    positives: dict[str, list[float]] = {}
+    for row, name, path in copies:
+        found = copied.row_of(path)
+        if found is None:  # a copy that failed to embed is listed in its folder's failed.jsonl
+            continue
+        vector = np.asarray(copied.videos[found], np.float64) - (0.0 if mean is None else mean)
+        positives.setdefault(name, []).append(float(vector @ units[row] / max(np.linalg.norm(vector), 1e-12)))
+    values = np.concatenate([np.asarray(v) for v in positives.values()]) if positives else np.empty(0)
+    if not len(values):
+        return {"threshold": None, "rule": "no altered copy could be embedded", "positives": {}, "videos": 0}
+    threshold = calibrated_threshold(values, nearest)
+    return {"threshold": threshold, "positives": positives, "videos": len({row for row, _, _ in copies}),
+            "rule": f"calibrated: the similarity that best separates {len(values)} altered copies of "
+                    f"{len({row for row, _, _ in copies})} of these videos from each video's nearest other "
+                    f"(Youden's J)"}

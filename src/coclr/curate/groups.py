@@ -1,0 +1,132 @@
+"""Near-duplicate groups, outlier scores and the duplicate threshold: small pure functions on a neighbour graph.
+
+The graph is each row's ``k`` nearest other rows by cosine similarity (:func:`coclr.curate.graph.neighbour_graph`).
+Two videos are near-duplicates when their similarity reaches the threshold; a group is a connected set of such pairs
+(union-find), so a chain of re-encodes of one take falls into one group. A video's outlier score is one minus the
+mean similarity of its ``k`` nearest others: how far it lies from every part of the collection (a kNN distance,
+which needs no parameter beyond ``k`` and no assumption on the shape of the groups).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+OUTLIER_K = 10
+"""Neighbours the outlier score averages over."""
+FALLBACK_RANGE = (0.80, 0.99)
+"""Where the distribution rule's threshold is kept (:func:`distribution_threshold`)."""
+
+
+def duplicate_groups(scores: np.ndarray, neighbours: np.ndarray, threshold: float) -> list[list[int]]:
+    """The groups (each a sorted list of rows, at least two; groups sorted by their first row) that pairs of rows
+    with similarity at least ``threshold`` join, from ``scores``/``neighbours`` ``[N, k]`` (each row's nearest
+    others, -1 for none)."""
+    count = len(scores)
+    parent = np.arange(count)
+
+    def root(node: int) -> int:
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return int(node)
+
+    rows, columns = np.nonzero((scores >= threshold) & (neighbours >= 0))
+    for row, other in zip(rows, neighbours[rows, columns]):
+        a, b = root(int(row)), root(int(other))
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    members: dict[int, list[int]] = {}
+    for row in np.unique(np.concatenate([rows, neighbours[rows, columns]])) if len(rows) else []:
+        members.setdefault(root(int(row)), []).append(int(row))
+    return sorted((sorted(group) for group in members.values() if len(group) > 1), key=lambda group: group[0])
+
+
+def best_match(scores: np.ndarray, neighbours: np.ndarray, group: list[int]) -> dict[int, float]:
+    """For each row of ``group``, its highest similarity to another member among its nearest (the CSV's
+    ``similarity``)."""
+    inside = set(group)
+    found = {}
+    for row in group:
+        matches = [float(score) for score, other in zip(scores[row], neighbours[row]) if int(other) in inside]
+        found[row] = max(matches) if matches else float("nan")
+    return found
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """Where two videos share a part: the seconds of each (first window's start to last window's end) and the
+    highest similarity of their matching windows."""
+
+    video: int
+    other: int
+    start: float
+    end: float
+    other_start: float
+    other_end: float
+    similarity: float
+
+
+def matching_stretches(scores: np.ndarray, neighbours: np.ndarray, window_video: np.ndarray, starts: np.ndarray,
+                       ends: np.ndarray, threshold: float, whole: set[tuple[int, int]]) -> list[Stretch]:
+    """The stretches two videos share where only part of one repeats: the window pairs of different videos whose
+    similarity reaches ``threshold`` (``scores``/``neighbours`` ``[M, k]`` over windows; ``window_video`` each
+    window's video row, ``starts``/``ends`` its seconds), gathered per pair of videos that is not already a
+    whole-video duplicate (``whole``: pairs ``(a, b)``, ``a < b``); one stretch per pair, ``video < other``."""
+    rows, columns = np.nonzero((scores >= threshold) & (neighbours >= 0))
+    found: dict[tuple[int, int], list[tuple[int, int, float]]] = {}
+    for row, column in zip(rows, columns):
+        other = int(neighbours[row, column])
+        a, b = int(window_video[row]), int(window_video[other])
+        if a == b:
+            continue
+        first, second = (int(row), other) if a < b else (other, int(row))
+        pair = (min(a, b), max(a, b))
+        if pair not in whole:
+            found.setdefault(pair, []).append((first, second, float(scores[row, column])))
+    stretches = []
+    for (a, b), matches in sorted(found.items()):
+        mine = np.array([m[0] for m in matches])
+        theirs = np.array([m[1] for m in matches])
+        stretches.append(Stretch(a, b, float(starts[mine].min()), float(ends[mine].max()),
+                                 float(starts[theirs].min()), float(ends[theirs].max()),
+                                 max(m[2] for m in matches)))
+    return stretches
+
+
+def outlier_scores(scores: np.ndarray, k: int = OUTLIER_K) -> np.ndarray:
+    """Each row's outlier score: one minus the mean similarity of its ``k`` nearest others (``scores [N, >= k]``,
+    best first; fewer columns: all of them)."""
+    return 1.0 - np.asarray(scores[:, :k], np.float64).mean(axis=1)
+
+
+def outlier_ranking(outliers: np.ndarray) -> np.ndarray:
+    """The rows, most unlike the rest first (ties to the lower row)."""
+    return np.lexsort((np.arange(len(outliers)), -outliers))
+
+
+def calibrated_threshold(positives: np.ndarray, negatives: np.ndarray) -> float:
+    """The similarity that best separates altered copies of a video from it (``positives``: each copy's similarity
+    to its original) from other videos (``negatives``: each video's similarity to its nearest other video):
+    Youden's J (recall of the copies minus the share of videos whose nearest other passes) at its best, the
+    midpoint of the best interval between two observed values."""
+    positives, negatives = np.sort(np.asarray(positives, np.float64)), np.sort(np.asarray(negatives, np.float64))
+    values = np.unique(np.concatenate([positives, negatives]))
+    candidates = np.concatenate([values, [np.nextafter(values[-1], np.inf)]])
+    recall = 1.0 - np.searchsorted(positives, candidates, side="left") / max(1, len(positives))
+    passed = 1.0 - np.searchsorted(negatives, candidates, side="left") / max(1, len(negatives))
+    gain = recall - passed
+    best = np.flatnonzero(gain == gain.max())
+    first, last = best[0], best[-1]
+    low = values[first - 1] if first > 0 else candidates[first] - 1e-3
+    high = candidates[last]  # thresholds in (low, high] all give the best J
+    return float(np.clip((low + high) / 2, -1.0, 1.0))
+
+
+def distribution_threshold(nearest: np.ndarray) -> float:
+    """The threshold without altered copies: an outer fence of the nearest-other similarities (the third quartile
+    plus three interquartile ranges, as a boxplot's far outliers), kept within :data:`FALLBACK_RANGE`: a pair far
+    more alike than a video usually is with its nearest other."""
+    q1, q3 = np.percentile(np.asarray(nearest, np.float64), [25, 75])
+    return float(np.clip(q3 + 3 * (q3 - q1), *FALLBACK_RANGE))

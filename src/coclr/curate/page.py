@@ -1,0 +1,183 @@
+"""``DIR/index.html`` of ``coclr curate``: a map of every video, its duplicate groups and its outliers, offline.
+
+The page is three files beside each other, no network: ``index.html`` (the page and its script), ``data.js`` (the
+collection as one JSON object: names, points, colour groups, each video's nearest, the duplicate groups and the
+outliers) and ``thumbs/<row>.gif`` (animated thumbnails, loaded only when a point is hovered or a list entry shown).
+The map is a canvas: every point drawn each frame (a hundred thousand take a few milliseconds), dragged to pan,
+wheeled to zoom. Hovering a point shows its name and thumbnail; clicking it lists its nearest videos and marks them;
+clicking a duplicate group or an outlier marks its points. Every name reaches the page as JSON data and is shown
+as text (``textContent``), never as markup; the JSON has ``<`` escaped, so no name ends a script.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from coclr.atomic import atomic_write_text
+
+PAGE = "index.html"
+DATA = "data.js"
+THUMBS = "thumbs"
+COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
+           "#aec7e8")
+"""The colour groups' colours (group 0 first)."""
+MARK = "#d62728"
+"""The colour of marked points (a chosen group, outlier or neighbours)."""
+
+STYLE = """
+body { font-family: sans-serif; margin: 0; color: #222; height: 100vh; display: flex; flex-direction: column; }
+header { padding: 8px 12px; border-bottom: 1px solid #ddd; } header h1 { font-size: 17px; margin: 0 0 4px; }
+header p { font-size: 12px; color: #555; margin: 0; }
+main { display: flex; flex: 1; min-height: 0; }
+#map { flex: 1; position: relative; } canvas { width: 100%; height: 100%; display: block; cursor: grab; }
+aside { width: 360px; overflow-y: auto; border-left: 1px solid #ddd; padding: 0 10px; font-size: 12px; }
+aside h2 { font-size: 14px; } aside li { cursor: pointer; margin: 2px 0; } aside li:hover { background: #f0f0f0; }
+aside li.chosen { background: #fde0dc; } ul { padding-left: 18px; } .path { word-break: break-all; }
+#tip { position: absolute; pointer-events: none; background: #fff; border: 1px solid #999; padding: 4px;
+  font-size: 11px; display: none; max-width: 260px; } #tip img { display: block; max-width: 250px; }
+"""
+
+SCRIPT = r"""
+(function () {
+  const D = window.CURATE;
+  const N = D.names.length;
+  const canvas = document.getElementById('canvas');
+  const tip = document.getElementById('tip');
+  const tipName = document.getElementById('tip-name');
+  const tipImage = document.getElementById('tip-image');
+  const ctx = canvas.getContext('2d');
+  const view = {scale: 1, x: 0, y: 0, marked: [], hover: -1};
+  window.curateView = view;
+  const pad = 20;
+  function size() {
+    canvas.width = canvas.clientWidth * devicePixelRatio;
+    canvas.height = canvas.clientHeight * devicePixelRatio;
+  }
+  view.toScreen = function (row) {  // CSS pixels within the canvas
+    const w = canvas.clientWidth - 2 * pad, h = canvas.clientHeight - 2 * pad;
+    return [pad + (D.points[2 * row] * w) * view.scale + view.x,
+            pad + (D.points[2 * row + 1] * h) * view.scale + view.y];
+  };
+  function draw() {
+    const base = N > 20000 ? 2 : N > 2000 ? 3 : 6;
+    const r = devicePixelRatio, dot = Math.max(2, Math.min(12, base * Math.sqrt(view.scale))) * r;
+    ctx.clearRect(0, 0, canvas.width, canvas.height);
+    for (let i = 0; i < N; i++) {
+      const p = view.toScreen(i);
+      ctx.fillStyle = D.colours[D.groups[i] % D.colours.length];
+      ctx.fillRect(p[0] * r - dot / 2, p[1] * r - dot / 2, dot, dot);
+    }
+    ctx.fillStyle = D.mark; ctx.strokeStyle = '#000';
+    for (const i of view.marked) {
+      const p = view.toScreen(i);
+      ctx.beginPath(); ctx.arc(p[0] * r, p[1] * r, dot * 1.6, 0, 2 * Math.PI); ctx.fill(); ctx.stroke();
+    }
+  }
+  view.draw = draw;
+  function nearestPoint(x, y) {
+    let best = -1, bestDistance = 100;  // within 10 px
+    for (let i = 0; i < N; i++) {
+      const p = view.toScreen(i), d = (p[0] - x) ** 2 + (p[1] - y) ** 2;
+      if (d < bestDistance) { best = i; bestDistance = d; }
+    }
+    return best;
+  }
+  function showTip(row, x, y) {
+    view.hover = row;
+    if (row < 0) { tip.style.display = 'none'; return; }
+    tipName.textContent = D.names[row];
+    if (D.thumbs[row]) { tipImage.src = D.thumbs[row]; tipImage.style.display = 'block'; }
+    else { tipImage.removeAttribute('src'); tipImage.style.display = 'none'; }
+    tip.style.left = (x + 14) + 'px'; tip.style.top = (y + 14) + 'px'; tip.style.display = 'block';
+  }
+  view.showTip = showTip;
+  function mark(rows, entry) {
+    view.marked = rows;
+    document.querySelectorAll('aside li.chosen').forEach(e => e.classList.remove('chosen'));
+    if (entry) entry.classList.add('chosen');
+    draw();
+  }
+  view.mark = mark;
+  function listItem(list, text, rows, title) {
+    const item = document.createElement('li');
+    item.textContent = text;
+    if (title) item.title = title;
+    item.addEventListener('click', () => mark(rows, item));
+    list.appendChild(item);
+    return item;
+  }
+  function chooseVideo(row) {
+    const list = document.getElementById('chosen');
+    list.textContent = '';
+    const head = document.createElement('li');
+    head.textContent = D.names[row] + ' (chosen)';
+    head.className = 'path';
+    list.appendChild(head);
+    const rows = [row];
+    for (const [other, score] of D.nearest[row]) {
+      listItem(list, score.toFixed(3) + '  ' + D.names[other], [row, other], D.names[other]).className = 'path';
+      rows.push(other);
+    }
+    mark(rows, head);
+  }
+  view.chooseVideo = chooseVideo;
+  const groups = document.getElementById('duplicates');
+  D.duplicates.forEach((group, number) => {
+    const text = 'group ' + (number + 1) + ': ' + group.members.length + ' videos' +
+      (group.kind === 'partial' ? ' (a shared stretch)' : '') + ', similarity ' + group.similarity.toFixed(3) +
+      ': ' + group.members.map(row => D.names[row]).join(', ');
+    listItem(groups, text, group.members).className = 'path';
+  });
+  if (!D.duplicates.length) groups.textContent = 'none at this threshold';
+  const outliers = document.getElementById('outliers');
+  for (const [row, score] of D.outliers) {
+    listItem(outliers, score.toFixed(3) + '  ' + D.names[row], [row]).className = 'path';
+  }
+  let drag = null;
+  canvas.addEventListener('mousedown', e => { drag = [e.offsetX, e.offsetY, view.x, view.y, false]; });
+  window.addEventListener('mouseup', e => {
+    if (drag && !drag[4]) { const row = nearestPoint(drag[0], drag[1]); if (row >= 0) chooseVideo(row); }
+    drag = null; canvas.style.cursor = 'grab';
+  });
+  canvas.addEventListener('mousemove', e => {
+    if (drag) {
+      const dx = e.offsetX - drag[0], dy = e.offsetY - drag[1];
+      if (Math.abs(dx) + Math.abs(dy) > 3) { drag[4] = true; canvas.style.cursor = 'grabbing'; }
+      if (drag[4]) { view.x = drag[2] + dx; view.y = drag[3] + dy; draw(); }
+      return;
+    }
+    showTip(nearestPoint(e.offsetX, e.offsetY), e.offsetX, e.offsetY);
+  });
+  canvas.addEventListener('mouseleave', () => showTip(-1, 0, 0));
+  canvas.addEventListener('wheel', e => {
+    e.preventDefault();
+    const factor = Math.exp(-e.deltaY / 500), x = e.offsetX, y = e.offsetY;
+    view.x = x - (x - view.x) * factor; view.y = y - (y - view.y) * factor; view.scale *= factor;
+    draw();
+  }, {passive: false});
+  window.addEventListener('resize', () => { size(); draw(); });
+  size(); draw();
+  document.body.dataset.ready = 'yes';
+})();
+"""
+
+
+def write_page(out: Path, title: str, summary: list[str], data: dict[str, Any]) -> Path:
+    """Write ``out/index.html`` and ``out/data.js`` (``data``: see the module docstring; ``summary``: lines shown
+    under the title) atomically; the thumbnails are written apart (``out/thumbs``)."""
+    payload = json.dumps({**data, "colours": list(COLOURS), "mark": MARK}, separators=(",", ":"))
+    payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    atomic_write_text(out / DATA, f"window.CURATE = {payload};\n")
+    lines = "".join(f"<p>{html.escape(line)}</p>" for line in summary)
+    page = (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f"<style>{STYLE}</style></head><body><header><h1>{html.escape(title)}</h1>{lines}</header>"
+            '<main><div id="map"><canvas id="canvas" aria-label="map of every video"></canvas>'
+            '<div id="tip"><span id="tip-name" class="path"></span><img id="tip-image" alt="thumbnail"></div></div>'
+            "<aside><h2>Chosen video and its nearest</h2><ul id=\"chosen\"><li>click a point</li></ul>"
+            '<h2>Near-duplicate groups</h2><ul id="duplicates"></ul>'
+            '<h2>Outliers (most unlike the rest first)</h2><ul id="outliers"></ul></aside></main>'
+            f'<script src="{DATA}"></script><script>{SCRIPT}</script></body></html>\n')
+    return atomic_write_text(out / PAGE, page)

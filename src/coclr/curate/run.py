@@ -1,0 +1,308 @@
+"""``coclr curate EMBED_DIR --out DIR``: near-duplicates, outliers and a map of a ``coclr embed`` folder.
+
+What it writes into ``DIR``:
+
+- ``duplicates.csv``: ``group,path,similarity,kind,start,end``: each near-duplicate group's videos (``kind``
+  ``whole``: the videos' vectors reach the threshold, ``similarity`` a video's highest to another member), then the
+  pairs of videos that share only a stretch (``kind`` ``partial``: windows of the two reach it; ``start`` and
+  ``end``, in seconds, the stretch of each video).
+- ``outliers.csv``: ``rank,path,score``: every video, most unlike the rest first; the score is one minus the mean
+  similarity of its :data:`~coclr.curate.groups.OUTLIER_K` nearest others (a kNN distance).
+- ``index.html`` with ``data.js`` and ``thumbs/``: the map (:mod:`coclr.curate.page`).
+- ``curate.json``: the threshold and the rule that chose it, the counts, the seconds of each part.
+- ``calibration/``: the altered copies and their embeddings the threshold was calibrated on.
+
+Similarities are cosines of the vectors centred by the folder's mean (as the paper's retrieval protocol centres its
+gallery): the direction every video shares says nothing of which videos are alike, and an encoder whose vectors all
+point one way still tells its videos apart. The threshold: ``threshold`` when given; else calibrated on altered
+copies of ``calibrate`` of the folder's videos (:mod:`coclr.curate.calibrate`); else (``calibrate`` 0, or no copy
+could be made) the distribution rule (:func:`~coclr.curate.groups.distribution_threshold`). It is printed and
+recorded. Windows share the videos' threshold.
+
+The rule of every long command: the same command on the same ``DIR`` runs again (cheap: the calibration's copies
+and embeddings and the thumbnails are kept; the rest is recomputed from the folder as it is now), other options are
+refused before any work naming each, and nothing in ``DIR`` is overwritten that curate did not write.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coclr import progress
+from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text
+from coclr.config import option
+from coclr.curate import groups as rules
+from coclr.curate.graph import neighbour_graph
+from coclr.curate.layout import colour_groups, layout
+from coclr.curate.page import PAGE, THUMBS, write_page
+from coclr.embed.output import Embeddings
+from coclr.errors import ConfigError
+from coclr.runfolder import FolderRule, claim_folder
+
+CURATE_FOLDER = FolderRule("curate", "a curate run", may_differ=("device", "workers"), restart=True)
+RESULT_FILE = "curate.json"
+SHOWN_OUTLIERS = 100
+"""Outliers listed on the page (every video is in outliers.csv)."""
+PAGE_NEIGHBOURS = 5
+"""Nearest videos the page lists for a chosen point."""
+
+
+@dataclasses.dataclass
+class CurateOptions:
+    """What ``coclr curate`` is asked for; each option is a ``--flag`` of the command."""
+
+    threshold: float | None = option(None, "cosine similarity from which two videos (or windows) are "
+                                           "near-duplicates; unset: calibrated on altered copies of --calibrate "
+                                           "videos")
+    calibrate: int = option(8, "videos whose altered copies (re-encoded, trimmed, cropped, resized, brightened, "
+                               "sped up, flipped, captioned) calibrate the threshold; 0: the distribution rule "
+                               "(an outer fence of each video's similarity to its nearest other)")
+    windows: bool = option(True, "also find stretches that only parts of two videos share, from their windows")
+    neighbours: int = option(10, "nearest others kept for each video: the outlier score's k and the page's lists")
+    thumbnails: int = option(2000, "at most this many animated thumbnails (the duplicates and the outliers first, "
+                                   "then videos spread over the map)")
+    seed: int = option(0, "seed of the map's layout and colour groups")
+    device: str | None = option(None, "torch device embedding the altered copies (default: cuda when available)")
+    workers: int | None = option(None, "processes decoding the altered copies (default: one per core)")
+
+    def validate(self) -> None:
+        if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:
+            raise ConfigError(f"--threshold: a cosine similarity lies in [-1, 1], got {self.threshold}")
+        for name in ("calibrate", "thumbnails"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name}: must be 0 or more, got {getattr(self, name)}")
+        if self.neighbours < 1:
+            raise ConfigError(f"--neighbours: must be at least 1, got {self.neighbours}")
+
+
+@dataclasses.dataclass
+class CurateSummary:
+    out: Path
+    videos: int
+    threshold: float
+    rule: str
+    groups: int
+    duplicates: int
+    partial: int
+    stale: int
+    seconds: float
+
+    def __str__(self) -> str:
+        lines = [f"{self.out}: {self.videos} videos curated in {progress.duration(self.seconds)}",
+                 f"  threshold {self.threshold:.4f} ({self.rule})",
+                 f"  {self.groups} near-duplicate group(s) of {self.duplicates} videos, {self.partial} pair(s) sharing "
+                 f"a stretch: {self.out / 'duplicates.csv'}",
+                 f"  every video ranked by how unlike the rest it is: {self.out / 'outliers.csv'}",
+                 f"  the map: {self.out / PAGE}"]
+        if self.stale:
+            lines.append(f"  {self.stale} video(s) changed or removed since they were embedded: their rows are of the "
+                         "embedded version; run coclr embed on the folder again to bring it up to date")
+        return "\n".join(lines)
+
+
+def say(text: str, show: bool) -> None:
+    if show:
+        progress.write(text, file=sys.stderr)
+
+
+def recorded_options(source: Path, options: CurateOptions) -> dict[str, Any]:
+    return {"embeddings": str(source.resolve()), **dataclasses.asdict(options)}
+
+
+def curate(source: str | os.PathLike[str], out: str | os.PathLike[str], options: CurateOptions | None = None,
+           restart: bool = False, show: bool = True) -> CurateSummary:
+    """Curate the embedding folder ``source`` into ``out`` (see the module docstring). Raises a
+    :class:`~coclr.errors.CoclrError` in one line, before any write, for a folder that is not a finished ``coclr
+    embed`` folder, bad options, or an ``out`` of other options or holding files curate did not write."""
+    options = options or CurateOptions()
+    options.validate()
+    started = time.perf_counter()
+    source, out = Path(source), Path(out)
+    if not source.is_dir():
+        raise ConfigError(f"{source}: not a folder; give a coclr embed output folder (or coclr learn's "
+                          "embeddings/two_stream)")
+    embeddings = Embeddings(source)  # a folder that is not one, or unfinished, is one line here
+    if len(embeddings.videos) < 2:
+        raise ConfigError(f"{source}: {len(embeddings.videos)} video(s) embedded; curation compares videos: embed "
+                          "at least two")
+    with claim_folder(out, CURATE_FOLDER, recorded_options(source, options), restart=restart):
+        return _curate(embeddings, out, options, started, show)
+
+
+def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: float,
+            show: bool) -> CurateSummary:
+    from coclr.embed.search import folder_rows  # noqa: PLC0415
+
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+    count = len(embeddings.videos)
+    paths = [record["path"] for record in embeddings.video_records]
+    stale = {int(row) for row in embeddings.stale_rows()}
+    rows = folder_rows(embeddings, center=True)
+    k = min(options.neighbours, count - 1)
+    scores, neighbours = neighbour_graph(rows, k, show=show, desc="nearest videos")
+    seconds["neighbours"] = time.perf_counter() - clock
+    units = rows.block(0, rows.count)
+    nearest = scores[:, 0].astype(np.float64)
+
+    clock = time.perf_counter()
+    if options.threshold is not None:
+        threshold, rule, calibration = float(options.threshold), "given", {}
+    else:
+        calibration = {"threshold": None, "rule": "--calibrate 0"}
+        if options.calibrate > 0:
+            from coclr.curate.calibrate import FOLDER, calibrate  # noqa: PLC0415 (heavy: torch)
+
+            say(f"coclr curate: calibrating the threshold on altered copies of {options.calibrate} videos ...", show)
+            calibration = calibrate(embeddings, units, rows.mean, nearest, options.calibrate, out / FOLDER,
+                                    options.device, options.workers, stale, show)
+        if calibration["threshold"] is not None:
+            threshold, rule = float(calibration["threshold"]), calibration["rule"]
+        else:
+            threshold = rules.distribution_threshold(nearest)
+            rule = (f"the distribution rule ({calibration['rule']}): the third quartile of each video's similarity "
+                    "to its nearest other plus three interquartile ranges, within "
+                    f"{rules.FALLBACK_RANGE[0]}-{rules.FALLBACK_RANGE[1]}")
+    seconds["threshold"] = time.perf_counter() - clock
+    say(f"coclr curate: near-duplicate threshold {threshold:.4f} ({rule})", show)
+
+    clock = time.perf_counter()
+    whole = rules.duplicate_groups(scores, neighbours, threshold)
+    pairs = {(a, b) for group in whole for a in group for b in group if a < b}
+    stretches = []
+    if options.windows and len(embeddings.windows) > 1:
+        window_video = np.array([record["video"] for record in embeddings.window_records], np.int64)
+        starts = np.array([record["start"] for record in embeddings.window_records], np.float64)
+        ends = np.array([record["end"] for record in embeddings.window_records], np.float64)
+        window_rows = folder_rows(embeddings, windows=True, center=True)
+        w_scores, w_neighbours = neighbour_graph(window_rows, 4, groups=window_video, show=show,
+                                                 desc="nearest windows")
+        stretches = rules.matching_stretches(w_scores, w_neighbours, window_video, starts, ends, threshold, pairs)
+    outliers = rules.outlier_scores(scores, options.neighbours)
+    ranking = rules.outlier_ranking(outliers)
+    seconds["duplicates_outliers"] = time.perf_counter() - clock
+    write_tables(out, paths, scores, neighbours, whole, stretches, outliers, ranking)
+
+    clock = time.perf_counter()
+    points, method = layout(units, options.seed)
+    colours = colour_groups(units, options.seed)
+    seconds["map"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    wanted = thumbnail_rows(count, whole, stretches, ranking, options.thumbnails)
+    thumbs = write_thumbnails(out, embeddings, wanted, stale, show)
+    seconds["thumbnails"] = time.perf_counter() - clock
+    summary = CurateSummary(out, count, threshold, rule, len(whole), sum(len(group) for group in whole),
+                            len(stretches), len(stale), 0.0)
+    data = page_data(paths, points, colours, scores, neighbours, whole, stretches, outliers, ranking, thumbs, count)
+    shown_map = "UMAP" if method == "umap" else "the first two principal components (pip install umap-learn for UMAP)"
+    write_page(out, f"coclr curate: {embeddings.root.name}",
+               [f"{count} videos of {embeddings.root}; map: {shown_map}; colours: {int(colours.max()) + 1} groups of "
+                "alike videos",
+                f"near-duplicates from similarity {threshold:.4f} ({rule}); drag to pan, wheel to zoom, hover for a "
+                "thumbnail, click a point for its nearest, a list entry to mark its videos"], data)
+    summary.seconds = time.perf_counter() - started
+    atomic_write_json(out / RESULT_FILE, {
+        "embeddings": str(embeddings.root.resolve()), "videos": count, "threshold": threshold, "rule": rule,
+        "calibration": {key: value for key, value in calibration.items() if key != "threshold"},
+        "groups": len(whole), "duplicate_videos": summary.duplicates, "partial_pairs": len(stretches),
+        "stale": sorted(stale), "map": method, "colour_groups": int(colours.max()) + 1,
+        "outlier_score": f"1 - mean similarity of the {options.neighbours} nearest others",
+        "seconds": {**seconds, "all": summary.seconds}})
+    return summary
+
+
+def write_tables(out: Path, paths: list[str], scores: np.ndarray, neighbours: np.ndarray, whole: list[list[int]],
+                 stretches: list, outliers: np.ndarray, ranking: np.ndarray) -> None:
+    """``duplicates.csv`` and ``outliers.csv`` (see the module docstring), each written atomically."""
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(["group", "path", "similarity", "kind", "start", "end"])
+    for number, group in enumerate(whole, 1):
+        best = rules.best_match(scores, neighbours, group)
+        for row in group:
+            writer.writerow([number, paths[row], f"{best[row]:.6f}", "whole", "", ""])
+    for number, stretch in enumerate(stretches, len(whole) + 1):
+        writer.writerow([number, paths[stretch.video], f"{stretch.similarity:.6f}", "partial", f"{stretch.start:.3f}",
+                         f"{stretch.end:.3f}"])
+        writer.writerow([number, paths[stretch.other], f"{stretch.similarity:.6f}", "partial",
+                         f"{stretch.other_start:.3f}", f"{stretch.other_end:.3f}"])
+    atomic_write_text(out / "duplicates.csv", text.getvalue())
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(["rank", "path", "score"])
+    for rank, row in enumerate(ranking, 1):
+        writer.writerow([rank, paths[row], f"{outliers[row]:.6f}"])
+    atomic_write_text(out / "outliers.csv", text.getvalue())
+
+
+def thumbnail_rows(count: int, whole: list[list[int]], stretches: list, ranking: np.ndarray, most: int) -> list[int]:
+    """The videos that get a thumbnail: every one of small collections; else the duplicates, the listed outliers,
+    then videos spread evenly, up to ``most``."""
+    if count <= most:
+        return list(range(count))
+    wanted = dict.fromkeys([row for group in whole for row in group]
+                           + [row for s in stretches for row in (s.video, s.other)]
+                           + [int(row) for row in ranking[:SHOWN_OUTLIERS]])
+    for row in np.linspace(0, count - 1, most).round().astype(int):
+        wanted.setdefault(int(row))
+    return list(wanted)[:most]
+
+
+def thumbnail_key(record: dict[str, Any]) -> str:
+    """A thumbnail's file name: by the video's identity as embedded (path, size, modification time)."""
+    text = f"{record['path']}\0{record.get('size')}\0{record.get('mtime_ns')}"
+    return hashlib.sha256(text.encode()).hexdigest()[:24] + ".gif"
+
+
+def write_thumbnails(out: Path, embeddings: Embeddings, rows: list[int], stale: set[int],
+                     show: bool) -> dict[int, str]:
+    """An animated GIF of each video of ``rows`` in ``out/thumbs`` (kept when there already); returns row -> its
+    path relative to ``out``. A video that cannot be read, or changed since it was embedded, gets none."""
+    from coclr.embed.search import file_thumbnail  # noqa: PLC0415
+    from coclr.eval.gallery import animated_gif  # noqa: PLC0415
+
+    folder = out / THUMBS
+    folder.mkdir(exist_ok=True)
+    found = {}
+    with progress.bar(total=len(rows), desc="thumbnails", unit="video", disable=not show, leave=False) as shown:
+        for row in rows:
+            shown.update(1)
+            record = embeddings.video_records[row]
+            name = thumbnail_key(record)
+            if not (folder / name).is_file():
+                if row in stale:
+                    continue
+                try:
+                    frames = file_thumbnail(record["path"], embeddings, num_frames=8, height=72)
+                except Exception:  # an unreadable video: no thumbnail, the rest goes on
+                    continue
+                with atomic_open(folder / name, "wb") as file:
+                    file.write(animated_gif(frames))
+            found[row] = f"{THUMBS}/{name}"
+    return found
+
+
+def page_data(paths: list[str], points: np.ndarray, colours: np.ndarray, scores: np.ndarray, neighbours: np.ndarray,
+              whole: list[list[int]], stretches: list, outliers: np.ndarray, ranking: np.ndarray,
+              thumbs: dict[int, str], count: int) -> dict[str, Any]:
+    """What ``data.js`` holds (:mod:`coclr.curate.page`)."""
+    near = [[[int(other), round(float(score), 4)] for other, score in zip(neighbours[row, :PAGE_NEIGHBOURS],
+                                                                          scores[row, :PAGE_NEIGHBOURS]) if other >= 0]
+            for row in range(count)]
+    duplicates = [{"members": group, "kind": "whole",
+                   "similarity": min(rules.best_match(scores, neighbours, group).values())} for group in whole]
+    duplicates += [{"members": [s.video, s.other], "kind": "partial", "similarity": s.similarity} for s in stretches]
+    return {"names": paths, "points": [round(float(v), 5) for v in points.reshape(-1)],
+            "groups": [int(g) for g in colours], "nearest": near, "duplicates": duplicates,
+            "outliers": [[int(row), round(float(outliers[row]), 4)] for row in ranking[:SHOWN_OUTLIERS]],
+            "thumbs": [thumbs.get(row) for row in range(count)]}

@@ -1,0 +1,274 @@
+"""``coclr curate``: the duplicate groups, stretches, outlier scores and thresholds against plain references, the
+neighbour graph against a brute-force one, and the whole command on real video files: what it finds, its refusals,
+and its page in a real browser (points drawn, a hover shows a thumbnail, a list entry marks its points)."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import http.server
+import json
+import shutil
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+from coclr.curate import groups as rules
+from coclr.errors import ConfigError
+
+# ------------------------------------------------------------------------------------------------ pure rules
+
+
+def test_pairs_over_the_threshold_join_into_groups_through_chains():
+    scores = np.array([[0.99, 0.2], [0.99, 0.97], [0.97, 0.1], [0.5, 0.4], [0.3, 0.2]])
+    neighbours = np.array([[1, 3], [0, 2], [1, 4], [0, 1], [2, 3]])
+    assert rules.duplicate_groups(scores, neighbours, 0.95) == [[0, 1, 2]]  # 0-1 and 1-2: one group
+    assert rules.duplicate_groups(scores, neighbours, 0.98) == [[0, 1]]
+    assert rules.duplicate_groups(scores, neighbours, 1.0) == []
+    assert rules.best_match(scores, neighbours, [0, 1, 2]) == {0: 0.99, 1: 0.99, 2: 0.97}
+
+
+def test_shared_stretches_come_from_windows_of_two_videos_and_skip_whole_duplicates():
+    window_video = np.array([0, 0, 0, 1, 1, 2, 2])
+    starts = np.array([0.0, 1, 2, 0, 1, 0, 1])
+    ends = starts + 2
+    scores = np.array([[0.5], [0.96], [0.97], [0.5], [0.97], [0.99], [0.5]])
+    neighbours = np.array([[3], [3], [4], [0], [2], [0], [0]])
+    stretches = rules.matching_stretches(scores, neighbours, window_video, starts, ends, 0.95, set())
+    assert [(s.video, s.other) for s in stretches] == [(0, 1), (0, 2)]
+    first = stretches[0]
+    assert (first.start, first.end, first.other_start, first.other_end) == (1.0, 4.0, 0.0, 3.0)
+    assert first.similarity == 0.97
+    assert [(s.video, s.other) for s in rules.matching_stretches(scores, neighbours, window_video, starts, ends,
+                                                                  0.95, {(0, 1)})] == [(0, 2)]
+
+
+def test_outlier_scores_are_one_minus_the_mean_similarity_of_the_nearest():
+    rng = np.random.default_rng(0)
+    scores = -np.sort(-rng.uniform(-1, 1, size=(50, 12)), axis=1)
+    found = rules.outlier_scores(scores, 10)
+    assert np.allclose(found, [1 - np.mean(row[:10]) for row in scores])
+    ranking = rules.outlier_ranking(np.array([0.1, 0.5, 0.5, 0.2]))
+    assert ranking.tolist() == [1, 2, 3, 0]  # ties to the lower row
+
+
+def test_the_calibrated_threshold_separates_copies_from_other_videos():
+    positives, negatives = np.array([0.95, 0.97, 0.99]), np.array([0.5, 0.7, 0.8])
+    assert rules.calibrated_threshold(positives, negatives) == pytest.approx((0.8 + 0.95) / 2)
+    threshold = rules.calibrated_threshold(np.array([0.6, 0.9, 0.95]), np.array([0.5, 0.7, 0.8]))
+    assert 0.8 < threshold <= 0.9  # one copy lost costs less than two videos passing
+    rng = np.random.default_rng(1)
+    positives, negatives = rng.normal(0.9, 0.03, 200), rng.normal(0.6, 0.1, 500)
+    threshold = rules.calibrated_threshold(positives, negatives)
+    gain = lambda t: (positives >= t).mean() - (negatives >= t).mean()  # noqa: E731
+    grid = np.linspace(0, 1, 2001)
+    assert gain(threshold) == pytest.approx(max(gain(t) for t in grid), abs=1e-9)
+
+
+def test_the_distribution_rule_is_an_outer_fence_within_its_range():
+    nearest = np.linspace(0.3, 0.5, 101)
+    assert rules.distribution_threshold(nearest) == pytest.approx(0.8)  # 0.45 + 3 * 0.1 = 0.75, raised to 0.8
+    assert rules.distribution_threshold(np.linspace(0.85, 0.95, 101)) == pytest.approx(0.99)  # capped
+    assert rules.distribution_threshold(np.linspace(0.8, 0.84, 101)) == pytest.approx(0.83 + 3 * 0.02)
+
+
+# ------------------------------------------------------------------------------------------ the neighbour graph
+
+
+def test_the_neighbour_graph_is_the_brute_force_one_without_self():
+    from coclr.curate.graph import neighbour_graph
+    from coclr.embed.search import UnitRows
+    from coclr.eval.exact import unit_rows
+
+    rng = np.random.default_rng(2)
+    rows = rng.normal(size=(300, 24)).astype(np.float32)
+    rows[10] = rows[200]  # an exact duplicate: each finds the other first
+    units = unit_rows(rows, None)
+    scores, neighbours = neighbour_graph(UnitRows.of_array(np.ascontiguousarray(units, np.float32)), 5)
+    exact = units.astype(np.float64) @ units.astype(np.float64).T
+    np.fill_diagonal(exact, -np.inf)
+    expected = np.argsort(-exact, axis=1, kind="stable")[:, :5]
+    assert np.array_equal(neighbours, expected)
+    assert np.allclose(scores, np.take_along_axis(exact, expected, axis=1), atol=1e-6)
+    assert neighbours[10, 0] == 200 and neighbours[200, 0] == 10
+    groups = np.arange(300) // 3  # rows of the query's own group are skipped
+    _, grouped = neighbour_graph(UnitRows.of_array(np.ascontiguousarray(units, np.float32)), 3, groups=groups)
+    assert not (groups[grouped] == groups[:, None]).any()
+
+
+def test_the_map_and_its_groups_are_deterministic_and_separate_far_groups():
+    from coclr.curate.layout import colour_groups, layout
+
+    rng = np.random.default_rng(3)
+    centres = rng.normal(size=(3, 16)) * 5
+    rows = np.concatenate([centre + rng.normal(size=(40, 16)) for centre in centres])
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    points, method = layout(rows)
+    assert points.shape == (120, 2) and points.min() == 0 and points.max() == 1
+    again, _ = layout(rows)
+    assert np.array_equal(points, again)
+    found = colour_groups(rows)
+    assert np.array_equal(found, colour_groups(rows))
+    for block in range(3):  # each planted group is one colour group
+        assert len(set(found[block * 40:(block + 1) * 40])) == 1
+    assert len(set(found)) >= 3 or method == "umap"
+
+
+# ------------------------------------------------------------------------------------------------ the command
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    """Twelve generated videos and a copy of one under another name, embedded by a small untrained encoder (its
+    batch-norm statistics taken from the videos) with one window per 8 frames. (How well near-duplicates that
+    differ are found is measured by benchmarks/curate_duplicates.py with trained encoders.)"""
+    from coclr.embed.embedder import Embedder
+    from coclr.embed.run import embed_videos
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+    from coclr.synth import SynthConfig, write_videos
+    from coclr.video.decode import decode_video
+
+    root = tmp_path_factory.mktemp("curate")
+    config = SynthConfig(num_classes=2, train_scenes=2, test_scenes=1, actions_per_scene=2, frames=24, height=48,
+                         width=48)
+    write_videos(root / "data", config)
+    videos = sorted((root / "data" / "videos").glob("*.mp4"))
+    shutil.copy(videos[0], root / "data" / "videos" / "copy of first.mp4")
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    encoder = build_encoder(width=0.125)
+    clips = torch.stack([torch.from_numpy(decode_video(path, short_side=32)[:8, :32, :32]).permute(3, 0, 1, 2)
+                         for path in videos]).float() / 255
+    for module in encoder.modules():  # statistics of these clips: a random network that is not degenerate
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.momentum = None
+            module.reset_running_stats()
+    with torch.no_grad():
+        encoder.train()((clips - 0.45) / 0.225)
+    checkpoint = save_encoder(root / "encoder.pth", encoder.eval(),
+                              meta={"clip_settings": {"view": "rgb", "length": 8, "size": 32, "stride": 1}})
+    embedder = Embedder(checkpoint, device="cpu", workers=0, short_side=32, window_step=8)
+    embed_videos([str(root / "data" / "videos")], root / "embeddings", embedder, progress=False)
+    return root, root / "embeddings", videos
+
+
+@pytest.mark.slow
+def test_curate_finds_the_copy_ranks_every_video_and_keeps_its_rules(embedded, tmp_path, capsys):
+    from coclr.cli import main
+    from coclr.curate.run import CurateOptions, curate
+    from coclr.runfolder import FolderRefused
+
+    root, embeddings, videos = embedded
+    out = tmp_path / "curated"
+    assert main(["curate", str(embeddings), "--out", str(out), "--calibrate", "2", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    record = json.loads((out / "curate.json").read_text())
+    assert record["rule"].startswith("calibrated") and f"{record['threshold']:.4f}" in printed
+    assert sum(len(v) for v in record["calibration"]["positives"].values()) == 20  # 2 videos x 10 alterations
+    rows = list(csv.DictReader((out / "duplicates.csv").open()))
+    copy = str(root / "data" / "videos" / "copy of first.mp4")
+    pair = [row for row in rows if row["path"] in (copy, str(videos[0])) and row["kind"] == "whole"]
+    assert len(pair) == 2 and pair[0]["group"] == pair[1]["group"]  # the copy and its original: one group
+    assert float(pair[0]["similarity"]) == pytest.approx(1.0)
+    ranked = list(csv.DictReader((out / "outliers.csv").open()))
+    assert [int(row["rank"]) for row in ranked] == list(range(1, len(videos) + 2))
+    assert len({row["path"] for row in ranked}) == len(videos) + 1
+    scores = [float(row["score"]) for row in ranked]
+    assert scores == sorted(scores, reverse=True)
+    assert (out / "index.html").is_file() and list((out / "thumbs").glob("*.gif"))
+    before = {p: p.stat().st_mtime_ns for p in (out / "thumbs").iterdir()}
+    assert main(["curate", str(embeddings), "--out", str(out), "--calibrate", "2", "--quiet"]) == 0  # again
+    assert {p: p.stat().st_mtime_ns for p in (out / "thumbs").iterdir()} == before  # thumbnails kept
+    snapshot = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and ".lock" not in p.name}
+    with pytest.raises(FolderRefused, match=r"threshold=None \(given 0\.5\)"):
+        curate(embeddings, out, CurateOptions(threshold=0.5, calibrate=2), show=False)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and ".lock" not in p.name} == snapshot
+    given = curate(embeddings, tmp_path / "given", CurateOptions(threshold=0.9999999, calibrate=0), show=False)
+    assert given.rule == "given" and given.groups <= 1
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(FolderRefused, match="notes.txt"):
+        curate(embeddings, mine, CurateOptions(calibrate=0), show=False)
+    with pytest.raises(ConfigError, match="--threshold"):
+        curate(embeddings, tmp_path / "bad", CurateOptions(threshold=2.0), show=False)
+    assert not (tmp_path / "bad").exists()
+    assert main(["curate", str(tmp_path / "absent"), "--out", str(tmp_path / "x")]) == 2
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+HARNESS = """<!DOCTYPE html><html><body><iframe id="f" src="curated/index.html" width="1100" height="700"></iframe>
+<pre id="result">waiting</pre><script>
+const frame = document.getElementById('f');
+function pixel(ctx, x, y) { return Array.from(ctx.getImageData(x, y, 1, 1).data.slice(0, 3)); }
+frame.onload = () => setTimeout(() => {
+  const w = frame.contentWindow, doc = frame.contentDocument, view = w.curateView, D = w.CURATE;
+  const canvas = doc.getElementById('canvas'), ctx = canvas.getContext('2d'), r = w.devicePixelRatio;
+  const image = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+  let drawn = 0; for (let i = 3; i < image.length; i += 4) if (image[i] > 0) drawn++;
+  const row = D.thumbs.findIndex(t => t), p = view.toScreen(row), box = canvas.getBoundingClientRect();
+  canvas.dispatchEvent(new w.MouseEvent('mousemove', {clientX: box.left + p[0], clientY: box.top + p[1],
+                                                      bubbles: true}));
+  const tip = doc.getElementById('tip'), img = doc.getElementById('tip-image');
+  const entry = doc.querySelector('#duplicates li');
+  entry.click();
+  const group = D.duplicates[0].members, q = view.toScreen(group[0]);
+  const marked = pixel(ctx, Math.round(q[0] * r), Math.round(q[1] * r));
+  setTimeout(() => {
+    document.getElementById('result').textContent = JSON.stringify({
+      ready: doc.body.dataset.ready, points: D.names.length, drawn: drawn, tip: tip.style.display,
+      tipName: doc.getElementById('tip-name').textContent, hovered: D.names[row],
+      thumbnail: img.complete && img.naturalWidth > 0, marked: view.marked, group: group, pixel: marked,
+      chosen: entry.className});
+  }, 1500);
+}, 500);
+</script></body></html>"""
+
+
+@pytest.mark.slow
+def test_the_page_draws_every_point_shows_a_thumbnail_on_hover_and_marks_a_group(embedded, tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed")
+    from coclr.curate.run import CurateOptions, curate
+    from test_report import CHROMIUM_FLAGS
+
+    _, embeddings, _ = embedded
+    curate(embeddings, tmp_path / "curated", CurateOptions(threshold=0.0, calibrate=0, windows=False), show=False)
+    (tmp_path / "harness.html").write_text(HARNESS)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(_Quiet, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/harness.html"
+        dom = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                              "--virtual-time-budget=15000", "--window-size=1300,900", "--dump-dom", url],
+                             capture_output=True, text=True, timeout=120).stdout
+    finally:
+        server.shutdown()
+    found = json.loads(dom.split('<pre id="result">')[1].split("</pre>")[0].replace("&quot;", '"'))
+    assert found["ready"] == "yes" and found["drawn"] > 20 * found["points"]  # every point painted
+    assert found["tip"] == "block" and found["tipName"] == found["hovered"] and found["thumbnail"]
+    assert found["marked"] == found["group"] and found["chosen"] == "path chosen"
+    assert found["pixel"] == [0xD6, 0x27, 0x28]  # the marked point is drawn in the mark's colour
+
+
+def test_names_cannot_break_out_of_the_page(tmp_path):
+    from coclr.curate.page import write_page
+
+    name = '</script><img src=x onerror="alert(1)">&amp;'
+    data = {"names": [name, "b"], "points": [0, 0, 1, 1], "groups": [0, 1], "nearest": [[], []],
+            "duplicates": [], "outliers": [[0, 0.5]], "thumbs": [None, None]}
+    write_page(tmp_path, f"title {name}", [f"line {name}"], data)
+    page, script = (tmp_path / "index.html").read_text(), (tmp_path / "data.js").read_text()
+    assert "</script><img" not in page and "<img src=x" not in page
+    assert "<" not in script and ">" not in script and "&" not in script.replace("\\u0026", "")
+    decoded = json.loads(script.split("=", 1)[1].strip().rstrip(";"))
+    assert decoded["names"][0] == name  # the name itself, shown as text
