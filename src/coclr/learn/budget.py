@@ -69,6 +69,9 @@ SEGMENT_SPANS = 2
 queue to contrast (docs/learn.md); a video shorter than two stretches is one instance, as in the paper."""
 INFERENCE_BATCH = 16
 """Clips per inference forward (``coclr embed``'s default batch): the unit of :attr:`Costs.forward`."""
+CURATE_VIDEOS = 4
+"""Videos whose altered copies calibrate the near-duplicate threshold of the run's curation (``coclr curate
+--calibrate``; each gets one copy per alteration, at most :data:`coclr.curate.calibrate.MAX_FRAMES` frames)."""
 
 
 @dataclass(frozen=True)
@@ -332,8 +335,23 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
         "embed": (2 * footage.frames * costs.decode_frame / costs.workers + pairs * costs.flow_pair[size]
                   + 3 * windows_of(footage, model) * costs.forward[key]) / shared,
         "quality": 6 * quality_windows * costs.forward[key],
+        "curate": curate_seconds(footage, model, costs),
         "fixed": FIXED_SECONDS,
     }
+
+
+def curate_seconds(footage: Footage, model: Model, costs: Costs) -> float:
+    """Seconds of the run's curation (:mod:`coclr.curate`): the calibration's altered copies embedded on both
+    streams (decoded, their flow, two forwards per window), and a thumbnail of every video (decoded once)."""
+    from coclr.curate.alter import ALTERATIONS  # noqa: PLC0415
+    from coclr.curate.calibrate import MAX_FRAMES  # noqa: PLC0415
+
+    frames = min(MAX_FRAMES, footage.frames / footage.videos)
+    windows = max(1.0, frames / max(1, model.length // 2))
+    copies = min(CURATE_VIDEOS, footage.videos) * len(ALTERATIONS)
+    per_copy = frames * (costs.decode_frame + costs.flow_pair[model.size]) + 2 * windows * costs.forward[model.key]
+    embed = copies * per_copy
+    return embed + footage.frames * costs.decode_frame / costs.workers
 
 
 TRAINING = ("infonce", "coclr")

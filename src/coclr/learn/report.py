@@ -100,6 +100,11 @@ def _summary(result: dict[str, Any]) -> str:
                       for view, entry in plan.get("init", {}).items())
     if started:
         text += f'<p class="note">Started from (the other view from scratch):</p><ul class="note">{started}</ul>'
+    curated = result.get("curate")
+    if curated:
+        text += (f'<p>Near-duplicates, outliers and a map of every video: <a href="curate/index.html">curate/index.html'
+                 f"</a> ({curated['groups']} near-duplicate group(s), {curated['partial_pairs']} pair(s) sharing a "
+                 f"stretch; threshold {curated['threshold']:.4f}).</p>")
     return (f"<h2>The run</h2>{text}<p class=\"note\">Exported:</p><ul class=\"note\">{exported}</ul>"
             f"<p class=\"note\">Why this plan:</p><ul class=\"note\">{reasons}</ul>"
             + _table(["phase", "estimated", "took"], rows))

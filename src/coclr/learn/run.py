@@ -57,6 +57,8 @@ LOG_FILE = "learn.log"
 EMBEDDINGS = ("rgb", "flow", "two_stream")
 SOURCES = {"rgb": ("rgb",), "flow": ("flow",), "two_stream": ("rgb", "flow")}
 """The encoders each embedding comes from."""
+CURATE_FOLDER = "curate"
+"""``OUT/curate``: the two-stream embeddings' near-duplicates, outliers and map (``coclr curate``)."""
 CLOCK_SECONDS = 30.0
 """How often a running job records the seconds it has taken in ``learn.json`` (a kill loses at most these)."""
 
@@ -110,6 +112,10 @@ class LearnSummary:
         lines.append(f"  embeddings: {', '.join(str(self.out / 'embeddings' / name) for name in EMBEDDINGS)} "
                      f"(coclr search {self.out / 'embeddings' / 'two_stream'} --query VIDEO)")
         lines.append(f"  report: {self.out / 'report.html'}; every figure in {self.out / RESULT_FILE}")
+        curated = self.record.get("curate")
+        if curated:
+            lines.append(f"  near-duplicates, outliers and a map: {self.out / CURATE_FOLDER / 'index.html'} "
+                         f"({curated['groups']} duplicate group(s), {curated['partial_pairs']} shared stretch(es))")
         for name, scores in (self.record.get("labels") or {}).get("embeddings", {}).items():
             lines.append(f"  with the given labels, {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in scores.items()
                                                                        if isinstance(v, float)))
@@ -283,6 +289,8 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
         if not main:
             return LearnSummary(out, len(paths), [], clock.seconds())
         result["embeddings"] = embedding_quality(out, result["exported"])
+        with line.phase("curate", None), record("curate"):
+            result["curate"] = curate_embeddings(out, str(device), options.workers)
         if labels is not None:
             from coclr.learn.scores import label_scores  # noqa: PLC0415
 
@@ -564,6 +572,19 @@ def measure_stages(out: Path, store: Path, config, plan: Plan, device: str, labe
     scorer = stage_scorer(labels, root) if labels is not None else None
     return stage_quality(lambda stage, view: stage_encoder(out, stage, view), store, [*starts, *plan_stages(config)],
                          clips, device, sample_keys(store, QUALITY_VIDEOS), config.data.segment_frames, scorer)
+
+
+def curate_embeddings(out: Path, device: str, workers: int | None) -> dict[str, Any]:
+    """``coclr curate`` of the two-stream embeddings into ``OUT/curate`` (the threshold calibrated on altered copies
+    of :data:`~coclr.learn.budget.CURATE_VIDEOS` videos); returns what ``learn.json`` records of it."""
+    from coclr.curate.run import RESULT_FILE as CURATE_RESULT  # noqa: PLC0415 (heavy: torch)
+    from coclr.curate.run import CurateOptions, curate  # noqa: PLC0415
+    from coclr.learn.budget import CURATE_VIDEOS  # noqa: PLC0415
+
+    options = CurateOptions(calibrate=CURATE_VIDEOS, device=device, workers=workers)
+    curate(out / "embeddings" / "two_stream", out / CURATE_FOLDER, options, show=False)
+    record = read_json_record(out / CURATE_FOLDER / CURATE_RESULT) or {}
+    return {key: record.get(key) for key in ("threshold", "rule", "groups", "duplicate_videos", "partial_pairs")}
 
 
 def embedding_quality(out: Path, exported: dict[str, dict[str, Any]]) -> dict[str, Any]:
