@@ -166,7 +166,8 @@ def test_curate_finds_the_copy_ranks_every_video_and_keeps_its_rules(embedded, t
     assert main(["curate", str(embeddings), "--out", str(out), "--calibrate", "2", "--quiet"]) == 0
     printed = capsys.readouterr().out
     record = json.loads((out / "curate.json").read_text())
-    assert record["rule"].startswith("calibrated") and f"{record['threshold']:.4f}" in printed
+    assert f"{record['threshold']:.4f}" in printed and record["rule"] in printed  # calibrated, or said why not
+    assert record["rule"].startswith(("calibrated", "the distribution rule (the altered copies were not told"))
     assert sum(len(v) for v in record["calibration"]["positives"].values()) == 20  # 2 videos x 10 alterations
     rows = list(csv.DictReader((out / "duplicates.csv").open()))
     copy = str(root / "data" / "videos" / "copy of first.mp4")

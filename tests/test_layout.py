@@ -33,7 +33,7 @@ LAYERS = [
     {"synth", "data"},
     {"eval"},
     {"train", "embed"},
-    {"study"},
+    {"study", "curate"},
     {"learn"},
     {"cli"},
     {"coclr", "__main__"},

@@ -187,6 +187,16 @@ def test_progress_bars_report_to_an_observer_and_stay_silent(capsys):
     assert seen == [3, 2, 0, 6, 53] and progress.n == 64  # the observer gets each difference, not the total
 
 
+def encoder_file(path: Path, view: str, width: float = 0.125, length: int = 8, size: int = 32,
+                 flow_bound: float | None = None) -> Path:
+    """A small encoder of ours that records the clips it was trained on."""
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+
+    settings = {"view": view, "length": length, "size": size, "flow_bound": flow_bound}
+    return save_encoder(path, build_encoder(width=width), meta={"clip_settings": settings})
+
+
 # ------------------------------------------------------------------------------------------------ a whole run
 
 TINY_PLAN = {"model": {"width": 0.125, "size": 32, "length": 8}, "batch": 4, "queue": 8, "topk": 2,
@@ -782,7 +792,6 @@ print(summary)
 def test_a_run_from_a_checkpoint_measures_it_beside_every_stage_and_keeps_it(learnt, tmp_path):
     from coclr.learn import LearnOptions, learn
     from coclr.models.loading import load_encoder
-    from test_learn_init import encoder_file
 
     videos, labels, source, _ = learnt
     start = tmp_path / "start.pth"

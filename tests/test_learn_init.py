@@ -4,26 +4,15 @@ the pipeline's InfoNCE stages started from them, and a whole run that measures t
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from coclr.errors import CheckpointError, ConfigError
 from coclr.learn.budget import MODELS, Model, choose_plan, least_steps
-from test_learn import TINY_PLAN, costs, footage
+from test_learn import TINY_PLAN, costs, encoder_file, footage
 
 SMALL, WIDER = MODELS[0], MODELS[1]
-
-
-def encoder_file(path: Path, view: str, width: float = 0.125, length: int = 8, size: int = 32,
-                 flow_bound: float | None = None) -> Path:
-    """A small encoder of ours that records the clips it was trained on."""
-    from coclr.models.encoder import build_encoder
-    from coclr.models.loading import save_encoder
-
-    settings = {"view": view, "length": length, "size": size, "flow_bound": flow_bound}
-    return save_encoder(path, build_encoder(width=width), meta={"clip_settings": settings})
 
 
 # ------------------------------------------------------------------------------------------------ the plan

@@ -97,7 +97,7 @@ def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None
     are then compared; ``nearest``: each video's similarity to its nearest other). Returns ``{"threshold", "rule",
     "positives": {alteration: [similarities]}, "videos"}``; with no usable copy, the caller's distribution rule
     applies (``threshold`` None)."""
-    from coclr.curate.groups import calibrated_threshold  # noqa: PLC0415
+    from coclr.curate.groups import MIN_SEPARATION, calibrated_threshold, separation  # noqa: PLC0415
     from coclr.embed.run import embed_videos  # noqa: PLC0415 (heavy: torch)
 
     out.mkdir(parents=True, exist_ok=True)
@@ -119,7 +119,13 @@ def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None
     if not len(values):
         return {"threshold": None, "rule": "no altered copy could be embedded", "positives": {}, "videos": 0}
     threshold = calibrated_threshold(values, nearest)
-    return {"threshold": threshold, "positives": positives, "videos": len({row for row, _, _ in copies}),
+    gain = separation(values, nearest, threshold)
+    videos = len({row for row, _, _ in copies})
+    if gain < MIN_SEPARATION:
+        return {"threshold": None, "positives": positives, "videos": videos,
+                "rule": f"the altered copies were not told apart from other videos (Youden's J {gain:.2f} at best, "
+                        f"below {MIN_SEPARATION})"}
+    return {"threshold": threshold, "separation": gain, "positives": positives, "videos": videos,
             "rule": f"calibrated: the similarity that best separates {len(values)} altered copies of "
-                    f"{len({row for row, _, _ in copies})} of these videos from each video's nearest other "
-                    f"(Youden's J)"}
+                    f"{videos} of these videos from each video's nearest other "
+                    f"(Youden's J {gain:.2f})"}

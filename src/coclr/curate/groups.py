@@ -15,6 +15,9 @@ import numpy as np
 
 OUTLIER_K = 10
 """Neighbours the outlier score averages over."""
+MIN_SEPARATION = 0.5
+"""A calibration whose best threshold keeps less than this Youden's J (recall of the copies minus the share of videos
+passing) does not separate copies from other videos: the distribution rule is used instead."""
 FALLBACK_RANGE = (0.80, 0.99)
 """Where the distribution rule's threshold is kept (:func:`distribution_threshold`)."""
 
@@ -122,6 +125,11 @@ def calibrated_threshold(positives: np.ndarray, negatives: np.ndarray) -> float:
     low = values[first - 1] if first > 0 else candidates[first] - 1e-3
     high = candidates[last]  # thresholds in (low, high] all give the best J
     return float(np.clip((low + high) / 2, -1.0, 1.0))
+
+
+def separation(positives: np.ndarray, negatives: np.ndarray, threshold: float) -> float:
+    """Youden's J of ``threshold``: the share of ``positives`` at or above it less the share of ``negatives``."""
+    return float((np.asarray(positives) >= threshold).mean() - (np.asarray(negatives) >= threshold).mean())
 
 
 def distribution_threshold(nearest: np.ndarray) -> float:
