@@ -65,6 +65,8 @@ def test_the_calibrated_threshold_separates_copies_from_other_videos():
     gain = lambda t: (positives >= t).mean() - (negatives >= t).mean()  # noqa: E731
     grid = np.linspace(0, 1, 2001)
     assert gain(threshold) == pytest.approx(max(gain(t) for t in grid), abs=1e-9)
+    assert rules.separation(positives, negatives, threshold) == pytest.approx(gain(threshold))
+    assert rules.separation(np.array([0.9, 0.95]), np.array([0.5, 0.92]), 0.91) == pytest.approx(0.5)
 
 
 def test_the_distribution_rule_is_an_outer_fence_within_its_range():
@@ -273,3 +275,22 @@ def test_names_cannot_break_out_of_the_page(tmp_path):
     assert "<" not in script and ">" not in script and "&" not in script.replace("\\u0026", "")
     decoded = json.loads(script.split("=", 1)[1].strip().rstrip(";"))
     assert decoded["names"][0] == name  # the name itself, shown as text
+
+
+def test_the_command_line_is_generated_from_the_options():
+    import dataclasses
+
+    from coclr.cli import build_parser
+    from coclr.cli._options import options_from_flags
+    from coclr.curate.run import CurateOptions
+
+    parser = build_parser()
+    args = parser.parse_args(["curate", "E", "--out", "D", "--threshold", "0.9", "--no-windows", "--calibrate", "0"])
+    assert options_from_flags(CurateOptions, args) == CurateOptions(threshold=0.9, windows=False, calibrate=0)
+    assert options_from_flags(CurateOptions, parser.parse_args(["curate", "E", "--out", "D"])) == CurateOptions()
+    subparsers = next(a for a in parser._actions if a.dest == "command" or hasattr(a, "choices") and a.choices
+                      and "curate" in a.choices)
+    text = subparsers.choices["curate"].format_help()
+    for field in dataclasses.fields(CurateOptions):  # each option once, with its documentation
+        assert f"--{field.name.replace('_', '-')}" in text
+        assert field.metadata["help"].split()[0] in text

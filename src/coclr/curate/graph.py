@@ -13,8 +13,8 @@ import numpy as np
 from coclr import progress
 from coclr.embed.search import UnitRows, exact_topk
 
-QUERY_CHUNK = 4096
-"""Rows queried at a time."""
+QUERY_CHUNK = 1024
+"""Rows queried at a time (a first-pass block of the search is then at most 32768 x 1024 float32 scores: 128 MiB)."""
 
 
 def neighbour_graph(rows: UnitRows, k: int, groups: np.ndarray | None = None, show: bool = False,
