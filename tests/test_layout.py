@@ -27,7 +27,7 @@ tests/ (importable by name: pytest's ``pythonpath``, the scripts' own folder).""
 LAYERS = [
     {"version", "errors"},
     {"atomic", "config", "seeding", "filelock", "threads", "progress", "interrupts", "cpu"},
-    {"runfolder", "clips", "distributed", "native"},
+    {"runfolder", "clips", "distributed", "native", "jobs"},
     {"core", "models", "video", "flow"},
     {"store"},
     {"synth", "data"},

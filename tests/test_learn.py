@@ -231,7 +231,7 @@ def files_digest(root: Path) -> dict[str, tuple[int, int]]:
 
 PARENT = """
 import subprocess, sys, time
-from coclr.study.scheduler import die_with_parent
+from coclr.jobs.scheduler import die_with_parent
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], preexec_fn=die_with_parent)
 print(child.pid, flush=True)
 time.sleep(120)

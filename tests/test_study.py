@@ -15,10 +15,10 @@ import yaml
 
 from coclr.config import load_config
 from coclr.errors import CoclrError, ConfigError
+from coclr.jobs.scheduler import Job, run_jobs, wait_for_an_exit
 from coclr.study.config import QUICK_ROWS, ROWS, STUDY_SYNTH, STUDY_TRAIN, StudyConfig
-from coclr.study.plan import Job, plan_study
+from coclr.study.plan import plan_study
 from coclr.study.results import claims, results_markdown, seeds_markdown, summarise_seeds
-from coclr.study.scheduler import run_jobs, wait_for_an_exit
 from coclr.train.config import MethodOptions
 from conftest import REPO_ROOT
 
@@ -419,8 +419,7 @@ def test_a_study_stopped_by_sigterm_stops_its_running_commands(tmp_path: Path) -
 
     script = tmp_path / "study.py"
     script.write_text(
-        "import sys\nfrom pathlib import Path\nfrom coclr.study.plan import Job\n"
-        "from coclr.study.scheduler import run_jobs\n"
+        "import sys\nfrom pathlib import Path\nfrom coclr.jobs.scheduler import Job, run_jobs\n"
         "out = Path(sys.argv[1])\n"
         "sleeper = [sys.executable, '-c', 'import os, sys, time; "
         "open(sys.argv[1] + \".tmp\", \"w\").write(str(os.getpid())); "

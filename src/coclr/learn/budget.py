@@ -650,7 +650,7 @@ def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float,
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
-    from coclr.study.scheduler import die_with_parent  # noqa: PLC0415 (heavy: torch)
+    from coclr.jobs.scheduler import die_with_parent  # noqa: PLC0415
 
     code = ("import json, sys; from coclr.threads import apply_process_policy; apply_process_policy(); "  # as every
             "from coclr.learn.budget import _child_timing; "  # entry point does, before torch loads

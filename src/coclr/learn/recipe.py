@@ -16,7 +16,7 @@ from typing import Any
 
 from coclr.errors import ConfigError
 from coclr.learn.budget import Plan
-from coclr.study.config import STUDY_TRAIN
+from coclr.train.recipes import STUDY_TRAIN
 
 WARMUP_STEPS = 24
 """Steps of the lr warm-up at the start of each stage (the quick study's 2 epochs of 12 steps)."""

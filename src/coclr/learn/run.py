@@ -491,8 +491,7 @@ def train_side_by_side(out: Path, config, stages) -> None:
     import yaml  # noqa: PLC0415
 
     from coclr.config import to_dict  # noqa: PLC0415
-    from coclr.study.plan import Job  # noqa: PLC0415 (heavy: torch)
-    from coclr.study.scheduler import run_jobs  # noqa: PLC0415
+    from coclr.jobs.scheduler import Job, run_jobs  # noqa: PLC0415
     from coclr.train.pipeline import stage_config  # noqa: PLC0415
 
     jobs = []

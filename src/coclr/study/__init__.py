@@ -2,7 +2,7 @@
 
 - :mod:`coclr.study.config`: the rows, columns and options (defaults: the quick study of ``coclr demo``);
 - :mod:`coclr.study.plan`: the commands each row needs, shared stages once, checked before any work;
-- :mod:`coclr.study.scheduler`: the commands as child processes, a few at a time, with progress and an ETA;
+- the commands run as child processes, a few at a time, with progress and an ETA (:mod:`coclr.jobs.scheduler`);
 - :mod:`coclr.study.run`: data, training, evaluation and the report, resumable;
 - :mod:`coclr.study.results`: the table beside the paper's numbers, the claims, the spread over seeds.
 """

@@ -16,6 +16,7 @@ from coclr.config import option, require
 from coclr.core.methods import METHODS
 from coclr.flow.encode import check_bound
 from coclr.store.flow_extract import BACKENDS
+from coclr.train.recipes import STUDY_TRAIN
 
 # ------------------------------------------------------------------------------------------------- the rows
 
@@ -109,22 +110,6 @@ class often enough for RGB to mine positives that teach flow); 384 test clips (a
 binomial noise of R@1 near 2.5 points); 12 frames per clip (training clips have 8); and every object its class's
 typical actor: the tiny RGB S3D learns RGB motion only after thousands of steps, so the RGB rows need appearance
 that goes with the class, as in real videos (docs/synth.md)."""
-
-STUDY_TRAIN: dict[str, Any] = {
-    "data": {"length": 8, "stride": 1, "size": 32, "workers": 0, "cache_mb": 256},
-    "model": {"width": 0.125},
-    "method": {"queue_size": 128, "temperature": 0.07, "momentum": 0.99, "topk": 5, "own_positive_epochs": 4.0,
-               "wait_for_full_queue": True},
-    "optim": {"lr": 0.001, "warmup_epochs": 2.0},
-    "augment": {"crop_area": [0.6, 1.0], "flip_p": 0.5, "jitter_p": 0.0, "gray_p": 0.0, "blur_p": 0.0,
-                "cpu_8bit": False},
-    "run": {"batch_size": 32, "progress": False, "log_every": 50, "device": "cpu"},
-}
-"""The quick study's training options (``coclr pretrain`` options shared by every stage), sized for a tiny S3D
-on 32-px clips: its departures from the paper's recipe are in docs/synth.md, a sentence each. ``cache_mb`` keeps
-each process's decoded frames in memory (the split is about 14 MiB per view; reads are the same either way);
-``cpu_8bit`` false keeps the float augmentation its recorded results (docs/synth.md) were computed with."""
-
 
 @dataclass
 class StudyData:

@@ -27,6 +27,7 @@ from coclr.errors import ConfigError
 from coclr.eval.features import ClipConfig
 from coclr.eval.finetune import FinetuneConfig
 from coclr.eval.linear import LinearProbeConfig
+from coclr.jobs.scheduler import Job
 from coclr.store.clipstore import open_store
 from coclr.study.config import ROWS, STUDY_SYNTH, StudyConfig, supervised_row
 from coclr.synth import SynthConfig
@@ -54,18 +55,6 @@ ABLATIONS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
 """The CoCLR ablations: the folder of each one's pipeline and what it changes, given the main pipeline's
 ``pipeline`` options; a row with a ``miner`` (:class:`coclr.study.config.Row`) also sets ``pipeline.miner`` to
 that row's encoder, and waits for its job. Each evaluates its row's view after the last cycle."""
-
-
-@dataclass
-class Job:
-    """One command of the study, run as a child process once the jobs named in ``deps`` are done. ``runs``: the
-    run folders whose training logs count its epochs (progress)."""
-
-    name: str
-    argv: list[str]
-    deps: tuple[str, ...] = ()
-    epochs: int = 0
-    runs: tuple[Path, ...] = ()
 
 
 @dataclass

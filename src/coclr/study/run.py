@@ -31,6 +31,7 @@ from coclr.eval.report import (
     view_name,
     write_report,
 )
+from coclr.jobs.scheduler import run_jobs
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import save_encoder
 from coclr.progress import bar as progress_bar
@@ -49,7 +50,6 @@ from coclr.study.results import (
     seeds_markdown,
     summarise_seeds,
 )
-from coclr.study.scheduler import run_jobs
 from coclr.synth import generate_synthetic
 
 STUDY_FOLDER = FolderRule("study", "a study run")

@@ -1,4 +1,5 @@
-"""Running a study's commands: each as a child process once the commands it needs are done, a few at a time.
+"""Running commands (a study's, learn's): each as a child process once the commands it needs are done, a few at a
+time.
 
 Every command gets its share of the CPU threads (and, with GPUs, one GPU, in turn) and writes its output to
 ``OUT/logs/<name>.log``. A progress bar counts the training epochs of all of them, with an ETA. A command that
@@ -23,8 +24,19 @@ from pathlib import Path
 from coclr.errors import CoclrError
 from coclr.interrupts import check_interrupt, deferred_interrupts, interrupted, signals_interrupt
 from coclr.progress import bar as progress_bar
-from coclr.study.plan import Job
 from coclr.threads import usable_cores
+
+
+@dataclass
+class Job:
+    """One command of the study, run as a child process once the jobs named in ``deps`` are done. ``runs``: the
+    run folders whose training logs count its epochs (progress)."""
+
+    name: str
+    argv: list[str]
+    deps: tuple[str, ...] = ()
+    epochs: int = 0
+    runs: tuple[Path, ...] = ()
 
 
 def threads_per_job(processes: int) -> int:
