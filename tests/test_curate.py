@@ -200,6 +200,16 @@ def test_curate_finds_the_copy_ranks_every_video_and_keeps_its_rules(embedded, t
         curate(embeddings, tmp_path / "bad", CurateOptions(threshold=2.0), show=False)
     assert not (tmp_path / "bad").exists()
     assert main(["curate", str(tmp_path / "absent"), "--out", str(tmp_path / "x")]) == 2
+    moved = tmp_path / "moved"  # a folder whose encoder is gone: calibration refused before any write
+    shutil.copytree(embeddings, moved)
+    record = json.loads((moved / "embed.json").read_text())
+    record["checkpoint"]["path"] = str(tmp_path / "gone.pth")
+    (moved / "embed.json").write_text(json.dumps(record))
+    with pytest.raises(ConfigError, match="no longer exists.*--calibrate 0"):
+        curate(moved, tmp_path / "never", CurateOptions(calibrate=2), show=False)
+    assert not (tmp_path / "never").exists()
+    assert curate(moved, tmp_path / "fence", CurateOptions(calibrate=0), show=False).rule.startswith(
+        "the distribution rule")
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

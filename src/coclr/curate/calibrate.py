@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from coclr.atomic import file_sha256
 from coclr.curate.alter import ALTERATIONS, write_altered
 from coclr.embed.output import Embeddings
 from coclr.errors import ConfigError
@@ -35,25 +34,17 @@ def sample_rows(embeddings: Embeddings, count: int, stale: set[int]) -> list[int
 
 
 def folder_encoder(embeddings: Embeddings, device: str | None, workers: int | None):
-    """An :class:`~coclr.embed.embedder.Embedder` that embeds as the folder did (its checkpoints, unchanged since:
-    their sha256 is checked, and its settings); refused in one line when a checkpoint is gone or changed."""
-    from coclr.embed.embedder import Embedder  # noqa: PLC0415 (heavy: torch)
+    """An :class:`~coclr.embed.embedder.Embedder` that embeds as the folder did (:func:`coclr.embed.run.embedder_for`:
+    its checkpoints, unchanged since, and its settings); refused in one line, with what to do, when a checkpoint is
+    gone or changed."""
+    from coclr.embed.run import embedder_for  # noqa: PLC0415 (heavy: torch)
+    from coclr.errors import CheckpointError  # noqa: PLC0415
 
-    record = embeddings.record
-    files = {}
-    for key in ("checkpoint", "flow_checkpoint"):
-        entry = record.get(key)
-        if not entry:
-            continue
-        path = Path(entry["path"])
-        if not path.is_file() or file_sha256(path) != entry["sha256"]:
-            raise ConfigError(f"{embeddings.root}: its encoder {path} is gone or changed since it embedded the videos, "
-                              "so altered copies cannot be embedded alike; give --threshold, or --calibrate 0 for the "
-                              "distribution rule")
-        files[key] = path
-    settings = {key: value for key, value in record["settings"].items() if not key.endswith("_sha256")}
-    return Embedder(files["checkpoint"], device=device, flow_checkpoint=files.get("flow_checkpoint"),
-                    workers=workers, **settings)
+    try:
+        return embedder_for(embeddings.root, device=device, workers=workers)
+    except CheckpointError as error:
+        raise ConfigError(f"{error}: altered copies cannot be embedded as the folder was; give --threshold, or "
+                          "--calibrate 0 for the distribution rule") from None
 
 
 def altered_copies(embeddings: Embeddings, rows: list[int], out: Path) -> list[tuple[int, str, Path]]:
@@ -89,10 +80,9 @@ def altered_copies(embeddings: Embeddings, rows: list[int], out: Path) -> list[t
 
 
 def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None, nearest: np.ndarray, count: int,
-              out: Path,
-              device: str | None = None, workers: int | None = None, stale: set[int] | None = None,
-              show: bool = True) -> dict[str, Any]:
-    """The calibrated threshold and what it rests on: ``count`` videos' altered copies embedded into
+              out: Path, encoder, stale: set[int] | None = None, show: bool = True) -> dict[str, Any]:
+    """The calibrated threshold and what it rests on: ``count`` videos' altered copies embedded by ``encoder``
+    (:func:`folder_encoder`) into
     ``out/embeddings`` (``units``: the folder's video vectors, centred by ``mean`` and of unit length, as the copies'
     are then compared; ``nearest``: each video's similarity to its nearest other). Returns ``{"threshold", "rule",
     "positives": {alteration: [similarities]}, "videos"}``; with no usable copy, the caller's distribution rule
@@ -105,7 +95,6 @@ def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None
     copies = altered_copies(embeddings, rows, out)
     if not copies:
         return {"threshold": None, "rule": "no video could be altered", "positives": {}, "videos": 0}
-    encoder = folder_encoder(embeddings, device, workers)
     embed_videos([str(path) for _, _, path in copies], out / "embeddings", encoder, progress=show)
     copied = Embeddings(out / "embeddings")
     positives: dict[str, list[float]] = {}

@@ -135,12 +135,17 @@ def curate(source: str | os.PathLike[str], out: str | os.PathLike[str], options:
     if len(embeddings.videos) < 2:
         raise ConfigError(f"{source}: {len(embeddings.videos)} video(s) embedded; curation compares videos: embed "
                           "at least two")
+    encoder = None
+    if options.threshold is None and options.calibrate > 0:  # its checkpoints checked before any write
+        from coclr.curate.calibrate import folder_encoder  # noqa: PLC0415 (heavy: torch)
+
+        encoder = folder_encoder(embeddings, options.device, options.workers)
     with claim_folder(out, CURATE_FOLDER, recorded_options(source, options), restart=restart):
-        return _curate(embeddings, out, options, started, show)
+        return _curate(embeddings, out, options, started, show, encoder)
 
 
-def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: float,
-            show: bool) -> CurateSummary:
+def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: float, show: bool,
+            encoder) -> CurateSummary:
     from coclr.embed.search import folder_rows  # noqa: PLC0415
 
     seconds: dict[str, float] = {}
@@ -160,12 +165,12 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         threshold, rule, calibration = float(options.threshold), "given", {}
     else:
         calibration = {"threshold": None, "rule": "--calibrate 0"}
-        if options.calibrate > 0:
+        if encoder is not None:
             from coclr.curate.calibrate import FOLDER, calibrate  # noqa: PLC0415 (heavy: torch)
 
             say(f"coclr curate: calibrating the threshold on altered copies of {options.calibrate} videos ...", show)
-            calibration = calibrate(embeddings, units, rows.mean, nearest, options.calibrate, out / FOLDER,
-                                    options.device, options.workers, stale, show)
+            calibration = calibrate(embeddings, units, rows.mean, nearest, options.calibrate, out / FOLDER, encoder,
+                                    stale, show)
         if calibration["threshold"] is not None:
             threshold, rule = float(calibration["threshold"]), calibration["rule"]
         else:
