@@ -73,7 +73,8 @@ class CurateOptions:
                                    "then videos spread over the map)")
     seed: int = option(0, "seed of the map's layout and colour groups")
     device: str | None = option(None, "torch device embedding the altered copies (default: cuda when available)")
-    workers: int | None = option(None, "processes decoding the altered copies (default: one per core)")
+    workers: int | None = option(None, "processes decoding the altered copies, threads making the thumbnails "
+                                       "(default: one per core)")
 
     def validate(self) -> None:
         if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:
@@ -204,7 +205,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     seconds["map"] = time.perf_counter() - clock
     clock = time.perf_counter()
     wanted = thumbnail_rows(count, whole, stretches, ranking, options.thumbnails)
-    thumbs = write_thumbnails(out, embeddings, wanted, stale, show)
+    thumbs = write_thumbnails(out, embeddings, wanted, stale, show, options.workers)
     seconds["thumbnails"] = time.perf_counter() - clock
     summary = CurateSummary(out, count, threshold, rule, len(whole), sum(len(group) for group in whole),
                             len(stretches), len(stale), 0.0)
@@ -269,31 +270,41 @@ def thumbnail_key(record: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24] + ".gif"
 
 
-def write_thumbnails(out: Path, embeddings: Embeddings, rows: list[int], stale: set[int],
-                     show: bool) -> dict[int, str]:
-    """An animated GIF of each video of ``rows`` in ``out/thumbs`` (kept when there already); returns row -> its
-    path relative to ``out``. A video that cannot be read, or changed since it was embedded, gets none."""
+def write_thumbnails(out: Path, embeddings: Embeddings, rows: list[int], stale: set[int], show: bool,
+                     workers: int | None = None) -> dict[int, str]:
+    """An animated GIF of each video of ``rows`` in ``out/thumbs`` (kept when there already), made on ``workers``
+    threads (default: one per core; decoding releases the GIL); returns row -> its path relative to ``out``. A
+    video that cannot be read, or changed since it was embedded, gets none."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
     from coclr.embed.search import file_thumbnail  # noqa: PLC0415
     from coclr.eval.gallery import animated_gif  # noqa: PLC0415
+    from coclr.threads import usable_cores  # noqa: PLC0415
 
     folder = out / THUMBS
     folder.mkdir(exist_ok=True)
+
+    def make(row: int) -> str | None:
+        record = embeddings.video_records[row]
+        name = thumbnail_key(record)
+        if not (folder / name).is_file():
+            if row in stale:
+                return None
+            try:
+                frames = file_thumbnail(record["path"], embeddings, num_frames=8, height=72)
+            except Exception:  # an unreadable video: no thumbnail, the rest goes on
+                return None
+            with atomic_open(folder / name, "wb") as file:
+                file.write(animated_gif(frames))
+        return f"{THUMBS}/{name}"
+
     found = {}
-    with progress.bar(total=len(rows), desc="thumbnails", unit="video", disable=not show, leave=False) as shown:
-        for row in rows:
+    with progress.bar(total=len(rows), desc="thumbnails", unit="video", disable=not show, leave=False) as shown, \
+            ThreadPoolExecutor(max(1, workers or usable_cores())) as pool:
+        for row, made in zip(rows, pool.map(make, rows)):
             shown.update(1)
-            record = embeddings.video_records[row]
-            name = thumbnail_key(record)
-            if not (folder / name).is_file():
-                if row in stale:
-                    continue
-                try:
-                    frames = file_thumbnail(record["path"], embeddings, num_frames=8, height=72)
-                except Exception:  # an unreadable video: no thumbnail, the rest goes on
-                    continue
-                with atomic_open(folder / name, "wb") as file:
-                    file.write(animated_gif(frames))
-            found[row] = f"{THUMBS}/{name}"
+            if made is not None:
+                found[row] = made
     return found
 
 
