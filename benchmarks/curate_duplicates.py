@@ -2,8 +2,10 @@
 videos: precision and recall per alteration, side by side.
 
 The sets: the real clips of ../shared/data/clips, and `coclr data synth --videos` clips (64 x 64 px, 48 frames,
-another seed than any encoder saw). Each original gets one copy per alteration of coclr.curate.alter (re-encoded
-at a lower quality, trimmed, cropped, resized, brightened, sped up, flipped, captioned, and two combinations). A set
+another seed than any encoder saw, each from a take of its own) among 300 other such clips left unaltered
+(distractors: in a user's folder most videos have no duplicate, and the calibration's negatives, each video's
+nearest other, come from them). Each original gets one copy per alteration of coclr.curate.alter (re-encoded at a
+lower quality, trimmed, cropped, resized, brightened, sped up, flipped, captioned, and two combinations). A set
 is embedded as `coclr learn` embeds (two streams, RGB and TV-L1 flow, the encoders of a `coclr learn` folder given
 for it), then `coclr curate` runs on it as a user would run it: the threshold calibrated on altered copies of 8 of
 the folder's videos (the same kinds of alteration as the test: it is tuned for them), and again with `--calibrate
@@ -95,18 +97,19 @@ def frame_hashes(path: str):
 
 def baseline_pairs(paths: list[str], truth: dict[str, tuple[int, str]]) -> tuple[set[tuple[str, str]], float]:
     """The frame-hash dedup's pairs at its F1-best threshold on this data, and that threshold."""
-    hashes = {path: frame_hashes(path) for path in paths}
-    distances = {}
-    for a, b in itertools.combinations(sorted(paths), 2):
-        distances[(a, b)] = float(np.mean([x - y for x, y in zip(hashes[a], hashes[b])]))
-    true = {pair for pair in distances if truth[pair[0]][0] == truth[pair[1]][0]}
-    best, best_f1 = 0.0, -1.0
-    for threshold in sorted(set(distances.values())):
-        predicted = {pair for pair, d in distances.items() if d <= threshold}
-        hits = len(predicted & true)
-        f1 = 2 * hits / max(1, len(predicted) + len(true))
-        if f1 > best_f1:
-            best, best_f1 = threshold, f1
+    paths = sorted(paths)
+    bits = np.array([[np.asarray(h.hash, bool).reshape(-1) for h in frame_hashes(path)] for path in paths])
+    matrix = np.mean([(bits[:, None, i] != bits[None, :, i]).sum(axis=-1) for i in range(HASH_FRAMES)], axis=0)
+    first, second = np.triu_indices(len(paths), k=1)
+    pairs = [(paths[a], paths[b]) for a, b in zip(first, second)]
+    values = matrix[first, second]
+    distances = dict(zip(pairs, values.tolist()))
+    true = np.array([truth[a][0] == truth[b][0] for a, b in pairs])
+    order = np.argsort(values, kind="stable")
+    hits = np.cumsum(true[order])
+    last = np.r_[values[order][1:] != values[order][:-1], True]  # a cut between distinct distances only
+    f1 = 2 * hits / (np.arange(1, len(values) + 1) + true.sum())
+    best = float(values[order][np.flatnonzero(last)[np.argmax(f1[last])]])
     return {pair for pair, d in distances.items() if d <= best}, best
 
 
@@ -133,23 +136,31 @@ def main() -> None:
     parser.add_argument("--work", required=True)
     parser.add_argument("--clips-learn", required=True, help="a coclr learn folder of ../shared/data/clips")
     parser.add_argument("--synth-learn", required=True, help="a coclr learn folder of synthetic videos")
-    parser.add_argument("--synth-videos", type=int, default=40, help="synthetic originals")
+    parser.add_argument("--synth-videos", type=int, default=20, help="synthetic originals (each altered ten ways)")
+    parser.add_argument("--distractors", type=int, default=300, help="other synthetic videos, not altered: a folder "
+                        "where duplicates are a minority, as in a user's footage")
+    parser.add_argument("--sets", nargs="+", default=["real", "synthetic"], help="which sets to measure")
     args = parser.parse_args()
     from coclr.curate.run import CurateOptions, curate
     from coclr.synth import SynthConfig, write_videos
 
     work = Path(args.work)
     print(f"cpu: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
-    write_videos(work / "synth", SynthConfig(seed=11, num_classes=8, train_scenes=8, test_scenes=2, frames=48,
-                                             height=64, width=64))
+    write_videos(work / "synth", SynthConfig(seed=11, num_classes=8, train_scenes=160, test_scenes=2, frames=48,
+                                             height=64, width=64, clips_per_action=1))  # one clip per take
     synth = sorted((work / "synth" / "videos").glob("*.mp4"))
-    picked = [synth[int(i)] for i in np.linspace(0, len(synth) - 1, args.synth_videos).round()]
-    sets = {"real clips": (sorted(CLIPS.iterdir()), Path(args.clips_learn)),
-            "synthetic": (picked, Path(args.synth_learn))}
+    spread = np.unique(np.linspace(0, len(synth) - 1, args.synth_videos + args.distractors).round().astype(int))
+    picked = [synth[i] for i in spread[::max(1, len(spread) // args.synth_videos)][:args.synth_videos]]
+    others = [synth[i] for i in spread if synth[i] not in picked][:args.distractors]
+    sets = {"real clips": (sorted(CLIPS.iterdir()), [], Path(args.clips_learn)),
+            "synthetic": (picked, others, Path(args.synth_learn))}
     report = {}
-    for name, (originals, learn) in sets.items():
+    for name, (originals, distractors, learn) in sets.items():
         key = name.split()[0]
+        if key not in args.sets:
+            continue
         truth = make_set(originals, work / f"{key}_copies")
+        truth.update({str(path.resolve()): (len(originals) + n, "distractor") for n, path in enumerate(distractors)})
         paths = sorted(truth)
         begin = time.perf_counter()
         folder = embed(paths, learn, work / f"{key}_embeddings")
@@ -166,7 +177,8 @@ def main() -> None:
         begin = time.perf_counter()
         pairs, threshold = baseline_pairs(paths, truth)
         results[f"frame hash, best threshold on the data ({threshold:.1f} bits)"] = scores(pairs, truth)
-        print(f"{name}: {len(originals)} originals, {len(paths)} videos; embedded in {embedded:.0f} s; frame hashes "
+        print(f"{name}: {len(originals)} originals, {len(distractors)} distractors, {len(paths)} videos; embedded in "
+              f"{embedded:.0f} s; frame hashes "
               f"{time.perf_counter() - begin:.0f} s", flush=True)
         methods = list(results)
         print(f"{name}: precision / recall (%) per alteration")

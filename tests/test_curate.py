@@ -30,19 +30,19 @@ def test_pairs_over_the_threshold_join_into_groups_through_chains():
     assert rules.best_match(scores, neighbours, [0, 1, 2]) == {0: 0.99, 1: 0.99, 2: 0.97}
 
 
-def test_shared_stretches_come_from_windows_of_two_videos_and_skip_whole_duplicates():
+def test_shared_stretches_come_from_mutual_nearest_windows_and_skip_whole_duplicates():
     window_video = np.array([0, 0, 0, 1, 1, 2, 2])
     starts = np.array([0.0, 1, 2, 0, 1, 0, 1])
     ends = starts + 2
-    scores = np.array([[0.5], [0.96], [0.97], [0.5], [0.97], [0.99], [0.5]])
-    neighbours = np.array([[3], [3], [4], [0], [2], [0], [0]])
+    scores = np.array([[0.5], [0.96], [0.97], [0.96], [0.97], [0.99], [0.5]])
+    neighbours = np.array([[3], [3], [4], [1], [2], [0], [0]])  # 1 <-> 3 and 2 <-> 4 mutual; 5 -> 0 only
     stretches = rules.matching_stretches(scores, neighbours, window_video, starts, ends, 0.95, set())
-    assert [(s.video, s.other) for s in stretches] == [(0, 1), (0, 2)]
+    assert [(s.video, s.other) for s in stretches] == [(0, 1)]  # window 5's nearest (a hub's) is not mutual
     first = stretches[0]
     assert (first.start, first.end, first.other_start, first.other_end) == (1.0, 4.0, 0.0, 3.0)
     assert first.similarity == 0.97
-    assert [(s.video, s.other) for s in rules.matching_stretches(scores, neighbours, window_video, starts, ends,
-                                                                  0.95, {(0, 1)})] == [(0, 2)]
+    assert rules.matching_stretches(scores, neighbours, window_video, starts, ends, 0.95, {(0, 1)}) == []
+    assert rules.matching_stretches(scores, neighbours, window_video, starts, ends, 0.965, set())[0].start == 2.0
 
 
 def test_outlier_scores_are_one_minus_the_mean_similarity_of_the_nearest():

@@ -76,8 +76,13 @@ def matching_stretches(scores: np.ndarray, neighbours: np.ndarray, window_video:
     """The stretches two videos share where only part of one repeats: the window pairs of different videos whose
     similarity reaches ``threshold`` (``scores``/``neighbours`` ``[M, k]`` over windows; ``window_video`` each
     window's video row, ``starts``/``ends`` its seconds), gathered per pair of videos that is not already a
-    whole-video duplicate (``whole``: pairs ``(a, b)``, ``a < b``); one stretch per pair, ``video < other``."""
-    rows, columns = np.nonzero((scores >= threshold) & (neighbours >= 0))
+    whole-video duplicate (``whole``: pairs ``(a, b)``, ``a < b``); one stretch per pair, ``video < other``. Only
+    mutual nearest windows count (each is the other's nearest window of another video): in a space where a few
+    windows are near everything (hubs), a window's nearest alone would tie unrelated videos together."""
+    first = neighbours[:, 0]
+    mutual = (first >= 0) & (neighbours[np.maximum(first, 0), 0] == np.arange(len(first)))
+    rows = np.flatnonzero(mutual & (scores[:, 0] >= threshold))
+    columns = np.zeros(len(rows), np.int64)
     found: dict[tuple[int, int], list[tuple[int, int, float]]] = {}
     for row, column in zip(rows, columns):
         other = int(neighbours[row, column])
