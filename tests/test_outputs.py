@@ -238,10 +238,10 @@ def test_the_owner_records_are_those_the_store_and_embed_folders_write():
 
 OUTPUT_OPTIONS = {"data index --out", "data store --out", "data synth --out", "embed --out", "eval * --out",
                   "eval * --cache-dir", "eval finetune --work-dir", "report --out", "report --cache-dir",
-                  "search --html", "study --out", "demo --out", "learn --out", "export --out"}
+                  "search --html", "study --out", "demo --out", "learn --out", "export --out", "curate --out"}
 """Every option of the CLI that names where a command writes, each checked by the rule (the tests above, and
-tests/test_folders.py, tests/test_learn.py, tests/test_export.py); pretrain and pipeline write run.out, flow a view
-of its store."""
+tests/test_folders.py, tests/test_learn.py, tests/test_export.py, tests/test_curate.py); pretrain and pipeline write
+run.out, flow a view of its store."""
 
 
 def test_every_output_option_of_the_cli_is_one_the_rule_covers():
