@@ -36,13 +36,16 @@ def test_shared_stretches_come_from_mutual_nearest_windows_and_skip_whole_duplic
     ends = starts + 2
     scores = np.array([[0.5], [0.96], [0.97], [0.96], [0.97], [0.99], [0.5]])
     neighbours = np.array([[3], [3], [4], [1], [2], [0], [0]])  # 1 <-> 3 and 2 <-> 4 mutual; 5 -> 0 only
-    stretches = rules.matching_stretches(scores, neighbours, window_video, starts, ends, 0.95, set())
+    none = np.full(3, -1)
+    stretches = rules.matching_stretches(scores, neighbours, window_video, starts, ends, 0.95, none)
     assert [(s.video, s.other) for s in stretches] == [(0, 1)]  # window 5's nearest (a hub's) is not mutual
     first = stretches[0]
     assert (first.start, first.end, first.other_start, first.other_end) == (1.0, 4.0, 0.0, 3.0)
     assert first.similarity == 0.97
-    assert rules.matching_stretches(scores, neighbours, window_video, starts, ends, 0.95, {(0, 1)}) == []
-    assert rules.matching_stretches(scores, neighbours, window_video, starts, ends, 0.965, set())[0].start == 2.0
+    whole = rules.group_of([[0, 1]], 3)
+    assert whole.tolist() == [0, 0, -1]
+    assert rules.matching_stretches(scores, neighbours, window_video, starts, ends, 0.95, whole) == []
+    assert rules.matching_stretches(scores, neighbours, window_video, starts, ends, 0.965, none)[0].start == 2.0
 
 
 def test_outlier_scores_are_one_minus_the_mean_similarity_of_the_nearest():

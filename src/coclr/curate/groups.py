@@ -71,12 +71,21 @@ class Stretch:
     similarity: float
 
 
+def group_of(groups: list[list[int]], count: int) -> np.ndarray:
+    """Each of ``count`` rows' group number in ``groups`` (-1: in none)."""
+    found = np.full(count, -1, np.int64)
+    for number, group in enumerate(groups):
+        found[group] = number
+    return found
+
+
 def matching_stretches(scores: np.ndarray, neighbours: np.ndarray, window_video: np.ndarray, starts: np.ndarray,
-                       ends: np.ndarray, threshold: float, whole: set[tuple[int, int]]) -> list[Stretch]:
+                       ends: np.ndarray, threshold: float, whole: np.ndarray) -> list[Stretch]:
     """The stretches two videos share where only part of one repeats: the window pairs of different videos whose
     similarity reaches ``threshold`` (``scores``/``neighbours`` ``[M, k]`` over windows; ``window_video`` each
     window's video row, ``starts``/``ends`` its seconds), gathered per pair of videos that is not already a
-    whole-video duplicate (``whole``: pairs ``(a, b)``, ``a < b``); one stretch per pair, ``video < other``. Only
+    whole-video duplicate (``whole``: each video's duplicate group, -1 for none, :func:`group_of`); one stretch per
+    pair, ``video < other``. Only
     mutual nearest windows count (each is the other's nearest window of another video): in a space where a few
     windows are near everything (hubs), a window's nearest alone would tie unrelated videos together."""
     first = neighbours[:, 0]
@@ -90,9 +99,9 @@ def matching_stretches(scores: np.ndarray, neighbours: np.ndarray, window_video:
         if a == b:
             continue
         first, second = (int(row), other) if a < b else (other, int(row))
-        pair = (min(a, b), max(a, b))
-        if pair not in whole:
-            found.setdefault(pair, []).append((first, second, float(scores[row, column])))
+        if whole[a] >= 0 and whole[a] == whole[b]:
+            continue
+        found.setdefault((min(a, b), max(a, b)), []).append((first, second, float(scores[row, column])))
     stretches = []
     for (a, b), matches in sorted(found.items()):
         mine = np.array([m[0] for m in matches])

@@ -184,7 +184,6 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
 
     clock = time.perf_counter()
     whole = rules.duplicate_groups(scores, neighbours, threshold)
-    pairs = {(a, b) for group in whole for a in group for b in group if a < b}
     stretches = []
     if options.windows and len(embeddings.windows) > 1:
         window_video = np.array([record["video"] for record in embeddings.window_records], np.int64)
@@ -193,7 +192,8 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         window_rows = folder_rows(embeddings, windows=True, center=True)
         w_scores, w_neighbours = neighbour_graph(window_rows, 4, groups=window_video, show=show,
                                                  desc="nearest windows")
-        stretches = rules.matching_stretches(w_scores, w_neighbours, window_video, starts, ends, threshold, pairs)
+        stretches = rules.matching_stretches(w_scores, w_neighbours, window_video, starts, ends, threshold,
+                                             rules.group_of(whole, count))
     outliers = rules.outlier_scores(scores, options.neighbours)
     ranking = rules.outlier_ranking(outliers)
     seconds["duplicates_outliers"] = time.perf_counter() - clock
