@@ -3,7 +3,7 @@
 The page is three files beside each other, no network: ``index.html`` (the page and its script), ``data.js`` (the
 collection as one JSON object: names, points, colour groups, each video's nearest, the duplicate groups and the
 outliers) and ``thumbs/<row>.gif`` (animated thumbnails, loaded only when a point is hovered or a list entry shown).
-The map is a canvas: every point drawn each frame (a hundred thousand take a few milliseconds), dragged to pan,
+The map is a canvas: every point written into one image each frame (no canvas call per point), dragged to pan,
 wheeled to zoom. Hovering a point shows its name and thumbnail; clicking it lists its nearest videos and marks them;
 clicking a duplicate group or an outlier marks its points. Every name reaches the page as JSON data and is shown
 as text (``textContent``), never as markup; the JSON has ``<`` escaped, so no name ends a script.
@@ -56,31 +56,45 @@ SCRIPT = r"""
     canvas.width = canvas.clientWidth * devicePixelRatio;
     canvas.height = canvas.clientHeight * devicePixelRatio;
   }
-  view.toScreen = function (row) {  // CSS pixels within the canvas
+  const X = Float32Array.from({length: N}, (_, i) => D.points[2 * i]);
+  const Y = Float32Array.from({length: N}, (_, i) => D.points[2 * i + 1]);
+  const packed = D.colours.map(hex => {  // each colour as the canvas's RGBA bytes read as one 32-bit word
+    const v = parseInt(hex.slice(1), 16);
+    return new Uint32Array(new Uint8Array([v >> 16, (v >> 8) & 255, v & 255, 255]).buffer)[0];
+  });
+  function frame() {  // CSS pixels: x = ax * X + bx, y = ay * Y + by
     const w = canvas.clientWidth - 2 * pad, h = canvas.clientHeight - 2 * pad;
-    return [pad + (D.points[2 * row] * w) * view.scale + view.x,
-            pad + (D.points[2 * row + 1] * h) * view.scale + view.y];
+    return [w * view.scale, pad + view.x, h * view.scale, pad + view.y];
+  }
+  view.toScreen = function (row) {  // CSS pixels within the canvas
+    const f = frame();
+    return [f[0] * X[row] + f[1], f[2] * Y[row] + f[3]];
   };
-  function draw() {
-    const base = N > 20000 ? 2 : N > 2000 ? 3 : 6;
-    const r = devicePixelRatio, dot = Math.max(2, Math.min(12, base * Math.sqrt(view.scale))) * r;
-    ctx.clearRect(0, 0, canvas.width, canvas.height);
+  function draw() {  // every point written into one image (a hundred thousand in milliseconds), then the marks
+    const r = devicePixelRatio, base = N > 20000 ? 2 : N > 2000 ? 3 : 6;
+    const dot = Math.round(Math.max(2, Math.min(12, base * Math.sqrt(view.scale))) * r);
+    const width = canvas.width, height = canvas.height, f = frame();
+    const image = ctx.createImageData(width, height), pixels = new Uint32Array(image.data.buffer);
+    const ax = f[0] * r, bx = f[1] * r - dot / 2, ay = f[2] * r, by = f[3] * r - dot / 2;
     for (let i = 0; i < N; i++) {
-      const p = view.toScreen(i);
-      ctx.fillStyle = D.colours[D.groups[i] % D.colours.length];
-      ctx.fillRect(p[0] * r - dot / 2, p[1] * r - dot / 2, dot, dot);
+      const x0 = Math.round(ax * X[i] + bx), y0 = Math.round(ay * Y[i] + by);
+      if (x0 < 0 || y0 < 0 || x0 + dot > width || y0 + dot > height) continue;
+      const colour = packed[D.groups[i] % packed.length];
+      for (let y = y0; y < y0 + dot; y++) pixels.fill(colour, y * width + x0, y * width + x0 + dot);
     }
+    ctx.putImageData(image, 0, 0);
     ctx.fillStyle = D.mark; ctx.strokeStyle = '#000';
     for (const i of view.marked) {
       const p = view.toScreen(i);
-      ctx.beginPath(); ctx.arc(p[0] * r, p[1] * r, dot * 1.6, 0, 2 * Math.PI); ctx.fill(); ctx.stroke();
+      ctx.beginPath(); ctx.arc(p[0] * r, p[1] * r, dot * 0.9, 0, 2 * Math.PI); ctx.fill(); ctx.stroke();
     }
   }
   view.draw = draw;
   function nearestPoint(x, y) {
+    const f = frame();
     let best = -1, bestDistance = 100;  // within 10 px
     for (let i = 0; i < N; i++) {
-      const p = view.toScreen(i), d = (p[0] - x) ** 2 + (p[1] - y) ** 2;
+      const dx = f[0] * X[i] + f[1] - x, dy = f[2] * Y[i] + f[3] - y, d = dx * dx + dy * dy;
       if (d < bestDistance) { best = i; bestDistance = d; }
     }
     return best;
