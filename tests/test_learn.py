@@ -421,6 +421,7 @@ def test_two_torchrun_processes_learn_one_folder(learnt, tmp_path):
     checkpoint = load_checkpoint(out / "pipeline" / "cycle2_flow" / "checkpoint_last.pth")
     assert checkpoint["world_size"] == 2 and checkpoint["config"]["run"]["batch_size"] == TINY_PLAN["batch"] // 2
     assert len(Embeddings(out / "embeddings" / "two_stream").videos) == 16
+    assert record["curate"]["rule"].startswith("the distribution rule")  # one process curates, without the group
     assert not list((out / "embeddings" / "two_stream" / "chunks").glob("*"))
 
 

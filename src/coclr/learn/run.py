@@ -575,12 +575,16 @@ def measure_stages(out: Path, store: Path, config, plan: Plan, device: str, labe
 
 def curate_embeddings(out: Path, device: str, workers: int | None) -> dict[str, Any]:
     """``coclr curate`` of the two-stream embeddings into ``OUT/curate`` (the threshold calibrated on altered copies
-    of :data:`~coclr.learn.budget.CURATE_VIDEOS` videos); returns what ``learn.json`` records of it."""
+    of :data:`~coclr.learn.budget.CURATE_VIDEOS` videos; by the distribution rule in a job of several processes);
+    returns what ``learn.json`` records of it."""
     from coclr.curate.run import RESULT_FILE as CURATE_RESULT  # noqa: PLC0415 (heavy: torch)
     from coclr.curate.run import CurateOptions, curate  # noqa: PLC0415
+    from coclr.distributed import world_size  # noqa: PLC0415
     from coclr.learn.budget import CURATE_VIDEOS  # noqa: PLC0415
 
-    options = CurateOptions(calibrate=CURATE_VIDEOS, device=device, workers=workers)
+    # Under torchrun only this process curates: the calibration's embedding would wait for the others (it shares
+    # its videos with every process of a group), so there the distribution rule sets the threshold.
+    options = CurateOptions(calibrate=CURATE_VIDEOS if world_size() == 1 else 0, device=device, workers=workers)
     curate(out / "embeddings" / "two_stream", out / CURATE_FOLDER, options, show=False)
     record = read_json_record(out / CURATE_FOLDER / CURATE_RESULT) or {}
     return {key: record.get(key) for key in ("threshold", "rule", "groups", "duplicate_videos", "partial_pairs")}
