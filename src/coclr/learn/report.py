@@ -99,7 +99,8 @@ def _summary(result: dict[str, Any]) -> str:
                       f"checkpoint, sha256 {html.escape(entry['sha256'][:12])}...)</li>"
                       for view, entry in plan.get("init", {}).items())
     if started:
-        text += f'<p class="note">Started from (the other view from scratch):</p><ul class="note">{started}</ul>'
+        alone = " (the other view from scratch)" if len(plan["init"]) == 1 else ""
+        text += f'<p class="note">Started from{alone}:</p><ul class="note">{started}</ul>'
     curated = result.get("curate")
     if curated:
         text += (f'<p>Near-duplicates, outliers and a map of every video: <a href="curate/index.html">curate/index.html'
