@@ -101,8 +101,6 @@ def thread_env(threads: int) -> dict[str, str]:
 def make_folder(root: Path, rows: int, dim: int, seed: int = 0) -> Path:
     """An embedding folder of ``rows`` random unit rows, each the row of a real (empty) file, so that a search serves
     it (a row whose file is missing or changed is never served); reused when it exists with that shape."""
-    from coclr.atomic import atomic_write_json, atomic_write_text
-
     folder = root / f"search_{rows}x{dim}"
     files = folder / "files"
     if ((folder / "embed.json").is_file() and np.load(folder / "videos.npy", mmap_mode="r").shape == (rows, dim)
@@ -116,6 +114,17 @@ def make_folder(root: Path, rows: int, dim: int, seed: int = 0) -> Path:
         out[start: start + len(block)] = block / np.linalg.norm(block, axis=1, keepdims=True)
     out.flush()
     del out
+    write_records(folder, rows, dim)
+    return folder
+
+
+def write_records(folder: Path, rows: int, dim: int) -> None:
+    """The rest of an embedding folder whose ``videos.npy`` holds ``rows`` rows: each row the row of a real empty file
+    (``folder/files``; a search serves only rows whose file is there), no windows, no failures, its ``embed.json``."""
+    from coclr.atomic import atomic_write_json, atomic_write_text
+
+    files = folder / "files"
+    files.mkdir(parents=True, exist_ok=True)
     np.save(folder / "windows.npy", np.zeros((0, dim), np.float32))
     atomic_write_text(folder / "windows.jsonl", "")
     atomic_write_text(folder / "failed.jsonl", "")
@@ -128,7 +137,6 @@ def make_folder(root: Path, rows: int, dim: int, seed: int = 0) -> Path:
                                    "duration": 10.0, "fps": 25.0, "frames": 250, "windows": 0, "first_window": 0}))
     atomic_write_text(folder / "videos.jsonl", "\n".join(records) + "\n")
     atomic_write_json(folder / "embed.json", {"format": "coclr-embeddings", "settings": {}, "dim": dim})
-    return folder
 
 
 def _timed_run(command: list[str], env: dict[str, str]) -> tuple[float, str]:

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_search import thread_env, write_records  # this folder: the script's own, first on the path
+
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -35,15 +37,12 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 def make_folder(root: Path, rows: int, dim: int, seed: int = 0) -> tuple[Path, np.ndarray]:
     """The folder (reused when there with that shape) and the planted copies (row, original) ``[C, 2]``."""
-    from coclr.atomic import atomic_write_json, atomic_write_text
-
     folder = root / f"curate_{rows}x{dim}"
     rng = np.random.default_rng(seed)
     copies = rng.choice(rows, size=(rows // 100) * 2, replace=False).reshape(-1, 2)
     if (folder / "embed.json").is_file() and np.load(folder / "videos.npy", mmap_mode="r").shape == (rows, dim):
         return folder, copies
-    files = folder / "files"
-    files.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     basis = np.linalg.qr(rng.standard_normal((dim, 64)))[0].T  # a 64-dimensional subspace
     centres = rng.standard_normal((2000, 64)).astype(np.float32)
     out = np.lib.format.open_memmap(folder / "videos.npy", mode="w+", dtype=np.float32, shape=(rows, dim))
@@ -57,24 +56,8 @@ def make_folder(root: Path, rows: int, dim: int, seed: int = 0) -> tuple[Path, n
         out[copy] = noisy / np.linalg.norm(noisy)
     out.flush()
     del out
-    np.save(folder / "windows.npy", np.zeros((0, dim), np.float32))
-    atomic_write_text(folder / "windows.jsonl", "")
-    atomic_write_text(folder / "failed.jsonl", "")
-    records = []
-    for row in range(rows):
-        path = files / f"v{row:07d}.mp4"
-        path.touch()
-        stat = path.stat()
-        records.append(json.dumps({"row": row, "path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                                   "duration": 10.0, "fps": 25.0, "frames": 250, "windows": 0, "first_window": 0}))
-    atomic_write_text(folder / "videos.jsonl", "\n".join(records) + "\n")
-    atomic_write_json(folder / "embed.json", {"format": "coclr-embeddings", "settings": {}, "dim": dim})
+    write_records(folder, rows, dim)
     return folder, copies
-
-
-def env_for(threads: int) -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads),
-            "MKL_NUM_THREADS": str(threads)}
 
 
 CHILD = """
@@ -179,7 +162,7 @@ def main() -> None:
     out = work / "out"
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(folder / "search", ignore_errors=True)  # the prepared rows: their first preparation is timed
-    run = subprocess.run([sys.executable, "-c", CHILD, str(folder), str(out)], env=env_for(args.threads),
+    run = subprocess.run([sys.executable, "-c", CHILD, str(folder), str(out)], env=thread_env(args.threads),
                          capture_output=True, text=True, check=True)
     timing = json.loads(run.stdout.strip().splitlines()[-1])
     record = json.loads((out / "curate.json").read_text())
@@ -197,7 +180,7 @@ def main() -> None:
     results = {"ours": [], "faiss": []}
     for side in ("ours", "faiss", "faiss", "ours"):
         done = subprocess.run([sys.executable, "-c", GRAPH, str(folder), str(args.compare_rows), side],
-                              env=env_for(args.threads), capture_output=True, text=True, check=True)
+                              env=thread_env(args.threads), capture_output=True, text=True, check=True)
         results[side].append(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
     ours, theirs = np.mean(results["ours"]), np.mean(results["faiss"])
     print(f"all pairs of {args.compare_rows} rows, 10 nearest each (A B B A, {args.threads} threads): ours "
