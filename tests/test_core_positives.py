@@ -13,6 +13,7 @@ from coclr.core.positives import (
     drop_own_positive,
     instance_positives,
     label_positives,
+    summed_similarity_embedding,
     top_k_lowest_index_ties,
 )
 from coclr.core.queue import MomentumQueue
@@ -221,3 +222,24 @@ def test_mined_positives_are_identical_under_bf16_autocast():
         rounded = top_k_lowest_index_ties(keys @ queue.T, 5)  # bf16 scores under autocast
     assert torch.equal(mixed, reference)
     assert not torch.equal(rounded, reference[:, 1:])  # the test can tell bf16 mining apart
+
+
+def test_mining_in_both_views_takes_the_top_k_of_the_summed_similarity():
+    """``mine_in=both``: the rule on the side-by-side embeddings picks what a loop over the sum of the two views'
+    cosine similarities picks (ties to lower indices), and one view is mined as before."""
+    generator = torch.Generator().manual_seed(5)
+    unit = lambda n, d: F.normalize(torch.randn(n, d, generator=generator), dim=1)  # noqa: E731
+    keys_other, keys_own, queue_other, queue_own = unit(6, 8), unit(6, 4), unit(20, 8), unit(20, 4)
+    valid = [True] * 17 + [False] * 3
+    mask = cross_view_topk_positives(summed_similarity_embedding([keys_other, keys_own]),
+                                     summed_similarity_embedding([queue_other, queue_own]), 3, torch.tensor(valid))
+    for i in range(6):
+        summed = [(-(float(keys_other[i] @ queue_other[j]) + float(keys_own[i] @ queue_own[j])), j)
+                  for j in range(20) if valid[j]]
+        expected = {0} | {1 + j for _, j in sorted(summed)[:3]}
+        assert set(mask[i].nonzero().flatten().tolist()) == expected
+    # both spaces matter: a candidate close in one view only loses to one close in both
+    assert not torch.equal(mask, cross_view_topk_positives(keys_other, queue_other, 3, torch.tensor(valid)))
+    assert summed_similarity_embedding([keys_other]) is keys_other
+    with pytest.raises(ValueError, match="same clips"):
+        summed_similarity_embedding([keys_other, queue_own])

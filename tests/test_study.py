@@ -504,10 +504,11 @@ QUICK_STUDY_PLAN = "5a89e527bcca089631243672a3f0d0eb95a8cb478478384c8ab7358c4956
 docs/synth.md records (recorded at commit 54f77cf, before `pipeline.miner`)."""
 
 
-ADDED_SINCE = {("data", "segment_frames"): None}
+ADDED_SINCE = {("data", "segment_frames"): None, ("method", "mine_in"): "other"}
 """Options added to every stage's configuration since the digest was recorded, with the value that trains as before
 (``data.segment_frames`` null: each video one instance, the samples of the code before it bit for bit,
-``tests/test_datasets.py``): left out of the digest at that value, so that it still compares with the record."""
+``tests/test_datasets.py``; ``method.mine_in`` other: the paper's mining, the only one before it): left out of
+the digest at that value, so that it still compares with the record."""
 
 
 def _without_added(options: dict) -> dict:
@@ -578,9 +579,10 @@ def test_the_miner_rows_run_and_their_gain_is_plotted_against_their_precision(tm
     stages mined by the oracle's checkpoint after the oracle, each row's mined precision in results.json, the
     miners' paired differences and the plot (`--seeds`)."""
     out = tmp_path / "miners"
-    rows = ["infonce_flow", "coclr_flow", "coclr_ubernce_miner_flow", "coclr_infonce_miner_flow"]
+    rows = ["infonce_flow", "coclr_flow", "coclr_ubernce_miner_flow", "coclr_infonce_miner_flow", "coclr_both_flow"]
     result = _coclr("study", "--out", str(out), "--seeds", "0", *REDUCED, "train.method.queue_size=8",
-                    "train.run.log_every=1", "rows=[" + ", ".join(rows) + "]", "columns=[retrieval]", timeout=900)
+                    "train.run.log_every=1", "rows=[" + ", ".join([*rows, "coclr_both_rgb"]) + "]",
+                    "columns=[retrieval]", timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     seed = out / "seed0"
     record = json.loads((seed / "coclr_ubernce_miner" / "cycle1_flow" / "run.json").read_text())["options"]
@@ -594,3 +596,33 @@ def test_the_miner_rows_run_and_their_gain_is_plotted_against_their_precision(tm
     assert "CoCLR-Flow mined by UberNCE-RGB - InfoNCE-Flow (R@1)" in summary["paired"]
     assert (out / "mined_precision_flow.png").stat().st_size > 1000
     assert "- CoCLR mined by UberNCE-RGB (Flow): " in (out / "seeds.md").read_text()
+    # issue 59: one pipeline trains both views mined in both, each row's stages' precision recorded
+    assert 0 <= precision["coclr_both_rgb"] <= 100
+    both = json.loads((seed / "coclr_both" / "cycle1_flow" / "run.json").read_text())["options"]
+    assert both["method"]["mine_in"] == "both"
+    assert both["method"]["sampler_checkpoint"] == str(seed / "coclr_both" / "cycle1_rgb" / "encoder_rgb.pth")
+    assert both["method"]["init_checkpoint"] == str(seed / "pipeline" / "infonce_flow" / "encoder_flow.pth")
+    assert "CoCLR-RGB mined in both views - CoCLR-RGB (R@1)" in summary["paired"]
+
+
+def test_both_views_mined_rows_share_one_pipeline(tmp_path: Path) -> None:
+    """The two rows mined in both views are one pipeline (OUT/coclr_both): the RGB row's job runs its stages up
+    to the last RGB stage, the flow row's continues it after that job, and only its CoCLR stages mine in both."""
+    from coclr.config import from_dict
+    from coclr.train.config import PipelineConfig
+    from coclr.train.pipeline import plan_stages, stage_config
+
+    out = tmp_path / "out"
+    plan = plan_study(load_config(StudyConfig, overrides=[
+        "rows=[infonce_rgb, infonce_flow, coclr_rgb, coclr_flow, coclr_both_rgb, coclr_both_flow]"]), out)
+    jobs = {job.name: job for job in plan.jobs}
+    rgb, flow = jobs["coclr_both_rgb"], jobs["coclr_both_flow"]
+    assert rgb.argv[-2:] == ["--until", "cycle2_rgb"] and flow.argv[-2:] == ["--until", "cycle2_flow"]
+    assert "coclr_both_rgb" in flow.deps and "infonce" in rgb.deps
+    assert [p.name for p in rgb.runs] == ["cycle1_rgb", "cycle1_flow", "cycle2_rgb"]
+    assert [p.name for p in flow.runs] == ["cycle2_flow"]
+    pipeline = from_dict(PipelineConfig, plan.configs["coclr_both"])
+    assert {s.name: stage_config(pipeline, s, out / "coclr_both").method.mine_in for s in plan_stages(pipeline)} == {
+        f"cycle{c}_{v}": "both" for c in (1, 2) for v in ("rgb", "flow")}
+    main = from_dict(PipelineConfig, plan.configs["pipeline"])
+    assert {stage_config(main, s, out / "pipeline").method.mine_in for s in plan_stages(main)} == {"other"}

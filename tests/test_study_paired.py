@@ -151,3 +151,16 @@ def test_the_flow_claim_says_what_it_rests_on():
     text = seeds_markdown(summarise_seeds(results))
     assert f"- CoCLR-Flow > InfoNCE-Flow (R@1): 1 of 2 seeds; on the means: no — {note}\n" in text
     assert "- InfoNCE-Flow > InfoNCE-RGB (R@1): 2 of 2 seeds; on the means: yes\n" in text
+
+
+def test_mined_precision_is_paired_where_both_rows_record_it():
+    results = []
+    for seed, (both, today) in enumerate(((60.0, 40.0), (55.0, 50.0), (70.0, 45.0))):
+        result = _result(seed, {"coclr_both_flow": 50.0, "coclr_flow": 48.0, "infonce_flow": 40.0})
+        for row in result["rows"]:
+            row["mined_precision"] = {"coclr_both_flow": both, "coclr_flow": today}.get(row["row"])
+        results.append(result)
+    found = paired_differences(results)
+    assert found["CoCLR-Flow mined in both views - CoCLR-Flow (mined precision)"]["per_seed"] == [20.0, 5.0, 25.0]
+    assert "CoCLR-Flow mined in both views - InfoNCE-Flow (mined precision)" not in found  # InfoNCE mines nothing
+    assert found["CoCLR-Flow mined in both views - InfoNCE-Flow (R@1)"]["mean"] == pytest.approx(10.0)

@@ -427,3 +427,53 @@ def test_only_coclr_waits_for_a_full_queue_by_default() -> None:
     assert waits("method.name=coclr", "method.sampler_checkpoint=x")
     assert waits("method.name=infonce", "method.wait_for_full_queue=true")
     assert not waits("method.name=coclr", "method.simultaneous=true", "method.wait_for_full_queue=false")
+
+
+def test_mining_in_both_views_uses_a_frozen_copy_of_the_trained_views_start(store: Path, tmp_path: Path,
+                                                                            start_trainer) -> None:
+    """``method.mine_in=both``: the queue keeps both views' embeddings of each key clip side by side; the trained
+    view's is embedded by its start, which stays as it was while the learner moves, and a resumed run gets it back
+    from the checkpoint (the rule on those embeddings: tests/test_core_positives.py)."""
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+
+    torch.manual_seed(1)
+    sampler, start = tmp_path / "flow.pth", tmp_path / "rgb.pth"
+    save_encoder(sampler, build_encoder(width=0.125))
+    save_encoder(start, build_encoder(width=0.125))
+    options = ["method.name=coclr", f"method.sampler_checkpoint={sampler}", f"method.init_checkpoint={start}",
+               "method.mine_in=both", "optim.epochs=2"]
+    trainer = start_trainer(tiny_config(store, tmp_path / "run", *options))
+    model = trainer.model
+    learner = model.learners["rgb"]
+    assert model.own_sampler is not None and learner.queue.other.shape[1] == 2 * 128
+    first = {k: v.clone() for k, v in model.own_sampler.state_dict().items()}
+    assert all(torch.equal(first[k], v) for k, v in learner.encoder_q.state_dict().items())
+    trainer.run()
+    assert learner.queue.is_full()
+    own = model.own_sampler.state_dict()
+    assert all(torch.equal(first[k], own[k]) for k in first)  # frozen
+    assert not torch.equal(first["head.fc2.weight"], learner.encoder_q.head.fc2.weight)  # while the learner moved
+    # the other view's half, then the own view's half of the queue: the start's embeddings of unit norm
+    halves = learner.queue.other[:, :128], learner.queue.other[:, 128:]
+    for half in halves:
+        assert torch.allclose(half.norm(dim=1), torch.ones(half.shape[0]), atol=1e-4)
+    state = load_checkpoint(tmp_path / "run" / "checkpoint_last.pth")
+    assert state["config"]["method"]["mine_in"] == "both"
+    assert all(torch.equal(state["model"][f"own_sampler.{k}"], v) for k, v in first.items())
+    records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert any("rgb/mined_precision" in record for record in records)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["method.name=coclr", "method.sampler_checkpoint=x.pth", "method.mine_in=both"], "method.init_checkpoint"),
+    (["method.name=coclr", "method.simultaneous=true", "method.mine_in=both"], "alternating"),
+    (["method.mine_in=all"], "method.mine_in"),
+])
+def test_mining_in_both_views_is_refused_where_it_cannot_apply(tmp_path: Path, overrides: list[str],
+                                                               message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        tiny_config(tmp_path, tmp_path / "run", *overrides)
+    with pytest.raises(ConfigError, match="method.mine_in: both needs pipeline.mode=alternate"):
+        load_config(PipelineConfig, None, [f"data.store={tmp_path}", f"run.out={tmp_path}", "pipeline.mode=sim",
+                                           "method.mine_in=both"])

@@ -6,7 +6,7 @@ the queue stores and which views and encoders they need. The supervised Cross-En
 too, without a positive rule: it is trained by finetuning a random encoder with labels. The learner, the trainer,
 the configuration, the report, the study and the benchmarks ask :data:`METHODS` instead of testing method names;
 the help text of ``method.name`` is generated from it. Adding a method is one row here and its positive rule in
-:mod:`coclr.core.positives`.
+:mod:`coclr.core.positives`. :data:`MINING_SPACES` says where CoCLR may mine (``method.mine_in``).
 
 ============  ===========================================================================================
 ``infonce``   the own key only (instance discrimination)
@@ -176,6 +176,33 @@ METHODS: dict[str, Method] = {method.name: method for method in (
 
 CONTRASTIVE: dict[str, Method] = {name: m for name, m in METHODS.items() if m.contrastive}
 """The methods ``coclr pretrain`` trains (those with a positive rule)."""
+
+
+@dataclass(frozen=True)
+class MiningSpace:
+    """Where CoCLR mines its positives (``method.mine_in``): the embeddings whose summed cosine similarity ranks
+    the queue (:func:`coclr.core.positives.summed_similarity_embedding`)."""
+
+    name: str
+    summary: str
+    own_view: bool
+    """Besides the frozen other view's embedding, a frozen copy of the trained view's encoder as the stage
+    started (its initialisation) embeds the key clips too."""
+
+
+MINING_SPACES: dict[str, MiningSpace] = {space.name: space for space in (
+    MiningSpace("other", "the other view's top-K, as in the paper", own_view=False),
+    MiningSpace("both", "the top-K of the summed similarity in the other view and in the trained view (the "
+                        "frozen copy of its encoder as the stage started)", own_view=True),
+)}
+"""CoCLR's mining spaces. ``both`` is not in the paper: a clip's neighbours in RGB and in flow err in different
+ways, so positives close in both may more often be of the query's class (issue 59)."""
+
+
+def mining_help() -> str:
+    """The help text of ``method.mine_in``."""
+    return "CoCLR (alternating): where positives are mined: " + "; ".join(
+        f"{s.name}: {s.summary}" for s in MINING_SPACES.values())
 
 
 def method(name: str) -> Method:

@@ -10,6 +10,8 @@ storage order (CMC: ``[B, 2(1+K)]``, the own-view candidates then the other-view
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from coclr.core.loss import similarity
@@ -80,6 +82,24 @@ def cross_view_topk_positives(
     minable = queue_valid[None, :] & ~siblings
     scores = similarity(other_keys, queue_other).masked_fill(~minable, float("-inf"))
     return _with_own_key((top_k_lowest_index_ties(scores, topk) & minable) | siblings)
+
+
+def summed_similarity_embedding(views: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``[B, sum D]``: unit-norm embeddings of the same clips in several spaces, side by side, in float32.
+
+    The dot product of two such rows is the sum of the clips' cosine similarities in each space, so
+    :func:`cross_view_topk_positives` on them mines the top-K of the summed similarity (CoCLR's two-view mining,
+    ``method.mine_in=both``): a candidate must be close in both spaces to win, where one space's errors would
+    not be the other's. One space: its embedding as it is (the paper's mining).
+    """
+    if not views:
+        raise ValueError("summed_similarity_embedding: no embedding given")
+    if any(v.dim() != 2 or v.shape[0] != views[0].shape[0] for v in views):
+        raise ValueError(f"summed_similarity_embedding: embeddings [B, D] of the same clips expected, got "
+                         f"{[tuple(v.shape) for v in views]}")
+    if len(views) == 1:
+        return views[0]
+    return torch.cat([v.float() for v in views], dim=1)
 
 
 def top_k_lowest_index_ties(scores: torch.Tensor, k: int) -> torch.Tensor:

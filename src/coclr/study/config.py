@@ -78,6 +78,8 @@ ROWS: dict[str, Row] = {row.key: row for row in (
     _row("coclr", "rgb", (None, None, None), ("equal", "alt. equal updates")),
     _row("coclr", "flow", (None, None, None), ("ubernce_miner", "mined by UberNCE-RGB"), miner=_UBERNCE_RGB),
     _row("coclr", "flow", (None, None, None), ("infonce_miner", "mined by InfoNCE-RGB (frozen)"), miner=_INFONCE_RGB),
+    _row("coclr", "rgb", (None, None, None), ("both", "mined in both views")),
+    _row("coclr", "flow", (None, None, None), ("both", "mined in both views")),
 )}
 """Every row of the paper's Table 1 (UCF101 split 1, pretrained on UCF101). CoCLR's main rows use
 ``train.method.topk`` (the paper's K = 5); the ablations K = 1 and K = 50 and 'sim' (both views trained at once)
@@ -86,7 +88,10 @@ change only that. 'alt. equal updates' is not in the paper: alternation with as 
 count. 'mined by UberNCE-RGB' and 'mined by InfoNCE-RGB (frozen)' are not in the paper either: CoCLR-Flow's two
 cycles with every positive mined by that RGB encoder instead of CoCLR-RGB's latest (the oracle's, which knows the
 labels, and InfoNCE-RGB's, the start, kept for both cycles), nothing else changed, to measure how much the quality
-of RGB's mining decides what co-training does for flow. The paper marks its CMC row as using labels; CMC uses
+of RGB's mining decides what co-training does for flow. 'mined in both views' (both views' CoCLR rows, one
+pipeline; not in the paper): every CoCLR stage mines the top-K of the summed similarity in the frozen other view and
+in a frozen copy of the trained view as the stage started (``method.mine_in=both``), nothing else changed. The
+paper marks its CMC row as using labels; CMC uses
 none, and the row says so."""
 
 

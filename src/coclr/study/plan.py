@@ -6,7 +6,8 @@ changed configuration on its own. The InfoNCE encoders of both views (``OUT/pipe
 CoCLR's cycles (``OUT/pipeline``), the ablations K=1, K=50, 'sim' and alternation with sim's updates
 (``OUT/coclr_k1``, ``OUT/coclr_k50``, ``OUT/coclr_sim``, ``OUT/coclr_equal``, whose pipelines take their InfoNCE
 stages from ``OUT/pipeline``), CoCLR-Flow with its positives mined by a fixed RGB encoder
-(``OUT/coclr_ubernce_miner``: the oracle's, after its job; ``OUT/coclr_infonce_miner``: InfoNCE-RGB's), the UberNCE
+(``OUT/coclr_ubernce_miner``: the oracle's, after its job; ``OUT/coclr_infonce_miner``: InfoNCE-RGB's), both views'
+CoCLR mined in both views' similarity (``OUT/coclr_both``), the UberNCE
 oracle (``OUT/ubernce_rgb``) and CMC (``OUT/cmc``). The Cross-Entropy row trains with labels from a random encoder
 (``OUT/cross_entropy``). :func:`plan_study` builds and validates all of it, and checks every path, before any work.
 """
@@ -51,10 +52,14 @@ ABLATIONS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
     # Only the miner changes, which the row names (Row.miner, set as pipeline.miner): no RGB stage is trained.
     "coclr_ubernce_miner_flow": ("coclr_ubernce_miner", lambda pipeline: {}),
     "coclr_infonce_miner_flow": ("coclr_infonce_miner", lambda pipeline: {}),
+    # Both views' rows of one pipeline, every CoCLR stage mined in both views' summed similarity.
+    "coclr_both_rgb": ("coclr_both", lambda pipeline: {"method": {"mine_in": "both"}}),
+    "coclr_both_flow": ("coclr_both", lambda pipeline: {"method": {"mine_in": "both"}}),
 }
 """The CoCLR ablations: the folder of each one's pipeline and what it changes, given the main pipeline's
 ``pipeline`` options; a row with a ``miner`` (:class:`coclr.study.config.Row`) also sets ``pipeline.miner`` to
-that row's encoder, and waits for its job. Each evaluates its row's view after the last cycle."""
+that row's encoder, and waits for its job. Each evaluates its row's view after the last cycle. Rows that share a
+folder share its pipeline: the later row's job continues it after the earlier one's."""
 
 
 @dataclass
@@ -212,6 +217,7 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
                         ("infonce",), epochs, (out / "cmc",)))
         encoders["cmc_rgb"] = out / "cmc" / LAST
 
+    planned: dict[str, tuple[int, str]] = {}  # folder -> (stages its jobs run, the job of its last row)
     for key, (folder, changes) in ABLATIONS.items():
         if key not in needed:
             continue
@@ -234,10 +240,17 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
             stage_config(ablation, stage, out / folder)  # checks every stage's options now
         configs[folder] = options
         count = [s.name for s in ablation_stages].index(final) + 1
-        jobs.insert(ablations_at, Job(key, ["pipeline", "--config", str(out / "configs" / f"{folder}.yaml"),
-                                            "--until", final], deps, sum(s.epochs for s in ablation_stages[:count]),
-                                      tuple(out / folder / s.name for s in ablation_stages[:count])))
-        ablations_at += 1
+        start, earlier = planned.get(folder, (0, None))
+        if earlier is not None:  # another row's job runs this pipeline's first stages: continue after it
+            deps = tuple(dict.fromkeys((*deps, earlier)))
+        if count > start:
+            jobs.insert(ablations_at, Job(key, ["pipeline", "--config", str(out / "configs" / f"{folder}.yaml"),
+                                                "--until", final], deps,
+                                          sum(s.epochs for s in ablation_stages[start:count]),
+                                          tuple(out / folder / s.name for s in ablation_stages[start:count])))
+            ablations_at += 1
+            planned[folder] = (count, key)
+        producers[key] = planned[folder][1]
         encoders[key] = out / folder / final / f"encoder_{view}.pth"
         mining[key] = _mining_logs(ablation_stages[:count], view, out / folder)
 

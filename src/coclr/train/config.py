@@ -18,7 +18,7 @@ from typing import Literal
 
 from coclr.clips import ClipSettings, clip_option
 from coclr.config import option, require
-from coclr.core.methods import CONTRASTIVE, methods_help
+from coclr.core.methods import CONTRASTIVE, MINING_SPACES, methods_help, mining_help
 from coclr.data.augment import AugmentOptions
 
 
@@ -104,6 +104,7 @@ class MethodOptions:
                                        "cmc always trains both views")
     sampler_checkpoint: str = option("", "CoCLR (alternating): checkpoint of the frozen other-view encoder "
                                          "that mines positives")
+    mine_in: Literal["other", "both"] = option("other", mining_help())
     init_checkpoint: str = option("", "checkpoint to initialise the trained encoder from (its last epoch)")
     second_init_checkpoint: str = option("", "simultaneous/cmc: checkpoint initialising the second view's "
                                                 "encoder")
@@ -114,6 +115,11 @@ class MethodOptions:
     def spec(self):
         """The method's definition (:data:`coclr.core.methods.METHODS`)."""
         return CONTRASTIVE[self.name]
+
+    @property
+    def mining_space(self):
+        """Where CoCLR mines (:data:`coclr.core.methods.MINING_SPACES`)."""
+        return MINING_SPACES[self.mine_in]
 
     @property
     def form(self) -> str:
@@ -145,6 +151,13 @@ class MethodOptions:
             require(bool(self.sampler_checkpoint), "sampler_checkpoint",
                     f"{self.name} needs the frozen other-view encoder that mines positives (a checkpoint of the "
                     "second view), or method.simultaneous=true")
+        require(self.mine_in in MINING_SPACES, "mine_in", f"{self.mine_in!r} is not one of {', '.join(MINING_SPACES)}")
+        if self.mining_space.own_view and self.spec.mines:  # (other methods do not mine: inert there, as topk)
+            require(not self.simultaneous, "mine_in",
+                    f"{self.mine_in} needs alternating coclr (simultaneous=false): a frozen other-view encoder")
+            require(bool(self.init_checkpoint), "mine_in",
+                    f"{self.mine_in} mines with a frozen copy of the trained view's start: set "
+                    "method.init_checkpoint")
 
 
 @dataclass
@@ -276,3 +289,7 @@ class PipelineConfig(PretrainConfig):
     """
 
     pipeline: PipelineOptions = field(default_factory=PipelineOptions, metadata={"help": "schedule"})
+
+    def validate(self) -> None:
+        require(not self.method.mining_space.own_view or self.pipeline.mode == "alternate", "method.mine_in",
+                f"{self.method.mine_in} needs pipeline.mode=alternate (a frozen other-view encoder mines)")

@@ -5,7 +5,9 @@ A :class:`ViewLearner` trains one view's encoder: query encoder, EMA key encoder
 
 - ``infonce``, ``ubernce``: one view, nothing else;
 - ``coclr`` (alternating, the paper): a frozen ``sampler`` encoder of the other view embeds the key clip's
-  other view; those embeddings are queued beside the keys and mined for top-K positives;
+  other view; those embeddings are queued beside the keys and mined for top-K positives (with
+  ``method.mine_in=both``, beside a frozen ``own_sampler`` copy of the trained view's start: the summed
+  similarity ranks);
 - ``coclr`` with ``simultaneous`` and ``cmc``: two learners trained at once, each taking the other's key
   embeddings as its "other view" (mined by coclr; contrasted directly by cmc).
 """
@@ -21,6 +23,7 @@ from torch import nn
 from coclr.core.loss import logits_from, multi_positive_nce
 from coclr.core.methods import METHODS, positive_mask
 from coclr.core.momentum import momentum_copy, momentum_update, shuffled_forward
+from coclr.core.positives import summed_similarity_embedding
 from coclr.core.queue import MomentumQueue
 from coclr.models.encoder import Encoder
 
@@ -60,7 +63,8 @@ class ViewLearner(nn.Module):
 
     def __init__(self, encoder: Encoder, method: str, queue_size: int, temperature: float, momentum: float,
                  topk: int, own_drop_prob: float, group_positives: bool, loss_form: str,
-                 generator: torch.Generator | None = None, dropped_own_as_negative: bool = True):
+                 generator: torch.Generator | None = None, dropped_own_as_negative: bool = True,
+                 mining_spaces: int = 1):
         super().__init__()
         self.method = method
         self.temperature = temperature
@@ -74,7 +78,7 @@ class ViewLearner(nn.Module):
         self.encoder_k = momentum_copy(encoder)
         embed_dim = encoder.arch["embed_dim"]
         self.spec = METHODS[method]
-        other_dim = embed_dim if self.spec.queues_other_view else 0
+        other_dim = embed_dim * mining_spaces if self.spec.queues_other_view else 0
         self.queue = MomentumQueue(queue_size, embed_dim, other_dim=other_dim, generator=generator)
 
     @torch.no_grad()
@@ -138,18 +142,21 @@ class PretrainModel(nn.Module):
     """
 
     def __init__(self, learners: dict[str, ViewLearner], sampler: Encoder | None = None,
-                 sampler_view: str | None = None):
+                 sampler_view: str | None = None, own_sampler: Encoder | None = None):
         super().__init__()
         self.learners = nn.ModuleDict(learners)
         self.sampler = sampler
         self.sampler_view = sampler_view
-        if sampler is not None:
-            sampler.requires_grad_(False)
+        self.own_sampler = own_sampler
+        for frozen in (sampler, own_sampler):
+            if frozen is not None:
+                frozen.requires_grad_(False)
 
     def train(self, mode: bool = True) -> PretrainModel:
         super().train(mode)
-        if self.sampler is not None:
-            self.sampler.eval()
+        for frozen in (self.sampler, self.own_sampler):
+            if frozen is not None:
+                frozen.eval()
         return self
 
     def forward(self, query: dict[str, torch.Tensor], key: dict[str, torch.Tensor], targets: Targets,
@@ -168,6 +175,9 @@ class PretrainModel(nn.Module):
         for view, learner in self.learners.items():
             other_view = next((v for v in keys if v != view), None)
             other = keys[other_view] if other_view is not None and learner.spec.queues_other_view else None
+            if self.own_sampler is not None and other is not None:  # mined in both views' spaces
+                own = frozen_forward(lambda clip=key[view]: self.own_sampler(clip))
+                other = summed_similarity_embedding([other, own])
             out = learner.step(query[view], keys[view], targets, other, generator, keep_own)
             total = total + out.loss
             stats[f"{view}/loss"] = out.loss.detach()

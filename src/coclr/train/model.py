@@ -3,6 +3,7 @@ CoCLR's frozen sampler, and what each encoder records about the clips it is trai
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -59,7 +60,8 @@ def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainM
                            temperature=method.temperature, momentum=method.momentum, topk=method.topk,
                            own_drop_prob=method.own_drop_prob, group_positives=method.group_positives,
                            loss_form=method.form, generator=generator,
-                           dropped_own_as_negative=method.dropped_own_as_negative)
+                           dropped_own_as_negative=method.dropped_own_as_negative,
+                           mining_spaces=1 + method.mining_space.own_view)
 
     learners = {config.data.view: learner(method.init_checkpoint, "method.init_checkpoint")}
     sampler = None
@@ -71,7 +73,10 @@ def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainM
             raise CheckpointError(f"{method.sampler_checkpoint}: has no projection head, so it cannot embed "
                                   "clips for positive mining (a pretraining checkpoint is needed)")
         sampler = Encoder(backbone, head)
-    return PretrainModel(learners, sampler=sampler, sampler_view=config.data.second_view if sampler else None)
+    # mine_in=both: the trained view's start, kept frozen, embeds the key clips beside the other view's encoder
+    own_sampler = (copy.deepcopy(learners[config.data.view].encoder_q) if method.mining_space.own_view else None)
+    return PretrainModel(learners, sampler=sampler, sampler_view=config.data.second_view if sampler else None,
+                         own_sampler=own_sampler)
 
 
 def clip_settings(config: PretrainConfig, store, view: str) -> dict[str, Any]:

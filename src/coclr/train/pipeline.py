@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from coclr.atomic import atomic_write_json, read_json_lines, read_json_record
 from coclr.config import to_dict, validate
+from coclr.core.methods import METHODS
 from coclr.distributed import held_by_main, is_main
 from coclr.errors import ConfigError
 from coclr.interrupts import interrupted
@@ -104,6 +105,8 @@ def stage_config(config: PipelineConfig, stage: Stage, run_dir: Path) -> Pretrai
     method = copy.deepcopy(config.method)
     method.name = stage.method
     method.simultaneous = len(stage.trains) == 2
+    if not (METHODS[stage.method].mines and not method.simultaneous):  # (mine_in=both: the alternating stages')
+        method.mine_in = "other"
     method.init_checkpoint = (str(encoder_file(run_dir, stage.init_from[trained], trained, config))
                               if stage.init_from else stage.init_file or "")
     method.second_init_checkpoint = (str(encoder_file(run_dir, stage.init_from[data.second_view], data.second_view,

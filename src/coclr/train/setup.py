@@ -120,8 +120,9 @@ def build_parts(setup: RunSetup) -> RunParts:
         for learner in model.learners.values():
             learner.encoder_q.compile()
             learner.encoder_k.compile()
-        if model.sampler is not None:
-            model.sampler.compile()
+        for frozen in (model.sampler, model.own_sampler):
+            if frozen is not None:
+                frozen.compile()
     trained = [p for p in model.parameters() if p.requires_grad]
     # The fused kernel updates every parameter in one pass (much faster than the per-parameter loop for small
     # networks); it exists on CPU and CUDA.
