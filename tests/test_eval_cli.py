@@ -43,7 +43,7 @@ def test_eval_retrieval_two_stream(tiny, capsys, monkeypatch):
     assert record["task"] == "retrieval" and record["splits"]["train"]["videos"] == 6
     assert record["splits"]["test"]["videos"] == 3
     assert [s["view"] for s in record["streams"]] == ["rgb", "flow"]
-    from coclr.eval.features import file_sha256
+    from coclr.atomic import file_sha256
 
     assert record["streams"][0]["checkpoint_sha256"] == file_sha256(rgb)
     cache = root / "cache"

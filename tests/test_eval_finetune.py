@@ -29,8 +29,8 @@ def test_classifier_dropout_and_backbone_lr():
 
 @pytest.mark.slow
 def test_finetune_end_to_end_and_resume(tmp_path, monkeypatch):
+    from coclr.atomic import file_sha256
     from coclr.eval import finetune as module
-    from coclr.eval.features import file_sha256
     from coclr.store.clipstore import ClipStore
 
     store = ClipStore(make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8))
@@ -69,8 +69,8 @@ def test_finetune_end_to_end_and_resume(tmp_path, monkeypatch):
 def test_finetune_of_a_finished_folder_returns_its_results_without_work(tmp_path, monkeypatch):
     """The same call on a finished folder returns the recorded results and neither trains nor tests; other
     inputs (another test split here) do the test again."""
+    from coclr.atomic import file_sha256
     from coclr.eval import finetune as module
-    from coclr.eval.features import file_sha256
     from coclr.store.clipstore import ClipStore
 
     store = ClipStore(make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8))

@@ -143,7 +143,8 @@ def test_eval(tmp_path):
 
 
 def test_finetune(tmp_path):
-    from coclr.eval.features import ClipConfig, file_sha256
+    from coclr.atomic import file_sha256
+    from coclr.eval.features import ClipConfig
     from coclr.eval.finetune import FinetuneConfig, finetune
     from coclr.store.clipstore import ClipStore
 

@@ -379,3 +379,63 @@ def test_a_refused_pickle_names_the_object(tmp_path):
     with pytest.raises(CheckpointError, match=r"pickled Python object \(argparse\.Namespace\)") as error:
         load_encoder(tmp_path / "with_args.pth")
     assert "weights_only" not in str(error.value)
+
+
+def test_a_checkpoint_is_read_once_per_process_while_the_file_is_unchanged(tmp_path):
+    """One object per unchanged file: its sha256 is that of the bytes on disk, every reader gets the same payload,
+    and a file replaced by another one is read again (never the stale weights)."""
+    import os
+
+    from coclr.atomic import file_sha256
+    from coclr.models.loading import checkpoint_format, checkpoint_sha256, open_checkpoint, read_clip_settings
+
+    torch.manual_seed(0)
+    path = tmp_path / "enc.pth"
+    save_encoder(path, build_encoder(width=0.125), meta={"clip_settings": {"view": "flow", "size": 32}})
+    first = open_checkpoint(path)
+    assert open_checkpoint(str(path)) is first and checkpoint_sha256(path) == file_sha256(path) == first.sha256
+    assert read_clip_settings(path) == {"view": "flow", "size": 32} and checkpoint_format(path) == "ours"
+    backbone, _ = load_encoder(path)
+    again, _ = load_encoder(path)
+    assert backbone is not again  # new modules each time, from the one payload
+    with torch.no_grad():
+        next(again.parameters()).add_(1.0)  # a caller's own modules: the shared payload is untouched
+    assert torch.equal(load_encoder(path)[0].state_dict()["Conv_1a.conv1.weight"],
+                       backbone.state_dict()["Conv_1a.conv1.weight"])
+    other = tmp_path / "other.pth"
+    save_encoder(other, build_encoder(width=0.125), meta={"clip_settings": {"view": "rgb"}})
+    os.replace(other, path)  # another encoder in its place
+    replaced = open_checkpoint(path)
+    assert replaced is not first and replaced.sha256 == file_sha256(path) != first.sha256
+    assert read_clip_settings(path) == {"view": "rgb"}
+
+
+def test_coclr_embed_opens_its_checkpoint_once(tmp_path):
+    """Issue 57: format, clip settings, hash and weights all come from one read of the file (it was opened 13
+    times, loaded 6)."""
+    import subprocess
+
+    import numpy as np
+
+    from conftest import REPO_ROOT
+    from test_embed import write_video
+
+    torch.manual_seed(0)
+    checkpoint = tmp_path / "enc.pth"
+    save_encoder(checkpoint, build_encoder(width=0.125))
+    frames = np.random.default_rng(0).integers(0, 255, (20, 48, 64, 3), dtype=np.uint8)
+    video = write_video(tmp_path / "a.mp4", frames)
+    code = (
+        "import os, sys\n"
+        "target, opens = os.path.realpath(sys.argv[1]), []\n"
+        "sys.addaudithook(lambda event, args: opens.append(1) if event == 'open' and args and "
+        "isinstance(args[0], (str, os.PathLike)) and os.path.realpath(os.fspath(args[0])) == target else None)\n"
+        "from coclr.cli import main\n"
+        "code = main(sys.argv[2:])\n"
+        "print('OPENS', len(opens))\n"
+        "sys.exit(code)\n")
+    result = subprocess.run([sys.executable, "-c", code, str(checkpoint), "embed", "--checkpoint", str(checkpoint),
+                             "--out", str(tmp_path / "out"), str(video), "--size", "32", "--quiet"],
+                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "OPENS 1" in result.stdout

@@ -29,13 +29,13 @@ def run(args: argparse.Namespace) -> int:
     from coclr.atomic import read_json_record
     from coclr.learn.stages import card_notes
     from coclr.models.exported import export_encoder
-    from coclr.models.loading import read_checkpoint_file
+    from coclr.models.loading import open_checkpoint
 
     encoder = Path(args.encoder)
     notes: list[str] = []
     learnt = read_json_record(encoder.parent / "learn.json") if encoder.is_file() else None
     if learnt:  # an encoder of a coclr learn folder: the card says how it was chosen and measured
-        payload = read_checkpoint_file(encoder)
+        payload = open_checkpoint(encoder).payload
         stage = (payload.get("meta") or {}).get("stage") if isinstance(payload, dict) else None
         notes = card_notes(learnt, stage)
     print(export_encoder(encoder, args.format, args.out, notes=notes), flush=True)

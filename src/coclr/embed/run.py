@@ -18,9 +18,8 @@ from coclr.embed.embedder import Embedder, EmbedFailure
 from coclr.embed.inputs import expand_inputs
 from coclr.embed.output import ChunkWriter, EmbeddingWriter, file_identity, read_settings
 from coclr.errors import CheckpointError, CoclrError, ConfigError, DataError
-from coclr.eval.features import file_sha256
 from coclr.interrupts import interrupted
-from coclr.models.loading import checkpoint_format
+from coclr.models.loading import checkpoint_format, checkpoint_sha256
 from coclr.store.jobs import shard
 from coclr.threads import freed_memory_reused
 from coclr.version import __version__
@@ -81,7 +80,7 @@ def folder_record(embedder: Embedder) -> dict[str, Any]:
     match), the checkpoint files, the dimension and the library versions."""
 
     checkpoints = {"checkpoint": embedder.checkpoint, "flow_checkpoint": embedder.flow_checkpoint}
-    described = {name: None if path is None else {"path": os.path.abspath(path), "sha256": file_sha256(path),
+    described = {name: None if path is None else {"path": os.path.abspath(path), "sha256": checkpoint_sha256(path),
                                                    "format": checkpoint_format(path)}
                  for name, path in checkpoints.items()}
     settings = embedder.settings.to_dict()
@@ -112,7 +111,7 @@ def embedder_for(root: str | Path, device: str | None = None, **options: Any) ->
         path = Path(info["path"])
         if not path.is_file():
             raise CheckpointError(f"{root} was embedded with {path}, which no longer exists")
-        if file_sha256(path) != info["sha256"]:
+        if checkpoint_sha256(path) != info["sha256"]:
             raise CheckpointError(f"{path} has changed since {root} was embedded with it (sha256 differs)")
         paths[name] = path
     settings = {key: value for key, value in record["settings"].items() if not key.endswith("_sha256")}

@@ -20,10 +20,11 @@ from typing import Any
 import torch
 
 from coclr.errors import ConfigError
-from coclr.eval.features import ClipConfig, Stream, cache_key, file_sha256, stream_views
+from coclr.eval.features import ClipConfig, Stream, cache_key, stream_views
 from coclr.eval.finetune import FinetuneConfig, evaluate_finetune, save_probabilities
 from coclr.eval.linear import LinearProbeConfig, evaluate_linear
 from coclr.eval.retrieval import DEFAULT_KS, evaluate_retrieval
+from coclr.models.loading import checkpoint_sha256
 from coclr.store.clipstore import open_store
 
 TASKS = ("retrieval", "linear", "finetune")
@@ -60,7 +61,7 @@ def inputs_digest(task: str, store, streams: Sequence[Stream], clips: ClipConfig
         raise ConfigError(f"task: {task!r} is not one of {', '.join(TASKS)}")
     views = stream_views(streams, with_views)
     data = [cache_key(checkpoint, store, stream.view, split, clips, views)
-            for stream in streams for checkpoint in [file_sha256(stream.checkpoint)]  # hashed once per stream
+            for stream in streams for checkpoint in [checkpoint_sha256(stream.checkpoint)]  # hashed once per stream
             for split in (train_split, test_split)]
     inputs = {"format": RECORD_FORMAT, "task": task, "options": own[task], "streams": data}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()

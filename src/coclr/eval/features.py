@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from coclr.atomic import atomic_open, file_sha256
+from coclr.atomic import atomic_open
 from coclr.clips import PAPER_CLIPS, ClipSettings, clip_option, recorded_clips
 from coclr.config import option, require
 from coclr.data import augment
@@ -34,7 +34,7 @@ from coclr.data.datasets import WindowClips, usable_entries
 from coclr.data.views import view_kind
 from coclr.errors import CheckpointError, ConfigError
 from coclr.interrupts import loader_worker_signals
-from coclr.models.loading import TRAIN_FORMAT, load_encoder, read_checkpoint_file, read_clip_settings
+from coclr.models.loading import TRAIN_FORMAT, load_encoder, open_checkpoint, read_clip_settings
 from coclr.progress import bar as progress_bar
 from coclr.runfolder import check_output_folder
 
@@ -252,7 +252,7 @@ def cached_features(checkpoint: str | Path, store, view: str, split: str, config
     if cache_dir is None:
         return extract_features(backbone or load_backbone(checkpoint), store, view, split, config, device, progress,
                                 with_views)
-    key = cache_key(checkpoint_sha256 or file_sha256(checkpoint), store, view, split, config, with_views)
+    key = cache_key(checkpoint_sha256 or open_checkpoint(checkpoint).sha256, store, view, split, config, with_views)
     path = _cache_path(Path(cache_dir), key)
     if path.is_file():
         hit = _read_cache(path, key)
@@ -330,7 +330,7 @@ def checkpoint_meta(path: str | Path) -> dict[str, object]:
     dict of an exported encoder, or the method and view of a training checkpoint."""
 
     try:
-        payload = read_checkpoint_file(path)
+        payload = open_checkpoint(path).payload
     except CheckpointError:  # not ours or unreadable: load_encoder reports it properly when the model is loaded
         return {}
     if not isinstance(payload, dict):

@@ -37,7 +37,6 @@ from coclr.errors import CheckpointError, DataError
 from coclr.eval.features import (
     ClipConfig,
     check_inputs,
-    file_sha256,
     input_record,
     load_backbone,
     predict_windows,
@@ -48,7 +47,7 @@ from coclr.eval.fusion import fuse_probabilities, topk_accuracy
 from coclr.interrupts import interrupted, loader_worker_signals
 from coclr.models.encoder import Encoder
 from coclr.models.heads import LinearClassifier
-from coclr.models.loading import read_checkpoint_file, save_encoder
+from coclr.models.loading import checkpoint_sha256, read_checkpoint_file, save_encoder
 from coclr.progress import bar as progress_bar
 from coclr.runfolder import FolderRule, check_folder, check_output_file, check_place, claim_folder
 
@@ -327,7 +326,7 @@ def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: Cl
     clip_config = clip_config or ClipConfig()
     config = config or FinetuneConfig()
     check_inputs(store, list(streams), [train_split, test_split], with_views)
-    shas = [file_sha256(stream.checkpoint) for stream in streams]
+    shas = [checkpoint_sha256(stream.checkpoint) for stream in streams]
     out_dir = Path(out_dir)
     views = stream_views(streams, with_views)
     check_place(out_dir, FINETUNE_FOLDER.command)  # a work folder holds finetuning folders (each claimed) ...

@@ -26,13 +26,13 @@ from coclr.eval.features import (
     VideoFeatures,
     cached_features,
     check_inputs,
-    file_sha256,
     input_record,
     stream_views,
 )
 from coclr.eval.fusion import fuse_probabilities, topk_accuracy
 from coclr.eval.health import health_warnings, streams_health
 from coclr.models.heads import LinearClassifier
+from coclr.models.loading import checkpoint_sha256
 from coclr.progress import bar as progress_bar
 
 
@@ -219,7 +219,7 @@ def evaluate_linear(store, streams: list, clip_config=None, probe_config: Linear
     clip_config = clip_config or ClipConfig()
     probe_config = probe_config or LinearProbeConfig()
     check_inputs(store, list(streams), [train_split, test_split], with_views)
-    shas = [file_sha256(stream.checkpoint) for stream in streams]
+    shas = [checkpoint_sha256(stream.checkpoint) for stream in streams]
     num_classes = len(store.index.classes)
     results, features = [], []
     for stream, sha in zip(streams, shas):

@@ -22,9 +22,10 @@ from coclr.clips import CLIP_KEYS
 from coclr.core.methods import display_name, find_method
 from coclr.errors import DataError
 from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
-from coclr.eval.features import ClipConfig, Stream, check_inputs, file_sha256
+from coclr.eval.features import ClipConfig, Stream, check_inputs
 from coclr.eval.gallery import write_gallery
 from coclr.eval.health import collapsed
+from coclr.models.loading import checkpoint_sha256
 from coclr.runfolder import FolderRule
 from coclr.store.clipstore import open_store
 
@@ -389,7 +390,7 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
             if path is None:
                 recall[view].append(None)
                 continue
-            key = (file_sha256(path), view)
+            key = (checkpoint_sha256(path), view)
             if key not in by_content:
                 record = evaluate_checkpoint("retrieval", store, [Stream(path, view)], clip_config or ClipConfig(),
                                              TaskOptions(cache_dir=cache_dir), device=device, progress=progress)

@@ -30,9 +30,10 @@ import torch
 
 from coclr.errors import DataError
 from coclr.eval.exact import gallery_mean, unit_rows
-from coclr.eval.features import ClipConfig, cached_features, check_inputs, file_sha256, input_record, stream_views
+from coclr.eval.features import ClipConfig, cached_features, check_inputs, input_record, stream_views
 from coclr.eval.fusion import check_same_videos
 from coclr.eval.health import health_warnings, streams_health
+from coclr.models.loading import checkpoint_sha256
 
 DEFAULT_KS = (1, 5, 10, 20)
 
@@ -248,7 +249,7 @@ def evaluate_retrieval(store, streams: Sequence, config=None, ks: Sequence[int] 
 
     config = config or ClipConfig()
     check_inputs(store, list(streams), [train_split, test_split], with_views)
-    shas = [file_sha256(stream.checkpoint) for stream in streams]
+    shas = [checkpoint_sha256(stream.checkpoint) for stream in streams]
     train, test = [], []
     for stream, sha in zip(streams, shas):
         for split, out in ((train_split, train), (test_split, test)):

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coclr.atomic import file_sha256
 from coclr.errors import ConfigError
 from coclr.learn.budget import Model
 
@@ -51,7 +50,12 @@ def read_starts(rgb: str | os.PathLike[str] | None, flow: str | os.PathLike[str]
     different networks or clips are refused in one line naming the file and the option."""
     from coclr.data.views import view_kind  # noqa: PLC0415
     from coclr.embed.settings import EmbedSettings, recorded_settings  # noqa: PLC0415 (heavy: torch)
-    from coclr.models.loading import checkpoint_format, load_encoder, read_clip_settings  # noqa: PLC0415
+    from coclr.models.loading import (  # noqa: PLC0415
+        checkpoint_format,
+        checkpoint_sha256,
+        load_encoder,
+        read_clip_settings,
+    )
 
     starts: dict[str, Start] = {}
     for view, given in (("rgb", rgb), ("flow", flow)):
@@ -71,7 +75,7 @@ def read_starts(rgb: str | os.PathLike[str] | None, flow: str | os.PathLike[str]
         defaults = EmbedSettings()
         model = Model(float(backbone.width), int(settings.get("size", defaults.size)),
                       int(settings.get("length", defaults.length)))
-        starts[view] = Start(view, str(path.resolve()), file_sha256(path), checkpoint_format(path), model,
+        starts[view] = Start(view, str(path.resolve()), checkpoint_sha256(path), checkpoint_format(path), model,
                              float(settings["flow_bound"]) if view == "flow" else None)
     if len(starts) == 2 and starts["rgb"].model != starts["flow"].model:
         raise ConfigError(f"--init {rgb} ({starts['rgb'].model}) and --flow-init {flow} ({starts['flow'].model}) "

@@ -511,7 +511,7 @@ def export_encoders(out: Path, exported: dict[str, dict[str, Any]]) -> None:
     copied atomically; and ``OUT/encoder_<view>.safetensors``, the same as safetensors with its config
     (:mod:`coclr.models.export`). Each is written only when it does not hold those bytes already."""
     from coclr.models.export import save_safetensors  # noqa: PLC0415 (heavy: torch)
-    from coclr.models.loading import load_encoder, read_checkpoint_file  # noqa: PLC0415
+    from coclr.models.loading import load_encoder, open_checkpoint  # noqa: PLC0415
 
     for view, entry in exported.items():
         source = stage_encoder(out, entry["stage"], view)
@@ -522,7 +522,7 @@ def export_encoders(out: Path, exported: dict[str, dict[str, Any]]) -> None:
             os.replace(temp, target)
         backbone, head = load_encoder(target)
         save_safetensors(out / f"encoder_{view}.safetensors", backbone, head,
-                         read_checkpoint_file(target).get("meta") or {})
+                         open_checkpoint(target).payload.get("meta") or {})
 
 
 def embed_all(out: Path, paths: list[str], device: str, workers: int | None) -> dict[str, str]:

@@ -96,18 +96,25 @@ def is_safetensors(head: bytes) -> bool:
     return len(head) == 9 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") < 100_000_000
 
 
-def read_safetensors(path: Path, map_location: Any = "cpu") -> dict[str, Any]:
+def read_safetensors(path: Path, map_location: Any = "cpu", data: bytes | None = None) -> dict[str, Any]:
     """A safetensors encoder as the payload of our ``coclr.encoder`` format (``format``, ``arch``, ``backbone``,
     ``head``, ``meta``), so that every reader of checkpoints reads it. A file without our config (another tool's
-    safetensors) gives its tensors as a state dict, whose keys name its format."""
+    safetensors) gives its tensors as a state dict, whose keys name its format. ``data``: the file's bytes, when
+    they were read already (then the file is not opened)."""
     import torch  # noqa: PLC0415 (heavy)
     from safetensors import SafetensorError, safe_open  # noqa: PLC0415
+    from safetensors.torch import load as load_bytes  # noqa: PLC0415
 
     device = str(map_location) if isinstance(map_location, (str, torch.device)) else "cpu"
     try:
-        with safe_open(str(path), framework="pt", device=device) as file:
-            metadata = file.metadata() or {}
-            tensors = {key: file.get_tensor(key) for key in file.keys()}
+        if data is None:
+            with safe_open(str(path), framework="pt", device=device) as file:
+                metadata = file.metadata() or {}
+                tensors = {key: file.get_tensor(key) for key in file.keys()}
+        else:
+            size = int.from_bytes(data[:8], "little")
+            metadata = json.loads(data[8:8 + size]).get("__metadata__") or {}
+            tensors = {key: value.to(device) for key, value in load_bytes(data).items()}
     except (SafetensorError, OSError, ValueError) as error:
         raise CheckpointError(f"{path}: damaged safetensors file ({error})") from None
     if METADATA_KEY not in metadata:

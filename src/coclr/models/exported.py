@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from coclr.atomic import atomic_write_json, atomic_write_text, file_sha256
+from coclr.atomic import atomic_write_json, atomic_write_text
 from coclr.errors import CheckpointError
 from coclr.models.export import (
     FORMATS,
@@ -63,18 +63,18 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
     measures), and check it: a network format on ``clips`` (``[B, C, T, H, W]``, normalised as the encoder was
     trained; default :data:`CHECK_CLIPS` clips of noise), safetensors by reading it back. Refused in one line,
     before any write, for an unknown format, an unreadable encoder or a folder holding another export."""
-    from coclr.models.loading import load_encoder, read_checkpoint_file, read_clip_settings  # noqa: PLC0415
+    from coclr.models.loading import load_encoder, open_checkpoint  # noqa: PLC0415
 
     if fmt not in FORMATS:
         raise CheckpointError(f"--format {fmt}: not a format coclr exports ({', '.join(FORMATS)})")
     require_packages(fmt)
     encoder, out = Path(encoder), Path(out)
     backbone, head = load_encoder(encoder)
-    payload = read_checkpoint_file(encoder)
-    meta = dict(payload.get("meta") or {}) if isinstance(payload, dict) else {}
+    read = open_checkpoint(encoder)
+    meta = dict(read.payload.get("meta") or {}) if isinstance(read.payload, dict) else {}
     if "clip_settings" not in meta:  # a training checkpoint keeps them beside its meta
-        meta["clip_settings"] = read_clip_settings(encoder) or None
-    options = {"encoder": str(encoder.resolve()), "sha256": file_sha256(encoder), "format": fmt}
+        meta["clip_settings"] = read.clip_settings or None
+    options = {"encoder": str(encoder.resolve()), "sha256": read.sha256, "format": fmt}
     model = out / f"model{SUFFIXES[fmt]}"
     if check_folder(out, EXPORT_FOLDER, options) and model.is_file() and (out / "README.md").is_file():
         return Exported(out, model, already_done=True)

@@ -12,15 +12,21 @@
 A ``module.`` prefix (DataParallel / DDP) is removed everywhere. Mapping is strict: any missing, unexpected or
 mis-shaped key raises :class:`~coclr.errors.CheckpointError` naming the keys (the authors' code printed the
 mismatches and went on with random weights). Files are read with ``torch.load(weights_only=True)``, so a
-checkpoint carrying pickled Python objects is refused, never executed.
+checkpoint carrying pickled Python objects is refused, never executed. A process reads each unchanged file once
+(:func:`open_checkpoint`): its format, recorded clip settings, sha256 and weights come from the same bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import pickle
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +42,8 @@ from coclr.models.heads import LinearClassifier, ProjectionHead
 from coclr.models.s3d import S3D
 
 __all__ = ["load_encoder", "load_classifier", "save_encoder", "read_clip_settings", "read_checkpoint_file",
-           "checkpoint_format", "CLIP_SETTING_KEYS", "ENCODER_FORMAT", "TRAIN_FORMAT"]
+           "checkpoint_format", "checkpoint_sha256", "open_checkpoint", "CheckpointFile", "CLIP_SETTING_KEYS",
+           "ENCODER_FORMAT", "TRAIN_FORMAT"]
 
 ENCODER_FORMAT = "coclr.encoder"
 TRAIN_FORMAT = "coclr.train"
@@ -93,7 +100,7 @@ def load_encoder(path: str | os.PathLike[str], map_location: Any = "cpu") -> tup
     Args:
         path: checkpoint file (ours, the CoCLR authors' pretraining or classifier checkpoint, torchvision's
             ``s3d`` state dict, or a bare S3D state dict); the format is recognised from its keys.
-        map_location: passed to ``torch.load``; the modules are moved to the device the tensors land on.
+        map_location: the device the modules are moved to (a name or ``torch.device``).
 
     Returns:
         ``(backbone, head)``: ``backbone`` is an :class:`S3D` whose forward gives the 5-D feature map; ``head``
@@ -104,20 +111,7 @@ def load_encoder(path: str | os.PathLike[str], map_location: Any = "cpu") -> tup
         CheckpointError: unreadable file, pickled objects (refused), unknown format, or any missing,
             unexpected or mis-shaped key (all named).
     """
-    path = Path(path)
-    payload = read_checkpoint_file(path, map_location)
-    kind, state = _detect_format(path, payload)
-    if kind == "ours":
-        backbone, head = _load_ours(path, payload)
-    elif kind == "authors_pretrain":
-        backbone, head = _load_authors_pretrain(path, state)
-    elif kind == "authors_classifier":
-        backbone, head = _load_authors_classifier(path, state)[0], None
-    elif kind == "torchvision":
-        backbone, head = _load_torchvision(path, state), None
-    else:
-        backbone, head = _load_bare_backbone(path, state), None
-    return _finish(backbone, payload), _finish(head, payload)
+    return open_checkpoint(path).encoder(map_location)
 
 
 def load_classifier(path: str | os.PathLike[str], map_location: Any = "cpu") -> tuple[S3D, LinearClassifier]:
@@ -127,15 +121,7 @@ def load_classifier(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
     Linear or ``final_fc.1`` = Dropout then Linear) is taken from the keys; the dropout rate, which the
     authors' files do not store, is set to :data:`AUTHORS_CLASSIFIER_DROPOUT`. Both modules are in eval mode.
     """
-    path = Path(path)
-    payload = read_checkpoint_file(path, map_location)
-    kind, state = _detect_format(path, payload)
-    if kind != "authors_classifier":
-        raise CheckpointError(
-            f"{path}: not a classifier checkpoint (found the {kind!r} format; expected backbone.*, final_fc.*)"
-        )
-    backbone, classifier = _load_authors_classifier(path, state)
-    return _finish(backbone, payload), _finish(classifier, payload)
+    return open_checkpoint(path).classifier(map_location)
 
 
 def save_encoder(path: str | os.PathLike[str], encoder: Encoder, meta: Mapping[str, Any] | None = None) -> Path:
@@ -180,7 +166,11 @@ def read_clip_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
     before that gives what its configuration says (view, length, stride, size). Files from elsewhere (the
     authors', torchvision's) record nothing: ``{}``.
     """
-    payload = read_checkpoint_file(Path(path), "cpu")
+    return open_checkpoint(path).clip_settings
+
+
+def _clip_settings(payload: Any) -> dict[str, Any]:
+    """:func:`read_clip_settings` of a checkpoint's payload."""
     if not isinstance(payload, dict):
         return {}
     settings: Any = None
@@ -199,8 +189,90 @@ def read_clip_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
 def checkpoint_format(path: str | os.PathLike[str]) -> str:
     """The format :func:`load_encoder` recognises in a file: ``"ours"``, ``"authors_pretrain"``,
     ``"authors_classifier"``, ``"torchvision"`` or ``"bare"`` (each expects its own input normalisation)."""
+    return open_checkpoint(path).format
+
+
+def checkpoint_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a checkpoint file's bytes, hashed from the bytes it is loaded from (:func:`open_checkpoint`)."""
+    return open_checkpoint(path).sha256
+
+
+@dataclass(frozen=True, eq=False)
+class CheckpointFile:
+    """One checkpoint file as read once: its bytes' sha256 and its payload (tensors on the CPU and plain values,
+    shared by every reader in the process: never modified), from which the format, the recorded clip settings
+    and the modules are derived."""
+
+    path: Path
+    sha256: str
+    payload: Any
+
+    @property
+    def format(self) -> str:
+        """``"ours"``, ``"authors_pretrain"``, ``"authors_classifier"``, ``"torchvision"`` or ``"bare"``."""
+        return _detect_format(self.path, self.payload)[0]
+
+    @property
+    def clip_settings(self) -> dict[str, Any]:
+        """What it recorded about its training clips (:func:`read_clip_settings`), a new dict per call."""
+        return _clip_settings(self.payload)
+
+    def encoder(self, map_location: Any = "cpu") -> tuple[S3D, ProjectionHead | None]:
+        """New ``(backbone, head)`` modules in eval mode on ``map_location`` (:func:`load_encoder`)."""
+        path, payload = self.path, self.payload
+        kind, state = _detect_format(path, payload)
+        if kind == "ours":
+            backbone, head = _load_ours(path, payload)
+        elif kind == "authors_pretrain":
+            backbone, head = _load_authors_pretrain(path, state)
+        elif kind == "authors_classifier":
+            backbone, head = _load_authors_classifier(path, state)[0], None
+        elif kind == "torchvision":
+            backbone, head = _load_torchvision(path, state), None
+        else:
+            backbone, head = _load_bare_backbone(path, state), None
+        return _finish(backbone, map_location), _finish(head, map_location)
+
+    def classifier(self, map_location: Any = "cpu") -> tuple[S3D, LinearClassifier]:
+        """New ``(backbone, classifier)`` modules of an authors' classifier file (:func:`load_classifier`)."""
+        kind, state = _detect_format(self.path, self.payload)
+        if kind != "authors_classifier":
+            raise CheckpointError(f"{self.path}: not a classifier checkpoint (found the {kind!r} format; expected "
+                                  "backbone.*, final_fc.*)")
+        backbone, classifier = _load_authors_classifier(self.path, state)
+        return _finish(backbone, map_location), _finish(classifier, map_location)
+
+
+_OPENED: OrderedDict[tuple[Any, ...], CheckpointFile] = OrderedDict()
+_OPENED_LOCK = threading.Lock()
+_KEEP_OPENED = 4
+"""How many checkpoint files a process keeps read (the most recently used)."""
+
+
+def open_checkpoint(path: str | os.PathLike[str]) -> CheckpointFile:
+    """The checkpoint at ``path``, read once per process while the file is unchanged: its bytes are read in one
+    open, hashed and parsed (:func:`read_checkpoint_file`'s checks), and later calls for the same file (same
+    device, inode, size and modification time) get the same object."""
     path = Path(path)
-    return _detect_format(path, read_checkpoint_file(path, "cpu"))[0]
+    try:
+        stat = path.stat()
+    except OSError:
+        stat = None
+    if stat is None or not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    key = (str(path.resolve()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    with _OPENED_LOCK:
+        found = _OPENED.get(key)
+        if found is not None:
+            _OPENED.move_to_end(key)
+            return found
+    data = path.read_bytes()
+    opened = CheckpointFile(path, hashlib.sha256(data).hexdigest(), _parse_checkpoint(path, data, "cpu"))
+    with _OPENED_LOCK:
+        _OPENED[key] = opened
+        while len(_OPENED) > _KEEP_OPENED:
+            _OPENED.popitem(last=False)
+    return opened
 
 
 # --------------------------------------------------------------------------------------------- reading
@@ -219,18 +291,21 @@ def read_checkpoint_file(path: str | os.PathLike[str], map_location: Any = "cpu"
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
-    with open(path, "rb") as handle:
-        head = handle.read(9)
-    if not head:
+    return _parse_checkpoint(path, path.read_bytes(), map_location)
+
+
+def _parse_checkpoint(path: Path, data: bytes, map_location: Any) -> Any:
+    """:func:`read_checkpoint_file` of a file's bytes."""
+    if not data:
         raise CheckpointError(f"{path}: the file is empty (0 bytes), not a checkpoint")
-    if is_safetensors(head):
-        return read_safetensors(path, map_location)
-    head = head[:4]
+    if is_safetensors(data[:9]):
+        return read_safetensors(path, map_location, data=data)
+    head = data[:4]
     if head != _ZIP_MAGIC and head[:2] not in _PICKLE_PROTOCOLS:
         raise CheckpointError(f"{path}: not a PyTorch checkpoint (it is neither torch.save's zip format, its "
                               "legacy format nor safetensors; an incomplete download or another kind of file?)")
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as error:  # damaged, or a refused pickle
         text = str(error)
         refused = _REFUSED_GLOBAL.search(text)
@@ -537,22 +612,10 @@ def _check_plain(value: Any, where: str) -> None:
     raise ValueError(f"{where} holds a {type(value).__name__}; checkpoints store only plain values and tensors")
 
 
-def _finish(module: nn.Module | None, payload: Any) -> Any:
-    """Eval mode, on the device the loaded tensors were mapped to."""
+def _finish(module: nn.Module | None, map_location: Any) -> Any:
+    """Eval mode, on ``map_location``."""
     if module is None:
         return None
-    device = _first_tensor_device(payload)
-    if device is not None:
-        module.to(device)
+    if map_location is not None and str(map_location) != "cpu":
+        module.to(torch.device(map_location))
     return module.eval()
-
-
-def _first_tensor_device(payload: Any) -> torch.device | None:
-    if isinstance(payload, torch.Tensor):
-        return payload.device
-    values = payload.values() if isinstance(payload, dict) else payload if isinstance(payload, (list, tuple)) else ()
-    for value in values:
-        device = _first_tensor_device(value)
-        if device is not None:
-            return device
-    return None

@@ -19,7 +19,7 @@ import yaml
 
 from coclr.atomic import atomic_write_json, atomic_write_text, read_json_record
 from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
-from coclr.eval.features import Stream, file_sha256
+from coclr.eval.features import Stream
 from coclr.eval.finetune import ENCODER_FILE, stream_folder
 from coclr.eval.report import (
     DEGENERATE_MARK,
@@ -33,7 +33,7 @@ from coclr.eval.report import (
 )
 from coclr.jobs.scheduler import run_jobs
 from coclr.models.encoder import build_encoder
-from coclr.models.loading import save_encoder
+from coclr.models.loading import checkpoint_sha256, save_encoder
 from coclr.progress import bar as progress_bar
 from coclr.runfolder import FolderRule, check_folder, check_output_folder, claim_folder
 from coclr.store.build import build_store
@@ -115,7 +115,7 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
                           cache_dir=cache)
     for key in filter(supervised_row, config.rows):
         init = cross_entropy_init(plan)
-        plan.encoders[key] = stream_folder(out / "cross_entropy", "rgb", file_sha256(init), views) / ENCODER_FILE
+        plan.encoders[key] = stream_folder(out / "cross_entropy", "rgb", checkpoint_sha256(init), views) / ENCODER_FILE
 
     rows = []
     bar = progress_bar(total=len(config.rows) * len(config.columns), desc="evaluation", unit="eval")
