@@ -31,7 +31,6 @@ from coclr.learn.budget import (
     Model,
     Plan,
     choose_plan,
-    parse_budget,
 )
 
 # ------------------------------------------------------------------------------------------------ the budget
@@ -94,6 +93,8 @@ def test_window_counts_are_those_of_the_sliding_windows():
 
 
 def test_budget_durations():
+    from coclr.learn.options import parse_budget
+
     assert parse_budget("90s") == 90 and parse_budget("15m") == 900 and parse_budget("1.5h") == 5400
     assert parse_budget("20") == 1200
     for bad in ("fast", "-5m", "0", "nanm"):

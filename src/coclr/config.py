@@ -25,13 +25,19 @@ from coclr.errors import ConfigError
 T = TypeVar("T")
 
 
-def option(default: Any = dataclasses.MISSING, help: str = "", **kwargs: Any) -> Any:
-    """A dataclass field with its documentation attached (shown by ``describe``)."""
+def option(default: Any = dataclasses.MISSING, help: str = "", *, cli: dict[str, Any] | None = None,
+           **kwargs: Any) -> Any:
+    """A dataclass field with its documentation attached (shown by ``describe``). ``cli``: how a command-line flag
+    generated from it (:func:`coclr.cli._options.add_option_flags`) differs from the field: ``flag`` (its name),
+    ``parse`` (text -> value, e.g. ``"15m"`` -> seconds; its errors are the command's one-line errors), ``shown``
+    (the default as the flag writes it), ``metavar``, ``negate`` (a boolean flag that sets the field false),
+    ``hidden`` (no flag: set by code only)."""
+    metadata = {"help": help, **({"cli": cli} if cli else {})}
     if isinstance(default, (list, dict)):
         value = default
         kwargs["default_factory"] = lambda: copy.deepcopy(value)
-        return dataclasses.field(metadata={"help": help}, **kwargs)
-    return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
+        return dataclasses.field(metadata=metadata, **kwargs)
+    return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:

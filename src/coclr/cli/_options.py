@@ -39,28 +39,42 @@ def add_clip_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None
 
 def add_option_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
     """One ``--flag`` per field of the dataclass ``config_class`` (``--name-with-dashes``), its type, help and
-    default taken from the field (:func:`coclr.config.option`): the options are declared once, in the library.
-    :func:`options_from_flags` builds the dataclass back from the parsed arguments."""
+    default taken from the field (:func:`coclr.config.option`, whose ``cli`` says where the flag differs): the
+    options are declared once, in the library. :func:`options_from_flags` builds the dataclass back from the
+    parsed arguments."""
     import dataclasses
     import typing
 
     hints = typing.get_type_hints(config_class)
     for field in dataclasses.fields(config_class):
+        cli = field.metadata.get("cli", {})
+        if cli.get("hidden"):
+            continue
         kind = hints[field.name]
         base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
-        flag = "--" + field.name.replace("_", "-")
-        text = f"{field.metadata.get('help', '')} (default {field.default!r})".replace("%", "%%")
-        if base is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        flag = cli.get("flag", "--" + field.name.replace("_", "-"))
+        shown = cli.get("shown", repr(field.default))
+        text = field.metadata.get("help", "").replace("%", "%%")
+        if cli.get("negate"):
+            parser.add_argument(flag, dest=field.name, action="store_const", const=False, default=None, help=text)
+        elif base is bool:
+            parser.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=None,
+                                help=f"{text} (default {shown})")
         else:
-            parser.add_argument(flag, type=base, default=None, help=text,
-                                metavar=field.name.upper())
+            parser.add_argument(flag, dest=field.name, type=str if "parse" in cli else base, default=None,
+                                help=f"{text} (default {shown})".replace("(default None)", "").rstrip(),
+                                metavar=cli.get("metavar", field.name.upper()))
 
 
-def options_from_flags(config_class: type, args: argparse.Namespace):
-    """The dataclass ``config_class`` with the flags :func:`add_option_flags` added that were given."""
+def options_from_flags(config_class: type, args: argparse.Namespace, **code):
+    """The dataclass ``config_class`` with the flags :func:`add_option_flags` added that were given (each ``parse``d
+    where the field says so), and the fields set by ``code``."""
     import dataclasses
 
-    given = {field.name: getattr(args, field.name) for field in dataclasses.fields(config_class)
-             if getattr(args, field.name, None) is not None}
-    return config_class(**given)
+    given = {}
+    for field in dataclasses.fields(config_class):
+        value = getattr(args, field.name, None)
+        if value is not None and not field.metadata.get("cli", {}).get("hidden"):
+            parse = field.metadata.get("cli", {}).get("parse")
+            given[field.name] = parse(value) if parse else value
+    return config_class(**given, **code)

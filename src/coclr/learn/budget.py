@@ -258,21 +258,6 @@ def infonce_side_by_side(device, processes: int) -> bool:
     return str(device).startswith("cpu") and processes == 1 and usable_cores() >= 2
 
 
-def parse_budget(text: str) -> float:
-    """Seconds of a budget written ``90s``, ``15m``, ``1.5h`` (a bare number: minutes)."""
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
-    text = str(text).strip().lower()
-    unit = units.get(text[-1:]) if text else None
-    number = text[:-1] if unit is not None else text
-    try:
-        value = float(number) * (unit or 60.0)
-    except ValueError:
-        raise ConfigError(f"--budget: {text!r} is not a duration (e.g. 90s, 15m, 2h)") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"--budget: must be a positive duration, got {text!r}")
-    return value
-
-
 def segment_frames(model: Model) -> int:
     """Frames of a training instance of ``model``: :data:`SEGMENT_SPANS` clip spans."""
     return SEGMENT_SPANS * clip_span(model.length, 1)

@@ -40,6 +40,7 @@ from coclr.flow.encode import FLOW_BOUND
 from coclr.learn.budget import Footage, Plan, choose_plan, infonce_side_by_side, measure_costs
 from coclr.learn.init import Start, copy_starts, read_starts, recorded_starts, start_file, start_model
 from coclr.learn.line import MeasureLine, ProgressLine
+from coclr.learn.options import LearnOptions
 from coclr.learn.recipe import pipeline_options
 from coclr.learn.scores import read_labels
 from coclr.learn.stages import VIEWS, choose_exports, export_line
@@ -61,26 +62,6 @@ CURATE_FOLDER = "curate"
 """``OUT/curate``: the two-stream embeddings' near-duplicates, outliers and map (``coclr curate``)."""
 CLOCK_SECONDS = 30.0
 """How often a running job records the seconds it has taken in ``learn.json`` (a kill loses at most these)."""
-
-
-@dataclasses.dataclass
-class LearnOptions:
-    """What a run is asked for (``budget`` in seconds; ``device`` None: CUDA when present; ``workers`` None: one
-    per core)."""
-
-    budget: float = 900.0
-    seed: int = 0
-    labels: str | None = None
-    device: str | None = None
-    workers: int | None = None
-    restart: bool = False
-    progress: bool = True
-    init: str | None = None
-    """a checkpoint the RGB encoder starts from (:mod:`coclr.learn.init`; None: from scratch)"""
-    flow_init: str | None = None
-    """a checkpoint the flow encoder starts from (None: from scratch)"""
-    plan: Plan | None = None
-    """a plan to follow instead of measuring this machine and choosing one (for tests, or a plan chosen before)"""
 
 
 @dataclasses.dataclass
