@@ -21,6 +21,9 @@ SHORT_SIDE = 128
 """The short side, in pixels, videos are decoded at by default (the paper's: its 128 px crops fit)."""
 JPEG_QUALITY = 90
 """The JPEG quality of stored frames (RGB, and flow when the store records none)."""
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+"""The RGB normalisation of training, evaluation and embedding (ImageNet's mean and standard deviation)."""
 MIN_LENGTH = 8
 MIN_SIZE = 32
 """The smallest input S3D takes: 8 frames of 32 x 32 pixels."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import typing
 
 from coclr.clips import PAPER_CLIPS
 
@@ -37,14 +39,14 @@ def add_clip_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None
     parser.add_argument("--amp", action="store_true", help=f"{scope}run the network under autocast")
 
 
-def add_option_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
+def add_option_flags(parser: argparse.ArgumentParser, config_class: type,
+                     shown: typing.Callable[[dataclasses.Field], str] | None = None) -> None:
     """One ``--flag`` per field of the dataclass ``config_class`` (``--name-with-dashes``), its type, help and
-    default taken from the field (:func:`coclr.config.option`, whose ``cli`` says where the flag differs): the
-    options are declared once, in the library. :func:`options_from_flags` builds the dataclass back from the
-    parsed arguments."""
-    import dataclasses
-    import typing
-
+    default taken from the field (:func:`coclr.config.option`, whose ``cli`` says where the flag differs: its name,
+    ``parse``, ``shown`` default, ``metavar``, ``choices``, ``nargs``, ``negate``, ``hidden``): the options are
+    declared once, in the library. A ``Literal`` type gives the choices, a tuple or list the element type.
+    ``shown(field)``: how the defaults read, where another rule sets them (e.g. "the checkpoint's, else 32").
+    :func:`options_from_flags` builds the dataclass back from the parsed arguments."""
     hints = typing.get_type_hints(config_class)
     for field in dataclasses.fields(config_class):
         cli = field.metadata.get("cli", {})
@@ -52,29 +54,39 @@ def add_option_flags(parser: argparse.ArgumentParser, config_class: type) -> Non
             continue
         kind = hints[field.name]
         base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
+        choices = cli.get("choices")
+        if typing.get_origin(base) is typing.Literal:
+            choices, base = choices or typing.get_args(base), type(typing.get_args(base)[0])
+        elif typing.get_origin(base) in (tuple, list):
+            base = typing.get_args(base)[0]
         flag = cli.get("flag", "--" + field.name.replace("_", "-"))
-        shown = cli.get("shown", repr(field.default))
+        default = cli.get("shown") or (shown(field) if shown else repr(field.default))
         text = field.metadata.get("help", "").replace("%", "%%")
         if cli.get("negate"):
             parser.add_argument(flag, dest=field.name, action="store_const", const=False, default=None, help=text)
         elif base is bool:
             parser.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=None,
-                                help=f"{text} (default {shown})")
+                                help=f"{text} (default {default})")
         else:
             parser.add_argument(flag, dest=field.name, type=str if "parse" in cli else base, default=None,
-                                help=f"{text} (default {shown})".replace("(default None)", "").rstrip(),
-                                metavar=cli.get("metavar", field.name.upper()))
+                                choices=choices, nargs=cli.get("nargs"),
+                                help=f"{text} (default {default})".replace("(default None)", "").rstrip(),
+                                metavar=None if choices else cli.get("metavar", field.name.upper()))
 
 
-def options_from_flags(config_class: type, args: argparse.Namespace, **code):
-    """The dataclass ``config_class`` with the flags :func:`add_option_flags` added that were given (each ``parse``d
-    where the field says so), and the fields set by ``code``."""
-    import dataclasses
-
+def given_flags(config_class: type, args: argparse.Namespace) -> dict[str, typing.Any]:
+    """The fields of ``config_class`` whose flags (:func:`add_option_flags`) were given, each ``parse``d where the
+    field says so."""
     given = {}
     for field in dataclasses.fields(config_class):
         value = getattr(args, field.name, None)
         if value is not None and not field.metadata.get("cli", {}).get("hidden"):
             parse = field.metadata.get("cli", {}).get("parse")
             given[field.name] = parse(value) if parse else value
-    return config_class(**given, **code)
+    return given
+
+
+def options_from_flags(config_class: type, args: argparse.Namespace, **code: typing.Any):
+    """The dataclass ``config_class`` with the flags :func:`add_option_flags` added that were given, and the fields
+    set by ``code``."""
+    return config_class(**given_flags(config_class, args), **code)

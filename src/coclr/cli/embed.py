@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from coclr.clips import PAPER_CLIPS
+from coclr.cli._options import add_option_flags, given_flags, options_from_flags
+from coclr.embed.options import EmbedJob
+from coclr.embed.settings import EmbedSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,62 +27,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "wrote (continued)")
     parser.add_argument("--flow-checkpoint",
                         help="flow encoder: embed two streams, with TV-L1 flow computed on the fly")
-    parser.add_argument("--feature", choices=("backbone", "head"),
-                        help="backbone: the pooled backbone feature (default, the paper's retrieval feature); head: "
-                        "the projection head's 128-d output")
-    parser.add_argument("--length", type=int, help="frames per window (default: the checkpoint's, else "
-                        f"{PAPER_CLIPS['length']})")
-    parser.add_argument("--stride", type=int, help="step between the frames of a window (default: the checkpoint's, "
-                        f"else {PAPER_CLIPS['stride']})")
-    parser.add_argument("--window-step", type=int, help="frames between window starts (default: half a window, as "
-                        "coclr eval)")
-    parser.add_argument("--fps", type=float, help="resample videos to this frame rate (default: the checkpoint's "
-                        "store's, else every decoded frame)")
-    parser.add_argument("--short-side", type=int, help="resize the short side to this many pixels before the crop "
-                        "(default: the checkpoint's, else 128)")
-    parser.add_argument("--size", type=int, help="side of the centre crop (default: the checkpoint's, else "
-                        f"{PAPER_CLIPS['size']})")
-    parser.add_argument("--mean", type=float, nargs=3, help="RGB normalisation mean (default: the checkpoint's, else "
-                        "ImageNet's; Kinetics' for torchvision's s3d)")
-    parser.add_argument("--std", type=float, nargs=3, help="RGB normalisation std (default as --mean)")
-    parser.add_argument("--flow-bound", type=float, help="flow clipping bound in px (default: the flow checkpoint's, "
-                        "else 20)")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                        help="fp32 (default) or bf16: the backbone under bfloat16 autocast, faster on CPUs with "
-                        "AVX-512 BF16/AMX but not within cosine 0.999 of fp32 on every network (docs/embed.md)")
-    parser.add_argument("--batch-size", type=int, default=16, help="windows per forward pass (default 16)")
-    parser.add_argument("--workers", type=int, help="decoding processes (default: up to 8, leaving a core; 0: decode "
-                        "in this process)")
-    parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
-    parser.add_argument("--retry-failed", action="store_true", help="try again the videos that failed before")
-    parser.add_argument("--flush-every", type=int, default=256, help="videos between writes of finished results to "
-                        "OUT/chunks (a kill loses at most these; default 256)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_option_flags(parser, EmbedSettings, shown=lambda field: f"the checkpoint's, else {field.default}")
+    add_option_flags(parser, EmbedJob)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
 
     from coclr.cli._status import EXIT_DONE, job_status
+    from coclr.config import validate
     from coclr.distributed import init_distributed, launched_world_size, pick_device, rank
     from coclr.embed.embedder import Embedder
     from coclr.embed.run import embed_videos
-    from coclr.errors import ConfigError
     from coclr.store.jobs import GROUP_TIMEOUT
 
-    if args.flush_every < 1:
-        raise ConfigError(f"--flush-every: must be at least 1, got {args.flush_every}")
-    device = pick_device(args.device, "--device")
+    job = options_from_flags(EmbedJob, args)
+    validate(job)
+    device = pick_device(job.device, "--device")
     if launched_world_size() > 1:  # torchrun: the processes exchange only a few small messages, so gloo everywhere
         init_distributed(device, backend="gloo", timeout=GROUP_TIMEOUT)
-    settings = {"feature": args.feature, "length": args.length, "stride": args.stride, "window_step": args.window_step,
-                "fps": args.fps, "short_side": args.short_side, "size": args.size, "mean": args.mean,
-                "std": args.std, "flow_bound": args.flow_bound,
-                "precision": None if args.precision == "fp32" else args.precision}
     embedder = Embedder(args.checkpoint, device=device, flow_checkpoint=args.flow_checkpoint,
-                        batch_size=args.batch_size, workers=args.workers, **settings)
-    summary = embed_videos(args.inputs, args.out, embedder, progress=not args.quiet, retry_failed=args.retry_failed,
-                           flush_videos=args.flush_every)
+                        batch_size=job.batch_size, workers=job.workers, **given_flags(EmbedSettings, args))
+    summary = embed_videos(args.inputs, args.out, embedder, progress=job.progress, retry_failed=job.retry_failed,
+                           flush_videos=job.flush_every)
     if rank() != 0:  # under torchrun, rank 0 speaks for the job
         return EXIT_DONE
     print(summary, flush=True)

@@ -36,14 +36,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from coclr.clips import IMAGENET_MEAN, IMAGENET_STD
 from coclr.config import option, require
 from coclr.data.augment_cpu import crop_clip, rgb_to_planes
 from coclr.data.views import VIEW_KINDS, view_kind
 from coclr.errors import DataError
 
 LUMA_WEIGHTS = (0.299, 0.587, 0.114)
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 CROP_CANDIDATES = 10
 TEN_CROP_ORDER = ("top_left", "top_right", "bottom_left", "bottom_right", "center")
 

@@ -46,6 +46,7 @@ from coclr.cpu import native_bfloat16
 from coclr.data.augment import center_crop
 from coclr.data.sampling import clip_span, sliding_windows
 from coclr.distributed import pick_device
+from coclr.embed.options import EmbedJob
 from coclr.embed.settings import EmbedSettings, checkpoint_view, resolve_settings
 from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.flow.encode import flow_to_uint8
@@ -123,7 +124,7 @@ class Embedder:
     """
 
     def __init__(self, checkpoint: str | os.PathLike[str], device: str | torch.device | None = None,
-                 flow_checkpoint: str | os.PathLike[str] | None = None, batch_size: int = 16,
+                 flow_checkpoint: str | os.PathLike[str] | None = None, batch_size: int = EmbedJob.batch_size,
                  workers: int | None = None, **settings: Any) -> None:
 
         self.checkpoint = Path(checkpoint)

@@ -16,6 +16,7 @@ import numpy
 from coclr.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
 from coclr.embed.embedder import Embedder, EmbedFailure
 from coclr.embed.inputs import expand_inputs
+from coclr.embed.options import EmbedJob
 from coclr.embed.output import ChunkWriter, EmbeddingWriter, file_identity, read_settings
 from coclr.errors import CheckpointError, CoclrError, ConfigError, DataError
 from coclr.interrupts import interrupted
@@ -120,7 +121,7 @@ def embedder_for(root: str | Path, device: str | None = None, **options: Any) ->
 
 
 def embed_videos(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], embedder: Embedder,
-                 progress: bool = True, retry_failed: bool = False, flush_videos: int = 256,
+                 progress: bool = True, retry_failed: bool = False, flush_videos: int = EmbedJob.flush_every,
                  flush_seconds: float = 60.0,
                  streams: dict[int, tuple[str | os.PathLike[str], Embedder]] | None = None) -> EmbedSummary:
     """Embed the videos named by ``inputs`` (:func:`~coclr.embed.inputs.expand_inputs`) into the output folder

@@ -21,11 +21,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from coclr.clips import CLIP_KEYS, SHORT_SIDE, ClipSettings, clip_option
+from coclr.clips import CLIP_KEYS, IMAGENET_MEAN, IMAGENET_STD, SHORT_SIDE, ClipSettings, clip_option
 from coclr.config import option, require
-from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD, view_kind
+from coclr.data.views import view_kind
 from coclr.errors import ConfigError
-from coclr.models.loading import checkpoint_format, read_clip_settings
 
 FEATURES = ("backbone", "head")
 PRECISIONS = (None, "bf16")
@@ -45,22 +44,32 @@ class EmbedSettings:
     stride: int = clip_option("stride", "step between the frames of a window (1: consecutive frames)")
     size: int = clip_option("size", "side of the square centre crop fed to the network, after resizing the short "
                                     "side")
-    fps: float | None = option(None, "resample videos to this frame rate first (None: every decoded frame)")
+    fps: float | None = option(None, "resample videos to this frame rate first",
+                               cli={"shown": "the checkpoint's store's, else every decoded frame (None)"})
     short_side: int | None = option(SHORT_SIDE, "resize frames so the short side has this many pixels before cropping "
                                          "(None: the decoded size)")
-    mean: tuple[float, float, float] = option(IMAGENET_MEAN, "per-channel mean of the RGB normalisation")
-    std: tuple[float, float, float] = option(IMAGENET_STD, "per-channel std of the RGB normalisation")
-    window_step: int | None = option(None, "frames between the starts of consecutive windows (None: half a window, "
-                                           "as coclr eval)")
+    mean: tuple[float, float, float] = option(IMAGENET_MEAN, "per-channel mean of the RGB normalisation",
+                                              cli={"nargs": 3, "shown": "the checkpoint's, else ImageNet's; "
+                                                   "Kinetics' for torchvision's s3d"})
+    std: tuple[float, float, float] = option(IMAGENET_STD, "per-channel std of the RGB normalisation",
+                                             cli={"nargs": 3, "shown": "as --mean"})
+    window_step: int | None = option(None, "frames between the starts of consecutive windows",
+                                       cli={"shown": "half a window, as coclr eval (None)"})
     feature: str = option("backbone", "backbone: the pooled backbone feature (1024-d at full width, the paper's "
-                                      "retrieval feature); head: the projection head's output (128-d)")
+                                      "retrieval feature); head: the projection head's output (128-d)",
+                          cli={"choices": FEATURES, "shown": "backbone"})
     flow_bound: float | None = option(None, "flow stream only: flow clipped to +-this many px before its uint8 "
-                                            "quantisation (as the flow encoder's store did)")
-    flow_mean: tuple[float, float, float] | None = option(None, "flow stream only: mean of the flow normalisation")
-    flow_std: tuple[float, float, float] | None = option(None, "flow stream only: std of the flow normalisation")
-    precision: str | None = option(None, "None: float32 (the default); 'bf16': the backbone under bfloat16 "
-                                         "autocast (oneDNN's AVX-512 BF16/AMX kernels on a CPU): faster, but not "
-                                         "within cosine 0.999 of float32 on every network (docs/embed.md)")
+                                            "quantisation (as the flow encoder's store did)",
+                                      cli={"shown": "the flow checkpoint's, else 20"})
+    flow_mean: tuple[float, float, float] | None = option(None, "flow stream only: mean of the flow normalisation",
+                                                          cli={"hidden": True})
+    flow_std: tuple[float, float, float] | None = option(None, "flow stream only: std of the flow normalisation",
+                                                         cli={"hidden": True})
+    precision: str | None = option(None, "bf16: the backbone under bfloat16 autocast (oneDNN's AVX-512 BF16/AMX "
+                                         "kernels on a CPU): faster, but not within cosine 0.999 of float32 on "
+                                         "every network (docs/embed.md); fp32 (None): float32",
+                                   cli={"choices": ("fp32", "bf16"), "shown": "fp32",
+                                        "parse": lambda text: None if text == "fp32" else text})
 
     def validate(self) -> None:
         ClipSettings.check(self)
@@ -104,6 +113,7 @@ def format_defaults(checkpoint_format: str) -> dict[str, Any]:
 def recorded_settings(checkpoint: str | Path, expected_view: str) -> dict[str, Any]:
     """What ``checkpoint`` recorded (or its format implies) as :class:`EmbedSettings` keys; refuses an encoder
     trained on another kind of view than ``expected_view`` ("rgb" or "flow")."""
+    from coclr.models.loading import checkpoint_format, read_clip_settings  # noqa: PLC0415 (torch)
 
     recorded = read_clip_settings(checkpoint)
     view = recorded.get("view")
@@ -124,6 +134,8 @@ def recorded_settings(checkpoint: str | Path, expected_view: str) -> dict[str, A
 def checkpoint_view(checkpoint: str | Path) -> str:
     """The kind of view ("rgb" or "flow") an encoder was trained on, as it recorded; "rgb" for files that record
     nothing (the authors', torchvision's)."""
+    from coclr.models.loading import read_clip_settings  # noqa: PLC0415 (torch)
+
     view = read_clip_settings(checkpoint).get("view")
     return "rgb" if view is None else view_kind(view)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from coclr.data.augment import IMAGENET_MEAN, IMAGENET_STD
+from coclr.clips import IMAGENET_MEAN, IMAGENET_STD
 from coclr.data.views import is_flow_view, stored_view, view_kind
 from coclr.errors import CheckpointError, ConfigError
 from coclr.models.encoder import Encoder, build_encoder

@@ -1,0 +1,28 @@
+"""How a ``coclr embed`` job runs (not what it computes: :class:`coclr.embed.settings.EmbedSettings`): each option
+declared once, with its documentation; :class:`~coclr.embed.embedder.Embedder`, :func:`~coclr.embed.run.embed_videos`
+and the command's flags take their defaults from here. Light to import: the command line reads it first."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from coclr.config import option, require
+
+
+@dataclasses.dataclass
+class EmbedJob:
+    """The run's options; each is a flag of ``coclr embed``."""
+
+    batch_size: int = option(16, "windows per forward pass")
+    workers: int | None = option(None, "decoding processes (0: decode in this process)",
+                                 cli={"shown": "up to 8, leaving a core"})
+    device: str | None = option(None, "torch device", cli={"shown": "cuda when available, else cpu"})
+    retry_failed: bool = option(False, "try again the videos that failed before")
+    flush_every: int = option(256, "videos between writes of finished results to OUT/chunks (a kill loses at most "
+                                   "these)")
+    progress: bool = option(True, "no progress bar", cli={"flag": "--quiet", "negate": True})
+
+    def validate(self) -> None:
+        require(self.batch_size >= 1, "--batch-size", f"must be at least 1, got {self.batch_size}")
+        require(self.workers is None or self.workers >= 0, "--workers", f"must be >= 0, got {self.workers}")
+        require(self.flush_every >= 1, "--flush-every", f"must be at least 1, got {self.flush_every}")
