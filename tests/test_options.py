@@ -43,3 +43,67 @@ def test_repeated_seeds_are_refused_before_any_work(tmp_path, capsys):
     out = tmp_path / "study"
     assert main(["study", "--out", str(out), "--seeds", "0", "0"]) == 2
     assert "--seeds: 0 given more than once" in capsys.readouterr().err and not out.exists()
+
+
+def _subparser(*path: str):
+    import argparse
+
+    from coclr.cli import build_parser
+
+    parser = build_parser()
+    for name in path:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[name]
+    return parser
+
+
+GENERATED = [  # (command, the classes its flags are generated from, the arguments it needs)
+    (("learn",), "coclr.learn.options:LearnOptions", ["v.mp4", "--out", "o"]),
+    (("embed",), "coclr.embed.options:EmbedJob", ["v.mp4", "--out", "o", "--checkpoint", "c"]),
+    (("embed",), "coclr.embed.settings:EmbedSettings", ["v.mp4", "--out", "o", "--checkpoint", "c"]),
+    (("eval", "linear"), "coclr.eval.options:LinearProbeConfig", ["--checkpoint", "c", "--store", "s"]),
+    (("eval", "finetune"), "coclr.eval.options:FinetuneConfig", ["--checkpoint", "c", "--store", "s"]),
+    (("eval", "retrieval"), "coclr.eval.options:ClipConfig", ["--checkpoint", "c", "--store", "s"]),
+    (("curate",), "coclr.curate.run:CurateOptions", ["e", "--out", "o"]),
+]
+
+
+@pytest.mark.parametrize("command, name, needed", GENERATED, ids=lambda v: v if isinstance(v, str) else None)
+def test_a_commands_flags_are_its_options_declared_once(command, name, needed):
+    """Every option of the class is a flag whose help shows its documentation; without flags the command gets the
+    library's defaults (written only in the class), and each flag given sets its field."""
+    import dataclasses
+    import importlib
+    import typing
+
+    from coclr.cli._options import given_flags
+
+    module, _, attribute = name.partition(":")
+    config_class = getattr(importlib.import_module(module), attribute)
+    parser = _subparser(*command)
+    assert given_flags(config_class, parser.parse_args(needed)) == {}
+    helps = {option: action.help for action in parser._actions for option in action.option_strings}
+    hints = typing.get_type_hints(config_class)
+    for field in dataclasses.fields(config_class):
+        cli = field.metadata.get("cli", {})
+        if cli.get("hidden"):
+            continue
+        flag = cli.get("flag", "--" + field.name.replace("_", "-"))
+        assert field.metadata["help"].replace("%", "%%")[:40] in helps[flag], flag
+        kind = str(hints[field.name])
+        if cli.get("negate") or "bool" in kind:
+            value, argv = False, ([flag] if cli.get("negate") else [f"--no-{flag[2:]}"])
+        elif cli.get("choices"):
+            value, argv = cli["choices"][-1], [flag, cli["choices"][-1]]
+        elif "parse" in cli:
+            continue  # its own test (the budget's, the precision's)
+        elif "float" in kind:
+            count = cli.get("nargs", 1) if isinstance(cli.get("nargs", 1), int) else 2
+            value, argv = [0.25] * count, [flag, *["0.25"] * count]
+            value = value[0] if "list" not in kind and "tuple" not in kind else value
+        elif "int" in kind:
+            value, argv = ([3, 4], [flag, "3", "4"]) if "list" in kind else (3, [flag, "3"])
+        else:
+            value, argv = "x", [flag, "x"]
+        got = given_flags(config_class, parser.parse_args([*needed, *argv]))
+        assert got == {field.name: value}, flag

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import types
 import typing
 
 from coclr.clips import PAPER_CLIPS
@@ -25,53 +26,71 @@ def print_options(config_class: type) -> None:
 
 
 def add_clip_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None:
-    """How test clips are cut and fed to the network (the evaluation commands share these options)."""
-    trained = "(default: what the checkpoint was trained on, else {})"
-    parser.add_argument("--length", type=int, help=f"{scope}frames per clip {trained.format(PAPER_CLIPS['length'])}")
-    parser.add_argument("--stride", type=int,
-                        help=f"{scope}step between the frames of a clip {trained.format(PAPER_CLIPS['stride'])}")
-    parser.add_argument("--size", type=int, help=f"{scope}crop side in pixels {trained.format(PAPER_CLIPS['size'])}")
-    parser.add_argument("--batch-size", type=int, default=16, help=f"{scope}clips per batch (default 16)")
-    parser.add_argument("--workers", type=int, default=0,
-                        help=f"{scope}DataLoader worker processes reading the store (default 0: none, read in this "
-                        "process)")
+    """How test clips are cut and fed to the network (the evaluation commands share these options:
+    :class:`coclr.eval.options.ClipConfig`), and the device; ``scope`` opens each help text."""
+    from coclr.eval.options import ClipConfig
+
+    add_option_flags(parser, ClipConfig, scope=scope, shown=lambda field: (
+        f"what the checkpoint was trained on, else {field.default}" if field.name in PAPER_CLIPS
+        else repr(field.default)))
     parser.add_argument("--device", help=f"{scope}torch device (default: cuda when available, else cpu)")
-    parser.add_argument("--amp", action="store_true", help=f"{scope}run the network under autocast")
 
 
 def add_option_flags(parser: argparse.ArgumentParser, config_class: type,
-                     shown: typing.Callable[[dataclasses.Field], str] | None = None) -> None:
+                     shown: typing.Callable[[dataclasses.Field], str] | None = None, scope: str = "") -> None:
     """One ``--flag`` per field of the dataclass ``config_class`` (``--name-with-dashes``), its type, help and
     default taken from the field (:func:`coclr.config.option`, whose ``cli`` says where the flag differs: its name,
     ``parse``, ``shown`` default, ``metavar``, ``choices``, ``nargs``, ``negate``, ``hidden``): the options are
     declared once, in the library. A ``Literal`` type gives the choices, a tuple or list the element type.
-    ``shown(field)``: how the defaults read, where another rule sets them (e.g. "the checkpoint's, else 32").
+    ``shown(field)``: how the defaults read, where another rule sets them (e.g. "the checkpoint's, else 32");
+    ``scope`` opens each help text (e.g. "--run: ").
     :func:`options_from_flags` builds the dataclass back from the parsed arguments."""
     hints = typing.get_type_hints(config_class)
     for field in dataclasses.fields(config_class):
         cli = field.metadata.get("cli", {})
         if cli.get("hidden"):
             continue
-        kind = hints[field.name]
-        base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
-        choices = cli.get("choices")
+        base = _without_none(hints[field.name])
+        choices, nargs = cli.get("choices"), cli.get("nargs")
         if typing.get_origin(base) is typing.Literal:
             choices, base = choices or typing.get_args(base), type(typing.get_args(base)[0])
         elif typing.get_origin(base) in (tuple, list):
-            base = typing.get_args(base)[0]
+            base, nargs = typing.get_args(base)[0], cli.get("nargs", "+")
         flag = cli.get("flag", "--" + field.name.replace("_", "-"))
-        default = cli.get("shown") or (shown(field) if shown else repr(field.default))
-        text = field.metadata.get("help", "").replace("%", "%%")
+        dest = _dest(field)
+        default = cli.get("shown") or (shown(field) if shown else _default_text(field))
+        text = scope + field.metadata.get("help", "").replace("%", "%%")
         if cli.get("negate"):
-            parser.add_argument(flag, dest=field.name, action="store_const", const=False, default=None, help=text)
+            parser.add_argument(flag, dest=dest, action="store_const", const=False, default=None, help=text)
         elif base is bool:
-            parser.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=None,
+            parser.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None,
                                 help=f"{text} (default {default})")
         else:
-            parser.add_argument(flag, dest=field.name, type=str if "parse" in cli else base, default=None,
-                                choices=choices, nargs=cli.get("nargs"),
+            parser.add_argument(flag, dest=dest, type=str if "parse" in cli else base, default=None,
+                                choices=choices, nargs=nargs,
                                 help=f"{text} (default {default})".replace("(default None)", "").rstrip(),
                                 metavar=None if choices else cli.get("metavar", field.name.upper()))
+
+
+def _without_none(kind: typing.Any) -> typing.Any:
+    """``X`` of ``X | None`` (``Optional[X]``); any other type as it is."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return next(t for t in typing.get_args(kind) if t is not type(None))
+    return kind
+
+
+def _dest(field: dataclasses.Field) -> str:
+    """Where argparse keeps a field's flag: its flag's name (two classes of one command may share a field name)."""
+    flag = field.metadata.get("cli", {}).get("flag")
+    return flag.lstrip("-").replace("-", "_") if flag else field.name
+
+
+def _default_text(field: dataclasses.Field) -> str:
+    """A field's default as its help shows it (a list or dict default is built by its factory)."""
+    if field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+        return " ".join(map(str, value)) if isinstance(value, list) else repr(value)
+    return repr(field.default)
 
 
 def given_flags(config_class: type, args: argparse.Namespace) -> dict[str, typing.Any]:
@@ -79,7 +98,7 @@ def given_flags(config_class: type, args: argparse.Namespace) -> dict[str, typin
     field says so."""
     given = {}
     for field in dataclasses.fields(config_class):
-        value = getattr(args, field.name, None)
+        value = getattr(args, _dest(field), None)
         if value is not None and not field.metadata.get("cli", {}).get("hidden"):
             parse = field.metadata.get("cli", {}).get("parse")
             given[field.name] = parse(value) if parse else value

@@ -11,7 +11,8 @@ import argparse
 import json
 import sys
 
-from coclr.cli._options import add_clip_arguments
+from coclr.cli._options import add_clip_arguments, add_option_flags, given_flags
+from coclr.eval.options import FinetuneConfig, LinearProbeConfig
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -52,24 +53,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     linear = tasks.add_parser("linear", help="linear probe on frozen features")
     _add_common(linear)
     linear.add_argument("--cache-dir", help="feature cache folder (keyed by checkpoint content and data options)")
-    linear.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 1e-2], help="learning rates tried")
-    linear.add_argument("--weight-decays", type=float, nargs="+", default=[0.0, 1e-4, 1e-3], help="weight decays tried")
-    linear.add_argument("--epochs", type=int, nargs="+", default=[10, 30, 100], help="epoch counts tried")
-    linear.add_argument("--val-fraction", type=float, default=0.2, help="held-out fraction of each train class")
-    linear.add_argument("--seed", type=int, default=0, help="seed of the held-out split and the training")
+    add_option_flags(linear, LinearProbeConfig)
 
     finetune = tasks.add_parser("finetune", help="end-to-end finetuning, centre-crop and ten-crop test")
     _add_common(finetune)
     finetune.add_argument("--work-dir", help="folder for the resumable state and probabilities (default: next to "
                           "--out, else ./finetune)")
-    finetune.add_argument("--epochs", type=int, default=100, help="training epochs (default 100)")
-    finetune.add_argument("--lr", type=float, default=1e-3, help="classifier learning rate (backbone: x0.1)")
-    finetune.add_argument("--weight-decay", type=float, default=1e-3, help="Adam weight decay")
-    finetune.add_argument("--milestones", type=int, nargs="*", default=[60, 80], help="epochs where lr drops x0.1")
-    finetune.add_argument("--backbone-lr-scale", type=float, default=0.1,
-                          help="backbone learning rate = --lr x this (default 0.1, the paper's; 1 trains from scratch)")
-    finetune.add_argument("--dropout", type=float, default=0.9, help="dropout before the classifier (default 0.9)")
-    finetune.add_argument("--seed", type=int, default=0, help="seed of the run")
+    add_option_flags(finetune, FinetuneConfig)
     parser.set_defaults(func=run)
 
 
@@ -79,20 +69,14 @@ def task_options(args: argparse.Namespace):
 
     from coclr.config import from_dict
     from coclr.eval.evaluate import TaskOptions
-    from coclr.eval.finetune import FinetuneConfig
-    from coclr.eval.linear import LinearProbeConfig
 
     if args.task == "retrieval":
         return TaskOptions(ks=args.ks, cache_dir=args.cache_dir)
     if args.task == "linear":
-        probe = from_dict(LinearProbeConfig, {"lrs": args.lrs, "weight_decays": args.weight_decays,
-                                              "epochs": args.epochs, "val_fraction": args.val_fraction,
-                                              "seed": args.seed})
+        probe = from_dict(LinearProbeConfig, given_flags(LinearProbeConfig, args))
         return TaskOptions(probe=probe, cache_dir=args.cache_dir,
                            probabilities=Path(args.out).with_suffix(".probabilities.npz") if args.out else None)
-    config = from_dict(FinetuneConfig, {"epochs": args.epochs, "lr": args.lr, "weight_decay": args.weight_decay,
-                                        "milestones": args.milestones, "seed": args.seed,
-                                        "backbone_lr_scale": args.backbone_lr_scale, "dropout": args.dropout})
+    config = from_dict(FinetuneConfig, given_flags(FinetuneConfig, args))
     work_dir = Path(args.work_dir) if args.work_dir else (
         Path(args.out).with_suffix("") if args.out else Path("finetune"))
     return TaskOptions(finetune=config, work_dir=work_dir)
@@ -137,8 +121,7 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpoint2:
         streams.append(Stream(checkpoints[1], trained_view(checkpoints[1], args.view2, "--view2", default="flow")))
     clips, sources = trained_clips(checkpoints, length=args.length, stride=args.stride, size=args.size)
-    clip_config = from_dict(ClipConfig, {**clips, "batch_size": args.batch_size, "workers": args.workers,
-                                         "amp": args.amp})
+    clip_config = from_dict(ClipConfig, {**given_flags(ClipConfig, args), **clips})
     device = str(pick_device(args.device, "--device"))
     store = open_store(args.store)
     views = [*(s.view for s in streams), *args.also_views]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from coclr.cli._options import add_clip_arguments
+from coclr.cli._options import add_clip_arguments, given_flags
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,7 +74,6 @@ def evaluate_run(args: argparse.Namespace, store) -> list[dict]:
     clips, sources = trained_clips(encoders, length=args.length, stride=args.stride, size=args.size)
     print("coclr report: clips of " + ", ".join(f"{key} {value} ({sources[key]})" for key, value in clips.items()),
           file=sys.stderr)
-    clip_config = from_dict(ClipConfig, {**clips, "batch_size": args.batch_size, "workers": args.workers,
-                                         "amp": args.amp})
+    clip_config = from_dict(ClipConfig, {**given_flags(ClipConfig, args), **clips})
     device = str(pick_device(args.device, "--device"))
     return report_run(args.run, store, args.out, clip_config, device, args.cache_dir, not args.quiet)

@@ -27,12 +27,12 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from coclr.atomic import atomic_open
-from coclr.clips import PAPER_CLIPS, ClipSettings, clip_option, recorded_clips
-from coclr.config import option, require
+from coclr.clips import PAPER_CLIPS, recorded_clips
 from coclr.data import augment
 from coclr.data.datasets import WindowClips, usable_entries
 from coclr.data.views import view_kind
 from coclr.errors import CheckpointError, ConfigError
+from coclr.eval.options import ClipConfig
 from coclr.interrupts import loader_worker_signals
 from coclr.models.loading import TRAIN_FORMAT, load_encoder, open_checkpoint, read_clip_settings
 from coclr.progress import bar as progress_bar
@@ -40,31 +40,6 @@ from coclr.runfolder import check_output_folder
 
 CACHE_FORMAT = 2
 """Bumped whenever the way features are computed changes, which invalidates every cache entry."""
-
-
-@dataclasses.dataclass
-class ClipConfig:
-    """How test clips are cut from a video and fed to the backbone."""
-
-    length: int = clip_option("length")
-    stride: int = clip_option("stride")
-    size: int = clip_option("size")
-    batch_size: int = option(16, "clips per forward pass")
-    workers: int = option(0, "DataLoader worker processes reading the store (0: read in this process)")
-    amp: bool = option(False, "run the backbone under autocast (bfloat16 on CPU, float16 on CUDA)")
-
-    def validate(self) -> None:
-        ClipSettings.check(self)
-        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
-        require(self.workers >= 0, "workers", f"must be >= 0, got {self.workers}")
-
-    def data_key(self) -> dict[str, object]:
-        """The options that change the features (batch size and workers do not)."""
-        return {**ClipSettings.of(self).to_dict(), "amp": self.amp}
-
-    @property
-    def clips(self) -> ClipSettings:
-        return ClipSettings.of(self)
 
 
 class VideoFeatures(NamedTuple):

@@ -30,7 +30,6 @@ from torch.utils.data import DataLoader
 
 from coclr import seeding
 from coclr.atomic import atomic_open, atomic_torch_save, atomic_write_json, read_json_record
-from coclr.config import option, require
 from coclr.data.augment import ClipAugment
 from coclr.data.datasets import TrainClips
 from coclr.errors import CheckpointError, DataError
@@ -44,6 +43,7 @@ from coclr.eval.features import (
     stream_views,
 )
 from coclr.eval.fusion import fuse_probabilities, topk_accuracy
+from coclr.eval.options import FinetuneConfig
 from coclr.interrupts import interrupted, loader_worker_signals
 from coclr.models.encoder import Encoder
 from coclr.models.heads import LinearClassifier
@@ -60,29 +60,6 @@ STATE_FORMAT = "coclr.finetune"
 FINETUNE_FOLDER = FolderRule("finetune", "a finetuning job", other="another folder (--work-dir)")
 """How a finetuning folder is continued or refused (:mod:`coclr.runfolder`): its settings are the job's
 fingerprint (checkpoint content, store, view, training videos, clip and finetuning options; not the workers)."""
-
-
-@dataclasses.dataclass
-class FinetuneConfig:
-    """Options of end-to-end finetuning (clip options, batch size and workers come from :class:`ClipConfig`)."""
-
-    epochs: int = option(100, "training epochs; the model after the last one is tested (no test-set selection)")
-    lr: float = option(1e-3, "Adam learning rate of the classifier")
-    backbone_lr_scale: float = option(0.1, "backbone learning rate = lr x this (the paper: 0.1)")
-    weight_decay: float = option(1e-3, "Adam weight decay")
-    milestones: list[int] = option([60, 80], "epochs after which the learning rates are multiplied by 0.1")
-    dropout: float = option(0.9, "dropout before the linear classifier (the paper: 0.9)")
-    ten_crop_short_side: int = option(0, "short side the frames are resized to before the ten crops "
-                                      "(0: round(size * 8 / 7), so the corner crops differ from the centre)")
-    seed: int = option(0, "seed of the classifier initialisation and of every epoch's randomness")
-
-    def validate(self) -> None:
-        require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
-        require(self.lr > 0, "lr", f"must be positive, got {self.lr}")
-        require(self.backbone_lr_scale >= 0, "backbone_lr_scale", f"must be >= 0, got {self.backbone_lr_scale}")
-        require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
-        require(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
-        require(self.ten_crop_short_side >= 0, "ten_crop_short_side", f"must be >= 0, got {self.ten_crop_short_side}")
 
 
 class Classifier(nn.Module):

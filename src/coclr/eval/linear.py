@@ -19,7 +19,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from coclr.config import option, require
 from coclr.errors import DataError
 from coclr.eval.features import (
     ClipConfig,
@@ -31,30 +30,10 @@ from coclr.eval.features import (
 )
 from coclr.eval.fusion import fuse_probabilities, topk_accuracy
 from coclr.eval.health import health_warnings, streams_health
+from coclr.eval.options import LinearProbeConfig
 from coclr.models.heads import LinearClassifier
 from coclr.models.loading import checkpoint_sha256
 from coclr.progress import bar as progress_bar
-
-
-@dataclasses.dataclass
-class LinearProbeConfig:
-    """Grid and training options of the linear probe."""
-
-    lrs: list[float] = option([1e-3, 1e-2], "Adam learning rates tried")
-    weight_decays: list[float] = option([0.0, 1e-4, 1e-3], "weight decays tried")
-    epochs: list[int] = option([10, 30, 100], "epoch counts tried (scored along one run per lr/weight decay)")
-    batch_size: int = option(256, "videos per step")
-    val_fraction: float = option(0.2, "fraction of each train class held out to choose the hyper-parameters")
-    seed: int = option(0, "seed of the held-out split, the initialisation and the batch order")
-
-    def validate(self) -> None:
-        require(bool(self.lrs) and all(lr > 0 for lr in self.lrs), "lrs", f"need positive values, got {self.lrs}")
-        require(bool(self.weight_decays) and all(wd >= 0 for wd in self.weight_decays), "weight_decays",
-                f"need values >= 0, got {self.weight_decays}")
-        require(bool(self.epochs) and all(e >= 1 for e in self.epochs), "epochs",
-                f"need values >= 1, got {self.epochs}")
-        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
-        require(0.0 < self.val_fraction < 1.0, "val_fraction", f"must be in (0, 1), got {self.val_fraction}")
 
 
 @dataclasses.dataclass
