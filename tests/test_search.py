@@ -503,3 +503,33 @@ def test_rows_of_removed_or_changed_files_are_never_served(tmp_path, capsys):
     assert served == [everything[2], everything[4]]
     note = [line for line in captured.err.splitlines() if "left out" in line]
     assert len(note) == 1 and "2 embedded file(s) changed or were removed" in note[0]
+
+
+def test_a_query_is_resolved_by_the_library(folder, tmp_path):
+    """coclr search's query rules live in the library (what every caller gets): a row number, a file as embedded
+    (its row, left out of video hits), a changed file embedded again, anything else one error naming it."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    from coclr.embed.search import resolve_query
+    from coclr.errors import DataError
+
+    embeddings = Embeddings(folder[0])
+    row = resolve_query(embeddings, "1")
+    assert row.exclude == row.row == 1 and np.array_equal(row.vector, embeddings.videos[1])
+    assert row.label == embeddings.video_records[1]["path"]
+    path = embeddings.video_records[2]["path"]
+    stored = resolve_query(embeddings, path)
+    assert stored.exclude == 2 and stored.row is None and np.array_equal(stored.vector, embeddings.videos[2])
+    assert resolve_query(embeddings, path, windows=True).exclude is None  # a video is not one of the windows
+    copy = tmp_path / "copy" / Path(path).name
+    copy.parent.mkdir()
+    shutil.copy(path, copy)
+    os.utime(copy, ns=(0, 0))
+    fresh = resolve_query(embeddings, str(copy))  # not a row of the folder: embedded now, as the folder's were
+    assert fresh.exclude is None and float(fresh.vector @ embeddings.videos[2]) > 0.999
+    with pytest.raises(DataError, match="neither a video file nor a row number"):
+        resolve_query(embeddings, "no-such-file.mp4")
+    with pytest.raises(DataError, match="out of range"):
+        resolve_query(embeddings, str(len(embeddings.video_records)))

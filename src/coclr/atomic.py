@@ -6,7 +6,7 @@ Temporary files are named ``.<name>.<pid>.<random>.partial``, so a cleaner can t
 still runs (see :func:`coclr.store.jobs.remove_stale_partials`). Append-only JSON-lines logs are the exception:
 :func:`read_json_lines` reads them back whatever a kill left. :func:`read_json_record` is the one reader of the
 JSON records these writes leave (a folder's settings, a store's metadata, an index, a result), :func:`file_sha256`
-the one content hash of a file they name (a checkpoint).
+the one content hash of a file they name (a checkpoint), :func:`file_state` the one rule for whether a file changed.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from coclr.errors import DataError
 
@@ -94,6 +94,40 @@ def atomic_duplicate(source: str | Path, path: str | Path) -> Path:
         temp.unlink(missing_ok=True)
         raise
     return path
+
+
+class FileState(NamedTuple):
+    """What ``stat`` says of a file: it is unchanged while this is (an atomic rewrite is a new inode, an edit in
+    place moves the modification and change times)."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @property
+    def recorded(self) -> tuple[int, int]:
+        """What a record written to disk keeps of it (:func:`file_identity`): size and modification time. A folder
+        copied or moved to another disk keeps them (``cp -p``, ``rsync -t``); its device and inode change."""
+        return self.size, self.mtime_ns
+
+
+def file_state(path: str | Path) -> FileState | None:
+    """The state of the file at ``path`` (:class:`FileState`), None when it cannot be read. In-process caches
+    compare it whole."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return FileState(stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+def file_identity(path: str | Path) -> tuple[int, int] | None:
+    """``(size, mtime_ns)`` of a file, as records on disk keep it (:attr:`FileState.recorded`), None when it cannot
+    be read."""
+    state = file_state(path)
+    return None if state is None else state.recorded
 
 
 def file_sha256(path: str | Path, chunk_size: int = 1 << 20) -> str:

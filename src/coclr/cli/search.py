@@ -32,11 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
     import sys
-    from pathlib import Path
 
-    from coclr.embed.output import Embeddings, file_identity
-    from coclr.embed.search import file_thumbnail, format_hits, search, write_search_html
-    from coclr.errors import DataError
+    from coclr.embed.output import Embeddings
+    from coclr.embed.search import file_thumbnail, format_hits, resolve_query, search, write_search_html
     from coclr.eval.gallery import is_page_file
     from coclr.runfolder import check_output_file
 
@@ -46,54 +44,23 @@ def run(args: argparse.Namespace) -> int:
     if embeddings.pending_chunks:
         print(f"coclr search: note: {args.dir} has results of an unfinished run not merged yet; run the same coclr "
               "embed command again to include them", file=sys.stderr)
-    path, row = _parse_query(args.query)
-    exclude = None
-    if row is not None:
-        records = embeddings.window_records if args.windows else embeddings.video_records
-        if not 0 <= row < len(records):
-            raise DataError(f"--query: row {row} is out of range ({len(records)} rows in {args.dir})")
-        vector = (embeddings.windows if args.windows else embeddings.videos)[row]
-        exclude = row
-        video = embeddings.video_records[records[row]["video"]] if args.windows else records[row]
-        label = video["path"]
-    else:
-        label = str(Path(path).absolute())
-        stored = embeddings.row_of(path)
-        if stored is not None and file_identity(path) == (embeddings.video_records[stored]["size"],
-                                                          embeddings.video_records[stored]["mtime_ns"]):
-            vector = embeddings.videos[stored]
-            exclude = None if args.windows else stored
-        else:
-            from coclr.embed.run import embedder_for
-
-            vector = embedder_for(args.dir, device=args.device, workers=0).embed(path).vector
+    query = resolve_query(embeddings, args.query, args.windows, args.device)
     stale: list[str] = []
-    hits = search(embeddings, vector, args.k, args.windows, exclude, args.backend, args.center, stale)
+    hits = search(embeddings, query.vector, args.k, args.windows, query.exclude, args.backend, args.center, stale)
     if stale:
         print(f"coclr search: note: {len(stale)} embedded file(s) changed or were removed since they were embedded "
               f"(e.g. {stale[0]}): left out; run coclr embed again to update {args.dir}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"query": label, "windows": args.windows, "hits": [hit.to_json() for hit in hits]}, indent=1))
+        print(json.dumps({"query": query.label, "windows": args.windows, "hits": [hit.to_json() for hit in hits]},
+                         indent=1))
     else:
-        print(f"query: {label}")
+        print(f"query: {query.label}")
         print(format_hits(hits))
     if args.html:
         start = end = None
-        if row is not None and args.windows:
-            start, end = embeddings.window_records[row]["start"], embeddings.window_records[row]["end"]
-        write_search_html(args.html, label, file_thumbnail(label, embeddings, start, end), hits, embeddings)
+        if query.row is not None and args.windows:
+            start, end = embeddings.window_records[query.row]["start"], embeddings.window_records[query.row]["end"]
+        write_search_html(args.html, query.label, file_thumbnail(query.label, embeddings, start, end), hits,
+                          embeddings)
         print(f"wrote {args.html}")
     return 0
-
-
-def _parse_query(query: str) -> tuple[str | None, int | None]:
-    """A query is a row number unless a file of that name exists."""
-    from pathlib import Path
-
-    from coclr.errors import DataError
-
-    if Path(query).is_file():
-        return query, None
-    if query.isdigit():
-        return None, int(query)
-    raise DataError(f"--query: {query} is neither a video file nor a row number")

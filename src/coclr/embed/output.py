@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from coclr.atomic import atomic_open, atomic_write_json, read_json_lines, read_json_record
+from coclr.atomic import atomic_open, atomic_write_json, file_identity, read_json_lines, read_json_record
 from coclr.errors import DataError
 from coclr.runfolder import FolderRecord, FolderRule, claim_folder
 
@@ -56,15 +56,6 @@ EMBED_FOLDER = FolderRule("embed", "embeddings", other="another output folder")
 """How an output folder is continued or refused (:mod:`coclr.runfolder`): by the ``"settings"`` of ``embed.json``."""
 ARRAY_BLOCK = 65536
 """Rows copied at a time when the arrays are rewritten (bounds memory for millions of rows)."""
-
-
-def file_identity(path: str | Path) -> tuple[int, int] | None:
-    """``(size, mtime_ns)`` of a file, None when it cannot be read."""
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None
-    return stat.st_size, stat.st_mtime_ns
 
 
 class ChunkWriter:
@@ -452,6 +443,12 @@ def read_settings(root: str | Path) -> dict[str, Any]:
     return record
 
 
+def is_current(record: dict[str, Any]) -> bool:
+    """Whether the file of an embedded video's record is as it was when embedded (size and modification time, the
+    identity records keep: :func:`coclr.atomic.file_identity`)."""
+    return file_identity(record["path"]) == (record["size"], record["mtime_ns"])
+
+
 class Embeddings:
     """Read access to an output folder: memory-mapped arrays and their metadata.
 
@@ -482,8 +479,7 @@ class Embeddings:
         """The video rows (sorted ``int64``) whose file was removed or changed (size or modification time) since it
         was embedded: what a reader must not serve until ``coclr embed`` runs again (which drops or redoes them).
         One ``stat`` per row."""
-        return np.array([record["row"] for record in self.video_records
-                         if file_identity(record["path"]) != (record["size"], record["mtime_ns"])], np.int64)
+        return np.array([record["row"] for record in self.video_records if not is_current(record)], np.int64)
 
     def row_of(self, path: str | Path) -> int | None:
         """The video row of ``path`` (absolute, as embedded), or None."""

@@ -13,11 +13,12 @@ from typing import Any
 import cv2
 import numpy
 
+from coclr.atomic import file_identity
 from coclr.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
 from coclr.embed.embedder import Embedder, EmbedFailure
 from coclr.embed.inputs import expand_inputs
 from coclr.embed.options import EmbedJob
-from coclr.embed.output import ChunkWriter, EmbeddingWriter, file_identity, read_settings
+from coclr.embed.output import ChunkWriter, EmbeddingWriter, read_settings
 from coclr.errors import CheckpointError, CoclrError, ConfigError, DataError
 from coclr.interrupts import interrupted
 from coclr.models.loading import checkpoint_format, checkpoint_sha256

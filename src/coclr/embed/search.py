@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -36,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text
+from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, file_state
 from coclr.cpu import native_bfloat16
 from coclr.embed import search_cpu
-from coclr.embed.output import Embeddings, file_identity
+from coclr.embed.output import Embeddings, is_current
 from coclr.errors import ConfigError, DataError
 from coclr.eval.exact import (
     QUANTUM_BITS,
@@ -365,9 +364,9 @@ def _bfloat16_pass(gallery: UnitRows, queries: np.ndarray, width: int) -> Callab
 # ------------------------------------------------------------------------------ prepared rows beside a folder
 
 
-def _identity(path: Path) -> list[int]:
-    stat = os.stat(path)
-    return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+def _identity(path: Path) -> list[int] | None:
+    state = file_state(path)
+    return None if state is None else list(state)
 
 
 def file_checksum(path: Path, block: int = 1 << 23) -> str:
@@ -536,7 +535,7 @@ def search(embeddings: Embeddings, query: np.ndarray, k: int = 10, windows: bool
 
     def is_fresh(video: dict[str, Any]) -> bool:
         if video["row"] not in fresh:
-            fresh[video["row"]] = file_identity(video["path"]) == (video["size"], video["mtime_ns"])
+            fresh[video["row"]] = is_current(video)
             if not fresh[video["row"]] and stale is not None:
                 stale.append(video["path"])
         return fresh[video["row"]]
@@ -562,6 +561,40 @@ def search(embeddings: Embeddings, query: np.ndarray, k: int = 10, windows: bool
         if len(hits) == k or want >= len(gallery):
             return hits
         want = min(len(gallery), 2 * want + len(left_out))
+
+
+@dataclasses.dataclass
+class Query:
+    """What a search is asked about: its vector, how it is named, and the row it is in the folder as (left out of
+    its own hits), if any."""
+
+    vector: np.ndarray
+    label: str
+    exclude: int | None = None
+    row: int | None = None
+    """the row number given as the query (a window row with ``windows``), else None"""
+
+
+def resolve_query(embeddings: Embeddings, query: str, windows: bool = False, device: str | None = None) -> Query:
+    """The query ``query`` names: a video file (its embedded row when the file is as it was embedded, else embedded
+    now as the folder's videos were), or a row number of the folder (of its windows with ``windows``). A query is
+    a row number unless a file of that name exists; anything else is a :class:`DataError` naming it."""
+    if Path(query).is_file():
+        stored = embeddings.row_of(query)
+        if stored is not None and is_current(embeddings.video_records[stored]):
+            return Query(embeddings.videos[stored], str(Path(query).absolute()), None if windows else stored)
+        from coclr.embed.run import embedder_for  # noqa: PLC0415 (heavy: the encoder)
+
+        vector = embedder_for(embeddings.root, device=device, workers=0).embed(query).vector
+        return Query(vector, str(Path(query).absolute()))
+    if not query.isdigit():
+        raise DataError(f"--query: {query} is neither a video file nor a row number")
+    row = int(query)
+    records = embeddings.window_records if windows else embeddings.video_records
+    if not 0 <= row < len(records):
+        raise DataError(f"--query: row {row} is out of range ({len(records)} rows in {embeddings.root})")
+    video = embeddings.video_records[records[row]["video"]] if windows else records[row]
+    return Query((embeddings.windows if windows else embeddings.videos)[row], video["path"], row, row)
 
 
 def format_hits(hits: list[Hit]) -> str:

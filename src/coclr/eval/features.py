@@ -26,12 +26,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from coclr.atomic import atomic_open
+from coclr.atomic import atomic_open, file_state
 from coclr.clips import PAPER_CLIPS, recorded_clips
 from coclr.data import augment
 from coclr.data.datasets import WindowClips, usable_entries
 from coclr.data.views import view_kind
-from coclr.errors import CheckpointError, ConfigError
+from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.eval.options import ClipConfig
 from coclr.interrupts import loader_worker_signals
 from coclr.models.loading import TRAIN_FORMAT, load_encoder, open_checkpoint, read_clip_settings
@@ -172,8 +172,10 @@ def entry_identity(store, key: str, view: str) -> str:
     value = store.checksum(key, view)
     if value is not None:
         return value
-    stat = store.entry_path(key, view).stat()
-    return f"unverified:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
+    state = file_state(store.entry_path(key, view))
+    if state is None:
+        raise DataError(f"{store.entry_path(key, view)}: the stored entry of {key!r} cannot be read")
+    return f"unverified:{state.inode}:{state.size}:{state.mtime_ns}"
 
 
 CACHE_FILES = "features_*.npz"

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from coclr.atomic import atomic_torch_save
+from coclr.atomic import atomic_torch_save, file_state
 from coclr.clips import CLIP_KEYS
 from coclr.errors import CheckpointError
 from coclr.models.encoder import Encoder
@@ -251,16 +251,13 @@ _KEEP_OPENED = 4
 
 def open_checkpoint(path: str | os.PathLike[str]) -> CheckpointFile:
     """The checkpoint at ``path``, read once per process while the file is unchanged: its bytes are read in one
-    open, hashed and parsed (:func:`read_checkpoint_file`'s checks), and later calls for the same file (same
-    device, inode, size and modification time) get the same object."""
+    open, hashed and parsed (:func:`read_checkpoint_file`'s checks), and later calls for the same file in the same
+    state (:func:`coclr.atomic.file_state`) get the same object."""
     path = Path(path)
-    try:
-        stat = path.stat()
-    except OSError:
-        stat = None
-    if stat is None or not path.is_file():
+    state = file_state(path)
+    if state is None or not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
-    key = (str(path.resolve()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    key = (str(path.resolve()), *state)
     with _OPENED_LOCK:
         found = _OPENED.get(key)
         if found is not None:

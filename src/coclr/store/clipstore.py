@@ -55,7 +55,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from coclr.atomic import atomic_open, atomic_write_json, read_json_record
+from coclr.atomic import atomic_open, atomic_write_json, file_state, read_json_record
 from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
 from coclr.runfolder import LOCK_FILE, FolderRecord, FolderRule, check_folder
@@ -972,11 +972,10 @@ _VERSIONS: dict[tuple[str, int, int], int] = {}
 def store_version(root: str | Path) -> int:
     """The format version of the store at ``root`` (cached per state of its ``store.json``)."""
     path = Path(root) / META_FILE
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        raise DataError(f"not a clip store (no {META_FILE}): {root}") from None
-    cache_key = (str(path.resolve()), stat.st_ino, stat.st_mtime_ns)
+    state = file_state(path)
+    if state is None:
+        raise DataError(f"not a clip store (no {META_FILE}): {root}")
+    cache_key = (str(path.resolve()), *state)
     if cache_key not in _VERSIONS:
         _VERSIONS[cache_key] = _read_meta(Path(root))["version"]
     return _VERSIONS[cache_key]
