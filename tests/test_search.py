@@ -232,7 +232,7 @@ def test_prepared_rows_are_kept_beside_the_folder_and_never_served_stale(folder,
     paths = prepared_paths(out, "videos", False)
     rows_path = paths["prepared"]
     assert all(path.is_file() for path in paths.values())
-    assert json.loads(paths["record"].read_text())["source_checksum"].startswith("blake2b:")
+    assert json.loads(paths["record"].read_text())["source_checksum"].startswith("sha256:")
     prepared = folder_rows(Embeddings(out))
     np.testing.assert_array_equal(prepared.block(0, 6), np.load(rows_path))
     from coclr.embed.search_cpu import quantise_rows

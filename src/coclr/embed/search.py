@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import warnings
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, file_state
+from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, file_sha256, file_state
 from coclr.cpu import native_bfloat16
 from coclr.embed import search_cpu
 from coclr.embed.output import Embeddings, is_current
@@ -369,13 +368,9 @@ def _identity(path: Path) -> list[int] | None:
     return None if state is None else list(state)
 
 
-def file_checksum(path: Path, block: int = 1 << 23) -> str:
-    """``blake2b:<hex>`` of a file's bytes (read in blocks)."""
-    digest = hashlib.blake2b(digest_size=20)
-    with open(path, "rb") as file:
-        while chunk := file.read(block):
-            digest.update(chunk)
-    return f"blake2b:{digest.hexdigest()}"
+def file_checksum(path: Path) -> str:
+    """``sha256:<hex>`` of a file's bytes (:func:`coclr.atomic.file_sha256`, the one content hash of files)."""
+    return f"sha256:{file_sha256(path)}"
 
 
 COPIES = {"prepared": ("npy", np.float32), "bf16": ("bf16.npy", np.uint16), "i8": ("i8.npy", np.uint8),
