@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from coclr.cli._status import EXIT_DONE, job_status
-
-BACKEND_CHOICES = ("auto", "tvl1", "dis", "tvl1-torch", "opencv", "torch")
+from coclr.flow.backends import ALIASES, BACKENDS, backends_help
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,12 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``coclr flow`` (shared by the subcommand parser and the parser of what follows STORE)."""
-    parser.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
-                        help="tvl1: OpenCV TV-L1 on CPU; dis: OpenCV DIS (fast, less accurate); tvl1-torch: "
-                        "our TV-L1 (Triton kernels on a GPU, C loops on the CPU); auto: the backend the view was "
-                        "started with, else tvl1-torch on CUDA, in the fast mode, with --kernels c or triton, or where "
-                        "its C loops build, else "
-                        "tvl1; opencv and torch are short for tvl1 and tvl1-torch")
+    parser.add_argument("--backend", default="auto", choices=[*BACKENDS, *ALIASES], help=backends_help())
     parser.add_argument("--view", help="view name to write (default: 'flow' for TV-L1, 'flow_dis' for DIS)")
     parser.add_argument("--workers", type=int,
                         help="worker processes for the CPU backends, JPEG processes for tvl1-torch (default: one per "

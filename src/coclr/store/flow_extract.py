@@ -38,6 +38,7 @@ import numpy as np
 from coclr.clips import JPEG_QUALITY
 from coclr.distributed import pick_device
 from coclr.errors import ConfigError, DataError
+from coclr.flow.backends import ALIASES, BACKENDS, FlowBackend
 from coclr.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
 from coclr.flow.opencv import opencv_dis, opencv_tvl1
 from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
@@ -61,34 +62,6 @@ from coclr.video.indexes import SPLITS
 
 DECODE_CHUNK = 64
 """Frame pairs read, decoded and solved at a time on the CPU backends (memory does not grow with a video's length)."""
-
-
-@dataclass(frozen=True)
-class FlowBackend:
-    """A way of computing flow: its name, the view it writes by default, and whether it runs on a torch
-    device in one process (``gpu``) or in worker processes on the CPU."""
-
-    name: str
-    default_view: str
-    gpu: bool
-    help: str
-
-
-BACKENDS: dict[str, FlowBackend] = {
-    backend.name: backend
-    for backend in (
-        FlowBackend("tvl1", "flow", False, "OpenCV dual TV-L1 on the CPU (the paper's flow)"),
-        FlowBackend("dis", "flow_dis", False, "OpenCV DIS, 'medium' preset (fast, less accurate)"),
-        FlowBackend("tvl1-torch", "flow", True, "our TV-L1 on a torch device: fused Triton kernels on a GPU, fused C "
-                    "loops on the CPU (OpenCV's scheme and results, several times faster)"),
-        FlowBackend("auto", "flow", False, "the backend a view was started with; else tvl1-torch on CUDA, with "
-                    "kernels c or triton, in the fast mode, or on a CPU with a C compiler for its loops; else tvl1"),
-    )
-}
-
-
-ALIASES = {"torch": "tvl1-torch", "opencv": "tvl1"}
-"""Short names accepted for the two TV-L1 backends."""
 
 
 def resolve_backend(name: str, device: str | None = None, mode: str = "exact", kernels: str = "auto",

@@ -14,8 +14,8 @@ from typing import Any, Literal
 from coclr.clips import JPEG_QUALITY, SHORT_SIDE
 from coclr.config import option, require
 from coclr.core.methods import METHODS
+from coclr.flow.backends import BACKENDS
 from coclr.flow.encode import check_bound
-from coclr.store.flow_extract import BACKENDS
 from coclr.train.recipes import STUDY_TRAIN
 
 # ------------------------------------------------------------------------------------------------- the rows

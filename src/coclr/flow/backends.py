@@ -1,0 +1,40 @@
+"""The ways ``coclr flow`` computes optical flow, by name (:func:`coclr.store.flow_extract.resolve_backend` picks
+one): the one table the command line, the study and the extraction read. Light to import."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FlowBackend:
+    """A way of computing flow: its name, the view it writes by default, and whether it runs on a torch
+    device in one process (``gpu``) or in worker processes on the CPU."""
+
+    name: str
+    default_view: str
+    gpu: bool
+    help: str
+
+
+BACKENDS: dict[str, FlowBackend] = {
+    backend.name: backend
+    for backend in (
+        FlowBackend("tvl1", "flow", False, "OpenCV dual TV-L1 on the CPU (the paper's flow)"),
+        FlowBackend("dis", "flow_dis", False, "OpenCV DIS, 'medium' preset (fast, less accurate)"),
+        FlowBackend("tvl1-torch", "flow", True, "our TV-L1 on a torch device: fused Triton kernels on a GPU, fused C "
+                    "loops on the CPU (OpenCV's scheme and results, several times faster)"),
+        FlowBackend("auto", "flow", False, "the backend a view was started with; else tvl1-torch on CUDA, with "
+                    "kernels c or triton, in the fast mode, or on a CPU with a C compiler for its loops; else tvl1"),
+    )
+}
+
+
+ALIASES = {"torch": "tvl1-torch", "opencv": "tvl1"}
+"""Short names accepted for the two TV-L1 backends."""
+
+
+def backends_help() -> str:
+    """The help of ``--backend``: every backend with what it does, then the aliases."""
+    return "; ".join(f"{b.name}: {b.help}" for b in BACKENDS.values()) + "; " + ", ".join(
+        f"{alias} is short for {name}" for alias, name in ALIASES.items())
