@@ -363,3 +363,22 @@ def test_without_xxhash_entries_are_written_unverified_and_checksummed_ones_name
     np.testing.assert_array_equal(store.read("v/b", "rgb", [0, 2]), np.stack([decode_jpeg(frames[i]) for i in (0, 2)]))
     with pytest.raises(clipstore.DataError, match="needs the xxhash package: pip install xxhash"):
         ClipStore(verified.root).read("v/a", "rgb", [0])
+
+
+def test_verification_is_a_library_function_the_commands_show(tmp_path):
+    """store.verify: the counts and the problem lines of a view, found without any command; an unknown view is
+    refused naming the store's views."""
+    from coclr.errors import DataError
+    from coclr.store.verify import check_views, verify_view
+
+    store = _store_with(tmp_path, {"a": _noise_frames(4), "b": _noise_frames(4, seed=1), "c": _noise_frames(4, 2)})
+    _flip(store.entry_path("b", "rgb"), int(store._header("b", "rgb").offsets[2]) + 30, 16)
+    store.entry_path("c", "rgb").unlink()
+    seen = []
+    found = verify_view(ClipStore(store.root), "rgb", on_problem=seen.append, progress=False)
+    assert found.counts["verified"] == 1 and found.counts["damaged"] == 1 and found.counts["missing"] == 1
+    assert found.bad == 2 and seen == found.problems and len(seen) == 2
+    assert "'b'" in seen[0] and "frame 2" in seen[0] and "video 'c'" in seen[1]
+    assert check_views(store, None) == ["rgb"]
+    with pytest.raises(DataError, match="no view 'flow' \\(views: rgb\\)"):
+        check_views(store, ["flow"])

@@ -200,59 +200,28 @@ def run_info(args: argparse.Namespace) -> int:
         if unlisted:
             print(f"    {len(unlisted)} entries of videos no longer in the index (kept on disk)")
         if args.verify:
-            bad += verify_view(store, view, args.decode, indent="    ")
+            bad += show_verify(store, view, args.decode, indent="    ")
     return job_status(bad)
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from coclr.errors import DataError
     from coclr.store.clipstore import open_store
+    from coclr.store.verify import check_views
 
     store = open_store(args.store)
-    views = args.view or store.views()
-    unknown = [view for view in views if view not in store.views()]
-    if unknown:
-        raise DataError(f"{store.root}: no view {', '.join(map(repr, unknown))} (views: "
-                        f"{', '.join(store.views()) or 'none'})")
-    return job_status(sum(verify_view(store, view, args.decode, args.add) for view in views))
+    return job_status(sum(show_verify(store, view, args.decode, args.add) for view in check_views(store, args.view)))
 
 
-def verify_view(store, view: str, decode: bool = False, add: bool = False, indent: str = "") -> int:
-    """Check every entry of ``view`` (``coclr data verify``, ``coclr data info --verify``): one line per missing or
-    damaged entry, naming its video (a damaged one is listed in the store's failure list), then the counts and what
-    to do; with ``add``, entries written before checksums get them. Returns how many entries are missing or
-    damaged (the exit status is 3 when any is)."""
-    from contextlib import nullcontext
-
-    from coclr.progress import bar as progress_bar
+def show_verify(store, view: str, decode: bool = False, add: bool = False, indent: str = "") -> int:
+    """Check every entry of ``view`` (:func:`coclr.store.verify.verify_view`) and say what was found: one line per
+    missing or damaged entry, naming its video, then the counts and what to do. Returns how many entries are
+    missing or damaged (the exit status is 3 when any is)."""
     from coclr.progress import write
     from coclr.store.clipstore import failures_path
-    from coclr.store.jobs import view_lock
+    from coclr.store.verify import verify_view
 
-    counts = dict.fromkeys(("verified", "damaged", "missing", "unverified", "checksums added"), 0)
-    failed = store.failed(view)
-    with view_lock(store.root, view) if add else nullcontext():
-        for key in progress_bar(store.keys(), desc=f"verify {view}", unit="entry", dynamic_ncols=True):
-            problem = store.check_entry(key, view, decode)
-            if problem is None and store.checksum(key, view) is None:
-                if not add:
-                    counts["unverified"] += 1
-                    continue
-                problem = store.check_entry(key, view, decode=True) if not decode else None
-                if problem is None:
-                    store.add_checksums(key, view)
-                    counts["checksums added"] += 1
-                    continue
-            if problem is None:
-                counts["verified"] += 1
-            elif problem == "missing":
-                counts["missing"] += 1
-                why = f"its job failed: {failed[key]}" if key in failed else "no entry file (deleted, or never written)"
-                entry = store.entry_path(key, view).relative_to(store.root)
-                write(f"{indent}missing entry: store {store.root}, video {key!r}, entry {entry}: {why}")
-            else:
-                counts["damaged"] += 1
-                write(f"{indent}{problem}")
+    found = verify_view(store, view, decode, add, on_problem=lambda line: write(f"{indent}{line}"))
+    counts = found.counts
     shown = ("verified", "damaged", "missing")
     print(f"{indent}{view}: " + ", ".join(f"{n} {what}" for what, n in counts.items() if n or what in shown))
     if counts["damaged"]:
@@ -265,4 +234,4 @@ def verify_view(store, view: str, decode: bool = False, add: bool = False, inden
     if counts["unverified"]:
         print(f"{indent}  {counts['unverified']} entries were written before checksums (unverified): "
               f"`coclr data verify {store.root} --add` checks them and adds checksums")
-    return counts["damaged"] + counts["missing"]
+    return found.bad
