@@ -31,7 +31,7 @@ from coclr.eval.report import (
     view_name,
     write_report,
 )
-from coclr.jobs.scheduler import run_jobs
+from coclr.jobs.scheduler import check_commands, run_jobs
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import checkpoint_sha256, save_encoder
 from coclr.progress import bar as progress_bar
@@ -199,6 +199,7 @@ def run_study(config: StudyConfig, out: str | Path, check_only: bool = False) ->
     started = time.time()
     out = Path(os.path.abspath(out))
     plan = plan_study(config, out)
+    check_commands(plan.jobs)  # every command as coclr will parse it, before any work
     check_folder(out, STUDY_FOLDER, options_record(config))
     if check_only:
         print(describe(plan))
