@@ -65,6 +65,7 @@ GENERATED = [  # (command, the classes its flags are generated from, the argumen
     (("eval", "finetune"), "coclr.eval.options:FinetuneConfig", ["--checkpoint", "c", "--store", "s"]),
     (("eval", "retrieval"), "coclr.eval.options:ClipConfig", ["--checkpoint", "c", "--store", "s"]),
     (("curate",), "coclr.curate.run:CurateOptions", ["e", "--out", "o"]),
+    (("search",), "coclr.embed.options:SearchOptions", ["d", "--query", "0"]),
 ]
 
 

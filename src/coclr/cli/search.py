@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from coclr.cli._options import add_option_flags, options_from_flags
+from coclr.embed.options import SearchOptions
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -14,13 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("dir", metavar="DIR", help="output folder of coclr embed")
     parser.add_argument("--query", required=True, metavar="VIDEO|ROW",
                         help="a video file, or a row number of DIR/videos.jsonl (of windows.jsonl with --windows)")
-    parser.add_argument("-k", type=int, default=10, help="neighbours to list (default 10)")
-    parser.add_argument("--windows", action="store_true", help="search the windows instead of whole videos")
-    parser.add_argument("--center", action="store_true", help="subtract the folder's mean vector first (the paper's "
-                        "retrieval protocol); default: plain cosine similarity of the stored vectors")
-    parser.add_argument("--backend", choices=("exact", "faiss"), default="exact",
-                        help="exact: chunked search in PyTorch (bounded memory); faiss: FAISS IndexFlatIP (exact too, "
-                        "needs faiss-cpu and the whole array in memory)")
+    add_option_flags(parser, SearchOptions)
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the result as JSON")
     output.add_argument("--html", metavar="OUT.html", help="write a page with the query and neighbours as animated "
@@ -44,21 +41,22 @@ def run(args: argparse.Namespace) -> int:
     if embeddings.pending_chunks:
         print(f"coclr search: note: {args.dir} has results of an unfinished run not merged yet; run the same coclr "
               "embed command again to include them", file=sys.stderr)
-    query = resolve_query(embeddings, args.query, args.windows, args.device)
+    asked = options_from_flags(SearchOptions, args)
+    query = resolve_query(embeddings, args.query, asked.windows, args.device)
     stale: list[str] = []
-    hits = search(embeddings, query.vector, args.k, args.windows, query.exclude, args.backend, args.center, stale)
+    hits = search(embeddings, query.vector, asked.k, asked.windows, query.exclude, asked.backend, asked.center, stale)
     if stale:
         print(f"coclr search: note: {len(stale)} embedded file(s) changed or were removed since they were embedded "
               f"(e.g. {stale[0]}): left out; run coclr embed again to update {args.dir}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"query": query.label, "windows": args.windows, "hits": [hit.to_json() for hit in hits]},
+        print(json.dumps({"query": query.label, "windows": asked.windows, "hits": [hit.to_json() for hit in hits]},
                          indent=1))
     else:
         print(f"query: {query.label}")
         print(format_hits(hits))
     if args.html:
         start = end = None
-        if query.row is not None and args.windows:
+        if query.row is not None and asked.windows:
             start, end = embeddings.window_records[query.row]["start"], embeddings.window_records[query.row]["end"]
         write_search_html(args.html, query.label, file_thumbnail(query.label, embeddings, start, end), hits,
                           embeddings)

@@ -1,6 +1,7 @@
-"""How a ``coclr embed`` job runs (not what it computes: :class:`coclr.embed.settings.EmbedSettings`): each option
-declared once, with its documentation; :class:`~coclr.embed.embedder.Embedder`, :func:`~coclr.embed.run.embed_videos`
-and the command's flags take their defaults from here. Light to import: the command line reads it first."""
+"""How a ``coclr embed`` job runs (not what it computes: :class:`coclr.embed.settings.EmbedSettings`) and what a
+``coclr search`` asks: each option declared once, with its documentation; :class:`~coclr.embed.embedder.Embedder`,
+:func:`~coclr.embed.run.embed_videos`, :func:`~coclr.embed.search.search` and the commands' flags take their
+defaults from here. Light to import: the command line reads it first."""
 
 from __future__ import annotations
 
@@ -26,3 +27,20 @@ class EmbedJob:
         require(self.batch_size >= 1, "--batch-size", f"must be at least 1, got {self.batch_size}")
         require(self.workers is None or self.workers >= 0, "--workers", f"must be >= 0, got {self.workers}")
         require(self.flush_every >= 1, "--flush-every", f"must be at least 1, got {self.flush_every}")
+
+
+SEARCH_BACKENDS = ("exact", "faiss")
+"""How :func:`coclr.embed.search.search` finds the nearest rows."""
+
+
+@dataclasses.dataclass
+class SearchOptions:
+    """What a search asks for; each is a flag of ``coclr search``."""
+
+    k: int = option(10, "neighbours to list", cli={"flag": "-k", "metavar": "K"})
+    windows: bool = option(False, "search the windows (where in which video) instead of whole videos")
+    center: bool = option(False, "subtract the folder's mean vector first (the paper's retrieval protocol); "
+                                 "otherwise plain cosine similarity of the stored vectors")
+    backend: str = option("exact", "exact: chunked exact search (bounded memory); faiss: FAISS IndexFlatIP (exact "
+                                   "too, needs faiss-cpu and the whole array in memory)",
+                          cli={"choices": SEARCH_BACKENDS})

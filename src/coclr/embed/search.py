@@ -37,6 +37,7 @@ import numpy as np
 from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, file_sha256, file_state
 from coclr.cpu import native_bfloat16
 from coclr.embed import search_cpu
+from coclr.embed.options import SEARCH_BACKENDS, SearchOptions
 from coclr.embed.output import Embeddings, is_current
 from coclr.errors import ConfigError, DataError
 from coclr.eval.exact import (
@@ -59,7 +60,7 @@ from coclr.eval.gallery import (
 )
 from coclr.video.decode import decode_frames_at, decode_frames_between, probe_video
 
-BACKENDS = ("exact", "faiss")
+BACKENDS = SEARCH_BACKENDS
 PREPARED_DIR = "search"
 PREPARED_FORMAT = "coclr-search-rows"
 PREPARE_BLOCK = 8192
@@ -513,8 +514,9 @@ def _unit(rows: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
     return np.ascontiguousarray(rows / np.maximum(norms, 1e-12), dtype=np.float32)
 
 
-def search(embeddings: Embeddings, query: np.ndarray, k: int = 10, windows: bool = False, exclude: int | None = None,
-           backend: str = "exact", center: bool = False, stale: list[str] | None = None) -> list[Hit]:
+def search(embeddings: Embeddings, query: np.ndarray, k: int = SearchOptions.k, windows: bool = SearchOptions.windows,
+           exclude: int | None = None, backend: str = SearchOptions.backend, center: bool = SearchOptions.center,
+           stale: list[str] | None = None) -> list[Hit]:
     """The ``k`` nearest videos (or windows, with ``windows``) of the vector ``query``; ``exclude`` leaves out
     one row of the searched array (the query's own). A hit whose file was removed or changed since it was embedded
     is never served: it is left out (its path appended to ``stale``) and the next row takes its place; only the
