@@ -66,6 +66,7 @@ GENERATED = [  # (command, the classes its flags are generated from, the argumen
     (("eval", "retrieval"), "coclr.eval.options:ClipConfig", ["--checkpoint", "c", "--store", "s"]),
     (("curate",), "coclr.curate.run:CurateOptions", ["e", "--out", "o"]),
     (("search",), "coclr.embed.options:SearchOptions", ["d", "--query", "0"]),
+    (("flow",), "coclr.flow.options:FlowOptions", []),  # (options before STORE: what follows is parsed apart)
 ]
 
 

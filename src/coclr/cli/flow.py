@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from coclr.cli._options import add_option_flags, options_from_flags
 from coclr.cli._status import EXIT_DONE, job_status
-from coclr.flow.backends import ALIASES, BACKENDS, backends_help
+from coclr.flow.options import FlowOptions
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,35 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``coclr flow`` (shared by the subcommand parser and the parser of what follows STORE)."""
-    parser.add_argument("--backend", default="auto", choices=[*BACKENDS, *ALIASES], help=backends_help())
-    parser.add_argument("--view", help="view name to write (default: 'flow' for TV-L1, 'flow_dis' for DIS)")
-    parser.add_argument("--workers", type=int,
-                        help="worker processes for the CPU backends, JPEG processes for tvl1-torch (default: one per "
-                        "core; 0: none, work in this process, as DataLoader's num_workers)")
-    parser.add_argument("--split", help="only the videos of this split: train, val or test (default: every video "
-                        "of the store)")
-    parser.add_argument("--device", help="torch device for tvl1-torch, e.g. cpu, cuda, cuda:1 (default: cuda "
-                        "when available)")
-    parser.add_argument("--bound", type=float,
-                        help="clip flow to +-BOUND px before storing it as uint8 (one step is 2*BOUND/255 px). The "
-                        "default, 20, is the I3D convention for frames of 128 px or more; scale it with the frame "
-                        "size (5 at 32 px). A resumed extraction must use the view's bound")
-    parser.add_argument("--mode", choices=("exact", "fast"),
-                        help="tvl1-torch: exact tests for stopping after every inner iteration as OpenCV does (the "
-                        "default); fast tests every --stop-every iterations, which the GPU runs as one fused pass "
-                        "(Middlebury error within 2%% of OpenCV's, stored flow within 0.5 units of exact). A view "
-                        "keeps the mode it was started with")
-    parser.add_argument("--stop-every", type=int, help="fast mode: inner iterations between stop tests (default 5)")
-    parser.add_argument("--batch-pairs", type=int,
-                        help="tvl1-torch: frame pairs solved together, taken across videos (default 64 on the CPU, "
-                        "256 on a GPU)")
-    parser.add_argument("--kernels", choices=("auto", "torch", "triton", "c"),
-                        help="tvl1-torch: what runs the iterations; auto (default): the fused Triton kernels on "
-                        "CUDA when Triton imports, the fused C loops on the CPU when a C compiler builds them, "
-                        "else PyTorch operations")
-    parser.add_argument("--jpeg", choices=("opencv", "nvjpeg"),
-                        help="tvl1-torch: encode flow frames with OpenCV in worker processes (default) or with "
-                        "nvJPEG on the GPU (needs torchvision; its JPEG bytes differ slightly from OpenCV's)")
+    add_option_flags(parser, FlowOptions)
     parser.add_argument("--list-options", action="store_true", help="print the TV-L1 parameters and exit")
 
 
@@ -72,6 +45,8 @@ def parse_rest(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from coclr.config import describe, load_config
     from coclr.errors import ConfigError
     from coclr.flow.params import TVL1Params
@@ -91,13 +66,11 @@ def run(args: argparse.Namespace) -> int:
     from coclr.store.flow_extract import extract_flow, resolve_backend
     from coclr.store.jobs import GROUP_TIMEOUT
 
-    options = {key: getattr(args, key) for key in ("bound", "mode", "stop_every", "batch_pairs", "kernels", "jpeg")
-               if getattr(args, key, None) is not None}
-    _, device = resolve_backend(args.backend, args.device, options.get("mode", "exact"), options.get("kernels", "auto"))
+    options = options_from_flags(FlowOptions, args)
+    _, device = resolve_backend(options.backend, options.device, options.mode, options.kernels)
     if launched_world_size() > 1:  # torchrun: the processes exchange only a few small messages, so gloo everywhere
         init_distributed(torch.device(device or "cpu"), backend="gloo", timeout=GROUP_TIMEOUT)
-    summary = extract_flow(args.store, backend=args.backend, view=args.view, params=params,
-                           workers=args.workers, device=args.device, split=args.split, **options)
+    summary = extract_flow(args.store, params=params, **dataclasses.asdict(options))
     print(summary, flush=True)
     failed = summary.totals[2] if summary.totals is not None else len(summary.failed)
     return job_status(failed) if summary.rank == 0 else EXIT_DONE  # under torchrun, rank 0 speaks for the job

@@ -47,6 +47,7 @@ from torch import Tensor
 
 from coclr.errors import ConfigError, DataError
 from coclr.flow.median import median_blur
+from coclr.flow.options import KERNELS
 from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
 from coclr.flow.tvl1_cpu import CompileError, CPasses, c_passes
 from coclr.interrupts import check_stop
@@ -229,7 +230,6 @@ class WarpWork:
 
 StepFn = Callable[..., tuple[Tensor, Tensor, Tensor, Tensor]]
 MedianFn = Callable[[Tensor, Tensor, int], Tensor]
-KERNELS = ("auto", "torch", "triton", "c")
 
 
 class Passes(Protocol):

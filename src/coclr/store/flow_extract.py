@@ -41,7 +41,8 @@ from coclr.errors import ConfigError, DataError
 from coclr.flow.backends import ALIASES, BACKENDS, FlowBackend
 from coclr.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
 from coclr.flow.opencv import opencv_dis, opencv_tvl1
-from coclr.flow.params import FAST_STOP_EVERY, TVL1Params, check_mode
+from coclr.flow.options import BATCH_PAIRS, FlowOptions
+from coclr.flow.params import TVL1Params, check_mode
 from coclr.flow.tvl1_cpu import KERNEL as TVL1_KERNEL
 from coclr.runfolder import check_output_folder
 from coclr.store.clipstore import ClipStore, check_view_name
@@ -177,9 +178,6 @@ def cpu_workers(workers: int | None) -> int:
     return max(1, usable_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
-BATCH_PAIRS = {"cpu": 64, "cuda": 256}
-"""Frame pairs ``tvl1-torch`` solves together by default, by device type: a GPU needs more of the small frames at
-once to fill it (docs/tvl1.md); the same flow whatever the batch."""
 
 
 def default_batch_pairs(device) -> int:
@@ -188,11 +186,12 @@ def default_batch_pairs(device) -> int:
     return BATCH_PAIRS.get(kind, BATCH_PAIRS["cpu"])
 
 
-def extract_flow(store_root: str | Path, backend: str = "auto", view: str | None = None,
+def extract_flow(store_root: str | Path, backend: str = FlowOptions.backend, view: str | None = None,
                  params: TVL1Params | None = None, workers: int | None = None, device: str | None = None,
                  keys: Sequence[str] | None = None, batch_pairs: int | None = None, split: str | None = None,
-                 bound: float = FLOW_BOUND, mode: str = "exact", stop_every: int = FAST_STOP_EVERY,
-                 kernels: str = "auto", jpeg: str = "opencv") -> JobSummary:
+                 bound: float = FlowOptions.bound, mode: str = FlowOptions.mode,
+                 stop_every: int = FlowOptions.stop_every, kernels: str = FlowOptions.kernels,
+                 jpeg: str = FlowOptions.jpeg) -> JobSummary:
     """Compute flow for the videos of the store at ``store_root`` (all, or ``keys``) into ``view``.
 
     ``split`` ("train", "val" or "test") keeps only that split's videos (of ``keys``, when given): training

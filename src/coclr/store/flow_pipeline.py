@@ -44,6 +44,7 @@ import numpy as np
 
 from coclr.errors import ConfigError
 from coclr.flow.encode import FLOW_BOUND, flow_image, quantise_flow
+from coclr.flow.options import JPEG_ENCODERS
 from coclr.flow.params import TVL1Params
 from coclr.flow.tvl1 import make_passes, tvl1_flow
 from coclr.interrupts import loader_worker_signals
@@ -61,7 +62,6 @@ OPEN_SIZES = 4
 DECODE_CHUNK = 256
 """Frame pairs of a video decoded (and then solved, encoded and added to its entry) at a time, so that memory does
 not grow with a video's length."""
-JPEG_ENCODERS = ("opencv", "nvjpeg")
 
 
 @dataclass
