@@ -122,6 +122,12 @@ class MethodOptions:
         return MINING_SPACES[self.mine_in]
 
     @property
+    def mines_in_own_view(self) -> bool:
+        """Whether a frozen copy of the trained view's start embeds the key clips for mining (alternating CoCLR
+        with ``mine_in=both``; inert for the other methods, as ``topk``)."""
+        return self.mining_space.own_view and self.spec.needs_sampler(self.simultaneous)
+
+    @property
     def form(self) -> str:
         """The loss form after resolving ``auto``: the method's own."""
         return self.spec.loss_form if self.loss_form == "auto" else self.loss_form

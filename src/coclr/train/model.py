@@ -61,7 +61,7 @@ def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainM
                            own_drop_prob=method.own_drop_prob, group_positives=method.group_positives,
                            loss_form=method.form, generator=generator,
                            dropped_own_as_negative=method.dropped_own_as_negative,
-                           mining_spaces=1 + method.mining_space.own_view)
+                           mining_spaces=1 + method.mines_in_own_view)
 
     learners = {config.data.view: learner(method.init_checkpoint, "method.init_checkpoint")}
     sampler = None
@@ -74,7 +74,7 @@ def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainM
                                   "clips for positive mining (a pretraining checkpoint is needed)")
         sampler = Encoder(backbone, head)
     # mine_in=both: the trained view's start, kept frozen, embeds the key clips beside the other view's encoder
-    own_sampler = (copy.deepcopy(learners[config.data.view].encoder_q) if method.mining_space.own_view else None)
+    own_sampler = copy.deepcopy(learners[config.data.view].encoder_q) if method.mines_in_own_view else None
     return PretrainModel(learners, sampler=sampler, sampler_view=config.data.second_view if sampler else None,
                          own_sampler=own_sampler)
 
