@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from coclr.cli import main
+from coclr.curate.run import CurateOptions
+from coclr.embed.options import EmbedJob, SearchOptions
+from coclr.embed.settings import EmbedSettings
 from coclr.errors import ConfigError, DataError
+from coclr.eval.options import ClipConfig, FinetuneConfig, LinearProbeConfig
+from coclr.flow.options import FlowOptions
+from coclr.learn.options import LearnOptions
 from coclr.video.indexes import folder_index
 
 
@@ -57,31 +63,29 @@ def _subparser(*path: str):
     return parser
 
 
-GENERATED = [  # (command, the classes its flags are generated from, the arguments it needs)
-    (("learn",), "coclr.learn.options:LearnOptions", ["v.mp4", "--out", "o"]),
-    (("embed",), "coclr.embed.options:EmbedJob", ["v.mp4", "--out", "o", "--checkpoint", "c"]),
-    (("embed",), "coclr.embed.settings:EmbedSettings", ["v.mp4", "--out", "o", "--checkpoint", "c"]),
-    (("eval", "linear"), "coclr.eval.options:LinearProbeConfig", ["--checkpoint", "c", "--store", "s"]),
-    (("eval", "finetune"), "coclr.eval.options:FinetuneConfig", ["--checkpoint", "c", "--store", "s"]),
-    (("eval", "retrieval"), "coclr.eval.options:ClipConfig", ["--checkpoint", "c", "--store", "s"]),
-    (("curate",), "coclr.curate.run:CurateOptions", ["e", "--out", "o"]),
-    (("search",), "coclr.embed.options:SearchOptions", ["d", "--query", "0"]),
-    (("flow",), "coclr.flow.options:FlowOptions", []),  # (options before STORE: what follows is parsed apart)
+GENERATED = [  # (command, the class its flags are generated from, the arguments it needs)
+    (("learn",), LearnOptions, ["v.mp4", "--out", "o"]),
+    (("embed",), EmbedJob, ["v.mp4", "--out", "o", "--checkpoint", "c"]),
+    (("embed",), EmbedSettings, ["v.mp4", "--out", "o", "--checkpoint", "c"]),
+    (("eval", "linear"), LinearProbeConfig, ["--checkpoint", "c", "--store", "s"]),
+    (("eval", "finetune"), FinetuneConfig, ["--checkpoint", "c", "--store", "s"]),
+    (("eval", "retrieval"), ClipConfig, ["--checkpoint", "c", "--store", "s"]),
+    (("curate",), CurateOptions, ["e", "--out", "o"]),
+    (("search",), SearchOptions, ["d", "--query", "0"]),
+    (("flow",), FlowOptions, []),  # (options before STORE: what follows is parsed apart)
 ]
 
 
-@pytest.mark.parametrize("command, name, needed", GENERATED, ids=lambda v: v if isinstance(v, str) else None)
-def test_a_commands_flags_are_its_options_declared_once(command, name, needed):
+@pytest.mark.parametrize("command, config_class, needed", GENERATED,
+                         ids=[f"{' '.join(c)}:{k.__name__}" for c, k, _ in GENERATED])
+def test_a_commands_flags_are_its_options_declared_once(command, config_class, needed):
     """Every option of the class is a flag whose help shows its documentation; without flags the command gets the
     library's defaults (written only in the class), and each flag given sets its field."""
     import dataclasses
-    import importlib
     import typing
 
     from coclr.cli._options import given_flags
 
-    module, _, attribute = name.partition(":")
-    config_class = getattr(importlib.import_module(module), attribute)
     parser = _subparser(*command)
     assert given_flags(config_class, parser.parse_args(needed)) == {}
     helps = {option: action.help for action in parser._actions for option in action.option_strings}

@@ -631,14 +631,16 @@ def test_both_views_mined_rows_share_one_pipeline(tmp_path: Path) -> None:
 def test_every_command_of_the_full_study_is_one_coclr_takes(tmp_path: Path) -> None:
     """The study's commands (pretrain, pipeline, flow, eval finetune) are argv for child processes: each is parsed
     by coclr's own parser when the study is planned, so a renamed flag is refused before any work."""
-    from coclr.jobs.scheduler import Job, check_commands
+    from coclr.cli import build_parser
+    from coclr.cli._commands import check_commands
+    from coclr.jobs.scheduler import Job
     from coclr.study.config import ROWS
 
     config = load_config(StudyConfig, overrides=[f"rows=[{', '.join(ROWS)}]", "columns=[linear, finetune, retrieval]"])
     plan = plan_study(config, tmp_path / "out")
     assert {job.argv[0] for job in plan.jobs} >= {"pretrain", "pipeline", "flow", "eval"}
-    check_commands(plan.jobs)
+    check_commands(plan.jobs, build_parser())
     renamed = Job("finetune_x", ["eval", "finetune", "--checkpoint", "c", "--store", "s", "--dropout-rate", "0.5"])
     with pytest.raises(CoclrError, match="job finetune_x: .* would be refused: .*unrecognized arguments: "
                                          "--dropout-rate 0.5"):
-        check_commands([renamed])
+        check_commands([renamed], build_parser())

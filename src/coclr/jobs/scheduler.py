@@ -85,27 +85,6 @@ COMMAND = (sys.executable, "-m", "coclr")
 """What runs a job: ``COMMAND + job.argv``."""
 
 
-def check_commands(jobs: Sequence[Job]) -> None:
-    """Refuse, before any of them starts, a job whose arguments ``coclr`` would not take (a flag renamed since the
-    plan was written, a value of the wrong type): a :class:`CoclrError` naming the job and argparse's reason,
-    instead of a failure hours into a run."""
-    import argparse  # noqa: PLC0415
-    import contextlib  # noqa: PLC0415
-    import io  # noqa: PLC0415
-
-    from coclr.cli import build_parser  # noqa: PLC0415 (the commands' parser: what the children will parse)
-
-    parser = build_parser()
-    for job in jobs:
-        said = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(said):
-                parser.parse_args(job.argv)
-        except (SystemExit, argparse.ArgumentError):
-            reason = said.getvalue().strip().splitlines()[-1:] or ["not a coclr command"]
-            raise CoclrError(f"job {job.name}: `coclr {' '.join(job.argv)}` would be refused: {reason[0]}") from None
-
-
 def die_with_parent() -> None:
     """In a child process (``preexec_fn``): be killed when the parent dies, however it dies (``kill -9`` too), so that
     no command goes on training and holding its folder behind a job that is gone (Linux; elsewhere nothing). Only
@@ -151,8 +130,6 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
     job (and those it stopped) once the others are done. Stopped early (Ctrl-C, SIGTERM, an error), it stops the
     commands still running before it returns."""
 
-    if command == COMMAND:
-        check_commands(jobs)
     threads = threads_per_job(processes)
     pending = list(jobs)
     running: list[_Running] = []
