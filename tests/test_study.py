@@ -79,7 +79,7 @@ def test_every_row_and_column_of_table_1(table_1) -> None:
     assert k1["pipeline"]["infonce_from"] == str(out / "pipeline") and k1["method"]["topk"] == 1
     assert not (out / "coclr_k1" / "infonce_rgb").exists() and (out / "coclr_k1" / "cycle2_rgb").is_dir()
     assert (out / "coclr_sim" / "cycle2_sim" / "encoder_rgb.pth").is_file()
-    from coclr.eval.features import file_sha256
+    from coclr.atomic import file_sha256
 
     two_stream = json.loads((out / "eval" / "coclr_two_stream_finetune.json").read_text())
     coclr_rgb = file_sha256(out / "pipeline" / "cycle2_rgb" / "encoder_rgb.pth")[:12]
@@ -602,7 +602,7 @@ def test_the_miner_rows_run_and_their_gain_is_plotted_against_their_precision(tm
     assert both["method"]["mine_in"] == "both"
     assert both["method"]["sampler_checkpoint"] == str(seed / "coclr_both" / "cycle1_rgb" / "encoder_rgb.pth")
     assert both["method"]["init_checkpoint"] == str(seed / "pipeline" / "infonce_flow" / "encoder_flow.pth")
-    assert "CoCLR-RGB mined in both views - CoCLR-RGB (R@1)" in summary["paired"]
+    assert "CoCLR-Flow mined in both views - CoCLR-Flow (mined precision)" in summary["paired"]
 
 
 def test_both_views_mined_rows_share_one_pipeline(tmp_path: Path) -> None:

@@ -21,8 +21,9 @@ import torch
 
 from coclr.errors import ConfigError
 from coclr.eval.features import ClipConfig, Stream, cache_key, stream_views
-from coclr.eval.finetune import FinetuneConfig, evaluate_finetune, save_probabilities
-from coclr.eval.linear import LinearProbeConfig, evaluate_linear
+from coclr.eval.finetune import evaluate_finetune, save_probabilities
+from coclr.eval.linear import evaluate_linear
+from coclr.eval.options import FinetuneConfig, LinearProbeConfig
 from coclr.eval.retrieval import DEFAULT_KS, evaluate_retrieval
 from coclr.models.loading import checkpoint_sha256
 from coclr.store.clipstore import open_store

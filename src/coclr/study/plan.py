@@ -25,9 +25,7 @@ from coclr.clips import recorded_clips
 from coclr.config import from_dict, merge, to_dict
 from coclr.core.methods import METHODS
 from coclr.errors import ConfigError
-from coclr.eval.features import ClipConfig
-from coclr.eval.finetune import FinetuneConfig
-from coclr.eval.linear import LinearProbeConfig
+from coclr.eval.options import ClipConfig, FinetuneConfig, LinearProbeConfig
 from coclr.jobs.scheduler import Job
 from coclr.store.clipstore import open_store
 from coclr.study.config import ROWS, STUDY_SYNTH, StudyConfig, supervised_row
