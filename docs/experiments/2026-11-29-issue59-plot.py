@@ -1,5 +1,9 @@
 """The plot of issue 59's results: CoCLR-Flow's R@1 gain over InfoNCE-Flow against its miner's class precision,
-this run's points (seeds.json) with issue 48's two fixed miners (its per-seed table, the same seeds and InfoNCE-Flow)."""
+this run's points (seeds.json) with issue 48's two fixed miners (its per-seed table, the same seeds and InfoNCE-Flow).
+
+    python docs/experiments/2026-11-29-issue59-plot.py OUT/seeds.json FILE.png
+"""
+
 import json
 import sys
 
@@ -14,6 +18,6 @@ issue48 = {  # row: (method, mined precision per seed, R@1 per seed), docs/exper
                                  [41.9, 42.2, 50.3, 44.0, 45.8]),
 }
 for row, (method, precision, r1) in issue48.items():
-    points += [{"seed": s, "row": row, "method": method, "mined_precision": precision[s], "gain": r1[s] - infonce_flow[s]}
-               for s in range(5)]
+    points += [{"seed": seed, "row": row, "method": method, "mined_precision": precision[seed],
+                "gain": r1[seed] - infonce_flow[seed]} for seed in range(5)]
 plot_mining(points, sys.argv[2])
