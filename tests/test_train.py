@@ -432,8 +432,8 @@ def test_only_coclr_waits_for_a_full_queue_by_default() -> None:
 def test_mining_in_both_views_uses_a_frozen_copy_of_the_trained_views_start(store: Path, tmp_path: Path,
                                                                             start_trainer) -> None:
     """``method.mine_in=both``: the queue keeps both views' embeddings of each key clip side by side; the trained
-    view's is embedded by its start, which stays as it was while the learner moves, and a resumed run gets it back
-    from the checkpoint (the rule on those embeddings: tests/test_core_positives.py)."""
+    view's is embedded by its start, which stays as it was while the learner moves, and the checkpoint holds it for
+    a resumed run (the rule on those embeddings: tests/test_core_positives.py)."""
     from coclr.models.encoder import build_encoder
     from coclr.models.loading import save_encoder
 

@@ -85,23 +85,19 @@ def matching_stretches(scores: np.ndarray, neighbours: np.ndarray, window_video:
     similarity reaches ``threshold`` (``scores``/``neighbours`` ``[M, k]`` over windows; ``window_video`` each
     window's video row, ``starts``/``ends`` its seconds), gathered per pair of videos that is not already a
     whole-video duplicate (``whole``: each video's duplicate group, -1 for none, :func:`group_of`); one stretch per
-    pair, ``video < other``. Only
-    mutual nearest windows count (each is the other's nearest window of another video): in a space where a few
-    windows are near everything (hubs), a window's nearest alone would tie unrelated videos together."""
-    first = neighbours[:, 0]
-    mutual = (first >= 0) & (neighbours[np.maximum(first, 0), 0] == np.arange(len(first)))
-    rows = np.flatnonzero(mutual & (scores[:, 0] >= threshold))
-    columns = np.zeros(len(rows), np.int64)
+    pair, ``video < other``. Only mutual nearest windows count (each is the other's nearest window of another
+    video): in a space where a few windows are near everything (hubs), a window's nearest alone would tie unrelated
+    videos together."""
+    nearest = neighbours[:, 0]
+    mutual = (nearest >= 0) & (neighbours[np.maximum(nearest, 0), 0] == np.arange(len(nearest)))
     found: dict[tuple[int, int], list[tuple[int, int, float]]] = {}
-    for row, column in zip(rows, columns):
-        other = int(neighbours[row, column])
+    for row in np.flatnonzero(mutual & (scores[:, 0] >= threshold)):
+        row, other = int(row), int(nearest[row])
         a, b = int(window_video[row]), int(window_video[other])
-        if a == b:
+        if a == b or (whole[a] >= 0 and whole[a] == whole[b]):
             continue
-        first, second = (int(row), other) if a < b else (other, int(row))
-        if whole[a] >= 0 and whole[a] == whole[b]:
-            continue
-        found.setdefault((min(a, b), max(a, b)), []).append((first, second, float(scores[row, column])))
+        mine, theirs = (row, other) if a < b else (other, row)
+        found.setdefault((min(a, b), max(a, b)), []).append((mine, theirs, float(scores[row, 0])))
     stretches = []
     for (a, b), matches in sorted(found.items()):
         mine = np.array([m[0] for m in matches])

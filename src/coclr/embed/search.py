@@ -60,7 +60,6 @@ from coclr.eval.gallery import (
 )
 from coclr.video.decode import decode_frames_at, decode_frames_between, probe_video
 
-BACKENDS = SEARCH_BACKENDS
 PREPARED_DIR = "search"
 PREPARED_FORMAT = "coclr-search-rows"
 PREPARE_BLOCK = 8192
@@ -483,8 +482,8 @@ def nearest(gallery: np.ndarray | UnitRows, queries: np.ndarray, k: int, backend
     """``(scores [Q, k], rows [Q, k])`` of the ``k`` gallery rows most similar to each query (cosine), best first,
     ties to the lower row. ``gallery``: raw rows (normalised as they are read) or prepared :class:`UnitRows`
     (then ``center`` is theirs)."""
-    if backend not in BACKENDS:
-        raise ConfigError(f"backend: {backend!r} is not one of {', '.join(BACKENDS)}")
+    if backend not in SEARCH_BACKENDS:
+        raise ConfigError(f"backend: {backend!r} is not one of {', '.join(SEARCH_BACKENDS)}")
     dim = gallery.dim if isinstance(gallery, UnitRows) else gallery.shape[1]
     queries = np.asarray(queries, np.float32).reshape(-1, dim)
     if backend == "faiss":
