@@ -22,8 +22,11 @@ from coclr.errors import ConfigError
 from coclr.eval.label_free import alignment, neighbour_agreement, quality, uniformity
 from coclr.learn.budget import (
     MARGIN,
+    MAX_EPOCHS,
     MIN_STEPS,
     MODELS,
+    PACE_LIMITS,
+    SIZED_SHARE,
     TARGET_STEPS,
     TRAINING,
     Costs,
@@ -31,6 +34,8 @@ from coclr.learn.budget import (
     Model,
     Plan,
     choose_plan,
+    pace,
+    size_stage,
 )
 
 # ------------------------------------------------------------------------------------------------ the budget
@@ -217,9 +222,11 @@ sys.exit(3 if summary.failed else 0)
 """
 
 
-def run_learn(videos: Path, out: Path, *labels: str, wait: bool = True) -> subprocess.Popen:
+def run_learn(videos: Path, out: Path, *labels: str, wait: bool = True, plan: dict | None = None
+              ) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-c", RUN, str(videos), str(out), json.dumps(TINY_PLAN), *labels],
+    process = subprocess.Popen([sys.executable, "-c", RUN, str(videos), str(out), json.dumps(plan or TINY_PLAN),
+                                *labels],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     if wait:
         process.wait(timeout=600)
@@ -458,6 +465,73 @@ def test_a_refused_budget_leaves_no_folder_behind(learnt, tmp_path, monkeypatch)
     assert not (tmp_path / "new").exists()
 
 
+def _run_sized(plan: Plan, early: float, coclr: float) -> tuple[float, list[int]]:
+    """A run of ``plan`` whose phases before the CoCLR stages (and after them) take ``early`` times their estimate
+    and whose CoCLR epochs take ``coclr`` times theirs, each CoCLR stage sized as it starts: the share of the budget
+    it takes, and the epochs of each stage."""
+    took = {name: plan.estimates[name] * early for name in ("store", "flow", "infonce")}
+    spent = plan.estimates["measure"] + sum(took.values())
+    per_epoch = coclr * plan.estimates["coclr"] / (4 * plan.epochs["coclr"])
+    chosen = []
+    for left in (4, 3, 2, 1):
+        epochs, why = size_stage(plan, spent, took, left, per_epoch if chosen else None)
+        assert why["epochs"] == epochs and why["measured"] == bool(chosen) and why["stages_left"] == left
+        chosen.append(epochs)
+        spent += epochs * per_epoch
+    spent += early * sum(plan.estimates.get(name, 0.0) for name in ("quality", "embed", "curate", "fixed"))
+    return spent / plan.budget, chosen
+
+
+def test_coclr_stages_sized_as_they_start_end_the_run_near_its_target_whatever_the_estimates_missed():
+    """A machine whose CoCLR epochs take 0.6 to 1.6 times the plan's estimate, and whose other phases 0.8 to 1.25
+    times theirs, ends within 85-100% of the budget when each CoCLR stage is sized by the time left (the plan's own
+    epochs miss that range on the same machines); the later stages absorb what the first one misjudged."""
+    plan = choose_plan(footage(), costs({SMALL: 100, WIDER: 150}), budget=900)
+    assert plan.fit_budget and not plan.stage_epochs
+    for coclr in (0.6, 1.0, 1.6):
+        for early in (0.8, 1.0, 1.25):
+            share, epochs = _run_sized(plan, early, coclr)
+            assert 0.85 <= share <= 1.0, (coclr, early, share, epochs)
+            if early == 1.0 and coclr == 1.0:
+                assert abs(share - SIZED_SHARE) < 0.02 and max(epochs) - min(epochs) <= 1
+    assert _run_sized(plan, 1.0, 1.6)[1][1] < _run_sized(plan, 1.0, 1.6)[1][0]  # slower than thought: fewer epochs
+    planned = sum(plan.estimates.values()) - plan.estimates["coclr"]
+    for coclr in (0.6, 1.6):  # the planned epochs on the same machines
+        assert not 0.85 <= (planned + coclr * plan.estimates["coclr"]) / plan.budget <= 1.0
+
+
+def test_a_stage_is_sized_to_one_epoch_at_least_and_the_cap_at_most_and_the_pace_is_bounded():
+    plan = choose_plan(footage(), costs({SMALL: 100, WIDER: 150}), budget=900)
+    assert size_stage(plan, 2000.0, {}, 2, None)[0] == 1  # the budget is spent: one epoch
+    assert size_stage(plan, 0.0, {}, 1, 1e-3)[0] == MAX_EPOCHS["coclr"]
+    assert pace({"store": 10.0, "flow": 10.0}, {}) == 1.0
+    assert pace({"store": 10.0, "flow": 10.0}, {"store": 12.0, "flow": 18.0, "other": 100.0}) == pytest.approx(1.5)
+    assert pace({"store": 10.0}, {"store": 1000.0}) == PACE_LIMITS[1]
+    assert pace({"store": 10.0}, {"store": 0.1}) == PACE_LIMITS[0]
+    slow, fast = (size_stage(plan, 300.0, {"infonce": plan.estimates["infonce"] * f}, 4, None) for f in (2.0, 0.5))
+    assert slow[1]["later_phases"] > fast[1]["later_phases"] and slow[0] <= fast[0]
+    assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))).fit_budget  # recorded, and read back
+
+
+def test_a_pipeline_runs_sized_stages_and_a_warm_up_never_longer_than_its_stage():
+    from coclr.config import from_dict
+    from coclr.learn.recipe import DECAY_SHARE, milestones, pipeline_options, sized
+    from coclr.train.config import PipelineConfig
+    from coclr.train.pipeline import check_sized, plan_stages, stage_config
+
+    plan = Plan.from_dict({**TINY_PLAN, "epochs": {"infonce": 4, "coclr": 8}})
+    config = from_dict(PipelineConfig, pipeline_options(plan, "store", "out", 0, "cpu", 16))
+    stages = plan_stages(config)
+    assert config.optim.warmup_epochs == 4 and stages[2].milestones == milestones(8, DECAY_SHARE["coclr"]) == [6]
+    short = [*stages[:2], *(sized(stage, 3) for stage in stages[2:])]
+    assert check_sized(stages, short) == short and short[2].epochs == 3 and short[2].milestones == [2]
+    made = stage_config(config, short[2], Path("out"))
+    assert (made.optim.epochs, made.optim.milestones, made.optim.warmup_epochs) == (3, [2], 3)
+    assert stage_config(config, stages[0], Path("out")).optim.warmup_epochs == 4  # the others as configured
+    with pytest.raises(ValueError):
+        check_sized(stages, [*stages[:2], *(dataclasses.replace(stage, lr=1.0) for stage in stages[2:])])
+
+
 def test_infonce_stages_side_by_side_halve_their_time_in_the_plan():
     """On the CPU of one process the two InfoNCE stages train at once, one core each: the plan counts their steps
     at the one-thread step time, once for both."""
@@ -608,6 +682,12 @@ def test_the_eta_follows_the_pace_of_the_phase_under_way(monkeypatch):
             now[0] += 180.0
             line.observe("InfoNCE", 320, 400)
         assert line.eta() == pytest.approx(100.0 * (10 + 10 + 240) / 120)
+        with line.phase("coclr", 100):  # its stages sized as they start: twice the steps, twice the seconds
+            line.resize(200, 200.0)
+            now[0] += 50.0
+            line.observe("stage", 50, 100)
+            assert line.credited == pytest.approx(50.0) and line.eta() == pytest.approx(150.0)
+        assert line.estimates["coclr"] == 200.0 and line.bar.total == pytest.approx(320.0)
 
 
 def test_the_measurement_predicts_what_is_left_and_the_clock_counts_every_part(tmp_path):
@@ -700,6 +780,34 @@ def test_eight_copies_of_one_video_collapse_and_the_run_says_so(tmp_path, capsys
            "--budget, or more (or longer) videos" in printed
     page = (out / "report.html").read_text()
     assert page.index('class="alarm"') < page.index("<h2>The run</h2>") and "Every flow stage collapsed" in page
+
+
+@pytest.mark.slow
+def test_a_run_that_fits_its_budget_sizes_each_coclr_stage_as_it_starts_and_records_why(tmp_path):
+    """A plan that fits its budget: its budget (a second) is spent when the CoCLR stages start, so each is sized to
+    one epoch instead of the planned two; plan.json keeps each stage's epochs, learn.json why, and each stage
+    trained them (its own record, the pipeline's manifest) with its warm-up no longer than the stage."""
+    from coclr.synth import SynthConfig, write_videos
+
+    write_videos(tmp_path / "data", SynthConfig(num_classes=2, train_scenes=2, test_scenes=2, actions_per_scene=2,
+                                                frames=10))
+    out = tmp_path / "out"
+    plan = {**TINY_PLAN, "epochs": {"infonce": 1, "coclr": 2}, "steps": 40, "budget": 1.0, "fit_budget": True}
+    process = run_learn(tmp_path / "data" / "videos", out, plan=plan)
+    assert process.returncode == 0, process.stdout.read()
+    coclr = ["cycle1_rgb", "cycle1_flow", "cycle2_rgb", "cycle2_flow"]
+    assert json.loads((out / "plan.json").read_text())["stage_epochs"] == dict.fromkeys(coclr, 1)
+    record = json.loads((out / "learn.json").read_text())
+    assert list(record["sizing"]) == coclr and record["plan"]["stage_epochs"] == dict.fromkeys(coclr, 1)
+    assert [entry["measured"] for entry in record["sizing"].values()] == [False, True, True, True]
+    assert all(entry["planned"] == 2 and entry["seconds_left"] < 0 for entry in record["sizing"].values())
+    manifest = json.loads((out / "pipeline" / "manifest.json").read_text())
+    assert [stage["epochs"] for stage in manifest["stages"]] == [1, 1, 1, 1, 1, 1]
+    for name in coclr:
+        optim = json.loads((out / "pipeline" / name / "run.json").read_text())["options"]["optim"]
+        assert optim["epochs"] == 1 and optim["warmup_epochs"] <= 1 and optim["milestones"] == []
+        logged = (out / "pipeline" / name / "log.jsonl").read_text().splitlines()
+        assert len([line for line in logged if "epoch_seconds" in line]) == 1
 
 
 # ----------------------------------------------------------------------------------- few videos, many instances

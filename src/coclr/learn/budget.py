@@ -214,6 +214,12 @@ class Plan:
     init: dict[str, dict[str, Any]] = field(default_factory=dict)
     """view -> the checkpoint its InfoNCE stage starts from (``source``: the file given, ``sha256``, ``format``;
     :mod:`coclr.learn.init`); empty: both views from scratch. The model is then the checkpoint's."""
+    fit_budget: bool = False
+    """whether each CoCLR stage is sized as it starts by the time the budget has left (:func:`size_stage`); False:
+    every stage trains the planned epochs (a plan given to follow, and plans made before)"""
+    stage_epochs: dict[str, int] = field(default_factory=dict)
+    """stage -> the epochs it was sized to as it started (:func:`size_stage`; kept, so a stage continues as it
+    started)"""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -237,6 +243,9 @@ class Plan:
         for view, entry in self.init.items():
             lines.append(f"  {view} starts from {entry['source']} ({entry['format']} checkpoint, sha256 "
                          f"{entry['sha256'][:12]}...)")
+        if self.fit_budget:
+            lines.append(f"  each CoCLR stage is sized as it starts by the time left, to end near {SIZED_SHARE:.0%} "
+                         "of the budget")
         if self.short_videos:
             shown = ", ".join(self.short_videos[:5]) + (" ..." if len(self.short_videos) > 5 else "")
             lines.append(f"  warning: {len(self.short_videos)} video(s) shorter than one clip and its flow "
@@ -341,6 +350,46 @@ def curate_seconds(footage: Footage, model: Model, costs: Costs) -> float:
 
 TRAINING = ("infonce", "coclr")
 """The phases of :func:`estimates` that grow with the training steps."""
+SIZED_SHARE = 0.93
+"""The share of the budget a run aims to end at when its CoCLR stages are sized as they start (:func:`size_stage`):
+the middle of 85-100%, the rest for the error of the phases after them. (The plan itself fills :data:`MARGIN`:
+it sizes the network and the InfoNCE stages, whose error the CoCLR stages then absorb.)"""
+LATER = ("quality", "embed", "curate", "fixed")
+"""The phases after the training (:func:`estimates`): what the last CoCLR stage must leave time for."""
+PACE_LIMITS = (0.5, 2.0)
+"""The pace of the work so far (:func:`pace`) is trusted within these bounds (a phase of a few seconds can take
+several times its estimate on a busy machine)."""
+
+
+def pace(estimated: dict[str, float], took: dict[str, float]) -> float:
+    """How fast the work goes against the plan: the seconds the phases in ``took`` took over their estimated
+    seconds (phases without an estimate ignored), within :data:`PACE_LIMITS`; 1 before any phase."""
+    done = [name for name in took if estimated.get(name)]
+    if not done:
+        return 1.0
+    ratio = sum(took[name] for name in done) / sum(estimated[name] for name in done)
+    return min(PACE_LIMITS[1], max(PACE_LIMITS[0], ratio))
+
+
+def size_stage(plan: Plan, spent: float, took: dict[str, float], stages_left: int,
+               epoch_seconds: float | None) -> tuple[int, dict[str, Any]]:
+    """The epochs of the next CoCLR stage, one of ``stages_left`` still to train, when ``spent`` seconds of the run
+    are gone and the phases before the CoCLR stages took ``took`` (name -> seconds): the seconds left to
+    :data:`SIZED_SHARE` of the budget, less the later phases' estimates (:data:`LATER`) at the :func:`pace` of
+    those phases, shared evenly by the stages left at ``epoch_seconds`` an epoch (measured on the CoCLR stages
+    trained so far; None: the plan's estimate of the CoCLR phase per epoch); whole epochs, rounded, at least one
+    and at most :data:`MAX_EPOCHS`. A machine that ran slower or faster than its calibration, or an estimate that
+    was off, is corrected by the stages still to come: the last stage absorbs what the others left. Returns the
+    epochs and what they were chosen from (``learn.json`` records it)."""
+    speed = pace(plan.estimates, {name: seconds for name, seconds in took.items() if name not in TRAINING[1:]})
+    later = sum(plan.estimates.get(name, 0.0) for name in LATER) * speed
+    left = plan.budget * SIZED_SHARE - spent - later
+    per_epoch = epoch_seconds if epoch_seconds is not None else (
+        plan.estimates["coclr"] / max(1, 4 * plan.epochs["coclr"]))
+    epochs = max(1, min(MAX_EPOCHS["coclr"], round(left / max(1, stages_left) / per_epoch)))
+    return epochs, {"epochs": epochs, "planned": plan.epochs["coclr"], "seconds_left": round(left, 1),
+                    "later_phases": round(later, 1), "pace": round(speed, 3), "epoch_seconds": round(per_epoch, 3),
+                    "measured": epoch_seconds is not None, "stages_left": stages_left}
 
 
 def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.0,
@@ -435,7 +484,7 @@ def _plan(footage: Footage, costs: Costs, model: Model, affordable: int, budget:
                 for name, value in asdict(costs).items()}  # as JSON keeps them
     return Plan(model, batch, queue, min(5, max(1, queue // 2)), epochs, steps,
                 {"measure": spent, **estimates(footage, model, costs, steps, batch)}, budget, reasons, costs.processes,
-                segment_frames(model), flow_bound=bound, costs=recorded, threads=threads)
+                segment_frames(model), flow_bound=bound, costs=recorded, threads=threads, fit_budget=True)
 
 
 def flow_bound(costs: Costs, side: int) -> float:

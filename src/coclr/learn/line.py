@@ -75,6 +75,16 @@ class ProgressLine:
         self.actual_done += time.monotonic() - self.phase_started
         self.current, self.credited = None, 0.0
 
+    def resize(self, units: int, estimate: float) -> None:
+        """The current phase sized anew: ``units`` updates in all, ``estimate`` seconds (a phase whose later parts
+        are sized as they start)."""
+        if self.current is None:
+            return
+        change = estimate - self.estimates.get(self.current, 0.0)
+        self.estimates[self.current], self.units = estimate, units
+        self.bar.total = max(self.bar.n, self.bar.total + change)
+        self._show()
+
     def observe(self, desc: str, count: int, total: int | None) -> None:
         if self.tick is not None:
             self.tick()

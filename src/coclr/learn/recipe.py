@@ -12,6 +12,7 @@ losses collapse at 32 px, docs/experiments/2026-11-25-quick-study-recipe.md); la
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from coclr.errors import ConfigError
@@ -34,6 +35,12 @@ def milestones(epochs: int, share: float) -> list[int]:
     """The epoch from which the last ``share`` of ``epochs`` runs at a tenth of the lr (none for one epoch)."""
     start = epochs - round(share * epochs)
     return [start] if 0 < start < epochs else []
+
+
+def sized(stage, epochs: int):
+    """A CoCLR ``stage`` (:class:`~coclr.train.pipeline.Stage`) sized to ``epochs``, its lr decayed for the same
+    last share of them as the plan's."""
+    return dataclasses.replace(stage, epochs=epochs, milestones=milestones(epochs, DECAY_SHARE["coclr"]))
 
 
 def pipeline_options(plan: Plan, store: str, out: str, seed: int, device: str, instances: int,

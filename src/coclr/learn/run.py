@@ -32,16 +32,16 @@ from typing import Any
 import numpy as np
 
 from coclr import progress
-from coclr.atomic import atomic_write_json, atomic_write_text, read_json_record
+from coclr.atomic import atomic_write_json, atomic_write_text, read_json_lines, read_json_record
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
 from coclr.flow.encode import FLOW_BOUND
-from coclr.learn.budget import Footage, Plan, choose_plan, infonce_side_by_side, measure_costs
+from coclr.learn.budget import Footage, Plan, choose_plan, infonce_side_by_side, measure_costs, size_stage
 from coclr.learn.init import Start, copy_starts, read_starts, recorded_starts, start_file, start_model
 from coclr.learn.line import MeasureLine, ProgressLine
 from coclr.learn.options import LearnOptions
-from coclr.learn.recipe import pipeline_options
+from coclr.learn.recipe import pipeline_options, sized
 from coclr.learn.scores import read_labels
 from coclr.learn.stages import VIEWS, choose_exports, export_line
 from coclr.runfolder import FolderRule, check_folder, check_writable, claim_folder, read_record
@@ -256,7 +256,7 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
                 train_side_by_side(out, config, stages[:2])
             run_pipeline(config, until=stages[1].name)
         with line.phase("coclr", plan.stage_steps(stages[2:])), record("coclr"), torch_threads(plan.threads):
-            run_pipeline(config)
+            train_coclr(out, config, plan, stages, clock, result, line)
         if main:
             with line.phase("quality", None), record("quality"):
                 result["stages"], result["agreement"] = measure_stages(out, store, config, plan, str(device),
@@ -485,6 +485,47 @@ def train_side_by_side(out: Path, config, stages) -> None:
         jobs.append(Job(stage.name, ["pretrain", "--config", str(path)], (), stage.epochs,
                         (Path(config.run.out) / stage.name,)))
     run_jobs(jobs, out, processes=len(jobs), desc="InfoNCE")
+
+
+def train_coclr(out: Path, config, plan: Plan, stages: list, clock: Clock, result: dict[str, Any],
+                line: ProgressLine) -> None:
+    """Train the CoCLR stages in turn (``stages``: the pipeline's, the two InfoNCE stages first), each sized as it
+    starts when the plan fits the budget (:func:`~coclr.learn.budget.size_stage`, at the seconds an epoch the
+    stages trained in this process took): its epochs are written to ``plan.json`` before it trains (a continued
+    stage keeps them) and what they were chosen from to ``learn.json`` (``sizing``)."""
+    from coclr.distributed import broadcast_object, is_main  # noqa: PLC0415 (heavy: torch)
+    from coclr.train.pipeline import run_pipeline  # noqa: PLC0415
+
+    planned, stages = plan.stage_steps(stages[2:]), list(stages)
+    took: list[tuple[float, int]] = []  # (seconds, epochs) of the stages trained in this process
+    for number in range(2, len(stages)):
+        stage = stages[number]
+        if plan.fit_budget:
+            if stage.name not in plan.stage_epochs:
+                chosen = None
+                if is_main():
+                    measured = sum(t for t, _ in took) / sum(e for _, e in took) if took else None
+                    chosen, why = size_stage(plan, clock.seconds(), result.get("phases", {}), len(stages) - number,
+                                             measured)
+                    plan.stage_epochs[stage.name] = chosen
+                    atomic_write_json(out / PLAN_FILE, plan.to_dict())
+                    result.setdefault("sizing", {})[stage.name] = why
+                plan.stage_epochs[stage.name] = broadcast_object(chosen)
+            stages[number] = sized(stage, plan.stage_epochs[stage.name])
+            steps = plan.stage_steps(stages[2:])
+            line.resize(steps, plan.estimates["coclr"] * steps / max(1, planned))
+        before, begin = trained_epochs(config, stage.name), time.perf_counter()
+        run_pipeline(config, until=stage.name, stages=stages)
+        trained = trained_epochs(config, stage.name) - before
+        if trained > 0:
+            took.append((time.perf_counter() - begin, trained))
+
+
+def trained_epochs(config, stage: str) -> int:
+    """Epochs the pipeline's ``stage`` has trained (its ``log.jsonl``)."""
+    log = Path(config.run.out) / stage / "log.jsonl"
+    return sum(1 for entry in read_json_lines(log) if isinstance(entry, dict) and "epoch_seconds" in entry) \
+        if log.is_file() else 0
 
 
 def export_encoders(out: Path, exported: dict[str, dict[str, Any]]) -> None:

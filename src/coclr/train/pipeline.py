@@ -5,13 +5,15 @@ frozen other view's latest encoder (``mode=alternate``); ``mode=sim`` trains bot
 for the other. ``pipeline.miner`` fixes the encoder that mines for the second view (a checkpoint of the first):
 only the second view's CoCLR stages are trained, each mined by that checkpoint. ``manifest.json`` lists the
 stages, their status and checkpoints; running the same command again skips finished stages and resumes the
-unfinished one from its last checkpoint.
+unfinished one from its last checkpoint. A caller may size the stages itself (:func:`run_pipeline`'s ``stages``:
+``coclr learn`` sizes each CoCLR stage by the time its budget has left); each stage's folder records its own
+epochs, so a stage continues only as it started.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +120,7 @@ def stage_config(config: PipelineConfig, stage: Stage, run_dir: Path) -> Pretrai
                                      if stage.sampler_from else "")
     optim = copy.deepcopy(config.optim)
     optim.epochs, optim.milestones = stage.epochs, list(stage.milestones)
+    optim.warmup_epochs = min(optim.warmup_epochs, stage.epochs)  # (a stage sized shorter than the warm-up)
     if stage.lr is not None:
         optim.lr = stage.lr
     run = copy.deepcopy(config.run)
@@ -175,13 +178,15 @@ def _manifest_options(run_dir: Path) -> dict[str, Any] | None:
     return read_manifest(run_dir).get("config")
 
 
-def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool = False) -> Path:
+def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool = False,
+                 stages: list[Stage] | None = None) -> Path:
     """Run (or continue) every stage, or the stages up to and including ``until``; returns the run folder
     holding ``manifest.json``. A later call with the same options continues with the stages left pending; other
     options are refused before any work, naming each that differs (:mod:`coclr.runfolder`; the options listed
-    in :data:`~coclr.train.setup.CONTINUABLE` may change). ``restart`` moves an earlier run aside first."""
+    in :data:`~coclr.train.setup.CONTINUABLE` may change). ``restart`` moves an earlier run aside first.
+    ``stages``: :func:`plan_stages` of the config with other epochs and milestones (:func:`check_sized`)."""
     run_dir = Path(config.run.out)
-    stages = plan_stages(config)
+    stages = check_sized(plan_stages(config), stages) if stages is not None else plan_stages(config)
     names = [stage.name for stage in stages]
     if until is not None and until not in names:
         raise ConfigError(f"until: no stage {until!r} in this pipeline; its stages are {', '.join(names)}")
@@ -217,6 +222,17 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
     stage_configs = [stage_config(config, stage, run_dir) for stage in stages]
     with held_by_main(lambda: claim_folder(run_dir, PIPELINE_FOLDER, options, legacy=_manifest_options)):
         return _run_stages(run_dir, stages, stage_configs, manifest, until)
+
+
+def check_sized(planned: list[Stage], sized: list[Stage]) -> list[Stage]:
+    """``sized``, checked to be the ``planned`` stages but for their epochs and milestones (a caller's error
+    otherwise)."""
+    def unsized(stages: list[Stage]) -> list[Stage]:
+        return [replace(stage, epochs=0, milestones=[]) for stage in stages]
+
+    if unsized(sized) != unsized(planned):
+        raise ValueError("sized stages differ from the pipeline's own in more than their epochs and milestones")
+    return sized
 
 
 def _run_stages(run_dir: Path, stages: list[Stage], stage_configs: list[PretrainConfig], manifest: dict[str, Any],
