@@ -16,6 +16,8 @@ from coclr.errors import ConfigError, DataError
 from coclr.eval.options import ClipConfig, FinetuneConfig, LinearProbeConfig
 from coclr.flow.options import FlowOptions
 from coclr.learn.options import LearnOptions
+from coclr.store.options import InfoOptions, StoreOptions, VerifyOptions
+from coclr.video.options import IndexOptions
 from coclr.video.indexes import folder_index
 
 
@@ -73,6 +75,10 @@ GENERATED = [  # (command, the class its flags are generated from, the arguments
     (("curate",), CurateOptions, ["e", "--out", "o"]),
     (("search",), SearchOptions, ["d", "--query", "0"]),
     (("flow",), FlowOptions, []),  # (options before STORE: what follows is parsed apart)
+    (("data", "index"), IndexOptions, ["--format", "folder", "--out", "i.json"]),
+    (("data", "store"), StoreOptions, ["--index", "i.json", "--root", "r", "--out", "s"]),
+    (("data", "info"), InfoOptions, ["s"]),
+    (("data", "verify"), VerifyOptions, ["s"]),
 ]
 
 
@@ -103,6 +109,8 @@ def test_a_commands_flags_are_its_options_declared_once(command, config_class, n
             value, argv = cli["choices"][-1], [flag, cli["choices"][-1]]
         elif "parse" in cli:
             continue  # its own test (the budget's, the precision's)
+        elif cli.get("append"):  # the flag repeated, a value each time
+            value, argv = ["x", "y"], [flag, "x", flag, "y"]
         elif "float" in kind:
             count = cli.get("nargs", 1) if isinstance(cli.get("nargs", 1), int) else 2
             value, argv = [0.25] * count, [flag, *["0.25"] * count]
@@ -110,6 +118,6 @@ def test_a_commands_flags_are_its_options_declared_once(command, config_class, n
         elif "int" in kind:
             value, argv = ([3, 4], [flag, "3", "4"]) if "list" in kind else (3, [flag, "3"])
         else:
-            value, argv = "x", [flag, "x"]
+            value, argv = (["x"] if "list" in kind else "x"), [flag, "x"]
         got = given_flags(config_class, parser.parse_args([*needed, *argv]))
         assert got == {field.name: value}, flag

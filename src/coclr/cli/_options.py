@@ -40,8 +40,9 @@ def add_option_flags(parser: argparse.ArgumentParser, config_class: type,
                      shown: typing.Callable[[dataclasses.Field], str] | None = None, scope: str = "") -> None:
     """One ``--flag`` per field of the dataclass ``config_class`` (``--name-with-dashes``), its type, help and
     default taken from the field (:func:`coclr.config.option`, whose ``cli`` says where the flag differs: its name,
-    ``parse``, ``shown`` default, ``metavar``, ``choices``, ``nargs``, ``negate``, ``hidden``): the options are
-    declared once, in the library. A ``Literal`` type gives the choices, a tuple or list the element type.
+    ``parse``, ``shown`` default, ``metavar``, ``choices``, ``nargs``, ``append``, ``negate``, ``hidden``): the options
+    are declared once, in the library. A ``Literal`` type gives the choices, a tuple or list the element type (its
+    values after one flag, or with ``append`` one per flag, the flag repeated).
     ``shown(field)``: how the defaults read, where another rule sets them (e.g. "the checkpoint's, else 32");
     ``scope`` opens each help text (e.g. "--run: ").
     :func:`options_from_flags` builds the dataclass back from the parsed arguments."""
@@ -55,7 +56,7 @@ def add_option_flags(parser: argparse.ArgumentParser, config_class: type,
         if typing.get_origin(base) is typing.Literal:
             choices, base = choices or typing.get_args(base), type(typing.get_args(base)[0])
         elif typing.get_origin(base) in (tuple, list):
-            base, nargs = typing.get_args(base)[0], cli.get("nargs", "+")
+            base, nargs = typing.get_args(base)[0], None if cli.get("append") else cli.get("nargs", "+")
         flag = cli.get("flag", "--" + field.name.replace("_", "-"))
         dest = _dest(field)
         default = cli.get("shown") or (shown(field) if shown else _default_text(field))
@@ -67,7 +68,7 @@ def add_option_flags(parser: argparse.ArgumentParser, config_class: type,
                                 help=f"{text} (default {default})")
         else:
             parser.add_argument(flag, dest=dest, type=str if "parse" in cli else base, default=None,
-                                choices=choices, nargs=nargs,
+                                choices=choices, nargs=nargs, action="append" if cli.get("append") else "store",
                                 help=f"{text} (default {default})".replace("(default None)", "").rstrip(),
                                 metavar=None if choices else cli.get("metavar", field.name.upper()))
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 
 from coclr.cli import _synth
+from coclr.cli._options import add_option_flags, options_from_flags
 from coclr.cli._status import job_status
-from coclr.clips import JPEG_QUALITY, SHORT_SIDE
-
-FORMATS = ("ucf101", "hmdb51", "kinetics", "folder", "csv")
+from coclr.store.options import InfoOptions, StoreOptions, VerifyOptions
+from coclr.video.options import FORMATS, IndexOptions
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,23 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "videos; csv: a manifest path,label[,split[,group]] (without a label column, or with empty label cells: "
         "videos without labels). With --root, videos missing on disk are reported (all at once).")
     index.add_argument("--format", required=True, choices=FORMATS, help="dataset layout")
-    index.add_argument("--root", help="folder of the videos (entry paths are relative to it)")
-    index.add_argument("--annotations", nargs="+", help="split files folder, annotation CSV(s) or manifest")
-    index.add_argument("--split", type=int, default=1, help="official split number for ucf101/hmdb51 (1-3)")
-    index.add_argument("--name", help="index name (default: from the dataset)")
-    index.add_argument("--test-fraction", type=float, default=0.0,
-                       help="folder: put about this fraction of each class's videos in the test split, by source "
-                       "group (UCF101 names or <class>/<source>/<clip> subfolders), deterministically; for a plain "
-                       "<class>/<video> folder (a <split>/<class>/<video> folder is split already)")
-    index.add_argument("--seed", type=int, default=0, help="folder with --test-fraction: seed of the split")
-    index.add_argument("--unlabelled", action="store_true",
-                       help="folder: every video under --root, at any depth, without labels (your own footage); the "
-                       "folder holding a video is its source group (a camera, a recording). Self-supervised "
-                       "training (InfoNCE, CoCLR, CMC), the store and flow take such an index; what needs labels "
-                       "(UberNCE, supervised training, linear probe, finetuning, retrieval R@k) refuses it")
-    index.add_argument("--drop-missing", action="store_true",
-                       help="leave out videos missing under --root instead of failing (e.g. deleted "
-                       "Kinetics videos)")
+    add_option_flags(index, IndexOptions)
     index.add_argument("--out", required=True, help="output index JSON file (new, or an index: rewritten)")
     index.set_defaults(func=run_index)
 
@@ -64,21 +48,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     store.add_argument("--root", required=True, help="folder of the videos")
     store.add_argument("--out", required=True, help="store folder: new or empty, or a store this command built (a "
                        "folder of other files is refused)")
-    store.add_argument("--short-side", type=int, default=SHORT_SIDE, help="resize so the shorter side has this "
-                       "many pixels (0: keep the decoded size)")
-    store.add_argument("--quality", type=int, default=JPEG_QUALITY, help="JPEG quality (1-100)")
-    store.add_argument("--fps", type=float, help="resample to this frame rate (default: keep every frame)")
-    store.add_argument("--workers", type=int, help="worker processes (default: one per core; 0: none, work in this "
-                       "process, as DataLoader's num_workers)")
+    add_option_flags(store, StoreOptions)
     store.set_defaults(func=run_store)
 
     info = data_subparsers.add_parser("info", help="summarise a clip store: splits, classes, views",
                                       description="Print a store's index summary, metadata and the "
                                       "completeness of each view.")
     info.add_argument("store", help="store folder")
-    info.add_argument("--verify", action="store_true", help="also check every entry file (and decode "
-                      "every frame with --decode) and name the missing and damaged ones (exit status 3 if any)")
-    info.add_argument("--decode", action="store_true", help="with --verify: decode every frame")
+    add_option_flags(info, InfoOptions)
     info.set_defaults(func=run_info)
 
     verify = data_subparsers.add_parser(
@@ -88,58 +65,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "it out and the next `coclr data store` / `coclr flow` rebuilds it; a missing entry is named too. Exit status "
         "3 when an entry is damaged or missing.")
     verify.add_argument("store", help="store folder")
-    verify.add_argument("--view", action="append", help="check only this view (repeatable; default: all)")
-    verify.add_argument("--decode", action="store_true", help="also decode every frame (a decoder's warning of "
-                        "corrupt data counts as damage)")
-    verify.add_argument("--add", action="store_true", help="give checksums to the entries written before them "
-                        "(after decoding each of their frames cleanly); the others are only checked")
+    add_option_flags(verify, VerifyOptions)
     verify.set_defaults(func=run_verify)
 
     _synth.register(data_subparsers)
 
 
 def run_index(args: argparse.Namespace) -> int:
-    from coclr.errors import DataError
     from coclr.runfolder import check_output_file
     from coclr.video import indexes
 
     check_output_file(args.out, "data index", indexes.is_index_file, "a coclr video index")
-    annotations = args.annotations or []
-    if args.format in ("ucf101", "hmdb51", "csv") and len(annotations) != 1:
-        raise DataError(f"--format {args.format} needs exactly one --annotations path")
-    if args.format in ("kinetics", "folder") and not args.root:
-        raise DataError(f"--format {args.format} needs --root")
-    if args.unlabelled and args.format != "folder":
-        raise DataError(f"--unlabelled applies to --format folder (a csv manifest without a label column is "
-                        f"unlabelled already), not {args.format}")
-    if args.test_fraction and args.format != "folder":
-        raise DataError(f"--test-fraction applies to --format folder, not {args.format} (which has its own splits)")
-    if args.format == "kinetics" and not annotations:
-        raise DataError("--format kinetics needs --annotations CSV file(s)")
+    options = options_from_flags(IndexOptions, args)
+    options.check(args.format)
+    annotations = options.annotations or []
     notes: list[str] = []
     if args.format == "ucf101":
-        index = indexes.ucf101_index(annotations[0], args.split)
+        index = indexes.ucf101_index(annotations[0], options.split)
     elif args.format == "hmdb51":
-        index = indexes.hmdb51_index(annotations[0], args.split)
+        index = indexes.hmdb51_index(annotations[0], options.split)
     elif args.format == "kinetics":
-        index = indexes.kinetics_index(annotations, args.root)
-    elif args.format == "folder" and args.unlabelled:
-        index = indexes.tree_index(args.root, test_fraction=args.test_fraction, seed=args.seed, notes=notes)
+        index = indexes.kinetics_index(annotations, options.root)
+    elif args.format == "folder" and options.unlabelled:
+        index = indexes.tree_index(options.root, test_fraction=options.test_fraction, seed=options.seed, notes=notes)
     elif args.format == "folder":
-        index = indexes.folder_index(args.root, test_fraction=args.test_fraction, seed=args.seed, notes=notes)
+        index = indexes.folder_index(options.root, test_fraction=options.test_fraction, seed=options.seed, notes=notes)
     else:
         index = indexes.csv_index(annotations[0])
     for note in notes:
         print(f"note: {note}")
-    if args.name:
-        index.name = args.name
-    if args.root:
-        missing = indexes.missing_videos(index, args.root)
-        if missing and args.drop_missing:
+    if options.name:
+        index.name = options.name
+    if options.root:
+        missing = indexes.missing_videos(index, options.root)
+        if missing and options.drop_missing:
             index = index.without(missing)
-            print(f"left out {len(missing)} videos missing under {args.root}")
+            print(f"left out {len(missing)} videos missing under {options.root}")
         elif missing:
-            indexes.check_videos_exist(index, args.root)
+            indexes.check_videos_exist(index, options.root)
     else:
         print("note: no --root given, so the videos were not checked")
     index.save(args.out)
@@ -160,9 +123,10 @@ def run_store(args: argparse.Namespace) -> int:
     from coclr.store.build import build_store
     from coclr.video.indexes import VideoIndex
 
+    options = options_from_flags(StoreOptions, args)
     index = VideoIndex.load(args.index)
-    summary = build_store(index, args.root, args.out, short_side=args.short_side or None,
-                          quality=args.quality, fps=args.fps, workers=args.workers)
+    summary = build_store(index, args.root, args.out, short_side=options.short_side or None,
+                          quality=options.quality, fps=options.fps, workers=options.workers)
     print(summary)
     return job_status(len(summary.failed))
 
@@ -170,6 +134,7 @@ def run_store(args: argparse.Namespace) -> int:
 def run_info(args: argparse.Namespace) -> int:
     from coclr.store.clipstore import failures_path, open_store
 
+    options = options_from_flags(InfoOptions, args)
     store = open_store(args.store)
     index = store.index
     print(f"store {store.root}: index {index.name!r}, {len(index)} videos, {len(index.classes)} classes")
@@ -199,8 +164,8 @@ def run_info(args: argparse.Namespace) -> int:
         unlisted = store.unlisted(view)
         if unlisted:
             print(f"    {len(unlisted)} entries of videos no longer in the index (kept on disk)")
-        if args.verify:
-            bad += show_verify(store, view, args.decode, indent="    ")
+        if options.verify:
+            bad += show_verify(store, view, options.decode, indent="    ")
     return job_status(bad)
 
 
@@ -208,8 +173,10 @@ def run_verify(args: argparse.Namespace) -> int:
     from coclr.store.clipstore import open_store
     from coclr.store.verify import check_views
 
+    options = options_from_flags(VerifyOptions, args)
     store = open_store(args.store)
-    return job_status(sum(show_verify(store, view, args.decode, args.add) for view in check_views(store, args.view)))
+    return job_status(sum(show_verify(store, view, options.decode, options.add)
+                          for view in check_views(store, options.view)))
 
 
 def show_verify(store, view: str, decode: bool = False, add: bool = False, indent: str = "") -> int:

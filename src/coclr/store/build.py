@@ -17,6 +17,7 @@ from coclr.clips import JPEG_QUALITY, SHORT_SIDE
 from coclr.errors import DataError, VideoDecodeError
 from coclr.store.jobs import JobSummary, run_entry_jobs, writing_view
 from coclr.store.jpeg import encode_jpeg
+from coclr.store.options import StoreOptions
 from coclr.video.decode import VideoReader
 from coclr.video.indexes import VideoIndex, check_videos_exist
 
@@ -61,8 +62,9 @@ def encoded_frames(reader: VideoReader, quality: int, notes: dict[str, Any] | No
         notes.update(rotation=reader.orientation.rotation, mirrored=reader.orientation.mirrored)
 
 
-def build_store(index: VideoIndex, video_root: str | Path, out: str | Path, short_side: int | None = SHORT_SIDE,
-                quality: int = JPEG_QUALITY, fps: float | None = None, workers: int | None = None) -> JobSummary:
+def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
+                short_side: int | None = StoreOptions.short_side, quality: int = StoreOptions.quality,
+                fps: float | None = StoreOptions.fps, workers: int | None = StoreOptions.workers) -> JobSummary:
     """Build (or resume building) the "rgb" view of the store ``out`` from the videos of ``index`` under
     ``video_root``: decoded once, resized to ``short_side``, optionally resampled to ``fps``, JPEG
     ``quality``. Missing videos are reported together before any work; undecodable ones are listed in the
