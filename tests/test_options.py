@@ -17,8 +17,8 @@ from coclr.eval.options import ClipConfig, FinetuneConfig, LinearProbeConfig
 from coclr.flow.options import FlowOptions
 from coclr.learn.options import LearnOptions
 from coclr.store.options import InfoOptions, StoreOptions, VerifyOptions
-from coclr.video.options import IndexOptions
 from coclr.video.indexes import folder_index
+from coclr.video.options import IndexOptions
 
 
 def _touch(path: Path) -> None:

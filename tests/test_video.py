@@ -22,6 +22,7 @@ from coclr.video.decode import (
     probe_video,
     short_side_size,
     why_not_video,
+    write_mp4,
 )
 
 # Frame counts and rates from ../shared/data/README.md (full decode).
@@ -450,3 +451,47 @@ def test_a_file_is_a_video_by_its_name_or_when_pyav_opens_it_as_one(tmp_path):
     assert frame_numbers(decode_video(tmp_path / "CLIP.MTS")) == list(range(6))
     with VideoReader(tmp_path / "clip.ts") as reader:
         assert [time for _, time in reader.timed()] == pytest.approx([i / 10 for i in range(6)])  # from 0, not 1.4 s
+
+
+FORKED_COLLECT = """
+import gc, os, sys, time
+import av, numpy as np
+from coclr.video.decode import decode_video
+
+guarded = sys.argv[2] == "guarded"
+gc.disable()  # only the collections below
+if guarded:
+    decode_video(sys.argv[1])  # our decoding: every later fork collects garbage first
+frame = av.VideoFrame.from_ndarray(np.zeros((96, 128, 3), np.uint8), format="rgb24")
+small = frame.reformat(width=64, height=48, format="yuv420p")  # a scaler with slice threads
+cycle = [frame, small]
+cycle.append(cycle)  # garbage only the collector frees
+del frame, small, cycle
+pid = os.fork()
+if pid == 0:
+    gc.collect()  # a DataLoader worker's collector, freeing the scaler without its threads
+    os._exit(0)
+deadline = time.monotonic() + 8
+while time.monotonic() < deadline:
+    if os.waitpid(pid, os.WNOHANG)[0]:
+        print("finished")
+        break
+    time.sleep(0.05)
+else:
+    os.kill(pid, 9)
+    print("hung")
+"""
+
+
+def test_a_fork_after_decoding_leaves_no_scaler_for_the_child_to_free(tmp_path):
+    """FFmpeg's scalers run slice threads: a PyAV frame left as garbage and freed by a forked child's collector waits
+    forever for threads the child does not have (a learn run hung so in curation). Once coclr has decoded, every
+    fork collects the garbage first, in the parent; without that the same child hangs (the check that the hazard
+    is real)."""
+    import subprocess
+    import sys
+
+    video = write_mp4(tmp_path / "v.mp4", np.zeros((4, 32, 48, 3), np.uint8), fps=10)
+    outcome = {mode: subprocess.run([sys.executable, "-c", FORKED_COLLECT, str(video), mode], capture_output=True,
+                                    text=True, timeout=120).stdout.strip() for mode in ("guarded", "plain")}
+    assert outcome == {"guarded": "finished", "plain": "hung"}

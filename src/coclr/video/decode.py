@@ -21,7 +21,10 @@ Example::
 
 from __future__ import annotations
 
+import gc
 import math
+import os
+import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -458,11 +461,28 @@ def decode_frames_at(path: str | Path, indices: Sequence[int], short_side: int |
     return np.stack([kept.get(int(i), last) for i in indices])
 
 
+_FORKS_GUARDED = threading.Event()
+
+
+def collect_before_forks() -> None:
+    """From now on, collect this process's garbage before it forks (once registered, for the process's life).
+
+    FFmpeg's scalers run slice threads: a PyAV frame or stream left in a reference cycle and freed by the garbage
+    collector of a forked child (a DataLoader worker) waits forever in ``pthread_cond_destroy`` for threads the
+    child does not have (a learn run hung so in curation). Collected in the parent, where those threads are, it
+    is freed cleanly. Called where PyAV is used, so a process that never decodes pays nothing."""
+    if not _FORKS_GUARDED.is_set():
+        _FORKS_GUARDED.set()
+        os.register_at_fork(before=gc.collect)
+
+
 def write_mp4(path: str | Path, frames: np.ndarray, fps: float, codec: str = "libx264", crf: int = 18) -> Path:
     """Encode ``uint8 [N, H, W, 3]`` RGB frames as an MP4 file (``yuv420p``; H.264 at CRF ``crf``, 18 by default,
     which needs even sizes), for test and benchmark videos and altered copies. Raises :class:`VideoDecodeError`
     naming the file when FFmpeg cannot encode it."""
     import av  # noqa: PLC0415 (optional)
+
+    collect_before_forks()
 
     path = Path(path)
     try:
@@ -531,7 +551,8 @@ class _RGBConverter:
         self.orientation = Orientation()
 
     def __call__(self, frame) -> np.ndarray:
-        rgb = frame.to_ndarray(format="rgb24")
+        rgb = frame.to_ndarray(format="rgb24", threads=1)  # the same pixels as on every thread, and no threads
+        # left behind a frame (decoding runs in parallel processes already; collect_before_forks)
         if self.short_side is not None:
             rgb = resize_short_side(rgb, self.short_side)
         return self.orientation(rgb)
@@ -540,6 +561,7 @@ class _RGBConverter:
 def _open(path: Path):
     import av  # noqa: PLC0415 (optional)
 
+    collect_before_forks()
     if not path.is_file():
         raise VideoDecodeError(f"{path}: video file not found")
     if path.stat().st_size == 0:
