@@ -21,6 +21,8 @@ import torch
 from coclr.errors import ConfigError
 from coclr.eval.label_free import alignment, neighbour_agreement, quality, uniformity
 from coclr.learn.budget import (
+    CURATE_SHARE,
+    CURATE_VIDEOS,
     MARGIN,
     MAX_EPOCHS,
     MIN_STEPS,
@@ -33,7 +35,10 @@ from coclr.learn.budget import (
     Footage,
     Model,
     Plan,
+    calibration_seconds,
     choose_plan,
+    curate_seconds,
+    curate_videos,
     pace,
     size_stage,
 )
@@ -513,6 +518,28 @@ def test_a_stage_is_sized_to_one_epoch_at_least_and_the_cap_at_most_and_the_pace
     assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))).fit_budget  # recorded, and read back
 
 
+def test_the_curations_calibration_takes_at_most_its_share_of_the_budget():
+    """Calibrating the duplicate threshold on four videos' altered copies of 300 frames would take a large part of
+    a short budget: the plan calibrates on as many as its share affords (none: the distribution rule), counts only
+    those, and says so; a long budget keeps all four."""
+    long_videos = footage(videos=8, frames=300, short_side=240)
+    measured = costs({SMALL: 100})
+    one = calibration_seconds(long_videos, SMALL, measured, 1)
+    assert calibration_seconds(long_videos, SMALL, measured, 3) == pytest.approx(3 * one)
+    assert curate_videos(long_videos, SMALL, measured, None) == CURATE_VIDEOS
+    assert curate_videos(long_videos, SMALL, measured, 4 * one / CURATE_SHARE) == 4
+    assert curate_videos(long_videos, SMALL, measured, 2.5 * one / CURATE_SHARE) == 2
+    assert curate_videos(long_videos, SMALL, measured, 0.5 * one / CURATE_SHARE) == 0
+    for budget, expected in ((2.5 * one / CURATE_SHARE, 2), (20 * one / CURATE_SHARE, 4)):
+        plan = choose_plan(long_videos, measured, budget=budget)
+        assert plan.curate_videos == expected and plan.estimates["curate"] == pytest.approx(
+            curate_seconds(long_videos, SMALL, measured, expected))
+        said = [reason for reason in plan.reasons if "curation" in reason]
+        assert said == ([] if expected == CURATE_VIDEOS else
+                        [f"the curation calibrates its duplicate threshold on 2 video(s)' altered copies, the most "
+                         f"within {CURATE_SHARE:.0%} of the budget"])
+
+
 def test_a_pipeline_runs_sized_stages_and_a_warm_up_never_longer_than_its_stage():
     from coclr.config import from_dict
     from coclr.learn.recipe import DECAY_SHARE, milestones, pipeline_options, sized
@@ -786,13 +813,15 @@ def test_eight_copies_of_one_video_collapse_and_the_run_says_so(tmp_path, capsys
 def test_a_run_that_fits_its_budget_sizes_each_coclr_stage_as_it_starts_and_records_why(tmp_path):
     """A plan that fits its budget: its budget (a second) is spent when the CoCLR stages start, so each is sized to
     one epoch instead of the planned two; plan.json keeps each stage's epochs, learn.json why, and each stage
-    trained them (its own record, the pipeline's manifest) with its warm-up no longer than the stage."""
+    trained them (its own record, the pipeline's manifest) with its warm-up no longer than the stage. The plan's
+    curation calibrates on no video's copies: the distribution rule sets the threshold."""
     from coclr.synth import SynthConfig, write_videos
 
     write_videos(tmp_path / "data", SynthConfig(num_classes=2, train_scenes=2, test_scenes=2, actions_per_scene=2,
                                                 frames=10))
     out = tmp_path / "out"
-    plan = {**TINY_PLAN, "epochs": {"infonce": 1, "coclr": 2}, "steps": 40, "budget": 1.0, "fit_budget": True}
+    plan = {**TINY_PLAN, "epochs": {"infonce": 1, "coclr": 2}, "steps": 40, "budget": 1.0, "fit_budget": True,
+            "curate_videos": 0}
     process = run_learn(tmp_path / "data" / "videos", out, plan=plan)
     assert process.returncode == 0, process.stdout.read()
     coclr = ["cycle1_rgb", "cycle1_flow", "cycle2_rgb", "cycle2_flow"]
@@ -801,6 +830,8 @@ def test_a_run_that_fits_its_budget_sizes_each_coclr_stage_as_it_starts_and_reco
     assert list(record["sizing"]) == coclr and record["plan"]["stage_epochs"] == dict.fromkeys(coclr, 1)
     assert [entry["measured"] for entry in record["sizing"].values()] == [False, True, True, True]
     assert all(entry["planned"] == 2 and entry["seconds_left"] < 0 for entry in record["sizing"].values())
+    assert record["curate"]["rule"].startswith("the distribution rule (--calibrate 0)")  # the plan's: no copies
+    assert not (out / "curate" / "calibration").exists()
     manifest = json.loads((out / "pipeline" / "manifest.json").read_text())
     assert [stage["epochs"] for stage in manifest["stages"]] == [1, 1, 1, 1, 1, 1]
     for name in coclr:

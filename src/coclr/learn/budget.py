@@ -70,8 +70,12 @@ queue to contrast (docs/learn.md); a video shorter than two stretches is one ins
 INFERENCE_BATCH = 16
 """Clips per inference forward (``coclr embed``'s default batch): the unit of :attr:`Costs.forward`."""
 CURATE_VIDEOS = 4
-"""Videos whose altered copies calibrate the near-duplicate threshold of the run's curation (``coclr curate
+"""Most videos whose altered copies calibrate the near-duplicate threshold of the run's curation (``coclr curate
 --calibrate``; each gets one copy per alteration, at most :data:`coclr.curate.calibrate.MAX_FRAMES` frames)."""
+CURATE_SHARE = 0.1
+"""The calibration of the curation's threshold takes at most this share of the budget: fewer videos' copies where
+four would take more (eight clips of ten seconds at 3 minutes: two fifths of the run went to it), none (the
+similarity distribution's rule) where even one would (:func:`curate_videos`)."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +221,9 @@ class Plan:
     fit_budget: bool = False
     """whether each CoCLR stage is sized as it starts by the time the budget has left (:func:`size_stage`); False:
     every stage trains the planned epochs (a plan given to follow, and plans made before)"""
+    curate_videos: int | None = None
+    """videos whose altered copies calibrate the curation's duplicate threshold (:func:`curate_videos`; 0: the
+    similarity distribution's rule; None: :data:`CURATE_VIDEOS`, as plans made before)"""
     stage_epochs: dict[str, int] = field(default_factory=dict)
     """stage -> the epochs it was sized to as it started (:func:`size_stage`; kept, so a stage continues as it
     started)"""
@@ -300,10 +307,12 @@ def steps_per_epoch(footage: Footage, model: Model, batch: int, processes: int =
     return max(1, footage.instances(model) // (batch * processes))
 
 
-def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: int) -> dict[str, float]:
+def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: int,
+              budget: float | None = None) -> dict[str, float]:
     """Seconds of each phase of a run of ``model`` with ``steps`` training steps of ``batch`` clips per process:
     half of them InfoNCE (its two stages side by side when :attr:`Costs.side_by_side`), half CoCLR (whose steps
-    also run the frozen miner forward)."""
+    also run the frozen miner forward); the curation's calibration as ``budget`` affords it (:func:`curate_videos`;
+    None: of :data:`CURATE_VIDEOS` videos)."""
     size = model.size
     pairs = max(0, footage.frames - footage.videos)
     quality_videos = min(footage.videos, QUALITY_VIDEOS)
@@ -329,23 +338,39 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
         "embed": (2 * footage.frames * costs.decode_frame / costs.workers + pairs * costs.flow_pair[size]
                   + 3 * windows_of(footage, model) * costs.forward[key]) / shared,
         "quality": 6 * quality_windows * costs.forward[key],
-        "curate": curate_seconds(footage, model, costs),
+        "curate": curate_seconds(footage, model, costs, curate_videos(footage, model, costs, budget)),
         "fixed": FIXED_SECONDS,
     }
 
 
-def curate_seconds(footage: Footage, model: Model, costs: Costs) -> float:
-    """Seconds of the run's curation (:mod:`coclr.curate`): the calibration's altered copies embedded on both
-    streams (decoded, their flow, two forwards per window), and a thumbnail of every video (decoded once)."""
+def curate_seconds(footage: Footage, model: Model, costs: Costs, videos: int = CURATE_VIDEOS) -> float:
+    """Seconds of the run's curation (:mod:`coclr.curate`): the altered copies of ``videos`` videos that calibrate
+    its threshold (:func:`calibration_seconds`), and a thumbnail of every video (decoded once)."""
+    return calibration_seconds(footage, model, costs, videos) + footage.frames * costs.decode_frame / costs.workers
+
+
+def calibration_seconds(footage: Footage, model: Model, costs: Costs, videos: int) -> float:
+    """Seconds of the curation's calibration on ``videos`` videos: their altered copies embedded on both streams
+    (decoded, their flow, two forwards per window)."""
     from coclr.curate.alter import ALTERATIONS  # noqa: PLC0415
     from coclr.curate.calibrate import MAX_FRAMES  # noqa: PLC0415
 
     frames = min(MAX_FRAMES, footage.frames / footage.videos)
     windows = max(1.0, frames / max(1, model.length // 2))
-    copies = min(CURATE_VIDEOS, footage.videos) * len(ALTERATIONS)
-    per_copy = frames * (costs.decode_frame + costs.flow_pair[model.size]) + 2 * windows * costs.forward[model.key]
-    embed = copies * per_copy
-    return embed + footage.frames * costs.decode_frame / costs.workers
+    copies = min(videos, footage.videos) * len(ALTERATIONS)
+    return copies * (frames * (costs.decode_frame + costs.flow_pair[model.size])
+                     + 2 * windows * costs.forward[model.key])
+
+
+def curate_videos(footage: Footage, model: Model, costs: Costs, budget: float | None) -> int:
+    """Videos whose altered copies calibrate the curation's threshold: the most, up to :data:`CURATE_VIDEOS`,
+    whose calibration takes at most :data:`CURATE_SHARE` of ``budget`` (0: the similarity distribution's rule;
+    None: :data:`CURATE_VIDEOS`)."""
+    most = min(CURATE_VIDEOS, footage.videos)
+    if budget is None:
+        return most
+    return next((videos for videos in range(most, 0, -1)
+                 if calibration_seconds(footage, model, costs, videos) <= CURATE_SHARE * budget), 0)
 
 
 TRAINING = ("infonce", "coclr")
@@ -412,7 +437,7 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
         if model.key not in costs.step or not footage.fits(model):
             continue
         batch = plan_batch(footage, model, costs.processes)
-        fixed = estimates(footage, model, costs, 0, batch)
+        fixed = estimates(footage, model, costs, 0, batch, budget)
         per_step = _per_step(footage, model, costs, batch)
         affordable[model] = int((available - sum(fixed.values())) / per_step)
     if not affordable:
@@ -426,7 +451,7 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
     elif affordable[cheapest] >= least:
         model = cheapest
     else:
-        fixed = sum(estimates(footage, cheapest, costs, 0, batch).values())
+        fixed = sum(estimates(footage, cheapest, costs, 0, batch, budget).values())
         per_step = _per_step(footage, cheapest, costs, batch)
         needed = (spent + fixed + least * per_step) / MARGIN
         raise ConfigError(f"--budget {duration(budget)} is too small for {footage.videos} videos on this machine: "
@@ -446,7 +471,7 @@ def least_steps(footage: Footage, model: Model, processes: int = 1) -> int:
 def _fixed_plan(footage: Footage, costs: Costs, budget: float, spent: float, model: Model) -> Plan:
     """The plan of ``model``, fixed by a checkpoint (:func:`choose_plan` with ``fixed``)."""
     batch = plan_batch(footage, model, costs.processes)
-    fixed = sum(estimates(footage, model, costs, 0, batch).values())
+    fixed = sum(estimates(footage, model, costs, 0, batch, budget).values())
     per_step = _per_step(footage, model, costs, batch)
     affordable = int((budget * MARGIN - spent - fixed) / per_step)
     least = least_steps(footage, model, costs.processes)
@@ -480,11 +505,19 @@ def _plan(footage: Footage, costs: Costs, model: Model, affordable: int, budget:
     if threads == 1:
         reasons.append("CoCLR trains on one thread: this network's steps were measured faster on one thread than on "
                        "every core")
+    curated = curate_videos(footage, model, costs, budget)
+    if curated < min(CURATE_VIDEOS, footage.videos):
+        one = calibration_seconds(footage, model, costs, 1)
+        reasons.append(f"the curation calibrates its duplicate threshold on {curated} video(s)' altered copies, the "
+                       f"most within {CURATE_SHARE:.0%} of the budget" if curated else
+                       f"the curation sets its duplicate threshold by the similarity distribution: calibrating it on "
+                       f"one video's altered copies would take {duration(one)}, over {CURATE_SHARE:.0%} of the budget")
     recorded = {name: ({str(key): item for key, item in value.items()} if isinstance(value, dict) else value)
                 for name, value in asdict(costs).items()}  # as JSON keeps them
     return Plan(model, batch, queue, min(5, max(1, queue // 2)), epochs, steps,
-                {"measure": spent, **estimates(footage, model, costs, steps, batch)}, budget, reasons, costs.processes,
-                segment_frames(model), flow_bound=bound, costs=recorded, threads=threads, fit_budget=True)
+                {"measure": spent, **estimates(footage, model, costs, steps, batch, budget)}, budget, reasons,
+                costs.processes, segment_frames(model), flow_bound=bound, costs=recorded, threads=threads,
+                curate_videos=curated, fit_budget=True)
 
 
 def flow_bound(costs: Costs, side: int) -> float:
@@ -645,7 +678,8 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
 def _affordable(footage: Footage, model: Model, costs: Costs, left: float) -> float:
     """Training steps of ``model`` (measured in ``costs``) that ``left`` seconds of work afford."""
     batch = plan_batch(footage, model, costs.processes)
-    return (left - sum(estimates(footage, model, costs, 0, batch).values())) / _per_step(footage, model, costs, batch)
+    return ((left - sum(estimates(footage, model, costs, 0, batch, left).values()))
+            / _per_step(footage, model, costs, batch))
 
 
 def work(model: Model) -> float:

@@ -271,7 +271,7 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
             return LearnSummary(out, len(paths), [], clock.seconds())
         result["embeddings"] = embedding_quality(out, result["exported"])
         with line.phase("curate", None), record("curate"):
-            result["curate"] = curate_embeddings(out, str(device), options.workers)
+            result["curate"] = curate_embeddings(out, str(device), options.workers, plan.curate_videos)
         if labels is not None:
             from coclr.learn.scores import label_scores  # noqa: PLC0415
 
@@ -595,10 +595,10 @@ def measure_stages(out: Path, store: Path, config, plan: Plan, device: str, labe
                          clips, device, sample_keys(store, QUALITY_VIDEOS), config.data.segment_frames, scorer)
 
 
-def curate_embeddings(out: Path, device: str, workers: int | None) -> dict[str, Any]:
+def curate_embeddings(out: Path, device: str, workers: int | None, videos: int | None = None) -> dict[str, Any]:
     """``coclr curate`` of the two-stream embeddings into ``OUT/curate`` (the threshold calibrated on altered copies
-    of :data:`~coclr.learn.budget.CURATE_VIDEOS` videos; by the distribution rule in a job of several processes);
-    returns what ``learn.json`` records of it."""
+    of ``videos`` videos, the plan's; None: :data:`~coclr.learn.budget.CURATE_VIDEOS`; 0, and in a job of several
+    processes: by the distribution rule); returns what ``learn.json`` records of it."""
     from coclr.curate.run import RESULT_FILE as CURATE_RESULT  # noqa: PLC0415 (heavy: torch)
     from coclr.curate.run import CurateOptions, curate  # noqa: PLC0415
     from coclr.distributed import world_size  # noqa: PLC0415
@@ -606,7 +606,8 @@ def curate_embeddings(out: Path, device: str, workers: int | None) -> dict[str, 
 
     # Under torchrun only this process curates: the calibration's embedding would wait for the others (it shares
     # its videos with every process of a group), so there the distribution rule sets the threshold.
-    options = CurateOptions(calibrate=CURATE_VIDEOS if world_size() == 1 else 0, device=device, workers=workers)
+    calibrate = (CURATE_VIDEOS if videos is None else videos) if world_size() == 1 else 0
+    options = CurateOptions(calibrate=calibrate, device=device, workers=workers)
     curate(out / "embeddings" / "two_stream", out / CURATE_FOLDER, options, show=False)
     record = read_json_record(out / CURATE_FOLDER / CURATE_RESULT) or {}
     return {key: record.get(key) for key in ("threshold", "rule", "groups", "duplicate_videos", "partial_pairs")}
