@@ -524,8 +524,9 @@ def train_coclr(out: Path, config, plan: Plan, stages: list, clock: Clock, resul
 def trained_epochs(config, stage: str) -> int:
     """Epochs the pipeline's ``stage`` has trained (its ``log.jsonl``)."""
     log = Path(config.run.out) / stage / "log.jsonl"
-    return sum(1 for entry in read_json_lines(log) if isinstance(entry, dict) and "epoch_seconds" in entry) \
-        if log.is_file() else 0
+    if not log.is_file():
+        return 0
+    return sum(1 for entry in read_json_lines(log) if isinstance(entry, dict) and "epoch_seconds" in entry)
 
 
 def export_encoders(out: Path, exported: dict[str, dict[str, Any]]) -> None:
