@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from coclr.curate.alter import ALTERATIONS
 from coclr.errors import ConfigError
 from coclr.eval.label_free import alignment, neighbour_agreement, quality, uniformity
 from coclr.learn.budget import (
@@ -526,6 +527,8 @@ def test_the_curations_calibration_takes_at_most_its_share_of_the_budget():
     measured = costs({SMALL: 100})
     one = calibration_seconds(long_videos, SMALL, measured, 1)
     assert calibration_seconds(long_videos, SMALL, measured, 3) == pytest.approx(3 * one)
+    encoding = dataclasses.replace(measured, encode_frame=0.01)  # writing the copies counts too
+    assert calibration_seconds(long_videos, SMALL, encoding, 1) - one == pytest.approx(len(ALTERATIONS) * 300 * 0.01)
     assert curate_videos(long_videos, SMALL, measured, None) == CURATE_VIDEOS
     assert curate_videos(long_videos, SMALL, measured, 4 * one / CURATE_SHARE) == 4
     assert curate_videos(long_videos, SMALL, measured, 2.5 * one / CURATE_SHARE) == 2
@@ -538,6 +541,14 @@ def test_the_curations_calibration_takes_at_most_its_share_of_the_budget():
         assert said == ([] if expected == CURATE_VIDEOS else
                         [f"the curation calibrates its duplicate threshold on 2 video(s)' altered copies, the most "
                          f"within {CURATE_SHARE:.0%} of the budget"])
+
+
+def test_encoding_the_curations_copies_is_timed_on_the_videos_frames():
+    from coclr.learn.budget import _time_encoding
+
+    frames = [np.random.default_rng(0).integers(0, 255, (45, 33, 3), dtype=np.uint8) for _ in range(8)]
+    seconds = _time_encoding([[], frames])  # odd sides cropped to even ones, as the copies are
+    assert 0 < seconds < 1.0
 
 
 def test_a_pipeline_runs_sized_stages_and_a_warm_up_never_longer_than_its_stage():

@@ -179,6 +179,9 @@ class Costs:
     single_step: dict[str, float] = field(default_factory=dict)
     """one step of each model on one thread, alone, timed in turn with :attr:`step` (A B B A: a slower moment of the
     machine slows both); the CoCLR stages' step where :func:`one_thread`"""
+    encode_frame: float = 0.0
+    """encoding one source frame as H.264 (``write_mp4``: the curation's altered copies; 0: not measured, as in
+    plans made before)"""
     motion: dict[int, float] = field(default_factory=dict)
     """the :data:`MOTION_PERCENTILE` th percentile of the flow's horizontal and vertical magnitudes (px per frame)
     on the sampled videos' first frame pairs, at each short side (:func:`flow_bound`)"""
@@ -350,15 +353,15 @@ def curate_seconds(footage: Footage, model: Model, costs: Costs, videos: int = C
 
 
 def calibration_seconds(footage: Footage, model: Model, costs: Costs, videos: int) -> float:
-    """Seconds of the curation's calibration on ``videos`` videos: their altered copies embedded on both streams
-    (decoded, their flow, two forwards per window)."""
+    """Seconds of the curation's calibration on ``videos`` videos: their altered copies written (encoded at the
+    source size) and embedded on both streams (decoded, their flow, two forwards per window)."""
     from coclr.curate.alter import ALTERATIONS  # noqa: PLC0415
     from coclr.curate.calibrate import MAX_FRAMES  # noqa: PLC0415
 
     frames = min(MAX_FRAMES, footage.frames / footage.videos)
     windows = max(1.0, frames / max(1, model.length // 2))
     copies = min(videos, footage.videos) * len(ALTERATIONS)
-    return copies * (frames * (costs.decode_frame + costs.flow_pair[model.size])
+    return copies * (frames * (costs.encode_frame + costs.decode_frame + costs.flow_pair[model.size])
                      + 2 * windows * costs.forward[model.key])
 
 
@@ -625,7 +628,7 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     timed = timings[1:] or timings  # the first one also warms the decoder up
     decode_frame = sum(seconds for seconds, _ in timed) / max(1, sum(count for _, count in timed))
     costs = Costs(decode_frame, {}, {}, {}, {}, {}, {}, {}, workers, processes=processes, machines=machines,
-                  side_by_side=infonce_side_by_side(device, processes))
+                  side_by_side=infonce_side_by_side(device, processes), encode_frame=_time_encoding(videos))
 
     def measure_size(size: int) -> None:  # JPEG and flow at a clip side, once a candidate of that side is measured
         report(f"JPEG and TV-L1 flow at {size} px", None)
@@ -708,6 +711,22 @@ def measuring_left(took: Sequence[tuple[Model, float]], remaining: Sequence[Mode
         if affordable / scale < TARGET_STEPS:  # measuring stops after this one
             break
     return total
+
+
+def _time_encoding(videos: list[list[np.ndarray]]) -> float:
+    """Seconds to encode one of the sampled videos' frames as H.264 (as the curation writes its altered copies):
+    the first video's, cropped to even sides, timed on the second of two runs (the first loads the encoder)."""
+    from coclr.video.decode import write_mp4  # noqa: PLC0415 (heavy: av)
+
+    frames = np.stack(next(frames for frames in videos if frames))
+    frames = frames[:, : frames.shape[1] // 2 * 2, : frames.shape[2] // 2 * 2]
+    if min(frames.shape[1:3]) < 2:
+        return 0.0
+    with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
+        write_mp4(Path(tmp) / "first.mp4", frames[:2], 25.0)
+        begin = time.perf_counter()
+        write_mp4(Path(tmp) / "timed.mp4", frames, 25.0)
+        return (time.perf_counter() - begin) / len(frames)
 
 
 def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float, float]:
