@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import gc
 import math
 import os
@@ -551,11 +552,19 @@ class _RGBConverter:
         self.orientation = Orientation()
 
     def __call__(self, frame) -> np.ndarray:
-        rgb = frame.to_ndarray(format="rgb24", threads=1)  # the same pixels as on every thread, and no threads
-        # left behind a frame (decoding runs in parallel processes already; collect_before_forks)
+        rgb = frame.to_ndarray(format="rgb24", **_one_thread())  # the same pixels as on every thread, and no
+        # threads left behind a frame (decoding runs in parallel processes already; collect_before_forks)
         if self.short_side is not None:
             rgb = resize_short_side(rgb, self.short_side)
         return self.orientation(rgb)
+
+
+@functools.cache
+def _one_thread() -> dict[str, int]:
+    """``reformat``'s option for one thread, where PyAV has it (17 and later, whose reformatting is threaded)."""
+    import av  # noqa: PLC0415 (optional)
+
+    return {"threads": 1} if int(av.__version__.split(".")[0]) >= 17 else {}
 
 
 def _open(path: Path):
