@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from fractions import Fraction
 from pathlib import Path
 
@@ -487,11 +488,13 @@ def test_a_fork_after_decoding_leaves_no_scaler_for_the_child_to_free(tmp_path):
     """FFmpeg's scalers run slice threads: a PyAV frame left as garbage and freed by a forked child's collector waits
     forever for threads the child does not have (a learn run hung so in curation). Once coclr has decoded, every
     fork collects the garbage first, in the parent; without that the same child hangs (the check that the hazard
-    is real)."""
+    is real, where PyAV threads its scalers: 17 and later, on more than one core)."""
     import subprocess
     import sys
 
     video = write_mp4(tmp_path / "v.mp4", np.zeros((4, 32, 48, 3), np.uint8), fps=10)
     outcome = {mode: subprocess.run([sys.executable, "-c", FORKED_COLLECT, str(video), mode], capture_output=True,
                                     text=True, timeout=120).stdout.strip() for mode in ("guarded", "plain")}
-    assert outcome == {"guarded": "finished", "plain": "hung"}
+    assert outcome["guarded"] == "finished"
+    if int(av.__version__.split(".")[0]) >= 17 and (os.cpu_count() or 1) > 1:  # scalers with slice threads
+        assert outcome["plain"] == "hung"
