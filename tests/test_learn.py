@@ -543,12 +543,28 @@ def test_the_curations_calibration_takes_at_most_its_share_of_the_budget():
                          f"within {CURATE_SHARE:.0%} of the budget"])
 
 
-def test_encoding_the_curations_copies_is_timed_on_the_videos_frames():
-    from coclr.learn.budget import _time_encoding
+def test_encoding_the_curations_copies_and_a_thumbnail_are_timed_on_the_videos(tmp_path):
+    from coclr.learn.budget import _time_encoding, _time_thumbnail
+    from coclr.video.decode import write_mp4
 
     frames = [np.random.default_rng(0).integers(0, 255, (45, 33, 3), dtype=np.uint8) for _ in range(8)]
     seconds = _time_encoding([[], frames])  # odd sides cropped to even ones, as the copies are
     assert 0 < seconds < 1.0
+    video = write_mp4(tmp_path / "v.mp4", np.stack(frames)[:, :44, :32], fps=10)
+    (tmp_path / "broken.mp4").write_bytes(b"not a video")
+    assert 0 < _time_thumbnail([str(tmp_path / "broken.mp4"), str(video), str(video)]) < 5.0
+    assert _time_thumbnail([str(tmp_path / "broken.mp4")]) == 0.0
+
+
+def test_the_curations_thumbnails_count_per_video_on_a_thread_per_core():
+    from coclr.curate.run import CurateOptions
+
+    many = footage(videos=3000)
+    measured = dataclasses.replace(costs({SMALL: 100}), thumbnail=0.05)
+    alone = curate_seconds(many, SMALL, measured, 0)
+    assert alone == pytest.approx(min(3000, CurateOptions.thumbnails) * 0.05 / measured.workers)
+    unmeasured = dataclasses.replace(measured, thumbnail=0.0)  # plans made before: a decode of every frame
+    assert curate_seconds(many, SMALL, unmeasured, 0) == pytest.approx(many.frames * measured.decode_frame / 2)
 
 
 def test_a_pipeline_runs_sized_stages_and_a_warm_up_never_longer_than_its_stage():

@@ -251,6 +251,10 @@ def write_tables(out: Path, paths: list[str], scores: np.ndarray, neighbours: np
     atomic_write_text(out / "outliers.csv", text.getvalue())
 
 
+THUMBNAIL_FRAMES, THUMBNAIL_HEIGHT = 8, 72
+"""A thumbnail's frames (spread over the video) and their height in px."""
+
+
 def thumbnail_rows(count: int, whole: list[list[int]], stretches: list, ranking: np.ndarray, most: int) -> list[int]:
     """The videos that get a thumbnail: every one of small collections; else the duplicates, the listed outliers,
     then videos spread evenly, up to ``most``."""
@@ -291,7 +295,8 @@ def write_thumbnails(out: Path, embeddings: Embeddings, rows: list[int], stale: 
             if row in stale:
                 return None
             try:
-                frames = file_thumbnail(record["path"], embeddings, num_frames=8, height=72)
+                frames = file_thumbnail(record["path"], embeddings, num_frames=THUMBNAIL_FRAMES,
+                                        height=THUMBNAIL_HEIGHT)
             except Exception:  # an unreadable video: no thumbnail, the rest goes on
                 return None
             with atomic_open(folder / name, "wb") as file:

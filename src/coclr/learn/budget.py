@@ -182,6 +182,9 @@ class Costs:
     encode_frame: float = 0.0
     """encoding one source frame as H.264 (``write_mp4``: the curation's altered copies; 0: not measured, as in
     plans made before)"""
+    thumbnail: float = 0.0
+    """making one video's animated thumbnail for the curation's page (frames decoded through the video, a GIF), on
+    one thread (0: not measured, as in plans made before)"""
     motion: dict[int, float] = field(default_factory=dict)
     """the :data:`MOTION_PERCENTILE` th percentile of the flow's horizontal and vertical magnitudes (px per frame)
     on the sampled videos' first frame pairs, at each short side (:func:`flow_bound`)"""
@@ -348,8 +351,13 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
 
 def curate_seconds(footage: Footage, model: Model, costs: Costs, videos: int = CURATE_VIDEOS) -> float:
     """Seconds of the run's curation (:mod:`coclr.curate`): the altered copies of ``videos`` videos that calibrate
-    its threshold (:func:`calibration_seconds`), and a thumbnail of every video (decoded once)."""
-    return calibration_seconds(footage, model, costs, videos) + footage.frames * costs.decode_frame / costs.workers
+    its threshold (:func:`calibration_seconds`), and a thumbnail of each video, up to the page's most, made on a
+    thread per core (measured: :attr:`Costs.thumbnail`; else a decode of every frame, as plans made before)."""
+    from coclr.curate.run import CurateOptions  # noqa: PLC0415
+
+    thumbnails = (min(footage.videos, CurateOptions.thumbnails) * costs.thumbnail if costs.thumbnail
+                  else footage.frames * costs.decode_frame)
+    return calibration_seconds(footage, model, costs, videos) + thumbnails / costs.workers
 
 
 def calibration_seconds(footage: Footage, model: Model, costs: Costs, videos: int) -> float:
@@ -628,7 +636,8 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     timed = timings[1:] or timings  # the first one also warms the decoder up
     decode_frame = sum(seconds for seconds, _ in timed) / max(1, sum(count for _, count in timed))
     costs = Costs(decode_frame, {}, {}, {}, {}, {}, {}, {}, workers, processes=processes, machines=machines,
-                  side_by_side=infonce_side_by_side(device, processes), encode_frame=_time_encoding(videos))
+                  side_by_side=infonce_side_by_side(device, processes), encode_frame=_time_encoding(videos),
+                  thumbnail=_time_thumbnail([sample_videos[int(i)] for i in spread]))
 
     def measure_size(size: int) -> None:  # JPEG and flow at a clip side, once a candidate of that side is measured
         report(f"JPEG and TV-L1 flow at {size} px", None)
@@ -727,6 +736,27 @@ def _time_encoding(videos: list[list[np.ndarray]]) -> float:
         begin = time.perf_counter()
         write_mp4(Path(tmp) / "timed.mp4", frames, 25.0)
         return (time.perf_counter() - begin) / len(frames)
+
+
+def _time_thumbnail(paths: Sequence[str]) -> float:
+    """Seconds to make one video's curation thumbnail (as :func:`coclr.curate.run.write_thumbnails` does), on one
+    thread: timed on the second readable video of ``paths`` (the first, untimed, loads the decoder); 0 when none
+    could be read."""
+    from coclr.curate.run import THUMBNAIL_FRAMES, THUMBNAIL_HEIGHT  # noqa: PLC0415
+    from coclr.embed.search import file_thumbnail  # noqa: PLC0415 (heavy: torch)
+    from coclr.eval.gallery import animated_gif  # noqa: PLC0415
+
+    timed = []
+    for path in paths:
+        begin = time.perf_counter()
+        try:
+            animated_gif(file_thumbnail(path, num_frames=THUMBNAIL_FRAMES, height=THUMBNAIL_HEIGHT))
+        except Exception:  # an unreadable sample: the store job reports it
+            continue
+        timed.append(time.perf_counter() - begin)
+        if len(timed) == 2:
+            break
+    return timed[-1] if timed else 0.0
 
 
 def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float, float]:
