@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-LATER = ("quality", "embed", "curate")
+from coclr.learn.budget import LATER, Plan
 
 
 def phase_ratios(record: dict) -> dict[str, float]:
@@ -24,8 +24,7 @@ def phase_ratios(record: dict) -> dict[str, float]:
     estimates = dict(plan["estimates"])
     sizing = record.get("sizing") or {}
     if sizing:
-        per_epoch = estimates["coclr"] / (4 * plan["epochs"]["coclr"])
-        estimates["coclr"] = per_epoch * sum(plan["stage_epochs"].values())
+        estimates["coclr"] = Plan.from_dict(plan).coclr_epoch_seconds * sum(plan["stage_epochs"].values())
         pace = list(sizing.values())[-1]["pace"]
         estimates.update({name: estimates[name] * pace for name in LATER if name in estimates})
     return {name: took[name] / estimates[name] for name in took if estimates.get(name)}

@@ -472,7 +472,7 @@ pid = os.fork()
 if pid == 0:
     gc.collect()  # a DataLoader worker's collector, freeing the scaler without its threads
     os._exit(0)
-deadline = time.monotonic() + 8
+deadline = time.monotonic() + 4
 while time.monotonic() < deadline:
     if os.waitpid(pid, os.WNOHANG)[0]:
         print("finished")

@@ -237,6 +237,11 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def coclr_epoch_seconds(self) -> float:
+        """The estimated seconds of one epoch of one CoCLR stage (the CoCLR phase's estimate over its epochs)."""
+        return self.estimates["coclr"] / max(1, 4 * self.epochs["coclr"])
+
     def stage_steps(self, stages: Sequence[Any]) -> int:
         """The training steps of ``stages`` (:class:`~coclr.train.pipeline.Stage`, each trained for its epochs at
         the plan's steps per epoch)."""
@@ -352,7 +357,7 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
 def curate_seconds(footage: Footage, model: Model, costs: Costs, videos: int = CURATE_VIDEOS) -> float:
     """Seconds of the run's curation (:mod:`coclr.curate`): the altered copies of ``videos`` videos that calibrate
     its threshold (:func:`calibration_seconds`), and a thumbnail of each video, up to the page's most, made on a
-    thread per core (measured: :attr:`Costs.thumbnail`; else a decode of every frame, as plans made before)."""
+    thread per core (:attr:`Costs.thumbnail`; where none could be timed, a decode of every frame)."""
     from coclr.curate.run import CurateOptions  # noqa: PLC0415
 
     thumbnails = (min(footage.videos, CurateOptions.thumbnails) * costs.thumbnail if costs.thumbnail
@@ -420,8 +425,7 @@ def size_stage(plan: Plan, spent: float, took: dict[str, float], stages_left: in
     speed = pace(plan.estimates, {name: seconds for name, seconds in took.items() if name not in TRAINING[1:]})
     later = sum(plan.estimates.get(name, 0.0) for name in LATER) * speed
     left = plan.budget * SIZED_SHARE - spent - later
-    per_epoch = epoch_seconds if epoch_seconds is not None else (
-        plan.estimates["coclr"] / max(1, 4 * plan.epochs["coclr"]))
+    per_epoch = epoch_seconds if epoch_seconds is not None else plan.coclr_epoch_seconds
     epochs = max(1, min(MAX_EPOCHS["coclr"], round(left / max(1, stages_left) / per_epoch)))
     return epochs, {"epochs": epochs, "planned": plan.epochs["coclr"], "seconds_left": round(left, 1),
                     "later_phases": round(later, 1), "pace": round(speed, 3), "epoch_seconds": round(per_epoch, 3),

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from coclr import progress
-from coclr.atomic import atomic_write_json, atomic_write_text, read_json_lines, read_json_record
+from coclr.atomic import atomic_write_json, atomic_write_text, read_json_record
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
@@ -494,7 +494,7 @@ def train_coclr(out: Path, config, plan: Plan, stages: list, clock: Clock, resul
     stages trained in this process took): its epochs are written to ``plan.json`` before it trains (a continued
     stage keeps them) and what they were chosen from to ``learn.json`` (``sizing``)."""
     from coclr.distributed import broadcast_object, is_main  # noqa: PLC0415 (heavy: torch)
-    from coclr.train.pipeline import run_pipeline  # noqa: PLC0415
+    from coclr.train.pipeline import epoch_seconds, run_pipeline  # noqa: PLC0415
 
     planned, stages = plan.stage_steps(stages[2:]), list(stages)
     took: list[tuple[float, int]] = []  # (seconds, epochs) of the stages trained in this process
@@ -514,19 +514,12 @@ def train_coclr(out: Path, config, plan: Plan, stages: list, clock: Clock, resul
             stages[number] = sized(stage, plan.stage_epochs[stage.name])
             steps = plan.stage_steps(stages[2:])
             line.resize(steps, plan.estimates["coclr"] * steps / max(1, planned))
-        before, begin = trained_epochs(config, stage.name), time.perf_counter()
+        run_dir = Path(config.run.out)
+        before, begin = len(epoch_seconds(run_dir, stage.name)), time.perf_counter()
         run_pipeline(config, until=stage.name, stages=stages)
-        trained = trained_epochs(config, stage.name) - before
+        trained = len(epoch_seconds(run_dir, stage.name)) - before
         if trained > 0:
             took.append((time.perf_counter() - begin, trained))
-
-
-def trained_epochs(config, stage: str) -> int:
-    """Epochs the pipeline's ``stage`` has trained (its ``log.jsonl``)."""
-    log = Path(config.run.out) / stage / "log.jsonl"
-    if not log.is_file():
-        return 0
-    return sum(1 for entry in read_json_lines(log) if isinstance(entry, dict) and "epoch_seconds" in entry)
 
 
 def export_encoders(out: Path, exported: dict[str, dict[str, Any]]) -> None:

@@ -136,16 +136,22 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     return read_json_record(run_dir / MANIFEST) or {}
 
 
+def epoch_seconds(run_dir: Path, stage: str) -> list[float]:
+    """The seconds of each epoch a stage has trained (its ``log.jsonl``; none before its first epoch)."""
+    log = run_dir / stage / "log.jsonl"
+    if not log.is_file():
+        return []
+    return [r["epoch_seconds"] for r in read_json_lines(log) if isinstance(r, dict) and "epoch_seconds" in r]
+
+
 def pipeline_eta(run_dir: Path, stages: list[Stage]) -> str:
     """How much of the pipeline is done, in epochs, and the time left at the mean epoch time of its training logs
     so far (every stage's ``log.jsonl`` records each epoch's seconds)."""
     done, seconds = 0, []
     for stage in stages:
-        log = run_dir / stage.name / "log.jsonl"
-        if log.is_file():
-            epochs = [r["epoch_seconds"] for r in read_json_lines(log) if isinstance(r, dict) and "epoch_seconds" in r]
-            done += len(epochs)
-            seconds += epochs
+        epochs = epoch_seconds(run_dir, stage.name)
+        done += len(epochs)
+        seconds += epochs
     total = sum(stage.epochs for stage in stages)
     text = f"{done}/{total} epochs of the pipeline done"
     if seconds:

@@ -25,7 +25,6 @@ import functools
 import gc
 import math
 import os
-import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -462,9 +461,7 @@ def decode_frames_at(path: str | Path, indices: Sequence[int], short_side: int |
     return np.stack([kept.get(int(i), last) for i in indices])
 
 
-_FORKS_GUARDED = threading.Event()
-
-
+@functools.cache
 def collect_before_forks() -> None:
     """From now on, collect this process's garbage before it forks (once registered, for the process's life).
 
@@ -472,9 +469,7 @@ def collect_before_forks() -> None:
     collector of a forked child (a DataLoader worker) waits forever in ``pthread_cond_destroy`` for threads the
     child does not have (a learn run hung so in curation). Collected in the parent, where those threads are, it
     is freed cleanly. Called where PyAV is used, so a process that never decodes pays nothing."""
-    if not _FORKS_GUARDED.is_set():
-        _FORKS_GUARDED.set()
-        os.register_at_fork(before=gc.collect)
+    os.register_at_fork(before=gc.collect)
 
 
 def write_mp4(path: str | Path, frames: np.ndarray, fps: float, codec: str = "libx264", crf: int = 18) -> Path:
