@@ -3,7 +3,7 @@ costs beside the InfoNCE step the calibration times.
 
 The plan prices a CoCLR step as the calibration's InfoNCE step plus the frozen miner's forward of the batch
 (`learn.budget.estimates`). This times, REPEATS times each, the calibration's own measurement of MODEL
-(`learn.budget._time_training`: InfoNCE steps on every thread and on one, in turn, and a clip's forward) and the same
+(`train.timing.time_training`: InfoNCE steps on every thread and on one, in turn, and a clip's forward) and the same
 measurement on a real CoCLR run of the same network (an RGB stage mining with a frozen flow encoder), and prints
 every repeat and, per figure, its spread (largest / smallest) and the CoCLR step against that price.
 
@@ -29,10 +29,11 @@ def main() -> None:
     import torch
 
     from coclr.config import from_dict
-    from coclr.learn.budget import MODELS, _time_steps, _time_training
+    from coclr.learn.budget import MODELS
     from coclr.synth.output import random_store
     from coclr.train.config import PretrainConfig
     from coclr.train.run import start_run
+    from coclr.train.timing import time_steps, time_training
 
     model = next((m for m in MODELS if m.key == args.model), None)
     if model is None:
@@ -54,11 +55,12 @@ def main() -> None:
         method = {"name": "coclr", "queue_size": 2 * args.batch, "topk": 5, "wait_for_full_queue": False,
                   "sampler_checkpoint": str(next((tmp / "miner").rglob("checkpoint_best.pth")))}
         for repeat in range(args.repeats):  # in turn: InfoNCE, then CoCLR
-            infonce.append(_time_training(model, tmp / f"infonce{repeat}", "cpu", args.batch))
+            infonce.append(time_training(model.width, model.size, model.length, tmp / f"infonce{repeat}", "cpu",
+                                          args.batch))
             run = from_dict(PretrainConfig, {**base, "method": method,
                                              "run": {**base["run"], "out": str(tmp / f"coclr{repeat}")}})
             with start_run(run) as trainer:
-                coclr.append(_time_steps(trainer, model, args.batch, 5, 0.0, None))
+                coclr.append(time_steps(trainer, model.length, model.size, args.batch, 5, 0.0, None))
             print(f"  repeat {repeat + 1}: InfoNCE step {infonce[-1]['step'] * 1000:.0f} ms (one thread "
                   f"{infonce[-1]['single_step'] * 1000:.0f}), forward {infonce[-1]['forward'] * 1000:.2f} ms a clip; "
                   f"CoCLR step {coclr[-1]['step'] * 1000:.0f} ms (one thread {coclr[-1]['single_step'] * 1000:.0f})")

@@ -269,14 +269,14 @@ def test_a_command_started_by_a_job_dies_with_it_even_by_sigkill():
 
 
 def children_of(out: Path) -> list[str]:
-    """Command lines of live processes that write under ``out`` (its configs)."""
+    """Command lines of live processes that run a job of ``out`` (their task records are in its logs)."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
             command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if str(out / "configs") in command:
+        if str(out / "logs") in command:
             found.append(command)
     return found
 
@@ -584,6 +584,19 @@ def test_a_pipeline_runs_sized_stages_and_a_warm_up_never_longer_than_its_stage(
     assert stage_config(config, stages[0], Path("out")).optim.warmup_epochs == 4  # the others as configured
     with pytest.raises(ValueError):
         check_sized(stages, [*stages[:2], *(dataclasses.replace(stage, lr=1.0) for stage in stages[2:])])
+
+
+def test_the_side_by_side_calibration_times_two_real_processes() -> None:
+    """The calibration of the InfoNCE stages side by side starts two timing tasks as every job starts
+    (``coclr task``), one thread each, and reads their step and start times; a child that fails is one line."""
+    from coclr.learn.budget import Model, _time_side_by_side
+
+    model = Model(0.125, 32, 8)  # the smallest S3D takes
+    step, started = _time_side_by_side(model, batch=2, steps=1)
+    assert 0 < step < 60 and 0 < started < 300
+    failing = dataclasses.replace(model, width=-1.0)  # refused in the child, by the model's options
+    with pytest.raises(ConfigError, match="the calibration of two processes side by side failed: .*width"):
+        _time_side_by_side(failing, batch=2, steps=1)
 
 
 def test_infonce_stages_side_by_side_halve_their_time_in_the_plan():

@@ -15,11 +15,13 @@ import yaml
 
 from coclr.config import load_config
 from coclr.errors import CoclrError, ConfigError
+from coclr.flow.options import FlowOptions
 from coclr.jobs.scheduler import Job, run_jobs, wait_for_an_exit
+from coclr.jobs.tasks import Flow, read_task_file
 from coclr.study.config import QUICK_ROWS, ROWS, STUDY_SYNTH, STUDY_TRAIN, StudyConfig
 from coclr.study.plan import plan_study
 from coclr.study.results import claims, results_markdown, seeds_markdown, summarise_seeds
-from coclr.train.config import MethodOptions
+from coclr.train.config import MethodOptions, PipelineConfig, PretrainConfig
 from conftest import REPO_ROOT
 
 REDUCED = ["data.synth={train_scenes: 4, test_scenes: 2, num_classes: 4, actions_per_scene: 4, clips_per_action: 1, "
@@ -100,8 +102,8 @@ def test_the_quick_studys_rows_write_every_result(table_1, tmp_path: Path) -> No
     options = [*STUDY_OPTIONS, "seed=3"]
     quick = plan_study(load_config(StudyConfig, overrides=options), out)
     study = plan_study(load_config(StudyConfig, REPO_ROOT / "configs" / "study_demo.yaml", options), out)
-    jobs = {job.name: job.argv for job in study.jobs}
-    assert {job.name: job.argv for job in quick.jobs}.items() <= jobs.items()
+    jobs = {job.name: job.task for job in study.jobs}
+    assert {job.name: job.task for job in quick.jobs}.items() <= jobs.items()
     assert all(study.configs[name] == config for name, config in quick.configs.items())
     assert (quick.synth, quick.clips, quick.probe) == (study.synth, study.clips, study.probe)
     results = json.loads((out / "results.json").read_text())
@@ -232,7 +234,7 @@ def test_the_ucf101_config_is_checked_on_a_small_ucf101_folder(tmp_path: Path, c
             f"data.store={tmp_path / 'store'}"]
     assert main(args) == 0
     plan = capsys.readouterr().out
-    assert "11 rows" in plan and "clips 32x128" in plan and "cross_entropy_rgb: coclr eval finetune, 500 epochs" in plan
+    assert "11 rows" in plan and "clips 32x128" in plan and "cross_entropy_rgb: finetune (rgb), 500 epochs" in plan
     config = load_config(StudyConfig, REPO_ROOT / "configs" / "study_ucf101.yaml")  # the paper's recipe
     assert (config.train["method"]["momentum"], config.train["method"]["queue_size"]) == (0.999, 2048)
     assert config.train["augment"]["blur_p"] == 0.5 and config.train["data"]["cache_mb"] == 0
@@ -338,23 +340,55 @@ def test_decay_epochs_run_the_end_of_every_stage_at_a_tenth_of_its_lr(tmp_path: 
     assert {o["schedule"] for o in optims("schedule.decay_epochs=0").values()} == {"constant"}
 
 
-def _job(name: str, argv: list[str], deps: tuple[str, ...] = ()) -> Job:
-    return Job(name, argv, deps)
+def _flow(store: Path, **options) -> Flow:
+    """A flow task on ``store`` (DIS, in the child process itself)."""
+    return Flow(store, FlowOptions(**{"backend": "dis", "view": "flow", "workers": 0, **options}))
 
 
 def test_the_scheduler_runs_jobs_after_their_dependencies_and_stops_what_a_failure_blocks(tmp_path: Path) -> None:
-    ok = ["flow", "--list-options"]
-    bad = ["pretrain", "--config", str(tmp_path / "missing.yaml")]
-    jobs = [_job("first", ok), _job("broken", bad, ("first",)), _job("never", ok, ("broken",)),
-            _job("beside", ok), _job("after", ok, ("beside", "first"))]
+    """Each job's task runs in a child process that reads it from its record (``coclr task``); a failure stops the
+    jobs that need it, the others run on, and the error shows the failed job's log and how to rerun it alone."""
+    from coclr.synth.output import random_store
+
+    names = ("first", "never", "beside", "after")
+    ok = {name: _flow(random_store(tmp_path / name, videos=2, frames=3, size=(16, 16), views=("rgb",)))
+          for name in names}  # (a store each: two jobs on one view would be refused by its lock)
+    bad = _flow(tmp_path / "missing")
+    jobs = [Job("first", ok["first"]), Job("broken", bad, ("first",)), Job("never", ok["never"], ("broken",)),
+            Job("beside", ok["beside"]), Job("after", ok["after"], ("beside", "first"))]
     with pytest.raises(CoclrError, match="failed: broken; not run, as they need them: never") as raised:
         run_jobs(jobs, tmp_path, processes=2, poll_seconds=0.05)
-    assert "missing.yaml" in str(raised.value)  # the failed command's log tail
     logs = tmp_path / "logs"
-    assert all("warps" in (logs / f"{name}.log").read_text() for name in ("first", "beside", "after"))
+    assert "missing" in str(raised.value) and f"coclr task {logs / 'broken.task.json'}" in str(raised.value)
+    assert all("0 failed" in (logs / f"{name}.log").read_text() for name in ("first", "beside", "after"))
+    assert [(tmp_path / name / "flow").is_dir() for name in names] == [True, False, True, True]
     assert not (logs / "never.log").exists()
+    assert read_task_file(logs / "first.task.json") == ok["first"]  # what the child ran, and reruns it by hand
     with pytest.raises(CoclrError, match="wait for nowhere, which no job provides"):
-        run_jobs([_job("lost", ok, ("nowhere",))], tmp_path, processes=1, poll_seconds=0.05)
+        run_jobs([Job("lost", ok["first"], ("nowhere",))], tmp_path, processes=1, poll_seconds=0.05)
+
+
+def test_a_task_reads_back_from_its_record_and_coclr_task_runs_it(tmp_path: Path, capsys) -> None:
+    """The child's side: ``coclr task RECORD`` runs the recorded task (here a flow view); a record it cannot take is
+    one line and status 2, and a task whose options would not read back is refused before any job starts."""
+    from coclr.atomic import atomic_write_json
+    from coclr.cli import main
+    from coclr.synth.output import random_store
+
+    store = random_store(tmp_path / "store", videos=2, frames=3, size=(16, 16), views=("rgb",))
+    task = _flow(store, bound=5.0)
+    record = tmp_path / "flow.task.json"
+    atomic_write_json(record, task.record())
+    assert json.loads(record.read_text())["options"]["bound"] == 5.0
+    assert main(["task", str(record)]) == 0
+    assert json.loads((store / "store.json").read_text())["meta"]["flow_bound_px"] == 5.0
+    record.write_text(json.dumps({**task.record(), "stride": 2}))
+    assert main(["task", str(record)]) == 2
+    assert "coclr task: error: task flow: unknown option(s) stride" in capsys.readouterr().err
+    unreadable = _flow(store, bound="five")  # a value its record cannot carry back (typed options refuse it)
+    with pytest.raises(CoclrError, match="job broken: its task cannot be recorded for its process: .*bound"):
+        run_jobs([Job("broken", unreadable)], tmp_path / "run", processes=1, poll_seconds=0.05)
+    assert not (tmp_path / "run").exists()  # refused before any work
 
 
 def _alive(pid: int) -> bool:
@@ -403,8 +437,9 @@ def test_a_signal_during_a_poll_stops_the_scheduler_after_it_not_inside_it(tmp_p
 
     monkeypatch.setattr(subprocess.Popen, "poll", poll_where_the_signal_lands)
     sleeper = [sys.executable, "-c", "import sys, time; time.sleep(60)"]
+    task = _flow(tmp_path / "store")  # (not run: the sleeper stands for its process)
     with pytest.raises(Interrupted) as caught:
-        run_jobs([Job("a", ["x"]), Job("b", ["y"])], tmp_path, processes=2, poll_seconds=0.05, command=sleeper)
+        run_jobs([Job("a", task), Job("b", task)], tmp_path, processes=2, poll_seconds=0.05, command=sleeper)
     assert caught.value.signum == signal.SIGTERM and ended
     commands = set(polls)
     assert len(commands) == 2 and all(process.returncode is not None for process in commands)  # stopped
@@ -420,17 +455,18 @@ def test_a_study_stopped_by_sigterm_stops_its_running_commands(tmp_path: Path) -
     script = tmp_path / "study.py"
     script.write_text(
         "import sys\nfrom pathlib import Path\nfrom coclr.jobs.scheduler import Job, run_jobs\n"
+        "from coclr.jobs.tasks import Flow\nfrom coclr.flow.options import FlowOptions\n"
         "out = Path(sys.argv[1])\n"
-        "sleeper = [sys.executable, '-c', 'import os, sys, time; "
+        "sleeper = [sys.executable, '-c', 'import os, sys, time; "  # its argument: the task's record
         "open(sys.argv[1] + \".tmp\", \"w\").write(str(os.getpid())); "
-        "os.replace(sys.argv[1] + \".tmp\", sys.argv[1]); time.sleep(120)']\n"
+        "os.replace(sys.argv[1] + \".tmp\", sys.argv[1] + \".pid\"); time.sleep(120)']\n"
+        "task = Flow(out / 'store', FlowOptions())\n"
         "try:\n"
-        "    run_jobs([Job('a', [str(out / 'a.pid')]), Job('b', [str(out / 'b.pid')])], out, processes=2,\n"
-        "             poll_seconds=0.05, command=sleeper)\n"
+        "    run_jobs([Job('a', task), Job('b', task)], out, processes=2, poll_seconds=0.05, command=sleeper)\n"
         "except KeyboardInterrupt:\n"
         "    sys.exit(130)\n")
     study = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stderr=subprocess.DEVNULL)
-    pids = [tmp_path / "a.pid", tmp_path / "b.pid"]
+    pids = [tmp_path / "logs" / "a.task.json.pid", tmp_path / "logs" / "b.task.json.pid"]
     deadline = time.monotonic() + 60
     while not all(p.exists() for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -484,7 +520,7 @@ def test_the_miner_rows_train_flow_alone_mined_by_a_fixed_rgb_encoder(tmp_path: 
             assert {k: v for k, v in vars(config.method).items() if not k.endswith("checkpoint")} == {
                 k: v for k, v in vars(expected.method).items() if not k.endswith("checkpoint")}
         job = jobs[key]
-        assert job.deps == deps and job.argv[-2:] == ["--until", "cycle2_flow"] and job.epochs == 40
+        assert job.deps == deps and job.task.until == "cycle2_flow" and job.epochs == 40
         assert plan.encoders[key] == out / folder / "cycle2_flow" / "encoder_flow.pth"
         assert plan.mining[key] == tuple(out / folder / f"cycle{c}_flow" / "log.jsonl" for c in (1, 2))
         assert jobs[f"finetune_{key}"].deps == (key, "flow_test")
@@ -499,9 +535,11 @@ def test_the_miner_rows_train_flow_alone_mined_by_a_fixed_rgb_encoder(tmp_path: 
                                                     "coclr_ubernce_miner_flow", "ubernce_rgb"]
 
 
-QUICK_STUDY_PLAN = "5a89e527bcca089631243672a3f0d0eb95a8cb478478384c8ab7358c4956ad2e"
+QUICK_STUDY_PLAN = "84502657f96779c3ef5c8ead7d25ac6696a222ef8e8c7fcf0b88f16f98c9bf46"
 """The digest of the quick study's plan (:func:`_plan_digest`), as computed by the code whose demo numbers
-docs/synth.md records (recorded at commit 54f77cf, before `pipeline.miner`)."""
+docs/synth.md records (recorded at commit 54f77cf, before `pipeline.miner`; recorded again when the jobs became
+typed tasks instead of command lines, the demo's results and encoders the same before and after:
+docs/experiments/2026-11-29-house57-tasks-same-results.md)."""
 
 
 ADDED_SINCE = {("data", "segment_frames"): None, ("method", "mine_in"): "other"}
@@ -534,7 +572,7 @@ def _plan_digest(out: Path) -> str:
             stages[folder] = {s.name: _without_added(to_dict(stage_config(pipeline, s, out / folder)))
                               for s in plan_stages(pipeline)}
     record = {"configs": {name: _without_added(options) for name, options in plan.configs.items()}, "stages": stages,
-              "jobs": [[job.name, job.argv, list(job.deps), job.epochs] for job in plan.jobs]}
+              "jobs": [[job.name, job.task.record(), list(job.deps), job.epochs] for job in plan.jobs]}
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).replace(str(out), "OUT").encode()).hexdigest()
 
 
@@ -617,7 +655,7 @@ def test_both_views_mined_rows_share_one_pipeline(tmp_path: Path) -> None:
         "rows=[infonce_rgb, infonce_flow, coclr_rgb, coclr_flow, coclr_both_rgb, coclr_both_flow]"]), out)
     jobs = {job.name: job for job in plan.jobs}
     rgb, flow = jobs["coclr_both_rgb"], jobs["coclr_both_flow"]
-    assert rgb.argv[-2:] == ["--until", "cycle2_rgb"] and flow.argv[-2:] == ["--until", "cycle2_flow"]
+    assert rgb.task.until == "cycle2_rgb" and flow.task.until == "cycle2_flow"
     assert "coclr_both_rgb" in flow.deps and "infonce" in rgb.deps
     assert [p.name for p in rgb.runs] == ["cycle1_rgb", "cycle1_flow", "cycle2_rgb"]
     assert [p.name for p in flow.runs] == ["cycle2_flow"]
@@ -628,19 +666,25 @@ def test_both_views_mined_rows_share_one_pipeline(tmp_path: Path) -> None:
     assert {stage_config(main, s, out / "pipeline").method.mine_in for s in plan_stages(main)} == {"other"}
 
 
-def test_every_command_of_the_full_study_is_one_coclr_takes(tmp_path: Path) -> None:
-    """The study's commands (pretrain, pipeline, flow, eval finetune) are argv for child processes: each is parsed
-    by coclr's own parser when the study is planned, so a renamed flag is refused before any work."""
-    from coclr.cli import build_parser
-    from coclr.cli._commands import check_commands
-    from coclr.jobs.scheduler import Job
+def test_every_job_of_the_full_study_is_a_task_that_reads_back_as_itself(tmp_path: Path) -> None:
+    """The study's jobs (pretraining, pipelines, flow, finetuning) are typed tasks, built and checked when the study
+    is planned; each reaches its child process through its record unchanged, with the options a command line of
+    the same stage would have given (the finetuning's are the evaluation's own objects)."""
+    from coclr.jobs.tasks import check_records, read_task
     from coclr.study.config import ROWS
 
     config = load_config(StudyConfig, overrides=[f"rows=[{', '.join(ROWS)}]", "columns=[linear, finetune, retrieval]"])
     plan = plan_study(config, tmp_path / "out")
-    assert {job.argv[0] for job in plan.jobs} >= {"pretrain", "pipeline", "flow", "eval"}
-    check_commands(plan.jobs, build_parser())
-    renamed = Job("finetune_x", ["eval", "finetune", "--checkpoint", "c", "--store", "s", "--dropout-rate", "0.5"])
-    with pytest.raises(CoclrError, match="job finetune_x: .* would be refused: .*unrecognized arguments: "
-                                         "--dropout-rate 0.5"):
-        check_commands([renamed], build_parser())
+    assert {job.task.kind for job in plan.jobs} == {"pretrain", "pipeline", "flow", "finetune"}
+    records = check_records([(job.name, job.task) for job in plan.jobs])
+    for job in plan.jobs:
+        assert read_task(json.loads(json.dumps(records[job.name]))) == job.task
+    jobs = {job.name: job for job in plan.jobs}
+    assert jobs["infonce_rgb"].task.config == load_config(PretrainConfig, base=plan.configs["infonce_rgb"])
+    assert jobs["coclr"].task.config == load_config(PipelineConfig, base=plan.configs["pipeline"])
+    assert jobs["coclr_k1_rgb"].task.until == "cycle2_rgb"
+    finetune = jobs["finetune_coclr_flow"].task
+    assert (finetune.clips, finetune.options, finetune.also_views) == (plan.clips, plan.finetune, ("rgb",))
+    assert jobs["flow_test"].task.options.split == "test"
+
+

@@ -49,7 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
         if register is not None:
             register(subparsers)
     _add_epilog(parser, EXIT_CODES)
-    parser.set_defaults(command_parser=parser)  # (a command that checks the commands it will start reads it)
     return parser
 
 

@@ -52,18 +52,14 @@ def report(config, args: argparse.Namespace) -> int:
     """Run the study (or its seeds) and print its results."""
     from pathlib import Path
 
-    from coclr.cli._commands import check_commands
     from coclr.study.run import run_seeds, run_study
 
-    def check(jobs) -> None:  # by the parser these commands' processes will use
-        check_commands(jobs, args.command_parser)
-
     if args.seeds:
-        summary = run_seeds(config, args.out, args.seeds, args.check, check)
+        summary = run_seeds(config, args.out, args.seeds, args.check)
         if summary is not None:
             print((Path(args.out) / "seeds.md").read_text())
         return 0
-    results = run_study(config, args.out, args.check, check)
+    results = run_study(config, args.out, args.check)
     if results is not None:
         print((Path(args.out) / "results.md").read_text())
         print(f"this command took {results['wall_seconds'] / 60:.1f} min; results in {args.out}/")

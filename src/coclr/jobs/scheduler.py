@@ -1,12 +1,13 @@
-"""Running commands (a study's, learn's): each as a child process once the commands it needs are done, a few at a
-time.
+"""Running jobs (a study's, learn's): each task (:mod:`coclr.jobs.tasks`) in a child process once the jobs it needs
+are done, a few at a time.
 
-Every command gets its share of the CPU threads (and, with GPUs, one GPU, in turn) and writes its output to
-``OUT/logs/<name>.log``. A progress bar counts the training epochs of all of them, with an ETA. A command that
-fails stops the commands that need it; the others run on; then the failures are raised together with the end of
-each one's log. Running the study again continues every command where it stopped (each one is resumable).
-When the study stops early (interrupted, SIGTERM, an error of its own), it stops its running commands first, so
-that none goes on writing, and holding its folder, behind its back.
+Every job gets its share of the CPU threads (and, with GPUs, one GPU, in turn); its task is recorded in
+``OUT/logs/<name>.task.json``, which the child reads (``coclr task RECORD``: run it by hand to retry one job), and
+its output goes to ``OUT/logs/<name>.log``. A progress bar counts the training epochs of all of them, with an ETA.
+A job that fails stops the jobs that need it; the others run on; then the failures are raised together with the end
+of each one's log. Running the study again continues every job where it stopped (each task is resumable). When the
+study stops early (interrupted, SIGTERM, an error of its own), it stops its running jobs first, so that none goes on
+writing, and holding its folder, behind its back.
 """
 
 from __future__ import annotations
@@ -17,30 +18,32 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coclr.atomic import atomic_write_json
 from coclr.errors import CoclrError
 from coclr.interrupts import check_interrupt, deferred_interrupts, interrupted, signals_interrupt
+from coclr.jobs.tasks import Task, check_records
 from coclr.progress import bar as progress_bar
 from coclr.threads import usable_cores
 
 
 @dataclass
 class Job:
-    """One command of the study, run as a child process once the jobs named in ``deps`` are done. ``runs``: the
-    run folders whose training logs count its epochs (progress)."""
+    """One job: its ``task`` (:class:`coclr.jobs.tasks.Task`), run in a child process once the jobs named in
+    ``deps`` are done. ``runs``: the run folders whose training logs count its epochs (progress)."""
 
     name: str
-    argv: list[str]
+    task: Task
     deps: tuple[str, ...] = ()
     epochs: int = 0
     runs: tuple[Path, ...] = ()
 
 
 def threads_per_job(processes: int) -> int:
-    """Intra-op threads of each command: the machine's cores shared among the commands that run at once."""
+    """Intra-op threads of each job: the machine's cores shared among the jobs that run at once."""
     return max(1, usable_cores() // processes)
 
 
@@ -80,14 +83,14 @@ def wait_for_an_exit(processes: Sequence[subprocess.Popen], seconds: float, step
 
 
 STOP_SECONDS = 30.0
-"""How long a stopped command may take to exit after SIGTERM before it is killed."""
-COMMAND = (sys.executable, "-m", "coclr")
-"""What runs a job: ``COMMAND + job.argv``."""
+"""How long a stopped job may take to exit after SIGTERM before it is killed."""
+COMMAND = (sys.executable, "-m", "coclr", "task")
+"""What runs a job's task: ``COMMAND + [RECORD]`` (``coclr task``), the file of the task's record."""
 
 
 def die_with_parent() -> None:
     """In a child process (``preexec_fn``): be killed when the parent dies, however it dies (``kill -9`` too), so that
-    no command goes on training and holding its folder behind a job that is gone (Linux; elsewhere nothing). Only
+    no job goes on training and holding its folder behind a job that is gone (Linux; elsewhere nothing). Only
     the one call: between fork and exec of a process with threads, nothing may take a lock (import, load a
     library, start a process), so ``prctl`` was looked up in the parent."""
     if _PRCTL is not None:
@@ -123,13 +126,34 @@ def stop_processes(processes: Sequence[subprocess.Popen], grace: float = STOP_SE
             process.wait()
 
 
+def start_task(task: Task, name: str, logs: Path, env: Mapping[str, str],
+               command: Sequence[str] = COMMAND) -> tuple[subprocess.Popen, Path]:
+    """Start ``task`` in a child process (``COMMAND + [RECORD]``) that dies with this one: the one way a job of coclr
+    starts one. Its record goes to ``logs/<name>.task.json``, its output (appended) to ``logs/<name>.log``, which is
+    returned with the process."""
+    record = check_records([(name, task)])[name]
+    record_file = logs / f"{name}.task.json"
+    atomic_write_json(record_file, record)
+    log = logs / f"{name}.log"
+    with log.open("a") as handle:
+        process = subprocess.Popen([*command, str(record_file)], stdout=handle, stderr=subprocess.STDOUT,
+                                   env=dict(env), preexec_fn=die_with_parent)
+    return process, log
+
+
+def log_tail(log: Path, lines: int = 15) -> str:
+    """The last ``lines`` of a job's log (what a failure shows)."""
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.is_file() else ""
+
+
 def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None = None,
              desc: str = "study", poll_seconds: float = 1.0, command: Sequence[str] = COMMAND) -> None:
-    """Run ``jobs`` (in priority order) as ``COMMAND + argv`` child processes (``python -m coclr ARGV``), at most
-    ``processes`` at once, each after the jobs named in its ``deps``; raises :class:`CoclrError` naming every failed
-    job (and those it stopped) once the others are done. Stopped early (Ctrl-C, SIGTERM, an error), it stops the
-    commands still running before it returns."""
+    """Run ``jobs`` (in priority order), each task in a child process (:func:`start_task`), at most ``processes`` at
+    once, each after the jobs named in its ``deps``; raises :class:`CoclrError` naming every failed job (and those
+    it stopped) once the others are done. Every task is checked to reach its process as it is before any starts.
+    Stopped early (Ctrl-C, SIGTERM, an error), it stops the jobs still running before it returns."""
 
+    check_records([(job.name, job.task) for job in jobs])
     threads = threads_per_job(processes)
     pending = list(jobs)
     running: list[_Running] = []
@@ -143,10 +167,7 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(gpus[slot % len(gpus)])
-        log = logs / f"{job.name}.log"
-        with log.open("a") as handle:
-            process = subprocess.Popen([*command, *job.argv], stdout=handle, stderr=subprocess.STDOUT, env=env,
-                                       preexec_fn=die_with_parent)
+        process, log = start_task(job.task, job.name, logs, env, command)
         return _Running(job, process, slot, log)
 
     total = sum(job.epochs for job in jobs)
@@ -185,13 +206,13 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
                     wait_for_an_exit([item.process for item in running], poll_seconds)
     except KeyboardInterrupt as error:
         stopped = f"; {', '.join(item.job.name for item in running)} stopped at their checkpoints (logs: {logs})"
-        raise interrupted(error, f"{len(done)} of {len(jobs)} commands done and kept"
+        raise interrupted(error, f"{len(done)} of {len(jobs)} jobs done and kept"
                           f"{stopped if running else ''}") from None
     finally:
         stop_processes([item.process for item in running])
     if failed:
-        tails = "\n".join(f"--- {job.name} ({log}):\n" + "\n".join(log.read_text().splitlines()[-15:])
-                          for job, log in failed)
+        tails = "\n".join(f"--- {job.name} ({log}; alone: coclr task {logs / f'{job.name}.task.json'}):\n"
+                          + log_tail(log) for job, log in failed)
         stopped = f"; not run, as they need them: {', '.join(job.name for job in blocked)}" if blocked else ""
         raise CoclrError(f"failed: {', '.join(job.name for job, _ in failed)}{stopped}\n{tails}")
 

@@ -31,7 +31,8 @@ from coclr.data.sampling import clip_span, segment_counts
 from coclr.errors import ConfigError
 from coclr.flow.encode import bound_for
 from coclr.progress import duration
-from coclr.threads import torch_threads, usable_cores
+from coclr.threads import usable_cores
+from coclr.train.timing import time_training
 
 MIN_VIDEOS = 8
 """Fewest videos a run learns from: contrastive learning needs other videos as negatives in every batch."""
@@ -67,8 +68,6 @@ SEGMENT_SPANS = 2
 """A video longer than this many clip spans is cut into stretches of that length, each a training instance
 (``data.segment_frames``): eight videos of a few hundred frames give a hundred instances, enough for batches and a
 queue to contrast (docs/learn.md); a video shorter than two stretches is one instance, as in the paper."""
-INFERENCE_BATCH = 16
-"""Clips per inference forward (``coclr embed``'s default batch): the unit of :attr:`Costs.forward`."""
 CURATE_VIDEOS = 4
 """Most videos whose altered copies calibrate the near-duplicate threshold of the run's curation (``coclr curate
 --calibrate``; each gets one copy per alteration, at most :data:`coclr.curate.calibrate.MAX_FRAMES` frames)."""
@@ -678,7 +677,7 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
             report(f"training steps of {model} ({number + 1} of at most {len(candidates)})",
                    measuring_left(took, candidates[number:], footage, costs, left))
             batch = plan_batch(footage, model, processes)
-            measured = _time_training(model, Path(tmp) / model.key, device, batch)
+            measured = time_training(model.width, model.size, model.length, Path(tmp) / model.key, device, batch)
             if costs.side_by_side:
                 measured["lone_step"], measured["start"] = _time_side_by_side(model, batch)
             for name in ("step", "lone_step", "single_step", "forward", "epoch", "stage", "start"):
@@ -766,108 +765,24 @@ def _time_thumbnail(paths: Sequence[str]) -> float:
 def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float, float]:
     """Seconds of one training step of ``model`` in each of two processes training side by side, one thread each
     (the mean of the two's medians: both run the same work), and the seconds such a process takes to start
-    (imports, store, networks; the slower of the two): measured with two real child processes, as the InfoNCE
-    stages run."""
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
+    (imports, store, networks; the slower of the two): measured with two real child processes, started as the
+    InfoNCE stages are (:func:`coclr.jobs.scheduler.start_task`)."""
+    from coclr.jobs.scheduler import log_tail, start_task, stop_processes  # noqa: PLC0415 (heavy: torch)
+    from coclr.jobs.tasks import TrainingTiming  # noqa: PLC0415
 
-    from coclr.jobs.scheduler import die_with_parent  # noqa: PLC0415
-
-    code = ("import json, sys; from coclr.threads import apply_process_policy; apply_process_policy(); "  # as every
-            "from coclr.learn.budget import _child_timing; "  # entry point does, before torch loads
-            "print(json.dumps(_child_timing(*json.loads(sys.argv[1]))))")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     launched = time.time()
-    arguments = json.dumps([model.width, model.size, model.length, batch, steps, launched])
-    children = [subprocess.Popen([sys.executable, "-c", code, arguments], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=env, preexec_fn=die_with_parent)
-                for _ in range(2)]
-    results = []
-    for child in children:
-        out, err = child.communicate(timeout=600)
-        if child.returncode != 0:
-            raise ConfigError(f"the calibration of two processes side by side failed: {err.strip()[-300:]}")
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    return float(np.mean([r["step"] for r in results])), max(r["started"] for r in results)
-
-
-def _child_timing(width: float, size: int, length: int, batch: int, steps: int, launched: float) -> dict[str, float]:
-    """In a child process of :func:`_time_side_by_side`: the seconds from ``launched`` until it could train, and of
-    one step on one thread."""
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
-        timing = _time_training(Model(width, size, length), Path(tmp), "cpu", batch, steps, started=launched)
-    return {"step": timing["step"], "started": timing["ready"]}
-
-
-def _time_training(model: Model, folder: Path, device, batch: int, steps: int = 5,
-                   started: float | None = None) -> dict[str, float]:
-    """Seconds of the parts of training ``model`` on a store of random frames: starting a stage, one InfoNCE
-    training step (after two untimed ones), the end of an epoch (its checkpoint), one clip's forward without
-    gradients (in a batch of :data:`INFERENCE_BATCH`), and (``ready``) from ``started`` (a ``time.time()``) until the
-    first step could run."""
-    from coclr.config import from_dict  # noqa: PLC0415
-    from coclr.synth.output import random_store  # noqa: PLC0415
-    from coclr.train.config import PretrainConfig  # noqa: PLC0415
-    from coclr.train.run import start_run  # noqa: PLC0415
-
-    store = random_store(folder / "store", videos=2 * batch, frames=model.length + 2,
-                         size=(model.size, model.size * 4 // 3), views=("rgb",))
-    config = from_dict(PretrainConfig, {
-        "data": {"store": str(store), "length": model.length, "size": model.size, "workers": 0},
-        "model": {"width": model.width},
-        "method": {"queue_size": 2 * batch, "topk": 1, "wait_for_full_queue": False},
-        "run": {"out": str(folder / "run"), "batch_size": batch, "progress": False, "device": str(device)}})
-    begin = time.perf_counter()
-    with start_run(config) as trainer:
-        stage = time.perf_counter() - begin
-        return _time_steps(trainer, model, batch, steps, stage, started)
-
-
-def _time_steps(trainer, model: Model, batch: int, steps: int, stage: float,
-                started: float | None) -> dict[str, float]:
-    """The timings of :func:`_time_training` on the run ``trainer`` loops (``stage``: the seconds it took to start)."""
-    import torch  # noqa: PLC0415 (heavy)
-
-    from coclr.data.batch_decode import collate_clips  # noqa: PLC0415
-
-    trainer._set_train_mode()
-    loader = torch.utils.data.DataLoader(trainer.dataset, batch_size=batch, collate_fn=collate_clips)
-    data = next(iter(loader))
-    sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
-    def seconds(work: Callable[[], object]) -> float:  # one run, timed alone (medians ignore a slowed one)
-        sync()
-        begin = time.perf_counter()
-        work()
-        sync()
-        return time.perf_counter() - begin
-
-    def one_step() -> None:
-        trainer.train_step(data, queue_full=True)
-
-    for _ in range(2):  # the first steps build the kernels and the allocator's pools
-        trainer.train_step(data, queue_full=True)
-    ready = time.time() - started if started is not None else 0.0
-    threads = trainer.device.type == "cpu" and torch.get_num_threads() > 1  # one thread against every core too
-    if threads:
-        with torch_threads(1):
-            trainer.train_step(data, queue_full=True)
-    every, single = [], []
-    for number in range(steps):  # A B B A: a slower moment of the machine falls on both
-        for alone in ((False, True) if number % 2 == 0 else (True, False)):
-            if not alone:
-                every.append(seconds(one_step))
-            elif threads:
-                with torch_threads(1):
-                    single.append(seconds(one_step))
-    step = float(np.median(every))
-    single_step = float(np.median(single)) if single else step
-    begin = time.perf_counter()
-    trainer.save(best=True)
-    epoch = time.perf_counter() - begin
-    encoder = next(iter(trainer.model.learners.values())).encoder_k
-    clips = torch.randn(INFERENCE_BATCH, 3, model.length, model.size, model.size, device=trainer.device)
-    with torch.no_grad():
-        encoder(clips)
-        forward = float(np.median([seconds(lambda: encoder(clips)) for _ in range(steps)])) / INFERENCE_BATCH
-    return {"step": step, "single_step": single_step, "forward": forward, "epoch": epoch, "stage": stage,
-            "ready": ready}
+        results = [Path(tmp) / f"side{number}.json" for number in range(2)]
+        children = [start_task(TrainingTiming(model.width, model.size, model.length, batch, steps, launched, result),
+                               result.stem, Path(tmp), env) for result in results]
+        timings = []
+        try:
+            for (child, log), result in zip(children, results):
+                if child.wait(600) != 0 or not result.is_file():
+                    raise ConfigError("the calibration of two processes side by side failed: "
+                                      f"{log_tail(log, 5).strip()[-300:]}")
+                timings.append(json.loads(result.read_text()))
+        finally:  # (a failed or stopped calibration leaves no child behind)
+            stop_processes([child for child, _ in children])
+    return float(np.mean([t["step"] for t in timings])), max(t["started"] for t in timings)

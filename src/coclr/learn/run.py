@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from coclr import progress
-from coclr.atomic import atomic_write_json, atomic_write_text, read_json_record
+from coclr.atomic import atomic_write_json, read_json_record
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
@@ -467,22 +467,18 @@ def pipeline_config(out: Path, store: Path, plan: Plan, seed: int, device: str, 
 
 
 def train_side_by_side(out: Path, config, stages) -> None:
-    """Train the InfoNCE ``stages`` at once, each a ``coclr pretrain`` child process on its share of the cores (as a
-    study runs them: the pipeline then finds them done), their output in ``OUT/logs``."""
-    import yaml  # noqa: PLC0415
-
-    from coclr.config import to_dict  # noqa: PLC0415
+    """Train the InfoNCE ``stages`` at once, each a pretraining task in a child process on its share of the cores
+    (as a study runs them: the pipeline then finds them done), their output in ``OUT/logs``."""
+    from coclr.config import merge, to_dict  # noqa: PLC0415
     from coclr.jobs.scheduler import Job, run_jobs  # noqa: PLC0415
+    from coclr.jobs.tasks import Pretrain  # noqa: PLC0415
+    from coclr.train.config import PretrainConfig  # noqa: PLC0415
     from coclr.train.pipeline import stage_config  # noqa: PLC0415
 
     jobs = []
     for stage in stages:
-        options = to_dict(stage_config(config, stage, Path(config.run.out)))
-        options["run"]["progress"] = False
-        path = out / "configs" / f"{stage.name}.yaml"
-        path.parent.mkdir(exist_ok=True)
-        atomic_write_text(path, yaml.safe_dump(options, sort_keys=False))
-        jobs.append(Job(stage.name, ["pretrain", "--config", str(path)], (), stage.epochs,
+        options = merge(to_dict(stage_config(config, stage, Path(config.run.out))), {"run": {"progress": False}})
+        jobs.append(Job(stage.name, Pretrain(from_dict(PretrainConfig, options)), (), stage.epochs,
                         (Path(config.run.out) / stage.name,)))
     run_jobs(jobs, out, processes=len(jobs), desc="InfoNCE")
 

@@ -1,15 +1,16 @@
-"""A study as commands: the stages each row needs, computed once and shared, in the order they can run.
+"""A study as jobs: the stages each row needs, computed once and shared, in the order they can run.
 
-Every training stage is an ordinary ``coclr pretrain`` or ``coclr pipeline`` command on a YAML file written to
-``OUT/configs``, and finetuning an ordinary ``coclr eval finetune`` command, so each is resumable and refuses a
-changed configuration on its own. The InfoNCE encoders of both views (``OUT/pipeline``) start every later stage:
-CoCLR's cycles (``OUT/pipeline``), the ablations K=1, K=50, 'sim' and alternation with sim's updates
-(``OUT/coclr_k1``, ``OUT/coclr_k50``, ``OUT/coclr_sim``, ``OUT/coclr_equal``, whose pipelines take their InfoNCE
-stages from ``OUT/pipeline``), CoCLR-Flow with its positives mined by a fixed RGB encoder
-(``OUT/coclr_ubernce_miner``: the oracle's, after its job; ``OUT/coclr_infonce_miner``: InfoNCE-RGB's), both views'
-CoCLR mined in both views' similarity (``OUT/coclr_both``), the UberNCE
-oracle (``OUT/ubernce_rgb``) and CMC (``OUT/cmc``). The Cross-Entropy row trains with labels from a random encoder
-(``OUT/cross_entropy``). :func:`plan_study` builds and validates all of it, and checks every path, before any work.
+Every training stage is a task (:mod:`coclr.jobs.tasks`): one pretraining stage or a pipeline, each the
+configuration ``coclr pretrain`` or ``coclr pipeline`` would run from the YAML file written to ``OUT/configs``, and
+finetuning one stream, so each is resumable and refuses a changed configuration on its own. The InfoNCE encoders of
+both views (``OUT/pipeline``) start every later stage: CoCLR's cycles (``OUT/pipeline``), the ablations K=1, K=50,
+'sim' and alternation with sim's updates (``OUT/coclr_k1``, ``OUT/coclr_k50``, ``OUT/coclr_sim``,
+``OUT/coclr_equal``, whose pipelines take their InfoNCE stages from ``OUT/pipeline``), CoCLR-Flow with its positives
+mined by a fixed RGB encoder (``OUT/coclr_ubernce_miner``: the oracle's, after its job; ``OUT/coclr_infonce_miner``:
+InfoNCE-RGB's), both views' CoCLR mined in both views' similarity (``OUT/coclr_both``), the UberNCE oracle
+(``OUT/ubernce_rgb``) and CMC (``OUT/cmc``). The Cross-Entropy row trains with labels from a random encoder
+(``OUT/cross_entropy``). :func:`plan_study` builds and validates all of it, and checks every path and every task's
+record, before any work.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from coclr.clips import recorded_clips
-from coclr.config import from_dict, merge, to_dict
+from coclr.config import from_dict, load_config, merge, to_dict
 from coclr.core.methods import METHODS
 from coclr.errors import ConfigError
 from coclr.eval.options import ClipConfig, FinetuneConfig, LinearProbeConfig
+from coclr.flow.options import FlowOptions
 from coclr.jobs.scheduler import Job
+from coclr.jobs.tasks import Finetune, Flow, Pipeline, Pretrain, check_records
 from coclr.store.clipstore import open_store
 from coclr.study.config import ROWS, STUDY_SYNTH, StudyConfig, supervised_row
 from coclr.synth import SynthConfig
@@ -70,7 +73,7 @@ class StudyPlan:
     configs: dict[str, dict[str, Any]]
     """YAML files to write under ``OUT/configs`` (name -> options)."""
     jobs: list[Job]
-    """The commands, in the order they start when they can (the critical path first)."""
+    """The jobs, in the order they start when they can (the critical path first)."""
     encoders: dict[str, Path]
     """Encoder name (see :data:`coclr.study.config.ROWS`) -> the checkpoint its training writes."""
     clips: Any
@@ -122,18 +125,29 @@ def base_options(config: StudyConfig, store: Path) -> dict[str, Any]:
     return base
 
 
-def _pretrain_config(options: dict[str, Any], where: str):
-    """A validated :class:`PretrainConfig`; errors name the study option the stage came from."""
+def _pretrain_config(options: dict[str, Any], where: str) -> PretrainConfig:
+    """A validated :class:`PretrainConfig`, as ``coclr pretrain`` reads it from its YAML file; errors name the
+    study option the stage came from."""
 
     try:
-        return from_dict(PretrainConfig, options)
+        return load_config(PretrainConfig, base=options)
+    except ConfigError as error:
+        raise ConfigError(f"train (the {where}): {error}") from None
+
+
+def _pipeline_config(options: dict[str, Any], where: str) -> PipelineConfig:
+    """A validated :class:`PipelineConfig`, as ``coclr pipeline`` reads it from its YAML file; errors name the
+    study option the pipeline came from."""
+
+    try:
+        return load_config(PipelineConfig, base=options)
     except ConfigError as error:
         raise ConfigError(f"train (the {where}): {error}") from None
 
 
 def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
-    """Every command, configuration and output of the study in ``out``, checked: the data's paths, every stage's
-    options (built as the commands will), the evaluation's options. Raises a :class:`~coclr.errors.CoclrError`
+    """Every job, configuration and output of the study in ``out``, checked: the data's paths, every stage's
+    options, the evaluation's options, every task's record. Raises a :class:`~coclr.errors.CoclrError`
     naming the option or file before any work."""
 
     out = Path(out)
@@ -156,27 +170,22 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
         "infonce_milestones": _milestones(config, schedule.infonce_milestones, schedule.infonce_epochs),
         "cycle_milestones": _milestones(config, schedule.cycle_milestones, schedule.cycle_epochs)},
         "run": {**base["run"], "out": str(out / "pipeline")}}
-    try:
-        pipeline = from_dict(PipelineConfig, pipeline_options)
-    except ConfigError as error:
-        raise ConfigError(f"train (the CoCLR pipeline): {error}") from None
+    pipeline = _pipeline_config(pipeline_options, "CoCLR pipeline")
     stages = plan_stages(pipeline)
     for stage in stages[:2]:
         configs[stage.name] = to_dict(stage_config(pipeline, stage, out / "pipeline"))
-        jobs.append(Job(stage.name, ["pretrain", "--config", str(out / "configs" / f"{stage.name}.yaml")], (),
+        jobs.append(Job(stage.name, Pretrain(_pretrain_config(configs[stage.name], f"{stage.name} stage")), (),
                         stage.epochs, (out / "pipeline" / stage.name,)))
     # The pipeline marks the InfoNCE stages done and exports their encoders, which every later stage starts from.
     configs["pipeline"] = pipeline_options
-    jobs.append(Job("infonce", ["pipeline", "--config", str(out / "configs" / "pipeline.yaml"), "--until",
-                                stages[1].name], ("infonce_rgb", "infonce_flow")))
+    jobs.append(Job("infonce", Pipeline(pipeline, until=stages[1].name), ("infonce_rgb", "infonce_flow")))
     encoders.update({f"infonce_{v}": out / "pipeline" / f"infonce_{v}" / f"encoder_{v}.pth" for v in ("rgb", "flow")})
     producers.update({f"infonce_{v}": "infonce" for v in ("rgb", "flow")})
     if needed & {"coclr_rgb", "coclr_flow"}:
         names = [stage.name for stage in stages]
         cycles = stages[2:] if "coclr_flow" in needed else stages[2: names.index(f"{last}_rgb") + 1]
-        until = [] if "coclr_flow" in needed else ["--until", f"{last}_rgb"]
-        jobs.append(Job("coclr", ["pipeline", "--config", str(out / "configs" / "pipeline.yaml"), *until],
-                        ("infonce",), sum(s.epochs for s in cycles),
+        until = None if "coclr_flow" in needed else f"{last}_rgb"
+        jobs.append(Job("coclr", Pipeline(pipeline, until=until), ("infonce",), sum(s.epochs for s in cycles),
                         tuple(out / "pipeline" / s.name for s in cycles)))
         encoders.update({f"coclr_{v}": out / "pipeline" / f"{last}_{v}" / f"encoder_{v}.pth" for v in ("rgb", "flow")})
         producers.update({f"coclr_{v}": "coclr" for v in ("rgb", "flow")})
@@ -198,8 +207,7 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
             deps = ("infonce_rgb",)
         configs["ubernce_rgb"] = {**base, "method": method, "optim": optim,
                                   "run": {**base["run"], "out": str(out / "ubernce_rgb")}}
-        _pretrain_config(configs["ubernce_rgb"], "UberNCE oracle")
-        jobs.append(Job("ubernce_rgb", ["pretrain", "--config", str(out / "configs" / "ubernce_rgb.yaml")], deps,
+        jobs.append(Job("ubernce_rgb", Pretrain(_pretrain_config(configs["ubernce_rgb"], "UberNCE oracle")), deps,
                         epochs, (out / "ubernce_rgb",)))
         encoders["ubernce_rgb"] = out / "ubernce_rgb" / LAST
     if "cmc_rgb" in needed:
@@ -210,9 +218,8 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
                           "optim": {**base["optim"], "epochs": epochs, **lr_after_infonce,
                                     "milestones": _milestones(config, schedule.cycle_milestones, epochs)},
                           "run": {**base["run"], "out": str(out / "cmc")}}
-        _pretrain_config(configs["cmc"], "CMC stage")
-        jobs.append(Job("cmc_rgb", ["pretrain", "--config", str(out / "configs" / "cmc.yaml")],
-                        ("infonce",), epochs, (out / "cmc",)))
+        jobs.append(Job("cmc_rgb", Pretrain(_pretrain_config(configs["cmc"], "CMC stage")), ("infonce",), epochs,
+                        (out / "cmc",)))
         encoders["cmc_rgb"] = out / "cmc" / LAST
 
     planned: dict[str, tuple[int, str]] = {}  # folder -> (stages its jobs run, the job of its last row)
@@ -228,10 +235,7 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
             pipeline_change["miner"] = str(encoders[row.miner])
             deps = tuple(dict.fromkeys((*deps, producers.get(row.miner, row.miner))))
         options = merge(pipeline_options, {**change, "pipeline": pipeline_change, "run": {"out": str(out / folder)}})
-        try:
-            ablation = from_dict(PipelineConfig, options)
-        except ConfigError as error:
-            raise ConfigError(f"train (the {key} pipeline): {error}") from None
+        ablation = _pipeline_config(options, f"{key} pipeline")
         ablation_stages = plan_stages(ablation)
         final = next(s.name for s in ablation_stages if s.name.startswith(last) and view in s.trains)
         for stage in ablation_stages:
@@ -242,8 +246,7 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
         if earlier is not None:  # another row's job runs this pipeline's first stages: continue after it
             deps = tuple(dict.fromkeys((*deps, earlier)))
         if count > start:
-            jobs.insert(ablations_at, Job(key, ["pipeline", "--config", str(out / "configs" / f"{folder}.yaml"),
-                                                "--until", final], deps,
+            jobs.insert(ablations_at, Job(key, Pipeline(ablation, until=final), deps,
                                           sum(s.epochs for s in ablation_stages[start:count]),
                                           tuple(out / folder / s.name for s in ablation_stages[start:count])))
             ablations_at += 1
@@ -265,18 +268,20 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
                                             **schedule.supervised, "seed": config.seed}, prefix="schedule.supervised.")
     plan = StudyPlan(config, out, store, configs, jobs, encoders, clips, probe, finetune, supervised, last,
                      mining=mining)
-    jobs.append(Job("flow_test", ["flow", str(store), "--backend", config.data.flow_backend, "--view", "flow",
-                                  "--split", "test", "--bound", repr(config.data.flow_bound), "--workers", "1"]))
+    flow = from_dict(FlowOptions, {"backend": config.data.flow_backend, "view": "flow", "split": "test",
+                                   "bound": float(config.data.flow_bound), "workers": 1}, prefix="data.flow_")
+    jobs.append(Job("flow_test", Flow(store, flow)))
     for row in rows:  # its encoder is known once its random initialisation is written (run)
         if supervised_row(row.key):
-            jobs.append(Job(row.key, finetune_argv(plan, cross_entropy_init(plan), "rgb", supervised,
+            jobs.append(Job(row.key, finetune_task(plan, cross_entropy_init(plan), "rgb", supervised,
                                                    out / "cross_entropy"), ("flow_test",), supervised.epochs))
     if "finetune" in config.columns:
         for name, view in dict.fromkeys(stream for row in rows if not supervised_row(row.key)
                                         for stream in row.streams):  # a supervised row's training is its finetuning
-            argv = finetune_argv(plan, encoders[name], view, finetune, out / "finetune")
-            jobs.append(Job(f"finetune_{name}", argv, (producers.get(name, name), "flow_test"), finetune.epochs))
+            task = finetune_task(plan, encoders[name], view, finetune, out / "finetune")
+            jobs.append(Job(f"finetune_{name}", task, (producers.get(name, name), "flow_test"), finetune.epochs))
     _check_data(plan)
+    check_records([(job.name, job.task) for job in jobs])
     return plan
 
 
@@ -291,17 +296,11 @@ def cross_entropy_init(plan: StudyPlan) -> Path:
     return plan.out / "cross_entropy" / "random_init.pth"
 
 
-def finetune_argv(plan: StudyPlan, checkpoint: Path, view: str, options, work_dir: Path) -> list[str]:
-    """``coclr eval finetune`` of one stream, on the videos every row is evaluated on."""
-    clips = plan.clips
-    others = [v for v in plan.evaluated_views if v != view]
-    return ["eval", "finetune", "--checkpoint", str(checkpoint), "--view", view, "--store", str(plan.store),
-            "--work-dir", str(work_dir), *(["--also-views", *others] if others else []),
-            "--length", str(clips.length), "--stride", str(clips.stride), "--size", str(clips.size),
-            "--batch-size", str(clips.batch_size), "--epochs", str(options.epochs), "--lr", repr(options.lr),
-            "--weight-decay", repr(options.weight_decay), "--milestones", *map(str, options.milestones),
-            "--dropout", repr(options.dropout), "--backbone-lr-scale", repr(options.backbone_lr_scale),
-            "--seed", str(options.seed), "--quiet"]
+def finetune_task(plan: StudyPlan, checkpoint: Path, view: str, options: FinetuneConfig, work_dir: Path) -> Finetune:
+    """The finetuning of one stream, on the videos every row is evaluated on, with the evaluation's clips (as the
+    evaluation of the row finds it done)."""
+    others = tuple(v for v in plan.evaluated_views if v != view)
+    return Finetune(checkpoint, view, plan.store, work_dir, plan.clips, options, others)
 
 
 def _check_data(plan: StudyPlan) -> None:
@@ -342,14 +341,14 @@ def _check_data(plan: StudyPlan) -> None:
 
 
 def describe(plan: StudyPlan) -> str:
-    """The plan in a few lines: data, rows, and every command with what it waits for."""
+    """The plan in a few lines: data, rows, and every job with what it waits for."""
     config = plan.config
     lines = [f"study in {plan.out}: {len(config.rows)} rows ({', '.join(config.rows)}), columns "
              f"{', '.join(config.columns)}; data {config.data.source} -> {plan.store}; seed {config.seed}",
              f"evaluation: clips {plan.clips.length}x{plan.clips.size} (stride {plan.clips.stride}), on the videos "
              f"with {' and '.join(plan.evaluated_views)}"]
     for job in plan.jobs:
-        lines.append(f"  {job.name}: coclr {' '.join(job.argv[:2])}{f', {job.epochs} epochs' if job.epochs else ''}"
+        lines.append(f"  {job.name}: {job.task.describe()}{f', {job.epochs} epochs' if job.epochs else ''}"
                      f" (after {', '.join(job.deps) or 'nothing'})")
     return "\n".join(lines)
 

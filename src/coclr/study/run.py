@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from coclr.eval.report import (
     view_name,
     write_report,
 )
-from coclr.jobs.scheduler import Job, run_jobs
+from coclr.jobs.scheduler import run_jobs
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import checkpoint_sha256, save_encoder
 from coclr.progress import bar as progress_bar
@@ -192,18 +192,13 @@ def stage_records(plan: StudyPlan) -> list[dict[str, Any]]:
              "mined_precision": r.get("mined_precision")} for r in records]
 
 
-def run_study(config: StudyConfig, out: str | Path, check_only: bool = False,
-              check_commands: Callable[[list[Job]], None] | None = None) -> dict[str, Any] | None:
+def run_study(config: StudyConfig, out: str | Path, check_only: bool = False) -> dict[str, Any] | None:
     """Run (or continue) the study in ``out``; returns the ``results.json`` content (None with ``check_only``,
-    which validates everything and prints the plan). ``check_commands`` refuses, before any work, commands the
-    children would not take (the command line passes the check by its own parser:
-    :func:`coclr.cli._commands.check_commands`)."""
+    which validates everything and prints the plan)."""
 
     started = time.time()
     out = Path(os.path.abspath(out))
     plan = plan_study(config, out)
-    if check_commands is not None:
-        check_commands(plan.jobs)
     check_folder(out, STUDY_FOLDER, options_record(config))
     if check_only:
         print(describe(plan))
@@ -223,7 +218,7 @@ def _run_plan(plan: StudyPlan, started: float) -> dict[str, Any]:
     prepare_data(plan)
     if any(map(supervised_row, config.rows)):
         write_cross_entropy_init(plan)
-    print(f"[2/{steps}] training and finetuning: {len(plan.jobs)} commands, {config.processes} at a time", flush=True)
+    print(f"[2/{steps}] training and finetuning: {len(plan.jobs)} jobs, {config.processes} at a time", flush=True)
     run_jobs(plan.jobs, out, config.processes, config.gpus)
     print(f"[3/{steps}] evaluation: {', '.join(config.columns)} of {len(config.rows)} rows", flush=True)
     rows = evaluate_rows(plan)
@@ -260,8 +255,8 @@ def _seeds_output(path: Path) -> bool:
     return path.name in SEEDS_FILES or (path.is_dir() and path.name.startswith("seed") and path.name[4:].isdigit())
 
 
-def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_only: bool = False,
-              check_commands: Callable[[list[Job]], None] | None = None) -> dict[str, Any] | None:
+def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_only: bool = False
+              ) -> dict[str, Any] | None:
     """The study once per seed (``OUT/seed<S>``, each resumable), then every number's mean and standard deviation
     and every claim's count of seeds, in ``OUT/seeds.json`` and ``OUT/seeds.md``, and, when CoCLR rows of flow
     record their mined positives' precision, the plot of their gain against it (``OUT/mined_precision_flow.png``).
@@ -272,7 +267,7 @@ def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_
     results = []
     for seed in seeds:
         print(f"=== seed {seed}", flush=True)
-        result = run_study(dataclasses.replace(config, seed=seed), out / f"seed{seed}", check_only, check_commands)
+        result = run_study(dataclasses.replace(config, seed=seed), out / f"seed{seed}", check_only)
         if result is not None:
             results.append(result)
     if check_only:

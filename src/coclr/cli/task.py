@@ -1,0 +1,24 @@
+"""``coclr task RECORD``: run one job's task from its record, as a study or ``coclr learn`` runs it in a child
+process (``OUT/logs/<job>.task.json``); by hand, to retry one job alone."""
+
+from __future__ import annotations
+
+import argparse
+
+from coclr.cli._status import job_status
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "task", help="run one job of a study or of learn from its task record (what they run as a child process)",
+        description="Run the task a study or `coclr learn` recorded for one of its jobs (OUT/logs/<job>.task.json): "
+        "a training stage, a pipeline, a finetuning, a flow extraction. Each is resumable, so this continues the job "
+        "where it stopped; its log is printed here, not in OUT/logs.")
+    parser.add_argument("record", metavar="RECORD", help="the job's task record, OUT/logs/<job>.task.json")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from coclr.jobs.tasks import read_task_file
+
+    return job_status(read_task_file(args.record).run())

@@ -1,0 +1,102 @@
+"""How long the parts of training a network take on this machine: starting a stage, a training step (on every
+thread and on one), the end of an epoch, an inference forward. ``coclr learn`` sizes its plan from these
+(:mod:`coclr.learn.budget`); they are measured on a store of random frames, so any network can be timed before
+any footage is decoded."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from coclr.threads import torch_threads
+
+INFERENCE_BATCH = 16
+"""Clips per inference forward (``coclr embed``'s default batch): the unit of the timed forward."""
+
+
+def time_training(width: float, size: int, length: int, folder: Path, device, batch: int, steps: int = 5,
+                  started: float | None = None) -> dict[str, float]:
+    """Seconds of the parts of training S3D of ``width`` on clips of ``length`` frames of ``size`` px, on a store of
+    random frames in ``folder``: starting a stage, one InfoNCE training step (after two untimed ones), the end of an
+    epoch (its checkpoint), one clip's forward without gradients (in a batch of :data:`INFERENCE_BATCH`), and
+    (``ready``) from ``started`` (a ``time.time()``) until the first step could run."""
+    from coclr.config import from_dict  # noqa: PLC0415
+    from coclr.synth.output import random_store  # noqa: PLC0415
+    from coclr.train.config import PretrainConfig  # noqa: PLC0415
+    from coclr.train.run import start_run  # noqa: PLC0415
+
+    store = random_store(folder / "store", videos=2 * batch, frames=length + 2, size=(size, size * 4 // 3),
+                         views=("rgb",))
+    config = from_dict(PretrainConfig, {
+        "data": {"store": str(store), "length": length, "size": size, "workers": 0},
+        "model": {"width": width},
+        "method": {"queue_size": 2 * batch, "topk": 1, "wait_for_full_queue": False},
+        "run": {"out": str(folder / "run"), "batch_size": batch, "progress": False, "device": str(device)}})
+    begin = time.perf_counter()
+    with start_run(config) as trainer:
+        stage = time.perf_counter() - begin
+        return time_steps(trainer, length, size, batch, steps, stage, started)
+
+
+def time_steps(trainer, length: int, size: int, batch: int, steps: int, stage: float,
+               started: float | None) -> dict[str, float]:
+    """The timings of :func:`time_training` on the run ``trainer`` loops (clips of ``length`` frames of ``size``
+    px; ``stage``: the seconds it took to start)."""
+    import torch  # noqa: PLC0415 (heavy)
+
+    from coclr.data.batch_decode import collate_clips  # noqa: PLC0415
+
+    trainer._set_train_mode()
+    loader = torch.utils.data.DataLoader(trainer.dataset, batch_size=batch, collate_fn=collate_clips)
+    data = next(iter(loader))
+    sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
+    def seconds(work: Callable[[], object]) -> float:  # one run, timed alone (medians ignore a slowed one)
+        sync()
+        begin = time.perf_counter()
+        work()
+        sync()
+        return time.perf_counter() - begin
+
+    def one_step() -> None:
+        trainer.train_step(data, queue_full=True)
+
+    for _ in range(2):  # the first steps build the kernels and the allocator's pools
+        trainer.train_step(data, queue_full=True)
+    ready = time.time() - started if started is not None else 0.0
+    threads = trainer.device.type == "cpu" and torch.get_num_threads() > 1  # one thread against every core too
+    if threads:
+        with torch_threads(1):
+            trainer.train_step(data, queue_full=True)
+    every, single = [], []
+    for number in range(steps):  # A B B A: a slower moment of the machine falls on both
+        for alone in ((False, True) if number % 2 == 0 else (True, False)):
+            if not alone:
+                every.append(seconds(one_step))
+            elif threads:
+                with torch_threads(1):
+                    single.append(seconds(one_step))
+    step = float(np.median(every))
+    single_step = float(np.median(single)) if single else step
+    begin = time.perf_counter()
+    trainer.save(best=True)
+    epoch = time.perf_counter() - begin
+    encoder = next(iter(trainer.model.learners.values())).encoder_k
+    clips = torch.randn(INFERENCE_BATCH, 3, length, size, size, device=trainer.device)
+    with torch.no_grad():
+        encoder(clips)
+        forward = float(np.median([seconds(lambda: encoder(clips)) for _ in range(steps)])) / INFERENCE_BATCH
+    return {"step": step, "single_step": single_step, "forward": forward, "epoch": epoch, "stage": stage,
+            "ready": ready}
+
+
+def time_one_thread(width: float, size: int, length: int, batch: int, steps: int, launched: float
+                    ) -> dict[str, float]:
+    """In one of the processes that train side by side (the caller gave it one thread): the seconds from
+    ``launched`` (a ``time.time()`` of the parent) until it could train, and of one training step."""
+    with tempfile.TemporaryDirectory(prefix="coclr-timing-") as tmp:
+        timing = time_training(width, size, length, Path(tmp), "cpu", batch, steps, started=launched)
+    return {"step": timing["step"], "started": timing["ready"]}
