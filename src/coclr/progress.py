@@ -3,7 +3,7 @@
 Every long loop of the library shows its progress with :func:`bar` (a ``tqdm`` bar). A command that runs several
 such jobs in one process (``coclr learn``: store, flow, training stages, embedding) follows them with
 :func:`observed`: while it is active the parts' bars are not drawn, and each of their updates is passed to the
-observer, which draws one line with the ETA of the whole job.
+observer, which draws one line with the ETA of the whole job (:func:`job_line`).
 
 Example::
 
@@ -56,6 +56,17 @@ def bar(*args: Any, **kwargs: Any) -> tqdm:
     if _observers:
         kwargs["disable"] = True
     return _Bar(*args, **kwargs)
+
+
+def job_line(**kwargs: Any) -> tqdm:
+    """The one line of a job that observes its parts (:func:`observed`), with tqdm's arguments: drawn while it
+    observes them (the parts' own bars are not)."""
+    return tqdm(**kwargs)
+
+
+def clock(seconds: float | None) -> str:
+    """``seconds`` as a clock shows them ("01:05", "1:02:03"); "?" for None."""
+    return "?" if seconds is None else tqdm.format_interval(max(0.0, seconds))
 
 
 def duration(seconds: float) -> str:

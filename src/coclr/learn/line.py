@@ -16,14 +16,10 @@ import sys
 import time
 from collections.abc import Callable, Collection, Iterator
 
-from tqdm import tqdm
+from coclr.progress import clock, job_line
 
 SETTLED = 0.05
 """A phase's own pace is trusted once this share of its estimate has been reported."""
-
-
-def _clock(seconds: float | None) -> str:
-    return "?" if seconds is None else tqdm.format_interval(max(0.0, seconds))
 
 
 class ProgressLine:
@@ -49,7 +45,7 @@ class ProgressLine:
         self.actual_done = self.estimated_done
 
     def __enter__(self) -> ProgressLine:
-        self.bar = tqdm(total=sum(self.estimates.values()), initial=self.estimated_done,
+        self.bar = job_line(total=sum(self.estimates.values()), initial=self.estimated_done,
                         disable=not self.enabled, file=sys.__stderr__, dynamic_ncols=True, smoothing=0.0,
                         bar_format="coclr learn: {desc} {percentage:3.0f}%|{bar:20}| {elapsed} so far{postfix}")
         if hasattr(self.bar, "start_t"):  # (a disabled bar keeps no time)
@@ -109,7 +105,7 @@ class ProgressLine:
         return remainder * own + later * pace
 
     def _show(self) -> None:
-        self.bar.set_postfix_str(f"about {_clock(self.eta())} left", refresh=True)
+        self.bar.set_postfix_str(f"about {clock(self.eta())} left", refresh=True)
 
     def _credit(self, seconds: float) -> None:
         if seconds > 0:
@@ -131,7 +127,7 @@ class MeasureLine:
         self.since = time.monotonic()
 
     def __enter__(self) -> MeasureLine:
-        self.bar = tqdm(total=self.videos, disable=not self.enabled, file=sys.__stderr__, dynamic_ncols=True,
+        self.bar = job_line(total=self.videos, disable=not self.enabled, file=sys.__stderr__, dynamic_ncols=True,
                         desc=f"probing the videos (0 of {self.videos})", postfix="about ? left",
                         bar_format="coclr learn: measuring: {desc} | {elapsed} so far{postfix}")
         return self
@@ -148,4 +144,4 @@ class MeasureLine:
     def measuring(self, what: str, left: float | None) -> None:
         """What is measured now and the seconds the measurement expects it still needs (None: not known)."""
         self.bar.set_description_str(what, refresh=False)
-        self.bar.set_postfix_str(f"about {_clock(left)} left", refresh=True)
+        self.bar.set_postfix_str(f"about {clock(left)} left", refresh=True)
