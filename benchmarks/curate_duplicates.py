@@ -166,13 +166,14 @@ def main() -> None:
         folder = embed(paths, learn, work / f"{key}_embeddings")
         embedded = time.perf_counter() - begin
         results = {}
-        for label, options in (("coclr, calibrated", CurateOptions()), ("coclr, distribution rule",
-                                                                          CurateOptions(calibrate=0))):
+        for label, options in (("coclr, fingerprints, calibrated", CurateOptions()),
+                               ("coclr, fingerprints, distribution rule", CurateOptions(calibrate=0)),
+                               ("coclr, vectors, calibrated", CurateOptions(fingerprints=False))):
             begin = time.perf_counter()
-            curate(folder, work / f"{key}_curate_{options.calibrate}", options, show=False)
-            record = json.loads((work / f"{key}_curate_{options.calibrate}" / "curate.json").read_text())
-            results[f"{label} (threshold {record['threshold']:.3f})"] = scores(
-                curated_pairs(work / f"{key}_curate_{options.calibrate}"), truth)
+            target = work / f"{key}_curate_{options.calibrate}{'' if options.fingerprints else '_vectors'}"
+            curate(folder, target, options, show=False)
+            record = json.loads((target / "curate.json").read_text())
+            results[f"{label} (threshold {record['threshold']:.3f})"] = scores(curated_pairs(target), truth)
             print(f"{name}: curate {label} took {time.perf_counter() - begin:.1f} s", flush=True)
         begin = time.perf_counter()
         pairs, threshold = baseline_pairs(paths, truth)

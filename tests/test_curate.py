@@ -121,6 +121,70 @@ def test_the_map_and_its_groups_are_deterministic_and_separate_far_groups():
     assert len(set(found)) >= 3 or method == "umap"
 
 
+# ------------------------------------------------------------------------------------------------ fingerprints
+
+
+@pytest.fixture(scope="module")
+def takes(tmp_path_factory):
+    """Eight generated takes (64 px, 48 frames, each its own scene) and every altered copy of the first two, with a
+    small untrained encoder whose first block fingerprints them."""
+    from coclr.curate.alter import ALTERATIONS, write_altered
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+    from coclr.synth import SynthConfig, write_videos
+    from coclr.video.decode import decode_video_with_rate
+
+    torch = pytest.importorskip("torch")
+    root = tmp_path_factory.mktemp("takes")
+    write_videos(root / "data", SynthConfig(num_classes=2, train_scenes=2, test_scenes=2, actions_per_scene=2,
+                                            clips_per_action=1, frames=48, height=64, width=64))
+    videos = sorted((root / "data" / "videos").glob("*.mp4"))
+    copies = {}
+    (root / "copies").mkdir()
+    for number, original in enumerate(videos[:2]):
+        frames, fps = decode_video_with_rate(original)
+        for name in ALTERATIONS:
+            copies[(number, name)] = write_altered(frames, fps, name, root / "copies" / f"{number}_{name}.mp4")
+    torch.manual_seed(0)
+    checkpoint = save_encoder(root / "encoder.pth", build_encoder(width=0.25).eval(),
+                              meta={"clip_settings": {"view": "rgb", "length": 8, "size": 32, "stride": 1}})
+    return videos, copies, checkpoint
+
+
+def test_a_fingerprint_finds_every_altered_copy_above_every_other_take(takes, tmp_path, monkeypatch):
+    """Re-encoded, trimmed, cropped, resized, brightened, sped up, flipped, captioned: each copy's fingerprint is
+    nearer its original's than any other take's is to that original (centred over the takes, the mirrored frames
+    counted); a second call reads the kept fingerprints without the encoder."""
+    from coclr.curate import fingerprint as prints
+    from coclr.models.loading import checkpoint_sha256
+
+    videos, copies, checkpoint = takes
+    paths = [str(path) for path in videos] + [str(path) for path in copies.values()]
+    found, lacking = prints.fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept",
+                                         show=False, workers=2)
+    assert lacking == [] and found.shape == (len(paths), 2, 16 * 16)  # width 0.25: 16 channels, 4 x 4 cells
+    units, _ = prints.centred(found, found[: len(videos), 0].mean(0))
+    similar = prints.similarities(units, np.arange(len(paths)))
+    for (number, name), path in copies.items():
+        copy = paths.index(str(path))
+        others = [similar[number, other] for other in range(len(videos)) if other != number]
+        assert similar[number, copy] > max(others), (name, similar[number, copy], max(others))
+    mirrored = paths.index(str(copies[(0, "flip")]))
+    assert units[0, 0] @ units[mirrored, 1] > units[0, 0] @ units[mirrored, 0]  # matched through the mirror
+    scores, rows = prints.neighbour_graph(units, 3, chunk=5)
+    brute = similar.copy()
+    np.fill_diagonal(brute, -np.inf)
+    assert np.allclose(scores, -np.sort(-brute, axis=1)[:, :3], atol=1e-6)
+    assert np.allclose(np.take_along_axis(brute, rows, axis=1), scores, atol=1e-6)
+    (tmp_path / "broken.mp4").write_bytes(b"not a video" * 100)
+    some, lacking = prints.fingerprints([str(tmp_path / "absent.mp4"), paths[0], str(tmp_path / "broken.mp4")],
+                                        checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept", show=False)
+    assert lacking == [0, 2] and np.array_equal(some[1], found[0]) and not some[[0, 2]].any()
+    monkeypatch.setattr(prints, "load_stem", lambda checkpoint: pytest.fail("the kept fingerprints were not read"))
+    again, _ = prints.fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept", show=False)
+    assert np.array_equal(again, found)
+
+
 # ------------------------------------------------------------------------------------------------ the command
 
 
@@ -173,7 +237,10 @@ def test_curate_finds_the_copy_ranks_every_video_and_keeps_its_rules(embedded, t
     record = json.loads((out / "curate.json").read_text())
     assert f"{record['threshold']:.4f}" in printed and record["rule"] in printed  # calibrated, or said why not
     assert record["rule"].startswith(("calibrated", "the distribution rule (the altered copies were not told"))
-    assert sum(len(v) for v in record["calibration"]["positives"].values()) == 20  # 2 videos x 10 alterations
+    assert record["compared_by"] == "fingerprints" and record["fingerprints"]["without"] == []
+    for calibration in (record["fingerprints"]["calibration"], record["calibration"]):  # whole videos, windows
+        assert sum(len(v) for v in calibration["positives"].values()) == 20  # 2 videos x 10 alterations
+    assert len(list((out / "fingerprints").glob("*.npy"))) == len(videos) + 1
     rows = list(csv.DictReader((out / "duplicates.csv").open()))
     copy = str(root / "data" / "videos" / "copy of first.mp4")
     pair = [row for row in rows if row["path"] in (copy, str(videos[0])) and row["kind"] == "whole"]
@@ -208,11 +275,13 @@ def test_curate_finds_the_copy_ranks_every_video_and_keeps_its_rules(embedded, t
     record = json.loads((moved / "embed.json").read_text())
     record["checkpoint"]["path"] = str(tmp_path / "gone.pth")
     (moved / "embed.json").write_text(json.dumps(record))
+    with pytest.raises(ConfigError, match="gone.pth is not there: fingerprints need .* --no-fingerprints"):
+        curate(moved, tmp_path / "never", CurateOptions(calibrate=0), show=False)
     with pytest.raises(ConfigError, match="no longer exists.*--calibrate 0"):
-        curate(moved, tmp_path / "never", CurateOptions(calibrate=2), show=False)
+        curate(moved, tmp_path / "never", CurateOptions(calibrate=2, fingerprints=False), show=False)
     assert not (tmp_path / "never").exists()
-    assert curate(moved, tmp_path / "fence", CurateOptions(calibrate=0), show=False).rule.startswith(
-        "the distribution rule")
+    assert curate(moved, tmp_path / "fence", CurateOptions(calibrate=0, fingerprints=False),
+                  show=False).rule.startswith("the distribution rule")
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

@@ -628,7 +628,7 @@ def test_a_study_stopped_stops_its_commands_and_says_what_is_kept(tmp_path):
                                 if (out / "pipeline").is_dir() else False, signal.SIGTERM, group=False,
                                 log=tmp_path / "run")
     assert status == 143
-    assert re.fullmatch(rf"coclr demo: interrupted \(SIGTERM\); 0 of \d+ commands done and kept; .* stopped at their "
+    assert re.fullmatch(rf"coclr demo: interrupted \(SIGTERM\); 0 of \d+ jobs done and kept; .* stopped at their "
                         rf"checkpoints \(logs: {out}/logs\); run the same command to continue", line), line
     logs = "".join(path.read_text() for path in (out / "logs").glob("*.log"))
     assert "interrupted (SIGTERM)" in logs  # each command said what it kept

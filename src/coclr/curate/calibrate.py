@@ -1,9 +1,10 @@
 """The duplicate threshold calibrated on altered copies of the user's own videos.
 
 A few videos of the folder (spread over it) are altered as duplicates in the wild are (:mod:`coclr.curate.alter`),
-each copy is embedded exactly as the folder was (the checkpoints and settings its ``embed.json`` records, into a
-``coclr embed`` folder of their own, so an interrupted calibration continues), and each copy's similarity to its
-original is a positive; every video's similarity to its nearest other video is a negative. The threshold is the one
+each copy is fingerprinted (:mod:`coclr.curate.fingerprint`) or embedded exactly as the folder was (the checkpoints
+and settings its ``embed.json`` records, into a ``coclr embed`` folder of their own, so an interrupted calibration
+continues), and each copy's similarity to its original is a positive; every video's similarity to its nearest other
+video is a negative. The threshold is the one
 that separates them best (:func:`coclr.curate.groups.calibrated_threshold`).
 """
 
@@ -87,7 +88,6 @@ def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None
     are then compared; ``nearest``: each video's similarity to its nearest other). Returns ``{"threshold", "rule",
     "positives": {alteration: [similarities]}, "videos"}``; with no usable copy, the caller's distribution rule
     applies (``threshold`` None)."""
-    from coclr.curate.groups import MIN_SEPARATION, calibrated_threshold, separation  # noqa: PLC0415
     from coclr.embed.run import embed_videos  # noqa: PLC0415 (heavy: torch)
 
     out.mkdir(parents=True, exist_ok=True)
@@ -104,12 +104,44 @@ def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None
             continue
         vector = np.asarray(copied.videos[found], np.float64) - (0.0 if mean is None else mean)
         positives.setdefault(name, []).append(float(vector @ units[row] / max(np.linalg.norm(vector), 1e-12)))
+    return _threshold(positives, nearest, len({row for row, _, _ in copies}), "embedded")
+
+
+def calibrate_fingerprints(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray, nearest: np.ndarray,
+                           count: int, out: Path, checkpoint: Path, encoder_sha256: str, stale: set[int] | None = None,
+                           show: bool = True, workers: int | None = None) -> dict[str, Any]:
+    """As :func:`calibrate`, on the videos' fingerprints (:mod:`coclr.curate.fingerprint`): the same altered copies
+    (made once for both), each fingerprinted (kept in ``out/fingerprints``) and compared with its original's
+    (``units``: the folder's centred fingerprints, by ``mean``; ``nearest``: each video's similarity to its nearest
+    other)."""
+    from coclr.curate.fingerprint import centred, fingerprints, similarities  # noqa: PLC0415 (heavy: torch)
+
+    out.mkdir(parents=True, exist_ok=True)
+    rows = sample_rows(embeddings, count, stale or set())
+    copies = altered_copies(embeddings, rows, out)
+    if not copies:
+        return {"threshold": None, "rule": "no video could be altered", "positives": {}, "videos": 0}
+    prints, lacking = fingerprints([str(path) for _, _, path in copies], checkpoint, encoder_sha256,
+                                   out / "fingerprints", show=show, workers=workers)
+    copied, _ = centred(prints, mean)
+    positives: dict[str, list[float]] = {}
+    for number, (row, name, _) in enumerate(copies):
+        if number not in lacking and units[row].any():
+            value = float(similarities(np.stack([units[row], copied[number]]), np.array([0]))[0, 1])
+            positives.setdefault(name, []).append(value)
+    return _threshold(positives, nearest, len({row for row, _, _ in copies}), "fingerprinted")
+
+
+def _threshold(positives: dict[str, list[float]], nearest: np.ndarray, videos: int, how: str) -> dict[str, Any]:
+    """The calibration's result from the copies' similarities to their originals (``positives``, by alteration)
+    and each video's to its nearest other (``nearest``), as :func:`calibrate` returns it."""
+    from coclr.curate.groups import MIN_SEPARATION, calibrated_threshold, separation  # noqa: PLC0415
+
     values = np.concatenate([np.asarray(v) for v in positives.values()]) if positives else np.empty(0)
     if not len(values):
-        return {"threshold": None, "rule": "no altered copy could be embedded", "positives": {}, "videos": 0}
+        return {"threshold": None, "rule": f"no altered copy could be {how}", "positives": {}, "videos": 0}
     threshold = calibrated_threshold(values, nearest)
     gain = separation(values, nearest, threshold)
-    videos = len({row for row, _, _ in copies})
     if gain < MIN_SEPARATION:
         return {"threshold": None, "positives": positives, "videos": videos,
                 "rule": f"the altered copies were not told apart from other videos (Youden's J {gain:.2f} at best, "

@@ -3,21 +3,25 @@
 What it writes into ``DIR``:
 
 - ``duplicates.csv``: ``group,path,similarity,kind,start,end``: each near-duplicate group's videos (``kind``
-  ``whole``: the videos' vectors reach the threshold, ``similarity`` a video's highest to another member), then the
+  ``whole``: the videos' fingerprints reach the threshold, ``similarity`` a video's highest to another member), then the
   pairs of videos that share only a stretch (``kind`` ``partial``: windows of the two reach it; ``start`` and
-  ``end``, in seconds, the stretch of each video).
+  ``end``, in seconds, the stretch of each video), searched only when the windows' threshold was calibrated on
+  altered copies or given.
 - ``outliers.csv``: ``rank,path,score``: every video, most unlike the rest first; the score is one minus the mean
   similarity of its :data:`~coclr.curate.groups.OUTLIER_K` nearest others (a kNN distance).
 - ``index.html`` with ``data.js`` and ``thumbs/``: the map (:mod:`coclr.curate.page`).
 - ``curate.json``: the threshold and the rule that chose it, the counts, the seconds of each part.
-- ``calibration/``: the altered copies and their embeddings the threshold was calibrated on.
+- ``calibration/``: the altered copies and their embeddings and fingerprints the thresholds were calibrated on.
+- ``fingerprints/``: each video's fingerprint, by its identity and the encoder's (a second run reads them).
 
 Similarities are cosines of the vectors centred by the folder's mean (as the paper's retrieval protocol centres its
 gallery): the direction every video shares says nothing of which videos are alike, and an encoder whose vectors all
-point one way still tells its videos apart. The threshold: ``threshold`` when given; else calibrated on altered
+point one way still tells its videos apart. Whole videos are compared by their fingerprints
+(:mod:`coclr.curate.fingerprint`, centred the same way; ``fingerprints`` off: by their vectors), windows by their
+vectors. Each threshold: ``threshold`` when given (the windows' too without fingerprints); else calibrated on altered
 copies of ``calibrate`` of the folder's videos (:mod:`coclr.curate.calibrate`); else (``calibrate`` 0, or no copy
-could be made) the distribution rule (:func:`~coclr.curate.groups.distribution_threshold`). It is printed and
-recorded. Windows share the videos' threshold.
+could be made) the distribution rule (:func:`~coclr.curate.groups.distribution_threshold`). They are printed and
+recorded.
 
 The rule of every long command: the same command on the same ``DIR`` runs again (cheap: the calibration's copies
 and embeddings and the thumbnails are kept; the rest is recomputed from the folder as it is now), other options are
@@ -55,15 +59,20 @@ SHOWN_OUTLIERS = 100
 """Outliers listed on the page (every video is in outliers.csv)."""
 PAGE_NEIGHBOURS = 5
 """Nearest videos the page lists for a chosen point."""
+FINGERPRINTS = "fingerprints"
+"""The curate folder's subfolder of the videos' fingerprints."""
 
 
 @dataclasses.dataclass
 class CurateOptions:
     """What ``coclr curate`` is asked for; each option is a ``--flag`` of the command."""
 
-    threshold: float | None = option(None, "cosine similarity from which two videos (or windows) are "
-                                           "near-duplicates; unset: calibrated on altered copies of --calibrate "
-                                           "videos")
+    threshold: float | None = option(None, "similarity from which two videos are near-duplicates (of their "
+                                           "fingerprints; of their vectors with --no-fingerprints, which windows "
+                                           "then share); unset: calibrated on altered copies of --calibrate videos")
+    fingerprints: bool = option(True, "find whole-video duplicates by each video's appearance fingerprint (the "
+                                      "encoder's first block over frames decoded again from its file: what is where, "
+                                      "which tells one take from another); off: by the embedding vectors")
     calibrate: int = option(8, "videos whose altered copies (re-encoded, trimmed, cropped, resized, brightened, "
                                "sped up, flipped, captioned) calibrate the threshold; 0: the distribution rule "
                                "(an outer fence of each video's similarity to its nearest other)")
@@ -136,17 +145,29 @@ def curate(source: str | os.PathLike[str], out: str | os.PathLike[str], options:
     if len(embeddings.videos) < 2:
         raise ConfigError(f"{source}: {len(embeddings.videos)} video(s) embedded; curation compares videos: embed "
                           "at least two")
-    encoder = None
-    if options.threshold is None and options.calibrate > 0:  # its checkpoints checked before any write
+    encoder = stem = None
+    if options.fingerprints:  # the encoder the fingerprints need, checked before any write
+        from coclr.curate.fingerprint import folder_checkpoint  # noqa: PLC0415 (heavy: torch)
+
+        stem = folder_checkpoint(embeddings)
+    if vector_threshold_wanted(options, len(embeddings.windows)) and options.calibrate > 0:
         from coclr.curate.calibrate import folder_encoder  # noqa: PLC0415 (heavy: torch)
 
         encoder = folder_encoder(embeddings, options.device, options.workers)
     with claim_folder(out, CURATE_FOLDER, recorded_options(source, options), restart=restart):
-        return _curate(embeddings, out, options, started, show, encoder)
+        return _curate(embeddings, out, options, started, show, encoder, stem)
+
+
+def vector_threshold_wanted(options: CurateOptions, windows: int) -> bool:
+    """Whether a threshold on the vectors is to be found (not given): for whole videos without fingerprints, for
+    the windows' stretches."""
+    vectors = not options.fingerprints or (options.windows and windows > 1)
+    given = options.threshold is not None and not options.fingerprints
+    return vectors and not given
 
 
 def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: float, show: bool,
-            encoder) -> CurateSummary:
+            encoder, stem: tuple[Path, str] | None) -> CurateSummary:
     from coclr.embed.search import folder_rows  # noqa: PLC0415
 
     seconds: dict[str, float] = {}
@@ -162,30 +183,33 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     nearest = scores[:, 0].astype(np.float64)
 
     clock = time.perf_counter()
-    if options.threshold is not None:
-        threshold, rule, calibration = float(options.threshold), "given", {}
-    else:
-        calibration = {"threshold": None, "rule": "--calibrate 0"}
-        if encoder is not None:
-            from coclr.curate.calibrate import FOLDER, calibrate  # noqa: PLC0415 (heavy: torch)
-
-            say(f"coclr curate: calibrating the threshold on altered copies of {options.calibrate} videos ...", show)
-            calibration = calibrate(embeddings, units, rows.mean, nearest, options.calibrate, out / FOLDER, encoder,
-                                    stale, show)
-        if calibration["threshold"] is not None:
-            threshold, rule = float(calibration["threshold"]), calibration["rule"]
-        else:
-            threshold = rules.distribution_threshold(nearest)
-            rule = (f"the distribution rule ({calibration['rule']}): the third quartile of each video's similarity "
-                    "to its nearest other plus three interquartile ranges, within "
-                    f"{rules.FALLBACK_RANGE[0]}-{rules.FALLBACK_RANGE[1]}")
+    threshold, rule, calibration = float("nan"), "not needed", {}
+    if not options.fingerprints and options.threshold is not None:
+        threshold, rule = float(options.threshold), "given"
+    elif vector_threshold_wanted(options, len(embeddings.windows)):
+        threshold, rule, calibration = _vector_threshold(embeddings, out, options, units, rows.mean, nearest, encoder,
+                                                         stale, show)
+    group_scores, group_neighbours, group_threshold, group_rule = scores, neighbours, threshold, rule
+    fingerprinted: dict[str, Any] = {}
+    if stem is not None:
+        group_scores, group_neighbours, group_threshold, group_rule, fingerprinted = _fingerprint_groups(
+            embeddings, out, options, stem, k, stale, show)
     seconds["threshold"] = time.perf_counter() - clock
-    say(f"coclr curate: near-duplicate threshold {threshold:.4f} ({rule})", show)
+    say(f"coclr curate: near-duplicate threshold {group_threshold:.4f} ({group_rule})", show)
+    if stem is not None and options.windows and len(embeddings.windows) > 1:
+        say(f"coclr curate: the windows' threshold {threshold:.4f} ({rule})", show)
+    # Stretches only from a threshold that was calibrated on copies or given: the distribution rule says which whole
+    # videos are unusually alike, and says nothing of windows (measured: most of its stretches were not copies).
 
     clock = time.perf_counter()
-    whole = rules.duplicate_groups(scores, neighbours, threshold)
+    whole = rules.duplicate_groups(group_scores, group_neighbours, group_threshold)
     stretches = []
-    if options.windows and len(embeddings.windows) > 1:
+    windows = options.windows and len(embeddings.windows) > 1
+    trusted = rule == "given" or rule.startswith("calibrated")
+    if windows and not trusted:
+        say("coclr curate: no stretches searched: the windows' threshold is not calibrated (the vectors did not tell "
+            "altered copies from other videos, or --calibrate 0)", show)
+    if windows and trusted:
         window_video = np.array([record["video"] for record in embeddings.window_records], np.int64)
         starts = np.array([record["start"] for record in embeddings.window_records], np.float64)
         ends = np.array([record["end"] for record in embeddings.window_records], np.float64)
@@ -197,7 +221,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     outliers = rules.outlier_scores(scores, options.neighbours)
     ranking = rules.outlier_ranking(outliers)
     seconds["duplicates_outliers"] = time.perf_counter() - clock
-    write_tables(out, paths, scores, neighbours, whole, stretches, outliers, ranking)
+    write_tables(out, paths, group_scores, group_neighbours, whole, stretches, outliers, ranking)
 
     clock = time.perf_counter()
     points, method = layout(units, options.seed)
@@ -207,24 +231,83 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     wanted = thumbnail_rows(count, whole, stretches, ranking, options.thumbnails)
     thumbs = write_thumbnails(out, embeddings, wanted, stale, show, options.workers)
     seconds["thumbnails"] = time.perf_counter() - clock
-    summary = CurateSummary(out, count, threshold, rule, len(whole), sum(len(group) for group in whole),
+    summary = CurateSummary(out, count, group_threshold, group_rule, len(whole), sum(len(group) for group in whole),
                             len(stretches), len(stale), 0.0)
-    data = page_data(paths, points, colours, scores, neighbours, whole, stretches, outliers, ranking, thumbs, count)
+    data = page_data(paths, points, colours, scores, neighbours, whole, stretches, outliers, ranking, thumbs, count,
+                     group_scores, group_neighbours)
     shown_map = "UMAP" if method == "umap" else "the first two principal components (pip install umap-learn for UMAP)"
     write_page(out, f"coclr curate: {embeddings.root.name}",
                [f"{count} videos of {embeddings.root}; map: {shown_map}; colours: {int(colours.max()) + 1} groups of "
                 "alike videos",
-                f"near-duplicates from similarity {threshold:.4f} ({rule}); drag to pan, wheel to zoom, hover for a "
+                f"near-duplicates from {'fingerprint ' if stem is not None else ''}similarity {group_threshold:.4f} "
+                f"({group_rule}); drag to pan, wheel to zoom, hover for a "
                 "thumbnail, click a point for its nearest, a list entry to mark its videos"], data)
     summary.seconds = time.perf_counter() - started
     atomic_write_json(out / RESULT_FILE, {
-        "embeddings": str(embeddings.root.resolve()), "videos": count, "threshold": threshold, "rule": rule,
+        "embeddings": str(embeddings.root.resolve()), "videos": count, "threshold": group_threshold,
+        "rule": group_rule, "compared_by": "fingerprints" if stem is not None else "vectors",
+        **({"fingerprints": fingerprinted} if stem is not None else {}),
+        "window_threshold": threshold if windows else None, "window_rule": rule if windows else None,
+        "stretches": ("searched" if windows and trusted else "not searched: the windows' threshold is not calibrated"
+                      if windows else "not asked for"),
         "calibration": {key: value for key, value in calibration.items() if key != "threshold"},
         "groups": len(whole), "duplicate_videos": summary.duplicates, "partial_pairs": len(stretches),
         "stale": sorted(stale), "map": method, "colour_groups": int(colours.max()) + 1,
         "outlier_score": f"1 - mean similarity of the {options.neighbours} nearest others",
         "seconds": {**seconds, "all": summary.seconds}})
     return summary
+
+
+def _vector_threshold(embeddings: Embeddings, out: Path, options: CurateOptions, units: np.ndarray, mean,
+                      nearest: np.ndarray, encoder, stale: set[int], show: bool) -> tuple[float, str, dict[str, Any]]:
+    """The threshold on the vectors, its rule and its calibration's record: calibrated on altered copies, else the
+    distribution rule."""
+    calibration: dict[str, Any] = {"threshold": None, "rule": "--calibrate 0"}
+    if encoder is not None:
+        from coclr.curate.calibrate import FOLDER, calibrate  # noqa: PLC0415 (heavy: torch)
+
+        say(f"coclr curate: calibrating the vectors' threshold on altered copies of {options.calibrate} videos ...",
+            show)
+        calibration = calibrate(embeddings, units, mean, nearest, options.calibrate, out / FOLDER, encoder, stale, show)
+    if calibration["threshold"] is not None:
+        return float(calibration["threshold"]), calibration["rule"], calibration
+    return rules.distribution_threshold(nearest), _distribution_rule(calibration["rule"]), calibration
+
+
+def _distribution_rule(why: str) -> str:
+    return (f"the distribution rule ({why}): the third quartile of each video's similarity to its nearest other plus "
+            f"three interquartile ranges, within {rules.FALLBACK_RANGE[0]}-{rules.FALLBACK_RANGE[1]}")
+
+
+def _fingerprint_groups(embeddings: Embeddings, out: Path, options: CurateOptions, stem: tuple[Path, str], k: int,
+                        stale: set[int], show: bool) -> tuple[np.ndarray, np.ndarray, float, str, dict[str, Any]]:
+    """Every video's fingerprint (kept in ``out/fingerprints``), their neighbour graph, the threshold on them and its
+    rule, and what ``curate.json`` records of them (the videos without one, the calibration)."""
+    from coclr.curate import fingerprint as prints  # noqa: PLC0415 (heavy: torch)
+    from coclr.curate.calibrate import FOLDER, calibrate_fingerprints  # noqa: PLC0415
+
+    checkpoint, sha = stem
+    found, lacking = prints.fingerprints([record["path"] for record in embeddings.video_records], checkpoint, sha,
+                                         out / FINGERPRINTS, show=show, workers=options.workers)
+    have = np.setdiff1d(np.arange(len(found)), lacking)
+    units, mean = prints.centred(found, found[have, 0].mean(0) if len(have) else None)
+    units[lacking] = 0.0
+    scores, neighbours = prints.neighbour_graph(units, k)
+    nearest = scores[have, 0].astype(np.float64) if k > 0 else np.empty(0)
+    record: dict[str, Any] = {"without": [embeddings.video_records[row]["path"] for row in lacking]}
+    if options.threshold is not None:
+        return scores, neighbours, float(options.threshold), "given", record
+    calibration: dict[str, Any] = {"threshold": None, "rule": "--calibrate 0"}
+    if options.calibrate > 0 and len(have) > 1:
+        say(f"coclr curate: calibrating the fingerprints' threshold on altered copies of {options.calibrate} videos "
+            "...", show)
+        calibration = calibrate_fingerprints(embeddings, units, mean, nearest, options.calibrate, out / FOLDER,
+                                             checkpoint, sha, stale, show, options.workers)
+    record["calibration"] = {key: value for key, value in calibration.items() if key != "threshold"}
+    if calibration["threshold"] is not None:
+        return scores, neighbours, float(calibration["threshold"]), calibration["rule"], record
+    return (scores, neighbours, rules.distribution_threshold(nearest), _distribution_rule(calibration["rule"]),
+            record)
 
 
 def write_tables(out: Path, paths: list[str], scores: np.ndarray, neighbours: np.ndarray, whole: list[list[int]],
@@ -315,13 +398,18 @@ def write_thumbnails(out: Path, embeddings: Embeddings, rows: list[int], stale: 
 
 def page_data(paths: list[str], points: np.ndarray, colours: np.ndarray, scores: np.ndarray, neighbours: np.ndarray,
               whole: list[list[int]], stretches: list, outliers: np.ndarray, ranking: np.ndarray,
-              thumbs: dict[int, str], count: int) -> dict[str, Any]:
-    """What ``data.js`` holds (:mod:`coclr.curate.page`)."""
+              thumbs: dict[int, str], count: int, group_scores: np.ndarray | None = None,
+              group_neighbours: np.ndarray | None = None) -> dict[str, Any]:
+    """What ``data.js`` holds (:mod:`coclr.curate.page`); a group's similarity from the graph that made the groups
+    (``group_scores``, ``group_neighbours``; default: the vectors')."""
+    group_scores = scores if group_scores is None else group_scores
+    group_neighbours = neighbours if group_neighbours is None else group_neighbours
     near = [[[int(other), round(float(score), 4)] for other, score in zip(neighbours[row, :PAGE_NEIGHBOURS],
                                                                           scores[row, :PAGE_NEIGHBOURS]) if other >= 0]
             for row in range(count)]
     duplicates = [{"members": group, "kind": "whole",
-                   "similarity": min(rules.best_match(scores, neighbours, group).values())} for group in whole]
+                   "similarity": min(rules.best_match(group_scores, group_neighbours, group).values())}
+                  for group in whole]
     duplicates += [{"members": [s.video, s.other], "kind": "partial", "similarity": s.similarity} for s in stretches]
     return {"names": paths, "points": [round(float(v), 5) for v in points.reshape(-1)],
             "groups": [int(g) for g in colours], "nearest": near, "duplicates": duplicates,

@@ -31,7 +31,7 @@ from coclr.data.sampling import clip_span, segment_counts
 from coclr.errors import ConfigError
 from coclr.flow.encode import bound_for
 from coclr.progress import duration
-from coclr.threads import usable_cores
+from coclr.threads import torch_threads, usable_cores
 from coclr.train.timing import time_training
 
 MIN_VIDEOS = 8
@@ -184,6 +184,9 @@ class Costs:
     thumbnail: float = 0.0
     """making one video's animated thumbnail for the curation's page (frames decoded through the video, a GIF), on
     one thread (0: not measured, as in plans made before)"""
+    fingerprint: float = 0.0
+    """fingerprinting one video for the curation's duplicates (:mod:`coclr.curate.fingerprint`: frames decoded
+    through the video, the first block), on one thread (0: not measured, as in plans made before)"""
     motion: dict[int, float] = field(default_factory=dict)
     """the :data:`MOTION_PERCENTILE` th percentile of the flow's horizontal and vertical magnitudes (px per frame)
     on the sampled videos' first frame pairs, at each short side (:func:`flow_bound`)"""
@@ -355,13 +358,16 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
 
 def curate_seconds(footage: Footage, model: Model, costs: Costs, videos: int = CURATE_VIDEOS) -> float:
     """Seconds of the run's curation (:mod:`coclr.curate`): the altered copies of ``videos`` videos that calibrate
-    its threshold (:func:`calibration_seconds`), and a thumbnail of each video, up to the page's most, made on a
-    thread per core (:attr:`Costs.thumbnail`; where none could be timed, a decode of every frame)."""
+    its thresholds (:func:`calibration_seconds`), a fingerprint of each video and of each copy, and a thumbnail of
+    each video, up to the page's most, made on a thread per core (:attr:`Costs.fingerprint`,
+    :attr:`Costs.thumbnail`; where none could be timed, a decode of every frame)."""
+    from coclr.curate.alter import ALTERATIONS  # noqa: PLC0415
     from coclr.curate.run import CurateOptions  # noqa: PLC0415
 
     thumbnails = (min(footage.videos, CurateOptions.thumbnails) * costs.thumbnail if costs.thumbnail
                   else footage.frames * costs.decode_frame)
-    return calibration_seconds(footage, model, costs, videos) + thumbnails / costs.workers
+    fingerprints = (footage.videos + min(videos, footage.videos) * len(ALTERATIONS)) * costs.fingerprint
+    return calibration_seconds(footage, model, costs, videos) + (thumbnails + fingerprints) / costs.workers
 
 
 def calibration_seconds(footage: Footage, model: Model, costs: Costs, videos: int) -> float:
@@ -640,7 +646,8 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     decode_frame = sum(seconds for seconds, _ in timed) / max(1, sum(count for _, count in timed))
     costs = Costs(decode_frame, {}, {}, {}, {}, {}, {}, {}, workers, processes=processes, machines=machines,
                   side_by_side=infonce_side_by_side(device, processes), encode_frame=_time_encoding(videos),
-                  thumbnail=_time_thumbnail([sample_videos[int(i)] for i in spread]))
+                  thumbnail=_time_thumbnail([sample_videos[int(i)] for i in spread]),
+                  fingerprint=_time_fingerprint([sample_videos[int(i)] for i in spread]))
 
     def measure_size(size: int) -> None:  # JPEG and flow at a clip side, once a candidate of that side is measured
         report(f"JPEG and TV-L1 flow at {size} px", None)
@@ -759,6 +766,29 @@ def _time_thumbnail(paths: Sequence[str]) -> float:
         timed.append(time.perf_counter() - begin)
         if len(timed) == 2:
             break
+    return timed[-1] if timed else 0.0
+
+
+def _time_fingerprint(paths: Sequence[str]) -> float:
+    """Seconds to fingerprint one video (as :func:`coclr.curate.fingerprint.fingerprints` does, with the first block
+    of the widest candidate network), on one thread: timed on the second readable video of ``paths``; 0 when none
+    could be read."""
+
+    from coclr.curate.fingerprint import fingerprint_file  # noqa: PLC0415
+    from coclr.models.s3d import S3D  # noqa: PLC0415
+
+    stem = S3D(width=max(model.width for model in MODELS)).Conv_1a.eval()
+    timed = []
+    with torch_threads(1):
+        for path in paths:
+            begin = time.perf_counter()
+            try:
+                fingerprint_file(path, stem)
+            except Exception:  # an unreadable sample: the store job reports it
+                continue
+            timed.append(time.perf_counter() - begin)
+            if len(timed) == 2:
+                break
     return timed[-1] if timed else 0.0
 
 
