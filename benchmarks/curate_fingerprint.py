@@ -6,6 +6,12 @@ named `NNN_<alteration>.mp4` after the sorted originals). Similarities are `cocl
 the set's mean, the better of the plain and the mirrored pair (`coclr.curate.fingerprint`).
 
     python benchmarks/curate_fingerprint.py --work W --encoder CLIPS_LEARN/encoder_rgb.pth
+
+With ``--scale N``: instead, the seconds and peak memory of the fingerprints' neighbour graph (10 nearest, the
+mirrored pairs too) of N random fingerprints of 128 numbers with N/100 planted near-copies, and the share of the
+copies whose nearest is their original.
+
+    python benchmarks/curate_fingerprint.py --scale 100000
 """
 
 from __future__ import annotations
@@ -23,9 +29,14 @@ CLIPS = REPO.parent / "shared" / "data" / "clips"
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work", required=True, help="a benchmarks/curate_duplicates.py work folder")
-    parser.add_argument("--encoder", required=True, help="the trained RGB encoder (a coclr learn encoder_rgb.pth)")
+    parser.add_argument("--work", help="a benchmarks/curate_duplicates.py work folder")
+    parser.add_argument("--encoder", help="the trained RGB encoder (a coclr learn encoder_rgb.pth)")
+    parser.add_argument("--scale", type=int, help="time the neighbour graph of this many random fingerprints")
     args = parser.parse_args()
+    if args.scale:
+        return scale(args.scale)
+    if not (args.work and args.encoder):
+        parser.error("--work and --encoder are needed (or --scale)")
 
     import torch
 
@@ -57,6 +68,24 @@ def main() -> None:
             positives = [similar[number, row] for row, (number, kind) in enumerate(labels) if row >= count]
             print(f"  every copy: min {min(positives):.3f}; separated from the other originals: "
                   f"{min(positives) > others.max()}")
+
+
+def scale(count: int) -> None:
+    import resource
+    import time
+
+    from coclr.curate.fingerprint import centred, neighbour_graph
+
+    rng = np.random.default_rng(0)
+    prints = rng.standard_normal((count, 2, 128)).astype(np.float32)
+    copies = np.arange(1, count, 100)
+    prints[copies] = prints[copies - 1] + 0.05 * rng.standard_normal((len(copies), 2, 128)).astype(np.float32)
+    begin = time.perf_counter()
+    units, _ = centred(prints)
+    _, rows = neighbour_graph(units, 10)
+    print(f"fingerprint graph of {count:,} x 128 (and mirrored), 10 nearest: {time.perf_counter() - begin:.1f} s; "
+          f"planted copies whose nearest is their original: {np.mean(rows[copies, 0] == copies - 1):.3f}; peak "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
 if __name__ == "__main__":

@@ -65,7 +65,8 @@ import json, resource, sys, time
 import coclr.cli
 from coclr.curate.run import CurateOptions, curate
 begin = time.perf_counter()
-summary = curate(sys.argv[1], sys.argv[2], CurateOptions(threshold=0.95, calibrate=0, thumbnails=0), show=False)
+summary = curate(sys.argv[1], sys.argv[2], CurateOptions(threshold=0.95, calibrate=0, thumbnails=0, fingerprints=False),
+                 show=False)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"seconds": time.perf_counter() - begin, "maxrss_mb": peak}))
 """
