@@ -72,6 +72,18 @@ def test_the_calibrated_threshold_separates_copies_from_other_videos():
     assert rules.separation(np.array([0.9, 0.95]), np.array([0.5, 0.92]), 0.93) == pytest.approx(0.5)
 
 
+def test_the_recall_threshold_keeps_the_target_share_of_the_copies():
+    positives = np.arange(1, 101) / 100.0  # 0.01 .. 1.00
+    threshold = rules.recall_threshold(positives)
+    assert threshold in positives and (positives >= threshold).mean() == pytest.approx(rules.RECALL_TARGET)
+    assert (positives >= threshold + 0.01).mean() < rules.RECALL_TARGET  # the highest that keeps the target
+    assert rules.recall_threshold(positives, recall=1.0) == 0.01
+    shuffled = np.random.default_rng(0).permutation(positives)
+    assert rules.recall_threshold(shuffled) == threshold  # the order of the copies does not matter
+    few = np.array([0.7, 0.9, 0.95])  # fewer copies than 1 / (1 - target): the lowest, so every copy is kept
+    assert rules.recall_threshold(few) == 0.7
+
+
 def test_the_distribution_rule_is_an_outer_fence_within_its_range():
     nearest = np.linspace(0.3, 0.5, 101)
     assert rules.distribution_threshold(nearest) == pytest.approx(0.8)  # 0.45 + 3 * 0.1 = 0.75, raised to 0.8

@@ -107,14 +107,19 @@ def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None
     return _threshold(positives, nearest, len({row for row, _, _ in copies}), "embedded")
 
 
-def calibrate_fingerprints(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray, nearest: np.ndarray,
-                           count: int, out: Path, checkpoint: Path, encoder_sha256: str, stale: set[int] | None = None,
-                           show: bool = True, workers: int | None = None) -> dict[str, Any]:
-    """As :func:`calibrate`, on the videos' fingerprints (:mod:`coclr.curate.fingerprint`): the same altered copies
-    (made once for both), each fingerprinted (kept in ``out/fingerprints``) and compared with its original's
-    (``units``: the folder's centred fingerprints, by ``mean``; ``nearest``: each video's similarity to its nearest
-    other)."""
+def calibrate_fingerprints(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray, count: int, out: Path,
+                           checkpoint: Path, encoder_sha256: str, stale: set[int] | None = None, show: bool = True,
+                           workers: int | None = None) -> dict[str, Any]:
+    """The fingerprints' threshold (:mod:`coclr.curate.fingerprint`) from the same altered copies as
+    :func:`calibrate` (made once for both), each fingerprinted (kept in ``out/fingerprints``) and compared with its
+    original's (``units``: the folder's centred fingerprints, by ``mean``): the similarity that keeps
+    :data:`~coclr.curate.groups.RECALL_TARGET` of the copies (:func:`~coclr.curate.groups.recall_threshold`),
+    accepted when it separates them (Youden's J at least :data:`~coclr.curate.groups.MIN_SEPARATION`) from each
+    copy's similarity to the folder's other videos, which are other takes but for the original's own duplicates (a
+    few among many). Each video's nearest other is no negative here: in a folder where most videos have a duplicate,
+    it is one."""
     from coclr.curate.fingerprint import centred, fingerprints, similarities  # noqa: PLC0415 (heavy: torch)
+    from coclr.curate.groups import MIN_SEPARATION, RECALL_TARGET, recall_threshold, separation  # noqa: PLC0415
 
     out.mkdir(parents=True, exist_ok=True)
     rows = sample_rows(embeddings, count, stale or set())
@@ -125,11 +130,31 @@ def calibrate_fingerprints(embeddings: Embeddings, units: np.ndarray, mean: np.n
                                    out / "fingerprints", show=show, workers=workers)
     copied, _ = centred(prints, mean)
     positives: dict[str, list[float]] = {}
+    negatives = []
+    usable = units.any(axis=(1, 2))
     for number, (row, name, _) in enumerate(copies):
-        if number not in lacking and units[row].any():
-            value = float(similarities(np.stack([units[row], copied[number]]), np.array([0]))[0, 1])
-            positives.setdefault(name, []).append(value)
-    return _threshold(positives, nearest, len({row for row, _, _ in copies}), "fingerprinted")
+        if number in lacking or not usable[row]:
+            continue
+        compared = similarities(copied, np.array([number]), units)[0]  # the copy to every video of the folder
+        positives.setdefault(name, []).append(float(compared[row]))
+        negatives.append(np.delete(compared, row)[np.delete(usable, row)])
+    videos = len({row for row, _, _ in copies})
+    values = np.concatenate([np.asarray(v) for v in positives.values()]) if positives else np.empty(0)
+    if not len(values):
+        return {"threshold": None, "rule": "no altered copy could be fingerprinted", "positives": {}, "videos": 0}
+    others = np.concatenate(negatives)
+    threshold = recall_threshold(values)
+    gain = separation(values, others, threshold)
+    record = {"positives": positives, "videos": videos, "separation": gain,
+              "others_passing": float((others >= threshold).mean())}
+    if gain < MIN_SEPARATION:
+        return {**record, "threshold": None,
+                "rule": f"the altered copies were not told apart from other videos (Youden's J {gain:.2f} at the "
+                        f"similarity keeping {RECALL_TARGET:.0%} of them, below {MIN_SEPARATION})"}
+    return {**record, "threshold": threshold,
+            "rule": f"calibrated: the similarity that keeps {RECALL_TARGET:.0%} of {len(values)} altered copies of "
+                    f"{videos} of these videos, which {record['others_passing']:.1%} of their comparisons with the "
+                    f"other videos reach (Youden's J {gain:.2f})"}
 
 
 def _threshold(positives: dict[str, list[float]], nearest: np.ndarray, videos: int, how: str) -> dict[str, Any]:

@@ -18,6 +18,8 @@ OUTLIER_K = 10
 MIN_SEPARATION = 0.5
 """A calibration whose best threshold keeps less than this Youden's J (recall of the copies minus the share of videos
 passing) does not separate copies from other videos: the distribution rule is used instead."""
+RECALL_TARGET = 0.95
+"""The share of its altered copies the fingerprints' calibrated threshold keeps (:func:`recall_threshold`)."""
 FALLBACK_RANGE = (0.80, 0.99)
 """Where the distribution rule's threshold is kept (:func:`distribution_threshold`)."""
 
@@ -135,6 +137,16 @@ def calibrated_threshold(positives: np.ndarray, negatives: np.ndarray) -> float:
     low = values[first - 1] if first > 0 else candidates[first] - 1e-3
     high = candidates[last]  # thresholds in (low, high] all give the best J
     return float(np.clip((low + high) / 2, -1.0, 1.0))
+
+
+def recall_threshold(positives: np.ndarray, recall: float = RECALL_TARGET) -> float:
+    """The highest similarity that keeps at least ``recall`` of the altered copies (``positives``: each copy's
+    similarity to its original). Unlike :func:`calibrated_threshold` it needs no other videos, so a
+    folder where most videos have a duplicate (their nearest other is one) does not mislead it; whether other videos
+    stay below it is checked apart (:func:`separation` against each copy's similarity to the folder's other
+    videos)."""
+    ordered = np.sort(np.asarray(positives, np.float64))
+    return float(ordered[min(len(ordered) - 1, int(np.floor(len(ordered) * (1.0 - recall) + 1e-9)))])
 
 
 def separation(positives: np.ndarray, negatives: np.ndarray, threshold: float) -> float:

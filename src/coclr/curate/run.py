@@ -301,8 +301,8 @@ def _fingerprint_groups(embeddings: Embeddings, out: Path, options: CurateOption
     if options.calibrate > 0 and len(have) > 1:
         say(f"coclr curate: calibrating the fingerprints' threshold on altered copies of {options.calibrate} videos "
             "...", show)
-        calibration = calibrate_fingerprints(embeddings, units, mean, nearest, options.calibrate, out / FOLDER,
-                                             checkpoint, sha, stale, show, options.workers)
+        calibration = calibrate_fingerprints(embeddings, units, mean, options.calibrate, out / FOLDER, checkpoint, sha,
+                                             stale, show, options.workers)
     record["calibration"] = {key: value for key, value in calibration.items() if key != "threshold"}
     if calibration["threshold"] is not None:
         return scores, neighbours, float(calibration["threshold"]), calibration["rule"], record
