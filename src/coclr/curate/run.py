@@ -293,10 +293,14 @@ def _fingerprint_groups(embeddings: Embeddings, out: Path, options: CurateOption
     units, mean = prints.centred(found, found[have, 0].mean(0) if len(have) else None)
     units[lacking] = 0.0
     scores, neighbours = prints.neighbour_graph(units, k)
+    scores[lacking] = -np.inf  # a video without a fingerprint is nobody's duplicate
+    scores[np.isin(neighbours, lacking)] = -np.inf
     nearest = scores[have, 0].astype(np.float64) if k > 0 else np.empty(0)
     record: dict[str, Any] = {"without": [embeddings.video_records[row]["path"] for row in lacking]}
     if options.threshold is not None:
         return scores, neighbours, float(options.threshold), "given", record
+    if len(have) < 2:
+        return scores, neighbours, 1.0, f"{len(have)} video(s) could be fingerprinted: no duplicates", record
     calibration: dict[str, Any] = {"threshold": None, "rule": "--calibrate 0"}
     if options.calibrate > 0 and len(have) > 1:
         say(f"coclr curate: calibrating the fingerprints' threshold on altered copies of {options.calibrate} videos "
