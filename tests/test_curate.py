@@ -192,6 +192,11 @@ def test_a_fingerprint_finds_every_altered_copy_above_every_other_take(takes, tm
     some, lacking = prints.fingerprints([str(tmp_path / "absent.mp4"), paths[0], str(tmp_path / "broken.mp4")],
                                         checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept", show=False)
     assert lacking == [0, 2] and np.array_equal(some[1], found[0]) and not some[[0, 2]].any()
+    assert not prints.centred(some)[0][[0, 2]].any()  # no fingerprint: no direction after centring either
+    damaged = tmp_path / "kept" / prints.cache_key(paths[3], checkpoint_sha256(checkpoint))
+    damaged.write_bytes(b"half a file")  # (not one of ours: made again)
+    remade, _ = prints.fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept", show=False)
+    assert np.array_equal(remade, found)
     monkeypatch.setattr(prints, "load_stem", lambda checkpoint: pytest.fail("the kept fingerprints were not read"))
     again, _ = prints.fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept", show=False)
     assert np.array_equal(again, found)

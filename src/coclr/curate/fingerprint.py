@@ -126,6 +126,7 @@ def fingerprints(paths: Sequence[str], checkpoint: str | Path, encoder_sha256: s
     kept in ``folder`` (one file each, :func:`cache_key`; a second run reads them), made on ``workers`` threads
     (decoding and the convolution release the GIL). Returns ``[N, 2, D]`` (zeros where there is none) and the rows
     without one (a file gone or unreadable)."""
+    import threading  # noqa: PLC0415
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
     from coclr import progress  # noqa: PLC0415
@@ -134,6 +135,14 @@ def fingerprints(paths: Sequence[str], checkpoint: str | Path, encoder_sha256: s
 
     folder.mkdir(parents=True, exist_ok=True)
     keys = [cache_key(path, encoder_sha256) for path in paths]
+    loaded: list = []
+    lock = threading.Lock()
+
+    def stem():  # the encoder's first block, loaded once, when a fingerprint is to be made
+        with lock:
+            if not loaded:
+                loaded.append(load_stem(checkpoint))
+            return loaded[0]
 
     def make(row: int) -> np.ndarray | None:
         if keys[row] is None:
@@ -144,15 +153,15 @@ def fingerprints(paths: Sequence[str], checkpoint: str | Path, encoder_sha256: s
                 return np.load(file, allow_pickle=False)
             except (OSError, ValueError):  # a damaged cache file: made again
                 pass
+        block = stem()
         try:
-            found = fingerprint_file(paths[row], stem)
+            found = fingerprint_file(paths[row], block)
         except Exception:  # an unreadable video: no fingerprint, the rest goes on
             return None
         with atomic_open(file, "wb") as handle:
             np.save(handle, found, allow_pickle=False)
         return found
 
-    stem = load_stem(checkpoint) if any(key and not (folder / key).is_file() for key in keys) else None
     made: list[np.ndarray | None] = []
     with progress.bar(total=len(paths), desc="fingerprints", unit="video", disable=not show, leave=False) as shown, \
             ThreadPoolExecutor(max(1, workers or usable_cores())) as pool, torch_threads(1):
@@ -176,7 +185,9 @@ def centred(prints: np.ndarray, mean: np.ndarray | None = None) -> tuple[np.ndar
     mean = prints[:, 0].mean(0) if mean is None else mean
     shifted = prints - mean
     norms = np.linalg.norm(shifted, axis=-1, keepdims=True)
-    return np.where(norms > 1e-12, shifted / np.maximum(norms, 1e-12), 0.0).astype(np.float32), mean
+    units = np.where(norms > 1e-12, shifted / np.maximum(norms, 1e-12), 0.0).astype(np.float32)
+    units[~prints.any(axis=(1, 2))] = 0.0
+    return units, mean
 
 
 def similarities(units: np.ndarray, rows: np.ndarray, others: np.ndarray | None = None) -> np.ndarray:
