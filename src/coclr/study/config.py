@@ -235,9 +235,9 @@ class StudyConfig:
                                    "checkpoints and folders")
     schedule: StudySchedule = field(default_factory=StudySchedule, metadata={"help": "schedule"})
     eval: StudyEval = field(default_factory=StudyEval, metadata={"help": "evaluation"})
-    processes: int = option(2, "commands run at once (training runs, flow, finetuning), each with its share of "
+    processes: int = option(2, "jobs run at once (training runs, flow, finetuning), each with its share of "
                             "the CPU threads (with gpus: one GPU each, in turn)")
-    gpus: list[int] = option([], "GPU indices the commands run on (empty: as train.run.device says)")
+    gpus: list[int] = option([], "GPU indices the jobs run on (empty: as train.run.device says)")
 
     def validate(self) -> None:
         unknown = [row for row in self.rows if row not in ROWS]
