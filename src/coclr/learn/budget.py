@@ -748,19 +748,14 @@ def _time_encoding(videos: list[list[np.ndarray]]) -> float:
         return (time.perf_counter() - begin) / len(frames)
 
 
-def _time_thumbnail(paths: Sequence[str]) -> float:
-    """Seconds to make one video's curation thumbnail (as :func:`coclr.curate.run.write_thumbnails` does), on one
-    thread: timed on the second readable video of ``paths`` (the first, untimed, loads the decoder); 0 when none
-    could be read."""
-    from coclr.curate.run import THUMBNAIL_FRAMES, THUMBNAIL_HEIGHT  # noqa: PLC0415
-    from coclr.embed.search import file_thumbnail  # noqa: PLC0415 (heavy: torch)
-    from coclr.eval.gallery import animated_gif  # noqa: PLC0415
-
+def _time_second_readable(paths: Sequence[str], work: Callable[[str], object]) -> float:
+    """Seconds ``work`` took on the second video of ``paths`` it could read (the first, untimed, loads the
+    decoder); the first's when only one could be read; 0 when none could (the store job reports those)."""
     timed = []
     for path in paths:
         begin = time.perf_counter()
         try:
-            animated_gif(file_thumbnail(path, num_frames=THUMBNAIL_FRAMES, height=THUMBNAIL_HEIGHT))
+            work(path)
         except Exception:  # an unreadable sample: the store job reports it
             continue
         timed.append(time.perf_counter() - begin)
@@ -769,27 +764,26 @@ def _time_thumbnail(paths: Sequence[str]) -> float:
     return timed[-1] if timed else 0.0
 
 
+def _time_thumbnail(paths: Sequence[str]) -> float:
+    """Seconds to make one video's curation thumbnail (as :func:`coclr.curate.run.write_thumbnails` does), on one
+    thread (:func:`_time_second_readable`)."""
+    from coclr.curate.run import THUMBNAIL_FRAMES, THUMBNAIL_HEIGHT  # noqa: PLC0415
+    from coclr.embed.search import file_thumbnail  # noqa: PLC0415 (heavy: torch)
+    from coclr.eval.gallery import animated_gif  # noqa: PLC0415
+
+    return _time_second_readable(paths, lambda path: animated_gif(
+        file_thumbnail(path, num_frames=THUMBNAIL_FRAMES, height=THUMBNAIL_HEIGHT)))
+
+
 def _time_fingerprint(paths: Sequence[str]) -> float:
     """Seconds to fingerprint one video (as :func:`coclr.curate.fingerprint.fingerprints` does, with the first block
-    of the widest candidate network), on one thread: timed on the second readable video of ``paths``; 0 when none
-    could be read."""
-
+    of the widest candidate network), on one thread (:func:`_time_second_readable`)."""
     from coclr.curate.fingerprint import fingerprint_file  # noqa: PLC0415
     from coclr.models.s3d import S3D  # noqa: PLC0415
 
     stem = S3D(width=max(model.width for model in MODELS)).Conv_1a.eval()
-    timed = []
     with torch_threads(1):
-        for path in paths:
-            begin = time.perf_counter()
-            try:
-                fingerprint_file(path, stem)
-            except Exception:  # an unreadable sample: the store job reports it
-                continue
-            timed.append(time.perf_counter() - begin)
-            if len(timed) == 2:
-                break
-    return timed[-1] if timed else 0.0
+        return _time_second_readable(paths, lambda path: fingerprint_file(path, stem))
 
 
 def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float, float]:
