@@ -7,11 +7,14 @@ the set's mean, the better of the plain and the mirrored pair (`coclr.curate.fin
 
     python benchmarks/curate_fingerprint.py --work W --encoder CLIPS_LEARN/encoder_rgb.pth
 
-With ``--scale N``: instead, the seconds and peak memory of the fingerprints' neighbour graph (10 nearest, the
-mirrored pairs too) of N random fingerprints of 128 numbers with N/100 planted near-copies, and the share of the
-copies whose nearest is their original.
+With ``--scale N``: instead, the fingerprints' graphs of N random fingerprints of ``--dim`` numbers (each with its
+mirrored one) with N/100 planted near-copies, in a child process each (seconds, peak memory, the copies found): the
+duplicates' graph at ``--threshold`` (a range search, what curate runs from a given or calibrated threshold) and the
+ranked graph of the 10 nearest (what the distribution rule needs). Then the range search alone against FAISS's
+exact ``IndexFlatIP.range_search`` over the same rows, on ``--compare`` of the queries, interleaved A B B A with
+``--threads`` threads each.
 
-    python benchmarks/curate_fingerprint.py --scale 100000
+    python benchmarks/curate_fingerprint.py --scale 100000 [--dim 128] [--threshold 0.8] [--threads 2]
 """
 
 from __future__ import annotations
@@ -31,10 +34,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", help="a benchmarks/curate_duplicates.py work folder")
     parser.add_argument("--encoder", help="the trained RGB encoder (a coclr learn encoder_rgb.pth)")
-    parser.add_argument("--scale", type=int, help="time the neighbour graph of this many random fingerprints")
+    parser.add_argument("--scale", type=int, help="time the graphs of this many random fingerprints")
+    parser.add_argument("--dim", type=int, default=128, help="numbers per fingerprint (16 x the first block's width)")
+    parser.add_argument("--threshold", type=float, default=0.8, help="the duplicates' threshold of the range search")
+    parser.add_argument("--threads", type=int, default=2, help="threads of each side")
+    parser.add_argument("--compare", type=int, default=20000, help="queries of the comparison with FAISS")
     args = parser.parse_args()
     if args.scale:
-        return scale(args.scale)
+        return scale(args)
     if not (args.work and args.encoder):
         parser.error("--work and --encoder are needed (or --scale)")
 
@@ -70,22 +77,72 @@ def main() -> None:
                   f"{min(positives) > others.max()}")
 
 
-def scale(count: int) -> None:
-    import resource
-    import time
-
-    from coclr.curate.fingerprint import centred, neighbour_graph
-
-    rng = np.random.default_rng(0)
-    prints = rng.standard_normal((count, 2, 128)).astype(np.float32)
-    copies = np.arange(1, count, 100)
-    prints[copies] = prints[copies - 1] + 0.05 * rng.standard_normal((len(copies), 2, 128)).astype(np.float32)
-    begin = time.perf_counter()
-    units, _ = centred(prints)
+CHILD = """
+import json, resource, sys, time
+import numpy as np
+count, dim, threshold, side, queries = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], \
+    int(sys.argv[5])
+import coclr.cli
+from coclr.curate.fingerprint import centred, duplicate_graph, neighbour_graph
+rng = np.random.default_rng(0)
+prints = rng.standard_normal((count, 2, dim)).astype(np.float32)
+copies = np.arange(1, count, 100)
+prints[copies] = prints[copies - 1] + 0.05 * rng.standard_normal((len(copies), 2, dim)).astype(np.float32)
+units, _ = centred(prints)
+found = None
+begin = time.perf_counter()
+if side == "range":
+    _, rows = duplicate_graph(units, threshold, 10)
+    found = float(np.mean(rows[copies, 0] == copies - 1))
+elif side == "ranked":
     _, rows = neighbour_graph(units, 10)
-    print(f"fingerprint graph of {count:,} x 128 (and mirrored), 10 nearest: {time.perf_counter() - begin:.1f} s; "
-          f"planted copies whose nearest is their original: {np.mean(rows[copies, 0] == copies - 1):.3f}; peak "
-          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    found = float(np.mean(rows[copies, 0] == copies - 1))
+elif side == "faiss":
+    import faiss
+    gallery = np.ascontiguousarray(units.reshape(2 * count, dim))
+    begin = time.perf_counter()
+    index = faiss.IndexFlatIP(dim)
+    index.add(gallery)
+    index.range_search(np.ascontiguousarray(units[:queries, 0]), threshold)
+else:  # our range search of the same queries
+    from coclr.embed.search import UnitRows, exact_over
+    begin = time.perf_counter()
+    exact_over(UnitRows.in_memory(units.reshape(2 * count, dim)), units[:queries, 0], threshold)
+print(json.dumps({"seconds": time.perf_counter() - begin, "found": found,
+                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def scale(args) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from coclr.embed.search_cpu import kernel
+
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": str(args.threads),
+           "OPENBLAS_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+
+    def child(side: str, queries: int = 0) -> dict:
+        done = subprocess.run([sys.executable, "-c", CHILD, str(args.scale), str(args.dim), str(args.threshold), side,
+                               str(queries)], env=env, capture_output=True, text=True, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    print(f"{args.scale:,} fingerprints x {args.dim} (and mirrored), {args.threads} threads, int8 kernel "
+          f"{kernel()}", flush=True)
+    for side, what in (("range", f"duplicates' graph at {args.threshold} (range search)"),
+                       ("ranked", "ranked graph, 10 nearest")):
+        result = child(side)
+        print(f"  {what}: {result['seconds']:.1f} s, peak {result['maxrss_mb']:.0f} MB, planted copies whose nearest "
+              f"is their original {result['found']:.3f}", flush=True)
+    queries = min(args.compare, args.scale)
+    results: dict[str, list[float]] = {"ours": [], "faiss": []}
+    for side in ("ours", "faiss", "faiss", "ours"):
+        results[side].append(child(side, queries)["seconds"])
+    ours, theirs = np.mean(results["ours"]), np.mean(results["faiss"])
+    print(f"  range search of {queries:,} queries over the {2 * args.scale:,} rows (A B B A): ours {ours:.1f} s, "
+          f"FAISS IndexFlatIP.range_search {theirs:.1f} s: {theirs / ours:.2f}x", flush=True)
 
 
 if __name__ == "__main__":

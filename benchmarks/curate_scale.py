@@ -7,8 +7,10 @@ timed). `coclr curate --threshold 0.95 --calibrate 0 --thumbnails 0` runs in a c
 memory (maxrss) measured, the planted copies' recall and the groups' precision checked. Then the all-pairs step
 alone against FAISS's exact `IndexFlatIP` on a part of the rows, interleaved A B B A with equal threads. Then the
 page: headless Chromium loads it and times drawing every point and a pan (the harness reads `window.curateView`).
+With ``--fingerprint-dim D`` (default 128, a CPU-trained encoder's), also the fingerprints' duplicates graph of as
+many random fingerprints (`curate_fingerprint.py`'s child), which the default curation adds to the above.
 
-    python benchmarks/curate_scale.py --work W [--rows 100000] [--dim 1024] [--threads 2]
+    python benchmarks/curate_scale.py --work W [--rows 100000] [--dim 1024] [--threads 2] [--fingerprint-dim 128]
 """
 
 from __future__ import annotations
@@ -152,6 +154,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--dim", type=int, default=1024)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--fingerprint-dim", type=int, default=128,
+                        help="also time the fingerprints' duplicates graph of as many videos (0: not)")
     parser.add_argument("--compare-rows", type=int, default=20_000, help="rows of the A B B A comparison with FAISS")
     args = parser.parse_args()
     work = Path(args.work)
@@ -178,6 +182,16 @@ def main() -> None:
           + ", ".join(f"{k} {v:.1f} s" for k, v in record["seconds"].items()) + f"), peak memory "
           f"{timing['maxrss_mb']:.0f} MB; {record['groups']} groups, planted copies found {found}/{len(copies)}",
           flush=True)
+    if args.fingerprint_dim:  # what the default (fingerprints) adds: their duplicates' graph, timed alone
+        from curate_fingerprint import CHILD as FINGERPRINTS  # this folder: the script's own, first on the path
+
+        done = subprocess.run([sys.executable, "-c", FINGERPRINTS, str(args.rows), str(args.fingerprint_dim), "0.8",
+                               "range", "0"], env=thread_env(args.threads), capture_output=True, text=True, check=True)
+        graph = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"with fingerprints ({args.fingerprint_dim} numbers, the duplicates' range search at 0.8 on random ones "
+              f"with planted copies): {graph['seconds']:.1f} s, peak {graph['maxrss_mb']:.0f} MB, copies found "
+              f"{graph['found']:.3f}; with the curate above {timing['seconds'] + graph['seconds']:.1f} s (decoding "
+              "every video for its fingerprint not counted)", flush=True)
     results = {"ours": [], "faiss": []}
     for side in ("ours", "faiss", "faiss", "ours"):
         done = subprocess.run([sys.executable, "-c", GRAPH, str(folder), str(args.compare_rows), side],

@@ -8,6 +8,7 @@ import csv
 import functools
 import http.server
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -94,24 +95,29 @@ def test_the_distribution_rule_is_an_outer_fence_within_its_range():
 # ------------------------------------------------------------------------------------------ the neighbour graph
 
 
-def test_the_neighbour_graph_is_the_brute_force_one_without_self():
-    from coclr.curate.graph import neighbour_graph
+@pytest.mark.parametrize("stored", ["float32 rows", "with their int8 and bfloat16 copies"])
+def test_the_neighbour_graph_is_the_brute_force_one_without_self(stored, monkeypatch):
+    """Each first pass the rows allow, queried in chunks: the brute-force graph, exact scores, ties to the lower
+    row."""
+    from coclr.curate import graph
     from coclr.embed.search import UnitRows
     from coclr.eval.exact import unit_rows
 
     rng = np.random.default_rng(2)
     rows = rng.normal(size=(300, 24)).astype(np.float32)
-    rows[10] = rows[200]  # an exact duplicate: each finds the other first
-    units = unit_rows(rows, None)
-    scores, neighbours = neighbour_graph(UnitRows.of_array(np.ascontiguousarray(units, np.float32)), 5)
+    rows[10] = rows[200]  # an exact duplicate: each finds the other first, and others see a tie
+    units = np.ascontiguousarray(unit_rows(rows, None), np.float32)
+    stored = UnitRows.of_array(units) if stored == "float32 rows" else UnitRows.in_memory(units)
+    monkeypatch.setattr(graph, "QUERY_CHUNK", 64)
+    scores, neighbours = graph.neighbour_graph(stored, 5)
     exact = units.astype(np.float64) @ units.astype(np.float64).T
     np.fill_diagonal(exact, -np.inf)
     expected = np.argsort(-exact, axis=1, kind="stable")[:, :5]
     assert np.array_equal(neighbours, expected)
-    assert np.allclose(scores, np.take_along_axis(exact, expected, axis=1), atol=1e-6)
+    assert np.array_equal(scores, np.take_along_axis(exact, expected, axis=1).astype(np.float32))
     assert neighbours[10, 0] == 200 and neighbours[200, 0] == 10
     groups = np.arange(300) // 3  # rows of the query's own group are skipped
-    _, grouped = neighbour_graph(UnitRows.of_array(np.ascontiguousarray(units, np.float32)), 3, groups=groups)
+    _, grouped = graph.neighbour_graph(stored, 3, groups=groups)
     assert not (groups[grouped] == groups[:, None]).any()
 
 
@@ -163,6 +169,56 @@ def takes(tmp_path_factory):
     return videos, copies, checkpoint
 
 
+def _slow_graph(units: np.ndarray, k: int, threshold: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The fingerprints' graph the obvious way: every similarity, sorted (best first, ties to the lower row), cut
+    at ``threshold`` when given."""
+    from coclr.curate import fingerprint as prints
+
+    count = len(units)
+    similar = prints.similarities(units, np.arange(count))
+    np.fill_diagonal(similar, -np.inf)
+    order = np.lexsort((np.broadcast_to(np.arange(count), similar.shape), -similar), axis=1)
+    order = order[:, :max(0, min(k, count - 1))]
+    scores = np.take_along_axis(similar, order, axis=1)
+    if threshold is not None:
+        order, scores = np.where(scores >= threshold, order, -1), np.where(scores >= threshold, scores, -np.inf)
+    return scores, order
+
+
+@pytest.mark.parametrize("first", ["int8", "bfloat16", "float32"])
+def test_the_fingerprint_graphs_are_the_slow_ones_exactly(first, monkeypatch):
+    """Ranked (:func:`neighbour_graph`) and cut at a threshold (:func:`duplicate_graph`, a range search; ranked where
+    too many pairs reach it), through the mirror, with exact ties, a video without a fingerprint and folders smaller
+    than k: the slow graph's exact numbers and rows, whichever first pass runs and however the queries are chunked."""
+    from coclr.curate import fingerprint as prints
+    from coclr.embed import search, search_cpu
+
+    if first != "int8":  # no int8 kernels: the first passes of blocks of scores
+        monkeypatch.setattr(search_cpu.KERNEL, "load", lambda warn=True: None)
+    if first == "float32":
+        monkeypatch.setattr(search, "native_bfloat16", lambda: False)
+    elif first == "int8" and search_cpu.KERNEL.load(warn=False) is None:
+        pytest.skip("the int8 kernels do not build here")
+    monkeypatch.setattr("coclr.curate.graph.QUERY_CHUNK", 64)
+    monkeypatch.setattr(prints, "DUPLICATE_CHUNK", 50)
+    rng = np.random.default_rng(3)
+    for count, dim in ((300, 48), (4, 8), (2, 4)):
+        found = rng.standard_normal((count, 2, dim)).astype(np.float32)
+        copies = np.arange(1, count, 7)
+        found[copies] = found[copies - 1] + 0.2 * rng.standard_normal((len(copies), 2, dim))
+        found[count // 2, 1] = found[0, 0]  # a mirrored copy of video 0
+        found[-1] = found[0]  # a byte-identical one: ties
+        found[min(2, count - 1)] = 0.0  # no fingerprint
+        units, _ = prints.centred(found)
+        for k in (1, 4, count + 2):
+            assert np.array_equal(prints.neighbour_graph(units, k), _slow_graph(units, k))
+            for threshold in (-0.2, 0.3, 0.7, 0.99):
+                for most in (256, 1):
+                    monkeypatch.setattr(prints, "RANGE_PAIRS", most)
+                    assert np.array_equal(prints.duplicate_graph(units, threshold, k),
+                                          _slow_graph(units, k, threshold)), (count, k, threshold, most)
+
+
 def test_a_fingerprint_finds_every_altered_copy_above_every_other_take(takes, tmp_path, monkeypatch):
     """Re-encoded, trimmed, cropped, resized, brightened, sped up, flipped, captioned: each copy's fingerprint is
     nearer its original's than any other take's is to that original (centred over the takes, the mirrored frames
@@ -183,11 +239,9 @@ def test_a_fingerprint_finds_every_altered_copy_above_every_other_take(takes, tm
         assert similar[number, copy] > max(others), (name, similar[number, copy], max(others))
     mirrored = paths.index(str(copies[(0, "flip")]))
     assert units[0, 0] @ units[mirrored, 1] > units[0, 0] @ units[mirrored, 0]  # matched through the mirror
-    scores, rows = prints.neighbour_graph(units, 3, chunk=5)
-    brute = similar.copy()
-    np.fill_diagonal(brute, -np.inf)
-    assert np.allclose(scores, -np.sort(-brute, axis=1)[:, :3], atol=1e-6)
-    assert np.allclose(np.take_along_axis(brute, rows, axis=1), scores, atol=1e-6)
+    monkeypatch.setattr("coclr.curate.graph.QUERY_CHUNK", 5)
+    scores, rows = prints.neighbour_graph(units, 3)
+    assert np.array_equal((scores, rows), _slow_graph(units, 3))
     (tmp_path / "broken.mp4").write_bytes(b"not a video" * 100)
     some, lacking = prints.fingerprints([str(tmp_path / "absent.mp4"), paths[0], str(tmp_path / "broken.mp4")],
                                         checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept", show=False)
@@ -278,6 +332,17 @@ def test_curate_finds_the_copy_ranks_every_video_and_keeps_its_rules(embedded, t
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and ".lock" not in p.name} == snapshot
     given = curate(embeddings, tmp_path / "given", CurateOptions(threshold=0.9999999, calibrate=0), show=False)
     assert given.rule == "given" and given.groups <= 1
+    kept, state = videos[1].read_bytes(), videos[1].stat()
+    try:  # a video that cannot be read now: no fingerprint, said in the summary, nobody's duplicate
+        videos[1].write_bytes(b"not a video any more")
+        unread = curate(embeddings, tmp_path / "unread", CurateOptions(threshold=-1.0, calibrate=0), show=False)
+    finally:
+        videos[1].write_bytes(kept)
+        os.utime(videos[1], ns=(state.st_atime_ns, state.st_mtime_ns))
+    assert unread.unfingerprinted == 1 and "1 video(s) could not be read for a fingerprint" in str(unread)
+    assert json.loads((tmp_path / "unread" / "curate.json").read_text())["fingerprints"]["without"] == [
+        str(videos[1])]
+    assert str(videos[1]) not in (tmp_path / "unread" / "duplicates.csv").read_text()  # even at threshold -1
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")

@@ -84,6 +84,44 @@ def test_every_build_computes_the_same_scores(tmp_path):
     assert "plain" in kernels and (("avx2" in kernels) or "avx2" not in cpu_flags)
 
 
+def test_the_range_pass_finds_the_scores_at_their_floors_in_every_build(tmp_path):
+    """The fused range pass (:func:`over_floor`: each score compared with its query's floor as it is computed)
+    returns exactly the pairs whose stored score reaches the floor, from every build and on 1 to 3 threads, with
+    floors on scores themselves (ties), beyond every score and below every score (more pairs than its first
+    buffer); ``limit`` gives None when more pairs reach the floors."""
+    import torch
+
+    compiler = native.find_compiler()
+    cpu_flags = set(native.cpu_flags().split())
+    marches = [None, "-march=native"] + (["-march=x86-64-v3"] if {"avx2", "fma"} <= cpu_flags else [])
+    rng = np.random.default_rng(5)
+    for dim in (64, 200):
+        units = np.concatenate([_extreme_rows(dim), unit_rows(rng.normal(size=(1500, dim)))])
+        quantised, row_scales, _, _ = quantise_rows(units)
+        queries = Queries(np.concatenate([_extreme_rows(dim), unit_rows(rng.normal(size=(6, dim)))]))
+        expected = _reference(quantised, row_scales, queries)
+        count = len(queries.scales)
+        floors = expected[rng.integers(0, len(units), count), np.arange(count)]  # a score each: ties
+        floors[0], floors[1:9] = np.inf, -np.inf  # (a part of the rows: more pairs than its first buffer holds)
+        want = set(zip(*np.nonzero(expected >= floors)))
+        for index, march in enumerate(marches):
+            flags = [flag for flag in native.FLAGS if flag != "-march=native"] + ([march] if march else [])
+            (tmp_path / f"{dim}-{index}").mkdir()
+            library = search_cpu.open_library(search_cpu.KERNEL.compile(list(compiler), flags,
+                                                                        tmp_path / f"{dim}-{index}"))
+            previous = torch.get_num_threads()
+            try:
+                for threads in (1, 2, 3):
+                    torch.set_num_threads(threads)
+                    rows, which = search_cpu.over_floor(library, quantised, row_scales, queries, floors)
+                    assert len(rows) == len(want) and set(zip(rows, which)) == want, (dim, march, threads)
+            finally:
+                torch.set_num_threads(previous)
+            assert search_cpu.over_floor(library, quantised, row_scales, queries, floors, limit=len(want) - 1) is None
+            assert len(search_cpu.over_floor(library, quantised, row_scales, queries, floors, limit=len(want))[0]) \
+                == len(want)
+
+
 @pytest.mark.parametrize("kind", ["normal", "spiky", "positive", "sparse"])
 def test_first_pass_scores_are_within_their_bound(kind):
     """Whatever the rows look like, every first-pass score is within its query's bound of the exact dot product

@@ -132,10 +132,11 @@ def calibrate_fingerprints(embeddings: Embeddings, units: np.ndarray, mean: np.n
     positives: dict[str, list[float]] = {}
     negatives = []
     usable = units.any(axis=(1, 2))
+    compared_all = similarities(copied, np.arange(len(copies)), units)  # each copy to every video of the folder
     for number, (row, name, _) in enumerate(copies):
         if number in lacking or not usable[row]:
             continue
-        compared = similarities(copied, np.array([number]), units)[0]  # the copy to every video of the folder
+        compared = compared_all[number]
         positives.setdefault(name, []).append(float(compared[row]))
         negatives.append(np.delete(compared, row)[np.delete(usable, row)])
     videos = len({row for row, _, _ in copies})

@@ -180,41 +180,146 @@ def fingerprints(paths: Sequence[str], checkpoint: str | Path, encoder_sha256: s
 
 
 def centred(prints: np.ndarray, mean: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``prints`` (``[N, 2, D]``) less ``mean`` (default: the mean of their plain fingerprints), each of unit length
-    (a zero row stays zero), and the mean: similarities are of what sets a video apart from the folder."""
-    mean = prints[:, 0].mean(0) if mean is None else mean
-    shifted = prints - mean
-    norms = np.linalg.norm(shifted, axis=-1, keepdims=True)
-    units = np.where(norms > 1e-12, shifted / np.maximum(norms, 1e-12), 0.0).astype(np.float32)
-    units[~prints.any(axis=(1, 2))] = 0.0
-    return units, mean
+    """``prints`` (``[N, 2, D]``) less ``mean`` (default: the order-free mean of the plain fingerprints of the rows
+    that have one, :func:`coclr.eval.exact.gallery_mean`), each a quantised unit row
+    (:func:`coclr.eval.exact.unit_rows`: their products are exact in float64, whatever the CPU or order), a row
+    without a fingerprint zero; and the mean. Similarities are of what sets a video apart from the folder."""
+    from coclr.eval.exact import gallery_mean, unit_rows  # noqa: PLC0415
+
+    have = prints.any(axis=(1, 2))
+    if mean is None:
+        mean = gallery_mean(prints[have, 0]) if have.any() else np.zeros(prints.shape[-1])
+    units = np.stack([unit_rows(prints[:, view], mean) for view in range(prints.shape[1])], axis=1)
+    units[~have] = 0.0
+    return units, np.asarray(mean, np.float64)
+
+
+SIMILARITY_BLOCK = 8192
+"""Rows of the other videos multiplied at a time by :func:`similarities` (bounds their float64 copy)."""
 
 
 def similarities(units: np.ndarray, rows: np.ndarray, others: np.ndarray | None = None) -> np.ndarray:
-    """The similarity of each video of ``rows`` to every video of ``others`` (default: all): the cosine of their
-    centred fingerprints (:func:`centred`), the better of the plain and the mirrored other."""
+    """``float64 [len(rows), len(others)]``: the similarity of each video of ``rows`` to every video of ``others``
+    (default: all): the exact cosine of their centred fingerprints (:func:`centred`), the better of the plain and the
+    mirrored other. The same numbers as :func:`neighbour_graph`'s."""
     others = units if others is None else others
-    plain = units[rows, 0] @ others[:, 0].T
-    mirrored = units[rows, 0] @ others[:, 1].T
-    return np.maximum(plain, mirrored)
+    queries = units[rows, 0].astype(np.float64)
+    out = np.empty((len(queries), len(others)), np.float64)
+    for start in range(0, len(others), SIMILARITY_BLOCK):
+        block = others[start: start + SIMILARITY_BLOCK].astype(np.float64)
+        out[:, start: start + len(block)] = np.maximum(queries @ block[:, 0].T, queries @ block[:, 1].T)
+    return out
 
 
-def neighbour_graph(units: np.ndarray, k: int, chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
-    """Each video's ``k`` most similar others by :func:`similarities` (scores descending, rows; -1 and -inf where a
-    folder has fewer), in chunks of ``chunk`` rows: never the whole matrix at once."""
+def _mirrored_rows(units: np.ndarray):
+    """The search's rows of the fingerprints (:class:`coclr.embed.search.UnitRows`, in memory): video ``i``'s plain
+    one as row ``2i``, its mirrored one as row ``2i+1``."""
+    from coclr.embed.search import UnitRows  # noqa: PLC0415
+
+    return UnitRows.in_memory(units.reshape(2 * len(units), -1))
+
+
+def _best_per_video(video: np.ndarray, scores: np.ndarray, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Of each query's rows (``video`` and ``scores`` ``[q, m]``, best first, -1 where none), each other video's
+    best only, the first ``k``: ``(scores float64 [q, k], videos int64 [q, k])``, -inf and -1 where fewer."""
+    by_video = np.argsort(video, axis=1, kind="stable")  # a video's rows together, its best first
+    grouped = np.take_along_axis(video, by_video, axis=1)
+    first = np.ones_like(grouped, bool)
+    first[:, 1:] = grouped[:, 1:] != grouped[:, :-1]
+    best = np.empty_like(first)
+    np.put_along_axis(best, by_video, first, axis=1)
+    best &= (video != query[:, None]) & (video >= 0)
+    order = np.argsort(~best, axis=1, kind="stable")[:, :k]
+    kept = np.take_along_axis(best, order, axis=1)
+    picked_scores = np.where(kept, np.take_along_axis(scores, order, axis=1), -np.inf)
+    picked = np.where(kept, np.take_along_axis(video, order, axis=1), -1)
+    pad = k - picked.shape[1]
+    if pad > 0:
+        picked_scores = np.pad(picked_scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+        picked = np.pad(picked, ((0, 0), (0, pad)), constant_values=-1)
+    return picked_scores, picked
+
+
+def _ranked(gallery, queries: np.ndarray, first: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` most similar others of the videos ``first, first + 1, ...`` whose plain fingerprints are ``queries``,
+    from :func:`~coclr.embed.search.exact_topk` over ``gallery`` (:func:`_mirrored_rows`), a chunk of queries at a
+    time (:data:`coclr.curate.graph.QUERY_CHUNK`). A video's ``2(k+1)`` best rows hold the best row of each of its
+    ``k + 1`` most similar videos (itself among them): every video ranked ahead of one has at most two rows ahead."""
+    from coclr.curate.graph import QUERY_CHUNK  # noqa: PLC0415
+    from coclr.embed.search import exact_topk  # noqa: PLC0415
+
+    scores, rows = np.full((len(queries), k), -np.inf), np.full((len(queries), k), -1, np.int64)
+    for start in range(0, len(queries), QUERY_CHUNK):
+        stop = min(len(queries), start + QUERY_CHUNK)
+        found, at = exact_topk(gallery, queries[start:stop], 2 * (k + 1))
+        videos = np.arange(first + start, first + stop)
+        scores[start:stop], rows[start:stop] = _best_per_video(at // 2, found, videos, k)
+    return scores, rows
+
+
+def neighbour_graph(units: np.ndarray, k: int, show: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Each video's ``k`` most similar others by :func:`similarities` (float64 scores descending, ties to the lower
+    row; -1 and -inf where a folder has fewer), exactly, never the whole matrix at once: the search's two-pass top-k
+    over the plain and the mirrored fingerprints as rows ``2i`` and ``2i+1``, each video's plain one the query
+    (:func:`_ranked`)."""
+    from coclr import progress  # noqa: PLC0415
+
     count = len(units)
-    k = min(k, count - 1)
-    scores = np.full((count, max(k, 0)), -np.inf, np.float32)
-    rows = np.full((count, max(k, 0)), -1, np.int64)
-    for begin in range(0, count, chunk):
-        block = np.arange(begin, min(count, begin + chunk))
-        values = similarities(units, block)
-        values[np.arange(len(block)), block] = -np.inf
-        if k <= 0:
-            continue
-        part = np.argpartition(-values, k - 1, axis=1)[:, :k]
-        picked = np.take_along_axis(values, part, axis=1)
-        order = np.argsort(-picked, axis=1, kind="stable")
-        rows[block] = np.take_along_axis(part, order, axis=1)
-        scores[block] = np.take_along_axis(picked, order, axis=1)
+    k = max(0, min(k, count - 1))
+    scores = np.full((count, k), -np.inf)
+    rows = np.full((count, k), -1, np.int64)
+    if k == 0:
+        return scores, rows
+    gallery = _mirrored_rows(units)
+    with progress.bar(total=count, desc="nearest fingerprints", unit="video", disable=not show,
+                      leave=False) as shown:
+        for start in range(0, count, DUPLICATE_CHUNK):
+            stop = min(count, start + DUPLICATE_CHUNK)
+            scores[start:stop], rows[start:stop] = _ranked(gallery, units[start:stop, 0], start, k)
+            shown.update(stop - start)
+    return scores, rows
+
+
+DUPLICATE_CHUNK = 8192
+"""Videos queried at a time by :func:`duplicate_graph` (bounds their quantised copy and their pairs)."""
+RANGE_PAIRS = 256
+"""Candidate pairs per queried video beyond which :func:`duplicate_graph` ranks instead (a threshold so low that
+most pairs reach it: memory stays bounded, the answer the same)."""
+
+
+def duplicate_graph(units: np.ndarray, threshold: float, k: int, show: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """What :func:`neighbour_graph` gives of the pairs at or above ``threshold`` (the duplicates' only input), found
+    by a range search (:func:`coclr.embed.search.exact_over`): each video's ``k`` most similar others at least
+    ``threshold`` similar, the rest -inf and -1. Much cheaper at a high threshold: no video's nearest is ranked.
+    Where more than :data:`RANGE_PAIRS` pairs a video are candidates, those videos' nearest are ranked instead."""
+    from coclr import progress  # noqa: PLC0415
+    from coclr.embed.search import exact_over  # noqa: PLC0415
+
+    count = len(units)
+    k = max(0, min(k, count - 1))
+    scores = np.full((count, k), -np.inf)
+    rows = np.full((count, k), -1, np.int64)
+    if k == 0:
+        return scores, rows
+    gallery = _mirrored_rows(units)
+    with progress.bar(total=count, desc="duplicate fingerprints", unit="video", disable=not show,
+                      leave=False) as shown:
+        for start in range(0, count, DUPLICATE_CHUNK):
+            stop = min(count, start + DUPLICATE_CHUNK)
+            ranged = exact_over(gallery, units[start:stop, 0], threshold, limit=RANGE_PAIRS * (stop - start))
+            if ranged is None:  # most pairs reach the threshold: the ranked graph, cut at it
+                top, video = _ranked(gallery, units[start:stop, 0], start, k)
+                scores[start:stop] = np.where(video >= 0, top, -np.inf)
+                rows[start:stop] = video
+                cut = scores[start:stop] < threshold
+                scores[start:stop][cut], rows[start:stop][cut] = -np.inf, -1
+            else:
+                query, at, found = ranged  # by query, best first: its first 2(k+1) rows are enough (see _ranked)
+                slot = np.arange(len(query)) - np.searchsorted(query, query)
+                kept = slot < 2 * (k + 1)
+                video = np.full((stop - start, 2 * (k + 1)), -1, np.int64)
+                values = np.full((stop - start, 2 * (k + 1)), -np.inf)
+                video[query[kept], slot[kept]], values[query[kept], slot[kept]] = at[kept] // 2, found[kept]
+                scores[start:stop], rows[start:stop] = _best_per_video(video, values, np.arange(start, stop), k)
+            shown.update(stop - start)
     return scores, rows

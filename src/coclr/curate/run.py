@@ -106,6 +106,8 @@ class CurateSummary:
     partial: int
     stale: int
     seconds: float
+    unfingerprinted: int = 0
+    """Videos without a fingerprint (gone or unreadable): nobody's duplicate."""
 
     def __str__(self) -> str:
         lines = [f"{self.out}: {self.videos} videos curated in {progress.duration(self.seconds)}",
@@ -114,6 +116,9 @@ class CurateSummary:
                  f"a stretch: {self.out / 'duplicates.csv'}",
                  f"  every video ranked by how unlike the rest it is: {self.out / 'outliers.csv'}",
                  f"  the map: {self.out / PAGE}"]
+        if self.unfingerprinted:
+            lines.append(f"  {self.unfingerprinted} video(s) could not be read for a fingerprint (listed in "
+                         f"{self.out / RESULT_FILE}): they are nobody's duplicate")
         if self.stale:
             lines.append(f"  {self.stale} video(s) changed or removed since they were embedded: their rows are of the "
                          "embedded version; run coclr embed on the folder again to bring it up to date")
@@ -232,7 +237,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     thumbs = write_thumbnails(out, embeddings, wanted, stale, show, options.workers)
     seconds["thumbnails"] = time.perf_counter() - clock
     summary = CurateSummary(out, count, group_threshold, group_rule, len(whole), sum(len(group) for group in whole),
-                            len(stretches), len(stale), 0.0)
+                            len(stretches), len(stale), 0.0, len(fingerprinted.get("without", [])))
     data = page_data(paths, points, colours, scores, neighbours, whole, stretches, outliers, ranking, thumbs, count,
                      group_scores, group_neighbours)
     shown_map = "UMAP" if method == "umap" else "the first two principal components (pip install umap-learn for UMAP)"
@@ -281,8 +286,13 @@ def _distribution_rule(why: str) -> str:
 
 def _fingerprint_groups(embeddings: Embeddings, out: Path, options: CurateOptions, stem: tuple[Path, str], k: int,
                         stale: set[int], show: bool) -> tuple[np.ndarray, np.ndarray, float, str, dict[str, Any]]:
-    """Every video's fingerprint (kept in ``out/fingerprints``), their neighbour graph, the threshold on them and its
-    rule, and what ``curate.json`` records of them (the videos without one, the calibration)."""
+    """Every video's fingerprint (kept in ``out/fingerprints``), the threshold on them and its rule, their graph of
+    the pairs that reach it, and what ``curate.json`` records of them (the videos without one, the calibration).
+
+    The threshold comes first (given, or calibrated on altered copies, which needs no graph), so the graph is a
+    range search of the pairs that reach it (:func:`~coclr.curate.fingerprint.duplicate_graph`); only the
+    distribution rule needs each video's nearest other, and so the ranked graph
+    (:func:`~coclr.curate.fingerprint.neighbour_graph`). Either gives the same pairs at or above the threshold."""
     from coclr.curate import fingerprint as prints  # noqa: PLC0415 (heavy: torch)
     from coclr.curate.calibrate import FOLDER, calibrate_fingerprints  # noqa: PLC0415
 
@@ -290,26 +300,33 @@ def _fingerprint_groups(embeddings: Embeddings, out: Path, options: CurateOption
     found, lacking = prints.fingerprints([record["path"] for record in embeddings.video_records], checkpoint, sha,
                                          out / FINGERPRINTS, show=show, workers=options.workers)
     have = np.setdiff1d(np.arange(len(found)), lacking)
-    units, mean = prints.centred(found, found[have, 0].mean(0) if len(have) else None)
-    units[lacking] = 0.0
-    scores, neighbours = prints.neighbour_graph(units, k)
-    scores[lacking] = -np.inf  # a video without a fingerprint is nobody's duplicate
-    scores[np.isin(neighbours, lacking)] = -np.inf
-    nearest = scores[have, 0].astype(np.float64) if k > 0 else np.empty(0)
+    units, mean = prints.centred(found)  # (a video without one: a zero row, nobody's duplicate)
     record: dict[str, Any] = {"without": [embeddings.video_records[row]["path"] for row in lacking]}
+
+    def masked(graph: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        scores, neighbours = graph  # a video without a fingerprint is nobody's duplicate, whatever the threshold
+        scores[lacking] = -np.inf
+        scores[np.isin(neighbours, lacking)] = -np.inf
+        return scores, neighbours
+
+    def pairs(threshold: float) -> tuple[np.ndarray, np.ndarray]:
+        return masked(prints.duplicate_graph(units, threshold, k, show=show))
+
     if options.threshold is not None:
-        return scores, neighbours, float(options.threshold), "given", record
+        return *pairs(float(options.threshold)), float(options.threshold), "given", record
     if len(have) < 2:
-        return scores, neighbours, 1.0, f"{len(have)} video(s) could be fingerprinted: no duplicates", record
+        return *pairs(1.0), 1.0, f"{len(have)} video(s) could be fingerprinted: no duplicates", record
     calibration: dict[str, Any] = {"threshold": None, "rule": "--calibrate 0"}
-    if options.calibrate > 0 and len(have) > 1:
+    if options.calibrate > 0:
         say(f"coclr curate: calibrating the fingerprints' threshold on altered copies of {options.calibrate} videos "
             "...", show)
         calibration = calibrate_fingerprints(embeddings, units, mean, options.calibrate, out / FOLDER, checkpoint, sha,
                                              stale, show, options.workers)
     record["calibration"] = {key: value for key, value in calibration.items() if key != "threshold"}
     if calibration["threshold"] is not None:
-        return scores, neighbours, float(calibration["threshold"]), calibration["rule"], record
+        return *pairs(float(calibration["threshold"])), float(calibration["threshold"]), calibration["rule"], record
+    scores, neighbours = masked(prints.neighbour_graph(units, k, show=show))
+    nearest = scores[have, 0] if k > 0 else np.empty(0)
     return (scores, neighbours, rules.distribution_threshold(nearest), _distribution_rule(calibration["rule"]),
             record)
 

@@ -150,6 +150,22 @@ class UnitRows:
                    units if units.flags.c_contiguous and units.dtype == np.float32 else None)
 
     @classmethod
+    def in_memory(cls, units: np.ndarray) -> UnitRows:
+        """Rows normalised already (:func:`coclr.eval.exact.unit_rows`) held in memory, with their bfloat16 and int8
+        copies made here (a block at a time; the bfloat16 one where the CPU has bfloat16 instructions): the first
+        passes of many queries, as for a prepared folder."""
+        units = np.ascontiguousarray(units, np.float32)
+        quantised = np.empty((len(units), search_cpu.padded(units.shape[1])), np.uint8)
+        scales = np.empty(len(units), np.float32)
+        error = norm = 0.0
+        for start in range(0, len(units), PREPARE_BLOCK):
+            part = slice(start, start + PREPARE_BLOCK)
+            quantised[part], scales[part], block_error, block_norm = search_cpu.quantise_rows(units[part])
+            error, norm = max(error, block_error), max(norm, block_norm)
+        units16 = bfloat16_bits(units) if native_bfloat16() else None
+        return cls.of_array(units, None, units16, Int8Rows(quantised, scales, error, norm))
+
+    @classmethod
     def normalising(cls, rows: np.ndarray, center: bool) -> UnitRows:
         """Raw rows, normalised chunk by chunk as they are read (nothing written)."""
         mean = gallery_mean(rows) if center else None
@@ -211,15 +227,7 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
             or (first == "int8" and (gallery.int8 is None or gallery.units is None or library is None
                                      or gallery.dim > search_cpu.MAX_DIM)):
         raise ConfigError(f"first pass: {first!r} is not one of {', '.join(FIRST_PASSES)} for these rows")
-    width = min(chunk, gallery.count)
-    if first == "int8":
-        first_pass, bound = _int8_pass(library, gallery.int8, queries, width)
-    elif first == "bfloat16":
-        first_pass, bound = _bfloat16_pass(gallery, queries, width), bfloat16_dot_bound(gallery.dim)
-    else:
-        by_query = queries.T  # the products are rows x queries: OpenBLAS runs that orientation at least as fast
-        first_pass, bound = (lambda start, stop: gallery.block(start, stop) @ by_query), exact_dot_bound(gallery.dim)
-    bound = np.broadcast_to(np.asarray(bound, np.float64), count)
+    first_pass, bound = _first_pass(gallery, queries, first, library, min(chunk, gallery.count))
     exact_pairs = _exact_pairs(gallery, queries, library)
     lower = np.full(count, -np.inf)  # per query, the k-th best exact score of the rows scored so far
     pool_query, pool_row, pool_exact = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64)
@@ -243,6 +251,72 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
     first_hit = np.searchsorted(pool_query[order], np.arange(count))
     picked = order[first_hit[:, None] + np.arange(k)]
     return pool_exact[picked], pool_row[picked]
+
+
+def _first_pass(gallery: UnitRows, queries: np.ndarray, first: str, library: Any | None,
+                width: int) -> tuple[Callable[[int, int], np.ndarray], np.ndarray]:
+    """The first pass ``first`` of rows ``start:stop`` (float32 ``[c, Q]``, at most ``width`` rows a call) and its
+    bound per query (float64 ``[Q]``)."""
+    if first == "int8":
+        first_pass, bound = _int8_pass(library, gallery.int8, queries, width)
+    elif first == "bfloat16":
+        first_pass, bound = _bfloat16_pass(gallery, queries, width), bfloat16_dot_bound(gallery.dim)
+    else:
+        by_query = queries.T  # the products are rows x queries: OpenBLAS runs that orientation at least as fast
+        first_pass, bound = (lambda start, stop: gallery.block(start, stop) @ by_query), exact_dot_bound(gallery.dim)
+    return first_pass, np.broadcast_to(np.asarray(bound, np.float64), len(queries))
+
+
+def fused_range(gallery: UnitRows) -> bool:
+    """Whether :func:`exact_over`'s first pass over ``gallery`` compares each score as it is computed (the int8
+    kernels build, and the rows have their int8 copy and are stored); else it stores blocks of scores."""
+    return gallery.int8 is not None and gallery.units is not None and gallery.dim <= search_cpu.MAX_DIM \
+        and search_cpu.KERNEL.load() is not None
+
+
+def exact_over(gallery: UnitRows, queries: np.ndarray, floors: np.ndarray | float, chunk: int = SEARCH_CHUNK,
+               limit: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(queries int64, rows int64, scores float64)``: every pair of a query and a gallery row whose exact score
+    (:func:`exact_topk`'s) is at least the query's floor (``floors``, one or one per query): a range search, sorted
+    by query, then best first, ties to the lower row. ``queries`` are unit rows already, like the gallery's.
+
+    The first pass takes the rows whose first-pass score reaches the floor less its bound; the exact pass decides,
+    so the answer is the same whichever first pass ran. Where the int8 kernels build and the rows have their int8
+    copy, that pass compares each score with the floor as it is computed (:func:`coclr.embed.search_cpu.over_floor`):
+    no score block is ever stored; else chunk by chunk, as :func:`exact_topk`'s. None when the first pass finds
+    more than ``limit`` candidate pairs (a floor too low for a range search: rank instead)."""
+    queries = np.ascontiguousarray(queries, np.float32)
+    floors = np.broadcast_to(np.asarray(floors, np.float64), len(queries))
+    empty = np.empty(0, np.int64)
+    if gallery.count == 0 or len(queries) == 0:
+        return empty, empty, np.empty(0, np.float64)
+    fused = fused_range(gallery)
+    library = search_cpu.KERNEL.load(warn=False) if fused or len(queries) >= MANY_QUERIES else None
+    if fused:
+        quantised = search_cpu.Queries(queries)
+        bound = search_cpu.query_bounds(quantised, gallery.int8.error, gallery.int8.norm)
+        found = search_cpu.over_floor(library, gallery.int8.bytes, gallery.int8.scales, quantised,
+                                      _floor32(floors - bound), limit)
+        if found is None:
+            return None
+        rows, hits = found
+    else:
+        first_pass, bound = _first_pass(gallery, queries, first_pass_kind(gallery, len(queries)), library,
+                                        min(chunk, gallery.count))
+        floor32 = _floor32(floors - bound)
+        parts, total = [], 0
+        for start in range(0, gallery.count, chunk):
+            row, hit = _over_floor(first_pass(start, min(gallery.count, start + chunk)), floor32)
+            parts.append((row.astype(np.int64) + start, hit.astype(np.int64)))
+            total += len(row)
+            if limit is not None and total > limit:
+                return None
+        rows, hits = (np.concatenate(part) for part in zip(*parts))
+    exact = _exact_pairs(gallery, queries, library)(rows, hits)
+    keep = exact >= floors[hits]
+    rows, hits, exact = rows[keep], hits[keep], exact[keep]
+    order = np.lexsort((rows, -exact, hits))
+    return hits[order], rows[order], exact[order]
 
 
 def _floor32(floor: np.ndarray) -> np.ndarray:

@@ -38,9 +38,17 @@ static int32_t dot_u8_s8(const uint8_t *restrict row, const int8_t *restrict que
 #define ONES
 /* vpdpbusd: u8 x s8, four products to an int32, exact. */
 #define DOT(acc, r, q) acc = _mm512_dpbusd_epi32(acc, r, q)
-#define SUMS(out, a, b, c, d) \
-    ((out)[0] = _mm512_reduce_add_epi32(a), (out)[1] = _mm512_reduce_add_epi32(b), \
-     (out)[2] = _mm512_reduce_add_epi32(c), (out)[3] = _mm512_reduce_add_epi32(d))
+#define SUMS(out, a, b, c, d) _mm_storeu_si128((__m128i *)(out), sum4(a, b, c, d))
+/* The totals of four vectors of sixteen int32, as one vector of four: interleave and add pairwise (each 128-bit lane
+ * then holds a part of each total), then add the lanes; far fewer steps than four separate reductions, which at
+ * short rows cost more than the products. */
+static __m128i sum4(__m512i a, __m512i b, __m512i c, __m512i d) {
+    __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    __m512i all = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+    __m256i half = _mm256_add_epi32(_mm512_castsi512_si256(all), _mm512_extracti64x4_epi64(all, 1));
+    return _mm_add_epi32(_mm256_castsi256_si128(half), _mm256_extracti128_si256(half, 1));
+}
 #elif defined(__AVX2__)
 #define KERNEL "avx2"
 #define VEC __m256i
@@ -137,6 +145,71 @@ int coclr_i8_scores(const uint8_t *restrict rows, const int8_t *restrict queries
                  nq, dim, scores);
     }
     return 0;
+}
+
+/* Rows [first, last) against queries [nq, dim], like coclr_i8_scores, but no score is stored: the pairs whose
+ * score is at least their query's floor (floors[j]) are written to hit_row, hit_query (up to capacity of them, in
+ * the order found). Returns how many there were (more than capacity: the caller asks again with room for them).
+ * A range search's first pass: the scores are compared while in registers, never written to memory. */
+long coclr_i8_over_floor(const uint8_t *restrict rows, const int8_t *restrict queries, const float *restrict row_scale,
+                         const float *restrict query_scale, const int32_t *restrict offsets,
+                         const float *restrict floors, long first, long last, int nq, int dim, long capacity,
+                         int64_t *restrict hit_row, int64_t *restrict hit_query) {
+    int group = (16384 / dim) / QUERIES * QUERIES;
+    long run = (long)((131072 / dim) / ROWS * ROWS);
+    long found = 0;
+    int32_t dots[ROWS * QUERIES];
+    if (group < QUERIES) group = QUERIES;
+    if (run < ROWS) run = ROWS;
+#define HIT(i, j, dot) do { \
+        if (finish((dot), offsets[j], row_scale[i], query_scale[j]) >= floors[j]) { \
+            if (found < capacity) { hit_row[found] = (i); hit_query[found] = (j); } \
+            found++; \
+        } } while (0)
+    /* Queries a span at a time, a span that fits L2 (1 MiB of them), so that a run of rows meets queries from L2,
+     * not from memory, however many queries there are. */
+    int span = (int)(1048576L / dim) / group * group;
+    if (span < group) span = group;
+    for (int s0 = 0; s0 < nq; s0 += span)
+    for (long start = first; start < last; start += run) {
+        long stop = start + run < last ? start + run : last;
+        int s1 = s0 + span < nq ? s0 + span : nq;
+        for (int j0 = s0; j0 < s1; j0 += group) {
+            int j1 = j0 + group < s1 ? j0 + group : s1;
+            long i = start;
+            for (; i + ROWS <= stop; i += ROWS) {
+                int j = j0;
+                for (; j + QUERIES <= j1; j += QUERIES) {
+                    block(rows + i * (long)dim, queries + (long)j * dim, dim, dots);
+                    for (int a = 0; a < ROWS; a++) {
+#ifdef VEC
+                        /* The four scores of a row at once: the same operations as finish(), in the same order,
+                         * so the same floats; a bit per score that reaches its floor. */
+                        __m128 score = _mm_mul_ps(
+                            _mm_cvtepi32_ps(_mm_sub_epi32(_mm_loadu_si128((const __m128i *)(dots + a * QUERIES)),
+                                                          _mm_loadu_si128((const __m128i *)(offsets + j)))),
+                            _mm_mul_ps(_mm_set1_ps(row_scale[i + a]), _mm_loadu_ps(query_scale + j)));
+                        int over = _mm_movemask_ps(_mm_cmpge_ps(score, _mm_loadu_ps(floors + j)));
+                        for (; over; over &= over - 1) {
+                            int b = __builtin_ctz(over);
+                            if (found < capacity) { hit_row[found] = i + a; hit_query[found] = j + b; }
+                            found++;
+                        }
+#else
+                        for (int b = 0; b < QUERIES; b++) HIT(i + a, j + b, dots[a * QUERIES + b]);
+#endif
+                    }
+                }
+                for (; j < j1; j++)
+                    for (int a = 0; a < ROWS; a++)
+                        HIT(i + a, j, dot_u8_s8(rows + (i + a) * (long)dim, queries + (long)j * dim, dim));
+            }
+            for (; i < stop; i++)
+                for (int j = j0; j < j1; j++) HIT(i, j, dot_u8_s8(rows + i * (long)dim, queries + (long)j * dim, dim));
+        }
+    }
+#undef HIT
+    return found;
 }
 
 /* out[p] = sum_k (double)rows[row[p]][k] * (double)queries[query[p]][k] for p in [first, last). Returns 0. */

@@ -40,6 +40,9 @@ def open_library(path: Path) -> ctypes.CDLL:
     library.coclr_i8_scores.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 2 + [ctypes.c_int] * 2 + \
         [ctypes.c_void_p]
     library.coclr_i8_scores.restype = ctypes.c_int
+    library.coclr_i8_over_floor.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_long] * 2 + [ctypes.c_int] * 2 + \
+        [ctypes.c_long] + [ctypes.c_void_p] * 2
+    library.coclr_i8_over_floor.restype = ctypes.c_long
     library.coclr_pair_dots.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 2 + [ctypes.c_int, ctypes.c_void_p]
     library.coclr_pair_dots.restype = ctypes.c_int
     return library
@@ -125,6 +128,41 @@ def scores(library: ctypes.CDLL, rows: np.ndarray, scales: np.ndarray, queries: 
         _ptr(rows), _ptr(queries.bytes), _ptr(scales), _ptr(queries.scales), _ptr(queries.offsets), bounds[c],
         bounds[c + 1], nq, width, _ptr(out)))
     return out
+
+
+def over_floor(library: ctypes.CDLL, rows: np.ndarray, scales: np.ndarray, queries: Queries, floors: np.ndarray,
+               limit: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(rows int64, queries int64)``: the pairs whose first-pass score (:func:`scores`'s, the same floats) is at
+    least their query's ``floors`` (float32 ``[Q]``), in no particular order; no score block is stored (a range
+    search's first pass). None when there are more than ``limit``. The rows split over
+    :func:`coclr.native.for_each`'s threads (each score is compared alone, so the split changes nothing)."""
+    rows, scales = np.ascontiguousarray(rows), np.ascontiguousarray(scales, np.float32)
+    floors = np.ascontiguousarray(floors, np.float32)
+    count, width = rows.shape
+    if width != queries.bytes.shape[1] or len(scales) != count or floors.shape != queries.scales.shape:
+        raise ValueError(f"rows {rows.shape} with {len(scales)} scales against queries {queries.bytes.shape} and "
+                         f"{floors.shape} floors")
+    nq = len(queries.scales)
+    chunks = max(1, min(4 * native.thread_count(), count // 256))
+    bounds = [count * i // chunks for i in range(chunks + 1)]
+
+    def part(c: int) -> tuple[np.ndarray, np.ndarray] | None:
+        capacity = 4 * (bounds[c + 1] - bounds[c]) + 1024  # (a range search's hits are few; more: asked again)
+        while True:
+            hit_row, hit_query = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
+            found = library.coclr_i8_over_floor(
+                _ptr(rows), _ptr(queries.bytes), _ptr(scales), _ptr(queries.scales), _ptr(queries.offsets),
+                _ptr(floors), bounds[c], bounds[c + 1], nq, width, capacity, _ptr(hit_row), _ptr(hit_query))
+            if found <= capacity:
+                return hit_row[:found], hit_query[:found]
+            if limit is not None and found > limit:
+                return None
+            capacity = found  # (the same pairs again, with room for them all)
+
+    parts = native.for_each(chunks, part)
+    if any(found is None for found in parts) or (limit is not None and sum(len(p[0]) for p in parts) > limit):
+        return None
+    return np.concatenate([found for found, _ in parts]), np.concatenate([which for _, which in parts])
 
 
 def pair_dots(library: ctypes.CDLL, rows: np.ndarray, queries: np.ndarray, row: np.ndarray,
