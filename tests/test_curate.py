@@ -95,19 +95,32 @@ def test_the_distribution_rule_is_an_outer_fence_within_its_range():
 # ------------------------------------------------------------------------------------------ the neighbour graph
 
 
-@pytest.mark.parametrize("stored", ["float32 rows", "with their int8 and bfloat16 copies"])
+@pytest.mark.parametrize("stored", ["float32 rows", "with their int8 and bfloat16 copies", "projected",
+                                    "projected, ranked when many"])
 def test_the_neighbour_graph_is_the_brute_force_one_without_self(stored, monkeypatch):
-    """Each first pass the rows allow, queried in chunks: the brute-force graph, exact scores, ties to the lower
-    row."""
+    """Each first pass the rows allow, queried in chunks, and the range search over the rows projected onto a few
+    axes at floors from a prefix of the rows (falling back to the top-k when too many rows reach them): the
+    brute-force graph, exact scores, ties to the lower row."""
     from coclr.curate import graph
+    from coclr.embed import search
     from coclr.embed.search import UnitRows
     from coclr.eval.exact import unit_rows
 
     rng = np.random.default_rng(2)
     rows = rng.normal(size=(300, 24)).astype(np.float32)
+    if stored.startswith("projected"):  # rows near six axes (as embeddings are), with the sizes made small
+        monkeypatch.setattr(graph, "PREFIX", 64)
+        monkeypatch.setattr(graph, "projection_pays", lambda: True)  # (whatever this CPU's kernels are)
+        monkeypatch.setattr(search, "PROJECTED_DIMS", 6)
+        rows = rows[:, :6] @ rng.normal(size=(6, 24)) + 0.05 * rows
+        if stored.endswith("many"):
+            monkeypatch.setattr(graph, "RANGE_PAIRS", 1)
     rows[10] = rows[200]  # an exact duplicate: each finds the other first, and others see a tie
     units = np.ascontiguousarray(unit_rows(rows, None), np.float32)
-    stored = UnitRows.of_array(units) if stored == "float32 rows" else UnitRows.in_memory(units)
+    stored, kind = (UnitRows.of_array(units) if stored == "float32 rows" else UnitRows.in_memory(units)), stored
+    if kind.startswith("projected") and graph.projection(stored) is None:
+        assert search_cpu_missing(), "rows near a few axes were not projected"
+        pytest.skip("the int8 kernels do not build here")
     monkeypatch.setattr(graph, "QUERY_CHUNK", 64)
     scores, neighbours = graph.neighbour_graph(stored, 5)
     exact = units.astype(np.float64) @ units.astype(np.float64).T
@@ -167,6 +180,12 @@ def takes(tmp_path_factory):
     checkpoint = save_encoder(root / "encoder.pth", build_encoder(width=0.25).eval(),
                               meta={"clip_settings": {"view": "rgb", "length": 8, "size": 32, "stride": 1}})
     return videos, copies, checkpoint
+
+
+def search_cpu_missing() -> bool:
+    from coclr.embed import search_cpu
+
+    return search_cpu.KERNEL.load(warn=False) is None
 
 
 def _slow_graph(units: np.ndarray, k: int, threshold: float | None = None) -> tuple[np.ndarray, np.ndarray]:

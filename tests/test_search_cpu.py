@@ -122,6 +122,29 @@ def test_the_range_pass_finds_the_scores_at_their_floors_in_every_build(tmp_path
                 == len(want)
 
 
+@pytest.mark.parametrize("spread", [0.0, 0.1, 0.3])
+def test_a_projected_first_pass_never_falls_below_the_exact_score_by_more_than_its_bound(spread, monkeypatch):
+    """Rows near a few axes, projected onto their principal axes plus the length left off them: every int8 score of
+    the projected rows is at least the exact dot product less its query's bound (what lets a range search over them
+    keep every row that reaches a floor), and mostly within a small distance of it."""
+    from coclr.embed import search
+
+    monkeypatch.setattr(search, "PROJECTED_DIMS", 16)
+    rng = np.random.default_rng(11)
+    dim = 128
+    raw = rng.normal(size=(2000, 12)) @ rng.normal(size=(12, dim)) + spread * 3 * rng.normal(size=(2000, dim))
+    units = unit_rows(raw)
+    projected = search.Projected.of(search.UnitRows.in_memory(units))
+    assert projected is not None
+    queries = units[rng.integers(0, len(units), 30)] + 0.01 * rng.normal(size=(30, dim))
+    queries = unit_rows(np.concatenate([queries, rng.normal(size=(10, dim))]))
+    quantised, bounds = projected.queries(queries)
+    first = scores(search_cpu.KERNEL.load(), projected.int8.bytes, projected.int8.scales, quantised)
+    exact = units.astype(np.float64) @ queries.astype(np.float64).T
+    assert (first >= exact - bounds[None, :]).all()
+    assert np.median(first - exact) < 0.2
+
+
 @pytest.mark.parametrize("kind", ["normal", "spiky", "positive", "sparse"])
 def test_first_pass_scores_are_within_their_bound(kind):
     """Whatever the rows look like, every first-pass score is within its query's bound of the exact dot product

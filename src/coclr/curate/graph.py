@@ -1,9 +1,14 @@
 """Each row's nearest other rows, for every row of an embedding folder: the one all-pairs step of curation.
 
-The search's own exact two-pass kernels (:func:`coclr.embed.search.exact_topk` on the folder's prepared rows: a
-float32, bfloat16 or int8 first pass by what the CPU has, then exact scores), the rows queried in chunks, so memory
-stays at a chunk's scores and no N x N matrix is ever held. The scores are the exact ones :mod:`coclr.eval.exact`
-defines (the same on every CPU, thread count and chunk size), ties to the lower row.
+The search's own exact kernels on the folder's prepared rows, the rows queried in chunks, so memory stays at a
+chunk's scores and no N x N matrix is ever held. Where the int8 kernels are the AVX2 ones (:func:`projection_pays`)
+and the rows project well onto a few principal axes (:class:`coclr.embed.search.Projected`), a chunk's floors are
+the k-th best exact scores among the first :data:`PREFIX` rows' best candidates (k real rows: the true k-th best is
+no lower), and a range search at them over the projected rows, fused in C (:func:`coclr.embed.search.exact_over`),
+finds every row that reaches them; else, or when too many rows reach them, the two-pass top-k
+(:func:`coclr.embed.search.exact_topk`).
+The scores are the exact ones :mod:`coclr.eval.exact` defines (the same on every CPU, thread count and chunk size),
+ties to the lower row: both ways give the same answer.
 """
 
 from __future__ import annotations
@@ -11,10 +16,52 @@ from __future__ import annotations
 import numpy as np
 
 from coclr import progress
-from coclr.embed.search import UnitRows, exact_topk
+from coclr.embed import search_cpu
+from coclr.embed.search import Projected, UnitRows, exact_over, exact_topk, fused_range
 
 QUERY_CHUNK = 1024
 """Rows queried at a time (a first-pass block of the search is then at most 32768 x 1024 float32 scores: 128 MiB)."""
+PREFIX = 8192
+"""Rows whose best candidates give a chunk of queries its floors."""
+EXTRA = 8
+"""Candidates per query beyond the k needed, scored exactly among the prefix's."""
+RANGE_PAIRS = 4096
+"""Rows per query reaching its floor beyond which a chunk is ranked by the top-k instead (memory stays bounded)."""
+
+
+def projection_pays() -> bool:
+    """Whether the int8 kernels are the AVX2 ones (the CPU has no VNNI): there the top-k's int8 products over every
+    dimension cost most, and the projected range search was measured faster (docs/curate.md); with VNNI, and with
+    the bfloat16 pass, it was not."""
+    return search_cpu.kernel() == "avx2"
+
+
+def projection(rows: UnitRows) -> Projected | None:
+    """The projected rows :func:`nearest_rows` screens with, where the range search is fused and it pays."""
+    if not projection_pays() or not fused_range(rows) or rows.count < 4 * PREFIX:
+        return None
+    return Projected.of(rows)
+
+
+def nearest_rows(rows: UnitRows, queries: np.ndarray, want: int,
+                 projected: Projected | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~coclr.embed.search.exact_topk`'s answer: each query's ``want`` best rows (exact scores, best first,
+    ties to the lower row), by a range search over ``projected`` when given (see the module docstring)."""
+    if projected is None or want + EXTRA > PREFIX:
+        return exact_topk(rows, queries, want)
+    library = search_cpu.KERNEL.load()
+    quantised, _ = projected.queries(queries)
+    first = search_cpu.scores(library, projected.int8.bytes[:PREFIX], projected.int8.scales[:PREFIX], quantised)
+    best = np.argpartition(-first.T, want + EXTRA - 1, axis=1)[:, : want + EXTRA]  # [Q, m]: high in the first pass
+    exact = search_cpu.pair_dots(library, rows.units, queries, best.ravel(),
+                                 np.repeat(np.arange(len(queries)), want + EXTRA)).reshape(best.shape)
+    floors = -np.partition(-exact, want - 1, axis=1)[:, want - 1]  # the want-th best of real rows: none true lower
+    ranged = exact_over(rows, queries, floors, limit=RANGE_PAIRS * len(queries), projected=projected)
+    if ranged is None:
+        return exact_topk(rows, queries, want)
+    query, row, score = ranged  # by query, best first, ties to the lower row; at least want each (the prefix's)
+    picked = np.searchsorted(query, np.arange(len(queries)))[:, None] + np.arange(want)
+    return score[picked], row[picked]
 
 
 def neighbour_graph(rows: UnitRows, k: int, groups: np.ndarray | None = None, show: bool = False,
@@ -27,10 +74,11 @@ def neighbour_graph(rows: UnitRows, k: int, groups: np.ndarray | None = None, sh
     want = min(count, k + 1 + extra)
     scores = np.full((count, k), -np.inf, np.float32)
     neighbours = np.full((count, k), -1, np.int64)
+    projected = projection(rows)
     with progress.bar(total=count, desc=desc, unit="row", disable=not show, leave=False) as shown:
         for start in range(0, count, QUERY_CHUNK):
             stop = min(count, start + QUERY_CHUNK)
-            found, rows_found = exact_topk(rows, rows.block(start, stop), want)
+            found, rows_found = nearest_rows(rows, rows.block(start, stop), want, projected)
             own = np.arange(start, stop)[:, None]
             keep = rows_found != own
             if groups is not None:

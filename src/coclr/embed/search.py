@@ -173,6 +173,70 @@ class UnitRows:
                    lambda indices: _units(rows[indices], mean), mean)
 
 
+PROJECTED_DIMS = 128
+"""Principal axes a projected first pass keeps (:class:`Projected`)."""
+PROJECTION_SAMPLE = 16384
+"""Rows (spread evenly) whose second moments choose the axes."""
+PROJECTION_RESIDUAL = 0.3
+"""A projection whose rows keep more than this of their length outside the axes (the median) screens too little:
+not made."""
+PROJECTION_MARGIN = 1e-5
+"""Added to the int8 bound of a projected first pass: the float32 rounding of the projected rows (about 1e-7)."""
+
+
+@dataclasses.dataclass
+class Projected:
+    """A first pass over fewer numbers: each unit row ``a`` as its projection ``P a`` onto the rows' first
+    :data:`PROJECTED_DIMS` principal axes, with the length of what is left, ``r_a = |a - P^T P a|``, as one more
+    number. ``[P a, r_a] . [P q, r_q] = P a . P q + r_a r_q`` is at least ``a . q`` (Cauchy-Schwarz on the parts off
+    the axes): a first pass over these, within its int8 bound, keeps every row whose exact score reaches a floor, so
+    the exact pass gives the same answer. It screens well when the rows lie near a few axes (embeddings do: their
+    effective rank is low), and is not made when they do not (:data:`PROJECTION_RESIDUAL`)."""
+
+    basis: np.ndarray
+    """float64 ``[D, p]``, orthonormal columns."""
+    int8: Int8Rows
+    """The projected rows, quantised for the int8 kernels."""
+
+    @classmethod
+    def of(cls, gallery: UnitRows) -> Projected | None:
+        """The projection of ``gallery``'s rows, or None (too few dimensions to gain, or the rows spread wide)."""
+        if gallery.dim < 4 * PROJECTED_DIMS or gallery.count < 4 * PROJECTED_DIMS:
+            return None
+        sample = gallery.take(np.arange(0, gallery.count, max(1, gallery.count // PROJECTION_SAMPLE)))
+        sample = sample.astype(np.float64)
+        _, vectors = np.linalg.eigh(sample.T @ sample)
+        basis = np.ascontiguousarray(vectors[:, ::-1][:, :PROJECTED_DIMS])
+        width = search_cpu.padded(PROJECTED_DIMS + 1)
+        quantised = np.empty((gallery.count, width), np.uint8)
+        scales = np.empty(gallery.count, np.float32)
+        residuals = np.empty(gallery.count)
+        error = norm = 0.0
+        for start in range(0, gallery.count, PREPARE_BLOCK):
+            stop = min(gallery.count, start + PREPARE_BLOCK)
+            rows = cls.augmented(basis, gallery.block(start, stop))
+            residuals[start:stop] = rows[:, -1]
+            quantised[start:stop], scales[start:stop], block_error, block_norm = search_cpu.quantise_rows(rows)
+            error, norm = max(error, block_error), max(norm, block_norm)
+        if np.median(residuals) > PROJECTION_RESIDUAL:
+            return None
+        return cls(basis, Int8Rows(quantised, scales, error, norm))
+
+    @staticmethod
+    def augmented(basis: np.ndarray, units: np.ndarray) -> np.ndarray:
+        """float32 ``[n, p + 1]``: ``[P a, r_a]`` of each row of ``units``."""
+        values = np.asarray(units, np.float64)
+        projected = values @ basis
+        residual = np.linalg.norm(values - projected @ basis.T, axis=1)
+        return np.concatenate([projected, residual[:, None]], axis=1).astype(np.float32)
+
+    def queries(self, queries: np.ndarray) -> tuple[search_cpu.Queries, np.ndarray]:
+        """The queries projected and quantised for the int8 kernels, and each one's bound (the int8 pass's, plus
+        :data:`PROJECTION_MARGIN`) below which its first-pass score never lies under the exact one."""
+        quantised = search_cpu.Queries(self.augmented(self.basis, queries))
+        return quantised, search_cpu.query_bounds(quantised, self.int8.error, self.int8.norm) + PROJECTION_MARGIN
+
+
 def _units(rows: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
     try:
         return unit_rows(rows, mean)
@@ -275,7 +339,8 @@ def fused_range(gallery: UnitRows) -> bool:
 
 
 def exact_over(gallery: UnitRows, queries: np.ndarray, floors: np.ndarray | float, chunk: int = SEARCH_CHUNK,
-               limit: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+               limit: int | None = None,
+               projected: Projected | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """``(queries int64, rows int64, scores float64)``: every pair of a query and a gallery row whose exact score
     (:func:`exact_topk`'s) is at least the query's floor (``floors``, one or one per query): a range search, sorted
     by query, then best first, ties to the lower row. ``queries`` are unit rows already, like the gallery's.
@@ -284,7 +349,9 @@ def exact_over(gallery: UnitRows, queries: np.ndarray, floors: np.ndarray | floa
     so the answer is the same whichever first pass ran. Where the int8 kernels build and the rows have their int8
     copy, that pass compares each score with the floor as it is computed (:func:`coclr.embed.search_cpu.over_floor`):
     no score block is ever stored; else chunk by chunk, as :func:`exact_topk`'s. None when the first pass finds
-    more than ``limit`` candidate pairs (a floor too low for a range search: rank instead)."""
+    more than ``limit`` candidate pairs (a floor too low for a range search: rank instead). With ``projected``
+    (:class:`Projected`, of these rows), the fused pass runs over the projected rows: fewer numbers, the same
+    answer."""
     queries = np.ascontiguousarray(queries, np.float32)
     floors = np.broadcast_to(np.asarray(floors, np.float64), len(queries))
     empty = np.empty(0, np.int64)
@@ -293,10 +360,13 @@ def exact_over(gallery: UnitRows, queries: np.ndarray, floors: np.ndarray | floa
     fused = fused_range(gallery)
     library = search_cpu.KERNEL.load(warn=False) if fused or len(queries) >= MANY_QUERIES else None
     if fused:
-        quantised = search_cpu.Queries(queries)
-        bound = search_cpu.query_bounds(quantised, gallery.int8.error, gallery.int8.norm)
-        found = search_cpu.over_floor(library, gallery.int8.bytes, gallery.int8.scales, quantised,
-                                      _floor32(floors - bound), limit)
+        int8 = gallery.int8 if projected is None else projected.int8
+        if projected is None:
+            quantised = search_cpu.Queries(queries)
+            bound = search_cpu.query_bounds(quantised, int8.error, int8.norm)
+        else:
+            quantised, bound = projected.queries(queries)
+        found = search_cpu.over_floor(library, int8.bytes, int8.scales, quantised, _floor32(floors - bound), limit)
         if found is None:
             return None
         rows, hits = found

@@ -147,7 +147,9 @@ def over_floor(library: ctypes.CDLL, rows: np.ndarray, scales: np.ndarray, queri
     bounds = [count * i // chunks for i in range(chunks + 1)]
 
     def part(c: int) -> tuple[np.ndarray, np.ndarray] | None:
-        capacity = 4 * (bounds[c + 1] - bounds[c]) + 1024  # (a range search's hits are few; more: asked again)
+        capacity = 4 * (bounds[c + 1] - bounds[c]) + 1024  # (a range search's hits are few; more: asked again,
+        if limit is not None:                               # so room for a part's share of the limit at once)
+            capacity = max(capacity, -(-limit // chunks))
         while True:
             hit_row, hit_query = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
             found = library.coclr_i8_over_floor(
