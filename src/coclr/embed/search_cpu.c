@@ -5,7 +5,8 @@
  * of products sums to at most 2 * 255 * 63 = 32130, so AVX2's saturating vpmaddubsw never saturates and every
  * path (AVX2, AVX-512 VNNI, plain C) computes the same integers, hence the same floats. offsets[j] is 128 times
  * the sum of query j (what the +128 of the rows added). dim is a multiple of 64 (the rows and queries are padded
- * with zero products).
+ * with zero products). Its range form (coclr_i8_over_floor) compares each score with its query's floor instead of
+ * storing it, and writes only the pairs that reach it.
  *
  * Second pass: out[p] = the float64 dot product of rows32[row[p]] and queries32[query[p]]: exact in any order for
  * the quantised unit rows of coclr.eval.exact, so its summation order does not matter.
