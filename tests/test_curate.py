@@ -219,6 +219,7 @@ def test_the_fingerprint_graphs_are_the_slow_ones_exactly(first, monkeypatch):
     elif first == "int8" and search_cpu.KERNEL.load(warn=False) is None:
         pytest.skip("the int8 kernels do not build here")
     monkeypatch.setattr("coclr.curate.graph.QUERY_CHUNK", 64)
+    monkeypatch.setattr("coclr.curate.graph.PREFIX", 64)  # (300 videos: their ranked graph by the range search)
     monkeypatch.setattr(prints, "DUPLICATE_CHUNK", 50)
     rng = np.random.default_rng(3)
     for count, dim in ((300, 48), (4, 8), (2, 4)):

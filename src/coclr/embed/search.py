@@ -193,10 +193,15 @@ class Projected:
     the exact pass gives the same answer. It screens well when the rows lie near a few axes (embeddings do: their
     effective rank is low), and is not made when they do not (:data:`PROJECTION_RESIDUAL`)."""
 
-    basis: np.ndarray
-    """float64 ``[D, p]``, orthonormal columns."""
+    basis: np.ndarray | None
+    """float64 ``[D, p]``, orthonormal columns; None: the rows as they are (:meth:`identity`)."""
     int8: Int8Rows
     """The projected rows, quantised for the int8 kernels."""
+
+    @classmethod
+    def identity(cls, gallery: UnitRows) -> Projected:
+        """No projection: the rows' own int8 copy, so that a range search at floors screens the rows themselves."""
+        return cls(None, gallery.int8)
 
     @classmethod
     def of(cls, gallery: UnitRows) -> Projected | None:
@@ -233,6 +238,9 @@ class Projected:
     def queries(self, queries: np.ndarray) -> tuple[search_cpu.Queries, np.ndarray]:
         """The queries projected and quantised for the int8 kernels, and each one's bound (the int8 pass's, plus
         :data:`PROJECTION_MARGIN`) below which its first-pass score never lies under the exact one."""
+        if self.basis is None:
+            quantised = search_cpu.Queries(queries)
+            return quantised, search_cpu.query_bounds(quantised, self.int8.error, self.int8.norm)
         quantised = search_cpu.Queries(self.augmented(self.basis, queries))
         return quantised, search_cpu.query_bounds(quantised, self.int8.error, self.int8.norm) + PROJECTION_MARGIN
 
