@@ -244,8 +244,8 @@ def _ranked(gallery, queries: np.ndarray, first: int, k: int) -> tuple[np.ndarra
     """The ``k`` most similar others of the videos ``first, first + 1, ...`` whose plain fingerprints are ``queries``,
     over ``gallery`` (:func:`_mirrored_rows`), a chunk of queries at a time (:data:`coclr.curate.graph.QUERY_CHUNK`):
     where the int8 kernels build, a range search at floors from a prefix of the rows, fused in C, which screens the
-    short fingerprints themselves (:func:`coclr.curate.graph.nearest_rows`; measured 1.3-1.6x the top-k's speed on
-    both CPU kinds), else the search's top-k. A video's ``2(k+1)`` best rows hold the best row of each of its
+    short fingerprints themselves (:func:`coclr.curate.graph.nearest_rows`; faster than the top-k on both CPU kinds,
+    docs/curate.md), else the search's top-k. A video's ``2(k+1)`` best rows hold the best row of each of its
     ``k + 1`` most similar videos (itself among them): every video ranked ahead of one has at most two rows ahead."""
     from coclr.curate.graph import PREFIX, QUERY_CHUNK, nearest_rows  # noqa: PLC0415
     from coclr.embed.search import Projected, fused_range  # noqa: PLC0415

@@ -237,7 +237,8 @@ class Projected:
 
     def queries(self, queries: np.ndarray) -> tuple[search_cpu.Queries, np.ndarray]:
         """The queries projected and quantised for the int8 kernels, and each one's bound (the int8 pass's, plus
-        :data:`PROJECTION_MARGIN`) below which its first-pass score never lies under the exact one."""
+        :data:`PROJECTION_MARGIN` for a projection) below which its first-pass score never lies under the exact
+        one."""
         if self.basis is None:
             quantised = search_cpu.Queries(queries)
             return quantised, search_cpu.query_bounds(quantised, self.int8.error, self.int8.norm)
