@@ -260,10 +260,9 @@ def _ranked(gallery, queries: np.ndarray, first: int, k: int) -> tuple[np.ndarra
     return scores, rows
 
 
-def neighbour_graph(units: np.ndarray, k: int, show: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Each video's ``k`` most similar others by :func:`similarities` (float64 scores descending, ties to the lower
-    row; -1 and -inf where a folder has fewer), exactly, never the whole matrix at once: over the plain and the
-    mirrored fingerprints as rows ``2i`` and ``2i+1``, each video's plain one the query (:func:`_ranked`)."""
+def _each_chunk(units: np.ndarray, k: int, show: bool, desc: str, chunk_graph) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores float64 [N, k], videos int64 [N, k])`` (-inf and -1 where none), from ``chunk_graph(gallery,
+    queries, first, k)`` over :data:`DUPLICATE_CHUNK` videos at a time, the gallery :func:`_mirrored_rows`."""
     from coclr import progress  # noqa: PLC0415
 
     count = len(units)
@@ -273,17 +272,23 @@ def neighbour_graph(units: np.ndarray, k: int, show: bool = False) -> tuple[np.n
     if k == 0:
         return scores, rows
     gallery = _mirrored_rows(units)
-    with progress.bar(total=count, desc="nearest fingerprints", unit="video", disable=not show,
-                      leave=False) as shown:
+    with progress.bar(total=count, desc=desc, unit="video", disable=not show, leave=False) as shown:
         for start in range(0, count, DUPLICATE_CHUNK):
             stop = min(count, start + DUPLICATE_CHUNK)
-            scores[start:stop], rows[start:stop] = _ranked(gallery, units[start:stop, 0], start, k)
+            scores[start:stop], rows[start:stop] = chunk_graph(gallery, units[start:stop, 0], start, k)
             shown.update(stop - start)
     return scores, rows
 
 
+def neighbour_graph(units: np.ndarray, k: int, show: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Each video's ``k`` most similar others by :func:`similarities` (float64 scores descending, ties to the lower
+    row; -1 and -inf where a folder has fewer), exactly, never the whole matrix at once: over the plain and the
+    mirrored fingerprints as rows ``2i`` and ``2i+1``, each video's plain one the query (:func:`_ranked`)."""
+    return _each_chunk(units, k, show, "nearest fingerprints", _ranked)
+
+
 DUPLICATE_CHUNK = 8192
-"""Videos queried at a time by :func:`duplicate_graph` (bounds their quantised copy and their pairs)."""
+"""Videos queried at a time by the fingerprints' graphs (bounds their quantised copy and their pairs)."""
 RANGE_PAIRS = 256
 """Candidate pairs per queried video beyond which :func:`duplicate_graph` ranks instead (a threshold so low that
 most pairs reach it: memory stays bounded, the answer the same)."""
@@ -294,34 +299,21 @@ def duplicate_graph(units: np.ndarray, threshold: float, k: int, show: bool = Fa
     by a range search (:func:`coclr.embed.search.exact_over`): each video's ``k`` most similar others at least
     ``threshold`` similar, the rest -inf and -1. Much cheaper at a high threshold: no video's nearest is ranked.
     Where more than :data:`RANGE_PAIRS` pairs a video are candidates, those videos' nearest are ranked instead."""
-    from coclr import progress  # noqa: PLC0415
     from coclr.embed.search import exact_over  # noqa: PLC0415
 
-    count = len(units)
-    k = max(0, min(k, count - 1))
-    scores = np.full((count, k), -np.inf)
-    rows = np.full((count, k), -1, np.int64)
-    if k == 0:
-        return scores, rows
-    gallery = _mirrored_rows(units)
-    with progress.bar(total=count, desc="duplicate fingerprints", unit="video", disable=not show,
-                      leave=False) as shown:
-        for start in range(0, count, DUPLICATE_CHUNK):
-            stop = min(count, start + DUPLICATE_CHUNK)
-            ranged = exact_over(gallery, units[start:stop, 0], threshold, limit=RANGE_PAIRS * (stop - start))
-            if ranged is None:  # most pairs reach the threshold: the ranked graph, cut at it
-                top, video = _ranked(gallery, units[start:stop, 0], start, k)
-                scores[start:stop] = np.where(video >= 0, top, -np.inf)
-                rows[start:stop] = video
-                cut = scores[start:stop] < threshold
-                scores[start:stop][cut], rows[start:stop][cut] = -np.inf, -1
-            else:
-                query, at, found = ranged  # by query, best first: its first 2(k+1) rows are enough (see _ranked)
-                slot = np.arange(len(query)) - np.searchsorted(query, query)
-                kept = slot < 2 * (k + 1)
-                video = np.full((stop - start, 2 * (k + 1)), -1, np.int64)
-                values = np.full((stop - start, 2 * (k + 1)), -np.inf)
-                video[query[kept], slot[kept]], values[query[kept], slot[kept]] = at[kept] // 2, found[kept]
-                scores[start:stop], rows[start:stop] = _best_per_video(video, values, np.arange(start, stop), k)
-            shown.update(stop - start)
-    return scores, rows
+    def over(gallery, queries: np.ndarray, first: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        ranged = exact_over(gallery, queries, threshold, limit=RANGE_PAIRS * len(queries))
+        if ranged is None:  # most pairs reach the threshold: the ranked graph, cut at it
+            scores, video = _ranked(gallery, queries, first, k)
+            cut = scores < threshold
+            scores[cut], video[cut] = -np.inf, -1
+            return scores, video
+        query, at, found = ranged  # by query, best first: its first 2(k+1) rows are enough (see _ranked)
+        slot = np.arange(len(query)) - np.searchsorted(query, query)
+        kept = slot < 2 * (k + 1)
+        video = np.full((len(queries), 2 * (k + 1)), -1, np.int64)
+        values = np.full((len(queries), 2 * (k + 1)), -np.inf)
+        video[query[kept], slot[kept]], values[query[kept], slot[kept]] = at[kept] // 2, found[kept]
+        return _best_per_video(video, values, np.arange(first, first + len(queries)), k)
+
+    return _each_chunk(units, k, show, "duplicate fingerprints", over)
