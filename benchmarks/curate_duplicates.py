@@ -19,7 +19,8 @@ A predicted pair is two videos in one of curate's groups (whole videos), or a pa
 two videos from one original. Per alteration: recall of its (original, copy) pairs, and the precision of the
 predicted pairs that hold one of its copies. Overall: precision and recall over every pair.
 
-    python benchmarks/curate_duplicates.py --work W --clips-learn CLIPS_LEARN --synth-learn SYNTH_LEARN
+    python benchmarks/curate_duplicates.py --work W --clips-learn CLIPS_LEARN --synth-learn SYNTH_LEARN \
+        [--sets real synthetic] [--synth-seed 11]
 
 where CLIPS_LEARN is `coclr learn ../shared/data/clips --out CLIPS_LEARN --budget 3m` and SYNTH_LEARN a `coclr learn`
 of `coclr data synth --videos D --preset study`.
@@ -140,14 +141,16 @@ def main() -> None:
     parser.add_argument("--distractors", type=int, default=300, help="other synthetic videos, not altered: a folder "
                         "where duplicates are a minority, as in a user's footage")
     parser.add_argument("--sets", nargs="+", default=["real", "synthetic"], help="which sets to measure")
+    parser.add_argument("--synth-seed", type=int, default=11, help="the synthetic set's seed (its videos, originals "
+                        "and distractors)")
     args = parser.parse_args()
     from coclr.curate.run import CurateOptions, curate
     from coclr.synth import SynthConfig, write_videos
 
     work = Path(args.work)
     print(f"cpu: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
-    write_videos(work / "synth", SynthConfig(seed=11, num_classes=8, train_scenes=160, test_scenes=2, frames=48,
-                                             height=64, width=64, clips_per_action=1))  # one clip per take
+    write_videos(work / "synth", SynthConfig(seed=args.synth_seed, num_classes=8, train_scenes=160, test_scenes=2,
+                                             frames=48, height=64, width=64, clips_per_action=1))  # a clip per take
     synth = sorted((work / "synth" / "videos").glob("*.mp4"))
     spread = np.unique(np.linspace(0, len(synth) - 1, args.synth_videos + args.distractors).round().astype(int))
     picked = [synth[i] for i in spread[::max(1, len(spread) // args.synth_videos)][:args.synth_videos]]

@@ -87,9 +87,9 @@ if sys.argv[3] == "faiss":
     units = np.ascontiguousarray(rows.block(0, count), np.float32)
     begin = time.perf_counter()
     index = faiss.IndexFlatIP(units.shape[1]); index.add(units); index.search(units, 11)
-else:
+else:  # the rows as a folder holds them (with their int8 and bfloat16 copies, made at embedding time)
     from coclr.embed.search import UnitRows
-    part = UnitRows.of_array(np.ascontiguousarray(rows.block(0, count), np.float32))
+    part = UnitRows.in_memory(rows.block(0, count))
     begin = time.perf_counter()
     neighbour_graph(part, 10)
 print(json.dumps({"seconds": time.perf_counter() - begin}))
@@ -156,7 +156,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--fingerprint-dim", type=int, default=128,
                         help="also time the fingerprints' duplicates graph of as many videos (0: not)")
-    parser.add_argument("--compare-rows", type=int, default=20_000, help="rows of the A B B A comparison with FAISS")
+    parser.add_argument("--compare-rows", type=int, default=40_000, help="rows of the A B B A comparison with FAISS")
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

@@ -109,7 +109,7 @@ def test_the_neighbour_graph_is_the_brute_force_one_without_self(stored, monkeyp
     rng = np.random.default_rng(2)
     rows = rng.normal(size=(300, 24)).astype(np.float32)
     if stored.startswith("projected"):  # rows near six axes (as embeddings are), with the sizes made small
-        monkeypatch.setattr(graph, "PREFIX", 64)
+        monkeypatch.setattr(graph, "PROJECTED_FROM", 64)
         monkeypatch.setattr(graph, "projection_pays", lambda: True)  # (whatever this CPU's kernels are)
         monkeypatch.setattr(search, "PROJECTED_DIMS", 6)
         rows = rows[:, :6] @ rng.normal(size=(6, 24)) + 0.05 * rows
@@ -182,6 +182,32 @@ def takes(tmp_path_factory):
     return videos, copies, checkpoint
 
 
+def test_the_best_rows_of_a_prefix_by_the_first_pass_are_its_highest_scores():
+    """A chunk's candidates for its floors (``graph._best_first``: the fused range pass over blocks that double, at
+    floors that rise): for each query, ``m`` distinct rows of the prefix holding its ``m`` highest first-pass scores
+    (the stored product's, ties either way), whether the prefix is all the rows, a part, or only ``m`` rows."""
+    from coclr.curate import graph
+    from coclr.embed import search_cpu
+    from coclr.embed.search import Int8Rows
+    from coclr.eval.exact import unit_rows
+
+    if search_cpu_missing():
+        pytest.skip("the int8 kernels do not build here")
+    library = search_cpu.KERNEL.load()
+    rng = np.random.default_rng(12)
+    units = unit_rows(rng.normal(size=(500, 40)))
+    units[300:310] = units[3]  # ties
+    quantised, scales, error, norm = search_cpu.quantise_rows(units)
+    queries = search_cpu.Queries(np.concatenate([units[:40], unit_rows(rng.normal(size=(35, 40)))]))
+    for prefix, m in ((500, 7), (311, 20), (20, 20)):
+        best = graph._best_first(library, Int8Rows(quantised, scales, error, norm), queries, prefix, m)
+        stored = search_cpu.scores(library, quantised[:prefix], scales[:prefix], queries).T  # [Q, prefix]
+        assert best.shape == (75, m) and best.min() >= 0 and best.max() < prefix
+        assert all(len(set(row)) == m for row in best.tolist())
+        np.testing.assert_array_equal(np.sort(np.take_along_axis(stored, best, axis=1), axis=1),
+                                      np.sort(stored, axis=1)[:, -m:])
+
+
 def search_cpu_missing() -> bool:
     from coclr.embed import search_cpu
 
@@ -219,7 +245,7 @@ def test_the_fingerprint_graphs_are_the_slow_ones_exactly(first, monkeypatch):
     elif first == "int8" and search_cpu.KERNEL.load(warn=False) is None:
         pytest.skip("the int8 kernels do not build here")
     monkeypatch.setattr("coclr.curate.graph.QUERY_CHUNK", 64)
-    monkeypatch.setattr("coclr.curate.graph.PREFIX", 64)  # (300 videos: their ranked graph by the range search)
+    monkeypatch.setattr("coclr.curate.graph.PROJECTED_FROM", 64)  # (300 videos: ranked by the range search)
     monkeypatch.setattr(prints, "DUPLICATE_CHUNK", 50)
     rng = np.random.default_rng(3)
     for count, dim in ((300, 48), (4, 8), (2, 4)):

@@ -45,21 +45,39 @@ def test_scores_are_the_integer_products_scaled(dim):
 
     rng = np.random.default_rng(dim)
     units = np.concatenate([_extreme_rows(dim), unit_rows(rng.normal(size=(1200, dim)))])
-    query_rows = np.concatenate([_extreme_rows(dim), unit_rows(rng.normal(size=(10, dim)))])
     quantised, row_scales, _, _ = quantise_rows(units)
-    queries = Queries(query_rows)
-    assert quantised.min() == 1 and quantised.max() == 255 and np.abs(queries.bytes).max() == 63
     library = search_cpu.KERNEL.load()
-    expected = _reference(quantised, row_scales, queries)
     previous = torch.get_num_threads()
     try:
-        for threads in (1, 2, 3):
-            torch.set_num_threads(threads)
-            for count in (len(units), 1, 5, 67, 601):
-                np.testing.assert_array_equal(scores(library, quantised[:count], row_scales[:count], queries),
-                                              expected[:count])
+        for extra in (10, 64):  # (within one packed block of queries; over two and a part)
+            queries = Queries(np.concatenate([_extreme_rows(dim), unit_rows(rng.normal(size=(extra, dim)))]))
+            assert quantised.min() == 1 and quantised.max() == 255 and np.abs(queries.bytes).max() == 63
+            expected = _reference(quantised, row_scales, queries)
+            for threads in (1, 2, 3):
+                torch.set_num_threads(threads)
+                for count in (len(units), 1, 5, 67, 601):
+                    np.testing.assert_array_equal(scores(library, quantised[:count], row_scales[:count], queries),
+                                                  expected[:count])
     finally:
         torch.set_num_threads(previous)
+
+
+def test_many_queries_span_the_cache_in_parts():
+    """More queries than the kernels hold in L2 at once (1 MiB of them: 16,384 at 64 bytes) are taken a span at a
+    time: every score the same as the reference, the range pass's pairs and scores too."""
+    rng = np.random.default_rng(8)
+    dim = 64
+    units = unit_rows(rng.normal(size=(23, dim)))
+    quantised, row_scales, _, _ = quantise_rows(units)
+    queries = Queries(unit_rows(rng.normal(size=(16384 + 45, dim))))
+    library = search_cpu.KERNEL.load()
+    expected = _reference(quantised, row_scales, queries)
+    np.testing.assert_array_equal(scores(library, quantised, row_scales, queries), expected)
+    floors = np.quantile(expected, 0.9, axis=0).astype(np.float32)
+    rows, which, found = search_cpu.over_floor(library, quantised, row_scales, queries, floors, with_scores=True)
+    assert set(zip(rows, which)) == set(zip(*np.nonzero(expected >= floors)))
+    assert len(rows) == (expected >= floors).sum()
+    np.testing.assert_array_equal(found, expected[rows, which])
 
 
 def test_every_build_computes_the_same_scores(tmp_path):
@@ -72,7 +90,7 @@ def test_every_build_computes_the_same_scores(tmp_path):
     rng = np.random.default_rng(0)
     units = np.concatenate([_extreme_rows(dim), unit_rows(rng.normal(size=(41, dim)))])
     quantised, row_scales, _, _ = quantise_rows(units)
-    queries = Queries(np.concatenate([_extreme_rows(dim)[::-1], unit_rows(rng.normal(size=(9, dim)))]))
+    queries = Queries(np.concatenate([_extreme_rows(dim)[::-1], unit_rows(rng.normal(size=(60, dim)))]))
     expected = _reference(quantised, row_scales, queries)
     kernels = set()
     for index, march in enumerate(marches):
@@ -86,9 +104,9 @@ def test_every_build_computes_the_same_scores(tmp_path):
 
 def test_the_range_pass_finds_the_scores_at_their_floors_in_every_build(tmp_path):
     """The fused range pass (:func:`over_floor`: each score compared with its query's floor as it is computed)
-    returns exactly the pairs whose stored score reaches the floor, from every build and on 1 to 3 threads, with
-    floors on scores themselves (ties), beyond every score and below every score (more pairs than its first
-    buffer); ``limit`` gives None when more pairs reach the floors."""
+    returns exactly the pairs whose stored score reaches the floor (and, asked, those scores), from every build and
+    on 1 to 3 threads, with floors on scores themselves (ties), beyond every score and below every score (more pairs
+    than its first buffer); ``limit`` gives None when more pairs reach the floors."""
     import torch
 
     compiler = native.find_compiler()
@@ -98,7 +116,8 @@ def test_the_range_pass_finds_the_scores_at_their_floors_in_every_build(tmp_path
     for dim in (64, 200):
         units = np.concatenate([_extreme_rows(dim), unit_rows(rng.normal(size=(1500, dim)))])
         quantised, row_scales, _, _ = quantise_rows(units)
-        queries = Queries(np.concatenate([_extreme_rows(dim), unit_rows(rng.normal(size=(6, dim)))]))
+        queries = Queries(np.concatenate([_extreme_rows(dim), unit_rows(rng.normal(size=(6 + 30 * (dim > 64),
+                                                                                          dim)))]))
         expected = _reference(quantised, row_scales, queries)
         count = len(queries.scales)
         floors = expected[rng.integers(0, len(units), count), np.arange(count)]  # a score each: ties
@@ -115,6 +134,10 @@ def test_the_range_pass_finds_the_scores_at_their_floors_in_every_build(tmp_path
                     torch.set_num_threads(threads)
                     rows, which = search_cpu.over_floor(library, quantised, row_scales, queries, floors)
                     assert len(rows) == len(want) and set(zip(rows, which)) == want, (dim, march, threads)
+                    rows, which, found = search_cpu.over_floor(library, quantised, row_scales, queries, floors,
+                                                               with_scores=True)
+                    assert set(zip(rows, which)) == want
+                    np.testing.assert_array_equal(found, expected[rows, which])
             finally:
                 torch.set_num_threads(previous)
             assert search_cpu.over_floor(library, quantised, row_scales, queries, floors, limit=len(want) - 1) is None

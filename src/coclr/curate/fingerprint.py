@@ -247,10 +247,10 @@ def _ranked(gallery, queries: np.ndarray, first: int, k: int) -> tuple[np.ndarra
     short fingerprints themselves (:func:`coclr.curate.graph.nearest_rows`; faster than the top-k on both CPU kinds,
     docs/curate.md), else the search's top-k. A video's ``2(k+1)`` best rows hold the best row of each of its
     ``k + 1`` most similar videos (itself among them): every video ranked ahead of one has at most two rows ahead."""
-    from coclr.curate.graph import PREFIX, QUERY_CHUNK, nearest_rows  # noqa: PLC0415
+    from coclr.curate.graph import PROJECTED_FROM, QUERY_CHUNK, nearest_rows  # noqa: PLC0415
     from coclr.embed.search import Projected, fused_range  # noqa: PLC0415
 
-    screen = Projected.identity(gallery) if fused_range(gallery) and gallery.count >= 4 * PREFIX else None
+    screen = Projected.identity(gallery) if fused_range(gallery) and gallery.count >= PROJECTED_FROM else None
     scores, rows = np.full((len(queries), k), -np.inf), np.full((len(queries), k), -1, np.int64)
     for start in range(0, len(queries), QUERY_CHUNK):
         stop = min(len(queries), start + QUERY_CHUNK)

@@ -1,12 +1,12 @@
 """Each row's nearest other rows, for every row of an embedding folder: the one all-pairs step of curation.
 
 The search's own exact kernels on the folder's prepared rows, the rows queried in chunks, so memory stays at a
-chunk's scores and no N x N matrix is ever held. Where the int8 kernels are the AVX2 ones (:func:`projection_pays`)
+chunk's scores and no N x N matrix is ever held. Where the int8 kernels are vector ones (:func:`projection_pays`)
 and the rows project well onto a few principal axes (:class:`coclr.embed.search.Projected`), a chunk's floors are
-the k-th best exact scores among the first :data:`PREFIX` rows' best candidates (k real rows: the true k-th best is
-no lower), and a range search at them over the projected rows, fused in C (:func:`coclr.embed.search.exact_over`),
-finds every row that reaches them; else, or when too many rows reach them, the two-pass top-k
-(:func:`coclr.embed.search.exact_topk`).
+the k-th best exact scores among the candidates that score highest in the projected first pass over the first
+:data:`PREFIX_PART` of the rows (k real rows: the true k-th best is no lower), and a range search at them over the
+projected rows, fused in C (:func:`coclr.embed.search.exact_over`), finds every row that reaches them; else, or
+when too many rows reach them, the two-pass top-k (:func:`coclr.embed.search.exact_topk`).
 The scores are the exact ones :mod:`coclr.eval.exact` defines (the same on every CPU, thread count and chunk size),
 ties to the lower row: both ways give the same answer.
 """
@@ -17,12 +17,15 @@ import numpy as np
 
 from coclr import progress
 from coclr.embed import search_cpu
-from coclr.embed.search import Projected, UnitRows, exact_over, exact_topk, fused_range
+from coclr.embed.search import Int8Rows, Projected, UnitRows, exact_over, exact_topk, fused_range
 
 QUERY_CHUNK = 1024
 """Rows queried at a time (a first-pass block of the search is then at most 32768 x 1024 float32 scores: 128 MiB)."""
-PREFIX = 8192
-"""Rows whose best candidates give a chunk of queries its floors."""
+PREFIX_PART = 3
+"""A chunk of queries takes its floors from the best candidates among the first 1 / PREFIX_PART of the rows: the
+larger that share, the closer the floors come to the true k-th best scores, and the fewer rows reach them."""
+PROJECTED_FROM = 32768
+"""Fewer rows than this are ranked by the top-k (the projection would not pay for its set-up)."""
 EXTRA = 8
 """Candidates per query beyond the k needed, scored exactly among the prefix's."""
 RANGE_PAIRS = 4096
@@ -30,15 +33,15 @@ RANGE_PAIRS = 4096
 
 
 def projection_pays() -> bool:
-    """Whether the int8 kernels are the AVX2 ones (the CPU has no VNNI): there the top-k's int8 products over every
-    dimension cost most, and the projected range search was measured faster (docs/curate.md); with VNNI, and with
-    the bfloat16 pass, it was not."""
-    return search_cpu.kernel() == "avx2"
+    """Whether the int8 kernels are vector ones (AVX2, or AVX-512 VNNI): there the projected range search was
+    measured faster than the top-k, whichever first pass the top-k takes (docs/curate.md); the plain C loop is not
+    worth a projection."""
+    return search_cpu.kernel() in ("avx2", "avx512_vnni")
 
 
 def projection(rows: UnitRows) -> Projected | None:
     """The projected rows :func:`nearest_rows` screens with, where the range search is fused and it pays."""
-    if not projection_pays() or not fused_range(rows) or rows.count < 4 * PREFIX:
+    if not projection_pays() or not fused_range(rows) or rows.count < PROJECTED_FROM:
         return None
     return Projected.of(rows)
 
@@ -47,12 +50,12 @@ def nearest_rows(rows: UnitRows, queries: np.ndarray, want: int,
                  projected: Projected | None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`~coclr.embed.search.exact_topk`'s answer: each query's ``want`` best rows (exact scores, best first,
     ties to the lower row), by a range search over ``projected`` when given (see the module docstring)."""
-    if projected is None or want + EXTRA > PREFIX:
+    prefix = rows.count // PREFIX_PART
+    if projected is None or want + EXTRA > prefix:
         return exact_topk(rows, queries, want)
     library = search_cpu.KERNEL.load()
     quantised, _ = projected.queries(queries)
-    first = search_cpu.scores(library, projected.int8.bytes[:PREFIX], projected.int8.scales[:PREFIX], quantised)
-    best = np.argpartition(-first.T, want + EXTRA - 1, axis=1)[:, : want + EXTRA]  # [Q, m]: high in the first pass
+    best = _best_first(library, projected.int8, quantised, prefix, want + EXTRA)  # [Q, m]: high in the first pass
     exact = search_cpu.pair_dots(library, rows.units, queries, best.ravel(),
                                  np.repeat(np.arange(len(queries)), want + EXTRA)).reshape(best.shape)
     floors = -np.partition(-exact, want - 1, axis=1)[:, want - 1]  # the want-th best of real rows: none true lower
@@ -62,6 +65,28 @@ def nearest_rows(rows: UnitRows, queries: np.ndarray, want: int,
     query, row, score = ranged  # by query, best first, ties to the lower row; at least want each (the prefix's)
     picked = np.searchsorted(query, np.arange(len(queries)))[:, None] + np.arange(want)
     return score[picked], row[picked]
+
+
+def _best_first(library, int8: Int8Rows, queries: search_cpu.Queries, prefix: int, m: int) -> np.ndarray:
+    """``int64 [Q, m]``: for each query, ``m`` of the first ``prefix`` rows whose first-pass scores are the highest
+    (ties either way). By the fused range pass over blocks of rows twice as long each time, at floors that rise as
+    they go (each query's m-th best so far): the scores that reach them are few, and no block is stored or sorted."""
+    count = len(queries.scales)
+    best_score = search_cpu.scores(library, int8.bytes[:m], int8.scales[:m], queries).T  # [Q, m]
+    best_row = np.broadcast_to(np.arange(m), (count, m))
+    by_query = np.repeat(np.arange(count), m)
+    start = m
+    while start < prefix:
+        stop = min(prefix, 2 * start)
+        row, query, score = search_cpu.over_floor(library, int8.bytes[start:stop], int8.scales[start:stop], queries,
+                                                  best_score.min(axis=1), with_scores=True)
+        query, row = np.concatenate([by_query, query]), np.concatenate([best_row.ravel(), row + start])
+        score = np.concatenate([best_score.ravel(), score])
+        order = np.lexsort((-score, query))  # by query, best first: each query's m best are its first m
+        picked = order[np.searchsorted(query[order], np.arange(count))[:, None] + np.arange(m)]
+        best_row, best_score = row[picked], score[picked]
+        start = stop
+    return best_row
 
 
 def neighbour_graph(rows: UnitRows, k: int, groups: np.ndarray | None = None, show: bool = False,

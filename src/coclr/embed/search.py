@@ -173,8 +173,9 @@ class UnitRows:
                    lambda indices: _units(rows[indices], mean), mean)
 
 
-PROJECTED_DIMS = 128
-"""Principal axes a projected first pass keeps (:class:`Projected`)."""
+PROJECTED_DIMS = 127
+"""Principal axes a projected first pass keeps (:class:`Projected`): with the residual, 128 numbers, a whole number
+of the int8 kernels' 64-byte steps (one more axis would pad each row to 192)."""
 PROJECTION_SAMPLE = 16384
 """Rows (spread evenly) whose second moments choose the axes."""
 PROJECTION_RESIDUAL = 0.3

@@ -37,11 +37,12 @@ def open_library(path: Path) -> ctypes.CDLL:
     """The compiled kernels at ``path``, with their argument types declared."""
     library = ctypes.CDLL(str(path))
     library.coclr_i8_kernel.restype = ctypes.c_char_p
+    library.coclr_i8_block.restype = ctypes.c_int
     library.coclr_i8_scores.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 2 + [ctypes.c_int] * 2 + \
         [ctypes.c_void_p]
     library.coclr_i8_scores.restype = ctypes.c_int
     library.coclr_i8_over_floor.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_long] * 2 + [ctypes.c_int] * 2 + \
-        [ctypes.c_long] + [ctypes.c_void_p] * 2
+        [ctypes.c_long] + [ctypes.c_void_p] * 3
     library.coclr_i8_over_floor.restype = ctypes.c_long
     library.coclr_pair_dots.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 2 + [ctypes.c_int, ctypes.c_void_p]
     library.coclr_pair_dots.restype = ctypes.c_int
@@ -88,7 +89,7 @@ def quantise_rows(units: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, flo
 
 class Queries:
     """Queries quantised for :func:`scores`: bytes ``[Q, padded(D)]``, scales, the offsets the rows' +128 adds,
-    and the norms :func:`query_bounds` needs."""
+    and the norms :func:`query_bounds` needs; :meth:`packed` lays them out for the kernels."""
 
     def __init__(self, queries: np.ndarray) -> None:
         values, self.scales, self.errors, self.quantised_norms = _quantise(queries, QUERY_LEVELS)
@@ -96,6 +97,28 @@ class Queries:
         self.bytes[:, : values.shape[1]] = values
         self.offsets = (128 * values.astype(np.int32).sum(axis=1)).astype(np.int32)
         self.norms = np.sqrt((np.asarray(queries, np.float64) ** 2).sum(axis=1))
+        self._packed: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def packed(self, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(bytes, scales, offsets)`` in blocks of ``block`` queries, as ``search_cpu.c`` reads them: block ``b``
+        holds, for each four bytes of a row, those four bytes of each of its queries in turn (``[Q / block, D / 4,
+        block, 4]``); the count rounded up to a multiple of ``block`` with zero queries."""
+        if block not in self._packed:
+            count, width = self.bytes.shape
+            total = -(-count // block) * block
+            values = np.zeros((total, width), np.int8)
+            values[:count] = self.bytes
+            layout = values.reshape(total // block, block, width // 4, 4).transpose(0, 2, 1, 3)
+            self._packed[block] = (np.ascontiguousarray(layout), _padded_to(self.scales, total, 0),
+                                   _padded_to(self.offsets, total, 0))
+        return self._packed[block]
+
+
+def _padded_to(values: np.ndarray, total: int, fill: float) -> np.ndarray:
+    """``values`` (1-D) followed by ``fill`` up to ``total`` entries, C-contiguous."""
+    out = np.full(total, fill, values.dtype)
+    out[: len(values)] = values
+    return out
 
 
 def query_bounds(queries: Queries, row_error: float, row_norm: float) -> np.ndarray:
@@ -124,18 +147,20 @@ def scores(library: ctypes.CDLL, rows: np.ndarray, scales: np.ndarray, queries: 
     out = np.empty((count, nq), np.float32) if out is None else out[: count * nq].reshape(count, nq)
     chunks = max(1, min(native.thread_count(), count // 256))
     bounds = [count * i // chunks for i in range(chunks + 1)]
+    packed, query_scales, offsets = queries.packed(library.coclr_i8_block())
     native.for_each(chunks, lambda c: library.coclr_i8_scores(
-        _ptr(rows), _ptr(queries.bytes), _ptr(scales), _ptr(queries.scales), _ptr(queries.offsets), bounds[c],
-        bounds[c + 1], nq, width, _ptr(out)))
+        _ptr(rows), _ptr(packed), _ptr(scales), _ptr(query_scales), _ptr(offsets), bounds[c], bounds[c + 1], nq,
+        width, _ptr(out)))
     return out
 
 
 def over_floor(library: ctypes.CDLL, rows: np.ndarray, scales: np.ndarray, queries: Queries, floors: np.ndarray,
-               limit: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(rows int64, queries int64)``: the pairs whose first-pass score (:func:`scores`'s, the same floats) is at
-    least their query's ``floors`` (float32 ``[Q]``), in no particular order; no score block is stored (a range
-    search's first pass). None when there are more than ``limit``. The rows split over
-    :func:`coclr.native.for_each`'s threads (each score is compared alone, so the split changes nothing)."""
+               limit: int | None = None, with_scores: bool = False) -> tuple[np.ndarray, ...] | None:
+    """``(rows int64, queries int64)``, and with ``with_scores`` their scores (float32): the pairs whose first-pass
+    score (:func:`scores`'s, the same floats) is at least their query's ``floors`` (float32 ``[Q]``), in no
+    particular order; no score block is stored (a range search's first pass). None when there are more than
+    ``limit``. The rows split over :func:`coclr.native.for_each`'s threads (each score is compared alone, so the
+    split changes nothing)."""
     rows, scales = np.ascontiguousarray(rows), np.ascontiguousarray(scales, np.float32)
     floors = np.ascontiguousarray(floors, np.float32)
     count, width = rows.shape
@@ -143,28 +168,31 @@ def over_floor(library: ctypes.CDLL, rows: np.ndarray, scales: np.ndarray, queri
         raise ValueError(f"rows {rows.shape} with {len(scales)} scales against queries {queries.bytes.shape} and "
                          f"{floors.shape} floors")
     nq = len(queries.scales)
+    packed, query_scales, offsets = queries.packed(library.coclr_i8_block())
+    floors = _padded_to(floors, len(offsets), np.inf)  # (the padding's zero queries: never over)
     chunks = max(1, min(4 * native.thread_count(), count // 256))
     bounds = [count * i // chunks for i in range(chunks + 1)]
 
-    def part(c: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def part(c: int) -> tuple[np.ndarray, ...] | None:
         capacity = 4 * (bounds[c + 1] - bounds[c]) + 1024  # (a range search's hits are few; more: asked again,
         if limit is not None:                               # so room for a part's share of the limit at once)
             capacity = max(capacity, -(-limit // chunks))
         while True:
-            hit_row, hit_query = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
-            found = library.coclr_i8_over_floor(
-                _ptr(rows), _ptr(queries.bytes), _ptr(scales), _ptr(queries.scales), _ptr(queries.offsets),
-                _ptr(floors), bounds[c], bounds[c + 1], nq, width, capacity, _ptr(hit_row), _ptr(hit_query))
-            if found <= capacity:
-                return hit_row[:found], hit_query[:found]
-            if limit is not None and found > limit:
+            found = [np.empty(capacity, np.int64), np.empty(capacity, np.int64)]
+            found += [np.empty(capacity, np.float32)] if with_scores else []
+            total = library.coclr_i8_over_floor(
+                _ptr(rows), _ptr(packed), _ptr(scales), _ptr(query_scales), _ptr(offsets), _ptr(floors), bounds[c],
+                bounds[c + 1], nq, width, capacity, *(_ptr(array) for array in found), *([None] * (not with_scores)))
+            if total <= capacity:
+                return tuple(array[:total] for array in found)
+            if limit is not None and total > limit:
                 return None
-            capacity = found  # (the same pairs again, with room for them all)
+            capacity = total  # (the same pairs again, with room for them all)
 
     parts = native.for_each(chunks, part)
     if any(found is None for found in parts) or (limit is not None and sum(len(p[0]) for p in parts) > limit):
         return None
-    return np.concatenate([found for found, _ in parts]), np.concatenate([which for _, which in parts])
+    return tuple(np.concatenate(arrays) for arrays in zip(*parts))
 
 
 def pair_dots(library: ctypes.CDLL, rows: np.ndarray, queries: np.ndarray, row: np.ndarray,
