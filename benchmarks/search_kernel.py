@@ -56,16 +56,22 @@ def calls(ours: ctypes.CDLL, theirs: ctypes.CDLL, dim: int, count: int, nq: int,
     out, reference = np.empty((count, nq), np.float32), np.empty((count, nq), np.float32)
     floors = np.full(len(offsets), 0.3, np.float32)  # (about 1 pair in 10^6 reaches it: random rows)
     hits = [np.empty(count * 4 + 1024, np.int64) for _ in range(2)]
-    ours_common = (ptr(rows), ptr(packed), ptr(scales), ptr(query_scales), ptr(offsets))
-    theirs_common = (ptr(rows), ptr(queries.bytes), ptr(scales), ptr(queries.scales), ptr(queries.offsets))
-    found = (len(hits[0]), ptr(hits[0]), ptr(hits[1]))
+    def ours_common() -> tuple[int, ...]:  # (the pointers taken at each call: the closures keep the arrays alive)
+        return ptr(rows), ptr(packed), ptr(scales), ptr(query_scales), ptr(offsets)
+
+    def theirs_common() -> tuple[int, ...]:
+        return ptr(rows), ptr(queries.bytes), ptr(scales), ptr(queries.scales), ptr(queries.offsets)
+
+    def found() -> tuple[int, ...]:
+        return len(hits[0]), ptr(hits[0]), ptr(hits[1])
+
     table = {
-        "scores": {"ours": lambda: ours.coclr_i8_scores(*ours_common, 0, count, nq, width, ptr(out)),
-                   "theirs": lambda: theirs.coclr_i8_scores(*theirs_common, 0, count, nq, width, ptr(reference))},
-        "over_floor": {"ours": lambda: ours.coclr_i8_over_floor(*ours_common, ptr(floors), 0, count, nq, width,
-                                                                *found, None),
-                       "theirs": lambda: theirs.coclr_i8_over_floor(*theirs_common, ptr(floors), 0, count, nq, width,
-                                                                    *found)},
+        "scores": {"ours": lambda: ours.coclr_i8_scores(*ours_common(), 0, count, nq, width, ptr(out)),
+                   "theirs": lambda: theirs.coclr_i8_scores(*theirs_common(), 0, count, nq, width, ptr(reference))},
+        "over_floor": {"ours": lambda: ours.coclr_i8_over_floor(*ours_common(), ptr(floors), 0, count, nq, width,
+                                                                *found(), None),
+                       "theirs": lambda: theirs.coclr_i8_over_floor(*theirs_common(), ptr(floors), 0, count, nq,
+                                                                    width, *found())},
     }
     table["scores"]["ours"]()
     table["scores"]["theirs"]()
