@@ -49,7 +49,7 @@ def test_scores_are_the_integer_products_scaled(dim):
     library = search_cpu.KERNEL.load()
     previous = torch.get_num_threads()
     try:
-        for extra in (10, 64):  # (within one packed block of queries; over two and a part)
+        for extra in (10, 64):  # (17 queries: less than a VNNI block; 71: blocks and a part on every build)
             queries = Queries(np.concatenate([_extreme_rows(dim), unit_rows(rng.normal(size=(extra, dim)))]))
             assert quantised.min() == 1 and quantised.max() == 255 and np.abs(queries.bytes).max() == 63
             expected = _reference(quantised, row_scales, queries)
