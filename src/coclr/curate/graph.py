@@ -17,7 +17,7 @@ import numpy as np
 
 from coclr import progress
 from coclr.embed import search_cpu
-from coclr.embed.search import Int8Rows, Projected, UnitRows, exact_over, exact_topk, fused_range
+from coclr.embed.search import Int8Rows, Projected, UnitRows, best_of_each, exact_over, exact_topk, fused_range
 
 QUERY_CHUNK = 1024
 """Rows queried at a time (a first-pass block of the search is then at most 32768 x 1024 float32 scores: 128 MiB)."""
@@ -69,8 +69,9 @@ def nearest_rows(rows: UnitRows, queries: np.ndarray, want: int,
 
 def _best_first(library, int8: Int8Rows, queries: search_cpu.Queries, prefix: int, m: int) -> np.ndarray:
     """``int64 [Q, m]``: for each query, ``m`` of the first ``prefix`` rows whose first-pass scores are the highest
-    (ties either way). By the fused range pass over blocks of rows twice as long each time, at floors that rise as
-    they go (each query's m-th best so far): the scores that reach them are few, and no block is stored or sorted."""
+    (ties to the lower row). By the fused range pass over blocks of rows twice as long each time, at floors that rise
+    as they go (each query's m-th best so far): the scores that reach them are few, and no block is stored or
+    sorted."""
     count = len(queries.scales)
     best_score = search_cpu.scores(library, int8.bytes[:m], int8.scales[:m], queries).T  # [Q, m]
     best_row = np.broadcast_to(np.arange(m), (count, m))
@@ -82,8 +83,7 @@ def _best_first(library, int8: Int8Rows, queries: search_cpu.Queries, prefix: in
                                                   best_score.min(axis=1), with_scores=True)
         query, row = np.concatenate([by_query, query]), np.concatenate([best_row.ravel(), row + start])
         score = np.concatenate([best_score.ravel(), score])
-        order = np.lexsort((-score, query))  # by query, best first: each query's m best are its first m
-        picked = order[np.searchsorted(query[order], np.arange(count))[:, None] + np.arange(m)]
+        picked = best_of_each(query, row, score, count, m)
         best_row, best_score = row[picked], score[picked]
         start = stop
     return best_row

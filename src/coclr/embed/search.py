@@ -321,10 +321,15 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
         lower = _kth_best(lower, pool_query, pool_exact, k)
         keep = pool_exact >= lower[pool_query]  # below the k-th best exact score: never among the k best
         pool_query, pool_row, pool_exact = pool_query[keep], pool_row[keep], pool_exact[keep]
-    order = np.lexsort((pool_row, -pool_exact, pool_query))  # by query, best first, ties to the lower row
-    first_hit = np.searchsorted(pool_query[order], np.arange(count))
-    picked = order[first_hit[:, None] + np.arange(k)]
+    picked = best_of_each(pool_query, pool_row, pool_exact, count, k)
     return pool_exact[picked], pool_row[picked]
+
+
+def best_of_each(query: np.ndarray, row: np.ndarray, score: np.ndarray, count: int, k: int) -> np.ndarray:
+    """``int64 [count, k]``: indices of each query's ``k`` best entries of the pairs ``(query, row, score)``, best
+    first, ties to the lower row; each query ``0 .. count - 1`` has at least ``k`` of them."""
+    order = np.lexsort((row, -score, query))
+    return order[np.searchsorted(query[order], np.arange(count))[:, None] + np.arange(k)]
 
 
 def _first_pass(gallery: UnitRows, queries: np.ndarray, first: str, library: Any | None,
