@@ -1,12 +1,15 @@
-"""Every Triton kernel of the TV-L1 (``coclr.flow.tvl1_triton``) compiled ahead of time for an H100 (sm_90) on
-this machine, with no GPU: registers, spills and shared memory per kernel and configuration.
+"""Every Triton kernel of the project (the TV-L1's, ``coclr.flow.tvl1_triton``; S3D's max-pools,
+``coclr.models.pool_triton``) compiled ahead of time for an H100 (sm_90) on this machine, with no GPU: registers,
+spills and shared memory per kernel and configuration.
 
-The configurations are the ones the code launches: ``TritonPasses.run_pass`` and ``median`` are called on small
-CPU tensors with the kernels replaced by recorders, for 2 and 3 flow channels (gamma off and on), every pass
-length ``stop_every`` allows (1..30) in both modes, and both median sizes; each distinct launch (constants, launch
-options, argument types) is compiled by ``triton.compile`` for ``GPUTarget("cuda", 90, 32)`` (ptxas ships in the
-Triton wheel) and its PTX assembled again by the same ptxas with ``-v`` to read registers and spills. It also
-prints the halo recompute factor of the pass kernel's tiling at the pyramid sizes of 128x171 and 256x340.
+The configurations are the ones the code launches: ``TritonPasses.run_pass`` and ``median`` are called on small CPU
+tensors with the kernels replaced by recorders, for 2 and 3 flow channels (gamma off and on), every pass length
+``stop_every`` allows (1..30) in both modes, and both median sizes; the pools' forward and backward for S3D's four
+pool shapes, in bfloat16 and float32, at channel counts that give each channel block; each distinct launch
+(constants, launch options, argument types) is compiled by ``triton.compile`` for ``GPUTarget("cuda", 90, 32)``
+(ptxas ships in the Triton wheel) and its PTX assembled again by the same ptxas with ``-v`` to read registers and
+spills. It also prints the halo recompute factor of the pass kernel's tiling at the pyramid sizes of 128x171 and
+256x340.
 
 Exits 1 on a compile error or a spill in a default configuration: the default launch settings
 (``TritonSettings()``) at pass lengths up to the default ``stop_every`` (5). The longer passes the option allows
@@ -44,7 +47,9 @@ from coclr.flow.tvl1 import pyramid_sizes
 TARGET_ARCH = 90
 PASS_LENGTHS = range(1, 31)
 """Every pass length ``stop_every`` admits (:func:`coclr.flow.params.check_mode`)."""
-DTYPES = {torch.float32: "fp32", torch.int32: "i32", torch.int8: "i8", torch.int64: "i64"}
+DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.int32: "i32", torch.int8: "i8", torch.int64: "i64"}
+POOL_CHANNELS = (3, 24, 64, 832)
+"""Channel counts of the pools' checks: blocks of 4, 32 and 64 channels (S3D's pools see 64 to 832)."""
 
 
 @dataclass(frozen=True)
@@ -56,14 +61,15 @@ class Launch:
     constants: tuple[tuple[str, object], ...]
     options: tuple[tuple[str, object], ...]
     default: bool
+    module: str = "coclr.flow.tvl1_triton"
 
 
 class Recorder:
     """Stands in for a ``@triton.jit`` function: ``kernel[grid](*args, **meta)`` records the launch, as a default
     one while ``default[0]`` is set."""
 
-    def __init__(self, fn, launches: dict[tuple, bool], default: list[bool]) -> None:
-        self.fn, self.launches, self.default = fn, launches, default
+    def __init__(self, fn, launches: dict[tuple, bool], default: list[bool], module: str = "") -> None:
+        self.fn, self.launches, self.default, self.module = fn, launches, default, module
 
     def __getitem__(self, grid):
         return self.record
@@ -75,7 +81,7 @@ class Recorder:
                           for name in names)
         constants = tuple((name, values[name]) for name, kind in signature if kind == "constexpr")
         options = tuple(sorted((k, v) for k, v in meta.items() if k not in names))
-        key = (self.fn.__name__, signature, constants, options)
+        key = (self.fn.__name__, signature, constants, options, self.module)
         self.launches[key] = self.launches.get(key, False) or self.default[0]
 
 
@@ -101,7 +107,7 @@ def record_launches(settings_list) -> list[Launch]:
     originals = {name: getattr(tvl1_triton, name) for name in ("_pass_kernel", "_stop_kernel", "_median_kernel")}
     try:
         for name, fn in originals.items():
-            setattr(tvl1_triton, name, Recorder(fn, launches, default))
+            setattr(tvl1_triton, name, Recorder(fn, launches, default, tvl1_triton.__name__))
         for index, settings in enumerate(settings_list):
             passes = tvl1_triton.TritonPasses(settings)
             for channels in (2, 3):
@@ -117,8 +123,36 @@ def record_launches(settings_list) -> list[Launch]:
     finally:
         for name, fn in originals.items():
             setattr(tvl1_triton, name, fn)
-    return sorted((Launch(*key, default=is_default) for key, is_default in launches.items()),
-                  key=lambda launch: (not launch.default, launch.kernel, str(launch.constants), str(launch.options)))
+    launches |= record_pool_launches()
+    return sorted((Launch(*key[:4], default=is_default, module=key[4]) for key, is_default in launches.items()),
+                  key=lambda launch: (not launch.default, launch.module, launch.kernel, str(launch.constants),
+                                      str(launch.options)))
+
+
+def record_pool_launches() -> dict[tuple, bool]:
+    """The distinct launches of :func:`coclr.models.pool_triton.max_pool3d`, forward and backward, for S3D's pools
+    (all default launches)."""
+    from coclr.models import pool_triton
+    from coclr.models.s3d import S3D, MaxPool3d
+
+    geometries = {tuple(getattr(m, a) if isinstance(getattr(m, a), tuple) else (getattr(m, a),) * 3
+                        for a in ("kernel_size", "stride", "padding"))
+                  for m in S3D(width=0.125).modules() if isinstance(m, MaxPool3d)}
+    launches: dict[tuple, bool] = {}
+    originals = {name: getattr(pool_triton, name) for name in ("_forward", "_backward")}
+    try:
+        for name, fn in originals.items():
+            setattr(pool_triton, name, Recorder(fn, launches, [True], pool_triton.__name__))
+        for geometry in sorted(geometries):
+            for dtype in (torch.bfloat16, torch.float32):
+                for channels in POOL_CHANNELS:
+                    x = torch.zeros(1, channels, 4, 6, 6, dtype=dtype).contiguous(memory_format=torch.channels_last_3d)
+                    x.requires_grad_()
+                    pool_triton.max_pool3d(x, *geometry).sum().backward()
+    finally:
+        for name, fn in originals.items():
+            setattr(pool_triton, name, fn)
+    return launches
 
 
 @dataclass
@@ -212,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from coclr.flow import tvl1_triton
     from coclr.flow.tvl1_triton import TritonSettings
+    from coclr.models import pool_triton
+
+    modules = {module.__name__: module for module in (tvl1_triton, pool_triton)}
 
     default = TritonSettings()
     extra = []
@@ -223,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
           f"default settings {default}; enable_fp_fusion={tvl1_triton.FP_FUSION} on every launch")
     failures = 0
     for launch in record_launches([default, *extra]):
-        fn = getattr(tvl1_triton, launch.kernel)
-        label = f"{launch.kernel} {dict(launch.constants)} {dict(launch.options)}"
+        fn = getattr(modules[launch.module], launch.kernel)
+        label = f"{launch.module.rsplit('.', 1)[-1]}.{launch.kernel} {dict(launch.constants)} {dict(launch.options)}"
         try:
             usage = compile_sm90(launch, fn)
         except Exception as error:  # noqa: BLE001 - every compile error is reported, then the exit code says so

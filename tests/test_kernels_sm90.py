@@ -57,6 +57,14 @@ def test_the_recorded_launches_cover_every_kernel_channel_count_mode_and_median_
     assert medians == {(2, 3), (2, 5), (3, 3), (3, 5)}
     assert all(launch.default for launch in by_kernel["_median_kernel"])
     assert all(launch.default == (dict(launch.constants)["NMAX"] <= 8) for launch in by_kernel["_stop_kernel"])
+    # S3D's four pools, forward and backward, each with blocks of 4, 32 and 64 channels: all default launches
+    pools = [launch for launch in launches if launch.module == "coclr.models.pool_triton"]
+    geometry = ("KT", "KH", "KW", "ST", "SH", "SW", "PT", "PH", "PW")
+    assert {(launch.kernel, tuple(dict(launch.constants)[k] for k in geometry), dict(launch.constants)["BLOCK_C"])
+            for launch in pools} == {(kernel, g, block) for kernel in ("_forward", "_backward") for block in (4, 32, 64)
+                                     for g in ((1, 3, 3, 1, 2, 2, 0, 1, 1), (3, 3, 3, 2, 2, 2, 1, 1, 1),
+                                               (2, 2, 2, 2, 2, 2, 0, 0, 0), (3, 3, 3, 1, 1, 1, 1, 1, 1))}
+    assert all(launch.default for launch in pools)
 
 
 @needs_triton

@@ -407,7 +407,7 @@ def test_precision_is_resolved_per_device(tmp_path: Path, monkeypatch) -> None:
 
 def test_a_cpu_run_records_full_precision_and_refuses_explicit_autocast(tmp_path: Path) -> None:
     store = make_random_store(tmp_path / "store")
-    pretrain(tiny_config(store, tmp_path / "run", "run.max_steps=1"))
+    pretrain(tiny_config(store, tmp_path / "run", "run.max_steps=1", "run.device=cpu"))
     recorded = json.loads((tmp_path / "run" / "run.json").read_text())["options"]["run"]
     assert (recorded["amp"], recorded["channels_last"]) == ("none", False)  # as runs recorded before "auto"
     with pytest.raises(ConfigError, match="run.amp: bf16 autocast is for CUDA"):

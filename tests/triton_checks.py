@@ -1,7 +1,7 @@
-"""Checks of the Triton TV-L1 kernels against the PyTorch scheme, run by tests/test_flow_triton.py in a child
-process: under Triton's interpreter on CPU tensors (``TRITON_INTERPRET=1`` must be set before triton is
-imported, so not in the pytest process), or compiled on a GPU (``CHECK_DEVICE=cuda``). Usage:
-``TRITON_INTERPRET=1 python tests/triton_checks.py CHECK [CHECK ...]``."""
+"""Checks of the Triton kernels (TV-L1's against the PyTorch scheme, S3D's max-pool against ``F.max_pool3d``), run by
+tests/test_flow_triton.py and tests/test_pool_triton.py in a child process: under Triton's interpreter on CPU
+tensors (``TRITON_INTERPRET=1`` must be set before triton is imported, so not in the pytest process), or compiled on
+a GPU (``CHECK_DEVICE=cuda``). Usage: ``TRITON_INTERPRET=1 python tests/triton_checks.py CHECK [CHECK ...]``."""
 
 from __future__ import annotations
 
@@ -122,7 +122,41 @@ def check_solve() -> None:
     print("solve: ok")
 
 
-CHECKS = {"passes": check_passes, "rollback": check_rollback, "median": check_median, "solve": check_solve}
+POOLS = (((1, 3, 3), (1, 2, 2), (0, 1, 1)), ((3, 3, 3), (2, 2, 2), (1, 1, 1)), ((2, 2, 2), (2, 2, 2), (0, 0, 0)),
+         ((3, 3, 3), (1, 1, 1), (1, 1, 1)))
+"""S3D's max-pools: the stem's (MaxPool_2a/3a, 4a, 5a) and the inception blocks'."""
+
+
+def check_pool() -> None:
+    """S3D's max-pools on channels_last_3d tensors: the values of ``F.max_pool3d`` bit for bit, NaN included, and
+    the gradient it gives, with ties (values on a coarse grid, many zeros as after a ReLU) and odd sizes; channel
+    counts below, at and above a block of channels (64). The gradients are small integers, so sums are exact."""
+    from coclr.models.pool_triton import max_pool3d  # noqa: PLC0415 (after TRITON_INTERPRET is read)
+
+    g = torch.Generator().manual_seed(0)
+    dtypes = (torch.float32,) if DEVICE.type == "cpu" else (torch.float32, torch.bfloat16)
+    for (window, stride, padding), channels, size in zip(POOLS * 2, (3, 64, 70, 5, 1, 16, 9, 66),
+                                                         ((4, 9, 7), (3, 6, 6), (5, 5, 6), (4, 5, 3)) * 2):
+        x = torch.randint(-2, 6, (2, channels, *size), generator=g).float().clamp_min(0) / 4
+        x[0, 0, 0, 0, 0] = float("nan")
+        for dtype in dtypes:
+            ours_in = x.to(DEVICE, dtype).contiguous(memory_format=torch.channels_last_3d).requires_grad_()
+            ref_in = x.to(DEVICE, dtype).requires_grad_()
+            ours = max_pool3d(ours_in, window, stride, padding)
+            reference = torch.nn.functional.max_pool3d(ref_in, window, stride, padding)
+            assert ours.is_contiguous(memory_format=torch.channels_last_3d)
+            assert torch.equal(ours.isnan(), reference.isnan()), (window, channels)
+            assert torch.equal(ours.nan_to_num(-1), reference.nan_to_num(-1)), (window, channels, dtype)
+            grad = torch.randint(-3, 4, reference.shape, generator=g).to(DEVICE, dtype)
+            ours.backward(grad)
+            reference.backward(grad)
+            assert torch.equal(ours_in.grad, ref_in.grad), (window, channels, dtype,
+                                                            float((ours_in.grad - ref_in.grad).abs().max()))
+    print("pool: ok")
+
+
+CHECKS = {"passes": check_passes, "rollback": check_rollback, "median": check_median, "solve": check_solve,
+          "pool": check_pool}
 
 if __name__ == "__main__":
     assert DEVICE.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"

@@ -15,6 +15,7 @@ Input ``[B, 3, T, H, W]`` with T >= 8 and H, W >= 32; output ``[B, out_channels,
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -117,13 +118,29 @@ class SelfGating(nn.Module):
         return x * weights[:, :, None, None, None]
 
 
-class InceptionMaxPool3d(nn.MaxPool3d):
+class MaxPool3d(nn.MaxPool3d):
+    """``nn.MaxPool3d`` that pools CUDA tensors in channels_last_3d with the Triton kernels of
+    :mod:`coclr.models.pool_triton` (the same values, a one-byte argmax, a backward without atomics) on GPUs of
+    compute capability 8.0 or newer; elsewhere, without Triton, or inside ``torch.compile`` (which makes its own
+    kernels), PyTorch's."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (x.device.type == "cuda" and x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d)
+                and not torch.compiler.is_compiling() and not self.ceil_mode and not self.return_indices
+                and _triple(self.dilation) == (1, 1, 1) and _triton_pool() is not None
+                and _ampere_or_newer(x.device.index if x.device.index is not None else torch.cuda.current_device())):
+            geometry = (_triple(v) for v in (self.kernel_size, self.stride, self.padding))
+            return _triton_pool().max_pool3d(x, *geometry)
+        return super().forward(x)
+
+
+class InceptionMaxPool3d(MaxPool3d):
     """The inception blocks' 3x3x3 stride-1 max-pool; on CPU it pools a channels-last copy of its input.
 
     For this kernel PyTorch's CPU max-pool is faster, forward and backward, on channels-last tensors
     (``python benchmarks/bench_s3d_pool.py`` measures it). The values are the same, returned in the input's
-    layout. The stem's strided pools are not faster that way and stay ``nn.MaxPool3d``; on CUDA this is a plain
-    ``nn.MaxPool3d``.
+    layout. The stem's strided pools are not faster that way and stay :class:`MaxPool3d`; on CUDA it pools as
+    :class:`MaxPool3d` does.
     """
 
     def __init__(self) -> None:
@@ -133,6 +150,26 @@ class InceptionMaxPool3d(nn.MaxPool3d):
         if x.device.type != "cpu" or x.is_contiguous(memory_format=torch.channels_last_3d):
             return super().forward(x)
         return super().forward(x.contiguous(memory_format=torch.channels_last_3d)).contiguous()
+
+
+def _triple(value: int | Sequence[int]) -> tuple[int, int, int]:
+    return (value,) * 3 if isinstance(value, int) else tuple(value)  # type: ignore[return-value]
+
+
+@functools.cache
+def _ampere_or_newer(device_index: int) -> bool:
+    """The pools' Triton kernels are compiled for and checked on sm_90; older than sm_80 keeps PyTorch's."""
+    return torch.cuda.get_device_capability(device_index) >= (8, 0)
+
+
+@functools.cache
+def _triton_pool():
+    """:mod:`coclr.models.pool_triton`, or None where Triton does not import."""
+    try:
+        from coclr.models import pool_triton  # noqa: PLC0415 (optional: Triton)
+    except ImportError:
+        return None
+    return pool_triton
 
 
 class SepInception(nn.Module):
@@ -201,12 +238,12 @@ class S3D(nn.Module):
             return scaled_channels(c, width)
 
         self.Conv_1a = STConv3d(3, ch(64), 7, stride=2, padding=3, **bn)
-        self.MaxPool_2a = nn.MaxPool3d((1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))
+        self.MaxPool_2a = MaxPool3d((1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))
         self.Conv_2b = BasicConv3d(ch(64), ch(64), **bn)
         self.Conv_2c = STConv3d(ch(64), ch(192), 3, stride=1, padding=1, **bn)
-        self.MaxPool_3a = nn.MaxPool3d((1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))
-        self.MaxPool_4a = nn.MaxPool3d(3, stride=2, padding=1)
-        self.MaxPool_5a = nn.MaxPool3d(2, stride=2)
+        self.MaxPool_3a = MaxPool3d((1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))
+        self.MaxPool_4a = MaxPool3d(3, stride=2, padding=1)
+        self.MaxPool_5a = MaxPool3d(2, stride=2)
 
         in_channels = ch(192)
         for name, channels in INCEPTION_TABLE:
