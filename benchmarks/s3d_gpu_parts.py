@@ -1,4 +1,5 @@
-"""Where full S3D's forward and backward spend their time, and whether its convolutions run faster as 2-D ones.
+"""Where full S3D's forward and backward spend their time on a GPU; its convolutions as 2-D ones, its pools as Triton
+kernels.
 
     python benchmarks/s3d_gpu_parts.py --out parts.json [--batch 64] [--tiny] [--parts pools,model,step]
 

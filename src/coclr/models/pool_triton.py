@@ -70,6 +70,7 @@ def _forward(x, y, arg, C, T, H, W, To, Ho, Wo, P,
     tl.store(y + out, best.to(y.dtype.element_ty), mask=mask)
     tl.store(arg + out, where.to(tl.int8), mask=mask)
 
+
 @triton.jit
 def _backward(grad_y, arg, grad_x, C, T, H, W, To, Ho, Wo, Q,
               KT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, ST: tl.constexpr, SH: tl.constexpr,
@@ -122,7 +123,7 @@ def _launch(kernel, tensors, shape_in, shape_out, count, window, stride, padding
     grid = (triton.cdiv(count, block_p), triton.cdiv(channels, block_c))
     geometry = dict(zip(("KT", "KH", "KW", "ST", "SH", "SW", "PT", "PH", "PW"), (*window, *stride, *padding)))
     kernel[grid](*tensors, channels, *shape_in, *shape_out, count, **geometry, BLOCK_P=block_p, BLOCK_C=block_c,
-                 num_warps=WARPS)
+                 num_warps=WARPS, enable_fp_fusion=False)  # as every launch of the project's kernels
 
 
 class _MaxPool3d(torch.autograd.Function):
@@ -135,17 +136,17 @@ class _MaxPool3d(torch.autograd.Function):
         if y.numel():
             _launch(_forward, (x, y, arg), (t, h, w), out, n * out[0] * out[1] * out[2], window, stride, padding, c)
         ctx.save_for_backward(arg)
-        ctx.geometry = (x.shape, window, stride, padding)
+        ctx.geometry = (x.shape, x.dtype, window, stride, padding)
         ctx.mark_non_differentiable(arg)
         return y, arg
 
     @staticmethod
     def backward(ctx, grad_y, _grad_arg):
         (arg,) = ctx.saved_tensors
-        shape, window, stride, padding = ctx.geometry
+        shape, dtype, window, stride, padding = ctx.geometry
         n, c, t, h, w = shape
         grad_y = grad_y.contiguous(memory_format=CL3)
-        grad_x = torch.empty(shape, device=grad_y.device, dtype=grad_y.dtype, memory_format=CL3)
+        grad_x = torch.empty(shape, device=grad_y.device, dtype=dtype, memory_format=CL3)
         if grad_x.numel():
             _launch(_backward, (grad_y, arg, grad_x), (t, h, w), tuple(arg.shape[2:]), n * t * h * w, window, stride,
                     padding, c)
