@@ -1,7 +1,7 @@
 """Where full S3D's forward and backward spend their time on a GPU; its convolutions as 2-D ones, its pools as Triton
 kernels.
 
-    python benchmarks/s3d_gpu_parts.py --out parts.json [--batch 64] [--tiny] [--parts pools,model,step]
+    python benchmarks/s3d_gpu_parts.py --out parts.json [--batch 64] [--tiny] [--parts pools,model,step,stepprofile]
 
 Parts, each written to ``--out`` as soon as it is measured (S3D alone, bf16 autocast and channels_last_3d on
 CUDA, fp32 on the CPU, cuDNN's autotuner on):
@@ -18,6 +18,8 @@ CUDA, fp32 on the CPU, cuDNN's autotuner on):
   Triton pools.
 - ``step``: the trainer's step (``benchmarks/gpu_suite.py``'s step part: InfoNCE and CoCLR, bf16 +
   channels_last, the batch of ``--batch``) with each pool, A B B A.
+- ``stepprofile``: the device time of that step by kernel and operator (the network beside augmentation, loss,
+  optimiser and momentum update) and the share of its wall time the device was busy.
 
 On the CPU (``--tiny``: a narrow network on small clips) it only checks that the script runs; its figures mean
 nothing there.
@@ -98,25 +100,38 @@ def profile_part(model: nn.Module, clips: torch.Tensor, iterations: int, report:
         for _ in range(2):
             step()
         synchronize(device)
+    report.update(device_table(profiler, 2, device, LEAF_OPS))
+
+
+def device_table(profiler, iterations: int, device: torch.device, ops: set[str] | None = None) -> dict:
+    """The device time per iteration of a profile: its kernels (on the CPU, its operators' own time), the largest
+    first, and the operators named in ``ops`` (all ``aten::`` operators when None) with their kernels' time."""
+    from torch.autograd import DeviceType
+
     events = profiler.key_averages()
-    attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    kernels = sorted(((getattr(e, attr), e.count, e.key) for e in events if getattr(e, attr) > 0), reverse=True)
-    total = sum(k[0] for k in kernels)
-    report["self_time_us"] = total / 2
-    report["top"] = [{"name": name[:160], "us_per_iteration": us / 2, "share": us / total, "count": count / 2}
-                     for us, count, name in kernels[:40]]
-    ops = {}
-    total_attr = "device_time_total" if device.type == "cuda" else "cpu_time_total"
-    for e in events:
-        if e.key.startswith("aten::") and e.key in LEAF_OPS:
-            ops[e.key] = getattr(e, total_attr) / 2
-    report["ops_us_per_iteration"] = dict(sorted(ops.items(), key=lambda kv: -kv[1]))
-    print(f"self time per iteration {total / 2e3:.1f} ms; by operator (ms per iteration):", flush=True)
-    for key, us in report["ops_us_per_iteration"].items():
-        print(f"  {key}: {us / 1e3:.2f} ({us / (total / 2):.1%})")
+    if device.type == "cuda":
+        kernels = [(e.self_device_time_total, e.count, e.key) for e in events
+                   if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0]
+        total_attr = "device_time_total"
+    else:
+        kernels = [(e.self_cpu_time_total, e.count, e.key) for e in events if e.self_cpu_time_total > 0]
+        total_attr = "cpu_time_total"
+    kernels.sort(reverse=True)
+    total = sum(k[0] for k in kernels) or 1.0
+    table = {"device_us_per_iteration": total / iterations,
+             "top": [{"name": name[:160], "us_per_iteration": us / iterations, "share": us / total,
+                      "count": count / iterations} for us, count, name in kernels[:40]]}
+    by_op = {e.key: getattr(e, total_attr) / iterations for e in events
+             if e.key.startswith("aten::") and (ops is None or e.key in ops) and getattr(e, total_attr) > 0}
+    table["ops_us_per_iteration"] = dict(sorted(by_op.items(), key=lambda kv: -kv[1])[:40])
+    print(f"device time per iteration {total / iterations / 1e3:.1f} ms; by operator (ms per iteration, "
+          f"an operator's time holds its callees'):", flush=True)
+    for key, us in table["ops_us_per_iteration"].items():
+        print(f"  {key}: {us / 1e3:.2f} ({us * iterations / total:.1%})")
     print("top kernels:")
-    for row in report["top"][:25]:
+    for row in table["top"][:25]:
         print(f"  {row['us_per_iteration'] / 1e3:7.2f} ms {row['share']:6.1%} x{row['count']:<5g} {row['name'][:110]}")
+    return table
 
 
 LEAF_OPS = {"aten::cudnn_convolution", "aten::convolution_backward", "aten::mkldnn_convolution",
@@ -319,12 +334,61 @@ def step_part(batch: int, tiny: bool, report: dict) -> None:
               f"({rate['triton'] / rate['torch']:.2f}x)", flush=True)
 
 
+def step_profile_part(batch: int, tiny: bool, report: dict) -> None:
+    """The device time of the trainer's whole step (InfoNCE and CoCLR, bf16 + channels_last on CUDA, the Triton
+    pools): the network's operators beside augmentation, loss, optimiser and momentum update, and the share of the
+    step's wall time the device was busy."""
+    import dataclasses
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    import gpu_suite
+    from coclr.train.run import start_run
+    from coclr.train.setup import torch_settings
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with tempfile.TemporaryDirectory() as tmp, torch_settings(False, device):
+        sizes = gpu_suite.TINY if tiny or device.type != "cuda" else gpu_suite.FULL
+        sizes = dataclasses.replace(sizes, batches=(batch,), train_videos=2 * batch, test_videos=0)
+        suite = gpu_suite.Suite(device, Path(tmp), sizes, sizes)
+        suite.stores["step"] = gpu_suite.pool_store(Path(tmp) / "step_store", sizes)
+        amp, cl = ("bf16", "true") if device.type == "cuda" else ("none", "false")
+        for method in ("infonce", "coclr"):
+            config = gpu_suite.training_config(suite, suite.stores["step"], Path(tmp) / f"run_{method}",
+                                               *gpu_suite.method_overrides(suite, method), f"run.batch_size={batch}",
+                                               f"run.amp={amp}", f"run.channels_last={cl}", "data.decode=workers",
+                                               "method.wait_for_full_queue=false")
+            with start_run(config) as trainer:
+                trainer._set_train_mode()
+                clips = gpu_suite.one_batch(suite, config.views, batch)
+                for _ in range(3):
+                    trainer.train_step(clips, queue_full=True)
+                synchronize(device)
+                steps = 3
+                start = time.perf_counter()
+                with profile(activities=activities) as profiler:
+                    for _ in range(steps):
+                        trainer.train_step(clips, queue_full=True)
+                    synchronize(device)
+                wall = (time.perf_counter() - start) / steps
+                print(f"{method} step, batch {batch}: {wall * 1e3:.1f} ms a step under the profiler", flush=True)
+                table = device_table(profiler, steps, device)
+                table["wall_ms_per_step"] = wall * 1e3
+                table["busy_share"] = table["device_us_per_iteration"] / 1e3 / table["wall_ms_per_step"]
+                print(f"{method}: the device busy {table['busy_share']:.0%} of the step", flush=True)
+                report[method] = table
+            del trainer, clips
+            gpu_suite.release_memory(device)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("s3d_gpu_parts.json"))
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--tiny", action="store_true", help="a narrow network on small clips (checks the script)")
-    parser.add_argument("--parts", default="profile,convs,pools,model,step")
+    parser.add_argument("--parts", default="profile,convs,pools,model,step,stepprofile")
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cudnn.benchmark = True
@@ -349,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
                 model_part(model, clips, 2 if args.tiny else 10, report[part])
             elif part == "step":
                 step_part(batch, args.tiny, report[part])
+            elif part == "stepprofile":
+                step_profile_part(batch, args.tiny, report[part])
             else:
                 raise ValueError(f"unknown part {part!r}")
         except Exception as error:  # the other part's figures are still written
