@@ -130,7 +130,8 @@ POOLS = (((1, 3, 3), (1, 2, 2), (0, 1, 1)), ((3, 3, 3), (2, 2, 2), (1, 1, 1)), (
 def check_pool() -> None:
     """S3D's max-pools on channels_last_3d tensors: the values of ``F.max_pool3d`` bit for bit, NaN included, and
     the gradient it gives, with ties (values on a coarse grid, many zeros as after a ReLU) and odd sizes; channel
-    counts below, at and above a block of channels (64). The gradients are small integers, so sums are exact."""
+    counts below, at and above a block of channels (64). The gradients are small integers, so sums are exact. Also
+    under inference mode."""
     from coclr.models.pool_triton import max_pool3d  # noqa: PLC0415 (after TRITON_INTERPRET is read)
 
     g = torch.Generator().manual_seed(0)
@@ -152,6 +153,9 @@ def check_pool() -> None:
             reference.backward(grad)
             assert torch.equal(ours_in.grad, ref_in.grad), (window, channels, dtype,
                                                             float((ours_in.grad - ref_in.grad).abs().max()))
+    with torch.inference_mode():  # as the key encoder and CoCLR's sampler run
+        x = torch.rand(2, 16, 4, 6, 6, generator=g).to(DEVICE).contiguous(memory_format=torch.channels_last_3d)
+        assert torch.equal(max_pool3d(x, *POOLS[-1]), torch.nn.functional.max_pool3d(x, *POOLS[-1]))
     print("pool: ok")
 
 
