@@ -135,9 +135,7 @@ def record_pool_launches() -> dict[tuple, bool]:
     from coclr.models import pool_triton
     from coclr.models.s3d import S3D, MaxPool3d
 
-    geometries = {tuple(getattr(m, a) if isinstance(getattr(m, a), tuple) else (getattr(m, a),) * 3
-                        for a in ("kernel_size", "stride", "padding"))
-                  for m in S3D(width=0.125).modules() if isinstance(m, MaxPool3d)}
+    geometries = {m.geometry for m in S3D(width=0.125).modules() if isinstance(m, MaxPool3d)}
     launches: dict[tuple, bool] = {}
     originals = {name: getattr(pool_triton, name) for name in ("_forward", "_backward")}
     try:

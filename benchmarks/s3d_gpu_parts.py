@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,15 +38,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import gpu_suite  # benchmarks/: the store, the trainer's set-up and step of its step part
 from coclr.atomic import atomic_write_json
 from coclr.models.s3d import S3D
+from gpu_suite import synchronize
 
 CL3 = torch.channels_last_3d
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def autocast(device: torch.device):
@@ -153,7 +152,7 @@ def conv_shapes(model: nn.Module, clips: torch.Tensor) -> list[tuple[str, nn.Con
     return seen
 
 
-def time_conv(fn, x: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor, repeats: int) -> float:
+def time_forward_backward(fn, x: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor, repeats: int) -> float:
     device = x.device
     for _ in range(2):
         with autocast(device):
@@ -194,7 +193,7 @@ def convs_part(model: nn.Module, clips: torch.Tensor, repeats: int, report: dict
         grad = torch.randn_like(a).to(dtype).contiguous(memory_format=CL3)
         seconds = {"conv3d": 0.0, "folded": 0.0}
         for form in ("conv3d", "folded", "folded", "conv3d"):
-            seconds[form] += time_conv(plain if form == "conv3d" else folded, x, weight, grad, repeats) / 2
+            seconds[form] += time_forward_backward(plain if form == "conv3d" else folded, x, weight, grad, repeats) / 2
         for form in seconds:
             totals[form] += seconds[form]
         rows.append({"name": name, "kernel": list(conv.kernel_size), "stride": list(conv.stride),
@@ -251,8 +250,7 @@ def pools_part(model: nn.Module, clips: torch.Tensor, repeats: int, report: dict
     rows, totals = [], {"torch": 0.0, "triton": 0.0}
     dtype = torch.bfloat16 if clips.device.type == "cuda" else torch.float32
     for name, pool, shape in seen:
-        window, stride, padding = (tuple(v) if isinstance(v, tuple) else (v,) * 3
-                                   for v in (pool.kernel_size, pool.stride, pool.padding))
+        window, stride, padding = pool.geometry
         x = torch.relu(torch.randn(shape, device=clips.device, dtype=dtype)).contiguous(memory_format=CL3)
         x.requires_grad_()
         geometry = (window, stride, padding)
@@ -271,7 +269,7 @@ def pools_part(model: nn.Module, clips: torch.Tensor, repeats: int, report: dict
             raise AssertionError(f"{name}: the Triton pool's gradient is off the exact sum by {error['triton']:.3g}")
         seconds = {"torch": 0.0, "triton": 0.0}
         for form in ("torch", "triton", "triton", "torch"):
-            seconds[form] += time_conv(forms[form], x, None, grad, repeats) / 2
+            seconds[form] += time_forward_backward(forms[form], x, None, grad, repeats) / 2
         for form in seconds:
             totals[form] += seconds[form]
         rows.append({"name": name, "window": list(window), "stride": list(stride), "input": list(shape),
@@ -303,31 +301,36 @@ def model_part(model: nn.Module, clips: torch.Tensor, iterations: int, report: d
     profile_part(model, clips, iterations, report["profile"])
 
 
+def step_suite(tmp: Path, batch: int, tiny: bool) -> gpu_suite.Suite:
+    """A gpu_suite ``Suite`` for the trainer's step at ``batch`` (full S3D on CUDA, the tiny network elsewhere), with
+    its step store of ``2 * batch`` videos in ``tmp``."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    sizes = gpu_suite.TINY if tiny or device.type != "cuda" else gpu_suite.FULL
+    sizes = dataclasses.replace(sizes, batches=(batch,), train_videos=2 * batch, test_videos=0)
+    suite = gpu_suite.Suite(device, tmp, sizes, sizes)
+    suite.stores["step"] = gpu_suite.pool_store(tmp / "step_store", sizes)
+    return suite
+
+
 def step_part(batch: int, tiny: bool, report: dict) -> None:
     """The trainer's step through benchmarks/gpu_suite.py's step part, with PyTorch's and the Triton pools."""
-    import dataclasses
-    import tempfile
-
-    import gpu_suite
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with tempfile.TemporaryDirectory() as tmp:
-        sizes = gpu_suite.TINY if tiny or device.type != "cuda" else gpu_suite.FULL
-        sizes = dataclasses.replace(sizes, batches=(batch,), train_videos=2 * batch, test_videos=0)
-        suite = gpu_suite.Suite(device, Path(tmp), sizes, sizes)
-        suite.stores["step"] = gpu_suite.pool_store(Path(tmp) / "step_store", sizes)
-        amp, cl = ("bf16", True) if device.type == "cuda" else ("none", False)
+        suite = step_suite(Path(tmp), batch, tiny)
+        amp, cl = ("bf16", True) if suite.cuda else ("none", False)
         cases = [gpu_suite.StepCase("infonce", batch, amp, cl), gpu_suite.StepCase("coclr", batch, amp, cl)]
-        gpu_suite.step_cases = lambda suite: cases
         rates: dict[str, dict[str, float]] = {}
-        for kind in ("torch", "triton", "triton", "torch"):
-            suite.rows.clear()
-            suite.parts["step"] = {"status": "pending"}
-            with pools(kind):
-                gpu_suite.part_step(suite, gpu_suite.Budget(600))
-            for row in suite.rows:
-                if row.unit == "samples/s":
-                    rates.setdefault(row.case, {"torch": 0.0, "triton": 0.0})[kind] += row.value / 2
+        saved, gpu_suite.step_cases = gpu_suite.step_cases, lambda suite: cases
+        try:
+            for kind in ("torch", "triton", "triton", "torch"):
+                suite.rows.clear()
+                suite.parts["step"] = {"status": "pending"}
+                with pools(kind):
+                    gpu_suite.part_step(suite, gpu_suite.Budget(600))
+                for row in suite.rows:
+                    if row.unit == "samples/s":
+                        rates.setdefault(row.case, {"torch": 0.0, "triton": 0.0})[kind] += row.value / 2
+        finally:
+            gpu_suite.step_cases = saved
     report["samples_per_s"] = rates
     for case, rate in rates.items():
         print(f"{case}: {rate['torch']:,.1f} -> {rate['triton']:,.1f} samples/s with the Triton pools "
@@ -338,23 +341,16 @@ def step_profile_part(batch: int, tiny: bool, report: dict) -> None:
     """The device time of the trainer's whole step (InfoNCE and CoCLR, bf16 + channels_last on CUDA, the Triton
     pools): the network's operators beside augmentation, loss, optimiser and momentum update, and the share of the
     step's wall time the device was busy."""
-    import dataclasses
-    import tempfile
-
     from torch.profiler import ProfilerActivity, profile
 
-    import gpu_suite
     from coclr.train.run import start_run
     from coclr.train.setup import torch_settings
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with tempfile.TemporaryDirectory() as tmp, torch_settings(False, device):
-        sizes = gpu_suite.TINY if tiny or device.type != "cuda" else gpu_suite.FULL
-        sizes = dataclasses.replace(sizes, batches=(batch,), train_videos=2 * batch, test_videos=0)
-        suite = gpu_suite.Suite(device, Path(tmp), sizes, sizes)
-        suite.stores["step"] = gpu_suite.pool_store(Path(tmp) / "step_store", sizes)
-        amp, cl = ("bf16", "true") if device.type == "cuda" else ("none", "false")
+        suite = step_suite(Path(tmp), batch, tiny)
+        amp, cl = ("bf16", "true") if suite.cuda else ("none", "false")
         for method in ("infonce", "coclr"):
             config = gpu_suite.training_config(suite, suite.stores["step"], Path(tmp) / f"run_{method}",
                                                *gpu_suite.method_overrides(suite, method), f"run.batch_size={batch}",

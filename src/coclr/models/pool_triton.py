@@ -36,6 +36,16 @@ def output_size(size: int, kernel: int, stride: int, padding: int) -> int:
 
 
 @triton.jit
+def _position(index, T, H, W):
+    """(n, t, h, w) of flat positions in a (N, T, H, W) grid."""
+    w = index % W
+    rest = index // W
+    h = rest % H
+    rest = rest // H
+    return rest // T, rest % T, h, w
+
+
+@triton.jit
 def _forward(x, y, arg, C, T, H, W, To, Ho, Wo, P,
              KT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, ST: tl.constexpr, SH: tl.constexpr,
              SW: tl.constexpr, PT: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
@@ -44,12 +54,7 @@ def _forward(x, y, arg, C, T, H, W, To, Ho, Wo, P,
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     p_ok = p < P
     c_ok = c < C
-    wo = p % Wo
-    rest = p // Wo
-    ho = rest % Ho
-    rest = rest // Ho
-    to = rest % To
-    n = rest // To
+    n, to, ho, wo = _position(p, To, Ho, Wo)
     best = tl.full((BLOCK_P, BLOCK_C), float("-inf"), tl.float32)
     where = tl.zeros((BLOCK_P, BLOCK_C), tl.int32)
     for dt in tl.static_range(KT):
@@ -80,12 +85,7 @@ def _backward(grad_y, arg, grad_x, C, T, H, W, To, Ho, Wo, Q,
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     q_ok = q < Q
     c_ok = c < C
-    wi = q % W
-    rest = q // W
-    hi = rest % H
-    rest = rest // H
-    ti = rest % T
-    n = rest // T
+    n, ti, hi, wi = _position(q, T, H, W)
     total = tl.zeros((BLOCK_P, BLOCK_C), tl.float32)
     for dt in tl.static_range(KT):
         st = ti + PT - dt  # = to * ST for the output whose window holds ti at offset dt

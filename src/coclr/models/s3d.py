@@ -124,13 +124,17 @@ class MaxPool3d(nn.MaxPool3d):
     compute capability 8.0 or newer; elsewhere, without Triton, or inside ``torch.compile`` (which makes its own
     kernels), PyTorch's."""
 
+    @property
+    def geometry(self) -> tuple[tuple[int, int, int], tuple[int, int, int], tuple[int, int, int]]:
+        """(window, stride, padding), each as (t, h, w)."""
+        return _triple(self.kernel_size), _triple(self.stride), _triple(self.padding)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (x.device.type == "cuda" and x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d)
                 and not torch.compiler.is_compiling() and not self.ceil_mode and not self.return_indices
                 and _triple(self.dilation) == (1, 1, 1) and _triton_pool() is not None
                 and _ampere_or_newer(x.device.index if x.device.index is not None else torch.cuda.current_device())):
-            geometry = (_triple(v) for v in (self.kernel_size, self.stride, self.padding))
-            return _triton_pool().max_pool3d(x, *geometry)
+            return _triton_pool().max_pool3d(x, *self.geometry)
         return super().forward(x)
 
 
