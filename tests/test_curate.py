@@ -265,6 +265,40 @@ def test_the_fingerprint_graphs_are_the_slow_ones_exactly(first, monkeypatch):
                                           _slow_graph(units, k, threshold)), (count, k, threshold, most)
 
 
+def test_wide_fingerprints_are_screened_by_their_principal_axes_with_the_same_graphs(monkeypatch):
+    """A full-width encoder's fingerprints (1,024 numbers; here 512) lie near a few principal axes: the range
+    search screens their projection (:class:`coclr.embed.search.Projected`) and gives the slow graphs exactly."""
+    from coclr.curate import fingerprint as prints
+    from coclr.curate import graph
+    from coclr.embed import search
+
+    if search_cpu_missing() or not graph.projection_pays():
+        pytest.skip("no vector int8 kernels here: the fingerprints are not projected")
+    made = []
+    original = search.Projected.of.__func__
+
+    def spy(cls, gallery):
+        made.append(original(cls, gallery))
+        return made[-1]
+
+    monkeypatch.setattr(search.Projected, "of", classmethod(spy))
+    monkeypatch.setattr("coclr.curate.graph.PROJECTED_FROM", 64)
+    monkeypatch.setattr("coclr.curate.graph.QUERY_CHUNK", 128)
+    monkeypatch.setattr(prints, "DUPLICATE_CHUNK", 200)
+    rng = np.random.default_rng(5)
+    count, dim = 300, 512
+    mixing = np.linalg.qr(rng.standard_normal((dim, 24)))[0].T  # 24 axes, and a little of every other direction
+    found = (rng.standard_normal((count, 2, 24)) @ mixing + 0.01 * rng.standard_normal((count, 2, dim)))
+    copies = np.arange(1, count, 9)
+    found[copies] = found[copies - 1] + 0.05 * rng.standard_normal((len(copies), 2, dim)) @ np.eye(dim)
+    found[-1] = found[0]  # ties
+    units, _ = prints.centred(found.astype(np.float32))
+    for threshold in (0.5, 0.9):
+        assert np.array_equal(prints.duplicate_graph(units, threshold, 4), _slow_graph(units, 4, threshold))
+    assert np.array_equal(prints.neighbour_graph(units, 3), _slow_graph(units, 3))
+    assert made and all(screen is not None and screen.basis is not None for screen in made)
+
+
 def test_a_fingerprint_finds_every_altered_copy_above_every_other_take(takes, tmp_path, monkeypatch):
     """Re-encoded, trimmed, cropped, resized, brightened, sped up, flipped, captioned: each copy's fingerprint is
     nearer its original's than any other take's is to that original (centred over the takes, the mirrored frames

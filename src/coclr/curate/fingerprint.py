@@ -240,17 +240,20 @@ def _best_per_video(video: np.ndarray, scores: np.ndarray, query: np.ndarray, k:
     return picked_scores, picked
 
 
-def _ranked(gallery, queries: np.ndarray, first: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _ranked(gallery, queries: np.ndarray, first: int, k: int, projected) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` most similar others of the videos ``first, first + 1, ...`` whose plain fingerprints are ``queries``,
     over ``gallery`` (:func:`_mirrored_rows`), a chunk of queries at a time (:data:`coclr.curate.graph.QUERY_CHUNK`):
     where the int8 kernels build, a range search at floors from a prefix of the rows, fused in C, which screens the
-    short fingerprints themselves (:func:`coclr.curate.graph.nearest_rows`; faster than the top-k on both CPU kinds,
-    docs/curate.md), else the search's top-k. A video's ``2(k+1)`` best rows hold the best row of each of its
+    rows' ``projected`` copy (:func:`_screen`) or else the short fingerprints themselves
+    (:func:`coclr.curate.graph.nearest_rows`; faster than the top-k on both CPU kinds, docs/curate.md), else the
+    search's top-k. A video's ``2(k+1)`` best rows hold the best row of each of its
     ``k + 1`` most similar videos (itself among them): every video ranked ahead of one has at most two rows ahead."""
     from coclr.curate.graph import PROJECTED_FROM, QUERY_CHUNK, nearest_rows  # noqa: PLC0415
     from coclr.embed.search import Projected, fused_range  # noqa: PLC0415
 
-    screen = Projected.identity(gallery) if fused_range(gallery) and gallery.count >= PROJECTED_FROM else None
+    screen = projected
+    if screen is None and fused_range(gallery) and gallery.count >= PROJECTED_FROM:
+        screen = Projected.identity(gallery)
     scores, rows = np.full((len(queries), k), -np.inf), np.full((len(queries), k), -1, np.int64)
     for start in range(0, len(queries), QUERY_CHUNK):
         stop = min(len(queries), start + QUERY_CHUNK)
@@ -260,9 +263,21 @@ def _ranked(gallery, queries: np.ndarray, first: int, k: int) -> tuple[np.ndarra
     return scores, rows
 
 
+def _screen(gallery):
+    """The fingerprints' rows projected onto their first principal axes (:class:`coclr.embed.search.Projected`, as
+    :func:`coclr.curate.graph.projection` makes it for the vectors), which a range search screens instead of the
+    rows where they lie near those axes: a wide encoder's (a full-width first block's 1,024 numbers); None where it
+    does not pay (fewer numbers than the projection keeps, few rows, rows spread wide, no vector int8 kernels). The
+    answer is the same either way."""
+    from coclr.curate.graph import projection  # noqa: PLC0415
+
+    return projection(gallery)
+
+
 def _each_chunk(units: np.ndarray, k: int, show: bool, desc: str, chunk_graph) -> tuple[np.ndarray, np.ndarray]:
     """``(scores float64 [N, k], videos int64 [N, k])`` (-inf and -1 where none), from ``chunk_graph(gallery,
-    queries, first, k)`` over :data:`DUPLICATE_CHUNK` videos at a time, the gallery :func:`_mirrored_rows`."""
+    queries, first, k, projected)`` over :data:`DUPLICATE_CHUNK` videos at a time, the gallery
+    :func:`_mirrored_rows` and its :func:`_screen` made once."""
     from coclr import progress  # noqa: PLC0415
 
     count = len(units)
@@ -272,10 +287,11 @@ def _each_chunk(units: np.ndarray, k: int, show: bool, desc: str, chunk_graph) -
     if k == 0:
         return scores, rows
     gallery = _mirrored_rows(units)
+    projected = _screen(gallery)
     with progress.bar(total=count, desc=desc, unit="video", disable=not show, leave=False) as shown:
         for start in range(0, count, DUPLICATE_CHUNK):
             stop = min(count, start + DUPLICATE_CHUNK)
-            scores[start:stop], rows[start:stop] = chunk_graph(gallery, units[start:stop, 0], start, k)
+            scores[start:stop], rows[start:stop] = chunk_graph(gallery, units[start:stop, 0], start, k, projected)
             shown.update(stop - start)
     return scores, rows
 
@@ -301,10 +317,10 @@ def duplicate_graph(units: np.ndarray, threshold: float, k: int, show: bool = Fa
     Where more than :data:`RANGE_PAIRS` pairs a video are candidates, those videos' nearest are ranked instead."""
     from coclr.embed.search import exact_over  # noqa: PLC0415
 
-    def over(gallery, queries: np.ndarray, first: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        ranged = exact_over(gallery, queries, threshold, limit=RANGE_PAIRS * len(queries))
+    def over(gallery, queries: np.ndarray, first: int, k: int, projected) -> tuple[np.ndarray, np.ndarray]:
+        ranged = exact_over(gallery, queries, threshold, limit=RANGE_PAIRS * len(queries), projected=projected)
         if ranged is None:  # most pairs reach the threshold: the ranked graph, cut at it
-            scores, video = _ranked(gallery, queries, first, k)
+            scores, video = _ranked(gallery, queries, first, k, projected)
             cut = scores < threshold
             scores[cut], video[cut] = -np.inf, -1
             return scores, video
