@@ -20,7 +20,7 @@ A full-width encoder's fingerprints (1,024 numbers) are not random: they lie nea
 range search screens instead (`coclr.embed.search.Projected`). ``--rank R --noise S`` makes the scale's
 fingerprints so: R random orthonormal axes plus noise of S in every number (the child prints the rows' median
 length off their first 127 principal axes, what decides the screen). ``--spectrum`` measures that length on
-fingerprints of real frames instead: those of the synthetic videos and their altered copies of a
+fingerprints made from videos instead: those of the synthetic videos and their altered copies of a
 `curate_duplicates.py` work folder, by a random first block of the full width (and by ``--encoder``'s when given),
 the axes fitted on every other video and the length measured on the rest.
 
@@ -53,8 +53,8 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=0, help="with --scale: fingerprints near this many axes (0: "
                         "random in every direction)")
     parser.add_argument("--noise", type=float, default=0.0, help="with --rank: the noise in every number")
-    parser.add_argument("--spectrum", action="store_true", help="measure real fingerprints' length off their first "
-                        "principal axes (needs --work)")
+    parser.add_argument("--spectrum", action="store_true", help="measure the length of videos' fingerprints off "
+                        "their first principal axes (needs --work)")
     args = parser.parse_args()
     if args.scale:
         return scale(args)
@@ -185,7 +185,7 @@ def scale(args) -> None:
 
 
 def spectrum(args) -> None:
-    """Real fingerprints' median length off their first principal axes (see the module docstring)."""
+    """Fingerprints' median length off their first principal axes, made from videos (see the module docstring)."""
     import torch
 
     from coclr.curate.fingerprint import centred, fingerprints

@@ -244,7 +244,7 @@ def _ranked(gallery, queries: np.ndarray, first: int, k: int, projected) -> tupl
     """The ``k`` most similar others of the videos ``first, first + 1, ...`` whose plain fingerprints are ``queries``,
     over ``gallery`` (:func:`_mirrored_rows`), a chunk of queries at a time (:data:`coclr.curate.graph.QUERY_CHUNK`):
     where the int8 kernels build, a range search at floors from a prefix of the rows, fused in C, which screens the
-    rows' ``projected`` copy (:func:`_screen`) or else the short fingerprints themselves
+    rows' ``projected`` copy (:func:`_each_chunk`) or else the short fingerprints themselves
     (:func:`coclr.curate.graph.nearest_rows`; faster than the top-k on both CPU kinds, docs/curate.md), else the
     search's top-k. A video's ``2(k+1)`` best rows hold the best row of each of its
     ``k + 1`` most similar videos (itself among them): every video ranked ahead of one has at most two rows ahead."""
@@ -263,22 +263,16 @@ def _ranked(gallery, queries: np.ndarray, first: int, k: int, projected) -> tupl
     return scores, rows
 
 
-def _screen(gallery):
-    """The fingerprints' rows projected onto their first principal axes (:class:`coclr.embed.search.Projected`, as
-    :func:`coclr.curate.graph.projection` makes it for the vectors), which a range search screens instead of the
-    rows where they lie near those axes: a wide encoder's (a full-width first block's 1,024 numbers); None where it
-    does not pay (fewer numbers than the projection keeps, few rows, rows spread wide, no vector int8 kernels). The
-    answer is the same either way."""
-    from coclr.curate.graph import projection  # noqa: PLC0415
-
-    return projection(gallery)
-
-
 def _each_chunk(units: np.ndarray, k: int, show: bool, desc: str, chunk_graph) -> tuple[np.ndarray, np.ndarray]:
     """``(scores float64 [N, k], videos int64 [N, k])`` (-inf and -1 where none), from ``chunk_graph(gallery,
     queries, first, k, projected)`` over :data:`DUPLICATE_CHUNK` videos at a time, the gallery
-    :func:`_mirrored_rows` and its :func:`_screen` made once."""
+    :func:`_mirrored_rows` and its projection made once: the rows onto their first principal axes
+    (:func:`coclr.curate.graph.projection`, as for the vectors), which the range searches screen instead of the rows
+    where they lie near those axes, as a wide encoder's do (a full-width first block's 1,024 numbers); None where it
+    does not pay (fewer numbers than it keeps, few rows, rows spread wide, no vector int8 kernels). The answer is the
+    same either way."""
     from coclr import progress  # noqa: PLC0415
+    from coclr.curate.graph import projection  # noqa: PLC0415
 
     count = len(units)
     k = max(0, min(k, count - 1))
@@ -287,7 +281,7 @@ def _each_chunk(units: np.ndarray, k: int, show: bool, desc: str, chunk_graph) -
     if k == 0:
         return scores, rows
     gallery = _mirrored_rows(units)
-    projected = _screen(gallery)
+    projected = projection(gallery)
     with progress.bar(total=count, desc=desc, unit="video", disable=not show, leave=False) as shown:
         for start in range(0, count, DUPLICATE_CHUNK):
             stop = min(count, start + DUPLICATE_CHUNK)
