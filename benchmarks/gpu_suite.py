@@ -142,6 +142,9 @@ class Suite:
     parts: dict[str, dict[str, Any]] = field(default_factory=dict)
     stores: dict[str, Path] = field(default_factory=dict)
     cache: dict[tuple, Any] = field(default_factory=dict)
+    decodes: tuple[str | None, ...] = (None,)
+    """The epoch part's ``data.decode`` values, run in this order for each method (None: the Trainer's default);
+    ``("workers", "device", "device", "workers")`` compares the two interleaved."""
     report: Callable[[Suite], None] = lambda suite: None
     """Called after every row and part (writes the JSON file: a run cut short keeps every figure it measured)."""
 
@@ -511,7 +514,10 @@ def one_batch(suite: Suite, views: list[str], batch_size: int) -> dict[str, torc
     if key not in suite.cache:
         dataset = TrainClips(suite.stores["step"], "train", views, suite.model.length, seed=0)
         suite.cache[key] = torch.utils.data.default_collate([dataset[i] for i in range(max(suite.model.batches))])
-    return {name: value[:batch_size] for name, value in suite.cache[key].items()}
+    # Whole tensors in pinned memory on CUDA, as the Trainer's DataLoader hands them over (pin_memory): a pageable
+    # batch would make each step wait for a staged copy the training loop does not make.
+    batch = {name: value[:batch_size].clone() for name, value in suite.cache[key].items()}
+    return {name: value.pin_memory() for name, value in batch.items()} if suite.cuda else batch
 
 
 def part_step(suite: Suite, budget: Budget) -> None:
@@ -695,7 +701,8 @@ class StepClock:
 def timed_run(suite: Suite, config: PretrainConfig, budget_s: float) -> dict[str, float]:
     """Train one epoch through the Trainer (loader included); the steady rate and the share of the time the device
     waited between steps are measured from the end of the warm-up steps; the run stops early (``run.max_steps``)
-    when ``budget_s`` is spent."""
+    once ``budget_s`` is spent after the warm-up (whose first step, in a fresh process, holds cuDNN's autotuning:
+    tens of seconds for full S3D; the part's hard time limit still bounds it)."""
     from coclr.train.run import start_run
 
     with start_run(config) as trainer:
@@ -705,15 +712,18 @@ def timed_run(suite: Suite, config: PretrainConfig, budget_s: float) -> dict[str
         warmup = max(1, suite.model.warmup)
         start = time.perf_counter()
 
+        def spent() -> bool:
+            return len(marks) >= warmup and time.perf_counter() - marks[warmup - 1] > budget_s
+
         def timed_step(batch, queue_full):
             began = clock.now()
             out = step(batch, queue_full)
             clock.marks.append((began, clock.now()))
-            last = len(marks) + 1 == trainer.data_order.batches_per_epoch or time.perf_counter() - start > budget_s
+            last = len(marks) + 1 == trainer.data_order.batches_per_epoch or spent()
             if len(marks) == warmup - 1 or last:  # the GPU has finished the steps timed
                 synchronize(suite.device)
             marks.append(time.perf_counter())
-            if marks[-1] - start > budget_s:  # stop after this step
+            if last:  # stop after this step
                 trainer.config.run.max_steps = trainer.position.global_step + 1
             return out
 
@@ -733,20 +743,24 @@ def part_epoch(suite: Suite, budget: Budget) -> None:
     sizes = suite.model
     batch = sizes.batches[1] if suite.cuda and len(sizes.batches) > 1 else sizes.batches[0]
     workers = max(w for w in sizes.workers if w <= (os.cpu_count() or 1)) if suite.cuda else 0
-    for method, share in (("infonce", 0.5), ("coclr", 1.0)):
+    runs = [(method, decode) for method in ("infonce", "coclr") for decode in suite.decodes]
+    for done, (method, decode) in enumerate(runs):
         out = suite.tmp / f"epoch_{method}"
         shutil.rmtree(out, ignore_errors=True)
         release_memory(suite.device)
         config = training_config(suite, suite.stores["main"], out, *method_overrides(suite, method), "optim.epochs=1",
                                  f"run.batch_size={batch}", f"data.workers={workers}",
+                                 *([f"data.decode={decode}"] if decode else []),
                                  "method.wait_for_full_queue=false")  # every step a full one
-        result = timed_run(suite, config, budget.left() * share - 5)
+        result = timed_run(suite, config, budget.left() / (len(runs) - done) - 5)
         note = (f"{result['steps']} of {result['of']} steps, decode {result['decode']}, amp {result['amp']}, "
                 f"channels_last {result['channels_last']}, {workers} workers; wall {result['wall']:.0f} s with "
                 "start-up")
-        suite.add("epoch", f"{method} epoch through the Trainer, batch {batch}", result["steady"], "samples/s",
+        suite.add("epoch", f"{method} epoch through the Trainer, batch {batch}, decode {result['decode']}",
+                  result["steady"], "samples/s",
                   f"{note}; peak {result['peak_gib']:.2f} GiB")
-        suite.add("epoch", f"{method} epoch, share of the time the {suite.device.type.upper()} waited between steps",
+        suite.add("epoch", f"{method} epoch, decode {result['decode']}, share of the time the "
+                           f"{suite.device.type.upper()} waited between steps",
                   100 * result["waiting"], "%", "between the end of a step's work and the start of the next one's")
 
 
@@ -922,11 +936,12 @@ NEEDS_STORE = {"step", "dataloader", "epoch", "features"}
 
 
 def run_suite(parts: list[str], tiny: bool, tmp: Path, device: torch.device,
-              report: Callable[[Suite], None] = lambda suite: None) -> Suite:
+              report: Callable[[Suite], None] = lambda suite: None,
+              decodes: tuple[str | None, ...] = (None,)) -> Suite:
     """Run ``parts`` in order; ``report(suite)`` after each row and part, so that a run cut short keeps its
     figures."""
     model = TINY if tiny or device.type != "cuda" else FULL
-    suite = Suite(device, tmp, model, TINY if tiny else FULL, report=report)
+    suite = Suite(device, tmp, model, TINY if tiny else FULL, decodes=decodes, report=report)
     for name in parts:
         suite.parts[name] = {"status": "pending"}
         if name == "quality" and not suite.cuda:
@@ -943,7 +958,7 @@ def run_suite(parts: list[str], tiny: bool, tmp: Path, device: torch.device,
                 step_videos = dataclasses.replace(model, train_videos=2 * max(model.batches), test_videos=0)
                 suite.stores["step"] = pool_store(tmp / "step_store", step_videos)
                 suite.parts[name]["store_seconds"] = round(time.perf_counter() - start, 1)
-            budget_s = BUDGETS[name] if suite.cuda else 60
+            budget_s = (BUDGETS[name] if suite.cuda else 60) * (len(suite.decodes) if name == "epoch" else 1)
             with time_limit(hard_limit(budget_s)):
                 PART_FUNCTIONS[name](suite, Budget(budget_s))
             if suite.parts[name]["status"] == "pending":
@@ -985,8 +1000,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="every part tiny (the CI test; figures meaningless)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     parser.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda")
+    parser.add_argument("--decode", default="",
+                        help="comma-separated data.decode values (workers, device) the epoch part runs in this order "
+                             "for each method, e.g. workers,device,device,workers (default: the Trainer's choice)")
     args = parser.parse_args(argv)
     parts = list(QUICK_PARTS) if args.quick else [p for p in args.parts.split(",") if p]
+    decodes = tuple(d for d in args.decode.split(",") if d) or (None,)
+    if any(d not in ("workers", "device", None) for d in decodes):
+        parser.error(f"--decode takes workers and device, got {args.decode!r}")
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         parser.error(f"unknown parts {unknown}; known: {', '.join(PARTS)}")
@@ -1002,7 +1023,7 @@ def main(argv: list[str] | None = None) -> int:
                                       "parts": suite.parts, "rows": [row.__dict__ for row in suite.rows]})
 
     with tempfile.TemporaryDirectory(prefix="coclr_gpu_suite_") as tmp:
-        suite = run_suite(parts, args.tiny, Path(tmp), device, report)
+        suite = run_suite(parts, args.tiny, Path(tmp), device, report, decodes)
     print_table(suite)
     report(suite)
     print(f"wrote {args.json}")

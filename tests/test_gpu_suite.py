@@ -18,7 +18,8 @@ EXPECTED_CASES = {
     "step": ["infonce fp32, batch", "coclr fp32, batch", "read-back ops per step, infonce"],
     "dataloader": ["rgb, 0 workers, decoded in the workers", "rgb, 2 workers, decoded in the training process",
                    "rgb+flow, 2 workers, decoded in the workers"],
-    "epoch": ["infonce epoch through the Trainer", "coclr epoch through the Trainer", "infonce epoch, share of the"],
+    "epoch": ["infonce epoch through the Trainer", "coclr epoch through the Trainer",
+              "infonce epoch, decode workers, share of the"],
     "features": ["retrieval features, test split"],
     "flow": ["our TV-L1"],
     "projection": ["flow (TV-L1", "InfoNCE, 300 epochs", "CoCLR, 2 cycles", "retrieval features, 4 encoders",
@@ -91,8 +92,21 @@ def test_the_quick_suite_runs_without_pyav_opencv_contrib_or_shared_data(tmp_pat
     assert all(part["status"] == "done" for part in saved["parts"].values()), saved["parts"]
     cases = [row["case"] for row in saved["rows"]]
     for start in ("our TV-L1 fast", "our TV-L1 exact", "infonce fp32, batch", "infonce epoch through the Trainer",
-                  "infonce epoch, share of the time the CPU waited"):
+                  "infonce epoch, decode workers, share of the time the CPU waited"):
         assert any(case.startswith(start) for case in cases), (start, cases)
+
+
+def test_the_epoch_part_runs_the_decode_modes_asked_in_their_order(tmp_path: Path) -> None:
+    """``--decode workers,device,device,workers`` (A B B A): each method's epoch once per value, in that order, each
+    row naming the mode the Trainer used."""
+    out = tmp_path / "epoch.json"
+    assert gpu_suite.main(["--tiny", "--device", "cpu", "--parts", "epoch", "--decode", "workers,device,device,workers",
+                           "--out", str(out)]) == 0
+    rates = [row["case"] for row in json.loads(out.read_text())["rows"] if "epoch through the Trainer" in row["case"]]
+    assert [case.split(", decode ")[1] for case in rates] == ["workers", "device", "device", "workers"] * 2
+    assert [case.split(" ")[0] for case in rates] == ["infonce"] * 4 + ["coclr"] * 4
+    with pytest.raises(SystemExit):
+        gpu_suite.main(["--tiny", "--device", "cpu", "--parts", "epoch", "--decode", "nvjpeg", "--out", str(out)])
 
 
 def test_a_part_past_its_hard_time_limit_is_stopped_and_the_suite_goes_on(tmp_path: Path, monkeypatch) -> None:

@@ -36,3 +36,12 @@ def test_on_the_cpu_the_pools_are_pytorchs(monkeypatch):
     x = torch.randn(2, 5, 4, 9, 9).contiguous(memory_format=torch.channels_last_3d)
     for pool in (MaxPool3d((1, 3, 3), (1, 2, 2), (0, 1, 1)), InceptionMaxPool3d()):
         assert torch.equal(pool(x), torch.nn.functional.max_pool3d(x, pool.kernel_size, pool.stride, pool.padding))
+
+
+def test_the_pools_that_stride_in_time_keep_pytorchs_on_the_gpu():
+    """The Triton kernels were measured slower than PyTorch's at the two pools that stride in time (on an H200), so
+    those two keep PyTorch's; the eleven others take Triton's."""
+    model = S3D(width=0.125)
+    pools = {name: m for name, m in model.named_modules() if isinstance(m, MaxPool3d)}
+    assert sorted(name for name, m in pools.items() if not m.triton_pays) == ["MaxPool_4a", "MaxPool_5a"]
+    assert all(m.geometry[1][0] == 1 for m in pools.values() if m.triton_pays)

@@ -121,16 +121,25 @@ class SelfGating(nn.Module):
 class MaxPool3d(nn.MaxPool3d):
     """``nn.MaxPool3d`` that pools CUDA tensors in channels_last_3d with the Triton kernels of
     :mod:`coclr.models.pool_triton` (the same values, a one-byte argmax, a backward without atomics) on GPUs of
-    compute capability 8.0 or newer; elsewhere, without Triton, or inside ``torch.compile`` (which makes its own
-    kernels), PyTorch's."""
+    compute capability 8.0 or newer, for the pools those kernels are faster at (:attr:`triton_pays`); elsewhere,
+    without Triton, or inside ``torch.compile`` (which makes its own kernels), PyTorch's."""
 
     @property
     def geometry(self) -> tuple[tuple[int, int, int], tuple[int, int, int], tuple[int, int, int]]:
         """(window, stride, padding), each as (t, h, w)."""
         return _triple(self.kernel_size), _triple(self.stride), _triple(self.padding)
 
+    @property
+    def triton_pays(self) -> bool:
+        """Whether the Triton kernels beat PyTorch's at this pool on a GPU: the pools that do not stride in time.
+        Measured pool by pool in S3D on an H200 (``benchmarks/s3d_gpu_parts.py --parts pools``,
+        docs/experiments/2026-11-29-gpu-h200-2.md): the two that stride in time (MaxPool_4a, MaxPool_5a) ran at
+        about half PyTorch's speed, every other one faster."""
+        return self.geometry[1][0] == 1
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (x.device.type == "cuda" and x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d)
+        if (self.triton_pays and x.device.type == "cuda" and x.dim() == 5
+                and x.is_contiguous(memory_format=torch.channels_last_3d)
                 and not torch.compiler.is_compiling() and not self.ceil_mode and not self.return_indices
                 and _triple(self.dilation) == (1, 1, 1) and _triton_pool() is not None
                 and _ampere_or_newer(x.device.index if x.device.index is not None else torch.cuda.current_device())):
