@@ -30,6 +30,7 @@ from coclr.learn.budget import (
     MODELS,
     PACE_LIMITS,
     SIZED_SHARE,
+    STAGE_SHARES,
     TARGET_STEPS,
     TRAINING,
     Costs,
@@ -951,6 +952,44 @@ def test_the_flow_bound_follows_the_footages_motion_and_one_thread_when_it_is_fa
     assert slow.threads is None and fast.estimates["coclr"] / fast.steps < slow.estimates["coclr"] / slow.steps
     assert schedule(480, 24) == ({"infonce": 4, "coclr": 2}, 384)
     assert schedule(480, 24, up=True) == ({"infonce": 6, "coclr": 3}, 576)  # at least the steps asked for
+
+
+def test_coclr_on_one_thread_counts_its_miners_forward_on_one_thread():
+    """A CoCLR stage that trains on one thread runs its miner's forward on one thread too: its estimate counts the
+    one-thread forward (with OpenMP's passive wait a tiny network's forward on two threads took three times it);
+    a plan without that figure (made before) counts the forward on every thread."""
+    from coclr.learn.budget import estimates, one_thread
+
+    measured = costs({SMALL: 100})
+    measured.side_by_side = True
+    measured.single_step[SMALL.key], measured.step[SMALL.key] = 0.04, 0.13
+    measured.forward[SMALL.key] = 0.0022
+    assert one_thread(measured, SMALL.key)
+    before = estimates(footage(), SMALL, measured, 1000, 12)
+    measured.single_forward[SMALL.key] = 0.0005
+    after = estimates(footage(), SMALL, measured, 1000, 12)
+    coclr_steps = 1000 - 2 * STAGE_SHARES["infonce"] * 1000
+    assert before["coclr"] - after["coclr"] == pytest.approx(coclr_steps * 12 * (0.0022 - 0.0005))
+    assert {k: v for k, v in before.items() if k != "coclr"} == {k: v for k, v in after.items() if k != "coclr"}
+    measured.single_step[SMALL.key] = 0.2  # every thread is faster: the stage trains on every thread
+    assert not one_thread(measured, SMALL.key)
+    everywhere = estimates(footage(), SMALL, measured, 1000, 12)
+    measured.single_forward.clear()
+    assert estimates(footage(), SMALL, measured, 1000, 12) == everywhere
+
+
+def test_the_timed_forward_on_one_thread_and_on_every_thread(tmp_path):
+    """time_training times the forward on one thread beside every thread (a CPU of several), both per clip."""
+    from coclr.threads import torch_threads
+    from coclr.train.timing import time_training
+
+    with torch_threads(2):
+        timed = time_training(0.0625, 32, 8, tmp_path / "two", "cpu", 2, steps=1)
+    assert timed["forward"] > 0 and timed["single_forward"] > 0
+    assert timed["single_forward"] != timed["forward"]  # timed apart
+    with torch_threads(1):
+        alone = time_training(0.0625, 32, 8, tmp_path / "one", "cpu", 2, steps=1)
+    assert alone["single_forward"] == alone["forward"] and alone["single_step"] == alone["step"]
 
 
 def test_a_plan_for_few_long_videos_cuts_them_into_instances():

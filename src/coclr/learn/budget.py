@@ -178,6 +178,10 @@ class Costs:
     single_step: dict[str, float] = field(default_factory=dict)
     """one step of each model on one thread, alone, timed in turn with :attr:`step` (A B B A: a slower moment of the
     machine slows both); the CoCLR stages' step where :func:`one_thread`"""
+    single_forward: dict[str, float] = field(default_factory=dict)
+    """one clip through each model's encoder on one thread, timed in turn with :attr:`forward`: the CoCLR miner's
+    forward where :func:`one_thread` (with OpenMP's passive wait, a tiny network's forward on two threads can take
+    three times its time on one; plans made before have none, and count :attr:`forward`)"""
     encode_frame: float = 0.0
     """encoding one source frame as H.264 (``write_mp4``: the curation's altered copies; 0: not measured, as in
     plans made before)"""
@@ -340,12 +344,14 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
     else:
         infonce_seconds = infonce * costs.step[key] + infonce / epoch_steps * costs.epoch[key]
     shared = costs.machines  # the store, flow and embedding jobs split the videos between machines
-    coclr_step = costs.single_step[key] if one_thread(costs, key) else costs.step[key]
+    alone = one_thread(costs, key)
+    coclr_step = costs.single_step[key] if alone else costs.step[key]
+    miner = costs.single_forward.get(key, costs.forward[key]) if alone else costs.forward[key]
     return {
         "store": footage.frames * (costs.decode_frame + costs.store_frame[size]) / costs.workers / shared,
         "flow": pairs * (costs.flow_pair[size] + costs.store_frame[size] / costs.workers) / shared,
         "infonce": infonce_seconds + 2 * costs.stage[key],
-        "coclr": (coclr * (coclr_step + batch * costs.forward[key]) + coclr / epoch_steps * costs.epoch[key]
+        "coclr": (coclr * (coclr_step + batch * miner) + coclr / epoch_steps * costs.epoch[key]
                   + 4 * costs.stage[key]),
         # two passes over the files (RGB; both streams, writing flow alone too), flow computed on the fly by one
         "embed": (2 * footage.frames * costs.decode_frame / costs.workers + pairs * costs.flow_pair[size]
@@ -687,8 +693,9 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
             measured = time_training(model.width, model.size, model.length, Path(tmp) / model.key, device, batch)
             if costs.side_by_side:
                 measured["lone_step"], measured["start"] = _time_side_by_side(model, batch)
-            for name in ("step", "lone_step", "single_step", "forward", "epoch", "stage", "start"):
-                fallback = measured["step"] if name in ("lone_step", "single_step") else 0.0
+            for name in ("step", "lone_step", "single_step", "forward", "single_forward", "epoch", "stage", "start"):
+                fallback = (measured["step"] if name in ("lone_step", "single_step")
+                            else measured["forward"] if name == "single_forward" else 0.0)
                 getattr(costs, name)[model.key] = measured.get(name, fallback)
             took.append((model, time.perf_counter() - begin))
             if _affordable(footage, model, costs, deadline - (time.perf_counter() - started)) < TARGET_STEPS:

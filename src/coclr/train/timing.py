@@ -1,10 +1,12 @@
-"""How long the parts of training a network take on this machine: starting a stage, a training step (on every
-thread and on one), the end of an epoch, an inference forward. ``coclr learn`` sizes its plan from these
+"""How long the parts of training a network take on this machine: starting a stage, a training step and an
+inference forward (each on every thread and on one), the end of an epoch. ``coclr learn`` sizes its plan from these
 (:mod:`coclr.learn.budget`); they are measured on a store of random frames, so any network can be timed before
 any footage is decoded."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import tempfile
 import time
 from collections.abc import Callable
@@ -16,14 +18,20 @@ from coclr.threads import torch_threads
 
 INFERENCE_BATCH = 16
 """Clips per inference forward (``coclr embed``'s default batch): the unit of the timed forward."""
+TIMED_EPOCHS = 4
+"""Epochs of the short run that times the end of an epoch as training pays it."""
 
 
 def time_training(width: float, size: int, length: int, folder: Path, device, batch: int, steps: int = 5,
                   started: float | None = None) -> dict[str, float]:
     """Seconds of the parts of training S3D of ``width`` on clips of ``length`` frames of ``size`` px, on a store of
-    random frames in ``folder``: starting a stage, one InfoNCE training step (after two untimed ones), the end of an
-    epoch (its checkpoint), one clip's forward without gradients (in a batch of :data:`INFERENCE_BATCH`), and
-    (``ready``) from ``started`` (a ``time.time()``) until the first step could run."""
+    random frames in ``folder``: starting a stage (again, after a first start), one InfoNCE training step (after
+    two untimed ones), the end of an epoch (its checkpoint, after a first one, or what a short run of
+    :data:`TIMED_EPOCHS` epochs spent between them if more), one clip's forward without gradients
+    (in a batch of :data:`INFERENCE_BATCH`; each of the step and the forward also on one thread, ``single_step`` and
+    ``single_forward``, on a CPU of several), and (``ready``) from ``started`` (a ``time.time()``) until the first
+    step could run."""
+    from coclr.atomic import read_json_lines  # noqa: PLC0415
     from coclr.config import from_dict  # noqa: PLC0415
     from coclr.synth.output import random_store  # noqa: PLC0415
     from coclr.train.config import PretrainConfig  # noqa: PLC0415
@@ -31,15 +39,38 @@ def time_training(width: float, size: int, length: int, folder: Path, device, ba
 
     store = random_store(folder / "store", videos=2 * batch, frames=length + 2, size=(size, size * 4 // 3),
                          views=("rgb",))
-    config = from_dict(PretrainConfig, {
-        "data": {"store": str(store), "length": length, "size": size, "workers": 0},
-        "model": {"width": width},
-        "method": {"queue_size": 2 * batch, "topk": 1, "wait_for_full_queue": False},
-        "run": {"out": str(folder / "run"), "batch_size": batch, "progress": False, "device": str(device)}})
+    def config(out: str, epochs: int = 300) -> PretrainConfig:
+        return from_dict(PretrainConfig, {
+            "data": {"store": str(store), "length": length, "size": size, "workers": 0},
+            "model": {"width": width}, "optim": {"epochs": epochs},
+            "method": {"queue_size": 2 * batch, "topk": 1, "wait_for_full_queue": False},
+            "run": {"out": str(folder / out), "batch_size": batch, "progress": False, "device": str(device)}})
+
     begin = time.perf_counter()
-    with start_run(config) as trainer:
-        stage = time.perf_counter() - begin
-        return time_steps(trainer, length, size, batch, steps, stage, started)
+    with start_run(config("run")) as trainer:
+        first = time.perf_counter() - begin
+        timings = time_steps(trainer, length, size, batch, steps, first, started)
+    # Stages started again (the median of three): the first start in a process also paid its one-time costs
+    # (imports, kernels), which the stages of a run pay once, not per stage; a write that waits for the disk can
+    # slow any one.
+    starts = []
+    for number in range(3):
+        begin = time.perf_counter()
+        with start_run(config(f"again{number}")):
+            starts.append(time.perf_counter() - begin)
+    timings["stage"] = float(np.median(starts))
+    # The end of an epoch as a run pays it (its checkpoint and logs, the next epoch's start, beside the save timed
+    # alone): a short run's wall time less its epochs' own seconds, on the threads its steps were faster on.
+    alone = timings["single_step"] < timings["step"]
+    with (contextlib.redirect_stdout(io.StringIO()), start_run(config("epochs", TIMED_EPOCHS)) as trainer,
+          torch_threads(1 if alone else None)):  # its lines are not the caller's
+        begin = time.perf_counter()
+        trainer.run()
+        wall = time.perf_counter() - begin
+    trained = sum(record["epoch_seconds"] for record in read_json_lines(folder / "epochs" / "log.jsonl")
+                  if "epoch_seconds" in record)
+    timings["epoch"] = max(timings["epoch"], (wall - trained) / TIMED_EPOCHS)
+    return timings
 
 
 def time_steps(trainer, length: int, size: int, batch: int, steps: int, stage: float,
@@ -81,16 +112,27 @@ def time_steps(trainer, length: int, size: int, batch: int, steps: int, stage: f
                     single.append(seconds(one_step))
     step = float(np.median(every))
     single_step = float(np.median(single)) if single else step
-    begin = time.perf_counter()
-    trainer.save(best=True)
-    epoch = time.perf_counter() - begin
+    trainer.save(best=True)  # the first save also loads what saving needs
+    epoch = float(np.median([seconds(lambda: trainer.save(best=True)) for _ in range(3)]))  # a slow write among them
     encoder = next(iter(trainer.model.learners.values())).encoder_k
     clips = torch.randn(INFERENCE_BATCH, 3, length, size, size, device=trainer.device)
+    every, single = [], []
     with torch.no_grad():
         encoder(clips)
-        forward = float(np.median([seconds(lambda: encoder(clips)) for _ in range(steps)])) / INFERENCE_BATCH
-    return {"step": step, "single_step": single_step, "forward": forward, "epoch": epoch, "stage": stage,
-            "ready": ready}
+        if threads:
+            with torch_threads(1):
+                encoder(clips)
+        for number in range(steps):  # A B B A, as the steps
+            for alone in ((False, True) if number % 2 == 0 else (True, False)):
+                if not alone:
+                    every.append(seconds(lambda: encoder(clips)))
+                elif threads:
+                    with torch_threads(1):
+                        single.append(seconds(lambda: encoder(clips)))
+    forward = float(np.median(every)) / INFERENCE_BATCH
+    single_forward = float(np.median(single)) / INFERENCE_BATCH if single else forward
+    return {"step": step, "single_step": single_step, "forward": forward, "single_forward": single_forward,
+            "epoch": epoch, "stage": stage, "ready": ready}
 
 
 def time_one_thread(width: float, size: int, length: int, batch: int, steps: int, launched: float
