@@ -765,18 +765,28 @@ def test_the_eta_follows_the_pace_of_the_phase_under_way(monkeypatch):
 
 
 def test_the_measurement_predicts_what_is_left_and_the_clock_counts_every_part(tmp_path):
-    from coclr.learn.budget import measuring_left, work
+    from coclr.learn.budget import _affordable, measuring_left, still_measured, work
     from coclr.learn.run import Clock, read_result
 
     assert measuring_left([], MODELS, footage(), costs({m: 10 for m in MODELS}), 900) is None
     rich = costs({m: 0.01 for m in MODELS})  # every candidate affords the target: all are predicted
-    assert measuring_left([(MODELS[0], 8.0)], MODELS[1:], footage(), rich, 900) == pytest.approx(
+    assert measuring_left([(MODELS[0], 8.0)], MODELS[1:], footage(), rich, 1e6) == pytest.approx(
         sum(8.0 * (work(m) / work(MODELS[0])) ** 0.5 for m in MODELS[1:]))
+    assert measuring_left([(MODELS[0], 8.0)], MODELS[1:], footage(), rich, 900) < 900  # never more measuring than the seconds left
     two = [(MODELS[0], 8.0), (MODELS[1], 16.0)]  # twice the time for four times the work: the power is 0.5
-    assert measuring_left(two, MODELS[2:3], footage(), rich, 900) == pytest.approx(16.0 * 2.0)
-    poor = costs({m: 10_000 for m in MODELS})  # nothing affords the target: only the next one is measured
-    assert measuring_left([(MODELS[0], 8.0)], MODELS[1:], footage(), poor, 900) == pytest.approx(
-        8.0 * (work(MODELS[1]) / work(MODELS[0])) ** 0.5)
+    assert measuring_left(two, MODELS[2:3], footage(), rich, 900) == pytest.approx(16.0 * 2.0)  # cannot afford
+    poor = costs({m: 10_000 for m in MODELS})  # nothing affords the target: no other one is measured
+    assert measuring_left([(MODELS[0], 8.0)], MODELS[1:], footage(), poor, 900) == 0.0
+    assert still_measured([], MODELS, footage(), poor, 900) == [(MODELS[0], 0.0)]  # the first one always
+    # The next network affords the target in the seconds left, but not after its own measurement: not measured.
+    scale = (work(MODELS[1]) / work(MODELS[0])) ** 0.5
+    edge = costs({MODELS[0]: 10})
+    left = next(seconds for seconds in range(100, 100_000, 10)
+                if _affordable(footage(), MODELS[0], edge, seconds) / scale >= TARGET_STEPS)
+    measuring = (left - 1) * 0.5  # a measurement of the next one predicted to take half what is left
+    assert _affordable(footage(), MODELS[0], edge, left - measuring * scale) / scale < TARGET_STEPS
+    assert still_measured([(MODELS[0], measuring)], MODELS[1:], footage(), edge, left) == []
+    assert still_measured([(MODELS[0], 0.1)], MODELS[1:2], footage(), edge, left + 10) == [(MODELS[1], 0.1 * scale)]
     clock = Clock(tmp_path, 100.0, time.perf_counter() - 5.0)
     clock.record({"status": "running"})
     assert 105.0 <= read_result(tmp_path)["seconds"] < 110.0  # the earlier parts' 100 s and this part's 5 s

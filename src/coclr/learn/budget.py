@@ -616,7 +616,8 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     """Measure :class:`Costs` on this machine: decoding on :data:`SAMPLE_VIDEOS` of the footage's own videos (spread
     over them), then for each candidate network, from the cheapest up, JPEG and flow on their frames at its clip
     side (once per side; with the footage's motion there) and a few training steps and forwards, until one would
-    not afford :data:`TARGET_STEPS` within ``deadline`` seconds of work; with ``fixed``, that network alone.
+    not afford :data:`TARGET_STEPS` within ``deadline`` seconds of work, or the next is predicted not to after its
+    own measurement (:func:`still_measured`); with ``fixed``, that network alone.
     ``report`` is told each part and the seconds left (:func:`measuring_left`)."""
     import torch  # noqa: PLC0415 (heavy)
 
@@ -684,6 +685,8 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
         for number, model in enumerate(candidates):
             left = deadline - (time.perf_counter() - started)
+            if not still_measured(took, [model], footage, costs, left):
+                break  # its own measurement would leave it too few steps
             begin = time.perf_counter()
             if model.size not in costs.flow_pair:
                 measure_size(model.size)
@@ -716,27 +719,37 @@ def work(model: Model) -> float:
     return model.width ** 2 * model.size ** 2 * model.length
 
 
-def measuring_left(took: Sequence[tuple[Model, float]], remaining: Sequence[Model], footage: Footage, costs: Costs,
-                   left: float) -> float | None:
-    """The seconds the measurement of the ``remaining`` candidates still takes, predicted from those measured
-    (``took``: each model and the seconds its measurement took): a candidate's measurement grows with its
-    :func:`work` to the power fitted on the last two measured (0.5 after one), and the candidates after the next
-    are counted while the one before them is predicted to afford :data:`TARGET_STEPS` (its steps and work scaled
-    the same way). None before any candidate was measured."""
-    if not took or not remaining:
-        return None
+def still_measured(took: Sequence[tuple[Model, float]], remaining: Sequence[Model], footage: Footage, costs: Costs,
+                   left: float) -> list[tuple[Model, float]]:
+    """The ``remaining`` candidates the measurement will still time, each with the seconds its timing is predicted
+    to take, from those measured (``took``: each model and the seconds its measurement took; none: the first
+    candidate, its seconds unknown, 0): a candidate's measurement and its training steps grow with its :func:`work`
+    to the power fitted on the last two measured (0.5 after one), and one is timed only while it is predicted to
+    afford :data:`TARGET_STEPS` in the ``left`` seconds less its own measurement and those before it: a network
+    that its own measurement would make unaffordable is not measured."""
+    if not took:
+        return [(model, 0.0) for model in remaining[:1]]
     (last, seconds) = took[-1]
     power = 0.5
     if len(took) >= 2 and work(last) > work(took[-2][0]) and seconds > 0 and took[-2][1] > 0:
         power = min(1.0, max(0.2, math.log(seconds / took[-2][1]) / math.log(work(last) / work(took[-2][0]))))
-    total = 0.0
-    affordable = _affordable(footage, last, costs, left)
+    found, spent = [], 0.0
     for model in remaining:
         scale = (work(model) / work(last)) ** power
-        total += seconds * scale
-        if affordable / scale < TARGET_STEPS:  # measuring stops after this one
+        spent += seconds * scale
+        if _affordable(footage, last, costs, left - spent) / scale < TARGET_STEPS:
             break
-    return total
+        found.append((model, seconds * scale))
+    return found
+
+
+def measuring_left(took: Sequence[tuple[Model, float]], remaining: Sequence[Model], footage: Footage, costs: Costs,
+                   left: float) -> float | None:
+    """The seconds the measurement of the ``remaining`` candidates still takes (:func:`still_measured`); None
+    before any candidate was measured."""
+    if not took:
+        return None
+    return sum(seconds for _, seconds in still_measured(took, remaining, footage, costs, left))
 
 
 def _time_encoding(videos: list[list[np.ndarray]]) -> float:
