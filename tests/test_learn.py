@@ -764,6 +764,38 @@ def test_the_eta_follows_the_pace_of_the_phase_under_way(monkeypatch):
         assert line.estimates["coclr"] == 200.0 and line.bar.total == pytest.approx(320.0)
 
 
+def test_a_phase_that_reports_nothing_counts_its_eta_down(monkeypatch):
+    """The quality measures and the curation report no units: the ETA is their estimate at the pace of the run
+    before them, less the time they have run, and the line is drawn again while nothing reports."""
+    from coclr.learn import line as module
+    from coclr.learn.line import ProgressLine
+
+    now = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    estimates = {"measure": 10.0, "store": 10.0, "curate": 20.0, "fixed": 5.0}
+    with ProgressLine(estimates, enabled=False, done=("measure",)) as line:
+        with line.phase("store", 10):
+            now[0] += 20.0  # twice its estimate: the pace is 1.5 after it (30 s for 20)
+            line.observe("store", 10, 10)
+        with line.phase("curate", None):
+            assert line.eta() == pytest.approx(20.0 * 1.5 + 5.0 * 1.5)
+            now[0] += 12.0
+            assert line.eta() == pytest.approx(18.0 + 7.5)  # counting down
+            now[0] += 30.0  # past its estimate at that pace: the later phase at the pace so far
+            assert line.eta() == pytest.approx(5.0 * (30.0 + 42.0) / (20.0 + 20.0))
+    drawn = []
+    monkeypatch.setattr(module, "REDRAW_SECONDS", 0.01)
+    monkeypatch.setattr(ProgressLine, "_show", lambda self: drawn.append(1))
+    with ProgressLine(estimates, enabled=True, done=("measure",)) as line, line.phase("curate", None):
+        deadline = time.perf_counter() + 5
+        while len(drawn) < 5 and time.perf_counter() < deadline:
+            time.sleep(0.01)
+    assert len(drawn) >= 5  # drawn again with no update
+    count = len(drawn)
+    time.sleep(0.05)
+    assert len(drawn) == count  # and no more once closed
+
+
 def test_the_measurement_predicts_what_is_left_and_the_clock_counts_every_part(tmp_path):
     from coclr.learn.budget import _affordable, measuring_left, still_measured, work
     from coclr.learn.run import Clock, read_result
@@ -772,7 +804,7 @@ def test_the_measurement_predicts_what_is_left_and_the_clock_counts_every_part(t
     rich = costs({m: 0.01 for m in MODELS})  # every candidate affords the target: all are predicted
     assert measuring_left([(MODELS[0], 8.0)], MODELS[1:], footage(), rich, 1e6) == pytest.approx(
         sum(8.0 * (work(m) / work(MODELS[0])) ** 0.5 for m in MODELS[1:]))
-    assert measuring_left([(MODELS[0], 8.0)], MODELS[1:], footage(), rich, 900) < 900  # never more measuring than the seconds left
+    assert measuring_left([(MODELS[0], 8.0)], MODELS[1:], footage(), rich, 900) < 900  # within the seconds left
     two = [(MODELS[0], 8.0), (MODELS[1], 16.0)]  # twice the time for four times the work: the power is 0.5
     assert measuring_left(two, MODELS[2:3], footage(), rich, 900) == pytest.approx(16.0 * 2.0)  # cannot afford
     poor = costs({m: 10_000 for m in MODELS})  # nothing affords the target: no other one is measured

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 
@@ -20,6 +21,8 @@ from coclr.progress import clock, job_line
 
 SETTLED = 0.05
 """A phase's own pace is trusted once this share of its estimate has been reported."""
+REDRAW_SECONDS = 1.0
+"""How often the line is drawn again while nothing reports (its clock and ETA move on)."""
 
 
 class ProgressLine:
@@ -43,6 +46,7 @@ class ProgressLine:
         self.started = {name for name in done if name in self.estimates}
         self.estimated_done = sum(self.estimates[name] for name in self.started)
         self.actual_done = self.estimated_done
+        self.closed = threading.Event()
 
     def __enter__(self) -> ProgressLine:
         self.bar = job_line(total=sum(self.estimates.values()), initial=self.estimated_done,
@@ -51,10 +55,20 @@ class ProgressLine:
         if hasattr(self.bar, "start_t"):  # (a disabled bar keeps no time)
             self.bar.start_t -= self.actual_done  # "so far" counts the measurement
         self._show()
+        if self.enabled:
+            threading.Thread(target=self._redraw, name="coclr-learn-line", daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.closed.set()
         self.bar.close()
+
+    def _redraw(self) -> None:
+        """Draw the line every :data:`REDRAW_SECONDS` until it closes: a phase that reports nothing for a while (the
+        quality measures, the curation) still shows its clock and its ETA counting down."""
+        while not self.closed.wait(REDRAW_SECONDS):
+            with contextlib.suppress(Exception):  # a drawing that failed is not the run's failure
+                self._show()
 
     @contextlib.contextmanager
     def phase(self, name: str, units: int | None) -> Iterator[None]:
@@ -91,8 +105,9 @@ class ProgressLine:
 
     def eta(self) -> float:
         """Seconds left: the current phase's remainder at its own pace (once it reported :data:`SETTLED` of its
-        estimate, else at the run's), the phases not started at the run's pace (actual over estimated seconds of
-        the work done so far, the current phase's reported share included)."""
+        estimate, else at the run's; a phase without units: its estimate at the pace before it, less the time it
+        has run), the phases not started at the run's pace (actual over estimated seconds of the work done so far, the
+        current phase's reported share included)."""
         elapsed = time.monotonic() - self.phase_started if self.current is not None else 0.0
         estimated, actual = self.estimated_done + self.credited, self.actual_done + elapsed
         pace = actual / estimated if estimated > 0 else 1.0
@@ -100,6 +115,11 @@ class ProgressLine:
         if self.current is None:
             return later * pace
         estimate = self.estimates.get(self.current, 0.0)
+        if not self.units:  # a phase that only ends: its estimate at the pace before it, less the time it has run
+            before = self.actual_done / self.estimated_done if self.estimated_done > 0 else 1.0
+            if elapsed <= estimate * before:
+                return estimate * before - elapsed + later * before
+            return later * (self.actual_done + elapsed) / (self.estimated_done + estimate)  # over: as if it ended
         remainder = max(0.0, estimate - self.credited)
         own = elapsed / self.credited if self.credited > SETTLED * estimate and self.credited > 0 else pace
         return remainder * own + later * pace
