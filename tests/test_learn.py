@@ -1032,6 +1032,10 @@ def test_the_timed_forward_on_one_thread_and_on_every_thread(tmp_path):
     with torch_threads(1):
         alone = time_training(0.0625, 32, 8, tmp_path / "one", "cpu", 2, steps=1)
     assert alone["single_forward"] == alone["forward"] and alone["single_step"] == alone["step"]
+    assert (tmp_path / "two" / "epochs" / "log.jsonl").is_file()  # the short run that times an epoch's end
+    with torch_threads(1):
+        time_training(0.0625, 32, 8, tmp_path / "steps", "cpu", 2, steps=1, stages=False)
+    assert not (tmp_path / "steps" / "epochs").exists()  # a side-by-side process's timing: the steps alone
 
 
 def test_a_plan_for_few_long_videos_cuts_them_into_instances():

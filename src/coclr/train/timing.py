@@ -23,14 +23,15 @@ TIMED_EPOCHS = 4
 
 
 def time_training(width: float, size: int, length: int, folder: Path, device, batch: int, steps: int = 5,
-                  started: float | None = None) -> dict[str, float]:
+                  started: float | None = None, stages: bool = True) -> dict[str, float]:
     """Seconds of the parts of training S3D of ``width`` on clips of ``length`` frames of ``size`` px, on a store of
     random frames in ``folder``: starting a stage (again, after a first start), one InfoNCE training step (after
     two untimed ones), the end of an epoch (its checkpoint, after a first one, or what a short run of
     :data:`TIMED_EPOCHS` epochs spent between them if more), one clip's forward without gradients
     (in a batch of :data:`INFERENCE_BATCH`; each of the step and the forward also on one thread, ``single_step`` and
     ``single_forward``, on a CPU of several), and (``ready``) from ``started`` (a ``time.time()``) until the first
-    step could run."""
+    step could run. ``stages`` false: without the stage starts and the short run (the first start's seconds and
+    the save alone stand for them)."""
     from coclr.atomic import read_json_lines  # noqa: PLC0415
     from coclr.config import from_dict  # noqa: PLC0415
     from coclr.synth.output import random_store  # noqa: PLC0415
@@ -50,6 +51,8 @@ def time_training(width: float, size: int, length: int, folder: Path, device, ba
     with start_run(config("run")) as trainer:
         first = time.perf_counter() - begin
         timings = time_steps(trainer, length, size, batch, steps, first, started)
+    if not stages:
+        return timings
     # Stages started again (the median of three): the first start in a process also paid its one-time costs
     # (imports, kernels), which the stages of a run pay once, not per stage; a write that waits for the disk can
     # slow any one.
@@ -140,5 +143,5 @@ def time_one_thread(width: float, size: int, length: int, batch: int, steps: int
     """In one of the processes that train side by side (the caller gave it one thread): the seconds from
     ``launched`` (a ``time.time()`` of the parent) until it could train, and of one training step."""
     with tempfile.TemporaryDirectory(prefix="coclr-timing-") as tmp:
-        timing = time_training(width, size, length, Path(tmp), "cpu", batch, steps, started=launched)
+        timing = time_training(width, size, length, Path(tmp), "cpu", batch, steps, started=launched, stages=False)
     return {"step": timing["step"], "started": timing["ready"]}
