@@ -806,7 +806,7 @@ def test_the_measurement_predicts_what_is_left_and_the_clock_counts_every_part(t
         sum(8.0 * (work(m) / work(MODELS[0])) ** 0.5 for m in MODELS[1:]))
     assert measuring_left([(MODELS[0], 8.0)], MODELS[1:], footage(), rich, 900) < 900  # within the seconds left
     two = [(MODELS[0], 8.0), (MODELS[1], 16.0)]  # twice the time for four times the work: the power is 0.5
-    assert measuring_left(two, MODELS[2:3], footage(), rich, 900) == pytest.approx(16.0 * 2.0)  # cannot afford
+    assert measuring_left(two, MODELS[2:3], footage(), rich, 900) == pytest.approx(16.0 * 2.0)
     poor = costs({m: 10_000 for m in MODELS})  # nothing affords the target: no other one is measured
     assert measuring_left([(MODELS[0], 8.0)], MODELS[1:], footage(), poor, 900) == 0.0
     assert still_measured([], MODELS, footage(), poor, 900) == [(MODELS[0], 0.0)]  # the first one always
