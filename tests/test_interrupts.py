@@ -226,6 +226,35 @@ def test_a_signal_landing_where_exceptions_are_ignored_still_interrupts():
     assert caught.value.signum == signal.SIGTERM and sys.unraisablehook is unraisable
 
 
+def test_a_loader_worker_keeps_a_dropped_descriptor_handover_quiet(capsys):
+    """A parent interrupted while it fetches a batch's memory drops the connection multiprocessing's descriptor
+    sharer serves in the worker: that thread's report through sys.excepthook is left unsaid; the same error
+    elsewhere, and any other error there, are printed."""
+    import multiprocessing
+
+    from coclr.interrupts import quiet_dropped_sharing
+
+    def raised(error: BaseException, filename: str):
+        code = compile("def serve(error):\n    raise error\n", filename, "exec")
+        scope: dict = {}
+        exec(code, scope)
+        try:
+            scope["serve"](error)
+        except BaseException:
+            return sys.exc_info()
+        raise AssertionError("not raised")
+
+    sharer = "/usr/lib/python3/multiprocessing/resource_sharer.py"
+    for error in (EOFError(), ConnectionResetError(104, "reset"), BrokenPipeError(32, "broken"),
+                  multiprocessing.AuthenticationError("digest received was wrong")):
+        quiet_dropped_sharing(*raised(error, sharer))
+        assert capsys.readouterr().err == ""
+    quiet_dropped_sharing(*raised(ValueError("a real bug"), sharer))
+    quiet_dropped_sharing(*raised(EOFError("elsewhere"), "/somewhere/else.py"))
+    err = capsys.readouterr().err
+    assert "ValueError: a real bug" in err and "EOFError: elsewhere" in err and err.count("Traceback") == 2
+
+
 def test_the_innermost_layer_says_what_was_kept():
     inner = interrupted(Interrupted(signal.SIGTERM), "3 of 5 videos done and kept")
     outer = interrupted(inner, "what was finished is kept")

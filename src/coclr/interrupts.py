@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -194,9 +195,26 @@ def loader_worker_signals(worker_id: int = 0) -> None:
     (PyTorch's worker loop stops quietly on the ``KeyboardInterrupt``), through its normal exit. PyTorch's own
     handler kills a worker outright when SIGTERM comes from another process than its parent, as ``timeout`` and
     batch schedulers send it to a whole process group: a killed worker leaves its temporary folders behind
-    (multiprocessing's ``pymp-*``), and its parent, stopped by the same signal, shuts the loader down anyway."""
+    (multiprocessing's ``pymp-*``), and its parent, stopped by the same signal, shuts the loader down anyway.
+
+    A parent interrupted while it fetches a batch's shared memory from the worker drops the connection that hands
+    over the file descriptor; the worker's sharing thread then reports the dropped connection as a traceback
+    (:func:`quiet_dropped_sharing` keeps that one quiet: the parent is stopping, and says so in one line)."""
     signal.signal(signal.SIGTERM, _end_loader_worker)
+    sys.excepthook = quiet_dropped_sharing
 
 
 def _end_loader_worker(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def quiet_dropped_sharing(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    """``sys.excepthook`` of a DataLoader worker: an error of a connection its peer dropped (end of file, a reset or
+    broken pipe, a failed handshake) in multiprocessing's file-descriptor sharer (``resource_sharer``, whose
+    thread reports through this hook) is left unsaid; every other exception is printed as Python prints it."""
+    import multiprocessing  # noqa: PLC0415
+
+    dropped = issubclass(kind, (EOFError, ConnectionError, multiprocessing.AuthenticationError))
+    if dropped and any(frame.f_code.co_filename.endswith("resource_sharer.py") for frame, _ in traceback.walk_tb(tb)):
+        return
+    sys.__excepthook__(kind, value, tb)
