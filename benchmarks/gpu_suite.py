@@ -516,7 +516,7 @@ def one_batch(suite: Suite, views: list[str], batch_size: int) -> dict[str, torc
         suite.cache[key] = torch.utils.data.default_collate([dataset[i] for i in range(max(suite.model.batches))])
     # Whole tensors in pinned memory on CUDA, as the Trainer's DataLoader hands them over (pin_memory): a pageable
     # batch would make each step wait for a staged copy the training loop does not make.
-    batch = {name: value[:batch_size].clone() for name, value in suite.cache[key].items()}
+    batch = {name: value[:batch_size] for name, value in suite.cache[key].items()}
     return {name: value.pin_memory() for name, value in batch.items()} if suite.cuda else batch
 
 

@@ -19,6 +19,7 @@ signal (:func:`loader_worker_signals`) while its parent shuts the loader down. A
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sys
@@ -212,8 +213,6 @@ def quiet_dropped_sharing(kind: type[BaseException], value: BaseException, tb: A
     """``sys.excepthook`` of a DataLoader worker: an error of a connection its peer dropped (end of file, a reset or
     broken pipe, a failed handshake) in multiprocessing's file-descriptor sharer (``resource_sharer``, whose
     thread reports through this hook) is left unsaid; every other exception is printed as Python prints it."""
-    import multiprocessing  # noqa: PLC0415
-
     dropped = issubclass(kind, (EOFError, ConnectionError, multiprocessing.AuthenticationError))
     if dropped and any(frame.f_code.co_filename.endswith("resource_sharer.py") for frame, _ in traceback.walk_tb(tb)):
         return
