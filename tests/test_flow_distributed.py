@@ -87,11 +87,13 @@ def _rank_process(agent: int, rank: int) -> int | None:
 
 @pytest.mark.slow
 def test_a_process_killed_mid_run_then_the_same_command_completes_the_store(tmp_path):
-    videos = {f"v{i:02d}.avi": moving_texture(5, 1 + i % 2, i % 3 - 1, seed=i) for i in range(10)}
+    # 30 frames per video: each entry takes a few tenths of a second, so that after the first entries of both
+    # processes the others still have several to go when the kill lands (with 5 frames all ten were written within
+    # 0.2 s, and the kill sometimes came after the last)
+    videos = {f"v{i:02d}.avi": moving_texture(30, 1 + i % 2, i % 3 - 1, seed=i) for i in range(10)}
     make_store(tmp_path / "two", videos)
     shutil.copytree(tmp_path / "two", tmp_path / "one")
     heavier = ["nscales=3", "warps=3"]
-    # PyTorch operations: a few seconds per process, so that the kill lands mid-run (the C loops finish first)
     command = torchrun(tmp_path / "two", "--kernels", "torch", *heavier)
     agent = subprocess.Popen(command, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
@@ -99,7 +101,7 @@ def test_a_process_killed_mid_run_then_the_same_command_completes_the_store(tmp_
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and agent.poll() is None:
-            if flow_dir.is_dir() and len(list(flow_dir.rglob("*.frames"))) >= 3:
+            if flow_dir.is_dir() and len(list(flow_dir.rglob("*.frames"))) >= 2:
                 break
             time.sleep(0.05)
         victim = _rank_process(agent.pid, 1)
@@ -111,7 +113,7 @@ def test_a_process_killed_mid_run_then_the_same_command_completes_the_store(tmp_
             os.killpg(agent.pid, signal.SIGKILL)
             agent.wait()
     written = len(list(flow_dir.rglob("*.frames")))
-    assert agent.returncode != 0 and 3 <= written < len(videos), (agent.returncode, written)
+    assert agent.returncode != 0 and 2 <= written < len(videos), (agent.returncode, written)
 
     resumed = subprocess.run(command, env=environment(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr

@@ -206,6 +206,40 @@ def test_a_deferred_signal_raises_at_the_check_not_where_it_lands():
         check_interrupt()  # no signal: no error
 
 
+def test_a_signal_landing_in_the_training_logs_waits_for_the_record_and_the_writer_closes(tmp_path):
+    """Raised inside TensorBoard's writer, an interruption could leave it unable to close (a stopped ``coclr task``
+    that never exited): the trainer's record is written whole, the signal raises after it, and the writer closes
+    with every scalar in its file."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    from coclr.train.trainer import Trainer
+
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    add_scalar = writer.add_scalar
+
+    def signalled_inside(*args, **kwargs):  # the signal lands in the writer's own code
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):
+            pass
+        return add_scalar(*args, **kwargs)
+
+    writer.add_scalar = signalled_inside
+    with (tmp_path / "log.jsonl").open("a") as jsonl:
+        with pytest.raises(Interrupted) as caught, signals_interrupt():
+            Trainer._write(None, {"step": 3, "epoch": 1, "loss": 2.5, "lr": 0.1}, jsonl, writer)
+            pytest.fail("the interruption was lost")
+    assert caught.value.signum == signal.SIGTERM
+    closing = threading.Thread(target=writer.close, daemon=True)
+    closing.start()
+    closing.join(30)
+    assert not closing.is_alive(), "TensorBoard's writer did not close"
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]} == \
+        {"loss": [(3, 2.5)], "lr": [(3, pytest.approx(0.1))]}
+
+
 def test_a_signal_landing_where_exceptions_are_ignored_still_interrupts():
     """Python ignores an exception raised in a ``__del__`` or a fork hook (it prints "Exception ignored"): the
     interruption landing there is sent again, not lost with the command running on."""

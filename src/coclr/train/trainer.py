@@ -37,7 +37,7 @@ from coclr.data.batch_decode import collate_clips, decode_batch
 from coclr.distributed import is_main
 from coclr.errors import CheckpointError, CoclrError
 from coclr.eval.monitor import knn_recall
-from coclr.interrupts import interrupted, loader_worker_signals
+from coclr.interrupts import deferred_interrupts, interrupted, loader_worker_signals
 from coclr.progress import bar as progress_bar
 from coclr.threads import reuse_freed_memory
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
@@ -175,16 +175,22 @@ class Trainer:
             kept = [record for record in read_json_lines(log_path)
                     if record.get("step", 0) <= self.position.global_step]
             atomic_write_text(log_path, "".join(json.dumps(record) + "\n" for record in kept))
-        return log_path.open("a"), SummaryWriter(str(self.out / "tb"), purge_step=self.position.global_step + 1)
+        with deferred_interrupts():  # see _write
+            return log_path.open("a"), SummaryWriter(str(self.out / "tb"), purge_step=self.position.global_step + 1)
 
     def _write(self, record: dict[str, Any], jsonl, writer) -> None:
+        """One record to ``log.jsonl`` and TensorBoard. An interruption waits for the record to be written
+        (:func:`~coclr.interrupts.deferred_interrupts`): raised inside TensorBoard's writer it can leave the
+        writer's queue or thread in a state where closing it then waits for ever (seen: a stopped ``coclr task``
+        that did not exit)."""
         if jsonl is None:
             return
-        jsonl.write(json.dumps(record) + "\n")
-        jsonl.flush()
-        for name, value in record.items():
-            if name not in ("step", "epoch") and isinstance(value, (int, float)):
-                writer.add_scalar(name, value, record["step"])
+        with deferred_interrupts():
+            jsonl.write(json.dumps(record) + "\n")
+            jsonl.flush()
+            for name, value in record.items():
+                if name not in ("step", "epoch") and isinstance(value, (int, float)):
+                    writer.add_scalar(name, value, record["step"])
 
     # ------------------------------------------------------------------ training
 
@@ -320,8 +326,9 @@ class Trainer:
             raise interrupted(error, self.kept()) from None
         finally:
             if jsonl is not None:
-                jsonl.close()
-                writer.close()
+                with deferred_interrupts():  # see _write
+                    jsonl.close()
+                    writer.close()
         return self.out / LAST
 
     def kept(self) -> str:
