@@ -462,14 +462,18 @@ def decode_frames_at(path: str | Path, indices: Sequence[int], short_side: int |
 
 
 @functools.cache
-def collect_before_forks() -> None:
-    """From now on, collect this process's garbage before it forks (once registered, for the process's life).
+def spare_children_our_garbage() -> None:
+    """From now on, a child this process forks never frees, by its garbage collector, what this process held when
+    it forked (once registered, for the process's life): the parent freezes its objects before the fork
+    (``gc.freeze``: its collector's permanent generation, which the child inherits) and unfreezes them after it.
 
     FFmpeg's scalers run slice threads: a PyAV frame or stream left in a reference cycle and freed by the garbage
     collector of a forked child (a DataLoader worker) waits forever in ``pthread_cond_destroy`` for threads the
-    child does not have (a learn run hung so in curation). Collected in the parent, where those threads are, it
-    is freed cleanly. Called where PyAV is used, so a process that never decodes pays nothing."""
-    os.register_at_fork(before=gc.collect)
+    child does not have (a learn run hung so in curation). Left to the parent's collector, where those threads are,
+    it is freed cleanly. (Collecting the garbage before each fork did the same at a full collection per fork: 0.1 to
+    0.2 s in a process that holds PyTorch, several seconds of a 3-minute ``coclr learn``.) Called where PyAV is
+    used, so a process that never decodes changes nothing."""
+    os.register_at_fork(before=gc.freeze, after_in_parent=gc.unfreeze)
 
 
 def write_mp4(path: str | Path, frames: np.ndarray, fps: float, codec: str = "libx264", crf: int = 18) -> Path:
@@ -478,7 +482,7 @@ def write_mp4(path: str | Path, frames: np.ndarray, fps: float, codec: str = "li
     naming the file when FFmpeg cannot encode it."""
     import av  # noqa: PLC0415 (optional)
 
-    collect_before_forks()
+    spare_children_our_garbage()
 
     path = Path(path)
     try:
@@ -548,7 +552,7 @@ class _RGBConverter:
 
     def __call__(self, frame) -> np.ndarray:
         rgb = frame.to_ndarray(format="rgb24", **_one_thread())  # the same pixels as on every thread, and no
-        # threads left behind a frame (decoding runs in parallel processes already; collect_before_forks)
+        # threads left behind a frame (decoding runs in parallel processes already; spare_children_our_garbage)
         if self.short_side is not None:
             rgb = resize_short_side(rgb, self.short_side)
         return self.orientation(rgb)
@@ -565,7 +569,7 @@ def _one_thread() -> dict[str, int]:
 def _open(path: Path):
     import av  # noqa: PLC0415 (optional)
 
-    collect_before_forks()
+    spare_children_our_garbage()
     if not path.is_file():
         raise VideoDecodeError(f"{path}: video file not found")
     if path.stat().st_size == 0:
