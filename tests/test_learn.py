@@ -1020,6 +1020,28 @@ def test_coclr_on_one_thread_counts_its_miners_forward_on_one_thread():
     assert estimates(footage(), SMALL, measured, 1000, 12) == everywhere
 
 
+def test_the_quality_measures_count_a_window_read_and_forwarded_on_the_threads_they_run_on():
+    """The quality measures' estimate counts each stage's encoder loaded and each sampled window read and forwarded
+    as the calibration timed them (:attr:`Costs.window`, :attr:`Costs.load`), on one thread where a forward was
+    measured faster there (and the plan says so); a plan without those figures (made before) counts the forward
+    on every thread."""
+    from coclr.learn.budget import QUALITY_VIDEOS, windows_of
+
+    measured = costs({SMALL: 100})
+    measured.forward[SMALL.key], measured.single_forward[SMALL.key] = 0.002, 0.0005
+    windows = windows_of(footage(), SMALL) * min(footage().videos, QUALITY_VIDEOS) / footage().videos
+    before = choose_plan(footage(), measured, 900)
+    assert before.inference_threads is None and "quality measures run on one thread" not in before.describe()
+    assert before.estimates["quality"] == pytest.approx(6 * windows * 0.002)
+    measured.window[SMALL.key], measured.load[SMALL.key] = 0.0008, 0.014
+    plan = choose_plan(footage(), measured, 900)
+    assert plan.inference_threads == 1 and "quality measures run on one thread" in plan.describe()
+    assert plan.estimates["quality"] == pytest.approx(6 * (windows * 0.0008 + 0.014))
+    assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))).inference_threads == 1
+    measured.single_forward[SMALL.key] = 0.003  # every thread is faster
+    assert choose_plan(footage(), measured, 900).inference_threads is None
+
+
 def test_the_timed_forward_on_one_thread_and_on_every_thread(tmp_path):
     """time_training times the forward on one thread beside every thread (a CPU of several), both per clip."""
     from coclr.threads import torch_threads
@@ -1029,13 +1051,15 @@ def test_the_timed_forward_on_one_thread_and_on_every_thread(tmp_path):
         timed = time_training(0.0625, 32, 8, tmp_path / "two", "cpu", 2, steps=1)
     assert timed["forward"] > 0 and timed["single_forward"] > 0
     assert timed["single_forward"] != timed["forward"]  # timed apart
+    assert 0 < timed["window"] < 1 and 0 < timed["load"] < 5  # the quality measures' units: a window, a load
     with torch_threads(1):
         alone = time_training(0.0625, 32, 8, tmp_path / "one", "cpu", 2, steps=1)
     assert alone["single_forward"] == alone["forward"] and alone["single_step"] == alone["step"]
     assert (tmp_path / "two" / "epochs" / "log.jsonl").is_file()  # the short run that times an epoch's end
     with torch_threads(1):
-        time_training(0.0625, 32, 8, tmp_path / "steps", "cpu", 2, steps=1, stages=False)
+        steps = time_training(0.0625, 32, 8, tmp_path / "steps", "cpu", 2, steps=1, stages=False)
     assert not (tmp_path / "steps" / "epochs").exists()  # a side-by-side process's timing: the steps alone
+    assert "window" not in steps and "load" not in steps
 
 
 def test_a_plan_for_few_long_videos_cuts_them_into_instances():

@@ -32,7 +32,7 @@ from coclr.errors import ConfigError
 from coclr.flow.encode import bound_for
 from coclr.progress import duration
 from coclr.threads import torch_threads, usable_cores
-from coclr.train.timing import time_training
+from coclr.train.timing import inference_on_one_thread, time_training
 
 MIN_VIDEOS = 8
 """Fewest videos a run learns from: contrastive learning needs other videos as negatives in every batch."""
@@ -51,6 +51,9 @@ two cycles): a quarter for each InfoNCE stage, an eighth for each of the four Co
 MAX_EPOCHS = {"coclr": 100}
 """At most this many epochs per CoCLR stage (and twice as many per InfoNCE stage): a few videos and a long budget
 would otherwise repeat them thousands of times (what is left of the budget is not spent)."""
+FLOW_TIMINGS = 3
+"""Times the :data:`TIMED_PAIRS` are solved; their median is the flow's cost (one timing of a few tens of
+milliseconds moved by a fifth between runs on a shared machine)."""
 SAMPLE_VIDEOS = 4
 """Videos the measurement decodes (spread over the inputs): the decoding speed, and frame pairs for the flow."""
 PAIRS = 4
@@ -191,6 +194,12 @@ class Costs:
     fingerprint: float = 0.0
     """fingerprinting one video for the curation's duplicates (:mod:`coclr.curate.fingerprint`: frames decoded
     through the video, the first block), on one thread (0: not measured, as in plans made before)"""
+    window: dict[str, float] = field(default_factory=dict)
+    """one stored window read and through each model's backbone as the quality measures run it (in batches of
+    :data:`~coclr.train.timing.INFERENCE_BATCH`, on :attr:`Plan.inference_threads`; plans made before have none and
+    count :attr:`forward`)"""
+    load: dict[str, float] = field(default_factory=dict)
+    """loading a stage's encoder file of each model (the quality measures load every stage's; 0 where not timed)"""
     motion: dict[int, float] = field(default_factory=dict)
     """the :data:`MOTION_PERCENTILE` th percentile of the flow's horizontal and vertical magnitudes (px per frame)
     on the sampled videos' first frame pairs, at each short side (:func:`flow_bound`)"""
@@ -227,6 +236,9 @@ class Plan:
     threads: int | None = None
     """threads of the CoCLR stages, trained in the job's own process (None: every core; 1 where one thread was
     measured faster: :func:`one_thread`)"""
+    inference_threads: int | None = None
+    """threads of the quality measures' forwards (None: every core; 1 where a forward was measured faster on one
+    thread: :func:`~coclr.train.timing.inference_on_one_thread`)"""
     init: dict[str, dict[str, Any]] = field(default_factory=dict)
     """view -> the checkpoint its InfoNCE stage starts from (``source``: the file given, ``sha256``, ``format``;
     :mod:`coclr.learn.init`); empty: both views from scratch. The model is then the checkpoint's."""
@@ -356,7 +368,7 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
         # two passes over the files (RGB; both streams, writing flow alone too), flow computed on the fly by one
         "embed": (2 * footage.frames * costs.decode_frame / costs.workers + pairs * costs.flow_pair[size]
                   + 3 * windows_of(footage, model) * costs.forward[key]) / shared,
-        "quality": 6 * quality_windows * costs.forward[key],
+        "quality": 6 * (quality_windows * costs.window.get(key, costs.forward[key]) + costs.load.get(key, 0.0)),
         "curate": curate_seconds(footage, model, costs, curate_videos(footage, model, costs, budget)),
         "fixed": FIXED_SECONDS,
     }
@@ -524,6 +536,8 @@ def _plan(footage: Footage, costs: Costs, model: Model, affordable: int, budget:
     epochs, steps = schedule(affordable, steps_per_epoch(footage, model, batch, costs.processes))
     queue = queue_for(footage.instances(model), batch * costs.processes)
     threads = 1 if one_thread(costs, model.key) else None
+    inference = model.key in costs.window and inference_on_one_thread(costs.forward[model.key],
+                                                                      costs.single_forward[model.key])
     bound = flow_bound(costs, model.size)
     reasons.append(f"{footage.instances(model)} training instances: a video, or a stretch of {segment_frames(model)} "
                    f"frames of a longer one; flow clipped to +-{bound:g} px (the footage's motion, measured on its "
@@ -531,6 +545,8 @@ def _plan(footage: Footage, costs: Costs, model: Model, affordable: int, budget:
     if threads == 1:
         reasons.append("CoCLR trains on one thread: this network's steps were measured faster on one thread than on "
                        "every core")
+    if inference:
+        reasons.append("the quality measures run on one thread: this network's forward was measured faster there")
     curated = curate_videos(footage, model, costs, budget)
     if curated < min(CURATE_VIDEOS, footage.videos):
         one = calibration_seconds(footage, model, costs, 1)
@@ -543,7 +559,7 @@ def _plan(footage: Footage, costs: Costs, model: Model, affordable: int, budget:
     return Plan(model, batch, queue, min(5, max(1, queue // 2)), epochs, steps,
                 {"measure": spent, **estimates(footage, model, costs, steps, batch, budget)}, budget, reasons,
                 costs.processes, segment_frames(model), flow_bound=bound, costs=recorded, threads=threads,
-                curate_videos=curated, fit_budget=True)
+                curate_videos=curated, fit_budget=True, inference_threads=1 if inference else None)
 
 
 def flow_bound(costs: Costs, side: int) -> float:
@@ -674,11 +690,14 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         first = grays[0]  # timed as the flow job solves pairs: many at once
         repeat = -(-TIMED_PAIRS // (len(first) - 1))
         previous, following = first[:-1].repeat(repeat, 1, 1), first[1:].repeat(repeat, 1, 1)
-        sync()
-        begin = time.perf_counter()
-        tvl1_flow(previous, following)
-        sync()
-        costs.flow_pair[size] = (time.perf_counter() - begin) / len(previous)
+        timed = []
+        for _ in range(FLOW_TIMINGS):
+            sync()
+            begin = time.perf_counter()
+            tvl1_flow(previous, following)
+            sync()
+            timed.append((time.perf_counter() - begin) / len(previous))
+        costs.flow_pair[size] = float(np.median(timed))
 
     candidates = [fixed] if fixed is not None else [model for model in MODELS if footage.fits(model)]
     took: list[tuple[Model, float]] = []
@@ -696,9 +715,10 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
             measured = time_training(model.width, model.size, model.length, Path(tmp) / model.key, device, batch)
             if costs.side_by_side:
                 measured["lone_step"], measured["start"] = _time_side_by_side(model, batch)
-            for name in ("step", "lone_step", "single_step", "forward", "single_forward", "epoch", "stage", "start"):
+            for name in ("step", "lone_step", "single_step", "forward", "single_forward", "epoch", "stage", "start",
+                         "window", "load"):
                 fallback = (measured["step"] if name in ("lone_step", "single_step")
-                            else measured["forward"] if name == "single_forward" else 0.0)
+                            else measured["forward"] if name in ("single_forward", "window") else 0.0)
                 getattr(costs, name)[model.key] = measured.get(name, fallback)
             took.append((model, time.perf_counter() - begin))
             if _affordable(footage, model, costs, deadline - (time.perf_counter() - started)) < TARGET_STEPS:

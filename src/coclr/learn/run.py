@@ -258,7 +258,7 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
         with line.phase("coclr", plan.stage_steps(stages[2:])), record("coclr"), torch_threads(plan.threads):
             train_coclr(out, config, plan, stages, clock, result, line)
         if main:
-            with line.phase("quality", None), record("quality"):
+            with line.phase("quality", None), record("quality"), torch_threads(plan.inference_threads):
                 result["stages"], result["agreement"] = measure_stages(out, store, config, plan, str(device),
                                                                        labels, root)
             result["exported"] = choose_exports(result["stages"])
@@ -577,8 +577,10 @@ def measure_stages(out: Path, store: Path, config, plan: Plan, device: str, labe
     from coclr.learn.scores import stage_scorer  # noqa: PLC0415
     from coclr.learn.stages import sample_keys, stage_quality  # noqa: PLC0415
     from coclr.train.pipeline import Stage, plan_stages  # noqa: PLC0415
+    from coclr.train.timing import INFERENCE_BATCH  # noqa: PLC0415
 
-    clips = ClipConfig(length=config.data.length, stride=config.data.stride, size=config.data.size, batch_size=32)
+    clips = ClipConfig(length=config.data.length, stride=config.data.stride, size=config.data.size,
+                       batch_size=INFERENCE_BATCH)  # the unit the calibration timed
     starts = [Stage(f"init_{view}", "init", [view], 0, 0, []) for view in plan.init]
     scorer = stage_scorer(labels, root) if labels is not None else None
     return stage_quality(lambda stage, view: stage_encoder(out, stage, view), store, [*starts, *plan_stages(config)],

@@ -17,7 +17,8 @@ import numpy as np
 from coclr.threads import torch_threads
 
 INFERENCE_BATCH = 16
-"""Clips per inference forward (``coclr embed``'s default batch): the unit of the timed forward."""
+"""Clips per inference forward (``coclr embed``'s default batch, the quality measures'): the unit of the timed
+forward."""
 TIMED_EPOCHS = 4
 """Epochs of the short run that times the end of an epoch as training pays it."""
 
@@ -29,9 +30,10 @@ def time_training(width: float, size: int, length: int, folder: Path, device, ba
     two untimed ones), the end of an epoch (its checkpoint, after a first one, or what a short run of
     :data:`TIMED_EPOCHS` epochs spent between them if more), one clip's forward without gradients
     (in a batch of :data:`INFERENCE_BATCH`; each of the step and the forward also on one thread, ``single_step`` and
-    ``single_forward``, on a CPU of several), and (``ready``) from ``started`` (a ``time.time()``) until the first
-    step could run. ``stages`` false: without the stage starts and the short run (the first start's seconds and
-    the save alone stand for them)."""
+    ``single_forward``, on a CPU of several), the quality measures' units (:func:`time_inference`: ``window`` on
+    the threads :func:`inference_on_one_thread` picks, ``load``), and (``ready``) from ``started`` (a
+    ``time.time()``) until the first step could run. ``stages`` false: without the stage starts, the short run
+    (the first start's seconds and the save alone stand for them) and the quality measures' units."""
     from coclr.atomic import read_json_lines  # noqa: PLC0415
     from coclr.config import from_dict  # noqa: PLC0415
     from coclr.synth.output import random_store  # noqa: PLC0415
@@ -51,6 +53,9 @@ def time_training(width: float, size: int, length: int, folder: Path, device, ba
     with start_run(config("run")) as trainer:
         first = time.perf_counter() - begin
         timings = time_steps(trainer, length, size, batch, steps, first, started)
+        if stages:
+            timings.update(time_inference(trainer, store, folder, length, size,
+                                          inference_on_one_thread(timings["forward"], timings["single_forward"])))
     if not stages:
         return timings
     # Stages started again (the median of three): the first start in a process also paid its one-time costs
@@ -145,3 +150,42 @@ def time_one_thread(width: float, size: int, length: int, batch: int, steps: int
     with tempfile.TemporaryDirectory(prefix="coclr-timing-") as tmp:
         timing = time_training(width, size, length, Path(tmp), "cpu", batch, steps, started=launched, stages=False)
     return {"step": timing["step"], "started": timing["ready"]}
+
+
+def inference_on_one_thread(forward: float, single_forward: float) -> bool:
+    """Whether inference (the quality measures) runs on one thread: a forward took less there than on every thread
+    (a tiny network's operations are too small to share, and with OpenMP's passive wait a second thread wakes
+    late)."""
+    return single_forward < forward
+
+
+def time_inference(trainer, store: Path, folder: Path, length: int, size: int, one_thread: bool,
+                   repeats: int = 3) -> dict[str, float]:
+    """Seconds of the units of the quality measures as they run (:func:`coclr.learn.stages.stage_quality`): a
+    stored window read and through the backbone (``window``: :func:`~coclr.eval.features.window_features` over the
+    sliding windows of ``store``, in batches of :data:`INFERENCE_BATCH`, on one thread with ``one_thread``), and a
+    stage's encoder file loaded (``load``); each the median of ``repeats`` after a first (which loads what they
+    need)."""
+    import torch  # noqa: PLC0415 (heavy)
+
+    from coclr.eval.features import window_features  # noqa: PLC0415
+    from coclr.eval.options import ClipConfig  # noqa: PLC0415
+    from coclr.models.loading import load_encoder, save_encoder  # noqa: PLC0415
+    from coclr.store.clipstore import ClipStore  # noqa: PLC0415
+
+    path = save_encoder(folder / "encoder.pth", next(iter(trainer.model.learners.values())).encoder_q)
+    loads = []
+    for _ in range(repeats + 1):
+        begin = time.perf_counter()
+        backbone, _ = load_encoder(path)
+        loads.append(time.perf_counter() - begin)
+    backbone.to(trainer.device).eval()
+    clips = ClipConfig(length=length, stride=1, size=size, batch_size=INFERENCE_BATCH)
+    clip_store = ClipStore(store)
+    runs = []
+    with torch.inference_mode(), torch_threads(1 if one_thread else None):
+        for _ in range(repeats + 1):
+            begin = time.perf_counter()
+            features = window_features(backbone, clip_store, "rgb", "train", clips, trainer.device)[0]
+            runs.append((time.perf_counter() - begin) / max(1, len(features)))
+    return {"window": float(np.median(runs[1:])), "load": float(np.median(loads[1:]))}
