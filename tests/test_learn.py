@@ -1118,3 +1118,24 @@ def test_a_run_from_a_checkpoint_measures_it_beside_every_stage_and_keeps_it(lea
         wide = encoder_file(tmp_path / "wide.pth", "rgb", width=0.25)
         learn([videos], tmp_path / "new", LearnOptions(budget=300, plan=Plan.from_dict(TINY_PLAN), init=str(wide)))
     assert files_digest(out) == before and not (tmp_path / "new").exists()
+
+
+def test_the_curations_costs_are_the_median_of_timings_after_a_first(monkeypatch):
+    """A thumbnail's and a fingerprint's cost is the median over the readable sampled videos after the first (which
+    loads the decoder), up to CURATION_TIMINGS; an unreadable video is skipped; one readable video is timed alone."""
+    import coclr.learn.budget as budget
+
+    clock = iter(range(1000))
+    monkeypatch.setattr(budget.time, "perf_counter", lambda: next(clock))
+    seconds = {"a": 50, "bad": 0, "b": 3, "c": 9, "d": 4, "e": 1}  # how long each one's work "takes"
+
+    def work(path: str) -> None:
+        if path == "bad":
+            raise ValueError("not a video")
+        for _ in range(seconds[path] - 1):  # each call of the clock moves it by one
+            next(clock)
+
+    assert budget.CURATION_TIMINGS == 3
+    assert budget._time_readable(["a", "bad", "b", "c", "d", "e"], work) == 4  # b, c, d: 3, 9, 4 -> 4 (a: first)
+    assert budget._time_readable(["bad", "a"], work) == 50
+    assert budget._time_readable(["bad"], work) == 0.0

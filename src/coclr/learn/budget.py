@@ -54,6 +54,9 @@ would otherwise repeat them thousands of times (what is left of the budget is no
 FLOW_TIMINGS = 3
 """Times the :data:`TIMED_PAIRS` are solved; their median is the flow's cost (one timing of a few tens of
 milliseconds moved by a fifth between runs on a shared machine)."""
+CURATION_TIMINGS = 3
+"""Timings whose median is each of the curation's costs (an encoded frame, a thumbnail, a fingerprint): one timing
+of a fraction of a second moved the curation's estimate by a tenth between runs whose curation took the same."""
 SAMPLE_VIDEOS = 4
 """Videos the measurement decodes (spread over the inputs): the decoding speed, and frame pairs for the flow."""
 PAIRS = 4
@@ -774,23 +777,28 @@ def measuring_left(took: Sequence[tuple[Model, float]], remaining: Sequence[Mode
 
 def _time_encoding(videos: list[list[np.ndarray]]) -> float:
     """Seconds to encode one of the sampled videos' frames as H.264 (as the curation writes its altered copies):
-    the first video's, cropped to even sides, timed on the second of two runs (the first loads the encoder)."""
+    the first video's, cropped to even sides, the median of :data:`CURATION_TIMINGS` runs after a first (which loads
+    the encoder)."""
     from coclr.video.decode import write_mp4  # noqa: PLC0415 (heavy: av)
 
     frames = np.stack(next(frames for frames in videos if frames))
     frames = frames[:, : frames.shape[1] // 2 * 2, : frames.shape[2] // 2 * 2]
     if min(frames.shape[1:3]) < 2:
         return 0.0
+    timed = []
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
         write_mp4(Path(tmp) / "first.mp4", frames[:2], 25.0)
-        begin = time.perf_counter()
-        write_mp4(Path(tmp) / "timed.mp4", frames, 25.0)
-        return (time.perf_counter() - begin) / len(frames)
+        for number in range(CURATION_TIMINGS):
+            begin = time.perf_counter()
+            write_mp4(Path(tmp) / f"timed{number}.mp4", frames, 25.0)
+            timed.append((time.perf_counter() - begin) / len(frames))
+    return float(np.median(timed))
 
 
-def _time_second_readable(paths: Sequence[str], work: Callable[[str], object]) -> float:
-    """Seconds ``work`` took on the second video of ``paths`` it could read (the first, untimed, loads the
-    decoder); the first's when only one could be read; 0 when none could (the store job reports those)."""
+def _time_readable(paths: Sequence[str], work: Callable[[str], object]) -> float:
+    """Seconds ``work`` took on a video of ``paths``: the median over the readable ones after the first, up to
+    :data:`CURATION_TIMINGS` (the first, untimed, loads the decoder); the first's when only one could be read; 0
+    when none could (the store job reports those)."""
     timed = []
     for path in paths:
         begin = time.perf_counter()
@@ -799,31 +807,31 @@ def _time_second_readable(paths: Sequence[str], work: Callable[[str], object]) -
         except Exception:  # an unreadable sample: the store job reports it
             continue
         timed.append(time.perf_counter() - begin)
-        if len(timed) == 2:
+        if len(timed) == CURATION_TIMINGS + 1:
             break
-    return timed[-1] if timed else 0.0
+    return float(np.median(timed[1:] or timed)) if timed else 0.0
 
 
 def _time_thumbnail(paths: Sequence[str]) -> float:
     """Seconds to make one video's curation thumbnail (as :func:`coclr.curate.run.write_thumbnails` does), on one
-    thread (:func:`_time_second_readable`)."""
+    thread (:func:`_time_readable`)."""
     from coclr.curate.run import THUMBNAIL_FRAMES, THUMBNAIL_HEIGHT  # noqa: PLC0415
     from coclr.embed.search import file_thumbnail  # noqa: PLC0415 (heavy: torch)
     from coclr.eval.gallery import animated_gif  # noqa: PLC0415
 
-    return _time_second_readable(paths, lambda path: animated_gif(
+    return _time_readable(paths, lambda path: animated_gif(
         file_thumbnail(path, num_frames=THUMBNAIL_FRAMES, height=THUMBNAIL_HEIGHT)))
 
 
 def _time_fingerprint(paths: Sequence[str]) -> float:
     """Seconds to fingerprint one video (as :func:`coclr.curate.fingerprint.fingerprints` does, with the first block
-    of the widest candidate network), on one thread (:func:`_time_second_readable`)."""
+    of the widest candidate network), on one thread (:func:`_time_readable`)."""
     from coclr.curate.fingerprint import fingerprint_file  # noqa: PLC0415
     from coclr.models.s3d import S3D  # noqa: PLC0415
 
     stem = S3D(width=max(model.width for model in MODELS)).Conv_1a.eval()
     with torch_threads(1):
-        return _time_second_readable(paths, lambda path: fingerprint_file(path, stem))
+        return _time_readable(paths, lambda path: fingerprint_file(path, stem))
 
 
 def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float, float]:
