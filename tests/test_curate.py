@@ -538,3 +538,20 @@ def test_the_command_line_is_generated_from_the_options():
     for field in dataclasses.fields(CurateOptions):  # each option once, with its documentation
         assert f"--{field.name.replace('_', '-')}" in text
         assert field.metadata["help"].split()[0] in text
+
+
+def test_brighten_gives_every_level_the_formula_s_value_on_any_layout():
+    """The brightened copy looks every level up: the same bytes as the formula computed in float32 (brighter by 40
+    levels, a fifth more contrast, clipped, truncated), on a contiguous video, a trimmed view and an odd size."""
+    from coclr.curate.alter import brighten, trim
+
+    rng = np.random.default_rng(0)
+    video = rng.integers(0, 256, (12, 17, 23, 3), dtype=np.uint8)
+    video[0, 0, :3] = [[0, 1, 2], [179, 180, 181], [212, 213, 255]]  # below, at and past the clip
+
+    def formula(frames: np.ndarray) -> np.ndarray:
+        return np.clip(frames.astype(np.float32) * 1.2 + 40, 0, 255).astype(np.uint8)
+
+    for frames in (video, trim(video), video[:, 1:, ::2]):
+        out = brighten(frames)
+        assert out.dtype == np.uint8 and out.shape == frames.shape and np.array_equal(out, formula(frames))

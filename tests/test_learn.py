@@ -1120,22 +1120,24 @@ def test_a_run_from_a_checkpoint_measures_it_beside_every_stage_and_keeps_it(lea
     assert files_digest(out) == before and not (tmp_path / "new").exists()
 
 
-def test_the_curations_costs_are_the_median_of_timings_after_a_first(monkeypatch):
-    """A thumbnail's and a fingerprint's cost is the median over the readable sampled videos after the first (which
-    loads the decoder), up to CURATION_TIMINGS; an unreadable video is skipped; one readable video is timed alone."""
+def test_a_per_video_cost_is_the_mean_over_the_readable_videos_after_one_untimed_run(monkeypatch):
+    """A thumbnail's and a fingerprint's cost is the mean over the readable sampled videos (they differ in length and
+    size), each timed after one untimed run on the first (which loads what the work needs); an unreadable video is
+    skipped; none readable is 0."""
     import coclr.learn.budget as budget
 
     clock = iter(range(1000))
     monkeypatch.setattr(budget.time, "perf_counter", lambda: next(clock))
-    seconds = {"a": 50, "bad": 0, "b": 3, "c": 9, "d": 4, "e": 1}  # how long each one's work "takes"
+    seconds = {"a": 5, "bad": 0, "b": 3, "c": 10}  # how long each one's work "takes"
+    calls = []
 
     def work(path: str) -> None:
+        calls.append(path)
         if path == "bad":
             raise ValueError("not a video")
         for _ in range(seconds[path] - 1):  # each call of the clock moves it by one
             next(clock)
 
-    assert budget.CURATION_TIMINGS == 3
-    assert budget._time_readable(["a", "bad", "b", "c", "d", "e"], work) == 4  # b, c, d: 3, 9, 4 -> 4 (a: first)
-    assert budget._time_readable(["bad", "a"], work) == 50
-    assert budget._time_readable(["bad"], work) == 0.0
+    assert budget._time_per_video(["bad", "a", "b", "c"], work) == 6  # (5 + 3 + 10) / 3
+    assert calls == ["bad", "a", "a", "b", "c"]  # a twice: once untimed
+    assert budget._time_per_video(["bad"], work) == 0.0

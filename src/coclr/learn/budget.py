@@ -55,8 +55,8 @@ FLOW_TIMINGS = 3
 """Times the :data:`TIMED_PAIRS` are solved; their median is the flow's cost (one timing of a few tens of
 milliseconds moved by a fifth between runs on a shared machine)."""
 CURATION_TIMINGS = 3
-"""Timings whose median is each of the curation's costs (an encoded frame, a thumbnail, a fingerprint): one timing
-of a fraction of a second moved the curation's estimate by a tenth between runs whose curation took the same."""
+"""Timings whose median is the cost of an encoded frame (the curation's altered copies): one timing of a fraction of
+a second moved the curation's estimate by a tenth between runs whose curation took the same."""
 SAMPLE_VIDEOS = 4
 """Videos the measurement decodes (spread over the inputs): the decoding speed, and frame pairs for the flow."""
 PAIRS = 4
@@ -539,8 +539,8 @@ def _plan(footage: Footage, costs: Costs, model: Model, affordable: int, budget:
     epochs, steps = schedule(affordable, steps_per_epoch(footage, model, batch, costs.processes))
     queue = queue_for(footage.instances(model), batch * costs.processes)
     threads = 1 if one_thread(costs, model.key) else None
-    inference = model.key in costs.window and inference_on_one_thread(costs.forward[model.key],
-                                                                      costs.single_forward[model.key])
+    inference = model.key in costs.window and inference_on_one_thread(
+        costs.forward[model.key], costs.single_forward.get(model.key, costs.forward[model.key]))
     bound = flow_bound(costs, model.size)
     reasons.append(f"{footage.instances(model)} training instances: a video, or a stretch of {segment_frames(model)} "
                    f"frames of a longer one; flow clipped to +-{bound:g} px (the footage's motion, measured on its "
@@ -795,43 +795,44 @@ def _time_encoding(videos: list[list[np.ndarray]]) -> float:
     return float(np.median(timed))
 
 
-def _time_readable(paths: Sequence[str], work: Callable[[str], object]) -> float:
-    """Seconds ``work`` took on a video of ``paths``: the median over the readable ones after the first, up to
-    :data:`CURATION_TIMINGS` (the first, untimed, loads the decoder); the first's when only one could be read; 0
-    when none could (the store job reports those)."""
-    timed = []
+def _time_per_video(paths: Sequence[str], work: Callable[[str], object]) -> float:
+    """Seconds ``work`` takes on a video of ``paths``: the mean over the readable ones (the videos differ in length
+    and size; the median of a few picked the cheap ones), each timed after one untimed run on the first (which
+    loads what the work needs); 0 when none could be read (the store job reports those)."""
+    timed, warm = [], False
     for path in paths:
-        begin = time.perf_counter()
         try:
+            if not warm:
+                work(path)
+                warm = True
+            begin = time.perf_counter()
             work(path)
         except Exception:  # an unreadable sample: the store job reports it
             continue
         timed.append(time.perf_counter() - begin)
-        if len(timed) == CURATION_TIMINGS + 1:
-            break
-    return float(np.median(timed[1:] or timed)) if timed else 0.0
+    return float(np.mean(timed)) if timed else 0.0
 
 
 def _time_thumbnail(paths: Sequence[str]) -> float:
     """Seconds to make one video's curation thumbnail (as :func:`coclr.curate.run.write_thumbnails` does), on one
-    thread (:func:`_time_readable`)."""
+    thread (:func:`_time_per_video`)."""
     from coclr.curate.run import THUMBNAIL_FRAMES, THUMBNAIL_HEIGHT  # noqa: PLC0415
     from coclr.embed.search import file_thumbnail  # noqa: PLC0415 (heavy: torch)
     from coclr.eval.gallery import animated_gif  # noqa: PLC0415
 
-    return _time_readable(paths, lambda path: animated_gif(
+    return _time_per_video(paths, lambda path: animated_gif(
         file_thumbnail(path, num_frames=THUMBNAIL_FRAMES, height=THUMBNAIL_HEIGHT)))
 
 
 def _time_fingerprint(paths: Sequence[str]) -> float:
     """Seconds to fingerprint one video (as :func:`coclr.curate.fingerprint.fingerprints` does, with the first block
-    of the widest candidate network), on one thread (:func:`_time_readable`)."""
+    of the widest candidate network), on one thread (:func:`_time_per_video`)."""
     from coclr.curate.fingerprint import fingerprint_file  # noqa: PLC0415
     from coclr.models.s3d import S3D  # noqa: PLC0415
 
     stem = S3D(width=max(model.width for model in MODELS)).Conv_1a.eval()
     with torch_threads(1):
-        return _time_readable(paths, lambda path: fingerprint_file(path, stem))
+        return _time_per_video(paths, lambda path: fingerprint_file(path, stem))
 
 
 def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float, float]:
