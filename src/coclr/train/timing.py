@@ -164,8 +164,8 @@ def time_inference(trainer, store: Path, folder: Path, length: int, size: int, o
     """Seconds of the units of the quality measures as they run (:func:`coclr.learn.stages.stage_quality`): a
     stored window read and through the backbone (``window``: :func:`~coclr.eval.features.window_features` over the
     sliding windows of ``store``, in batches of :data:`INFERENCE_BATCH`, on one thread with ``one_thread``), and a
-    stage's encoder file loaded (``load``); each the median of ``repeats`` after a first (which loads what they
-    need)."""
+    stage's encoder file loaded (``load``: each file once, as the measures load each stage's); each the median of
+    ``repeats`` after a first (which loads what they need)."""
     import torch  # noqa: PLC0415 (heavy)
 
     from coclr.eval.features import window_features  # noqa: PLC0415
@@ -173,9 +173,10 @@ def time_inference(trainer, store: Path, folder: Path, length: int, size: int, o
     from coclr.models.loading import load_encoder, save_encoder  # noqa: PLC0415
     from coclr.store.clipstore import ClipStore  # noqa: PLC0415
 
-    path = save_encoder(folder / "encoder.pth", next(iter(trainer.model.learners.values())).encoder_q)
+    encoder = next(iter(trainer.model.learners.values())).encoder_q
     loads = []
-    for _ in range(repeats + 1):
+    for number in range(repeats + 1):  # a file of its own each time: loading one again took 0.4 of its first load
+        path = save_encoder(folder / f"encoder{number}.pth", encoder)
         begin = time.perf_counter()
         backbone, _ = load_encoder(path)
         loads.append(time.perf_counter() - begin)
