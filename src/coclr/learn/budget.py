@@ -51,12 +51,9 @@ two cycles): a quarter for each InfoNCE stage, an eighth for each of the four Co
 MAX_EPOCHS = {"coclr": 100}
 """At most this many epochs per CoCLR stage (and twice as many per InfoNCE stage): a few videos and a long budget
 would otherwise repeat them thousands of times (what is left of the budget is not spent)."""
-FLOW_TIMINGS = 3
-"""Times the :data:`TIMED_PAIRS` are solved; their median is the flow's cost (one timing of a few tens of
-milliseconds moved by a fifth between runs on a shared machine)."""
-CURATION_TIMINGS = 3
-"""Timings whose median is the cost of an encoded frame (the curation's altered copies): one timing of a fraction of
-a second moved the curation's estimate by a tenth between runs whose curation took the same."""
+REPEATS = 3
+"""Timings of the same work whose median is its cost (a flow pair, an encoded frame): one timing of a fraction of a
+second moved by a fifth between runs on a shared machine."""
 SAMPLE_VIDEOS = 4
 """Videos the measurement decodes (spread over the inputs): the decoding speed, and frame pairs for the flow."""
 PAIRS = 4
@@ -694,7 +691,7 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         repeat = -(-TIMED_PAIRS // (len(first) - 1))
         previous, following = first[:-1].repeat(repeat, 1, 1), first[1:].repeat(repeat, 1, 1)
         timed = []
-        for _ in range(FLOW_TIMINGS):
+        for _ in range(REPEATS):
             sync()
             begin = time.perf_counter()
             tvl1_flow(previous, following)
@@ -777,7 +774,7 @@ def measuring_left(took: Sequence[tuple[Model, float]], remaining: Sequence[Mode
 
 def _time_encoding(videos: list[list[np.ndarray]]) -> float:
     """Seconds to encode one of the sampled videos' frames as H.264 (as the curation writes its altered copies):
-    the first video's, cropped to even sides, the median of :data:`CURATION_TIMINGS` runs after a first (which loads
+    the first video's, cropped to even sides, the median of :data:`REPEATS` runs after a first (which loads
     the encoder)."""
     from coclr.video.decode import write_mp4  # noqa: PLC0415 (heavy: av)
 
@@ -788,7 +785,7 @@ def _time_encoding(videos: list[list[np.ndarray]]) -> float:
     timed = []
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
         write_mp4(Path(tmp) / "first.mp4", frames[:2], 25.0)
-        for number in range(CURATION_TIMINGS):
+        for number in range(REPEATS):
             begin = time.perf_counter()
             write_mp4(Path(tmp) / f"timed{number}.mp4", frames, 25.0)
             timed.append((time.perf_counter() - begin) / len(frames))

@@ -53,11 +53,10 @@ def time_training(width: float, size: int, length: int, folder: Path, device, ba
     with start_run(config("run")) as trainer:
         first = time.perf_counter() - begin
         timings = time_steps(trainer, length, size, batch, steps, first, started)
-        if stages:
-            timings.update(time_inference(trainer, store, folder, length, size,
-                                          inference_on_one_thread(timings["forward"], timings["single_forward"])))
-    if not stages:
-        return timings
+        if not stages:
+            return timings
+        timings.update(time_inference(trainer, store, folder, length, size,
+                                      inference_on_one_thread(timings["forward"], timings["single_forward"])))
     # Stages started again (the median of three): the first start in a process also paid its one-time costs
     # (imports, kernels), which the stages of a run pay once, not per stage; a write that waits for the disk can
     # slow any one.
