@@ -289,6 +289,43 @@ def test_a_loader_worker_keeps_a_dropped_descriptor_handover_quiet(capsys):
     assert "ValueError: a real bug" in err and "EOFError: elsewhere" in err and err.count("Traceback") == 2
 
 
+EXITING_WORKER = """
+import multiprocessing, multiprocessing.util, os, signal, sys, time
+from coclr.interrupts import loader_worker_signals
+
+def work(queue):
+    loader_worker_signals()
+    multiprocessing.util.get_temp_dir()  # as a worker that shared a tensor holds one
+    queue.put(b"x" * (1 << 22))  # more than the pipe holds: its exit waits for a reader that never comes
+
+if __name__ == "__main__":
+    queue = multiprocessing.get_context("fork").Queue()
+    worker = multiprocessing.get_context("fork").Process(target=work, args=(queue,))
+    worker.start()
+    time.sleep(1.0)  # its run has returned; it waits in its exit for the batch to be read
+    assert worker.is_alive()
+    os.kill(worker.pid, signal.SIG%s)  # the loader's shutdown terminates a worker that does not exit
+    worker.join(30)
+    print("exit", worker.exitcode, flush=True)
+"""
+
+
+@pytest.mark.parametrize("signame", ["TERM", "INT"])
+def test_a_loader_worker_signalled_in_its_exit_ends_without_a_traceback(tmp_path, signame):
+    """A DataLoader worker stopped by Ctrl-C leaves its loop, then waits in its exit to flush a batch into a pipe its
+    stopping parent no longer reads; the loader's shutdown then terminates it (and a second Ctrl-C may land there):
+    the signal ends it at once, with no traceback (seen: 'Process-1: Traceback ... util._exit_function()')."""
+    script = tmp_path / "worker.py"
+    script.write_text(EXITING_WORKER % signame)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "TMPDIR": str(temp)})
+    assert result.returncode == 0 and "exit" in result.stdout, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert not list(temp.iterdir())  # its temporary folder went with it
+
+
 def test_the_innermost_layer_says_what_was_kept():
     inner = interrupted(Interrupted(signal.SIGTERM), "3 of 5 videos done and kept")
     outer = interrupted(inner, "what was finished is kept")

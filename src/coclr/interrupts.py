@@ -20,7 +20,9 @@ signal (:func:`loader_worker_signals`) while its parent shuts the loader down. A
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.util
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -200,12 +202,20 @@ def loader_worker_signals(worker_id: int = 0) -> None:
 
     A parent interrupted while it fetches a batch's shared memory from the worker drops the connection that hands
     over the file descriptor; the worker's sharing thread then reports the dropped connection as a traceback
-    (:func:`quiet_dropped_sharing` keeps that one quiet: the parent is stopping, and says so in one line)."""
+    (:func:`quiet_dropped_sharing` keeps that one quiet: the parent is stopping, and says so in one line).
+
+    A worker stopped mid-loop then waits in its exit to flush its last batch into a pipe its stopping parent no
+    longer reads, until the loader's shutdown terminates it: a signal that finds it there ends it at once, its
+    temporary folder removed, where an exception would only print a traceback from multiprocessing's exit."""
     signal.signal(signal.SIGTERM, _end_loader_worker)
+    signal.signal(signal.SIGINT, _end_loader_worker)
     sys.excepthook = quiet_dropped_sharing
 
 
 def _end_loader_worker(signum: int, frame: object) -> None:
+    if multiprocessing.util._exiting:  # past its loop, in multiprocessing's exit: nothing there is waited for
+        shutil.rmtree(multiprocessing.util.get_temp_dir(), ignore_errors=True)
+        os._exit(128 + signum)
     raise KeyboardInterrupt
 
 
