@@ -176,8 +176,8 @@ def test_coclr_eval_marks_a_collapsed_encoder_and_not_a_healthy_one(store_and_en
 def test_every_study_output_marks_a_collapsed_row_and_its_claims(store_and_encoders, tmp_path) -> None:
     """The study's evaluation of four rows whose K=1 encoder collapsed: results.md, table.md, the claims and
     seeds.md mark that row, and only it; the other rows are evaluated as usual."""
-    from coclr.config import from_dict
-    from coclr.study.config import StudyConfig
+    from coclr.config import from_dict, merge
+    from coclr.study.config import STUDY_TRAIN, StudyConfig
     from coclr.study.plan import plan_study
     from coclr.study.results import seeds_markdown, summarise_seeds
     from coclr.study.run import evaluate_rows, write_results
@@ -186,6 +186,8 @@ def test_every_study_output_marks_a_collapsed_row_and_its_claims(store_and_encod
     rows = ["infonce_rgb", "coclr_rgb", "coclr_k1_rgb", "coclr_k50_rgb"]
     config = from_dict(StudyConfig, {"rows": rows, "columns": ["linear", "retrieval"],
                                      "data": {"source": "store", "store": str(store)},
+                                     "train": merge(STUDY_TRAIN, {"run": {"batch_size": 2},  # 24 training videos
+                                                                  "method": {"queue_size": 64}}),  # K=50 < queue
                                      "eval": {"batch_size": 12, "linear": {"epochs": [3], "lrs": [0.01],
                                                                            "weight_decays": [0.0]}}})
     results = []

@@ -881,7 +881,7 @@ def test_eight_copies_of_one_video_collapse_and_the_run_says_so(tmp_path, capsys
     for number in range(8):
         shutil.copyfile(source, videos / f"copy{number}.mp4")
     out = tmp_path / "out"
-    process = run_learn(videos, out)
+    process = run_learn(videos, out, plan={**TINY_PLAN, "queue": 4})  # 2 iterations an epoch: the queue fills in 1
     output = process.stdout.read()
     assert process.returncode == 0, output  # (the script's status counts failed videos only)
     record = json.loads((out / "learn.json").read_text())

@@ -169,3 +169,33 @@ def test_a_pipeline_can_start_its_cycles_from_another_ones_infonce_stages(tmp_pa
     assert config["init_checkpoint"] == str(main_run / "infonce_rgb" / "encoder_rgb.pth")
     assert config["sampler_checkpoint"] == str(main_run / "infonce_flow" / "encoder_flow.pth")
     assert config["topk"] == 1 and not (tmp_path / "k1" / "infonce_rgb").exists()
+
+
+def test_a_coclr_stage_that_would_only_fill_its_queue_is_refused_before_any_stage(tmp_path: Path) -> None:
+    """CoCLR takes no step until its queue is full (as the authors' code): a stage whose iterations all go to
+    filling it would hand on its starting encoder as if it had trained. 8 videos in batches of 4 are 2 iterations
+    an epoch; a queue of 8 fills after 2: one epoch trains nothing, two train. Refused before the InfoNCE stages,
+    naming the stage and the options; the trainer refuses such a run on its own too, before writing."""
+    from coclr.train.run import pretrain
+    from test_train import tiny_config
+
+    store = make_random_store(tmp_path / "store", videos=8, frames=10)
+    waits = ["method.wait_for_full_queue=null"]  # as the method does: CoCLR waits, InfoNCE does not
+    with pytest.raises(ConfigError, match=r"^stage cycle1_rgb: method\.queue_size=8: coclr takes no optimiser step "
+                                          r"until its queue is full, after 2 iterations of 4 clips, and this run has 2 "
+                                          r"\(1 epoch\(s\) of 2\): .*raise pipeline\.cycle_epochs$"):
+        run_pipeline(pipeline_config(store, tmp_path / "run", *waits))
+    assert not (tmp_path / "run").exists()
+    run_pipeline(pipeline_config(store, tmp_path / "run", *waits), until="infonce_flow")  # those stages train
+    stage = tiny_config(store, tmp_path / "stage", "method.name=coclr", "data.view=rgb", "data.second_view=flow",
+                        "method.simultaneous=true", "optim.epochs=1", *waits)
+    with pytest.raises(ConfigError, match=r"^method\.queue_size=8: .*raise optim\.epochs$"):
+        pretrain(stage)
+    assert not (tmp_path / "stage").exists()
+    run_dir = run_pipeline(pipeline_config(store, tmp_path / "run2", *waits, "pipeline.cycle_epochs=2"))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert all(s["status"] == "done" for s in manifest["stages"])
+    trained = load_encoder(run_dir / "cycle1_rgb" / "encoder_rgb.pth")[0].state_dict()
+    start = load_encoder(run_dir / "infonce_rgb" / "encoder_rgb.pth")[0].state_dict()
+    assert any(not torch.equal(trained[k], start[k]) for k in trained if trained[k].is_floating_point()
+               and not k.endswith(("running_mean", "running_var")))  # its weights took steps

@@ -26,7 +26,7 @@ from conftest import REPO_ROOT
 
 REDUCED = ["data.synth={train_scenes: 4, test_scenes: 2, num_classes: 4, actions_per_scene: 4, clips_per_action: 1, "
            "frames: 10, motions: [translate_up, zoom_in, rotate, circle]}", "data.flow_backend=dis",
-           "data.flow_bound=5", "train.run.batch_size=8", "train.method.queue_size=16", "train.method.topk=2",
+           "data.flow_bound=5", "train.run.batch_size=8", "train.method.queue_size=8", "train.method.topk=2",
            "train.optim.warmup_epochs=0.5", "train.method.own_positive_epochs=0.5", "schedule.infonce_epochs=1",
            "schedule.cycle_epochs=1", "schedule.decay_epochs=0",  # one epoch per stage: nothing to decay
            "eval.finetune={epochs: 1, milestones: []}", "schedule.supervised={epochs: 1}"]
@@ -37,7 +37,11 @@ def _coclr(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "coclr", *args], capture_output=True, text=True, timeout=timeout)
 
 
-STUDY_OPTIONS = [*REDUCED, "train.method.queue_size=64", "processes=2"]  # K=50 < queue
+CYCLE_EPOCHS = 5
+"""The study's stages take no step until their queue is full (64 keys: 8 iterations of 8, four epochs of the 16
+train clips); with five epochs each stage trains, so K and the mining reach the encoders."""
+STUDY_OPTIONS = [*REDUCED, "train.method.queue_size=64", f"schedule.infonce_epochs={CYCLE_EPOCHS}",  # K=50 < queue
+                 f"schedule.cycle_epochs={CYCLE_EPOCHS}", "processes=2"]
 STUDY_ARGS = ["--config", str(REPO_ROOT / "configs" / "study_demo.yaml"), "--seed", "3", *STUDY_OPTIONS]
 """configs/study_demo.yaml reduced: the quick study's rows and options (``coclr demo``'s) with every other row of
 Table 1 and the finetune column."""
@@ -82,6 +86,11 @@ def test_every_row_and_column_of_table_1(table_1) -> None:
     assert not (out / "coclr_k1" / "infonce_rgb").exists() and (out / "coclr_k1" / "cycle2_rgb").is_dir()
     assert (out / "coclr_sim" / "cycle2_sim" / "encoder_rgb.pth").is_file()
     from coclr.atomic import file_sha256
+
+    # Each CoCLR row trains (its stages take steps once the queue is full): K=1, K=2 and K=50 give three encoders.
+    last = {folder: file_sha256(out / folder / "cycle2_rgb" / "encoder_rgb.pth")
+            for folder in ("pipeline", "coclr_k1", "coclr_k50")}
+    assert len(set(last.values())) == 3, last
 
     two_stream = json.loads((out / "eval" / "coclr_two_stream_finetune.json").read_text())
     coclr_rgb = file_sha256(out / "pipeline" / "cycle2_rgb" / "encoder_rgb.pth")[:12]
@@ -148,7 +157,7 @@ def test_the_quick_studys_rows_write_every_result(table_1, tmp_path: Path) -> No
     assert (oracle["name"], oracle["loss_form"]) == ("ubernce", "mil") and method["loss_form"] == "auto"
     # ... and starts where CoCLR-RGB starts, for as many epochs as CoCLR-RGB's two stages.
     assert Path(oracle["init_checkpoint"]) == out / "pipeline" / "infonce_rgb" / "checkpoint_last.pth"
-    assert oracle_config["optim"]["epochs"] == 2
+    assert oracle_config["optim"]["epochs"] == 2 * CYCLE_EPOCHS
     # InfoNCE trains at lr; the stages that start from its encoders (the oracle, CoCLR) at cycle_lr.
     defaults = StudyConfig()
     lr, cycle_lr = defaults.train["optim"]["lr"], defaults.schedule.cycle_lr
@@ -158,7 +167,7 @@ def test_the_quick_studys_rows_write_every_result(table_1, tmp_path: Path) -> No
     assert stage_lrs == {"infonce_rgb": lr, "infonce_flow": lr, **{f"cycle{c}_{v}": cycle_lr for c in (1, 2)
                                                                    for v in ("rgb", "flow")}}
     oracle_log = (out / "ubernce_rgb" / "log.jsonl").read_text()
-    assert sum('"epoch_loss"' in line for line in oracle_log.splitlines()) == 2
+    assert sum('"epoch_loss"' in line for line in oracle_log.splitlines()) == 2 * CYCLE_EPOCHS
     stage = yaml.safe_load((out / "configs" / "infonce_rgb.yaml").read_text())
     assert stage["augment"]["crop_area"] == STUDY_TRAIN["augment"]["crop_area"] and stage["augment"]["blur_p"] == 0.0
     # Every training process keeps the decoded frames in memory (reads are the same; tests/test_datasets.py).
@@ -221,7 +230,8 @@ def test_the_ucf101_config_is_checked_on_a_small_ucf101_folder(tmp_path: Path, c
     lists = tmp_path / "ucfTrainTestlist"
     lists.mkdir()
     (lists / "classInd.txt").write_text("1 ApplyEyeMakeup\n2 Archery\n")
-    train = ["ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi 1", "Archery/v_Archery_g08_c01.avi 2"]
+    train = [f"{name}/v_{name}_g{group:02d}_c01.avi {label}" for label, name in ((1, "ApplyEyeMakeup"), (2, "Archery"))
+             for group in range(8, 24)]  # a batch of 32: the plan refuses a training split smaller than one batch
     test = ["ApplyEyeMakeup/v_ApplyEyeMakeup_g01_c01.avi", "Archery/v_Archery_g01_c02.avi"]
     (lists / "trainlist01.txt").write_text("\n".join(train) + "\n")
     (lists / "testlist01.txt").write_text("\n".join(test) + "\n")
@@ -475,6 +485,58 @@ def test_a_study_stopped_by_sigterm_stops_its_running_commands(tmp_path: Path) -
     study.send_signal(signal.SIGTERM)
     assert study.wait(60) == 130
     assert not any(_alive(pid) for pid in children), "a command of the study was left running"
+
+
+def test_a_study_whose_stage_would_only_fill_its_queue_is_refused_as_it_is_planned(tmp_path: Path) -> None:
+    """The study's stages take no step until their queue is full: one whose iterations would all fill it (or that
+    has fewer videos than one batch) is refused when the study is planned (before its data is built), named by its
+    folder with the study's options; a stage no row runs is not checked."""
+    def plan(*options: str):
+        return plan_study(load_config(StudyConfig, overrides=[*REDUCED, *options]), tmp_path / "study")
+
+    with pytest.raises(ConfigError, match=r"^the stage in pipeline/infonce_rgb: train\.method\.queue_size=64: infonce "
+                                          r"takes no optimiser step until its queue is full, after 8 iterations of 8 "
+                                          r"clips, and this run has 2 .*raise schedule\.infonce_epochs$"):
+        plan("train.method.queue_size=64")
+    with pytest.raises(ConfigError, match=r"^the stage in pipeline/cycle1_rgb: .*raise schedule\.cycle_epochs$"):
+        plan("train.method.queue_size=64", "schedule.infonce_epochs=5")
+    with pytest.raises(ConfigError, match=r"^the stage in pipeline/infonce_rgb: train\.run\.batch_size=32: 16 "
+                                          r"training video\(s\) are fewer than one batch of 32 clips; lower "
+                                          r"train\.run\.batch_size$"):
+        plan("train.run.batch_size=32")
+    plan("rows=[infonce_rgb]", "columns=[linear]", "train.method.queue_size=64", "schedule.infonce_epochs=5")
+    assert not (tmp_path / "study").exists()
+
+
+def test_jobs_that_would_write_one_folder_run_one_after_the_other(tmp_path: Path) -> None:
+    """Two rows whose encoders came out byte for byte the same (CoCLR stages that took no step) finetune in one
+    folder, named by the bytes: the second job starts once the first has ended (beside it, it would find the
+    folder claimed and fail the study), while a job writing elsewhere runs beside them."""
+    import shutil
+
+    from coclr.eval.options import ClipConfig, FinetuneConfig
+    from coclr.jobs.tasks import Finetune
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+
+    torch.manual_seed(0)
+    first = save_encoder(tmp_path / "k1.pth", build_encoder(width=0.125), {"view": "rgb"})
+    shutil.copyfile(first, tmp_path / "k50.pth")
+    other = save_encoder(tmp_path / "other.pth", build_encoder(width=0.125), {"view": "rgb"})
+
+    def finetune(checkpoint: Path) -> Finetune:
+        return Finetune(checkpoint, "rgb", tmp_path / "store", tmp_path / "finetune", ClipConfig(), FinetuneConfig(),
+                        ("flow",))
+
+    assert finetune(first).writes() == finetune(tmp_path / "k50.pth").writes() != finetune(other).writes()
+    timed = [sys.executable, "-c", "import json, sys, time; started = time.time(); time.sleep(1.0); "
+             "open(sys.argv[1] + '.times', 'w').write(json.dumps([started, time.time()]))"]
+    run_jobs([Job("k1", finetune(first)), Job("k50", finetune(tmp_path / "k50.pth")), Job("other", finetune(other))],
+             tmp_path, processes=3, poll_seconds=0.05, command=timed)
+    times = {name: json.loads((tmp_path / "logs" / f"{name}.task.json.times").read_text())
+             for name in ("k1", "k50", "other")}
+    assert times["k50"][0] >= times["k1"][1]  # after the job that writes its folder
+    assert times["other"][0] < times["k1"][1]  # beside it
 
 
 MINER_ROWS = ["infonce_rgb", "infonce_flow", "ubernce_rgb", "coclr_rgb", "coclr_flow", "coclr_ubernce_miner_flow",

@@ -289,6 +289,13 @@ def stream_folder(out_dir: str | Path, view: str, checkpoint_sha256: str, views:
     return Path(out_dir) / "_".join([view, checkpoint_sha256[:12], *(["with", *others] if others else [])])
 
 
+def stream_folders(streams: Sequence, out_dir: str | Path, with_views: Sequence[str] = ()) -> list[Path]:
+    """Where :func:`evaluate_finetune` finetunes each of ``streams`` (:func:`stream_folder`; their checkpoints
+    must exist): two evaluations whose checkpoints have the same bytes write the same folder."""
+    views = stream_views(streams, with_views)
+    return [stream_folder(out_dir, stream.view, checkpoint_sha256(stream.checkpoint), views) for stream in streams]
+
+
 def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: ClipConfig | None = None,
                       config: FinetuneConfig | None = None, train_split: str = "train", test_split: str = "test",
                       device: str | torch.device = "cpu", progress: bool = True,
@@ -310,13 +317,14 @@ def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: Cl
     if len(streams) > 1:  # ... and the fused probabilities: rewritten only if they are that
         check_output_file(out_dir / FUSED_FILE, FINETUNE_FOLDER.command, is_probabilities_file,
                           "a probabilities file")
-    for stream, sha in zip(streams, shas):  # every folder before any work
-        check_folder(stream_folder(out_dir, stream.view, sha, views), FINETUNE_FOLDER,
+    folders = stream_folders(streams, out_dir, with_views)
+    for stream, sha, folder in zip(streams, shas, folders):  # every folder before any work
+        check_folder(folder, FINETUNE_FOLDER,
                      finetune_fingerprint(sha, store, stream.view, train_split, clip_config, config, views),
                      _state_fingerprint)
-    per_stream = [finetune(stream.checkpoint, sha, store, stream.view, stream_folder(out_dir, stream.view, sha, views),
-                           clip_config, config, train_split, test_split, device, progress, views)
-                  for stream, sha in zip(streams, shas)]
+    per_stream = [finetune(stream.checkpoint, sha, store, stream.view, folder, clip_config, config, train_split,
+                           test_split, device, progress, views)
+                  for stream, sha, folder in zip(streams, shas, folders)]
     record = {"task": "finetune", **input_record(store, list(streams), {"train": train_split, "test": test_split}, shas,
                                                     views),
               "config": {"clips": dataclasses.asdict(clip_config), "finetune": dataclasses.asdict(config)}}

@@ -53,6 +53,16 @@ class _Running:
     process: subprocess.Popen
     slot: int
     log: Path = field(repr=False, default=Path())
+    writes: frozenset[Path] = frozenset()
+
+
+def _claimed_folders(task: Task) -> frozenset[Path]:
+    """The folders ``task`` will claim (:meth:`Task.writes`), resolved. A task whose inputs cannot tell them (a
+    checkpoint that does not read) claims none here: it fails on its own, with its own message, when it runs."""
+    try:
+        return frozenset(Path(folder).resolve() for folder in task.writes())
+    except Exception:  # noqa: BLE001 (the task's own run reports it)
+        return frozenset()
 
 
 def _epochs_done(job: Job, finished: bool) -> int:
@@ -149,7 +159,8 @@ def log_tail(log: Path, lines: int = 15) -> str:
 def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None = None,
              desc: str = "study", poll_seconds: float = 1.0, command: Sequence[str] = COMMAND) -> None:
     """Run ``jobs`` (in priority order), each task in a child process (:func:`start_task`), at most ``processes`` at
-    once, each after the jobs named in its ``deps``; raises :class:`CoclrError` naming every failed job (and those
+    once, each after the jobs named in its ``deps`` and never beside one that claims the same folder
+    (:meth:`~coclr.jobs.tasks.Task.writes`); raises :class:`CoclrError` naming every failed job (and those
     it stopped) once the others are done. Every task is checked to reach its process as it is before any starts.
     Stopped early (Ctrl-C, SIGTERM, an error), it stops the jobs still running before it returns."""
 
@@ -163,12 +174,14 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
 
-    def start(job: Job, slot: int) -> _Running:
+    def start(job: Job, slot: int, writes: frozenset[Path]) -> _Running:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(gpus[slot % len(gpus)])
         process, log = start_task(job.task, job.name, logs, env, command)
-        return _Running(job, process, slot, log)
+        return _Running(job, process, slot, log, writes)
+
+    claims: dict[str, frozenset[Path]] = {}  # a job's folders, read once its inputs are done (they stay as read)
 
     total = sum(job.epochs for job in jobs)
     try:
@@ -193,8 +206,12 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
                     if not free:
                         break
                     if set(job.deps) <= done:
+                        if job.name not in claims:
+                            claims[job.name] = _claimed_folders(job.task)
+                        if any(claims[job.name] & item.writes for item in running):
+                            continue  # after the job that writes its folder: it then finds the work done
                         pending.remove(job)
-                        running.append(start(job, free.pop(0)))
+                        running.append(start(job, free.pop(0), claims[job.name]))
                 if not running and pending:  # nothing can start: a dependency is not a job of this run
                     missing = sorted({dep for job in pending for dep in job.deps} - done)
                     raise CoclrError(f"jobs {', '.join(job.name for job in pending)} wait for {', '.join(missing)}, "

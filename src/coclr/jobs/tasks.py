@@ -46,6 +46,12 @@ class Task:
         """A few words on what the task does (a plan's description)."""
         raise NotImplementedError
 
+    def writes(self) -> tuple[Path, ...]:
+        """The folders the task claims for writing whose names are known only from its inputs, read when it is
+        about to start (the jobs it needs are done): the scheduler runs two tasks that claim the same folder one
+        after the other, not at once (the second finds the first's work done). None by default."""
+        return ()
+
     def record(self) -> dict[str, Any]:
         """The task as JSON values (``{"task": KIND, OPTION: VALUE, ...}``): what the child process reads back."""
         return {"task": self.kind, **{field.name: _plain(getattr(self, field.name))
@@ -194,6 +200,15 @@ class Finetune(Task, kind="finetune"):
 
     def describe(self) -> str:
         return f"finetune ({self.view})"
+
+    def writes(self) -> tuple[Path, ...]:
+        """The stream's finetuning folder, named by the checkpoint's bytes: two rows whose encoders came out the
+        same (e.g. CoCLR stages that took no step) share it."""
+        from coclr.eval.features import Stream, trained_view  # noqa: PLC0415 (heavy: torch)
+        from coclr.eval.finetune import stream_folders  # noqa: PLC0415
+
+        return tuple(stream_folders([Stream(self.checkpoint, trained_view(self.checkpoint, self.view))],
+                                    self.work_dir, self.also_views))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,8 +33,10 @@ from coclr.jobs.tasks import Finetune, Flow, Pipeline, Pretrain, check_records
 from coclr.store.clipstore import open_store
 from coclr.study.config import ROWS, STUDY_SYNTH, StudyConfig, supervised_row
 from coclr.synth import SynthConfig
+from coclr.synth.config import dataset_clips
 from coclr.train.config import PipelineConfig, PretrainConfig
 from coclr.train.pipeline import LAST, Stage, plan_stages, stage_config
+from coclr.train.setup import check_steps_taken
 from coclr.video import indexes
 
 
@@ -281,6 +283,7 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
             task = finetune_task(plan, encoders[name], view, finetune, out / "finetune")
             jobs.append(Job(f"finetune_{name}", task, (producers.get(name, name), "flow_test"), finetune.epochs))
     _check_data(plan)
+    _check_every_stage_trains(plan)
     check_records([(job.name, job.task) for job in jobs])
     return plan
 
@@ -338,6 +341,35 @@ def _check_data(plan: StudyPlan) -> None:
         if split not in index.split_counts():
             raise ConfigError(f"data: the {data.source} index of {data.root} has no {split!r} split")
     plan.index = index
+
+
+def _train_videos(plan: StudyPlan) -> int:
+    """The study's training videos: the synthetic dataset's, the store's or the index's train split (at most: the
+    videos that fail to decode are left out later)."""
+    if plan.synth is not None:
+        return sum(clip.split == "train" for clip in dataset_clips(plan.synth))
+    entries = (open_store(plan.store).index if plan.index is None else plan.index).entries
+    return sum(entry.split == "train" for entry in entries)
+
+
+def _check_every_stage_trains(plan: StudyPlan) -> None:
+    """Before the data is built: no training stage of a job may spend all its iterations filling its queue
+    (:func:`~coclr.train.setup.check_steps_taken`; each job trains in one process)."""
+    videos = _train_videos(plan)
+    for job in plan.jobs:
+        if isinstance(job.task, Pretrain):
+            stages = [job.task.config]
+        elif isinstance(job.task, Pipeline):
+            config, planned = job.task.config, plan_stages(job.task.config)
+            names = [stage.name for stage in planned]
+            runs = planned[: names.index(job.task.until) + 1] if job.task.until in names else planned
+            stages = [stage_config(config, stage, Path(config.run.out)) for stage in runs]
+        else:
+            continue
+        for options in stages:  # (named by its folder: a pipeline's stages may be run by several of its jobs)
+            where = f"the stage in {Path(options.run.out).relative_to(plan.out)}: "
+            epochs = "schedule.infonce_epochs" if options.method.name == "infonce" else "schedule.cycle_epochs"
+            check_steps_taken(options, videos, 1, where, "train.", epochs)
 
 
 def describe(plan: StudyPlan) -> str:

@@ -29,10 +29,11 @@ from coclr.models.encoder import build_encoder
 from coclr.models.loading import save_encoder
 from coclr.progress import duration
 from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record, restart_folder
+from coclr.store.clipstore import open_store
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PipelineConfig, PretrainConfig
 from coclr.train.run import pretrain
-from coclr.train.setup import CONTINUABLE, LAST, resolve_device, resolve_precision
+from coclr.train.setup import CONTINUABLE, LAST, check_steps_taken, resolve_device, resolve_precision
 
 MANIFEST = "manifest.json"
 PIPELINE_FOLDER = FolderRule("pipeline", "a pipeline run", may_differ=CONTINUABLE, restart=True)
@@ -226,8 +227,24 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
             "encoders": entry.get("encoders", {}), "status": entry.get("status", "pending"),
         })
     stage_configs = [stage_config(config, stage, run_dir) for stage in stages]
+    runs = names.index(until) + 1 if until is not None else len(stages)
+    _check_every_stage_trains(config, stages[:runs], stage_configs[:runs])
     with held_by_main(lambda: claim_folder(run_dir, PIPELINE_FOLDER, options, legacy=_manifest_options)):
         return _run_stages(run_dir, stages, stage_configs, manifest, until)
+
+
+def _check_every_stage_trains(config: PipelineConfig, stages: list[Stage],
+                              stage_configs: list[PretrainConfig]) -> None:
+    """Before the first stage: no stage to run may spend all its iterations filling its queue
+    (:func:`~coclr.train.setup.check_steps_taken`), counted on every video of the split (the trainer, which counts
+    the videos it can read, checks again at its start)."""
+    if not Path(config.data.store).is_dir():
+        return  # the first stage says so
+    videos = sum(entry.split == config.data.split for entry in open_store(config.data.store).index.entries)
+    processes = dist.get_world_size() if dist.is_initialized() else 1
+    for stage, options in zip(stages, stage_configs):
+        check_steps_taken(options, videos, processes, f"stage {stage.name}: ",
+                          epochs_key=f"pipeline.{'infonce' if stage.cycle == 0 else 'cycle'}_epochs")
 
 
 def check_sized(planned: list[Stage], sized: list[Stage]) -> list[Stage]:

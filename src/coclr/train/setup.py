@@ -108,6 +108,7 @@ def build_parts(setup: RunSetup) -> RunParts:
     if dataset.left_out:
         log_line(left_out_message(dataset.store, config.data.split, config.views, dataset.left_out))
     settings = {view: clip_settings(config, dataset.store, view) for view in config.views}
+    check_steps_taken(config, len(dataset), setup.world)
     data_order = ResumableSampler(len(dataset), config.run.batch_size, seed=config.run.seed, rank=setup.rank,
                                   world_size=setup.world)
     queue_generator = torch.Generator().manual_seed(seeding.queue_seed(config.run.seed))
@@ -131,6 +132,28 @@ def build_parts(setup: RunSetup) -> RunParts:
     scaler = torch.amp.GradScaler(device.type, enabled=config.run.amp == "fp16" and device.type == "cuda")
     return RunParts(setup, dataset, decode, data_order, settings, model, _wrap(model, setup), optimizer,
                     _scheduler(config, optimizer), scaler, ClipAugment.of(config.augment, config.data.size))
+
+
+def check_steps_taken(config: PretrainConfig, videos: int, processes: int = 1, where: str = "", keys: str = "",
+                      epochs_key: str = "optim.epochs") -> None:
+    """Refuse a run on ``videos`` training videos (over ``processes``) that would take no optimiser step: fewer
+    videos than one batch, or a method that takes no step until its queue is full (CoCLR, as the authors' code)
+    whose iterations would all go to filling it; it would end with its starting encoder, changed in nothing but
+    its batch-norm statistics, as if it had trained. ``where`` names the run in the message, ``keys`` prefixes the
+    options as the caller's configuration names them, ``epochs_key`` is the option that sets its epochs."""
+    global_batch = config.run.batch_size * processes
+    per_epoch = videos // global_batch
+    if per_epoch == 0:
+        raise ConfigError(f"{where}{keys}run.batch_size={config.run.batch_size}: {videos} training video(s) are fewer "
+                          f"than one batch of {global_batch} clips; lower {keys}run.batch_size")
+    method = config.method
+    filling = -(-method.queue_size // global_batch)
+    iterations = config.optim.epochs * per_epoch
+    if method.waits and iterations <= filling:
+        raise ConfigError(f"{where}{keys}method.queue_size={method.queue_size}: {method.name} takes no optimiser step "
+                          f"until its queue is full, after {filling} iterations of {global_batch} clips, and this run "
+                          f"has {iterations} ({config.optim.epochs} epoch(s) of {per_epoch}): it would train "
+                          f"nothing; lower {keys}method.queue_size or raise {epochs_key}")
 
 
 def _scheduler(config: PretrainConfig, optimizer: torch.optim.Optimizer) -> Any:
