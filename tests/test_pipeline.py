@@ -199,3 +199,17 @@ def test_a_coclr_stage_that_would_only_fill_its_queue_is_refused_before_any_stag
     start = load_encoder(run_dir / "infonce_rgb" / "encoder_rgb.pth")[0].state_dict()
     assert any(not torch.equal(trained[k], start[k]) for k in trained if trained[k].is_floating_point()
                and not k.endswith(("running_mean", "running_var")))  # its weights took steps
+
+
+def test_stretches_of_videos_count_as_instances_in_the_check_before_the_stages(tmp_path: Path) -> None:
+    """With ``data.segment_frames`` a stage's instances are stretches of the videos: 4 videos of 64 frames are 12
+    instances of 20 frames or more, a batch of 8; the check before the first stage does not count them as 4 videos
+    (it would refuse a run that trains), and the trainer counts them."""
+    store = make_random_store(tmp_path / "store", videos=4, frames=64)
+    config = pipeline_config(store, tmp_path / "run", "data.segment_frames=20", "run.batch_size=8",
+                             "method.wait_for_full_queue=null", "pipeline.cycle_epochs=2")
+    run_dir = run_pipeline(config)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert all(s["status"] == "done" for s in manifest["stages"])
+    records = [json.loads(line) for line in (run_dir / "cycle1_rgb" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "epoch_loss" in r] == [1, 2]  # one batch of the 12 instances an epoch

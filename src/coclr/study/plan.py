@@ -367,6 +367,8 @@ def _check_every_stage_trains(plan: StudyPlan) -> None:
         else:
             continue
         for options in stages:  # (named by its folder: a pipeline's stages may be run by several of its jobs)
+            if options.data.segment_frames is not None:  # its instances are stretches of the videos: the trainer's
+                continue
             where = f"the stage in {Path(options.run.out).relative_to(plan.out)}: "
             epochs = "schedule.infonce_epochs" if options.method.name == "infonce" else "schedule.cycle_epochs"
             check_steps_taken(options, videos, 1, where, "train.", epochs)

@@ -243,6 +243,8 @@ def _check_every_stage_trains(config: PipelineConfig, stages: list[Stage],
     videos = sum(entry.split == config.data.split for entry in open_store(config.data.store).index.entries)
     processes = dist.get_world_size() if dist.is_initialized() else 1
     for stage, options in zip(stages, stage_configs):
+        if options.data.segment_frames is not None:  # its instances are stretches of the videos: the trainer's count
+            continue
         check_steps_taken(options, videos, processes, f"stage {stage.name}: ",
                           epochs_key=f"pipeline.{'infonce' if stage.cycle == 0 else 'cycle'}_epochs")
 
