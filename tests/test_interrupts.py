@@ -293,16 +293,21 @@ EXITING_WORKER = """
 import multiprocessing, multiprocessing.util, os, signal, sys, time
 from coclr.interrupts import loader_worker_signals
 
-def work(queue):
+def work(queue, marker):
     loader_worker_signals()
     multiprocessing.util.get_temp_dir()  # as a worker that shared a tensor holds one
     queue.put(b"x" * (1 << 22))  # more than the pipe holds: its exit waits for a reader that never comes
+    multiprocessing.util.Finalize(None, open, (marker, "w"), exitpriority=100)  # the first thing its exit does
 
 if __name__ == "__main__":
+    marker = sys.argv[1]
     queue = multiprocessing.get_context("fork").Queue()
-    worker = multiprocessing.get_context("fork").Process(target=work, args=(queue,))
+    worker = multiprocessing.get_context("fork").Process(target=work, args=(queue, marker))
     worker.start()
-    time.sleep(1.0)  # its run has returned; it waits in its exit for the batch to be read
+    deadline = time.monotonic() + 60
+    while not os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # in its exit, waiting for the batch to be read
     assert worker.is_alive()
     os.kill(worker.pid, signal.SIG%s)  # the loader's shutdown terminates a worker that does not exit
     worker.join(30)
@@ -319,7 +324,8 @@ def test_a_loader_worker_signalled_in_its_exit_ends_without_a_traceback(tmp_path
     script.write_text(EXITING_WORKER % signame)
     temp = tmp_path / "temp"
     temp.mkdir()
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "exiting")], capture_output=True, text=True,
+                            timeout=120,
                             env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "TMPDIR": str(temp)})
     assert result.returncode == 0 and "exit" in result.stdout, result.stdout + result.stderr
     assert "Traceback" not in result.stderr, result.stderr

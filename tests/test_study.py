@@ -529,7 +529,7 @@ def test_jobs_that_would_write_one_folder_run_one_after_the_other(tmp_path: Path
                         ("flow",))
 
     assert finetune(first).writes() == finetune(tmp_path / "k50.pth").writes() != finetune(other).writes()
-    timed = [sys.executable, "-c", "import json, sys, time; started = time.time(); time.sleep(1.0); "
+    timed = [sys.executable, "-c", "import json, sys, time; started = time.time(); time.sleep(2.0); "
              "open(sys.argv[1] + '.times', 'w').write(json.dumps([started, time.time()]))"]
     run_jobs([Job("k1", finetune(first)), Job("k50", finetune(tmp_path / "k50.pth")), Job("other", finetune(other))],
              tmp_path, processes=3, poll_seconds=0.05, command=timed)
