@@ -1,0 +1,78 @@
+"""What `coclr learn`'s store phase costs against what its calibration prices it at, part by part.
+
+The plan prices the store as every frame decoded (the calibration's decode: native size, FFmpeg's frame threads)
+and JPEG-encoded, divided by the store job's workers (`learn.budget.estimates`). This times, on VIDEOS (a folder),
+REPEATS times each, in turn: the calibration's decode of the first 48 frames of each video and the CPU its decoder
+threads take (process CPU time over wall time: the cores one decoder already uses); the store's own work in one
+process (every frame decoded at the clip side, then JPEG); and the store job itself (`build_store`, WORKERS
+processes, as learn runs it). It prints each figure, the estimate as the plan computes it, and the job against it.
+
+    python benchmarks/store_estimate.py ../shared/data/clips --size 64 --workers 2 --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("videos", help="a folder of videos")
+    parser.add_argument("--size", type=int, default=64, help="the clip side the store keeps (a candidate's size)")
+    parser.add_argument("--workers", type=int, default=2, help="processes of the store job")
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+
+    import coclr.cli  # noqa: F401 (the process policy of every entry point)
+    from coclr.store.build import build_store
+    from coclr.store.jpeg import encode_jpeg
+    from coclr.video.decode import VideoReader, decode_video
+    from coclr.video.indexes import unlabelled_index
+
+    paths = sorted(str(path) for path in Path(args.videos).iterdir() if path.is_file())
+    print(f"{len(paths)} videos, short side {args.size}, {args.workers} workers, {os.cpu_count()} cores")
+    for repeat in range(args.repeats):
+        wall = cpu = 0.0
+        counted = 0
+        for number, path in enumerate(paths):  # the calibration's decode (learn.budget.measure_costs)
+            begin, begin_cpu, frames = time.perf_counter(), time.process_time(), 0
+            with VideoReader(path) as reader:
+                for _ in reader:
+                    frames += 1
+                    if frames == 48:
+                        break
+            if number:  # the first warms the decoder up, as in the calibration
+                wall += time.perf_counter() - begin
+                cpu += time.process_time() - begin_cpu
+                counted += frames
+        decode_frame, threads = wall / counted, cpu / wall
+        total = decoding = encoding = 0.0
+        frames = 0
+        for path in paths:  # the store's work in one process
+            begin = time.perf_counter()
+            decoded = decode_video(path, args.size)
+            middle = time.perf_counter()
+            for frame in decoded:
+                encode_jpeg(frame)
+            decoding += middle - begin
+            encoding += time.perf_counter() - middle
+            frames += len(decoded)
+        total = decoding + encoding
+        with tempfile.TemporaryDirectory(prefix="coclr-store-") as tmp:
+            index = unlabelled_index([os.path.basename(path) for path in paths], "videos")
+            begin = time.perf_counter()
+            build_store(index, args.videos, Path(tmp) / "store", short_side=args.size, workers=args.workers)
+            job = time.perf_counter() - begin
+        estimate = frames * (decode_frame + encoding / frames) / args.workers
+        print(f"repeat {repeat}: {frames} frames; calibration {1e3 * decode_frame:.3f} ms/frame decoded, one decoder "
+              f"on {threads:.2f} cores; one process {total:.3f} s (decoding at {args.size} px {decoding:.3f} s, "
+              f"JPEG {encoding:.3f} s); the job {job:.3f} s ({total / job:.2f}x one process); the plan's estimate "
+              f"{estimate:.3f} s (job / estimate {job / estimate:.2f})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
