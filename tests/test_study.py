@@ -509,9 +509,10 @@ def test_a_study_whose_stage_would_only_fill_its_queue_is_refused_as_it_is_plann
 
 
 def test_jobs_that_would_write_one_folder_run_one_after_the_other(tmp_path: Path) -> None:
-    """Two rows whose encoders came out byte for byte the same (CoCLR stages that took no step) finetune in one
-    folder, named by the bytes: the second job starts once the first has ended (beside it, it would find the
-    folder claimed and fail the study), while a job writing elsewhere runs beside them."""
+    """Two rows whose encoder files have the same bytes finetune in one folder, named by the bytes (seen: CoCLR
+    stages of a study too short to take a step, refused since): the second job starts once the first has ended
+    (beside it, it would find the folder claimed and fail the study), while a job writing elsewhere runs beside
+    them."""
     import shutil
 
     from coclr.eval.options import ClipConfig, FinetuneConfig

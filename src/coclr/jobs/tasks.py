@@ -202,8 +202,8 @@ class Finetune(Task, kind="finetune"):
         return f"finetune ({self.view})"
 
     def writes(self) -> tuple[Path, ...]:
-        """The stream's finetuning folder, named by the checkpoint's bytes: two rows whose encoders came out the
-        same (e.g. CoCLR stages that took no step) share it."""
+        """The stream's finetuning folder, named by the checkpoint's bytes: two rows whose encoder files have the
+        same bytes share it."""
         from coclr.eval.features import Stream, trained_view  # noqa: PLC0415 (heavy: torch)
         from coclr.eval.finetune import stream_folders  # noqa: PLC0415
 
