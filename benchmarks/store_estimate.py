@@ -3,11 +3,12 @@
 The plan prices the store as every frame decoded (the calibration's decode: native size, FFmpeg's frame threads)
 and JPEG-encoded, divided by the store job's workers (`learn.budget.estimates`). This times, on VIDEOS (a folder),
 REPEATS times each, in turn: the calibration's decode of the first 48 frames of each video and the CPU its decoder
-threads take (process CPU time over wall time: the cores one decoder already uses); the store's own work in one
-process (every frame decoded at the clip side, then JPEG); and the store job itself (`build_store`, WORKERS
-processes, as learn runs it). It prints each figure, the estimate as the plan computes it, and the job against it.
+threads take (process CPU time over wall time: the cores one decoder already uses); whole videos decoded at their
+own size; the store's own work in one process (every frame decoded at the clip side, then JPEG); and the store job
+itself (`build_store`, WORKERS processes, as learn runs it). It prints each figure, the estimate as the plan
+computes it, and the job against it.
 
-    python benchmarks/store_estimate.py ../shared/data/clips --size 64 --workers 2 --repeats 2
+    python benchmarks/store_estimate.py ../shared/data/clips --size 64 --workers 2 --repeats 3
 """
 
 from __future__ import annotations
@@ -50,9 +51,12 @@ def main() -> None:
                 cpu += time.process_time() - begin_cpu
                 counted += frames
         decode_frame, threads = wall / counted, cpu / wall
-        total = decoding = encoding = 0.0
+        native = decoding = encoding = 0.0
         frames = 0
-        for path in paths:  # the store's work in one process
+        for path in paths:  # whole videos at their own size, then the store's work in one process
+            begin = time.perf_counter()
+            decode_video(path, None)
+            native += time.perf_counter() - begin
             begin = time.perf_counter()
             decoded = decode_video(path, args.size)
             middle = time.perf_counter()
@@ -69,7 +73,8 @@ def main() -> None:
             job = time.perf_counter() - begin
         estimate = frames * (decode_frame + encoding / frames) / args.workers
         print(f"repeat {repeat}: {frames} frames; calibration {1e3 * decode_frame:.3f} ms/frame decoded, one decoder "
-              f"on {threads:.2f} cores; one process {total:.3f} s (decoding at {args.size} px {decoding:.3f} s, "
+              f"on {threads:.2f} cores; whole videos {1e3 * native / frames:.3f} ms/frame at their size, "
+              f"{1e3 * decoding / frames:.3f} at {args.size} px; one process {total:.3f} s (decoding {decoding:.3f} s, "
               f"JPEG {encoding:.3f} s); the job {job:.3f} s ({total / job:.2f}x one process); the plan's estimate "
               f"{estimate:.3f} s (job / estimate {job / estimate:.2f})", flush=True)
 
