@@ -50,7 +50,7 @@ _BRIGHTER = np.clip(np.arange(256, dtype=np.float32) * 1.2 + 40, 0, 255).astype(
 
 def brighten(frames: np.ndarray) -> np.ndarray:
     """Brighter by 40 levels of 255 and a fifth more contrast, clipped: each level looked up in :data:`_BRIGHTER`
-    (``uint8 [T, H, W, C]``; the frames as float32 took 0.75 s for a 210-frame video, the lookup 10 ms)."""
+    (``uint8 [T, H, W, C]``; no float copy of the frames)."""
     shape = frames.shape
     return cv2.LUT(np.ascontiguousarray(frames).reshape(-1, *shape[2:]), _BRIGHTER).reshape(shape)
 

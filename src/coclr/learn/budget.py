@@ -15,6 +15,7 @@ tested with costs given by the tests.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -690,14 +691,7 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         first = grays[0]  # timed as the flow job solves pairs: many at once
         repeat = -(-TIMED_PAIRS // (len(first) - 1))
         previous, following = first[:-1].repeat(repeat, 1, 1), first[1:].repeat(repeat, 1, 1)
-        timed = []
-        for _ in range(REPEATS):
-            sync()
-            begin = time.perf_counter()
-            tvl1_flow(previous, following)
-            sync()
-            timed.append((time.perf_counter() - begin) / len(previous))
-        costs.flow_pair[size] = float(np.median(timed))
+        costs.flow_pair[size] = _median_seconds(lambda: tvl1_flow(previous, following), sync) / len(previous)
 
     candidates = [fixed] if fixed is not None else [model for model in MODELS if footage.fits(model)]
     took: list[tuple[Model, float]] = []
@@ -782,13 +776,21 @@ def _time_encoding(videos: list[list[np.ndarray]]) -> float:
     frames = frames[:, : frames.shape[1] // 2 * 2, : frames.shape[2] // 2 * 2]
     if min(frames.shape[1:3]) < 2:
         return 0.0
-    timed = []
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
         write_mp4(Path(tmp) / "first.mp4", frames[:2], 25.0)
-        for number in range(REPEATS):
-            begin = time.perf_counter()
-            write_mp4(Path(tmp) / f"timed{number}.mp4", frames, 25.0)
-            timed.append((time.perf_counter() - begin) / len(frames))
+        names = itertools.count()
+        return _median_seconds(lambda: write_mp4(Path(tmp) / f"timed{next(names)}.mp4", frames, 25.0)) / len(frames)
+
+
+def _median_seconds(work: Callable[[], object], sync: Callable[[], object] = lambda: None) -> float:
+    """The median of :data:`REPEATS` timings of ``work()`` (``sync``: waits for the device before and after)."""
+    timed = []
+    for _ in range(REPEATS):
+        sync()
+        begin = time.perf_counter()
+        work()
+        sync()
+        timed.append(time.perf_counter() - begin)
     return float(np.median(timed))
 
 

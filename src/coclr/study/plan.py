@@ -36,7 +36,7 @@ from coclr.synth import SynthConfig
 from coclr.synth.config import dataset_clips
 from coclr.train.config import PipelineConfig, PretrainConfig
 from coclr.train.pipeline import LAST, Stage, plan_stages, stage_config
-from coclr.train.setup import check_steps_taken
+from coclr.train.setup import check_steps_on_videos
 from coclr.video import indexes
 
 
@@ -348,13 +348,12 @@ def _train_videos(plan: StudyPlan) -> int:
     videos that fail to decode are left out later)."""
     if plan.synth is not None:
         return sum(clip.split == "train" for clip in dataset_clips(plan.synth))
-    entries = (open_store(plan.store).index if plan.index is None else plan.index).entries
-    return sum(entry.split == "train" for entry in entries)
+    return (open_store(plan.store).index if plan.index is None else plan.index).split_counts().get("train", 0)
 
 
 def _check_every_stage_trains(plan: StudyPlan) -> None:
     """Before the data is built: no training stage of a job may spend all its iterations filling its queue
-    (:func:`~coclr.train.setup.check_steps_taken`; each job trains in one process)."""
+    (:func:`~coclr.train.setup.check_steps_on_videos`; each job trains in one process)."""
     videos = _train_videos(plan)
     for job in plan.jobs:
         if isinstance(job.task, Pretrain):
@@ -367,11 +366,9 @@ def _check_every_stage_trains(plan: StudyPlan) -> None:
         else:
             continue
         for options in stages:  # (named by its folder: a pipeline's stages may be run by several of its jobs)
-            if options.data.segment_frames is not None:  # its instances are stretches of the videos: the trainer's
-                continue
             where = f"the stage in {Path(options.run.out).relative_to(plan.out)}: "
             epochs = "schedule.infonce_epochs" if options.method.name == "infonce" else "schedule.cycle_epochs"
-            check_steps_taken(options, videos, 1, where, "train.", epochs)
+            check_steps_on_videos(options, videos, 1, where, "train.", epochs)
 
 
 def describe(plan: StudyPlan) -> str:

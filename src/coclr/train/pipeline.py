@@ -33,7 +33,7 @@ from coclr.store.clipstore import open_store
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PipelineConfig, PretrainConfig
 from coclr.train.run import pretrain
-from coclr.train.setup import CONTINUABLE, LAST, check_steps_taken, resolve_device, resolve_precision
+from coclr.train.setup import CONTINUABLE, LAST, check_steps_on_videos, resolve_device, resolve_precision
 
 MANIFEST = "manifest.json"
 PIPELINE_FOLDER = FolderRule("pipeline", "a pipeline run", may_differ=CONTINUABLE, restart=True)
@@ -236,17 +236,15 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
 def _check_every_stage_trains(config: PipelineConfig, stages: list[Stage],
                               stage_configs: list[PretrainConfig]) -> None:
     """Before the first stage: no stage to run may spend all its iterations filling its queue
-    (:func:`~coclr.train.setup.check_steps_taken`), counted on every video of the split (the trainer, which counts
-    the videos it can read, checks again at its start)."""
+    (:func:`~coclr.train.setup.check_steps_on_videos`), counted on every video of the split (the trainer, which
+    counts the videos it can read, checks again at its start)."""
     if not Path(config.data.store).is_dir():
         return  # the first stage says so
-    videos = sum(entry.split == config.data.split for entry in open_store(config.data.store).index.entries)
+    videos = open_store(config.data.store).index.split_counts().get(config.data.split, 0)
     processes = dist.get_world_size() if dist.is_initialized() else 1
     for stage, options in zip(stages, stage_configs):
-        if options.data.segment_frames is not None:  # its instances are stretches of the videos: the trainer's count
-            continue
-        check_steps_taken(options, videos, processes, f"stage {stage.name}: ",
-                          epochs_key=f"pipeline.{'infonce' if stage.cycle == 0 else 'cycle'}_epochs")
+        check_steps_on_videos(options, videos, processes, f"stage {stage.name}: ",
+                              epochs_key=f"pipeline.{'infonce' if stage.cycle == 0 else 'cycle'}_epochs")
 
 
 def check_sized(planned: list[Stage], sized: list[Stage]) -> list[Stage]:

@@ -156,6 +156,15 @@ def check_steps_taken(config: PretrainConfig, videos: int, processes: int = 1, w
                           f"nothing; lower {keys}method.queue_size or raise {epochs_key}")
 
 
+def check_steps_on_videos(config: PretrainConfig, videos: int, processes: int = 1, where: str = "", keys: str = "",
+                          epochs_key: str = "optim.epochs") -> None:
+    """:func:`check_steps_taken` before the run's dataset is built, on the ``videos`` of its split: a run on
+    stretches of videos (``data.segment_frames``) has more instances than videos, and is left to the trainer's
+    count."""
+    if config.data.segment_frames is None:
+        check_steps_taken(config, videos, processes, where, keys, epochs_key)
+
+
 def _scheduler(config: PretrainConfig, optimizer: torch.optim.Optimizer) -> Any:
     """The learning-rate schedule of ``optim.schedule``."""
     optim = config.optim

@@ -174,7 +174,8 @@ def time_inference(trainer, store: Path, folder: Path, length: int, size: int, o
 
     encoder = next(iter(trainer.model.learners.values())).encoder_q
     loads = []
-    for number in range(repeats + 1):  # a file of its own each time: loading one again took 0.4 of its first load
+    for number in range(repeats + 1):  # a file of its own each time, as the measures load them: a file loaded
+        # again reads faster than the first time
         path = save_encoder(folder / f"encoder{number}.pth", encoder)
         begin = time.perf_counter()
         backbone, _ = load_encoder(path)

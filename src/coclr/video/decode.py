@@ -470,9 +470,8 @@ def spare_children_our_garbage() -> None:
     FFmpeg's scalers run slice threads: a PyAV frame or stream left in a reference cycle and freed by the garbage
     collector of a forked child (a DataLoader worker) waits forever in ``pthread_cond_destroy`` for threads the
     child does not have (a learn run hung so in curation). Left to the parent's collector, where those threads are,
-    it is freed cleanly. (Collecting the garbage before each fork did the same at a full collection per fork: 0.1 to
-    0.2 s in a process that holds PyTorch, several seconds of a 3-minute ``coclr learn``.) Called where PyAV is
-    used, so a process that never decodes changes nothing."""
+    it is freed cleanly, and a fork costs no collection of the parent's objects. Called where PyAV is used, so a
+    process that never decodes changes nothing."""
     os.register_at_fork(before=gc.freeze, after_in_parent=gc.unfreeze)
 
 
