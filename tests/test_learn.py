@@ -559,6 +559,61 @@ def test_encoding_the_curations_copies_a_thumbnail_and_a_fingerprint_are_timed_o
     assert _time_fingerprint([str(tmp_path / "broken.mp4")]) == 0.0
 
 
+def test_the_store_is_counted_from_its_job_timed_as_it_runs():
+    """The store's estimate: the job's start, then each worker's share of the videos' own parts and further frames
+    (with fewer videos than workers, each worker has one); plans made before, one process's figures over the
+    workers. The figures come from the timed videos' notes: the workers' first video after the start, their time
+    less the further frames per video, the cost per frame weighted by each video's length."""
+    from coclr.learn.budget import estimates, store_figures, store_seconds
+
+    timed = dataclasses.replace(costs({SMALL: 100}), store_job={32: 0.02}, store_video={32: 0.004},
+                                store_next={32: 1e-4})
+    many = footage(videos=768, frames=12)
+    assert store_seconds(many, 32, timed) == pytest.approx(0.02 + (768 * 0.004 + 768 * 11 * 1e-4) / 2)
+    assert store_seconds(footage(videos=1, frames=12), 32, timed) == pytest.approx(0.02 + 0.004 + 11 * 1e-4)
+    assert store_seconds(many, 32, dataclasses.replace(timed, machines=2)) == pytest.approx(
+        0.02 + (768 * 0.004 + 768 * 11 * 1e-4) / 4)
+    assert estimates(many, SMALL, timed, 100, 8)["store"] == store_seconds(many, 32, timed)
+    before = costs({SMALL: 100})  # plans made before: no timed job
+    assert store_seconds(many, 32, before) == pytest.approx(many.frames * (1e-4 + 1e-4) / 2)
+
+    notes = [{"worker": 7, "begin": 1.0, "seconds": 0.2, "further": 99, "frames": 300},
+             {"worker": 7, "begin": 1.5, "seconds": 0.1, "further": 99, "frames": 100},
+             {"worker": 8, "begin": 1.2, "seconds": 0.4, "further": 49, "frames": 50}]
+    start, video, further = store_figures(notes, started=0.9, ended=2.0)
+    assert start == pytest.approx(0.2)  # (1.0 + 1.2) / 2 - 0.9
+    assert video == pytest.approx(((2.0 - 1.0) + (2.0 - 1.2) - 0.7) / 3)
+    assert further == pytest.approx((300 * 0.2 / 99 + 100 * 0.1 / 99 + 50 * 0.4 / 49) / 450)
+
+
+def test_the_store_job_is_timed_in_its_own_workers_on_the_first_frames(tmp_path, capsys, monkeypatch):
+    """The store's timing runs the store job (its pool, the entries written) on the sampled videos' first frames, in
+    a temporary store it removes, with no progress bar of its own; None when no video can be read."""
+    import tempfile
+
+    from coclr.learn import budget
+    from coclr.video.decode import write_mp4
+
+    rng = np.random.default_rng(0)
+    videos = [str(write_mp4(tmp_path / f"v{length}.mp4", rng.integers(0, 255, (length, 48, 64, 3), dtype=np.uint8),
+                            fps=10)) for length in (6, 30)]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr(budget, "STORE_FRAMES", 20)
+    seen = []
+    real = budget.store_figures
+    monkeypatch.setattr(budget, "store_figures", lambda notes, *times: seen.extend(notes) or real(notes, *times))
+    start, video, further = budget._time_store(videos, 32, 2, key_seconds=0.01)
+    assert 0 < start < 60 and 0 < video < 5 and 0 < further < 1
+    assert sorted(note["further"] for note in seen)[:: len(seen) - 1] == [5, 19]  # the first 20 frames at most
+    assert {note["frames"] for note in seen} == {6, 30} and len(seen) == 2 * 20  # 0.2 s of two workers' 0.01 s keys
+    assert len({note["worker"] for note in seen}) == 2 and os.getpid() not in {note["worker"] for note in seen}
+    assert list(scratch.iterdir()) == [] and capsys.readouterr().err == ""
+    (tmp_path / "broken.mp4").write_bytes(b"not a video")
+    assert budget._time_store([str(tmp_path / "broken.mp4")], 32, 2, key_seconds=0.01) is None
+
+
 def test_the_curations_thumbnails_count_per_video_on_a_thread_per_core():
     from coclr.curate.run import CurateOptions
 

@@ -2,12 +2,12 @@
 
 The work of a run is proportional to the footage (decoding it into the store, its flow, embedding it) and to the
 training steps. A short calibration measures on this machine, with the footage's own videos where it can, the
-seconds of each unit: a decoded source frame, a stored frame, a flow pair, a training step and an inference
-forward of each candidate network. :func:`choose_plan` then keeps the largest network (width, crop side, frames
-per clip) that affords the quick study's number of training steps after the footage's fixed costs, and gives
-the training every second left of the budget (less a margin), split over the stages as the quick study splits its
-epochs. Too few videos, or a budget that leaves too few steps for even the smallest network, are refused in one
-line that says what would do.
+seconds of each unit: a decoded source frame, a video and a frame of the store job (timed as it runs, in its
+workers), a flow pair, a training step and an inference forward of each candidate network. :func:`choose_plan`
+then keeps the largest network (width, crop side, frames per clip) that affords the quick study's number of
+training steps after the footage's fixed costs, and gives the training every second left of the budget (less a
+margin), split over the stages as the quick study splits its epochs. Too few videos, or a budget that leaves too
+few steps for even the smallest network, are refused in one line that says what would do.
 
 Everything here but :func:`measure_costs` is arithmetic on the measured :class:`Costs`, so the choice is
 tested with costs given by the tests.
@@ -59,6 +59,11 @@ SAMPLE_VIDEOS = 4
 """Videos the measurement decodes (spread over the inputs): the decoding speed, and frame pairs for the flow."""
 PAIRS = 4
 """Consecutive frame pairs of each sampled video whose flow is timed and measured."""
+STORE_FRAMES = 96
+"""Frames of each sampled video the store's work is timed on (:func:`_time_store`): past its decoder's start, few
+enough for long videos."""
+STORE_SECONDS = 0.2
+"""Seconds of each worker's work the store's timing aims at (:func:`_time_store`; the median of :data:`REPEATS`)."""
 TIMED_PAIRS = 32
 """Frame pairs whose flow is timed at once (the sampled pairs repeated): the flow job solves many pairs at once,
 and a few alone cost more each."""
@@ -201,6 +206,16 @@ class Costs:
     count :attr:`forward`)"""
     load: dict[str, float] = field(default_factory=dict)
     """loading a stage's encoder file of each model (the quality measures load every stage's; 0 where not timed)"""
+    store_job: dict[int, float] = field(default_factory=dict)
+    """the store job's start at each short side (its pool's processes, to their first video; :func:`_time_store`;
+    plans made before have none of the store's three costs and count :attr:`decode_frame` and :attr:`store_frame`
+    divided by the workers)"""
+    store_video: dict[int, float] = field(default_factory=dict)
+    """a video's own part of the store job at each short side, with :attr:`workers` processes at once (opening it,
+    starting its decoder, its first frame, writing its entry, the pool's round trip)"""
+    store_next: dict[int, float] = field(default_factory=dict)
+    """each further frame of a video in the store job at each short side (decoded, resized, JPEG-encoded), with
+    :attr:`workers` processes at once"""
     motion: dict[int, float] = field(default_factory=dict)
     """the :data:`MOTION_PERCENTILE` th percentile of the flow's horizontal and vertical magnitudes (px per frame)
     on the sampled videos' first frame pairs, at each short side (:func:`flow_bound`)"""
@@ -361,7 +376,7 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
     coclr_step = costs.single_step[key] if alone else costs.step[key]
     miner = costs.single_forward.get(key, costs.forward[key]) if alone else costs.forward[key]
     return {
-        "store": footage.frames * (costs.decode_frame + costs.store_frame[size]) / costs.workers / shared,
+        "store": store_seconds(footage, size, costs),
         "flow": pairs * (costs.flow_pair[size] + costs.store_frame[size] / costs.workers) / shared,
         "infonce": infonce_seconds + 2 * costs.stage[key],
         "coclr": (coclr * (coclr_step + batch * miner) + coclr / epoch_steps * costs.epoch[key]
@@ -373,6 +388,16 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
         "curate": curate_seconds(footage, model, costs, curate_videos(footage, model, costs, budget)),
         "fixed": FIXED_SECONDS,
     }
+
+
+def store_seconds(footage: Footage, size: int, costs: Costs) -> float:
+    """Seconds of the store job at clips of ``size`` px: its start, then each worker's share of the videos' own parts
+    and further frames at their costs with every worker busy (:func:`_time_store`); where those were not timed
+    (plans made before), every frame decoded and encoded at one process's cost, divided by the workers."""
+    if size not in costs.store_next:
+        return footage.frames * (costs.decode_frame + costs.store_frame[size]) / costs.workers / costs.machines
+    work = footage.videos * costs.store_video[size] + max(0, footage.frames - footage.videos) * costs.store_next[size]
+    return costs.store_job[size] + work / max(1, min(costs.workers, footage.videos)) / costs.machines
 
 
 def curate_seconds(footage: Footage, model: Model, costs: Costs, videos: int = CURATE_VIDEOS) -> float:
@@ -631,8 +656,9 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
                   deadline: float, processes: int = 1, machines: int = 1, report: Progress | None = None,
                   fixed: Model | None = None) -> Costs:
     """Measure :class:`Costs` on this machine: decoding on :data:`SAMPLE_VIDEOS` of the footage's own videos (spread
-    over them), then for each candidate network, from the cheapest up, JPEG and flow on their frames at its clip
-    side (once per side; with the footage's motion there) and a few training steps and forwards, until one would
+    over them), then for each candidate network, from the cheapest up, the store job on their first frames
+    (:func:`_time_store`), JPEG and flow on their frames at its clip side (once per side; with the footage's motion
+    there) and a few training steps and forwards, until one would
     not afford :data:`TARGET_STEPS` within ``deadline`` seconds of work, or the next is predicted not to after its
     own measurement (:func:`still_measured`); with ``fixed``, that network alone.
     ``report`` is told each part and the seconds left (:func:`measuring_left`)."""
@@ -668,13 +694,19 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         raise ConfigError("none of the first videos could be decoded to measure this machine: check the inputs")
     timed = timings[1:] or timings  # the first one also warms the decoder up
     decode_frame = sum(seconds for seconds, _ in timed) / max(1, sum(count for _, count in timed))
+    sampled = [sample_videos[int(i)] for i in spread]
     costs = Costs(decode_frame, {}, {}, {}, {}, {}, {}, {}, workers, processes=processes, machines=machines,
                   side_by_side=infonce_side_by_side(device, processes), encode_frame=_time_encoding(videos),
-                  thumbnail=_time_thumbnail([sample_videos[int(i)] for i in spread]),
-                  fingerprint=_time_fingerprint([sample_videos[int(i)] for i in spread]))
+                  thumbnail=_time_thumbnail(sampled), fingerprint=_time_fingerprint(sampled))
 
     def measure_size(size: int) -> None:  # JPEG and flow at a clip side, once a candidate of that side is measured
-        report(f"JPEG and TV-L1 flow at {size} px", None)
+        report(f"the store's work, JPEG and TV-L1 flow at {size} px", None)
+        key_seconds = min(STORE_FRAMES, int(np.median(footage.frame_counts or [1]))) * 2 * decode_frame + 0.003
+        timed = [timing for timing in (_time_store(sampled, size, workers, key_seconds) for _ in range(REPEATS))
+                 if timing is not None]  # (a key's seconds guessed to size it; each figure the median of the timings)
+        if timed:
+            costs.store_job[size], costs.store_video[size], costs.store_next[size] = (
+                float(np.median(figure)) for figure in zip(*timed))
         small = [[resize_short_side(frame, size) for frame in frames[:PAIRS + 1]] for frames in videos if frames]
         begin = time.perf_counter()
         for frames in small:
@@ -810,6 +842,81 @@ def _time_per_video(paths: Sequence[str], work: Callable[[str], object]) -> floa
             continue
         timed.append(time.perf_counter() - begin)
     return float(np.mean(timed)) if timed else 0.0
+
+
+def _time_store(paths: Sequence[str], size: int, workers: int, key_seconds: float) -> tuple[float, float, float] | None:
+    """The store job's costs at clips of ``size`` px, timed as it runs: the job itself (its pool of ``workers``
+    processes, each frame decoded, resized and JPEG-encoded, each entry written, the results gathered) over keys that
+    are the first :data:`STORE_FRAMES` frames of the videos of ``paths`` in turn, as many as make about
+    :data:`STORE_SECONDS` of each worker's work (``key_seconds``: a guess of one key's). One decoder
+    already keeps more than one core busy (FFmpeg's frame threads), so workers on few cores share them; a job of many
+    short videos is mostly its per-video part (opening, the entry's write, the pool's round trip).
+
+    Returns the seconds of the job's start (to each worker's first video, the mean), of a video's own part
+    (everything of a worker's time but its further frames, per video) and of a further frame (each video's cost per
+    frame weighted by its length, as the footage's frames are): :func:`store_seconds` counts them. None when no
+    video could be read (the store job reports those)."""
+    from coclr.progress import observed  # noqa: PLC0415
+    from coclr.store.clipstore import create_store  # noqa: PLC0415
+    from coclr.store.jobs import run_entry_jobs  # noqa: PLC0415 (heavy: torch)
+    from coclr.video.indexes import unlabelled_index  # noqa: PLC0415
+
+    keys = [f"{number}.mp4" for number in range(max(len(paths) * workers,
+                                                    min(64 * workers, round(workers * STORE_SECONDS / key_seconds))))]
+    with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as scratch:
+        create_store(scratch, unlabelled_index(keys, "calibration"))
+        with observed(lambda *_: None):  # (no bar of its own: the measuring line is drawn)
+            started = time.perf_counter()
+            summary = run_entry_jobs(scratch, "rgb", keys, _FirstFrames(tuple(paths), size), workers)
+            ended = time.perf_counter()
+    notes = list(summary.noted.values())
+    return store_figures(notes, started, ended) if notes else None
+
+
+def store_figures(notes: Sequence[dict[str, Any]], started: float, ended: float) -> tuple[float, float, float]:
+    """The store job's three costs from the ``notes`` of its timed videos (:class:`_FirstFrames`) and the job's
+    ``started`` and ``ended`` times (:func:`_time_store`): its start, the mean of the workers' first ``begin``
+    after ``started``; a video's own part, the workers' time from their first video to the job's end less the
+    videos' further frames, per video; a further frame, each video's seconds per further frame weighted by its
+    length (``frames``)."""
+    by_worker: dict[int, list[float]] = {}
+    for note in notes:
+        by_worker.setdefault(note["worker"], []).append(note["begin"])
+    firsts = [min(begins) for begins in by_worker.values()]
+    further = sum(note["seconds"] for note in notes)
+    own = (sum(ended - first for first in firsts) - further) / len(notes)
+    weights = np.array([note["frames"] for note in notes], dtype=np.float64)
+    per_frame = np.array([note["seconds"] / max(1, note["further"]) for note in notes])
+    return float(np.mean(firsts) - started), max(0.0, own), float((weights * per_frame).sum() / weights.sum())
+
+
+@dataclass(frozen=True)
+class _FirstFrames:
+    """The store's job (:class:`~coclr.store.build.DecodeVideoJob`) on the first :data:`STORE_FRAMES` frames of a
+    video of ``paths`` (key ``N.mp4``: the N-th, in turn), noting the worker, when the video began, the seconds and
+    number of its frames after the first, and its length (the weight of its cost per frame)."""
+
+    paths: tuple[str, ...]
+    size: int
+
+    def __call__(self, key: str):
+        from coclr.clips import JPEG_QUALITY  # noqa: PLC0415
+        from coclr.store.build import encoded_frames  # noqa: PLC0415
+        from coclr.video.decode import VideoReader  # noqa: PLC0415
+
+        notes: dict[str, Any] = {"worker": os.getpid(), "begin": time.perf_counter()}
+        reader = VideoReader(self.paths[int(key.split(".")[0]) % len(self.paths)], self.size)
+
+        def frames():
+            marks = []
+            for frame in itertools.islice(encoded_frames(reader, JPEG_QUALITY), STORE_FRAMES):
+                marks.append(time.perf_counter())
+                yield frame
+            marks.append(time.perf_counter())
+            notes.update(seconds=marks[-1] - marks[0], further=len(marks) - 2,
+                         frames=reader.expected or len(marks) - 1)
+
+        return frames(), reader.fps, notes
 
 
 def _time_thumbnail(paths: Sequence[str]) -> float:
