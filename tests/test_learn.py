@@ -586,6 +586,42 @@ def test_the_store_is_counted_from_its_job_timed_as_it_runs():
     assert further == pytest.approx((300 * 0.2 / 99 + 100 * 0.1 / 99 + 50 * 0.4 / 49) / 450)
 
 
+def test_the_embedding_is_counted_from_its_own_network_and_the_stores_decoding():
+    """The embedding's estimate: two passes of decoding, each as the store job's (timed in the job's workers), the
+    flow, three forwards per window through the embedding's own network, four encoders loaded; plans made before,
+    one process's decoding over the workers and the training encoder's forward. The curation's calibration counts
+    the same network, and its two encoders once when it embeds any copy."""
+    from coclr.learn.budget import estimates, store_seconds, windows_of
+
+    many = footage(videos=768, frames=12)
+    before = costs({SMALL: 100})
+    timed = dataclasses.replace(before, store_job={32: 0.02}, store_video={32: 0.004}, store_next={32: 1e-4},
+                                embed_forward={SMALL.key: 2e-4}, embed_load={SMALL.key: 0.05})
+    windows, pairs = windows_of(many, SMALL), many.frames - many.videos
+    assert estimates(many, SMALL, timed, 100, 8)["embed"] == pytest.approx(
+        2 * store_seconds(many, 32, timed) + pairs * 1e-3 + 3 * windows * 2e-4 + 4 * 0.05)
+    assert estimates(many, SMALL, before, 100, 8)["embed"] == pytest.approx(
+        2 * many.frames * 1e-4 / 2 + pairs * 1e-3 + 3 * windows * before.forward[SMALL.key])
+    forwards = calibration_seconds(many, SMALL, timed, 2) - calibration_seconds(
+        many, SMALL, dataclasses.replace(timed, embed_forward={SMALL.key: 0.0}), 2)
+    assert forwards == pytest.approx(2 * len(ALTERATIONS) * 2 * 12 / (SMALL.length // 2) * 2e-4)
+    assert calibration_seconds(many, SMALL, timed, 0) == 0.0  # no copy, no encoder loaded
+
+
+def test_the_embeddings_network_is_timed_as_the_embedding_builds_it(tmp_path, monkeypatch):
+    from coclr.embed import embedder
+    from coclr.learn import budget
+
+    built = []
+    real = embedder.inference_network
+    monkeypatch.setattr(embedder, "inference_network", lambda *args, **kwargs: built.append(args) or real(*args,
+                                                                                                            **kwargs))
+    forward, load = budget._time_embedding(SMALL, "cpu", tmp_path / "timing")
+    assert 0 < forward < 1 and 0 < load < 60
+    assert len(built) == budget.REPEATS + 1 and all(args[1] is None and str(args[2]) == "cpu" for args in built)
+    assert len(list((tmp_path / "timing").glob("embed*.pth"))) == budget.REPEATS + 1  # a file of its own each time
+
+
 def test_the_store_job_is_timed_in_its_own_workers_on_the_first_frames(tmp_path, capsys, monkeypatch):
     """The store's timing runs the store job (its pool, the entries written) on the sampled videos' first frames, in
     a temporary store it removes, with no progress bar of its own; None when no video can be read."""

@@ -33,7 +33,7 @@ import array
 import dataclasses
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -232,30 +232,38 @@ class _Stream:
     @classmethod
     def load(cls, checkpoint: Path, view: str, mean, std, feature: str, device: torch.device, load_encoder,
              precision: str | None = None) -> _Stream:
-        """The networks of ``checkpoint`` on ``device``; float32 on the CPU runs the fused inference copy of the
-        backbone (:func:`~coclr.models.inference.fused_for_inference`), bf16 the eager one under autocast."""
+        """The networks of ``checkpoint`` on ``device`` (:func:`inference_network`)."""
         backbone, head = load_encoder(checkpoint, map_location="cpu")
-        backbone.to(device).eval()
-        if device.type == "cpu" and precision is None:
-            backbone = fused_for_inference(backbone)
-        layout = inference_layout(device)
-        backbone.to(memory_format=layout)
-        out_channels = backbone.out_channels
         if feature == "head":
             if head is None:
                 raise CheckpointError(f"{checkpoint}: has no projection head; embed its backbone feature instead "
                                       "(feature 'backbone')")
-            head.to(device).eval()
             dim = head.out_dim
         else:
-            head, dim = None, out_channels
+            head, dim = None, backbone.out_channels
+        return cls(view, tuple(mean), tuple(std), inference_network(backbone, head, device, precision), dim)
 
-        def network(clips: torch.Tensor) -> torch.Tensor:
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-                pooled = backbone(clips.contiguous(memory_format=layout)).float().mean(dim=(2, 3, 4))
-            return pooled if head is None else head(pooled)
 
-        return cls(view, tuple(mean), tuple(std), network, dim)
+def inference_network(backbone: torch.nn.Module, head: torch.nn.Module | None, device: torch.device,
+                      precision: str | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The network an embedding runs: clips ``[N, C, T, H, W]`` -> ``backbone``'s pooled feature (through ``head``
+    unless None), on ``device`` in evaluation mode, in :func:`inference_layout`; float32 on the CPU runs the fused
+    inference copy of the backbone (:func:`~coclr.models.inference.fused_for_inference`), bf16 the eager one under
+    autocast. (``coclr learn``'s calibration times it as built here.)"""
+    backbone.to(device).eval()
+    if device.type == "cpu" and precision is None:
+        backbone = fused_for_inference(backbone)
+    layout = inference_layout(device)
+    backbone.to(memory_format=layout)
+    if head is not None:
+        head.to(device).eval()
+
+    def network(clips: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            pooled = backbone(clips.contiguous(memory_format=layout)).float().mean(dim=(2, 3, 4))
+        return pooled if head is None else head(pooled)
+
+    return network
 
 
 def inference_layout(device: torch.device) -> torch.memory_format:

@@ -67,6 +67,9 @@ STORE_SECONDS = 0.2
 TIMED_PAIRS = 32
 """Frame pairs whose flow is timed at once (the sampled pairs repeated): the flow job solves many pairs at once,
 and a few alone cost more each."""
+TIMED_BATCHES = 4
+"""Batches of windows whose forward through the embedding's network is timed at once (:func:`_time_embedding`): one
+batch of a tiny network takes a few milliseconds, which a thread's late wake-up moves by a third."""
 MOTION_PERCENTILE = 99.0
 """Flow is clipped at this percentile of the footage's motion (:func:`flow_bound`)."""
 QUALITY_VIDEOS = 512
@@ -206,6 +209,13 @@ class Costs:
     count :attr:`forward`)"""
     load: dict[str, float] = field(default_factory=dict)
     """loading a stage's encoder file of each model (the quality measures load every stage's; 0 where not timed)"""
+    embed_forward: dict[str, float] = field(default_factory=dict)
+    """one window through the network ``coclr embed`` runs of each model (:func:`~coclr.embed.embedder.
+    inference_network`: on the CPU the fused inference copy), in batches of
+    :data:`~coclr.train.timing.INFERENCE_BATCH` on every thread (:func:`_time_embedding`; plans made before have none
+    and count :attr:`forward`)"""
+    embed_load: dict[str, float] = field(default_factory=dict)
+    """loading an encoder file of each model into that network (0 where not timed)"""
     store_job: dict[int, float] = field(default_factory=dict)
     """the store job's start at each short side (its pool's processes, to their first video; :func:`_time_store`;
     plans made before have none of the store's three costs and count :attr:`decode_frame` and :attr:`store_frame`
@@ -381,9 +391,12 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
         "infonce": infonce_seconds + 2 * costs.stage[key],
         "coclr": (coclr * (coclr_step + batch * miner) + coclr / epoch_steps * costs.epoch[key]
                   + 4 * costs.stage[key]),
-        # two passes over the files (RGB; both streams, writing flow alone too), flow computed on the fly by one
-        "embed": (2 * footage.frames * costs.decode_frame / costs.workers + pairs * costs.flow_pair[size]
-                  + 3 * windows_of(footage, model) * costs.forward[key]) / shared,
+        # two passes over the files (RGB; both streams, writing flow alone too), each decoding them in the job's
+        # workers as the store does (on few cores they take them from this process's work: counted one after the
+        # other), flow computed on the fly by one; four encoders loaded (RGB alone; RGB and flow; flow alone)
+        "embed": (2 * decoding_seconds(footage, size, costs) + (pairs * costs.flow_pair[size]
+                  + 3 * windows_of(footage, model) * embed_forward(costs, key)) / shared
+                  + 4 * costs.embed_load.get(key, 0.0)),
         "quality": 6 * (quality_windows * costs.window.get(key, costs.forward[key]) + costs.load.get(key, 0.0)),
         "curate": curate_seconds(footage, model, costs, curate_videos(footage, model, costs, budget)),
         "fixed": FIXED_SECONDS,
@@ -398,6 +411,21 @@ def store_seconds(footage: Footage, size: int, costs: Costs) -> float:
         return footage.frames * (costs.decode_frame + costs.store_frame[size]) / costs.workers / costs.machines
     work = footage.videos * costs.store_video[size] + max(0, footage.frames - footage.videos) * costs.store_next[size]
     return costs.store_job[size] + work / max(1, min(costs.workers, footage.videos)) / costs.machines
+
+
+def decoding_seconds(footage: Footage, size: int, costs: Costs) -> float:
+    """Seconds of decoding every video to clips of ``size`` px in the job's workers (the embedding's decoders): the
+    store job's (:func:`store_seconds`), whose timing holds decoding in the workers at once; plans made before, every
+    frame at one process's cost, divided by the workers."""
+    if size not in costs.store_next:
+        return footage.frames * costs.decode_frame / costs.workers / costs.machines
+    return store_seconds(footage, size, costs)
+
+
+def embed_forward(costs: Costs, key: str) -> float:
+    """Seconds of one window through the embedding's network of model ``key`` (:attr:`Costs.embed_forward`; plans
+    made before, the training's encoder on every thread, :attr:`Costs.forward`)."""
+    return costs.embed_forward.get(key, costs.forward[key])
 
 
 def curate_seconds(footage: Footage, model: Model, costs: Costs, videos: int = CURATE_VIDEOS) -> float:
@@ -416,7 +444,8 @@ def curate_seconds(footage: Footage, model: Model, costs: Costs, videos: int = C
 
 def calibration_seconds(footage: Footage, model: Model, costs: Costs, videos: int) -> float:
     """Seconds of the curation's calibration on ``videos`` videos: their altered copies written (encoded at the
-    source size) and embedded on both streams (decoded, their flow, two forwards per window)."""
+    source size) and embedded on both streams (decoded, their flow, two forwards per window; the two encoders
+    loaded once)."""
     from coclr.curate.alter import ALTERATIONS  # noqa: PLC0415
     from coclr.curate.calibrate import MAX_FRAMES  # noqa: PLC0415
 
@@ -424,7 +453,8 @@ def calibration_seconds(footage: Footage, model: Model, costs: Costs, videos: in
     windows = max(1.0, frames / max(1, model.length // 2))
     copies = min(videos, footage.videos) * len(ALTERATIONS)
     return copies * (frames * (costs.encode_frame + costs.decode_frame + costs.flow_pair[model.size])
-                     + 2 * windows * costs.forward[model.key])
+                     + 2 * windows * embed_forward(costs, model.key)) + (2 * costs.embed_load.get(model.key, 0.0)
+                                                                          if copies else 0.0)
 
 
 def curate_videos(footage: Footage, model: Model, costs: Costs, budget: float | None) -> int:
@@ -656,11 +686,12 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
                   deadline: float, processes: int = 1, machines: int = 1, report: Progress | None = None,
                   fixed: Model | None = None) -> Costs:
     """Measure :class:`Costs` on this machine: decoding on :data:`SAMPLE_VIDEOS` of the footage's own videos (spread
-    over them), then for each candidate network, from the cheapest up, the store job on their first frames
-    (:func:`_time_store`), JPEG and flow on their frames at its clip side (once per side; with the footage's motion
-    there) and a few training steps and forwards, until one would
-    not afford :data:`TARGET_STEPS` within ``deadline`` seconds of work, or the next is predicted not to after its
-    own measurement (:func:`still_measured`); with ``fixed``, that network alone.
+    over them), then for each candidate network, from the cheapest up, JPEG and flow on their frames at its clip
+    side (once per side; with the footage's motion there), a few training steps and forwards, the embedding's network
+    (:func:`_time_embedding`) and the store job on their first frames at its side (:func:`_time_store`, once per
+    side), until one would not afford
+    :data:`TARGET_STEPS` within ``deadline`` seconds of work, or the next is predicted not to after its own
+    measurement (:func:`still_measured`); with ``fixed``, that network alone.
     ``report`` is told each part and the seconds left (:func:`measuring_left`)."""
     import torch  # noqa: PLC0415 (heavy)
 
@@ -700,13 +731,7 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
                   thumbnail=_time_thumbnail(sampled), fingerprint=_time_fingerprint(sampled))
 
     def measure_size(size: int) -> None:  # JPEG and flow at a clip side, once a candidate of that side is measured
-        report(f"the store's work, JPEG and TV-L1 flow at {size} px", None)
-        key_seconds = min(STORE_FRAMES, int(np.median(footage.frame_counts or [1]))) * 2 * decode_frame + 0.003
-        timed = [timing for timing in (_time_store(sampled, size, workers, key_seconds) for _ in range(REPEATS))
-                 if timing is not None]  # (a key's seconds guessed to size it; each figure the median of the timings)
-        if timed:
-            costs.store_job[size], costs.store_video[size], costs.store_next[size] = (
-                float(np.median(figure)) for figure in zip(*timed))
+        report(f"JPEG and TV-L1 flow at {size} px", None)
         small = [[resize_short_side(frame, size) for frame in frames[:PAIRS + 1]] for frames in videos if frames]
         begin = time.perf_counter()
         for frames in small:
@@ -724,6 +749,16 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         repeat = -(-TIMED_PAIRS // (len(first) - 1))
         previous, following = first[:-1].repeat(repeat, 1, 1), first[1:].repeat(repeat, 1, 1)
         costs.flow_pair[size] = _median_seconds(lambda: tvl1_flow(previous, following), sync) / len(previous)
+
+    def measure_store(size: int) -> None:  # the store job at a clip side: timed after a training timing, as the
+        # job runs in a process that has trained (forking it costs more than forking a fresh one)
+        report(f"the store job at {size} px", None)
+        key_seconds = min(STORE_FRAMES, int(np.median(footage.frame_counts or [1]))) * 2 * decode_frame + 0.003
+        timed = [timing for timing in (_time_store(sampled, size, workers, key_seconds) for _ in range(REPEATS))
+                 if timing is not None]  # (a key's seconds guessed to size it; each figure the median of the timings)
+        if timed:
+            costs.store_job[size], costs.store_video[size], costs.store_next[size] = (
+                float(np.median(figure)) for figure in zip(*timed))
 
     candidates = [fixed] if fixed is not None else [model for model in MODELS if footage.fits(model)]
     took: list[tuple[Model, float]] = []
@@ -746,6 +781,10 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
                 fallback = (measured["step"] if name in ("lone_step", "single_step")
                             else measured["forward"] if name in ("single_forward", "window") else 0.0)
                 getattr(costs, name)[model.key] = measured.get(name, fallback)
+            costs.embed_forward[model.key], costs.embed_load[model.key] = _time_embedding(
+                model, device, Path(tmp) / f"{model.key}_embed")
+            if model.size not in costs.store_job:
+                measure_store(model.size)
             took.append((model, time.perf_counter() - begin))
             if _affordable(footage, model, costs, deadline - (time.perf_counter() - started)) < TARGET_STEPS:
                 break  # a larger network would afford even fewer
@@ -842,6 +881,37 @@ def _time_per_video(paths: Sequence[str], work: Callable[[str], object]) -> floa
             continue
         timed.append(time.perf_counter() - begin)
     return float(np.mean(timed)) if timed else 0.0
+
+
+def _time_embedding(model: Model, device, folder: Path) -> tuple[float, float]:
+    """Seconds of one window through the network ``coclr embed`` runs of ``model`` (built as the embedding builds it,
+    :func:`~coclr.embed.embedder.inference_network`; :data:`TIMED_BATCHES` batches of
+    :data:`~coclr.train.timing.INFERENCE_BATCH` at a time, on every thread), and of loading an encoder file into
+    that network (each file once, as the embedding loads each encoder); each the median of :data:`REPEATS` after a
+    first, which builds what they need."""
+    import torch  # noqa: PLC0415 (heavy)
+
+    from coclr.embed.embedder import inference_network  # noqa: PLC0415
+    from coclr.models.encoder import build_encoder  # noqa: PLC0415
+    from coclr.models.loading import load_encoder, save_encoder  # noqa: PLC0415
+    from coclr.train.timing import INFERENCE_BATCH  # noqa: PLC0415
+
+    device = torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    folder.mkdir(parents=True, exist_ok=True)
+    encoder = build_encoder(width=model.width)
+    loads, network = [], None
+    for number in range(REPEATS + 1):
+        path = save_encoder(folder / f"embed{number}.pth", encoder)
+        begin = time.perf_counter()
+        backbone, _ = load_encoder(path, map_location="cpu")
+        network = inference_network(backbone, None, device)
+        loads.append(time.perf_counter() - begin)
+    clips = torch.randn(INFERENCE_BATCH, 3, model.length, model.size, model.size, device=device)
+    with torch.inference_mode():
+        network(clips)
+        forward = _median_seconds(lambda: [network(clips) for _ in range(TIMED_BATCHES)], sync)
+    return forward / TIMED_BATCHES / INFERENCE_BATCH, float(np.median(loads[1:]))
 
 
 def _time_store(paths: Sequence[str], size: int, workers: int, key_seconds: float) -> tuple[float, float, float] | None:
