@@ -545,7 +545,9 @@ def test_the_curations_calibration_takes_at_most_its_share_of_the_budget():
 
 
 def test_encoding_the_curations_copies_a_thumbnail_and_a_fingerprint_are_timed_on_the_videos(tmp_path):
-    from coclr.learn.budget import _time_encoding, _time_fingerprint, _time_thumbnail
+    import threading
+
+    from coclr.learn.budget import _time_encoding, _time_fingerprint, _time_per_video, _time_thumbnail
     from coclr.video.decode import write_mp4
 
     frames = [np.random.default_rng(0).integers(0, 255, (45, 33, 3), dtype=np.uint8) for _ in range(8)]
@@ -557,6 +559,10 @@ def test_encoding_the_curations_copies_a_thumbnail_and_a_fingerprint_are_timed_o
     assert _time_thumbnail([str(tmp_path / "broken.mp4")]) == 0.0
     assert 0 < _time_fingerprint([str(tmp_path / "broken.mp4"), str(video), str(video)]) < 5.0
     assert _time_fingerprint([str(tmp_path / "broken.mp4")]) == 0.0
+    threads = []  # with workers, a pool of that many threads does every video once per thread
+    seconds = _time_per_video([str(tmp_path / "broken.mp4"), str(video)],
+                              lambda path: threads.append((threading.get_ident(), time.sleep(0.02))), 3)
+    assert seconds > 0 and len(threads) == 1 + 6 and len({ident for ident, _ in threads[1:]}) > 1
 
 
 def test_the_store_is_counted_from_its_job_timed_as_it_runs():
@@ -654,15 +660,15 @@ def test_the_curations_thumbnails_count_per_video_on_a_thread_per_core():
     from coclr.curate.run import CurateOptions
 
     many = footage(videos=3000)
-    measured = dataclasses.replace(costs({SMALL: 100}), thumbnail=0.05)
+    measured = dataclasses.replace(costs({SMALL: 100}), thumbnail=0.05)  # (timed with a thread per worker)
     alone = curate_seconds(many, SMALL, measured, 0)
-    assert alone == pytest.approx(min(3000, CurateOptions.thumbnails) * 0.05 / measured.workers)
-    unmeasured = dataclasses.replace(measured, thumbnail=0.0)  # plans made before: a decode of every frame
+    assert alone == pytest.approx(min(3000, CurateOptions.thumbnails) * 0.05)
+    unmeasured = dataclasses.replace(measured, thumbnail=0.0)  # not timed: a decode of every frame
     assert curate_seconds(many, SMALL, unmeasured, 0) == pytest.approx(many.frames * measured.decode_frame / 2)
     fingerprinted = dataclasses.replace(measured, fingerprint=0.02)  # every video and, calibrating, every copy
-    assert curate_seconds(many, SMALL, fingerprinted, 0) == pytest.approx(alone + 3000 * 0.02 / measured.workers)
+    assert curate_seconds(many, SMALL, fingerprinted, 0) == pytest.approx(alone + 3000 * 0.02)
     assert curate_seconds(many, SMALL, fingerprinted, 2) - calibration_seconds(many, SMALL, fingerprinted, 2) == \
-        pytest.approx(alone + (3000 + 2 * len(ALTERATIONS)) * 0.02 / measured.workers)
+        pytest.approx(alone + (3000 + 2 * len(ALTERATIONS)) * 0.02)
 
 
 def test_a_pipeline_runs_sized_stages_and_a_warm_up_never_longer_than_its_stage():

@@ -198,11 +198,12 @@ class Costs:
     """encoding one source frame as H.264 (``write_mp4``: the curation's altered copies; 0: not measured, as in
     plans made before)"""
     thumbnail: float = 0.0
-    """making one video's animated thumbnail for the curation's page (frames decoded through the video, a GIF), on
-    one thread (0: not measured, as in plans made before)"""
+    """making one video's animated thumbnail for the curation's page (frames decoded through the video, a GIF), with
+    a thread per worker at it as the curation makes them (its pool's seconds per video; plans made before timed one
+    thread, and divided by the workers; 0: not measured)"""
     fingerprint: float = 0.0
     """fingerprinting one video for the curation's duplicates (:mod:`coclr.curate.fingerprint`: frames decoded
-    through the video, the first block), on one thread (0: not measured, as in plans made before)"""
+    through the video, the first block), with a thread per worker at it (as :attr:`thumbnail`)"""
     window: dict[str, float] = field(default_factory=dict)
     """one stored window read and through each model's backbone as the quality measures run it (in batches of
     :data:`~coclr.train.timing.INFERENCE_BATCH`, on :attr:`Plan.inference_threads`; plans made before have none and
@@ -432,14 +433,14 @@ def curate_seconds(footage: Footage, model: Model, costs: Costs, videos: int = C
     """Seconds of the run's curation (:mod:`coclr.curate`): the altered copies of ``videos`` videos that calibrate
     its thresholds (:func:`calibration_seconds`), a fingerprint of each video and of each copy, and a thumbnail of
     each video, up to the page's most, made on a thread per core (:attr:`Costs.fingerprint`,
-    :attr:`Costs.thumbnail`; where none could be timed, a decode of every frame)."""
+    :attr:`Costs.thumbnail`, timed so; where none could be timed, a decode of every frame over the workers)."""
     from coclr.curate.alter import ALTERATIONS  # noqa: PLC0415
     from coclr.curate.run import CurateOptions  # noqa: PLC0415
 
     thumbnails = (min(footage.videos, CurateOptions.thumbnails) * costs.thumbnail if costs.thumbnail
-                  else footage.frames * costs.decode_frame)
+                  else footage.frames * costs.decode_frame / costs.workers)
     fingerprints = (footage.videos + min(videos, footage.videos) * len(ALTERATIONS)) * costs.fingerprint
-    return calibration_seconds(footage, model, costs, videos) + (thumbnails + fingerprints) / costs.workers
+    return calibration_seconds(footage, model, costs, videos) + thumbnails + fingerprints
 
 
 def calibration_seconds(footage: Footage, model: Model, costs: Costs, videos: int) -> float:
@@ -689,9 +690,8 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     over them), then for each candidate network, from the cheapest up, JPEG and flow on their frames at its clip
     side (once per side; with the footage's motion there), a few training steps and forwards, the embedding's network
     (:func:`_time_embedding`) and the store job on their first frames at its side (:func:`_time_store`, once per
-    side), until one would not afford
-    :data:`TARGET_STEPS` within ``deadline`` seconds of work, or the next is predicted not to after its own
-    measurement (:func:`still_measured`); with ``fixed``, that network alone.
+    side), until one would not afford :data:`TARGET_STEPS` within ``deadline`` seconds of work, or the next is
+    predicted not to after its own measurement (:func:`still_measured`); with ``fixed``, that network alone.
     ``report`` is told each part and the seconds left (:func:`measuring_left`)."""
     import torch  # noqa: PLC0415 (heavy)
 
@@ -728,7 +728,7 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     sampled = [sample_videos[int(i)] for i in spread]
     costs = Costs(decode_frame, {}, {}, {}, {}, {}, {}, {}, workers, processes=processes, machines=machines,
                   side_by_side=infonce_side_by_side(device, processes), encode_frame=_time_encoding(videos),
-                  thumbnail=_time_thumbnail(sampled), fingerprint=_time_fingerprint(sampled))
+                  thumbnail=_time_thumbnail(sampled, workers), fingerprint=_time_fingerprint(sampled, workers))
 
     def measure_size(size: int) -> None:  # JPEG and flow at a clip side, once a candidate of that side is measured
         report(f"JPEG and TV-L1 flow at {size} px", None)
@@ -753,9 +753,11 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     def measure_store(size: int) -> None:  # the store job at a clip side: timed after a training timing, as the
         # job runs in a process that has trained (forking it costs more than forking a fresh one)
         report(f"the store job at {size} px", None)
+        # A key's seconds guessed, to size the timing: its frames at twice one process's decoding (the JPEG, the
+        # workers sharing cores) and 3 ms of its own part; each figure the median of the timings.
         key_seconds = min(STORE_FRAMES, int(np.median(footage.frame_counts or [1]))) * 2 * decode_frame + 0.003
         timed = [timing for timing in (_time_store(sampled, size, workers, key_seconds) for _ in range(REPEATS))
-                 if timing is not None]  # (a key's seconds guessed to size it; each figure the median of the timings)
+                 if timing is not None]
         if timed:
             costs.store_job[size], costs.store_video[size], costs.store_next[size] = (
                 float(np.median(figure)) for figure in zip(*timed))
@@ -865,22 +867,28 @@ def _median_seconds(work: Callable[[], object], sync: Callable[[], object] = lam
     return float(np.median(timed))
 
 
-def _time_per_video(paths: Sequence[str], work: Callable[[str], object]) -> float:
-    """Seconds ``work`` takes on a video of ``paths``: the mean over the readable ones (the videos differ in length
-    and size; the median of a few picked the cheap ones), each timed after one untimed run on the first (which
-    loads what the work needs); 0 when none could be read (the store job reports those)."""
-    timed, warm = [], False
-    for path in paths:
+def _time_per_video(paths: Sequence[str], work: Callable[[str], object], workers: int = 1) -> float:
+    """Seconds ``work`` takes per video of ``paths`` with ``workers`` threads at it, as the curation runs its
+    thumbnails and fingerprints (a thread pool, one per core: a decoder already keeps more than one core busy, so
+    threads on few cores share them): every video once per thread, after one untimed run on the first readable one
+    (which loads what the work needs), the pool's seconds over the videos done (over all of them: the videos differ
+    in length and size; the median of a few picked the cheap ones); 0 when none could be read (the store job
+    reports those)."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    def done(path: str) -> bool:
         try:
-            if not warm:
-                work(path)
-                warm = True
-            begin = time.perf_counter()
             work(path)
         except Exception:  # an unreadable sample: the store job reports it
-            continue
-        timed.append(time.perf_counter() - begin)
-    return float(np.mean(timed)) if timed else 0.0
+            return False
+        return True
+
+    if not any(done(path) for path in paths):
+        return 0.0
+    begin = time.perf_counter()
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        count = sum(pool.map(done, [path for _ in range(max(1, workers)) for path in paths]))
+    return (time.perf_counter() - begin) / count if count else 0.0
 
 
 def _time_embedding(model: Model, device, folder: Path) -> tuple[float, float]:
@@ -989,26 +997,27 @@ class _FirstFrames:
         return frames(), reader.fps, notes
 
 
-def _time_thumbnail(paths: Sequence[str]) -> float:
-    """Seconds to make one video's curation thumbnail (as :func:`coclr.curate.run.write_thumbnails` does), on one
-    thread (:func:`_time_per_video`)."""
+def _time_thumbnail(paths: Sequence[str], workers: int = 1) -> float:
+    """Seconds to make one video's curation thumbnail (as :func:`coclr.curate.run.write_thumbnails` does), with
+    ``workers`` threads at it (:func:`_time_per_video`)."""
     from coclr.curate.run import THUMBNAIL_FRAMES, THUMBNAIL_HEIGHT  # noqa: PLC0415
     from coclr.embed.search import file_thumbnail  # noqa: PLC0415 (heavy: torch)
     from coclr.eval.gallery import animated_gif  # noqa: PLC0415
 
     return _time_per_video(paths, lambda path: animated_gif(
-        file_thumbnail(path, num_frames=THUMBNAIL_FRAMES, height=THUMBNAIL_HEIGHT)))
+        file_thumbnail(path, num_frames=THUMBNAIL_FRAMES, height=THUMBNAIL_HEIGHT)), workers)
 
 
-def _time_fingerprint(paths: Sequence[str]) -> float:
+def _time_fingerprint(paths: Sequence[str], workers: int = 1) -> float:
     """Seconds to fingerprint one video (as :func:`coclr.curate.fingerprint.fingerprints` does, with the first block
-    of the widest candidate network), on one thread (:func:`_time_per_video`)."""
+    of the widest candidate network: ``workers`` threads at it, each convolution on one thread;
+    :func:`_time_per_video`)."""
     from coclr.curate.fingerprint import fingerprint_file  # noqa: PLC0415
     from coclr.models.s3d import S3D  # noqa: PLC0415
 
     stem = S3D(width=max(model.width for model in MODELS)).Conv_1a.eval()
     with torch_threads(1):
-        return _time_per_video(paths, lambda path: fingerprint_file(path, stem))
+        return _time_per_video(paths, lambda path: fingerprint_file(path, stem), workers)
 
 
 def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float, float]:
