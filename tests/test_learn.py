@@ -559,10 +559,11 @@ def test_encoding_the_curations_copies_a_thumbnail_and_a_fingerprint_are_timed_o
     assert _time_thumbnail([str(tmp_path / "broken.mp4")]) == 0.0
     assert 0 < _time_fingerprint([str(tmp_path / "broken.mp4"), str(video), str(video)]) < 5.0
     assert _time_fingerprint([str(tmp_path / "broken.mp4")]) == 0.0
-    threads = []  # with workers, a pool of that many threads does every video once per thread
+    threads = []  # with workers, a pool of that many threads, each run once first, does every video once per thread
     seconds = _time_per_video([str(tmp_path / "broken.mp4"), str(video)],
-                              lambda path: threads.append((threading.get_ident(), time.sleep(0.02))), 3)
-    assert seconds > 0 and len(threads) == 1 + 6 and len({ident for ident, _ in threads[1:]}) > 1
+                              lambda path: threads.append(threading.get_ident()), 3)
+    assert seconds > 0 and len(threads) == 1 + 3 + 6 and len(set(threads[1:4])) == 3
+    assert set(threads[4:]) <= set(threads[1:4])
 
 
 def test_the_store_is_counted_from_its_job_timed_as_it_runs():
@@ -665,7 +666,7 @@ def test_the_curations_thumbnails_count_per_video_on_a_thread_per_core():
     assert alone == pytest.approx(min(3000, CurateOptions.thumbnails) * 0.05)
     unmeasured = dataclasses.replace(measured, thumbnail=0.0)  # not timed: a decode of every frame
     assert curate_seconds(many, SMALL, unmeasured, 0) == pytest.approx(many.frames * measured.decode_frame / 2)
-    fingerprinted = dataclasses.replace(measured, fingerprint=0.02)  # every video and, calibrating, every copy
+    fingerprinted = dataclasses.replace(measured, fingerprint={SMALL.key: 0.02})  # every video; calibrating, every copy
     assert curate_seconds(many, SMALL, fingerprinted, 0) == pytest.approx(alone + 3000 * 0.02)
     assert curate_seconds(many, SMALL, fingerprinted, 2) - calibration_seconds(many, SMALL, fingerprinted, 2) == \
         pytest.approx(alone + (3000 + 2 * len(ALTERATIONS)) * 0.02)

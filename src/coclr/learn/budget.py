@@ -201,9 +201,10 @@ class Costs:
     """making one video's animated thumbnail for the curation's page (frames decoded through the video, a GIF), with
     a thread per worker at it as the curation makes them (its pool's seconds per video; plans made before timed one
     thread, and divided by the workers; 0: not measured)"""
-    fingerprint: float = 0.0
-    """fingerprinting one video for the curation's duplicates (:mod:`coclr.curate.fingerprint`: frames decoded
-    through the video, the first block), with a thread per worker at it (as :attr:`thumbnail`)"""
+    fingerprint: dict[str, float] = field(default_factory=dict)
+    """fingerprinting one video for the curation's duplicates with each model's first block
+    (:mod:`coclr.curate.fingerprint`: frames decoded through the video, the block), with a thread per worker at it
+    (as :attr:`thumbnail`; plans made before timed the widest candidate's block on one thread)"""
     window: dict[str, float] = field(default_factory=dict)
     """one stored window read and through each model's backbone as the quality measures run it (in batches of
     :data:`~coclr.train.timing.INFERENCE_BATCH`, on :attr:`Plan.inference_threads`; plans made before have none and
@@ -439,7 +440,8 @@ def curate_seconds(footage: Footage, model: Model, costs: Costs, videos: int = C
 
     thumbnails = (min(footage.videos, CurateOptions.thumbnails) * costs.thumbnail if costs.thumbnail
                   else footage.frames * costs.decode_frame / costs.workers)
-    fingerprints = (footage.videos + min(videos, footage.videos) * len(ALTERATIONS)) * costs.fingerprint
+    fingerprints = (footage.videos + min(videos, footage.videos) * len(ALTERATIONS)) * costs.fingerprint.get(
+        model.key, 0.0)
     return calibration_seconds(footage, model, costs, videos) + thumbnails + fingerprints
 
 
@@ -728,7 +730,7 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     sampled = [sample_videos[int(i)] for i in spread]
     costs = Costs(decode_frame, {}, {}, {}, {}, {}, {}, {}, workers, processes=processes, machines=machines,
                   side_by_side=infonce_side_by_side(device, processes), encode_frame=_time_encoding(videos),
-                  thumbnail=_time_thumbnail(sampled, workers), fingerprint=_time_fingerprint(sampled, workers))
+                  thumbnail=_time_thumbnail(sampled, workers))
 
     def measure_size(size: int) -> None:  # JPEG and flow at a clip side, once a candidate of that side is measured
         report(f"JPEG and TV-L1 flow at {size} px", None)
@@ -785,6 +787,7 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
                 getattr(costs, name)[model.key] = measured.get(name, fallback)
             costs.embed_forward[model.key], costs.embed_load[model.key] = _time_embedding(
                 model, device, Path(tmp) / f"{model.key}_embed")
+            costs.fingerprint[model.key] = _time_fingerprint(sampled, workers, model.width)
             if model.size not in costs.store_job:
                 measure_store(model.size)
             took.append((model, time.perf_counter() - begin))
@@ -871,9 +874,11 @@ def _time_per_video(paths: Sequence[str], work: Callable[[str], object], workers
     """Seconds ``work`` takes per video of ``paths`` with ``workers`` threads at it, as the curation runs its
     thumbnails and fingerprints (a thread pool, one per core: a decoder already keeps more than one core busy, so
     threads on few cores share them): every video once per thread, after one untimed run on the first readable one
-    (which loads what the work needs), the pool's seconds over the videos done (over all of them: the videos differ
+    (which loads what the work needs) and one on each thread (a thread's first run costs more), the pool's seconds
+    over the videos done (over all of them: the videos differ
     in length and size; the median of a few picked the cheap ones); 0 when none could be read (the store job
     reports those)."""
+    import threading  # noqa: PLC0415
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
     def done(path: str) -> bool:
@@ -883,12 +888,25 @@ def _time_per_video(paths: Sequence[str], work: Callable[[str], object], workers
             return False
         return True
 
-    if not any(done(path) for path in paths):
+    first = next((path for path in paths if done(path)), None)
+    if first is None:
         return 0.0
-    begin = time.perf_counter()
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        count = sum(pool.map(done, [path for _ in range(max(1, workers)) for path in paths]))
-    return (time.perf_counter() - begin) / count if count else 0.0
+    threads = max(1, workers)
+    barrier = threading.Barrier(threads)
+
+    def warm(path: str) -> None:  # each thread once: one waiting here takes no other, so every thread takes one
+        done(path)
+        try:
+            barrier.wait(60)
+        except threading.BrokenBarrierError:
+            pass
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(warm, [first] * threads))
+        begin = time.perf_counter()
+        count = sum(pool.map(done, [path for _ in range(threads) for path in paths]))
+        seconds = time.perf_counter() - begin
+    return seconds / count if count else 0.0
 
 
 def _time_embedding(model: Model, device, folder: Path) -> tuple[float, float]:
@@ -1008,14 +1026,14 @@ def _time_thumbnail(paths: Sequence[str], workers: int = 1) -> float:
         file_thumbnail(path, num_frames=THUMBNAIL_FRAMES, height=THUMBNAIL_HEIGHT)), workers)
 
 
-def _time_fingerprint(paths: Sequence[str], workers: int = 1) -> float:
+def _time_fingerprint(paths: Sequence[str], workers: int = 1, width: float = 1.0) -> float:
     """Seconds to fingerprint one video (as :func:`coclr.curate.fingerprint.fingerprints` does, with the first block
-    of the widest candidate network: ``workers`` threads at it, each convolution on one thread;
-    :func:`_time_per_video`)."""
+    of the network of ``width``: the run's encoder's, whose width moves the cost by half on 2 cores; ``workers``
+    threads at it, each convolution on one thread; :func:`_time_per_video`)."""
     from coclr.curate.fingerprint import fingerprint_file  # noqa: PLC0415
     from coclr.models.s3d import S3D  # noqa: PLC0415
 
-    stem = S3D(width=max(model.width for model in MODELS)).Conv_1a.eval()
+    stem = S3D(width=width).Conv_1a.eval()
     with torch_threads(1):
         return _time_per_video(paths, lambda path: fingerprint_file(path, stem), workers)
 
