@@ -555,15 +555,19 @@ def test_encoding_the_curations_copies_a_thumbnail_and_a_fingerprint_are_timed_o
     assert 0 < seconds < 1.0
     video = write_mp4(tmp_path / "v.mp4", np.stack(frames)[:, :44, :32], fps=10)
     (tmp_path / "broken.mp4").write_bytes(b"not a video")
-    assert 0 < _time_thumbnail([str(tmp_path / "broken.mp4"), str(video), str(video)]) < 5.0
-    assert _time_thumbnail([str(tmp_path / "broken.mp4")]) == 0.0
-    assert 0 < _time_fingerprint([str(tmp_path / "broken.mp4"), str(video), str(video)]) < 5.0
-    assert _time_fingerprint([str(tmp_path / "broken.mp4")]) == 0.0
+    assert 0 < _time_thumbnail([str(tmp_path / "broken.mp4"), str(video), str(video)])[1] < 5.0
+    assert _time_thumbnail([str(tmp_path / "broken.mp4")]) == (0.0, 0.0)
+    assert 0 < _time_fingerprint([str(tmp_path / "broken.mp4"), str(video), str(video)])[1] < 5.0
+    assert _time_fingerprint([str(tmp_path / "broken.mp4")]) == (0.0, 0.0)
     threads = []  # with workers, a pool of that many threads, each run once first, does every video once per thread
-    seconds = _time_per_video([str(tmp_path / "broken.mp4"), str(video)],
-                              lambda path: threads.append(threading.get_ident()), 3)
-    assert seconds > 0 and len(threads) == 1 + 3 + 6 and len(set(threads[1:4])) == 3
-    assert set(threads[4:]) <= set(threads[1:4])
+
+    def work(path: str) -> None:
+        threads.append(threading.get_ident())
+        time.sleep(0.2 if len(threads) <= 4 else 0.01)  # each thread's first run (and the loading one) slower
+
+    start, seconds = _time_per_video([str(tmp_path / "broken.mp4"), str(video)], work, 3)
+    assert len(threads) == 1 + 3 + 6 and len(set(threads[1:4])) == 3 and set(threads[4:]) <= set(threads[1:4])
+    assert 0.002 < seconds < 0.02 and start > 0.15  # 10 ms on each of 3 threads; the first runs' excess: the start
 
 
 def test_the_store_is_counted_from_its_job_timed_as_it_runs():
@@ -670,6 +674,8 @@ def test_the_curations_thumbnails_count_per_video_on_a_thread_per_core():
     assert curate_seconds(many, SMALL, fingerprinted, 0) == pytest.approx(alone + 3000 * 0.02)
     assert curate_seconds(many, SMALL, fingerprinted, 2) - calibration_seconds(many, SMALL, fingerprinted, 2) == \
         pytest.approx(alone + (3000 + 2 * len(ALTERATIONS)) * 0.02)
+    started = dataclasses.replace(fingerprinted, thumbnail_start=0.3, fingerprint_start={SMALL.key: 0.2})
+    assert curate_seconds(many, SMALL, started, 0) == pytest.approx(alone + 0.3 + 0.2 + 3000 * 0.02)  # once each
 
 
 def test_a_pipeline_runs_sized_stages_and_a_warm_up_never_longer_than_its_stage():

@@ -205,6 +205,11 @@ class Costs:
     """fingerprinting one video for the curation's duplicates with each model's first block
     (:mod:`coclr.curate.fingerprint`: frames decoded through the video, the block), with a thread per worker at it
     (as :attr:`thumbnail`; plans made before timed the widest candidate's block on one thread)"""
+    thumbnail_start: float = 0.0
+    """what the threads' first thumbnails cost beyond :attr:`thumbnail`, once per job (:func:`_time_per_video`)"""
+    fingerprint_start: dict[str, float] = field(default_factory=dict)
+    """what the threads' first fingerprints cost beyond :attr:`fingerprint`, once per job: 0.2 s a thread on the
+    clips, where a fingerprint takes 0.06"""
     window: dict[str, float] = field(default_factory=dict)
     """one stored window read and through each model's backbone as the quality measures run it (in batches of
     :data:`~coclr.train.timing.INFERENCE_BATCH`, on :attr:`Plan.inference_threads`; plans made before have none and
@@ -438,10 +443,11 @@ def curate_seconds(footage: Footage, model: Model, costs: Costs, videos: int = C
     from coclr.curate.alter import ALTERATIONS  # noqa: PLC0415
     from coclr.curate.run import CurateOptions  # noqa: PLC0415
 
-    thumbnails = (min(footage.videos, CurateOptions.thumbnails) * costs.thumbnail if costs.thumbnail
-                  else footage.frames * costs.decode_frame / costs.workers)
-    fingerprints = (footage.videos + min(videos, footage.videos) * len(ALTERATIONS)) * costs.fingerprint.get(
-        model.key, 0.0)
+    thumbnails = (costs.thumbnail_start + min(footage.videos, CurateOptions.thumbnails) * costs.thumbnail
+                  if costs.thumbnail else footage.frames * costs.decode_frame / costs.workers)
+    fingerprints = (costs.fingerprint_start.get(model.key, 0.0) + (footage.videos + min(videos, footage.videos)
+                                                                   * len(ALTERATIONS)) * costs.fingerprint.get(
+        model.key, 0.0))
     return calibration_seconds(footage, model, costs, videos) + thumbnails + fingerprints
 
 
@@ -729,8 +735,8 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     decode_frame = sum(seconds for seconds, _ in timed) / max(1, sum(count for _, count in timed))
     sampled = [sample_videos[int(i)] for i in spread]
     costs = Costs(decode_frame, {}, {}, {}, {}, {}, {}, {}, workers, processes=processes, machines=machines,
-                  side_by_side=infonce_side_by_side(device, processes), encode_frame=_time_encoding(videos),
-                  thumbnail=_time_thumbnail(sampled, workers))
+                  side_by_side=infonce_side_by_side(device, processes), encode_frame=_time_encoding(videos))
+    costs.thumbnail_start, costs.thumbnail = _time_thumbnail(sampled, workers)
 
     def measure_size(size: int) -> None:  # JPEG and flow at a clip side, once a candidate of that side is measured
         report(f"JPEG and TV-L1 flow at {size} px", None)
@@ -787,7 +793,8 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
                 getattr(costs, name)[model.key] = measured.get(name, fallback)
             costs.embed_forward[model.key], costs.embed_load[model.key] = _time_embedding(
                 model, device, Path(tmp) / f"{model.key}_embed")
-            costs.fingerprint[model.key] = _time_fingerprint(sampled, workers, model.width)
+            costs.fingerprint_start[model.key], costs.fingerprint[model.key] = _time_fingerprint(
+                sampled, workers, model.width)
             if model.size not in costs.store_job:
                 measure_store(model.size)
             took.append((model, time.perf_counter() - begin))
@@ -870,14 +877,14 @@ def _median_seconds(work: Callable[[], object], sync: Callable[[], object] = lam
     return float(np.median(timed))
 
 
-def _time_per_video(paths: Sequence[str], work: Callable[[str], object], workers: int = 1) -> float:
-    """Seconds ``work`` takes per video of ``paths`` with ``workers`` threads at it, as the curation runs its
-    thumbnails and fingerprints (a thread pool, one per core: a decoder already keeps more than one core busy, so
-    threads on few cores share them): every video once per thread, after one untimed run on the first readable one
-    (which loads what the work needs) and one on each thread (a thread's first run costs more), the pool's seconds
-    over the videos done (over all of them: the videos differ
-    in length and size; the median of a few picked the cheap ones); 0 when none could be read (the store job
-    reports those)."""
+def _time_per_video(paths: Sequence[str], work: Callable[[str], object], workers: int = 1) -> tuple[float, float]:
+    """Seconds of the start and of each video of ``work`` over ``paths`` with ``workers`` threads at it, as the
+    curation runs its thumbnails and fingerprints (a thread pool, one per core: a decoder already keeps more than one
+    core busy, so threads on few cores share them). After one untimed run on the first readable video (which loads
+    what the work needs), each thread runs it once at once (a thread's first run costs more: that round's excess over
+    the threads' share of the videos is the start), then the pool goes through every video once per thread: its
+    seconds over the videos done (over all of them: the videos differ in length and size; the median of a few picked
+    the cheap ones). (0, 0) when none could be read (the store job reports those)."""
     import threading  # noqa: PLC0415
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
@@ -890,7 +897,7 @@ def _time_per_video(paths: Sequence[str], work: Callable[[str], object], workers
 
     first = next((path for path in paths if done(path)), None)
     if first is None:
-        return 0.0
+        return 0.0, 0.0
     threads = max(1, workers)
     barrier = threading.Barrier(threads)
 
@@ -902,11 +909,15 @@ def _time_per_video(paths: Sequence[str], work: Callable[[str], object], workers
             pass
 
     with ThreadPoolExecutor(threads) as pool:
+        begin = time.perf_counter()
         list(pool.map(warm, [first] * threads))
+        started = time.perf_counter() - begin
         begin = time.perf_counter()
         count = sum(pool.map(done, [path for _ in range(threads) for path in paths]))
         seconds = time.perf_counter() - begin
-    return seconds / count if count else 0.0
+    if not count:
+        return 0.0, 0.0
+    return max(0.0, started - seconds / count * threads), seconds / count
 
 
 def _time_embedding(model: Model, device, folder: Path) -> tuple[float, float]:
@@ -1015,9 +1026,9 @@ class _FirstFrames:
         return frames(), reader.fps, notes
 
 
-def _time_thumbnail(paths: Sequence[str], workers: int = 1) -> float:
-    """Seconds to make one video's curation thumbnail (as :func:`coclr.curate.run.write_thumbnails` does), with
-    ``workers`` threads at it (:func:`_time_per_video`)."""
+def _time_thumbnail(paths: Sequence[str], workers: int = 1) -> tuple[float, float]:
+    """Seconds of the start and of one video of the curation's thumbnails (as :func:`coclr.curate.run.
+    write_thumbnails` makes them), with ``workers`` threads at them (:func:`_time_per_video`)."""
     from coclr.curate.run import THUMBNAIL_FRAMES, THUMBNAIL_HEIGHT  # noqa: PLC0415
     from coclr.embed.search import file_thumbnail  # noqa: PLC0415 (heavy: torch)
     from coclr.eval.gallery import animated_gif  # noqa: PLC0415
@@ -1026,16 +1037,25 @@ def _time_thumbnail(paths: Sequence[str], workers: int = 1) -> float:
         file_thumbnail(path, num_frames=THUMBNAIL_FRAMES, height=THUMBNAIL_HEIGHT)), workers)
 
 
-def _time_fingerprint(paths: Sequence[str], workers: int = 1, width: float = 1.0) -> float:
-    """Seconds to fingerprint one video (as :func:`coclr.curate.fingerprint.fingerprints` does, with the first block
-    of the network of ``width``: the run's encoder's, whose width moves the cost by half on 2 cores; ``workers``
-    threads at it, each convolution on one thread; :func:`_time_per_video`)."""
+def _time_fingerprint(paths: Sequence[str], workers: int = 1, width: float = 1.0) -> tuple[float, float]:
+    """Seconds of the start and of one video of the curation's fingerprints (as
+    :func:`coclr.curate.fingerprint.fingerprints` makes them, with the first block of the network of ``width``: the
+    run's encoder's, whose width moves the cost by half on 2 cores; each kept in a file), with ``workers`` threads at
+    them, each convolution on one thread (:func:`_time_per_video`)."""
+    from coclr.atomic import atomic_open  # noqa: PLC0415
     from coclr.curate.fingerprint import fingerprint_file  # noqa: PLC0415
     from coclr.models.s3d import S3D  # noqa: PLC0415
 
     stem = S3D(width=width).Conv_1a.eval()
-    with torch_threads(1):
-        return _time_per_video(paths, lambda path: fingerprint_file(path, stem), workers)
+    names = itertools.count()
+
+    def fingerprint(path: str, folder: Path) -> None:  # and kept in a file of its own, as the curation keeps them
+        found = fingerprint_file(path, stem)
+        with atomic_open(folder / f"{next(names)}.npy", "wb") as handle:
+            np.save(handle, found, allow_pickle=False)
+
+    with torch_threads(1), tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
+        return _time_per_video(paths, lambda path: fingerprint(path, Path(tmp)), workers)
 
 
 def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float, float]:
