@@ -439,15 +439,15 @@ def curate_seconds(footage: Footage, model: Model, costs: Costs, videos: int = C
     """Seconds of the run's curation (:mod:`coclr.curate`): the altered copies of ``videos`` videos that calibrate
     its thresholds (:func:`calibration_seconds`), a fingerprint of each video and of each copy, and a thumbnail of
     each video, up to the page's most, made on a thread per core (:attr:`Costs.fingerprint`,
-    :attr:`Costs.thumbnail`, timed so; where none could be timed, a decode of every frame over the workers)."""
+    :attr:`Costs.thumbnail`, timed so, and each pool's start once; where no thumbnail could be timed, a decode of
+    every frame over the workers)."""
     from coclr.curate.alter import ALTERATIONS  # noqa: PLC0415
     from coclr.curate.run import CurateOptions  # noqa: PLC0415
 
     thumbnails = (costs.thumbnail_start + min(footage.videos, CurateOptions.thumbnails) * costs.thumbnail
                   if costs.thumbnail else footage.frames * costs.decode_frame / costs.workers)
-    fingerprints = (costs.fingerprint_start.get(model.key, 0.0) + (footage.videos + min(videos, footage.videos)
-                                                                   * len(ALTERATIONS)) * costs.fingerprint.get(
-        model.key, 0.0))
+    prints = footage.videos + min(videos, footage.videos) * len(ALTERATIONS)
+    fingerprints = costs.fingerprint_start.get(model.key, 0.0) + prints * costs.fingerprint.get(model.key, 0.0)
     return calibration_seconds(footage, model, costs, videos) + thumbnails + fingerprints
 
 
