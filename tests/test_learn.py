@@ -1225,9 +1225,11 @@ def test_a_run_from_a_checkpoint_measures_it_beside_every_stage_and_keeps_it(lea
 
 
 def test_a_per_video_cost_is_the_mean_over_the_readable_videos_after_one_untimed_run(monkeypatch):
-    """A thumbnail's and a fingerprint's cost is the mean over the readable sampled videos (they differ in length and
-    size), each timed after one untimed run on the first (which loads what the work needs); an unreadable video is
-    skipped; none readable is 0."""
+    """A thumbnail's and a fingerprint's cost per video is the pool's time over the readable sampled videos (they
+    differ in length and size), timed after one untimed run on the first readable one (which loads what the work
+    needs) and one on each thread (whose excess over a video's cost is the start: a thread's first run costs more);
+    an unreadable video is skipped; none readable is (0, 0)."""
+    import threading
     import types
 
     import coclr.learn.budget as budget
@@ -1235,15 +1237,19 @@ def test_a_per_video_cost_is_the_mean_over_the_readable_videos_after_one_untimed
     clock = iter(range(1000))
     monkeypatch.setattr(budget, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))  # budget's clock
     seconds = {"a": 5, "bad": 0, "b": 3, "c": 10}  # how long each one's work "takes"
-    calls = []
+    calls, threads = [], set()
 
     def work(path: str) -> None:
         calls.append(path)
         if path == "bad":
             raise ValueError("not a video")
-        for _ in range(seconds[path] - 1):  # each call of the clock moves it by one
+        first = threading.get_ident() not in threads  # a thread's first run takes 20 more
+        threads.add(threading.get_ident())
+        for _ in range(seconds[path] - 1 + 20 * first):  # each call of the clock moves it by one
             next(clock)
 
-    assert budget._time_per_video(["bad", "a", "b", "c"], work) == 6  # (5 + 3 + 10) / 3
-    assert calls == ["bad", "a", "a", "b", "c"]  # a twice: once untimed
-    assert budget._time_per_video(["bad"], work) == 0.0
+    start, each = budget._time_per_video(["bad", "a", "b", "c"], work)
+    assert calls == ["bad", "a", "a", "bad", "a", "b", "c"]  # a to load, a on the pool's thread, then each once
+    assert each == pytest.approx((4 + 2 + 9 + 1) / 3)  # (5 + 3 + 10) / 3 and the closing call of the clock
+    assert start == pytest.approx(5 + 20 - each)  # the pool thread's first run, less a video's share
+    assert budget._time_per_video(["bad"], work) == (0.0, 0.0)
