@@ -764,11 +764,11 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         # A key's seconds guessed, to size the timing: its frames at twice one process's decoding (the JPEG, the
         # workers sharing cores) and 3 ms of its own part; each figure the median of the timings.
         key_seconds = min(STORE_FRAMES, int(np.median(footage.frame_counts or [1]))) * 2 * decode_frame + 0.003
-        timed = [timing for timing in (_time_store(sampled, size, workers, key_seconds) for _ in range(REPEATS))
-                 if timing is not None]
-        if timed:
+        runs = [run for run in (_time_store(sampled, size, workers, key_seconds) for _ in range(REPEATS))
+                if run is not None]
+        if runs:
             costs.store_job[size], costs.store_video[size], costs.store_next[size] = (
-                float(np.median(figure)) for figure in zip(*timed))
+                float(np.median(figure)) for figure in zip(*runs))
 
     candidates = [fixed] if fixed is not None else [model for model in MODELS if footage.fits(model)]
     took: list[tuple[Model, float]] = []
