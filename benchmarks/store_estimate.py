@@ -1,7 +1,7 @@
 """What `coclr learn`'s store phase costs against what its calibration prices it at, part by part.
 
 The plan prices the store as the store job timed as it runs on the first frames of the videos the calibration
-samples (`learn.budget._time_store`: the job's start, a video's own part, a further frame, each the median of
+samples (`learn.budget.store_costs`: the job's start, a video's own part, a further frame, each the median of
 learn.budget.REPEATS timings) and counts them for the footage (`learn.budget.store_seconds`); plans made before
 divided one process's figures (the calibration's decode: native size, FFmpeg's frame threads; and JPEG) by the
 workers. This times, on VIDEOS (a folder), REPEATS times each, in turn: the calibration's decode of the first 48
@@ -33,7 +33,7 @@ def main() -> None:
     import numpy as np
 
     import coclr.cli  # noqa: F401 (the process policy of every entry point)
-    from coclr.learn.budget import REPEATS, SAMPLE_VIDEOS, STORE_FRAMES, Costs, Footage, _time_store, store_seconds
+    from coclr.learn.budget import SAMPLE_VIDEOS, Costs, Footage, store_costs, store_seconds
     from coclr.store.build import build_store
     from coclr.store.jpeg import encode_jpeg
     from coclr.video.decode import VideoReader, decode_video, probe_video
@@ -75,9 +75,7 @@ def main() -> None:
             frames += len(decoded)
         total = decoding + encoding
         begin = time.perf_counter()
-        key_seconds = min(STORE_FRAMES, int(np.median(footage.frame_counts))) * 2 * decode_frame + 0.003
-        timings = [_time_store(sampled, args.size, args.workers, key_seconds) for _ in range(REPEATS)]
-        start, video, further = (float(np.median(figure)) for figure in zip(*timings))  # as measure_costs takes them
+        start, video, further = store_costs(sampled, args.size, args.workers, footage, decode_frame)
         timing = time.perf_counter() - begin
         timed = Costs(decode_frame, {args.size: encoding / frames}, {}, {}, {}, {}, {}, {}, args.workers,
                       store_job={args.size: start}, store_video={args.size: video}, store_next={args.size: further})

@@ -761,14 +761,9 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     def measure_store(size: int) -> None:  # the store job at a clip side: timed after a training timing, as the
         # job runs in a process that has trained (forking it costs more than forking a fresh one)
         report(f"the store job at {size} px", None)
-        # A key's seconds guessed, to size the timing: its frames at twice one process's decoding (the JPEG, the
-        # workers sharing cores) and 3 ms of its own part; each figure the median of the timings.
-        key_seconds = min(STORE_FRAMES, int(np.median(footage.frame_counts or [1]))) * 2 * decode_frame + 0.003
-        runs = [run for run in (_time_store(sampled, size, workers, key_seconds) for _ in range(REPEATS))
-                if run is not None]
-        if runs:
-            costs.store_job[size], costs.store_video[size], costs.store_next[size] = (
-                float(np.median(figure)) for figure in zip(*runs))
+        timed_store = store_costs(sampled, size, workers, footage, decode_frame)
+        if timed_store is not None:
+            costs.store_job[size], costs.store_video[size], costs.store_next[size] = timed_store
 
     candidates = [fixed] if fixed is not None else [model for model in MODELS if footage.fits(model)]
     took: list[tuple[Model, float]] = []
@@ -949,6 +944,20 @@ def _time_embedding(model: Model, device, folder: Path) -> tuple[float, float]:
         network(clips)
         forward = _median_seconds(lambda: [network(clips) for _ in range(TIMED_BATCHES)], sync)
     return forward / TIMED_BATCHES / INFERENCE_BATCH, float(np.median(loads[1:]))
+
+
+def store_costs(paths: Sequence[str], size: int, workers: int, footage: Footage,
+                decode_frame: float) -> tuple[float, float, float] | None:
+    """The store job's start, a video's own part and a further frame at clips of ``size`` px (:func:`_time_store` on
+    the sampled ``paths``), each the median of :data:`REPEATS` timings; None when no video could be read. Each timing
+    is sized by a guess of a key's seconds: its frames (at most :data:`STORE_FRAMES`, the footage's median) at twice
+    one process's decoding (``decode_frame``; the JPEG, the workers sharing cores) and 3 ms of its own part."""
+    key_seconds = min(STORE_FRAMES, int(np.median(footage.frame_counts or [1]))) * 2 * decode_frame + 0.003
+    runs = [run for run in (_time_store(paths, size, workers, key_seconds) for _ in range(REPEATS)) if run is not None]
+    if not runs:
+        return None
+    start, video, further = (float(np.median(figure)) for figure in zip(*runs))
+    return start, video, further
 
 
 def _time_store(paths: Sequence[str], size: int, workers: int, key_seconds: float) -> tuple[float, float, float] | None:
