@@ -597,6 +597,116 @@ def test_the_store_is_counted_from_its_job_timed_as_it_runs():
     assert further == pytest.approx((300 * 0.2 / 99 + 100 * 0.1 / 99 + 50 * 0.4 / 49) / 450)
 
 
+def test_the_flow_is_counted_from_its_job_timed_as_it_runs():
+    """The flow's estimate: the job's start, then each video's own part and its frame pairs at their costs in the
+    job, split between machines; plans made before, each pair solved and JPEG-encoded over the workers. The figures
+    come from three timed jobs (one video of one pair; K of one pair; V of P pairs in all); none below 0. The
+    embedding and the curation's copies pay a call's own cost once a chunk of a video."""
+    from coclr.learn.budget import estimates, flow_calls, flow_job_figures, flow_seconds, windows_of
+
+    many = footage(videos=768, frames=12)
+    before = costs({SMALL: 100})
+    timed = dataclasses.replace(before, flow_job={32: 0.07}, flow_video={32: 0.003}, flow_next={32: 2e-3})
+    assert flow_seconds(many, 32, timed) == pytest.approx(0.07 + 768 * 0.003 + 768 * 11 * 2e-3)
+    assert flow_seconds(many, 32, dataclasses.replace(timed, machines=2)) == pytest.approx(
+        0.07 + (768 * 0.003 + 768 * 11 * 2e-3) / 2)
+    assert estimates(many, SMALL, timed, 100, 8)["flow"] == flow_seconds(many, 32, timed)
+    assert flow_seconds(many, 32, before) == pytest.approx(768 * 11 * (1e-3 + 1e-4 / 2))
+
+    start, video, pair, short, long, pairs = 0.07, 0.003, 2e-3, 32, 16, 128
+    seconds = [start + video + pair, start + short * (video + pair), start + long * video + pairs * pair]
+    assert flow_job_figures(seconds, short, long, pairs) == pytest.approx((start, video, pair))
+    assert min(flow_job_figures([0.5, 0.4, 0.45], short, long, pairs)) == 0.0  # a slow first job: nothing negative
+
+    assert flow_calls([12, 32, 33, 1, 100]) == 1 + 1 + 2 + 0 + 4  # a call per chunk of 32 frames; no pair, no call
+    calls = dataclasses.replace(timed, flow_call={32: 1e-3})
+    windows = windows_of(many, SMALL)
+    assert estimates(many, SMALL, calls, 100, 8)["embed"] - estimates(many, SMALL, timed, 100, 8)["embed"] == (
+        pytest.approx(768 * 1e-3))
+    assert calibration_seconds(many, SMALL, calls, 2) - calibration_seconds(many, SMALL, timed, 2) == pytest.approx(
+        2 * len(ALTERATIONS) * 1e-3) and windows > 0
+
+
+def test_the_flow_job_is_timed_on_a_temporary_store_of_the_sampled_frames(tmp_path, monkeypatch):
+    """The flow job's timing runs the job (as ``coclr learn`` runs it, with the workers given) on a temporary store it
+    removes: a first job untimed, then one video of one pair, K videos of one pair (the videos' first pairs in
+    turn), every frame of each video; the figures come back from a job whose seconds follow the costs. None when no
+    video has two pairs."""
+    import tempfile
+    import types
+
+    from coclr.learn import budget
+    from coclr.store import flow_extract
+    from coclr.store.clipstore import ClipStore
+
+    clock = [0.0]
+    monkeypatch.setattr(budget, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    jobs = []
+
+    def job(root, backend, workers, keys):  # a job of 0.07 s, 3 ms a video, 2 ms a pair
+        store = ClipStore(root)
+        frames = [store.num_frames(key, "rgb") for key in keys]
+        jobs.append((backend, workers, frames, store.frame_size(keys[0], "rgb")))
+        clock[0] += 0.07 + 0.003 * len(keys) + 0.002 * sum(count - 1 for count in frames)
+
+    monkeypatch.setattr(flow_extract, "extract_flow", job)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    rng = np.random.default_rng(0)
+    videos = [list(rng.integers(0, 255, (count, 32, width, 3), dtype=np.uint8)) for count, width in
+              ((9, 40), (5, 32), (1, 32))]
+    start, video, pair = budget._time_flow_job(videos, 3)
+    assert (start, video, pair) == pytest.approx((0.07, 0.003, 0.002))
+    assert [frames for _, _, frames, _ in jobs] == [[2], [2], [2] * budget.FLOW_KEYS, [9, 5]]  # (one too short)
+    assert {(backend, workers) for backend, workers, _, _ in jobs} == {("auto", 3)} and jobs[0][3] == (32, 40)
+    assert list(scratch.iterdir()) == []
+    assert budget._time_flow_job([videos[2], videos[2][:1] * 2], 3) is None  # one pair a video at most
+    assert budget.flow_job_costs([videos[2]], 3) is None
+
+
+def test_the_flow_job_timing_runs_the_real_job(tmp_path, monkeypatch):
+    """The timing's jobs are the flow extraction itself (its checks pass on the temporary store; its flow written)."""
+    import tempfile
+
+    from coclr.learn import budget
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr(budget, "FLOW_KEYS", 4)
+    rng = np.random.default_rng(0)
+    videos = [list(rng.integers(0, 255, (4, 32, 40, 3), dtype=np.uint8)) for _ in range(2)]
+    start, video, pair = budget._time_flow_job(videos, 1)
+    assert 0 <= start < 60 and 0 <= video < 5 and 0 <= pair < 1 and list(scratch.iterdir()) == []
+
+
+def test_the_flow_pairs_are_timed_in_calls_of_a_chunk_and_alone(monkeypatch):
+    """A pair's flow and a call's own cost: every pair of the sampled videos solved in calls of up to a chunk of one
+    frame size, and each video's first pair in a call of its own; recovered from calls whose seconds follow them."""
+    import types
+
+    import torch
+
+    from coclr.embed.embedder import CHUNK_FRAMES
+    from coclr.flow import tvl1
+    from coclr.learn import budget
+
+    clock = [0.0]
+    monkeypatch.setattr(budget, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    calls = []
+
+    def solve(previous, following):  # 1 ms a call, 2 ms a pair
+        calls.append((len(previous), tuple(previous.shape[1:])))
+        clock[0] += 0.001 + 0.002 * len(previous)
+
+    monkeypatch.setattr(tvl1, "tvl1_flow", solve)
+    grays = [torch.zeros(41, 32, 40), torch.zeros(3, 32, 32), torch.zeros(2, 32, 40)]
+    assert budget._time_flow_pairs(grays) == pytest.approx((0.002, 0.001))
+    assert calls == [(CHUNK_FRAMES, (32, 40)), (41 - CHUNK_FRAMES, (32, 40)), (2, (32, 32)),  # 40 + 1 pairs; 2
+                     (1, (32, 40)), (1, (32, 32)), (1, (32, 40))]
+
+
 def test_the_embedding_is_counted_from_its_own_network_and_the_stores_decoding():
     """The embedding's estimate: two passes of decoding, each as the store job's (timed in the job's workers), the
     flow, three forwards per window through the embedding's own network, four encoders loaded; plans made before,

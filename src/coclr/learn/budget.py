@@ -64,9 +64,16 @@ STORE_FRAMES = 96
 enough for long videos."""
 STORE_SECONDS = 0.2
 """Seconds of each worker's work the store's timing aims at (:func:`_time_store`; the median of :data:`REPEATS`)."""
-TIMED_PAIRS = 32
-"""Frame pairs whose flow is timed at once (the sampled pairs repeated): the flow job solves many pairs at once,
-and a few alone cost more each."""
+FLOW_VIDEOS = 16
+"""Videos whose first frames time the flow (spread over the inputs, :func:`_time_flow_pairs`, :func:`_time_flow_job`):
+a pair's cost follows its video's motion (a fifth apart between sets of 64 of the synthetic videos), so more videos
+with fewer pairs each."""
+FLOW_PAIRS = 128
+"""Frame pairs the flow is timed on, split between the :data:`FLOW_VIDEOS` (8 each; more from each of fewer): what
+a tenth of a second's timing cannot tell (one moved by a fifth between runs), a few tenths hold."""
+FLOW_KEYS = 32
+"""Videos of one frame pair each in the flow job's timing: their per-video part (reading, writing, the pool's round
+trip, a batch's share), which a folder of short videos is mostly made of."""
 TIMED_BATCHES = 4
 """Batches of windows whose forward through the embedding's network is timed at once (:func:`_time_embedding`): one
 batch of a tiny network takes a few milliseconds, which a thread's late wake-up moves by a third."""
@@ -233,6 +240,18 @@ class Costs:
     store_next: dict[int, float] = field(default_factory=dict)
     """each further frame of a video in the store job at each short side (decoded, resized, JPEG-encoded), with
     :attr:`workers` processes at once"""
+    flow_job: dict[int, float] = field(default_factory=dict)
+    """the flow job's start at each short side (:func:`_time_flow_job`; plans made before have none of the flow
+    job's three costs and count :attr:`flow_pair` and :attr:`store_frame` over the workers for each pair)"""
+    flow_video: dict[int, float] = field(default_factory=dict)
+    """a video's own part of the flow job at each short side (its entry read and written, its share of a batch's
+    call, the pool's round trip)"""
+    flow_next: dict[int, float] = field(default_factory=dict)
+    """each frame pair of the flow job at each short side (decoded, solved in batches across videos, JPEG-encoded,
+    with its workers at once)"""
+    flow_call: dict[int, float] = field(default_factory=dict)
+    """what one TV-L1 call costs beyond its pairs at each short side (the embedding solves each chunk of a video in a
+    call: a folder of short videos pays it once a video; 0 where not timed)"""
     motion: dict[int, float] = field(default_factory=dict)
     """the :data:`MOTION_PERCENTILE` th percentile of the flow's horizontal and vertical magnitudes (px per frame)
     on the sampled videos' first frame pairs, at each short side (:func:`flow_bound`)"""
@@ -394,7 +413,7 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
     miner = costs.single_forward.get(key, costs.forward[key]) if alone else costs.forward[key]
     return {
         "store": store_seconds(footage, size, costs),
-        "flow": pairs * (costs.flow_pair[size] + costs.store_frame[size] / costs.workers) / shared,
+        "flow": flow_seconds(footage, size, costs),
         "infonce": infonce_seconds + 2 * costs.stage[key],
         "coclr": (coclr * (coclr_step + batch * miner) + coclr / epoch_steps * costs.epoch[key]
                   + 4 * costs.stage[key]),
@@ -402,6 +421,7 @@ def estimates(footage: Footage, model: Model, costs: Costs, steps: int, batch: i
         # workers as the store does (on few cores they take them from this process's work: counted one after the
         # other), flow computed on the fly by one; four encoders loaded (RGB alone; RGB and flow; flow alone)
         "embed": (2 * decoding_seconds(footage, size, costs) + (pairs * costs.flow_pair[size]
+                  + flow_calls(footage.frame_counts or [2] * footage.videos) * costs.flow_call.get(size, 0.0)
                   + 3 * windows_of(footage, model) * embed_forward(costs, key)) / shared
                   + 4 * costs.embed_load.get(key, 0.0)),
         "quality": 6 * (quality_windows * costs.window.get(key, costs.forward[key]) + costs.load.get(key, 0.0)),
@@ -418,6 +438,25 @@ def store_seconds(footage: Footage, size: int, costs: Costs) -> float:
         return footage.frames * (costs.decode_frame + costs.store_frame[size]) / costs.workers / costs.machines
     work = footage.videos * costs.store_video[size] + max(0, footage.frames - footage.videos) * costs.store_next[size]
     return costs.store_job[size] + work / max(1, min(costs.workers, footage.videos)) / costs.machines
+
+
+def flow_seconds(footage: Footage, size: int, costs: Costs) -> float:
+    """Seconds of the flow job at clips of ``size`` px: its start, then the videos' own parts and their frame pairs
+    at their costs in the job (:func:`_time_flow_job`); where those were not timed (plans made before), each pair
+    solved at :attr:`Costs.flow_pair` and encoded at one process's JPEG cost divided by the workers."""
+    pairs = max(0, footage.frames - footage.videos)
+    if size not in costs.flow_next:
+        return pairs * (costs.flow_pair[size] + costs.store_frame[size] / costs.workers) / costs.machines
+    work = footage.videos * costs.flow_video[size] + pairs * costs.flow_next[size]
+    return costs.flow_job[size] + work / costs.machines
+
+
+def flow_calls(frame_counts: Sequence[int]) -> int:
+    """TV-L1 calls of computing the flow of videos of ``frame_counts`` frames as the embedding does: one per chunk
+    of :data:`~coclr.embed.embedder.CHUNK_FRAMES` frames of each video (a video of one frame has none)."""
+    from coclr.embed.embedder import CHUNK_FRAMES  # noqa: PLC0415 (heavy: torch)
+
+    return sum(-(-frames // CHUNK_FRAMES) for frames in frame_counts if frames > 1)
 
 
 def decoding_seconds(footage: Footage, size: int, costs: Costs) -> float:
@@ -461,7 +500,8 @@ def calibration_seconds(footage: Footage, model: Model, costs: Costs, videos: in
     frames = min(MAX_FRAMES, footage.frames / footage.videos)
     windows = max(1.0, frames / max(1, model.length // 2))
     copies = min(videos, footage.videos) * len(ALTERATIONS)
-    return copies * (frames * (costs.encode_frame + costs.decode_frame + costs.flow_pair[model.size])
+    calls = flow_calls([math.ceil(frames)]) * costs.flow_call.get(model.size, 0.0)
+    return copies * (frames * (costs.encode_frame + costs.decode_frame + costs.flow_pair[model.size]) + calls
                      + 2 * windows * embed_forward(costs, model.key)) + (2 * costs.embed_load.get(model.key, 0.0)
                                                                           if copies else 0.0)
 
@@ -737,6 +777,10 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     costs = Costs(decode_frame, {}, {}, {}, {}, {}, {}, {}, workers, processes=processes, machines=machines,
                   side_by_side=infonce_side_by_side(device, processes), encode_frame=_time_encoding(videos))
     costs.thumbnail_start, costs.thumbnail = _time_thumbnail(sampled, workers)
+    spread = np.unique(np.linspace(0, len(sample_videos) - 1, min(FLOW_VIDEOS, len(sample_videos))).round())
+    flow_frames = -(-FLOW_PAIRS // len(spread)) + 1
+    flow_videos = [frames for frames in (_first_frames(sample_videos[int(i)], flow_frames) for i in spread)
+                   if len(frames) > 1] or [frames for frames in videos if len(frames) > 1]
 
     def measure_size(size: int) -> None:  # JPEG and flow at a clip side, once a candidate of that side is measured
         report(f"JPEG and TV-L1 flow at {size} px", None)
@@ -753,10 +797,10 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         flows = [tvl1_flow(gray[:-1], gray[1:]) for gray in grays]  # (also builds the kernels: C loops, Triton)
         costs.motion[size] = float(np.percentile(np.concatenate([flow.abs().cpu().numpy().ravel() for flow in flows]),
                                                  MOTION_PERCENTILE))
-        first = grays[0]  # timed as the flow job solves pairs: many at once
-        repeat = -(-TIMED_PAIRS // (len(first) - 1))
-        previous, following = first[:-1].repeat(repeat, 1, 1), first[1:].repeat(repeat, 1, 1)
-        costs.flow_pair[size] = _median_seconds(lambda: tvl1_flow(previous, following), sync) / len(previous)
+        flow_grays[size] = [torch.from_numpy(rgb_to_gray(np.stack([resize_short_side(frame, size) for frame in frames]))
+                                             .astype(np.float32)).to(device) for frames in flow_videos]
+        flow_timings[size] = [_time_flow_pairs(flow_grays[size], sync)]  # more after the training timings
+        costs.flow_pair[size], costs.flow_call[size] = flow_timings[size][0]
 
     def measure_store(size: int) -> None:  # the store job at a clip side: timed after a training timing, as the
         # job runs in a process that has trained (forking it costs more than forking a fresh one)
@@ -764,7 +808,17 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         timed_store = store_costs(sampled, size, workers, footage, decode_frame)
         if timed_store is not None:
             costs.store_job[size], costs.store_video[size], costs.store_next[size] = timed_store
+        report(f"the flow job at {size} px", None)  # its timings and the flow's, spread over the measurement: a
+        # moment of the machine moved one timing of a fraction of a second by a fifth
+        timed_flow = flow_job_costs([[resize_short_side(frame, size) for frame in frames] for frames in flow_videos],
+                                    workers)
+        if timed_flow is not None:
+            costs.flow_job[size], costs.flow_video[size], costs.flow_next[size] = timed_flow
+        flow_timings[size] += [_time_flow_pairs(flow_grays[size], sync) for _ in range(REPEATS - 1)]
+        costs.flow_pair[size], costs.flow_call[size] = (float(np.median(figure)) for figure in zip(*flow_timings[size]))
 
+    flow_timings: dict[int, list[tuple[float, float]]] = {}  # (pair, call) timings of the flow at each side
+    flow_grays: dict[int, list[Any]] = {}  # the flow videos' frames at each side, grey, on the device
     candidates = [fixed] if fixed is not None else [model for model in MODELS if footage.fits(model)]
     took: list[tuple[Model, float]] = []
     with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
@@ -870,6 +924,117 @@ def _median_seconds(work: Callable[[], object], sync: Callable[[], object] = lam
         sync()
         timed.append(time.perf_counter() - begin)
     return float(np.median(timed))
+
+
+def _first_frames(path: str, count: int) -> list[np.ndarray]:
+    """The first ``count`` frames of the video at ``path`` (fewer if it is shorter; none if it cannot be read: the
+    store job reports it)."""
+    from coclr.video.decode import VideoReader  # noqa: PLC0415
+
+    try:
+        with VideoReader(path) as reader:
+            return list(itertools.islice(reader, count))
+    except Exception:  # an unreadable sample is the store job's failure to report, not the calibration's
+        return []
+
+
+def _time_flow_pairs(grays: Sequence[Any], sync: Callable[[], object] = lambda: None) -> tuple[float, float]:
+    """Seconds of a frame pair's TV-L1 flow and of what a call costs beyond its pairs, one timing of each: the pairs
+    of the sampled videos ``grays`` (each ``[frames, H, W]`` on the device; their motion decides how long a pair
+    takes) solved as the embedding solves a video's chunk (calls of up to
+    :data:`~coclr.embed.embedder.CHUNK_FRAMES` pairs of a frame size), and each video's first pair in a call of its
+    own (``G`` calls of ``N`` pairs took ``T``, the single calls ``t`` each on the mean: a pair
+    ``(T - G t) / (N - G)``, a call ``t`` less a pair)."""
+    import torch  # noqa: PLC0415 (heavy)
+
+    from coclr.embed.embedder import CHUNK_FRAMES  # noqa: PLC0415 (heavy: torch)
+    from coclr.flow.tvl1 import tvl1_flow  # noqa: PLC0415 (heavy: torch)
+
+    by_size: dict[tuple[int, ...], list[int]] = {}
+    for number, gray in enumerate(grays):
+        by_size.setdefault(tuple(gray.shape[1:]), []).append(number)
+    calls = []
+    for numbers in by_size.values():
+        pairs = [(number, pair) for number in numbers for pair in range(len(grays[number]) - 1)]
+        for first in range(0, len(pairs), CHUNK_FRAMES):
+            chunk = pairs[first:first + CHUNK_FRAMES]
+            calls.append(tuple(torch.stack([grays[number][pair + shift] for number, pair in chunk])
+                               for shift in (0, 1)))
+    sync()
+    begin = time.perf_counter()
+    for previous, following in calls:
+        tvl1_flow(previous, following)
+    sync()
+    batched = time.perf_counter() - begin
+    begin = time.perf_counter()
+    for gray in grays:
+        tvl1_flow(gray[:1], gray[1:2])
+    sync()
+    single = (time.perf_counter() - begin) / len(grays)
+    solved = sum(len(previous) for previous, _ in calls)
+    pair = max(0.0, (batched - len(calls) * single) / (solved - len(calls))) if solved > len(calls) else single
+    return (pair, max(0.0, single - pair)) if pair > 0 else (batched / solved, 0.0)
+
+
+def flow_job_costs(videos: Sequence[Sequence[np.ndarray]], workers: int) -> tuple[float, float, float] | None:
+    """The flow job's start, a video's own part and a further frame pair (:func:`_time_flow_job` on the sampled
+    ``videos``' first frames at the clip side), each the median of :data:`REPEATS` timings; None when no video has
+    a pair or none has two."""
+    runs = [run for run in (_time_flow_job(videos, workers) for _ in range(REPEATS)) if run is not None]
+    if not runs:
+        return None
+    start, video, further = (float(np.median(figure)) for figure in zip(*runs))
+    return start, video, further
+
+
+def _time_flow_job(videos: Sequence[Sequence[np.ndarray]], workers: int) -> tuple[float, float, float] | None:
+    """The flow job's costs timed as it runs: the job itself (:func:`~coclr.store.flow_extract.extract_flow` as
+    ``coclr learn`` runs it, its backend and ``workers``) on a temporary store of the sampled ``videos``' frames
+    (RGB frames at the clip side), three times after a first: one video of one pair; :data:`FLOW_KEYS` videos of one
+    pair (the videos' first pairs, then their second ones, ...); every frame of each video. The job solves its pairs
+    on the cores its decoding and JPEG workers share (on the synthetic videos a pair took a fifth more in the job than
+    solved alone). :func:`flow_job_figures` takes the three costs from their seconds. None when no video has a pair
+    or none has two (a pair's cost and a video's could not be told apart)."""
+    from coclr.progress import observed  # noqa: PLC0415
+    from coclr.store.clipstore import create_store, write_entry  # noqa: PLC0415
+    from coclr.store.flow_extract import extract_flow  # noqa: PLC0415 (heavy: torch)
+    from coclr.store.jpeg import encode_jpeg  # noqa: PLC0415
+    from coclr.video.indexes import unlabelled_index  # noqa: PLC0415
+
+    videos = [list(frames) for frames in videos if len(frames) > 1]
+    long_pairs = sum(len(frames) - 1 for frames in videos)
+    if long_pairs <= len(videos):
+        return None
+    pairs = [frames[number:number + 2] for number in range(max(map(len, videos)) - 1)  # each video's first, ...
+             for frames in videos if number < len(frames) - 1]
+    jobs = {"warm": [pairs[0]], "one": [pairs[0]], "short": [pairs[number % len(pairs)] for number in range(FLOW_KEYS)],
+            "long": videos}  # (the first job of a process also imports and builds what the job needs: not timed)
+    entries = {f"{job}{number}.mp4": frames for job, keyed in jobs.items() for number, frames in enumerate(keyed)}
+    seconds = []
+    with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as scratch:
+        create_store(scratch, unlabelled_index(list(entries), "calibration"))
+        for key, frames in entries.items():
+            write_entry(scratch, key, "rgb", [encode_jpeg(frame) for frame in frames], 25.0)
+        with observed(lambda *_: None):  # (no bar of its own: the measuring line is drawn)
+            for job, keyed in jobs.items():
+                begin = time.perf_counter()
+                extract_flow(scratch, backend="auto", workers=workers,
+                             keys=[f"{job}{number}.mp4" for number in range(len(keyed))])
+                seconds.append(time.perf_counter() - begin)
+    return flow_job_figures(seconds[1:], FLOW_KEYS, len(videos), long_pairs)
+
+
+def flow_job_figures(seconds: Sequence[float], short_videos: int, long_videos: int,
+                     long_pairs: int) -> tuple[float, float, float]:
+    """The flow job's three costs from the ``seconds`` of its three timed jobs (:func:`_time_flow_job`): one video of
+    one pair (the start, a video and a pair), ``short_videos`` of one pair (a video and a pair, that many times) and
+    ``long_videos`` of ``long_pairs`` pairs in all (each video's first pair as the short ones', a further pair
+    each): its start, a video's own part and a further pair, none below 0."""
+    one, short, long = seconds
+    first = max(0.0, (short - one) / max(1, short_videos - 1))  # a video of one pair, the job's start aside
+    start = max(0.0, one - first)
+    further = max(0.0, (long - start - long_videos * first) / (long_pairs - long_videos))
+    return start, max(0.0, first - further), further
 
 
 def _time_per_video(paths: Sequence[str], work: Callable[[str], object], workers: int = 1) -> tuple[float, float]:
