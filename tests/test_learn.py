@@ -632,7 +632,6 @@ def test_the_flow_job_is_timed_on_a_temporary_store_of_the_sampled_frames(tmp_pa
     removes: a first job untimed, then one video of one pair, K videos of one pair (the videos' first pairs in
     turn), every frame of each video; the figures come back from a job whose seconds follow the costs. None when no
     video has two pairs."""
-    import tempfile
     import types
 
     from coclr.learn import budget
@@ -650,9 +649,7 @@ def test_the_flow_job_is_timed_on_a_temporary_store_of_the_sampled_frames(tmp_pa
         clock[0] += 0.07 + 0.003 * len(keys) + 0.002 * sum(count - 1 for count in frames)
 
     monkeypatch.setattr(flow_extract, "extract_flow", job)
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    made = temporary_folders(monkeypatch)
     rng = np.random.default_rng(0)
     videos = [list(rng.integers(0, 255, (count, 32, width, 3), dtype=np.uint8)) for count, width in
               ((9, 40), (5, 32), (1, 32))]
@@ -660,25 +657,54 @@ def test_the_flow_job_is_timed_on_a_temporary_store_of_the_sampled_frames(tmp_pa
     assert (start, video, pair) == pytest.approx((0.07, 0.003, 0.002))
     assert [frames for _, _, frames, _ in jobs] == [[2], [2], [2] * budget.FLOW_KEYS, [9, 5]]  # (one too short)
     assert {(backend, workers) for backend, workers, _, _ in jobs} == {("auto", 3)} and jobs[0][3] == (32, 40)
-    assert list(scratch.iterdir()) == []
+    assert len(made) == 1 and not Path(made[0]).exists()
     assert budget._time_flow_job([videos[2], videos[2][:1] * 2], 3) is None  # one pair a video at most
     assert budget.flow_job_costs([videos[2]], 3) is None
 
 
 def test_the_flow_job_timing_runs_the_real_job(tmp_path, monkeypatch):
     """The timing's jobs are the flow extraction itself (its checks pass on the temporary store; its flow written)."""
-    import tempfile
-
     from coclr.learn import budget
 
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    made = temporary_folders(monkeypatch)  # (not tempfile.tempdir: the job's decoding workers' own folder follows it)
     monkeypatch.setattr(budget, "FLOW_KEYS", 4)
     rng = np.random.default_rng(0)
     videos = [list(rng.integers(0, 255, (4, 32, 40, 3), dtype=np.uint8)) for _ in range(2)]
     start, video, pair = budget._time_flow_job(videos, 1)
-    assert 0 <= start < 60 and 0 <= video < 5 and 0 <= pair < 1 and list(scratch.iterdir()) == []
+    assert 0 <= start < 60 and 0 <= video < 5 and 0 <= pair < 1
+    assert len(made) == 1 and not Path(made[0]).exists()
+
+
+def temporary_folders(monkeypatch) -> list[str]:
+    """The folders ``tempfile.TemporaryDirectory`` makes from now on (to check that they are gone)."""
+    import tempfile
+
+    made = []
+    real = tempfile.TemporaryDirectory
+
+    def folder(*args, **kwargs):
+        created = real(*args, **kwargs)
+        made.append(created.name)
+        return created
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", folder)
+    return made
+
+
+def test_the_flow_is_timed_on_first_frames_no_larger_than_the_largest_clip(tmp_path):
+    """The flow's sampled frames are kept in memory: at most the largest candidate's side (a smaller video as it
+    is); an unreadable video gives none."""
+    from coclr.learn import budget
+    from coclr.video.decode import write_mp4
+
+    rng = np.random.default_rng(0)
+    large = write_mp4(tmp_path / "large.mp4", rng.integers(0, 255, (6, 240, 320, 3), dtype=np.uint8), fps=10)
+    small = write_mp4(tmp_path / "small.mp4", rng.integers(0, 255, (6, 48, 64, 3), dtype=np.uint8), fps=10)
+    largest = max(model.size for model in MODELS)
+    assert [frame.shape for frame in budget._first_frames(str(large), 4)] == [(largest, 171, 3)] * 4
+    assert [frame.shape for frame in budget._first_frames(str(small), 9)] == [(48, 64, 3)] * 6
+    (tmp_path / "broken.mp4").write_bytes(b"not a video")
+    assert budget._first_frames(str(tmp_path / "broken.mp4"), 4) == []
 
 
 def test_the_flow_pairs_are_timed_in_calls_of_a_chunk_and_alone(monkeypatch):

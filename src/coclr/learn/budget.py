@@ -737,9 +737,11 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     """Measure :class:`Costs` on this machine: decoding on :data:`SAMPLE_VIDEOS` of the footage's own videos (spread
     over them), then for each candidate network, from the cheapest up, JPEG and flow on their frames at its clip
     side (once per side; with the footage's motion there), a few training steps and forwards, the embedding's network
-    (:func:`_time_embedding`) and the store job on their first frames at its side (:func:`_time_store`, once per
-    side), until one would not afford :data:`TARGET_STEPS` within ``deadline`` seconds of work, or the next is
-    predicted not to after its own measurement (:func:`still_measured`); with ``fixed``, that network alone.
+    (:func:`_time_embedding`), the store job on their first frames at its side (:func:`_time_store`, once per
+    side), and the flow job and the flow's pairs on the first frames of :data:`FLOW_VIDEOS` (:func:`_time_flow_job`
+    after the training timings; :func:`_time_flow_pairs` once before them and twice after), until one would not
+    afford :data:`TARGET_STEPS` within ``deadline`` seconds of work, or the next is predicted not to after its own
+    measurement (:func:`still_measured`); with ``fixed``, that network alone.
     ``report`` is told each part and the seconds left (:func:`measuring_left`)."""
     import torch  # noqa: PLC0415 (heavy)
 
@@ -927,13 +929,15 @@ def _median_seconds(work: Callable[[], object], sync: Callable[[], object] = lam
 
 
 def _first_frames(path: str, count: int) -> list[np.ndarray]:
-    """The first ``count`` frames of the video at ``path`` (fewer if it is shorter; none if it cannot be read: the
-    store job reports it)."""
-    from coclr.video.decode import VideoReader  # noqa: PLC0415
+    """The first ``count`` frames of the video at ``path``, no larger than the largest candidate's clips need (kept
+    in memory; fewer if it is shorter; none if it cannot be read: the store job reports it)."""
+    from coclr.video.decode import VideoReader, resize_short_side  # noqa: PLC0415
 
+    largest = max(model.size for model in MODELS)
     try:
         with VideoReader(path) as reader:
-            return list(itertools.islice(reader, count))
+            return [resize_short_side(frame, min(largest, *frame.shape[:2]))
+                    for frame in itertools.islice(reader, count)]
     except Exception:  # an unreadable sample is the store job's failure to report, not the calibration's
         return []
 

@@ -47,6 +47,7 @@ class ProgressLine:
         self.estimated_done = sum(self.estimates[name] for name in self.started)
         self.actual_done = self.estimated_done
         self.closed = threading.Event()
+        self.redraw: threading.Thread | None = None
 
     def __enter__(self) -> ProgressLine:
         self.bar = job_line(total=sum(self.estimates.values()), initial=self.estimated_done,
@@ -56,11 +57,14 @@ class ProgressLine:
             self.bar.start_t -= self.actual_done  # "so far" counts the measurement
         self._show()
         if self.enabled:
-            threading.Thread(target=self._redraw, name="coclr-learn-line", daemon=True).start()
+            self.redraw = threading.Thread(target=self._redraw, name="coclr-learn-line", daemon=True)
+            self.redraw.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.closed.set()
+        if self.redraw is not None:  # a drawing under way ends before the bar closes (none after it)
+            self.redraw.join(5)
         self.bar.close()
 
     def _redraw(self) -> None:
