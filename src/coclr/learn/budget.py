@@ -166,8 +166,8 @@ class Costs:
     store_frame: dict[int, float]
     """JPEG-encoding one frame at each short side (one process)"""
     flow_pair: dict[int, float]
-    """TV-L1 flow of one frame pair at each short side, as the flow job and the embedding compute it (pairs
-    solved together on every thread)"""
+    """TV-L1 flow of one frame pair at each short side, as the embedding computes it (a video's chunk of pairs at
+    once, on every thread; :func:`_time_flow_pairs`); plans made before also counted the flow job by it"""
     step: dict[str, float]
     """one InfoNCE training step of each model (:attr:`Model.key`), on every thread of the process"""
     lone_step: dict[str, float]
@@ -782,7 +782,8 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     spread = np.unique(np.linspace(0, len(sample_videos) - 1, min(FLOW_VIDEOS, len(sample_videos))).round())
     flow_frames = -(-FLOW_PAIRS // len(spread)) + 1
     flow_videos = [frames for frames in (_first_frames(sample_videos[int(i)], flow_frames) for i in spread)
-                   if len(frames) > 1] or [frames for frames in videos if len(frames) > 1]
+                   if len(frames) > 1] or [[frames[0], np.roll(frames[0], 1, axis=1)] for frames in videos if frames]
+    # (videos of one frame: that frame and itself shifted by a pixel, as the motion's pairs)
 
     def measure_size(size: int) -> None:  # JPEG and flow at a clip side, once a candidate of that side is measured
         report(f"JPEG and TV-L1 flow at {size} px", None)
