@@ -757,8 +757,8 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     videos: list[list[np.ndarray]] = []  # the first frames of each sampled video
     timings: list[tuple[float, int]] = []  # (seconds, frames) of each video decoded
     report("decoding a few videos", None)
-    spread = np.unique(np.linspace(0, len(sample_videos) - 1, min(SAMPLE_VIDEOS, len(sample_videos))).round())
-    for path in [sample_videos[int(i)] for i in spread]:
+    sampled = spread_over(sample_videos, SAMPLE_VIDEOS)
+    for path in sampled:
         try:
             begin = time.perf_counter()
             frames: list[np.ndarray] = []
@@ -775,13 +775,12 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         raise ConfigError("none of the first videos could be decoded to measure this machine: check the inputs")
     timed = timings[1:] or timings  # the first one also warms the decoder up
     decode_frame = sum(seconds for seconds, _ in timed) / max(1, sum(count for _, count in timed))
-    sampled = [sample_videos[int(i)] for i in spread]
     costs = Costs(decode_frame, {}, {}, {}, {}, {}, {}, {}, workers, processes=processes, machines=machines,
                   side_by_side=infonce_side_by_side(device, processes), encode_frame=_time_encoding(videos))
     costs.thumbnail_start, costs.thumbnail = _time_thumbnail(sampled, workers)
-    spread = np.unique(np.linspace(0, len(sample_videos) - 1, min(FLOW_VIDEOS, len(sample_videos))).round())
-    flow_frames = -(-FLOW_PAIRS // len(spread)) + 1
-    flow_videos = [frames for frames in (_first_frames(sample_videos[int(i)], flow_frames) for i in spread)
+    flow_sample = spread_over(sample_videos, FLOW_VIDEOS)
+    flow_frames = -(-FLOW_PAIRS // len(flow_sample)) + 1
+    flow_videos = [frames for frames in (_first_frames(path, flow_frames) for path in flow_sample)
                    if len(frames) > 1] or [[frames[0], np.roll(frames[0], 1, axis=1)] for frames in videos if frames]
     # (videos of one frame: that frame and itself shifted by a pixel, as the motion's pairs)
 
@@ -818,7 +817,7 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
         if timed_flow is not None:
             costs.flow_job[size], costs.flow_video[size], costs.flow_next[size] = timed_flow
         flow_timings[size] += [_time_flow_pairs(flow_grays[size], sync) for _ in range(REPEATS - 1)]
-        costs.flow_pair[size], costs.flow_call[size] = (float(np.median(figure)) for figure in zip(*flow_timings[size]))
+        costs.flow_pair[size], costs.flow_call[size] = medians(flow_timings[size])
 
     flow_timings: dict[int, list[tuple[float, float]]] = {}  # (pair, call) timings of the flow at each side
     flow_grays: dict[int, list[Any]] = {}  # the flow videos' frames at each side, grey, on the device
@@ -917,6 +916,18 @@ def _time_encoding(videos: list[list[np.ndarray]]) -> float:
         return _median_seconds(lambda: write_mp4(Path(tmp) / f"timed{next(names)}.mp4", frames, 25.0)) / len(frames)
 
 
+def spread_over(paths: Sequence[str], count: int) -> list[str]:
+    """At most ``count`` of ``paths``, spread evenly over them (the first and the last among them)."""
+    return [paths[int(i)] for i in np.unique(np.linspace(0, len(paths) - 1, min(count, len(paths))).round())]
+
+
+def medians(runs: Sequence[tuple[float, ...] | None]) -> tuple[float, ...] | None:
+    """Each figure's median over the timings ``runs`` that gave figures (None: a timing that had nothing to time);
+    None when none did."""
+    timed = [run for run in runs if run is not None]
+    return tuple(float(np.median(figure)) for figure in zip(*timed)) if timed else None
+
+
 def _median_seconds(work: Callable[[], object], sync: Callable[[], object] = lambda: None) -> float:
     """The median of :data:`REPEATS` timings of ``work()`` (``sync``: waits for the device before and after)."""
     timed = []
@@ -985,11 +996,7 @@ def flow_job_costs(videos: Sequence[Sequence[np.ndarray]], workers: int) -> tupl
     """The flow job's start, a video's own part and a further frame pair (:func:`_time_flow_job` on the sampled
     ``videos``' first frames at the clip side), each the median of :data:`REPEATS` timings; None when no video has
     a pair or none has two."""
-    runs = [run for run in (_time_flow_job(videos, workers) for _ in range(REPEATS)) if run is not None]
-    if not runs:
-        return None
-    start, video, further = (float(np.median(figure)) for figure in zip(*runs))
-    return start, video, further
+    return medians([_time_flow_job(videos, workers) for _ in range(REPEATS)])
 
 
 def _time_flow_job(videos: Sequence[Sequence[np.ndarray]], workers: int) -> tuple[float, float, float] | None:
@@ -1123,11 +1130,7 @@ def store_costs(paths: Sequence[str], size: int, workers: int, footage: Footage,
     is sized by a guess of a key's seconds: its frames (at most :data:`STORE_FRAMES`, the footage's median) at twice
     one process's decoding (``decode_frame``; the JPEG, the workers sharing cores) and 3 ms of its own part."""
     key_seconds = min(STORE_FRAMES, int(np.median(footage.frame_counts or [1]))) * 2 * decode_frame + 0.003
-    runs = [run for run in (_time_store(paths, size, workers, key_seconds) for _ in range(REPEATS)) if run is not None]
-    if not runs:
-        return None
-    start, video, further = (float(np.median(figure)) for figure in zip(*runs))
-    return start, video, further
+    return medians([_time_store(paths, size, workers, key_seconds) for _ in range(REPEATS)])
 
 
 def _time_store(paths: Sequence[str], size: int, workers: int, key_seconds: float) -> tuple[float, float, float] | None:
