@@ -28,6 +28,7 @@ from coclr.learn.budget import (
     MAX_EPOCHS,
     MIN_STEPS,
     MODELS,
+    PACE_BAND,
     PACE_LIMITS,
     SIZED_SHARE,
     STAGE_SHARES,
@@ -512,9 +513,13 @@ def test_a_stage_is_sized_to_one_epoch_at_least_and_the_cap_at_most_and_the_pace
     assert size_stage(plan, 2000.0, {}, 2, None)[0] == 1  # the budget is spent: one epoch
     assert size_stage(plan, 0.0, {}, 1, 1e-3)[0] == MAX_EPOCHS["coclr"]
     assert pace({"store": 10.0, "flow": 10.0}, {}) == 1.0
-    assert pace({"store": 10.0, "flow": 10.0}, {"store": 12.0, "flow": 18.0, "other": 100.0}) == pytest.approx(1.5)
-    assert pace({"store": 10.0}, {"store": 1000.0}) == PACE_LIMITS[1]
-    assert pace({"store": 10.0}, {"store": 0.1}) == PACE_LIMITS[0]
+    assert pace({"store": 10.0, "flow": 10.0}, {"store": 12.0, "flow": 18.0, "other": 100.0}) == pytest.approx(
+        1.5 / PACE_BAND)  # the part past the estimates' own error
+    assert pace({"store": 10.0}, {"store": 1000.0}) == pytest.approx(PACE_LIMITS[1] / PACE_BAND)
+    assert pace({"store": 10.0}, {"store": 0.1}) == pytest.approx(PACE_LIMITS[0] * PACE_BAND)
+    for ratio in (0.88, 0.95, 1.0, 1.1, 1.14):  # within the estimates' own error: the plan's pace
+        assert pace({"infonce": 100.0}, {"infonce": 100.0 * ratio}) == 1.0
+    assert pace({"infonce": 100.0}, {"infonce": 0.8 * 100.0}) == pytest.approx(0.8 * PACE_BAND)
     slow, fast = (size_stage(plan, 300.0, {"infonce": plan.estimates["infonce"] * f}, 4, None) for f in (2.0, 0.5))
     assert slow[1]["later_phases"] > fast[1]["later_phases"] and slow[0] <= fast[0]
     assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))).fit_budget  # recorded, and read back
