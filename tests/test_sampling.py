@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coclr.data.sampling import aligned_num_frames, sliding_windows, train_clip_indices
+from coclr.data.sampling import aligned_num_frames, sliding_windows, spread, train_clip_indices
 
 
 def reference_clip(start: int, num_frames: int, length: int, stride: int) -> list[int]:
@@ -104,3 +104,17 @@ def test_bad_arguments_are_rejected():
         sliding_windows(10, 8, 0)
     with pytest.raises(ValueError, match="length"):
         sliding_windows(10, 0, 1)
+
+
+def test_a_spread_sample_takes_the_first_and_the_last_and_is_even_between():
+    for total in range(0, 40):
+        for count in range(0, 45):
+            picked = spread(total, count)
+            assert picked.dtype == np.int64 and len(picked) == min(count, total)
+            assert np.all(np.diff(picked) > 0) and np.all((picked >= 0) & (picked < max(total, 1)))
+            if len(picked) >= 2:
+                assert picked[0] == 0 and picked[-1] == total - 1
+                gaps = np.diff(picked)
+                assert gaps.max() - gaps.min() <= 1  # as even as whole steps allow
+            if count >= total:
+                assert picked.tolist() == list(range(total))

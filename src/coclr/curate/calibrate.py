@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from coclr.curate.alter import ALTERATIONS, write_altered
+from coclr.data.sampling import spread
 from coclr.embed.output import Embeddings
 from coclr.errors import ConfigError
 
@@ -30,8 +31,7 @@ def sample_rows(embeddings: Embeddings, count: int, stale: set[int]) -> list[int
     usable = [row for row in range(len(embeddings.videos)) if row not in stale]
     if not usable or count <= 0:
         return []
-    picked = np.unique(np.linspace(0, len(usable) - 1, min(count, len(usable))).round().astype(int))
-    return [usable[i] for i in picked]
+    return [usable[i] for i in spread(len(usable), count)]
 
 
 def folder_encoder(embeddings: Embeddings, device: str | None, workers: int | None):

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from coclr.data.sampling import spread
+
 SIDE = 64
 """Short side (px) the frames are decoded at."""
 WINDOWS = 8
@@ -67,7 +69,7 @@ def load_stem(checkpoint: str | Path):
 
 def window_starts(frames: int) -> np.ndarray:
     """The first frame of each window of a video of ``frames`` frames (fewer windows when it is short)."""
-    return np.unique(np.linspace(0, max(0, frames - LENGTH), WINDOWS).round().astype(int))
+    return spread(max(0, frames - LENGTH) + 1, WINDOWS)
 
 
 def fingerprint_frames(windows: np.ndarray, stem) -> np.ndarray:

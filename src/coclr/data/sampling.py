@@ -97,6 +97,13 @@ def aligned_num_frames(n_rgb: int, n_flow: int) -> int:
     return usable
 
 
+def spread(total: int, count: int) -> np.ndarray:
+    """Indices of ``min(count, total)`` of ``total`` items spread evenly from the first to the last, each rounded to
+    the nearest (``int64``, increasing, each once; empty when either is 0): a sample that sees the whole range and
+    is the same on every call."""
+    return np.unique(np.linspace(0, total - 1, min(count, total)).round().astype(np.int64))
+
+
 def _clip_at(start: int, num_frames: int, length: int, stride: int) -> np.ndarray:
     return np.minimum(start + stride * np.arange(length, dtype=np.int64), num_frames - 1)
 

@@ -17,6 +17,7 @@ import cv2
 import numpy as np
 
 from coclr.atomic import atomic_write_text
+from coclr.data.sampling import spread
 
 HIT_COLOUR = "#1fa336"
 MISS_COLOUR = "#d62728"
@@ -30,7 +31,7 @@ def choose_queries(query_labels: Sequence[int], count: int) -> list[int]:
     classes = np.unique(labels)
     if len(classes) == 0 or count <= 0:
         return []
-    picked = classes[np.unique(np.linspace(0, len(classes) - 1, min(count, len(classes))).round().astype(int))]
+    picked = classes[spread(len(classes), count)]
     return [int(np.flatnonzero(labels == label)[0]) for label in picked]
 
 
@@ -44,7 +45,7 @@ def thumbnail(total: int, read: Callable[[np.ndarray], np.ndarray], num_frames: 
     """``num_frames`` of ``total`` frames spread evenly, resized to ``height`` pixels (aspect kept); ``read``
     gives the frames ``uint8 [T, H, W, 3]`` at the indices it is passed (from a store, or a video file)."""
 
-    indices = np.unique(np.linspace(0, total - 1, min(num_frames, total)).round().astype(np.int64))
+    indices = spread(total, num_frames)
     frames = read(indices)
     width = max(1, round(frames.shape[2] * height / frames.shape[1]))
     return np.stack([cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA) for frame in frames])

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from coclr.data.sampling import clip_span, segment_counts
+from coclr.data.sampling import clip_span, segment_counts, spread
 from coclr.errors import ConfigError
 from coclr.flow.encode import bound_for
 from coclr.progress import duration
@@ -926,7 +926,7 @@ def _time_encoding(videos: list[list[np.ndarray]]) -> float:
 
 def spread_over(paths: Sequence[str], count: int) -> list[str]:
     """At most ``count`` of ``paths``, spread evenly over them (the first and the last among them)."""
-    return [paths[int(i)] for i in np.unique(np.linspace(0, len(paths) - 1, min(count, len(paths))).round())]
+    return [paths[int(i)] for i in spread(len(paths), count)]
 
 
 def medians(runs: Sequence[tuple[float, ...] | None]) -> tuple[float, ...] | None:

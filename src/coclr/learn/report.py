@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from coclr.atomic import atomic_write_text, read_json_lines
+from coclr.data.sampling import spread
 from coclr.embed.output import Embeddings
 from coclr.embed.search import search
 from coclr.eval.gallery import (
@@ -214,7 +215,7 @@ def _neighbours(out: Path, store: ClipStore, root: str, result: dict[str, Any]) 
         return video_cell(cache[key], os.path.basename(path), colour, path, badge)
 
     rows = []
-    for row in np.unique(np.linspace(0, count - 1, min(SAMPLE_QUERIES, count)).round().astype(int)):
+    for row in spread(count, SAMPLE_QUERIES):
         query = embeddings.video_records[int(row)]["path"]
         hits = search(embeddings, np.asarray(embeddings.videos[int(row)])[None], k=min(NEIGHBOURS, count - 1),
                       exclude=int(row))

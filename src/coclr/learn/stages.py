@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from coclr.data.sampling import spread
+
 VIEWS = ("rgb", "flow")
 MAX_INSTANCES = 2048
 """At most this many instances (spread evenly over the sampled videos' stretches) are measured: the neighbour
@@ -35,8 +37,7 @@ def sample_keys(store: Path, count: int) -> list[str]:
     from coclr.store.clipstore import ClipStore  # noqa: PLC0415
 
     entries = usable_entries(ClipStore(store), "train", list(VIEWS))[0]
-    picked = np.unique(np.linspace(0, len(entries) - 1, min(count, len(entries))).round().astype(int))
-    return [entries[i].path for i in picked]
+    return [entries[i].path for i in spread(len(entries), count)]
 
 
 def instance_features(windows: np.ndarray, pairs: np.ndarray, most: int
@@ -47,7 +48,7 @@ def instance_features(windows: np.ndarray, pairs: np.ndarray, most: int
     and their windows ``[W', D]`` with the instance of each ``[W']`` (in time order, as the windows came)."""
     found, rows = np.unique(pairs, axis=0, return_inverse=True)
     rows = rows.reshape(-1)
-    kept = np.unique(np.linspace(0, len(found) - 1, min(most, len(found))).round().astype(int))
+    kept = spread(len(found), most)
     renumber = np.full(len(found), -1)
     renumber[kept] = np.arange(len(kept))
     inside = renumber[rows] >= 0
