@@ -99,14 +99,16 @@ print(sum(float(batch.sum()) for batch, in batches), get_temp_dir(), flush=True)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="Unix sockets under TMPDIR, as on Linux")
-def test_a_loader_with_workers_runs_under_a_temporary_folder_too_long_for_a_socket(tmp_path):
+@pytest.mark.parametrize("setup", ["import coclr.cli", "import coclr.store.flow_extract"])
+def test_a_loader_with_workers_runs_under_a_temporary_folder_too_long_for_a_socket(tmp_path, setup):
     """A worker hands each batch to its parent through a Unix socket under multiprocessing's temporary folder: with
-    ``TMPDIR`` too long for a socket path, Python 3.11 drops the batch and the parent waits for ever. Every entry
-    point gives multiprocessing a short folder instead (removed at exit); ``TMPDIR`` is left as the user set it."""
+    ``TMPDIR`` too long for a socket path, Python 3.11 drops the batch and the parent waits for ever. Importing
+    coclr, by the command line or as a library, gives multiprocessing a short folder instead (removed at exit);
+    ``TMPDIR`` is left as the user set it."""
     long = tmp_path / ("t" * 60) / ("m" * 40)
     long.mkdir(parents=True)
     env = {**os.environ, "TMPDIR": str(long)}
-    done = subprocess.run([sys.executable, "-c", LOADER.format(setup="import coclr.cli")], env=env,
+    done = subprocess.run([sys.executable, "-c", LOADER.format(setup=setup)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     total, folder = done.stdout.split()

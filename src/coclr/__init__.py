@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from coclr.threads import short_socket_folder
 from coclr.version import __version__
+
+short_socket_folder()  # every use, the library's as the CLI's: a data loader's workers need sockets that fit
 
 __all__ = ["__version__", "load_encoder", "S3D", "Embedder"]
 

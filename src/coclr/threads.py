@@ -47,12 +47,11 @@ def usable_cores() -> int:
 
 
 def apply_process_policy() -> bool:
-    """Set :data:`PROCESS_POLICY` in the environment where not set, and give multiprocessing a temporary folder its
-    sockets fit in (:func:`short_socket_folder`); True if torch was not imported yet (so the settings take effect
-    in this process; child processes inherit them either way)."""
+    """Set :data:`PROCESS_POLICY` in the environment where not set; True if torch was not imported yet (so the
+    settings take effect in this process; child processes inherit them either way). (Importing ``coclr`` gives
+    multiprocessing a temporary folder its sockets fit in: :func:`short_socket_folder`.)"""
     for key, value in PROCESS_POLICY.items():
         os.environ.setdefault(key, value)
-    short_socket_folder()
     return "torch" not in sys.modules
 
 
