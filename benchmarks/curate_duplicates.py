@@ -23,7 +23,8 @@ predicted pairs that hold one of its copies. Overall: precision and recall over 
         [--sets real synthetic] [--synth-seed 11]
 
 where CLIPS_LEARN is `coclr learn ../shared/data/clips --out CLIPS_LEARN --budget 3m` and SYNTH_LEARN a `coclr learn`
-of `coclr data synth --videos D --preset study`.
+of `coclr data synth --videos D --preset study`. The figures are also written to `W/report-seed{S}.json` (S:
+`--synth-seed`; a run of one set keeps the other set's figures there).
 """
 
 from __future__ import annotations
@@ -144,7 +145,9 @@ def main() -> None:
     parser.add_argument("--synth-seed", type=int, default=11, help="the synthetic set's seed (its videos, originals "
                         "and distractors)")
     args = parser.parse_args()
+    from coclr.atomic import atomic_write_text
     from coclr.curate.run import CurateOptions, curate
+    from coclr.data import sampling
     from coclr.synth import SynthConfig, write_videos
 
     work = Path(args.work)
@@ -152,12 +155,13 @@ def main() -> None:
     write_videos(work / "synth", SynthConfig(seed=args.synth_seed, num_classes=8, train_scenes=160, test_scenes=2,
                                              frames=48, height=64, width=64, clips_per_action=1))  # a clip per take
     synth = sorted((work / "synth" / "videos").glob("*.mp4"))
-    spread = np.unique(np.linspace(0, len(synth) - 1, args.synth_videos + args.distractors).round().astype(int))
+    spread = sampling.spread(len(synth), args.synth_videos + args.distractors)
     picked = [synth[i] for i in spread[::max(1, len(spread) // args.synth_videos)][:args.synth_videos]]
     others = [synth[i] for i in spread if synth[i] not in picked][:args.distractors]
     sets = {"real clips": (sorted(CLIPS.iterdir()), [], Path(args.clips_learn)),
             "synthetic": (picked, others, Path(args.synth_learn))}
-    report = {}
+    out = work / f"report-seed{args.synth_seed}.json"  # a run of one set keeps the other's figures, and a run of
+    report = json.loads(out.read_text()) if out.exists() else {}  # another seed's set its own file
     for name, (originals, distractors, learn) in sets.items():
         key = name.split()[0]
         if key not in args.sets:
@@ -194,7 +198,7 @@ def main() -> None:
                                                         f"{results[m][alteration][1]:5.1f}".ljust(16) for m in methods),
                   flush=True)
         report[name] = results
-    (work / "report.json").write_text(json.dumps(report, indent=1))
+    atomic_write_text(out, json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":
