@@ -1286,31 +1286,16 @@ def test_the_quality_measures_count_a_window_read_and_forwarded_on_the_threads_t
     assert choose_plan(footage(), measured, 900).inference_threads is None
 
 
-def test_the_timed_forward_on_one_thread_and_on_every_thread(tmp_path, monkeypatch):
-    """time_training times the forward on one thread beside every thread (a CPU of several), both per clip; a
-    window of the quality measures over several passes of its store in each timed run, per window."""
-    from coclr.eval import features
+def test_the_timed_forward_on_one_thread_and_on_every_thread(tmp_path):
+    """time_training times the forward on one thread beside every thread (a CPU of several), both per clip."""
     from coclr.threads import torch_threads
-    from coclr.train.timing import WINDOW_PASSES, time_training
+    from coclr.train.timing import time_training
 
-    passes, windows = [], []
-    real = features.window_features
-
-    def counted(*args, **kwargs):
-        out = real(*args, **kwargs)
-        passes.append(time.perf_counter())
-        windows.append(len(out[0]))
-        return out
-
-    monkeypatch.setattr(features, "window_features", counted)
     with torch_threads(2):
         timed = time_training(0.0625, 32, 8, tmp_path / "two", "cpu", 2, steps=1)
     assert timed["forward"] > 0 and timed["single_forward"] > 0
     assert timed["single_forward"] != timed["forward"]  # timed apart
     assert 0 < timed["window"] < 1 and 0 < timed["load"] < 5  # the quality measures' units: a window, a load
-    assert len(passes) == 1 + 3 * WINDOW_PASSES and len(set(windows)) == 1 and windows[0] > 1
-    mean = (passes[-1] - passes[0]) / (3 * WINDOW_PASSES * windows[0])  # a window over the timed runs' passes
-    assert mean / 3 < timed["window"] < 3 * mean  # the median run's seconds per window (not per pass, nor per run)
     with torch_threads(1):
         alone = time_training(0.0625, 32, 8, tmp_path / "one", "cpu", 2, steps=1)
     assert alone["single_forward"] == alone["forward"] and alone["single_step"] == alone["step"]

@@ -21,10 +21,6 @@ INFERENCE_BATCH = 16
 forward."""
 TIMED_EPOCHS = 4
 """Epochs of the short run that times the end of an epoch as training pays it."""
-WINDOW_PASSES = 4
-"""Passes over the timing store's windows in each timed run of :func:`time_inference`: one pass of a tiny
-network's 48 windows takes some 40 ms, which a moment of the machine moves by a tenth (the median of three single
-passes 0.81-0.93 ms a window over eight timings in a row; of three runs of six passes 0.87-0.93)."""
 
 
 def time_training(width: float, size: int, length: int, folder: Path, device, batch: int, steps: int = 5,
@@ -168,8 +164,7 @@ def time_inference(trainer, store: Path, folder: Path, length: int, size: int, o
     stored window read and through the backbone (``window``: :func:`~coclr.eval.features.window_features` over the
     sliding windows of ``store``, in batches of :data:`INFERENCE_BATCH`, on one thread with ``one_thread``), and a
     stage's encoder file loaded (``load``: each file once, as the measures load each stage's); each the median of
-    ``repeats`` after a first (which loads what they need), a window's of ``repeats`` runs of :data:`WINDOW_PASSES`
-    passes over the store."""
+    ``repeats`` after a first (which loads what they need)."""
     import torch  # noqa: PLC0415 (heavy)
 
     from coclr.eval.features import window_features  # noqa: PLC0415
@@ -190,9 +185,8 @@ def time_inference(trainer, store: Path, folder: Path, length: int, size: int, o
     clip_store = ClipStore(store)
     runs = []
     with torch.inference_mode(), torch_threads(1 if one_thread else None):
-        for passes in [1] + [WINDOW_PASSES] * repeats:
+        for _ in range(repeats + 1):
             begin = time.perf_counter()
-            windows = sum(len(window_features(backbone, clip_store, "rgb", "train", clips, trainer.device)[0])
-                          for _ in range(passes))
-            runs.append((time.perf_counter() - begin) / max(1, windows))
+            features = window_features(backbone, clip_store, "rgb", "train", clips, trainer.device)[0]
+            runs.append((time.perf_counter() - begin) / max(1, len(features)))
     return {"window": float(np.median(runs[1:])), "load": float(np.median(loads[1:]))}
