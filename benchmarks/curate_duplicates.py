@@ -160,8 +160,9 @@ def main() -> None:
     others = [synth[i] for i in spread if synth[i] not in picked][:args.distractors]
     sets = {"real clips": (sorted(CLIPS.iterdir()), [], Path(args.clips_learn)),
             "synthetic": (picked, others, Path(args.synth_learn))}
-    out = work / f"report-seed{args.synth_seed}.json"  # a run of one set keeps the other's figures, and a run of
-    report = json.loads(out.read_text()) if out.exists() else {}  # another seed's set its own file
+    # a run of one set keeps the other set's figures; another seed's sets have a file of their own
+    out = work / f"report-seed{args.synth_seed}.json"
+    report = json.loads(out.read_text()) if out.exists() else {}
     for name, (originals, distractors, learn) in sets.items():
         key = name.split()[0]
         if key not in args.sets:
