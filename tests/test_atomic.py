@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
+from coclr import atomic
 from coclr.atomic import atomic_duplicate, atomic_write_text
 
 
@@ -34,3 +37,71 @@ def test_duplicate_of_a_missing_source_fails_and_leaves_the_target(tmp_path):
         atomic_duplicate(tmp_path / "missing.pth", tmp_path / "best.pth")
     assert (tmp_path / "best.pth").read_text() == "kept"
     assert [p.name for p in tmp_path.iterdir()] == ["best.pth"]
+
+
+def interrupt_at(event_number: int, write) -> bool:
+    """Run ``write()`` with Ctrl-C's exception raised at its ``event_number``-th profiling event (a call or return
+    of Python or C code: where a signal's handler runs, after a system call returns included); True when it
+    raised there, False when the write finished first."""
+    count, armed = 0, True
+
+    def profile(frame, event, arg):
+        nonlocal count
+        count += 1
+        if armed and count == event_number:
+            sys.setprofile(None)
+            raise KeyboardInterrupt
+
+    sys.setprofile(profile)
+    try:
+        write()
+        armed = False
+    except KeyboardInterrupt:
+        return True
+    finally:
+        sys.setprofile(None)
+    return False
+
+
+@pytest.mark.parametrize("write", ["text", "duplicate"])
+def test_an_interruption_at_any_point_leaves_the_old_or_the_new_file_and_nothing_at_exit(tmp_path, write):
+    """SIGINT or SIGTERM (raised as an exception at the next call or return, as Python runs a signal's handler)
+    may come anywhere in a write, inside the temporary file's creation and at the start of its cleanup too: the
+    target holds its old or its new content, and once the process exits (its exit hook) no temporary file is
+    left."""
+    target, source = tmp_path / "checkpoint_best.pth", tmp_path / "checkpoint_last.pth"
+    writes = {"text": lambda: atomic_write_text(target, "new"), "duplicate": lambda: atomic_duplicate(source, target)}
+    interrupted = 0
+    for event_number in range(1, 100_000):
+        atomic_write_text(target, "old")
+        atomic_write_text(source, "new")
+        if not interrupt_at(event_number, writes[write]):
+            break
+        interrupted += 1
+        assert target.read_text() in ("old", "new"), event_number
+        atomic._remove_unfinished()
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, source.name]), event_number
+    assert target.read_text() == "new"
+    assert interrupted > 10  # the profile reached into the write
+
+
+def test_a_write_whose_cleanup_never_ran_is_removed_as_the_process_exits(tmp_path):
+    """A write entered, then the process stopped by Ctrl-C's exception before the write's exit ran (as when the
+    signal's handler raises at the start of the context manager's exit): its temporary file is gone once the
+    process has exited, and a forked child's exit leaves its parent's writes alone."""
+    script = f"""
+import os
+from coclr.atomic import atomic_open
+write = atomic_open({str(tmp_path / "entry")!r}, "wb")
+write.__enter__().write(b"part")
+child = os.fork()
+if child == 0:
+    raise SystemExit(0)  # the child's exit hooks run here (a plain exit, not multiprocessing's os._exit)
+os.waitpid(child, 0)
+assert len(os.listdir({str(tmp_path)!r})) == 1, "the child removed its parent's file"
+raise KeyboardInterrupt
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "KeyboardInterrupt" in done.stderr, done.stderr
+    assert "the child removed" not in done.stderr
+    assert list(tmp_path.iterdir()) == []

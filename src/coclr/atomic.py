@@ -3,19 +3,20 @@
 A reader, or a job resumed after a kill, sees either the old file or the complete new one, never a part.
 Every output of the library's long jobs (store entries, flow, checkpoints, caches, reports) is written here.
 Temporary files are named ``.<name>.<pid>.<random>.partial``, so a cleaner can tell whether their writer
-still runs (see :func:`coclr.store.jobs.remove_stale_partials`). Append-only JSON-lines logs are the exception:
-:func:`read_json_lines` reads them back whatever a kill left. :func:`read_json_record` is the one reader of the
-JSON records these writes leave (a folder's settings, a store's metadata, an index, a result), :func:`file_sha256`
-the one content hash of a file they name (a checkpoint), :func:`file_state` the one rule for whether a file changed.
+still runs (see :func:`coclr.store.jobs.remove_stale_partials`); a process that exits deletes its own.
+Append-only JSON-lines logs are the exception: :func:`read_json_lines` reads them back whatever a kill left.
+:func:`read_json_record` is the one reader of the JSON records these writes leave (a folder's settings, a store's
+metadata, an index, a result), :func:`file_sha256` the one content hash of a file they name (a checkpoint),
+:func:`file_state` the one rule for whether a file changed.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,34 +27,65 @@ from coclr.errors import DataError
 PARTIAL_SUFFIX = ".partial"
 
 
-def _temp_prefix(path: Path) -> str:
-    """The start of a temporary file's name for ``path``: hidden, and naming the writing process."""
-    return f".{path.name}.{os.getpid()}."
+_UNFINISHED: set[tuple[int, Path]] = set()
+"""The temporary files of this process's writes in flight, as ``(pid, path)``: named here before they are made,
+forgotten once renamed or deleted. A write's own cleanup deletes its file; an interruption raised where that
+cleanup cannot run (the signal's handler runs at the next call, which may be the start of a context manager's
+exit, or just after the system call that made the file) leaves it here, and :func:`_remove_unfinished` deletes it
+as the process exits."""
+
+
+def _temporary(path: Path) -> tuple[int, Path]:
+    """A new temporary name for ``path`` (in its folder, hidden, naming the writing process) with its writer's
+    pid; registered in :data:`_UNFINISHED` before any file has it."""
+    key = (os.getpid(), path.parent / f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}{PARTIAL_SUFFIX}")
+    _UNFINISHED.add(key)
+    return key
+
+
+def _discard(key: tuple[int, Path], delete: bool = True) -> None:
+    """The temporary file ``key`` is renamed (``delete`` false) or is deleted now, by the process that made it
+    only: a forked child that inherited a write in flight (and would run its cleanup as it exits) leaves it to
+    its parent."""
+    pid, temp = key
+    if pid != os.getpid():
+        return
+    if delete:
+        temp.unlink(missing_ok=True)
+    _UNFINISHED.discard(key)
+
+
+@atexit.register
+def _remove_unfinished() -> None:
+    """Delete this process's temporary files whose writes did not finish (see :data:`_UNFINISHED`)."""
+    for key in list(_UNFINISHED):
+        _discard(key)
 
 
 @contextmanager
 def atomic_open(path: str | Path, mode: str = "wb", fsync: bool = True) -> Iterator[IO]:
-    """Open a temporary file for writing; on a clean exit it replaces ``path``, on an error it is deleted."""
+    """Open a temporary file for writing; on a clean exit it replaces ``path``, on an error it is deleted (at the
+    latest as the process exits: :data:`_UNFINISHED`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path), suffix=PARTIAL_SUFFIX)
+    key = _temporary(path)
+    temp = key[1]
     try:
+        handle = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the usual permissions: the umask's
         with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as file:
             yield file
             file.flush()
             if fsync:
                 os.fsync(file.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes the file private; give it the usual permissions
         os.replace(temp, path)
+        _discard(key, delete=False)
     except OSError as error:
-        Path(temp).unlink(missing_ok=True)
+        _discard(key)
         if error.filename is None:  # a failed write or flush (disk full, file too large) names no file: name it
             raise OSError(error.errno, error.strerror, str(path)) from error
         raise
     except BaseException:
-        Path(temp).unlink(missing_ok=True)
+        _discard(key)
         raise
 
 
@@ -81,17 +113,19 @@ def atomic_duplicate(source: str | Path, path: str | Path) -> Path:
     ``path`` (no second write of the bytes), or a copy through :func:`atomic_open` where the file system has no
     hard links. A later atomic write of ``source`` gives its name a new file and leaves ``path`` as it was."""
     source, path = Path(source), Path(path)
-    temp = path.parent / f"{_temp_prefix(path)}{os.urandom(4).hex()}{PARTIAL_SUFFIX}"
+    key = _temporary(path)
     try:
-        os.link(source, temp)
+        os.link(source, key[1])
     except OSError:
+        _discard(key)
         with open(source, "rb") as reader, atomic_open(path, "wb") as writer:
             shutil.copyfileobj(reader, writer)
         return path
     try:
-        os.replace(temp, path)
+        os.replace(key[1], path)
+        _discard(key, delete=False)
     except BaseException:
-        temp.unlink(missing_ok=True)
+        _discard(key)
         raise
     return path
 

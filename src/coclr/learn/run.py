@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import hashlib
 import os
-import shutil
 import sys
 import threading
 import time
@@ -32,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from coclr import progress
-from coclr.atomic import atomic_write_json, read_json_record
+from coclr.atomic import atomic_duplicate, atomic_write_json, read_json_record
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
@@ -520,7 +519,7 @@ def train_coclr(out: Path, config, plan: Plan, stages: list, clock: Clock, resul
 
 def export_encoders(out: Path, exported: dict[str, dict[str, Any]]) -> None:
     """``OUT/encoder_<view>.pth``: each view's exported stage's encoder (:func:`~coclr.learn.stages.choose_exports`),
-    copied atomically; and ``OUT/encoder_<view>.safetensors``, the same as safetensors with its config
+    duplicated atomically; and ``OUT/encoder_<view>.safetensors``, the same as safetensors with its config
     (:mod:`coclr.models.export`). Each is written only when it does not hold those bytes already."""
     from coclr.models.export import save_safetensors  # noqa: PLC0415 (heavy: torch)
     from coclr.models.loading import load_encoder, open_checkpoint  # noqa: PLC0415
@@ -529,9 +528,7 @@ def export_encoders(out: Path, exported: dict[str, dict[str, Any]]) -> None:
         source = stage_encoder(out, entry["stage"], view)
         target = out / f"encoder_{view}.pth"
         if not (target.is_file() and target.read_bytes() == source.read_bytes()):
-            temp = target.with_name(f".{target.name}.partial")
-            shutil.copyfile(source, temp)
-            os.replace(temp, target)
+            atomic_duplicate(source, target)
         backbone, head = load_encoder(target)
         save_safetensors(out / f"encoder_{view}.safetensors", backbone, head,
                          open_checkpoint(target).payload.get("meta") or {})
