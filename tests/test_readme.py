@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import platform
 import re
 import shlex
+from importlib.metadata import version
 
 import pytest
 
+from coclr import __version__
 from coclr.cli import build_parser
 from coclr.config import load_config
 from conftest import REPO_ROOT
@@ -42,7 +45,16 @@ def test_readme_documents_the_main_steps() -> None:
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=lambda argv: " ".join(argv[:2]))
-def test_readme_command_parses(argv: list[str]) -> None:
+def test_readme_command_parses(argv: list[str], capsys) -> None:
+    if argv == ["--version"]:  # prints one line, exits 0
+        with pytest.raises(SystemExit) as stopped:
+            build_parser().parse_args(argv)
+        assert stopped.value.code in (0, None)
+        line = capsys.readouterr().out
+        assert line.startswith(f"coclr {__version__} (Python {platform.python_version()}; ") and line.count("\n") == 1
+        for label, name in (("torch", "torch"), ("PyAV", "av"), ("NumPy", "numpy")):
+            assert f"{label} {version(name)}" in line
+        return
     args = build_parser().parse_args(argv)
     assert callable(args.func)
     if argv[0] in ("pretrain", "pipeline"):

@@ -27,6 +27,7 @@ from coclr.cli._world import run_command
 from coclr.errors import CoclrError
 from coclr.interrupts import interrupted
 from coclr.threads import apply_process_policy
+from coclr.version import __version__
 
 apply_process_policy()  # before any subcommand imports torch: OpenMP and torch's allocator read it once
 
@@ -40,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Self-supervised co-training for video representation learning (CoCLR).",
         epilog=EXIT_CODES,
     )
+    parser.add_argument("--version", action=_Version,
+                        help="print coclr's version and those of Python and the libraries it runs on, then exit")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
@@ -50,6 +53,36 @@ def build_parser() -> argparse.ArgumentParser:
             register(subparsers)
     _add_epilog(parser, EXIT_CODES)
     return parser
+
+
+def version_line() -> str:
+    """``coclr X (Python Y; torch Z, ...)``: what a bug report needs, from the installed packages' metadata
+    (importing torch would make ``coclr --help`` slow)."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    def installed(*names: str) -> str:
+        for name in names:
+            try:
+                return version(name)
+            except PackageNotFoundError:
+                continue
+        return "not installed"
+
+    opencv = installed("opencv-contrib-python-headless", "opencv-contrib-python", "opencv-python-headless",
+                       "opencv-python")
+    return (f"coclr {__version__} (Python {sys.version.split()[0]}; torch {installed('torch')}, PyAV "
+            f"{installed('av')}, OpenCV {opencv}, NumPy {installed('numpy')})")
+
+
+class _Version(argparse.Action):
+    """``--version``: :func:`version_line` on a line of its own (argparse's own action wraps it), then exit 0."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(version_line())
+        parser.exit()
 
 
 def _add_epilog(parser: argparse.ArgumentParser, text: str) -> None:
