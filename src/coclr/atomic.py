@@ -71,7 +71,7 @@ def atomic_open(path: str | Path, mode: str = "wb", fsync: bool = True) -> Itera
     key = _temporary(path)
     temp = key[1]
     try:
-        handle = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the usual permissions: the umask's
+        handle = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)  # as mkstemp, but the umask applies
         with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as file:
             yield file
             file.flush()
