@@ -85,10 +85,10 @@ def test_an_interruption_at_any_point_leaves_the_old_or_the_new_file_and_nothing
     assert interrupted > 10  # the profile reached into the write
 
 
-def test_a_write_whose_cleanup_never_ran_is_removed_as_the_process_exits(tmp_path):
-    """A write entered, then the process stopped by Ctrl-C's exception before the write's exit ran (as when the
-    signal's handler raises at the start of the context manager's exit): its temporary file is gone once the
-    process has exited, and a forked child's exit leaves its parent's writes alone."""
+def test_a_forked_childs_exit_leaves_its_parents_write_and_the_parents_exit_removes_it(tmp_path):
+    """A write entered, then a child forked, which exits (its exit would finish the suspended write's cleanup):
+    the parent's temporary file stays; then the parent stopped by Ctrl-C's exception before the write's exit ran:
+    the file is gone once the parent has exited."""
     script = f"""
 import os
 from coclr.atomic import atomic_open
