@@ -26,6 +26,10 @@ from coclr.errors import DataError
 
 PARTIAL_SUFFIX = ".partial"
 
+TEXT = {"encoding": "utf-8", "errors": "surrogateescape"}
+"""How text files are written: UTF-8, and a file name that is not (``os.listdir`` gives its other bytes as
+surrogates) as its own bytes, so that a CSV names the very file; a page shows them as U+FFFD, as browsers do."""
+
 
 _UNFINISHED: set[tuple[int, Path]] = set()
 """The temporary files of this process's writes in flight, as ``(pid, path)``: named here before they are made,
@@ -72,7 +76,7 @@ def atomic_open(path: str | Path, mode: str = "wb", fsync: bool = True) -> Itera
     temp = key[1]
     try:
         handle = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)  # as mkstemp, but the umask applies
-        with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as file:
+        with os.fdopen(handle, mode, **({} if "b" in mode else TEXT)) as file:
             yield file
             file.flush()
             if fsync:

@@ -97,6 +97,8 @@ def _add_epilog(parser: argparse.ArgumentParser, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``coclr`` command line; returns the process exit status."""
+    if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="surrogateescape")  # a file name that is not UTF-8, printed as its own bytes
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

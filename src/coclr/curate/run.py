@@ -375,7 +375,7 @@ def thumbnail_rows(count: int, whole: list[list[int]], stretches: list, ranking:
 def thumbnail_key(record: dict[str, Any]) -> str:
     """A thumbnail's file name: by the video's identity as embedded (path, size, modification time)."""
     text = f"{record['path']}\0{record.get('size')}\0{record.get('mtime_ns')}"
-    return hashlib.sha256(text.encode()).hexdigest()[:24] + ".gif"
+    return hashlib.sha256(os.fsencode(text)).hexdigest()[:24] + ".gif"
 
 
 def write_thumbnails(out: Path, embeddings: Embeddings, rows: list[int], stale: set[int], show: bool,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -146,7 +147,7 @@ def finetune_fingerprint(checkpoint_sha256: str, store, view: str, train_split: 
     entries = split_entries(store, train_split, [view, *with_views])  # the videos TrainClips trains on
     fingerprint = {"checkpoint_sha256": checkpoint_sha256, "store": str(Path(store.root).resolve()), "view": view,
                    "train_split": train_split,
-                   "videos_sha256": hashlib.sha256("\n".join(e.path for e in entries).encode()).hexdigest(),
+                   "videos_sha256": hashlib.sha256(os.fsencode("\n".join(e.path for e in entries))).hexdigest(),
                    "clips": dataclasses.asdict(clip_config), "finetune": dataclasses.asdict(config)}
     fingerprint["clips"].pop("workers")
     return fingerprint

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from coclr import progress
-from coclr.atomic import atomic_duplicate, atomic_write_json, read_json_record
+from coclr.atomic import TEXT, atomic_duplicate, atomic_write_json, read_json_record
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
@@ -128,7 +128,7 @@ class LearnSummary:
 
 
 def paths_digest(paths: Sequence[str]) -> str:
-    return hashlib.sha256("\n".join(paths).encode()).hexdigest()
+    return hashlib.sha256(os.fsencode("\n".join(paths))).hexdigest()
 
 
 def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
@@ -236,7 +236,7 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
     result["status"] = "running"
     line = ProgressLine(plan.estimates, enabled=options.progress and main, done=("measure",),
                         tick=(lambda: clock.record(result, due=True)) if main else None)
-    log = open(out / LOG_FILE if main else os.devnull, "a")  # the parts' lines go to the log, not the terminal
+    log = open(out / LOG_FILE if main else os.devnull, "a", **TEXT)  # the parts' lines: the log's, not the terminal's
     with log, line, progress.observed(line.observe), contextlib.redirect_stdout(log):
         record = (lambda name: timed(clock, result, name)) if main else (lambda name: contextlib.nullcontext())
         root = common_root(paths)

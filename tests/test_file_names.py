@@ -1,0 +1,126 @@
+"""File names as users have them: bytes that are not UTF-8 (an archive from another system), markup, quotes. Every
+command takes such a video as any other: the store, the embedding, search and its page, the curation's tables and
+page name the very file (its own bytes where a file is text for tools, U+FFFD where a page shows it), and nothing
+fails on the name."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coclr.cli import main
+from test_embed import moving_square, write_video
+from test_eval_helpers import save_tiny_encoder
+
+NOT_UTF8 = b"caf\xe9 <b>clip.mp4"  # Latin-1: a name an old archive gives
+MARKUP = "quote\"'&amp; <img src=x onerror=alert(1)>.mp4"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """Ten small videos of a class folder each: one named by bytes that are not UTF-8, one by markup."""
+    root = tmp_path_factory.mktemp("names")
+    videos = root / "videos"
+    for number in range(10):
+        kind = videos / ("left" if number % 2 else "right")
+        write_video(kind / f"v{number}.mp4", moving_square(16, seed=number))
+    os.rename(videos / "left" / "v1.mp4", os.path.join(os.fsencode(videos / "left"), NOT_UTF8))
+    os.rename(videos / "right" / "v2.mp4", videos / "right" / MARKUP)
+    return root
+
+
+def odd_paths(folder: Path) -> list[str]:
+    """The two oddly named videos' paths, as ``os.listdir`` gives them (the bytes that are not UTF-8 as surrogates)."""
+    return [os.fsdecode(os.path.join(os.fsencode(folder / "videos" / "left"), NOT_UTF8)),
+            str(folder / "videos" / "right" / MARKUP)]
+
+
+def test_a_store_keeps_the_videos_of_any_name(folder, tmp_path):
+    from coclr.store.clipstore import ClipStore
+
+    index = tmp_path / "index.json"
+    assert main(["data", "index", "--format", "folder", "--root", str(folder / "videos"), "--out", str(index)]) == 0
+    assert main(["data", "store", "--index", str(index), "--root", str(folder / "videos"), "--out",
+                 str(tmp_path / "store"), "--short-side", "32", "--workers", "1"]) == 0
+    store = ClipStore(tmp_path / "store")
+    keys = [entry.path for entry in store.index.entries]
+    assert os.fsdecode(b"left/" + NOT_UTF8) in keys and f"right/{MARKUP}" in keys
+    for key in keys:
+        assert store.read(key, "rgb", [0]).shape[0] == 1 and store.check_entry(key, "rgb", decode=True) is None
+
+
+def test_embedding_search_and_curation_name_the_very_files(folder, tmp_path):
+    checkpoint = save_tiny_encoder(tmp_path / "encoder.pth")
+    embedded = tmp_path / "embedded"
+    assert main(["embed", str(folder / "videos"), "--out", str(embedded), "--checkpoint", str(checkpoint),
+                 "--quiet"]) == 0
+    from coclr.embed.output import Embeddings
+
+    paths = [record["path"] for record in Embeddings(embedded).video_records]
+    assert len(paths) == 10 and set(odd_paths(folder)) <= set(paths)
+    assert all(os.path.isfile(path) for path in paths)
+
+    page = tmp_path / "search.html"
+    assert main(["search", str(embedded), "--query", odd_paths(folder)[0], "--html", str(page)]) == 0
+    text = page.read_bytes()
+    assert b"caf\xe9 &lt;b&gt;clip.mp4" in text  # the query's name, escaped (a browser shows U+FFFD)
+    assert b"<b>clip" not in text
+    strict = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}  # the standard output of en_US.UTF-8 (not C.UTF-8)
+    found = subprocess.run([sys.executable, "-m", "coclr", "search", str(embedded), "--query", odd_paths(folder)[1],
+                            "-k", "9"], capture_output=True, env=strict, timeout=120)
+    assert found.returncode == 0, found.stderr
+    assert MARKUP.encode() in found.stdout and NOT_UTF8 in found.stdout  # the names' own bytes, as ls prints them
+
+    curated = tmp_path / "curated"
+    assert main(["curate", str(embedded), "--out", str(curated), "--calibrate", "0", "--quiet"]) == 0
+    raw = (curated / "outliers.csv").read_bytes()
+    ranked = list(csv.DictReader(io.StringIO(raw.decode("utf-8", "surrogateescape"))))
+    assert sorted(row["path"] for row in ranked) == sorted(paths)  # every file, named by its own bytes
+    shown = (curated / "index.html").read_text(encoding="utf-8", errors="replace")
+    assert "<img src=x" not in shown and "onerror=alert(1)&gt;" not in shown.split("<script")[0]
+    assert json.loads((curated / "curate.json").read_text())["videos"] == 10
+
+
+def test_the_page_shows_the_names_in_a_browser(folder, tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed")
+    from test_report import CHROMIUM_FLAGS
+
+    checkpoint = save_tiny_encoder(tmp_path / "encoder.pth")
+    embedded = tmp_path / "embedded"
+    assert main(["embed", str(folder / "videos"), "--out", str(embedded), "--checkpoint", str(checkpoint),
+                 "--quiet"]) == 0
+    page = tmp_path / "search.html"
+    assert main(["search", str(embedded), "--query", odd_paths(folder)[0], "-k", "9", "--html", str(page)]) == 0
+    dom = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                          page.as_uri()], check=True, capture_output=True, text=True, timeout=60).stdout
+    assert "caf\ufffd &lt;b&gt;clip.mp4" in dom  # the byte that is not UTF-8 as U+FFFD, the markup as text
+    assert "quote\"'&amp;amp; &lt;img src=x onerror=alert(1)&gt;.mp4" in dom
+    assert "<img src=\"x\"" not in dom
+
+
+
+@pytest.mark.slow
+def test_learn_takes_videos_of_any_name(folder, tmp_path):
+    from coclr.embed.output import Embeddings
+    from test_learn import TINY_PLAN, run_learn
+
+    out = tmp_path / "learnt"
+    done = run_learn(folder / "videos", out, plan={**TINY_PLAN, "queue": 4})  # a small fixed plan (ten videos)
+    output = done.stdout.read()
+    assert done.returncode == 0, output
+    record = json.loads((out / "learn.json").read_text())
+    assert record["status"] == "done" and record["videos"] == 10 and record["failed"] == []
+    for name in ("rgb", "two_stream"):
+        assert set(odd_paths(folder)) <= {r["path"] for r in Embeddings(out / "embeddings" / name).video_records}
+    page = (out / "report.html").read_bytes()
+    assert b"<img src=x" not in page and b"<b>clip" not in page
