@@ -43,6 +43,14 @@ def odd_paths(folder: Path) -> list[str]:
             str(folder / "videos" / "right" / MARKUP)]
 
 
+def test_text_becomes_the_very_bytes_of_a_name_whatever_the_locale():
+    from coclr.text import from_bytes, to_bytes
+
+    name = os.fsdecode(NOT_UTF8)  # as os.listdir gives it
+    assert to_bytes(name) == NOT_UTF8 and from_bytes(NOT_UTF8) == name
+    assert to_bytes("café 動画") == "café 動画".encode()  # a UTF-8 name hashes as it always did
+
+
 def test_a_store_keeps_the_videos_of_any_name(folder, tmp_path):
     from coclr.store.clipstore import ClipStore
 

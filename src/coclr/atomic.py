@@ -23,12 +23,9 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from coclr.errors import DataError
+from coclr.text import TEXT
 
 PARTIAL_SUFFIX = ".partial"
-
-TEXT = {"encoding": "utf-8", "errors": "surrogateescape"}
-"""How text files are written: UTF-8, and a file name that is not (``os.listdir`` gives its other bytes as
-surrogates) as its own bytes, so that a CSV names the very file; a page shows them as U+FFFD, as browsers do."""
 
 
 _UNFINISHED: set[tuple[int, Path]] = set()

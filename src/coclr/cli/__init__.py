@@ -26,6 +26,7 @@ from coclr.cli._status import (
 from coclr.cli._world import run_command
 from coclr.errors import CoclrError
 from coclr.interrupts import interrupted
+from coclr.text import ERRORS
 from coclr.threads import apply_process_policy
 from coclr.version import __version__
 
@@ -98,7 +99,7 @@ def _add_epilog(parser: argparse.ArgumentParser, text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the ``coclr`` command line; returns the process exit status."""
     if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
-        sys.stdout.reconfigure(errors="surrogateescape")  # a file name that is not UTF-8, printed as its own bytes
+        sys.stdout.reconfigure(errors=ERRORS)  # a file name that is not UTF-8, printed as its own bytes
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

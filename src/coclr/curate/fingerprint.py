@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from coclr.data.sampling import spread
+from coclr.text import to_bytes
 
 SIDE = 64
 """Short side (px) the frames are decoded at."""
@@ -119,7 +120,7 @@ def cache_key(path: str, encoder_sha256: str) -> str | None:
     except OSError:
         return None
     text = f"{path}\0{state.st_size}\0{state.st_mtime_ns}\0{encoder_sha256}\0{VERSION}"
-    return hashlib.sha256(os.fsencode(text)).hexdigest()[:24] + ".npy"
+    return hashlib.sha256(to_bytes(text)).hexdigest()[:24] + ".npy"
 
 
 def fingerprints(paths: Sequence[str], checkpoint: str | Path, encoder_sha256: str, folder: Path, show: bool = True,

@@ -52,6 +52,7 @@ from coclr.curate.page import PAGE, THUMBS, write_page
 from coclr.embed.output import Embeddings
 from coclr.errors import ConfigError
 from coclr.runfolder import FolderRule, claim_folder
+from coclr.text import to_bytes
 
 CURATE_FOLDER = FolderRule("curate", "a curate run", may_differ=("device", "workers"), restart=True)
 RESULT_FILE = "curate.json"
@@ -375,7 +376,7 @@ def thumbnail_rows(count: int, whole: list[list[int]], stretches: list, ranking:
 def thumbnail_key(record: dict[str, Any]) -> str:
     """A thumbnail's file name: by the video's identity as embedded (path, size, modification time)."""
     text = f"{record['path']}\0{record.get('size')}\0{record.get('mtime_ns')}"
-    return hashlib.sha256(os.fsencode(text)).hexdigest()[:24] + ".gif"
+    return hashlib.sha256(to_bytes(text)).hexdigest()[:24] + ".gif"
 
 
 def write_thumbnails(out: Path, embeddings: Embeddings, rows: list[int], stale: set[int], show: bool,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,6 +50,7 @@ from coclr.models.heads import LinearClassifier
 from coclr.models.loading import checkpoint_sha256, read_checkpoint_file, save_encoder
 from coclr.progress import bar as progress_bar
 from coclr.runfolder import FolderRule, check_folder, check_output_file, check_place, claim_folder
+from coclr.text import to_bytes
 
 STATE_FILE = "finetune_last.pt"
 PROBS_FILE = "finetune_probabilities.npz"
@@ -147,7 +147,7 @@ def finetune_fingerprint(checkpoint_sha256: str, store, view: str, train_split: 
     entries = split_entries(store, train_split, [view, *with_views])  # the videos TrainClips trains on
     fingerprint = {"checkpoint_sha256": checkpoint_sha256, "store": str(Path(store.root).resolve()), "view": view,
                    "train_split": train_split,
-                   "videos_sha256": hashlib.sha256(os.fsencode("\n".join(e.path for e in entries))).hexdigest(),
+                   "videos_sha256": hashlib.sha256(to_bytes("\n".join(e.path for e in entries))).hexdigest(),
                    "clips": dataclasses.asdict(clip_config), "finetune": dataclasses.asdict(config)}
     fingerprint["clips"].pop("workers")
     return fingerprint

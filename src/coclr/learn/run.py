@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from coclr import progress
-from coclr.atomic import TEXT, atomic_duplicate, atomic_write_json, read_json_record
+from coclr.atomic import atomic_duplicate, atomic_write_json, read_json_record
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
@@ -44,6 +44,7 @@ from coclr.learn.recipe import pipeline_options, sized
 from coclr.learn.scores import read_labels
 from coclr.learn.stages import VIEWS, choose_exports, export_line
 from coclr.runfolder import FolderRule, check_folder, check_writable, claim_folder, read_record
+from coclr.text import TEXT, to_bytes
 from coclr.threads import torch_threads, usable_cores
 from coclr.video.indexes import unlabelled_index
 
@@ -128,7 +129,7 @@ class LearnSummary:
 
 
 def paths_digest(paths: Sequence[str]) -> str:
-    return hashlib.sha256(os.fsencode("\n".join(paths))).hexdigest()
+    return hashlib.sha256(to_bytes("\n".join(paths))).hexdigest()
 
 
 def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],

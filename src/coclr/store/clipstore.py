@@ -60,6 +60,7 @@ from coclr.errors import DataError
 from coclr.filelock import exclusive_lock
 from coclr.runfolder import LOCK_FILE, FolderRecord, FolderRule, check_folder
 from coclr.store.jpeg import decode_jpeg, decode_jpeg_strict
+from coclr.text import from_bytes, to_bytes
 from coclr.video.indexes import VideoIndex, is_relative_key
 
 try:
@@ -290,7 +291,7 @@ def _check_key(key: str) -> None:
 def entry_file_name(key: str) -> str:
     """The file of entry ``key`` within its view folder, in a version-2 store: ``ab/<hash>.frames``, whatever the
     length or characters of the key."""
-    digest = hashlib.sha256(os.fsencode(key)).hexdigest()[:_HASH_CHARS]
+    digest = hashlib.sha256(to_bytes(key)).hexdigest()[:_HASH_CHARS]
     return f"{digest[:2]}/{digest}{ENTRY_SUFFIX}"
 
 
@@ -452,7 +453,7 @@ def encode_header(key: str, height: int, width: int, fps: float, encoded_frames:
 def _entry_header(key: str, height: int, width: int, fps: float, sizes: np.ndarray, sums: np.ndarray | None) -> bytes:
     """The header of an entry of frames of ``sizes`` bytes with checksums ``sums`` (None: version 2, none)."""
     count = len(sizes)
-    key_bytes = os.fsencode(key)
+    key_bytes = to_bytes(key)
     version = ENTRY_VERSION if sums is not None else 2  # without xxhash: no checksums, read as unverified
     header = (_HEADER.pack(_MAGIC, version, count, height, width, float(fps))
               + _KEY_LENGTH.pack(len(key_bytes)) + key_bytes)
@@ -935,7 +936,7 @@ def _read_header(path: Path, key: str | None = None) -> _EntryHeader:
             raise _damaged(path, key if key is not None else _guess_key(key_bytes), "header", entry_checksum, found)
         sums = np.frombuffer(table, "<u8", count, 8 * (count + 1)).tolist()  # ints: compared per read
     if version >= 2:
-        stored_key = os.fsdecode(key_bytes)  # a file name's bytes, UTF-8 or not, as os.listdir gives it
+        stored_key = from_bytes(key_bytes)  # a file name's bytes, UTF-8 or not, as os.listdir gives it
     if key is not None and stored_key is not None and stored_key != key:
         raise _broken(path, key, f"holds the entry of {stored_key!r}")
     offsets = np.frombuffer(table, "<u8", count + 1)

@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 
 from coclr.atomic import atomic_write_text, read_json_record
 from coclr.errors import DataError
+from coclr.text import to_bytes
 from coclr.video.decode import why_not_video
 
 SPLITS = ("train", "val", "test")
@@ -531,7 +532,7 @@ def split_by_group(index: VideoIndex, test_fraction: float, seed: int = 0) -> Vi
         units.setdefault(entry.label, set()).add(entry.group or entry.path)
     test_units: set[tuple[int, str]] = set()
     for label, groups in units.items():
-        ordered = sorted(groups, key=lambda g: hashlib.sha256(os.fsencode(f"{seed}:{g}")).hexdigest())
+        ordered = sorted(groups, key=lambda g: hashlib.sha256(to_bytes(f"{seed}:{g}")).hexdigest())
         count = min(len(ordered) - 1, max(1, round(test_fraction * len(ordered)))) if len(ordered) > 1 else 0
         test_units.update((label, g) for g in ordered[:count])
     entries = [VideoEntry(e.path, e.label, "test" if (e.label, e.group or e.path) in test_units else "train", e.group)
