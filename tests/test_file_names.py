@@ -26,13 +26,16 @@ MARKUP = "quote\"'&amp; <img src=x onerror=alert(1)>.mp4"
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    """Ten small videos of a class folder each: one named by bytes that are not UTF-8, one by markup."""
+    """Ten small videos in two class folders: one named by bytes that are not UTF-8, one by markup."""
     root = tmp_path_factory.mktemp("names")
     videos = root / "videos"
     for number in range(10):
         kind = videos / ("left" if number % 2 else "right")
         write_video(kind / f"v{number}.mp4", moving_square(16, seed=number))
-    os.rename(videos / "left" / "v1.mp4", os.path.join(os.fsencode(videos / "left"), NOT_UTF8))
+    try:
+        os.rename(videos / "left" / "v1.mp4", os.path.join(os.fsencode(videos / "left"), NOT_UTF8))
+    except OSError:  # (macOS's file systems refuse them)
+        pytest.skip("this file system refuses names that are not UTF-8")
     os.rename(videos / "right" / "v2.mp4", videos / "right" / MARKUP)
     return root
 
