@@ -68,11 +68,17 @@ def test_a_store_keeps_the_videos_of_any_name(folder, tmp_path):
         assert store.read(key, "rgb", [0]).shape[0] == 1 and store.check_entry(key, "rgb", decode=True) is None
 
 
-def test_embedding_search_and_curation_name_the_very_files(folder, tmp_path):
-    checkpoint = save_tiny_encoder(tmp_path / "encoder.pth")
-    embedded = tmp_path / "embedded"
-    assert main(["embed", str(folder / "videos"), "--out", str(embedded), "--checkpoint", str(checkpoint),
+@pytest.fixture(scope="module")
+def embedded(folder, tmp_path_factory) -> Path:
+    """The folder embedded by ``coclr embed`` with a tiny encoder."""
+    root = tmp_path_factory.mktemp("embedded")
+    checkpoint = save_tiny_encoder(root / "encoder.pth")
+    assert main(["embed", str(folder / "videos"), "--out", str(root / "embedded"), "--checkpoint", str(checkpoint),
                  "--quiet"]) == 0
+    return root / "embedded"
+
+
+def test_embedding_search_and_curation_name_the_very_files(folder, embedded, tmp_path):
     from coclr.embed.output import Embeddings
 
     paths = [record["path"] for record in Embeddings(embedded).video_records]
@@ -100,16 +106,12 @@ def test_embedding_search_and_curation_name_the_very_files(folder, tmp_path):
     assert json.loads((curated / "curate.json").read_text())["videos"] == 10
 
 
-def test_the_page_shows_the_names_in_a_browser(folder, tmp_path):
+def test_the_page_shows_the_names_in_a_browser(folder, embedded, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("chromium is not installed")
     from test_report import CHROMIUM_FLAGS
 
-    checkpoint = save_tiny_encoder(tmp_path / "encoder.pth")
-    embedded = tmp_path / "embedded"
-    assert main(["embed", str(folder / "videos"), "--out", str(embedded), "--checkpoint", str(checkpoint),
-                 "--quiet"]) == 0
     page = tmp_path / "search.html"
     assert main(["search", str(embedded), "--query", odd_paths(folder)[0], "-k", "9", "--html", str(page)]) == 0
     dom = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",

@@ -27,7 +27,6 @@ from coclr.text import TEXT
 
 PARTIAL_SUFFIX = ".partial"
 
-
 _UNFINISHED: set[tuple[int, Path]] = set()
 """The temporary files of this process's writes in flight, as ``(pid, path)``: named here before they are made,
 forgotten once renamed or deleted. A write's own cleanup deletes its file; an interruption raised where that
