@@ -137,3 +137,39 @@ def test_learn_takes_videos_of_any_name(folder, tmp_path):
         assert set(odd_paths(folder)) <= {r["path"] for r in Embeddings(out / "embeddings" / name).video_records}
     page = (out / "report.html").read_bytes()
     assert b"<img src=x" not in page and b"<b>clip" not in page
+
+
+CONTROL = "two\nlines \x1b[2J\x1b]0;title\x07.mp4"  # a newline, and escape sequences that clear the screen, retitle
+
+
+def test_a_terminal_shows_control_characters_of_names_as_escapes():
+    from coclr.text import shown
+
+    assert shown(CONTROL) == "two\\nlines \\x1b[2J\\x1b]0;title\\x07.mp4"
+    assert shown("a\tb\r\x7f\x85 café \udce9") == "a\\tb\\r\\x7f\\x85 café \udce9"  # C0, DEL, C1; the rest kept
+    assert shown(f"one {CONTROL}\ntwo", newlines=True) == "one two\nlines \\x1b[2J\\x1b]0;title\\x07.mp4\ntwo"
+
+
+def test_the_listings_keep_a_name_with_control_characters_on_its_line(tmp_path, capsys):
+    videos = tmp_path / "videos"
+    for number in range(3):
+        write_video(videos / f"v{number}.mp4", moving_square(16, seed=number))
+    os.rename(videos / "v0.mp4", videos / CONTROL)
+    (videos / ("broken " + CONTROL)).write_bytes(b"not a video at all" * 100)
+    checkpoint = save_tiny_encoder(tmp_path / "encoder.pth")
+    out = tmp_path / "embedded"
+    assert main(["embed", str(videos), "--out", str(out), "--checkpoint", str(checkpoint), "--quiet"]) == 3
+    assert main(["search", str(out), "--query", str(videos / CONTROL), "-k", "2"]) == 0
+    assert main(["search", str(out), "--query", str(videos / "v1.mp4"), "-k", "2"]) == 0
+    assert main(["search", str(out), "--query", str(videos / ("gone " + CONTROL))]) == 2
+    printed = capsys.readouterr()
+    terminal = printed.out + printed.err
+    assert "\x1b" not in terminal and "\x07" not in terminal  # nothing reaches the terminal as a command
+    lines = terminal.splitlines()
+    failed = [line for line in lines if "broken two" in line]
+    assert len(failed) == 1 and "broken two\\nlines \\x1b[2J" in failed[0]  # the failed file, on one line
+    hits = [line for line in lines if line.endswith(".mp4") and " row " in line]
+    assert len(hits) == 4 and any(line.endswith("/two\\nlines \\x1b[2J\\x1b]0;title\\x07.mp4") for line in hits)
+    assert any(line.startswith("query: ") and line.endswith("\\x07.mp4") for line in lines)
+    refused = printed.err[printed.err.index("coclr search: error:"):]  # an error keeps its lines (a job's log tails)
+    assert "gone two\nlines \\x1b[2J\\x1b]0;title\\x07.mp4" in refused

@@ -20,6 +20,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from coclr.text import shown
+
 Observer = Callable[[str, int, "int | None"], None]
 """Called with a bar's description, the count it advanced by and its total (None: unknown)."""
 
@@ -79,8 +81,9 @@ def duration(seconds: float) -> str:
 
 
 def write(text: str, file: Any = None) -> None:
-    """Print a line (to ``file``, default stdout) without breaking the progress line under it."""
-    tqdm.write(text, file=file)
+    """Print a line (to ``file``, default stdout) without breaking the progress line under it; the names in it as a
+    terminal shows them (:func:`coclr.text.shown`)."""
+    tqdm.write(shown(text, newlines=True), file=file)
 
 
 @contextmanager

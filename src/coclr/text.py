@@ -3,7 +3,8 @@
 Python gives the bytes of a file name that are not UTF-8 (an archive from another system) as lone surrogates
 (``os.listdir``, PEP 383). Wherever such text becomes bytes (a hash, a store entry's key, a text file, the CLI's
 standard output) it becomes the very bytes again (``surrogateescape``), whatever the locale: a CSV names the very
-file, a hash of a UTF-8 name is what it always was. A page shows those bytes as U+FFFD, as browsers do.
+file, a hash of a UTF-8 name is what it always was. A page shows those bytes as U+FFFD, as browsers do. A line for
+the terminal shows a name's control characters as escapes (:func:`shown`), as ``ls`` does.
 """
 
 from __future__ import annotations
@@ -22,3 +23,18 @@ def to_bytes(text: str) -> bytes:
 def from_bytes(data: bytes) -> str:
     """Bytes as text: UTF-8, bytes that are not as surrogates (the inverse of :func:`to_bytes`)."""
     return data.decode(ENCODING, ERRORS)
+
+
+_ESCAPES = {code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)]}
+_ESCAPES.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
+
+
+_ESCAPES_BUT_NEWLINES = {code: text for code, text in _ESCAPES.items() if code != ord("\n")}
+
+
+def shown(text: object, newlines: bool = False) -> str:
+    """``text`` (a name, or a line naming files) as a terminal shows it: its control characters as escapes (``\\n``,
+    ``\\x1b``), so that a file named with a newline stays on its line and one named with an escape sequence does not
+    command the terminal. ``newlines``: keep the line breaks of a text of several lines (the rest escaped). Pages,
+    CSVs and JSON keep a name as it is."""
+    return str(text).translate(_ESCAPES_BUT_NEWLINES if newlines else _ESCAPES)

@@ -26,7 +26,7 @@ from coclr.cli._status import (
 from coclr.cli._world import run_command
 from coclr.errors import CoclrError
 from coclr.interrupts import interrupted
-from coclr.text import ERRORS
+from coclr.text import ERRORS, shown
 from coclr.threads import apply_process_policy
 from coclr.version import __version__
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         status = run_command(args)
     except CoclrError as error:
         _close_progress_bars()
-        print(f"coclr {args.command}: error: {error}", file=sys.stderr)
+        print(f"coclr {args.command}: error: {shown(error, newlines=True)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt as error:  # SIGINT or SIGTERM (run_command): the work stopped, what it finished kept
         stopped = interrupted(error, "what was finished is kept")

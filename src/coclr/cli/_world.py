@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from coclr import progress
 from coclr.interrupts import signals_interrupt
+from coclr.text import shown
 
 WORLD_ERRORS = {
     errno.ENOSPC: "the disk is full: free space there (or write elsewhere), then rerun the same command",
@@ -71,5 +72,5 @@ def run_command(args: argparse.Namespace) -> int:
         line = world_error_line(error)
         if line is None:
             raise
-        print(f"coclr {args.command}: error: {line}", file=sys.stderr)
+        print(f"coclr {args.command}: error: {shown(line)}", file=sys.stderr)
         return WORLD_ERROR_STATUS

@@ -6,6 +6,7 @@ import argparse
 
 from coclr.cli._options import add_option_flags, options_from_flags
 from coclr.embed.options import SearchOptions
+from coclr.text import shown
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"query": query.label, "windows": asked.windows, "hits": [hit.to_json() for hit in hits]},
                          indent=1))
     else:
-        print(f"query: {query.label}")
+        print(f"query: {shown(query.label)}")
         print(format_hits(hits))
     if args.html:
         start = end = None

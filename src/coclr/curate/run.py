@@ -52,7 +52,7 @@ from coclr.curate.page import PAGE, THUMBS, write_page
 from coclr.embed.output import Embeddings
 from coclr.errors import ConfigError
 from coclr.runfolder import FolderRule, claim_folder
-from coclr.text import to_bytes
+from coclr.text import shown, to_bytes
 
 CURATE_FOLDER = FolderRule("curate", "a curate run", may_differ=("device", "workers"), restart=True)
 RESULT_FILE = "curate.json"
@@ -123,7 +123,7 @@ class CurateSummary:
         if self.stale:
             lines.append(f"  {self.stale} video(s) changed or removed since they were embedded: their rows are of the "
                          "embedded version; run coclr embed on the folder again to bring it up to date")
-        return "\n".join(lines)
+        return "\n".join(map(shown, lines))
 
 
 def say(text: str, show: bool) -> None:

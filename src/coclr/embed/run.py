@@ -23,6 +23,7 @@ from coclr.errors import CheckpointError, CoclrError, ConfigError, DataError
 from coclr.interrupts import interrupted
 from coclr.models.loading import checkpoint_format, checkpoint_sha256
 from coclr.store.jobs import shard
+from coclr.text import shown
 from coclr.threads import freed_memory_reused
 from coclr.version import __version__
 from coclr.video.decode import DAMAGE_TOLERANCE
@@ -52,11 +53,11 @@ class EmbedSummary:
         window_rate = self.windows / self.seconds if self.seconds > 0 else 0.0
         lines = list(self.notes)
         if self.dropped:
-            shown = ", ".join(f"{path} ({reason})" for path, reason in list(self.dropped.items())[:5])
+            named = ", ".join(f"{path} ({reason})" for path, reason in list(self.dropped.items())[:5])
             more = f" and {len(self.dropped) - 5} more" if len(self.dropped) > 5 else ""
             lines.append(f"{self.out}: dropped the rows of {len(self.dropped)} files removed or changed since they "
                          f"were embedded and not among this run's inputs (their rows are no longer served): "
-                         f"{shown}{more}")
+                         f"{named}{more}")
         processes = f" by {self.world} processes" if self.world > 1 else ""
         lines.append(f"{self.out}: {self.done} videos embedded{processes} ({self.windows} windows), {self.skipped} "
                      f"skipped (already there, or failed before and unchanged), {len(self.failed)} failed; "
@@ -74,7 +75,7 @@ class EmbedSummary:
                   "videos.jsonl" for path, count in self.damaged[:20]]
         if len(self.damaged) > 20:
             lines.append(f"  ... and {len(self.damaged) - 20} more videos with damaged frames (videos.jsonl)")
-        return "\n".join(lines)
+        return "\n".join(map(shown, lines))
 
 
 def folder_record(embedder: Embedder) -> dict[str, Any]:

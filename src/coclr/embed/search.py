@@ -58,6 +58,7 @@ from coclr.eval.gallery import (
     thumbnail,
     video_cell,
 )
+from coclr.text import shown
 from coclr.video.decode import decode_frames_at, decode_frames_between, probe_video
 
 PREPARED_DIR = "search"
@@ -757,7 +758,7 @@ def format_hits(hits: list[Hit]) -> str:
     lines = []
     for hit in hits:
         span = f"  {hit.start:8.2f}-{hit.end:.2f} s" if hit.start is not None else ""
-        lines.append(f"{hit.rank:3d}  {hit.score:.4f}  row {hit.row:<7d}{span}  {hit.path}")
+        lines.append(f"{hit.rank:3d}  {hit.score:.4f}  row {hit.row:<7d}{span}  {shown(hit.path)}")
     return "\n".join(lines)
 
 

@@ -44,7 +44,7 @@ from coclr.learn.recipe import pipeline_options, sized
 from coclr.learn.scores import read_labels
 from coclr.learn.stages import VIEWS, choose_exports, export_line
 from coclr.runfolder import FolderRule, check_folder, check_writable, claim_folder, read_record
-from coclr.text import TEXT, to_bytes
+from coclr.text import TEXT, shown, to_bytes
 from coclr.threads import torch_threads, usable_cores
 from coclr.video.indexes import unlabelled_index
 
@@ -125,7 +125,7 @@ class LearnSummary:
             lines += [f"    {message}" for _, message in self.failed[:20]]
             if len(self.failed) > 20:
                 lines.append(f"    ... and {len(self.failed) - 20} more, listed in {self.out / RESULT_FILE}")
-        return "\n".join(lines)
+        return "\n".join(map(shown, lines))
 
 
 def paths_digest(paths: Sequence[str]) -> str:

@@ -54,6 +54,7 @@ from coclr.store.clipstore import (
     store_record,
     write_entry,
 )
+from coclr.text import shown
 from coclr.threads import opencv_threads, usable_cores, worker_opencv_threads
 from coclr.video.indexes import VideoIndex
 
@@ -151,7 +152,7 @@ class JobSummary:
             done, skipped, failed, frames = self.totals
             lines.append(f"all {self.world} processes: {done} done, {skipped} skipped, {failed} failed; {frames} "
                          "frames")
-        return "\n".join(lines)
+        return "\n".join(map(shown, lines))
 
 
 def shard(keys: Sequence[str]) -> list[str]:
