@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -90,6 +91,9 @@ def test_the_distribution_rule_is_an_outer_fence_within_its_range():
     assert rules.distribution_threshold(nearest) == pytest.approx(0.8)  # 0.45 + 3 * 0.1 = 0.75, raised to 0.8
     assert rules.distribution_threshold(np.linspace(0.85, 0.95, 101)) == pytest.approx(0.99)  # capped
     assert rules.distribution_threshold(np.linspace(0.8, 0.84, 101)) == pytest.approx(0.83 + 3 * 0.02)
+    with_lost = np.concatenate([np.linspace(0.8, 0.84, 101), [-np.inf] * 60])  # videos unreadable since: no nearest
+    assert rules.distribution_threshold(with_lost) == pytest.approx(0.83 + 3 * 0.02)
+    assert rules.distribution_threshold(np.full(3, -np.inf)) == rules.FALLBACK_RANGE[1]
 
 
 # ------------------------------------------------------------------------------------------ the neighbour graph
@@ -555,3 +559,65 @@ def test_brighten_gives_every_level_the_formula_s_value_on_any_layout():
     for frames in (video, trim(video), video[:, 1:, ::2]):
         out = brighten(frames)
         assert out.dtype == np.uint8 and out.shape == frames.shape and np.array_equal(out, formula(frames))
+
+
+def test_an_embed_folder_being_written_or_left_unmerged_is_refused_before_any_write(embedded, tmp_path):
+    from coclr.curate.run import CurateOptions, curate
+    from coclr.errors import DataError
+
+    _, embeddings, _ = embedded
+    folder = shutil.copytree(embeddings, tmp_path / "embeddings")
+    options = CurateOptions(calibrate=0, fingerprints=False, windows=False)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom coclr.embed.output import EMBED_FOLDER\n"
+                               "from coclr.runfolder import folder_lock\nwith folder_lock(sys.argv[1], EMBED_FOLDER):\n"
+                               "    print('held', flush=True); time.sleep(60)", str(folder)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"  # an embed writing the folder now
+        with pytest.raises(DataError, match="another coclr embed is writing this folder"):
+            curate(folder, tmp_path / "out", options, show=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    (folder / "chunks").mkdir(exist_ok=True)
+    shutil.copy(folder / "videos.npy", folder / "chunks" / "00000-left.npz")  # a stopped run's results
+    with pytest.raises(DataError, match="not merged yet .* run the same coclr embed command again"):
+        curate(folder, tmp_path / "out", options, show=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_altered_copies_belong_to_their_video_whatever_its_row(embedded, tmp_path):
+    from coclr.curate.calibrate import altered_copies, video_key
+    from coclr.embed.embedder import Embedder
+    from coclr.embed.output import Embeddings, read_settings
+    from coclr.embed.run import embed_videos
+
+    root, embeddings, videos = embedded
+    first = Embeddings(embeddings)
+    made = altered_copies(first, [0], tmp_path / "calibration")
+    assert {path.name.split("_")[0] for _, _, path in made} == {video_key(first.video_records[0])}
+    # The folder embedded again without its first video: row 0 is now another video, which gets copies of its own.
+    settings = read_settings(embeddings)
+    embedder = Embedder(settings["checkpoint"]["path"], device="cpu", workers=0, short_side=32, window_step=8)
+    embed_videos([str(path) for path in videos[1:]], tmp_path / "again", embedder, progress=False)
+    again = Embeddings(tmp_path / "again")
+    assert again.video_records[0]["path"] == str(videos[1])
+    remade = altered_copies(again, [0], tmp_path / "calibration")
+    assert not {path for _, _, path in made} & {path for _, _, path in remade}
+    assert all(path.is_file() for _, _, path in made + remade)
+
+
+def test_a_folder_of_two_videos_is_refused_in_one_line(embedded, tmp_path):
+    from coclr.curate.run import curate
+    from coclr.embed.embedder import Embedder
+    from coclr.embed.output import read_settings
+    from coclr.embed.run import embed_videos
+
+    _, embeddings, videos = embedded
+    settings = read_settings(embeddings)
+    embedder = Embedder(settings["checkpoint"]["path"], device="cpu", workers=0, short_side=32, window_step=8)
+    embed_videos([str(path) for path in videos[:2]], tmp_path / "two", embedder, progress=False)
+    with pytest.raises(ConfigError, match="2 video.s. embedded; .* needs at least 3 .of two, each is the other's "
+                                          "opposite"):
+        curate(tmp_path / "two", tmp_path / "out", show=False)
+    assert not (tmp_path / "out").exists()

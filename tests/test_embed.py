@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from coclr.cli import main as cli_main
 from coclr.data.sampling import sliding_windows
 from coclr.embed.embedder import Embedder, EmbedFailure, combine
 from coclr.embed.inputs import expand_inputs
-from coclr.embed.output import Embeddings, EmbeddingWriter
+from coclr.embed.output import Embeddings, EmbeddingWriter, read_settings
 from coclr.embed.settings import KINETICS_MEAN, resolve_settings
 from coclr.errors import CheckpointError, ConfigError, DataError
 from test_eval_helpers import save_tiny_encoder
@@ -568,10 +569,13 @@ def test_any_error_from_one_video_is_that_videos_failure(tmp_path, encoder, monk
 
 def test_nan_normalisation_is_refused_before_any_work(tmp_path, encoder, capsys):
     write_video(tmp_path / "videos" / "v.mp4", moving_square(10))
-    status = cli_main(["embed", str(tmp_path / "videos"), "--checkpoint", str(encoder), "--out", str(tmp_path / "out"),
-                       "--mean", "nan", "0", "0", "--quiet"])
-    assert status == 2 and "mean: needs finite values" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:  # the command line refuses it as it parses the numbers
+        cli_main(["embed", str(tmp_path / "videos"), "--checkpoint", str(encoder), "--out", str(tmp_path / "out"),
+                  "--mean", "nan", "0", "0", "--quiet"])
+    assert stopped.value.code == 2 and "--mean: expected a finite number, got 'nan'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match="mean: needs finite values"):  # and the library as it checks them
+        resolve_settings(encoder, mean=(float("nan"), 0.0, 0.0))
     with pytest.raises(ConfigError, match="std: needs finite values"):
         resolve_settings(encoder, std=(1.0, float("inf"), 1.0))
 
@@ -755,3 +759,68 @@ def test_bf16_is_close_to_float32_and_refused_where_the_cpu_has_no_bfloat16_inst
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)  # an AVX-512 CPU without BF16
     with pytest.raises(ConfigError, match="no bfloat16 instructions"):
         Embedder(encoder, workers=0, precision="bf16", **SMALL)
+
+
+def test_rates_and_bounds_that_are_not_finite_or_sensible_are_refused_before_any_work(tmp_path, encoder, capsys):
+    write_video(tmp_path / "videos" / "v.mp4", moving_square(10))
+    command = ["embed", str(tmp_path / "videos"), "--checkpoint", str(encoder), "--out", str(tmp_path / "out")]
+    for flag, value in (("--fps", "inf"), ("--flow-bound", "inf"), ("--fps", "nan")):
+        with pytest.raises(SystemExit) as stopped:  # refused as the command line is read, by every float option
+            cli_main([*command, flag, value])
+        assert stopped.value.code == 2 and f"{flag}: expected a finite number, got '{value}'" in capsys.readouterr().err
+    for fps in ("1e-300", "1e300"):  # finite, but no video can be resampled so (a division by zero, endless frames)
+        assert cli_main([*command, "--fps", fps]) == 2
+        assert "fps: must be between 0.01 and 1000.0 frames per second" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_continued_with_its_checkpoint_moved_embeds_queries_with_it_there(tmp_path, encoder):
+    for number in range(3):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(12, seed=number))
+    write_video(tmp_path / "query.mp4", moving_square(12, seed=7))
+    first, moved = shutil.copy(encoder, tmp_path / "first.pth"), tmp_path / "moved.pth"
+    assert run_cli(tmp_path / "videos" / "v0.mp4", "--checkpoint", first, "--out", tmp_path / "out") == 0
+    os.rename(first, moved)  # the same content (sha256) elsewhere: the folder continues with it
+    assert run_cli(tmp_path / "videos", "--checkpoint", moved, "--out", tmp_path / "out") == 0
+    assert read_settings(tmp_path / "out")["checkpoint"]["path"] == str(moved)
+    assert cli_main(["search", str(tmp_path / "out"), "--query", str(tmp_path / "query.mp4"), "-k", "2"]) == 0
+
+
+def test_damaged_arrays_are_one_line_for_search_and_embed(tmp_path, encoder, capsys):
+    for number in range(3):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(12, seed=number))
+    assert run_cli(tmp_path / "videos", "--checkpoint", encoder, "--out", tmp_path / "out") == 0
+    capsys.readouterr()
+    arrays = tmp_path / "out" / "videos.npy"
+    whole, records = arrays.read_bytes(), (tmp_path / "out" / "videos.jsonl").read_bytes()
+    for damage, named in ((lambda: arrays.write_bytes(whole[:100]), "videos.npy: damaged (EOF"),
+                          (lambda: (tmp_path / "out" / "videos.jsonl").write_bytes(records + b"{}\n"),
+                           "damaged (videos.npy holds 3 rows, videos.jsonl 4 records)")):
+        damage()
+        assert cli_main(["search", str(tmp_path / "out"), "--query", "0"]) == 2
+        assert run_cli(tmp_path / "videos", "--checkpoint", encoder, "--out", tmp_path / "out") == 2  # not skipped
+        errors = capsys.readouterr().err.splitlines()
+        assert len(errors) == 2 and all(named in line and "move it away and run coclr embed again" in line
+                                        for line in errors), errors
+        arrays.write_bytes(whole)
+        (tmp_path / "out" / "videos.jsonl").write_bytes(records)
+
+
+def test_a_query_row_whose_file_is_gone_is_noted_and_its_page_refused_before_the_search(tmp_path, encoder, capsys):
+    for number in range(3):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(12, seed=number))
+    assert run_cli(tmp_path / "videos", "--checkpoint", encoder, "--out", tmp_path / "out") == 0
+    (tmp_path / "a file").write_text("mine")
+    capsys.readouterr()
+    under_a_file = tmp_path / "a file" / "p.html"
+    assert cli_main(["search", str(tmp_path / "out"), "--query", "0", "--html", str(under_a_file)]) == 2
+    printed = capsys.readouterr()
+    assert printed.out == "" and "a file: is a file, where" in printed.err  # before the search prints anything
+    os.rename(tmp_path / "videos" / "v0.mp4", tmp_path / "v0 moved.mp4")
+    assert cli_main(["search", str(tmp_path / "out"), "--query", "0", "-k", "1"]) == 0
+    printed = capsys.readouterr()
+    assert "note: row 0's file" in printed.err and "the query is the file as it was" in printed.err
+    assert len([line for line in printed.out.splitlines() if " row " in line]) == 1
+    assert cli_main(["search", str(tmp_path / "out"), "--query", "0", "--html", str(tmp_path / "p.html")]) == 2
+    printed = capsys.readouterr()
+    assert printed.out == "" and "so a page cannot show it" in printed.err and not (tmp_path / "p.html").exists()

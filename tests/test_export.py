@@ -221,3 +221,27 @@ def test_onnx_without_its_packages_is_one_line_before_any_write(encoder_file, tm
     with pytest.raises(ConfigError, match="onnxruntime package: pip install 'coclr\\[export\\]'"):
         export_encoder(encoder_file, "onnx", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "torchscript"])
+def test_an_encoder_of_nan_weights_is_refused_before_any_write(fmt, tmp_path):
+    encoder = build_encoder(width=0.125)
+    with torch.no_grad():
+        next(encoder.backbone.parameters()).view(-1)[0] = float("nan")  # one number: every feature is NaN
+    save_encoder(tmp_path / "nan.pth", encoder, {"view": "rgb", "clip_settings": SETTINGS})
+    with pytest.raises(CheckpointError, match="holds NaN or infinite numbers: the encoder computes nothing"):
+        export_encoder(tmp_path / "nan.pth", fmt, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("clips, problem", [({"length": 4}, "length: must be >= 8"),
+                                            ({"size": -4}, "size: must be >= 32"),
+                                            ({"length": "eight"}, "length: expected an integer")])
+def test_recorded_clips_s3d_cannot_take_are_one_line_for_every_reader(clips, problem, tmp_path):
+    save_encoder(tmp_path / "odd.pth", build_encoder(width=0.125), {"clip_settings": {**SETTINGS, **clips}})
+    expected = f"odd.pth: the clips it records are not usable: {problem}"
+    with pytest.raises(CheckpointError, match=expected):
+        export_encoder(tmp_path / "odd.pth", "torchscript", tmp_path / "out")
+    with pytest.raises(CheckpointError, match=expected):  # as embedding and evaluation read them
+        read_clip_settings(tmp_path / "odd.pth")
+    assert not (tmp_path / "out").exists()

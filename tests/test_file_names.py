@@ -168,6 +168,7 @@ def test_the_listings_keep_a_name_with_control_characters_on_its_line(tmp_path, 
     lines = terminal.splitlines()
     failed = [line for line in lines if "broken two" in line]
     assert len(failed) == 1 and "broken two\\nlines \\x1b[2J" in failed[0]  # the failed file, on one line
+    assert "cannot open as a video" in failed[0]  # with its reason (the name's line break is not the message's)
     hits = [line for line in lines if line.endswith(".mp4") and " row " in line]
     assert len(hits) == 4 and any(line.endswith("/two\\nlines \\x1b[2J\\x1b]0;title\\x07.mp4") for line in hits)
     assert any(line.startswith("query: ") and line.endswith("\\x07.mp4") for line in lines)

@@ -132,3 +132,29 @@ def test_world_error_line_names_the_path_and_leaves_other_errors_alone():
         "/x/y: No space left on device (the disk is full")
     assert world_error_line(OSError(errno.ECONNRESET, "reset")) is None
     assert signal.getsignal(signal.SIGXFSZ) is not None
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly_with_sigpipes_status():
+    from coclr.cli import EXIT_PIPE
+
+    process = subprocess.Popen([sys.executable, "-m", "coclr", "pretrain", "--list-options"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    process.stdout.close()  # `| head` that has read what it wanted, before the command prints
+    errors = process.stderr.read()
+    assert process.wait(timeout=120) == EXIT_PIPE == 141 and errors == b""
+
+
+def test_a_path_that_cannot_be_made_and_a_device_this_torch_lacks_are_one_line():
+    from coclr.distributed import pick_device
+    from coclr.errors import ConfigError
+
+    assert world_error_line(OSError(errno.ENOENT, "No such file or directory", "/proc/x")) == (
+        "/proc/x: No such file or directory (no such file or folder, and none can be made there: give another path)")
+    import torch
+
+    lacking = ["meta"] + [name for name, here in (("mps", torch.backends.mps.is_available()),
+                                                  ("xpu", torch.xpu.is_available())) if not here]
+    for name in lacking:  # devices torch knows, which this machine's torch cannot run on
+        with pytest.raises(ConfigError, match=f"--device: '{name}' is not a device this torch can run on here"):
+            pick_device(name, "--device")
+    assert pick_device("cpu").type == "cpu"

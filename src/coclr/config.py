@@ -11,8 +11,10 @@ Example::
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -193,6 +195,8 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -252,6 +256,18 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
             default = "(required)"
         rows.append((prefix + field.name, default, field.metadata.get("help", "")))
     return rows
+
+
+def finite_number(text: str) -> float:
+    """A command-line number (argparse's ``type`` of every float option): a NaN or infinity is refused there, as in a
+    config file (:func:`from_dict`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
 
 
 def require(condition: bool, key: str, message: str) -> None:

@@ -55,9 +55,21 @@ def pick_device(requested: str | torch.device | None = None, option: str = "devi
         raise ConfigError(f"{option}: {name!r} is not a torch device (e.g. auto, cpu, cuda, cuda:1)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"{option}: {name!r} was asked for but CUDA is not available")
+    if not _available(device.type):
+        raise ConfigError(f"{option}: {name!r} is not a device this torch can run on here (these are: cpu"
+                          f"{', cuda' if torch.cuda.is_available() else ''})")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise ConfigError(f"{option}: {name!r} does not exist ({torch.cuda.device_count()} CUDA device(s))")
     return device
+
+
+def _available(kind: str) -> bool:
+    """Whether this torch can run on devices of ``kind`` here (the CPU always; ``meta`` holds no data, so never)."""
+    if kind == "cpu":
+        return True
+    if kind == "mps":
+        return torch.backends.mps.is_available()
+    return bool(getattr(getattr(torch, kind, None), "is_available", lambda: False)())
 
 
 def init_distributed(device: torch.device, backend: str | None = None, timeout: timedelta | None = None) -> None:

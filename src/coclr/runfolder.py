@@ -365,6 +365,9 @@ def check_output_file(path: str | Path, command: str, ours: Callable[[Path], boo
     check_place(path, command)
     if path.is_dir():
         raise FolderRefused(f"{path}: is a folder; give the path of a file")
+    folder = next((part for part in path.parents if part.exists()), None)
+    if folder is not None and not folder.is_dir():
+        raise FolderRefused(f"{folder}: is a file, where {path} needs a folder; give another path")
     if path.exists() and not ours(path):
         raise FolderRefused(f"{path}: exists and is not {what} (what coclr {command} writes there), so it was not "
                             "written by it; give another path, or move it away")

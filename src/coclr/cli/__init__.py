@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -19,6 +20,7 @@ from coclr.cli._status import (
     EXIT_DONE,
     EXIT_ERROR,
     EXIT_INTERRUPTED,
+    EXIT_PIPE,
     EXIT_SOME_FAILED,
     EXIT_TERMINATED,
     job_status,
@@ -32,8 +34,8 @@ from coclr.version import __version__
 
 apply_process_policy()  # before any subcommand imports torch: OpenMP and torch's allocator read it once
 
-__all__ = ["EXIT_CODES", "EXIT_DONE", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_SOME_FAILED", "EXIT_TERMINATED",
-           "build_parser", "job_status", "main"]
+__all__ = ["EXIT_CODES", "EXIT_DONE", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_PIPE", "EXIT_SOME_FAILED",
+           "EXIT_TERMINATED", "build_parser", "job_status", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand found in this package."""
@@ -104,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         status = run_command(args)
+        sys.stdout.flush()  # here, where a reader that went away is caught, not at the interpreter's exit
+    except BrokenPipeError:
+        return _reader_gone()
     except CoclrError as error:
         _close_progress_bars()
         print(f"coclr {args.command}: error: {shown(error, newlines=True)}", file=sys.stderr)
@@ -115,6 +120,15 @@ def main(argv: list[str] | None = None) -> int:
               "continue", file=sys.stderr)
         return stopped.exit_status
     return int(status or EXIT_DONE)
+
+
+def _reader_gone() -> int:
+    """The standard output's reader went away (``| head``): what is left to print goes nowhere (no second error as
+    the interpreter flushes it at exit), and the command ends with the shell's status of SIGPIPE."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_PIPE
 
 
 def _close_progress_bars() -> None:

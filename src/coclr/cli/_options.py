@@ -8,6 +8,7 @@ import types
 import typing
 
 from coclr.clips import PAPER_CLIPS
+from coclr.config import finite_number
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, example: str = "optim.lr=0.0005") -> None:
@@ -67,7 +68,8 @@ def add_option_flags(parser: argparse.ArgumentParser, config_class: type,
             parser.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None,
                                 help=f"{text} (default {default})")
         else:
-            parser.add_argument(flag, dest=dest, type=str if "parse" in cli else base, default=None,
+            kind = str if "parse" in cli else finite_number if base is float else base
+            parser.add_argument(flag, dest=dest, type=kind, default=None,
                                 choices=choices, nargs=nargs, action="append" if cli.get("append") else "store",
                                 help=f"{text} (default {default})".replace("(default None)", "").rstrip(),
                                 metavar=None if choices else cli.get("metavar", field.name.upper()))

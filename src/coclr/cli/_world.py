@@ -28,6 +28,7 @@ WORLD_ERRORS = {
     errno.EPERM: "operation not permitted: give a path you may write, or change its permissions",
     errno.EROFS: "the file system is read-only: write elsewhere",
     errno.ENAMETOOLONG: "the path is too long: give a shorter one",
+    errno.ENOENT: "no such file or folder, and none can be made there: give another path",
 }
 """The errors of the world (``OSError`` errnos) that :func:`main` turns into one line naming the path, and what to
 do. Every write of the library is atomic (:mod:`coclr.atomic`), so after one of them the folders hold what they held

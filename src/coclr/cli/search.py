@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     from coclr.embed.output import Embeddings
     from coclr.embed.search import file_thumbnail, format_hits, resolve_query, search, write_search_html
+    from coclr.errors import DataError
     from coclr.eval.gallery import is_page_file
     from coclr.runfolder import check_output_file
 
@@ -44,11 +45,17 @@ def run(args: argparse.Namespace) -> int:
               "embed command again to include them", file=sys.stderr)
     asked = options_from_flags(SearchOptions, args)
     query = resolve_query(embeddings, args.query, asked.windows, args.device)
+    if query.stale:
+        changed = f"row {query.row}'s file {query.label} changed or was removed since it was embedded"
+        if args.html:
+            raise DataError(f"--query: {changed}, so a page cannot show it; run coclr embed again to update "
+                            f"{args.dir}")
+        print(f"coclr search: note: {shown(changed)}: the query is the file as it was", file=sys.stderr)
     stale: list[str] = []
     hits = search(embeddings, query.vector, asked.k, asked.windows, query.exclude, asked.backend, asked.center, stale)
     if stale:
         print(f"coclr search: note: {len(stale)} embedded file(s) changed or were removed since they were embedded "
-              f"(e.g. {stale[0]}): left out; run coclr embed again to update {args.dir}", file=sys.stderr)
+              f"(e.g. {shown(stale[0])}): left out; run coclr embed again to update {args.dir}", file=sys.stderr)
     if args.json:
         print(json.dumps({"query": query.label, "windows": asked.windows, "hits": [hit.to_json() for hit in hits]},
                          indent=1))

@@ -10,6 +10,7 @@ that separates them best (:func:`coclr.curate.groups.calibrated_threshold`).
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,20 @@ from coclr.curate.alter import ALTERATIONS, write_altered
 from coclr.data.sampling import spread
 from coclr.embed.output import Embeddings
 from coclr.errors import ConfigError
+from coclr.text import to_bytes
 
 FOLDER = "calibration"
 """The curate folder's subfolder of altered copies (``videos/``) and their embeddings (``embeddings/``)."""
 MAX_FRAMES = 300
 """A longer video's first this many frames are altered (and compared with its own vector: the copy is a part)."""
+
+
+def video_key(record: dict[str, Any]) -> str:
+    """The name of what is made from an embedded video (its altered copies, its thumbnail): by the video's identity as
+    embedded (path, size, modification time), so that a folder embedded again, its rows moved, still finds each
+    video's own (and an edited video gets new ones)."""
+    text = f"{record['path']}\0{record.get('size')}\0{record.get('mtime_ns')}"
+    return hashlib.sha256(to_bytes(text)).hexdigest()[:24]
 
 
 def sample_rows(embeddings: Embeddings, count: int, stale: set[int]) -> list[int]:
@@ -49,16 +59,18 @@ def folder_encoder(embeddings: Embeddings, device: str | None, workers: int | No
 
 
 def altered_copies(embeddings: Embeddings, rows: list[int], out: Path) -> list[tuple[int, str, Path]]:
-    """Each sampled video's altered copies in ``out/videos`` (written once; a copy already there is kept): (row,
-    alteration, path) of every copy made; a video that cannot be read is skipped."""
+    """Each sampled video's altered copies in ``out/videos`` (written once, named by the video's identity,
+    :func:`video_key`; a copy already there is kept): (row, alteration, path) of every copy made; a video that
+    cannot be read is skipped."""
     from coclr.video.decode import VideoReader  # noqa: PLC0415 (heavy: av)
 
     folder = out / "videos"
     folder.mkdir(parents=True, exist_ok=True)
     copies = []
     for row in rows:
-        path = embeddings.video_records[row]["path"]
-        names = {name: folder / f"{row:07d}_{name.replace('+', '_')}.mp4" for name in ALTERATIONS}
+        record = embeddings.video_records[row]
+        path, key = record["path"], video_key(record)
+        names = {name: folder / f"{key}_{name.replace('+', '_')}.mp4" for name in ALTERATIONS}
         if not all(target.is_file() for target in names.values()):
             try:
                 with VideoReader(path) as reader:

@@ -157,6 +157,11 @@ def separation(positives: np.ndarray, negatives: np.ndarray, threshold: float) -
 def distribution_threshold(nearest: np.ndarray) -> float:
     """The threshold without altered copies: an outer fence of the nearest-other similarities (the third quartile
     plus three interquartile ranges, as a boxplot's far outliers), kept within :data:`FALLBACK_RANGE`: a pair far
-    more alike than a video usually is with its nearest other."""
-    q1, q3 = np.percentile(np.asarray(nearest, np.float64), [25, 75])
+    more alike than a video usually is with its nearest other. Videos without one (unreadable, removed: their
+    similarities are not finite) are left out; with none left, the range's top."""
+    nearest = np.asarray(nearest, np.float64)
+    nearest = nearest[np.isfinite(nearest)]
+    if not len(nearest):
+        return FALLBACK_RANGE[1]
+    q1, q3 = np.percentile(nearest, [25, 75])
     return float(np.clip(q3 + 3 * (q3 - q1), *FALLBACK_RANGE))

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import hashlib
 import io
 import os
 import sys
@@ -46,16 +45,19 @@ from coclr import progress
 from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text
 from coclr.config import option
 from coclr.curate import groups as rules
+from coclr.curate.calibrate import video_key
 from coclr.curate.graph import neighbour_graph
 from coclr.curate.layout import colour_groups, layout
 from coclr.curate.page import PAGE, THUMBS, write_page
-from coclr.embed.output import Embeddings
+from coclr.embed.output import Embeddings, finished_embeddings
 from coclr.errors import ConfigError
 from coclr.runfolder import FolderRule, claim_folder
-from coclr.text import shown, to_bytes
+from coclr.text import shown
 
 CURATE_FOLDER = FolderRule("curate", "a curate run", may_differ=("device", "workers"), restart=True)
 RESULT_FILE = "curate.json"
+MIN_VIDEOS = 3
+"""The fewest videos curated: similarities are of vectors less the folder's mean (what every video shares)."""
 SHOWN_OUTLIERS = 100
 """Outliers listed on the page (every video is in outliers.csv)."""
 PAGE_NEIGHBOURS = 5
@@ -147,10 +149,11 @@ def curate(source: str | os.PathLike[str], out: str | os.PathLike[str], options:
     if not source.is_dir():
         raise ConfigError(f"{source}: not a folder; give a coclr embed output folder (or coclr learn's "
                           "embeddings/two_stream)")
-    embeddings = Embeddings(source)  # a folder that is not one, or unfinished, is one line here
-    if len(embeddings.videos) < 2:
-        raise ConfigError(f"{source}: {len(embeddings.videos)} video(s) embedded; curation compares videos: embed "
-                          "at least two")
+    embeddings = finished_embeddings(source)  # a folder that is not one, or unfinished, is one line here
+    if len(embeddings.videos) < MIN_VIDEOS:
+        raise ConfigError(f"{source}: {len(embeddings.videos)} video(s) embedded; curation compares each video with "
+                          f"the others, less what they share (their mean), which needs at least {MIN_VIDEOS} (of two, "
+                          "each is the other's opposite)")
     encoder = stem = None
     if options.fingerprints:  # the encoder the fingerprints need, checked before any write
         from coclr.curate.fingerprint import folder_checkpoint  # noqa: PLC0415 (heavy: torch)
@@ -374,9 +377,8 @@ def thumbnail_rows(count: int, whole: list[list[int]], stretches: list, ranking:
 
 
 def thumbnail_key(record: dict[str, Any]) -> str:
-    """A thumbnail's file name: by the video's identity as embedded (path, size, modification time)."""
-    text = f"{record['path']}\0{record.get('size')}\0{record.get('mtime_ns')}"
-    return hashlib.sha256(to_bytes(text)).hexdigest()[:24] + ".gif"
+    """A thumbnail's file name: by the video's identity as embedded (:func:`~coclr.curate.calibrate.video_key`)."""
+    return video_key(record) + ".gif"
 
 
 def write_thumbnails(out: Path, embeddings: Embeddings, rows: list[int], stale: set[int], show: bool,

@@ -371,7 +371,9 @@ def check_frame_size(first: np.ndarray, frame: np.ndarray, number: int) -> None:
 
 
 def _message(path: str, error: BaseException) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    """The first line of an input's error, naming its file (whole: a line break in the name is not the line's)."""
+    full = str(error).strip().replace(path, "\0")
+    text = full.splitlines()[0].replace("\0", path) if full else type(error).__name__
     return text if path in text else f"{path}: {type(error).__name__}: {text}"
 
 

@@ -43,7 +43,7 @@ import numpy as np
 
 from coclr.atomic import atomic_open, atomic_write_json, file_identity, read_json_lines, read_json_record
 from coclr.errors import DataError
-from coclr.runfolder import FolderRecord, FolderRule, claim_folder
+from coclr.runfolder import FolderRecord, FolderRule, claim_folder, folder_lock
 
 SETTINGS_FILE = "embed.json"
 COMMIT_FILE = "commit.json"
@@ -52,6 +52,8 @@ NEXT_SUFFIX = ".next"
 VIDEOS, WINDOWS = "videos", "windows"
 FAILED = "failed.jsonl"
 FORMAT = "coclr-embeddings"
+CHECKPOINTS = ("checkpoint", "flow_checkpoint")
+"""The checkpoints ``embed.json`` records (path, sha256, format): the RGB stream's, the flow stream's."""
 EMBED_FOLDER = FolderRule("embed", "embeddings", other="another output folder")
 """How an output folder is continued or refused (:mod:`coclr.runfolder`): by the ``"settings"`` of ``embed.json``."""
 ARRAY_BLOCK = 65536
@@ -181,13 +183,20 @@ class EmbeddingWriter(ChunkWriter):
     def _folder_record(self) -> FolderRecord:
         """How the folder records its settings (:func:`~coclr.runfolder.claim_folder`): the ``"settings"`` of
         ``embed.json``, which a new folder is given with the rest of the record (checkpoints, dimension,
-        versions)."""
+        versions); a folder continued with its checkpoints at other paths (the same content: the settings hold their
+        sha256) records where they are now, where a search embeds its query with them."""
         def settings(folder: Path) -> dict[str, Any] | None:
             return read_settings(folder).get("settings", {}) if (folder / SETTINGS_FILE).is_file() else None
 
         def write(folder: Path, held: bool) -> None:
             if not held:
                 atomic_write_json(folder / SETTINGS_FILE, {"format": FORMAT, **self.record})
+                return
+            kept = read_settings(folder)  # the same settings, so the same checkpoints' content: where they are now
+            moved = {name: {**kept[name], "path": self.record[name]["path"]} for name in CHECKPOINTS
+                     if kept.get(name) and self.record.get(name) and kept[name]["path"] != self.record[name]["path"]}
+            if moved:
+                atomic_write_json(folder / SETTINGS_FILE, {**kept, **moved})
 
         return FolderRecord(SETTINGS_FILE, settings, write)
 
@@ -236,6 +245,7 @@ class EmbeddingWriter(ChunkWriter):
         or when results were flushed."""
         chunks = sorted((self.root / CHUNKS).glob("*.npz")) if (self.root / CHUNKS).is_dir() else []
         if not chunks and (self.root / f"{VIDEOS}.npy").is_file():
+            Embeddings(self.root)  # nothing to merge: the folder as it is must be whole to be continued
             return
         dim = int(self.record["dim"])
         videos = read_jsonl(self.root / f"{VIDEOS}.jsonl")
@@ -371,7 +381,26 @@ def _runs(rows: list[int]) -> list[tuple[int, int]]:
 def _open_array(path: Path, dim: int) -> np.ndarray:
     if not path.is_file():
         return np.zeros((0, dim), np.float32)
-    return np.load(path, mmap_mode="r")
+    return load_array(path, "r")
+
+
+def load_array(path: Path, mode: str = "c", dim: int | None = None) -> np.ndarray:
+    """A folder's array of rows, memory-mapped (``mode``: numpy's ``mmap_mode``); one that cannot be read, or whose
+    rows are not ``dim`` float32 numbers, is :func:`damaged`."""
+    try:
+        array = np.load(path, mmap_mode=mode)
+    except (OSError, ValueError, EOFError) as error:
+        text = str(error).strip()
+        raise damaged(path, text.splitlines()[0] if text else type(error).__name__) from None
+    if array.ndim != 2 or array.dtype != np.float32 or (dim is not None and array.shape[1] != dim):
+        raise damaged(path, f"a {array.dtype} array of shape {array.shape}, not rows of {dim or 'D'} float32")
+    return array
+
+
+def damaged(what: str | Path, problem: str) -> DataError:
+    """The error of a folder changed from outside (its writes are atomic, so nothing of ours leaves it so)."""
+    return DataError(f"{what}: damaged ({problem}); this folder cannot be read or continued: move it away and run "
+                     "coclr embed again")
 
 
 def _new_array(final: Path, shape: tuple[int, int], temps: dict[Path, Path]) -> np.ndarray:
@@ -465,13 +494,15 @@ class Embeddings:
                             "again to finish it")
         if not (self.root / f"{VIDEOS}.npy").is_file():
             raise DataError(f"{self.root}: no embeddings yet; run the same coclr embed command again to finish")
-        self.videos = np.load(self.root / f"{VIDEOS}.npy", mmap_mode="c")
-        self.windows = np.load(self.root / f"{WINDOWS}.npy", mmap_mode="c")
         self.video_records = JsonLines(self.root / f"{VIDEOS}.jsonl")  # parsed as read: a search reads k of N
         self.window_records = JsonLines(self.root / f"{WINDOWS}.jsonl")
-        if len(self.videos) != len(self.video_records) or len(self.windows) != len(self.window_records):
-            raise DataError(f"{self.root}: the arrays and the JSON-lines files disagree (an interrupted run?); run "
-                            "the same coclr embed command again to finish it")
+        dim = self.record.get("dim")
+        self.videos = load_array(self.root / f"{VIDEOS}.npy", "c", dim)
+        self.windows = load_array(self.root / f"{WINDOWS}.npy", "c", dim)
+        for name, array, records in ((VIDEOS, self.videos, self.video_records),
+                                     (WINDOWS, self.windows, self.window_records)):
+            if len(array) != len(records):
+                raise damaged(self.root, f"{name}.npy holds {len(array)} rows, {name}.jsonl {len(records)} records")
         self.pending_chunks = len(list((self.root / CHUNKS).glob("*.npz"))) if (self.root / CHUNKS).is_dir() else 0
         self._row_of: dict[str, int] | None = None
 
@@ -486,3 +517,16 @@ class Embeddings:
         if self._row_of is None:
             self._row_of = {record["path"]: record["row"] for record in self.video_records}
         return self._row_of.get(str(Path(os.path.abspath(path))))
+
+
+def finished_embeddings(root: str | Path) -> Embeddings:
+    """``root`` as a finished ``coclr embed`` folder, for a command that reads all of it (the curation): refused in
+    one line while an embed writes it (its lock), or when it holds results not merged yet (a run stopped, which the
+    same embed command finishes)."""
+    read_settings(root)  # a folder that is not one is refused before its lock is touched
+    with folder_lock(root, EMBED_FOLDER):
+        embeddings = Embeddings(root)
+    if embeddings.pending_chunks:
+        raise DataError(f"{root}: holds results of a coclr embed run not merged yet (it was stopped): run the same "
+                        "coclr embed command again to finish it, then this one")
+    return embeddings

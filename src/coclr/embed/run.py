@@ -18,7 +18,7 @@ from coclr.distributed import all_gather_objects, barrier, broadcast_object, is_
 from coclr.embed.embedder import Embedder, EmbedFailure
 from coclr.embed.inputs import expand_inputs
 from coclr.embed.options import EmbedJob
-from coclr.embed.output import ChunkWriter, EmbeddingWriter, read_settings
+from coclr.embed.output import CHECKPOINTS, ChunkWriter, EmbeddingWriter, read_settings
 from coclr.errors import CheckpointError, CoclrError, ConfigError, DataError
 from coclr.interrupts import interrupted
 from coclr.models.loading import checkpoint_format, checkpoint_sha256
@@ -106,7 +106,7 @@ def embedder_for(root: str | Path, device: str | None = None, **options: Any) ->
 
     record = read_settings(root)
     paths = {}
-    for name in ("checkpoint", "flow_checkpoint"):
+    for name in CHECKPOINTS:
         info = record.get(name)
         if info is None:
             paths[name] = None

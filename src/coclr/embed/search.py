@@ -729,6 +729,8 @@ class Query:
     exclude: int | None = None
     row: int | None = None
     """the row number given as the query (a window row with ``windows``), else None"""
+    stale: bool = False
+    """a row whose file changed or was removed since it was embedded (its vector is the file as it was)"""
 
 
 def resolve_query(embeddings: Embeddings, query: str, windows: bool = False, device: str | None = None) -> Query:
@@ -750,7 +752,8 @@ def resolve_query(embeddings: Embeddings, query: str, windows: bool = False, dev
     if not 0 <= row < len(records):
         raise DataError(f"--query: row {row} is out of range ({len(records)} rows in {embeddings.root})")
     video = embeddings.video_records[records[row]["video"]] if windows else records[row]
-    return Query((embeddings.windows if windows else embeddings.videos)[row], video["path"], row, row)
+    return Query((embeddings.windows if windows else embeddings.videos)[row], video["path"], row, row,
+                 not is_current(video))
 
 
 def format_hits(hits: list[Hit]) -> str:

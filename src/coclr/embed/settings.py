@@ -30,6 +30,9 @@ FEATURES = ("backbone", "head")
 PRECISIONS = (None, "bf16")
 KINETICS_MEAN = (0.43216, 0.394666, 0.37645)
 KINETICS_STD = (0.22803, 0.22145, 0.216989)
+FPS_RANGE = (0.01, 1000.0)
+"""The frame rates a video may be resampled to: one frame every 100 s to 1000 frames a second (past which a
+resampled video is made of copies of its frames)."""
 """torchvision's normalisation of its Kinetics-400 video models (``VideoClassification`` transform)."""
 
 #: Clip settings shared by the RGB and the flow stream (their windows must cover the same frames).
@@ -73,7 +76,8 @@ class EmbedSettings:
 
     def validate(self) -> None:
         ClipSettings.check(self)
-        require(self.fps is None or self.fps > 0, "fps", f"must be positive, got {self.fps}")
+        require(self.fps is None or FPS_RANGE[0] <= self.fps <= FPS_RANGE[1], "fps",
+                f"must be between {FPS_RANGE[0]} and {FPS_RANGE[1]} frames per second, got {self.fps}")
         require(self.short_side is None or self.short_side >= 1, "short_side",
                 f"must be positive, got {self.short_side}")
         require(self.window_step is None or self.window_step >= 1, "window_step",

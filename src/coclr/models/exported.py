@@ -71,13 +71,20 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
     encoder, out = Path(encoder), Path(out)
     backbone, head = load_encoder(encoder)
     read = open_checkpoint(encoder)
+    recorded = read.clip_settings  # checked: clips S3D takes
     meta = dict(read.payload.get("meta") or {}) if isinstance(read.payload, dict) else {}
     if "clip_settings" not in meta:  # a training checkpoint keeps them beside its meta
-        meta["clip_settings"] = read.clip_settings or None
+        meta["clip_settings"] = recorded or None
     options = {"encoder": str(encoder.resolve()), "sha256": read.sha256, "format": fmt}
     model = out / f"model{SUFFIXES[fmt]}"
     if check_folder(out, EXPORT_FOLDER, options) and model.is_file() and (out / "README.md").is_file():
         return Exported(out, model, already_done=True)
+    broken = [name for module in (backbone, head) if module is not None for name, tensor in
+              module.state_dict().items() if tensor.is_floating_point() and not tensor.isfinite().all()]
+    if broken:
+        more = f" (and {len(broken) - 1} more tensors)" if len(broken) > 1 else ""
+        raise CheckpointError(f"{encoder}: {broken[0]}{more} holds NaN or infinite numbers: the encoder computes "
+                              "nothing to export")
     config = encoder_config(backbone, head, meta)  # refuses a meta JSON cannot hold, before any write
     settings = config["clip_settings"]
     if clips is None:
@@ -94,7 +101,7 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
             with torch.no_grad():
                 reference = pooled_features(backbone)(clips).numpy()
             check = compare(reference, run_exported(model, fmt, clips))
-            if check["min_cosine"] < MIN_COSINE:
+            if not check["min_cosine"] >= MIN_COSINE:  # NaN features included
                 model.unlink()
                 raise CheckpointError(f"{encoder}: the {fmt} export gives other features than the encoder (cosine "
                                       f"{check['min_cosine']:.6f} < {MIN_COSINE}); nothing was kept")

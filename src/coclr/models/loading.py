@@ -34,8 +34,9 @@ import torch
 from torch import nn
 
 from coclr.atomic import atomic_torch_save, file_state
-from coclr.clips import CLIP_KEYS
-from coclr.errors import CheckpointError
+from coclr.clips import CLIP_KEYS, ClipSettings, recorded_clips
+from coclr.config import from_dict
+from coclr.errors import CheckpointError, ConfigError
 from coclr.models.encoder import Encoder
 from coclr.models.export import is_safetensors, read_safetensors
 from coclr.models.heads import LinearClassifier, ProjectionHead
@@ -214,8 +215,14 @@ class CheckpointFile:
 
     @property
     def clip_settings(self) -> dict[str, Any]:
-        """What it recorded about its training clips (:func:`read_clip_settings`), a new dict per call."""
-        return _clip_settings(self.payload)
+        """What it recorded about its training clips (:func:`read_clip_settings`), a new dict per call; a clip
+        shape S3D cannot take (not whole numbers, too small) is a :class:`CheckpointError`."""
+        settings = _clip_settings(self.payload)
+        try:
+            from_dict(ClipSettings, recorded_clips(settings))
+        except ConfigError as error:
+            raise CheckpointError(f"{self.path}: the clips it records are not usable: {error}") from None
+        return settings
 
     def encoder(self, map_location: Any = "cpu") -> tuple[S3D, ProjectionHead | None]:
         """New ``(backbone, head)`` modules in eval mode on ``map_location`` (:func:`load_encoder`)."""
