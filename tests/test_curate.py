@@ -621,3 +621,18 @@ def test_a_folder_of_two_videos_is_refused_in_one_line(embedded, tmp_path):
                                           "opposite"):
         curate(tmp_path / "two", tmp_path / "out", show=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_videos_that_cannot_be_read_are_listed_and_the_status_says_so(embedded, tmp_path, capsys):
+    from coclr.cli import EXIT_SOME_FAILED, main
+
+    _, embeddings, _ = embedded
+    folder = shutil.copytree(embeddings, tmp_path / "embeddings")
+    records = [json.loads(line) for line in (folder / "videos.jsonl").read_text().splitlines()]
+    records[1]["path"] = str(tmp_path / "gone.mp4")  # a video removed since it was embedded
+    (folder / "videos.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    assert main(["curate", str(folder), "--out", str(tmp_path / "out"), "--calibrate", "0", "--no-windows",
+                 "--quiet"]) == EXIT_SOME_FAILED
+    printed = capsys.readouterr().out
+    assert "1 video(s) could not be read for a fingerprint" in printed and "1 video(s) changed or removed" in printed
+    assert json.loads((tmp_path / "out" / "curate.json").read_text())["fingerprints"]["without"] == [records[1]["path"]]

@@ -88,6 +88,23 @@ def test_inputs_expand_files_folders_lists_and_globs(tmp_path, monkeypatch):
         expand_inputs(["clips/*.webm"])
 
 
+def test_a_folder_scan_leaves_out_coclrs_own_output_folders_but_synthetic_videos(tmp_path):
+    from coclr.atomic import atomic_write_json
+
+    kept = [write_video(tmp_path / "clips" / "a.mp4", moving_square(4)),
+            write_video(tmp_path / "clips" / "synth" / "videos" / "s.mp4", moving_square(4))]
+    atomic_write_json(tmp_path / "clips" / "synth" / "run.json", {"command": "data synth --videos", "options": {}})
+    copy = write_video(tmp_path / "clips" / "curated" / "calibration" / "videos" / "a_trim.mp4", moving_square(4))
+    atomic_write_json(tmp_path / "clips" / "curated" / "run.json", {"command": "curate", "options": {}})
+    (tmp_path / "clips" / "out").mkdir()
+    atomic_write_json(tmp_path / "clips" / "out" / "embed.json", {"format": "coclr-embeddings"})
+    notes: list[str] = []
+    assert expand_inputs([tmp_path / "clips"], notes) == kept  # a curation's altered copies are not the user's
+    assert any("left out 2 folders of coclr's own outputs" in note and "curated (coclr curate)" in note
+               for note in notes), notes
+    assert expand_inputs([copy.parent]) == [copy]  # named itself, a folder is scanned
+
+
 # ------------------------------------------------------------------------------------------------ settings
 
 
@@ -824,3 +841,14 @@ def test_a_query_row_whose_file_is_gone_is_noted_and_its_page_refused_before_the
     assert cli_main(["search", str(tmp_path / "out"), "--query", "0", "--html", str(tmp_path / "p.html")]) == 2
     printed = capsys.readouterr()
     assert printed.out == "" and "so a page cannot show it" in printed.err and not (tmp_path / "p.html").exists()
+
+
+def test_a_query_through_a_link_to_an_embedded_file_is_that_row(tmp_path, encoder, capsys):
+    for number in range(3):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(12, seed=number))
+    assert run_cli(tmp_path / "videos", "--checkpoint", encoder, "--out", tmp_path / "out") == 0
+    os.symlink(tmp_path / "videos" / "v0.mp4", tmp_path / "link.mp4")
+    capsys.readouterr()
+    assert cli_main(["search", str(tmp_path / "out"), "--query", str(tmp_path / "link.mp4"), "-k", "2", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert sorted(Path(hit["path"]).name for hit in hits) == ["v1.mp4", "v2.mp4"]  # the file itself left out

@@ -29,9 +29,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from coclr.cli._status import job_status
     from coclr.curate.run import curate
 
     summary = curate(args.embeddings, args.out, options_from_flags(CurateOptions, args), restart=args.restart,
                      show=not args.quiet)
     print(summary, flush=True)
-    return 0
+    return job_status(summary.unfingerprinted)  # 3 when videos could not be read: listed, nobody's duplicate

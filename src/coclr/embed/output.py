@@ -513,10 +513,12 @@ class Embeddings:
         return np.array([record["row"] for record in self.video_records if not is_current(record)], np.int64)
 
     def row_of(self, path: str | Path) -> int | None:
-        """The video row of ``path`` (absolute, as embedded), or None."""
+        """The video row of ``path`` (absolute, as embedded; else the file it links to, as a scan embeds a file
+        reached under two names once), or None."""
         if self._row_of is None:
             self._row_of = {record["path"]: record["row"] for record in self.video_records}
-        return self._row_of.get(str(Path(os.path.abspath(path))))
+        found = self._row_of.get(os.path.abspath(path))
+        return found if found is not None else self._row_of.get(os.path.realpath(path))
 
 
 def finished_embeddings(root: str | Path) -> Embeddings:
