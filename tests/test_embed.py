@@ -100,7 +100,7 @@ def test_a_folder_scan_leaves_out_coclrs_own_output_folders_but_synthetic_videos
     atomic_write_json(tmp_path / "clips" / "out" / "embed.json", {"format": "coclr-embeddings"})
     notes: list[str] = []
     assert expand_inputs([tmp_path / "clips"], notes) == kept  # a curation's altered copies are not the user's
-    assert any("left out 2 folders of coclr's own outputs" in note and "curated (coclr curate)" in note
+    assert any("left out 2 folder(s) of coclr's own outputs" in note and "curated (coclr curate)" in note
                for note in notes), notes
     assert expand_inputs([copy.parent]) == [copy]  # named itself, a folder is scanned
 

@@ -294,3 +294,23 @@ def test_cli_folder_index_says_when_there_is_no_test_split_and_splits_on_request
     assert main(["data", "index", "--format", "csv", "--annotations", str(tmp_path / "a.json"), "--test-fraction",
                  "0.25", "--out", str(tmp_path / "c.json")]) == 2
     assert "--test-fraction applies to --format folder" in capsys.readouterr().err
+
+
+def test_a_store_kept_inside_the_video_folder_is_not_read_as_a_class_or_as_videos(tmp_path):
+    from coclr.atomic import atomic_write_json
+    from coclr.video.decode import why_not_video
+    from coclr.video.indexes import folder_index, tree_index
+    from test_embed import moving_square, write_video
+
+    for kind in ("left", "right"):
+        write_video(tmp_path / "videos" / kind / f"{kind}.mp4", moving_square(4))
+    store = tmp_path / "videos" / "store"
+    write_video(store / "rgb" / "left" / "left.mp4.frames", moving_square(4))  # what PyAV would read as a video
+    atomic_write_json(store / "store.json", {"format": "coclr-clip-store"})
+    assert why_not_video(store / "rgb" / "left" / "left.mp4.frames") == "its name ends in .frames"
+    for index in (folder_index(tmp_path / "videos", notes=(notes := [])),
+                  tree_index(tmp_path / "videos", notes=(tree_notes := []))):
+        assert sorted(entry.path for entry in index.entries) == ["left/left.mp4", "right/right.mp4"]
+    assert folder_index(tmp_path / "videos").classes == ["left", "right"]
+    for said in (notes, tree_notes):
+        assert any("left out 1 folder(s) of coclr's own outputs: store (coclr data store)" in line for line in said)

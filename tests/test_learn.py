@@ -384,6 +384,17 @@ def test_the_same_command_on_a_finished_run_changes_nothing_and_other_options_ar
     with pytest.raises(ConfigError, match="learnt from other videos: 3 removed"):
         learn(fewer, out, LearnOptions(budget=300))
     assert files_digest(out) == before
+    original = labels.read_bytes()
+    scored = json.loads((out / "learn.json").read_text())["labels"]["videos"]
+    labels.write_bytes(b"".join(original.splitlines(keepends=True)[:-2]))  # the same file, two labels fewer
+    try:
+        edited = run_learn(videos, out, str(labels))
+        assert edited.returncode == 3 and "finished before" not in edited.stdout.read()  # scored again
+        assert json.loads((out / "learn.json").read_text())["labels"]["videos"] == scored - 2
+    finally:
+        labels.write_bytes(original)
+        assert run_learn(videos, out, str(labels)).returncode == 3  # as the fixture left it, for the tests after
+    assert json.loads((out / "learn.json").read_text())["labels"]["videos"] == scored
 
 
 @pytest.mark.slow
@@ -1393,3 +1404,19 @@ def test_a_per_video_cost_is_the_mean_over_the_readable_videos_after_one_untimed
     assert each == pytest.approx((4 + 2 + 9 + 1) / 3)  # (5 + 3 + 10) / 3 and the closing call of the clock
     assert start == pytest.approx(5 + 20 - each)  # the pool thread's first run, less a video's share
     assert budget._time_per_video(["bad"], work) == (0.0, 0.0)
+
+
+def test_options_no_run_could_use_and_too_few_videos_are_refused_before_any_work(tmp_path):
+    from coclr.learn import LearnOptions, learn
+    from test_embed import moving_square, write_video
+
+    for number in range(6):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(12, seed=number))
+    for options, message in ((LearnOptions(seed=-1), "--seed: must be from 0 to 2\\*\\*32 - 1, got -1"),
+                             (LearnOptions(workers=-2), "--workers: must be 0 or more .0: work in this process.,"),
+                             (LearnOptions(), "6 video.s.: learning needs at least 8")):
+        started = time.monotonic()
+        with pytest.raises(ConfigError, match=message):
+            learn([tmp_path / "videos"], tmp_path / "out", options)
+        assert time.monotonic() - started < 5  # before the machine is measured (tens of seconds)
+    assert not (tmp_path / "out").exists()

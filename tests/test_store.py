@@ -478,3 +478,47 @@ def test_stores_of_the_first_version_are_read_and_resumed(tmp_path):
     run_entry_jobs(tmp_path / "old", "rgb", store.keys(), FramesOfKey(), workers=1)  # resumes in its own layout
     assert (tmp_path / "old" / "rgb" / "a" / "2.avi.frames").is_file()
     assert ClipStore(tmp_path / "old").verify("rgb", decode=True) == []
+
+
+def test_a_frame_rate_no_video_can_be_decoded_at_is_refused_before_any_write(tmp_path, capsys):
+    from coclr.cli import main
+    from coclr.config import from_dict
+    from coclr.errors import ConfigError
+    from coclr.synth import SynthConfig
+    from test_embed import moving_square, write_video
+
+    write_video(tmp_path / "videos" / "v.mp4", moving_square(8))
+    assert main(["data", "index", "--format", "folder", "--unlabelled", "--root", str(tmp_path / "videos"), "--out",
+                 str(tmp_path / "index.json")]) == 0
+    for fps in ("1e-300", "5000"):  # a division by zero per video; copies of every frame
+        assert main(["data", "store", "--index", str(tmp_path / "index.json"), "--root", str(tmp_path / "videos"),
+                     "--out", str(tmp_path / "store"), "--fps", fps]) == 2
+        assert "fps must be between 0.01 and 1000.0 frames per second" in capsys.readouterr().err
+    assert not (tmp_path / "store").exists()
+    with pytest.raises(ConfigError, match="fps: must be between 0.01 and 1000.0"):
+        from_dict(SynthConfig, {"fps": 0.001})
+
+
+def test_a_video_changed_since_it_was_decoded_is_decoded_again_and_its_flow_removed(tmp_path, capsys):
+    from coclr.cli import main
+    from coclr.store.clipstore import ClipStore
+    from test_embed import moving_square, write_video
+
+    for number in range(2):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(8, seed=number))
+    index, store = tmp_path / "index.json", tmp_path / "store"
+    assert main(["data", "index", "--format", "folder", "--unlabelled", "--root", str(tmp_path / "videos"), "--out",
+                 str(index)]) == 0
+    command = ["data", "store", "--index", str(index), "--root", str(tmp_path / "videos"), "--out", str(store),
+               "--short-side", "32", "--workers", "0"]
+    assert main(command) == 0
+    assert main(["flow", str(store), "--backend", "dis", "--workers", "0"]) == 0
+    write_video(tmp_path / "videos" / "v0.mp4", moving_square(12, seed=5))  # rewritten in place: 12 frames, not 8
+    capsys.readouterr()
+    assert main(command) == 0
+    printed = capsys.readouterr().out
+    assert "1 video(s) changed since they were decoded" in printed and "rgb: 1 done, 1 skipped" in printed
+    clips = ClipStore(store)
+    assert clips.num_frames("v0.mp4", "rgb") == 12 and clips.num_frames("v1.mp4", "rgb") == 8
+    assert not clips.has("v0.mp4", "flow_dis") and clips.has("v1.mp4", "flow_dis")  # its flow is computed again
+    assert main(command) == 0 and "rgb: 0 done, 2 skipped" in capsys.readouterr().out  # the same command: nothing

@@ -24,6 +24,9 @@ JPEG_QUALITY = 90
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 """The RGB normalisation of training, evaluation and embedding (ImageNet's mean and standard deviation)."""
+FPS_RANGE = (0.01, 1000.0)
+"""The frame rates videos may be decoded at (a store's, an embedding's, the synthetic videos'): one frame every
+100 s to 1000 frames a second (past which a resampled video is made of copies of its frames)."""
 MIN_LENGTH = 8
 MIN_SIZE = 32
 """The smallest input S3D takes: 8 frames of 32 x 32 pixels."""

@@ -289,6 +289,18 @@ def folder_owner(folder: str | Path) -> str | None:
     return None
 
 
+VIDEO_OUTPUTS = ("data synth --videos",)
+"""The commands whose output folders hold videos to learn from."""
+
+
+def scanned_past(folder: str | Path) -> str | None:
+    """The command whose output ``folder`` is, when a scan for videos must not enter it (every command's output but
+    :data:`VIDEO_OUTPUTS`: a store's frames, a curation's altered copies, embeddings: an output kept inside the
+    input folder is not input); None for any other folder."""
+    owner = folder_owner(folder)
+    return owner if owner is not None and owner not in VIDEO_OUTPUTS else None
+
+
 def nested_output(path: Path, command: str) -> bool:
     """Whether ``path`` is a folder that ``command``'s folder may hold (:data:`NESTED`), e.g. a pipeline's stage,
     written by ``coclr pretrain`` before the pipeline recorded its own folder."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from coclr.cli._options import add_option_flags, options_from_flags
+from coclr.cli._status import job_status
 from coclr.curate.run import CurateOptions
 
 
@@ -29,7 +30,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coclr.cli._status import job_status
     from coclr.curate.run import curate
 
     summary = curate(args.embeddings, args.out, options_from_flags(CurateOptions, args), restart=args.restart,

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from coclr.errors import DataError
-from coclr.runfolder import folder_owner
+from coclr.runfolder import scanned_past
 from coclr.video.decode import why_not_video
 
 GLOB_CHARACTERS = "*?["
@@ -131,15 +131,10 @@ def _nothing_found(item: str) -> str:
     return f"{item}: no such file or folder"
 
 
-VIDEO_OUTPUTS = ("data synth --videos",)
-"""The commands whose output folders hold videos to learn from; a folder scan leaves out every other command's
-folder (:func:`coclr.runfolder.folder_owner`): a curation's altered copies, a store's frames, embeddings."""
-
-
 def scan_folder(root: Path, notes: list[str] | None = None) -> list[Path]:
     """Every video file under ``root`` (recursively; hidden entries skipped; symbolic links to folders followed
-    unless they lead to a folder already scanned; the output folders of coclr's commands, but for
-    :data:`VIDEO_OUTPUTS`, not entered), sorted by path. ``notes`` receives one line naming the links not followed,
+    unless they lead to a folder already scanned; the output folders of coclr's commands not entered:
+    :func:`~coclr.runfolder.scanned_past`), sorted by path. ``notes`` receives one line naming the links not followed,
     one naming the output folders left out, and one counting the files that are not videos (a few named, with the
     reason)."""
     videos = []
@@ -153,10 +148,10 @@ def scan_folder(root: Path, notes: list[str] | None = None) -> list[Path]:
         # Real folders before links, so that a folder is scanned under its own name when a sibling links to it.
         for name in sorted(names, key=lambda name: os.path.islink(os.path.join(directory, name))):
             real = os.path.realpath(os.path.join(directory, name))
-            owner = folder_owner(os.path.join(directory, name))
+            owner = scanned_past(os.path.join(directory, name))
             if real in seen:
                 loops.append(f"{os.path.join(directory, name)} -> {real}")
-            elif owner is not None and owner not in VIDEO_OUTPUTS:
+            elif owner is not None:
                 outputs.append(f"{os.path.join(directory, name)} (coclr {owner})")
             else:
                 seen.add(real)
@@ -176,7 +171,8 @@ def scan_folder(root: Path, notes: list[str] | None = None) -> list[Path]:
                      f"second way to one folder): {', '.join(loops[:3])}{more}")
     if outputs and notes is not None:
         more = f" and {len(outputs) - 3} more" if len(outputs) > 3 else ""
-        notes.append(f"{root}: left out {len(outputs)} folders of coclr's own outputs: {', '.join(outputs[:3])}{more}")
+        notes.append(f"{root}: left out {len(outputs)} folder(s) of coclr's own outputs: "
+                     f"{', '.join(outputs[:3])}{more}")
     if notes is not None:
         _note_skipped(str(root), skipped, notes)
     return sorted(videos)

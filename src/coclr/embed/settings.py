@@ -21,7 +21,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from coclr.clips import CLIP_KEYS, IMAGENET_MEAN, IMAGENET_STD, SHORT_SIDE, ClipSettings, clip_option
+from coclr.clips import CLIP_KEYS, FPS_RANGE, IMAGENET_MEAN, IMAGENET_STD, SHORT_SIDE, ClipSettings, clip_option
 from coclr.config import option, require
 from coclr.data.views import view_kind
 from coclr.errors import ConfigError
@@ -30,9 +30,6 @@ FEATURES = ("backbone", "head")
 PRECISIONS = (None, "bf16")
 KINETICS_MEAN = (0.43216, 0.394666, 0.37645)
 KINETICS_STD = (0.22803, 0.22145, 0.216989)
-FPS_RANGE = (0.01, 1000.0)
-"""The frame rates a video may be resampled to: one frame every 100 s to 1000 frames a second (past which a
-resampled video is made of copies of its frames)."""
 """torchvision's normalisation of its Kinetics-400 video models (``VideoClassification`` transform)."""
 
 #: Clip settings shared by the RGB and the flow stream (their windows must cover the same frames).

@@ -49,3 +49,10 @@ class LearnOptions:
     progress: bool = option(True, "no progress line", cli={"flag": "--quiet", "negate": True})
     plan: Any = option(None, "a plan (coclr.learn.budget.Plan) to follow instead of measuring this machine and "
                              "choosing one (for tests, or a plan chosen before)", cli={"hidden": True})
+
+    def validate(self) -> None:
+        """Refuse, in one line naming the option, what no run could use (before any work)."""
+        if not 0 <= self.seed < 2 ** 32:
+            raise ConfigError(f"--seed: must be from 0 to 2**32 - 1, got {self.seed}")
+        if self.workers is not None and self.workers < 0:
+            raise ConfigError(f"--workers: must be 0 or more (0: work in this process), got {self.workers}")

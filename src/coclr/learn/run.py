@@ -31,12 +31,20 @@ from typing import Any
 import numpy as np
 
 from coclr import progress
-from coclr.atomic import atomic_duplicate, atomic_write_json, read_json_record
+from coclr.atomic import atomic_duplicate, atomic_write_json, file_sha256, read_json_record
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
 from coclr.flow.encode import FLOW_BOUND
-from coclr.learn.budget import Footage, Plan, choose_plan, infonce_side_by_side, measure_costs, size_stage
+from coclr.learn.budget import (
+    MIN_VIDEOS,
+    Footage,
+    Plan,
+    choose_plan,
+    infonce_side_by_side,
+    measure_costs,
+    size_stage,
+)
 from coclr.learn.init import Start, copy_starts, read_starts, recorded_starts, start_file, start_model
 from coclr.learn.line import MeasureLine, ProgressLine
 from coclr.learn.options import LearnOptions
@@ -139,12 +147,18 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     :class:`~coclr.errors.CoclrError` in one line before any work for bad inputs or options, a folder of other
     videos or options, or a budget too small."""
     options = options or LearnOptions()
+    options.validate()
     started = time.perf_counter()
     out = Path(out)
     notes: list[str] = []
     paths = [str(path) for path in expand_inputs(inputs, notes)]
+    if len(paths) < MIN_VIDEOS:  # (the readable ones are counted once the videos are probed)
+        raise ConfigError(f"{len(paths)} video(s): learning needs at least {MIN_VIDEOS} (each batch contrasts a video "
+                          "with the others); give more videos")
     check_inputs(out, paths, options.restart)
     labels, label_notes = read_labels(options.labels, paths) if options.labels else (None, [])
+    if labels is not None:
+        labels["sha256"] = file_sha256(options.labels)  # an edited file scores again
     starts = read_starts(options.init, options.flow_init)
     record_options = {"videos": {"count": len(paths), "sha256": paths_digest(paths)},
                       "budget": float(options.budget), "seed": options.seed,
@@ -154,7 +168,8 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         record_options["init"] = recorded_starts(starts)
     if not options.restart and check_folder(out, LEARN_FOLDER, record_options):  # reads only
         result = read_result(out)
-        if result.get("status") == "done" and result.get("labels_file") == record_options["labels"]:
+        if result.get("status") == "done" and result.get("labels_file") == record_options["labels"] and \
+                result.get("labels_sha256") == (labels and labels["sha256"]):
             failed = [(item["path"], item["error"]) for item in result.get("failed", [])]
             return LearnSummary(out, len(paths), failed, result.get("seconds", 0.0), True, result)
     check_writable(out)  # before the measurement: a folder that cannot be written is one line at once
@@ -278,6 +293,7 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
             result["labels"] = {**label_scores(out, labels), "notes": label_notes}
         failed = sorted({**store_failures(store, root), **flow_failed, **embed_failed}.items())
         result.update(status="done", plan=plan.to_dict(), labels_file=labels and labels["file"],
+                      labels_sha256=labels and labels["sha256"],
                       failed=[{"path": path, "error": error} for path, error in failed],
                       short_videos=plan.short_videos, videos=len(paths), torch=torch.__version__)
         with line.phase("fixed", None):

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coclr.clips import JPEG_QUALITY, SHORT_SIDE
+from coclr.atomic import file_identity
+from coclr.clips import FPS_RANGE, JPEG_QUALITY, SHORT_SIDE
 from coclr.errors import DataError, VideoDecodeError
-from coclr.store.jobs import JobSummary, run_entry_jobs, writing_view
+from coclr.store.clipstore import ClipStore
+from coclr.store.jobs import JobSummary, run_entry_jobs, shard, writing_view
 from coclr.store.jpeg import encode_jpeg
 from coclr.store.options import StoreOptions
 from coclr.video.decode import VideoReader
@@ -24,9 +26,10 @@ from coclr.video.indexes import VideoIndex, check_videos_exist
 
 @dataclass(frozen=True)
 class DecodeVideoJob:
-    """Store job of the "rgb" view: decode ``video_root/<key>``, resize, resample, encode as JPEG; notes the damaged
-    frames kept (within the decoder's tolerance, :data:`~coclr.video.decode.DAMAGE_TOLERANCE`) and the turn its
-    display matrix asked for, for the store's ``notes_rgb.json``.
+    """Store job of the "rgb" view: decode ``video_root/<key>``, resize, resample, encode as JPEG; notes the video
+    file's identity as decoded (``source``: size, modification time), the damaged frames kept (within the decoder's
+    tolerance, :data:`~coclr.video.decode.DAMAGE_TOLERANCE`) and the turn its display matrix asked for, for the
+    store's ``notes_rgb.json``.
 
     The frames are made one at a time as the entry is written (a generator over a streaming
     :class:`~coclr.video.decode.VideoReader`), so the job's memory does not depend on the video's length
@@ -38,8 +41,10 @@ class DecodeVideoJob:
     fps: float | None = None
 
     def __call__(self, key: str) -> tuple[Iterator[bytes], float, dict[str, Any]]:
-        reader = VideoReader(Path(self.video_root) / key, self.short_side, self.fps)
-        notes: dict[str, Any] = {}
+        path = Path(self.video_root) / key
+        source = file_identity(path)  # before decoding: a file changed meanwhile is decoded again by the next run
+        reader = VideoReader(path, self.short_side, self.fps)
+        notes: dict[str, Any] = {} if source is None else {"source": list(source)}
         return encoded_frames(reader, self.quality, notes), reader.fps, notes
 
 
@@ -69,19 +74,40 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
     ``video_root``: decoded once, resized to ``short_side``, optionally resampled to ``fps``, JPEG
     ``quality``. Missing videos are reported together before any work; undecodable ones are listed in the
     summary and in the store's failure list. A store built from an earlier version of the index takes the new
-    one in place (videos added or removed); the entries of the videos both hold are kept. A job refused (other
-    options, or another job writing the view) changes nothing in the store."""
+    one in place (videos added or removed); the entries of the videos both hold are kept, but for videos whose file
+    changed since it was decoded (:func:`changed_videos`): their entries, of every view, are removed and the video
+    decoded again. A job refused (other options, or another job writing the view) changes nothing in the store."""
     if short_side is not None and short_side < 1:
         raise DataError(f"short_side must be positive, got {short_side}")
     if not 1 <= quality <= 100:
         raise DataError(f"quality must be in 1..100, got {quality}")
-    if fps is not None and not fps > 0:
-        raise DataError(f"fps must be positive, got {fps}")
+    if fps is not None and not FPS_RANGE[0] <= fps <= FPS_RANGE[1]:
+        raise DataError(f"fps must be between {FPS_RANGE[0]} and {FPS_RANGE[1]} frames per second, got {fps}")
     check_videos_exist(index, video_root)
     job = DecodeVideoJob(str(Path(video_root).resolve()), short_side, quality, fps)
+    keys = [entry.path for entry in index.entries]
     with writing_view(out, "rgb", index, replace_index=True, short_side=short_side, quality=quality,
                       fps=fps) as update:
-        summary = run_entry_jobs(out, "rgb", [e.path for e in index.entries], job, workers, desc="decoding videos")
+        store = ClipStore(out)
+        mine = set(shard(keys))  # (each process of a distributed job its own keys, which it decodes)
+        changed = [key for key in changed_videos(store, keys, video_root) if key in mine]
+        for key in changed:
+            for view in store.views():
+                store.entry_path(key, view).unlink(missing_ok=True)
+        summary = run_entry_jobs(out, "rgb", keys, job, workers, desc="decoding videos")
     if update:
         summary.notes.append(str(update))
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        summary.notes.append(f"{len(changed)} video(s) changed since they were decoded (size or modification time): "
+                             f"decoded again, their flow removed for the next coclr flow: "
+                             f"{', '.join(changed[:3])}{more}")
     return summary
+
+
+def changed_videos(store: ClipStore, keys: list[str], video_root: str | Path) -> list[str]:
+    """The keys whose video file is no longer the one their rgb entry was decoded from: its size or modification
+    time differs from the identity the entry's job noted (``source``; entries from before it was noted: none)."""
+    noted = store.notes("rgb")
+    return [key for key in keys if "source" in noted.get(key, {}) and store.has(key, "rgb")
+            and file_identity(Path(video_root) / key) != tuple(noted[key]["source"])]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coclr.clips import FPS_RANGE
 from coclr.config import option, require
 from coclr.errors import ConfigError
 
@@ -111,7 +112,8 @@ class SynthConfig:
         require(self.frames >= 2, "frames", "must be at least 2")
         require(self.height >= 16, "height", "must be at least 16")
         require(self.width >= 16, "width", "must be at least 16")
-        require(self.fps > 0, "fps", "must be positive")
+        require(FPS_RANGE[0] <= self.fps <= FPS_RANGE[1], "fps",
+                f"must be between {FPS_RANGE[0]} and {FPS_RANGE[1]} frames per second, got {self.fps}")
         require(1 <= self.objects_min <= self.objects_max, "objects_min", "must be in [1, objects_max]")
         require(self.objects_max <= 8, "objects_max", "must be at most 8")
         require(0 < self.size_min <= self.size_max, "size_min", "must be in (0, size_max]")

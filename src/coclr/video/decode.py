@@ -47,8 +47,9 @@ NOT_VIDEO_EXTENSIONS = (".txt", ".csv", ".tsv", ".lst", ".json", ".jsonl", ".yam
                         ".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".heic", ".svg",
                         ".wav", ".mp3", ".flac", ".aac", ".m4a", ".oga", ".opus", ".wma",
                         ".npy", ".npz", ".pth", ".pt", ".pkl", ".h5", ".zip", ".tar", ".gz", ".tgz", ".bz2", ".xz",
-                        ".7z", ".pdf", ".doc", ".docx")
-"""File name endings of text, images, sound, arrays and archives: not videos, and not opened to find out."""
+                        ".7z", ".pdf", ".doc", ".docx", ".frames")
+"""File name endings of text, images, sound, arrays and archives (a clip store's ``.frames``: JPEG frames packed):
+not videos, and not opened to find out."""
 
 SKIPPED_BYTES_TOLERANCE = 16384
 """Bytes of a Matroska or WebM file between two packets that no packet covers, above which the file is corrupt: a

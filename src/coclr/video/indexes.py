@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 
 from coclr.atomic import atomic_write_text, read_json_record
 from coclr.errors import DataError
+from coclr.runfolder import scanned_past
 from coclr.text import to_bytes
 from coclr.video.decode import why_not_video
 
@@ -368,19 +369,21 @@ def folder_index(root: str | Path, name: str | None = None, split: str = "train"
         raise DataError(f"unknown split {split!r} (known: {', '.join(SPLITS)})")
     if not 0 <= test_fraction < 1:
         raise DataError(f"test fraction must be in [0, 1), got {test_fraction}")
-    subfolders = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    scan = _FolderScan(root, why_not_video if extensions is None else _by_extension(extensions))
+    subfolders = sorted(p.name for p in root.iterdir()
+                        if p.is_dir() and not p.name.startswith(".") and not scan.is_output(p))
     by_split = bool(subfolders) and set(subfolders) <= set(SPLITS)
     if by_split and test_fraction:
         raise DataError(f"{root} is already laid out by split ({', '.join(subfolders)}): a test fraction applies to "
                         "a plain root/<class>/<video> folder")
     prefixes = [(f"{s}/", s) for s in subfolders] if by_split else [("", split)]
-    not_video = why_not_video if extensions is None else _by_extension(extensions)
     for prefix, _ in prefixes:
-        _refuse_loose_videos(root / prefix, not_video)
-    scan = _FolderScan(root, not_video)
+        _refuse_loose_videos(root / prefix, scan.not_video)
     videos = []
     for prefix, split_name in prefixes:
-        for class_dir in sorted(p for p in (root / prefix).iterdir() if p.is_dir() and not p.name.startswith(".")):
+        class_dirs = [root / name for name in subfolders] if not prefix else sorted(
+            p for p in (root / prefix).iterdir() if p.is_dir() and not p.name.startswith(".") and not scan.is_output(p))
+        for class_dir in class_dirs:
             for relative in scan.videos(class_dir):
                 depth = PurePosixPath(relative).relative_to(class_dir.relative_to(root).as_posix()).parts
                 group = ucf101_group(relative) or (f"{class_dir.name}/{depth[0]}" if len(depth) > 1 else None)
@@ -434,7 +437,12 @@ def source_folder(path: str) -> str | None:
 
 
 def _note_skipped(root: Path, scan: _FolderScan, notes: list[str] | None) -> None:
-    """One line in ``notes`` counting the files of the scan that are not videos (a few named, with the reason)."""
+    """One line in ``notes`` counting the files of the scan that are not videos (a few named, with the reason), and
+    one naming the output folders it left out."""
+    if scan.outputs and notes is not None:
+        more = f" and {len(scan.outputs) - 3} more" if len(scan.outputs) > 3 else ""
+        notes.append(f"{root}: left out {len(scan.outputs)} folder(s) of coclr's own outputs: "
+                     f"{', '.join(scan.outputs[:3])}{more}")
     if scan.skipped and notes is not None:
         shown = "; ".join(f"{path}: {reason}" for path, reason in scan.skipped[:3])
         more = f"; and {len(scan.skipped) - 3} more" if len(scan.skipped) > 3 else ""
@@ -474,6 +482,7 @@ class _FolderScan:
         self.seen: dict[str, str] = {}
         self.loops: list[str] = []
         self.twice: list[str] = []
+        self.outputs: list[str] = []
 
     def videos(self, folder: Path) -> list[str]:
         """Relative paths (POSIX) of the videos under ``folder``, in sorted order."""
@@ -492,6 +501,8 @@ class _FolderScan:
         for child in sorted(folder.iterdir()):
             if child.name.startswith("."):
                 continue
+            if child.is_dir() and self.is_output(child):
+                continue
             if child.is_dir():
                 self._visit(child, [*ancestors, real], found)
             elif child.is_file() and (reason := self.not_video(child)) is not None:
@@ -504,6 +515,14 @@ class _FolderScan:
                     continue
                 self.seen[target] = relative
                 found.append(relative)
+
+    def is_output(self, folder: Path) -> bool:
+        """Whether ``folder`` is a coclr command's output, not scanned (:func:`~coclr.runfolder.scanned_past`):
+        then it is noted."""
+        owner = scanned_past(folder)
+        if owner is not None:
+            self.outputs.append(f"{folder.relative_to(self.root).as_posix()} (coclr {owner})")
+        return owner is not None
 
     def check(self) -> None:
         """Raise one :class:`DataError` naming the loops and the videos reached twice, if any."""
