@@ -193,7 +193,13 @@ def test_a_rotated_phone_video_is_embedded_and_stored_upright(tmp_path, encoder)
     assert store.read_encoded("class/phone.mkv", "rgb", range(12)) == \
         store.read_encoded("class/upright.mkv", "rgb", range(12))  # the same frames, the same JPEG bytes
     assert store.frame_size("class/phone.mkv", "rgb") == (48, 32)
-    assert store.notes("rgb") == {"class/phone.mkv": {"rotation": 90, "mirrored": False}}
+    turned = {key: {k: v for k, v in note.items() if k != "source"} for key, note in store.notes("rgb").items()}
+    assert turned == {"class/phone.mkv": {"rotation": 90, "mirrored": False}, "class/plain.mkv": {},
+                      "class/upright.mkv": {}}
+    from coclr.atomic import file_identity
+
+    for key, note in store.notes("rgb").items():  # the file each entry was decoded from
+        assert note["source"] == list(file_identity(tmp_path / "videos" / key))
 
 
 # ------------------------------------------------------------------------------------------------ damage
@@ -232,4 +238,6 @@ def test_damaged_real_files_fail_or_are_marked_in_embed_and_store(shared_clips, 
     assert "failed: clips/cleaning_pool.mp4: VideoDecodeError: " in printed and "damaged: " in printed
     store = ClipStore(tmp_path / "store")
     assert list(store.failed("rgb")) == ["clips/cleaning_pool.mp4"]
-    assert store.notes("rgb") == {"clips/v_Basketball_g01_c01.avi": {"damaged_frames": len(damaged)}}
+    notes = store.notes("rgb")
+    damaged_noted = {key: note["damaged_frames"] for key, note in notes.items() if "damaged_frames" in note}
+    assert damaged_noted == {"clips/v_Basketball_g01_c01.avi": len(damaged)}

@@ -507,3 +507,19 @@ def test_a_fork_after_decoding_leaves_no_scaler_for_the_child_to_free(tmp_path):
     assert finished and int(finished[1]) >= 3, outcome["guarded"]  # the frame, its copy, the list
     if int(av.__version__.split(".")[0]) >= 17 and (os.cpu_count() or 1) > 1:  # scalers with slice threads
         assert outcome["plain"] == "hung"
+
+
+def test_the_same_frames_make_the_same_mp4_whatever_was_encoded_before(tmp_path):
+    from coclr.video.decode import write_mp4
+
+    rng = np.random.default_rng(0)
+    clips = [(np.cumsum(rng.integers(0, 255, (60, 246, 338, 3), dtype=np.uint8), axis=0) // 8 % 255).astype(np.uint8)
+             for _ in range(2)]  # moving texture, of a size whose rows x264's SIMD code reads past
+
+    def encoded(frames: np.ndarray, name: str) -> bytes:
+        return write_mp4(tmp_path / name, frames, 25.0, crf=38).read_bytes()
+
+    first = encoded(clips[0], "first.mp4")
+    assert encoded(clips[0], "again.mp4") == first  # what the first left in memory was read into the second
+    encoded(clips[1], "other.mp4")
+    assert encoded(clips[0], "after another.mp4") == first

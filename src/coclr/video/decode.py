@@ -476,9 +476,17 @@ def spare_children_our_garbage() -> None:
     os.register_at_fork(before=gc.freeze, after_in_parent=gc.unfreeze)
 
 
+X264_EXACT = {"threads": "1", "x264-params": "asm=0"}
+"""x264 on one thread, without its SIMD code: measured (2026-11-30, PyAV 18.1), its SIMD paths read memory past a
+frame's rows whose bytes depend on what the process encoded before (the same frames, encoded twice in one process,
+decoded up to 191 levels apart at CRF 38, 340 px wide), and its threads change the file with their count; so an
+altered copy, and the threshold calibrated on it, were not the same twice. The cost: 2-3x the encoding time."""
+
+
 def write_mp4(path: str | Path, frames: np.ndarray, fps: float, codec: str = "libx264", crf: int = 18) -> Path:
     """Encode ``uint8 [N, H, W, 3]`` RGB frames as an MP4 file (``yuv420p``; H.264 at CRF ``crf``, 18 by default,
-    which needs even sizes), for test and benchmark videos and altered copies. Raises :class:`VideoDecodeError`
+    which needs even sizes), for test and benchmark videos and altered copies. The same frames give the same file
+    on any machine, whatever ran before in the process (:data:`X264_EXACT`). Raises :class:`VideoDecodeError`
     naming the file when FFmpeg cannot encode it."""
     import av  # noqa: PLC0415 (optional)
 
@@ -490,9 +498,11 @@ def write_mp4(path: str | Path, frames: np.ndarray, fps: float, codec: str = "li
             stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
             stream.width, stream.height = frames.shape[2], frames.shape[1]
             stream.pix_fmt = "yuv420p"
-            stream.options = {"crf": str(crf)} if codec == "libx264" else {}
-            for frame in frames:
-                for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+            stream.options = {"crf": str(crf), **X264_EXACT} if codec == "libx264" else {}
+            for number, frame in enumerate(frames):
+                picture = av.VideoFrame.from_ndarray(frame, format="rgb24")
+                picture.pts = number
+                for packet in stream.encode(picture):
                     container.mux(packet)
             for packet in stream.encode():
                 container.mux(packet)
