@@ -206,6 +206,7 @@ def test_auto_picks_our_tvl1_where_it_is_fast_and_continues_a_view_with_its_back
     assert resolve_backend("auto", "cpu", kernels="torch")[0].name == "tvl1"  # PyTorch operations: OpenCV is faster
     assert resolve_backend("auto", "cpu", recorded="tvl1")[0].name == "tvl1"  # a view continues as it started
     assert resolve_backend("auto", "cpu", kernels="torch", recorded="tvl1-torch")[0].name == "tvl1-torch"
+    assert resolve_backend("auto", "cpu", recorded="dis") == (resolve_backend("dis")[0], None)  # any backend
     monkeypatch.setattr(extract.TVL1_KERNEL, "usable", lambda: False)  # no compiler: OpenCV's
     assert resolve_backend("auto", "cpu")[0].name == "tvl1"
 

@@ -314,3 +314,18 @@ def test_a_store_kept_inside_the_video_folder_is_not_read_as_a_class_or_as_video
     assert folder_index(tmp_path / "videos").classes == ["left", "right"]
     for said in (notes, tree_notes):
         assert any("left out 1 folder(s) of coclr's own outputs: store (coclr data store)" in line for line in said)
+
+
+def test_split_folders_in_any_case_and_beside_other_folders(tmp_path):
+    from coclr.video.indexes import folder_index
+    from test_embed import moving_square, write_video
+
+    for split, kind in (("Train", "left"), ("Train", "right"), ("Test", "left")):
+        write_video(tmp_path / "videos" / split / kind / f"{kind}.mp4", moving_square(4))
+    index = folder_index(tmp_path / "videos")
+    assert index.classes == ["left", "right"]  # not "Train" and "Test"
+    assert sorted((entry.path, entry.split) for entry in index.entries) == [
+        ("Test/left/left.mp4", "test"), ("Train/left/left.mp4", "train"), ("Train/right/right.mp4", "train")]
+    (tmp_path / "videos" / "__MACOSX").mkdir()  # an archive's folder beside the splits
+    with pytest.raises(DataError, match=r"holds split folders \(Test, Train\) beside other folders \(__MACOSX\)"):
+        folder_index(tmp_path / "videos")

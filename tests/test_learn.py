@@ -976,6 +976,9 @@ def test_bad_labels_files_are_one_line_naming_the_file(tmp_path):
                       r"line 3 \(no path\)"),
         "one.csv": ("clip0.mp4,a\nother.mp4,b\n", r"1 of its rows label an input video .* at least 2 are needed"),
         "wide.csv": ("clip0.mp4,a,train,g1,extra\n", r"wide.csv:1: expected path,label,split,group"),
+        "twice.csv": ("clip0.mp4,a\nclip1.mp4,b\nclip0.mp4,b\n",
+                      r"1 malformed row\(s\): line 3 \(clip0.mp4 is 'b'/train, line 1 says 'a'/train\)"),
+        "repeated.csv": ("clip0.mp4,a\nclip0.mp4,a\n", r"1 of its rows label an input video"),  # one video: once
     }
     for name, (content, message) in cases.items():
         path = _labels_file(tmp_path, content, name)

@@ -31,8 +31,9 @@ def parse_budget(text: str) -> float:
 class LearnOptions:
     """What a run is asked for; each option but ``plan`` is a flag of ``coclr learn``."""
 
-    budget: float = option(900.0, "wall-clock time for the whole run, e.g. 5m, 90m, 2h: the network, clip size and "
-                                  "epochs are chosen to fit it", cli={"parse": parse_budget, "shown": "15m"})
+    budget: float = option(900.0, "wall-clock time for the whole run, e.g. 90s, 5m, 2h (a bare number: minutes): the "
+                                  "network, clip size and epochs are chosen to fit it",
+                           cli={"parse": parse_budget, "shown": "15m"})
     labels: str | None = option(None, "a --format csv manifest (path,label[,split[,group]], UTF-8; paths relative to "
                                       "its folder, or absolute) of some of the videos: never used to train, only to "
                                       "score the embeddings (kNN accuracy, R@k)", cli={"metavar": "CSV"})

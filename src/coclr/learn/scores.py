@@ -33,12 +33,13 @@ def read_labels(path: str, paths: list[str]) -> tuple[dict[str, Any], list[str]]
     """The labels of ``path`` (a ``--format csv`` manifest ``path,label[,split[,group]]``, UTF-8 with or without a
     byte-order mark; paths relative to its folder, or absolute) for the input videos ``paths`` they name:
     ``{"file", "classes", "videos": {absolute path: (label, split)}}``, and notes (one line each) on its rows that
-    are not scored: rows naming no input video, rows without a label. Refused in one line, before any work, naming
-    the file and its lines: text that is not UTF-8, rows without a path or of an unknown split, or fewer than
-    :data:`MIN_LABELLED` labelled input videos."""
+    are not scored: rows naming no input video, rows without a label, a video's further rows of its label. Refused in
+    one line, before any work, naming the file and its lines: text that is not UTF-8, rows without a path or of an
+    unknown split, a video given two labels or splits, or fewer than :data:`MIN_LABELLED` labelled input videos."""
     folder = os.path.dirname(os.path.abspath(path))
     inputs = {os.path.realpath(p): p for p in paths}  # a row may name a video through a link, or the link's target
-    bad, outside, unlabelled, rows = [], [], [], []
+    bad, outside, unlabelled, rows, again = [], [], [], [], []
+    first: dict[str, tuple[int, str, str]] = {}
     for number, record in manifest_rows(path):
         split = record.get("split") or "train"
         if not record.get("path") or split not in SPLITS:
@@ -49,7 +50,15 @@ def read_labels(path: str, paths: list[str]) -> tuple[dict[str, Any], list[str]]
             outside.append(record["path"])
         elif not record.get("label"):
             unlabelled.append(f"line {number}")
+        elif video in first:
+            line, label, kind = first[video]
+            if (label, kind) != (record["label"], split):
+                bad.append(f"line {number} ({record['path']} is {record['label']!r}/{split}, line {line} says "
+                           f"{label!r}/{kind})")
+            else:
+                again.append(f"line {number}")
         else:
+            first[video] = (number, record["label"], split)
             rows.append((video, record["label"], split))
     if bad:
         raise DataError(f"--labels {path}: {len(bad)} malformed row(s): {', '.join(bad[:SHOWN])}"
@@ -68,6 +77,9 @@ def read_labels(path: str, paths: list[str]) -> tuple[dict[str, Any], list[str]]
     if unlabelled:
         notes.append(f"--labels {path}: {len(unlabelled)} row(s) have no label, not scored "
                      f"({', '.join(unlabelled[:SHOWN])}{' ...' if len(unlabelled) > SHOWN else ''})")
+    if again:
+        notes.append(f"--labels {path}: {len(again)} row(s) repeat a video's row, counted once "
+                     f"({', '.join(again[:SHOWN])}{' ...' if len(again) > SHOWN else ''})")
     return {"file": os.path.abspath(path), "classes": classes, "videos": videos}, notes
 
 

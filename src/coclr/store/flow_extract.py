@@ -69,8 +69,8 @@ def resolve_backend(name: str, device: str | None = None, mode: str = "exact", k
                     recorded: str | None = None) -> tuple[FlowBackend, str | None]:
     """The concrete backend for ``name`` and the torch device it runs on (None for the OpenCV backends).
 
-    ``auto`` continues a view with the backend it was started with (``recorded``, a TV-L1 backend), so that the
-    same command keeps its meaning; otherwise it picks ``tvl1-torch`` when ``device`` is a CUDA device (or None
+    ``auto`` continues a view with the backend it was started with (``recorded``), so that the same command keeps
+    its meaning; otherwise it picks ``tvl1-torch`` when ``device`` is a CUDA device (or None
     and CUDA is available), when ``mode`` is ``fast``, when ``kernels`` names the fused ones (``c``, ``triton``:
     they must then run, or the job is refused), or on the CPU when a C compiler for its fused loops is found
     (decided without compiling them: ``coclr.flow.tvl1_cpu.KERNEL.usable()``) and ``kernels`` allows
@@ -82,7 +82,7 @@ def resolve_backend(name: str, device: str | None = None, mode: str = "exact", k
     if name not in BACKENDS:
         raise ConfigError(f"backend: unknown flow backend {name!r} (choose from {', '.join([*BACKENDS, *ALIASES])})")
     if name == "auto":
-        if recorded in ("tvl1", "tvl1-torch"):
+        if recorded in BACKENDS and recorded != "auto":
             name = recorded
         elif mode == "fast" or kernels in ("c", "triton") or pick_device(device).type == "cuda":
             name = "tvl1-torch"  # fused kernels asked for by name: refused before any video if they cannot run

@@ -345,8 +345,9 @@ def folder_index(root: str | Path, name: str | None = None, split: str = "train"
                  extensions: Sequence[str] | None = None, test_fraction: float = 0.0,
                  seed: int = 0, notes: list[str] | None = None) -> VideoIndex:
     """Any folder laid out ``root/<class>/<video>``: classes are the sorted subfolder names and every entry
-    is in ``split``. A root holding only ``train``/``val``/``test`` subfolders is read as
-    ``root/<split>/<class>/<video>`` instead (classes: the union over the splits).
+    is in ``split``. A root holding only ``train``/``val``/``test`` subfolders (in any case) is read as
+    ``root/<split>/<class>/<video>`` instead (classes: the union over the splits); split folders beside others are
+    refused (the splits would be read as classes).
 
     A file is a video by the one rule of :func:`coclr.video.decode.why_not_video` (a video extension, or PyAV opens
     it as one: ``.ts``, ``.MTS`` ...), or, with ``extensions``, when its name ends in one of them. ``notes``
@@ -372,11 +373,17 @@ def folder_index(root: str | Path, name: str | None = None, split: str = "train"
     scan = _FolderScan(root, why_not_video if extensions is None else _by_extension(extensions))
     subfolders = sorted(p.name for p in root.iterdir()
                         if p.is_dir() and not p.name.startswith(".") and not scan.is_output(p))
-    by_split = bool(subfolders) and set(subfolders) <= set(SPLITS)
+    named_splits = [name for name in subfolders if name.lower() in SPLITS]
+    by_split = bool(subfolders) and len(named_splits) == len(subfolders)
+    if named_splits and not by_split:  # a split folder would be read as a class, and its classes lost
+        others = [name for name in subfolders if name not in named_splits]
+        raise DataError(f"{root} holds split folders ({', '.join(named_splits)}) beside other folders "
+                        f"({', '.join(others[:MISSING_SHOWN])}): move those out (e.g. an archive's __MACOSX), or lay "
+                        "it out as root/<class>/<video>")
     if by_split and test_fraction:
         raise DataError(f"{root} is already laid out by split ({', '.join(subfolders)}): a test fraction applies to "
                         "a plain root/<class>/<video> folder")
-    prefixes = [(f"{s}/", s) for s in subfolders] if by_split else [("", split)]
+    prefixes = [(f"{s}/", s.lower()) for s in subfolders] if by_split else [("", split)]
     for prefix, _ in prefixes:
         _refuse_loose_videos(root / prefix, scan.not_video)
     videos = []
