@@ -852,3 +852,11 @@ def test_a_query_through_a_link_to_an_embedded_file_is_that_row(tmp_path, encode
     assert cli_main(["search", str(tmp_path / "out"), "--query", str(tmp_path / "link.mp4"), "-k", "2", "--json"]) == 0
     hits = json.loads(capsys.readouterr().out)["hits"]
     assert sorted(Path(hit["path"]).name for hit in hits) == ["v1.mp4", "v2.mp4"]  # the file itself left out
+
+
+def test_a_search_with_no_hit_says_why(tmp_path, encoder, capsys):
+    write_video(tmp_path / "videos" / "only.mp4", moving_square(12))
+    assert run_cli(tmp_path / "videos", "--checkpoint", encoder, "--out", tmp_path / "out") == 0
+    capsys.readouterr()
+    assert cli_main(["search", str(tmp_path / "out"), "--query", "0"]) == 0
+    assert "note: no hit: " in (err := capsys.readouterr().err) and "holds no other video as it was embedded" in err

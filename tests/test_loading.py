@@ -439,3 +439,11 @@ def test_coclr_embed_opens_its_checkpoint_once(tmp_path):
                             capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "OPENS 1" in result.stdout
+
+
+def test_a_checkpoint_path_that_is_a_folder_is_named_so(tmp_path):
+    from coclr.models.loading import load_encoder, read_checkpoint_file
+
+    for read in (read_checkpoint_file, load_encoder):
+        with pytest.raises(CheckpointError, match="is a folder, not a checkpoint file; give the checkpoint file in"):
+            read(tmp_path)

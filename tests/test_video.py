@@ -330,6 +330,10 @@ def test_a_turn_that_is_not_a_quarter_turn_is_refused(tmp_path):
     path = write_turned(tmp_path / "tilted.mkv", frames, 30)
     with pytest.raises(VideoDecodeError, match=f"{path}: .*30 degrees"):
         decode_video(path)
+    for tag in ("nan", "inf", "quarter"):  # a tag that is no angle is that video's failure, not a ValueError
+        path = write_turned(tmp_path / f"{tag}.mkv", frames, tag=tag)
+        with pytest.raises(VideoDecodeError, match=f"rotate tag '{tag}' is not a number of degrees"):
+            decode_video(path)
 
 
 # ------------------------------------------------------------------------------------------------ damage

@@ -53,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"coclr search: note: {shown(changed)}: the query is the file as it was", file=sys.stderr)
     stale: list[str] = []
     hits = search(embeddings, query.vector, asked.k, asked.windows, query.exclude, asked.backend, asked.center, stale)
+    if not hits:
+        what = "other window" if asked.windows else "other video"
+        print(f"coclr search: note: no hit: {args.dir} holds no {what} as it was embedded", file=sys.stderr)
     if stale:
         print(f"coclr search: note: {len(stale)} embedded file(s) changed or were removed since they were embedded "
               f"(e.g. {shown(stale[0])}): left out; run coclr embed again to update {args.dir}", file=sys.stderr)

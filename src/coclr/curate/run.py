@@ -262,7 +262,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         "calibration": {key: value for key, value in calibration.items() if key != "threshold"},
         "groups": len(whole), "duplicate_videos": summary.duplicates, "partial_pairs": len(stretches),
         "stale": sorted(stale), "map": method, "colour_groups": int(colours.max()) + 1,
-        "outlier_score": f"1 - mean similarity of the {options.neighbours} nearest others",
+        "outlier_score": f"1 - mean similarity of the {k} nearest others",
         "seconds": {**seconds, "all": summary.seconds}})
     return summary
 

@@ -263,7 +263,7 @@ def open_checkpoint(path: str | os.PathLike[str]) -> CheckpointFile:
     path = Path(path)
     state = file_state(path)
     if state is None or not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
+        raise _not_a_file(path)
     key = (str(path.resolve()), *state)
     with _OPENED_LOCK:
         found = _OPENED.get(key)
@@ -294,8 +294,15 @@ def read_checkpoint_file(path: str | os.PathLike[str], map_location: Any = "cpu"
     text, an interrupted download), damaged, or holding pickled objects (refused, and named)."""
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
+        raise _not_a_file(path)
     return _parse_checkpoint(path, path.read_bytes(), map_location)
+
+
+def _not_a_file(path: Path) -> CheckpointError:
+    """The error of a checkpoint path that names no file: a folder, or nothing."""
+    if path.is_dir():
+        return CheckpointError(f"{path}: is a folder, not a checkpoint file; give the checkpoint file in it")
+    return CheckpointError(f"checkpoint not found: {path}")
 
 
 def _parse_checkpoint(path: Path, data: bytes, map_location: Any) -> Any:

@@ -275,7 +275,9 @@ class Orientation:
         try:
             degrees = float(tag) % 360
         except ValueError:
-            raise VideoDecodeError(f"{path}: the stream's rotate tag {tag!r} is not a number of degrees") from None
+            degrees = math.nan
+        if not math.isfinite(degrees):
+            raise VideoDecodeError(f"{path}: the stream's rotate tag {tag!r} is not a number of degrees")
         return cls(_quarter_turns(degrees, path) * 90)
 
     @classmethod
