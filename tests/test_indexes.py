@@ -329,3 +329,14 @@ def test_split_folders_in_any_case_and_beside_other_folders(tmp_path):
     (tmp_path / "videos" / "__MACOSX").mkdir()  # an archive's folder beside the splits
     with pytest.raises(DataError, match=r"holds split folders \(Test, Train\) beside other folders \(__MACOSX\)"):
         folder_index(tmp_path / "videos")
+
+
+def test_a_link_to_nothing_is_counted_among_the_skipped_files(tmp_path):
+    from coclr.video.indexes import tree_index
+    from test_embed import moving_square, write_video
+
+    write_video(tmp_path / "videos" / "a.mp4", moving_square(4))
+    (tmp_path / "videos" / "gone.mp4").symlink_to(tmp_path / "nowhere.mp4")
+    notes: list[str] = []
+    assert [entry.path for entry in tree_index(tmp_path / "videos", notes=notes).entries] == ["a.mp4"]
+    assert any("skipped 1 files that are not videos (gone.mp4: a link to nothing)" in note for note in notes), notes

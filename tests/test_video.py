@@ -527,3 +527,10 @@ def test_the_same_frames_make_the_same_mp4_whatever_was_encoded_before(tmp_path)
     assert encoded(clips[0], "again.mp4") == first  # what the first left in memory was read into the second
     encoded(clips[1], "other.mp4")
     assert encoded(clips[0], "after another.mp4") == first
+
+
+def test_a_folder_or_nothing_where_a_video_is_named_says_which(tmp_path):
+    with pytest.raises(VideoDecodeError, match="a folder, not a video file"):
+        decode_video(tmp_path)
+    with pytest.raises(VideoDecodeError, match="video file not found"):
+        decode_video(tmp_path / "missing.mp4")

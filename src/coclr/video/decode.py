@@ -584,7 +584,7 @@ def _open(path: Path):
 
     spare_children_our_garbage()
     if not path.is_file():
-        raise VideoDecodeError(f"{path}: video file not found")
+        raise VideoDecodeError(f"{path}: {'a folder, not a video file' if path.is_dir() else 'video file not found'}")
     if path.stat().st_size == 0:
         raise VideoDecodeError(f"{path}: the file is empty")
     try:

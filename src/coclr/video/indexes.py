@@ -512,6 +512,8 @@ class _FolderScan:
                 continue
             if child.is_dir():
                 self._visit(child, [*ancestors, real], found)
+            elif child.is_symlink() and not child.exists():
+                self.skipped.append((child.relative_to(self.root).as_posix(), "a link to nothing"))
             elif child.is_file() and (reason := self.not_video(child)) is not None:
                 self.skipped.append((child.relative_to(self.root).as_posix(), reason))
             elif child.is_file():
