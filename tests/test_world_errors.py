@@ -158,3 +158,10 @@ def test_a_path_that_cannot_be_made_and_a_device_this_torch_lacks_are_one_line()
         with pytest.raises(ConfigError, match=f"--device: '{name}' is not a device this torch can run on here"):
             pick_device(name, "--device")
     assert pick_device("cpu").type == "cpu"
+
+
+def test_an_output_path_that_is_a_link_to_nothing_is_named_so(tmp_path, capsys):
+    (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
+    assert main(["data", "synth", "--videos", str(tmp_path / "out")]) == 2
+    line = _one_line(capsys)
+    assert f"a link to {tmp_path / 'elsewhere'}, which does not exist" in line, line

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import signal
 import sys
 import warnings
@@ -45,6 +46,10 @@ def world_error_line(error: OSError) -> str | None:
         return None
     paths = [str(path) for path in (error.filename, error.filename2) if path is not None]
     where = " -> ".join(paths) + ": " if paths else ""
+    dangling = next((path for path in paths if os.path.islink(path) and not os.path.exists(path)), None)
+    if error.errno == errno.EEXIST and dangling is not None:  # (what `mkdir` says of a link to nothing)
+        return (f"{where}a link to {os.readlink(dangling)}, which does not exist: make what it names, or give "
+                "another path")
     return f"{where}{error.strerror or errno.errorcode.get(error.errno, '')} ({WORLD_ERRORS[error.errno]})"
 
 
