@@ -72,3 +72,12 @@ def test_an_earlier_record_of_the_same_inputs_stands_and_other_inputs_are_evalua
     for changed in (again(task_options=other_probe), again(streams=[Stream(flow, "rgb")]),  # ... other content not
                     again(clips=ClipConfig(length=8, stride=2, size=32, batch_size=6))):
         assert changed["results"]["top1"] >= 0 and changed["inputs_sha256"] != record["inputs_sha256"]
+
+
+def test_one_split_for_both_sides_of_an_evaluation_is_refused():
+    from coclr.errors import ConfigError
+    from coclr.eval.evaluate import evaluate_checkpoint
+
+    for task in ("retrieval", "linear", "finetune"):  # retrieval answered R@1 100: each video found itself
+        with pytest.raises(ConfigError, match="--train-split and --test-split are both 'test'"):
+            evaluate_checkpoint(task, "no store needed", [], None, train_split="test", test_split="test")

@@ -5,6 +5,7 @@ folder another command owns (:mod:`coclr.runfolder`); and it still rewrites what
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -128,7 +129,7 @@ def test_eval_refuses_its_outputs_before_any_work(tmp_path, capsys, embedded):
 
 
 def test_report_writes_a_report_folder_and_refuses_any_other(tmp_path, capsys):
-    from coclr.eval.report import report_options
+    from coclr.eval.report import TABLE_COLUMNS, report_options
 
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -143,6 +144,12 @@ def test_report_writes_a_report_folder_and_refuses_any_other(tmp_path, capsys):
     legacy = tmp_path / "legacy"
     legacy.mkdir()
     (legacy / "table.md").write_text("| old |")
+    assert report_options(legacy) is None  # a user's file of a report's name: not a report
+    (legacy / "results").mkdir()
+    (legacy / "results" / "infonce_rgb_rgb.json").write_text('{"my": "notes"}')
+    refused(capsys, ["report", "--results", str(tmp_path / "absent.json"), "--out", str(legacy)],
+            "holds results/, table.md, which coclr report did not write", untouched=legacy)
+    (legacy / "table.json").write_text(json.dumps({"columns": list(TABLE_COLUMNS), "rows": []}))
     assert report_options(legacy) == {}  # a report written before folders were recorded is a report's
     assert report_options(mine) is None
 

@@ -211,3 +211,14 @@ def test_report_refuses_evaluation_options_without_a_run(tmp_path, capsys) -> No
     assert main(["report", "--results", str(tmp_path / "r.json"), "--out", str(tmp_path / "o"), "--length", "8",
                  "--amp"]) == 2
     assert "--length, --amp: apply to --run only" in capsys.readouterr().err
+
+
+def test_the_markdown_table_shows_names_as_written():
+    from coclr.eval.report import TABLE_COLUMNS, markdown_table
+
+    row = {column: None for column in TABLE_COLUMNS}
+    row.update({"Method": "<img src=x onerror=alert(2)>|pipe|", "Input": "RGB", "R@1": 50.0,
+                "notes": ["two\nlines"]})
+    table, _, note = markdown_table([row]).split("\n")[2:5]
+    assert table == "| &lt;img src=x onerror=alert(2)&gt;\\|pipe\\| | RGB | - | - | - | 50.0 |"  # six cells, no markup
+    assert note == "- &lt;img src=x onerror=alert(2)&gt;\\|pipe\\| (RGB): two lines"

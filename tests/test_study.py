@@ -395,6 +395,13 @@ def test_a_task_reads_back_from_its_record_and_coclr_task_runs_it(tmp_path: Path
     record.write_text(json.dumps({**task.record(), "stride": 2}))
     assert main(["task", str(record)]) == 2
     assert "coclr task: error: task flow: unknown option(s) stride" in capsys.readouterr().err
+    for change, message in (({"task": ["flow"]}, "task: ['flow'] is not a kind of task"),
+                            ({"store": 5}, "store: expected a path, got 5"),
+                            ({"options": None}, "options: needs a value, got null"),
+                            ({"options": [1]}, "options: expected a mapping of options")):
+        record.write_text(json.dumps({**task.record(), **change}))  # a record of other types: one line, no traceback
+        assert main(["task", str(record)]) == 2
+        assert f"coclr task: error: {message}" in capsys.readouterr().err
     unreadable = _flow(store, bound="five")  # a value its record cannot carry back (typed options refuse it)
     with pytest.raises(CoclrError, match="job broken: its task cannot be recorded for its process: .*bound"):
         run_jobs([Job("broken", unreadable)], tmp_path / "run", processes=1, poll_seconds=0.05)

@@ -13,6 +13,7 @@ Figure 5 (a retrieval gallery, see :mod:`coclr.eval.gallery`).
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -52,9 +53,17 @@ REPORT_FILES = ("table.md", "table.json", "gallery.html", "stage_recall.png", "r
 
 def report_options(folder: Path) -> dict[str, Any] | None:
     """The (empty) options of a report folder written before folders were recorded: one holding only
-    :data:`REPORT_FILES`; None for any other folder."""
+    :data:`REPORT_FILES`, among them the ``table.json`` a report writes (so that a user's files that happen to bear
+    those names are not taken for one); None for any other folder."""
     names = {entry.name for entry in folder.iterdir() if not entry.name.startswith(".")}
-    return {} if names and names <= set(REPORT_FILES) else None
+    if not names or not names <= set(REPORT_FILES):
+        return None
+    try:
+        table = read_json_record(folder / "table.json")
+    except (OSError, DataError):
+        return None
+    ours = table is not None and table.get("columns") == list(TABLE_COLUMNS) and isinstance(table.get("rows"), list)
+    return {} if ours else None
 
 
 def is_result_file(path: str | Path) -> bool:
@@ -239,14 +248,21 @@ def build_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
-    return f"{value:.1f}" if isinstance(value, (int, float)) else str(value)
+    return f"{value:.1f}" if isinstance(value, (int, float)) else _markdown(str(value))
+
+
+def _markdown(text: str) -> str:
+    """``text`` as Markdown shows it as written: markup escaped (a viewer renders HTML), a ``|`` not a cell's end,
+    a line break not a row's."""
+    return " ".join(html.escape(text, quote=False).replace("|", "\\|").split())
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    """Rows as a Markdown table in the layout of the paper's Table 1, then the notes of marked rows."""
+    """Rows as a Markdown table in the layout of the paper's Table 1, then the notes of marked rows; names and notes
+    escaped (:func:`_markdown`)."""
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 3) + "|"]
     lines += ["| " + " | ".join(_cell(row[column]) for column in TABLE_COLUMNS) + " |" for row in rows]
-    notes = [f"- {row['Method']} ({row['Input']}): {note}" for row in rows for note in row.get("notes", [])]
+    notes = [_markdown(f"- {row['Method']} ({row['Input']}): {note}") for row in rows for note in row.get("notes", [])]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 

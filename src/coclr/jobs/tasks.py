@@ -69,24 +69,33 @@ def _plain(value: Any) -> Any:
 
 
 def _typed(tp: Any, value: Any, key: str) -> Any:
-    """``value`` of a record as the field's type ``tp`` (configurations rebuilt and validated)."""
-    if value is None:
-        return None
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+    """``value`` of a record as the field's type ``tp`` (configurations rebuilt and validated); a value of another
+    type is a :class:`ConfigError` naming the field."""
+    optional = typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
+    if optional:
         tp = next(arg for arg in typing.get_args(tp) if arg is not type(None))
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{key}: needs a value, got null")
     if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping of options, got {value!r}")
         return from_dict(tp, value, prefix=f"{key}.")
-    if tp is Path:
-        return Path(value)
     if typing.get_origin(tp) is tuple:
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ConfigError(f"{key}: expected a list of names, got {value!r}")
         return tuple(value)
-    return value
+    expected = {Path: (str,), str: (str,), int: (int,), float: (int, float)}.get(tp)
+    if expected is not None and (isinstance(value, bool) or not isinstance(value, expected)):
+        raise ConfigError(f"{key}: expected {'a path' if tp is Path else f'a {tp.__name__}'}, got {value!r}")
+    return Path(value) if tp is Path else value
 
 
 def read_task(record: Mapping[str, Any]) -> Task:
     """The task a :meth:`Task.record` describes; a :class:`ConfigError` names what it cannot take."""
     kind = record.get("task")
-    if kind not in TASKS:
+    if not isinstance(kind, str) or kind not in TASKS:
         raise ConfigError(f"task: {kind!r} is not a kind of task ({', '.join(sorted(TASKS))})")
     cls = TASKS[kind]
     fields = {field.name: field for field in dataclasses.fields(cls)}
