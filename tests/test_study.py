@@ -262,6 +262,14 @@ def test_seeds_are_read_before_the_options_and_each_gets_its_folder(tmp_path: Pa
     assert main(["study", "--out", str(tmp_path / "s"), "--seeds", "4", "5", "rows=[infonce_rgb]", "--check"]) == 0
     out = capsys.readouterr().out
     assert f"study in {tmp_path / 's' / 'seed4'}: 1 rows (infonce_rgb)" in out and "seed 5" in out
+    from coclr.runfolder import claim_folder
+    from coclr.study.run import STUDY_FOLDER
+
+    with claim_folder(tmp_path / "s" / "seed5", STUDY_FOLDER, {"seed": 5, "rows": ["other"]}):
+        pass  # seed 5 begun with other options
+    assert main(["study", "--out", str(tmp_path / "s"), "--seeds", "4", "5", "rows=[infonce_rgb]"]) == 2
+    assert "seed5 holds a study run with" in capsys.readouterr().err
+    assert not (tmp_path / "s" / "seed4").exists()  # refused before seed 4's work, not after it
 
 
 @pytest.mark.slow

@@ -198,13 +198,19 @@ def run_study(config: StudyConfig, out: str | Path, check_only: bool = False) ->
 
     started = time.time()
     out = Path(os.path.abspath(out))
-    plan = plan_study(config, out)
-    check_folder(out, STUDY_FOLDER, options_record(config))
+    plan = check_study(config, out)
     if check_only:
         print(describe(plan))
         return None
     with claim_folder(out, STUDY_FOLDER, options_record(config)):
         return _run_plan(plan, started)
+
+
+def check_study(config: StudyConfig, out: Path) -> StudyPlan:
+    """The plan of the study in ``out`` and the checks of its folder (reads only: a refusal names what differs)."""
+    plan = plan_study(config, out)
+    check_folder(out, STUDY_FOLDER, options_record(config))
+    return plan
 
 
 def _run_plan(plan: StudyPlan, started: float) -> dict[str, Any]:
@@ -264,6 +270,8 @@ def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_
     :func:`coclr.runfolder.check_output_folder`)."""
     out = Path(out)
     check_output_folder(out, STUDY_FOLDER.command, _seeds_output, "seed<S>/, " + ", ".join(SEEDS_FILES))
+    for seed in seeds:  # every seed's folder before any seed's work: not hours of one, then a refusal
+        check_study(dataclasses.replace(config, seed=seed), Path(os.path.abspath(out / f"seed{seed}")))
     results = []
     for seed in seeds:
         print(f"=== seed {seed}", flush=True)
