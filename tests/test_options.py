@@ -121,3 +121,23 @@ def test_a_commands_flags_are_its_options_declared_once(command, config_class, n
             value, argv = (["x"] if "list" in kind else "x"), [flag, "x"]
         got = given_flags(config_class, parser.parse_args([*needed, *argv]))
         assert got == {field.name: value}, flag
+
+
+def test_config_files_and_seeds_no_run_can_take_are_one_line_before_any_work(tmp_path, capsys):
+    from coclr.cli import main
+
+    command = ["pretrain", f"data.store={tmp_path / 'store'}", f"run.out={tmp_path / 'run'}"]
+    cases = {
+        b"optim:\n- lr: 0.01\n": "optim: expected a mapping, got [{'lr': 0.01}]",  # lost under optim.epochs before
+        b"optim:\n  lr: \xff\xfe\n": "not UTF-8 text (byte 0xff at offset 13); save it as UTF-8",
+        b"optim:\n\tlr: 1\n": "invalid YAML at line 2, column 1: found character '\\t' that cannot start any token",
+    }
+    for number, (text, message) in enumerate(cases.items()):
+        config = tmp_path / f"config{number}.yaml"
+        config.write_bytes(text)
+        assert main([*command, "optim.epochs=1", "--config", str(config)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err, err
+    assert main([*command, "run.seed=-1"]) == 2  # (NumPy refused it once training had started)
+    assert "run.seed: must be from 0 to 2**32 - 1, got -1" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -63,12 +63,15 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     return nested
 
 
-def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """Recursively merge ``update`` into a copy of ``base``."""
+def merge(base: dict[str, Any], update: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Recursively merge ``update`` into a copy of ``base``; a section of ``base`` that is not a mapping (nor empty)
+    where ``update`` sets options in it is a :class:`ConfigError` (its value would be lost without a word)."""
     out = dict(base)
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
+            out[key] = merge(out[key], value, f"{prefix}{key}.")
+        elif isinstance(value, dict) and out.get(key) is not None:
+            raise ConfigError(f"{prefix}{key}: expected a mapping, got {out[key]!r}")
         else:
             out[key] = value
     return out
@@ -80,9 +83,15 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start}); "
+                          "save it as UTF-8") from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: invalid YAML: {error}") from None
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or " ".join(str(error).split())
+        raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -128,7 +137,7 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
 
 def _build(cls: type, data: Any, prefix: str) -> Any:
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))

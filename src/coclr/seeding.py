@@ -16,10 +16,15 @@ The streams (``seed`` is the run's):
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 MULTIPLIER = 1_000_003
 """A prime larger than any epoch or iteration count: distinct positions give distinct seeds."""
+SEEDS = range(2 ** 32)
+"""The run seeds taken (NumPy's and torch's generators take these; a negative one failed hours into a run)."""
 SHUFFLE, ORDER, AUGMENT = -1, -2, -3
 """Keys of streams drawn at the same position as another (negative: never an epoch or an iteration)."""
 
@@ -33,6 +38,8 @@ def derive_seed(seed: int, *keys: int) -> int:
 
 def generator(seed: int, *keys: int) -> torch.Generator:
     """A CPU generator seeded with ``derive_seed(seed, *keys)``."""
+    import torch  # noqa: PLC0415 (heavy: the seeds' range is read by the command lines before torch)
+
     return torch.Generator().manual_seed(derive_seed(seed, *keys))
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from coclr.config import option
 from coclr.errors import ConfigError
+from coclr.seeding import SEEDS
 
 
 def parse_budget(text: str) -> float:
@@ -53,7 +54,7 @@ class LearnOptions:
 
     def validate(self) -> None:
         """Refuse, in one line naming the option, what no run could use (before any work)."""
-        if not 0 <= self.seed < 2 ** 32:
+        if self.seed not in SEEDS:
             raise ConfigError(f"--seed: must be from 0 to 2**32 - 1, got {self.seed}")
         if self.workers is not None and self.workers < 0:
             raise ConfigError(f"--workers: must be 0 or more (0: work in this process), got {self.workers}")

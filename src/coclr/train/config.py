@@ -20,6 +20,7 @@ from coclr.clips import ClipSettings, clip_option
 from coclr.config import option, require
 from coclr.core.methods import CONTRASTIVE, MINING_SPACES, methods_help, mining_help
 from coclr.data.augment import AugmentOptions
+from coclr.seeding import SEEDS
 
 
 @dataclass
@@ -219,6 +220,7 @@ class RunOptions:
     def validate(self) -> None:
         require(bool(self.out), "out", "is required (the run directory)")
         require(self.batch_size >= 1, "batch_size", "must be at least 1")
+        require(self.seed in SEEDS, "seed", f"must be from 0 to 2**32 - 1, got {self.seed}")
         require(self.max_steps >= 0, "max_steps", "must be non-negative")
         require(self.save_every >= 0, "save_every", "must be non-negative")
         require(self.log_every >= 1, "log_every", "must be at least 1")
