@@ -141,3 +141,11 @@ def test_config_files_and_seeds_no_run_can_take_are_one_line_before_any_work(tmp
     assert main([*command, "run.seed=-1"]) == 2  # (NumPy refused it once training had started)
     assert "run.seed: must be from 0 to 2**32 - 1, got -1" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_pipeline_of_a_store_that_is_not_there_writes_nothing(tmp_path, capsys):
+    from coclr.cli import main
+
+    assert main(["pipeline", f"data.store={tmp_path / 'nowhere'}", f"run.out={tmp_path / 'run'}"]) == 2
+    assert f"data.store: not a directory: {tmp_path / 'nowhere'}" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # (it was claimed, and the corrected command then refused)

@@ -237,9 +237,10 @@ def _check_every_stage_trains(config: PipelineConfig, stages: list[Stage],
                               stage_configs: list[PretrainConfig]) -> None:
     """Before the first stage: no stage to run may spend all its iterations filling its queue
     (:func:`~coclr.train.setup.check_steps_on_videos`), counted on every video of the split (the trainer, which
-    counts the videos it can read, checks again at its start)."""
+    counts the videos it can read, checks again at its start). A store that is not one is refused here, before the
+    folder is claimed."""
     if not Path(config.data.store).is_dir():
-        return  # the first stage says so
+        raise ConfigError(f"data.store: not a directory: {config.data.store}")
     videos = open_store(config.data.store).index.split_counts().get(config.data.split, 0)
     processes = dist.get_world_size() if dist.is_initialized() else 1
     for stage, options in zip(stages, stage_configs):
