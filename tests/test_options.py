@@ -149,3 +149,19 @@ def test_a_pipeline_of_a_store_that_is_not_there_writes_nothing(tmp_path, capsys
     assert main(["pipeline", f"data.store={tmp_path / 'nowhere'}", f"run.out={tmp_path / 'run'}"]) == 2
     assert f"data.store: not a directory: {tmp_path / 'nowhere'}" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()  # (it was claimed, and the corrected command then refused)
+
+
+def test_a_pipelines_starting_checkpoints_are_read_before_any_stage(tmp_path, capsys):
+    from coclr.cli import main
+    from coclr.synth.output import random_store
+    from test_eval_helpers import save_tiny_encoder
+
+    store = random_store(tmp_path / "store", videos=4, frames=3, size=(16, 16), views=("rgb", "flow"))
+    flow = save_tiny_encoder(tmp_path / "flow.pth", meta={"clip_settings": {"view": "flow", "length": 8, "size": 32}})
+    (tmp_path / "cut.pth").write_bytes(flow.read_bytes()[:200])
+    for key, path, message in (("miner", flow, "pipeline.miner: "),
+                               ("init", tmp_path / "cut.pth", f"{tmp_path / 'cut.pth'}: ")):
+        assert main(["pipeline", f"data.store={store}", f"run.out={tmp_path / 'run'}", f"pipeline.{key}={path}"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and ("was trained on 'flow' clips" in err if key == "miner" else "damaged" in err), err
+    assert not (tmp_path / "run").exists()  # before the first stage, not after InfoNCE trained

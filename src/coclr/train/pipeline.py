@@ -32,6 +32,7 @@ from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record,
 from coclr.store.clipstore import open_store
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PipelineConfig, PretrainConfig
+from coclr.train.model import check_view_of
 from coclr.train.run import pretrain
 from coclr.train.setup import CONTINUABLE, LAST, check_steps_on_videos, resolve_device, resolve_precision
 
@@ -203,10 +204,13 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
         dist.barrier()
     options = to_dict(resolve_precision(config, resolve_device(config.run.device)))  # as each stage records them
     check_folder(run_dir, PIPELINE_FOLDER, options, _manifest_options)
-    for key in ("init", "second_init", "miner"):
+    views = {"init": config.data.view, "second_init": config.data.second_view, "miner": config.data.view}
+    for key, view in views.items():  # read now, not when their stage starts after others trained
         path = getattr(config.pipeline, key)
         if path is not None and not Path(path).is_file():
             raise ConfigError(f"pipeline.{key}: checkpoint not found: {path}")
+        if path is not None:
+            check_view_of(path, view, f"pipeline.{key}")
     if config.pipeline.infonce_from:
         needed = [encoder_file(run_dir, f"infonce_{view}", view, config)
                   for view in (config.data.view, config.data.second_view)]
