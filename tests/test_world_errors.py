@@ -72,7 +72,10 @@ def test_absurdly_nested_json_is_one_line(tmp_path, capsys):
 def test_output_paths_that_are_folders_or_under_a_file(tmp_path, capsys):
     result = _result(tmp_path)
     out = tmp_path / "report"
-    (out / "table.md").mkdir(parents=True)  # EISDIR: the output file is a folder
+    assert main(["report", "--results", str(result), "--out", str(out)]) == 0
+    (out / "table.md").unlink()
+    (out / "table.md").mkdir()  # EISDIR: the output file is a folder
+    capsys.readouterr()
     assert main(["report", "--results", str(result), "--out", str(out)]) == 2
     line = _one_line(capsys)
     assert str(out / "table.md") in line and "is a folder" in line
