@@ -271,3 +271,21 @@ def test_every_output_option_of_the_cli_is_one_the_rule_covers():
 
     walk(build_parser(), "")
     assert found == OUTPUT_OPTIONS, found ^ OUTPUT_OPTIONS
+
+
+def test_paths_are_compared_as_the_files_they_name(tmp_path, monkeypatch):
+    from coclr.train.setup import PRETRAIN_FOLDER
+
+    (tmp_path / "store").mkdir()
+    (tmp_path / "elsewhere" / "store").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    options = {"data": {"store": "store", "view": "rgb"}, "method": {"init_checkpoint": ""}}
+    with claim_folder(tmp_path / "run", PRETRAIN_FOLDER, options):
+        pass
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())["options"]
+    assert recorded["data"]["store"] == str(tmp_path / "store") and recorded["method"]["init_checkpoint"] == ""
+    for spelling in ("store/", "./store", str(tmp_path / "store")):  # one store, typed as a shell completes it
+        assert check_folder(tmp_path / "run", PRETRAIN_FOLDER, {**options, "data": {"store": spelling, "view": "rgb"}})
+    monkeypatch.chdir(tmp_path / "elsewhere")  # the same name there is another store: not continued on it
+    with pytest.raises(FolderRefused, match=f"data.store='{tmp_path / 'store'}' \\(given '{tmp_path / 'elsewhere'}"):
+        check_folder(tmp_path / "run", PRETRAIN_FOLDER, options)

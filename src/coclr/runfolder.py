@@ -80,7 +80,9 @@ class FolderRule:
     "FOLDER holds <what> with ..."; ``may_differ``: dotted keys that may change between runs (the record keeps
     the first values); ``may_add``: only the keys both settings hold are compared (the folder may gain keys,
     and holds keys of other jobs: a store's metadata of each view); ``restart``: whether the command has
-    ``--restart``; ``other``: where else to go instead (``"another folder"``)."""
+    ``--restart``; ``other``: where else to go instead (``"another folder"``); ``paths``: dotted keys whose values
+    are file or folder paths, compared and recorded as absolute paths (``store/`` is ``./store``; the same name
+    typed in another folder is another store)."""
 
     command: str
     what: str
@@ -88,9 +90,11 @@ class FolderRule:
     may_add: bool = False
     restart: bool = False
     other: str = "another folder"
+    paths: tuple[str, ...] = ()
 
     def differing(self, recorded: dict[str, Any], given: dict[str, Any]) -> list[str]:
         """Every differing key of the two settings, as ``key=<recorded> (given <given>)``."""
+        recorded, given = absolute_paths(recorded, self.paths), absolute_paths(given, self.paths)
         recorded, given = without_keys(recorded, self.may_differ), without_keys(given, self.may_differ)
         if self.may_add:  # only the keys both hold: the folder's other keys are other jobs', new ones are added
             shared = [key for key in given if key in recorded]
@@ -129,6 +133,20 @@ def without_keys(options: dict[str, Any], keys: Collection[str]) -> dict[str, An
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, dict):
             node.pop(leaf, None)
+    return out
+
+
+def absolute_paths(options: dict[str, Any], keys: Collection[str]) -> dict[str, Any]:
+    """A copy of the nested ``options`` with the paths at the dotted ``keys`` made absolute (from the current folder;
+    an empty one, which means none, kept)."""
+    out = copy.deepcopy(options)
+    for key in keys:
+        node: Any = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(leaf), str) and node[leaf]:
+            node[leaf] = os.path.abspath(node[leaf])
     return out
 
 
@@ -186,7 +204,8 @@ def run_record(rule: FolderRule, options: dict[str, Any]) -> FolderRecord:
 
     def write(folder: Path, held: bool) -> None:
         if not (folder / RUN_RECORD).is_file():  # (a folder from before records held work without one)
-            atomic_write_json(folder / RUN_RECORD, {"command": rule.command, "options": options})
+            atomic_write_json(folder / RUN_RECORD, {"command": rule.command,
+                                                    "options": absolute_paths(options, rule.paths)})
 
     return FolderRecord(RUN_RECORD, read, write, ours=lambda path: nested_output(path, rule.command))
 

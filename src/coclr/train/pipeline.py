@@ -34,10 +34,19 @@ from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PipelineConfig, PretrainConfig
 from coclr.train.model import check_view_of
 from coclr.train.run import pretrain
-from coclr.train.setup import CONTINUABLE, LAST, check_steps_on_videos, resolve_device, resolve_precision
+from coclr.train.setup import (
+    CONTINUABLE,
+    LAST,
+    PATH_OPTIONS,
+    check_steps_on_videos,
+    resolve_device,
+    resolve_precision,
+)
 
 MANIFEST = "manifest.json"
-PIPELINE_FOLDER = FolderRule("pipeline", "a pipeline run", may_differ=CONTINUABLE, restart=True)
+PIPELINE_FOLDER = FolderRule("pipeline", "a pipeline run", may_differ=CONTINUABLE, restart=True,
+                             paths=(*PATH_OPTIONS, "pipeline.init", "pipeline.second_init", "pipeline.miner",
+                                    "pipeline.infonce_from"))
 """How a pipeline folder is continued or refused (:mod:`coclr.runfolder`)."""
 
 

@@ -271,7 +271,9 @@ def _checkpoint_options(folder: Path) -> dict[str, Any] | None:
     return options
 
 
-PRETRAIN_FOLDER = FolderRule("pretrain", "a pretrain run", may_differ=CONTINUABLE, restart=True)
+PATH_OPTIONS = ("data.store", "method.init_checkpoint", "method.second_init_checkpoint", "method.sampler_checkpoint")
+"""The options that name files or folders: a run folder compares and records them as absolute paths."""
+PRETRAIN_FOLDER = FolderRule("pretrain", "a pretrain run", may_differ=CONTINUABLE, restart=True, paths=PATH_OPTIONS)
 """How a pretrain run folder is continued or refused (:mod:`coclr.runfolder`)."""
 
 
