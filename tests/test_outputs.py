@@ -289,3 +289,12 @@ def test_paths_are_compared_as_the_files_they_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path / "elsewhere")  # the same name there is another store: not continued on it
     with pytest.raises(FolderRefused, match=f"data.store='{tmp_path / 'store'}' \\(given '{tmp_path / 'elsewhere'}"):
         check_folder(tmp_path / "run", PRETRAIN_FOLDER, options)
+
+
+def test_a_report_of_a_folder_that_is_no_pipeline_run_makes_no_out_folder(tmp_path, capsys):
+    from coclr.synth.output import random_store
+
+    store = random_store(tmp_path / "store", videos=2, frames=3, size=(16, 16), views=("rgb",))
+    refused(capsys, ["report", "--run", str(store), "--store", str(store), "--out", str(tmp_path / "report")],
+            "manifest.json")
+    assert not (tmp_path / "report").exists()  # (it was made, with its run.json, before the run was read)

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     from coclr.errors import ConfigError
     from coclr.eval.features import check_cache_dir
-    from coclr.eval.report import REPORT_FOLDER, load_record, report_options, write_report
+    from coclr.eval.report import REPORT_FOLDER, load_record, report_options, stage_encoders, write_report
     from coclr.runfolder import check_folder, claim_folder
     from coclr.store.clipstore import open_store
 
@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     check_folder(args.out, REPORT_FOLDER, {}, legacy=report_options)  # before any work: a report's folder, or new
     if args.run:
         check_cache_dir(args.cache_dir or Path(args.out) / "feature_cache")
+        stage_encoders(args.run)  # a folder that is no pipeline run is refused before --out is made
     records = [load_record(path) for path in args.results]
     store = open_store(args.store) if args.store else None
     with claim_folder(args.out, REPORT_FOLDER, {}, legacy=report_options):
