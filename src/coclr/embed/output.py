@@ -164,6 +164,8 @@ class EmbeddingWriter(ChunkWriter):
         try:
             recover(self.root)
             self.merge()
+            if (self.root / f"{VIDEOS}.npy").is_file():
+                Embeddings(self.root)  # the folder as it is must be whole to be continued
             self.done = {r["path"]: (r["size"], r["mtime_ns"]) for r in read_jsonl(self.root / f"{VIDEOS}.jsonl")}
             self.failed = {r["path"]: (r["size"], r["mtime_ns"]) for r in read_jsonl(self.root / FAILED)}
         except BaseException:
@@ -245,7 +247,6 @@ class EmbeddingWriter(ChunkWriter):
         or when results were flushed."""
         chunks = sorted((self.root / CHUNKS).glob("*.npz")) if (self.root / CHUNKS).is_dir() else []
         if not chunks and (self.root / f"{VIDEOS}.npy").is_file():
-            Embeddings(self.root)  # nothing to merge: the folder as it is must be whole to be continued
             return
         dim = int(self.record["dim"])
         videos = read_jsonl(self.root / f"{VIDEOS}.jsonl")

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from coclr import progress
-from coclr.atomic import atomic_duplicate, atomic_write_json, file_sha256, read_json_record
+from coclr.atomic import atomic_duplicate, atomic_write_json, read_json_record
 from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
@@ -157,8 +157,6 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
                           "with the others); give more videos")
     check_inputs(out, paths, options.restart)
     labels, label_notes = read_labels(options.labels, paths) if options.labels else (None, [])
-    if labels is not None:
-        labels["sha256"] = file_sha256(options.labels)  # an edited file scores again
     starts = read_starts(options.init, options.flow_init)
     record_options = {"videos": {"count": len(paths), "sha256": paths_digest(paths)},
                       "budget": float(options.budget), "seed": options.seed,

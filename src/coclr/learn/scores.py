@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from coclr.atomic import file_sha256
 from coclr.embed.output import Embeddings
 from coclr.errors import DataError
 from coclr.eval.retrieval import retrieve
@@ -32,7 +33,8 @@ SHOWN = 3
 def read_labels(path: str, paths: list[str]) -> tuple[dict[str, Any], list[str]]:
     """The labels of ``path`` (a ``--format csv`` manifest ``path,label[,split[,group]]``, UTF-8 with or without a
     byte-order mark; paths relative to its folder, or absolute) for the input videos ``paths`` they name:
-    ``{"file", "classes", "videos": {absolute path: (label, split)}}``, and notes (one line each) on its rows that
+    ``{"file", "sha256", "classes", "videos": {absolute path: (label, split)}}`` (the file's content hash: an edited
+    file scores again), and notes (one line each) on its rows that
     are not scored: rows naming no input video, rows without a label, a video's further rows of its label. Refused in
     one line, before any work, naming the file and its lines: text that is not UTF-8, rows without a path or of an
     unknown split, a video given two labels or splits, or fewer than :data:`MIN_LABELLED` labelled input videos."""
@@ -80,7 +82,7 @@ def read_labels(path: str, paths: list[str]) -> tuple[dict[str, Any], list[str]]
     if again:
         notes.append(f"--labels {path}: {len(again)} row(s) repeat a video's row, counted once "
                      f"({', '.join(again[:SHOWN])}{' ...' if len(again) > SHOWN else ''})")
-    return {"file": os.path.abspath(path), "classes": classes, "videos": videos}, notes
+    return {"file": os.path.abspath(path), "sha256": file_sha256(path), "classes": classes, "videos": videos}, notes
 
 
 def knn_accuracy(topk_indices: np.ndarray, query_labels: np.ndarray, gallery_labels: np.ndarray, k: int) -> float:

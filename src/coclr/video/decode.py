@@ -479,11 +479,10 @@ def spare_children_our_garbage() -> None:
 
 
 X264_EXACT = {"threads": "1", "x264-params": "asm=0"}
-"""x264 on one thread, without its SIMD code. Measured (2026-11-30, PyAV 18.1): with its SIMD code the file depends on
-what the process encoded before (the same frames, encoded twice in one process, decoded up to 191 levels apart at
-CRF 38, 340 px wide; at 256 px wide they did not differ: a read of memory it did not write), and its threads change
-the file with their count; so an altered copy, and the threshold calibrated on it, were not the same twice. Without
-both, every encoding of the same frames gave the same bytes. The cost: 2-3x the encoding time."""
+"""x264 on one thread, without its SIMD code: with that code the file depends on what the process encoded before (a
+read of memory it did not write: the same frames, encoded twice, decoded up to 191 levels apart), and its threads
+change the file with their count, so an altered copy, and the threshold calibrated on it, were not the same twice.
+Without both, the same frames give the same bytes (docs/curate.md: what it costs)."""
 
 
 def write_mp4(path: str | Path, frames: np.ndarray, fps: float, codec: str = "libx264", crf: int = 18) -> Path:
