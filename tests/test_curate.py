@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -621,6 +622,32 @@ def test_a_folder_of_two_videos_is_refused_in_one_line(embedded, tmp_path):
                                           "opposite"):
         curate(tmp_path / "two", tmp_path / "out", show=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_copies_of_one_video_are_one_group_without_calibrating(embedded, tmp_path):
+    """Each of them is the folder's mean, so every centred vector and fingerprint is zero and no similarity joins
+    them: the folder is said to hold one video's copies (it was "0 groups", after calibrating on copies)."""
+    from coclr.curate.run import ALIKE_RULE, curate
+    from coclr.embed.embedder import Embedder
+    from coclr.embed.output import read_settings
+    from coclr.embed.run import embed_videos
+
+    _, embeddings, videos = embedded
+    for number in range(4):
+        shutil.copy(videos[1], tmp_path / f"take {number}.mp4")
+    settings = read_settings(embeddings)
+    embedder = Embedder(settings["checkpoint"]["path"], device="cpu", workers=0, short_side=32, window_step=8)
+    embed_videos([str(tmp_path / f"take {number}.mp4") for number in range(4)], tmp_path / "same", embedder,
+                 progress=False)
+    summary = curate(tmp_path / "same", tmp_path / "out", show=False)
+    assert (summary.groups, summary.duplicates, summary.rule) == (1, 4, ALIKE_RULE)
+    with (tmp_path / "out" / "duplicates.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert sorted(Path(row["path"]).name for row in rows) == [f"take {number}.mp4" for number in range(4)]
+    assert {row["group"] for row in rows} == {"1"} and {float(row["similarity"]) for row in rows} == {1.0}
+    assert not (tmp_path / "out" / "calibration").exists()
+    record = json.loads((tmp_path / "out" / "curate.json").read_text())
+    assert record["stretches"] == "not searched: one group holds every video"
 
 
 def test_videos_that_cannot_be_read_are_listed_and_the_status_says_so(embedded, tmp_path, capsys):

@@ -48,6 +48,21 @@ def duplicate_groups(scores: np.ndarray, neighbours: np.ndarray, threshold: floa
     return sorted((sorted(group) for group in members.values() if len(group) > 1), key=lambda group: group[0])
 
 
+def alike_graph(rows: np.ndarray, count: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A graph (as :func:`duplicate_groups` reads it, ``[count, max(1, k)]``) that joins ``rows`` at similarity 1 and
+    nothing else: for videos that no similarity can tell apart because each is the folder's mean (copies of one
+    video, centred, are all zero), which are one group whatever the threshold."""
+    width = max(1, k)
+    scores = np.full((count, width), -np.inf, np.float32)
+    neighbours = np.full((count, width), -1, np.int64)
+    rows = np.asarray(rows, np.int64)
+    for place, row in enumerate(rows):
+        others = rows[(place + 1 + np.arange(min(width, len(rows) - 1))) % len(rows)]
+        scores[row, :len(others)] = 1.0
+        neighbours[row, :len(others)] = others
+    return scores, neighbours
+
+
 def best_match(scores: np.ndarray, neighbours: np.ndarray, group: list[int]) -> dict[int, float]:
     """For each row of ``group``, its highest similarity to another member among its nearest (the CSV's
     ``similarity``)."""

@@ -62,6 +62,8 @@ SHOWN_OUTLIERS = 100
 """Outliers listed on the page (every video is in outliers.csv)."""
 PAGE_NEIGHBOURS = 5
 """Nearest videos the page lists for a chosen point."""
+ALIKE_RULE = "every video's vector is the same: copies of one video, one group"
+"""The rule of a folder whose videos no similarity tells apart (each vector the folder's mean)."""
 FINGERPRINTS = "fingerprints"
 """The curate folder's subfolder of the videos' fingerprints."""
 
@@ -193,19 +195,25 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
 
     clock = time.perf_counter()
     threshold, rule, calibration = float("nan"), "not needed", {}
+    # Every vector the folder's mean: no similarity tells the videos apart (centred, each is zero), so no threshold
+    # or calibration can either; they are copies of one video, one group.
+    alike = not np.asarray(units).any()
     if not options.fingerprints and options.threshold is not None:
         threshold, rule = float(options.threshold), "given"
-    elif vector_threshold_wanted(options, len(embeddings.windows)):
+    elif not alike and vector_threshold_wanted(options, len(embeddings.windows)):
         threshold, rule, calibration = _vector_threshold(embeddings, out, options, units, rows.mean, nearest, encoder,
                                                          stale, show)
     group_scores, group_neighbours, group_threshold, group_rule = scores, neighbours, threshold, rule
     fingerprinted: dict[str, Any] = {}
-    if stem is not None:
+    if alike:
+        group_scores, group_neighbours = rules.alike_graph(np.arange(count), count, k)
+        group_threshold, group_rule = 1.0, ALIKE_RULE
+    elif stem is not None:
         group_scores, group_neighbours, group_threshold, group_rule, fingerprinted = _fingerprint_groups(
             embeddings, out, options, stem, k, stale, show)
     seconds["threshold"] = time.perf_counter() - clock
     say(f"coclr curate: near-duplicate threshold {group_threshold:.4f} ({group_rule})", show)
-    if stem is not None and options.windows and len(embeddings.windows) > 1:
+    if stem is not None and options.windows and len(embeddings.windows) > 1 and not alike:
         say(f"coclr curate: the windows' threshold {threshold:.4f} ({rule})", show)
     # Stretches only from a threshold that was calibrated on copies or given: the distribution rule says which whole
     # videos are unusually alike, and says nothing of windows (measured: most of its stretches were not copies).
@@ -215,7 +223,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     stretches = []
     windows = options.windows and len(embeddings.windows) > 1
     trusted = rule == "given" or rule.startswith("calibrated")
-    if windows and not trusted:
+    if windows and not trusted and not alike:
         say("coclr curate: no stretches searched: the windows' threshold is not calibrated (the vectors did not tell "
             "altered copies from other videos, or --calibrate 0)", show)
     if windows and trusted:
@@ -257,8 +265,8 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         "rule": group_rule, "compared_by": "fingerprints" if stem is not None else "vectors",
         **({"fingerprints": fingerprinted} if stem is not None else {}),
         "window_threshold": threshold if windows else None, "window_rule": rule if windows else None,
-        "stretches": ("searched" if windows and trusted else "not searched: the windows' threshold is not calibrated"
-                      if windows else "not asked for"),
+        "stretches": ("not asked for" if not windows else "not searched: one group holds every video" if alike
+                      else "searched" if trusted else "not searched: the windows' threshold is not calibrated"),
         "calibration": {key: value for key, value in calibration.items() if key != "threshold"},
         "groups": len(whole), "duplicate_videos": summary.duplicates, "partial_pairs": len(stretches),
         "stale": sorted(stale), "map": method, "colour_groups": int(colours.max()) + 1,
