@@ -381,6 +381,17 @@ def test_a_refused_pickle_names_the_object(tmp_path):
     assert "weights_only" not in str(error.value)
 
 
+def test_a_torchscript_network_is_named_as_one_and_not_run(tmp_path, capsys):
+    """An exported network (coclr export --format torchscript) given where a checkpoint is wanted: one line saying
+    what it is and what to give instead (it was "damaged", after a raw warning from torch.load)."""
+    scripted = torch.jit.script(torch.nn.Linear(2, 2))
+    torch.jit.save(scripted, str(tmp_path / "model.pt"))
+    with pytest.raises(CheckpointError, match=r"model\.pt: a TorchScript network .* not a checkpoint: .* give the "
+                                              "checkpoint it was exported from"):
+        load_encoder(tmp_path / "model.pt")
+    assert "torch.load" not in capsys.readouterr().err
+
+
 def test_a_checkpoint_is_read_once_per_process_while_the_file_is_unchanged(tmp_path):
     """One object per unchanged file: its sha256 is that of the bytes on disk, every reader gets the same payload,
     and a file replaced by another one is read again (never the stale weights)."""

@@ -24,6 +24,7 @@ import os
 import pickle
 import re
 import threading
+import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -315,6 +316,10 @@ def _parse_checkpoint(path: Path, data: bytes, map_location: Any) -> Any:
     if head != _ZIP_MAGIC and head[:2] not in _PICKLE_PROTOCOLS:
         raise CheckpointError(f"{path}: not a PyTorch checkpoint (it is neither torch.save's zip format, its "
                               "legacy format nor safetensors; an incomplete download or another kind of file?)")
+    if head == _ZIP_MAGIC and _is_torchscript(data):
+        raise CheckpointError(f"{path}: a TorchScript network (as `coclr export --format torchscript` writes), not a "
+                              "checkpoint: it holds code, which is not run here; give the checkpoint it was exported "
+                              "from (its folder's README.md names it)")
     try:
         return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as error:  # damaged, or a refused pickle
@@ -328,6 +333,17 @@ def _parse_checkpoint(path: Path, data: bytes, map_location: Any) -> Any:
         first = next((line.strip() for line in text.splitlines() if line.strip()), "")
         reason = type(error).__name__ + (f": {first}" if first and "weights_only" not in first else "")
         raise CheckpointError(f"{path}: damaged, or not a PyTorch checkpoint ({reason})") from None
+
+
+def _is_torchscript(data: bytes) -> bool:
+    """Whether zip bytes are a TorchScript archive (``torch.jit.save``: it has ``constants.pkl`` and ``code/``
+    entries, which ``torch.save`` never writes); bytes that are no readable zip are left to ``torch.load``."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, ValueError, OSError):
+        return False
+    return any(name.endswith("/constants.pkl") for name in names) and any("/code/" in name for name in names)
 
 
 def _strip_module(state: Mapping[str, Any]) -> dict[str, Any]:
