@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -222,6 +223,27 @@ def test_best_checkpoint_is_the_epoch_with_the_lowest_loss(store: Path, tmp_path
     assert best["position"]["epoch"] == losses.index(min(losses)) + 1
     assert best["best_loss"] == pytest.approx(min(losses))
     assert load_checkpoint(last)["position"]["epoch"] == 4
+
+
+def test_the_time_left_is_the_steps_left_at_the_recent_epochs_pace() -> None:
+    from coclr.train.trainer import RECENT_EPOCHS, run_left
+
+    assert run_left([], 10, 0, 5, 0, 0, 0) is None  # nothing timed yet: no figure rather than a guess
+    assert run_left([2.0], 10, 3, 5, 4, 34, 0) == (2 * 10 - 4) * 2.0  # the rest of this epoch and the next
+    assert run_left([2.0], 10, 3, 5, 4, 34, 40) == 6 * 2.0  # max_steps ends the run first
+    slow_start = [9.0] + [1.0] * RECENT_EPOCHS
+    assert run_left(slow_start, 10, 6, 8, 0, 60, 0) == 20 * 1.0  # the first epoch's warm-up no longer counts
+    assert run_left([1.0], 10, 5, 5, 0, 50, 0) == 0.0
+
+
+def test_each_epoch_says_how_long_the_run_has_left(store: Path, tmp_path: Path, start_trainer, capsys) -> None:
+    trainer = start_trainer(tiny_config(store, tmp_path / "run", "optim.epochs=3"))
+    trainer.run()
+    lines = [line for line in capsys.readouterr().out.splitlines() if re.search(r"\] epoch \d/3: ", line)]
+    assert len(lines) == 3 and lines[-1].endswith(", about 0 s left)")
+    first = float(re.search(r"\(([\d.]+) s, about (\d+) s left\)", lines[0]).group(1))
+    left = int(re.search(r"about (\d+) s left", lines[0]).group(1))
+    assert abs(left - 2 * first) <= 1 + 0.01 * first  # two more epochs of as many steps, at the first one's pace
 
 
 def test_rgbdiff_view_trains_from_rgb_frames(tmp_path: Path, start_trainer) -> None:

@@ -39,6 +39,7 @@ from coclr.errors import CheckpointError, CoclrError
 from coclr.eval.monitor import knn_recall
 from coclr.interrupts import deferred_interrupts, interrupted, loader_worker_signals
 from coclr.progress import bar as progress_bar
+from coclr.progress import duration
 from coclr.threads import reuse_freed_memory
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.learner import Targets
@@ -73,6 +74,24 @@ def step_generator(seed: int, epoch: int, step: int) -> torch.Generator:
     return seeding.generator(seed, epoch, step)
 
 
+RECENT_EPOCHS = 5
+"""Epochs whose pace paces the rest of a run (:func:`run_left`): recent ones, as the first pays for warming up."""
+
+
+def run_left(step_seconds: list[float], steps_per_epoch: int, epoch: int, epochs: int, done_in_epoch: int,
+             step: int, max_steps: int) -> float | None:
+    """Seconds the run has left: its steps left (to the last epoch, or to ``max_steps`` when that comes first) at the
+    mean seconds a step of the last :data:`RECENT_EPOCHS` epochs trained (``step_seconds``, one per epoch); None
+    before one was."""
+    if not step_seconds:
+        return None
+    steps = max(0, (epochs - epoch) * steps_per_epoch - done_in_epoch)
+    if max_steps:
+        steps = min(steps, max(0, max_steps - step))
+    recent = step_seconds[-RECENT_EPOCHS:]
+    return steps * sum(recent) / len(recent)
+
+
 class Trainer:
     """Runs the loop of one pretraining stage over the parts it is handed (:class:`~coclr.train.setup.RunParts`,
     built by :func:`~coclr.train.setup.build_parts` in :func:`~coclr.train.run.start_run`, which holds the run
@@ -101,6 +120,8 @@ class Trainer:
         self.saved: Position | None = None
         """The position of the checkpoint in the run folder (None: none yet)."""
         self.best_loss = math.inf
+        self.step_seconds: list[float] = []
+        """The seconds a step of each epoch this process trained (what :func:`run_left` paces the rest by)."""
         if (self.out / LAST).is_file():
             self._load(self.out / LAST)
 
@@ -359,8 +380,15 @@ class Trainer:
         done = self.position.consumed // self.data_order.global_batch
         label = f"{self.progress_label}: " if self.progress_label else ""
         return progress_bar(total=steps_per_epoch, initial=done, desc=f"{label}epoch {self.position.epoch + 1}/"
-                            f"{self.config.optim.epochs}", unit="it", dynamic_ncols=True, leave=False,
-                            disable=not self.config.run.progress)
+                            f"{self.config.optim.epochs}{self._left(steps_per_epoch)}", unit="it",
+                            dynamic_ncols=True, leave=False, disable=not self.config.run.progress)
+
+    def _left(self, steps_per_epoch: int) -> str:
+        """The run's time left, as the bar and each epoch's line say it ("" before an epoch has been timed)."""
+        left = run_left(self.step_seconds, steps_per_epoch, self.position.epoch, self.config.optim.epochs,
+                        self.position.consumed // self.data_order.global_batch, self.position.global_step,
+                        self.config.run.max_steps)
+        return "" if left is None else f", about {duration(left)} left"
 
     def _check_finite(self, nonfinite: torch.Tensor) -> None:
         if bool(nonfinite):
@@ -398,10 +426,11 @@ class Trainer:
         if self.config.run.knn_every and (epoch + 1) % self.config.run.knn_every == 0:
             record.update(self._knn())
         self._write(record, jsonl, writer)
-        self._log_line(f"epoch {epoch + 1}/{self.config.optim.epochs}: loss {mean_loss:.4f} "
-                       f"({seconds:.1f} s)" + "".join(f", {k} {v:.1f}" for k, v in record.items()
-                                                     if k.startswith("knn")))
+        self.step_seconds.append(seconds / max(steps, 1))
         self.position = Position(epoch + 1, 0, self.position.global_step)
+        knn = "".join(f", {k} {v:.1f}" for k, v in record.items() if k.startswith("knn"))
+        self._log_line(f"epoch {epoch + 1}/{self.config.optim.epochs}: loss {mean_loss:.4f} "
+                       f"({seconds:.1f} s{self._left(self.data_order.batches_per_epoch)}){knn}")
         improved = mean_loss < self.best_loss
         self.best_loss = min(self.best_loss, mean_loss)
         self.save(best=improved)
