@@ -75,7 +75,8 @@ def step_generator(seed: int, epoch: int, step: int) -> torch.Generator:
 
 
 RECENT_EPOCHS = 5
-"""Epochs whose pace paces the rest of a run (:func:`run_left`): recent ones, as the first pays for warming up."""
+"""The epochs whose mean step time sets the pace of the rest of a run (:func:`run_left`): recent ones, as the first
+pays for warming up."""
 
 
 def run_left(step_seconds: list[float], steps_per_epoch: int, epoch: int, epochs: int, done_in_epoch: int,
