@@ -178,8 +178,8 @@ def test_gallery_renders_in_headless_chromium(gallery_inputs, tmp_path):
 
 
 @pytest.mark.slow
-def test_report_run_end_to_end(tmp_path):
-    """``coclr report --run``: retrieval after every stage of a (fake) pipeline run, plot, table, gallery."""
+def fake_run(tmp_path) -> None:
+    """A store (``tmp_path/store``) and a pipeline run of four finished stages (``tmp_path/run``)."""
     make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8, views=("rgb", "flow"))
     stages = [("infonce_rgb", "infonce", "rgb", None, 0), ("infonce_flow", "infonce", "flow", None, 0),
               ("cycle1_rgb", "coclr", "rgb", "flow", 1), ("cycle1_flow", "coclr", "flow", "rgb", 1)]
@@ -189,6 +189,11 @@ def test_report_run_end_to_end(tmp_path):
                             "checkpoint": f"{n}/last.pt", "encoders": {v: f"{n}/{v}.pt"}, "status": "done"}
                            for n, m, v, f, c in stages]}
     (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_report_run_end_to_end(tmp_path):
+    """``coclr report --run``: retrieval after every stage of a (fake) pipeline run, plot, table, gallery."""
+    fake_run(tmp_path)
     logged = [0.4, 0.6]
     (tmp_path / "run" / "cycle1_rgb" / "log.jsonl").write_text(
         "".join(json.dumps({"step": i, "rgb/mined_precision": v}) + "\n" for i, v in enumerate(logged)))
@@ -211,6 +216,17 @@ def test_report_refuses_evaluation_options_without_a_run(tmp_path, capsys) -> No
     assert main(["report", "--results", str(tmp_path / "r.json"), "--out", str(tmp_path / "o"), "--length", "8",
                  "--amp"]) == 2
     assert "--length, --amp: apply to --run only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given, said", [(["--size", "17"], "size: must be >= 32"),
+                                         (["--device", "nodevice"], "--device")])
+def test_a_run_s_bad_clips_or_device_are_refused_before_out_is_made(tmp_path, capsys, given, said) -> None:
+    fake_run(tmp_path)
+    out = tmp_path / "report"
+    assert main(["report", "--run", str(tmp_path / "run"), "--store", str(tmp_path / "store"), "--out", str(out),
+                 "--quiet", *given]) == 2
+    assert said in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_the_markdown_table_shows_names_as_written():

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from coclr.cli._options import add_clip_arguments, given_flags
+
+if TYPE_CHECKING:
+    from coclr.eval.features import ClipConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     from coclr.errors import ConfigError
     from coclr.eval.features import check_cache_dir
-    from coclr.eval.report import REPORT_FOLDER, load_record, report_options, stage_encoders, write_report
+    from coclr.eval.report import REPORT_FOLDER, load_record, report_options, write_report
     from coclr.runfolder import check_folder, claim_folder
     from coclr.store.clipstore import open_store
 
@@ -50,31 +54,41 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{', '.join(unused)}: apply to --run only (the evaluation of a pipeline run's stages); "
                           "the result files were evaluated already")
     check_folder(args.out, REPORT_FOLDER, {}, legacy=report_options)  # before any work: a report's folder, or new
-    if args.run:
+    settings = None
+    if args.run:  # every refusal of the run, its clips or the device before --out is made
         check_cache_dir(args.cache_dir or Path(args.out) / "feature_cache")
-        stage_encoders(args.run)  # a folder that is no pipeline run is refused before --out is made
+        settings = run_settings(args)
     records = [load_record(path) for path in args.results]
     store = open_store(args.store) if args.store else None
     with claim_folder(args.out, REPORT_FOLDER, {}, legacy=report_options):
-        if args.run:
-            records += evaluate_run(args, store)
+        if settings is not None:
+            records += evaluate_run(args, store, *settings)
         written = write_report(args.out, records, store, args.gallery_queries)
     for name in sorted(written):
         print(f"wrote {written[name]}")
     return 0
 
 
-def evaluate_run(args: argparse.Namespace, store) -> list[dict]:
-    """The retrieval records of every finished stage of the pipeline run ``args.run`` (written into ``args.out``)."""
+def run_settings(args: argparse.Namespace) -> tuple[ClipConfig, str]:
+    """The clips (:class:`~coclr.eval.features.ClipConfig`: the options given, else what the checkpoints recorded)
+    and the device the stages of the pipeline run ``args.run`` are evaluated with; refused in one line when the
+    folder is no pipeline run or an option does not apply."""
     from coclr.config import from_dict
     from coclr.distributed import pick_device
     from coclr.eval.features import ClipConfig, trained_clips
-    from coclr.eval.report import report_run, stage_encoders
+    from coclr.eval.report import stage_encoders
 
     encoders = list(dict.fromkeys(path for point in stage_encoders(args.run) for path in point["encoders"].values()))
     clips, sources = trained_clips(encoders, length=args.length, stride=args.stride, size=args.size)
     print("coclr report: clips of " + ", ".join(f"{key} {value} ({sources[key]})" for key, value in clips.items()),
           file=sys.stderr)
     clip_config = from_dict(ClipConfig, {**given_flags(ClipConfig, args), **clips})
-    device = str(pick_device(args.device, "--device"))
+    return clip_config, str(pick_device(args.device, "--device"))
+
+
+def evaluate_run(args: argparse.Namespace, store, clip_config: ClipConfig, device: str) -> list[dict]:
+    """The retrieval records of every finished stage of the pipeline run ``args.run`` (written into ``args.out``),
+    with the clips and device of :func:`run_settings`."""
+    from coclr.eval.report import report_run
+
     return report_run(args.run, store, args.out, clip_config, device, args.cache_dir, not args.quiet)
