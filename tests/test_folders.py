@@ -128,6 +128,10 @@ def test_pipeline(tmp_path):
     with locked_by_another_process(run / LOCK_FILE):
         refused_untouched(run, lambda: run_pipeline(load_config(PipelineConfig, None, overrides)), DataError,
                           "another coclr pipeline is writing this folder")
+    # a stage restarted on its own would be taken from the pipeline, which records it as done
+    stage = ["pretrain", f"data.store={store}", f"run.out={run / 'infonce_rgb'}", *TINY, "run.max_steps=1"]
+    refused_untouched(run, lambda: main([*stage, "--restart"]))
+    assert not list(run.glob("*.replaced-*"))
 
 
 def test_eval(tmp_path):

@@ -246,8 +246,16 @@ def check_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any],
 
 
 def restart_folder(folder: str | Path, rule: FolderRule) -> Path | None:
-    """:func:`move_aside` under the folder's lock, so that a running job's folder is never moved from under it."""
+    """:func:`move_aside` under the folder's lock, so that a running job's folder is never moved from under it;
+    refused for a folder inside another command's output (a pipeline's stage, a study's or learn's parts), which
+    that run records as its own: moved aside, it would be lost to it."""
     folder = Path(folder)
+    for parent in folder.absolute().resolve().parents:
+        owner = folder_owner(parent)
+        if owner is not None:
+            raise FolderRefused(f"{folder}: inside {parent}, the output folder of `coclr {owner}`, which records it as "
+                                f"its own; --restart would take it from that run: restart `coclr {owner}` instead, "
+                                "or give a folder outside it")
     if not folder.is_dir():
         return move_aside(folder, rule.command)
     with folder_lock(folder, rule):
