@@ -62,8 +62,9 @@ SHOWN_OUTLIERS = 100
 """Outliers listed on the page (every video is in outliers.csv)."""
 PAGE_NEIGHBOURS = 5
 """Nearest videos the page lists for a chosen point."""
-ALIKE_RULE = "every video's vector is the same: copies of one video, one group"
-"""The rule of a folder whose videos no similarity tells apart (each vector the folder's mean)."""
+ALIKE_RULE = "every video's fingerprint is the same: copies of one video, one group"
+"""The rule of a folder whose videos no similarity tells apart: each fingerprint is the folder's mean, so zero once
+centred. (Their vectors alike say less: a collapsed encoder gives every video one vector.)"""
 FINGERPRINTS = "fingerprints"
 """The curate folder's subfolder of the videos' fingerprints."""
 
@@ -195,25 +196,19 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
 
     clock = time.perf_counter()
     threshold, rule, calibration = float("nan"), "not needed", {}
-    # Every vector the folder's mean: no similarity tells the videos apart (centred, each is zero), so no threshold
-    # or calibration can either; they are copies of one video, one group.
-    alike = not np.asarray(units).any()
     if not options.fingerprints and options.threshold is not None:
         threshold, rule = float(options.threshold), "given"
-    elif not alike and vector_threshold_wanted(options, len(embeddings.windows)):
+    elif vector_threshold_wanted(options, len(embeddings.windows)):
         threshold, rule, calibration = _vector_threshold(embeddings, out, options, units, rows.mean, nearest, encoder,
                                                          stale, show)
     group_scores, group_neighbours, group_threshold, group_rule = scores, neighbours, threshold, rule
     fingerprinted: dict[str, Any] = {}
-    if alike:
-        group_scores, group_neighbours = rules.alike_graph(np.arange(count), count, k)
-        group_threshold, group_rule = 1.0, ALIKE_RULE
-    elif stem is not None:
+    if stem is not None:
         group_scores, group_neighbours, group_threshold, group_rule, fingerprinted = _fingerprint_groups(
             embeddings, out, options, stem, k, stale, show)
     seconds["threshold"] = time.perf_counter() - clock
     say(f"coclr curate: near-duplicate threshold {group_threshold:.4f} ({group_rule})", show)
-    if stem is not None and options.windows and len(embeddings.windows) > 1 and not alike:
+    if stem is not None and options.windows and len(embeddings.windows) > 1:
         say(f"coclr curate: the windows' threshold {threshold:.4f} ({rule})", show)
     # Stretches only from a threshold that was calibrated on copies or given: the distribution rule says which whole
     # videos are unusually alike, and says nothing of windows (measured: most of its stretches were not copies).
@@ -223,7 +218,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     stretches = []
     windows = options.windows and len(embeddings.windows) > 1
     trusted = rule == "given" or rule.startswith("calibrated")
-    if windows and not trusted and not alike:
+    if windows and not trusted:
         say("coclr curate: no stretches searched: the windows' threshold is not calibrated (the vectors did not tell "
             "altered copies from other videos, or --calibrate 0)", show)
     if windows and trusted:
@@ -265,8 +260,8 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         "rule": group_rule, "compared_by": "fingerprints" if stem is not None else "vectors",
         **({"fingerprints": fingerprinted} if stem is not None else {}),
         "window_threshold": threshold if windows else None, "window_rule": rule if windows else None,
-        "stretches": ("not asked for" if not windows else "not searched: one group holds every video" if alike
-                      else "searched" if trusted else "not searched: the windows' threshold is not calibrated"),
+        "stretches": ("searched" if windows and trusted else "not searched: the windows' threshold is not calibrated"
+                      if windows else "not asked for"),
         "calibration": {key: value for key, value in calibration.items() if key != "threshold"},
         "groups": len(whole), "duplicate_videos": summary.duplicates, "partial_pairs": len(stretches),
         "stale": sorted(stale), "map": method, "colour_groups": int(colours.max()) + 1,
@@ -324,6 +319,8 @@ def _fingerprint_groups(embeddings: Embeddings, out: Path, options: CurateOption
     def pairs(threshold: float) -> tuple[np.ndarray, np.ndarray]:
         return masked(prints.duplicate_graph(units, threshold, k, show=show))
 
+    if len(have) >= 2 and not units[have, 0].any():  # each the folder's mean: no threshold can join them
+        return *rules.alike_graph(have, len(found), k), 1.0, ALIKE_RULE, record
     if options.threshold is not None:
         return *pairs(float(options.threshold)), float(options.threshold), "given", record
     if len(have) < 2:
