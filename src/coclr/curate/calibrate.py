@@ -125,20 +125,13 @@ def calibrate_fingerprints(embeddings: Embeddings, units: np.ndarray, mean: np.n
     """The fingerprints' threshold (:mod:`coclr.curate.fingerprint`) from the same altered copies as
     :func:`calibrate` (made once for both), each fingerprinted (kept in ``out/fingerprints``) and compared with its
     original's (``units``: the folder's centred fingerprints, by ``mean``): the similarity that keeps
-    :data:`~coclr.curate.groups.RECALL_TARGET` of the copies but those far below the others
-    (:func:`~coclr.curate.groups.recall_threshold`),
+    :data:`~coclr.curate.groups.RECALL_TARGET` of the copies (:func:`~coclr.curate.groups.recall_threshold`),
     accepted when it separates them (Youden's J at least :data:`~coclr.curate.groups.MIN_SEPARATION`) from each
     copy's similarity to the folder's other videos, which are other takes but for the original's own duplicates (a
     few among many). Each video's nearest other is no negative here: in a folder where most videos have a duplicate,
     it is one."""
     from coclr.curate.fingerprint import centred, fingerprints, similarities  # noqa: PLC0415 (heavy: torch)
-    from coclr.curate.groups import (  # noqa: PLC0415
-        MIN_SEPARATION,
-        RECALL_TARGET,
-        far_below,
-        recall_threshold,
-        separation,
-    )
+    from coclr.curate.groups import MIN_SEPARATION, RECALL_TARGET, recall_threshold, separation  # noqa: PLC0415
 
     out.mkdir(parents=True, exist_ok=True)
     rows = sample_rows(embeddings, count, stale or set())
@@ -165,18 +158,16 @@ def calibrate_fingerprints(embeddings: Embeddings, units: np.ndarray, mean: np.n
     others = np.concatenate(negatives)
     threshold = recall_threshold(values)
     gain = separation(values, others, threshold)
-    far = int(far_below(values).sum())
-    left_out = f" ({far} far below the others left out)" if far else ""
-    record = {"positives": positives, "videos": videos, "separation": gain, "far_below": far,
+    record = {"positives": positives, "videos": videos, "separation": gain,
               "others_passing": float((others >= threshold).mean())}
     if gain < MIN_SEPARATION:
         return {**record, "threshold": None,
                 "rule": f"the altered copies were not told apart from other videos (Youden's J {gain:.2f} at the "
-                        f"similarity keeping {RECALL_TARGET:.1%} of them, below {MIN_SEPARATION})"}
+                        f"similarity keeping {RECALL_TARGET:.0%} of them, below {MIN_SEPARATION})"}
     return {**record, "threshold": threshold,
-            "rule": f"calibrated: the similarity that keeps {RECALL_TARGET:.1%} of {len(values)} altered copies of "
-                    f"{videos} of these videos{left_out}, which {record['others_passing']:.1%} of their comparisons "
-                    f"with the other videos reach (Youden's J {gain:.2f})"}
+            "rule": f"calibrated: the similarity that keeps {RECALL_TARGET:.0%} of {len(values)} altered copies of "
+                    f"{videos} of these videos, which {record['others_passing']:.1%} of their comparisons with the "
+                    f"other videos reach (Youden's J {gain:.2f})"}
 
 
 def _threshold(positives: dict[str, list[float]], nearest: np.ndarray, videos: int, how: str) -> dict[str, Any]:

@@ -18,14 +18,8 @@ OUTLIER_K = 10
 MIN_SEPARATION = 0.5
 """A calibration whose best threshold keeps less than this Youden's J (recall of the copies minus the share of videos
 passing) does not separate copies from other videos: the distribution rule is used instead."""
-RECALL_TARGET = 0.975
-"""The share of its altered copies the fingerprints' calibrated threshold keeps (:func:`recall_threshold`), above the
-95% wanted of the pairs: of a sample of copies, a threshold keeps more than it finds of all copies (an order
-statistic's bias), and a copy missed costs every pair of its family (docs/curate.md)."""
-FAR_OUT = 3.0
-"""A boxplot's far-out fence, in interquartile ranges beyond a quartile: the distribution rule's threshold (above the
-nearest-other similarities, :func:`distribution_threshold`) and the copies a calibration leaves out (below the other
-copies, :func:`far_below`)."""
+RECALL_TARGET = 0.95
+"""The share of its altered copies the fingerprints' calibrated threshold keeps (:func:`recall_threshold`)."""
 FALLBACK_RANGE = (0.80, 0.99)
 """Where the distribution rule's threshold is kept (:func:`distribution_threshold`)."""
 
@@ -162,22 +156,12 @@ def calibrated_threshold(positives: np.ndarray, negatives: np.ndarray) -> float:
 
 def recall_threshold(positives: np.ndarray, recall: float = RECALL_TARGET) -> float:
     """The highest similarity that keeps at least ``recall`` of the altered copies (``positives``: each copy's
-    similarity to its original) but those :func:`far_below` the others. Unlike :func:`calibrated_threshold` it needs
-    no other videos, so a folder where most videos have a duplicate (their nearest other is one) does not mislead
-    it; whether other videos stay below it is checked apart (:func:`separation` against each copy's similarity to
-    the folder's other videos)."""
-    positives = np.asarray(positives, np.float64)
-    ordered = np.sort(positives[~far_below(positives)])
+    similarity to its original). Unlike :func:`calibrated_threshold` it needs no other videos, so a
+    folder where most videos have a duplicate (their nearest other is one) does not mislead it; whether other videos
+    stay below it is checked apart (:func:`separation` against each copy's similarity to the folder's other
+    videos)."""
+    ordered = np.sort(np.asarray(positives, np.float64))
     return float(ordered[min(len(ordered) - 1, int(np.floor(len(ordered) * (1.0 - recall) + 1e-9)))])
-
-
-def far_below(positives: np.ndarray) -> np.ndarray:
-    """Which copies are far below the others (under the first quartile less :data:`FAR_OUT` interquartile ranges):
-    alterations the fingerprint does not see through on this footage; a threshold low enough to keep them would
-    also join videos that are no copies, so :func:`recall_threshold` leaves them out."""
-    positives = np.asarray(positives, np.float64)
-    q1, q3 = np.percentile(positives, [25, 75])
-    return positives < q1 - FAR_OUT * (q3 - q1)
 
 
 def separation(positives: np.ndarray, negatives: np.ndarray, threshold: float) -> float:
@@ -195,4 +179,4 @@ def distribution_threshold(nearest: np.ndarray) -> float:
     if not len(nearest):
         return FALLBACK_RANGE[1]
     q1, q3 = np.percentile(nearest, [25, 75])
-    return float(np.clip(q3 + FAR_OUT * (q3 - q1), *FALLBACK_RANGE))
+    return float(np.clip(q3 + 3 * (q3 - q1), *FALLBACK_RANGE))
