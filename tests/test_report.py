@@ -177,7 +177,6 @@ def test_gallery_renders_in_headless_chromium(gallery_inputs, tmp_path):
         assert _colour_pixels(shot, rgb, 12) > 300, border
 
 
-@pytest.mark.slow
 def fake_run(tmp_path) -> None:
     """A store (``tmp_path/store``) and a pipeline run of four finished stages (``tmp_path/run``)."""
     make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8, views=("rgb", "flow"))
@@ -191,6 +190,7 @@ def fake_run(tmp_path) -> None:
     (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest))
 
 
+@pytest.mark.slow
 def test_report_run_end_to_end(tmp_path):
     """``coclr report --run``: retrieval after every stage of a (fake) pipeline run, plot, table, gallery."""
     fake_run(tmp_path)
