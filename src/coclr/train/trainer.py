@@ -385,11 +385,12 @@ class Trainer:
                             dynamic_ncols=True, leave=False, disable=not self.config.run.progress)
 
     def _left(self, steps_per_epoch: int) -> str:
-        """The run's time left, as the bar and each epoch's line say it ("" before an epoch has been timed)."""
+        """The run's time left, as the bar and each epoch's line say it ("" before an epoch has been timed, and once
+        nothing is left)."""
         left = run_left(self.step_seconds, steps_per_epoch, self.position.epoch, self.config.optim.epochs,
                         self.position.consumed // self.data_order.global_batch, self.position.global_step,
                         self.config.run.max_steps)
-        return "" if left is None else f", about {duration(left)} left"
+        return "" if not left else f", about {duration(left)} left"
 
     def _check_finite(self, nonfinite: torch.Tensor) -> None:
         if bool(nonfinite):
