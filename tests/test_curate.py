@@ -647,7 +647,8 @@ def test_copies_of_one_video_are_one_group_without_calibrating(embedded, tmp_pat
     assert sorted(Path(row["path"]).name for row in rows) == [f"take {number}.mp4" for number in range(4)]
     assert {row["group"] for row in rows} == {"1"} and {float(row["similarity"]) for row in rows} == {1.0}
     record = json.loads((tmp_path / "out" / "curate.json").read_text())
-    assert "calibration" not in record["fingerprints"]  # no copies made for a threshold that cannot apply
+    assert not (tmp_path / "out" / "calibration").exists()  # no copies made for a threshold that cannot apply
+    assert record["stretches"] == "not searched: one group holds every video"
 
 
 def test_videos_that_cannot_be_read_are_listed_and_the_status_says_so(embedded, tmp_path, capsys):

@@ -195,20 +195,22 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     nearest = scores[:, 0].astype(np.float64)
 
     clock = time.perf_counter()
-    threshold, rule, calibration = float("nan"), "not needed", {}
-    if not options.fingerprints and options.threshold is not None:
-        threshold, rule = float(options.threshold), "given"
-    elif vector_threshold_wanted(options, len(embeddings.windows)):
-        threshold, rule, calibration = _vector_threshold(embeddings, out, options, units, rows.mean, nearest, encoder,
-                                                         stale, show)
-    group_scores, group_neighbours, group_threshold, group_rule = scores, neighbours, threshold, rule
     fingerprinted: dict[str, Any] = {}
     if stem is not None:
         group_scores, group_neighbours, group_threshold, group_rule, fingerprinted = _fingerprint_groups(
             embeddings, out, options, stem, k, stale, show)
+    alike = stem is not None and group_rule == ALIKE_RULE  # one group: no stretch to find, no threshold to calibrate
+    threshold, rule, calibration = float("nan"), "not needed", {}
+    if not options.fingerprints and options.threshold is not None:
+        threshold, rule = float(options.threshold), "given"
+    elif not alike and vector_threshold_wanted(options, len(embeddings.windows)):
+        threshold, rule, calibration = _vector_threshold(embeddings, out, options, units, rows.mean, nearest, encoder,
+                                                         stale, show)
+    if stem is None:
+        group_scores, group_neighbours, group_threshold, group_rule = scores, neighbours, threshold, rule
     seconds["threshold"] = time.perf_counter() - clock
     say(f"coclr curate: near-duplicate threshold {group_threshold:.4f} ({group_rule})", show)
-    if stem is not None and options.windows and len(embeddings.windows) > 1:
+    if stem is not None and options.windows and len(embeddings.windows) > 1 and not alike:
         say(f"coclr curate: the windows' threshold {threshold:.4f} ({rule})", show)
     # Stretches only from a threshold that was calibrated on copies or given: the distribution rule says which whole
     # videos are unusually alike, and says nothing of windows (measured: most of its stretches were not copies).
@@ -218,7 +220,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     stretches = []
     windows = options.windows and len(embeddings.windows) > 1
     trusted = rule == "given" or rule.startswith("calibrated")
-    if windows and not trusted:
+    if windows and not trusted and not alike:
         say("coclr curate: no stretches searched: the windows' threshold is not calibrated (the vectors did not tell "
             "altered copies from other videos, or --calibrate 0)", show)
     if windows and trusted:
@@ -260,8 +262,8 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         "rule": group_rule, "compared_by": "fingerprints" if stem is not None else "vectors",
         **({"fingerprints": fingerprinted} if stem is not None else {}),
         "window_threshold": threshold if windows else None, "window_rule": rule if windows else None,
-        "stretches": ("searched" if windows and trusted else "not searched: the windows' threshold is not calibrated"
-                      if windows else "not asked for"),
+        "stretches": ("not asked for" if not windows else "not searched: one group holds every video" if alike
+                      else "searched" if trusted else "not searched: the windows' threshold is not calibrated"),
         "calibration": {key: value for key, value in calibration.items() if key != "threshold"},
         "groups": len(whole), "duplicate_videos": summary.duplicates, "partial_pairs": len(stretches),
         "stale": sorted(stale), "map": method, "colour_groups": int(colours.max()) + 1,
