@@ -328,6 +328,13 @@ def scanned_past(folder: str | Path) -> str | None:
     return owner if owner is not None and owner not in VIDEO_OUTPUTS else None
 
 
+def left_out_note(root: str | Path, outputs: list[str]) -> str:
+    """The one line a scan of ``root`` for videos writes of the output folders it did not enter
+    (:func:`scanned_past`; ``outputs``: each as "path (coclr command)"), a few named."""
+    more = f" and {len(outputs) - 3} more" if len(outputs) > 3 else ""
+    return f"{root}: left out {len(outputs)} folder(s) of coclr's own outputs: {', '.join(outputs[:3])}{more}"
+
+
 def nested_output(path: Path, command: str) -> bool:
     """Whether ``path`` is a folder that ``command``'s folder may hold (:data:`NESTED`), e.g. a pipeline's stage,
     written by ``coclr pretrain`` before the pipeline recorded its own folder."""

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from coclr.errors import DataError
-from coclr.runfolder import scanned_past
+from coclr.runfolder import left_out_note, scanned_past
 from coclr.video.decode import why_not_video
 
 GLOB_CHARACTERS = "*?["
@@ -170,9 +170,7 @@ def scan_folder(root: Path, notes: list[str] | None = None) -> list[Path]:
         notes.append(f"{root}: not followed {len(loops)} symbolic links to folders scanned already (a loop, or a "
                      f"second way to one folder): {', '.join(loops[:3])}{more}")
     if outputs and notes is not None:
-        more = f" and {len(outputs) - 3} more" if len(outputs) > 3 else ""
-        notes.append(f"{root}: left out {len(outputs)} folder(s) of coclr's own outputs: "
-                     f"{', '.join(outputs[:3])}{more}")
+        notes.append(left_out_note(root, outputs))
     if notes is not None:
         _note_skipped(str(root), skipped, notes)
     return sorted(videos)

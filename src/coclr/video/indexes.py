@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 
 from coclr.atomic import atomic_write_text, read_json_record
 from coclr.errors import DataError
-from coclr.runfolder import scanned_past
+from coclr.runfolder import left_out_note, scanned_past
 from coclr.text import to_bytes
 from coclr.video.decode import why_not_video
 
@@ -447,9 +447,7 @@ def _note_skipped(root: Path, scan: _FolderScan, notes: list[str] | None) -> Non
     """One line in ``notes`` counting the files of the scan that are not videos (a few named, with the reason), and
     one naming the output folders it left out."""
     if scan.outputs and notes is not None:
-        more = f" and {len(scan.outputs) - 3} more" if len(scan.outputs) > 3 else ""
-        notes.append(f"{root}: left out {len(scan.outputs)} folder(s) of coclr's own outputs: "
-                     f"{', '.join(scan.outputs[:3])}{more}")
+        notes.append(left_out_note(root, scan.outputs))
     if scan.skipped and notes is not None:
         shown = "; ".join(f"{path}: {reason}" for path, reason in scan.skipped[:3])
         more = f"; and {len(scan.skipped) - 3} more" if len(scan.skipped) > 3 else ""
