@@ -203,3 +203,37 @@ def test_usable_cores_follow_the_affinity_every_default_starts_from():
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert found == ["1", "1"]
     assert usable_cores() == len(os.sched_getaffinity(0)) >= 1
+
+
+def test_every_workers_option_refuses_counts_no_run_should_start(tmp_path, capsys):
+    """One rule for every ``workers`` option: negative or more than WORKERS_PER_CORE per usable core is refused
+    before any work, naming the option; None and 0 pass (``coclr flow --workers 10000`` started a process per video)."""
+    from coclr.cli import main
+    from coclr.config import from_dict
+    from coclr.embed.options import EmbedJob
+    from coclr.errors import ConfigError
+    from coclr.eval.options import ClipConfig
+    from coclr.learn.options import LearnOptions
+    from coclr.threads import WORKERS_PER_CORE, check_workers
+
+    most = WORKERS_PER_CORE * usable_cores()
+    for fine in (None, 0, 1, most):
+        check_workers(fine, "workers")
+    for bad, said in ((-1, "must be 0 or more"), (most + 1, f"at most {most}")):
+        with pytest.raises(ConfigError, match=f"^--workers: .*{said}"):
+            check_workers(bad, "--workers")
+    with pytest.raises(ConfigError, match="^--workers: .* at most"):
+        LearnOptions(workers=most + 1).validate()
+    with pytest.raises(ConfigError, match="^--workers: .* at most"):
+        EmbedJob(workers=most + 1).validate()
+    with pytest.raises(ConfigError, match="^workers: .* at most"):
+        from_dict(ClipConfig, {"workers": most + 1})
+    synth, tiny = tmp_path / "synth", ["train_scenes=8", "test_scenes=2", "frames=8", "height=32", "width=32"]
+    assert main(["data", "synth", "--out", str(synth), "--workers", str(most + 1), *tiny]) == 2
+    assert f"at most {most}" in capsys.readouterr().err
+    assert not synth.exists()  # refused before anything was written
+    assert main(["data", "synth", "--out", str(synth), "--workers", "0", *tiny]) == 0
+    capsys.readouterr()
+    assert main(["flow", str(synth), "--backend", "dis", "--workers", "10000"]) == 2
+    assert "workers: 10000 worker processes" in capsys.readouterr().err
+    assert not (synth / "flow_dis").exists()

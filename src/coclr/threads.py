@@ -29,6 +29,8 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
+from coclr.errors import ConfigError
+
 #: Environment settings of the OpenMP runtimes (GNU libgomp reads the first, Intel/LLVM libiomp the second).
 OPENMP_POLICY = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
 #: PyTorch's CPU allocator: transparent huge pages for allocations of 2 MiB and more (Linux; ignored elsewhere).
@@ -44,6 +46,26 @@ def usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
+
+
+WORKERS_PER_CORE = 8
+"""The most worker processes an option may ask for, per usable core: each is a process with its own libraries and
+buffers on work that keeps a core busy, so beyond a few per core they only share the cores and fill memory (10,000
+would start 10,000 processes)."""
+
+
+def check_workers(workers: int | None, key: str) -> None:
+    """Refuse, as ``ConfigError("key: ...")``, a count of worker processes no run should start: negative, or more
+    than :data:`WORKERS_PER_CORE` per usable core. None (the default: one per core) and 0 (none: work in this
+    process, as DataLoader's ``num_workers``) are fine. The one rule of every ``workers`` option."""
+    if workers is None:
+        return
+    if workers < 0:
+        raise ConfigError(f"{key}: must be 0 or more (0: work in this process), got {workers}")
+    most = WORKERS_PER_CORE * usable_cores()
+    if workers > most:
+        raise ConfigError(f"{key}: {workers} worker processes on {usable_cores()} usable cores; at most {most} "
+                          f"({WORKERS_PER_CORE} per core): leave it out for one per core")
 
 
 def apply_process_policy() -> bool:

@@ -53,6 +53,7 @@ from coclr.embed.output import Embeddings, finished_embeddings
 from coclr.errors import ConfigError
 from coclr.runfolder import FolderRule, claim_folder
 from coclr.text import shown
+from coclr.threads import check_workers
 
 CURATE_FOLDER = FolderRule("curate", "a curate run", may_differ=("device", "workers"), restart=True)
 RESULT_FILE = "curate.json"
@@ -99,6 +100,7 @@ class CurateOptions:
                 raise ConfigError(f"--{name}: must be 0 or more, got {getattr(self, name)}")
         if self.neighbours < 1:
             raise ConfigError(f"--neighbours: must be at least 1, got {self.neighbours}")
+        check_workers(self.workers, "--workers")
 
 
 @dataclasses.dataclass

@@ -56,7 +56,7 @@ from coclr.interrupts import loader_worker_signals
 from coclr.models.inference import fused_for_inference
 from coclr.models.loading import load_encoder
 from coclr.progress import bar as progress_bar
-from coclr.threads import usable_cores, worker_opencv_threads
+from coclr.threads import check_workers, usable_cores, worker_opencv_threads
 from coclr.video.decode import VideoReader
 
 CHUNK_FRAMES = 32
@@ -132,8 +132,7 @@ class Embedder:
         self.settings: EmbedSettings = resolve_settings(self.checkpoint, self.flow_checkpoint, **settings)
         if batch_size < 1:
             raise DataError(f"batch_size must be at least 1, got {batch_size}")
-        if workers is not None and workers < 0:
-            raise DataError(f"workers must be >= 0, got {workers}")
+        check_workers(workers, "workers")
         self.batch_size = batch_size
         self.workers = workers if workers is not None else max(1, min(8, usable_cores() - 1))
         self.device = pick_device(device)

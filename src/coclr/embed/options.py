@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from coclr.config import option, require
+from coclr.threads import check_workers
 
 
 @dataclasses.dataclass
@@ -25,7 +26,7 @@ class EmbedJob:
 
     def validate(self) -> None:
         require(self.batch_size >= 1, "--batch-size", f"must be at least 1, got {self.batch_size}")
-        require(self.workers is None or self.workers >= 0, "--workers", f"must be >= 0, got {self.workers}")
+        check_workers(self.workers, "--workers")
         require(self.flush_every >= 1, "--flush-every", f"must be at least 1, got {self.flush_every}")
 
 

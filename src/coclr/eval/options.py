@@ -9,6 +9,7 @@ import dataclasses
 
 from coclr.clips import ClipSettings, clip_option
 from coclr.config import option, require
+from coclr.threads import check_workers
 
 
 @dataclasses.dataclass
@@ -25,7 +26,7 @@ class ClipConfig:
     def validate(self) -> None:
         ClipSettings.check(self)
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
-        require(self.workers >= 0, "workers", f"must be >= 0, got {self.workers}")
+        check_workers(self.workers, "workers")
 
     def data_key(self) -> dict[str, object]:
         """The options that change the features (batch size and workers do not)."""

@@ -11,6 +11,7 @@ from typing import Any
 from coclr.config import option
 from coclr.errors import ConfigError
 from coclr.seeding import SEEDS
+from coclr.threads import check_workers
 
 
 def parse_budget(text: str) -> float:
@@ -56,5 +57,4 @@ class LearnOptions:
         """Refuse, in one line naming the option, what no run could use (before any work)."""
         if self.seed not in SEEDS:
             raise ConfigError(f"--seed: must be from 0 to 2**32 - 1, got {self.seed}")
-        if self.workers is not None and self.workers < 0:
-            raise ConfigError(f"--workers: must be 0 or more (0: work in this process), got {self.workers}")
+        check_workers(self.workers, "--workers")

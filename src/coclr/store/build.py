@@ -20,6 +20,7 @@ from coclr.store.clipstore import ClipStore
 from coclr.store.jobs import JobSummary, run_entry_jobs, shard, writing_view
 from coclr.store.jpeg import encode_jpeg
 from coclr.store.options import StoreOptions
+from coclr.threads import check_workers
 from coclr.video.decode import VideoReader
 from coclr.video.indexes import VideoIndex, check_videos_exist
 
@@ -81,8 +82,7 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
         raise DataError(f"short_side must be positive, got {short_side}")
     if not 1 <= quality <= 100:
         raise DataError(f"quality must be in 1..100, got {quality}")
-    if workers is not None and workers < 0:
-        raise DataError(f"workers: must be >= 0 (0: work in this process), got {workers}")
+    check_workers(workers, "workers")
     if fps is not None and not FPS_RANGE[0] <= fps <= FPS_RANGE[1]:
         raise DataError(f"fps must be between {FPS_RANGE[0]} and {FPS_RANGE[1]} frames per second, got {fps}")
     check_videos_exist(index, video_root)

@@ -58,7 +58,7 @@ from coclr.store.flow_views import (
 )
 from coclr.store.jobs import JobSummary, run_entry_jobs, run_entry_stream, writing_view
 from coclr.store.jpeg import encode_jpeg
-from coclr.threads import usable_cores
+from coclr.threads import check_workers, usable_cores
 from coclr.video.indexes import SPLITS
 
 DECODE_CHUNK = 64
@@ -219,8 +219,7 @@ def extract_flow(store_root: str | Path, backend: str = FlowOptions.backend, vie
         raise ConfigError("TV-L1 parameters were given, but the dis backend does not use them")
     params = params or TVL1Params()
     params.validate()
-    if workers is not None and workers < 0:
-        raise ConfigError(f"workers: must be >= 0 (0: work in this process), got {workers}")
+    check_workers(workers, "workers")
     if batch_pairs is None:
         batch_pairs = default_batch_pairs(torch_device)
     if batch_pairs < 1:

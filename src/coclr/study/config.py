@@ -16,6 +16,7 @@ from coclr.config import option, require
 from coclr.core.methods import METHODS
 from coclr.flow.backends import BACKENDS
 from coclr.flow.encode import check_bound
+from coclr.threads import check_workers
 from coclr.train.recipes import STUDY_TRAIN
 
 # ------------------------------------------------------------------------------------------------- the rows
@@ -151,7 +152,7 @@ class StudyData:
         require(self.fps is None or self.fps > 0, "fps", "must be positive (or null)")
         require(self.flow_backend in (*BACKENDS, "torch", "opencv"), "flow_backend",
                 f"must be one of {', '.join(BACKENDS)}")
-        require(self.flow_workers >= 0, "flow_workers", "must be non-negative")
+        check_workers(self.flow_workers, "flow_workers")
         try:
             check_bound(self.flow_bound)
         except ValueError as error:

@@ -20,6 +20,7 @@ from coclr.store.jobs import JobSummary, run_entry_jobs, writing_view
 from coclr.store.jpeg import encode_jpeg
 from coclr.synth.config import SynthConfig, dataset_clips
 from coclr.synth.render import render_clip
+from coclr.threads import check_workers
 from coclr.video.decode import write_mp4
 from coclr.video.indexes import VideoEntry, VideoIndex
 
@@ -73,6 +74,7 @@ def generate_synthetic(out: str | Path, config: SynthConfig, workers: int | None
     processes (None: one per core; 0: in this process).
     """
     validate(config)
+    check_workers(workers, "workers")
     index = synthetic_index(config)
     keys = [entry.path for entry in index.entries]
     with writing_view(out, "rgb", index, generator="coclr.synth", synth=recorded_options(config)):

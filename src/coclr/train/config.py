@@ -21,6 +21,7 @@ from coclr.config import option, require
 from coclr.core.methods import CONTRASTIVE, MINING_SPACES, methods_help, mining_help
 from coclr.data.augment import AugmentOptions
 from coclr.seeding import SEEDS
+from coclr.threads import check_workers
 
 
 @dataclass
@@ -58,7 +59,7 @@ class DataOptions:
     def validate(self) -> None:
         require(bool(self.store), "store", "is required (a clip store directory)")
         ClipSettings.check(self)
-        require(self.workers >= 0, "workers", "must be non-negative")
+        check_workers(self.workers, "workers")
         require(self.cache_mb >= 0, "cache_mb", "must be non-negative")
         require(self.cache_mb == 0 or self.workers == 0, "cache_mb",
                 f"needs workers=0 (got workers={self.workers}): each worker process would hold a cache of its own")
