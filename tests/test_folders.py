@@ -99,6 +99,33 @@ def test_claim_checks_locks_checks_again_and_records(tmp_path):
         claim_folder(tmp_path / "f", FolderRule("y", "a y run"), {"a": 1}).__enter__()
 
 
+def test_restart_moves_aside_only_the_commands_own_folder(tmp_path):
+    """``--restart`` once moved whatever ``--out`` named: a user's folder, a file, the command's own input."""
+    rule = FolderRule("curate", "a curate run", restart=True)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    refused_untouched(mine, lambda: claim_folder(mine, rule, {"a": 1}, restart=True).__enter__(), FolderRefused,
+                      r"mine: holds notes\.txt, which coclr curate did not write; --restart moves aside only")
+    page = tmp_path / "notes.html"
+    page.write_text("mine")
+    with pytest.raises(FolderRefused, match="exists and is not a folder; --restart moves aside only"):
+        claim_folder(page, rule, {"a": 1}, restart=True).__enter__()
+    assert page.read_text() == "mine"
+    store = make_random_store(tmp_path / "store")  # another command's output (a store; an embed folder alike)
+    refused_untouched(store, lambda: claim_folder(store, rule, {"a": 1}, restart=True).__enter__(), FolderRefused,
+                      r"the output folder of `coclr data store`, not of `coclr curate`")
+    refused_untouched(store, lambda: main(["pretrain", f"data.store={store}", f"run.out={store}", *TINY,
+                                           "run.max_steps=1", "--restart"]))
+    assert not list(tmp_path.glob("*.replaced-*"))
+    with claim_folder(tmp_path / "run", rule, {"a": 1}):
+        (tmp_path / "run" / "result.txt").write_text("old")
+    with claim_folder(tmp_path / "run", rule, {"a": 2}, restart=True) as held:  # its own: moved aside, started over
+        assert held is False
+    aside, = tmp_path.glob("run.replaced-*")
+    assert (aside / "result.txt").read_text() == "old" and not (tmp_path / "run" / "result.txt").exists()
+
+
 # ----------------------------------------------------------------------------------- the seven folder kinds
 
 

@@ -245,10 +245,14 @@ def check_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any],
     return True
 
 
-def restart_folder(folder: str | Path, rule: FolderRule) -> Path | None:
-    """:func:`move_aside` under the folder's lock, so that a running job's folder is never moved from under it;
-    refused for a folder inside another command's output (a pipeline's stage, a study's or learn's parts), which
-    that run records as its own: moved aside, it would be lost to it."""
+def restart_folder(folder: str | Path, rule: FolderRule, ours: Callable[[Path], bool] | None = None,
+                   legacy: Callable[[Path], dict[str, Any] | None] | None = None) -> Path | None:
+    """:func:`move_aside` under the folder's lock, so that a running job's folder is never moved from under it.
+    Only the command's own folder is moved: refused (reads only) for a file, for another command's output (the
+    input of this one, say), for a folder holding files the command did not write (``ours``: what a
+    :class:`FolderRecord` may hold, default a run folder's; ``legacy`` as in :func:`check_folder`), and for a folder
+    inside another command's output (a pipeline's stage, a study's or learn's parts), which that run records as its
+    own: moved aside, it would be lost to it."""
     folder = Path(folder)
     for parent in folder.absolute().resolve().parents:
         owner = folder_owner(parent)
@@ -256,8 +260,21 @@ def restart_folder(folder: str | Path, rule: FolderRule) -> Path | None:
             raise FolderRefused(f"{folder}: inside {parent}, the output folder of `coclr {owner}`, which records it as "
                                 f"its own; --restart would take it from that run: restart `coclr {owner}` instead, "
                                 "or give a folder outside it")
+    if not folder.exists():
+        return None
     if not folder.is_dir():
-        return move_aside(folder, rule.command)
+        raise FolderRefused(f"{folder}: exists and is not a folder; --restart moves aside only a folder that "
+                            f"coclr {rule.command} wrote: give another folder")
+    owner = folder_owner(folder)
+    if owner is not None and owner != rule.command:
+        raise FolderRefused(f"{folder}: the output folder of `coclr {owner}`, not of `coclr {rule.command}`; "
+                            "--restart moves aside only its own: give another folder")
+    if owner is None and (legacy is None or legacy(folder) is None):
+        names = foreign_files(folder, ours or (lambda path: nested_output(path, rule.command)))
+        if names:
+            raise FolderRefused(f"{folder}: holds {_some(names)}, which coclr {rule.command} did not write; "
+                                "--restart moves aside only a folder it wrote: give another folder, or move those "
+                                "away")
     with folder_lock(folder, rule):
         return move_aside(folder, rule.command)
 
@@ -286,7 +303,7 @@ def claim_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any], 
     folder = Path(folder)
     record = record or run_record(rule, options)
     if restart:
-        restart_folder(folder, rule)
+        restart_folder(folder, rule, record.ours, legacy)
     check_folder(folder, rule, options, legacy, record)
     folder.mkdir(parents=True, exist_ok=True)
     with lock() if lock is not None else folder_lock(folder, rule):

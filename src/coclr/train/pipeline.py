@@ -208,7 +208,7 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
     if until is not None and until not in names:
         raise ConfigError(f"until: no stage {until!r} in this pipeline; its stages are {', '.join(names)}")
     if restart and is_main():
-        restart_folder(run_dir, PIPELINE_FOLDER)
+        restart_folder(run_dir, PIPELINE_FOLDER, legacy=_manifest_options)
     if restart and dist.is_initialized():
         dist.barrier()
     options = to_dict(resolve_precision(config, resolve_device(config.run.device)))  # as each stage records them

@@ -283,7 +283,7 @@ def check_run_folder(config: PretrainConfig, restart: bool = False) -> bool:
     holds it). Under torchrun, rank 0 moves it and every process checks after it. Reads only, without
     ``restart``."""
     if restart and is_main():
-        restart_folder(config.run.out, PRETRAIN_FOLDER)
+        restart_folder(config.run.out, PRETRAIN_FOLDER, legacy=_checkpoint_options)
     if restart and dist.is_initialized():
         dist.barrier()
     return check_folder(config.run.out, PRETRAIN_FOLDER, run_options(config, world_size()), _checkpoint_options)
