@@ -30,6 +30,20 @@ FPS_RANGE = (0.01, 1000.0)
 MIN_LENGTH = 8
 MIN_SIZE = 32
 """The smallest input S3D takes: 8 frames of 32 x 32 pixels."""
+MAX_CLIP_PIXELS = 2 ** 24
+"""The most pixels a clip may hold, frames x side x side (256 frames of 256 x 256, 64 of 512 x 512; the paper's
+32 x 128 x 128 is 0.5M): 200 MB of float32 a clip before the network's activations multiply it, where a typo
+(a side of 100000) would ask for hundreds of gigabytes."""
+MAX_SHORT_SIDE = 4320
+"""The largest short side frames may be resized to (8K video's): beyond it every frame is only enlarged, and one
+frame takes hundreds of megabytes."""
+
+
+def check_short_side(value: int | None, key: str, least: int = 1) -> None:
+    """Refuse, as ``ConfigError("key: ...")``, a short side to resize frames to outside ``least`` ..
+    :data:`MAX_SHORT_SIDE` (None: the decoded size, fine)."""
+    require(value is None or least <= value <= MAX_SHORT_SIDE, key,
+            f"must be from {least} to {MAX_SHORT_SIDE} pixels, got {value}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +59,11 @@ class ClipSettings:
                 f"{MIN_LENGTH}x{MIN_SIZE}x{MIN_SIZE}), got {self.length}")
         require(self.stride >= 1, "stride", f"must be >= 1, got {self.stride}")
         require(self.size >= MIN_SIZE, "size", f"must be >= {MIN_SIZE} (the smallest S3D input), got {self.size}")
+        pixels = self.length * self.size * self.size  # the key at fault: size when even the shortest clip is too big
+        key = "size" if MIN_LENGTH * self.size * self.size > MAX_CLIP_PIXELS else "length"
+        require(pixels <= MAX_CLIP_PIXELS, key, f"{self.length} frames of {self.size} x {self.size} px "
+                f"are {pixels:,} pixels a clip ({pixels * 12 / 2 ** 30:,.1f} GiB as float32, before the network's "
+                f"activations); at most {MAX_CLIP_PIXELS:,} (e.g. 64 frames of 512 x 512)")
 
     def to_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)

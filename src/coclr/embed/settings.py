@@ -21,7 +21,16 @@ import math
 from pathlib import Path
 from typing import Any
 
-from coclr.clips import CLIP_KEYS, FPS_RANGE, IMAGENET_MEAN, IMAGENET_STD, SHORT_SIDE, ClipSettings, clip_option
+from coclr.clips import (
+    CLIP_KEYS,
+    FPS_RANGE,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    SHORT_SIDE,
+    ClipSettings,
+    check_short_side,
+    clip_option,
+)
 from coclr.config import option, require
 from coclr.data.views import view_kind
 from coclr.errors import ConfigError
@@ -75,8 +84,7 @@ class EmbedSettings:
         ClipSettings.check(self)
         require(self.fps is None or FPS_RANGE[0] <= self.fps <= FPS_RANGE[1], "fps",
                 f"must be between {FPS_RANGE[0]} and {FPS_RANGE[1]} frames per second, got {self.fps}")
-        require(self.short_side is None or self.short_side >= 1, "short_side",
-                f"must be positive, got {self.short_side}")
+        check_short_side(self.short_side, "short_side")
         require(self.window_step is None or self.window_step >= 1, "window_step",
                 f"must be at least 1 frame, got {self.window_step}")
         require(self.feature in FEATURES, "feature", f"must be one of {', '.join(FEATURES)}, got {self.feature!r}")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from coclr.atomic import file_identity
-from coclr.clips import FPS_RANGE, JPEG_QUALITY, SHORT_SIDE
+from coclr.clips import FPS_RANGE, JPEG_QUALITY, SHORT_SIDE, check_short_side
 from coclr.errors import DataError, VideoDecodeError
 from coclr.store.clipstore import ClipStore
 from coclr.store.jobs import JobSummary, run_entry_jobs, shard, writing_view
@@ -78,8 +78,7 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
     one in place (videos added or removed); the entries of the videos both hold are kept, but for videos whose file
     changed since it was decoded (:func:`changed_videos`): their entries, of every view, are removed and the video
     decoded again. A job refused (other options, or another job writing the view) changes nothing in the store."""
-    if short_side is not None and short_side < 1:
-        raise DataError(f"short_side must be positive, got {short_side}")
+    check_short_side(short_side, "short_side")
     if not 1 <= quality <= 100:
         raise DataError(f"quality must be in 1..100, got {quality}")
     check_workers(workers, "workers")

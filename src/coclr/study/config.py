@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from coclr.clips import JPEG_QUALITY, SHORT_SIDE
+from coclr.clips import JPEG_QUALITY, SHORT_SIDE, check_short_side
 from coclr.config import option, require
 from coclr.core.methods import METHODS
 from coclr.flow.backends import BACKENDS
@@ -147,7 +147,7 @@ class StudyData:
                 f"is required with source={self.source}")
         require(self.source != "store" or bool(self.store), "store", "is required with source=store")
         require(self.split in (1, 2, 3), "split", "must be 1, 2 or 3")
-        require(self.short_side >= 32, "short_side", "must be at least 32")
+        check_short_side(self.short_side, "short_side", least=32)
         require(1 <= self.quality <= 100, "quality", "must be in 1..100")
         require(self.fps is None or self.fps > 0, "fps", "must be positive (or null)")
         require(self.flow_backend in (*BACKENDS, "torch", "opencv"), "flow_backend",
