@@ -404,16 +404,19 @@ def test_embed_cli_incremental_rerun_changed_video_and_failures(tmp_path, encode
     assert recorded["settings"]["length"] == 8 and len(recorded["checkpoint"]["sha256"]) == 64
     assert {"torch", "av", "numpy"} <= set(recorded["versions"])
 
-    # The same command again: nothing to do (the failed files are not retried while unchanged).
-    assert run_cli(videos, listing, *common) == 0
-    assert "0 videos embedded" in capsys.readouterr().out
+    # The same command again: nothing to do (the failed files are not retried while unchanged), and the same
+    # outcome: the folder still lacks those two, each named with its earlier reason.
+    assert run_cli(videos, listing, *common) == 3
+    printed = capsys.readouterr().out
+    assert "0 videos embedded" in printed and "6 skipped (4 already there, 2 failed before and unchanged)" in printed
+    assert "failed before, unchanged: " + str(videos / "broken.mp4") in printed and "gone.mp4" in printed
 
     # A new video and a changed one: only those are embedded; the changed one keeps its row.
     before = np.array(Embeddings(out).videos)
     write_video(videos / "v3.mp4", moving_square(20, seed=3))
     row = folder.row_of(videos / "v1.mp4")
     write_video(videos / "v1.mp4", moving_square(24, seed=11))
-    assert run_cli(videos, listing, *common) == 0
+    assert run_cli(videos, listing, *common) == 3
     assert "2 videos embedded" in capsys.readouterr().out
     after = check_folder(out)
     assert len(after.videos) == 5 and after.row_of(videos / "v1.mp4") == row

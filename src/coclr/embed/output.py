@@ -167,7 +167,9 @@ class EmbeddingWriter(ChunkWriter):
             if (self.root / f"{VIDEOS}.npy").is_file():
                 Embeddings(self.root)  # the folder as it is must be whole to be continued
             self.done = {r["path"]: (r["size"], r["mtime_ns"]) for r in read_jsonl(self.root / f"{VIDEOS}.jsonl")}
-            self.failed = {r["path"]: (r["size"], r["mtime_ns"]) for r in read_jsonl(self.root / FAILED)}
+            failures = read_jsonl(self.root / FAILED)
+            self.failed = {r["path"]: (r["size"], r["mtime_ns"]) for r in failures}
+            self.errors = {r["path"]: r.get("error") or "failed" for r in failures}
         except BaseException:
             self._lock.close()
             raise
@@ -212,6 +214,13 @@ class EmbeddingWriter(ChunkWriter):
             return False
         return retry_failed or self.failed.get(path) != (identity or (None, None))
 
+    def failed_before(self, path: str, identity: tuple[int, int] | None) -> str | None:
+        """Why ``path`` failed before, when it is not tried again for that (:meth:`todo` without ``retry_failed``:
+        the same identity); None otherwise."""
+        if identity is not None and self.done.get(path) == identity:
+            return None
+        return self.errors.get(path) if self.failed.get(path) == (identity or (None, None)) else None
+
     def stale(self, skip: set[str]) -> dict[str, str]:
         """The rows (path -> reason) whose file was removed or changed since it was embedded, among the paths
         not in ``skip`` (the ones this run embeds again)."""
@@ -232,6 +241,7 @@ class EmbeddingWriter(ChunkWriter):
             self.done[result.path] = identity
         for failure in failures:
             self.failed[failure["path"]] = (failure["size"], failure["mtime_ns"])
+            self.errors[failure["path"]] = failure["error"]
             self.done.pop(failure["path"], None)
         for record in stale:
             self.done.pop(record["path"], None)

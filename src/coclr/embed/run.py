@@ -32,7 +32,8 @@ from coclr.video.decode import DAMAGE_TOLERANCE
 @dataclasses.dataclass
 class EmbedSummary:
     """What a run did: videos embedded, skipped (already in the folder, or failed before unchanged), failed
-    (path, message), windows embedded, rows dropped (path -> reason: files removed or changed since embedded),
+    (path, message), failed before (path, the earlier message: skipped while unchanged, still not embedded), windows
+    embedded, rows dropped (path -> reason: files removed or changed since embedded),
     notes on the inputs (symbolic-link loops, duplicates, files that are not videos), the videos embedded with
     damaged frames (path, count: kept, below the decoder's tolerance, and marked in videos.jsonl), and the
     wall-clock seconds. In a distributed job the counts are those of all processes."""
@@ -41,6 +42,7 @@ class EmbedSummary:
     done: int = 0
     skipped: int = 0
     failed: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    failed_before: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     windows: int = 0
     dropped: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -59,15 +61,16 @@ class EmbedSummary:
                          f"were embedded and not among this run's inputs (their rows are no longer served): "
                          f"{named}{more}")
         processes = f" by {self.world} processes" if self.world > 1 else ""
+        before = len(self.failed_before)
         lines.append(f"{self.out}: {self.done} videos embedded{processes} ({self.windows} windows), {self.skipped} "
-                     f"skipped (already there, or failed before and unchanged), {len(self.failed)} failed; "
-                     f"{self.seconds:.1f} s ({rate:.2f} videos/s, {window_rate:.1f} windows/s)")
-        shown_failed = self.failed[:20]
-        lines += [f"  failed: {message}" for _, message in shown_failed]
-        if len(self.failed) > len(shown_failed):
-            lines.append(f"  ... and {len(self.failed) - len(shown_failed)} more, listed in "
-                         f"{self.out / 'failed.jsonl'}")
-        if self.failed:
+                     f"skipped ({self.skipped - before} already there, {before} failed before and unchanged), "
+                     f"{len(self.failed)} failed; {self.seconds:.1f} s ({rate:.2f} videos/s, {window_rate:.1f} "
+                     "windows/s)")
+        for label, failures in (("failed", self.failed), ("failed before, unchanged", self.failed_before)):
+            lines += [f"  {label}: {message}" for _, message in failures[:20]]
+            if len(failures) > 20:
+                lines.append(f"  ... and {len(failures) - 20} more, listed in {self.out / 'failed.jsonl'}")
+        if self.failed or self.failed_before:
             lines.append("  a failed video's earlier row, if any, is dropped; it is tried again once the file changes "
                          "(or with --retry-failed)")
         lines += [f"  damaged: {path}: {count} damaged frames (reported corrupt by the decoder, or predicted from "
@@ -173,11 +176,15 @@ def embed_videos(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
                 todos.append(todo)
                 if number == 0:
                     dropped, skipped_bad = stale, len(unusable) - len(bad)
-            plan = (paths, identities, todos, dropped, skipped_bad)
-        paths, identities, todos, stale, skipped_bad = broadcast_object(plan)  # rank 0's view, for every rank
+                    before = [(path, writer.failed_before(path, identity)) for path, identity in
+                              [*identities.items(), *((path, file_identity(path)) for path in unusable)]]
+                    before = [(path, error) for path, error in before if error is not None and not retry_failed]
+            plan = (paths, identities, todos, dropped, skipped_bad, before)
+        paths, identities, todos, stale, skipped_bad, before = broadcast_object(plan)  # rank 0's, for every rank
         wanted = [set(todo) for todo in todos]
         todo = sorted(set().union(*wanted))
         summary.skipped, summary.dropped = len(paths) - len(todo) + skipped_bad, stale
+        summary.failed_before = before
         mine = shard(todo)
         damaged: list[tuple[int, str, int]] = []
         try:
