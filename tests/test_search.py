@@ -473,6 +473,24 @@ def test_an_html_path_that_is_a_folder_is_one_line(folder, tmp_path, capsys):
     assert "Traceback" not in err and len(err.splitlines()) == 1 and str(page) in err and "is a folder" in err
 
 
+def test_an_html_path_that_cannot_be_written_is_one_line_before_the_search(folder, tmp_path, capsys):
+    """An unwritable place (/proc refuses new files to root too) or a link to nothing: refused before the search,
+    naming the user's path (not a temporary file's), and the link left as it was."""
+    out, _, _ = folder
+    assert cli_main(["search", str(out), "--query", "1", "-k", "2", "--html", "/proc/page.html"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no hits printed: refused before the search
+    assert captured.err.strip().endswith("/proc/page.html: /proc, where it would be written, cannot be written by "
+                                         "this user (permission denied, or a read-only file system); give another "
+                                         "output file")
+    link = tmp_path / "page.html"
+    link.symlink_to(tmp_path / "missing" / "page.html")
+    assert cli_main(["search", str(out), "--query", "1", "-k", "2", "--html", str(link)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "a link to " in captured.err and "which does not exist" in captured.err
+    assert link.is_symlink() and not link.exists()
+
+
 def test_rows_of_removed_or_changed_files_are_never_served(tmp_path, capsys):
     """Between two embed runs, a hit whose file was removed or changed is left out (the next row takes its place)
     and the command says so in one line; only the candidates' files are looked at."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import os
+import tempfile
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -370,19 +371,37 @@ def check_place(path: str | Path, command: str) -> None:
                                 "must not write into; give a path outside it")
 
 
-def check_writable(folder: str | Path) -> None:
-    """Refuse, in one line and before any work, an output ``folder`` that this process cannot create or write into:
-    the folder itself when it exists, else the nearest folder above it that exists (reads only)."""
-    folder = Path(folder).absolute()
-    existing = next((path for path in (folder, *folder.parents) if path.exists()), None)
+def check_writable(path: str | Path, kind: str = "folder") -> None:
+    """Refuse, in one line and before any work, an output ``path`` that this process cannot create or write into:
+    a folder (``kind="folder"``), itself when it exists, else the nearest folder above it that exists; a file
+    (``kind="file"``, written by replacing it: :func:`coclr.atomic.atomic_open`), the nearest folder above it that
+    exists (a probe file made there and removed at once: :func:`_can_create_in`; nothing else is written)."""
+    path = Path(path).absolute()
+    start = path if kind == "folder" else path.parent
+    existing = next((folder for folder in (start, *start.parents) if folder.exists()), None)
     if existing is None:
         return
     if not existing.is_dir():
-        raise FolderRefused(f"{folder}: {existing} is a file, not a folder; give another output folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        where = "it" if existing == folder else f"{existing}, where it would be created,"
-        raise FolderRefused(f"{folder}: {where} cannot be written by this user (permission denied, or a read-only "
-                            "file system); give another output folder")
+        raise FolderRefused(f"{path}: {existing} is a file, not a folder; give another output {kind}")
+    if not _can_create_in(existing):
+        made = "created" if kind == "folder" else "written"
+        where = "it" if existing == path else f"{existing}, where it would be {made},"
+        raise FolderRefused(f"{path}: {where} cannot be written by this user (permission denied, or a read-only "
+                            f"file system); give another output {kind}")
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether this process can create a file in ``folder``: tried, with a bookkeeping name removed at once (the
+    permission bits do not tell: root passes them where a file system refuses, e.g. /sys or a read-only mount)."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return False
+    try:
+        handle, name = tempfile.mkstemp(dir=folder, prefix=".coclr-probe-", suffix=PARTIAL_SUFFIX)
+    except OSError:
+        return False
+    os.close(handle)
+    os.unlink(name)
+    return True
 
 
 def foreign_files(folder: str | Path, ours: Callable[[Path], bool] | None = None) -> list[str]:
@@ -423,7 +442,8 @@ def check_output_folder(folder: str | Path, command: str, ours: Callable[[Path],
 def check_output_file(path: str | Path, command: str, ours: Callable[[Path], bool], what: str) -> None:
     """The checks of a file ``command`` writes (a result, an index, a page): not inside another command's folder
     (:func:`check_place`), not a folder, and, when it exists, recognised by ``ours`` as ``what`` the command wrote
-    before (then it is rewritten); reads only, raises :class:`FolderRefused` in one line."""
+    before (then it is rewritten), not a link to nothing, and in a folder this process can write
+    (:func:`check_writable`); raises :class:`FolderRefused` in one line, and leaves everything as it was."""
     path = Path(path)
     check_place(path, command)
     if path.is_dir():
@@ -431,9 +451,13 @@ def check_output_file(path: str | Path, command: str, ours: Callable[[Path], boo
     folder = next((part for part in path.parents if part.exists()), None)
     if folder is not None and not folder.is_dir():
         raise FolderRefused(f"{folder}: is a file, where {path} needs a folder; give another path")
+    if path.is_symlink() and not path.exists():
+        raise FolderRefused(f"{path}: a link to {os.readlink(path)}, which does not exist; give another path, or "
+                            "make what it names")
     if path.exists() and not ours(path):
         raise FolderRefused(f"{path}: exists and is not {what} (what coclr {command} writes there), so it was not "
                             "written by it; give another path, or move it away")
+    check_writable(path, "file")
 
 
 def _some(names: Sequence[str], shown: int = 5) -> str:
