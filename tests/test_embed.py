@@ -667,7 +667,7 @@ def test_a_symbolic_link_loop_is_named_and_every_real_file_embedded_once(tmp_pat
     notes: list[str] = []
     assert expand_inputs([videos], notes) == [a, b]
     assert len(notes) == 2 and "not followed 3 symbolic links" in notes[0] and "again" in notes[0]
-    assert "alias.mp4 (= " in notes[1]
+    assert f"under the first name given here: {a} (also named {videos / 'alias.mp4'})" in notes[1]
     assert run_cli(videos, "--checkpoint", encoder, "--out", tmp_path / "out",
                    *sum(([f"--{k.replace('_', '-')}", v] for k, v in SMALL.items()), [])) == 0
     printed = capsys.readouterr().out
@@ -855,6 +855,29 @@ def test_a_query_through_a_link_to_an_embedded_file_is_that_row(tmp_path, encode
     assert cli_main(["search", str(tmp_path / "out"), "--query", str(tmp_path / "link.mp4"), "-k", "2", "--json"]) == 0
     hits = json.loads(capsys.readouterr().out)["hits"]
     assert sorted(Path(hit["path"]).name for hit in hits) == ["v1.mp4", "v2.mp4"]  # the file itself left out
+
+
+def test_a_file_has_one_row_under_whichever_name_a_folder_holds_it(tmp_path, encoder, capsys):
+    """A link and its file named together: the file's own name is kept (a link's name was, and the note named the
+    other as kept). A folder that holds a file under a link's name keeps that row when a later run names the file
+    itself (it gained a second row), and a query by either name is that row (it came back as its own first hit)."""
+    videos = tmp_path / "videos"
+    real = write_video(videos / "real.mp4", moving_square(12))
+    write_video(videos / "other.mp4", moving_square(14, seed=1))
+    (videos / "a_link.mp4").symlink_to("real.mp4")  # sorted before the file it names
+    notes: list[str] = []
+    assert [path.name for path in expand_inputs([videos], notes)] == ["real.mp4", "other.mp4"]  # at its first place
+    assert notes == [f"1 files named twice through symbolic links, embedded once, under the first name given here: "
+                     f"{real} (also named {videos / 'a_link.mp4'})"]
+    out = tmp_path / "out"
+    assert run_cli(videos / "a_link.mp4", "--checkpoint", encoder, "--out", out) == 0
+    assert run_cli(videos, "--checkpoint", encoder, "--out", out) == 0
+    printed = capsys.readouterr().out
+    assert f"kept under that name: {real} (as {videos / 'a_link.mp4'})" in printed and "1 videos embedded" in printed
+    assert sorted(Path(r["path"]).name for r in check_folder(out).video_records) == ["a_link.mp4", "other.mp4"]
+    assert cli_main(["search", str(out), "--query", str(real), "-k", "1", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert [Path(hit["path"]).name for hit in hits] == ["other.mp4"]  # the query's own row left out
 
 
 def test_a_search_with_no_hit_says_why(tmp_path, encoder, capsys):

@@ -27,7 +27,7 @@ import codecs
 import csv
 import glob
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from coclr.errors import DataError
@@ -71,20 +71,39 @@ def expand_inputs(inputs: Sequence[str | os.PathLike[str]], notes: list[str] | N
 
 
 def _unique_files(paths: list[Path], notes: list[str]) -> list[Path]:
-    """``paths`` without repeats of one real file (first name kept); one note for the other names."""
-    first: dict[str, Path] = {}
-    repeated: list[str] = []
+    """``paths`` with each real file once, at its first place, under its own name where the inputs name it so (else
+    the first name met): a link's name may go, the file's stays. One note names the kept name of each and the
+    other names."""
+    names: dict[str, list[Path]] = {}
     for path in paths:
-        real = os.path.realpath(path)
-        if real not in first:
-            first[real] = path
-        elif first[real] != path:
-            repeated.append(f"{path} (= {first[real]})")
+        names.setdefault(os.path.realpath(path), []).append(path)
+    kept = {real: next((path for path in given if str(path) == real), given[0]) for real, given in names.items()}
+    repeated = [f"{kept[real]} (also named {', '.join(str(p) for p in dict.fromkeys(given) if p != kept[real])})"
+                for real, given in names.items() if len(set(given)) > 1]
     if repeated:
         more = f" and {len(repeated) - 3} more" if len(repeated) > 3 else ""
-        notes.append(f"{len(repeated)} files named twice through symbolic links, embedded once under the first "
-                     f"name: {', '.join(repeated[:3])}{more}")
-    return list(first.values())
+        notes.append(f"{len(repeated)} files named twice through symbolic links, embedded once, under the first name "
+                     f"given here: {', '.join(repeated[:3])}{more}")
+    return list(kept.values())
+
+
+def known_names(paths: Sequence[str], known: Iterable[str], notes: list[str]) -> list[str]:
+    """``paths`` with each file that a folder holds a row of under another name (``known``: a link, or a path
+    through a linked folder) given that name, so that a file has one row however it is named; one note for them."""
+    by_real: dict[str, str] = {}
+    for name in known:
+        by_real.setdefault(os.path.realpath(name), name)
+    out, renamed = [], []
+    for path in paths:
+        name = by_real.get(os.path.realpath(path), path)
+        if name != path:
+            renamed.append(f"{path} (as {name})")
+        out.append(name)
+    if renamed:
+        more = f" and {len(renamed) - 3} more" if len(renamed) > 3 else ""
+        notes.append(f"{len(renamed)} files the folder holds under another name (a symbolic link), kept under that "
+                     f"name: {', '.join(renamed[:3])}{more}")
+    return out
 
 
 def _expand(item: str, notes: list[str]) -> tuple[list[Path], str | None]:

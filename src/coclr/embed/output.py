@@ -516,6 +516,7 @@ class Embeddings:
                 raise damaged(self.root, f"{name}.npy holds {len(array)} rows, {name}.jsonl {len(records)} records")
         self.pending_chunks = len(list((self.root / CHUNKS).glob("*.npz"))) if (self.root / CHUNKS).is_dir() else 0
         self._row_of: dict[str, int] | None = None
+        self._row_of_real: dict[str, int] | None = None
 
     def stale_rows(self) -> np.ndarray:
         """The video rows (sorted ``int64``) whose file was removed or changed (size or modification time) since it
@@ -524,12 +525,20 @@ class Embeddings:
         return np.array([record["row"] for record in self.video_records if not is_current(record)], np.int64)
 
     def row_of(self, path: str | Path) -> int | None:
-        """The video row of ``path`` (absolute, as embedded; else the file it links to, as a scan embeds a file
-        reached under two names once), or None."""
+        """The video row of ``path`` (absolute, as embedded; else the same file under another name: a scan embeds a
+        file reached under two names once, under either), or None."""
         if self._row_of is None:
             self._row_of = {record["path"]: record["row"] for record in self.video_records}
         found = self._row_of.get(os.path.abspath(path))
-        return found if found is not None else self._row_of.get(os.path.realpath(path))
+        if found is None:
+            found = self._row_of.get(os.path.realpath(path))
+        if found is None:  # the row's name is a link (or in a linked folder): its file's real path is the query's
+            if self._row_of_real is None:
+                self._row_of_real = {}
+                for record in self.video_records:
+                    self._row_of_real.setdefault(os.path.realpath(record["path"]), record["row"])
+            found = self._row_of_real.get(os.path.realpath(path))
+        return found
 
 
 def finished_embeddings(root: str | Path) -> Embeddings:

@@ -16,7 +16,7 @@ import numpy
 from coclr.atomic import file_identity
 from coclr.distributed import all_gather_objects, barrier, broadcast_object, is_distributed, rank, world_size
 from coclr.embed.embedder import Embedder, EmbedFailure
-from coclr.embed.inputs import expand_inputs
+from coclr.embed.inputs import expand_inputs, known_names
 from coclr.embed.options import EmbedJob
 from coclr.embed.output import CHECKPOINTS, ChunkWriter, EmbeddingWriter, read_settings
 from coclr.errors import CheckpointError, CoclrError, ConfigError, DataError
@@ -159,6 +159,7 @@ def embed_videos(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
         plan = None
         failed: list[tuple[int, str, str]] = []
         if isinstance(writers[0], EmbeddingWriter):  # rank 0, or the only process
+            paths = known_names(paths, writers[0].done, summary.notes)
             identities = {path: file_identity(path) for path in paths}
             todos = []
             for number, writer in enumerate(writers):
