@@ -564,8 +564,9 @@ def test_a_video_whose_frame_size_changes_mid_stream_fails_alone(tmp_path, encod
     assert "2 videos embedded" in printed and "1 failed" in printed
     assert "frame size changes mid-stream, from 40x32 to 32x48 at frame 32" in failed_records(out)["spliced.mpg"]
     assert sorted(Path(r["path"]).name for r in check_folder(out).video_records) == ["v0.mp4", "v1.mp4"]
-    assert run_cli(videos, *common) == 0  # nothing left to do: the failure is remembered while the file is unchanged
-    assert "0 videos embedded (0 windows), 3 skipped" in capsys.readouterr().out
+    assert run_cli(videos, *common) == 3  # nothing left to do: the failure is remembered while the file is unchanged
+    assert "0 videos embedded (0 windows), 3 skipped (2 already there, 1 failed before and unchanged)" in \
+        capsys.readouterr().out
 
 
 def test_any_error_from_one_video_is_that_videos_failure(tmp_path, encoder, monkeypatch):

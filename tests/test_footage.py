@@ -79,9 +79,10 @@ def test_transport_streams_are_videos_and_a_bad_argument_fails_alone(tmp_path, e
     assert sorted(rows(out)) == ["CLIP.MTS", "clip.ts", "ok.mp4"]
     assert [json.loads(line)["path"] for line in (out / "failed.jsonl").read_text().splitlines()] == [str(noise)]
     np.testing.assert_array_equal(Embeddings(out).videos[1], Embeddings(out).videos[2])  # .ts and .MTS: one file
-    # Again: the bad input is skipped while unchanged, as a failed video is.
-    assert embed(encoder, out, videos / "ok.mp4", videos / "clip.ts", videos / "CLIP.MTS", noise) == 0
-    assert "0 videos embedded" in capsys.readouterr().out
+    # Again: the bad input is skipped while unchanged, as a failed video is, and named again (exit 3 again).
+    assert embed(encoder, out, videos / "ok.mp4", videos / "clip.ts", videos / "CLIP.MTS", noise) == 3
+    printed = capsys.readouterr().out
+    assert "0 videos embedded" in printed and f"failed before, unchanged: {noise}: neither a video" in printed
     # An input naming nothing is still an error before any work.
     assert embed(encoder, tmp_path / "other", videos / "ok.mp4", videos / "nope.mp4") == 2
     assert "nope.mp4: no such file" in capsys.readouterr().err and not (tmp_path / "other").exists()
