@@ -147,6 +147,17 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_with_sigpipes_status()
     assert process.wait(timeout=120) == EXIT_PIPE == 141 and errors == b""
 
 
+def test_a_refusal_whose_reader_went_away_still_exits_as_a_refusal(tmp_path):
+    """``coclr flow MISSING 2>&1 | true``: the refusal's line has nowhere to go, and the status stays 2 (it was 1, a
+    traceback's, from the BrokenPipeError raised while printing it)."""
+    reading, writing = os.pipe()
+    process = subprocess.Popen([sys.executable, "-m", "coclr", "flow", str(tmp_path / "missing")], stdout=writing,
+                               stderr=writing)
+    os.close(writing)
+    os.close(reading)  # the reader gone before the command prints anything (it is still importing)
+    assert process.wait(timeout=120) == 2
+
+
 def test_a_path_that_cannot_be_made_and_a_device_this_torch_lacks_are_one_line():
     from coclr.distributed import pick_device
     from coclr.errors import ConfigError

@@ -111,15 +111,26 @@ def main(argv: list[str] | None = None) -> int:
         return _reader_gone()
     except CoclrError as error:
         _close_progress_bars()
-        print(f"coclr {args.command}: error: {shown(error, newlines=True)}", file=sys.stderr)
+        _say(f"coclr {args.command}: error: {shown(error, newlines=True)}")
         return EXIT_ERROR
     except KeyboardInterrupt as error:  # SIGINT or SIGTERM (run_command): the work stopped, what it finished kept
         stopped = interrupted(error, "what was finished is kept")
         _close_progress_bars()
-        print(f"coclr {args.command}: interrupted ({stopped.signal_name}); {stopped.kept}; run the same command to "
-              "continue", file=sys.stderr)
+        _say(f"coclr {args.command}: interrupted ({stopped.signal_name}); {stopped.kept}; run the same command to "
+             "continue")
         return stopped.exit_status
     return int(status or EXIT_DONE)
+
+
+def _say(line: str) -> None:
+    """Print a command's last ``line`` on the standard error; where its reader went away (``2>&1 | head``), nothing:
+    the exit status still says how the command ended (a refusal is 2, not a traceback's 1)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)  # no second error as the interpreter flushes it at exit
+        os.dup2(devnull, sys.stderr.fileno())
+        os.close(devnull)
 
 
 def _reader_gone() -> int:
