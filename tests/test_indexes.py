@@ -176,6 +176,18 @@ def test_csv_manifest_with_integer_labels_and_no_header(tmp_path):
     assert [(e.label, e.split) for e in index.entries] == [(2, "train"), (0, "train")]
 
 
+def test_csv_manifest_header_in_any_order_and_digits_int_refuses(tmp_path):
+    """A header ``label,path`` was read as a row (a video named "label"); a label "²" passed ``isdigit`` and then
+    ``int`` raised a traceback."""
+    manifest = tmp_path / "list.csv"
+    manifest.write_text("label,split,path\nwalk,test,a.mp4\nrun,train,b.mp4\n")
+    index = csv_index(manifest)
+    assert [(e.path, index.classes[e.label], e.split) for e in index.entries] == [("a.mp4", "walk", "test"),
+                                                                               ("b.mp4", "run", "train")]
+    manifest.write_text("a.mp4,²\nb.mp4,1\n")
+    assert csv_index(manifest).classes == ["1", "²"]  # class names: not every label is a number
+
+
 def test_csv_manifest_bad_split_names_the_line(tmp_path):
     manifest = tmp_path / "list.csv"
     manifest.write_text("a.mp4,0,train\nb.mp4,0,holdout\n")

@@ -960,7 +960,8 @@ def test_labels_absolute_paths_a_byte_order_mark_and_notes(tmp_path):
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "v")
     labels, _ = read_labels(str(_labels_file(tmp_path, f"{link}/clip2.mp4,3\nv/clip3.mp4,1\n")), videos)
-    assert labels["videos"] == {videos[2]: (3, "train"), videos[3]: (1, "train")}  # through a link; integer classes
+    # through a link; integer labels are the classes the videos have ("1" and "3": two, not "0".."3")
+    assert labels["classes"] == ["1", "3"] and labels["videos"] == {videos[2]: (1, "train"), videos[3]: (0, "train")}
 
 
 def test_bad_labels_files_are_one_line_naming_the_file(tmp_path):

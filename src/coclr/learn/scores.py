@@ -70,7 +70,10 @@ def read_labels(path: str, paths: list[str]) -> tuple[dict[str, Any], list[str]]
         raise DataError(f"--labels {path}: {len(rows)} of its rows label an input video ({len(outside)} name other "
                         f"files, e.g. {', '.join(outside[:SHOWN]) or 'none'}; paths are taken from its folder, "
                         f"{folder}, or as absolute): at least {MIN_LABELLED} are needed to score anything")
-    classes, ids = manifest_labels([label for _, label, _ in rows])
+    names, ids = manifest_labels([label for _, label, _ in rows])
+    used = sorted(set(ids))  # the classes these videos have (labels 1 and 5 are two classes, not "0".."5")
+    classes, renumbered = [names[number] for number in used], {number: new for new, number in enumerate(used)}
+    ids = [renumbered[number] for number in ids]
     videos = {video: (label, split) for (video, _, split), label in zip(rows, ids)}
     notes = []
     if outside:

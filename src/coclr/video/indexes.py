@@ -588,13 +588,16 @@ def manifest_text(path: str | Path) -> str:
 def manifest_rows(path: str | Path) -> list[tuple[int, dict[str, str]]]:
     """The rows of a CSV manifest (:func:`csv_index`'s format), each with its line number: a dict of the columns it
     fills (``path``, ``label``, ``split``, ``group``; values stripped). Lines starting with ``#`` are comments.
-    Raises :class:`DataError` naming the line of a bad header or of a row with more cells than columns."""
+    The first row is a header when it starts with ``path`` or names only columns, ``path`` among them (in any order:
+    ``label,path``). Raises :class:`DataError` naming the line of a bad header or of a row with more cells than
+    columns."""
     path = Path(path)
     rows = [(number, row) for number, row in enumerate(csv.reader(io.StringIO(manifest_text(path), newline="")),
                                                      start=1) if row and not row[0].startswith("#")]
     columns = list(MANIFEST_COLUMNS)
-    if rows and rows[0][1][0].strip().lower() == "path":
-        columns = [c.strip().lower() for c in rows[0][1]]
+    first = [cell.strip().lower() for cell in rows[0][1]] if rows else []
+    if first and (first[0] == "path" or ("path" in first and set(first) <= set(MANIFEST_COLUMNS))):
+        columns = first
         unknown = [c for c in columns if c not in MANIFEST_COLUMNS]
         if unknown or len(set(columns)) != len(columns):
             raise DataError(f"{path}:{rows[0][0]}: the header names the columns path, label, split and group, each "
@@ -658,4 +661,5 @@ def _check_split_number(split: int) -> None:
 
 
 def _is_int(text: str) -> bool:
-    return text.isdigit()
+    """Whether a label cell is a class number: ASCII digits only (``"²".isdigit()`` holds, but ``int`` refuses it)."""
+    return text.isascii() and text.isdigit()
