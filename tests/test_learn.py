@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from coclr.curate.alter import ALTERATIONS
-from coclr.errors import ConfigError
+from coclr.errors import ConfigError, DataError
 from coclr.eval.label_free import alignment, neighbour_agreement, quality, uniformity
 from coclr.learn.budget import (
     CURATE_SHARE,
@@ -1423,4 +1423,13 @@ def test_options_no_run_could_use_and_too_few_videos_are_refused_before_any_work
         with pytest.raises(ConfigError, match=message):
             learn([tmp_path / "videos"], tmp_path / "out", options)
         assert time.monotonic() - started < 5  # before the machine is measured (tens of seconds)
+    assert not (tmp_path / "out").exists()
+    # A list file naming a video that is not there (it was refused by the store, after the measurement, and the
+    # folder it had recorded then refused the mended list as "other videos")
+    for number in range(6, 9):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(12, seed=number))
+    (tmp_path / "list.txt").write_text("videos/gone.mp4\n")
+    gone = tmp_path / "videos" / "gone.mp4"
+    with pytest.raises(DataError, match=f"^1 video.s. a list file names do not exist: {gone}; mend the list"):
+        learn([tmp_path / "list.txt", tmp_path / "videos"], tmp_path / "out", LearnOptions())
     assert not (tmp_path / "out").exists()

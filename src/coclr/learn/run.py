@@ -152,6 +152,11 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     out = Path(out)
     notes: list[str] = []
     paths = [str(path) for path in expand_inputs(inputs, notes)]
+    missing = [path for path in paths if not os.path.isfile(path)]  # named by a list file: a typo, or moved away
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise DataError(f"{len(missing)} video(s) a list file names do not exist: {', '.join(missing[:3])}{more}; "
+                        "mend the list (or remove those lines) and run again")
     if len(paths) < MIN_VIDEOS:  # (the readable ones are counted once the videos are probed)
         raise ConfigError(f"{len(paths)} video(s): learning needs at least {MIN_VIDEOS} (each batch contrasts a video "
                           "with the others); give more videos")
