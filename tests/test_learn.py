@@ -391,6 +391,11 @@ def test_the_same_command_on_a_finished_run_changes_nothing_and_other_options_ar
         edited = run_learn(videos, out, str(labels))
         assert edited.returncode == 3 and "finished before" not in edited.stdout.read()  # scored again
         assert json.loads((out / "learn.json").read_text())["labels"]["videos"] == scored - 2
+        unlabelled = run_learn(videos, out)  # no --labels now: no scores of the file given before
+        assert unlabelled.returncode == 3 and "with the given labels" not in unlabelled.stdout.read()
+        record = json.loads((out / "learn.json").read_text())
+        assert "labels" not in record and record["labels_file"] is None
+        assert "labels.csv" not in (out / "report.html").read_text()
     finally:
         labels.write_bytes(original)
         assert run_learn(videos, out, str(labels)).returncode == 3  # as the fixture left it, for the tests after

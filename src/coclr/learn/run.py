@@ -294,6 +294,8 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
             from coclr.learn.scores import label_scores  # noqa: PLC0415
 
             result["labels"] = {**label_scores(out, labels), "notes": label_notes}
+        else:  # a run scored before and continued without --labels: no scores of a file no longer given
+            result.pop("labels", None)
         failed = sorted({**store_failures(store, root), **flow_failed, **embed_failed}.items())
         result.update(status="done", plan=plan.to_dict(), labels_file=labels and labels["file"],
                       labels_sha256=labels and labels["sha256"],
