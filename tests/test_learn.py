@@ -321,8 +321,9 @@ def test_a_killed_run_continues_to_encoders_embeddings_and_scores(learnt):
     videos, labels, out, output = learnt
     record = json.loads((out / "learn.json").read_text())
     assert record["status"] == "done" and record["videos"] == 17
+    assert record["phases_done"] == ["store", "flow", "infonce", "coclr", "quality", "embed", "curate"]
     assert [item["path"] for item in record["failed"]] == [str(videos / "broken.mp4")]
-    assert "1 video(s) could not be read" in output and "broken.mp4" in output
+    assert "1 video(s) left out of what failed for them" in output and "broken.mp4" in output
     manifest = json.loads((out / "pipeline" / "manifest.json").read_text())
     assert [s["status"] for s in manifest["stages"]] == ["done"] * 6
     first = [json.loads(line) for line in (out / "pipeline" / "infonce_rgb" / "log.jsonl").read_text().splitlines()]
@@ -1026,6 +1027,28 @@ def test_the_eta_follows_the_pace_of_the_phase_under_way(monkeypatch):
             line.observe("stage", 50, 100)
             assert line.credited == pytest.approx(50.0) and line.eta() == pytest.approx(150.0)
         assert line.estimates["coclr"] == 200.0 and line.bar.total == pytest.approx(320.0)
+
+
+def test_a_resumed_runs_line_counts_its_earlier_parts(monkeypatch):
+    """Phases finished by a run's earlier parts were credited again at the seconds their resumed runs took (none),
+    so the pace fell to nothing ("about 00:03 left" with a minute to go), and "so far" began at the measurement."""
+    from coclr.learn import line as module
+    from coclr.learn.line import ProgressLine
+
+    now = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    estimates = {"measure": 10.0, "store": 10.0, "infonce": 100.0, "coclr": 100.0}
+    took = {"store": 30.0, "infonce": 290.0}  # the earlier part's: three times the estimates
+    with ProgressLine(estimates, enabled=False, done=("measure", *took), took=took, before=400.0) as line:
+        pace = (10.0 + 30.0 + 290.0) / (10.0 + 10.0 + 100.0)
+        assert line.eta() == pytest.approx(100.0 * pace)
+        for name in took:  # run again: they find their work done
+            with line.phase(name, 10):
+                now[0] += 0.5
+                line.observe(name, 10, 10)
+        assert line.eta() == pytest.approx(100.0 * pace) and line.bar.n == pytest.approx(120.0)
+    with ProgressLine(estimates, enabled=True, done=("measure", *took), took=took, before=400.0) as line:
+        assert line.bar.format_dict["elapsed"] >= 400.0  # "so far": the whole run's time, as learn.json counts it
 
 
 def test_a_phase_that_reports_nothing_counts_its_eta_down(monkeypatch):

@@ -32,9 +32,13 @@ class ProgressLine:
     its estimate credited so far and when it started; the estimated and the actual seconds of the phases done."""
 
     def __init__(self, estimates: dict[str, float], enabled: bool = True, done: Collection[str] = (),
-                 tick: Callable[[], None] | None = None) -> None:
-        """``done``: phases finished before the line starts (the measurement: its estimate is its time);
-        ``tick``: called at every update (a run records its time with it)."""
+                 tick: Callable[[], None] | None = None, took: dict[str, float] | None = None,
+                 before: float | None = None) -> None:
+        """``done``: phases finished before the line starts (the measurement; a resumed run's phases finished by
+        its earlier parts), ``took`` their seconds (default: their estimates); their phases, run again, only find
+        their work done and leave the line as it is. ``before``: the seconds the run took before the line starts,
+        which its clock counts (default: those of ``done``). ``tick``: called at every update (a run records its
+        time with it)."""
         self.estimates = dict(estimates)
         self.enabled = enabled
         self.tick = tick
@@ -44,8 +48,10 @@ class ProgressLine:
         self.credited = 0.0
         self.phase_started = 0.0
         self.started = {name for name in done if name in self.estimates}
+        self.finished = frozenset(self.started)
         self.estimated_done = sum(self.estimates[name] for name in self.started)
-        self.actual_done = self.estimated_done
+        self.actual_done = sum((took or {}).get(name, self.estimates[name]) for name in self.started)
+        self.before = self.actual_done if before is None else before
         self.closed = threading.Event()
         self.redraw: threading.Thread | None = None
 
@@ -54,7 +60,7 @@ class ProgressLine:
                         disable=not self.enabled, file=sys.__stderr__, dynamic_ncols=True, smoothing=0.0,
                         bar_format="coclr learn: {desc} {percentage:3.0f}%|{bar:20}| {elapsed} so far{postfix}")
         if hasattr(self.bar, "start_t"):  # (a disabled bar keeps no time)
-            self.bar.start_t -= self.actual_done  # "so far" counts the measurement
+            self.bar.start_t -= self.before  # "so far" counts the measurement, and a resumed run's earlier parts
         self._show()
         if self.enabled:
             self.redraw = threading.Thread(target=self._redraw, name="coclr-learn-line", daemon=True)
@@ -77,7 +83,12 @@ class ProgressLine:
     @contextlib.contextmanager
     def phase(self, name: str, units: int | None) -> Iterator[None]:
         """Run a phase: its parts' updates advance the line by its estimate per unit; at its end the line stands
-        at the phase's full estimate (a resumed phase has less to do)."""
+        at the phase's full estimate (a resumed phase has less to do). A phase finished before the line started
+        only finds its work done: the line, and the pace it measures, stay as they are."""
+        if name in self.finished:
+            self.bar.set_description_str(name, refresh=False)
+            yield
+            return
         self.current, self.units, self.credited = name, units, 0.0
         self.phase_started = time.monotonic()
         self.started.add(name)

@@ -88,7 +88,8 @@ def _summary(result: dict[str, Any]) -> str:
     rows = [[html.escape(name), duration(plan["estimates"].get(name, 0.0)), duration(phases[name])]
             for name in phases]
     failed = len(result.get("failed", []))
-    text = (f"<p>{result['videos']} videos ({failed} could not be read), learnt without labels in "
+    text = (f"<p>{result['videos']} videos ({failed} left out of what failed for them, listed below), learnt "
+            "without labels in "
             f"{duration(result.get('seconds', 0.0))} of a {duration(plan['budget'])} budget: S3D width "
             f"{model['width']:g}, clips of {model['length']} frames at {model['size']}x{model['size']} px, batch "
             f"{plan['batch']}; InfoNCE {plan['epochs']['infonce']} epochs per view, then two CoCLR cycles of "

@@ -129,7 +129,8 @@ class LearnSummary:
             lines.append(f"  every {view} stage collapsed: encoder_{view}.pth and the embeddings from it carry "
                          f"nothing; try a longer --budget, or more (or longer) videos")
         if self.failed:
-            lines.append(f"  {len(self.failed)} video(s) could not be read and were left out:")
+            lines.append(f"  {len(self.failed)} video(s) left out of what failed for them (all of it when their "
+                         "frames could not be read; training and the flow embeddings when only their flow failed):")
             lines += [f"    {message}" for _, message in self.failed[:20]]
             if len(self.failed) > 20:
                 lines.append(f"    ... and {len(self.failed) - 20} more, listed in {self.out / RESULT_FILE}")
@@ -253,7 +254,9 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
     if main:
         say(plan.describe())
     result["status"] = "running"
-    line = ProgressLine(plan.estimates, enabled=options.progress and main, done=("measure",),
+    finished = [name for name in result.get("phases_done", []) if name in plan.estimates]  # by earlier parts
+    line = ProgressLine(plan.estimates, enabled=options.progress and main, done=("measure", *finished),
+                        took={name: result["phases"][name] for name in finished}, before=clock.seconds(),
                         tick=(lambda: clock.record(result, due=True)) if main else None)
     log = open(out / LOG_FILE if main else os.devnull, "a", **TEXT)  # the parts' lines: the log's, not the terminal's
     with log, line, progress.observed(line.observe), contextlib.redirect_stdout(log):
@@ -343,13 +346,19 @@ class Clock:
 @contextlib.contextmanager
 def timed(clock: Clock, result: dict[str, Any], name: str) -> Iterator[None]:
     """Add the seconds of the block to ``result["phases"][name]`` and record them in ``learn.json`` (a resumed run
-    adds to what the earlier ones took)."""
+    adds to what the earlier ones took); a block that ends without an error is added to ``result["phases_done"]``
+    (what a resumed run's progress line counts as done)."""
     begin = time.perf_counter()
+    ended = False
     try:
         yield
+        ended = True
     finally:
         phases = result.setdefault("phases", {})
         phases[name] = phases.get(name, 0.0) + time.perf_counter() - begin
+        done = result.setdefault("phases_done", [])
+        if ended and name not in done:
+            done.append(name)
         clock.record(result)
 
 
@@ -568,13 +577,13 @@ def embed_all(out: Path, paths: list[str], device: str, workers: int | None) -> 
     rgb_alone = Embedder(rgb, device=device, workers=workers)
     summary = embed_videos(paths, out / "embeddings" / "rgb", rgb_alone, progress=False)
     print(summary, flush=True)
-    failed.update(dict(summary.failed))
+    failed.update(dict(summary.failed_before + summary.failed))  # failed before: skipped, still left out
     both = Embedder(rgb, device=device, workers=workers, flow_checkpoint=flow)
     flow_alone = Embedder(flow, device=device, workers=workers)
     summary = embed_videos(paths, out / "embeddings" / "two_stream", both, progress=False,
                            streams={1: (out / "embeddings" / "flow", flow_alone)})
     print(summary, flush=True)
-    failed.update(dict(summary.failed))
+    failed.update(dict(summary.failed_before + summary.failed))
     return failed
 
 
