@@ -395,6 +395,48 @@ def test_the_same_command_continues_and_another_is_refused_naming_each_option(st
     assert load_checkpoint(last)["position"]["epoch"] == 1
 
 
+def test_an_epoch_resumed_mid_way_has_the_loss_schedule_and_best_of_one_not_stopped(store: Path, tmp_path: Path,
+                                                                                     monkeypatch, capsys) -> None:
+    """The epoch's loss was the mean of the steps after the resume only (a plateau schedule then cut the lr at
+    another epoch, and checkpoint_best named another); stopped after its last step but before its end (a kill
+    during the kNN check), the epoch was logged with a loss of 0.0."""
+    from coclr.cli import main
+    from coclr.train.trainer import Trainer
+
+    args = ["pretrain", f"data.store={store}", *TINY, "optim.epochs=3", "optim.schedule=plateau",
+            "optim.patience=0", "run.save_every=1"]
+
+    def log(run: Path) -> tuple[list, list]:
+        records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+        return ([(r["epoch"], r["epoch_loss"]) for r in records if "epoch_loss" in r],
+                [(r["step"], r["lr"]) for r in records if "lr" in r])
+
+    assert main([*args, f"run.out={tmp_path / 'a'}"]) == 0
+    assert main([*args, f"run.out={tmp_path / 'b'}", "run.max_steps=2"]) == 0  # stopped mid-way through epoch 1
+    capsys.readouterr()
+    assert main([*args, f"run.out={tmp_path / 'b'}"]) == 0
+    printed = capsys.readouterr()  # counted from 1, as the epochs' lines and an interruption's are
+    assert "at epoch 1, 8 videos into it (step 2)" in printed.out + printed.err
+    real_end = Trainer._end_epoch
+    ends = []
+
+    def stopped_once(self, *rest):
+        ends.append(self.position.epoch)
+        if len(ends) == 2:  # epoch 2's last step saved, its end not reached
+            raise KeyboardInterrupt
+        return real_end(self, *rest)
+
+    monkeypatch.setattr(Trainer, "_end_epoch", stopped_once)
+    assert main([*args, f"run.out={tmp_path / 'c'}"]) == 130
+    assert main([*args, f"run.out={tmp_path / 'c'}"]) == 0
+    reference = log(tmp_path / "a")
+    assert len(reference[0]) == 3 and all(loss > 0 for _, loss in reference[0])
+    for run in ("b", "c"):
+        assert log(tmp_path / run) == reference, run
+        assert load_checkpoint(tmp_path / run / "checkpoint_best.pth")["position"] == \
+            load_checkpoint(tmp_path / "a" / "checkpoint_best.pth")["position"]
+
+
 def test_a_refusal_names_every_differing_option(store: Path, tmp_path: Path, capsys) -> None:
     from coclr.cli import main
 

@@ -94,12 +94,14 @@ def test_a_two_process_run_resumes_in_one_process(tmp_path: Path, start_trainer)
     mp.spawn(_worker, args=(2, free_port(), str(store), str(tmp_path / "ddp"), str(results)), nprocs=2, join=True)
     stopped = load_checkpoint(tmp_path / "ddp" / "checkpoint_last.pth")
     assert stopped["world_size"] == 2 and stopped["position"]["consumed"] == 4 * STEPS
+    assert stopped["position"]["steps"] == STEPS and stopped["position"]["loss_sum"] > 0  # the processes' mean
     resumed = start_trainer(tiny_config(store, tmp_path / "ddp", "run.batch_size=4", "run.freeze_bn=true",
                                         "optim.epochs=1"))
     assert resumed.position.consumed == 4 * STEPS
     resumed.run()
     final = load_checkpoint(tmp_path / "ddp" / "checkpoint_last.pth")["position"]
-    assert final == {"epoch": 1, "consumed": 0, "global_step": STEPS + 1}
+    assert final == {"epoch": 1, "consumed": 0, "global_step": STEPS + 1, "loss_sum": 0.0, "steps": 0,
+                     "seconds": 0.0}  # the epoch ended: nothing of it held
 
 
 def _refused_worker(rank: int, port: int, store: str, out: str, results: str) -> None:

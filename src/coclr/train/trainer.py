@@ -53,11 +53,23 @@ class NonFiniteLossError(CoclrError):
 
 @dataclass
 class Position:
-    """Where training stands: ``consumed`` videos of ``epoch`` have been used by all processes together."""
+    """Where training stands: ``consumed`` videos of ``epoch`` have been used by all processes together; and what
+    the epoch's record needs of its steps so far (their summed loss, the mean over processes; their number; their
+    seconds), so that a run resumed mid-epoch logs, schedules and keeps its best checkpoint by the same epoch loss
+    as a run that was not stopped."""
 
     epoch: int = 0
     consumed: int = 0
     global_step: int = 0
+    loss_sum: float = 0.0
+    steps: int = 0
+    seconds: float = 0.0
+
+    def where(self) -> str:
+        """Where it stands, in the words of the epochs' lines (counted from 1)."""
+        if self.consumed:
+            return f"epoch {self.epoch + 1}, {self.consumed} videos into it"
+        return f"the end of epoch {self.epoch}" if self.epoch else "the start"
 
 
 def train_loader_worker(worker_id: int = 0) -> None:
@@ -73,6 +85,9 @@ def step_generator(seed: int, epoch: int, step: int) -> torch.Generator:
     """The generator of one iteration's augmentation and own-key dropout: the same on every process."""
     return seeding.generator(seed, epoch, step)
 
+
+POSITION_KEYS = tuple(field.name for field in dataclasses.fields(Position))
+"""What a checkpoint's ``"position"`` holds."""
 
 RECENT_EPOCHS = 5
 """The epochs whose mean step time sets the pace of the rest of a run (:func:`run_left`): recent ones, as the first
@@ -151,8 +166,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "rng": rng_state(),
-            "position": {"epoch": self.position.epoch, "consumed": self.position.consumed,
-                         "global_step": self.position.global_step},
+            "position": dataclasses.asdict(self.position),
             "best_loss": self.best_loss,
             "world_size": self.world,
         }
@@ -166,12 +180,11 @@ class Trainer:
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.scheduler.load_state_dict(ckpt["scheduler"])
         self.scaler.load_state_dict(ckpt["scaler"])
-        pos = ckpt["position"]
-        self.position = Position(pos["epoch"], pos["consumed"], pos["global_step"])
+        pos = ckpt["position"]  # (a checkpoint from before the epoch's steps were kept: their loss from here on)
+        self.position = Position(**{key: pos[key] for key in POSITION_KEYS if key in pos})
         self.saved = dataclasses.replace(self.position)
         self.best_loss = ckpt["best_loss"]
-        self._log_line(f"resumed from {path} at epoch {self.position.epoch}, "
-                       f"{self.position.consumed} videos into it (step {self.position.global_step})")
+        self._log_line(f"resumed from {path} at {self.position.where()} (step {self.position.global_step})")
 
     def save(self, best: bool = False) -> None:
         if not is_main():
@@ -193,9 +206,10 @@ class Trainer:
 
         self.out.mkdir(parents=True, exist_ok=True)
         log_path = self.out / "log.jsonl"
-        if log_path.exists():  # drop records past the checkpoint we resumed from, and a line a kill cut short
-            kept = [record for record in read_json_lines(log_path)
-                    if record.get("step", 0) <= self.position.global_step]
+        if log_path.exists():  # drop records past the checkpoint we resumed from (an epoch's end it did not reach
+            kept = [record for record in read_json_lines(log_path)  # included), and a line a kill cut short
+                    if record.get("step", 0) <= self.position.global_step
+                    and not ("epoch_loss" in record and record.get("epoch", 0) > self.position.epoch)]
             atomic_write_text(log_path, "".join(json.dumps(record) + "\n" for record in kept))
         with deferred_interrupts():  # see _write
             return log_path.open("a"), SummaryWriter(str(self.out / "tb"), purge_step=self.position.global_step + 1)
@@ -311,9 +325,9 @@ class Trainer:
                 self.data_order.set_epoch(epoch, self.position.consumed)
                 self._set_train_mode()
                 progress = self._progress(steps_per_epoch)
-                epoch_loss = torch.zeros((), device=self.device)
-                epoch_steps = 0
-                started = time.time()
+                epoch_loss = torch.tensor(self.position.loss_sum, device=self.device)  # a resumed epoch's steps
+                epoch_steps = self.position.steps
+                started = time.time() - self.position.seconds
                 for batch in loader:
                     loss, stats = self.train_step(batch, queue_full)
                     nonfinite |= ~torch.isfinite(loss)
@@ -334,6 +348,7 @@ class Trainer:
                         self._write(record, jsonl, writer)
                     if config.run.save_every and step % config.run.save_every == 0:
                         self._check_finite(nonfinite)
+                        self._hold_epoch(epoch_loss, epoch_steps, started)
                         self.save()
                     if self._done():
                         break
@@ -343,6 +358,7 @@ class Trainer:
                 if self.position.consumed >= steps_per_epoch * self.data_order.global_batch:
                     self._end_epoch(epoch_loss, epoch_steps, time.time() - started, jsonl, writer)
                 else:
+                    self._hold_epoch(epoch_loss, epoch_steps, started)
                     self.save()
         except KeyboardInterrupt as error:  # the steps since the checkpoint are lost: say which one is kept
             raise interrupted(error, self.kept()) from None
@@ -359,11 +375,9 @@ class Trainer:
         saved = self.saved
         if saved is None:
             return f"{self.out}: no checkpoint yet (the first comes after epoch 1, or after run.save_every steps)"
-        where = (f"end of epoch {saved.epoch}" if not saved.consumed else
-                 f"epoch {saved.epoch + 1}, {saved.consumed} videos into it")
         redo = self.position.global_step - saved.global_step
         since = f"; the {redo} steps after it are trained again" if redo else ""
-        return f"{self.out / LAST} kept ({where}, step {saved.global_step}){since}"
+        return f"{self.out / LAST} kept ({saved.where()}, step {saved.global_step}){since}"
 
     @property
     def finished(self) -> bool:
@@ -409,6 +423,16 @@ class Trainer:
                   * self.warmup_factor(self.position.global_step - 1)}
         record.update(zip(stats.keys(), values[1:]))
         return record
+
+    def _hold_epoch(self, epoch_loss: torch.Tensor, steps: int, started: float) -> None:
+        """Keep the epoch's steps so far in the position a checkpoint saves (every process calls it: the loss is
+        their mean, which each process starts from when resumed)."""
+        total = epoch_loss.detach().float().clone()
+        if self.world > 1:
+            dist.all_reduce(total)
+            total /= self.world
+        self.position.loss_sum, self.position.steps = float(total), steps
+        self.position.seconds = time.time() - started
 
     def _end_epoch(self, epoch_loss: torch.Tensor, steps: int, seconds: float, jsonl, writer) -> None:
         mean_loss = epoch_loss / max(steps, 1)
