@@ -229,6 +229,17 @@ def test_a_run_s_bad_clips_or_device_are_refused_before_out_is_made(tmp_path, ca
     assert not out.exists()
 
 
+def test_a_store_without_a_stage_s_view_is_refused_before_out_is_made(tmp_path, capsys) -> None:
+    """The check of the store's views came inside the claim of --out: refused, it left run.json and .lock there."""
+    fake_run(tmp_path)
+    make_tiny_store(tmp_path / "rgb_only", train_per_class=2, test_per_class=1, frames=8, views=("rgb",))
+    out = tmp_path / "report"
+    assert main(["report", "--run", str(tmp_path / "run"), "--store", str(tmp_path / "rgb_only"), "--out", str(out),
+                 "--quiet"]) == 2
+    assert "'flow'" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_the_markdown_table_shows_names_as_written():
     from coclr.eval.report import TABLE_COLUMNS, markdown_table
 

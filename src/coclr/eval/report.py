@@ -381,6 +381,15 @@ def mined_precision(log: str | Path, view: str) -> float | None:
     return 100 * sum(values) / len(values) if values else None
 
 
+def check_run_inputs(run_dir: str | Path, store) -> list[dict[str, Any]]:
+    """The finished stages of the run (:func:`stage_encoders`), refused in one line unless ``store`` holds the train
+    and test videos of every view their encoders take (reads only: a command checks it before its output exists)."""
+    stages = stage_encoders(run_dir)
+    streams = {(str(path), view): Stream(path, view) for stage in stages for view, path in stage["encoders"].items()}
+    check_inputs(store, list(streams.values()), ["train", "test"])
+    return stages
+
+
 def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None, device: str = "cpu",
                cache_dir: str | Path | None = None, progress: bool = True) -> list[dict[str, Any]]:
     """Evaluate retrieval after every finished stage of a run and draw Figure 4; returns the records.
@@ -393,9 +402,7 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
 
     out_dir = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir else out_dir / "feature_cache"
-    stages = stage_encoders(run_dir)
-    streams = {(str(path), view): Stream(path, view) for stage in stages for view, path in stage["encoders"].items()}
-    check_inputs(store, list(streams.values()), ["train", "test"])
+    stages = check_run_inputs(run_dir, store)
     by_content: dict[tuple[str, str], dict[str, Any]] = {}
     records = []
     views = list(dict.fromkeys(view for stage in stages for view in stage["encoders"]))
