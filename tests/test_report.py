@@ -154,6 +154,20 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
+def test_a_report_of_results_does_not_claim_an_earlier_runs_plot(gallery_inputs, tmp_path, capsys):
+    """A folder whose earlier report evaluated a --run keeps that run's plot: a report of result files said it
+    wrote it."""
+    _, result, _ = gallery_inputs
+    out = tmp_path / "rep"
+    assert main(["report", "--results", str(result), "--out", str(out)]) == 0
+    (out / "stage_recall.png").write_bytes(b"an earlier run's plot")
+    capsys.readouterr()
+    assert main(["report", "--results", str(result), "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "wrote" in printed.out and "stage_recall.png" not in printed.out
+    assert f"note: {out / 'stage_recall.png'} and {out / 'results'} are of an earlier report's --run" in printed.err
+
+
 def test_gallery_renders_in_headless_chromium(gallery_inputs, tmp_path):
     """The screenshot shows the thumbnails: each class colour, and the hit and miss borders."""
     import shutil

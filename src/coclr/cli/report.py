@@ -66,8 +66,14 @@ def run(args: argparse.Namespace) -> int:
         if settings is not None:
             records += evaluate_run(args, store, *settings)
         written = write_report(args.out, records, store, args.gallery_queries)
+    plot = Path(args.out) / "stage_recall.png"  # report_run's, of the run's stages
+    if args.run:
+        written["stage_recall.png"] = plot
     for name in sorted(written):
         print(f"wrote {written[name]}")
+    if not args.run and plot.is_file():
+        print(f"coclr report: note: {plot} and {Path(args.out) / 'results'} are of an earlier report's --run, not of "
+              "this one's inputs", file=sys.stderr)
     return 0
 
 

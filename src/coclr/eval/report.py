@@ -458,6 +458,4 @@ def write_report(out_dir: str | Path, records: Sequence[dict[str, Any]], store=N
         title = f"Retrieval with {cells['Method']}, input {cells['Input']}, on {gallery_record.get('dataset', '?')}"
         written["gallery.html"] = write_gallery(out_dir / "gallery.html", gallery_store, gallery_record,
                                                 gallery_count, title=title)
-    if (out_dir / "stage_recall.png").is_file():
-        written["stage_recall.png"] = out_dir / "stage_recall.png"
     return written
