@@ -245,3 +245,21 @@ def test_recorded_clips_s3d_cannot_take_are_one_line_for_every_reader(clips, pro
     with pytest.raises(CheckpointError, match=expected):  # as embedding and evaluation read them
         read_clip_settings(tmp_path / "odd.pth")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_card_of_a_pretrain_checkpoint_says_how_it_was_trained(tmp_path):
+    """A training checkpoint keeps its config and position, not a meta: the card said "not recorded", and "a short
+    side of None px"."""
+    from conftest import make_random_store
+    from test_train import TINY
+
+    store = make_random_store(tmp_path / "store")
+    run = tmp_path / "run"
+    assert main(["pretrain", f"data.store={store}", f"run.out={run}", *TINY, "optim.epochs=2",
+                 "run.max_steps=1"]) == 0
+    assert main(["export", str(run / "checkpoint_last.pth"), "--format", "safetensors", "--out",
+                 str(tmp_path / "ex")]) == 0
+    card = (tmp_path / "ex" / "README.md").read_text()
+    training = card.split("## Training")[1].split("##")[0]
+    assert '- method: "infonce"' in training and '- view: "rgb"' in training and '- steps: 1' in training
+    assert '- epochs: "0 of 2"' in training and "not recorded" not in training and "None" not in card

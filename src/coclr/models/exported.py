@@ -72,7 +72,7 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
     backbone, head = load_encoder(encoder)
     read = open_checkpoint(encoder)
     recorded = read.clip_settings  # checked: clips S3D takes
-    meta = dict(read.payload.get("meta") or {}) if isinstance(read.payload, dict) else {}
+    meta = dict(read.payload.get("meta") or training_meta(read.payload)) if isinstance(read.payload, dict) else {}
     if "clip_settings" not in meta:  # a training checkpoint keeps them beside its meta
         meta["clip_settings"] = recorded or None
     options = {"encoder": str(encoder.resolve()), "sha256": read.sha256, "format": fmt}
@@ -135,6 +135,19 @@ def _check_safetensors(path: Path, backbone, head) -> dict[str, float]:
     return {"max_difference": difference}
 
 
+def training_meta(payload: dict[str, Any]) -> dict[str, Any]:
+    """What a ``coclr pretrain`` checkpoint (its ``config`` and ``position``, no ``meta``) says of its training, as
+    an encoder file's ``meta`` does: the method, the view, the store, the epochs and steps done; {} for others."""
+    config, position = payload.get("config"), payload.get("position")
+    if not isinstance(config, dict) or not isinstance(position, dict):
+        return {}
+    method, data, optim = (config.get(key) if isinstance(config.get(key), dict) else {} for key in
+                           ("method", "data", "optim"))
+    found = {"method": method.get("name"), "view": data.get("view"), "store": data.get("store"),
+             "epochs": f"{position.get('epoch')} of {optim.get('epochs')}", "steps": position.get("global_step")}
+    return {key: value for key, value in found.items() if value is not None}
+
+
 def model_card(config: dict[str, Any], fmt: str, encoder: Path, notes: Sequence[str]) -> str:
     """The README.md of an export: what it is, how it was trained, how to load it, what was checked."""
     arch, settings, meta = config["arch"], config["clip_settings"], config["meta"]
@@ -146,8 +159,9 @@ def model_card(config: dict[str, Any], fmt: str, encoder: Path, notes: Sequence[
     if settings:
         lines += [f"- view: {settings.get('view')}",
                   f"- clips of {settings.get('length')} frames (stride {settings.get('stride')}), "
-                  f"{settings.get('size')} x {settings.get('size')} px, frames decoded at a short side of "
-                  f"{settings.get('short_side')} px" + (f", {settings['fps']} fps" if settings.get("fps") else ""),
+                  f"{settings.get('size')} x {settings.get('size')} px"
+                  + (f", frames decoded at a short side of {settings['short_side']} px" if settings.get("short_side")
+                     else "") + (f", {settings['fps']} fps" if settings.get("fps") else ""),
                   f"- normalised: (x / 255 - mean) / std, mean {settings.get('mean')}, std {settings.get('std')}"]
         if settings.get("flow_bound") is not None:
             lines.append(f"- TV-L1 flow (channels u, v and a constant 128) clipped to +-{settings['flow_bound']} "
