@@ -131,6 +131,8 @@ def test_config_files_and_seeds_no_run_can_take_are_one_line_before_any_work(tmp
         b"optim:\n- lr: 0.01\n": "optim: expected a mapping, got [{'lr': 0.01}]",  # lost under optim.epochs before
         b"optim:\n  lr: \xff\xfe\n": "not UTF-8 text (byte 0xff at offset 13); save it as UTF-8",
         b"optim:\n\tlr: 1\n": "invalid YAML at line 2, column 1: found character '\\t' that cannot start any token",
+        b"optim:\n  lr: 1\noptim:\n  epochs: 2\n": "invalid YAML at line 3, column 1: the key 'optim' is given "
+                                                   "twice (the second would replace the first)",  # lr was lost
     }
     for number, (text, message) in enumerate(cases.items()):
         config = tmp_path / f"config{number}.yaml"
@@ -138,6 +140,9 @@ def test_config_files_and_seeds_no_run_can_take_are_one_line_before_any_work(tmp
         assert main([*command, "optim.epochs=1", "--config", str(config)]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and message in err, err
+    assert main([*command, "run.out=[a"]) == 2  # one line, not the parser's three
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot parse the value as YAML at line 1, column 3" in err, err
     assert main([*command, "run.seed=-1"]) == 2  # (NumPy refused it once training had started)
     assert "run.seed: must be from 0 to 2**32 - 1, got -1" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()

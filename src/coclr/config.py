@@ -42,6 +42,36 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *, cli: dict[str,
     return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
+class _OnceLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that gives a key twice (the later one would replace the earlier one
+    without a word: a second ``data:`` block drops the first)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) or key is None:  # (the loader refuses what is unhashable)
+                continue
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice (the second "
+                                                        "would replace the first)", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str) -> Any:
+    """``text`` as YAML (safe: plain data), a key given twice refused (:class:`_OnceLoader`)."""
+    return yaml.load(text, Loader=_OnceLoader)  # noqa: S506 (a safe loader)
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML error in one line: where (``at line L, column C``, when known) and what."""
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(error, "problem", None) or " ".join(str(error).split())
+    return f"{where}: {problem}"
+
+
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     """Turn ``["a.b=1", "c=x"]`` into a nested dict; values are parsed as YAML scalars or lists."""
     nested: dict[str, Any] = {}
@@ -50,9 +80,9 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         if not sep or not key:
             raise ConfigError(f"override {item!r} is not of the form key=value")
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = parse_yaml(raw) if raw != "" else ""
         except yaml.YAMLError as error:
-            raise ConfigError(f"override {item!r}: cannot parse value: {error}") from None
+            raise ConfigError(f"override {item!r}: cannot parse the value as YAML{yaml_problem(error)}") from None
         node = nested
         parts = key.split(".")
         for part in parts[:-1]:
@@ -83,15 +113,12 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = parse_yaml(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start}); "
                           "save it as UTF-8") from None
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or " ".join(str(error).split())
-        raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
+        raise ConfigError(f"{path}: invalid YAML{yaml_problem(error)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
