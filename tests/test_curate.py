@@ -381,6 +381,18 @@ def embedded(tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_the_calibration_says_how_many_videos_it_alters(embedded, tmp_path, capsys):
+    """--calibrate beyond the folder's videos alters each once: the line said "altered copies of 1000 videos"."""
+    from coclr.cli import main
+
+    _, embeddings, videos = embedded
+    assert main(["curate", str(embeddings), "--out", str(tmp_path / "all"), "--calibrate", "1000", "--no-windows",
+                 "--thumbnails", "0"]) == 0
+    said = capsys.readouterr().err
+    assert f"calibrating the fingerprints' threshold on altered copies of {len(videos) + 1} videos" in said
+
+
+@pytest.mark.slow
 def test_curate_finds_the_copy_ranks_every_video_and_keeps_its_rules(embedded, tmp_path, capsys):
     from coclr.cli import main
     from coclr.curate.run import CurateOptions, curate

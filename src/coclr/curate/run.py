@@ -74,9 +74,11 @@ FINGERPRINTS = "fingerprints"
 class CurateOptions:
     """What ``coclr curate`` is asked for; each option is a ``--flag`` of the command."""
 
-    threshold: float | None = option(None, "similarity from which two videos are near-duplicates (of their "
-                                           "fingerprints; of their vectors with --no-fingerprints, which windows "
-                                           "then share); unset: calibrated on altered copies of --calibrate videos")
+    threshold: float | None = option(None, "similarity from which two whole videos are near-duplicates (of their "
+                                           "fingerprints; of their vectors with --no-fingerprints, which the windows "
+                                           "then share); unset: calibrated on altered copies of --calibrate videos. "
+                                           "The windows' own threshold is calibrated too unless --no-fingerprints "
+                                           "gives it this one, or --calibrate 0 or --no-windows")
     fingerprints: bool = option(True, "find whole-video duplicates by each video's appearance fingerprint (the "
                                       "encoder's first block over frames decoded again from its file: what is where, "
                                       "which tells one take from another); off: by the embedding vectors")
@@ -280,10 +282,11 @@ def _vector_threshold(embeddings: Embeddings, out: Path, options: CurateOptions,
     distribution rule."""
     calibration: dict[str, Any] = {"threshold": None, "rule": "--calibrate 0"}
     if encoder is not None:
-        from coclr.curate.calibrate import FOLDER, calibrate  # noqa: PLC0415 (heavy: torch)
+        from coclr.curate.calibrate import FOLDER, calibrate, sample_rows  # noqa: PLC0415 (heavy: torch)
 
-        say(f"coclr curate: calibrating the vectors' threshold on altered copies of {options.calibrate} videos ...",
-            show)
+        what = "the windows' threshold (--no-windows skips it)" if options.fingerprints else "the vectors' threshold"
+        videos = len(sample_rows(embeddings, options.calibrate, stale))
+        say(f"coclr curate: calibrating {what} on altered copies of {videos} videos ...", show)
         calibration = calibrate(embeddings, units, mean, nearest, options.calibrate, out / FOLDER, encoder, stale, show)
     if calibration["threshold"] is not None:
         return float(calibration["threshold"]), calibration["rule"], calibration
@@ -305,7 +308,7 @@ def _fingerprint_groups(embeddings: Embeddings, out: Path, options: CurateOption
     distribution rule needs each video's nearest other, and so the ranked graph
     (:func:`~coclr.curate.fingerprint.neighbour_graph`). Either gives the same pairs at or above the threshold."""
     from coclr.curate import fingerprint as prints  # noqa: PLC0415 (heavy: torch)
-    from coclr.curate.calibrate import FOLDER, calibrate_fingerprints  # noqa: PLC0415
+    from coclr.curate.calibrate import FOLDER, calibrate_fingerprints, sample_rows  # noqa: PLC0415
 
     checkpoint, sha = stem
     found, lacking = prints.fingerprints([record["path"] for record in embeddings.video_records], checkpoint, sha,
@@ -331,8 +334,8 @@ def _fingerprint_groups(embeddings: Embeddings, out: Path, options: CurateOption
         return *pairs(1.0), 1.0, f"{len(have)} video(s) could be fingerprinted: no duplicates", record
     calibration: dict[str, Any] = {"threshold": None, "rule": "--calibrate 0"}
     if options.calibrate > 0:
-        say(f"coclr curate: calibrating the fingerprints' threshold on altered copies of {options.calibrate} videos "
-            "...", show)
+        videos = len(sample_rows(embeddings, options.calibrate, stale))
+        say(f"coclr curate: calibrating the fingerprints' threshold on altered copies of {videos} videos ...", show)
         calibration = calibrate_fingerprints(embeddings, units, mean, options.calibrate, out / FOLDER, checkpoint, sha,
                                              stale, show, options.workers)
     record["calibration"] = {key: value for key, value in calibration.items() if key != "threshold"}
