@@ -82,7 +82,11 @@ def test_windows_search_gives_where_in_which_video(folder, capsys):
     embeddings = Embeddings(out)
     window = 5
     assert cli_main(["search", str(out), "--query", str(window), "--windows", "-k", "4", "--json"]) == 0
-    hits = json.loads(capsys.readouterr().out)["hits"]
+    result = json.loads(capsys.readouterr().out)
+    hits, own = result["hits"], embeddings.window_records[window]
+    assert (result["row"], result["start"], result["end"]) == (window, own["start"], own["end"])  # which stretch
+    assert cli_main(["search", str(out), "--query", str(window), "--windows", "-k", "1"]) == 0
+    assert f"(window row {window}, {own['start']:.1f}-{own['end']:.1f} s)" in capsys.readouterr().out
     scores = brute_force(embeddings.windows, embeddings.windows[window])
     scores[window] = -np.inf
     assert [h["row"] for h in hits] == np.argsort(-scores, kind="stable")[:4].tolist()

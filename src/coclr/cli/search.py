@@ -59,17 +59,19 @@ def run(args: argparse.Namespace) -> int:
     if stale:
         print(f"coclr search: note: {len(stale)} embedded file(s) changed or were removed since they were embedded "
               f"(e.g. {shown(stale[0])}): left out; run coclr embed again to update {args.dir}", file=sys.stderr)
+    start = end = None  # a stored window as the query: which stretch of its video
+    if query.row is not None and asked.windows:
+        start, end = embeddings.window_records[query.row]["start"], embeddings.window_records[query.row]["end"]
+    span = f" (window row {query.row}, {start:.1f}-{end:.1f} s)" if start is not None else ""
     if args.json:
-        print(json.dumps({"query": query.label, "windows": asked.windows, "hits": [hit.to_json() for hit in hits]},
-                         indent=1))
+        where = {"row": query.row, "start": start, "end": end} if start is not None else {}
+        print(json.dumps({"query": query.label, **where, "windows": asked.windows,
+                          "hits": [hit.to_json() for hit in hits]}, indent=1))
     else:
-        print(f"query: {shown(query.label)}")
+        print(f"query: {shown(query.label)}{span}")
         print(format_hits(hits))
     if args.html:
-        start = end = None
-        if query.row is not None and asked.windows:
-            start, end = embeddings.window_records[query.row]["start"], embeddings.window_records[query.row]["end"]
         write_search_html(args.html, query.label, file_thumbnail(query.label, embeddings, start, end), hits,
-                          embeddings)
+                          embeddings, span=span.strip(" ()"))
         print(f"wrote {args.html}")
     return 0

@@ -766,12 +766,13 @@ def format_hits(hits: list[Hit]) -> str:
 
 
 def write_search_html(path: str | Path, query_label: str, query_thumbnail: np.ndarray, hits: list[Hit],
-                      embeddings: Embeddings, title: str = "Nearest videos") -> Path:
+                      embeddings: Embeddings, title: str = "Nearest videos", span: str = "") -> Path:
     """The query and its neighbours as animated thumbnails on one self-contained page (the retrieval gallery's
-    layout), the neighbours' taken from their files (their window's frames for window hits)."""
+    layout), the neighbours' taken from their files (their window's frames for window hits; ``span``: which
+    stretch of its video a window query is)."""
 
     query_cell = video_cell(data_uri(animated_gif(query_thumbnail)), Path(query_label).name, QUERY_COLOUR,
-                            query_label, "query")
+                            query_label, f"query {span}".strip())
     cells = []
     for hit in hits:
         frames = file_thumbnail(hit.path, embeddings, hit.start, hit.end)
