@@ -256,6 +256,28 @@ def test_the_ucf101_config_is_checked_on_a_small_ucf101_folder(tmp_path: Path, c
     assert "schedule.cycel_epochs" in capsys.readouterr().err
 
 
+def test_gpus_that_cannot_take_effect_are_refused_before_any_work(tmp_path: Path, capsys, monkeypatch) -> None:
+    """gpus=[99] ran every job on the CPU without a word: a GPU the machine lacks, or jobs set to train on the CPU,
+    make gpus do nothing."""
+    import torch
+
+    from coclr.cli import main
+
+    count = torch.cuda.device_count()
+    assert main(["study", "--out", str(tmp_path / "s"), "rows=[infonce_rgb]", f"gpus=[{count}]", "--check"]) == 2
+    assert f"gpus: no GPU {count} on this machine (it has {count} CUDA device(s)" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+    from coclr.config import from_dict
+    from coclr.errors import ConfigError
+    from coclr.study.config import StudyConfig
+    from coclr.study.run import check_gpus
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # a machine with two GPUs
+    with pytest.raises(ConfigError, match=r"gpus: \[0\] given, but the jobs train on cpu \(train.run.device\)"):
+        check_gpus(from_dict(StudyConfig, {"gpus": [0]}))  # the study's training runs on the CPU by default
+    check_gpus(from_dict(StudyConfig, {"gpus": [0, 1], "train": {"run": {"device": "cuda"}}}))
+
+
 def test_seeds_are_read_before_the_options_and_each_gets_its_folder(tmp_path: Path, capsys) -> None:
     from coclr.cli import main
 

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from coclr.atomic import atomic_write_json, atomic_write_text, read_json_record
+from coclr.errors import ConfigError
 from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
 from coclr.eval.features import Stream
 from coclr.eval.finetune import ENCODER_FILE, stream_folder
@@ -210,7 +211,27 @@ def check_study(config: StudyConfig, out: Path) -> StudyPlan:
     """The plan of the study in ``out`` and the checks of its folder (reads only: a refusal names what differs)."""
     plan = plan_study(config, out)
     check_folder(out, STUDY_FOLDER, options_record(config))
+    check_gpus(config)
     return plan
+
+
+def check_gpus(config: StudyConfig) -> None:
+    """Refuse ``gpus`` that cannot take effect: indices this machine lacks, or jobs told to train on the CPU (each
+    job sees its GPU as its CUDA device; a CPU run ignores it, and the study ran on the CPU without a word)."""
+    if not config.gpus:
+        return
+    import torch  # noqa: PLC0415 (heavy)
+
+    count = torch.cuda.device_count()
+    missing = [gpu for gpu in config.gpus if gpu >= count]
+    if missing:
+        raise ConfigError(f"gpus: no GPU {', '.join(map(str, missing))} on this machine (it has {count} CUDA "
+                          f"device(s){': 0 to ' + str(count - 1) if count else ''}); give those it has, or leave gpus "
+                          "out")
+    device = str((config.train.get("run") or {}).get("device") or "")
+    if device and not device.startswith("cuda"):  # (none: CUDA where there is one)
+        raise ConfigError(f"gpus: {config.gpus} given, but the jobs train on {device} (train.run.device): give "
+                          "train.run.device=cuda too, or leave gpus out")
 
 
 def _run_plan(plan: StudyPlan, started: float) -> dict[str, Any]:
