@@ -148,6 +148,11 @@ def test_the_folder_rule(encoder_file, tmp_path):
     with pytest.raises(FolderRefused, match="format='torchscript' \\(given 'safetensors'\\)"):
         export_encoder(encoder_file, "safetensors", out)
     assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == stamps
+    (out / "model.pt").write_bytes(b"garbage")  # damaged since: it said "exported already"
+    mended = export_encoder(encoder_file, "torchscript", out)
+    assert not mended.already_done and "was not the file exported (its sha256 differs): written again" in str(mended)
+    assert mended.check["min_cosine"] >= 0.999 and torch.jit.load(out / "model.pt") is not None  # checked again
+    assert export_encoder(encoder_file, "torchscript", out).already_done
     foreign = tmp_path / "theirs"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")

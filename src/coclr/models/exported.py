@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from coclr.atomic import atomic_write_json, atomic_write_text
+from coclr.atomic import atomic_write_json, atomic_write_text, file_sha256, read_json_record
 from coclr.errors import CheckpointError
 from coclr.models.export import (
     FORMATS,
@@ -48,12 +48,17 @@ class Exported:
     model: Path
     check: dict[str, float] = field(default_factory=dict)
     already_done: bool = False
+    changed: bool = False
+    """the folder's model file was not the one exported (damaged, or replaced): exported again"""
 
     def __str__(self) -> str:
         if self.already_done:
             return f"{self.model}: exported already (the same encoder and format); nothing written"
         figures = ", ".join(f"{key.replace('_', ' ')} {value:.3g}" for key, value in self.check.items())
-        return f"wrote {self.model}, config.json and README.md in {self.out}; checked against the encoder: {figures}"
+        again = f"{self.model.name} was not the file exported (its sha256 differs): written again; " if \
+            self.changed else ""
+        return (f"{again}wrote {self.model}, config.json and README.md in {self.out}; checked against the encoder: "
+                f"{figures}")
 
 
 def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.PathLike[str],
@@ -77,8 +82,12 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
         meta["clip_settings"] = recorded or None
     options = {"encoder": str(encoder.resolve()), "sha256": read.sha256, "format": fmt}
     model = out / f"model{SUFFIXES[fmt]}"
+    changed = False
     if check_folder(out, EXPORT_FOLDER, options) and model.is_file() and (out / "README.md").is_file():
-        return Exported(out, model, already_done=True)
+        recorded = (read_json_record(out / "config.json") or {}).get("sha256")  # the model file's, as exported
+        if recorded is None or recorded == file_sha256(model):  # (a folder from before the hash: trusted)
+            return Exported(out, model, already_done=True)
+        changed = True
     broken = [name for module in (backbone, head) if module is not None for name, tensor in
               module.state_dict().items() if tensor.is_floating_point() and not tensor.isfinite().all()]
     if broken:
@@ -109,9 +118,10 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
                                "dtype": "float32"}
             config["output"] = {"name": "features", "shape": ["batch", config["feature_dim"]]}
         config["check"] = {"clips": int(clips.shape[0]) if fmt != "safetensors" else 0, **check}
+        config["sha256"] = file_sha256(model)  # of the model file: a later run tells it is still the one exported
         atomic_write_json(out / "config.json", config)
         atomic_write_text(out / "README.md", model_card(config, fmt, encoder, notes))
-    return Exported(out, model, check)
+    return Exported(out, model, check, changed=changed)
 
 
 def _check_safetensors(path: Path, backbone, head) -> dict[str, float]:
