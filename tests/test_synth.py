@@ -399,3 +399,5 @@ def test_seed_from_an_override_or_a_config_file_is_honoured_and_a_conflict_refus
     out = tmp_path / "store"
     assert main(["data", "synth", "--out", str(out), "--seed", "3", "seed=5"]) == 2
     assert "disagrees" in capsys.readouterr().err and not out.exists()  # refused before any work
+    assert main(["data", "synth", "--videos", str(out), "--workers", "4"]) == 2  # it had no effect, silently
+    assert "--workers: applies to --out (the clip store)" in capsys.readouterr().err and not out.exists()

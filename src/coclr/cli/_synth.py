@@ -29,8 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="default: the generator's defaults; study: the quick study's dataset (coclr demo's: "
                         "384 train and 384 test clips of 12 frames, 32x32, eight classes)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (the dataset is a function of it)")
-    parser.add_argument("--workers", type=int, help="worker processes (default: one per core; 0: none, work in this "
-                        "process, as DataLoader's num_workers)")
+    parser.add_argument("--workers", type=int, help="worker processes rendering the clip store of --out (default: "
+                        "one per core; 0: none, work in this process, as DataLoader's num_workers); --videos writes "
+                        "its files in this process")
     add_config_arguments(parser, example="train_scenes=8")
     parser.set_defaults(func=run, seed=None)  # None: --seed not given (seed=N or a config file's seed may set it)
 
@@ -46,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give --out STORE (a clip store) or --videos DIR (video files and their labels)")
     config = synth_config(args.config, args.overrides, args.seed, preset_options(args.preset))
     if args.videos:
+        if args.workers is not None:  # (x264 on one thread, as the videos' bytes must not depend on the machine)
+            raise ConfigError("--workers: applies to --out (the clip store); --videos writes its files in this "
+                              "process: leave --workers out")
         manifest = write_videos(args.videos, config)
         print(f"{len(dataset_clips(config))} videos of the synthetic dataset (seed {config.seed}, {config.frames} "
               f"frames of {config.width}x{config.height}) in {args.videos}/videos; their labels, splits and source "
