@@ -128,6 +128,19 @@ def test_bad_queries_are_one_line_errors(folder, capsys):
     assert "not a coclr embed output folder" in capsys.readouterr().err
 
 
+def test_a_query_row_of_a_folder_without_rows_says_why(tmp_path, capsys):
+    encoder = save_tiny_encoder(tmp_path / "encoder.pth")
+    (tmp_path / "videos").mkdir()
+    (tmp_path / "videos" / "broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(2000))
+    out = tmp_path / "out"
+    assert cli_main(["embed", str(tmp_path / "videos"), "--checkpoint", str(encoder), "--out", str(out),
+                     "--workers", "0", "--quiet"]) == 3
+    capsys.readouterr()
+    assert cli_main(["search", str(out), "--query", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "holds no video rows yet" in err and "failed.jsonl" in err and "out of range" not in err
+
+
 # ------------------------------------------------------------------------------ exact scores, ties, prepared rows
 
 

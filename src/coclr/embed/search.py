@@ -749,6 +749,10 @@ def resolve_query(embeddings: Embeddings, query: str, windows: bool = False, dev
         raise DataError(f"--query: {query} is neither a video file nor a row number")
     row = int(query)
     records = embeddings.window_records if windows else embeddings.video_records
+    if not records:  # (it said "row 0 is out of range" of a folder a first embed run was still writing)
+        raise DataError(f"--query: row {row}: {embeddings.root} holds no {'window' if windows else 'video'} rows yet "
+                        "(a coclr embed run adds them as it merges its results; one that ended may have failed "
+                        "every video: see failed.jsonl there)")
     if not 0 <= row < len(records):
         raise DataError(f"--query: row {row} is out of range ({len(records)} rows in {embeddings.root})")
     video = embeddings.video_records[records[row]["video"]] if windows else records[row]
