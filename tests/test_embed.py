@@ -80,6 +80,9 @@ def test_inputs_expand_files_folders_lists_and_globs(tmp_path, monkeypatch):
     assert expand_inputs(["clips"]) == [a, b]
     assert expand_inputs(["clips/**/*.mp4"]) == [a, b]
     assert expand_inputs([str(listing)]) == [a, tmp_path / "clips" / "missing.mp4"]  # missing: a failure later
+    manifest = tmp_path / "labels.csv"  # a manifest's header in any order: its path column (it read "label", "3")
+    manifest.write_text("label,path\n3,clips/a.mp4\n5,clips/sub/deeper/b.mp4\n")
+    assert expand_inputs([str(manifest)]) == [a, b]
     assert expand_inputs(["clips/a.mp4", "clips", str(a)]) == [a, b]  # duplicates dropped, order kept
     with pytest.raises(DataError, match="nope.mp4: no such file.*empty: no videos"):
         (tmp_path / "empty").mkdir()

@@ -267,4 +267,5 @@ def test_the_card_of_a_pretrain_checkpoint_says_how_it_was_trained(tmp_path):
     card = (tmp_path / "ex" / "README.md").read_text()
     training = card.split("## Training")[1].split("##")[0]
     assert '- method: "infonce"' in training and '- view: "rgb"' in training and '- steps: 1' in training
-    assert '- epochs: "0 of 2"' in training and "not recorded" not in training and "None" not in card
+    assert "- epochs: 2" in training and "- epochs_done: 0" in training and "not recorded" not in training
+    assert "None" not in card

@@ -6,6 +6,7 @@ included). Plus the rule itself (:class:`coclr.runfolder.FolderRule`) against a 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,17 @@ def test_restart_moves_aside_only_the_commands_own_folder(tmp_path):
     refused_untouched(store, lambda: main(["pretrain", f"data.store={store}", f"run.out={store}", *TINY,
                                            "run.max_steps=1", "--restart"]))
     assert not list(tmp_path.glob("*.replaced-*"))
+    for record in (b'{"command": "curate", "opt', b'{"options": {"a": 1}}'):  # damaged; from before "command"
+        damaged = tmp_path / "damaged"
+        damaged.mkdir()
+        (damaged / "run.json").write_bytes(record)
+        (damaged / "curate.json").write_text("{}")
+        with claim_folder(damaged, rule, {"a": 1}, restart=True):  # its own all the same: moved aside
+            pass
+        assert not (damaged / "curate.json").exists()
+        for aside in tmp_path.glob("damaged.replaced-*"):
+            shutil.rmtree(aside)
+        shutil.rmtree(damaged)
     with claim_folder(tmp_path / "run", rule, {"a": 1}):
         (tmp_path / "run" / "result.txt").write_text("old")
     with claim_folder(tmp_path / "run", rule, {"a": 2}, restart=True) as held:  # its own: moved aside, started over

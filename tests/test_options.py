@@ -140,6 +140,9 @@ def test_config_files_and_seeds_no_run_can_take_are_one_line_before_any_work(tmp
         assert main([*command, "optim.epochs=1", "--config", str(config)]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and message in err, err
+    from coclr.config import parse_yaml
+
+    assert parse_yaml("base: &b {lr: 1, epochs: 2}\noptim: {<<: *b, lr: 3}\n")["optim"] == {"lr": 3, "epochs": 2}
     assert main([*command, "run.out=[a"]) == 2  # one line, not the parser's three
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot parse the value as YAML at line 1, column 3" in err, err

@@ -275,7 +275,8 @@ def test_gpus_that_cannot_take_effect_are_refused_before_any_work(tmp_path: Path
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # a machine with two GPUs
     with pytest.raises(ConfigError, match=r"gpus: \[0\] given, but the jobs train on cpu \(train.run.device\)"):
         check_gpus(from_dict(StudyConfig, {"gpus": [0]}))  # the study's training runs on the CPU by default
-    check_gpus(from_dict(StudyConfig, {"gpus": [0, 1], "train": {"run": {"device": "cuda"}}}))
+    for device in ("cuda", "auto", None):  # auto, none: CUDA where there is one (the UCF101 study's config: auto)
+        check_gpus(from_dict(StudyConfig, {"gpus": [0, 1], "train": {"run": {"device": device}}}))
 
 
 def test_seeds_are_read_before_the_options_and_each_gets_its_folder(tmp_path: Path, capsys) -> None:

@@ -206,17 +206,19 @@ def test_usable_cores_follow_the_affinity_every_default_starts_from():
 
 
 def test_every_workers_option_refuses_counts_no_run_should_start(tmp_path, capsys):
-    """One rule for every ``workers`` option: negative or more than WORKERS_PER_CORE per usable core is refused
-    before any work, naming the option; None and 0 pass (``coclr flow --workers 10000`` started a process per video)."""
+    """One rule for every ``workers`` option: negative or more than most_workers() (8 per usable core, 64 anywhere)
+    is refused before any work, naming the option; None and 0 pass (``coclr flow --workers 10000`` started a process
+    per video)."""
     from coclr.cli import main
     from coclr.config import from_dict
     from coclr.embed.options import EmbedJob
     from coclr.errors import ConfigError
     from coclr.eval.options import ClipConfig
     from coclr.learn.options import LearnOptions
-    from coclr.threads import WORKERS_PER_CORE, check_workers
+    from coclr.threads import check_workers, most_workers
 
-    most = WORKERS_PER_CORE * usable_cores()
+    most = most_workers()
+    assert most == max(64, 8 * usable_cores())
     for fine in (None, 0, 1, most):
         check_workers(fine, "workers")
     for bad, said in ((-1, "must be 0 or more"), (most + 1, f"at most {most}")):

@@ -30,10 +30,10 @@ FPS_RANGE = (0.01, 1000.0)
 MIN_LENGTH = 8
 MIN_SIZE = 32
 """The smallest input S3D takes: 8 frames of 32 x 32 pixels."""
-MAX_CLIP_PIXELS = 2 ** 24
-"""The most pixels a clip may hold, frames x side x side (256 frames of 256 x 256, 64 of 512 x 512; the paper's
-32 x 128 x 128 is 0.5M): 200 MB of float32 a clip before the network's activations multiply it, where a typo
-(a side of 100000) would ask for hundreds of gigabytes."""
+MAX_CLIP_PIXELS = 2 ** 26
+"""The most pixels a clip may hold, frames x side x side (256 frames of 512 x 512, 128 of 724 x 724; the paper's
+32 x 128 x 128 is 0.5M): 0.8 GB of float32 a clip before the network's activations multiply it, where a typo
+(a side of 100000) would ask for hundreds of gigabytes. Checkpoints' recorded clips are held to it too."""
 MAX_SHORT_SIDE = 4320
 """The largest short side frames may be resized to (8K video's): beyond it every frame is only enlarged, and one
 frame takes hundreds of megabytes."""
@@ -63,7 +63,7 @@ class ClipSettings:
         key = "size" if MIN_LENGTH * self.size * self.size > MAX_CLIP_PIXELS else "length"
         require(pixels <= MAX_CLIP_PIXELS, key, f"{self.length} frames of {self.size} x {self.size} px "
                 f"are {pixels:,} pixels a clip ({pixels * 12 / 2 ** 30:,.1f} GiB as float32, before the network's "
-                f"activations); at most {MAX_CLIP_PIXELS:,} (e.g. 64 frames of 512 x 512)")
+                f"activations); at most {MAX_CLIP_PIXELS:,} (e.g. 256 frames of 512 x 512)")
 
     def to_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)

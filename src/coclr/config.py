@@ -49,6 +49,8 @@ class _OnceLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged keys an explicit one may override
+                continue
             key = self.construct_object(key_node, deep=True)
             if not isinstance(key, (str, int, float, bool)) or key is None:  # (the loader refuses what is unhashable)
                 continue

@@ -270,7 +270,8 @@ def restart_folder(folder: str | Path, rule: FolderRule, ours: Callable[[Path], 
     if owner is not None and owner != rule.command:
         raise FolderRefused(f"{folder}: the output folder of `coclr {owner}`, not of `coclr {rule.command}`; "
                             "--restart moves aside only its own: give another folder")
-    if owner is None and (legacy is None or legacy(folder) is None):
+    recorded = (folder / RUN_RECORD).is_file()  # (one naming no command, or damaged: a run folder all the same)
+    if owner is None and not recorded and (legacy is None or legacy(folder) is None):
         names = foreign_files(folder, ours or (lambda path: nested_output(path, rule.command)))
         if names:
             raise FolderRefused(f"{folder}: holds {_some(names)}, which coclr {rule.command} did not write; "

@@ -49,23 +49,30 @@ def usable_cores() -> int:
 
 
 WORKERS_PER_CORE = 8
-"""The most worker processes an option may ask for, per usable core: each is a process with its own libraries and
-buffers on work that keeps a core busy, so beyond a few per core they only share the cores and fill memory (10,000
+MOST_WORKERS_ANYWHERE = 64
+"""The most worker processes an option may ask for: :data:`WORKERS_PER_CORE` per usable core, and this many on any
+machine (a shipped config's 12 loader workers run under a one-core allocation too). Each is a process with its own
+libraries and buffers on work that keeps a core busy: beyond that they only share the cores and fill memory (10,000
 would start 10,000 processes)."""
+
+
+def most_workers() -> int:
+    """The most worker processes an option may ask for on this machine (:data:`WORKERS_PER_CORE`)."""
+    return max(MOST_WORKERS_ANYWHERE, WORKERS_PER_CORE * usable_cores())
 
 
 def check_workers(workers: int | None, key: str) -> None:
     """Refuse, as ``ConfigError("key: ...")``, a count of worker processes no run should start: negative, or more
-    than :data:`WORKERS_PER_CORE` per usable core. None (the default: one per core) and 0 (none: work in this
-    process, as DataLoader's ``num_workers``) are fine. The one rule of every ``workers`` option."""
+    than :func:`most_workers`. None (the default: one per core) and 0 (none: work in this process, as DataLoader's
+    ``num_workers``) are fine. The one rule of every ``workers`` option."""
     if workers is None:
         return
     if workers < 0:
         raise ConfigError(f"{key}: must be 0 or more (0: work in this process), got {workers}")
-    most = WORKERS_PER_CORE * usable_cores()
-    if workers > most:
-        raise ConfigError(f"{key}: {workers} worker processes on {usable_cores()} usable cores; at most {most} "
-                          f"({WORKERS_PER_CORE} per core): leave it out for one per core")
+    if workers > most_workers():
+        raise ConfigError(f"{key}: {workers} worker processes on {usable_cores()} usable cores; at most "
+                          f"{most_workers()} here ({WORKERS_PER_CORE} per core, {MOST_WORKERS_ANYWHERE} on any "
+                          "machine)")
 
 
 def apply_process_policy() -> bool:

@@ -4,9 +4,10 @@ Which files are videos is one rule, :func:`coclr.video.decode.why_not_video`: a 
 :data:`~coclr.video.decode.VIDEO_EXTENSIONS`, or any file PyAV opens as a video (``.ts``, ``.MTS``, no extension...).
 
 - a file: a video, itself; otherwise a list file: a text file of one path per line, or a CSV whose first column is
-  the path (a header row whose first cell is ``path`` is skipped, as are blank lines and lines starting with
-  ``#``); relative paths are taken from the list file's folder. Labels are not needed. A file that is neither (a
-  binary file PyAV cannot read as a video) is that input's failure, listed with the failed videos: the others go on;
+  the path, or the ``path`` column its header row names (:func:`coclr.video.indexes.manifest_header`: ``label,path``
+  as a manifest); blank lines and lines starting with ``#`` are skipped; relative paths are taken from the list
+  file's folder. Labels are not needed. A file that is neither (a binary file PyAV cannot read as a video) is that
+  input's failure, listed with the failed videos: the others go on;
 - a folder: every video under it, recursively (hidden files and folders left out), in sorted order; the files that
   are not videos are counted and named in one line (a few of them, with the reason);
 - a glob pattern (``*``, ``?``, ``[``; ``**`` reaches into subfolders): the videos among the files it matches, and
@@ -14,11 +15,13 @@ Which files are videos is one rule, :func:`coclr.video.decode.why_not_video`: a 
 
 Every video is named by its absolute path (``os.path.abspath``: symbolic links are kept, not resolved), the key
 of the output folder's rows; a file reached twice (the same path, or another name of the same real file through
-a symbolic link) is embedded once, under the first name met. Folders are followed through symbolic links, but a
-link back to a folder being scanned (a loop, e.g. ``again -> .``) or to one already scanned is not followed, and
-each is named in one line. An INPUT that names nothing (a missing file, a folder without videos, a pattern matching
-no video, a list file naming no path) is an error before any work; a path listed in a list file that does not
-exist is reported with the failed videos instead, so one stale line does not stop a list of thousands.
+a symbolic link) is embedded once, under the file's own name where an input names it so, else the first name met
+(and under the name an output folder holds it by, on later runs: :func:`known_names`). Folders are followed through
+symbolic links, but a link back to a folder being scanned (a loop, e.g. ``again -> .``) or to one already scanned is
+not followed, and each is named in one line. An INPUT that names nothing (a missing file, a folder without videos,
+a pattern matching no video, a list file naming no path) is an error before any work; a path listed in a list file
+that does not exist is reported with the failed videos instead, so one stale line does not stop a list of
+thousands.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pathlib import Path
 from coclr.errors import DataError
 from coclr.runfolder import left_out_note, scanned_past
 from coclr.video.decode import why_not_video
+from coclr.video.indexes import manifest_header
 
 GLOB_CHARACTERS = "*?["
 TEXT_CHECK_BYTES = 65536
@@ -82,8 +86,8 @@ def _unique_files(paths: list[Path], notes: list[str]) -> list[Path]:
                 for real, given in names.items() if len(set(given)) > 1]
     if repeated:
         more = f" and {len(repeated) - 3} more" if len(repeated) > 3 else ""
-        notes.append(f"{len(repeated)} files named twice through symbolic links, embedded once, under the first name "
-                     f"given here: {', '.join(repeated[:3])}{more}")
+        notes.append(f"{len(repeated)} files named twice through symbolic links, embedded once, under the file's own "
+                     f"name where given, else the first: {', '.join(repeated[:3])}{more}")
     return list(kept.values())
 
 
@@ -101,8 +105,8 @@ def known_names(paths: Sequence[str], known: Iterable[str], notes: list[str]) ->
         out.append(name)
     if renamed:
         more = f" and {len(renamed) - 3} more" if len(renamed) > 3 else ""
-        notes.append(f"{len(renamed)} files the folder holds under another name (a symbolic link), kept under that "
-                     f"name: {', '.join(renamed[:3])}{more}")
+        notes.append(f"{len(renamed)} files the folder holds under another of their names (symbolic links), kept "
+                     f"under that name: {', '.join(renamed[:3])}{more}")
     return out
 
 
@@ -228,16 +232,24 @@ def read_list_file(path: Path) -> list[Path]:
         raise DataError(f"{path}: cannot read the list file: {error}") from None
     base = _absolute(str(path), Path.cwd()).parent
     out = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    column, first = 0, True  # the path's column: the first, or the one a header row names
+    for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         whole = _absolute(line, base)
         if whole.is_file():  # a path with a comma in its name
             out.append(whole)
+            first = False
             continue
-        cell = next(csv.reader([line]), [""])[0].strip()
-        if cell and not (number == 1 and cell.lower() == "path"):
+        cells = next(csv.reader([line]), [""])
+        header = manifest_header(cells) if first else None
+        first = False
+        if header is not None:
+            column = header.index("path")
+            continue
+        cell = cells[column].strip() if column < len(cells) else ""
+        if cell:
             out.append(_absolute(cell, base))
     return out
 

@@ -185,7 +185,8 @@ def embed_videos(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
         wanted = [set(todo) for todo in todos]
         todo = sorted(set().union(*wanted))
         summary.skipped, summary.dropped = len(paths) - len(todo) + skipped_bad, stale
-        summary.failed_before = before
+        doing = {paths[order] for order in todo}  # (a stream's own folder may want a video the first does not)
+        summary.failed_before = [(path, error) for path, error in before if path not in doing]
         mine = shard(todo)
         damaged: list[tuple[int, str, int]] = []
         try:

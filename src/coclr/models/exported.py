@@ -147,14 +147,15 @@ def _check_safetensors(path: Path, backbone, head) -> dict[str, float]:
 
 def training_meta(payload: dict[str, Any]) -> dict[str, Any]:
     """What a ``coclr pretrain`` checkpoint (its ``config`` and ``position``, no ``meta``) says of its training, as
-    an encoder file's ``meta`` does: the method, the view, the store, the epochs and steps done; {} for others."""
+    an encoder file's ``meta`` does: the method, the view, the store, the epochs planned, those finished and the
+    steps done (what it lacks left out); {} for others."""
     config, position = payload.get("config"), payload.get("position")
     if not isinstance(config, dict) or not isinstance(position, dict):
         return {}
     method, data, optim = (config.get(key) if isinstance(config.get(key), dict) else {} for key in
                            ("method", "data", "optim"))
     found = {"method": method.get("name"), "view": data.get("view"), "store": data.get("store"),
-             "epochs": f"{position.get('epoch')} of {optim.get('epochs')}", "steps": position.get("global_step")}
+             "epochs": optim.get("epochs"), "epochs_done": position.get("epoch"), "steps": position.get("global_step")}
     return {key: value for key, value in found.items() if value is not None}
 
 

@@ -222,14 +222,14 @@ def check_gpus(config: StudyConfig) -> None:
         return
     import torch  # noqa: PLC0415 (heavy)
 
-    count = torch.cuda.device_count()
-    missing = [gpu for gpu in config.gpus if gpu >= count]
+    count = torch.cuda.device_count()  # (the machine's, unless CUDA_VISIBLE_DEVICES hides some: then not checked)
+    missing = [gpu for gpu in config.gpus if gpu >= count and "CUDA_VISIBLE_DEVICES" not in os.environ]
     if missing:
         raise ConfigError(f"gpus: no GPU {', '.join(map(str, missing))} on this machine (it has {count} CUDA "
                           f"device(s){': 0 to ' + str(count - 1) if count else ''}); give those it has, or leave gpus "
                           "out")
     device = str((config.train.get("run") or {}).get("device") or "")
-    if device and not device.startswith("cuda"):  # (none: CUDA where there is one)
+    if device not in ("", "auto") and not device.startswith("cuda"):  # (none, auto: CUDA where there is one)
         raise ConfigError(f"gpus: {config.gpus} given, but the jobs train on {device} (train.run.device): give "
                           "train.run.device=cuda too, or leave gpus out")
 

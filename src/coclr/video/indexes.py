@@ -585,19 +585,28 @@ def manifest_text(path: str | Path) -> str:
                         "as UTF-8 (a spreadsheet's \"CSV UTF-8\")") from None
 
 
+def manifest_header(cells: Sequence[str]) -> list[str] | None:
+    """The columns a CSV's first row names when it is a header (it starts with ``path``, or names only
+    :data:`MANIFEST_COLUMNS`, ``path`` among them, in any order: ``label,path``), lower-cased; None for a row of
+    data. The one rule of every reader of such files (manifests, ``coclr embed``'s list files)."""
+    first = [cell.strip().lower() for cell in cells]
+    if first and (first[0] == "path" or ("path" in first and set(first) <= set(MANIFEST_COLUMNS))):
+        return first
+    return None
+
+
 def manifest_rows(path: str | Path) -> list[tuple[int, dict[str, str]]]:
     """The rows of a CSV manifest (:func:`csv_index`'s format), each with its line number: a dict of the columns it
     fills (``path``, ``label``, ``split``, ``group``; values stripped). Lines starting with ``#`` are comments.
-    The first row is a header when it starts with ``path`` or names only columns, ``path`` among them (in any order:
-    ``label,path``). Raises :class:`DataError` naming the line of a bad header or of a row with more cells than
-    columns."""
+    The first row is a header when :func:`manifest_header` says so. Raises :class:`DataError` naming the line of a
+    bad header or of a row with more cells than columns."""
     path = Path(path)
     rows = [(number, row) for number, row in enumerate(csv.reader(io.StringIO(manifest_text(path), newline="")),
                                                      start=1) if row and not row[0].startswith("#")]
     columns = list(MANIFEST_COLUMNS)
-    first = [cell.strip().lower() for cell in rows[0][1]] if rows else []
-    if first and (first[0] == "path" or ("path" in first and set(first) <= set(MANIFEST_COLUMNS))):
-        columns = first
+    header = manifest_header(rows[0][1]) if rows else None
+    if header is not None:
+        columns = header
         unknown = [c for c in columns if c not in MANIFEST_COLUMNS]
         if unknown or len(set(columns)) != len(columns):
             raise DataError(f"{path}:{rows[0][0]}: the header names the columns path, label, split and group, each "
