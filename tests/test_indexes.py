@@ -76,6 +76,18 @@ def test_ucf101_missing_split_file_is_named(tmp_path):
         ucf101_index(tmp_path, split=2)
 
 
+def test_ucf101_a_class_listed_twice_or_a_byte_order_mark(tmp_path):
+    """A class listed twice made an empty extra class; a byte-order mark made '\\ufeff1 ApplyEyeMakeup' a bad line."""
+    make_ucf101_lists(tmp_path)
+    (tmp_path / "classInd.txt").write_bytes(b"\xef\xbb\xbf1 ApplyEyeMakeup\n2 BaseballPitch\n3 HandstandPushups\n")
+    assert ucf101_index(tmp_path).classes == ["ApplyEyeMakeup", "BaseballPitch", "HandstandPushups"]
+    for text, twice in ((b"1 ApplyEyeMakeup\n2 BaseballPitch\n3 HandstandPushups\n4 applyeyemakeup\n", "name"),
+                        (b"1 ApplyEyeMakeup\n2 BaseballPitch\n2 HandstandPushups\n", "number")):
+        (tmp_path / "classInd.txt").write_bytes(text)
+        with pytest.raises(DataError, match=f"classInd.txt:[34]: the class {twice} of .* is listed twice"):
+            ucf101_index(tmp_path)
+
+
 # ---------------------------------------------------------------------------------------------- HMDB51
 
 def test_hmdb51_split_files(tmp_path):
@@ -92,6 +104,14 @@ def test_hmdb51_split_files(tmp_path):
         ("cartwheel/Acrobacias_cartwheel_f_cm_np1_le_med_0.avi", 1, "test"),
     ]
     assert hmdb51_index(tmp_path, split=2).entries[0].split == "train"
+
+
+def test_hmdb51_and_kinetics_files_with_a_byte_order_mark(tmp_path):
+    (tmp_path / "cartwheel_test_split1.txt").write_bytes(b"\xef\xbb\xbfb1.avi 1\nb2.avi 2\n")
+    assert [e.path for e in hmdb51_index(tmp_path).entries] == ["cartwheel/b1.avi", "cartwheel/b2.avi"]
+    csv_file = tmp_path / "k.csv"
+    csv_file.write_bytes(b"\xef\xbb\xbflabel,youtube_id,time_start,time_end,split\nabseiling,x,0,10,train\n")
+    assert kinetics_index(csv_file, tmp_path).classes == ["abseiling"]
 
 
 def test_hmdb51_bad_flag_names_file_and_line(tmp_path):
@@ -186,6 +206,15 @@ def test_csv_manifest_header_in_any_order_and_digits_int_refuses(tmp_path):
                                                                                ("b.mp4", "run", "train")]
     manifest.write_text("a.mp4,²\nb.mp4,1\n")
     assert csv_index(manifest).classes == ["1", "²"]  # class names: not every label is a number
+
+
+def test_csv_manifest_one_video_under_two_spellings_is_listed_twice(tmp_path):
+    """./a.mp4 and a.mp4 made two entries of one file, in train and in test."""
+    manifest = tmp_path / "list.csv"
+    for twice in ("./pool/p1.mp4", "pool/./p1.mp4", "pool//p1.mp4"):
+        manifest.write_text(f"path,label,split\npool/p1.mp4,a,train\n{twice},b,test\n")
+        with pytest.raises(DataError, match="pool/p1.mp4: listed twice"):
+            csv_index(manifest)
 
 
 def test_csv_manifest_bad_split_names_the_line(tmp_path):

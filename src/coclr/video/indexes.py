@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import os
+import posixpath
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -217,6 +218,10 @@ def ucf101_index(annotations: str | Path, split: int = 1) -> VideoIndex:
         fields = line.split()
         if len(fields) != 2 or not fields[0].isdigit():
             raise DataError(f"{class_file}:{number}: expected 'index name', got {line!r}")
+        if int(fields[0]) in classes_by_number or fields[1].lower() in map(str.lower, classes_by_number.values()):
+            twice = "number" if int(fields[0]) in classes_by_number else "name"
+            raise DataError(f"{class_file}:{number}: the class {twice} of {line!r} is listed twice (each class once, "
+                            "numbered 1..N)")
         classes_by_number[int(fields[0])] = fields[1]
     if sorted(classes_by_number) != list(range(1, len(classes_by_number) + 1)):
         raise DataError(f"{class_file}: class indices must be 1..{len(classes_by_number)}")
@@ -286,7 +291,7 @@ def kinetics_index(annotations: str | Path | Sequence[str | Path], root: str | P
     for csv_file in files:
         if not csv_file.is_file():
             raise DataError(f"annotation file not found: {csv_file}")
-        with csv_file.open(newline="") as file:
+        with csv_file.open(newline="", encoding="utf-8-sig") as file:  # (a spreadsheet's byte-order mark too)
             reader = csv.DictReader(file)
             needed = {"label", "youtube_id", "time_start", "time_end", "split"}
             if reader.fieldnames is None or not needed <= set(reader.fieldnames):
@@ -649,8 +654,9 @@ def csv_index(path: str | Path, name: str | None = None) -> VideoIndex:
         split = record.get("split") or "train"
         if split not in SPLITS:
             raise DataError(f"{path}:{number}: unknown split {split!r} (known: {', '.join(SPLITS)})")
-        label = next(labels) if record.get("label") else None
-        entries.append(VideoEntry(record["path"], label, split, record.get("group") or None))
+        label = next(labels) if record.get("label") else None  # one spelling of a path (./a.mp4, a//b.mp4: the same
+        key = posixpath.normpath(record["path"])  # files, which the index then refuses as listed twice)
+        entries.append(VideoEntry(key, label, split, record.get("group") or None))
     return VideoIndex(name or path.stem, classes, entries)
 
 
@@ -660,7 +666,7 @@ def _lines(path: Path) -> list[tuple[int, str]]:
     """Non-empty lines of a text file with their 1-based numbers (CRLF endings accepted)."""
     if not path.is_file():
         raise DataError(f"annotation file not found: {path}")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = path.read_text(encoding="utf-8-sig", errors="replace")  # (a byte-order mark is not part of a name)
     return [(number, line.strip()) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
 
 
