@@ -357,6 +357,9 @@ def test_killed_build_resumes_to_a_byte_identical_store(tmp_path):
         process.wait()
         complete_at_kill = len(list((out / "rgb").rglob("*.frames")))
         assert 3 <= complete_at_kill < 40, "the build was not interrupted in the middle"
+        killed = ClipStore(out)  # each entry written notes its video's identity (a replaced video is then told)
+        written = [entry.path for entry in killed.index.entries if killed.has(entry.path, "rgb")]
+        assert written and all("source" in killed.notes("rgb").get(key, {}) for key in written)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             try:
@@ -500,6 +503,34 @@ def test_a_frame_rate_no_video_can_be_decoded_at_is_refused_before_any_write(tmp
     assert not (tmp_path / "store").exists()
     with pytest.raises(ConfigError, match="fps: must be between 0.01 and 1000.0"):
         from_dict(SynthConfig, {"fps": 0.001})
+
+
+def test_an_interrupted_build_keeps_what_its_entries_noted(tmp_path, monkeypatch):
+    """Ctrl-C recorded no notes (they were written when the job ended): a video replaced after it was decoded then
+    went unseen by every later run."""
+    from coclr.store import build as module
+    from test_embed import moving_square, write_video
+
+    for number in range(3):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(8, seed=number))
+    index = VideoIndex("videos", [], [VideoEntry(f"v{number}.mp4", None, "train", None) for number in range(3)])
+    monkeypatch.setattr(module, "note_sources", lambda *args: None)  # the notes of the job itself, alone
+    decode = module.DecodeVideoJob.__call__
+
+    def stopped_at_the_third(self, key):
+        if key == "v2.mp4":
+            raise KeyboardInterrupt
+        return decode(self, key)
+
+    monkeypatch.setattr(module.DecodeVideoJob, "__call__", stopped_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        build_store(index, tmp_path / "videos", tmp_path / "store", short_side=32, workers=0)
+    assert set(ClipStore(tmp_path / "store").notes("rgb")) == {"v0.mp4", "v1.mp4"}
+    monkeypatch.setattr(module.DecodeVideoJob, "__call__", decode)
+    write_video(tmp_path / "videos" / "v0.mp4", moving_square(12, seed=5))  # replaced after it was decoded
+    summary = build_store(index, tmp_path / "videos", tmp_path / "store", short_side=32, workers=0)
+    assert "1 video(s) changed since they were decoded" in str(summary)
+    assert ClipStore(tmp_path / "store").num_frames("v0.mp4", "rgb") == 12
 
 
 def test_a_video_changed_since_it_was_decoded_is_decoded_again_and_its_flow_removed(tmp_path, capsys):

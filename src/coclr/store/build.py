@@ -16,7 +16,7 @@ from typing import Any
 from coclr.atomic import file_identity
 from coclr.clips import FPS_RANGE, JPEG_QUALITY, SHORT_SIDE, check_short_side
 from coclr.errors import DataError, VideoDecodeError
-from coclr.store.clipstore import ClipStore
+from coclr.store.clipstore import ClipStore, record_notes
 from coclr.store.jobs import JobSummary, run_entry_jobs, shard, writing_view
 from coclr.store.jpeg import encode_jpeg
 from coclr.store.options import StoreOptions
@@ -95,6 +95,7 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
         for key in changed:
             for view in store.views():
                 store.entry_path(key, view).unlink(missing_ok=True)
+        note_sources(store, [key for key in mine if not store.has(key, "rgb")], video_root)
         summary = run_entry_jobs(out, "rgb", keys, job, workers, desc="decoding videos")
     if update:
         summary.notes.append(str(update))
@@ -104,6 +105,16 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
                              f"decoded again, their flow removed for the next coclr flow: "
                              f"{', '.join(changed[:3])}{more}")
     return summary
+
+
+def note_sources(store: ClipStore, keys: list[str], video_root: str | Path) -> None:
+    """Note the identity of each video of ``keys`` before they are decoded: the job notes it again with the rest as
+    it ends, but a job killed before (``kill -9``, a machine's crash) records none, and a video replaced later would go
+    unseen (:func:`changed_videos`)."""
+    sources = {key: {"source": list(identity)} for key in keys
+               if (identity := file_identity(Path(video_root) / key)) is not None}
+    if sources:
+        record_notes(store.root, "rgb", [], sources)
 
 
 def changed_videos(store: ClipStore, keys: list[str], video_root: str | Path) -> list[str]:

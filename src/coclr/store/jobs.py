@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -207,7 +207,14 @@ def run_entry_stream(root: str | Path, view: str, keys: Iterable[str], stream: E
     check_view_name(view)
     keys = shard(keys)
     with job_view_lock(store.root, view):
-        summary = _run_stream(store, view, keys, stream, desc)
+        summary = JobSummary(view)
+        try:
+            _run_stream(store, view, keys, stream, desc, summary)
+        except BaseException:  # interrupted, or stopped: what the entries written noted is kept all the same (a video
+            with suppress(OSError, StorageFullError):  # changed later is then told), and what failed
+                record_failures(store.root, view, summary.attempted, summary.failed)
+                record_notes(store.root, view, summary.attempted, summary.noted)
+            raise
         record_failures(store.root, view, keys, summary.failed)
         record_notes(store.root, view, summary.attempted, summary.noted)
         summary.rank, summary.world = rank(), world_size()
@@ -218,8 +225,8 @@ def run_entry_stream(root: str | Path, view: str, keys: Iterable[str], stream: E
     return summary
 
 
-def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStream, desc: str | None) -> JobSummary:
-    summary = JobSummary(view)
+def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStream, desc: str | None,
+                summary: JobSummary) -> JobSummary:
     listed = store.failed(view)  # failed or damaged: tried again (a damaged entry's file exists)
     todo = [key for key in keys if key in listed or not store.has(key, view)]
     summary.skipped = len(keys) - len(todo)
