@@ -556,3 +556,17 @@ def test_a_video_changed_since_it_was_decoded_is_decoded_again_and_its_flow_remo
     assert clips.num_frames("v0.mp4", "rgb") == 12 and clips.num_frames("v1.mp4", "rgb") == 8
     assert not clips.has("v0.mp4", "flow_dis") and clips.has("v1.mp4", "flow_dis")  # its flow is computed again
     assert main(command) == 0 and "rgb: 0 done, 2 skipped" in capsys.readouterr().out  # the same command: nothing
+    # While a flow job writes its view, a video changed since: its flow would be computed from the frames removed
+    # (and kept, stale, for good). Refused, untouched; with nothing changed, the two go on side by side.
+    from conftest import view_locked_by_another_process
+
+    write_video(tmp_path / "videos" / "v1.mp4", moving_square(10, seed=6))
+    before = {path: path.read_bytes() for path in store.rglob("*") if path.is_file() and "lock" not in path.name}
+    with view_locked_by_another_process(store, "flow_dis"):
+        assert main(command) == 2
+        assert "view 'flow_dis' is being written by another job" in capsys.readouterr().err
+        assert {path: path.read_bytes() for path in store.rglob("*")
+                if path.is_file() and "lock" not in path.name} == before
+    assert main(command) == 0 and "1 video(s) changed" in capsys.readouterr().out
+    with view_locked_by_another_process(store, "flow_dis"):
+        assert main(command) == 0  # nothing changed: the flow job's view is not touched

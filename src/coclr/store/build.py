@@ -16,7 +16,7 @@ from typing import Any
 from coclr.atomic import file_identity
 from coclr.clips import FPS_RANGE, JPEG_QUALITY, SHORT_SIDE, check_short_side
 from coclr.errors import DataError, VideoDecodeError
-from coclr.store.clipstore import ClipStore, record_notes
+from coclr.store.clipstore import META_FILE, ClipStore, record_notes
 from coclr.store.jobs import JobSummary, run_entry_jobs, shard, writing_view
 from coclr.store.jpeg import encode_jpeg
 from coclr.store.options import StoreOptions
@@ -87,7 +87,13 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
     check_videos_exist(index, video_root)
     job = DecodeVideoJob(str(Path(video_root).resolve()), short_side, quality, fps)
     keys = [entry.path for entry in index.entries]
-    with writing_view(out, "rgb", index, replace_index=True, short_side=short_side, quality=quality,
+    try:
+        before = ClipStore(out) if (Path(out) / META_FILE).is_file() else None  # (reads only)
+    except DataError:  # (the claim below says what is wrong with it)
+        before = None
+    removing = before is not None and bool(changed_videos(before, keys, video_root))  # the entries of their views:
+    others = [view for view in before.views() if view != "rgb"] if removing else []  # a flow job on them is refused
+    with writing_view(out, "rgb", index, replace_index=True, also=others, short_side=short_side, quality=quality,
                       fps=fps) as update:
         store = ClipStore(out)
         mine = set(shard(keys))  # (each process of a distributed job its own keys, which it decodes)

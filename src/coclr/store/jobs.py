@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -104,15 +104,24 @@ def job_view_lock(root: str | Path, view: str) -> Iterator[None]:
 
 @contextmanager
 def writing_view(root: str | Path, view: str, index: VideoIndex, replace_index: bool = False,
-                 **meta: Any) -> Iterator[IndexUpdate]:
+                 also: Sequence[str] = (), **meta: Any) -> Iterator[IndexUpdate]:
     """Hold ``view`` of the store at ``root`` for a job that first creates or updates the store (its index and
     metadata, :func:`~coclr.store.clipstore.create_store`); yields what changed in the index. The store's claim is
     every folder's (:func:`~coclr.runfolder.claim_folder` with :func:`~coclr.store.clipstore.store_record`), so that
     a refused job writes nothing: the store's checks (reads only), the view's lock (:func:`job_view_lock`: a second
-    job on the view is refused, one on another view goes on beside it), the checks again, then the update."""
+    job on the view is refused, one on another view goes on beside it), the checks again, then the update.
+    ``also``: other views the job removes entries of, held too (a job writing one of them is refused)."""
     updates: list[IndexUpdate] = []
     record = store_record(index, replace_index, updates.append, **meta)
-    with claim_folder(root, STORE_FOLDER, recorded_meta(meta), record=record, lock=lambda: job_view_lock(root, view)):
+
+    @contextmanager
+    def locks() -> Iterator[None]:
+        with ExitStack() as held:
+            for name in (view, *also):
+                held.enter_context(job_view_lock(root, name))
+            yield
+
+    with claim_folder(root, STORE_FOLDER, recorded_meta(meta), record=record, lock=locks):
         yield updates[0]
 
 
