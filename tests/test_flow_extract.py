@@ -117,7 +117,8 @@ def test_a_split_restricts_the_work_from_the_api_and_the_cli(tmp_path, capsys):
     assert store.has("left_down/clip.avi", "flow_dis") and not store.has("right_up.avi", "flow_dis")
     summary = extract_flow(tmp_path / "store", backend="dis", workers=1, split="train")
     assert summary.done == 1 and summary.skipped == 0 and store.has("right_up.avi", "flow_dis")
-    assert extract_flow(tmp_path / "store", backend="dis", workers=1, split="val").done == 0
+    empty = extract_flow(tmp_path / "store", backend="dis", workers=1, split="val")
+    assert empty.done == 0 and "has no val videos (its splits: test, train): nothing to do" in str(empty)
 
 
 def test_flow_quality_follows_the_stores_jpeg_quality(tmp_path):
@@ -185,6 +186,11 @@ def test_bad_input_is_a_clear_error_before_any_work(small_store, tmp_path):
         extract_flow(small_store, backend="tvl1-torch", device="gpu0")
     with pytest.raises(ConfigError, match="bound: .*positive"):
         extract_flow(small_store, backend="dis", bound=0.0)
+    for bound in (1e30, 1e-30):  # every value 128 (all motion lost); two thirds clipped to 0 or 255
+        with pytest.raises(ConfigError, match="bound: the flow bound must be from 0.05 to 4096 px"):
+            extract_flow(small_store, backend="dis", bound=bound)
+    with pytest.raises(ConfigError, match="kernels: c runs the iterations of tvl1-torch; the tvl1 backend is"):
+        extract_flow(small_store, backend="tvl1", kernels="c")  # it ran OpenCV without a word
     empty = tmp_path / "empty"
     create_store(empty, VideoIndex("empty", ["a"], [VideoEntry("a.avi", 0, "train")]))
     with pytest.raises(DataError, match="no 'rgb' view"):

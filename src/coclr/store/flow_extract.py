@@ -217,6 +217,9 @@ def extract_flow(store_root: str | Path, backend: str = FlowOptions.backend, vie
     chosen, torch_device = resolve_backend(backend, device, mode, kernels, recorded and recorded.get("backend"))
     if params is not None and chosen.name == "dis":
         raise ConfigError("TV-L1 parameters were given, but the dis backend does not use them")
+    if kernels != "auto" and not chosen.gpu:  # (it ran OpenCV, saying nothing)
+        raise ConfigError(f"kernels: {kernels} runs the iterations of tvl1-torch; the {chosen.name} backend is "
+                          "OpenCV's own: leave --kernels out, or give --backend tvl1-torch")
     params = params or TVL1Params()
     params.validate()
     check_workers(workers, "workers")
@@ -240,6 +243,10 @@ def extract_flow(store_root: str | Path, backend: str = FlowOptions.backend, vie
             raise ConfigError(f"split: must be one of {', '.join(SPLITS)}, got {split!r}")
         other_splits = {entry.path for entry in store.index.entries if entry.split != split}
         keys = [key for key in keys if key not in other_splits]  # unknown keys stay, to be reported
+        if not keys:  # nothing to do, and said (it said "0 done", as if the split's flow were complete)
+            present = sorted({entry.split for entry in store.index.entries})
+            return JobSummary(view or chosen.default_view, notes=[
+                f"{store.root}: the store has no {split} videos (its splits: {', '.join(present)}): nothing to do"])
     store.check_keys(keys)
     quality = int(store.meta.get("quality") or JPEG_QUALITY)
     root = str(store.root.resolve())
