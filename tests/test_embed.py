@@ -671,7 +671,8 @@ def test_a_symbolic_link_loop_is_named_and_every_real_file_embedded_once(tmp_pat
     notes: list[str] = []
     assert expand_inputs([videos], notes) == [a, b]
     assert len(notes) == 2 and "not followed 3 symbolic links" in notes[0] and "again" in notes[0]
-    assert f"under the first name given here: {a} (also named {videos / 'alias.mp4'})" in notes[1]
+    assert f"under the file's own name where given, else the first: {a} (also named {videos / 'alias.mp4'})" \
+        in notes[1]
     assert run_cli(videos, "--checkpoint", encoder, "--out", tmp_path / "out",
                    *sum(([f"--{k.replace('_', '-')}", v] for k, v in SMALL.items()), [])) == 0
     printed = capsys.readouterr().out
@@ -871,8 +872,8 @@ def test_a_file_has_one_row_under_whichever_name_a_folder_holds_it(tmp_path, enc
     (videos / "a_link.mp4").symlink_to("real.mp4")  # sorted before the file it names
     notes: list[str] = []
     assert [path.name for path in expand_inputs([videos], notes)] == ["real.mp4", "other.mp4"]  # at its first place
-    assert notes == [f"1 files named twice through symbolic links, embedded once, under the first name given here: "
-                     f"{real} (also named {videos / 'a_link.mp4'})"]
+    assert notes == [f"1 files named twice through symbolic links, embedded once, under the file's own name where "
+                     f"given, else the first: {real} (also named {videos / 'a_link.mp4'})"]
     out = tmp_path / "out"
     assert run_cli(videos / "a_link.mp4", "--checkpoint", encoder, "--out", out) == 0
     assert run_cli(videos, "--checkpoint", encoder, "--out", out) == 0
