@@ -104,7 +104,7 @@ def test_a_two_process_run_resumes_in_one_process(tmp_path: Path, start_trainer)
                      "seconds": 0.0}  # the epoch ended: nothing of it held
 
 
-def _refused_worker(rank: int, port: int, store: str, out: str, results: str) -> None:
+def _refused_worker(rank: int, port: int, store: str, out: str, results: str, restart: bool = False) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
@@ -112,7 +112,7 @@ def _refused_worker(rank: int, port: int, store: str, out: str, results: str) ->
     from coclr.train.run import start_run
 
     try:
-        with start_run(tiny_config(Path(store), Path(out), "run.batch_size=2", *OPTIONS)) as trainer:
+        with start_run(tiny_config(Path(store), Path(out), "run.batch_size=2", *OPTIONS), restart) as trainer:
             trainer.run()
     except CoclrError as error:
         (Path(results) / f"refused{rank}").write_text(str(error))
@@ -141,3 +141,26 @@ def test_a_folder_refused_on_rank_0_stops_every_rank(tmp_path: Path) -> None:
     messages = [(results / f"refused{rank}").read_text() for rank in range(2)]
     assert messages[0] == messages[1] and "is writing this folder" in messages[0]
     assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_a_restart_refused_stops_every_rank(tmp_path: Path) -> None:
+    """--restart on a folder of the user's: every rank is refused alike (rank 0 alone was, the other waited for it
+    until torchrun stopped the job)."""
+    store = make_random_store(tmp_path / "store", videos=8)
+    results = tmp_path / "results"
+    results.mkdir()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    context = mp.start_processes(_refused_worker, args=(free_port(), str(store), str(mine), str(results), True),
+                                 nprocs=2, join=False, start_method="spawn")
+    deadline = time.monotonic() + 240
+    while not context.join(timeout=1) and time.monotonic() < deadline:
+        pass
+    alive = [p.pid for p in context.processes if p.is_alive()]
+    for process in context.processes:
+        process.kill()
+    assert not alive, "a rank was still waiting after rank 0 was refused"
+    messages = [(results / f"refused{rank}").read_text() for rank in range(2)]
+    assert messages[0] == messages[1] and "--restart moves aside only a folder it wrote" in messages[0]
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]

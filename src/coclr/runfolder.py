@@ -246,14 +246,13 @@ def check_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any],
     return True
 
 
-def restart_folder(folder: str | Path, rule: FolderRule, ours: Callable[[Path], bool] | None = None,
-                   legacy: Callable[[Path], dict[str, Any] | None] | None = None) -> Path | None:
-    """:func:`move_aside` under the folder's lock, so that a running job's folder is never moved from under it.
-    Only the command's own folder is moved: refused (reads only) for a file, for another command's output (the
-    input of this one, say), for a folder holding files the command did not write (``ours``: what a
-    :class:`FolderRecord` may hold, default a run folder's; ``legacy`` as in :func:`check_folder`), and for a folder
-    inside another command's output (a pipeline's stage, a study's or learn's parts), which that run records as its
-    own: moved aside, it would be lost to it."""
+def check_restart(folder: str | Path, rule: FolderRule, ours: Callable[[Path], bool] | None = None,
+                  legacy: Callable[[Path], dict[str, Any] | None] | None = None) -> None:
+    """Refuse (reads only) what :func:`restart_folder` must not move: a file, another command's output (the input of
+    this one, say), a folder holding files the command did not write (``ours``: what a :class:`FolderRecord` may
+    hold, default a run folder's; ``legacy`` as in :func:`check_folder`), and a folder inside another command's output
+    (a pipeline's stage, a study's or learn's parts), which that run records as its own: moved aside, it would be lost
+    to it. Every process of a job runs it, so that each gets the refusal (not only the one that moves)."""
     folder = Path(folder)
     for parent in folder.absolute().resolve().parents:
         owner = folder_owner(parent)
@@ -262,7 +261,7 @@ def restart_folder(folder: str | Path, rule: FolderRule, ours: Callable[[Path], 
                                 f"its own; --restart would take it from that run: restart `coclr {owner}` instead, "
                                 "or give a folder outside it")
     if not folder.exists():
-        return None
+        return
     if not folder.is_dir():
         raise FolderRefused(f"{folder}: exists and is not a folder; --restart moves aside only a folder that "
                             f"coclr {rule.command} wrote: give another folder")
@@ -277,6 +276,16 @@ def restart_folder(folder: str | Path, rule: FolderRule, ours: Callable[[Path], 
             raise FolderRefused(f"{folder}: holds {_some(names)}, which coclr {rule.command} did not write; "
                                 "--restart moves aside only a folder it wrote: give another folder, or move those "
                                 "away")
+
+
+def restart_folder(folder: str | Path, rule: FolderRule, ours: Callable[[Path], bool] | None = None,
+                   legacy: Callable[[Path], dict[str, Any] | None] | None = None) -> Path | None:
+    """:func:`move_aside` the command's own folder (:func:`check_restart` refuses any other) under its lock, so that a
+    running job's folder is never moved from under it."""
+    check_restart(folder, rule, ours, legacy)
+    folder = Path(folder)
+    if not folder.exists():
+        return None
     with folder_lock(folder, rule):
         return move_aside(folder, rule.command)
 

@@ -28,7 +28,7 @@ from coclr.interrupts import interrupted
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import save_encoder
 from coclr.progress import duration
-from coclr.runfolder import FolderRule, check_folder, claim_folder, read_record, restart_folder
+from coclr.runfolder import FolderRule, check_folder, check_restart, claim_folder, read_record, restart_folder
 from coclr.store.clipstore import open_store
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PipelineConfig, PretrainConfig
@@ -207,6 +207,8 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
     names = [stage.name for stage in stages]
     if until is not None and until not in names:
         raise ConfigError(f"until: no stage {until!r} in this pipeline; its stages are {', '.join(names)}")
+    if restart:  # every process: the same refusal on each (not rank 0's alone, the others waiting for it)
+        check_restart(run_dir, PIPELINE_FOLDER, legacy=_manifest_options)
     if restart and is_main():
         restart_folder(run_dir, PIPELINE_FOLDER, legacy=_manifest_options)
     if restart and dist.is_initialized():

@@ -31,7 +31,7 @@ from coclr.data.batch_decode import resolve_decode
 from coclr.data.datasets import TrainClips, left_out_message
 from coclr.distributed import held_by_main, init_distributed, is_main, pick_device, rank, world_size
 from coclr.errors import ConfigError
-from coclr.runfolder import FolderRule, check_folder, claim_folder, restart_folder
+from coclr.runfolder import FolderRule, check_folder, check_restart, claim_folder, restart_folder
 from coclr.store.clipstore import open_store
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PretrainConfig
@@ -282,6 +282,8 @@ def check_run_folder(config: PretrainConfig, restart: bool = False) -> bool:
     naming each that differs; with ``restart``, an earlier run is moved aside first (refused while another job
     holds it). Under torchrun, rank 0 moves it and every process checks after it. Reads only, without
     ``restart``."""
+    if restart:  # every process: the same refusal on each (not rank 0's alone, the others waiting for it)
+        check_restart(config.run.out, PRETRAIN_FOLDER, legacy=_checkpoint_options)
     if restart and is_main():
         restart_folder(config.run.out, PRETRAIN_FOLDER, legacy=_checkpoint_options)
     if restart and dist.is_initialized():
