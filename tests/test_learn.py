@@ -1029,7 +1029,7 @@ def test_the_eta_follows_the_pace_of_the_phase_under_way(monkeypatch):
         assert line.estimates["coclr"] == 200.0 and line.bar.total == pytest.approx(320.0)
 
 
-def test_a_resumed_runs_line_counts_its_earlier_parts(monkeypatch):
+def test_a_resumed_runs_line_counts_its_earlier_parts(monkeypatch, capfd):
     """Phases finished by a run's earlier parts were credited again at the seconds their resumed runs took (none),
     so the pace fell to nothing ("about 00:03 left" with a minute to go), and "so far" began at the measurement."""
     from coclr.learn import line as module
@@ -1047,8 +1047,11 @@ def test_a_resumed_runs_line_counts_its_earlier_parts(monkeypatch):
                 now[0] += 0.5
                 line.observe(name, 10, 10)
         assert line.eta() == pytest.approx(100.0 * pace) and line.bar.n == pytest.approx(120.0)
+    capfd.readouterr()
     with ProgressLine(estimates, enabled=True, done=("measure", *took), took=took, before=400.0) as line:
         assert line.bar.format_dict["elapsed"] >= 400.0  # "so far": the whole run's time, as learn.json counts it
+    drawn = capfd.readouterr().err
+    assert "06:40 so far" in drawn and "00:00 so far" not in drawn  # not drawn before its clock was set
 
 
 def test_a_phase_that_reports_nothing_counts_its_eta_down(monkeypatch):

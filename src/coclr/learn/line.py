@@ -58,6 +58,7 @@ class ProgressLine:
     def __enter__(self) -> ProgressLine:
         self.bar = job_line(total=sum(self.estimates.values()), initial=self.estimated_done,
                         disable=not self.enabled, file=sys.__stderr__, dynamic_ncols=True, smoothing=0.0,
+                        delay=1e-6,  # (not drawn as it is made: its clock, moved back below, would say 00:00 first)
                         bar_format="coclr learn: {desc} {percentage:3.0f}%|{bar:20}| {elapsed} so far{postfix}")
         if hasattr(self.bar, "start_t"):  # (a disabled bar keeps no time)
             self.bar.start_t -= self.before  # "so far" counts the measurement, and a resumed run's earlier parts
