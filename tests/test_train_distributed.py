@@ -119,40 +119,12 @@ def _refused_worker(rank: int, port: int, store: str, out: str, results: str, re
     os._exit(0)  # not the group's teardown: once one rank has left, gloo may abort the other's (not under test)
 
 
-def test_a_folder_refused_on_rank_0_stops_every_rank(tmp_path: Path) -> None:
-    """Another job holds the run folder: rank 0 is refused, and the other rank gets the same refusal instead of
-    waiting for rank 0 forever."""
-    from coclr.train.setup import claim_run_folder, setup_run
-
-    store = make_random_store(tmp_path / "store", videos=8)
+def refusals_of_every_rank(store: Path, out: Path, tmp_path: Path, restart: bool = False) -> list[str]:
+    """Start a two-process run (:func:`_refused_worker`) that is refused: each rank's refusal, once every rank has
+    ended (a rank still waiting for rank 0 after four minutes fails the test)."""
     results = tmp_path / "results"
-    results.mkdir()
-    config = tiny_config(store, tmp_path / "run", "run.batch_size=2", *OPTIONS)
-    with claim_run_folder(setup_run(config).config, 2):  # the other job, with the same options
-        context = mp.start_processes(_refused_worker, args=(free_port(), str(store), str(tmp_path / "run"),
-                                                            str(results)), nprocs=2, join=False, start_method="spawn")
-        deadline = time.monotonic() + 240
-        while not context.join(timeout=1) and time.monotonic() < deadline:
-            pass
-        alive = [p.pid for p in context.processes if p.is_alive()]
-        for process in context.processes:
-            process.kill()
-    assert not alive, "a rank was still waiting after rank 0 was refused"
-    messages = [(results / f"refused{rank}").read_text() for rank in range(2)]
-    assert messages[0] == messages[1] and "is writing this folder" in messages[0]
-    assert not (tmp_path / "run" / "last.pt").exists()
-
-
-def test_a_restart_refused_stops_every_rank(tmp_path: Path) -> None:
-    """--restart on a folder of the user's: every rank is refused alike (rank 0 alone was, the other waited for it
-    until torchrun stopped the job)."""
-    store = make_random_store(tmp_path / "store", videos=8)
-    results = tmp_path / "results"
-    results.mkdir()
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    (mine / "notes.txt").write_text("precious")
-    context = mp.start_processes(_refused_worker, args=(free_port(), str(store), str(mine), str(results), True),
+    results.mkdir(exist_ok=True)
+    context = mp.start_processes(_refused_worker, args=(free_port(), str(store), str(out), str(results), restart),
                                  nprocs=2, join=False, start_method="spawn")
     deadline = time.monotonic() + 240
     while not context.join(timeout=1) and time.monotonic() < deadline:
@@ -161,6 +133,29 @@ def test_a_restart_refused_stops_every_rank(tmp_path: Path) -> None:
     for process in context.processes:
         process.kill()
     assert not alive, "a rank was still waiting after rank 0 was refused"
-    messages = [(results / f"refused{rank}").read_text() for rank in range(2)]
+    return [(results / f"refused{rank}").read_text() for rank in range(2)]
+
+
+def test_a_folder_refused_on_rank_0_stops_every_rank(tmp_path: Path) -> None:
+    """Another job holds the run folder: rank 0 is refused, and the other rank gets the same refusal instead of
+    waiting for rank 0 forever."""
+    from coclr.train.setup import claim_run_folder, setup_run
+
+    store = make_random_store(tmp_path / "store", videos=8)
+    config = tiny_config(store, tmp_path / "run", "run.batch_size=2", *OPTIONS)
+    with claim_run_folder(setup_run(config).config, 2):  # the other job, with the same options
+        messages = refusals_of_every_rank(store, tmp_path / "run", tmp_path)
+    assert messages[0] == messages[1] and "is writing this folder" in messages[0]
+    assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_a_restart_refused_stops_every_rank(tmp_path: Path) -> None:
+    """--restart on a folder of the user's: every rank is refused alike (rank 0 alone was, the other waited for it
+    until torchrun stopped the job)."""
+    store = make_random_store(tmp_path / "store", videos=8)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    messages = refusals_of_every_rank(store, mine, tmp_path, restart=True)
     assert messages[0] == messages[1] and "--restart moves aside only a folder it wrote" in messages[0]
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
