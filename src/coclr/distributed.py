@@ -73,8 +73,8 @@ def _available(kind: str) -> bool:
 
 
 def init_distributed(device: torch.device, backend: str | None = None, timeout: timedelta | None = None) -> None:
-    """Join the process group torchrun describes; nothing in one process or when already joined. The group is
-    destroyed when the process exits (:func:`destroy_distributed`).
+    """Join the process group torchrun describes, and wait until every process has; nothing in one process or when
+    already joined. The group is destroyed when the process exits (:func:`destroy_distributed`).
 
     ``backend``: NCCL on GPUs and gloo on CPU by default. ``timeout``: how long a collective waits for the other
     processes (torch's default, 30 minutes for gloo, when None).
@@ -85,6 +85,8 @@ def init_distributed(device: torch.device, backend: str | None = None, timeout: 
         backend = backend or ("nccl" if device.type == "cuda" else "gloo")
         dist.init_process_group(backend, **({} if timeout is None else {"timeout": timeout}))
         atexit.register(destroy_distributed)
+        dist.barrier()  # every process has joined before any may leave: one refused at once (the same refusal on
+        # each) would otherwise reset the connections of one still joining, which then fails with a network error
 
 
 def destroy_distributed() -> None:
