@@ -179,3 +179,23 @@ def test_an_output_path_that_is_a_link_to_nothing_is_named_so(tmp_path, capsys):
     assert main(["data", "synth", "--videos", str(tmp_path / "out")]) == 2
     line = _one_line(capsys)
     assert f"a link to {tmp_path / 'elsewhere'}, which does not exist" in line, line
+
+
+def test_a_bar_half_made_when_the_signal_came_is_left_as_it_is():
+    """SIGTERM inside tqdm's constructor (CI saw it): the bar is listed before it has a position, and closing it
+    raised AttributeError while the stopped command closed its bars, a traceback instead of the one line."""
+    import io
+
+    from tqdm import tqdm
+
+    from coclr.cli import _close_progress_bars
+
+    half = tqdm.__new__(tqdm)  # listed by tqdm, and stopped in its constructor after `disable`, before `pos`
+    half.disable = False
+    whole = tqdm(total=3, file=io.StringIO())
+    try:
+        _close_progress_bars()
+    finally:
+        tqdm._instances.discard(half)
+        half.disable = True  # (its own closing, when collected, would raise as it did)
+    assert whole.disable  # closed

@@ -144,7 +144,9 @@ def _reader_gone() -> int:
 
 def _close_progress_bars() -> None:
     """Close the progress bars a stopped command left open, so that its one line is a line of its own (not the end
-    of a bar's line, nor erased by a bar closed later)."""
+    of a bar's line, nor erased by a bar closed later). A bar the signal stopped half made (tqdm lists it before it
+    has a position) is left as it is: closing it raised, and the stop became a traceback."""
     module = sys.modules.get("tqdm")
     for bar in list(getattr(getattr(module, "tqdm", None), "_instances", ())):
-        bar.close()
+        if hasattr(bar, "pos"):
+            bar.close()
