@@ -530,12 +530,83 @@ def test_names_cannot_break_out_of_the_page(tmp_path):
     name = '</script><img src=x onerror="alert(1)">&amp;'
     data = {"names": [name, "b"], "points": [0, 0, 1, 1], "groups": [0, 1], "nearest": [[], []],
             "duplicates": [], "outliers": [[0, 0.5]], "thumbs": [None, None]}
-    write_page(tmp_path, f"title {name}", [f"line {name}"], data)
+    write_page(tmp_path, tmp_path / name.replace("/", "|"), [f"line {name}"], data)
     page, script = (tmp_path / "index.html").read_text(), (tmp_path / "data.js").read_text()
     assert "</script><img" not in page and "<img src=x" not in page
     assert "<" not in script and ">" not in script and "&" not in script.replace("\\u0026", "")
     decoded = json.loads(script.split("=", 1)[1].strip().rstrip(";"))
     assert decoded["names"][0] == name  # the name itself, shown as text
+
+
+NAMES_HARNESS = """<!DOCTYPE html><html><body><iframe id="f" src="page/index.html" width="1000" height="600"></iframe>
+<pre id="result">waiting</pre><script>
+const frame = document.getElementById('f');
+frame.onload = () => setTimeout(() => {
+  const w = frame.contentWindow, doc = frame.contentDocument, view = w.curateView, D = w.CURATE;
+  const canvas = doc.getElementById('canvas'), box = canvas.getBoundingClientRect();
+  function at(row, type, extra) {
+    const p = view.toScreen(row);
+    const init = {clientX: box.left + p[0], clientY: box.top + p[1], bubbles: true, ...extra};
+    (type === 'mouseup' ? w : canvas).dispatchEvent(new (type === 'wheel' ? w.WheelEvent : w.MouseEvent)(type, init));
+  }
+  const group = Array.from(doc.querySelectorAll('#duplicates li bdi')).map(e => e.textContent);
+  at(4, 'mousemove');
+  const tip = doc.getElementById('tip').getBoundingClientRect();
+  const map = doc.getElementById('map').getBoundingClientRect();
+  const inside = tip.left >= map.left && tip.top >= map.top && tip.right <= map.right && tip.bottom <= map.bottom;
+  at(2, 'mousemove');
+  const more = doc.getElementById('tip-more').textContent;
+  const before = view.toScreen(1);
+  at(1, 'wheel', {deltaY: -500, cancelable: true});
+  const after = view.toScreen(1);
+  const chosen = [];
+  for (let i = 0; i < 3; i++) { at(2, 'mousedown'); at(2, 'mouseup'); chosen.push(view.chosen); }
+  document.getElementById('result').textContent = JSON.stringify({
+    ready: doc.body.dataset.ready, names: D.names, group: group, inside: inside, more: more,
+    moved: Math.hypot(after[0] - before[0], after[1] - before[1]), scale: view.scale, chosen: chosen,
+    heading: doc.querySelector('header h1 bdi').textContent});
+}, 500);
+</script></body></html>"""
+
+
+def test_the_page_isolates_names_keeps_its_tip_inside_zooms_on_the_cursor_and_reaches_stacked_videos(tmp_path):
+    """A right-to-left override in one name stays inside it (each name a ``<bdi>``), a name's bytes that are not
+    UTF-8 reach the script as U+FFFD (a lone surrogate in its data crashed the browser), the tip near the map's
+    corner stays on the map, the wheel keeps the spot under the cursor, and videos drawn at one spot are each
+    chosen in turn by clicking it again."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed")
+    from coclr.curate.page import write_page
+    from test_report import CHROMIUM_FLAGS
+
+    names = ["/v/\u202egnp.mp4", "/v/caf\udce9.mp4", "/v/copy a.mp4", "/v/copy b.mp4", "/v/" + "long name " * 12]
+    data = {"names": names, "points": [0.2, 0.3, 0.5, 0.5, 0.4, 0.6, 0.4, 0.6, 1.0, 1.0], "groups": [0, 1, 0, 0, 1],
+            "nearest": [[[2, 0.9]], [[0, 0.1]], [[3, 1.0]], [[2, 1.0]], [[0, 0.1]]],
+            "duplicates": [{"members": [0, 2, 3], "kind": "whole", "similarity": 0.9}],
+            "outliers": [[4, 0.9], [1, 0.8]], "thumbs": [None] * 5}
+    (tmp_path / "page").mkdir()
+    write_page(tmp_path / "page", Path("/v/\u202efolder"), ["a line"], data)
+    (tmp_path / "harness.html").write_text(NAMES_HARNESS)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/harness.html"
+        dom = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                              "--virtual-time-budget=5000", "--window-size=1100,800", "--dump-dom", url],
+                             capture_output=True, text=True, timeout=120).stdout
+    finally:
+        server.shutdown()
+    assert '<pre id="result">{' in dom, dom[-500:]
+    found = json.loads(dom.split('<pre id="result">')[1].split("</pre>")[0].replace("&quot;", '"'))
+    assert found["ready"] == "yes" and found["names"][1] == "/v/caf\ufffd.mp4"
+    assert found["group"] == [names[0], names[2], names[3]]  # each name its own element
+    assert found["heading"] == "\u202efolder"
+    assert found["inside"]  # the tip of the corner's video on the map
+    assert found["more"].startswith("2 videos at this spot")
+    assert found["scale"] > 2.5 and found["moved"] < 2  # zoomed in, the point under the cursor where it was (it
+    # moved 34 px; the event gives the cursor in whole pixels)
+    assert sorted(found["chosen"][:2]) == [2, 3] and found["chosen"][2] == found["chosen"][0]  # in turn
 
 
 def test_the_command_line_is_generated_from_the_options():
@@ -661,6 +732,11 @@ def test_copies_of_one_video_are_one_group_without_calibrating(embedded, tmp_pat
     record = json.loads((tmp_path / "out" / "curate.json").read_text())
     assert not (tmp_path / "out" / "calibration").exists()  # no copies made for a threshold that cannot apply
     assert record["stretches"] == "not searched: one group holds every video"
+    with (tmp_path / "out" / "outliers.csv").open() as file:  # copies are each other's nearest, not unlike the rest
+        assert {float(row["score"]) for row in csv.DictReader(file)} == {0.0}
+    data = json.loads((tmp_path / "out" / "data.js").read_text().split("=", 1)[1].strip().rstrip(";"))
+    assert all(score == 1.0 for near in data["nearest"] for _, score in near) and len(data["nearest"][0]) == 3
+    assert data["points"] == [0.5] * 8  # the one spot in the middle of the map
 
 
 def test_videos_that_cannot_be_read_are_listed_and_the_status_says_so(embedded, tmp_path, capsys):

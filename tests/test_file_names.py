@@ -88,7 +88,8 @@ def test_embedding_search_and_curation_name_the_very_files(folder, embedded, tmp
     page = tmp_path / "search.html"
     assert main(["search", str(embedded), "--query", odd_paths(folder)[0], "--html", str(page)]) == 0
     text = page.read_bytes()
-    assert b"caf\xe9 &lt;b&gt;clip.mp4" in text  # the query's name, escaped (a browser shows U+FFFD)
+    assert "caf\ufffd &lt;b&gt;clip.mp4".encode() in text  # the query's name, escaped, its byte as U+FFFD
+    text.decode("utf-8")  # (the page is UTF-8 throughout)
     assert b"<b>clip" not in text
     strict = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}  # the standard output of en_US.UTF-8 (not C.UTF-8)
     found = subprocess.run([sys.executable, "-m", "coclr", "search", str(embedded), "--query", odd_paths(folder)[1],
@@ -117,8 +118,22 @@ def test_the_page_shows_the_names_in_a_browser(folder, embedded, tmp_path):
     dom = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
                           page.as_uri()], check=True, capture_output=True, text=True, timeout=60).stdout
     assert "caf\ufffd &lt;b&gt;clip.mp4" in dom  # the byte that is not UTF-8 as U+FFFD, the markup as text
-    assert "quote\"'&amp;amp; &lt;img src=x onerror=alert(1)&gt;.mp4" in dom
-    assert "<img src=\"x\"" not in dom
+    assert "<bdi>right/quote\"'&amp;amp; &lt;img src=x onerror=alert(1)&gt;.mp4</bdi>" in dom  # isolated, and
+    assert "<img src=\"x\"" not in dom  # named from the folder of every video shown (not "alert(1)>.mp4")
+    assert dom.count("border-color:#999999") == 9  # no label: no green for "same class"
+    assert "<h1>Nearest videos</h1>" in dom
+    windows = tmp_path / "windows.html"
+    assert main(["search", str(embedded), "--query", "0", "--windows", "-k", "2", "--html", str(windows)]) == 0
+    assert "<h1>Nearest windows</h1>" in windows.read_text()
+
+
+def test_a_name_s_right_to_left_override_stays_inside_its_caption():
+    from coclr.eval.gallery import short_names, video_cell
+
+    cell = video_cell("data:,", "x/\u202egnp.mp4", "#000", "/v/x/\u202egnp.mp4", "#1", " (0.999)")
+    assert "<bdi>x/\u202egnp.mp4</bdi> (0.999)</figcaption>" in cell  # the score after the name, not inside it
+    assert short_names(["/v/x/clip.mp4", "/v/y/clip.mp4"]) == ["x/clip.mp4", "y/clip.mp4"]
+    assert short_names(["/v/a.mp4"]) == ["a.mp4"] and short_names(["a.mp4", "/v/b.mp4"]) == ["a.mp4", "/v/b.mp4"]
 
 
 

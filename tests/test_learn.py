@@ -423,7 +423,7 @@ def test_the_report_shows_every_stage_and_names_every_video_in_a_browser(learnt,
         assert stage in text
     for path in videos.glob("*.mp4"):
         assert path.name in text
-    assert "broken.mp4: left out" in text
+    assert "broken.mp4</bdi>: left out (" in text
     shot = tmp_path / "shot.png"
     subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'p2'}", f"--screenshot={shot}",
                     "--window-size=1200,3000", page], check=True, capture_output=True, timeout=60)

@@ -3,11 +3,15 @@
 Python gives the bytes of a file name that are not UTF-8 (an archive from another system) as lone surrogates
 (``os.listdir``, PEP 383). Wherever such text becomes bytes (a hash, a store entry's key, a text file, the CLI's
 standard output) it becomes the very bytes again (``surrogateescape``), whatever the locale: a CSV names the very
-file, a hash of a UTF-8 name is what it always was. A page shows those bytes as U+FFFD, as browsers do. A line for
-the terminal shows a name's control characters as escapes (:func:`shown`), as ``ls`` does.
+file, a hash of a UTF-8 name is what it always was. A page shows those bytes as U+FFFD, as browsers do, and each
+name isolated from the text around it (:func:`on_page`, :func:`html_name`). A line for the terminal shows a name's
+control characters as escapes (:func:`shown`), as ``ls`` does.
 """
 
 from __future__ import annotations
+
+import html
+import re
 
 ENCODING = "utf-8"
 ERRORS = "surrogateescape"
@@ -38,3 +42,18 @@ def shown(text: object, newlines: bool = False) -> str:
     command the terminal. ``newlines``: keep the line breaks of a text of several lines (the rest escaped). Pages,
     CSVs and JSON keep a name as it is."""
     return str(text).translate(_ESCAPES_BUT_NEWLINES if newlines else _ESCAPES)
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def on_page(text: object) -> str:
+    """``text`` as a page shows it: the bytes of a name that are not UTF-8 as U+FFFD, as a browser shows them (a
+    page's script data holds no lone surrogate: a browser may refuse such text)."""
+    return _SURROGATES.sub("\ufffd", str(text))
+
+
+def html_name(text: object) -> str:
+    """A name as a page's HTML: escaped, as :func:`on_page` shows it, and isolated (``<bdi>``), so that a
+    right-to-left mark or override in one name does not turn the page's text around it, or the next name."""
+    return f"<bdi>{html.escape(on_page(text))}</bdi>"

@@ -72,6 +72,6 @@ def run(args: argparse.Namespace) -> int:
         print(format_hits(hits))
     if args.html:
         write_search_html(args.html, query.label, file_thumbnail(query.label, embeddings, start, end), hits,
-                          embeddings, span=span.strip(" ()"))
+                          embeddings, span=span.strip(" ()"), windows=asked.windows)
         print(f"wrote {args.html}")
     return 0

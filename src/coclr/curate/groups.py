@@ -63,6 +63,26 @@ def alike_graph(rows: np.ndarray, count: int, k: int) -> tuple[np.ndarray, np.nd
     return scores, neighbours
 
 
+def alike_first(scores: np.ndarray, neighbours: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The graph with each of ``rows`` (videos that are each the folder's mean, so zero once centred: their cosine
+    says nothing, 0) nearest to the others of ``rows`` at similarity 1, as their vectors are one, its other
+    neighbours after them: copies of one video are not each other's most unlike."""
+    scores, neighbours = scores.copy(), neighbours.copy()
+    alike = set(int(row) for row in rows)
+    width = scores.shape[1]
+    for row in rows:
+        others = [other for other in alike if other != row][:width]
+        rest = [(score, other) for score, other in zip(scores[row], neighbours[row])
+                if other >= 0 and int(other) not in alike][:width - len(others)]
+        scores[row] = -np.inf
+        neighbours[row] = -1
+        scores[row, :len(others)] = 1.0
+        neighbours[row, :len(others)] = sorted(others)
+        for column, (score, other) in enumerate(rest, start=len(others)):
+            scores[row, column], neighbours[row, column] = score, other
+    return scores, neighbours
+
+
 def best_match(scores: np.ndarray, neighbours: np.ndarray, group: list[int]) -> dict[int, float]:
     """For each row of ``group``, its highest similarity to another member among its nearest (the CSV's
     ``similarity``)."""

@@ -54,7 +54,8 @@ def umap_available() -> bool:
 
 
 def layout(units: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
-    """Each row's point on the map ``float32 [N, 2]``, scaled into [0, 1], and how it was made (``"umap"`` or
+    """Each row's point on the map ``float32 [N, 2]``, scaled into [0, 1] (an axis along which every point is at one
+    spot: 0.5), and how it was made (``"umap"`` or
     ``"pca"``)."""
     count = len(units)
     if count >= 16 and umap_available():
@@ -71,7 +72,8 @@ def layout(units: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
         method = "pca"
     points = np.asarray(points, np.float64)
     low, span = points.min(axis=0), np.ptp(points, axis=0)
-    return ((points - low) / np.where(span > 0, span, 1.0)).astype(np.float32), method
+    scaled = np.where(span > 0, (points - low) / np.where(span > 0, span, 1.0), 0.5)  # (one spot: the middle)
+    return scaled.astype(np.float32), method
 
 
 def group_count(count: int) -> int:

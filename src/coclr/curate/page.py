@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from coclr.atomic import atomic_write_text
+from coclr.text import html_name, on_page
 
 PAGE = "index.html"
 DATA = "data.js"
@@ -37,7 +38,8 @@ aside { width: 360px; overflow-y: auto; border-left: 1px solid #ddd; padding: 0 
 aside h2 { font-size: 14px; } aside li { cursor: pointer; margin: 2px 0; } aside li:hover { background: #f0f0f0; }
 aside li.chosen { background: #fde0dc; } ul { padding-left: 18px; } .path { word-break: break-all; }
 #tip { position: absolute; pointer-events: none; background: #fff; border: 1px solid #999; padding: 4px;
-  font-size: 11px; display: none; max-width: 260px; } #tip img { display: block; max-width: 250px; }
+  font-size: 11px; display: none; width: max-content; max-width: 260px; } #tip img { display: block; max-width: 250px; }
+#tip-more { display: block; color: #555; }
 """
 
 SCRIPT = r"""
@@ -48,8 +50,9 @@ SCRIPT = r"""
   const tip = document.getElementById('tip');
   const tipName = document.getElementById('tip-name');
   const tipImage = document.getElementById('tip-image');
+  const tipMore = document.getElementById('tip-more');
   const ctx = canvas.getContext('2d');
-  const view = {scale: 1, x: 0, y: 0, marked: [], hover: -1};
+  const view = {scale: 1, x: 0, y: 0, marked: [], hover: -1, chosen: -1};
   window.curateView = view;
   const pad = 20;
   function size() {
@@ -99,13 +102,31 @@ SCRIPT = r"""
     }
     return best;
   }
+  function stacked(row) {  // the videos drawn at one spot with ``row`` (exact copies): each reachable
+    if (row < 0) return [];
+    const f = frame(), x = f[0] * X[row] + f[1], y = f[2] * Y[row] + f[3], here = [];
+    for (let i = 0; i < N; i++) {
+      if (Math.abs(f[0] * X[i] + f[1] - x) < 1 && Math.abs(f[2] * Y[i] + f[3] - y) < 1) here.push(i);
+    }
+    return here;
+  }
+  function place(x, y) {  // the tip beside the cursor, kept inside the map (on the cursor's other side if need be)
+    const map = tip.parentElement, w = tip.offsetWidth, h = tip.offsetHeight;
+    const left = x + 14 + w <= map.clientWidth ? x + 14 : Math.max(0, x - 14 - w);
+    const top = y + 14 + h <= map.clientHeight ? y + 14 : Math.max(0, y - 14 - h);
+    tip.style.left = left + 'px'; tip.style.top = top + 'px';
+  }
   function showTip(row, x, y) {
     view.hover = row;
     if (row < 0) { tip.style.display = 'none'; return; }
+    const here = stacked(row);
     tipName.textContent = D.names[row];
+    tipMore.textContent = here.length > 1 ? here.length + ' videos at this spot: click again for the next' : '';
     if (D.thumbs[row]) { tipImage.src = D.thumbs[row]; tipImage.style.display = 'block'; }
     else { tipImage.removeAttribute('src'); tipImage.style.display = 'none'; }
-    tip.style.left = (x + 14) + 'px'; tip.style.top = (y + 14) + 'px'; tip.style.display = 'block';
+    tip.style.display = 'block';
+    place(x, y);
+    if (!tipImage.complete) tipImage.onload = () => { if (view.hover === row) place(x, y); };
   }
   view.showTip = showTip;
   function mark(rows, entry) {
@@ -115,24 +136,30 @@ SCRIPT = r"""
     draw();
   }
   view.mark = mark;
-  function listItem(list, text, rows, title) {
+  function name(row) {  // a name as the page shows it: isolated, so that its right-to-left marks stay inside it
+    const element = document.createElement('bdi');
+    element.textContent = D.names[row];
+    return element;
+  }
+  function listItem(list, parts, rows, title) {  // parts: text and name() elements
     const item = document.createElement('li');
-    item.textContent = text;
+    item.append(...parts);
     if (title) item.title = title;
     item.addEventListener('click', () => mark(rows, item));
     list.appendChild(item);
     return item;
   }
   function chooseVideo(row) {
+    view.chosen = row;
     const list = document.getElementById('chosen');
     list.textContent = '';
     const head = document.createElement('li');
-    head.textContent = D.names[row] + ' (chosen)';
+    head.append(name(row), ' (chosen)');
     head.className = 'path';
     list.appendChild(head);
     const rows = [row];
     for (const [other, score] of D.nearest[row]) {
-      listItem(list, score.toFixed(3) + '  ' + D.names[other], [row, other], D.names[other]).className = 'path';
+      listItem(list, [score.toFixed(3) + '  ', name(other)], [row, other], D.names[other]).className = 'path';
       rows.push(other);
     }
     mark(rows, head);
@@ -140,20 +167,23 @@ SCRIPT = r"""
   view.chooseVideo = chooseVideo;
   const groups = document.getElementById('duplicates');
   D.duplicates.forEach((group, number) => {
-    const text = 'group ' + (number + 1) + ': ' + group.members.length + ' videos' +
-      (group.kind === 'partial' ? ' (a shared stretch)' : '') + ', similarity ' + group.similarity.toFixed(3) +
-      ': ' + group.members.map(row => D.names[row]).join(', ');
-    listItem(groups, text, group.members).className = 'path';
+    const parts = ['group ' + (number + 1) + ': ' + group.members.length + ' videos' +
+      (group.kind === 'partial' ? ' (a shared stretch)' : '') + ', similarity ' + group.similarity.toFixed(3) + ': '];
+    group.members.forEach((row, at) => parts.push(...(at ? [', '] : []), name(row)));
+    listItem(groups, parts, group.members).className = 'path';
   });
   if (!D.duplicates.length) groups.textContent = 'none at this threshold';
   const outliers = document.getElementById('outliers');
   for (const [row, score] of D.outliers) {
-    listItem(outliers, score.toFixed(3) + '  ' + D.names[row], [row]).className = 'path';
+    listItem(outliers, [score.toFixed(3) + '  ', name(row)], [row]).className = 'path';
   }
   let drag = null;
   canvas.addEventListener('mousedown', e => { drag = [e.offsetX, e.offsetY, view.x, view.y, false]; });
   window.addEventListener('mouseup', e => {
-    if (drag && !drag[4]) { const row = nearestPoint(drag[0], drag[1]); if (row >= 0) chooseVideo(row); }
+    if (drag && !drag[4]) {  // a click: the point's video, or at a spot of several the next after the chosen one
+      const here = stacked(nearestPoint(drag[0], drag[1])), at = here.indexOf(view.chosen);
+      if (here.length) chooseVideo(here[(at + 1) % here.length]);
+    }
     drag = null; canvas.style.cursor = 'grab';
   });
   canvas.addEventListener('mousemove', e => {
@@ -168,8 +198,8 @@ SCRIPT = r"""
   canvas.addEventListener('mouseleave', () => showTip(-1, 0, 0));
   canvas.addEventListener('wheel', e => {
     e.preventDefault();
-    const factor = Math.exp(-e.deltaY / 500), x = e.offsetX, y = e.offsetY;
-    view.x = x - (x - view.x) * factor; view.y = y - (y - view.y) * factor; view.scale *= factor;
+    const factor = Math.exp(-e.deltaY / 500), x = e.offsetX - pad, y = e.offsetY - pad;  // the spot under the
+    view.x = x - (x - view.x) * factor; view.y = y - (y - view.y) * factor; view.scale *= factor;  // cursor stays
     draw();
   }, {passive: false});
   window.addEventListener('resize', () => { size(); draw(); });
@@ -179,17 +209,21 @@ SCRIPT = r"""
 """
 
 
-def write_page(out: Path, title: str, summary: list[str], data: dict[str, Any]) -> Path:
-    """Write ``out/index.html`` and ``out/data.js`` (``data``: see the module docstring; ``summary``: lines shown
-    under the title) atomically; the thumbnails are written apart (``out/thumbs``)."""
-    payload = json.dumps({**data, "colours": list(COLOURS), "mark": MARK}, separators=(",", ":"))
+def write_page(out: Path, folder: Path, summary: list[str], data: dict[str, Any]) -> Path:
+    """Write ``out/index.html`` and ``out/data.js`` (``data``: see the module docstring; ``folder``: the embedding
+    folder curated, named in the title; ``summary``: lines shown under it) atomically; the thumbnails are written
+    apart (``out/thumbs``)."""
+    shown = {**data, "names": [on_page(name) for name in data["names"]], "colours": list(COLOURS), "mark": MARK}
+    payload = json.dumps(shown, separators=(",", ":"))
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     atomic_write_text(out / DATA, f"window.CURATE = {payload};\n")
     lines = "".join(f"<p>{html.escape(line)}</p>" for line in summary)
-    page = (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            f"<style>{STYLE}</style></head><body><header><h1>{html.escape(title)}</h1>{lines}</header>"
+    page = (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>coclr curate: '
+            f"{html.escape(on_page(folder.name))}</title><style>{STYLE}</style></head><body><header><h1>coclr curate: "
+            f"{html_name(folder.name)}</h1><p>{len(data['names'])} videos of {html_name(folder)}</p>{lines}</header>"
             '<main><div id="map"><canvas id="canvas" aria-label="map of every video"></canvas>'
-            '<div id="tip"><span id="tip-name" class="path"></span><img id="tip-image" alt="thumbnail"></div></div>'
+            '<div id="tip"><bdi id="tip-name" class="path"></bdi><span id="tip-more"></span>'
+            '<img id="tip-image" alt="thumbnail"></div></div>'
             "<aside><h2>Chosen video and its nearest</h2><ul id=\"chosen\"><li>click a point</li></ul>"
             '<h2>Near-duplicate groups</h2><ul id="duplicates"></ul>'
             '<h2>Outliers (most unlike the rest first)</h2><ul id="outliers"></ul></aside></main>'

@@ -196,6 +196,9 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     scores, neighbours = neighbour_graph(rows, k, show=show, desc="nearest videos")
     seconds["neighbours"] = time.perf_counter() - clock
     units = rows.block(0, rows.count)
+    at_mean = np.flatnonzero(~units.any(axis=1))
+    if len(at_mean) >= 2:  # copies of one video (every video, or the folder's mean): alike, not unlike
+        scores, neighbours = rules.alike_first(scores, neighbours, at_mean)
     nearest = scores[:, 0].astype(np.float64)
 
     clock = time.perf_counter()
@@ -254,9 +257,8 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     data = page_data(paths, points, colours, scores, neighbours, whole, stretches, outliers, ranking, thumbs, count,
                      group_scores, group_neighbours)
     shown_map = "UMAP" if method == "umap" else "the first two principal components (pip install umap-learn for UMAP)"
-    write_page(out, f"coclr curate: {embeddings.root.name}",
-               [f"{count} videos of {embeddings.root}; map: {shown_map}; colours: {int(colours.max()) + 1} groups of "
-                "alike videos",
+    write_page(out, embeddings.root,
+               [f"map: {shown_map}; colours: {int(colours.max()) + 1} groups of alike videos",
                 f"near-duplicates from {'fingerprint ' if stem is not None else ''}similarity {group_threshold:.4f} "
                 f"({group_rule}); drag to pan, wheel to zoom, hover for a "
                 "thumbnail, click a point for its nearest, a list entry to mark its videos"], data)

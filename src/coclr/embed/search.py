@@ -49,12 +49,13 @@ from coclr.eval.exact import (
     unit_rows,
 )
 from coclr.eval.gallery import (
-    HIT_COLOUR,
+    NEIGHBOUR_COLOUR,
     QUERY_COLOUR,
     animated_gif,
     data_uri,
     gallery_page,
     gallery_row,
+    short_names,
     thumbnail,
     video_cell,
 )
@@ -770,22 +771,24 @@ def format_hits(hits: list[Hit]) -> str:
 
 
 def write_search_html(path: str | Path, query_label: str, query_thumbnail: np.ndarray, hits: list[Hit],
-                      embeddings: Embeddings, title: str = "Nearest videos", span: str = "") -> Path:
-    """The query and its neighbours as animated thumbnails on one self-contained page (the retrieval gallery's
-    layout), the neighbours' taken from their files (their window's frames for window hits; ``span``: which
-    stretch of its video a window query is)."""
+                      embeddings: Embeddings, span: str = "", windows: bool = False) -> Path:
+    """The query and its neighbours (``windows``: the nearest windows) as animated thumbnails on one self-contained
+    page (the retrieval gallery's layout), the neighbours' taken from their files (their window's frames for window
+    hits; ``span``: which stretch of its video a window query is)."""
 
-    query_cell = video_cell(data_uri(animated_gif(query_thumbnail)), Path(query_label).name, QUERY_COLOUR,
-                            query_label, f"query {span}".strip())
+    names = short_names([query_label, *(hit.path for hit in hits)])
+    query_cell = video_cell(data_uri(animated_gif(query_thumbnail)), names[0], QUERY_COLOUR, query_label,
+                            f"query {span}".strip())
     cells = []
-    for hit in hits:
+    for hit, name in zip(hits, names[1:]):
         frames = file_thumbnail(hit.path, embeddings, hit.start, hit.end)
-        span = f" {hit.start:.1f}-{hit.end:.1f} s" if hit.start is not None else ""
-        cells.append(video_cell(data_uri(animated_gif(frames)), f"{Path(hit.path).name}{span} ({hit.score:.3f})",
-                                HIT_COLOUR, hit.path, f"#{hit.rank}"))
-    note = ("The query (blue) and its nearest " + ("windows" if hits and hits[0].start is not None else "videos")
-            + " by cosine similarity, best first. Thumbnails are animated.")
-    return atomic_write_text(path, gallery_page(title, note, [gallery_row(query_cell, cells)]))
+        stretch = f" {hit.start:.1f}-{hit.end:.1f} s" if hit.start is not None else ""
+        cells.append(video_cell(data_uri(animated_gif(frames)), name, NEIGHBOUR_COLOUR, hit.path, f"#{hit.rank}",
+                                f"{stretch} ({hit.score:.3f})"))
+    what = "windows" if windows else "videos"
+    note = (f"The query (blue) and its nearest {what} by cosine similarity, best first. Thumbnails are animated; "
+            "hover one for its whole path.")
+    return atomic_write_text(path, gallery_page(f"Nearest {what}", note, [gallery_row(query_cell, cells)]))
 
 
 def file_thumbnail(path: str, embeddings: Embeddings | None = None, start: float | None = None,

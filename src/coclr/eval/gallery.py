@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,10 +19,13 @@ import numpy as np
 
 from coclr.atomic import atomic_write_text
 from coclr.data.sampling import spread
+from coclr.text import html_name, on_page
 
 HIT_COLOUR = "#1fa336"
 MISS_COLOUR = "#d62728"
 QUERY_COLOUR = "#3b5bdb"
+NEIGHBOUR_COLOUR = "#999999"
+"""A neighbour's border where no label says whether it is of the query's class."""
 
 
 def choose_queries(query_labels: Sequence[int], count: int) -> list[int]:
@@ -66,11 +70,23 @@ def data_uri(data: bytes, mime: str = "image/gif") -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def video_cell(uri: str, caption: str, colour: str, title: str, badge: str) -> str:
-    """One video of the page: its animated thumbnail (a ``data:`` URI) with a badge and a caption."""
-    return (f'<figure class="video" style="border-color:{colour}" title="{html.escape(title)}">'
-            f'<img src="{uri}" alt="{html.escape(caption)}"><figcaption><b>{html.escape(badge)}</b> '
-            f"{html.escape(caption)}</figcaption></figure>")
+def video_cell(uri: str, name: str, colour: str, title: str, badge: str, detail: str = "") -> str:
+    """One video of the page: its animated thumbnail (a ``data:`` URI) with a badge and a caption, ``name`` (a
+    video's or a class's, isolated: :func:`coclr.text.html_name`) then ``detail`` (a span, a score)."""
+    return (f'<figure class="video" style="border-color:{colour}" title="{html.escape(on_page(title))}">'
+            f'<img src="{uri}" alt="{html.escape(on_page(name))}"><figcaption><b>{html.escape(badge)}</b> '
+            f"{html_name(name)}{html.escape(detail)}</figcaption></figure>")
+
+
+def short_names(paths: Sequence[str]) -> list[str]:
+    """How a page captions videos: each path relative to the folder every one of them is in (``a.mp4``,
+    ``x/clip.mp4`` and ``y/clip.mp4``: two files of one name stay apart); the paths as they are where they share
+    none (relative and absolute paths mixed)."""
+    try:
+        common = os.path.commonpath([os.path.dirname(path) for path in paths]) if paths else ""
+    except ValueError:
+        return list(paths)
+    return [os.path.relpath(path, common) if common else path for path in paths]
 
 
 PAGE_STYLE = """

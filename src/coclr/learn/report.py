@@ -23,6 +23,7 @@ from coclr.data.sampling import spread
 from coclr.embed.output import Embeddings
 from coclr.embed.search import search
 from coclr.eval.gallery import (
+    NEIGHBOUR_COLOUR,
     PAGE_STYLE,
     QUERY_COLOUR,
     animated_gif,
@@ -33,15 +34,14 @@ from coclr.eval.gallery import (
 )
 from coclr.progress import duration
 from coclr.store.clipstore import ClipStore
+from coclr.text import html_name, on_page
 
-NEIGHBOUR_COLOUR = "#999999"
-"""Neighbours have no class to be right or wrong about: a neutral border."""
 SAMPLE_QUERIES = 8
 NEIGHBOURS = 4
 COLLAPSED_MARK = "‡"
 REPORT_STYLE = PAGE_STYLE + """
 h2 { font-size: 15px; margin-top: 22px; } table.data td, table.data th { border: 1px solid #ccc; font-size: 12px; }
-table.data th { background: #f0f0f0; text-align: left; padding: 4px 6px; } td.bad { color: #d62728; }
+table.data th { background: #f0f0f0; text-align: left; padding: 4px 6px; } td.bad, li.bad { color: #d62728; }
 ul.videos { font-size: 12px; columns: 3; } .mark { color: #d62728; font-weight: bold; }
 p.alarm { border: 2px solid #d62728; padding: 8px; color: #d62728; font-weight: bold; }
 """
@@ -58,8 +58,8 @@ def write_report(path: Path, out: Path, result: dict[str, Any], paths: list[str]
                 _embeddings(result), _neighbours(out, store, root, result), _videos(paths, result)]
     title = f"coclr learn: {out.name}"
     page = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{REPORT_STYLE}</style></head><body>"
-            f"<h1>{html.escape(title)}</h1>{''.join(sections)}</body></html>\n")
+            f"<title>{html.escape(on_page(title))}</title><style>{REPORT_STYLE}</style></head><body>"
+            f"<h1>coclr learn: {html_name(out.name)}</h1>{''.join(sections)}</body></html>\n")
     return atomic_write_text(path, page)
 
 
@@ -97,7 +97,7 @@ def _summary(result: dict[str, Any]) -> str:
     reasons = "".join(f"<li>{html.escape(reason)}</li>" for reason in plan.get("reasons", []))
     exported = "".join(f"<li>encoder_{html.escape(view)}.pth: {html.escape(entry['stage'])} "
                        f"({html.escape(entry['reason'])})</li>" for view, entry in result.get("exported", {}).items())
-    started = "".join(f"<li>{html.escape(view)}: {html.escape(entry['source'])} ({html.escape(entry['format'])} "
+    started = "".join(f"<li>{html.escape(view)}: {html_name(entry['source'])} ({html.escape(entry['format'])} "
                       f"checkpoint, sha256 {html.escape(entry['sha256'][:12])}...)</li>"
                       for view, entry in plan.get("init", {}).items())
     if started:
@@ -194,7 +194,7 @@ def _embeddings(result: dict[str, Any]) -> str:
         info = result["labels"]
         protocol = next(iter(labels.values()), {}).get("protocol", "")
         text = (f"<p class=\"note\">Scored with the labels of {info['videos']} videos from "
-                f"{html.escape(info['file'])} (never used to train; {html.escape(protocol)}; chance about "
+                f"{html_name(info['file'])} (never used to train; {html.escape(protocol)}; chance about "
                 f"{info['chance']:.1f}%).</p>")
         text += "".join(f"<p class=\"note\">{html.escape(note)}</p>" for note in info.get("notes", []))
     return ("<h2>The embeddings</h2><p class=\"note\">Every video embedded with the exported encoders "
@@ -213,7 +213,7 @@ def _neighbours(out: Path, store: ClipStore, root: str, result: dict[str, Any]) 
         key = os.path.relpath(path, root).replace(os.sep, "/")
         if key not in cache:
             cache[key] = data_uri(animated_gif(thumbnail_frames(store, key, "rgb", 8)))
-        return video_cell(cache[key], os.path.basename(path), colour, path, badge)
+        return video_cell(cache[key], key, colour, path, badge)
 
     rows = []
     for row in spread(count, SAMPLE_QUERIES):
@@ -235,12 +235,12 @@ def _videos(paths: list[str], result: dict[str, Any]) -> str:
     items = []
     for path in paths:
         if path in failed:
-            items.append(f'<li class="bad" title="{html.escape(failed[path])}">{html.escape(path)}: left out '
-                         f"({html.escape(failed[path])})</li>")
+            error = failed[path].removeprefix(f"{path}: ")  # (the error names the file first: it is named already)
+            items.append(f'<li class="bad">{html_name(path)}: left out ({html_name(error)})</li>')
         elif path in short:
-            items.append(f'<li class="bad">{html.escape(path)}: shorter than one clip (padded by repeating its last '
+            items.append(f'<li class="bad">{html_name(path)}: shorter than one clip (padded by repeating its last '
                          "frame)</li>")
         else:
-            items.append(f"<li>{html.escape(path)}</li>")
+            items.append(f"<li>{html_name(path)}</li>")
     return (f"<h2>The videos</h2><p class=\"note\">{len(paths)} inputs, {len(failed)} left out, {len(short)} "
             f"shorter than one clip.</p><ul class=\"videos\">{''.join(items)}</ul>")
