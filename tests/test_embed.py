@@ -19,11 +19,12 @@ import torch
 import torch.nn.functional as F
 
 from coclr.cli import main as cli_main
+from coclr.clips import KINETICS_MEAN
 from coclr.data.sampling import sliding_windows
 from coclr.embed.embedder import Embedder, EmbedFailure, combine
 from coclr.embed.inputs import expand_inputs
 from coclr.embed.output import Embeddings, EmbeddingWriter, read_settings
-from coclr.embed.settings import KINETICS_MEAN, resolve_settings
+from coclr.embed.settings import resolve_settings
 from coclr.errors import CheckpointError, ConfigError, DataError
 from test_eval_helpers import save_tiny_encoder
 

@@ -130,6 +130,29 @@ def test_network_formats_give_the_encoders_features_on_real_clips(fmt, encoder_f
     assert "smallest cosine" in card and "8 frames" in card
 
 
+def test_a_torchvision_file_exports_with_the_clips_its_format_takes(tmp_path):
+    """torchvision's s3d records no clips but takes its own (224 px at 15 fps, Kinetics' normalisation): the export
+    records them, so coclr reads the export as the file it came from (it read 128 px and ImageNet's), and the ONNX
+    graph takes 224 px clips."""
+    from coclr.clips import FORMAT_CLIPS
+    from coclr.embed.settings import resolve_settings
+    from coclr.models.loading import _torchvision_name
+    from coclr.models.s3d import S3D
+
+    source = tmp_path / "s3d_tv.pth"
+    torch.save({_torchvision_name(k): v for k, v in S3D(width=0.125, bn_eps=1e-3).state_dict().items()}, source)
+    export_encoder(source, "safetensors", tmp_path / "out")
+    exported = tmp_path / "out" / "model.safetensors"
+    assert resolve_settings(exported) == resolve_settings(source)
+    assert (resolve_settings(exported).size, resolve_settings(exported).fps) == (224, 15.0)
+    assert load_encoder(exported)[0].bn_eps == 1e-3
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["clip_settings"]["mean"] == list(FORMAT_CLIPS["torchvision"]["mean"])
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "- clips of 224 x 224 px, frames decoded at a short side of 256 px, 15.0 fps" in card
+    assert "None" not in card.split("## Training")[0] and "head.*" not in card  # (it has no projection head)
+
+
 def test_compare_catches_other_features():
     reference = np.random.default_rng(0).normal(size=(3, 16))
     assert compare(reference, reference)["min_cosine"] == pytest.approx(1.0)
@@ -150,9 +173,15 @@ def test_the_folder_rule(encoder_file, tmp_path):
     assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == stamps
     (out / "model.pt").write_bytes(b"garbage")  # damaged since: it said "exported already"
     mended = export_encoder(encoder_file, "torchscript", out)
-    assert not mended.already_done and "was not the file exported (its sha256 differs): written again" in str(mended)
+    assert not mended.already_done and "was not the file exported (its sha256 differs" in str(mended)
     assert mended.check["min_cosine"] >= 0.999 and torch.jit.load(out / "model.pt") is not None  # checked again
     assert export_encoder(encoder_file, "torchscript", out).already_done
+    for config in ("gone", "garbage"):  # no hash to tell the file by: written again (it said "exported already")
+        (out / "model.pt").write_bytes(b"garbage")
+        (out / "config.json").unlink() if config == "gone" else (out / "config.json").write_text("{")
+        assert not export_encoder(encoder_file, "torchscript", out).already_done
+        assert torch.jit.load(out / "model.pt") is not None
+        assert export_encoder(encoder_file, "torchscript", out).already_done
     foreign = tmp_path / "theirs"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
@@ -214,6 +243,37 @@ def test_a_meta_json_cannot_hold_is_refused_before_any_write(tmp_path):
     save_encoder(tmp_path / "odd.pth", encoder, {"view": "rgb", "scale": torch.ones(2)})  # a tensor in meta
     with pytest.raises(CheckpointError, match="cannot be written as JSON"):
         export_encoder(tmp_path / "odd.pth", "safetensors", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("change", ["meta list", "meta text", "embed_dim text", "embed_dim negative"])
+@pytest.mark.parametrize("kind", ["pth", "safetensors"])
+def test_a_malformed_config_in_a_checkpoint_is_one_line_naming_it(kind, change, tmp_path):
+    """A file of ours whose meta is not a mapping, or whose head's dimension is not a positive whole number: a
+    CheckpointError naming the file for every reader (they were an AttributeError, a ValueError and a RuntimeError
+    from torch)."""
+    from safetensors.torch import save_file
+
+    encoder = build_encoder(width=0.125, embed_dim=16)
+    path = save_encoder(tmp_path / "enc.pth", encoder, meta={"clip_settings": SETTINGS})
+    payload = torch.load(path, weights_only=True)
+    key, value = {"meta list": ("meta", ["a"]), "meta text": ("meta", "hello"), "embed_dim text": ("embed_dim", "x"),
+                  "embed_dim negative": ("embed_dim", -5)}[change]
+    if key == "meta":
+        payload["meta"] = value
+    else:
+        payload["arch"] = {**payload["arch"], key: value}
+    bad = tmp_path / f"bad.{kind}"
+    if kind == "pth":
+        torch.save(payload, bad)
+    else:
+        config = {"format": "coclr.encoder", "arch": payload["arch"], "meta": payload["meta"]}
+        tensors = {f"{part}.{name}": tensor for part in ("backbone", "head") for name, tensor in payload[part].items()}
+        save_file(tensors, str(bad), metadata={METADATA_KEY: json.dumps(config)})
+    with pytest.raises(CheckpointError, match="bad"):
+        load_encoder(bad)
+    with pytest.raises(CheckpointError, match="bad"):
+        export_encoder(bad, "safetensors", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

@@ -71,8 +71,22 @@ def test_the_starting_checkpoints_are_read_and_checked_before_any_work(tmp_path)
         read_starts(flow, None)
     with pytest.raises(ConfigError, match="--flow-init: .*rgb.pth .*give it as --init"):
         read_starts(None, rgb)
-    with pytest.raises(ConfigError, match="--init: checkpoint not found"):
+    with pytest.raises(CheckpointError, match="--init: checkpoint not found"):
         read_starts(tmp_path / "absent.pth", None)
+    with pytest.raises(CheckpointError, match="--init: .* is a folder, not a checkpoint file"):
+        read_starts(tmp_path, None)  # (it was "checkpoint not found")
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+
+    settings = {"clip_settings": {"view": "rgb", "length": 8, "size": 32}}
+    gated = save_encoder(tmp_path / "gated.pth", build_encoder(width=0.125, gating=True), meta=settings)
+    with pytest.raises(ConfigError, match="--init: .*gated.pth is an S3D-G encoder"):
+        read_starts(gated, None)  # (refused only when its stage started, after the store and the flow)
+    other = save_encoder(tmp_path / "other.pth", build_encoder(width=0.125, embed_dim=64), meta=settings)
+    with pytest.raises(ConfigError, match="--init: .*other.pth's projection head gives 64 dimensions"):
+        read_starts(other, None)
+    assert read_starts(save_encoder(tmp_path / "bare.pth", build_encoder(width=0.125, embed_dim=None),
+                                    meta=settings), None)["rgb"].model == SMALL  # a backbone alone starts one
     (tmp_path / "junk.pth").write_bytes(b"not a checkpoint at all")
     with pytest.raises(CheckpointError, match="junk.pth"):
         read_starts(tmp_path / "junk.pth", None)

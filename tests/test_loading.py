@@ -204,6 +204,27 @@ def test_torchvision_s3d_conversion(tmp_path):
     assert (got - want).abs().max() < 1e-4
 
 
+def test_a_warm_start_from_torchvision_weights_keeps_their_batchnorm_epsilon(tmp_path, clip):
+    """torchvision's S3D keeps its statistics under eps 1e-3: a run's encoder started from such a file computes
+    what the file's network does (it was built with 1e-5, up to 1.0 off on features of 6.5), and records it."""
+    from coclr.models.loading import _torchvision_name
+    from coclr.train.model import load_into
+
+    torch.manual_seed(0)
+    theirs = S3D(width=0.125, bn_eps=1e-3)
+    randomise(theirs, 8)
+    for module in theirs.modules():
+        if isinstance(module, torch.nn.BatchNorm3d):
+            module.running_var.uniform_(1e-4, 4e-3)  # small variances: where the epsilon tells
+    torch.save({_torchvision_name(key): value for key, value in theirs.state_dict().items()}, tmp_path / "tv.pth")
+    run = build_encoder(width=0.125)
+    load_into(run, str(tmp_path / "tv.pth"), "method.init_checkpoint")
+    assert run.backbone.bn_eps == 1e-3 and run.arch["bn_eps"] == 1e-3
+    run.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(run.backbone(clip), theirs.eval()(clip), rtol=0, atol=0)
+
+
 # ------------------------------------------------------------------------------------ our own format
 
 
@@ -379,6 +400,24 @@ def test_a_refused_pickle_names_the_object(tmp_path):
     with pytest.raises(CheckpointError, match=r"pickled Python object \(argparse\.Namespace\)") as error:
         load_encoder(tmp_path / "with_args.pth")
     assert "weights_only" not in str(error.value)
+
+
+def test_a_legacy_file_cut_short_is_damaged_not_a_refused_object(tmp_path, fixtures_dir):
+    """The authors' file (torch.save's legacy format) cut inside its header read a cut name as an unknown global:
+    "refused: the file holds a pickled Python object (torch.LongSto)". It is a file cut short; a whole file with an
+    object is still refused as one (in the legacy format too)."""
+    import argparse
+
+    data = (fixtures_dir / "official_infonce_s3d_format.pth.tar").read_bytes()
+    cut = tmp_path / "cut.pth"
+    for size in (219, 1000, 1003):
+        cut.write_bytes(data[:size])
+        with pytest.raises(CheckpointError) as error:
+            load_encoder(cut)
+        assert "pickled Python object" not in str(error.value) and "damaged" in str(error.value)
+    torch.save({"args": argparse.Namespace(lr=0.1)}, tmp_path / "legacy.pth", _use_new_zipfile_serialization=False)
+    with pytest.raises(CheckpointError, match=r"pickled Python object \(argparse\.Namespace\)"):
+        load_encoder(tmp_path / "legacy.pth")
 
 
 def test_a_torchscript_network_is_named_as_one_and_not_run(tmp_path, capsys):

@@ -80,7 +80,10 @@ def test_coclr_without_the_second_views_data(tmp_path: Path) -> None:
 def test_coclr_with_a_missing_sampler_checkpoint(store: Path, tmp_path: Path) -> None:
     config = tiny_config(store, tmp_path / "run", "method.name=coclr",
                          f"method.sampler_checkpoint={tmp_path / 'missing.pth'}")
-    with pytest.raises(ConfigError, match="sampler_checkpoint"):
+    with pytest.raises(CheckpointError, match="method.sampler_checkpoint: checkpoint not found"):
+        pretrain(config)
+    config = tiny_config(store, tmp_path / "run", "method.name=coclr", f"method.sampler_checkpoint={tmp_path}")
+    with pytest.raises(CheckpointError, match="sampler_checkpoint: .* is a folder, not a checkpoint file"):
         pretrain(config)
 
 

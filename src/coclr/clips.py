@@ -24,6 +24,14 @@ JPEG_QUALITY = 90
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 """The RGB normalisation of training, evaluation and embedding (ImageNet's mean and standard deviation)."""
+KINETICS_MEAN = (0.43216, 0.394666, 0.37645)
+KINETICS_STD = (0.22803, 0.22145, 0.216989)
+"""torchvision's normalisation of its Kinetics-400 video models (``VideoClassification`` transform)."""
+FORMAT_CLIPS = {"torchvision": {"fps": 15.0, "short_side": 256, "size": 224, "mean": KINETICS_MEAN,
+                                "std": KINETICS_STD}}
+"""The clips of a checkpoint format that records none, where they are not the paper's: torchvision's ``s3d`` takes
+its own inference transform's (frames at 15 fps, the short side at 256 px, the centre 224 x 224, Kinetics'
+normalisation). An embedding uses them, and an export records them."""
 FPS_RANGE = (0.01, 1000.0)
 """The frame rates videos may be decoded at (a store's, an embedding's, the synthetic videos'): one frame every
 100 s to 1000 frames a second (past which a resampled video is made of copies of its frames)."""

@@ -105,18 +105,18 @@ def run(args: argparse.Namespace) -> int:
     from coclr.atomic import atomic_write_json
     from coclr.config import from_dict
     from coclr.distributed import pick_device
-    from coclr.errors import CheckpointError, ConfigError
+    from coclr.errors import ConfigError
     from coclr.eval.evaluate import evaluate_checkpoint
     from coclr.eval.features import ClipConfig, Stream, check_inputs, split_entries, trained_clips, trained_view
     from coclr.eval.report import degenerate
+    from coclr.models.loading import require_checkpoint_file
     from coclr.store.clipstore import open_store
 
     options = task_options(args)
     check_outputs(args, options)
     checkpoints = [Path(args.checkpoint)] + ([Path(args.checkpoint2)] if args.checkpoint2 else [])
     for path in checkpoints:
-        if not path.is_file():
-            raise CheckpointError(f"checkpoint not found: {path}")
+        require_checkpoint_file(path)
     streams = [Stream(checkpoints[0], trained_view(checkpoints[0], args.view))]
     if args.checkpoint2:
         streams.append(Stream(checkpoints[1], trained_view(checkpoints[1], args.view2, "--view2", default="flow")))

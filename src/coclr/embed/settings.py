@@ -23,6 +23,7 @@ from typing import Any
 
 from coclr.clips import (
     CLIP_KEYS,
+    FORMAT_CLIPS,
     FPS_RANGE,
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -37,9 +38,6 @@ from coclr.errors import ConfigError
 
 FEATURES = ("backbone", "head")
 PRECISIONS = (None, "bf16")
-KINETICS_MEAN = (0.43216, 0.394666, 0.37645)
-KINETICS_STD = (0.22803, 0.22145, 0.216989)
-"""torchvision's normalisation of its Kinetics-400 video models (``VideoClassification`` transform)."""
 
 #: Clip settings shared by the RGB and the flow stream (their windows must cover the same frames).
 SHARED_KEYS = (*CLIP_KEYS, "fps", "short_side")
@@ -112,13 +110,6 @@ class EmbedSettings:
                 for key, value in dataclasses.asdict(self).items()}
 
 
-def format_defaults(checkpoint_format: str) -> dict[str, Any]:
-    """The settings of a checkpoint that records none, by format (see the module docstring)."""
-    if checkpoint_format == "torchvision":
-        return {"fps": 15.0, "short_side": 256, "size": 224, "mean": KINETICS_MEAN, "std": KINETICS_STD}
-    return {}
-
-
 def recorded_settings(checkpoint: str | Path, expected_view: str) -> dict[str, Any]:
     """What ``checkpoint`` recorded (or its format implies) as :class:`EmbedSettings` keys; refuses an encoder
     trained on another kind of view than ``expected_view`` ("rgb" or "flow")."""
@@ -130,7 +121,7 @@ def recorded_settings(checkpoint: str | Path, expected_view: str) -> dict[str, A
         option_name = "--flow-checkpoint" if expected_view == "flow" else "--checkpoint"
         raise ConfigError(f"{checkpoint}: the encoder was trained on the {view!r} view, but {option_name} takes "
                           f"an encoder of {expected_view!r} clips")
-    out = format_defaults(checkpoint_format(checkpoint)) if not recorded else {}
+    out = dict(FORMAT_CLIPS.get(checkpoint_format(checkpoint), {})) if not recorded else {}
     out.update({key: recorded[key] for key in (*SHARED_KEYS, "mean", "std") if recorded.get(key) is not None})
     if "fps" in recorded:
         out["fps"] = recorded["fps"]  # None is a recorded value here: every decoded frame

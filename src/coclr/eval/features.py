@@ -34,7 +34,13 @@ from coclr.data.views import view_kind
 from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.eval.options import ClipConfig
 from coclr.interrupts import loader_worker_signals
-from coclr.models.loading import TRAIN_FORMAT, load_encoder, open_checkpoint, read_clip_settings
+from coclr.models.loading import (
+    TRAIN_FORMAT,
+    load_encoder,
+    open_checkpoint,
+    read_clip_settings,
+    require_checkpoint_file,
+)
 from coclr.progress import bar as progress_bar
 from coclr.runfolder import check_output_folder
 
@@ -297,8 +303,7 @@ def check_inputs(store, streams: list[Stream], splits: list[str],
     reason)."""
 
     for stream in streams:
-        if not Path(stream.checkpoint).is_file():
-            raise CheckpointError(f"checkpoint not found: {stream.checkpoint}")
+        require_checkpoint_file(stream.checkpoint)
     return {split: usable_entries(store, split, stream_views(streams, with_views))[1] for split in splits}
 
 

@@ -55,17 +55,25 @@ def read_starts(rgb: str | os.PathLike[str] | None, flow: str | os.PathLike[str]
         checkpoint_sha256,
         load_encoder,
         read_clip_settings,
+        require_checkpoint_file,
     )
+    from coclr.train.config import ModelOptions  # noqa: PLC0415
 
     starts: dict[str, Start] = {}
     for view, given in (("rgb", rgb), ("flow", flow)):
         if given is None:
             continue
-        path = Path(given)
         option = OPTIONS[view]
-        if not path.is_file():
-            raise ConfigError(f"{option}: checkpoint not found: {path}")
-        backbone, _ = load_encoder(path)  # an unreadable file or format is one line naming it
+        path = require_checkpoint_file(given, option)
+        backbone, head = load_encoder(path)  # an unreadable file or format is one line naming it
+        network = ModelOptions()  # the network learn trains: S3D without gating, its head's dimension
+        if backbone.gating != network.gating:
+            raise ConfigError(f"{option}: {path} is an S3D-G encoder (self-gating); coclr learn trains S3D without "
+                              "gating: give a checkpoint of one")
+        if head is not None and head.out_dim != network.embed_dim:
+            raise ConfigError(f"{option}: {path}'s projection head gives {head.out_dim} dimensions, where coclr "
+                              f"learn's gives {network.embed_dim}: give a checkpoint with a {network.embed_dim}-d "
+                              "head, or one without a head (its backbone alone)")
         trained = read_clip_settings(path).get("view")
         if trained is not None and view_kind(trained) != view:
             other = OPTIONS[view_kind(trained)] if view_kind(trained) in OPTIONS else "neither option"

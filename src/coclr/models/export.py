@@ -122,7 +122,9 @@ def read_safetensors(path: Path, map_location: Any = "cpu", data: bytes | None =
     try:
         config = json.loads(metadata[METADATA_KEY])
         arch, meta = config["arch"], config.get("meta") or {}
-    except (ValueError, KeyError, TypeError) as error:
+        if not isinstance(meta, dict):
+            raise TypeError(f"its meta is a {type(meta).__name__}, not a mapping")
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise CheckpointError(f"{path}: its '{METADATA_KEY}' metadata is not coclr's config ({error!r})") from None
     unknown = sorted({key.split(".")[0] for key in tensors} - {"backbone", "head"})
     if unknown:

@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from coclr.atomic import atomic_write_json, atomic_write_text, file_sha256, read_json_record
-from coclr.errors import CheckpointError
+from coclr.clips import FORMAT_CLIPS
+from coclr.errors import CheckpointError, DataError
 from coclr.models.export import (
     FORMATS,
     MIN_COSINE,
@@ -55,8 +56,8 @@ class Exported:
         if self.already_done:
             return f"{self.model}: exported already (the same encoder and format); nothing written"
         figures = ", ".join(f"{key.replace('_', ' ')} {value:.3g}" for key, value in self.check.items())
-        again = f"{self.model.name} was not the file exported (its sha256 differs): written again; " if \
-            self.changed else ""
+        again = f"{self.model.name} was not the file exported (its sha256 differs, or config.json records none): " \
+            "written again; " if self.changed else ""
         return (f"{again}wrote {self.model}, config.json and README.md in {self.out}; checked against the encoder: "
                 f"{figures}")
 
@@ -78,16 +79,21 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
     read = open_checkpoint(encoder)
     recorded = read.clip_settings  # checked: clips S3D takes
     meta = dict(read.payload.get("meta") or training_meta(read.payload)) if isinstance(read.payload, dict) else {}
-    if "clip_settings" not in meta:  # a training checkpoint keeps them beside its meta
-        meta["clip_settings"] = recorded or None
+    if "clip_settings" not in meta:  # a training checkpoint keeps them beside its meta; torchvision's: its format's
+        implied = FORMAT_CLIPS.get(read.format)
+        meta["clip_settings"] = recorded or ({key: list(value) if isinstance(value, tuple) else value
+                                              for key, value in implied.items()} if implied else None)
     options = {"encoder": str(encoder.resolve()), "sha256": read.sha256, "format": fmt}
     model = out / f"model{SUFFIXES[fmt]}"
     changed = False
     if check_folder(out, EXPORT_FOLDER, options) and model.is_file() and (out / "README.md").is_file():
-        recorded = (read_json_record(out / "config.json") or {}).get("sha256")  # the model file's, as exported
-        if recorded is None or recorded == file_sha256(model):  # (a folder from before the hash: trusted)
+        try:
+            recorded = (read_json_record(out / "config.json") or {}).get("sha256")  # the model file's, as exported
+        except DataError:  # (damaged too: written again with the model)
+            recorded = None
+        if recorded is not None and recorded == file_sha256(model):
             return Exported(out, model, already_done=True)
-        changed = True
+        changed = True  # (no hash to tell it by: config.json gone, or from before the hash: written again)
     broken = [name for module in (backbone, head) if module is not None for name, tensor in
               module.state_dict().items() if tensor.is_floating_point() and not tensor.isfinite().all()]
     if broken:
@@ -168,9 +174,10 @@ def model_card(config: dict[str, Any], fmt: str, encoder: Path, notes: Sequence[
              f"{arch['gating']}) whose pooled feature has {config['feature_dim']} dimensions.", "",
              "## Input", ""]
     if settings:
-        lines += [f"- view: {settings.get('view')}",
-                  f"- clips of {settings.get('length')} frames (stride {settings.get('stride')}), "
-                  f"{settings.get('size')} x {settings.get('size')} px"
+        frames = (f"clips of {settings['length']} frames (stride {settings.get('stride', 1)}), "
+                  if settings.get("length") else "clips of ")
+        lines += [f"- view: {settings.get('view') or 'rgb (implied by its format)'}",
+                  f"- {frames}{settings.get('size')} x {settings.get('size')} px"
                   + (f", frames decoded at a short side of {settings['short_side']} px" if settings.get("short_side")
                      else "") + (f", {settings['fps']} fps" if settings.get("fps") else ""),
                   f"- normalised: (x / 255 - mean) / std, mean {settings.get('mean')}, std {settings.get('std')}"]
@@ -187,8 +194,9 @@ def model_card(config: dict[str, Any], fmt: str, encoder: Path, notes: Sequence[
     if fmt == "safetensors":
         lines += ["```python", "import coclr", "backbone, head = coclr.load_encoder(\"model.safetensors\")",
                   "features = backbone(clips).mean(dim=(2, 3, 4))  # clips: [B, C, T, H, W]", "```", "",
-                  "Or with `safetensors.torch.load_file`: the tensors `backbone.*` (S3D) and `head.*` (the "
-                  "projection head); the file's metadata `coclr` holds config.json."]
+                  "Or with `safetensors.torch.load_file`: the tensors `backbone.*` (S3D)"
+                  + (" and `head.*` (the projection head)" if arch.get("embed_dim") else "")
+                  + "; the file's metadata `coclr` holds config.json."]
     elif fmt == "onnx":
         lines += ["```python", "import onnxruntime",
                   "session = onnxruntime.InferenceSession(\"model.onnx\")",

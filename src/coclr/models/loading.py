@@ -22,6 +22,7 @@ import hashlib
 import io
 import os
 import pickle
+import pickletools
 import re
 import threading
 import zipfile
@@ -179,10 +180,13 @@ def _clip_settings(payload: Any) -> dict[str, Any]:
     if payload.get("format") == TRAIN_FORMAT:
         settings = payload.get("clip_settings")
         if settings is None:
-            data = (payload.get("config") or {}).get("data") or {}
-            settings = {key: data[key] for key in ("view", *CLIP_KEYS) if key in data}
+            config = payload.get("config")
+            data = config.get("data") if isinstance(config, dict) else None
+            if isinstance(data, dict):
+                settings = {key: data[key] for key in ("view", *CLIP_KEYS) if key in data}
     elif payload.get("format") == ENCODER_FORMAT:
-        settings = (payload.get("meta") or {}).get("clip_settings")
+        meta = payload.get("meta")
+        settings = meta.get("clip_settings") if isinstance(meta, dict) else None
     if not isinstance(settings, dict):
         return {}
     return {key: settings[key] for key in CLIP_SETTING_KEYS if key in settings}
@@ -299,6 +303,16 @@ def read_checkpoint_file(path: str | os.PathLike[str], map_location: Any = "cpu"
     return _parse_checkpoint(path, path.read_bytes(), map_location)
 
 
+def require_checkpoint_file(path: str | os.PathLike[str], option: str | None = None) -> Path:
+    """``path`` when it names a file; else one line (after the ``option`` it was given as) saying it names a folder
+    or nothing. Checked before any work by every command that takes a checkpoint."""
+    path = Path(path)
+    if not path.is_file():
+        error = _not_a_file(path)
+        raise CheckpointError(f"{option}: {error}" if option else str(error))
+    return path
+
+
 def _not_a_file(path: Path) -> CheckpointError:
     """The error of a checkpoint path that names no file: a folder, or nothing."""
     if path.is_dir():
@@ -325,6 +339,9 @@ def _parse_checkpoint(path: Path, data: bytes, map_location: Any) -> Any:
     except Exception as error:  # damaged, or a refused pickle
         text = str(error)
         refused = _REFUSED_GLOBAL.search(text)
+        if isinstance(error, pickle.UnpicklingError) and refused and head != _ZIP_MAGIC and _cut_short(data):
+            raise CheckpointError(f"{path}: damaged: the file ends inside its pickled header (cut short: an "
+                                  "incomplete download or copy?)") from None
         if isinstance(error, pickle.UnpicklingError) and refused:
             raise CheckpointError(
                 f"{path}: refused: the file holds a pickled Python object ({refused.group(1)}) that a tensors-only "
@@ -333,6 +350,26 @@ def _parse_checkpoint(path: Path, data: bytes, map_location: Any) -> Any:
         first = next((line.strip() for line in text.splitlines() if line.strip()), "")
         reason = type(error).__name__ + (f": {first}" if first and "weights_only" not in first else "")
         raise CheckpointError(f"{path}: damaged, or not a PyTorch checkpoint ({reason})") from None
+
+
+_LEGACY_PICKLES = 5
+"""The pickles torch.save's legacy format begins with (magic number, protocol, system info, the object, the storage
+keys), before the storages' raw bytes."""
+
+
+def _cut_short(data: bytes) -> bool:
+    """Whether the pickles a legacy-format file begins with end before their STOP: the file was cut short (a name
+    cut there reads as an unknown global). Read as opcodes only (:func:`pickletools.genops`): nothing is run."""
+    stream = io.BytesIO(data)
+    for _ in range(_LEGACY_PICKLES):
+        if stream.tell() == len(data):
+            return False  # (whole pickles, then nothing: not cut inside one)
+        try:
+            for _ in pickletools.genops(stream):
+                pass
+        except ValueError:  # "pickle exhausted before seeing STOP"
+            return True
+    return False
 
 
 def _is_torchscript(data: bytes) -> bool:
@@ -400,6 +437,9 @@ def _load_ours(path: Path, payload: dict[str, Any]) -> tuple[S3D, ProjectionHead
     if missing:
         raise CheckpointError(f"{path}: {payload['format']} checkpoint lacks the top-level keys {_names(missing)}")
     arch = payload["arch"]
+    if payload.get("meta") is not None and not isinstance(payload["meta"], dict):
+        raise CheckpointError(f"{path}: 'meta' must be a dict (how the encoder was trained), got "
+                              f"{type(payload['meta']).__name__}")
     if not isinstance(arch, dict) or any(key not in arch for key in _ARCH_KEYS):
         raise CheckpointError(f"{path}: 'arch' must be a dict with keys {_names(_ARCH_KEYS)}, got {arch!r}")
     try:
@@ -410,10 +450,13 @@ def _load_ours(path: Path, payload: dict[str, Any]) -> tuple[S3D, ProjectionHead
     head_state = payload["head"]
     if head_state is None:
         return backbone, None
-    if arch["embed_dim"] is None:
+    embed_dim = arch["embed_dim"]
+    if embed_dim is None:
         raise CheckpointError(f"{path}: the file has a 'head' but arch['embed_dim'] is None")
+    if isinstance(embed_dim, bool) or not isinstance(embed_dim, int) or embed_dim < 1:
+        raise CheckpointError(f"{path}: invalid 'arch': embed_dim must be a positive whole number, got {embed_dim!r}")
     dim = backbone.out_channels
-    head = ProjectionHead(dim, dim, int(arch["embed_dim"]))
+    head = ProjectionHead(dim, dim, embed_dim)
     _load_strict(path, head, _strip_module(_tensors(path, head_state, "head")), "head.")
     return backbone, head
 

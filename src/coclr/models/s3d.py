@@ -265,6 +265,13 @@ class S3D(nn.Module):
             in_channels = block.out_channels
         self.out_channels = in_channels
 
+    def set_bn_eps(self, eps: float) -> None:
+        """Every BatchNorm's epsilon (weights whose running statistics were kept under another: torchvision's)."""
+        self.bn_eps = float(eps)
+        for module in self.modules():
+            if isinstance(module, nn.BatchNorm3d):
+                module.eps = self.bn_eps
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, 3, T, H, W]`` -> ``[B, out_channels, T', H', W']``."""
         if x.dim() != 5 or x.shape[1] != 3:

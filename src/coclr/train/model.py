@@ -20,7 +20,7 @@ from coclr.train.learner import PretrainModel, ViewLearner
 
 def load_into(encoder: Encoder, path: str, option: str) -> None:
     """Initialise ``encoder`` from any checkpoint ``load_encoder`` reads (``option`` names where the path came
-    from); the architectures must match, or the error names both."""
+    from), its BatchNorm epsilon too; the architectures must match, or the error names both."""
     backbone, head = load_encoder(path)
     theirs = {"model.width": backbone.width, "model.gating": backbone.gating,
               "model.embed_dim": None if head is None else head.out_dim}
@@ -31,6 +31,7 @@ def load_into(encoder: Encoder, path: str, option: str) -> None:
     if differ:
         raise CheckpointError(f"{option}: {path} holds another encoder than the run's: {', '.join(differ)}")
     encoder.backbone.load_state_dict(backbone.state_dict())
+    encoder.backbone.set_bn_eps(backbone.bn_eps)  # (torchvision's 1e-3: its statistics were kept under it)
     if head is not None:
         encoder.head.load_state_dict(head.state_dict())
 

@@ -26,7 +26,7 @@ from coclr.distributed import held_by_main, is_main
 from coclr.errors import ConfigError
 from coclr.interrupts import interrupted
 from coclr.models.encoder import build_encoder
-from coclr.models.loading import save_encoder
+from coclr.models.loading import require_checkpoint_file, save_encoder
 from coclr.progress import duration
 from coclr.runfolder import FolderRule, check_folder, check_restart, claim_folder, read_record, restart_folder
 from coclr.store.clipstore import open_store
@@ -218,8 +218,8 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
     views = {"init": config.data.view, "second_init": config.data.second_view, "miner": config.data.view}
     for key, view in views.items():  # read now, not when their stage starts after others trained
         path = getattr(config.pipeline, key)
-        if path is not None and not Path(path).is_file():
-            raise ConfigError(f"pipeline.{key}: checkpoint not found: {path}")
+        if path is not None:
+            require_checkpoint_file(path, f"pipeline.{key}")
         if path is not None:
             check_view_of(path, view, f"pipeline.{key}")
     if config.pipeline.infonce_from:

@@ -31,6 +31,7 @@ from coclr.data.batch_decode import resolve_decode
 from coclr.data.datasets import TrainClips, left_out_message
 from coclr.distributed import held_by_main, init_distributed, is_main, pick_device, rank, world_size
 from coclr.errors import ConfigError
+from coclr.models.loading import require_checkpoint_file
 from coclr.runfolder import FolderRule, check_folder, check_restart, claim_folder, restart_folder
 from coclr.store.clipstore import open_store
 from coclr.train.checkpoint import load_checkpoint
@@ -233,8 +234,8 @@ def check_inputs(config: PretrainConfig, device: torch.device) -> None:
              "sampler_checkpoint": config.data.second_view}
     for key, view in views.items():
         path = getattr(config.method, key)
-        if path and not Path(path).is_file():
-            raise ConfigError(f"method.{key}: checkpoint not found: {path}")
+        if path:
+            require_checkpoint_file(path, f"method.{key}")
         if path:
             check_view_of(path, view, f"method.{key}")
     if not Path(config.data.store).is_dir():
