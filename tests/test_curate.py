@@ -31,6 +31,10 @@ def test_pairs_over_the_threshold_join_into_groups_through_chains():
     assert rules.duplicate_groups(scores, neighbours, 0.98) == [[0, 1]]
     assert rules.duplicate_groups(scores, neighbours, 1.0) == []
     assert rules.best_match(scores, neighbours, [0, 1, 2]) == {0: 0.99, 1: 0.99, 2: 0.97}
+    one_way = np.array([[0.2, 0.1], [0.97, 0.1], [0.3, 0.2]])  # 1 found 0, 0 did not list 1 (mirrored prints)
+    one_way_neighbours = np.array([[2, 1], [0, 2], [0, 1]])
+    assert rules.duplicate_groups(one_way, one_way_neighbours, 0.95) == [[0, 1]]
+    assert rules.best_match(one_way, one_way_neighbours, [0, 1]) == {0: 0.97, 1: 0.97}  # (0's was NaN)
 
 
 def test_shared_stretches_come_from_mutual_nearest_windows_and_skip_whole_duplicates():

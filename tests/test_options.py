@@ -173,3 +173,26 @@ def test_a_pipelines_starting_checkpoints_are_read_before_any_stage(tmp_path, ca
         err = capsys.readouterr().err
         assert message in err and ("was trained on 'flow' clips" in err if key == "miner" else "damaged" in err), err
     assert not (tmp_path / "run").exists()  # before the first stage, not after InfoNCE trained
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["pretrain", "run.out=R", "--restart", "optim.lr=x"], "coclr pretrain: error: optim.lr: expected a number"),
+    (["study", "schedule.cycles=3", "--check", "schedule.cycles=x"], "schedule.cycles: expected an integer"),
+    (["data", "synth", "--out", "S", "--seed", "6", "train_scenes=abc"], "train_scenes: expected an integer"),
+])
+def test_overrides_are_read_wherever_they_stand(argv, said, tmp_path, capsys, monkeypatch):
+    """argparse gave the positional overrides one place: one after a flag was "coclr: error: unrecognized
+    arguments", under the top-level usage."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    assert said in capsys.readouterr().err and not any(tmp_path.iterdir())
+
+
+def test_an_unknown_flag_is_the_subcommand_s_error_with_its_usage(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for argv, usage in ((["pretrain", "run.out=R", "--restart", "--bogus"], "usage: coclr pretrain"),
+                        (["data", "synth", "--out", "S", "--bogus"], "usage: coclr data synth")):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and usage in err and "unrecognized arguments: --bogus" in err

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors=ERRORS)  # a file name that is not UTF-8, printed as its own bytes
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     try:
         status = run_command(args)
         sys.stdout.flush()  # here, where a reader that went away is caught, not at the interpreter's exit
@@ -120,6 +120,28 @@ def main(argv: list[str] | None = None) -> int:
              "continue")
         return stopped.exit_status
     return int(status or EXIT_DONE)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The arguments, ``key=value`` overrides taken wherever they stand (``pretrain run.out=R --restart
+    optim.lr=0.1``: argparse gives the positional overrides one place); anything else unknown is the chosen
+    subcommand's error, with its own usage."""
+    args, rest = parser.parse_known_args(argv)
+    if not rest:
+        return args
+    chosen = parser
+    while True:  # the deepest subcommand chosen (``data synth``, ``eval linear``)
+        action = next((a for a in chosen._actions if isinstance(a, argparse._SubParsersAction)), None)
+        name = getattr(args, action.dest, None) if action is not None else None
+        if name not in (action.choices if action is not None else {}):
+            break
+        chosen = action.choices[name]
+    overrides = getattr(args, "overrides", None)
+    if isinstance(overrides, list) and all("=" in token and not token.startswith("-") for token in rest):
+        args.overrides = [*overrides, *rest]
+        return args
+    chosen.error(f"unrecognized arguments: {' '.join(rest)}")
+    raise AssertionError("unreachable")  # (error exits)
 
 
 def _say(line: str) -> None:

@@ -84,14 +84,17 @@ def alike_first(scores: np.ndarray, neighbours: np.ndarray, rows: np.ndarray) ->
 
 
 def best_match(scores: np.ndarray, neighbours: np.ndarray, group: list[int]) -> dict[int, float]:
-    """For each row of ``group``, its highest similarity to another member among its nearest (the CSV's
-    ``similarity``)."""
+    """For each row of ``group``, its highest similarity to another member among the pairs of the graph, either
+    way (the CSV's ``similarity``): a graph need not be symmetric (a fingerprint is compared with the others'
+    mirrored ones too), and a pair found from one side is the other's match as well."""
     inside = set(group)
-    found = {}
+    found = {row: -np.inf for row in group}
     for row in group:
-        matches = [float(score) for score, other in zip(scores[row], neighbours[row]) if int(other) in inside]
-        found[row] = max(matches) if matches else float("nan")
-    return found
+        for score, other in zip(scores[row], neighbours[row]):
+            if int(other) in inside and int(other) != row:
+                found[row] = max(found[row], float(score))
+                found[int(other)] = max(found[int(other)], float(score))
+    return {row: best if best > -np.inf else float("nan") for row, best in found.items()}
 
 
 @dataclass(frozen=True)
