@@ -52,6 +52,19 @@ def test_a_bad_cycle_lr_is_named() -> None:
         load_config(PipelineConfig, None, ["data.store=s", "run.out=o", "pipeline.cycle_lr=0"])
 
 
+@pytest.mark.parametrize("given, instead", [("optim.epochs=5", "pipeline.infonce_epochs"),
+                                             ("method.name=cmc", "pipeline.mode"),
+                                             ("method.init_checkpoint=x.pth", "pipeline.init"),
+                                             ("method.sampler_checkpoint=x.pth", "pipeline.miner"),
+                                             ("optim.milestones=[3]", "pipeline.infonce_milestones")])
+def test_an_option_each_stage_sets_is_refused_naming_the_pipelines(given, instead) -> None:
+    """The stages set these: a value given was dropped without a word (a missing checkpoint never checked), then
+    its record refused a later run that left it out."""
+    key = given.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"{key}: is set by each stage of a pipeline: give {instead}"):
+        load_config(PipelineConfig, None, ["data.store=s", "run.out=o", given])
+
+
 @pytest.mark.parametrize("mode", ["alternate", "sim"])
 def test_pipeline_end_to_end_and_rerun(tmp_path: Path, mode: str) -> None:
     store = make_random_store(tmp_path / "store", videos=8, frames=10)

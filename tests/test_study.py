@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from coclr.config import load_config
-from coclr.errors import CoclrError, ConfigError
+from coclr.errors import CheckpointError, CoclrError, ConfigError
 from coclr.flow.options import FlowOptions
 from coclr.jobs.scheduler import Job, run_jobs, wait_for_an_exit
 from coclr.jobs.tasks import Flow, read_task_file
@@ -692,7 +692,7 @@ def test_a_pipeline_miner_is_checked(tmp_path: Path) -> None:
                                                f"run.out={tmp_path / 'sim'}"])
     config = load_config(PipelineConfig, overrides=[f"pipeline.miner={tmp_path / 'absent.pth'}",
                                                     f"run.out={tmp_path / 'run'}", f"data.store={tmp_path}"])
-    with pytest.raises(ConfigError, match="pipeline.miner: checkpoint not found"):
+    with pytest.raises(CheckpointError, match="pipeline.miner: checkpoint not found"):
         run_pipeline(config)
     assert not (tmp_path / "run").exists()
 

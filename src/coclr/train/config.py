@@ -302,3 +302,19 @@ class PipelineConfig(PretrainConfig):
     def validate(self) -> None:
         require(not self.method.mining_space.own_view or self.pipeline.mode == "alternate", "method.mine_in",
                 f"{self.method.mine_in} needs pipeline.mode=alternate (a frozen other-view encoder mines)")
+        defaults = PretrainConfig()
+        for key, instead in PER_STAGE.items():
+            section, name = key.split(".")
+            require(getattr(getattr(self, section), name) == getattr(getattr(defaults, section), name), key,
+                    f"is set by each stage of a pipeline: give {instead}")
+
+
+PER_STAGE = {"method.name": "pipeline.mode (the stages' methods are InfoNCE, then CoCLR: coclr pretrain trains one "
+                            "method)",
+             "method.simultaneous": "pipeline.mode=sim",
+             "method.init_checkpoint": "pipeline.init", "method.second_init_checkpoint": "pipeline.second_init",
+             "method.sampler_checkpoint": "pipeline.miner",
+             "optim.epochs": "pipeline.infonce_epochs and pipeline.cycle_epochs",
+             "optim.milestones": "pipeline.infonce_milestones and pipeline.cycle_milestones"}
+"""The pretraining options a pipeline sets for each of its stages (:func:`coclr.train.pipeline.stage_config`),
+and the pipeline's option to give instead: a value given for one would be dropped."""
