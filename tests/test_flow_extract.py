@@ -191,6 +191,12 @@ def test_bad_input_is_a_clear_error_before_any_work(small_store, tmp_path):
             extract_flow(small_store, backend="dis", bound=bound)
     with pytest.raises(ConfigError, match="kernels: c runs the iterations of tvl1-torch; the tvl1 backend is"):
         extract_flow(small_store, backend="tvl1", kernels="c")  # it ran OpenCV without a word
+    for backend, given in (("dis", {"batch_pairs": 3}), ("tvl1", {"jpeg": "nvjpeg"}), ("dis", {"stop_every": 3})):
+        key = next(iter(given))  # ignored without a word too
+        with pytest.raises(ConfigError, match=f"{key}: applies to the tvl1-torch backend; the {backend} backend"):
+            extract_flow(small_store, backend=backend, **given)
+    with pytest.raises(ConfigError, match="stop_every: applies to the fast mode"):
+        extract_flow(small_store, backend="tvl1-torch", device="cpu", stop_every=3)
     empty = tmp_path / "empty"
     create_store(empty, VideoIndex("empty", ["a"], [VideoEntry("a.avi", 0, "train")]))
     with pytest.raises(DataError, match="no 'rgb' view"):

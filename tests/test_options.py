@@ -196,3 +196,12 @@ def test_an_unknown_flag_is_the_subcommand_s_error_with_its_usage(tmp_path, caps
             main(argv)
         err = capsys.readouterr().err
         assert stop.value.code == 2 and usage in err and "unrecognized arguments: --bogus" in err
+
+
+def test_a_config_file_is_named_when_it_is_a_folder_or_holds_an_unknown_option(tmp_path, capsys):
+    (tmp_path / "typo.yaml").write_text("optim:\n  lrr: 1\n")
+    for config, said in ((tmp_path / "typo.yaml", "typo.yaml: unknown option(s): optim.lrr (known: epochs"),
+                         (tmp_path, "is a folder, not a YAML file of options")):  # (it was "not found")
+        assert main(["pretrain", "--config", str(config), f"data.store={tmp_path}", f"run.out={tmp_path / 'o'}"]) == 2
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -112,8 +112,11 @@ def merge(base: dict[str, Any], update: dict[str, Any], prefix: str = "") -> dic
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping, with errors that name the file."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a YAML file of options; give the file (see configs/)")
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"config file not found: {path}" if not path.exists() else
+                          f"{path}: not a regular file; give a YAML file of options")
     try:
         data = parse_yaml(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as error:
@@ -135,7 +138,12 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     entry of a default mapping and keeps the others."""
     data = merge(dict_defaults(cls), dict(base or {}))
     if path is not None:
-        data = merge(data, read_yaml(path))
+        from_file = read_yaml(path)
+        try:
+            _refuse_unknown(cls, from_file, "", nested=True)
+        except ConfigError as error:
+            raise ConfigError(f"{path}: {error}") from None
+        data = merge(data, from_file)
     data = merge(data, parse_overrides(overrides or []))
     return from_dict(cls, data)
 
@@ -169,10 +177,7 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        names = ", ".join(prefix + k for k in unknown)
-        raise ConfigError(f"unknown option(s): {names} (known: {', '.join(sorted(fields))})")
+    _refuse_unknown(cls, data, prefix)
     kwargs = {name: _coerce(hints[name], data[name], prefix + name) for name in fields if name in data}
     missing = [prefix + f.name for f in fields.values()
                if f.name not in kwargs and f.default is dataclasses.MISSING
@@ -180,6 +185,21 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
     if missing:
         raise ConfigError(f"missing required option(s): {', '.join(missing)}")
     return cls(**kwargs)
+
+
+def _refuse_unknown(cls: type, data: dict[str, Any], prefix: str, nested: bool = False) -> None:
+    """Refuse the keys of ``data`` that are no option of ``cls`` (``nested``: and of its sections, where ``data``
+    holds mappings for them), naming them and the known ones."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        names = ", ".join(prefix + k for k in unknown)
+        raise ConfigError(f"unknown option(s): {names} (known: {', '.join(sorted(fields))})")
+    if nested:
+        hints = typing.get_type_hints(cls)
+        for name, value in data.items():
+            if dataclasses.is_dataclass(hints[name]) and isinstance(value, dict):
+                _refuse_unknown(hints[name], value, f"{prefix}{name}.", nested=True)
 
 
 def _coerce(tp: Any, value: Any, key: str) -> Any:

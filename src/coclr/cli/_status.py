@@ -21,8 +21,9 @@ EXIT_TERMINATED = 143
 EXIT_PIPE = 141
 """The standard output's reader went away (``coclr search ... | head -1``): what was done is kept, nothing more is
 printed; the shell's status of a process that SIGPIPE ends."""
-EXIT_CODES = (f"exit status: {EXIT_DONE} all done; {EXIT_SOME_FAILED} finished, but some inputs failed or a "
-              f"result is unusable (each listed with its reason); {EXIT_ERROR} refused or stopped by an error (one "
+EXIT_CODES = (f"exit status: {EXIT_DONE} all done; {EXIT_SOME_FAILED} a job over many inputs went through them and "
+              "some failed, or are missing or damaged (each listed with its reason), or learn's every stage of a view "
+              f"collapsed; {EXIT_ERROR} refused or stopped by an error (one "
               f"line on stderr); {EXIT_INTERRUPTED} interrupted (Ctrl-C), {EXIT_TERMINATED} stopped by SIGTERM (what "
               f"was done is kept: run the same command to continue); {EXIT_PIPE} the output's reader went away (a "
               "closed pipe); 1 an unexpected error (a traceback: please report it)")
