@@ -205,3 +205,26 @@ def test_a_config_file_is_named_when_it_is_a_folder_or_holds_an_unknown_option(t
         assert main(["pretrain", "--config", str(config), f"data.store={tmp_path}", f"run.out={tmp_path / 'o'}"]) == 2
         assert said in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_small_refusals_and_names(tmp_path, capsys, monkeypatch):
+    """A search of a folder that is not there says so (it said "not a coclr embed output folder"); a video given as
+    the root of an index is a file (it was "not found"); --decode without --verify is refused (it was ignored); a
+    view given twice to verify is checked once; a negative lr names its value."""
+    from coclr.store.options import InfoOptions, VerifyOptions
+
+    assert main(["search", str(tmp_path / "absent"), "--query", "0"]) == 2
+    assert "absent: not found" in capsys.readouterr().err
+    video = tmp_path / "x.mp4"
+    video.write_bytes(b"")
+    with pytest.raises(DataError, match="x.mp4: is a file, not a folder of videos"):
+        folder_index(video)
+    (tmp_path / "mine" / "walking").mkdir(parents=True)
+    (tmp_path / "mine" / "walking" / "a.mp4").write_bytes(b"")
+    monkeypatch.chdir(tmp_path / "mine")
+    assert folder_index(".").name == "mine"  # an index of "." is named by the folder (it was '')
+    with pytest.raises(ConfigError, match="--decode: .* give --verify too"):
+        InfoOptions(decode=True)
+    assert VerifyOptions(view=["rgb", "rgb", "flow"]).view == ["rgb", "flow"]
+    assert main(["pretrain", f"data.store={tmp_path}", f"run.out={tmp_path / 'o'}", "optim.lr=-1"]) == 2
+    assert "optim.lr: must be positive, got -1.0" in capsys.readouterr().err

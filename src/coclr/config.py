@@ -33,7 +33,7 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *, cli: dict[str,
     generated from it (:func:`coclr.cli._options.add_option_flags`) differs from the field: ``flag`` (its name),
     ``parse`` (text -> value, e.g. ``"15m"`` -> seconds; its errors are the command's one-line errors), ``shown``
     (the default as the flag writes it), ``metavar``, ``negate`` (a boolean flag that sets the field false),
-    ``hidden`` (no flag: set by code only)."""
+    ``switch`` (one that sets it true), ``hidden`` (no flag: set by code only)."""
     metadata = {"help": help, **({"cli": cli} if cli else {})}
     if isinstance(default, (list, dict)):
         value = default

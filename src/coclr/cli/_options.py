@@ -64,6 +64,8 @@ def add_option_flags(parser: argparse.ArgumentParser, config_class: type,
         text = scope + field.metadata.get("help", "").replace("%", "%%")
         if cli.get("negate"):
             parser.add_argument(flag, dest=dest, action="store_const", const=False, default=None, help=text)
+        elif cli.get("switch"):  # a flag that only turns something on (--restart)
+            parser.add_argument(flag, dest=dest, action="store_const", const=True, default=None, help=text)
         elif base is bool:
             parser.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None,
                                 help=f"{text} (default {default})")

@@ -27,8 +27,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--also-views", nargs="+", default=[], metavar="VIEW",
                         help="evaluate only the videos that also have these views (so that evaluations run apart, "
                         "e.g. an RGB and a flow encoder, compare the same videos)")
-    parser.add_argument("--train-split", default="train", help="split used for training / as gallery")
-    parser.add_argument("--test-split", default="test", help="split used for testing / as queries")
+    parser.add_argument("--train-split", default="train", help="split used for training / as gallery (default train)")
+    parser.add_argument("--test-split", default="test", help="split used for testing / as queries (default test)")
     add_clip_arguments(parser)
     parser.add_argument("--name", help="method name shown by 'coclr report' (default: from the checkpoint)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -477,7 +477,8 @@ def read_settings(root: str | Path) -> dict[str, Any]:
     path = Path(root) / SETTINGS_FILE
     record = read_json_record(path)
     if record is None:
-        raise DataError(f"{root}: not a coclr embed output folder (no {SETTINGS_FILE})")
+        raise DataError(f"{root}: not a coclr embed output folder (no {SETTINGS_FILE})" if Path(root).exists()
+                        else f"{root}: not found (give a folder coclr embed wrote)")
     if record.get("format") != FORMAT:
         raise DataError(f"{path}: not a coclr embed settings file")
     return record

@@ -52,7 +52,7 @@ class EmbedSettings:
     size: int = clip_option("size", "side of the square centre crop fed to the network, after resizing the short "
                                     "side")
     fps: float | None = option(None, "resample videos to this frame rate first",
-                               cli={"shown": "the checkpoint's store's, else every decoded frame (None)"})
+                               cli={"shown": "the checkpoint's store's, else every decoded frame"})
     short_side: int | None = option(SHORT_SIDE, "resize frames so the short side has this many pixels before cropping "
                                          "(None: the decoded size)")
     mean: tuple[float, float, float] = option(IMAGENET_MEAN, "per-channel mean of the RGB normalisation",
@@ -61,7 +61,7 @@ class EmbedSettings:
     std: tuple[float, float, float] = option(IMAGENET_STD, "per-channel std of the RGB normalisation",
                                              cli={"nargs": 3, "shown": "as --mean"})
     window_step: int | None = option(None, "frames between the starts of consecutive windows",
-                                       cli={"shown": "half a window, as coclr eval (None)"})
+                                       cli={"shown": "half a window, as coclr eval"})
     feature: str = option("backbone", "backbone: the pooled backbone feature (1024-d at full width, the paper's "
                                       "retrieval feature); head: the projection head's output (128-d)",
                           cli={"choices": FEATURES, "shown": "backbone"})
@@ -74,7 +74,7 @@ class EmbedSettings:
                                                          cli={"hidden": True})
     precision: str | None = option(None, "bf16: the backbone under bfloat16 autocast (oneDNN's AVX-512 BF16/AMX "
                                          "kernels on a CPU): faster, but not within cosine 0.999 of float32 on "
-                                         "every network (docs/embed.md); fp32 (None): float32",
+                                         "every network (docs/embed.md); fp32: float32",
                                    cli={"choices": ("fp32", "bf16"), "shown": "fp32",
                                         "parse": lambda text: None if text == "fp32" else text})
 

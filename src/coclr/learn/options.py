@@ -48,7 +48,7 @@ class LearnOptions:
     seed: int = option(0, "seed of the initialisation, data order and augmentation")
     device: str | None = option(None, "torch device (default: cuda when available, else cpu)")
     workers: int | None = option(None, "processes decoding videos and computing flow (default: one per core)")
-    restart: bool = option(False, "move an earlier run in OUT aside and start over")
+    restart: bool = option(False, "move an earlier run in OUT aside and start over", cli={"switch": True})
     progress: bool = option(True, "no progress line", cli={"flag": "--quiet", "negate": True})
     plan: Any = option(None, "a plan (coclr.learn.budget.Plan) to follow instead of measuring this machine and "
                              "choosing one (for tests, or a plan chosen before)", cli={"hidden": True})

@@ -8,6 +8,7 @@ import dataclasses
 
 from coclr.clips import JPEG_QUALITY, SHORT_SIDE
 from coclr.config import option
+from coclr.errors import ConfigError
 
 
 @dataclasses.dataclass
@@ -31,6 +32,10 @@ class VerifyOptions:
     add: bool = option(False, "give checksums to the entries written before them (after decoding each of their "
                               "frames cleanly); the others are only checked")
 
+    def __post_init__(self) -> None:
+        if self.view:  # a view given twice is checked once
+            self.view = list(dict.fromkeys(self.view))
+
 
 @dataclasses.dataclass
 class InfoOptions:
@@ -39,3 +44,7 @@ class InfoOptions:
     verify: bool = option(False, "also check every entry file (and decode every frame with --decode) and name the "
                                  "missing and damaged ones (exit status 3 if any)")
     decode: bool = option(False, "with --verify: decode every frame")
+
+    def __post_init__(self) -> None:
+        if self.decode and not self.verify:  # (it was ignored)
+            raise ConfigError("--decode: decodes the frames of --verify's check: give --verify too")

@@ -80,7 +80,7 @@ class ModelOptions:
 
     def validate(self) -> None:
         require(0 < self.width <= 4, "width", "must be in (0, 4]")
-        require(self.embed_dim >= 1, "embed_dim", "must be positive")
+        require(self.embed_dim >= 1, "embed_dim", f"must be positive, got {self.embed_dim}")
 
 
 @dataclass
@@ -145,8 +145,8 @@ class MethodOptions:
 
     def validate(self) -> None:
         require(self.name in CONTRASTIVE, "name", f"{self.name!r} is not one of {', '.join(CONTRASTIVE)}")
-        require(self.queue_size >= 1, "queue_size", "must be positive")
-        require(self.temperature > 0, "temperature", "must be positive")
+        require(self.queue_size >= 1, "queue_size", f"must be positive, got {self.queue_size}")
+        require(self.temperature > 0, "temperature", f"must be positive, got {self.temperature}")
         require(0 <= self.momentum < 1, "momentum", "must be in [0, 1)")
         require(self.topk >= 1, "topk", "must be at least 1")
         require(self.topk < self.queue_size, "topk", f"must be smaller than queue_size ({self.queue_size})")
@@ -185,7 +185,7 @@ class OptimOptions:
                                   "what a stage initialised from a trained encoder (CoCLR) starts from")
 
     def validate(self) -> None:
-        require(self.lr > 0, "lr", "must be positive")
+        require(self.lr > 0, "lr", f"must be positive, got {self.lr}")
         require(self.epochs >= 1, "epochs", f"must be at least 1, got {self.epochs}")
         require(0 <= self.warmup_epochs <= self.epochs, "warmup_epochs", f"must lie in 0..epochs ({self.epochs})")
         require(self.weight_decay >= 0, "weight_decay", "must be non-negative")
@@ -226,7 +226,7 @@ class RunOptions:
         require(self.save_every >= 0, "save_every", "must be non-negative")
         require(self.log_every >= 1, "log_every", "must be at least 1")
         require(self.knn_every >= 0, "knn_every", "must be non-negative")
-        require(self.ddp_bucket_mb > 0, "ddp_bucket_mb", "must be positive")
+        require(self.ddp_bucket_mb > 0, "ddp_bucket_mb", f"must be positive, got {self.ddp_bucket_mb}")
         require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
                 f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
 
@@ -273,7 +273,8 @@ class PipelineOptions:
 
     def validate(self) -> None:
         require(self.cycles >= 0, "cycles", "must be non-negative")
-        require(self.cycle_lr is None or self.cycle_lr > 0, "cycle_lr", "must be positive (or null)")
+        require(self.cycle_lr is None or self.cycle_lr > 0, "cycle_lr",
+                f"must be positive (or null), got {self.cycle_lr}")
         require(self.infonce_epochs >= 1, "infonce_epochs", "must be at least 1")
         require(self.cycle_epochs >= 1, "cycle_epochs", "must be at least 1")
         for key in ("init", "second_init", "miner"):

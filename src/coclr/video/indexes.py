@@ -180,11 +180,19 @@ def missing_videos(index: VideoIndex, root: str | Path) -> list[str]:
     return [e.path for e in index.entries if not (root / e.path).is_file()]
 
 
-def check_videos_exist(index: VideoIndex, root: str | Path) -> None:
-    """Raise one DataError listing every video of ``index`` missing under ``root`` (count + first names)."""
+def video_folder(root: str | Path) -> Path:
+    """``root`` when it is a folder; else one line: not there, or a file (a video, not the folder of videos)."""
     root = Path(root)
+    if root.is_file():
+        raise DataError(f"{root}: is a file, not a folder of videos: give the folder it is in")
     if not root.is_dir():
         raise DataError(f"video folder not found: {root}")
+    return root
+
+
+def check_videos_exist(index: VideoIndex, root: str | Path) -> None:
+    """Raise one DataError listing every video of ``index`` missing under ``root`` (count + first names)."""
+    root = video_folder(root)
     missing = missing_videos(index, root)
     if missing:
         shown = ", ".join(missing[:MISSING_SHOWN])
@@ -368,9 +376,7 @@ def folder_index(root: str | Path, name: str | None = None, split: str = "train"
     reached by two paths are errors naming them: either would silently add duplicates (a loop under ``train``
     shows up as one more class holding copies of every video).
     """
-    root = Path(root)
-    if not root.is_dir():
-        raise DataError(f"video folder not found: {root}")
+    root = video_folder(root)
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r} (known: {', '.join(SPLITS)})")
     if not 0 <= test_fraction < 1:
@@ -408,7 +414,7 @@ def folder_index(root: str | Path, name: str | None = None, split: str = "train"
     classes = sorted({c for _, c, _, _ in videos})
     label_of = {c: i for i, c in enumerate(classes)}
     entries = [VideoEntry(path, label_of[c], s, g) for path, c, s, g in videos]
-    index = VideoIndex(name or root.name, classes, entries)
+    index = VideoIndex(name or root.resolve().name, classes, entries)
     return split_by_group(index, test_fraction, seed) if test_fraction else index
 
 
@@ -417,9 +423,7 @@ def tree_index(root: str | Path, name: str | None = None, extensions: Sequence[s
     """Every video under ``root``, at any depth, without labels (:func:`unlabelled_index`): a folder of one's own
     footage, laid out any way (``root/<camera>/<recording>/<clip>``, or flat). Which files are videos, links, loops,
     videos reached twice and ``notes`` as in :func:`folder_index`."""
-    root = Path(root)
-    if not root.is_dir():
-        raise DataError(f"video folder not found: {root}")
+    root = video_folder(root)
     scan = _FolderScan(root, why_not_video if extensions is None else _by_extension(extensions))
     videos = scan.videos(root)
     scan.check()
@@ -427,7 +431,7 @@ def tree_index(root: str | Path, name: str | None = None, extensions: Sequence[s
     if not videos:
         raise DataError(f"no videos found under {root} (a file is a video when its name ends in a video extension or "
                         "PyAV opens it as one)")
-    return unlabelled_index(videos, name or root.name, test_fraction, seed)
+    return unlabelled_index(videos, name or root.resolve().name, test_fraction, seed)
 
 
 def unlabelled_index(paths: Sequence[str], name: str, test_fraction: float = 0.0, seed: int = 0) -> VideoIndex:
