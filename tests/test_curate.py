@@ -396,6 +396,19 @@ def test_the_calibration_says_how_many_videos_it_alters(embedded, tmp_path, caps
     assert f"calibrating the fingerprints' threshold on altered copies of {len(videos) + 1} videos" in said
 
 
+def test_the_vectors_calibration_scores_copies_by_the_exact_rule(embedded, tmp_path):
+    """A copy's similarity to its video is of the quantised unit rows (coclr.eval.exact), exact in float64: a
+    multiple of 2**-48 (a BLAS dot of the raw vectors gave other last bits under AVX2)."""
+    from coclr.curate.run import CurateOptions, curate
+
+    _, embeddings, _ = embedded
+    curate(embeddings, tmp_path / "out", CurateOptions(calibrate=2, fingerprints=False, windows=False,
+                                                       thumbnails=0), show=False)
+    positives = [value for values in json.loads((tmp_path / "out" / "curate.json").read_text())["calibration"][
+        "positives"].values() for value in values]
+    assert positives and all((value * 2.0 ** 48).is_integer() for value in positives)
+
+
 @pytest.mark.slow
 def test_curate_finds_the_copy_ranks_every_video_and_keeps_its_rules(embedded, tmp_path, capsys):
     from coclr.cli import main

@@ -20,6 +20,7 @@ from coclr.curate.alter import ALTERATIONS, write_altered
 from coclr.data.sampling import spread
 from coclr.embed.output import Embeddings
 from coclr.errors import ConfigError
+from coclr.eval.exact import unit_rows
 from coclr.text import to_bytes
 
 FOLDER = "calibration"
@@ -114,8 +115,9 @@ def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None
         found = copied.row_of(path)
         if found is None:  # a copy that failed to embed is listed in its folder's failed.jsonl
             continue
-        vector = np.asarray(copied.videos[found], np.float64) - (0.0 if mean is None else mean)
-        positives.setdefault(name, []).append(float(vector @ units[row] / max(np.linalg.norm(vector), 1e-12)))
+        copy_unit = unit_rows(np.asarray(copied.videos[found])[None], mean)[0]  # as the folder's rows: the same
+        positives.setdefault(name, []).append(float(copy_unit.astype(np.float64) @ units[row].astype(np.float64)))
+        # similarity on every CPU (a float64 BLAS dot of raw vectors rounded by its kernel's order)
     return _threshold(positives, nearest, len({row for row, _, _ in copies}), "embedded")
 
 

@@ -248,7 +248,9 @@ def inference_network(backbone: torch.nn.Module, head: torch.nn.Module | None, d
     """The network an embedding runs: clips ``[N, C, T, H, W]`` -> ``backbone``'s pooled feature (through ``head``
     unless None), on ``device`` in evaluation mode, in :func:`inference_layout`; float32 on the CPU runs the fused
     inference copy of the backbone (:func:`~coclr.models.inference.fused_for_inference`), bf16 the eager one under
-    autocast. (``coclr learn``'s calibration times it as built here.)"""
+    autocast; the head runs on one pooled feature at a time (a linear layer's sums are ordered by the rows it is
+    given: a video's vector would depend on the others of its batch). (``coclr learn``'s calibration times it as
+    built here.)"""
     backbone.to(device).eval()
     if device.type == "cpu" and precision is None:
         backbone = fused_for_inference(backbone)
@@ -260,7 +262,9 @@ def inference_network(backbone: torch.nn.Module, head: torch.nn.Module | None, d
     def network(clips: torch.Tensor) -> torch.Tensor:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
             pooled = backbone(clips.contiguous(memory_format=layout)).float().mean(dim=(2, 3, 4))
-        return pooled if head is None else head(pooled)
+        if head is None:
+            return pooled
+        return torch.cat([head(row) for row in pooled.split(1)])  # a row at a time: the same bits in any batch
 
     return network
 

@@ -29,7 +29,8 @@ class ClipConfig:
         check_workers(self.workers, "workers")
 
     def data_key(self) -> dict[str, object]:
-        """The options that change the features (batch size and workers do not)."""
+        """The options that change the features (batch size and workers change only their rounding: not keyed, see
+        :mod:`coclr.eval.features`)."""
         return {**ClipSettings.of(self).to_dict(), "amp": self.amp}
 
     @property
