@@ -230,8 +230,9 @@ class VideoReader:
             held = frame
         if held is not None:
             yield held, clock.time(held)
-            self._end = clock.end()
-            self._end_on_stream_clock = clock.on_stream_clock(self._end)
+            self._end = clock.end()  # (from stamp 0, or from the first frame where that is later: a stream that starts
+            self._end_on_stream_clock = max(clock.on_stream_clock(self._end), self._end * clock.unit)  # at a
+            # negative stamp, its clock having wrapped, counts its duration from its first frame)
 
     def _check_complete(self) -> None:
         expected = self.expected
@@ -331,6 +332,11 @@ def _display_matrix(frame) -> list[int] | None:
     return None
 
 
+RESTART_PERIODS = 2
+"""A frame stamped more than this many frame periods before the previous one starts a new stretch of stamps (see
+:class:`_Clock`); a smaller step back is jitter, timed with the previous frame."""
+
+
 class _Clock:
     """The time of each decoded frame from the first one, in ticks of the stream's time base (exact integers, so that
     timing costs a few integer operations a frame; :meth:`seconds` converts): FFmpeg's best-effort timestamp
@@ -338,7 +344,9 @@ class _Clock:
     of AVI files make them, then its dts), decided with one frame of hindsight (:meth:`observe` the next frame
     before asking the :meth:`time` of this one), so that the frame just before the first backward pts is timed by
     its dts too. A frame without either timestamp comes one frame period (``1 / fps``) after the previous one
-    (without a time base, ticks are frame periods); time never runs backwards.
+    (without a time base, ticks are frame periods); time never runs backwards: a stamp a little before the previous
+    frame's is timed with it, and one more than :data:`RESTART_PERIODS` frame periods before it restarts the
+    timeline one period after it (segments of a recording joined into one file, each stamped from its own start).
     State: the counts of faulty timestamps, the last ones, the first stamp, the previous time and duration."""
 
     def __init__(self, time_base: Fraction | None, fps: Fraction) -> None:
@@ -379,7 +387,10 @@ class _Clock:
             if self.first is None:
                 self.first = stamp - following
             time = stamp - self.first
-            if self.previous is not None and time < self.previous:
+            if self.previous is not None and time < self.previous - RESTART_PERIODS * self.period:
+                self.first = stamp - following  # the stamps restarted (recordings joined, a clock that wrapped):
+                time = following  # the timeline goes on, one frame period after the previous frame
+            elif self.previous is not None and time < self.previous:
                 time = self.previous
         self.previous = time
         self.duration = frame.duration if self.has_base else None
@@ -690,7 +701,7 @@ def _resample(frames: Iterator[tuple[object, int | Fraction]], convert: _RGBConv
     end = source_end()
     if previous is None or end is None:
         return None
-    last = max(next_index, round(end * scale))
+    last = max(next_index, round(end * scale), 1)  # (a video shorter than half an output frame: its one frame)
     if last > next_index:
         previous_rgb = convert(previous)
         for index in range(next_index, last):
