@@ -44,6 +44,9 @@ MIN_STEPS = 480
 """Fewest training steps worth running (a quarter of :data:`TARGET_STEPS`); a budget that leaves fewer is refused."""
 MARGIN = 0.95
 """The share of the budget the plan fills: the rest absorbs the error of the estimates."""
+SUGGESTION_HEADROOM = 1.25
+"""A refused budget's suggestion is this much above what the measurement needed: the next run measures again, on a
+machine that may be slower then (it said 3m, then at 3m 4m, under load)."""
 FIXED_SECONDS = 5.0
 """Seconds of work outside the phases the plan estimates: the process's start, exporting, the report."""
 STAGE_SHARES = {"infonce": 0.25, "coclr": 0.125}
@@ -608,9 +611,14 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
         raise ConfigError(f"--budget {duration(budget)} is too small for {footage.videos} videos on this machine: "
                           f"storing, flow and embedding alone take about {duration(fixed)}, and the smallest network "
                           f"({cheapest}) needs {duration(least * per_step)} for {least} training steps; give "
-                          f"--budget {math.ceil(needed / 60)}m or more, or fewer videos")
+                          f"--budget {suggested_minutes(needed)}m or more, or fewer videos")
     return _plan(footage, costs, model, affordable[model], budget, spent,
                  _reasons(footage, costs, model, affordable, budget))
+
+
+def suggested_minutes(needed: float) -> int:
+    """The budget, in whole minutes, a refusal suggests for a run that needs ``needed`` seconds as measured."""
+    return math.ceil(needed * SUGGESTION_HEADROOM / 60)
 
 
 def least_steps(footage: Footage, model: Model, processes: int = 1) -> int:
@@ -632,7 +640,7 @@ def _fixed_plan(footage: Footage, costs: Costs, budget: float, spent: float, mod
                           f"({model}) on {footage.videos} videos on this machine: storing, flow and embedding take "
                           f"about {duration(fixed)}, and its smallest schedule ({least} steps: one epoch of each "
                           f"CoCLR stage, two of each InfoNCE stage) {duration(least * per_step)}; give --budget "
-                          f"{math.ceil(needed / 60)}m or more, or fewer videos")
+                          f"{suggested_minutes(needed)}m or more, or fewer videos")
     reasons = [f"{footage.videos} videos, {footage.frames} frames (median short side {footage.short_side} px); "
                f"measured here: {1e3 * costs.decode_frame:.2f} ms to decode a frame, "
                f"{1e3 * costs.flow_pair[model.size]:.2f} ms of flow per frame pair at {model.size} px, "
