@@ -409,6 +409,23 @@ def test_the_vectors_calibration_scores_copies_by_the_exact_rule(embedded, tmp_p
     assert positives and all((value * 2.0 ** 48).is_integer() for value in positives)
 
 
+def test_a_rerun_removes_a_killed_runs_half_written_thumbnail(embedded, tmp_path):
+    import subprocess
+    import sys
+
+    from coclr.curate.run import CurateOptions, curate
+
+    _, embeddings, _ = embedded
+    options = CurateOptions(calibrate=0, fingerprints=False, windows=False, thumbnails=2)
+    curate(embeddings, tmp_path / "out", options, show=False)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = tmp_path / "out" / "thumbs" / f".a.gif.{gone}.1f2e.partial"  # as a kill -9 left it, for good
+    stale.write_bytes(b"GIF8")
+    curate(embeddings, tmp_path / "out", options, show=False)
+    assert not stale.exists()
+
+
 @pytest.mark.slow
 def test_curate_finds_the_copy_ranks_every_video_and_keeps_its_rules(embedded, tmp_path, capsys):
     from coclr.cli import main

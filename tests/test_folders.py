@@ -100,6 +100,28 @@ def test_claim_checks_locks_checks_again_and_records(tmp_path):
         claim_folder(tmp_path / "f", FolderRule("y", "a y run"), {"a": 1}).__enter__()
 
 
+def test_a_claim_removes_what_a_killed_writer_left_half_written(tmp_path):
+    """A kill -9 left ``.checkpoint_last.pth.<pid>.<random>.partial`` in a run folder for good (pretrain, learn's
+    stages); the next claim removes those of a process that is gone, not a live writer's, nor a subfolder's."""
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    folder = tmp_path / "f"
+    rule = FolderRule("x", "an x run")
+    with claim_folder(folder, rule, {"a": 1}):
+        pass
+    (folder / "sub").mkdir()
+    stale = folder / f".checkpoint_last.pth.{gone}.c8a38f02f73c.partial"
+    live = folder / f".log.{os.getpid()}.ab.partial"
+    inner = folder / "sub" / f".x.{gone}.cd.partial"
+    for path in (stale, live, inner):
+        path.write_bytes(b"half")
+    with claim_folder(folder, rule, {"a": 1}):
+        assert not stale.exists() and live.exists() and inner.exists()
+
+
 def test_restart_moves_aside_only_the_commands_own_folder(tmp_path):
     """``--restart`` once moved whatever ``--out`` named: a user's folder, a file, the command's own input."""
     rule = FolderRule("curate", "a curate run", restart=True)

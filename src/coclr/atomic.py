@@ -3,7 +3,7 @@
 A reader, or a job resumed after a kill, sees either the old file or the complete new one, never a part.
 Every output of the library's long jobs (store entries, flow, checkpoints, caches, reports) is written here.
 Temporary files are named ``.<name>.<pid>.<random>.partial``, so a cleaner can tell whether their writer
-still runs (see :func:`coclr.store.jobs.remove_stale_partials`); a process that exits deletes its own.
+still runs (:func:`remove_stale_partials`, when a job claims its folder again); a process that exits deletes its own.
 Append-only JSON-lines logs are the exception: :func:`read_json_lines` reads them back whatever a kill left.
 :func:`read_json_record` is the one reader of the JSON records these writes leave (a folder's settings, a store's
 metadata, an index, a result), :func:`file_sha256` the one content hash of a file they name (a checkpoint),
@@ -207,3 +207,43 @@ def read_json_lines(path: str | Path) -> list[Any]:
                 break
             raise DataError(f"{path}: line {number} is not JSON: {error}") from None
     return records
+
+
+def remove_stale_partials(folder: Path, recursive: bool = True) -> int:
+    """Delete the temporary files under ``folder`` (in it alone unless ``recursive``) left by killed writers (whose
+    process is gone); returns how many."""
+    removed = 0
+    if not folder.is_dir():
+        return removed
+    for directory, folders, files in os.walk(folder):
+        if not recursive:
+            folders.clear()
+        for name in files:
+            if not name.endswith(PARTIAL_SUFFIX):
+                continue
+            pid = _writer_pid(name)
+            if pid is not None and _process_alive(pid):
+                continue
+            Path(directory, name).unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _writer_pid(name: str) -> int | None:
+    parts = name.split(".")
+    for part in reversed(parts[:-2]):
+        if part.isdigit():
+            return int(part)
+    return None
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

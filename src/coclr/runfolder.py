@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coclr.atomic import PARTIAL_SUFFIX, atomic_write_json, read_json_record
+from coclr.atomic import PARTIAL_SUFFIX, atomic_write_json, read_json_record, remove_stale_partials
 from coclr.config import differences
 from coclr.errors import ConfigError, DataError
 from coclr.filelock import exclusive_lock
@@ -320,6 +320,7 @@ def claim_folder(folder: str | Path, rule: FolderRule, options: dict[str, Any], 
     with lock() if lock is not None else folder_lock(folder, rule):
         held = check_folder(folder, rule, options, legacy, record)
         record.write(folder, held)
+        remove_stale_partials(folder, recursive=False)  # a killed writer's; a subfolder's are its writer's to clean
         yield held
 
 
@@ -406,7 +407,7 @@ def _can_create_in(folder: Path) -> bool:
     if not os.access(folder, os.W_OK | os.X_OK):
         return False
     try:
-        handle, name = tempfile.mkstemp(dir=folder, prefix=".coclr-probe-", suffix=PARTIAL_SUFFIX)
+        handle, name = tempfile.mkstemp(dir=folder, prefix=f".coclr-probe.{os.getpid()}.", suffix=PARTIAL_SUFFIX)
     except OSError:
         return False
     os.close(handle)

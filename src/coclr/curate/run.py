@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from coclr import progress
-from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text
+from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, remove_stale_partials
 from coclr.config import option
 from coclr.curate import groups as rules
 from coclr.curate.calibrate import video_key
@@ -408,6 +408,7 @@ def write_thumbnails(out: Path, embeddings: Embeddings, rows: list[int], stale: 
 
     folder = out / THUMBS
     folder.mkdir(exist_ok=True)
+    remove_stale_partials(folder)  # (a killed run's)
 
     def make(row: int) -> str | None:
         record = embeddings.video_records[row]

@@ -41,7 +41,14 @@ from typing import Any
 
 import numpy as np
 
-from coclr.atomic import atomic_open, atomic_write_json, file_identity, read_json_lines, read_json_record
+from coclr.atomic import (
+    atomic_open,
+    atomic_write_json,
+    file_identity,
+    read_json_lines,
+    read_json_record,
+    remove_stale_partials,
+)
 from coclr.errors import DataError
 from coclr.runfolder import FolderRecord, FolderRule, claim_folder, folder_lock
 
@@ -373,8 +380,6 @@ def recover(root: Path) -> None:
         commit.unlink()
     for leftover in root.glob("*" + NEXT_SUFFIX):
         leftover.unlink()
-    from coclr.store.jobs import remove_stale_partials  # noqa: PLC0415 (heavy)
-
     remove_stale_partials(root / CHUNKS)
 
 

@@ -30,7 +30,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from coclr.atomic import PARTIAL_SUFFIX
+from coclr.atomic import remove_stale_partials
 from coclr.distributed import (
     all_gather_objects,
     held_by_main,
@@ -270,43 +270,6 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
                 raise interrupted(error, f"{view}: {summary.skipped + len(done | written)} of {len(keys)} videos done "
                                   "and kept") from None
     return summary
-
-
-def remove_stale_partials(folder: Path) -> int:
-    """Delete temporary entry files under ``folder`` left by killed writers (whose process is gone)."""
-    removed = 0
-    if not folder.is_dir():
-        return removed
-    for directory, _, files in os.walk(folder):
-        for name in files:
-            if not name.endswith(PARTIAL_SUFFIX):
-                continue
-            pid = _writer_pid(name)
-            if pid is not None and _process_alive(pid):
-                continue
-            Path(directory, name).unlink(missing_ok=True)
-            removed += 1
-    return removed
-
-
-def _writer_pid(name: str) -> int | None:
-    parts = name.split(".")
-    for part in reversed(parts[:-2]):
-        if part.isdigit():
-            return int(part)
-    return None
-
-
-def _process_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 _WORKER_JOB: EntryJob | None = None
