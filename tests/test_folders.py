@@ -122,6 +122,42 @@ def test_a_claim_removes_what_a_killed_writer_left_half_written(tmp_path):
         assert not stale.exists() and live.exists() and inner.exists()
 
 
+_KILLED_WITH_A_WORKER = """
+import os, sys, time
+from coclr.filelock import exclusive_lock
+with exclusive_lock(sys.argv[1], lambda who: who):
+    if os.fork() == 0:  # a worker: it inherits the lock, and outlives its parent by a second
+        time.sleep(1.5)
+        os._exit(0)
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_lock_held_by_the_workers_of_a_killed_job_is_waited_for(tmp_path):
+    """kill -9 of a job whose workers inherited its lock: the next run was refused, naming the dead process, for the
+    seconds its workers took to exit. It waits for them; a live holder is still refused at once."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from coclr.filelock import exclusive_lock
+
+    lock = tmp_path / ".lock"
+    job = subprocess.Popen([sys.executable, "-c", _KILLED_WITH_A_WORKER, str(lock)], stdout=subprocess.PIPE,
+                           text=True)
+    assert job.stdout.readline().strip() == "held"
+    os.kill(job.pid, signal.SIGKILL)
+    job.wait()
+    begun = time.monotonic()
+    with exclusive_lock(lock, lambda who: f"refused: {who}"):
+        assert time.monotonic() - begun < 20
+    with locked_by_another_process(lock):
+        with pytest.raises(DataError, match="refused"):
+            exclusive_lock(lock, lambda who: f"refused: {who}").__enter__()
+
+
 def test_restart_moves_aside_only_the_commands_own_folder(tmp_path):
     """``--restart`` once moved whatever ``--out`` named: a user's folder, a file, the command's own input."""
     rule = FolderRule("curate", "a curate run", restart=True)

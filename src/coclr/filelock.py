@@ -2,7 +2,8 @@
 
 Store jobs hold one per view, the store's metadata one while rewriting its index, and every folder a long
 command writes one (:mod:`coclr.runfolder`). The kernel releases a lock when its process ends, so a job killed
-with SIGKILL leaves none stale. A thread that holds a lock may take it again (nested ``with`` blocks: a job
+with SIGKILL leaves none stale (its forked workers hold it until they exit, soon after: a lock whose holder is
+gone is waited for, :data:`ORPHAN_WAIT`). A thread that holds a lock may take it again (nested ``with`` blocks: a job
 locks its view before it updates the store's index, and the engine it calls locks the view again). A refused
 lock leaves the lock file as it was. Where ``fcntl`` does not exist (Windows), no lock is taken.
 """
@@ -10,6 +11,7 @@ lock leaves the lock file as it was. Where ``fcntl`` does not exist (Windows), n
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -22,6 +24,10 @@ except ImportError:  # Windows
     fcntl = None
 
 from coclr.errors import DataError
+
+ORPHAN_WAIT = 30.0
+"""Seconds a lock whose holder is gone (killed with SIGKILL) is waited for: the worker processes it forked hold it
+until they notice and exit, within seconds."""
 
 _HELD: dict[tuple[str, int, int], int] = {}
 """The locks held here (real path, pid, thread: a forked child holds none of its parent's, another thread waits
@@ -54,7 +60,8 @@ def exclusive_lock(path: str | Path, busy: Callable[[str], str] | None = None,
             fcntl.flock(descriptor, fcntl.LOCK_EX | (fcntl.LOCK_NB if busy is not None else 0))
         except BlockingIOError:
             who = os.pread(descriptor, 200, 0).decode("utf-8", "replace").strip() or "another process"
-            raise DataError(busy(who)) from None
+            if not _orphans_let_go(descriptor, who):
+                raise DataError(busy(who)) from None
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, (holder or f"pid {os.getpid()} on {socket.gethostname()}").encode(), 0)
         _HELD[held] = 0
@@ -65,3 +72,30 @@ def exclusive_lock(path: str | Path, busy: Callable[[str], str] | None = None,
             fcntl.flock(descriptor, fcntl.LOCK_UN)
     finally:
         os.close(descriptor)
+
+
+def _orphans_let_go(descriptor: int, who: str) -> bool:
+    """Whether a lock refused to us, held in the name of ``who`` ("pid N on HOST"), came to us within
+    :data:`ORPHAN_WAIT` seconds because ``who`` is a process of this host that is gone (its forked workers, which
+    inherited the lock, exit soon after it); False at once for a live holder or another host's."""
+    import time  # noqa: PLC0415
+
+    named = re.match(r"pid (\d+) on ([^\s,]+)", who)
+    if named is None or named.group(2) != socket.gethostname():
+        return False
+    try:
+        os.kill(int(named.group(1)), 0)
+        return False  # alive: a job at work
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        return False
+    deadline = time.monotonic() + ORPHAN_WAIT
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            continue
+    return False
