@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +106,23 @@ raise KeyboardInterrupt
     assert "KeyboardInterrupt" in done.stderr, done.stderr
     assert "the child removed" not in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_scratch_folder_left_by_a_killed_process_is_removed_by_the_next(tmp_path, monkeypatch):
+    """coclr learn killed with SIGKILL while measuring left its folders in /tmp for good (16 MB each time)."""
+    import tempfile
+
+    from coclr.atomic import scratch_folder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale, live, other = (tmp_path / f"coclr-timing.{gone}.x1", tmp_path / f"coclr-timing.{os.getpid()}.x2",
+                          tmp_path / f"coclr-learn-calibration.{gone}.x3")
+    for folder in (stale, live, other):
+        folder.mkdir()
+        (folder / "frames.bin").write_bytes(b"0" * 10)
+    with scratch_folder("timing") as made:
+        assert Path(made).is_dir() and Path(made).name.startswith(f"coclr-timing.{os.getpid()}.")
+        assert not stale.exists() and live.exists() and other.exists()  # (another kind's: its own to clean)
+    assert not Path(made).exists()

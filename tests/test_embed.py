@@ -905,3 +905,12 @@ def test_a_search_with_no_hit_says_why(tmp_path, encoder, capsys):
     capsys.readouterr()
     assert cli_main(["search", str(tmp_path / "out"), "--query", "0"]) == 0
     assert "note: no hit: " in (err := capsys.readouterr().err) and "holds no other video as it was embedded" in err
+
+
+def test_the_default_window_step_given_by_its_value_is_the_default(encoder):
+    """--window-step 4 with 8-frame windows (the default: half a window) was recorded as 4 and refused continuing a
+    folder made without it ("window_step=None (given 4)"), though the windows are the same."""
+    default = resolve_settings(encoder, length=8)
+    assert default.window_step is None and default.hop == 4
+    assert resolve_settings(encoder, length=8, window_step=4) == default
+    assert resolve_settings(encoder, length=8, window_step=3).hop == 3

@@ -88,8 +88,10 @@ def test_a_crop_above_the_videos_short_side_is_not_a_candidate():
 def test_too_few_videos_or_too_small_a_budget_is_refused_saying_what_would_do():
     with pytest.raises(ConfigError, match="7 readable video.*at least 8"):
         choose_plan(footage(videos=7), costs({SMALL: 100}), 900)
-    with pytest.raises(ConfigError, match=r"--budget 60 s is too small .* give --budget (\d+)m or more") as error:
+    with pytest.raises(ConfigError, match=r"--budget 1m is too small .* give --budget (\d+)m or more") as error:
         choose_plan(footage(), costs({SMALL: 100}), 60)
+    with pytest.raises(ConfigError, match=r"--budget 100s is too small"):  # (it said "2 min", then "give 2m")
+        choose_plan(footage(), costs({SMALL: 100}), 100)
     needed = int(str(error.value).split("--budget ")[-1].split("m")[0]) * 60
     plan = choose_plan(footage(), costs({SMALL: 100}), needed)  # what it says would do, does
     assert plan.steps >= MIN_STEPS * 0.9

@@ -247,3 +247,18 @@ def _process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@contextmanager
+def scratch_folder(kind: str) -> Iterator[str]:
+    """A temporary folder for a ``kind`` of work (``coclr-<kind>.<pid>.<random>`` in the system's temporary folder),
+    removed at the end of the ``with`` block; those a killed process left (its pid gone: SIGKILL runs no clean-up)
+    are removed first."""
+    import tempfile  # noqa: PLC0415
+
+    for stale in Path(tempfile.gettempdir()).glob(f"coclr-{kind}.*.*"):
+        pid = stale.name.split(".")[1]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"coclr-{kind}.{os.getpid()}.") as folder:
+        yield folder

@@ -395,7 +395,7 @@ class _VideoWindows:
     def __init__(self, settings: EmbedSettings) -> None:
         self.length, self.stride = settings.length, settings.stride
         self.span = clip_span(settings.length, settings.stride)
-        self.hop = settings.window_step or max(1, settings.length // 2) * settings.stride
+        self.hop = settings.hop
         self.with_flow = settings.computes_flow
         self.frames: list[np.ndarray] = []
         self.flow: list[np.ndarray] = []

@@ -99,6 +99,16 @@ class EmbedSettings:
                 f"must be positive, got {self.flow_bound}")
 
     @property
+    def default_step(self) -> int:
+        """Frames between the starts of windows by default: half a window, as ``coclr eval``'s."""
+        return max(1, self.length // 2) * self.stride
+
+    @property
+    def hop(self) -> int:
+        """Frames between the starts of consecutive windows (``window_step``, else :attr:`default_step`)."""
+        return self.window_step or self.default_step
+
+    @property
     def computes_flow(self) -> bool:
         """Whether a flow stream is embedded (flow alone, or beside RGB): flow is computed on the fly, and the
         windows cover the frames that have a flow frame."""
@@ -182,4 +192,6 @@ def _settings(values: dict[str, Any], overrides: dict[str, Any]) -> EmbedSetting
     values = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
     settings = EmbedSettings(**values)
     settings.validate()
+    if settings.window_step == settings.default_step:  # the default given by its value: recorded as the default
+        settings.window_step = None
     return settings

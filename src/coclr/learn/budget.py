@@ -19,7 +19,6 @@ import itertools
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from coclr.atomic import scratch_folder
 from coclr.data.sampling import clip_span, segment_counts, spread
 from coclr.errors import ConfigError
 from coclr.flow.encode import bound_for
@@ -608,12 +608,18 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
         fixed = sum(estimates(footage, cheapest, costs, 0, batch, budget).values())
         per_step = _per_step(footage, cheapest, costs, batch)
         needed = (spent + fixed + least * per_step) / MARGIN
-        raise ConfigError(f"--budget {duration(budget)} is too small for {footage.videos} videos on this machine: "
+        raise ConfigError(f"--budget {as_given(budget)} is too small for {footage.videos} videos on this machine: "
                           f"storing, flow and embedding alone take about {duration(fixed)}, and the smallest network "
                           f"({cheapest}) needs {duration(least * per_step)} for {least} training steps; give "
                           f"--budget {suggested_minutes(needed)}m or more, or fewer videos")
     return _plan(footage, costs, model, affordable[model], budget, spent,
                  _reasons(footage, costs, model, affordable, budget))
+
+
+def as_given(budget: float) -> str:
+    """A budget as a user writes it (``100s``, ``3m``), not rounded: "--budget 2 min is too small ...; give --budget
+    2m" read as a contradiction where 100 s was given."""
+    return f"{budget / 60:g}m" if budget % 60 == 0 else f"{budget:g}s"
 
 
 def suggested_minutes(needed: float) -> int:
@@ -636,7 +642,7 @@ def _fixed_plan(footage: Footage, costs: Costs, budget: float, spent: float, mod
     least = least_steps(footage, model, costs.processes)
     if affordable < least:
         needed = (spent + fixed + least * per_step) / MARGIN
-        raise ConfigError(f"--budget {duration(budget)} cannot afford one epoch of the starting checkpoint's network "
+        raise ConfigError(f"--budget {as_given(budget)} cannot afford one epoch of the starting checkpoint's network "
                           f"({model}) on {footage.videos} videos on this machine: storing, flow and embedding take "
                           f"about {duration(fixed)}, and its smallest schedule ({least} steps: one epoch of each "
                           f"CoCLR stage, two of each InfoNCE stage) {duration(least * per_step)}; give --budget "
@@ -839,7 +845,7 @@ def measure_costs(sample_videos: Sequence[str], footage: Footage, device, worker
     flow_grays: dict[int, list[Any]] = {}  # the flow videos' frames at each side, grey, on the device
     candidates = [fixed] if fixed is not None else [model for model in MODELS if footage.fits(model)]
     took: list[tuple[Model, float]] = []
-    with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
+    with scratch_folder("learn-calibration") as tmp:
         for number, model in enumerate(candidates):
             left = deadline - (time.perf_counter() - started)
             if not still_measured(took, [model], footage, costs, left):
@@ -926,7 +932,7 @@ def _time_encoding(videos: list[list[np.ndarray]]) -> float:
     frames = frames[:, : frames.shape[1] // 2 * 2, : frames.shape[2] // 2 * 2]
     if min(frames.shape[1:3]) < 2:
         return 0.0
-    with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
+    with scratch_folder("learn-calibration") as tmp:
         write_mp4(Path(tmp) / "first.mp4", frames[:2], 25.0)
         names = itertools.count()
         return _median_seconds(lambda: write_mp4(Path(tmp) / f"timed{next(names)}.mp4", frames, 25.0)) / len(frames)
@@ -1039,7 +1045,7 @@ def _time_flow_job(videos: Sequence[Sequence[np.ndarray]], workers: int) -> tupl
             "long": videos}  # (the first job of a process also imports and builds what the job needs: not timed)
     entries = {f"{job}{number}.mp4": frames for job, keyed in jobs.items() for number, frames in enumerate(keyed)}
     seconds = []
-    with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as scratch:
+    with scratch_folder("learn-calibration") as scratch:
         create_store(scratch, unlabelled_index(list(entries), "calibration"))
         for key, frames in entries.items():
             write_entry(scratch, key, "rgb", [encode_jpeg(frame) for frame in frames], 25.0)
@@ -1168,7 +1174,7 @@ def _time_store(paths: Sequence[str], size: int, workers: int, key_seconds: floa
 
     keys = [f"{number}.mp4" for number in range(max(len(paths) * workers,
                                                     min(64 * workers, round(workers * STORE_SECONDS / key_seconds))))]
-    with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as scratch:
+    with scratch_folder("learn-calibration") as scratch:
         create_store(scratch, unlabelled_index(keys, "calibration"))
         with observed(lambda *_: None):  # (no bar of its own: the measuring line is drawn)
             started = time.perf_counter()
@@ -1252,7 +1258,7 @@ def _time_fingerprint(paths: Sequence[str], workers: int = 1, width: float = 1.0
         with atomic_open(folder / f"{next(names)}.npy", "wb") as handle:
             np.save(handle, found, allow_pickle=False)
 
-    with torch_threads(1), tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
+    with torch_threads(1), scratch_folder("learn-calibration") as tmp:
         return _time_per_video(paths, lambda path: fingerprint(path, Path(tmp)), workers)
 
 
@@ -1266,7 +1272,7 @@ def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float,
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     launched = time.time()
-    with tempfile.TemporaryDirectory(prefix="coclr-learn-calibration-") as tmp:
+    with scratch_folder("learn-calibration") as tmp:
         results = [Path(tmp) / f"side{number}.json" for number in range(2)]
         children = [start_task(TrainingTiming(model.width, model.size, model.length, batch, steps, launched, result),
                                result.stem, Path(tmp), env) for result in results]

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from coclr.atomic import scratch_folder
 from coclr.threads import torch_threads
 
 INFERENCE_BATCH = 16
@@ -146,7 +146,7 @@ def time_one_thread(width: float, size: int, length: int, batch: int, steps: int
                     ) -> dict[str, float]:
     """In one of the processes that train side by side (the caller gave it one thread): the seconds from
     ``launched`` (a ``time.time()`` of the parent) until it could train, and of one training step."""
-    with tempfile.TemporaryDirectory(prefix="coclr-timing-") as tmp:
+    with scratch_folder("timing") as tmp:
         timing = time_training(width, size, length, Path(tmp), "cpu", batch, steps, started=launched, stages=False)
     return {"step": timing["step"], "started": timing["ready"]}
 
