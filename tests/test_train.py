@@ -393,6 +393,9 @@ def test_the_same_command_continues_and_another_is_refused_naming_each_option(st
               if "epoch_loss" in line]
     assert epochs == [1, 2]
     assert json.loads((run / "run.json").read_text())["options"]["run"]["progress"] is False  # as started
+    events = sorted((run / "tb").iterdir())
+    assert main([a for a in args if a != "run.max_steps=3"]) == 0  # finished: nothing to do, and no new (empty)
+    assert sorted((run / "tb").iterdir()) == events  # TensorBoard file
     assert main([*args, "--restart"]) == 0
     assert len(list(tmp_path.glob("run.replaced-*"))) == 1
     assert load_checkpoint(last)["position"]["epoch"] == 1

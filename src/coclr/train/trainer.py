@@ -211,6 +211,8 @@ class Trainer:
                     if record.get("step", 0) <= self.position.global_step
                     and not ("epoch_loss" in record and record.get("epoch", 0) > self.position.epoch)]
             atomic_write_text(log_path, "".join(json.dumps(record) + "\n" for record in kept))
+        if self.position.epoch >= self.config.optim.epochs or self._done():  # nothing left to log: no new
+            return log_path.open("a"), None  # TensorBoard file (each rerun of a finished run added an empty one)
         with deferred_interrupts():  # see _write
             return log_path.open("a"), SummaryWriter(str(self.out / "tb"), purge_step=self.position.global_step + 1)
 
@@ -224,7 +226,7 @@ class Trainer:
         with deferred_interrupts():
             jsonl.write(json.dumps(record) + "\n")
             jsonl.flush()
-            for name, value in record.items():
+            for name, value in record.items() if writer is not None else ():
                 if name not in ("step", "epoch") and isinstance(value, (int, float)):
                     writer.add_scalar(name, value, record["step"])
 
@@ -366,7 +368,8 @@ class Trainer:
             if jsonl is not None:
                 with deferred_interrupts():  # see _write
                     jsonl.close()
-                    writer.close()
+                    if writer is not None:
+                        writer.close()
         return self.out / LAST
 
     def kept(self) -> str:
