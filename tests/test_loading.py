@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 import sys
 import types
@@ -418,6 +419,9 @@ def test_a_legacy_file_cut_short_is_damaged_not_a_refused_object(tmp_path, fixtu
     torch.save({"args": argparse.Namespace(lr=0.1)}, tmp_path / "legacy.pth", _use_new_zipfile_serialization=False)
     with pytest.raises(CheckpointError, match=r"pickled Python object \(argparse\.Namespace\)"):
         load_encoder(tmp_path / "legacy.pth")
+    (tmp_path / "more.pth").write_bytes(pickle.dumps({"args": argparse.Namespace(lr=0.1)}, 2) + b"\x00\x01raw")
+    with pytest.raises(CheckpointError, match=r"pickled Python object \(argparse\.Namespace\)"):
+        load_encoder(tmp_path / "more.pth")  # a whole pickle, other bytes after it: not cut short
 
 
 def test_a_torchscript_network_is_named_as_one_and_not_run(tmp_path, capsys):

@@ -223,6 +223,8 @@ def test_small_refusals_and_names(tmp_path, capsys, monkeypatch):
     (tmp_path / "mine" / "walking" / "a.mp4").write_bytes(b"")
     monkeypatch.chdir(tmp_path / "mine")
     assert folder_index(".").name == "mine"  # an index of "." is named by the folder (it was '')
+    (tmp_path / "link").symlink_to(tmp_path / "mine")
+    assert folder_index(tmp_path / "link").name == "link"  # by the name given, not the link's target
     with pytest.raises(ConfigError, match="--decode: .* give --verify too"):
         InfoOptions(decode=True)
     assert VerifyOptions(view=["rgb", "rgb", "flow"]).view == ["rgb", "flow"]

@@ -65,6 +65,20 @@ def test_an_option_each_stage_sets_is_refused_naming_the_pipelines(given, instea
         load_config(PipelineConfig, None, ["data.store=s", "run.out=o", given])
 
 
+def test_a_folder_started_with_an_option_each_stage_sets_continues_without_it(tmp_path: Path) -> None:
+    """Such an option was recorded, then dropped; now it is refused, and a folder that recorded one would have been
+    refused ("optim.epochs=5 (given 300)") for the command without it: it never changed the pipeline's work."""
+    from coclr.config import to_dict
+    from coclr.runfolder import check_folder, claim_folder
+    from coclr.train.pipeline import PIPELINE_FOLDER
+
+    options = to_dict(load_config(PipelineConfig, None, ["data.store=s", f"run.out={tmp_path / 'p'}"]))
+    before = {**options, "optim": {**options["optim"], "epochs": 5}, "method": {**options["method"], "name": "cmc"}}
+    with claim_folder(tmp_path / "p", PIPELINE_FOLDER, before):
+        pass
+    assert check_folder(tmp_path / "p", PIPELINE_FOLDER, options) is True
+
+
 @pytest.mark.parametrize("mode", ["alternate", "sim"])
 def test_pipeline_end_to_end_and_rerun(tmp_path: Path, mode: str) -> None:
     store = make_random_store(tmp_path / "store", videos=8, frames=10)

@@ -122,11 +122,16 @@ SCRIPT = r"""
     const here = stacked(row);
     tipName.textContent = D.names[row];
     tipMore.textContent = here.length > 1 ? here.length + ' videos at this spot: click again for the next' : '';
-    if (D.thumbs[row]) { tipImage.src = D.thumbs[row]; tipImage.style.display = 'block'; }
-    else { tipImage.removeAttribute('src'); tipImage.style.display = 'none'; }
+    tipImage.onload = null;  // (a handler of an earlier hover would move the tip back to where that one was)
+    if (D.thumbs[row]) {
+      if (tipImage.getAttribute('src') !== D.thumbs[row]) {
+        tipImage.onload = () => { if (view.hover === row) place(x, y); };  // its size known: placed again
+        tipImage.src = D.thumbs[row];
+      }
+      tipImage.style.display = 'block';
+    } else { tipImage.removeAttribute('src'); tipImage.style.display = 'none'; }
     tip.style.display = 'block';
     place(x, y);
-    if (!tipImage.complete) tipImage.onload = () => { if (view.hover === row) place(x, y); };
   }
   view.showTip = showTip;
   function mark(rows, entry) {

@@ -307,7 +307,7 @@ class PipelineConfig(PretrainConfig):
         for key, instead in PER_STAGE.items():
             section, name = key.split(".")
             require(getattr(getattr(self, section), name) == getattr(getattr(defaults, section), name), key,
-                    f"is set by each stage of a pipeline: give {instead}")
+                    f"is set by each stage of a pipeline: give {instead} (in coclr study: its schedule.* options)")
 
 
 PER_STAGE = {"method.name": "pipeline.mode (the stages' methods are InfoNCE, then CoCLR: coclr pretrain trains one "

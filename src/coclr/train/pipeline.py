@@ -31,7 +31,7 @@ from coclr.progress import duration
 from coclr.runfolder import FolderRule, check_folder, check_restart, claim_folder, read_record, restart_folder
 from coclr.store.clipstore import open_store
 from coclr.train.checkpoint import load_checkpoint
-from coclr.train.config import PipelineConfig, PretrainConfig
+from coclr.train.config import PER_STAGE, PipelineConfig, PretrainConfig
 from coclr.train.model import check_view_of
 from coclr.train.run import pretrain
 from coclr.train.setup import (
@@ -44,10 +44,11 @@ from coclr.train.setup import (
 )
 
 MANIFEST = "manifest.json"
-PIPELINE_FOLDER = FolderRule("pipeline", "a pipeline run", may_differ=CONTINUABLE, restart=True,
+PIPELINE_FOLDER = FolderRule("pipeline", "a pipeline run", may_differ=(*CONTINUABLE, *PER_STAGE), restart=True,
                              paths=(*PATH_OPTIONS, "pipeline.init", "pipeline.second_init", "pipeline.miner",
                                     "pipeline.infonce_from"))
-"""How a pipeline folder is continued or refused (:mod:`coclr.runfolder`)."""
+"""How a pipeline folder is continued or refused (:mod:`coclr.runfolder`); the options each stage sets never
+changed a pipeline's work (a folder started with one, before they were refused, continues without it)."""
 
 
 @dataclass

@@ -414,7 +414,7 @@ def folder_index(root: str | Path, name: str | None = None, split: str = "train"
     classes = sorted({c for _, c, _, _ in videos})
     label_of = {c: i for i, c in enumerate(classes)}
     entries = [VideoEntry(path, label_of[c], s, g) for path, c, s, g in videos]
-    index = VideoIndex(name or root.resolve().name, classes, entries)
+    index = VideoIndex(name or Path(os.path.abspath(root)).name, classes, entries)
     return split_by_group(index, test_fraction, seed) if test_fraction else index
 
 
@@ -431,7 +431,7 @@ def tree_index(root: str | Path, name: str | None = None, extensions: Sequence[s
     if not videos:
         raise DataError(f"no videos found under {root} (a file is a video when its name ends in a video extension or "
                         "PyAV opens it as one)")
-    return unlabelled_index(videos, name or root.resolve().name, test_fraction, seed)
+    return unlabelled_index(videos, name or Path(os.path.abspath(root)).name, test_fraction, seed)
 
 
 def unlabelled_index(paths: Sequence[str], name: str, test_fraction: float = 0.0, seed: int = 0) -> VideoIndex:
