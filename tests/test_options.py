@@ -103,7 +103,9 @@ def test_a_commands_flags_are_its_options_declared_once(command, config_class, n
         flag = cli.get("flag", "--" + field.name.replace("_", "-"))
         assert field.metadata["help"].replace("%", "%%")[:40] in helps[flag], flag
         kind = str(hints[field.name])
-        if cli.get("negate") or "bool" in kind:
+        if cli.get("switch"):
+            value, argv = True, [flag]
+        elif cli.get("negate") or "bool" in kind:
             value, argv = False, ([flag] if cli.get("negate") else [f"--no-{flag[2:]}"])
         elif cli.get("choices"):
             value, argv = cli["choices"][-1], [flag, cli["choices"][-1]]
