@@ -914,3 +914,41 @@ def test_the_default_window_step_given_by_its_value_is_the_default(encoder):
     assert default.window_step is None and default.hop == 4
     assert resolve_settings(encoder, length=8, window_step=4) == default
     assert resolve_settings(encoder, length=8, window_step=3).hop == 3
+
+
+def _interrupted_worker(rank: int, world: int, port: int, videos: str, encoder: str, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    from coclr.distributed import init_distributed
+    from coclr.embed.run import embed_videos
+
+    init_distributed(torch.device("cpu"), backend="gloo")
+    embedder = Embedder(encoder, workers=0, batch_size=4, **SMALL)
+    real = embedder.stream
+
+    def stream(*args, **kwargs):  # stopped after its first video, as by SIGTERM
+        for item in real(*args, **kwargs):
+            yield item
+            raise KeyboardInterrupt
+
+    embedder.stream = stream
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        embed_videos([videos], out, embedder, progress=False, flush_videos=100)
+    assert f"1 videos embedded by this process (rank {rank}) kept" in stopped.value.kept
+
+
+@pytest.mark.slow
+def test_a_stopped_process_of_a_distributed_embedding_keeps_what_it_finished(tmp_path, encoder):
+    """Under torchrun, the videos a process other than rank 0 had embedded but not yet written were lost when the
+    job was stopped, while its line said they were kept."""
+    import torch.multiprocessing as mp
+
+    from test_train_distributed import free_port
+
+    videos = tmp_path / "videos"
+    for number in range(4):
+        write_video(videos / f"v{number}.mp4", moving_square(9, seed=number))
+    mp.spawn(_interrupted_worker, args=(2, free_port(), str(videos), str(encoder), str(tmp_path / "out")), nprocs=2,
+             join=True)
+    assert list((tmp_path / "out" / "chunks").glob("*rank1*"))  # rank 1's video, for the next run to merge

@@ -1470,3 +1470,14 @@ def test_options_no_run_could_use_and_too_few_videos_are_refused_before_any_work
     with pytest.raises(DataError, match=f"^1 video.s. a list file names do not exist: {gone}; mend the list"):
         learn([tmp_path / "list.txt", tmp_path / "videos"], tmp_path / "out", LearnOptions())
     assert not (tmp_path / "out").exists()
+
+
+def test_the_measurement_joins_no_process_group_under_torchrun(monkeypatch, tmp_path):
+    """Under torchrun rank 0 measures while the others wait to join the group: a training run timed there joined it
+    (WORLD_SIZE was torchrun's), which released the others into collectives that did not match: the job hung."""
+    from coclr.train.timing import time_training
+
+    monkeypatch.setenv("WORLD_SIZE", "2")  # (and no MASTER_ADDR: a process that tried to join would fail)
+    monkeypatch.setenv("RANK", "0")
+    timing = time_training(0.125, 32, 8, tmp_path, "cpu", 2, steps=2, stages=False)
+    assert timing["step"] > 0 and os.environ["WORLD_SIZE"] == "2"

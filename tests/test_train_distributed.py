@@ -159,3 +159,30 @@ def test_a_restart_refused_stops_every_rank(tmp_path: Path) -> None:
     messages = refusals_of_every_rank(store, mine, tmp_path, restart=True)
     assert messages[0] == messages[1] and "--restart moves aside only a folder it wrote" in messages[0]
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+def _pipeline_worker(rank: int, world: int, port: int, store: str, out: str, statuses: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    from coclr.cli import main
+    from test_train import TINY
+
+    status = main(["pipeline", f"data.store={store}", f"run.out={out}", *[o for o in TINY if "batch_size" not in o],
+                   "run.batch_size=2", "pipeline.infonce_epochs=1", "pipeline.cycles=1", "--until", "infonce_rgb"])
+    Path(statuses, f"rank{rank}").write_text(str(status))
+
+
+@pytest.mark.slow
+def test_a_pipeline_runs_under_two_processes(tmp_path: Path) -> None:
+    """``torchrun -m coclr pipeline`` was refused at its first stage: each process claimed the folder before the
+    group was joined ("another coclr pipeline is writing this folder", naming rank 1)."""
+    store = make_random_store(tmp_path / "store", videos=16)
+    statuses = tmp_path / "statuses"
+    statuses.mkdir()
+    mp.spawn(_pipeline_worker, args=(2, free_port(), str(store), str(tmp_path / "p"), str(statuses)), nprocs=2,
+             join=True)
+    assert [(statuses / f"rank{r}").read_text() for r in range(2)] == ["0", "0"]
+    manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert [stage["status"] for stage in manifest["stages"]][:1] == ["done"]
+    assert (tmp_path / "p" / "infonce_rgb" / "encoder_rgb.pth").is_file()

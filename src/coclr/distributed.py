@@ -25,6 +25,22 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+@contextmanager
+def alone() -> Iterator[None]:
+    """Work of this process alone while torchrun's other processes wait for it (learn's measurement on rank 0; also a
+    decorator): nothing run meanwhile joins their group (a training run timed there did, which released the others
+    into collectives that did not match, and the job hung)."""
+    saved = os.environ.get("WORLD_SIZE")
+    os.environ["WORLD_SIZE"] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("WORLD_SIZE", None)
+        else:
+            os.environ["WORLD_SIZE"] = saved
+
+
 def launched_rank() -> int:
     """This process's rank as torchrun started it (``RANK``; 0 outside torchrun), known before the group is joined."""
     return int(os.environ.get("RANK", "0"))

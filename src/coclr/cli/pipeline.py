@@ -32,5 +32,8 @@ def run(args: argparse.Namespace) -> int:
     from coclr.train.pipeline import run_pipeline
 
     run_dir = run_pipeline(config, until=args.until, restart=args.restart)
-    print(f"pipeline folder: {run_dir} (stages in {run_dir / 'manifest.json'})")
+    from coclr.distributed import is_main
+
+    if is_main():  # (under torchrun: once)
+        print(f"pipeline folder: {run_dir} (stages in {run_dir / 'manifest.json'})")
     return 0

@@ -27,8 +27,10 @@ def run(args: argparse.Namespace) -> int:
         print_options(PretrainConfig)
         return 0
     config = load_config(PretrainConfig, args.config, args.overrides)
+    from coclr.distributed import is_main
     from coclr.train.run import pretrain
 
     trained = pretrain(config, restart=args.restart)
-    print(f"last checkpoint: {trained.checkpoint}")
+    if is_main():  # (under torchrun: once)
+        print(f"last checkpoint: {trained.checkpoint}")
     return 0

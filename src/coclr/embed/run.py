@@ -209,8 +209,9 @@ def embed_videos(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
                     else:
                         writer.add(result if part is None else result.stream(part), identities[path], order)
         except KeyboardInterrupt as error:  # the writers keep what is done (flushed; merged by the next run)
-            raise interrupted(error, f"{out}: {summary.skipped + summary.done} of {len(paths)} videos embedded and "
-                              "kept") from None
+            kept = (f"{summary.skipped + summary.done} of {len(paths)} videos embedded and kept" if not is_distributed()
+                    else f"{summary.done} videos embedded by this process (rank {rank()}) kept")
+            raise interrupted(error, f"{out}: {kept}") from None
         counts = all_gather_objects((summary.done, summary.windows, failed, damaged))
     summary.done, summary.windows = sum(c[0] for c in counts), sum(c[1] for c in counts)
     summary.failed = [(path, error) for _, path, error in sorted(f for c in counts for f in c[2])]
@@ -257,6 +258,10 @@ def job_writer(out: str | os.PathLike[str], record: dict[str, Any], flush_videos
         if message is not None:
             raise DataError(message)
         writer = writer or ChunkWriter(out, record, flush_videos, flush_seconds, name=f"-rank{rank()}")
-        yield writer
+        try:
+            yield writer
+        except KeyboardInterrupt:  # stopped: what this process finished is kept too, for the next run to merge
+            writer.flush()
+            raise
         writer.flush()
         barrier()  # every rank's chunks are on disk before rank 0 merges them (on leaving the stack)

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from coclr.atomic import atomic_write_json, read_json_lines, read_json_record
 from coclr.config import to_dict, validate
 from coclr.core.methods import METHODS
-from coclr.distributed import held_by_main, is_main
+from coclr.distributed import held_by_main, init_distributed, is_main
 from coclr.errors import ConfigError
 from coclr.interrupts import interrupted
 from coclr.models.encoder import build_encoder
@@ -208,6 +208,8 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
     names = [stage.name for stage in stages]
     if until is not None and until not in names:
         raise ConfigError(f"until: no stage {until!r} in this pipeline; its stages are {', '.join(names)}")
+    init_distributed(resolve_device(config.run.device))  # under torchrun: rank 0 alone holds the folder and writes
+    # its manifest, and the stages' checks count every process's batch
     if restart:  # every process: the same refusal on each (not rank 0's alone, the others waiting for it)
         check_restart(run_dir, PIPELINE_FOLDER, legacy=_manifest_options)
     if restart and is_main():

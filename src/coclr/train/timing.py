@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from coclr.atomic import scratch_folder
+from coclr.distributed import alone as only_this_process
 from coclr.threads import torch_threads
 
 INFERENCE_BATCH = 16
@@ -23,6 +24,7 @@ TIMED_EPOCHS = 4
 """Epochs of the short run that times the end of an epoch as training pays it."""
 
 
+@only_this_process()
 def time_training(width: float, size: int, length: int, folder: Path, device, batch: int, steps: int = 5,
                   started: float | None = None, stages: bool = True) -> dict[str, float]:
     """Seconds of the parts of training S3D of ``width`` on clips of ``length`` frames of ``size`` px, on a store of
