@@ -502,6 +502,25 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+def harness_result(chromium: str, folder: Path, harness: str, budget_ms: int, window: str) -> dict:
+    """What ``harness`` (a page that loads ``folder``'s page in a frame and writes its findings as JSON into
+    ``<pre id="result">``) found, loaded in headless Chromium from a local server of ``folder``."""
+    from test_report import CHROMIUM_FLAGS
+
+    (folder / "harness.html").write_text(harness)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/harness.html"
+        dom = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={folder / 'profile'}",
+                              f"--virtual-time-budget={budget_ms}", f"--window-size={window}", "--dump-dom", url],
+                             capture_output=True, text=True, timeout=120).stdout
+    finally:
+        server.shutdown()
+    assert '<pre id="result">{' in dom, dom[-500:]
+    return json.loads(dom.split('<pre id="result">')[1].split("</pre>")[0].replace("&quot;", '"'))
+
+
 HARNESS = """<!DOCTYPE html><html><body><iframe id="f" src="curated/index.html" width="1100" height="700"></iframe>
 <pre id="result">waiting</pre><script>
 const frame = document.getElementById('f');
@@ -536,22 +555,10 @@ def test_the_page_draws_every_point_shows_a_thumbnail_on_hover_and_marks_a_group
     if chromium is None:
         pytest.skip("chromium is not installed")
     from coclr.curate.run import CurateOptions, curate
-    from test_report import CHROMIUM_FLAGS
 
     _, embeddings, _ = embedded
     curate(embeddings, tmp_path / "curated", CurateOptions(threshold=0.0, calibrate=0, windows=False), show=False)
-    (tmp_path / "harness.html").write_text(HARNESS)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(_Quiet, directory=str(tmp_path)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/harness.html"
-        dom = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
-                              "--virtual-time-budget=15000", "--window-size=1300,900", "--dump-dom", url],
-                             capture_output=True, text=True, timeout=120).stdout
-    finally:
-        server.shutdown()
-    found = json.loads(dom.split('<pre id="result">')[1].split("</pre>")[0].replace("&quot;", '"'))
+    found = harness_result(chromium, tmp_path, HARNESS, 15000, "1300,900")
     assert found["ready"] == "yes" and found["drawn"] > 20 * found["points"]  # every point painted
     assert found["tip"] == "block" and found["tipName"] == found["hovered"] and found["thumbnail"]
     assert found["marked"] == found["group"] and found["chosen"] == "path chosen"
@@ -612,7 +619,6 @@ def test_the_page_isolates_names_keeps_its_tip_inside_zooms_on_the_cursor_and_re
     if chromium is None:
         pytest.skip("chromium is not installed")
     from coclr.curate.page import write_page
-    from test_report import CHROMIUM_FLAGS
 
     names = ["/v/\u202egnp.mp4", "/v/caf\udce9.mp4", "/v/copy a.mp4", "/v/copy b.mp4", "/v/" + "long name " * 12]
     data = {"names": names, "points": [0.2, 0.3, 0.5, 0.5, 0.4, 0.6, 0.4, 0.6, 1.0, 1.0], "groups": [0, 1, 0, 0, 1],
@@ -621,18 +627,7 @@ def test_the_page_isolates_names_keeps_its_tip_inside_zooms_on_the_cursor_and_re
             "outliers": [[4, 0.9], [1, 0.8]], "thumbs": [None] * 5}
     (tmp_path / "page").mkdir()
     write_page(tmp_path / "page", Path("/v/\u202efolder"), ["a line"], data)
-    (tmp_path / "harness.html").write_text(NAMES_HARNESS)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(tmp_path)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/harness.html"
-        dom = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
-                              "--virtual-time-budget=5000", "--window-size=1100,800", "--dump-dom", url],
-                             capture_output=True, text=True, timeout=120).stdout
-    finally:
-        server.shutdown()
-    assert '<pre id="result">{' in dom, dom[-500:]
-    found = json.loads(dom.split('<pre id="result">')[1].split("</pre>")[0].replace("&quot;", '"'))
+    found = harness_result(chromium, tmp_path, NAMES_HARNESS, 5000, "1100,800")
     assert found["ready"] == "yes" and found["names"][1] == "/v/caf\ufffd.mp4"
     assert found["group"] == [names[0], names[2], names[3]]  # each name its own element
     assert found["heading"] == "\u202efolder"

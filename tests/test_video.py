@@ -248,31 +248,11 @@ def test_frame_times_are_the_timestamps_of_a_variable_frame_rate_video_with_a_la
             assert frame_numbers(decode_frames_between(path, start, end)) == shown, (codec, start, end)
 
 
-def _write_ts(path: Path, count: int, stamps: list[int] | None = None, time_base: Fraction | None = None) -> Path:
-    """An MPEG-TS of ``count`` numbered H.264 frames at 25 fps, stamped ``stamps`` (in ``time_base``) when given."""
-    frames = numbered_frames(count, 32, 48)
-    with av.open(str(path), "w", format="mpegts") as container:
-        stream = container.add_stream("libx264", rate=25)
-        stream.width, stream.height, stream.pix_fmt = 48, 32, "yuv420p"
-        if time_base is not None:
-            stream.time_base = stream.codec_context.time_base = time_base
-        for number, image in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
-            frame.pts = number if stamps is None else stamps[number]
-            if time_base is not None:
-                frame.time_base = time_base
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
-
-
 def test_stamps_that_restart_or_start_below_zero_keep_the_whole_timeline(tmp_path):
     """Two MPEG-TS recordings joined into one file restart their stamps: the second half was timed at the first
     half's last frame (every window of it zero seconds long) and --fps dropped it. A stream whose clock wrapped
     (its first stamps below zero) was "truncated: its frames end at 2.00 s of the 3.00 s its header announces"."""
-    one = _write_ts(tmp_path / "one.ts", 10)
+    one = write_transport_stream(tmp_path / "one.ts", numbered_frames(10, 32, 48), fps=25)
     joined = tmp_path / "joined.ts"
     joined.write_bytes(one.read_bytes() * 2)
     with VideoReader(joined) as reader:
@@ -280,8 +260,9 @@ def test_stamps_that_restart_or_start_below_zero_keep_the_whole_timeline(tmp_pat
     assert len(frames) == 20 and list(times) == pytest.approx([i / 25 for i in range(20)], abs=1e-6)
     assert reader.end_time == pytest.approx(0.8)
     assert len(decode_video(joined, fps=10)) == 8  # (4 before: the second recording dropped)
-    wrapped = _write_ts(tmp_path / "wrapped.ts", 50, [2 ** 33 - 90000 + 3600 * i for i in range(50)],
-                        Fraction(1, 90000))  # 1 s below the 33-bit clock's wrap, then 1 s after it
+    wrapped = write_transport_stream(tmp_path / "wrapped.ts", numbered_frames(50, 32, 48), 25,
+                                     [2 ** 33 - 90000 + 3600 * i for i in range(50)], Fraction(1, 90000))
+    # (1 s below the 33-bit clock's wrap, then 1 s after it)
     with VideoReader(wrapped) as reader:
         frames, times = zip(*reader.timed())
     assert len(frames) == 50 and times[-1] == pytest.approx(49 / 25, abs=1e-6)
@@ -449,12 +430,19 @@ def test_a_matroska_cluster_skipped_by_ffmpeg_is_corruption(shared_clips, tmp_pa
 # ------------------------------------------------------------------------------------------------ which files
 
 
-def write_transport_stream(path: Path, frames: np.ndarray) -> Path:
+def write_transport_stream(path: Path, frames: np.ndarray, fps: int = 10, stamps: list[int] | None = None,
+                           time_base: Fraction | None = None) -> Path:
+    """An MPEG-TS of ``frames`` in H.264 at ``fps``, stamped ``stamps`` (in ``time_base``) when given."""
     with av.open(str(path), "w", format="mpegts") as container:
-        stream = container.add_stream("libx264", rate=10)
+        stream = container.add_stream("libx264", rate=fps)
         stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
-        for frame in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+        if time_base is not None:
+            stream.time_base = stream.codec_context.time_base = time_base
+        for number, image in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            if stamps is not None:
+                frame.pts, frame.time_base = stamps[number], time_base
+            for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
