@@ -71,13 +71,13 @@ def alike_first(scores: np.ndarray, neighbours: np.ndarray, rows: np.ndarray) ->
     alike = set(int(row) for row in rows)
     width = scores.shape[1]
     for row in rows:
-        others = [other for other in alike if other != row][:width]
+        others = sorted(alike - {int(row)})[:width]  # (the lowest rows: the same graph every run)
         rest = [(score, other) for score, other in zip(scores[row], neighbours[row])
                 if other >= 0 and int(other) not in alike][:width - len(others)]
         scores[row] = -np.inf
         neighbours[row] = -1
         scores[row, :len(others)] = 1.0
-        neighbours[row, :len(others)] = sorted(others)
+        neighbours[row, :len(others)] = others
         for column, (score, other) in enumerate(rest, start=len(others)):
             scores[row, column], neighbours[row, column] = score, other
     return scores, neighbours
