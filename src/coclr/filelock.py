@@ -14,6 +14,7 @@ import os
 import re
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,8 +79,6 @@ def _orphans_let_go(descriptor: int, who: str) -> bool:
     """Whether a lock refused to us, held in the name of ``who`` ("pid N on HOST"), came to us within
     :data:`ORPHAN_WAIT` seconds because ``who`` is a process of this host that is gone (its forked workers, which
     inherited the lock, exit soon after it); False at once for a live holder or another host's."""
-    import time  # noqa: PLC0415
-
     named = re.match(r"pid (\d+) on ([^\s,]+)", who)
     if named is None or named.group(2) != socket.gethostname():
         return False

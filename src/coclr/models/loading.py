@@ -367,9 +367,8 @@ def _cut_short(data: bytes) -> bool:
         try:
             for _ in pickletools.genops(stream):
                 pass
-        except ValueError as error:  # "pickle exhausted before seeing STOP", "not enough data", "expected 14 bytes
-            return "unknown" not in str(error)  # in a unicodestring4, but only 3"; not other bytes after a whole one
-            # ("opcode b'\x00' unknown")
+        except ValueError as error:  # cut: "pickle exhausted before seeing STOP", "not enough data in stream";
+            return "unknown" not in str(error)  # not cut: other bytes after a whole pickle ("opcode ... unknown")
     return False
 
 

@@ -220,12 +220,13 @@ def extract_flow(store_root: str | Path, backend: str = FlowOptions.backend, vie
     if kernels != "auto" and not chosen.gpu:  # (it ran OpenCV, saying nothing)
         raise ConfigError(f"kernels: {kernels} runs the iterations of tvl1-torch; the {chosen.name} backend is "
                           "OpenCV's own: leave --kernels out, or give --backend tvl1-torch")
-    unused = {"batch_pairs": batch_pairs is not None, "jpeg": jpeg != FlowOptions.jpeg,
-              "stop_every": stop_every != FlowOptions.stop_every}
-    for key in [key for key, given in unused.items() if given and not chosen.gpu]:  # (they were ignored)
-        raise ConfigError(f"{key}: applies to the tvl1-torch backend; the {chosen.name} backend is OpenCV's own: "
-                          f"leave --{key.replace('_', '-')} out, or give --backend tvl1-torch")
-    if unused["stop_every"] and mode == "exact":
+    given = {"batch_pairs": batch_pairs is not None, "jpeg": jpeg != FlowOptions.jpeg,
+             "stop_every": stop_every != FlowOptions.stop_every}
+    unused = [key for key, set_ in given.items() if set_] if not chosen.gpu else []
+    if unused:  # (they were ignored)
+        raise ConfigError(f"{unused[0]}: applies to the tvl1-torch backend; the {chosen.name} backend is OpenCV's "
+                          f"own: leave --{unused[0].replace('_', '-')} out, or give --backend tvl1-torch")
+    if given["stop_every"] and mode == "exact":
         raise ConfigError("stop_every: applies to the fast mode (--mode fast); the exact mode tests for stopping "
                           "after every inner iteration")
     params = params or TVL1Params()
