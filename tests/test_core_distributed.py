@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -108,6 +109,7 @@ def test_single_process_helpers_are_identity():
 
 GROUP_AT_EXIT = """
 import atexit, os, sys
+import pytest
 import torch
 import torch.distributed as dist
 from coclr.distributed import init_distributed
@@ -143,3 +145,33 @@ def test_the_process_group_is_destroyed_when_the_process_exits(tmp_path):
         _, err = process.communicate(timeout=120)
         assert process.returncode == 0, err
     assert [(tmp_path / f"rank{rank}").read_text() for rank in range(WORLD)] == ["False", "False"]
+
+
+def test_a_collective_failed_by_a_lost_process_is_one_line(monkeypatch, capsys) -> None:
+    """Under torchrun, a gloo or NCCL error of a peer gone is one line and status 2; other errors are left alone."""
+    import argparse
+
+    import torch.distributed  # noqa: F401 (loaded, as in any command that joined a group)
+
+    from coclr.cli._world import WORLD_ERROR_STATUS, run_command
+
+    gloo = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+                        "[127.0.0.1]:26322: Connection reset by peer. This is typically caused by a remote worker "
+                        "hanging or bugs in the application.")
+
+    def raising(error: BaseException):
+        def func(args) -> int:
+            raise error
+        return argparse.Namespace(command="pretrain", func=func)
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert run_command(raising(gloo)) == WORLD_ERROR_STATUS
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["coclr pretrain: error: another process of this torchrun job stopped or lost its connection "
+                     "(Read error [127.0.0.1]:26322: Connection reset by peer); what was written is kept: run the "
+                     "same torchrun command to continue (its own output says why it stopped)"]
+    with pytest.raises(RuntimeError, match="shapes"):
+        run_command(raising(RuntimeError("mat1 and mat2 shapes cannot be multiplied")))
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(RuntimeError, match="gloo"):
+        run_command(raising(gloo))

@@ -186,3 +186,50 @@ def test_a_pipeline_runs_under_two_processes(tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert [stage["status"] for stage in manifest["stages"]][:1] == ["done"]
     assert (tmp_path / "p" / "infonce_rgb" / "encoder_rgb.pth").is_file()
+
+
+def _killed_peer_worker(rank: int, world: int, port: int, store: str, out: str, results: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    import signal
+    import sys
+    import threading
+
+    from coclr.cli import main
+    from test_train import TINY
+
+    if rank == 1:  # killed as the kernel's OOM killer would, once training is under way
+        def kill_later() -> None:
+            while not (Path(out) / "checkpoint_last.pth").exists():
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        threading.Thread(target=kill_later, daemon=True).start()
+    sys.stderr = open(Path(results) / f"stderr{rank}", "w")  # noqa: SIM115 (the process's own, until it ends)
+    try:
+        status = str(main(["pretrain", f"data.store={store}", f"run.out={out}",
+                           *[o for o in TINY if "batch_size" not in o and "log_every" not in o], "run.batch_size=2",
+                           "optim.epochs=500", "run.save_every=1"]))
+    except BaseException as error:  # noqa: BLE001 (what the test looks at)
+        status = f"raised {type(error).__name__}"
+    sys.stderr.flush()
+    Path(results, f"status{rank}").write_text(status)
+    os._exit(0)  # the group's teardown would wait on the dead peer
+
+
+@pytest.mark.slow
+def test_a_killed_process_stops_the_others_in_one_line(tmp_path: Path) -> None:
+    """One process of a torchrun pretrain killed: the others said it in an 80-line gloo traceback (twice chained)."""
+    store = make_random_store(tmp_path / "store", videos=8)
+    results = tmp_path / "results"
+    results.mkdir()
+    context = mp.spawn(_killed_peer_worker, args=(2, free_port(), str(store), str(tmp_path / "run"), str(results)),
+                       nprocs=2, join=False)
+    for process in context.processes:
+        process.join(timeout=120)
+    assert (results / "status0").read_text() == "2"
+    lines = (results / "stderr0").read_text().splitlines()
+    assert len(lines) == 1 and "another process of this torchrun job stopped" in lines[0], lines[:5]
+    assert "run the same torchrun command to continue" in lines[0]
+    assert (tmp_path / "run" / "checkpoint_last.pth").is_file()

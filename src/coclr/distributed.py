@@ -105,6 +105,20 @@ def init_distributed(device: torch.device, backend: str | None = None, timeout: 
         # each) would otherwise reset the connections of one still joining, which then fails with a network error
 
 
+def lost_process_line(error: BaseException) -> str | None:
+    """Under torchrun, one line for a collective that failed because another process of the job stopped or lost its
+    connection (killed, out of memory, its machine gone): gloo's and NCCL's errors name a transport and the peer, in
+    a traceback of 80 lines that says nothing of what to do. None for any other error, or outside torchrun."""
+    if launched_world_size() <= 1 or not isinstance(error, RuntimeError):
+        return None
+    text = " ".join(str(error).split())
+    if not isinstance(error, dist.DistError) and not any(mark in text for mark in ("gloo", "NCCL", "c10d")):
+        return None
+    cause = text.split("] ", 1)[-1].split(". ", 1)[0].rstrip(".")  # "Read error [host]:port: Connection reset..."
+    return (f"another process of this torchrun job stopped or lost its connection ({cause}); what was written is "
+            "kept: run the same torchrun command to continue (its own output says why it stopped)")
+
+
 def destroy_distributed() -> None:
     """Leave and destroy the default process group, if any (registered at exit by :func:`init_distributed`: a
     group left to the interpreter's teardown can hang NCCL's communicators or leak their resources)."""

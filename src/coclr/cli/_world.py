@@ -65,7 +65,9 @@ def one_line_warnings(command: str) -> Callable[..., None]:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed command; an error of the world (:data:`WORLD_ERRORS`) becomes one line naming the path and
-    :data:`WORLD_ERROR_STATUS`, any other error goes on to :func:`main` (bad input: one line too), and so does the
+    :data:`WORLD_ERROR_STATUS`, and so does a collective failed under torchrun because another process is gone
+    (:func:`coclr.distributed.lost_process_line`); any other error goes on to :func:`main` (bad input: one line
+    too), and so does the
     :class:`~coclr.interrupts.Interrupted` that SIGINT or SIGTERM raise. Warnings are one line each
     (:func:`one_line_warnings`)."""
     if hasattr(signal, "SIGXFSZ"):  # past ``ulimit -f`` a write fails with EFBIG (one line) instead of killing us
@@ -80,3 +82,18 @@ def run_command(args: argparse.Namespace) -> int:
             raise
         print(f"coclr {args.command}: error: {shown(line)}", file=sys.stderr)
         return WORLD_ERROR_STATUS
+    except RuntimeError as error:
+        line = _lost_process_line(error)
+        if line is None:
+            raise
+        progress.write(f"coclr {args.command}: error: {shown(line)}", file=sys.stderr)
+        return WORLD_ERROR_STATUS
+
+
+def _lost_process_line(error: RuntimeError) -> str | None:
+    """:func:`coclr.distributed.lost_process_line` where torch is loaded already (the command line starts without)."""
+    if "torch.distributed" not in sys.modules:
+        return None
+    from coclr.distributed import lost_process_line
+
+    return lost_process_line(error)
