@@ -188,3 +188,41 @@ def test_input_checks_fail_before_work(tiny, tmp_path):
         check_inputs(store, [Stream(checkpoint, "flow_dis")], ["train"])
     with pytest.raises(DataError, match="split 'val' has no videos"):
         check_inputs(store, [Stream(checkpoint, "rgb")], ["val"])
+
+
+def test_a_derived_view_is_keyed_by_the_entries_it_reads(tiny, tmp_path):
+    """rgbdiff is computed from the stored RGB: every evaluation of an rgbdiff encoder was refused ("no 'rgbdiff'
+    entry ... not built yet"), keying its features by an entry that is never stored."""
+    from coclr.eval.features import cache_key
+
+    store, _, _ = tiny
+    key = cache_key("abc", store, "rgbdiff", "test", CONFIG)
+    assert key["view"] == "rgbdiff" and key != cache_key("abc", store, "rgb", "test", CONFIG)
+    assert key["videos_sha256"] == cache_key("abc", store, "rgb", "test", CONFIG)["videos_sha256"]
+    checkpoint = save_tiny_encoder(tmp_path / "diff.pt", meta={"method": "infonce", "view": "rgbdiff"})
+    result = cached_features(checkpoint, store, "rgbdiff", "test", CONFIG, tmp_path / "cache", progress=False)
+    assert result.features.shape[0] == 3 and np.isfinite(result.features).all()
+
+
+def test_features_take_the_normalisation_the_encoder_records(tiny, tmp_path):
+    """An encoder that records Kinetics' mean and standard deviation (torchvision's s3d implies them) got clips
+    under ImageNet's all the same, unlike coclr embed; now its own, and keyed apart in the cache."""
+    from coclr.clips import KINETICS_MEAN, KINETICS_STD
+    from coclr.eval.features import IMAGENET, cache_key, input_normalisation
+
+    store, imagenet_checkpoint, _ = tiny
+    settings = {"view": "rgb", "mean": list(KINETICS_MEAN), "std": list(KINETICS_STD)}
+    checkpoint = save_tiny_encoder(tmp_path / "kinetics.pt", seed=0,
+                                   meta={"method": "infonce", "view": "rgb", "clip_settings": settings})
+    assert input_normalisation(checkpoint) == (KINETICS_MEAN, KINETICS_STD)
+    assert input_normalisation(imagenet_checkpoint) == IMAGENET
+    backbone = load_backbone(checkpoint)
+    got = cached_features(checkpoint, store, "rgb", "test", CONFIG, tmp_path / "cache", progress=False)
+    kinetics = extract_features(backbone, store, "rgb", "test", CONFIG, progress=False,
+                                normalisation=(KINETICS_MEAN, KINETICS_STD))
+    imagenet = extract_features(backbone, store, "rgb", "test", CONFIG, progress=False)
+    np.testing.assert_array_equal(got.features, kinetics.features)
+    assert not np.allclose(got.features, imagenet.features, atol=1e-3)
+    assert cache_key("abc", store, "rgb", "test", CONFIG, normalisation=(KINETICS_MEAN, KINETICS_STD)) != \
+        cache_key("abc", store, "rgb", "test", CONFIG)
+    assert "normalisation" not in cache_key("abc", store, "rgb", "test", CONFIG)  # earlier keys stand

@@ -88,3 +88,34 @@ def test_finetune_of_a_finished_folder_returns_its_results_without_work(tmp_path
     assert finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, config, progress=False) == first
     with pytest.raises(AssertionError, match="worked on again"):
         finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, config, test_split="train", progress=False)
+
+
+def test_a_store_relabelled_in_place_is_not_served_the_old_finetuning(tmp_path):
+    """The store's index replaced in place (other labels, the same paths): the finished folder returned its old
+    accuracies under the new inputs; now the training data is part of the folder's settings (refused, naming it),
+    and other test labels are tested again."""
+    import dataclasses
+
+    from coclr.atomic import file_sha256
+    from coclr.runfolder import FolderRefused
+    from coclr.store.clipstore import ClipStore, create_store
+
+    root = make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8)
+    checkpoint = save_tiny_encoder(tmp_path / "enc.pt")
+    sha = file_sha256(checkpoint)
+    clips = ClipConfig(length=8, size=32, batch_size=3)
+    config = from_dict(FinetuneConfig, {"epochs": 1, "milestones": [1]})
+    first = finetune(checkpoint, sha, ClipStore(root), "rgb", tmp_path / "out", clips, config, progress=False)
+    assert load_probabilities(first["probabilities"])["labels"].tolist() == [0, 1, 2]
+
+    def relabelled(split: str) -> ClipStore:
+        index = ClipStore(root).index
+        entries = [dataclasses.replace(e, label=2) if e.split == split else e for e in index.entries]
+        create_store(root, dataclasses.replace(index, entries=entries), replace_index=True)
+        return ClipStore(root)
+
+    retested = finetune(checkpoint, sha, relabelled("test"), "rgb", tmp_path / "out", clips, config, progress=False)
+    assert load_probabilities(retested["probabilities"])["labels"].tolist() == [2, 2, 2]
+    assert len(retested["train_losses"]) == 0  # the trained network kept: only the test ran again
+    with pytest.raises(FolderRefused, match="train_videos_sha256"):
+        finetune(checkpoint, sha, relabelled("train"), "rgb", tmp_path / "out", clips, config, progress=False)

@@ -361,3 +361,15 @@ def test_study(tmp_path, monkeypatch):
     with locked_by_another_process(out / LOCK_FILE):
         refused_untouched(out, lambda: study_run.run_study(load_config(StudyConfig), out), DataError,
                           "another coclr study is writing this folder")
+
+
+def test_a_key_added_later_is_compared_only_where_a_folder_records_it(tmp_path: Path) -> None:
+    """A folder written before a setting was recorded continues (it cannot say what it held); one that records
+    it is refused when it differs, naming it."""
+    rule = FolderRule("finetune", "a finetuning job", since=("added",))
+    assert rule.check(tmp_path, {"a": 1}, {"a": 1, "added": "x"})
+    assert rule.check(tmp_path, {"a": 1, "added": "x"}, {"a": 1, "added": "x"})
+    with pytest.raises(FolderRefused, match=r"added='x' \(given 'y'\)"):
+        rule.check(tmp_path, {"a": 1, "added": "x"}, {"a": 1, "added": "y"})
+    with pytest.raises(FolderRefused, match=r"a=1 \(given 2\)"):
+        rule.check(tmp_path, {"a": 1}, {"a": 2, "added": "x"})

@@ -83,7 +83,8 @@ class FolderRule:
     and holds keys of other jobs: a store's metadata of each view); ``restart``: whether the command has
     ``--restart``; ``other``: where else to go instead (``"another folder"``); ``paths``: dotted keys whose values
     are file or folder paths, compared and recorded as absolute paths (``store/`` is ``./store``; the same name
-    typed in another folder is another store)."""
+    typed in another folder is another store); ``since``: top-level keys a later version added, compared only
+    where the folder records them (one written before holds what it was never asked to record)."""
 
     command: str
     what: str
@@ -92,11 +93,13 @@ class FolderRule:
     restart: bool = False
     other: str = "another folder"
     paths: tuple[str, ...] = ()
+    since: tuple[str, ...] = ()
 
     def differing(self, recorded: dict[str, Any], given: dict[str, Any]) -> list[str]:
         """Every differing key of the two settings, as ``key=<recorded> (given <given>)``."""
         recorded, given = absolute_paths(recorded, self.paths), absolute_paths(given, self.paths)
         recorded, given = without_keys(recorded, self.may_differ), without_keys(given, self.may_differ)
+        given = without_keys(given, [key for key in self.since if key not in recorded])
         if self.may_add:  # only the keys both hold: the folder's other keys are other jobs', new ones are added
             shared = [key for key in given if key in recorded]
             recorded, given = {key: recorded[key] for key in shared}, {key: given[key] for key in shared}

@@ -23,7 +23,6 @@ from typing import Any
 
 from coclr.clips import (
     CLIP_KEYS,
-    FORMAT_CLIPS,
     FPS_RANGE,
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -123,16 +122,15 @@ class EmbedSettings:
 def recorded_settings(checkpoint: str | Path, expected_view: str) -> dict[str, Any]:
     """What ``checkpoint`` recorded (or its format implies) as :class:`EmbedSettings` keys; refuses an encoder
     trained on another kind of view than ``expected_view`` ("rgb" or "flow")."""
-    from coclr.models.loading import checkpoint_format, read_clip_settings  # noqa: PLC0415 (torch)
+    from coclr.models.loading import implied_clip_settings  # noqa: PLC0415 (torch)
 
-    recorded = read_clip_settings(checkpoint)
+    recorded = implied_clip_settings(checkpoint)
     view = recorded.get("view")
     if view is not None and view_kind(view) != expected_view:
         option_name = "--flow-checkpoint" if expected_view == "flow" else "--checkpoint"
         raise ConfigError(f"{checkpoint}: the encoder was trained on the {view!r} view, but {option_name} takes "
                           f"an encoder of {expected_view!r} clips")
-    out = dict(FORMAT_CLIPS.get(checkpoint_format(checkpoint), {})) if not recorded else {}
-    out.update({key: recorded[key] for key in (*SHARED_KEYS, "mean", "std") if recorded.get(key) is not None})
+    out = {key: recorded[key] for key in (*SHARED_KEYS, "mean", "std") if recorded.get(key) is not None}
     if "fps" in recorded:
         out["fps"] = recorded["fps"]  # None is a recorded value here: every decoded frame
     if expected_view == "flow":

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from coclr.errors import ConfigError
-from coclr.eval.features import ClipConfig, Stream, cache_key, stream_views
+from coclr.eval.features import ClipConfig, Stream, cache_key, input_normalisation, stream_views
 from coclr.eval.finetune import evaluate_finetune, save_probabilities
 from coclr.eval.linear import evaluate_linear
 from coclr.eval.options import FinetuneConfig, LinearProbeConfig
@@ -61,8 +61,10 @@ def inputs_digest(task: str, store, streams: Sequence[Stream], clips: ClipConfig
     if task not in own:
         raise ConfigError(f"task: {task!r} is not one of {', '.join(TASKS)}")
     views = stream_views(streams, with_views)
-    data = [cache_key(checkpoint, store, stream.view, split, clips, views)
-            for stream in streams for checkpoint in [checkpoint_sha256(stream.checkpoint)]  # hashed once per stream
+    data = [cache_key(checkpoint, store, stream.view, split, clips, views, normalisation)
+            for stream in streams  # each checkpoint hashed and read once
+            for checkpoint, normalisation in [(checkpoint_sha256(stream.checkpoint),
+                                               input_normalisation(stream.checkpoint))]
             for split in (train_split, test_split)]
     inputs = {"format": RECORD_FORMAT, "task": task, "options": own[task], "streams": data}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()

@@ -3,11 +3,14 @@
 Protocol (paper, section 4.3): the pooled backbone feature (no projection head)
 of every half-overlapping sliding window of a video, centre crop only (no colour operations at test time),
 averaged over the windows of the video. Query AND gallery videos are treated the same way (the reference
-code used one random clip per gallery video).
+code used one random clip per gallery video). The clips are normalised as the encoder takes them: ImageNet's mean
+and standard deviation (the paper's, and every encoder coclr trains), or what a file records or its format implies
+(Kinetics' for torchvision's ``s3d``).
 
 The cache is keyed by the sha256 of the checkpoint *file content* plus what determines the data: the store's
-settings, the split's videos with the checksum of each one's entry (:meth:`ClipStore.checksum`, which changes with
-any stored byte), the view, clip length, frame stride, crop size and autocast. So retraining a checkpoint or
+settings, the split's videos with their labels and the checksum of each one's entry (:meth:`ClipStore.checksum`,
+which changes with any stored byte), the view, clip length, frame stride, crop size, autocast, and a normalisation
+other than ImageNet's. So retraining a checkpoint or
 rebuilding a store in place (other frames, other JPEG quality) never serves stale features (the reference keyed its
 cache by folder), and a store moved elsewhere keeps its cache. Not keyed: the batch size, the thread count and the
 CPU, which change only the rounding of the eager float32 network's sums (unit features within about 3e-5 of each
@@ -29,15 +32,16 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from coclr.atomic import atomic_open, file_state
-from coclr.clips import PAPER_CLIPS, recorded_clips
+from coclr.clips import IMAGENET_MEAN, IMAGENET_STD, PAPER_CLIPS, recorded_clips
 from coclr.data import augment
 from coclr.data.datasets import WindowClips, usable_entries
-from coclr.data.views import view_kind
+from coclr.data.views import stored_view, view_kind
 from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.eval.options import ClipConfig
 from coclr.interrupts import loader_worker_signals
 from coclr.models.loading import (
     TRAIN_FORMAT,
+    implied_clip_settings,
     load_encoder,
     open_checkpoint,
     read_clip_settings,
@@ -61,18 +65,31 @@ class VideoFeatures(NamedTuple):
     """Store key (relative path) of each video."""
 
 
+Normalisation = tuple[tuple[float, ...], tuple[float, ...]]
+"""An encoder's input normalisation, ``(mean, std)`` per channel (:func:`input_normalisation`)."""
+IMAGENET = (tuple(IMAGENET_MEAN), tuple(IMAGENET_STD))
+"""The normalisation of the paper's clips, and of every encoder coclr trains."""
+
+
+def input_normalisation(checkpoint: str | Path) -> Normalisation:
+    """The normalisation ``checkpoint``'s encoder takes its clips in: what it recorded or its format implies
+    (:func:`coclr.models.loading.implied_clip_settings`: Kinetics' for torchvision's ``s3d``), else ImageNet's."""
+    settings = implied_clip_settings(checkpoint)
+    return (tuple(settings.get("mean") or IMAGENET[0]), tuple(settings.get("std") or IMAGENET[1]))
+
+
 def eval_views(frames: torch.Tensor, view: str, size: int, ten_crop: bool = False,
-               short_side: int | None = None) -> torch.Tensor:
+               short_side: int | None = None, normalisation: Normalisation = IMAGENET) -> torch.Tensor:
     """Test-time inputs of uint8 clips ``[B, T, H, W, 3]`` of ``view`` -> normalised ``[B, V, 3, T', S, S]``.
 
     V = 1: the centre crop of the frames resized to short side ``size``. V = 10 (``ten_crop``): the centre
     and four corner crops of the frames resized to short side ``short_side``, each also flipped (flow's
     horizontal component negated), see :func:`coclr.data.augment.ten_crop`. No colour operation at test time.
     """
-
+    mean, std = normalisation
     if ten_crop:
-        return augment.ten_crop({view: frames}, size, short_side=short_side)[view]
-    return augment.center_crop({view: frames}, size)[view].unsqueeze(1)
+        return augment.ten_crop({view: frames}, size, short_side=short_side, mean=mean, std=std)[view]
+    return augment.center_crop({view: frames}, size, mean=mean, std=std)[view].unsqueeze(1)
 
 
 def _autocast(device: torch.device, enabled: bool):
@@ -90,19 +107,20 @@ def split_entries(store, split: str, views: Sequence[str] = ()) -> list:
 @torch.no_grad()
 def predict_windows(model: Callable[[torch.Tensor], torch.Tensor], store, view: str, split: str, config: ClipConfig,
                     device: str | torch.device = "cpu", ten_crop: bool = False, short_side: int | None = None,
-                    progress: bool = True, desc: str = "windows", with_views: Sequence[str] = ()
-                    ) -> tuple[torch.Tensor, list]:
+                    progress: bool = True, desc: str = "windows", with_views: Sequence[str] = (),
+                    normalisation: Normalisation = IMAGENET) -> tuple[torch.Tensor, list]:
     """Run ``model`` on every sliding window of every video of ``split`` (that also has the views of
     ``with_views``) and average its outputs per video.
 
-    ``model`` maps normalised clips ``[B, 3, T, S, S]`` to ``[B, D]``; with ``ten_crop`` each window is
+    ``model`` maps clips ``[B, 3, T, S, S]`` (under ``normalisation``) to ``[B, D]``; with ``ten_crop`` each window is
     given as ten crops whose outputs are averaged with the windows. Returns the per-video mean ``[N, D]``
     (float32, on the CPU) and the split's index entries in the same order. The caller sets eval mode.
     """
     windows = WindowClips(store, split, view, config.length, config.stride, with_views=with_views)
     sums: torch.Tensor | None = None
     counts = torch.zeros(len(windows.entries), dtype=torch.float64)
-    for videos, out in _window_outputs(model, windows, config, device, ten_crop, short_side, progress, desc):
+    for videos, out in _window_outputs(model, windows, config, device, ten_crop, short_side, progress, desc,
+                                       normalisation):
         if sums is None:
             sums = torch.zeros(len(windows.entries), out.shape[1], dtype=torch.float64)
         sums.index_add_(0, videos, out)
@@ -129,14 +147,15 @@ def window_features(backbone: nn.Module, store, view: str, split: str, config: C
 
 def _window_outputs(model: Callable[[torch.Tensor], torch.Tensor], windows: WindowClips, config: ClipConfig,
                     device: str | torch.device, ten_crop: bool = False, short_side: int | None = None,
-                    progress: bool = False, desc: str = "windows") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+                    progress: bool = False, desc: str = "windows", normalisation: Normalisation = IMAGENET
+                    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``(video of each window, output float64 [B, D] on the CPU)`` for each batch of ``windows``."""
     device = torch.device(device)
     loader = DataLoader(windows, batch_size=config.batch_size, shuffle=False, num_workers=config.workers,
                         pin_memory=device.type == "cuda", worker_init_fn=loader_worker_signals)
     for batch in progress_bar(loader, desc=desc, unit="batch", disable=not progress, leave=False):
         crops = eval_views(batch["clip"].to(device, non_blocking=True), windows.view, config.size, ten_crop,
-                           short_side)
+                           short_side, normalisation)
         num_views = crops.shape[1]
         with _autocast(device, config.amp):
             out = model(crops.flatten(0, 1))
@@ -145,10 +164,10 @@ def _window_outputs(model: Callable[[torch.Tensor], torch.Tensor], windows: Wind
 
 def extract_features(backbone: nn.Module, store, view: str, split: str, config: ClipConfig | None = None,
                      device: str | torch.device = "cpu", progress: bool = True,
-                     with_views: Sequence[str] = ()) -> VideoFeatures:
+                     with_views: Sequence[str] = (), normalisation: Normalisation = IMAGENET) -> VideoFeatures:
     """Pooled backbone features of every video of ``split`` (that also has the views of ``with_views``): sliding
-    windows (half overlap), centre crop, features averaged per video. The backbone runs in eval mode without
-    gradients; its mode is restored."""
+    windows (half overlap), centre crop, features averaged per video; clips normalised as the backbone takes them
+    (``normalisation``). The backbone runs in eval mode without gradients; its mode is restored."""
     config = config or ClipConfig()
     device = torch.device(device)
     was_training = backbone.training
@@ -156,7 +175,7 @@ def extract_features(backbone: nn.Module, store, view: str, split: str, config: 
     try:
         means, entries = predict_windows(lambda clips: backbone(clips).mean(dim=(2, 3, 4)), store, view, split,
                                          config, device, progress=progress, desc=f"features {view}/{split}",
-                                         with_views=with_views)
+                                         with_views=with_views, normalisation=normalisation)
     finally:
         backbone.train(was_training)
     labels = np.array([entry.label_id for entry in entries], dtype=np.int64)
@@ -164,14 +183,24 @@ def extract_features(backbone: nn.Module, store, view: str, split: str, config: 
 
 
 def cache_key(checkpoint_sha256: str, store, view: str, split: str, config: ClipConfig,
-              with_views: Sequence[str] = ()) -> dict[str, object]:
+              with_views: Sequence[str] = (), normalisation: Normalisation = IMAGENET) -> dict[str, object]:
     """Everything the features depend on: checkpoint content, the store's settings, view, split, the split's
-    videos and the content of their entries (:func:`entry_identity`), clip options. Not the store's path."""
+    videos, their labels and the content of their entries (:func:`videos_digest`), clip options, and the input
+    normalisation where it is not ImageNet's. Not the store's path."""
+    key = {"format": CACHE_FORMAT, "checkpoint_sha256": checkpoint_sha256, "store_settings": store.meta,
+           "view": view, "split": split, "videos_sha256": videos_digest(store, view, split, with_views),
+           **config.data_key()}
+    if normalisation != IMAGENET:  # (keys from before it was keyed stand: they were all ImageNet's)
+        key["normalisation"] = [list(values) for values in normalisation]
+    return key
+
+
+def videos_digest(store, view: str, split: str, with_views: Sequence[str] = ()) -> str:
+    """The sha256 of the videos of ``split`` that have ``view`` and ``with_views``: their keys, labels and the
+    content of their entries of ``view`` (:func:`entry_identity`; a derived view's, of the view it reads)."""
     entries = split_entries(store, split, [view, *with_views])
-    videos = [[e.path, e.label_id, entry_identity(store, e.path, view)] for e in entries]
-    return {"format": CACHE_FORMAT, "checkpoint_sha256": checkpoint_sha256, "store_settings": store.meta,
-            "view": view, "split": split, "videos_sha256": hashlib.sha256(json.dumps(videos).encode()).hexdigest(),
-            **config.data_key()}
+    videos = [[e.path, e.label_id, entry_identity(store, e.path, stored_view(view))] for e in entries]
+    return hashlib.sha256(json.dumps(videos).encode()).hexdigest()
 
 
 def entry_identity(store, key: str, view: str) -> str:
@@ -234,17 +263,19 @@ def cached_features(checkpoint: str | Path, store, view: str, split: str, config
     content and data configuration were extracted before. The backbone is loaded only on a cache miss
     (or taken from ``backbone`` when given, which must be the checkpoint's)."""
     config = config or ClipConfig()
+    normalisation = input_normalisation(checkpoint)
     if cache_dir is None:
         return extract_features(backbone or load_backbone(checkpoint), store, view, split, config, device, progress,
-                                with_views)
-    key = cache_key(checkpoint_sha256 or open_checkpoint(checkpoint).sha256, store, view, split, config, with_views)
+                                with_views, normalisation)
+    key = cache_key(checkpoint_sha256 or open_checkpoint(checkpoint).sha256, store, view, split, config, with_views,
+                    normalisation)
     path = _cache_path(Path(cache_dir), key)
     if path.is_file():
         hit = _read_cache(path, key)
         if hit is not None:
             return hit
     result = extract_features(backbone or load_backbone(checkpoint), store, view, split, config, device, progress,
-                              with_views)
+                              with_views, normalisation)
     _write_cache(path, key, result)
     return result
 

@@ -41,6 +41,7 @@ from coclr.eval.features import (
     predict_windows,
     split_entries,
     stream_views,
+    videos_digest,
 )
 from coclr.eval.fusion import fuse_probabilities, topk_accuracy
 from coclr.eval.options import FinetuneConfig
@@ -58,9 +59,11 @@ ENCODER_FILE = "finetuned_encoder.pth"
 RESULT_FILE = "finetune_result.json"
 FUSED_FILE = "fused_probabilities.npz"
 STATE_FORMAT = "coclr.finetune"
-FINETUNE_FOLDER = FolderRule("finetune", "a finetuning job", other="another folder (--work-dir)")
+FINETUNE_FOLDER = FolderRule("finetune", "a finetuning job", other="another folder (--work-dir)",
+                             since=("train_videos_sha256",))
 """How a finetuning folder is continued or refused (:mod:`coclr.runfolder`): its settings are the job's
-fingerprint (checkpoint content, store, view, training videos, clip and finetuning options; not the workers)."""
+fingerprint (checkpoint content, store, view, training videos with their labels and stored content, clip and
+finetuning options; not the workers)."""
 
 
 class Classifier(nn.Module):
@@ -143,11 +146,13 @@ def train_epoch(model: Classifier, loader, augment, optimizer: torch.optim.Optim
 def finetune_fingerprint(checkpoint_sha256: str, store, view: str, train_split: str, clip_config: ClipConfig,
                          config: FinetuneConfig, with_views: Sequence[str] = ()) -> dict[str, object]:
     """The settings a finetuning folder records (:data:`FINETUNE_FOLDER`): what determines the finetuned network
-    (the checkpoint's content, the store, the view, the training videos, the clip and finetuning options)."""
+    (the checkpoint's content, the store, the view, the training videos with their labels and stored content, the
+    clip and finetuning options)."""
     entries = split_entries(store, train_split, [view, *with_views])  # the videos TrainClips trains on
     fingerprint = {"checkpoint_sha256": checkpoint_sha256, "store": str(Path(store.root).resolve()), "view": view,
                    "train_split": train_split,
                    "videos_sha256": hashlib.sha256(to_bytes("\n".join(e.path for e in entries))).hexdigest(),
+                   "train_videos_sha256": videos_digest(store, view, train_split, with_views),
                    "clips": dataclasses.asdict(clip_config), "finetune": dataclasses.asdict(config)}
     fingerprint["clips"].pop("workers")
     return fingerprint
@@ -177,7 +182,8 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     dataset = TrainClips(store, train_split, [view], clip_config.length, clip_config.stride, num_clips=1,
                          seed=config.seed, with_views=with_views)
     fingerprint = finetune_fingerprint(checkpoint_sha256, store, view, train_split, clip_config, config, with_views)
-    tested = {"fingerprint": fingerprint, "test_split": test_split, "with_views": list(with_views)}
+    tested = {"fingerprint": fingerprint, "test_split": test_split, "with_views": list(with_views),
+              "test_videos_sha256": videos_digest(store, view, test_split, with_views)}  # (tested again if changed)
     with claim_folder(out_dir, FINETUNE_FOLDER, fingerprint, legacy=_state_fingerprint):
         finished = _finished(out_dir, tested)
         if finished is not None:

@@ -20,7 +20,6 @@ from typing import Any
 import torch
 
 from coclr.atomic import atomic_write_json, atomic_write_text, file_sha256, read_json_record
-from coclr.clips import FORMAT_CLIPS
 from coclr.errors import CheckpointError, DataError
 from coclr.models.export import (
     FORMATS,
@@ -69,7 +68,7 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
     measures), and check it: a network format on ``clips`` (``[B, C, T, H, W]``, normalised as the encoder was
     trained; default :data:`CHECK_CLIPS` clips of noise), safetensors by reading it back. Refused in one line,
     before any write, for an unknown format, an unreadable encoder or a folder holding another export."""
-    from coclr.models.loading import load_encoder, open_checkpoint  # noqa: PLC0415
+    from coclr.models.loading import implied_clip_settings, load_encoder, open_checkpoint  # noqa: PLC0415
 
     if fmt not in FORMATS:
         raise CheckpointError(f"--format {fmt}: not a format coclr exports ({', '.join(FORMATS)})")
@@ -77,12 +76,12 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
     encoder, out = Path(encoder), Path(out)
     backbone, head = load_encoder(encoder)
     read = open_checkpoint(encoder)
-    recorded = read.clip_settings  # checked: clips S3D takes
+    read.clip_settings  # noqa: B018 (checked: clips S3D takes, before any write)
     meta = dict(read.payload.get("meta") or training_meta(read.payload)) if isinstance(read.payload, dict) else {}
     if "clip_settings" not in meta:  # a training checkpoint keeps them beside its meta; torchvision's: its format's
-        implied = FORMAT_CLIPS.get(read.format)
-        meta["clip_settings"] = recorded or ({key: list(value) if isinstance(value, tuple) else value
-                                              for key, value in implied.items()} if implied else None)
+        implied = implied_clip_settings(encoder)
+        meta["clip_settings"] = {key: list(value) if isinstance(value, tuple) else value
+                                 for key, value in implied.items()} or None
     options = {"encoder": str(encoder.resolve()), "sha256": read.sha256, "format": fmt}
     model = out / f"model{SUFFIXES[fmt]}"
     changed = False

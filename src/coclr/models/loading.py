@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from coclr.atomic import atomic_torch_save, file_state
-from coclr.clips import CLIP_KEYS, ClipSettings, recorded_clips
+from coclr.clips import CLIP_KEYS, FORMAT_CLIPS, ClipSettings, recorded_clips
 from coclr.config import from_dict
 from coclr.errors import CheckpointError, ConfigError
 from coclr.models.encoder import Encoder
@@ -44,7 +44,8 @@ from coclr.models.export import is_safetensors, read_safetensors
 from coclr.models.heads import LinearClassifier, ProjectionHead
 from coclr.models.s3d import S3D
 
-__all__ = ["load_encoder", "load_classifier", "save_encoder", "read_clip_settings", "read_checkpoint_file",
+__all__ = ["load_encoder", "load_classifier", "save_encoder", "read_clip_settings", "implied_clip_settings",
+           "read_checkpoint_file",
            "checkpoint_format", "checkpoint_sha256", "open_checkpoint", "CheckpointFile", "CLIP_SETTING_KEYS",
            "ENCODER_FORMAT", "TRAIN_FORMAT"]
 
@@ -170,6 +171,14 @@ def read_clip_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
     authors', torchvision's) record nothing: ``{}``.
     """
     return open_checkpoint(path).clip_settings
+
+
+def implied_clip_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The clips a checkpoint takes: what it recorded (:func:`read_clip_settings`), else what its format implies
+    (:data:`coclr.clips.FORMAT_CLIPS`: torchvision's ``s3d`` its own transform's); ``{}`` for a file of another
+    format that records none (the paper's clips, ImageNet's normalisation)."""
+    read = open_checkpoint(path)
+    return read.clip_settings or dict(FORMAT_CLIPS.get(read.format, {}))
 
 
 def _clip_settings(payload: Any) -> dict[str, Any]:
