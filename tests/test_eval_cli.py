@@ -181,3 +181,25 @@ def test_videos_whose_job_failed_are_left_out_of_evaluation_and_listed(tmp_path,
     assert main(["eval", "retrieval", "--checkpoint", str(rgb), "--store", str(store), "--out", str(out),
                  *CLIP_ARGS]) == 0  # RGB alone: nothing is missing
     assert json.loads(out.read_text())["splits"]["test"]["videos"] == 3
+
+
+@pytest.mark.parametrize("relabel, said", [
+    (lambda e: 0, "is of one class: every score is 100 by construction"),
+    (lambda e: 0 if e.split == "train" and e.label == 2 else e.label,
+     "1 of the 3 'test' videos are of classes no 'train' video has: each counts as a miss"),
+])
+def test_scores_that_mean_less_than_they_seem_are_said(tmp_path, capsys, relabel, said):
+    """One class in all gave R@k 100 without a word; a test class no training video has, misses without one."""
+    import dataclasses
+
+    from coclr.store.clipstore import ClipStore, create_store
+
+    root = make_tiny_store(tmp_path / "store", train_per_class=1, test_per_class=1, frames=8)
+    index = ClipStore(root).index
+    create_store(root, dataclasses.replace(index, entries=[dataclasses.replace(e, label=relabel(e))
+                                                           for e in index.entries]), replace_index=True)
+    checkpoint = save_tiny_encoder(tmp_path / "enc.pt")
+    assert main(["eval", "retrieval", "--checkpoint", str(checkpoint), "--store", str(root), "--ks", "1",
+                 *CLIP_ARGS]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert sum(said in line for line in warnings) == 1, warnings  # (and the random encoder's health warning)

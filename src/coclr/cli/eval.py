@@ -99,6 +99,20 @@ def check_outputs(args: argparse.Namespace, options) -> None:
         check_cache_dir(options.cache_dir)
 
 
+def label_warnings(train: list, test: list, train_split: str, test_split: str) -> list[str]:
+    """What makes a score mean less than it seems, said before any work: one class in all (every score 100 by
+    construction), test videos of classes that no training video has (each a miss, whatever the features)."""
+    classes = {entry.label for entry in [*train, *test]}
+    if len(classes) == 1:
+        return [f"every {train_split!r} and {test_split!r} video is of one class: every score is 100 by "
+                "construction; evaluate on a split of two or more classes"]
+    unseen = sum(entry.label not in {e.label for e in train} for entry in test)
+    if unseen:
+        return [f"{unseen} of the {len(test)} {test_split!r} videos are of classes no {train_split!r} video has: each "
+                "counts as a miss, whatever the features"]
+    return []
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -135,6 +149,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"coclr eval: warning: k = {', '.join(map(str, beyond))} exceed the {gallery} {args.train_split!r} "
                   f"videos retrieved: R@k is computed over all {gallery} there (a hit whenever the class is in the "
                   "gallery)", file=sys.stderr)
+    for line in label_warnings(split_entries(store, args.train_split, views),
+                               split_entries(store, args.test_split, views), args.train_split, args.test_split):
+        print(f"coclr eval: warning: {line}", file=sys.stderr)
     shown = ", ".join(f"{key} {value} ({sources[key]})" for key, value in clips.items())
     print(f"coclr eval: clips of {shown}; views {', '.join(s.view for s in streams)}", file=sys.stderr)
     for split, videos in left_out.items():
