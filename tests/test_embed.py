@@ -122,6 +122,7 @@ def test_settings_from_checkpoint_format_and_overrides(tmp_path, encoder, flow_e
     assert (settings.length, settings.stride, settings.size, settings.fps, settings.short_side) == \
         (8, 2, 112, 12.5, 120)
     assert settings.mean == (0.5, 0.5, 0.5) and settings.std == (0.25, 0.25, 0.25)
+    assert resolve_settings(recorded, short_side=0).short_side is None  # --short-side 0: the decoded size
 
     # torchvision's s3d: its own Kinetics transform unless overridden.
     from coclr.models.loading import _torchvision_name
@@ -432,7 +433,7 @@ def test_embed_cli_incremental_rerun_changed_video_and_failures(tmp_path, encode
 
     # Other settings on the same folder: refused before any work, naming the key and both values.
     assert cli_main(["embed", str(videos), *map(str, common), "--window-step", "2", "--quiet"]) == 2
-    assert "window_step=None (given 2)" in capsys.readouterr().err
+    assert "window_step=null (given 2)" in capsys.readouterr().err
 
 
 def test_sigkill_at_any_moment_then_rerun_completes(tmp_path, encoder):
@@ -909,7 +910,7 @@ def test_a_search_with_no_hit_says_why(tmp_path, encoder, capsys):
 
 def test_the_default_window_step_given_by_its_value_is_the_default(encoder):
     """--window-step 4 with 8-frame windows (the default: half a window) was recorded as 4 and refused continuing a
-    folder made without it ("window_step=None (given 4)"), though the windows are the same."""
+    folder made without it ("window_step=null (given 4)"), though the windows are the same."""
     default = resolve_settings(encoder, length=8)
     assert default.window_step is None and default.hop == 4
     assert resolve_settings(encoder, length=8, window_step=4) == default
@@ -952,3 +953,12 @@ def test_a_stopped_process_of_a_distributed_embedding_keeps_what_it_finished(tmp
     mp.spawn(_interrupted_worker, args=(2, free_port(), str(videos), str(encoder), str(tmp_path / "out")), nprocs=2,
              join=True)
     assert list((tmp_path / "out" / "chunks").glob("*rank1*"))  # rank 1's video, for the next run to merge
+
+
+def test_the_decoded_size_is_short_side_0_and_a_bad_one_is_one_line(tmp_path, capsys):
+    """--short-side's help offered "None: the decoded size", which the flag took for a bad integer."""
+    assert "(0: keep the decoded size)" in " ".join(subprocess.run(
+        [sys.executable, "-m", "coclr", "embed", "--help"], capture_output=True, text=True).stdout.split())
+    assert cli_main(["embed", str(tmp_path / "none.mp4"), "--checkpoint", str(tmp_path / "enc.pth"), "--out",
+                     str(tmp_path / "out"), "--short-side", "big"]) == 2
+    assert "--short-side: expected a whole number of pixels (0: the decoded size), got 'big'" in capsys.readouterr().err

@@ -164,7 +164,8 @@ def test_a_pipeline_refuses_changed_options_and_keeps_its_record(tmp_path: Path)
     with pytest.raises(ConfigError, match=r"model\.width=0\.125 \(given 0\.25\), method\.topk=2 \(given 3\)"):
         run_pipeline(pipeline_config(store, run_dir, "model.width=0.25", "method.topk=3"))
     assert (run_dir / "manifest.json").read_text() == manifest and not (run_dir / "infonce_flow").exists()
-    assert main(["pipeline", *base, "run.progress=true", "data.workers=1", "--until", "infonce_flow"]) == 0
+    assert main(["pipeline", *[o for o in base if not o.startswith(("run.progress=", "data.workers="))],
+                 "run.progress=true", "data.workers=1", "--until", "infonce_flow"]) == 0
     recorded = json.loads((run_dir / "manifest.json").read_text())["config"]
     assert recorded["run"]["progress"] is False and recorded["model"]["width"] == 0.125
 

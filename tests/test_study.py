@@ -789,3 +789,24 @@ def test_every_job_of_the_full_study_is_a_task_that_reads_back_as_itself(tmp_pat
     assert jobs["flow_test"].task.options.split == "test"
 
 
+
+
+def test_a_study_continues_with_options_that_never_change_a_result(tmp_path: Path) -> None:
+    """The README says a study accepts other progress, workers, logging and device; its folder refused them."""
+    from coclr.config import load_config
+    from coclr.runfolder import FolderRefused
+    from coclr.study.config import StudyConfig
+    from coclr.study.plan import options_record
+    from coclr.study.run import STUDY_FOLDER
+
+    def record(*overrides: str) -> dict:
+        return options_record(load_config(StudyConfig, None, list(overrides)))
+
+    first = record()
+    assert STUDY_FOLDER.check(tmp_path, first, record("train.run.progress=true", "train.run.log_every=5",
+                                                      "train.data.cache_mb=0", "train.run.device=auto",
+                                                      "train.data.workers=3", "eval.batch_size=32"))
+    with pytest.raises(FolderRefused, match=r"train.optim.lr=0.001 \(given 0.002\)"):
+        STUDY_FOLDER.check(tmp_path, first, record("train.optim.lr=0.002"))
+    with pytest.raises(FolderRefused, match="train.run.batch_size"):
+        STUDY_FOLDER.check(tmp_path, first, record("train.run.batch_size=3"))

@@ -103,7 +103,7 @@ def test_stores_record_motions_only_when_given(tmp_path):
     generate_synthetic(tmp_path / "b", chosen, workers=1)
     assert ClipStore(tmp_path / "b").meta["synth"]["motions"] == ["still", "circle"]
     generate_synthetic(tmp_path / "b", chosen, workers=1)  # resumes
-    with pytest.raises(DataError, match=r"motions=\['still', 'circle'\] \(given None\)"):
+    with pytest.raises(DataError, match=r"motions=\['still', 'circle'\] \(given null\)"):
         generate_synthetic(tmp_path / "b", tiny(num_classes=2, actions_per_scene=2), workers=1)
 
 

@@ -28,6 +28,12 @@ TINY = ["model.width=0.125", "data.length=8", "data.size=32", "data.workers=0", 
         "run.log_every=1", "run.deterministic=true"]
 
 
+def with_options(args: list[str], *overrides: str) -> list[str]:
+    """``args`` with ``overrides`` in place of the same keys' values (a command line gives each option once)."""
+    keys = {override.partition("=")[0] for override in overrides}
+    return [arg for arg in args if arg.partition("=")[0] not in keys] + list(overrides)
+
+
 def tiny_config(store: Path, out: Path, *overrides: str) -> PretrainConfig:
     return load_config(PretrainConfig, None, [f"data.store={store}", f"run.out={out}", *TINY, *overrides])
 
@@ -40,7 +46,8 @@ def store(tmp_path: Path) -> Path:
 # ------------------------------------------------------------------------------------ bad configuration
 
 @pytest.mark.parametrize("overrides, key", [
-    (["method.queue_size=8", "method.topk=8"], "method.topk"),
+    (["method.name=coclr", "method.sampler_checkpoint=m.pth", "method.queue_size=8", "method.topk=8"],
+     "method.topk"),
     (["method.name=coclr"], "method.sampler_checkpoint"),
     (["method.tpok=3"], "method.tpok"),
     (["optim.lr=-1"], "optim.lr"),
@@ -52,7 +59,7 @@ def store(tmp_path: Path) -> Path:
     (["optim.warmup_epochs=-1"], "optim.warmup_epochs"),
     (["optim.epochs=-3"], "optim.epochs: must be at least 1, got -3"),
     (["method.own_positive_epochs=-1"], "method.own_positive_epochs"),
-    (["data.second_view=rgb"], "data.second_view"),
+    (["method.name=cmc", "data.second_view=rgb"], "data.second_view"),
 ])
 def test_bad_options_name_their_key(overrides: list[str], key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
@@ -384,10 +391,10 @@ def test_the_same_command_continues_and_another_is_refused_naming_each_option(st
     last = run / LAST
     assert load_checkpoint(last)["position"]["epoch"] == 1
     written = {path.name: path.read_bytes() for path in (last, run / "log.jsonl", run / "run.json")}
-    changed = [a for a in args if a != "run.max_steps=3"] + ["optim.lr=0.002", "model.width=0.25"]
+    changed = with_options([a for a in args if a != "run.max_steps=3"], "optim.lr=0.002", "model.width=0.25")
     assert main(changed) == 2
     assert {path.name: path.read_bytes() for path in (last, run / "log.jsonl", run / "run.json")} == written
-    assert main([a for a in args if a != "run.max_steps=3"] + ["run.progress=true", "data.workers=1"]) == 0
+    assert main(with_options([a for a in args if a != "run.max_steps=3"], "run.progress=true", "data.workers=1")) == 0
     assert load_checkpoint(last)["position"]["epoch"] == 2  # continued: epoch 2 of 2, not epoch 1 again
     epochs = [json.loads(line)["epoch"] for line in (run / "log.jsonl").read_text().splitlines()
               if "epoch_loss" in line]
@@ -449,7 +456,7 @@ def test_a_refusal_names_every_differing_option(store: Path, tmp_path: Path, cap
     base = ["pretrain", f"data.store={store}", f"run.out={tmp_path / 'run'}", *TINY, "optim.epochs=1"]
     assert main(base) == 0
     capsys.readouterr()
-    assert main([*base, "optim.lr=0.002", "model.width=0.25"]) == 2
+    assert main(with_options(base, "optim.lr=0.002", "model.width=0.25")) == 2
     error = capsys.readouterr().err
     assert "model.width=0.125 (given 0.25)" in error and "optim.lr=0.001 (given 0.002)" in error
     assert len(error.strip().splitlines()) == 1

@@ -15,6 +15,7 @@ import argparse
 import copy
 import dataclasses
 import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -61,6 +62,38 @@ class _OnceLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+_BOOL, _INT, _FLOAT = (f"tag:yaml.org,2002:{name}" for name in ("bool", "int", "float"))
+_OnceLoader.yaml_implicit_resolvers = {  # YAML 1.2's core schema for numbers, booleans and text
+    first: [(tag, pattern) for tag, pattern in resolvers
+            if tag not in (_BOOL, _INT, _FLOAT, "tag:yaml.org,2002:timestamp")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_OnceLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_OnceLoader.add_implicit_resolver(_INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+                                  list("-+0123456789"))
+_OnceLoader.add_implicit_resolver(
+    _FLOAT, re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
+                       r"|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
+_OnceLoader.add_constructor(_INT, lambda loader, node: _integer(loader.construct_scalar(node)))
+"""YAML 1.1 read ``010`` as 8, ``1:30`` as 90, ``on`` and ``yes`` as true, ``1e-3`` as text and ``2024-01-01`` as a
+date; YAML 1.2 (and every reader of it) reads numbers as written, booleans as ``true``/``false``, and the rest as
+text."""
+
+
+def _integer(text: str) -> int:
+    """A YAML 1.2 integer: decimal (leading zeros too), ``0o`` octal or ``0x`` hexadecimal."""
+    return int(text, 0) if text.startswith(("0o", "0x")) else int(text, 10)
+
+
+class Given(str):
+    """The text of a ``key=value`` override's plain value, read as its option's type (:func:`_coerce`): a path keeps
+    a ``#`` and its leading zeros (read as YAML, ``runs/c #2`` was ``runs/c``), a number is read as written."""
+
+
+NULLS = ("null", "Null", "NULL", "~", "None")
+"""What an override of an option that may be None gives for None (YAML's nulls, and Python's name that
+``--list-options`` once printed)."""
+
+
 def parse_yaml(text: str) -> Any:
     """``text`` as YAML (safe: plain data), a key given twice refused (:class:`_OnceLoader`)."""
     return yaml.load(text, Loader=_OnceLoader)  # noqa: S506 (a safe loader)
@@ -75,16 +108,20 @@ def yaml_problem(error: yaml.YAMLError) -> str:
 
 
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
-    """Turn ``["a.b=1", "c=x"]`` into a nested dict; values are parsed as YAML scalars or lists."""
+    """Turn ``["a.b=1", "c=x"]`` into a nested dict: a value in brackets, braces or quotes as YAML (lists,
+    mappings, quoted text), any other as the text typed (:class:`Given`, read as its option's type). A later
+    override of an option replaces an earlier one (a command line refuses that: :func:`refuse_repeated`)."""
     nested: dict[str, Any] = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {item!r} is not of the form key=value")
-        try:
-            value = parse_yaml(raw) if raw != "" else ""
-        except yaml.YAMLError as error:
-            raise ConfigError(f"override {item!r}: cannot parse the value as YAML{yaml_problem(error)}") from None
+        value: Any = Given(raw)
+        if raw.lstrip()[:1] in ("[", "{", "'", '"'):
+            try:
+                value = parse_yaml(raw)
+            except yaml.YAMLError as error:
+                raise ConfigError(f"override {item!r}: cannot parse the value as YAML{yaml_problem(error)}") from None
         node = nested
         parts = key.split(".")
         for part in parts[:-1]:
@@ -93,6 +130,19 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
                 raise ConfigError(f"override {item!r} conflicts with another override of {part!r}")
         node[parts[-1]] = value
     return nested
+
+
+def refuse_repeated(overrides: list[str]) -> None:
+    """Refuse an option given twice on a command line, or a section and an option in it: the later would replace
+    the earlier without a word (``optim.epochs=1 optim={lr: 0.1}`` dropped the epochs)."""
+    given: dict[str, str] = {}
+    for item in overrides:
+        key = item.partition("=")[0]
+        earlier = next((given[k] for k in given if k == key or k.startswith(key + ".") or key.startswith(k + ".")),
+                       None)
+        if earlier is not None:
+            raise ConfigError(f"{earlier!r} and {item!r}: the later would replace the earlier; give each option once")
+        given[key] = item
 
 
 def merge(base: dict[str, Any], update: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -191,9 +241,9 @@ def _refuse_unknown(cls: type, data: dict[str, Any], prefix: str, nested: bool =
     """Refuse the keys of ``data`` that are no option of ``cls`` (``nested``: and of its sections, where ``data``
     holds mappings for them), naming them and the known ones."""
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(fields), key=str)
     if unknown:
-        names = ", ".join(prefix + k for k in unknown)
+        names = ", ".join(prefix + str(k) for k in unknown)
         raise ConfigError(f"unknown option(s): {names} (known: {', '.join(sorted(fields))})")
     if nested:
         hints = typing.get_type_hints(cls)
@@ -204,6 +254,8 @@ def _refuse_unknown(cls: type, data: dict[str, Any], prefix: str, nested: bool =
 
 def _coerce(tp: Any, value: Any, key: str) -> Any:
     origin = get_origin(tp)
+    if isinstance(value, Given):
+        value = _read_given(tp, origin, value, key)
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, key + ".")
     if origin in (typing.Union, types.UnionType):
@@ -234,9 +286,9 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return dict(value)
+        return _as_yaml(dict(value), key)
     if tp is Any:
-        return value
+        return _as_yaml(value, key)
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{key}: expected true or false, got {value!r}")
@@ -261,6 +313,41 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a string, got {value!r}")
         return value
     raise ConfigError(f"{key}: unsupported option type {tp!r}")
+
+
+def _read_given(tp: Any, origin: Any, text: Given, key: str) -> Any:
+    """An override's text (:class:`Given`) as a value of the option's type ``tp``: text as typed, numbers and
+    booleans as written (YAML 1.2), None as one of :data:`NULLS`; lists and mappings as YAML."""
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if type(None) in args and text in NULLS:
+            return None
+        return text  # read by each type of the union in turn
+    if tp is str or (origin is Literal and all(isinstance(choice, str) for choice in get_args(tp))):
+        return str(text)
+    if tp is bool:
+        return {"true": True, "false": False}.get(text.lower(), str(text))
+    if tp is int:
+        return int(text) if re.fullmatch(r"[-+]?[0-9]+", text) else str(text)
+    if tp is float:
+        try:
+            return float(text)
+        except ValueError:
+            return str(text)
+    try:
+        return parse_yaml(text) if text != "" else ""
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{key}: cannot parse {str(text)!r} as YAML{yaml_problem(error)}") from None
+
+
+def _as_yaml(value: Any, key: str) -> Any:
+    """``value`` with the override texts in it (:class:`Given`, under a mapping option such as a study's ``train``)
+    read as YAML 1.2 values, as a file's would be (typed when the mapping is read as options)."""
+    if isinstance(value, Given):
+        return _read_given(Any, None, value, key)
+    if isinstance(value, dict):
+        return {name: _as_yaml(item, f"{key}.{name}") for name, item in value.items()}
+    return value
 
 
 def validate(config: Any, prefix: str = "") -> None:
@@ -293,8 +380,20 @@ def differences(recorded: dict[str, Any], given: dict[str, Any], prefix: str = "
         if isinstance(old, dict) and isinstance(new, dict):
             found.extend(differences(old, new, f"{prefix}{key}."))
         elif old != new:
-            found.append(f"{prefix}{key}={old!r} (given {new!r})")
+            found.append(f"{prefix}{key}={value_text(old)} (given {value_text(new)})")
     return found
+
+
+def value_text(value: Any) -> str:
+    """``value`` as an override would give it (``null``, ``true``, ``[1, 2]``, ``'text'``), for messages and
+    ``--list-options``: Python's ``None`` and ``True`` read back as text."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(value_text(item) for item in value) + "]"
+    return repr(value)
 
 
 def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
@@ -307,9 +406,9 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
             rows.extend(describe(tp, prefix + field.name + "."))
             continue
         if field.default is not dataclasses.MISSING:
-            default = repr(field.default)
+            default = value_text(field.default)
         elif field.default_factory is not dataclasses.MISSING:
-            default = repr(field.default_factory())
+            default = value_text(field.default_factory())
         else:
             default = "(required)"
         rows.append((prefix + field.name, default, field.metadata.get("help", "")))

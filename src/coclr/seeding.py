@@ -25,6 +25,16 @@ MULTIPLIER = 1_000_003
 """A prime larger than any epoch or iteration count: distinct positions give distinct seeds."""
 SEEDS = range(2 ** 32)
 """The run seeds taken (NumPy's and torch's generators take these; a negative one failed hours into a run)."""
+
+
+def check_seed(seed: int, key: str = "seed") -> None:
+    """Refuse, as ``ConfigError("key: ...")``, a seed outside :data:`SEEDS`, before any work."""
+    from coclr.errors import ConfigError  # noqa: PLC0415
+
+    if seed not in SEEDS:
+        raise ConfigError(f"{key}: must be from 0 to 2**32 - 1, got {seed}")
+
+
 SHUFFLE, ORDER, AUGMENT = -1, -2, -3
 """Keys of streams drawn at the same position as another (negative: never an epoch or an iteration)."""
 

@@ -26,6 +26,7 @@ from coclr.cli._status import (
     job_status,
 )
 from coclr.cli._world import run_command
+from coclr.config import refuse_repeated
 from coclr.errors import CoclrError
 from coclr.interrupts import interrupted
 from coclr.text import ERRORS, shown
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = _parse(parser, argv)
     try:
+        refuse_repeated(getattr(args, "overrides", None) or [])
         status = run_command(args)
         sys.stdout.flush()  # here, where a reader that went away is caught, not at the interpreter's exit
     except BrokenPipeError:

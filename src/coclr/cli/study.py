@@ -34,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from coclr.config import load_config
+    from coclr.errors import ConfigError
     from coclr.study.config import StudyConfig
 
     if args.list_options:
@@ -43,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
         overrides = [token for token in args.seeds if not token.lstrip("-").isdigit()]
         args.seeds = check_seeds([int(token) for token in args.seeds if token.lstrip("-").isdigit()])
         args.overrides = [*overrides, *args.overrides]
+    given = [name for name, there in (("--seeds", args.seeds), ("--seed", args.seed is not None),
+                                      ("seed=", any(o.startswith("seed=") for o in args.overrides))) if there]
+    if len(given) > 1:  # (the later one replaced the earlier without a word)
+        raise ConfigError(f"{' and '.join(given)}: each gives the seed; give one of them")
     overrides = [*args.overrides, *([f"seed={args.seed}"] if args.seed is not None else [])]
     config = load_config(StudyConfig, args.config, overrides)
     return report(config, args)

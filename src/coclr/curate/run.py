@@ -52,6 +52,7 @@ from coclr.curate.page import PAGE, THUMBS, write_page
 from coclr.embed.output import Embeddings, finished_embeddings
 from coclr.errors import ConfigError
 from coclr.runfolder import FolderRule, claim_folder
+from coclr.seeding import check_seed
 from coclr.text import shown
 from coclr.threads import check_workers
 
@@ -103,6 +104,7 @@ class CurateOptions:
         if self.neighbours < 1:
             raise ConfigError(f"--neighbours: must be at least 1, got {self.neighbours}")
         check_workers(self.workers, "--workers")
+        check_seed(self.seed, "--seed")
 
 
 @dataclasses.dataclass

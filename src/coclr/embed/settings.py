@@ -35,6 +35,16 @@ from coclr.config import option, require
 from coclr.data.views import view_kind
 from coclr.errors import ConfigError
 
+
+def _pixels(text: str) -> int:
+    """``--short-side``: whole pixels (0: the decoded size, :func:`_settings`)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"--short-side: expected a whole number of pixels (0: the decoded size), got {text!r}"
+                          ) from None
+
+
 FEATURES = ("backbone", "head")
 PRECISIONS = (None, "bf16")
 
@@ -53,7 +63,7 @@ class EmbedSettings:
     fps: float | None = option(None, "resample videos to this frame rate first",
                                cli={"shown": "the checkpoint's store's, else every decoded frame"})
     short_side: int | None = option(SHORT_SIDE, "resize frames so the short side has this many pixels before cropping "
-                                         "(None: the decoded size)")
+                                         "(0: keep the decoded size)", cli={"parse": _pixels})
     mean: tuple[float, float, float] = option(IMAGENET_MEAN, "per-channel mean of the RGB normalisation",
                                               cli={"nargs": 3, "shown": "the checkpoint's, else ImageNet's; "
                                                    "Kinetics' for torchvision's s3d"})
@@ -188,6 +198,8 @@ def _settings(values: dict[str, Any], overrides: dict[str, Any]) -> EmbedSetting
     """The checked settings of ``values`` with the ``overrides`` that are set."""
     values.update({key: value for key, value in overrides.items() if value is not None})
     values = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
+    if values.get("short_side") == 0:  # --short-side 0: the decoded size, as in coclr data store
+        values["short_side"] = None
     settings = EmbedSettings(**values)
     settings.validate()
     if settings.window_step == settings.default_step:  # the default given by its value: recorded as the default

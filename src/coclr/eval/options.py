@@ -9,6 +9,7 @@ import dataclasses
 
 from coclr.clips import ClipSettings, clip_option
 from coclr.config import option, require
+from coclr.seeding import check_seed
 from coclr.threads import check_workers
 
 
@@ -51,6 +52,7 @@ class LinearProbeConfig:
 
     def validate(self) -> None:
         require(bool(self.lrs) and all(lr > 0 for lr in self.lrs), "lrs", f"need positive values, got {self.lrs}")
+        check_seed(self.seed)
         require(bool(self.weight_decays) and all(wd >= 0 for wd in self.weight_decays), "weight_decays",
                 f"need values >= 0, got {self.weight_decays}")
         require(bool(self.epochs) and all(e >= 1 for e in self.epochs), "epochs",
@@ -77,6 +79,7 @@ class FinetuneConfig:
     def validate(self) -> None:
         require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
         require(self.lr > 0, "lr", f"must be positive, got {self.lr}")
+        check_seed(self.seed)
         require(self.backbone_lr_scale >= 0, "backbone_lr_scale", f"must be >= 0, got {self.backbone_lr_scale}")
         require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
         require(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")

@@ -221,6 +221,14 @@ class StudyEval:
         require(bool(self.ks) and min(self.ks) >= 1, "ks", "must be at least 1")
 
 
+STUDY_SETS = {"data.store": "the study's data.* options (its store)", "data.view": "rows (each row's views)",
+              "data.second_view": "rows (each row's views)", "run.seed": "seed= (or --seed)",
+              "run.out": "--out (each stage has its folder there)"}
+"""The ``coclr pretrain`` options the study sets for every stage (:func:`coclr.study.plan.base_options`), and the
+study's option to give instead: a value given in ``train`` would be replaced without a word. (The epochs, the
+schedule and the method are each stage's: refused as ``coclr pipeline`` refuses them.)"""
+
+
 @dataclass
 class StudyConfig:
     """A study: rows and columns of Table 1 on one dataset, trained and evaluated from one configuration.
@@ -241,6 +249,16 @@ class StudyConfig:
     gpus: list[int] = option([], "GPU indices the jobs run on (empty: as train.run.device says)")
 
     def validate(self) -> None:
+        for name, section in self.train.items():
+            require(section is None or isinstance(section, dict), f"train.{name}",
+                    f"expected a mapping of `coclr pretrain` options, got {section!r}")
+        for key, instead in STUDY_SETS.items():
+            section, _, name = key.partition(".")
+            require(name not in (self.train.get(section) or {}), f"train.{key}",
+                    f"is set by the study for every stage; give {instead}")
+        for task in ("linear", "finetune"):
+            require("seed" not in getattr(self.eval, task), f"eval.{task}.seed",
+                    "is the study's seed; give seed= (or --seed)")
         unknown = [row for row in self.rows if row not in ROWS]
         require(not unknown, "rows", f"unknown rows {unknown} (known: {', '.join(ROWS)})")
         require(len(set(self.rows)) == len(self.rows) and bool(self.rows), "rows", "must list rows, each once")

@@ -52,10 +52,14 @@ from coclr.study.results import (
     summarise_seeds,
 )
 from coclr.synth import generate_synthetic
+from coclr.train.setup import CONTINUABLE
 
-STUDY_FOLDER = FolderRule("study", "a study run")
+STUDY_FOLDER = FolderRule("study", "a study run", may_differ=(
+    *(f"train.{key}" for key in CONTINUABLE if key not in ("run.out", "run.batch_size")), "eval.batch_size"))
 """How a study folder is continued or refused (:mod:`coclr.runfolder`); its options leave out ``processes`` and
-``gpus``, which only schedule the work."""
+``gpus``, which only schedule the work, and its stages' options that never change a result may differ, as in
+``coclr pretrain`` (:data:`coclr.train.setup.CONTINUABLE`; not the batch, a study's is its global batch), and so
+may the evaluation's batch size."""
 SEEDS_FILES = ("seeds.json", "seeds.md", MINING_PLOT)
 """What ``--seeds`` writes beside the seeds' folders (the plot only when CoCLR rows of flow record their mined
 positives' precision)."""

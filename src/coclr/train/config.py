@@ -20,7 +20,7 @@ from coclr.clips import ClipSettings, clip_option
 from coclr.config import option, require
 from coclr.core.methods import CONTRASTIVE, MINING_SPACES, methods_help, mining_help
 from coclr.data.augment import AugmentOptions
-from coclr.seeding import SEEDS
+from coclr.seeding import check_seed
 from coclr.threads import check_workers
 
 
@@ -67,7 +67,6 @@ class DataOptions:
                 "caches decoded frames, so it cannot be used with decode=device")
         require(self.frame_size is None or (len(self.frame_size) == 2 and min(self.frame_size) > 0),
                 "frame_size", "must be [height, width] with positive values")
-        require(self.view != self.second_view, "second_view", f"must differ from view ({self.view!r})")
         require(self.segment_frames is None or self.segment_frames >= 1, "segment_frames",
                 "must be at least 1 (or null)")
 
@@ -149,16 +148,13 @@ class MethodOptions:
         require(self.temperature > 0, "temperature", f"must be positive, got {self.temperature}")
         require(0 <= self.momentum < 1, "momentum", "must be in [0, 1)")
         require(self.topk >= 1, "topk", "must be at least 1")
-        require(self.topk < self.queue_size, "topk", f"must be smaller than queue_size ({self.queue_size})")
+        if self.spec.mines:  # (the other methods mine nothing: inert there)
+            require(self.topk < self.queue_size, "topk", f"must be smaller than queue_size ({self.queue_size})")
         require(0 <= self.own_drop_prob <= 1, "own_drop_prob", "must be in [0, 1]")
         require(self.own_positive_epochs >= 0, "own_positive_epochs", "must be at least 0")
         require(not self.simultaneous or self.spec.two_views == "when_simultaneous", "simultaneous",
                 f"applies to {', '.join(m.name for m in CONTRASTIVE.values() if m.two_views == 'when_simultaneous')} "
                 "only")
-        if self.spec.needs_sampler(self.simultaneous):
-            require(bool(self.sampler_checkpoint), "sampler_checkpoint",
-                    f"{self.name} needs the frozen other-view encoder that mines positives (a checkpoint of the "
-                    "second view), or method.simultaneous=true")
         require(self.mine_in in MINING_SPACES, "mine_in", f"{self.mine_in!r} is not one of {', '.join(MINING_SPACES)}")
         if self.mining_space.own_view and self.spec.mines:  # (other methods do not mine: inert there, as topk)
             require(not self.simultaneous, "mine_in",
@@ -221,7 +217,7 @@ class RunOptions:
     def validate(self) -> None:
         require(bool(self.out), "out", "is required (the run directory)")
         require(self.batch_size >= 1, "batch_size", "must be at least 1")
-        require(self.seed in SEEDS, "seed", f"must be from 0 to 2**32 - 1, got {self.seed}")
+        check_seed(self.seed)
         require(self.max_steps >= 0, "max_steps", "must be non-negative")
         require(self.save_every >= 0, "save_every", "must be non-negative")
         require(self.log_every >= 1, "log_every", "must be at least 1")
@@ -242,6 +238,18 @@ class PretrainConfig:
     augment: AugmentOptions = field(default_factory=AugmentOptions, metadata={"help": "augmentation (the data's own "
                                                                                       "options: coclr.data.augment)"})
     run: RunOptions = field(default_factory=RunOptions, metadata={"help": "run"})
+
+    def validate(self) -> None:
+        """What holds across sections, checked after each section's own rules: the second view where the method
+        reads one (InfoNCE and UberNCE read one view: the second is inert there), the frozen miner of alternating
+        CoCLR."""
+        if self.method.spec.other_view is not None:
+            require(self.data.view != self.data.second_view, "data.second_view",
+                    f"must differ from data.view ({self.data.view!r}): {self.method.name} reads both")
+        if self.method.spec.needs_sampler(self.method.simultaneous):
+            require(bool(self.method.sampler_checkpoint), "method.sampler_checkpoint",
+                    f"{self.method.name} needs the frozen other-view encoder that mines positives (a checkpoint of "
+                    "the second view), or method.simultaneous=true")
 
     @property
     def views(self) -> list[str]:
@@ -301,6 +309,8 @@ class PipelineConfig(PretrainConfig):
     pipeline: PipelineOptions = field(default_factory=PipelineOptions, metadata={"help": "schedule"})
 
     def validate(self) -> None:
+        require(self.data.view != self.data.second_view, "data.second_view",
+                f"must differ from data.view ({self.data.view!r}): a pipeline trains both")
         require(not self.method.mining_space.own_view or self.pipeline.mode == "alternate", "method.mine_in",
                 f"{self.method.mine_in} needs pipeline.mode=alternate (a frozen other-view encoder mines)")
         defaults = PretrainConfig()

@@ -8,6 +8,7 @@ import dataclasses
 
 from coclr.config import option
 from coclr.errors import DataError
+from coclr.seeding import check_seed
 
 FORMATS = ("ucf101", "hmdb51", "kinetics", "folder", "csv")
 """The dataset layouts an index is built from."""
@@ -36,6 +37,7 @@ class IndexOptions:
 
     def check(self, layout: str) -> None:
         """Refuse, in one line before any work, what the ``layout`` (a :data:`FORMATS` name) cannot take."""
+        check_seed(self.seed, "--seed")
         annotations = self.annotations or []
         if layout in ("ucf101", "hmdb51", "csv") and len(annotations) != 1:
             raise DataError(f"--format {layout} needs exactly one --annotations path")
