@@ -381,3 +381,22 @@ def test_a_link_to_nothing_is_counted_among_the_skipped_files(tmp_path):
     notes: list[str] = []
     assert [entry.path for entry in tree_index(tmp_path / "videos", notes=notes).entries] == ["a.mp4"]
     assert any("skipped 1 files that are not videos (gone.mp4: a link to nothing)" in note for note in notes), notes
+
+
+def test_classes_a_split_lacks_and_names_alike_are_said(tmp_path, capsys):
+    """train/café (NFC) beside test/café (NFD), or train/c beside test/C: two classes, each in one split, without a
+    word; every test video of them a miss."""
+    import unicodedata
+
+    from coclr.cli import main
+
+    for split, name in (("train", unicodedata.normalize("NFC", "café")), ("test", unicodedata.normalize("NFD", "café")),
+                        ("train", "tea"), ("test", "tea")):
+        folder = tmp_path / "videos" / split / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{split}.mp4").write_bytes(b"")
+    assert main(["data", "index", "--format", "folder", "--root", str(tmp_path / "videos"), "--out",
+                 str(tmp_path / "index.json")]) == 0
+    out = capsys.readouterr().out
+    assert "1 class(es) have test videos and no training video" in out
+    assert "differ only in case or Unicode form" in out

@@ -570,3 +570,106 @@ def test_a_video_changed_since_it_was_decoded_is_decoded_again_and_its_flow_remo
     assert main(command) == 0 and "1 video(s) changed" in capsys.readouterr().out
     with view_locked_by_another_process(store, "flow_dis"):
         assert main(command) == 0  # nothing changed: the flow job's view is not touched
+
+
+def test_a_video_touched_or_copied_keeps_its_entry_and_its_flow(tmp_path, capsys):
+    """``touch``, ``cp`` or ``rsync`` without its times: the same content with another modification time was
+    decoded again and every video's flow removed (hours of TV-L1 on UCF101)."""
+    import os
+    import shutil
+
+    from coclr.cli import main
+    from test_embed import moving_square, write_video
+
+    for number in range(2):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(8, seed=number))
+    index, store = tmp_path / "index.json", tmp_path / "store"
+    assert main(["data", "index", "--format", "folder", "--unlabelled", "--root", str(tmp_path / "videos"), "--out",
+                 str(index)]) == 0
+    command = ["data", "store", "--index", str(index), "--root", str(tmp_path / "videos"), "--out", str(store),
+               "--short-side", "32", "--workers", "0"]
+    assert main(command) == 0 and main(["flow", str(store), "--backend", "dis", "--workers", "0"]) == 0
+    flow = {path: path.read_bytes() for path in (store / "flow_dis").rglob("*.frames")}
+    os.utime(tmp_path / "videos" / "v0.mp4", ns=(1, 1))  # touched
+    shutil.copyfile(tmp_path / "videos" / "v1.mp4", tmp_path / "copy.mp4")  # copied back without its times
+    (tmp_path / "copy.mp4").replace(tmp_path / "videos" / "v1.mp4")
+    capsys.readouterr()
+    assert main(command) == 0
+    printed = capsys.readouterr().out
+    assert "changed since they were decoded" not in printed and "rgb: 0 done, 2 skipped" in printed
+    assert {path: path.read_bytes() for path in (store / "flow_dis").rglob("*.frames")} == flow
+    assert main(command) == 0  # noted again: the next run compares no content
+    write_video(tmp_path / "videos" / "v0.mp4", moving_square(8, seed=7))  # the same size, other frames
+    assert main(command) == 0 and "1 video(s) changed since they were decoded" in capsys.readouterr().out
+
+
+def test_the_test_split_of_a_folder_keeps_its_videos_as_videos_are_added(tmp_path, capsys):
+    """--test-fraction took the first round(fraction x groups) in hash order: adding two videos moved a video the
+    encoder had trained on into the test split, without a word."""
+    from coclr.store.clipstore import ClipStore, create_store
+    from coclr.video.indexes import split_by_group
+
+    def index(count: int) -> VideoIndex:
+        return split_by_group(VideoIndex("f", ["a"], [VideoEntry(f"a/v{n:02d}.mp4", 0, "train", None)
+                                                      for n in range(count)]), 0.3)
+
+    for count in range(2, 40):
+        before = {e.path: e.split for e in index(count).entries}
+        after = {e.path: e.split for e in index(count + 2).entries}
+        moved = [path for path, split in before.items() if after[path] != split]
+        assert all(before[path] == "test" for path in moved) or sum(s == "test" for s in before.values()) == \
+            count - 1, (count, moved)  # only the guard of a class all in test may move to test
+        assert 0 < sum(s == "test" for s in after.values()) < count + 2
+    fractions = [sum(e.split == "test" for e in index(400).entries) / 400]
+    assert 0.25 < fractions[0] < 0.35
+    # An index whose update moves a video from train to test says so (an old index, or another seed).
+    create_store(tmp_path / "store", index(10))
+    other = split_by_group(VideoIndex("f", ["a"], [VideoEntry(f"a/v{n:02d}.mp4", 0, "train", None)
+                                                   for n in range(10)]), 0.3, seed=1)
+    update = create_store(tmp_path / "store", other, replace_index=True)
+    assert update.to_test and "moved from the train split to the test split" in str(update)
+    assert ClipStore(tmp_path / "store").index.to_dict() == other.to_dict()
+
+
+def test_a_store_that_may_not_be_written_stops_the_job_blaming_no_video(tmp_path, capsys, monkeypatch):
+    """A store folder the user may not write (another owner's, a read-only mount): every video was decoded, then
+    listed as failed ("PermissionError"), exit 3, and training told it had left them out."""
+    import errno
+
+    from coclr.cli import main
+    from coclr.store import clipstore
+    from test_embed import moving_square, write_video
+
+    for number in range(3):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(8, seed=number))
+    index, store = tmp_path / "index.json", tmp_path / "store"
+    assert main(["data", "index", "--format", "folder", "--unlabelled", "--root", str(tmp_path / "videos"), "--out",
+                 str(index)]) == 0
+    opened = clipstore.atomic_open
+
+    def refused(path, *args, **kwargs):
+        if str(path).endswith(clipstore.ENTRY_SUFFIX):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return opened(path, *args, **kwargs)
+
+    monkeypatch.setattr(clipstore, "atomic_open", refused)
+    capsys.readouterr()
+    assert main(["data", "store", "--index", str(index), "--root", str(tmp_path / "videos"), "--out", str(store),
+                 "--short-side", "32", "--workers", "0"]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if "decoding videos" not in line]
+    assert len(err) == 1 and "Permission denied (EACCES): the store may not be written there" in err[0], err
+    assert "3 entries left: make the store's folders writable" in err[0]
+    assert not (store / "failed_rgb.json").exists()
+
+
+def test_a_view_named_as_one_of_the_stores_files_is_refused_before_any_work(tmp_path, capsys):
+    """`coclr flow --view failed_rgb.json` made that folder, and every later `data store` failed on it after
+    decoding."""
+    from coclr.cli import main
+    from test_eval_helpers import make_tiny_store
+
+    store = make_tiny_store(tmp_path / "store", train_per_class=1, test_per_class=1, frames=8)
+    before = sorted(path.name for path in store.iterdir())
+    assert main(["flow", str(store), "--backend", "dis", "--view", "failed_rgb.json", "--workers", "0"]) == 2
+    assert "a name ending in .json is one of the store's own files" in capsys.readouterr().err
+    assert sorted(path.name for path in store.iterdir()) == before

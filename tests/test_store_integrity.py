@@ -382,3 +382,24 @@ def test_verification_is_a_library_function_the_commands_show(tmp_path):
     assert check_views(store, None) == ["rgb"]
     with pytest.raises(DataError, match="no view 'flow' \\(views: rgb\\)"):
         check_views(store, ["flow"])
+
+
+def test_verify_of_a_store_that_may_not_be_written_does_not_say_it_listed_the_damage(tmp_path, capsys,
+                                                                                     monkeypatch):
+    """A read-only store: verify said the damaged entries "are listed in failed_rgb.json", which it could not
+    write."""
+    from coclr.store import clipstore
+
+    index = make_dataset(tmp_path / "videos", 2, frames=12)
+    build_store(index, tmp_path / "videos", tmp_path / "store", short_side=32, quality=90, workers=1)
+    store = ClipStore(tmp_path / "store")
+    key = store.keys()[0]
+    _flip(store.entry_path(key, "rgb"), int(store._header(key, "rgb").offsets[6]) + 200)
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(clipstore, "record_failures", read_only)
+    assert main(["data", "verify", str(tmp_path / "store")]) == 3
+    out = capsys.readouterr().out
+    assert "1 damaged entries could not be listed in" in out and "are listed in" not in out

@@ -116,6 +116,9 @@ def run_index(args: argparse.Namespace) -> int:
     elif "test" not in index.split_counts():
         print("note: no video is in a test split, which evaluation (coclr eval, coclr report) needs: lay the folder "
               "out as <split>/<class>/<video>, or give --test-fraction (--format folder) or a split column (csv)")
+    else:
+        for note in indexes.split_class_notes(index):
+            print(f"note: {note}")
     return 0
 
 
@@ -191,7 +194,11 @@ def show_verify(store, view: str, decode: bool = False, add: bool = False, inden
     counts = found.counts
     shown = ("verified", "damaged", "missing")
     print(f"{indent}{view}: " + ", ".join(f"{n} {what}" for what, n in counts.items() if n or what in shown))
-    if counts["damaged"]:
+    if found.unlisted:
+        print(f"{indent}  {found.unlisted} damaged entries could not be listed in {failures_path(store.root, view)} "
+              "(the store may not be written): training and evaluation cannot leave them out; make the store writable "
+              "and verify it again")
+    elif counts["damaged"]:
         print(f"{indent}  damaged entries are listed in {failures_path(store.root, view)}: training and evaluation "
               "leave them out, and the next run of the job that writes the view rebuilds them")
     if counts["missing"]:

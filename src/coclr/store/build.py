@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coclr.atomic import file_identity
+from coclr.atomic import file_identity, file_sha256
 from coclr.clips import FPS_RANGE, JPEG_QUALITY, SHORT_SIDE, check_short_side
 from coclr.errors import DataError, VideoDecodeError
 from coclr.store.clipstore import META_FILE, ClipStore, record_notes
@@ -45,7 +45,7 @@ class DecodeVideoJob:
         path = Path(self.video_root) / key
         source = file_identity(path)  # before decoding: a file changed meanwhile is decoded again by the next run
         reader = VideoReader(path, self.short_side, self.fps)
-        notes: dict[str, Any] = {} if source is None else {"source": list(source)}
+        notes: dict[str, Any] = {} if source is None else {"source": list(source), "sha256": file_sha256(path)}
         return encoded_frames(reader, self.quality, notes), reader.fps, notes
 
 
@@ -125,7 +125,23 @@ def note_sources(store: ClipStore, keys: list[str], video_root: str | Path) -> N
 
 def changed_videos(store: ClipStore, keys: list[str], video_root: str | Path) -> list[str]:
     """The keys whose video file is no longer the one their rgb entry was decoded from: its size or modification
-    time differs from the identity the entry's job noted (``source``; entries from before it was noted: none)."""
+    time differs from the identity the entry's job noted (``source``; entries from before it was noted: none), and
+    where the job noted its content's sha256 too, so does the content. A file touched or copied without its times
+    (``cp``, ``rsync`` without ``-t``) is the same video: its new identity is noted, and its flow kept."""
     noted = store.notes("rgb")
-    return [key for key in keys if "source" in noted.get(key, {}) and store.has(key, "rgb")
-            and file_identity(Path(video_root) / key) != tuple(noted[key]["source"])]
+    changed, touched = [], {}
+    for key in keys:
+        if "source" not in noted.get(key, {}) or not store.has(key, "rgb"):
+            continue
+        path = Path(video_root) / key
+        identity = file_identity(path)
+        if identity == tuple(noted[key]["source"]):
+            continue
+        if (identity is not None and "sha256" in noted[key] and identity[0] == noted[key]["source"][0]
+                and file_sha256(path) == noted[key]["sha256"]):
+            touched[key] = {**noted[key], "source": list(identity)}
+        else:
+            changed.append(key)
+    if touched:
+        record_notes(store.root, "rgb", list(touched), touched)
+    return changed

@@ -155,17 +155,24 @@ def metadata_lock(root: Path) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class IndexUpdate:
-    """How a store's index changed when an updated one replaced it: entry keys added and removed."""
+    """How a store's index changed when an updated one replaced it: entry keys added and removed, and those that
+    went from the train split to the test split."""
 
     added: tuple[str, ...]
     removed: tuple[str, ...]
+    to_test: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.added or self.removed)
+        return bool(self.added or self.removed or self.to_test)
 
     def __str__(self) -> str:
-        return (f"index updated: {len(self.added)} video(s) added, {len(self.removed)} removed (the entries of "
+        text = (f"index updated: {len(self.added)} video(s) added, {len(self.removed)} removed (the entries of "
                 "removed videos stay on disk, unlisted)")
+        if self.to_test:
+            text += (f"; warning: {len(self.to_test)} video(s) moved from the train split to the test split (e.g. "
+                     f"{self.to_test[0]}): an encoder trained on this store before saw them, so its test scores "
+                     "would count them; evaluate it with the index it was trained on, or train again")
+        return text
 
 
 STORE_FOLDER = FolderRule("data store", "a clip store", may_add=True, other="another output folder")
@@ -263,10 +270,12 @@ def create_store(root: str | Path, index: VideoIndex, *, replace_index: bool = F
         new, changed = _conflicts(root, index, meta, replace_index)  # again under the lock: others may have written
         update = IndexUpdate((), ())
         if changed:
-            before = {entry.path for entry in _load_index(root).entries}
+            before = {entry.path: entry.split for entry in _load_index(root).entries}
             after = [entry.path for entry in index.entries]
             update = IndexUpdate(tuple(k for k in after if k not in before),
-                                 tuple(sorted(before - set(after))))
+                                 tuple(sorted(set(before) - set(after))),
+                                 tuple(e.path for e in index.entries if e.split == "test"
+                                       and before.get(e.path) == "train"))
             with storage_errors(root / INDEX_FILE):
                 index.save(root / INDEX_FILE)
         if new:
@@ -281,6 +290,9 @@ def check_view_name(view: str) -> None:
     """Raise DataError unless ``view`` is a valid view (folder) name."""
     if not _VIEW_NAME.match(view):
         raise DataError(f"invalid view name {view!r} (letters, digits, '_', '-', '.')")
+    if view.lower().endswith(".json"):  # (the store's own files are: index.json, failed_<view>.json, ...)
+        raise DataError(f"invalid view name {view!r}: a name ending in .json is one of the store's own files; "
+                        "choose another (e.g. flow_dis)")
 
 
 def _check_key(key: str) -> None:
@@ -358,8 +370,9 @@ class EntryWriter:
         self.frames += 1
         self.size += len(frame)
         if self._spool is None and self.size > self.buffer_bytes:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._spool = tempfile.TemporaryFile(dir=self.path.parent)
+            with storage_errors(self.path, self.size):
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._spool = tempfile.TemporaryFile(dir=self.path.parent)
             self._write_spool(b"".join(self._held))
             self._held = []
         if self._spool is None:
@@ -470,16 +483,24 @@ def _entry_header(key: str, height: int, width: int, fps: float, sizes: np.ndarr
 
 FULL_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 """Write errors that are the storage's, not the entry's: no space left, file too large, quota exceeded."""
+UNWRITABLE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
+"""Write errors of a store (or a part of it) that may not be written: no video is to blame either."""
 
 
 @contextmanager
 def storage_errors(path: Path, needed: int | None = None) -> Iterator[None]:
-    """Turn a write's :data:`FULL_ERRNOS` into :class:`StorageFullError` (see :meth:`StorageFullError.of`)."""
+    """Turn a write's :data:`FULL_ERRNOS` into :class:`StorageFullError` (see :meth:`StorageFullError.of`), and
+    its :data:`UNWRITABLE_ERRNOS` into :class:`StorageUnwritableError`."""
     try:
         yield
     except OSError as error:
         if error.errno in FULL_ERRNOS:
             raise StorageFullError.of(Path(path), error, needed) from None
+        if error.errno in UNWRITABLE_ERRNOS:
+            where = error.filename or path
+            raise StorageUnwritableError(f"{where}: {os.strerror(error.errno)} "
+                                         f"({errno.errorcode.get(error.errno, error.errno)}): the store may not be "
+                                         "written there") from None
         raise
 
 
@@ -513,6 +534,16 @@ class StorageFullError(DataError):
         estimate = f", about {human_size(entries * self.needed)} at this entry's size" if self.needed else ""
         return StorageFullError(f"{self}; the job stopped with {entries} entries left{estimate}: free space there "
                                 "(or move the store), then run the same command again to continue", self.needed)
+
+
+class StorageUnwritableError(StorageFullError):
+    """A store write refused by the file system (permissions, a read-only mount): the storage's fault, as a full
+    disk is, so a job stops at once, blaming no video."""
+
+    def with_remaining(self, entries: int) -> StorageUnwritableError:
+        return StorageUnwritableError(f"{self}; the job stopped with {entries} entries left: make the store's "
+                                      "folders writable (or copy the store where they are), then run the same "
+                                      "command again to continue")
 
 
 def human_size(size: float) -> str:

@@ -18,6 +18,8 @@ class ViewCheck:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("verified", "damaged", "missing", "unverified", "checksums added"), 0))
     problems: list[str] = field(default_factory=list)
+    unlisted: int = 0
+    """Damaged entries that could not be listed in the store's failure list (a store that may not be written)."""
 
     @property
     def bad(self) -> int:
@@ -48,6 +50,7 @@ def verify_view(store, view: str, decode: bool = False, add: bool = False,
     found = ViewCheck(view)
     counts = found.counts
     failed = store.failed(view)
+    damaged: list[str] = []
 
     def problem_line(line: str) -> None:
         found.problems.append(line)
@@ -76,5 +79,11 @@ def verify_view(store, view: str, decode: bool = False, add: bool = False,
                 problem_line(f"missing entry: store {store.root}, video {key!r}, entry {entry}: {why}")
             else:
                 counts["damaged"] += 1
+                damaged.append(key)
                 problem_line(problem)
+    if damaged:
+        from coclr.store.clipstore import read_failures  # noqa: PLC0415
+
+        listed = read_failures(store.root, view)
+        found.unlisted = sum(key not in listed for key in damaged)
     return found

@@ -22,6 +22,7 @@ import json
 import os
 import posixpath
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -554,22 +555,55 @@ class _FolderScan:
                             "appear once")
 
 
+def split_class_notes(index: VideoIndex) -> list[str]:
+    """What an index of labelled train and test splits should say of its classes: those with test videos but no
+    training video (each test video of them a miss in every evaluation), and names that differ only in case or
+    Unicode form (``café`` typed on two systems), most likely one class named twice."""
+    splits: dict[int, set[str]] = {}
+    for entry in index.entries:
+        if entry.label is not None:
+            splits.setdefault(entry.label, set()).add(entry.split)
+    notes = []
+    untrained = [index.classes[label] for label, found in sorted(splits.items()) if "train" not in found]
+    if untrained:
+        named = ", ".join(map(repr, untrained[:5])) + (", ..." if len(untrained) > 5 else "")
+        notes.append(f"{len(untrained)} class(es) have test videos and no training video ({named}): every "
+                     "evaluation counts their test videos as misses")
+    alike: dict[str, list[str]] = {}
+    for name in index.classes:
+        alike.setdefault(unicodedata.normalize("NFC", name).casefold(), []).append(name)
+    for names in alike.values():
+        if len(names) > 1:
+            notes.append(f"the classes {' and '.join(map(repr, names))} differ only in case or Unicode form: one class "
+                         "named two ways? rename the folders alike to make them one")
+    return notes
+
+
 def split_by_group(index: VideoIndex, test_fraction: float, seed: int = 0) -> VideoIndex:
     """The index with about ``test_fraction`` of each class moved to the test split, by source group.
 
-    Within each class, the groups (a video without one is its own group) are ordered by a hash of ``(seed,
-    group)`` and the first ``round(test_fraction * groups)`` of them (at least one, never all, for classes with
-    two groups or more) go to test. So the split is deterministic, one source never straddles it, and adding or
-    removing videos leaves the other groups where they were.
+    A group (a video without one is its own group) goes to test when a hash of ``(seed, group)``, read as a
+    fraction of 1, is below ``test_fraction``: so the split is deterministic, one source never straddles it, and
+    adding or removing videos moves no other group (a rule by rank, the first ``round(fraction x groups)``, moved
+    videos the encoder had trained on into the test split). A class of two groups or more keeps one on each side:
+    where none falls in test, its group of lowest hash goes there; where all do, its group of highest hash stays in
+    train (those two may move as the class's groups change).
     """
+    def fraction(group: str) -> float:
+        return int(hashlib.sha256(to_bytes(f"{seed}:{group}")).hexdigest()[:15], 16) / 16 ** 15
+
     units: dict[int, set[str]] = {}
     for entry in index.entries:
         units.setdefault(entry.label, set()).add(entry.group or entry.path)
     test_units: set[tuple[int, str]] = set()
     for label, groups in units.items():
-        ordered = sorted(groups, key=lambda g: hashlib.sha256(to_bytes(f"{seed}:{g}")).hexdigest())
-        count = min(len(ordered) - 1, max(1, round(test_fraction * len(ordered)))) if len(ordered) > 1 else 0
-        test_units.update((label, g) for g in ordered[:count])
+        ordered = sorted(groups, key=lambda g: (fraction(g), g))
+        test = [g for g in ordered if fraction(g) < test_fraction]
+        if len(ordered) > 1 and not test:
+            test = ordered[:1]
+        elif len(ordered) > 1 and len(test) == len(ordered):
+            test = ordered[:-1]
+        test_units.update((label, g) for g in test)
     entries = [VideoEntry(e.path, e.label, "test" if (e.label, e.group or e.path) in test_units else "train", e.group)
                for e in index.entries]
     return VideoIndex(index.name, list(index.classes), entries)
