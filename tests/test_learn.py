@@ -992,6 +992,9 @@ def test_bad_labels_files_are_one_line_naming_the_file(tmp_path):
         "twice.csv": ("clip0.mp4,a\nclip1.mp4,b\nclip0.mp4,b\n",
                       r"1 malformed row\(s\): line 3 \(clip0.mp4 is 'b'/train, line 1 says 'a'/train\)"),
         "repeated.csv": ("clip0.mp4,a\nclip0.mp4,a\n", r"1 of its rows label an input video"),  # one video: once
+        "semicolons.csv": ("path;label\nclip0.mp4;a\nclip1.mp4;b\n", r"its rows are separated by semicolons: save it "
+                           "with commas"),  # as European spreadsheets save it
+        "tabs.csv": ("clip0.mp4\ta\nclip1.mp4\tb\n", r"its rows are separated by tabs"),
     }
     for name, (content, message) in cases.items():
         path = _labels_file(tmp_path, content, name)
@@ -1141,10 +1144,25 @@ def test_videos_shorter_than_a_clip_are_listed_and_most_of_them_refused():
     plan = choose_plan(footage(), costs({SMALL: 100}), 900)
     infos = [SimpleNamespace(frames=n) for n in (3, 9, 40, 8, 100)]
     paths = [f"v{i}.mp4" for i in range(5)]
-    assert short_videos(plan, paths, infos) == ["v0.mp4", "v3.mp4"]  # 8 frames + 1 for flow
+    assert short_videos(plan.model.length, paths, infos) == ["v0.mp4", "v3.mp4"]  # 8 frames + 1 for flow
     assert "warning: 1 video(s) shorter than one clip" in dataclasses.replace(plan, short_videos=["a"]).describe()
     with pytest.raises(DataError, match=r"3 of the 4 videos are shorter than one clip \(9 frames"):
-        short_videos(plan, paths[:4], [SimpleNamespace(frames=n) for n in (3, 9, 2, 4)])
+        short_videos(plan.model.length, paths[:4], [SimpleNamespace(frames=n) for n in (3, 9, 2, 4)])
+
+
+def test_most_videos_shorter_than_any_clip_are_refused_before_measuring(tmp_path, monkeypatch):
+    """The refusal came after 41 s of measuring (decoding, TV-L1 and training timed) though the frame counts were
+    known from the probe."""
+    from coclr.errors import DataError
+    from coclr.learn import run
+
+    def measured(*args, **kwargs):
+        raise AssertionError("measured before refusing")
+
+    monkeypatch.setattr(run, "measure_costs", measured)
+    monkeypatch.setattr("coclr.video.decode.probe_video", lambda path: SimpleNamespace(frames=3 if "s" in path else 90))
+    with pytest.raises(DataError, match=r"2 of the 3 videos are shorter than one clip \(9 frames"):
+        run.make_plan(["s1.mp4", "s2.mp4", "long.mp4"], 900, "cpu", 1, 0.0, show=False)
 
 
 def test_a_warning_is_one_line_on_the_command_line(capsys):
@@ -1481,3 +1499,44 @@ def test_the_measurement_joins_no_process_group_under_torchrun(monkeypatch, tmp_
     monkeypatch.setenv("RANK", "0")
     timing = time_training(0.125, 32, 8, tmp_path, "cpu", 2, steps=2, stages=False)
     assert timing["step"] > 0 and os.environ["WORLD_SIZE"] == "2"
+
+
+def test_labelled_videos_without_a_vector_are_said_and_too_few_score_nothing(tmp_path, monkeypatch):
+    """Two labelled videos, one of them unreadable: the run trained for its whole budget and showed no score, and
+    said nothing of why ("Scored with the labels of 2 videos")."""
+    import numpy as np
+
+    from coclr.learn import scores
+
+    (tmp_path / "embeddings" / "rgb").mkdir(parents=True)
+
+    class Embedded:
+        def __init__(self, folder):
+            self.videos = np.eye(3, dtype=np.float32)
+
+        def row_of(self, path):
+            return {"a.mp4": 0, "b.mp4": 1}.get(path)
+
+    monkeypatch.setattr(scores, "Embeddings", Embedded)
+    labels = {"file": "l.csv", "classes": ["x", "y"], "videos": {"a.mp4": (0, "train"), "broken.mp4": (1, "train")}}
+    result = scores.label_scores(tmp_path, labels)
+    assert result["embeddings"] == {} and result["videos"] == 1 and result["labelled"] == 2
+    assert any("1 labelled video(s) have no vector" in note and "broken.mp4" in note for note in result["notes"])
+    assert any(note.startswith("nothing scored: 1 labelled video(s) have a vector") for note in result["notes"])
+    labels["videos"]["b.mp4"] = (1, "test")
+    result = scores.label_scores(tmp_path, labels)
+    assert set(result["embeddings"]) == {"rgb"} and result["videos"] == 2
+    assert [note for note in result["notes"] if "nothing scored" in note] == []
+
+
+def test_the_report_says_the_epochs_the_stages_trained():
+    """The report said "two CoCLR cycles of 22 epochs per view (1408 steps)" where the stages, sized as they started,
+    trained 33, 32, 37 and 61."""
+    from coclr.learn.report import _coclr_epochs
+
+    plan = {"epochs": {"infonce": 10, "coclr": 22}, "steps": 2 * (2 * 10 + 4 * 22)}  # 2 steps an epoch
+    assert _coclr_epochs(plan) == f"of 22 epochs per view ({plan['steps']} steps)"
+    plan["stage_epochs"] = {"cycle1_rgb": 33, "cycle1_flow": 32, "cycle2_rgb": 37, "cycle2_flow": 61}
+    said = _coclr_epochs(plan)
+    assert "cycle1_rgb 33, cycle1_flow 32, cycle2_rgb 37, cycle2_flow 61 epochs; 22 planned" in said
+    assert said.endswith(f"{2 * (20 + 33 + 32 + 37 + 61)} steps in all")

@@ -81,6 +81,19 @@ def _alarm(result: dict[str, Any]) -> str:
                    "(or longer) videos.</p>" for view in views)
 
 
+def _coclr_epochs(plan: dict[str, Any]) -> str:
+    """The CoCLR stages' epochs as trained: each sized as it started to the time left (``stage_epochs``), else as
+    planned; and the run's training steps."""
+    planned, sized = plan["epochs"]["coclr"], plan.get("stage_epochs") or {}
+    per_epoch = plan["steps"] / max(1, 2 * plan["epochs"]["infonce"] + 4 * planned)
+    if not sized:
+        return f"of {planned} epochs per view ({plan['steps']} steps)"
+    epochs = 2 * plan["epochs"]["infonce"] + sum(sized.values()) + (4 - len(sized)) * planned
+    stages = ", ".join(f"{stage} {count}" for stage, count in sized.items())
+    return (f"whose stages were sized as they started by the time left ({stages} epochs; {planned} planned), "
+            f"{round(per_epoch * epochs)} steps in all")
+
+
 def _summary(result: dict[str, Any]) -> str:
     plan = result["plan"]
     model = plan["model"]
@@ -92,8 +105,8 @@ def _summary(result: dict[str, Any]) -> str:
             "without labels in "
             f"{duration(result.get('seconds', 0.0))} of a {duration(plan['budget'])} budget: S3D width "
             f"{model['width']:g}, clips of {model['length']} frames at {model['size']}x{model['size']} px, batch "
-            f"{plan['batch']}; InfoNCE {plan['epochs']['infonce']} epochs per view, then two CoCLR cycles of "
-            f"{plan['epochs']['coclr']} epochs per view ({plan['steps']} steps).</p>")
+            f"{plan['batch']}; InfoNCE {plan['epochs']['infonce']} epochs per view, then two CoCLR cycles "
+            f"{_coclr_epochs(plan)}.</p>")
     reasons = "".join(f"<li>{html.escape(reason)}</li>" for reason in plan.get("reasons", []))
     exported = "".join(f"<li>encoder_{html.escape(view)}.pth: {html.escape(entry['stage'])} "
                        f"({html.escape(entry['reason'])})</li>" for view, entry in result.get("exported", {}).items())

@@ -38,6 +38,7 @@ from coclr.errors import CoclrError, ConfigError, DataError
 from coclr.flow.encode import FLOW_BOUND
 from coclr.learn.budget import (
     MIN_VIDEOS,
+    MODELS,
     Footage,
     Plan,
     choose_plan,
@@ -296,7 +297,8 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
         if labels is not None:
             from coclr.learn.scores import label_scores  # noqa: PLC0415
 
-            result["labels"] = {**label_scores(out, labels), "notes": label_notes}
+            scored = label_scores(out, labels)
+            result["labels"] = {**scored, "notes": [*label_notes, *scored["notes"]]}
         else:  # a run scored before and continued without --labels: no scores of a file no longer given
             result.pop("labels", None)
         failed = sorted({**store_failures(store, root), **flow_failed, **embed_failed}.items())
@@ -415,22 +417,23 @@ def make_plan(paths: list[str], budget: float, device, workers: int | None, spen
                 continue
         if not infos:
             raise DataError("none of the videos could be read (not a video, or damaged): check the inputs")
-        footage = Footage.of(infos)
+        short_videos(fixed.length if fixed else min(model.length for model in MODELS), probed, infos)  # refused
+        footage = Footage.of(infos)  # (before measuring) when most are shorter than the shortest clip
         workers = job_workers(workers)
         spent += time.perf_counter() - begin
         costs = measure_costs(paths, footage, device, workers, budget - spent, launched_world_size(),
                               launched_machines(), line.measuring, fixed)
     plan = choose_plan(footage, costs, budget, spent + costs.seconds, fixed)
-    plan.short_videos = short_videos(plan, probed, infos)
+    plan.short_videos = short_videos(plan.model.length, probed, infos)
     return with_starts(plan, starts)
 
 
-def short_videos(plan: Plan, paths: list[str], infos: list) -> list[str]:
-    """The videos shorter than one clip of ``plan`` and its flow (they are padded by repeating their last frame);
-    refused in one line when they are most of them."""
+def short_videos(length: int, paths: list[str], infos: list) -> list[str]:
+    """The videos shorter than one clip of ``length`` frames and its flow (they are padded by repeating their last
+    frame); refused in one line when they are most of them."""
     from coclr.data.sampling import clip_span  # noqa: PLC0415
 
-    needed = clip_span(plan.model.length, 1) + 1
+    needed = clip_span(length, 1) + 1
     short = [path for path, info in zip(paths, infos) if info.frames < needed]
     if len(short) > len(paths) / 2:
         raise DataError(f"{len(short)} of the {len(paths)} videos are shorter than one clip ({needed} frames with its "

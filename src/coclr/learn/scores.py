@@ -67,9 +67,13 @@ def read_labels(path: str, paths: list[str]) -> tuple[dict[str, Any], list[str]]
                         f"{' ...' if len(bad) > SHOWN else ''} (each row: path,label[,split[,group]], split one of "
                         f"{', '.join(SPLITS)}); mend them and run again")
     if len(rows) < MIN_LABELLED:
+        separator = next((name for mark, name in ((";", "semicolons"), ("\t", "tabs"))
+                          if any(mark in other for other in outside)), None)
+        hint = (f"; its rows are separated by {separator}: save it with commas (a spreadsheet's \"CSV UTF-8\")"
+                if separator else "")
         raise DataError(f"--labels {path}: {len(rows)} of its rows label an input video ({len(outside)} name other "
                         f"files, e.g. {', '.join(outside[:SHOWN]) or 'none'}; paths are taken from its folder, "
-                        f"{folder}, or as absolute): at least {MIN_LABELLED} are needed to score anything")
+                        f"{folder}, or as absolute): at least {MIN_LABELLED} are needed to score anything{hint}")
     names, ids = manifest_labels([label for _, label, _ in rows])
     used = sorted(set(ids))  # the classes these videos have (labels 1 and 5 are two classes, not "0".."5")
     classes, renumbered = [names[number] for number in used], {number: new for new, number in enumerate(used)}
@@ -127,22 +131,34 @@ def scores_of(features: np.ndarray, labels: np.ndarray, splits: list[str]) -> di
 def label_scores(out: Path, labels: dict[str, Any]) -> dict[str, Any]:
     """The scores of every embedding folder of ``out`` on the labelled videos (``labels`` from
     :func:`coclr.learn.run.read_labels`)."""
-    scores = {}
+    scores, vectorless = {}, set()
     for folder in sorted((out / "embeddings").iterdir()):
         embeddings = Embeddings(folder)
         rows, classes, splits = [], [], []
         for path, (label, split) in labels["videos"].items():
             row = embeddings.row_of(path)
-            if row is not None:
-                rows.append(row)
-                classes.append(label)
-                splits.append(split)
-        if len(rows) < 2:
+            if row is None:
+                vectorless.add(path)
+                continue
+            rows.append(row)
+            classes.append(label)
+            splits.append(split)
+        if len(rows) < MIN_LABELLED:
             continue
         vectors = np.asarray(embeddings.videos[np.asarray(rows)], dtype=np.float32)
         scores[folder.name] = scores_of(vectors, np.asarray(classes), splits)
-    return {"file": labels["file"], "videos": len(labels["videos"]), "classes": len(labels["classes"]),
-            "chance": 100.0 / max(1, len(labels["classes"])), "embeddings": scores}
+    scored = len(labels["videos"]) - len(vectorless)
+    notes = []
+    if vectorless:
+        shown = ", ".join(sorted(vectorless)[:SHOWN]) + (" ..." if len(vectorless) > SHOWN else "")
+        notes.append(f"{len(vectorless)} labelled video(s) have no vector (they failed, listed with the reason): "
+                     f"{shown}; scored on the other {scored}")
+    if not scores:
+        notes.append(f"nothing scored: {scored} labelled video(s) have a vector, and at least {MIN_LABELLED} are "
+                     "needed; label more of the videos")
+    return {"file": labels["file"], "videos": scored, "labelled": len(labels["videos"]),
+            "classes": len(labels["classes"]), "chance": 100.0 / max(1, len(labels["classes"])), "embeddings": scores,
+            "notes": notes}
 
 
 def stage_scorer(labels: dict[str, Any], root: str) -> Callable[[list[str], np.ndarray], dict[str, Any] | None]:
