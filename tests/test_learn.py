@@ -1540,3 +1540,46 @@ def test_the_report_says_the_epochs_the_stages_trained():
     said = _coclr_epochs(plan)
     assert "cycle1_rgb 33, cycle1_flow 32, cycle2_rgb 37, cycle2_flow 61 epochs; 22 planned" in said
     assert said.endswith(f"{2 * (20 + 33 + 32 + 37 + 61)} steps in all")
+
+
+def test_a_phase_killed_outright_keeps_its_seconds_to_the_last_record(tmp_path):
+    """kill -9 in a phase: learn.json's clock had the part's seconds, but the phase's share was added only as the
+    phase ended, so the report's table left out every killed part (InfoNCE "took 81 s" of 136)."""
+    import json
+    import time
+
+    from coclr.learn.run import RESULT_FILE, Clock, timed
+
+    result = {"phases": {"infonce": 5.0}}
+    clock = Clock(tmp_path, 20.0, time.perf_counter())
+    with timed(clock, result, "infonce"):
+        time.sleep(0.05)
+        clock.record(result)  # a tick; then the process is killed: what the file holds is what is kept
+        recorded = json.loads((tmp_path / RESULT_FILE).read_text())
+    assert 5.05 <= recorded["phases"]["infonce"] < 6.0 and recorded["seconds"] >= 20.05
+    assert 5.05 <= result["phases"]["infonce"] and "infonce" in result["phases_done"]
+    assert clock.running is None
+
+
+def test_a_resumed_phase_s_earlier_work_is_not_taken_for_this_part_s_pace(monkeypatch):
+    """After kill -9, the side-by-side scheduler reported the epochs the earlier part had trained as this part's:
+    "about 02:24 left" of an 8-minute plan, then the time left climbing 3.5 s a second."""
+    from coclr.learn import line as module
+    from coclr.learn.line import ProgressLine
+    from coclr.progress import bar, observed
+
+    now = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    with ProgressLine({"measure": 10.0, "infonce": 100.0}, enabled=False, done=("measure",)) as line, \
+            observed(line.observe), line.phase("infonce", 10):
+        with bar(total=10, initial=4, desc="infonce") as progress:  # 4 of 10 epochs found done
+            now[0] += 12.0
+            progress.update(1)  # one more epoch in 12 s: 10 estimated, so the pace is 1.2
+            assert line.eta() == pytest.approx(50.0 * 1.2)  # the 5 left at this part's pace
+    with ProgressLine({"infonce": 100.0}, enabled=False) as line, observed(line.observe), line.phase("infonce", 10):
+        with bar(total=10, desc="infonce") as progress:  # the same work from the start: the same pace
+            progress.update(4)
+            now[0] += 48.0
+            progress.update(1)
+            assert line.eta() == pytest.approx(50.0 * 48.0 / 50.0)  # all 5 done in its 48 s
+

@@ -22,8 +22,10 @@ from tqdm import tqdm
 
 from coclr.text import shown
 
-Observer = Callable[[str, int, "int | None"], None]
-"""Called with a bar's description, the count it advanced by and its total (None: unknown)."""
+Observer = Callable[..., None]
+"""Called with a bar's description, the count it advanced by and its total (None: unknown); and, as a bar starts
+where earlier work left it (tqdm's ``initial``: a resumed job), with that count and a fourth argument, True: work
+done before, not in the time the observer sees."""
 
 _observers: list[Observer] = []
 _lock = threading.Lock()
@@ -35,6 +37,9 @@ class _Bar(tqdm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.label = str(kwargs.get("desc") or "")  # a disabled tqdm keeps no description
         super().__init__(*args, **kwargs)
+        if kwargs.get("initial"):
+            for observer in list(_observers):
+                observer(self.label, int(kwargs["initial"]), self.total, True)
 
     def __iter__(self) -> Iterator[Any]:
         if not _observers:  # tqdm's own loop, which counts without calling update

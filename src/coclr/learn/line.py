@@ -46,6 +46,7 @@ class ProgressLine:
         self.current: str | None = None
         self.units: int | None = None
         self.credited = 0.0
+        self.credited_before = 0.0
         self.phase_started = 0.0
         self.started = {name for name in done if name in self.estimates}
         self.finished = frozenset(self.started)
@@ -90,16 +91,16 @@ class ProgressLine:
             self.bar.set_description_str(name, refresh=False)
             yield
             return
-        self.current, self.units, self.credited = name, units, 0.0
+        self.current, self.units, self.credited, self.credited_before = name, units, 0.0, 0.0
         self.phase_started = time.monotonic()
         self.started.add(name)
         self.bar.set_description_str(name, refresh=False)
         self._show()
         yield
         self._credit(self.estimates.get(name, 0.0) - self.credited)
-        self.estimated_done += self.estimates.get(name, 0.0)
+        self.estimated_done += self.estimates.get(name, 0.0) - self.credited_before  # (what this part's time paid)
         self.actual_done += time.monotonic() - self.phase_started
-        self.current, self.credited = None, 0.0
+        self.current, self.credited, self.credited_before = None, 0.0, 0.0
 
     def resize(self, units: int, estimate: float) -> None:
         """The current phase sized anew: ``units`` updates in all, ``estimate`` seconds (a phase whose later parts
@@ -111,13 +112,18 @@ class ProgressLine:
         self.bar.total = max(self.bar.n, self.bar.total + change)
         self._show()
 
-    def observe(self, desc: str, count: int, total: int | None) -> None:
+    def observe(self, desc: str, count: int, total: int | None, earlier: bool = False) -> None:
+        """A part's update (:data:`coclr.progress.Observer`): ``count`` more units of the current phase; with
+        ``earlier``, units a resumed part finds done (credited, but not to the pace this part's time measures)."""
         if self.tick is not None:
             self.tick()
         if self.current is None or not self.units:
             return
-        share = self.estimates.get(self.current, 0.0) * count / self.units
-        self._credit(min(share, self.estimates.get(self.current, 0.0) - self.credited))
+        share = min(self.estimates.get(self.current, 0.0) * count / self.units,
+                    self.estimates.get(self.current, 0.0) - self.credited)
+        if earlier:
+            self.credited_before += max(0.0, share)
+        self._credit(share)
 
     def eta(self) -> float:
         """Seconds left: the current phase's remainder at its own pace (once it reported :data:`SETTLED` of its
@@ -125,7 +131,8 @@ class ProgressLine:
         has run), the phases not started at the run's pace (actual over estimated seconds of the work done so far, the
         current phase's reported share included)."""
         elapsed = time.monotonic() - self.phase_started if self.current is not None else 0.0
-        estimated, actual = self.estimated_done + self.credited, self.actual_done + elapsed
+        paid = self.credited - self.credited_before  # the current phase's work done in ``elapsed``
+        estimated, actual = self.estimated_done + paid, self.actual_done + elapsed
         pace = actual / estimated if estimated > 0 else 1.0
         later = sum(seconds for name, seconds in self.estimates.items() if name not in self.started)
         if self.current is None:
@@ -137,7 +144,7 @@ class ProgressLine:
                 return estimate * before - elapsed + later * before
             return later * (self.actual_done + elapsed) / (self.estimated_done + estimate)  # over: as if it ended
         remainder = max(0.0, estimate - self.credited)
-        own = elapsed / self.credited if self.credited > SETTLED * estimate and self.credited > 0 else pace
+        own = elapsed / paid if paid > SETTLED * estimate and paid > 0 else pace
         return remainder * own + later * pace
 
     def _show(self) -> None:

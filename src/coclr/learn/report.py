@@ -98,8 +98,9 @@ def _summary(result: dict[str, Any]) -> str:
     plan = result["plan"]
     model = plan["model"]
     phases = result.get("phases", {})
-    rows = [[html.escape(name), duration(plan["estimates"].get(name, 0.0)), duration(phases[name])]
-            for name in phases]
+    measured = plan["estimates"].get("measure")  # (what it took, recorded with the plan it chose)
+    rows = ([["measure", "", duration(measured)]] if measured is not None else []) + [
+        [html.escape(name), duration(plan["estimates"].get(name, 0.0)), duration(phases[name])] for name in phases]
     failed = len(result.get("failed", []))
     text = (f"<p>{result['videos']} videos ({failed} left out of what failed for them, listed below), learnt "
             "without labels in "

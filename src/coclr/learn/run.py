@@ -330,6 +330,8 @@ class Clock:
     def __init__(self, out: Path, before: float, started: float) -> None:
         self.out, self.before, self.started = out, before, started
         self.recorded = time.monotonic()
+        self.running: tuple[str, float, float] | None = None
+        """The phase under way (:func:`timed`): its name, the seconds earlier parts gave it, and when it began."""
 
     def seconds(self) -> float:
         return self.before + time.perf_counter() - self.started
@@ -342,22 +344,29 @@ class Clock:
             return
         self.recorded = time.monotonic()
         result["seconds"] = self.seconds()
+        if self.running is not None:  # its seconds so far: a kill -9 keeps them too (to the last record)
+            name, before, begin = self.running
+            result.setdefault("phases", {})[name] = before + time.perf_counter() - begin
         atomic_write_json(self.out / RESULT_FILE, result)
 
 
 @contextlib.contextmanager
 def timed(clock: Clock, result: dict[str, Any], name: str) -> Iterator[None]:
     """Add the seconds of the block to ``result["phases"][name]`` and record them in ``learn.json`` (a resumed run
-    adds to what the earlier ones took); a block that ends without an error is added to ``result["phases_done"]``
-    (what a resumed run's progress line counts as done)."""
-    begin = time.perf_counter()
+    adds to what the earlier ones took; the clock's records while it runs hold its seconds so far, so that a part
+    killed outright keeps them to its last record); a block that ends without an error is added to
+    ``result["phases_done"]`` (what a resumed run's progress line counts as done)."""
+    phases = result.setdefault("phases", {})
+    begin, before = time.perf_counter(), phases.get(name, 0.0)
+    clock.running = (name, before, begin)
     ended = False
     try:
         yield
         ended = True
     finally:
+        clock.running = None
         phases = result.setdefault("phases", {})
-        phases[name] = phases.get(name, 0.0) + time.perf_counter() - begin
+        phases[name] = before + time.perf_counter() - begin
         done = result.setdefault("phases_done", [])
         if ended and name not in done:
             done.append(name)
