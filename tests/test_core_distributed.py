@@ -175,3 +175,19 @@ def test_a_collective_failed_by_a_lost_process_is_one_line(monkeypatch, capsys) 
     monkeypatch.setenv("WORLD_SIZE", "1")
     with pytest.raises(RuntimeError, match="gloo"):
         run_command(raising(gloo))
+
+
+def test_an_allocation_the_machine_cannot_make_is_one_line(capsys) -> None:
+    """`model.embed_dim=99999999999` ended in the allocator's traceback."""
+    import argparse
+
+    from coclr.cli._world import WORLD_ERROR_STATUS, run_command
+
+    def allocate(args) -> int:
+        torch.empty(2 ** 62, dtype=torch.uint8)
+        return 0
+
+    assert run_command(argparse.Namespace(command="pretrain", func=allocate)) == WORLD_ERROR_STATUS
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("coclr pretrain: error: not enough memory for 4611686018427387904")
+    assert "give smaller sizes" in lines[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import signal
 import sys
 import warnings
@@ -65,9 +66,9 @@ def one_line_warnings(command: str) -> Callable[..., None]:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed command; an error of the world (:data:`WORLD_ERRORS`) becomes one line naming the path and
-    :data:`WORLD_ERROR_STATUS`, and so does a collective failed under torchrun because another process is gone
-    (:func:`coclr.distributed.lost_process_line`); any other error goes on to :func:`main` (bad input: one line
-    too), and so does the
+    :data:`WORLD_ERROR_STATUS`, and so do a collective failed under torchrun because another process is gone
+    (:func:`coclr.distributed.lost_process_line`) and an allocation the machine cannot make (:func:`memory_line`);
+    any other error goes on to :func:`main` (bad input: one line too), and so does the
     :class:`~coclr.interrupts.Interrupted` that SIGINT or SIGTERM raise. Warnings are one line each
     (:func:`one_line_warnings`)."""
     if hasattr(signal, "SIGXFSZ"):  # past ``ulimit -f`` a write fails with EFBIG (one line) instead of killing us
@@ -82,15 +83,26 @@ def run_command(args: argparse.Namespace) -> int:
             raise
         print(f"coclr {args.command}: error: {shown(line)}", file=sys.stderr)
         return WORLD_ERROR_STATUS
-    except RuntimeError as error:
-        line = _lost_process_line(error)
+    except (RuntimeError, MemoryError) as error:
+        line = _lost_process_line(error) or memory_line(error)
         if line is None:
             raise
         progress.write(f"coclr {args.command}: error: {shown(line)}", file=sys.stderr)
         return WORLD_ERROR_STATUS
 
 
-def _lost_process_line(error: RuntimeError) -> str | None:
+def memory_line(error: BaseException) -> str | None:
+    """One line for an allocation this machine (or its GPU) cannot make: the size asked for, and what to do; None
+    for any other error."""
+    text = " ".join(str(error).split())
+    if not (isinstance(error, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower()):
+        return None
+    asked = re.search(r"(?:you tried to allocate|Tried to allocate) ([0-9.]+ ?[A-Za-z]*)", text)
+    return (f"not enough memory{f' for {asked.group(1)}' if asked else ''}: give smaller sizes (a batch, a queue, "
+            "a network width, clips, workers) or free memory, then run the same command again")
+
+
+def _lost_process_line(error: BaseException) -> str | None:
     """:func:`coclr.distributed.lost_process_line` where torch is loaded already (the command line starts without)."""
     if "torch.distributed" not in sys.modules:
         return None
