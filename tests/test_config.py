@@ -117,3 +117,18 @@ def test_options_a_method_does_not_read_are_not_refused_and_the_first_refusal_is
         load_config(PipelineConfig, None, [*BASE, "method.name=coclr"])
     with pytest.raises(ConfigError, match="data.second_view: must differ from data.view .'flow'.: a pipeline"):
         load_config(PipelineConfig, None, [*BASE, "data.view=flow"])
+
+
+def test_a_file_s_wrong_values_name_the_file_and_every_unknown_key_is_named(tmp_path: Path) -> None:
+    """A wrong type in a file was "optim.lr: expected a number" without the file; of three unknown keys in two
+    sections, only the first section's was named; an empty section ("optim:") was "expected a mapping, got None"."""
+    path = tmp_path / "options.yaml"
+    path.write_text("optim:\n  lr: abc\n")
+    with pytest.raises(ConfigError, match=r"options.yaml: optim.lr: expected a number, got 'abc'"):
+        load_config(PretrainConfig, path, BASE)
+    path.write_text("optim:\n  lrr: 1\ndata:\n  foo: 1\nrunn: {x: 2}\n")
+    with pytest.raises(ConfigError, match=r"options.yaml: unknown option\(s\): runn, optim.lrr, data.foo"):
+        load_config(PretrainConfig, path, BASE)
+    path.write_text("optim:\nrun:\n  seed: 3\n")
+    loaded = load_config(PretrainConfig, path, BASE)
+    assert loaded.optim == PretrainConfig().optim and loaded.run.seed == 3

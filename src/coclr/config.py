@@ -191,6 +191,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
         from_file = read_yaml(path)
         try:
             _refuse_unknown(cls, from_file, "", nested=True)
+            _check_types(cls, from_file, "")
         except ConfigError as error:
             raise ConfigError(f"{path}: {error}") from None
         data = merge(data, from_file)
@@ -239,17 +240,34 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
 
 def _refuse_unknown(cls: type, data: dict[str, Any], prefix: str, nested: bool = False) -> None:
     """Refuse the keys of ``data`` that are no option of ``cls`` (``nested``: and of its sections, where ``data``
-    holds mappings for them), naming them and the known ones."""
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields), key=str)
-    if unknown:
-        names = ", ".join(prefix + str(k) for k in unknown)
-        raise ConfigError(f"unknown option(s): {names} (known: {', '.join(sorted(fields))})")
+    holds mappings for them), naming them all, and the known ones of the first section that has one."""
+    found = _unknown(cls, data, prefix, nested)
+    if found:
+        names = ", ".join(name for name, _ in found)
+        raise ConfigError(f"unknown option(s): {names} (known: {', '.join(found[0][1])})")
+
+
+def _unknown(cls: type, data: dict[str, Any], prefix: str, nested: bool) -> list[tuple[str, list[str]]]:
+    """``(dotted key, the known keys beside it)`` of every key of ``data`` that is no option of ``cls``."""
+    fields = sorted(f.name for f in dataclasses.fields(cls) if f.init)
+    found = [(prefix + str(key), fields) for key in sorted(set(data) - set(fields), key=str)]
     if nested:
         hints = typing.get_type_hints(cls)
         for name, value in data.items():
-            if dataclasses.is_dataclass(hints[name]) and isinstance(value, dict):
-                _refuse_unknown(hints[name], value, f"{prefix}{name}.", nested=True)
+            if name in fields and dataclasses.is_dataclass(hints[name]) and isinstance(value, dict):
+                found += _unknown(hints[name], value, f"{prefix}{name}.", nested=True)
+    return found
+
+
+def _check_types(cls: type, data: dict[str, Any], prefix: str) -> None:
+    """Read each value of ``data`` (a file's options, known ones) as its option's type, so that a wrong one is
+    refused naming the file (the options are checked together, with the overrides, afterwards)."""
+    hints = typing.get_type_hints(cls)
+    for name, value in data.items():
+        if dataclasses.is_dataclass(hints[name]) and isinstance(value, dict):
+            _check_types(hints[name], value, f"{prefix}{name}.")
+        elif not dataclasses.is_dataclass(hints[name]):
+            _coerce(hints[name], value, prefix + name)
 
 
 def _coerce(tp: Any, value: Any, key: str) -> Any:
@@ -257,6 +275,8 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if isinstance(value, Given):
         value = _read_given(tp, origin, value, key)
     if dataclasses.is_dataclass(tp):
+        if value is None:  # an empty section (``optim:`` with nothing under it): its defaults
+            value = {}
         return _build(tp, value, key + ".")
     if origin in (typing.Union, types.UnionType):
         args = get_args(tp)
