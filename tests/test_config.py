@@ -83,6 +83,7 @@ def test_values_are_shown_as_they_are_typed(capsys) -> None:
     (["study", "--check", "--out", "s", "train.data.view=flow"], "train.data.view: is set by the study"),
     (["study", "--check", "--out", "s", "eval.linear.seed=7"], "eval.linear.seed: is the study's seed"),
     (["study", "--check", "--out", "s", "train.optim=3"], "train.optim: expected a mapping"),  # (a traceback)
+    (["study", "--check", "--out", "s", "columns=[linear, linear]"], "columns: must list columns, each once"),
     (["eval", "linear", "--checkpoint", "c.pth", "--store", "s", "--seed", "-1"], "seed: must be from 0 to 2**32"),
 ])
 def test_a_command_line_that_would_lose_an_option_is_refused(argv: list[str], said: str, tmp_path: Path, capsys,

@@ -400,3 +400,21 @@ def test_classes_a_split_lacks_and_names_alike_are_said(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "1 class(es) have test videos and no training video" in out
     assert "differ only in case or Unicode form" in out
+
+
+def test_a_named_pipe_among_the_videos_is_said_not_opened(tmp_path, capsys):
+    """A FIFO named pipe.mp4 was dropped from the index without a word, and embed called it "not found"."""
+    import os
+
+    from coclr.cli import main
+    from coclr.errors import VideoDecodeError
+    from coclr.video.decode import probe_video
+
+    (tmp_path / "videos" / "a").mkdir(parents=True)
+    (tmp_path / "videos" / "a" / "v.mp4").write_bytes(b"x")
+    os.mkfifo(tmp_path / "videos" / "a" / "pipe.mp4")
+    assert main(["data", "index", "--format", "folder", "--unlabelled", "--root", str(tmp_path / "videos"), "--out",
+                 str(tmp_path / "index.json")]) == 0
+    assert "pipe.mp4" in capsys.readouterr().out
+    with pytest.raises(VideoDecodeError, match="not a regular file"):
+        probe_video(tmp_path / "videos" / "a" / "pipe.mp4")

@@ -264,5 +264,6 @@ class StudyConfig:
         require(len(set(self.rows)) == len(self.rows) and bool(self.rows), "rows", "must list rows, each once")
         unknown = [column for column in self.columns if column not in COLUMNS]
         require(not unknown and bool(self.columns), "columns", f"must be some of {', '.join(COLUMNS)}")
+        require(len(set(self.columns)) == len(self.columns), "columns", "must list columns, each once")
         require(self.processes >= 1, "processes", "must be at least 1")
         require(all(gpu >= 0 for gpu in self.gpus), "gpus", "must be GPU indices")

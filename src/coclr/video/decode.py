@@ -594,7 +594,9 @@ def _open(path: Path):
 
     spare_children_our_garbage()
     if not path.is_file():
-        raise VideoDecodeError(f"{path}: {'a folder, not a video file' if path.is_dir() else 'video file not found'}")
+        why = ("a folder, not a video file" if path.is_dir() else "video file not found" if not path.exists()
+               else "not a regular file (a pipe, a socket or a device), not a video file")
+        raise VideoDecodeError(f"{path}: {why}")
     if path.stat().st_size == 0:
         raise VideoDecodeError(f"{path}: the file is empty")
     try:

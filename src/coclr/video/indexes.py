@@ -532,6 +532,9 @@ class _FolderScan:
                     continue
                 self.seen[target] = relative
                 found.append(relative)
+            else:  # a named pipe, a socket, a device: nothing a video is read from
+                self.skipped.append((child.relative_to(self.root).as_posix(), "not a regular file (a pipe, a "
+                                     "socket or a device)"))
 
     def is_output(self, folder: Path) -> bool:
         """Whether ``folder`` is a coclr command's output, not scanned (:func:`~coclr.runfolder.scanned_past`):
