@@ -1583,3 +1583,28 @@ def test_a_resumed_phase_s_earlier_work_is_not_taken_for_this_part_s_pace(monkey
             progress.update(1)
             assert line.eta() == pytest.approx(50.0 * 48.0 / 50.0)  # all 5 done in its 48 s
 
+
+
+def test_the_measuring_line_counts_down_and_is_drawn_while_nothing_reports(monkeypatch):
+    """The measuring line's clock stood at "00:00 so far" for 13 s while videos decoded, and its time left stood
+    still between predictions."""
+    from coclr.learn import line as module
+    from coclr.learn.line import MeasureLine
+
+    now = [100.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    with MeasureLine(3, enabled=False) as measure:
+        assert measure.remaining() is None
+        measure.measuring("training steps", 40.0)
+        now[0] += 15.0
+        assert measure.remaining() == pytest.approx(25.0)
+        now[0] += 60.0
+        assert measure.remaining() == 0.0
+    drawn = []
+    monkeypatch.setattr(module, "REDRAW_SECONDS", 0.01)
+    monkeypatch.setattr(MeasureLine, "_show", lambda self: drawn.append(1))
+    with MeasureLine(3, enabled=True):
+        deadline = time.perf_counter() + 5
+        while len(drawn) < 5 and time.perf_counter() < deadline:
+            time.sleep(0.01)
+    assert len(drawn) >= 5

@@ -159,7 +159,9 @@ class ProgressLine:
 
 class MeasureLine:
     """The line of the measurement before the plan: the videos probed, then each part measured, with the elapsed
-    seconds and the seconds left (as predicted; "?" until a prediction can be made)."""
+    seconds and the seconds left (as predicted, counting down between predictions; "?" until a prediction can be
+    made), drawn again every :data:`REDRAW_SECONDS` (a part that reports nothing for a while still shows its
+    clock)."""
 
     def __init__(self, videos: int, enabled: bool = True) -> None:
         self.videos = videos
@@ -168,23 +170,47 @@ class MeasureLine:
         self.count = 0
         self.left: float | None = None
         self.since = time.monotonic()
+        self.closed = threading.Event()
+        self.redraw: threading.Thread | None = None
+        self.lock = threading.Lock()
 
     def __enter__(self) -> MeasureLine:
         self.bar = job_line(total=self.videos, disable=not self.enabled, file=sys.__stderr__, dynamic_ncols=True,
-                        desc=f"probing the videos (0 of {self.videos})", postfix="about ? left",
-                        bar_format="coclr learn: measuring: {desc} | {elapsed} so far{postfix}")
+                            desc=f"probing the videos (0 of {self.videos})", postfix="about ? left",
+                            bar_format="coclr learn: measuring: {desc} | {elapsed} so far{postfix}")
+        if self.enabled:
+            self.redraw = threading.Thread(target=self._redraw, name="coclr-learn-measure-line", daemon=True)
+            self.redraw.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.closed.set()
+        if self.redraw is not None:
+            self.redraw.join(5)
         self.bar.close()
+
+    def _redraw(self) -> None:
+        while not self.closed.wait(REDRAW_SECONDS):
+            with contextlib.suppress(Exception), self.lock:  # a drawing that failed is not the run's failure
+                self._show()
 
     def probed(self) -> None:
         """One more video probed."""
-        self.count += 1
-        self.bar.set_description_str(f"probing the videos ({self.count} of {self.videos})", refresh=False)
-        self.bar.update(1)
+        with self.lock:
+            self.count += 1
+            self.bar.set_description_str(f"probing the videos ({self.count} of {self.videos})", refresh=False)
+            self.bar.update(1)
 
     def measuring(self, what: str, left: float | None) -> None:
         """What is measured now and the seconds the measurement expects it still needs (None: not known)."""
-        self.bar.set_description_str(what, refresh=False)
-        self.bar.set_postfix_str(f"about {clock(left)} left", refresh=True)
+        with self.lock:
+            self.left, self.since = left, time.monotonic()
+            self.bar.set_description_str(what, refresh=False)
+            self._show()
+
+    def remaining(self) -> float | None:
+        """The seconds left: the last prediction less the time since it (None: none yet)."""
+        return None if self.left is None else max(0.0, self.left - (time.monotonic() - self.since))
+
+    def _show(self) -> None:
+        self.bar.set_postfix_str(f"about {clock(self.remaining())} left", refresh=True)
