@@ -133,3 +133,44 @@ def test_a_file_s_wrong_values_name_the_file_and_every_unknown_key_is_named(tmp_
     path.write_text("optim:\nrun:\n  seed: 3\n")
     loaded = load_config(PretrainConfig, path, BASE)
     assert loaded.optim == PretrainConfig().optim and loaded.run.seed == 3
+
+
+def test_the_day_s_review(tmp_path: Path, capsys) -> None:
+    """A study recorded '1e-4' (YAML 1.1's text) where today's reading gives 0.0001: its folder continues; `flow`
+    and `study --seeds` refuse an option given twice too; an override `optim=null` does not drop a file's section
+    (a file's empty section alone takes its defaults); `!!int 0b1` is one line; a study's mapping values keep a
+    '#' and take None; --list-options shows a mapping's values as typed."""
+    import yaml
+
+    from coclr.cli import main
+    from coclr.config import value_text
+    from coclr.study.config import StudyConfig
+    from coclr.study.plan import options_record
+    from coclr.study.run import STUDY_FOLDER
+
+    recorded = options_record(load_config(StudyConfig, None, []))
+    recorded["train"]["optim"]["lr"] = "1e-4"
+    recorded["eval"]["linear"]["lrs"] = ["1e-3", "1e-2"]
+    given = options_record(load_config(StudyConfig, None, ["train.optim.lr=1e-4", "eval.linear.lrs=[1e-3, 1e-2]"]))
+    assert given["train"]["optim"]["lr"] == 0.0001 and STUDY_FOLDER.check(tmp_path, recorded, given)
+    with pytest.raises(Exception, match=r"train.optim.lr=0.0001 \(given 0.0002\)"):
+        STUDY_FOLDER.check(tmp_path, recorded, options_record(load_config(StudyConfig, None, [
+            "train.optim.lr=2e-4", "eval.linear.lrs=[1e-3, 1e-2]"])))
+    for argv in (["flow", str(tmp_path / "none"), "tau=0.1", "tau=0.2"],
+                 ["study", "--check", "--out", str(tmp_path / "s"), "--seeds", "1", "2", "schedule.cycles=1",
+                  "schedule.cycles=7"]):
+        assert main(argv) == 2
+        assert "the later would replace the earlier" in capsys.readouterr().err
+    path = tmp_path / "options.yaml"
+    path.write_text("optim: {lr: 0.5, epochs: 3}\n")
+    with pytest.raises(ConfigError, match="optim: expected a mapping, got None"):
+        load_config(PretrainConfig, path, [*BASE, "optim=null"])
+    with pytest.raises(ConfigError, match="'0b1' is not a YAML 1.2 integer"):
+        config("optim.milestones=[!!int 0b1]")
+    with pytest.raises(yaml.YAMLError):
+        parse_yaml("a: !!int 0X1F")
+    study = load_config(StudyConfig, None, ["train.method.sampler_checkpoint=a #b", "train.data.segment_frames=None"])
+    assert study.train["method"]["sampler_checkpoint"] == "a #b" and study.train["data"]["segment_frames"] is None
+    assert value_text({"a": None, "b": [True]}) == "{a: null, b: [true]}"
+    assert main(["study", "--list-options"]) == 0
+    assert not [line for line in capsys.readouterr().out.splitlines() if "None" in line or "True" in line]

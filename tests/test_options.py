@@ -179,7 +179,7 @@ def test_a_pipelines_starting_checkpoints_are_read_before_any_stage(tmp_path, ca
 
 @pytest.mark.parametrize("argv, said", [
     (["pretrain", "run.out=R", "--restart", "optim.lr=x"], "coclr pretrain: error: optim.lr: expected a number"),
-    (["study", "schedule.cycles=x", "--check", "schedule.cycle_epochs=3"], "schedule.cycles: expected an integer"),
+    (["study", "schedule.cycle_epochs=3", "--check", "schedule.cycles=x"], "schedule.cycles: expected an integer"),
     (["data", "synth", "--out", "S", "--seed", "6", "train_scenes=abc"], "train_scenes: expected an integer"),
 ])
 def test_overrides_are_read_wherever_they_stand(argv, said, tmp_path, capsys, monkeypatch):

@@ -73,15 +73,20 @@ _OnceLoader.add_implicit_resolver(_INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x
 _OnceLoader.add_implicit_resolver(
     _FLOAT, re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
                        r"|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
-_OnceLoader.add_constructor(_INT, lambda loader, node: _integer(loader.construct_scalar(node)))
+_OnceLoader.add_constructor(_INT, lambda loader, node: _integer(loader.construct_scalar(node), node))
 """YAML 1.1 read ``010`` as 8, ``1:30`` as 90, ``on`` and ``yes`` as true, ``1e-3`` as text and ``2024-01-01`` as a
 date; YAML 1.2 (and every reader of it) reads numbers as written, booleans as ``true``/``false``, and the rest as
 text."""
 
 
-def _integer(text: str) -> int:
-    """A YAML 1.2 integer: decimal (leading zeros too), ``0o`` octal or ``0x`` hexadecimal."""
-    return int(text, 0) if text.startswith(("0o", "0x")) else int(text, 10)
+def _integer(text: str, node: yaml.Node) -> int:
+    """A YAML 1.2 integer: decimal (leading zeros too), ``0o`` octal or ``0x`` hexadecimal; anything else (an
+    explicit ``!!int`` of another form) a YAML error at its place."""
+    try:
+        return int(text, 0) if text.startswith(("0o", "0x")) else int(text, 10)
+    except ValueError:
+        raise yaml.constructor.ConstructorError(None, None, f"{text!r} is not a YAML 1.2 integer (decimal, 0o or "
+                                                "0x)", node.start_mark) from None
 
 
 class Given(str):
@@ -261,10 +266,13 @@ def _unknown(cls: type, data: dict[str, Any], prefix: str, nested: bool) -> list
 
 def _check_types(cls: type, data: dict[str, Any], prefix: str) -> None:
     """Read each value of ``data`` (a file's options, known ones) as its option's type, so that a wrong one is
-    refused naming the file (the options are checked together, with the overrides, afterwards)."""
+    refused naming the file (the options are checked together, with the overrides, afterwards); an empty section
+    (``optim:`` with nothing under it) becomes an empty mapping: its defaults."""
     hints = typing.get_type_hints(cls)
     for name, value in data.items():
-        if dataclasses.is_dataclass(hints[name]) and isinstance(value, dict):
+        if dataclasses.is_dataclass(hints[name]) and value is None:
+            data[name] = {}
+        elif dataclasses.is_dataclass(hints[name]) and isinstance(value, dict):
             _check_types(hints[name], value, f"{prefix}{name}.")
         elif not dataclasses.is_dataclass(hints[name]):
             _coerce(hints[name], value, prefix + name)
@@ -275,8 +283,6 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if isinstance(value, Given):
         value = _read_given(tp, origin, value, key)
     if dataclasses.is_dataclass(tp):
-        if value is None:  # an empty section (``optim:`` with nothing under it): its defaults
-            value = {}
         return _build(tp, value, key + ".")
     if origin in (typing.Union, types.UnionType):
         args = get_args(tp)
@@ -364,7 +370,9 @@ def _as_yaml(value: Any, key: str) -> Any:
     """``value`` with the override texts in it (:class:`Given`, under a mapping option such as a study's ``train``)
     read as YAML 1.2 values, as a file's would be (typed when the mapping is read as options)."""
     if isinstance(value, Given):
-        return _read_given(Any, None, value, key)
+        if value in NULLS:
+            return None
+        return str(value) if " #" in value else _read_given(Any, None, value, key)  # (YAML: a comment)
     if isinstance(value, dict):
         return {name: _as_yaml(item, f"{key}.{name}") for name, item in value.items()}
     return value
@@ -413,6 +421,8 @@ def value_text(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(value_text(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {value_text(item)}" for key, item in value.items()) + "}"
     return repr(value)
 
 

@@ -84,7 +84,8 @@ class FolderRule:
     ``--restart``; ``other``: where else to go instead (``"another folder"``); ``paths``: dotted keys whose values
     are file or folder paths, compared and recorded as absolute paths (``store/`` is ``./store``; the same name
     typed in another folder is another store); ``since``: top-level keys a later version added, compared only
-    where the folder records them (one written before holds what it was never asked to record)."""
+    where the folder records them (one written before holds what it was never asked to record); ``same``: what
+    both settings are read through before they are compared (values an earlier version recorded otherwise)."""
 
     command: str
     what: str
@@ -94,12 +95,15 @@ class FolderRule:
     other: str = "another folder"
     paths: tuple[str, ...] = ()
     since: tuple[str, ...] = ()
+    same: Callable[[Any], Any] | None = None
 
     def differing(self, recorded: dict[str, Any], given: dict[str, Any]) -> list[str]:
         """Every differing key of the two settings, as ``key=<recorded> (given <given>)``."""
         recorded, given = absolute_paths(recorded, self.paths), absolute_paths(given, self.paths)
         recorded, given = without_keys(recorded, self.may_differ), without_keys(given, self.may_differ)
         given = without_keys(given, [key for key in self.since if key not in recorded])
+        if self.same is not None:
+            recorded, given = self.same(recorded), self.same(given)
         if self.may_add:  # only the keys both hold: the folder's other keys are other jobs', new ones are added
             shared = [key for key in given if key in recorded]
             recorded, given = {key: recorded[key] for key in shared}, {key: given[key] for key in shared}

@@ -47,11 +47,12 @@ def parse_rest(args: argparse.Namespace) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from coclr.config import describe, load_config
+    from coclr.config import describe, load_config, refuse_repeated
     from coclr.errors import ConfigError
     from coclr.flow.params import TVL1Params
 
     args = parse_rest(args)
+    refuse_repeated(args.overrides or [])  # (read here, after the flags: main saw none of them)
     if args.list_options:
         for key, default, text in describe(TVL1Params):
             print(f"{key} = {default}\n    {text}")

@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coclr.config import load_config
+    from coclr.config import load_config, refuse_repeated
     from coclr.errors import ConfigError
     from coclr.study.config import StudyConfig
 
@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         overrides = [token for token in args.seeds if not token.lstrip("-").isdigit()]
         args.seeds = check_seeds([int(token) for token in args.seeds if token.lstrip("-").isdigit()])
         args.overrides = [*overrides, *args.overrides]
+        refuse_repeated(args.overrides)  # (main saw only those after the seeds)
     given = [name for name, there in (("--seeds", args.seeds), ("--seed", args.seed is not None),
                                       ("seed=", any(o.startswith("seed=") for o in args.overrides))) if there]
     if len(given) > 1:  # (the later one replaced the earlier without a word)

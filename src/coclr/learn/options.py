@@ -10,7 +10,7 @@ from typing import Any
 
 from coclr.config import option
 from coclr.errors import ConfigError
-from coclr.seeding import SEEDS
+from coclr.seeding import check_seed
 from coclr.threads import check_workers
 
 
@@ -55,6 +55,5 @@ class LearnOptions:
 
     def validate(self) -> None:
         """Refuse, in one line naming the option, what no run could use (before any work)."""
-        if self.seed not in SEEDS:
-            raise ConfigError(f"--seed: must be from 0 to 2**32 - 1, got {self.seed}")
+        check_seed(self.seed, "--seed")
         check_workers(self.workers, "--workers")

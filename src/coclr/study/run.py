@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from coclr.atomic import atomic_write_json, atomic_write_text, read_json_record
+from coclr.config import parse_yaml
 from coclr.errors import ConfigError
 from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
 from coclr.eval.features import Stream
@@ -54,8 +55,27 @@ from coclr.study.results import (
 from coclr.synth import generate_synthetic
 from coclr.train.setup import CONTINUABLE
 
+
+def numbers_of_text(value: Any) -> Any:
+    """``value`` (nested) with text that YAML 1.2 reads as a number made that number: a study recorded its mappings'
+    values as YAML 1.1 read them (``1e-4`` as text), so that a folder it wrote compares equal to the same options
+    read today."""
+    if isinstance(value, dict):
+        return {key: numbers_of_text(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [numbers_of_text(item) for item in value]
+    if isinstance(value, str):
+        try:
+            read = parse_yaml(value)
+        except yaml.YAMLError:
+            return value
+        return read if isinstance(read, (int, float)) and not isinstance(read, bool) else value
+    return value
+
+
 STUDY_FOLDER = FolderRule("study", "a study run", may_differ=(
-    *(f"train.{key}" for key in CONTINUABLE if key not in ("run.out", "run.batch_size")), "eval.batch_size"))
+    *(f"train.{key}" for key in CONTINUABLE if key not in ("run.out", "run.batch_size")), "eval.batch_size"),
+    same=numbers_of_text)
 """How a study folder is continued or refused (:mod:`coclr.runfolder`); its options leave out ``processes`` and
 ``gpus``, which only schedule the work, and its stages' options that never change a result may differ, as in
 ``coclr pretrain`` (:data:`coclr.train.setup.CONTINUABLE`; not the batch, a study's is its global batch), and so

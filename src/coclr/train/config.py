@@ -244,12 +244,15 @@ class PretrainConfig:
         reads one (InfoNCE and UberNCE read one view: the second is inert there), the frozen miner of alternating
         CoCLR."""
         if self.method.spec.other_view is not None:
-            require(self.data.view != self.data.second_view, "data.second_view",
-                    f"must differ from data.view ({self.data.view!r}): {self.method.name} reads both")
+            self.check_second_view(f"{self.method.name} reads both")
         if self.method.spec.needs_sampler(self.method.simultaneous):
             require(bool(self.method.sampler_checkpoint), "method.sampler_checkpoint",
                     f"{self.method.name} needs the frozen other-view encoder that mines positives (a checkpoint of "
                     "the second view), or method.simultaneous=true")
+
+    def check_second_view(self, why: str) -> None:
+        require(self.data.view != self.data.second_view, "data.second_view",
+                f"must differ from data.view ({self.data.view!r}): {why}")
 
     @property
     def views(self) -> list[str]:
@@ -309,8 +312,7 @@ class PipelineConfig(PretrainConfig):
     pipeline: PipelineOptions = field(default_factory=PipelineOptions, metadata={"help": "schedule"})
 
     def validate(self) -> None:
-        require(self.data.view != self.data.second_view, "data.second_view",
-                f"must differ from data.view ({self.data.view!r}): a pipeline trains both")
+        self.check_second_view("a pipeline trains both")
         require(not self.method.mining_space.own_view or self.pipeline.mode == "alternate", "method.mine_in",
                 f"{self.method.mine_in} needs pipeline.mode=alternate (a frozen other-view encoder mines)")
         defaults = PretrainConfig()
