@@ -263,3 +263,54 @@ def test_the_markdown_table_shows_names_as_written():
     table, _, note = markdown_table([row]).split("\n")[2:5]
     assert table == "| &lt;img src=x onerror=alert(2)&gt;\\|pipe\\| | RGB | - | - | - | 50.0 |"  # six cells, no markup
     assert note == "- &lt;img src=x onerror=alert(2)&gt;\\|pipe\\| (RGB): two lines"
+
+
+def test_records_of_two_stores_are_two_rows_each_naming_its_store():
+    """A probe on one store and an R@1 on another made one row, the second R@1 replacing the first's."""
+    on_one = _record("linear", {"top1": 83.3}, [("a", "rgb", "infonce")], name="M", store="/s1")
+    same = _record("retrieval", {"R@1": 90.0}, [("a", "rgb", "infonce")], name="M", store="/s1")
+    other = dict(_record("retrieval", {"R@1": 42.0}, [("a", "rgb", "infonce")], name="M", store="/s2"),
+                 dataset="other")
+    rows = build_table([on_one, same, other])
+    assert [(row["Linear probe"], row["R@1"]) for row in rows] == [(83.3, 90.0), (None, 42.0)]
+    assert "on tiny (/s1)" in rows[0]["notes"] and "on other (/s2)" in rows[1]["notes"]
+    assert all(not row["notes"] for row in build_table([on_one, same]))  # one store: nothing to say
+
+
+def test_report_inputs_refused_before_out_is_made(gallery_inputs, tmp_path, capsys):
+    """A store without the gallery's videos, or one a record names that is gone, wrote table.md and run.json before
+    it was refused; a folder given as a result file was "not found"; NaN was a result."""
+    store, path, _ = gallery_inputs
+    other = make_tiny_store(tmp_path / "other", train_per_class=1, test_per_class=1, frames=8, seed=3)
+    (other / "index.json").write_text((other / "index.json").read_text().replace("red_class/", "crimson/"))
+    assert main(["report", "--results", str(path), "--store", str(other), "--out", str(tmp_path / "a")]) == 2
+    assert "holds no video" in capsys.readouterr().err and not (tmp_path / "a").exists()
+    gone = json.loads(path.read_text())
+    gone["store"] = str(tmp_path / "gone")
+    (tmp_path / "gone.json").write_text(json.dumps(gone))
+    assert main(["report", "--results", str(tmp_path / "gone.json"), "--out", str(tmp_path / "b")]) == 2
+    assert "give --store" in capsys.readouterr().err and not (tmp_path / "b").exists()
+    assert main(["report", "--results", str(tmp_path), "--out", str(tmp_path / "c")]) == 2
+    assert "a folder, not a result file" in capsys.readouterr().err
+    nan = _record("linear", {"top1": float("nan")}, [("a", "rgb", "infonce")])
+    (tmp_path / "nan.json").write_text(json.dumps(nan))
+    with pytest.raises(DataError, match="results.top1: not a finite number"):
+        load_record(tmp_path / "nan.json")
+
+
+@pytest.mark.slow
+def test_a_report_of_another_run_keeps_none_of_the_first_run_s_results(tmp_path):
+    """`report --run A` then `--run B` into one folder: results/ held A's stages beside B's, and a table made from
+    it mixed the two runs."""
+    fake_run(tmp_path)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    manifest["stages"] = manifest["stages"][:2]
+    (tmp_path / "short").mkdir()
+    for stage in manifest["stages"]:
+        (tmp_path / "short" / stage["name"]).symlink_to(tmp_path / "run" / stage["name"])
+    (tmp_path / "short" / "manifest.json").write_text(json.dumps(manifest))
+    for run in ("run", "short"):
+        assert main(["report", "--run", str(tmp_path / run), "--store", str(tmp_path / "store"), "--out",
+                     str(tmp_path / "report"), "--length", "8", "--size", "32", "--quiet"]) == 0
+    assert sorted(p.name for p in (tmp_path / "report" / "results").iterdir()) == [
+        "infonce_flow_flow.json", "infonce_rgb_rgb.json"]

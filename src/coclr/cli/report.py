@@ -41,7 +41,14 @@ def run(args: argparse.Namespace) -> int:
 
     from coclr.errors import ConfigError
     from coclr.eval.features import check_cache_dir
-    from coclr.eval.report import REPORT_FOLDER, check_run_inputs, load_record, report_options, write_report
+    from coclr.eval.report import (
+        REPORT_FOLDER,
+        check_run_inputs,
+        gallery_inputs,
+        load_record,
+        report_options,
+        write_report,
+    )
     from coclr.runfolder import check_folder, claim_folder
     from coclr.store.clipstore import open_store
 
@@ -60,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         settings = run_settings(args)
     records = [load_record(path) for path in args.results]
     store = open_store(args.store) if args.store else None
+    gallery_inputs(records, store)  # the gallery's store and videos, before --out is made
     if args.run:
         check_run_inputs(args.run, store)  # the store's views and splits, before --out is made too
     with claim_folder(args.out, REPORT_FOLDER, {}, legacy=report_options):

@@ -14,6 +14,7 @@ Figure 5 (a retrieval gallery, see :mod:`coclr.eval.gallery`).
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,8 @@ def is_result_file(path: str | Path) -> bool:
 def load_record(path: str | Path) -> dict[str, Any]:
     """One evaluation record, checked to be one (names the file and the field when it is not)."""
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path}: a folder, not a result file; give the files (e.g. {path / '*.json'})")
     record = read_json_record(path)
     if record is None:
         raise DataError(f"result file not found: {path}")
@@ -122,6 +125,8 @@ def record_problem(record: dict[str, Any]) -> str | None:
     metric = "R@1" if record["task"] == "retrieval" else "top1"
     if results.get(metric) is not None and not _is_number(results[metric]):
         return f"results.{metric}: not a number ({results[metric]!r})"
+    if results.get(metric) is not None and not math.isfinite(results[metric]):
+        return f"results.{metric}: not a finite number ({results[metric]!r})"
     if record.get("name") is not None and not isinstance(record["name"], str):
         return "name: not a string"
     config = record.get("config", {})
@@ -220,15 +225,19 @@ def degenerate(record: dict[str, Any]) -> bool:
 def build_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per encoder (or encoder pair) and clip shape: the linear-probe and finetune top-1 and R@1 in
     percent, None where not evaluated. Rows keep the order in which their encoders first appear; a later record
-    of the same task, encoders and clips replaces an earlier one. A row evaluated on other clips than its encoder
+    of the same task, encoders, clips and store replaces an earlier one; records of other stores are other rows,
+    each noting its store when the table holds more than one (an R@1 of one dataset beside a probe of another
+    was one row). A row evaluated on other clips than its encoder
     was trained on has the Method marked :data:`OTHER_CLIPS_MARK`, one with degenerate features
     :data:`DEGENERATE_MARK`; ``notes`` says why (:func:`markdown_table` lists them under the table)."""
     rows: dict[tuple, dict[str, Any]] = {}
     columns = {"linear": "Linear probe", "finetune": "Finetune", "retrieval": "R@1"}
     metric = {"linear": "top1", "finetune": "top1", "retrieval": "R@1"}
+    stores = {(record.get("dataset"), record.get("store")) for record in records}
     for record in records:
         clips = record_clips(record)
-        key = (_encoder_key(record), record.get("name"), tuple(sorted(clips.items())))
+        data = (record.get("dataset"), record.get("store"))
+        key = (_encoder_key(record), record.get("name"), tuple(sorted(clips.items())), data)
         row = rows.setdefault(key, {**describe_encoders(record), "Linear probe": None, "Finetune": None,
                                     "R@1": None, "clips": clips, "notes": [], "sources": []})
         row[columns[record["task"]]] = record["results"].get(metric[record["task"]])
@@ -237,6 +246,8 @@ def build_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if degenerate(record):
             notes.append(f"{DEGENERATE_MARK} degenerate features in the {record['task']} evaluation (a collapsed "
                          "encoder): no evidence of a representation")
+        if len(stores) > 1:
+            notes.append(f"on {data[0] or 'a dataset'} ({data[1] or 'a store not recorded'})")
         row["notes"] += [note for note in notes if note not in row["notes"]]
     for row in rows.values():
         marks = "".join(mark for mark in (OTHER_CLIPS_MARK, DEGENERATE_MARK) if any(n[0] == mark for n in row["notes"]))
@@ -397,14 +408,15 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
     Each (checkpoint content, view) is evaluated once (a frozen network is the same file as before), with
     features cached in ``cache_dir`` (default ``out_dir/feature_cache``). Records are written to
     ``out_dir/results/<stage>_<view>.json``, with ``mined_precision`` (percent) for stages that mined
-    positives; the plot to ``out_dir/stage_recall.png``.
+    positives (those of another run's stages there are removed: the folder holds this run's); the plot to
+    ``out_dir/stage_recall.png``.
     """
 
     out_dir = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir else out_dir / "feature_cache"
     stages = check_run_inputs(run_dir, store)
     by_content: dict[tuple[str, str], dict[str, Any]] = {}
-    records = []
+    records, written = [], set()
     views = list(dict.fromkeys(view for stage in stages for view in stage["encoders"]))
     recall: dict[str, list[float | None]] = {view: [] for view in views}
     for stage in stages:
@@ -425,12 +437,43 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
                     record["mined_precision"] = precision
                 if view in stage["trains"]:
                     atomic_write_json(out_dir / "results" / f"{trained_in}_{view}.json", record)
+                    written.add(f"{trained_in}_{view}.json")
                     records.append(record)
                 by_content[key] = record
             recall[view].append(by_content[key]["results"]["R@1"])
+    for earlier in (out_dir / "results").glob("*.json"):  # another run's stages (this folder's own files)
+        if earlier.name not in written:
+            earlier.unlink()
     plot_stage_recall([stage["name"] for stage in stages], recall, [stage["trains"] for stage in stages],
                       out_dir / "stage_recall.png")
     return records
+
+
+def gallery_inputs(records: Sequence[dict[str, Any]], store=None) -> tuple[dict[str, Any] | None, Any]:
+    """The retrieval record the gallery shows (the last with neighbours, preferring one whose first stream is RGB,
+    as the paper's Figure 5) and the store of its thumbnails (``store``, else the one the record names), checked:
+    a record without a store, a store not found, or one without the record's videos is a :class:`DataError` naming
+    the record and what to give (so that a command refuses it before it writes anything)."""
+    retrievals = [record for record in records if record["task"] == "retrieval" and "neighbours" in record]
+    if not retrievals:
+        return None, None
+    rgb_first = [record for record in retrievals if record["streams"][0]["view"] == "rgb"]
+    record = (rgb_first or retrievals)[-1]
+    source = record.get("source", "a retrieval record")
+    if store is None and not isinstance(record.get("store"), str):
+        raise DataError(f"{source}: records no store for the gallery's thumbnails; give --store")
+    try:
+        chosen = store if store is not None else open_store(record["store"])
+    except DataError as error:
+        raise DataError(f"{source}: the store it records for the gallery's thumbnails: {error}; give --store"
+                        ) from None
+    neighbours = record["neighbours"]
+    held = {entry.path for entry in chosen.index.entries}
+    missing = sorted({*neighbours["query_keys"], *neighbours["gallery_keys"]} - held)
+    if missing:
+        raise DataError(f"{chosen.root}: holds no video {missing[0]!r} of {source} ({len(missing)} missing): give the "
+                        "store it was evaluated on (--store)")
+    return record, chosen
 
 
 def write_report(out_dir: str | Path, records: Sequence[dict[str, Any]], store=None,
@@ -442,15 +485,7 @@ def write_report(out_dir: str | Path, records: Sequence[dict[str, Any]], store=N
     """
 
     out_dir = Path(out_dir)
-    retrievals = [record for record in records if record["task"] == "retrieval" and "neighbours" in record]
-    gallery_record = gallery_store = None
-    if retrievals:  # the gallery's store is opened before anything is written: a bad one changes nothing
-        rgb_first = [record for record in retrievals if record["streams"][0]["view"] == "rgb"]
-        gallery_record = (rgb_first or retrievals)[-1]
-        if store is None and not isinstance(gallery_record.get("store"), str):
-            raise DataError(f"{gallery_record.get('source', 'a retrieval record')}: records no store for the "
-                            "gallery's thumbnails; give --store")
-        gallery_store = store if store is not None else open_store(gallery_record["store"])
+    gallery_record, gallery_store = gallery_inputs(records, store)  # before anything is written
     markdown, table = write_table(build_table(records), out_dir)
     written = {"table.md": markdown, "table.json": table}
     if gallery_record is not None:
