@@ -458,7 +458,7 @@ def test_curate_finds_the_copy_ranks_every_video_and_keeps_its_rules(embedded, t
     assert main(["curate", str(embeddings), "--out", str(out), "--calibrate", "2", "--quiet"]) == 0  # again
     assert {p: p.stat().st_mtime_ns for p in (out / "thumbs").iterdir()} == before  # thumbnails kept
     snapshot = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and ".lock" not in p.name}
-    with pytest.raises(FolderRefused, match=r"threshold=None \(given 0\.5\)"):
+    with pytest.raises(FolderRefused, match=r"threshold=null \(given 0\.5\)"):
         curate(embeddings, out, CurateOptions(threshold=0.5, calibrate=2), show=False)
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and ".lock" not in p.name} == snapshot
     given = curate(embeddings, tmp_path / "given", CurateOptions(threshold=0.9999999, calibrate=0), show=False)

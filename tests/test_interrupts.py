@@ -725,10 +725,11 @@ def test_a_study_stopped_stops_its_commands_and_says_what_is_kept(tmp_path):
     """The quick study, stopped while its training commands run: they stop (each keeping its checkpoint), and the
     study says how many are done."""
     from test_study import REDUCED
+    from test_train import with_options
 
     out = tmp_path / "demo"
     env = environment(tmp_path)
-    argv = ["demo", "--out", str(out), *REDUCED, "schedule.infonce_epochs=1000"]
+    argv = ["demo", "--out", str(out), *with_options(REDUCED, "schedule.infonce_epochs=1000")]
     process = start(argv, env, tmp_path / "run")
     status, line, _ = stop_when(process, lambda: any((out / "pipeline").rglob("checkpoint_last.pth"))
                                 if (out / "pipeline").is_dir() else False, signal.SIGTERM, group=False,

@@ -23,6 +23,7 @@ from coclr.study.plan import plan_study
 from coclr.study.results import claims, results_markdown, seeds_markdown, summarise_seeds
 from coclr.train.config import MethodOptions, PipelineConfig, PretrainConfig
 from conftest import REPO_ROOT
+from test_train import with_options
 
 REDUCED = ["data.synth={train_scenes: 4, test_scenes: 2, num_classes: 4, actions_per_scene: 4, clips_per_action: 1, "
            "frames: 10, motions: [translate_up, zoom_in, rotate, circle]}", "data.flow_backend=dis",
@@ -40,8 +41,8 @@ def _coclr(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 CYCLE_EPOCHS = 5
 """The study's stages take no step until their queue is full (64 keys: 8 iterations of 8, four epochs of the 16
 train clips); with five epochs each stage trains, so K and the mining reach the encoders."""
-STUDY_OPTIONS = [*REDUCED, "train.method.queue_size=64", f"schedule.infonce_epochs={CYCLE_EPOCHS}",  # K=50 < queue
-                 f"schedule.cycle_epochs={CYCLE_EPOCHS}", "processes=2"]
+STUDY_OPTIONS = with_options(REDUCED, "train.method.queue_size=64", f"schedule.infonce_epochs={CYCLE_EPOCHS}",
+                             f"schedule.cycle_epochs={CYCLE_EPOCHS}", "processes=2")  # K=50 < queue
 STUDY_ARGS = ["--config", str(REPO_ROOT / "configs" / "study_demo.yaml"), "--seed", "3", *STUDY_OPTIONS]
 """configs/study_demo.yaml reduced: the quick study's rows and options (``coclr demo``'s) with every other row of
 Table 1 and the finetune column."""
@@ -191,10 +192,10 @@ def test_the_quick_studys_rows_write_every_result(table_1, tmp_path: Path) -> No
     # With another option it refuses at once, naming the option, and leaves the results as they were; how many
     # commands run at once may change.
     before = (out / "results.json").read_text()
-    other = _coclr("study", "--out", str(out), *STUDY_ARGS, "train.method.topk=3")
+    other = _coclr("study", "--out", str(out), *with_options(STUDY_ARGS, "train.method.topk=3"))
     assert other.returncode != 0 and "train.method.topk=2 (given 3)" in other.stderr, other.stderr[-3000:]
     assert (out / "results.json").read_text() == before
-    assert _coclr("study", "--out", str(out), *STUDY_ARGS, "processes=1", "--check").returncode == 0
+    assert _coclr("study", "--out", str(out), *with_options(STUDY_ARGS, "processes=1"), "--check").returncode == 0
 
 
 def test_the_quick_study_plans_the_demo_and_checks_every_option(tmp_path: Path) -> None:
@@ -719,8 +720,8 @@ def test_the_miner_rows_run_and_their_gain_is_plotted_against_their_precision(tm
     miners' paired differences and the plot (`--seeds`)."""
     out = tmp_path / "miners"
     rows = ["infonce_flow", "coclr_flow", "coclr_ubernce_miner_flow", "coclr_infonce_miner_flow", "coclr_both_flow"]
-    result = _coclr("study", "--out", str(out), "--seeds", "0", *REDUCED, "train.method.queue_size=8",
-                    "train.run.log_every=1", "rows=[" + ", ".join([*rows, "coclr_both_rgb"]) + "]",
+    result = _coclr("study", "--out", str(out), "--seeds", "0", *REDUCED, "train.run.log_every=1",
+                    "rows=[" + ", ".join([*rows, "coclr_both_rgb"]) + "]",
                     "columns=[retrieval]", timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     seed = out / "seed0"
