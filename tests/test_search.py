@@ -568,3 +568,21 @@ def test_a_query_is_resolved_by_the_library(folder, tmp_path):
         resolve_query(embeddings, "no-such-file.mp4")
     with pytest.raises(DataError, match="out of range"):
         resolve_query(embeddings, str(len(embeddings.video_records)))
+
+
+def test_a_search_that_cannot_run_is_refused_before_a_query_video_is_embedded(folder, tmp_path, capsys,
+                                                                              monkeypatch):
+    """`-k 0` with a video file as the query embedded the video first (seconds to minutes), then was refused."""
+    from coclr.embed import search as module
+
+    out, _, videos = folder
+
+    def embedded(*args, **kwargs):
+        raise AssertionError("the query was embedded before the refusal")
+
+    monkeypatch.setattr(module, "resolve_query", embedded)
+    assert cli_main(["search", str(out), "--query", str(videos[0]), "-k", "0"]) == 2
+    assert "-k: must be at least 1, got 0" in capsys.readouterr().err
+    monkeypatch.setattr(module, "faiss_available", lambda: False)
+    assert cli_main(["search", str(out), "--query", str(videos[0]), "--backend", "faiss"]) == 2
+    assert "faiss is not installed" in capsys.readouterr().err

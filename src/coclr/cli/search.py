@@ -32,7 +32,14 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from coclr.embed.output import Embeddings
-    from coclr.embed.search import file_thumbnail, format_hits, resolve_query, search, write_search_html
+    from coclr.embed.search import (
+        check_search,
+        file_thumbnail,
+        format_hits,
+        resolve_query,
+        search,
+        write_search_html,
+    )
     from coclr.errors import DataError
     from coclr.eval.gallery import is_page_file
     from coclr.runfolder import check_output_file
@@ -44,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"coclr search: note: {args.dir} has results of an unfinished run not merged yet; run the same coclr "
               "embed command again to include them", file=sys.stderr)
     asked = options_from_flags(SearchOptions, args)
+    check_search(embeddings, asked)  # before a query video is embedded
     query = resolve_query(embeddings, args.query, asked.windows, args.device)
     if query.stale:
         changed = f"row {query.row}'s file {query.label} changed or was removed since it was embedded"

@@ -42,6 +42,7 @@ class SearchOptions:
     windows: bool = option(False, "search the windows (where in which video) instead of whole videos")
     center: bool = option(False, "subtract the folder's mean vector first (the paper's retrieval protocol); "
                                  "otherwise plain cosine similarity of the stored vectors")
-    backend: str = option("exact", "exact: chunked exact search (bounded memory); faiss: FAISS IndexFlatIP (exact "
-                                   "too, needs faiss-cpu and the whole array in memory)",
+    backend: str = option("exact", "exact: chunked exact search (bounded memory), equal scores by row; faiss: FAISS "
+                                   "IndexFlatIP (float32 scores, equal ones in FAISS's order; needs faiss-cpu and "
+                                   "the whole array in memory)",
                           cli={"choices": SEARCH_BACKENDS})

@@ -674,6 +674,18 @@ def _unit(rows: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
     return np.ascontiguousarray(rows / np.maximum(norms, 1e-12), dtype=np.float32)
 
 
+def check_search(embeddings: Embeddings, asked: SearchOptions) -> None:
+    """Refuse, in one line, a search that cannot run: nothing to search, ``k`` below 1, FAISS not installed (a
+    command checks it before it embeds a query video)."""
+    gallery = embeddings.windows if asked.windows else embeddings.videos
+    if len(gallery) == 0:
+        raise DataError(f"{embeddings.root}: no {'windows' if asked.windows else 'videos'} to search")
+    if asked.k < 1:
+        raise ConfigError(f"-k: must be at least 1, got {asked.k}")
+    if asked.backend == "faiss" and not faiss_available():
+        raise ConfigError("--backend faiss: faiss is not installed (pip install faiss-cpu); use the exact backend")
+
+
 def search(embeddings: Embeddings, query: np.ndarray, k: int = SearchOptions.k, windows: bool = SearchOptions.windows,
            exclude: int | None = None, backend: str = SearchOptions.backend, center: bool = SearchOptions.center,
            stale: list[str] | None = None) -> list[Hit]:
@@ -681,11 +693,8 @@ def search(embeddings: Embeddings, query: np.ndarray, k: int = SearchOptions.k, 
     one row of the searched array (the query's own). A hit whose file was removed or changed since it was embedded
     is never served: it is left out (its path appended to ``stale``) and the next row takes its place; only the
     candidates' files are looked at, so a search costs a few ``stat`` calls, not one per row."""
+    check_search(embeddings, SearchOptions(k=k, windows=windows, backend=backend, center=center))
     gallery = embeddings.windows if windows else embeddings.videos
-    if len(gallery) == 0:
-        raise DataError(f"{embeddings.root}: no {'windows' if windows else 'videos'} to search")
-    if k < 1:
-        raise ConfigError(f"k: must be at least 1, got {k}")
     rows_or_prepared = folder_rows(embeddings, windows, center) if backend == "exact" else gallery
     left_out = {exclude} if exclude is not None else set()
     fresh: dict[int, bool] = {}  # video row -> whether its file is as embedded
