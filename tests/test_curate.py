@@ -781,3 +781,27 @@ def test_videos_that_cannot_be_read_are_listed_and_the_status_says_so(embedded, 
     printed = capsys.readouterr().out
     assert "1 video(s) could not be read for a fingerprint" in printed and "1 video(s) changed or removed" in printed
     assert json.loads((tmp_path / "out" / "curate.json").read_text())["fingerprints"]["without"] == [records[1]["path"]]
+
+
+def test_the_windows_threshold_is_calibrated_among_windows():
+    """The windows' threshold was the videos' (calibrated on whole-video vectors, centred by the videos' mean) and
+    applied to windows centred by theirs, another scale: every pair of four distinct clips "shared a stretch".
+    Each copy's window is now matched to its original's most similar window (a trim moves them), in the windows'
+    own space."""
+    from types import SimpleNamespace
+
+    from coclr.curate.calibrate import WindowSpace, _threshold, window_positives
+    from coclr.eval.exact import unit_rows
+
+    rng = np.random.default_rng(0)
+    raw = rng.normal(size=(6, 16))  # 3 videos of 2 windows
+    mean = raw.mean(axis=0)
+    space = WindowSpace(unit_rows(raw, mean), mean, np.array([0, 0, 1, 1, 2, 2]),
+                        nearest=np.array([0.1, 0.2, 0.0, 0.15, 0.05, 0.1]))
+    copy = raw[[1, 0]] + rng.normal(scale=0.01, size=(2, 16))  # video 0's windows, in another order, barely altered
+    copied = SimpleNamespace(windows=copy, window_records=[{"video": 0}, {"video": 0}],
+                             row_of=lambda path: 0 if path == "c.mp4" else None)
+    positives = window_positives(None, copied, [(0, "crop", "c.mp4"), (1, "crop", "gone.mp4")], space)
+    assert list(positives) == ["crop"] and len(positives["crop"]) == 2 and min(positives["crop"]) > 0.99
+    result = _threshold(positives, space.nearest, 1, "embedded")
+    assert result["threshold"] is not None and 0.2 < result["threshold"] <= min(positives["crop"])

@@ -11,6 +11,7 @@ that separates them best (:func:`coclr.curate.groups.calibrated_threshold`).
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,13 +95,17 @@ def altered_copies(embeddings: Embeddings, rows: list[int], out: Path) -> list[t
 
 
 def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None, nearest: np.ndarray, count: int,
-              out: Path, encoder, stale: set[int] | None = None, show: bool = True) -> dict[str, Any]:
+              out: Path, encoder, stale: set[int] | None = None, show: bool = True,
+              windows: WindowSpace | None = None) -> dict[str, Any]:
     """The calibrated threshold and what it rests on: ``count`` videos' altered copies embedded by ``encoder``
     (:func:`folder_encoder`) into
     ``out/embeddings`` (``units``: the folder's video vectors, centred by ``mean`` and of unit length, as the copies'
     are then compared; ``nearest``: each video's similarity to its nearest other). Returns ``{"threshold", "rule",
     "positives": {alteration: [similarities]}, "videos"}``; with no usable copy, the caller's distribution rule
-    applies (``threshold`` None)."""
+    applies (``threshold`` None). With ``windows``, also ``"windows"``: the windows' own threshold, calibrated the
+    same way in their space (:func:`window_positives`), as windows are compared (their similarities lie on another
+    scale than the videos': a threshold of one, applied to the other, made every pair of distinct videos share a
+    stretch)."""
     from coclr.embed.run import embed_videos  # noqa: PLC0415 (heavy: torch)
 
     out.mkdir(parents=True, exist_ok=True)
@@ -118,7 +123,40 @@ def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None
         copy_unit = unit_rows(np.asarray(copied.videos[found])[None], mean)[0]  # as the folder's rows: the same
         positives.setdefault(name, []).append(float(copy_unit.astype(np.float64) @ units[row].astype(np.float64)))
         # similarity on every CPU (a float64 BLAS dot of raw vectors rounded by its kernel's order)
-    return _threshold(positives, nearest, len({row for row, _, _ in copies}), "embedded")
+    result = _threshold(positives, nearest, len({row for row, _, _ in copies}), "embedded")
+    if windows is not None:
+        matched = window_positives(embeddings, copied, copies, windows)
+        result["windows"] = _threshold(matched, windows.nearest, len({row for row, _, _ in copies}), "embedded")
+    return result
+
+
+@dataclass(frozen=True)
+class WindowSpace:
+    """The folder's windows as stretches are compared: ``units`` (centred by ``mean``, unit length, ``[M, D]``),
+    each window's video row (``video``) and its similarity to its nearest window of another video (``nearest``)."""
+
+    units: np.ndarray
+    mean: np.ndarray | None
+    video: np.ndarray
+    nearest: np.ndarray
+
+
+def window_positives(embeddings: Embeddings, copied: Embeddings, copies: list[tuple[int, str, Path]],
+                     windows: WindowSpace) -> dict[str, list[float]]:
+    """For each altered copy, each of its windows' similarity to the most similar window of its original (a trim
+    or a change of speed moves the windows: the best match, not the one at the same second), by alteration."""
+    copy_video = np.array([record["video"] for record in copied.window_records], np.int64)
+    positives: dict[str, list[float]] = {}
+    for row, name, path in copies:
+        found = copied.row_of(path)
+        mine = np.flatnonzero(copy_video == found) if found is not None else np.empty(0, np.int64)
+        theirs = np.flatnonzero(windows.video == row)
+        if not len(mine) or not len(theirs):
+            continue
+        copy_units = unit_rows(np.asarray(copied.windows[mine]), windows.mean).astype(np.float64)
+        best = (copy_units @ windows.units[theirs].astype(np.float64).T).max(axis=1)
+        positives.setdefault(name, []).extend(float(value) for value in best)
+    return positives
 
 
 def calibrate_fingerprints(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray, count: int, out: Path,

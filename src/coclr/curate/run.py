@@ -209,37 +209,42 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         group_scores, group_neighbours, group_threshold, group_rule, fingerprinted = _fingerprint_groups(
             embeddings, out, options, stem, k, stale, show)
     alike = stem is not None and group_rule == ALIKE_RULE  # one group: no stretch to find, no threshold to calibrate
+    windows = options.windows and len(embeddings.windows) > 1
+    given = not options.fingerprints and options.threshold is not None
+    space = _window_space(embeddings, show) if windows and not alike and (given or options.calibrate > 0) else None
     threshold, rule, calibration = float("nan"), "not needed", {}
-    if not options.fingerprints and options.threshold is not None:
+    if given:
         threshold, rule = float(options.threshold), "given"
     elif not alike and vector_threshold_wanted(options, len(embeddings.windows)):
         threshold, rule, calibration = _vector_threshold(embeddings, out, options, units, rows.mean, nearest, encoder,
-                                                         stale, show)
+                                                         stale, show, space[0] if space is not None else None)
+    window_threshold, window_rule = threshold, rule
+    if rule.startswith("calibrated") or rule.startswith("the distribution rule"):  # the windows': their own
+        own = calibration.get("windows") or {"threshold": None, "rule": calibration.get("rule", "not calibrated")}
+        window_threshold = own["threshold"] if own["threshold"] is not None else float("nan")
+        window_rule = own["rule"] if own["threshold"] is not None else f"not calibrated: {own['rule']}"
     if stem is None:
         group_scores, group_neighbours, group_threshold, group_rule = scores, neighbours, threshold, rule
     seconds["threshold"] = time.perf_counter() - clock
     say(f"coclr curate: near-duplicate threshold {group_threshold:.4f} ({group_rule})", show)
-    if stem is not None and options.windows and len(embeddings.windows) > 1 and not alike:
-        say(f"coclr curate: the windows' threshold {threshold:.4f} ({rule})", show)
+    if windows and not alike:
+        say(f"coclr curate: the windows' threshold {window_threshold:.4f} ({window_rule})", show)
     # Stretches only from a threshold that was calibrated on copies or given: the distribution rule says which whole
     # videos are unusually alike, and says nothing of windows (measured: most of its stretches were not copies).
 
     clock = time.perf_counter()
     whole = rules.duplicate_groups(group_scores, group_neighbours, group_threshold)
     stretches = []
-    windows = options.windows and len(embeddings.windows) > 1
-    trusted = rule == "given" or rule.startswith("calibrated")
+    trusted = window_rule == "given" or window_rule.startswith("calibrated")
     if windows and not trusted and not alike:
         say("coclr curate: no stretches searched: the windows' threshold is not calibrated (the vectors did not tell "
             "altered copies from other videos, or --calibrate 0)", show)
-    if windows and trusted:
-        window_video = np.array([record["video"] for record in embeddings.window_records], np.int64)
+    if windows and trusted and space is not None:
+        window_space, (w_scores, w_neighbours) = space
         starts = np.array([record["start"] for record in embeddings.window_records], np.float64)
         ends = np.array([record["end"] for record in embeddings.window_records], np.float64)
-        window_rows = folder_rows(embeddings, windows=True, center=True)
-        w_scores, w_neighbours = neighbour_graph(window_rows, 4, groups=window_video, show=show,
-                                                 desc="nearest windows")
-        stretches = rules.matching_stretches(w_scores, w_neighbours, window_video, starts, ends, threshold,
+        stretches = rules.matching_stretches(w_scores, w_neighbours, window_space.video, starts, ends,
+                                             window_threshold,
                                              rules.group_of(whole, count))
     outliers = rules.outlier_scores(scores, options.neighbours)
     ranking = rules.outlier_ranking(outliers)
@@ -269,7 +274,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         "embeddings": str(embeddings.root.resolve()), "videos": count, "threshold": group_threshold,
         "rule": group_rule, "compared_by": "fingerprints" if stem is not None else "vectors",
         **({"fingerprints": fingerprinted} if stem is not None else {}),
-        "window_threshold": threshold if windows else None, "window_rule": rule if windows else None,
+        "window_threshold": window_threshold if windows else None, "window_rule": window_rule if windows else None,
         "stretches": ("not asked for" if not windows else "not searched: one group holds every video" if alike
                       else "searched" if trusted else "not searched: the windows' threshold is not calibrated"),
         "calibration": {key: value for key, value in calibration.items() if key != "threshold"},
@@ -280,10 +285,24 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     return summary
 
 
+def _window_space(embeddings: Embeddings, show: bool):
+    """The windows as stretches are compared (:class:`~coclr.curate.calibrate.WindowSpace`) and their graph: each
+    window's 4 nearest windows of other videos."""
+    from coclr.curate.calibrate import WindowSpace  # noqa: PLC0415 (heavy: torch)
+    from coclr.embed.search import folder_rows  # noqa: PLC0415
+
+    video = np.array([record["video"] for record in embeddings.window_records], np.int64)
+    rows = folder_rows(embeddings, windows=True, center=True)
+    graph = neighbour_graph(rows, 4, groups=video, show=show, desc="nearest windows")
+    return WindowSpace(rows.block(0, rows.count), rows.mean, video, graph[0][:, 0].astype(np.float64)), graph
+
+
 def _vector_threshold(embeddings: Embeddings, out: Path, options: CurateOptions, units: np.ndarray, mean,
-                      nearest: np.ndarray, encoder, stale: set[int], show: bool) -> tuple[float, str, dict[str, Any]]:
+                      nearest: np.ndarray, encoder, stale: set[int], show: bool,
+                      windows=None) -> tuple[float, str, dict[str, Any]]:
     """The threshold on the vectors, its rule and its calibration's record: calibrated on altered copies, else the
-    distribution rule."""
+    distribution rule; with ``windows`` (:class:`~coclr.curate.calibrate.WindowSpace`), the calibration's record
+    holds the windows' own threshold too."""
     calibration: dict[str, Any] = {"threshold": None, "rule": "--calibrate 0"}
     if encoder is not None:
         from coclr.curate.calibrate import FOLDER, calibrate, sample_rows  # noqa: PLC0415 (heavy: torch)
@@ -291,7 +310,8 @@ def _vector_threshold(embeddings: Embeddings, out: Path, options: CurateOptions,
         what = "the windows' threshold (--no-windows skips it)" if options.fingerprints else "the vectors' threshold"
         videos = len(sample_rows(embeddings, options.calibrate, stale))
         say(f"coclr curate: calibrating {what} on altered copies of {videos} videos ...", show)
-        calibration = calibrate(embeddings, units, mean, nearest, options.calibrate, out / FOLDER, encoder, stale, show)
+        calibration = calibrate(embeddings, units, mean, nearest, options.calibrate, out / FOLDER, encoder, stale, show,
+                                windows)
     if calibration["threshold"] is not None:
         return float(calibration["threshold"]), calibration["rule"], calibration
     return rules.distribution_threshold(nearest), _distribution_rule(calibration["rule"]), calibration
