@@ -433,6 +433,10 @@ def test_a_torchscript_network_is_named_as_one_and_not_run(tmp_path, capsys):
                                               "checkpoint it was exported from"):
         load_encoder(tmp_path / "model.pt")
     assert "torch.load" not in capsys.readouterr().err
+    (tmp_path / "model.onnx").write_bytes(b"\x08\x07\x12\x07pytorch")  # an ONNX protobuf's first bytes
+    with pytest.raises(CheckpointError, match=r"model\.onnx: an ONNX network .* not a checkpoint; give the "
+                                              "checkpoint it was exported from"):
+        load_encoder(tmp_path / "model.onnx")
 
 
 def test_a_checkpoint_is_read_once_per_process_while_the_file_is_unchanged(tmp_path):

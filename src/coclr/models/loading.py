@@ -336,6 +336,9 @@ def _parse_checkpoint(path: Path, data: bytes, map_location: Any) -> Any:
     if is_safetensors(data[:9]):
         return read_safetensors(path, map_location, data=data)
     head = data[:4]
+    if head != _ZIP_MAGIC and head[:2] not in _PICKLE_PROTOCOLS and path.suffix.lower() == ".onnx":
+        raise CheckpointError(f"{path}: an ONNX network (as `coclr export --format onnx` writes), not a checkpoint; "
+                              "give the checkpoint it was exported from (its folder's README.md names it)")
     if head != _ZIP_MAGIC and head[:2] not in _PICKLE_PROTOCOLS:
         raise CheckpointError(f"{path}: not a PyTorch checkpoint (it is neither torch.save's zip format, its "
                               "legacy format nor safetensors; an incomplete download or another kind of file?)")
