@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -168,6 +169,9 @@ def test_the_folder_rule(encoder_file, tmp_path):
     again = export_encoder(encoder_file, "torchscript", out)  # the same command: nothing written
     assert again.already_done and "nothing written" in str(again)
     assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == stamps
+    copy = tmp_path / "copy.pth"  # the same bytes elsewhere: the same encoder (it was refused on its path)
+    copy.write_bytes(Path(encoder_file).read_bytes())
+    assert export_encoder(copy, "torchscript", out).already_done
     with pytest.raises(FolderRefused, match="format='torchscript' \\(given 'safetensors'\\)"):
         export_encoder(encoder_file, "safetensors", out)
     assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == stamps

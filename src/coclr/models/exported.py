@@ -35,7 +35,9 @@ from coclr.models.export import (
 )
 from coclr.runfolder import FolderRule, check_folder, claim_folder
 
-EXPORT_FOLDER = FolderRule("export", "an exported encoder")
+EXPORT_FOLDER = FolderRule("export", "an exported encoder", may_differ=("encoder",))
+"""How an export folder is continued or refused (:mod:`coclr.runfolder`): by the encoder's content and the format;
+the encoder's path may differ (a copy or a moved file of the same bytes is the same encoder)."""
 CHECK_CLIPS = 4
 """Clips compared when none are given (seeded normal noise of the encoder's clip shape)."""
 
