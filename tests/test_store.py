@@ -533,9 +533,10 @@ def test_an_interrupted_build_keeps_what_its_entries_noted(tmp_path, monkeypatch
     assert ClipStore(tmp_path / "store").num_frames("v0.mp4", "rgb") == 12
 
 
-def test_a_video_changed_since_it_was_decoded_is_decoded_again_and_its_flow_removed(tmp_path, capsys):
+def two_videos_with_flow(tmp_path) -> tuple[Path, list[str]]:
+    """Two small videos in ``tmp_path/videos``, stored with their DIS flow in ``tmp_path/store``; returns the store
+    and the command line of ``coclr data store`` that made it."""
     from coclr.cli import main
-    from coclr.store.clipstore import ClipStore
     from test_embed import moving_square, write_video
 
     for number in range(2):
@@ -545,8 +546,16 @@ def test_a_video_changed_since_it_was_decoded_is_decoded_again_and_its_flow_remo
                  str(index)]) == 0
     command = ["data", "store", "--index", str(index), "--root", str(tmp_path / "videos"), "--out", str(store),
                "--short-side", "32", "--workers", "0"]
-    assert main(command) == 0
-    assert main(["flow", str(store), "--backend", "dis", "--workers", "0"]) == 0
+    assert main(command) == 0 and main(["flow", str(store), "--backend", "dis", "--workers", "0"]) == 0
+    return store, command
+
+
+def test_a_video_changed_since_it_was_decoded_is_decoded_again_and_its_flow_removed(tmp_path, capsys):
+    from coclr.cli import main
+    from coclr.store.clipstore import ClipStore
+    from test_embed import moving_square, write_video
+
+    store, command = two_videos_with_flow(tmp_path)
     write_video(tmp_path / "videos" / "v0.mp4", moving_square(12, seed=5))  # rewritten in place: 12 frames, not 8
     capsys.readouterr()
     assert main(command) == 0
@@ -581,14 +590,7 @@ def test_a_video_touched_or_copied_keeps_its_entry_and_its_flow(tmp_path, capsys
     from coclr.cli import main
     from test_embed import moving_square, write_video
 
-    for number in range(2):
-        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(8, seed=number))
-    index, store = tmp_path / "index.json", tmp_path / "store"
-    assert main(["data", "index", "--format", "folder", "--unlabelled", "--root", str(tmp_path / "videos"), "--out",
-                 str(index)]) == 0
-    command = ["data", "store", "--index", str(index), "--root", str(tmp_path / "videos"), "--out", str(store),
-               "--short-side", "32", "--workers", "0"]
-    assert main(command) == 0 and main(["flow", str(store), "--backend", "dis", "--workers", "0"]) == 0
+    store, command = two_videos_with_flow(tmp_path)
     flow = {path: path.read_bytes() for path in (store / "flow_dis").rglob("*.frames")}
     os.utime(tmp_path / "videos" / "v0.mp4", ns=(1, 1))  # touched
     shutil.copyfile(tmp_path / "videos" / "v1.mp4", tmp_path / "copy.mp4")  # copied back without its times
