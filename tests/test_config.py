@@ -31,6 +31,7 @@ def config(*overrides: str) -> PretrainConfig:
     ("data.segment_frames=null", "data.segment_frames", None),
     ("data.segment_frames=None", "data.segment_frames", None),  # as --list-options printed it
     ("data.segment_frames=16", "data.segment_frames", 16),
+    ("method.queue_size=16_384", "method.queue_size", 16384),  # (YAML 1.1 read it so)
 ])
 def test_an_override_is_read_as_its_options_type(override: str, attribute: str, value) -> None:
     section, name = attribute.split(".")
@@ -41,6 +42,7 @@ def test_an_override_is_read_as_its_options_type(override: str, attribute: str, 
     (["optim.epochs=1:30"], "optim.epochs: expected an integer, got '1:30'"),  # YAML 1.1: 90
     (["optim.weight_decay=1:0"], "optim.weight_decay: expected a number, got '1:0'"),  # (60.0)
     (["run.deterministic=yes"], "run.deterministic: expected true or false, got 'yes'"),
+    (["run.deterministic=tRuE"], "run.deterministic: expected true or false, got 'tRuE'"),  # (as a file reads it)
     (["optim.lr=nan"], "optim.lr: expected a finite number"),
     (["optim={1: 2}"], "unknown option(s): optim.1"),  # (a TypeError's traceback)
 ])
@@ -84,6 +86,9 @@ def test_values_are_shown_as_they_are_typed(capsys) -> None:
     (["study", "--check", "--out", "s", "eval.linear.seed=7"], "eval.linear.seed: is the study's seed"),
     (["study", "--check", "--out", "s", "train.optim=3"], "train.optim: expected a mapping"),  # (a traceback)
     (["study", "--check", "--out", "s", "columns=[linear, linear]"], "columns: must list columns, each once"),
+    (["study", "--check", "--out", "s", "train.run.max_steps=1"], "train.run.max_steps: is set by the study"),
+    (["study", "--check", "--out", "s", "data.synth={seed: 3}"], "data.synth.seed: is the study's seed"),
+    (["data", "synth", "--out", "s", "height=100000"], "height: must be from 16 to 4320 pixels"),
     (["eval", "linear", "--checkpoint", "c.pth", "--store", "s", "--seed", "-1"], "seed: must be from 0 to 2**32"),
 ])
 def test_a_command_line_that_would_lose_an_option_is_refused(argv: list[str], said: str, tmp_path: Path, capsys,

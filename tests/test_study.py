@@ -806,7 +806,10 @@ def test_a_study_continues_with_options_that_never_change_a_result(tmp_path: Pat
     first = record()
     assert STUDY_FOLDER.check(tmp_path, first, record("train.run.progress=true", "train.run.log_every=5",
                                                       "train.data.cache_mb=0", "train.run.device=auto",
-                                                      "train.data.workers=3", "eval.batch_size=32"))
+                                                      "train.data.workers=3", "data.flow_workers=1",
+                                                      "train.run.deterministic=false"))  # (pretrain's default)
+    with pytest.raises(FolderRefused, match=r"eval.batch_size=64 \(given 32\)"):  # finetuning trains in it
+        STUDY_FOLDER.check(tmp_path, first, record("eval.batch_size=32"))
     with pytest.raises(FolderRefused, match=r"train.optim.lr=0.001 \(given 0.002\)"):
         STUDY_FOLDER.check(tmp_path, first, record("train.optim.lr=0.002"))
     with pytest.raises(FolderRefused, match="train.run.batch_size"):

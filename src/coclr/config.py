@@ -352,9 +352,10 @@ def _read_given(tp: Any, origin: Any, text: Given, key: str) -> Any:
     if tp is str or (origin is Literal and all(isinstance(choice, str) for choice in get_args(tp))):
         return str(text)
     if tp is bool:
-        return {"true": True, "false": False}.get(text.lower(), str(text))
+        return {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}.get(
+            text, str(text))  # (as YAML 1.2 reads them, in a file too)
     if tp is int:
-        return int(text) if re.fullmatch(r"[-+]?[0-9]+", text) else str(text)
+        return int(text) if re.fullmatch(r"[-+]?[0-9]+(?:_[0-9]+)*", text) else str(text)
     if tp is float:
         try:
             return float(text)

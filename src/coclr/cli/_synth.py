@@ -37,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from coclr.cli._status import job_status
     from coclr.errors import ConfigError
     from coclr.synth import SynthConfig, dataset_clips, generate_synthetic, write_videos
 
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     summary = generate_synthetic(args.out, config, workers=args.workers)
     print(summary)
-    return 0
+    return job_status(len(summary.job.failed))
 
 
 def preset_options(preset: str) -> dict:

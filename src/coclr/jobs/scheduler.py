@@ -219,7 +219,8 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
                                      "which no job provides")
                 epochs = sum(_epochs_done(job, job.name in done) for job in jobs)
                 bar.set_postfix_str(", ".join(item.job.name for item in running), refresh=False)
-                bar.update(epochs - bar.n)
+                if epochs > bar.n:  # (an update of 0 restarts tqdm's clock of the epoch under way: the rate of
+                    bar.update(epochs - bar.n)  # an epoch would be the poll's second, the ETA far too short)
                 if pending or running:
                     wait_for_an_exit([item.process for item in running], poll_seconds)
     except KeyboardInterrupt as error:

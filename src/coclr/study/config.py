@@ -223,7 +223,9 @@ class StudyEval:
 
 STUDY_SETS = {"data.store": "the study's data.* options (its store)", "data.view": "rows (each row's views)",
               "data.second_view": "rows (each row's views)", "run.seed": "seed= (or --seed)",
-              "run.out": "--out (each stage has its folder there)"}
+              "run.out": "--out (each stage has its folder there)",
+              "run.max_steps": "schedule.* (a study trains each stage to its end: a stage stopped early counted "
+                               "as done, and the next ones started from it)"}
 """The ``coclr pretrain`` options the study sets for every stage (:func:`coclr.study.plan.base_options`), and the
 study's option to give instead: a value given in ``train`` would be replaced without a word. (The epochs, the
 schedule and the method are each stage's: refused as ``coclr pipeline`` refuses them.)"""
@@ -259,6 +261,7 @@ class StudyConfig:
         for task in ("linear", "finetune"):
             require("seed" not in getattr(self.eval, task), f"eval.{task}.seed",
                     "is the study's seed; give seed= (or --seed)")
+        require("seed" not in self.data.synth, "data.synth.seed", "is the study's seed; give seed= (or --seed)")
         unknown = [row for row in self.rows if row not in ROWS]
         require(not unknown, "rows", f"unknown rows {unknown} (known: {', '.join(ROWS)})")
         require(len(set(self.rows)) == len(self.rows) and bool(self.rows), "rows", "must list rows, each once")

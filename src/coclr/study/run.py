@@ -53,7 +53,23 @@ from coclr.study.results import (
     summarise_seeds,
 )
 from coclr.synth import generate_synthetic
+from coclr.train.config import PretrainConfig
 from coclr.train.setup import CONTINUABLE
+
+
+def study_settings(record: dict[str, Any]) -> dict[str, Any]:
+    """A study's recorded options as they are compared (:data:`STUDY_FOLDER`): numbers an earlier reading kept as
+    text made numbers (:func:`numbers_of_text`), and the ``train`` sections filled with ``coclr pretrain``'s
+    defaults (a stage reads the default where the section says nothing: an option given at its default is the
+    same setting)."""
+    record = numbers_of_text(record)
+    if isinstance(record.get("train"), dict):
+        defaults = {name: value for name, value in dataclasses.asdict(PretrainConfig()).items()
+                    if isinstance(value, dict)}
+        record["train"] = {**record["train"], **{
+            section: {**values, **record["train"][section]} if isinstance(record["train"].get(section), dict)
+            else record["train"].get(section, values) for section, values in defaults.items()}}
+    return record
 
 
 def numbers_of_text(value: Any) -> Any:
@@ -74,12 +90,13 @@ def numbers_of_text(value: Any) -> Any:
 
 
 STUDY_FOLDER = FolderRule("study", "a study run", may_differ=(
-    *(f"train.{key}" for key in CONTINUABLE if key not in ("run.out", "run.batch_size")), "eval.batch_size"),
-    same=numbers_of_text)
+    *(f"train.{key}" for key in CONTINUABLE if key not in ("run.out", "run.batch_size", "run.max_steps")),
+    "data.flow_workers"), same=study_settings)
 """How a study folder is continued or refused (:mod:`coclr.runfolder`); its options leave out ``processes`` and
 ``gpus``, which only schedule the work, and its stages' options that never change a result may differ, as in
-``coclr pretrain`` (:data:`coclr.train.setup.CONTINUABLE`; not the batch, a study's is its global batch), and so
-may the evaluation's batch size."""
+``coclr pretrain`` (:data:`coclr.train.setup.CONTINUABLE`; not the batch, a study's is its global batch; not
+``run.max_steps``, which a study refuses), and so may the flow job's workers (not the evaluation's batch: the
+finetuning trains in it)."""
 SEEDS_FILES = ("seeds.json", "seeds.md", MINING_PLOT)
 """What ``--seeds`` writes beside the seeds' folders (the plot only when CoCLR rows of flow record their mined
 positives' precision)."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coclr.clips import FPS_RANGE
+from coclr.clips import FPS_RANGE, MAX_SHORT_SIDE
 from coclr.config import option, require
 from coclr.errors import ConfigError
 
@@ -110,8 +110,8 @@ class SynthConfig:
         require(self.train_scenes + self.test_scenes <= 10000, "train_scenes", "at most 10000 scenes in all")
         require(1 <= self.clips_per_action <= 99, "clips_per_action", "must be in [1, 99]")
         require(self.frames >= 2, "frames", "must be at least 2")
-        require(self.height >= 16, "height", "must be at least 16")
-        require(self.width >= 16, "width", "must be at least 16")
+        require(16 <= self.height <= MAX_SHORT_SIDE, "height", f"must be from 16 to {MAX_SHORT_SIDE} pixels")
+        require(16 <= self.width <= MAX_SHORT_SIDE, "width", f"must be from 16 to {MAX_SHORT_SIDE} pixels")
         require(FPS_RANGE[0] <= self.fps <= FPS_RANGE[1], "fps",
                 f"must be between {FPS_RANGE[0]} and {FPS_RANGE[1]} frames per second, got {self.fps}")
         require(1 <= self.objects_min <= self.objects_max, "objects_min", "must be in [1, objects_max]")
