@@ -138,7 +138,7 @@ def test_a_query_row_of_a_folder_without_rows_says_why(tmp_path, capsys):
     capsys.readouterr()
     assert cli_main(["search", str(out), "--query", "0"]) == 2
     err = capsys.readouterr().err
-    assert "holds no video rows yet" in err and "failed.jsonl" in err and "out of range" not in err
+    assert "no video rows to search yet" in err and "failed.jsonl" in err and "out of range" not in err
 
 
 # ------------------------------------------------------------------------------ exact scores, ties, prepared rows

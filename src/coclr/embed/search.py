@@ -679,7 +679,9 @@ def check_search(embeddings: Embeddings, asked: SearchOptions) -> None:
     command checks it before it embeds a query video)."""
     gallery = embeddings.windows if asked.windows else embeddings.videos
     if len(gallery) == 0:
-        raise DataError(f"{embeddings.root}: no {'windows' if asked.windows else 'videos'} to search")
+        raise DataError(f"{embeddings.root}: no {'window' if asked.windows else 'video'} rows to search yet (a coclr "
+                        "embed run adds them as it merges its results; one that ended may have failed every video: "
+                        "see failed.jsonl there)")
     if asked.k < 1:
         raise ConfigError(f"-k: must be at least 1, got {asked.k}")
     if asked.backend == "faiss" and not faiss_available():
@@ -759,11 +761,7 @@ def resolve_query(embeddings: Embeddings, query: str, windows: bool = False, dev
         raise DataError(f"--query: {query} is neither a video file nor a row number")
     row = int(query)
     records = embeddings.window_records if windows else embeddings.video_records
-    if not records:  # (it said "row 0 is out of range" of a folder a first embed run was still writing)
-        raise DataError(f"--query: row {row}: {embeddings.root} holds no {'window' if windows else 'video'} rows yet "
-                        "(a coclr embed run adds them as it merges its results; one that ended may have failed "
-                        "every video: see failed.jsonl there)")
-    if not 0 <= row < len(records):
+    if not 0 <= row < len(records):  # (none: check_search says why, before the query is read)
         raise DataError(f"--query: row {row} is out of range ({len(records)} rows in {embeddings.root})")
     video = embeddings.video_records[records[row]["video"]] if windows else records[row]
     return Query((embeddings.windows if windows else embeddings.videos)[row], video["path"], row, row,
