@@ -294,6 +294,10 @@ def test_seeds_are_read_before_the_options_and_each_gets_its_folder(tmp_path: Pa
     assert main(["study", "--out", str(tmp_path / "s"), "--seeds", "4", "5", "rows=[infonce_rgb]"]) == 2
     assert "seed5 holds a study run with" in capsys.readouterr().err
     assert not (tmp_path / "s" / "seed4").exists()  # refused before seed 4's work, not after it
+    with claim_folder(tmp_path / "one", STUDY_FOLDER, {"seed": 0}):
+        (tmp_path / "one" / "eval").mkdir()  # a study of one seed: its files are coclr study's
+    assert main(["study", "--out", str(tmp_path / "one"), "--seeds", "0", "1", "--check"]) == 2
+    assert "holds a study of one seed; --seeds writes a folder per seed" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -37,7 +37,7 @@ from coclr.jobs.scheduler import run_jobs
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import checkpoint_sha256, save_encoder
 from coclr.progress import bar as progress_bar
-from coclr.runfolder import FolderRule, check_folder, check_output_folder, claim_folder
+from coclr.runfolder import RUN_RECORD, FolderRefused, FolderRule, check_folder, check_output_folder, claim_folder
 from coclr.store.build import build_store
 from coclr.store.clipstore import open_store
 from coclr.store.flow_extract import extract_flow
@@ -331,6 +331,9 @@ def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_
     ``OUT`` holds nothing else (else it is refused before any work, naming what is there:
     :func:`coclr.runfolder.check_output_folder`)."""
     out = Path(out)
+    if (Path(out) / RUN_RECORD).is_file():  # (it said the study's own files were "not written by coclr study")
+        raise FolderRefused(f"{out}: holds a study of one seed; --seeds writes a folder per seed (OUT/seed<S>): give "
+                            "another folder, or run it without --seeds to continue it")
     check_output_folder(out, STUDY_FOLDER.command, _seeds_output, "seed<S>/, " + ", ".join(SEEDS_FILES))
     for seed in seeds:  # every seed's folder before any seed's work: not hours of one, then a refusal
         check_study(dataclasses.replace(config, seed=seed), Path(os.path.abspath(out / f"seed{seed}")))
