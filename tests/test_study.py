@@ -818,3 +818,36 @@ def test_a_study_continues_with_options_that_never_change_a_result(tmp_path: Pat
         STUDY_FOLDER.check(tmp_path, first, record("train.optim.lr=0.002"))
     with pytest.raises(FolderRefused, match="train.run.batch_size"):
         STUDY_FOLDER.check(tmp_path, first, record("train.run.batch_size=3"))
+
+
+def test_the_scheduler_s_bar_moves_only_when_epochs_are_done(tmp_path: Path, monkeypatch) -> None:
+    """Each poll updated the bar, by 0 when no epoch had ended: tqdm's clock of the epoch under way restarted at
+    every poll, so an epoch was timed as one poll's second and the ETA was far too short."""
+    from coclr.jobs import scheduler
+    from coclr.synth.output import random_store
+
+    updates = []
+
+    class Bar:
+        n = 0
+
+        def __init__(self, **kwargs):
+            self.n = kwargs.get("initial", 0)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def set_postfix_str(self, *args, **kwargs):
+            pass
+
+        def update(self, count):
+            updates.append(count)
+            self.n += count
+
+    monkeypatch.setattr(scheduler, "progress_bar", Bar)
+    store = random_store(tmp_path / "s", videos=2, frames=3, size=(16, 16), views=("rgb",))
+    scheduler.run_jobs([Job("flow", _flow(store), epochs=1)], tmp_path, processes=1, poll_seconds=0.01)
+    assert updates and all(count > 0 for count in updates)
