@@ -99,11 +99,11 @@ class FolderRule:
 
     def differing(self, recorded: dict[str, Any], given: dict[str, Any]) -> list[str]:
         """Every differing key of the two settings, as ``key=<recorded> (given <given>)``."""
+        if self.same is not None:
+            recorded, given = self.same(recorded), self.same(given)
         recorded, given = absolute_paths(recorded, self.paths), absolute_paths(given, self.paths)
         recorded, given = without_keys(recorded, self.may_differ), without_keys(given, self.may_differ)
         given = without_keys(given, [key for key in self.since if key not in recorded])
-        if self.same is not None:
-            recorded, given = self.same(recorded), self.same(given)
         if self.may_add:  # only the keys both hold: the folder's other keys are other jobs', new ones are added
             shared = [key for key in given if key in recorded]
             recorded, given = {key: recorded[key] for key in shared}, {key: given[key] for key in shared}
