@@ -801,7 +801,7 @@ def test_the_windows_threshold_is_calibrated_among_windows():
     copy = raw[[1, 0]] + rng.normal(scale=0.01, size=(2, 16))  # video 0's windows, in another order, barely altered
     copied = SimpleNamespace(windows=copy, window_records=[{"video": 0}, {"video": 0}],
                              row_of=lambda path: 0 if path == "c.mp4" else None)
-    positives = window_positives(None, copied, [(0, "crop", "c.mp4"), (1, "crop", "gone.mp4")], space)
+    positives = window_positives(copied, [(0, "crop", "c.mp4"), (1, "crop", "gone.mp4")], space)
     assert list(positives) == ["crop"] and len(positives["crop"]) == 2 and min(positives["crop"]) > 0.99
     result = _threshold(positives, space.nearest, 1, "embedded")
     assert result["threshold"] is not None and 0.2 < result["threshold"] <= min(positives["crop"])

@@ -125,7 +125,7 @@ def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None
         # similarity on every CPU (a float64 BLAS dot of raw vectors rounded by its kernel's order)
     result = _threshold(positives, nearest, len({row for row, _, _ in copies}), "embedded")
     if windows is not None:
-        matched = window_positives(embeddings, copied, copies, windows)
+        matched = window_positives(copied, copies, windows)
         result["windows"] = _threshold(matched, windows.nearest, len({row for row, _, _ in copies}), "embedded")
     return result
 
@@ -141,7 +141,7 @@ class WindowSpace:
     nearest: np.ndarray
 
 
-def window_positives(embeddings: Embeddings, copied: Embeddings, copies: list[tuple[int, str, Path]],
+def window_positives(copied: Embeddings, copies: list[tuple[int, str, Path]],
                      windows: WindowSpace) -> dict[str, list[float]]:
     """For each altered copy, each of its windows' similarity to the most similar window of its original (a trim
     or a change of speed moves the windows: the best match, not the one at the same second), by alteration."""

@@ -184,7 +184,7 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
     claims: dict[str, frozenset[Path]] = {}  # a job's folders, read once its inputs are done (they stay as read)
 
     total = sum(job.epochs for job in jobs)
-    earlier = sum(_epochs_done(job, job.name in done) for job in jobs)  # (a resumed run's: not this run's time)
+    earlier = sum(_epochs_done(job, False) for job in jobs)  # (a resumed run's: not this run's time)
     try:
         with signals_interrupt(), deferred_interrupts(), \
                 progress_bar(total=total, initial=earlier, desc=desc, unit="epoch", dynamic_ncols=True) as bar:

@@ -152,7 +152,7 @@ def label_scores(out: Path, labels: dict[str, Any]) -> dict[str, Any]:
     if vectorless:
         shown = ", ".join(sorted(vectorless)[:SHOWN]) + (" ..." if len(vectorless) > SHOWN else "")
         notes.append(f"{len(vectorless)} labelled video(s) have no vector (they failed, listed with the reason): "
-                     f"{shown}; scored on the other {scored}")
+                     f"{shown}; each embedding is scored on the labelled videos it holds")
     if not scores:
         notes.append(f"nothing scored: {scored} labelled video(s) have a vector, and at least {MIN_LABELLED} are "
                      "needed; label more of the videos")

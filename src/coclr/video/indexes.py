@@ -587,8 +587,8 @@ def split_by_group(index: VideoIndex, test_fraction: float, seed: int = 0) -> Vi
 
     A group (a video without one is its own group) goes to test when a hash of ``(seed, group)``, read as a
     fraction of 1, is below ``test_fraction``: so the split is deterministic, one source never straddles it, and
-    adding or removing videos moves no other group (a rule by rank, the first ``round(fraction x groups)``, moved
-    videos the encoder had trained on into the test split). A class of two groups or more keeps one on each side:
+    adding or removing videos moves no other group (an encoder trained on the train split never finds its videos
+    in the test split of a grown folder). A class of two groups or more keeps one on each side:
     where none falls in test, its group of lowest hash goes there; where all do, its group of highest hash stays in
     train (those two may move as the class's groups change).
     """
