@@ -27,6 +27,27 @@ def test_classifier_dropout_and_backbone_lr():
     assert logits.shape == (2, 7)
 
 
+def test_milestones_past_the_last_epoch_are_refused_before_any_work(capsys):
+    """``--epochs 10`` kept the default milestones (60, 80): the lr never dropped, and nothing said so; the rule is
+    pretraining's (:func:`coclr.config.require_milestones`)."""
+    from coclr.cli import main
+    from coclr.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^milestones: \[60, 80\] must lie in 1\.\.epochs \(10\): when you change "
+                                          r"epochs, set the milestones too \(e\.g\. --milestones with no value for none\)$"):
+        from_dict(FinetuneConfig, {"epochs": 10})
+    for milestones in ([0], [11]):
+        with pytest.raises(ConfigError, match="milestones"):
+            from_dict(FinetuneConfig, {"epochs": 10, "milestones": milestones})
+    assert from_dict(FinetuneConfig, {"epochs": 10, "milestones": [10]}).milestones == [10]
+    assert from_dict(FinetuneConfig, {"epochs": 10, "milestones": []}).milestones == []
+    # the command refuses in one line, before it reads the (missing) checkpoint
+    assert main(["eval", "finetune", "--checkpoint", "missing.pth", "--store", "missing", "--epochs", "3"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "coclr eval: error: milestones: [60, 80] must lie in 1..epochs (3): when you change epochs, set the milestones "
+        "too (e.g. --milestones with no value for none)"]
+
+
 @pytest.mark.slow
 def test_finetune_end_to_end_and_resume(tmp_path, monkeypatch):
     from coclr.atomic import file_sha256

@@ -363,6 +363,47 @@ def test_study(tmp_path, monkeypatch):
                           "another coclr study is writing this folder")
 
 
+def test_a_rooted_folder_continues_only_where_it_was_made(tmp_path: Path) -> None:
+    """A study, learn or pipeline folder names its parts by absolute path (its stages' store, the checkpoints they
+    start from): copied elsewhere it went on with the original's files, or was refused only after its data step,
+    naming an option; now it is refused before any work, and reached through a link it is the same folder."""
+    rule = FolderRule("x", "an x run", rooted=True, paths=("store",))
+    made = tmp_path / "made"
+    with claim_folder(made, rule, {"store": str(made / "store")}):
+        pass
+    (tmp_path / "link").symlink_to(made)
+    with claim_folder(tmp_path / "link", rule, {"store": str(tmp_path / "link" / "store")}) as held:
+        assert held is True  # the same folder and the same store, through a link
+    copied = Path(shutil.copytree(made, tmp_path / "copied"))
+    refused_untouched(copied, lambda: claim_folder(copied, rule, {"store": str(copied / "store")}).__enter__(),
+                      FolderRefused, rf"^{copied}: made as {made}, and moved or copied since: .*move it back, or "
+                                     "use another folder to start over$")
+    with claim_folder(made, rule, {"store": str(made / "store")}) as held:  # the original goes on
+        assert held is True
+    unrooted = FolderRule("y", "a y run")
+    with claim_folder(tmp_path / "y", unrooted, {"a": 1}):
+        pass
+    moved = tmp_path / "y moved"
+    os.rename(tmp_path / "y", moved)
+    with claim_folder(moved, unrooted, {"a": 1}) as held:  # (a pretrain run names nothing inside itself)
+        assert held is True
+
+
+def test_a_moved_study_is_refused_before_its_data_step(tmp_path, monkeypatch):
+    from coclr.study import run as study_run
+    from coclr.study.config import StudyConfig
+
+    def stop(plan):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(study_run, "prepare_data", stop)
+    with pytest.raises(KeyboardInterrupt):
+        study_run.run_study(load_config(StudyConfig), tmp_path / "study")
+    os.rename(tmp_path / "study", tmp_path / "moved")
+    refused_untouched(tmp_path / "moved", lambda: study_run.run_study(load_config(StudyConfig), tmp_path / "moved"),
+                      FolderRefused, "made as .*study, and moved or copied since")
+
+
 def test_a_key_added_later_is_compared_only_where_a_folder_records_it(tmp_path: Path) -> None:
     """A folder written before a setting was recorded continues (it cannot say what it held); one that records
     it is refused when it differs, naming it."""

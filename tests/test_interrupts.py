@@ -632,8 +632,8 @@ def test_finetune_stopped_keeps_its_epochs_and_continues(tmp_path, encoder):
     work = tmp_path / "work"
     env = environment(tmp_path)
     argv = ["eval", "finetune", "--checkpoint", str(encoder), "--store", str(store), "--work-dir", str(work),
-            "--epochs", "10", "--length", "8", "--size", "32", "--batch-size", "6", "--workers", "1",
-            "--out", str(tmp_path / "result.json")]
+            "--epochs", "10", "--milestones", "8", "--length", "8", "--size", "32", "--batch-size", "6",
+            "--workers", "1", "--out", str(tmp_path / "result.json")]
     process = start(argv, env, tmp_path / "run")
     status, line, _ = stop_when(process, lambda: any(work.rglob("finetune_last.pt")), signal.SIGTERM, group=False,
                                 log=tmp_path / "run")

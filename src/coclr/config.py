@@ -462,3 +462,12 @@ def require(condition: bool, key: str, message: str) -> None:
     """Raise ``ConfigError("key: message")`` unless ``condition`` holds (for ``validate`` methods)."""
     if not condition:
         raise ConfigError(f"{key}: {message}")
+
+
+def require_milestones(milestones: list[int], epochs: int, key: str, epochs_key: str, none: str) -> None:
+    """The one rule of lr milestones (pretraining, a pipeline's stages, finetuning): each lies in 1..epochs, since
+    one past the last epoch never lowers the lr, which a changed epoch count left unsaid (``epochs_key`` and
+    ``none``, how the user writes the epochs and no milestones, for the message)."""
+    require(all(0 < m <= epochs for m in milestones), key,
+            f"{milestones} must lie in 1..{epochs_key} ({epochs}): when you change {epochs_key}, set the milestones "
+            f"too (e.g. {none} for none)")

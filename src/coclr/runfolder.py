@@ -85,7 +85,10 @@ class FolderRule:
     are file or folder paths, compared and recorded as absolute paths (``store/`` is ``./store``; the same name
     typed in another folder is another store); ``since``: top-level keys a later version added, compared only
     where the folder records them (one written before holds what it was never asked to record); ``same``: what
-    both settings are read through before they are compared (values an earlier version recorded otherwise)."""
+    both settings are read through before they are compared (values an earlier version recorded otherwise);
+    ``rooted``: the folder's parts name one another by absolute path (a pipeline's stages start from its other
+    stages' checkpoints, a study's and learn's stages train on the store inside them), so it continues only where
+    it was made: moved or copied elsewhere, it is refused before any work (:func:`run_record` records the place)."""
 
     command: str
     what: str
@@ -96,6 +99,7 @@ class FolderRule:
     paths: tuple[str, ...] = ()
     since: tuple[str, ...] = ()
     same: Callable[[Any], Any] | None = None
+    rooted: bool = False
 
     def differing(self, recorded: dict[str, Any], given: dict[str, Any]) -> list[str]:
         """Every differing key of the two settings, as ``key=<recorded> (given <given>)``."""
@@ -125,6 +129,15 @@ class FolderRule:
             raise FolderRefused(f"{folder} holds {self.what} with {', '.join(differ)}; {self.remedy()}")
         return True
 
+    def check_made(self, folder: str | Path, made: Any) -> None:
+        """Refuse a :attr:`rooted` ``folder`` that its record says was ``made`` elsewhere (an absolute path; None or
+        not text: a folder recorded before the place was, not checked); reads only."""
+        if not self.rooted or not isinstance(made, str) or same_folder(made, folder):
+            return
+        again = "--restart to start over in it" if self.restart else "another folder to start over"
+        raise FolderRefused(f"{folder}: made as {made}, and moved or copied since: the runs it holds name their files "
+                            f"in that place, so it continues only there; move it back, or use {again}")
+
     def busy(self, folder: str | Path) -> Callable[[str], str]:
         """The refusal of a second job while ``who`` holds the folder's lock."""
         return lambda who: (f"{folder}: another coclr {self.command} is writing this folder ({who}); wait for it to "
@@ -145,8 +158,9 @@ def without_keys(options: dict[str, Any], keys: Collection[str]) -> dict[str, An
 
 
 def absolute_paths(options: dict[str, Any], keys: Collection[str]) -> dict[str, Any]:
-    """A copy of the nested ``options`` with the paths at the dotted ``keys`` made absolute (from the current folder;
-    an empty one, which means none, kept)."""
+    """A copy of the nested ``options`` with the paths at the dotted ``keys`` made absolute (from the current folder)
+    and resolved (a link read through: the same store reached through a linked folder is the same store; an empty
+    path, which means none, kept)."""
     out = copy.deepcopy(options)
     for key in keys:
         node: Any = out
@@ -154,8 +168,19 @@ def absolute_paths(options: dict[str, Any], keys: Collection[str]) -> dict[str, 
         for part in parents:
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, dict) and isinstance(node.get(leaf), str) and node[leaf]:
-            node[leaf] = os.path.abspath(node[leaf])
+            node[leaf] = os.path.realpath(node[leaf])
     return out
+
+
+def same_folder(made: str, folder: str | Path) -> bool:
+    """Whether the path ``made`` (recorded) names ``folder`` still: the same resolved path, or the same folder
+    reached another way (a link, a mount)."""
+    if os.path.realpath(made) == os.path.realpath(folder):
+        return True
+    try:
+        return os.path.samefile(made, folder)
+    except OSError:
+        return False
 
 
 def read_record(folder: str | Path) -> dict[str, Any] | None:
@@ -199,8 +224,9 @@ class FolderRecord:
 
 def run_record(rule: FolderRule, options: dict[str, Any]) -> FolderRecord:
     """The record of the folders of pretrain, pipeline, study, finetune, report, learn and the synthetic videos:
-    ``run.json``, ``{"command", "options"}``, written once (a continued run keeps the options it was started with);
-    a folder without one may hold the outputs its command nests (:data:`NESTED`)."""
+    ``run.json``, ``{"command", "options", "folder"}`` (``folder``: its absolute path when made, for a
+    :attr:`FolderRule.rooted` kind), written once (a continued run keeps the options it was started with); a folder
+    without one may hold the outputs its command nests (:data:`NESTED`)."""
     def read(folder: Path) -> dict[str, Any] | None:
         record = read_record(folder)
         if record is None:
@@ -208,12 +234,14 @@ def run_record(rule: FolderRule, options: dict[str, Any]) -> FolderRecord:
         if record.get("command", rule.command) != rule.command:
             raise FolderRefused(f"{folder} holds the output of `coclr {record.get('command')}`, not of "
                                 f"`coclr {rule.command}`: use another folder")
+        rule.check_made(folder, record.get("folder"))
         return record["options"]
 
     def write(folder: Path, held: bool) -> None:
         if not (folder / RUN_RECORD).is_file():  # (a folder from before records held work without one)
+            made = {"folder": os.path.realpath(folder)} if rule.rooted else {}
             atomic_write_json(folder / RUN_RECORD, {"command": rule.command,
-                                                    "options": absolute_paths(options, rule.paths)})
+                                                    "options": absolute_paths(options, rule.paths), **made})
 
     return FolderRecord(RUN_RECORD, read, write, ours=lambda path: nested_output(path, rule.command))
 

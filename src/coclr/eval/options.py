@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from coclr.clips import ClipSettings, clip_option
-from coclr.config import option, require
+from coclr.config import option, require, require_milestones
 from coclr.seeding import check_seed
 from coclr.threads import check_workers
 
@@ -78,6 +78,7 @@ class FinetuneConfig:
 
     def validate(self) -> None:
         require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
+        require_milestones(self.milestones, self.epochs, "milestones", "epochs", "--milestones with no value")
         require(self.lr > 0, "lr", f"must be positive, got {self.lr}")
         check_seed(self.seed)
         require(self.backbone_lr_scale >= 0, "backbone_lr_scale", f"must be >= 0, got {self.backbone_lr_scale}")

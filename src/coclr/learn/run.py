@@ -57,7 +57,8 @@ from coclr.text import TEXT, shown, to_bytes
 from coclr.threads import torch_threads, usable_cores
 from coclr.video.indexes import unlabelled_index
 
-LEARN_FOLDER = FolderRule("learn", "a learn run", may_differ=("labels", "device", "workers"), restart=True)
+LEARN_FOLDER = FolderRule("learn", "a learn run", may_differ=("labels", "device", "workers"), restart=True,
+                          rooted=True)
 """How a learn folder is continued or refused (:mod:`coclr.runfolder`): the videos, the budget and the seed
 decide what it holds; the labels (only scored), the device and the workers may change."""
 INPUTS_FILE = "inputs.json"

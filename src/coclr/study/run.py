@@ -91,7 +91,7 @@ def numbers_of_text(value: Any) -> Any:
 
 STUDY_FOLDER = FolderRule("study", "a study run", may_differ=(
     *(f"train.{key}" for key in CONTINUABLE if key not in ("run.out", "run.batch_size", "run.max_steps")),
-    "data.flow_workers"), same=study_settings)
+    "data.flow_workers"), same=study_settings, rooted=True)
 """How a study folder is continued or refused (:mod:`coclr.runfolder`); its options leave out ``processes`` and
 ``gpus``, which only schedule the work, and its stages' options that never change a result may differ, as in
 ``coclr pretrain`` (:data:`coclr.train.setup.CONTINUABLE`; not the batch, a study's is its global batch; not

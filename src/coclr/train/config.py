@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from coclr.clips import ClipSettings, clip_option
-from coclr.config import option, require
+from coclr.config import option, require, require_milestones
 from coclr.core.methods import CONTRASTIVE, MINING_SPACES, methods_help, mining_help
 from coclr.data.augment import AugmentOptions
 from coclr.seeding import check_seed
@@ -185,9 +185,7 @@ class OptimOptions:
         require(self.epochs >= 1, "epochs", f"must be at least 1, got {self.epochs}")
         require(0 <= self.warmup_epochs <= self.epochs, "warmup_epochs", f"must lie in 0..epochs ({self.epochs})")
         require(self.weight_decay >= 0, "weight_decay", "must be non-negative")
-        require(all(0 < m <= self.epochs for m in self.milestones), "milestones",
-                f"{self.milestones} must lie in 1..epochs ({self.epochs}): when you change optim.epochs, set the "
-                "milestones too (e.g. optim.milestones=[] for none)")
+        require_milestones(self.milestones, self.epochs, "milestones", "optim.epochs", "optim.milestones=[]")
         require(0 < self.gamma <= 1, "gamma", "must be in (0, 1]")
         require(self.patience >= 0, "patience", "must be non-negative")
 
@@ -295,10 +293,8 @@ class PipelineOptions:
         require(self.miner is None or self.mode == "alternate", "miner", "needs mode=alternate (in sim both views "
                 "are trained and each mines for the other)")
         for key, epochs in (("infonce_milestones", "infonce_epochs"), ("cycle_milestones", "cycle_epochs")):
-            milestones, count = getattr(self, key), getattr(self, epochs)
-            require(all(0 < m <= count for m in milestones), key,
-                    f"{milestones} must lie in 1..{epochs} ({count}): when you change pipeline.{epochs}, set the "
-                    f"milestones too (e.g. pipeline.{key}=[] for none)")
+            require_milestones(getattr(self, key), getattr(self, epochs), key, f"pipeline.{epochs}",
+                               f"pipeline.{key}=[]")
 
 
 @dataclass

@@ -46,7 +46,7 @@ from coclr.train.setup import (
 MANIFEST = "manifest.json"
 PIPELINE_FOLDER = FolderRule("pipeline", "a pipeline run", may_differ=(*CONTINUABLE, *PER_STAGE), restart=True,
                              paths=(*PATH_OPTIONS, "pipeline.init", "pipeline.second_init", "pipeline.miner",
-                                    "pipeline.infonce_from"))
+                                    "pipeline.infonce_from"), rooted=True)
 """How a pipeline folder is continued or refused (:mod:`coclr.runfolder`); the options each stage sets never
 changed a pipeline's work (a folder started with one, before they were refused, continues without it)."""
 
