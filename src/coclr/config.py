@@ -469,5 +469,5 @@ def require_milestones(milestones: list[int], epochs: int, key: str, epochs_key:
     one past the last epoch never lowers the lr, which a changed epoch count left unsaid (``epochs_key`` and
     ``none``, how the user writes the epochs and no milestones, for the message)."""
     require(all(0 < m <= epochs for m in milestones), key,
-            f"{milestones} must lie in 1..{epochs_key} ({epochs}): when you change {epochs_key}, set the milestones "
-            f"too (e.g. {none} for none)")
+            f"{milestones} must lie in 1..{epochs_key.rsplit('.', 1)[-1]} ({epochs}): when you change {epochs_key}, "
+            f"set the milestones too (e.g. {none} for none)")
