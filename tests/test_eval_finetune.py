@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -33,8 +35,8 @@ def test_milestones_past_the_last_epoch_are_refused_before_any_work(capsys):
     from coclr.cli import main
     from coclr.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"^milestones: \[60, 80\] must lie in 1\.\.epochs \(10\): when you change "
-                                          r"epochs, set the milestones too \(e\.g\. --milestones with no value for none\)$"):
+    with pytest.raises(ConfigError, match=r"^milestones: \[60, 80\] must lie in 1\.\.epochs \(10\): when you "
+                       r"change epochs, set the milestones too \(e\.g\. --milestones with no value for none\)$"):
         from_dict(FinetuneConfig, {"epochs": 10})
     for milestones in ([0], [11]):
         with pytest.raises(ConfigError, match="milestones"):
@@ -140,3 +142,55 @@ def test_a_store_relabelled_in_place_is_not_served_the_old_finetuning(tmp_path):
     assert len(retested["train_losses"]) == 0  # the trained network kept: only the test ran again
     with pytest.raises(FolderRefused, match="train_videos_sha256"):
         finetune(checkpoint, sha, relabelled("train"), "rgb", tmp_path / "out", clips, config, progress=False)
+
+
+def test_finetuning_takes_the_normalisation_the_encoder_records(tmp_path, monkeypatch):
+    """An encoder recording Kinetics' mean and standard deviation (torchvision's s3d implies them) had its frozen
+    features under them but was finetuned and tested under ImageNet's; now under its own in training and at test,
+    recorded in the finetuned encoder and in the folder's settings (a folder finetuned before under ImageNet's is
+    refused, not served)."""
+    from coclr.atomic import file_sha256
+    from coclr.clips import KINETICS_MEAN, KINETICS_STD
+    from coclr.eval import finetune as module
+    from coclr.eval.features import IMAGENET, input_normalisation
+    from coclr.models.loading import read_clip_settings
+    from coclr.runfolder import FolderRefused
+    from coclr.store.clipstore import ClipStore
+
+    store = ClipStore(make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8))
+    settings = {"view": "rgb", "mean": list(KINETICS_MEAN), "std": list(KINETICS_STD)}
+    checkpoint = save_tiny_encoder(tmp_path / "kinetics.pt", meta={"method": "infonce", "view": "rgb",
+                                                                   "clip_settings": settings})
+    sha = file_sha256(checkpoint)
+    seen = {"augment": [], "test": []}
+    augment_init, predict = module.ClipAugment.__init__, module.predict_windows
+
+    def spy_augment(self, *args, **kwargs):
+        augment_init(self, *args, **kwargs)
+        seen["augment"].append((tuple(self.mean), tuple(self.std)))
+
+    def spy_predict(*args, **kwargs):
+        seen["test"].append(kwargs.get("normalisation", IMAGENET))
+        return predict(*args, **kwargs)
+
+    monkeypatch.setattr(module.ClipAugment, "__init__", spy_augment)
+    monkeypatch.setattr(module, "predict_windows", spy_predict)
+    clips = ClipConfig(length=8, size=32, batch_size=3)
+    config = from_dict(FinetuneConfig, {"epochs": 1, "milestones": [1]})
+    finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, config, progress=False)
+    kinetics = (tuple(KINETICS_MEAN), tuple(KINETICS_STD))
+    assert seen["augment"] == [kinetics] and seen["test"] == [kinetics, kinetics]
+    assert input_normalisation(tmp_path / "out" / module.ENCODER_FILE) == kinetics
+    recorded = read_clip_settings(tmp_path / "out" / module.ENCODER_FILE)
+    assert recorded["mean"] == list(KINETICS_MEAN) and recorded["view"] == "rgb"
+
+    # a folder of this encoder finetuned under ImageNet's (before): refused, naming the normalisation
+    record = json.loads((tmp_path / "out" / "run.json").read_text())
+    del record["options"]["normalisation"]
+    (tmp_path / "out" / "run.json").write_text(json.dumps(record))
+    with pytest.raises(FolderRefused, match="normalisation"):
+        finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, config, progress=False)
+    # an ImageNet encoder's folder records none (folders from before continue)
+    imagenet = save_tiny_encoder(tmp_path / "imagenet.pt")
+    finetune(imagenet, file_sha256(imagenet), store, "rgb", tmp_path / "other", clips, config, progress=False)
+    assert "normalisation" not in json.loads((tmp_path / "other" / "run.json").read_text())["options"]

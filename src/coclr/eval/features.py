@@ -189,10 +189,14 @@ def cache_key(checkpoint_sha256: str, store, view: str, split: str, config: Clip
     normalisation where it is not ImageNet's. Not the store's path."""
     key = {"format": CACHE_FORMAT, "checkpoint_sha256": checkpoint_sha256, "store_settings": store.meta,
            "view": view, "split": split, "videos_sha256": videos_digest(store, view, split, with_views),
-           **config.data_key()}
-    if normalisation != IMAGENET:  # (keys from before it was keyed stand: they were all ImageNet's)
-        key["normalisation"] = [list(values) for values in normalisation]
+           **config.data_key(), **normalisation_key(normalisation)}
     return key
+
+
+def normalisation_key(normalisation: Normalisation) -> dict[str, object]:
+    """What a cache key or a folder's record holds of an input normalisation: nothing for ImageNet's (keys and
+    folders from before it was recorded stand: they were all ImageNet's), else ``{"normalisation": [mean, std]}``."""
+    return {} if normalisation == IMAGENET else {"normalisation": [list(values) for values in normalisation]}
 
 
 def videos_digest(store, view: str, split: str, with_views: Sequence[str] = ()) -> str:

@@ -34,10 +34,14 @@ from coclr.data.augment import ClipAugment
 from coclr.data.datasets import TrainClips
 from coclr.errors import CheckpointError, DataError
 from coclr.eval.features import (
+    IMAGENET,
     ClipConfig,
+    Normalisation,
     check_inputs,
+    input_normalisation,
     input_record,
     load_backbone,
+    normalisation_key,
     predict_windows,
     split_entries,
     stream_views,
@@ -144,16 +148,18 @@ def train_epoch(model: Classifier, loader, augment, optimizer: torch.optim.Optim
 
 
 def finetune_fingerprint(checkpoint_sha256: str, store, view: str, train_split: str, clip_config: ClipConfig,
-                         config: FinetuneConfig, with_views: Sequence[str] = ()) -> dict[str, object]:
+                         config: FinetuneConfig, with_views: Sequence[str] = (),
+                         normalisation: Normalisation = IMAGENET) -> dict[str, object]:
     """The settings a finetuning folder records (:data:`FINETUNE_FOLDER`): what determines the finetuned network
     (the checkpoint's content, the store, the view, the training videos with their labels and stored content, the
-    clip and finetuning options)."""
+    clip and finetuning options, and the input normalisation where it is not ImageNet's)."""
     entries = split_entries(store, train_split, [view, *with_views])  # the videos TrainClips trains on
     fingerprint = {"checkpoint_sha256": checkpoint_sha256, "store": str(Path(store.root).resolve()), "view": view,
                    "train_split": train_split,
                    "videos_sha256": hashlib.sha256(to_bytes("\n".join(e.path for e in entries))).hexdigest(),
                    "train_videos_sha256": videos_digest(store, view, train_split, with_views),
-                   "clips": dataclasses.asdict(clip_config), "finetune": dataclasses.asdict(config)}
+                   "clips": dataclasses.asdict(clip_config), "finetune": dataclasses.asdict(config),
+                   **normalisation_key(normalisation)}
     fingerprint["clips"].pop("workers")
     return fingerprint
 
@@ -170,7 +176,9 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     per-video test probabilities to ``out_dir/finetune_probabilities.npz`` (``keys``, ``labels``, ``center``,
     ``ten_crop``) and the results with the inputs they came from to ``out_dir/finetune_result.json``, so that the
     same call on a finished folder returns them without training or testing again. Returns the results:
-    centre-crop and ten-crop top-1/top-5 (percent) and the training losses.
+    centre-crop and ten-crop top-1/top-5 (percent) and the training losses. Clips are normalised as the checkpoint's
+    encoder takes them (:func:`~coclr.eval.features.input_normalisation`), in training and at test, as for its
+    frozen features.
     """
 
 
@@ -181,7 +189,9 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
     num_classes = len(store.index.classes)
     dataset = TrainClips(store, train_split, [view], clip_config.length, clip_config.stride, num_clips=1,
                          seed=config.seed, with_views=with_views)
-    fingerprint = finetune_fingerprint(checkpoint_sha256, store, view, train_split, clip_config, config, with_views)
+    normalisation = input_normalisation(checkpoint)
+    fingerprint = finetune_fingerprint(checkpoint_sha256, store, view, train_split, clip_config, config, with_views,
+                                       normalisation)
     tested = {"fingerprint": fingerprint, "test_split": test_split, "with_views": list(with_views),
               "test_videos_sha256": videos_digest(store, view, test_split, with_views)}  # (tested again if changed)
     with claim_folder(out_dir, FINETUNE_FOLDER, fingerprint, legacy=_state_fingerprint):
@@ -197,7 +207,8 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
         state_path = out_dir / STATE_FILE
         done = _resume(state_path, model, optimizer, scheduler)
 
-        augment = ClipAugment(size=clip_config.size, blur_p=0.0)
+        mean, std = normalisation
+        augment = ClipAugment(size=clip_config.size, blur_p=0.0, mean=mean, std=std)
         losses = []
         try:
             for epoch in progress_bar(range(done, config.epochs), desc="finetune", unit="epoch",
@@ -220,16 +231,18 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
                 from None
 
         model.eval()
-        _save_finetuned(out_dir / ENCODER_FILE, model, view, clip_config, checkpoint_sha256)
+        _save_finetuned(out_dir / ENCODER_FILE, model, view, clip_config, checkpoint_sha256, normalisation)
         short_side = config.ten_crop_short_side or round(clip_config.size * 8 / 7)
 
         def probabilities(clips: torch.Tensor) -> torch.Tensor:
             return model(clips).float().softmax(dim=1)
 
         center, entries = predict_windows(probabilities, store, view, test_split, clip_config, device,
-                                          with_views=with_views, progress=progress, desc="test centre crop")
+                                          with_views=with_views, progress=progress, desc="test centre crop",
+                                          normalisation=normalisation)
         ten, _ = predict_windows(probabilities, store, view, test_split, clip_config, device, with_views=with_views,
-                                 ten_crop=True, short_side=short_side, progress=progress, desc="test ten crops")
+                                 ten_crop=True, short_side=short_side, progress=progress, desc="test ten crops",
+                                 normalisation=normalisation)
         keys = [entry.path for entry in entries]
         labels = np.array([entry.label_id for entry in entries], dtype=np.int64)
         save_probabilities(out_dir / PROBS_FILE, keys, labels, center=center.numpy(), ten_crop=ten.numpy())
@@ -255,10 +268,13 @@ def _finished(out_dir: Path, tested: dict[str, object]) -> dict[str, object] | N
     return record.get("result")
 
 
-def _save_finetuned(path: Path, model: Classifier, view: str, clip_config: ClipConfig, source_sha256: str) -> None:
-    """The finetuned backbone as an encoder file that records the clips it was finetuned on."""
-
-    settings = {"view": view, **clip_config.clips.to_dict()}
+def _save_finetuned(path: Path, model: Classifier, view: str, clip_config: ClipConfig, source_sha256: str,
+                    normalisation: Normalisation = IMAGENET) -> None:
+    """The finetuned backbone as an encoder file that records the clips it was finetuned on (and their
+    normalisation, where it is not ImageNet's, so that its embeddings and evaluations take it too)."""
+    settings: dict[str, object] = {"view": view, **clip_config.clips.to_dict()}
+    if normalisation != IMAGENET:
+        settings["mean"], settings["std"] = (list(values) for values in normalisation)
     save_encoder(path, Encoder(model.backbone, None), meta={"method": "finetuned", "view": view,
                                                             "finetuned_from": source_sha256,
                                                             "clip_settings": settings})
@@ -327,8 +343,8 @@ def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: Cl
     folders = stream_folders(streams, out_dir, with_views)
     for stream, sha, folder in zip(streams, shas, folders):  # every folder before any work
         check_folder(folder, FINETUNE_FOLDER,
-                     finetune_fingerprint(sha, store, stream.view, train_split, clip_config, config, views),
-                     _state_fingerprint)
+                     finetune_fingerprint(sha, store, stream.view, train_split, clip_config, config, views,
+                                          input_normalisation(stream.checkpoint)), _state_fingerprint)
     per_stream = [finetune(stream.checkpoint, sha, store, stream.view, folder, clip_config, config, train_split,
                            test_split, device, progress, views)
                   for stream, sha, folder in zip(streams, shas, folders)]
