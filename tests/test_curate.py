@@ -143,6 +143,65 @@ def test_the_neighbour_graph_is_the_brute_force_one_without_self(stored, monkeyp
     assert not (groups[grouped] == groups[:, None]).any()
 
 
+def test_a_row_nearest_to_many_of_its_own_group_still_finds_other_groups():
+    """A steady shot's window is nearest to a dozen of its own video's windows: searched among its k + 8 nearest
+    only, it found no window of another video (-1), and a shared stretch was never reported. Now the k best rows of
+    other groups, as brute force finds them."""
+    from coclr.curate import graph
+    from coclr.embed.search import UnitRows
+    from coclr.eval.exact import unit_rows
+
+    rng = np.random.default_rng(5)
+    bases = rng.normal(size=(8, 32))
+    rows = np.concatenate([base + 0.01 * rng.normal(size=(25, 32)) for base in bases])  # 8 steady videos
+    rows[30:33] = rows[3:6] + 0.05 * rng.normal(size=(3, 32))  # video 1 repeats a stretch of video 0
+    groups = np.arange(200) // 25
+    units = np.ascontiguousarray(unit_rows(rows.astype(np.float32), None), np.float32)
+    scores, neighbours = graph.neighbour_graph(UnitRows.in_memory(units), 4, groups=groups)
+    exact = units.astype(np.float64) @ units.astype(np.float64).T
+    exact[groups[:, None] == groups[None, :]] = -np.inf
+    expected = np.argsort(-exact, axis=1, kind="stable")[:, :4]
+    assert np.array_equal(neighbours, expected)
+    assert np.array_equal(scores, np.take_along_axis(exact, expected, axis=1).astype(np.float32))
+    assert set(neighbours[3:6, 0]) <= set(range(30, 33))
+    # fewer rows of other groups than k: every one of them, then -1
+    two = np.arange(200) // 199
+    scores, neighbours = graph.neighbour_graph(UnitRows.in_memory(units), 4, groups=two)
+    assert neighbours[199].tolist() == expected_of(units, two, 199, 4) and neighbours[0, 1] == -1
+    assert neighbours[0, 0] == 199 and scores[0, 1] == -np.inf
+
+
+def expected_of(units: np.ndarray, groups: np.ndarray, row: int, k: int) -> list[int]:
+    """The brute-force ``k`` nearest rows of other groups of ``row`` (ties to the lower row)."""
+    exact = units.astype(np.float64) @ units[row].astype(np.float64)
+    exact[groups == groups[row]] = -np.inf
+    return np.argsort(-exact, kind="stable")[:k].tolist()
+
+
+def test_curation_draws_from_its_rows_in_an_order_their_values_decide():
+    """The calibration's sample and the map's colour groups were drawn along the folder's row order: the same videos
+    renamed, or listed in another order, gave another threshold and other groups."""
+    from types import SimpleNamespace
+
+    from coclr.curate.calibrate import sample_rows
+    from coclr.curate.layout import colour_groups
+
+    rng = np.random.default_rng(4)
+    rows = rng.normal(size=(120, 16))
+    rows[::7] += 3 * rng.normal(size=16)
+    rows = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    rows[50] = rows[60]  # equal rows: either may be drawn, as alike
+    order = rng.permutation(120)
+    found = colour_groups(rows)
+    assert len(set(found)) > 1 and np.array_equal(colour_groups(rows[order]), found[order])
+    sampled = sample_rows(SimpleNamespace(videos=rows), 9, set())
+    again = sample_rows(SimpleNamespace(videos=rows[order]), 9, set())
+    assert len(sampled) == 9 and [rows[row].tobytes() for row in sampled] == [rows[order][row].tobytes()
+                                                                             for row in again]
+    stale = {int(sampled[0])}  # a file changed since: left out, the rest drawn the same way
+    assert int(sampled[0]) not in sample_rows(SimpleNamespace(videos=rows), 9, stale)
+
+
 def test_the_map_and_its_groups_are_deterministic_and_separate_far_groups():
     from coclr.curate.layout import colour_groups, layout
 

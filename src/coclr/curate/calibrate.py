@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from coclr.curate.alter import ALTERATIONS, write_altered
+from coclr.curate.order import value_order
 from coclr.data.sampling import spread
 from coclr.embed.output import Embeddings
 from coclr.errors import ConfigError
@@ -39,10 +40,13 @@ def video_key(record: dict[str, Any]) -> str:
 
 
 def sample_rows(embeddings: Embeddings, count: int, stale: set[int]) -> list[int]:
-    """Up to ``count`` video rows spread evenly over the folder, of files unchanged since they were embedded."""
+    """Up to ``count`` video rows of files unchanged since they were embedded, spread evenly over the folder's videos
+    in the order of their vectors (:func:`~coclr.curate.order.value_order`): the same videos renamed or listed in
+    another order give the same sample, so the same threshold."""
     usable = [row for row in range(len(embeddings.videos)) if row not in stale]
     if not usable or count <= 0:
         return []
+    usable = [usable[i] for i in value_order(np.asarray(embeddings.videos[usable]))]
     return [usable[i] for i in spread(len(usable), count)]
 
 

@@ -21,6 +21,8 @@ from coclr.embed.search import Int8Rows, Projected, UnitRows, best_of_each, exac
 
 QUERY_CHUNK = 1024
 """Rows queried at a time (a first-pass block of the search is then at most 32768 x 1024 float32 scores: 128 MiB)."""
+WIDER_SCORES = 1 << 24
+"""The most scores :func:`neighbour_graph` holds at once for the rows it searches wider (64 MiB of float32)."""
 PREFIX_PART = 3
 """A chunk of queries takes its floors from the best candidates among the first 1 / PREFIX_PART of the rows: the
 larger that share, the closer the floors come to the true k-th best scores, and the fewer rows reach them."""
@@ -92,25 +94,38 @@ def _best_first(library, int8: Int8Rows, queries: search_cpu.Queries, prefix: in
 def neighbour_graph(rows: UnitRows, k: int, groups: np.ndarray | None = None, show: bool = False,
                     desc: str = "neighbours") -> tuple[np.ndarray, np.ndarray]:
     """``(scores float32 [N, k], neighbours int64 [N, k])``: each row's ``k`` most similar other rows, best first
-    (-1 and -inf where there are fewer); with ``groups`` (each row's group, e.g. a window's video), rows of the
-    query's own group are skipped among its ``k`` + 8 nearest."""
+    (-1 and -inf where there are fewer); with ``groups`` (each row's group, e.g. a window's video), the ``k`` most
+    similar rows of other groups: among each row's ``k`` + 8 nearest, and for a row with fewer there (a steady shot's
+    window, nearest to many of its own video's), among four times as many each time, up to every row."""
     count = rows.count
     extra = 0 if groups is None else 8
     want = min(count, k + 1 + extra)
     scores = np.full((count, k), -np.inf, np.float32)
     neighbours = np.full((count, k), -1, np.int64)
     projected = projection(rows)
+
+    def pick(queries: np.ndarray, found: np.ndarray, rows_found: np.ndarray) -> None:
+        keep = rows_found != queries[:, None]
+        if groups is not None:
+            keep &= groups[rows_found] != groups[queries][:, None]
+        for offset, query in enumerate(queries):
+            picked = np.flatnonzero(keep[offset])[:k]
+            scores[query, :len(picked)] = found[offset, picked]
+            neighbours[query, :len(picked)] = rows_found[offset, picked]
+
     with progress.bar(total=count, desc=desc, unit="row", disable=not show, leave=False) as shown:
         for start in range(0, count, QUERY_CHUNK):
             stop = min(count, start + QUERY_CHUNK)
-            found, rows_found = nearest_rows(rows, rows.block(start, stop), want, projected)
-            own = np.arange(start, stop)[:, None]
-            keep = rows_found != own
-            if groups is not None:
-                keep &= groups[rows_found] != groups[own]
-            for offset in range(stop - start):
-                picked = np.flatnonzero(keep[offset])[:k]
-                scores[start + offset, :len(picked)] = found[offset, picked]
-                neighbours[start + offset, :len(picked)] = rows_found[offset, picked]
+            pick(np.arange(start, stop), *nearest_rows(rows, rows.block(start, stop), want, projected))
             shown.update(stop - start)
+    wider = want
+    short = np.flatnonzero(neighbours[:, k - 1] < 0) if groups is not None and k > 0 else np.array([], np.int64)
+    while len(short) and wider < count:
+        wider = min(count, 4 * wider)
+        step = max(1, WIDER_SCORES // wider)  # queries at a time: at most WIDER_SCORES scores held
+        for first in range(0, len(short), step):
+            queries = short[first:first + step]
+            block = np.concatenate([rows.block(int(query), int(query) + 1) for query in queries])
+            pick(queries, *nearest_rows(rows, block, wider, projected))
+        short = short[neighbours[short, k - 1] < 0]
     return scores, neighbours

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from coclr.curate.order import value_order
+
 GROUP_DIMS = 32
 """Principal components the k-means groups are found in."""
 MAX_GROUPS = 10
@@ -83,11 +85,21 @@ def group_count(count: int) -> int:
 
 def colour_groups(units: np.ndarray, seed: int = 0) -> np.ndarray:
     """Each row's colour group (``int32``, groups numbered by size, largest 0): k-means (k-means++ start, seeded)
-    on the rows' first :data:`GROUP_DIMS` principal components."""
+    on the rows' first :data:`GROUP_DIMS` principal components, run on the rows in the order of their values
+    (:func:`~coclr.curate.order.value_order`), so that the same videos listed in another order get the same groups."""
     count = len(units)
     groups = group_count(count)
     if groups <= 1:
         return np.zeros(count, np.int32)
+    order = value_order(units)
+    labels = np.empty(count, np.int32)
+    labels[order] = _kmeans_groups(np.asarray(units)[order], groups, seed)
+    return labels
+
+
+def _kmeans_groups(units: np.ndarray, groups: int, seed: int) -> np.ndarray:
+    """:func:`colour_groups` of rows in the order given: ``groups`` k-means groups, numbered by size."""
+    count = len(units)
     mean, axes = principal_axes(units, min(GROUP_DIMS, units.shape[1]))
     points = project(units, mean, axes)
     rng = np.random.default_rng(seed)
