@@ -786,16 +786,16 @@ def test_bf16_is_close_to_float32_and_refused_where_the_cpu_has_no_bfloat16_inst
     """bf16 is allowed by the CPU's flags (coclr.cpu.native_bfloat16: AVX512_BF16 or AMX), not by oneDNN's
     ``_is_mkldnn_bf16_supported`` (true on any AVX-512 CPU, where bfloat16 runs converted, slower than float32).
     Where allowed it stays within cosine 0.99 of float32 (run here with the check passed, whatever this CPU has)."""
-    import coclr.embed.embedder as embedder_module
+    import coclr.cpu
 
     video = moving_square(40, seed=3)
-    monkeypatch.setattr(embedder_module, "native_bfloat16", lambda: True)
+    monkeypatch.setattr(coclr.cpu, "native_bfloat16", lambda: True)
     exact = Embedder(encoder, workers=0, **SMALL).embed_frames(video, 25.0)
     fast = Embedder(encoder, workers=0, precision="bf16", **SMALL).embed_frames(video, 25.0)
     cosine = (exact.windows * fast.windows).sum(axis=1)
     print(f"bf16 vs float32, tiny encoder: window cosine min {cosine.min():.5f}")
     assert cosine.min() > 0.99 and not np.array_equal(exact.windows, fast.windows)
-    monkeypatch.setattr(embedder_module, "native_bfloat16", lambda: False)
+    monkeypatch.setattr(coclr.cpu, "native_bfloat16", lambda: False)
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)  # an AVX-512 CPU without BF16
     with pytest.raises(ConfigError, match="no bfloat16 instructions"):
         Embedder(encoder, workers=0, precision="bf16", **SMALL)

@@ -81,3 +81,21 @@ def test_one_split_for_both_sides_of_an_evaluation_is_refused():
     for task in ("retrieval", "linear", "finetune"):  # retrieval answered R@1 100: each video found itself
         with pytest.raises(ConfigError, match="--train-split and --test-split are both 'test'"):
             evaluate_checkpoint(task, "no store needed", [], None, train_split="test", test_split="test")
+
+
+def test_autocast_is_refused_where_the_cpu_has_no_bfloat16_instructions(tiny, tmp_path, monkeypatch,  # noqa: F811
+                                                                        capsys):
+    """``eval --amp`` ran on a CPU without bfloat16 instructions (the AVX2 kind): slower than float32, and R@k other
+    than a CPU with them gives (its features cached under the same key); ``embed --precision bf16`` was refused
+    there. One rule now (:func:`coclr.cpu.require_native_bfloat16`), before any work."""
+    from coclr.cpu import AVX2_LIMIT
+
+    store_root, rgb, _, _ = tiny
+    for name, value in AVX2_LIMIT.items():
+        monkeypatch.setenv(name, value)
+    out = tmp_path / "r.json"
+    assert main(["eval", "retrieval", "--checkpoint", str(rgb), "--store", str(store_root), "--out", str(out),
+                 "--amp", "--cache-dir", str(tmp_path / "cache"), *CLIP_ARGS]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "coclr eval: error: amp: this CPU has no bfloat16 instructions (AVX512_BF16 or AMX); leave --amp off")
+    assert not out.exists() and not (tmp_path / "cache").exists()

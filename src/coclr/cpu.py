@@ -23,6 +23,8 @@ import platform
 import sys
 from pathlib import Path
 
+from coclr.errors import ConfigError
+
 #: The flags of ``/proc/cpuinfo`` that decide which kernels run (printed by the benchmarks with every figure).
 RELEVANT_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16",
                   "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
@@ -118,6 +120,14 @@ def native_bfloat16() -> bool:
         return False
     isa = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
     return isa is None or isa.strip().lower() in _ONEDNN_BF16_ISAS
+
+
+def require_native_bfloat16(key: str, remedy: str) -> None:
+    """Refuse bfloat16 work on a CPU without bfloat16 instructions (:func:`native_bfloat16`), in one line naming the
+    option ``key`` and what to do: there oneDNN converts to float32 and runs slower than float32, and the numbers
+    differ from a CPU that has them (``coclr embed --precision bf16``, ``coclr eval --amp``)."""
+    if not native_bfloat16():
+        raise ConfigError(f"{key}: this CPU has no bfloat16 instructions (AVX512_BF16 or AMX); {remedy}")
 
 
 def c_march() -> str | None:

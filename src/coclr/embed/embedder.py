@@ -42,13 +42,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from coclr.cpu import native_bfloat16
+from coclr.cpu import require_native_bfloat16
 from coclr.data.augment import center_crop
 from coclr.data.sampling import clip_span, sliding_windows
 from coclr.distributed import pick_device
 from coclr.embed.options import EmbedJob
 from coclr.embed.settings import EmbedSettings, checkpoint_view, resolve_settings
-from coclr.errors import CheckpointError, ConfigError, DataError
+from coclr.errors import CheckpointError, DataError
 from coclr.flow.encode import flow_to_uint8
 from coclr.flow.opencv import rgb_to_gray
 from coclr.flow.tvl1 import tvl1_flow
@@ -280,9 +280,8 @@ def check_precision(precision: str | None, device: torch.device) -> None:
     or AMX, :func:`coclr.cpu.native_bfloat16`, by the CPU's flags; without them oneDNN converts to float32 and runs
     slower than float32). ``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` is no such test: it is true on any CPU
     with AVX-512."""
-    if precision == "bf16" and device.type == "cpu" and not native_bfloat16():
-        raise ConfigError("precision: this CPU has no bfloat16 instructions (AVX512_BF16 or AMX); leave the precision "
-                          "at float32")
+    if precision == "bf16" and device.type == "cpu":
+        require_native_bfloat16("precision", "leave the precision at float32")
 
 
 def padded(clips: torch.Tensor, size: int) -> torch.Tensor:

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from coclr.cpu import require_native_bfloat16
 from coclr.errors import ConfigError
 from coclr.eval.features import ClipConfig, Stream, cache_key, input_normalisation, stream_views
 from coclr.eval.finetune import evaluate_finetune, save_probabilities
@@ -80,6 +81,8 @@ def evaluate_checkpoint(task: str, store, streams: Sequence[Stream], clips: Clip
     checkpoints). ``earlier``: a record this function returned before, returned again without any work when it
     was computed from the same inputs (its ``inputs_sha256``, :func:`inputs_digest`)."""
     options = options or TaskOptions()
+    if clips.amp and torch.device(device).type == "cpu":
+        require_native_bfloat16("amp", "leave --amp off")
     if train_split == test_split:  # each test video would find itself (retrieval R@1 100), or train on itself
         raise ConfigError(f"--train-split and --test-split are both {train_split!r}: an evaluation needs two "
                           "splits (the test videos query, or are classified by what was fitted on, the others)")
