@@ -23,7 +23,7 @@ class ClipConfig:
     batch_size: int = option(16, "clips per forward pass")
     workers: int = option(0, "DataLoader worker processes reading the store (0: read in this process)")
     amp: bool = option(False, "run the backbone under autocast (float16 on CUDA; bfloat16 on a CPU with bfloat16 "
-                                     "instructions, AVX512_BF16 or AMX, and refused on others)")
+                              "instructions, AVX512_BF16 or AMX, and refused on others)")
 
     def validate(self) -> None:
         ClipSettings.check(self)
