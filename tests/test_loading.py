@@ -246,6 +246,63 @@ def test_our_format_round_trip(tmp_path, clip, width, gating, with_head):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def _edited(tmp_path: Path, name: str, edit) -> Path:
+    """An encoder file (width 0.125, a head of 16) with ``edit(payload)`` applied, saved as ``name``."""
+    path = save_encoder(tmp_path / name, build_encoder(width=0.125, embed_dim=16))
+    payload = torch.load(path, weights_only=True)
+    edit(payload)
+    torch.save(payload, path)
+    return path
+
+
+def _set(payload: dict, part: str, key: str, make) -> None:
+    payload[part][key] = make(payload[part][key])
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda p: _set(p, "backbone", "Conv_1a.conv1.weight", lambda t: torch.full_like(t, float("nan"))),
+     r"backbone\.Conv_1a\.conv1\.weight \(NaN or infinite values\)"),
+    (lambda p: _set(p, "head", "fc2.bias", lambda t: t.to(torch.int64)),
+     r"head\.fc2\.bias \(int64, not real numbers\)"),
+    (lambda p: _set(p, "backbone", "Conv_1a.conv1.weight", lambda t: t.to(torch.complex64)),
+     r"\(complex64, not real numbers\)"),
+    (lambda p: _set(p, "backbone", "Conv_1a.conv1.weight", lambda t: t.to_sparse()), r"\(a sparse_coo tensor\)"),
+    (lambda p: _set(p, "backbone", "Conv_2b.bn.num_batches_tracked", lambda t: t.float()),
+     r"num_batches_tracked \(float32, not whole numbers\)"),
+])
+def test_tensors_that_are_not_weights_are_refused_naming_each(tmp_path, edit, why):
+    """NaN weights embedded as vectors of zeros with exit status 0, whole numbers were cast silently (zeros too), a
+    sparse tensor was a traceback in every command: refused at load, for every reader."""
+    path = _edited(tmp_path, "odd.pth", edit)
+    with pytest.raises(CheckpointError, match=rf"odd\.pth: not usable as weights: \[.*{why}.*\]; the file is damaged"):
+        load_encoder(path)
+
+
+@pytest.mark.parametrize("key, value, problem", [
+    ("width", 1000.0, r"width 1000, but backbone\.Conv_1a\.conv1\.weight holds 8 filters \(width 0\.125\)"),
+    ("width", -1, r"width must be a positive number, got -1"),
+    ("embed_dim", 10 ** 9, r"embed_dim 1000000000, but head\.fc2\.weight holds 16 outputs"),
+    ("bn_eps", -1.0, r"bn_eps must be a positive number, got -1\.0"),
+    ("bn_eps", float("nan"), r"bn_eps must be a positive number, got nan"),
+    ("gating", "no", r"gating must be true or false, got 'no'"),
+])
+def test_an_arch_its_tensors_do_not_have_is_refused_before_the_network_is_built(tmp_path, key, value, problem,
+                                                                                monkeypatch):
+    """A file's ``arch`` built the network before its tensors were compared: width 1000 asked for a terabyte
+    ("not enough memory", naming no file), a negative epsilon embedded as zeros in one command and was a traceback in
+    another, the text "no" was read as true."""
+    import coclr.models.loading as loading
+
+    def built(*args, **kwargs):
+        raise AssertionError("the network was built")
+
+    path = _edited(tmp_path, "arch.pth", lambda p: p["arch"].__setitem__(key, value))
+    monkeypatch.setattr(loading, "S3D", built)
+    monkeypatch.setattr(loading, "ProjectionHead", built)
+    with pytest.raises(CheckpointError, match=rf"arch\.pth: invalid 'arch': {problem}"):
+        load_encoder(path)
+
+
 def test_training_format_with_ddp_prefix(tmp_path, small_parts, clip, reference):
     backbone, head = small_parts
     payload = {

@@ -282,12 +282,24 @@ def test_a_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(store
     # An absurd learning rate blows the weights up after the first step: the next loss is not finite.
     exploding = start_trainer(tiny_config(store, tmp_path / "run", "optim.epochs=3", "optim.lr=1e30",
                                           "run.save_every=1"))
-    with pytest.raises(NonFiniteLossError, match="NaN or infinite"):
+    with pytest.raises(NonFiniteLossError, match="NaN or infinite.*the last good checkpoint is kept in .*"
+                                                 "checkpoint_last.pth"):
         exploding.run()
     kept = load_checkpoint(tmp_path / "run" / "checkpoint_last.pth")
     assert 1 <= kept["position"]["global_step"] < exploding.position.global_step
     logged = [json.loads(line)["loss"] for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert logged and all(math.isfinite(loss) for loss in logged)
+
+
+def test_a_loss_nonfinite_before_any_checkpoint_names_none(store: Path, tmp_path: Path, start_trainer) -> None:
+    """Non-finite from the first steps (an init checkpoint of NaN weights, say): the message named a last good
+    checkpoint that was never written."""
+    from coclr.train.trainer import NonFiniteLossError
+
+    exploding = start_trainer(tiny_config(store, tmp_path / "run", "optim.epochs=3", "optim.lr=1e30"))
+    with pytest.raises(NonFiniteLossError, match=r"stopped, no checkpoint was saved yet \(try a lower optim\.lr"):
+        exploding.run()
+    assert not (tmp_path / "run" / "checkpoint_last.pth").exists()
 
 
 def test_cmc_trains_both_views_against_each_other(store: Path, tmp_path: Path, start_trainer) -> None:

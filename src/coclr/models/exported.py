@@ -95,12 +95,6 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
         if recorded is not None and recorded == file_sha256(model):
             return Exported(out, model, already_done=True)
         changed = True  # (no hash to tell it by: config.json gone, or from before the hash: written again)
-    broken = [name for module in (backbone, head) if module is not None for name, tensor in
-              module.state_dict().items() if tensor.is_floating_point() and not tensor.isfinite().all()]
-    if broken:
-        more = f" (and {len(broken) - 1} more tensors)" if len(broken) > 1 else ""
-        raise CheckpointError(f"{encoder}: {broken[0]}{more} holds NaN or infinite numbers: the encoder computes "
-                              "nothing to export")
     config = encoder_config(backbone, head, meta)  # refuses a meta JSON cannot hold, before any write
     settings = config["clip_settings"]
     if clips is None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import os
 import pickle
 import pickletools
@@ -42,7 +43,7 @@ from coclr.errors import CheckpointError, ConfigError
 from coclr.models.encoder import Encoder
 from coclr.models.export import is_safetensors, read_safetensors
 from coclr.models.heads import LinearClassifier, ProjectionHead
-from coclr.models.s3d import S3D
+from coclr.models.s3d import S3D, scaled_channels
 
 __all__ = ["load_encoder", "load_classifier", "save_encoder", "read_clip_settings", "implied_clip_settings",
            "read_checkpoint_file",
@@ -454,23 +455,46 @@ def _load_ours(path: Path, payload: dict[str, Any]) -> tuple[S3D, ProjectionHead
                               f"{type(payload['meta']).__name__}")
     if not isinstance(arch, dict) or any(key not in arch for key in _ARCH_KEYS):
         raise CheckpointError(f"{path}: 'arch' must be a dict with keys {_names(_ARCH_KEYS)}, got {arch!r}")
+    state = _strip_module(_tensors(path, payload["backbone"], "backbone"))
+    width, bn_eps = _arch_number(path, arch, "width"), _arch_number(path, arch, "bn_eps")
+    if not isinstance(arch["gating"], bool):
+        raise CheckpointError(f"{path}: invalid 'arch': gating must be true or false, got {arch['gating']!r}")
+    stem = "Conv_1a.conv1.weight"  # the network is built only at the size its tensors have (no file's word for it)
+    if stem in state and _width_from_stem(path, state[stem], f"backbone.{stem}") and \
+            state[stem].shape[0] != scaled_channels(64, width):
+        raise CheckpointError(f"{path}: invalid 'arch': width {width:g}, but backbone.{stem} holds "
+                              f"{state[stem].shape[0]} filters (width {state[stem].shape[0] / 64:g})")
+    head_tensors, embed_dim = None, arch["embed_dim"]
+    if payload["head"] is not None:
+        if embed_dim is None:
+            raise CheckpointError(f"{path}: the file has a 'head' but arch['embed_dim'] is None")
+        if isinstance(embed_dim, bool) or not isinstance(embed_dim, int) or embed_dim < 1:
+            raise CheckpointError(f"{path}: invalid 'arch': embed_dim must be a positive whole number, got "
+                                  f"{embed_dim!r}")
+        head_tensors = _strip_module(_tensors(path, payload["head"], "head"))
+        last = head_tensors.get("fc2.weight")
+        if last is not None and last.dim() == 2 and last.shape[0] != embed_dim:
+            raise CheckpointError(f"{path}: invalid 'arch': embed_dim {embed_dim}, but head.fc2.weight holds "
+                                  f"{last.shape[0]} outputs")
     try:
-        backbone = S3D(width=float(arch["width"]), gating=bool(arch["gating"]), bn_eps=float(arch["bn_eps"]))
+        backbone = S3D(width=width, gating=arch["gating"], bn_eps=bn_eps)
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"{path}: invalid 'arch' {arch!r}: {error}") from None
-    _load_strict(path, backbone, _strip_module(_tensors(path, payload["backbone"], "backbone")), "backbone.")
-    head_state = payload["head"]
-    if head_state is None:
+    _load_strict(path, backbone, state, "backbone.")
+    if head_tensors is None:
         return backbone, None
-    embed_dim = arch["embed_dim"]
-    if embed_dim is None:
-        raise CheckpointError(f"{path}: the file has a 'head' but arch['embed_dim'] is None")
-    if isinstance(embed_dim, bool) or not isinstance(embed_dim, int) or embed_dim < 1:
-        raise CheckpointError(f"{path}: invalid 'arch': embed_dim must be a positive whole number, got {embed_dim!r}")
     dim = backbone.out_channels
     head = ProjectionHead(dim, dim, embed_dim)
-    _load_strict(path, head, _strip_module(_tensors(path, head_state, "head")), "head.")
+    _load_strict(path, head, head_tensors, "head.")
     return backbone, head
+
+
+def _arch_number(path: Path, arch: dict[str, Any], key: str) -> float:
+    """``arch[key]``, a positive finite number (a network width, a BatchNorm epsilon), or refused naming the file."""
+    value = arch[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise CheckpointError(f"{path}: invalid 'arch': {key} must be a positive number, got {value!r}")
+    return float(value)
 
 
 def _load_authors_pretrain(path: Path, state: dict[str, Any]) -> tuple[S3D, ProjectionHead | None]:
@@ -639,7 +663,28 @@ def _load_strict(
     ]
     if missing or extra or misshaped:
         raise CheckpointError(f"{path}: {type(module).__name__} does not match: {_problems(missing, extra, misshaped)}")
+    unfit = [f"{name(key)} ({why})" for key, value in state.items()
+             if (why := _unfit(value, expected[key])) is not None]
+    if unfit:
+        raise CheckpointError(f"{path}: not usable as weights: {_names(unfit)}; the file is damaged, or not a "
+                              "trained network's")
     module.load_state_dict(state, strict=True)
+
+
+def _unfit(value: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """Why ``value`` cannot stand for the module's tensor ``expected`` (None: it can): a sparse or other non-dense
+    tensor, whole numbers or complex ones where the module has real numbers (cast silently, they gave vectors of
+    zeros), real numbers where it counts (a BatchNorm's ``num_batches_tracked``), NaN or infinite values."""
+    if value.layout != torch.strided:
+        return f"a {str(value.layout).removeprefix('torch.')} tensor"
+    if expected.is_floating_point():
+        if not value.is_floating_point():
+            return f"{str(value.dtype).removeprefix('torch.')}, not real numbers"
+        if not bool(torch.isfinite(value).all()):
+            return "NaN or infinite values"
+    elif value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        return f"{str(value.dtype).removeprefix('torch.')}, not whole numbers"
+    return None
 
 
 def _problems(missing: list[str], unexpected: list[str], misshaped: list[str]) -> str:

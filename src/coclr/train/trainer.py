@@ -187,13 +187,12 @@ class Trainer:
         self._log_line(f"resumed from {path} at {self.position.where()} (step {self.position.global_step})")
 
     def save(self, best: bool = False) -> None:
-        if not is_main():
-            return
-        state = self.state()
-        atomic_torch_save(state, self.out / LAST)
+        """Write the checkpoint (the main process; every process records where it stands: :meth:`kept`)."""
+        if is_main():
+            atomic_torch_save(self.state(), self.out / LAST)
+            if best:
+                atomic_duplicate(self.out / LAST, self.out / BEST)
         self.saved = dataclasses.replace(self.position)
-        if best:
-            atomic_duplicate(self.out / LAST, self.out / BEST)
 
     # ------------------------------------------------------------------ logging
 
@@ -411,9 +410,11 @@ class Trainer:
 
     def _check_finite(self, nonfinite: torch.Tensor) -> None:
         if bool(nonfinite):
+            kept = (f"the last good checkpoint is kept in {self.out / LAST}" if self.saved is not None
+                    else "no checkpoint was saved yet")
             raise NonFiniteLossError(
-                f"the loss became NaN or infinite before step {self.position.global_step}; stopped. The last "
-                f"good checkpoint is kept in {self.out / LAST} (try a lower optim.lr or run.amp=none)")
+                f"the loss became NaN or infinite before step {self.position.global_step}; stopped, {kept} (try a "
+                "lower optim.lr or run.amp=none)")
 
     def _record(self, loss: torch.Tensor, stats: dict[str, torch.Tensor]) -> dict[str, Any]:
         values = torch.stack([loss.float(), *(v.float() for v in stats.values())])
