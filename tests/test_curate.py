@@ -554,6 +554,13 @@ def test_curate_finds_the_copy_ranks_every_video_and_keeps_its_rules(embedded, t
     assert not (tmp_path / "never").exists()
     assert curate(moved, tmp_path / "fence", CurateOptions(calibrate=0, fingerprints=False),
                   show=False).rule.startswith("the distribution rule")
+    # the windows' threshold, not calibrated by the distribution rule, is null: curate.json was not JSON (NaN)
+    record = json.loads((tmp_path / "fence" / "curate.json").read_text(), parse_constant=_not_json)
+    assert record["window_threshold"] is None and record["window_rule"].startswith("not calibrated")
+
+
+def _not_json(name: str) -> None:
+    raise AssertionError(f"{name} is not JSON")
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

@@ -739,3 +739,67 @@ def test_a_study_stopped_stops_its_commands_and_says_what_is_kept(tmp_path):
                         rf"checkpoints \(logs: {out}/logs\); run the same command to continue", line), line
     logs = "".join(path.read_text() for path in (out / "logs").glob("*.log"))
     assert "interrupted (SIGTERM)" in logs  # each command said what it kept
+
+
+def test_an_interrupted_restart_says_to_continue_without_restart(monkeypatch, capsys):
+    """`--restart` stopped midway said "run the same command to continue": that command moved the kept work aside
+    and started over."""
+    import coclr.cli as cli
+
+    def stopped(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_command", stopped)
+    assert cli.main(["pretrain", "run.out=somewhere", "--restart"]) == 130
+    assert capsys.readouterr().err.strip().endswith(
+        "what was finished is kept; run the same command without --restart (which would start over) to continue")
+    assert cli.main(["pretrain", "run.out=somewhere"]) == 130
+    assert capsys.readouterr().err.strip().endswith("what was finished is kept; run the same command to continue")
+
+
+LAUNCHED = """
+import os, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", '''
+import os, signal, sys, time
+from coclr.interrupts import stop_with_launcher
+def stopped(signum, frame):
+    open(sys.argv[1], "w").write(signal.Signals(signum).name)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stopped)
+stop_with_launcher()
+print("ready", flush=True)
+time.sleep(120)
+''', sys.argv[1]], env={**os.environ, "LOCAL_RANK": "0"}, start_new_session=True, stdout=subprocess.PIPE, text=True)
+child.stdout.readline()
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_process_torchrun_started_stops_when_torchrun_is_killed(tmp_path):
+    """torchrun starts each process in a session of its own: `kill -9` of torchrun left them training, holding their
+    folder's lock. Now each gets SIGTERM (a stop that keeps what was done) when its launcher dies."""
+    marker = tmp_path / "stopped"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHED, str(marker)], stdout=subprocess.PIPE, text=True)
+    child = int(launcher.stdout.readline())
+    assert Path(f"/proc/{child}").exists() and not marker.exists()
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not marker.exists():
+        time.sleep(0.05)
+    assert marker.read_text() == "SIGTERM"
+
+
+def test_a_command_that_does_not_share_its_work_is_refused_under_torchrun(tmp_path, monkeypatch, capsys):
+    """`torchrun -m coclr data store | curate | export | eval ...` ran the whole command in every process: one refused
+    by its sibling's lock ("another job"), or the result written once per process."""
+    from coclr.cli import TORCHRUN_COMMANDS, main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["curate", str(tmp_path / "embeddings"), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "coclr curate: error: runs as one process, not under torchrun (WORLD_SIZE=2): run `coclr curate` without "
+        "torchrun; torchrun runs embed, flow, learn, pipeline, pretrain")
+    assert not (tmp_path / "out").exists()
+    assert "eval" not in TORCHRUN_COMMANDS and "data" not in TORCHRUN_COMMANDS

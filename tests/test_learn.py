@@ -251,7 +251,7 @@ def files_digest(root: Path) -> dict[str, tuple[int, int]]:
 
 PARENT = """
 import subprocess, sys, time
-from coclr.jobs.scheduler import die_with_parent
+from coclr.interrupts import die_with_parent
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], preexec_fn=die_with_parent)
 print(child.pid, flush=True)
 time.sleep(120)
@@ -1540,6 +1540,11 @@ def test_the_report_says_the_epochs_the_stages_trained():
     said = _coclr_epochs(plan)
     assert "cycle1_rgb 33, cycle1_flow 32, cycle2_rgb 37, cycle2_flow 61 epochs; 22 planned" in said
     assert said.endswith(f"{2 * (20 + 33 + 32 + 37 + 61)} steps in all")
+    # the exported encoder's model card says the same steps (it said the planned ones)
+    from coclr.learn.stages import card_notes
+
+    notes = card_notes({"plan": {**plan, "batch": 12, "model": {"width": 0.125}}, "videos": 8}, None)
+    assert f"{2 * (20 + 33 + 32 + 37 + 61)} steps of batch 12" in notes[0]
 
 
 def test_a_phase_killed_outright_keeps_its_seconds_to_the_last_record(tmp_path):

@@ -19,6 +19,7 @@ signal (:func:`loader_worker_signals`) while its parent shuts the loader down. A
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import multiprocessing.util
 import os
@@ -227,3 +228,41 @@ def quiet_dropped_sharing(kind: type[BaseException], value: BaseException, tb: A
     if dropped and any(frame.f_code.co_filename.endswith("resource_sharer.py") for frame, _ in traceback.walk_tb(tb)):
         return
     sys.__excepthook__(kind, value, tb)
+
+
+# ------------------------------------------------------------------ a process that outlives its parent
+
+def die_with_parent() -> None:
+    """In a child process (``preexec_fn``): be killed when the parent dies, however it dies (``kill -9`` too), so that
+    no job goes on training and holding its folder behind a job that is gone (Linux; elsewhere nothing). Only
+    the one call: between fork and exec of a process with threads, nothing may take a lock (import, load a
+    library, start a process), so ``prctl`` was looked up in the parent."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+PR_SET_PDEATHSIG = 1
+"""prctl(2)'s option: the signal a process gets when its parent exits."""
+
+
+def _find_prctl():  # noqa: ANN202 (a ctypes function)
+    """libc's ``prctl`` from the symbols the process has loaded (no search of the file system), or None."""
+    try:
+        return ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _find_prctl()
+
+
+def stop_with_launcher() -> None:
+    """Under torchrun (``LOCAL_RANK`` set): be sent SIGTERM when the launcher dies, however it dies (``kill -9``, the
+    out-of-memory killer). torchrun starts each process in a session of its own, which a kill of torchrun's process
+    group does not reach: they went on training, holding their folder's lock, with nobody to report to. SIGTERM
+    stops the command as Ctrl-C does (what was done is kept). Linux only; elsewhere nothing."""
+    if "LOCAL_RANK" not in os.environ or _PRCTL is None:
+        return
+    _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() == 1:  # the launcher was gone already (before the call, no signal comes)
+        os.kill(os.getpid(), signal.SIGTERM)

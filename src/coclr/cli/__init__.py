@@ -27,8 +27,8 @@ from coclr.cli._status import (
 )
 from coclr.cli._world import run_command
 from coclr.config import refuse_repeated
-from coclr.errors import CoclrError
-from coclr.interrupts import interrupted
+from coclr.errors import CoclrError, ConfigError
+from coclr.interrupts import interrupted, stop_with_launcher
 from coclr.text import ERRORS, shown
 from coclr.threads import apply_process_policy
 from coclr.version import __version__
@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(parser, argv)
     try:
         refuse_repeated(getattr(args, "overrides", None) or [])
+        _check_launcher(args.command)
         status = run_command(args)
         sys.stdout.flush()  # here, where a reader that went away is caught, not at the interpreter's exit
     except BrokenPipeError:
@@ -118,10 +119,32 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as error:  # SIGINT or SIGTERM (run_command): the work stopped, what it finished kept
         stopped = interrupted(error, "what was finished is kept")
         _close_progress_bars()
-        _say(f"coclr {args.command}: interrupted ({stopped.signal_name}); {stopped.kept}; run the same command to "
-             "continue")
+        again = ("the same command without --restart (which would start over)" if getattr(args, "restart", False)
+                 else "the same command")
+        _say(f"coclr {args.command}: interrupted ({stopped.signal_name}); {stopped.kept}; run {again} to continue")
         return stopped.exit_status
     return int(status or EXIT_DONE)
+
+
+TORCHRUN_COMMANDS = ("embed", "flow", "learn", "pipeline", "pretrain", "task")
+"""The commands that share their work among the processes torchrun starts (``task``: a study's or learn's job,
+which is one of them); any other, run by each process whole, raced them on one folder (one refused by its sibling's
+lock, or the result written once per process): refused under torchrun before any work."""
+
+
+def _check_launcher(command: str) -> None:
+    """Under torchrun: refuse a command that does not share its work (:data:`TORCHRUN_COMMANDS`), and have every
+    process stop with its launcher (:func:`coclr.interrupts.stop_with_launcher`). Nothing outside torchrun."""
+    if "WORLD_SIZE" not in os.environ:
+        return
+    from coclr.distributed import launched_world_size  # noqa: PLC0415 (heavy: torch)
+
+    if launched_world_size() <= 1:
+        return
+    if command not in TORCHRUN_COMMANDS:
+        raise ConfigError(f"runs as one process, not under torchrun (WORLD_SIZE={os.environ['WORLD_SIZE']}): run "
+                          f"`coclr {command}` without torchrun; torchrun runs {', '.join(TORCHRUN_COMMANDS[:-1])}")
+    stop_with_launcher()
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import math
 import os
 import sys
 import time
@@ -228,7 +229,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     seconds["threshold"] = time.perf_counter() - clock
     say(f"coclr curate: near-duplicate threshold {group_threshold:.4f} ({group_rule})", show)
     if windows and not alike:
-        say(f"coclr curate: the windows' threshold {window_threshold:.4f} ({window_rule})", show)
+        say(f"coclr curate: the windows' threshold {_shown(window_threshold)} ({window_rule})", show)
     # Stretches only from a threshold that was calibrated on copies or given: the distribution rule says which whole
     # videos are unusually alike, and says nothing of windows (measured: most of its stretches were not copies).
 
@@ -271,10 +272,11 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
                 "thumbnail, click a point for its nearest, a list entry to mark its videos"], data)
     summary.seconds = time.perf_counter() - started
     atomic_write_json(out / RESULT_FILE, {
-        "embeddings": str(embeddings.root.resolve()), "videos": count, "threshold": group_threshold,
+        "embeddings": str(embeddings.root.resolve()), "videos": count, "threshold": _finite(group_threshold),
         "rule": group_rule, "compared_by": "fingerprints" if stem is not None else "vectors",
         **({"fingerprints": fingerprinted} if stem is not None else {}),
-        "window_threshold": window_threshold if windows else None, "window_rule": window_rule if windows else None,
+        "window_threshold": _finite(window_threshold) if windows else None,
+        "window_rule": window_rule if windows else None,
         "stretches": ("not asked for" if not windows else "not searched: one group holds every video" if alike
                       else "searched" if trusted else "not searched: the windows' threshold is not calibrated"),
         "calibration": {key: value for key, value in calibration.items() if key != "threshold"},
@@ -283,6 +285,16 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         "outlier_score": f"1 - mean similarity of the {k} nearest others",
         "seconds": {**seconds, "all": summary.seconds}})
     return summary
+
+
+def _finite(value: float) -> float | None:
+    """A threshold as ``curate.json`` records it: null where there is none (NaN is no JSON)."""
+    return value if math.isfinite(value) else None
+
+
+def _shown(value: float) -> str:
+    """A threshold as printed: four decimals, or "none"."""
+    return f"{value:.4f}" if math.isfinite(value) else "none"
 
 
 def _window_space(embeddings: Embeddings, show: bool):

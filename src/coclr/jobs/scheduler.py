@@ -12,9 +12,7 @@ writing, and holding its folder, behind its back.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +22,7 @@ from pathlib import Path
 
 from coclr.atomic import atomic_write_json
 from coclr.errors import CoclrError
-from coclr.interrupts import check_interrupt, deferred_interrupts, interrupted, signals_interrupt
+from coclr.interrupts import check_interrupt, deferred_interrupts, die_with_parent, interrupted, signals_interrupt
 from coclr.jobs.tasks import Task, check_records
 from coclr.progress import bar as progress_bar
 from coclr.threads import usable_cores
@@ -96,30 +94,6 @@ STOP_SECONDS = 30.0
 """How long a stopped job may take to exit after SIGTERM before it is killed."""
 COMMAND = (sys.executable, "-m", "coclr", "task")
 """What runs a job's task: ``COMMAND + [RECORD]`` (``coclr task``), the file of the task's record."""
-
-
-def die_with_parent() -> None:
-    """In a child process (``preexec_fn``): be killed when the parent dies, however it dies (``kill -9`` too), so that
-    no job goes on training and holding its folder behind a job that is gone (Linux; elsewhere nothing). Only
-    the one call: between fork and exec of a process with threads, nothing may take a lock (import, load a
-    library, start a process), so ``prctl`` was looked up in the parent."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-PR_SET_PDEATHSIG = 1
-"""prctl(2)'s option: the signal a process gets when its parent exits."""
-
-
-def _find_prctl():  # noqa: ANN202 (a ctypes function)
-    """libc's ``prctl`` from the symbols the process has loaded (no search of the file system), or None."""
-    try:
-        return ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _find_prctl()
 
 
 def stop_processes(processes: Sequence[subprocess.Popen], grace: float = STOP_SECONDS) -> None:

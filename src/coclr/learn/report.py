@@ -32,6 +32,7 @@ from coclr.eval.gallery import (
     thumbnail_frames,
     video_cell,
 )
+from coclr.learn.stages import trained_steps
 from coclr.progress import duration
 from coclr.store.clipstore import ClipStore
 from coclr.text import html_name, on_page
@@ -85,13 +86,11 @@ def _coclr_epochs(plan: dict[str, Any]) -> str:
     """The CoCLR stages' epochs as trained: each sized as it started to the time left (``stage_epochs``), else as
     planned; and the run's training steps."""
     planned, sized = plan["epochs"]["coclr"], plan.get("stage_epochs") or {}
-    per_epoch = plan["steps"] / max(1, 2 * plan["epochs"]["infonce"] + 4 * planned)
     if not sized:
         return f"of {planned} epochs per view ({plan['steps']} steps)"
-    epochs = 2 * plan["epochs"]["infonce"] + sum(sized.values()) + (4 - len(sized)) * planned
     stages = ", ".join(f"{stage} {count}" for stage, count in sized.items())
     return (f"whose stages were sized as they started by the time left ({stages} epochs; {planned} planned), "
-            f"{round(per_epoch * epochs)} steps in all")
+            f"{trained_steps(plan)} steps in all")
 
 
 def _summary(result: dict[str, Any]) -> str:

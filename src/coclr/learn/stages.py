@@ -176,6 +176,15 @@ def export_line(chosen: dict[str, dict[str, Any]]) -> str:
                      for view, entry in chosen.items())
 
 
+def trained_steps(plan: dict[str, Any]) -> int:
+    """A learn run's training steps as trained: the InfoNCE epochs planned, each of the four CoCLR stages' as sized
+    when it started to the time left (``stage_epochs``), else as planned."""
+    infonce, planned = plan["epochs"]["infonce"], plan["epochs"]["coclr"]
+    sized = plan.get("stage_epochs") or {}
+    per_epoch = plan["steps"] / max(1, 2 * infonce + 4 * planned)
+    return round(per_epoch * (2 * infonce + sum(sized.values()) + (4 - len(sized)) * planned))
+
+
 def card_notes(result: dict[str, Any], stage: str | None) -> list[str]:
     """Lines for an exported encoder's model card from its learn run's ``learn.json`` (``result``): the run's
     plan, why this stage was exported, and its label-free measures (:mod:`coclr.eval.label_free`)."""
@@ -183,8 +192,12 @@ def card_notes(result: dict[str, Any], stage: str | None) -> list[str]:
     plan = result.get("plan") or {}
     if plan:
         model = plan.get("model") or {}
+        try:
+            steps: Any = trained_steps(plan)
+        except (KeyError, TypeError):  # (a record without the plan's epochs)
+            steps = plan.get("steps", "?")
         notes.append(f"learnt by `coclr learn` without labels from {result.get('videos', '?')} videos: InfoNCE then "
-                     f"two CoCLR cycles, {plan.get('steps', '?')} steps of batch {plan.get('batch', '?')}, S3D "
+                     f"two CoCLR cycles, {steps} steps of batch {plan.get('batch', '?')}, S3D "
                      f"width {model.get('width', '?')}")
     for view, entry in (result.get("exported") or {}).items():
         if entry.get("stage") == stage:

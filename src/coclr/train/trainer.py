@@ -7,9 +7,10 @@ the networks.
 Under ``torchrun`` every process reads its own slice of each global batch (:class:`ResumableSampler`), keys
 are gathered before they are queued, the key forward uses shuffle-BN, and rank 0 writes checkpoints and
 logs. Randomness is derived from ``(seed, epoch, step)`` rather than carried in generators, so a run killed
-at any moment and resumed from its last checkpoint continues exactly as if uninterrupted, on any number of
-processes. Interrupted (SIGINT, SIGTERM: :mod:`coclr.interrupts`), it stops at once and says which checkpoint is
-kept and how many steps after it will be trained again.
+at any moment and resumed from its last checkpoint continues exactly as if uninterrupted on the same number of
+processes, and on another number with the same global batch, clips and order (not bit for bit: BatchNorm's
+statistics in training are each process's own batch's). Interrupted (SIGINT, SIGTERM: :mod:`coclr.interrupts`),
+it stops at once and says which checkpoint is kept and how many steps after it will be trained again.
 """
 
 from __future__ import annotations
