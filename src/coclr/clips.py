@@ -12,6 +12,7 @@ Knows nothing of files, models or the CLI, so every package may import it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,6 +53,43 @@ def check_short_side(value: int | None, key: str, least: int = 1) -> None:
     :data:`MAX_SHORT_SIDE` (None: the decoded size, fine)."""
     require(value is None or least <= value <= MAX_SHORT_SIDE, key,
             f"must be from {least} to {MAX_SHORT_SIDE} pixels, got {value}")
+
+
+def check_fps(value: float | None, key: str) -> None:
+    """Refuse a frame rate outside :data:`FPS_RANGE` (None: every decoded frame, fine)."""
+    require(value is None or (isinstance(value, (int, float)) and FPS_RANGE[0] <= value <= FPS_RANGE[1]), key,
+            f"must be between {FPS_RANGE[0]} and {FPS_RANGE[1]} frames per second, got {value}")
+
+
+def check_normalisation(value: Any, key: str, positive: bool = False) -> None:
+    """Refuse a per-channel mean or standard deviation (``positive``) that is not 3 finite numbers (None: the
+    default, fine): a NaN or infinity makes every embedding NaN, a standard deviation of 0 every input infinite."""
+    if value is None:
+        return
+    numbers = isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                       for v in value)
+    require(numbers and len(value) == 3, key, f"needs 3 values, got {value}")
+    require(all(math.isfinite(v) for v in value), key,
+            f"needs finite values, got {value} (a NaN or infinity would make every embedding NaN)")
+    require(not positive or all(v > 0 for v in value), key, f"needs positive values, got {value}")
+
+
+def check_flow_bound(value: float | None, key: str) -> None:
+    """Refuse a flow clipping bound that is not a positive finite number of pixels (None: no flow, fine)."""
+    require(value is None or (isinstance(value, (int, float)) and math.isfinite(value) and value > 0), key,
+            f"must be positive, got {value}")
+
+
+def check_recorded(settings: Mapping[str, Any]) -> None:
+    """Refuse recorded clip settings (a checkpoint's ``clip_settings``) that no reader can use, naming the key: a
+    clip shape S3D cannot take, a frame rate, short side, normalisation or flow bound outside the rules the
+    options that set them follow."""
+    ClipSettings(**recorded_clips(settings)).validate()
+    check_fps(settings.get("fps"), "fps")
+    check_short_side(settings.get("short_side"), "short_side")
+    check_normalisation(settings.get("mean"), "mean")
+    check_normalisation(settings.get("std"), "std", positive=True)
+    check_flow_bound(settings.get("flow_bound"), "flow_bound")
 
 
 @dataclasses.dataclass(frozen=True)

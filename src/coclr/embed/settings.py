@@ -17,17 +17,18 @@ video's embedding is the feature the paper's retrieval computes for it.
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Any
 
 from coclr.clips import (
     CLIP_KEYS,
-    FPS_RANGE,
     IMAGENET_MEAN,
     IMAGENET_STD,
     SHORT_SIDE,
     ClipSettings,
+    check_flow_bound,
+    check_fps,
+    check_normalisation,
     check_short_side,
     clip_option,
 )
@@ -89,23 +90,15 @@ class EmbedSettings:
 
     def validate(self) -> None:
         ClipSettings.check(self)
-        require(self.fps is None or FPS_RANGE[0] <= self.fps <= FPS_RANGE[1], "fps",
-                f"must be between {FPS_RANGE[0]} and {FPS_RANGE[1]} frames per second, got {self.fps}")
+        check_fps(self.fps, "fps")
         check_short_side(self.short_side, "short_side")
         require(self.window_step is None or self.window_step >= 1, "window_step",
                 f"must be at least 1 frame, got {self.window_step}")
         require(self.feature in FEATURES, "feature", f"must be one of {', '.join(FEATURES)}, got {self.feature!r}")
         for key in ("mean", "std", "flow_mean", "flow_std"):
-            value = getattr(self, key)
-            require(value is None or len(value) == 3, key, f"needs 3 values, got {value}")
-            require(value is None or all(math.isfinite(v) for v in value), key,
-                    f"needs finite values, got {value} (a NaN or infinity would make every embedding NaN)")
-        for key in ("std", "flow_std"):
-            value = getattr(self, key)
-            require(value is None or all(v > 0 for v in value), key, f"needs positive values, got {value}")
+            check_normalisation(getattr(self, key), key, positive=key.endswith("std"))
         require(self.precision in PRECISIONS, "precision", f"must be None (float32) or 'bf16', got {self.precision!r}")
-        require(self.flow_bound is None or self.flow_bound > 0, "flow_bound",
-                f"must be positive, got {self.flow_bound}")
+        check_flow_bound(self.flow_bound, "flow_bound")
 
     @property
     def default_step(self) -> int:
@@ -145,7 +138,7 @@ def recorded_settings(checkpoint: str | Path, expected_view: str) -> dict[str, A
         out["fps"] = recorded["fps"]  # None is a recorded value here: every decoded frame
     if expected_view == "flow":
         out = {("flow_" + key if key in ("mean", "std") else key): value for key, value in out.items()}
-        out["flow_bound"] = recorded.get("flow_bound") or 20.0
+        out["flow_bound"] = recorded["flow_bound"] if recorded.get("flow_bound") is not None else 20.0
     return out
 
 

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from coclr.atomic import atomic_torch_save, file_state
-from coclr.clips import CLIP_KEYS, FORMAT_CLIPS, ClipSettings, recorded_clips
+from coclr.clips import CLIP_KEYS, FORMAT_CLIPS, ClipSettings, check_recorded, recorded_clips
 from coclr.config import from_dict
 from coclr.errors import CheckpointError, ConfigError
 from coclr.models.encoder import Encoder
@@ -230,11 +230,13 @@ class CheckpointFile:
 
     @property
     def clip_settings(self) -> dict[str, Any]:
-        """What it recorded about its training clips (:func:`read_clip_settings`), a new dict per call; a clip
-        shape S3D cannot take (not whole numbers, too small) is a :class:`CheckpointError`."""
+        """What it recorded about its training clips (:func:`read_clip_settings`), a new dict per call; settings no
+        reader can use (a clip shape S3D cannot take, a normalisation of zeros, a NaN bound:
+        :func:`coclr.clips.check_recorded`) are a :class:`CheckpointError`."""
         settings = _clip_settings(self.payload)
         try:
-            from_dict(ClipSettings, recorded_clips(settings))
+            from_dict(ClipSettings, recorded_clips(settings))  # (the types: its errors name them as options do)
+            check_recorded(settings)
         except ConfigError as error:
             raise CheckpointError(f"{self.path}: the clips it records are not usable: {error}") from None
         return settings
