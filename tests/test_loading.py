@@ -434,6 +434,22 @@ def test_pickled_objects_are_refused_not_executed(tmp_path, small_parts):
     assert marker.exists()
 
 
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_a_pickle_of_objects_is_refused_as_such_not_executed(tmp_path, protocol, capsys):
+    """A raw pickle (not torch.save's) of an object that runs code: refused, but called "damaged", after a torch
+    warning asking to file an issue."""
+    marker = tmp_path / "executed.txt"
+    path = tmp_path / "evil.pth"
+    path.write_bytes(pickle.dumps(_CreatesMarkerWhenUnpickled(marker), protocol=protocol))
+    with pytest.raises(CheckpointError, match=r"evil\.pth: refused: a pickle of Python objects \(io\.open\), not a "
+                                              r"PyTorch checkpoint; nothing in it was executed"):
+        load_encoder(path)
+    assert not marker.exists() and "warning" not in capsys.readouterr().err.lower()
+    torch.save({"state_dict": {}}, tmp_path / "legacy.pth", _use_new_zipfile_serialization=False)
+    with pytest.raises(CheckpointError, match="unknown checkpoint format"):  # a legacy torch file is read
+        load_encoder(tmp_path / "legacy.pth")
+
+
 @pytest.mark.parametrize("content, message", [
     (b"", "is empty (0 bytes), not a checkpoint"),
     (b"a checkpoint in a text file\n", "not a PyTorch checkpoint"),
@@ -477,7 +493,7 @@ def test_a_legacy_file_cut_short_is_damaged_not_a_refused_object(tmp_path, fixtu
     with pytest.raises(CheckpointError, match=r"pickled Python object \(argparse\.Namespace\)"):
         load_encoder(tmp_path / "legacy.pth")
     (tmp_path / "more.pth").write_bytes(pickle.dumps({"args": argparse.Namespace(lr=0.1)}, 2) + b"\x00\x01raw")
-    with pytest.raises(CheckpointError, match=r"pickled Python object \(argparse\.Namespace\)"):
+    with pytest.raises(CheckpointError, match=r"a pickle of Python objects \(argparse\.Namespace\), not a PyTorch"):
         load_encoder(tmp_path / "more.pth")  # a whole pickle, other bytes after it: not cut short
 
 

@@ -349,6 +349,11 @@ def _parse_checkpoint(path: Path, data: bytes, map_location: Any) -> Any:
         raise CheckpointError(f"{path}: a TorchScript network (as `coclr export --format torchscript` writes), not a "
                               "checkpoint: it holds code, which is not run here; give the checkpoint it was exported "
                               "from (its folder's README.md names it)")
+    objects = _first_pickle_globals(data) if head != _ZIP_MAGIC else []
+    if objects:  # (torch.save's legacy format begins with a pickled number: no object)
+        raise CheckpointError(f"{path}: refused: a pickle of Python objects ({objects[0]}), not a PyTorch checkpoint; "
+                              "nothing in it was executed; use a checkpoint of tensors and plain values (a state "
+                              "dict)")
     try:
         return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as error:  # damaged, or a refused pickle
@@ -385,6 +390,24 @@ def _cut_short(data: bytes) -> bool:
         except ValueError as error:  # cut: "pickle exhausted before seeing STOP", "not enough data in stream";
             return "unknown" not in str(error)  # not cut: other bytes after a whole pickle ("opcode ... unknown")
     return False
+
+
+def _first_pickle_globals(data: bytes) -> list[str]:
+    """The Python objects (``module.name``) the first pickle of ``data`` names, read as opcodes only
+    (:func:`pickletools.genops`: nothing is run); [] for one that names none, or that cannot be read (left to
+    ``torch.load``, which says why)."""
+    names, strings = [], []
+    try:
+        for opcode, arg, _ in pickletools.genops(io.BytesIO(data)):
+            if "UNICODE" in opcode.name:
+                strings.append(str(arg))
+            elif opcode.name == "GLOBAL":
+                names.append(str(arg).replace(" ", "."))
+            elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+                names.append(f"{strings[-2]}.{strings[-1]}")
+    except ValueError:
+        return []
+    return names
 
 
 def _is_torchscript(data: bytes) -> bool:
