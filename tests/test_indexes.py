@@ -249,6 +249,36 @@ def test_invalid_entries_are_rejected():
         VideoIndex("d", ["a"], [VideoEntry("../1.avi", 0, "train")])
 
 
+@pytest.mark.parametrize("edit, problem", [
+    (lambda d: d.update(entries={}), r'"entries" must be a list of videos, got \'dict\''),
+    (lambda d: d["entries"][1].update(path=None), r'entry 1: "path" must be the video\'s path \(text\), got None'),
+    (lambda d: d["entries"][0].update(label=1.5), r'entry 0 \(a/1\.avi\): "label" must be a class number or null, '
+                                                  r"got 1\.5"),
+    (lambda d: d["entries"][0].update(label=True), r'"label" must be a class number or null, got True'),
+    (lambda d: d["entries"][0].pop("label"), r'"label" must be a class number or null, got None'),
+    (lambda d: d["entries"][0].update(split=1), r'"split" must be one of train, val, test, got 1'),
+    (lambda d: d.update(classes="ab"), r'"classes" must be a list of class names'),
+])
+def test_a_malformed_index_file_is_named_with_its_entry(tmp_path, edit, problem):
+    """An index edited by hand: "entries": {} built an empty store with exit status 0, a null path was looked for
+    as a video named "None", a label of 1.5 was taken as 1."""
+    index = VideoIndex("demo", ["a", "b"], [VideoEntry("a/1.avi", 0, "train"), VideoEntry("b/2.avi", 1, "test")])
+    data = index.to_dict()
+    edit(data)
+    (tmp_path / "index.json").write_text(json.dumps(data))
+    with pytest.raises(DataError, match=rf"index\.json: malformed index: (entry 0 \(a/1\.avi\): )?{problem}"):
+        VideoIndex.load(tmp_path / "index.json")
+
+
+def test_a_store_of_an_index_without_videos_is_refused(tmp_path):
+    from coclr.store.build import build_store
+
+    (tmp_path / "videos").mkdir()
+    with pytest.raises(DataError, match="index 'empty' lists no videos: nothing to decode"):
+        build_store(VideoIndex("empty", ["a"], []), tmp_path / "videos", tmp_path / "store")
+    assert not (tmp_path / "store").exists()
+
+
 def test_missing_videos_are_reported_together(tmp_path):
     entries = [VideoEntry(f"c/v{i:02d}.avi", 0, "train") for i in range(45)]
     index = VideoIndex("demo", ["c"], entries)

@@ -84,6 +84,9 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
     check_workers(workers, "workers")
     if fps is not None and not FPS_RANGE[0] <= fps <= FPS_RANGE[1]:
         raise DataError(f"fps must be between {FPS_RANGE[0]} and {FPS_RANGE[1]} frames per second, got {fps}")
+    if not index.entries:
+        raise DataError(f"index {index.name!r} lists no videos: nothing to decode; give an index of the videos "
+                        "(`coclr data index`)")
     check_videos_exist(index, video_root)
     job = DecodeVideoJob(str(Path(video_root).resolve()), short_side, quality, fps)
     keys = [entry.path for entry in index.entries]

@@ -139,13 +139,32 @@ class VideoIndex:
             raise DataError(f"{source}: not a coclr video index (no \"format\": {INDEX_FORMAT!r})")
         if data.get("version") != INDEX_VERSION:
             raise DataError(f"{source}: unsupported index version {data.get('version')!r}")
-        try:
-            entries = [VideoEntry(str(e["path"]), None if e["label"] is None else int(e["label"]), str(e["split"]),
-                                  e.get("group"))
-                       for e in data["entries"]]
-            return cls(str(data["name"]), [str(c) for c in data["classes"]], entries)
-        except (KeyError, TypeError, ValueError) as error:
-            raise DataError(f"{source}: malformed index: {error!r}") from None
+        def malformed(where: str, what: str, value: object) -> DataError:
+            return DataError(f"{source}: malformed index: {where} must be {what}, got {value!r}")
+
+        name, classes, listed = data.get("name"), data.get("classes"), data.get("entries")
+        if not isinstance(name, str):
+            raise malformed('"name"', "text", name)
+        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+            raise malformed('"classes"', "a list of class names", classes)
+        if not isinstance(listed, list):
+            raise malformed('"entries"', "a list of videos", type(listed).__name__ if listed is not None else None)
+        entries = []
+        for number, e in enumerate(listed):
+            where = f"entry {number}"
+            if not isinstance(e, dict):
+                raise malformed(where, "an object with path, label and split", e)
+            path, label, split, group = e.get("path"), e.get("label"), e.get("split"), e.get("group")
+            if not isinstance(path, str) or not path:
+                raise malformed(f'{where}: "path"', "the video's path (text)", path)
+            if "label" not in e or label is not None and (isinstance(label, bool) or not isinstance(label, int)):
+                raise malformed(f'{where} ({path}): "label"', "a class number or null", label)
+            if not isinstance(split, str):
+                raise malformed(f'{where} ({path}): "split"', f"one of {', '.join(SPLITS)}", split)
+            if group is not None and not isinstance(group, str):
+                raise malformed(f'{where} ({path}): "group"', "text or null", group)
+            entries.append(VideoEntry(path, label, split, group))
+        return cls(name, classes, entries)
 
     def save(self, path: str | Path) -> None:
         """Write the index as JSON, atomically (a temporary file in the same folder, then a rename)."""
