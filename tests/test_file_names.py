@@ -163,6 +163,10 @@ def test_a_terminal_shows_control_characters_of_names_as_escapes():
     assert shown(CONTROL) == "two\\nlines \\x1b[2J\\x1b]0;title\\x07.mp4"
     assert shown("a\tb\r\x7f\x85 café \udce9") == "a\\tb\\r\\x7f\\x85 café \udce9"  # C0, DEL, C1; the rest kept
     assert shown(f"one {CONTROL}\ntwo", newlines=True) == "one two\nlines \\x1b[2J\\x1b]0;title\\x07.mp4\ntwo"
+    # a right-to-left override showed the rest of the line reversed ("rtl<U+202E>gpm.exe.mp4" read as rtl...exe.mp4)
+    assert shown("rtl\u202egpm.exe.mp4 \u2067x\u2069 \u200f") == "rtl\\u202egpm.exe.mp4 \\u2067x\\u2069 \\u200f"
+    letters = "\u05e9\u05dc\u05d5\u05dd \u0645\u0631\u062d\u0628\u0627"  # right-to-left letters are kept
+    assert shown(letters) == letters
 
 
 def test_the_listings_keep_a_name_with_control_characters_on_its_line(tmp_path, capsys):

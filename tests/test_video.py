@@ -568,3 +568,20 @@ def test_a_folder_or_nothing_where_a_video_is_named_says_which(tmp_path):
         decode_video(tmp_path)
     with pytest.raises(VideoDecodeError, match="video file not found"):
         decode_video(tmp_path / "missing.mp4")
+    # links: one in a loop was "video file not found", as was one to nothing
+    (tmp_path / "a.mp4").symlink_to(tmp_path / "b.mp4")
+    (tmp_path / "b.mp4").symlink_to(tmp_path / "a.mp4")
+    (tmp_path / "gone.mp4").symlink_to(tmp_path / "nowhere.mp4")
+    with pytest.raises(VideoDecodeError, match=r"a\.mp4: a symbolic link in a loop \(it leads back to itself\)"):
+        decode_video(tmp_path / "a.mp4")
+    with pytest.raises(VideoDecodeError, match=r"gone\.mp4: a link to .*nowhere\.mp4, which does not exist"):
+        decode_video(tmp_path / "gone.mp4")
+
+
+def test_a_labels_file_that_is_a_folder_says_so(tmp_path):
+    from coclr.errors import DataError
+    from coclr.video.indexes import manifest_text
+
+    (tmp_path / "labels.csv").mkdir()
+    with pytest.raises(DataError, match=r"labels\.csv: a folder, not a manifest"):
+        manifest_text(tmp_path / "labels.csv")

@@ -4,6 +4,9 @@ Every error a user can cause (a bad option, a missing file, an unreadable video,
 match) is a :class:`CoclrError`, so the CLI can print it as one clear line instead of a traceback.
 """
 
+import errno
+import os
+
 
 class CoclrError(Exception):
     """Base class of the errors caused by user input (files, options, checkpoints)."""
@@ -23,3 +26,20 @@ class DataError(CoclrError):
 
 class VideoDecodeError(DataError):
     """A video file cannot be decoded (corrupt, truncated, empty, or not a video)."""
+
+
+def why_no_file(path: str | os.PathLike[str], what: str = "file") -> str:
+    """Why ``path`` names no ``what`` to read (one clause, for a message naming the path): a folder, a symbolic link
+    to nothing or in a loop, or nothing there."""
+    if os.path.isdir(path):
+        return f"a folder, not a {what}"
+    if os.path.islink(path):
+        try:
+            os.stat(path)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                return "a symbolic link in a loop (it leads back to itself), not a " + what
+        return f"a link to {os.readlink(path)}, which does not exist"
+    if os.path.exists(path):
+        return f"not a regular file (a pipe, a socket or a device), not a {what}"
+    return f"{what} not found"

@@ -31,6 +31,8 @@ def from_bytes(data: bytes) -> str:
 
 _ESCAPES = {code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)]}
 _ESCAPES.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
+_ESCAPES.update({code: f"\\u{code:04x}" for code in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F),
+                                                       *range(0x2066, 0x206A))})  # the bidirectional controls
 
 
 _ESCAPES_BUT_NEWLINES = {code: text for code, text in _ESCAPES.items() if code != ord("\n")}
@@ -38,9 +40,10 @@ _ESCAPES_BUT_NEWLINES = {code: text for code, text in _ESCAPES.items() if code !
 
 def shown(text: object, newlines: bool = False) -> str:
     """``text`` (a name, or a line naming files) as a terminal shows it: its control characters as escapes (``\\n``,
-    ``\\x1b``), so that a file named with a newline stays on its line and one named with an escape sequence does not
-    command the terminal. ``newlines``: keep the line breaks of a text of several lines (the rest escaped). Pages,
-    CSVs and JSON keep a name as it is."""
+    ``\\x1b``, the bidirectional ones as ``\\u202e``), so that a file named with a newline stays on its line, one
+    named with an escape sequence does not command the terminal, and one with a right-to-left override does not
+    show the rest of the line reversed. ``newlines``: keep the line breaks of a text of several lines (the rest
+    escaped). Pages, CSVs and JSON keep a name as it is."""
     return str(text).translate(_ESCAPES_BUT_NEWLINES if newlines else _ESCAPES)
 
 

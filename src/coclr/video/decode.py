@@ -33,7 +33,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from coclr.errors import VideoDecodeError
+from coclr.errors import VideoDecodeError, why_no_file
 
 VIDEO_EXTENSIONS = (".avi", ".mp4", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv", ".3gp", ".3g2",
                     ".m2ts", ".m2t", ".mxf", ".ogv", ".vob", ".asf", ".f4v", ".mk3d", ".qt", ".dv", ".divx", ".rmvb",
@@ -594,9 +594,7 @@ def _open(path: Path):
 
     spare_children_our_garbage()
     if not path.is_file():
-        why = ("a folder, not a video file" if path.is_dir() else "video file not found" if not path.exists()
-               else "not a regular file (a pipe, a socket or a device), not a video file")
-        raise VideoDecodeError(f"{path}: {why}")
+        raise VideoDecodeError(f"{path}: {why_no_file(path, 'video file')}")
     if path.stat().st_size == 0:
         raise VideoDecodeError(f"{path}: the file is empty")
     try:

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
 from coclr.atomic import atomic_write_text, read_json_record
-from coclr.errors import DataError
+from coclr.errors import DataError, why_no_file
 from coclr.runfolder import left_out_note, scanned_past
 from coclr.text import to_bytes
 from coclr.video.decode import why_not_video
@@ -639,7 +639,7 @@ def manifest_text(path: str | Path) -> str:
     or bytes that are not UTF-8 are refused in one line naming the file and saying how to save it."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"manifest not found: {path}")
+        raise DataError(f"{path}: {why_no_file(path, 'manifest')}")
     data = path.read_bytes()
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\0" in data:
         raise DataError(f"{path}: UTF-16 text, not UTF-8; save it as UTF-8 (a spreadsheet's \"CSV UTF-8\")")
