@@ -145,6 +145,21 @@ def test_kinetics_csv_and_the_usual_layouts(tmp_path):
     assert missing_videos(index, root) == ["train/abseiling/zzzmissing1_000000_000010.mp4"]
 
 
+def test_a_kinetics_index_points_evaluation_to_its_validation_videos(tmp_path, capsys):
+    """Kinetics has train and val: the note said to lay a folder out by split or give --test-fraction (--format
+    folder), none of which applies."""
+    from coclr.cli import main
+
+    (tmp_path / "k.csv").write_text("label,youtube_id,time_start,time_end,split\n"
+                                    "abseiling,aaaaaaaaaaa,4,14,train\nabseiling,bbbbbbbbbbb,0,10,validate\n")
+    touch(tmp_path / "k400" / "aaaaaaaaaaa_000004_000014.mp4")
+    touch(tmp_path / "k400" / "bbbbbbbbbbb_000000_000010.mp4")
+    assert main(["data", "index", "--format", "kinetics", "--annotations", str(tmp_path / "k.csv"), "--root",
+                 str(tmp_path / "k400"), "--out", str(tmp_path / "k.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "--test-split val (coclr eval)" in printed and "--test-fraction" not in printed
+
+
 def test_kinetics_csv_without_the_columns_is_rejected(tmp_path):
     (tmp_path / "bad.csv").write_text("label,youtube_id\nabseiling,x\n")
     with pytest.raises(DataError, match="bad.csv"):

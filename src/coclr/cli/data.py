@@ -113,6 +113,9 @@ def run_index(args: argparse.Namespace) -> int:
     print(f"index {index.name!r}: {labels}, {len(index)} videos ({counts}) -> {args.out}")
     if unlabelled:
         print("note: videos without labels train InfoNCE, CoCLR and CMC; evaluation and UberNCE need labels")
+    elif "test" not in index.split_counts() and "val" in index.split_counts():
+        print("note: no video is in a test split (evaluation's default): evaluate on the validation videos with "
+              "--test-split val (coclr eval), as Kinetics-400 is")
     elif "test" not in index.split_counts():
         print("note: no video is in a test split, which evaluation (coclr eval, coclr report) needs: lay the folder "
               "out as <split>/<class>/<video>, or give --test-fraction (--format folder) or a split column (csv)")
