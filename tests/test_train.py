@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -300,6 +301,30 @@ def test_a_loss_nonfinite_before_any_checkpoint_names_none(store: Path, tmp_path
     with pytest.raises(NonFiniteLossError, match=r"stopped, no checkpoint was saved yet \(try a lower optim\.lr"):
         exploding.run()
     assert not (tmp_path / "run" / "checkpoint_last.pth").exists()
+
+
+def test_a_run_that_continues_on_other_videos_says_it(store: Path, tmp_path: Path) -> None:
+    """A video found damaged after a checkpoint is left out when the run continues: its epochs then have other
+    orders and step counts than the uninterrupted run's, and nothing said so."""
+    import torch
+
+    from coclr.train.run import pretrain
+
+    config = tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.max_steps=1")
+    pretrain(config)
+    path = tmp_path / "run" / "checkpoint_last.pth"
+    state = torch.load(path, weights_only=True)
+    videos = state["videos"]
+    assert videos > 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pretrain(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.max_steps=2"))  # the same videos: silent
+    state = torch.load(path, weights_only=True)
+    state["videos"] = videos + 1  # as if one video were left out since
+    torch.save(state, path)
+    with pytest.warns(UserWarning, match=rf"trained on {videos + 1} videos and continues on {videos} .*not those of "
+                                         "the run it would have been uninterrupted"):
+        pretrain(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.max_steps=3"))
 
 
 def test_cmc_trains_both_views_against_each_other(store: Path, tmp_path: Path, start_trainer) -> None:

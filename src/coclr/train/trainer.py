@@ -170,6 +170,7 @@ class Trainer:
             "position": dataclasses.asdict(self.position),
             "best_loss": self.best_loss,
             "world_size": self.world,
+            "videos": len(self.dataset),
         }
 
     def _load(self, path: Path) -> None:
@@ -186,6 +187,11 @@ class Trainer:
         self.saved = dataclasses.replace(self.position)
         self.best_loss = ckpt["best_loss"]
         self._log_line(f"resumed from {path} at {self.position.where()} (step {self.position.global_step})")
+        trained = ckpt.get("videos")  # (a checkpoint from before it was recorded: not known)
+        if isinstance(trained, int) and trained != len(self.dataset) and is_main():
+            warnings.warn(f"{path}: the run trained on {trained} videos and continues on {len(self.dataset)} (videos "
+                          "left out since, e.g. found damaged): from here its order and steps per epoch are not those "
+                          "of the run it would have been uninterrupted", stacklevel=2)
 
     def save(self, best: bool = False) -> None:
         """Write the checkpoint (the main process; every process records where it stands: :meth:`kept`)."""
