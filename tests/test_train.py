@@ -306,8 +306,6 @@ def test_a_loss_nonfinite_before_any_checkpoint_names_none(store: Path, tmp_path
 def test_a_run_that_continues_on_other_videos_says_it(store: Path, tmp_path: Path) -> None:
     """A video found damaged after a checkpoint is left out when the run continues: its epochs then have other
     orders and step counts than the uninterrupted run's, and nothing said so."""
-    import torch
-
     from coclr.train.run import pretrain
 
     config = tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.max_steps=1")
