@@ -81,11 +81,11 @@ def evaluate_checkpoint(task: str, store, streams: Sequence[Stream], clips: Clip
     checkpoints). ``earlier``: a record this function returned before, returned again without any work when it
     was computed from the same inputs (its ``inputs_sha256``, :func:`inputs_digest`)."""
     options = options or TaskOptions()
-    if clips.amp and torch.device(device).type == "cpu":
-        require_native_bfloat16("amp", "leave --amp off")
     if train_split == test_split:  # each test video would find itself (retrieval R@1 100), or train on itself
         raise ConfigError(f"--train-split and --test-split are both {train_split!r}: an evaluation needs two "
                           "splits (the test videos query, or are classified by what was fitted on, the others)")
+    if clips.amp and torch.device(device).type == "cpu":
+        require_native_bfloat16("amp", "leave --amp off")
     store = open_store(store)
     streams = list(streams)
     store.index.require_labels(f"evaluation ({task})", [train_split, test_split])
