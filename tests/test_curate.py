@@ -786,6 +786,15 @@ def test_altered_copies_belong_to_their_video_whatever_its_row(embedded, tmp_pat
     assert all(path.is_file() for _, _, path in made + remade)
 
 
+def test_making_the_altered_copies_shows_its_progress(embedded, tmp_path, capsys):
+    """Minutes of one-thread encoding showed one line and nothing more (a user killed it twice)."""
+    from coclr.curate.calibrate import altered_copies
+    from coclr.embed.output import Embeddings
+
+    altered_copies(Embeddings(embedded[1]), [0, 1], tmp_path / "calibration", show=True)
+    assert "altered copies" in capsys.readouterr().err
+
+
 def test_a_folder_of_two_videos_is_refused_in_one_line(embedded, tmp_path):
     from coclr.curate.run import curate
     from coclr.embed.embedder import Embedder

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from coclr import progress
 from coclr.curate.alter import ALTERATIONS, write_altered
 from coclr.curate.order import value_order
 from coclr.data.sampling import spread
@@ -64,16 +65,18 @@ def folder_encoder(embeddings: Embeddings, device: str | None, workers: int | No
                           "--calibrate 0 for the distribution rule") from None
 
 
-def altered_copies(embeddings: Embeddings, rows: list[int], out: Path) -> list[tuple[int, str, Path]]:
+def altered_copies(embeddings: Embeddings, rows: list[int], out: Path,
+                   show: bool = False) -> list[tuple[int, str, Path]]:
     """Each sampled video's altered copies in ``out/videos`` (written once, named by the video's identity,
     :func:`video_key`; a copy already there is kept): (row, alteration, path) of every copy made; a video that
-    cannot be read is skipped."""
+    cannot be read is skipped. ``show``: a progress bar over the videos, with its ETA (the copies are encoded on one
+    thread each, for the same bytes on every machine: minutes for a few long videos)."""
     from coclr.video.decode import VideoReader  # noqa: PLC0415 (heavy: av)
 
     folder = out / "videos"
     folder.mkdir(parents=True, exist_ok=True)
     copies = []
-    for row in rows:
+    for row in progress.bar(rows, desc="altered copies", unit="video", disable=not show, leave=False):
         record = embeddings.video_records[row]
         path, key = record["path"], video_key(record)
         names = {name: folder / f"{key}_{name.replace('+', '_')}.mp4" for name in ALTERATIONS}
@@ -114,7 +117,7 @@ def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None
 
     out.mkdir(parents=True, exist_ok=True)
     rows = sample_rows(embeddings, count, stale or set())
-    copies = altered_copies(embeddings, rows, out)
+    copies = altered_copies(embeddings, rows, out, show)
     if not copies:
         return {"threshold": None, "rule": "no video could be altered", "positives": {}, "videos": 0}
     embed_videos([str(path) for _, _, path in copies], out / "embeddings", encoder, progress=show)
@@ -179,7 +182,7 @@ def calibrate_fingerprints(embeddings: Embeddings, units: np.ndarray, mean: np.n
 
     out.mkdir(parents=True, exist_ok=True)
     rows = sample_rows(embeddings, count, stale or set())
-    copies = altered_copies(embeddings, rows, out)
+    copies = altered_copies(embeddings, rows, out, show)
     if not copies:
         return {"threshold": None, "rule": "no video could be altered", "positives": {}, "videos": 0}
     prints, lacking = fingerprints([str(path) for _, _, path in copies], checkpoint, encoder_sha256,
