@@ -383,7 +383,7 @@ def test_the_same_command_on_a_finished_run_changes_nothing_and_other_options_ar
     assert time.monotonic() - started < 60 and files_digest(out) == before
     from coclr.learn import LearnOptions, learn
 
-    with pytest.raises(ConfigError, match="budget=300.0 \\(given 600.0\\)"):
+    with pytest.raises(ConfigError, match="budget='5m' \\(given '10m'\\)"):  # (as --budget takes it)
         learn([videos], out, LearnOptions(budget=600))
     fewer = sorted(videos.glob("*.mp4"))[:-3]
     with pytest.raises(ConfigError, match="learnt from other videos: 3 removed"):
@@ -1613,3 +1613,15 @@ def test_the_measuring_line_counts_down_and_is_drawn_while_nothing_reports(monke
         while len(drawn) < 5 and time.perf_counter() < deadline:
             time.sleep(0.01)
     assert len(drawn) >= 5
+
+
+def test_a_refused_learn_folder_names_the_budget_as_typed():
+    """"holds a learn run with budget=480.0 (given 540.0)": seconds, where the user typed --budget 8m."""
+    from coclr.learn.options import budget_text, parse_budget
+    from coclr.learn.run import LEARN_FOLDER
+
+    assert LEARN_FOLDER.differing({"budget": 480.0, "seed": 0}, {"budget": 540.0, "seed": 0}) == [
+        "budget='8m' (given '9m')"]
+    assert LEARN_FOLDER.differing({"budget": 480.0}, {"budget": 480.5}) == ["budget='8m' (given '480.5s')"]
+    for seconds in (90.0, 480.0, 7200.0, 0.25):
+        assert parse_budget(budget_text(seconds)) == seconds

@@ -88,7 +88,9 @@ class FolderRule:
     both settings are read through before they are compared (values an earlier version recorded otherwise);
     ``rooted``: the folder's parts name one another by absolute path (a pipeline's stages start from its other
     stages' checkpoints, a study's and learn's stages train on the store inside them), so it continues only where
-    it was made: moved or copied elsewhere, it is refused before any work (:func:`run_record` records the place)."""
+    it was made: moved or copied elsewhere, it is refused before any work (:func:`run_record` records the place);
+    ``shown``: both settings as a refusal names them, in the words of the command's options (a learn run's budget
+    as ``--budget`` takes it, not its seconds); it must keep different values different."""
 
     command: str
     what: str
@@ -100,11 +102,14 @@ class FolderRule:
     since: tuple[str, ...] = ()
     same: Callable[[Any], Any] | None = None
     rooted: bool = False
+    shown: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     def differing(self, recorded: dict[str, Any], given: dict[str, Any]) -> list[str]:
         """Every differing key of the two settings, as ``key=<recorded> (given <given>)``."""
         if self.same is not None:
             recorded, given = self.same(recorded), self.same(given)
+        if self.shown is not None:
+            recorded, given = self.shown(recorded), self.shown(given)
         recorded, given = absolute_paths(recorded, self.paths), absolute_paths(given, self.paths)
         recorded, given = without_keys(recorded, self.may_differ), without_keys(given, self.may_differ)
         given = without_keys(given, [key for key in self.since if key not in recorded])

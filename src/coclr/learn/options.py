@@ -29,6 +29,14 @@ def parse_budget(text: str) -> float:
     return value
 
 
+def budget_text(seconds: float) -> str:
+    """A budget as ``--budget`` takes it back (:func:`parse_budget`): ``2h``, ``15m``, else ``90s``."""
+    for unit, size in (("h", 3600.0), ("m", 60.0)):
+        if seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
 @dataclasses.dataclass
 class LearnOptions:
     """What a run is asked for; each option but ``plan`` is a flag of ``coclr learn``."""

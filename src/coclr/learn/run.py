@@ -48,7 +48,7 @@ from coclr.learn.budget import (
 )
 from coclr.learn.init import Start, copy_starts, read_starts, recorded_starts, start_file, start_model
 from coclr.learn.line import MeasureLine, ProgressLine
-from coclr.learn.options import LearnOptions
+from coclr.learn.options import LearnOptions, budget_text
 from coclr.learn.recipe import pipeline_options, sized
 from coclr.learn.scores import read_labels
 from coclr.learn.stages import VIEWS, choose_exports, export_line
@@ -57,8 +57,15 @@ from coclr.text import TEXT, shown, to_bytes
 from coclr.threads import torch_threads, usable_cores
 from coclr.video.indexes import unlabelled_index
 
+
+def _as_typed(options: dict[str, Any]) -> dict[str, Any]:
+    """A learn folder's settings as a refusal names them: the budget as ``--budget`` takes it (``8m``)."""
+    budget = options.get("budget")
+    return {**options, "budget": budget_text(budget)} if isinstance(budget, (int, float)) else options
+
+
 LEARN_FOLDER = FolderRule("learn", "a learn run", may_differ=("labels", "device", "workers"), restart=True,
-                          rooted=True)
+                          rooted=True, shown=_as_typed)
 """How a learn folder is continued or refused (:mod:`coclr.runfolder`): the videos, the budget and the seed
 decide what it holds; the labels (only scored), the device and the workers may change."""
 INPUTS_FILE = "inputs.json"
