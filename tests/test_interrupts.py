@@ -803,3 +803,84 @@ def test_a_command_that_does_not_share_its_work_is_refused_under_torchrun(tmp_pa
         "torchrun; torchrun runs embed, flow, learn, pipeline, pretrain")
     assert not (tmp_path / "out").exists()
     assert "eval" not in TORCHRUN_COMMANDS and "data" not in TORCHRUN_COMMANDS
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_a_checkpoint_write_stops_cleanly_and_keeps_the_old_file(tmp_path, signum):
+    """Raised inside torch.save, the interruption made its zip writer fail as it closed ("unexpected pos"): a
+    traceback and exit status 1 instead of the one-line stop."""
+    import contextlib
+
+    import coclr.atomic as atomic
+    from coclr.interrupts import Interrupted, signals_interrupt
+
+    path = tmp_path / "checkpoint_last.pth"
+    atomic.atomic_torch_save({"step": 1}, path)
+    real_open = atomic.atomic_open
+
+    class Signalling:  # the file torch.save writes: the signal arrives halfway through the tensors' bytes
+        def __init__(self, file) -> None:
+            self.file, self.written = file, 0
+
+        def write(self, data) -> int:
+            self.written += len(data)
+            if self.written > 1 << 21:
+                os.kill(os.getpid(), signum)
+            return self.file.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+
+    @contextlib.contextmanager
+    def signalling_open(*args, **kwargs):
+        with real_open(*args, **kwargs) as file:
+            yield Signalling(file)
+
+    atomic.atomic_open = signalling_open
+    try:
+        with pytest.raises(Interrupted) as stopped, signals_interrupt():
+            atomic.atomic_torch_save({"weights": torch.zeros(1 << 20), "more": torch.ones(1 << 20)}, path)
+    finally:
+        atomic.atomic_open = real_open
+    assert stopped.value.signum == signum and stopped.value.__context__ is None
+    assert torch.load(path, weights_only=True) == {"step": 1}  # the old file, whole
+    assert sorted(item.name for item in tmp_path.iterdir()) == ["checkpoint_last.pth"]
+
+
+AGAIN_WHILE_EXITING = """
+import atexit, os, signal, sys, time
+import coclr.cli as cli
+
+def stopped(args):
+    raise KeyboardInterrupt
+
+def again():  # a second Ctrl-C while the interpreter runs its exit handlers
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.2)
+    print("the exit handlers ran whole", flush=True)
+
+cli.run_command = stopped
+atexit.register(again)
+sys.argv = ["coclr", "data", "info", "nowhere"]
+sys.exit(cli.main())
+"""
+
+
+def test_a_second_ctrl_c_while_the_program_exits_is_ignored():
+    """After the one-line stop, a second Ctrl-C raised in the exit handlers ("Exception ignored in atexit
+    callback", a traceback)."""
+    done = subprocess.run([sys.executable, "-c", AGAIN_WHILE_EXITING], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr
+    assert "the exit handlers ran whole" in done.stdout and "Traceback" not in done.stderr, done.stderr
+
+
+def test_ctrl_c_while_the_commands_are_imported_is_one_line(monkeypatch, capsys):
+    """Ctrl-C in the first second (the subcommands' imports) printed a traceback of the import under way."""
+    import coclr.cli as cli
+
+    def importing():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", importing)
+    assert cli.main(["data", "info", "nowhere"]) == 130
+    assert capsys.readouterr().err.strip() == "coclr: interrupted (SIGINT) while starting; nothing was done"

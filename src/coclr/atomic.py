@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from coclr.errors import DataError
+from coclr.interrupts import deferred_interrupts
 from coclr.text import TEXT
 
 PARTIAL_SUFFIX = ".partial"
@@ -100,10 +101,13 @@ def atomic_write_json(path: str | Path, data: Any) -> Path:
 
 
 def atomic_torch_save(obj: Any, path: str | Path) -> Path:
-    """``torch.save`` atomically (checkpoints: a kill during the write keeps the previous file)."""
+    """``torch.save`` atomically (checkpoints: a kill during the write keeps the previous file). Ctrl-C or SIGTERM
+    during the write waits for it to end (:func:`~coclr.interrupts.deferred_interrupts`), then stops the command
+    with the file discarded: raised inside ``torch.save``, the interruption made its zip writer fail as it closed,
+    and a traceback replaced the one-line stop."""
     import torch  # noqa: PLC0415 (heavy)
 
-    with atomic_open(path, "wb") as file:
+    with atomic_open(path, "wb") as file, deferred_interrupts():
         torch.save(obj, file)
     return Path(path)
 

@@ -13,6 +13,7 @@ import argparse
 import importlib
 import os
 import pkgutil
+import signal
 import sys
 
 from coclr.cli._status import (
@@ -100,10 +101,17 @@ def _add_epilog(parser: argparse.ArgumentParser, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the ``coclr`` command line; returns the process exit status."""
+    """Run the ``coclr`` command line; returns the process exit status. As the program (``argv`` None: the
+    ``coclr`` script, ``python -m coclr``), once interrupted it ignores further SIGINT and SIGTERM while it exits
+    (a second Ctrl-C printed a traceback from the interpreter's exit handlers after the one-line stop)."""
     if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors=ERRORS)  # a file name that is not UTF-8, printed as its own bytes
-    parser = build_parser()
+    try:
+        parser = build_parser()  # (the subcommands' imports: a second or two)
+    except KeyboardInterrupt:
+        _exiting(argv)
+        _say("coclr: interrupted (SIGINT) while starting; nothing was done")
+        return EXIT_INTERRUPTED
     args = _parse(parser, argv)
     try:
         refuse_repeated(getattr(args, "overrides", None) or [])
@@ -117,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"coclr {args.command}: error: {shown(error, newlines=True)}")
         return EXIT_ERROR
     except KeyboardInterrupt as error:  # SIGINT or SIGTERM (run_command): the work stopped, what it finished kept
+        _exiting(argv)
         stopped = interrupted(error, "what was finished is kept")
         _close_progress_bars()
         again = ("the same command without --restart (which would start over)" if getattr(args, "restart", False)
@@ -145,6 +154,14 @@ def _check_launcher(command: str) -> None:
         raise ConfigError(f"runs as one process, not under torchrun (WORLD_SIZE={os.environ['WORLD_SIZE']}): run "
                           f"`coclr {command}` without torchrun; torchrun runs {', '.join(TORCHRUN_COMMANDS[:-1])}")
     stop_with_launcher()
+
+
+def _exiting(argv: list[str] | None) -> None:
+    """After an interruption of the program (``argv`` None, :func:`main`): SIGINT and SIGTERM ignored from here to
+    its exit; a library caller's handlers are left as they are."""
+    if argv is None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
