@@ -605,6 +605,29 @@ def test_a_video_touched_or_copied_keeps_its_entry_and_its_flow(tmp_path, capsys
     assert main(command) == 0 and "1 video(s) changed since they were decoded" in capsys.readouterr().out
 
 
+def test_a_video_decoded_by_a_killed_job_is_noted_whole_by_the_next(tmp_path, capsys):
+    """``kill -9`` of `data store` lost the content sha256 of the videos it had decoded (the job notes it as it ends):
+    a later ``touch`` of one decoded it again and removed its flow. The next run notes it, from the file that is
+    still the one noted before decoding."""
+    import os
+
+    from coclr.cli import main
+    from coclr.store.clipstore import ClipStore, record_notes
+
+    store, command = two_videos_with_flow(tmp_path)
+    note = ClipStore(store).notes("rgb")["v0.mp4"]
+    killed = {key: value for key, value in note.items() if key != "sha256"}  # what a killed job leaves noted
+    record_notes(store, "rgb", ["v0.mp4"], {"v0.mp4": killed})
+    assert main(command) == 0  # nothing to decode: the lost sha256 noted again
+    assert ClipStore(store).notes("rgb")["v0.mp4"] == note
+    flow = {path: path.read_bytes() for path in (store / "flow_dis").rglob("*.frames")}
+    os.utime(tmp_path / "videos" / "v0.mp4", ns=(1, 1))  # touched
+    capsys.readouterr()
+    assert main(command) == 0
+    assert "changed since they were decoded" not in capsys.readouterr().out
+    assert {path: path.read_bytes() for path in (store / "flow_dis").rglob("*.frames")} == flow
+
+
 def test_the_test_split_of_a_folder_keeps_its_videos_as_videos_are_added(tmp_path, capsys):
     """--test-fraction took the first round(fraction x groups) in hash order: adding two videos moved a video the
     encoder had trained on into the test split, without a word."""

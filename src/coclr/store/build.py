@@ -104,6 +104,7 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
         for key in changed:
             for view in store.views():
                 store.entry_path(key, view).unlink(missing_ok=True)
+        note_lost_sha256(store, sorted(mine), video_root)
         note_sources(store, [key for key in mine if not store.has(key, "rgb")], video_root)
         summary = run_entry_jobs(out, "rgb", keys, job, workers, desc="decoding videos")
     if update:
@@ -124,6 +125,27 @@ def note_sources(store: ClipStore, keys: list[str], video_root: str | Path) -> N
                if (identity := file_identity(Path(video_root) / key)) is not None}
     if sources:
         record_notes(store.root, "rgb", [], sources)
+
+
+def note_lost_sha256(store: ClipStore, keys: list[str], video_root: str | Path) -> None:
+    """The content sha256 of entries decoded by a job killed before it noted it (``kill -9``: the job notes it with
+    the rest as it ends), for each file that is still the one noted before decoding (:func:`note_sources`: its size
+    and modification time); without it, a later ``touch`` of such a video decoded it again and removed its flow
+    (:func:`changed_videos`). Only in a store whose jobs note the sha256 (one from before has no entry with it,
+    and is not read through again)."""
+    noted = store.notes("rgb")
+    if not any("sha256" in note for note in noted.values()):
+        return
+    found = {}
+    for key in keys:
+        note = noted.get(key, {})
+        if "sha256" in note or "source" not in note or not store.has(key, "rgb"):
+            continue
+        path = Path(video_root) / key
+        if file_identity(path) == tuple(note["source"]):
+            found[key] = {**note, "sha256": file_sha256(path)}
+    if found:
+        record_notes(store.root, "rgb", list(found), found)
 
 
 def changed_videos(store: ClipStore, keys: list[str], video_root: str | Path) -> list[str]:
