@@ -310,8 +310,9 @@ def test_an_encoder_of_nan_weights_is_refused_before_any_write(fmt, tmp_path):
                                             ({"std": [0, 0, 0]}, r"std: needs positive values, got \[0, 0, 0\]"),
                                             ({"mean": [0.5, 0.5]}, "mean: needs 3 values"),
                                             ({"fps": -3.0}, "fps: must be between"),
-                                            ({"flow_bound": float("nan")}, "flow_bound: must be positive, got nan"),
-                                            ({"flow_bound": 0}, "flow_bound: must be positive, got 0")])
+                                            ({"flow_bound": float("nan")}, "flow_bound: the flow bound must be"),
+                                            ({"flow_bound": 0}, "flow_bound: the flow bound must be"),
+                                            ({"short_side": "128"}, "short_side: must be from 1 to 4320 pixels")])
 def test_recorded_clips_s3d_cannot_take_are_one_line_for_every_reader(clips, problem, tmp_path):
     save_encoder(tmp_path / "odd.pth", build_encoder(width=0.125), {"clip_settings": {**SETTINGS, **clips}})
     expected = f"odd.pth: the clips it records are not usable: {problem}"

@@ -763,7 +763,9 @@ child = subprocess.Popen([sys.executable, "-c", '''
 import os, signal, sys, time
 from coclr.interrupts import stop_with_launcher
 def stopped(signum, frame):
-    open(sys.argv[1], "w").write(signal.Signals(signum).name)
+    with open(sys.argv[1] + ".part", "w") as file:
+        file.write(signal.Signals(signum).name)
+    os.replace(sys.argv[1] + ".part", sys.argv[1])  # (whole when the test reads it)
     sys.exit(0)
 signal.signal(signal.SIGTERM, stopped)
 stop_with_launcher()

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from coclr.config import option, require
+from coclr.errors import ConfigError
 
 SHORT_SIDE = 128
 """The short side, in pixels, videos are decoded at by default (the paper's: its 128 px crops fit)."""
@@ -51,13 +52,18 @@ frame takes hundreds of megabytes."""
 def check_short_side(value: int | None, key: str, least: int = 1) -> None:
     """Refuse, as ``ConfigError("key: ...")``, a short side to resize frames to outside ``least`` ..
     :data:`MAX_SHORT_SIDE` (None: the decoded size, fine)."""
-    require(value is None or least <= value <= MAX_SHORT_SIDE, key,
+    require(value is None or (_number(value) and least <= value <= MAX_SHORT_SIDE), key,
             f"must be from {least} to {MAX_SHORT_SIDE} pixels, got {value}")
+
+
+def _number(value: Any) -> bool:
+    """Whether ``value`` is a real number (not a bool, not text)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def check_fps(value: float | None, key: str) -> None:
     """Refuse a frame rate outside :data:`FPS_RANGE` (None: every decoded frame, fine)."""
-    require(value is None or (isinstance(value, (int, float)) and FPS_RANGE[0] <= value <= FPS_RANGE[1]), key,
+    require(value is None or (_number(value) and FPS_RANGE[0] <= value <= FPS_RANGE[1]), key,
             f"must be between {FPS_RANGE[0]} and {FPS_RANGE[1]} frames per second, got {value}")
 
 
@@ -66,8 +72,7 @@ def check_normalisation(value: Any, key: str, positive: bool = False) -> None:
     default, fine): a NaN or infinity makes every embedding NaN, a standard deviation of 0 every input infinite."""
     if value is None:
         return
-    numbers = isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                       for v in value)
+    numbers = isinstance(value, (list, tuple)) and all(_number(v) for v in value)
     require(numbers and len(value) == 3, key, f"needs 3 values, got {value}")
     require(all(math.isfinite(v) for v in value), key,
             f"needs finite values, got {value} (a NaN or infinity would make every embedding NaN)")
@@ -75,9 +80,15 @@ def check_normalisation(value: Any, key: str, positive: bool = False) -> None:
 
 
 def check_flow_bound(value: float | None, key: str) -> None:
-    """Refuse a flow clipping bound that is not a positive finite number of pixels (None: no flow, fine)."""
-    require(value is None or (isinstance(value, (int, float)) and math.isfinite(value) and value > 0), key,
-            f"must be positive, got {value}")
+    """Refuse a flow clipping bound that is not a number of pixels within the range flow is stored at
+    (:func:`coclr.flow.encode.check_bound`; None: no flow, fine)."""
+    from coclr.flow.encode import check_bound  # noqa: PLC0415 (numpy only; the flow package's rule)
+
+    if value is not None:
+        try:
+            check_bound(value if _number(value) else float("nan"))
+        except ValueError as error:
+            raise ConfigError(f"{key}: {error}") from None
 
 
 def check_recorded(settings: Mapping[str, Any]) -> None:

@@ -263,6 +263,4 @@ def stop_with_launcher() -> None:
     stops the command as Ctrl-C does (what was done is kept). Linux only; elsewhere nothing."""
     if "LOCAL_RANK" not in os.environ or _PRCTL is None:
         return
-    _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() == 1:  # the launcher was gone already (before the call, no signal comes)
-        os.kill(os.getpid(), signal.SIGTERM)
+    _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)  # (no test of the parent's pid: torchrun may be pid 1, a container's)

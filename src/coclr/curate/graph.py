@@ -22,7 +22,10 @@ from coclr.embed.search import Int8Rows, Projected, UnitRows, best_of_each, exac
 QUERY_CHUNK = 1024
 """Rows queried at a time (a first-pass block of the search is then at most 32768 x 1024 float32 scores: 128 MiB)."""
 WIDER_SCORES = 1 << 24
-"""The most scores :func:`neighbour_graph` holds at once for the rows it searches wider (64 MiB of float32)."""
+"""The most float32 scores :func:`neighbour_graph` holds at once for the rows it searches wider (64 MiB)."""
+WIDER_MARGIN = 1e-3
+"""How far below a query's k-th best float32 score a row is still scored exactly there: more than a float32 product
+of unit rows of 1,024 numbers can be off (1,024 x 2^-24, 6e-5)."""
 PREFIX_PART = 3
 """A chunk of queries takes its floors from the best candidates among the first 1 / PREFIX_PART of the rows: the
 larger that share, the closer the floors come to the true k-th best scores, and the fewer rows reach them."""
@@ -96,7 +99,8 @@ def neighbour_graph(rows: UnitRows, k: int, groups: np.ndarray | None = None, sh
     """``(scores float32 [N, k], neighbours int64 [N, k])``: each row's ``k`` most similar other rows, best first
     (-1 and -inf where there are fewer); with ``groups`` (each row's group, e.g. a window's video), the ``k`` most
     similar rows of other groups: among each row's ``k`` + 8 nearest, and for a row with fewer there (a steady shot's
-    window, nearest to many of its own video's), among four times as many each time, up to every row."""
+    window, nearest to many of its own video's), among every row of the other groups (:func:`_other_groups_topk`),
+    in chunks of queries that hold at most :data:`WIDER_SCORES` scores."""
     count = rows.count
     extra = 0 if groups is None else 8
     want = min(count, k + 1 + extra)
@@ -118,14 +122,39 @@ def neighbour_graph(rows: UnitRows, k: int, groups: np.ndarray | None = None, sh
             stop = min(count, start + QUERY_CHUNK)
             pick(np.arange(start, stop), *nearest_rows(rows, rows.block(start, stop), want, projected))
             shown.update(stop - start)
-    wider = want
     short = np.flatnonzero(neighbours[:, k - 1] < 0) if groups is not None and k > 0 else np.array([], np.int64)
-    while len(short) and wider < count:
-        wider = min(count, 4 * wider)
-        step = max(1, WIDER_SCORES // wider)  # queries at a time: at most WIDER_SCORES scores held
+    if len(short) and want < count:
+        step = max(1, min(QUERY_CHUNK, WIDER_SCORES // count))  # queries at a time: at most WIDER_SCORES scores
         for first in range(0, len(short), step):
             queries = short[first:first + step]
-            block = np.concatenate([rows.block(int(query), int(query) + 1) for query in queries])
-            pick(queries, *nearest_rows(rows, block, wider, projected))
-        short = short[neighbours[short, k - 1] < 0]
+            pick(queries, *_other_groups_topk(rows, queries, groups, k))
     return scores, neighbours
+
+
+def _other_groups_topk(rows: UnitRows, queries: np.ndarray, groups: np.ndarray,
+                       k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best rows of other groups than each query row's own (``[Q, k]`` exact scores and rows, ties to the
+    lower row, -inf and -1 where there are fewer): every row scored in float32 with the query's own group left out,
+    then the rows within :data:`WIDER_MARGIN` of the k-th best scored exactly, as the search scores
+    (:func:`~coclr.embed.search.exact_topk`: the same answer whatever the float32 product's rounding)."""
+    from coclr.embed.search import _exact_pairs  # noqa: PLC0415 (the search's exact scores)
+
+    block = np.concatenate([rows.block(int(query), int(query) + 1) for query in queries])
+    scores = np.concatenate([block @ rows.block(start, min(rows.count, start + QUERY_CHUNK * 32)).T
+                             for start in range(0, rows.count, QUERY_CHUNK * 32)], axis=1)
+    scores[groups[queries][:, None] == groups[None, :]] = -np.inf
+    others = np.isfinite(scores).sum(axis=1)
+    take = min(k, scores.shape[1])
+    kth = -np.partition(-scores, take - 1, axis=1)[:, take - 1]
+    query, row = np.nonzero((scores >= (kth - WIDER_MARGIN)[:, None]) & np.isfinite(scores))
+    exact = _exact_pairs(rows, block, None)(row.astype(np.int64), query.astype(np.int64))
+    order = np.lexsort((row, -exact, query))  # by query, best first, ties to the lower row
+    query, row, exact = query[order], row[order], exact[order]
+    starts = np.searchsorted(query, np.arange(len(queries)))
+    found = np.full((len(queries), k), -np.inf)
+    rows_found = np.full((len(queries), k), -1, np.int64)
+    for number in range(len(queries)):
+        have = min(k, int(others[number]))
+        found[number, :have] = exact[starts[number]:starts[number] + have]
+        rows_found[number, :have] = row[starts[number]:starts[number] + have]
+    return found, rows_found

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from coclr.atomic import file_identity, file_sha256
-from coclr.clips import FPS_RANGE, JPEG_QUALITY, SHORT_SIDE, check_short_side
+from coclr.clips import JPEG_QUALITY, SHORT_SIDE, check_fps, check_short_side
 from coclr.errors import DataError, VideoDecodeError
 from coclr.store.clipstore import META_FILE, ClipStore, record_notes
 from coclr.store.jobs import JobSummary, run_entry_jobs, shard, writing_view
@@ -82,8 +82,7 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
     if not 1 <= quality <= 100:
         raise DataError(f"quality must be in 1..100, got {quality}")
     check_workers(workers, "workers")
-    if fps is not None and not FPS_RANGE[0] <= fps <= FPS_RANGE[1]:
-        raise DataError(f"fps must be between {FPS_RANGE[0]} and {FPS_RANGE[1]} frames per second, got {fps}")
+    check_fps(fps, "fps")
     if not index.entries:
         raise DataError(f"index {index.name!r} lists no videos: nothing to decode; give an index of the videos "
                         "(`coclr data index`)")

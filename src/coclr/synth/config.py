@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coclr.clips import FPS_RANGE, MAX_SHORT_SIDE
+from coclr.clips import MAX_SHORT_SIDE, check_fps
 from coclr.config import option, require
 from coclr.errors import ConfigError
 
@@ -112,8 +112,7 @@ class SynthConfig:
         require(self.frames >= 2, "frames", "must be at least 2")
         require(16 <= self.height <= MAX_SHORT_SIDE, "height", f"must be from 16 to {MAX_SHORT_SIDE} pixels")
         require(16 <= self.width <= MAX_SHORT_SIDE, "width", f"must be from 16 to {MAX_SHORT_SIDE} pixels")
-        require(FPS_RANGE[0] <= self.fps <= FPS_RANGE[1], "fps",
-                f"must be between {FPS_RANGE[0]} and {FPS_RANGE[1]} frames per second, got {self.fps}")
+        check_fps(self.fps, "fps")
         require(1 <= self.objects_min <= self.objects_max, "objects_min", "must be in [1, objects_max]")
         require(self.objects_max <= 8, "objects_max", "must be at most 8")
         require(0 < self.size_min <= self.size_max, "size_min", "must be in (0, size_max]")
