@@ -25,8 +25,8 @@ tests/ (importable by name: pytest's ``pythonpath``, the scripts' own folder).""
 # package's version) is the lowest; the root package ``coclr`` re-exports the public entry points, lazily, so it
 # stands on top with ``__main__``.
 LAYERS = [
-    {"version", "errors", "text"},
-    {"atomic", "config", "seeding", "filelock", "threads", "progress", "interrupts", "cpu"},
+    {"version", "errors", "text", "interrupts"},
+    {"atomic", "config", "seeding", "filelock", "threads", "progress", "cpu"},
     {"runfolder", "clips", "distributed", "native"},
     {"core", "models", "video", "flow"},
     {"store"},

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -79,11 +80,24 @@ def check_normalisation(value: Any, key: str, positive: bool = False) -> None:
     require(not positive or all(v > 0 for v in value), key, f"needs positive values, got {value}")
 
 
-def check_flow_bound(value: float | None, key: str) -> None:
-    """Refuse a flow clipping bound that is not a number of pixels within the range flow is stored at
-    (:func:`coclr.flow.encode.check_bound`; None: no flow, fine)."""
-    from coclr.flow.encode import check_bound  # noqa: PLC0415 (numpy only; the flow package's rule)
+BOUND_RANGE = (0.05, 4096.0)
+"""The flow bounds a view may have, in pixels: below, a step of the 255 is a thousandth of a pixel and every motion
+is clipped; above, every motion of a frame rounds to the middle value (a bound of 1e30 stored flow of 128 only)."""
 
+
+def check_bound(bound: float) -> float:
+    """``bound`` as a float; a ``ValueError`` unless it is a number of pixels within :data:`BOUND_RANGE`."""
+    if not (isinstance(bound, numbers.Real) and 0 < bound < float("inf")):
+        raise ValueError(f"the flow bound must be a positive number of pixels, got {bound!r}")
+    if not BOUND_RANGE[0] <= bound <= BOUND_RANGE[1]:
+        raise ValueError(f"the flow bound must be from {BOUND_RANGE[0]:g} to {BOUND_RANGE[1]:g} px (20 is the I3D "
+                         f"convention for frames of 128 px or more: scale it with the frame size), got {bound!r}")
+    return float(bound)
+
+
+def check_flow_bound(value: float | None, key: str) -> None:
+    """Refuse a flow clipping bound that is not a number of pixels within :data:`BOUND_RANGE`
+    (:func:`check_bound`; None: no flow, fine)."""
     if value is not None:
         try:
             check_bound(value if _number(value) else float("nan"))

@@ -16,6 +16,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from coclr.clips import BOUND_RANGE, check_bound  # noqa: F401 (the flow bound's rule, kept with the clips')
+
 FLOW_BOUND = 20.0
 """Flow magnitudes beyond this many pixels per frame are clipped (the I3D convention)."""
 BOUND_SIDE = 128
@@ -36,19 +38,6 @@ def _is_numpy(x: object) -> bool:
     return isinstance(x, np.ndarray)
 
 
-BOUND_RANGE = (0.05, 4096.0)
-"""The flow bounds a view may have, in pixels: below, a step of the 255 is a thousandth of a pixel and every motion
-is clipped; above, every motion of a frame rounds to the middle value (a bound of 1e30 stored flow of 128 only)."""
-
-
-def check_bound(bound: float) -> float:
-    """``bound`` as a float; a ``ValueError`` unless it is a number of pixels within :data:`BOUND_RANGE`."""
-    if not (isinstance(bound, (int, float, np.integer, np.floating)) and 0 < bound < float("inf")):
-        raise ValueError(f"the flow bound must be a positive number of pixels, got {bound!r}")
-    if not BOUND_RANGE[0] <= bound <= BOUND_RANGE[1]:
-        raise ValueError(f"the flow bound must be from {BOUND_RANGE[0]:g} to {BOUND_RANGE[1]:g} px (20 is the I3D "
-                         f"convention for frames of 128 px or more: scale it with the frame size), got {bound!r}")
-    return float(bound)
 
 
 def quantise_flow(flow: Array, bound: float = FLOW_BOUND) -> Array:
