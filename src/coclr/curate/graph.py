@@ -17,15 +17,22 @@ import numpy as np
 
 from coclr import progress
 from coclr.embed import search_cpu
-from coclr.embed.search import Int8Rows, Projected, UnitRows, best_of_each, exact_over, exact_topk, fused_range
+from coclr.embed.search import (
+    Int8Rows,
+    Projected,
+    UnitRows,
+    best_of_each,
+    exact_over,
+    exact_pairs,
+    exact_topk,
+    fused_range,
+)
+from coclr.eval.exact import exact_dot_bound
 
 QUERY_CHUNK = 1024
 """Rows queried at a time (a first-pass block of the search is then at most 32768 x 1024 float32 scores: 128 MiB)."""
 WIDER_SCORES = 1 << 24
 """The most float32 scores :func:`neighbour_graph` holds at once for the rows it searches wider (64 MiB)."""
-WIDER_MARGIN = 1e-3
-"""How far below a query's k-th best float32 score a row is still scored exactly there: more than a float32 product
-of unit rows of 1,024 numbers can be off (1,024 x 2^-24, 6e-5)."""
 PREFIX_PART = 3
 """A chunk of queries takes its floors from the best candidates among the first 1 / PREFIX_PART of the rows: the
 larger that share, the closer the floors come to the true k-th best scores, and the fewer rows reach them."""
@@ -135,19 +142,18 @@ def _other_groups_topk(rows: UnitRows, queries: np.ndarray, groups: np.ndarray,
                        k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` best rows of other groups than each query row's own (``[Q, k]`` exact scores and rows, ties to the
     lower row, -inf and -1 where there are fewer): every row scored in float32 with the query's own group left out,
-    then the rows within :data:`WIDER_MARGIN` of the k-th best scored exactly, as the search scores
-    (:func:`~coclr.embed.search.exact_topk`: the same answer whatever the float32 product's rounding)."""
-    from coclr.embed.search import _exact_pairs  # noqa: PLC0415 (the search's exact scores)
-
-    block = np.concatenate([rows.block(int(query), int(query) + 1) for query in queries])
+    then the rows within twice the float32 product's error bound of the k-th best (:func:`exact_dot_bound`) scored
+    exactly, as the search scores (:func:`~coclr.embed.search.exact_topk`: the same answer whatever the float32
+    product's rounding)."""
+    block = rows.take(queries)
     scores = np.concatenate([block @ rows.block(start, min(rows.count, start + QUERY_CHUNK * 32)).T
                              for start in range(0, rows.count, QUERY_CHUNK * 32)], axis=1)
     scores[groups[queries][:, None] == groups[None, :]] = -np.inf
     others = np.isfinite(scores).sum(axis=1)
     take = min(k, scores.shape[1])
     kth = -np.partition(-scores, take - 1, axis=1)[:, take - 1]
-    query, row = np.nonzero((scores >= (kth - WIDER_MARGIN)[:, None]) & np.isfinite(scores))
-    exact = _exact_pairs(rows, block, None)(row.astype(np.int64), query.astype(np.int64))
+    query, row = np.nonzero((scores >= (kth - 2 * exact_dot_bound(rows.dim))[:, None]) & np.isfinite(scores))
+    exact = exact_pairs(rows, block, None)(row.astype(np.int64), query.astype(np.int64))
     order = np.lexsort((row, -exact, query))  # by query, best first, ties to the lower row
     query, row, exact = query[order], row[order], exact[order]
     starts = np.searchsorted(query, np.arange(len(queries)))

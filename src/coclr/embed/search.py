@@ -304,7 +304,7 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
                                      or gallery.dim > search_cpu.MAX_DIM)):
         raise ConfigError(f"first pass: {first!r} is not one of {', '.join(FIRST_PASSES)} for these rows")
     first_pass, bound = _first_pass(gallery, queries, first, library, min(chunk, gallery.count))
-    exact_pairs = _exact_pairs(gallery, queries, library)
+    exact_of = exact_pairs(gallery, queries, library)
     lower = np.full(count, -np.inf)  # per query, the k-th best exact score of the rows scored so far
     pool_query, pool_row, pool_exact = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64)
     starts = [0, *range(min(FIRST_CHUNK, chunk), gallery.count, chunk)]
@@ -314,12 +314,12 @@ def exact_topk(gallery: UnitRows, queries: np.ndarray, k: int, chunk: int = SEAR
         parts, maxima = _parts(scores)
         seeds = _seeds(parts, maxima, k)
         if seeds is not None:  # k rows of the chunk that score high for each query: their k-th raises its floor
-            lower = np.maximum(lower, exact_pairs(seeds + start, np.tile(np.arange(count), k)).reshape(k, count)
+            lower = np.maximum(lower, exact_of(seeds + start, np.tile(np.arange(count), k)).reshape(k, count)
                                .min(axis=0))
         rows, hits = _over_floor(scores, _floor32(lower - bound), parts, maxima)
         rows = rows.astype(np.int64) + start
         pool_query, pool_row = np.concatenate([pool_query, hits]), np.concatenate([pool_row, rows])
-        pool_exact = np.concatenate([pool_exact, exact_pairs(rows, hits)])
+        pool_exact = np.concatenate([pool_exact, exact_of(rows, hits)])
         lower = _kth_best(lower, pool_query, pool_exact, k)
         keep = pool_exact >= lower[pool_query]  # below the k-th best exact score: never among the k best
         pool_query, pool_row, pool_exact = pool_query[keep], pool_row[keep], pool_exact[keep]
@@ -399,7 +399,7 @@ def exact_over(gallery: UnitRows, queries: np.ndarray, floors: np.ndarray | floa
             if limit is not None and total > limit:
                 return None
         rows, hits = (np.concatenate(part) for part in zip(*parts))
-    exact = _exact_pairs(gallery, queries, library)(rows, hits)
+    exact = exact_pairs(gallery, queries, library)(rows, hits)
     keep = exact >= floors[hits]
     rows, hits, exact = rows[keep], hits[keep], exact[keep]
     order = np.lexsort((rows, -exact, hits))
@@ -414,7 +414,7 @@ def _floor32(floor: np.ndarray) -> np.ndarray:
     return floor32
 
 
-def _exact_pairs(gallery: UnitRows, queries: np.ndarray,
+def exact_pairs(gallery: UnitRows, queries: np.ndarray,
                  library: Any | None) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """``exact(rows, queries_of_rows) -> float64``: the exact scores of (row, query) pairs; in C, reading the rows in
     place in file order, when ``library`` (:mod:`coclr.embed.search_cpu`) is given and the rows are stored
