@@ -17,7 +17,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
-from coclr.config import option, require
+from coclr.config import from_dict, option, require
 from coclr.errors import ConfigError
 
 SHORT_SIDE = 128
@@ -109,7 +109,7 @@ def check_recorded(settings: Mapping[str, Any]) -> None:
     """Refuse recorded clip settings (a checkpoint's ``clip_settings``) that no reader can use, naming the key: a
     clip shape S3D cannot take, a frame rate, short side, normalisation or flow bound outside the rules the
     options that set them follow."""
-    ClipSettings(**recorded_clips(settings)).validate()
+    from_dict(ClipSettings, recorded_clips(settings))  # (its types and values, named as the options name them)
     check_fps(settings.get("fps"), "fps")
     check_short_side(settings.get("short_side"), "short_side")
     check_normalisation(settings.get("mean"), "mean")
