@@ -1165,6 +1165,28 @@ def test_most_videos_shorter_than_any_clip_are_refused_before_measuring(tmp_path
         run.make_plan(["s1.mp4", "s2.mp4", "long.mp4"], 900, "cpu", 1, 0.0, show=False)
 
 
+def test_a_second_learn_on_a_folder_at_work_is_refused_before_measuring(tmp_path, monkeypatch):
+    """The second of two identical commands measured this machine for a minute before the claim refused it."""
+    from coclr.learn import LearnOptions, run
+    from coclr.runfolder import LOCK_FILE
+    from conftest import locked_by_another_process
+
+    def measured(*args, **kwargs):
+        raise AssertionError("measured before refusing")
+
+    monkeypatch.setattr(run, "make_plan", measured)
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for i in range(8):
+        (videos / f"v{i}.mp4").write_bytes(b"x")
+    out = tmp_path / "out"
+    out.mkdir()
+    with locked_by_another_process(out / LOCK_FILE) as pid:
+        with pytest.raises(DataError, match=rf"another coclr learn is writing this folder \(pid {pid} on"):
+            run.learn([str(videos)], out, LearnOptions(progress=False))
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]
+
+
 def test_a_warning_is_one_line_on_the_command_line(capsys):
     import argparse
     import warnings

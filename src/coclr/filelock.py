@@ -75,20 +75,51 @@ def exclusive_lock(path: str | Path, busy: Callable[[str], str] | None = None,
         os.close(descriptor)
 
 
-def _orphans_let_go(descriptor: int, who: str) -> bool:
-    """Whether a lock refused to us, held in the name of ``who`` ("pid N on HOST"), came to us within
-    :data:`ORPHAN_WAIT` seconds because ``who`` is a process of this host that is gone (its forked workers, which
-    inherited the lock, exit soon after it); False at once for a live holder or another host's."""
+def lock_holder(path: str | Path) -> str | None:
+    """Who holds the lock on ``path`` (the description it wrote) when a live process does, else None: a look before
+    expensive work, so that a second job is refused before it starts rather than when it claims the lock. Takes
+    nothing and writes nothing (a missing file is no holder; a holder that is gone, whose workers still hold the
+    lock for a moment, is none either: the lock itself waits for them)."""
+    if fcntl is None:
+        return None
+    if (os.path.realpath(path), os.getpid(), threading.get_ident()) in _HELD:
+        return None
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            who = os.pread(descriptor, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            return None if _holder_gone(who) else who
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(descriptor)
+
+
+def _holder_gone(who: str) -> bool:
+    """Whether ``who`` ("pid N on HOST") names a process of this host that no longer exists."""
     named = re.match(r"pid (\d+) on ([^\s,]+)", who)
     if named is None or named.group(2) != socket.gethostname():
         return False
     try:
         os.kill(int(named.group(1)), 0)
-        return False  # alive: a job at work
+        return False
     except ProcessLookupError:
-        pass
+        return True
     except PermissionError:
         return False
+
+
+def _orphans_let_go(descriptor: int, who: str) -> bool:
+    """Whether a lock refused to us, held in the name of ``who`` ("pid N on HOST"), came to us within
+    :data:`ORPHAN_WAIT` seconds because ``who`` is a process of this host that is gone (its forked workers, which
+    inherited the lock, exit soon after it); False at once for a live holder or another host's."""
+    if not _holder_gone(who):
+        return False  # alive (a job at work), or another host's
     deadline = time.monotonic() + ORPHAN_WAIT
     while time.monotonic() < deadline:
         time.sleep(0.2)

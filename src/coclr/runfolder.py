@@ -44,7 +44,7 @@ from typing import Any
 from coclr.atomic import PARTIAL_SUFFIX, atomic_write_json, read_json_record, remove_stale_partials
 from coclr.config import differences
 from coclr.errors import ConfigError, DataError
-from coclr.filelock import exclusive_lock
+from coclr.filelock import exclusive_lock, lock_holder
 
 RUN_RECORD = "run.json"
 LOCK_FILE = ".lock"
@@ -328,6 +328,14 @@ def restart_folder(folder: str | Path, rule: FolderRule, ours: Callable[[Path], 
         return None
     with folder_lock(folder, rule):
         return move_aside(folder, rule.command)
+
+
+def check_not_busy(folder: str | Path, rule: FolderRule) -> None:
+    """Refuse at once, as :func:`folder_lock` would, when another job holds ``folder`` now: for a command that
+    measures or probes for a while before it claims its folder (it takes nothing; the claim still locks)."""
+    who = lock_holder(Path(folder) / LOCK_FILE)
+    if who is not None:
+        raise DataError(rule.busy(folder)(who))
 
 
 @contextmanager

@@ -52,7 +52,7 @@ from coclr.learn.options import LearnOptions, budget_text
 from coclr.learn.recipe import pipeline_options, sized
 from coclr.learn.scores import read_labels
 from coclr.learn.stages import VIEWS, choose_exports, export_line
-from coclr.runfolder import FolderRule, check_folder, check_writable, claim_folder, read_record
+from coclr.runfolder import FolderRule, check_folder, check_not_busy, check_writable, claim_folder, read_record
 from coclr.text import TEXT, shown, to_bytes
 from coclr.threads import torch_threads, usable_cores
 from coclr.video.indexes import unlabelled_index
@@ -200,6 +200,7 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         refused, plan = None, None
         if launched_rank() == 0:  # makes the plan and holds the folder before the other processes join it
             try:
+                check_not_busy(out, LEARN_FOLDER)  # before the measurement, not after it
                 plan = (None if options.restart else read_plan(out)) or given_plan(options.plan, starts) or make_plan(
                     paths, options.budget, device, options.workers, time.perf_counter() - started, options.progress,
                     starts)
