@@ -90,6 +90,9 @@ def test_inputs_expand_files_folders_lists_and_globs(tmp_path, monkeypatch):
         expand_inputs(["nope.mp4", "empty"])
     with pytest.raises(DataError, match="matches no file"):
         expand_inputs(["clips/*.webm"])
+    marked = tmp_path / "excel.txt"  # a byte-order mark (Notepad, a spreadsheet's "UTF-8") made the first path missing
+    marked.write_bytes(b"\xef\xbb\xbfclips/a.mp4\r\nclips/sub/deeper/b.mp4\r\n")
+    assert expand_inputs([str(marked)]) == [a, b]
 
 
 def test_a_folder_scan_leaves_out_coclrs_own_output_folders_but_synthetic_videos(tmp_path):
@@ -192,6 +195,16 @@ def test_windows_and_features_match_a_whole_video_reference(encoder, frames, hop
     np.testing.assert_allclose(result.vector, vector.numpy(), atol=1e-5)
     np.testing.assert_allclose(result.windows, per_window.numpy(), atol=1e-5)
     assert abs(np.linalg.norm(result.vector) - 1) < 1e-5
+
+
+@pytest.mark.parametrize("fps", [0, -25.0, float("nan"), float("inf"), None])
+def test_frames_at_a_rate_no_video_has_are_refused_naming_fps(encoder, fps):
+    """A rate of 0 was a ZeroDivisionError; below 0, NaN or infinite gave windows at negative, NaN or zero
+    seconds."""
+    from coclr.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="^fps: "):
+        Embedder(encoder, workers=0, **SMALL).embed_frames(moving_square(9), fps)
 
 
 def test_head_feature_is_the_projection_of_the_pooled_feature(encoder):

@@ -86,7 +86,8 @@ def test_windows_search_gives_where_in_which_video(folder, capsys):
     hits, own = result["hits"], embeddings.window_records[window]
     assert (result["row"], result["start"], result["end"]) == (window, own["start"], own["end"])  # which stretch
     assert cli_main(["search", str(out), "--query", str(window), "--windows", "-k", "1"]) == 0
-    assert f"(window row {window}, {own['start']:.1f}-{own['end']:.1f} s)" in capsys.readouterr().out
+    printed = capsys.readouterr().out  # the query's stretch as precise as its hits' (it was rounded to 0.1 s)
+    assert f"(window row {window}, {own['start']:.2f}-{own['end']:.2f} s)" in printed
     scores = brute_force(embeddings.windows, embeddings.windows[window])
     scores[window] = -np.inf
     assert [h["row"] for h in hits] == np.argsort(-scores, kind="stable")[:4].tolist()
@@ -116,6 +117,17 @@ def test_html_page_shows_the_query_and_its_neighbours(folder, tmp_path, capsys):
     text = page.read_text()
     assert len(re.findall(r'<img src="data:image/gif;base64,', text)) == 4  # the query and three windows
     assert text.count(">#") == 3 and "v1.mp4" in text and " s (" in text
+
+
+def test_a_search_beside_a_running_embed_says_so(folder, capsys):
+    """It said to run the embed command again to merge its results, which the running embed's lock refused."""
+    from coclr.runfolder import LOCK_FILE
+    from conftest import locked_by_another_process
+
+    out, _, _ = folder
+    with locked_by_another_process(out / LOCK_FILE) as pid:
+        assert cli_main(["search", str(out), "--query", "1", "-k", "1"]) == 0
+    assert f"a coclr embed is writing {out} now (pid {pid} on" in capsys.readouterr().err
 
 
 def test_bad_queries_are_one_line_errors(folder, capsys):
@@ -568,6 +580,9 @@ def test_a_query_is_resolved_by_the_library(folder, tmp_path):
         resolve_query(embeddings, "no-such-file.mp4")
     with pytest.raises(DataError, match="out of range"):
         resolve_query(embeddings, str(len(embeddings.video_records)))
+    for digit in ("\u00b2", "\uff11", "\u0661"):  # digits to str.isdigit: a traceback, or taken as rows 1
+        with pytest.raises(DataError, match="neither a video file nor a row number"):
+            resolve_query(embeddings, digit)
 
 
 def test_a_search_that_cannot_run_is_refused_before_a_query_video_is_embedded(folder, tmp_path, capsys,

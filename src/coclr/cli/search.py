@@ -29,6 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import json
+    import os
     import sys
 
     from coclr.embed.output import Embeddings
@@ -38,16 +39,22 @@ def run(args: argparse.Namespace) -> int:
         format_hits,
         resolve_query,
         search,
+        seconds_span,
         write_search_html,
     )
     from coclr.errors import DataError
     from coclr.eval.gallery import is_page_file
-    from coclr.runfolder import check_output_file
+    from coclr.filelock import lock_holder
+    from coclr.runfolder import LOCK_FILE, check_output_file
 
     if args.html:  # before any work: a page is written only where it overwrites nothing but a page of ours
         check_output_file(args.html, "search", is_page_file, "a coclr page")
     embeddings = Embeddings(args.dir)
-    if embeddings.pending_chunks:
+    writer = lock_holder(os.path.join(args.dir, LOCK_FILE))
+    if writer is not None:
+        print(f"coclr search: note: a coclr embed is writing {args.dir} now ({writer}): what it embeds in this run is "
+              "searched once it ends", file=sys.stderr)
+    elif embeddings.pending_chunks:
         print(f"coclr search: note: {args.dir} has results of an unfinished run not merged yet; run the same coclr "
               "embed command again to include them", file=sys.stderr)
     asked = options_from_flags(SearchOptions, args)
@@ -70,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     start = end = None  # a stored window as the query: which stretch of its video
     if query.row is not None and asked.windows:
         start, end = embeddings.window_records[query.row]["start"], embeddings.window_records[query.row]["end"]
-    span = f" (window row {query.row}, {start:.1f}-{end:.1f} s)" if start is not None else ""
+    span = f" (window row {query.row}, {seconds_span(start, end)})" if start is not None else ""
     if args.json:
         where = {"row": query.row, "start": start, "end": end} if start is not None else {}
         print(json.dumps({"query": query.label, **where, "windows": asked.windows,

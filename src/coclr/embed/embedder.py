@@ -42,13 +42,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from coclr.clips import check_fps
 from coclr.cpu import require_native_bfloat16
 from coclr.data.augment import center_crop
 from coclr.data.sampling import clip_span, sliding_windows
 from coclr.distributed import pick_device
 from coclr.embed.options import EmbedJob
 from coclr.embed.settings import EmbedSettings, checkpoint_view, resolve_settings
-from coclr.errors import CheckpointError, DataError
+from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.flow.encode import flow_to_uint8
 from coclr.flow.opencv import rgb_to_gray
 from coclr.flow.tvl1 import tvl1_flow
@@ -163,6 +164,9 @@ class Embedder:
                 and frames.shape[-1] == 3):
             raise DataError(f"{name}: expected uint8 frames [N, H, W, 3], got {getattr(frames, 'dtype', None)} "
                             f"{getattr(frames, 'shape', None)}")
+        if fps is None:
+            raise ConfigError("fps: the frames' rate is needed (frames per second), got None")
+        check_fps(fps, "fps")  # (a rate of 0, below 0 or NaN made every window's seconds wrong, or a traceback)
         runner = _Runner(self, [name])
         times = np.arange(len(frames), dtype=np.float64) / fps
         messages = [("frames", 0, (frames[start: start + CHUNK_FRAMES], times[start: start + CHUNK_FRAMES]))

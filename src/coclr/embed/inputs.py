@@ -227,7 +227,7 @@ def is_text_file(path: Path) -> bool:
 def read_list_file(path: Path) -> list[Path]:
     """The paths a list file names (see the module docstring), absolute."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8-sig", errors="replace")  # (a byte-order mark is not part of a path)
     except OSError as error:
         raise DataError(f"{path}: cannot read the list file: {error}") from None
     base = _absolute(str(path), Path.cwd()).parent

@@ -757,7 +757,7 @@ def resolve_query(embeddings: Embeddings, query: str, windows: bool = False, dev
 
         vector = embedder_for(embeddings.root, device=device, workers=0).embed(query).vector
         return Query(vector, str(Path(query).absolute()))
-    if not query.isdigit():
+    if not (query.isascii() and query.isdigit()):  # ("²" and "３" are digits to str.isdigit, not to int or a user)
         raise DataError(f"--query: {query} is neither a video file nor a row number")
     row = int(query)
     records = embeddings.window_records if windows else embeddings.video_records
@@ -766,6 +766,11 @@ def resolve_query(embeddings: Embeddings, query: str, windows: bool = False, dev
     video = embeddings.video_records[records[row]["video"]] if windows else records[row]
     return Query((embeddings.windows if windows else embeddings.videos)[row], video["path"], row, row,
                  not is_current(video))
+
+
+def seconds_span(start: float, end: float) -> str:
+    """A window's stretch of its video as every output of the search writes it."""
+    return f"{start:.2f}-{end:.2f} s"
 
 
 def format_hits(hits: list[Hit]) -> str:
@@ -789,7 +794,7 @@ def write_search_html(path: str | Path, query_label: str, query_thumbnail: np.nd
     cells = []
     for hit, name in zip(hits, names[1:]):
         frames = file_thumbnail(hit.path, embeddings, hit.start, hit.end)
-        stretch = f" {hit.start:.1f}-{hit.end:.1f} s" if hit.start is not None else ""
+        stretch = f" {seconds_span(hit.start, hit.end)}" if hit.start is not None else ""
         cells.append(video_cell(data_uri(animated_gif(frames)), name, NEIGHBOUR_COLOUR, hit.path, f"#{hit.rank}",
                                 f"{stretch} ({hit.score:.3f})"))
     what = "windows" if windows else "videos"
