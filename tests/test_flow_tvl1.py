@@ -24,6 +24,7 @@ from coclr.flow.tvl1 import (
     tvl1_flow,
     warp_bicubic,
 )
+from coclr.flow.tvl1_cpu import c_passes
 from middlebury import endpoint_error, read_flo
 
 CROP = (slice(100, 260), slice(150, 350))  # 160 x 200: all five default scales stay above 16 px
@@ -135,6 +136,31 @@ def test_bicubic_warp_is_cv2_remap():
     got = warp_bicubic(as_batch(image), torch.from_numpy(flow)[None], grid_x, grid_y)[0, 0].numpy()
     assert np.abs(got - expected).mean() < 1e-3
     assert np.abs(got - expected).max() < 0.05  # of 255; float rounding of the sampling positions
+
+
+@pytest.mark.parametrize("height, width", [(48, 64), (37, 53), (128, 171), (2, 9)])
+def test_a_flow_of_zero_reads_every_pixel_exactly(height, width):
+    """Through grid_sample's normalised coordinates a whole-pixel position read its pixel wrong by up to 1e-3 of 255
+    (cv2.remap reads it exactly)."""
+    image = smooth_texture(height, width, seed=7).astype(np.float32) * 3.7
+    grid_x, grid_y = pixel_grid(height, width, torch.device("cpu"))
+    zero = torch.zeros(1, 2, height, width)
+    np.testing.assert_array_equal(warp_bicubic(as_batch(image), zero, grid_x, grid_y)[0, 0].numpy(), image)
+    shift = torch.zeros(1, 2, height, width)
+    shift[:, 0] = 1.0  # a whole pixel to the right: the next column, and 0 past the last
+    expected = np.concatenate([image[:, 1:], np.zeros((height, 1), np.float32)], axis=1)
+    np.testing.assert_array_equal(warp_bicubic(as_batch(image), shift, grid_x, grid_y)[0, 0].numpy(), expected)
+
+
+@pytest.mark.parametrize("kernels", ["torch", "c"])
+def test_two_identical_frames_have_no_motion_as_in_opencv(kernels):
+    """A repeated frame (a still, a duplicated frame of a video) had a flow of up to 4 px, largest at the borders,
+    where OpenCV's is exactly 0."""
+    if kernels == "c" and c_passes() is None:
+        pytest.skip("no C compiler")
+    frame = (smooth_texture(64, 85, seed=3) * 0.8 + 20).astype(np.uint8)
+    assert np.abs(opencv_tvl1(frame, frame)).max() == 0
+    assert np.abs(ours(frame, frame.copy(), kernels=kernels)).max() == 0
 
 
 # ---- the solver against OpenCV ----------------------------------------------------------------------------
