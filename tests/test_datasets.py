@@ -136,5 +136,13 @@ def test_stretches_of_long_videos_are_instances_and_whole_short_videos_are_one(t
     _assert_same(_samples(whole, 0), _samples(cut, 0))
     with pytest.raises(ValueError, match="segment_frames"):
         TrainClips(short, "train", ["rgb"], length=4, segment_frames=0)
+    even = make_random_store(tmp_path / "even", videos=3, frames=32, size=(16, 16))  # 32 RGB frames, 31 of flow
+    both = TrainClips(even, "train", ["rgb", "flow"], length=4, segment_frames=16)
+    assert len(both) == 3 and len(TrainClips(even, "train", ["rgb"], length=4, segment_frames=16)) == 6
+    for view, other in (("rgb", "flow"), ("flow", "rgb")):  # a pipeline's one-view stages: the same stretches
+        alone = TrainClips(even, "train", [view], length=4, segment_frames=16, segment_with=[other])
+        assert alone.segments.tolist() == both.segments.tolist()
+    assert TrainClips(even, "train", ["rgb"], length=4, segment_with=["flow"]).segments.tolist() == \
+        TrainClips(even, "train", ["rgb"], length=4).segments.tolist()  # no stretches: each video whole, as before
     with pytest.raises(ConfigError, match="segment_frames"):
         from_dict(DataOptions, {"store": "x", "segment_frames": 0})

@@ -209,7 +209,9 @@ class TrainClips(_SplitClips):
 
     An instance is a video, or with ``segment_frames`` a stretch of one (:func:`~coclr.data.sampling.segments_of`):
     few long videos then give many instances, each its own positives and the others' negatives, as CoCLR's batches
-    and queue need.
+    and queue need. ``segment_with``: other views whose frames the stretches are cut in too, where the store holds
+    them (a video's 32 RGB frames are two stretches of 16, its 31 flow frames one: a pipeline's RGB stage trained on
+    twice the instances its flow and CoCLR stages did).
     Items are dicts: one ``uint8 [num_clips, T, H, W, 3]`` tensor per view (``rgbdiff`` gets T+1 frames),
     ``label``, ``video`` (the instance's index) and ``group`` (source-group id, -1 when unknown). With ``encoded``,
     each view is an :class:`~coclr.data.batch_decode.EncodedFrames` of the same frames still JPEG-encoded, for
@@ -223,18 +225,33 @@ class TrainClips(_SplitClips):
     def __init__(self, store: ClipStore | str | Path, split: str, views: Sequence[str], length: int,
                  stride: int = 1, num_clips: int = 2, seed: int = 0, frame_size: tuple[int, int] | None = None,
                  cache_mb: float = 0.0, with_views: Sequence[str] = (), encoded: bool = False,
-                 segment_frames: int | None = None):
+                 segment_frames: int | None = None, segment_with: Sequence[str] = ()):
         if encoded and cache_mb:
             raise ValueError("the frame cache holds decoded frames: use cache_mb=0 with encoded=True")
         if segment_frames is not None and segment_frames < 1:
             raise ValueError(f"segment_frames must be at least 1 (or None), got {segment_frames}")
         super().__init__(store, split, views, length, stride, frame_size, cache_mb, with_views)
         self.num_clips = num_clips
-        self.segments = segments_of(self.num_frames, segment_frames)
+        cut = self.num_frames if segment_frames is None or not segment_with else np.array(
+            [self._frames_with(key, count, segment_with) for key, count in
+             zip((e.path for e in self.entries), self.num_frames.tolist())], dtype=np.int64)
+        self.segments = segments_of(cut, segment_frames)
         self._damaged: set[str] = set()  # entries found damaged while reading, in this process
         self.seed = seed
         self.epoch = 0
         self.encoded = encoded
+
+    def _frames_with(self, key: str, count: int, views: Sequence[str]) -> int:
+        """The frames of ``key`` that the views read and each of ``views`` the store holds for it have too (a
+        pipeline's stretches: its one-view stages cut the same ones as its two-view stages)."""
+        for view in views:
+            if view in self.views or not self.store.has(key, stored_view(view)):
+                continue
+            other = self.store.num_frames(key, stored_view(view))
+            if is_flow_view(view) and self.store.has(key, "rgb"):
+                other = aligned_num_frames(self.store.num_frames(key, "rgb"), other)
+            count = min(count, other)
+        return max(1, count)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose random clips are drawn (call before each epoch, in every process)."""

@@ -42,7 +42,8 @@ class DataOptions:
                                   "process would hold a cache of its own, of the videos it happened to read); for "
                                   "splits that fit in memory")
     segment_frames: int | None = option(
-        None, "cut each video into instances of this many frames (consecutive stretches, the last one longer; a "
+        None, "cut each video into instances of this many frames (consecutive stretches of the frames data.view and, "
+              "where the store holds it, data.second_view both have, the last one longer; a "
               "video shorter than two is one instance): each is a sample of every epoch, its clips drawn from it, "
               "so that a few long videos give the batches and the queue enough instances to contrast; null: each "
               "video is one instance (the paper's)")

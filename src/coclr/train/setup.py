@@ -105,7 +105,7 @@ def build_parts(setup: RunSetup) -> RunParts:
     dataset = TrainClips(config.data.store, config.data.split, config.views, config.data.length, config.data.stride,
                          num_clips=2, seed=config.run.seed, frame_size=config.data.frame_size,
                          cache_mb=config.data.cache_mb, encoded=decode == "device",
-                         segment_frames=config.data.segment_frames)
+                         segment_frames=config.data.segment_frames, segment_with=[config.data.second_view])
     if dataset.left_out:
         log_line(left_out_message(dataset.store, config.data.split, config.views, dataset.left_out))
     settings = {view: clip_settings(config, dataset.store, view) for view in config.views}
