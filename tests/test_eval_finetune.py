@@ -83,10 +83,31 @@ def test_finetune_end_to_end_and_resume(tmp_path, monkeypatch):
         finetune(checkpoint, sha, store, "rgb", tmp_path / "resumed", clips, config, progress=False)
     monkeypatch.setattr(module, "train_epoch", original)
     resumed = finetune(checkpoint, sha, store, "rgb", tmp_path / "resumed", clips, config, progress=False)
-    assert len(resumed["train_losses"]) == 1  # only the second epoch ran again
-    assert resumed["train_losses"][0] == pytest.approx(whole["train_losses"][1], rel=1e-5)
+    assert len(resumed["train_losses"]) == 2  # every epoch's, the first's kept with its state (it listed only the last)
+    assert resumed["train_losses"] == pytest.approx(whole["train_losses"], rel=1e-5)
     np.testing.assert_allclose(load_probabilities(resumed["probabilities"])["ten_crop"], probabilities["ten_crop"],
                                rtol=1e-4, atol=1e-6)
+
+
+def test_a_finetuned_encoder_records_its_normalisation_and_flow_bound(tmp_path):
+    """Its record held no mean or std when they were ImageNet's, and no flow bound: an export of it said "mean
+    None, std None" and named no bound."""
+    from coclr.atomic import file_sha256
+    from coclr.clips import IMAGENET_MEAN, IMAGENET_STD
+    from coclr.eval import finetune as module
+    from coclr.models.loading import read_clip_settings
+    from coclr.store.clipstore import ClipStore
+
+    store = ClipStore(make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=9,
+                                      views=("rgb", "flow")))
+    checkpoint = save_tiny_encoder(tmp_path / "enc.pt")
+    clips = ClipConfig(length=8, size=32, batch_size=3)
+    config = from_dict(FinetuneConfig, {"epochs": 1, "milestones": [1]})
+    for view in ("rgb", "flow"):
+        finetune(checkpoint, file_sha256(checkpoint), store, view, tmp_path / view, clips, config, progress=False)
+        recorded = read_clip_settings(tmp_path / view / module.ENCODER_FILE)
+        assert recorded["mean"] == list(IMAGENET_MEAN) and recorded["std"] == list(IMAGENET_STD)
+        assert recorded.get("flow_bound") == (20.0 if view == "flow" else None)
 
 
 def test_finetune_of_a_finished_folder_returns_its_results_without_work(tmp_path, monkeypatch):
@@ -139,7 +160,7 @@ def test_a_store_relabelled_in_place_is_not_served_the_old_finetuning(tmp_path):
 
     retested = finetune(checkpoint, sha, relabelled("test"), "rgb", tmp_path / "out", clips, config, progress=False)
     assert load_probabilities(retested["probabilities"])["labels"].tolist() == [2, 2, 2]
-    assert len(retested["train_losses"]) == 0  # the trained network kept: only the test ran again
+    assert retested["train_losses"] == first["train_losses"]  # the trained network kept: only the test ran again
     with pytest.raises(FolderRefused, match="train_videos_sha256"):
         finetune(checkpoint, sha, relabelled("train"), "rgb", tmp_path / "out", clips, config, progress=False)
 

@@ -32,6 +32,7 @@ from coclr import seeding
 from coclr.atomic import atomic_open, atomic_torch_save, atomic_write_json, read_json_record
 from coclr.data.augment import ClipAugment
 from coclr.data.datasets import TrainClips
+from coclr.data.views import is_flow_view, stored_view
 from coclr.errors import CheckpointError, DataError
 from coclr.eval.features import (
     IMAGENET,
@@ -55,6 +56,7 @@ from coclr.models.heads import LinearClassifier
 from coclr.models.loading import checkpoint_sha256, read_checkpoint_file, save_encoder
 from coclr.progress import bar as progress_bar
 from coclr.runfolder import FolderRule, check_folder, check_output_file, check_place, claim_folder
+from coclr.store.flow_views import stored_bound
 from coclr.text import to_bytes
 
 STATE_FILE = "finetune_last.pt"
@@ -93,11 +95,11 @@ def build_optimizer(model: Classifier, config: FinetuneConfig) -> torch.optim.Op
 
 
 def _save_state(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler, epoch: int,
-                fingerprint: dict[str, object]) -> None:
+                fingerprint: dict[str, object], losses: list[float | None]) -> None:
 
     atomic_torch_save({"format": STATE_FORMAT, "epoch": epoch, "fingerprint": fingerprint,
                        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                       "scheduler": scheduler.state_dict()}, path)
+                       "scheduler": scheduler.state_dict(), "losses": list(losses)}, path)
 
 
 def _read_state(path: Path) -> dict:
@@ -114,16 +116,18 @@ def _state_fingerprint(folder: Path) -> dict[str, object] | None:
     return (_read_state(path).get("fingerprint") or {}) if path.is_file() else None
 
 
-def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler) -> int:
+def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler) -> list[float | None]:
     """Load the last epoch's state when it exists (its folder holds the same job: :data:`FINETUNE_FOLDER`);
-    returns epochs done."""
+    returns the training loss of each epoch done (None for one a state written before they were kept)."""
     if not path.is_file():
-        return 0
+        return []
     state = _read_state(path)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
-    return int(state["epoch"])
+    done = int(state["epoch"])
+    losses = [float(loss) for loss in state.get("losses") or []]
+    return losses if len(losses) == done else [None] * done
 
 
 def train_epoch(model: Classifier, loader, augment, optimizer: torch.optim.Optimizer, view: str,
@@ -205,11 +209,11 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
         optimizer = build_optimizer(model, config)
         scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, config.milestones, gamma=0.1)
         state_path = out_dir / STATE_FILE
-        done = _resume(state_path, model, optimizer, scheduler)
+        losses = _resume(state_path, model, optimizer, scheduler)  # (a resumed run's result lists every epoch's)
+        done = len(losses)
 
         mean, std = normalisation
         augment = ClipAugment(size=clip_config.size, blur_p=0.0, mean=mean, std=std)
-        losses = []
         try:
             for epoch in progress_bar(range(done, config.epochs), desc="finetune", unit="epoch",
                                       disable=not progress, initial=done, total=config.epochs):
@@ -224,14 +228,15 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
                                               seeding.generator(config.seed, epoch, seeding.AUGMENT), progress,
                                               f"epoch {epoch + 1}"))
                 scheduler.step()
-                _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint)
+                _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint, losses)
                 done = epoch + 1
         except KeyboardInterrupt as error:  # the epoch under way is trained again
             raise interrupted(error, f"{done} of {config.epochs} finetuning epochs done and kept in {state_path}") \
                 from None
 
         model.eval()
-        _save_finetuned(out_dir / ENCODER_FILE, model, view, clip_config, checkpoint_sha256, normalisation)
+        _save_finetuned(out_dir / ENCODER_FILE, model, view, clip_config, checkpoint_sha256, normalisation,
+                        stored_bound(store, stored_view(view)) if is_flow_view(view) else None)
         short_side = config.ten_crop_short_side or round(clip_config.size * 8 / 7)
 
         def probabilities(clips: torch.Tensor) -> torch.Tensor:
@@ -269,12 +274,14 @@ def _finished(out_dir: Path, tested: dict[str, object]) -> dict[str, object] | N
 
 
 def _save_finetuned(path: Path, model: Classifier, view: str, clip_config: ClipConfig, source_sha256: str,
-                    normalisation: Normalisation = IMAGENET) -> None:
-    """The finetuned backbone as an encoder file that records the clips it was finetuned on (and their
-    normalisation, where it is not ImageNet's, so that its embeddings and evaluations take it too)."""
+                    normalisation: Normalisation = IMAGENET, flow_bound: float | None = None) -> None:
+    """The finetuned backbone as an encoder file that records the clips it was finetuned on: their shape, their
+    normalisation and a flow view's bound (so that its embeddings, evaluations and exports take them too; an export
+    said "mean None, std None" and lost the bound)."""
     settings: dict[str, object] = {"view": view, **clip_config.clips.to_dict()}
-    if normalisation != IMAGENET:
-        settings["mean"], settings["std"] = (list(values) for values in normalisation)
+    settings["mean"], settings["std"] = (list(values) for values in normalisation)
+    if flow_bound is not None:
+        settings["flow_bound"] = float(flow_bound)
     save_encoder(path, Encoder(model.backbone, None), meta={"method": "finetuned", "view": view,
                                                             "finetuned_from": source_sha256,
                                                             "clip_settings": settings})
