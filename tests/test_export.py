@@ -129,6 +129,8 @@ def test_network_formats_give_the_encoders_features_on_real_clips(fmt, encoder_f
     assert config["input"]["shape"] == ["batch", 3, 8, 32, 32] and config["output"]["shape"] == ["batch", 128]
     card = (tmp_path / "out" / "README.md").read_text()
     assert "smallest cosine" in card and "8 frames" in card
+    if fmt == "onnx":  # its graph's clip shape is fixed: the card said only "any batch size"
+        assert "clips of exactly 8 frames of 32 x 32 px, any batch size." in card
 
 
 def test_a_torchvision_file_exports_with_the_clips_its_format_takes(tmp_path):
@@ -229,6 +231,11 @@ def test_cli_card_of_a_learn_encoder(encoder_file, tmp_path, capsys):
     card = (tmp_path / "o" / "README.md").read_text()
     assert "from 8 videos" in card and "the last stage that did not collapse" in card
     assert "effective_rank 3.5" in card and "coclr.load_encoder" in card
+    # any other checkpoint put beside a learn.json was called "learnt by coclr learn" with the run's figures
+    save_encoder(folder / "my_pretrain.pth", build_encoder(width=0.125), {"view": "rgb", "method": "infonce"})
+    assert main(["export", str(folder / "my_pretrain.pth"), "--format", "safetensors", "--out",
+                 str(tmp_path / "p")]) == 0
+    assert "coclr learn" not in (tmp_path / "p" / "README.md").read_text()
     assert main(["export", str(folder / "encoder_rgb.pth"), "--format", "keras", "--out", str(tmp_path / "k")]) == 2
     assert "not a format coclr exports" in capsys.readouterr().err
 
@@ -245,9 +252,14 @@ def test_help_names_every_format():
 def test_a_meta_json_cannot_hold_is_refused_before_any_write(tmp_path):
     encoder = build_encoder(width=0.125)
     save_encoder(tmp_path / "odd.pth", encoder, {"view": "rgb", "scale": torch.ones(2)})  # a tensor in meta
-    with pytest.raises(CheckpointError, match="cannot be written as JSON"):
+    with pytest.raises(CheckpointError, match=r"odd\.pth: the encoder's meta\['scale'\] is a tensor of shape \(2,\), "
+                                              "which its config \\(JSON\\) cannot hold"):
         export_encoder(tmp_path / "odd.pth", "safetensors", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+    # a number kept as a one-number tensor (a training script's best accuracy) is written as its number
+    save_encoder(tmp_path / "scalar.pth", encoder, {"view": "rgb", "best_acc": torch.tensor(0.5)})
+    export_encoder(tmp_path / "scalar.pth", "safetensors", tmp_path / "scalar")
+    assert json.loads((tmp_path / "scalar" / "config.json").read_text())["meta"]["best_acc"] == 0.5
 
 
 @pytest.mark.parametrize("change", ["meta list", "meta text", "embed_dim text", "embed_dim negative"])
@@ -302,6 +314,60 @@ def test_an_encoder_of_nan_weights_is_refused_before_any_write(fmt, tmp_path):
                                               r"\(NaN or infinite values\)\]; the file is damaged"):
         export_encoder(tmp_path / "nan.pth", fmt, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_safetensors_file_whose_config_has_a_head_it_lacks_is_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    encoder = build_encoder(width=0.125, embed_dim=16)
+    export_encoder(save_encoder(tmp_path / "enc.pth", encoder, {"view": "rgb"}), "safetensors", tmp_path / "out")
+    model = tmp_path / "out" / "model.safetensors"
+    from safetensors import safe_open
+
+    with safe_open(str(model), "pt") as file:
+        metadata = file.metadata()
+    tensors = {key: value for key, value in load_file(model).items() if not key.startswith("head.")}
+    save_file(tensors, tmp_path / "headless.safetensors", metadata=metadata)
+    with pytest.raises(CheckpointError, match=r"headless\.safetensors: arch\['embed_dim'\] is 16, but the file "
+                                              r"holds no head tensors"):
+        load_encoder(tmp_path / "headless.safetensors")
+
+
+def test_a_negative_variance_is_refused_at_load(tmp_path):
+    """A BatchNorm's negative running variance made every feature NaN; export blamed the ONNX graph for it."""
+    encoder = build_encoder(width=0.125)
+    with torch.no_grad():
+        encoder.backbone.Conv_1a.bn1.running_var[0] = -1.0
+    save_encoder(tmp_path / "neg.pth", encoder, {"view": "rgb", "clip_settings": SETTINGS})
+    with pytest.raises(CheckpointError, match=r"neg\.pth: not usable as weights: \[backbone\.Conv_1a\.bn1\.running_var "
+                                              r"\(a negative variance\)\]"):
+        load_encoder(tmp_path / "neg.pth")
+
+
+def test_an_encoder_whose_own_features_overflow_is_refused_before_any_write(tmp_path):
+    encoder = build_encoder(width=0.125)
+    with torch.no_grad():
+        for name, value in encoder.backbone.named_parameters():  # finite weights, features beyond float32
+            if name.endswith("weight") and "bn" in name:
+                value.mul_(1e6)
+    save_encoder(tmp_path / "big.pth", encoder, {"view": "rgb", "clip_settings": SETTINGS})
+    with pytest.raises(CheckpointError, match=r"big\.pth: the encoder's own features are not finite"):
+        export_encoder(tmp_path / "big.pth", "torchscript", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_safetensors_form_that_does_not_read_back_is_not_kept(encoder_file, tmp_path, monkeypatch):
+    """The check after writing refused it but left the unreadable model.safetensors in the folder, naming it as if
+    it were the input."""
+    from coclr.models import exported
+
+    def refused(path, backbone, head):
+        raise CheckpointError(f"{path}: ProjectionHead does not match")
+
+    monkeypatch.setattr(exported, "_check_safetensors", refused)
+    with pytest.raises(CheckpointError, match=rf"{encoder_file.name}: its safetensors form does not read back"):
+        export_encoder(encoder_file, "safetensors", tmp_path / "out")
+    assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
 @pytest.mark.parametrize("clips, problem", [({"length": 4}, "length: must be >= 8"),

@@ -34,9 +34,12 @@ def run(args: argparse.Namespace) -> int:
     encoder = Path(args.encoder)
     notes: list[str] = []
     learnt = read_json_record(encoder.parent / "learn.json") if encoder.is_file() else None
-    if learnt:  # an encoder of a coclr learn folder: the card says how it was chosen and measured
+    if learnt:  # an encoder a coclr learn folder exported: the card says how it was chosen and measured
         payload = open_checkpoint(encoder).payload
         stage = (payload.get("meta") or {}).get("stage") if isinstance(payload, dict) else None
-        notes = card_notes(learnt, stage)
+        exported = {f"encoder_{view}{suffix}": entry.get("stage") for view, entry in
+                    (learnt.get("exported") or {}).items() for suffix in (".pth", ".safetensors")}
+        if stage is not None and exported.get(encoder.name) == stage:  # (not any file put beside a learn.json)
+            notes = card_notes(learnt, stage)
     print(export_encoder(encoder, args.format, args.out, notes=notes), flush=True)
     return 0

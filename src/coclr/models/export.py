@@ -56,15 +56,31 @@ def encoder_config(backbone, head, meta: Mapping[str, Any]) -> dict[str, Any]:
     from coclr.models.encoder import Encoder  # noqa: PLC0415 (heavy: torch)
 
     arch = Encoder(backbone, head).arch
-    meta = dict(meta)
-    try:
-        json.dumps(meta)
-    except TypeError as error:
-        raise CheckpointError(f"the encoder's meta cannot be written as JSON ({error}); only its tensors can be "
-                              "exported as they are") from None
+    meta = _as_json(dict(meta), "meta")
     settings = meta.get("clip_settings") or {}
     return {"format": "coclr.encoder", "arch": arch, "feature_dim": backbone.out_channels,
             "view": settings.get("view"), "clip_settings": settings, "meta": meta}
+
+
+def _as_json(value: Any, where: str) -> Any:
+    """``value`` as JSON holds it: a one-number tensor or NumPy scalar (a training script's ``best_acc``) as its
+    number; anything else JSON cannot hold refused, naming where it is in the meta."""
+    import numpy as np  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    if isinstance(value, dict):
+        return {key: _as_json(item, f"{where}[{key!r}]") for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_json(item, f"{where}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+        return value.item()
+    if isinstance(value, np.generic) and not np.iscomplexobj(value):
+        return value.item()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    what = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+    raise CheckpointError(f"the encoder's {where} is {what}, which its config (JSON) cannot hold; only its tensors "
+                          "can be exported as they are")
 
 
 def safetensors_bytes(backbone, head, meta: Mapping[str, Any]) -> bytes:

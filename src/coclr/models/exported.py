@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from coclr.atomic import atomic_write_json, atomic_write_text, file_sha256, read_json_record
@@ -95,21 +96,34 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
         if recorded is not None and recorded == file_sha256(model):
             return Exported(out, model, already_done=True)
         changed = True  # (no hash to tell it by: config.json gone, or from before the hash: written again)
-    config = encoder_config(backbone, head, meta)  # refuses a meta JSON cannot hold, before any write
+    try:
+        config = encoder_config(backbone, head, meta)  # refuses a meta JSON cannot hold, before any write
+    except CheckpointError as error:
+        raise CheckpointError(f"{encoder}: {error}") from None
     settings = config["clip_settings"]
     if clips is None:
         generator = torch.Generator().manual_seed(0)
         shape = (CHECK_CLIPS, 3, settings.get("length", 32), settings.get("size", 128),
                  settings.get("size", 128))
         clips = torch.randn(shape, generator=generator)
+    reference = None
+    if fmt != "safetensors":  # the encoder's own features first, before any write
+        with torch.no_grad():
+            reference = pooled_features(backbone)(clips).numpy()
+        if not np.isfinite(reference).all():  # (it was called a difference of the export's)
+            raise CheckpointError(f"{encoder}: the encoder's own features are not finite on random clips (its "
+                                  "weights or BatchNorm statistics are damaged); nothing was exported")
     with claim_folder(out, EXPORT_FOLDER, options):
         if fmt == "safetensors":
             save_safetensors(model, backbone, head, meta)
-            check = _check_safetensors(model, backbone, head)
+            try:
+                check = _check_safetensors(model, backbone, head)
+            except CheckpointError as error:  # (an unreadable file was left behind, named as if it were the input)
+                model.unlink()
+                raise CheckpointError(f"{encoder}: its safetensors form does not read back as it ({error}); nothing "
+                                      "was kept") from None
         else:
             export_network(backbone, fmt, model, clips[:1])
-            with torch.no_grad():
-                reference = pooled_features(backbone)(clips).numpy()
             check = compare(reference, run_exported(model, fmt, clips))
             if not check["min_cosine"] >= MIN_COSINE:  # NaN features included
                 model.unlink()
@@ -176,9 +190,10 @@ def model_card(config: dict[str, Any], fmt: str, encoder: Path, notes: Sequence[
                   + (f", frames decoded at a short side of {settings['short_side']} px" if settings.get("short_side")
                      else "") + (f", {settings['fps']} fps" if settings.get("fps") else ""),
                   f"- normalised: (x / 255 - mean) / std, mean {settings.get('mean')}, std {settings.get('std')}"]
-        if settings.get("flow_bound") is not None:
-            lines.append(f"- TV-L1 flow (channels u, v and a constant 128) clipped to +-{settings['flow_bound']} "
-                         "px and mapped linearly to [0, 255] before the normalisation")
+        if settings.get("flow_bound") is not None:  # (TV-L1 or DIS: the checkpoint does not say which)
+            lines.append(f"- optical flow as its training store held it (channels u, v and a constant 128), "
+                         f"clipped to +-{settings['flow_bound']} px and mapped linearly to [0, 255] before the "
+                         "normalisation")
     else:
         lines.append("- not recorded by the checkpoint: give the clips its training used")
     lines += ["", "## Training", ""]
@@ -193,10 +208,15 @@ def model_card(config: dict[str, Any], fmt: str, encoder: Path, notes: Sequence[
                   + (" and `head.*` (the projection head)" if arch.get("embed_dim") else "")
                   + "; the file's metadata `coclr` holds config.json."]
     elif fmt == "onnx":
+        _, channels, frames, height, width = config["input"]["shape"]
         lines += ["```python", "import onnxruntime",
                   "session = onnxruntime.InferenceSession(\"model.onnx\")",
-                  "features = session.run(None, {\"clips\": clips})[0]  # float32 [B, C, T, H, W] -> [B, D]",
-                  "```"]
+                  f"features = session.run(None, {{\"clips\": clips}})[0]  # float32 [B, {channels}, {frames}, "
+                  f"{height}, {width}] -> [B, D]", "```", "",
+                  f"The graph takes clips of exactly {frames} frames of {height} x {width} px, any batch size"
+                  + ("" if settings.get("length") and settings.get("size") else
+                     " (the paper's clips: the checkpoint records none; export a checkpoint that does, or use the "
+                     "safetensors or TorchScript form, which take any)") + "."]
     else:
         lines += ["```python", "import torch", "network = torch.jit.load(\"model.pt\")",
                   "features = network(clips)  # float32 [B, C, T, H, W] -> [B, D]", "```"]

@@ -487,6 +487,9 @@ def _load_ours(path: Path, payload: dict[str, Any]) -> tuple[S3D, ProjectionHead
         raise CheckpointError(f"{path}: invalid 'arch': width {width:g}, but backbone.{stem} holds "
                               f"{state[stem].shape[0]} filters (width {state[stem].shape[0] / 64:g})")
     head_tensors, embed_dim = None, arch["embed_dim"]
+    if payload["head"] is None and embed_dim is not None:  # (it read as an encoder without its head, silently)
+        raise CheckpointError(f"{path}: arch['embed_dim'] is {embed_dim!r}, but the file holds no head tensors "
+                              "(head.*): it is damaged, or was edited")
     if payload["head"] is not None:
         if embed_dim is None:
             raise CheckpointError(f"{path}: the file has a 'head' but arch['embed_dim'] is None")
@@ -686,17 +689,18 @@ def _load_strict(
     if missing or extra or misshaped:
         raise CheckpointError(f"{path}: {type(module).__name__} does not match: {_problems(missing, extra, misshaped)}")
     unfit = [f"{name(key)} ({why})" for key, value in state.items()
-             if (why := _unfit(value, expected[key])) is not None]
+             if (why := _unfit(value, expected[key], key)) is not None]
     if unfit:
         raise CheckpointError(f"{path}: not usable as weights: {_names(unfit)}; the file is damaged, or not a "
                               "trained network's")
     module.load_state_dict(state, strict=True)
 
 
-def _unfit(value: torch.Tensor, expected: torch.Tensor) -> str | None:
-    """Why ``value`` cannot stand for the module's tensor ``expected`` (None: it can): a sparse or other non-dense
-    tensor, whole numbers or complex ones where the module has real numbers (cast silently, they gave vectors of
-    zeros), real numbers where it counts (a BatchNorm's ``num_batches_tracked``), NaN or infinite values."""
+def _unfit(value: torch.Tensor, expected: torch.Tensor, key: str = "") -> str | None:
+    """Why ``value`` cannot stand for the module's tensor ``expected`` (named ``key``; None: it can): a sparse or
+    other non-dense tensor, whole numbers or complex ones where the module has real numbers (cast silently, they gave
+    vectors of zeros), real numbers where it counts (a BatchNorm's ``num_batches_tracked``), NaN or infinite values,
+    a negative variance (a BatchNorm's ``running_var``: every feature NaN)."""
     if value.layout != torch.strided:
         return f"a {str(value.layout).removeprefix('torch.')} tensor"
     if expected.is_floating_point():
@@ -704,6 +708,8 @@ def _unfit(value: torch.Tensor, expected: torch.Tensor) -> str | None:
             return f"{str(value.dtype).removeprefix('torch.')}, not real numbers"
         if not bool(torch.isfinite(value).all()):
             return "NaN or infinite values"
+        if key.endswith("running_var") and bool((value < 0).any()):
+            return "a negative variance"
     elif value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
         return f"{str(value.dtype).removeprefix('torch.')}, not whole numbers"
     return None
