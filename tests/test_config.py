@@ -125,6 +125,22 @@ def test_options_a_method_does_not_read_are_not_refused_and_the_first_refusal_is
         load_config(PipelineConfig, None, [*BASE, "data.view=flow"])
 
 
+@pytest.mark.parametrize("overrides, said", [
+    (["method.name=infonce", "method.sampler_checkpoint=f.pth"], "method.sampler_checkpoint: is read by alternating "
+                                                                 "coclr only .*; infonce reads none"),
+    (["method.name=coclr", "method.simultaneous=true", "method.sampler_checkpoint=f.pth"],
+     "method.sampler_checkpoint: .*coclr simultaneous reads none"),
+    (["method.name=infonce", "method.second_init_checkpoint=f.pth"],
+     "method.second_init_checkpoint: starts the second view's encoder .*; infonce trains one"),
+    (["method.name=coclr", "method.sampler_checkpoint=f.pth", "method.second_init_checkpoint=f.pth"],
+     "method.second_init_checkpoint: .*coclr trains one")])
+def test_a_checkpoint_the_method_never_reads_is_refused(overrides, said) -> None:
+    """Simultaneous CoCLR given a sampler (and no second start) trained its flow encoder from random weights while
+    the user believed their flow checkpoint was used."""
+    with pytest.raises(ConfigError, match=said):
+        config(*overrides)
+    assert config("method.name=cmc", "method.second_init_checkpoint=f.pth").method.second_init_checkpoint == "f.pth"
+
 def test_a_file_s_wrong_values_name_the_file_and_every_unknown_key_is_named(tmp_path: Path) -> None:
     """A wrong type in a file was "optim.lr: expected a number" without the file; of three unknown keys in two
     sections, only the first section's was named; an empty section ("optim:") was "expected a mapping, got None"."""

@@ -244,10 +244,19 @@ class PretrainConfig:
         CoCLR."""
         if self.method.spec.other_view is not None:
             self.check_second_view(f"{self.method.name} reads both")
-        if self.method.spec.needs_sampler(self.method.simultaneous):
-            require(bool(self.method.sampler_checkpoint), "method.sampler_checkpoint",
-                    f"{self.method.name} needs the frozen other-view encoder that mines positives (a checkpoint of "
+        method = self.method
+        if method.spec.needs_sampler(method.simultaneous):
+            require(bool(method.sampler_checkpoint), "method.sampler_checkpoint",
+                    f"{method.name} needs the frozen other-view encoder that mines positives (a checkpoint of "
                     "the second view), or method.simultaneous=true")
+        # a checkpoint the method never reads was ignored without a word (a flow start believed used)
+        named = f"{method.name}{' simultaneous' if method.simultaneous else ''}"
+        require(not method.sampler_checkpoint or method.spec.needs_sampler(method.simultaneous),
+                "method.sampler_checkpoint", "is read by alternating coclr only (name=coclr, simultaneous=false), "
+                f"which mines with a frozen encoder of the other view; {named} reads none: leave it empty")
+        require(not method.second_init_checkpoint or method.trains_two_views, "method.second_init_checkpoint",
+                "starts the second view's encoder where both views train (cmc, or coclr with simultaneous=true); "
+                f"{named} trains one: leave it empty, or give method.init_checkpoint for the view it trains")
 
     def check_second_view(self, why: str) -> None:
         require(self.data.view != self.data.second_view, "data.second_view",
