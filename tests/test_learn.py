@@ -390,16 +390,21 @@ def test_the_same_command_on_a_finished_run_changes_nothing_and_other_options_ar
         learn(fewer, out, LearnOptions(budget=300))
     assert files_digest(out) == before
     original = labels.read_bytes()
-    scored = json.loads((out / "learn.json").read_text())["labels"]["videos"]
+    finished = json.loads((out / "learn.json").read_text())
+    scored = finished["labels"]["videos"]
     labels.write_bytes(b"".join(original.splitlines(keepends=True)[:-2]))  # the same file, two labels fewer
     try:
         edited = run_learn(videos, out, str(labels))
-        assert edited.returncode == 3 and "finished before" not in edited.stdout.read()  # scored again
-        assert json.loads((out / "learn.json").read_text())["labels"]["videos"] == scored - 2
+        assert edited.returncode == 3 and "its measures taken again with the labels given" in edited.stdout.read()
+        record = json.loads((out / "learn.json").read_text())
+        assert record["labels"]["videos"] == scored - 2
+        # scoring is not learning: the run's time stands (it grew by each scoring, "5 min of a 3 min budget")
+        assert (record["seconds"], record["phases"]) == (finished["seconds"], finished["phases"])
         unlabelled = run_learn(videos, out)  # no --labels now: no scores of the file given before
-        assert unlabelled.returncode == 3 and "with the given labels" not in unlabelled.stdout.read()
+        assert unlabelled.returncode == 3 and "its label scores dropped" in unlabelled.stdout.read()
         record = json.loads((out / "learn.json").read_text())
         assert "labels" not in record and record["labels_file"] is None
+        assert record["seconds"] == finished["seconds"]
         assert "labels.csv" not in (out / "report.html").read_text()
     finally:
         labels.write_bytes(original)

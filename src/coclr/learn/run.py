@@ -93,6 +93,8 @@ class LearnSummary:
     """the seconds of every part of the run (a continued run's earlier parts included)"""
     already_done: bool = False
     record: dict[str, Any] = dataclasses.field(default_factory=dict)
+    rescored: bool = False
+    """finished before, and scored again with other labels (or none): no learning done"""
 
     @property
     def collapsed_views(self) -> list[str]:
@@ -103,6 +105,11 @@ class LearnSummary:
         lines = []
         if self.already_done:
             lines.append(f"{self.out}: finished before; nothing to do")
+        elif self.rescored:
+            lines.append(f"{self.out}: finished before (learnt in {progress.duration(self.seconds)}); its measures "
+                         "taken again with the labels given" if self.record.get("labels") else
+                         f"{self.out}: finished before (learnt in {progress.duration(self.seconds)}); its label "
+                         "scores dropped (no --labels given)")
         else:
             learnt = self.videos - len(self.failed)
             lines.append(f"{self.out}: learnt from {learnt} videos in {progress.duration(self.seconds)}")
@@ -195,7 +202,10 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     )
 
     device = pick_device(options.device)
-    clock = Clock(out, 0.0 if options.restart else read_result(out).get("seconds", 0.0), started)
+    earlier = {} if options.restart else read_result(out)
+    # a finished run given other labels (or none) is scored again: that is not learning time (the report said
+    # "learnt in 5 min of a 3 min budget"), so its clock stands still
+    clock = Clock(out, earlier.get("seconds", 0.0), started, counting=earlier.get("status") != "done")
     with contextlib.ExitStack() as held:
         refused, plan = None, None
         if launched_rank() == 0:  # makes the plan and holds the folder before the other processes join it
@@ -321,7 +331,7 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
             result["seconds"] = clock.seconds()
             write_report(out / "report.html", out, result, paths)
         clock.record(result)
-    return LearnSummary(out, len(paths), failed, result["seconds"], record=result)
+    return LearnSummary(out, len(paths), failed, result["seconds"], record=result, rescored=not clock.counting)
 
 
 # ------------------------------------------------------------------------------------------------ the parts
@@ -336,14 +346,14 @@ class Clock:
     """The seconds a run has taken in all: those its earlier parts recorded (``before``) and this part's since
     ``started`` (a ``time.perf_counter()``), recorded in ``learn.json`` (:meth:`record`)."""
 
-    def __init__(self, out: Path, before: float, started: float) -> None:
-        self.out, self.before, self.started = out, before, started
+    def __init__(self, out: Path, before: float, started: float, counting: bool = True) -> None:
+        self.out, self.before, self.started, self.counting = out, before, started, counting
         self.recorded = time.monotonic()
         self.running: tuple[str, float, float] | None = None
         """The phase under way (:func:`timed`): its name, the seconds earlier parts gave it, and when it began."""
 
     def seconds(self) -> float:
-        return self.before + time.perf_counter() - self.started
+        return self.before + (time.perf_counter() - self.started if self.counting else 0.0)
 
     def record(self, result: dict[str, Any], due: bool = False) -> None:
         """Write ``result`` with the seconds so far to ``learn.json`` (with ``due``: only every
@@ -353,7 +363,7 @@ class Clock:
             return
         self.recorded = time.monotonic()
         result["seconds"] = self.seconds()
-        if self.running is not None:  # its seconds so far: a kill -9 keeps them too (to the last record)
+        if self.running is not None and self.counting:  # its seconds so far: a kill -9 keeps them too
             name, before, begin = self.running
             result.setdefault("phases", {})[name] = before + time.perf_counter() - begin
         atomic_write_json(self.out / RESULT_FILE, result)
@@ -375,7 +385,7 @@ def timed(clock: Clock, result: dict[str, Any], name: str) -> Iterator[None]:
     finally:
         clock.running = None
         phases = result.setdefault("phases", {})
-        phases[name] = before + time.perf_counter() - begin
+        phases[name] = before + (time.perf_counter() - begin if clock.counting else 0.0)
         done = result.setdefault("phases_done", [])
         if ended and name not in done:
             done.append(name)
