@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -242,7 +243,7 @@ def _read_cache(path: Path, key: dict[str, object]) -> VideoFeatures | None:
                 return None
             return VideoFeatures(data["features"].astype(np.float32), data["labels"].astype(np.int64),
                                  [str(k) for k in data["keys"]])
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # damaged: computed again, written whole
         return None
 
 
