@@ -214,6 +214,9 @@ def test_the_quick_study_plans_the_demo_and_checks_every_option(tmp_path: Path) 
     changed = load_config(StudyConfig, overrides=["train.optim.lr=0.01", "data.synth.actor_cue=0.5"])
     assert changed.train["optim"] == {"lr": 0.01, "warmup_epochs": 2.0} and changed.train["model"]["width"] == 0.125
     assert plan_study(changed, tmp_path / "other").synth.train_scenes == STUDY_SYNTH["train_scenes"]
+    for empty in ("train.optim=null", "train.method=null"):  # an empty section: coclr pretrain's defaults (a traceback)
+        emptied = plan_study(load_config(StudyConfig, overrides=[empty]), tmp_path / "empty")
+        assert emptied.configs["infonce_rgb"]["optim"]["lr"] == PretrainConfig().optim.lr
     for override, key in (("rows=[coclr_k2_rgb]", "rows"), ("columns=[mAP]", "columns"),
                           ("train.method.tpok=3", r"train \(the .*\): unknown option\(s\): method\.tpok"),
                           ("train.optim.lr=-1", "optim.lr"), ("data.synth.colour=1", r"data\.synth\.colour"),

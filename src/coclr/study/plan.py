@@ -119,10 +119,13 @@ def base_options(config: StudyConfig, store: Path) -> dict[str, Any]:
     """The ``coclr pretrain`` options every stage shares: the study's ``train`` section with the store, the views
     (RGB, then flow) and the seed, and a milestone schedule when the schedule decays the lr."""
     schedule = config.schedule
-    base = merge(copy.deepcopy(config.train), {"data": {"store": str(store), "view": "rgb", "second_view": "flow"},
+    # an empty section (`optim:` alone, or null) is its defaults, as coclr pretrain reads one (a traceback here)
+    sections = {name: section for name, section in copy.deepcopy(config.train).items() if section is not None}
+    base = merge(sections, {"data": {"store": str(store), "view": "rgb", "second_view": "flow"},
                                                "run": {"seed": config.seed}})
     decays = schedule.decay_epochs or schedule.infonce_milestones or schedule.cycle_milestones
-    base.setdefault("optim", {})
+    for section in (part.name for part in dataclasses.fields(PretrainConfig)):  # the stages extend each one
+        base.setdefault(section, {})
     base["optim"]["schedule"] = "milestones" if decays else base["optim"].get("schedule", "constant")
     return base
 
