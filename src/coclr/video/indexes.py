@@ -19,6 +19,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import os
 import posixpath
 import re
@@ -325,14 +326,24 @@ def kinetics_index(annotations: str | Path | Sequence[str | Path], root: str | P
             if reader.fieldnames is None or not needed <= set(reader.fieldnames):
                 raise DataError(f"{csv_file}: expected the columns {', '.join(sorted(needed))}, "
                                 f"got {reader.fieldnames}")
-            for number, row in enumerate(reader, start=2):
+            for row in reader:
+                number = reader.line_num  # (the file's line: a quoted cell may hold a line break)
+                if any(row.get(key) is None for key in needed) or None in row:  # cut short, or cells past the header
+                    cells = sum(value is not None for key, value in row.items() if key is not None) + len(
+                        row.get(None) or [])
+                    raise DataError(f"{csv_file}:{number}: expected the {len(reader.fieldnames)} cells of the header "
+                                    f"({','.join(reader.fieldnames)}), got {cells}; mend or remove the line")
                 split = _KINETICS_SPLITS.get(row["split"].strip().lower())
                 if split is None:
                     raise DataError(f"{csv_file}:{number}: unknown split {row['split']!r}")
                 try:
-                    start, end = int(float(row["time_start"])), int(float(row["time_end"]))
+                    times = float(row["time_start"]), float(row["time_end"])
                 except ValueError:
-                    raise DataError(f"{csv_file}:{number}: bad time_start/time_end {row}") from None
+                    times = (math.nan, math.nan)
+                if not all(math.isfinite(t) and t >= 0 for t in times):
+                    raise DataError(f"{csv_file}:{number}: time_start and time_end must be seconds (0 or more), got "
+                                    f"{row['time_start']!r} and {row['time_end']!r}")
+                start, end = int(times[0]), int(times[1])
                 rows.append((row["label"].strip(), row["youtube_id"].strip(), start, end,
                              row["split"].strip(), split))
     classes = sorted({row[0] for row in rows if row[0]})
