@@ -145,6 +145,29 @@ def test_report_from_results_writes_table_and_gallery(gallery_inputs, tmp_path):
         assert name in page
 
 
+def test_the_gallery_says_when_its_features_are_degenerate_and_how_many_neighbours_it_shows(gallery_inputs,
+                                                                                                tmp_path):
+    """A collapsed encoder's record (every score 0, neighbours in row order) was shown as any other's, its
+    arbitrary neighbours as the "3 nearest"; and a record of one neighbour each was called the "3 nearest"."""
+    store, result, root = gallery_inputs
+    healthy = json.loads(result.read_text())
+    collapsed = {**json.loads(json.dumps(healthy)), "feature_health": [
+        {"train": {"degenerate": True}, "test": {"degenerate": True}}]}
+    collapsed["neighbours"]["topk_indices"] = [[0], [0], [0]]
+    (root / "collapsed.json").write_text(json.dumps(collapsed))
+    assert main(["report", "--results", str(root / "collapsed.json"), "--out", str(tmp_path / "c")]) == 0
+    page = (tmp_path / "c" / "gallery.html").read_text()
+    assert "Warning: these features are degenerate" in page and "their nearest training video;" in page
+    assert "3 nearest" not in page
+    flow = {**json.loads(json.dumps(healthy)), "streams": [{**healthy["streams"][0], "view": "flow",
+                                                            "checkpoint_sha256": "f"}]}
+    (root / "flow.json").write_text(json.dumps(flow))  # a healthy flow record beside the collapsed RGB one
+    assert main(["report", "--results", str(root / "collapsed.json"), str(root / "flow.json"), "--out",
+                 str(tmp_path / "both")]) == 0
+    page = (tmp_path / "both" / "gallery.html").read_text()
+    assert "degenerate" not in page and "their 3 nearest training videos" in page
+
+
 def test_choose_queries_spreads_over_classes():
     assert choose_queries([0, 0, 1, 1, 2, 3, 3], 3) == [0, 4, 5]
     assert choose_queries([2, 2, 0], 10) == [2, 0]

@@ -103,8 +103,10 @@ figure.video figcaption { font-size: 11px; padding: 2px 4px; max-width: 160px; o
 def render_gallery(store, view: str, query_keys: Sequence[str], query_labels: Sequence[int],
                    gallery_keys: Sequence[str], gallery_labels: Sequence[int], topk_indices: np.ndarray,
                    classes: Sequence[str], queries: Sequence[int], title: str = "Nearest-neighbour retrieval",
-                   neighbours: int = 3, num_frames: int = 8) -> str:
-    """The gallery page as an HTML string: one row per chosen query position in ``queries``."""
+                   neighbours: int = 3, num_frames: int = 8, degenerate: bool = False) -> str:
+    """The gallery page as an HTML string: one row per chosen query position in ``queries``, each with up to
+    ``neighbours`` of its nearest (as many as the record holds); ``degenerate``: the features were (a collapsed
+    encoder), said first, since its "nearest" are arbitrary."""
     cache: dict[str, str] = {}
 
     def uri(key: str) -> str:
@@ -112,6 +114,7 @@ def render_gallery(store, view: str, query_keys: Sequence[str], query_labels: Se
             cache[key] = data_uri(animated_gif(thumbnail_frames(store, key, view, num_frames)))
         return cache[key]
 
+    shown = min(neighbours, int(np.asarray(topk_indices).shape[1])) if len(topk_indices) else neighbours
     rows = []
     for position in queries:
         query_label = int(query_labels[position])
@@ -123,8 +126,12 @@ def render_gallery(store, view: str, query_keys: Sequence[str], query_labels: Se
             cells.append(video_cell(uri(gallery_keys[gallery_index]), classes[label], colour,
                                     gallery_keys[gallery_index], f"#{rank}"))
         rows.append(gallery_row(cells[0], cells[1:]))
-    note = (f"Test-set queries (blue) and their {neighbours} nearest training videos; green border: same class "
-            "as the query, red: another class. Thumbnails are animated.")
+    nearest = "nearest training video" if shown == 1 else f"{shown} nearest training videos"
+    note = (f"Test-set queries (blue) and their {nearest}; green border: same class as the query, red: another "
+            "class. Thumbnails are animated.")
+    if degenerate:
+        note = ("Warning: these features are degenerate (a collapsed encoder: no spread), so every training video "
+                "is about as near as any other and the neighbours shown are arbitrary. " + note)
     return gallery_page(title, note, rows)
 
 
@@ -158,7 +165,7 @@ def is_page_file(path: str | Path) -> bool:
 
 
 def write_gallery(path: str | Path, store, record: dict, count: int = 8, view: str | None = None,
-                  title: str | None = None) -> Path:
+                  title: str | None = None, degenerate: bool = False) -> Path:
     """Write the gallery of a retrieval record (from :func:`coclr.eval.retrieval.evaluate_retrieval`).
 
     Thumbnails come from ``view`` (default: ``rgb`` when the store has it, else the record's first view).
@@ -171,5 +178,5 @@ def write_gallery(path: str | Path, store, record: dict, count: int = 8, view: s
     page = render_gallery(store, view, neighbours["query_keys"], neighbours["query_labels"],
                           neighbours["gallery_keys"], neighbours["gallery_labels"],
                           np.asarray(neighbours["topk_indices"]), neighbours["classes"], queries,
-                          title or "Nearest-neighbour retrieval")
+                          title or "Nearest-neighbour retrieval", degenerate=degenerate)
     return atomic_write_text(path, page)

@@ -450,15 +450,17 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
 
 
 def gallery_inputs(records: Sequence[dict[str, Any]], store=None) -> tuple[dict[str, Any] | None, Any]:
-    """The retrieval record the gallery shows (the last with neighbours, preferring one whose first stream is RGB,
-    as the paper's Figure 5) and the store of its thumbnails (``store``, else the one the record names), checked:
-    a record without a store, a store not found, or one without the record's videos is a :class:`DataError` naming
-    the record and what to give (so that a command refuses it before it writes anything)."""
+    """The retrieval record the gallery shows (the last with neighbours, preferring one whose features are not
+    degenerate, then one whose first stream is RGB, as the paper's Figure 5) and the store of its thumbnails
+    (``store``, else the one the record names), checked: a record without a store, a store not found, or one without
+    the record's videos is a :class:`DataError` naming the record and what to give (so that a command refuses it
+    before it writes anything)."""
     retrievals = [record for record in records if record["task"] == "retrieval" and "neighbours" in record]
     if not retrievals:
         return None, None
-    rgb_first = [record for record in retrievals if record["streams"][0]["view"] == "rgb"]
-    record = (rgb_first or retrievals)[-1]
+    healthy = [record for record in retrievals if not degenerate(record)] or retrievals  # (a collapsed one's
+    rgb_first = [record for record in healthy if record["streams"][0]["view"] == "rgb"]  # neighbours are arbitrary)
+    record = (rgb_first or healthy)[-1]
     source = record.get("source", "a retrieval record")
     if store is None and not isinstance(record.get("store"), str):
         raise DataError(f"{source}: records no store for the gallery's thumbnails; give --store")
@@ -492,5 +494,5 @@ def write_report(out_dir: str | Path, records: Sequence[dict[str, Any]], store=N
         cells = describe_encoders(gallery_record)
         title = f"Retrieval with {cells['Method']}, input {cells['Input']}, on {gallery_record.get('dataset', '?')}"
         written["gallery.html"] = write_gallery(out_dir / "gallery.html", gallery_store, gallery_record,
-                                                gallery_count, title=title)
+                                                gallery_count, title=title, degenerate=degenerate(gallery_record))
     return written
