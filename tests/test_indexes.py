@@ -167,7 +167,8 @@ def test_kinetics_csv_without_the_columns_is_rejected(tmp_path):
     header = "label,youtube_id,time_start,time_end,split\n"
     for body, said in (("abseiling,aaaaaaaaaaa,10,20,train\nabseiling,ccc", r"cut.csv:3: expected the 5 cells of the "
                         r"header \(label,youtube_id,time_start,time_end,split\), got 2"),
-                       ('"a\nb",x,1,2,train\nabseiling,y,1,2,train,extra\n', r"cut.csv:4: expected the 5 cells .*got 6"),
+                       ('"a\nb",x,1,2,train\nabseiling,y,1,2,train,extra\n',
+                        r"cut.csv:4: expected the 5 cells .*got 6"),
                        ("abseiling,x,10,inf,train\n", "cut.csv:2: time_start and time_end must be seconds"),
                        ("abseiling,x,-1,9,train\n", "cut.csv:2: time_start and time_end must be seconds")):
         (tmp_path / "cut.csv").write_text(header + body)  # (an AttributeError and an OverflowError traceback)

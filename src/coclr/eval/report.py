@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -262,10 +263,15 @@ def _cell(value: Any) -> str:
     return f"{value:.1f}" if isinstance(value, (int, float)) else _markdown(str(value))
 
 
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]~|])")
+"""What a Markdown viewer reads as markup inside a line: emphasis, code, links (without ``[`` no link), tables."""
+
+
 def _markdown(text: str) -> str:
-    """``text`` as Markdown shows it as written: markup escaped (a viewer renders HTML), a ``|`` not a cell's end,
-    a line break not a row's."""
-    return " ".join(html.escape(text, quote=False).replace("|", "\\|").split())
+    """``text`` as Markdown shows it as written: HTML escaped (a viewer renders it), Markdown's punctuation
+    backslash-escaped (a name ``**v2**`` was bold, ``[x](url)`` a link), a ``|`` not a cell's end, a line break not a
+    row's."""
+    return " ".join(_MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(text, quote=False)).split())
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
