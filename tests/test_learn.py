@@ -1515,6 +1515,12 @@ def test_options_no_run_could_use_and_too_few_videos_are_refused_before_any_work
     with pytest.raises(DataError, match=f"^1 video.s. a list file names do not exist: {gone}; mend the list"):
         learn([tmp_path / "list.txt", tmp_path / "videos"], tmp_path / "out", LearnOptions())
     assert not (tmp_path / "out").exists()
+    # a backslash in a name (legal on Linux): refused by the store's index after the measurement, naming no remedy
+    write_video(tmp_path / "videos" / "a\\b.mp4", moving_square(12, seed=9))
+    started = time.monotonic()
+    with pytest.raises(DataError, match=r"a\\b\.mp4: a name with a backslash, which the clip store cannot hold"):
+        learn([tmp_path / "videos"], tmp_path / "out", LearnOptions())
+    assert time.monotonic() - started < 5 and not (tmp_path / "out").exists()
 
 
 def test_the_measurement_joins_no_process_group_under_torchrun(monkeypatch, tmp_path):

@@ -178,6 +178,11 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         raise ConfigError(f"{len(paths)} video(s): learning needs at least {MIN_VIDEOS} (each batch contrasts a video "
                           "with the others); give more videos")
     check_inputs(out, paths, options.restart)
+    named = [path for path in paths if "\\" in os.path.relpath(path, common_root(paths))]
+    if named:  # (refused by the store's index after the measurement, naming no remedy)
+        more = f" and {len(named) - 1} more" if len(named) > 1 else ""
+        raise DataError(f"{shown(named[0])}{more}: a name with a backslash, which the clip store cannot hold (it names "
+                        "videos by '/'-separated paths); rename it, or leave it out, and run again")
     labels, label_notes = read_labels(options.labels, paths) if options.labels else (None, [])
     starts = read_starts(options.init, options.flow_init)
     record_options = {"videos": {"count": len(paths), "sha256": paths_digest(paths)},
