@@ -75,6 +75,24 @@ def test_values_are_shown_as_they_are_typed(capsys) -> None:
     assert not [line for line in listed.splitlines() if " = None" in line or " = True" in line]
 
 
+@pytest.mark.parametrize("argv, option", [
+    (["pretrain", "--config", "a.yaml", "--config", "b.yaml"], "--config"),
+    (["study", "--check", "--out", "a", "--out", "b"], "--out"),
+    (["study", "--check", "--out", "a", "--seed", "1", "--seed", "2"], "--seed"),
+    (["search", "E", "--query", "1", "-k", "3", "-k", "4"], "-k"),
+])
+def test_an_option_given_twice_is_refused(argv: list[str], option: str, tmp_path: Path, capsys, monkeypatch) -> None:
+    """The first of two --config files was dropped without a word (the error then named a key of it as missing)."""
+    from coclr.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    assert f"{option} given twice: the later would replace the earlier; give it once" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("argv, said", [
     (["pretrain", *BASE, "optim.lr=0.2", "optim.lr=0.1"],
      "'optim.lr=0.2' and 'optim.lr=0.1': the later would replace the earlier; give each option once"),

@@ -57,7 +57,35 @@ def build_parser() -> argparse.ArgumentParser:
         if register is not None:
             register(subparsers)
     _add_epilog(parser, EXIT_CODES)
+    _given_once(parser)
     return parser
+
+
+class _StoreOnce(argparse._StoreAction):
+    """An option that takes one value: given twice, refused (``--config a.yaml --config b.yaml`` dropped the first
+    file without a word, as ``--out``, ``--seed`` the earlier value), as ``key=value`` overrides given twice are."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault(_GIVEN, set())
+        if self.dest in given:
+            parser.error(f"{'/'.join(self.option_strings)} given twice: the later would replace the earlier; give it "
+                         "once")
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
+_GIVEN = "_options_given"
+"""Where :class:`_StoreOnce` keeps the options given so far in the parsed namespace (removed after parsing)."""
+
+
+def _given_once(parser: argparse.ArgumentParser) -> None:
+    """Make every option of ``parser`` and its subcommands that stores one value a :class:`_StoreOnce`."""
+    for action in parser._actions:
+        if type(action) is argparse._StoreAction and action.option_strings:
+            action.__class__ = _StoreOnce
+        elif isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                _given_once(child)
 
 
 def version_line() -> str:
@@ -169,6 +197,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     optim.lr=0.1``: argparse gives the positional overrides one place); anything else unknown is the chosen
     subcommand's error, with its own usage."""
     args, rest = parser.parse_known_args(argv)
+    vars(args).pop(_GIVEN, None)
     if not rest:
         return args
     chosen = parser
