@@ -247,6 +247,9 @@ def test_csv_manifest_bad_split_names_the_line(tmp_path):
     manifest.write_text("a.mp4,0,train\nb.mp4,0,holdout\n")
     with pytest.raises(DataError, match="list.csv:2"):
         csv_index(manifest)
+    manifest.write_text('path,label\n"new\nline.mp4",a\n\nb.mp4,b,train,g,extra\n')  # a name with a line break
+    with pytest.raises(DataError, match="list.csv:5: expected"):  # the file's line (it said 3)
+        csv_index(manifest)
 
 
 # ------------------------------------------------------------------------------------ index and checking

@@ -677,8 +677,12 @@ def manifest_rows(path: str | Path) -> list[tuple[int, dict[str, str]]]:
     The first row is a header when :func:`manifest_header` says so. Raises :class:`DataError` naming the line of a
     bad header or of a row with more cells than columns."""
     path = Path(path)
-    rows = [(number, row) for number, row in enumerate(csv.reader(io.StringIO(manifest_text(path), newline="")),
-                                                     start=1) if row and not row[0].startswith("#")]
+    reader = csv.reader(io.StringIO(manifest_text(path), newline=""))
+    rows, ended = [], 0
+    for row in reader:  # each row numbered by the file's line it starts on (a quoted cell may hold a line break)
+        first, ended = ended + 1, reader.line_num
+        if row and not row[0].startswith("#"):
+            rows.append((first, row))
     columns = list(MANIFEST_COLUMNS)
     header = manifest_header(rows[0][1]) if rows else None
     if header is not None:
