@@ -166,3 +166,14 @@ def test_dis_is_sane_on_middlebury(middlebury, name):
     errors = endpoint_error(opencv_dis(prev, nxt), gt)
     print(f"{name}: OpenCV DIS medium EPE {errors['epe']:.4f} px")
     assert errors["epe"] <= DIS_BOUND[name]
+
+
+def test_dis_on_frames_too_small_for_it_says_so():
+    """OpenCV's own error reached the failure list with its source line and a literal "\\n"; frames of 8-15 px by
+    40 or more crashed the process (a segmentation fault)."""
+    for height, width in ((6, 8), (11, 40), (15, 300)):
+        small = np.zeros((height, width), np.uint8)
+        with pytest.raises(ValueError, match=rf"^frames of {width} x {height} px are too small for DIS \(it needs "
+                                             r"16 px on each side\); use --backend tvl1"):
+            opencv_dis(small, small)
+    assert opencv_dis(np.zeros((16, 340), np.uint8), np.zeros((16, 340), np.uint8)).shape == (16, 340, 2)

@@ -78,4 +78,14 @@ def opencv_dis(prev_gray: np.ndarray, next_gray: np.ndarray, preset: str = "medi
     if preset not in DIS_PRESETS:
         raise ValueError(f"unknown DIS preset {preset!r} (choose from {', '.join(DIS_PRESETS)})")
     _check_pair(prev_gray, next_gray)
+    height, width = prev_gray.shape
+    if min(height, width) < DIS_MIN_SIDE:
+        raise ValueError(f"frames of {width} x {height} px are too small for DIS (it needs {DIS_MIN_SIDE} px on each "
+                         "side); use --backend tvl1, or store larger frames")
     return cv2.DISOpticalFlow_create(DIS_PRESETS[preset]).calc(prev_gray, next_gray, None)
+
+
+DIS_MIN_SIDE = 16
+"""The least side OpenCV's DIS (5.0) takes safely: below it some sizes are refused with its own error (a literal
+"\\n" and its source line in the failure list) and others crash the process (8-15 px by 40 px or more: a
+segmentation fault), measured on every size up to 29 x 79 and some longer."""
