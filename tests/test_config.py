@@ -75,6 +75,14 @@ def test_values_are_shown_as_they_are_typed(capsys) -> None:
     assert not [line for line in listed.splitlines() if " = None" in line or " = True" in line]
 
 
+def test_a_home_relative_path_is_expanded(monkeypatch) -> None:
+    """`run.out=~/runs/a` (the shell expands no tilde after `=`) wrote into a folder named "~" in the current one."""
+    monkeypatch.setenv("HOME", "/home/someone")
+    loaded = config("run.out=~/runs/a", "data.store=~/store")
+    assert (loaded.run.out, loaded.data.store) == ("/home/someone/runs/a", "/home/someone/store")
+    assert config("run.out=a~/b").run.out == "a~/b"
+
+
 @pytest.mark.parametrize("argv, option", [
     (["pretrain", "--config", "a.yaml", "--config", "b.yaml"], "--config"),
     (["study", "--check", "--out", "a", "--out", "b"], "--out"),

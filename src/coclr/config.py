@@ -15,6 +15,7 @@ import argparse
 import copy
 import dataclasses
 import math
+import os
 import re
 import types
 import typing
@@ -337,7 +338,8 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(f"{key}: expected a string, got {value!r}")
-        return value
+        # a home-relative path: the shell leaves `run.out=~/x` as typed, which made a folder named "~" here
+        return os.path.expanduser(value) if value.startswith("~/") else value
     raise ConfigError(f"{key}: unsupported option type {tp!r}")
 
 
