@@ -75,6 +75,16 @@ def test_values_are_shown_as_they_are_typed(capsys) -> None:
     assert not [line for line in listed.splitlines() if " = None" in line or " = True" in line]
 
 
+def test_the_pipelines_listing_leaves_out_what_each_stage_sets(capsys) -> None:
+    """It listed optim.epochs, method.name and the checkpoints, each refused when given to a pipeline."""
+    from coclr.cli import main
+    from coclr.train.config import PER_STAGE
+
+    assert main(["pipeline", "--list-options"]) == 0
+    listed = {line.split(" = ")[0] for line in capsys.readouterr().out.splitlines() if " = " in line}
+    assert "pipeline.cycle_epochs" in listed and "optim.lr" in listed and not listed & set(PER_STAGE)
+
+
 def test_a_home_relative_path_is_expanded(monkeypatch) -> None:
     """`run.out=~/runs/a` (the shell expands no tilde after `=`) wrote into a folder named "~" in the current one."""
     monkeypatch.setenv("HOME", "/home/someone")

@@ -19,11 +19,14 @@ def add_config_arguments(parser: argparse.ArgumentParser, example: str = "optim.
     parser.add_argument("overrides", nargs="*", metavar="key=value", help=f"option overrides, e.g. {example}")
 
 
-def print_options(config_class: type) -> None:
+def print_options(config_class: type, set_elsewhere: typing.Collection[str] = ()) -> None:
+    """Every option of ``config_class`` with its default and help, but those the command sets itself
+    (``set_elsewhere``: given, they are refused)."""
     from coclr.config import describe
 
     for key, default, text in describe(config_class):
-        print(f"{key} = {default}\n    {text}")
+        if key not in set_elsewhere:
+            print(f"{key} = {default}\n    {text}")
 
 
 def add_clip_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None:

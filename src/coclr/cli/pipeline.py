@@ -23,10 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from coclr.config import load_config
-    from coclr.train.config import PipelineConfig
+    from coclr.train.config import PER_STAGE, PipelineConfig
 
-    if args.list_options:
-        print_options(PipelineConfig)
+    if args.list_options:  # (not the options each stage sets: given, they are refused)
+        print_options(PipelineConfig, set_elsewhere=PER_STAGE)
         return 0
     config = load_config(PipelineConfig, args.config, args.overrides)
     from coclr.train.pipeline import run_pipeline
