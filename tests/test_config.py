@@ -85,6 +85,16 @@ def test_the_pipelines_listing_leaves_out_what_each_stage_sets(capsys) -> None:
     assert "pipeline.cycle_epochs" in listed and "optim.lr" in listed and not listed & set(PER_STAGE)
 
 
+def test_an_unknown_option_is_answered_with_the_one_meant() -> None:
+    """`lr=0.1` listed only the sections; `optim.lrr` only the section's options."""
+    with pytest.raises(ConfigError, match=r"unknown option\(s\): lr \(known: .*\); did you mean optim.lr for lr\?$"):
+        config("lr=0.1")
+    with pytest.raises(ConfigError, match=r"did you mean optim.lr for optim.lrr\?$"):
+        config("optim.lrr=0.1")
+    with pytest.raises(ConfigError, match=r"unknown option\(s\): optim.zzz \(known: [a-z_, ]*\)$"):
+        config("optim.zzz=1")  # nothing near: no guess
+
+
 def test_a_home_relative_path_is_expanded(monkeypatch) -> None:
     """`run.out=~/runs/a` (the shell expands no tilde after `=`) wrote into a folder named "~" in the current one."""
     monkeypatch.setenv("HOME", "/home/someone")

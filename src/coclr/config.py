@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import difflib
 import math
 import os
 import re
@@ -250,7 +251,32 @@ def _refuse_unknown(cls: type, data: dict[str, Any], prefix: str, nested: bool =
     found = _unknown(cls, data, prefix, nested)
     if found:
         names = ", ".join(name for name, _ in found)
-        raise ConfigError(f"unknown option(s): {names} (known: {', '.join(found[0][1])})")
+        keys = _dotted_keys(cls, prefix)
+        meant = [f"{near} for {name}" for name, _ in found if (near := _nearest(name, keys))]
+        raise ConfigError(f"unknown option(s): {names} (known: {', '.join(found[0][1])})"
+                          + (f"; did you mean {', '.join(meant)}?" if meant else ""))
+
+
+def _dotted_keys(cls: type, prefix: str) -> list[str]:
+    """Every option of ``cls`` and of its sections, dotted."""
+    hints = typing.get_type_hints(cls)
+    keys = []
+    for field in dataclasses.fields(cls):
+        if field.init:
+            keys += (_dotted_keys(hints[field.name], f"{prefix}{field.name}.")
+                     if dataclasses.is_dataclass(hints[field.name]) else [prefix + field.name])
+    return keys
+
+
+def _nearest(name: str, keys: list[str]) -> str | None:
+    """The option ``name`` was likely meant to be: the one of the same name in a section (``lr`` ->
+    ``optim.lr``), else the closest spelling (``optim.lrr`` -> ``optim.lr``)."""
+    leaf = name.rpartition(".")[2]
+    placed = [key for key in keys if key.rpartition(".")[2] == leaf]
+    if len(placed) == 1:
+        return placed[0]
+    close = difflib.get_close_matches(name, keys, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def _unknown(cls: type, data: dict[str, Any], prefix: str, nested: bool) -> list[tuple[str, list[str]]]:
