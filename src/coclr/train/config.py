@@ -171,8 +171,8 @@ class OptimOptions:
     weight_decay: float = option(1e-5, "Adam weight decay")
     epochs: int = option(300, "epochs (one clip pair per training video each)")
     schedule: Literal["milestones", "plateau", "constant"] = option(
-        "milestones", "lr x gamma at fixed epochs (reference code), on a plateau of the epoch loss (paper), "
-        "or constant")
+        "milestones", "milestones: lr x gamma at fixed epochs (the reference code's); plateau: when the epoch loss "
+        "stops falling (the paper's); constant")
     milestones: list[int] = option([], "epochs at which the lr is multiplied by gamma (schedule=milestones)")
     gamma: float = option(0.1, "lr decay factor")
     patience: int = option(10, "schedule=plateau: epochs without improvement before decaying")
