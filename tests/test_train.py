@@ -496,6 +496,10 @@ def test_a_refusal_names_every_differing_option(store: Path, tmp_path: Path, cap
     error = capsys.readouterr().err
     assert "model.width=0.125 (given 0.25)" in error and "optim.lr=0.001 (given 0.002)" in error
     assert len(error.strip().splitlines()) == 1
+    batch = next(item for item in base if item.startswith("run.batch_size="))
+    assert main([*(item for item in base if item != batch), "run.batch_size=3"]) == 2  # (it named run.global_batch)
+    error = capsys.readouterr().err
+    assert f"run.batch_size x processes={batch.split('=')[1]} (given 3)" in error and "global_batch" not in error
 
 
 def test_shipped_configs_say_which_milestones_to_change() -> None:
