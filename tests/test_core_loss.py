@@ -173,3 +173,13 @@ def test_logits_are_float32_under_bf16_autocast():
     assert mixed.dtype == torch.float32
     assert (mixed - reference).abs().max() <= 1e-5
     assert (rounded.float() - reference[:, 1:]).abs().max() > 1e-3
+
+
+def test_a_temperature_or_batch_no_loss_can_use_is_refused():
+    """tau=0 gave infinities, tau=-1 negated logits silently, an empty batch a NaN loss."""
+    q = F.normalize(torch.randn(3, 4), dim=1)
+    for tau in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="tau .the temperature. must be a positive number"):
+            logits_from(q, q, q, tau)
+    with pytest.raises(ValueError, match="a batch of 0 rows"):
+        multi_positive_nce(torch.zeros(0, 5), torch.zeros(0, 5, dtype=torch.bool))

@@ -243,3 +243,11 @@ def test_mining_in_both_views_takes_the_top_k_of_the_summed_similarity():
     assert summed_similarity_embedding([keys_other]) is keys_other
     with pytest.raises(ValueError, match="same clips"):
         summed_similarity_embedding([keys_other, queue_own])
+
+
+@pytest.mark.parametrize("options, said", [({"own_drop_prob": 3.0}, "own_drop_prob must be a probability"),
+                                           ({"topk": 0}, "topk must be a whole number of at least 1")])
+def test_mining_options_out_of_range_are_refused(options, said):
+    queue = MomentumQueue(8, 4)
+    with pytest.raises(ValueError, match=said):
+        positive_mask("coclr", batch_size=2, queue=queue, other_keys=torch.randn(2, 4), **options)

@@ -121,3 +121,12 @@ def test_fullness_is_known_on_the_host_through_enqueues_and_loading(size, batch_
     assert restored.is_full() == bool(queue.full)
     restored.enqueue(*batch(written, size - int(queue.ptr)))  # from the loaded pointer on
     assert restored.is_full() and int(restored.ptr) == 0
+
+
+def test_labels_that_are_not_whole_numbers_are_refused():
+    """Labels 1.7 and 2.2 were stored as 1 and 2."""
+    queue = MomentumQueue(8, 4)
+    keys = torch.nn.functional.normalize(torch.randn(2, 4), dim=1)
+    with pytest.raises(ValueError, match="labels must be whole numbers"):
+        queue.enqueue(keys, labels=torch.tensor([1.7, 2.2]))
+    queue.enqueue(keys, labels=torch.tensor([1, 2]))

@@ -216,3 +216,14 @@ def test_training_step_reaches_every_parameter():
     assert without_grad == []
     bn = model.Conv_1a.bn1
     assert bn.num_batches_tracked.item() == 1 and not torch.all(bn.running_mean == 0)
+
+
+def test_clips_of_another_dtype_and_an_infinite_width_are_one_clear_error():
+    """A float64 clip was torch's "expected scalar type Double but found Float"; width=inf an OverflowError."""
+    network = S3D(width=0.125).eval()
+    with pytest.raises(ValueError, match="S3D's weights are torch.float32 and the clips torch.float64"):
+        network(torch.zeros(1, 3, 8, 32, 32, dtype=torch.float64))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):  # autocast takes both: not refused
+        assert network(torch.zeros(1, 3, 8, 32, 32)).shape[1] == network.out_channels
+    with pytest.raises(ValueError, match="width must be a positive finite number"):
+        S3D(width=float("inf"))

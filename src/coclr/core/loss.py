@@ -16,6 +16,7 @@ negative).
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -38,6 +39,8 @@ def _check_inputs(logits: torch.Tensor, positive_mask: torch.Tensor, check_value
         )
     if positive_mask.dtype != torch.bool:
         raise ValueError(f"positive_mask must be bool, got {positive_mask.dtype}")
+    if logits.shape[0] == 0:  # (its mean was NaN, silently)
+        raise ValueError("logits hold no query (a batch of 0 rows); a loss needs at least one")
     if not check_values:
         return
     has_positive = positive_mask.any(dim=1)
@@ -110,6 +113,8 @@ def logits_from(q: torch.Tensor, k: torch.Tensor, queue_keys: torch.Tensor, tau:
         raise ValueError(f"q and k must both be [B, D], got {tuple(q.shape)} and {tuple(k.shape)}")
     if queue_keys.dim() != 2 or queue_keys.shape[1] != q.shape[1]:
         raise ValueError(f"queue_keys must be [K, {q.shape[1]}], got {tuple(queue_keys.shape)}")
+    if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):  # (0: infinities, < 0: negated)
+        raise ValueError(f"tau (the temperature) must be a positive number, got {tau!r}")
     with float32_scores(q):
         own = (q.float() * k.float()).sum(dim=1, keepdim=True)
         return torch.cat([own, similarity(q, queue_keys)], dim=1) / tau

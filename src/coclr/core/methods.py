@@ -64,6 +64,12 @@ class Mining:
     own_drop_prob: float = 0.9
     generator: torch.Generator | None = None
 
+    def __post_init__(self) -> None:  # (a probability of 3 or a top-0 were taken as given)
+        if not (isinstance(self.own_drop_prob, (int, float)) and 0 <= self.own_drop_prob <= 1):
+            raise ValueError(f"own_drop_prob must be a probability in [0, 1], got {self.own_drop_prob!r}")
+        if isinstance(self.topk, bool) or not isinstance(self.topk, int) or self.topk < 1:
+            raise ValueError(f"topk must be a whole number of at least 1, got {self.topk!r}")
+
 
 def _needed(method: str, name: str, value: torch.Tensor | None, batch: Batch) -> torch.Tensor:
     """``value`` on the queue's device, or a clear error when the method needs it and it is missing or mis-sized."""

@@ -96,6 +96,8 @@ class MomentumQueue(nn.Module):
             return torch.full((rows,), UNKNOWN, dtype=torch.long, device=device)
         if value.shape != (rows,):
             raise ValueError(f"enqueue: {name} must have shape ({rows},), got {tuple(value.shape)}")
+        if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:  # (1.7 was stored as 1)
+            raise ValueError(f"enqueue: {name} must be whole numbers (an integer dtype), got {value.dtype}")
         return value.to(device=device, dtype=torch.long)
 
     @torch.no_grad()

@@ -240,8 +240,8 @@ class S3D(nn.Module):
 
     def __init__(self, width: float = 1.0, gating: bool = False, bn_eps: float = 1e-5, bn_momentum: float = 0.1):
         super().__init__()
-        if not width > 0:
-            raise ValueError(f"S3D width must be positive, got {width!r}")
+        if not (width > 0 and math.isfinite(width)):  # (an infinite one was an OverflowError deep inside)
+            raise ValueError(f"S3D width must be a positive finite number, got {width!r}")
         self.width = float(width)
         self.gating = bool(gating)
         self.bn_eps = float(bn_eps)
@@ -276,6 +276,11 @@ class S3D(nn.Module):
         """``[B, 3, T, H, W]`` -> ``[B, out_channels, T', H', W']``."""
         if x.dim() != 5 or x.shape[1] != 3:
             raise ValueError(f"S3D expects a [B, 3, T, H, W] tensor, got shape {tuple(x.shape)}")
+        weight = self.Conv_1a.conv1.weight
+        if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):  # (torch's message named
+            # neither the input nor the remedy; under autocast the convolutions take both)
+            raise ValueError(f"S3D's weights are {weight.dtype} and the clips {x.dtype}: give {weight.dtype} clips "
+                             "(normalised, as the training's were), or move the network to their dtype")
         if any(size < least for size, least in zip(x.shape[2:], MIN_INPUT_SIZE)):
             raise ValueError(f"S3D needs T x H x W of at least {MIN_INPUT_SIZE}, got {tuple(x.shape[2:])}")
         x = self.Conv_1a(x)
