@@ -168,6 +168,13 @@ def test_the_gallery_says_when_its_features_are_degenerate_and_how_many_neighbou
     assert "degenerate" not in page and "their 3 nearest training videos" in page
 
 
+def test_a_gallery_of_no_queries_is_refused(gallery_inputs, tmp_path, capsys):
+    _, result, _ = gallery_inputs
+    assert main(["report", "--results", str(result), "--out", str(tmp_path / "r"), "--gallery-queries", "0"]) == 2
+    assert "--gallery-queries: must be at least 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
 def test_choose_queries_spreads_over_classes():
     assert choose_queries([0, 0, 1, 1, 2, 3, 3], 3) == [0, 4, 5]
     assert choose_queries([2, 2, 0], 10) == [2, 0]
@@ -320,8 +327,17 @@ def test_report_inputs_refused_before_out_is_made(gallery_inputs, tmp_path, caps
     assert "a folder, not a result file" in capsys.readouterr().err
     nan = _record("linear", {"top1": float("nan")}, [("a", "rgb", "infonce")])
     (tmp_path / "nan.json").write_text(json.dumps(nan))
-    with pytest.raises(DataError, match="results.top1: not a finite number"):
+    with pytest.raises(DataError, match="results.top1: not a percentage from 0 to 100"):
         load_record(tmp_path / "nan.json")
+    for problem, said in ((lambda r: r["results"].update({"top1": 250.0}), "results.top1: not a percentage"),
+                          (lambda r: r.update(feature_health=[{"train": {"degenerate": "no"},
+                                                               "test": {"degenerate": False}}]),
+                           "feature_health: needs")):  # (250 was shown; "no" read as degenerate)
+        edited = _record("linear", {"top1": 50.0}, [("a", "rgb", "infonce")])
+        problem(edited)
+        (tmp_path / "edited.json").write_text(json.dumps(edited))
+        with pytest.raises(DataError, match=said):
+            load_record(tmp_path / "edited.json")
 
 
 @pytest.mark.slow

@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.results and not args.run:
         raise ConfigError("--results or --run: give result files, a run folder, or both")
+    if args.gallery_queries < 1:  # (0 or less wrote a gallery of no rows)
+        raise ConfigError(f"--gallery-queries: must be at least 1, got {args.gallery_queries}")
     if args.run and not args.store:
         raise ConfigError("--store: required with --run (the store to evaluate the run's encoders on)")
     unused = [f"--{key.replace('_', '-')}" for key in RUN_ONLY if getattr(args, key) not in (None, False)]

@@ -126,8 +126,8 @@ def record_problem(record: dict[str, Any]) -> str | None:
     metric = "R@1" if record["task"] == "retrieval" else "top1"
     if results.get(metric) is not None and not _is_number(results[metric]):
         return f"results.{metric}: not a number ({results[metric]!r})"
-    if results.get(metric) is not None and not math.isfinite(results[metric]):
-        return f"results.{metric}: not a finite number ({results[metric]!r})"
+    if results.get(metric) is not None and not (math.isfinite(results[metric]) and 0 <= results[metric] <= 100):
+        return f"results.{metric}: not a percentage from 0 to 100 ({results[metric]!r})"
     if record.get("name") is not None and not isinstance(record["name"], str):
         return "name: not a string"
     config = record.get("config", {})
@@ -135,9 +135,10 @@ def record_problem(record: dict[str, Any]) -> str | None:
         return "config: not a mapping of the clip settings"
     health = record.get("feature_health", [])
     if not isinstance(health, list) or not all(
-            isinstance(item, dict) and all(isinstance(item.get(split), dict) and "degenerate" in item[split]
+            isinstance(item, dict) and all(isinstance(item.get(split), dict)
+                                           and isinstance(item[split].get("degenerate"), bool)
                                            for split in ("train", "test")) for item in health):
-        return "feature_health: needs a list of {train: {degenerate}, test: {degenerate}}"
+        return "feature_health: needs a list of {train: {degenerate: true|false}, test: {degenerate: true|false}}"
     if "neighbours" in record:
         return neighbours_problem(record)
     return None
