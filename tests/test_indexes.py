@@ -394,6 +394,15 @@ def test_cli_folder_index_says_when_there_is_no_test_split_and_splits_on_request
     assert main(["data", "index", "--format", "csv", "--annotations", str(tmp_path / "a.json"), "--test-fraction",
                  "0.25", "--out", str(tmp_path / "c.json")]) == 2
     assert "--test-fraction applies to --format folder" in capsys.readouterr().err
+    videos = ["--root", str(tmp_path / "videos")]
+    for given, said in (([*videos, "--annotations", "x"], "--annotations applies to --format ucf101, hmdb51"),
+                        ([*videos, "--split", "2"], "--split applies to --format ucf101 and hmdb51"),
+                        ([*videos, "--seed", "5"], "--seed applies with --test-fraction")):  # each ignored, exit 0
+        assert main(["data", "index", "--format", "folder", *given, "--out", str(tmp_path / "d.json")]) == 2
+        assert said in capsys.readouterr().err and not (tmp_path / "d.json").exists()
+    assert main(["data", "index", "--format", "csv", "--annotations", str(tmp_path / "a.json"), "--drop-missing",
+                 "--out", str(tmp_path / "d.json")]) == 2
+    assert "--drop-missing needs --root" in capsys.readouterr().err
 
 
 def test_a_store_kept_inside_the_video_folder_is_not_read_as_a_class_or_as_videos(tmp_path):

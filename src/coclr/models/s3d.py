@@ -276,9 +276,10 @@ class S3D(nn.Module):
         """``[B, 3, T, H, W]`` -> ``[B, out_channels, T', H', W']``."""
         if x.dim() != 5 or x.shape[1] != 3:
             raise ValueError(f"S3D expects a [B, 3, T, H, W] tensor, got shape {tuple(x.shape)}")
-        weight = self.Conv_1a.conv1.weight
-        if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):  # (torch's message named
-            # neither the input nor the remedy; under autocast the convolutions take both)
+        # clips of another dtype than the weights: torch's message named neither the input nor the remedy (under
+        # autocast the convolutions take both; a network fused for inference may hold no parameter: not checked)
+        weight = next(self.parameters(), None)
+        if weight is not None and x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
             raise ValueError(f"S3D's weights are {weight.dtype} and the clips {x.dtype}: give {weight.dtype} clips "
                              "(normalised, as the training's were), or move the network to their dtype")
         if any(size < least for size, least in zip(x.shape[2:], MIN_INPUT_SIZE)):

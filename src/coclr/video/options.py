@@ -48,5 +48,15 @@ class IndexOptions:
                             f"unlabelled already), not {layout}")
         if self.test_fraction and layout != "folder":
             raise DataError(f"--test-fraction applies to --format folder, not {layout} (which has its own splits)")
+        # options the layout would ignore without a word
+        if annotations and layout == "folder":
+            raise DataError("--annotations applies to --format ucf101, hmdb51, kinetics and csv, not folder (whose "
+                            "labels are its subfolders)")
+        if self.split != 1 and layout not in ("ucf101", "hmdb51"):
+            raise DataError(f"--split applies to --format ucf101 and hmdb51 (their official splits), not {layout}")
+        if self.seed and not self.test_fraction:
+            raise DataError("--seed applies with --test-fraction (the seed of that split) only")
+        if self.drop_missing and not self.root:
+            raise DataError("--drop-missing needs --root (the folder the videos are looked for in)")
         if layout == "kinetics" and not annotations:
             raise DataError("--format kinetics needs --annotations CSV file(s)")
