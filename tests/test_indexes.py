@@ -238,7 +238,7 @@ def test_csv_manifest_one_video_under_two_spellings_is_listed_twice(tmp_path):
     manifest = tmp_path / "list.csv"
     for twice in ("./pool/p1.mp4", "pool/./p1.mp4", "pool//p1.mp4"):
         manifest.write_text(f"path,label,split\npool/p1.mp4,a,train\n{twice},b,test\n")
-        with pytest.raises(DataError, match="pool/p1.mp4: listed twice"):
+        with pytest.raises(DataError, match="pool/p1.mp4: listed in the train split and in the test split"):
             csv_index(manifest)
 
 
@@ -269,8 +269,10 @@ def test_loading_a_non_index_names_the_file(tmp_path):
 
 
 def test_invalid_entries_are_rejected():
-    with pytest.raises(DataError, match="listed twice"):
+    with pytest.raises(DataError, match="a/1.avi: listed in the train split and in the test split"):
         VideoIndex("d", ["a"], [VideoEntry("a/1.avi", 0, "train"), VideoEntry("a/1.avi", 0, "test")])
+    with pytest.raises(DataError, match="a/1.avi: listed twice in the test split"):
+        VideoIndex("d", ["a"], [VideoEntry("a/1.avi", 0, "test"), VideoEntry("a/1.avi", 0, "test")])
     with pytest.raises(DataError, match="label 3"):
         VideoIndex("d", ["a"], [VideoEntry("a/1.avi", 3, "train")])
     with pytest.raises(DataError, match="relative"):

@@ -74,7 +74,7 @@ class VideoIndex:
 
     def __post_init__(self) -> None:
         problems = []
-        seen: set[str] = set()
+        seen: dict[str, str] = {}
         for entry in self.entries:
             if entry.label is not None and not 0 <= entry.label < len(self.classes):
                 problems.append(f"{entry.path}: label {entry.label} outside 0..{len(self.classes) - 1}")
@@ -83,8 +83,10 @@ class VideoIndex:
             if not is_relative_key(entry.path):
                 problems.append(f"{entry.path!r}: paths must be relative, with '/' and no '..'")
             if entry.path in seen:
-                problems.append(f"{entry.path}: listed twice")
-            seen.add(entry.path)
+                where = (f"in the {seen[entry.path]} split and in the {entry.split} split"
+                         if seen[entry.path] != entry.split else f"twice in the {entry.split} split")
+                problems.append(f"{entry.path}: listed {where}")
+            seen.setdefault(entry.path, entry.split)
             if len(problems) >= MISSING_SHOWN:
                 break
         if problems:
