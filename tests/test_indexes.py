@@ -103,7 +103,12 @@ def test_hmdb51_split_files(tmp_path):
         ("brush_hair/April_09_brush_hair_u_nm_np1_ba_goo_1.avi", 0, "test"),
         ("cartwheel/Acrobacias_cartwheel_f_cm_np1_le_med_0.avi", 1, "test"),
     ]
-    assert hmdb51_index(tmp_path, split=2).entries[0].split == "train"
+    # split 2 without brush_hair's file: read as one class, cartwheel numbered 0 (1 in split 1), without a word
+    with pytest.raises(DataError, match=r"no brush_hair_test_split2.txt, though the other splits have that class"):
+        hmdb51_index(tmp_path, split=2)
+    (tmp_path / "brush_hair_test_split2.txt").write_text("April_09_brush_hair_u_nm_np1_ba_goo_0.avi 2 \n")
+    split2 = hmdb51_index(tmp_path, split=2)
+    assert split2.classes == ["brush_hair", "cartwheel"] and split2.entries[-1].split == "train"
 
 
 def test_hmdb51_and_kinetics_files_with_a_byte_order_mark(tmp_path):

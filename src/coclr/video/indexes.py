@@ -289,6 +289,13 @@ def hmdb51_index(annotations: str | Path, split: int = 1) -> VideoIndex:
     if not files:
         raise DataError(f"no HMDB51 split files '*{suffix}' found in {annotations}")
     classes = [p.name[: -len(suffix)] for p in files]
+    others = {match.group(1) for p in annotations.glob("*_test_split*.txt")
+              if (match := re.fullmatch(r"(.+)_test_split[123]\.txt", p.name))}
+    missing = sorted(others - set(classes))
+    if missing:  # (split N read with fewer classes, numbered otherwise than the other splits, without a word)
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise DataError(f"{annotations}: no {missing[0]}{suffix}{more}, though the other splits have that class: "
+                        "the split files are incomplete; give the whole folder of HMDB51's split files")
     entries = []
     for label, (name, list_file) in enumerate(zip(classes, files)):
         for number, line in _lines(list_file):
