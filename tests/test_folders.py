@@ -414,3 +414,20 @@ def test_a_key_added_later_is_compared_only_where_a_folder_records_it(tmp_path: 
         rule.check(tmp_path, {"a": 1, "added": "x"}, {"a": 1, "added": "y"})
     with pytest.raises(FolderRefused, match=r"a=1 \(given 2\)"):
         rule.check(tmp_path, {"a": 1}, {"a": 2, "added": "x"})
+
+
+def test_a_learn_folder_holds_its_own_curation_and_embeddings_only_where_it_puts_them(tmp_path):
+    """`coclr curate E --out my_learn/curate2` (or into my_learn/embeddings/) wrote into the learn folder."""
+    from coclr.atomic import atomic_write_json
+    from coclr.runfolder import check_place
+
+    learn = tmp_path / "learn"
+    atomic_write_json(learn / "run.json", {"command": "learn", "options": {}})
+    check_place(learn / "curate", "curate")
+    check_place(learn / "embeddings" / "rgb", "embed")
+    check_place(learn / "curate" / "calibration" / "embeddings", "embed")  # the curation's own copies
+    check_place(learn / "pipeline" / "infonce_rgb", "pretrain")
+    for path, command in ((learn / "curate2", "curate"), (learn / "embeddings" / "zz", "curate"),
+                          (learn / "mine", "embed")):
+        with pytest.raises(FolderRefused, match=f"inside {learn}, the output folder of `coclr learn`"):
+            check_place(path, command)

@@ -63,6 +63,13 @@ NESTED: dict[str, tuple[str, ...]] = {
 folder, learn its store, pipeline and embeddings, a pipeline its stages, a report keeps its feature cache, a store has
 its flow views, curate the embedding of its altered copies. Any other output inside a command's folder is refused
 (:func:`check_place`)."""
+PLACES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("learn", "curate"): ("curate",),
+    ("learn", "embed"): ("embeddings/*", "curate/*"),
+}
+"""Where a command's folder holds a nested output of another (``(owner, command)`` -> patterns of the path inside
+the owner's folder): learn's curation and embeddings are its own, not a place for the user's (a `coclr curate --out
+my_learn/curate2` was accepted). Nested outputs not listed may be anywhere inside."""
 BOOKKEEPING = (LOCK_FILE, ".lock_*", f"*{PARTIAL_SUFFIX}")
 """Names of coclr's own bookkeeping files (locks, temporary files of atomic writes), found in any folder it writes:
 never counted as files a command did not write."""
@@ -423,9 +430,12 @@ def check_place(path: str | Path, command: str) -> None:
     owns (:func:`folder_owner`) and may not hold it (:data:`NESTED`): e.g. a page in an embedding folder, a store in
     a run folder. Reads only; raises :class:`FolderRefused` naming the folder and its command."""
     path = Path(path)
-    for parent in path.absolute().resolve().parents:
+    resolved = path.absolute().resolve()
+    for parent in resolved.parents:
         owner = folder_owner(parent)
-        if owner is not None and command not in NESTED.get(owner, ()):
+        places = PLACES.get((owner, command)) if owner is not None else None
+        if owner is not None and (command not in NESTED.get(owner, ()) or places is not None and not any(
+                fnmatch.fnmatchcase(resolved.relative_to(parent).as_posix(), place) for place in places)):
             raise FolderRefused(f"{path}: inside {parent}, the output folder of `coclr {owner}`, which coclr {command} "
                                 "must not write into; give a path outside it")
 
