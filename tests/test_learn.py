@@ -1043,6 +1043,23 @@ def test_the_eta_follows_the_pace_of_the_phase_under_way(monkeypatch):
         assert line.estimates["coclr"] == 200.0 and line.bar.total == pytest.approx(320.0)
 
 
+def test_the_eta_keeps_a_phase_sized_to_the_time_left_at_its_estimate(monkeypatch):
+    """learn's CoCLR stages are sized to the time left as they start: a slow InfoNCE stretched their estimate by its
+    pace (the line said 6 minutes left where 2 were)."""
+    from coclr.learn import line as module
+    from coclr.learn.line import ProgressLine
+
+    now = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    estimates = {"measure": 10.0, "infonce": 100.0, "coclr": 100.0, "embed": 20.0}
+    with ProgressLine(estimates, enabled=False, done=("measure",), sized=("coclr",)) as line:
+        with line.phase("infonce", 100):
+            now[0] += 300.0
+            line.observe("InfoNCE", 100, 100)  # three times its estimate
+        pace = (10 + 300) / (10 + 100)
+        assert line.eta() == pytest.approx(100.0 + 20.0 * pace)  # (it was (100 + 20) x pace)
+
+
 def test_a_resumed_runs_line_counts_its_earlier_parts(monkeypatch, capfd):
     """Phases finished by a run's earlier parts were credited again at the seconds their resumed runs took (none),
     so the pace fell to nothing ("about 00:03 left" with a minute to go), and "so far" began at the measurement."""

@@ -33,13 +33,15 @@ class ProgressLine:
 
     def __init__(self, estimates: dict[str, float], enabled: bool = True, done: Collection[str] = (),
                  tick: Callable[[], None] | None = None, took: dict[str, float] | None = None,
-                 before: float | None = None) -> None:
+                 before: float | None = None, sized: Collection[str] = ()) -> None:
         """``done``: phases finished before the line starts (the measurement; a resumed run's phases finished by
         its earlier parts), ``took`` their seconds (default: their estimates); their phases, run again, only find
         their work done and leave the line as it is. ``before``: the seconds the run took before the line starts,
         which its clock counts (default: those of ``done``). ``tick``: called at every update (a run records its
-        time with it)."""
+        time with it). ``sized``: phases sized to the time left as they start (learn's CoCLR stages): the run's pace
+        so far does not stretch their estimate, which their sizing keeps (the ETA said 6 minutes where 2 were left)."""
         self.estimates = dict(estimates)
+        self.sized = frozenset(sized)
         self.enabled = enabled
         self.tick = tick
         self.bar = None
@@ -134,18 +136,22 @@ class ProgressLine:
         paid = self.credited - self.credited_before  # the current phase's work done in ``elapsed``
         estimated, actual = self.estimated_done + paid, self.actual_done + elapsed
         pace = actual / estimated if estimated > 0 else 1.0
-        later = sum(seconds for name, seconds in self.estimates.items() if name not in self.started)
+
+        def later(at: float) -> float:  # the phases not started, at the pace ``at`` (a sized one at its estimate)
+            return sum(seconds * (1.0 if name in self.sized else at) for name, seconds in self.estimates.items()
+                       if name not in self.started)
+
         if self.current is None:
-            return later * pace
+            return later(pace)
         estimate = self.estimates.get(self.current, 0.0)
         if not self.units:  # a phase that only ends: its estimate at the pace before it, less the time it has run
             before = self.actual_done / self.estimated_done if self.estimated_done > 0 else 1.0
             if elapsed <= estimate * before:
-                return estimate * before - elapsed + later * before
-            return later * (self.actual_done + elapsed) / (self.estimated_done + estimate)  # over: as if it ended
+                return estimate * before - elapsed + later(before)
+            return later((self.actual_done + elapsed) / (self.estimated_done + estimate))  # over: as if it ended
         remainder = max(0.0, estimate - self.credited)
         own = elapsed / paid if paid > SETTLED * estimate and paid > 0 else pace
-        return remainder * own + later * pace
+        return remainder * own + later(pace)
 
     def _show(self) -> None:
         self.bar.set_postfix_str(f"about {clock(self.eta())} left", refresh=True)

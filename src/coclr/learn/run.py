@@ -282,7 +282,8 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
     finished = [name for name in result.get("phases_done", []) if name in plan.estimates]  # by earlier parts
     line = ProgressLine(plan.estimates, enabled=options.progress and main, done=("measure", *finished),
                         took={name: result["phases"][name] for name in finished}, before=clock.seconds(),
-                        tick=(lambda: clock.record(result, due=True)) if main else None)
+                        tick=(lambda: clock.record(result, due=True)) if main else None,
+                        sized=("coclr",))  # (each CoCLR stage is sized to the time left as it starts)
     log = open(out / LOG_FILE if main else os.devnull, "a", **TEXT)  # the parts' lines: the log's, not the terminal's
     with log, line, progress.observed(line.observe), contextlib.redirect_stdout(log):
         record = (lambda name: timed(clock, result, name)) if main else (lambda name: contextlib.nullcontext())
