@@ -241,3 +241,14 @@ def test_the_day_s_review(tmp_path: Path, capsys) -> None:
     assert value_text({"a": None, "b": [True]}) == "{a: null, b: [true]}"
     assert main(["study", "--list-options"]) == 0
     assert not [line for line in capsys.readouterr().out.splitlines() if "None" in line or "True" in line]
+
+
+def test_coclr_flow_refuses_an_option_given_before_and_after_its_store(tmp_path, capsys) -> None:
+    """Its options after STORE are parsed apart: `--workers 2 S --workers 3` used 3 without a word."""
+    from coclr.cli import main
+
+    for argv in (["flow", "--workers", "2", str(tmp_path), "--workers", "3"],
+                 ["flow", str(tmp_path), "--workers", "2", "--workers", "3", "--list-options"]):
+        with pytest.raises(SystemExit) as stopped:
+            main(argv)
+        assert stopped.value.code == 2 and "--workers given twice" in capsys.readouterr().err

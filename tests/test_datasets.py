@@ -144,5 +144,15 @@ def test_stretches_of_long_videos_are_instances_and_whole_short_videos_are_one(t
         assert alone.segments.tolist() == both.segments.tolist()
     assert TrainClips(even, "train", ["rgb"], length=4, segment_with=["flow"]).segments.tolist() == \
         TrainClips(even, "train", ["rgb"], length=4).segments.tolist()  # no stretches: each video whole, as before
+    from coclr.store.clipstore import ClipStore
+
+    store = ClipStore(even)
+    key = store.index.entries[0].path
+    flow_entry = store.entry_path(key, "flow")
+    data = bytearray(flow_entry.read_bytes())
+    data[60] ^= 0xFF  # its header damaged: a view this RGB run never reads must not stop it
+    flow_entry.write_bytes(bytes(data))
+    alone = TrainClips(even, "train", ["rgb"], length=4, segment_frames=16, segment_with=["flow"])
+    assert alone.segments[:, 0].tolist().count(0) == 2 and len(alone) == 4  # that video cut in its own frames
     with pytest.raises(ConfigError, match="segment_frames"):
         from_dict(DataOptions, {"store": "x", "segment_frames": 0})

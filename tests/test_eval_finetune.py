@@ -110,6 +110,26 @@ def test_a_finetuned_encoder_records_its_normalisation_and_flow_bound(tmp_path):
         assert recorded.get("flow_bound") == (20.0 if view == "flow" else None)
 
 
+def test_a_state_from_before_losses_were_kept_resumes_twice(tmp_path):
+    """Its epochs' losses are unknown (None): saved again, a second resume read float(None)."""
+    from coclr.eval import finetune as module
+    from coclr.models.s3d import S3D
+
+    model = Classifier(S3D(width=0.125), 3, 0.0)
+    config = from_dict(FinetuneConfig, {"epochs": 3, "milestones": [2]})
+    optimizer = build_optimizer(model, config)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, config.milestones, gamma=0.1)
+    path = tmp_path / "state.pt"
+    module._save_state(path, model, optimizer, scheduler, 1, {}, [0.5])
+    state = torch.load(path, weights_only=True)
+    del state["losses"]  # as written before
+    torch.save(state, path)
+    losses = module._resume(path, model, optimizer, scheduler)
+    assert losses == [None]
+    module._save_state(path, model, optimizer, scheduler, 2, {}, [*losses, 0.25])
+    assert module._resume(path, model, optimizer, scheduler) == [None, 0.25]
+
+
 def test_finetune_of_a_finished_folder_returns_its_results_without_work(tmp_path, monkeypatch):
     """The same call on a finished folder returns the recorded results and neither trains nor tests; other
     inputs (another test split here) do the test again."""

@@ -86,14 +86,16 @@ def lock_holder(path: str | Path) -> str | None:
         return None
     try:
         descriptor = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+    except OSError:  # (none there, or unreadable: the lock itself says)
         return None
     try:
         try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)  # (shared: another look is not in its way)
         except BlockingIOError:
             who = os.pread(descriptor, 200, 0).decode("utf-8", "replace").strip() or "another process"
             return None if _holder_gone(who) else who
+        except OSError:  # a file system that cannot tell (the lock itself says)
+            return None
         fcntl.flock(descriptor, fcntl.LOCK_UN)
         return None
     finally:

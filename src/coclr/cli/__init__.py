@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         if register is not None:
             register(subparsers)
     _add_epilog(parser, EXIT_CODES)
-    _given_once(parser)
+    given_once(parser)
     return parser
 
 
@@ -75,17 +75,18 @@ class _StoreOnce(argparse._StoreAction):
 
 
 _GIVEN = "_options_given"
-"""Where :class:`_StoreOnce` keeps the options given so far in the parsed namespace (removed after parsing)."""
+"""Where :class:`_StoreOnce` keeps the options given so far in the parsed namespace (a command that parses more of
+its line later, as ``coclr flow`` what follows STORE, refuses those given again there too)."""
 
 
-def _given_once(parser: argparse.ArgumentParser) -> None:
+def given_once(parser: argparse.ArgumentParser) -> None:
     """Make every option of ``parser`` and its subcommands that stores one value a :class:`_StoreOnce`."""
     for action in parser._actions:
         if type(action) is argparse._StoreAction and action.option_strings:
             action.__class__ = _StoreOnce
         elif isinstance(action, argparse._SubParsersAction):
             for child in dict.fromkeys(action.choices.values()):
-                _given_once(child)
+                given_once(child)
 
 
 def version_line() -> str:
@@ -197,7 +198,6 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     optim.lr=0.1``: argparse gives the positional overrides one place); anything else unknown is the chosen
     subcommand's error, with its own usage."""
     args, rest = parser.parse_known_args(argv)
-    vars(args).pop(_GIVEN, None)
     if not rest:
         return args
     chosen = parser

@@ -37,10 +37,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 def parse_rest(args: argparse.Namespace) -> argparse.Namespace:
     """Parse STORE, the overrides and any options after them into ``args`` (options given before STORE stay)."""
+    from coclr.cli import given_once  # noqa: PLC0415 (the package imports this module)
+
     parser = argparse.ArgumentParser(prog="coclr flow", argument_default=argparse.SUPPRESS)
     add_options(parser)
     parser.add_argument("store", metavar="STORE", nargs="?", default=None)
     parser.add_argument("overrides", nargs="*", metavar="key=value", default=[])
+    given_once(parser)  # (an option given before STORE and again after it, too: the later replaced the earlier)
     return parser.parse_intermixed_args(args.rest, namespace=args)
 
 

@@ -247,9 +247,12 @@ class TrainClips(_SplitClips):
         for view in views:
             if view in self.views or not self.store.has(key, stored_view(view)):
                 continue
-            other = self.store.num_frames(key, stored_view(view))
-            if is_flow_view(view) and self.store.has(key, "rgb"):
-                other = aligned_num_frames(self.store.num_frames(key, "rgb"), other)
+            try:
+                other = self.store.num_frames(key, stored_view(view))
+                if is_flow_view(view) and self.store.has(key, "rgb"):
+                    other = aligned_num_frames(self.store.num_frames(key, "rgb"), other)
+            except (DamagedEntryError, ValueError):  # a view this run does not read: its own frames cut the stretches
+                continue
             count = min(count, other)
         return max(1, count)
 

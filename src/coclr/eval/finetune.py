@@ -126,7 +126,7 @@ def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, sch
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     done = int(state["epoch"])
-    losses = [float(loss) for loss in state.get("losses") or []]
+    losses = [None if loss is None else float(loss) for loss in state.get("losses") or []]
     return losses if len(losses) == done else [None] * done
 
 

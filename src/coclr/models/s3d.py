@@ -277,8 +277,10 @@ class S3D(nn.Module):
         if x.dim() != 5 or x.shape[1] != 3:
             raise ValueError(f"S3D expects a [B, 3, T, H, W] tensor, got shape {tuple(x.shape)}")
         # clips of another dtype than the weights: torch's message named neither the input nor the remedy (under
-        # autocast the convolutions take both; a network fused for inference may hold no parameter: not checked)
+        # autocast the convolutions take both; a network fused for inference holds its weights as buffers)
         weight = next(self.parameters(), None)
+        if weight is None:
+            weight = next((buffer for buffer in self.buffers() if buffer.is_floating_point()), None)
         if weight is not None and x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
             raise ValueError(f"S3D's weights are {weight.dtype} and the clips {x.dtype}: give {weight.dtype} clips "
                              "(normalised, as the training's were), or move the network to their dtype")

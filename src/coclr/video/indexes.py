@@ -335,8 +335,9 @@ def kinetics_index(annotations: str | Path | Sequence[str | Path], root: str | P
             if reader.fieldnames is None or not needed <= set(reader.fieldnames):
                 raise DataError(f"{csv_file}: expected the columns {', '.join(sorted(needed))}, "
                                 f"got {reader.fieldnames}")
-            for row in reader:
-                number = reader.line_num  # (the file's line: a quoted cell may hold a line break)
+            ended = reader.line_num
+            for row in reader:  # each row numbered by the file's line it starts on (a quoted cell may break lines)
+                number, ended = ended + 1, reader.line_num
                 if any(row.get(key) is None for key in needed) or None in row:  # cut short, or cells past the header
                     cells = sum(value is not None for key, value in row.items() if key is not None) + len(
                         row.get(None) or [])
