@@ -741,8 +741,8 @@ def _reasons(footage: Footage, costs: Costs, model: Model, affordable: dict[Mode
                      f"{'; '.join(map(str, skipped))}")
     unmeasured = [m for m in MODELS if m not in affordable and footage.fits(m)]
     if unmeasured:
-        lines.append("not measured (a smaller network already affords too few steps): "
-                     + "; ".join(map(str, unmeasured)))
+        lines.append(f"not measured (predicted from the smaller ones measured to afford fewer than {TARGET_STEPS} "
+                     "steps, its own measurement included): " + "; ".join(map(str, unmeasured)))
     return lines
 
 
