@@ -16,6 +16,7 @@ import pkgutil
 import signal
 import sys
 
+from coclr.cli._options import given_once
 from coclr.cli._status import (
     EXIT_CODES,
     EXIT_DONE,
@@ -59,34 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_epilog(parser, EXIT_CODES)
     given_once(parser)
     return parser
-
-
-class _StoreOnce(argparse._StoreAction):
-    """An option that takes one value: given twice, refused (``--config a.yaml --config b.yaml`` dropped the first
-    file without a word, as ``--out``, ``--seed`` the earlier value), as ``key=value`` overrides given twice are."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        given = namespace.__dict__.setdefault(_GIVEN, set())
-        if self.dest in given:
-            parser.error(f"{'/'.join(self.option_strings)} given twice: the later would replace the earlier; give it "
-                         "once")
-        given.add(self.dest)
-        super().__call__(parser, namespace, values, option_string)
-
-
-_GIVEN = "_options_given"
-"""Where :class:`_StoreOnce` keeps the options given so far in the parsed namespace (a command that parses more of
-its line later, as ``coclr flow`` what follows STORE, refuses those given again there too)."""
-
-
-def given_once(parser: argparse.ArgumentParser) -> None:
-    """Make every option of ``parser`` and its subcommands that stores one value a :class:`_StoreOnce`."""
-    for action in parser._actions:
-        if type(action) is argparse._StoreAction and action.option_strings:
-            action.__class__ = _StoreOnce
-        elif isinstance(action, argparse._SubParsersAction):
-            for child in dict.fromkeys(action.choices.values()):
-                given_once(child)
 
 
 def version_line() -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from coclr.cli._options import add_option_flags, options_from_flags
+from coclr.cli._options import add_option_flags, given_once, options_from_flags
 from coclr.cli._status import EXIT_DONE, job_status
 from coclr.flow.options import FlowOptions
 
@@ -37,8 +37,6 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 def parse_rest(args: argparse.Namespace) -> argparse.Namespace:
     """Parse STORE, the overrides and any options after them into ``args`` (options given before STORE stay)."""
-    from coclr.cli import given_once  # noqa: PLC0415 (the package imports this module)
-
     parser = argparse.ArgumentParser(prog="coclr flow", argument_default=argparse.SUPPRESS)
     add_options(parser)
     parser.add_argument("store", metavar="STORE", nargs="?", default=None)
