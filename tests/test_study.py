@@ -337,6 +337,12 @@ def test_claims_follow_the_rows_present() -> None:
                                 "claims": claims(rows, ["retrieval"])} for s in (0, 1)])
     assert summary["claims"]["gap closed by CoCLR-RGB (R@1)"]["mean_std"] == (0.5, 0.0)
     assert "2 of 2 seeds" in seeds_markdown(summary)
+    assert "gap closed by CoCLR-RGB (R@1): 50% ± 0% over the seeds (" in seeds_markdown(summary)
+    # defined on one seed of two (UberNCE not above InfoNCE on the other): it read "± 0% over the seeds"
+    flat = [row("ubernce_rgb", 10, 70) if r["row"] == "ubernce_rgb" else r for r in rows]
+    mixed = summarise_seeds([{"seed": seed, "columns": ["retrieval"], "rows": these,
+                              "claims": claims(these, ["retrieval"])} for seed, these in ((0, rows), (1, flat))])
+    assert "gap closed by CoCLR-RGB (R@1): 50% (one seed: no spread) (" in seeds_markdown(mixed)
 
 
 def test_results_markdown_lists_the_stages_with_their_mined_precision() -> None:
@@ -854,3 +860,20 @@ def test_the_scheduler_s_bar_moves_only_when_epochs_are_done(tmp_path: Path, mon
     store = random_store(tmp_path / "s", videos=2, frames=3, size=(16, 16), views=("rgb",))
     scheduler.run_jobs([Job("flow", _flow(store), epochs=1)], tmp_path, processes=1, poll_seconds=0.01)
     assert updates and all(count > 0 for count in updates)
+
+
+def test_a_synthetic_option_given_at_the_value_the_study_used_continues_it(tmp_path: Path) -> None:
+    """`data.synth.frames=12` (the study's own) on a study made without it was refused as "frames=null (given 12)"."""
+    from coclr.runfolder import FolderRefused, check_folder, claim_folder
+    from coclr.study.plan import options_record
+    from coclr.study.run import STUDY_FOLDER
+
+    out = tmp_path / "study"
+    with claim_folder(out, STUDY_FOLDER, options_record(load_config(StudyConfig))):
+        pass
+    frames = STUDY_SYNTH["frames"]
+    same = load_config(StudyConfig, overrides=[f"data.synth.frames={frames}"])
+    assert check_folder(out, STUDY_FOLDER, options_record(same)) is True
+    other = load_config(StudyConfig, overrides=[f"data.synth.frames={frames + 1}"])
+    with pytest.raises(FolderRefused, match=rf"data.synth.frames={frames} \(given {frames + 1}\)"):
+        check_folder(out, STUDY_FOLDER, options_record(other))

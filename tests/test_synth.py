@@ -57,6 +57,7 @@ def entry_bytes(root: Path, view: str = "rgb") -> dict[str, bytes]:
     ("actions_per_scene=9", "actions_per_scene"),
     ("test_scenes=1", "test_scenes"),  # 1 scene x 4 actions cannot show 8 classes
     ("frames=1", "frames"),
+    ("frames=100000000", "frames: 100000000 frames of 32 x 32 px are more than a clip"),  # (a MemoryError, minutes on)
     ("objects_min=4", "objects_min"),
     ("size_max=0.4", "size_max"),
     ("speed_min=0", "speed_min"),

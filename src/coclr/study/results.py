@@ -364,11 +364,13 @@ def seeds_markdown(summary: dict[str, Any]) -> str:
             lines.append(f"- {claim}: {entry['held_on']} of {entry['seeds']} seeds; on the means: "
                          f"{claim_text(entry['on_means'])}{caveat}{claim_note(claim)}")
         else:
-            spread = entry["mean_std"]
-            shown = "undefined" if spread is None else f"{100 * spread[0]:.0f}% ± {100 * spread[1]:.0f}%"
+            spread, defined = entry["mean_std"], sum(v is not None for v in entry["per_seed"])
+            over = ("over the seeds" if defined == len(entry["per_seed"]) else
+                    f"over the {defined} of {len(entry['per_seed'])} seeds where it is defined")
+            shown = ("undefined on every seed" if spread is None else f"{100 * spread[0]:.0f}% (one seed: no spread)"
+                     if defined == 1 else f"{100 * spread[0]:.0f}% ± {100 * spread[1]:.0f}% {over}")
             per_seed = ", ".join(claim_text(v) for v in entry["per_seed"])
-            lines.append(f"- {claim}: {shown} over the seeds ({per_seed}); on the means: "
-                         f"{claim_text(entry['on_means'])}{caveat}")
+            lines.append(f"- {claim}: {shown} ({per_seed}); on the means: {claim_text(entry['on_means'])}{caveat}")
     paired = summary.get("paired") or {}
     if paired:
         lines += ["", "Paired differences (the two rows on the same seed), in points: mean [95% interval], then each "

@@ -41,7 +41,7 @@ from coclr.runfolder import RUN_RECORD, FolderRefused, FolderRule, check_folder,
 from coclr.store.build import build_store
 from coclr.store.clipstore import open_store
 from coclr.store.flow_extract import extract_flow
-from coclr.study.config import ROWS, StudyConfig, supervised_row
+from coclr.study.config import ROWS, STUDY_SYNTH, StudyConfig, supervised_row
 from coclr.study.plan import StudyPlan, cross_entropy_init, describe, options_record, plan_study
 from coclr.study.results import (
     MINING_PLOT,
@@ -53,6 +53,7 @@ from coclr.study.results import (
     summarise_seeds,
 )
 from coclr.synth import generate_synthetic
+from coclr.synth.config import SynthConfig
 from coclr.train.config import PretrainConfig
 from coclr.train.setup import CONTINUABLE
 
@@ -63,6 +64,11 @@ def study_settings(record: dict[str, Any]) -> dict[str, Any]:
     defaults (a stage reads the default where the section says nothing: an option given at its default is the
     same setting)."""
     record = numbers_of_text(record)
+    data = record.get("data")
+    if isinstance(data, dict) and isinstance(data.get("synth"), dict):  # the generator's options the study uses: a
+        # value given at the one the study took is the same setting (it was refused as "frames=null (given 12)")
+        defaults = {key: value for key, value in dataclasses.asdict(SynthConfig()).items() if key != "seed"}
+        record["data"] = {**data, "synth": {**defaults, **STUDY_SYNTH, **data["synth"]}}
     if isinstance(record.get("train"), dict):
         defaults = {name: value for name, value in dataclasses.asdict(PretrainConfig()).items()
                     if isinstance(value, dict)}

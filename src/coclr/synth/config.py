@@ -56,6 +56,11 @@ ZOOM_FADE = 0.2
 """Fraction of a zoom cycle over which an object fades in (and out) so that cycles do not pop."""
 
 
+MAX_CLIP_PIXELS = 2**27
+"""The most pixels (frames x height x width) of one synthetic clip: each is rendered whole in memory (a clip of 10^8
+frames failed with a MemoryError after minutes of work)."""
+
+
 @dataclass
 class SynthConfig:
     """Options of the synthetic dataset generator. Lengths are fractions of the frame's shorter side."""
@@ -112,6 +117,9 @@ class SynthConfig:
         require(self.frames >= 2, "frames", "must be at least 2")
         require(16 <= self.height <= MAX_SHORT_SIDE, "height", f"must be from 16 to {MAX_SHORT_SIDE} pixels")
         require(16 <= self.width <= MAX_SHORT_SIDE, "width", f"must be from 16 to {MAX_SHORT_SIDE} pixels")
+        require(self.frames * self.height * self.width <= MAX_CLIP_PIXELS, "frames",
+                f"{self.frames} frames of {self.height} x {self.width} px are more than a clip is rendered in "
+                f"memory as ({MAX_CLIP_PIXELS:,} pixels); give fewer frames, or smaller ones")
         check_fps(self.fps, "fps")
         require(1 <= self.objects_min <= self.objects_max, "objects_min", "must be in [1, objects_max]")
         require(self.objects_max <= 8, "objects_max", "must be at most 8")
