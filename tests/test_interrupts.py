@@ -642,12 +642,16 @@ def test_finetune_stopped_keeps_its_epochs_and_continues(tmp_path, encoder):
                         r".*finetune_last\.pt; run the same command to continue", line)
     assert kept and 1 <= int(kept.group(1)) < 10, line
     assert_clean(env, work)
-    again = run(argv, env)
-    assert again.returncode == 0, again.stderr
     import json
 
+    import torch
+
+    state = torch.load(next(work.rglob("finetune_last.pt")), weights_only=True)
+    assert state["epoch"] == int(kept.group(1)) and len(state["losses"]) == state["epoch"]
+    again = run(argv, env)
+    assert again.returncode == 0, again.stderr
     losses = json.loads((tmp_path / "result.json").read_text())["results"]["train_losses"]
-    assert len(losses) == 10 - int(kept.group(1))  # only the epochs not kept were trained again
+    assert len(losses) == 10 and losses[: state["epoch"]] == pytest.approx(state["losses"])  # the kept epochs' own
 
 
 @pytest.mark.slow

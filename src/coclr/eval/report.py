@@ -264,8 +264,9 @@ def _cell(value: Any) -> str:
     return f"{value:.1f}" if isinstance(value, (int, float)) else _markdown(str(value))
 
 
-_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]~|])")
-"""What a Markdown viewer reads as markup inside a line: emphasis, code, links (without ``[`` no link), tables."""
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*\[\]~|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+"""What a Markdown viewer reads as markup inside a line: emphasis, code, links (without ``[`` no link), tables; an
+underscore inside a word (``cycle1_rgb``) is none."""
 
 
 def _markdown(text: str) -> str:
