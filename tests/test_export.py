@@ -154,6 +154,7 @@ def test_a_torchvision_file_exports_with_the_clips_its_format_takes(tmp_path):
     card = (tmp_path / "out" / "README.md").read_text()
     assert "- clips of 224 x 224 px, frames decoded at a short side of 256 px, 15.0 fps" in card
     assert "None" not in card.split("## Training")[0] and "head.*" not in card  # (it has no projection head)
+    assert card.startswith("# S3D video encoder (rgb view, implied by its format)")  # (title "unknown", input "rgb")
 
 
 def test_compare_catches_other_features():

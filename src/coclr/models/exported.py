@@ -177,8 +177,9 @@ def training_meta(payload: dict[str, Any]) -> dict[str, Any]:
 def model_card(config: dict[str, Any], fmt: str, encoder: Path, notes: Sequence[str]) -> str:
     """The README.md of an export: what it is, how it was trained, how to load it, what was checked."""
     arch, settings, meta = config["arch"], config["clip_settings"], config["meta"]
-    view = config.get("view") or "unknown (the checkpoint does not record it)"
-    lines = [f"# S3D video encoder ({view} view), exported by coclr", "",
+    view = (f"{config['view']} view" if config.get("view") else  # (as its input section says)
+            "rgb view, implied by its format" if settings else "view unknown: the checkpoint does not record it")
+    lines = [f"# S3D video encoder ({view}), exported by coclr", "",
              f"Exported from `{encoder.name}` as {fmt}. An S3D network (width {arch['width']}, gating "
              f"{arch['gating']}) whose pooled feature has {config['feature_dim']} dimensions.", "",
              "## Input", ""]
