@@ -877,3 +877,7 @@ def test_a_synthetic_option_given_at_the_value_the_study_used_continues_it(tmp_p
     other = load_config(StudyConfig, overrides=[f"data.synth.frames={frames + 1}"])
     with pytest.raises(FolderRefused, match=rf"data.synth.frames={frames} \(given {frames + 1}\)"):
         check_folder(out, STUDY_FOLDER, options_record(other))
+    size = load_config(StudyConfig).train["data"]["size"]  # the test clips' null is the training clips' size
+    assert check_folder(out, STUDY_FOLDER, options_record(load_config(StudyConfig, overrides=[f"eval.size={size}"])))
+    with pytest.raises(FolderRefused, match=rf"eval.size={size} \(given {size + 32}\)"):
+        check_folder(out, STUDY_FOLDER, options_record(load_config(StudyConfig, overrides=[f"eval.size={size + 32}"])))

@@ -60,9 +60,9 @@ from coclr.train.setup import CONTINUABLE
 
 def study_settings(record: dict[str, Any]) -> dict[str, Any]:
     """A study's recorded options as they are compared (:data:`STUDY_FOLDER`): numbers an earlier reading kept as
-    text made numbers (:func:`numbers_of_text`), and the ``train`` sections filled with ``coclr pretrain``'s
+    text made numbers (:func:`numbers_of_text`), the ``train`` sections filled with ``coclr pretrain``'s
     defaults (a stage reads the default where the section says nothing: an option given at its default is the
-    same setting)."""
+    same setting), the generator's options with the study's, and the test clips' null with the training clips'."""
     record = numbers_of_text(record)
     data = record.get("data")
     if isinstance(data, dict) and isinstance(data.get("synth"), dict):  # the generator's options the study uses: a
@@ -75,6 +75,10 @@ def study_settings(record: dict[str, Any]) -> dict[str, Any]:
         record["train"] = {**record["train"], **{
             section: {**values, **record["train"][section]} if isinstance(record["train"].get(section), dict)
             else record["train"].get(section, values) for section, values in defaults.items()}}
+        trained, tested = record["train"].get("data"), record.get("eval")
+        if isinstance(trained, dict) and isinstance(tested, dict):  # a test clip's null: the training clips' value
+            record["eval"] = {**tested, **{key: trained.get(key) for key in ("length", "stride", "size")
+                                          if tested.get(key) is None}}
     return record
 
 
