@@ -205,6 +205,39 @@ def test_a_deferred_signal_raises_at_the_check_not_where_it_lands():
     with signals_interrupt(), deferred_interrupts():
         check_interrupt()  # no signal: no error
 
+    with pytest.raises(Interrupted), signals_interrupt():  # a block inside another: the outer one's end raises
+        with deferred_interrupts():
+            with deferred_interrupts():  # (a checkpoint's atomic write inside the trainer's save)
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):
+                    pass
+            finished.append("inner ended")  # (it raised here: the trainer then named no checkpoint beside one)
+        finished.append("after the outer")
+    assert finished[-1] == "inner ended"
+
+
+def test_a_signal_during_a_checkpoint_names_that_checkpoint(tmp_path, monkeypatch):
+    """SIGTERM as the checkpoint was renamed into place said "no checkpoint yet" beside it (the trainer recorded it
+    after the write's deferred signal had raised)."""
+    from coclr.train import trainer as module
+
+    class Saving:
+        out, position = tmp_path, module.Position()
+        saved = None
+        state = staticmethod(lambda: {"x": 1})
+
+    def write(state, path):
+        os.kill(os.getpid(), signal.SIGTERM)  # lands in the write
+        with deferred_interrupts():
+            path.write_bytes(b"x")
+
+    monkeypatch.setattr(module, "atomic_torch_save", write)
+    monkeypatch.setattr(module, "is_main", lambda: True)
+    saving = Saving()
+    with pytest.raises(Interrupted), signals_interrupt():
+        module.Trainer.save(saving)
+    assert saving.saved is not None and (tmp_path / "checkpoint_last.pth").is_file()
+
 
 def test_a_signal_landing_in_the_training_logs_waits_for_the_record_and_the_writer_closes(tmp_path):
     """Raised inside TensorBoard's writer, an interruption could leave it unable to close (a stopped ``coclr task``

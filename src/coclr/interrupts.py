@@ -163,7 +163,8 @@ def deferred_interrupts() -> Iterator[None]:
         yield
     finally:
         _STATE["deferring"] -= 1
-    check_interrupt()
+    if not _STATE["deferring"]:  # (a block inside another leaves the signal to the outer one's end)
+        check_interrupt()
 
 
 def check_interrupt() -> None:

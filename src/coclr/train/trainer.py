@@ -194,12 +194,15 @@ class Trainer:
                           "of the run it would have been uninterrupted", stacklevel=2)
 
     def save(self, best: bool = False) -> None:
-        """Write the checkpoint (the main process; every process records where it stands: :meth:`kept`)."""
-        if is_main():
-            atomic_torch_save(self.state(), self.out / LAST)
-            if best:
-                atomic_duplicate(self.out / LAST, self.out / BEST)
-        self.saved = dataclasses.replace(self.position)
+        """Write the checkpoint (the main process; every process records where it stands: :meth:`kept`). An
+        interruption waits until both are done: raised as the file was renamed into place, it said "no checkpoint
+        yet" (or named the one before) beside the checkpoint it had just written."""
+        with deferred_interrupts():
+            if is_main():
+                atomic_torch_save(self.state(), self.out / LAST)
+                if best:
+                    atomic_duplicate(self.out / LAST, self.out / BEST)
+            self.saved = dataclasses.replace(self.position)
 
     # ------------------------------------------------------------------ logging
 
