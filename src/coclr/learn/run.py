@@ -55,7 +55,7 @@ from coclr.learn.stages import VIEWS, choose_exports, export_line
 from coclr.runfolder import FolderRule, check_folder, check_not_busy, check_writable, claim_folder, read_record
 from coclr.text import TEXT, shown, to_bytes
 from coclr.threads import torch_threads, usable_cores
-from coclr.video.indexes import unlabelled_index
+from coclr.video.indexes import is_relative_key, unlabelled_index
 
 
 def _as_typed(options: dict[str, Any]) -> dict[str, Any]:
@@ -178,7 +178,8 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         raise ConfigError(f"{len(paths)} video(s): learning needs at least {MIN_VIDEOS} (each batch contrasts a video "
                           "with the others); give more videos")
     check_inputs(out, paths, options.restart)
-    named = [path for path in paths if "\\" in os.path.relpath(path, common_root(paths))]
+    root = common_root(paths)
+    named = [path for path in paths if not is_relative_key(os.path.relpath(path, root))]  # (the index's rule)
     if named:  # (refused by the store's index after the measurement, naming no remedy)
         more = f" and {len(named) - 1} more" if len(named) > 1 else ""
         raise DataError(f"{shown(named[0])}{more}: a name with a backslash, which the clip store cannot hold (it names "
