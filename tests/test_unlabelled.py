@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from coclr.cli import main
 from coclr.errors import DataError
@@ -132,6 +133,19 @@ def test_self_supervised_methods_train_on_unlabelled_videos(tmp_path, unlabelled
     assert checkpoint["position"]["epoch"] == 1
     log = [json.loads(line) for line in (tmp_path / method / "log.jsonl").read_text().splitlines()]
     assert all(np.isfinite(record["epoch_loss"]) for record in log if "epoch_loss" in record)
+    views = sorted(path.name for path in (tmp_path / method).glob("encoder_*.pth"))
+    if method != "cmc":
+        assert views == []  # one view trained: the checkpoint is its encoder
+        return
+    # Both views trained: each one's encoder is a file of its own (the checkpoint loads as the first view's).
+    from coclr.embed.settings import checkpoint_view
+    from coclr.models.loading import load_encoder
+
+    assert views == ["encoder_flow.pth", "encoder_rgb.pth"]
+    flow, _ = load_encoder(tmp_path / method / "encoder_flow.pth")
+    assert checkpoint_view(tmp_path / method / "encoder_flow.pth") == "flow"
+    for name, tensor in flow.state_dict().items():
+        assert torch.equal(tensor, checkpoint["encoders"]["flow"]["backbone"][name])
 
 
 def test_label_needing_commands_refuse_unlabelled_videos_before_any_work(tmp_path, unlabelled_store, capsys):

@@ -12,7 +12,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "pretrain", help="train an encoder with InfoNCE, UberNCE, CoCLR or CMC",
         description="Self-supervised pretraining of one stage. Runs on one process, or on many GPUs and "
         "machines under torchrun (torchrun --nproc_per_node=N -m coclr pretrain ...). The same command on the same "
-        "run.out continues the run from its last checkpoint; other options are refused, naming each that differs.")
+        "run.out continues the run from its last checkpoint; other options are refused, naming each that differs. "
+        "Where both views train (cmc, coclr with simultaneous=true), each view's encoder is also written as "
+        "run.out/encoder_VIEW.pth at the end (the checkpoint itself loads as the first view's encoder).")
     add_config_arguments(parser)
     parser.add_argument("--restart", action="store_true",
                         help="move an earlier run in run.out aside (to <run.out>.replaced-<time>) and start over")
@@ -33,4 +35,18 @@ def run(args: argparse.Namespace) -> int:
     trained = pretrain(config, restart=args.restart)
     if is_main():  # (under torchrun: once)
         print(f"last checkpoint: {trained.checkpoint}")
+        if trained.finished:
+            _write_views(trained.checkpoint, config.method.name)
     return 0
+
+
+def _write_views(checkpoint, method: str) -> None:
+    """Where both views trained, each view's encoder as its own file beside the checkpoint (which loads as its
+    first view's encoder)."""
+    from coclr.train.checkpoint import load_checkpoint, trained_views, write_view_encoders
+
+    views = trained_views(load_checkpoint(checkpoint))
+    if len(views) > 1:
+        files = {view: checkpoint.parent / f"encoder_{view}.pth" for view in views}
+        write_view_encoders(checkpoint, files, {"method": method})
+        print("encoders: " + ", ".join(f"{view} {path}" for view, path in files.items()))

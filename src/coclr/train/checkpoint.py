@@ -8,6 +8,7 @@ level, the trained encoder in the form :func:`coclr.load_encoder` reads (``forma
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ import numpy as np
 import torch
 
 from coclr.errors import CheckpointError
-from coclr.models.loading import TRAIN_FORMAT, read_checkpoint_file
+from coclr.models.encoder import build_encoder
+from coclr.models.loading import TRAIN_FORMAT, read_checkpoint_file, save_encoder
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -25,6 +27,24 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not isinstance(data, dict) or data.get("format") != TRAIN_FORMAT:
         raise CheckpointError(f"{path}: not a coclr training checkpoint (no format {TRAIN_FORMAT!r})")
     return data
+
+
+def trained_views(checkpoint: dict[str, Any]) -> list[str]:
+    """The views whose encoders a training checkpoint holds (two where both trained: CMC, simultaneous CoCLR)."""
+    return list(checkpoint.get("encoders") or {})
+
+
+def write_view_encoders(checkpoint: str | Path, files: Mapping[str, Path], meta: Mapping[str, Any]) -> None:
+    """Write the encoder of each view in ``files`` that a training checkpoint holds as its own file, in
+    :func:`~coclr.models.loading.save_encoder`'s form with ``meta``, the view and its clip settings: the only way
+    to load a second view's encoder, since the checkpoint itself loads as its first view's."""
+    encoders = load_checkpoint(checkpoint)["encoders"]
+    for view, path in files.items():
+        entry = encoders[view]
+        encoder = build_encoder(**entry["arch"])
+        encoder.backbone.load_state_dict(entry["backbone"])
+        encoder.head.load_state_dict(entry["head"])
+        save_encoder(path, encoder, meta={**meta, "view": view, "clip_settings": entry.get("clip_settings")})
 
 
 def rng_state() -> dict[str, Any]:

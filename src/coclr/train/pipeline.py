@@ -25,12 +25,11 @@ from coclr.core.methods import METHODS
 from coclr.distributed import held_by_main, init_distributed, is_main
 from coclr.errors import ConfigError
 from coclr.interrupts import interrupted
-from coclr.models.encoder import build_encoder
-from coclr.models.loading import require_checkpoint_file, save_encoder
+from coclr.models.loading import require_checkpoint_file
 from coclr.progress import duration
 from coclr.runfolder import FolderRule, check_folder, check_restart, claim_folder, read_record, restart_folder
 from coclr.store.clipstore import open_store
-from coclr.train.checkpoint import load_checkpoint
+from coclr.train.checkpoint import write_view_encoders
 from coclr.train.config import PER_STAGE, PipelineConfig, PretrainConfig
 from coclr.train.model import check_view_of
 from coclr.train.run import pretrain
@@ -180,14 +179,7 @@ def export_encoders(checkpoint: Path, stage: Stage, run_dir: Path) -> dict[str, 
 
     files = {view: encoder_file(run_dir, stage.name, view) for view in stage.trains}
     if is_main():
-        encoders = load_checkpoint(checkpoint)["encoders"]
-        for view, path in files.items():
-            entry = encoders[view]
-            encoder = build_encoder(**entry["arch"])
-            encoder.backbone.load_state_dict(entry["backbone"])
-            encoder.head.load_state_dict(entry["head"])
-            save_encoder(path, encoder, meta={"stage": stage.name, "view": view, "method": stage.method,
-                                              "clip_settings": entry.get("clip_settings")})
+        write_view_encoders(checkpoint, files, {"stage": stage.name, "method": stage.method})
     return {view: str(path.relative_to(run_dir)) for view, path in files.items()}
 
 
