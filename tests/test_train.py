@@ -594,3 +594,49 @@ def test_mining_in_both_views_is_refused_where_it_cannot_apply(tmp_path: Path, o
     with pytest.raises(ConfigError, match="method.mine_in: both needs pipeline.mode=alternate"):
         load_config(PipelineConfig, None, [f"data.store={tmp_path}", f"run.out={tmp_path}", "pipeline.mode=sim",
                                            "method.mine_in=both"])
+
+
+def test_coclr_mines_with_a_sampler_of_another_embedding_size(store: Path, tmp_path: Path) -> None:
+    """The queue keeps the sampler's embeddings, in the sampler's own dimension (mining compares them only with
+    each other): a flow sampler of embed_dim 16 beside an RGB run of 128 failed at its first step, after the
+    run folder was written."""
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+
+    sampler = save_encoder(tmp_path / "flow16.pth", build_encoder(width=0.125, embed_dim=16),
+                           meta={"view": "flow", "clip_settings": {"view": "flow", "length": 8}})
+    start = save_encoder(tmp_path / "rgb.pth", build_encoder(width=0.125), meta={"clip_settings": {"view": "rgb"}})
+    for mine_in, other_dim in (("other", 16), ("both", 16 + 128)):
+        run = tmp_path / f"run_{mine_in}"
+        init = [f"method.init_checkpoint={start}"] if mine_in == "both" else []
+        trained = pretrain(tiny_config(store, run, "method.name=coclr", f"method.sampler_checkpoint={sampler}",
+                                       f"method.mine_in={mine_in}", "optim.epochs=1", "run.max_steps=3", *init))
+        state = load_checkpoint(trained.checkpoint)["model"]
+        assert state["learners.rgb.queue.other"].shape == (8, other_dim)
+        log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+        assert [record["step"] for record in log if "rgb/mined_positives" in record] == [1, 2, 3]
+
+
+def test_mined_precision_is_left_out_where_no_mined_positive_has_a_known_class(tmp_path: Path) -> None:
+    """The queue's first step holds nothing mined: the precision of its mined positives is undefined, not 0 (which
+    lowered the stage's mean precision in the report), and so it is for videos without labels."""
+    from coclr.eval.report import mined_precision
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+
+    store = make_random_store(tmp_path / "store")
+    sampler = save_encoder(tmp_path / "flow.pth", build_encoder(width=0.125),
+                           meta={"view": "flow", "clip_settings": {"view": "flow", "length": 8}})
+    run = tmp_path / "run"
+    pretrain(tiny_config(store, run, "method.name=coclr", f"method.sampler_checkpoint={sampler}",
+                         "optim.epochs=1", "run.max_steps=4"))
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    steps = [record for record in log if "rgb/mined_positives" in record]
+    assert steps[0]["rgb/mined_positives"] == 0 and "rgb/mined_precision" not in steps[0]  # an empty queue
+    scored = [record["rgb/mined_precision"] for record in steps if "rgb/mined_precision" in record]
+    assert scored and all(0 <= value <= 1 for value in scored)
+    assert mined_precision(run / "log.jsonl", "rgb") == pytest.approx(100 * sum(scored) / len(scored))
+    # An older log's NaN (or a 0 logged at an empty step) is not averaged in as a value
+    with (run / "log.jsonl").open("a") as out:
+        out.write(json.dumps({"step": 99, "rgb/mined_precision": float("nan")}) + "\n")
+    assert mined_precision(run / "log.jsonl", "rgb") == pytest.approx(100 * sum(scored) / len(scored))

@@ -386,7 +386,8 @@ def mined_precision(log: str | Path, view: str) -> float | None:
     """Percentage of the positives a CoCLR stage mined for ``view`` that had the query's class.
 
     The mean of ``<view>/mined_precision`` over the logged steps of a training log (``log.jsonl``, one
-    record every ``run.log_every`` steps; the trainer logs it when the store has labels). None when the log
+    record every ``run.log_every`` steps; the trainer logs it at the steps whose mined positives include some of a
+    known class). None when the log
     does not exist or has no such value (InfoNCE and UberNCE stages, unlabelled data). Blank lines and a last
     line cut short by a killed run are ignored; any other line that is not JSON is an error naming the file and
     line (:func:`coclr.atomic.read_json_lines`).
@@ -396,7 +397,8 @@ def mined_precision(log: str | Path, view: str) -> float | None:
         return None
     key = f"{view}/mined_precision"
     values = [float(record[key]) for record in read_json_lines(log)
-              if isinstance(record, dict) and isinstance(record.get(key), (int, float))]
+              if isinstance(record, dict) and isinstance(record.get(key), (int, float))
+              and math.isfinite(record[key])]
     return 100 * sum(values) / len(values) if values else None
 
 

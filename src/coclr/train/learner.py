@@ -64,7 +64,7 @@ class ViewLearner(nn.Module):
     def __init__(self, encoder: Encoder, method: str, queue_size: int, temperature: float, momentum: float,
                  topk: int, own_drop_prob: float, group_positives: bool, loss_form: str,
                  generator: torch.Generator | None = None, dropped_own_as_negative: bool = True,
-                 mining_spaces: int = 1):
+                 other_dim: int | None = None):
         super().__init__()
         self.method = method
         self.temperature = temperature
@@ -78,7 +78,9 @@ class ViewLearner(nn.Module):
         self.encoder_k = momentum_copy(encoder)
         embed_dim = encoder.arch["embed_dim"]
         self.spec = METHODS[method]
-        other_dim = embed_dim * mining_spaces if self.spec.queues_other_view else 0
+        # The other view's embedding of each key clip (what CoCLR mines by): its encoder's dimension, the
+        # trained encoder's unless given (a sampler of another embed_dim; mine_in=both: the two spaces' sum)
+        other_dim = (embed_dim if other_dim is None else other_dim) if self.spec.queues_other_view else 0
         self.queue = MomentumQueue(queue_size, embed_dim, other_dim=other_dim, generator=generator)
 
     @torch.no_grad()
@@ -120,7 +122,8 @@ class ViewLearner(nn.Module):
 
     def _stats(self, logits: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         """Pretext top-1 (the best-scoring candidate is a positive or the own key) and the precision of the
-        mined positives (fraction whose class is the query's; the signal behind the paper's Figure 4)."""
+        mined positives (fraction whose class is the query's; the signal behind the paper's Figure 4; NaN when
+        no mined positive's class is known, which the trainer leaves out of its log)."""
         best = logits.argmax(dim=1, keepdim=True)
         hit = mask.gather(1, best).squeeze(1) | (best.squeeze(1) == 0)
         stats = {"top1": hit.float().mean()}
@@ -130,7 +133,9 @@ class ViewLearner(nn.Module):
             known = (labels >= 0).unsqueeze(1) & (queue_labels >= 0).unsqueeze(0)
             same_class = known & (queue_labels.unsqueeze(0) == labels.unsqueeze(1))
             stats["mined_positives"] = queue_mask.sum().float() / mask.shape[0]
-            stats["mined_precision"] = (queue_mask & same_class).sum().float() / (queue_mask & known).sum().clamp(min=1)
+            # NaN where no mined positive has a known class (nothing mined yet, unlabelled videos): not logged
+            scored = (queue_mask & known).sum().float()
+            stats["mined_precision"] = (queue_mask & same_class).sum().float() / scored
         return stats
 
 

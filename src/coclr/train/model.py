@@ -56,24 +56,29 @@ def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainM
             load_into(built, init, option)
         return built
 
+    sampler = None
+    if not method.trains_two_views and method.spec.needs_sampler(method.simultaneous):
+        with torch.random.fork_rng(devices=[]):  # the learners' initial weights draw as if it came after them
+            backbone, head = load_encoder(method.sampler_checkpoint)
+        if head is None:
+            raise CheckpointError(f"{method.sampler_checkpoint}: has no projection head, so it cannot embed "
+                                  "clips for positive mining (a pretraining checkpoint is needed)")
+        sampler = Encoder(backbone, head)
+    # What the queue keeps of each key clip's other view: the sampler's embedding (or the other trained view's),
+    # beside the trained view's own start's with mine_in=both
+    other_dim = (sampler.head.out_dim if sampler is not None else config.model.embed_dim) \
+        + (config.model.embed_dim if method.mines_in_own_view else 0)
+
     def learner(init: str, option: str) -> ViewLearner:
         return ViewLearner(encoder(init, option), method=method.name, queue_size=method.queue_size,
                            temperature=method.temperature, momentum=method.momentum, topk=method.topk,
                            own_drop_prob=method.own_drop_prob, group_positives=method.group_positives,
                            loss_form=method.form, generator=generator,
-                           dropped_own_as_negative=method.dropped_own_as_negative,
-                           mining_spaces=1 + method.mines_in_own_view)
+                           dropped_own_as_negative=method.dropped_own_as_negative, other_dim=other_dim)
 
     learners = {config.data.view: learner(method.init_checkpoint, "method.init_checkpoint")}
-    sampler = None
     if method.trains_two_views:
         learners[config.data.second_view] = learner(method.second_init_checkpoint, "method.second_init_checkpoint")
-    elif method.spec.needs_sampler(method.simultaneous):
-        backbone, head = load_encoder(method.sampler_checkpoint)
-        if head is None:
-            raise CheckpointError(f"{method.sampler_checkpoint}: has no projection head, so it cannot embed "
-                                  "clips for positive mining (a pretraining checkpoint is needed)")
-        sampler = Encoder(backbone, head)
     # mine_in=both: the trained view's start, kept frozen, embeds the key clips beside the other view's encoder
     own_sampler = copy.deepcopy(learners[config.data.view].encoder_q) if method.mines_in_own_view else None
     return PretrainModel(learners, sampler=sampler, sampler_view=config.data.second_view if sampler else None,

@@ -435,7 +435,8 @@ class Trainer:
         record = {"step": self.position.global_step, "epoch": self.position.epoch, "loss": values[0],
                   "lr": self.optimizer.param_groups[0]["lr"]
                   * self.warmup_factor(self.position.global_step - 1)}
-        record.update(zip(stats.keys(), values[1:]))
+        # A statistic undefined at this step (NaN: mined precision with nothing mined of a known class) is left out
+        record.update((name, value) for name, value in zip(stats.keys(), values[1:]) if math.isfinite(value))
         return record
 
     def _hold_epoch(self, epoch_loss: torch.Tensor, steps: int, started: float) -> None:
