@@ -61,10 +61,26 @@ def store(tmp_path: Path) -> Path:
     (["optim.epochs=-3"], "optim.epochs: must be at least 1, got -3"),
     (["method.own_positive_epochs=-1"], "method.own_positive_epochs"),
     (["method.name=cmc", "data.second_view=rgb"], "data.second_view"),
+    (["run.batch_size=1", "data.length=12", "data.size=48"],
+     "run.batch_size: 1: batch-norm in training needs two values per channel, and clips of 12x48x48 leave one "
+     "position in S3D's last feature map; give run.batch_size of at least 2, or data.length of at least 13 or "
+     "data.size of at least 49$"),
 ])
 def test_bad_options_name_their_key(overrides: list[str], key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(PretrainConfig, None, ["data.store=s", "run.out=o", *overrides])
+
+
+def test_one_clip_a_batch_trains_where_the_last_feature_map_has_two_positions() -> None:
+    from coclr.clips import feature_map_size
+    from coclr.models.s3d import S3D
+
+    network = S3D(width=0.125).eval()
+    for shape in ((8, 32, 32), (15, 63, 40), (16, 32, 32), (13, 100, 37), (9, 64, 33)):
+        with torch.no_grad():
+            assert tuple(network(torch.zeros(1, 3, *shape)).shape[2:]) == feature_map_size(*shape)
+    for overrides in (["data.length=13", "data.size=32"], ["data.length=8", "data.size=49"]):
+        load_config(PretrainConfig, None, ["data.store=s", "run.out=o", "run.batch_size=1", *overrides])
 
 
 def test_missing_store_fails_before_compute(tmp_path: Path) -> None:

@@ -45,6 +45,19 @@ MAX_CLIP_PIXELS = 2 ** 26
 """The most pixels a clip may hold, frames x side x side (256 frames of 512 x 512, 128 of 724 x 724; the paper's
 32 x 128 x 128 is 0.5M): 0.8 GB of float32 a clip before the network's activations multiply it, where a typo
 (a side of 100000) would ask for hundreds of gigabytes. Checkpoints' recorded clips are held to it too."""
+
+
+def feature_map_size(length: int, height: int, width: int) -> tuple[int, int, int]:
+    """The (T, H, W) of S3D's last feature map for clips of ``length`` x ``height`` x ``width``: what batch-norm in
+    training mode averages over with the batch (one position at the smallest clips, so a batch of one clip has a
+    single value per channel, which it cannot normalise)."""
+    def halved(size: int) -> int:  # a stride-2 stage of window 7 or 3, padded to keep the size (conv1, 3x3 pools)
+        return (size - 1) // 2 + 1
+
+    t = halved(halved(length)) // 2  # Conv_1a, MaxPool_4a, MaxPool_5a (window 2, no padding)
+    h, w = ((halved(halved(halved(halved(side))))) // 2 for side in (height, width))  # + MaxPool_2a, MaxPool_3a
+    return t, h, w
+
 MAX_SHORT_SIDE = 4320
 """The largest short side frames may be resized to (8K video's): beyond it every frame is only enlarged, and one
 frame takes hundreds of megabytes."""

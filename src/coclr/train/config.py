@@ -13,10 +13,11 @@ and any option can be overridden on the command line as ``method.topk=1``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from coclr.clips import ClipSettings, clip_option
+from coclr.clips import ClipSettings, clip_option, feature_map_size
 from coclr.config import option, require, require_milestones
 from coclr.core.methods import CONTRASTIVE, MINING_SPACES, methods_help, mining_help
 from coclr.data.augment import AugmentOptions
@@ -257,6 +258,17 @@ class PretrainConfig:
         require(not method.second_init_checkpoint or method.trains_two_views, "method.second_init_checkpoint",
                 "starts the second view's encoder where both views train (cmc, or coclr with simultaneous=true); "
                 f"{named} trains one: leave it empty, or give method.init_checkpoint for the view it trains")
+
+        data = self.data
+        positions = math.prod(feature_map_size(data.length, data.size, data.size))
+        if self.run.batch_size * positions < 2:
+            length = next(n for n in range(data.length, 99) if math.prod(feature_map_size(n, data.size, data.size)) > 1)
+            size = next(n for n in range(data.size, 999) if math.prod(feature_map_size(data.length, n, n)) > 1)
+            require(False, "run.batch_size",
+                    f"{self.run.batch_size}: batch-norm in training needs two values per channel, and clips of "
+                    f"{data.length}x{data.size}x{data.size} leave one position in S3D's last feature map; give "
+                    f"run.batch_size of at least 2, or data.length of at least {length} or data.size of at least "
+                    f"{size}")
 
     def check_second_view(self, why: str) -> None:
         require(self.data.view != self.data.second_view, "data.second_view",
