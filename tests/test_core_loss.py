@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -178,8 +179,10 @@ def test_logits_are_float32_under_bf16_autocast():
 def test_a_temperature_or_batch_no_loss_can_use_is_refused():
     """tau=0 gave infinities, tau=-1 negated logits silently, an empty batch a NaN loss."""
     q = F.normalize(torch.randn(3, 4), dim=1)
-    for tau in (0.0, -1.0, float("nan"), float("inf")):
+    for tau in (0.0, -1.0, float("nan"), float("inf"), True, "0.07"):
         with pytest.raises(ValueError, match="tau .the temperature. must be a positive number"):
             logits_from(q, q, q, tau)
+    # a NumPy number is a number (it was refused as "not a positive number, got np.float32(0.07)")
+    assert torch.equal(logits_from(q, q, q, np.float32(0.5)), logits_from(q, q, q, float(np.float32(0.5))))
     with pytest.raises(ValueError, match="a batch of 0 rows"):
         multi_positive_nce(torch.zeros(0, 5), torch.zeros(0, 5, dtype=torch.bool))

@@ -207,6 +207,21 @@ def test_frames_at_a_rate_no_video_has_are_refused_naming_fps(encoder, fps):
         Embedder(encoder, workers=0, **SMALL).embed_frames(moving_square(9), fps)
 
 
+def test_a_rate_and_settings_as_pyav_and_numpy_give_them_are_numbers(encoder):
+    """PyAV's ``Fraction`` rate and NumPy's numbers and arrays were refused as not numbers ("must be between 0.01
+    and 1000.0 frames per second, got 30000/1001"; "mean: needs 3 values, got [0.5 0.5 0.5]")."""
+    from fractions import Fraction
+
+    video = moving_square(12)
+    base = Embedder(encoder, workers=0, mean=(0.5, 0.5, 0.5), **SMALL).embed_frames(video, 30000 / 1001)
+    other = Embedder(encoder, workers=0, mean=np.array([0.5, 0.5, 0.5]), **SMALL)
+    assert other.settings.mean == (0.5, 0.5, 0.5) and type(other.settings.mean[0]) is float
+    for fps in (Fraction(30000, 1001), np.float64(30000 / 1001)):
+        result = other.embed_frames(video, fps)
+        assert result.fps == base.fps and type(result.fps) is float
+        np.testing.assert_array_equal(result.vector, base.vector)
+
+
 def test_head_feature_is_the_projection_of_the_pooled_feature(encoder):
     from coclr.models.loading import load_encoder
 

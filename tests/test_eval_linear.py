@@ -98,3 +98,40 @@ def test_progress_counts_every_training_epoch_of_the_grid_and_the_final_probe(ca
     assert any(line.startswith("linear probe") and f"/{30 + final} " in line for line in bar)
     assert linear_probe(train, test, 5, from_dict(LinearProbeConfig, SMALL_GRID)).top1 == result.top1
     assert capsys.readouterr().err == ""  # quiet by default
+
+
+def test_features_and_labels_as_a_library_user_has_them_give_the_same_probe():
+    """float64 features and int32 or float labels (NumPy's defaults) failed deep in torch; they are the same probe."""
+    train, test = _split()
+    config = from_dict(LinearProbeConfig, SMALL_GRID)
+    base = linear_probe(train, test, 5, config)
+    other = linear_probe(VideoFeatures(train.features.astype(np.float64), train.labels.astype(np.int32), train.keys),
+                         VideoFeatures(test.features.astype(np.float64), test.labels.astype(float), test.keys),
+                         5, config)
+    np.testing.assert_array_equal(other.probabilities, base.probabilities)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda f: f._replace(features=np.where(np.arange(len(f.labels))[:, None] == 3, np.nan, f.features)),
+     "train features hold NaN or infinite values \\(in 1 video\\(s\\)\\)"),
+    (lambda f: f._replace(labels=f.labels + 0.5), "train labels must be class indices \\(whole numbers\\)"),
+    (lambda f: f._replace(labels=f.labels.astype(str)), "train labels must be class indices"),
+    (lambda f: f._replace(labels=f.labels[:-1]), "train: 150 feature rows, 149 labels and 150 keys"),
+    (lambda f: f._replace(features=f.features[:, :3]), "train and test features differ in size: 3 vs 24"),
+])
+def test_features_the_probe_cannot_score_are_refused_in_one_line(change, message):
+    """One NaN row made every probability NaN, and the probe reported chance accuracy as its result."""
+    from coclr.errors import DataError
+
+    train, test = _split()
+    with pytest.raises(DataError, match=message):
+        linear_probe(change(train), test, 5, from_dict(LinearProbeConfig, SMALL_GRID))
+
+
+def test_a_probe_batch_of_one_is_refused_and_the_grid_is_checked():
+    """Batch-norm skips a step of one video, so a batch size of 1 trained nothing and scored the untrained probe."""
+    train, test = _split()
+    with pytest.raises(ConfigError, match="batch_size: must be >= 2"):
+        from_dict(LinearProbeConfig, {"batch_size": 1})
+    with pytest.raises(ConfigError, match="epochs: need values >= 1"):
+        linear_probe(train, test, 5, LinearProbeConfig(epochs=[0]))  # built directly, not through a config file

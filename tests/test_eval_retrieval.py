@@ -217,3 +217,24 @@ def test_exact_scores_do_not_depend_on_position_or_block_shape():
     assert gallery_mean(rows[::-1]).tobytes() == mean.tobytes()  # order-free mean
     np.testing.assert_allclose(mean, rows.astype(np.float64).mean(axis=0), rtol=1e-12)
     assert tree_sum(np.array([1.0, 2.0, 3.0]), 0) == 6.0
+
+
+def test_labels_of_any_kind_and_features_of_another_width():
+    """Class names as labels were a torch TypeError; labels of another count were a torch size error, or ignored;
+    a query one column wide was broadcast against the gallery and scored."""
+    rng = np.random.default_rng(0)
+    gallery, queries = rng.normal(size=(60, 32)), rng.normal(size=(25, 32))
+    gallery_labels, query_labels = rng.integers(0, 5, 60), rng.integers(0, 5, 25)
+    names = np.array(list("abcde"))
+    by_index = retrieve(queries, query_labels, gallery, gallery_labels)
+    by_name = retrieve(queries, names[query_labels], gallery, list(names[gallery_labels]))
+    assert by_name.recall == by_index.recall
+    for width in (16, 1):
+        with pytest.raises(DataError, match=f"query and gallery features of view 0 differ in size: {width} vs 32"):
+            retrieve(queries[:, :width], query_labels, gallery, gallery_labels)
+    with pytest.raises(DataError, match=r"query labels: expected one per video \(25\), got shape \(30,\)"):
+        retrieve(queries, rng.integers(0, 5, 30), gallery, gallery_labels, query_chunk=5)
+    with pytest.raises(DataError, match=r"gallery labels: expected one per video \(60\), got shape \(59,\)"):
+        retrieve(queries, query_labels, gallery, gallery_labels[:59])
+    with pytest.raises(ValueError, match="k must be >= 1, got 0"):
+        topk_neighbours(queries, gallery, 0)

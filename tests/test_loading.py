@@ -400,6 +400,10 @@ def test_unknown_format_lists_what_was_found(tmp_path):
     torch.save([torch.zeros(1)], tmp_path / "list.pt")
     with pytest.raises(CheckpointError, match="list"):
         load_encoder(tmp_path / "list.pt")
+    # a key that is not a name was an AttributeError ('int' object has no attribute 'startswith')
+    torch.save({**S3D(width=0.125).state_dict(), 7: torch.zeros(1)}, tmp_path / "int_key.pt")
+    with pytest.raises(CheckpointError, match=r"int_key\.pt: a state-dict key is not a name but int 7"):
+        load_encoder(tmp_path / "int_key.pt")
 
 
 def test_missing_and_corrupt_files(tmp_path):

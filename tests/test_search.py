@@ -55,6 +55,20 @@ def test_chunked_search_equals_brute_force(center):
         np.testing.assert_allclose(faiss_scores, scores, atol=1e-5)
 
 
+def test_queries_of_another_width_are_refused_not_reshaped(folder):
+    """Eight 16-dimensional queries against a 128-dimensional gallery were merged into one query of 128."""
+    from coclr.errors import DataError
+
+    gallery = np.random.default_rng(0).normal(size=(50, 128)).astype(np.float32)
+    assert nearest(gallery, gallery[3], 2)[1].tolist() == [[3, *nearest(gallery, gallery[3:4], 2)[1][0][1:]]]
+    for queries in (gallery[:8, :16], gallery[:2, :64], gallery[0, :64], gallery[None, :2]):
+        with pytest.raises(DataError, match=r"queries must be vectors of the gallery's 128 dimensions .* got shape"):
+            nearest(gallery, queries, 3)
+    embeddings = Embeddings(folder[0])
+    with pytest.raises(DataError, match=r"search takes one query vector, got shape \(2, "):
+        search(embeddings, embeddings.videos[:2], k=2)
+
+
 @pytest.mark.skipif(not faiss_available(), reason="faiss-cpu is not installed (optional)")
 def test_faiss_backend_on_a_folder(folder):
     out, _, _ = folder

@@ -58,6 +58,7 @@ def feature_map_size(length: int, height: int, width: int) -> tuple[int, int, in
     h, w = ((halved(halved(halved(halved(side))))) // 2 for side in (height, width))  # + MaxPool_2a, MaxPool_3a
     return t, h, w
 
+
 MAX_SHORT_SIDE = 4320
 """The largest short side frames may be resized to (8K video's): beyond it every frame is only enlarged, and one
 frame takes hundreds of megabytes."""

@@ -17,6 +17,7 @@ negative).
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Literal
 
 import torch
@@ -113,8 +114,9 @@ def logits_from(q: torch.Tensor, k: torch.Tensor, queue_keys: torch.Tensor, tau:
         raise ValueError(f"q and k must both be [B, D], got {tuple(q.shape)} and {tuple(k.shape)}")
     if queue_keys.dim() != 2 or queue_keys.shape[1] != q.shape[1]:
         raise ValueError(f"queue_keys must be [K, {q.shape[1]}], got {tuple(queue_keys.shape)}")
-    if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):  # (0: infinities, < 0: negated)
-        raise ValueError(f"tau (the temperature) must be a positive number, got {tau!r}")
+    if not (isinstance(tau, numbers.Real) and not isinstance(tau, bool) and math.isfinite(tau) and tau > 0):
+        raise ValueError(f"tau (the temperature) must be a positive number, got {tau!r}")  # (0: inf, < 0: negated)
+    tau = float(tau)
     with float32_scores(q):
         own = (q.float() * k.float()).sum(dim=1, keepdim=True)
         return torch.cat([own, similarity(q, queue_keys)], dim=1) / tau

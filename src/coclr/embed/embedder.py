@@ -32,6 +32,7 @@ from __future__ import annotations
 import array
 import dataclasses
 import math
+import numbers
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -166,6 +167,8 @@ class Embedder:
                             f"{getattr(frames, 'shape', None)}")
         if fps is None:
             raise ConfigError("fps: the frames' rate is needed (frames per second), got None")
+        if isinstance(fps, numbers.Real) and not isinstance(fps, (bool, np.bool_)):
+            fps = float(fps)  # (a Fraction, as PyAV gives a stream's rate, or a NumPy number)
         check_fps(fps, "fps")  # (a rate of 0, below 0 or NaN made every window's seconds wrong, or a traceback)
         runner = _Runner(self, [name])
         times = np.arange(len(frames), dtype=np.float64) / fps

@@ -646,7 +646,12 @@ def nearest(gallery: np.ndarray | UnitRows, queries: np.ndarray, k: int, backend
     if backend not in SEARCH_BACKENDS:
         raise ConfigError(f"backend: {backend!r} is not one of {', '.join(SEARCH_BACKENDS)}")
     dim = gallery.dim if isinstance(gallery, UnitRows) else gallery.shape[1]
-    queries = np.asarray(queries, np.float32).reshape(-1, dim)
+    queries = np.asarray(queries, np.float32)
+    if queries.ndim == 1:
+        queries = queries[None]
+    if queries.ndim != 2 or queries.shape[1] != dim:
+        raise DataError(f"queries must be vectors of the gallery's {dim} dimensions ([{dim}] or [queries, {dim}]), "
+                        f"got shape {queries.shape} (from another encoder?)")
     if backend == "faiss":
         raw = gallery.block(0, gallery.count) if isinstance(gallery, UnitRows) else gallery
         return _faiss_nearest(raw, queries, k, center and not isinstance(gallery, UnitRows), chunk)
@@ -696,6 +701,8 @@ def search(embeddings: Embeddings, query: np.ndarray, k: int = SearchOptions.k, 
     is never served: it is left out (its path appended to ``stale``) and the next row takes its place; only the
     candidates' files are looked at, so a search costs a few ``stat`` calls, not one per row."""
     check_search(embeddings, SearchOptions(k=k, windows=windows, backend=backend, center=center))
+    if np.ndim(query) != 1:
+        raise DataError(f"search takes one query vector, got shape {np.shape(query)} (search each row alone)")
     gallery = embeddings.windows if windows else embeddings.videos
     rows_or_prepared = folder_rows(embeddings, windows, center) if backend == "exact" else gallery
     left_out = {exclude} if exclude is not None else set()

@@ -17,8 +17,11 @@ video's embedding is the feature the paper's retrieval computes for it.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from coclr.clips import (
     CLIP_KEYS,
@@ -187,9 +190,23 @@ def resolve_settings(checkpoint: str | Path, flow_checkpoint: str | Path | None 
     return _settings(values, overrides)
 
 
+def _plain(value: Any) -> Any:
+    """A setting given as a library user may have it (a NumPy array or scalar, a ``Fraction`` frame rate as PyAV
+    gives it) as the plain Python value the settings hold and record."""
+    if isinstance(value, np.ndarray):
+        return tuple(value.tolist())
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(item) for item in value)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, numbers.Rational) and not isinstance(value, int):
+        return float(value)
+    return value
+
+
 def _settings(values: dict[str, Any], overrides: dict[str, Any]) -> EmbedSettings:
     """The checked settings of ``values`` with the ``overrides`` that are set."""
-    values.update({key: value for key, value in overrides.items() if value is not None})
+    values.update({key: _plain(value) for key, value in overrides.items() if value is not None})
     values = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
     if values.get("short_side") == 0:  # --short-side 0: the decoded size, as in coclr data store
         values["short_side"] = None

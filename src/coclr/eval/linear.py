@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from coclr.config import validate
 from coclr.errors import DataError
 from coclr.eval.features import (
     ClipConfig,
@@ -153,13 +154,34 @@ def select_hyperparameters(features: np.ndarray, labels: np.ndarray, num_classes
     return selected, grid
 
 
-def _check_features(train: VideoFeatures, test: VideoFeatures, num_classes: int) -> None:
+def _checked(features: VideoFeatures, name: str, num_classes: int) -> VideoFeatures:
+    """``features`` as the probe takes them (float32 ``[N, D]`` rows, int64 labels), or one :class:`DataError`
+    naming the split and what is wrong: a probe fitted to NaN rows scored chance as if it had trained."""
+    rows = np.asarray(features.features)
+    labels = np.asarray(features.labels)
+    if rows.ndim != 2 or not np.issubdtype(rows.dtype, np.number):
+        raise DataError(f"{name} features must be numbers [videos, dimensions], got {rows.dtype} {rows.shape}")
+    if labels.ndim != 1 or len(labels) != len(rows) or len(features.keys) != len(rows):
+        raise DataError(f"{name}: {len(rows)} feature rows, {len(labels)} labels and {len(features.keys)} keys; "
+                        "each video needs one of each")
+    if labels.dtype == bool or not np.issubdtype(labels.dtype, np.number) \
+            or not np.array_equal(labels, np.round(labels)):
+        raise DataError(f"{name} labels must be class indices (whole numbers), got {labels.dtype}")
+    if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
+        raise DataError(f"{name} labels must be in [0, {num_classes}), got {labels.min()}..{labels.max()}")
+    if not np.isfinite(rows).all():
+        raise DataError(f"{name} features hold NaN or infinite values (in {int((~np.isfinite(rows)).any(1).sum())} "
+                        "video(s)): the encoder's output is broken")
+    return VideoFeatures(rows.astype(np.float32, copy=False), labels.astype(np.int64), list(features.keys))
+
+
+def _check_features(train: VideoFeatures, test: VideoFeatures, num_classes: int
+                    ) -> tuple[VideoFeatures, VideoFeatures]:
+    train, test = _checked(train, "train", num_classes), _checked(test, "test", num_classes)
     if train.features.shape[1] != test.features.shape[1]:
         raise DataError(f"train and test features differ in size: {train.features.shape[1]} vs "
                         f"{test.features.shape[1]}")
-    for name, labels in (("train", train.labels), ("test", test.labels)):
-        if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
-            raise DataError(f"{name} labels must be in [0, {num_classes}), got {labels.min()}..{labels.max()}")
+    return train, test
 
 
 def linear_probe(train: VideoFeatures, test: VideoFeatures, num_classes: int, config: LinearProbeConfig | None = None,
@@ -168,7 +190,8 @@ def linear_probe(train: VideoFeatures, test: VideoFeatures, num_classes: int, co
     shows a bar over all the training epochs (the grid's, then the final probe's) with an ETA."""
 
     config = config or LinearProbeConfig()
-    _check_features(train, test, num_classes)
+    validate(config)
+    train, test = _check_features(train, test, num_classes)
     grid_epochs = len(config.lrs) * len(config.weight_decays) * max(config.epochs)
     with progress_bar(total=grid_epochs, desc="linear probe", unit="epoch", disable=not progress, leave=False) as bar:
         selected, grid = select_hyperparameters(train.features, train.labels, num_classes, config, device,

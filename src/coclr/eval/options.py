@@ -58,7 +58,8 @@ class LinearProbeConfig:
                 f"need values >= 0, got {self.weight_decays}")
         require(bool(self.epochs) and all(e >= 1 for e in self.epochs), "epochs",
                 f"need values >= 1, got {self.epochs}")
-        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.batch_size >= 2, "batch_size", f"must be >= 2 (the probe's batch-norm needs two videos a "
+                f"step), got {self.batch_size}")
         require(0.0 < self.val_fraction < 1.0, "val_fraction", f"must be in (0, 1), got {self.val_fraction}")
 
 

@@ -111,6 +111,10 @@ class _Rows:
             for view, feats in enumerate(views):
                 if feats.ndim != 2 or len(feats) != n:
                     raise DataError(f"{name} features of view {view}: expected [{n}, D], got {tuple(feats.shape)}")
+        for view, (queries, gallery) in enumerate(zip(self.queries, self.galleries)):
+            if queries.shape[1] != gallery.shape[1]:
+                raise DataError(f"query and gallery features of view {view} differ in size: {queries.shape[1]} vs "
+                                f"{gallery.shape[1]} dimensions (from different encoders?)")
         if self.num_gallery == 0 or self.num_query == 0:
             raise DataError(f"retrieval needs queries and gallery videos, got {self.num_query} and "
                             f"{self.num_gallery}")
@@ -169,9 +173,28 @@ def topk_neighbours(query: torch.Tensor | np.ndarray | Sequence, gallery: torch.
     time, so memory-mapped arrays of millions of rows are read without being copied whole. Returns
     ``(scores [Q, k], indices [Q, k])``.
     """
+    if int(k) < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
     rows = _Rows(query, gallery, device, center)
-    scores, indices = _topk(rows, min(k, rows.num_gallery), query_chunk, gallery_chunk)
+    scores, indices = _topk(rows, min(int(k), rows.num_gallery), query_chunk, gallery_chunk)
     return scores.float().cpu().numpy(), indices.cpu().numpy().astype(np.int64)
+
+
+def class_codes(query_labels, gallery_labels, num_query: int, num_gallery: int) -> tuple[np.ndarray, np.ndarray]:
+    """The labels of the queries and of the gallery as integer codes of one numbering (labels may be any values
+    that compare: class indices, names), or one :class:`DataError` where a side's count is not its videos'."""
+    labels = []
+    for name, given, count in (("query", query_labels, num_query), ("gallery", gallery_labels, num_gallery)):
+        array = np.asarray(given)
+        if array.ndim != 1 or len(array) != count:
+            raise DataError(f"{name} labels: expected one per video ({count}), got shape {array.shape}")
+        labels.append(array)
+    try:
+        _, codes = np.unique(np.concatenate(labels), return_inverse=True)
+    except TypeError as error:
+        raise DataError(f"labels must be values of one kind that compare (class indices or names): {error}") from None
+    codes = codes.reshape(-1).astype(np.int64)
+    return codes[:num_query], codes[num_query:]
 
 
 def recall_at_k(topk_indices: np.ndarray, query_labels: np.ndarray, gallery_labels: np.ndarray,
@@ -230,6 +253,7 @@ def retrieve(query: torch.Tensor | np.ndarray | Sequence, query_labels: np.ndarr
     if not ks or ks[0] < 1:
         raise ValueError(f"k values must be >= 1, got {ks}")
     rows = _Rows(query, gallery, device, center=True)
+    query_labels, gallery_labels = class_codes(query_labels, gallery_labels, rows.num_query, rows.num_gallery)
     scores, indices = _topk(rows, min(ks[-1], rows.num_gallery), query_chunk, gallery_chunk)
     kth = scores[:, [min(k, rows.num_gallery) - 1 for k in ks]]
     recall = recall_with_ties(rows, kth, ks, query_labels, gallery_labels, query_chunk, gallery_chunk)

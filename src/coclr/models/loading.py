@@ -419,10 +419,14 @@ def _is_torchscript(data: bytes) -> bool:
     return any(name.endswith("/constants.pkl") for name in names) and any("/code/" in name for name in names)
 
 
-def _strip_module(state: Mapping[str, Any]) -> dict[str, Any]:
-    """Remove leading ``module.`` prefixes (DataParallel / DDP) from every key."""
+def _strip_module(path: Path, state: Mapping[str, Any]) -> dict[str, Any]:
+    """Remove leading ``module.`` prefixes (DataParallel / DDP) from every key; a key that is not a name (no state
+    dict has one) is refused naming the file."""
     out: dict[str, Any] = {}
     for key, value in state.items():
+        if not isinstance(key, str):
+            raise CheckpointError(f"{path}: a state-dict key is not a name but {type(key).__name__} {key!r}: not a "
+                                  "checkpoint this version reads")
         while key.startswith("module."):
             key = key[len("module.") :]
         out[key] = value
@@ -441,8 +445,8 @@ def _detect_format(path: Path, payload: Any) -> tuple[str, dict[str, Any]]:
             f"{path}: unknown checkpoint format {declared!r} (this version reads {', '.join(_OUR_FORMATS)})"
         )
     nested = payload.get("state_dict")
-    state = _strip_module(nested if isinstance(nested, dict) else payload)
-    keys = [key for key in state if isinstance(key, str)]
+    state = _strip_module(path, nested if isinstance(nested, dict) else payload)
+    keys = list(state)
 
     def has(prefix: str) -> bool:
         return any(key.startswith(prefix) for key in keys)
@@ -478,7 +482,7 @@ def _load_ours(path: Path, payload: dict[str, Any]) -> tuple[S3D, ProjectionHead
                               f"{type(payload['meta']).__name__}")
     if not isinstance(arch, dict) or any(key not in arch for key in _ARCH_KEYS):
         raise CheckpointError(f"{path}: 'arch' must be a dict with keys {_names(_ARCH_KEYS)}, got {arch!r}")
-    state = _strip_module(_tensors(path, payload["backbone"], "backbone"))
+    state = _strip_module(path, _tensors(path, payload["backbone"], "backbone"))
     width, bn_eps = _arch_number(path, arch, "width"), _arch_number(path, arch, "bn_eps")
     if not isinstance(arch["gating"], bool):
         raise CheckpointError(f"{path}: invalid 'arch': gating must be true or false, got {arch['gating']!r}")
@@ -496,7 +500,7 @@ def _load_ours(path: Path, payload: dict[str, Any]) -> tuple[S3D, ProjectionHead
         if isinstance(embed_dim, bool) or not isinstance(embed_dim, int) or embed_dim < 1:
             raise CheckpointError(f"{path}: invalid 'arch': embed_dim must be a positive whole number, got "
                                   f"{embed_dim!r}")
-        head_tensors = _strip_module(_tensors(path, payload["head"], "head"))
+        head_tensors = _strip_module(path, _tensors(path, payload["head"], "head"))
         last = head_tensors.get("fc2.weight")
         if last is not None and last.dim() == 2 and last.shape[0] != embed_dim:
             raise CheckpointError(f"{path}: invalid 'arch': embed_dim {embed_dim}, but head.fc2.weight holds "
