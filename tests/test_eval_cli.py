@@ -95,6 +95,32 @@ def test_errors_are_clear_and_early(tiny, capsys, args, message):
     assert message in capsys.readouterr().err
 
 
+def test_frames_unlike_the_encoders_training_are_said(tiny, capsys):
+    """The short side, frame rate and flow bound a checkpoint recorded were not compared with the store's: an encoder
+    trained on 32-pixel frames was evaluated on 128-pixel ones without a word."""
+    store, _, _, root = tiny  # frames as decoded, every frame, flow at the default bound of 20 px
+    same = {"view": "flow", "length": 8, "stride": 1, "size": 32, "short_side": None, "fps": None, "flow_bound": 20.0}
+    other = {**same, "short_side": 32, "fps": 10.0, "flow_bound": 1.5}
+    for name, settings in (("same", same), ("other", other)):
+        encoder = save_tiny_encoder(root / f"{name}_flow.pt", seed=2, meta={"clip_settings": settings})
+        assert main(["eval", "retrieval", "--checkpoint", str(encoder), "--store", str(store), "--batch-size", "6",
+                     "--quiet"]) == 0
+        warnings = [line for line in capsys.readouterr().err.splitlines() if "was trained on" in line]
+        if name == "same":
+            assert warnings == []
+            continue
+        assert warnings == [
+            "coclr eval: warning: other_flow.pt was trained on frames of short side 32 px; this store's 'flow' has "
+            "frames as decoded (a store made with `coclr data store --short-side` as its training store's gives it "
+            "its own clips)",
+            "coclr eval: warning: other_flow.pt was trained on frames at 10.0 fps; this store's 'flow' has every "
+            "decoded frame (a store made with `coclr data store --fps` as its training store's gives it its own "
+            "clips)",
+            "coclr eval: warning: other_flow.pt was trained on flow clipped at +-1.5 px; this store's 'flow' has flow "
+            "clipped at +-20.0 px (a store made with `coclr flow --bound` as its training store's gives it its own "
+            "clips)"]
+
+
 def test_clip_settings_and_view_default_to_what_the_checkpoint_was_trained_on(tiny, capsys):
     store, _, _, root = tiny
     settings = {"view": "flow", "length": 8, "stride": 1, "size": 32}
@@ -131,7 +157,7 @@ def test_bad_evaluation_options_are_refused_before_any_feature_is_extracted(tiny
     assert "length: must be >= 8" in capsys.readouterr().err
     assert not (root / "c0").exists()
     assert main([*base, "--ks", "1", "50", *CLIP_ARGS]) == 0
-    assert "k = 50 exceed the 6 'train' videos" in capsys.readouterr().err
+    assert "k = 50 exceeds the 6 'train' videos" in capsys.readouterr().err
 
 
 def test_a_collapsed_encoder_is_reported_and_scores_chance(tiny, capsys):

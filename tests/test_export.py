@@ -230,13 +230,20 @@ def test_cli_card_of_a_learn_encoder(encoder_file, tmp_path, capsys):
     status = main(["export", str(folder / "encoder_rgb.pth"), "--format", "safetensors", "--out", str(tmp_path / "o")])
     assert status == 0 and "model.safetensors" in capsys.readouterr().out
     card = (tmp_path / "o" / "README.md").read_text()
-    assert "from 8 videos" in card and "the last stage that did not collapse" in card
+    assert "the last stage that did not collapse" in card
+    # the run's steps are said as the run's, not as this encoder's (an early stage exported had not had them)
+    assert ("from a `coclr learn` run without labels on 8 videos (InfoNCE then two CoCLR cycles, 640 steps of batch "
+            "12 over all its stages, S3D width 0.125); this encoder is its stage cycle2_rgb") in card
     assert "effective_rank 3.5" in card and "coclr.load_encoder" in card
     # any other checkpoint put beside a learn.json was called "learnt by coclr learn" with the run's figures
-    save_encoder(folder / "my_pretrain.pth", build_encoder(width=0.125), {"view": "rgb", "method": "infonce"})
+    save_encoder(folder / "my_pretrain.pth", build_encoder(width=0.125), {"view": "flow", "method": "infonce"})
     assert main(["export", str(folder / "my_pretrain.pth"), "--format", "safetensors", "--out",
                  str(tmp_path / "p")]) == 0
-    assert "coclr learn" not in (tmp_path / "p" / "README.md").read_text()
+    card = (tmp_path / "p" / "README.md").read_text()
+    assert "coclr learn" not in card
+    # its meta names its view, though no clips are recorded: the title said "view unknown" above `view: "flow"`
+    assert card.startswith("# S3D video encoder (flow view), exported by coclr")
+    assert json.loads((tmp_path / "p" / "config.json").read_text())["view"] == "flow"
     assert main(["export", str(folder / "encoder_rgb.pth"), "--format", "keras", "--out", str(tmp_path / "k")]) == 2
     assert "not a format coclr exports" in capsys.readouterr().err
 

@@ -43,19 +43,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--checkpoint2/--view2 evaluate two streams and average their similarities or probabilities.")
     tasks = parser.add_subparsers(dest="task", required=True, metavar="TASK")
 
-    retrieval = tasks.add_parser("retrieval", help="nearest-neighbour retrieval, R@k")
+    retrieval = tasks.add_parser(
+        "retrieval", help="nearest-neighbour retrieval, R@k",
+        description="Each test video queries the train videos by the cosine similarity of its features (each the "
+        "mean of its windows' pooled backbone features, centred by the train videos' mean); R@k is the share of "
+        "queries with a video of their class among their k nearest, ties counted in expectation.")
     _add_common(retrieval)
     retrieval.add_argument("--ks", type=int, nargs="+", default=[1, 5, 10, 20],
                            help="k values, at least 1 (default 1 5 10 20; a k above the number of train videos is "
                            "computed over all of them, with a warning)")
     retrieval.add_argument("--cache-dir", help="feature cache folder (keyed by checkpoint content and data options)")
 
-    linear = tasks.add_parser("linear", help="linear probe on frozen features")
+    linear = tasks.add_parser(
+        "linear", help="linear probe on frozen features",
+        description="A batch-norm and linear classifier trained with Adam on the frozen features of the train "
+        "videos; learning rate, weight decay and epochs are chosen on held-out train videos, then the probe is "
+        "retrained on every train video and tested once. Writes the test probabilities beside --out.")
     _add_common(linear)
     linear.add_argument("--cache-dir", help="feature cache folder (keyed by checkpoint content and data options)")
     add_option_flags(linear, LinearProbeConfig)
 
-    finetune = tasks.add_parser("finetune", help="end-to-end finetuning, centre-crop and ten-crop test")
+    finetune = tasks.add_parser(
+        "finetune", help="end-to-end finetuning, centre-crop and ten-crop test",
+        description="The encoder and a linear classifier (dropout before it) trained end to end on the train "
+        "videos, the backbone at --backbone-lr-scale times the classifier's learning rate; the model after the "
+        "last epoch is tested with centre crops and with the ten-crop test. Resumable in --work-dir.")
     _add_common(finetune)
     finetune.add_argument("--work-dir", help="folder for the resumable state and probabilities (default: next to "
                           "--out, else ./finetune)")
@@ -121,7 +133,15 @@ def run(args: argparse.Namespace) -> int:
     from coclr.distributed import pick_device
     from coclr.errors import ConfigError
     from coclr.eval.evaluate import evaluate_checkpoint
-    from coclr.eval.features import ClipConfig, Stream, check_inputs, split_entries, trained_clips, trained_view
+    from coclr.eval.features import (
+        ClipConfig,
+        Stream,
+        check_inputs,
+        split_entries,
+        trained_clips,
+        trained_view,
+        unlike_training,
+    )
     from coclr.eval.report import degenerate
     from coclr.models.loading import require_checkpoint_file
     from coclr.store.clipstore import open_store
@@ -146,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
         gallery = len(split_entries(store, args.train_split, views))
         beyond = [k for k in args.ks if k > gallery]
         if beyond:
-            print(f"coclr eval: warning: k = {', '.join(map(str, beyond))} exceed the {gallery} {args.train_split!r} "
+            print(f"coclr eval: warning: k = {', '.join(map(str, beyond))} exceed{'s' if len(beyond) == 1 else ''} "
+                  f"the {gallery} {args.train_split!r} "
                   f"videos retrieved: R@k is computed over all {gallery} there (a hit whenever the class is in the "
                   "gallery)", file=sys.stderr)
     for line in label_warnings(split_entries(store, args.train_split, views),
@@ -154,6 +175,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"coclr eval: warning: {line}", file=sys.stderr)
     shown = ", ".join(f"{key} {value} ({sources[key]})" for key, value in clips.items())
     print(f"coclr eval: clips of {shown}; views {', '.join(s.view for s in streams)}", file=sys.stderr)
+    for stream in streams:
+        for line in unlike_training(store, stream.checkpoint, stream.view):
+            print(f"coclr eval: warning: {line}", file=sys.stderr)
     for split, videos in left_out.items():
         if videos:
             from coclr.data.datasets import left_out_message

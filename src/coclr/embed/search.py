@@ -6,8 +6,8 @@ documented rule: higher score first, then lower row. By default nothing is centr
 when videos are added to the folder); ``center=True`` subtracts the mean of the folder's rows first, as the paper's
 retrieval protocol does with its gallery (the order-free mean of :func:`coclr.eval.exact.gallery_mean`).
 
-Speed: the rows are normalised once, when the folder is first searched (or when ``coclr embed`` calls
-:func:`prepare_search` after writing it), into ``search/<videos|windows>.<plain|centred>.npy`` beside the arrays,
+Speed: the rows are normalised once, when the folder is first searched (or ahead of it, by a call of
+:func:`prepare_search`), into ``search/<videos|windows>.<plain|centred>.npy`` beside the arrays,
 with a JSON record of the source array's identity (device, inode, size, modification and change times) and its
 BLAKE2 checksum: a source whose identity changed is checksummed again, and rows whose checksum differs are
 normalised again, so a changed folder is never served stale. The prepared rows are memory-mapped, beside their
@@ -628,8 +628,8 @@ def folder_rows(embeddings: Embeddings, windows: bool = False, center: bool = Fa
 
 
 def prepare_search(root: str | Path) -> None:
-    """Prepare a folder's rows for search now (videos and windows, not centred): the hook ``coclr embed`` may call
-    after it writes the folder, so that the first search does not pay for it. Safe to call at any time."""
+    """Prepare a folder's rows for search now (videos and windows, not centred), so that the first search does not
+    pay for it (a program that embeds and then serves searches). Safe to call at any time."""
     embeddings = Embeddings(root)
     for windows in (False, True):
         folder_rows(embeddings, windows)

@@ -36,7 +36,7 @@ from coclr.atomic import atomic_open, file_state
 from coclr.clips import IMAGENET_MEAN, IMAGENET_STD, PAPER_CLIPS, recorded_clips
 from coclr.data import augment
 from coclr.data.datasets import WindowClips, usable_entries
-from coclr.data.views import stored_view, view_kind
+from coclr.data.views import is_flow_view, stored_view, view_kind
 from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.eval.options import ClipConfig
 from coclr.interrupts import loader_worker_signals
@@ -50,6 +50,7 @@ from coclr.models.loading import (
 )
 from coclr.progress import bar as progress_bar
 from coclr.runfolder import check_output_folder
+from coclr.store.flow_views import stored_bound
 
 CACHE_FORMAT = 2
 """Bumped whenever the way features are computed changes, which invalidates every cache entry."""
@@ -318,6 +319,30 @@ def trained_clips(checkpoints: Sequence[str | Path], **given: int | None) -> tup
                               f"--{key}")
         values[key], sources[key] = (next(iter(found.values())), "checkpoint") if found else (default, "paper")
     return values, sources
+
+
+def unlike_training(store, checkpoint: str | Path, view: str) -> list[str]:
+    """How the frames ``store`` gives ``view`` differ from those ``checkpoint`` recorded training on (short side,
+    frame rate, flow bound), one line each: the encoder then sees objects at another scale, motion at another
+    speed, or flow values it never saw, and its figures are not those of its own clips. Nothing for a checkpoint
+    that records none of them."""
+    recorded = read_clip_settings(checkpoint)
+    here = {"short_side": store.meta.get("short_side"), "fps": store.meta.get("fps")}
+    if is_flow_view(view):
+        here["flow_bound"] = stored_bound(store, stored_view(view))
+    said = {"short_side": ("frames of short side {} px", "frames as decoded", "data store --short-side"),
+            "fps": ("frames at {} fps", "every decoded frame", "data store --fps"),
+            "flow_bound": ("flow clipped at +-{} px", "unclipped flow", "flow --bound")}
+    lines = []
+    for key, value in here.items():
+        if key not in recorded or recorded[key] == value or (value is None and key == "flow_bound"):
+            continue
+        shown, none, option = said[key]
+        trained = shown.format(recorded[key]) if recorded[key] is not None else none
+        this = shown.format(value) if value is not None else none
+        lines.append(f"{Path(checkpoint).name} was trained on {trained}; this store's {view!r} has {this} (a store "
+                     f"made with `coclr {option}` as its training store's gives it its own clips)")
+    return lines
 
 
 @dataclasses.dataclass(frozen=True)

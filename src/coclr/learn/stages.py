@@ -196,9 +196,10 @@ def card_notes(result: dict[str, Any], stage: str | None) -> list[str]:
             steps: Any = trained_steps(plan)
         except (KeyError, TypeError):  # (a record without the plan's epochs)
             steps = plan.get("steps", "?")
-        notes.append(f"learnt by `coclr learn` without labels from {result.get('videos', '?')} videos: InfoNCE then "
-                     f"two CoCLR cycles, {steps} steps of batch {plan.get('batch', '?')}, S3D "
-                     f"width {model.get('width', '?')}")
+        # the run's figures, said as the run's: the exported stage may be an early one (its later stages collapsed)
+        notes.append(f"from a `coclr learn` run without labels on {result.get('videos', '?')} videos (InfoNCE then "
+                     f"two CoCLR cycles, {steps} steps of batch {plan.get('batch', '?')} over all its stages, S3D "
+                     f"width {model.get('width', '?')})" + (f"; this encoder is its stage {stage}" if stage else ""))
     for view, entry in (result.get("exported") or {}).items():
         if entry.get("stage") == stage:
             notes.append(f"exported as encoder_{view}: {entry.get('reason')}")

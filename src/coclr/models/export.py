@@ -58,8 +58,9 @@ def encoder_config(backbone, head, meta: Mapping[str, Any]) -> dict[str, Any]:
     arch = Encoder(backbone, head).arch
     meta = _as_json(dict(meta), "meta")
     settings = meta.get("clip_settings") or {}
+    view = settings.get("view") or (meta.get("view") if isinstance(meta.get("view"), str) else None)
     return {"format": "coclr.encoder", "arch": arch, "feature_dim": backbone.out_channels,
-            "view": settings.get("view"), "clip_settings": settings, "meta": meta}
+            "view": view or None, "clip_settings": settings, "meta": meta}
 
 
 def _as_json(value: Any, where: str) -> Any:
