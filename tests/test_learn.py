@@ -1187,6 +1187,28 @@ def test_most_videos_shorter_than_any_clip_are_refused_before_measuring(tmp_path
         run.make_plan(["s1.mp4", "s2.mp4", "long.mp4"], 900, "cpu", 1, 0.0, show=False)
 
 
+def test_too_few_readable_videos_are_refused_before_measuring_naming_the_unreadable(monkeypatch):
+    """Seven readable videos of nine were refused after 75 s of measuring, naming none of the two it could not
+    read."""
+    from coclr.errors import VideoDecodeError
+    from coclr.learn import run
+
+    def measured(*args, **kwargs):
+        raise AssertionError("measured before refusing")
+
+    def probe(path):
+        if "bad" in path:
+            raise VideoDecodeError(f"{path}: the file is empty")
+        return SimpleNamespace(frames=90)
+
+    monkeypatch.setattr(run, "measure_costs", measured)
+    monkeypatch.setattr("coclr.video.decode.probe_video", probe)
+    paths = [f"v{number}.mp4" for number in range(7)] + ["bad1.mp4", "bad2.mkv"]
+    with pytest.raises(ConfigError, match=r"^7 readable video\(s\) \(2 could not be read: bad1\.mp4, bad2\.mkv\): "
+                                          "learning needs at least 8"):
+        run.make_plan(paths, 900, "cpu", 1, 0.0, show=False)
+
+
 def test_a_second_learn_on_a_folder_at_work_is_refused_before_measuring(tmp_path, monkeypatch):
     """The second of two identical commands measured this machine for a minute before the claim refused it."""
     from coclr.learn import LearnOptions, run

@@ -212,6 +212,77 @@ def test_truncated_real_videos_raise(shared_clips, tmp_path):
             decode_video(half, short_side=16)
 
 
+def _remux(source: Path, target: Path, shift_seconds: float = 0.0, **options) -> Path:
+    """``source``'s video packets in a new MP4, their timestamps moved back by ``shift_seconds`` (an edit list then
+    hides what comes before 0, as ``ffmpeg -ss 1 -c copy`` writes it)."""
+    with av.open(str(source)) as container, av.open(str(target), "w", options=options) as out:
+        stream = container.streams.video[0]
+        shift = round(shift_seconds / stream.time_base)
+        copy = out.add_stream_from_template(stream)
+        for packet in container.demux(stream):
+            if packet.size:
+                packet.pts -= shift
+                packet.dts -= shift
+                packet.stream = copy
+                out.mux(packet)
+    return target
+
+
+def test_intact_files_whose_header_counts_frames_never_shown_are_not_called_truncated(tmp_path):
+    """An MP4 trimmed by an edit list (its header counts the frames before the cut) and an AVI with dropped frames
+    (counted, but no packet) were refused as "truncated or corrupt: decoded 20 of the 30 frames its header
+    announces"; a player shows them whole, as PyAV decodes them."""
+    frames = numbered_frames(21, 32, 48)
+    source = write_mp4(tmp_path / "source.mp4", np.concatenate([frames, frames[:9]]), 10.0, "libx264")
+    trimmed = _remux(source, tmp_path / "trimmed.mp4", shift_seconds=1.0)
+    with av.open(str(trimmed)) as container:
+        assert container.streams.video[0].frames == 30  # the header counts the 10 frames before the cut
+    decoded = decode_video(trimmed)
+    assert frame_numbers(decoded) == list(range(10, 21)) + list(range(9))
+    dropped = tmp_path / "dropped.avi"
+    with av.open(str(dropped), "w") as container:
+        stream = container.add_stream("mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 48, 32, "yuv420p"
+        for index, pts in enumerate([*range(8), *range(12, 20)]):  # frames 8-11 dropped by the capture
+            frame = av.VideoFrame.from_ndarray(frames[index], format="rgb24")
+            frame.pts = pts
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    with av.open(str(dropped)) as container:
+        assert container.streams.video[0].frames == 20
+    assert frame_numbers(decode_video(dropped)) == list(range(16))
+    # what is truncated still is: the AVI cut in half, and the MP4 without its end
+    for name, whole in (("half.avi", dropped), ("half.mp4", _remux(trimmed, tmp_path / "fast.mp4",
+                                                                   movflags="faststart"))):
+        half = tmp_path / name
+        half.write_bytes(whole.read_bytes()[: whole.stat().st_size * 2 // 3])
+        with pytest.raises(VideoDecodeError, match=re.escape(str(half))):
+            decode_video(half)
+
+
+def test_a_file_cut_short_decodes_alike_whatever_the_decoders_threads(tmp_path, monkeypatch):
+    """A file whose last packet is cut short failed ("corrupt video data") where FFmpeg decoded with one or two
+    threads and passed with three or more (its default is one per core): whether a video was used depended on the
+    machine. The cut packet's frame is missing, which the truncation check judges; the threads are fixed."""
+    import coclr.video.decode as decode
+
+    frames = np.random.default_rng(0).integers(0, 255, (40, 64, 64, 3), dtype=np.uint8)  # noise: large packets
+    whole = _remux(write_mp4(tmp_path / "source.mp4", frames, 10.0, "libx264"), tmp_path / "whole.mp4",
+                   movflags="faststart")
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size * 99 // 100])
+    counts = set()
+    for threads in (1, 2, 3, 8):
+        monkeypatch.setattr(decode, "DECODE_THREADS", threads)
+        counts.add(len(decode_video(cut)))
+    assert max(counts) < 40 and min(counts) >= 36
+    monkeypatch.undo()
+    with VideoReader(cut) as reader:
+        assert reader._stream.thread_count == decode.DECODE_THREADS
+
+
 def test_streaming_reader_and_frames_at_match_the_whole_decode(shared_clips):
     path = shared_clips / "flipping_a_pancake.mkv"
     whole = decode_video(path, short_side=64, fps=12.5)

@@ -32,6 +32,7 @@ from coclr.data.sampling import clip_span, segment_counts, spread
 from coclr.errors import ConfigError
 from coclr.flow.encode import bound_for
 from coclr.progress import duration
+from coclr.text import shown
 from coclr.threads import torch_threads, usable_cores
 from coclr.train.timing import inference_on_one_thread, time_training
 
@@ -571,6 +572,19 @@ def size_stage(plan: Plan, spent: float, took: dict[str, float], stages_left: in
                     "measured": epoch_seconds is not None, "stages_left": stages_left}
 
 
+def require_videos(readable: int, unreadable: Sequence[str] = ()) -> None:
+    """Refuse, in one line naming the ``unreadable`` ones (the first few), fewer than :data:`MIN_VIDEOS` readable
+    videos: checked as soon as the videos are probed, before the machine is measured."""
+    if readable < MIN_VIDEOS:
+        named = ""
+        if unreadable:
+            listed = ", ".join(shown(path) for path in unreadable[:3])
+            more = f" and {len(unreadable) - 3} more" if len(unreadable) > 3 else ""
+            named = f" ({len(unreadable)} could not be read: {listed}{more})"
+        raise ConfigError(f"{readable} readable video(s){named}: learning needs at least {MIN_VIDEOS} (each batch "
+                          "contrasts a video with the others); give more videos")
+
+
 def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.0,
                 fixed: Model | None = None) -> Plan:
     """The plan for ``footage`` within ``budget`` seconds, ``spent`` of which are gone (probing, calibration).
@@ -580,9 +594,7 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
     :data:`MIN_STEPS`; else a refusal naming the budget that would do. With ``fixed`` (the network of a checkpoint
     the run starts from), that model, given every step the budget affords, or a refusal when it does not afford
     the smallest schedule (:func:`least_steps`)."""
-    if footage.videos < MIN_VIDEOS:
-        raise ConfigError(f"{footage.videos} readable video(s): learning needs at least {MIN_VIDEOS} (each batch "
-                          "contrasts a video with the others); give more videos")
+    require_videos(footage.videos)
     if fixed is not None:
         return _fixed_plan(footage, costs, budget, spent, fixed)
     available = budget * MARGIN - spent

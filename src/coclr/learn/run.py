@@ -44,6 +44,7 @@ from coclr.learn.budget import (
     choose_plan,
     infonce_side_by_side,
     measure_costs,
+    require_videos,
     size_stage,
 )
 from coclr.learn.init import Start, copy_starts, read_starts, recorded_starts, start_file, start_model
@@ -441,7 +442,7 @@ def make_plan(paths: list[str], budget: float, device, workers: int | None, spen
 
     say(f"coclr learn: probing {len(paths)} videos and measuring this machine for the budget ...")
     begin = time.perf_counter()
-    infos, probed = [], []
+    infos, probed, unreadable = [], [], []
     with MeasureLine(len(paths), enabled=show) as line:
         for path in paths:
             line.probed()
@@ -449,9 +450,10 @@ def make_plan(paths: list[str], budget: float, device, workers: int | None, spen
                 infos.append(probe_video(path))
                 probed.append(path)
             except Exception:  # an unreadable video is the store job's failure, listed there
-                continue
+                unreadable.append(path)
         if not infos:
             raise DataError("none of the videos could be read (not a video, or damaged): check the inputs")
+        require_videos(len(infos), unreadable)  # (before the measurement, not a minute later)
         short_videos(fixed.length if fixed else min(model.length for model in MODELS), probed, infos)  # refused
         footage = Footage.of(infos)  # (before measuring) when most are shorter than the shortest clip
         workers = job_workers(workers)

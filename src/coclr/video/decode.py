@@ -67,6 +67,9 @@ _ATTACHED_PIC = 0x0400  # AV_DISPOSITION_ATTACHED_PIC: a cover picture, not a vi
 
 # A decode that yields fewer frames than the header promises by more than this is a truncated file.
 # Headers of sound files are off by a frame or two (an AVI that ffmpeg pads to 165 frames decodes 164).
+DECODE_THREADS = 2
+"""Decoder threads per video (FFmpeg's frame or slice threading): fixed, so that every machine decodes a damaged
+stream's concealed frames alike; decoding is parallel across videos, in worker processes."""
 _TRUNCATION_TOLERANCE_FRAMES = 3
 _TRUNCATION_TOLERANCE_FRACTION = 0.05
 
@@ -179,6 +182,7 @@ class VideoReader:
         self._clock = _Clock(self._stream.time_base, source_fps)
         self._end: int | Fraction | None = None
         self._end_on_stream_clock: Fraction | None = None
+        self._discarded = [0]
 
     def __enter__(self) -> VideoReader:
         return self
@@ -219,7 +223,7 @@ class VideoReader:
         clock = self._clock
         damage = _Damage()
         held = None  # each frame is timed once the next one is observed
-        for frame in _decoded_frames(self._container, self._stream, self.path):
+        for frame in _decoded_frames(self._container, self._stream, self.path, self._discarded):
             if self.decoded == 0:
                 self.orientation = self._converter.orientation = Orientation.of(frame, self._stream, self.path)
             clock.observe(frame)
@@ -238,8 +242,14 @@ class VideoReader:
         expected = self.expected
         if self.decoded == 0:
             raise VideoDecodeError(f"{self.path}: no video frame could be decoded")
-        if expected is not None and self.decoded < expected - max(_TRUNCATION_TOLERANCE_FRAMES,
-                                                                  _TRUNCATION_TOLERANCE_FRACTION * expected):
+        # The frames a header counts include those never shown: before an MP4 edit list's start (discarded
+        # packets), and an AVI's dropped frames (no packet, a gap in the timestamps): a truncated file misses frames
+        # at its end, which neither accounts for
+        spanned = self.decoded if self._end is None else max(
+            self.decoded, round(self._clock.seconds(self._end) * float(self.source_fps)))
+        shown = spanned + self._discarded[0]
+        if expected is not None and shown < expected - max(_TRUNCATION_TOLERANCE_FRAMES,
+                                                           _TRUNCATION_TOLERANCE_FRACTION * expected):
             raise VideoDecodeError(f"{self.path}: truncated or corrupt: decoded {self.decoded} of the {expected} "
                                    "frames its header announces")
         end, announced = self._end_on_stream_clock, self.expected_end
@@ -608,7 +618,9 @@ def _open(path: Path):
         stream = _video_stream(container, path)
         if stream.codec_context.name in _NOT_VIDEO_CODECS:
             raise VideoDecodeError(f"{path}: not a video (codec {stream.codec_context.name!r})")
-        stream.thread_type = "AUTO"
+        # Threads fixed, not FFmpeg's default of one per core: a damaged stream's concealed pixels depend on the
+        # thread count, so a video would embed otherwise on another machine
+        stream.thread_type, stream.thread_count = "AUTO", DECODE_THREADS
     except BaseException:
         container.close()
         raise
@@ -628,16 +640,17 @@ def _video_stream(container, path: Path | None = None):
     raise VideoDecodeError(f"{path}: the file has no video stream")
 
 
-def _decoded_frames(container, stream, path: Path) -> Iterator:
+def _decoded_frames(container, stream, path: Path, discarded: list[int] | None = None) -> Iterator:
     """Decoded frames in presentation order; a packet FFmpeg cannot decode (its frame is lost) becomes
     VideoDecodeError naming the file, and so does, in Matroska and WebM, a stretch of the file that no packet of any
     stream covers (:data:`SKIPPED_BYTES_TOLERANCE`): FFmpeg's Matroska reader skips a damaged cluster without an
     error and goes on at the next one, so the frames it held are lost in silence (and those files announce no
-    frame count to miss)."""
+    frame count to miss). ``discarded[0]`` counts the packets the container marks as never shown."""
     import av  # noqa: PLC0415 (optional)
 
     watch = "matroska" in container.format.name
     end: int | None = None
+    cut = False  # a packet of the stream was cut short (a file's end)
     try:
         for packet in container.demux() if watch else container.demux(stream):
             if watch and packet.pos is not None and packet.pos >= 0 and packet.size:
@@ -646,8 +659,18 @@ def _decoded_frames(container, stream, path: Path) -> Iterator:
                                            "readable part of the file (FFmpeg skipped them), and the frames they held "
                                            "are lost")
                 end = max(end or 0, packet.pos + packet.size)
-            if packet.stream_index == stream.index:
-                yield from packet.decode()
+            if packet.stream_index != stream.index:
+                continue
+            cut = cut or packet.is_corrupt
+            if discarded is not None and getattr(packet, "is_discard", False):
+                discarded[0] += 1  # decoded for its references, never shown: before an MP4 edit list's start
+            try:
+                frames = packet.decode()
+            except av.FFmpegError:
+                if cut:  # its frame is missing, which the truncation check judges; the error (at that packet or a
+                    continue  # later one, as the decoder's threads have it) was raised or swallowed by thread count
+                raise
+            yield from frames
     except (av.FFmpegError, OSError, ValueError) as error:
         raise VideoDecodeError(f"{path}: corrupt video data: a packet could not be decoded: {error}") from None
 
