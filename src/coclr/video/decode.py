@@ -12,7 +12,9 @@ dataset of thousands is reported and skipped instead of silently giving a short,
 
 Frames are what a player shows: turned as the file's display matrix (or legacy ``rotate`` tag) says, timed by their
 presentation timestamps (variable frame rate, edit lists, a clock that does not start at 0), and counted damaged when
-the decoder reports them corrupt (``docs/store.md``, "Decoding and resizing").
+the decoder reports them corrupt (``docs/store.md``, "Decoding and resizing"). Pixels are taken as square: a file
+whose pixels are not (anamorphic DV, DVD or HDV footage, a sample aspect ratio other than 1) is read at its coded
+width, narrower than a player shows it.
 
 Example::
 
