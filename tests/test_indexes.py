@@ -192,6 +192,13 @@ def test_folder_index(tmp_path):
         ("run/x.mkv", 0, "train"), ("walk/a.avi", 1, "train"), ("walk/b.mp4", 1, "train")]
 
 
+def test_a_name_with_a_backslash_is_named_as_such(tmp_path):
+    """It was refused as "paths must be relative, with '/' and no '..'", of a relative path, with no remedy."""
+    touch(tmp_path / "videos" / "walk" / "a\\b.mp4")
+    with pytest.raises(DataError, match=r"'walk/a\\\\b\.mp4': a backslash in a name; rename the file"):
+        folder_index(tmp_path / "videos")
+
+
 def test_folder_index_with_split_folders(tmp_path):
     for path in ("train/walk/a.avi", "train/run/b.avi", "test/walk/c.avi", "val/jump/d.avi"):
         touch(tmp_path / path)

@@ -80,7 +80,9 @@ class VideoIndex:
                 problems.append(f"{entry.path}: label {entry.label} outside 0..{len(self.classes) - 1}")
             if entry.split not in SPLITS:
                 problems.append(f"{entry.path}: split {entry.split!r} is not one of {', '.join(SPLITS)}")
-            if not is_relative_key(entry.path):
+            if "\\" in entry.path:  # (legal in a Linux name, but the index's paths separate folders by '/' only)
+                problems.append(f"{entry.path!r}: a backslash in a name; rename the file (or leave it out)")
+            elif not is_relative_key(entry.path):
                 problems.append(f"{entry.path!r}: paths must be relative, with '/' and no '..'")
             if entry.path in seen:
                 where = (f"in the {seen[entry.path]} split and in the {entry.split} split"
