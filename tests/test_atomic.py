@@ -126,3 +126,40 @@ def test_a_scratch_folder_left_by_a_killed_process_is_removed_by_the_next(tmp_pa
         assert Path(made).is_dir() and Path(made).name.startswith(f"coclr-timing.{os.getpid()}.")
         assert not stale.exists() and live.exists() and other.exists()  # (another kind's: its own to clean)
     assert not Path(made).exists()
+
+
+def test_a_checkpoint_write_that_fails_is_the_error_of_the_world_naming_the_file(tmp_path):
+    """A disk full (here the file size limit, as ``ulimit -f`` sets it) while torch.save wrote was a RuntimeError
+    of its zip writer ("unexpected pos 704 vs 598"), a traceback, not the one line naming the path."""
+    script = f"""
+import errno, resource, signal, torch
+from coclr.atomic import atomic_torch_save
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))
+try:
+    atomic_torch_save({{"w": torch.zeros(1_000_000)}}, {str(tmp_path / "c.pth")!r})
+except OSError as error:
+    print(error.errno == errno.EFBIG, error.filename)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(Path(atomic.__file__).parents[1])})
+    assert result.stdout.split() == ["True", str(tmp_path / "c.pth")], result.stderr
+    assert os.listdir(tmp_path) == []  # no partial file left
+
+
+def test_a_lock_that_cannot_be_written_names_its_file(tmp_path):
+    """The disk full as a lock wrote its holder was 'No space left on device' naming no path."""
+    script = f"""
+import errno, resource, signal
+from coclr.filelock import exclusive_lock
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+try:
+    with exclusive_lock({str(tmp_path / ".lock")!r}):
+        pass
+except OSError as error:
+    print(error.errno == errno.EFBIG, error.filename)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(Path(atomic.__file__).parents[1])})
+    assert result.stdout.split() == ["True", str(tmp_path / ".lock")], result.stderr

@@ -191,3 +191,41 @@ def test_an_allocation_the_machine_cannot_make_is_one_line(capsys) -> None:
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("coclr pretrain: error: not enough memory for 4611686018427387904")
     assert "give smaller sizes" in lines[0]
+
+
+class _KilledInWorker(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer ends a worker
+        return index
+
+
+def test_a_killed_data_worker_and_too_few_file_descriptors_are_one_line(capsys) -> None:
+    """A DataLoader worker killed mid-run (the out-of-memory killer's way), and too many open files, were
+    tracebacks."""
+    import argparse
+    import errno
+
+    from coclr.cli._world import WORLD_ERROR_STATUS, run_command
+
+    def load(args) -> int:
+        list(torch.utils.data.DataLoader(_KilledInWorker(), num_workers=1))
+        return 0
+
+    def files(args) -> int:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    def torch_files(args) -> int:
+        raise RuntimeError("Too many open files. Communication with the workers is no longer possible. Please "
+                           "increase the limit using `ulimit -n` in the shell")
+
+    for run, words in ((load, "a data-loading worker process was killed"), (files, "raise the limit (ulimit -n)"),
+                       (torch_files, "raise the limit (ulimit -n)")):
+        assert run_command(argparse.Namespace(command="pretrain", func=run)) == WORLD_ERROR_STATUS
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("coclr pretrain: error: ") and words in lines[0], lines

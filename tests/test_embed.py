@@ -990,3 +990,26 @@ def test_the_decoded_size_is_short_side_0_and_a_bad_one_is_one_line(tmp_path, ca
     assert cli_main(["embed", str(tmp_path / "none.mp4"), "--checkpoint", str(tmp_path / "enc.pth"), "--out",
                      str(tmp_path / "out"), "--short-side", "big"]) == 2
     assert "--short-side: expected a whole number of pixels (0: the decoded size), got 'big'" in capsys.readouterr().err
+
+
+def test_memory_the_machine_lacks_stops_the_job_and_fails_no_video(encoder, tmp_path, capsys, monkeypatch):
+    """A batch too large for this machine's memory was recorded as every video's failure ("RuntimeError: ...
+    can't allocate memory"), and the same command with a smaller batch skipped each as "failed before and
+    unchanged"."""
+    import coclr.embed.embedder as embedder
+
+    videos = [write_video(tmp_path / "videos" / f"v{n}.mp4", moving_square(12, seed=n)) for n in range(3)]
+    common = ["embed", str(tmp_path / "videos"), "--checkpoint", str(encoder), "--out", str(tmp_path / "out"),
+              "--length", "8", "--size", "32", "--short-side", "32", "--workers", "0", "--quiet"]
+
+    def no_memory(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you "
+                           "tried to allocate 52531200 bytes. Error code 12 (Cannot allocate memory)")
+
+    monkeypatch.setattr(embedder, "center_crop", no_memory)
+    assert cli_main(common) == 2
+    assert "error: not enough memory for 52531200 bytes" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "failed.jsonl").exists() or not (tmp_path / "out" / "failed.jsonl").read_text()
+    monkeypatch.undo()
+    assert cli_main(common) == 0
+    assert len(Embeddings(tmp_path / "out").videos) == len(videos)

@@ -229,3 +229,17 @@ def test_scores_that_mean_less_than_they_seem_are_said(tmp_path, capsys, relabel
                  *CLIP_ARGS]) == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert sum(said in line for line in warnings) == 1, warnings  # (and the random encoder's health warning)
+
+
+def test_a_feature_cache_that_cannot_be_written_is_refused_before_the_features(tiny, capsys, monkeypatch):
+    """A --cache-dir on a read-only mount was refused only after the train split's features were computed."""
+    import os
+
+    import coclr.eval.features as features
+
+    store, rgb, _, root = tiny
+    monkeypatch.setattr(features, "load_backbone", lambda path: pytest.fail("features computed before refusing"))
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    assert main(["eval", "retrieval", "--checkpoint", str(rgb), "--store", str(store), "--cache-dir",
+                 str(root / "read_only" / "cache"), *CLIP_ARGS]) == 2
+    assert "cannot be written by this user" in capsys.readouterr().err

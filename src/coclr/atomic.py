@@ -107,8 +107,14 @@ def atomic_torch_save(obj: Any, path: str | Path) -> Path:
     and a traceback replaced the one-line stop."""
     import torch  # noqa: PLC0415 (heavy)
 
-    with atomic_open(path, "wb") as file, deferred_interrupts():
-        torch.save(obj, file)
+    try:
+        with atomic_open(path, "wb") as file, deferred_interrupts():
+            torch.save(obj, file)
+    except RuntimeError as error:  # torch's zip writer hides a failed write (the disk full) behind its own error
+        cause = error.__context__
+        if isinstance(cause, OSError) and cause.errno is not None:
+            raise OSError(cause.errno, cause.strerror, str(path)) from None
+        raise
     return Path(path)
 
 

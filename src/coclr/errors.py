@@ -43,3 +43,12 @@ def why_no_file(path: str | os.PathLike[str], what: str = "file") -> str:
     if os.path.exists(path):
         return f"not a regular file (a pipe, a socket or a device), not a {what}"
     return f"{what} not found"
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an allocation this machine (or its GPU) could not make: the job's condition, not an
+    input's (a batch too large fails every video alike), so a job stops on it instead of listing inputs as failed."""
+    text = " ".join(str(error).split())
+    return (isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"
+            or (isinstance(error, OSError) and error.errno == errno.ENOMEM)
+            or "can't allocate memory" in text or "out of memory" in text.lower())

@@ -63,8 +63,12 @@ def exclusive_lock(path: str | Path, busy: Callable[[str], str] | None = None,
             who = os.pread(descriptor, 200, 0).decode("utf-8", "replace").strip() or "another process"
             if not _orphans_let_go(descriptor, who):
                 raise DataError(busy(who)) from None
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, (holder or f"pid {os.getpid()} on {socket.gethostname()}").encode(), 0)
+        try:
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, (holder or f"pid {os.getpid()} on {socket.gethostname()}").encode(), 0)
+        except OSError as error:  # (the disk full: the one line of the world's errors names the lock's path)
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+            raise OSError(error.errno, error.strerror, str(path)) from None
         _HELD[held] = 0
         try:
             yield

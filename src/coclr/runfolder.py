@@ -496,8 +496,9 @@ def refuse_foreign(folder: str | Path, command: str, record: str,
 
 def check_output_folder(folder: str | Path, command: str, ours: Callable[[Path], bool], what: str) -> None:
     """The checks of a folder ``command`` writes without a record of its own (a feature cache, a work folder): not
-    inside another command's folder (:func:`check_place`) and holding only what ``ours`` recognises (``what`` the
-    command writes there, for the message); reads only."""
+    inside another command's folder (:func:`check_place`), holding only what ``ours`` recognises (``what`` the
+    command writes there, for the message), and one this process can write (:func:`check_writable`: a cache on a
+    read-only mount was refused only after the features it was to keep had been computed)."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise FolderRefused(f"{folder}: exists and is not a folder; give a folder")
@@ -506,6 +507,7 @@ def check_output_folder(folder: str | Path, command: str, ours: Callable[[Path],
     if names:
         raise FolderRefused(f"{folder}: holds {_some(names)}, which coclr {command} did not write (it writes only "
                             f"{what} there); give another folder, or move those away")
+    check_writable(folder)
 
 
 def check_output_file(path: str | Path, command: str, ours: Callable[[Path], bool], what: str) -> None:

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Callable
 
 from coclr import progress
+from coclr.errors import out_of_memory
 from coclr.interrupts import signals_interrupt
 from coclr.text import shown
 
@@ -31,6 +32,10 @@ WORLD_ERRORS = {
     errno.EROFS: "the file system is read-only: write elsewhere",
     errno.ENAMETOOLONG: "the path is too long: give a shorter one",
     errno.ENOENT: "no such file or folder, and none can be made there: give another path",
+    errno.EMFILE: "too many open files for this process: raise the limit (ulimit -n) or give fewer workers, then "
+                  "rerun the same command",
+    errno.ENFILE: "too many open files on this machine: close some programs or give fewer workers, then rerun the "
+                  "same command",
 }
 """The errors of the world (``OSError`` errnos) that :func:`main` turns into one line naming the path, and what to
 do. Every write of the library is atomic (:mod:`coclr.atomic`), so after one of them the folders hold what they held
@@ -67,7 +72,8 @@ def one_line_warnings(command: str) -> Callable[..., None]:
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed command; an error of the world (:data:`WORLD_ERRORS`) becomes one line naming the path and
     :data:`WORLD_ERROR_STATUS`, and so do a collective failed under torchrun because another process is gone
-    (:func:`coclr.distributed.lost_process_line`) and an allocation the machine cannot make (:func:`memory_line`);
+    (:func:`coclr.distributed.lost_process_line`), an allocation the machine cannot make (:func:`memory_line`) and
+    a data-loading worker killed or out of file descriptors (:func:`worker_line`);
     any other error goes on to :func:`main` (bad input: one line too), and so does the
     :class:`~coclr.interrupts.Interrupted` that SIGINT or SIGTERM raise. Warnings are one line each
     (:func:`one_line_warnings`)."""
@@ -84,7 +90,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"coclr {args.command}: error: {shown(line)}", file=sys.stderr)
         return WORLD_ERROR_STATUS
     except (RuntimeError, MemoryError) as error:
-        line = _lost_process_line(error) or memory_line(error)
+        line = _lost_process_line(error) or memory_line(error) or worker_line(error)
         if line is None:
             raise
         progress.write(f"coclr {args.command}: error: {shown(line)}", file=sys.stderr)
@@ -94,12 +100,24 @@ def run_command(args: argparse.Namespace) -> int:
 def memory_line(error: BaseException) -> str | None:
     """One line for an allocation this machine (or its GPU) cannot make: the size asked for, and what to do; None
     for any other error."""
-    text = " ".join(str(error).split())
-    if not (isinstance(error, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower()):
+    if not out_of_memory(error):
         return None
+    text = " ".join(str(error).split())
     asked = re.search(r"(?:you tried to allocate|Tried to allocate) ([0-9.]+ ?[A-Za-z]*)", text)
     return (f"not enough memory{f' for {asked.group(1)}' if asked else ''}: give smaller sizes (a batch, a queue, "
             "a network width, clips, workers) or free memory, then run the same command again")
+
+
+def worker_line(error: BaseException) -> str | None:
+    """One line for a data-loading worker process that died (killed: the out-of-memory killer's way) or that could
+    not be spoken to (too many open files), as torch's DataLoader reports it; None for any other error."""
+    text = " ".join(str(error).split())
+    if "Too many open files" in text:
+        return f"too many open files ({WORLD_ERRORS[errno.EMFILE]})"
+    if "DataLoader worker" in text and ("killed by signal" in text or "exited unexpectedly" in text):
+        return ("a data-loading worker process was killed (the out-of-memory killer does so when memory runs out): "
+                "give fewer workers or smaller sizes, or free memory, then run the same command again")
+    return None
 
 
 def _lost_process_line(error: BaseException) -> str | None:

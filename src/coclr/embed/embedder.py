@@ -50,7 +50,7 @@ from coclr.data.sampling import clip_span, sliding_windows
 from coclr.distributed import pick_device
 from coclr.embed.options import EmbedJob
 from coclr.embed.settings import EmbedSettings, checkpoint_view, resolve_settings
-from coclr.errors import CheckpointError, ConfigError, DataError
+from coclr.errors import CheckpointError, ConfigError, DataError, out_of_memory
 from coclr.flow.encode import flow_to_uint8
 from coclr.flow.opencv import rgb_to_gray
 from coclr.flow.tvl1 import tvl1_flow
@@ -359,6 +359,8 @@ class _DecodedVideos(torch.utils.data.IterableDataset):
                     yield ("end", index, _end_facts(reader.fps, reader.end_time, reader.damaged,
                                                     reader.orientation.rotation, reader.orientation.mirrored))
             except Exception as error:  # one bad file must not stop the others
+                if out_of_memory(error):  # but this machine's memory is the job's: every file would fail alike,
+                    raise  # and each be skipped as failed when the job is run again
                 yield ("error", index, _message(self.paths[index], error))
 
 
@@ -520,6 +522,8 @@ class _Runner:
                 else:
                     video.failed = str(payload)
             except Exception as error:  # any error from one video is that video's failure, never the job's
+                if out_of_memory(error):  # (but memory is the job's: see _DecodedVideos)
+                    raise
                 video.failed = _message(video.path, error)
         out = []
         while self.queued_windows >= self.embedder.batch_size:
