@@ -47,11 +47,11 @@ def pretrain(config: PretrainConfig, restart: bool = False, label: str = "") -> 
     """Run one pretraining stage, or continue the one in ``run.out``: :func:`start_run`, then the loop (its
     progress bar labelled ``label``). Interrupted, it raises :class:`~coclr.interrupts.Interrupted` saying which
     checkpoint is kept."""
-    try:
-        with start_run(config, restart) as trainer:
-            trainer.progress_label = label
-            checkpoint = trainer.run()
-            return Pretrained(checkpoint, trainer.finished)
-    finally:
-        if dist.is_initialized():
-            dist.barrier()
+    with start_run(config, restart) as trainer:
+        trainer.progress_label = label
+        trained = Pretrained(trainer.run(), trainer.finished)
+    # Every process leaves together once the run is done, never while an error or a stop unwinds: a process
+    # waiting here then left the others waiting in a step's collective, and the job hung (until torchrun killed it)
+    if dist.is_initialized():
+        dist.barrier()
+    return trained
