@@ -102,7 +102,7 @@ count, dim, threshold, side, queries = int(sys.argv[1]), int(sys.argv[2]), float
     int(sys.argv[5])
 rank, noise = (int(sys.argv[6]), float(sys.argv[7])) if len(sys.argv) > 7 else (0, 0.0)
 import coclr.cli
-from coclr.curate.fingerprint import centred, duplicate_graph, neighbour_graph
+from coclr.curate.fingerprint import centred, duplicate_links, neighbour_graph
 rng = np.random.default_rng(0)
 if rank:  # near `rank` axes: as a wide encoder's fingerprints are
     axes = np.linalg.qr(rng.standard_normal((dim, rank)))[0].T.astype(np.float32)
@@ -125,8 +125,8 @@ if rank:
 found = None
 begin = time.perf_counter()
 if side == "range":
-    _, rows = duplicate_graph(units, threshold, 10)
-    found = float(np.mean(rows[copies, 0] == copies - 1))
+    joined = duplicate_links(units, threshold).joined
+    found = float(np.mean(joined[copies] == joined[copies - 1]))
 elif side == "ranked":
     _, rows = neighbour_graph(units, 10)
     found = float(np.mean(rows[copies, 0] == copies - 1))

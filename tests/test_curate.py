@@ -30,11 +30,40 @@ def test_pairs_over_the_threshold_join_into_groups_through_chains():
     assert rules.duplicate_groups(scores, neighbours, 0.95) == [[0, 1, 2]]  # 0-1 and 1-2: one group
     assert rules.duplicate_groups(scores, neighbours, 0.98) == [[0, 1]]
     assert rules.duplicate_groups(scores, neighbours, 1.0) == []
-    assert rules.best_match(scores, neighbours, [0, 1, 2]) == {0: 0.99, 1: 0.99, 2: 0.97}
     one_way = np.array([[0.2, 0.1], [0.97, 0.1], [0.3, 0.2]])  # 1 found 0, 0 did not list 1 (mirrored prints)
     one_way_neighbours = np.array([[2, 1], [0, 2], [0, 1]])
     assert rules.duplicate_groups(one_way, one_way_neighbours, 0.95) == [[0, 1]]
-    assert rules.best_match(one_way, one_way_neighbours, [0, 1]) == {0: 0.97, 1: 0.97}  # (0's was NaN)
+
+
+def test_links_join_every_pair_in_parts_and_keep_each_rows_best():
+    """However the pairs come (a part at a time, either way, repeated), the groups are the union-find's of all of
+    them and each row's best is its highest among them, from either side."""
+    rng = np.random.default_rng(1)
+    count = 40
+    first, second = rng.integers(0, count, 30), rng.integers(0, count, 30)
+    scores = rng.uniform(0.9, 1.0, 30)
+    links = rules.Links.none(count)
+    for part in np.array_split(rng.permutation(30), 4):
+        links = rules.linked(links, second[part], first[part], scores[part])
+    parent = list(range(count))
+
+    def root(row):
+        while parent[row] != row:
+            row = parent[row]
+        return row
+
+    for a, b in zip(first, second):
+        parent[max(root(a), root(b))] = min(root(a), root(b))
+    groups: dict[int, list[int]] = {}
+    for row in range(count):
+        groups.setdefault(root(row), []).append(row)
+    assert rules.link_groups(links) == sorted(g for g in groups.values() if len(g) > 1)
+    assert links.joined.tolist() == [root(row) for row in range(count)]
+    for row in range(count):
+        mine = scores[(first == row) | (second == row)]
+        assert links.best[row] == (mine.max() if len(mine) else -np.inf)
+    chain = rules.linked(rules.Links.none(6), np.arange(1, 6), np.arange(5), np.ones(5))  # 5-4-3-2-1-0
+    assert chain.joined.tolist() == [0] * 6
 
 
 def test_shared_stretches_come_from_mutual_nearest_windows_and_skip_whole_duplicates():
@@ -141,6 +170,29 @@ def test_the_neighbour_graph_is_the_brute_force_one_without_self(stored, monkeyp
     groups = np.arange(300) // 3  # rows of the query's own group are skipped
     _, grouped = graph.neighbour_graph(stored, 3, groups=groups)
     assert not (groups[grouped] == groups[:, None]).any()
+
+
+def test_the_videos_links_are_every_pair_over_the_threshold(monkeypatch):
+    """The vectors' duplicates (--no-fingerprints): every pair of rows at or above the threshold, however few
+    candidates a search may hold (the queries then searched fewer at a time, down to one without a limit)."""
+    from coclr.curate import graph
+    from coclr.embed.search import UnitRows
+    from coclr.eval.exact import unit_rows
+
+    rng = np.random.default_rng(2)
+    vectors = rng.standard_normal((90, 16))
+    vectors[30:60] = vectors[0] + 0.05 * rng.standard_normal((30, 16))  # thirty copies of one video
+    units = unit_rows(vectors)
+    similar = units.astype(np.float64) @ units.T.astype(np.float64)
+    monkeypatch.setattr(graph, "QUERY_CHUNK", 16)
+    for threshold in (0.95, 0.2, -1.0):
+        first, second = np.nonzero(np.triu(similar >= threshold, 1))
+        expected = rules.linked(rules.Links.none(90), first, second, similar[first, second])
+        for most in (4096, 1):
+            monkeypatch.setattr(graph, "RANGE_PAIRS", most)
+            links = graph.video_links(UnitRows.in_memory(units), threshold)
+            assert rules.link_groups(links) == rules.link_groups(expected), (threshold, most)
+            assert np.array_equal(links.best, expected.best), (threshold, most)
 
 
 def test_a_row_nearest_to_many_of_its_own_group_still_finds_other_groups():
@@ -282,9 +334,27 @@ def search_cpu_missing() -> bool:
     return search_cpu.KERNEL.load(warn=False) is None
 
 
-def _slow_graph(units: np.ndarray, k: int, threshold: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The fingerprints' graph the obvious way: every similarity, sorted (best first, ties to the lower row), cut
-    at ``threshold`` when given."""
+def _slow_links(units: np.ndarray, threshold: float) -> tuple[list[list[int]], np.ndarray]:
+    """The fingerprints' groups and each video's best the obvious way: every similarity, either way, at or above
+    ``threshold``."""
+    from coclr.curate import fingerprint as prints
+
+    count = len(units)
+    similar = prints.similarities(units, np.arange(count))
+    np.fill_diagonal(similar, -np.inf)
+    first, second = np.nonzero(similar >= threshold)
+    best = np.full(count, -np.inf)
+    for a, b in zip(first, second):
+        best[a] = max(best[a], similar[a, b])
+        best[b] = max(best[b], similar[a, b])
+    links = rules.Links.none(count)
+    for a, b in zip(first, second):
+        links = rules.linked(links, [a], [b], [similar[a, b]])
+    return rules.link_groups(links), best
+
+
+def _slow_graph(units: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The fingerprints' graph the obvious way: every similarity, sorted (best first, ties to the lower row)."""
     from coclr.curate import fingerprint as prints
 
     count = len(units)
@@ -292,17 +362,15 @@ def _slow_graph(units: np.ndarray, k: int, threshold: float | None = None) -> tu
     np.fill_diagonal(similar, -np.inf)
     order = np.lexsort((np.broadcast_to(np.arange(count), similar.shape), -similar), axis=1)
     order = order[:, :max(0, min(k, count - 1))]
-    scores = np.take_along_axis(similar, order, axis=1)
-    if threshold is not None:
-        order, scores = np.where(scores >= threshold, order, -1), np.where(scores >= threshold, scores, -np.inf)
-    return scores, order
+    return np.take_along_axis(similar, order, axis=1), order
 
 
 @pytest.mark.parametrize("first", ["int8", "bfloat16", "float32"])
 def test_the_fingerprint_graphs_are_the_slow_ones_exactly(first, monkeypatch):
-    """Ranked (:func:`neighbour_graph`) and cut at a threshold (:func:`duplicate_graph`, a range search; ranked where
-    too many pairs reach it), through the mirror, with exact ties, a video without a fingerprint and folders smaller
-    than k: the slow graph's exact numbers and rows, whichever first pass runs and however the queries are chunked."""
+    """Ranked (:func:`neighbour_graph`) and every pair at a threshold (:func:`duplicate_links`, a range search, in
+    smaller parts where too many pairs reach it), through the mirror, with exact ties, a video without a fingerprint
+    and folders smaller than k: the slow graph's exact numbers and rows, the slow groups and bests, whichever first
+    pass runs and however the queries are chunked."""
     from coclr.curate import fingerprint as prints
     from coclr.embed import search, search_cpu
 
@@ -326,11 +394,13 @@ def test_the_fingerprint_graphs_are_the_slow_ones_exactly(first, monkeypatch):
         units, _ = prints.centred(found)
         for k in (1, 4, count + 2):
             assert np.array_equal(prints.neighbour_graph(units, k), _slow_graph(units, k))
-            for threshold in (-0.2, 0.3, 0.7, 0.99):
-                for most in (256, 1):
-                    monkeypatch.setattr(prints, "RANGE_PAIRS", most)
-                    assert np.array_equal(prints.duplicate_graph(units, threshold, k),
-                                          _slow_graph(units, k, threshold)), (count, k, threshold, most)
+        for threshold in (-0.2, 0.3, 0.7, 0.99):
+            for most in (256, 1):
+                monkeypatch.setattr(prints, "RANGE_PAIRS", most)
+                links = prints.duplicate_links(units, threshold)
+                groups, best = _slow_links(units, threshold)
+                assert rules.link_groups(links) == groups, (count, threshold, most)
+                assert np.array_equal(links.best, best), (count, threshold, most)
 
 
 def test_wide_fingerprints_are_screened_by_their_principal_axes_with_the_same_graphs(monkeypatch):
@@ -362,7 +432,9 @@ def test_wide_fingerprints_are_screened_by_their_principal_axes_with_the_same_gr
     found[-1] = found[0]  # ties
     units, _ = prints.centred(found.astype(np.float32))
     for threshold in (0.5, 0.9):
-        assert np.array_equal(prints.duplicate_graph(units, threshold, 4), _slow_graph(units, 4, threshold))
+        links = prints.duplicate_links(units, threshold)
+        groups, best = _slow_links(units, threshold)
+        assert rules.link_groups(links) == groups and np.array_equal(links.best, best)
     assert np.array_equal(prints.neighbour_graph(units, 3), _slow_graph(units, 3))
     assert made and all(screen is not None and screen.basis is not None for screen in made)
 
@@ -841,6 +913,47 @@ def test_copies_of_one_video_are_one_group_without_calibrating(embedded, tmp_pat
     data = json.loads((tmp_path / "out" / "data.js").read_text().split("=", 1)[1].strip().rstrip(";"))
     assert all(score == 1.0 for near in data["nearest"] for _, score in near) and len(data["nearest"][0]) == 3
     assert data["points"] == [0.5] * 8  # the one spot in the middle of the map
+
+
+def _embedded_with(embedded, folder: Path, paths: list[Path]) -> Path:
+    """``paths`` embedded as the ``embedded`` folder was, into ``folder``."""
+    from coclr.embed.embedder import Embedder
+    from coclr.embed.output import read_settings
+    from coclr.embed.run import embed_videos
+
+    settings = read_settings(embedded[1])
+    embedder = Embedder(settings["checkpoint"]["path"], device="cpu", workers=0, short_side=32, window_step=8)
+    embed_videos([str(path) for path in paths], folder, embedder, progress=False)
+    return folder
+
+
+def test_the_groups_hold_every_pair_over_the_threshold_whatever_the_neighbours(embedded, tmp_path):
+    """Three byte-identical copies of a video and three of its re-encode (every pair of the six above the
+    threshold) are one group with --neighbours 1 as with 5: the groups come from every pair that reaches the
+    threshold, --neighbours only bounds the lists shown (it made one group of each three)."""
+    from coclr.curate.alter import write_altered
+    from coclr.curate.run import CurateOptions, curate
+    from coclr.video.decode import decode_video, probe_video
+
+    _, _, videos = embedded
+    (tmp_path / "v").mkdir()
+    for number in range(3):
+        shutil.copy(videos[1], tmp_path / "v" / f"a{number}.mp4")
+    write_altered(decode_video(videos[1]), probe_video(videos[1]).fps, "reencode", tmp_path / "b.mp4")
+    for number in range(3):
+        shutil.copy(tmp_path / "b.mp4", tmp_path / "v" / f"b{number}.mp4")
+    folder = _embedded_with(embedded, tmp_path / "e", sorted((tmp_path / "v").glob("*.mp4")) + videos[2:8])
+    found = {}
+    for neighbours in (1, 5):
+        options = CurateOptions(threshold=0.75, windows=False, neighbours=neighbours, thumbnails=0)
+        curate(folder, tmp_path / f"out{neighbours}", options, show=False)
+        with (tmp_path / f"out{neighbours}" / "duplicates.csv").open() as file:
+            found[neighbours] = [(row["group"], Path(row["path"]).name, row["similarity"])
+                                 for row in csv.DictReader(file)]
+        first = next(group for group, name, _ in found[neighbours] if name == "a0.mp4")
+        assert {name for group, name, _ in found[neighbours] if group == first} == {
+            f"{copy}{number}.mp4" for copy in "ab" for number in range(3)}, (neighbours, found[neighbours])
+    assert found[1] == found[5]
 
 
 def test_videos_that_cannot_be_read_are_listed_and_the_status_says_so(embedded, tmp_path, capsys):

@@ -303,30 +303,32 @@ def neighbour_graph(units: np.ndarray, k: int, show: bool = False) -> tuple[np.n
 DUPLICATE_CHUNK = 8192
 """Videos queried at a time by the fingerprints' graphs (bounds their quantised copy and their pairs)."""
 RANGE_PAIRS = 256
-"""Candidate pairs per queried video beyond which :func:`duplicate_graph` ranks instead (a threshold so low that
-most pairs reach it: memory stays bounded, the answer the same)."""
+"""Candidate pairs per queried video beyond which :func:`duplicate_links` searches fewer videos at a time (a
+threshold so low that most pairs reach it: memory stays bounded, no pair left out)."""
 
 
-def duplicate_graph(units: np.ndarray, threshold: float, k: int, show: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """What :func:`neighbour_graph` gives of the pairs at or above ``threshold`` (the duplicates' only input), found
-    by a range search (:func:`coclr.embed.search.exact_over`): each video's ``k`` most similar others at least
-    ``threshold`` similar, the rest -inf and -1. Much cheaper at a high threshold: no video's nearest is ranked.
-    Where more than :data:`RANGE_PAIRS` pairs a video are candidates, those videos' nearest are ranked instead."""
-    from coclr.embed.search import exact_over  # noqa: PLC0415
+def duplicate_links(units: np.ndarray, floor: float, show: bool = False):
+    """The :class:`~coclr.curate.groups.Links` of every pair of videos whose similarity (:func:`similarities`)
+    reaches ``floor``: the duplicates' only input, however many pairs a video has. A range search
+    (:func:`coclr.curate.graph.pairs_over`) over the plain and the mirrored fingerprints as rows ``2i`` and
+    ``2i+1``, each video's plain one the query, :data:`DUPLICATE_CHUNK` videos at a time; the gallery's projection
+    made once (as :func:`neighbour_graph`'s). Much cheaper at a high threshold: no video's nearest is ranked."""
+    from coclr import progress  # noqa: PLC0415
+    from coclr.curate.graph import pairs_over, projection  # noqa: PLC0415
+    from coclr.curate.groups import Links, linked  # noqa: PLC0415
 
-    def over(gallery, queries: np.ndarray, first: int, k: int, projected) -> tuple[np.ndarray, np.ndarray]:
-        ranged = exact_over(gallery, queries, threshold, limit=RANGE_PAIRS * len(queries), projected=projected)
-        if ranged is None:  # most pairs reach the threshold: the ranked graph, cut at it
-            scores, video = _ranked(gallery, queries, first, k, projected)
-            cut = scores < threshold
-            scores[cut], video[cut] = -np.inf, -1
-            return scores, video
-        query, at, found = ranged  # by query, best first: its first 2(k+1) rows are enough (see _ranked)
-        slot = np.arange(len(query)) - np.searchsorted(query, query)
-        kept = slot < 2 * (k + 1)
-        video = np.full((len(queries), 2 * (k + 1)), -1, np.int64)
-        values = np.full((len(queries), 2 * (k + 1)), -np.inf)
-        video[query[kept], slot[kept]], values[query[kept], slot[kept]] = at[kept] // 2, found[kept]
-        return _best_per_video(video, values, np.arange(first, first + len(queries)), k)
-
-    return _each_chunk(units, k, show, "duplicate fingerprints", over)
+    count = len(units)
+    links = Links.none(count)
+    if count < 2:
+        return links
+    gallery = _mirrored_rows(units)
+    projected = projection(gallery)
+    with progress.bar(total=count, desc="duplicate fingerprints", unit="video", disable=not show,
+                      leave=False) as shown:
+        for start in range(0, count, DUPLICATE_CHUNK):
+            stop = min(count, start + DUPLICATE_CHUNK)
+            for query, at, found in pairs_over(gallery, units[start:stop, 0], floor, RANGE_PAIRS, projected):
+                other = at // 2 != query + start
+                links = linked(links, query[other] + start, at[other] // 2, found[other])
+            shown.update(stop - start)
+    return links

@@ -44,6 +44,42 @@ RANGE_PAIRS = 4096
 """Rows per query reaching its floor beyond which a chunk is ranked by the top-k instead (memory stays bounded)."""
 
 
+def pairs_over(rows: UnitRows, queries: np.ndarray, floor: float, per_query: int, projected: Projected | None):
+    """Every pair of a query (a row of ``queries``, unit rows) and a row of ``rows`` whose exact score is at least
+    ``floor``: ``(queries, rows, scores)`` parts (:func:`~coclr.embed.search.exact_over`'s, a query numbered in
+    ``queries``), none left out. A part whose candidates exceed ``per_query`` a query is halved, and a single query
+    is searched without a limit (its pairs are at most the rows): memory stays bounded however low the floor."""
+    parts = [(0, len(queries))]
+    while parts:
+        start, stop = parts.pop()
+        limit = None if stop - start <= 1 else per_query * (stop - start)
+        found = exact_over(rows, queries[start:stop], floor, limit=limit, projected=projected)
+        if found is None:
+            middle = (start + stop) // 2
+            parts += [(middle, stop), (start, middle)]
+            continue
+        query, row, score = found
+        yield query + start, row, score
+
+
+def video_links(rows: UnitRows, floor: float, show: bool = False, desc: str = "duplicate videos"):
+    """The :class:`~coclr.curate.groups.Links` of every pair of rows (videos) whose exact score reaches ``floor``
+    (:func:`pairs_over`, :data:`QUERY_CHUNK` rows queried at a time): the duplicates' only input, whatever
+    ``--neighbours``."""
+    from coclr.curate.groups import Links, linked  # noqa: PLC0415
+
+    links = Links.none(rows.count)
+    projected = projection(rows)
+    with progress.bar(total=rows.count, desc=desc, unit="row", disable=not show, leave=False) as shown:
+        for start in range(0, rows.count, QUERY_CHUNK):
+            stop = min(rows.count, start + QUERY_CHUNK)
+            for query, row, score in pairs_over(rows, rows.block(start, stop), floor, RANGE_PAIRS, projected):
+                other = query + start != row
+                links = linked(links, query[other] + start, row[other], score[other])
+            shown.update(stop - start)
+    return links
+
+
 def projection_pays() -> bool:
     """Whether the int8 kernels are vector ones (AVX2, or AVX-512 VNNI): there the projected range search was
     measured faster than the top-k, whichever first pass the top-k takes (docs/curate.md); the plain C loop is not

@@ -1,10 +1,11 @@
-"""Near-duplicate groups, outlier scores and the duplicate threshold: small pure functions on a neighbour graph.
+"""Near-duplicate groups, outlier scores and the duplicate threshold: small pure functions on pairs and graphs.
 
-The graph is each row's ``k`` nearest other rows by cosine similarity (:func:`coclr.curate.graph.neighbour_graph`).
 Two videos are near-duplicates when their similarity reaches the threshold; a group is a connected set of such pairs
-(union-find), so a chain of re-encodes of one take falls into one group. A video's outlier score is one minus the
-mean similarity of its ``k`` nearest others: how far it lies from every part of the collection (a kNN distance,
-which needs no parameter beyond ``k`` and no assumption on the shape of the groups).
+(union-find over every such pair, :class:`Links`, however many a video has), so a chain of re-encodes of one take
+falls into one group. The graph is each row's ``k`` nearest other rows by cosine similarity
+(:func:`coclr.curate.graph.neighbour_graph`), what the outlier score and the page use. A video's outlier score is one
+minus the mean similarity of its ``k`` nearest others: how far it lies from every part of the collection (a kNN
+distance, which needs no parameter beyond ``k`` and no assumption on the shape of the groups).
 """
 
 from __future__ import annotations
@@ -24,43 +25,80 @@ FALLBACK_RANGE = (0.80, 0.99)
 """Where the distribution rule's threshold is kept (:func:`distribution_threshold`)."""
 
 
-def duplicate_groups(scores: np.ndarray, neighbours: np.ndarray, threshold: float) -> list[list[int]]:
-    """The groups (each a sorted list of rows, at least two; groups sorted by their first row) that pairs of rows
-    with similarity at least ``threshold`` join, from ``scores``/``neighbours`` ``[N, k]`` (each row's nearest
-    others, -1 for none)."""
-    count = len(scores)
-    parent = np.arange(count)
+@dataclass(frozen=True)
+class Links:
+    """What the pairs of rows whose similarity reaches a threshold say of ``count`` rows, however many pairs there
+    were: ``joined`` (``int64 [count]``), the lowest row each row is joined with through a chain of such pairs
+    (itself where none), and ``best`` (``float64 [count]``), each row's highest similarity among them (-inf where
+    none: a video's highest to another member of its group, as the CSV gives it). Built a part of the pairs at a
+    time (:func:`linked`), so the groups come from every pair while memory stays at a part's."""
 
-    def root(node: int) -> int:
-        while parent[node] != node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return int(node)
+    joined: np.ndarray
+    best: np.ndarray
 
-    rows, columns = np.nonzero((scores >= threshold) & (neighbours >= 0))
-    for row, other in zip(rows, neighbours[rows, columns]):
-        a, b = root(int(row)), root(int(other))
-        if a != b:
-            parent[max(a, b)] = min(a, b)
+    @classmethod
+    def none(cls, count: int) -> Links:
+        return cls(np.arange(count, dtype=np.int64), np.full(count, -np.inf))
+
+
+def linked(links: Links, first: np.ndarray, second: np.ndarray, scores: np.ndarray) -> Links:
+    """``links`` with the pairs ``first[i]``-``second[i]`` of similarity ``scores[i]`` joined too: each pair hooks
+    the higher of its two components onto the lower, then every row points at its component's lowest row, until
+    no pair joins two components (union-find, vectorised)."""
+    first, second = np.asarray(first, np.int64), np.asarray(second, np.int64)
+    joined, best = links.joined.copy(), links.best.copy()
+    scores = np.asarray(scores, np.float64)
+    np.maximum.at(best, first, scores)
+    np.maximum.at(best, second, scores)
+    while True:
+        a, b = joined[first], joined[second]
+        apart = a != b
+        if not apart.any():
+            return Links(joined, best)
+        low = np.minimum(a[apart], b[apart])
+        np.minimum.at(joined, a[apart], low)
+        np.minimum.at(joined, b[apart], low)
+        while True:  # every row at its component's lowest row (each points no higher than itself: no cycle)
+            deeper = joined[joined]
+            if np.array_equal(deeper, joined):
+                break
+            joined = deeper
+
+
+def link_groups(links: Links) -> list[list[int]]:
+    """The groups ``links`` joins (each a sorted list of rows, at least two; groups sorted by their first row)."""
+    rows = np.flatnonzero(np.bincount(links.joined, minlength=len(links.joined))[links.joined] > 1)
     members: dict[int, list[int]] = {}
-    for row in np.unique(np.concatenate([rows, neighbours[rows, columns]])) if len(rows) else []:
-        members.setdefault(root(int(row)), []).append(int(row))
-    return sorted((sorted(group) for group in members.values() if len(group) > 1), key=lambda group: group[0])
+    for row in rows:
+        members.setdefault(int(links.joined[row]), []).append(int(row))
+    return sorted(members.values(), key=lambda group: group[0])
 
 
-def alike_graph(rows: np.ndarray, count: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """A graph (as :func:`duplicate_groups` reads it, ``[count, max(1, k)]``) that joins ``rows`` at similarity 1 and
-    nothing else: for videos that no similarity can tell apart because each is the folder's mean (copies of one
-    video, centred, are all zero), which are one group whatever the threshold."""
-    width = max(1, k)
-    scores = np.full((count, width), -np.inf, np.float32)
-    neighbours = np.full((count, width), -1, np.int64)
+def duplicate_groups(scores: np.ndarray, neighbours: np.ndarray, threshold: float) -> list[list[int]]:
+    """The groups that the pairs of a graph (``scores``/``neighbours`` ``[N, k]``, -1 for none) at or above
+    ``threshold`` join (:func:`link_groups`)."""
+    rows, columns = np.nonzero((scores >= threshold) & (neighbours >= 0))
+    links = linked(Links.none(len(scores)), rows, neighbours[rows, columns], scores[rows, columns])
+    return link_groups(links)
+
+
+def alike_links(rows: np.ndarray, count: int) -> Links:
+    """``rows`` of ``count`` joined at similarity 1 and nothing else: for videos that no similarity can tell apart
+    because each is the folder's mean (copies of one video, centred, are all zero), which are one group whatever the
+    threshold."""
     rows = np.asarray(rows, np.int64)
-    for place, row in enumerate(rows):
-        others = rows[(place + 1 + np.arange(min(width, len(rows) - 1))) % len(rows)]
-        scores[row, :len(others)] = 1.0
-        neighbours[row, :len(others)] = others
-    return scores, neighbours
+    if len(rows) < 2:
+        return Links.none(count)
+    return linked(Links.none(count), rows[1:], np.full(len(rows) - 1, rows[0]), np.ones(len(rows) - 1))
+
+
+def subset_links(links: Links, rows: np.ndarray, count: int) -> Links:
+    """Links found among ``rows`` only (``links``'s row ``i`` is ``rows[i]``) as links of ``count`` rows: the rest
+    joined with nobody (videos without a fingerprint)."""
+    rows = np.asarray(rows, np.int64)
+    joined, best = np.arange(count, dtype=np.int64), np.full(count, -np.inf)
+    joined[rows], best[rows] = rows[links.joined], links.best
+    return Links(joined, best)
 
 
 def alike_first(scores: np.ndarray, neighbours: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -81,20 +119,6 @@ def alike_first(scores: np.ndarray, neighbours: np.ndarray, rows: np.ndarray) ->
         for column, (score, other) in enumerate(rest, start=len(others)):
             scores[row, column], neighbours[row, column] = score, other
     return scores, neighbours
-
-
-def best_match(scores: np.ndarray, neighbours: np.ndarray, group: list[int]) -> dict[int, float]:
-    """For each row of ``group``, its highest similarity to another member among the pairs of the graph, either
-    way (the CSV's ``similarity``): a graph need not be symmetric (a fingerprint is compared with the others'
-    mirrored ones too), and a pair found from one side is the other's match as well."""
-    inside = set(group)
-    found = {row: -np.inf for row in group}
-    for row in group:
-        for score, other in zip(scores[row], neighbours[row]):
-            if int(other) in inside and int(other) != row:
-                found[row] = max(found[row], float(score))
-                found[int(other)] = max(found[int(other)], float(score))
-    return {row: best if best > -np.inf else float("nan") for row, best in found.items()}
 
 
 @dataclass(frozen=True)

@@ -207,8 +207,8 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     clock = time.perf_counter()
     fingerprinted: dict[str, Any] = {}
     if stem is not None:
-        group_scores, group_neighbours, group_threshold, group_rule, fingerprinted = _fingerprint_groups(
-            embeddings, out, options, stem, k, stale, show)
+        links, group_threshold, group_rule, fingerprinted = _fingerprint_groups(embeddings, out, options, stem, k,
+                                                                                stale, show)
     alike = stem is not None and group_rule == ALIKE_RULE  # one group: no stretch to find, no threshold to calibrate
     windows = options.windows and len(embeddings.windows) > 1
     given = not options.fingerprints and options.threshold is not None
@@ -225,7 +225,8 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         window_threshold = own["threshold"] if own["threshold"] is not None else float("nan")
         window_rule = own["rule"] if own["threshold"] is not None else f"not calibrated: {own['rule']}"
     if stem is None:
-        group_scores, group_neighbours, group_threshold, group_rule = scores, neighbours, threshold, rule
+        group_threshold, group_rule = threshold, rule
+        links = vector_links(rows, threshold, at_mean, show)
     seconds["threshold"] = time.perf_counter() - clock
     say(f"coclr curate: near-duplicate threshold {group_threshold:.4f} ({group_rule})", show)
     if windows and not alike:
@@ -234,7 +235,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     # videos are unusually alike, and says nothing of windows (measured: most of its stretches were not copies).
 
     clock = time.perf_counter()
-    whole = rules.duplicate_groups(group_scores, group_neighbours, group_threshold)
+    whole = rules.link_groups(links)
     stretches = []
     trusted = window_rule == "given" or window_rule.startswith("calibrated")
     if windows and not trusted and not alike:
@@ -250,7 +251,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     outliers = rules.outlier_scores(scores, options.neighbours)
     ranking = rules.outlier_ranking(outliers)
     seconds["duplicates_outliers"] = time.perf_counter() - clock
-    write_tables(out, paths, group_scores, group_neighbours, whole, stretches, outliers, ranking)
+    write_tables(out, paths, links.best, whole, stretches, outliers, ranking)
 
     clock = time.perf_counter()
     points, method = layout(units, options.seed)
@@ -263,7 +264,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     summary = CurateSummary(out, count, group_threshold, group_rule, len(whole), sum(len(group) for group in whole),
                             len(stretches), len(stale), 0.0, len(fingerprinted.get("without", [])))
     data = page_data(paths, points, colours, scores, neighbours, whole, stretches, outliers, ranking, thumbs, count,
-                     group_scores, group_neighbours)
+                     links.best)
     shown_map = "UMAP" if method == "umap" else "the first two principal components (pip install umap-learn for UMAP)"
     write_page(out, embeddings.root,
                [f"map: {shown_map}; colours: {int(colours.max()) + 1} groups of alike videos",
@@ -295,6 +296,18 @@ def _finite(value: float) -> float | None:
 def _shown(value: float) -> str:
     """A threshold as printed: four decimals, or "none"."""
     return f"{value:.4f}" if math.isfinite(value) else "none"
+
+
+def vector_links(rows, threshold: float, at_mean: np.ndarray, show: bool) -> rules.Links:
+    """The :class:`~coclr.curate.groups.Links` of the videos' vectors (``rows``, centred unit rows) at ``threshold``:
+    every pair that reaches it (:func:`~coclr.curate.graph.video_links`), and the videos that are each the folder's
+    mean (``at_mean``: copies of one video, zero once centred) joined at similarity 1."""
+    from coclr.curate.graph import video_links  # noqa: PLC0415
+
+    links = video_links(rows, threshold, show=show)
+    alike = rules.alike_links(at_mean, rows.count)
+    pairs = np.flatnonzero(alike.joined != np.arange(rows.count))
+    return rules.linked(links, pairs, alike.joined[pairs], np.ones(len(pairs)))
 
 
 def _window_space(embeddings: Embeddings, show: bool):
@@ -335,14 +348,16 @@ def _distribution_rule(why: str) -> str:
 
 
 def _fingerprint_groups(embeddings: Embeddings, out: Path, options: CurateOptions, stem: tuple[Path, str], k: int,
-                        stale: set[int], show: bool) -> tuple[np.ndarray, np.ndarray, float, str, dict[str, Any]]:
-    """Every video's fingerprint (kept in ``out/fingerprints``), the threshold on them and its rule, their graph of
-    the pairs that reach it, and what ``curate.json`` records of them (the videos without one, the calibration).
+                        stale: set[int], show: bool) -> tuple[rules.Links, float, str, dict[str, Any]]:
+    """Every video's fingerprint (kept in ``out/fingerprints``), the threshold on them and its rule, the
+    :class:`~coclr.curate.groups.Links` of every pair that reaches it, and what ``curate.json`` records of them (the
+    videos without one, the calibration).
 
-    The threshold comes first (given, or calibrated on altered copies, which needs no graph), so the graph is a
-    range search of the pairs that reach it (:func:`~coclr.curate.fingerprint.duplicate_graph`); only the
-    distribution rule needs each video's nearest other, and so the ranked graph
-    (:func:`~coclr.curate.fingerprint.neighbour_graph`). Either gives the same pairs at or above the threshold."""
+    The threshold comes first (given, or calibrated on altered copies, which needs no graph), then a range search
+    finds every pair that reaches it (:func:`~coclr.curate.fingerprint.duplicate_links`), among the videos that have
+    a fingerprint (a video without one is nobody's duplicate, whatever the threshold); only the distribution rule
+    needs each video's nearest other, and so the ranked graph (:func:`~coclr.curate.fingerprint.neighbour_graph`),
+    before the same range search. ``k`` (``--neighbours``) bounds only that graph, never which pairs join."""
     from coclr.curate import fingerprint as prints  # noqa: PLC0415 (heavy: torch)
     from coclr.curate.calibrate import FOLDER, calibrate_fingerprints, sample_rows  # noqa: PLC0415
 
@@ -353,21 +368,15 @@ def _fingerprint_groups(embeddings: Embeddings, out: Path, options: CurateOption
     units, mean = prints.centred(found)  # (a video without one: a zero row, nobody's duplicate)
     record: dict[str, Any] = {"without": [embeddings.video_records[row]["path"] for row in lacking]}
 
-    def masked(graph: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        scores, neighbours = graph  # a video without a fingerprint is nobody's duplicate, whatever the threshold
-        scores[lacking] = -np.inf
-        scores[np.isin(neighbours, lacking)] = -np.inf
-        return scores, neighbours
-
-    def pairs(threshold: float) -> tuple[np.ndarray, np.ndarray]:
-        return masked(prints.duplicate_graph(units, threshold, k, show=show))
+    def pairs(threshold: float) -> rules.Links:
+        return rules.subset_links(prints.duplicate_links(units[have], threshold, show=show), have, len(found))
 
     if len(have) >= 2 and not units[have, 0].any():  # each the folder's mean: no threshold can join them
-        return *rules.alike_graph(have, len(found), k), 1.0, ALIKE_RULE, record
+        return rules.alike_links(have, len(found)), 1.0, ALIKE_RULE, record
     if options.threshold is not None:
-        return *pairs(float(options.threshold)), float(options.threshold), "given", record
+        return pairs(float(options.threshold)), float(options.threshold), "given", record
     if len(have) < 2:
-        return *pairs(1.0), 1.0, f"{len(have)} video(s) could be fingerprinted: no duplicates", record
+        return pairs(1.0), 1.0, f"{len(have)} video(s) could be fingerprinted: no duplicates", record
     calibration: dict[str, Any] = {"threshold": None, "rule": "--calibrate 0"}
     if options.calibrate > 0:
         videos = len(sample_rows(embeddings, options.calibrate, stale))
@@ -376,21 +385,20 @@ def _fingerprint_groups(embeddings: Embeddings, out: Path, options: CurateOption
                                              stale, show, options.workers)
     record["calibration"] = {key: value for key, value in calibration.items() if key != "threshold"}
     if calibration["threshold"] is not None:
-        return *pairs(float(calibration["threshold"])), float(calibration["threshold"]), calibration["rule"], record
-    scores, neighbours = masked(prints.neighbour_graph(units, k, show=show))
-    nearest = scores[have, 0] if k > 0 else np.empty(0)
-    return (scores, neighbours, rules.distribution_threshold(nearest), _distribution_rule(calibration["rule"]),
-            record)
+        return pairs(float(calibration["threshold"])), float(calibration["threshold"]), calibration["rule"], record
+    scores, _ = prints.neighbour_graph(units[have], min(k, len(have) - 1), show=show)
+    threshold = rules.distribution_threshold(scores[:, 0] if scores.shape[1] else np.empty(0))
+    return pairs(threshold), threshold, _distribution_rule(calibration["rule"]), record
 
 
-def write_tables(out: Path, paths: list[str], scores: np.ndarray, neighbours: np.ndarray, whole: list[list[int]],
-                 stretches: list, outliers: np.ndarray, ranking: np.ndarray) -> None:
-    """``duplicates.csv`` and ``outliers.csv`` (see the module docstring), each written atomically."""
+def write_tables(out: Path, paths: list[str], best: np.ndarray, whole: list[list[int]], stretches: list,
+                 outliers: np.ndarray, ranking: np.ndarray) -> None:
+    """``duplicates.csv`` and ``outliers.csv`` (see the module docstring; ``best``: each video's highest similarity
+    among the pairs that reach the threshold, :class:`~coclr.curate.groups.Links`), each written atomically."""
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(["group", "path", "similarity", "kind", "start", "end"])
     for number, group in enumerate(whole, 1):
-        best = rules.best_match(scores, neighbours, group)
         for row in group:
             writer.writerow([number, paths[row], f"{best[row]:.6f}", "whole", "", ""])
     for number, stretch in enumerate(stretches, len(whole) + 1):
@@ -471,17 +479,14 @@ def write_thumbnails(out: Path, embeddings: Embeddings, rows: list[int], stale: 
 
 def page_data(paths: list[str], points: np.ndarray, colours: np.ndarray, scores: np.ndarray, neighbours: np.ndarray,
               whole: list[list[int]], stretches: list, outliers: np.ndarray, ranking: np.ndarray,
-              thumbs: dict[int, str], count: int, group_scores: np.ndarray | None = None,
-              group_neighbours: np.ndarray | None = None) -> dict[str, Any]:
-    """What ``data.js`` holds (:mod:`coclr.curate.page`); a group's similarity from the graph that made the groups
-    (``group_scores``, ``group_neighbours``; default: the vectors')."""
-    group_scores = scores if group_scores is None else group_scores
-    group_neighbours = neighbours if group_neighbours is None else group_neighbours
+              thumbs: dict[int, str], count: int, best: np.ndarray) -> dict[str, Any]:
+    """What ``data.js`` holds (:mod:`coclr.curate.page`); a group's similarity the lowest of its members' ``best``
+    (each video's highest among the pairs that reach the threshold, :class:`~coclr.curate.groups.Links`)."""
     near = [[[int(other), round(float(score), 4)] for other, score in zip(neighbours[row, :PAGE_NEIGHBOURS],
                                                                           scores[row, :PAGE_NEIGHBOURS]) if other >= 0]
             for row in range(count)]
     duplicates = [{"members": group, "kind": "whole",
-                   "similarity": min(rules.best_match(group_scores, group_neighbours, group).values())}
+                   "similarity": float(min(best[group]))}
                   for group in whole]
     duplicates += [{"members": [s.video, s.other], "kind": "partial", "similarity": s.similarity} for s in stretches]
     return {"names": paths, "points": [round(float(v), 5) for v in points.reshape(-1)],
