@@ -956,6 +956,46 @@ def test_the_groups_hold_every_pair_over_the_threshold_whatever_the_neighbours(e
     assert found[1] == found[5]
 
 
+def test_identical_rows_reach_any_threshold_up_to_one():
+    """A quantised unit row with itself scores 1 less its rounding (0.99999997 for some rows, 1.00000003 for
+    others): every such score reaches the floor of a threshold of 1 (:func:`~coclr.curate.groups.reach_floor`)."""
+    from coclr.eval.exact import unit_rows
+
+    rng = np.random.default_rng(4)
+    for dim in (16, 128, 1024):
+        units = unit_rows(rng.standard_normal((2000, dim))).astype(np.float64)
+        itself = np.einsum("ij,ij->i", units, units)
+        assert itself.min() < 1.0 < itself.max()  # (both ways: the rounding is not one-sided)
+        assert itself.min() >= rules.reach_floor(1.0, dim) and rules.reach_floor(1.0, dim) > 1 - 1e-5
+
+
+def test_byte_identical_copies_are_duplicates_at_threshold_one_and_a_given_threshold_is_shown_as_given(
+        embedded, tmp_path, capsys):
+    """--threshold 1 groups every byte-identical copy, whichever way its rows' rounding fell (some pairs scored
+    0.99999997 and were left out); a given 0.99999 is printed so, not as "1.0000"."""
+    from coclr.curate.run import CurateOptions, curate
+
+    _, _, videos = embedded
+    (tmp_path / "v").mkdir()
+    for number in range(1, 7):
+        for copy in "ab":
+            shutil.copy(videos[number], tmp_path / "v" / f"{number}{copy}.mp4")
+    folder = _embedded_with(embedded, tmp_path / "e", sorted((tmp_path / "v").glob("*.mp4")) + videos[7:10])
+    for fingerprints in (True, False):
+        options = CurateOptions(threshold=1.0, fingerprints=fingerprints, windows=False, thumbnails=0)
+        summary = curate(folder, tmp_path / f"out{fingerprints}", options, show=False)
+        with (tmp_path / f"out{fingerprints}" / "duplicates.csv").open() as file:
+            groups: dict[str, set[str]] = {}
+            for row in csv.DictReader(file):
+                groups.setdefault(row["group"], set()).add(Path(row["path"]).name)
+        assert sorted(map(sorted, groups.values())) == [[f"{number}a.mp4", f"{number}b.mp4"]
+                                                        for number in range(1, 7)], fingerprints
+    summary = curate(folder, tmp_path / "close", CurateOptions(threshold=0.99999, windows=False, thumbnails=0),
+                     show=True)
+    assert "threshold 0.99999 (given)" in str(summary)
+    assert "near-duplicate threshold 0.99999 (given)" in capsys.readouterr().err
+
+
 def test_videos_that_cannot_be_read_are_listed_and_the_status_says_so(embedded, tmp_path, capsys):
     from coclr.cli import EXIT_SOME_FAILED, main
 

@@ -74,6 +74,15 @@ def link_groups(links: Links) -> list[list[int]]:
     return sorted(members.values(), key=lambda group: group[0])
 
 
+def reach_floor(threshold: float, dim: int) -> float:
+    """The lowest exact score of two unit rows of length ``dim`` that reaches ``threshold``: the threshold less the
+    rounding of the quantised rows (:func:`coclr.eval.exact.quantised_dot_bound`), so identical videos, whose exact
+    score is 1 less that rounding, reach any threshold up to 1. The one rule by which a pair reaches a threshold."""
+    from coclr.eval.exact import quantised_dot_bound  # noqa: PLC0415
+
+    return float(threshold) - quantised_dot_bound(dim)
+
+
 def duplicate_groups(scores: np.ndarray, neighbours: np.ndarray, threshold: float) -> list[list[int]]:
     """The groups that the pairs of a graph (``scores``/``neighbours`` ``[N, k]``, -1 for none) at or above
     ``threshold`` join (:func:`link_groups`)."""

@@ -124,7 +124,7 @@ class CurateSummary:
 
     def __str__(self) -> str:
         lines = [f"{self.out}: {self.videos} videos curated in {progress.duration(self.seconds)}",
-                 f"  threshold {self.threshold:.4f} ({self.rule})",
+                 f"  threshold {shown_threshold(self.threshold, self.rule)} ({self.rule})",
                  f"  {self.groups} near-duplicate group(s) of {self.duplicates} videos, {self.partial} pair(s) sharing "
                  f"a stretch: {self.out / 'duplicates.csv'}",
                  f"  every video ranked by how unlike the rest it is: {self.out / 'outliers.csv'}",
@@ -228,9 +228,10 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         group_threshold, group_rule = threshold, rule
         links = vector_links(rows, threshold, at_mean, show)
     seconds["threshold"] = time.perf_counter() - clock
-    say(f"coclr curate: near-duplicate threshold {group_threshold:.4f} ({group_rule})", show)
+    say(f"coclr curate: near-duplicate threshold {shown_threshold(group_threshold, group_rule)} ({group_rule})", show)
     if windows and not alike:
-        say(f"coclr curate: the windows' threshold {_shown(window_threshold)} ({window_rule})", show)
+        say(f"coclr curate: the windows' threshold {shown_threshold(window_threshold, window_rule)} "
+            f"({window_rule})", show)
     # Stretches only from a threshold that was calibrated on copies or given: the distribution rule says which whole
     # videos are unusually alike, and says nothing of windows (measured: most of its stretches were not copies).
 
@@ -246,7 +247,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         starts = np.array([record["start"] for record in embeddings.window_records], np.float64)
         ends = np.array([record["end"] for record in embeddings.window_records], np.float64)
         stretches = rules.matching_stretches(w_scores, w_neighbours, window_space.video, starts, ends,
-                                             window_threshold,
+                                             rules.reach_floor(window_threshold, window_space.units.shape[1]),
                                              rules.group_of(whole, count))
     outliers = rules.outlier_scores(scores, options.neighbours)
     ranking = rules.outlier_ranking(outliers)
@@ -268,7 +269,8 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     shown_map = "UMAP" if method == "umap" else "the first two principal components (pip install umap-learn for UMAP)"
     write_page(out, embeddings.root,
                [f"map: {shown_map}; colours: {int(colours.max()) + 1} groups of alike videos",
-                f"near-duplicates from {'fingerprint ' if stem is not None else ''}similarity {group_threshold:.4f} "
+                f"near-duplicates from {'fingerprint ' if stem is not None else ''}similarity "
+                f"{shown_threshold(group_threshold, group_rule)} "
                 f"({group_rule}); drag to pan, wheel to zoom, hover for a "
                 "thumbnail, click a point for its nearest, a list entry to mark its videos"], data)
     summary.seconds = time.perf_counter() - started
@@ -293,9 +295,12 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _shown(value: float) -> str:
-    """A threshold as printed: four decimals, or "none"."""
-    return f"{value:.4f}" if math.isfinite(value) else "none"
+def shown_threshold(value: float, rule: str) -> str:
+    """A threshold as printed: a given one as given (0.99999 is not "1.0000"), another to four decimals; "none"
+    where there is none."""
+    if not math.isfinite(value):
+        return "none"
+    return repr(float(value)) if rule == "given" else f"{value:.4f}"
 
 
 def vector_links(rows, threshold: float, at_mean: np.ndarray, show: bool) -> rules.Links:
@@ -304,7 +309,7 @@ def vector_links(rows, threshold: float, at_mean: np.ndarray, show: bool) -> rul
     mean (``at_mean``: copies of one video, zero once centred) joined at similarity 1."""
     from coclr.curate.graph import video_links  # noqa: PLC0415
 
-    links = video_links(rows, threshold, show=show)
+    links = video_links(rows, rules.reach_floor(threshold, rows.dim), show=show)
     alike = rules.alike_links(at_mean, rows.count)
     pairs = np.flatnonzero(alike.joined != np.arange(rows.count))
     return rules.linked(links, pairs, alike.joined[pairs], np.ones(len(pairs)))
@@ -369,7 +374,8 @@ def _fingerprint_groups(embeddings: Embeddings, out: Path, options: CurateOption
     record: dict[str, Any] = {"without": [embeddings.video_records[row]["path"] for row in lacking]}
 
     def pairs(threshold: float) -> rules.Links:
-        return rules.subset_links(prints.duplicate_links(units[have], threshold, show=show), have, len(found))
+        floor = rules.reach_floor(threshold, units.shape[-1])
+        return rules.subset_links(prints.duplicate_links(units[have], floor, show=show), have, len(found))
 
     if len(have) >= 2 and not units[have, 0].any():  # each the folder's mean: no threshold can join them
         return rules.alike_links(have, len(found)), 1.0, ALIKE_RULE, record

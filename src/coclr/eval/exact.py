@@ -77,6 +77,14 @@ def exact_dot_bound(dim: int) -> float:
     return 2 * gamma * (1 + dim * 2.0 ** -25) ** 2
 
 
+def quantised_dot_bound(dim: int) -> float:
+    """A bound on how far the exact dot product of two :func:`unit_rows` rows of length ``dim`` lies from the cosine
+    of the rows before rounding (each component at most ``2**-25`` off, so each row at most ``sqrt(dim) * 2**-25``:
+    ``2 sqrt(dim) 2**-25 + dim 2**-50``), doubled for safety like :func:`exact_dot_bound`: a row with itself scores
+    1 less up to this (e.g. 0.99999997), so a rule "at least a threshold" on exact scores allows it."""
+    return 2 * (2 * np.sqrt(dim) * 2.0 ** -25 + dim * 2.0 ** -50)
+
+
 def bfloat16_bits(units: np.ndarray) -> np.ndarray:
     """``uint16``: the bfloat16 nearest each float32 value (ties to even; torch's ``.bfloat16()``), as raw bits."""
     bits = np.ascontiguousarray(units, np.float32).view(np.uint32)
