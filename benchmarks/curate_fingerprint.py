@@ -79,8 +79,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         random = save_encoder(Path(tmp) / "random.pth", build_encoder(width=trained.width).eval(), meta={"view": "rgb"})
         for name, checkpoint in (("trained", Path(args.encoder)), ("random", random)):
-            found, lacking = fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), Path(tmp) / name,
-                                          show=False)
+            found, lacking, _ = fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), Path(tmp) / name,
+                                             show=False)
             units, _ = centred(found, found[np.setdiff1d(np.arange(len(paths)), lacking), 0].mean(0))
             similar = similarities(units, np.arange(len(paths)))
             count = len(originals)
@@ -201,8 +201,8 @@ def spectrum(args) -> None:
         random = save_encoder(Path(tmp) / "random.pth", build_encoder(width=1.0).eval(), meta={"view": "rgb"})
         blocks = [("random, full width", random)] + ([("trained", Path(args.encoder))] if args.encoder else [])
         for name, checkpoint in blocks:
-            found, lacking = fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), Path(tmp) / name,
-                                          show=False)
+            found, lacking, _ = fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), Path(tmp) / name,
+                                             show=False)
             have = np.setdiff1d(np.arange(len(paths)), lacking)
             fit, test = have[0::2], have[1::2]
             units, _ = centred(found[have], found[fit, 0].mean(0))

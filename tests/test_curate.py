@@ -448,8 +448,8 @@ def test_a_fingerprint_finds_every_altered_copy_above_every_other_take(takes, tm
 
     videos, copies, checkpoint = takes
     paths = [str(path) for path in videos] + [str(path) for path in copies.values()]
-    found, lacking = prints.fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept",
-                                         show=False, workers=2)
+    found, lacking, _ = prints.fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept",
+                                            show=False, workers=2)
     assert lacking == [] and found.shape == (len(paths), 2, 16 * 16)  # width 0.25: 16 channels, 4 x 4 cells
     units, _ = prints.centred(found, found[: len(videos), 0].mean(0))
     similar = prints.similarities(units, np.arange(len(paths)))
@@ -463,16 +463,16 @@ def test_a_fingerprint_finds_every_altered_copy_above_every_other_take(takes, tm
     scores, rows = prints.neighbour_graph(units, 3)
     assert np.array_equal((scores, rows), _slow_graph(units, 3))
     (tmp_path / "broken.mp4").write_bytes(b"not a video" * 100)
-    some, lacking = prints.fingerprints([str(tmp_path / "absent.mp4"), paths[0], str(tmp_path / "broken.mp4")],
-                                        checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept", show=False)
+    some, lacking, _ = prints.fingerprints([str(tmp_path / "absent.mp4"), paths[0], str(tmp_path / "broken.mp4")],
+                                           checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept", show=False)
     assert lacking == [0, 2] and np.array_equal(some[1], found[0]) and not some[[0, 2]].any()
     assert not prints.centred(some)[0][[0, 2]].any()  # no fingerprint: no direction after centring either
     damaged = tmp_path / "kept" / prints.cache_key(paths[3], checkpoint_sha256(checkpoint))
     damaged.write_bytes(b"half a file")  # (not one of ours: made again)
-    remade, _ = prints.fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept", show=False)
+    remade, _, _ = prints.fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept", show=False)
     assert np.array_equal(remade, found)
     monkeypatch.setattr(prints, "load_stem", lambda checkpoint: pytest.fail("the kept fingerprints were not read"))
-    again, _ = prints.fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept", show=False)
+    again, _, _ = prints.fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept", show=False)
     assert np.array_equal(again, found)
 
 
@@ -994,6 +994,50 @@ def test_byte_identical_copies_are_duplicates_at_threshold_one_and_a_given_thres
                      show=True)
     assert "threshold 0.99999 (given)" in str(summary)
     assert "near-duplicate threshold 0.99999 (given)" in capsys.readouterr().err
+
+
+def test_solid_colour_videos_match_only_their_own_colour_and_a_fingerprint_of_zeros_is_none(embedded, tmp_path,
+                                                                                               monkeypatch):
+    """Black, white and red have no layout (standardised, each is all zeros, and its fingerprint was the encoder's
+    alone: they were one group); each is its colour, so two copies of black are a group and nothing else is. A
+    fingerprint of zeros (an encoder's first block that gives nothing) is none: listed as without."""
+    from coclr.curate import fingerprint as prints
+    from coclr.curate.run import CurateOptions, curate
+    from coclr.models.loading import checkpoint_sha256
+    from coclr.video.decode import write_mp4
+
+    _, embeddings, videos = embedded
+    (tmp_path / "v").mkdir()
+    for name, colour in (("black", (0, 0, 0)), ("black again", (0, 0, 0)), ("white", (255, 255, 255)),
+                         ("red", (200, 20, 20)), ("dark", (12, 12, 12))):
+        write_mp4(tmp_path / "v" / f"{name}.mp4", np.full((24, 48, 48, 3), colour, np.uint8), 8)
+    folder = _embedded_with(embedded, tmp_path / "e", sorted((tmp_path / "v").glob("*.mp4")) + videos[2:6])
+    summary = curate(folder, tmp_path / "out", CurateOptions(threshold=0.5, windows=False, thumbnails=0),
+                     show=False)
+    with (tmp_path / "out" / "duplicates.csv").open() as file:
+        groups: dict[str, set[str]] = {}
+        for row in csv.DictReader(file):
+            groups.setdefault(row["group"], set()).add(Path(row["path"]).name)
+    assert {"black.mp4", "black again.mp4"} in groups.values(), groups
+    assert all(name not in group for group in groups.values() for name in ("white.mp4", "red.mp4", "dark.mp4"))
+    record = json.loads((tmp_path / "out" / "curate.json").read_text())
+    assert sorted(Path(path).name for path in record["fingerprints"]["solid_colour"]) == [
+        "black again.mp4", "black.mp4", "dark.mp4", "red.mp4", "white.mp4"]
+    assert record["fingerprints"]["without"] == [] and summary.unfingerprinted == 0
+    checkpoint = read_checkpoint(embeddings)
+    paths = [str(path) for path in videos[1:5]]
+    made = prints.fingerprint_file
+    monkeypatch.setattr(prints, "fingerprint_file",
+                        lambda path, stem: made(path, stem) * (str(path) != paths[2]))
+    found, lacking, colours = prints.fingerprints(paths, checkpoint, checkpoint_sha256(checkpoint), tmp_path / "kept",
+                                                  show=False)
+    assert lacking == [2] and found[[0, 1, 3]].any(axis=(1, 2)).all() and np.isnan(colours).all()
+
+
+def read_checkpoint(embeddings: Path) -> str:
+    from coclr.embed.output import read_settings
+
+    return read_settings(embeddings)["checkpoint"]["path"]
 
 
 def test_videos_that_cannot_be_read_are_listed_and_the_status_says_so(embedded, tmp_path, capsys):

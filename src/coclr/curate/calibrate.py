@@ -185,8 +185,9 @@ def calibrate_fingerprints(embeddings: Embeddings, units: np.ndarray, mean: np.n
     copies = altered_copies(embeddings, rows, out, show)
     if not copies:
         return {"threshold": None, "rule": "no video could be altered", "positives": {}, "videos": 0}
-    prints, lacking = fingerprints([str(path) for _, _, path in copies], checkpoint, encoder_sha256,
-                                   out / "fingerprints", show=show, workers=workers)
+    prints, lacking, colours = fingerprints([str(path) for _, _, path in copies], checkpoint, encoder_sha256,
+                                            out / "fingerprints", show=show, workers=workers)
+    lacking = [*lacking, *np.flatnonzero(~np.isnan(colours[:, 0])).tolist()]  # (a solid colour: no layout)
     copied, _ = centred(prints, mean)
     positives: dict[str, list[float]] = {}
     negatives = []

@@ -13,6 +13,11 @@ same take, so the duplicates are found on a fingerprint of what is where in the 
   take does not), each window's grid a unit vector, the video's their mean;
 - the same of the mirrored frames, so that a flipped copy matches (:func:`similarities`: the better of the two).
 
+A solid-colour video (every channel's spread below :data:`FLAT`) has no layout: standardised, its frames are all
+zero and its fingerprint would be the encoder's alone (the same for black, white and red, or all zeros). It gets its
+mean colour instead, and matches only videos of the same colour (:data:`SAME_COLOUR`,
+:func:`coclr.curate.groups.colour_links`).
+
 Measured on altered copies of the real clips and of synthetic videos (``benchmarks/curate_duplicates.py``,
 docs/curate.md); the first block's filters matter less than the layout and the standardisation (a random first
 block does as well there).
@@ -38,8 +43,14 @@ LENGTH = 8
 """Frames per window (consecutive)."""
 GRID = 4
 """Cells per side of the grid the first block's map is averaged into."""
-VERSION = 1
+VERSION = 2
 """Changes whenever a fingerprint of the same video and encoder would change (the cache's key holds it)."""
+FLAT = 2.0
+"""Spread (standard deviation over a video's sampled pixels, in levels of 255) below which every colour channel is
+flat: a solid-colour video, whose fingerprint is its mean colour."""
+SAME_COLOUR = 8.0
+"""Levels (of 255) within which each channel of two solid-colour videos' mean colours lies when they are copies (a
+re-encode moves a solid colour by a level or two)."""
 
 
 def folder_checkpoint(embeddings) -> tuple[Path, str]:
@@ -75,7 +86,8 @@ def window_starts(frames: int) -> np.ndarray:
 
 def fingerprint_frames(windows: np.ndarray, stem) -> np.ndarray:
     """The fingerprint of ``windows`` (``[W, LENGTH, H, W, 3]`` uint8 RGB): ``[2, D]`` float32, the plain and the
-    mirrored frames' (see the module docstring)."""
+    mirrored frames' (see the module docstring); of a solid-colour video (every channel's spread below
+    :data:`FLAT`), ``[3]`` float32, its mean colour in levels of 255."""
     import torch  # noqa: PLC0415 (heavy)
     import torch.nn.functional as F  # noqa: PLC0415
 
@@ -83,6 +95,8 @@ def fingerprint_frames(windows: np.ndarray, stem) -> np.ndarray:
 
     clips = torch.from_numpy(np.ascontiguousarray(windows)).float().div_(255).permute(0, 4, 1, 2, 3)
     channels = clips.transpose(0, 1).reshape(3, -1)
+    if float(channels.std(1).max()) * 255 < FLAT:
+        return (channels.mean(1) * 255).numpy().astype(np.float32)
     spread = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1, 1)
     clips = (clips - channels.mean(1).view(1, 3, 1, 1, 1)) / (channels.std(1).view(1, 3, 1, 1, 1) + 1e-3) * spread
     found = []
@@ -124,11 +138,13 @@ def cache_key(path: str, encoder_sha256: str) -> str | None:
 
 
 def fingerprints(paths: Sequence[str], checkpoint: str | Path, encoder_sha256: str, folder: Path, show: bool = True,
-                 workers: int | None = None) -> tuple[np.ndarray, list[int]]:
+                 workers: int | None = None) -> tuple[np.ndarray, list[int], np.ndarray]:
     """The fingerprint of each video file of ``paths`` as it is now (a video changed since it was embedded too),
     kept in ``folder`` (one file each, :func:`cache_key`; a second run reads them), made on ``workers`` threads
-    (decoding and the convolution release the GIL). Returns ``[N, 2, D]`` (zeros where there is none) and the rows
-    without one (a file gone or unreadable)."""
+    (decoding and the convolution release the GIL). Returns ``[N, 2, D]`` (zeros where there is none), the rows
+    without one (a file gone or unreadable, or a fingerprint of zeros: an encoder's first block that gives nothing
+    for it) and ``[N, 3]``: each solid-colour video's mean colour (:func:`fingerprint_frames`; its fingerprint
+    zero), NaN for the others."""
     import threading  # noqa: PLC0415
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
@@ -171,15 +187,18 @@ def fingerprints(paths: Sequence[str], checkpoint: str | Path, encoder_sha256: s
         for found in pool.map(make, range(len(paths))):
             shown.update(1)
             made.append(found)
-    size = next((found.shape for found in made if found is not None), (2, 1))
+    size = next((found.shape for found in made if found is not None and found.ndim == 2), (2, 1))
     out = np.zeros((len(paths), *size), np.float32)
+    colours = np.full((len(paths), 3), np.nan)
     lacking = []
     for row, found in enumerate(made):
-        if found is None or found.shape != size:
+        if found is not None and found.shape == (3,):
+            colours[row] = found
+        elif found is None or found.shape != size or not found.any():
             lacking.append(row)
         else:
             out[row] = found
-    return out, lacking
+    return out, lacking, colours
 
 
 def centred(prints: np.ndarray, mean: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -65,6 +65,33 @@ def linked(links: Links, first: np.ndarray, second: np.ndarray, scores: np.ndarr
             joined = deeper
 
 
+def merged(links: Links, more: Links) -> Links:
+    """``links`` joined with whatever ``more`` (links of the same rows) joins, each row's best the higher."""
+    rows = np.flatnonzero(more.joined != np.arange(len(more.joined)))
+    joined = linked(links, rows, more.joined[rows], np.full(len(rows), -np.inf))
+    return Links(joined.joined, np.maximum(joined.best, more.best))
+
+
+COLOUR_BLOCK = 1 << 22
+"""Colour differences held at once by :func:`colour_links`."""
+
+
+def colour_links(colours: np.ndarray, tolerance: float) -> Links:
+    """The :class:`Links` of solid-colour videos (``colours [N, 3]``: each one's mean colour, NaN for other videos):
+    two whose colours lie within ``tolerance`` in every channel are copies, at similarity 1; no other video is
+    joined. Their standardised frames are all zero, so no fingerprint tells black from white: their colour does."""
+    colours = np.asarray(colours, np.float64)
+    flat = np.flatnonzero(~np.isnan(colours).any(axis=1))
+    links = Links.none(len(colours))
+    step = max(1, COLOUR_BLOCK // max(1, len(flat)))
+    for start in range(0, len(flat), step):
+        part = flat[start: start + step]
+        near = (np.abs(colours[part][:, None] - colours[flat][None]) <= tolerance).all(axis=2)
+        first, second = np.nonzero(near & (part[:, None] < flat[None]))
+        links = linked(links, part[first], flat[second], np.ones(len(first)))
+    return links
+
+
 def link_groups(links: Links) -> list[list[int]]:
     """The groups ``links`` joins (each a sorted list of rows, at least two; groups sorted by their first row)."""
     rows = np.flatnonzero(np.bincount(links.joined, minlength=len(links.joined))[links.joined] > 1)

@@ -120,7 +120,7 @@ class CurateSummary:
     stale: int
     seconds: float
     unfingerprinted: int = 0
-    """Videos without a fingerprint (gone or unreadable): nobody's duplicate."""
+    """Videos without a fingerprint (gone, unreadable, or one of zeros): nobody's duplicate."""
 
     def __str__(self) -> str:
         lines = [f"{self.out}: {self.videos} videos curated in {progress.duration(self.seconds)}",
@@ -130,8 +130,8 @@ class CurateSummary:
                  f"  every video ranked by how unlike the rest it is: {self.out / 'outliers.csv'}",
                  f"  the map: {self.out / PAGE}"]
         if self.unfingerprinted:
-            lines.append(f"  {self.unfingerprinted} video(s) could not be read for a fingerprint (listed in "
-                         f"{self.out / RESULT_FILE}): they are nobody's duplicate")
+            lines.append(f"  {self.unfingerprinted} video(s) could not be read for a fingerprint, or gave one of zeros "
+                         f"(listed in {self.out / RESULT_FILE}): they are nobody's duplicate")
         if self.stale:
             lines.append(f"  {self.stale} video(s) changed or removed since they were embedded: their rows are of the "
                          "embedded version; run coclr embed on the folder again to bring it up to date")
@@ -310,9 +310,7 @@ def vector_links(rows, threshold: float, at_mean: np.ndarray, show: bool) -> rul
     from coclr.curate.graph import video_links  # noqa: PLC0415
 
     links = video_links(rows, rules.reach_floor(threshold, rows.dim), show=show)
-    alike = rules.alike_links(at_mean, rows.count)
-    pairs = np.flatnonzero(alike.joined != np.arange(rows.count))
-    return rules.linked(links, pairs, alike.joined[pairs], np.ones(len(pairs)))
+    return rules.merged(links, rules.alike_links(at_mean, rows.count))
 
 
 def _window_space(embeddings: Embeddings, show: bool):
@@ -367,18 +365,22 @@ def _fingerprint_groups(embeddings: Embeddings, out: Path, options: CurateOption
     from coclr.curate.calibrate import FOLDER, calibrate_fingerprints, sample_rows  # noqa: PLC0415
 
     checkpoint, sha = stem
-    found, lacking = prints.fingerprints([record["path"] for record in embeddings.video_records], checkpoint, sha,
-                                         out / FINGERPRINTS, show=show, workers=options.workers)
-    have = np.setdiff1d(np.arange(len(found)), lacking)
-    units, mean = prints.centred(found)  # (a video without one: a zero row, nobody's duplicate)
-    record: dict[str, Any] = {"without": [embeddings.video_records[row]["path"] for row in lacking]}
+    found, lacking, colours = prints.fingerprints([record["path"] for record in embeddings.video_records], checkpoint,
+                                                  sha, out / FINGERPRINTS, show=show, workers=options.workers)
+    flat = np.flatnonzero(~np.isnan(colours[:, 0]))
+    have = np.setdiff1d(np.arange(len(found)), np.union1d(lacking, flat))
+    units, mean = prints.centred(found)  # (a video without one, or of one colour: a zero row, joined by no pair)
+    record: dict[str, Any] = {"without": [embeddings.video_records[row]["path"] for row in lacking],
+                              "solid_colour": [embeddings.video_records[row]["path"] for row in flat]}
+    same_colour = rules.colour_links(colours, prints.SAME_COLOUR)
 
     def pairs(threshold: float) -> rules.Links:
         floor = rules.reach_floor(threshold, units.shape[-1])
-        return rules.subset_links(prints.duplicate_links(units[have], floor, show=show), have, len(found))
+        links = rules.subset_links(prints.duplicate_links(units[have], floor, show=show), have, len(found))
+        return rules.merged(links, same_colour)
 
     if len(have) >= 2 and not units[have, 0].any():  # each the folder's mean: no threshold can join them
-        return rules.alike_links(have, len(found)), 1.0, ALIKE_RULE, record
+        return rules.merged(rules.alike_links(have, len(found)), same_colour), 1.0, ALIKE_RULE, record
     if options.threshold is not None:
         return pairs(float(options.threshold)), float(options.threshold), "given", record
     if len(have) < 2:
