@@ -66,22 +66,54 @@ def test_links_join_every_pair_in_parts_and_keep_each_rows_best():
     assert chain.joined.tolist() == [0] * 6
 
 
-def test_shared_stretches_come_from_mutual_nearest_windows_and_skip_whole_duplicates():
+def _both_ways(pairs: list[tuple[int, int, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    first, second, score = (np.array(column) for column in zip(*pairs))
+    return np.concatenate([first, second]), np.concatenate([second, first]), np.concatenate([score, score])
+
+
+def test_shared_stretches_come_from_mutual_best_windows_per_pair_of_videos_and_skip_whole_duplicates():
     window_video = np.array([0, 0, 0, 1, 1, 2, 2])
     starts = np.array([0.0, 1, 2, 0, 1, 0, 1])
     ends = starts + 2
-    scores = np.array([[0.5], [0.96], [0.97], [0.96], [0.97], [0.99], [0.5]])
-    neighbours = np.array([[3], [3], [4], [1], [2], [0], [0]])  # 1 <-> 3 and 2 <-> 4 mutual; 5 -> 0 only
+    pairs = [(1, 3, 0.96), (2, 4, 0.97), (2, 3, 0.955), (1, 6, 0.985), (5, 1, 0.98)]
     none = np.full(3, -1)
-    stretches = rules.matching_stretches(scores, neighbours, window_video, starts, ends, 0.95, none)
-    assert [(s.video, s.other) for s in stretches] == [(0, 1)]  # window 5's nearest (a hub's) is not mutual
-    first = stretches[0]
+    stretches = rules.matching_stretches(*_both_ways(pairs), window_video, starts, ends, none)
+    assert [(s.video, s.other) for s in stretches] == [(0, 1), (0, 2)]
+    first, second = stretches
     assert (first.start, first.end, first.other_start, first.other_end) == (1.0, 4.0, 0.0, 3.0)
     assert first.similarity == 0.97
+    # window 5's best of video 0 is 1, whose best of video 2 is 6: not mutual, so video 2's stretch starts at 1
+    assert (second.start, second.end, second.other_start, second.other_end, second.similarity) == (
+        1.0, 3.0, 1.0, 3.0, 0.985)
     whole = rules.group_of([[0, 1]], 3)
     assert whole.tolist() == [0, 0, -1]
-    assert rules.matching_stretches(scores, neighbours, window_video, starts, ends, 0.95, whole) == []
-    assert rules.matching_stretches(scores, neighbours, window_video, starts, ends, 0.965, none)[0].start == 2.0
+    assert [(s.video, s.other) for s in rules.matching_stretches(*_both_ways(pairs), window_video, starts, ends,
+                                                                  whole)] == [(0, 2)]
+    above = [pair for pair in pairs if pair[2] >= 0.965]
+    assert rules.matching_stretches(*_both_ways(above), window_video, starts, ends, none)[0].start == 2.0
+
+
+def test_a_stretch_shared_by_many_videos_is_found_whole_in_every_pair(monkeypatch):
+    """The same intro (three windows) on four videos: every pair of them shares it from its first window's start
+    to its last's end (each window kept only its single nearest window of any video, if mutual, and the search
+    only 4 nearest: most pairs got a window or two), however few candidates a search may hold."""
+    from coclr.curate import graph
+    from coclr.embed.search import UnitRows
+    from coclr.eval.exact import unit_rows
+
+    rng = np.random.default_rng(6)
+    intro = rng.normal(size=(3, 32))
+    rows = np.concatenate([np.concatenate([intro + 0.001 * rng.normal(size=(3, 32)), rng.normal(size=(5, 32))])
+                           for _ in range(4)])  # four videos of 8 windows, the first 3 the intro
+    window_video = np.arange(32) // 8
+    starts = np.tile(np.arange(8) * 0.5, 4)
+    units = unit_rows(rows, rows.mean(axis=0))
+    for most in (4096, 1):
+        monkeypatch.setattr(graph, "RANGE_PAIRS", most)
+        pairs = graph.window_pairs(UnitRows.in_memory(units), 0.99, window_video)
+        stretches = rules.matching_stretches(*pairs, window_video, starts, starts + 1.0, np.full(4, -1))
+        assert [(s.video, s.other) for s in stretches] == [(a, b) for a in range(4) for b in range(a + 1, 4)]
+        assert all((s.start, s.end, s.other_start, s.other_end) == (0.0, 2.0, 0.0, 2.0) for s in stretches)
 
 
 def test_outlier_scores_are_one_minus_the_mean_similarity_of_the_nearest():

@@ -80,6 +80,26 @@ def video_links(rows: UnitRows, floor: float, show: bool = False, desc: str = "d
     return links
 
 
+def window_pairs(rows: UnitRows, floor: float, video: np.ndarray, show: bool = False,
+                 desc: str = "matching windows") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(queries, rows, scores)``: every pair of windows (``rows``, each of video ``video[i]``) of different videos
+    whose exact score reaches ``floor`` (:func:`pairs_over`, :data:`QUERY_CHUNK` windows queried at a time), each
+    window's best window of each other video kept (:func:`coclr.curate.groups.best_windows`): what the stretches
+    are decided on, whatever the number of videos sharing one."""
+    from coclr.curate.groups import best_windows  # noqa: PLC0415
+
+    parts = [(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))]
+    projected = projection(rows)
+    with progress.bar(total=rows.count, desc=desc, unit="row", disable=not show, leave=False) as shown:
+        for start in range(0, rows.count, QUERY_CHUNK):
+            stop = min(rows.count, start + QUERY_CHUNK)
+            for query, row, score in pairs_over(rows, rows.block(start, stop), floor, RANGE_PAIRS, projected):
+                parts.append(best_windows(query + start, row, score, video))
+            shown.update(stop - start)
+    query, row, score = (np.concatenate(part) for part in zip(*parts))
+    return query, row, score
+
+
 def projection_pays() -> bool:
     """Whether the int8 kernels are vector ones (AVX2, or AVX-512 VNNI): there the projected range search was
     measured faster than the top-k, whichever first pass the top-k takes (docs/curate.md); the plain C loop is not

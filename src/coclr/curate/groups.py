@@ -179,25 +179,45 @@ def group_of(groups: list[list[int]], count: int) -> np.ndarray:
     return found
 
 
-def matching_stretches(scores: np.ndarray, neighbours: np.ndarray, window_video: np.ndarray, starts: np.ndarray,
-                       ends: np.ndarray, threshold: float, whole: np.ndarray) -> list[Stretch]:
-    """The stretches two videos share where only part of one repeats: the window pairs of different videos whose
-    similarity reaches ``threshold`` (``scores``/``neighbours`` ``[M, k]`` over windows; ``window_video`` each
-    window's video row, ``starts``/``ends`` its seconds), gathered per pair of videos that is not already a
-    whole-video duplicate (``whole``: each video's duplicate group, -1 for none, :func:`group_of`); one stretch per
-    pair, ``video < other``. Only mutual nearest windows count (each is the other's nearest window of another
-    video): in a space where a few windows are near everything (hubs), a window's nearest alone would tie unrelated
-    videos together."""
-    nearest = neighbours[:, 0]
-    mutual = (nearest >= 0) & (neighbours[np.maximum(nearest, 0), 0] == np.arange(len(nearest)))
+def best_windows(query: np.ndarray, row: np.ndarray, score: np.ndarray,
+                 window_video: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of pairs of windows (``query``, ``row``, their ``score``; ``window_video`` each window's video row), those of
+    different videos reduced to each window's best window of each other video (ties to the lower row): ``(query,
+    row, score)`` sorted by query, then the other video. Applied to a part of the pairs or to all, the same."""
+    other = window_video[query] != window_video[row]
+    query, row, score = query[other], row[other], np.asarray(score, np.float64)[other]
+    order = np.lexsort((row, -score, window_video[row], query))
+    query, row, score = query[order], row[order], score[order]
+    first = np.ones(len(query), bool)
+    first[1:] = (query[1:] != query[:-1]) | (window_video[row[1:]] != window_video[row[:-1]])
+    return query[first], row[first], score[first]
+
+
+def matching_stretches(query: np.ndarray, row: np.ndarray, score: np.ndarray, window_video: np.ndarray,
+                       starts: np.ndarray, ends: np.ndarray, whole: np.ndarray) -> list[Stretch]:
+    """The stretches two videos share where only part of one repeats, from every pair of windows whose similarity
+    reaches the threshold (``query``, ``row``, ``score``, either way; ``window_video`` each window's video row,
+    ``starts``/``ends`` its seconds), gathered per pair of videos that is not already a whole-video duplicate
+    (``whole``: each video's duplicate group, -1 for none, :func:`group_of`); one stretch per pair, ``video <
+    other``. Decided per pair of videos: a window matches the window of the other video that is its best there
+    (:func:`best_windows`) when it is that window's best in its own video too (mutual): in a space where a few
+    windows are near everything (hubs), a window's best alone would tie unrelated stretches together; and an intro
+    shared by many videos is matched in each pair whatever the others (a window's single nearest of any video
+    left all but one pair a window or two)."""
+    query, row, score = best_windows(np.asarray(query, np.int64), np.asarray(row, np.int64), score, window_video)
+    if not len(query):
+        return []
+    videos = int(window_video.max()) + 1
+    key = query * videos + window_video[row]  # sorted: by query, then the other video
+    back = row * videos + window_video[query]  # the row's best in the query's video
+    at = np.minimum(np.searchsorted(key, back), len(key) - 1)
+    mutual = (key[at] == back) & (row[at] == query)
+    a, b = window_video[query], window_video[row]
+    keep = mutual & (a < b) & ~((whole[a] >= 0) & (whole[a] == whole[b]))
     found: dict[tuple[int, int], list[tuple[int, int, float]]] = {}
-    for row in np.flatnonzero(mutual & (scores[:, 0] >= threshold)):
-        row, other = int(row), int(nearest[row])
-        a, b = int(window_video[row]), int(window_video[other])
-        if a == b or (whole[a] >= 0 and whole[a] == whole[b]):
-            continue
-        mine, theirs = (row, other) if a < b else (other, row)
-        found.setdefault((min(a, b), max(a, b)), []).append((mine, theirs, float(scores[row, 0])))
+    for mine, theirs, value in zip(query[keep], row[keep], score[keep]):
+        found.setdefault((int(window_video[mine]), int(window_video[theirs])), []).append(
+            (int(mine), int(theirs), float(value)))
     stretches = []
     for (a, b), matches in sorted(found.items()):
         mine = np.array([m[0] for m in matches])

@@ -243,12 +243,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         say("coclr curate: no stretches searched: the windows' threshold is not calibrated (the vectors did not tell "
             "altered copies from other videos, or --calibrate 0)", show)
     if windows and trusted and space is not None:
-        window_space, (w_scores, w_neighbours) = space
-        starts = np.array([record["start"] for record in embeddings.window_records], np.float64)
-        ends = np.array([record["end"] for record in embeddings.window_records], np.float64)
-        stretches = rules.matching_stretches(w_scores, w_neighbours, window_space.video, starts, ends,
-                                             rules.reach_floor(window_threshold, window_space.units.shape[1]),
-                                             rules.group_of(whole, count))
+        stretches = _stretches(embeddings, *space, window_threshold, rules.group_of(whole, count), show)
     outliers = rules.outlier_scores(scores, options.neighbours)
     ranking = rules.outlier_ranking(outliers)
     seconds["duplicates_outliers"] = time.perf_counter() - clock
@@ -313,16 +308,29 @@ def vector_links(rows, threshold: float, at_mean: np.ndarray, show: bool) -> rul
     return rules.merged(links, rules.alike_links(at_mean, rows.count))
 
 
+def _stretches(embeddings: Embeddings, space, rows, threshold: float, whole: np.ndarray, show: bool) -> list:
+    """The stretches videos share (:func:`~coclr.curate.groups.matching_stretches`) from every pair of windows
+    (``space``, :class:`~coclr.curate.calibrate.WindowSpace`, and their search's ``rows``) of different videos that
+    reaches ``threshold`` (:func:`~coclr.curate.graph.window_pairs`; ``whole``: each video's duplicate group)."""
+    from coclr.curate.graph import window_pairs  # noqa: PLC0415
+
+    starts = np.array([record["start"] for record in embeddings.window_records], np.float64)
+    ends = np.array([record["end"] for record in embeddings.window_records], np.float64)
+    floor = rules.reach_floor(threshold, space.units.shape[1])
+    pairs = window_pairs(rows, floor, space.video, show=show)
+    return rules.matching_stretches(*pairs, space.video, starts, ends, whole)
+
+
 def _window_space(embeddings: Embeddings, show: bool):
-    """The windows as stretches are compared (:class:`~coclr.curate.calibrate.WindowSpace`) and their graph: each
-    window's 4 nearest windows of other videos."""
+    """The windows as stretches are compared (:class:`~coclr.curate.calibrate.WindowSpace`, with each window's
+    nearest window of another video, what the calibration compares copies with) and their search's rows."""
     from coclr.curate.calibrate import WindowSpace  # noqa: PLC0415 (heavy: torch)
     from coclr.embed.search import folder_rows  # noqa: PLC0415
 
     video = np.array([record["video"] for record in embeddings.window_records], np.int64)
     rows = folder_rows(embeddings, windows=True, center=True)
-    graph = neighbour_graph(rows, 4, groups=video, show=show, desc="nearest windows")
-    return WindowSpace(rows.block(0, rows.count), rows.mean, video, graph[0][:, 0].astype(np.float64)), graph
+    graph = neighbour_graph(rows, 1, groups=video, show=show, desc="nearest windows")
+    return WindowSpace(rows.block(0, rows.count), rows.mean, video, graph[0][:, 0].astype(np.float64)), rows
 
 
 def _vector_threshold(embeddings: Embeddings, out: Path, options: CurateOptions, units: np.ndarray, mean,
