@@ -1072,6 +1072,28 @@ def read_checkpoint(embeddings: Path) -> str:
     return read_settings(embeddings)["checkpoint"]["path"]
 
 
+def test_the_same_command_after_the_folder_was_embedded_again_with_other_settings_continues(embedded, tmp_path):
+    """The calibration's copies are embedded as the folder was, into a folder keyed by its settings: after the
+    folder was embedded again (here another window step) the same command embeds the kept copies anew (it was
+    refused, the copies' embeddings being of the old settings, after new files were written)."""
+    from coclr.curate.run import CurateOptions, curate
+    from coclr.embed.embedder import Embedder
+    from coclr.embed.output import read_settings
+    from coclr.embed.run import embed_videos
+
+    _, embeddings, videos = embedded
+    checkpoint = read_settings(embeddings)["checkpoint"]["path"]
+    options = CurateOptions(calibrate=1, fingerprints=False, thumbnails=0)
+    for step in (8, 4):
+        shutil.rmtree(tmp_path / "e", ignore_errors=True)
+        embedder = Embedder(checkpoint, device="cpu", workers=0, short_side=32, window_step=step)
+        embed_videos([str(path) for path in videos[:5]], tmp_path / "e", embedder, progress=False)
+        summary = curate(tmp_path / "e", tmp_path / "out", options, show=False)
+        assert summary.rule != "given" and summary.videos == 5
+    kept = sorted(path.name for path in (tmp_path / "out" / "calibration").iterdir())
+    assert kept[0].startswith("embeddings-") and kept[1].startswith("embeddings-") and kept[2:] == ["videos"]
+
+
 def test_videos_that_cannot_be_read_are_listed_and_the_status_says_so(embedded, tmp_path, capsys):
     from coclr.cli import EXIT_SOME_FAILED, main
 

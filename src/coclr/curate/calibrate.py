@@ -11,6 +11,7 @@ that separates them best (:func:`coclr.curate.groups.calibrated_threshold`).
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ from coclr.eval.exact import unit_rows
 from coclr.text import to_bytes
 
 FOLDER = "calibration"
-"""The curate folder's subfolder of altered copies (``videos/``) and their embeddings (``embeddings/``)."""
+"""The curate folder's subfolder of altered copies (``videos/``) and their embeddings (``embeddings-KEY/``,
+:func:`embeddings_folder`)."""
 MAX_FRAMES = 300
 """A longer video's first this many frames are altered (and compared with its own vector: the copy is a part)."""
 
@@ -38,6 +40,15 @@ def video_key(record: dict[str, Any]) -> str:
     video's own (and an edited video gets new ones)."""
     text = f"{record['path']}\0{record.get('size')}\0{record.get('mtime_ns')}"
     return hashlib.sha256(to_bytes(text)).hexdigest()[:24]
+
+
+def embeddings_folder(embeddings: Embeddings, out: Path) -> Path:
+    """Where the altered copies are embedded as ``embeddings`` was: ``out/embeddings-KEY``, ``KEY`` from the folder's
+    recorded settings (its ``embed.json``'s, with its checkpoints' sha256): what determines those embeddings. The
+    same command after the folder was embedded again with another checkpoint or setting embeds the copies (kept,
+    reused) anew beside the old ones, where one folder for all refused them, after writing, as of other settings."""
+    settings = json.dumps(embeddings.record.get("settings", {}), sort_keys=True, default=str)
+    return out / f"embeddings-{hashlib.sha256(to_bytes(settings)).hexdigest()[:16]}"
 
 
 def sample_rows(embeddings: Embeddings, count: int, stale: set[int]) -> list[int]:
@@ -105,14 +116,13 @@ def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None
               out: Path, encoder, stale: set[int] | None = None, show: bool = True,
               windows: WindowSpace | None = None) -> dict[str, Any]:
     """The calibrated threshold and what it rests on: ``count`` videos' altered copies embedded by ``encoder``
-    (:func:`folder_encoder`) into
-    ``out/embeddings`` (``units``: the folder's video vectors, centred by ``mean`` and of unit length, as the copies'
-    are then compared; ``nearest``: each video's similarity to its nearest other). Returns ``{"threshold", "rule",
-    "positives": {alteration: [similarities]}, "videos"}``; with no usable copy, the caller's distribution rule
-    applies (``threshold`` None). With ``windows``, also ``"windows"``: the windows' own threshold, calibrated the
-    same way in their space (:func:`window_positives`), as windows are compared (their similarities lie on another
-    scale than the videos': a threshold of one, applied to the other, made every pair of distinct videos share a
-    stretch)."""
+    (:func:`folder_encoder`) into :func:`embeddings_folder` (``units``: the folder's video vectors, centred by
+    ``mean`` and of unit length, as the copies' are then compared; ``nearest``: each video's similarity to its
+    nearest other). Returns ``{"threshold", "rule", "positives": {alteration: [similarities]}, "videos"}``; with no
+    usable copy, the caller's distribution rule applies (``threshold`` None). With ``windows``, also ``"windows"``:
+    the windows' own threshold, calibrated the same way in their space (:func:`window_positives`), as windows are
+    compared (their similarities lie on another scale than the videos': a threshold of one, applied to the other,
+    made every pair of distinct videos share a stretch)."""
     from coclr.embed.run import embed_videos  # noqa: PLC0415 (heavy: torch)
 
     out.mkdir(parents=True, exist_ok=True)
@@ -120,8 +130,9 @@ def calibrate(embeddings: Embeddings, units: np.ndarray, mean: np.ndarray | None
     copies = altered_copies(embeddings, rows, out, show)
     if not copies:
         return {"threshold": None, "rule": "no video could be altered", "positives": {}, "videos": 0}
-    embed_videos([str(path) for _, _, path in copies], out / "embeddings", encoder, progress=show)
-    copied = Embeddings(out / "embeddings")
+    folder = embeddings_folder(embeddings, out)
+    embed_videos([str(path) for _, _, path in copies], folder, encoder, progress=show)
+    copied = Embeddings(folder)
     positives: dict[str, list[float]] = {}
     for row, name, path in copies:
         found = copied.row_of(path)
