@@ -431,3 +431,21 @@ def test_a_learn_folder_holds_its_own_curation_and_embeddings_only_where_it_puts
                           (learn / "mine", "embed")):
         with pytest.raises(FolderRefused, match=f"inside {learn}, the output folder of `coclr learn`"):
             check_place(path, command)
+    # a pipeline's stages are its own (`coclr pretrain run.out=my_pipeline/mine` was accepted)
+    pipeline = tmp_path / "pipeline"
+    atomic_write_json(pipeline / "run.json", {"command": "pipeline", "options": {}})
+    for stage in ("infonce_rgb", "infonce_flow_dis", "cycle2_flow", "cycle1_sim"):
+        check_place(pipeline / stage, "pretrain")
+    with pytest.raises(FolderRefused, match=f"inside {pipeline}, the output folder of `coclr pipeline`"):
+        check_place(pipeline / "mine", "pretrain")
+
+
+def test_a_run_record_whose_options_are_not_a_mapping_is_named(tmp_path):
+    """A hand-damaged run.json (`"options": 5`) was an AttributeError when the run was continued."""
+    from coclr.atomic import atomic_write_json
+    from coclr.errors import DataError
+    from coclr.runfolder import read_record
+
+    atomic_write_json(tmp_path / "run.json", {"command": "pretrain", "options": 5})
+    with pytest.raises(DataError, match=r"run\.json: not a coclr run record \(no options\)"):
+        read_record(tmp_path)

@@ -1183,8 +1183,9 @@ def test_most_videos_shorter_than_any_clip_are_refused_before_measuring(tmp_path
 
     monkeypatch.setattr(run, "measure_costs", measured)
     monkeypatch.setattr("coclr.video.decode.probe_video", lambda path: SimpleNamespace(frames=3 if "s" in path else 90))
-    with pytest.raises(DataError, match=r"2 of the 3 videos are shorter than one clip \(9 frames"):
-        run.make_plan(["s1.mp4", "s2.mp4", "long.mp4"], 900, "cpu", 1, 0.0, show=False)
+    with pytest.raises(DataError, match=r"6 of the 9 videos are shorter than one clip \(9 frames"):
+        run.make_plan([*(f"s{n}.mp4" for n in range(6)), "long1.mp4", "long2.mp4", "long3.mp4"], 900, "cpu", 1, 0.0,
+                      show=False)
 
 
 def test_too_few_readable_videos_are_refused_before_measuring_naming_the_unreadable(monkeypatch):

@@ -130,7 +130,7 @@ def test_config_files_and_seeds_no_run_can_take_are_one_line_before_any_work(tmp
 
     command = ["pretrain", f"data.store={tmp_path / 'store'}", f"run.out={tmp_path / 'run'}"]
     cases = {
-        b"optim:\n- lr: 0.01\n": "optim: expected a mapping, got [{'lr': 0.01}]",  # lost under optim.epochs before
+        b"optim:\n- lr: 0.01\n": "yaml: optim: expected a mapping, got [{'lr': 0.01}]",  # (lost before)
         b"optim:\n  lr: \xff\xfe\n": "not UTF-8 text (byte 0xff at offset 13); save it as UTF-8",
         b"optim:\n\tlr: 1\n": "invalid YAML at line 2, column 1: found character '\\t' that cannot start any token",
         b"optim:\n  lr: 1\noptim:\n  epochs: 2\n": "invalid YAML at line 3, column 1: the key 'optim' is given "
@@ -202,7 +202,12 @@ def test_an_unknown_flag_is_the_subcommand_s_error_with_its_usage(tmp_path, caps
 
 def test_a_config_file_is_named_when_it_is_a_folder_or_holds_an_unknown_option(tmp_path, capsys):
     (tmp_path / "typo.yaml").write_text("optim:\n  lrr: 1\n")
+    (tmp_path / "dotted.yaml").write_text("optim.lr: 0.01\n")  # ("did you mean optim.lr for optim.lr?")
+    (tmp_path / "section.yaml").write_text("optim: 5\n")  # (the error named no file)
     for config, said in ((tmp_path / "typo.yaml", "typo.yaml: unknown option(s): optim.lrr (known: epochs"),
+                         (tmp_path / "dotted.yaml", "dotted.yaml: optim.lr: a file gives options nested under their "
+                                                    "section (`optim:` then `  lr: ...` below it)"),
+                         (tmp_path / "section.yaml", "section.yaml: optim: expected a mapping, got 5"),
                          (tmp_path, "is a folder, not a YAML file of options")):  # (it was "not found")
         assert main(["pretrain", "--config", str(config), f"data.store={tmp_path}", f"run.out={tmp_path / 'o'}"]) == 2
         assert said in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -168,6 +169,30 @@ def test_a_pipeline_refuses_changed_options_and_keeps_its_record(tmp_path: Path)
                  "run.progress=true", "data.workers=1", "--until", "infonce_flow"]) == 0
     recorded = json.loads((run_dir / "manifest.json").read_text())["config"]
     assert recorded["run"]["progress"] is False and recorded["model"]["width"] == 0.125
+    # the per-process batch may change, the global batch may not (the stages not started took it in silence)
+    batch = next(o for o in base if o.startswith("run.batch_size=")).split("=")[1]
+    with pytest.raises(ConfigError, match=rf"run\.batch_size x processes={batch} \(given 2\)"):
+        run_pipeline(pipeline_config(store, run_dir, "run.batch_size=2"))
+    assert recorded["run"]["global_batch"] == int(batch)
+
+
+def test_a_finished_stages_lost_encoder_is_written_again_or_refused_before_any_stage(tmp_path: Path) -> None:
+    """A finished stage's deleted folder was found only after the next stage had trained, by the one after it, in
+    an error naming method.init_checkpoint (an option the pipeline sets itself)."""
+    store = make_random_store(tmp_path / "store", videos=8, frames=10)
+    run_dir = tmp_path / "run"
+    config = pipeline_config(store, run_dir, "pipeline.infonce_epochs=1", "pipeline.cycle_epochs=1")
+    run_pipeline(config, until="infonce_rgb")
+    encoder = run_dir / "infonce_rgb" / "encoder_rgb.pth"
+    kept = encoder.read_bytes()
+    encoder.unlink()  # its checkpoint is there: written again as the stage wrote it
+    run_pipeline(config, until="infonce_flow")
+    assert encoder.read_bytes() == kept and (run_dir / "infonce_flow" / "encoder_flow.pth").is_file()
+    shutil.rmtree(run_dir / "infonce_rgb")
+    with pytest.raises(ConfigError, match=r"stage infonce_rgb is recorded finished, but .*encoder_rgb\.pth and its "
+                                          r"checkpoint are gone: put them back, or --restart"):
+        run_pipeline(config, until="cycle1_rgb")
+    assert not (run_dir / "cycle1_rgb").exists()
 
 
 @pytest.mark.slow

@@ -252,6 +252,11 @@ def _refuse_unknown(cls: type, data: dict[str, Any], prefix: str, nested: bool =
     if found:
         names = ", ".join(name for name, _ in found)
         keys = _dotted_keys(cls, prefix)
+        dotted = [name for name, _ in found if name in keys]  # `optim.lr: 0.01` in a file: a nested key written flat
+        if dotted:
+            section, _, key = dotted[0].rpartition(".")
+            raise ConfigError(f"{', '.join(dotted)}: a file gives options nested under their section (`{section}:` "
+                              f"then `  {key}: ...` below it), not as one dotted key")
         meant = [f"{near} for {name}" for name, _ in found if (near := _nearest(name, keys))]
         raise ConfigError(f"unknown option(s): {names} (known: {', '.join(found[0][1])})"
                           + (f"; did you mean {', '.join(meant)}?" if meant else ""))
@@ -301,7 +306,9 @@ def _check_types(cls: type, data: dict[str, Any], prefix: str) -> None:
             data[name] = {}
         elif dataclasses.is_dataclass(hints[name]) and isinstance(value, dict):
             _check_types(hints[name], value, f"{prefix}{name}.")
-        elif not dataclasses.is_dataclass(hints[name]):
+        elif dataclasses.is_dataclass(hints[name]):  # a section given a value (`optim: 5`)
+            raise ConfigError(f"{prefix}{name}: expected a mapping, got {value!r} (a section: its options go under it)")
+        else:
             _coerce(hints[name], value, prefix + name)
 
 

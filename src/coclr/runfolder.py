@@ -66,10 +66,12 @@ its flow views, curate the embedding of its altered copies. Any other output ins
 PLACES: dict[tuple[str, str], tuple[str, ...]] = {
     ("learn", "curate"): ("curate",),
     ("learn", "embed"): ("embeddings/*", "curate/*"),
+    ("pipeline", "pretrain"): ("infonce_*", "cycle*_*"),
 }
 """Where a command's folder holds a nested output of another (``(owner, command)`` -> patterns of the path inside
 the owner's folder): learn's curation and embeddings are its own, not a place for the user's (a `coclr curate --out
-my_learn/curate2` was accepted). Nested outputs not listed may be anywhere inside."""
+my_learn/curate2` was accepted), and a pipeline's stages are its own (a `coclr pretrain run.out=my_pipeline/mine`
+was accepted). Nested outputs not listed may be anywhere inside."""
 BOOKKEEPING = (LOCK_FILE, ".lock_*", f"*{PARTIAL_SUFFIX}")
 """Names of coclr's own bookkeeping files (locks, temporary files of atomic writes), found in any folder it writes:
 never counted as files a command did not write."""
@@ -200,8 +202,8 @@ def read_record(folder: str | Path) -> dict[str, Any] | None:
     path = Path(folder) / RUN_RECORD
     record = read_json_record(path, "it records how the folder was started, so it cannot be continued: use "
                                     "another folder")
-    if record is not None and "options" not in record:
-        raise DataError(f"{path}: not a coclr run record")
+    if record is not None and not isinstance(record.get("options"), dict):
+        raise DataError(f"{path}: not a coclr run record (no options)")
     return record
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch.distributed as dist
 
 from coclr.atomic import atomic_write_json, read_json_lines, read_json_record
-from coclr.config import to_dict, validate
+from coclr.config import validate
 from coclr.core.methods import METHODS
 from coclr.distributed import held_by_main, init_distributed, is_main
 from coclr.errors import ConfigError
@@ -37,17 +37,21 @@ from coclr.train.setup import (
     CONTINUABLE,
     LAST,
     PATH_OPTIONS,
+    as_typed,
     check_steps_on_videos,
     resolve_device,
     resolve_precision,
+    run_options,
 )
 
 MANIFEST = "manifest.json"
 PIPELINE_FOLDER = FolderRule("pipeline", "a pipeline run", may_differ=(*CONTINUABLE, *PER_STAGE), restart=True,
                              paths=(*PATH_OPTIONS, "pipeline.init", "pipeline.second_init", "pipeline.miner",
-                                    "pipeline.infonce_from"), rooted=True)
+                                    "pipeline.infonce_from"), rooted=True, since=("run.global_batch",),
+                             shown=as_typed)
 """How a pipeline folder is continued or refused (:mod:`coclr.runfolder`); the options each stage sets never
-changed a pipeline's work (a folder started with one, before they were refused, continues without it)."""
+changed a pipeline's work (a folder started with one, before they were refused, continues without it). The global
+batch (``run.batch_size`` x processes) stays, as in each stage (a folder recorded before it was, continues)."""
 
 
 @dataclass
@@ -208,7 +212,9 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
         restart_folder(run_dir, PIPELINE_FOLDER, legacy=_manifest_options)
     if restart and dist.is_initialized():
         dist.barrier()
-    options = to_dict(resolve_precision(config, resolve_device(config.run.device)))  # as each stage records them
+    processes = dist.get_world_size() if dist.is_initialized() else 1
+    # as each stage records them, the global batch with them (the stages not started took a new one in silence)
+    options = run_options(resolve_precision(config, resolve_device(config.run.device)), processes)
     check_folder(run_dir, PIPELINE_FOLDER, options, _manifest_options)
     views = {"init": config.data.view, "second_init": config.data.second_view, "miner": config.data.view}
     for key, view in views.items():  # read now, not when their stage starts after others trained
@@ -239,8 +245,29 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
     stage_configs = [stage_config(config, stage, run_dir) for stage in stages]
     runs = names.index(until) + 1 if until is not None else len(stages)
     _check_every_stage_trains(config, stages[:runs], stage_configs[:runs])
+    lost = _lost_encoders(run_dir, stages, manifest)
     with held_by_main(lambda: claim_folder(run_dir, PIPELINE_FOLDER, options, legacy=_manifest_options)):
+        for stage in lost:  # their checkpoints are there: written again, as when the stage finished
+            export_encoders(run_dir / stage.name / LAST, stage, run_dir)
         return _run_stages(run_dir, stages, stage_configs, manifest, until)
+
+
+def _lost_encoders(run_dir: Path, stages: list[Stage], manifest: dict[str, Any]) -> list[Stage]:
+    """The finished stages whose encoder files are gone but whose last checkpoint is there (to export again);
+    refused in one line, before any work, where the checkpoint is gone too (a stage's folder deleted: a later stage
+    failed, after the stages before it trained, naming an option the pipeline sets itself)."""
+    lost = []
+    for stage, entry in zip(stages, manifest["stages"]):
+        if entry["status"] != "done":
+            continue
+        missing = [run_dir / path for path in entry["encoders"].values() if not (run_dir / path).is_file()]
+        if not missing:
+            continue
+        if not (run_dir / stage.name / LAST).is_file():
+            raise ConfigError(f"{run_dir}: stage {stage.name} is recorded finished, but {missing[0]} and its "
+                              "checkpoint are gone: put them back, or --restart to train the pipeline again")
+        lost.append(stage)
+    return lost
 
 
 def _check_every_stage_trains(config: PipelineConfig, stages: list[Stage],

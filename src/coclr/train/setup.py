@@ -274,7 +274,7 @@ def _checkpoint_options(folder: Path) -> dict[str, Any] | None:
 
 PATH_OPTIONS = ("data.store", "method.init_checkpoint", "method.second_init_checkpoint", "method.sampler_checkpoint")
 """The options that name files or folders: a run folder compares and records them as absolute paths."""
-def _as_typed(options: dict[str, Any]) -> dict[str, Any]:
+def as_typed(options: dict[str, Any]) -> dict[str, Any]:
     """A run's settings as a refusal names them: the global batch as the options that make it (no option is named
     ``run.global_batch``)."""
     run = options.get("run")
@@ -286,7 +286,7 @@ def _as_typed(options: dict[str, Any]) -> dict[str, Any]:
 
 
 PRETRAIN_FOLDER = FolderRule("pretrain", "a pretrain run", may_differ=CONTINUABLE, restart=True, paths=PATH_OPTIONS,
-                             shown=_as_typed)
+                             shown=as_typed)
 """How a pretrain run folder is continued or refused (:mod:`coclr.runfolder`)."""
 
 
