@@ -266,3 +266,15 @@ def test_stretches_of_videos_count_as_instances_in_the_check_before_the_stages(t
     assert all(s["status"] == "done" for s in manifest["stages"])
     records = [json.loads(line) for line in (run_dir / "cycle1_rgb" / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "epoch_loss" in r] == [1, 2]  # one batch of the 12 instances an epoch
+
+
+def test_the_time_left_counts_an_epoch_of_both_views_as_two(tmp_path: Path) -> None:
+    """A sim stage's epoch trains both views: the ETA priced it as one view's (about half the time it took)."""
+    from coclr.train.pipeline import Stage, pipeline_eta
+
+    stages = [Stage("infonce_rgb", "infonce", ["rgb"], 0, 2, []), Stage("infonce_flow", "infonce", ["flow"], 0, 2, []),
+              Stage("cycle1_sim", "coclr", ["rgb", "flow"], 1, 4, [])]
+    (tmp_path / "infonce_rgb").mkdir()
+    (tmp_path / "infonce_rgb" / "log.jsonl").write_text("".join(json.dumps({"epoch": e, "epoch_seconds": 5.0}) + "\n"
+                                                                for e in (1, 2)))
+    assert pipeline_eta(tmp_path, stages) == "2/8 epochs of the pipeline done, about 50 s left"  # (2 + 4 x 2) x 5

@@ -160,18 +160,21 @@ def epoch_seconds(run_dir: Path, stage: str) -> list[float]:
 
 
 def pipeline_eta(run_dir: Path, stages: list[Stage]) -> str:
-    """How much of the pipeline is done, in epochs, and the time left at the mean epoch time of its training logs
-    so far (every stage's ``log.jsonl`` records each epoch's seconds)."""
-    done, seconds = 0, []
+    """How much of the pipeline is done, in epochs, and the time left at the mean time of a view's epoch in its
+    training logs so far (every stage's ``log.jsonl`` records each epoch's seconds; an epoch of a stage that trains
+    both views at once, ``sim``, costs two)."""
+    done = views_done = 0
+    seconds = 0.0
     for stage in stages:
         epochs = epoch_seconds(run_dir, stage.name)
         done += len(epochs)
-        seconds += epochs
+        views_done += len(epochs) * len(stage.trains)
+        seconds += sum(epochs)
     total = sum(stage.epochs for stage in stages)
     text = f"{done}/{total} epochs of the pipeline done"
-    if seconds:
-        left = (total - done) * sum(seconds) / len(seconds)
-        text += f", about {duration(left)} left"
+    if views_done:
+        left = sum(stage.epochs * len(stage.trains) for stage in stages) - views_done
+        text += f", about {duration(left * seconds / views_done)} left"
     return text
 
 

@@ -327,7 +327,7 @@ class Trainer:
         queue_full = self.model.queues_full
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
         steps_per_epoch = self.data_order.batches_per_epoch
-        self._log_line(f"{config.method.name} on {config.data.view}: {len(self.dataset)} videos, "
+        self._log_line(f"{config.method.name} on {'+'.join(self.model.learners)}: {len(self.dataset)} videos, "
                        f"{steps_per_epoch} iterations/epoch, {self.world} process(es), device {self.device}")
         try:
             while self.position.epoch < config.optim.epochs and not self._done():
