@@ -1013,3 +1013,16 @@ def test_memory_the_machine_lacks_stops_the_job_and_fails_no_video(encoder, tmp_
     monkeypatch.undo()
     assert cli_main(common) == 0
     assert len(Embeddings(tmp_path / "out").videos) == len(videos)
+
+
+def test_a_new_array_takes_its_disk_space_before_it_is_written(tmp_path):
+    """Arrays were memory-mapped files with holes: on a full disk, a write through the map killed the process
+    (SIGBUS, no message); their blocks are taken first, where a full disk is one error naming the file."""
+    from coclr.embed.output import _new_array
+
+    temps = {}
+    array = _new_array(tmp_path / "videos.npy", (512, 1024), temps)
+    size = os.stat(temps[tmp_path / "videos.npy"]).st_size
+    assert size >= 512 * 1024 * 4 and array.shape == (512, 1024)
+    if hasattr(os, "posix_fallocate"):
+        assert os.stat(temps[tmp_path / "videos.npy"]).st_blocks * 512 >= size  # no hole left

@@ -35,7 +35,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -426,19 +426,34 @@ def _new_array(final: Path, shape: tuple[int, int], temps: dict[Path, Path]) -> 
         with open(temp, "wb") as out:
             np.save(out, np.zeros(shape, np.float32))
         return np.zeros(shape, np.float32)
-    return np.lib.format.open_memmap(temp, mode="w+", dtype=np.float32, shape=shape)
+    array = np.lib.format.open_memmap(temp, mode="w+", dtype=np.float32, shape=shape)
+    if hasattr(os, "posix_fallocate"):  # the file's blocks taken now: on a full disk, a write through the map of a
+        with _naming(temp), open(temp, "rb+") as handle:  # sparse file killed the process (SIGBUS), not a line
+            os.posix_fallocate(handle.fileno(), 0, os.fstat(handle.fileno()).st_size)
+    return array
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An ``OSError`` of a write of ``path`` (the disk full) that names no file, raised again naming it."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None or error.errno is None:
+            raise
+        raise OSError(error.errno, error.strerror, str(path)) from None
 
 
 def _write_lines(final: Path, records: list[dict[str, Any]], temps: dict[Path, Path]) -> None:
     temp = final.with_name(final.name + NEXT_SUFFIX)
     temps[final] = temp
-    with open(temp, "w", encoding="utf-8") as out:
+    with _naming(temp), open(temp, "w", encoding="utf-8") as out:
         for record in records:
             out.write(json.dumps(record) + "\n")
 
 
 def _fsync(path: Path) -> None:
-    with open(path, "rb+") as handle:
+    with _naming(path), open(path, "rb+") as handle:
         os.fsync(handle.fileno())
 
 
