@@ -186,3 +186,15 @@ def test_a_temperature_or_batch_no_loss_can_use_is_refused():
     assert torch.equal(logits_from(q, q, q, np.float32(0.5)), logits_from(q, q, q, float(np.float32(0.5))))
     with pytest.raises(ValueError, match="a batch of 0 rows"):
         multi_positive_nce(torch.zeros(0, 5), torch.zeros(0, 5, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("form", ["mil", "supcon"])
+def test_half_precision_logits_give_the_float32_loss(form):
+    """bf16 logits of 1 + 2048 columns gave a loss 0.1-0.2 nats off: the sums ran in the logits' 8-bit mantissa."""
+    generator = torch.Generator().manual_seed(0)
+    logits = (torch.randn(16, 2049, generator=generator) / 0.07).bfloat16()
+    mask = torch.zeros(16, 2049, dtype=torch.bool)
+    mask[:, 0] = True
+    mask[:, 1:6] = torch.rand(16, 5, generator=generator) > 0.5
+    reference = multi_positive_nce(logits.float(), mask, form=form)
+    assert torch.equal(multi_positive_nce(logits, mask, form=form), reference)

@@ -82,6 +82,8 @@ def multi_positive_nce(
     if reduction not in REDUCTIONS:
         raise ConfigError(f"loss reduction {reduction!r} is not one of {REDUCTIONS}")
     _check_inputs(logits, positive_mask, check_masks)
+    if logits.dtype in (torch.float16, torch.bfloat16):  # thousands of columns summed in 8 bits of mantissa: the
+        logits = logits.float()  # loss was off by a tenth of a nat; computed in float32, as the training's logits are
     if excluded is not None:
         if excluded.shape != logits.shape or excluded.dtype != torch.bool:
             raise ValueError(f"excluded must be a bool tensor of shape {tuple(logits.shape)}, got "
