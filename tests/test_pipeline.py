@@ -151,7 +151,7 @@ def test_pipeline_until_stops_after_the_stage_and_a_later_run_continues(tmp_path
     assert (run_dir / "infonce_flow" / "encoder_flow.pth").stat().st_mtime_ns == stamp
 
 
-def test_a_pipeline_refuses_changed_options_and_keeps_its_record(tmp_path: Path) -> None:
+def test_a_pipeline_refuses_changed_options_and_keeps_its_record(tmp_path: Path, capsys) -> None:
     """After --until infonce_rgb, a rerun with another width and topk is refused before any stage trains, naming
     both; the manifest keeps the configuration the folder was started with; continuable options may change."""
     from coclr.cli import main
@@ -161,6 +161,8 @@ def test_a_pipeline_refuses_changed_options_and_keeps_its_record(tmp_path: Path)
     base = [f"data.store={store}", f"run.out={run_dir}", *TINY, "pipeline.infonce_epochs=1",
             "pipeline.cycle_epochs=1", "pipeline.cycles=1"]
     assert main(["pipeline", *base, "--until", "infonce_rgb"]) == 0
+    assert ("stopped before the end: infonce_flow, cycle1_rgb, cycle1_flow not finished; the same command without "
+            "--until or run.max_steps continues") in capsys.readouterr().out  # (it said nothing of it)
     manifest = (run_dir / "manifest.json").read_text()
     with pytest.raises(ConfigError, match=r"model\.width=0\.125 \(given 0\.25\), method\.topk=2 \(given 3\)"):
         run_pipeline(pipeline_config(store, run_dir, "model.width=0.25", "method.topk=3"))

@@ -36,4 +36,10 @@ def run(args: argparse.Namespace) -> int:
 
     if is_main():  # (under torchrun: once)
         print(f"pipeline folder: {run_dir} (stages in {run_dir / 'manifest.json'})")
+        from coclr.train.pipeline import read_manifest
+
+        pending = [stage["name"] for stage in read_manifest(run_dir).get("stages", []) if stage["status"] != "done"]
+        if pending:  # (--until, or run.max_steps stopping a stage): said, not left to be found in the manifest
+            print(f"stopped before the end: {', '.join(pending)} not finished; the same command without --until or "
+                  "run.max_steps continues")
     return 0
