@@ -51,6 +51,9 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
             "gathered": distributed.all_gather_concat(torch.full((rank + 1, 2), rank, dtype=torch.long)),
             "gathered_bool": distributed.all_gather_concat(torch.tensor([rank == 0, True])),
             "broadcast": distributed.broadcast_(torch.tensor([float(rank + 5)]), src=1),
+            # a statistic defined on one process only (NaN on the other) is that one's, not NaN
+            "mean_defined": distributed.mean_where_defined(
+                torch.tensor([float(rank), float("nan") if rank else 0.5, float("nan")])),
         }
         queue = MomentumQueue(QUEUE_SIZE, 3, other_dim=2, generator=torch.Generator().manual_seed(0))
         for step in range(STEPS):
@@ -76,6 +79,7 @@ def test_two_process_gloo(tmp_path):
         assert result["gathered"][:, 0].tolist() == [0, 1, 1]  # rank order, unequal sizes
         assert result["gathered_bool"].tolist() == [True, True, False, True]
         assert result["broadcast"].tolist() == [6.0]
+        assert result["mean_defined"][:2].tolist() == [0.5, 0.5] and result["mean_defined"][2].isnan()
 
     # Both ranks hold the same queue, equal to one process fed the global batches in rank order.
     reference = MomentumQueue(QUEUE_SIZE, 3, other_dim=2, generator=torch.Generator().manual_seed(0))

@@ -1131,3 +1131,13 @@ def test_the_windows_threshold_is_calibrated_among_windows():
     assert list(positives) == ["crop"] and len(positives["crop"]) == 2 and min(positives["crop"]) > 0.99
     result = _threshold(positives, space.nearest, 1, "embedded")
     assert result["threshold"] is not None and 0.2 < result["threshold"] <= min(positives["crop"])
+
+
+def test_solid_colours_a_few_levels_apart_do_not_chain_black_to_white():
+    """Every pair within 8 levels was joined, so greys 6 levels apart chained black, grey and white into one group."""
+    greys = np.array([[level] * 3 for level in range(0, 256, 6)], np.float64)
+    colours = np.concatenate([greys, np.full((1, 3), np.nan), [[3.0, 3.0, 3.0]]])
+    groups = rules.link_groups(rules.colour_links(colours, 8.0))
+    assert all(np.ptp(colours[group, 0]) <= 16 for group in groups)  # each within twice the tolerance
+    assert [0, len(colours) - 1] == [row for row in groups[0] if row in (0, len(colours) - 1)]  # black's copy
+    assert len(colours) - 2 not in {row for group in groups for row in group}  # a video of no solid colour

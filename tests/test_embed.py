@@ -216,6 +216,7 @@ def test_a_rate_and_settings_as_pyav_and_numpy_give_them_are_numbers(encoder):
     base = Embedder(encoder, workers=0, mean=(0.5, 0.5, 0.5), **SMALL).embed_frames(video, 30000 / 1001)
     other = Embedder(encoder, workers=0, mean=np.array([0.5, 0.5, 0.5]), **SMALL)
     assert other.settings.mean == (0.5, 0.5, 0.5) and type(other.settings.mean[0]) is float
+    assert Embedder(encoder, workers=0, fps=np.array(25.0), **SMALL).settings.fps == 25.0  # (a 0-d array)
     for fps in (Fraction(30000, 1001), np.float64(30000 / 1001)):
         result = other.embed_frames(video, fps)
         assert result.fps == base.fps and type(result.fps) is float
@@ -1026,3 +1027,14 @@ def test_a_new_array_takes_its_disk_space_before_it_is_written(tmp_path):
     assert size >= 512 * 1024 * 4 and array.shape == (512, 1024)
     if hasattr(os, "posix_fallocate"):
         assert os.stat(temps[tmp_path / "videos.npy"]).st_blocks * 512 >= size  # no hole left
+
+
+def test_an_input_whose_name_says_out_of_memory_is_that_inputs_failure(encoder, tmp_path, capsys):
+    """The job's memory check read an input's error text, which names the file: a damaged
+    `Out of Memory (2019).mp4` stopped the whole job."""
+    write_video(tmp_path / "videos" / "good.mp4", moving_square(12))
+    (tmp_path / "videos" / "Out of Memory (2019).mp4").write_bytes(b"not a video")
+    assert cli_main(["embed", str(tmp_path / "videos"), "--checkpoint", str(encoder), "--out", str(tmp_path / "out"),
+                     "--length", "8", "--size", "32", "--short-side", "32", "--workers", "0", "--quiet"]) == 3
+    failed = [json.loads(line) for line in (tmp_path / "out" / "failed.jsonl").read_text().splitlines()]
+    assert [Path(record["path"]).name for record in failed] == ["Out of Memory (2019).mp4"]

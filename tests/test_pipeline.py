@@ -280,3 +280,14 @@ def test_the_time_left_counts_an_epoch_of_both_views_as_two(tmp_path: Path) -> N
     (tmp_path / "infonce_rgb" / "log.jsonl").write_text("".join(json.dumps({"epoch": e, "epoch_seconds": 5.0}) + "\n"
                                                                 for e in (1, 2)))
     assert pipeline_eta(tmp_path, stages) == "2/8 epochs of the pipeline done, about 50 s left"  # (2 + 4 x 2) x 5
+
+
+def test_a_pipeline_folder_recorded_before_its_global_batch_was_continues() -> None:
+    """A folder whose record lacks run.global_batch (written by the version before) was refused as
+    "run.batch_size x processes=null (given 4)": the later key is compared only where it is recorded."""
+    from coclr.train.pipeline import PIPELINE_FOLDER
+
+    assert PIPELINE_FOLDER.differing({"run": {"batch_size": 8}}, {"run": {"batch_size": 8, "global_batch": 8}}) == []
+    assert PIPELINE_FOLDER.differing({"run": {"batch_size": 4, "global_batch": 4}},
+                                     {"run": {"batch_size": 8, "global_batch": 8}}) == [
+        "run.batch_size x processes=4 (given 8)"]

@@ -67,6 +67,8 @@ def test_queries_of_another_width_are_refused_not_reshaped(folder):
     embeddings = Embeddings(folder[0])
     with pytest.raises(DataError, match=r"search takes one query vector, got shape \(2, "):
         search(embeddings, embeddings.videos[:2], k=2)
+    row = np.asarray(embeddings.videos[1])
+    assert search(embeddings, row[None], k=2, exclude=1) == search(embeddings, row, k=2, exclude=1)  # (learn's form)
 
 
 @pytest.mark.skipif(not faiss_available(), reason="faiss-cpu is not installed (optional)")

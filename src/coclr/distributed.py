@@ -182,6 +182,17 @@ def all_gather_concat(t: torch.Tensor) -> torch.Tensor:
     return all_gather_sizes_concat(t)[0]
 
 
+def mean_where_defined(values: torch.Tensor) -> torch.Tensor:
+    """Each value's mean over the processes where it is finite (NaN where it is on none): a statistic undefined on
+    one process at a step (nothing to score there) leaves the others' mean, where a plain all-reduce made it NaN."""
+    defined = torch.isfinite(values)
+    both = torch.cat([torch.where(defined, values, torch.zeros_like(values)), defined.to(values.dtype)])
+    if is_distributed():
+        dist.all_reduce(both)
+    total, count = both.chunk(2)
+    return torch.where(count > 0, total / count.clamp(min=1), torch.full_like(total, float("nan")))
+
+
 def barrier() -> None:
     """Wait until every rank has reached this call (no-op when not distributed)."""
     if is_distributed():

@@ -48,7 +48,11 @@ def why_no_file(path: str | os.PathLike[str], what: str = "file") -> str:
 def out_of_memory(error: BaseException) -> bool:
     """Whether ``error`` is an allocation this machine (or its GPU) could not make: the job's condition, not an
     input's (a batch too large fails every video alike), so a job stops on it instead of listing inputs as failed."""
-    text = " ".join(str(error).split())
-    return (isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"
-            or (isinstance(error, OSError) and error.errno == errno.ENOMEM)
-            or "can't allocate memory" in text or "out of memory" in text.lower())
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+        return True
+    if isinstance(error, OSError):
+        return error.errno == errno.ENOMEM
+    if not isinstance(error, RuntimeError):  # (an input's error names its file, which may say "out of memory")
+        return False
+    text = " ".join(str(error).split())  # torch's allocators say it in a RuntimeError
+    return "can't allocate memory" in text or "out of memory" in text.lower()

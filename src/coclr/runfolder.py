@@ -92,7 +92,7 @@ class FolderRule:
     and holds keys of other jobs: a store's metadata of each view); ``restart``: whether the command has
     ``--restart``; ``other``: where else to go instead (``"another folder"``); ``paths``: dotted keys whose values
     are file or folder paths, compared and recorded as absolute paths (``store/`` is ``./store``; the same name
-    typed in another folder is another store); ``since``: top-level keys a later version added, compared only
+    typed in another folder is another store); ``since``: (dotted) keys a later version added, compared only
     where the folder records them (one written before holds what it was never asked to record); ``same``: what
     both settings are read through before they are compared (values an earlier version recorded otherwise);
     ``rooted``: the folder's parts name one another by absolute path (a pipeline's stages start from its other
@@ -115,13 +115,14 @@ class FolderRule:
 
     def differing(self, recorded: dict[str, Any], given: dict[str, Any]) -> list[str]:
         """Every differing key of the two settings, as ``key=<recorded> (given <given>)``."""
+        added = [key for key in self.since if not has_key(recorded, key)]  # (on the settings as recorded)
+        given = without_keys(given, added)
         if self.same is not None:
             recorded, given = self.same(recorded), self.same(given)
         if self.shown is not None:
             recorded, given = self.shown(recorded), self.shown(given)
         recorded, given = absolute_paths(recorded, self.paths), absolute_paths(given, self.paths)
         recorded, given = without_keys(recorded, self.may_differ), without_keys(given, self.may_differ)
-        given = without_keys(given, [key for key in self.since if key not in recorded])
         if self.may_add:  # only the keys both hold: the folder's other keys are other jobs', new ones are added
             shared = [key for key in given if key in recorded]
             recorded, given = {key: recorded[key] for key in shared}, {key: given[key] for key in shared}
@@ -156,6 +157,16 @@ class FolderRule:
         """The refusal of a second job while ``who`` holds the folder's lock."""
         return lambda who: (f"{folder}: another coclr {self.command} is writing this folder ({who}); wait for it to "
                             "end or stop it, then run this command again")
+
+
+def has_key(options: dict[str, Any], key: str) -> bool:
+    """Whether the nested ``options`` hold the dotted ``key`` (``"run.global_batch"``)."""
+    node: Any = options
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def without_keys(options: dict[str, Any], keys: Collection[str]) -> dict[str, Any]:

@@ -72,24 +72,25 @@ def merged(links: Links, more: Links) -> Links:
     return Links(joined.joined, np.maximum(joined.best, more.best))
 
 
-COLOUR_BLOCK = 1 << 22
-"""Colour differences held at once by :func:`colour_links`."""
-
-
 def colour_links(colours: np.ndarray, tolerance: float) -> Links:
-    """The :class:`Links` of solid-colour videos (``colours [N, 3]``: each one's mean colour, NaN for other videos):
-    two whose colours lie within ``tolerance`` in every channel are copies, at similarity 1; no other video is
-    joined. Their standardised frames are all zero, so no fingerprint tells black from white: their colour does."""
+    """The :class:`Links` of solid-colour videos (``colours [N, 3]``: each one's mean colour, NaN for other videos),
+    at similarity 1: each joins the first solid-colour video (by row) that starts a group and whose colour lies within
+    ``tolerance`` in every channel, else starts one; no other video is joined. Their standardised frames are all
+    zero, so no fingerprint tells black from white: their colour does. Joined to a group's first colour, not to any
+    near one, so that greys a few levels apart do not chain black to white."""
     colours = np.asarray(colours, np.float64)
-    flat = np.flatnonzero(~np.isnan(colours).any(axis=1))
-    links = Links.none(len(colours))
-    step = max(1, COLOUR_BLOCK // max(1, len(flat)))
-    for start in range(0, len(flat), step):
-        part = flat[start: start + step]
-        near = (np.abs(colours[part][:, None] - colours[flat][None]) <= tolerance).all(axis=2)
-        first, second = np.nonzero(near & (part[:, None] < flat[None]))
-        links = linked(links, part[first], flat[second], np.ones(len(first)))
-    return links
+    starts: list[int] = []
+    first, second = [], []
+    for row in np.flatnonzero(~np.isnan(colours).any(axis=1)):
+        if starts:
+            near = np.flatnonzero((np.abs(colours[starts] - colours[row]) <= tolerance).all(axis=1))
+            if len(near):
+                first.append(starts[near[0]])
+                second.append(int(row))
+                continue
+        starts.append(int(row))
+    return linked(Links.none(len(colours)), np.asarray(first, np.int64), np.asarray(second, np.int64),
+                  np.ones(len(first)))
 
 
 def link_groups(links: Links) -> list[list[int]]:

@@ -701,6 +701,8 @@ def search(embeddings: Embeddings, query: np.ndarray, k: int = SearchOptions.k, 
     is never served: it is left out (its path appended to ``stale``) and the next row takes its place; only the
     candidates' files are looked at, so a search costs a few ``stat`` calls, not one per row."""
     check_search(embeddings, SearchOptions(k=k, windows=windows, backend=backend, center=center))
+    if np.ndim(query) == 2 and len(query) == 1:  # one vector as a row
+        query = np.asarray(query)[0]
     if np.ndim(query) != 1:
         raise DataError(f"search takes one query vector, got shape {np.shape(query)} (search each row alone)")
     gallery = embeddings.windows if windows else embeddings.videos

@@ -194,7 +194,7 @@ def _plain(value: Any) -> Any:
     """A setting given as a library user may have it (a NumPy array or scalar, a ``Fraction`` frame rate as PyAV
     gives it) as the plain Python value the settings hold and record."""
     if isinstance(value, np.ndarray):
-        return tuple(value.tolist())
+        return value.item() if value.ndim == 0 else tuple(value.tolist())
     if isinstance(value, (list, tuple)):
         return tuple(_plain(item) for item in value)
     if isinstance(value, np.generic):

@@ -231,7 +231,7 @@ def _neighbours(out: Path, store: ClipStore, root: str, result: dict[str, Any]) 
     rows = []
     for row in spread(count, SAMPLE_QUERIES):
         query = embeddings.video_records[int(row)]["path"]
-        hits = search(embeddings, np.asarray(embeddings.videos[int(row)])[None], k=min(NEIGHBOURS, count - 1),
+        hits = search(embeddings, np.asarray(embeddings.videos[int(row)]), k=min(NEIGHBOURS, count - 1),
                       exclude=int(row))
         rows.append(gallery_row(cell(query, QUERY_COLOUR, "video"),
                                 [cell(hit.path, NEIGHBOUR_COLOUR, f"#{hit.rank} {hit.score:.3f}") for hit in hits]))

@@ -35,7 +35,7 @@ from coclr import seeding
 from coclr.atomic import atomic_duplicate, atomic_torch_save, atomic_write_text, read_json_lines
 from coclr.config import to_dict
 from coclr.data.batch_decode import collate_clips, decode_batch
-from coclr.distributed import is_main
+from coclr.distributed import is_main, mean_where_defined
 from coclr.errors import CheckpointError, CoclrError
 from coclr.eval.monitor import knn_recall
 from coclr.interrupts import deferred_interrupts, interrupted, loader_worker_signals
@@ -429,8 +429,7 @@ class Trainer:
     def _record(self, loss: torch.Tensor, stats: dict[str, torch.Tensor]) -> dict[str, Any]:
         values = torch.stack([loss.float(), *(v.float() for v in stats.values())])
         if self.world > 1:
-            dist.all_reduce(values)
-            values /= self.world
+            values = mean_where_defined(values)
         values = values.tolist()
         record = {"step": self.position.global_step, "epoch": self.position.epoch, "loss": values[0],
                   "lr": self.optimizer.param_groups[0]["lr"]
