@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -188,71 +189,26 @@ def test_a_pipeline_runs_under_two_processes(tmp_path: Path) -> None:
     assert (tmp_path / "p" / "infonce_rgb" / "encoder_rgb.pth").is_file()
 
 
-def _killed_peer_worker(rank: int, world: int, port: int, store: str, out: str, results: str) -> None:
+def _stopped_rank_worker(rank: int, world: int, port: int, store: str, out: str, results: str, stopped: int,
+                         signum: int) -> None:
+    """A torchrun pretrain whose process ``stopped`` gets ``signum`` once training is under way (SIGKILL: as the
+    kernel's OOM killer ends it; SIGINT: Ctrl-C reaching it first)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     torch.set_num_threads(1)
-    import signal
     import sys
     import threading
 
     from coclr.cli import main
     from test_train import TINY
 
-    if rank == 1:  # killed as the kernel's OOM killer would, once training is under way
-        def kill_later() -> None:
+    if rank == stopped:
+        def signal_later() -> None:
             while not (Path(out) / "checkpoint_last.pth").exists():
                 time.sleep(0.05)
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), signum)
 
-        threading.Thread(target=kill_later, daemon=True).start()
-    sys.stderr = open(Path(results) / f"stderr{rank}", "w")  # noqa: SIM115 (the process's own, until it ends)
-    try:
-        status = str(main(["pretrain", f"data.store={store}", f"run.out={out}",
-                           *[o for o in TINY if "batch_size" not in o and "log_every" not in o], "run.batch_size=2",
-                           "optim.epochs=500", "run.save_every=1"]))
-    except BaseException as error:  # noqa: BLE001 (what the test looks at)
-        status = f"raised {type(error).__name__}"
-    sys.stderr.flush()
-    Path(results, f"status{rank}").write_text(status)
-    os._exit(0)  # the group's teardown would wait on the dead peer
-
-
-@pytest.mark.slow
-def test_a_killed_process_stops_the_others_in_one_line(tmp_path: Path) -> None:
-    """One process of a torchrun pretrain killed: the others said it in an 80-line gloo traceback (twice chained)."""
-    store = make_random_store(tmp_path / "store", videos=8)
-    results = tmp_path / "results"
-    results.mkdir()
-    context = mp.spawn(_killed_peer_worker, args=(2, free_port(), str(store), str(tmp_path / "run"), str(results)),
-                       nprocs=2, join=False)
-    for process in context.processes:
-        process.join(timeout=120)
-    assert (results / "status0").read_text() == "2"
-    lines = (results / "stderr0").read_text().splitlines()
-    assert len(lines) == 1 and "another process of this torchrun job stopped" in lines[0], lines[:5]
-    assert "run the same torchrun command to continue" in lines[0]
-    assert (tmp_path / "run" / "checkpoint_last.pth").is_file()
-
-
-def _interrupted_rank_worker(rank: int, world: int, port: int, store: str, out: str, results: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    import signal
-    import sys
-    import threading
-
-    from coclr.cli import main
-    from test_train import TINY
-
-    if rank == 0:  # Ctrl-C reaching one process first (or an error on it), once training is under way
-        def interrupt_later() -> None:
-            while not (Path(out) / "checkpoint_last.pth").exists():
-                time.sleep(0.05)
-            os.kill(os.getpid(), signal.SIGINT)
-
-        threading.Thread(target=interrupt_later, daemon=True).start()
+        threading.Thread(target=signal_later, daemon=True).start()
     sys.stderr = open(Path(results) / f"stderr{rank}", "w")  # noqa: SIM115 (the process's own, until it ends)
     try:
         status = str(main(["pretrain", f"data.store={store}", f"run.out={out}",
@@ -266,14 +222,31 @@ def _interrupted_rank_worker(rank: int, world: int, port: int, store: str, out: 
 
 
 @pytest.mark.slow
+def test_a_killed_process_stops_the_others_in_one_line(tmp_path: Path) -> None:
+    """One process of a torchrun pretrain killed: the others said it in an 80-line gloo traceback (twice chained)."""
+    store = make_random_store(tmp_path / "store", videos=8)
+    results = tmp_path / "results"
+    results.mkdir()
+    context = mp.spawn(_stopped_rank_worker, args=(2, free_port(), str(store), str(tmp_path / "run"), str(results), 1,
+                                                    signal.SIGKILL), nprocs=2, join=False)
+    for process in context.processes:
+        process.join(timeout=120)
+    assert (results / "status0").read_text() == "2"
+    lines = (results / "stderr0").read_text().splitlines()
+    assert len(lines) == 1 and "another process of this torchrun job stopped" in lines[0], lines[:5]
+    assert "run the same torchrun command to continue" in lines[0]
+    assert (tmp_path / "run" / "checkpoint_last.pth").is_file()
+
+
+@pytest.mark.slow
 def test_a_process_stopped_alone_stops_the_job_without_hanging(tmp_path: Path) -> None:
     """Ctrl-C (or an error) on one process of a torchrun job: it waited at a barrier on its way out while the
     others waited for it in a step's collective, and the job hung until torchrun killed it (or gloo's 30 minutes)."""
     store = make_random_store(tmp_path / "store", videos=8)
     results = tmp_path / "results"
     results.mkdir()
-    context = mp.spawn(_interrupted_rank_worker, args=(2, free_port(), str(store), str(tmp_path / "run"),
-                                                        str(results)), nprocs=2, join=False)
+    context = mp.spawn(_stopped_rank_worker, args=(2, free_port(), str(store), str(tmp_path / "run"), str(results), 0,
+                                                    signal.SIGINT), nprocs=2, join=False)
     started = time.monotonic()
     for process in context.processes:
         process.join(timeout=120)
