@@ -68,7 +68,7 @@ def main() -> None:
             print(f"config: width {config.model.width}, "
                   f"clips {config.data.length}x{config.data.size}x{config.data.size}, batch {batch_size}, "
                   f"amp {config.run.amp}, channels_last {config.run.channels_last}, compile {config.run.compile}")
-            print(f"train step: {args.steps * batch_size / seconds:.1f} clips/s "
+            print(f"train step: {args.steps * batch_size / seconds:.1f} samples/s (2 clips each) "
                   f"({seconds / args.steps * 1000:.0f} ms/step), "
                   f"peak GPU memory {memory:.2f} GiB, last loss {float(loss):.3f}")
             if args.with_loader:
@@ -77,17 +77,17 @@ def main() -> None:
                 trainer.run()
                 seconds = time.perf_counter() - started
                 print(f"epoch with DataLoader ({config.data.workers} workers): "
-                      f"{len(trainer.dataset) // batch_size * batch_size / seconds:.1f} clips/s")
+                      f"{len(trainer.dataset) // batch_size * batch_size / seconds:.1f} samples/s (2 clips each)")
             if args.frame_cache:
                 rates = {cache_mb: loader_epochs(config, cache_mb, Path(tmp) / f"cache{cache_mb}")
                          for cache_mb in (0, 256)}
-                print(f"epochs in one process: {rates[0]:.1f} clips/s decoding every read, {rates[256]:.1f} clips/s "
-                      f"with data.cache_mb=256 ({rates[256] / rates[0]:.2f}x)")
+                print(f"epochs in one process (samples of 2 clips): {rates[0]:.1f} samples/s decoding every read, "
+                      f"{rates[256]:.1f} samples/s with data.cache_mb=256 ({rates[256] / rates[0]:.2f}x)")
 
 
 def loader_epochs(config: PretrainConfig, cache_mb: float, out: Path, epochs: int = 3) -> float:
-    """Clips per second of ``epochs`` training epochs in this process, after one untimed epoch (which fills the
-    frame cache)."""
+    """Samples (two clips each) per second of ``epochs`` training epochs in this process, after one untimed epoch
+    (which fills the frame cache)."""
     config = copy.deepcopy(config)
     config.data.workers, config.data.cache_mb, config.run.out = 0, cache_mb, str(out)
     config.optim.epochs = 1

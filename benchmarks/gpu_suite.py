@@ -999,7 +999,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"only the parts {','.join(QUICK_PARTS)}")
     parser.add_argument("--tiny", action="store_true", help="every part tiny (the CI test; figures meaningless)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
-    parser.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                        help="auto (cuda when available), cpu or cuda")
     parser.add_argument("--decode", default="",
                         help="comma-separated data.decode values (workers, device) the epoch part runs in this order "
                              "for each method, e.g. workers,device,device,workers (default: the Trainer's choice)")
@@ -1011,6 +1012,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         parser.error(f"unknown parts {unknown}; known: {', '.join(PARTS)}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: this machine's torch sees no CUDA device (--device auto runs on the CPU)")
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
     env = environment(device)

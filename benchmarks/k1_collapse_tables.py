@@ -78,10 +78,11 @@ def main() -> None:
     parser.add_argument("study", type=Path)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     args = parser.parse_args()
-    for seed in args.seeds:
-        folder = args.study / f"seed{seed}"
-        if folder.is_dir():
-            print(f"### Seed {seed}\n\n{seed_tables(folder)}")
+    found = [seed for seed in args.seeds if (args.study / f"seed{seed}").is_dir()]
+    if not found:  # (it printed nothing and exited 0)
+        parser.error(f"{args.study}: holds no seed<S>/ folder of a study for the seeds {args.seeds}")
+    for seed in found:
+        print(f"### Seed {seed}\n\n{seed_tables(args.study / f'seed{seed}')}")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"cpu: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; budget {args.budget}; {args.clips}",
           flush=True)
-    healthy = 0
+    healthy = failed = 0
     for seed in args.seeds:
         out = args.work / f"s{seed}"
         begin = time.perf_counter()
@@ -40,6 +40,7 @@ def main() -> None:
         seconds = time.perf_counter() - begin
         if not (out / "learn.json").is_file():
             print(f"seed {seed}: exit {done.returncode}: {done.stderr.strip()[-300:]}", flush=True)
+            failed += 1
             continue
         record = json.loads((out / "learn.json").read_text())
         plan = record["plan"]
@@ -60,6 +61,8 @@ def main() -> None:
         print("  phase seconds (estimate / took): " + ", ".join(
             f"{name} {estimates.get(name, 0):.0f}/{phases[name]:.0f}" for name in phases), flush=True)
     print(f"{healthy} of {len(args.seeds)} seeds: no stage collapsed and agreement above chance after each cycle")
+    if failed:  # a seed whose learn wrote no result is no figure: not a run that ended well
+        sys.exit(f"{failed} of {len(args.seeds)} seeds wrote no learn.json (above: why)")
 
 
 if __name__ == "__main__":
