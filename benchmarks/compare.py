@@ -65,7 +65,9 @@ from typing import Any
 
 import numpy as np
 
+from coclr.atomic import atomic_write_json
 from coclr.cpu import AVX2_LIMIT, cpu_flags, cpu_model, describe, limits, native_bfloat16
+from coclr.runfolder import FolderRefused, check_writable
 from coclr.threads import ALLOCATOR_POLICY, OPENMP_POLICY
 
 HERE = Path(__file__).resolve()
@@ -486,6 +488,13 @@ def step_rows(settings: Settings) -> None:
     print(f"{'':<30} first losses: ours {losses[0]:.9g}, theirs {losses[1]:.9g}", flush=True)
 
 
+QUICK_SIZES: dict[str, dict[str, Any]] = {
+    "embed": {"width": 0.125, "threads": (1,)},
+    "search": {"rows": 2_000, "dim": 64, "queries": 10},
+}
+"""What ``--quick`` gives another benchmark's ``compare_<group>`` (each as its parameters name it): tiny sizes."""
+
+
 def imported_rows(settings: Settings, group: str, load: Callable[[], Any]) -> None:
     """Rows of another benchmark's ``compare_<group>`` (benchmarks/bench_<group>.py, imported by ``load``), when it
     defines one."""
@@ -496,10 +505,12 @@ def imported_rows(settings: Settings, group: str, load: Callable[[], Any]) -> No
     function = getattr(module, f"compare_{group}", None)
     if function is None:
         return skip(settings, group, f"benchmarks/bench_{group}.py defines no compare_{group}() yet")
-    takes_quick = "quick" in inspect.signature(function).parameters
-    rows = function(quick=settings.quick) if takes_quick else function()
+    taken = inspect.signature(function).parameters
+    wanted = {"repeats": settings.rounds, "quick": settings.quick, **(QUICK_SIZES.get(group, {}) if settings.quick
+                                                                      else {})}
+    rows = function(**{key: value for key, value in wanted.items() if key in taken})
     for row in rows:
-        row.setdefault("row", group)
+        row.setdefault("row", f"{group} {row['threads']} thread(s)" if "threads" in row else group)
         settings.results.append(row)
         ratio = row.get("ratio")
         against = row.get("against") or " vs ".join(str(row[key]) for key in ("path", "compared_with") if key in row)
@@ -588,6 +599,14 @@ def main() -> None:
     print("ratio = their median time / our median time (> 1: we are faster); spread = min-max of the A B B A "
           "pair ratios; load = 1-minute load average after the row")
     print(f"{'row':<30} {'ours s':>9} {'theirs s':>9} {'ratio':>7} {'spread':<13} {'load':>5}  compared with")
+    try:  # before the rows, not after minutes of them
+        check_writable(args.json, kind="file")
+    except FolderRefused as error:
+        parser.error(f"--json: {error}")
+    try:  # before the rows, not after minutes of them
+        check_writable(args.json, kind="file")
+    except FolderRefused as error:
+        parser.error(f"--json: {error}")
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(args.quick, args.rounds or (1 if args.quick else 3), authors, args.authors_pythonpath,
                             Path(tmp), rows)
@@ -601,7 +620,7 @@ def main() -> None:
               "cores": os.cpu_count(), "load_before": load_before, "load_after": load_after,
               "quick": args.quick, "rounds": settings.rounds, "command": " ".join(sys.argv),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "rows": settings.results}
-    Path(args.json).write_text(json.dumps(report, indent=1))
+    atomic_write_json(args.json, report)
     print(f"wrote {args.json}")
 
 
