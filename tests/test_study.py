@@ -400,6 +400,15 @@ def _flow(store: Path, **options) -> Flow:
     return Flow(store, FlowOptions(**{"backend": "dis", "view": "flow", "workers": 0, **options}))
 
 
+def test_a_job_some_of_whose_inputs_failed_is_done_and_said(tmp_path: Path) -> None:
+    """A flow job that went through its videos with one failed (exit status 3) failed the whole study, after all its
+    training, every time it was run: it is done (the jobs after it run on the videos that worked) and returned."""
+    some_failed = [sys.executable, "-c", "import sys; print('failed: videos/bad.mp4: no video stream'); sys.exit(3)"]
+    task = _flow(tmp_path / "store")  # (not run: the command stands for its process)
+    assert run_jobs([Job("flow_test", task), Job("finetune", task, ("flow_test",))], tmp_path, processes=1,
+                    poll_seconds=0.05, command=some_failed) == ["flow_test", "finetune"]
+
+
 def test_the_scheduler_runs_jobs_after_their_dependencies_and_stops_what_a_failure_blocks(tmp_path: Path) -> None:
     """Each job's task runs in a child process that reads it from its record (``coclr task``); a failure stops the
     jobs that need it, the others run on, and the error shows the failed job's log and how to rerun it alone."""

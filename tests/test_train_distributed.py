@@ -202,6 +202,8 @@ def _stopped_rank_worker(rank: int, world: int, port: int, store: str, out: str,
     from coclr.cli import main
     from test_train import TINY
 
+    if signum == signal.SIGINT:  # as a terminal delivers it: a test run launched in the background (`cmd &`)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # starts its processes with SIGINT ignored
     if rank == stopped:
         def signal_later() -> None:
             while not (Path(out) / "checkpoint_last.pth").exists():

@@ -7,6 +7,12 @@ match) is a :class:`CoclrError`, so the CLI can print it as one clear line inste
 import errno
 import os
 
+EXIT_SOME_FAILED = 3
+"""The exit status of a per-input job (``embed``, ``data store``, ``flow`` ...) that went through all its inputs,
+some of which failed: they are listed, recorded for the next run, and the rest is done; or of a job that finished
+with a result that carries nothing (``learn``: every stage of a view collapsed), said in one line. (The other
+statuses: :mod:`coclr.cli._status`.)"""
+
 
 class CoclrError(Exception):
     """Base class of the errors caused by user input (files, options, checkpoints)."""

@@ -4,15 +4,13 @@ loads them."""
 
 from __future__ import annotations
 
+from coclr.errors import EXIT_SOME_FAILED  # (defined there: the jobs that run tasks read it too)
+
 EXIT_DONE = 0
 """Every input done (or nothing left to do)."""
 EXIT_ERROR = 2
 """Refused or stopped by an error, named in one line on stderr (bad option, input, checkpoint, folder, disk):
 argparse's status for a bad command line, kept for every error the command reports itself."""
-EXIT_SOME_FAILED = 3
-"""A per-input job (``embed``, ``data store``, ``flow`` ...) that went through all its inputs, some of which
-failed: they are listed, recorded for the next run, and the rest is done; or a job that finished with a result
-that carries nothing (``learn``: every stage of a view collapsed), said in one line."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (SIGINT): stopped within seconds, what was finished kept, one line saying what; the same command
 continues where it stopped (:mod:`coclr.interrupts`)."""

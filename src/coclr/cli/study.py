@@ -69,6 +69,10 @@ def report(config, args: argparse.Namespace) -> int:
     if results is not None:
         print((Path(args.out) / "results.md").read_text())
         print(f"this command took {results['wall_seconds'] / 60:.1f} min; results in {args.out}/")
+        if results.get("failed_inputs"):  # (listed in results.md above): the study's figures leave them out
+            from coclr.cli._status import EXIT_SOME_FAILED
+
+            return EXIT_SOME_FAILED
     return 0
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coclr.atomic import atomic_write_json
-from coclr.errors import CoclrError
+from coclr.errors import EXIT_SOME_FAILED, CoclrError
 from coclr.interrupts import check_interrupt, deferred_interrupts, die_with_parent, interrupted, signals_interrupt
 from coclr.jobs.tasks import Task, check_records
 from coclr.progress import bar as progress_bar
@@ -131,12 +131,14 @@ def log_tail(log: Path, lines: int = 15) -> str:
 
 
 def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None = None,
-             desc: str = "study", poll_seconds: float = 1.0, command: Sequence[str] = COMMAND) -> None:
+             desc: str = "study", poll_seconds: float = 1.0, command: Sequence[str] = COMMAND) -> list[str]:
     """Run ``jobs`` (in priority order), each task in a child process (:func:`start_task`), at most ``processes`` at
     once, each after the jobs named in its ``deps`` and never beside one that claims the same folder
     (:meth:`~coclr.jobs.tasks.Task.writes`); raises :class:`CoclrError` naming every failed job (and those
     it stopped) once the others are done. Every task is checked to reach its process as it is before any starts.
-    Stopped early (Ctrl-C, SIGTERM, an error), it stops the jobs still running before it returns."""
+    Stopped early (Ctrl-C, SIGTERM, an error), it stops the jobs still running before it returns. Returns the jobs
+    that went through their inputs with some failed (a store's or flow job's exit status 3, each input listed in its
+    log): done, so the jobs after them run on the inputs that worked, where one bad video stopped a whole study."""
 
     check_records([(job.name, job.task) for job in jobs])
     threads = threads_per_job(processes)
@@ -144,6 +146,7 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
     running: list[_Running] = []
     done: set[str] = set()
     failed: list[tuple[Job, Path]] = []
+    partly: list[str] = []
     blocked: list[Job] = []
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -167,8 +170,10 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
                     if item.process.poll() is None:
                         continue
                     running.remove(item)
-                    if item.process.returncode == 0:
+                    if item.process.returncode in (0, EXIT_SOME_FAILED):
                         done.add(item.job.name)
+                        if item.process.returncode:
+                            partly.append(item.job.name)
                     else:
                         failed.append((item.job, item.log))
                 stopped = {job.name for job, _ in failed} | {job.name for job in blocked}
@@ -208,4 +213,5 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
                           + log_tail(log) for job, log in failed)
         stopped = f"; not run, as they need them: {', '.join(job.name for job in blocked)}" if blocked else ""
         raise CoclrError(f"failed: {', '.join(job.name for job, _ in failed)}{stopped}\n{tails}")
+    return partly
 

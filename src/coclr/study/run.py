@@ -112,13 +112,15 @@ SEEDS_FILES = ("seeds.json", "seeds.md", MINING_PLOT)
 positives' precision)."""
 
 
-def prepare_data(plan: StudyPlan) -> None:
+def prepare_data(plan: StudyPlan) -> list[str]:
     """The store with its RGB view, and the train split's flow (training needs it first; the test split's flow
-    is a job beside training)."""
+    is a job beside training). Returns the inputs that failed, one line each (``path: why``): left out, the study
+    goes on with the others."""
 
     config = plan.config
     data = config.data
     workers = data.flow_workers or config.processes
+    summaries = []
     if data.source == "synth":
 
         print(f"[study] synthetic dataset -> {plan.store}", flush=True)
@@ -126,11 +128,14 @@ def prepare_data(plan: StudyPlan) -> None:
     elif data.source != "store":
 
         print(f"[study] decoding the videos of {data.root} -> {plan.store}", flush=True)
-        print(build_store(plan.index, data.root, plan.store, short_side=data.short_side, quality=data.quality,
-                          fps=data.fps, workers=workers), flush=True)
+        summaries.append(build_store(plan.index, data.root, plan.store, short_side=data.short_side,
+                                     quality=data.quality, fps=data.fps, workers=workers))
+        print(summaries[-1], flush=True)
     print(f"[study] optical flow of the train split ({data.flow_backend})", flush=True)
-    print(extract_flow(plan.store, backend=data.flow_backend, view="flow", workers=workers, split="train",
-                       bound=data.flow_bound), flush=True)
+    summaries.append(extract_flow(plan.store, backend=data.flow_backend, view="flow", workers=workers,
+                                  split="train", bound=data.flow_bound))
+    print(summaries[-1], flush=True)
+    return [f"{key}: {why}" for summary in summaries for key, why in getattr(summary, "failed", [])]
 
 
 def write_cross_entropy_init(plan: StudyPlan) -> Path:
@@ -293,24 +298,26 @@ def _run_plan(plan: StudyPlan, started: float) -> dict[str, Any]:
         atomic_write_text(out / "configs" / f"{name}.yaml", yaml.safe_dump(options, sort_keys=False))
     steps = 5
     print(f"[1/{steps}] data", flush=True)
-    prepare_data(plan)
+    failed = prepare_data(plan)
     if any(map(supervised_row, config.rows)):
         write_cross_entropy_init(plan)
     print(f"[2/{steps}] training and finetuning: {len(plan.jobs)} jobs, {config.processes} at a time", flush=True)
-    run_jobs(plan.jobs, out, config.processes, config.gpus)
+    failed += [f"some inputs of the job {name} failed, each listed in {out / 'logs' / f'{name}.log'}"
+               for name in run_jobs(plan.jobs, out, config.processes, config.gpus)]
     print(f"[3/{steps}] evaluation: {', '.join(config.columns)} of {len(config.rows)} rows", flush=True)
     rows = evaluate_rows(plan)
     print(f"[4/{steps}] stages of co-training (Figure 4)", flush=True)
     stages = stage_records(plan)
     print(f"[5/{steps}] report", flush=True)
-    return write_results(plan, rows, stages, started)
+    return write_results(plan, rows, stages, started, failed)
 
 
-def write_results(plan: StudyPlan, rows: list[dict[str, Any]], stages: list[dict[str, Any]], started: float
-                  ) -> dict[str, Any]:
+def write_results(plan: StudyPlan, rows: list[dict[str, Any]], stages: list[dict[str, Any]], started: float,
+                  failed: list[str] | None = None) -> dict[str, Any]:
     """The report of the rows' records (``table.md``, the gallery, the plots), ``results.json`` and
     ``results.md`` (the table, its notes, the claims, the stages) in the study folder; returns the results. A row
-    whose encoder collapsed is marked in each (:func:`coclr.study.results.collapse_warning`)."""
+    whose encoder collapsed is marked in each (:func:`coclr.study.results.collapse_warning`); the inputs that
+    failed (``failed``: left out) are listed in each (``failed_inputs``)."""
 
     out, config = plan.out, plan.config
     coclr_rgb = [r for key in ("coclr_rgb", "coclr_two_stream") for row in rows if row["row"] == key
@@ -320,8 +327,10 @@ def write_results(plan: StudyPlan, rows: list[dict[str, Any]], stages: list[dict
     seconds = time.time() - started
     checks = claims(rows, config.columns)
     notes = [f"{row['method']} ({row['view']}): {warning}" for row in rows for warning in row.get("warnings", [])]
+    notes += [f"failed and left out: {line}" for line in failed or []]
     results = {"seed": config.seed, "wall_seconds": round(seconds, 1), "columns": list(config.columns),
-               "rows": rows, "claims": checks, "stages": stages, "config": dataclasses.asdict(config)}
+               "rows": rows, "claims": checks, "stages": stages, "config": dataclasses.asdict(config),
+               "failed_inputs": list(failed or [])}
     atomic_write_json(out / "results.json", results)
     atomic_write_text(out / "results.md", results_markdown(rows, config.columns, checks, seconds, config.seed,
                                                           stages, notes))
