@@ -281,6 +281,14 @@ def test_gpus_that_cannot_take_effect_are_refused_before_any_work(tmp_path: Path
         check_gpus(from_dict(StudyConfig, {"gpus": [0]}))  # the study's training runs on the CPU by default
     for device in ("cuda", "auto", None):  # auto, none: CUDA where there is one (the UCF101 study's config: auto)
         check_gpus(from_dict(StudyConfig, {"gpus": [0, 1], "train": {"run": {"device": device}}}))
+    monkeypatch.undo()
+    # without gpus, a device this machine lacks passed --check and failed every job after the data step
+    if not torch.cuda.is_available():
+        assert main(["study", "--out", str(tmp_path / "c"), "rows=[infonce_rgb]", "train.run.device=cuda",
+                     "--check"]) == 2
+        assert "train.run.device: 'cuda' was asked for but CUDA is not available" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"train\.run\.device: 'gpu' is not a torch device"):
+        check_gpus(from_dict(StudyConfig, {"train": {"run": {"device": "gpu"}}}))
 
 
 def test_seeds_are_read_before_the_options_and_each_gets_its_folder(tmp_path: Path, capsys) -> None:

@@ -273,8 +273,12 @@ def check_study(config: StudyConfig, out: Path) -> StudyPlan:
 
 def check_gpus(config: StudyConfig) -> None:
     """Refuse ``gpus`` that cannot take effect: indices this machine lacks, or jobs told to train on the CPU (each
-    job sees its GPU as its CUDA device; a CPU run ignores it, and the study ran on the CPU without a word)."""
+    job sees its GPU as its CUDA device; a CPU run ignores it, and the study ran on the CPU without a word); without
+    ``gpus``, a ``train.run.device`` this machine lacks (every job failed on it, after the data step)."""
     if not config.gpus:
+        from coclr.distributed import pick_device  # noqa: PLC0415 (heavy: torch)
+
+        pick_device((config.train.get("run") or {}).get("device"), "train.run.device")
         return
     import torch  # noqa: PLC0415 (heavy)
 
