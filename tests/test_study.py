@@ -417,6 +417,18 @@ def test_a_job_some_of_whose_inputs_failed_is_done_and_said(tmp_path: Path) -> N
                     poll_seconds=0.05, command=some_failed) == ["flow_test", "finetune"]
 
 
+def test_a_failed_job_says_how_it_ended_and_shows_this_runs_lines_only(tmp_path: Path) -> None:
+    """A job killed by SIGKILL (the out-of-memory killer's way) showed its log's tail, an earlier run's lines
+    included (one said "interrupted (SIGTERM)"), and nothing of how it ended."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "a.log").write_text("coclr task: interrupted (SIGTERM); an earlier run\n")
+    killed = [sys.executable, "-c", "import os, signal; print('this run', flush=True); "
+              "os.kill(os.getpid(), signal.SIGKILL)"]
+    with pytest.raises(CoclrError, match=r"--- a, killed by SIGKILL \(out of memory\?\)") as raised:
+        run_jobs([Job("a", _flow(tmp_path / "store"))], tmp_path, processes=1, poll_seconds=0.05, command=killed)
+    assert "this run" in str(raised.value) and "an earlier run" not in str(raised.value)
+
+
 def test_the_scheduler_runs_jobs_after_their_dependencies_and_stops_what_a_failure_blocks(tmp_path: Path) -> None:
     """Each job's task runs in a child process that reads it from its record (``coclr task``); a failure stops the
     jobs that need it, the others run on, and the error shows the failed job's log and how to rerun it alone."""

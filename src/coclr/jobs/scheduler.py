@@ -13,6 +13,8 @@ writing, and holding its folder, behind its back.
 from __future__ import annotations
 
 import os
+import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -120,14 +122,37 @@ def start_task(task: Task, name: str, logs: Path, env: Mapping[str, str],
     atomic_write_json(record_file, record)
     log = logs / f"{name}.log"
     with log.open("a") as handle:
+        handle.write(f"{RUN_MARK} {time.strftime('%Y-%m-%d %H:%M:%S')}\n")  # (a failure shows this run's lines)
+        handle.flush()
         process = subprocess.Popen([*command, str(record_file)], stdout=handle, stderr=subprocess.STDOUT,
                                    env=dict(env), preexec_fn=die_with_parent)
     return process, log
 
 
+RUN_MARK = "=== coclr job started"
+"""The line :func:`start_task` writes into a job's log before each run (the log is appended to)."""
+
+
 def log_tail(log: Path, lines: int = 15) -> str:
-    """The last ``lines`` of a job's log (what a failure shows)."""
-    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.is_file() else ""
+    """The last ``lines`` of a job's log since its last run started (what a failure shows: an earlier run's
+    lines above it read as this run's)."""
+    if not log.is_file():
+        return ""
+    text = log.read_text(errors="replace").splitlines()
+    starts = [number for number, line in enumerate(text) if line.startswith(RUN_MARK)]
+    return "\n".join(text[(starts[-1] + 1) if starts else 0:][-lines:])
+
+
+def how_it_ended(returncode: int) -> str:
+    """A child's end as a person reads it: the signal that killed it (SIGKILL: the out-of-memory killer's way), or
+    its exit status."""
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"killed by {name}" + (" (out of memory?)" if -returncode == signal.SIGKILL else "")
 
 
 def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None = None,
@@ -145,7 +170,7 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
     pending = list(jobs)
     running: list[_Running] = []
     done: set[str] = set()
-    failed: list[tuple[Job, Path]] = []
+    failed: list[tuple[Job, Path, str]] = []
     partly: list[str] = []
     blocked: list[Job] = []
     logs = out / "logs"
@@ -175,8 +200,8 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
                         if item.process.returncode:
                             partly.append(item.job.name)
                     else:
-                        failed.append((item.job, item.log))
-                stopped = {job.name for job, _ in failed} | {job.name for job in blocked}
+                        failed.append((item.job, item.log, how_it_ended(item.process.returncode)))
+                stopped = {job.name for job, _, _ in failed} | {job.name for job in blocked}
                 for job in list(pending):
                     if stopped & set(job.deps):
                         pending.remove(job)
@@ -209,9 +234,10 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
     finally:
         stop_processes([item.process for item in running])
     if failed:
-        tails = "\n".join(f"--- {job.name} ({log}; alone: coclr task {logs / f'{job.name}.task.json'}):\n"
-                          + log_tail(log) for job, log in failed)
+        tails = "\n".join(f"--- {job.name}, {ended} ({log}; alone: coclr task "
+                          f"{shlex.quote(str(logs / f'{job.name}.task.json'))}):\n" + log_tail(log)
+                          for job, log, ended in failed)
         stopped = f"; not run, as they need them: {', '.join(job.name for job in blocked)}" if blocked else ""
-        raise CoclrError(f"failed: {', '.join(job.name for job, _ in failed)}{stopped}\n{tails}")
+        raise CoclrError(f"failed: {', '.join(job.name for job, _, _ in failed)}{stopped}\n{tails}")
     return partly
 
