@@ -860,6 +860,9 @@ def test_a_pipeline_runs_sized_stages_and_a_warm_up_never_longer_than_its_stage(
     assert check_sized(stages, short) == short and short[2].epochs == 3 and short[2].milestones == [2]
     made = stage_config(config, short[2], Path("out"))
     assert (made.optim.epochs, made.optim.milestones, made.optim.warmup_epochs) == (3, [2], 3)
+    # its jobs' records name the store and the folder absolutely: `coclr task` runs them from any folder (a
+    # relative "learn/store" was "not a directory" from another one)
+    assert config.data.store == os.path.abspath("store") and config.run.out == os.path.abspath("out")
     assert stage_config(config, stages[0], Path("out")).optim.warmup_epochs == 4  # the others as configured
     with pytest.raises(ValueError):
         check_sized(stages, [*stages[:2], *(dataclasses.replace(stage, lr=1.0) for stage in stages[2:])])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from typing import Any
 
 from coclr.errors import ConfigError
@@ -58,7 +59,7 @@ def pipeline_options(plan: Plan, store: str, out: str, seed: int, device: str, i
     steps_per_epoch = max(1, instances // global_batch)
     on_gpu = device.startswith("cuda")
     options = copy.deepcopy(STUDY_TRAIN)
-    options["data"].update(store=store, view="rgb", second_view="flow", length=model.length, stride=1,
+    options["data"].update(store=os.path.abspath(store), view="rgb", second_view="flow", length=model.length, stride=1,
                            size=model.size, workers=4 if on_gpu else 0, cache_mb=0 if on_gpu else CACHE_MB,
                            segment_frames=plan.segment_frames)
     options["model"] = {"width": model.width}
@@ -68,7 +69,8 @@ def pipeline_options(plan: Plan, store: str, out: str, seed: int, device: str, i
                             schedule="milestones")
     if model.size > SMALL_CLIPS:  # the paper's augmentation
         options["augment"] = {"cpu_8bit": not on_gpu}
-    options["run"].update(batch_size=global_batch // processes, progress=True, device=device, seed=seed, out=out)
+    options["run"].update(batch_size=global_batch // processes, progress=True, device=device, seed=seed,
+                          out=os.path.abspath(out))  # (its jobs' records run from any folder)
     options["pipeline"] = {
         "cycles": 2, "infonce_epochs": plan.epochs["infonce"], "cycle_epochs": plan.epochs["coclr"],
         "cycle_lr": 5e-4, "mode": "alternate",
