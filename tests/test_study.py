@@ -282,6 +282,9 @@ def test_gpus_that_cannot_take_effect_are_refused_before_any_work(tmp_path: Path
     for device in ("cuda", "auto", None):  # auto, none: CUDA where there is one (the UCF101 study's config: auto)
         check_gpus(from_dict(StudyConfig, {"gpus": [0, 1], "train": {"run": {"device": device}}}))
     monkeypatch.undo()
+    # a worker count's 0 is named by what it means here (it said "work in this process")
+    assert main(["study", "--out", str(tmp_path / "w"), "data.flow_workers=-1", "--check"]) == 2
+    assert "data.flow_workers: must be 0 or more (0: the study's processes), got -1" in capsys.readouterr().err
     # without gpus, a device this machine lacks passed --check and failed every job after the data step
     if not torch.cuda.is_available():
         assert main(["study", "--out", str(tmp_path / "c"), "rows=[infonce_rgb]", "train.run.device=cuda",
@@ -406,6 +409,23 @@ def test_decay_epochs_run_the_end_of_every_stage_at_a_tenth_of_its_lr(tmp_path: 
 def _flow(store: Path, **options) -> Flow:
     """A flow task on ``store`` (DIS, in the child process itself)."""
     return Flow(store, FlowOptions(**{"backend": "dis", "view": "flow", "workers": 0, **options}))
+
+
+def test_gpus_index_into_the_gpus_the_user_left_visible(tmp_path: Path, monkeypatch) -> None:
+    """With CUDA_VISIBLE_DEVICES=1 and gpus=[0], the jobs saw CUDA_VISIBLE_DEVICES=0: the GPU the user had left out
+    (another's, under a shared scheduler)."""
+    from coclr.config import from_dict
+    from coclr.errors import ConfigError
+    from coclr.study.config import StudyConfig
+    from coclr.study.run import check_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    shows = [sys.executable, "-c", "import os; print('visible', os.environ['CUDA_VISIBLE_DEVICES'])"]
+    run_jobs([Job("a", _flow(tmp_path / "store"))], tmp_path, processes=1, gpus=[1], poll_seconds=0.05, command=shows)
+    assert "visible 5" in (tmp_path / "logs" / "a.log").read_text()
+    with pytest.raises(ConfigError, match=r"gpus: no GPU 2 on this machine \(it has 2 CUDA device\(s\): 0 to 1 of "
+                                          r"CUDA_VISIBLE_DEVICES\)"):
+        check_gpus(from_dict(StudyConfig, {"gpus": [2], "train": {"run": {"device": "cuda"}}}))
 
 
 def test_a_job_some_of_whose_inputs_failed_is_done_and_said(tmp_path: Path) -> None:

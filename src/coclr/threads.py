@@ -61,14 +61,14 @@ def most_workers() -> int:
     return max(MOST_WORKERS_ANYWHERE, WORKERS_PER_CORE * usable_cores())
 
 
-def check_workers(workers: int | None, key: str) -> None:
+def check_workers(workers: int | None, key: str, zero: str = "work in this process") -> None:
     """Refuse, as ``ConfigError("key: ...")``, a count of worker processes no run should start: negative, or more
-    than :func:`most_workers`. None (the default: one per core) and 0 (none: work in this process, as DataLoader's
-    ``num_workers``) are fine. The one rule of every ``workers`` option."""
+    than :func:`most_workers`. None (the default: one per core) and 0 (``zero`` says what it means: by default none,
+    work in this process, as DataLoader's ``num_workers``) are fine. The one rule of every ``workers`` option."""
     if workers is None:
         return
     if workers < 0:
-        raise ConfigError(f"{key}: must be 0 or more (0: work in this process), got {workers}")
+        raise ConfigError(f"{key}: must be 0 or more (0: {zero}), got {workers}")
     if workers > most_workers():
         raise ConfigError(f"{key}: {workers} worker processes on {usable_cores()} usable cores; at most "
                           f"{most_workers()} here ({WORKERS_PER_CORE} per core, {MOST_WORKERS_ANYWHERE} on any "

@@ -155,6 +155,17 @@ def how_it_ended(returncode: int) -> str:
     return f"killed by {name}" + (" (out of memory?)" if -returncode == signal.SIGKILL else "")
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` names them: its list where it is set (a job's GPU
+    ``i`` is the ``i``-th of them, never a GPU the user left out), else every GPU torch sees, by index."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        return [name.strip() for name in given.split(",") if name.strip()]
+    import torch  # noqa: PLC0415 (heavy)
+
+    return [str(index) for index in range(torch.cuda.device_count())]
+
+
 def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None = None,
              desc: str = "study", poll_seconds: float = 1.0, command: Sequence[str] = COMMAND) -> list[str]:
     """Run ``jobs`` (in priority order), each task in a child process (:func:`start_task`), at most ``processes`` at
@@ -179,7 +190,7 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
     def start(job: Job, slot: int, writes: frozenset[Path]) -> _Running:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = str(gpus[slot % len(gpus)])
+            env["CUDA_VISIBLE_DEVICES"] = visible_gpus()[gpus[slot % len(gpus)]]
         process, log = start_task(job.task, job.name, logs, env, command)
         return _Running(job, process, slot, log, writes)
 

@@ -152,7 +152,7 @@ class StudyData:
         require(self.fps is None or self.fps > 0, "fps", "must be positive (or null)")
         require(self.flow_backend in (*BACKENDS, "torch", "opencv"), "flow_backend",
                 f"must be one of {', '.join(BACKENDS)}")
-        check_workers(self.flow_workers, "flow_workers")
+        check_workers(self.flow_workers, "flow_workers", zero="the study's processes")
         try:
             check_bound(self.flow_bound)
         except ValueError as error:

@@ -33,7 +33,7 @@ from coclr.eval.report import (
     view_name,
     write_report,
 )
-from coclr.jobs.scheduler import run_jobs
+from coclr.jobs.scheduler import run_jobs, visible_gpus
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import checkpoint_sha256, save_encoder
 from coclr.progress import bar as progress_bar
@@ -280,14 +280,13 @@ def check_gpus(config: StudyConfig) -> None:
 
         pick_device((config.train.get("run") or {}).get("device"), "train.run.device")
         return
-    import torch  # noqa: PLC0415 (heavy)
-
-    count = torch.cuda.device_count()  # (the machine's, unless CUDA_VISIBLE_DEVICES hides some: then not checked)
-    missing = [gpu for gpu in config.gpus if gpu >= count and "CUDA_VISIBLE_DEVICES" not in os.environ]
+    count = len(visible_gpus())  # (CUDA_VISIBLE_DEVICES's list where it is set: gpus index into it)
+    missing = [gpu for gpu in config.gpus if gpu >= count]
     if missing:
         raise ConfigError(f"gpus: no GPU {', '.join(map(str, missing))} on this machine (it has {count} CUDA "
-                          f"device(s){': 0 to ' + str(count - 1) if count else ''}); give those it has, or leave gpus "
-                          "out")
+                          f"device(s){': 0 to ' + str(count - 1) if count else ''}"
+                          f"{' of CUDA_VISIBLE_DEVICES' if 'CUDA_VISIBLE_DEVICES' in os.environ else ''}); give those "
+                          "it has, or leave gpus out")
     device = str((config.train.get("run") or {}).get("device") or "")
     if device not in ("", "auto") and not device.startswith("cuda"):  # (none, auto: CUDA where there is one)
         raise ConfigError(f"gpus: {config.gpus} given, but the jobs train on {device} (train.run.device): give "
