@@ -947,6 +947,9 @@ def test_a_view_whose_every_stage_collapsed_is_said_and_makes_the_run_exit_3(tmp
                            "flow": {"stage": "cycle1_flow", "collapsed": True, "reason": "every flow stage collapsed"}}}
     summary = LearnSummary(tmp_path, 8, [], 12.0, record=record)
     assert summary.collapsed_views == ["flow"]
+    spaced = tmp_path / "my learn"  # the command it suggests runs pasted into a shell
+    assert f"(coclr search '{spaced / 'embeddings' / 'two_stream'}' --query VIDEO)" in str(
+        LearnSummary(spaced, 8, [], 12.0, record=record))
     assert "every flow stage collapsed: encoder_flow.pth and the embeddings from it carry nothing; try a longer " \
            "--budget" in str(summary)
     monkeypatch.setattr(run, "learn", lambda *args, **kwargs: summary)

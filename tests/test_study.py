@@ -930,3 +930,19 @@ def test_a_synthetic_option_given_at_the_value_the_study_used_continues_it(tmp_p
     assert check_folder(out, STUDY_FOLDER, options_record(load_config(StudyConfig, overrides=[f"eval.size={size}"])))
     with pytest.raises(FolderRefused, match=rf"eval.size={size} \(given {size + 32}\)"):
         check_folder(out, STUDY_FOLDER, options_record(load_config(StudyConfig, overrides=[f"eval.size={size + 32}"])))
+
+
+def test_seeds_whose_inputs_partly_failed_are_said_and_exit_3(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A seed's study that left failed inputs out exits 3 (its results.md lists them); run over seeds, it exited 0."""
+    import coclr.study.run as study_run
+    from coclr.cli import main
+
+    monkeypatch.setattr(study_run, "check_study", lambda config, out: None)
+    monkeypatch.setattr(study_run, "run_study", lambda config, out, check_only=False: {
+        "seed": config.seed, "failed_inputs": ["videos/bad.mp4: no video stream"] if config.seed == 1 else []})
+    monkeypatch.setattr(study_run, "summarise_seeds", lambda results: {"seeds": [r["seed"] for r in results]})
+    monkeypatch.setattr(study_run, "seeds_markdown", lambda summary: "the seeds' table\n")
+    assert main(["study", "--out", str(tmp_path / "s"), "--seeds", "0", "1", "rows=[infonce_rgb]"]) == 3
+    assert "some inputs failed and were left out, on seed(s) 1" in capsys.readouterr().out
+    assert json.loads((tmp_path / "s" / "seeds.json").read_text())["failed_inputs"] == {
+        "1": ["videos/bad.mp4: no video stream"]}

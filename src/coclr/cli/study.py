@@ -64,6 +64,12 @@ def report(config, args: argparse.Namespace) -> int:
         summary = run_seeds(config, args.out, args.seeds, args.check)
         if summary is not None:
             print((Path(args.out) / "seeds.md").read_text())
+            if summary.get("failed_inputs"):  # (as one seed's study: some inputs failed and were left out)
+                from coclr.cli._status import EXIT_SOME_FAILED
+
+                print(f"some inputs failed and were left out, on seed(s) {', '.join(summary['failed_inputs'])}: "
+                      "each seed's results.md lists them")
+                return EXIT_SOME_FAILED
         return 0
     results = run_study(config, args.out, args.check)
     if results is not None:

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import shlex
 import sys
 import threading
 import time
@@ -116,7 +117,7 @@ class LearnSummary:
             lines.append(f"{self.out}: learnt from {learnt} videos in {progress.duration(self.seconds)}")
         lines.append(f"  encoders: {self.out / 'encoder_rgb.pth'}, {self.out / 'encoder_flow.pth'}")
         lines.append(f"  embeddings: {', '.join(str(self.out / 'embeddings' / name) for name in EMBEDDINGS)} "
-                     f"(coclr search {self.out / 'embeddings' / 'two_stream'} --query VIDEO)")
+                     f"(coclr search {shlex.quote(str(self.out / 'embeddings' / 'two_stream'))} --query VIDEO)")
         lines.append(f"  report: {self.out / 'report.html'}; every figure in {self.out / RESULT_FILE}")
         curated = self.record.get("curate")
         if curated:

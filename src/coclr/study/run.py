@@ -368,6 +368,8 @@ def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_
     if check_only:
         return None
     summary = summarise_seeds(results)
+    summary["failed_inputs"] = {str(result["seed"]): result["failed_inputs"] for result in results
+                                if result.get("failed_inputs")}  # (each seed's results.md lists them)
     atomic_write_json(out / "seeds.json", summary)
     atomic_write_text(out / "seeds.md", seeds_markdown(summary))
     if summary.get("mining"):
