@@ -24,15 +24,22 @@ from coclr.errors import ConfigError
 # ------------------------------------------------------------------------------------------------ pure rules
 
 
+def _graph_groups(scores: np.ndarray, neighbours: np.ndarray, threshold: float) -> list[list[int]]:
+    """The groups that a graph's pairs (``[N, k]``, -1 for none) at or above ``threshold`` join."""
+    rows, columns = np.nonzero((scores >= threshold) & (neighbours >= 0))
+    return rules.link_groups(rules.linked(rules.Links.none(len(scores)), rows, neighbours[rows, columns],
+                                          scores[rows, columns]))
+
+
 def test_pairs_over_the_threshold_join_into_groups_through_chains():
     scores = np.array([[0.99, 0.2], [0.99, 0.97], [0.97, 0.1], [0.5, 0.4], [0.3, 0.2]])
     neighbours = np.array([[1, 3], [0, 2], [1, 4], [0, 1], [2, 3]])
-    assert rules.duplicate_groups(scores, neighbours, 0.95) == [[0, 1, 2]]  # 0-1 and 1-2: one group
-    assert rules.duplicate_groups(scores, neighbours, 0.98) == [[0, 1]]
-    assert rules.duplicate_groups(scores, neighbours, 1.0) == []
+    assert _graph_groups(scores, neighbours, 0.95) == [[0, 1, 2]]  # 0-1 and 1-2: one group
+    assert _graph_groups(scores, neighbours, 0.98) == [[0, 1]]
+    assert _graph_groups(scores, neighbours, 1.0) == []
     one_way = np.array([[0.2, 0.1], [0.97, 0.1], [0.3, 0.2]])  # 1 found 0, 0 did not list 1 (mirrored prints)
     one_way_neighbours = np.array([[2, 1], [0, 2], [0, 1]])
-    assert rules.duplicate_groups(one_way, one_way_neighbours, 0.95) == [[0, 1]]
+    assert _graph_groups(one_way, one_way_neighbours, 0.95) == [[0, 1]]
 
 
 def test_links_join_every_pair_in_parts_and_keep_each_rows_best():

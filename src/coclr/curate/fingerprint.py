@@ -330,24 +330,12 @@ def duplicate_links(units: np.ndarray, floor: float, show: bool = False):
     """The :class:`~coclr.curate.groups.Links` of every pair of videos whose similarity (:func:`similarities`)
     reaches ``floor``: the duplicates' only input, however many pairs a video has. A range search
     (:func:`coclr.curate.graph.pairs_over`) over the plain and the mirrored fingerprints as rows ``2i`` and
-    ``2i+1``, each video's plain one the query, :data:`DUPLICATE_CHUNK` videos at a time; the gallery's projection
-    made once (as :func:`neighbour_graph`'s). Much cheaper at a high threshold: no video's nearest is ranked."""
-    from coclr import progress  # noqa: PLC0415
-    from coclr.curate.graph import pairs_over, projection  # noqa: PLC0415
-    from coclr.curate.groups import Links, linked  # noqa: PLC0415
+    ``2i+1``, each video's plain one the query, :data:`DUPLICATE_CHUNK` videos at a time
+    (:func:`coclr.curate.graph.video_links`). Much cheaper at a high threshold: no video's nearest is ranked."""
+    from coclr.curate.graph import video_links  # noqa: PLC0415
+    from coclr.curate.groups import Links  # noqa: PLC0415
 
-    count = len(units)
-    links = Links.none(count)
-    if count < 2:
-        return links
-    gallery = _mirrored_rows(units)
-    projected = projection(gallery)
-    with progress.bar(total=count, desc="duplicate fingerprints", unit="video", disable=not show,
-                      leave=False) as shown:
-        for start in range(0, count, DUPLICATE_CHUNK):
-            stop = min(count, start + DUPLICATE_CHUNK)
-            for query, at, found in pairs_over(gallery, units[start:stop, 0], floor, RANGE_PAIRS, projected):
-                other = at // 2 != query + start
-                links = linked(links, query[other] + start, at[other] // 2, found[other])
-            shown.update(stop - start)
-    return links
+    if len(units) < 2:
+        return Links.none(len(units))
+    return video_links(_mirrored_rows(units), floor, show, "duplicate fingerprints", lambda a, b: units[a:b, 0],
+                       len(units), lambda row: row // 2, DUPLICATE_CHUNK, RANGE_PAIRS)

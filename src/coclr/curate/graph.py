@@ -62,20 +62,26 @@ def pairs_over(rows: UnitRows, queries: np.ndarray, floor: float, per_query: int
         yield query + start, row, score
 
 
-def video_links(rows: UnitRows, floor: float, show: bool = False, desc: str = "duplicate videos"):
-    """The :class:`~coclr.curate.groups.Links` of every pair of rows (videos) whose exact score reaches ``floor``
-    (:func:`pairs_over`, :data:`QUERY_CHUNK` rows queried at a time): the duplicates' only input, whatever
-    ``--neighbours``."""
+def video_links(rows: UnitRows, floor: float, show: bool = False, desc: str = "duplicate videos",
+                queries=None, count: int | None = None, video=None, chunk: int = QUERY_CHUNK,
+                per_query: int = RANGE_PAIRS):
+    """The :class:`~coclr.curate.groups.Links` of every pair of videos whose exact score reaches ``floor``
+    (:func:`pairs_over`, ``chunk`` videos queried at a time): the duplicates' only input, whatever ``--neighbours``.
+    By default each row of ``rows`` is a video and its own query; else ``queries(start, stop)`` gives the query rows
+    of ``count`` videos and ``video`` maps a row of ``rows`` to its video (a fingerprint's plain and mirrored rows)."""
     from coclr.curate.groups import Links, linked  # noqa: PLC0415
 
-    links = Links.none(rows.count)
+    count = rows.count if count is None else count
+    queries = queries or rows.block
+    links = Links.none(count)
     projected = projection(rows)
-    with progress.bar(total=rows.count, desc=desc, unit="row", disable=not show, leave=False) as shown:
-        for start in range(0, rows.count, QUERY_CHUNK):
-            stop = min(rows.count, start + QUERY_CHUNK)
-            for query, row, score in pairs_over(rows, rows.block(start, stop), floor, RANGE_PAIRS, projected):
-                other = query + start != row
-                links = linked(links, query[other] + start, row[other], score[other])
+    with progress.bar(total=count, desc=desc, unit="video", disable=not show, leave=False) as shown:
+        for start in range(0, count, chunk):
+            stop = min(count, start + chunk)
+            for query, row, score in pairs_over(rows, queries(start, stop), floor, per_query, projected):
+                other = row if video is None else video(row)
+                apart = query + start != other
+                links = linked(links, query[apart] + start, other[apart], score[apart])
             shown.update(stop - start)
     return links
 

@@ -111,14 +111,6 @@ def reach_floor(threshold: float, dim: int) -> float:
     return float(threshold) - quantised_dot_bound(dim)
 
 
-def duplicate_groups(scores: np.ndarray, neighbours: np.ndarray, threshold: float) -> list[list[int]]:
-    """The groups that the pairs of a graph (``scores``/``neighbours`` ``[N, k]``, -1 for none) at or above
-    ``threshold`` join (:func:`link_groups`)."""
-    rows, columns = np.nonzero((scores >= threshold) & (neighbours >= 0))
-    links = linked(Links.none(len(scores)), rows, neighbours[rows, columns], scores[rows, columns])
-    return link_groups(links)
-
-
 def alike_links(rows: np.ndarray, count: int) -> Links:
     """``rows`` of ``count`` joined at similarity 1 and nothing else: for videos that no similarity can tell apart
     because each is the folder's mean (copies of one video, centred, are all zero), which are one group whatever the
