@@ -130,3 +130,14 @@ def test_labels_that_are_not_whole_numbers_are_refused():
     with pytest.raises(ValueError, match="labels must be whole numbers"):
         queue.enqueue(keys, labels=torch.tensor([1.7, 2.2]))
     queue.enqueue(keys, labels=torch.tensor([1, 2]))
+
+
+def test_a_contrasted_other_view_starts_with_random_unit_negatives():
+    """CMC contrasts against the other view's queue from the first step: it starts like the keys (random, unit
+    length), not as zero vectors (a constant logit); CoCLR mines only written slots, so its stays zeros."""
+    contrasted = MomentumQueue(6, 3, other_dim=4, generator=torch.Generator().manual_seed(0), contrasted_other=True)
+    torch.testing.assert_close(contrasted.other.norm(dim=1), torch.ones(6))
+    assert torch.unique(contrasted.other, dim=0).shape[0] == 6
+    mined = MomentumQueue(6, 3, other_dim=4, generator=torch.Generator().manual_seed(0))
+    assert not mined.other.any()
+    torch.testing.assert_close(mined.keys, contrasted.keys, rtol=0, atol=0)

@@ -582,3 +582,19 @@ def test_a_checkpoint_path_that_is_a_folder_is_named_so(tmp_path):
     for read in (read_checkpoint_file, load_encoder):
         with pytest.raises(CheckpointError, match="is a folder, not a checkpoint file; give the checkpoint file in"):
             read(tmp_path)
+
+
+def test_loading_leaves_the_global_random_stream_alone(tmp_path, small_parts):
+    """A seeded script draws the same numbers whether or not it loads an encoder or a classifier first."""
+    backbone, head = small_parts
+    save_encoder(tmp_path / "ours.pth", build_encoder(width=0.25, embed_dim=32))
+    classifier = LinearClassifier(backbone.out_channels, 3)
+    state = authors_backbone_keys(backbone, "backbone.")
+    state.update(classifier.state_dict())
+    torch.save({"state_dict": state}, tmp_path / "classifier.pth.tar")
+    for load in (lambda: load_encoder(tmp_path / "ours.pth"), lambda: load_classifier(tmp_path / "classifier.pth.tar")):
+        torch.manual_seed(11)
+        expected = torch.rand(4)
+        torch.manual_seed(11)
+        load()
+        torch.testing.assert_close(torch.rand(4), expected, rtol=0, atol=0)

@@ -344,6 +344,8 @@ def test_a_run_that_continues_on_other_videos_says_it(store: Path, tmp_path: Pat
 def test_cmc_trains_both_views_against_each_other(store: Path, tmp_path: Path, start_trainer) -> None:
     trainer = start_trainer(tiny_config(store, tmp_path / "run", "method.name=cmc", "run.max_steps=2"))
     assert set(trainer.model.learners) == {"rgb", "flow"} and trainer.model.sampler is None
+    for learner in trainer.model.learners.values():  # the other view's negatives from the first step
+        torch.testing.assert_close(learner.queue.other.norm(dim=1), torch.ones(learner.queue.size))
     before = {v: learner.encoder_q.head.fc2.weight.clone() for v, learner in trainer.model.learners.items()}
     trainer.run()
     state = load_checkpoint(tmp_path / "run" / "checkpoint_last.pth")

@@ -25,8 +25,9 @@ class MomentumQueue(nn.Module):
       iterations have negatives before anything was written.
     - ``labels``, ``video_ids``, ``groups`` ``[K]`` long: class label, video index and source-group id of each
       key clip; ``-1`` when unknown or never written.
-    - ``other`` ``[K, other_dim]`` float: the other view's embedding of each key clip (CoCLR mining); zeros
-      until written.
+    - ``other`` ``[K, other_dim]`` float: the other view's embedding of each key clip: zeros until written where
+      it is mined in (CoCLR: unwritten slots are never candidates), random and L2-normalised like ``keys`` where
+      it is contrasted against (``contrasted_other``, CMC: the other view's negatives before anything was written).
     - ``ptr`` long scalar: the slot the next key goes to.
     - ``full`` bool scalar: True once every slot has been written at least once.
 
@@ -42,6 +43,7 @@ class MomentumQueue(nn.Module):
         dim: key dimension ``D``.
         other_dim: dimension of the other-view embedding (0 when unused).
         generator: random generator for the initial keys (for reproducible initialisation).
+        contrasted_other: whether ``other`` holds candidates of the loss (CMC), so starts random like ``keys``.
     """
 
     keys: torch.Tensor
@@ -52,7 +54,8 @@ class MomentumQueue(nn.Module):
     ptr: torch.Tensor
     full: torch.Tensor
 
-    def __init__(self, size: int, dim: int, other_dim: int = 0, generator: torch.Generator | None = None) -> None:
+    def __init__(self, size: int, dim: int, other_dim: int = 0, generator: torch.Generator | None = None,
+                 contrasted_other: bool = False) -> None:
         super().__init__()
         if size < 1 or dim < 1 or other_dim < 0:
             raise ValueError(f"MomentumQueue needs size >= 1, dim >= 1, other_dim >= 0; got {size}, {dim}, {other_dim}")
@@ -64,7 +67,10 @@ class MomentumQueue(nn.Module):
         self.register_buffer("labels", torch.full((size,), UNKNOWN, dtype=torch.long))
         self.register_buffer("video_ids", torch.full((size,), UNKNOWN, dtype=torch.long))
         self.register_buffer("groups", torch.full((size,), UNKNOWN, dtype=torch.long))
-        self.register_buffer("other", torch.zeros(size, other_dim))
+        other = torch.zeros(size, other_dim)
+        if contrasted_other and other_dim:
+            other = nn.functional.normalize(torch.randn(size, other_dim, generator=generator), dim=1)
+        self.register_buffer("other", other)
         self.register_buffer("ptr", torch.zeros((), dtype=torch.long))
         self.register_buffer("full", torch.zeros((), dtype=torch.bool))
         self._host_state: tuple[int, bool] | None = (0, False)

@@ -243,6 +243,12 @@ class CheckpointFile:
         """New ``(backbone, head)`` modules in eval mode on ``map_location`` (:func:`load_encoder`)."""
         path, payload = self.path, self.payload
         kind, state = _detect_format(path, payload)
+        with _own_rng():
+            backbone, head = self._modules(kind, state)
+        return _finish(backbone, map_location), _finish(head, map_location)
+
+    def _modules(self, kind: str, state: Tensors) -> tuple[S3D, ProjectionHead | None]:
+        path, payload = self.path, self.payload
         if kind == "ours":
             backbone, head = _load_ours(path, payload)
         elif kind == "authors_pretrain":
@@ -253,7 +259,7 @@ class CheckpointFile:
             backbone, head = _load_torchvision(path, state), None
         else:
             backbone, head = _load_bare_backbone(path, state), None
-        return _finish(backbone, map_location), _finish(head, map_location)
+        return backbone, head
 
     def classifier(self, map_location: Any = "cpu") -> tuple[S3D, LinearClassifier]:
         """New ``(backbone, classifier)`` modules of an authors' classifier file (:func:`load_classifier`)."""
@@ -261,8 +267,16 @@ class CheckpointFile:
         if kind != "authors_classifier":
             raise CheckpointError(f"{self.path}: not a classifier checkpoint (found the {kind!r} format; expected "
                                   "backbone.*, final_fc.*)")
-        backbone, classifier = _load_authors_classifier(self.path, state)
+        with _own_rng():
+            backbone, classifier = _load_authors_classifier(self.path, state)
         return _finish(backbone, map_location), _finish(classifier, map_location)
+
+
+def _own_rng() -> Any:
+    """Building the modules initialises their weights from torch's global generator before the file's replace
+    them: a loader must leave the caller's random stream where it was (a seeded script that loads an encoder
+    draws the same numbers as one that does not)."""
+    return torch.random.fork_rng(devices=[])
 
 
 _OPENED: OrderedDict[tuple[Any, ...], CheckpointFile] = OrderedDict()

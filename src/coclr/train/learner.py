@@ -81,7 +81,8 @@ class ViewLearner(nn.Module):
         # The other view's embedding of each key clip (what CoCLR mines by): its encoder's dimension, the
         # trained encoder's unless given (a sampler of another embed_dim; mine_in=both: the two spaces' sum)
         other_dim = (embed_dim if other_dim is None else other_dim) if self.spec.queues_other_view else 0
-        self.queue = MomentumQueue(queue_size, embed_dim, other_dim=other_dim, generator=generator)
+        self.queue = MomentumQueue(queue_size, embed_dim, other_dim=other_dim, generator=generator,
+                                   contrasted_other=self.spec.other_view == "contrasted")
 
     @torch.no_grad()
     def momentum_update(self) -> None:

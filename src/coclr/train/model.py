@@ -58,8 +58,7 @@ def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainM
 
     sampler = None
     if not method.trains_two_views and method.spec.needs_sampler(method.simultaneous):
-        with torch.random.fork_rng(devices=[]):  # the learners' initial weights draw as if it came after them
-            backbone, head = load_encoder(method.sampler_checkpoint)
+        backbone, head = load_encoder(method.sampler_checkpoint)  # draws nothing from the global generator
         if head is None:
             raise CheckpointError(f"{method.sampler_checkpoint}: has no projection head, so it cannot embed "
                                   "clips for positive mining (a pretraining checkpoint is needed)")
