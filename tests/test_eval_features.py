@@ -50,9 +50,24 @@ def test_features_are_window_means_of_pooled_backbone(tiny):
             frames = torch.from_numpy(store.read(entry.path, "rgb", indices))[None]
             with torch.no_grad():
                 pooled.append(backbone(eval_views(frames, "rgb", 32)[:, 0]).mean(dim=(2, 3, 4))[0])
-        reference = torch.stack(pooled).mean(0).numpy()  # batched vs one-by-one convolutions: float rounding
+        # each window's feature L2-normalised before the mean, as the authors' evaluation model gives it
+        reference = torch.nn.functional.normalize(torch.stack(pooled), dim=1).mean(0).numpy()
+        # batched vs one-by-one convolutions: float rounding
         np.testing.assert_allclose(result.features[row], reference, rtol=1e-4, atol=1e-5 * np.abs(reference).max())
     assert not backbone.training
+
+
+def test_a_window_of_tiny_features_counts_as_much_as_any_other():
+    """unit_length makes rows of any size unit vectors (an untrained narrow network's pooled features can be
+    1e-19, under F.normalize's floor), and a zero row stays zero."""
+    from coclr.models.heads import unit_length
+
+    rows = torch.randn(4, 16, generator=torch.Generator().manual_seed(0))
+    scaled = rows * torch.tensor([1e-19, 1e-6, 1.0, 1e12])[:, None]
+    expected = torch.nn.functional.normalize(rows.double(), dim=1).float()
+    torch.testing.assert_close(unit_length(scaled), expected, rtol=1e-6, atol=1e-7)
+    assert unit_length(scaled).dtype == torch.float32
+    assert not unit_length(torch.zeros(2, 16)).any()
 
 
 def test_checkpoint_meta_of_exported_encoders_and_training_checkpoints(tmp_path):

@@ -135,3 +135,20 @@ def test_a_probe_batch_of_one_is_refused_and_the_grid_is_checked():
         from_dict(LinearProbeConfig, {"batch_size": 1})
     with pytest.raises(ConfigError, match="epochs: need values >= 1"):
         linear_probe(train, test, 5, LinearProbeConfig(epochs=[0]))  # built directly, not through a config file
+
+
+def test_the_probe_takes_unit_length_features_as_the_authors_do():
+    """Each video's feature is L2-normalised before the BatchNorm (the authors' probe): rescaling each video's
+    feature by its own factor changes nothing; without the normalisation it did (large rows dominated BN)."""
+    train, test = _split(seed=3, noise=2.0)
+    rng = np.random.default_rng(4)
+
+    def rescaled(features: VideoFeatures) -> VideoFeatures:  # powers of two: exact, so the same bits
+        factors = 2.0 ** rng.integers(-20, 20, size=(len(features.labels), 1))
+        return features._replace(features=(features.features * factors).astype(np.float32))
+
+    config = from_dict(LinearProbeConfig, SMALL_GRID)
+    plain = linear_probe(train, test, 5, config)
+    scaled = linear_probe(rescaled(train), rescaled(test), 5, config)
+    np.testing.assert_array_equal(scaled.probabilities, plain.probabilities)
+    assert scaled.top1 == plain.top1

@@ -238,3 +238,13 @@ def test_labels_of_any_kind_and_features_of_another_width():
         retrieve(queries, query_labels, gallery, gallery_labels[:59])
     with pytest.raises(ValueError, match="k must be >= 1, got 0"):
         topk_neighbours(queries, gallery, 0)
+
+
+def test_retrieval_is_the_same_at_any_scale_of_the_features():
+    """unit_rows scales each row by a power of two before normalising: features of an untrained narrow network
+    (norms near 1e-19, under the normalisation's floor) rank as they would at any other scale."""
+    rows = np.random.default_rng(0).normal(size=(40, 32))
+    expected = unit_rows(rows, rows.mean(axis=0))
+    for scale in (1e-19, 1e-6, 1e6, 1e18):
+        scaled = rows * scale
+        np.testing.assert_array_equal(unit_rows(scaled, scaled.mean(axis=0)), expected)

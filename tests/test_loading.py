@@ -147,7 +147,9 @@ def test_authors_alias_disagreement_is_an_error(tmp_path, small_parts):
 @pytest.mark.parametrize("final_bn,dropout,module_prefix", [(True, 0.0, ""), (False, 0.5, "module."), (True, 0.9, "")])
 def test_authors_classifier_layouts(tmp_path, small_parts, clip, reference, final_bn, dropout, module_prefix):
     backbone, _ = small_parts
-    classifier = randomise(LinearClassifier(backbone.out_channels, 7, final_bn=final_bn, dropout=dropout), 4)
+    # the authors' linear probe (final BN) L2-normalises the features first: their final_norm goes with final_bn
+    classifier = randomise(LinearClassifier(backbone.out_channels, 7, final_bn=final_bn, dropout=dropout,
+                                            l2_norm=final_bn), 4)
     state = authors_backbone_keys(backbone, module_prefix + "backbone.")
     state.update({f"{module_prefix}{k}": v for k, v in classifier.state_dict().items()})
     assert any(k.endswith("final_fc.1.weight" if dropout else "final_fc.0.weight") for k in state)
@@ -155,7 +157,7 @@ def test_authors_classifier_layouts(tmp_path, small_parts, clip, reference, fina
     torch.save({"epoch": 1, "state_dict": state, "best_acc": 0.5, "optimizer": {}}, path)
 
     loaded_backbone, loaded_classifier = load_classifier(path)
-    assert (loaded_classifier.final_bn is not None) == final_bn
+    assert (loaded_classifier.final_bn is not None) == final_bn and loaded_classifier.l2_norm == final_bn
     assert (len(loaded_classifier.final_fc) == 2) == (dropout > 0)
     assert not loaded_classifier.training
     pooled = outputs(loaded_backbone, None, clip)[0]

@@ -61,6 +61,11 @@ def unit_rows(rows: np.ndarray, mean: np.ndarray | None = None) -> np.ndarray:
     values = np.asarray(rows, np.float64)
     if mean is not None:
         values = values - mean
+    if not np.isfinite(values).all():
+        raise ValueError("contains NaN or infinite values")
+    if values.size:  # each row scaled by a power of two (exact, so the result is the same) to a largest value in
+        # [0.5, 1): a row of tiny values (an untrained narrow network's) is made a unit vector, not left under the floor
+        values = np.ldexp(values, -np.frexp(np.abs(values).max(axis=1))[1][:, None])
     norms = np.sqrt(tree_sum(values * values, 1))
     if not np.isfinite(norms).all():
         raise ValueError("contains NaN or infinite values")

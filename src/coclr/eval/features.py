@@ -40,6 +40,7 @@ from coclr.data.views import is_flow_view, stored_view, view_kind
 from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.eval.options import ClipConfig
 from coclr.interrupts import loader_worker_signals
+from coclr.models.heads import unit_length
 from coclr.models.loading import (
     TRAIN_FORMAT,
     implied_clip_settings,
@@ -52,8 +53,9 @@ from coclr.progress import bar as progress_bar
 from coclr.runfolder import check_output_folder
 from coclr.store.flow_views import stored_bound
 
-CACHE_FORMAT = 2
-"""Bumped whenever the way features are computed changes, which invalidates every cache entry."""
+CACHE_FORMAT = 3
+"""Bumped whenever the way features are computed changes, which invalidates every cache entry (3: each window's
+feature L2-normalised before the video's mean)."""
 
 
 class VideoFeatures(NamedTuple):
@@ -168,15 +170,17 @@ def extract_features(backbone: nn.Module, store, view: str, split: str, config: 
                      device: str | torch.device = "cpu", progress: bool = True,
                      with_views: Sequence[str] = (), normalisation: Normalisation = IMAGENET) -> VideoFeatures:
     """Pooled backbone features of every video of ``split`` (that also has the views of ``with_views``): sliding
-    windows (half overlap), centre crop, features averaged per video; clips normalised as the backbone takes them
-    (``normalisation``). The backbone runs in eval mode without gradients; its mode is restored."""
+    windows (half overlap), centre crop, each window's feature L2-normalised, then averaged per video (as the
+    authors' retrieval and linear probe take each clip's feature, so no window outweighs another by its size);
+    clips normalised as the backbone takes them (``normalisation``). The backbone runs in eval mode without
+    gradients; its mode is restored."""
     config = config or ClipConfig()
     device = torch.device(device)
     was_training = backbone.training
     backbone.eval().to(device)
     try:
-        means, entries = predict_windows(lambda clips: backbone(clips).mean(dim=(2, 3, 4)), store, view, split,
-                                         config, device, progress=progress, desc=f"features {view}/{split}",
+        means, entries = predict_windows(lambda clips: unit_length(backbone(clips).mean(dim=(2, 3, 4))), store, view,
+                                         split, config, device, progress=progress, desc=f"features {view}/{split}",
                                          with_views=with_views, normalisation=normalisation)
     finally:
         backbone.train(was_training)

@@ -78,7 +78,7 @@ def _new_probe(dim: int, num_classes: int, seed: int, device: torch.device) -> t
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        probe = LinearClassifier(dim, num_classes, final_bn=True)
+        probe = LinearClassifier(dim, num_classes, final_bn=True, l2_norm=True)
     return probe.to(device)
 
 
@@ -92,7 +92,8 @@ def train_probe(features: np.ndarray, labels: np.ndarray, num_classes: int, lr: 
                 epochs: int, batch_size: int = 256, seed: int = 0, device: str | torch.device = "cpu",
                 score_at: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
                 on_epoch: Callable[[], None] | None = None) -> tuple[torch.nn.Module, dict[int, tuple[float, float]]]:
-    """Train a BatchNorm1d + Linear probe with Adam at a constant ``lr`` for ``epochs`` epochs.
+    """Train a probe (L2 normalisation, BatchNorm1d, Linear: the authors' linear probe) with Adam at a constant
+    ``lr`` for ``epochs`` epochs.
 
     ``score_at`` maps epoch counts to held-out ``(features, labels)``; the probe is scored (top-1 accuracy,
     mean cross-entropy) after each of those epochs. ``on_epoch`` is called after every epoch (progress).

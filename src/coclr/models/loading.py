@@ -123,7 +123,9 @@ def load_classifier(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
 
     The classifier takes the pooled backbone feature. Its layout (``final_bn`` or not, ``final_fc.0`` =
     Linear or ``final_fc.1`` = Dropout then Linear) is taken from the keys; the dropout rate, which the
-    authors' files do not store, is set to :data:`AUTHORS_CLASSIFIER_DROPOUT`. Both modules are in eval mode.
+    authors' files do not store, is set to :data:`AUTHORS_CLASSIFIER_DROPOUT`. A file with ``final_bn`` is a linear
+    probe's, which L2-normalises the features before it (their code sets the two together). Both modules are in
+    eval mode.
     """
     return open_checkpoint(path).classifier(map_location)
 
@@ -584,11 +586,13 @@ def _load_authors_classifier(path: Path, state: dict[str, Any]) -> tuple[S3D, Li
         raise CheckpointError(
             f"{path}: classifier has no 2-D final_fc.0.weight or final_fc.1.weight; found {_names(head_state)}"
         )
+    final_bn = any(k.startswith("final_bn.") for k in head_state)
     classifier = LinearClassifier(
         in_dim=backbone.out_channels,
         num_classes=fc_weight.shape[0],
-        final_bn=any(k.startswith("final_bn.") for k in head_state),
+        final_bn=final_bn,
         dropout=AUTHORS_CLASSIFIER_DROPOUT if dropout_layout else 0.0,
+        l2_norm=final_bn,  # their main_classifier.py sets final_norm and final_bn together (the linear probe)
     )
     _load_strict(path, backbone, backbone_state, "backbone.")
     _load_strict(path, classifier, head_state, "")
