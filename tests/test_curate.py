@@ -1148,3 +1148,31 @@ def test_solid_colours_a_few_levels_apart_do_not_chain_black_to_white():
     assert all(np.ptp(colours[group, 0]) <= 16 for group in groups)  # each within twice the tolerance
     assert [0, len(colours) - 1] == [row for row in groups[0] if row in (0, len(colours) - 1)]  # black's copy
     assert len(colours) - 2 not in {row for group in groups for row in group}  # a video of no solid colour
+
+
+def test_the_page_rounds_each_score_once():
+    """data.js holds the scores rounded to the digits the page shows: rounded to four first, then by the page to
+    three, 0.83346 showed as 0.834 beside the CSV's 0.833460."""
+    from coclr.curate.page import PAGE_DIGITS, SCRIPT
+    from coclr.curate.run import page_data
+
+    assert SCRIPT.count("toFixed(") == SCRIPT.count(f"toFixed({PAGE_DIGITS})") == 3
+    scores = np.array([[0.83346, 0.502507]])
+    data = page_data(["a", "b"], np.zeros((2, 2)), np.zeros(2, int), np.vstack([scores, scores]),
+                     np.array([[1, -1], [0, -1]]), [], [], np.array([0.83346, 0.978462]), np.array([1, 0]), {}, 2,
+                     np.zeros(2))
+    assert data["outliers"] == [[1, 0.978], [0, 0.833]]
+    assert data["nearest"][0] == [[1, 0.833]]
+
+
+def test_the_page_names_a_folder_given_as_dot_by_its_name(tmp_path, monkeypatch):
+    from coclr.curate.page import write_page
+
+    folder = tmp_path / "my clips"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    data = {"names": ["a.mp4"], "points": [0.0, 0.0], "groups": [0], "nearest": [[]], "duplicates": [],
+            "outliers": [], "thumbs": [None]}
+    page = write_page(tmp_path, Path("."), [], data).read_text()
+    assert "<title>coclr curate: my clips</title>" in page
+    assert f"1 videos of <bdi>{folder}</bdi>" in page

@@ -63,6 +63,8 @@ def test_the_pipeline_writes_what_each_video_alone_gives(tmp_path, mode, workers
     assert "1 RGB frame" in failed["single_frame.avi"] and "too small" in failed["tiny.avi"]
     assert summary.done == 6 and summary.frames == 5 + 1 + 2 + 4 + 3 + 1
     assert any("waited for input" in note for note in summary.notes), summary.notes
+    # the pairs solved: a failed video's (tiny.avi's, which failed in the solve) are not counted
+    assert any(note.startswith(f"{summary.frames} frame pairs of 6 videos") for note in summary.notes), summary.notes
     store = ClipStore(tmp_path / "store")
     for key in videos:
         if key not in failed:

@@ -125,6 +125,37 @@ def test_hmdb51_bad_flag_names_file_and_line(tmp_path):
         hmdb51_index(tmp_path)
 
 
+def test_hmdb51_classes_sort_by_name_as_their_folders_do(tmp_path):
+    """'climb' before 'climb_stairs' (the split files' names sort the other way: '_' after 'b'), the order of a
+    folder index of the same videos and of the usual HMDB51 label maps."""
+    for name in ("climb_stairs", "climb", "kick_ball", "kick"):
+        (tmp_path / "splits" / f"{name}_test_split1.txt").parent.mkdir(exist_ok=True)
+        (tmp_path / "splits" / f"{name}_test_split1.txt").write_text(f"{name}_0.avi 1\n")
+        touch(tmp_path / "videos" / name / f"{name}_0.avi")
+    index = hmdb51_index(tmp_path / "splits")
+    assert index.classes == ["climb", "climb_stairs", "kick", "kick_ball"]
+    assert index.classes == folder_index(tmp_path / "videos", extensions=[".avi"]).classes
+    assert all(index.classes[e.label] == e.path.split("/")[0] for e in index.entries)
+
+
+def test_a_video_listed_twice_is_refused_naming_both_lines(tmp_path):
+    make_ucf101_lists(tmp_path / "ucf")
+    with (tmp_path / "ucf" / "testlist01.txt").open("ab") as file:
+        file.write(b"BaseballPitch/v_BaseballPitch_g10_c03.avi\r\n")
+    with pytest.raises(DataError, match=r"testlist01.txt:4: BaseballPitch/v_BaseballPitch_g10_c03.avi is in the test "
+                                        r"split here and in the train split at .*trainlist01.txt:3; .*remove one"):
+        ucf101_index(tmp_path / "ucf")
+    (tmp_path / "hmdb").mkdir()
+    (tmp_path / "hmdb" / "kick_test_split1.txt").write_text("a.avi 1\nb.avi 2\na.avi 1\n")
+    with pytest.raises(DataError, match=r"kick_test_split1.txt:3: kick/a.avi is listed again \(first at "
+                                        r".*kick_test_split1.txt:1\)"):
+        hmdb51_index(tmp_path / "hmdb")
+    csv_file = tmp_path / "k.csv"
+    csv_file.write_text("label,youtube_id,time_start,time_end,split\nabseiling,x,0,10,train\n")
+    with pytest.raises(DataError, match=r"k.csv: given twice; give each annotation file once"):
+        kinetics_index([csv_file, csv_file], tmp_path)
+
+
 # ------------------------------------------------------------------------------------------ Kinetics-400
 
 def test_kinetics_csv_and_the_usual_layouts(tmp_path):

@@ -21,6 +21,10 @@ from coclr.text import html_name, on_page
 
 PAGE = "index.html"
 DATA = "data.js"
+PAGE_DIGITS = 3
+"""Decimals the page shows a similarity or score with (its script's ``toFixed(3)``; ``data.js`` holds them rounded
+to as many, so that they are rounded once)."""
+
 THUMBS = "thumbs"
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
            "#aec7e8")
@@ -218,6 +222,7 @@ def write_page(out: Path, folder: Path, summary: list[str], data: dict[str, Any]
     """Write ``out/index.html`` and ``out/data.js`` (``data``: see the module docstring; ``folder``: the embedding
     folder curated, named in the title; ``summary``: lines shown under it) atomically; the thumbnails are written
     apart (``out/thumbs``)."""
+    folder = Path(folder).resolve()  # ("." has no name; a relative path means nothing where the page is opened)
     shown = {**data, "names": [on_page(name) for name in data["names"]], "colours": list(COLOURS), "mark": MARK}
     payload = json.dumps(shown, separators=(",", ":"))
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

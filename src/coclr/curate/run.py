@@ -49,7 +49,7 @@ from coclr.curate import groups as rules
 from coclr.curate.calibrate import video_key
 from coclr.curate.graph import neighbour_graph
 from coclr.curate.layout import colour_groups, layout
-from coclr.curate.page import PAGE, THUMBS, write_page
+from coclr.curate.page import PAGE, PAGE_DIGITS, THUMBS, write_page
 from coclr.embed.output import Embeddings, finished_embeddings
 from coclr.errors import ConfigError
 from coclr.runfolder import FolderRule, claim_folder
@@ -493,12 +493,18 @@ def write_thumbnails(out: Path, embeddings: Embeddings, rows: list[int], stale: 
     return found
 
 
+def as_shown(score: Any) -> float:
+    """A score as the page shows it (``toFixed(PAGE_DIGITS)``), rounded once here: rounded to more digits first, the
+    page's rounding of that rounding was one unit off in the last digit for about one value in twenty."""
+    return round(float(score), PAGE_DIGITS)
+
+
 def page_data(paths: list[str], points: np.ndarray, colours: np.ndarray, scores: np.ndarray, neighbours: np.ndarray,
               whole: list[list[int]], stretches: list, outliers: np.ndarray, ranking: np.ndarray,
               thumbs: dict[int, str], count: int, best: np.ndarray) -> dict[str, Any]:
     """What ``data.js`` holds (:mod:`coclr.curate.page`); a group's similarity the lowest of its members' ``best``
     (each video's highest among the pairs that reach the threshold, :class:`~coclr.curate.groups.Links`)."""
-    near = [[[int(other), round(float(score), 4)] for other, score in zip(neighbours[row, :PAGE_NEIGHBOURS],
+    near = [[[int(other), as_shown(score)] for other, score in zip(neighbours[row, :PAGE_NEIGHBOURS],
                                                                           scores[row, :PAGE_NEIGHBOURS]) if other >= 0]
             for row in range(count)]
     duplicates = [{"members": group, "kind": "whole",
@@ -507,5 +513,5 @@ def page_data(paths: list[str], points: np.ndarray, colours: np.ndarray, scores:
     duplicates += [{"members": [s.video, s.other], "kind": "partial", "similarity": s.similarity} for s in stretches]
     return {"names": paths, "points": [round(float(v), 5) for v in points.reshape(-1)],
             "groups": [int(g) for g in colours], "nearest": near, "duplicates": duplicates,
-            "outliers": [[int(row), round(float(outliers[row]), 4)] for row in ranking[:SHOWN_OUTLIERS]],
+            "outliers": [[int(row), as_shown(outliers[row])] for row in ranking[:SHOWN_OUTLIERS]],
             "thumbs": [thumbs.get(row) for row in range(count)]}

@@ -57,10 +57,11 @@ def write_report(path: Path, out: Path, result: dict[str, Any], paths: list[str]
     exported = {view: entry["stage"] for view, entry in result.get("exported", {}).items()}
     sections = [_alarm(result), _summary(result), _curves(out, result), _stages(result, collapsed, exported),
                 _embeddings(result), _neighbours(out, store, root, result), _videos(paths, result)]
-    title = f"coclr learn: {out.name}"
+    name = Path(out).resolve().name  # (a run made as "." is named by its folder)
+    title = f"coclr learn: {name}"
     page = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(on_page(title))}</title><style>{REPORT_STYLE}</style></head><body>"
-            f"<h1>coclr learn: {html_name(out.name)}</h1>{''.join(sections)}</body></html>\n")
+            f"<h1>coclr learn: {html_name(name)}</h1>{''.join(sections)}</body></html>\n")
     return atomic_write_text(path, page)
 
 

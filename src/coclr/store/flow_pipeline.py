@@ -319,13 +319,13 @@ class FlowPipeline:
                     uv = quantise_flow(flow.permute(0, 2, 3, 1), self.bound)
                     out = nvjpeg_encode(uv, self.quality) if self.jpeg == "nvjpeg" else uv.cpu().numpy()
                     results.put((batch, out, None))
+                    self.stats.pairs += sum(segment.pairs for segment in batch)  # (a failed batch's are no result)
                 except KeyboardInterrupt:  # told to stop (check_stop): the batch is abandoned
                     return
                 except Exception as error:  # the batch's videos fail; the next batches go on
                     results.put((batch, None, f"{type(error).__name__}: {error}"))
                 self.stats.solve_seconds += time.perf_counter() - start
                 self.stats.batches += 1
-                self.stats.pairs += sum(segment.pairs for segment in batch)
 
 
 def upload_pairs(videos: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -262,6 +262,7 @@ def ucf101_index(annotations: str | Path, split: int = 1) -> VideoIndex:
     label_of_folder = {name.lower(): label for label, name in enumerate(classes)}
 
     entries = []
+    listed = _Listed()
     for split_name in ("train", "test"):
         list_file = annotations / f"{split_name}list{split:02d}.txt"
         for number, line in _lines(list_file):
@@ -275,6 +276,7 @@ def ucf101_index(annotations: str | Path, split: int = 1) -> VideoIndex:
             if len(fields) > 1:
                 if not fields[1].isdigit() or int(fields[1]) - 1 != label:
                     raise DataError(f"{where}: label {fields[1]!r} does not match class {folder!r}")
+            listed.check(path, where, split_name)
             entries.append(VideoEntry(path, label, split_name, ucf101_group(path)))
     return VideoIndex(f"ucf101_split{split}", classes, entries)
 
@@ -287,7 +289,8 @@ def hmdb51_index(annotations: str | Path, split: int = 1) -> VideoIndex:
     annotations = Path(annotations)
     _check_split_number(split)
     suffix = f"_test_split{split}.txt"
-    files = sorted(p for p in annotations.glob(f"*{suffix}") if p.is_file()) if annotations.is_dir() else []
+    files = sorted((p for p in annotations.glob(f"*{suffix}") if p.is_file()), key=lambda p: p.name[: -len(suffix)]
+                   ) if annotations.is_dir() else []  # (by class name: "climb" before "climb_stairs", as folders sort)
     if not files:
         raise DataError(f"no HMDB51 split files '*{suffix}' found in {annotations}")
     classes = [p.name[: -len(suffix)] for p in files]
@@ -299,13 +302,16 @@ def hmdb51_index(annotations: str | Path, split: int = 1) -> VideoIndex:
         raise DataError(f"{annotations}: no {missing[0]}{suffix}{more}, though the other splits have that class: "
                         "the split files are incomplete; give the whole folder of HMDB51's split files")
     entries = []
+    listed = _Listed()
     for label, (name, list_file) in enumerate(zip(classes, files)):
         for number, line in _lines(list_file):
             fields = line.split()
             if len(fields) != 2 or fields[1] not in ("0", "1", "2"):
                 raise DataError(f"{list_file}:{number}: expected 'video.avi 0|1|2', got {line!r}")
             if fields[1] != "0":
-                entries.append(VideoEntry(f"{name}/{fields[0]}", label, "train" if fields[1] == "1" else "test"))
+                path, split_name = f"{name}/{fields[0]}", "train" if fields[1] == "1" else "test"
+                listed.check(path, f"{list_file}:{number}", split_name)
+                entries.append(VideoEntry(path, label, split_name))
     return VideoIndex(f"hmdb51_split{split}", classes, entries)
 
 
@@ -357,19 +363,42 @@ def kinetics_index(annotations: str | Path | Sequence[str | Path], root: str | P
                                     f"{row['time_start']!r} and {row['time_end']!r}")
                 start, end = int(times[0]), int(times[1])
                 rows.append((row["label"].strip(), row["youtube_id"].strip(), start, end,
-                             row["split"].strip(), split))
+                             row["split"].strip(), split, f"{csv_file}:{number}"))
     classes = sorted({row[0] for row in rows if row[0]})
     label_of = {c: i for i, c in enumerate(classes)}
     listing = _FolderListing(root)
     entries = []
-    for label, youtube_id, start, end, csv_split, split in rows:
+    listed = _Listed()
+    for label, youtube_id, start, end, csv_split, split, where in rows:
         if not label:
             continue
         file_name = f"{youtube_id}_{start:06d}_{end:06d}.mp4"
         candidates = _kinetics_candidates(file_name, label, csv_split, split)
         path = next((c for c in candidates if listing.exists(c)), candidates[0])
+        listed.check(path, where, split)
         entries.append(VideoEntry(path, label_of[label], split, youtube_id))
     return VideoIndex(name, classes, entries)
+
+
+class _Listed:
+    """Where an annotation file listed each video (state: path -> ``(file:line, split)``), so that a video listed
+    twice is refused naming both lines (the index's own check sees the paths only)."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, tuple[str, str]] = {}
+
+    def check(self, path: str, where: str, split: str) -> None:
+        """Record that ``where`` (``file:line``) lists ``path`` in ``split``; a :class:`DataError` if listed before."""
+        if path not in self.first:
+            self.first[path] = (where, split)
+            return
+        before, before_split = self.first[path]
+        if before == where:  # the same line read twice: the file was given twice
+            raise DataError(f"{where.rpartition(':')[0]}: given twice; give each annotation file once")
+        if before_split != split:
+            raise DataError(f"{where}: {path} is in the {split} split here and in the {before_split} split at "
+                            f"{before}; a video belongs to one split: remove one of the two lines")
+        raise DataError(f"{where}: {path} is listed again (first at {before}); remove one of the two lines")
 
 
 def _kinetics_candidates(file_name: str, label: str, csv_split: str, split: str) -> list[str]:
