@@ -75,6 +75,18 @@ def test_values_are_shown_as_they_are_typed(capsys) -> None:
     assert not [line for line in listed.splitlines() if " = None" in line or " = True" in line]
 
 
+def test_the_synthetic_datasets_listing_shows_the_presets_values(capsys) -> None:
+    """--preset study --list-options printed the generator's defaults, not the values its overrides go over."""
+    from coclr.cli import main
+    from coclr.study.config import STUDY_SYNTH
+
+    assert main(["data", "synth", "--preset", "study", "--list-options"]) == 0
+    listed = dict(line.split(" = ") for line in capsys.readouterr().out.splitlines() if " = " in line)
+    assert listed["train_scenes"] == str(STUDY_SYNTH["train_scenes"]) and listed["actor_cue"] == "1.0"
+    assert main(["data", "synth", "--list-options"]) == 0
+    assert "train_scenes = 24" in capsys.readouterr().out
+
+
 def test_the_pipelines_listing_leaves_out_what_each_stage_sets(capsys) -> None:
     """It listed optim.epochs, method.name and the checkpoints, each refused when given to a pipeline."""
     from coclr.cli import main

@@ -19,14 +19,16 @@ def add_config_arguments(parser: argparse.ArgumentParser, example: str = "optim.
     parser.add_argument("overrides", nargs="*", metavar="key=value", help=f"option overrides, e.g. {example}")
 
 
-def print_options(config_class: type, set_elsewhere: typing.Collection[str] = ()) -> None:
+def print_options(config_class: type, set_elsewhere: typing.Collection[str] = (),
+                  preset: typing.Mapping[str, typing.Any] | None = None) -> None:
     """Every option of ``config_class`` with its default and help, but those the command sets itself
-    (``set_elsewhere``: given, they are refused)."""
-    from coclr.config import describe
+    (``set_elsewhere``: given, they are refused); ``preset``: values that replace the defaults (a preset's)."""
+    from coclr.config import describe, value_text
 
+    preset = preset or {}
     for key, default, text in describe(config_class):
         if key not in set_elsewhere:
-            print(f"{key} = {default}\n    {text}")
+            print(f"{key} = {value_text(preset[key]) if key in preset else default}\n    {text}")
 
 
 def add_clip_arguments(parser: argparse.ArgumentParser, scope: str = "") -> None:

@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from coclr.errors import ConfigError
     from coclr.synth import SynthConfig, dataset_clips, generate_synthetic, write_videos
 
-    if args.list_options:
-        print_options(SynthConfig)
+    if args.list_options:  # (with the preset's values: those the overrides go over)
+        print_options(SynthConfig, preset=preset_options(args.preset))
         return 0
     if not args.out and not args.videos:
         raise ConfigError("give --out STORE (a clip store) or --videos DIR (video files and their labels)")
