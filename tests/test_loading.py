@@ -600,3 +600,21 @@ def test_loading_leaves_the_global_random_stream_alone(tmp_path, small_parts):
         torch.manual_seed(11)
         load()
         torch.testing.assert_close(torch.rand(4), expected, rtol=0, atol=0)
+
+
+def test_a_weight_damaged_in_a_copy_is_refused_by_its_checksum(tmp_path):
+    """torch.load checks no CRC: a bit flipped inside a tensor loaded as a wrong weight (and was exported)."""
+    import io
+    import struct
+    import zipfile
+
+    path = save_encoder(tmp_path / "encoder.pth", build_encoder(width=0.25, embed_dim=16))
+    data = bytearray(path.read_bytes())
+    entry = next(i for i in zipfile.ZipFile(io.BytesIO(bytes(data))).infolist() if i.filename.endswith("data/0"))
+    name_length, extra_length = struct.unpack("<HH", data[entry.header_offset + 26 : entry.header_offset + 30])
+    data[entry.header_offset + 30 + name_length + extra_length + 3] ^= 0x40  # an exponent bit of the first weight
+    damaged = tmp_path / "damaged.pth"
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"damaged.pth: damaged: .*data/0 fails its checksum"):
+        load_encoder(damaged)
+    load_encoder(path)

@@ -27,6 +27,7 @@ import pickletools
 import re
 import threading
 import zipfile
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -363,6 +364,8 @@ def _parse_checkpoint(path: Path, data: bytes, map_location: Any) -> Any:
         raise CheckpointError(f"{path}: a TorchScript network (as `coclr export --format torchscript` writes), not a "
                               "checkpoint: it holds code, which is not run here; give the checkpoint it was exported "
                               "from (its folder's README.md names it)")
+    if head == _ZIP_MAGIC:
+        _check_zip_entries(path, data)
     objects = _first_pickle_globals(data) if head != _ZIP_MAGIC else []
     if objects:  # (torch.save's legacy format begins with a pickled number: no object)
         raise CheckpointError(f"{path}: refused: a pickle of Python objects ({objects[0]}), not a PyTorch checkpoint; "
@@ -422,6 +425,21 @@ def _first_pickle_globals(data: bytes) -> list[str]:
     except ValueError:
         return []
     return names
+
+
+def _check_zip_entries(path: Path, data: bytes) -> None:
+    """Refuse zip bytes an entry of which fails its CRC-32 (torch.save writes one per entry; torch.load checks none,
+    so a bit flipped in a copy loaded as a wrong weight); bytes that are no readable zip are left to ``torch.load``."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+        return
+    except zlib.error:  # (a compressed entry that does not inflate)
+        bad = "a compressed entry"
+    if bad is not None:
+        raise CheckpointError(f"{path}: damaged: {bad} fails its checksum (a corrupted download or copy?); fetch or "
+                              "copy the file again")
 
 
 def _is_torchscript(data: bytes) -> bool:
