@@ -157,6 +157,19 @@ def test_a_torchvision_file_exports_with_the_clips_its_format_takes(tmp_path):
     assert card.startswith("# S3D video encoder (rgb view, implied by its format)")  # (title "unknown", input "rgb")
 
 
+def test_the_card_of_a_frame_difference_encoder_says_it_takes_differences(tmp_path):
+    """An rgbdiff encoder's card said only "view: rgbdiff" and the frames' normalisation: fed normalised frames as it
+    said, the network gave other features than in training, without an error."""
+    source = save_encoder(tmp_path / "diff.pth", build_encoder(width=0.125), {
+        "view": "rgbdiff", "clip_settings": {"view": "rgbdiff", "length": 8, "stride": 1, "size": 32}})
+    export_encoder(source, "safetensors", tmp_path / "out")
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "differences of consecutive normalised frames, x[t+1] - x[t]: 8 differences of 8 + 1" in card
+    save_encoder(tmp_path / "rgb.pth", build_encoder(width=0.125), {"clip_settings": {"view": "rgb", "length": 8}})
+    export_encoder(tmp_path / "rgb.pth", "safetensors", tmp_path / "rgb")
+    assert "differences" not in (tmp_path / "rgb" / "README.md").read_text()
+
+
 def test_compare_catches_other_features():
     reference = np.random.default_rng(0).normal(size=(3, 16))
     assert compare(reference, reference)["min_cosine"] == pytest.approx(1.0)
@@ -246,6 +259,13 @@ def test_cli_card_of_a_learn_encoder(encoder_file, tmp_path, capsys):
     assert json.loads((tmp_path / "p" / "config.json").read_text())["view"] == "flow"
     assert main(["export", str(folder / "encoder_rgb.pth"), "--format", "keras", "--out", str(tmp_path / "k")]) == 2
     assert "not a format coclr exports" in capsys.readouterr().err
+    # a learn.json of another shape (another tool's, or hand-edited) gives the card no notes: no traceback, no refusal
+    odd = '{"exported": {"rgb": {"stage": "cycle2_rgb"}}, "plan": {"model": 3}, "stages": 1}'
+    for number, text in enumerate(['{"exported": {"rgb": "x"}}', '[1, 2]', '{"broken', odd]):
+        (folder / "learn.json").write_text(text)
+        out = tmp_path / f"other{number}"
+        assert main(["export", str(folder / "encoder_rgb.pth"), "--format", "safetensors", "--out", str(out)]) == 0
+        assert "S3D width ?" in (out / "README.md").read_text() or "coclr learn" not in (out / "README.md").read_text()
 
 
 def test_help_names_every_format():

@@ -33,8 +33,10 @@ KINETICS_STD = (0.22803, 0.22145, 0.216989)
 FORMAT_CLIPS = {"torchvision": {"fps": 15.0, "short_side": 256, "size": 224, "mean": KINETICS_MEAN,
                                 "std": KINETICS_STD}}
 """The clips of a checkpoint format that records none, where they are not the paper's: torchvision's ``s3d`` takes
-its own inference transform's (frames at 15 fps, the short side at 256 px, the centre 224 x 224, Kinetics'
-normalisation). An embedding uses them, and an export records them."""
+224 x 224 clips at 15 fps with Kinetics' normalisation, as its inference transform gives them. That transform
+resizes every frame to 256 x 256 (a 4:3 frame squashed) before its centre 224; frames here keep their aspect ratio
+(the short side at 256 px, then the centre 224 x 224), so a wide video is seen narrower and undistorted. An embedding
+uses these, and an export records them."""
 FPS_RANGE = (0.01, 1000.0)
 """The frame rates videos may be decoded at (a store's, an embedding's, the synthetic videos'): one frame every
 100 s to 1000 frames a second (past which a resampled video is made of copies of its frames)."""

@@ -27,18 +27,25 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from coclr.atomic import read_json_record
+    from coclr.errors import DataError
     from coclr.learn.stages import card_notes
     from coclr.models.exported import export_encoder
     from coclr.models.loading import open_checkpoint
 
     encoder = Path(args.encoder)
     notes: list[str] = []
-    learnt = read_json_record(encoder.parent / "learn.json") if encoder.is_file() else None
+    try:
+        learnt = read_json_record(encoder.parent / "learn.json") if encoder.is_file() else None
+    except DataError:  # (not a learn run's record: the card goes without its notes)
+        learnt = None
     if learnt:  # an encoder a coclr learn folder exported: the card says how it was chosen and measured
         payload = open_checkpoint(encoder).payload
-        stage = (payload.get("meta") or {}).get("stage") if isinstance(payload, dict) else None
+        meta = payload.get("meta") if isinstance(payload, dict) else None
+        stage = meta.get("stage") if isinstance(meta, dict) else None
+        listed = learnt.get("exported")
         exported = {f"encoder_{view}{suffix}": entry.get("stage") for view, entry in
-                    (learnt.get("exported") or {}).items() for suffix in (".pth", ".safetensors")}
+                    (listed.items() if isinstance(listed, dict) else ()) if isinstance(entry, dict)
+                    for suffix in (".pth", ".safetensors")}
         if stage is not None and exported.get(encoder.name) == stage:  # (not any file put beside a learn.json)
             notes = card_notes(learnt, stage)
     print(export_encoder(encoder, args.format, args.out, notes=notes), flush=True)

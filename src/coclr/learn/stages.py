@@ -185,13 +185,18 @@ def trained_steps(plan: dict[str, Any]) -> int:
     return round(per_epoch * (2 * infonce + sum(sized.values()) + (4 - len(sized)) * planned))
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    """``value`` when it is a dict, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
 def card_notes(result: dict[str, Any], stage: str | None) -> list[str]:
     """Lines for an exported encoder's model card from its learn run's ``learn.json`` (``result``): the run's
     plan, why this stage was exported, and its label-free measures (:mod:`coclr.eval.label_free`)."""
     notes = []
-    plan = result.get("plan") or {}
+    plan = _mapping(result.get("plan"))  # (a learn.json is read as found: what is not its shape is left out)
     if plan:
-        model = plan.get("model") or {}
+        model = _mapping(plan.get("model"))
         try:
             steps: Any = trained_steps(plan)
         except (KeyError, TypeError):  # (a record without the plan's epochs)
@@ -200,10 +205,10 @@ def card_notes(result: dict[str, Any], stage: str | None) -> list[str]:
         notes.append(f"from a `coclr learn` run without labels on {result.get('videos', '?')} videos (InfoNCE then "
                      f"two CoCLR cycles, {steps} steps of batch {plan.get('batch', '?')} over all its stages, S3D "
                      f"width {model.get('width', '?')})" + (f"; this encoder is its stage {stage}" if stage else ""))
-    for view, entry in (result.get("exported") or {}).items():
-        if entry.get("stage") == stage:
+    for view, entry in _mapping(result.get("exported")).items():
+        if _mapping(entry).get("stage") == stage:
             notes.append(f"exported as encoder_{view}: {entry.get('reason')}")
-    measures = (result.get("stages") or {}).get(stage) or {}
+    measures = _mapping(_mapping(result.get("stages")).get(stage))
     shown = [f"{name} {measures[name]:.3g}" for name in DIRECTIONS if isinstance(measures.get(name), (int, float))]
     if shown:
         notes.append(f"label-free measures of {stage} (docs/learn.md): " + ", ".join(shown)

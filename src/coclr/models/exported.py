@@ -131,6 +131,8 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
                                       f"{check['min_cosine']:.6f} < {MIN_COSINE}); nothing was kept")
             config["input"] = {"name": "clips", "shape": ["batch", clips.shape[1], *clips.shape[2:]],
                                "dtype": "float32"}
+            if settings.get("view") == RGB_DIFFERENCES:
+                config["input"]["frames"] = "differences of consecutive normalised frames, x[t+1] - x[t]"
             config["output"] = {"name": "features", "shape": ["batch", config["feature_dim"]]}
         config["check"] = {"clips": int(clips.shape[0]) if fmt != "safetensors" else 0, **check}
         config["sha256"] = file_sha256(model)  # of the model file: a later run tells it is still the one exported
@@ -174,6 +176,11 @@ def training_meta(payload: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in found.items() if value is not None}
 
 
+RGB_DIFFERENCES = "rgbdiff"
+"""The view whose clips are frame differences (:mod:`coclr.data.augment`'s ``"rgbdiff"`` kind, by its name: the
+clips a checkpoint records name the view, not its kind)."""
+
+
 def model_card(config: dict[str, Any], fmt: str, encoder: Path, notes: Sequence[str]) -> str:
     """The README.md of an export: what it is, how it was trained, how to load it, what was checked."""
     arch, settings, meta = config["arch"], config["clip_settings"], config["meta"]
@@ -191,6 +198,10 @@ def model_card(config: dict[str, Any], fmt: str, encoder: Path, notes: Sequence[
                   + (f", frames decoded at a short side of {settings['short_side']} px" if settings.get("short_side")
                      else "") + (f", {settings['fps']} fps" if settings.get("fps") else ""),
                   f"- normalised: (x / 255 - mean) / std, mean {settings.get('mean')}, std {settings.get('std')}"]
+        if settings.get("view") == RGB_DIFFERENCES:
+            lines.append(f"- the clip is the differences of consecutive normalised frames, x[t+1] - x[t]: "
+                         f"{settings.get('length', 'T')} differences of {settings.get('length', 'T')} + 1 "
+                         "consecutive frames (not the frames themselves)")
         if settings.get("flow_bound") is not None:  # (TV-L1 or DIS: the checkpoint does not say which)
             lines.append(f"- optical flow as its training store held it (channels u, v and a constant 128), "
                          f"clipped to +-{settings['flow_bound']} px and mapped linearly to [0, 255] before the "
