@@ -154,6 +154,36 @@ def test_finetune_of_a_finished_folder_returns_its_results_without_work(tmp_path
         finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, config, test_split="train", progress=False)
 
 
+def test_a_ten_crop_short_side_too_small_is_refused_before_training_and_another_only_tests_again(tmp_path,
+                                                                                                   monkeypatch):
+    """--ten-crop-short-side under the crop size failed after every epoch had trained, and the folder then refused
+    any other value: refused before any work; a finished folder given another value is tested again, not trained."""
+    from coclr.atomic import file_sha256
+    from coclr.errors import ConfigError
+    from coclr.eval import finetune as module
+    from coclr.store.clipstore import ClipStore
+
+    store = ClipStore(make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8))
+    checkpoint = save_tiny_encoder(tmp_path / "enc.pt")
+    sha = file_sha256(checkpoint)
+    clips = ClipConfig(length=8, size=32, batch_size=3)
+    bad = from_dict(FinetuneConfig, {"epochs": 1, "milestones": [1], "ten_crop_short_side": 20})
+    with pytest.raises(ConfigError, match=r"--ten-crop-short-side 20: .*give at least 32"):
+        finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, bad, progress=False)
+    assert not (tmp_path / "out").exists()
+    config = from_dict(FinetuneConfig, {"epochs": 1, "milestones": [1], "ten_crop_short_side": 36})
+    first = finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, config, progress=False)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(module, "train_epoch", no_training)
+    other = from_dict(FinetuneConfig, {"epochs": 1, "milestones": [1], "ten_crop_short_side": 40})
+    again = finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, other, progress=False)
+    assert again["ten_crop_short_side"] == 40 and first["ten_crop_short_side"] == 36
+    assert again["train_losses"] == first["train_losses"]
+
+
 def test_a_store_relabelled_in_place_is_not_served_the_old_finetuning(tmp_path):
     """The store's index replaced in place (other labels, the same paths): the finished folder returned its old
     accuracies under the new inputs; now the training data is part of the folder's settings (refused, naming it),

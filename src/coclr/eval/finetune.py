@@ -33,7 +33,7 @@ from coclr.atomic import atomic_open, atomic_torch_save, atomic_write_json, read
 from coclr.data.augment import ClipAugment
 from coclr.data.datasets import TrainClips
 from coclr.data.views import is_flow_view, stored_view
-from coclr.errors import CheckpointError, DataError
+from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.eval.features import (
     IMAGENET,
     ClipConfig,
@@ -66,10 +66,10 @@ RESULT_FILE = "finetune_result.json"
 FUSED_FILE = "fused_probabilities.npz"
 STATE_FORMAT = "coclr.finetune"
 FINETUNE_FOLDER = FolderRule("finetune", "a finetuning job", other="another folder (--work-dir)",
-                             since=("train_videos_sha256",))
+                             since=("train_videos_sha256",), may_differ=("finetune.ten_crop_short_side",))
 """How a finetuning folder is continued or refused (:mod:`coclr.runfolder`): its settings are the job's
 fingerprint (checkpoint content, store, view, training videos with their labels and stored content, clip and
-finetuning options; not the workers)."""
+finetuning options; not the workers, nor the test's short side: another one tests the trained network again)."""
 
 
 class Classifier(nn.Module):
@@ -188,6 +188,10 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
 
     clip_config = clip_config or ClipConfig()
     config = config or FinetuneConfig()
+    if 0 < config.ten_crop_short_side < clip_config.size:  # (the ten crops, after every epoch of training)
+        raise ConfigError(f"--ten-crop-short-side {config.ten_crop_short_side}: the ten {clip_config.size} px crops do "
+                          f"not fit in frames of that short side; give at least {clip_config.size} (--size), or 0 "
+                          f"for {round(clip_config.size * 8 / 7)}")
     device = torch.device(device)
     out_dir = Path(out_dir)
     num_classes = len(store.index.classes)
