@@ -264,3 +264,26 @@ def test_coclr_flow_refuses_an_option_given_before_and_after_its_store(tmp_path,
         with pytest.raises(SystemExit) as stopped:
             main(argv)
         assert stopped.value.code == 2 and "--workers given twice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["!!float abc", "!!bool maybe", "!!float", "!!timestamp notadate",
+                                  "!!timestamp 2024-13-45"])
+def test_a_tagged_value_its_tag_cannot_make_is_one_line(tmp_path, text) -> None:
+    """PyYAML's constructors raise ValueError, KeyError, IndexError ... (a traceback), not a YAML error."""
+    path = tmp_path / "tagged.yaml"
+    path.write_text(f"optim:\n  lr: {text}\n")
+    with pytest.raises(ConfigError, match=r"tagged.yaml: invalid YAML: a tagged value its tag cannot make"):
+        load_config(PretrainConfig, path, BASE)
+    with pytest.raises(ConfigError, match=r"cannot parse the value as YAML"):
+        config(f"optim.milestones=[{text}]")
+
+
+def test_integers_past_a_c_long_are_refused_in_one_line(tmp_path) -> None:
+    """A 401-digit lr in a file overflowed math.isfinite; a 22-digit segment_frames overflowed NumPy."""
+    path = tmp_path / "huge.yaml"
+    path.write_text(f"optim:\n  lr: 1{'0' * 400}\n")
+    with pytest.raises(ConfigError, match=r"optim.lr: expected a finite number, got an integer of 401 digits"):
+        load_config(PretrainConfig, path, BASE)
+    with pytest.raises(ConfigError, match=r"data.segment_frames: expected an integer of at most 2\*\*63 - 1"):
+        config("data.segment_frames=1000000000000000000000")
+    assert config(f"data.segment_frames={2**63 - 1}").data.segment_frames == 2**63 - 1

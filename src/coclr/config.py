@@ -96,14 +96,25 @@ class Given(str):
     a ``#`` and its leading zeros (read as YAML, ``runs/c #2`` was ``runs/c``), a number is read as written."""
 
 
+LARGEST_INT = 2**63 - 1
+"""The largest integer an option takes (a C long: NumPy and torch take no more)."""
+
 NULLS = ("null", "Null", "NULL", "~", "None")
 """What an override of an option that may be None gives for None (YAML's nulls, and Python's name that
 ``--list-options`` once printed)."""
 
 
 def parse_yaml(text: str) -> Any:
-    """``text`` as YAML (safe: plain data), a key given twice refused (:class:`_OnceLoader`)."""
-    return yaml.load(text, Loader=_OnceLoader)  # noqa: S506 (a safe loader)
+    """``text`` as YAML (safe: plain data), a key given twice refused (:class:`_OnceLoader`). A value its explicit tag
+    cannot make (``!!float abc``, ``!!bool maybe``, an empty ``!!float``) is a ``yaml.YAMLError`` like any other
+    (PyYAML's constructors raise Python's own errors for them)."""
+    try:
+        return yaml.load(text, Loader=_OnceLoader)  # noqa: S506 (a safe loader)
+    except yaml.YAMLError:
+        raise
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError, OverflowError) as error:
+        raise yaml.constructor.ConstructorError(
+            problem=f"a tagged value its tag cannot make ({type(error).__name__}: {error})") from None
 
 
 def yaml_problem(error: yaml.YAMLError) -> str:
@@ -356,6 +367,9 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if abs(value) > LARGEST_INT:  # (past a C long: an overflow deep in NumPy or torch)
+            raise ConfigError(f"{key}: expected an integer of at most 2**63 - 1, got one of {len(str(abs(value)))} "
+                              "digits")
         return value
     if tp is float:
         if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
@@ -365,6 +379,8 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if isinstance(value, int) and abs(value) > LARGEST_INT:  # (past a float's range, math.isfinite overflows)
+            raise ConfigError(f"{key}: expected a finite number, got an integer of {len(str(abs(value)))} digits")
         if not math.isfinite(value):
             raise ConfigError(f"{key}: expected a finite number, got {value!r}")
         return float(value)
