@@ -287,3 +287,30 @@ def test_integers_past_a_c_long_are_refused_in_one_line(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"data.segment_frames: expected an integer of at most 2\*\*63 - 1"):
         config("data.segment_frames=1000000000000000000000")
     assert config(f"data.segment_frames={2**63 - 1}").data.segment_frames == 2**63 - 1
+
+
+def test_a_home_relative_value_after_a_flags_equals_sign_is_expanded(tmp_path, monkeypatch, capsys) -> None:
+    """The shell leaves `--out=~/x` as typed: a folder named '~' was made in the working folder."""
+    from coclr.cli import main
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    assert main(["data", "synth", "--out=~/store", "--workers", "0", "train_scenes=2", "test_scenes=2",
+                 "num_classes=2", "actions_per_scene=1", "frames=4"]) == 0
+    assert (home / "store").is_dir() and not (work / "~").exists()
+
+
+def test_a_refused_flag_is_named_as_typed(tmp_path, capsys) -> None:
+    """`--probe-batch-size 1` was refused as "batch_size: ...", the name of the command's other flag --batch-size."""
+    from coclr.cli import main
+    from coclr.models import build_encoder, save_encoder
+
+    checkpoint = save_encoder(tmp_path / "e.pth", build_encoder(width=0.125))
+    common = ["eval", "linear", "--checkpoint", str(checkpoint), "--store", str(tmp_path / "none")]
+    assert main([*common, "--probe-batch-size", "1"]) == 2
+    assert "error: --probe-batch-size: must be >= 2" in capsys.readouterr().err
+    assert main([*common, "--batch-size", "0"]) == 2
+    assert "error: --batch-size: must be >= 1" in capsys.readouterr().err

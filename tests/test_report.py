@@ -260,6 +260,10 @@ def test_report_refuses_evaluation_options_without_a_run(tmp_path, capsys) -> No
     assert main(["report", "--results", str(tmp_path / "r.json"), "--out", str(tmp_path / "o"), "--length", "8",
                  "--amp"]) == 2
     assert "--length, --amp: apply to --run only" in capsys.readouterr().err
+    # every clip option: --batch-size -7 and --workers -3 were taken without a word (and without a check)
+    assert main(["report", "--results", str(tmp_path / "r.json"), "--out", str(tmp_path / "o"), "--batch-size", "-7",
+                 "--workers", "-3"]) == 2
+    assert "--batch-size, --workers: apply to --run only" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("given, said", [(["--size", "17"], "size: must be >= 32"),

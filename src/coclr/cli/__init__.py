@@ -166,11 +166,24 @@ def _exiting(argv: list[str] | None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
+def _home_expanded(argv: list[str]) -> list[str]:
+    """``argv`` with a home-relative value of a ``--flag=~/path`` token expanded, as the shell expands ``--flag
+    ~/path`` (it leaves a ``~`` after ``=`` as typed, which made a folder named "~" here; ``key=~/x`` overrides are
+    expanded by :mod:`coclr.config`)."""
+    out = []
+    for token in argv:
+        flag, sep, value = token.partition("=")
+        if token.startswith("--") and sep and (value == "~" or value.startswith("~/")):
+            token = f"{flag}={os.path.expanduser(value)}"
+        out.append(token)
+    return out
+
+
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """The arguments, ``key=value`` overrides taken wherever they stand (``pretrain run.out=R --restart
     optim.lr=0.1``: argparse gives the positional overrides one place); anything else unknown is the chosen
     subcommand's error, with its own usage."""
-    args, rest = parser.parse_known_args(argv)
+    args, rest = parser.parse_known_args(_home_expanded(sys.argv[1:] if argv is None else argv))
     if not rest:
         return args
     chosen = parser

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import types
 import typing
@@ -63,7 +64,7 @@ def add_option_flags(parser: argparse.ArgumentParser, config_class: type,
             choices, base = choices or typing.get_args(base), type(typing.get_args(base)[0])
         elif typing.get_origin(base) in (tuple, list):
             base, nargs = typing.get_args(base)[0], None if cli.get("append") else cli.get("nargs", "+")
-        flag = cli.get("flag", "--" + field.name.replace("_", "-"))
+        flag = _flag(field)
         dest = _dest(field)
         default = cli.get("shown") or (shown(field) if shown else _default_text(field))
         text = scope + field.metadata.get("help", "").replace("%", "%%")
@@ -87,6 +88,11 @@ def _without_none(kind: typing.Any) -> typing.Any:
     if typing.get_origin(kind) in (typing.Union, types.UnionType):
         return next(t for t in typing.get_args(kind) if t is not type(None))
     return kind
+
+
+def _flag(field: dataclasses.Field) -> str:
+    """A field's flag: its ``cli`` ``flag``, else ``--name-with-dashes``."""
+    return field.metadata.get("cli", {}).get("flag", "--" + field.name.replace("_", "-"))
 
 
 def _dest(field: dataclasses.Field) -> str:
@@ -117,8 +123,34 @@ def given_flags(config_class: type, args: argparse.Namespace) -> dict[str, typin
 
 def options_from_flags(config_class: type, args: argparse.Namespace, **code: typing.Any):
     """The dataclass ``config_class`` with the flags :func:`add_option_flags` added that were given, and the fields
-    set by ``code``."""
-    return config_class(**given_flags(config_class, args), **code)
+    set by ``code``; a refusal names the flag (:func:`named_by_flags`)."""
+    with named_by_flags(config_class, code):
+        return config_class(**given_flags(config_class, args), **code)
+
+
+def config_from_flags(config_class: type, args: argparse.Namespace, **code: typing.Any):
+    """:func:`options_from_flags` read through :func:`coclr.config.from_dict` (its values typed and checked)."""
+    from coclr.config import from_dict
+
+    with named_by_flags(config_class, code):
+        return from_dict(config_class, {**given_flags(config_class, args), **code})
+
+
+@contextlib.contextmanager
+def named_by_flags(config_class: type, code: typing.Collection[str] = ()) -> typing.Iterator[None]:
+    """A :class:`~coclr.errors.ConfigError` ``"field: ..."`` raised inside, of a field of ``config_class`` that has a
+    flag (not one of ``code``, set by the command), raised again as ``"--flag: ..."``: the field's name may be another
+    flag's (the probe's ``batch_size`` is ``--probe-batch-size``, ``--batch-size`` the clips')."""
+    from coclr.errors import ConfigError
+
+    try:
+        yield
+    except ConfigError as error:
+        key, colon, rest = str(error).partition(":")
+        field = next((f for f in dataclasses.fields(config_class) if f.name == key and f.name not in code), None)
+        if not colon or field is None or field.metadata.get("cli", {}).get("hidden"):
+            raise
+        raise ConfigError(f"{_flag(field)}:{rest}") from None
 
 
 class _StoreOnce(argparse._StoreAction):

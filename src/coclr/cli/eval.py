@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from coclr.cli._options import add_clip_arguments, add_option_flags, given_flags
+from coclr.cli._options import add_clip_arguments, add_option_flags, config_from_flags
 from coclr.eval.options import FinetuneConfig, LinearProbeConfig
 
 
@@ -79,16 +79,15 @@ def task_options(args: argparse.Namespace):
     """The options of the task ``args.task`` asks for (:class:`coclr.eval.evaluate.TaskOptions`)."""
     from pathlib import Path
 
-    from coclr.config import from_dict
     from coclr.eval.evaluate import TaskOptions
 
     if args.task == "retrieval":
         return TaskOptions(ks=args.ks, cache_dir=args.cache_dir)
     if args.task == "linear":
-        probe = from_dict(LinearProbeConfig, given_flags(LinearProbeConfig, args))
+        probe = config_from_flags(LinearProbeConfig, args)
         return TaskOptions(probe=probe, cache_dir=args.cache_dir,
                            probabilities=Path(args.out).with_suffix(".probabilities.npz") if args.out else None)
-    config = from_dict(FinetuneConfig, given_flags(FinetuneConfig, args))
+    config = config_from_flags(FinetuneConfig, args)
     work_dir = Path(args.work_dir) if args.work_dir else (
         Path(args.out).with_suffix("") if args.out else Path("finetune"))
     return TaskOptions(finetune=config, work_dir=work_dir)
@@ -129,7 +128,6 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from coclr.atomic import atomic_write_json
-    from coclr.config import from_dict
     from coclr.distributed import pick_device
     from coclr.errors import ConfigError
     from coclr.eval.evaluate import evaluate_checkpoint
@@ -155,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpoint2:
         streams.append(Stream(checkpoints[1], trained_view(checkpoints[1], args.view2, "--view2", default="flow")))
     clips, sources = trained_clips(checkpoints, length=args.length, stride=args.stride, size=args.size)
-    clip_config = from_dict(ClipConfig, {**given_flags(ClipConfig, args), **clips})
+    clip_config = config_from_flags(ClipConfig, args, **clips)
     device = str(pick_device(args.device, "--device"))
     store = open_store(args.store)
     views = [*(s.view for s in streams), *args.also_views]

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from coclr.cli._options import add_clip_arguments, given_flags
+from coclr.cli._options import add_clip_arguments, config_from_flags
 
 if TYPE_CHECKING:
     from coclr.eval.features import ClipConfig
@@ -32,8 +32,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-RUN_ONLY = ("length", "stride", "size", "device", "amp", "cache_dir")
-"""Options that only the evaluation of ``--run`` reads (refused without it, instead of being ignored)."""
+def run_only() -> list[str]:
+    """Options that only the evaluation of ``--run`` reads (refused without it, instead of being ignored): every clip
+    option (:class:`~coclr.eval.options.ClipConfig`), the device and the feature cache."""
+    import dataclasses
+
+    from coclr.eval.options import ClipConfig
+
+    return [*(field.name for field in dataclasses.fields(ClipConfig)), "device", "cache_dir"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--gallery-queries: must be at least 1, got {args.gallery_queries}")
     if args.run and not args.store:
         raise ConfigError("--store: required with --run (the store to evaluate the run's encoders on)")
-    unused = [f"--{key.replace('_', '-')}" for key in RUN_ONLY if getattr(args, key) not in (None, False)]
+    unused = [f"--{key.replace('_', '-')}" for key in run_only() if getattr(args, key) not in (None, False)]
     if unused and not args.run:
         raise ConfigError(f"{', '.join(unused)}: apply to --run only (the evaluation of a pipeline run's stages); "
                           "the result files were evaluated already")
@@ -91,7 +97,6 @@ def run_settings(args: argparse.Namespace) -> tuple[ClipConfig, str]:
     """The clips (:class:`~coclr.eval.features.ClipConfig`: the options given, else what the checkpoints recorded)
     and the device the stages of the pipeline run ``args.run`` are evaluated with; refused in one line when the
     folder is no pipeline run or an option does not apply."""
-    from coclr.config import from_dict
     from coclr.distributed import pick_device
     from coclr.eval.features import ClipConfig, trained_clips
     from coclr.eval.report import stage_encoders
@@ -100,7 +105,7 @@ def run_settings(args: argparse.Namespace) -> tuple[ClipConfig, str]:
     clips, sources = trained_clips(encoders, length=args.length, stride=args.stride, size=args.size)
     print("coclr report: clips of " + ", ".join(f"{key} {value} ({sources[key]})" for key, value in clips.items()),
           file=sys.stderr)
-    clip_config = from_dict(ClipConfig, {**given_flags(ClipConfig, args), **clips})
+    clip_config = config_from_flags(ClipConfig, args, **clips)
     return clip_config, str(pick_device(args.device, "--device"))
 
 
