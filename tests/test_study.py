@@ -312,6 +312,15 @@ def test_seeds_are_read_before_the_options_and_each_gets_its_folder(tmp_path: Pa
         (tmp_path / "one" / "eval").mkdir()  # a study of one seed: its files are coclr study's
     assert main(["study", "--out", str(tmp_path / "one"), "--seeds", "0", "1", "--check"]) == 2
     assert "holds a study of one seed; --seeds writes a folder per seed" in capsys.readouterr().err
+    # a seed out of range is named as given (it was "train (the CoCLR pipeline): run.seed", which a study refuses)
+    assert main(["study", "--out", str(tmp_path / "big"), "--seeds", "1", "5000000000", "--check"]) == 2
+    assert "error: --seeds: must be from 0 to 2**32 - 1, got 5000000000" in capsys.readouterr().err
+    assert main(["study", "--out", str(tmp_path / "big"), "--seed", "5000000000", "--check"]) == 2
+    assert "error: seed: must be from 0 to 2**32 - 1" in capsys.readouterr().err
+    # a finetune test short side the crops do not fit: said by --check, not after the finetuning's every epoch
+    assert main(["study", "--out", str(tmp_path / "crops"), "eval.finetune.ten_crop_short_side=10",
+                 "columns=[finetune]", "--check"]) == 2
+    assert "error: eval.finetune.ten_crop_short_side 10: the ten 32 px crops do not fit" in capsys.readouterr().err
 
 
 @pytest.mark.slow

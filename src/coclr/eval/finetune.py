@@ -33,7 +33,7 @@ from coclr.atomic import atomic_open, atomic_torch_save, atomic_write_json, read
 from coclr.data.augment import ClipAugment
 from coclr.data.datasets import TrainClips
 from coclr.data.views import is_flow_view, stored_view
-from coclr.errors import CheckpointError, ConfigError, DataError
+from coclr.errors import CheckpointError, DataError
 from coclr.eval.features import (
     IMAGENET,
     ClipConfig,
@@ -49,7 +49,7 @@ from coclr.eval.features import (
     videos_digest,
 )
 from coclr.eval.fusion import fuse_probabilities, topk_accuracy
-from coclr.eval.options import FinetuneConfig
+from coclr.eval.options import FinetuneConfig, check_ten_crops
 from coclr.interrupts import interrupted, loader_worker_signals
 from coclr.models.encoder import Encoder
 from coclr.models.heads import LinearClassifier
@@ -188,10 +188,7 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
 
     clip_config = clip_config or ClipConfig()
     config = config or FinetuneConfig()
-    if 0 < config.ten_crop_short_side < clip_config.size:  # (the ten crops, after every epoch of training)
-        raise ConfigError(f"--ten-crop-short-side {config.ten_crop_short_side}: the ten {clip_config.size} px crops do "
-                          f"not fit in frames of that short side; give at least {clip_config.size} (--size), or 0 "
-                          f"for {round(clip_config.size * 8 / 7)}")
+    check_ten_crops(config, clip_config.size)  # (the ten crops, after every epoch of training)
     device = torch.device(device)
     out_dir = Path(out_dir)
     num_classes = len(store.index.classes)

@@ -9,6 +9,7 @@ import dataclasses
 
 from coclr.clips import ClipSettings, clip_option
 from coclr.config import option, require, require_milestones
+from coclr.errors import ConfigError
 from coclr.seeding import check_seed
 from coclr.threads import check_workers
 
@@ -87,3 +88,10 @@ class FinetuneConfig:
         require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
         require(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         require(self.ten_crop_short_side >= 0, "ten_crop_short_side", f"must be >= 0, got {self.ten_crop_short_side}")
+
+
+def check_ten_crops(config: FinetuneConfig, size: int, key: str = "--ten-crop-short-side") -> None:
+    """Refuse, before any training, a test short side (``key``) the ten ``size`` px crops do not fit in."""
+    if 0 < config.ten_crop_short_side < size:
+        raise ConfigError(f"{key} {config.ten_crop_short_side}: the ten {size} px crops do not fit in frames of that "
+                          f"short side; give at least {size} (the clips' size), or 0 for {round(size * 8 / 7)}")

@@ -16,6 +16,7 @@ from coclr.config import option, require
 from coclr.core.methods import METHODS
 from coclr.flow.backends import BACKENDS
 from coclr.flow.encode import check_bound
+from coclr.seeding import check_seed
 from coclr.threads import check_workers
 from coclr.train.recipes import STUDY_TRAIN
 
@@ -251,6 +252,7 @@ class StudyConfig:
     gpus: list[int] = option([], "GPU indices the jobs run on (empty: as train.run.device says)")
 
     def validate(self) -> None:
+        check_seed(self.seed)  # (before the stages' run.seed it becomes, an option the study refuses)
         for name, section in self.train.items():
             require(section is None or isinstance(section, dict), f"train.{name}",
                     f"expected a mapping of `coclr pretrain` options, got {section!r}")

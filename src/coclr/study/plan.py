@@ -26,7 +26,7 @@ from coclr.clips import recorded_clips
 from coclr.config import from_dict, load_config, merge, to_dict
 from coclr.core.methods import METHODS
 from coclr.errors import ConfigError
-from coclr.eval.options import ClipConfig, FinetuneConfig, LinearProbeConfig
+from coclr.eval.options import ClipConfig, FinetuneConfig, LinearProbeConfig, check_ten_crops
 from coclr.flow.options import FlowOptions
 from coclr.jobs.scheduler import Job
 from coclr.jobs.tasks import Finetune, Flow, Pipeline, Pretrain, check_records
@@ -271,6 +271,8 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
                                             "milestones": _milestones(config, [], supervised_epochs),
                                             "dropout": 0.5, "backbone_lr_scale": 1.0, "lr": training.optim.lr,
                                             **schedule.supervised, "seed": config.seed}, prefix="schedule.supervised.")
+    check_ten_crops(finetune, clips.size, "eval.finetune.ten_crop_short_side")
+    check_ten_crops(supervised, clips.size, "schedule.supervised.ten_crop_short_side")
     plan = StudyPlan(config, out, store, configs, jobs, encoders, clips, probe, finetune, supervised, last,
                      mining=mining)
     flow = from_dict(FlowOptions, {"backend": config.data.flow_backend, "view": "flow", "split": "test",

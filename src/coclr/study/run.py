@@ -38,6 +38,7 @@ from coclr.models.encoder import build_encoder
 from coclr.models.loading import checkpoint_sha256, save_encoder
 from coclr.progress import bar as progress_bar
 from coclr.runfolder import RUN_RECORD, FolderRefused, FolderRule, check_folder, check_output_folder, claim_folder
+from coclr.seeding import check_seed
 from coclr.store.build import build_store
 from coclr.store.clipstore import open_store
 from coclr.store.flow_extract import extract_flow
@@ -353,6 +354,8 @@ def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_
     ``OUT`` holds nothing else (else it is refused before any work, naming what is there:
     :func:`coclr.runfolder.check_output_folder`)."""
     out = Path(out)
+    for seed in seeds:  # (as --seed is: dataclasses.replace checks nothing)
+        check_seed(seed, "--seeds")
     if (Path(out) / RUN_RECORD).is_file():  # (it said the study's own files were "not written by coclr study")
         raise FolderRefused(f"{out}: holds a study of one seed; --seeds writes a folder per seed (OUT/seed<S>): give "
                             "another folder, or run it without --seeds to continue it")
