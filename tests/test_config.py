@@ -314,3 +314,13 @@ def test_a_refused_flag_is_named_as_typed(tmp_path, capsys) -> None:
     assert "error: --probe-batch-size: must be >= 2" in capsys.readouterr().err
     assert main([*common, "--batch-size", "0"]) == 2
     assert "error: --batch-size: must be >= 1" in capsys.readouterr().err
+
+
+def test_a_quoted_boolean_is_said_to_be_text(tmp_path) -> None:
+    """`progress: "true"` was refused as "expected true or false, got 'true'", which reads as a contradiction."""
+    path = tmp_path / "quoted.yaml"
+    path.write_text('run:\n  progress: "true"\n')
+    with pytest.raises(ConfigError, match=r"run.progress: expected true or false, got 'true' as quoted text; leave"):
+        load_config(PretrainConfig, path, BASE)
+    with pytest.raises(ConfigError, match=r"run.progress: expected true or false, got 'yes'$"):
+        config("run.progress=yes")

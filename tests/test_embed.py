@@ -152,6 +152,9 @@ def test_settings_from_checkpoint_format_and_overrides(tmp_path, encoder, flow_e
         resolve_settings(encoder, window_step=0)
     with pytest.raises(ConfigError, match="unknown embedding setting"):
         resolve_settings(encoder, crop=3)
+    # an RGB encoder given a flow setting: named as given (it listed flow_mean and flow_std, which have no flags)
+    with pytest.raises(ConfigError, match=r"^flow_bound: applies to a flow stream only: give --flow-checkpoint"):
+        resolve_settings(rgb8, flow_bound=5.0)
 
 
 def test_head_feature_needs_a_head(tmp_path):

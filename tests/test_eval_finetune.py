@@ -46,8 +46,8 @@ def test_milestones_past_the_last_epoch_are_refused_before_any_work(capsys):
     # the command refuses in one line, before it reads the (missing) checkpoint
     assert main(["eval", "finetune", "--checkpoint", "missing.pth", "--store", "missing", "--epochs", "3"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "coclr eval: error: --milestones: [60, 80] must lie in 1..epochs (3): when you change epochs, set the milestones "
-        "too (e.g. --milestones with no value for none)"]
+        "coclr eval: error: --milestones: [60, 80] must lie in 1..epochs (3): when you change epochs, set the "
+        "milestones too (e.g. --milestones with no value for none)"]
 
 
 @pytest.mark.slow

@@ -362,7 +362,10 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         return _as_yaml(value, key)
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+            quoted = (isinstance(value, str) and not isinstance(value, Given)  # ("true" in a file or brackets: text)
+                      and value in ("true", "True", "TRUE", "false", "False", "FALSE"))
+            raise ConfigError(f"{key}: expected true or false, got {value!r}"
+                              + (" as quoted text; leave out the quotes" if quoted else ""))
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):

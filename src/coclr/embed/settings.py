@@ -185,8 +185,9 @@ def resolve_settings(checkpoint: str | Path, flow_checkpoint: str | Path | None 
         values.update({key: value for key, value in flow.items() if key not in SHARED_KEYS})
         values.setdefault("flow_mean", IMAGENET_MEAN)
         values.setdefault("flow_std", IMAGENET_STD)
-    elif any(overrides.get(key) is not None for key in ("flow_bound", "flow_mean", "flow_std")):
-        raise ConfigError("flow_bound, flow_mean and flow_std apply to a flow stream: give --flow-checkpoint")
+    elif given := [key for key in ("flow_bound", "flow_mean", "flow_std") if overrides.get(key) is not None]:
+        raise ConfigError(f"{', '.join(given)}: {'apply' if len(given) > 1 else 'applies'} to a flow stream only: give "
+                          "--flow-checkpoint (a flow encoder), or leave it out")
     return _settings(values, overrides)
 
 
