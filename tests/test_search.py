@@ -617,3 +617,62 @@ def test_a_search_that_cannot_run_is_refused_before_a_query_video_is_embedded(fo
     monkeypatch.setattr(module, "faiss_available", lambda: False)
     assert cli_main(["search", str(out), "--query", str(videos[0]), "--backend", "faiss"]) == 2
     assert "faiss is not installed" in capsys.readouterr().err
+
+
+def test_rows_read_before_an_embed_committed_are_not_kept_as_the_new_files(folder, tmp_path):
+    """A search read the arrays, a coclr embed committed new rows of the same shape, then the search prepared what it
+    had read and recorded it against the new file: every later search served the old rows."""
+    import os
+
+    from coclr.embed.search import folder_rows, prepared_paths
+    from coclr.eval.exact import unit_rows
+
+    out = _copy_folder(folder, tmp_path)
+    read_before = Embeddings(out)
+    old = np.load(out / "videos.npy")
+    new = np.ascontiguousarray(old[::-1])
+    with open(out / "videos.npy.next", "wb") as file:  # the commit: the file replaced at once
+        np.save(file, new)
+    os.replace(out / "videos.npy.next", out / "videos.npy")
+    np.testing.assert_array_equal(folder_rows(read_before).block(0, len(old)), unit_rows(old))  # what it read
+    assert not prepared_paths(out, "videos", False)["record"].exists()
+    np.testing.assert_array_equal(folder_rows(Embeddings(out)).block(0, len(new)), unit_rows(new))
+
+
+def test_a_killed_preparations_temporary_files_are_removed(folder, tmp_path):
+    from coclr.atomic import PARTIAL_SUFFIX
+    from coclr.embed.search import PREPARED_DIR, folder_rows
+
+    out = _copy_folder(folder, tmp_path)
+    (out / PREPARED_DIR).mkdir(exist_ok=True)
+    left = out / PREPARED_DIR / f".videos.plain.npy.{2**31 - 1}.x1{PARTIAL_SUFFIX}"  # its writer's process is gone
+    left.write_bytes(b"\0" * 64)
+    folder_rows(Embeddings(out))
+    assert not left.exists()
+
+
+def test_a_folder_read_while_an_embed_commits_is_said_to_be_written(folder, tmp_path):
+    """Mid-commit, a search said the run "was interrupted" and to run the embed command again (which its lock would
+    refuse): the files are read again, and while the writer stays, it is named."""
+    import subprocess
+    import sys
+
+    from coclr.embed.output import COMMIT_FILE
+    from coclr.errors import DataError
+    from coclr.runfolder import LOCK_FILE
+
+    out = _copy_folder(folder, tmp_path)
+    (out / COMMIT_FILE).write_text("{}")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom coclr.filelock import exclusive_lock\n"
+        f"with exclusive_lock({str(out / LOCK_FILE)!r}):\n    print('held', flush=True)\n    time.sleep(60)\n")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(DataError, match=r"a coclr embed is writing it now \(.*\); run this again when it ends"):
+            Embeddings(out)
+    finally:
+        holder.kill()
+        holder.wait()
+    with pytest.raises(DataError, match="a run was interrupted while writing"):  # its writer gone: as it is
+        Embeddings(out)

@@ -45,18 +45,23 @@ from coclr.atomic import (
     atomic_open,
     atomic_write_json,
     file_identity,
+    file_state,
     read_json_lines,
     read_json_record,
     remove_stale_partials,
 )
 from coclr.errors import DataError
-from coclr.runfolder import FolderRecord, FolderRule, claim_folder, folder_lock
+from coclr.filelock import lock_holder
+from coclr.runfolder import LOCK_FILE, FolderRecord, FolderRule, claim_folder, folder_lock
 
 SETTINGS_FILE = "embed.json"
 COMMIT_FILE = "commit.json"
 CHUNKS = "chunks"
 NEXT_SUFFIX = ".next"
 VIDEOS, WINDOWS = "videos", "windows"
+SNAPSHOT_TRIES, SNAPSHOT_WAIT = 6, 0.25
+"""How often a reader reads a folder a coclr embed is committing to (the files changed while read), and the wait
+before each try (growing by as much each time: 5 s in all)."""
 FAILED = "failed.jsonl"
 FORMAT = "coclr-embeddings"
 CHECKPOINTS = ("checkpoint", "flow_checkpoint")
@@ -520,6 +525,31 @@ class Embeddings:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        self.states: dict[str, Any] = {}
+        """The state (:func:`coclr.atomic.file_state`) of each file read, as read: one snapshot of the folder."""
+        for attempt in range(SNAPSHOT_TRIES):  # a coclr embed may commit while the files are read: read them again
+            before = self._file_states()
+            try:
+                self._read()
+            except DataError:
+                writer = lock_holder(self.root / LOCK_FILE)
+                if writer is None and self._file_states() == before:  # damaged, or a run interrupted: said as found
+                    raise
+                if attempt == SNAPSHOT_TRIES - 1:
+                    raise DataError(f"{self.root}: a coclr embed is writing it now ({writer or 'it just ended'}); run "
+                                    "this again when it ends") from None
+            else:
+                if self._file_states() == before:
+                    self.states = before
+                    return
+            time.sleep(SNAPSHOT_WAIT * (attempt + 1))
+        raise DataError(f"{self.root}: a coclr embed kept changing it while it was read; run this again when it ends")
+
+    def _file_states(self) -> dict[str, Any]:
+        names = (SETTINGS_FILE, COMMIT_FILE, f"{VIDEOS}.npy", f"{VIDEOS}.jsonl", f"{WINDOWS}.npy", f"{WINDOWS}.jsonl")
+        return {name: file_state(self.root / name) for name in names}
+
+    def _read(self) -> None:
         self.record = read_settings(self.root)
         if (self.root / COMMIT_FILE).is_file():
             raise DataError(f"{self.root}: a run was interrupted while writing; run the same coclr embed command "

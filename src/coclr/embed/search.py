@@ -34,7 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, file_sha256, file_state
+from coclr.atomic import (
+    atomic_open,
+    atomic_write_json,
+    atomic_write_text,
+    file_sha256,
+    file_state,
+    remove_stale_partials,
+)
 from coclr.cpu import native_bfloat16
 from coclr.embed import search_cpu
 from coclr.embed.options import SEARCH_BACKENDS, SearchOptions
@@ -581,10 +588,16 @@ def _fresh(root: Path, name: str, center: bool, source: np.ndarray) -> UnitRows 
     return UnitRows.of_array(arrays["prepared"], mean, arrays["bf16"], int8)
 
 
-def _write_prepared(root: Path, name: str, center: bool, source: np.ndarray) -> UnitRows:
+def _write_prepared(root: Path, name: str, center: bool, source: np.ndarray, loaded: list[int] | None) -> UnitRows:
+    """Prepare ``source``, the rows of ``root/<name>.npy`` as read when its state was ``loaded``; rows of a file
+    replaced since (a coclr embed committed after they were read) are only normalised, not kept: their preparation
+    would be recorded against the new file's bytes."""
     paths = prepared_paths(root, name, center)
     source_path = root / f"{name}.npy"
-    identity, checksum = _identity(source_path), file_checksum(source_path)
+    identity = _identity(source_path)
+    checksum = file_checksum(source_path) if identity == loaded else None
+    if checksum is None or _identity(source_path) != loaded:
+        return UnitRows.normalising(source, center)
     mean = gallery_mean(source) if center else None
     shapes = _prepared_shapes(source.shape)
     error = norm = 0.0
@@ -621,8 +634,10 @@ def folder_rows(embeddings: Embeddings, windows: bool = False, center: bool = Fa
         return prepared
     if len(source) == 0:
         return UnitRows.normalising(source, center)
+    loaded = getattr(embeddings, "states", {}).get(f"{name}.npy")
     try:
-        return _write_prepared(embeddings.root, name, center, source)
+        remove_stale_partials(embeddings.root / PREPARED_DIR)  # (a kill while preparing left its temporary files)
+        return _write_prepared(embeddings.root, name, center, source, None if loaded is None else list(loaded))
     except OSError:
         return UnitRows.normalising(source, center)
 
