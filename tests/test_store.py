@@ -628,6 +628,31 @@ def test_a_video_decoded_by_a_killed_job_is_noted_whole_by_the_next(tmp_path, ca
     assert {path: path.read_bytes() for path in (store / "flow_dis").rglob("*.frames")} == flow
 
 
+def test_a_store_whose_first_job_was_killed_notes_every_sha256_on_the_next_run(tmp_path, capsys):
+    """A first job killed before it noted anything left only the notes made before decoding: no sha256 anywhere, so
+    the store was taken for one from before sha256 were noted and never mended (a touch then removed flow)."""
+    import os
+
+    from coclr.cli import main
+    from coclr.store.build import note_sources
+    from coclr.store.clipstore import ClipStore, record_notes
+
+    store, command = two_videos_with_flow(tmp_path)
+    notes = ClipStore(store).notes("rgb")
+    record_notes(store, "rgb", list(notes), {})  # the job's notes lost with it ...
+    note_sources(ClipStore(store), list(notes), tmp_path / "videos")  # ... but for those made before decoding
+    assert not any("sha256" in note for note in ClipStore(store).notes("rgb").values())
+    assert main(command) == 0
+    assert {key: note["sha256"] for key, note in ClipStore(store).notes("rgb").items()} == {
+        key: note["sha256"] for key, note in notes.items()}
+    flow = {path: path.read_bytes() for path in (store / "flow_dis").rglob("*.frames")}
+    os.utime(tmp_path / "videos" / "v1.mp4", ns=(1, 1))  # touched
+    capsys.readouterr()
+    assert main(command) == 0
+    assert "changed since they were decoded" not in capsys.readouterr().out
+    assert {path: path.read_bytes() for path in (store / "flow_dis").rglob("*.frames")} == flow
+
+
 def test_the_test_split_of_a_folder_keeps_its_videos_as_videos_are_added(tmp_path, capsys):
     """--test-fraction took the first round(fraction x groups) in hash order: adding two videos moved a video the
     encoder had trained on into the test split, without a word."""

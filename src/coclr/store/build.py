@@ -120,10 +120,15 @@ def note_sources(store: ClipStore, keys: list[str], video_root: str | Path) -> N
     """Note the identity of each video of ``keys`` before they are decoded: the job notes it again with the rest as
     it ends, but a job killed before (``kill -9``, a machine's crash) records none, and a video replaced later would go
     unseen (:func:`changed_videos`)."""
-    sources = {key: {"source": list(identity)} for key in keys
+    sources = {key: {"source": list(identity), HASHED: True} for key in keys
                if (identity := file_identity(Path(video_root) / key)) is not None}
     if sources:
         record_notes(store.root, "rgb", [], sources)
+
+
+HASHED = "hashed"
+"""The mark of a note made before decoding by a job that notes the content's sha256 as it ends: a store whose first
+job was killed holds no sha256 yet, and is no store from before they were noted."""
 
 
 def note_lost_sha256(store: ClipStore, keys: list[str], video_root: str | Path) -> None:
@@ -133,7 +138,7 @@ def note_lost_sha256(store: ClipStore, keys: list[str], video_root: str | Path) 
     (:func:`changed_videos`). Only in a store whose jobs note the sha256 (one from before has no entry with it,
     and is not read through again)."""
     noted = store.notes("rgb")
-    if not any("sha256" in note for note in noted.values()):
+    if not any("sha256" in note or note.get(HASHED) for note in noted.values()):
         return
     found = {}
     for key in keys:
