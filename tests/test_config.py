@@ -287,6 +287,8 @@ def test_integers_past_a_c_long_are_refused_in_one_line(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"data.segment_frames: expected an integer of at most 2\*\*63 - 1"):
         config("data.segment_frames=1000000000000000000000")
     assert config(f"data.segment_frames={2**63 - 1}").data.segment_frames == 2**63 - 1
+    path.write_text(f"optim:\n  lr: 1{'0' * 20}\n")  # a float option takes an integer as far as a float goes
+    assert load_config(PretrainConfig, path, BASE).optim.lr == 1e20
 
 
 def test_a_home_relative_value_after_a_flags_equals_sign_is_expanded(tmp_path, monkeypatch, capsys) -> None:
@@ -314,6 +316,8 @@ def test_a_refused_flag_is_named_as_typed(tmp_path, capsys) -> None:
     assert "error: --probe-batch-size: must be >= 2" in capsys.readouterr().err
     assert main([*common, "--batch-size", "0"]) == 2
     assert "error: --batch-size: must be >= 1" in capsys.readouterr().err
+    assert main([*common, "--size", "0"]) == 2  # (given, it reaches the clips through what the checkpoint records)
+    assert "error: --size: must be >= 32" in capsys.readouterr().err
 
 
 def test_a_quoted_boolean_is_said_to_be_text(tmp_path) -> None:

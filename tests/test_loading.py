@@ -618,3 +618,31 @@ def test_a_weight_damaged_in_a_copy_is_refused_by_its_checksum(tmp_path):
     with pytest.raises(CheckpointError, match=r"damaged.pth: damaged: .*data/0 fails its checksum"):
         load_encoder(damaged)
     load_encoder(path)
+
+
+def test_checkpoints_without_checksums_load_and_unreadable_zips_are_one_line(tmp_path):
+    """torch.serialization.set_crc32_options(False) writes every CRC as 0 (torch.load takes them): loaded; a zip
+    entry compressed in a way zipfile does not read (deflate64) is one line, not a NotImplementedError."""
+    import io
+    import zipfile
+
+    import torch.serialization
+
+    encoder = build_encoder(width=0.25, embed_dim=16)
+    torch.serialization.set_crc32_options(False)
+    try:
+        torch.save(encoder.backbone.state_dict(), tmp_path / "no_crc.pth")
+    finally:
+        torch.serialization.set_crc32_options(True)
+    assert all(entry.CRC == 0 for entry in zipfile.ZipFile(tmp_path / "no_crc.pth").infolist())
+    assert isinstance(load_encoder(tmp_path / "no_crc.pth")[0], S3D)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("archive/data.pkl", b"x" * 100)
+    data = bytearray(buffer.getvalue())
+    for signature, at in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):  # the compression method: 9, deflate64
+        start = data.find(signature)
+        data[start + at : start + at + 2] = (9).to_bytes(2, "little")
+    (tmp_path / "deflate64.pth").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"deflate64.pth: damaged, or not a PyTorch checkpoint"):
+        load_encoder(tmp_path / "deflate64.pth")

@@ -676,3 +676,28 @@ def test_a_folder_read_while_an_embed_commits_is_said_to_be_written(folder, tmp_
         holder.wait()
     with pytest.raises(DataError, match="a run was interrupted while writing"):  # its writer gone: as it is
         Embeddings(out)
+
+
+def test_another_commands_locked_folder_is_refused_at_once_as_no_embedding(tmp_path):
+    """A search of a running coclr learn's folder waited seconds, then said a coclr embed was writing it."""
+    import subprocess
+    import sys
+    import time
+
+    from coclr.errors import DataError
+    from coclr.runfolder import LOCK_FILE
+
+    (tmp_path / "run").mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import time\nfrom coclr.filelock import exclusive_lock\n"
+        f"with exclusive_lock({str(tmp_path / 'run' / LOCK_FILE)!r}):\n    print('held', flush=True)\n"
+        "    time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        with pytest.raises(DataError, match="not a coclr embed output folder"):
+            Embeddings(tmp_path / "run")
+        assert time.monotonic() - started < 2
+    finally:
+        holder.kill()
+        holder.wait()

@@ -382,8 +382,12 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
-        if isinstance(value, int) and abs(value) > LARGEST_INT:  # (past a float's range, math.isfinite overflows)
-            raise ConfigError(f"{key}: expected a finite number, got an integer of {len(str(abs(value)))} digits")
+        if isinstance(value, int):
+            try:
+                value = float(value)
+            except OverflowError:  # (past a float's range, 10**309: math.isfinite overflowed)
+                raise ConfigError(f"{key}: expected a finite number, got an integer of {len(str(abs(value)))} "
+                                  "digits") from None
         if not math.isfinite(value):
             raise ConfigError(f"{key}: expected a finite number, got {value!r}")
         return float(value)

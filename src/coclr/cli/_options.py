@@ -132,8 +132,9 @@ def config_from_flags(config_class: type, args: argparse.Namespace, **code: typi
     """:func:`options_from_flags` read through :func:`coclr.config.from_dict` (its values typed and checked)."""
     from coclr.config import from_dict
 
-    with named_by_flags(config_class, code):
-        return from_dict(config_class, {**given_flags(config_class, args), **code})
+    given = given_flags(config_class, args)
+    with named_by_flags(config_class, [key for key in code if key not in given]):  # (a flag given, passed on as code)
+        return from_dict(config_class, {**given, **code})
 
 
 @contextlib.contextmanager

@@ -9,8 +9,9 @@ bounded whatever the video's length: a video's frames are kept only until its wi
 Each window is prepared exactly as ``coclr eval`` prepares a clip read from a store (centre crop of
 :func:`coclr.eval.features.eval_views`, the same normalisation), and the windows are the ones
 :func:`coclr.data.sampling.sliding_windows` gives for the whole video; the per-video vector is the mean of the
-window features, L2-normalised. So the embedding of a file equals the normalised feature ``coclr eval``
-extracts from a store of it, but for the store's JPEG compression of the frames.
+window features, L2-normalised. So each window's feature of a file equals the one ``coclr eval`` extracts from a
+store of it, but for the store's JPEG compression of the frames (eval's video feature averages the windows each
+L2-normalised first, as the authors' retrieval: docs/embed.md).
 
 A flow stream (a flow checkpoint beside the RGB one, or a flow encoder alone): flow between consecutive frames
 is computed with the PyTorch TV-L1 (:func:`coclr.flow.tvl1.tvl1_flow`) on the embedding device, from the frames'

@@ -532,9 +532,9 @@ class Embeddings:
             try:
                 self._read()
             except DataError:
-                writer = lock_holder(self.root / LOCK_FILE)
-                if writer is None and self._file_states() == before:  # damaged, or a run interrupted: said as found
-                    raise
+                writer = lock_holder(self.root / LOCK_FILE) if before[SETTINGS_FILE] is not None else None
+                if writer is None and self._file_states() == before:  # damaged, a run interrupted, or another
+                    raise  # command's folder (a lock not an embed's): said as found
                 if attempt == SNAPSHOT_TRIES - 1:
                     raise DataError(f"{self.root}: a coclr embed is writing it now ({writer or 'it just ended'}); run "
                                     "this again when it ends") from None

@@ -70,7 +70,9 @@ from coclr.text import shown
 from coclr.video.decode import decode_frames_at, decode_frames_between, probe_video
 
 PREPARED_DIR = "search"
-PREPARED_FORMAT = "coclr-search-rows"
+PREPARED_FORMAT = "coclr-search-rows-2"
+"""The prepared rows' format: 2 since rows of tiny values are made unit vectors too
+(:func:`coclr.eval.exact.unit_rows`); files of another are prepared again."""
 PREPARE_BLOCK = 8192
 """Rows normalised at a time when the prepared rows are written (bounds memory for millions of rows)."""
 SEARCH_CHUNK = 32768

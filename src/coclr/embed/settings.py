@@ -7,11 +7,12 @@ record nothing get the defaults of their format:
 - the CoCLR authors' checkpoints and ours without a record: the paper's test clips, 32 consecutive frames of
   the video at its own frame rate, the short side resized to 128 px, the centre 128 x 128 crop, ImageNet mean and
   standard deviation (as in training, :mod:`coclr.data.augment`), flow clipped to +-20 px;
-- torchvision's ``s3d`` (Kinetics-400 weights): its own inference transform, frames at 15 fps, the short side
-  resized to 256 px, the centre 224 x 224 crop, torchvision's Kinetics mean and standard deviation.
+- torchvision's ``s3d`` (Kinetics-400 weights): frames at 15 fps, the short side resized to 256 px (its own
+  transform squashes each frame to 256 x 256), the centre 224 x 224 crop, torchvision's Kinetics mean and standard
+  deviation.
 
-The windows default to the ones ``coclr eval`` uses (half-overlapping, the last one reaching the end), so a
-video's embedding is the feature the paper's retrieval computes for it.
+The windows default to the ones ``coclr eval`` uses (half-overlapping, the last one reaching the end), so each
+window's feature is the one the paper's retrieval computes for it.
 """
 
 from __future__ import annotations
