@@ -681,6 +681,24 @@ def test_the_test_split_of_a_folder_keeps_its_videos_as_videos_are_added(tmp_pat
     assert ClipStore(tmp_path / "store").index.to_dict() == other.to_dict()
 
 
+def test_an_index_that_numbers_the_classes_otherwise_says_so(tmp_path):
+    """HMDB51's classes were once ordered by their split files' names: an index made again numbers climb and
+    climb_stairs the other way, and the store took it without a word."""
+    from coclr.store.clipstore import create_store
+
+    entries = [("climb/a.avi", "climb"), ("climb_stairs/b.avi", "climb_stairs"), ("kick/c.avi", "kick")]
+
+    def index(classes: list[str]) -> VideoIndex:
+        return VideoIndex("h", classes, [VideoEntry(path, classes.index(name), "train", None)
+                                         for path, name in entries])
+
+    create_store(tmp_path / "store", index(["climb_stairs", "climb", "kick"]))
+    update = create_store(tmp_path / "store", index(["climb", "climb_stairs", "kick"]), replace_index=True)
+    assert set(update.relabelled) == {"climb/a.avi", "climb_stairs/b.avi"}
+    assert "2 video(s) have another class number than before" in str(update)
+    assert not create_store(tmp_path / "store", index(["climb", "climb_stairs", "kick"]), replace_index=True)
+
+
 def test_a_store_that_may_not_be_written_stops_the_job_blaming_no_video(tmp_path, capsys, monkeypatch):
     """A store folder the user may not write (another owner's, a read-only mount): every video was decoded, then
     listed as failed ("PermissionError"), exit 3, and training told it had left them out."""

@@ -161,9 +161,11 @@ class IndexUpdate:
     added: tuple[str, ...]
     removed: tuple[str, ...]
     to_test: tuple[str, ...] = ()
+    relabelled: tuple[str, ...] = ()
+    """Videos of both whose class number changed (a class added or renamed, or the classes ordered otherwise)."""
 
     def __bool__(self) -> bool:
-        return bool(self.added or self.removed or self.to_test)
+        return bool(self.added or self.removed or self.to_test or self.relabelled)
 
     def __str__(self) -> str:
         text = (f"index updated: {len(self.added)} video(s) added, {len(self.removed)} removed (the entries of "
@@ -172,6 +174,9 @@ class IndexUpdate:
             text += (f"; warning: {len(self.to_test)} video(s) moved from the train split to the test split (e.g. "
                      f"{self.to_test[0]}): an encoder trained on this store before saw them, so its test scores "
                      "would count them; evaluate it with the index it was trained on, or train again")
+        if self.relabelled:
+            text += (f"; note: {len(self.relabelled)} video(s) have another class number than before (e.g. "
+                     f"{self.relabelled[0]}): a classifier trained on this store before numbers its classes otherwise")
         return text
 
 
@@ -270,12 +275,15 @@ def create_store(root: str | Path, index: VideoIndex, *, replace_index: bool = F
         new, changed = _conflicts(root, index, meta, replace_index)  # again under the lock: others may have written
         update = IndexUpdate((), ())
         if changed:
-            before = {entry.path: entry.split for entry in _load_index(root).entries}
+            old = {entry.path: entry for entry in _load_index(root).entries}
+            before = {path: entry.split for path, entry in old.items()}
             after = [entry.path for entry in index.entries]
             update = IndexUpdate(tuple(k for k in after if k not in before),
                                  tuple(sorted(set(before) - set(after))),
                                  tuple(e.path for e in index.entries if e.split == "test"
-                                       and before.get(e.path) == "train"))
+                                       and before.get(e.path) == "train"),
+                                 tuple(e.path for e in index.entries if e.path in old and e.label is not None
+                                       and old[e.path].label is not None and old[e.path].label != e.label))
             with storage_errors(root / INDEX_FILE):
                 index.save(root / INDEX_FILE)
         if new:
