@@ -182,6 +182,12 @@ def test_a_ten_crop_short_side_too_small_is_refused_before_training_and_another_
     again = finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, other, progress=False)
     assert again["ten_crop_short_side"] == 40 and first["ten_crop_short_side"] == 36
     assert again["train_losses"] == first["train_losses"]
+    # each test's probabilities in a file of its own: the first result's file still holds the first test's
+    assert again["probabilities"] != first["probabilities"]
+    assert load_probabilities(first["probabilities"])["ten_crop"].shape == \
+        load_probabilities(again["probabilities"])["ten_crop"].shape
+    assert not np.array_equal(load_probabilities(first["probabilities"])["ten_crop"],
+                              load_probabilities(again["probabilities"])["ten_crop"])
 
 
 def test_a_store_relabelled_in_place_is_not_served_the_old_finetuning(tmp_path):

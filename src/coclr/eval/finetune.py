@@ -177,7 +177,8 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
 
     Writes ``out_dir/finetune_last.pt`` after every epoch (resumed from when present), the finetuned backbone to
     ``out_dir/finetuned_encoder.pth`` (an encoder file, for retrieval and probes of the finetuned network) and the
-    per-video test probabilities to ``out_dir/finetune_probabilities.npz`` (``keys``, ``labels``, ``center``,
+    per-video test probabilities to ``out_dir/finetune_probabilities.npz`` (at a ten-crop short side other than the
+    default, a file named by it: :func:`probabilities_name`; ``keys``, ``labels``, ``center``,
     ``ten_crop``) and the results with the inputs they came from to ``out_dir/finetune_result.json``, so that the
     same call on a finished folder returns them without training or testing again. Returns the results:
     centre-crop and ten-crop top-1/top-5 (percent) and the training losses. Clips are normalised as the checkpoint's
@@ -251,14 +252,24 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
                                  normalisation=normalisation)
         keys = [entry.path for entry in entries]
         labels = np.array([entry.label_id for entry in entries], dtype=np.int64)
-        save_probabilities(out_dir / PROBS_FILE, keys, labels, center=center.numpy(), ten_crop=ten.numpy())
+        probabilities_file = out_dir / probabilities_name(short_side, clip_config.size)
+        save_probabilities(probabilities_file, keys, labels, center=center.numpy(), ten_crop=ten.numpy())
         center_acc, ten_acc = topk_accuracy(center.numpy(), labels), topk_accuracy(ten.numpy(), labels)
         result = {"top1": round(100 * ten_acc[1], 4), "top5": round(100 * ten_acc[5], 4),
                   "center_top1": round(100 * center_acc[1], 4), "center_top5": round(100 * center_acc[5], 4),
                   "ten_crop_short_side": short_side, "epochs": config.epochs, "train_losses": losses,
-                  "probabilities": str(out_dir / PROBS_FILE)}
+                  "probabilities": str(probabilities_file)}
         atomic_write_json(out_dir / RESULT_FILE, {**tested, "result": result})
         return result
+
+
+def probabilities_name(short_side: int, size: int) -> str:
+    """The test probabilities' file of a ten-crop test at ``short_side``: :data:`PROBS_FILE` at the default (the
+    paper's ratio for ``size``), else named by it, so that a test at another short side replaces no result an
+    earlier test reported."""
+    if short_side == round(size * 8 / 7):
+        return PROBS_FILE
+    return PROBS_FILE.replace(".npz", f"_short_side_{short_side}.npz")
 
 
 def _finished(out_dir: Path, tested: dict[str, object]) -> dict[str, object] | None:
@@ -269,7 +280,10 @@ def _finished(out_dir: Path, tested: dict[str, object]) -> dict[str, object] | N
         return None
     if record is None or {k: record.get(k) for k in tested} != json.loads(json.dumps(tested)):
         return None
-    if not all((out_dir / name).is_file() for name in (STATE_FILE, PROBS_FILE, ENCODER_FILE)):
+    result = record.get("result")
+    probabilities = result.get("probabilities") if isinstance(result, dict) else None
+    if not isinstance(probabilities, str) or not (out_dir / Path(probabilities).name).is_file() \
+            or not all((out_dir / name).is_file() for name in (STATE_FILE, ENCODER_FILE)):
         return None
     return record.get("result")
 
