@@ -623,11 +623,13 @@ def test_rows_read_before_an_embed_committed_are_not_kept_as_the_new_files(folde
     """A search read the arrays, a coclr embed committed new rows of the same shape, then the search prepared what it
     had read and recorded it against the new file: every later search served the old rows."""
     import os
+    import shutil
 
-    from coclr.embed.search import folder_rows, prepared_paths
+    from coclr.embed.search import PREPARED_DIR, folder_rows, prepared_paths
     from coclr.eval.exact import unit_rows
 
     out = _copy_folder(folder, tmp_path)
+    shutil.rmtree(out / PREPARED_DIR, ignore_errors=True)  # (the module's folder may have been searched already)
     read_before = Embeddings(out)
     old = np.load(out / "videos.npy")
     new = np.ascontiguousarray(old[::-1])
