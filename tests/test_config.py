@@ -328,3 +328,13 @@ def test_a_quoted_boolean_is_said_to_be_text(tmp_path) -> None:
         load_config(PretrainConfig, path, BASE)
     with pytest.raises(ConfigError, match=r"run.progress: expected true or false, got 'yes'$"):
         config("run.progress=yes")
+
+
+def test_an_on_off_flag_given_both_ways_is_refused(tmp_path, capsys) -> None:
+    """`--amp --no-amp` was taken, the last one winning without a word (as a value option given twice was)."""
+    from coclr.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["eval", "linear", "--checkpoint", "c.pth", "--store", "s", "--amp", "--no-amp"])
+    assert stopped.value.code == 2
+    assert "--amp/--no-amp given twice" in capsys.readouterr().err

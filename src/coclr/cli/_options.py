@@ -167,6 +167,19 @@ class _StoreOnce(argparse._StoreAction):
         super().__call__(parser, namespace, values, option_string)
 
 
+class _SwitchOnce(argparse.BooleanOptionalAction):
+    """An on/off option (``--amp`` / ``--no-amp``): both given, or one twice, refused (the last one won without a
+    word), as :class:`_StoreOnce`."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault(_GIVEN, set())
+        if self.dest in given:
+            parser.error(f"{'/'.join(self.option_strings)} given twice: the later would replace the earlier; give "
+                         "one of them once")
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 _GIVEN = "_options_given"
 """Where :class:`_StoreOnce` keeps the options given so far in the parsed namespace (a command that parses more of
 its line later, as ``coclr flow`` what follows STORE, refuses those given again there too)."""
@@ -177,6 +190,8 @@ def given_once(parser: argparse.ArgumentParser) -> None:
     for action in parser._actions:
         if type(action) is argparse._StoreAction and action.option_strings:
             action.__class__ = _StoreOnce
+        elif type(action) is argparse.BooleanOptionalAction:
+            action.__class__ = _SwitchOnce
         elif isinstance(action, argparse._SubParsersAction):
             for child in dict.fromkeys(action.choices.values()):
                 given_once(child)
