@@ -154,30 +154,31 @@ def named_by_flags(config_class: type, code: typing.Collection[str] = ()) -> typ
         raise ConfigError(f"{_flag(field)}:{rest}") from None
 
 
-class _StoreOnce(argparse._StoreAction):
+class _GivenOnce(argparse.Action):
+    """An option refused when given a second time (``remedy`` says what to give instead), as ``key=value`` overrides
+    given twice are; mixed in before argparse's action class."""
+
+    remedy = "give it once"
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault(_GIVEN, set())
+        if self.dest in given:
+            parser.error(f"{'/'.join(self.option_strings)} given twice: the later would replace the earlier; "
+                         f"{self.remedy}")
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _StoreOnce(_GivenOnce, argparse._StoreAction):
     """An option that takes one value: given twice, refused (``--config a.yaml --config b.yaml`` dropped the first
-    file without a word, as ``--out``, ``--seed`` the earlier value), as ``key=value`` overrides given twice are."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        given = namespace.__dict__.setdefault(_GIVEN, set())
-        if self.dest in given:
-            parser.error(f"{'/'.join(self.option_strings)} given twice: the later would replace the earlier; give it "
-                         "once")
-        given.add(self.dest)
-        super().__call__(parser, namespace, values, option_string)
+    file without a word, as ``--out``, ``--seed`` the earlier value)."""
 
 
-class _SwitchOnce(argparse.BooleanOptionalAction):
+class _SwitchOnce(_GivenOnce, argparse.BooleanOptionalAction):
     """An on/off option (``--amp`` / ``--no-amp``): both given, or one twice, refused (the last one won without a
-    word), as :class:`_StoreOnce`."""
+    word)."""
 
-    def __call__(self, parser, namespace, values, option_string=None):
-        given = namespace.__dict__.setdefault(_GIVEN, set())
-        if self.dest in given:
-            parser.error(f"{'/'.join(self.option_strings)} given twice: the later would replace the earlier; give "
-                         "one of them once")
-        given.add(self.dest)
-        super().__call__(parser, namespace, values, option_string)
+    remedy = "give one of them once"
 
 
 _GIVEN = "_options_given"
