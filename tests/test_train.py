@@ -341,6 +341,23 @@ def test_a_run_that_continues_on_other_videos_says_it(store: Path, tmp_path: Pat
         pretrain(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.max_steps=3"))
 
 
+def test_a_queue_as_large_as_the_store_is_warned_once(store: Path, tmp_path: Path) -> None:
+    """A queue of at least as many keys as the store has instances (the default 2048 on a few dozen videos) holds
+    every query's own earlier keys as negatives from the second epoch on: it was started without a word. Said when
+    the run starts, not when it continues; UberNCE's positives are labels, so its own video is a positive."""
+    from coclr.train.run import pretrain
+
+    with pytest.warns(UserWarning, match=r"method.queue_size=12 is not smaller than the 12 training instance\(s\)"
+                                         r".*\(method.queue_size=4\) avoids it"):
+        pretrain(tiny_config(store, tmp_path / "run", "method.queue_size=12", "run.max_steps=1"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pretrain(tiny_config(store, tmp_path / "run", "method.queue_size=12", "run.max_steps=2"))  # continues
+        pretrain(tiny_config(store, tmp_path / "under", "method.queue_size=11", "run.max_steps=1"))
+        pretrain(tiny_config(store, tmp_path / "labels", "method.name=ubernce", "method.queue_size=12",
+                             "run.max_steps=1"))
+
+
 def test_cmc_trains_both_views_against_each_other(store: Path, tmp_path: Path, start_trainer) -> None:
     trainer = start_trainer(tiny_config(store, tmp_path / "run", "method.name=cmc", "run.max_steps=2"))
     assert set(trainer.model.learners) == {"rgb", "flow"} and trainer.model.sampler is None

@@ -34,6 +34,7 @@ from coclr.flow.encode import bound_for
 from coclr.progress import duration
 from coclr.text import shown
 from coclr.threads import torch_threads, usable_cores
+from coclr.train.setup import queue_within_a_third
 from coclr.train.timing import inference_on_one_thread, time_training
 
 MIN_VIDEOS = 8
@@ -373,7 +374,7 @@ def batch_for(instances: int) -> int:
 def queue_for(instances: int, batch: int) -> int:
     """Keys in the queue: the largest power of two within a third of the instances (the quick study's 128 of 384),
     at most 2048 (the paper's on UCF101) and at least the batch."""
-    return max(batch, min(2048, 2 ** int(math.log2(max(2, instances // 3)))))
+    return max(batch, min(2048, queue_within_a_third(instances)))
 
 
 def windows_of(footage: Footage, model: Model) -> int:

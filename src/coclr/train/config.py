@@ -87,7 +87,9 @@ class ModelOptions:
 @dataclass
 class MethodOptions:
     name: str = option("infonce", methods_help())
-    queue_size: int = option(2048, "K, number of keys in the momentum queue (2048 on UCF101, 16384 on K400)")
+    queue_size: int = option(2048, "K, number of keys in the momentum queue (2048 on UCF101, 16384 on K400); "
+                             "below the number of training instances, or each clip meets its own earlier keys as "
+                             "negatives")
     temperature: float = option(0.07, "softmax temperature tau")
     momentum: float = option(0.999, "EMA coefficient m of the key encoder")
     topk: int = option(5, "CoCLR: number of positives mined in the other view")

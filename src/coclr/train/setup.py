@@ -26,6 +26,7 @@ from torch import nn
 
 from coclr import seeding
 from coclr.config import to_dict
+from coclr.core.methods import METHODS
 from coclr.data.augment import ClipAugment
 from coclr.data.batch_decode import resolve_decode
 from coclr.data.datasets import TrainClips, left_out_message
@@ -155,6 +156,24 @@ def check_steps_taken(config: PretrainConfig, videos: int, processes: int = 1, w
                           f"until its queue is full, after {filling} iterations of {global_batch} clips, and this run "
                           f"has {iterations} ({config.optim.epochs} epoch(s) of {per_epoch}): it would train "
                           f"nothing; lower {keys}method.queue_size or raise {epochs_key}")
+
+
+def warn_queue_of_own_keys(config: PretrainConfig, instances: int) -> None:
+    """Warn when the queue is not smaller than the ``instances`` trained on: from the second epoch on, every
+    query then meets earlier keys of its own video among the queue's negatives (a method without labels), which
+    stalls or collapses the training on a small store."""
+    method = config.method
+    if instances and method.queue_size >= instances and not METHODS[method.name].uses_labels:
+        warnings.warn(f"method.queue_size={method.queue_size} is not smaller than the {instances} training "
+                      f"instance(s): from the second epoch on every clip meets earlier keys of its own video in the "
+                      f"queue as negatives, which can stall or collapse the training; a queue within a third of "
+                      f"the instances (method.queue_size={queue_within_a_third(instances)}) avoids it", stacklevel=2)
+
+
+def queue_within_a_third(instances: int) -> int:
+    """The largest power of two within a third of ``instances`` (at least 2): a queue that rarely holds a key of
+    the query's own video (the quick study's 128 of 384)."""
+    return 1 << (max(2, instances // 3).bit_length() - 1)
 
 
 def check_steps_on_videos(config: PretrainConfig, videos: int, processes: int = 1, where: str = "", keys: str = "",

@@ -45,7 +45,7 @@ from coclr.threads import reuse_freed_memory
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.learner import Targets
 from coclr.train.sampler import EpochItems
-from coclr.train.setup import BEST, LAST, RunParts, log_line
+from coclr.train.setup import BEST, LAST, RunParts, log_line, warn_queue_of_own_keys
 
 
 class NonFiniteLossError(CoclrError):
@@ -141,6 +141,8 @@ class Trainer:
         """The seconds a step of each epoch this process trained (what :func:`run_left` paces the rest by)."""
         if (self.out / LAST).is_file():
             self._load(self.out / LAST)
+        elif is_main():  # (said when the run starts, not again as it continues)
+            warn_queue_of_own_keys(config, len(self.dataset))
 
     # ------------------------------------------------------------------ state
 
