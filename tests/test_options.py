@@ -237,3 +237,18 @@ def test_small_refusals_and_names(tmp_path, capsys, monkeypatch):
     assert VerifyOptions(view=["rgb", "rgb", "flow"]).view == ["rgb", "flow"]
     assert main(["pretrain", f"data.store={tmp_path}", f"run.out={tmp_path / 'o'}", "optim.lr=-1"]) == 2
     assert "optim.lr: must be positive, got -1.0" in capsys.readouterr().err
+
+
+def test_embed_names_the_flag_of_a_refused_value(tmp_path, capsys):
+    """A value given to ``coclr embed`` and refused was named by its settings key (``flow_bound: ...``), not by the
+    flag the person typed (``--flow-bound``)."""
+    from test_eval_helpers import save_tiny_encoder
+
+    encoder = save_tiny_encoder(tmp_path / "rgb.pth", meta={"clip_settings": {"view": "rgb", "length": 8, "size": 32}})
+    common = ["embed", str(tmp_path / "v.mp4"), "--out", str(tmp_path / "out"), "--checkpoint", str(encoder)]
+    for flags, said in ((["--stride", "0"], "coclr embed: error: --stride: must be >= 1, got 0"),
+                        (["--window-step", "0"], "error: --window-step: must be at least 1 frame"),
+                        (["--flow-bound", "5"], "error: --flow-bound: applies to a flow stream only")):
+        assert main([*common, *flags]) == 2
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

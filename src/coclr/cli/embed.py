@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from coclr.cli._options import add_option_flags, given_flags, options_from_flags
+from coclr.cli._options import add_option_flags, given_flags, named_by_flags, options_from_flags
 from coclr.embed.options import EmbedJob
 from coclr.embed.settings import EmbedSettings
 
@@ -46,8 +47,11 @@ def run(args: argparse.Namespace) -> int:
     device = pick_device(job.device, "--device")
     if launched_world_size() > 1:  # torchrun: the processes exchange only a few small messages, so gloo everywhere
         init_distributed(device, backend="gloo", timeout=GROUP_TIMEOUT)
-    embedder = Embedder(args.checkpoint, device=device, flow_checkpoint=args.flow_checkpoint,
-                        batch_size=job.batch_size, workers=job.workers, **given_flags(EmbedSettings, args))
+    settings = given_flags(EmbedSettings, args)
+    recorded = [field.name for field in dataclasses.fields(EmbedSettings) if field.name not in settings]
+    with named_by_flags(EmbedSettings, recorded):  # a refused value given on the command line names its flag
+        embedder = Embedder(args.checkpoint, device=device, flow_checkpoint=args.flow_checkpoint,
+                            batch_size=job.batch_size, workers=job.workers, **settings)
     summary = embed_videos(args.inputs, args.out, embedder, progress=job.progress, retry_failed=job.retry_failed,
                            flush_videos=job.flush_every)
     if rank() != 0:  # under torchrun, rank 0 speaks for the job
