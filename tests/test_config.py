@@ -45,6 +45,10 @@ def test_an_override_is_read_as_its_options_type(override: str, attribute: str, 
     (["run.deterministic=tRuE"], "run.deterministic: expected true or false, got 'tRuE'"),  # (as a file reads it)
     (["optim.lr=nan"], "optim.lr: expected a finite number"),
     (["optim={1: 2}"], "unknown option(s): optim.1"),  # (a TypeError's traceback)
+    ([" optim.lr=0.1"], "the key ' optim.lr' has spaces or an empty part in it; give it as one word of dotted names, "
+                        "e.g. optim.lr=0.1"),  # ("unknown option(s):  optim", the space unseen)
+    (["optim.lr =0.1"], "e.g. optim.lr=0.1"),  # ("did you mean optim.lr for optim.lr ?")
+    (["optim..lr=1"], "e.g. optim.lr=1"),
 ])
 def test_what_cannot_be_read_as_written_is_refused_naming_it(overrides: list[str], said: str) -> None:
     with pytest.raises(ConfigError) as error:

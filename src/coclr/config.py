@@ -134,6 +134,11 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {item!r} is not of the form key=value")
+        parts = key.split(".")
+        if any(not part or part != "".join(part.split()) for part in parts):  # (" optim.lr" was "unknown:  optim")
+            named = ".".join(word for word in ("".join(part.split()) for part in parts) if word)
+            raise ConfigError(f"override {item!r}: the key {key!r} has spaces or an empty part in it; give it as one "
+                              f"word of dotted names, e.g. {named or 'optim.lr'}={raw.strip()}")
         value: Any = Given(raw)
         if raw.lstrip()[:1] in ("[", "{", "'", '"'):
             try:
@@ -141,7 +146,6 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
             except yaml.YAMLError as error:
                 raise ConfigError(f"override {item!r}: cannot parse the value as YAML{yaml_problem(error)}") from None
         node = nested
-        parts = key.split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
