@@ -741,3 +741,97 @@ def test_a_view_named_as_one_of_the_stores_files_is_refused_before_any_work(tmp_
     assert main(["flow", str(store), "--backend", "dis", "--view", "failed_rgb.json", "--workers", "0"]) == 2
     assert "a name ending in .json is one of the store's own files" in capsys.readouterr().err
     assert sorted(path.name for path in store.iterdir()) == before
+
+
+def test_what_a_job_killed_after_writing_an_entry_noted_is_recorded_by_the_next(tmp_path, capsys):
+    """``kill -9`` between an entry's write and the job's record of its notes (at its end) lost the turn and the
+    damaged frames of the video for good: the next run skipped the entry. The notes are written beside the entry
+    before it is put in place, and the next run records them."""
+    from coclr.store.build import DecodeVideoJob
+    from coclr.store.clipstore import pending_notes_path
+    from coclr.store.jobs import _run_and_write
+    from test_video import write_turned
+
+    frames = np.random.default_rng(0).integers(0, 256, (6, 24, 32, 3), dtype=np.uint8)
+    (tmp_path / "videos").mkdir()
+    for name in ("turned.mp4", "plain.mp4"):
+        write_turned(tmp_path / "videos" / name, frames, degrees=-90 if name == "turned.mp4" else None,
+                     codec="libx264")
+    index = VideoIndex("f", ["a"], [VideoEntry("turned.mp4", 0, "train"), VideoEntry("plain.mp4", 0, "train")])
+    whole = build_store(index, tmp_path / "videos", tmp_path / "whole", short_side=16, workers=0)
+    expected = ClipStore(tmp_path / "whole").notes("rgb")
+    assert whole.done == 2 and expected["turned.mp4"]["rotation"] == 90
+    assert not list((tmp_path / "whole").rglob("*.notes"))  # recorded, not left beside the entries
+    # A job killed after the worker wrote the first entry, before the job recorded anything:
+    create_store(tmp_path / "killed", index, short_side=16, quality=90, fps=None)
+    job = DecodeVideoJob(str((tmp_path / "videos").resolve()), 16, 90, None)
+    assert _run_and_write(str(tmp_path / "killed"), "rgb", "turned.mp4", job)[2] is None
+    assert pending_notes_path(tmp_path / "killed", "turned.mp4", "rgb").is_file()
+    assert "turned.mp4" not in ClipStore(tmp_path / "killed").notes("rgb")
+    resumed = build_store(index, tmp_path / "videos", tmp_path / "killed", short_side=16, workers=0)
+    assert (resumed.done, resumed.skipped) == (1, 1)
+    assert ClipStore(tmp_path / "killed").notes("rgb") == expected
+    assert not list((tmp_path / "killed").rglob("*.notes"))
+
+
+def test_a_store_job_says_what_it_changed_before_decoding(tmp_path, capsys):
+    """A video moved from the train split to the test split was said only in the summary at the end: a job
+    interrupted while decoding never said it, and the next found the index in place (nothing to say)."""
+    from coclr.store.build import DecodeVideoJob
+
+    index = make_dataset(tmp_path / "videos", 2, frames=6)
+    build_store(index, tmp_path / "videos", tmp_path / "store", short_side=16, workers=0)
+    moved = VideoIndex("toy", index.classes, [VideoEntry(e.path, e.label, "test") for e in index.entries])
+    said: list[str] = []
+
+    def interrupting(self, key):
+        raise KeyboardInterrupt
+
+    original = DecodeVideoJob.__call__
+    for entry in index.entries:  # (entries to decode again)
+        entry_path(tmp_path / "store", entry.path, "rgb").unlink()
+    DecodeVideoJob.__call__ = interrupting
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            build_store(moved, tmp_path / "videos", tmp_path / "store", short_side=16, workers=0,
+                        announce=said.append)
+    finally:
+        DecodeVideoJob.__call__ = original
+    assert len(said) == 1 and "1 video(s) moved from the train split to the test split" in said[0]
+    summary = build_store(moved, tmp_path / "videos", tmp_path / "store", short_side=16, workers=0)
+    assert summary.done == 2 and not summary.notes  # the index was in place: nothing more to say
+
+
+def test_a_refused_store_job_reads_no_video_through_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    """A job refused for another --quality first hashed every video whose modification time had changed (all of
+    them after a ``cp -r``) and rewrote the store's notes."""
+    import coclr.store.build as build
+
+    index = make_dataset(tmp_path / "videos", 2, frames=6)
+    build_store(index, tmp_path / "videos", tmp_path / "store", short_side=16, workers=0)
+    for entry in index.entries:
+        os.utime(tmp_path / "videos" / entry.path, ns=(1, 1))  # touched
+    before = {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in (tmp_path / "store").rglob("*")
+              if path.is_file() and "lock" not in path.name}
+    hashed = []
+    monkeypatch.setattr(build, "file_sha256", lambda path: hashed.append(path) or "0")
+    with pytest.raises(DataError, match="quality=90 \\(given 80\\)"):
+        build_store(index, tmp_path / "videos", tmp_path / "store", short_side=16, quality=80, workers=0)
+    assert not hashed
+    assert {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in (tmp_path / "store").rglob("*")
+            if path.is_file() and "lock" not in path.name} == before
+
+
+def test_info_counts_the_failures_of_the_videos_indexed(tmp_path, capsys):
+    """Failures recorded for videos since dropped from the index were counted with the index's: "6/7 complete",
+    then "2 failed" where one of the seven had."""
+    from coclr.store.clipstore import record_failures
+
+    index = make_dataset(tmp_path / "videos", 3, frames=6)
+    build_store(index, tmp_path / "videos", tmp_path / "store", short_side=16, workers=0)
+    record_failures(tmp_path / "store", "rgb", [], [("gone/video.avi", "VideoDecodeError: broken"),
+                                                    (index.entries[0].path, "VideoDecodeError: broken")])
+    capsys.readouterr()
+    main(["data", "info", str(tmp_path / "store")])
+    out = capsys.readouterr().out
+    assert "    1 failed, 1 of them damaged entries" in out, out

@@ -126,13 +126,15 @@ def run_index(args: argparse.Namespace) -> int:
 
 
 def run_store(args: argparse.Namespace) -> int:
+    from coclr.progress import write
     from coclr.store.build import build_store
     from coclr.video.indexes import VideoIndex
 
     options = options_from_flags(StoreOptions, args)
     index = VideoIndex.load(args.index)
     summary = build_store(index, args.root, args.out, short_side=options.short_side or None,
-                          quality=options.quality, fps=options.fps, workers=options.workers)
+                          quality=options.quality, fps=options.fps, workers=options.workers,
+                          announce=write)  # (said at once: a job interrupted has said it too)
     print(summary)
     return job_status(len(summary.failed))
 
@@ -157,11 +159,12 @@ def run_info(args: argparse.Namespace) -> int:
     if not views:
         print("  no views yet")
     keys = store.keys()
+    listed = set(keys)
     bad = 0
     for view in views:
         complete = sum(store.has(key, view) for key in keys)
         print(f"  view {view!r}: {complete}/{len(keys)} entries complete ({100 * complete / max(1, len(keys)):.1f}%)")
-        failed = store.failed(view)
+        failed = {key: reason for key, reason in store.failed(view).items() if key in listed}  # (of the index's)
         if failed:
             present = sum(store.has(key, view) for key in failed)
             damaged_text = f", {present} of them damaged entries" if present else ""

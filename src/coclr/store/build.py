@@ -8,7 +8,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 from coclr.atomic import file_identity, file_sha256
 from coclr.clips import JPEG_QUALITY, SHORT_SIDE, check_fps, check_short_side
 from coclr.errors import DataError, VideoDecodeError
-from coclr.store.clipstore import META_FILE, ClipStore, record_notes
+from coclr.store.clipstore import META_FILE, ClipStore, IndexUpdate, adopt_pending_notes, record_notes
 from coclr.store.jobs import JobSummary, run_entry_jobs, shard, writing_view
 from coclr.store.jpeg import encode_jpeg
 from coclr.store.options import StoreOptions
@@ -70,14 +70,18 @@ def encoded_frames(reader: VideoReader, quality: int, notes: dict[str, Any] | No
 
 def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
                 short_side: int | None = StoreOptions.short_side, quality: int = StoreOptions.quality,
-                fps: float | None = StoreOptions.fps, workers: int | None = StoreOptions.workers) -> JobSummary:
+                fps: float | None = StoreOptions.fps, workers: int | None = StoreOptions.workers,
+                announce: Callable[[str], None] | None = None) -> JobSummary:
     """Build (or resume building) the "rgb" view of the store ``out`` from the videos of ``index`` under
     ``video_root``: decoded once, resized to ``short_side``, optionally resampled to ``fps``, JPEG
     ``quality``. Missing videos are reported together before any work; undecodable ones are listed in the
     summary and in the store's failure list. A store built from an earlier version of the index takes the new
     one in place (videos added or removed); the entries of the videos both hold are kept, but for videos whose file
     changed since it was decoded (:func:`changed_videos`): their entries, of every view, are removed and the video
-    decoded again. A job refused (other options, or another job writing the view) changes nothing in the store."""
+    decoded again. A job refused (other options, or another job writing the view) changes nothing in the store.
+    What changed (the index, videos decoded again) is passed to ``announce`` line by line before any decoding, so
+    that a job interrupted has said it (the index is then in place, and the next job would not); without it, the
+    lines lead the summary's."""
     check_short_side(short_side, "short_side")
     if not 1 <= quality <= 100:
         raise DataError(f"quality must be in 1..100, got {quality}")
@@ -93,27 +97,39 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
         before = ClipStore(out) if (Path(out) / META_FILE).is_file() else None  # (reads only)
     except DataError:  # (the claim below says what is wrong with it)
         before = None
-    removing = before is not None and bool(changed_videos(before, keys, video_root))  # the entries of their views:
-    others = [view for view in before.views() if view != "rgb"] if removing else []  # a flow job on them is refused
+    # the views of videos that may have changed (their size or modification time differs: read, not hashed, before
+    # the claim refuses or takes the job) are held too: a flow job on them is refused
+    removing = before is not None and bool(moved_identities(before, keys, video_root))
+    others = [view for view in before.views() if view != "rgb"] if removing else []
     with writing_view(out, "rgb", index, replace_index=True, also=others, short_side=short_side, quality=quality,
                       fps=fps) as update:
         store = ClipStore(out)
         mine = set(shard(keys))  # (each process of a distributed job its own keys, which it decodes)
+        adopt_pending_notes(store.root, "rgb", sorted(mine))  # (a killed job's, before they are read)
         changed = [key for key in changed_videos(store, keys, video_root) if key in mine]
         for key in changed:
             for view in store.views():
                 store.entry_path(key, view).unlink(missing_ok=True)
         note_lost_sha256(store, sorted(mine), video_root)
         note_sources(store, [key for key in mine if not store.has(key, "rgb")], video_root)
+        said = _store_changes(update, changed)
+        for line in said if announce is not None else ():
+            announce(line)
         summary = run_entry_jobs(out, "rgb", keys, job, workers, desc="decoding videos")
-    if update:
-        summary.notes.append(str(update))
+    if announce is None:
+        summary.notes.extend(said)
+    return summary
+
+
+def _store_changes(update: IndexUpdate, changed: list[str]) -> list[str]:
+    """What a job changed in the store before decoding: the index taken in place (a video moved to the test split
+    among it), the videos decoded again."""
+    lines = [str(update)] if update else []
     if changed:
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
-        summary.notes.append(f"{len(changed)} video(s) changed since they were decoded (size or modification time): "
-                             f"decoded again, their flow removed for the next coclr flow: "
-                             f"{', '.join(changed[:3])}{more}")
-    return summary
+        lines.append(f"{len(changed)} video(s) changed since they were decoded (size or modification time): "
+                     f"decoded again, their flow removed for the next coclr flow: {', '.join(changed[:3])}{more}")
+    return lines
 
 
 def note_sources(store: ClipStore, keys: list[str], video_root: str | Path) -> None:
@@ -152,6 +168,14 @@ def note_lost_sha256(store: ClipStore, keys: list[str], video_root: str | Path) 
         record_notes(store.root, "rgb", list(found), found)
 
 
+def moved_identities(store: ClipStore, keys: list[str], video_root: str | Path) -> list[str]:
+    """The keys of rgb entries whose video file's size or modification time is no longer the one noted when it was
+    decoded (``source``): those :func:`changed_videos` reads through; nothing hashed or written."""
+    noted = store.notes("rgb")
+    return [key for key in keys if "source" in noted.get(key, {}) and store.has(key, "rgb")
+            and file_identity(Path(video_root) / key) != tuple(noted[key]["source"])]
+
+
 def changed_videos(store: ClipStore, keys: list[str], video_root: str | Path) -> list[str]:
     """The keys whose video file is no longer the one their rgb entry was decoded from: its size or modification
     time differs from the identity the entry's job noted (``source``; entries from before it was noted: none), and
@@ -159,13 +183,9 @@ def changed_videos(store: ClipStore, keys: list[str], video_root: str | Path) ->
     (``cp``, ``rsync`` without ``-t``) is the same video: its new identity is noted, and its flow kept."""
     noted = store.notes("rgb")
     changed, touched = [], {}
-    for key in keys:
-        if "source" not in noted.get(key, {}) or not store.has(key, "rgb"):
-            continue
+    for key in moved_identities(store, keys, video_root):
         path = Path(video_root) / key
         identity = file_identity(path)
-        if identity == tuple(noted[key]["source"]):
-            continue
         if (identity is not None and "sha256" in noted[key] and identity[0] == noted[key]["source"][0]
                 and file_sha256(path) == noted[key]["sha256"]):
             touched[key] = {**noted[key], "source": list(identity)}

@@ -445,21 +445,70 @@ def _copy_file(source: int, target: int, size: int, target_offset: int) -> None:
         done += os.pwrite(target, data, target_offset + done)
 
 
-def write_entry(root: str | Path, key: str, view: str, encoded_frames: Iterable[bytes], fps: float) -> int:
+def write_entry(root: str | Path, key: str, view: str, encoded_frames: Iterable[bytes], fps: float,
+                notes: dict[str, Any] | None = None) -> int:
     """Write one entry atomically (a temporary file in the same folder, fsync, then ``os.replace``); returns its
     number of frames.
 
     ``encoded_frames`` may be any iterable (a generator that decodes and encodes a video as it goes): it is
     consumed frame by frame through :class:`EntryWriter`, so memory does not grow with the entry's length, and an
     error raised while it is consumed writes nothing. The frame size is read from the first frame; all frames of
-    an entry must have that size.
+    an entry must have that size. ``notes`` (what the job notes about the entry, complete once its frames are
+    made), when not empty, are written beside the entry before it is put in place (:func:`pending_notes_path`): a
+    job killed before it records them (``kill -9``) leaves them for the next (:func:`adopt_pending_notes`).
     """
     if not fps > 0:
         raise DataError(f"entry {key!r} ({view}): fps must be positive, got {fps!r}")
     with EntryWriter(root, key, view) as writer:
         for frame in encoded_frames:
             writer.add(frame)
+        if notes:
+            path = pending_notes_path(root, key, view)
+            with storage_errors(path):
+                atomic_write_json(path, {"key": key, "notes": notes})
         return writer.commit(fps)
+
+
+PENDING_NOTES_SUFFIX = ".notes"
+"""What an entry's file name gains for the file of its notes not yet recorded in ``notes_<view>.json``."""
+
+
+def pending_notes_path(root: str | Path, key: str, view: str) -> Path:
+    """The file beside the entry ``key`` of ``view`` holding what its job noted (:func:`write_entry`) until the
+    job records it in the view's notes (:func:`record_notes`, then :func:`drop_pending_notes`)."""
+    path = entry_path(root, key, view)
+    return path.with_name(path.name + PENDING_NOTES_SUFFIX)
+
+
+def adopt_pending_notes(root: str | Path, view: str, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Record the notes a killed job left beside the entries of ``keys`` it wrote (:func:`write_entry`) in the
+    view's notes, and remove them, with those of entries never put in place; returns the notes recorded. Run by the
+    job writing ``view`` (holding its lock) on the keys it owns, before it starts."""
+    found: dict[str, dict[str, Any]] = {}
+    files = []
+    for key in keys:
+        path = pending_notes_path(root, key, view)
+        if not path.is_file():
+            continue
+        files.append(path)
+        try:
+            record = read_json_record(path)
+        except DataError:  # (damaged: the entry is noted as a job without notes would)
+            continue
+        if record and record.get("key") == key and isinstance(record.get("notes"), dict) and \
+                entry_path(root, key, view).is_file():
+            found[key] = record["notes"]
+    if found:
+        record_notes(root, view, list(found), found)
+    for path in files:
+        path.unlink(missing_ok=True)
+    return found
+
+
+def drop_pending_notes(root: str | Path, view: str, keys: Iterable[str]) -> None:
+    """Remove the notes left beside the entries of ``keys`` (:func:`write_entry`) once the job recorded them."""
+    for key in keys:
+        pending_notes_path(root, key, view).unlink(missing_ok=True)
 
 
 def encode_header(key: str, height: int, width: int, fps: float, encoded_frames: Sequence[bytes]) -> bytes:

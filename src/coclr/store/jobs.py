@@ -47,7 +47,9 @@ from coclr.store.clipstore import (
     ClipStore,
     IndexUpdate,
     StorageFullError,
+    adopt_pending_notes,
     check_view_name,
+    drop_pending_notes,
     record_failures,
     record_notes,
     recorded_meta,
@@ -217,15 +219,18 @@ def run_entry_stream(root: str | Path, view: str, keys: Iterable[str], stream: E
     keys = shard(keys)
     with job_view_lock(store.root, view):
         summary = JobSummary(view)
+        summary.noted.update(adopt_pending_notes(store.root, view, keys))  # (of a job killed before it recorded them)
         try:
             _run_stream(store, view, keys, stream, desc, summary)
         except BaseException:  # interrupted, or stopped: what the entries written noted is kept all the same (a video
             with suppress(OSError, StorageFullError):  # changed later is then told), and what failed
                 record_failures(store.root, view, summary.attempted, summary.failed)
                 record_notes(store.root, view, summary.attempted, summary.noted)
+                drop_pending_notes(store.root, view, summary.attempted)
             raise
         record_failures(store.root, view, keys, summary.failed)
         record_notes(store.root, view, summary.attempted, summary.noted)
+        drop_pending_notes(store.root, view, summary.attempted)
         summary.rank, summary.world = rank(), world_size()
         if summary.world > 1:
             counts = all_gather_objects((summary.done, summary.skipped, len(summary.failed), summary.frames))
@@ -303,8 +308,9 @@ def _run_and_write(root: str, view: str, key: str,
     """Run one job and write its entry; returns (key, frames written, error message or None, notes or None)."""
     try:
         encoded, fps, *notes = job(key)
-        frames = write_entry(root, key, view, encoded, fps)  # consumes the frames: the notes are complete after it
-        return key, frames, None, (notes[0] or None if notes else None)
+        noted = notes[0] if notes else None  # (complete once the frames are made, before the entry is put in place)
+        frames = write_entry(root, key, view, encoded, fps, noted)
+        return key, frames, None, noted or None
     except StorageFullError:  # the storage's fault, not the entry's: the job stops (no video is blamed)
         raise
     except Exception as error:  # one bad entry must not stop a job over thousands of videos
