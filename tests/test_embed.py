@@ -537,6 +537,51 @@ def test_a_commit_interrupted_between_renames_is_finished_by_the_next_run(tmp_pa
     np.testing.assert_allclose(folder.videos, np.stack([r.vector for r in results]), atol=1e-7)
 
 
+def test_a_run_stopped_after_later_inputs_finished_continues_to_the_folder_of_one_run(tmp_path, encoder):
+    """With workers, videos finish out of input order: a run stopped after the third input finished (not the first
+    two) left its chunk, which the next run merged at once, so the rows came out in the order the stop left
+    (v2, v0, v1), and another than an uninterrupted run's; rows of an earlier run's inputs that this run does not
+    have come after this run's."""
+    from coclr.embed.run import folder_record
+
+    embedder = Embedder(encoder, workers=0, **SMALL)
+    record = folder_record(embedder)
+    results = [embedder.embed_frames(moving_square(10 + n, seed=n), 25.0, f"/videos/v{n}.mp4") for n in range(4)]
+    paths = [result.path for result in results[:3]]
+    with EmbeddingWriter(tmp_path / "whole", record) as writer:
+        writer.place(paths)
+        for order in (2, 0, 1):  # (finished out of order, merged once)
+            writer.add(results[order], (1, 1), order)
+    with pytest.raises(KeyboardInterrupt):
+        with EmbeddingWriter(tmp_path / "stopped", record, flush_videos=1) as writer:
+            writer.place([*paths, results[3].path])  # (an earlier command's inputs: one more)
+            writer.add(results[3], (1, 1), 3)
+            writer.add(results[2], (1, 1), 2)
+            raise KeyboardInterrupt
+    with EmbeddingWriter(tmp_path / "stopped", record) as writer:
+        writer.place(paths)
+        assert [path for path in paths if not writer.todo(path, (1, 1))] == [paths[2]]
+        for order in (0, 1):
+            writer.add(results[order], (1, 1), order)
+    whole, stopped = check_folder(tmp_path / "whole"), check_folder(tmp_path / "stopped")
+    assert [r["path"] for r in stopped.video_records] == [*paths, results[3].path]
+    np.testing.assert_array_equal(stopped.videos[:3], whole.videos)
+    assert list(stopped.window_records[:len(whole.window_records)]) == list(whole.window_records)
+
+
+def test_a_failure_record_edited_by_hand_is_one_line(tmp_path, encoder):
+    """``{}`` in failed.jsonl was a KeyError's traceback when the folder was continued."""
+    from coclr.embed.run import folder_record
+
+    record = folder_record(Embedder(encoder, workers=0, **SMALL))
+    with EmbeddingWriter(tmp_path / "out", record):
+        pass
+    (tmp_path / "out" / "failed.jsonl").write_text("{}\n")
+    with pytest.raises(DataError, match=r"failed.jsonl: damaged \(a record without its path, size or mtime_ns\)"):
+        with EmbeddingWriter(tmp_path / "out", record):
+            pass
+
+
 def test_a_second_writer_of_one_folder_is_refused_while_the_first_holds_it(tmp_path, encoder):
     """Two runs never write one output folder at once: the second is refused, naming the holder; once the first
     has ended (even by SIGKILL) the folder opens again."""

@@ -25,8 +25,10 @@ whenever they were flushed, so a distributed run writes the folder one process w
 Writes: while a run goes, finished videos are written to chunk files (atomically, every ``flush_videos``
 videos or ``flush_seconds``). Merging them rewrites the five files as temporary ``.next`` files, then records
 the list of renames in ``commit.json`` (atomically), then renames and deletes the merged chunks, then deletes
-``commit.json``. A run that starts finds and finishes an interrupted commit, then merges what chunks remain,
-so a kill at any moment loses at most the unflushed videos, and never leaves a duplicate or a half-written row.
+``commit.json``. A run that starts finds and finishes an interrupted commit, then counts what chunks remain as
+done and merges them with its own as it ends (new rows in the order of its inputs: the folder of a run stopped
+and continued is the one it would have written at once), so a kill at any moment loses at most the unflushed
+videos, and never leaves a duplicate or a half-written row.
 """
 
 from __future__ import annotations
@@ -156,16 +158,17 @@ class EmbeddingWriter(ChunkWriter):
 
     ``record`` is what ``embed.json`` holds; its ``"settings"`` must equal the folder's (else
     :class:`~coclr.runfolder.FolderRefused` naming each differing key). Opening checks, then locks the folder
-    (a refused run writes nothing), finishes an interrupted commit
-    and merges leftover chunks; closing flushes and merges (interrupted, SIGINT or SIGTERM: flushes only, and the next
-    run merges). State: the videos done (identity by path), the
-    failures, and the results not flushed yet.
+    (a refused run writes nothing), finishes an interrupted commit and counts the chunks a stopped run left as done;
+    closing flushes and merges them with its own (interrupted, SIGINT or SIGTERM: flushes only, and the next run
+    merges). State: the videos done (identity by path), the failures, and the results not flushed yet.
     """
 
     def __init__(self, root: str | Path, record: dict[str, Any], flush_videos: int = 256,
                  flush_seconds: float = 60.0) -> None:
         super().__init__(root, record, flush_videos, flush_seconds)
         self._lock: contextlib.ExitStack | None = None
+        self.positions: dict[str, int] = {}
+        """Each input's position in the run's list (:meth:`place`)."""
 
     # ------------------------------------------------------------------ opening and closing
 
@@ -175,13 +178,21 @@ class EmbeddingWriter(ChunkWriter):
                                               record=self._folder_record()))
         try:
             recover(self.root)
-            self.merge()
+            left = self._chunks()  # (a run stopped before it merged them)
+            if not left and not (self.root / f"{VIDEOS}.npy").is_file():
+                self.merge()  # a new folder: its empty arrays
             if (self.root / f"{VIDEOS}.npy").is_file():
                 Embeddings(self.root)  # the folder as it is must be whole to be continued
             self.done = {r["path"]: (r["size"], r["mtime_ns"]) for r in read_jsonl(self.root / f"{VIDEOS}.jsonl")}
             failures = read_jsonl(self.root / FAILED)
+            if any(not isinstance(r, dict) or not {"path", "size", "mtime_ns"} <= r.keys() for r in failures):
+                raise damaged(self.root / FAILED, "a record without its path, size or mtime_ns")
             self.failed = {r["path"]: (r["size"], r["mtime_ns"]) for r in failures}
             self.errors = {r["path"]: r.get("error") or "failed" for r in failures}
+            for chunk in left:  # done as the stopped run left them; merged with this run's results as it ends, so
+                meta = _read_chunk_meta(chunk)  # that its new rows follow the inputs' order (not when it stopped)
+                self._noted([(video["path"], (video["size"], video["mtime_ns"])) for video in meta["videos"]],
+                            meta["failed"], meta.get("stale", []))
         except BaseException:
             self._lock.close()
             raise
@@ -247,10 +258,20 @@ class EmbeddingWriter(ChunkWriter):
                 out[path] = "changed since it was embedded"
         return out
 
+    def place(self, paths: Sequence[str]) -> None:
+        """The run's inputs, in order: its new rows follow it, those of an earlier run stopped before it merged
+        them (the same command continued) included; the others' after them."""
+        self.positions = {path: position for position, path in enumerate(paths)}
+
     def _flushed(self, results: list[tuple[Any, tuple[int, int], int]], failures: list[dict[str, Any]],
                  stale: list[dict[str, Any]]) -> None:
-        for result, identity, _ in results:
-            self.done[result.path] = identity
+        self._noted([(result.path, identity) for result, identity, _ in results], failures, stale)
+
+    def _noted(self, videos: list[tuple[str, tuple[int, int]]], failures: list[dict[str, Any]],
+               stale: list[dict[str, Any]]) -> None:
+        """What a chunk holds, as done (the videos), failed or dropped (stale)."""
+        for path, identity in videos:
+            self.done[path] = identity
         for failure in failures:
             self.failed[failure["path"]] = (failure["size"], failure["mtime_ns"])
             self.errors[failure["path"]] = failure["error"]
@@ -260,6 +281,10 @@ class EmbeddingWriter(ChunkWriter):
 
     # ------------------------------------------------------------------ merging
 
+    def _chunks(self) -> list[Path]:
+        """The chunk files in the order they were written."""
+        return sorted((self.root / CHUNKS).glob("*.npz")) if (self.root / CHUNKS).is_dir() else []
+
     def merge(self) -> None:
         """Merge the chunk files into the arrays and JSON-lines files (see the module docstring).
 
@@ -267,7 +292,7 @@ class EmbeddingWriter(ChunkWriter):
         end); a failed or stale video's row is dropped (the rows after it move up); new videos follow, ordered
         by their position in their run's inputs, so the folder does not depend on which process embedded what
         or when results were flushed."""
-        chunks = sorted((self.root / CHUNKS).glob("*.npz")) if (self.root / CHUNKS).is_dir() else []
+        chunks = self._chunks()
         if not chunks and (self.root / f"{VIDEOS}.npy").is_file():
             return
         dim = int(self.record["dim"])
@@ -299,7 +324,8 @@ class EmbeddingWriter(ChunkWriter):
         kept = [record for record in videos if record["path"] not in dropped]
         new_row = {record["row"]: row for row, record in enumerate(kept)}
         row_of = {record["path"]: new_row[record["row"]] for record in kept}
-        ordered = sorted(latest, key=latest.__getitem__)
+        ordered = sorted(latest, key=lambda path: (path not in self.positions, self.positions.get(path, 0),
+                                                   latest[path]))
         for path in ordered:
             row_of.setdefault(path, len(row_of))
         replaced = {row_of[path] for path in latest if row_of[path] < len(kept)}
@@ -348,6 +374,15 @@ class EmbeddingWriter(ChunkWriter):
         atomic_write_json(self.root / COMMIT_FILE, {"renames": {str(t.name): str(f.name) for f, t in temps.items()},
                                                     "chunks": [chunk.name for chunk in chunks]})
         recover(self.root)
+
+
+def _read_chunk_meta(chunk: Path) -> dict[str, Any]:
+    """What a chunk file records (its arrays not read)."""
+    try:
+        with np.load(chunk, allow_pickle=False) as data:
+            return json.loads(str(data["meta"]))
+    except (OSError, ValueError, KeyError) as error:
+        raise DataError(f"{chunk}: unreadable chunk file ({error}); delete it and run again") from None
 
 
 def _read_chunk(chunk: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

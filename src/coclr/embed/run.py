@@ -163,6 +163,7 @@ def embed_videos(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
             identities = {path: file_identity(path) for path in paths}
             todos = []
             for number, writer in enumerate(writers):
+                writer.place(paths)
                 todo = [order for order, path in enumerate(paths) if writer.todo(path, identities[path], retry_failed)]
                 # An input that is neither a video nor a list fails as a video does (listed, skipped while unchanged).
                 bad = [path for path in unusable if writer.todo(path, file_identity(path), retry_failed)]
