@@ -151,7 +151,9 @@ def test_bad_queries_are_one_line_errors(folder, capsys):
     assert cli_main(["search", str(out), "--query", "99"]) == 2
     assert "row 99 is out of range (6 rows" in capsys.readouterr().err
     assert cli_main(["search", str(out), "--query", "nothing.mp4"]) == 2
-    assert "neither a video file nor a row number" in capsys.readouterr().err
+    assert "--query: nothing.mp4: no such file, nor a row number; give a video file" in capsys.readouterr().err
+    assert cli_main(["search", str(out), "--query", str(out)]) == 2
+    assert f"--query: {out}: a folder, not a video file" in capsys.readouterr().err
     assert cli_main(["search", str(out.parent), "--query", "1"]) == 2
     assert "not a coclr embed output folder" in capsys.readouterr().err
 
@@ -592,12 +594,12 @@ def test_a_query_is_resolved_by_the_library(folder, tmp_path):
     os.utime(copy, ns=(0, 0))
     fresh = resolve_query(embeddings, str(copy))  # not a row of the folder: embedded now, as the folder's were
     assert fresh.exclude is None and float(fresh.vector @ embeddings.videos[2]) > 0.999
-    with pytest.raises(DataError, match="neither a video file nor a row number"):
+    with pytest.raises(DataError, match="no such file, nor a row number"):
         resolve_query(embeddings, "no-such-file.mp4")
     with pytest.raises(DataError, match="out of range"):
         resolve_query(embeddings, str(len(embeddings.video_records)))
     for digit in ("\u00b2", "\uff11", "\u0661"):  # digits to str.isdigit: a traceback, or taken as rows 1
-        with pytest.raises(DataError, match="neither a video file nor a row number"):
+        with pytest.raises(DataError, match="no such file, nor a row number"):
             resolve_query(embeddings, digit)
 
 

@@ -784,7 +784,9 @@ def resolve_query(embeddings: Embeddings, query: str, windows: bool = False, dev
         vector = embedder_for(embeddings.root, device=device, workers=0).embed(query).vector
         return Query(vector, str(Path(query).absolute()))
     if not (query.isascii() and query.isdigit()):  # ("²" and "３" are digits to str.isdigit, not to int or a user)
-        raise DataError(f"--query: {query} is neither a video file nor a row number")
+        what = ("a folder, not a video file" if Path(query).is_dir() else "no such file, nor a row number"
+                if not Path(query).exists() else "not a regular file, nor a row number")
+        raise DataError(f"--query: {query}: {what}; give a video file or the row number of one in the folder")
     row = int(query)
     records = embeddings.window_records if windows else embeddings.video_records
     if not 0 <= row < len(records):  # (none: check_search says why, before the query is read)
