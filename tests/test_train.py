@@ -439,6 +439,26 @@ def test_lr_warm_up_scales_the_first_updates_and_leaves_the_schedule(store: Path
                                                                   else [1.0] * 4)
 
 
+def test_the_warm_up_counts_from_the_first_optimiser_step(store: Path, tmp_path: Path) -> None:
+    """A run that takes no step until its queue is full (CoCLR) spent its warm-up and own-key epochs on the
+    iterations that fill it: the first real step could be at the full lr. Counted from the first step (resumed
+    alike), and the iterations without a step log an lr of 0."""
+    from coclr.train.run import pretrain
+
+    options = ["optim.lr=1e-3", "optim.epochs=2", "optim.warmup_epochs=1", "method.wait_for_full_queue=true",
+               "method.queue_size=8", "run.log_every=1"]  # 3 iterations of 4 clips an epoch; 2 fill the queue
+
+    def lrs(run: Path) -> list[float]:
+        return [json.loads(line)["lr"] for line in (run / "log.jsonl").read_text().splitlines() if '"lr"' in line]
+
+    pretrain(tiny_config(store, tmp_path / "whole", *options))
+    assert lrs(tmp_path / "whole") == pytest.approx([0, 0, 1e-3 / 3, 2e-3 / 3, 1e-3, 1e-3])
+    assert load_checkpoint(tmp_path / "whole" / LAST)["position"]["first_step"] == 2
+    pretrain(tiny_config(store, tmp_path / "resumed", *options, "run.max_steps=3", "run.save_every=1"))
+    pretrain(tiny_config(store, tmp_path / "resumed", *options))
+    assert lrs(tmp_path / "resumed") == lrs(tmp_path / "whole")
+
+
 def test_milestones_multiply_the_lr_by_gamma_from_their_epoch_on(store: Path, tmp_path: Path, start_trainer) -> None:
     """Three epochs of three iterations, milestone at epoch 2: the last epoch's updates use lr x gamma."""
     trainer = start_trainer(tiny_config(store, tmp_path / "run", "optim.lr=1e-3", "optim.epochs=3",

@@ -95,9 +95,10 @@ class MethodOptions:
     topk: int = option(5, "CoCLR: number of positives mined in the other view")
     own_drop_prob: float = option(0.9, "CoCLR: probability per iteration of dropping the own key from the "
                                        "numerator of rows that have mined positives (reference code)")
-    own_positive_epochs: float = option(0.0, "CoCLR: epochs at the start of training during which every row "
-                                             "keeps its own key as a positive (own_drop_prob applies afterwards; "
-                                             "0: from the first iteration, as the reference code)")
+    own_positive_epochs: float = option(0.0, "CoCLR: epochs of iterations from the first optimiser step (taken "
+                                             "once the queue is full) during which every row keeps its own key "
+                                             "as a positive (own_drop_prob applies afterwards; 0: from the first "
+                                             "step, as the reference code)")
     dropped_own_as_negative: bool = option(True, "CoCLR: a dropped own key stays in the denominator, as a "
                                                  "negative (reference code); false leaves it out of that row's loss")
     group_positives: bool = option(False, "CoCLR: also count queued clips of the same source video (UCF101: "
@@ -179,8 +180,9 @@ class OptimOptions:
     milestones: list[int] = option([], "epochs at which the lr is multiplied by gamma (schedule=milestones)")
     gamma: float = option(0.1, "lr decay factor")
     patience: int = option(10, "schedule=plateau: epochs without improvement before decaying")
-    warmup_epochs: float = option(0.0, "epochs at the start of the run over which the lr rises linearly, "
-                                  "iteration by iteration, to its scheduled value (0: none). Adam's first steps "
+    warmup_epochs: float = option(0.0, "epochs of iterations from the run's first optimiser step (CoCLR's once "
+                                  "its queue is full) over which the lr rises linearly, iteration by iteration, "
+                                  "to its scheduled value (0: none). Adam's first steps "
                                   "from a fresh state move every weight by about lr, which can undo much of "
                                   "what a stage initialised from a trained encoder (CoCLR) starts from")
 

@@ -65,6 +65,9 @@ class Position:
     loss_sum: float = 0.0
     steps: int = 0
     seconds: float = 0.0
+    first_step: int | None = None
+    """The iteration (``global_step``) of the run's first optimiser step, from which the warm-up and the own-key
+    epochs count (CoCLR takes none while its queue fills); None: none yet."""
 
     def where(self) -> str:
         """Where it stands, in the words of the epochs' lines (counted from 1)."""
@@ -137,6 +140,8 @@ class Trainer:
         self.saved: Position | None = None
         """The position of the checkpoint in the run folder (None: none yet)."""
         self.best_loss = math.inf
+        self.lr_factor = 1.0
+        """The share of the scheduled lr the last iteration stepped with (warm-up; 0: it took no step)."""
         self.step_seconds: list[float] = []
         """The seconds a step of each epoch this process trained (what :func:`run_left` paces the rest by)."""
         if (self.out / LAST).is_file():
@@ -186,6 +191,8 @@ class Trainer:
         self.scaler.load_state_dict(ckpt["scaler"])
         pos = ckpt["position"]  # (a checkpoint from before the epoch's steps were kept: their loss from here on)
         self.position = Position(**{key: pos[key] for key in POSITION_KEYS if key in pos})
+        if "first_step" not in pos:  # (a checkpoint from before it was kept counted from the run's first iteration)
+            self.position.first_step = 0
         self.saved = dataclasses.replace(self.position)
         self.best_loss = ckpt["best_loss"]
         self._log_line(f"resumed from {path} at {self.position.where()} (step {self.position.global_step})")
@@ -282,6 +289,10 @@ class Trainer:
 
     def train_step(self, batch: dict[str, torch.Tensor], queue_full: bool) -> tuple[torch.Tensor, dict]:
         pos = self.position
+        stepping = queue_full or not self.config.method.waits
+        if stepping and pos.first_step is None:
+            pos.first_step = pos.global_step
+        stepped = pos.global_step - pos.first_step if pos.first_step is not None else 0  # optimiser steps before
         step = pos.consumed // self.data_order.global_batch
         step_gen = step_generator(self.config.run.seed, pos.epoch, step)
         batch = decode_batch(batch, self.device)
@@ -290,12 +301,13 @@ class Trainer:
                           batch["video"].to(self.device, non_blocking=True),
                           batch["group"].to(self.device, non_blocking=True))
         with self._autocast():
-            loss, stats = self.ddp(query, key, targets, step_gen, self.keeps_own_key(pos.global_step),
+            loss, stats = self.ddp(query, key, targets, step_gen, self.keeps_own_key(stepped),
                                    seeding.generator(self.config.run.seed, pos.epoch, step, seeding.SHUFFLE))
         self.optimizer.zero_grad(set_to_none=True)
-        if queue_full or not self.config.method.waits:
+        self.lr_factor = 0.0  # (no step taken: the lr it logs)
+        if stepping:
             self.scaler.scale(loss).backward()
-            factor = self.warmup_factor(pos.global_step)
+            factor = self.lr_factor = self.warmup_factor(stepped)
             scheduled = [group["lr"] for group in self.optimizer.param_groups]
             for group, lr in zip(self.optimizer.param_groups, scheduled):
                 group["lr"] = lr * factor
@@ -306,14 +318,14 @@ class Trainer:
         return loss.detach(), stats
 
     def keeps_own_key(self, iteration: int) -> bool:
-        """Whether iteration ``iteration`` (0-based, of this run) keeps every own key a positive: during the
-        first ``method.own_positive_epochs`` epochs of iterations."""
+        """Whether optimiser step ``iteration`` (0-based, of this run: :attr:`Position.first_step`) keeps every own
+        key a positive: during the first ``method.own_positive_epochs`` epochs of iterations."""
         return iteration < self.config.method.own_positive_epochs * self.data_order.batches_per_epoch
 
     def warmup_factor(self, iteration: int) -> float:
-        """The share of the scheduled lr that iteration ``iteration`` (0-based, of this run) uses: (i + 1) /
-        warm-up iterations during ``optim.warmup_epochs``, then 1. Saved iteration counts make resuming
-        continue the warm-up where it stopped."""
+        """The share of the scheduled lr that optimiser step ``iteration`` (0-based, of this run:
+        :attr:`Position.first_step`) uses: (i + 1) / warm-up iterations during ``optim.warmup_epochs``, then 1.
+        Saved iteration counts make resuming continue the warm-up where it stopped."""
         iterations = self.config.optim.warmup_epochs * self.data_order.batches_per_epoch
         return min(1.0, (iteration + 1) / iterations) if iterations > 0 else 1.0
 
@@ -434,8 +446,7 @@ class Trainer:
             values = mean_where_defined(values)
         values = values.tolist()
         record = {"step": self.position.global_step, "epoch": self.position.epoch, "loss": values[0],
-                  "lr": self.optimizer.param_groups[0]["lr"]
-                  * self.warmup_factor(self.position.global_step - 1)}
+                  "lr": self.optimizer.param_groups[0]["lr"] * self.lr_factor}
         # A statistic undefined at this step (NaN: mined precision with nothing mined of a known class) is left out
         record.update((name, value) for name, value in zip(stats.keys(), values[1:]) if math.isfinite(value))
         return record
@@ -469,7 +480,7 @@ class Trainer:
             record.update(self._knn())
         self._write(record, jsonl, writer)
         self.step_seconds.append(seconds / max(steps, 1))
-        self.position = Position(epoch + 1, 0, self.position.global_step)
+        self.position = Position(epoch + 1, 0, self.position.global_step, first_step=self.position.first_step)
         knn = "".join(f", {k} {v:.1f}" for k, v in record.items() if k.startswith("knn"))
         self._log_line(f"epoch {epoch + 1}/{self.config.optim.epochs}: loss {mean_loss:.4f} "
                        f"({seconds:.1f} s{self._left(self.data_order.batches_per_epoch)}){knn}")
