@@ -187,6 +187,24 @@ def test_a_collapsed_encoder_is_reported_and_scores_chance(tiny, capsys):
     assert "| CoCLR ‡ | RGB |" in table and "‡ degenerate features in the retrieval evaluation" in table
 
 
+def test_a_video_found_damaged_as_it_is_read_says_what_to_do_and_the_next_run_leaves_it_out(tmp_path, capsys):
+    """A frame whose checksum fails stopped the evaluation with the checksums and nothing to do; the same command
+    then left the video out and said it was all done (exit status 0)."""
+    from coclr.store.clipstore import entry_path
+
+    store = make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8)
+    damaged = entry_path(store, "green_class/test_00.avi", "rgb")
+    data = damaged.read_bytes()
+    damaged.write_bytes(data[:len(data) // 2] + bytes(len(data) - len(data) // 2))
+    rgb = save_tiny_encoder(tmp_path / "rgb.pt")
+    command = ["eval", "retrieval", "--checkpoint", str(rgb), "--store", str(store), *CLIP_ARGS]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert "checksum" in err and "the same command leaves the video out (exit status 3)" in err, err
+    assert main(command) == 3
+    assert "left out 1 'test' video(s)" in capsys.readouterr().err
+
+
 def test_videos_whose_job_failed_are_left_out_of_evaluation_and_listed(tmp_path, capsys):
     import os
 
@@ -199,7 +217,7 @@ def test_videos_whose_job_failed_are_left_out_of_evaluation_and_listed(tmp_path,
     rgb = save_tiny_encoder(tmp_path / "rgb.pt")
     out = tmp_path / "r.json"
     assert main(["eval", "retrieval", "--checkpoint", str(rgb), "--store", str(store), "--also-views", "flow",
-                 "--out", str(out), *CLIP_ARGS]) == 0
+                 "--out", str(out), *CLIP_ARGS]) == 3  # (the figures are of the others: not all done)
     assert "left out 1 'test' video(s) whose jobs failed" in capsys.readouterr().err
     record = json.loads(out.read_text())
     assert record["splits"]["test"] == {"name": "test", "videos": 2, "left_out": [broken]}

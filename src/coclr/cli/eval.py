@@ -128,8 +128,9 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from coclr.atomic import atomic_write_json
+    from coclr.cli._status import job_status
     from coclr.distributed import pick_device
-    from coclr.errors import ConfigError
+    from coclr.errors import ConfigError, DataError
     from coclr.eval.evaluate import evaluate_checkpoint
     from coclr.eval.features import (
         ClipConfig,
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from coclr.eval.report import degenerate
     from coclr.models.loading import require_checkpoint_file
-    from coclr.store.clipstore import open_store
+    from coclr.store.clipstore import DamagedEntryError, open_store
 
     options = task_options(args)
     check_outputs(args, options)
@@ -181,9 +182,15 @@ def run(args: argparse.Namespace) -> int:
             from coclr.data.datasets import left_out_message
 
             print(f"coclr eval: {left_out_message(store, split, views, videos)}", file=sys.stderr)
-    record = evaluate_checkpoint(args.task, store, streams, clip_config, options, name=args.name,
-                                 device=device, train_split=args.train_split, test_split=args.test_split,
-                                 with_views=args.also_views, progress=not args.quiet)
+    try:
+        record = evaluate_checkpoint(args.task, store, streams, clip_config, options, name=args.name,
+                                     device=device, train_split=args.train_split, test_split=args.test_split,
+                                     with_views=args.also_views, progress=not args.quiet)
+    except DamagedEntryError as error:  # found as its frames were read: listed by the store as failed
+        raise DataError(f"{error}; now listed as failed, the same command leaves the video out (exit status 3), "
+                        "or the next coclr data store (coclr flow, for a flow view) on the store rebuilds its "
+                        "entry") from None
+    left = sum(len(videos) for videos in left_out.values())
     if args.out:
         atomic_write_json(args.out, record)
         print(f"wrote {args.out}")
@@ -193,4 +200,4 @@ def run(args: argparse.Namespace) -> int:
     if "feature_health" in record:  # the probe and retrieval judge the features; finetuning retrains them
         summary["collapsed"] = degenerate(record)
     print(json.dumps({"task": args.task, "views": [s.view for s in streams], "clips": clips, **summary}, indent=1))
-    return 0
+    return job_status(left)  # (videos left out: the figures are of the others)
