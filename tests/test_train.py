@@ -262,6 +262,11 @@ def test_the_time_left_is_the_steps_left_at_the_recent_epochs_pace() -> None:
     slow_start = [9.0] + [1.0] * RECENT_EPOCHS
     assert run_left(slow_start, 10, 6, 8, 0, 60, 0) == 20 * 1.0  # the first epoch's warm-up no longer counts
     assert run_left([1.0], 10, 5, 5, 0, 50, 0) == 0.0
+    # The kNN monitor after every 2nd epoch (it was left out: "about 1 s left" where 2.8 s were): in epoch 4 of 9,
+    # checks after epochs 4, 6 and 8 are left; max_steps=65 ends the run in epoch 7, after the checks of 4 and 6.
+    assert run_left([1.0], 10, 3, 9, 0, 30, 0, [5.0], 2) == 60 * 1.0 + 3 * 5.0
+    assert run_left([1.0], 10, 3, 9, 0, 30, 65, [5.0], 2) == 35 * 1.0 + 2 * 5.0
+    assert run_left([1.0], 10, 3, 9, 0, 30, 0, [], 2) == 60 * 1.0  # (no check timed yet)
 
 
 def test_each_epoch_says_how_long_the_run_has_left(store: Path, tmp_path: Path, start_trainer, capsys) -> None:

@@ -20,6 +20,7 @@ import json
 import math
 import time
 import warnings
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,17 +100,25 @@ pays for warming up."""
 
 
 def run_left(step_seconds: list[float], steps_per_epoch: int, epoch: int, epochs: int, done_in_epoch: int,
-             step: int, max_steps: int) -> float | None:
+             step: int, max_steps: int, check_seconds: Sequence[float] = (), check_every: int = 0) -> float | None:
     """Seconds the run has left: its steps left (to the last epoch, or to ``max_steps`` when that comes first) at the
-    mean seconds a step of the last :data:`RECENT_EPOCHS` epochs trained (``step_seconds``, one per epoch); None
-    before one was."""
+    mean seconds a step of the last :data:`RECENT_EPOCHS` epochs trained (``step_seconds``, one per epoch), and the
+    checks left after the epochs it ends (every ``check_every`` epochs: the kNN monitor) at the mean of the last ones
+    (``check_seconds``); None before a step was timed."""
     if not step_seconds:
         return None
     steps = max(0, (epochs - epoch) * steps_per_epoch - done_in_epoch)
+    last_epoch = epochs
     if max_steps:
         steps = min(steps, max(0, max_steps - step))
+        last_epoch = min(epochs, max_steps // max(1, steps_per_epoch))
     recent = step_seconds[-RECENT_EPOCHS:]
-    return steps * sum(recent) / len(recent)
+    left = steps * sum(recent) / len(recent)
+    if check_every and check_seconds:
+        checks = max(0, last_epoch // check_every - epoch // check_every)  # (after epochs epoch+1 .. last_epoch)
+        recent = list(check_seconds)[-RECENT_EPOCHS:]
+        left += checks * sum(recent) / len(recent)
+    return left
 
 
 class Trainer:
@@ -143,6 +152,8 @@ class Trainer:
         self.lr_factor = 1.0
         """The share of the scheduled lr the last iteration stepped with (warm-up; 0: it took no step)."""
         self.step_seconds: list[float] = []
+        self.check_seconds: list[float] = []
+        """The seconds each kNN check of this process took (what :func:`run_left` paces the checks left by)."""
         """The seconds a step of each epoch this process trained (what :func:`run_left` paces the rest by)."""
         if (self.out / LAST).is_file():
             self._load(self.out / LAST)
@@ -429,7 +440,7 @@ class Trainer:
         nothing is left)."""
         left = run_left(self.step_seconds, steps_per_epoch, self.position.epoch, self.config.optim.epochs,
                         self.position.consumed // self.data_order.global_batch, self.position.global_step,
-                        self.config.run.max_steps)
+                        self.config.run.max_steps, self.check_seconds, self.config.run.knn_every)
         return "" if not left else f", about {duration(left)} left"
 
     def _check_finite(self, nonfinite: torch.Tensor) -> None:
@@ -477,7 +488,9 @@ class Trainer:
         record = {"step": self.position.global_step, "epoch": epoch + 1, "epoch_loss": mean_loss,
                   "epoch_seconds": seconds}
         if self.config.run.knn_every and (epoch + 1) % self.config.run.knn_every == 0:
+            checked = time.perf_counter()
             record.update(self._knn())
+            self.check_seconds.append(time.perf_counter() - checked)
         self._write(record, jsonl, writer)
         self.step_seconds.append(seconds / max(steps, 1))
         self.position = Position(epoch + 1, 0, self.position.global_step, first_step=self.position.first_step)
