@@ -177,7 +177,8 @@ class OptimOptions:
     schedule: Literal["milestones", "plateau", "constant"] = option(
         "milestones", "milestones: lr x gamma at fixed epochs (the reference code's); plateau: when the epoch loss "
         "stops falling (the paper's); constant")
-    milestones: list[int] = option([], "epochs at which the lr is multiplied by gamma (schedule=milestones)")
+    milestones: list[int] = option([], "epochs at which the lr is multiplied by gamma (schedule=milestones; none: "
+                                       "a constant lr; configs/ucf101_*.yaml give the reference's)")
     gamma: float = option(0.1, "lr decay factor")
     patience: int = option(10, "schedule=plateau: epochs without improvement before decaying")
     warmup_epochs: float = option(0.0, "epochs of iterations from the run's first optimiser step (CoCLR's once "
@@ -292,8 +293,10 @@ class PipelineOptions:
     cycle_epochs: int = option(100, "epochs of each half-cycle (one view trained, the other frozen)")
     mode: Literal["alternate", "sim"] = option("alternate", "alternate (the paper) or sim (both views at once, "
                                                             "cycle_epochs x 2 per cycle)")
-    infonce_milestones: list[int] = option([], "lr milestones of the InfoNCE stages")
-    cycle_milestones: list[int] = option([], "lr milestones of each CoCLR stage")
+    infonce_milestones: list[int] = option([], "lr milestones of the InfoNCE stages (none: a constant lr; the "
+                                               "reference's [200, 250] of 300 epochs are in configs/)")
+    cycle_milestones: list[int] = option([], "lr milestones of each CoCLR stage (none: a constant lr; the "
+                                             "reference's [80] of 100 epochs are in configs/)")
     cycle_lr: float | None = option(None, "lr of the CoCLR stages, which start from trained encoders (null: "
                                     "optim.lr, as in the paper and the reference code)")
     infonce_from: str = option("", "another pipeline folder whose finished InfoNCE stages start this one's cycles "
