@@ -595,6 +595,29 @@ def test_checkpoints_of_another_width_or_view_are_named_before_training(store: P
     assert not any((tmp_path / name).exists() for name in "abce")  # refused before anything was written
 
 
+def test_a_sampler_trained_on_other_clips_is_said(store: Path, tmp_path: Path, start_trainer) -> None:
+    """CoCLR's frozen sampler mined on clips of another shape, or on flow clipped at another bound, without a word
+    (coclr eval warns of the same)."""
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+
+    settings = {"view": "flow", "length": 16, "stride": 1, "size": 32, "flow_bound": 5.0}
+    other = save_encoder(tmp_path / "other.pth", build_encoder(width=0.125),
+                         meta={"view": "flow", "clip_settings": settings})
+    with pytest.warns(UserWarning) as said:
+        start_trainer(tiny_config(store, tmp_path / "run", "method.name=coclr", f"method.sampler_checkpoint={other}"))
+    lines = [str(warning.message) for warning in said]
+    assert any("was trained on clips of length 16; it mines on clips of data.length=8" in line for line in lines)
+    assert any("other.pth was trained on flow clipped at +-5.0 px; this store's 'flow' has flow clipped at +-" in line
+               for line in lines), lines
+    same = save_encoder(tmp_path / "same.pth", build_encoder(width=0.125),
+                        meta={"view": "flow", "clip_settings": {**settings, "length": 8, "flow_bound": 20.0}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        start_trainer(tiny_config(store, tmp_path / "same", "method.name=coclr", f"method.sampler_checkpoint={same}",
+                                  "method.queue_size=4", "method.topk=2"))
+
+
 def test_only_coclr_waits_for_a_full_queue_by_default() -> None:
     """As in the reference code: InfoNCE and UberNCE step from the first batch, CoCLR waits for a full queue."""
     def waits(*overrides: str) -> bool:

@@ -84,6 +84,25 @@ def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainM
                          own_sampler=own_sampler)
 
 
+def sampler_unlike_training(config: PretrainConfig, store) -> list[str]:
+    """How the clips CoCLR's frozen sampler (``method.sampler_checkpoint``) embeds to mine positives differ from those
+    it was trained on, one line each: their length, stride or size, and the store's frames (short side, frame rate,
+    flow bound: :func:`coclr.eval.features.unlike_training`). It then mines from inputs it never saw. Nothing for a
+    run without a sampler, or a checkpoint that records none of them."""
+    from coclr.eval.features import unlike_training  # noqa: PLC0415 (the evaluation's rule, read once here)
+
+    method = config.method
+    if method.trains_two_views or not method.spec.needs_sampler(method.simultaneous):
+        return []
+    path = method.sampler_checkpoint
+    recorded = read_clip_settings(path)
+    lines = [f"method.sampler_checkpoint: {path} was trained on clips of {key} {recorded[key]}; it mines on clips of "
+             f"data.{key}={getattr(config.data, key)}" for key in ("length", "stride", "size")
+             if recorded.get(key) is not None and recorded[key] != getattr(config.data, key)]
+    return lines + [f"method.sampler_checkpoint: {line}" for line in unlike_training(store, path,
+                                                                                      config.data.second_view)]
+
+
 def clip_settings(config: PretrainConfig, store, view: str) -> dict[str, Any]:
     """What the encoder of ``view`` is trained on (recorded in its checkpoints, see
     :func:`coclr.models.loading.read_clip_settings`): clip shape, the store's frame rate and short side, the

@@ -38,7 +38,7 @@ from coclr.store.clipstore import open_store
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PretrainConfig
 from coclr.train.learner import PretrainModel
-from coclr.train.model import build_model, check_view_of, clip_settings
+from coclr.train.model import build_model, check_view_of, clip_settings, sampler_unlike_training
 from coclr.train.sampler import ResumableSampler
 
 LAST = "checkpoint_last.pth"
@@ -110,6 +110,9 @@ def build_parts(setup: RunSetup) -> RunParts:
     if dataset.left_out:
         log_line(left_out_message(dataset.store, config.data.split, config.views, dataset.left_out))
     settings = {view: clip_settings(config, dataset.store, view) for view in config.views}
+    if is_main():
+        for line in sampler_unlike_training(config, dataset.store):
+            warnings.warn(line, stacklevel=2)
     check_steps_taken(config, len(dataset), setup.world)
     data_order = ResumableSampler(len(dataset), config.run.batch_size, seed=config.run.seed, rank=setup.rank,
                                   world_size=setup.world)
