@@ -1449,6 +1449,20 @@ def test_the_timed_forward_on_one_thread_and_on_every_thread(tmp_path):
     assert "window" not in steps and "load" not in steps
 
 
+def test_a_network_suits_the_videos_by_its_crop_and_its_clip():
+    """A wider network on the smallest's very clip was "not for these videos" when a tenth of them were short (the
+    smallest's clip is taken for any footage); the rule is the tenth that docs/learn.md and the plan now say."""
+    from coclr.learn.budget import MODELS
+
+    def of(counts: list[int], short_side: int = 32) -> Footage:
+        return Footage(len(counts), sum(counts), short_side, 1.0, int(np.percentile(counts, 10)), counts)
+
+    mixed = of([24] * 8 + [6] * 2)  # a fifth are shorter than one 8-frame clip
+    assert [mixed.fits(model) for model in MODELS[:3]] == [True, True, False]  # (64 px: above their short side)
+    assert of([24] * 8 + [6] * 2, 64).fits(MODELS[2]) and not of([10] * 8, 64).fits(MODELS[3])  # 16 frames
+    assert of([40] * 10, 64).fits(MODELS[3])
+
+
 def test_a_plan_for_few_long_videos_cuts_them_into_instances():
     long = Footage(8, 8 * 200, 240, 1.33, 150, [200] * 8)
     plan = choose_plan(long, costs({SMALL: 100}), 900)
@@ -1623,7 +1637,10 @@ def test_the_report_says_the_epochs_the_stages_trained():
     from coclr.learn.stages import card_notes
 
     notes = card_notes({"plan": {**plan, "batch": 12, "model": {"width": 0.125}}, "videos": 8}, None)
-    assert f"{2 * (20 + 33 + 32 + 37 + 61)} steps of batch 12" in notes[0]
+    assert f"{2 * (20 + 33 + 32 + 37 + 61)} steps of batch 12" in notes[0] and " on 8 videos " in notes[0]
+    failed = [{"path": "/v/bad.mp4", "error": "DataError: cannot decode"}]  # (said "on 9 videos": learnt from 8)
+    notes = card_notes({"plan": {**plan, "batch": 12, "model": {"width": 0.125}}, "videos": 9, "failed": failed}, None)
+    assert " on 8 of its 9 videos " in notes[0]
 
 
 def test_a_phase_killed_outright_keeps_its_seconds_to_the_last_record(tmp_path):

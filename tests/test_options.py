@@ -252,3 +252,20 @@ def test_embed_names_the_flag_of_a_refused_value(tmp_path, capsys):
         assert main([*common, *flags]) == 2
         assert said in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_device_refused_names_the_flag_given(tmp_path, capsys):
+    """``coclr learn --device cpu:3`` probed the videos, then was refused as ``run.device`` (an option of its
+    children); ``coclr flow --device tpu`` named ``device``."""
+    from coclr.synth.output import random_store
+    from test_embed import moving_square, write_video
+
+    for number in range(8):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(4, seed=number))
+    assert main(["learn", str(tmp_path / "videos"), "--out", str(tmp_path / "L"), "--device", "cpu:3"]) == 2
+    err = capsys.readouterr().err
+    assert "coclr learn: error: --device: 'cpu:3': the CPU is one device, not numbered; give cpu" in err, err
+    assert "probing" not in err and not (tmp_path / "L").exists()
+    store = random_store(tmp_path / "store", videos=2, frames=3, size=(16, 16), views=("rgb",))
+    assert main(["flow", str(store), "--backend", "dis", "--device", "tpu"]) == 2
+    assert "coclr flow: error: --device: the dis backend runs on the CPU" in capsys.readouterr().err

@@ -69,6 +69,8 @@ def pick_device(requested: str | torch.device | None = None, option: str = "devi
         device = torch.device(local_device(name))
     except (RuntimeError, ValueError):
         raise ConfigError(f"{option}: {name!r} is not a torch device (e.g. auto, cpu, cuda, cuda:1)") from None
+    if device.type == "cpu" and device.index is not None:  # (torch takes "cpu:3"; a run's device option refused it)
+        raise ConfigError(f"{option}: {name!r}: the CPU is one device, not numbered; give cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"{option}: {name!r} was asked for but CUDA is not available")
     if not _available(device.type):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from coclr.cli._options import add_option_flags, given_once, options_from_flags
+from coclr.cli._options import add_option_flags, given_once, named_by_flags, options_from_flags
 from coclr.cli._status import EXIT_DONE, job_status
 from coclr.flow.options import FlowOptions
 
@@ -69,10 +69,11 @@ def run(args: argparse.Namespace) -> int:
     from coclr.store.jobs import GROUP_TIMEOUT
 
     options = options_from_flags(FlowOptions, args)
-    _, device = resolve_backend(options.backend, options.device, options.mode, options.kernels)
-    if launched_world_size() > 1:  # torchrun: the processes exchange only a few small messages, so gloo everywhere
-        init_distributed(torch.device(device or "cpu"), backend="gloo", timeout=GROUP_TIMEOUT)
-    summary = extract_flow(args.store, params=params, **dataclasses.asdict(options))
+    with named_by_flags(FlowOptions):  # (a refusal of an option's value names its flag: --device, not device)
+        _, device = resolve_backend(options.backend, options.device, options.mode, options.kernels)
+        if launched_world_size() > 1:  # torchrun: the processes exchange a few small messages, so gloo everywhere
+            init_distributed(torch.device(device or "cpu"), backend="gloo", timeout=GROUP_TIMEOUT)
+        summary = extract_flow(args.store, params=params, **dataclasses.asdict(options))
     print(summary, flush=True)
     failed = summary.totals[2] if summary.totals is not None else len(summary.failed)
     return job_status(failed) if summary.rank == 0 else EXIT_DONE  # under torchrun, rank 0 speaks for the job

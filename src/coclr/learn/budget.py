@@ -126,7 +126,7 @@ the paper's S3D (width 1, 32 frames of 128 px)."""
 @dataclass
 class Footage:
     """What the videos hold: how many, their frames in all, and the frame counts and short sides that bound the
-    clip (no crop larger than most videos' short side, no clip longer than most videos)."""
+    clip (no crop larger than the median short side, no clip longer than the shortest tenth of the videos)."""
 
     videos: int
     frames: int
@@ -155,11 +155,13 @@ class Footage:
 
     def fits(self, model: Model) -> bool:
         """Whether the clips of ``model`` suit the videos: a crop no larger than the median short side (rounded
-        down to 32 px, never below the smallest model's), and a clip and its flow within most videos."""
+        down to 32 px, never below the smallest model's), and a clip and its flow within all but the shortest tenth
+        of the videos (:attr:`short_frames`), or no longer than the smallest model's (which any footage takes)."""
         if model == MODELS[0]:
             return True
         largest = max(MODELS[0].size, self.short_side // 32 * 32)
-        return model.size <= largest and clip_span(model.length, 1) + 1 <= self.short_frames
+        span = clip_span(model.length, 1)
+        return model.size <= largest and (span <= clip_span(MODELS[0].length, 1) or span + 1 <= self.short_frames)
 
 
 @dataclass
@@ -750,7 +752,8 @@ def _reasons(footage: Footage, costs: Costs, model: Model, affordable: dict[Mode
                      f"{MARGIN:.0%} of {duration(budget)} (target {TARGET_STEPS}): {verdict}")
     skipped = [m for m in MODELS if m not in affordable and not footage.fits(m)]
     if skipped:
-        lines.append(f"not for these videos (crop above their short side, or clip longer than most): "
+        lines.append(f"not for these videos (crop above their median short side, or clip longer than a tenth of "
+                     "them): "
                      f"{'; '.join(map(str, skipped))}")
     unmeasured = [m for m in MODELS if m not in affordable and footage.fits(m)]
     if unmeasured:

@@ -209,7 +209,7 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         pick_device,
     )
 
-    device = pick_device(options.device)
+    device = pick_device(options.device, "--device")
     earlier = {} if options.restart else read_result(out)
     # a finished run given other labels (or none) is scored again: that is not learning time (the report said
     # "learnt in 5 min of a 3 min budget"), so its clock stands still

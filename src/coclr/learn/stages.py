@@ -202,7 +202,10 @@ def card_notes(result: dict[str, Any], stage: str | None) -> list[str]:
         except (KeyError, TypeError):  # (a record without the plan's epochs)
             steps = plan.get("steps", "?")
         # the run's figures, said as the run's: the exported stage may be an early one (its later stages collapsed)
-        notes.append(f"from a `coclr learn` run without labels on {result.get('videos', '?')} videos (InfoNCE then "
+        videos, failed = result.get("videos", "?"), result.get("failed")
+        if isinstance(videos, int) and isinstance(failed, list) and failed:  # (learnt from those that did not fail)
+            videos = f"{videos - len(failed)} of its {videos}"
+        notes.append(f"from a `coclr learn` run without labels on {videos} videos (InfoNCE then "
                      f"two CoCLR cycles, {steps} steps of batch {plan.get('batch', '?')} over all its stages, S3D "
                      f"width {model.get('width', '?')})" + (f"; this encoder is its stage {stage}" if stage else ""))
     for view, entry in _mapping(result.get("exported")).items():
