@@ -395,7 +395,9 @@ def test_the_same_command_on_a_finished_run_changes_nothing_and_other_options_ar
     labels.write_bytes(b"".join(original.splitlines(keepends=True)[:-2]))  # the same file, two labels fewer
     try:
         edited = run_learn(videos, out, str(labels))
-        assert edited.returncode == 3 and "its measures taken again with the labels given" in edited.stdout.read()
+        said = edited.stdout.read()
+        assert edited.returncode == 3 and "its measures taken again with the labels given" in said
+        assert "\nplan: " not in said and not said.startswith("plan: ")  # (the plan again, then a bar's time left)
         record = json.loads((out / "learn.json").read_text())
         assert record["labels"]["videos"] == scored - 2
         # scoring is not learning: the run's time stands (it grew by each scoring, "5 min of a 3 min budget")

@@ -279,11 +279,14 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
 
     main = is_main()
     result = read_result(out) if main else {}
-    if main:
+    if main and clock.counting:
         say(plan.describe())
+    elif main:  # (a finished run scored again: its phases are done, so a bar's time left would be theirs)
+        say(f"coclr learn: {out} finished before; its measures taken again with the labels given (no time counted)")
     result["status"] = "running"
     finished = [name for name in result.get("phases_done", []) if name in plan.estimates]  # by earlier parts
-    line = ProgressLine(plan.estimates, enabled=options.progress and main, done=("measure", *finished),
+    line = ProgressLine(plan.estimates, enabled=options.progress and main and clock.counting,
+                        done=("measure", *finished),
                         took={name: result["phases"][name] for name in finished}, before=clock.seconds(),
                         tick=(lambda: clock.record(result, due=True)) if main else None,
                         sized=("coclr",))  # (each CoCLR stage is sized to the time left as it starts)
