@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -1445,7 +1446,8 @@ def test_the_timed_forward_on_one_thread_and_on_every_thread(tmp_path):
         alone = time_training(0.0625, 32, 8, tmp_path / "one", "cpu", 2, steps=1)
     assert alone["single_forward"] == alone["forward"] and alone["single_step"] == alone["step"]
     assert (tmp_path / "two" / "epochs" / "log.jsonl").is_file()  # the short run that times an epoch's end
-    with torch_threads(1):
+    with torch_threads(1), warnings.catch_warnings():
+        warnings.simplefilter("error")  # (its run's queue was as large as its store: warned in every learn)
         steps = time_training(0.0625, 32, 8, tmp_path / "steps", "cpu", 2, steps=1, stages=False)
     assert not (tmp_path / "steps" / "epochs").exists()  # a side-by-side process's timing: the steps alone
     assert "window" not in steps and "load" not in steps

@@ -42,7 +42,8 @@ def time_training(width: float, size: int, length: int, folder: Path, device, ba
     from coclr.train.config import PretrainConfig  # noqa: PLC0415
     from coclr.train.run import start_run  # noqa: PLC0415
 
-    store = random_store(folder / "store", videos=2 * batch, frames=length + 2, size=(size, size * 4 // 3),
+    # two batches an epoch, and one video more than the queue holds (a queue as large as the store is warned of)
+    store = random_store(folder / "store", videos=2 * batch + 1, frames=length + 2, size=(size, size * 4 // 3),
                          views=("rgb",))
     def config(out: str, epochs: int = 300) -> PretrainConfig:
         return from_dict(PretrainConfig, {
