@@ -19,7 +19,7 @@ import pytest
 from coclr.cli import main
 from coclr.errors import DataError
 from coclr.store.build import build_store
-from coclr.store.clipstore import LOCK_FILE, ClipStore, create_store, entry_path, write_entry
+from coclr.store.clipstore import LOCK_FILE, ClipStore, create_store, entry_path, pending_notes_path, write_entry
 from coclr.store.jobs import run_entry_jobs
 from coclr.store.jpeg import decode_jpeg, encode_jpeg
 from coclr.video.decode import decode_video
@@ -357,9 +357,10 @@ def test_killed_build_resumes_to_a_byte_identical_store(tmp_path):
         process.wait()
         complete_at_kill = len(list((out / "rgb").rglob("*.frames")))
         assert 3 <= complete_at_kill < 40, "the build was not interrupted in the middle"
-        killed = ClipStore(out)  # each entry written notes its video's identity (a replaced video is then told)
+        killed = ClipStore(out)  # each entry written has its notes beside it (a replaced video is then told)
         written = [entry.path for entry in killed.index.entries if killed.has(entry.path, "rgb")]
-        assert written and all("source" in killed.notes("rgb").get(key, {}) for key in written)
+        assert written and all(pending_notes_path(out, key, "rgb").is_file() or "sha256" in
+                               killed.notes("rgb").get(key, {}) for key in written)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             try:
@@ -384,6 +385,8 @@ def test_killed_build_resumes_to_a_byte_identical_store(tmp_path):
     assert not list(out.rglob("*.partial"))
     for key in store.keys():
         assert entry_path(out, key, "rgb").read_bytes() == entry_path(tmp_path / "reference", key, "rgb").read_bytes()
+    assert store.notes("rgb") == ClipStore(tmp_path / "reference").notes("rgb")  # every note, none lost
+    assert not list(out.rglob("*.notes"))
 
 
 def test_a_video_name_of_255_bytes_does_not_break_the_store(tmp_path, capsys):
@@ -514,7 +517,6 @@ def test_an_interrupted_build_keeps_what_its_entries_noted(tmp_path, monkeypatch
     for number in range(3):
         write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(8, seed=number))
     index = VideoIndex("videos", [], [VideoEntry(f"v{number}.mp4", None, "train", None) for number in range(3)])
-    monkeypatch.setattr(module, "note_sources", lambda *args: None)  # the notes of the job itself, alone
     decode = module.DecodeVideoJob.__call__
 
     def stopped_at_the_third(self, key):
@@ -634,13 +636,14 @@ def test_a_store_whose_first_job_was_killed_notes_every_sha256_on_the_next_run(t
     import os
 
     from coclr.cli import main
-    from coclr.store.build import note_sources
+    from coclr.store.build import HASHED
     from coclr.store.clipstore import ClipStore, record_notes
 
     store, command = two_videos_with_flow(tmp_path)
     notes = ClipStore(store).notes("rgb")
-    record_notes(store, "rgb", list(notes), {})  # the job's notes lost with it ...
-    note_sources(ClipStore(store), list(notes), tmp_path / "videos")  # ... but for those made before decoding
+    record_notes(store, "rgb", list(notes), {})  # the job's notes lost with it (an earlier version's job) ...
+    record_notes(store, "rgb", [], {key: {"source": note["source"], HASHED: True}  # ... but for those it made
+                                    for key, note in notes.items()})  # before decoding
     assert not any("sha256" in note for note in ClipStore(store).notes("rgb").values())
     assert main(command) == 0
     assert {key: note["sha256"] for key, note in ClipStore(store).notes("rgb").items()} == {

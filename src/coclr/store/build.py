@@ -105,13 +105,12 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
                       fps=fps) as update:
         store = ClipStore(out)
         mine = set(shard(keys))  # (each process of a distributed job its own keys, which it decodes)
-        adopt_pending_notes(store.root, "rgb", sorted(mine))  # (a killed job's, before they are read)
+        adopt_pending_notes(store, "rgb", mine)  # (a killed job's, before the notes are read)
         changed = [key for key in changed_videos(store, keys, video_root) if key in mine]
         for key in changed:
             for view in store.views():
                 store.entry_path(key, view).unlink(missing_ok=True)
         note_lost_sha256(store, sorted(mine), video_root)
-        note_sources(store, [key for key in mine if not store.has(key, "rgb")], video_root)
         said = _store_changes(update, changed)
         for line in said if announce is not None else ():
             announce(line)
@@ -132,25 +131,16 @@ def _store_changes(update: IndexUpdate, changed: list[str]) -> list[str]:
     return lines
 
 
-def note_sources(store: ClipStore, keys: list[str], video_root: str | Path) -> None:
-    """Note the identity of each video of ``keys`` before they are decoded: the job notes it again with the rest as
-    it ends, but a job killed before (``kill -9``, a machine's crash) records none, and a video replaced later would go
-    unseen (:func:`changed_videos`)."""
-    sources = {key: {"source": list(identity), HASHED: True} for key in keys
-               if (identity := file_identity(Path(video_root) / key)) is not None}
-    if sources:
-        record_notes(store.root, "rgb", [], sources)
-
-
 HASHED = "hashed"
-"""The mark of a note made before decoding by a job that notes the content's sha256 as it ends: a store whose first
-job was killed holds no sha256 yet, and is no store from before they were noted."""
+"""The mark of a note an earlier version made before decoding, by a job that notes the content's sha256 as it
+ends: a store whose first job was killed then holds no sha256 yet, and is no store from before they were noted."""
 
 
 def note_lost_sha256(store: ClipStore, keys: list[str], video_root: str | Path) -> None:
-    """The content sha256 of entries decoded by a job killed before it noted it (``kill -9``: the job notes it with
-    the rest as it ends), for each file that is still the one noted before decoding (:func:`note_sources`: its size
-    and modification time); without it, a later ``touch`` of such a video decoded it again and removed its flow
+    """The content sha256 of entries decoded by a job of an earlier version killed before it noted it (``kill -9``;
+    since, a job's notes are written beside each entry before it is put in place: :func:`~coclr.store.clipstore.
+    adopt_pending_notes`), for each file that is still the one that version noted before decoding (its size and
+    modification time); without it, a later ``touch`` of such a video decoded it again and removed its flow
     (:func:`changed_videos`). Only in a store whose jobs note the sha256 (one from before has no entry with it,
     and is not read through again)."""
     noted = store.notes("rgb")

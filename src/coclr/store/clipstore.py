@@ -462,10 +462,10 @@ def write_entry(root: str | Path, key: str, view: str, encoded_frames: Iterable[
     with EntryWriter(root, key, view) as writer:
         for frame in encoded_frames:
             writer.add(frame)
-        if notes:
-            path = pending_notes_path(root, key, view)
-            with storage_errors(path):
-                atomic_write_json(path, {"key": key, "notes": notes})
+        if notes:  # (not synced: a killed process's writes stand; a machine's crash may lose them, not the entry)
+            path = _pending(writer.path)
+            with storage_errors(path), atomic_open(path, "w", fsync=False) as file:
+                json.dump({"key": key, "notes": notes}, file)
         return writer.commit(fps)
 
 
@@ -476,39 +476,44 @@ PENDING_NOTES_SUFFIX = ".notes"
 def pending_notes_path(root: str | Path, key: str, view: str) -> Path:
     """The file beside the entry ``key`` of ``view`` holding what its job noted (:func:`write_entry`) until the
     job records it in the view's notes (:func:`record_notes`, then :func:`drop_pending_notes`)."""
-    path = entry_path(root, key, view)
-    return path.with_name(path.name + PENDING_NOTES_SUFFIX)
+    return _pending(entry_path(root, key, view))
 
 
-def adopt_pending_notes(root: str | Path, view: str, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """Record the notes a killed job left beside the entries of ``keys`` it wrote (:func:`write_entry`) in the
-    view's notes, and remove them, with those of entries never put in place; returns the notes recorded. Run by the
-    job writing ``view`` (holding its lock) on the keys it owns, before it starts."""
+def _pending(entry: Path) -> Path:
+    return entry.with_name(entry.name + PENDING_NOTES_SUFFIX)
+
+
+def adopt_pending_notes(store: ClipStore, view: str, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Record in the view's notes what a killed job left beside the entries of ``keys`` it wrote
+    (:func:`write_entry`), and remove those files, with those of entries never put in place; returns the notes
+    recorded. Run by the job writing ``view`` (holding its lock) on the keys it owns, before it starts: one scan of
+    the view's folder finds them (none, unless a job was killed)."""
+    folder = store.root / view
+    files = sorted(folder.rglob("*" + ENTRY_SUFFIX + PENDING_NOTES_SUFFIX)) if folder.is_dir() else []
+    if not files:
+        return {}
+    mine = set(keys)
     found: dict[str, dict[str, Any]] = {}
-    files = []
-    for key in keys:
-        path = pending_notes_path(root, key, view)
-        if not path.is_file():
-            continue
-        files.append(path)
-        try:
-            record = read_json_record(path)
-        except DataError:  # (damaged: the entry is noted as a job without notes would)
-            continue
-        if record and record.get("key") == key and isinstance(record.get("notes"), dict) and \
-                entry_path(root, key, view).is_file():
-            found[key] = record["notes"]
-    if found:
-        record_notes(root, view, list(found), found)
     for path in files:
+        try:
+            record = read_json_record(path) or {}
+        except DataError:  # (damaged: its entry is noted as a job without notes would note it)
+            record = {}
+        key = record.get("key")
+        if isinstance(key, str) and key not in mine:
+            continue  # (another process's, or a video no longer indexed: left as found)
+        if isinstance(key, str) and isinstance(record.get("notes"), dict) and store.has(key, view):
+            found[key] = record["notes"]
         path.unlink(missing_ok=True)
+    if found:
+        record_notes(store.root, view, list(found), found)
     return found
 
 
-def drop_pending_notes(root: str | Path, view: str, keys: Iterable[str]) -> None:
+def drop_pending_notes(store: ClipStore, view: str, keys: Iterable[str]) -> None:
     """Remove the notes left beside the entries of ``keys`` (:func:`write_entry`) once the job recorded them."""
     for key in keys:
-        pending_notes_path(root, key, view).unlink(missing_ok=True)
+        _pending(store.entry_path(key, view)).unlink(missing_ok=True)
 
 
 def encode_header(key: str, height: int, width: int, fps: float, encoded_frames: Sequence[bytes]) -> bytes:

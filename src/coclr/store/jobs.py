@@ -219,18 +219,18 @@ def run_entry_stream(root: str | Path, view: str, keys: Iterable[str], stream: E
     keys = shard(keys)
     with job_view_lock(store.root, view):
         summary = JobSummary(view)
-        summary.noted.update(adopt_pending_notes(store.root, view, keys))  # (of a job killed before it recorded them)
+        summary.noted.update(adopt_pending_notes(store, view, keys))  # (of a job killed before it recorded them)
         try:
             _run_stream(store, view, keys, stream, desc, summary)
         except BaseException:  # interrupted, or stopped: what the entries written noted is kept all the same (a video
             with suppress(OSError, StorageFullError):  # changed later is then told), and what failed
                 record_failures(store.root, view, summary.attempted, summary.failed)
                 record_notes(store.root, view, summary.attempted, summary.noted)
-                drop_pending_notes(store.root, view, summary.attempted)
+                drop_pending_notes(store, view, summary.attempted)
             raise
         record_failures(store.root, view, keys, summary.failed)
         record_notes(store.root, view, summary.attempted, summary.noted)
-        drop_pending_notes(store.root, view, summary.attempted)
+        drop_pending_notes(store, view, summary.attempted)
         summary.rank, summary.world = rank(), world_size()
         if summary.world > 1:
             counts = all_gather_objects((summary.done, summary.skipped, len(summary.failed), summary.frames))
