@@ -456,8 +456,17 @@ def test_the_warm_up_counts_from_the_first_optimiser_step(store: Path, tmp_path:
     def lrs(run: Path) -> list[float]:
         return [json.loads(line)["lr"] for line in (run / "log.jsonl").read_text().splitlines() if '"lr"' in line]
 
-    pretrain(tiny_config(store, tmp_path / "whole", *options))
+    from coclr.train.trainer import Trainer
+
+    asked = []
+    keeps = Trainer.keeps_own_key
+    Trainer.keeps_own_key = lambda self, iteration: asked.append(iteration) or keeps(self, iteration)
+    try:
+        pretrain(tiny_config(store, tmp_path / "whole", *options))
+    finally:
+        Trainer.keeps_own_key = keeps
     assert lrs(tmp_path / "whole") == pytest.approx([0, 0, 1e-3 / 3, 2e-3 / 3, 1e-3, 1e-3])
+    assert asked == [0, 0, 0, 1, 2, 3]  # the own-key epochs count the optimiser's steps too
     assert load_checkpoint(tmp_path / "whole" / LAST)["position"]["first_step"] == 2
     pretrain(tiny_config(store, tmp_path / "resumed", *options, "run.max_steps=3", "run.save_every=1"))
     pretrain(tiny_config(store, tmp_path / "resumed", *options))

@@ -282,7 +282,9 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
     if main and clock.counting:
         say(plan.describe())
     elif main:  # (a finished run scored again: its phases are done, so a bar's time left would be theirs)
-        say(f"coclr learn: {out} finished before; its measures taken again with the labels given (no time counted)")
+        say(f"coclr learn: {out} finished before; " + ("its measures taken again with the labels given" if labels
+                                                       else "its label scores dropped (no --labels given)")
+            + " (no time counted)")
     result["status"] = "running"
     finished = [name for name in result.get("phases_done", []) if name in plan.estimates]  # by earlier parts
     line = ProgressLine(plan.estimates, enabled=options.progress and main and clock.counting,
