@@ -1645,6 +1645,9 @@ def test_the_report_says_the_epochs_the_stages_trained():
     failed = [{"path": "/v/bad.mp4", "error": "DataError: cannot decode"}]  # (said "on 9 videos": learnt from 8)
     notes = card_notes({"plan": {**plan, "batch": 12, "model": {"width": 0.125}}, "videos": 9, "failed": failed}, None)
     assert " on 8 of its 9 videos " in notes[0]
+    notes = card_notes({"plan": {**plan, "batch": 12, "model": {"width": 0.125}}, "videos": 9, "failed": failed,
+                        "trained_videos": 9}, None)  # (it failed to embed only: trained on all the same)
+    assert " on 9 videos " in notes[0]
 
 
 def test_a_phase_killed_outright_keeps_its_seconds_to_the_last_record(tmp_path):

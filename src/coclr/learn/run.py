@@ -53,7 +53,7 @@ from coclr.learn.line import MeasureLine, ProgressLine
 from coclr.learn.options import LearnOptions, budget_text
 from coclr.learn.recipe import pipeline_options, sized
 from coclr.learn.scores import read_labels
-from coclr.learn.stages import VIEWS, choose_exports, export_line
+from coclr.learn.stages import VIEWS, choose_exports, export_line, videos_learnt
 from coclr.runfolder import FolderRule, check_folder, check_not_busy, check_writable, claim_folder, read_record
 from coclr.text import TEXT, shown, to_bytes
 from coclr.threads import torch_threads, usable_cores
@@ -113,7 +113,8 @@ class LearnSummary:
                          f"{self.out}: finished before (learnt in {progress.duration(self.seconds)}); its label "
                          "scores dropped (no --labels given)")
         else:
-            learnt = self.videos - len(self.failed)
+            learnt = videos_learnt(self.record)
+            learnt = self.videos - len(self.failed) if learnt is None else learnt
             lines.append(f"{self.out}: learnt from {learnt} videos in {progress.duration(self.seconds)}")
         lines.append(f"  encoders: {self.out / 'encoder_rgb.pth'}, {self.out / 'encoder_flow.pth'}")
         lines.append(f"  embeddings: {', '.join(str(self.out / 'embeddings' / name) for name in EMBEDDINGS)} "
@@ -334,8 +335,10 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
             result["labels"] = {**scored, "notes": [*label_notes, *scored["notes"]]}
         else:  # a run scored before and continued without --labels: no scores of a file no longer given
             result.pop("labels", None)
-        failed = sorted({**store_failures(store, root), **flow_failed, **embed_failed}.items())
+        untrained = {**store_failures(store, root), **flow_failed}  # (a video embedding failed on was trained on)
+        failed = sorted({**untrained, **embed_failed}.items())
         result.update(status="done", plan=plan.to_dict(), labels_file=labels and labels["file"],
+                      trained_videos=len(paths) - len(untrained),
                       labels_sha256=labels and labels["sha256"],
                       failed=[{"path": path, "error": error} for path, error in failed],
                       short_videos=plan.short_videos, videos=len(paths), torch=torch.__version__)

@@ -190,6 +190,17 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def videos_learnt(result: dict[str, Any]) -> int | None:
+    """The videos a ``learn.json`` record's encoders were trained on: those stored with their flow
+    (``trained_videos``; a record from before it was kept: the videos less every failure, embedding's too); None
+    when it does not say."""
+    trained = result.get("trained_videos")
+    if isinstance(trained, int):
+        return trained
+    videos, failed = result.get("videos"), result.get("failed")
+    return videos - len(failed) if isinstance(videos, int) and isinstance(failed, list) else None
+
+
 def card_notes(result: dict[str, Any], stage: str | None) -> list[str]:
     """Lines for an exported encoder's model card from its learn run's ``learn.json`` (``result``): the run's
     plan, why this stage was exported, and its label-free measures (:mod:`coclr.eval.label_free`)."""
@@ -202,9 +213,9 @@ def card_notes(result: dict[str, Any], stage: str | None) -> list[str]:
         except (KeyError, TypeError):  # (a record without the plan's epochs)
             steps = plan.get("steps", "?")
         # the run's figures, said as the run's: the exported stage may be an early one (its later stages collapsed)
-        videos, failed = result.get("videos", "?"), result.get("failed")
-        if isinstance(videos, int) and isinstance(failed, list) and failed:  # (learnt from those that did not fail)
-            videos = f"{videos - len(failed)} of its {videos}"
+        videos, learnt = result.get("videos", "?"), videos_learnt(result)
+        if isinstance(videos, int) and learnt is not None and learnt != videos:
+            videos = f"{learnt} of its {videos}"
         notes.append(f"from a `coclr learn` run without labels on {videos} videos (InfoNCE then "
                      f"two CoCLR cycles, {steps} steps of batch {plan.get('batch', '?')} over all its stages, S3D "
                      f"width {model.get('width', '?')})" + (f"; this encoder is its stage {stage}" if stage else ""))
