@@ -355,6 +355,14 @@ def test_a_queue_as_large_as_the_store_is_warned_once(store: Path, tmp_path: Pat
     with pytest.warns(UserWarning, match=r"method.queue_size=12 is not smaller than the 12 training instance\(s\)"
                                          r".*\(method.queue_size=4\) avoids it"):
         pretrain(tiny_config(store, tmp_path / "run", "method.queue_size=12", "run.max_steps=1"))
+    from coclr.train.setup import warn_queue_of_own_keys
+
+    coclr = tiny_config(store, tmp_path / "x", "method.name=coclr", "method.sampler_checkpoint=m.pth",
+                        "method.queue_size=12", "method.topk=5")
+    with pytest.warns(UserWarning, match=r"\(method.queue_size=6\) avoids it"):  # (4 holds no top-5)
+        warn_queue_of_own_keys(coclr, 12)
+    with pytest.warns(UserWarning, match=r"more videos \(or stretches of them: data.segment_frames\) avoid it"):
+        warn_queue_of_own_keys(coclr, 6)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         pretrain(tiny_config(store, tmp_path / "run", "method.queue_size=12", "run.max_steps=2"))  # continues

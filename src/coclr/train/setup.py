@@ -166,11 +166,16 @@ def warn_queue_of_own_keys(config: PretrainConfig, instances: int) -> None:
     query then meets earlier keys of its own video among the queue's negatives (a method without labels), which
     stalls or collapses the training on a small store."""
     method = config.method
-    if instances and method.queue_size >= instances and not METHODS[method.name].uses_labels:
-        warnings.warn(f"method.queue_size={method.queue_size} is not smaller than the {instances} training "
-                      f"instance(s): from the second epoch on every clip meets earlier keys of its own video in the "
-                      f"queue as negatives, which can stall or collapse the training; a queue within a third of "
-                      f"the instances (method.queue_size={queue_within_a_third(instances)}) avoids it", stacklevel=2)
+    if not instances or method.queue_size < instances or METHODS[method.name].uses_labels:
+        return
+    smaller = queue_within_a_third(instances)
+    if METHODS[method.name].mines:
+        smaller = max(smaller, method.topk + 1)  # (a queue must hold more than the top-K mined)
+    remedy = (f"a queue within a third of the instances (method.queue_size={smaller}) avoids it"
+              if smaller < instances else "more videos (or stretches of them: data.segment_frames) avoid it")
+    warnings.warn(f"method.queue_size={method.queue_size} is not smaller than the {instances} training "
+                  f"instance(s): from the second epoch on every clip meets earlier keys of its own video in the "
+                  f"queue as negatives, which can stall or collapse the training; {remedy}", stacklevel=2)
 
 
 def queue_within_a_third(instances: int) -> int:

@@ -152,9 +152,9 @@ class Trainer:
         self.lr_factor = 1.0
         """The share of the scheduled lr the last iteration stepped with (warm-up; 0: it took no step)."""
         self.step_seconds: list[float] = []
+        """The seconds a step of each epoch this process trained (what :func:`run_left` paces the rest by)."""
         self.check_seconds: list[float] = []
         """The seconds each kNN check of this process took (what :func:`run_left` paces the checks left by)."""
-        """The seconds a step of each epoch this process trained (what :func:`run_left` paces the rest by)."""
         if (self.out / LAST).is_file():
             self._load(self.out / LAST)
         elif is_main():  # (said when the run starts, not again as it continues)
