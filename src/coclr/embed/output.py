@@ -190,7 +190,8 @@ class EmbeddingWriter(ChunkWriter):
             self.failed = {r["path"]: (r["size"], r["mtime_ns"]) for r in failures}
             self.errors = {r["path"]: r.get("error") or "failed" for r in failures}
             for chunk in left:  # done as the stopped run left them; merged with this run's results as it ends, so
-                meta = _read_chunk_meta(chunk)  # that its new rows follow the inputs' order (not when it stopped)
+                meta, _ = _read_chunk(chunk)  # that its new rows follow the inputs' order (not when it stopped);
+                # read whole now, so that a damaged one is said before the work, not at the merge after it
                 self._noted([(video["path"], (video["size"], video["mtime_ns"])) for video in meta["videos"]],
                             meta["failed"], meta.get("stale", []))
         except BaseException:
@@ -374,15 +375,6 @@ class EmbeddingWriter(ChunkWriter):
         atomic_write_json(self.root / COMMIT_FILE, {"renames": {str(t.name): str(f.name) for f, t in temps.items()},
                                                     "chunks": [chunk.name for chunk in chunks]})
         recover(self.root)
-
-
-def _read_chunk_meta(chunk: Path) -> dict[str, Any]:
-    """What a chunk file records (its arrays not read)."""
-    try:
-        with np.load(chunk, allow_pickle=False) as data:
-            return json.loads(str(data["meta"]))
-    except (OSError, ValueError, KeyError) as error:
-        raise DataError(f"{chunk}: unreadable chunk file ({error}); delete it and run again") from None
 
 
 def _read_chunk(chunk: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
