@@ -209,7 +209,10 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         launched_rank,
         pick_device,
     )
+    from coclr.train.config import check_device_name  # noqa: PLC0415 (heavy: torch)
 
+    if options.device is not None:  # (its training runs' rule, before any work: they refused it after the probe)
+        check_device_name(options.device, "--device")
     device = pick_device(options.device, "--device")
     earlier = {} if options.restart else read_result(out)
     # a finished run given other labels (or none) is scored again: that is not learning time (the report said

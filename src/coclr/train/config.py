@@ -25,6 +25,13 @@ from coclr.seeding import check_seed
 from coclr.threads import check_workers
 
 
+def check_device_name(name: str, key: str) -> None:
+    """The devices a training run takes (``run.device``, and the commands that start runs: ``coclr learn
+    --device``): auto, cpu, cuda or cuda:N; whether it exists here is :func:`coclr.distributed.pick_device`'s."""
+    require(name == "auto" or name == "cpu" or name.startswith("cuda"), key,
+            f"must be auto, cpu, cuda or cuda:N, got {name!r}")
+
+
 @dataclass
 class DataOptions:
     store: str = option("", "clip store directory (made by `coclr data store` or `coclr data synth`)")
@@ -228,8 +235,7 @@ class RunOptions:
         require(self.log_every >= 1, "log_every", "must be at least 1")
         require(self.knn_every >= 0, "knn_every", "must be non-negative")
         require(self.ddp_bucket_mb > 0, "ddp_bucket_mb", f"must be positive, got {self.ddp_bucket_mb}")
-        require(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
-                f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        check_device_name(self.device, "device")
 
 
 @dataclass
