@@ -264,8 +264,13 @@ def test_a_device_refused_names_the_flag_given(tmp_path, capsys):
         write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(4, seed=number))
     assert main(["learn", str(tmp_path / "videos"), "--out", str(tmp_path / "L"), "--device", "cpu:3"]) == 2
     err = capsys.readouterr().err
-    assert "coclr learn: error: --device: 'cpu:3': the CPU is one device, not numbered; give cpu" in err, err
+    assert "coclr learn: error: --device: must be auto, cpu, cuda or cuda:N, got 'cpu:3'" in err, err
     assert "probing" not in err and not (tmp_path / "L").exists()
     store = random_store(tmp_path / "store", videos=2, frames=3, size=(16, 16), views=("rgb",))
+    from test_eval_helpers import save_tiny_encoder
+
+    encoder = save_tiny_encoder(tmp_path / "rgb.pth", meta={"clip_settings": {"view": "rgb", "length": 8, "size": 32}})
+    assert main(["eval", "retrieval", "--checkpoint", str(encoder), "--store", str(store), "--device", "cpu:3"]) == 2
+    assert "--device: 'cpu:3': the CPU is one device, not numbered; give cpu" in capsys.readouterr().err
     assert main(["flow", str(store), "--backend", "dis", "--device", "tpu"]) == 2
     assert "coclr flow: error: --device: the dis backend runs on the CPU" in capsys.readouterr().err
