@@ -838,3 +838,56 @@ def test_info_counts_the_failures_of_the_videos_indexed(tmp_path, capsys):
     main(["data", "info", str(tmp_path / "store")])
     out = capsys.readouterr().out
     assert "    1 failed, 1 of them damaged entries" in out, out
+
+
+def _sweeping_rank(rank: int, world: int, port: int, root: str) -> None:
+    """A rank of a 2-process job whose rank 0, once writing, holds a temporary file under a pid no process of this
+    machine has (a live writer on another machine of a shared file system); rank 1 then starts its part."""
+    import torch.distributed as dist
+
+    from coclr.store.jobs import run_entry_stream
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    foreign = Path(root) / "rgb" / "ab" / f".{'ab' * 16}.frames.{2 ** 22 + 7}.x1y2z3.partial"
+    started = Path(root) / "rank1-started"
+
+    def stream(todo, record):
+        if rank == 0:
+            foreign.parent.mkdir(parents=True, exist_ok=True)
+            foreign.write_bytes(b"an entry being written")
+            (Path(root) / "rank0-writing").touch()
+            deadline = time.monotonic() + 60
+            while not started.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert foreign.exists(), "a rank removed another machine's entry as it was written"
+        else:
+            started.touch()
+        for key in todo:
+            record(key, 0, None)
+
+    if rank == 1:  # it starts its part (reads what failed before) once rank 0 writes
+        failed = ClipStore.failed
+
+        def later(self, view):
+            deadline = time.monotonic() + 60
+            while not (Path(root) / "rank0-writing").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return failed(self, view)
+
+        ClipStore.failed = later
+    run_entry_stream(root, "rgb", ["a/1", "a/2"], stream)
+    dist.destroy_process_group()
+
+
+def test_no_rank_removes_what_another_machine_writes(tmp_path):
+    """Each rank of a job over machines removed the temporary files of killed writers as it started, taking a live
+    writer on another machine for dead (its pid is not one of this machine's): that entry failed. Only the process
+    that takes the view's lock sweeps, before any rank writes."""
+    import torch.multiprocessing as mp
+
+    from test_train_distributed import free_port
+
+    create_store(tmp_path, VideoIndex("x", ["a"], [VideoEntry(k, 0, "train") for k in ("a/1", "a/2")]))
+    mp.spawn(_sweeping_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)

@@ -100,7 +100,17 @@ def job_view_lock(root: str | Path, view: str) -> Iterator[None]:
     holder = None
     if is_distributed():
         holder = f"pid {os.getpid()} on {socket.gethostname()}, rank 0 of a distributed job of {world_size()} processes"
-    with held_by_main(lambda: view_lock(root, view, holder)):
+    with held_by_main(lambda: _locked_and_swept(root, view, holder)):
+        yield
+
+
+@contextmanager
+def _locked_and_swept(root: str | Path, view: str, holder: str | None) -> Iterator[None]:
+    """:func:`view_lock`, then the temporary files of killed writers removed (:func:`remove_stale_partials`): by
+    the process that holds the lock, before any rank of its job writes. A rank sweeping as it starts took a live
+    writer on another machine for dead (its pid is not one of this machine's) and removed its entry half-written."""
+    with view_lock(root, view, holder):
+        remove_stale_partials(Path(root) / view)
         yield
 
 
@@ -244,7 +254,6 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
     listed = store.failed(view)  # failed or damaged: tried again (a damaged entry's file exists)
     todo = [key for key in keys if key in listed or not store.has(key, view)]
     summary.skipped = len(keys) - len(todo)
-    remove_stale_partials(store.root / view)
 
     with progress_bar(total=len(todo), desc=desc or f"{view} entries", unit="video", smoothing=0.05,
                       dynamic_ncols=True, disable=rank() != 0) as progress:
@@ -269,7 +278,8 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
             except StorageFullError as error:  # stop at once: the entries left would fail the same way
                 raise error.with_remaining(len(todo) - summary.done - len(summary.failed)) from None
             except KeyboardInterrupt as error:  # the stream stopped its workers; what they were writing goes
-                remove_stale_partials(store.root / view)
+                if not is_distributed():  # (a rank cannot tell another machine's live writers: the next job sweeps)
+                    remove_stale_partials(store.root / view)
                 # kept: those recorded, and those written whose result had not come back (not those listed before)
                 written = {key for key in todo if key not in listed and store.has(key, view)}
                 raise interrupted(error, f"{view}: {summary.skipped + len(done | written)} of {len(keys)} videos done "
