@@ -412,6 +412,8 @@ class Trainer:
         saved = self.saved
         if saved is None:
             return f"{self.out}: no checkpoint yet (the first comes after epoch 1, or after run.save_every steps)"
+        if not is_main():  # (rank 0 writes it: stopped first, it may not have written the one this rank counts)
+            return f"{self.out / LAST} kept, as rank 0 last wrote it (the same command continues from it)"
         redo = self.position.global_step - saved.global_step
         since = f"; the {redo} steps after it are trained again" if redo else ""
         return f"{self.out / LAST} kept ({saved.where()}, step {saved.global_step}){since}"
