@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from coclr.clips import JPEG_QUALITY
-from coclr.distributed import pick_device
+from coclr.distributed import pick_device, rank, world_size
 from coclr.errors import ConfigError, DataError
 from coclr.flow.backends import ALIASES, BACKENDS, FlowBackend
 from coclr.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
@@ -254,7 +254,7 @@ def extract_flow(store_root: str | Path, backend: str = FlowOptions.backend, vie
         keys = [key for key in keys if key not in other_splits]  # unknown keys stay, to be reported
         if not keys:  # nothing to do, and said (it said "0 done", as if the split's flow were complete)
             present = sorted({entry.split for entry in store.index.entries})
-            return JobSummary(view or chosen.default_view, notes=[
+            return JobSummary(view or chosen.default_view, rank=rank(), world=world_size(), notes=[
                 f"{store.root}: the store has no {split} videos (its splits: {', '.join(present)}): nothing to do"])
     store.check_keys(keys)
     quality = int(store.meta.get("quality") or JPEG_QUALITY)
