@@ -334,7 +334,7 @@ def test_flow(tmp_path):
     keys = ["red_class/train_00.avi"]
     extract_flow(store, backend="dis", workers=1, keys=keys, bound=5.0)
     refused_untouched(store, lambda: extract_flow(store, backend="dis", workers=1, bound=20.0), FolderRefused,
-                      r"flow view 'flow_dis' with flow_dis_bound_px=5\.0 \(given 20\.0\)")
+                      r"flow view 'flow_dis' with --bound=5\.0 \(given 20\.0\)")
     with view_locked_by_another_process(store, "flow_dis"):
         refused_untouched(store, lambda: extract_flow(store, backend="dis", workers=1, bound=5.0), DataError,
                           "view 'flow_dis' is being written by another job")

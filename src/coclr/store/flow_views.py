@@ -57,7 +57,24 @@ def stored_bound(store: ClipStore, view: str) -> float | None:
 def flow_view_rule(view: str) -> FolderRule:
     """How a flow view is continued or refused (:mod:`coclr.runfolder`): by its bound and method, recorded in the
     store's metadata; extracting more of it otherwise would mix two kinds of flow."""
-    return FolderRule("flow", f"flow view {view!r}", may_add=True, other="another view (--view)")
+    return FolderRule("flow", f"flow view {view!r}", may_add=True, other="another view (--view)",
+                      shown=lambda settings: _as_options(view, settings))
+
+
+def _as_options(view: str, settings: dict) -> dict:
+    """A flow view's recorded settings in the words of ``coclr flow``'s options (``--bound``, ``--backend``,
+    ``--mode``, ``--kernels``, the TV-L1 parameters as its ``key=value`` overrides), as a refusal names them."""
+    shown = {}
+    for key, value in settings.items():
+        if key == bound_key(view):
+            shown["--bound"] = value
+        elif key == method_key(view) and isinstance(value, dict):
+            named = {"backend": "--backend", "mode": "--mode", "kernels": "--kernels", "stop_every": "stop_every"}
+            shown.update((named.get(part, part), setting) for part, setting in value.items() if part != "params")
+            shown.update(value.get("params") or {})
+        else:
+            shown[key] = value
+    return shown
 
 
 def recorded_settings(store: ClipStore, view: str) -> dict:
