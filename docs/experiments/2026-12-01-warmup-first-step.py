@@ -8,12 +8,16 @@ top-1 (the records in SEED_DIR/eval) beside the figures recorded for the same se
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import statistics
 from pathlib import Path
 
 TASKS = {"retrieval": "R@1", "linear": "top1"}
 BEFORE = Path(__file__).with_name("2026-12-01-window-normalisation.json")
+_PAIRED = importlib.util.spec_from_file_location("paired", BEFORE.with_suffix(".py"))
+_EARLIER = importlib.util.module_from_spec(_PAIRED)
+_PAIRED.loader.exec_module(_EARLIER)
+spread = _EARLIER.spread  # (mean ± sd over seeds, as the pairing before)
 
 
 def figures(seed_dir: Path) -> dict[str, dict[str, float]]:
@@ -24,10 +28,6 @@ def figures(seed_dir: Path) -> dict[str, dict[str, float]]:
         if task in TASKS:
             out.setdefault(row, {})[task] = json.loads(path.read_text())["results"][TASKS[task]]
     return out
-
-
-def spread(values: list[float]) -> str:
-    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.1f}"
 
 
 def main() -> int:
