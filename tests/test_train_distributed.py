@@ -102,7 +102,7 @@ def test_a_two_process_run_resumes_in_one_process(tmp_path: Path, start_trainer)
     resumed.run()
     final = load_checkpoint(tmp_path / "ddp" / "checkpoint_last.pth")["position"]
     assert final == {"epoch": 1, "consumed": 0, "global_step": STEPS + 1, "loss_sum": 0.0, "steps": 0,
-                     "seconds": 0.0}  # the epoch ended: nothing of it held
+                     "seconds": 0.0, "first_step": 0}  # the epoch ended: nothing of it held
 
 
 def _refused_worker(rank: int, port: int, store: str, out: str, results: str, restart: bool = False) -> None:
@@ -214,8 +214,8 @@ def _stopped_rank_worker(rank: int, world: int, port: int, store: str, out: str,
     sys.stderr = open(Path(results) / f"stderr{rank}", "w")  # noqa: SIM115 (the process's own, until it ends)
     try:
         status = str(main(["pretrain", f"data.store={store}", f"run.out={out}",
-                           *[o for o in TINY if "batch_size" not in o and "log_every" not in o], "run.batch_size=2",
-                           "optim.epochs=500", "run.save_every=1"]))
+                           *[o for o in TINY if "batch_size" not in o and "log_every" not in o and "queue" not in o],
+                           "run.batch_size=2", "method.queue_size=4", "optim.epochs=500", "run.save_every=1"]))
     except BaseException as error:  # noqa: BLE001 (what the test looks at)
         status = f"raised {type(error).__name__}"
     sys.stderr.flush()
