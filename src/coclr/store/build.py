@@ -158,10 +158,12 @@ def note_lost_sha256(store: ClipStore, keys: list[str], video_root: str | Path) 
         record_notes(store.root, "rgb", list(found), found)
 
 
-def moved_identities(store: ClipStore, keys: list[str], video_root: str | Path) -> list[str]:
+def moved_identities(store: ClipStore, keys: list[str], video_root: str | Path,
+                     noted: dict[str, dict[str, Any]] | None = None) -> list[str]:
     """The keys of rgb entries whose video file's size or modification time is no longer the one noted when it was
-    decoded (``source``): those :func:`changed_videos` reads through; nothing hashed or written."""
-    noted = store.notes("rgb")
+    decoded (``source``; ``noted``: the rgb view's notes, read when not given): those :func:`changed_videos` reads
+    through; nothing hashed or written."""
+    noted = store.notes("rgb") if noted is None else noted
     return [key for key in keys if "source" in noted.get(key, {}) and store.has(key, "rgb")
             and file_identity(Path(video_root) / key) != tuple(noted[key]["source"])]
 
@@ -173,7 +175,7 @@ def changed_videos(store: ClipStore, keys: list[str], video_root: str | Path) ->
     (``cp``, ``rsync`` without ``-t``) is the same video: its new identity is noted, and its flow kept."""
     noted = store.notes("rgb")
     changed, touched = [], {}
-    for key in moved_identities(store, keys, video_root):
+    for key in moved_identities(store, keys, video_root, noted):
         path = Path(video_root) / key
         identity = file_identity(path)
         if (identity is not None and "sha256" in noted[key] and identity[0] == noted[key]["source"][0]

@@ -135,10 +135,16 @@ class MethodOptions:
         return MINING_SPACES[self.mine_in]
 
     @property
+    def needs_sampler(self) -> bool:
+        """Whether a frozen encoder of the other view (``sampler_checkpoint``) embeds the key clips to mine
+        positives: alternating CoCLR."""
+        return self.spec.needs_sampler(self.simultaneous)
+
+    @property
     def mines_in_own_view(self) -> bool:
         """Whether a frozen copy of the trained view's start embeds the key clips for mining (alternating CoCLR
         with ``mine_in=both``; inert for the other methods, as ``topk``)."""
-        return self.mining_space.own_view and self.spec.needs_sampler(self.simultaneous)
+        return self.mining_space.own_view and self.needs_sampler
 
     @property
     def form(self) -> str:
@@ -257,13 +263,13 @@ class PretrainConfig:
         if self.method.spec.other_view is not None:
             self.check_second_view(f"{self.method.name} reads both")
         method = self.method
-        if method.spec.needs_sampler(method.simultaneous):
+        if method.needs_sampler:
             require(bool(method.sampler_checkpoint), "method.sampler_checkpoint",
                     f"{method.name} needs the frozen other-view encoder that mines positives (a checkpoint of "
                     "the second view), or method.simultaneous=true")
         # a checkpoint the method never reads was ignored without a word (a flow start believed used)
         named = f"{method.name}{' simultaneous' if method.simultaneous else ''}"
-        require(not method.sampler_checkpoint or method.spec.needs_sampler(method.simultaneous),
+        require(not method.sampler_checkpoint or method.needs_sampler,
                 "method.sampler_checkpoint", "is read by alternating coclr only (name=coclr, simultaneous=false), "
                 f"which mines with a frozen encoder of the other view; {named} reads none: leave it empty")
         require(not method.second_init_checkpoint or method.trains_two_views, "method.second_init_checkpoint",

@@ -57,7 +57,7 @@ def build_model(config: PretrainConfig, generator: torch.Generator) -> PretrainM
         return built
 
     sampler = None
-    if not method.trains_two_views and method.spec.needs_sampler(method.simultaneous):
+    if method.needs_sampler:
         backbone, head = load_encoder(method.sampler_checkpoint)  # draws nothing from the global generator
         if head is None:
             raise CheckpointError(f"{method.sampler_checkpoint}: has no projection head, so it cannot embed "
@@ -92,7 +92,7 @@ def sampler_unlike_training(config: PretrainConfig, store) -> list[str]:
     from coclr.eval.features import unlike_training  # noqa: PLC0415 (the evaluation's rule, read once here)
 
     method = config.method
-    if method.trains_two_views or not method.spec.needs_sampler(method.simultaneous):
+    if not method.needs_sampler:
         return []
     path = method.sampler_checkpoint
     recorded = read_clip_settings(path)
