@@ -256,6 +256,36 @@ def test_report_run_end_to_end(tmp_path):
     assert "mined_precision" not in json.loads((out / "results" / "cycle1_flow_flow.json").read_text())  # no log
 
 
+def test_a_run_whose_store_left_videos_out_says_so_and_is_not_all_done(tmp_path, capsys):
+    """A flow job that failed for a video left it out of every flow stage's evaluation: the report wrote its
+    figures, said nothing and exited 0 (as if every video were in them)."""
+    import os
+
+    from coclr.store.clipstore import entry_path, open_store, record_failures
+
+    fake_run(tmp_path)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    manifest["stages"] = manifest["stages"][:2]  # the two InfoNCE stages are enough
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest))
+    store = open_store(tmp_path / "store")
+    broken = next(e.path for e in store.index.entries if e.split == "test")
+    os.unlink(entry_path(store.root, broken, "flow"))
+    record_failures(store.root, "flow", [broken], [(broken, "DataError: cannot decode")])
+    out = tmp_path / "report"
+    assert main(["report", "--run", str(tmp_path / "run"), "--store", str(tmp_path / "store"), "--out", str(out),
+                 "--length", "8", "--size", "32", "--quiet"]) == 3
+    err = capsys.readouterr().err
+    assert "left out 1 'test' video(s) whose jobs failed" in err and broken in err, err
+    flow = json.loads((out / "results" / "infonce_flow_flow.json").read_text())
+    assert flow["splits"]["test"]["left_out"] == [broken]
+    # its result file shown again: the line names the file, and the report is not all done either
+    assert main(["report", "--results", str(out / "results" / "infonce_flow_flow.json"),
+                 str(out / "results" / "infonce_rgb_rgb.json"), "--out", str(tmp_path / "again")]) == 3
+    err = capsys.readouterr().err
+    assert f"infonce_flow_flow.json: its figures leave out 1 'test' video(s) whose jobs failed, e.g. {broken}" in err
+    assert "infonce_rgb_rgb.json" not in err
+
+
 def test_report_refuses_evaluation_options_without_a_run(tmp_path, capsys) -> None:
     assert main(["report", "--results", str(tmp_path / "r.json"), "--out", str(tmp_path / "o"), "--length", "8",
                  "--amp"]) == 2

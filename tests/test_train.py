@@ -371,6 +371,32 @@ def test_a_queue_as_large_as_the_store_is_warned_once(store: Path, tmp_path: Pat
                              "run.max_steps=1"))
 
 
+def test_a_warm_up_that_the_queue_s_filling_pushes_past_the_end_is_said(store, tmp_path):
+    """Counted from the first optimiser step, the warm-up of a CoCLR run starts once the queue is full: with
+    optim.warmup_epochs close to optim.epochs it never ended (the lr below its schedule to the last step), though
+    the option's check (at most the epochs) promised it would."""
+    from coclr.train.setup import warn_warmup_past_the_end
+
+    coclr = tiny_config(tmp_path / "store", tmp_path / "x", "method.name=coclr", "method.sampler_checkpoint=m.pth",
+                        "method.queue_size=12", "method.topk=1", "method.wait_for_full_queue=true", "optim.epochs=4",
+                        "optim.warmup_epochs=3.5")
+    # 4 iterations an epoch of 4 clips: the queue fills in 3, the warm-up needs 14 more, the run has 16
+    with pytest.warns(UserWarning, match=r"optim.warmup_epochs=3.5: .* after the 3 iteration\(s\) that fill the "
+                                         r"queue .* last iteration \(16\).*optim.warmup_epochs=3.25 or less"):
+        warn_warmup_past_the_end(coclr, 4, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        coclr.optim.warmup_epochs = 3.25  # ends on the last iteration
+        warn_warmup_past_the_end(coclr, 4, 4)
+        infonce = tiny_config(tmp_path / "store", tmp_path / "y", "optim.epochs=4", "optim.warmup_epochs=4")
+        warn_warmup_past_the_end(infonce, 4, 4)  # (no wait: its warm-up starts at once)
+    from coclr.train.run import pretrain
+
+    with pytest.warns(UserWarning, match=r"optim.warmup_epochs=1: the warm-up starts at the first optimiser step"):
+        pretrain(tiny_config(store, tmp_path / "run", "method.wait_for_full_queue=true", "optim.epochs=1",
+                             "optim.warmup_epochs=1", "run.max_steps=1"))  # (the run says it as it starts)
+
+
 def test_cmc_trains_both_views_against_each_other(store: Path, tmp_path: Path, start_trainer) -> None:
     trainer = start_trainer(tiny_config(store, tmp_path / "run", "method.name=cmc", "run.max_steps=2"))
     assert set(trainer.model.learners) == {"rgb", "flow"} and trainer.model.sampler is None

@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from coclr.cli._options import add_clip_arguments, config_from_flags
+from coclr.cli._status import job_status
 
 if TYPE_CHECKING:
     from coclr.eval.features import ClipConfig
@@ -45,12 +46,14 @@ def run_only() -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from coclr.data.datasets import left_out_message
     from coclr.errors import ConfigError
     from coclr.eval.features import check_cache_dir
     from coclr.eval.report import (
         REPORT_FOLDER,
         check_run_inputs,
         gallery_inputs,
+        left_out_line,
         load_record,
         report_options,
         write_report,
@@ -76,8 +79,11 @@ def run(args: argparse.Namespace) -> int:
     records = [load_record(path) for path in args.results]
     store = open_store(args.store) if args.store else None
     gallery_inputs(records, store)  # the gallery's store and videos, before --out is made
-    if args.run:
-        check_run_inputs(args.run, store)  # the store's views and splits, before --out is made too
+    left_out: dict[str, dict[str, str]] = {}
+    run_views: set[str] = set()
+    if args.run:  # the store's views and splits, before --out is made too
+        stages, left_out = check_run_inputs(args.run, store)
+        run_views = {view for stage in stages for view in stage["encoders"]}
     with claim_folder(args.out, REPORT_FOLDER, {}, legacy=report_options):
         if settings is not None:
             records += evaluate_run(args, store, *settings)
@@ -90,7 +96,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.run and plot.is_file():
         print(f"coclr report: note: {plot} and {Path(args.out) / 'results'} are of an earlier report's --run, not of "
               "this one's inputs", file=sys.stderr)
-    return 0
+    partial = [line for line in map(left_out_line, records[:len(args.results)]) if line]
+    for line in partial:  # (its evaluation ended with exit status 3 too: the figures shown are of the others)
+        print(f"coclr report: {line}", file=sys.stderr)
+    for split, videos in left_out.items():
+        if videos:
+            print(f"coclr report: {left_out_message(store, split, sorted(run_views), videos)}", file=sys.stderr)
+    return job_status(len(partial) + sum(map(len, left_out.values())))
 
 
 def run_settings(args: argparse.Namespace) -> tuple[ClipConfig, str]:

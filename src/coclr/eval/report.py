@@ -96,6 +96,22 @@ def load_record(path: str | Path) -> dict[str, Any]:
     return record
 
 
+def left_out_line(record: dict[str, Any]) -> str | None:
+    """One line saying which videos a record's figures were computed without (its evaluation left them out because
+    a job of their view failed), or None when it left none out (or predates the record of them)."""
+    splits = record.get("splits")
+    if not isinstance(splits, dict):
+        return None
+    left = {split.get("name", role): split["left_out"] for role, split in splits.items()
+            if isinstance(split, dict) and isinstance(split.get("left_out"), list) and split["left_out"]}
+    if not left:
+        return None
+    counts = " and ".join(f"{len(keys)} {name!r}" for name, keys in left.items())
+    first = next(iter(left.values()))[0]
+    return (f"{record.get('source', record.get('name', 'a result'))}: its figures leave out {counts} video(s) whose "
+            f"jobs failed, e.g. {first}")
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -402,13 +418,13 @@ def mined_precision(log: str | Path, view: str) -> float | None:
     return 100 * sum(values) / len(values) if values else None
 
 
-def check_run_inputs(run_dir: str | Path, store) -> list[dict[str, Any]]:
+def check_run_inputs(run_dir: str | Path, store) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]]]:
     """The finished stages of the run (:func:`stage_encoders`), refused in one line unless ``store`` holds the train
-    and test videos of every view their encoders take (reads only: a command checks it before its output exists)."""
+    and test videos of every view their encoders take (reads only: a command checks it before its output exists);
+    and per split, the videos left out of some stage's evaluation because a job of its view failed (key -> reason)."""
     stages = stage_encoders(run_dir)
     streams = {(str(path), view): Stream(path, view) for stage in stages for view, path in stage["encoders"].items()}
-    check_inputs(store, list(streams.values()), ["train", "test"])
-    return stages
+    return stages, check_inputs(store, list(streams.values()), ["train", "test"])
 
 
 def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None, device: str = "cpu",
@@ -424,7 +440,7 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
 
     out_dir = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir else out_dir / "feature_cache"
-    stages = check_run_inputs(run_dir, store)
+    stages, _ = check_run_inputs(run_dir, store)
     by_content: dict[tuple[str, str], dict[str, Any]] = {}
     records, written = [], set()
     views = list(dict.fromkeys(view for stage in stages for view in stage["encoders"]))

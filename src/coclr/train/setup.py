@@ -12,6 +12,7 @@ first write (a part that cannot be built, a checkpoint of another encoder, leave
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import warnings
 from collections.abc import Iterator
@@ -176,6 +177,23 @@ def warn_queue_of_own_keys(config: PretrainConfig, instances: int) -> None:
     warnings.warn(f"method.queue_size={method.queue_size} is not smaller than the {instances} training "
                   f"instance(s): from the second epoch on every clip meets earlier keys of its own video in the "
                   f"queue as negatives, which can stall or collapse the training; {remedy}", stacklevel=2)
+
+
+def warn_warmup_past_the_end(config: PretrainConfig, per_epoch: int, global_batch: int) -> None:
+    """Warn when the lr's warm-up would not end before the run does: it counts from the first optimiser step, which
+    a method that waits for a full queue (CoCLR) takes only after ``method.queue_size`` keys were queued, so
+    ``optim.warmup_epochs`` close to ``optim.epochs`` leaves the lr below its schedule to the end."""
+    method, optim = config.method, config.optim
+    filling = -(-method.queue_size // global_batch) if method.waits else 0
+    total = optim.epochs * per_epoch
+    if not filling or filling + optim.warmup_epochs * per_epoch <= total:
+        return
+    most = max(0.0, (total - filling) / per_epoch)
+    warnings.warn(f"optim.warmup_epochs={optim.warmup_epochs:g}: the warm-up starts at the first optimiser step, "
+                  f"after the {filling} iteration(s) that fill the queue (method.queue_size={method.queue_size}), "
+                  f"and would not end before the run's last iteration ({total}): the lr stays below its schedule to "
+                  f"the end; optim.warmup_epochs={math.floor(most * 100) / 100:g} or less ends it in time",
+                  stacklevel=2)
 
 
 def queue_within_a_third(instances: int) -> int:

@@ -46,7 +46,7 @@ from coclr.threads import reuse_freed_memory
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.learner import Targets
 from coclr.train.sampler import EpochItems
-from coclr.train.setup import BEST, LAST, RunParts, log_line, warn_queue_of_own_keys
+from coclr.train.setup import BEST, LAST, RunParts, log_line, warn_queue_of_own_keys, warn_warmup_past_the_end
 
 
 class NonFiniteLossError(CoclrError):
@@ -159,6 +159,7 @@ class Trainer:
             self._load(self.out / LAST)
         elif is_main():  # (said when the run starts, not again as it continues)
             warn_queue_of_own_keys(config, len(self.dataset))
+            warn_warmup_past_the_end(config, self.data_order.batches_per_epoch, self.data_order.global_batch)
 
     # ------------------------------------------------------------------ state
 
