@@ -487,6 +487,73 @@ def test_damage_is_counted_and_above_a_tenth_of_the_frames_fails(shared_clips, t
     assert len(differs) > 50 and len(counted & set(differs)) >= 0.95 * len(differs)  # measured: 95 of the 96
 
 
+def _frames_by_stamp(path: Path) -> dict[int, np.ndarray]:
+    """Every frame PyAV decodes from ``path``, by its presentation stamp (slow reference)."""
+    with av.open(str(path)) as container:
+        return {frame.pts: frame.to_ndarray(format="rgb24").astype(np.int16) for frame in container.decode(video=0)}
+
+
+def _spoilt(intact: Path, damaged: Path) -> tuple[int, int, int]:
+    """(frames lost, frames visibly different, frames) of ``damaged`` against the ``intact`` file, by stamp."""
+    before, after = _frames_by_stamp(intact), _frames_by_stamp(damaged)
+    lost = [stamp for stamp in before if stamp not in after]
+    differs = [stamp for stamp in before if stamp in after and np.abs(before[stamp] - after[stamp]).mean() > 1]
+    return len(lost), len(differs), len(before)
+
+
+def test_a_damaged_transport_stream_is_seen_by_its_packets_and_the_frames_it_lost(shared_clips, tmp_path):
+    """A hole in an MPEG transport stream: the demuxer flags the packet it cut into, the decoder flags nothing, and
+    the frames whose packets it swallowed are simply gone. A real clip's H.264 (remuxed, 4 KB at 30%: 44 frames
+    visibly wrong) and a synthetic intra-only one (4 KB in the middle: 12 of 60 frames gone) were stored as intact
+    (damaged 0, exit 0). Now the frames from the flagged packet to the next key frame count, and so do the frames
+    lost at the damage; damage within the tolerance is kept and counted, an intact stream and two joined ones are
+    not damaged."""
+    intact = _remux(shared_clips / "cleaning_pool.mp4", tmp_path / "pool.ts")
+    with VideoReader(intact, short_side=32) as reader:
+        assert len(list(reader)) == 300 and reader.damaged == 0
+    for at, fails in ((0.3, True), (0.75, False)):
+        data = bytearray(intact.read_bytes())
+        start = int(len(data) * at)
+        data[start: start + 4096] = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+        damaged = tmp_path / f"pool_{at}.ts"
+        damaged.write_bytes(bytes(data))
+        lost, differs, total = _spoilt(intact, damaged)
+        assert fails == (lost + differs > DAMAGE_TOLERANCE * total), (at, lost, differs)  # the truth of each
+        with VideoReader(damaged, short_side=32) as reader:
+            if fails:
+                with pytest.raises(VideoDecodeError, match=rf"{damaged}: damaged: \d+ of its {total} frames"):
+                    list(reader)
+            else:
+                list(reader)
+        assert reader.damaged >= lost + differs, (at, reader.damaged, lost, differs)  # every spoilt frame counted
+    frames = np.zeros((60, 48, 64, 3), np.uint8)
+    frames[..., 1] = (np.arange(60) * 37 % 256)[:, None, None]
+    whole = tmp_path / "intra.ts"
+    with av.open(str(whole), "w", format="mpegts") as container:
+        stream = container.add_stream("mpeg2video", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for number, image in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts = number
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    data = bytearray(whole.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 4096] = np.random.default_rng(0).integers(0, 256, 4096,
+                                                                                   dtype=np.uint8).tobytes()
+    holed = tmp_path / "holed.ts"
+    holed.write_bytes(bytes(data))
+    lost, _, total = _spoilt(whole, holed)
+    assert lost > DAMAGE_TOLERANCE * total  # (measured: 12 of 60)
+    with pytest.raises(VideoDecodeError, match=rf"{holed}: damaged: .*, {lost} of them lost at the damage\)"):
+        decode_video(holed, short_side=16)
+    joined = tmp_path / "joined.ts"  # two recordings, each stamped from its start: the join is no damage
+    joined.write_bytes(whole.read_bytes() * 2)
+    with VideoReader(joined, short_side=16) as reader:
+        assert len(list(reader)) == 120 and reader.damaged <= 1 and reader.lost == 0
+
+
 def test_a_matroska_cluster_skipped_by_ffmpeg_is_corruption(shared_clips, tmp_path):
     """FFmpeg's Matroska reader skips the damaged cluster without an error (161 of 310 frames, the frames after it
     on time): the stretch of the file no packet covers gives it away; the intact file has none."""

@@ -59,8 +59,9 @@ healthy file has a few dozen bytes of block and cluster headers there (29 at mos
 damaged cluster that FFmpeg skipped tens of kilobytes (200,662 bytes for 4 KB of random bytes)."""
 
 DAMAGE_TOLERANCE = 0.10
-"""A video may have at most this fraction of damaged frames (reported corrupt by the decoder, or predicted from one
-until the next key frame); more is a :class:`VideoDecodeError`. Fewer are kept and counted (``damaged``)."""
+"""A video may have at most this fraction of damaged frames (reported corrupt by the decoder or the demuxer,
+predicted from one until the next key frame, or lost at the damage: :class:`_Damage`); more is a
+:class:`VideoDecodeError`. Fewer are kept and counted (``damaged``)."""
 
 # Demuxers that accept almost any file (text as ANSI art, single images): such a file is not a video.
 _NOT_VIDEO_FORMATS = frozenset({"tty", "image2", "bin", "lavfi"})
@@ -179,6 +180,7 @@ class VideoReader:
         self._converter = _RGBConverter(short_side)
         self.decoded = 0
         self.damaged = 0
+        self.lost = 0
         self.orientation = Orientation()
         self.end_time: float | None = None
         self._clock = _Clock(self._stream.time_base, source_fps)
@@ -223,13 +225,14 @@ class VideoReader:
         """The decoded frames with their times in ticks of the clock (:class:`_Clock`); sets the orientation from the
         first frame, counts the decoded and damaged frames, and the end time after the last."""
         clock = self._clock
-        damage = _Damage()
+        damage = _Damage(clock)
         held = None  # each frame is timed once the next one is observed
-        for frame in _decoded_frames(self._container, self._stream, self.path, self._discarded):
+        for frame in _decoded_frames(self._container, self._stream, self.path, self._discarded, damage):
             if self.decoded == 0:
                 self.orientation = self._converter.orientation = Orientation.of(frame, self._stream, self.path)
             clock.observe(frame)
             self.damaged = damage(frame)
+            self.lost = damage.lost
             self.decoded += 1
             if held is not None:
                 yield held, clock.time(held)
@@ -259,11 +262,13 @@ class VideoReader:
                 _TRUNCATION_TOLERANCE_FRAMES / self.source_fps, _TRUNCATION_TOLERANCE_FRACTION * announced):
             raise VideoDecodeError(f"{self.path}: truncated or corrupt: its frames end at {float(end):.2f} s of the "
                                    f"{float(announced):.2f} s its header announces")
-        if self.damaged > DAMAGE_TOLERANCE * self.decoded:
-            raise VideoDecodeError(f"{self.path}: damaged: {self.damaged} of its {self.decoded} frames "
-                                   f"({100 * self.damaged / self.decoded:.0f}%, more than "
-                                   f"{100 * DAMAGE_TOLERANCE:.0f}%) are corrupt as the decoder reports, or predicted "
-                                   "from a corrupt one; get an intact copy of the file")
+        frames = self.decoded + self.lost
+        if self.damaged > DAMAGE_TOLERANCE * frames:
+            lost = f", {self.lost} of them lost at the damage" if self.lost else ""
+            raise VideoDecodeError(f"{self.path}: damaged: {self.damaged} of its {frames} frames "
+                                   f"({100 * self.damaged / frames:.0f}%, more than "
+                                   f"{100 * DAMAGE_TOLERANCE:.0f}%{lost}) are corrupt as the decoder or demuxer "
+                                   "reports, or predicted from a corrupt one; get an intact copy of the file")
 
 
 @dataclass(frozen=True)
@@ -388,10 +393,15 @@ class _Clock:
         elif dts is not None:
             self.last_pts = dts
 
+    def stamp(self, frame) -> int | None:
+        """The timestamp of ``frame`` (observed already) that its time follows: its pts, or its dts where pts went
+        backwards more often (None: neither)."""
+        pts, dts = frame.pts, frame.dts
+        return pts if pts is not None and (dts is None or self.faulty_pts <= self.faulty_dts) else dts
+
     def time(self, frame) -> int | Fraction:
         """The time of ``frame`` (observed already) in ticks, frames given in order."""
-        pts, dts = frame.pts, frame.dts
-        stamp = pts if pts is not None and (dts is None or self.faulty_pts <= self.faulty_dts) else dts
+        stamp = self.stamp(frame)
         following = 0 if self.previous is None else self.previous + self.period
         if stamp is None or not self.has_base:
             time = following
@@ -424,22 +434,58 @@ class _Clock:
         return ((self.first or 0) + ticks) * self.unit
 
 
+LOSS_REACH = 2
+"""Frame periods after a frame that reached a corrupt packet's stamp within which a jump of the timestamps counts
+as frames lost (:class:`_Damage`): a hole in a transport stream flags the packet it cut into, and the packets it
+swallowed whole follow it (measured: the jump one frame after it)."""
+
+
 class _Damage:
     """Counts damaged frames: those the decoder reports corrupt (``frame.is_corrupt``: FFmpeg's decode error
-    flags, set when it concealed errors, or its corrupt flag) and every frame after one until the next key frame,
-    since those predict from it (a 4 KB hole in an H.264 P-frame visibly spoils every frame up to the next IDR
-    frame, while the decoder flags one). State: the count, and whether damage is spreading."""
+    flags, set when it concealed errors, or its corrupt flag), those shown from the time of a packet the demuxer
+    reports corrupt (``corrupt_packets``: an MPEG transport stream's damaged packet decodes without a flag), every
+    frame after one until the next key frame, since those predict from it (a 4 KB hole in an H.264 P-frame visibly
+    spoils every frame up to the next IDR frame, while the decoder flags one), and the frames lost where the
+    timestamps jump at damage (``lost``: a hole in a transport stream loses frames without a trace but the jump; a
+    jump elsewhere is a variable frame rate), on the stamps of ``clock`` (:class:`_Clock`; none without a time base).
+    State: the counts, whether damage is spreading, the corrupt packets not reached yet and the last stamp."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: _Clock | None = None) -> None:
         self.frames = 0
+        self.lost = 0
         self.spreading = False
+        self.corrupt_packets: list[int | None] = []
+        """Presentation stamps of corrupt packets whose frames were not decoded yet (None: a packet without one,
+        reached by the next frame)."""
+        self.clock = clock if clock is not None and clock.has_base else None
+        self.period = self.clock.period if self.clock is not None else None
+        self.last_pts: int | None = None
+        self.reached: int | None = None
+        """The stamp of the last frame that reached a corrupt packet's."""
 
     def __call__(self, frame) -> int:
-        if frame.is_corrupt:
+        """Count ``frame`` (observed by the clock already); returns the damaged frames so far."""
+        pts = self.clock.stamp(frame) if self.clock is not None else frame.pts
+        reached = False
+        if self.corrupt_packets:
+            reached = any(stamp is None or pts is None or stamp <= pts for stamp in self.corrupt_packets)
+            self.corrupt_packets = [stamp for stamp in self.corrupt_packets
+                                    if not (stamp is None or pts is None or stamp <= pts)]
+        if self.period and pts is not None and self.last_pts is not None and (
+                self.spreading or reached or (self.reached is not None
+                                              and 0 <= self.last_pts - self.reached <= LOSS_REACH * self.period)):
+            lost = max(0, round((pts - self.last_pts) / self.period) - 1)  # (a stamp back, a restart: none)
+            self.lost += lost
+            self.frames += lost
+        if reached and pts is not None:
+            self.reached = pts
+        if frame.is_corrupt or reached:
             self.spreading = True
         elif frame.key_frame:
             self.spreading = False
         self.frames += self.spreading
+        if pts is not None:
+            self.last_pts = pts
         return self.frames
 
 
@@ -642,12 +688,14 @@ def _video_stream(container, path: Path | None = None):
     raise VideoDecodeError(f"{path}: the file has no video stream")
 
 
-def _decoded_frames(container, stream, path: Path, discarded: list[int] | None = None) -> Iterator:
+def _decoded_frames(container, stream, path: Path, discarded: list[int] | None = None,
+                    damage: _Damage | None = None) -> Iterator:
     """Decoded frames in presentation order; a packet FFmpeg cannot decode (its frame is lost) becomes
     VideoDecodeError naming the file, and so does, in Matroska and WebM, a stretch of the file that no packet of any
     stream covers (:data:`SKIPPED_BYTES_TOLERANCE`): FFmpeg's Matroska reader skips a damaged cluster without an
     error and goes on at the next one, so the frames it held are lost in silence (and those files announce no
-    frame count to miss). ``discarded[0]`` counts the packets the container marks as never shown."""
+    frame count to miss). ``discarded[0]`` counts the packets the container marks as never shown; the stamps of
+    the packets the demuxer marks corrupt go to ``damage`` (:class:`_Damage`)."""
     import av  # noqa: PLC0415 (optional)
 
     watch = "matroska" in container.format.name
@@ -664,6 +712,8 @@ def _decoded_frames(container, stream, path: Path, discarded: list[int] | None =
             if packet.stream_index != stream.index:
                 continue
             cut = cut or packet.is_corrupt
+            if packet.is_corrupt and damage is not None:
+                damage.corrupt_packets.append(packet.pts)
             if discarded is not None and getattr(packet, "is_discard", False):
                 discarded[0] += 1  # decoded for its references, never shown: before an MP4 edit list's start
             try:
