@@ -746,6 +746,26 @@ def test_a_view_named_as_one_of_the_stores_files_is_refused_before_any_work(tmp_
     assert sorted(path.name for path in store.iterdir()) == before
 
 
+def test_an_anamorphic_video_is_stored_as_shown_and_noted(tmp_path):
+    """Pixels twice as wide as high: the entry holds the frames stretched to the width a player shows (they were
+    stored squeezed, with nothing noted), and the notes say so; square pixels note nothing."""
+    from fractions import Fraction
+
+    from test_video import write_anamorphic, write_turned
+
+    frames = np.random.default_rng(0).integers(0, 256, (4, 24, 16, 3), dtype=np.uint8)
+    (tmp_path / "videos").mkdir()
+    write_anamorphic(tmp_path / "videos" / "wide.mp4", frames, Fraction(2))
+    write_turned(tmp_path / "videos" / "square.mkv", frames)
+    index = VideoIndex("f", ["a"], [VideoEntry("wide.mp4", 0, "train"), VideoEntry("square.mkv", 0, "train")])
+    build_store(index, tmp_path / "videos", tmp_path / "store", short_side=16, workers=0)
+    store = ClipStore(tmp_path / "store")
+    assert store.read("wide.mp4", "rgb", range(4)).shape == (4, 16, 21, 3)  # (24 x 32 shown, short side 16)
+    assert store.read("square.mkv", "rgb", range(4)).shape == (4, 24, 16, 3)
+    notes = store.notes("rgb")
+    assert notes["wide.mp4"]["pixel_aspect"] == "2" and "pixel_aspect" not in notes.get("square.mkv", {})
+
+
 def test_what_a_job_killed_after_writing_an_entry_noted_is_recorded_by_the_next(tmp_path, capsys):
     """``kill -9`` between an entry's write and the job's record of its notes (at its end) lost the turn and the
     damaged frames of the video for good: the next run skipped the entry. The notes are written beside the entry

@@ -130,7 +130,7 @@ def test_lossy_containers_decode_every_frame(tmp_path, codec, suffix):
 
 def test_short_side_resize_is_area_interpolation(tmp_path):
     frames = np.random.default_rng(1).integers(0, 256, (3, 60, 90, 3), dtype=np.uint8)
-    path = write_video(tmp_path / "wide.mkv", frames)
+    path = write_video(tmp_path / "wide.mp4", frames)
     small = decode_video(path, short_side=20)
     assert small.shape == (3, 20, 30, 3)
     for frame, source in zip(small, frames):
@@ -432,6 +432,46 @@ def test_a_turn_that_is_not_a_quarter_turn_is_refused(tmp_path):
         path = write_turned(tmp_path / f"{tag}.mkv", frames, tag=tag)
         with pytest.raises(VideoDecodeError, match=f"rotate tag '{tag}' is not a number of degrees"):
             decode_video(path)
+
+
+def write_anamorphic(path: Path, frames: np.ndarray, aspect: Fraction) -> Path:
+    """``frames`` in lossless FFV1 in an MP4 (``path``), marked with pixels ``aspect`` times as wide as high (a sample
+    aspect ratio)."""
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("ffv1", rate=10)
+        stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], "bgr0"
+        stream.codec_context.sample_aspect_ratio = aspect  # (an MP4 records it: FFV1 does not carry it itself)
+        for frame in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def test_anamorphic_pixels_are_stretched_to_the_width_a_player_shows(tmp_path):
+    """DV, DVD and HDV footage codes wide pictures in narrow pixels (a sample aspect ratio of 4:3 on 1440x1080 HDV):
+    the frames were stored and embedded at the coded width, squeezed, with nothing recorded. They are stretched in
+    the one resize to the short side (INTER_AREA, as any resize), probe_video gives the shown size, the reader the
+    aspect; a nonsensical aspect (a damaged header) is taken as square pixels."""
+    import cv2
+
+    frames = np.random.default_rng(5).integers(0, 256, (3, 24, 32, 3), dtype=np.uint8)
+    path = write_anamorphic(tmp_path / "wide.mp4", frames, Fraction(2))
+    whole = decode_video(path)
+    assert whole.shape == (3, 24, 64, 3)
+    np.testing.assert_array_equal(whole, np.stack([cv2.resize(f, (64, 24), interpolation=cv2.INTER_AREA)
+                                                   for f in frames]))
+    small = decode_video(path, short_side=16)
+    np.testing.assert_array_equal(small, np.stack([cv2.resize(f, (43, 16), interpolation=cv2.INTER_AREA)
+                                                   for f in frames]))
+    assert probe_video(path) == VideoInfo(frames=3, fps=10.0, width=64, height=24)
+    with VideoReader(path) as reader:
+        assert reader.pixel_aspect == 2
+    narrow = write_anamorphic(tmp_path / "narrow.mp4", frames, Fraction(10, 11))  # (NTSC DV's 4:3 pixels)
+    assert decode_video(narrow).shape == (3, 24, 29, 3) and probe_video(narrow).width == 29
+    nonsense = write_anamorphic(tmp_path / "nonsense.mp4", frames, Fraction(255, 1))
+    np.testing.assert_array_equal(decode_video(nonsense), frames)
 
 
 # ------------------------------------------------------------------------------------------------ damage

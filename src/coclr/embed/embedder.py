@@ -92,6 +92,8 @@ class VideoEmbedding:
     rotation: int = 0
     """Degrees the frames were turned clockwise as the file's display matrix asks (then mirrored if ``mirrored``)."""
     mirrored: bool = False
+    pixel_aspect: float = 1.0
+    """A source pixel's width over its height (1: square); the frames were stretched to the width a player shows."""
     padded: bool = False
     """The video is shorter than one window (with its flow): its one window repeats its last frame."""
     parts: list[tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list, repr=False)
@@ -358,7 +360,8 @@ class _DecodedVideos(torch.utils.data.IterableDataset):
                     if chunk:
                         yield ("frames", index, (np.stack(chunk), np.asarray(times, np.float64)))
                     yield ("end", index, _end_facts(reader.fps, reader.end_time, reader.damaged,
-                                                    reader.orientation.rotation, reader.orientation.mirrored))
+                                                    reader.orientation.rotation, reader.orientation.mirrored,
+                                                    reader.pixel_aspect))
             except Exception as error:  # one bad file must not stop the others
                 if out_of_memory(error):  # but this machine's memory is the job's: every file would fail alike,
                     raise  # and each be skipped as failed when the job is run again
@@ -366,11 +369,11 @@ class _DecodedVideos(torch.utils.data.IterableDataset):
 
 
 def _end_facts(fps: float, end: float | None, damaged: int = 0, rotation: int = 0,
-               mirrored: bool = False) -> dict[str, Any]:
+               mirrored: bool = False, pixel_aspect: float = 1.0) -> dict[str, Any]:
     """What the end of a video tells the runner: its frame rate, when its last frame ends (seconds), its damaged
-    frames and how its frames were turned."""
+    frames, how its frames were turned and its pixels' aspect."""
     return {"fps": float(fps), "end": end, "damaged": int(damaged), "rotation": int(rotation),
-            "mirrored": bool(mirrored)}
+            "mirrored": bool(mirrored), "pixel_aspect": float(pixel_aspect)}
 
 
 def check_frame_size(first: np.ndarray, frame: np.ndarray, number: int) -> None:
@@ -617,4 +620,5 @@ class _Runner:
         return VideoEmbedding(video.path, vector.numpy(), windows.numpy(), starts, ends, float(facts["fps"]),
                               video.windows.received, duration=end, damaged_frames=int(facts["damaged"]),
                               rotation=int(facts["rotation"]), mirrored=bool(facts["mirrored"]),
+                              pixel_aspect=float(facts.get("pixel_aspect", 1.0)),
                               padded=video.windows.padded, parts=parts)

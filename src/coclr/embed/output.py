@@ -5,10 +5,12 @@ Layout::
     embed.json       the settings, the checkpoints (path, sha256, format), the dimension, library versions
     videos.npy       float32 [N, D], one unit vector per video (row i <-> line i of videos.jsonl)
     videos.jsonl     {"row", "path", "size", "mtime_ns", "duration", "fps", "frames", "windows", "damaged_frames",
-                      "rotation", "mirrored", "padded", "first_window"} (damaged_frames: frames the decoder reported
-                      damaged, within its tolerance; rotation: degrees the frames were turned clockwise, as the file's
-                      display matrix asks, then mirrored when "mirrored"; padded: shorter than one window, whose last
-                      frame is repeated; rows written before these keys lack them)
+                      "rotation", "mirrored", "padded", "first_window", "pixel_aspect"} (damaged_frames: frames the
+                      decoder reported damaged, within its tolerance; rotation: degrees the frames were turned
+                      clockwise, as the file's display matrix asks, then mirrored when "mirrored"; padded: shorter
+                      than one window, whose last frame is repeated; pixel_aspect, only where not 1: a pixel's width
+                      over its height, the frames stretched to the width a player shows; rows written before these
+                      keys lack them)
     windows.npy      float32 [M, D], one unit vector per window; a video's windows are consecutive rows
     windows.jsonl    {"row", "video", "start", "end"} (video row; seconds from the video's first frame, from the
                       frames' presentation timestamps)
@@ -130,7 +132,9 @@ class ChunkWriter:
         results = [result for result, _, _ in self._buffer]
         videos = [{"path": r.path, "size": ident[0], "mtime_ns": ident[1], "duration": r.duration, "fps": r.fps,
                    "frames": r.frames, "windows": len(r.windows), "damaged_frames": r.damaged_frames,
-                   "rotation": r.rotation, "mirrored": r.mirrored, "padded": r.padded} for r, ident, _ in self._buffer]
+                   "rotation": r.rotation, "mirrored": r.mirrored, "padded": r.padded,
+                   **({"pixel_aspect": r.pixel_aspect} if r.pixel_aspect != 1 else {})}
+                  for r, ident, _ in self._buffer]
         arrays = {
             "videos": np.stack([r.vector for r in results]).astype(np.float32) if results
             else np.zeros((0, dim), np.float32),

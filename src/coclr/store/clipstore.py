@@ -644,7 +644,9 @@ def record_failures(root: str | Path, view: str, attempted: Iterable[str], faile
 def notes_path(root: str | Path, view: str) -> Path:
     """The file of what the job of ``view`` noted about the entries it wrote (``{"view", "notes": {key: {...}}}``):
     for the rgb view, ``damaged_frames`` (frames the decoder reported damaged, kept within its tolerance) and
-    ``rotation``/``mirrored`` (how the frames were turned upright, as the video's display matrix asks)."""
+    ``rotation``/``mirrored`` (how the frames were turned upright, as the video's display matrix asks) and
+    ``pixel_aspect`` (a pixel's width over its height, as a fraction, where not square: the frames were stretched
+    to the width a player shows)."""
     check_view_name(view)
     return Path(root) / f"{NOTES_PREFIX}{view}.json"
 

@@ -12,9 +12,9 @@ dataset of thousands is reported and skipped instead of silently giving a short,
 
 Frames are what a player shows: turned as the file's display matrix (or legacy ``rotate`` tag) says, timed by their
 presentation timestamps (variable frame rate, edit lists, a clock that does not start at 0), and counted damaged when
-the decoder reports them corrupt (``docs/store.md``, "Decoding and resizing"). Pixels are taken as square: a file
-whose pixels are not (anamorphic DV, DVD or HDV footage, a sample aspect ratio other than 1) is read at its coded
-width, narrower than a player shows it.
+the decoder reports them corrupt (``docs/store.md``, "Decoding and resizing"), and as wide as a player shows them:
+a file whose pixels are not square (anamorphic DV, DVD or HDV footage: a sample aspect ratio other than 1) is
+stretched to its display width (:func:`pixel_aspect`).
 
 Example::
 
@@ -79,8 +79,9 @@ _TRUNCATION_TOLERANCE_FRACTION = 0.05
 
 @dataclass(frozen=True)
 class VideoInfo:
-    """What a video holds: frame count (exact when ``probe_video(exact=True)``), frame rate and size as shown (after
-    the turn its display matrix asks for: ``rotation`` degrees clockwise, then ``mirrored`` left-right)."""
+    """What a video holds: frame count (exact when ``probe_video(exact=True)``), frame rate and size as shown (as wide
+    as its pixels' aspect makes it, after the turn its display matrix asks for: ``rotation`` degrees clockwise, then
+    ``mirrored`` left-right)."""
 
     frames: int
     fps: float
@@ -105,6 +106,7 @@ def probe_video(path: str | Path, exact: bool = False) -> VideoInfo:
             raise VideoDecodeError(f"{path}: the video stream has no frame rate")
         fps = float(rate)
         width, height = stream.codec_context.width, stream.codec_context.height
+        aspect = pixel_aspect(stream)
         frames = int(stream.frames or 0)
         decoded = _decoded_frames(container, stream, path)
         first = next(decoded, None)
@@ -113,6 +115,7 @@ def probe_video(path: str | Path, exact: bool = False) -> VideoInfo:
             frames = (first is not None) + sum(1 for _ in decoded)
     if width <= 0 or height <= 0:
         raise VideoDecodeError(f"{path}: the video stream has no frame size")
+    width = shown_width(width, aspect)
     if turn.rotation in (90, 270):
         width, height = height, width
     return VideoInfo(frames=frames, fps=fps, width=width, height=height, rotation=turn.rotation,
@@ -127,8 +130,9 @@ def decode_video(path: str | Path, short_side: int | None = None, fps: float | N
         short_side: resize so that the shorter side has this many pixels, keeping the aspect ratio
             (``INTER_AREA``); ``None`` keeps the decoded size.
         fps: resample to this frame rate by timestamps: output frame ``k`` is the source frame whose
-            timestamp is nearest to ``k / fps`` (frames are repeated or dropped, as FFmpeg's ``fps`` filter
-            does), and the output lasts ``round(duration * fps)`` frames; ``None`` keeps every decoded frame.
+            timestamp is nearest to ``k / fps`` (frames are repeated or dropped; on a constant rate the frames
+            FFmpeg's ``fps`` filter gives, across a gap of a variable rate the next frame where it is nearer), and
+            the output lasts ``round(duration * fps)`` frames; ``None`` keeps every decoded frame.
 
     Raises:
         VideoDecodeError: the file is missing, not a video, corrupt, empty, truncated or too damaged.
@@ -177,7 +181,9 @@ class VideoReader:
         self.expected_end = None if self.expected is not None else _expected_end(self._container, self._stream)
         self.fps = float(fps if fps is not None else source_fps)
         self._target_fps = fps
-        self._converter = _RGBConverter(short_side)
+        self.pixel_aspect = pixel_aspect(self._stream)
+        """A pixel's width over its height as shown (1: square); frames are stretched to the display width."""
+        self._converter = _RGBConverter(short_side, self.pixel_aspect)
         self.decoded = 0
         self.damaged = 0
         self.lost = 0
@@ -622,19 +628,46 @@ def short_side_size(height: int, width: int, short_side: int) -> tuple[int, int]
     return max(1, round(height * short_side / width)), short_side
 
 
-class _RGBConverter:
-    """Turns decoded PyAV frames into RGB arrays as shown: resized to a short side in the coded orientation, then
-    turned (:class:`Orientation`: the turn moves pixels only, so resizing first costs less and gives the same
-    size). State: the size and the orientation."""
+PIXEL_ASPECT_RANGE = (Fraction(1, 4), Fraction(4))
+"""Sample aspect ratios applied (:func:`pixel_aspect`); one outside (a damaged or nonsensical header) is taken as
+square pixels."""
 
-    def __init__(self, short_side: int | None) -> None:
+
+def pixel_aspect(stream) -> Fraction:
+    """The width of a pixel of ``stream`` over its height as a player shows it (FFmpeg's guess from the container
+    and the codec: ``sample_aspect_ratio``); 1 when unset or outside :data:`PIXEL_ASPECT_RANGE`."""
+    aspect = stream.sample_aspect_ratio
+    if not aspect or not PIXEL_ASPECT_RANGE[0] <= Fraction(aspect) <= PIXEL_ASPECT_RANGE[1]:
+        return Fraction(1)
+    return Fraction(aspect)
+
+
+def shown_width(width: int, aspect: Fraction) -> int:
+    """The width a player shows ``width`` coded pixels of ``aspect`` (:func:`pixel_aspect`) at."""
+    return width if aspect == 1 else max(1, round(width * aspect))
+
+
+class _RGBConverter:
+    """Turns decoded PyAV frames into RGB arrays as shown: stretched to the display width where pixels are not
+    square (``aspect``: :func:`pixel_aspect`) and resized to a short side in the coded orientation (one resize),
+    then turned (:class:`Orientation`: the turn moves pixels only, so resizing first costs less and gives the same
+    size). State: the size, the pixels' aspect and the orientation."""
+
+    def __init__(self, short_side: int | None, aspect: Fraction = Fraction(1)) -> None:
         self.short_side = short_side
+        self.aspect = aspect
         self.orientation = Orientation()
 
     def __call__(self, frame) -> np.ndarray:
         rgb = frame.to_ndarray(format="rgb24", **_one_thread())  # the same pixels as on every thread, and no
         # threads left behind a frame (decoding runs in parallel processes already; spare_children_our_garbage)
-        if self.short_side is not None:
+        if self.aspect != 1:
+            height, width = rgb.shape[0], shown_width(rgb.shape[1], self.aspect)
+            if self.short_side is not None:
+                height, width = short_side_size(height, width, self.short_side)
+            if (height, width) != rgb.shape[:2]:
+                rgb = cv2.resize(rgb, (width, height), interpolation=cv2.INTER_AREA)
+        elif self.short_side is not None:
             rgb = resize_short_side(rgb, self.short_side)
         return self.orientation(rgb)
 
