@@ -577,7 +577,7 @@ def test_a_failure_record_edited_by_hand_is_one_line(tmp_path, encoder):
     with EmbeddingWriter(tmp_path / "out", record):
         pass
     (tmp_path / "out" / "failed.jsonl").write_text("{}\n")
-    with pytest.raises(DataError, match=r"failed.jsonl: damaged \(a record without its path, size or mtime_ns\)"):
+    with pytest.raises(DataError, match=r"failed.jsonl: damaged \(record 1: no path\)"):
         with EmbeddingWriter(tmp_path / "out", record):
             pass
 
@@ -948,6 +948,93 @@ def test_damaged_arrays_are_one_line_for_search_and_embed(tmp_path, encoder, cap
                                         for line in errors), errors
         arrays.write_bytes(whole)
         (tmp_path / "out" / "videos.jsonl").write_bytes(records)
+
+
+def _edit_line(path: Path, number: int, **changes) -> None:
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[number])
+    record.update(changes)
+    for key in [key for key, value in changes.items() if value is ...]:
+        del record[key]
+    lines[number] = json.dumps(record)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_records_changed_from_outside_are_one_line_for_search_curate_and_embed(tmp_path, encoder, capsys):
+    """Records of the folder edited or cut from outside: a last line cut short was skipped by embed (as a log's
+    would be), which then rewrote the folder without that video's row and said all was done; a window naming a
+    video row that is not there was an IndexError (99) or another video's window (-1); a record without its
+    mtime_ns a KeyError; videos.npy gone, advice to run embed, whose merge then raised ValueError. Each is now
+    named damaged in one line by search, curate and embed, before any work."""
+    for number in range(3):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(12, seed=number))
+    out = tmp_path / "out"
+    assert run_cli(tmp_path / "videos", "--checkpoint", encoder, "--out", out) == 0
+    capsys.readouterr()
+    kept = {name: (out / name).read_bytes() for name in ("videos.jsonl", "windows.jsonl", "videos.npy")}
+    videos, windows = out / "videos.jsonl", out / "windows.jsonl"
+    for damage, named in (
+            (lambda: videos.write_bytes(kept["videos.jsonl"][:-20]), "videos.jsonl: damaged (record 3 is not JSON"),
+            (lambda: windows.write_bytes(kept["windows.jsonl"][:-10]), "windows.jsonl: damaged (record "),
+            (lambda: _edit_line(windows, 1, video=99), "windows.jsonl: damaged (record 2: video 99, of 3 video rows)"),
+            (lambda: _edit_line(windows, 1, video=-1), "windows.jsonl: damaged (record 2: video -1, of 3 video rows)"),
+            (lambda: _edit_line(videos, 1, mtime_ns=...), "videos.jsonl: damaged (record 2: no mtime_ns)"),
+            (lambda: _edit_line(videos, 2, row=0), "videos.jsonl: damaged (record 3: row 0 on line 3)"),
+            (lambda: (out / "videos.npy").unlink(), "videos.npy: damaged (missing, while videos.jsonl, windows.npy, "
+                                                    "windows.jsonl are there)")):
+        damage()
+        assert cli_main(["search", str(out), "--query", "1", "--windows", "-k", "2"]) == 2
+        assert cli_main(["curate", str(out), "--out", str(tmp_path / "curated"), "--threshold", "0.9",
+                         "--no-fingerprints", "--quiet"]) == 2
+        before = {name: (out / name).read_bytes() for name in ("videos.jsonl", "windows.jsonl")}
+        write_video(tmp_path / "videos" / "new.mp4", moving_square(12, seed=9))  # (work for embed to do)
+        assert run_cli(tmp_path / "videos", "--checkpoint", encoder, "--out", out) == 2
+        (tmp_path / "videos" / "new.mp4").unlink()
+        assert before == {name: (out / name).read_bytes() for name in ("videos.jsonl", "windows.jsonl")}
+        errors = capsys.readouterr().err.splitlines()
+        assert len(errors) == 3 and all(named in line and "move it away and run coclr embed again" in line
+                                        for line in errors), (named, errors)
+        for name, data in kept.items():
+            (out / name).write_bytes(data)
+        assert not (tmp_path / "curated").exists()
+
+
+def test_settings_changed_from_outside_are_one_line_and_a_refusal_shows_the_options_values(tmp_path, encoder, capsys):
+    """embed.json edited by hand: a length that is no number was a TypeError's traceback in a search by a query
+    file, a checkpoint of null another; a refusal of --short-side 0 (the decoded size) said "given null"."""
+    for number in range(3):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(12, seed=number))
+    out = tmp_path / "out"
+    assert run_cli(tmp_path / "videos", "--checkpoint", encoder, "--out", out, "--short-side", "32") == 0
+    assert run_cli(tmp_path / "videos", "--checkpoint", encoder, "--out", out, "--short-side", "0") == 2
+    assert "holds embeddings with short_side=32 (given 0)" in capsys.readouterr().err
+    settings = out / "embed.json"
+    kept = settings.read_text()
+    for edit, named in ((lambda r: r["settings"].update(length="eight"), "embed.json: damaged (settings: "),
+                        (lambda r: r.update(checkpoint=None), "embed.json: damaged (checkpoint: None, not a path")):
+        record = json.loads(kept)
+        edit(record)
+        settings.write_text(json.dumps(record))
+        assert cli_main(["search", str(out), "--query", str(tmp_path / "videos" / "v0.mp4"), "-k", "2"]) == 2
+        assert cli_main(["curate", str(out), "--out", str(tmp_path / "curated"), "--quiet"]) == 2
+        errors = capsys.readouterr().err.splitlines()
+        assert len(errors) == 2 and all(named in line for line in errors), (named, errors)
+        settings.write_text(kept)
+        assert not (tmp_path / "curated").exists()
+
+
+def test_a_row_that_is_not_finite_is_named_with_its_file(tmp_path, encoder, capsys):
+    for number in range(3):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(12, seed=number))
+    out = tmp_path / "out"
+    assert run_cli(tmp_path / "videos", "--checkpoint", encoder, "--out", out) == 0
+    rows = np.load(out / "videos.npy")
+    rows[2, 5] = np.nan
+    np.save(out / "videos.npy", rows)
+    capsys.readouterr()
+    for center in ([], ["--center"]):
+        assert cli_main(["search", str(out), "--query", "0", *center]) == 2
+        assert f"{out / 'videos.npy'}: damaged (row 2 holds NaN or infinite values)" in capsys.readouterr().err
 
 
 def test_a_query_row_whose_file_is_gone_is_noted_and_its_page_refused_before_the_search(tmp_path, encoder, capsys):

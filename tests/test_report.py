@@ -276,14 +276,56 @@ def test_a_run_whose_store_left_videos_out_says_so_and_is_not_all_done(tmp_path,
                  "--length", "8", "--size", "32", "--quiet"]) == 3
     err = capsys.readouterr().err
     assert "left out 1 'test' video(s) whose jobs failed" in err and broken in err, err
-    flow = json.loads((out / "results" / "infonce_flow_flow.json").read_text())
-    assert flow["splits"]["test"]["left_out"] == [broken]
-    # its result file shown again: the line names the file, and the report is not all done either
+    for view in ("rgb", "flow"):  # the two curves of one set of videos (the RGB stage scored one video more)
+        record = json.loads((out / "results" / f"infonce_{view}_{view}.json").read_text())
+        assert record["splits"]["test"]["left_out"] == [broken], view
+    # its result files shown again: a line names each, and the report is not all done either
     assert main(["report", "--results", str(out / "results" / "infonce_flow_flow.json"),
                  str(out / "results" / "infonce_rgb_rgb.json"), "--out", str(tmp_path / "again")]) == 3
     err = capsys.readouterr().err
     assert f"infonce_flow_flow.json: its figures leave out 1 'test' video(s) whose jobs failed, e.g. {broken}" in err
-    assert "infonce_rgb_rgb.json" not in err
+    assert "infonce_rgb_rgb.json: its figures leave out" in err
+
+
+def test_a_run_whose_stage_file_is_of_another_view_is_refused_and_unlike_clips_are_said(tmp_path, capsys):
+    """An RGB encoder copied over a flow stage's file was evaluated on flow and its figure reported (eval refuses
+    it); a run's encoders trained on other clips than the store's were evaluated without the warning eval gives."""
+    from test_eval_helpers import save_tiny_encoder
+
+    fake_run(tmp_path)
+    out = tmp_path / "report"
+    save_tiny_encoder(tmp_path / "run" / "cycle1_flow" / "flow.pt", meta={"method": "coclr", "view": "rgb",
+                                                                          "clip_settings": {"view": "rgb"}})
+    assert main(["report", "--run", str(tmp_path / "run"), "--store", str(tmp_path / "store"), "--out", str(out),
+                 "--length", "8", "--size", "32"]) == 2
+    err = capsys.readouterr().err
+    assert "cycle1_flow/flow.pt: the run names it its 'flow' encoder, but it was trained on 'rgb' clips" in err, err
+    assert not out.exists()
+    from coclr.eval.report import run_warnings, stage_encoders
+    from coclr.store.clipstore import open_store
+
+    fake_run(tmp_path)
+    save_tiny_encoder(tmp_path / "run" / "infonce_rgb" / "rgb.pt", meta={
+        "method": "infonce", "view": "rgb", "clip_settings": {"view": "rgb", "short_side": 128}})
+    lines = run_warnings(stage_encoders(tmp_path / "run"), open_store(tmp_path / "store"))
+    assert len(lines) == 1 and "short side 128 px" in lines[0], lines
+
+
+def test_a_report_without_a_gallery_says_an_earlier_one_is_not_of_its_inputs(gallery_inputs, tmp_path, capsys):
+    _, result, _ = gallery_inputs
+    out = tmp_path / "out"
+    assert main(["report", "--results", str(result), "--out", str(out)]) == 0
+    assert (out / "gallery.html").is_file()
+    linear = json.loads(result.read_text()) | {"task": "linear", "results": {"top1": 50.0}}
+    linear.pop("neighbours", None)
+    (tmp_path / "linear.json").write_text(json.dumps(linear))
+    capsys.readouterr()
+    assert main(["report", "--results", str(tmp_path / "linear.json"), "--out", str(out)]) == 0
+    assert f"note: {out / 'gallery.html'} is of an earlier report's inputs" in capsys.readouterr().err
+    for key in ("dataset", "store"):  # (a mapping there was a TypeError's traceback)
+        (tmp_path / "odd.json").write_text(json.dumps(linear | {key: {"a": 1}}))
+        assert main(["report", "--results", str(tmp_path / "odd.json"), "--out", str(tmp_path / "odd")]) == 2
+        assert f"odd.json: not a valid 'coclr eval' result: {key}: not a string" in capsys.readouterr().err
 
 
 def test_report_refuses_evaluation_options_without_a_run(tmp_path, capsys) -> None:

@@ -955,3 +955,30 @@ def test_seeds_whose_inputs_partly_failed_are_said_and_exit_3(tmp_path: Path, ca
     assert "some inputs failed and were left out, on seed(s) 1" in capsys.readouterr().out
     assert json.loads((tmp_path / "s" / "seeds.json").read_text())["failed_inputs"] == {
         "1": ["videos/bad.mp4: no video stream"]}
+
+
+def test_a_given_store_whose_flow_the_study_would_not_continue_is_refused_before_its_folder(tmp_path: Path,
+                                                                                             capsys) -> None:
+    """A store whose flow was made with another bound or backend was refused by the flow job only after the study
+    claimed its folder with those options: the options matching the store were then refused by the folder, and
+    ``--check`` said nothing."""
+    from coclr.cli import main
+    from coclr.store.flow_extract import extract_flow
+    from coclr.synth.output import random_store
+
+    store = random_store(tmp_path / "store", videos=16, test_videos=2, frames=8, size=(16, 16), views=("rgb",))
+    extract_flow(store, backend="tvl1", view="flow", workers=0, bound=5.0, split="train")
+    given = [*(o for o in REDUCED if not o.startswith(("data.flow_", "data.synth"))), "data.source=store",
+             f"data.store={store}"]
+    for extra, said in ((["data.flow_backend=tvl1"], "data.flow_bound=5 (given 20)"),
+                        (["data.flow_backend=dis", "data.flow_bound=5"], "data.flow_backend=tvl1 (given dis)")):
+        for check in (["--check"], []):
+            assert main(["study", "--out", str(tmp_path / "study"), *check, *given, *extra]) == 2
+            err = capsys.readouterr().err
+            assert f"data.store: the flow view of {store} was extracted with {said}: give those values" in err, err
+            assert not (tmp_path / "study").exists()
+    from coclr.study.run import check_store_flow
+
+    for extra in (["data.flow_bound=5"], ["data.flow_bound=5", "data.flow_backend=auto"],
+                  ["data.flow_bound=5", "data.flow_backend=opencv"]):
+        check_store_flow(load_config(StudyConfig, overrides=[*given, *extra]), store)

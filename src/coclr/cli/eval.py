@@ -110,20 +110,6 @@ def check_outputs(args: argparse.Namespace, options) -> None:
         check_cache_dir(options.cache_dir)
 
 
-def label_warnings(train: list, test: list, train_split: str, test_split: str) -> list[str]:
-    """What makes a score mean less than it seems, said before any work: one class in all (every score 100 by
-    construction), test videos of classes that no training video has (each a miss, whatever the features)."""
-    classes = {entry.label for entry in [*train, *test]}
-    if len(classes) == 1:
-        return [f"every {train_split!r} and {test_split!r} video is of one class: every score is 100 by "
-                "construction; evaluate on a split of two or more classes"]
-    unseen = sum(entry.label not in {e.label for e in train} for entry in test)
-    if unseen:
-        return [f"{unseen} of the {len(test)} {test_split!r} videos are of classes no {train_split!r} video has: each "
-                "counts as a miss, whatever the features"]
-    return []
-
-
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -136,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         ClipConfig,
         Stream,
         check_inputs,
+        label_warnings,
         split_entries,
         trained_clips,
         trained_view,

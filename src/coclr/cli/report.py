@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--store", help="evaluation clip store (required with --run; for --results it overrides "
                         "the store recorded in the results, for the gallery thumbnails)")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--gallery-queries", type=int, default=8, help="queries shown in the gallery (default 8)")
+    parser.add_argument("--gallery-queries", type=int, default=8,
+                        help="queries shown in the gallery, at most one per class (default 8)")
     add_clip_arguments(parser, scope="--run: ")
     parser.add_argument("--cache-dir", help="--run: feature cache folder (default OUT/feature_cache)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         left_out_line,
         load_record,
         report_options,
+        run_warnings,
         write_report,
     )
     from coclr.runfolder import check_folder, claim_folder
@@ -84,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     if args.run:  # the store's views and splits, before --out is made too
         stages, left_out = check_run_inputs(args.run, store)
         run_views = {view for stage in stages for view in stage["encoders"]}
+        for line in run_warnings(stages, store):
+            print(f"coclr report: warning: {line}", file=sys.stderr)
     with claim_folder(args.out, REPORT_FOLDER, {}, legacy=report_options):
         if settings is not None:
             records += evaluate_run(args, store, *settings)
@@ -96,6 +100,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.run and plot.is_file():
         print(f"coclr report: note: {plot} and {Path(args.out) / 'results'} are of an earlier report's --run, not of "
               "this one's inputs", file=sys.stderr)
+    gallery = Path(args.out) / "gallery.html"
+    if "gallery.html" not in written and gallery.is_file():  # (no retrieval with neighbours among these inputs)
+        print(f"coclr report: note: {gallery} is of an earlier report's inputs, not of this one's (none of these is "
+              "a retrieval with neighbours)", file=sys.stderr)
     partial = [line for line in map(left_out_line, records[:len(args.results)]) if line]
     for line in partial:  # (its evaluation ended with exit status 3 too: the figures shown are of the others)
         print(f"coclr report: {line}", file=sys.stderr)

@@ -50,11 +50,11 @@ from coclr.atomic import (
     atomic_write_json,
     file_identity,
     file_state,
-    read_json_lines,
     read_json_record,
     remove_stale_partials,
 )
-from coclr.errors import DataError
+from coclr.embed.settings import EmbedSettings
+from coclr.errors import ConfigError, DataError
 from coclr.filelock import lock_holder
 from coclr.runfolder import LOCK_FILE, FolderRecord, FolderRule, claim_folder, folder_lock
 
@@ -70,7 +70,12 @@ FAILED = "failed.jsonl"
 FORMAT = "coclr-embeddings"
 CHECKPOINTS = ("checkpoint", "flow_checkpoint")
 """The checkpoints ``embed.json`` records (path, sha256, format): the RGB stream's, the flow stream's."""
-EMBED_FOLDER = FolderRule("embed", "embeddings", other="another output folder")
+def _as_typed(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings as the options take them: the decoded size as ``--short-side 0`` gives it (recorded as null)."""
+    return {**settings, "short_side": 0} if "short_side" in settings and settings["short_side"] is None else settings
+
+
+EMBED_FOLDER = FolderRule("embed", "embeddings", other="another output folder", shown=_as_typed)
 """How an output folder is continued or refused (:mod:`coclr.runfolder`): by the ``"settings"`` of ``embed.json``."""
 ARRAY_BLOCK = 65536
 """Rows copied at a time when the arrays are rewritten (bounds memory for millions of rows)."""
@@ -183,14 +188,16 @@ class EmbeddingWriter(ChunkWriter):
         try:
             recover(self.root)
             left = self._chunks()  # (a run stopped before it merged them)
-            if not left and not (self.root / f"{VIDEOS}.npy").is_file():
-                self.merge()  # a new folder: its empty arrays
+            if not (self.root / f"{VIDEOS}.npy").is_file():
+                lost_array(self.root)
+                if not left:
+                    self.merge()  # a new folder: its empty arrays
             if (self.root / f"{VIDEOS}.npy").is_file():
                 Embeddings(self.root)  # the folder as it is must be whole to be continued
-            self.done = {r["path"]: (r["size"], r["mtime_ns"]) for r in read_jsonl(self.root / f"{VIDEOS}.jsonl")}
+            videos = read_jsonl(self.root / f"{VIDEOS}.jsonl")  # every record checked before the work
+            read_jsonl(self.root / f"{WINDOWS}.jsonl", len(videos))
+            self.done = {r["path"]: (r["size"], r["mtime_ns"]) for r in videos}
             failures = read_jsonl(self.root / FAILED)
-            if any(not isinstance(r, dict) or not {"path", "size", "mtime_ns"} <= r.keys() for r in failures):
-                raise damaged(self.root / FAILED, "a record without its path, size or mtime_ns")
             self.failed = {r["path"]: (r["size"], r["mtime_ns"]) for r in failures}
             self.errors = {r["path"]: r.get("error") or "failed" for r in failures}
             for chunk in left:  # done as the stopped run left them; merged with this run's results as it ends, so
@@ -449,6 +456,15 @@ def load_array(path: Path, mode: str = "c", dim: int | None = None) -> np.ndarra
     return array
 
 
+def lost_array(root: Path) -> None:
+    """Refuse a folder whose ``videos.npy`` is gone while its other files hold rows (:func:`damaged`): a folder
+    without it is new only when it holds none of them."""
+    held = [name for name in (f"{VIDEOS}.jsonl", f"{WINDOWS}.npy", f"{WINDOWS}.jsonl") if (root / name).is_file()]
+    if held:
+        raise damaged(root / f"{VIDEOS}.npy", f"missing, while {', '.join(held)} {'is' if len(held) == 1 else 'are'} "
+                      "there")
+
+
 def damaged(what: str | Path, problem: str) -> DataError:
     """The error of a folder changed from outside (its writes are atomic, so nothing of ours leaves it so)."""
     return DataError(f"{what}: damaged ({problem}); this folder cannot be read or continued: move it away and run "
@@ -493,18 +509,72 @@ def _fsync(path: Path) -> None:
         os.fsync(handle.fileno())
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file of the folder ([] when it does not exist)."""
-    return read_json_lines(path) if path.is_file() else []
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_int_or_none(value: Any) -> bool:
+    return value is None or _is_int(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def record_problem(name: str, record: Any, number: int, videos: int | None = None) -> str | None:
+    """What is wrong with record ``number`` (0-based) of the folder's ``name`` file (``videos.jsonl``,
+    ``windows.jsonl`` or ``failed.jsonl``), or None: each file's keys with values of their type, a row that is its
+    line, a window's video one of the ``videos`` rows. The folder's own writes never leave one wrong (they are
+    atomic): a wrong one was changed from outside."""
+    if not isinstance(record, dict):
+        return "not a record"
+    if name == FAILED:  # (a file gone has no size or time)
+        keys = {"path": str, "size": _is_int_or_none, "mtime_ns": _is_int_or_none}
+    elif name == f"{VIDEOS}.jsonl":
+        keys = {"row": _is_int, "path": str, "size": _is_int, "mtime_ns": _is_int}
+    elif name == f"{WINDOWS}.jsonl":
+        keys = {"row": _is_int, "video": _is_int, "start": _is_number, "end": _is_number}
+    else:
+        return None
+    for key, kind in keys.items():
+        if not (isinstance(record.get(key), kind) if isinstance(kind, type) else kind(record.get(key))):
+            return f"its {key} is {record[key]!r}" if key in record else f"no {key}"
+    if "row" in keys and record["row"] != number:
+        return f"row {record['row']} on line {number + 1}"
+    if "video" in keys and videos is not None and not 0 <= record["video"] < videos:
+        return f"video {record['video']}, of {videos} video rows"
+    return None
+
+
+def read_jsonl(path: Path, videos: int | None = None) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file of the folder ([] when it does not exist), each checked
+    (:func:`record_problem`; ``videos``: the video rows a window may name): a line that is not JSON, the last one
+    too (the files are written whole, never appended to), or a wrong record is :func:`damaged`."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_bytes().splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as error:
+            raise damaged(path, f"record {len(records) + 1} is not JSON: {error}") from None
+        problem = record_problem(path.name, record, len(records), videos)
+        if problem:
+            raise damaged(path, f"record {len(records) + 1}: {problem}")
+        records.append(record)
+    return records
 
 
 class JsonLines(Sequence):
-    """The records of a JSON-lines file of the folder as a read-only list whose lines are parsed when first read
-    (a search of millions of rows reads the ``k`` it prints); a line that is not JSON is a :class:`DataError`
-    naming the file and line."""
+    """The records of a JSON-lines file of the folder as a read-only list whose lines are parsed and checked
+    (:func:`record_problem`) when first read (a search of millions of rows reads the ``k`` it prints); a line that
+    is not JSON, or a wrong record, is :func:`damaged` naming the file and record."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, videos: int | None = None) -> None:
         self.path = path
+        self.videos = videos
         self._data = path.read_bytes() if path.is_file() else b""
         ends = np.flatnonzero(np.frombuffer(self._data, np.uint8) == ord("\n"))
         starts = np.concatenate([[0], ends + 1])
@@ -522,9 +592,13 @@ class JsonLines(Sequence):
         number = range(len(self))[index]  # IndexError when out of range, negative indices allowed
         if number not in self._parsed:
             try:
-                self._parsed[number] = json.loads(self._data[self._starts[number]: self._ends[number]])
+                record = json.loads(self._data[self._starts[number]: self._ends[number]])
             except ValueError as error:
-                raise DataError(f"{self.path}: record {number + 1} is not JSON: {error}") from None
+                raise damaged(self.path, f"record {number + 1} is not JSON: {error}") from None
+            problem = record_problem(self.path.name, record, number, self.videos)
+            if problem:
+                raise damaged(self.path, f"record {number + 1}: {problem}")
+            self._parsed[number] = record
         return self._parsed[number]
 
 
@@ -537,7 +611,34 @@ def read_settings(root: str | Path) -> dict[str, Any]:
                         else f"{root}: not found (give a folder coclr embed wrote)")
     if record.get("format") != FORMAT:
         raise DataError(f"{path}: not a coclr embed settings file")
+    problem = settings_problem(record)
+    if problem:
+        raise damaged(path, problem)
     return record
+
+
+def settings_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with an ``embed.json`` record (its settings valid :class:`EmbedSettings`, its checkpoints a
+    path and a sha256 each, the first one given, its dimension positive), or None."""
+    settings = record.get("settings")
+    if not isinstance(settings, dict):
+        return "no settings"
+    values = {key: tuple(value) if isinstance(value, list) else value for key, value in settings.items()
+              if not key.endswith("_sha256")}
+    try:
+        EmbedSettings(**values).validate()
+    except (TypeError, ValueError, ConfigError) as error:  # (an unknown key, a value of another type)
+        return f"settings: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
+    for name in ("checkpoint", "flow_checkpoint"):
+        info = record.get(name)
+        if info is None and name == "flow_checkpoint":
+            continue
+        if not isinstance(info, dict) or not isinstance(info.get("path"), str) \
+                or not isinstance(info.get("sha256"), str):
+            return f"{name}: {info!r}, not a path and a sha256"
+    if not _is_int(record.get("dim")) or record["dim"] < 1:
+        return f"dim: {record.get('dim')!r}"
+    return None
 
 
 def is_current(record: dict[str, Any]) -> bool:
@@ -586,9 +687,10 @@ class Embeddings:
             raise DataError(f"{self.root}: a run was interrupted while writing; run the same coclr embed command "
                             "again to finish it")
         if not (self.root / f"{VIDEOS}.npy").is_file():
+            lost_array(self.root)
             raise DataError(f"{self.root}: no embeddings yet; run the same coclr embed command again to finish")
         self.video_records = JsonLines(self.root / f"{VIDEOS}.jsonl")  # parsed as read: a search reads k of N
-        self.window_records = JsonLines(self.root / f"{WINDOWS}.jsonl")
+        self.window_records = JsonLines(self.root / f"{WINDOWS}.jsonl", len(self.video_records))
         dim = self.record.get("dim")
         self.videos = load_array(self.root / f"{VIDEOS}.npy", "c", dim)
         self.windows = load_array(self.root / f"{WINDOWS}.npy", "c", dim)
@@ -633,4 +735,7 @@ def finished_embeddings(root: str | Path) -> Embeddings:
     if embeddings.pending_chunks:
         raise DataError(f"{root}: holds results of a coclr embed run not merged yet (it was stopped): run the same "
                         "coclr embed command again to finish it, then this one")
+    for records in (embeddings.video_records, embeddings.window_records):  # every record checked now, before the
+        for _ in records:  # command writes anything
+            pass
     return embeddings

@@ -177,11 +177,12 @@ class UnitRows:
         return cls.of_array(units, None, units16, Int8Rows(quantised, scales, error, norm))
 
     @classmethod
-    def normalising(cls, rows: np.ndarray, center: bool) -> UnitRows:
-        """Raw rows, normalised chunk by chunk as they are read (nothing written)."""
+    def normalising(cls, rows: np.ndarray, center: bool, source: Path | None = None) -> UnitRows:
+        """Raw rows (of the file ``source``, named when one is not finite), normalised chunk by chunk as they are
+        read (nothing written)."""
         mean = gallery_mean(rows) if center else None
-        return cls(len(rows), rows.shape[1], lambda a, b: _units(rows[a:b], mean),
-                   lambda indices: _units(rows[indices], mean), mean)
+        return cls(len(rows), rows.shape[1], lambda a, b: _units(rows[a:b], mean, rows, source),
+                   lambda indices: _units(rows[indices], mean, rows, source), mean)
 
 
 PROJECTED_DIMS = 127
@@ -258,11 +259,28 @@ class Projected:
         return quantised, search_cpu.query_bounds(quantised, self.int8.error, self.int8.norm) + PROJECTION_MARGIN
 
 
-def _units(rows: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
+def _units(rows: np.ndarray, mean: np.ndarray | None, whole: np.ndarray | None = None,
+           source: Path | None = None) -> np.ndarray:
+    """``rows`` as unit rows (:func:`unit_rows`); rows that hold NaN or infinite values are a :class:`DataError`
+    naming the first such row of ``whole`` (the array ``rows`` are of) and its file ``source`` when given."""
     try:
         return unit_rows(rows, mean)
     except ValueError:
-        raise DataError("the searched rows hold NaN or infinite values") from None
+        pass
+    bad = _first_nonfinite_row(whole if whole is not None else rows)
+    if source is None or bad is None:
+        raise DataError("the searched rows hold NaN or infinite values" + ("" if bad is None else f" (row {bad})"))
+    raise DataError(f"{source}: damaged (row {bad} holds NaN or infinite values); this folder cannot be searched: "
+                    "move it away and run coclr embed again")
+
+
+def _first_nonfinite_row(rows: np.ndarray) -> int | None:
+    """The first row of ``rows`` that holds a NaN or infinite value (read a block at a time), or None."""
+    for start in range(0, len(rows), PREPARE_BLOCK):
+        bad = np.flatnonzero(~np.isfinite(np.asarray(rows[start: start + PREPARE_BLOCK])).all(axis=1))
+        if len(bad):
+            return start + int(bad[0])
+    return None
 
 
 def first_pass_kind(gallery: UnitRows, count: int) -> str:
@@ -599,7 +617,7 @@ def _write_prepared(root: Path, name: str, center: bool, source: np.ndarray, loa
     identity = _identity(source_path)
     checksum = file_checksum(source_path) if identity == loaded else None
     if checksum is None or _identity(source_path) != loaded:
-        return UnitRows.normalising(source, center)
+        return UnitRows.normalising(source, center, source_path)
     mean = gallery_mean(source) if center else None
     shapes = _prepared_shapes(source.shape)
     error = norm = 0.0
@@ -609,7 +627,7 @@ def _write_prepared(root: Path, name: str, center: bool, source: np.ndarray, loa
             np.lib.format.write_array_header_1_0(file, {"descr": np.lib.format.dtype_to_descr(np.dtype(COPIES[key][1])),
                                                         "fortran_order": False, "shape": shapes[key]})
         for start in range(0, len(source), PREPARE_BLOCK):
-            units = _units(source[start: start + PREPARE_BLOCK], mean)
+            units = _units(source[start: start + PREPARE_BLOCK], mean, source, source_path)
             quantised, scales, block_error, block_norm = search_cpu.quantise_rows(units)
             error, norm = max(error, block_error), max(norm, block_norm)
             for key, array in (("prepared", units), ("bf16", bfloat16_bits(units)), ("i8", quantised),
@@ -634,14 +652,15 @@ def folder_rows(embeddings: Embeddings, windows: bool = False, center: bool = Fa
     prepared = _fresh(embeddings.root, name, center, source)
     if prepared is not None:
         return prepared
+    path = embeddings.root / f"{name}.npy"
     if len(source) == 0:
-        return UnitRows.normalising(source, center)
+        return UnitRows.normalising(source, center, path)
     loaded = getattr(embeddings, "states", {}).get(f"{name}.npy")
     try:
         remove_stale_partials(embeddings.root / PREPARED_DIR)  # (a kill while preparing left its temporary files)
         return _write_prepared(embeddings.root, name, center, source, None if loaded is None else list(loaded))
     except OSError:
-        return UnitRows.normalising(source, center)
+        return UnitRows.normalising(source, center, path)
 
 
 def prepare_search(root: str | Path) -> None:

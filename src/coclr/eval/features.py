@@ -108,6 +108,20 @@ def split_entries(store, split: str, views: Sequence[str] = ()) -> list:
     return usable_entries(store, split, views)[0]
 
 
+def label_warnings(train: list, test: list, train_split: str, test_split: str) -> list[str]:
+    """What makes a score mean less than it seems, said before any work: one class in all (every score 100 by
+    construction), test videos of classes that no training video has (each a miss, whatever the features)."""
+    classes = {entry.label for entry in [*train, *test]}
+    if len(classes) == 1:
+        return [f"every {train_split!r} and {test_split!r} video is of one class: every score is 100 by "
+                "construction; evaluate on a split of two or more classes"]
+    unseen = sum(entry.label not in {e.label for e in train} for entry in test)
+    if unseen:
+        return [f"{unseen} of the {len(test)} {test_split!r} videos are of classes no {train_split!r} video has: each "
+                "counts as a miss, whatever the features"]
+    return []
+
+
 @torch.no_grad()
 def predict_windows(model: Callable[[torch.Tensor], torch.Tensor], store, view: str, split: str, config: ClipConfig,
                     device: str | torch.device = "cpu", ten_crop: bool = False, short_side: int | None = None,

@@ -23,9 +23,18 @@ from typing import Any
 from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, read_json_lines, read_json_record
 from coclr.clips import CLIP_KEYS
 from coclr.core.methods import display_name, find_method
+from coclr.data.views import view_kind
 from coclr.errors import DataError
 from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
-from coclr.eval.features import ClipConfig, Stream, check_inputs
+from coclr.eval.features import (
+    ClipConfig,
+    Stream,
+    check_inputs,
+    label_warnings,
+    read_clip_settings,
+    split_entries,
+    unlike_training,
+)
 from coclr.eval.gallery import write_gallery
 from coclr.eval.health import collapsed
 from coclr.models.loading import checkpoint_sha256
@@ -144,8 +153,9 @@ def record_problem(record: dict[str, Any]) -> str | None:
         return f"results.{metric}: not a number ({results[metric]!r})"
     if results.get(metric) is not None and not (math.isfinite(results[metric]) and 0 <= results[metric] <= 100):
         return f"results.{metric}: not a percentage from 0 to 100 ({results[metric]!r})"
-    if record.get("name") is not None and not isinstance(record["name"], str):
-        return "name: not a string"
+    for key in ("name", "dataset", "store"):
+        if record.get(key) is not None and not isinstance(record[key], str):
+            return f"{key}: not a string"
     config = record.get("config", {})
     if not isinstance(config, dict) or not isinstance(config.get("clips", {}), dict):
         return "config: not a mapping of the clip settings"
@@ -424,7 +434,24 @@ def check_run_inputs(run_dir: str | Path, store) -> tuple[list[dict[str, Any]], 
     and per split, the videos left out of some stage's evaluation because a job of its view failed (key -> reason)."""
     stages = stage_encoders(run_dir)
     streams = {(str(path), view): Stream(path, view) for stage in stages for view, path in stage["encoders"].items()}
+    for (path, view), _ in streams.items():
+        trained = read_clip_settings(path).get("view")
+        if trained is not None and view_kind(trained) != view_kind(view):
+            raise DataError(f"{path}: the run names it its {view!r} encoder, but it was trained on {trained!r} clips "
+                            "(a file copied over it?): the run's folder is not as its stages wrote it")
     return stages, check_inputs(store, list(streams.values()), ["train", "test"])
+
+
+def run_warnings(stages: Sequence[dict[str, Any]], store) -> list[str]:
+    """What makes the figures of the run's stages on ``store`` mean less than they seem, said before any work: each
+    encoder's clips unlike the store's (:func:`~coclr.eval.features.unlike_training`), and the splits' labels
+    (:func:`~coclr.eval.features.label_warnings`)."""
+    lines: list[str] = []
+    views = sorted({view for stage in stages for view in stage["encoders"]})
+    for path, view in dict.fromkeys((path, view) for stage in stages for view, path in stage["encoders"].items()):
+        lines += [line for line in unlike_training(store, path, view) if line not in lines]
+    return lines + label_warnings(split_entries(store, "train", views), split_entries(store, "test", views),
+                                  "train", "test")
 
 
 def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None, device: str = "cpu",
@@ -445,7 +472,7 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
     records, written = [], set()
     views = list(dict.fromkeys(view for stage in stages for view in stage["encoders"]))
     recall: dict[str, list[float | None]] = {view: [] for view in views}
-    for stage in stages:
+    for stage in stages:  # (each on the videos that have every view of the run: the curves are of the same ones)
         for view in views:
             path = stage["encoders"].get(view)
             if path is None:
@@ -454,7 +481,8 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
             key = (checkpoint_sha256(path), view)
             if key not in by_content:
                 record = evaluate_checkpoint("retrieval", store, [Stream(path, view)], clip_config or ClipConfig(),
-                                             TaskOptions(cache_dir=cache_dir), device=device, progress=progress)
+                                             TaskOptions(cache_dir=cache_dir), device=device, progress=progress,
+                                             with_views=[other for other in views if other != view])
                 trained_in, method = stage["producers"][view]
                 record["name"] = f"{display_name(method)} ({trained_in})"
                 record["stage"] = trained_in

@@ -269,7 +269,38 @@ def check_study(config: StudyConfig, out: Path) -> StudyPlan:
     plan = plan_study(config, out)
     check_folder(out, STUDY_FOLDER, options_record(config))
     check_gpus(config)
+    check_store_flow(config, plan.store)
     return plan
+
+
+def check_store_flow(config: StudyConfig, store: Path) -> None:
+    """Refuse, before the study's folder is made, a given store (``data.source=store``) whose flow view was
+    extracted otherwise than the study would extract the rest of it (another backend, bound or mode): the flow
+    job would refuse it only after the folder was claimed with those options, and the folder then refuses the
+    options that match the store."""
+    from coclr.flow.backends import ALIASES  # noqa: PLC0415
+    from coclr.store.clipstore import ClipStore  # noqa: PLC0415
+    from coclr.store.flow_views import recorded_method, stored_bound  # noqa: PLC0415
+
+    data = config.data
+    if data.source != "store" or not (store / "store.json").is_file():
+        return
+    opened = ClipStore(store)
+    recorded = recorded_method(opened, "flow")
+    if recorded is None:
+        return
+    differing = []
+    backend = ALIASES.get(data.flow_backend, data.flow_backend)
+    if backend != "auto" and recorded.get("backend") not in (None, backend):
+        differing.append(f"data.flow_backend={recorded['backend']} (given {data.flow_backend})")
+    bound = stored_bound(opened, "flow")
+    if bound is not None and bound != data.flow_bound:
+        differing.append(f"data.flow_bound={bound:g} (given {data.flow_bound:g})")
+    if recorded.get("mode", "exact") != "exact":
+        differing.append(f"the {recorded['mode']} mode of tvl1-torch (a study extracts flow in the exact mode)")
+    if differing:
+        raise ConfigError(f"data.store: the flow view of {store} was extracted with {'; '.join(differing)}: give "
+                          "those values to use it, or another store")
 
 
 def check_gpus(config: StudyConfig) -> None:
