@@ -112,6 +112,28 @@ def test_a_folder_scan_leaves_out_coclrs_own_output_folders_but_synthetic_videos
     assert expand_inputs([copy.parent]) == [copy]  # named itself, a folder is scanned
 
 
+def test_a_folder_the_scan_cannot_read_is_noted_with_its_videos_left_out(tmp_path, monkeypatch):
+    """A subfolder without read permission: its videos were left out of embed and learn in silence (exit 0), and
+    the folder itself given was "no videos in this folder"."""
+    kept = write_video(tmp_path / "clips" / "a.mp4", moving_square(4))
+    write_video(tmp_path / "clips" / "locked" / "b.mp4", moving_square(4))
+    scandir = os.scandir
+
+    def refusing(path="."):  # (as root, chmod 000 does not stop a read: the refusal is made here)
+        if os.fspath(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    notes: list[str] = []
+    assert expand_inputs([tmp_path / "clips"], notes) == [kept]
+    assert any(f"could not read 1 folder(s), whose videos are left out: {tmp_path / 'clips' / 'locked'} "
+               "(Permission denied)" in note for note in notes), notes
+    monkeypatch.setattr(os, "access", lambda path, mode: not os.fspath(path).endswith("locked"))
+    with pytest.raises(DataError, match="locked: the folder cannot be read"):
+        expand_inputs([tmp_path / "clips" / "locked"])
+
+
 # ------------------------------------------------------------------------------------------------ settings
 
 

@@ -1579,6 +1579,19 @@ def test_options_no_run_could_use_and_too_few_videos_are_refused_before_any_work
     with pytest.raises(DataError, match=f"^1 video.s. a list file names do not exist: {gone}; mend the list"):
         learn([tmp_path / "list.txt", tmp_path / "videos"], tmp_path / "out", LearnOptions())
     assert not (tmp_path / "out").exists()
+    # A link to nothing in the folder: the whole run was refused as if a list file named it; it is one unreadable
+    # video, as in coclr embed (here one of too few)
+    for number in (7, 8):
+        (tmp_path / "videos" / f"v{number}.mp4").unlink()
+    (tmp_path / "videos" / "moved.mp4").symlink_to("nowhere.mp4")
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"^7 readable video\(s\) \(1 could not be read: .*moved\.mp4\): learning "
+                                          "needs at least 8"):
+        learn([tmp_path / "videos"], tmp_path / "out", LearnOptions())
+    assert time.monotonic() - started < 5 and not (tmp_path / "out").exists()
+    (tmp_path / "videos" / "moved.mp4").unlink()
+    for number in (7, 8):
+        write_video(tmp_path / "videos" / f"v{number}.mp4", moving_square(12, seed=number))
     # a backslash in a name (legal on Linux): refused by the store's index after the measurement, naming no remedy
     write_video(tmp_path / "videos" / "a\\b.mp4", moving_square(12, seed=9))
     started = time.monotonic()

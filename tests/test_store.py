@@ -65,6 +65,12 @@ def test_jpeg_round_trip_keeps_channel_order():
     np.testing.assert_array_equal(decode_jpeg(encode_jpeg(noise, 70)), reference_jpeg_round_trip(noise, 70))
     with pytest.raises(ValueError):
         decode_jpeg(b"not a jpeg")
+    # A side past JPEG's limit (a 4000x2 video at a short side of 128 is 256000 px wide): OpenCV printed its own
+    # error and the reason said only that it could not encode
+    assert len(encode_jpeg(np.zeros((2, 65500, 3), np.uint8))) > 0
+    with pytest.raises(ValueError, match=r"a frame of 65501x2 px has a side longer than JPEG's 65500: resize to a "
+                                         r"smaller short side \(--short-side\)"):
+        encode_jpeg(np.zeros((2, 65501, 3), np.uint8))
 
 
 def test_store_round_trip_equals_jpeg_of_the_source_frames(tmp_path):

@@ -27,8 +27,9 @@ WORLD_ERRORS = {
     errno.EISDIR: "this is a folder, where a file is needed: give a file path",
     errno.ENOTDIR: "a part of this path is a file, where a folder is needed: give another path",
     errno.EEXIST: "this exists and is not a folder: give another path",
-    errno.EACCES: "permission denied: give a path you may write, or change its permissions",
-    errno.EPERM: "operation not permitted: give a path you may write, or change its permissions",
+    errno.EACCES: "permission denied: give a path you may read (or write, for an output), or change its permissions",
+    errno.EPERM: "operation not permitted: give a path you may read (or write, for an output), or change its "
+                 "permissions",
     errno.EROFS: "the file system is read-only: write elsewhere",
     errno.ENAMETOOLONG: "the path is too long: give a shorter one",
     errno.ENOENT: "no such file or folder, and none can be made there: give another path",

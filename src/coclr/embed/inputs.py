@@ -143,6 +143,8 @@ def _expand(item: str, notes: list[str]) -> tuple[list[Path], str | None]:
 def _nothing_found(item: str) -> str:
     path = Path(item).expanduser()
     if path.is_dir():
+        if not os.access(path, os.R_OK | os.X_OK):
+            return f"{item}: the folder cannot be read (permission denied)"
         return f"{item}: no videos in this folder or its subfolders (a file is a video when its name ends in a " \
                "video extension or PyAV opens it as one)"
     if path.is_file():
@@ -165,7 +167,10 @@ def scan_folder(root: Path, notes: list[str] | None = None) -> list[Path]:
     loops: list[str] = []
     outputs: list[str] = []
     skipped: list[tuple[str, str]] = []
-    for directory, folders, files in os.walk(root, followlinks=True):
+    unreadable: list[str] = []
+    for directory, folders, files in os.walk(root, followlinks=True,
+                                             onerror=lambda error: unreadable.append(f"{error.filename} "
+                                                                                     f"({error.strerror})")):
         keep = []
         names = sorted(name for name in folders if not name.startswith("."))
         # Real folders before links, so that a folder is scanned under its own name when a sibling links to it.
@@ -194,6 +199,10 @@ def scan_folder(root: Path, notes: list[str] | None = None) -> list[Path]:
                      f"second way to one folder): {', '.join(loops[:3])}{more}")
     if outputs and notes is not None:
         notes.append(left_out_note(root, outputs))
+    if unreadable and notes is not None:  # (their videos were left out in silence)
+        more = f" and {len(unreadable) - 3} more" if len(unreadable) > 3 else ""
+        notes.append(f"{root}: could not read {len(unreadable)} folder(s), whose videos are left out: "
+                     f"{', '.join(unreadable[:3])}{more}; make them readable (or leave them out) and run again")
     if notes is not None:
         _note_skipped(str(root), skipped, notes)
     return sorted(videos)

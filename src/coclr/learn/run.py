@@ -172,7 +172,8 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     out = Path(out)
     notes: list[str] = []
     paths = [str(path) for path in expand_inputs(inputs, notes)]
-    missing = [path for path in paths if not os.path.isfile(path)]  # named by a list file: a typo, or moved away
+    missing = [path for path in paths if not os.path.isfile(path)  # named by a list file: a typo, or moved away
+               and not os.path.islink(path)]  # (a link to nothing, found in a folder, is that input's failure)
     if missing:
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         raise DataError(f"{len(missing)} video(s) a list file names do not exist: {', '.join(missing[:3])}{more}; "

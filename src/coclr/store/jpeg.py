@@ -14,6 +14,9 @@ import numpy as np
 
 from coclr.clips import JPEG_QUALITY
 
+JPEG_MAX_SIDE = 65500
+"""The longest side a JPEG frame may have (libjpeg's limit, as OpenCV's encoder refuses it)."""
+
 # OpenCV >= 4.10 decodes straight to RGB (faster than decoding to BGR and converting).
 _IMREAD_RGB: int | None = getattr(cv2, "IMREAD_COLOR_RGB", None)
 
@@ -24,6 +27,9 @@ def encode_jpeg(frame: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:
         raise ValueError(f"expected a uint8 [H, W, 3] frame, got {frame.dtype} {tuple(frame.shape)}")
     if not 1 <= quality <= 100:
         raise ValueError(f"JPEG quality must be in 1..100, got {quality}")
+    if max(frame.shape[:2]) > JPEG_MAX_SIDE:
+        raise ValueError(f"a frame of {frame.shape[1]}x{frame.shape[0]} px has a side longer than JPEG's "
+                         f"{JPEG_MAX_SIDE}: resize to a smaller short side (--short-side), or crop the video")
     ok, data = cv2.imencode(".jpg", cv2.cvtColor(frame, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
     if not ok:
         raise ValueError("OpenCV could not encode the frame as JPEG")
