@@ -387,8 +387,8 @@ def test_records_of_two_stores_are_two_rows_each_naming_its_store():
 
 
 def test_report_inputs_refused_before_out_is_made(gallery_inputs, tmp_path, capsys):
-    """A store without the gallery's videos, or one a record names that is gone, wrote table.md and run.json before
-    it was refused; a folder given as a result file was "not found"; NaN was a result."""
+    """A store without the gallery's videos wrote table.md and run.json before it was refused; a folder given as a
+    result file was "not found"; NaN was a result."""
     store, path, _ = gallery_inputs
     other = make_tiny_store(tmp_path / "other", train_per_class=1, test_per_class=1, frames=8, seed=3)
     (other / "index.json").write_text((other / "index.json").read_text().replace("red_class/", "crimson/"))
@@ -397,8 +397,11 @@ def test_report_inputs_refused_before_out_is_made(gallery_inputs, tmp_path, caps
     gone = json.loads(path.read_text())
     gone["store"] = str(tmp_path / "gone")
     (tmp_path / "gone.json").write_text(json.dumps(gone))
-    assert main(["report", "--results", str(tmp_path / "gone.json"), "--out", str(tmp_path / "b")]) == 2
-    assert "give --store" in capsys.readouterr().err and not (tmp_path / "b").exists()
+    # the store a record names is gone: the table needs none (it was refused whole), the gallery is left out, said
+    assert main(["report", "--results", str(tmp_path / "gone.json"), "--out", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert "note: no gallery.html: " in err and "give --store" in err, err
+    assert (tmp_path / "b" / "table.md").is_file() and not (tmp_path / "b" / "gallery.html").exists()
     assert main(["report", "--results", str(tmp_path), "--out", str(tmp_path / "c")]) == 2
     assert "a folder, not a result file" in capsys.readouterr().err
     nan = _record("linear", {"top1": float("nan")}, [("a", "rgb", "infonce")])

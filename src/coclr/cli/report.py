@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from coclr.data.datasets import left_out_message
-    from coclr.errors import ConfigError
+    from coclr.errors import ConfigError, DataError
     from coclr.eval.features import check_cache_dir
     from coclr.eval.report import (
         REPORT_FOLDER,
@@ -80,7 +80,14 @@ def run(args: argparse.Namespace) -> int:
         settings = run_settings(args)
     records = [load_record(path) for path in args.results]
     store = open_store(args.store) if args.store else None
-    gallery_inputs(records, store)  # the gallery's store and videos, before --out is made
+    with_gallery = True
+    try:
+        gallery_inputs(records, store)  # the gallery's store and videos, before --out is made
+    except DataError as error:
+        if store is not None:
+            raise
+        with_gallery = False  # (the table needs no store: it is written, and the gallery said to be left out)
+        print(f"coclr report: note: no gallery.html: {error}", file=sys.stderr)
     left_out: dict[str, dict[str, str]] = {}
     run_views: set[str] = set()
     if args.run:  # the store's views and splits, before --out is made too
@@ -91,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     with claim_folder(args.out, REPORT_FOLDER, {}, legacy=report_options):
         if settings is not None:
             records += evaluate_run(args, store, *settings)
-        written = write_report(args.out, records, store, args.gallery_queries)
+        written = write_report(args.out, records, store, args.gallery_queries, with_gallery)
     plot = Path(args.out) / "stage_recall.png"  # report_run's, of the run's stages
     if args.run:
         written["stage_recall.png"] = plot
@@ -102,8 +109,7 @@ def run(args: argparse.Namespace) -> int:
               "this one's inputs", file=sys.stderr)
     gallery = Path(args.out) / "gallery.html"
     if "gallery.html" not in written and gallery.is_file():  # (no retrieval with neighbours among these inputs)
-        print(f"coclr report: note: {gallery} is of an earlier report's inputs, not of this one's (none of these is "
-              "a retrieval with neighbours)", file=sys.stderr)
+        print(f"coclr report: note: {gallery} is of an earlier report's inputs, not of this one's", file=sys.stderr)
     partial = [line for line in map(left_out_line, records[:len(args.results)]) if line]
     for line in partial:  # (its evaluation ended with exit status 3 too: the figures shown are of the others)
         print(f"coclr report: {line}", file=sys.stderr)

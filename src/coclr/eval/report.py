@@ -533,15 +533,15 @@ def gallery_inputs(records: Sequence[dict[str, Any]], store=None) -> tuple[dict[
 
 
 def write_report(out_dir: str | Path, records: Sequence[dict[str, Any]], store=None,
-                 gallery_count: int = 8) -> dict[str, Path]:
-    """Table (Markdown + JSON) of ``records`` and a gallery of the last retrieval record with neighbours
-    (preferring one whose first stream is RGB, as the paper's Figure 5).
+                 gallery_count: int = 8, gallery: bool = True) -> dict[str, Path]:
+    """Table (Markdown + JSON) of ``records`` and, with ``gallery``, a gallery of the last retrieval record with
+    neighbours (preferring one whose first stream is RGB, as the paper's Figure 5).
 
     The gallery reads thumbnails from ``store`` (default: the store recorded in that record).
     """
 
     out_dir = Path(out_dir)
-    gallery_record, gallery_store = gallery_inputs(records, store)  # before anything is written
+    gallery_record, gallery_store = gallery_inputs(records, store) if gallery else (None, None)  # (before writing)
     markdown, table = write_table(build_table(records), out_dir)
     written = {"table.md": markdown, "table.json": table}
     if gallery_record is not None:
