@@ -12,9 +12,10 @@ dataset of thousands is reported and skipped instead of silently giving a short,
 
 Frames are what a player shows: turned as the file's display matrix (or legacy ``rotate`` tag) says, timed by their
 presentation timestamps (variable frame rate, edit lists, a clock that does not start at 0), and counted damaged when
-the decoder reports them corrupt (``docs/store.md``, "Decoding and resizing"), and as wide as a player shows them:
-a file whose pixels are not square (anamorphic DV, DVD or HDV footage: a sample aspect ratio other than 1) is
-stretched to its display width (:func:`pixel_aspect`).
+the decoder reports them corrupt (``docs/store.md``, "Decoding and resizing"). Pixels are taken as coded, as OpenCV,
+decord, torchvision and the reference implementation's frame extraction take them: a file whose pixels are not
+square (a sample aspect ratio other than 1: DV, DVD and HDV footage, and Kinetics clips scaled to 340x256 that keep
+their display aspect so) is read at its coded width, and the aspect is reported (:func:`pixel_aspect`).
 
 Example::
 
@@ -79,9 +80,8 @@ _TRUNCATION_TOLERANCE_FRACTION = 0.05
 
 @dataclass(frozen=True)
 class VideoInfo:
-    """What a video holds: frame count (exact when ``probe_video(exact=True)``), frame rate and size as shown (as wide
-    as its pixels' aspect makes it, after the turn its display matrix asks for: ``rotation`` degrees clockwise, then
-    ``mirrored`` left-right)."""
+    """What a video holds: frame count (exact when ``probe_video(exact=True)``), frame rate and size as decoded
+    (after the turn its display matrix asks for: ``rotation`` degrees clockwise, then ``mirrored`` left-right)."""
 
     frames: int
     fps: float
@@ -106,7 +106,6 @@ def probe_video(path: str | Path, exact: bool = False) -> VideoInfo:
             raise VideoDecodeError(f"{path}: the video stream has no frame rate")
         fps = float(rate)
         width, height = stream.codec_context.width, stream.codec_context.height
-        aspect = pixel_aspect(stream)
         frames = int(stream.frames or 0)
         decoded = _decoded_frames(container, stream, path)
         first = next(decoded, None)
@@ -115,7 +114,6 @@ def probe_video(path: str | Path, exact: bool = False) -> VideoInfo:
             frames = (first is not None) + sum(1 for _ in decoded)
     if width <= 0 or height <= 0:
         raise VideoDecodeError(f"{path}: the video stream has no frame size")
-    width = shown_width(width, aspect)
     if turn.rotation in (90, 270):
         width, height = height, width
     return VideoInfo(frames=frames, fps=fps, width=width, height=height, rotation=turn.rotation,
@@ -182,8 +180,8 @@ class VideoReader:
         self.fps = float(fps if fps is not None else source_fps)
         self._target_fps = fps
         self.pixel_aspect = pixel_aspect(self._stream)
-        """A pixel's width over its height as shown (1: square); frames are stretched to the display width."""
-        self._converter = _RGBConverter(short_side, self.pixel_aspect)
+        """A pixel's width over its height as a player shows it (1: square; the frames keep the coded width)."""
+        self._converter = _RGBConverter(short_side)
         self.decoded = 0
         self.damaged = 0
         self.lost = 0
@@ -629,45 +627,33 @@ def short_side_size(height: int, width: int, short_side: int) -> tuple[int, int]
 
 
 PIXEL_ASPECT_RANGE = (Fraction(1, 4), Fraction(4))
-"""Sample aspect ratios applied (:func:`pixel_aspect`); one outside (a damaged or nonsensical header) is taken as
+"""Sample aspect ratios reported (:func:`pixel_aspect`); one outside (a damaged or nonsensical header) is taken as
 square pixels."""
 
 
 def pixel_aspect(stream) -> Fraction:
     """The width of a pixel of ``stream`` over its height as a player shows it (FFmpeg's guess from the container
-    and the codec: ``sample_aspect_ratio``); 1 when unset or outside :data:`PIXEL_ASPECT_RANGE`."""
+    and the codec: ``sample_aspect_ratio``); 1 when unset or outside :data:`PIXEL_ASPECT_RANGE`. Frames are decoded
+    at their coded size all the same (the module docstring); this is what is recorded of them."""
     aspect = stream.sample_aspect_ratio
     if not aspect or not PIXEL_ASPECT_RANGE[0] <= Fraction(aspect) <= PIXEL_ASPECT_RANGE[1]:
         return Fraction(1)
     return Fraction(aspect)
 
 
-def shown_width(width: int, aspect: Fraction) -> int:
-    """The width a player shows ``width`` coded pixels of ``aspect`` (:func:`pixel_aspect`) at."""
-    return width if aspect == 1 else max(1, round(width * aspect))
-
-
 class _RGBConverter:
-    """Turns decoded PyAV frames into RGB arrays as shown: stretched to the display width where pixels are not
-    square (``aspect``: :func:`pixel_aspect`) and resized to a short side in the coded orientation (one resize),
-    then turned (:class:`Orientation`: the turn moves pixels only, so resizing first costs less and gives the same
-    size). State: the size, the pixels' aspect and the orientation."""
+    """Turns decoded PyAV frames into RGB arrays as shown: resized to a short side in the coded orientation, then
+    turned (:class:`Orientation`: the turn moves pixels only, so resizing first costs less and gives the same
+    size). State: the size and the orientation."""
 
-    def __init__(self, short_side: int | None, aspect: Fraction = Fraction(1)) -> None:
+    def __init__(self, short_side: int | None) -> None:
         self.short_side = short_side
-        self.aspect = aspect
         self.orientation = Orientation()
 
     def __call__(self, frame) -> np.ndarray:
         rgb = frame.to_ndarray(format="rgb24", **_one_thread())  # the same pixels as on every thread, and no
         # threads left behind a frame (decoding runs in parallel processes already; spare_children_our_garbage)
-        if self.aspect != 1:
-            height, width = rgb.shape[0], shown_width(rgb.shape[1], self.aspect)
-            if self.short_side is not None:
-                height, width = short_side_size(height, width, self.short_side)
-            if (height, width) != rgb.shape[:2]:
-                rgb = cv2.resize(rgb, (width, height), interpolation=cv2.INTER_AREA)
-        elif self.short_side is not None:
+        if self.short_side is not None:
             rgb = resize_short_side(rgb, self.short_side)
         return self.orientation(rgb)
 
