@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from coclr.config import load_config
-from coclr.errors import ConfigError
+from coclr.errors import CoclrError, ConfigError
 from coclr.models.loading import load_encoder, read_clip_settings
 from coclr.train.config import PipelineConfig
 from coclr.train.pipeline import plan_stages, run_pipeline, stage_config
@@ -291,3 +291,36 @@ def test_a_pipeline_folder_recorded_before_its_global_batch_was_continues() -> N
     assert PIPELINE_FOLDER.differing({"run": {"batch_size": 4, "global_batch": 4}},
                                      {"run": {"batch_size": 8, "global_batch": 8}}) == [
         "run.batch_size x processes=4 (given 8)"]
+
+
+def test_what_a_later_stage_would_refuse_is_refused_before_the_first_trains_or_the_folder_is_claimed(
+        tmp_path: Path) -> None:
+    """A store without the flow view: InfoNCE on RGB trained to its end before the flow stage said so (300 epochs
+    at the paper's settings); an init of another width was refused by the first stage naming method.init_checkpoint,
+    after run.json recorded the mistaken options, so that the mended command was refused; a split with no video was
+    "0 training videos, lower run.batch_size"; --restart with options a stage refuses moved the run aside first."""
+    from coclr.train.run import pretrain
+    from test_train import tiny_config
+
+    rgb_only = make_random_store(tmp_path / "rgb_only", videos=8, frames=10, views=("rgb",))
+    with pytest.raises(CoclrError, match=r"view 'flow' is missing for 8 of the 8 'train' videos"):
+        run_pipeline(pipeline_config(rgb_only, tmp_path / "p1"))
+    assert not (tmp_path / "p1").exists()
+    store = make_random_store(tmp_path / "store", videos=8, frames=10)
+    with pytest.raises(CoclrError, match=r"split 'val' has no videos \(splits present: train\)"):
+        run_pipeline(pipeline_config(store, tmp_path / "p2", "data.split=val"))
+    assert not (tmp_path / "p2").exists()
+    wide = pretrain(tiny_config(store, tmp_path / "wide", "model.width=0.25", "run.max_steps=1")).checkpoint
+    with pytest.raises(CoclrError, match=r"^pipeline\.init: .* holds another encoder than the run's: "
+                                         r"model\.width=0\.125 \(the checkpoint: 0\.25\)"):
+        run_pipeline(pipeline_config(store, tmp_path / "p3", f"pipeline.init={wide}"))
+    assert not (tmp_path / "p3").exists()
+    config = pipeline_config(store, tmp_path / "p4")
+    run_pipeline(config, until="infonce_rgb")
+    kept = (tmp_path / "p4" / "manifest.json").read_bytes()
+    with pytest.raises(CoclrError, match=r"pipeline\.init: .* holds another encoder"):
+        run_pipeline(pipeline_config(store, tmp_path / "p4", f"pipeline.init={wide}"), until="infonce_rgb",
+                     restart=True)
+    assert (tmp_path / "p4" / "manifest.json").read_bytes() == kept and not list(tmp_path.glob("p4.replaced-*"))
+    run_pipeline(config, until="infonce_rgb", restart=True)  # (a restart that is not refused still moves it)
+    assert len(list(tmp_path.glob("p4.replaced-*"))) == 1

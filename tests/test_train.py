@@ -56,6 +56,8 @@ def store(tmp_path: Path) -> Path:
     (["data.length=4"], "data.length"),
     (["method.name=supervised"], "method.name"),
     (["optim.epochs=10", "optim.milestones=[20]"], "optim.milestones"),
+    (["optim.epochs=10", "optim.milestones=[5, 5]"],  # (the lr was cut to a hundredth at epoch 5)
+     r"optim.milestones: \[5, 5\] gives epoch 5 more than once"),
     (["optim.epochs=10", "optim.warmup_epochs=11"], "optim.warmup_epochs"),
     (["optim.warmup_epochs=-1"], "optim.warmup_epochs"),
     (["optim.epochs=-3"], "optim.epochs: must be at least 1, got -3"),
@@ -341,9 +343,15 @@ def test_a_run_that_continues_on_other_videos_says_it(store: Path, tmp_path: Pat
     state = torch.load(path, weights_only=True)
     state["videos"] = videos + 1  # as if one video were left out since
     torch.save(state, path)
-    with pytest.warns(UserWarning, match=rf"trained on {videos + 1} videos and continues on {videos} .*not those of "
-                                         "the run it would have been uninterrupted"):
+    with pytest.warns(UserWarning, match=rf"trained on {videos + 1} instances and continues on {videos} \(videos "
+                                         "left out.*not those of the run it would have been uninterrupted"):
         pretrain(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.max_steps=3"))
+    state = torch.load(path, weights_only=True)
+    state["videos"] = videos - 1  # more now: not "left out" (a store grown or replaced)
+    torch.save(state, path)
+    with pytest.warns(UserWarning, match=rf"trained on {videos - 1} instances and continues on {videos} \(videos "
+                                         r"added to the store since, or the store replaced\)"):
+        pretrain(tiny_config(store, tmp_path / "run", "optim.epochs=2", "run.max_steps=4"))
 
 
 def test_a_queue_as_large_as_the_store_is_warned_once(store: Path, tmp_path: Path) -> None:
@@ -369,6 +377,23 @@ def test_a_queue_as_large_as_the_store_is_warned_once(store: Path, tmp_path: Pat
         pretrain(tiny_config(store, tmp_path / "under", "method.queue_size=11", "run.max_steps=1"))
         pretrain(tiny_config(store, tmp_path / "labels", "method.name=ubernce", "method.queue_size=12",
                              "run.max_steps=1"))
+
+
+def test_instances_shorter_than_a_clip_are_said_and_counted_as_instances(store, tmp_path, capsys):
+    """data.length past every video's frames, or data.segment_frames of one frame: every clip repeated its last
+    frame (both clips of an instance the same frames) without a word, and the log said "352 videos" of 32."""
+    from coclr.train.run import pretrain
+
+    with pytest.warns(UserWarning, match=r"12 of the 12 training instances \(videos\) have fewer frames than a clip "
+                                         r"spans \(16: data\.length=16, data\.stride=1\).*lower data\.length"):
+        pretrain(tiny_config(store, tmp_path / "long", "data.length=16", "run.max_steps=1"))
+    with pytest.warns(UserWarning, match=r"132 of the 132 training instances \(stretches of data\.segment_frames=1\) .*"
+                                         r"\(or raise data\.segment_frames\)"):
+        pretrain(tiny_config(store, tmp_path / "cut", "data.segment_frames=1", "run.max_steps=1"))
+    assert "132 instances (12 videos in stretches)" in capsys.readouterr().out
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pretrain(tiny_config(store, tmp_path / "fits", "data.segment_frames=8", "run.max_steps=1"))
 
 
 def test_a_warm_up_that_the_queue_s_filling_pushes_past_the_end_is_said(store, tmp_path):
@@ -542,6 +567,12 @@ def test_the_same_command_continues_and_another_is_refused_naming_each_option(st
     events = sorted((run / "tb").iterdir())
     assert main([a for a in args if a != "run.max_steps=3"]) == 0  # finished: nothing to do, and no new (empty)
     assert sorted((run / "tb").iterdir()) == events  # TensorBoard file
+    # --restart with options a part refuses (a batch larger than the store): the run was moved aside before the
+    # refusal, and run.out left empty
+    before = {path.name: path.read_bytes() for path in (last, run / "run.json")}
+    assert main([*args, "--restart", "run.batch_size=64"]) == 2
+    assert not list(tmp_path.glob("run.replaced-*"))
+    assert {path.name: path.read_bytes() for path in (last, run / "run.json")} == before
     assert main([*args, "--restart"]) == 0
     assert len(list(tmp_path.glob("run.replaced-*"))) == 1
     assert load_checkpoint(last)["position"]["epoch"] == 1

@@ -529,7 +529,10 @@ def require(condition: bool, key: str, message: str) -> None:
 def require_milestones(milestones: list[int], epochs: int, key: str, epochs_key: str, none: str) -> None:
     """The one rule of lr milestones (pretraining, a pipeline's stages, finetuning): each lies in 1..epochs, since
     one past the last epoch never lowers the lr, which a changed epoch count left unsaid (``epochs_key`` and
-    ``none``, how the user writes the epochs and no milestones, for the message)."""
+    ``none``, how the user writes the epochs and no milestones, for the message), and each is given once."""
     require(all(0 < m <= epochs for m in milestones), key,
             f"{milestones} must lie in 1..{epochs_key.rsplit('.', 1)[-1]} ({epochs}): when you change {epochs_key}, "
             f"set the milestones too (e.g. {none} for none)")
+    repeated = sorted({m for m in milestones if milestones.count(m) > 1})
+    require(not repeated, key, f"{milestones} gives epoch {', '.join(map(str, repeated))} more than once: the lr would "
+            "be multiplied by gamma there as often (a typo?); give each milestone once")

@@ -11,8 +11,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "pipeline", help="InfoNCE on both views, then cycles of co-training (resumable)",
         description="Run the CoCLR algorithm end to end in one run folder (run.out). Running the same "
-        "command again continues where it stopped; other options are refused, naming each that differs (progress, "
-        "workers, logging, run.max_steps and --until may change). Works under torchrun too.")
+        "command again continues where it stopped; other options are refused, naming each that differs (those "
+        "that change only where it runs, what it shows or where it stops may change: the device, progress, logging, "
+        "how often it saves and checks, run.max_steps, the batch per process, workers, caches, and --until). "
+        "Works under torchrun too.")
     add_config_arguments(parser)
     parser.add_argument("--restart", action="store_true",
                         help="move an earlier run in run.out aside (to <run.out>.replaced-<time>) and start over")

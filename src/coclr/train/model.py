@@ -4,6 +4,7 @@ CoCLR's frozen sampler, and what each encoder records about the clips it is trai
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,18 +19,33 @@ from coclr.train.config import PretrainConfig
 from coclr.train.learner import PretrainModel, ViewLearner
 
 
-def load_into(encoder: Encoder, path: str, option: str) -> None:
-    """Initialise ``encoder`` from any checkpoint ``load_encoder`` reads (``option`` names where the path came
-    from), its BatchNorm epsilon too; the architectures must match, or the error names both."""
-    backbone, head = load_encoder(path)
+def _same_architecture(path: str, backbone, head, ours: dict[str, Any], option: str) -> None:
+    """Refuse the encoder read from ``path`` (``backbone``, ``head``) when it is not of the architecture ``ours``
+    (``model.width``, ``model.gating``, ``model.embed_dim``), naming both."""
     theirs = {"model.width": backbone.width, "model.gating": backbone.gating,
               "model.embed_dim": None if head is None else head.out_dim}
-    ours = {"model.width": encoder.backbone.width, "model.gating": encoder.backbone.gating,
-            "model.embed_dim": encoder.head.out_dim}
     differ = [f"{key}={ours[key]!r} (the checkpoint: {theirs[key]!r})" for key in ours
               if theirs[key] is not None and theirs[key] != ours[key]]
     if differ:
         raise CheckpointError(f"{option}: {path} holds another encoder than the run's: {', '.join(differ)}")
+
+
+def check_architecture(path: str | Path, config: PretrainConfig, option: str) -> None:
+    """:func:`load_into`'s refusal of an encoder of another architecture than ``config``'s model, before anything is
+    built (a pipeline checks the encoders its later stages start from before its first stage trains)."""
+    backbone, head = load_encoder(path)
+    model = config.model
+    _same_architecture(str(path), backbone, head, {"model.width": model.width, "model.gating": model.gating,
+                                                   "model.embed_dim": model.embed_dim}, option)
+
+
+def load_into(encoder: Encoder, path: str, option: str) -> None:
+    """Initialise ``encoder`` from any checkpoint ``load_encoder`` reads (``option`` names where the path came
+    from), its BatchNorm epsilon too; the architectures must match, or the error names both."""
+    backbone, head = load_encoder(path)
+    _same_architecture(path, backbone, head, {"model.width": encoder.backbone.width,
+                                              "model.gating": encoder.backbone.gating,
+                                              "model.embed_dim": encoder.head.out_dim}, option)
     encoder.backbone.load_state_dict(backbone.state_dict())
     encoder.backbone.set_bn_eps(backbone.bn_eps)  # (torchvision's 1e-3: its statistics were kept under it)
     if head is not None:

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from coclr.atomic import atomic_write_json, read_json_lines, read_json_record
 from coclr.config import validate
 from coclr.core.methods import METHODS
+from coclr.data.datasets import usable_entries
 from coclr.distributed import held_by_main, init_distributed, is_main
 from coclr.errors import ConfigError
 from coclr.interrupts import interrupted
@@ -31,13 +32,14 @@ from coclr.runfolder import FolderRule, check_folder, check_restart, claim_folde
 from coclr.store.clipstore import open_store
 from coclr.train.checkpoint import write_view_encoders
 from coclr.train.config import PER_STAGE, PipelineConfig, PretrainConfig
-from coclr.train.model import check_view_of
+from coclr.train.model import check_architecture, check_view_of
 from coclr.train.run import pretrain
 from coclr.train.setup import (
     CONTINUABLE,
     LAST,
     PATH_OPTIONS,
     as_typed,
+    check_inputs,
     check_steps_on_videos,
     resolve_device,
     resolve_precision,
@@ -207,25 +209,24 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
     names = [stage.name for stage in stages]
     if until is not None and until not in names:
         raise ConfigError(f"until: no stage {until!r} in this pipeline; its stages are {', '.join(names)}")
-    init_distributed(resolve_device(config.run.device))  # under torchrun: rank 0 alone holds the folder and writes
-    # its manifest, and the stages' checks count every process's batch
-    if restart:  # every process: the same refusal on each (not rank 0's alone, the others waiting for it)
-        check_restart(run_dir, PIPELINE_FOLDER, legacy=_manifest_options)
-    if restart and is_main():
-        restart_folder(run_dir, PIPELINE_FOLDER, legacy=_manifest_options)
-    if restart and dist.is_initialized():
-        dist.barrier()
+    device = resolve_device(config.run.device)
+    init_distributed(device)  # under torchrun: rank 0 alone holds the folder and writes its manifest, and the
+    # stages' checks count every process's batch
+    if restart:  # every process: the same refusal on each (not rank 0's alone, the others waiting for it); the
+        check_restart(run_dir, PIPELINE_FOLDER, legacy=_manifest_options)  # folder is moved once all is checked
     processes = dist.get_world_size() if dist.is_initialized() else 1
     # as each stage records them, the global batch with them (the stages not started took a new one in silence)
-    options = run_options(resolve_precision(config, resolve_device(config.run.device)), processes)
-    check_folder(run_dir, PIPELINE_FOLDER, options, _manifest_options)
+    options = run_options(resolve_precision(config, device), processes)
+    if not restart:
+        check_folder(run_dir, PIPELINE_FOLDER, options, _manifest_options)
     views = {"init": config.data.view, "second_init": config.data.second_view, "miner": config.data.view}
     for key, view in views.items():  # read now, not when their stage starts after others trained
         path = getattr(config.pipeline, key)
         if path is not None:
             require_checkpoint_file(path, f"pipeline.{key}")
-        if path is not None:
             check_view_of(path, view, f"pipeline.{key}")
+            if key != "miner":  # (a miner mines with its own network)
+                check_architecture(path, config, f"pipeline.{key}")
     if config.pipeline.infonce_from:
         needed = [encoder_file(run_dir, f"infonce_{view}", view, config)
                   for view in (config.data.view, config.data.second_view)]
@@ -233,9 +234,11 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
         if absent:
             raise ConfigError(f"pipeline.infonce_from: {config.pipeline.infonce_from} has no finished InfoNCE stage "
                               f"({', '.join(absent)} missing): run that pipeline's InfoNCE stages first")
-    previous = read_manifest(run_dir)
+        for path in needed:
+            check_architecture(path, config, "pipeline.infonce_from")
+    previous = {} if restart else read_manifest(run_dir)  # (a restart's folder is moved aside before the claim)
     status = {s["name"]: s for s in previous.get("stages", [])}
-    recorded = read_record(run_dir)
+    recorded = None if restart else read_record(run_dir)
     manifest = {"config": recorded["options"] if recorded else previous.get("config", options), "stages": []}
     for stage in stages:
         entry = status.get(stage.name, {})
@@ -249,6 +252,14 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
     runs = names.index(until) + 1 if until is not None else len(stages)
     _check_every_stage_trains(config, stages[:runs], stage_configs[:runs])
     lost = _lost_encoders(run_dir, stages, manifest)
+    pending = [number for number, entry in enumerate(manifest["stages"][:runs]) if entry["status"] != "done"]
+    if pending and not lost:  # the next stage's inputs (its files, views, labels, device options): refused now, not
+        check_inputs(stage_configs[pending[0]], device)  # after a claim (lost encoders are written first)
+    if restart:  # (only now: a pipeline refused by a check above was moved aside, and its folder claimed anew)
+        if is_main():
+            restart_folder(run_dir, PIPELINE_FOLDER, legacy=_manifest_options)
+        if dist.is_initialized():
+            dist.barrier()
     with held_by_main(lambda: claim_folder(run_dir, PIPELINE_FOLDER, options, legacy=_manifest_options)):
         for stage in lost:  # their checkpoints are there: written again, as when the stage finished
             export_encoders(run_dir / stage.name / LAST, stage, run_dir)
@@ -275,13 +286,17 @@ def _lost_encoders(run_dir: Path, stages: list[Stage], manifest: dict[str, Any])
 
 def _check_every_stage_trains(config: PipelineConfig, stages: list[Stage],
                               stage_configs: list[PretrainConfig]) -> None:
-    """Before the first stage: no stage to run may spend all its iterations filling its queue
+    """Before the first stage: the split has videos with every view a stage to run reads
+    (:func:`~coclr.data.datasets.usable_entries`), and no stage to run may spend all its iterations filling its queue
     (:func:`~coclr.train.setup.check_steps_on_videos`), counted on every video of the split (the trainer, which
     counts the videos it can read, checks again at its start). A store that is not one is refused here, before the
     folder is claimed."""
     if not Path(config.data.store).is_dir():
         raise ConfigError(f"data.store: not a directory: {config.data.store}")
-    videos = open_store(config.data.store).index.split_counts().get(config.data.split, 0)
+    store = open_store(config.data.store)
+    usable_entries(store, config.data.split, sorted({view for options in stage_configs for view in options.views}))
+    # (a split without videos, a view not built: said now, not after a stage trained on the other view)
+    videos = store.index.split_counts().get(config.data.split, 0)
     processes = dist.get_world_size() if dist.is_initialized() else 1
     for stage, options in zip(stages, stage_configs):
         check_steps_on_videos(options, videos, processes, f"stage {stage.name}: ",

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from coclr.train.config import PretrainConfig
-from coclr.train.setup import build_parts, claim_run_folder, setup_run, torch_settings
+from coclr.train.setup import build_parts, claim_run_folder, move_aside_run, setup_run, torch_settings
 from coclr.train.trainer import Trainer
 
 
@@ -32,12 +32,14 @@ class Pretrained:
 @contextmanager
 def start_run(config: PretrainConfig, restart: bool = False) -> Iterator[Trainer]:
     """A run ready for its loop, for the ``with`` block: everything checked (inputs, device, the run folder's
-    options; with ``restart`` an earlier run moved aside) and every part built (a checkpoint that does not fit is
-    refused here) before anything is written; then the folder claimed (held until the block ends) and its last
-    checkpoint loaded. The torch settings of ``run.deterministic`` (and cuDNN's autotuner on CUDA) hold while the
-    block runs and are restored after."""
+    options) and every part built (a checkpoint that does not fit is refused here) before anything is written or
+    moved; then, with ``restart``, an earlier run moved aside, and the folder claimed (held until the block ends)
+    and its last checkpoint loaded. The torch settings of ``run.deterministic`` (and cuDNN's autotuner on CUDA) hold
+    while the block runs and are restored after."""
     setup = setup_run(config, restart)
     parts = build_parts(setup)
+    if restart:  # (only now: a run refused by a check of its parts was moved aside, and the folder left empty)
+        move_aside_run(setup.config)
     with claim_run_folder(setup.config, setup.world), \
             torch_settings(setup.config.run.deterministic, setup.device):
         yield Trainer(parts)

@@ -6,7 +6,8 @@ data, model, optimiser, augmentation and DDP wrapper (:class:`RunParts`), which
 :func:`coclr.train.run.start_run` hands to the :class:`~coclr.train.trainer.Trainer`, which only runs the loop.
 The run folder follows :mod:`coclr.runfolder` through two calls: :func:`check_run_folder` (reads only) in
 :func:`setup_run`, and :func:`claim_run_folder` (lock, check again, record) once the parts are built, before the
-first write (a part that cannot be built, a checkpoint of another encoder, leaves the folder untouched).
+first write (a part that cannot be built, a checkpoint of another encoder, leaves the folder untouched; with
+``--restart``, :func:`move_aside_run` moves the earlier run aside only then).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import dataclasses
 import math
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +62,7 @@ class RunSetup:
 def setup_run(config: PretrainConfig, restart: bool = False) -> RunSetup:
     """Pick the device (``run.device``), check the inputs (files, views, device options), resolve the precision,
     join torchrun's process group and check ``run.out`` (continue, or refuse other options naming each; with
-    ``restart`` an earlier run is moved aside first). Raises a :class:`~coclr.errors.CoclrError` before any
+    ``restart``, that an earlier run may be moved aside). Raises a :class:`~coclr.errors.CoclrError` before any
     work."""
     device = resolve_device(config.run.device)
     check_inputs(config, device)
@@ -177,6 +178,24 @@ def warn_queue_of_own_keys(config: PretrainConfig, instances: int) -> None:
     warnings.warn(f"method.queue_size={method.queue_size} is not smaller than the {instances} training "
                   f"instance(s): from the second epoch on every clip meets earlier keys of its own video in the "
                   f"queue as negatives, which can stall or collapse the training; {remedy}", stacklevel=2)
+
+
+def warn_short_instances(config: PretrainConfig, frames: Sequence[int]) -> None:
+    """Warn when most training instances (of ``frames`` frames each) are shorter than a clip spans: each clip then
+    repeats its instance's last frame, and both clips of an instance start at its first frame, the same frames
+    (only the augmentation tells them apart), so the contrast learns little."""
+    data = config.data
+    span = (data.length - 1) * data.stride + 1
+    short = sum(count < span for count in frames)
+    if not frames or 2 * short <= len(frames):
+        return
+    what = (f"stretches of data.segment_frames={data.segment_frames}" if data.segment_frames is not None
+            else "videos")
+    remedy = "lower data.length or data.stride" + (" (or raise data.segment_frames)"
+                                                     if data.segment_frames is not None else "")
+    warnings.warn(f"{short} of the {len(frames)} training instances ({what}) have fewer frames than a clip spans "
+                  f"({span}: data.length={data.length}, data.stride={data.stride}): their clips repeat the last frame, "
+                  f"and the two clips of an instance are the same frames; {remedy}", stacklevel=2)
 
 
 def warn_warmup_past_the_end(config: PretrainConfig, per_epoch: int, global_batch: int) -> None:
@@ -337,16 +356,21 @@ PRETRAIN_FOLDER = FolderRule("pretrain", "a pretrain run", may_differ=CONTINUABL
 
 def check_run_folder(config: PretrainConfig, restart: bool = False) -> bool:
     """Whether ``run.out`` holds a run started with the same options (to continue); other options are refused,
-    naming each that differs; with ``restart``, an earlier run is moved aside first (refused while another job
-    holds it). Under torchrun, rank 0 moves it and every process checks after it. Reads only, without
-    ``restart``."""
+    naming each that differs; with ``restart``, whether an earlier run may be moved aside (:func:`move_aside_run`
+    moves it once every part is built: a run refused by a later check is left where it was). Reads only."""
     if restart:  # every process: the same refusal on each (not rank 0's alone, the others waiting for it)
         check_restart(config.run.out, PRETRAIN_FOLDER, legacy=_checkpoint_options)
-    if restart and is_main():
-        restart_folder(config.run.out, PRETRAIN_FOLDER, legacy=_checkpoint_options)
-    if restart and dist.is_initialized():
-        dist.barrier()
+        return False
     return check_folder(config.run.out, PRETRAIN_FOLDER, run_options(config, world_size()), _checkpoint_options)
+
+
+def move_aside_run(config: PretrainConfig) -> None:
+    """Move the earlier run in ``run.out`` aside (``--restart``; refused while another job holds it): the last step
+    before the folder is claimed. Under torchrun, rank 0 moves it and every process waits for it."""
+    if is_main():
+        restart_folder(config.run.out, PRETRAIN_FOLDER, legacy=_checkpoint_options)
+    if dist.is_initialized():
+        dist.barrier()
 
 
 def claim_run_folder(config: PretrainConfig, world: int):

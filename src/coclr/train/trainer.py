@@ -46,7 +46,15 @@ from coclr.threads import reuse_freed_memory
 from coclr.train.checkpoint import TRAIN_FORMAT, load_checkpoint, rng_state
 from coclr.train.learner import Targets
 from coclr.train.sampler import EpochItems
-from coclr.train.setup import BEST, LAST, RunParts, log_line, warn_queue_of_own_keys, warn_warmup_past_the_end
+from coclr.train.setup import (
+    BEST,
+    LAST,
+    RunParts,
+    log_line,
+    warn_queue_of_own_keys,
+    warn_short_instances,
+    warn_warmup_past_the_end,
+)
 
 
 class NonFiniteLossError(CoclrError):
@@ -160,6 +168,7 @@ class Trainer:
         elif is_main():  # (said when the run starts, not again as it continues)
             warn_queue_of_own_keys(config, len(self.dataset))
             warn_warmup_past_the_end(config, self.data_order.batches_per_epoch, self.data_order.global_batch)
+            warn_short_instances(config, self.dataset.segments[:, 2].tolist())
 
     # ------------------------------------------------------------------ state
 
@@ -210,9 +219,11 @@ class Trainer:
         self._log_line(f"resumed from {path} at {self.position.where()} (step {self.position.global_step})")
         trained = ckpt.get("videos")  # (a checkpoint from before it was recorded: not known)
         if isinstance(trained, int) and trained != len(self.dataset) and is_main():
-            warnings.warn(f"{path}: the run trained on {trained} videos and continues on {len(self.dataset)} (videos "
-                          "left out since, e.g. found damaged): from here its order and steps per epoch are not those "
-                          "of the run it would have been uninterrupted", stacklevel=2)
+            why = ("videos left out since, e.g. found damaged" if len(self.dataset) < trained
+                   else "videos added to the store since, or the store replaced")
+            warnings.warn(f"{path}: the run trained on {trained} instances and continues on {len(self.dataset)} "
+                          f"({why}): from here its order and steps per epoch are not those of the run it would have "
+                          "been uninterrupted", stacklevel=2)
 
     def save(self, best: bool = False) -> None:
         """Write the checkpoint (the main process; every process records where it stands: :meth:`kept`). An
@@ -353,7 +364,9 @@ class Trainer:
         queue_full = self.model.queues_full
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
         steps_per_epoch = self.data_order.batches_per_epoch
-        self._log_line(f"{config.method.name} on {'+'.join(self.model.learners)}: {len(self.dataset)} videos, "
+        instances = (f"{len(self.dataset)} instances ({len(self.dataset.entries)} videos in stretches)"
+                     if config.data.segment_frames is not None else f"{len(self.dataset)} videos")
+        self._log_line(f"{config.method.name} on {'+'.join(self.model.learners)}: {instances}, "
                        f"{steps_per_epoch} iterations/epoch, {self.world} process(es), device {self.device}")
         try:
             while self.position.epoch < config.optim.epochs and not self._done():
