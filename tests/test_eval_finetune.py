@@ -271,3 +271,18 @@ def test_finetuning_takes_the_normalisation_the_encoder_records(tmp_path, monkey
     imagenet = save_tiny_encoder(tmp_path / "imagenet.pt")
     finetune(imagenet, file_sha256(imagenet), store, "rgb", tmp_path / "other", clips, config, progress=False)
     assert "normalisation" not in json.loads((tmp_path / "other" / "run.json").read_text())["options"]
+
+
+def test_a_damaged_state_file_says_what_to_do(tmp_path):
+    """A finetuning state cut short (or another file in its place) was one line naming no remedy."""
+    from coclr.errors import CheckpointError
+    from coclr.eval.finetune import STATE_FILE, _read_state
+
+    state = tmp_path / STATE_FILE
+    torch.save({"format": "another"}, state)
+    with pytest.raises(CheckpointError, match="not a finetuning state file .*: delete it to finetune from the first "
+                                              "epoch, or give another --work-dir"):
+        _read_state(state)
+    state.write_bytes(state.read_bytes()[:40])
+    with pytest.raises(CheckpointError, match=f"^{state}: .*; it is the finetuning state of this folder: delete it"):
+        _read_state(state)

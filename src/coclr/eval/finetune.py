@@ -103,10 +103,15 @@ def _save_state(path: Path, model: Classifier, optimizer: torch.optim.Optimizer,
 
 
 def _read_state(path: Path) -> dict:
-
-    state = read_checkpoint_file(path)
+    """The finetuning state in ``path``; one that cannot be read (written atomically, so damaged from outside) is a
+    :class:`CheckpointError` saying what to do."""
+    remedy = "delete it to finetune from the first epoch, or give another --work-dir"
+    try:
+        state = read_checkpoint_file(path)
+    except CheckpointError as error:
+        raise CheckpointError(f"{error}; it is the finetuning state of this folder: {remedy}") from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise CheckpointError(f"{path}: not a finetuning state file (format {STATE_FORMAT!r})")
+        raise CheckpointError(f"{path}: not a finetuning state file (format {STATE_FORMAT!r}): {remedy}")
     return state
 
 
