@@ -28,7 +28,7 @@ from coclr.errors import ConfigError
 from coclr.interrupts import interrupted
 from coclr.models.loading import require_checkpoint_file
 from coclr.progress import duration
-from coclr.runfolder import FolderRule, check_folder, check_restart, claim_folder, read_record, restart_folder
+from coclr.runfolder import FolderRule, check_folder, check_restart, claim_folder, read_record
 from coclr.store.clipstore import open_store
 from coclr.train.checkpoint import write_view_encoders
 from coclr.train.config import PER_STAGE, PipelineConfig, PretrainConfig
@@ -255,12 +255,8 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
     pending = [number for number, entry in enumerate(manifest["stages"][:runs]) if entry["status"] != "done"]
     if pending and not lost:  # the next stage's inputs (its files, views, labels, device options): refused now, not
         check_inputs(stage_configs[pending[0]], device)  # after a claim (lost encoders are written first)
-    if restart:  # (only now: a pipeline refused by a check above was moved aside, and its folder claimed anew)
-        if is_main():
-            restart_folder(run_dir, PIPELINE_FOLDER, legacy=_manifest_options)
-        if dist.is_initialized():
-            dist.barrier()
-    with held_by_main(lambda: claim_folder(run_dir, PIPELINE_FOLDER, options, legacy=_manifest_options)):
+    with held_by_main(lambda: claim_folder(run_dir, PIPELINE_FOLDER, options, restart=restart,  # (moved aside only
+                                           legacy=_manifest_options)):  # now, once every check above passed)
         for stage in lost:  # their checkpoints are there: written again, as when the stage finished
             export_encoders(run_dir / stage.name / LAST, stage, run_dir)
         return _run_stages(run_dir, stages, stage_configs, manifest, until)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from coclr.train.config import PretrainConfig
-from coclr.train.setup import build_parts, claim_run_folder, move_aside_run, setup_run, torch_settings
+from coclr.train.setup import build_parts, claim_run_folder, setup_run, torch_settings
 from coclr.train.trainer import Trainer
 
 
@@ -38,9 +38,7 @@ def start_run(config: PretrainConfig, restart: bool = False) -> Iterator[Trainer
     while the block runs and are restored after."""
     setup = setup_run(config, restart)
     parts = build_parts(setup)
-    if restart:  # (only now: a run refused by a check of its parts was moved aside, and the folder left empty)
-        move_aside_run(setup.config)
-    with claim_run_folder(setup.config, setup.world), \
+    with claim_run_folder(setup.config, setup.world, restart), \
             torch_settings(setup.config.run.deterministic, setup.device):
         yield Trainer(parts)
 

@@ -7,7 +7,7 @@ data, model, optimiser, augmentation and DDP wrapper (:class:`RunParts`), which
 The run folder follows :mod:`coclr.runfolder` through two calls: :func:`check_run_folder` (reads only) in
 :func:`setup_run`, and :func:`claim_run_folder` (lock, check again, record) once the parts are built, before the
 first write (a part that cannot be built, a checkpoint of another encoder, leaves the folder untouched; with
-``--restart``, :func:`move_aside_run` moves the earlier run aside only then).
+``--restart``, the claim moves the earlier run aside, only then).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from coclr import seeding
@@ -35,7 +34,7 @@ from coclr.data.datasets import TrainClips, left_out_message
 from coclr.distributed import held_by_main, init_distributed, is_main, pick_device, rank, world_size
 from coclr.errors import ConfigError
 from coclr.models.loading import require_checkpoint_file
-from coclr.runfolder import FolderRule, check_folder, check_restart, claim_folder, restart_folder
+from coclr.runfolder import FolderRule, check_folder, check_restart, claim_folder
 from coclr.store.clipstore import open_store
 from coclr.train.checkpoint import load_checkpoint
 from coclr.train.config import PretrainConfig
@@ -356,7 +355,7 @@ PRETRAIN_FOLDER = FolderRule("pretrain", "a pretrain run", may_differ=CONTINUABL
 
 def check_run_folder(config: PretrainConfig, restart: bool = False) -> bool:
     """Whether ``run.out`` holds a run started with the same options (to continue); other options are refused,
-    naming each that differs; with ``restart``, whether an earlier run may be moved aside (:func:`move_aside_run`
+    naming each that differs; with ``restart``, whether an earlier run may be moved aside (:func:`claim_run_folder`
     moves it once every part is built: a run refused by a later check is left where it was). Reads only."""
     if restart:  # every process: the same refusal on each (not rank 0's alone, the others waiting for it)
         check_restart(config.run.out, PRETRAIN_FOLDER, legacy=_checkpoint_options)
@@ -364,18 +363,10 @@ def check_run_folder(config: PretrainConfig, restart: bool = False) -> bool:
     return check_folder(config.run.out, PRETRAIN_FOLDER, run_options(config, world_size()), _checkpoint_options)
 
 
-def move_aside_run(config: PretrainConfig) -> None:
-    """Move the earlier run in ``run.out`` aside (``--restart``; refused while another job holds it): the last step
-    before the folder is claimed. Under torchrun, rank 0 moves it and every process waits for it."""
-    if is_main():
-        restart_folder(config.run.out, PRETRAIN_FOLDER, legacy=_checkpoint_options)
-    if dist.is_initialized():
-        dist.barrier()
-
-
-def claim_run_folder(config: PretrainConfig, world: int):
-    """Hold ``run.out`` while the loop writes it (a context manager): on rank 0, the folder is created, locked (a
-    second job is refused and leaves it untouched), checked again and its options recorded before anything is
-    written; the other processes of a torchrun job write under rank 0's lock, and a refusal stops them all."""
+def claim_run_folder(config: PretrainConfig, world: int, restart: bool = False):
+    """Hold ``run.out`` while the loop writes it (a context manager): on rank 0, an earlier run moved aside first
+    with ``restart``, the folder created, locked (a second job is refused and leaves it untouched), checked again
+    and its options recorded before anything is written; the other processes of a torchrun job write under rank
+    0's lock, and a refusal stops them all."""
     return held_by_main(lambda: claim_folder(config.run.out, PRETRAIN_FOLDER, run_options(config, world),
-                                             legacy=_checkpoint_options))
+                                             restart=restart, legacy=_checkpoint_options))
