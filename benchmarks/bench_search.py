@@ -136,7 +136,9 @@ def write_records(folder: Path, rows: int, dim: int) -> None:
         records.append(json.dumps({"row": row, "path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
                                    "duration": 10.0, "fps": 25.0, "frames": 250, "windows": 0, "first_window": 0}))
     atomic_write_text(folder / "videos.jsonl", "\n".join(records) + "\n")
-    atomic_write_json(folder / "embed.json", {"format": "coclr-embeddings", "settings": {}, "dim": dim})
+    atomic_write_json(folder / "embed.json", {"format": "coclr-embeddings", "settings": {}, "dim": dim,
+                                              "checkpoint": {"path": str(folder / "none.pth"), "sha256": "0" * 64,
+                                                             "format": "ours"}, "flow_checkpoint": None})
 
 
 def _timed_run(command: list[str], env: dict[str, str]) -> tuple[float, str]:

@@ -982,3 +982,10 @@ def test_a_given_store_whose_flow_the_study_would_not_continue_is_refused_before
     for extra in (["data.flow_bound=5"], ["data.flow_bound=5", "data.flow_backend=auto"],
                   ["data.flow_bound=5", "data.flow_backend=opencv"]):
         check_store_flow(load_config(StudyConfig, overrides=[*given, *extra]), store)
+    from coclr.flow.params import TVL1Params
+
+    other = random_store(tmp_path / "other", videos=4, frames=4, size=(16, 16), views=("rgb",))
+    extract_flow(other, backend="tvl1", view="flow", workers=0, params=TVL1Params(nscales=2, warps=1))
+    with pytest.raises(ConfigError, match=r"TV-L1 parameters nscales=2, warps=1 \(a study extracts flow with "
+                                          r"OpenCV's defaults\): give another store"):
+        check_store_flow(load_config(StudyConfig, overrides=["data.source=store", f"data.store={other}"]), other)

@@ -585,6 +585,32 @@ def test_a_damaged_transport_stream_is_seen_by_its_packets_and_the_frames_it_los
         assert len(list(reader)) == 120 and reader.damaged <= 1 and reader.lost == 0
 
 
+def test_a_jump_of_the_stamps_counts_as_lost_only_at_the_damage():
+    """A camera's pause (a jump of the stamps) 15 frames after a frame the decoder flagged was counted as lost
+    frames, all through the flagged frame's group of pictures: an H.264 video of 300 frames, 25 of them damaged,
+    failed at 40 of 315. A jump right after the damage is counted; one later is a variable frame rate."""
+    from types import SimpleNamespace
+
+    from coclr.video.decode import _Clock, _Damage
+
+    def count(flagged: int, gap_at: int, frames: int = 300) -> tuple[int, int]:
+        clock = _Clock(Fraction(1, 30000), Fraction(30))
+        damage = _Damage(clock)
+        stamp = 0
+        for number in range(frames):
+            stamp += 1000 * (16 if number == gap_at else 1)  # (a gap of 15 frame periods)
+            frame = SimpleNamespace(pts=stamp, dts=stamp, is_corrupt=number == flagged,
+                                    key_frame=number % 60 == 20)
+            clock.observe(frame)
+            damage(frame)
+        return damage.frames, damage.lost
+
+    assert count(flagged=235, gap_at=250) == (25, 0)  # flagged 235, next key frame 260: 25 damaged, no loss
+    assert count(flagged=235, gap_at=236) == (25 + 15, 15)  # the jump right after the flagged frame: lost there
+    assert count(flagged=235, gap_at=238) == (25 + 15, 15)  # within two periods of it
+    assert count(flagged=235, gap_at=239) == (25, 0)
+
+
 def test_a_matroska_cluster_skipped_by_ffmpeg_is_corruption(shared_clips, tmp_path):
     """FFmpeg's Matroska reader skips the damaged cluster without an error (161 of 310 frames, the frames after it
     on time): the stretch of the file no packet covers gives it away; the intact file has none."""

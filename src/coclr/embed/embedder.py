@@ -88,12 +88,13 @@ class VideoEmbedding:
     duration: float | None = None
     """Seconds from the first frame to the end of the last (``frames / fps`` when not given)."""
     damaged_frames: int = 0
-    """Source frames the decoder reported damaged, or predicted from one (within the tolerance, else a failure)."""
+    """Source frames reported damaged (by the decoder or a transport stream's demuxer), predicted from one, or lost at
+    the damage (within the tolerance, else a failure)."""
     rotation: int = 0
     """Degrees the frames were turned clockwise as the file's display matrix asks (then mirrored if ``mirrored``)."""
     mirrored: bool = False
     pixel_aspect: float = 1.0
-    """A source pixel's width over its height (1: square); the frames were stretched to the width a player shows."""
+    """A source pixel's width over its height as a player shows it (1: square); the frames keep the coded width."""
     padded: bool = False
     """The video is shorter than one window (with its flow): its one window repeats its last frame."""
     parts: list[tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list, repr=False)

@@ -9,8 +9,8 @@ Layout::
                       decoder reported damaged, within its tolerance; rotation: degrees the frames were turned
                       clockwise, as the file's display matrix asks, then mirrored when "mirrored"; padded: shorter
                       than one window, whose last frame is repeated; pixel_aspect, only where not 1: a pixel's width
-                      over its height, the frames stretched to the width a player shows; rows written before these
-                      keys lack them)
+                      over its height as a player shows it, the frames kept at their coded width; rows written
+                      before these keys lack them)
     windows.npy      float32 [M, D], one unit vector per window; a video's windows are consecutive rows
     windows.jsonl    {"row", "video", "start", "end"} (video row; seconds from the video's first frame, from the
                       frames' presentation timestamps)

@@ -73,9 +73,9 @@ class EmbedSummary:
         if self.failed or self.failed_before:
             lines.append("  a failed video's earlier row, if any, is dropped; it is tried again once the file changes "
                          "(or with --retry-failed)")
-        lines += [f"  damaged: {path}: {count} damaged frames (reported corrupt by the decoder, or predicted from "
-                  f"one), within the {100 * DAMAGE_TOLERANCE:.0f}% tolerated: embedded, marked \"damaged_frames\" in "
-                  "videos.jsonl" for path, count in self.damaged[:20]]
+        lines += [f"  damaged: {path}: {count} damaged frames (reported corrupt, predicted from one, or lost at the "
+                  f"damage), within the {100 * DAMAGE_TOLERANCE:.0f}% tolerated: embedded, marked \"damaged_frames\" "
+                  "in videos.jsonl" for path, count in self.damaged[:20]]
         if len(self.damaged) > 20:
             lines.append(f"  ... and {len(self.damaged) - 20} more videos with damaged frames (videos.jsonl)")
         return "\n".join(map(shown, lines))

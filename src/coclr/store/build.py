@@ -67,7 +67,7 @@ def encoded_frames(reader: VideoReader, quality: int, notes: dict[str, Any] | No
     if notes is not None and reader.orientation:
         notes.update(rotation=reader.orientation.rotation, mirrored=reader.orientation.mirrored)
     if notes is not None and reader.pixel_aspect != 1:
-        notes["pixel_aspect"] = str(reader.pixel_aspect)  # (stretched to the display width: "4/3")
+        notes["pixel_aspect"] = str(reader.pixel_aspect)  # (what a player would stretch the frames by: "4/3")
 
 
 def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,

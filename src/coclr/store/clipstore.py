@@ -645,8 +645,8 @@ def notes_path(root: str | Path, view: str) -> Path:
     """The file of what the job of ``view`` noted about the entries it wrote (``{"view", "notes": {key: {...}}}``):
     for the rgb view, ``damaged_frames`` (frames the decoder reported damaged, kept within its tolerance) and
     ``rotation``/``mirrored`` (how the frames were turned upright, as the video's display matrix asks) and
-    ``pixel_aspect`` (a pixel's width over its height, as a fraction, where not square: the frames were stretched
-    to the width a player shows)."""
+    ``pixel_aspect`` (a pixel's width over its height as a player shows it, as a fraction, where not square: the
+    frames keep their coded width)."""
     check_view_name(view)
     return Path(root) / f"{NOTES_PREFIX}{view}.json"
 

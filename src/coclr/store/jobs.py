@@ -166,8 +166,8 @@ class JobSummary:
                  f"complete), {len(self.failed)} failed; {self.frames} frames in {self.seconds:.1f} s ({rate:.1f} "
                  "frames/s)"]
         lines += [f"  failed: {key}: {message}" for key, message in self.failed]
-        lines += [f"  damaged: {key}: {note['damaged_frames']} damaged frames (reported corrupt by the decoder, or "
-                  "predicted from one), within its tolerance: stored, noted in notes_<view>.json"
+        lines += [f"  damaged: {key}: {note['damaged_frames']} damaged frames (reported corrupt, predicted from one, "
+                  "or lost at the damage), within its tolerance: stored, noted in notes_<view>.json"
                   for key, note in self.noted.items() if note.get("damaged_frames")]
         if self.totals is not None and self.rank == 0:
             done, skipped, failed, frames = self.totals

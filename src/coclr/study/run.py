@@ -275,10 +275,13 @@ def check_study(config: StudyConfig, out: Path) -> StudyPlan:
 
 def check_store_flow(config: StudyConfig, store: Path) -> None:
     """Refuse, before the study's folder is made, a given store (``data.source=store``) whose flow view was
-    extracted otherwise than the study would extract the rest of it (another backend, bound or mode): the flow
-    job would refuse it only after the folder was claimed with those options, and the folder then refuses the
-    options that match the store."""
+    extracted otherwise than the study would extract the rest of it (another backend, bound, mode or TV-L1
+    parameters; not the kernels of tvl1-torch, which the flow job chooses and checks): the flow job would refuse it
+    only after the folder was claimed with those options, and the folder then refuses the options that match the
+    store."""
+    from coclr.config import to_dict  # noqa: PLC0415
     from coclr.flow.backends import ALIASES  # noqa: PLC0415
+    from coclr.flow.params import TVL1Params  # noqa: PLC0415
     from coclr.store.clipstore import ClipStore  # noqa: PLC0415
     from coclr.store.flow_views import recorded_method, stored_bound  # noqa: PLC0415
 
@@ -289,7 +292,7 @@ def check_store_flow(config: StudyConfig, store: Path) -> None:
     recorded = recorded_method(opened, "flow")
     if recorded is None:
         return
-    differing = []
+    differing, fixed = [], []  # (options the study has; what it does not let one choose)
     backend = ALIASES.get(data.flow_backend, data.flow_backend)
     if backend != "auto" and recorded.get("backend") not in (None, backend):
         differing.append(f"data.flow_backend={recorded['backend']} (given {data.flow_backend})")
@@ -297,10 +300,15 @@ def check_store_flow(config: StudyConfig, store: Path) -> None:
     if bound is not None and bound != data.flow_bound:
         differing.append(f"data.flow_bound={bound:g} (given {data.flow_bound:g})")
     if recorded.get("mode", "exact") != "exact":
-        differing.append(f"the {recorded['mode']} mode of tvl1-torch (a study extracts flow in the exact mode)")
-    if differing:
-        raise ConfigError(f"data.store: the flow view of {store} was extracted with {'; '.join(differing)}: give "
-                          "those values to use it, or another store")
+        fixed.append(f"the {recorded['mode']} mode of tvl1-torch (a study extracts flow in the exact mode)")
+    params, defaults = recorded.get("params"), to_dict(TVL1Params())
+    if params is not None and params != defaults:
+        changed = ", ".join(f"{key}={value}" for key, value in params.items() if defaults.get(key) != value)
+        fixed.append(f"TV-L1 parameters {changed} (a study extracts flow with OpenCV's defaults)")
+    if differing or fixed:
+        remedy = "give those values to use it, or another store" if not fixed else "give another store"
+        raise ConfigError(f"data.store: the flow view of {store} was extracted with {'; '.join(differing + fixed)}: "
+                          f"{remedy}")
 
 
 def check_gpus(config: StudyConfig) -> None:

@@ -156,9 +156,10 @@ class VideoReader:
     when a packet cannot be decoded or a Matroska stretch was skipped (:func:`_decoded_frames`), when no frame
     decodes, and, after the last frame, when fewer frames decoded than the header announces or they end before its
     duration (a truncated file), or when more than :data:`DAMAGE_TOLERANCE` of them are damaged.
-    ``fps`` is the rate of the frames yielded; ``decoded`` counts the source frames so far and ``damaged`` the
-    damaged ones among them (:class:`_Damage`); ``orientation`` is known once the first frame is decoded;
-    ``end_time`` (seconds from the first frame) once the last one is.
+    ``fps`` is the rate of the frames yielded; ``decoded`` counts the source frames so far, ``damaged`` the
+    damaged ones among them and those lost at the damage (:class:`_Damage`), ``lost`` the latter;
+    ``pixel_aspect`` is the aspect of a pixel a player would apply; ``orientation`` is known once the first frame
+    is decoded; ``end_time`` (seconds from the first frame) once the last one is.
     State: the open container (closed at the end of the iteration or by :meth:`close`).
     """
 
@@ -439,9 +440,9 @@ class _Clock:
 
 
 LOSS_REACH = 2
-"""Frame periods after a frame that reached a corrupt packet's stamp within which a jump of the timestamps counts
-as frames lost (:class:`_Damage`): a hole in a transport stream flags the packet it cut into, and the packets it
-swallowed whole follow it (measured: the jump one frame after it)."""
+"""Frame periods after a frame flagged corrupt, or one that reached a corrupt packet's stamp, within which a jump of
+the timestamps counts as frames lost (:class:`_Damage`): a hole in a transport stream flags the packet it cut into,
+and the packets it swallowed whole follow it (measured: the jump one frame after it)."""
 
 
 class _Damage:
@@ -450,8 +451,9 @@ class _Damage:
     reports corrupt (``corrupt_packets``: an MPEG transport stream's damaged packet decodes without a flag), every
     frame after one until the next key frame, since those predict from it (a 4 KB hole in an H.264 P-frame visibly
     spoils every frame up to the next IDR frame, while the decoder flags one), and the frames lost where the
-    timestamps jump at damage (``lost``: a hole in a transport stream loses frames without a trace but the jump; a
-    jump elsewhere is a variable frame rate), on the stamps of ``clock`` (:class:`_Clock`; none without a time base).
+    timestamps jump at the damage (``lost``: within :data:`LOSS_REACH` frame periods after a flagged frame or a
+    corrupt packet's time; a hole in a transport stream loses frames without a trace but the jump; a jump elsewhere
+    is a variable frame rate), on the stamps of ``clock`` (:class:`_Clock`; none without a time base).
     State: the counts, whether damage is spreading, the corrupt packets not reached yet and the last stamp."""
 
     def __init__(self, clock: _Clock | None = None) -> None:
@@ -465,7 +467,7 @@ class _Damage:
         self.period = self.clock.period if self.clock is not None else None
         self.last_pts: int | None = None
         self.reached: int | None = None
-        """The stamp of the last frame that reached a corrupt packet's."""
+        """The stamp of the last frame that was flagged corrupt or reached a corrupt packet's."""
 
     def __call__(self, frame) -> int:
         """Count ``frame`` (observed by the clock already); returns the damaged frames so far."""
@@ -476,12 +478,12 @@ class _Damage:
             self.corrupt_packets = [stamp for stamp in self.corrupt_packets
                                     if not (stamp is None or pts is None or stamp <= pts)]
         if self.period and pts is not None and self.last_pts is not None and (
-                self.spreading or reached or (self.reached is not None
-                                              and 0 <= self.last_pts - self.reached <= LOSS_REACH * self.period)):
+                reached or (self.reached is not None
+                            and 0 <= self.last_pts - self.reached <= LOSS_REACH * self.period)):
             lost = max(0, round((pts - self.last_pts) / self.period) - 1)  # (a stamp back, a restart: none)
             self.lost += lost
             self.frames += lost
-        if reached and pts is not None:
+        if (reached or frame.is_corrupt) and pts is not None:
             self.reached = pts
         if frame.is_corrupt or reached:
             self.spreading = True
