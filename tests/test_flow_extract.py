@@ -378,3 +378,21 @@ def test_the_default_batch_gives_the_flow_of_any_other(tmp_path):
                       for key in sorted(opened.keys())])
     for default, two in zip(*flows):
         assert len(default) == len(two) == 5 and default == two
+
+
+def test_flow_on_a_store_whose_rgb_view_is_not_finished_is_refused_before_any_work(tmp_path, capsys):
+    """A `coclr data store` killed half-way, then `coclr flow`: every video not decoded yet was listed as a failure
+    of flow, "its RGB extraction failed?", with exit status 3; it had not failed, it was not done."""
+    from coclr.store.clipstore import record_failures
+    from coclr.synth import random_store
+
+    store = random_store(tmp_path / "store", videos=4, frames=4, size=(16, 16), views=("rgb",))
+    entry_path(store, "c1/v001", "rgb").unlink()  # (never decoded: the job was stopped first)
+    assert cli_main(["flow", str(store), "--backend", "dis", "--workers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "the 'rgb' view is not finished: c1/v001 of the 4 videos have no 'rgb' entry and no recorded failure; " \
+           "run the same coclr data store command again" in err, err
+    assert not (store / "flow_dis").exists()
+    record_failures(store, "rgb", ["c1/v001"], [("c1/v001", "VideoDecodeError: damaged")])  # a failure: its input's
+    assert cli_main(["flow", str(store), "--backend", "dis", "--workers", "0"]) == 3
+    assert "c1/v001: no 'rgb' entry" in capsys.readouterr().out

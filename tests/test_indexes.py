@@ -531,3 +531,74 @@ def test_a_named_pipe_among_the_videos_is_said_not_opened(tmp_path, capsys):
     assert "pipe.mp4" in capsys.readouterr().out
     with pytest.raises(VideoDecodeError, match="not a regular file"):
         probe_video(tmp_path / "videos" / "a" / "pipe.mp4")
+
+
+def test_one_video_under_two_spellings_is_listed_twice_in_every_format(tmp_path):
+    """``Class/./v.avi`` in the test list beside ``Class/v.avi`` in the train list: one video in both splits (an
+    evaluation on videos trained on), indexed and stored twice without a word; a hand-written index too."""
+    make_ucf101_lists(tmp_path / "ucf")
+    with (tmp_path / "ucf" / "testlist01.txt").open("ab") as file:
+        file.write(b"BaseballPitch/./v_BaseballPitch_g10_c03.avi\r\n")
+    with pytest.raises(DataError, match=r"testlist01.txt:4: BaseballPitch/v_BaseballPitch_g10_c03.avi is in the test "
+                                        r"split here and in the train split"):
+        ucf101_index(tmp_path / "ucf")
+    (tmp_path / "hmdb").mkdir()
+    (tmp_path / "hmdb" / "climb_test_split1.txt").write_text("a.avi 1\n./a.avi 2\n")
+    with pytest.raises(DataError, match=r"climb_test_split1.txt:2: climb/a.avi is in the test split here"):
+        hmdb51_index(tmp_path / "hmdb")
+    with pytest.raises(DataError, match=r"'a//b.mp4': write the path in its plain form, 'a/b.mp4'"):
+        VideoIndex("x", ["a"], [VideoEntry("a//b.mp4", 0, "train")])
+    with pytest.raises(DataError, match=r"ucf/classInd.txt: a file; give the folder that holds classInd.txt"):
+        ucf101_index(tmp_path / "ucf" / "classInd.txt")
+
+
+def test_lists_that_are_not_utf8_are_one_line(tmp_path):
+    """A latin-1 split list was read with the byte replaced (the index then held a path no file has, or said the
+    video was missing); a latin-1 or UTF-16 Kinetics CSV was a UnicodeDecodeError's traceback."""
+    make_ucf101_lists(tmp_path / "ucf")
+    with (tmp_path / "ucf" / "testlist01.txt").open("ab") as file:
+        file.write(b"BaseballPitch/v_caf\xe9.avi\r\n")
+    with pytest.raises(DataError, match=r"testlist01.txt: not UTF-8 text \(byte 0xe9 .*save it as UTF-8"):
+        ucf101_index(tmp_path / "ucf")
+    for name, data in (("latin.csv", b"label,youtube_id,time_start,time_end,split\ncaf\xe9,a,0,10,train\n"),
+                       ("wide.csv", "label,youtube_id,time_start,time_end,split\n".encode("utf-16"))):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(DataError, match=rf"{name}: (not UTF-8|UTF-16) text"):
+            kinetics_index(tmp_path / name, tmp_path)
+    with pytest.raises(DataError, match=r"ucf: a folder, not an annotation CSV"):
+        kinetics_index(tmp_path / "ucf", tmp_path)
+
+
+def test_a_train_val_index_says_which_classes_have_no_training_video(tmp_path, capsys):
+    """Kinetics' layout (train and val, no test): the notes of classes were never printed."""
+    from coclr.cli import main
+
+    (tmp_path / "k.csv").write_text("label,youtube_id,time_start,time_end,split\nAbseiling,aaaaaaaaaaa,4,14,train\n"
+                                    "abseiling,bbbbbbbbbbb,0,10,validate\nkissing,ccccccccccc,0,10,validate\n")
+    for name in ("aaaaaaaaaaa_000004_000014", "bbbbbbbbbbb_000000_000010", "ccccccccccc_000000_000010"):
+        touch(tmp_path / "k400" / f"{name}.mp4")
+    assert main(["data", "index", "--format", "kinetics", "--annotations", str(tmp_path / "k.csv"), "--root",
+                 str(tmp_path / "k400"), "--out", str(tmp_path / "k.json")]) == 0
+    out = capsys.readouterr().out
+    assert "2 class(es) have val videos and no training video ('abseiling', 'kissing')" in out, out
+    assert "the classes 'Abseiling' and 'abseiling' differ only in case" in out
+
+
+def test_unlabelled_footage_laid_out_by_split_keeps_its_splits(tmp_path, capsys):
+    """train/ and test/ folders of unlabelled footage: every video went to train (an evaluation's test videos
+    among those trained on), without a word."""
+    from coclr.video.indexes import tree_index
+
+    for path in ("train/cam1/a.mp4", "train/cam2/b.mp4", "Test/cam3/c.mp4", "val/d.mp4"):
+        touch(tmp_path / "split" / path)
+    index = tree_index(tmp_path / "split")
+    assert sorted((e.path, e.split) for e in index.entries) == [
+        ("Test/cam3/c.mp4", "test"), ("train/cam1/a.mp4", "train"), ("train/cam2/b.mp4", "train"),
+        ("val/d.mp4", "val")]
+    with pytest.raises(DataError, match="laid out by split already"):
+        tree_index(tmp_path / "split", test_fraction=0.2)
+    for path in ("footage/a.mp4", "test/b.mp4"):
+        touch(tmp_path / "mixed" / path)
+    notes: list[str] = []
+    assert {e.split for e in tree_index(tmp_path / "mixed", notes=notes).entries} == {"train"}
+    assert any("1 videos under test/ or val/ folders are indexed as training videos" in note for note in notes)

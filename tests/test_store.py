@@ -589,6 +589,45 @@ def test_a_video_changed_since_it_was_decoded_is_decoded_again_and_its_flow_remo
         assert main(command) == 0  # nothing changed: the flow job's view is not touched
 
 
+def test_a_kill_while_a_changed_videos_entries_are_removed_leaves_its_flow_found(tmp_path, capsys, monkeypatch):
+    """The entries of a changed video were removed view by view in name order: a flow view named after "rgb"
+    ("tvl1", "zflow") lost its entry after the rgb view did, and a kill between the two left the old flow, which the
+    next run (seeing no rgb entry, so no change) and the flow job (seeing a whole entry) kept for good. The rgb
+    entry goes last: a kill leaves it, and the next run finds the video changed again."""
+    from pathlib import Path as PathType
+
+    from coclr.cli import main
+    from coclr.store.clipstore import ClipStore
+    from test_embed import moving_square, write_video
+
+    store, command = two_videos_with_flow(tmp_path)
+    assert main(["flow", str(store), "--backend", "dis", "--workers", "0", "--view", "zflow"]) == 0
+    write_video(tmp_path / "videos" / "v0.mp4", moving_square(12, seed=5))
+    unlink = PathType.unlink
+    removed: list[PathType] = []
+
+    def killed_after_the_second(path, missing_ok=False):
+        unlink(path, missing_ok=missing_ok)
+        removed.append(path)
+        if sum(p.suffix == ".frames" for p in removed) == 2:
+            raise KeyboardInterrupt  # (the kill, right after two of its three entries are gone)
+
+    monkeypatch.setattr(PathType, "unlink", killed_after_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        from coclr.store.build import build_store
+        from coclr.video.indexes import VideoIndex
+
+        build_store(VideoIndex.load(tmp_path / "index.json"), tmp_path / "videos", store, short_side=32, workers=0)
+    monkeypatch.setattr(PathType, "unlink", unlink)
+    clips = ClipStore(store)
+    assert clips.has("v0.mp4", "rgb")  # (the rgb entry is the last one removed)
+    capsys.readouterr()
+    assert main(command) == 0 and "1 video(s) changed since they were decoded" in capsys.readouterr().out
+    clips = ClipStore(store)
+    assert clips.num_frames("v0.mp4", "rgb") == 12
+    assert not clips.has("v0.mp4", "zflow") and not clips.has("v0.mp4", "flow_dis")
+
+
 def test_a_video_touched_or_copied_keeps_its_entry_and_its_flow(tmp_path, capsys):
     """``touch``, ``cp`` or ``rsync`` without its times: the same content with another modification time was
     decoded again and every video's flow removed (hours of TV-L1 on UCF101)."""

@@ -119,7 +119,7 @@ def run_index(args: argparse.Namespace) -> int:
     elif "test" not in index.split_counts():
         print("note: no video is in a test split, which evaluation (coclr eval, coclr report) needs: lay the folder "
               "out as <split>/<class>/<video>, or give --test-fraction (--format folder) or a split column (csv)")
-    else:
+    if not unlabelled:  # (a train/val index, Kinetics' layout, too)
         for note in indexes.split_class_notes(index):
             print(f"note: {note}")
     return 0

@@ -109,9 +109,9 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
         mine = set(shard(keys))  # (each process of a distributed job its own keys, which it decodes)
         adopt_pending_notes(store, "rgb", mine)  # (a killed job's, before the notes are read)
         changed = [key for key in changed_videos(store, keys, video_root) if key in mine]
-        for key in changed:
-            for view in store.views():
-                store.entry_path(key, view).unlink(missing_ok=True)
+        for key in changed:  # the rgb entry last: a kill between two deletions leaves a changed video's rgb entry,
+            for view in sorted(store.views(), key=lambda view: view == "rgb"):  # which the next run finds changed
+                store.entry_path(key, view).unlink(missing_ok=True)  # again (removed first, its old flow was kept)
         note_lost_sha256(store, sorted(mine), video_root)
         said = _store_changes(update, changed)
         for line in said if announce is not None else ():

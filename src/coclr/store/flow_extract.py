@@ -257,6 +257,13 @@ def extract_flow(store_root: str | Path, backend: str = FlowOptions.backend, vie
             return JobSummary(view or chosen.default_view, rank=rank(), world=world_size(), notes=[
                 f"{store.root}: the store has no {split} videos (its splits: {', '.join(present)}): nothing to do"])
     store.check_keys(keys)
+    failed_rgb = store.failed(SOURCE_VIEW)
+    unbuilt = [key for key in keys if key not in failed_rgb and not store.has(key, SOURCE_VIEW)]
+    if unbuilt:  # (each was listed as a failure of flow, "its RGB extraction failed?", which it had not)
+        more = f" and {len(unbuilt) - 1} more" if len(unbuilt) > 1 else ""
+        raise DataError(f"{store.root}: the {SOURCE_VIEW!r} view is not finished: {unbuilt[0]}{more} of the "
+                        f"{len(keys)} videos have no {SOURCE_VIEW!r} entry and no recorded failure; run the same coclr "
+                        "data store command again to finish it, then this one")
     quality = int(store.meta.get("quality") or JPEG_QUALITY)
     root = str(store.root.resolve())
     workers = cpu_workers(workers)

@@ -22,7 +22,8 @@ def decode_gray(blobs: Sequence[bytes]) -> np.ndarray:
 def source_frames(store: ClipStore, key: str) -> tuple[int, float]:
     """The number of RGB frames of ``key`` and its fps; a video with fewer than 2 frames is an error."""
     if not store.has(key, SOURCE_VIEW):
-        raise DataError(f"{key}: no {SOURCE_VIEW!r} entry in {store.root} (its RGB extraction failed?)")
+        raise DataError(f"{key}: no {SOURCE_VIEW!r} entry in {store.root} (its RGB job failed, or the entry was "
+                        "removed since)")
     count = store.num_frames(key, SOURCE_VIEW)
     if count < 2:
         raise DataError(f"{key}: {count} RGB frame, flow needs at least 2")

@@ -26,7 +26,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from coclr.atomic import atomic_write_text, read_json_record
@@ -84,6 +84,9 @@ class VideoIndex:
                 problems.append(f"{entry.path!r}: a backslash in a name; rename the file (or leave it out)")
             elif not is_relative_key(entry.path):
                 problems.append(f"{entry.path!r}: paths must be relative, with '/' and no '..'")
+            elif posixpath.normpath(entry.path) != entry.path:  # (a/./b and a//b are a/b: one video, two entries)
+                problems.append(f"{entry.path!r}: write the path in its plain form, "
+                                f"{posixpath.normpath(entry.path)!r}")
             if entry.path in seen:
                 where = (f"in the {seen[entry.path]} split and in the {entry.split} split"
                          if seen[entry.path] != entry.split else f"twice in the {entry.split} split")
@@ -245,6 +248,9 @@ def ucf101_index(annotations: str | Path, split: int = 1) -> VideoIndex:
     (:func:`ucf101_group`)."""
     annotations = Path(annotations)
     _check_split_number(split)
+    if annotations.is_file():
+        raise DataError(f"{annotations}: a file; give the folder that holds classInd.txt and the split lists "
+                        f"({annotations.parent})")
     class_file = annotations / "classInd.txt"
     classes_by_number: dict[int, str] = {}
     for number, line in _lines(class_file):
@@ -268,8 +274,8 @@ def ucf101_index(annotations: str | Path, split: int = 1) -> VideoIndex:
         for number, line in _lines(list_file):
             fields = line.split()
             where = f"{list_file}:{number}"
-            path = fields[0]
-            folder = PurePosixPath(path).parts[0] if "/" in path else ""
+            path = posixpath.normpath(fields[0])  # (Class/./v.avi is Class/v.avi: listed twice, one video in both
+            folder = PurePosixPath(path).parts[0] if "/" in path else ""  # splits, was not seen)
             if folder.lower() not in label_of_folder:
                 raise DataError(f"{where}: class folder {folder!r} of {path!r} is not in {class_file}")
             label = label_of_folder[folder.lower()]
@@ -309,7 +315,7 @@ def hmdb51_index(annotations: str | Path, split: int = 1) -> VideoIndex:
             if len(fields) != 2 or fields[1] not in ("0", "1", "2"):
                 raise DataError(f"{list_file}:{number}: expected 'video.avi 0|1|2', got {line!r}")
             if fields[1] != "0":
-                path, split_name = f"{name}/{fields[0]}", "train" if fields[1] == "1" else "test"
+                path, split_name = posixpath.normpath(f"{name}/{fields[0]}"), "train" if fields[1] == "1" else "test"
                 listed.check(path, f"{list_file}:{number}", split_name)
                 entries.append(VideoEntry(path, label, split_name))
     return VideoIndex(f"hmdb51_split{split}", classes, entries)
@@ -336,9 +342,10 @@ def kinetics_index(annotations: str | Path | Sequence[str | Path], root: str | P
     rows = []
     for csv_file in files:
         if not csv_file.is_file():
-            raise DataError(f"annotation file not found: {csv_file}")
-        with csv_file.open(newline="", encoding="utf-8-sig") as file:  # (a spreadsheet's byte-order mark too)
-            reader = csv.DictReader(file)
+            raise DataError(f"annotation file not found: {csv_file}" if not csv_file.is_dir() else
+                            f"{csv_file}: a folder, not an annotation CSV: give the CSV file(s)")
+        with io.StringIO(manifest_text(csv_file), newline="") as file:  # (UTF-8, a spreadsheet's byte-order mark
+            reader = csv.DictReader(file)  # too; other text refused in one line)
             needed = {"label", "youtube_id", "time_start", "time_end", "split"}
             if reader.fieldnames is None or not needed <= set(reader.fieldnames):
                 raise DataError(f"{csv_file}: expected the columns {', '.join(sorted(needed))}, "
@@ -493,8 +500,9 @@ def folder_index(root: str | Path, name: str | None = None, split: str = "train"
 def tree_index(root: str | Path, name: str | None = None, extensions: Sequence[str] | None = None,
                test_fraction: float = 0.0, seed: int = 0, notes: list[str] | None = None) -> VideoIndex:
     """Every video under ``root``, at any depth, without labels (:func:`unlabelled_index`): a folder of one's own
-    footage, laid out any way (``root/<camera>/<recording>/<clip>``, or flat). Which files are videos, links, loops,
-    videos reached twice and ``notes`` as in :func:`folder_index`."""
+    footage, laid out any way (``root/<camera>/<recording>/<clip>``, or flat). A root whose every video lies under
+    ``train``/``val``/``test`` folders keeps those splits (``notes`` says when some of them do and others do not).
+    Which files are videos, links, loops, videos reached twice and ``notes`` as in :func:`folder_index`."""
     root = video_folder(root)
     scan = _FolderScan(root, why_not_video if extensions is None else _by_extension(extensions))
     videos = scan.videos(root)
@@ -503,7 +511,18 @@ def tree_index(root: str | Path, name: str | None = None, extensions: Sequence[s
     if not videos:
         raise DataError(f"no videos found under {root} (a file is a video when its name ends in a video extension or "
                         "PyAV opens it as one)")
-    return unlabelled_index(videos, name or Path(os.path.abspath(root)).name, test_fraction, seed)
+    index = unlabelled_index(videos, name or Path(os.path.abspath(root)).name, test_fraction, seed)
+    tops = [PurePosixPath(path).parts[0].lower() if "/" in path else "" for path in videos]
+    held_out = sum(top in SPLITS and top != "train" for top in tops)
+    if held_out and all(top in SPLITS for top in tops):  # laid out <split>/...: its splits kept (all went to train,
+        if test_fraction:  # an evaluation's test videos among those trained on)
+            raise DataError(f"{root}: laid out by split already (train/, test/ ...): leave --test-fraction out")
+        index = VideoIndex(index.name, [], [replace(entry, split=top) for entry, top in zip(index.entries, tops)])
+    elif held_out and notes is not None:
+        notes.append(f"{root}: {held_out} videos under test/ or val/ folders are indexed as training videos, as "
+                     "the other folders are not split folders: lay the whole folder out as <split>/... to keep them "
+                     "apart")
+    return index
 
 
 def unlabelled_index(paths: Sequence[str], name: str, test_fraction: float = 0.0, seed: int = 0) -> VideoIndex:
@@ -630,8 +649,8 @@ class _FolderScan:
 
 
 def split_class_notes(index: VideoIndex) -> list[str]:
-    """What an index of labelled train and test splits should say of its classes: those with test videos but no
-    training video (each test video of them a miss in every evaluation), and names that differ only in case or
+    """What an index of labelled splits should say of its classes: those with test (or validation) videos but no
+    training video (each such video a miss in every evaluation), and names that differ only in case or
     Unicode form (``café`` typed on two systems), most likely one class named twice."""
     splits: dict[int, set[str]] = {}
     for entry in index.entries:
@@ -641,8 +660,9 @@ def split_class_notes(index: VideoIndex) -> list[str]:
     untrained = [index.classes[label] for label, found in sorted(splits.items()) if "train" not in found]
     if untrained:
         named = ", ".join(map(repr, untrained[:5])) + (", ..." if len(untrained) > 5 else "")
-        notes.append(f"{len(untrained)} class(es) have test videos and no training video ({named}): every "
-                     "evaluation counts their test videos as misses")
+        held = " or ".join(sorted({split for found in splits.values() for split in found} - {"train"}))
+        notes.append(f"{len(untrained)} class(es) have {held} videos and no training video ({named}): every "
+                     "evaluation counts those videos as misses")
     alike: dict[str, list[str]] = {}
     for name in index.classes:
         alike.setdefault(unicodedata.normalize("NFC", name).casefold(), []).append(name)
@@ -782,7 +802,7 @@ def _lines(path: Path) -> list[tuple[int, str]]:
     """Non-empty lines of a text file with their 1-based numbers (CRLF endings accepted)."""
     if not path.is_file():
         raise DataError(f"annotation file not found: {path}")
-    text = path.read_text(encoding="utf-8-sig", errors="replace")  # (a byte-order mark is not part of a name)
+    text = manifest_text(path)  # (a byte-order mark is not part of a name; other text than UTF-8 refused, named)
     return [(number, line.strip()) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
 
 
