@@ -29,7 +29,8 @@ class IndexOptions:
     seed: int = option(0, "folder with --test-fraction: seed of the split")
     unlabelled: bool = option(False, "folder: every video under --root, at any depth, without labels (your own "
                                      "footage); the folder holding a video is its source group (a camera, a "
-                                     "recording). Self-supervised training (InfoNCE, CoCLR, CMC), the store and flow "
+                                     "recording); a root of train/, val/, test/ folders keeps those splits. "
+                                     "Self-supervised training (InfoNCE, CoCLR, CMC), the store and flow "
                                      "take such an index; what needs labels (UberNCE, supervised training, linear "
                                      "probe, finetuning, retrieval R@k) refuses it")
     drop_missing: bool = option(False, "leave out videos missing under --root instead of failing (e.g. deleted "
