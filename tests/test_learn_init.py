@@ -28,6 +28,22 @@ def test_a_starting_checkpoint_fixes_the_network_and_the_budget_sizes_its_schedu
     assert sum(fixed.estimates.values()) <= 900
 
 
+def test_a_starting_flow_checkpoints_bound_replaces_the_footages_in_the_plans_reasons(tmp_path):
+    """The plan said both "flow clipped to +-1.5 px (the footage's motion ...)" and "+-1.3 px, as the starting flow
+    checkpoint's inputs were", of which the second was used."""
+    from coclr.learn.init import read_starts
+    from coclr.learn.run import with_starts
+
+    plan = choose_plan(footage(), costs({SMALL: 100, WIDER: 150}), budget=900, fixed=SMALL)
+    assert "the footage's motion" in " ".join(plan.reasons)
+    starts = read_starts(encoder_file(tmp_path / "rgb.pth", "rgb"),
+                         encoder_file(tmp_path / "flow.pth", "flow", flow_bound=1.3))
+    with_starts(plan, starts)
+    said = " ".join(plan.reasons)
+    assert plan.flow_bound == 1.3 and "flow clipped to +-1.3 px, as the starting flow checkpoint's" in said
+    assert "the footage's motion" not in said and "training instances: a video" in said
+
+
 def test_a_budget_short_of_one_epoch_of_the_checkpoints_network_is_refused_naming_one_that_does():
     measured = costs({SMALL: 2000})  # 2 s a step: 768 videos, batch 32 -> 24 steps an epoch, 8 epochs at least
     least = least_steps(footage(), SMALL)
@@ -93,6 +109,32 @@ def test_the_starting_checkpoints_are_read_and_checked_before_any_work(tmp_path)
     wide = encoder_file(tmp_path / "wide.pth", "flow", width=0.25)
     with pytest.raises(ConfigError, match="different networks or clips"):
         read_starts(rgb, wide)
+
+
+def test_a_starting_encoders_copy_records_the_clips_of_the_runs_store(tmp_path):
+    """The copy recorded the length, size and bound only: exported (every trained stage of its view collapsed), it
+    embedded at the default short side of 128, not the store's, and the two-stream pass refused it ("short_side
+    differ(s)") after the whole budget, every time the command was run again. It records what a stage trained on the
+    run's store records; a copy written before is written again."""
+    from coclr.embed.settings import resolve_settings
+    from coclr.learn.init import copy_starts, read_starts, start_file
+    from coclr.models.loading import read_clip_settings
+
+    starts = read_starts(encoder_file(tmp_path / "rgb.pth", "rgb"),
+                         encoder_file(tmp_path / "flow.pth", "flow", flow_bound=2.5))
+    files = copy_starts(tmp_path / "run", starts)
+    for view, bound in (("rgb", None), ("flow", 2.5)):
+        recorded = read_clip_settings(files[view])
+        assert recorded["short_side"] == 32 and recorded["stride"] == 1 and recorded["flow_bound"] == bound, recorded
+        assert recorded["fps"] is None and len(recorded["mean"]) == 3
+    assert resolve_settings(files["rgb"]).short_side == 32
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+
+    save_encoder(start_file(tmp_path / "run", "rgb"), build_encoder(width=0.125),
+                 meta={"clip_settings": {"view": "rgb", "length": 8, "size": 32}})  # (as a copy was written before)
+    copy_starts(tmp_path / "run", starts)
+    assert read_clip_settings(start_file(tmp_path / "run", "rgb"))["short_side"] == 32
 
 
 def test_the_authors_checkpoint_starts_the_papers_network(fixtures_dir):

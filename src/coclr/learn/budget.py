@@ -671,6 +671,12 @@ def _fixed_plan(footage: Footage, costs: Costs, budget: float, spent: float, mod
     return _plan(footage, costs, model, affordable, budget, spent, reasons)
 
 
+def measured_bound_reason(bound: float) -> str:
+    """The plan's reason for its flow bound when the footage's motion chose it (a starting flow checkpoint's bound
+    replaces it: :func:`coclr.learn.run.with_starts`)."""
+    return f"flow clipped to +-{bound:g} px (the footage's motion, measured on its first frames)"
+
+
 def _plan(footage: Footage, costs: Costs, model: Model, affordable: int, budget: float, spent: float,
           reasons: list[str]) -> Plan:
     """The plan of ``model`` given ``affordable`` training steps (``reasons``: why this model)."""
@@ -682,8 +688,7 @@ def _plan(footage: Footage, costs: Costs, model: Model, affordable: int, budget:
         costs.forward[model.key], costs.single_forward.get(model.key, costs.forward[model.key]))
     bound = flow_bound(costs, model.size)
     reasons.append(f"{footage.instances(model)} training instances: a video, or a stretch of {segment_frames(model)} "
-                   f"frames of a longer one; flow clipped to +-{bound:g} px (the footage's motion, measured on its "
-                   "first frames)")
+                   f"frames of a longer one; {measured_bound_reason(bound)}")
     if threads == 1:
         reasons.append("CoCLR trains on one thread: this network's steps were measured faster on one thread than on "
                        "every core")

@@ -109,18 +109,22 @@ def start_file(out: Path, view: str) -> Path:
 
 def copy_starts(out: Path, starts: dict[str, Start]) -> dict[str, Path]:
     """Write each starting encoder into ``out`` in our format (:func:`start_file`; kept when a continued run wrote
-    it already: the folder's record holds its sha256), with the clips it was trained on; returns view -> file."""
+    it already: the folder's record holds its sha256), with the clips of the run's store (the network's clips, a
+    short side of their size, the bound of its flow) as a stage trained there records them, so that it embeds as
+    they do when it is exported; returns view -> file."""
     from coclr.models.encoder import Encoder  # noqa: PLC0415 (heavy: torch)
-    from coclr.models.loading import load_encoder, save_encoder  # noqa: PLC0415
+    from coclr.models.loading import load_encoder, read_clip_settings, save_encoder  # noqa: PLC0415
+    from coclr.train.model import recorded_clip_settings  # noqa: PLC0415
 
     files = {}
     for view, start in starts.items():
         target = start_file(out, view)
-        if not target.is_file():
-            target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.is_file() or "short_side" not in read_clip_settings(target):  # (a copy written before the
+            target.parent.mkdir(parents=True, exist_ok=True)  # store's clips were recorded: its embedding failed)
             backbone, head = load_encoder(start.source)
-            clip_settings = {"view": view, "length": start.model.length, "size": start.model.size,
-                             "flow_bound": start.flow_bound}
+            clip_settings = recorded_clip_settings(view, {"length": start.model.length, "stride": 1,
+                                                          "size": start.model.size}, None, start.model.size,
+                                                   start.flow_bound)
             save_encoder(target, Encoder(backbone, head), meta={"stage": f"init_{view}", "view": view,
                                                                   "method": "init", "source": start.source,
                                                                   "sha256": start.sha256, "format": start.format,

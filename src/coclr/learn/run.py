@@ -45,6 +45,7 @@ from coclr.learn.budget import (
     choose_plan,
     infonce_side_by_side,
     measure_costs,
+    measured_bound_reason,
     require_videos,
     size_stage,
 )
@@ -79,7 +80,7 @@ SOURCES = {"rgb": ("rgb",), "flow": ("flow",), "two_stream": ("rgb", "flow")}
 """The encoders each embedding comes from."""
 CURATE_FOLDER = "curate"
 """``OUT/curate``: the two-stream embeddings' near-duplicates, outliers and map (``coclr curate``)."""
-CLOCK_SECONDS = 30.0
+CLOCK_SECONDS = 5.0
 """How often a running job records the seconds it has taken in ``learn.json`` (a kill loses at most these)."""
 
 
@@ -255,6 +256,9 @@ def with_starts(plan: Plan, starts: dict[str, Start]) -> Plan:
     """``plan`` recording its starting checkpoints, with a flow checkpoint's flow bound (its inputs' clipping)."""
     plan.init = {view: start.record() for view, start in starts.items()}
     if "flow" in starts:
+        if plan.flow_bound is not None:  # (the footage's bound, said before: not the one used)
+            measured = measured_bound_reason(plan.flow_bound)
+            plan.reasons = [reason.replace(f"; {measured}", "") for reason in plan.reasons]
         plan.flow_bound = starts["flow"].flow_bound
         plan.reasons.append(f"flow clipped to +-{plan.flow_bound:g} px, as the starting flow checkpoint's inputs were")
     return plan
@@ -589,6 +593,7 @@ def train_coclr(out: Path, config, plan: Plan, stages: list, clock: Clock, resul
                     plan.stage_epochs[stage.name] = chosen
                     atomic_write_json(out / PLAN_FILE, plan.to_dict())
                     result.setdefault("sizing", {})[stage.name] = why
+                    clock.record(result)  # (now: a kill before the next record lost why for good)
                 plan.stage_epochs[stage.name] = broadcast_object(chosen)
             stages[number] = sized(stage, plan.stage_epochs[stage.name])
             steps = plan.stage_steps(stages[2:])

@@ -123,8 +123,16 @@ def clip_settings(config: PretrainConfig, store, view: str) -> dict[str, Any]:
     """What the encoder of ``view`` is trained on (recorded in its checkpoints, see
     :func:`coclr.models.loading.read_clip_settings`): clip shape, the store's frame rate and short side, the
     normalisation and, for flow, the stored bound."""
-    data = config.data
-    return {"view": view, **data.clips.to_dict(), "fps": store.meta.get("fps"),
-            "short_side": store.meta.get("short_side"), "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
-            "flow_bound": stored_bound(store, stored_view(view)) if is_flow_view(view) else None}
+    return recorded_clip_settings(view, config.data.clips.to_dict(), store.meta.get("fps"),
+                                  store.meta.get("short_side"),
+                                  stored_bound(store, stored_view(view)) if is_flow_view(view) else None)
+
+
+def recorded_clip_settings(view: str, clips: dict[str, int], fps: float | None, short_side: int | None,
+                           flow_bound: float | None) -> dict[str, Any]:
+    """The clip settings an encoder of ``view`` records (:func:`clip_settings`): ``clips`` (length, stride, size),
+    the frames' rate and short side, the normalisation and, for flow, the bound (of a store, or of the store a run
+    will make: a warm start's copy)."""
+    return {"view": view, **clips, "fps": fps, "short_side": short_side, "mean": list(IMAGENET_MEAN),
+            "std": list(IMAGENET_STD), "flow_bound": flow_bound if is_flow_view(view) else None}
 
