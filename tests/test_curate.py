@@ -834,6 +834,29 @@ def test_the_command_line_is_generated_from_the_options():
         assert field.metadata["help"].split()[0] in text
 
 
+def test_the_fallback_map_keeps_distances_in_proportion_and_the_page_shows_a_stretch_s_seconds():
+    """Each axis of the map was stretched to [0, 1] on its own: a cluster's noise across looked as large as the
+    distance between two clusters up. A shared stretch's group listed its videos without the seconds the CSV gives."""
+    from coclr.curate.groups import Stretch
+    from coclr.curate.layout import layout
+    from coclr.curate.page import SCRIPT
+    from coclr.curate.run import page_data
+
+    rng = np.random.default_rng(0)
+    rows = np.concatenate([np.eye(64)[0] + 0.02 * rng.normal(size=(7, 64)),  # (fewer than UMAP takes)
+                           np.eye(64)[1] + 0.02 * rng.normal(size=(7, 64))])
+    points, method = layout(rows)
+    assert method == "pca"
+    spans = np.ptp(points, axis=0)
+    assert max(spans) == pytest.approx(1.0) and min(spans) < 0.2  # (the clusters' noise across, to scale)
+    low = np.argmin(spans)
+    assert points[:, low].min() + points[:, low].max() == pytest.approx(1.0)  # the narrower axis centred
+    data = page_data(["a", "b"], np.zeros((2, 2)), np.zeros(2, int), np.zeros((2, 1)), np.array([[1], [0]]), [],
+                     [Stretch(0, 1, 1.28, 1.92, 0.64, 1.28, 0.74)], np.zeros(2), np.array([0, 1]), {}, 2, np.zeros(2))
+    assert data["duplicates"][0]["seconds"] == ["1.280-1.920", "0.640-1.280"]
+    assert "group.seconds[at] + ' s)'" in SCRIPT
+
+
 def test_brighten_gives_every_level_the_formula_s_value_on_any_layout():
     """The brightened copy looks every level up: the same bytes as the formula computed in float32 (brighter by 40
     levels, a fifth more contrast, clipped, truncated), on a contiguous video, a trimmed view and an odd size."""

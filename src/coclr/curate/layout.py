@@ -56,9 +56,9 @@ def umap_available() -> bool:
 
 
 def layout(units: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
-    """Each row's point on the map ``float32 [N, 2]``, scaled into [0, 1] (an axis along which every point is at one
-    spot: 0.5), and how it was made (``"umap"`` or
-    ``"pca"``)."""
+    """Each row's point on the map ``float32 [N, 2]``, scaled into [0, 1] by one factor for both axes (so that
+    distances across and up keep their proportion; the narrower axis centred, one along which every point is at one
+    spot at 0.5), and how it was made (``"umap"`` or ``"pca"``)."""
     count = len(units)
     if count >= 16 and umap_available():
         import umap  # noqa: PLC0415 (optional)
@@ -74,8 +74,11 @@ def layout(units: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
         method = "pca"
     points = np.asarray(points, np.float64)
     low, span = points.min(axis=0), np.ptp(points, axis=0)
-    scaled = np.where(span > 0, (points - low) / np.where(span > 0, span, 1.0), 0.5)  # (one spot: the middle)
-    return scaled.astype(np.float32), method
+    widest = float(span.max())
+    if widest <= 0:  # (one spot: the middle)
+        return np.full(points.shape, 0.5, np.float32), method
+    scaled = (points - low) / widest + (1.0 - span / widest) / 2  # one scale for both axes (distances as they are),
+    return scaled.astype(np.float32), method  # the narrower axis centred
 
 
 def group_count(count: int) -> int:

@@ -178,7 +178,8 @@ SCRIPT = r"""
   D.duplicates.forEach((group, number) => {
     const parts = ['group ' + (number + 1) + ': ' + group.members.length + ' videos' +
       (group.kind === 'partial' ? ' (a shared stretch)' : '') + ', similarity ' + group.similarity.toFixed(3) + ': '];
-    group.members.forEach((row, at) => parts.push(...(at ? [', '] : []), name(row)));
+    const seconds = at => group.seconds ? [' (' + group.seconds[at] + ' s)'] : [];
+    group.members.forEach((row, at) => parts.push(...(at ? [', '] : []), name(row), ...seconds(at)));
     listItem(groups, parts, group.members).className = 'path';
   });
   if (!D.duplicates.length) groups.textContent = 'none at this threshold';

@@ -88,9 +88,10 @@ class CurateOptions:
                                "sped up, flipped, captioned) calibrate the threshold; 0: the distribution rule "
                                "(an outer fence of each video's similarity to its nearest other)")
     windows: bool = option(True, "also find stretches that only parts of two videos share, from their windows")
-    neighbours: int = option(10, "nearest others kept for each video: the outlier score's k and the page's lists")
+    neighbours: int = option(10, "nearest others kept for each video: the outlier score's k (the page lists the "
+                                 f"first {PAGE_NEIGHBOURS})")
     thumbnails: int = option(2000, "at most this many animated thumbnails (the duplicates and the outliers first, "
-                                   "then videos spread over the map)")
+                                   "then videos evenly spaced in the folder's order)")
     seed: int = option(0, "seed of the map's layout and colour groups")
     device: str | None = option(None, "torch device embedding the altered copies (default: cuda when available)")
     workers: int | None = option(None, "processes decoding the altered copies, threads making the thumbnails "
@@ -262,12 +263,16 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     data = page_data(paths, points, colours, scores, neighbours, whole, stretches, outliers, ranking, thumbs, count,
                      links.best)
     shown_map = "UMAP" if method == "umap" else "the first two principal components (pip install umap-learn for UMAP)"
-    write_page(out, embeddings.root,
-               [f"map: {shown_map}; colours: {int(colours.max()) + 1} groups of alike videos",
-                f"near-duplicates from {'fingerprint ' if stem is not None else ''}similarity "
-                f"{shown_threshold(group_threshold, group_rule)} "
-                f"({group_rule}); drag to pan, wheel to zoom, hover for a "
-                "thumbnail, click a point for its nearest, a list entry to mark its videos"], data)
+    lines = [f"map: {shown_map}; colours: {int(colours.max()) + 1} groups of alike videos",
+             f"near-duplicates from {'fingerprint ' if stem is not None else ''}similarity "
+             f"{shown_threshold(group_threshold, group_rule)} "
+             f"({group_rule}); a point's nearest and outlier scores from the vectors less the folder's mean (as "
+             "coclr search --center); drag to pan, wheel to zoom, hover for a thumbnail, click a point for its "
+             "nearest, a list entry to mark its videos"]
+    if stale:  # (said on the terminal and in curate.json, not on the page)
+        lines.append(f"{len(stale)} video(s) changed or removed since they were embedded are shown as embedded: run "
+                     "coclr embed again, then this command")
+    write_page(out, embeddings.root, lines, data)
     summary.seconds = time.perf_counter() - started
     atomic_write_json(out / RESULT_FILE, {
         "embeddings": str(embeddings.root.resolve()), "videos": count, "threshold": _finite(group_threshold),
@@ -437,7 +442,7 @@ THUMBNAIL_FRAMES, THUMBNAIL_HEIGHT = 8, 72
 
 def thumbnail_rows(count: int, whole: list[list[int]], stretches: list, ranking: np.ndarray, most: int) -> list[int]:
     """The videos that get a thumbnail: every one of small collections; else the duplicates, the listed outliers,
-    then videos spread evenly, up to ``most``."""
+    then videos evenly spaced in the folder's row order, up to ``most``."""
     if count <= most:
         return list(range(count))
     wanted = dict.fromkeys([row for group in whole for row in group]
@@ -510,7 +515,9 @@ def page_data(paths: list[str], points: np.ndarray, colours: np.ndarray, scores:
     duplicates = [{"members": group, "kind": "whole",
                    "similarity": float(min(best[group]))}
                   for group in whole]
-    duplicates += [{"members": [s.video, s.other], "kind": "partial", "similarity": s.similarity} for s in stretches]
+    duplicates += [{"members": [s.video, s.other], "kind": "partial", "similarity": s.similarity,  # (seconds as
+                    "seconds": [f"{s.start:.3f}-{s.end:.3f}", f"{s.other_start:.3f}-{s.other_end:.3f}"]}  # the CSV's)
+                   for s in stretches]
     return {"names": paths, "points": [round(float(v), 5) for v in points.reshape(-1)],
             "groups": [int(g) for g in colours], "nearest": near, "duplicates": duplicates,
             "outliers": [[int(row), as_shown(outliers[row])] for row in ranking[:SHOWN_OUTLIERS]],
