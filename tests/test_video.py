@@ -365,13 +365,17 @@ def test_packed_b_frames_of_an_avi_are_timed_by_their_dts(shared_clips):
 
 
 def write_turned(path: Path, frames: np.ndarray, degrees: float | None = None, hflip: bool = False,
-                 vflip: bool = False, tag: str | None = None, codec: str = "ffv1") -> Path:
+                 vflip: bool = False, tag: str | None = None, codec: str = "ffv1", aspect: Fraction | None = None
+                 ) -> Path:
     """``frames`` encoded with a display matrix (PyAV's ``set_display_rotation``: ``degrees`` counterclockwise,
-    then the flips) or a legacy ``rotate`` tag; ``ffv1`` is lossless, ``libx264`` deterministic."""
+    then the flips) or a legacy ``rotate`` tag, pixels ``aspect`` times as wide as high where given (a sample
+    aspect ratio: an MP4 records it); ``ffv1`` is lossless, ``libx264`` deterministic."""
     with av.open(str(path), "w") as container:
         stream = container.add_stream(codec, rate=10)
         stream.width, stream.height = frames.shape[2], frames.shape[1]
         stream.pix_fmt = "bgr0" if codec == "ffv1" else "yuv420p"
+        if aspect is not None:
+            stream.codec_context.sample_aspect_ratio = aspect
         if codec == "libx264":
             stream.options = {"threads": "1"}
         if degrees is not None:
@@ -437,16 +441,7 @@ def test_a_turn_that_is_not_a_quarter_turn_is_refused(tmp_path):
 def write_anamorphic(path: Path, frames: np.ndarray, aspect: Fraction) -> Path:
     """``frames`` in lossless FFV1 in an MP4 (``path``), marked with pixels ``aspect`` times as wide as high (a sample
     aspect ratio)."""
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("ffv1", rate=10)
-        stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], "bgr0"
-        stream.codec_context.sample_aspect_ratio = aspect  # (an MP4 records it: FFV1 does not carry it itself)
-        for frame in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
+    return write_turned(path, frames, aspect=aspect)
 
 
 def test_anamorphic_pixels_are_read_as_coded_and_their_aspect_reported(tmp_path):
