@@ -544,7 +544,8 @@ def test_milestones_multiply_the_lr_by_gamma_from_their_epoch_on(store: Path, tm
     assert [step["lr"] for step in steps] == pytest.approx([1e-3] * 6 + [1e-4] * 3)
 
 
-def test_the_same_command_continues_and_another_is_refused_naming_each_option(store: Path, tmp_path: Path) -> None:
+def test_the_same_command_continues_and_another_is_refused_naming_each_option(store: Path, tmp_path: Path,
+                                                                            capsys) -> None:
     """Rerunning `coclr pretrain` without --resume continues the run; changed options are refused before any
     work, naming each with both values, and nothing in the folder changes; --restart moves the run aside."""
     from coclr.cli import main
@@ -552,6 +553,7 @@ def test_the_same_command_continues_and_another_is_refused_naming_each_option(st
     run = tmp_path / "run"
     args = ["pretrain", f"data.store={store}", f"run.out={run}", *TINY, "optim.epochs=2", "run.max_steps=3"]
     assert main(args) == 0  # stops after epoch 1 (3 iterations)
+    assert "stopped before the end (run.max_steps=3): the same command without it" in capsys.readouterr().out
     last = run / LAST
     assert load_checkpoint(last)["position"]["epoch"] == 1
     written = {path.name: path.read_bytes() for path in (last, run / "log.jsonl", run / "run.json")}

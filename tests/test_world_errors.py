@@ -199,3 +199,26 @@ def test_a_bar_half_made_when_the_signal_came_is_left_as_it_is():
         tqdm._instances.discard(half)
         half.disable = True  # (its own closing, when collected, would raise as it did)
     assert whole.disable  # closed
+
+
+def test_a_refusal_is_written_in_one_write(tmp_path, monkeypatch):
+    """The line and its newline were two writes: the processes of a torchrun job refusing at once ran their lines
+    together ("...start overcoclr pretrain: error: ...")."""
+    import sys
+
+    from coclr.cli import main
+
+    writes: list[str] = []
+
+    class Recorder:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    assert main(["report", "--out", str(tmp_path / "r")]) == 2
+    said = [text for text in writes if "error:" in text]
+    assert len(said) == 1 and said[0].startswith("coclr report: error: --results or --run") and said[0].endswith("\n")

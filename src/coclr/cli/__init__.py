@@ -204,8 +204,9 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
 def _say(line: str) -> None:
     """Print a command's last ``line`` on the standard error; where its reader went away (``2>&1 | head``), nothing:
     the exit status still says how the command ended (a refusal is 2, not a traceback's 1)."""
-    try:
-        print(line, file=sys.stderr, flush=True)
+    try:  # (one write: the processes of a torchrun job that refuse at once interleaved a line and its newline)
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)  # no second error as the interpreter flushes it at exit
         os.dup2(devnull, sys.stderr.fileno())

@@ -37,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"last checkpoint: {trained.checkpoint}")
         if trained.finished:
             _write_views(trained.checkpoint, config.method.name)
+        else:  # (it looked finished: exit 0, and no word)
+            print(f"stopped before the end (run.max_steps={config.run.max_steps}): the same command without it, or "
+                  "with a larger one, continues the run")
     return 0
 
 
