@@ -70,6 +70,8 @@ FAILED = "failed.jsonl"
 FORMAT = "coclr-embeddings"
 CHECKPOINTS = ("checkpoint", "flow_checkpoint")
 """The checkpoints ``embed.json`` records (path, sha256, format): the RGB stream's, the flow stream's."""
+
+
 def _as_typed(settings: dict[str, Any]) -> dict[str, Any]:
     """Settings as the options take them: the decoded size as ``--short-side 0`` gives it (recorded as null)."""
     return {**settings, "short_side": 0} if "short_side" in settings and settings["short_side"] is None else settings
