@@ -602,3 +602,22 @@ def test_unlabelled_footage_laid_out_by_split_keeps_its_splits(tmp_path, capsys)
     notes: list[str] = []
     assert {e.split for e in tree_index(tmp_path / "mixed", notes=notes).entries} == {"train"}
     assert any("1 videos under test/ or val/ folders are indexed as training videos" in note for note in notes)
+
+
+def test_an_empty_name_and_store_options_out_of_range_are_refused_by_their_flags(tmp_path, capsys):
+    """``--name ''`` was ignored (the dataset's name kept, without a word); a store's --short-side, --fps or
+    --quality out of range was refused naming the Python key (``short_side:``), not the flag."""
+    from coclr.cli import main
+
+    touch(tmp_path / "videos" / "a" / "v.mp4")
+    assert main(["data", "index", "--format", "folder", "--root", str(tmp_path / "videos"), "--name", " ", "--out",
+                 str(tmp_path / "index.json")]) == 2
+    assert "--name: empty" in capsys.readouterr().err and not (tmp_path / "index.json").exists()
+    assert main(["data", "index", "--format", "folder", "--root", str(tmp_path / "videos"), "--out",
+                 str(tmp_path / "index.json")]) == 0
+    for flag, value in (("--short-side", "-5"), ("--fps", "0"), ("--quality", "101"), ("--workers", "-2")):
+        capsys.readouterr()
+        assert main(["data", "store", "--index", str(tmp_path / "index.json"), "--root", str(tmp_path / "videos"),
+                     "--out", str(tmp_path / "store"), flag, value]) == 2
+        assert f"error: {flag}: " in capsys.readouterr().err, flag
+        assert not (tmp_path / "store").exists()

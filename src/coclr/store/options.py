@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from coclr.clips import JPEG_QUALITY, SHORT_SIDE
-from coclr.config import option
+from coclr.clips import JPEG_QUALITY, SHORT_SIDE, check_fps, check_short_side
+from coclr.config import option, require
 from coclr.errors import ConfigError
+from coclr.threads import check_workers
 
 
 @dataclasses.dataclass
@@ -20,6 +21,13 @@ class StoreOptions:
     fps: float | None = option(None, "resample to this frame rate", cli={"shown": "keep every frame"})
     workers: int | None = option(None, "worker processes (0: none, work in this process, as DataLoader's "
                                        "num_workers)", cli={"shown": "one per core"})
+
+    def __post_init__(self) -> None:  # (refused by the store job too, where the field's name said it, not the flag)
+        check_short_side(self.short_side or None, "short_side")
+        require(isinstance(self.quality, int) and 1 <= self.quality <= 100, "quality",
+                f"must be in 1..100, got {self.quality}")
+        check_fps(self.fps, "fps")
+        check_workers(self.workers, "workers")
 
 
 @dataclasses.dataclass

@@ -39,6 +39,8 @@ class IndexOptions:
     def check(self, layout: str) -> None:
         """Refuse, in one line before any work, what the ``layout`` (a :data:`FORMATS` name) cannot take."""
         check_seed(self.seed, "--seed")
+        if self.name is not None and not self.name.strip():  # (it was ignored: the dataset's name was kept)
+            raise DataError("--name: empty; give a name, or leave --name out for the dataset's own")
         annotations = self.annotations or []
         if layout in ("ucf101", "hmdb51", "csv") and len(annotations) != 1:
             raise DataError(f"--format {layout} needs exactly one --annotations path")
