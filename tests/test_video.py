@@ -463,11 +463,12 @@ def test_anamorphic_pixels_are_read_as_coded_and_their_aspect_reported(tmp_path)
 # ------------------------------------------------------------------------------------------------ damage
 
 
-def damaged_copy(source: Path, target: Path, size: int = 4096, seed: int = 0) -> Path:
-    """A copy of ``source`` with ``size`` random bytes (fixed seed) written over the middle of the file."""
+def damaged_copy(source: Path, target: Path, size: int = 4096, seed: int = 0, at: float = 0.5) -> Path:
+    """A copy of ``source`` with ``size`` random bytes (fixed seed) written over it from the fraction ``at`` of the
+    file (default: the middle)."""
     data = bytearray(source.read_bytes())
-    middle = len(data) // 2
-    data[middle: middle + size] = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
+    start = int(len(data) * at)
+    data[start: start + size] = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
     target.write_bytes(bytes(data))
     return target
 
@@ -528,21 +529,17 @@ def _spoilt(intact: Path, damaged: Path) -> tuple[int, int, int]:
 
 
 def test_a_damaged_transport_stream_is_seen_by_its_packets_and_the_frames_it_lost(shared_clips, tmp_path):
-    """A hole in an MPEG transport stream: the demuxer flags the packet it cut into, the decoder flags nothing, and
-    the frames whose packets it swallowed are simply gone. A real clip's H.264 (remuxed, 4 KB at 30%: 44 frames
-    visibly wrong) and a synthetic intra-only one (4 KB in the middle: 12 of 60 frames gone) were stored as intact
-    (damaged 0, exit 0). Now the frames from the flagged packet to the next key frame count, and so do the frames
-    lost at the damage; damage within the tolerance is kept and counted, an intact stream and two joined ones are
-    not damaged."""
+    """A hole in an MPEG transport stream: the demuxer flags the packet it cut into, the decoder often flags
+    nothing, and the frames whose packets it swallowed are simply gone: a synthetic intra-only stream (4 KB in the
+    middle: 12 of 60 frames gone) was stored as intact (damaged 0, exit 0). Now the frames from the flagged packet
+    to the next key frame count, and so do the frames lost at the damage: a real clip's H.264 remuxed, hit at 30%
+    (84 frames visibly wrong, 1 lost), fails; hit at 75% it is kept with every spoilt frame counted; an intact
+    stream and two joined ones are not damaged."""
     intact = _remux(shared_clips / "cleaning_pool.mp4", tmp_path / "pool.ts")
     with VideoReader(intact, short_side=32) as reader:
         assert len(list(reader)) == 300 and reader.damaged == 0
     for at, fails in ((0.3, True), (0.75, False)):
-        data = bytearray(intact.read_bytes())
-        start = int(len(data) * at)
-        data[start: start + 4096] = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()
-        damaged = tmp_path / f"pool_{at}.ts"
-        damaged.write_bytes(bytes(data))
+        damaged = damaged_copy(intact, tmp_path / f"pool_{at}.ts", at=at)
         lost, differs, total = _spoilt(intact, damaged)
         assert fails == (lost + differs > DAMAGE_TOLERANCE * total), (at, lost, differs)  # the truth of each
         with VideoReader(damaged, short_side=32) as reader:
@@ -565,11 +562,7 @@ def test_a_damaged_transport_stream_is_seen_by_its_packets_and_the_frames_it_los
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
-    data = bytearray(whole.read_bytes())
-    data[len(data) // 2: len(data) // 2 + 4096] = np.random.default_rng(0).integers(0, 256, 4096,
-                                                                                   dtype=np.uint8).tobytes()
-    holed = tmp_path / "holed.ts"
-    holed.write_bytes(bytes(data))
+    holed = damaged_copy(whole, tmp_path / "holed.ts")
     lost, _, total = _spoilt(whole, holed)
     assert lost > DAMAGE_TOLERANCE * total  # (measured: 12 of 60)
     with pytest.raises(VideoDecodeError, match=rf"{holed}: damaged: .*, {lost} of them lost at the damage\)"):
