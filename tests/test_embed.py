@@ -1134,7 +1134,7 @@ def _interrupted_worker(rank: int, world: int, port: int, videos: str, encoder: 
     from coclr.distributed import init_distributed
     from coclr.embed.run import embed_videos
 
-    init_distributed(torch.device("cpu"), backend="gloo")
+    init_distributed(torch.device("cpu"))
     embedder = Embedder(encoder, workers=0, batch_size=4, **SMALL)
     real = embedder.stream
 

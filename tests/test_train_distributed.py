@@ -162,6 +162,56 @@ def test_a_restart_refused_stops_every_rank(tmp_path: Path) -> None:
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
 
+def _one_refused_worker(rank: int, port: int, store: str, out: str, results: str, machines: int) -> None:
+    """A two-process ``coclr pretrain`` on ``machines`` machines (as torchrun describes them) whose process 1 is
+    given a store that does not exist, as when one machine lacks the data."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
+                      LOCAL_RANK=str(rank if machines == 1 else 0), LOCAL_WORLD_SIZE=str(2 // machines),
+                      GROUP_RANK=str(rank if machines == 2 else 0))
+    torch.set_num_threads(1)
+    import sys
+
+    from coclr.cli import main
+    from test_train import TINY
+
+    sys.stderr = open(Path(results) / f"stderr{rank}", "w")  # noqa: SIM115 (the process's own, until it ends)
+    given = store if rank == 0 else str(Path(store).parent / "absent")
+    status = main(["pretrain", f"data.store={given}", f"run.out={out}", *TINY, "run.max_steps=2"])
+    sys.stderr.flush()
+    Path(results, f"status{rank}").write_text(str(status))
+    os._exit(0)
+
+
+@pytest.mark.parametrize("machines", [1, 2])
+def test_a_process_refused_before_the_group_stops_the_others(tmp_path: Path, machines: int) -> None:
+    """One process of a torchrun job refused before it joined the group (its machine lacks the data): the others
+    waited for it in the group until its timeout (for ever on another machine: torchrun stops them only on the
+    machine of the one that left). Every process stops, the refusal said once on each machine."""
+    store = make_random_store(tmp_path / "store", videos=8)
+    results = tmp_path / "results"
+    results.mkdir()
+    context = mp.start_processes(_one_refused_worker, args=(free_port(), str(store), str(tmp_path / "run"),
+                                                            str(results), machines), nprocs=2, join=False,
+                                 start_method="spawn")
+    deadline = time.monotonic() + 120
+    while not context.join(timeout=1) and time.monotonic() < deadline:
+        pass
+    alive = [p.pid for p in context.processes if p.is_alive()]
+    for process in context.processes:
+        process.kill()
+    assert not alive, "a process still waited for the one refused"
+    assert [(results / f"status{rank}").read_text() for rank in range(2)] == ["2", "2"]
+    said = [(results / f"stderr{rank}").read_text().splitlines() for rank in range(2)]
+    assert len(said[1]) == 1 and "absent" in said[1][0] and "torchrun" not in said[1][0], said[1]
+    if machines == 1:  # the machine's console has the refused process's line
+        assert said[0] == []
+    else:
+        assert len(said[0]) == 1 and said[0][0].startswith("coclr pretrain: error: process 1 of the 2 of this "
+                                                           "torchrun job was refused, so none starts: "), said[0]
+        assert said[0][0].endswith(said[1][0].removeprefix("coclr pretrain: error: "))
+    assert not (tmp_path / "run").exists()
+
+
 def _pipeline_worker(rank: int, world: int, port: int, store: str, out: str, statuses: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))

@@ -90,21 +90,85 @@ def _available(kind: str) -> bool:
     return bool(getattr(getattr(torch, kind, None), "is_available", lambda: False)())
 
 
-def init_distributed(device: torch.device, backend: str | None = None, timeout: timedelta | None = None) -> None:
-    """Join the process group torchrun describes, and wait until every process has; nothing in one process or when
-    already joined. The group is destroyed when the process exits (:func:`destroy_distributed`).
+REFUSAL_WAIT = timedelta(minutes=15)
+"""How long a process of a torchrun job refused before it joined the group waits for the others to join it, to tell
+them (:func:`share_refusal`): they come as soon as their own checks are through (learn's rank 0 measures first)."""
 
-    ``backend``: NCCL on GPUs and gloo on CPU by default. ``timeout``: how long a collective waits for the other
-    processes (torch's default, 30 minutes for gloo, when None).
+
+class RefusedElsewhere(CoclrError):
+    """Another process of this torchrun job was refused before the job began: this one stops too, where it waited in
+    the group for it (on another machine, for ever: torchrun stops the others only on the machine of the one that
+    left). ``said``: whether this process says the refusal, once on each machine where no process said its own."""
+
+    def __init__(self, line: str, said: bool) -> None:
+        super().__init__(line)
+        self.said = said
+
+
+def _backend() -> str:
+    """The process group's backends, the same on every process whatever device its command picked (a process
+    refused before it picked one joins with them to say so): gloo for CPU tensors (and every object collective),
+    NCCL for CUDA tensors where this torch has both."""
+    if torch.cuda.is_available() and dist.is_nccl_available():
+        return "cpu:gloo,cuda:nccl"
+    return "gloo"
+
+
+def _join(device: torch.device | None, timeout: timedelta | None) -> None:
+    """Join the process group torchrun describes (``device``: this process's GPU, for NCCL)."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(_backend(), **({} if timeout is None else {"timeout": timeout}))
+    atexit.register(destroy_distributed)
+
+
+def _machine() -> int:
+    """The machine this process runs on, numbered as torchrun numbers them (``GROUP_RANK``)."""
+    return int(os.environ.get("GROUP_RANK", launched_rank() // int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)))
+
+
+def _refusals(line: str | None) -> list[tuple[int, str | None]]:
+    """Every process's machine and refusal (None: it was not refused), in rank order: the first exchange of a job, in
+    which every process has joined before any may leave (one refused at once would otherwise reset the connections of
+    one still joining, which then failed with a network error)."""
+    return all_gather_objects((_machine(), line))
+
+
+def init_distributed(device: torch.device, timeout: timedelta | None = None) -> None:
+    """Join the process group torchrun describes, and wait until every process has; nothing in one process or when
+    already joined. The group is destroyed when the process exits (:func:`destroy_distributed`). A process refused
+    before it joined (:func:`share_refusal`) stops every other: :class:`RefusedElsewhere`.
+
+    ``device``: this process's device (its GPU is made current). ``timeout``: how long a collective waits for the
+    other processes (torch's default, 30 minutes for gloo, when None).
     """
-    if launched_world_size() > 1 and not dist.is_initialized():
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        backend = backend or ("nccl" if device.type == "cuda" else "gloo")
-        dist.init_process_group(backend, **({} if timeout is None else {"timeout": timeout}))
-        atexit.register(destroy_distributed)
-        dist.barrier()  # every process has joined before any may leave: one refused at once (the same refusal on
-        # each) would otherwise reset the connections of one still joining, which then fails with a network error
+    if launched_world_size() <= 1 or dist.is_initialized():
+        return
+    _join(device, timeout)
+    refusals = _refusals(None)
+    first = next(((number, machine, line) for number, (machine, line) in enumerate(refusals) if line is not None),
+                 None)
+    if first is not None:
+        number, _, line = first
+        said = os.environ.get("LOCAL_RANK", "0") == "0" and not any(
+            machine == _machine() and refused is not None for machine, refused in refusals)
+        raise RefusedElsewhere(f"process {number} of the {len(refusals)} of this torchrun job was refused, so "
+                               f"none starts: {line}", said)
+
+
+def share_refusal(line: str) -> None:
+    """Under torchrun, in a process refused before it joined the process group (``line``: what it said): join the
+    group for a moment to tell the others, which otherwise waited for it in :func:`init_distributed` until the
+    group's timeout (on another machine than this one: torchrun stops its other processes only on the machine where
+    one left). Nothing in one process, when joined already, or when the others do not come within
+    :data:`REFUSAL_WAIT` (or this process is stopped meanwhile)."""
+    if launched_world_size() <= 1 or dist.is_initialized():
+        return
+    try:
+        _join(None, REFUSAL_WAIT)
+        _refusals(line)
+    except (Exception, KeyboardInterrupt):  # noqa: BLE001 (a process that cannot tell them has said its line)
+        return
 
 
 def lost_process_line(error: BaseException) -> str | None:

@@ -27,7 +27,7 @@ from coclr.cli._status import (
     EXIT_TERMINATED,
     job_status,
 )
-from coclr.cli._world import run_command
+from coclr.cli._world import run_command, tell_the_others
 from coclr.config import refuse_repeated
 from coclr.errors import CoclrError, ConfigError
 from coclr.interrupts import interrupted, stop_with_launcher
@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         return _reader_gone()
     except CoclrError as error:
         _close_progress_bars()
-        _say(f"coclr {args.command}: error: {shown(error, newlines=True)}")
+        if getattr(error, "said", True):  # (a refusal of another torchrun process: said once on each machine)
+            _say(f"coclr {args.command}: error: {shown(error, newlines=True)}")
+        tell_the_others(args.command, str(error))
         return EXIT_ERROR
     except KeyboardInterrupt as error:  # SIGINT or SIGTERM (run_command): the work stopped, what it finished kept
         _exiting(argv)

@@ -89,6 +89,7 @@ def run_command(args: argparse.Namespace) -> int:
         if line is None:
             raise
         print(f"coclr {args.command}: error: {shown(line)}", file=sys.stderr)
+        tell_the_others(args.command, line)
         return WORLD_ERROR_STATUS
     except (RuntimeError, MemoryError) as error:
         line = _lost_process_line(error) or memory_line(error) or worker_line(error)
@@ -96,6 +97,18 @@ def run_command(args: argparse.Namespace) -> int:
             raise
         progress.write(f"coclr {args.command}: error: {shown(line)}", file=sys.stderr)
         return WORLD_ERROR_STATUS
+
+
+def tell_the_others(command: str, line: str) -> None:
+    """Under torchrun, where ``command`` shares its work: tell the job's other processes that this one stopped on
+    ``line`` before it joined their group, where they wait for it (:func:`coclr.distributed.share_refusal`)."""
+    if "WORLD_SIZE" not in os.environ:
+        return
+    from coclr.cli import TORCHRUN_COMMANDS  # noqa: PLC0415 (the package that imports this module)
+    from coclr.distributed import share_refusal  # noqa: PLC0415 (heavy: torch)
+
+    if command in TORCHRUN_COMMANDS:
+        share_refusal(line)
 
 
 def memory_line(error: BaseException) -> str | None:

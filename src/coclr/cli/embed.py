@@ -45,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
     job = options_from_flags(EmbedJob, args)
     validate(job)
     device = pick_device(job.device, "--device")
-    if launched_world_size() > 1:  # torchrun: the processes exchange only a few small messages, so gloo everywhere
-        init_distributed(device, backend="gloo", timeout=GROUP_TIMEOUT)
+    if launched_world_size() > 1:  # torchrun: the processes exchange only a few small messages
+        init_distributed(device, timeout=GROUP_TIMEOUT)
     settings = given_flags(EmbedSettings, args)
     recorded = [field.name for field in dataclasses.fields(EmbedSettings) if field.name not in settings]
     with named_by_flags(EmbedSettings, recorded):  # a refused value given on the command line names its flag

@@ -71,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_flags(FlowOptions, args)
     with named_by_flags(FlowOptions):  # (a refusal of an option's value names its flag: --device, not device)
         _, device = resolve_backend(options.backend, options.device, options.mode, options.kernels)
-        if launched_world_size() > 1:  # torchrun: the processes exchange a few small messages, so gloo everywhere
-            init_distributed(torch.device(device or "cpu"), backend="gloo", timeout=GROUP_TIMEOUT)
+        if launched_world_size() > 1:  # torchrun: the processes exchange a few small messages
+            init_distributed(torch.device(device or "cpu"), timeout=GROUP_TIMEOUT)
         summary = extract_flow(args.store, params=params, **dataclasses.asdict(options))
     print(summary, flush=True)
     failed = summary.totals[2] if summary.totals is not None else len(summary.failed)
