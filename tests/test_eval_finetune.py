@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -131,8 +132,9 @@ def test_a_state_from_before_losses_were_kept_resumes_twice(tmp_path):
 
 
 def test_finetune_of_a_finished_folder_returns_its_results_without_work(tmp_path, monkeypatch):
-    """The same call on a finished folder returns the recorded results and neither trains nor tests; other
-    inputs (another test split here) do the test again."""
+    """The same call on a finished folder returns the recorded results and neither trains nor tests, with its
+    probabilities' file as this call names the folder (the first call's path, relative to its working folder, named
+    another folder's file, which a two-stream test then fused); other inputs (another test split) test again."""
     from coclr.atomic import file_sha256
     from coclr.eval import finetune as module
     from coclr.store.clipstore import ClipStore
@@ -142,14 +144,19 @@ def test_finetune_of_a_finished_folder_returns_its_results_without_work(tmp_path
     sha = file_sha256(checkpoint)
     clips = ClipConfig(length=8, size=32, batch_size=3)
     config = from_dict(FinetuneConfig, {"epochs": 1, "milestones": [1]})
-    first = finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, config, progress=False)
+    monkeypatch.chdir(tmp_path)
+    first = finetune(checkpoint, sha, store, "rgb", Path("out"), clips, config, progress=False)
 
     def no_work(*args, **kwargs):
         raise AssertionError("a finished folder was worked on again")
 
     monkeypatch.setattr(module, "train_epoch", no_work)
     monkeypatch.setattr(module, "predict_windows", no_work)
-    assert finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, config, progress=False) == first
+    (tmp_path / "elsewhere" / "out").mkdir(parents=True)  # what the first path names from there
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    again = finetune(checkpoint, sha, store, "rgb", Path("../out"), clips, config, progress=False)
+    assert {**again, "probabilities": None} == {**first, "probabilities": None}
+    assert Path(again["probabilities"]).resolve() == (tmp_path / "out" / Path(first["probabilities"]).name)
     with pytest.raises(AssertionError, match="worked on again"):
         finetune(checkpoint, sha, store, "rgb", tmp_path / "out", clips, config, test_split="train", progress=False)
 

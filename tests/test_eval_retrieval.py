@@ -120,6 +120,25 @@ def test_constant_features_score_chance_whatever_the_gallery_order():
     assert recall_at_k(result.topk_indices, query_labels, gallery_labels, (1,))[1] == 1.0  # the lucky order
 
 
+def test_features_that_differ_only_by_rounding_score_chance():
+    """A collapsed encoder's features differ by the rounding of the batch they were computed in (a few units in the
+    last place): centred by their mean, that rounding was normalised into unit vectors that ranked the gallery, so
+    R@1 depended on the batch size (28.75 at 3 and 16, 25.0 at 1; chance 25). Rows within rounding of the mean tie."""
+    rng = np.random.default_rng(0)
+    gallery_labels = np.repeat(np.arange(4), 25)
+    query_labels = np.repeat(np.arange(4), 10)
+    row = rng.normal(size=8).astype(np.float32)
+    constant = retrieve(np.tile(row, (40, 1)), query_labels, np.tile(row, (100, 1)), gallery_labels, (1, 5))
+
+    def rounded(count: int) -> np.ndarray:  # the row, each value moved by up to two units in its last place
+        return (row + rng.integers(-2, 3, size=(count, 8)) * np.spacing(row)).astype(np.float32)
+
+    noisy = retrieve(rounded(40), query_labels, rounded(100), gallery_labels, (1, 5))
+    assert noisy.recall == constant.recall and constant.recall[1] == pytest.approx(0.25)
+    signal = np.tile(row, (100, 1)) + 1e-3 * rng.normal(size=(100, 8)).astype(np.float32)  # small but real
+    assert len({tuple(r) for r in unit_rows(signal, gallery_mean(signal))}) == 100
+
+
 def test_two_stream_averages_similarities():
     query_a, query_labels, gallery_a, gallery_labels = _data(seed=4)
     rng = np.random.default_rng(5)

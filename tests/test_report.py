@@ -386,6 +386,25 @@ def test_records_of_two_stores_are_two_rows_each_naming_its_store():
     assert all(not row["notes"] for row in build_table([on_one, same]))  # one store: nothing to say
 
 
+def test_records_of_other_splits_are_other_rows_and_a_missing_result_keeps_the_earlier_one():
+    """The test split as the gallery (43.8) replaced the protocol's R@1 (12.5) in silence; an R@5-only record
+    blanked an earlier R@1; a finetuned encoder (trained on the labels) showed Labels ✗."""
+    def on(train: str, test: str, record: dict) -> dict:
+        return {**record, "splits": {"train": {"name": train, "videos": 4}, "test": {"name": test, "videos": 2}}}
+
+    standard = on("train", "test", _record("retrieval", {"R@1": 12.5, "R@5": 50.0}, [("a", "rgb", "infonce")]))
+    swapped = on("test", "train", _record("retrieval", {"R@1": 43.8}, [("a", "rgb", "infonce")]))
+    wider = on("train", "test", _record("retrieval", {"R@5": 60.0, "R@10": 70.0}, [("a", "rgb", "infonce")]))
+    rows = build_table([standard, swapped, wider])
+    assert [row["R@1"] for row in rows] == [12.5, 43.8]
+    assert "test split test, train split train" in rows[0]["notes"]
+    assert "test split train, train split test" in rows[1]["notes"]
+    assert all(not row["notes"] for row in build_table([standard, wider]))  # one protocol: nothing to say
+    finetuned = _record("retrieval", {"R@1": 80.0}, [("f", "rgb", "finetuned")])
+    finetuned["streams"][0]["meta"]["finetuned_from"] = "a" * 64
+    assert build_table([finetuned])[0]["Labels"] == "✓"
+
+
 def test_report_inputs_refused_before_out_is_made(gallery_inputs, tmp_path, capsys):
     """A store without the gallery's videos wrote table.md and run.json before it was refused; a folder given as a
     result file was "not found"; NaN was a result."""

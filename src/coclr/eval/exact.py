@@ -25,6 +25,11 @@ import numpy as np
 
 QUANTUM_BITS = 24
 QUANTUM = 2.0 ** QUANTUM_BITS
+ROUNDING_FLOOR = 2.0 ** -13
+"""A centred row whose every component is under this fraction of the larger of its row's and the mean's largest
+component is rounding, not signal: it is made zero (it ties with every row). Features of one network differ by about
+3e-5 of their size between batch sizes, thread counts and CPUs (:mod:`coclr.eval.features`); a collapsed encoder's
+rows centred by their mean are that difference alone, which normalising made unit vectors that ranked by it."""
 MEAN_BLOCK = 64
 """Columns sorted at a time for the gallery mean (bounds memory to ``N x 64`` float64)."""
 
@@ -55,12 +60,17 @@ def gallery_mean(rows: np.ndarray) -> np.ndarray:
 
 
 def unit_rows(rows: np.ndarray, mean: np.ndarray | None = None) -> np.ndarray:
-    """``float32 [N, D]``: ``rows`` minus ``mean`` (when given), L2-normalised (a zero row stays zero, like
-    ``F.normalize``), each component rounded to a multiple of ``2**-24``; every value a function of its row
+    """``float32 [N, D]``: ``rows`` minus ``mean`` (when given; a row that differs from it only by rounding,
+    :data:`ROUNDING_FLOOR`, made zero), L2-normalised (a zero row stays zero, like ``F.normalize``), each component
+    rounded to a multiple of ``2**-24``; every value a function of its row
     alone (see the module docstring). Raises ValueError when a row holds NaN or an infinity."""
     values = np.asarray(rows, np.float64)
     if mean is not None:
+        size = np.maximum(np.abs(values).max(axis=1, initial=0.0), np.abs(mean).max(initial=0.0))
         values = values - mean
+        if not np.isfinite(values).all():
+            raise ValueError("contains NaN or infinite values")
+        values[np.abs(values).max(axis=1, initial=0.0) < ROUNDING_FLOOR * size] = 0.0  # (see ROUNDING_FLOOR)
     if not np.isfinite(values).all():
         raise ValueError("contains NaN or infinite values")
     if values.size:  # each row scaled by a power of two (exact, so the result is the same) to a largest value in

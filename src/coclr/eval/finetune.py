@@ -289,8 +289,8 @@ def _finished(out_dir: Path, tested: dict[str, object]) -> dict[str, object] | N
     probabilities = result.get("probabilities") if isinstance(result, dict) else None
     if not isinstance(probabilities, str) or not (out_dir / Path(probabilities).name).is_file() \
             or not all((out_dir / name).is_file() for name in (STATE_FILE, ENCODER_FILE)):
-        return None
-    return record.get("result")
+        return None  # (the path as this run names the folder's file: the recorded one was relative to the first
+    return {**result, "probabilities": str(out_dir / Path(probabilities).name)}  # run's working folder)
 
 
 def _save_finetuned(path: Path, model: Classifier, view: str, clip_config: ClipConfig, source_sha256: str,

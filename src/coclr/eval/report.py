@@ -211,7 +211,8 @@ def describe_encoders(record: dict[str, Any]) -> dict[str, str]:
         input_name = "R+F"
     else:
         input_name = "+".join(view_name(v) for v in views)
-    labels = "✓" if any(getattr(find_method(m), "uses_labels", False) for m in methods) else "✗"
+    finetuned = any("finetuned_from" in (stream.get("meta") or {}) for stream in streams)  # (trained on the labels)
+    labels = "✓" if finetuned or any(getattr(find_method(m), "uses_labels", False) for m in methods) else "✗"
     return {"Method": name, "Input": input_name, "Labels": labels}
 
 
@@ -250,25 +251,36 @@ def degenerate(record: dict[str, Any]) -> bool:
     return any(collapsed(stream) for stream in record.get("feature_health", []))
 
 
+def record_splits(record: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The splits a record was evaluated on, by role (``(("test", "test"), ("train", "train"))``): results on other
+    splits (the test split as the gallery, a subset) are not the same measure, so they are other rows."""
+    splits = record.get("splits") or {}
+    return tuple(sorted((str(role), str((info or {}).get("name") if isinstance(info, dict) else info))
+                        for role, info in splits.items()))
+
+
 def build_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per encoder (or encoder pair) and clip shape: the linear-probe and finetune top-1 and R@1 in
     percent, None where not evaluated. Rows keep the order in which their encoders first appear; a later record
-    of the same task, encoders, clips and store replaces an earlier one; records of other stores are other rows,
-    each noting its store when the table holds more than one (an R@1 of one dataset beside a probe of another
-    was one row). A row evaluated on other clips than its encoder
+    of the same task, encoders, clips, store and splits replaces an earlier one (a result it lacks is kept); records
+    of other stores or splits are other rows, each noting its store or splits when the table holds more than one (an
+    R@1 of one dataset beside a probe of another was one row). A row evaluated on other clips than its encoder
     was trained on has the Method marked :data:`OTHER_CLIPS_MARK`, one with degenerate features
     :data:`DEGENERATE_MARK`; ``notes`` says why (:func:`markdown_table` lists them under the table)."""
     rows: dict[tuple, dict[str, Any]] = {}
     columns = {"linear": "Linear probe", "finetune": "Finetune", "retrieval": "R@1"}
     metric = {"linear": "top1", "finetune": "top1", "retrieval": "R@1"}
     stores = {(record.get("dataset"), record.get("store")) for record in records}
+    protocols = {record_splits(record) for record in records}
     for record in records:
         clips = record_clips(record)
         data = (record.get("dataset"), record.get("store"))
-        key = (_encoder_key(record), record.get("name"), tuple(sorted(clips.items())), data)
+        key = (_encoder_key(record), record.get("name"), tuple(sorted(clips.items())), data, record_splits(record))
         row = rows.setdefault(key, {**describe_encoders(record), "Linear probe": None, "Finetune": None,
                                     "R@1": None, "clips": clips, "notes": [], "sources": []})
-        row[columns[record["task"]]] = record["results"].get(metric[record["task"]])
+        value = record["results"].get(metric[record["task"]])
+        if value is not None:  # (a record without it, e.g. R@5 and R@10 only, leaves an earlier one's)
+            row[columns[record["task"]]] = value
         row["sources"].append(record.get("source", ""))
         notes = [f"{OTHER_CLIPS_MARK} evaluated on {note}" for note in other_clips(record)]
         if degenerate(record):
@@ -276,6 +288,9 @@ def build_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                          "encoder): no evidence of a representation")
         if len(stores) > 1:
             notes.append(f"on {data[0] or 'a dataset'} ({data[1] or 'a store not recorded'})")
+        if len(protocols) > 1:
+            notes.append(", ".join(f"{role} split {name}" for role, name in record_splits(record)) or
+                         "splits not recorded")
         row["notes"] += [note for note in notes if note not in row["notes"]]
     for row in rows.values():
         marks = "".join(mark for mark in (OTHER_CLIPS_MARK, DEGENERATE_MARK) if any(n[0] == mark for n in row["notes"]))
