@@ -58,8 +58,10 @@ def main() -> None:
     from torch.utils.flop_counter import FlopCounterMode  # noqa: PLC0415
 
     from bench_embed import save_random_encoder  # noqa: PLC0415 - beside this script (its folder is on sys.path)
-    from coclr.embed.embedder import inference_layout  # noqa: PLC0415
-    from coclr.models.inference import fused_for_inference  # noqa: PLC0415
+    from coclr.models.inference import (
+        fused_for_inference,  # noqa: PLC0415
+        inference_layout,  # noqa: PLC0415
+    )
     from coclr.models.loading import load_encoder  # noqa: PLC0415
     from coclr.models.pool_cpu import MaxPool3dInference  # noqa: PLC0415
 

@@ -791,12 +791,12 @@ def test_the_embedding_is_counted_from_its_own_network_and_the_stores_decoding()
 
 
 def test_the_embeddings_network_is_timed_as_the_embedding_builds_it(tmp_path, monkeypatch):
-    from coclr.embed import embedder
     from coclr.learn import budget
+    from coclr.models import inference
 
     built = []
-    real = embedder.inference_network
-    monkeypatch.setattr(embedder, "inference_network", lambda *args, **kwargs: built.append(args) or real(*args,
+    real = inference.inference_network
+    monkeypatch.setattr(inference, "inference_network", lambda *args, **kwargs: built.append(args) or real(*args,
                                                                                                             **kwargs))
     forward, load = budget._time_embedding(SMALL, "cpu", tmp_path / "timing")
     assert 0 < forward < 1 and 0 < load < 60

@@ -35,7 +35,7 @@ import dataclasses
 import math
 import numbers
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ from coclr.flow.encode import flow_to_uint8
 from coclr.flow.opencv import rgb_to_gray
 from coclr.flow.tvl1 import tvl1_flow
 from coclr.interrupts import loader_worker_signals
-from coclr.models.inference import fused_for_inference
+from coclr.models.inference import inference_network, padded
 from coclr.models.loading import load_encoder
 from coclr.progress import bar as progress_bar
 from coclr.threads import check_workers, usable_cores, worker_opencv_threads
@@ -254,38 +254,6 @@ class _Stream:
         return cls(view, tuple(mean), tuple(std), inference_network(backbone, head, device, precision), dim)
 
 
-def inference_network(backbone: torch.nn.Module, head: torch.nn.Module | None, device: torch.device,
-                      precision: str | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The network an embedding runs: clips ``[N, C, T, H, W]`` -> ``backbone``'s pooled feature (through ``head``
-    unless None), on ``device`` in evaluation mode, in :func:`inference_layout`; float32 on the CPU runs the fused
-    inference copy of the backbone (:func:`~coclr.models.inference.fused_for_inference`), bf16 the eager one under
-    autocast; the head runs on one pooled feature at a time (a linear layer's sums are ordered by the rows it is
-    given: a video's vector would depend on the others of its batch). (``coclr learn``'s calibration times it as
-    built here.)"""
-    backbone.to(device).eval()
-    if device.type == "cpu" and precision is None:
-        backbone = fused_for_inference(backbone)
-    layout = inference_layout(device)
-    backbone.to(memory_format=layout)
-    if head is not None:
-        head.to(device).eval()
-
-    def network(clips: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-            pooled = backbone(clips.contiguous(memory_format=layout)).float().mean(dim=(2, 3, 4))
-        if head is None:
-            return pooled
-        return torch.cat([head(row) for row in pooled.split(1)])  # a row at a time: the same bits in any batch
-
-    return network
-
-
-def inference_layout(device: torch.device) -> torch.memory_format:
-    """The memory layout the networks run in: channels-last 3D on the CPU, where oneDNN's convolutions run it
-    faster than the default layout at the same precision (measured, docs/embed.md), the default elsewhere."""
-    return torch.channels_last_3d if device.type == "cpu" else torch.contiguous_format
-
-
 def check_precision(precision: str | None, device: torch.device) -> None:
     """Refuse a precision the device cannot run: bf16 on a CPU needs bfloat16 dot-product instructions (AVX-512 BF16
     or AMX, :func:`coclr.cpu.native_bfloat16`, by the CPU's flags; without them oneDNN converts to float32 and runs
@@ -293,17 +261,6 @@ def check_precision(precision: str | None, device: torch.device) -> None:
     with AVX-512."""
     if precision == "bf16" and device.type == "cpu":
         require_native_bfloat16("precision", "leave the precision at float32")
-
-
-def padded(clips: torch.Tensor, size: int) -> torch.Tensor:
-    """``clips`` with its last row repeated up to ``size`` rows. Every batch has the same number of rows so that a
-    window's features never depend on how many other windows shared its batch: oneDNN picks its algorithm (and
-    so its rounding) by batch shape, while a row's result does not depend on the other rows of a batch of one
-    shape. So a video gets the same vector alone, in a folder, under any number of processes or decoders."""
-    missing = size - len(clips)
-    if missing <= 0:
-        return clips
-    return torch.cat([clips, clips[-1:].expand(missing, *clips.shape[1:])])
 
 
 def combine(features: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -12,9 +12,13 @@ settings, the split's videos with their labels and the checksum of each one's en
 which changes with any stored byte), the view, clip length, frame stride, crop size, autocast, and a normalisation
 other than ImageNet's. So retraining a checkpoint or
 rebuilding a store in place (other frames, other JPEG quality) never serves stale features (the reference keyed its
-cache by folder), and a store moved elsewhere keeps its cache. Not keyed: the batch size, the thread count and the
-CPU, which change only the rounding of the eager float32 network's sums (unit features within about 3e-5 of each
-other, measured across batch sizes 1-16, one or two threads and the AVX2 kind), so a cached entry serves them all.
+cache by folder), and a store moved elsewhere keeps its cache. Not keyed: the batch size and the thread count, which
+change nothing: on the CPU the features are those of ``coclr embed``'s network (the fused inference copy,
+:func:`~coclr.models.inference.inference_network`), every batch padded to its full size
+(:func:`~coclr.models.inference.padded`), so a window's feature is the same bits whatever shares its batch and on
+any number of threads, and identical videos tie (with the eager network and a short last batch they differed by
+rounding, and R@1 depended on the batch size). Nor the CPU kind or the device, which change the rounding only (unit
+features within about 3e-5 of each other).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from coclr.errors import CheckpointError, ConfigError, DataError
 from coclr.eval.options import ClipConfig
 from coclr.interrupts import loader_worker_signals
 from coclr.models.heads import unit_length
+from coclr.models.inference import inference_network, padded
 from coclr.models.loading import (
     TRAIN_FORMAT,
     implied_clip_settings,
@@ -53,9 +58,10 @@ from coclr.progress import bar as progress_bar
 from coclr.runfolder import check_output_folder
 from coclr.store.flow_views import stored_bound
 
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 """Bumped whenever the way features are computed changes, which invalidates every cache entry (3: each window's
-feature L2-normalised before the video's mean)."""
+feature L2-normalised before the video's mean; 4: on the CPU the fused inference network, every batch padded to its
+full size)."""
 
 
 class VideoFeatures(NamedTuple):
@@ -155,8 +161,8 @@ def window_features(backbone: nn.Module, store, view: str, split: str, config: C
     ``float32 [W, D]``, the video (row of the returned keys) of each window, the videos' keys, and the first frame
     of each window. The caller sets eval mode."""
     windows = WindowClips(store, split, view, config.length, config.stride, keys=keys)
-    parts = list(_window_outputs(lambda clips: backbone(clips).mean(dim=(2, 3, 4)), windows, config, device,
-                                 progress=False))
+    parts = list(_window_outputs(_pooled_network(backbone, torch.device(device), config.amp), windows, config,
+                                 device, progress=False))
     features = torch.cat([out for _, out in parts]).float().numpy()
     videos = torch.cat([video for video, _ in parts]).numpy()
     starts = np.array([int(indices[0]) for _, indices in windows.windows], dtype=np.int64)
@@ -167,16 +173,18 @@ def _window_outputs(model: Callable[[torch.Tensor], torch.Tensor], windows: Wind
                     device: str | torch.device, ten_crop: bool = False, short_side: int | None = None,
                     progress: bool = False, desc: str = "windows", normalisation: Normalisation = IMAGENET
                     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """``(video of each window, output float64 [B, D] on the CPU)`` for each batch of ``windows``."""
+    """``(video of each window, output float64 [B, D] on the CPU)`` for each batch of ``windows``; ``model`` is given
+    every batch at its full size (the last one padded, :func:`~coclr.models.inference.padded`), so an output never
+    depends on how many windows shared its batch."""
     device = torch.device(device)
     loader = DataLoader(windows, batch_size=config.batch_size, shuffle=False, num_workers=config.workers,
                         pin_memory=device.type == "cuda", worker_init_fn=loader_worker_signals)
     for batch in progress_bar(loader, desc=desc, unit="batch", disable=not progress, leave=False):
         crops = eval_views(batch["clip"].to(device, non_blocking=True), windows.view, config.size, ten_crop,
                            short_side, normalisation)
-        num_views = crops.shape[1]
+        num_views, flat = crops.shape[1], crops.flatten(0, 1)
         with _autocast(device, config.amp):
-            out = model(crops.flatten(0, 1))
+            out = model(padded(flat, config.batch_size * num_views))[: len(flat)]
         yield batch["video"], out.float().reshape(len(crops), num_views, -1).mean(dim=1).double().cpu()
 
 
@@ -193,13 +201,24 @@ def extract_features(backbone: nn.Module, store, view: str, split: str, config: 
     was_training = backbone.training
     backbone.eval().to(device)
     try:
-        means, entries = predict_windows(lambda clips: unit_length(backbone(clips).mean(dim=(2, 3, 4))), store, view,
-                                         split, config, device, progress=progress, desc=f"features {view}/{split}",
-                                         with_views=with_views, normalisation=normalisation)
+        network = _pooled_network(backbone, device, config.amp)
+        means, entries = predict_windows(lambda clips: unit_length(network(clips)), store, view, split, config, device,
+                                         progress=progress, desc=f"features {view}/{split}", with_views=with_views,
+                                         normalisation=normalisation)
     finally:
         backbone.train(was_training)
     labels = np.array([entry.label_id for entry in entries], dtype=np.int64)
     return VideoFeatures(means.numpy(), labels, [entry.path for entry in entries])
+
+
+def _pooled_network(backbone: nn.Module, device: torch.device, amp: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Clips -> ``backbone``'s pooled features ``[B, D]`` as the evaluations run it: on the CPU in float32, the network
+    ``coclr embed`` runs (:func:`~coclr.models.inference.inference_network`: the fused inference copy, whose features
+    do not depend on the thread count; the eager network's differed by up to 2e-6); elsewhere, or under autocast,
+    ``backbone`` itself (in eval mode: the caller's)."""
+    if device.type == "cpu" and not amp:
+        return inference_network(backbone, None, device)
+    return lambda clips: backbone(clips).mean(dim=(2, 3, 4))
 
 
 def cache_key(checkpoint_sha256: str, store, view: str, split: str, config: ClipConfig,

@@ -231,7 +231,7 @@ class Costs:
     load: dict[str, float] = field(default_factory=dict)
     """loading a stage's encoder file of each model (the quality measures load every stage's; 0 where not timed)"""
     embed_forward: dict[str, float] = field(default_factory=dict)
-    """one window through the network ``coclr embed`` runs of each model (:func:`~coclr.embed.embedder.
+    """one window through the network ``coclr embed`` runs of each model (:func:`~coclr.models.inference.
     inference_network`: on the CPU the fused inference copy), in batches of
     :data:`~coclr.train.timing.INFERENCE_BATCH` on every thread (:func:`_time_embedding`; plans made before have none
     and count :attr:`forward`)"""
@@ -1137,14 +1137,14 @@ def _time_per_video(paths: Sequence[str], work: Callable[[str], object], workers
 
 def _time_embedding(model: Model, device, folder: Path) -> tuple[float, float]:
     """Seconds of one window through the network ``coclr embed`` runs of ``model`` (built as the embedding builds it,
-    :func:`~coclr.embed.embedder.inference_network`; :data:`TIMED_BATCHES` batches of
+    :func:`~coclr.models.inference.inference_network`; :data:`TIMED_BATCHES` batches of
     :data:`~coclr.train.timing.INFERENCE_BATCH` at a time, on every thread), and of loading an encoder file into
     that network (each file once, as the embedding loads each encoder); each the median of :data:`REPEATS` after a
     first, which builds what they need."""
     import torch  # noqa: PLC0415 (heavy)
 
-    from coclr.embed.embedder import inference_network  # noqa: PLC0415
     from coclr.models.encoder import build_encoder  # noqa: PLC0415
+    from coclr.models.inference import inference_network  # noqa: PLC0415
     from coclr.models.loading import load_encoder, save_encoder  # noqa: PLC0415
     from coclr.train.timing import INFERENCE_BATCH  # noqa: PLC0415
 

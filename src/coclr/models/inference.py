@@ -19,6 +19,7 @@ no BatchNorm to update and no gradient.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +28,8 @@ from torch import nn
 from coclr.models.pool_cpu import MaxPool3dInference
 from coclr.models.s3d import BasicConv3d, STConv3d
 
-__all__ = ["ConvReLU", "fold_batchnorm", "fused_for_inference", "has_fused_convolution"]
+__all__ = ["ConvReLU", "fold_batchnorm", "fused_for_inference", "has_fused_convolution", "inference_layout",
+           "inference_network", "padded"]
 
 
 def has_fused_convolution() -> bool:
@@ -103,3 +105,46 @@ def fused_for_inference(backbone: nn.Module) -> nn.Module:
             elif isinstance(child, nn.MaxPool3d):
                 setattr(parent, name, MaxPool3dInference.of(child))
     return fused.requires_grad_(False)
+
+
+def inference_network(backbone: torch.nn.Module, head: torch.nn.Module | None, device: torch.device,
+                      precision: str | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The network an embedding runs: clips ``[N, C, T, H, W]`` -> ``backbone``'s pooled feature (through ``head``
+    unless None), on ``device`` in evaluation mode, in :func:`inference_layout`; float32 on the CPU runs the fused
+    inference copy of the backbone (:func:`~coclr.models.inference.fused_for_inference`), bf16 the eager one under
+    autocast; the head runs on one pooled feature at a time (a linear layer's sums are ordered by the rows it is
+    given: a video's vector would depend on the others of its batch). (``coclr learn``'s calibration times it as
+    built here.)"""
+    backbone.to(device).eval()
+    if device.type == "cpu" and precision is None:
+        backbone = fused_for_inference(backbone)
+    layout = inference_layout(device)
+    backbone.to(memory_format=layout)
+    if head is not None:
+        head.to(device).eval()
+
+    def network(clips: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            pooled = backbone(clips.contiguous(memory_format=layout)).float().mean(dim=(2, 3, 4))
+        if head is None:
+            return pooled
+        return torch.cat([head(row) for row in pooled.split(1)])  # a row at a time: the same bits in any batch
+
+    return network
+
+
+def inference_layout(device: torch.device) -> torch.memory_format:
+    """The memory layout the networks run in: channels-last 3D on the CPU, where oneDNN's convolutions run it
+    faster than the default layout at the same precision (measured, docs/embed.md), the default elsewhere."""
+    return torch.channels_last_3d if device.type == "cpu" else torch.contiguous_format
+
+
+def padded(clips: torch.Tensor, size: int) -> torch.Tensor:
+    """``clips`` with its last row repeated up to ``size`` rows. Every batch has the same number of rows so that a
+    window's features never depend on how many other windows shared its batch: oneDNN picks its algorithm (and
+    so its rounding) by batch shape, while a row's result does not depend on the other rows of a batch of one
+    shape. So a video gets the same vector alone, in a folder, under any number of processes or decoders."""
+    missing = size - len(clips)
+    if missing <= 0:
+        return clips
+    return torch.cat([clips, clips[-1:].expand(missing, *clips.shape[1:])])
