@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import coclr.embed.embedder as embedder_module
+import coclr.models.inference as inference_module
 from coclr.embed.embedder import Embedder
 from coclr.models.inference import ConvReLU, fold_batchnorm, fused_for_inference, has_fused_convolution
 from coclr.models.s3d import S3D
@@ -127,7 +127,7 @@ def test_the_fused_network_does_not_depend_on_the_thread_count():
 def unfused_embedder(monkeypatch, *args, **kwargs) -> Embedder:
     """The embedder as it was before the fusion: the eager float32 network (channels-last 3D on the CPU)."""
     with monkeypatch.context() as patch:
-        patch.setattr(embedder_module, "fused_for_inference", lambda backbone: backbone)
+        patch.setattr(inference_module, "fused_for_inference", lambda backbone: backbone)
         return Embedder(*args, **kwargs)
 
 
