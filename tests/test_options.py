@@ -200,6 +200,24 @@ def test_an_unknown_flag_is_the_subcommand_s_error_with_its_usage(tmp_path, caps
         assert stop.value.code == 2 and usage in err and "unrecognized arguments: --bogus" in err
 
 
+@pytest.mark.parametrize("argv", [["flow", "S", "--view", ""], ["embed", "v.mp4", "--checkpoint", "c.pth", "--out", ""],
+                                  ["search", "E", "--query", "0", "--html", ""],
+                                  ["eval", "retrieval", "--checkpoint", "c.pth", "--store", "S", "--name", ""],
+                                  ["eval", "retrieval", "--checkpoint", "c.pth", "--store", "S", "--ks", "1", ""]])
+def test_an_empty_value_is_refused_by_its_flag(argv, tmp_path, capsys, monkeypatch):
+    """``--view ''`` wrote the default view, ``--out ''`` into the current folder, ``--html ''`` no page, ``--name
+    ''`` no name, each without a word."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    flag = next(token for token in reversed(argv) if token.startswith("--"))
+    assert stop.value.code == 2 and f"argument {flag}: empty: give a value" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(SystemExit) as stop:  # a required option has no default to fall back on
+        main(["embed", "v.mp4", "--checkpoint", "c.pth", "--out", ""])
+    assert capsys.readouterr().err.rstrip().endswith("argument --out: empty: give a value")
+
+
 def test_a_config_file_is_named_when_it_is_a_folder_or_holds_an_unknown_option(tmp_path, capsys):
     (tmp_path / "typo.yaml").write_text("optim:\n  lrr: 1\n")
     (tmp_path / "dotted.yaml").write_text("optim.lr: 0.01\n")  # ("did you mean optim.lr for optim.lr?")

@@ -140,11 +140,12 @@ def test_world_error_line_names_the_path_and_leaves_other_errors_alone():
 def test_a_reader_that_goes_away_ends_the_command_quietly_with_sigpipes_status():
     from coclr.cli import EXIT_PIPE
 
-    process = subprocess.Popen([sys.executable, "-m", "coclr", "pretrain", "--list-options"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
-    process.stdout.close()  # `| head` that has read what it wanted, before the command prints
-    errors = process.stderr.read()
-    assert process.wait(timeout=120) == EXIT_PIPE == 141 and errors == b""
+    for argv in (["pretrain", "--list-options"], ["--version"]):  # (--version: a traceback, status 1)
+        process = subprocess.Popen([sys.executable, "-m", "coclr", *argv], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE)
+        process.stdout.close()  # `| head` that has read what it wanted, before the command prints
+        errors = process.stderr.read()
+        assert process.wait(timeout=120) == EXIT_PIPE == 141 and errors == b"", (argv, errors[-300:])
 
 
 def test_a_refusal_whose_reader_went_away_still_exits_as_a_refusal(tmp_path):

@@ -88,7 +88,10 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        print(version_line())
+        try:
+            print(version_line(), flush=True)
+        except BrokenPipeError:  # (``coclr --version | head -c0``: a traceback, status 1)
+            parser.exit(_reader_gone())
         parser.exit()
 
 

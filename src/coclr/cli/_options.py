@@ -186,9 +186,25 @@ _GIVEN = "_options_given"
 its line later, as ``coclr flow`` what follows STORE, refuses those given again there too)."""
 
 
+def _given(kind: typing.Callable[[str], typing.Any] | None, required: bool) -> typing.Callable[[str], typing.Any]:
+    """``kind`` (argparse's ``type``; None: the text itself) refusing an empty value: ``--view ''`` wrote the default
+    view, ``--out ''`` the current folder, ``--html ''`` no page, each without a word."""
+    def convert(text: str) -> typing.Any:
+        if text == "":
+            raise argparse.ArgumentTypeError("empty: give a value" if required else
+                                             "empty: give a value, or leave the option out for its default")
+        return text if kind is None else kind(text)
+
+    convert.__name__ = getattr(kind, "__name__", "str")  # (argparse names the type in its "invalid" message)
+    return convert
+
+
 def given_once(parser: argparse.ArgumentParser) -> None:
-    """Make every option of ``parser`` and its subcommands that stores one value a :class:`_StoreOnce`."""
+    """Make every option of ``parser`` and its subcommands that stores one value a :class:`_StoreOnce`, and refuse an
+    empty value of any option that takes values (:func:`_given`)."""
     for action in parser._actions:
+        if type(action) in (argparse._StoreAction, argparse._AppendAction) and action.option_strings:
+            action.type = _given(action.type, action.required)
         if type(action) is argparse._StoreAction and action.option_strings:
             action.__class__ = _StoreOnce
         elif type(action) is argparse.BooleanOptionalAction:

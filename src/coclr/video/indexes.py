@@ -764,10 +764,17 @@ def manifest_rows(path: str | Path) -> list[tuple[int, dict[str, str]]]:
 
 
 def manifest_labels(labels: Sequence[str]) -> tuple[list[str], list[int]]:
-    """The classes of a manifest's label cells and each cell's class index: classes "0".."max" when all are integers
-    (a cell "03" is class 3), else their sorted set."""
+    """The classes of a manifest's label cells and each cell's class index: when all are integers that name at least
+    half of 0..max, class indices (classes "0".."max"; a cell "03" is class 3); other integers (identifiers, dates:
+    20240101 made twenty million classes) are class names, in their order as numbers; else their sorted set."""
     if labels and all(_is_int(label) for label in labels):
-        return [str(i) for i in range(max(int(x) for x in labels) + 1)], [int(x) for x in labels]
+        numbers = [int(x) for x in labels]
+        if max(numbers) + 1 <= 2 * len(set(numbers)):
+            return [str(i) for i in range(max(numbers) + 1)], numbers
+        labels = [str(number) for number in numbers]
+        classes = [str(number) for number in sorted(set(numbers))]
+        index = {c: i for i, c in enumerate(classes)}
+        return classes, [index[label] for label in labels]
     classes = sorted(set(labels))
     index = {c: i for i, c in enumerate(classes)}
     return classes, [index[label] for label in labels]
@@ -775,8 +782,9 @@ def manifest_labels(labels: Sequence[str]) -> tuple[list[str], list[int]]:
 
 def csv_index(path: str | Path, name: str | None = None) -> VideoIndex:
     """A CSV manifest with the columns ``path,label`` and optionally ``split`` (default "train") and
-    ``group``; a header row naming them is optional, and with a header they may come in any order. Labels are all
-    integers (classes "0".."max") or all class names (classes: their sorted set). A video with an empty label
+    ``group``; a header row naming them is optional, and with a header they may come in any order. Labels are class
+    indices (all integers naming at least half of "0".."max") or class names (classes: their sorted set;
+    :func:`manifest_labels`). A video with an empty label
     cell, or every video of a manifest without a label column (a header without ``label``, or one column of paths
     and no header), has no label. UTF-8, a byte-order mark accepted (:func:`manifest_text`)."""
     path = Path(path)
