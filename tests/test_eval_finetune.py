@@ -37,7 +37,8 @@ def test_milestones_past_the_last_epoch_are_refused_before_any_work(capsys):
     from coclr.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"^milestones: \[60, 80\] must lie in 1\.\.epochs \(10\): when you "
-                       r"change epochs, set the milestones too \(e\.g\. --milestones with no value for none\)$"):
+                       r"change epochs, set the milestones too \(e\.g\. --milestones with no value, or \[\] in a "
+                       r"config, for none\)$"):
         from_dict(FinetuneConfig, {"epochs": 10})
     for milestones in ([0], [11]):
         with pytest.raises(ConfigError, match="milestones"):
@@ -48,7 +49,7 @@ def test_milestones_past_the_last_epoch_are_refused_before_any_work(capsys):
     assert main(["eval", "finetune", "--checkpoint", "missing.pth", "--store", "missing", "--epochs", "3"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "coclr eval: error: --milestones: [60, 80] must lie in 1..epochs (3): when you change epochs, set the "
-        "milestones too (e.g. --milestones with no value for none)"]
+        "milestones too (e.g. --milestones with no value, or [] in a config, for none)"]
 
 
 @pytest.mark.slow

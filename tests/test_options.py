@@ -133,6 +133,8 @@ def test_config_files_and_seeds_no_run_can_take_are_one_line_before_any_work(tmp
         b"optim:\n- lr: 0.01\n": "yaml: optim: expected a mapping, got [{'lr': 0.01}]",  # (lost before)
         b"optim:\n  lr: \xff\xfe\n": "not UTF-8 text (byte 0xff at offset 13); save it as UTF-8",
         b"optim:\n\tlr: 1\n": "invalid YAML at line 2, column 1: found character '\\t' that cannot start any token",
+        b"optim: {lr: 0.1}\n---\noptim: {lr: 0.2}\n": "invalid YAML at line 2, column 1: expected a single document in "
+                                                    "the stream, but found another document",
         b"optim:\n  lr: 1\noptim:\n  epochs: 2\n": "invalid YAML at line 3, column 1: the key 'optim' is given "
                                                    "twice (the second would replace the first)",  # lr was lost
     }

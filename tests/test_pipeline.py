@@ -57,7 +57,8 @@ def test_a_bad_cycle_lr_is_named() -> None:
                                              ("method.name=cmc", "pipeline.mode"),
                                              ("method.init_checkpoint=x.pth", "pipeline.init"),
                                              ("method.sampler_checkpoint=x.pth", "pipeline.miner"),
-                                             ("optim.milestones=[3]", "pipeline.infonce_milestones")])
+                                             ("optim.milestones=[3]", "pipeline.infonce_milestones"),
+                                             ("method.simultaneous=true", "pipeline.mode=sim")])
 def test_an_option_each_stage_sets_is_refused_naming_the_pipelines(given, instead) -> None:
     """The stages set these: a value given was dropped without a word (a missing checkpoint never checked), then
     its record refused a later run that left it out."""

@@ -122,7 +122,10 @@ def yaml_problem(error: yaml.YAMLError) -> str:
     mark = getattr(error, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     problem = getattr(error, "problem", None) or " ".join(str(error).split())
-    return f"{where}: {problem}"
+    context = getattr(error, "context", None)  # what the problem breaks ("expected a single document in the
+    # stream", "while parsing a flow sequence"), where it says more than the scanner's "while scanning a token"
+    said = context and getattr(error, "problem", None) and not context.startswith("while scanning")
+    return f"{where}: {f'{context}, ' if said else ''}{problem}"
 
 
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
@@ -442,18 +445,26 @@ def _as_yaml(value: Any, key: str) -> Any:
 
 
 def validate(config: Any, prefix: str = "") -> None:
-    """Call ``validate()`` on ``config`` and every nested dataclass, innermost first."""
+    """Call ``validate()`` on ``config`` and every nested dataclass, innermost first; a dataclass's
+    ``validate_first()``, before its sections' (a rule of the whole whose message says more than a section's: a
+    pipeline's options set per stage)."""
+    _checked(getattr(config, "validate_first", None), prefix)
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
         if dataclasses.is_dataclass(value):
             validate(value, prefix + field.name + ".")
-    check = getattr(config, "validate", None)
-    if check is not None:
-        try:
-            check()
-        except ConfigError as error:
-            raise ConfigError(f"{prefix}{error}" if prefix and not str(error).startswith(prefix) else str(error)
-                              ) from None
+    _checked(getattr(config, "validate", None), prefix)
+
+
+def _checked(check: Any, prefix: str) -> None:
+    """Run a config's ``check`` (None: nothing), its refusal's key prefixed by ``prefix``."""
+    if check is None:
+        return
+    try:
+        check()
+    except ConfigError as error:
+        raise ConfigError(f"{prefix}{error}" if prefix and not str(error).startswith(prefix) else str(error)
+                          ) from None
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -535,4 +546,4 @@ def require_milestones(milestones: list[int], epochs: int, key: str, epochs_key:
             f"set the milestones too (e.g. {none} for none)")
     repeated = sorted({m for m in milestones if milestones.count(m) > 1})
     require(not repeated, key, f"{milestones} gives epoch {', '.join(map(str, repeated))} more than once: the lr would "
-            "be multiplied by gamma there as often (a typo?); give each milestone once")
+            "be lowered there as often (a typo?); give each milestone once")

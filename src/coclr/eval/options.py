@@ -81,7 +81,8 @@ class FinetuneConfig:
 
     def validate(self) -> None:
         require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
-        require_milestones(self.milestones, self.epochs, "milestones", "epochs", "--milestones with no value")
+        require_milestones(self.milestones, self.epochs, "milestones", "epochs",
+                           "--milestones with no value, or [] in a config,")
         require(self.lr > 0, "lr", f"must be positive, got {self.lr}")
         check_seed(self.seed)
         require(self.backbone_lr_scale >= 0, "backbone_lr_scale", f"must be >= 0, got {self.backbone_lr_scale}")

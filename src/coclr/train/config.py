@@ -348,15 +348,18 @@ class PipelineConfig(PretrainConfig):
 
     pipeline: PipelineOptions = field(default_factory=PipelineOptions, metadata={"help": "schedule"})
 
-    def validate(self) -> None:
-        self.check_second_view("a pipeline trains both")
-        require(not self.method.mining_space.own_view or self.pipeline.mode == "alternate", "method.mine_in",
-                f"{self.method.mine_in} needs pipeline.mode=alternate (a frozen other-view encoder mines)")
+    def validate_first(self) -> None:
+        """Before the sections' rules (``method.simultaneous`` was refused as "applies to coclr only")."""
         defaults = PretrainConfig()
         for key, instead in PER_STAGE.items():
             section, name = key.split(".")
             require(getattr(getattr(self, section), name) == getattr(getattr(defaults, section), name), key,
                     f"is set by each stage of a pipeline: give {instead} (in coclr study: its schedule.* options)")
+
+    def validate(self) -> None:
+        self.check_second_view("a pipeline trains both")
+        require(not self.method.mining_space.own_view or self.pipeline.mode == "alternate", "method.mine_in",
+                f"{self.method.mine_in} needs pipeline.mode=alternate (a frozen other-view encoder mines)")
 
 
 PER_STAGE = {"method.name": "pipeline.mode (the stages' methods are InfoNCE, then CoCLR: coclr pretrain trains one "
