@@ -342,4 +342,3 @@ def test_an_on_off_flag_given_both_ways_is_refused(tmp_path, capsys) -> None:
         main(["eval", "linear", "--checkpoint", "c.pth", "--store", "s", "--amp", "--no-amp"])
     assert stopped.value.code == 2
     assert "--amp/--no-amp given twice" in capsys.readouterr().err
-
