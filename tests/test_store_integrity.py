@@ -205,6 +205,24 @@ def test_verify_names_every_missing_entry_by_video_and_exits_3(tmp_path, capsys)
     assert list(read_failures(store.root, "rgb")) == ["c/3.avi"]  # verify lists damage, not what was never written
 
 
+def test_a_synthetic_store_s_missing_entries_are_written_by_the_synthesis(tmp_path, capsys):
+    """Verify said `coclr data store` writes a synthetic store's missing rgb entries (a store of no videos: it needs
+    an --index and a --root it does not have); the synthesis run again on the folder does."""
+    from coclr.config import from_dict
+    from coclr.store.clipstore import ClipStore
+    from coclr.synth import SynthConfig, generate_synthetic
+
+    config = from_dict(SynthConfig, {"train_scenes": 1, "test_scenes": 1, "num_classes": 2, "actions_per_scene": 2,
+                                     "clips_per_action": 1, "frames": 8, "height": 32, "width": 32})
+    generate_synthetic(tmp_path / "store", config, workers=0)
+    store = ClipStore(tmp_path / "store")
+    store.entry_path(store.keys()[0], "rgb").unlink()
+    assert main(["data", "verify", str(store.root)]) == 3
+    assert "(`coclr data synth` for rgb" in capsys.readouterr().out
+    generate_synthetic(tmp_path / "store", config, workers=0)
+    assert main(["data", "verify", str(store.root)]) == 0
+
+
 def test_verify_command_checks_every_entry_and_add_gives_old_entries_checksums(tmp_path, capsys):
     store = _store_with(tmp_path, {"c/a.avi": _noise_frames(3)})
     index = VideoIndex("t", ["c"], [VideoEntry(k, 0, "train") for k in ("c/a.avi", "c/b.avi", "c/c.avi")])

@@ -208,9 +208,9 @@ def show_verify(store, view: str, decode: bool = False, add: bool = False, inden
         print(f"{indent}  damaged entries are listed in {failures_path(store.root, view)}: training and evaluation "
               "leave them out, and the next run of the job that writes the view rebuilds them")
     if counts["missing"]:
-        print(f"{indent}  missing entries: the next run of the job that writes the view (`coclr data store` for rgb, "
-              "`coclr flow` for a flow view) writes them; until then training and evaluation leave out those whose "
-              f"job failed (listed in {failures_path(store.root, view)}) and refuse the view for the others")
+        print(f"{indent}  missing entries: the next run of the job that writes the view (`{store.rgb_command()}` for "
+              "rgb, `coclr flow` for a flow view) writes them; until then training and evaluation leave out those "
+              f"whose job failed (listed in {failures_path(store.root, view)}) and refuse the view for the others")
     if counts["unverified"]:
         print(f"{indent}  {counts['unverified']} entries were written before checksums (unverified): "
               f"`coclr data verify {store.root} --add` checks them and adds checksums")

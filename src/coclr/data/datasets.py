@@ -50,7 +50,7 @@ def usable_entries(store: ClipStore, split: str, views: Sequence[str]) -> tuple[
             built = ", ".join(store.views()) or "none"
             raise DataError(f"{store.root}: view {view!r} is missing for {len(unbuilt)} of the {len(entries)} "
                             f"{split!r} videos ({shown}): their {view!r} view is not built yet (views in the store: "
-                            f"{built}). Build it first: `coclr data store` makes rgb, `coclr flow` flow")
+                            f"{built}). Build it first: `{store.rgb_command()}` makes rgb, `coclr flow` flow")
         left_out.update({key: f"no {view!r} entry: {failed[key]}" for key in missing})
     kept = [e for e in entries if e.path not in left_out]
     if not kept:

@@ -743,6 +743,11 @@ class ClipStore:
         """The index entry (label, split, group) of ``key``."""
         return self.index.entries[self._position(key)]
 
+    def rgb_command(self) -> str:
+        """The command that writes the store's rgb entries: ``coclr data synth`` for a synthetic store (its frames are
+        drawn, from its recorded config), else ``coclr data store`` (decoded from the videos)."""
+        return "coclr data synth" if self.meta.get("generator") == "coclr.synth" else "coclr data store"
+
     def views(self) -> list[str]:
         """Names of the views that have a folder in the store."""
         return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _VIEW_NAME.match(p.name))
