@@ -1241,6 +1241,54 @@ def test_a_second_learn_on_a_folder_at_work_is_refused_before_measuring(tmp_path
     assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]
 
 
+def test_a_learn_that_measures_holds_its_folder_and_a_refused_plan_leaves_none(tmp_path, monkeypatch):
+    """Two learns started on one new folder both measured this machine (on the same cores: each plan slowed by the
+    other) until the second was refused at the claim. The first now holds the folder while it measures; a plan
+    refused leaves no folder behind, and an interruption while measuring does not say the timing jobs' own
+    temporary videos were "done and kept"."""
+    from coclr.errors import ConfigError
+    from coclr.interrupts import Interrupted
+    from coclr.learn import LearnOptions, run
+    from coclr.runfolder import PREPARING_LOCK
+    from conftest import locked_by_another_process
+
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for i in range(8):
+        (videos / f"v{i}.mp4").write_bytes(b"x")
+    out = tmp_path / "deep" / "out"
+
+    def refused(*args, **kwargs):  # while measuring: the same command, in another process, is refused at once
+        second = subprocess.run([sys.executable, "-m", "coclr", "learn", str(videos), "--out", str(out)],
+                                capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2 and "another coclr learn is writing this folder" in second.stderr, second.stderr
+        assert "measuring" not in second.stderr
+        raise ConfigError("--budget: too small (as a plan refuses it)")
+
+    monkeypatch.setattr(run, "make_plan", refused)
+    with pytest.raises(ConfigError, match="too small"):
+        run.learn([str(videos)], out, LearnOptions(progress=False))
+    assert not (tmp_path / "deep").exists()  # made for the measurement, removed with the refusal
+    out.mkdir(parents=True)
+    with locked_by_another_process(out / PREPARING_LOCK) as pid:  # another process measuring
+        with pytest.raises(DataError, match=rf"another coclr learn is writing this folder \(pid {pid} on"):
+            run.learn([str(videos)], out, LearnOptions(progress=False))
+
+    def stopped(*args, **kwargs):  # Ctrl-C in the flow job's timing, which says what that job kept
+        raise Interrupted(kept="flow: 32 of 32 videos done and kept")
+
+    monkeypatch.undo()
+    monkeypatch.setattr(run, "measure_costs", stopped)
+    from coclr.video.decode import write_mp4
+
+    rng = np.random.default_rng(0)
+    made = [str(write_mp4(tmp_path / f"m{i}.mp4", rng.integers(0, 255, (40, 32, 32, 3), dtype=np.uint8), fps=10))
+            for i in range(8)]
+    with pytest.raises(Interrupted) as caught:
+        run.make_plan(made, 900, "cpu", 1, 0.0, show=False)
+    assert "done and kept" not in caught.value.kept and "measuring this machine" in caught.value.kept
+
+
 def test_a_warning_is_one_line_on_the_command_line(capsys):
     import argparse
     import warnings

@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -72,6 +73,8 @@ PLACES: dict[tuple[str, str], tuple[str, ...]] = {
 the owner's folder): learn's curation and embeddings are its own, not a place for the user's (a `coclr curate --out
 my_learn/curate2` was accepted), and a pipeline's stages are its own (a `coclr pretrain run.out=my_pipeline/mine`
 was accepted). Nested outputs not listed may be anywhere inside."""
+PREPARING_LOCK = ".lock_preparing"
+"""The lock a command holds on its folder before it claims it (:func:`held_before_claim`)."""
 BOOKKEEPING = (LOCK_FILE, ".lock_*", f"*{PARTIAL_SUFFIX}")
 """Names of coclr's own bookkeeping files (locks, temporary files of atomic writes), found in any folder it writes:
 never counted as files a command did not write."""
@@ -356,6 +359,27 @@ def check_not_busy(folder: str | Path, rule: FolderRule) -> None:
     who = lock_holder(Path(folder) / LOCK_FILE)
     if who is not None:
         raise DataError(rule.busy(folder)(who))
+
+
+@contextmanager
+def held_before_claim(folder: str | Path, rule: FolderRule) -> Iterator[None]:
+    """Hold ``folder`` from before its claim, for the work a command does first (learn measures the machine for its
+    plan), to the end of the ``with`` block: a second job is refused at once (it measured too, on the same cores,
+    and was refused only at the claim). The lock is :data:`PREPARING_LOCK`, beside the claim's own (which a
+    ``--restart`` moves aside with the folder it holds). The folder made here (and folders above it) is removed
+    again when that work stops with an error and leaves it as it was made: a refused plan leaves nothing behind."""
+    folder = Path(folder)
+    check_not_busy(folder, rule)  # (a job that claimed the folder holds its own lock)
+    made = next((path for path in (*reversed(folder.absolute().parents), folder.absolute()) if not path.exists()),
+                None)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with exclusive_lock(folder / PREPARING_LOCK, rule.busy(folder)):
+            yield
+    except BaseException:
+        if made is not None and all(path.is_dir() or path.name == PREPARING_LOCK for path in made.rglob("*")):
+            shutil.rmtree(made, ignore_errors=True)
+        raise
 
 
 @contextmanager

@@ -37,6 +37,7 @@ from coclr.config import from_dict
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
 from coclr.flow.encode import FLOW_BOUND
+from coclr.interrupts import interrupted
 from coclr.learn.budget import (
     MIN_VIDEOS,
     MODELS,
@@ -55,7 +56,15 @@ from coclr.learn.options import LearnOptions, budget_text
 from coclr.learn.recipe import pipeline_options, sized
 from coclr.learn.scores import read_labels
 from coclr.learn.stages import VIEWS, choose_exports, export_line, videos_learnt
-from coclr.runfolder import FolderRule, check_folder, check_not_busy, check_writable, claim_folder, read_record
+from coclr.runfolder import (
+    FolderRule,
+    check_folder,
+    check_restart,
+    check_writable,
+    claim_folder,
+    held_before_claim,
+    read_record,
+)
 from coclr.text import TEXT, shown, to_bytes
 from coclr.threads import torch_threads, usable_cores
 from coclr.video.indexes import is_relative_key, unlabelled_index
@@ -197,7 +206,9 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
                       "workers": options.workers}
     if starts:  # (a run from scratch records no key: folders made before --init continue)
         record_options["init"] = recorded_starts(starts)
-    if not options.restart and check_folder(out, LEARN_FOLDER, record_options):  # reads only
+    if options.restart:  # (a folder --restart may not move: refused now, not after the measurement)
+        check_restart(out, LEARN_FOLDER)
+    elif check_folder(out, LEARN_FOLDER, record_options):  # reads only
         result = read_result(out)
         if result.get("status") == "done" and result.get("labels_file") == record_options["labels"] and \
                 result.get("labels_sha256") == (labels and labels["sha256"]):
@@ -224,7 +235,7 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         refused, plan = None, None
         if launched_rank() == 0:  # makes the plan and holds the folder before the other processes join it
             try:
-                check_not_busy(out, LEARN_FOLDER)  # before the measurement, not after it
+                held.enter_context(held_before_claim(out, LEARN_FOLDER))  # before the measurement, not after it
                 plan = (None if options.restart else read_plan(out)) or given_plan(options.plan, starts) or make_plan(
                     paths, options.budget, device, options.workers, time.perf_counter() - started, options.progress,
                     starts)
@@ -475,8 +486,13 @@ def make_plan(paths: list[str], budget: float, device, workers: int | None, spen
         footage = Footage.of(infos)  # (before measuring) when most are shorter than the shortest clip
         workers = job_workers(workers)
         spent += time.perf_counter() - begin
-        costs = measure_costs(paths, footage, device, workers, budget - spent, launched_world_size(),
-                              launched_machines(), line.measuring, fixed)
+        try:
+            costs = measure_costs(paths, footage, device, workers, budget - spent, launched_world_size(),
+                                  launched_machines(), line.measuring, fixed)
+        except KeyboardInterrupt as error:  # (its timing jobs said "flow: 32 of 32 videos done and kept": their own
+            stopped = interrupted(error, "")  # temporary folders' videos, removed with them)
+            stopped.kept = "it was measuring this machine for the plan, which nothing keeps"
+            raise stopped from None
     plan = choose_plan(footage, costs, budget, spent + costs.seconds, fixed)
     plan.short_videos = short_videos(plan.model.length, probed, infos)
     return with_starts(plan, starts)
