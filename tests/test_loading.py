@@ -380,6 +380,21 @@ def test_strict_errors_name_the_key(tmp_path, small_parts, edit, word, suffix, l
     assert word in message and shown + suffix in message and "bad.pt" in message
 
 
+@pytest.mark.parametrize("width", [0.2, 0.3, 0.7, 0.125])
+def test_a_bare_state_dict_of_any_width_loads_at_its_width(tmp_path, width):
+    """The width was the stem's filters over 64: 19 / 64 = 0.296875 for a width-0.3 network, whose other layers then
+    had a filter fewer than the file (57 where it held 58), and the file was refused as "S3D does not match"."""
+    from coclr.models.loading import load_encoder
+    from coclr.models.s3d import S3D
+
+    torch.manual_seed(0)
+    network = S3D(width=width)
+    torch.save(network.state_dict(), tmp_path / "bare.pth")
+    backbone, head = load_encoder(tmp_path / "bare.pth")
+    assert backbone.width == width and head is None
+    assert all(torch.equal(a, b) for a, b in zip(backbone.state_dict().values(), network.state_dict().values()))
+
+
 def test_torchvision_classifier_is_ignored_but_other_keys_are_not(tmp_path):
     backbone = S3D(width=0.125, bn_eps=1e-3)
     from coclr.models.loading import _torchvision_name

@@ -684,7 +684,31 @@ def _backbone_for(path: Path, state: Tensors, prefix: str, bn_eps: float) -> S3D
     if stem_key not in state:
         raise CheckpointError(f"{path}: missing key {prefix}{stem_key} (the S3D stem); cannot infer the width")
     gating = any(".gating_b" in key for key in state)
-    return S3D(width=_width_from_stem(path, state[stem_key], prefix + stem_key), gating=gating, bn_eps=bn_eps)
+    stem = _width_from_stem(path, state[stem_key], prefix + stem_key)
+    return S3D(width=_width_from_channels(state, gating, stem), gating=gating, bn_eps=bn_eps)
+
+
+def _width_from_channels(state: Tensors, gating: bool, stem: float) -> float:
+    """The width every convolution's filter count agrees with (each count ``n`` of a layer of ``c`` filters at width 1
+    needs a width in ``[(n - 0.5) / c, (n + 0.5) / c)``, :func:`~coclr.models.s3d.scaled_channels`): ``stem``, the
+    stem's count over 64, when it does, else the shortest decimal that does (the stem alone made a width-0.3
+    network 0.296875, whose other layers then had a filter fewer: 57 where the file held 58). ``stem`` when none
+    does (the load then names the mis-shaped keys)."""
+    with torch.device("meta"):
+        reference = S3D(width=1.0, gating=gating)
+    low, high = 0.0, float("inf")
+    for key, tensor in reference.state_dict().items():
+        given = state.get(key)
+        if tensor.dim() == 5 and isinstance(given, torch.Tensor) and given.dim() == 5:
+            count, full = given.shape[0], tensor.shape[0]
+            low, high = max(low, (count - 0.5) / full if count > 1 else 0.0), min(high, (count + 0.5) / full)
+    if low <= stem < high or not low < high:
+        return stem
+    for digits in range(1, 9):
+        width = math.ceil(low * 10 ** digits - 1e-9) / 10 ** digits
+        if low <= width < high:
+            return width
+    return stem
 
 
 def _width_from_stem(path: Path, weight: torch.Tensor, name: str) -> float:
