@@ -27,7 +27,7 @@ from coclr.cli._status import (
     EXIT_TERMINATED,
     job_status,
 )
-from coclr.cli._world import run_command, tell_the_others
+from coclr.cli._world import TORCHRUN_COMMANDS, run_command, tell_the_others
 from coclr.config import refuse_repeated
 from coclr.errors import CoclrError, ConfigError
 from coclr.interrupts import interrupted, stop_with_launcher
@@ -140,12 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"coclr {args.command}: interrupted ({stopped.signal_name}); {stopped.kept}; run {again} to continue")
         return stopped.exit_status
     return int(status or EXIT_DONE)
-
-
-TORCHRUN_COMMANDS = ("embed", "flow", "learn", "pipeline", "pretrain", "task")
-"""The commands that share their work among the processes torchrun starts (``task``: a study's or learn's job,
-which is one of them); any other, run by each process whole, raced them on one folder (one refused by its sibling's
-lock, or the result written once per process): refused under torchrun before any work."""
 
 
 def _check_launcher(command: str) -> None:

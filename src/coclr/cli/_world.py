@@ -19,6 +19,11 @@ from coclr.errors import out_of_memory
 from coclr.interrupts import signals_interrupt
 from coclr.text import shown
 
+TORCHRUN_COMMANDS = ("embed", "flow", "learn", "pipeline", "pretrain", "task")
+"""The commands that share their work among the processes torchrun starts (``task``: a study's or learn's job,
+which is one of them); any other, run by each process whole, raced them on one folder (one refused by its sibling's
+lock, or the result written once per process): refused under torchrun before any work."""
+
 WORLD_ERRORS = {
     errno.ENOSPC: "the disk is full: free space there (or write elsewhere), then rerun the same command",
     errno.EDQUOT: "the disk quota is used up: free space there (or write elsewhere), then rerun the same command",
@@ -104,7 +109,6 @@ def tell_the_others(command: str, line: str) -> None:
     ``line`` before it joined their group, where they wait for it (:func:`coclr.distributed.share_refusal`)."""
     if "WORLD_SIZE" not in os.environ:
         return
-    from coclr.cli import TORCHRUN_COMMANDS  # noqa: PLC0415 (the package that imports this module)
     from coclr.distributed import share_refusal  # noqa: PLC0415 (heavy: torch)
 
     if command in TORCHRUN_COMMANDS:
