@@ -212,6 +212,47 @@ def test_a_process_refused_before_the_group_stops_the_others(tmp_path: Path, mac
     assert not (tmp_path / "run").exists()
 
 
+def _task_worker(rank: int, port: int, record: str, results: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
+    import sys
+
+    from coclr.cli import main
+
+    sys.stderr = open(Path(results) / f"stderr{rank}", "w")  # noqa: SIM115 (the process's own, until it ends)
+    status = main(["task", record])
+    sys.stderr.flush()
+    Path(results, f"status{rank}").write_text(str(status))
+    os._exit(0)
+
+
+def test_a_task_that_does_not_share_its_work_is_refused_under_torchrun(tmp_path: Path) -> None:
+    """A flow task under torchrun ran whole in each process (one refused by its sibling's lock, which then waited in
+    the group for the other to tell it): refused on every process alike, at once."""
+    from coclr.atomic import atomic_write_json
+    from coclr.flow.options import FlowOptions
+    from coclr.jobs.tasks import Flow
+
+    store = make_random_store(tmp_path / "store", videos=2)
+    record = tmp_path / "flow.task.json"
+    atomic_write_json(record, Flow(store, FlowOptions(backend="dis", view="flow_dis", workers=0)).record())
+    results = tmp_path / "results"
+    results.mkdir()
+    context = mp.start_processes(_task_worker, args=(free_port(), str(record), str(results)), nprocs=2, join=False,
+                                 start_method="spawn")
+    deadline = time.monotonic() + 120
+    while not context.join(timeout=1) and time.monotonic() < deadline:
+        pass
+    alive = [p.pid for p in context.processes if p.is_alive()]
+    for process in context.processes:
+        process.kill()
+    assert not alive, "a process waited"
+    assert [(results / f"status{rank}").read_text() for rank in range(2)] == ["2", "2"]
+    for rank in range(2):
+        assert "a flow task runs as one process, not under torchrun" in (results / f"stderr{rank}").read_text()
+    assert not (store / "flow_dis").exists()
+
+
 def _pipeline_worker(rank: int, world: int, port: int, store: str, out: str, statuses: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))

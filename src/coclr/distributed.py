@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import timedelta
@@ -115,9 +116,14 @@ def _backend() -> str:
 
 
 def _join(device: torch.device | None, timeout: timedelta | None) -> None:
-    """Join the process group torchrun describes (``device``: this process's GPU, for NCCL)."""
+    """Join the process group torchrun describes (``device``: this process's GPU, for NCCL). On a GPU, collectives
+    wait NCCL's default time for a lost peer (10 minutes; a group of two backends would take gloo's 30)."""
     if device is not None and device.type == "cuda":
         torch.cuda.set_device(device)
+        if timeout is None:
+            from torch.distributed.constants import default_pg_nccl_timeout  # noqa: PLC0415
+
+            timeout = default_pg_nccl_timeout
     dist.init_process_group(_backend(), **({} if timeout is None else {"timeout": timeout}))
     atexit.register(destroy_distributed)
 
@@ -164,11 +170,18 @@ def share_refusal(line: str) -> None:
     :data:`REFUSAL_WAIT` (or this process is stopped meanwhile)."""
     if launched_world_size() <= 1 or dist.is_initialized():
         return
+    sys.stderr.flush()
+    saved, quiet = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 2)  # (the group's own lines, e.g. c10d's when the others do not come, after this one's refusal)
     try:
         _join(None, REFUSAL_WAIT)
         _refusals(line)
     except (Exception, KeyboardInterrupt):  # noqa: BLE001 (a process that cannot tell them has said its line)
         return
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(quiet)
 
 
 def lost_process_line(error: BaseException) -> str | None:

@@ -19,6 +19,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+
+    from coclr.errors import ConfigError
     from coclr.jobs.tasks import read_task_file
 
-    return job_status(read_task_file(args.record).run())
+    task = read_task_file(args.record)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not task.shares_work:  # (each process did all of it, racing
+        raise ConfigError(f"{args.record}: a {task.kind} task runs as one process, not under torchrun: run "  # the
+                          "`coclr task` without torchrun")  # others on its folder)
+    return job_status(task.run())

@@ -26,10 +26,10 @@ import numpy as np
 QUANTUM_BITS = 24
 QUANTUM = 2.0 ** QUANTUM_BITS
 ROUNDING_FLOOR = 2.0 ** -13
-"""A centred row whose every component is under this fraction of the larger of its row's and the mean's largest
-component is rounding, not signal: it is made zero (it ties with every row). Features of one network differ by about
-3e-5 of their size between batch sizes, thread counts and CPUs (:mod:`coclr.eval.features`); a collapsed encoder's
-rows centred by their mean are that difference alone, which normalising made unit vectors that ranked by it."""
+"""A set of rows none of which differs from their mean by more than this fraction of their largest component is
+rounding, not signal (:func:`within_rounding`): features of one network differ by about 3e-5 of their size between
+batch sizes, thread counts and CPUs (:mod:`coclr.eval.features`), and a collapsed encoder's rows centred by their
+mean are that difference alone, which normalising made unit vectors that ranked by it."""
 MEAN_BLOCK = 64
 """Columns sorted at a time for the gallery mean (bounds memory to ``N x 64`` float64)."""
 
@@ -59,18 +59,26 @@ def gallery_mean(rows: np.ndarray) -> np.ndarray:
     return mean
 
 
+def within_rounding(rows: np.ndarray, mean: np.ndarray) -> bool:
+    """Whether every row of ``rows [N, D]`` lies within :data:`ROUNDING_FLOOR` of ``mean`` (relative to the largest
+    component of the rows and the mean): a collapsed encoder's features, whose differences are the rounding of the
+    batches they were computed in. A decision about the whole set (a row near the mean of many copies of itself is
+    not rounding), order-free (maxima only), read ``MEAN_BLOCK`` columns at a time like :func:`gallery_mean`."""
+    size, spread = float(np.abs(mean).max(initial=0.0)), 0.0
+    for start in range(0, rows.shape[1], MEAN_BLOCK):
+        block = np.asarray(rows[:, start: start + MEAN_BLOCK], np.float64)
+        size = max(size, float(np.abs(block).max(initial=0.0)))
+        spread = max(spread, float(np.abs(block - mean[start: start + MEAN_BLOCK]).max(initial=0.0)))
+    return spread <= ROUNDING_FLOOR * size
+
+
 def unit_rows(rows: np.ndarray, mean: np.ndarray | None = None) -> np.ndarray:
-    """``float32 [N, D]``: ``rows`` minus ``mean`` (when given; a row that differs from it only by rounding,
-    :data:`ROUNDING_FLOOR`, made zero), L2-normalised (a zero row stays zero, like ``F.normalize``), each component
-    rounded to a multiple of ``2**-24``; every value a function of its row
+    """``float32 [N, D]``: ``rows`` minus ``mean`` (when given), L2-normalised (a zero row stays zero, like
+    ``F.normalize``), each component rounded to a multiple of ``2**-24``; every value a function of its row
     alone (see the module docstring). Raises ValueError when a row holds NaN or an infinity."""
     values = np.asarray(rows, np.float64)
     if mean is not None:
-        size = np.maximum(np.abs(values).max(axis=1, initial=0.0), np.abs(mean).max(initial=0.0))
         values = values - mean
-        if not np.isfinite(values).all():
-            raise ValueError("contains NaN or infinite values")
-        values[np.abs(values).max(axis=1, initial=0.0) < ROUNDING_FLOOR * size] = 0.0  # (see ROUNDING_FLOOR)
     if not np.isfinite(values).all():
         raise ValueError("contains NaN or infinite values")
     if values.size:  # each row scaled by a power of two (exact, so the result is the same) to a largest value in

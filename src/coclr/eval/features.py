@@ -13,7 +13,8 @@ which changes with any stored byte), the view, clip length, frame stride, crop s
 other than ImageNet's. So retraining a checkpoint or
 rebuilding a store in place (other frames, other JPEG quality) never serves stale features (the reference keyed its
 cache by folder), and a store moved elsewhere keeps its cache. Not keyed: the batch size and the thread count, which
-change nothing: on the CPU the features are those of ``coclr embed``'s network (the fused inference copy,
+change nothing on the CPU in float32 (the rounding only, under autocast or on a GPU): there the features are those of
+``coclr embed``'s network (the fused inference copy,
 :func:`~coclr.models.inference.inference_network`), every batch padded to its full size
 (:func:`~coclr.models.inference.padded`), so a window's feature is the same bits whatever shares its batch and on
 any number of threads, and identical videos tie (with the eager network and a short last batch they differed by
@@ -180,12 +181,13 @@ def _window_outputs(model: Callable[[torch.Tensor], torch.Tensor], windows: Wind
     loader = DataLoader(windows, batch_size=config.batch_size, shuffle=False, num_workers=config.workers,
                         pin_memory=device.type == "cuda", worker_init_fn=loader_worker_signals)
     for batch in progress_bar(loader, desc=desc, unit="batch", disable=not progress, leave=False):
-        crops = eval_views(batch["clip"].to(device, non_blocking=True), windows.view, config.size, ten_crop,
-                           short_side, normalisation)
-        num_views, flat = crops.shape[1], crops.flatten(0, 1)
+        count = len(batch["video"])  # (padded as the decoded clips: the smallest copy)
+        crops = eval_views(padded(batch["clip"], config.batch_size).to(device, non_blocking=True), windows.view,
+                           config.size, ten_crop, short_side, normalisation)
         with _autocast(device, config.amp):
-            out = model(padded(flat, config.batch_size * num_views))[: len(flat)]
-        yield batch["video"], out.float().reshape(len(crops), num_views, -1).mean(dim=1).double().cpu()
+            out = model(crops.flatten(0, 1))
+        out = out.float().reshape(len(crops), crops.shape[1], -1)[:count]
+        yield batch["video"], out.mean(dim=1).double().cpu()
 
 
 def extract_features(backbone: nn.Module, store, view: str, split: str, config: ClipConfig | None = None,

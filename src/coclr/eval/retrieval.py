@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from coclr.errors import DataError
-from coclr.eval.exact import gallery_mean, unit_rows
+from coclr.eval.exact import gallery_mean, unit_rows, within_rounding
 from coclr.eval.features import ClipConfig, cached_features, check_inputs, input_record, stream_views
 from coclr.eval.fusion import check_same_videos
 from coclr.eval.health import health_warnings, streams_health
@@ -120,15 +120,18 @@ class _Rows:
                             f"{self.num_gallery}")
         self.device = torch.device(device)
         self.means = [gallery_mean(g) if center else None for g in self.galleries]
+        # a view whose gallery is one feature up to rounding (a collapsed encoder): every similarity of it is 0, a tie
+        # (centred, its rows were that rounding normalised, which ranked the gallery by the batch size)
+        self.rounding = [mean is not None and within_rounding(g, mean) for g, mean in zip(self.galleries, self.means)]
 
     def _chunk(self, views: list[np.ndarray], start: int, size: int, name: str) -> list[torch.Tensor]:
         out = []
-        for view, (feats, mean) in enumerate(zip(views, self.means)):
+        for view, (feats, mean, rounding) in enumerate(zip(views, self.means, self.rounding)):
             try:
                 rows = unit_rows(feats[start : start + size], mean)
             except ValueError:
                 raise DataError(f"{name} features of view {view} contain NaN or infinite values") from None
-            out.append(torch.from_numpy(rows).to(self.device, torch.float64))
+            out.append(torch.from_numpy(rows).to(self.device, torch.float64) * (0.0 if rounding else 1.0))
         return out
 
     def query(self, start: int, size: int) -> list[torch.Tensor]:

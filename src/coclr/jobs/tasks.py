@@ -32,6 +32,8 @@ class Task:
     """What a job runs: a frozen dataclass of typed options whose :meth:`run` does the work in this process."""
 
     kind: ClassVar[str] = ""
+    shares_work: ClassVar[bool] = False
+    """Whether the processes torchrun starts share the task's work (a training run); the others run as one process."""
 
     def __init_subclass__(cls, kind: str = "", **rest: Any) -> None:
         super().__init_subclass__(**rest)
@@ -146,6 +148,8 @@ class Pretrain(Task, kind="pretrain"):
     """One training stage (:func:`coclr.train.run.pretrain`): resumable, and it refuses a changed configuration on
     its own."""
 
+    shares_work = True
+
     config: PretrainConfig
 
     def run(self) -> int:
@@ -162,6 +166,8 @@ class Pretrain(Task, kind="pretrain"):
 @dataclasses.dataclass(frozen=True)
 class Pipeline(Task, kind="pipeline"):
     """The CoCLR pipeline (:func:`coclr.train.pipeline.run_pipeline`), to stage ``until`` (None: every stage)."""
+
+    shares_work = True
 
     config: PipelineConfig
     until: str | None = None

@@ -213,6 +213,7 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         if result.get("status") == "done" and result.get("labels_file") == record_options["labels"] and \
                 result.get("labels_sha256") == (labels and labels["sha256"]):
             failed = [(item["path"], item["error"]) for item in result.get("failed", [])]
+            _join_when_launched(options)
             return LearnSummary(out, len(paths), failed, result.get("seconds", 0.0), True, result)
     check_writable(out)  # before the measurement: a folder that cannot be written is one line at once
     from coclr.distributed import (  # noqa: PLC0415 (heavy: torch)
@@ -250,6 +251,16 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         summary = _learn(out, paths, labels, label_notes, options, plan, device, clock)
         barrier()
     return summary
+
+
+def _join_when_launched(options: LearnOptions) -> None:
+    """Under torchrun, join the job's group as the path that learns does (a process refused before it, e.g. on a
+    machine without the labels file, waits there to tell the others); nothing in one process (no torch loaded)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    from coclr.distributed import init_distributed, pick_device  # noqa: PLC0415 (heavy: torch)
+
+    init_distributed(pick_device(options.device, "--device"))
 
 
 def given_plan(plan: Plan | None, starts: dict[str, Start]) -> Plan | None:
