@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import html
 import http.server
 import json
 import os
@@ -594,6 +595,23 @@ def test_a_rerun_removes_a_killed_runs_half_written_thumbnail(embedded, tmp_path
     stale.write_bytes(b"GIF8")
     curate(embeddings, tmp_path / "out", options, show=False)
     assert not stale.exists()
+
+
+def test_stretches_not_searched_are_said_so_not_counted_as_none(embedded, tmp_path):
+    """Without a calibrated windows' threshold no stretch is searched, yet the summary, learn's last lines and its
+    report said "0 pair(s) sharing a stretch", and the page nothing: no partial copy found where none was looked for."""
+    from coclr.curate.groups import stretches_text
+    from coclr.curate.run import CurateOptions, curate
+
+    _, embeddings, _ = embedded
+    summary = curate(embeddings, tmp_path / "out", CurateOptions(calibrate=0, fingerprints=False, thumbnails=2),
+                     show=False)
+    why = "not searched: the windows' threshold is not calibrated"
+    assert json.loads((tmp_path / "out" / "curate.json").read_text())["stretches"] == why
+    assert f"shared stretches {why}" in str(summary) and "sharing a stretch" not in str(summary)
+    assert f"shared stretches (part of one video in another): {why}" in html.unescape(
+        (tmp_path / "out" / "index.html").read_text())
+    assert stretches_text(0, "searched") == "0 pair(s) sharing a stretch" == stretches_text(0, None)
 
 
 @pytest.mark.slow

@@ -1687,6 +1687,19 @@ def test_labelled_videos_without_a_vector_are_said_and_too_few_score_nothing(tmp
     assert [note for note in result["notes"] if "nothing scored" in note] == []
 
 
+def test_chance_is_that_of_the_scored_videos():
+    """Chance was one over the labels file's classes, counting classes no scored video has (20% for five classes
+    where the seven scored videos held four, whose R@1 at random is 25%)."""
+    import numpy as np
+
+    from coclr.learn.scores import chance_recall
+
+    labels = np.array([0, 0, 1, 2, 0, 1, 2, 3])
+    splits = ["train"] * 4 + ["test"] * 4  # queries of classes 0, 1, 2 and 3 against a gallery of 0, 0, 1, 2
+    assert chance_recall(labels, splits) == pytest.approx(100 * (2 / 4 + 1 / 4 + 1 / 4 + 0) / 4)
+    assert chance_recall(np.array([0, 0, 1]), ["train"] * 3) == pytest.approx(100 * (1 / 2 + 1 / 2 + 0) / 3)
+
+
 def test_the_report_says_the_epochs_the_stages_trained():
     """The report said "two CoCLR cycles of 22 epochs per view (1408 steps)" where the stages, sized as they started,
     trained 33, 32, 37 and 61."""
@@ -1789,3 +1802,18 @@ def test_a_refused_learn_folder_names_the_budget_as_typed():
     assert LEARN_FOLDER.differing({"budget": 480.0}, {"budget": 480.5}) == ["budget='8m' (given '480.5s')"]
     for seconds in (90.0, 480.0, 7200.0, 0.25):
         assert parse_budget(budget_text(seconds)) == seconds
+
+
+def test_the_agreement_of_a_collapsed_stage_is_marked():
+    """docs/learn.md says a collapsed stage's output is marked wherever it appears; the agreement table showed
+    "cycle2_rgb + cycle2_flow 0.0" unmarked where cycle2_flow had collapsed."""
+    from coclr.learn.report import COLLAPSED_MARK, _stages
+
+    measures = {"effective_rank": 1.0, "alignment": 0.0, "uniformity": 0.0}
+    result = {"stages": {"cycle2_rgb": {"view": "rgb", "method": "coclr", **measures},
+                         "cycle2_flow": {"view": "flow", "method": "coclr", **measures}},
+              "agreement": {"cycle2": {"stages": ["cycle2_rgb", "cycle2_flow"], "nearest_neighbour": 0.0,
+                                       "chance": 12.5}}}
+    page = _stages(result, {"cycle2_flow"}, {})
+    row = page[page.index("<td>cycle2</td>"):]
+    assert f'cycle2_rgb + cycle2_flow <span class="mark">{COLLAPSED_MARK}</span>' in row

@@ -276,3 +276,11 @@ def distribution_threshold(nearest: np.ndarray) -> float:
         return FALLBACK_RANGE[1]
     q1, q3 = np.percentile(nearest, [25, 75])
     return float(np.clip(q3 + 3 * (q3 - q1), *FALLBACK_RANGE))
+
+
+def stretches_text(pairs: int, searched: str | None) -> str:
+    """``N pair(s) sharing a stretch``, or, where stretches were not searched (``curate.json``'s ``stretches``), why:
+    a count of 0 said that no partial copy was found where none was looked for."""
+    if searched in (None, "searched"):
+        return f"{pairs} pair(s) sharing a stretch"
+    return f"shared stretches {searched}"

@@ -122,12 +122,14 @@ class CurateSummary:
     seconds: float
     unfingerprinted: int = 0
     """Videos without a fingerprint (gone, unreadable, or one of zeros): nobody's duplicate."""
+    stretches: str = "searched"
+    """Whether the stretches two videos share were searched (``curate.json``'s ``stretches``), else why not."""
 
     def __str__(self) -> str:
         lines = [f"{self.out}: {self.videos} videos curated in {progress.duration(self.seconds)}",
                  f"  threshold {shown_threshold(self.threshold, self.rule)} ({self.rule})",
-                 f"  {self.groups} near-duplicate group(s) of {self.duplicates} videos, {self.partial} pair(s) sharing "
-                 f"a stretch: {self.out / 'duplicates.csv'}",
+                 f"  {self.groups} near-duplicate group(s) of {self.duplicates} videos, "
+                 f"{rules.stretches_text(self.partial, self.stretches)}: {self.out / 'duplicates.csv'}",
                  f"  every video ranked by how unlike the rest it is: {self.out / 'outliers.csv'}",
                  f"  the map: {self.out / PAGE}"]
         if self.unfingerprinted:
@@ -258,8 +260,10 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     wanted = thumbnail_rows(count, whole, stretches, ranking, options.thumbnails)
     thumbs = write_thumbnails(out, embeddings, wanted, stale, show, options.workers)
     seconds["thumbnails"] = time.perf_counter() - clock
+    searched = ("not asked for" if not windows else "not searched: one group holds every video" if alike
+                else "searched" if trusted else "not searched: the windows' threshold is not calibrated")
     summary = CurateSummary(out, count, group_threshold, group_rule, len(whole), sum(len(group) for group in whole),
-                            len(stretches), len(stale), 0.0, len(fingerprinted.get("without", [])))
+                            len(stretches), len(stale), 0.0, len(fingerprinted.get("without", [])), searched)
     data = page_data(paths, points, colours, scores, neighbours, whole, stretches, outliers, ranking, thumbs, count,
                      links.best)
     shown_map = "UMAP" if method == "umap" else "the first two principal components (pip install umap-learn for UMAP)"
@@ -269,6 +273,8 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
              f"({group_rule}); a point's nearest and outlier scores from the vectors less the folder's mean (as "
              "coclr search --center); drag to pan, wheel to zoom, hover for a thumbnail, click a point for its "
              "nearest, a list entry to mark its videos"]
+    if searched != "searched":  # (its list of stretches is empty: not for want of any)
+        lines.append(f"shared stretches (part of one video in another): {searched}")
     if stale:  # (said on the terminal and in curate.json, not on the page)
         lines.append(f"{len(stale)} video(s) changed or removed since they were embedded are shown as embedded: run "
                      "coclr embed again, then this command")
@@ -280,8 +286,7 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         **({"fingerprints": fingerprinted} if stem is not None else {}),
         "window_threshold": _finite(window_threshold) if windows else None,
         "window_rule": window_rule if windows else None,
-        "stretches": ("not asked for" if not windows else "not searched: one group holds every video" if alike
-                      else "searched" if trusted else "not searched: the windows' threshold is not calibrated"),
+        "stretches": searched,
         "calibration": {key: value for key, value in calibration.items() if key != "threshold"},
         "groups": len(whole), "duplicate_videos": summary.duplicates, "partial_pairs": len(stretches),
         "stale": sorted(stale), "map": method, "colour_groups": int(colours.max()) + 1,
@@ -512,11 +517,9 @@ def page_data(paths: list[str], points: np.ndarray, colours: np.ndarray, scores:
     near = [[[int(other), as_shown(score)] for other, score in zip(neighbours[row, :PAGE_NEIGHBOURS],
                                                                           scores[row, :PAGE_NEIGHBOURS]) if other >= 0]
             for row in range(count)]
-    duplicates = [{"members": group, "kind": "whole",
-                   "similarity": float(min(best[group]))}
-                  for group in whole]
-    duplicates += [{"members": [s.video, s.other], "kind": "partial", "similarity": s.similarity,  # (seconds as
-                    "seconds": [f"{s.start:.3f}-{s.end:.3f}", f"{s.other_start:.3f}-{s.other_end:.3f}"]}  # the CSV's)
+    duplicates = [{"members": group, "kind": "whole", "similarity": as_shown(min(best[group]))} for group in whole]
+    duplicates += [{"members": [s.video, s.other], "kind": "partial", "similarity": as_shown(s.similarity),
+                    "seconds": [f"{s.start:.3f}-{s.end:.3f}", f"{s.other_start:.3f}-{s.other_end:.3f}"]}  # (the CSV's)
                    for s in stretches]
     return {"names": paths, "points": [round(float(v), 5) for v in points.reshape(-1)],
             "groups": [int(g) for g in colours], "nearest": near, "duplicates": duplicates,

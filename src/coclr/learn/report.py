@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from coclr.atomic import atomic_write_text, read_json_lines
+from coclr.curate.groups import stretches_text
 from coclr.data.sampling import spread
 from coclr.embed.output import Embeddings
 from coclr.embed.search import search
@@ -43,7 +44,7 @@ COLLAPSED_MARK = "‡"
 REPORT_STYLE = PAGE_STYLE + """
 h2 { font-size: 15px; margin-top: 22px; } table.data td, table.data th { border: 1px solid #ccc; font-size: 12px; }
 table.data th { background: #f0f0f0; text-align: left; padding: 4px 6px; } td.bad, li.bad { color: #d62728; }
-ul.videos { font-size: 12px; columns: 3; } .mark { color: #d62728; font-weight: bold; }
+ul.videos { font-size: 12px; columns: 3; overflow-wrap: anywhere; } .mark { color: #d62728; font-weight: bold; }
 p.alarm { border: 2px solid #d62728; padding: 8px; color: #d62728; font-weight: bold; }
 """
 
@@ -120,8 +121,9 @@ def _summary(result: dict[str, Any]) -> str:
     curated = result.get("curate")
     if curated:
         text += (f'<p>Near-duplicates, outliers and a map of every video: <a href="curate/index.html">curate/index.html'
-                 f"</a> ({curated['groups']} near-duplicate group(s), {curated['partial_pairs']} pair(s) sharing a "
-                 f"stretch; threshold {curated['threshold']:.4f}).</p>")
+                 f"</a> ({curated['groups']} near-duplicate group(s), "
+                 f"{html.escape(stretches_text(curated['partial_pairs'], curated.get('stretches')))}; threshold "
+                 f"{curated['threshold']:.4f}).</p>")
     return (f"<h2>The run</h2>{text}<p class=\"note\">Exported:</p><ul class=\"note\">{exported}</ul>"
             f"<p class=\"note\">Why this plan:</p><ul class=\"note\">{reasons}</ul>"
             + _table(["phase", "estimated", "took"], rows))
@@ -166,8 +168,11 @@ def _stages(result: dict[str, Any], collapsed: set[str], exported: dict[str, str
                      _percent(entry.get("neighbour_stability")), _percent(entry.get("agreement"))])
         if labelled:
             rows[-1].append(_number((entry.get("labels") or {}).get("R@1"), 1))
-    agreement = [[html.escape(name), html.escape(" + ".join(entry["stages"])), _percent(entry["nearest_neighbour"]),
-                  _percent(entry["chance"])] for name, entry in result.get("agreement", {}).items()]
+    agreement = [[html.escape(name), " + ".join(html.escape(stage) + (f' <span class="mark">{COLLAPSED_MARK}</span>'
+                                                                      if stage in collapsed else "")
+                                                for stage in entry["stages"]),
+                  _percent(entry["nearest_neighbour"]), _percent(entry["chance"])]
+                 for name, entry in result.get("agreement", {}).items()]
     note = ("<p class=\"note\">Measured without labels on the stored videos, over the training instances (a video, "
             "or a stretch of a long one; an instance's neighbours are never of its own video): effective rank and "
             "RankMe of the features (higher: more directions used), alignment (mean squared distance of two halves "

@@ -34,6 +34,7 @@ import numpy as np
 from coclr import progress
 from coclr.atomic import atomic_duplicate, atomic_write_json, read_json_record
 from coclr.config import from_dict
+from coclr.curate.groups import stretches_text
 from coclr.embed.inputs import expand_inputs
 from coclr.errors import CoclrError, ConfigError, DataError
 from coclr.flow.encode import FLOW_BOUND
@@ -133,7 +134,8 @@ class LearnSummary:
         curated = self.record.get("curate")
         if curated:
             lines.append(f"  near-duplicates, outliers and a map: {self.out / CURATE_FOLDER / 'index.html'} "
-                         f"({curated['groups']} duplicate group(s), {curated['partial_pairs']} shared stretch(es))")
+                         f"({curated['groups']} duplicate group(s), "
+                         f"{stretches_text(curated['partial_pairs'], curated.get('stretches'))})")
         for name, scores in (self.record.get("labels") or {}).get("embeddings", {}).items():
             lines.append(f"  with the given labels, {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in scores.items()
                                                                        if isinstance(v, float)))
@@ -715,7 +717,8 @@ def curate_embeddings(out: Path, device: str, workers: int | None, videos: int |
     options = CurateOptions(calibrate=calibrate, device=device, workers=workers)
     curate(out / "embeddings" / "two_stream", out / CURATE_FOLDER, options, show=False)
     record = read_json_record(out / CURATE_FOLDER / CURATE_RESULT) or {}
-    return {key: record.get(key) for key in ("threshold", "rule", "groups", "duplicate_videos", "partial_pairs")}
+    return {key: record.get(key) for key in ("threshold", "rule", "groups", "duplicate_videos", "partial_pairs",
+                                             "stretches")}
 
 
 def embedding_quality(out: Path, exported: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -156,9 +156,25 @@ def label_scores(out: Path, labels: dict[str, Any]) -> dict[str, Any]:
     if not scores:
         notes.append(f"nothing scored: {scored} labelled video(s) have a vector, and at least {MIN_LABELLED} are "
                      "needed; label more of the videos")
+    kept = [(label, split) for path, (label, split) in labels["videos"].items() if path not in vectorless]
     return {"file": labels["file"], "videos": scored, "labelled": len(labels["videos"]),
-            "classes": len(labels["classes"]), "chance": 100.0 / max(1, len(labels["classes"])), "embeddings": scores,
-            "notes": notes}
+            "classes": len({label for label, _ in kept}),
+            "chance": chance_recall(np.asarray([label for label, _ in kept]), [split for _, split in kept]),
+            "embeddings": scores, "notes": notes}
+
+
+def chance_recall(labels: np.ndarray, splits: list[str]) -> float:
+    """The R@1 (percent) of features that order the videos at random, under :func:`scores_of`'s protocol: each
+    query's share of its gallery in its class, averaged (one over the classes counted those no scored video has)."""
+    test = np.array([split == "test" for split in splits], dtype=bool)
+    train = np.array([split == "train" for split in splits], dtype=bool)
+    if test.any() and train.any():
+        shares = [float((labels[train] == label).mean()) for label in labels[test]]
+    elif len(labels) > 1:
+        shares = [float(((labels == label).sum() - 1) / (len(labels) - 1)) for label in labels]
+    else:
+        return 0.0
+    return 100.0 * float(np.mean(shares))
 
 
 def stage_scorer(labels: dict[str, Any], root: str) -> Callable[[list[str], np.ndarray], dict[str, Any] | None]:
