@@ -162,7 +162,8 @@ def test_a_restart_refused_stops_every_rank(tmp_path: Path) -> None:
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
 
-def _one_refused_worker(rank: int, port: int, store: str, out: str, results: str, machines: int) -> None:
+def _one_refused_worker(rank: int, port: int, store: str, out: str, results: str, machines: int,
+                        refusal: str = "store") -> None:
     """A two-process ``coclr pretrain`` on ``machines`` machines (as torchrun describes them) whose process 1 is
     given a store that does not exist, as when one machine lacks the data."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
@@ -175,8 +176,12 @@ def _one_refused_worker(rank: int, port: int, store: str, out: str, results: str
     from test_train import TINY
 
     sys.stderr = open(Path(results) / f"stderr{rank}", "w")  # noqa: SIM115 (the process's own, until it ends)
-    given = store if rank == 0 else str(Path(store).parent / "absent")
-    status = main(["pretrain", f"data.store={given}", f"run.out={out}", *TINY, "run.max_steps=2"])
+    given = store if rank == 0 or refusal != "store" else str(Path(store).parent / "absent")
+    bogus = ["--bogus"] if rank == 1 and refusal == "flag" else []
+    try:
+        status = main(["pretrain", f"data.store={given}", f"run.out={out}", *TINY, "run.max_steps=2", *bogus])
+    except SystemExit as stop:  # (argparse's refusal)
+        status = stop.code
     sys.stderr.flush()
     Path(results, f"status{rank}").write_text(str(status))
     os._exit(0)
@@ -210,6 +215,28 @@ def test_a_process_refused_before_the_group_stops_the_others(tmp_path: Path, mac
                                                            "torchrun job was refused, so none starts: "), said[0]
         assert said[0][0].endswith(said[1][0].removeprefix("coclr pretrain: error: "))
     assert not (tmp_path / "run").exists()
+
+
+def test_a_command_line_refused_on_one_machine_stops_the_others(tmp_path: Path) -> None:
+    """argparse's refusal (an unknown flag on one machine's command line) never reached the others, which waited
+    in the group until its timeout (30 days for embed and flow)."""
+    store = make_random_store(tmp_path / "store", videos=8)
+    results = tmp_path / "results"
+    results.mkdir()
+    context = mp.start_processes(_one_refused_worker, args=(free_port(), str(store), str(tmp_path / "run"),
+                                                            str(results), 2, "flag"), nprocs=2, join=False,
+                                 start_method="spawn")
+    deadline = time.monotonic() + 120
+    while not context.join(timeout=1) and time.monotonic() < deadline:
+        pass
+    alive = [p.pid for p in context.processes if p.is_alive()]
+    for process in context.processes:
+        process.kill()
+    assert not alive, "a process still waited for the one refused"
+    assert [(results / f"status{rank}").read_text() for rank in range(2)] == ["2", "2"]
+    assert "unrecognized arguments: --bogus" in (results / "stderr1").read_text()
+    assert "process 1 of the 2 of this torchrun job was refused, so none starts: its command line was refused" in (
+        results / "stderr0").read_text()
 
 
 def _task_worker(rank: int, port: int, record: str, results: str) -> None:

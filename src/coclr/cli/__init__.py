@@ -117,12 +117,20 @@ def main(argv: list[str] | None = None) -> int:
         _exiting(argv)
         _say("coclr: interrupted (SIGINT) while starting; nothing was done")
         return EXIT_INTERRUPTED
-    args = _parse(parser, argv)
+    try:
+        args = _parse(parser, argv)
+    except SystemExit as stop:  # (argparse said why)
+        _refused_line(stop, next((token for token in (sys.argv[1:] if argv is None else argv)
+                                  if not token.startswith("-")), ""))
+        raise
     try:
         refuse_repeated(getattr(args, "overrides", None) or [])
         _check_launcher(args.command)
         status = run_command(args)
         sys.stdout.flush()  # here, where a reader that went away is caught, not at the interpreter's exit
+    except SystemExit as stop:  # (a command that parses the rest of its line itself: coclr flow)
+        _refused_line(stop, args.command)
+        raise
     except BrokenPipeError:
         return _reader_gone()
     except CoclrError as error:
@@ -140,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"coclr {args.command}: interrupted ({stopped.signal_name}); {stopped.kept}; run {again} to continue")
         return stopped.exit_status
     return int(status or EXIT_DONE)
+
+
+def _refused_line(stop: SystemExit, command: str) -> None:
+    """A command line argparse refused (``stop``, not ``--help``'s exit 0): under torchrun, the job's other processes
+    are told (:func:`~coclr.cli._world.tell_the_others`), which otherwise waited for this one in their group."""
+    if stop.code not in (None, 0):
+        tell_the_others(command, "its command line was refused (that process's output says why)")
 
 
 def _check_launcher(command: str) -> None:
