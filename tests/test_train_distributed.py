@@ -163,9 +163,10 @@ def test_a_restart_refused_stops_every_rank(tmp_path: Path) -> None:
 
 
 def _one_refused_worker(rank: int, port: int, store: str, out: str, results: str, machines: int,
-                        refusal: str = "store") -> None:
-    """A two-process ``coclr pretrain`` on ``machines`` machines (as torchrun describes them) whose process 1 is
-    given a store that does not exist, as when one machine lacks the data."""
+                        refusal: str = "store", command: str = "pretrain") -> None:
+    """A two-process ``coclr pretrain`` (or pipeline) on ``machines`` machines (as torchrun describes them) whose
+    process 1 is given a store that does not exist, as when one machine lacks the data (``refusal`` "store"), or an
+    unknown flag ("flag")."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK=str(rank if machines == 1 else 0), LOCAL_WORLD_SIZE=str(2 // machines),
                       GROUP_RANK=str(rank if machines == 2 else 0))
@@ -176,10 +177,12 @@ def _one_refused_worker(rank: int, port: int, store: str, out: str, results: str
     from test_train import TINY
 
     sys.stderr = open(Path(results) / f"stderr{rank}", "w")  # noqa: SIM115 (the process's own, until it ends)
-    given = store if rank == 0 or refusal != "store" else str(Path(store).parent / "absent")
+    given = str(Path(store).parent / "absent") if rank == 1 and refusal == "store" else store
     bogus = ["--bogus"] if rank == 1 and refusal == "flag" else []
+    stages = (["pipeline.infonce_epochs=1", "pipeline.cycles=1", "--until", "infonce_rgb"] if command == "pipeline"
+              else ["run.max_steps=2"])
     try:
-        status = main(["pretrain", f"data.store={given}", f"run.out={out}", *TINY, "run.max_steps=2", *bogus])
+        status = main([command, f"data.store={given}", f"run.out={out}", *TINY, *stages, *bogus])
     except SystemExit as stop:  # (argparse's refusal)
         status = stop.code
     sys.stderr.flush()
@@ -187,17 +190,19 @@ def _one_refused_worker(rank: int, port: int, store: str, out: str, results: str
     os._exit(0)
 
 
-@pytest.mark.parametrize("machines", [1, 2])
-def test_a_process_refused_before_the_group_stops_the_others(tmp_path: Path, machines: int) -> None:
+@pytest.mark.parametrize("machines, command", [(1, "pretrain"), (2, "pretrain"), (2, "pipeline")])
+def test_a_process_refused_before_the_group_stops_the_others(tmp_path: Path, machines: int, command: str) -> None:
     """One process of a torchrun job refused before it joined the group (its machine lacks the data): the others
     waited for it in the group until its timeout (for ever on another machine: torchrun stops them only on the
-    machine of the one that left). Every process stops, the refusal said once on each machine."""
+    machine of the one that left). Every process stops, the refusal said once on each machine (a pipeline joined
+    the group before its checks: the other machine said "another process ... lost its connection", and its folder
+    was made)."""
     store = make_random_store(tmp_path / "store", videos=8)
     results = tmp_path / "results"
     results.mkdir()
     context = mp.start_processes(_one_refused_worker, args=(free_port(), str(store), str(tmp_path / "run"),
-                                                            str(results), machines), nprocs=2, join=False,
-                                 start_method="spawn")
+                                                            str(results), machines, "store", command), nprocs=2,
+                                 join=False, start_method="spawn")
     deadline = time.monotonic() + 120
     while not context.join(timeout=1) and time.monotonic() < deadline:
         pass
@@ -211,9 +216,9 @@ def test_a_process_refused_before_the_group_stops_the_others(tmp_path: Path, mac
     if machines == 1:  # the machine's console has the refused process's line
         assert said[0] == []
     else:
-        assert len(said[0]) == 1 and said[0][0].startswith("coclr pretrain: error: process 1 of the 2 of this "
+        assert len(said[0]) == 1 and said[0][0].startswith(f"coclr {command}: error: process 1 of the 2 of this "
                                                            "torchrun job was refused, so none starts: "), said[0]
-        assert said[0][0].endswith(said[1][0].removeprefix("coclr pretrain: error: "))
+        assert said[0][0].endswith(said[1][0].removeprefix(f"coclr {command}: error: "))
     assert not (tmp_path / "run").exists()
 
 

@@ -45,13 +45,13 @@ def run(args: argparse.Namespace) -> int:
     job = options_from_flags(EmbedJob, args)
     validate(job)
     device = pick_device(job.device, "--device")
-    if launched_world_size() > 1:  # torchrun: the processes exchange only a few small messages
-        init_distributed(device, timeout=GROUP_TIMEOUT)
     settings = given_flags(EmbedSettings, args)
     recorded = [field.name for field in dataclasses.fields(EmbedSettings) if field.name not in settings]
     with named_by_flags(EmbedSettings, recorded):  # a refused value given on the command line names its flag
         embedder = Embedder(args.checkpoint, device=device, flow_checkpoint=args.flow_checkpoint,
                             batch_size=job.batch_size, workers=job.workers, **settings)
+    if launched_world_size() > 1:  # torchrun: the processes exchange only a few small messages; joined once the
+        init_distributed(device, timeout=GROUP_TIMEOUT)  # encoders are read (a refusal is told to the others)
     summary = embed_videos(args.inputs, args.out, embedder, progress=job.progress, retry_failed=job.retry_failed,
                            flush_videos=job.flush_every)
     if rank() != 0:  # under torchrun, rank 0 speaks for the job

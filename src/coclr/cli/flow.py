@@ -62,17 +62,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("STORE: the clip store directory is required")
     params = load_config(TVL1Params, None, args.overrides) if args.overrides else None
 
-    import torch
-
-    from coclr.distributed import init_distributed, launched_world_size
-    from coclr.store.flow_extract import extract_flow, resolve_backend
-    from coclr.store.jobs import GROUP_TIMEOUT
+    from coclr.store.flow_extract import extract_flow
 
     options = options_from_flags(FlowOptions, args)
     with named_by_flags(FlowOptions):  # (a refusal of an option's value names its flag: --device, not device)
-        _, device = resolve_backend(options.backend, options.device, options.mode, options.kernels)
-        if launched_world_size() > 1:  # torchrun: the processes exchange a few small messages
-            init_distributed(torch.device(device or "cpu"), timeout=GROUP_TIMEOUT)
         summary = extract_flow(args.store, params=params, **dataclasses.asdict(options))
     print(summary, flush=True)
     failed = summary.totals[2] if summary.totals is not None else len(summary.failed)

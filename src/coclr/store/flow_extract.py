@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from coclr.clips import JPEG_QUALITY
-from coclr.distributed import pick_device, rank, world_size
+from coclr.distributed import init_distributed, launched_world_size, pick_device, rank, world_size
 from coclr.errors import ConfigError, DataError
 from coclr.flow.backends import ALIASES, BACKENDS, FlowBackend
 from coclr.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
@@ -56,7 +57,7 @@ from coclr.store.flow_views import (
     recorded_method,
     recorded_settings,
 )
-from coclr.store.jobs import JobSummary, run_entry_jobs, run_entry_stream, writing_view
+from coclr.store.jobs import GROUP_TIMEOUT, JobSummary, run_entry_jobs, run_entry_stream, writing_view
 from coclr.store.jpeg import encode_jpeg
 from coclr.threads import check_workers, usable_cores
 from coclr.video.indexes import SPLITS
@@ -282,6 +283,9 @@ def extract_flow(store_root: str | Path, backend: str = FlowOptions.backend, vie
     if not recorded:  # a new view: a folder of that name holds nothing but entry files (none of the user's files)
         check_output_folder(store.root / view, "flow", _is_entry_shard, f"entry files ({view}/ab/<hash>.frames)")
     settings[method_key(view)] = store.meta.get(method_key(view), settings[method_key(view)])  # as recorded
+    if launched_world_size() > 1:  # under torchrun, once every check above passed on every process (a process
+        # refused by them tells the others, coclr.distributed.share_refusal); they meet only at the start and the end
+        init_distributed(torch.device(torch_device or "cpu"), timeout=GROUP_TIMEOUT)
     with writing_view(root, view, store.index, **settings):
         if not chosen.gpu:
             job = OpenCVFlowJob(root, chosen.name, params, quality, bound)

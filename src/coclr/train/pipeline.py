@@ -23,7 +23,7 @@ from coclr.atomic import atomic_write_json, read_json_lines, read_json_record
 from coclr.config import validate
 from coclr.core.methods import METHODS
 from coclr.data.datasets import usable_entries
-from coclr.distributed import held_by_main, init_distributed, is_main
+from coclr.distributed import held_by_main, init_distributed, is_main, launched_world_size
 from coclr.errors import ConfigError
 from coclr.interrupts import interrupted
 from coclr.models.loading import require_checkpoint_file
@@ -210,11 +210,9 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
     if until is not None and until not in names:
         raise ConfigError(f"until: no stage {until!r} in this pipeline; its stages are {', '.join(names)}")
     device = resolve_device(config.run.device)
-    init_distributed(device)  # under torchrun: rank 0 alone holds the folder and writes its manifest, and the
-    # stages' checks count every process's batch
     if restart:  # every process: the same refusal on each (not rank 0's alone, the others waiting for it); the
         check_restart(run_dir, PIPELINE_FOLDER, legacy=_manifest_options)  # folder is moved once all is checked
-    processes = dist.get_world_size() if dist.is_initialized() else 1
+    processes = launched_world_size()  # (the stages' checks count every process's batch)
     # as each stage records them, the global batch with them (the stages not started took a new one in silence)
     options = run_options(resolve_precision(config, device), processes)
     if not restart:
@@ -255,6 +253,8 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
     pending = [number for number, entry in enumerate(manifest["stages"][:runs]) if entry["status"] != "done"]
     if pending and not lost:  # the next stage's inputs (its files, views, labels, device options): refused now, not
         check_inputs(stage_configs[pending[0]], device)  # after a claim (lost encoders are written first)
+    init_distributed(device)  # under torchrun, once every check above passed on every process (a process refused by
+    # them tells the others: coclr.distributed.share_refusal); rank 0 alone holds the folder and writes its manifest
     with held_by_main(lambda: claim_folder(run_dir, PIPELINE_FOLDER, options, restart=restart,  # (moved aside only
                                            legacy=_manifest_options)):  # now, once every check above passed)
         for stage in lost:  # their checkpoints are there: written again, as when the stage finished
@@ -293,7 +293,7 @@ def _check_every_stage_trains(config: PipelineConfig, stages: list[Stage],
     usable_entries(store, config.data.split, sorted({view for options in stage_configs for view in options.views}))
     # (a split without videos, a view not built: said now, not after a stage trained on the other view)
     videos = store.index.split_counts().get(config.data.split, 0)
-    processes = dist.get_world_size() if dist.is_initialized() else 1
+    processes = launched_world_size()
     for stage, options in zip(stages, stage_configs):
         check_steps_on_videos(options, videos, processes, f"stage {stage.name}: ",
                               epochs_key=f"pipeline.{'infonce' if stage.cycle == 0 else 'cycle'}_epochs")
