@@ -120,6 +120,17 @@ def _refused_worker(rank: int, port: int, store: str, out: str, results: str, re
     os._exit(0)  # not the group's teardown: once one rank has left, gloo may abort the other's (not under test)
 
 
+def ended_in_time(context, seconds: float = 120) -> bool:
+    """Whether every process of ``context`` (``mp.start_processes``) ended within ``seconds``; any left is killed."""
+    deadline = time.monotonic() + seconds
+    while not context.join(timeout=1) and time.monotonic() < deadline:
+        pass
+    alive = [process.pid for process in context.processes if process.is_alive()]
+    for process in context.processes:
+        process.kill()
+    return not alive
+
+
 def refusals_of_every_rank(store: Path, out: Path, tmp_path: Path, restart: bool = False) -> list[str]:
     """Start a two-process run (:func:`_refused_worker`) that is refused: each rank's refusal, once every rank has
     ended (a rank still waiting for rank 0 after four minutes fails the test)."""
@@ -127,13 +138,7 @@ def refusals_of_every_rank(store: Path, out: Path, tmp_path: Path, restart: bool
     results.mkdir(exist_ok=True)
     context = mp.start_processes(_refused_worker, args=(free_port(), str(store), str(out), str(results), restart),
                                  nprocs=2, join=False, start_method="spawn")
-    deadline = time.monotonic() + 240
-    while not context.join(timeout=1) and time.monotonic() < deadline:
-        pass
-    alive = [p.pid for p in context.processes if p.is_alive()]
-    for process in context.processes:
-        process.kill()
-    assert not alive, "a rank was still waiting after rank 0 was refused"
+    assert ended_in_time(context, 240), "a rank was still waiting after rank 0 was refused"
     return [(results / f"refused{rank}").read_text() for rank in range(2)]
 
 
@@ -203,13 +208,7 @@ def test_a_process_refused_before_the_group_stops_the_others(tmp_path: Path, mac
     context = mp.start_processes(_one_refused_worker, args=(free_port(), str(store), str(tmp_path / "run"),
                                                             str(results), machines, "store", command), nprocs=2,
                                  join=False, start_method="spawn")
-    deadline = time.monotonic() + 120
-    while not context.join(timeout=1) and time.monotonic() < deadline:
-        pass
-    alive = [p.pid for p in context.processes if p.is_alive()]
-    for process in context.processes:
-        process.kill()
-    assert not alive, "a process still waited for the one refused"
+    assert ended_in_time(context), "a process still waited for the one refused"
     assert [(results / f"status{rank}").read_text() for rank in range(2)] == ["2", "2"]
     said = [(results / f"stderr{rank}").read_text().splitlines() for rank in range(2)]
     assert len(said[1]) == 1 and "absent" in said[1][0] and "torchrun" not in said[1][0], said[1]
@@ -231,13 +230,7 @@ def test_a_command_line_refused_on_one_machine_stops_the_others(tmp_path: Path) 
     context = mp.start_processes(_one_refused_worker, args=(free_port(), str(store), str(tmp_path / "run"),
                                                             str(results), 2, "flag"), nprocs=2, join=False,
                                  start_method="spawn")
-    deadline = time.monotonic() + 120
-    while not context.join(timeout=1) and time.monotonic() < deadline:
-        pass
-    alive = [p.pid for p in context.processes if p.is_alive()]
-    for process in context.processes:
-        process.kill()
-    assert not alive, "a process still waited for the one refused"
+    assert ended_in_time(context), "a process still waited for the one refused"
     assert [(results / f"status{rank}").read_text() for rank in range(2)] == ["2", "2"]
     assert "unrecognized arguments: --bogus" in (results / "stderr1").read_text()
     assert "process 1 of the 2 of this torchrun job was refused, so none starts: its command line was refused" in (
@@ -272,13 +265,7 @@ def test_a_task_that_does_not_share_its_work_is_refused_under_torchrun(tmp_path:
     results.mkdir()
     context = mp.start_processes(_task_worker, args=(free_port(), str(record), str(results)), nprocs=2, join=False,
                                  start_method="spawn")
-    deadline = time.monotonic() + 120
-    while not context.join(timeout=1) and time.monotonic() < deadline:
-        pass
-    alive = [p.pid for p in context.processes if p.is_alive()]
-    for process in context.processes:
-        process.kill()
-    assert not alive, "a process waited"
+    assert ended_in_time(context), "a process waited"
     assert [(results / f"status{rank}").read_text() for rank in range(2)] == ["2", "2"]
     for rank in range(2):
         assert "a flow task runs as one process, not under torchrun" in (results / f"stderr{rank}").read_text()
