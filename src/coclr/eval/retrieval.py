@@ -13,9 +13,11 @@ Ties: in the neighbour lists, among equal similarities the gallery video with th
 the train split) ranks first, whatever the chunk sizes (the running top-k is merged with stable sorts). R@k does
 not depend on that order: ties at the k-th place count in expectation over a random order
 (:func:`recall_with_ties`), so constant features (a collapsed encoder) score chance, not what the gallery's
-order happens to give. Equal rows always tie: similarities are exact dot products of quantised unit vectors
-(:mod:`coclr.eval.exact`), so neighbours, scores and R@k are the same bits on every CPU and device, for every
-chunk size, thread count and gallery order (the gallery mean is order-free too).
+order happens to give, nor what the rounding of their batches gives (a view whose gallery lies wholly within
+rounding of its mean ties every similarity: :func:`coclr.eval.exact.within_rounding`). Equal rows always tie:
+similarities are exact dot products of quantised unit vectors (:mod:`coclr.eval.exact`), so neighbours, scores and
+R@k are the same bits on every CPU and device, for every chunk size, thread count and gallery order (the gallery mean
+is order-free too).
 
 Two-stream retrieval averages the similarity matrices of the two views (computed blockwise too).
 """
