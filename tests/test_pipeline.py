@@ -325,3 +325,9 @@ def test_what_a_later_stage_would_refuse_is_refused_before_the_first_trains_or_t
     assert (tmp_path / "p4" / "manifest.json").read_bytes() == kept and not list(tmp_path.glob("p4.replaced-*"))
     run_pipeline(config, until="infonce_rgb", restart=True)  # (a restart that is not refused still moves it)
     assert len(list(tmp_path.glob("p4.replaced-*"))) == 1
+    from dataclasses import replace
+
+    stage = stage_config(config, plan_stages(config)[0], tmp_path / "p4")  # a stage given other options by hand:
+    with pytest.raises(CoclrError, match=r"optim\.lr=.*part of `coclr pipeline`'s output .*p4: restart that "
+                                         r"command to start over$"):  # --restart, which it advised, is refused there
+        pretrain(replace(stage, optim=replace(stage.optim, lr=stage.optim.lr * 2)))

@@ -131,9 +131,15 @@ class FolderRule:
             recorded, given = {key: recorded[key] for key in shared}, {key: given[key] for key in shared}
         return differences(recorded, given)
 
-    def remedy(self) -> str:
-        """What to do instead of the refused command."""
+    def remedy(self, folder: str | Path | None = None) -> str:
+        """What to do instead of the refused command on ``folder``: a folder inside another command's output (a
+        pipeline's stage) is not one ``--restart`` may move (:func:`check_restart`), so its owner is named instead."""
         if self.restart:
+            owner = next(((parent, folder_owner(parent)) for parent in Path(folder).absolute().parents
+                          if folder_owner(parent) is not None), None) if folder is not None else None
+            if owner is not None:
+                return (f"use the same options to continue it, or {self.other}; it is part of `coclr {owner[1]}`'s "
+                        f"output {owner[0]}: restart that command to start over")
             return f"use the same options to continue it, {self.other}, or --restart to move it aside and start over"
         return f"use the same options to continue it, or {self.other}"
 
@@ -144,7 +150,7 @@ class FolderRule:
             return False
         differ = self.differing(recorded, given)
         if differ:
-            raise FolderRefused(f"{folder} holds {self.what} with {', '.join(differ)}; {self.remedy()}")
+            raise FolderRefused(f"{folder} holds {self.what} with {', '.join(differ)}; {self.remedy(folder)}")
         return True
 
     def check_made(self, folder: str | Path, made: Any) -> None:
