@@ -233,3 +233,31 @@ def test_a_row_is_collapsed_only_when_both_splits_carry_nothing():
         assert not degenerate({"feature_health": [stream(train, test)]})
     assert collapsed(stream(True, True)) and len(health_warnings([stream(True, True)])) == 1
     assert degenerate({"feature_health": [stream(False, False), stream(True, True)]})
+
+
+def test_a_damaged_entry_met_by_the_study_s_evaluation_says_what_to_do(store_and_encoders, tmp_path,
+                                                                         monkeypatch) -> None:
+    """The study stopped on "damaged entry: ... checksum expected ..." and said nothing of what to do (coclr eval
+    adds it): running the same command again rebuilds the entry."""
+    from coclr.config import from_dict, merge
+    from coclr.errors import DataError
+    from coclr.store.clipstore import DamagedEntryError
+    from coclr.study import run
+    from coclr.study.config import STUDY_TRAIN, StudyConfig
+    from coclr.study.plan import plan_study
+
+    store, healthy, _, _ = store_and_encoders
+    config = from_dict(StudyConfig, {"rows": ["infonce_rgb"], "columns": ["retrieval"],
+                                     "data": {"source": "store", "store": str(store)},
+                                     "train": merge(STUDY_TRAIN, {"run": {"batch_size": 2}})})
+    plan = plan_study(config, tmp_path / "study")
+    plan.encoders.update({"infonce_rgb": healthy})
+    plan.out.mkdir(parents=True)
+
+    def damaged(*args, **kwargs):
+        raise DamagedEntryError("damaged entry: store S, video 'v', entry rgb/ab/x.frames: frame 5 checksum ...")
+
+    monkeypatch.setattr(run, "evaluate_checkpoint", damaged)
+    with pytest.raises(DataError, match=r"frame 5 checksum \.\.\.; now listed as failed: run the same command "
+                                        r"again, whose store or flow job rebuilds the entry$"):
+        run.evaluate_rows(plan)

@@ -315,6 +315,10 @@ def test_seeds_are_read_before_the_options_and_each_gets_its_folder(tmp_path: Pa
     # a seed out of range is named as given (it was "train (the CoCLR pipeline): run.seed", which a study refuses)
     assert main(["study", "--out", str(tmp_path / "big"), "--seeds", "1", "5000000000", "--check"]) == 2
     assert "error: --seeds: must be from 0 to 2**32 - 1, got 5000000000" in capsys.readouterr().err
+    # --seeds followed by options only ran a study of one seed without a word
+    assert main(["study", "--out", str(tmp_path / "none"), "--seeds", "rows=[infonce_rgb]", "--check"]) == 2
+    assert "error: --seeds: give at least one seed before the key=value options" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
     assert main(["study", "--out", str(tmp_path / "big"), "--seed", "5000000000", "--check"]) == 2
     assert "error: seed: must be from 0 to 2**32 - 1" in capsys.readouterr().err
     # a finetune test short side the crops do not fit: said by --check, not after the finetuning's every epoch

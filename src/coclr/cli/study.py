@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.seeds:  # the seeds end at the first key=value, which argparse would take for one more seed
         overrides = [token for token in args.seeds if not token.lstrip("-").isdigit()]
+        if len(overrides) == len(args.seeds):  # (--seeds followed by overrides only: a study of one seed, in silence)
+            raise ConfigError("--seeds: give at least one seed before the key=value options (e.g. --seeds 0 1 2)")
         args.seeds = check_seeds([int(token) for token in args.seeds if token.lstrip("-").isdigit()])
         args.overrides = [*overrides, *args.overrides]
         refuse_repeated(args.overrides)  # (main saw only those after the seeds)

@@ -19,7 +19,7 @@ import yaml
 
 from coclr.atomic import atomic_write_json, atomic_write_text, read_json_record
 from coclr.config import parse_yaml
-from coclr.errors import ConfigError
+from coclr.errors import ConfigError, DataError
 from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
 from coclr.eval.features import Stream
 from coclr.eval.finetune import ENCODER_FILE, stream_folder
@@ -40,7 +40,7 @@ from coclr.progress import bar as progress_bar
 from coclr.runfolder import RUN_RECORD, FolderRefused, FolderRule, check_folder, check_output_folder, claim_folder
 from coclr.seeding import check_seed
 from coclr.store.build import build_store
-from coclr.store.clipstore import open_store
+from coclr.store.clipstore import DamagedEntryError, open_store
 from coclr.store.flow_extract import extract_flow
 from coclr.study.config import ROWS, STUDY_SYNTH, StudyConfig, supervised_row
 from coclr.study.plan import StudyPlan, cross_entropy_init, describe, options_record, plan_study
@@ -190,8 +190,12 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
             inputs, else a new evaluation, written there."""
             path = eval_record(out, key, task)
             earlier = read_json_record(path, "delete it to evaluate again")
-            record = evaluate_checkpoint(task, store, streams, plan.clips, options, name=ROWS[key].method,
-                                         earlier=earlier, **common)
+            try:
+                record = evaluate_checkpoint(task, store, streams, plan.clips, options, name=ROWS[key].method,
+                                             earlier=earlier, **common)
+            except DamagedEntryError as error:  # found as its frames were read (a remedy, as coclr eval gives)
+                raise DataError(f"{error}; now listed as failed: run the same command again, whose store or flow "
+                                "job rebuilds the entry") from None
             if record is not earlier:
                 atomic_write_json(path, record)
             bar.update()
