@@ -378,6 +378,8 @@ def test_results_markdown_lists_the_stages_with_their_mined_precision() -> None:
     assert "| infonce_rgb | RGB | 25.0 | - |" in markdown and "| cycle1_rgb | RGB | 41.4 | 46.2 |" in markdown
     assert "| InfoNCE | RGB | ✗ | 20.0 | 46.8 | 25.0 | - | 50.0 | 60.0 | 70.0 |" in markdown
     assert "| Stage |" not in results_markdown(rows, ["linear", "retrieval"], {}, 60.0, 0)
+    # one row tests no claim: the heading stood over nothing
+    assert "Claims of the paper" not in markdown and "No claim of the paper rests on these rows alone" in markdown
 
 
 def test_the_oracle_gets_as_many_rgb_epochs_as_coclr_rgb(tmp_path: Path) -> None:

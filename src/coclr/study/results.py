@@ -174,9 +174,12 @@ def results_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str], che
     if notes:
         lines += [*(f"- {note}" for note in notes), ""]
     resting = claim_rows(rows, columns)
-    lines += ["Claims of the paper on these results:", ""]
-    lines += [f"- {claim}: {claim_text(value)}{collapse_caveat(rows, resting.get(claim, []))}{claim_note(claim)}"
-              for claim, value in checks.items()]
+    if checks:  # (a heading with nothing under it where the rows chosen test no claim)
+        lines += ["Claims of the paper on these results:", ""]
+        lines += [f"- {claim}: {claim_text(value)}{collapse_caveat(rows, resting.get(claim, []))}{claim_note(claim)}"
+                  for claim, value in checks.items()]
+    else:
+        lines.append("No claim of the paper rests on these rows alone (each compares rows this study did not run).")
     if stages:
         lines += ["", "Pretraining stages: R@1 of the network each trained, and for CoCLR the share of its mined "
                   "positives (top-K in the other view) that had the query's class:", "",
