@@ -954,13 +954,44 @@ def test_seeds_whose_inputs_partly_failed_are_said_and_exit_3(tmp_path: Path, ca
 
     monkeypatch.setattr(study_run, "check_study", lambda config, out: None)
     monkeypatch.setattr(study_run, "run_study", lambda config, out, check_only=False: {
-        "seed": config.seed, "failed_inputs": ["videos/bad.mp4: no video stream"] if config.seed == 1 else []})
+        "seed": config.seed, "failed_inputs": ["videos/bad.mp4: no video stream"] if config.seed == 1 else [],
+        "rows": [{"row": "infonce_rgb", "collapsed": False}]})
     monkeypatch.setattr(study_run, "summarise_seeds", lambda results: {"seeds": [r["seed"] for r in results]})
     monkeypatch.setattr(study_run, "seeds_markdown", lambda summary: "the seeds' table\n")
     assert main(["study", "--out", str(tmp_path / "s"), "--seeds", "0", "1", "rows=[infonce_rgb]"]) == 3
     assert "some inputs failed and were left out, on seed(s) 1" in capsys.readouterr().out
     assert json.loads((tmp_path / "s" / "seeds.json").read_text())["failed_inputs"] == {
         "1": ["videos/bad.mp4: no video stream"]}
+
+
+def test_a_study_whose_every_row_collapsed_says_so_and_exits_3(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A study (or a seed of one) in which every row's encoder collapsed learnt nothing to compare: it says so, with
+    what to try, and exits 3 (it exited 0, as if its table meant something); one collapsed row among others is
+    marked in results.md and the study is done."""
+    import coclr.study.run as study_run
+    from coclr.cli import main
+
+    def fake_study(config, out, check_only=False) -> dict:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "results.md").write_text("the table\n")
+        collapsed = {0: [True, False], 1: [True, True], 2: [True, True]}[config.seed]
+        return {"seed": config.seed, "failed_inputs": [], "wall_seconds": 60.0,
+                "rows": [{"row": key, "collapsed": c} for key, c in zip(("infonce_rgb", "infonce_flow"), collapsed)]}
+
+    monkeypatch.setattr(study_run, "check_study", lambda config, out: None)
+    monkeypatch.setattr(study_run, "run_study", fake_study)
+    monkeypatch.setattr(study_run, "summarise_seeds", lambda results: {"seeds": [r["seed"] for r in results]})
+    monkeypatch.setattr(study_run, "seeds_markdown", lambda summary: "the seeds' table\n")
+    rows = "rows=[infonce_rgb, infonce_flow]"
+    assert main(["study", "--out", str(tmp_path / "s"), "--seeds", "0", "1", "2", rows]) == 3
+    out = capsys.readouterr().out
+    assert "every row's encoder collapsed on seed(s) 1, 2: the study learnt nothing" in out and "try longer" in out
+    assert json.loads((tmp_path / "s" / "seeds.json").read_text())["all_collapsed"] == ["1", "2"]
+    assert main(["study", "--out", str(tmp_path / "one"), "--seed", "1", rows]) == 3
+    assert "every row's encoder collapsed: the study learnt nothing" in capsys.readouterr().out
+    assert main(["study", "--out", str(tmp_path / "other"), "--seed", "0", rows]) == 0
+    assert "collapsed" not in capsys.readouterr().out
+    assert main(["study", "--out", str(tmp_path / "s2"), "--seeds", "0", rows]) == 0
 
 
 def test_a_given_store_whose_flow_the_study_would_not_continue_is_refused_before_its_folder(tmp_path: Path,

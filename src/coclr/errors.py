@@ -10,8 +10,8 @@ import os
 EXIT_SOME_FAILED = 3
 """The exit status of a per-input job (``embed``, ``data store``, ``flow`` ...) that went through all its inputs,
 some of which failed: they are listed, recorded for the next run, and the rest is done; or of a job that finished
-with a result that carries nothing (``learn``: every stage of a view collapsed), said in one line. (The other
-statuses: :mod:`coclr.cli._status`.)"""
+with a result that carries nothing (``learn``: every stage of a view collapsed; ``study``: every row), said in
+one line. (The other statuses: :mod:`coclr.cli._status`.)"""
 
 
 class CoclrError(Exception):

@@ -20,10 +20,11 @@ EXIT_PIPE = 141
 """The standard output's reader went away (``coclr search ... | head -1``): what was done is kept, nothing more is
 printed; the shell's status of a process that SIGPIPE ends."""
 EXIT_CODES = (f"exit status: {EXIT_DONE} all done; {EXIT_SOME_FAILED} a job over many inputs went through them and "
-              "some failed, or are missing or damaged (each listed with its reason), or learn's every stage of a view "
-              f"collapsed; {EXIT_ERROR} refused or stopped by an error (one line on stderr); {EXIT_INTERRUPTED} "
-              f"interrupted (Ctrl-C), {EXIT_TERMINATED} stopped by SIGTERM (what was done is kept: run the same "
-              f"command, without --restart, to continue); {EXIT_PIPE} the output's reader went away (a closed pipe); "
+              "some failed, or are missing or damaged (each listed with its reason), or every stage of a view "
+              f"(learn) or every row (study) collapsed; {EXIT_ERROR} refused or stopped by an error (one line on "
+              f"stderr); {EXIT_INTERRUPTED} interrupted (Ctrl-C), {EXIT_TERMINATED} stopped by SIGTERM (what was "
+              "done is kept: run the same command, without --restart, to continue); "
+              f"{EXIT_PIPE} the output's reader went away (a closed pipe); "
               "1 an unexpected error (a traceback: please report it)")
 """The one exit-status rule of every command, shown at the end of every ``--help``."""
 

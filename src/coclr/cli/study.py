@@ -60,28 +60,35 @@ def report(config, args: argparse.Namespace) -> int:
     """Run the study (or its seeds) and print its results."""
     from pathlib import Path
 
+    from coclr.cli._status import EXIT_DONE, EXIT_SOME_FAILED
+    from coclr.study.results import every_row_collapsed
     from coclr.study.run import run_seeds, run_study
 
     if args.seeds:
         summary = run_seeds(config, args.out, args.seeds, args.check)
-        if summary is not None:
-            print((Path(args.out) / "seeds.md").read_text())
-            if summary.get("failed_inputs"):  # (as one seed's study: some inputs failed and were left out)
-                from coclr.cli._status import EXIT_SOME_FAILED
-
-                print(f"some inputs failed and were left out, on seed(s) {', '.join(summary['failed_inputs'])}: "
-                      "each seed's results.md lists them")
-                return EXIT_SOME_FAILED
-        return 0
+        if summary is None:
+            return EXIT_DONE
+        print((Path(args.out) / "seeds.md").read_text())
+        if summary.get("failed_inputs"):  # (as one seed's study: some inputs failed and were left out)
+            print(f"some inputs failed and were left out, on seed(s) {', '.join(summary['failed_inputs'])}: "
+                  "each seed's results.md lists them")
+        if summary.get("all_collapsed"):
+            print(f"every row's encoder collapsed on seed(s) {', '.join(summary['all_collapsed'])}: "
+                  f"{NOTHING_LEARNT}")
+        return EXIT_SOME_FAILED if summary.get("failed_inputs") or summary.get("all_collapsed") else EXIT_DONE
     results = run_study(config, args.out, args.check)
-    if results is not None:
-        print((Path(args.out) / "results.md").read_text())
-        print(f"this command took {results['wall_seconds'] / 60:.1f} min; results in {args.out}/")
-        if results.get("failed_inputs"):  # (listed in results.md above): the study's figures leave them out
-            from coclr.cli._status import EXIT_SOME_FAILED
+    if results is None:
+        return EXIT_DONE
+    print((Path(args.out) / "results.md").read_text())
+    print(f"this command took {results['wall_seconds'] / 60:.1f} min; results in {args.out}/")
+    if every_row_collapsed(results["rows"]):
+        print(f"every row's encoder collapsed: {NOTHING_LEARNT}")
+    # (failed inputs are listed in results.md above: the study's figures leave them out)
+    return EXIT_SOME_FAILED if results.get("failed_inputs") or every_row_collapsed(results["rows"]) else EXIT_DONE
 
-            return EXIT_SOME_FAILED
-    return 0
+
+NOTHING_LEARNT = ("the study learnt nothing it could compare (each is marked collapsed in results.md); try longer "
+                  "stages (schedule.*), more videos, or another seed")
 
 
 def check_seeds(seeds: list[int]) -> list[int]:

@@ -95,6 +95,12 @@ def collapsed_rows(rows: Sequence[dict[str, Any]], claim_keys: Sequence[str]) ->
     return [key for key in claim_keys if by_key[key].get("collapsed")]
 
 
+def every_row_collapsed(rows: Sequence[dict[str, Any]]) -> bool:
+    """Whether every row of one seed's study had a collapsed encoder: a study with nothing learnt to compare, which
+    is not reported as done (exit status 3, as ``coclr learn`` when every stage of a view collapsed)."""
+    return bool(rows) and all(row.get("collapsed") for row in rows)
+
+
 def row_name(row: dict[str, Any]) -> str:
     """How a row is named in notes: ``Method (Input)``."""
     return f"{row['method']} ({row['view']})"

@@ -48,6 +48,7 @@ from coclr.study.results import (
     MINING_PLOT,
     claims,
     collapse_warning,
+    every_row_collapsed,
     plot_mining,
     results_markdown,
     seeds_markdown,
@@ -416,6 +417,8 @@ def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_
     summary = summarise_seeds(results)
     summary["failed_inputs"] = {str(result["seed"]): result["failed_inputs"] for result in results
                                 if result.get("failed_inputs")}  # (each seed's results.md lists them)
+    summary["all_collapsed"] = [str(result["seed"]) for result in results
+                                if every_row_collapsed(result["rows"])]
     atomic_write_json(out / "seeds.json", summary)
     atomic_write_text(out / "seeds.md", seeds_markdown(summary))
     if summary.get("mining"):
