@@ -947,6 +947,35 @@ def test_a_synthetic_option_given_at_the_value_the_study_used_continues_it(tmp_p
         check_folder(out, STUDY_FOLDER, options_record(load_config(StudyConfig, overrides=[f"eval.size={size + 32}"])))
 
 
+def test_the_inputs_a_study_left_out_are_named_once_each_with_their_cause(tmp_path: Path) -> None:
+    """A video that failed to decode failed in flow too ("no 'rgb' entry"): results.md listed it twice, the second
+    time without its cause, and the test split's flow job's failures only as "each listed in its log". Each input
+    is named once, with the first cause the store records; a job whose failures the store does not hold keeps its
+    line."""
+    from types import SimpleNamespace
+
+    from coclr.jobs.tasks import Pretrain
+    from coclr.store.clipstore import ClipStore, record_failures
+    from coclr.study.run import failed_inputs
+    from conftest import make_random_store
+
+    root = make_random_store(tmp_path / "store", videos=6, frames=12, test_videos=2)
+    record_failures(root, "rgb", ["c0/v000"], [("c0/v000", "VideoDecodeError: cannot open as a video")])
+    record_failures(root, "flow", ["c0/v000", "c1/v001"], [
+        ("c0/v000", "DataError: c0/v000: no 'rgb' entry (its RGB job failed)"),
+        ("c1/v001", "DataError: c1/v001: 1 RGB frame, flow needs at least 2")])
+    assert ClipStore(root).failed_inputs("rgb", "flow") == {
+        "c0/v000": "VideoDecodeError: cannot open as a video", "c1/v001": "DataError: c1/v001: 1 RGB frame, flow "
+        "needs at least 2"}
+    jobs = [Job("flow_test", Flow(str(root), FlowOptions(view="flow", split="test"))),
+            Job("infonce_rgb", Pretrain(PretrainConfig()))]
+    plan = SimpleNamespace(store=root, out=tmp_path / "study", jobs=jobs)
+    assert failed_inputs(plan, ["flow_test", "infonce_rgb"]) == [
+        "c0/v000: VideoDecodeError: cannot open as a video",
+        "c1/v001: DataError: c1/v001: 1 RGB frame, flow needs at least 2",
+        f"some inputs of the job infonce_rgb failed, each listed in {tmp_path / 'study' / 'logs' / 'infonce_rgb.log'}"]
+
+
 def test_seeds_whose_inputs_partly_failed_are_said_and_exit_3(tmp_path: Path, capsys, monkeypatch) -> None:
     """A seed's study that left failed inputs out exits 3 (its results.md lists them); run over seeds, it exited 0."""
     import coclr.study.run as study_run

@@ -550,8 +550,7 @@ def store_failures(store: Path, root: str) -> dict[str, str]:
     """The videos the store could not decode or compute flow for (path -> reason)."""
     from coclr.store.clipstore import ClipStore  # noqa: PLC0415
 
-    clip_store = ClipStore(store)
-    failed = {**clip_store.failed("flow"), **clip_store.failed("rgb")}
+    failed = ClipStore(store).failed_inputs("rgb", "flow")
     return {os.path.join(root, key): reason for key, reason in failed.items()}
 
 

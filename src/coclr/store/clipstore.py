@@ -764,6 +764,15 @@ class ClipStore:
         """The entries of ``view`` whose job failed, with the reason (:func:`read_failures`)."""
         return read_failures(self.root, view)
 
+    def failed_inputs(self, *views: str) -> dict[str, str]:
+        """The entries whose job failed in any of ``views``, each once, with the reason of the first of ``views`` it
+        failed in: a view computed from an earlier one (flow from rgb) fails where that one did, and the earlier
+        reason is the cause."""
+        failed: dict[str, str] = {}
+        for view in reversed(views):
+            failed.update(self.failed(view))
+        return {key: failed[key] for key in sorted(failed)}
+
     def notes(self, view: str) -> dict[str, dict[str, Any]]:
         """What decoding noted about the entries of ``view`` (:func:`read_notes`: damaged frames, a turn)."""
         return read_notes(self.root, view)

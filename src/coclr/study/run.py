@@ -34,6 +34,7 @@ from coclr.eval.report import (
     write_report,
 )
 from coclr.jobs.scheduler import run_jobs, visible_gpus
+from coclr.jobs.tasks import Flow
 from coclr.models.encoder import build_encoder
 from coclr.models.loading import checkpoint_sha256, save_encoder
 from coclr.progress import bar as progress_bar
@@ -114,15 +115,14 @@ SEEDS_FILES = ("seeds.json", "seeds.md", MINING_PLOT)
 positives' precision)."""
 
 
-def prepare_data(plan: StudyPlan) -> list[str]:
+def prepare_data(plan: StudyPlan) -> None:
     """The store with its RGB view, and the train split's flow (training needs it first; the test split's flow
-    is a job beside training). Returns the inputs that failed, one line each (``path: why``): left out, the study
-    goes on with the others."""
+    is a job beside training). An input that fails is recorded in the store (:func:`failed_inputs`): left out, the
+    study goes on with the others."""
 
     config = plan.config
     data = config.data
     workers = data.flow_workers or config.processes
-    summaries = []
     if data.source == "synth":
 
         print(f"[study] synthetic dataset -> {plan.store}", flush=True)
@@ -130,14 +130,23 @@ def prepare_data(plan: StudyPlan) -> list[str]:
     elif data.source != "store":
 
         print(f"[study] decoding the videos of {data.root} -> {plan.store}", flush=True)
-        summaries.append(build_store(plan.index, data.root, plan.store, short_side=data.short_side,
-                                     quality=data.quality, fps=data.fps, workers=workers))
-        print(summaries[-1], flush=True)
+        print(build_store(plan.index, data.root, plan.store, short_side=data.short_side, quality=data.quality,
+                          fps=data.fps, workers=workers), flush=True)
     print(f"[study] optical flow of the train split ({data.flow_backend})", flush=True)
-    summaries.append(extract_flow(plan.store, backend=data.flow_backend, view="flow", workers=workers,
-                                  split="train", bound=data.flow_bound))
-    print(summaries[-1], flush=True)
-    return [f"{key}: {why}" for summary in summaries for key, why in getattr(summary, "failed", [])]
+    print(extract_flow(plan.store, backend=data.flow_backend, view="flow", workers=workers, split="train",
+                       bound=data.flow_bound), flush=True)
+
+
+def failed_inputs(plan: StudyPlan, partly: Sequence[str]) -> list[str]:
+    """The inputs the study left out, one line each (``path: why``), each once with its first cause: those the
+    store records as failed (decoding, either split's flow), and a line for each other job (``partly``: those that
+    went through their inputs with some failed) that lists its own in its log."""
+    from coclr.store.clipstore import ClipStore  # noqa: PLC0415
+
+    lines = [f"{key}: {why}" for key, why in ClipStore(plan.store).failed_inputs("rgb", "flow").items()]
+    flow_jobs = {job.name for job in plan.jobs if isinstance(job.task, Flow)}  # (theirs are the store's)
+    return lines + [f"some inputs of the job {name} failed, each listed in {plan.out / 'logs' / f'{name}.log'}"
+                    for name in partly if name not in flow_jobs]
 
 
 def write_cross_entropy_init(plan: StudyPlan) -> Path:
@@ -346,12 +355,11 @@ def _run_plan(plan: StudyPlan, started: float) -> dict[str, Any]:
         atomic_write_text(out / "configs" / f"{name}.yaml", yaml.safe_dump(options, sort_keys=False))
     steps = 5
     print(f"[1/{steps}] data", flush=True)
-    failed = prepare_data(plan)
+    prepare_data(plan)
     if any(map(supervised_row, config.rows)):
         write_cross_entropy_init(plan)
     print(f"[2/{steps}] training and finetuning: {len(plan.jobs)} jobs, {config.processes} at a time", flush=True)
-    failed += [f"some inputs of the job {name} failed, each listed in {out / 'logs' / f'{name}.log'}"
-               for name in run_jobs(plan.jobs, out, config.processes, config.gpus)]
+    failed = failed_inputs(plan, run_jobs(plan.jobs, out, config.processes, config.gpus))
     print(f"[3/{steps}] evaluation: {', '.join(config.columns)} of {len(config.rows)} rows", flush=True)
     rows = evaluate_rows(plan)
     print(f"[4/{steps}] stages of co-training (Figure 4)", flush=True)
