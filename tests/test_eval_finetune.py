@@ -63,7 +63,10 @@ def test_finetune_end_to_end_and_resume(tmp_path, monkeypatch):
     sha = file_sha256(checkpoint)
     clips = ClipConfig(length=8, size=32, batch_size=3)
     config = from_dict(FinetuneConfig, {"epochs": 2, "milestones": [1]})
-    whole = finetune(checkpoint, sha, store, "rgb", tmp_path / "whole", clips, config, progress=False)
+    told = []  # (each epoch done and kept, as a study's progress counts it)
+    whole = finetune(checkpoint, sha, store, "rgb", tmp_path / "whole", clips, config, progress=False,
+                     on_epoch=told.append)
+    assert told == [1, 2]
     probabilities = load_probabilities(whole["probabilities"])
     assert probabilities["center"].shape == probabilities["ten_crop"].shape == (3, 3)
     np.testing.assert_allclose(probabilities["ten_crop"].sum(axis=1), 1.0, atol=1e-5)
@@ -81,10 +84,14 @@ def test_finetune_end_to_end_and_resume(tmp_path, monkeypatch):
         return original(*args, **kwargs)
 
     monkeypatch.setattr(module, "train_epoch", crash_on_second_epoch)
+    told.clear()
     with pytest.raises(KeyboardInterrupt):
-        finetune(checkpoint, sha, store, "rgb", tmp_path / "resumed", clips, config, progress=False)
+        finetune(checkpoint, sha, store, "rgb", tmp_path / "resumed", clips, config, progress=False,
+                 on_epoch=told.append)
     monkeypatch.setattr(module, "train_epoch", original)
-    resumed = finetune(checkpoint, sha, store, "rgb", tmp_path / "resumed", clips, config, progress=False)
+    resumed = finetune(checkpoint, sha, store, "rgb", tmp_path / "resumed", clips, config, progress=False,
+                       on_epoch=told.append)
+    assert told == [1, 2]  # the epoch under way when it stopped was not told, and is trained again
     assert len(resumed["train_losses"]) == 2  # every epoch's, the first's kept with its state (it listed only the last)
     assert resumed["train_losses"] == pytest.approx(whole["train_losses"], rel=1e-5)
     np.testing.assert_allclose(load_probabilities(resumed["probabilities"])["ten_crop"], probabilities["ten_crop"],

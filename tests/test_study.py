@@ -926,6 +926,43 @@ def test_the_scheduler_s_bar_moves_only_when_epochs_are_done(tmp_path: Path, mon
     assert updates and all(count > 0 for count in updates)
 
 
+def test_the_scheduler_counts_the_epochs_a_finetuning_job_tells(tmp_path: Path, monkeypatch) -> None:
+    """Finetuning keeps no log.jsonl: its epochs counted only as its job ended (the bar stood still through it), and
+    one an earlier run had finished counted as this run's work (the ETA too short). Its task tells each epoch kept
+    (``coclr task``'s output, the job's log); the bar counts them, an earlier run's as where it starts."""
+    from coclr.jobs import scheduler
+
+    seen, started = [], []
+
+    class Bar:
+        def __init__(self, **kwargs):
+            self.n = kwargs.get("initial", 0)
+            started.append(self.n)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def set_postfix_str(self, *args, **kwargs):
+            pass
+
+        def update(self, count):
+            self.n += count
+            seen.append(self.n)
+
+    monkeypatch.setattr(scheduler, "progress_bar", Bar)
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "ft.log").write_text("=== coclr job started 2026-12-01 10:00:00\n{\"epochs_done\": 2}\n"
+                                              "coclr task: interrupted (SIGTERM)\n")
+    tells = [sys.executable, "-c", "import time\nfrom coclr.jobs.tasks import tell_epochs_done\n"
+             "for n in (3, 4):\n    time.sleep(0.5)\n    tell_epochs_done(n)\ntime.sleep(0.5)"]
+    scheduler.run_jobs([Job("ft", _flow(tmp_path / "store"), epochs=5)], tmp_path, processes=1, poll_seconds=0.05,
+                       command=tells)
+    assert started == [2] and seen == [3, 4, 5]
+
+
 def test_a_synthetic_option_given_at_the_value_the_study_used_continues_it(tmp_path: Path) -> None:
     """`data.synth.frames=12` (the study's own) on a study made without it was refused as "frames=null (given 12)"."""
     from coclr.runfolder import FolderRefused, check_folder, claim_folder

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,11 +75,13 @@ def evaluate_checkpoint(task: str, store, streams: Sequence[Stream], clips: Clip
                         options: TaskOptions | None = None, *, name: str | None = None,
                         device: str | torch.device = "cpu", train_split: str = "train", test_split: str = "test",
                         with_views: Sequence[str] = (), progress: bool = True,
-                        earlier: dict[str, Any] | None = None) -> dict[str, Any]:
+                        earlier: dict[str, Any] | None = None,
+                        on_epoch: Callable[[int], None] | None = None) -> dict[str, Any]:
     """The record of ``task`` on ``streams`` (one stream, or two fused), on the videos of ``store`` that have
     every stream's view and ``with_views``; ``name`` is the method name the report shows (default: from the
     checkpoints). ``earlier``: a record this function returned before, returned again without any work when it
-    was computed from the same inputs (its ``inputs_sha256``, :func:`inputs_digest`)."""
+    was computed from the same inputs (its ``inputs_sha256``, :func:`inputs_digest`). ``on_epoch``: finetuning's
+    (:func:`coclr.eval.finetune.evaluate_finetune`)."""
     options = options or TaskOptions()
     if train_split == test_split:  # each test video would find itself (retrieval R@1 100), or train on itself
         raise ConfigError(f"--train-split and --test-split are both {train_split!r}: an evaluation needs two "
@@ -107,7 +109,8 @@ def evaluate_checkpoint(task: str, store, streams: Sequence[Stream], clips: Clip
     elif task == "finetune":
         if options.work_dir is None:
             raise ConfigError("finetune: needs a work folder for its resumable state (work_dir)")
-        record = evaluate_finetune(store, streams, options.work_dir, clips, options.finetune, **common)
+        record = evaluate_finetune(store, streams, options.work_dir, clips, options.finetune, on_epoch=on_epoch,
+                                   **common)
     record["inputs_sha256"] = digest
     if name:
         record["name"] = name

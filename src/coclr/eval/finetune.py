@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -176,9 +176,10 @@ def finetune_fingerprint(checkpoint_sha256: str, store, view: str, train_split: 
 def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, out_dir: str | Path,
              clip_config: ClipConfig | None = None, config: FinetuneConfig | None = None,
              train_split: str = "train", test_split: str = "test", device: str | torch.device = "cpu",
-             progress: bool = True, with_views: Sequence[str] = ()) -> dict[str, object]:
+             progress: bool = True, with_views: Sequence[str] = (),
+             on_epoch: Callable[[int], None] | None = None) -> dict[str, object]:
     """Finetune the checkpoint's backbone on ``train_split`` and test it on ``test_split`` (the videos that have
-    ``view`` and the views of ``with_views``).
+    ``view`` and the views of ``with_views``); ``on_epoch(n)`` is told each time ``n`` epochs are done and kept.
 
     Writes ``out_dir/finetune_last.pt`` after every epoch (resumed from when present), the finetuned backbone to
     ``out_dir/finetuned_encoder.pth`` (an encoder file, for retrieval and probes of the finetuned network) and the
@@ -237,6 +238,8 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
                 scheduler.step()
                 _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint, losses)
                 done = epoch + 1
+                if on_epoch is not None:
+                    on_epoch(done)
         except KeyboardInterrupt as error:  # the epoch under way is trained again
             raise interrupted(error, f"{done} of {config.epochs} finetuning epochs done and kept in {state_path}") \
                 from None
@@ -349,9 +352,11 @@ def stream_folders(streams: Sequence, out_dir: str | Path, with_views: Sequence[
 def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: ClipConfig | None = None,
                       config: FinetuneConfig | None = None, train_split: str = "train", test_split: str = "test",
                       device: str | torch.device = "cpu", progress: bool = True,
-                      with_views: Sequence[str] = ()) -> dict[str, object]:
+                      with_views: Sequence[str] = (), on_epoch: Callable[[int], None] | None = None
+                      ) -> dict[str, object]:
     """The finetune protocol for one checkpoint (or two: ten-crop probabilities averaged) as a JSON record, on the
-    videos that have every stream's view and the views of ``with_views``.
+    videos that have every stream's view and the views of ``with_views``; ``on_epoch(n)``: told as each stream's
+    ``n``-th epoch is done and kept.
 
     Each stream is finetuned in its own folder (:func:`stream_folder`); with two streams the fused
     probabilities go to ``out_dir/fused_probabilities.npz`` and ``results`` are the fused accuracies.
@@ -373,7 +378,7 @@ def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: Cl
                      finetune_fingerprint(sha, store, stream.view, train_split, clip_config, config, views,
                                           input_normalisation(stream.checkpoint)), _state_fingerprint)
     per_stream = [finetune(stream.checkpoint, sha, store, stream.view, folder, clip_config, config, train_split,
-                           test_split, device, progress, views)
+                           test_split, device, progress, views, on_epoch)
                   for stream, sha, folder in zip(streams, shas, folders)]
     record = {"task": "finetune", **input_record(store, list(streams), {"train": train_split, "test": test_split}, shas,
                                                     views),

@@ -13,6 +13,7 @@ writing, and holding its folder, behind its back.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -25,7 +26,7 @@ from pathlib import Path
 from coclr.atomic import atomic_write_json
 from coclr.errors import EXIT_SOME_FAILED, CoclrError
 from coclr.interrupts import check_interrupt, deferred_interrupts, die_with_parent, interrupted, signals_interrupt
-from coclr.jobs.tasks import Task, check_records
+from coclr.jobs.tasks import EPOCHS_DONE, Task, check_records
 from coclr.progress import bar as progress_bar
 from coclr.threads import usable_cores
 
@@ -65,8 +66,12 @@ def _claimed_folders(task: Task) -> frozenset[Path]:
         return frozenset()
 
 
-def _epochs_done(job: Job, finished: bool) -> int:
-    """Training epochs a job has logged (all of them once it finished)."""
+_TOLD = re.compile(rf'^\{{"{EPOCHS_DONE}": (\d+)\}}$', re.MULTILINE)
+
+
+def _epochs_done(job: Job, finished: bool, logs: Path) -> int:
+    """Training epochs a job has logged (all of them once it finished): in its runs' ``log.jsonl``, and in its own
+    log where its task tells them (:data:`~coclr.jobs.tasks.EPOCHS_DONE`: finetuning)."""
     if finished:
         return job.epochs
     done = 0
@@ -74,6 +79,9 @@ def _epochs_done(job: Job, finished: bool) -> int:
         log = run / "log.jsonl"
         if log.is_file():
             done += sum('"epoch_loss"' in line for line in log.read_text().splitlines())
+    own = logs / f"{job.name}.log"
+    if own.is_file():
+        done += max(map(int, _TOLD.findall(own.read_text(errors="replace"))), default=0)
     return min(done, job.epochs)
 
 
@@ -197,7 +205,7 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
     claims: dict[str, frozenset[Path]] = {}  # a job's folders, read once its inputs are done (they stay as read)
 
     total = sum(job.epochs for job in jobs)
-    earlier = sum(_epochs_done(job, False) for job in jobs)  # (a resumed run's: not this run's time)
+    earlier = sum(_epochs_done(job, False, logs) for job in jobs)  # (a resumed run's: not this run's time)
     try:
         with signals_interrupt(), deferred_interrupts(), \
                 progress_bar(total=total, initial=earlier, desc=desc, unit="epoch", dynamic_ncols=True) as bar:
@@ -232,7 +240,7 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
                     missing = sorted({dep for job in pending for dep in job.deps} - done)
                     raise CoclrError(f"jobs {', '.join(job.name for job in pending)} wait for {', '.join(missing)}, "
                                      "which no job provides")
-                epochs = sum(_epochs_done(job, job.name in done) for job in jobs)
+                epochs = sum(_epochs_done(job, job.name in done, logs) for job in jobs)
                 bar.set_postfix_str(", ".join(item.job.name for item in running), refresh=False)
                 if epochs > bar.n:  # (an update of 0 restarts tqdm's clock of the epoch under way: the rate of
                     bar.update(epochs - bar.n)  # an epoch would be the poll's second, the ETA far too short)

@@ -24,6 +24,17 @@ from coclr.eval.options import ClipConfig, FinetuneConfig
 from coclr.flow.options import FlowOptions
 from coclr.train.config import PipelineConfig, PretrainConfig
 
+EPOCHS_DONE = "epochs_done"
+"""The key of the line (``{"epochs_done": N}``) a task whose training keeps no ``log.jsonl`` (finetuning) prints
+each time ``N`` of its epochs are done and kept: what the scheduler's progress counts (the largest ``N`` in the
+job's log, which every run of it appends to)."""
+
+
+def tell_epochs_done(done: int) -> None:
+    """Print the line of :data:`EPOCHS_DONE` for ``done`` epochs."""
+    print(json.dumps({EPOCHS_DONE: done}), flush=True)
+
+
 TASKS: dict[str, type[Task]] = {}
 """Every kind of task, by the name its record gives (``"task"``)."""
 
@@ -208,7 +219,8 @@ class Finetune(Task, kind="finetune"):
         check_inputs(store, [stream], ["train", "test"], self.also_views)
         record = evaluate_checkpoint("finetune", store, [stream], self.clips,
                                      TaskOptions(finetune=self.options, work_dir=self.work_dir),
-                                     device=str(pick_device(None)), with_views=list(self.also_views), progress=False)
+                                     device=str(pick_device(None)), with_views=list(self.also_views), progress=False,
+                                     on_epoch=tell_epochs_done)
         results = {key: value for key, value in record["results"].items() if key not in ("grid", "train_losses")}
         print(json.dumps({"task": "finetune", "view": stream.view, **results}), flush=True)
         return 0
