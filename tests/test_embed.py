@@ -312,6 +312,84 @@ def test_a_flow_encoder_alone_embeds_the_flow_stream_of_the_two_stream_embedding
         Embedder(flow_encoder, workers=0, flow_checkpoint=flow_encoder, **SMALL)
 
 
+def test_a_flow_encoder_is_fed_the_flow_its_store_computed(tmp_path):
+    """A flow encoder trained on DIS flow (view flow_dis) was fed TV-L1 flow, silently (the two differ by about 2
+    of the 255 units on average, up to 60). Embed computes the flow the checkpoint records of its store's view:
+    DIS, TV-L1 at other parameters, else TV-L1 at OpenCV's defaults (any backend or mode); a checkpoint that
+    records no method is taken at its view's name."""
+    from coclr.data.augment import center_crop
+    from coclr.flow.backends import flow_of_method
+    from coclr.flow.encode import flow_to_uint8
+    from coclr.flow.opencv import opencv_dis, rgb_to_gray
+    from coclr.flow.params import TVL1Params
+    from coclr.flow.tvl1 import tvl1_flow
+    from coclr.models.loading import load_encoder
+    from coclr.store.flow_views import flow_method
+
+    video = moving_square(20, 48, 64)
+    gray = rgb_to_gray(video)
+    warps = TVL1Params(warps=1)
+    flows = {
+        "dis": flow_to_uint8(np.stack([opencv_dis(a, b) for a, b in zip(gray[:-1], gray[1:])]), 5.0),
+        "tvl1": flow_to_uint8(tvl1_flow(torch.from_numpy(gray[:-1]), torch.from_numpy(gray[1:])).permute(0, 2, 3, 1),
+                              5.0).numpy(),
+        "warps": flow_to_uint8(tvl1_flow(torch.from_numpy(gray[:-1]), torch.from_numpy(gray[1:]), warps)
+                               .permute(0, 2, 3, 1), 5.0).numpy()}
+    assert np.abs(flows["dis"].astype(int) - flows["tvl1"]).mean() > 0.5  # (the difference that went unseen)
+    windows = sliding_windows(len(video) - 1, 8, 1)
+
+    def embedded(view: str, method: dict | None) -> np.ndarray:
+        settings = {"view": view, "length": 8, "stride": 1, "size": 32, "fps": None, "short_side": 48,
+                    "flow_bound": 5.0, **({"flow_method": method} if method is not None else {})}
+        checkpoint = save_tiny_encoder(tmp_path / f"{view}_{len(list(tmp_path.iterdir()))}.pth", seed=1,
+                                       meta={"method": "infonce", "view": view, "clip_settings": settings})
+        return Embedder(checkpoint, workers=0, length=8, size=32).embed_frames(video, 25.0).windows
+
+    backbone, _ = load_encoder(save_tiny_encoder(tmp_path / "reference.pth", seed=1))
+
+    def expected(flow: np.ndarray) -> np.ndarray:
+        clips = torch.from_numpy(np.stack([flow[w] for w in windows]))
+        with torch.no_grad():
+            features = backbone(center_crop({"flow": clips}, 32)["flow"]).mean(dim=(2, 3, 4))
+        return F.normalize(features, dim=1).numpy()
+
+    default = flow_method("tvl1-torch", TVL1Params(), "fast", kernels="c")
+    cases = [("flow_dis", flow_method("dis", TVL1Params()), "dis"), ("flow_dis", None, "dis"),
+             ("flow", flow_method("tvl1", warps), "warps"), ("flow", default, "tvl1"), ("flow", None, "tvl1")]
+    for view, method, flow in cases:
+        windows_of = embedded(view, method)
+        np.testing.assert_allclose(windows_of, expected(flows[flow]), atol=1e-4, err_msg=f"{view} {method}")
+        for other in set(flows) - {flow}:  # (each other flow is far from it)
+            assert np.abs(windows_of - expected(flows[other])).max() > 1e-2, (view, method, other)
+    assert flow_of_method(default, "flow") is None and flow_of_method(None, "flow_dis") == {"backend": "dis"}
+    with pytest.raises(ConfigError, match="flow_method: must be None"):
+        resolve_settings(save_tiny_encoder(tmp_path / "odd.pth"), flow_method={"backend": "farneback"})
+
+
+def test_an_encoder_of_a_dis_view_records_the_method_and_its_card_says_it(tmp_path):
+    """What training records of a flow view (its store's method), which embedding reads back: DIS here, named in
+    the model card of an export."""
+    from coclr.flow.backends import flow_of_method
+    from coclr.models.exported import export_encoder
+    from coclr.store.clipstore import ClipStore
+    from coclr.store.flow_extract import extract_flow
+    from coclr.synth.output import random_store
+    from coclr.train.config import PretrainConfig
+    from coclr.train.model import clip_settings
+
+    root = random_store(tmp_path / "store", videos=2, frames=4, size=(24, 24), views=("rgb",))
+    extract_flow(root, backend="dis", workers=0, bound=5.0)
+    recorded = clip_settings(PretrainConfig(), ClipStore(root), "flow_dis")
+    assert recorded["flow_method"] == {"backend": "dis", "params": None} and recorded["flow_bound"] == 5.0
+    assert flow_of_method(recorded["flow_method"], "flow_dis") == {"backend": "dis"}
+    assert clip_settings(PretrainConfig(), ClipStore(root), "rgb")["flow_method"] is None
+    encoder = save_tiny_encoder(tmp_path / "enc.pth", meta={"method": "infonce", "view": "flow_dis",
+                                                            "clip_settings": recorded})
+    export_encoder(encoder, "safetensors", tmp_path / "export")
+    card = (tmp_path / "export" / "README.md").read_text()
+    assert "optical flow as its training store held it (computed by dis; channels u, v" in card
+
+
 def test_a_two_stream_pass_writes_the_flow_streams_folder_as_a_flow_encoder_alone_does(tmp_path, flow_encoder):
     """``embed_videos(..., streams={1: (folder, flow-only embedder)})``: one pass writes the two-stream folder and
     the flow stream's folder, which holds what ``coclr embed --checkpoint flow.pth`` writes (the same rows, vectors

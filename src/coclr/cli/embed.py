@@ -23,11 +23,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(torchrun --nproc_per_node=N -m coclr embed ...) the processes share the videos and write one folder.")
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="video files, folders, list files or glob patterns")
     parser.add_argument("--checkpoint", required=True, help="encoder checkpoint: the RGB stream (an encoder trained "
-                        "on flow embeds the flow stream alone, with TV-L1 flow computed on the fly)")
+                        "on flow embeds the flow stream alone, with its flow computed on the fly)")
     parser.add_argument("--out", required=True, help="output folder: new or empty (created), or one coclr embed "
                         "wrote (continued)")
     parser.add_argument("--flow-checkpoint",
-                        help="flow encoder: embed two streams, with TV-L1 flow computed on the fly")
+                        help="flow encoder: embed two streams, with flow computed on the fly as the flow encoder's "
+                        "store computed it (TV-L1, or DIS)")
     add_option_flags(parser, EmbedSettings, shown=lambda field: f"the checkpoint's, else {field.default}")
     add_option_flags(parser, EmbedJob)
     parser.set_defaults(func=run)

@@ -77,8 +77,10 @@ def _as_typed(settings: dict[str, Any]) -> dict[str, Any]:
     return {**settings, "short_side": 0} if "short_side" in settings and settings["short_side"] is None else settings
 
 
-EMBED_FOLDER = FolderRule("embed", "embeddings", other="another output folder", shown=_as_typed)
-"""How an output folder is continued or refused (:mod:`coclr.runfolder`): by the ``"settings"`` of ``embed.json``."""
+EMBED_FOLDER = FolderRule("embed", "embeddings", other="another output folder", shown=_as_typed,
+                          since=("flow_method",))
+"""How an output folder is continued or refused (:mod:`coclr.runfolder`): by the ``"settings"`` of ``embed.json``
+(``flow_method``, recorded since 2026-12-02, only where the folder records it)."""
 ARRAY_BLOCK = 65536
 """Rows copied at a time when the arrays are rewritten (bounds memory for millions of rows)."""
 

@@ -36,9 +36,11 @@ from coclr.clips import (
     check_short_side,
     clip_option,
 )
-from coclr.config import option, require
+from coclr.config import from_dict, option, require
 from coclr.data.views import view_kind
 from coclr.errors import ConfigError
+from coclr.flow.backends import flow_of_method
+from coclr.flow.params import TVL1Params
 
 
 def _pixels(text: str) -> int:
@@ -82,6 +84,10 @@ class EmbedSettings:
     flow_bound: float | None = option(None, "flow stream only: flow clipped to +-this many px before its uint8 "
                                             "quantisation (as the flow encoder's store did)",
                                       cli={"shown": "the flow checkpoint's, else 20"})
+    flow_method: dict[str, Any] | None = option(None, "flow stream only: how flow is computed, as the flow encoder's "
+                                                "store computed it (coclr.flow.backends.flow_of_method; None: "
+                                                "TV-L1 at OpenCV's default parameters, the paper's flow)",
+                                                cli={"hidden": True})
     flow_mean: tuple[float, float, float] | None = option(None, "flow stream only: mean of the flow normalisation",
                                                           cli={"hidden": True})
     flow_std: tuple[float, float, float] | None = option(None, "flow stream only: std of the flow normalisation",
@@ -103,6 +109,13 @@ class EmbedSettings:
             check_normalisation(getattr(self, key), key, positive=key.endswith("std"))
         require(self.precision in PRECISIONS, "precision", f"must be None (float32) or 'bf16', got {self.precision!r}")
         check_flow_bound(self.flow_bound, "flow_bound")
+        method = self.flow_method
+        require(method is None or (isinstance(method, dict) and (
+            method == {"backend": "dis"} or (method.get("backend") == "tvl1" and isinstance(method.get("params"), dict)
+                                             and set(method) == {"backend", "params"}))), "flow_method",
+                f"must be None, {{'backend': 'dis'}} or {{'backend': 'tvl1', 'params': {{...}}}}, got {method!r}")
+        if method is not None and method["backend"] == "tvl1":
+            from_dict(TVL1Params, method["params"], prefix="flow_method.params.")
 
     @property
     def default_step(self) -> int:
@@ -143,6 +156,7 @@ def recorded_settings(checkpoint: str | Path, expected_view: str) -> dict[str, A
     if expected_view == "flow":
         out = {("flow_" + key if key in ("mean", "std") else key): value for key, value in out.items()}
         out["flow_bound"] = recorded["flow_bound"] if recorded.get("flow_bound") is not None else 20.0
+        out["flow_method"] = flow_of_method(recorded.get("flow_method"), recorded.get("view"))
     return out
 
 

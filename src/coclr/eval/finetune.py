@@ -56,7 +56,7 @@ from coclr.models.heads import LinearClassifier
 from coclr.models.loading import checkpoint_sha256, read_checkpoint_file, save_encoder
 from coclr.progress import bar as progress_bar
 from coclr.runfolder import FolderRule, check_folder, check_output_file, check_place, claim_folder
-from coclr.store.flow_views import stored_bound
+from coclr.store.flow_views import recorded_method, stored_bound
 from coclr.text import to_bytes
 
 STATE_FILE = "finetune_last.pt"
@@ -245,8 +245,9 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
                 from None
 
         model.eval()
+        flow = stored_view(view) if is_flow_view(view) else None
         _save_finetuned(out_dir / ENCODER_FILE, model, view, clip_config, checkpoint_sha256, normalisation,
-                        stored_bound(store, stored_view(view)) if is_flow_view(view) else None)
+                        flow and stored_bound(store, flow), flow and recorded_method(store, flow))
         short_side = config.ten_crop_short_side or round(clip_config.size * 8 / 7)
 
         def probabilities(clips: torch.Tensor) -> torch.Tensor:
@@ -297,14 +298,17 @@ def _finished(out_dir: Path, tested: dict[str, object]) -> dict[str, object] | N
 
 
 def _save_finetuned(path: Path, model: Classifier, view: str, clip_config: ClipConfig, source_sha256: str,
-                    normalisation: Normalisation = IMAGENET, flow_bound: float | None = None) -> None:
+                    normalisation: Normalisation = IMAGENET, flow_bound: float | None = None,
+                    flow_method: dict | None = None) -> None:
     """The finetuned backbone as an encoder file that records the clips it was finetuned on: their shape, their
-    normalisation and a flow view's bound (so that its embeddings, evaluations and exports take them too; an export
-    said "mean None, std None" and lost the bound)."""
+    normalisation and a flow view's bound and method (so that its embeddings, evaluations and exports take them too;
+    an export said "mean None, std None" and lost the bound)."""
     settings: dict[str, object] = {"view": view, **clip_config.clips.to_dict()}
     settings["mean"], settings["std"] = (list(values) for values in normalisation)
     if flow_bound is not None:
         settings["flow_bound"] = float(flow_bound)
+    if flow_method is not None:
+        settings["flow_method"] = flow_method
     save_encoder(path, Encoder(model.backbone, None), meta={"method": "finetuned", "view": view,
                                                             "finetuned_from": source_sha256,
                                                             "clip_settings": settings})

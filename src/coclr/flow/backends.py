@@ -4,6 +4,7 @@ one): the one table the command line, the study and the extraction read. Light t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -38,3 +39,29 @@ def backends_help() -> str:
     """The help of ``--backend``: every backend with what it does, then the aliases."""
     return "; ".join(f"{b.name}: {b.help}" for b in BACKENDS.values()) + "; " + ", ".join(
         f"{alias} is short for {name}" for alias, name in ALIASES.items())
+
+
+def flow_of_method(recorded: Any, view: str | None) -> dict[str, Any] | None:
+    """The flow a flow encoder was trained on, as embedding computes it for it, from the method its store's view
+    recorded (:func:`coclr.store.flow_views.flow_method`, its checkpoint's ``flow_method``): None for TV-L1 at
+    OpenCV's default parameters (the paper's flow; its backends, modes and kernels agree to within rounding of the
+    stored flow, docs/tvl1.md), ``{"backend": "dis"}`` for DIS, ``{"backend": "tvl1", "params": {...}}`` for TV-L1
+    at other parameters: an encoder is fed the flow it was trained on (it was fed TV-L1 flow whatever its store
+    held). A checkpoint that records no method (written before they were recorded, or from elsewhere) is taken at
+    its view's name: DIS's default view is DIS flow."""
+    if not isinstance(recorded, dict):
+        return {"backend": "dis"} if view == BACKENDS["dis"].default_view else None
+    if recorded.get("backend") == "dis":
+        return {"backend": "dis"}
+    params = recorded.get("params")
+    if not isinstance(params, dict) or params == _default_params():
+        return None
+    return {"backend": "tvl1", "params": dict(params)}
+
+
+def _default_params() -> dict[str, Any]:
+    """OpenCV's default TV-L1 parameters as a view records them."""
+    from coclr.config import to_dict  # noqa: PLC0415
+    from coclr.flow.params import TVL1Params  # noqa: PLC0415
+
+    return to_dict(TVL1Params())

@@ -202,8 +202,12 @@ def model_card(config: dict[str, Any], fmt: str, encoder: Path, notes: Sequence[
             lines.append(f"- the clip is the differences of consecutive normalised frames, x[t+1] - x[t]: "
                          f"{settings.get('length', 'T')} differences of {settings.get('length', 'T')} + 1 "
                          "consecutive frames (not the frames themselves)")
-        if settings.get("flow_bound") is not None:  # (TV-L1 or DIS: the checkpoint does not say which)
-            lines.append(f"- optical flow as its training store held it (channels u, v and a constant 128), "
+        if settings.get("flow_bound") is not None:
+            method = settings.get("flow_method")  # (a checkpoint written before they recorded it does not say)
+            how = (f"computed by {method.get('backend')}"
+                   + (f" with parameters {json.dumps(method['params'])}" if method.get("params") else "") + "; "
+                   if isinstance(method, dict) else "")
+            lines.append(f"- optical flow as its training store held it ({how}channels u, v and a constant 128), "
                          f"clipped to +-{settings['flow_bound']} px and mapped linearly to [0, 255] before the "
                          "normalisation")
     else:

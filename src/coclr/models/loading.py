@@ -159,10 +159,11 @@ def save_encoder(path: str | os.PathLike[str], encoder: Encoder, meta: Mapping[s
     return path
 
 
-CLIP_SETTING_KEYS = ("view", *CLIP_KEYS, "fps", "short_side", "mean", "std", "flow_bound")
+CLIP_SETTING_KEYS = ("view", *CLIP_KEYS, "fps", "short_side", "mean", "std", "flow_bound", "flow_method")
 """What a checkpoint records about the clips its encoder was trained on (``read_clip_settings``): the store view,
 frames per clip, frame stride, crop size, the store's frame rate (None: every decoded frame) and short side, the
-normalisation, and for flow views the clipping bound in pixels."""
+normalisation, and for flow views the clipping bound in pixels and how the flow was computed (the view's
+``<view>_method``: backend, TV-L1 parameters, mode; :func:`coclr.store.flow_views.flow_method`)."""
 
 
 def read_clip_settings(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from coclr.data.views import is_flow_view, stored_view, view_kind
 from coclr.errors import CheckpointError, ConfigError
 from coclr.models.encoder import Encoder, build_encoder
 from coclr.models.loading import load_encoder, read_clip_settings
-from coclr.store.flow_views import stored_bound
+from coclr.store.flow_views import recorded_method, stored_bound
 from coclr.train.config import PretrainConfig
 from coclr.train.learner import PretrainModel, ViewLearner
 
@@ -122,17 +122,20 @@ def sampler_unlike_training(config: PretrainConfig, store) -> list[str]:
 def clip_settings(config: PretrainConfig, store, view: str) -> dict[str, Any]:
     """What the encoder of ``view`` is trained on (recorded in its checkpoints, see
     :func:`coclr.models.loading.read_clip_settings`): clip shape, the store's frame rate and short side, the
-    normalisation and, for flow, the stored bound."""
+    normalisation and, for flow, the stored bound and method."""
+    stored = stored_view(view) if is_flow_view(view) else None
     return recorded_clip_settings(view, config.data.clips.to_dict(), store.meta.get("fps"),
-                                  store.meta.get("short_side"),
-                                  stored_bound(store, stored_view(view)) if is_flow_view(view) else None)
+                                  store.meta.get("short_side"), stored and stored_bound(store, stored),
+                                  stored and recorded_method(store, stored))
 
 
 def recorded_clip_settings(view: str, clips: dict[str, int], fps: float | None, short_side: int | None,
-                           flow_bound: float | None) -> dict[str, Any]:
+                           flow_bound: float | None, flow_method: dict[str, Any] | None = None) -> dict[str, Any]:
     """The clip settings an encoder of ``view`` records (:func:`clip_settings`): ``clips`` (length, stride, size),
-    the frames' rate and short side, the normalisation and, for flow, the bound (of a store, or of the store a run
-    will make: a warm start's copy)."""
+    the frames' rate and short side, the normalisation and, for flow, the bound and the method (of a store, or of
+    the store a run will make: a warm start's copy; None: not recorded)."""
+    flow = is_flow_view(view)
     return {"view": view, **clips, "fps": fps, "short_side": short_side, "mean": list(IMAGENET_MEAN),
-            "std": list(IMAGENET_STD), "flow_bound": flow_bound if is_flow_view(view) else None}
+            "std": list(IMAGENET_STD), "flow_bound": flow_bound if flow else None,
+            "flow_method": flow_method if flow else None}
 
