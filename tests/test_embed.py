@@ -768,7 +768,15 @@ def test_a_video_whose_frame_size_changes_mid_stream_fails_alone(tmp_path, encod
     assert run_cli(videos, *common) == 3
     printed = capsys.readouterr().out
     assert "2 videos embedded" in printed and "1 failed" in printed
-    assert "frame size changes mid-stream, from 40x32 to 32x48 at frame 32" in failed_records(out)["spliced.mpg"]
+    said = ("the frame size changes mid-stream, from 40x32 to 32x48 at frame 32 (as resized to a short side of 32 px); "
+            "re-encode the video at one size")
+    assert said in failed_records(out)["spliced.mpg"]
+    from coclr.errors import VideoDecodeError
+    from coclr.store.build import encoded_frames
+
+    with pytest.raises(VideoDecodeError) as raised:  # a store's entry: the same rule and words (it quoted the
+        list(encoded_frames(VideoReader(changing, 32), 90))  # resized sizes as if decoded, and no remedy)
+    assert said in str(raised.value)
     assert sorted(Path(r["path"]).name for r in check_folder(out).video_records) == ["v0.mp4", "v1.mp4"]
     assert run_cli(videos, *common) == 3  # nothing left to do: the failure is remembered while the file is unchanged
     assert "0 videos embedded (0 windows), 3 skipped (2 already there, 1 failed before and unchanged)" in \

@@ -495,15 +495,28 @@ def test_split_folders_in_any_case_and_beside_other_folders(tmp_path):
         folder_index(tmp_path / "videos")
 
 
-def test_a_link_to_nothing_is_counted_among_the_skipped_files(tmp_path):
+def test_a_link_to_nothing_named_as_a_video_is_a_missing_video(tmp_path, capsys):
+    """Which files are videos is one rule (coclr.video.decode.why_not_video): a link to nothing named as a video is
+    one, as coclr embed takes it (that input's failure). The index skipped it as "not a video", and `data store`
+    then reported every video done with it left out; it is a missing video, refused as one (--drop-missing leaves
+    it out). A link to nothing named otherwise is skipped, said."""
+    from coclr.cli import main
     from coclr.video.indexes import tree_index
     from test_embed import moving_square, write_video
 
     write_video(tmp_path / "videos" / "a.mp4", moving_square(4))
     (tmp_path / "videos" / "gone.mp4").symlink_to(tmp_path / "nowhere.mp4")
+    (tmp_path / "videos" / "notes.txt").symlink_to(tmp_path / "nowhere.txt")
     notes: list[str] = []
-    assert [entry.path for entry in tree_index(tmp_path / "videos", notes=notes).entries] == ["a.mp4"]
-    assert any("skipped 1 files that are not videos (gone.mp4: a link to nothing)" in note for note in notes), notes
+    assert [entry.path for entry in tree_index(tmp_path / "videos", notes=notes).entries] == ["a.mp4", "gone.mp4"]
+    assert any("skipped 1 files that are not videos (notes.txt: a link to nothing)" in note for note in notes), notes
+    args = ["data", "index", "--format", "folder", "--unlabelled", "--root", str(tmp_path / "videos"), "--out",
+            str(tmp_path / "index.json")]
+    assert main(args) == 2 and not (tmp_path / "index.json").exists()
+    assert ("1 of the 2 videos of index 'videos' are missing under " f"{tmp_path / 'videos'}: gone.mp4 (a link to "
+            "nothing); restore them, or give --drop-missing to leave them out") in capsys.readouterr().err
+    assert main([*args, "--drop-missing"]) == 0
+    assert [entry["path"] for entry in json.loads((tmp_path / "index.json").read_text())["entries"]] == ["a.mp4"]
 
 
 def test_classes_a_split_lacks_and_names_alike_are_said(tmp_path, capsys):

@@ -102,7 +102,7 @@ def run_index(args: argparse.Namespace) -> int:
             index = index.without(missing)
             print(f"left out {len(missing)} videos missing under {options.root}")
         elif missing:
-            indexes.check_videos_exist(index, options.root)
+            indexes.check_videos_exist(index, options.root, "restore them, or give --drop-missing to leave them out")
     else:
         print("note: no --root given, so the videos were not checked")
     index.save(args.out)

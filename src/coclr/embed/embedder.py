@@ -61,7 +61,7 @@ from coclr.models.inference import inference_network, padded
 from coclr.models.loading import load_encoder
 from coclr.progress import bar as progress_bar
 from coclr.threads import check_workers, usable_cores, worker_opencv_threads
-from coclr.video.decode import VideoReader
+from coclr.video.decode import VideoReader, size_change
 
 CHUNK_FRAMES = 32
 """Frames a decoding worker sends at a time."""
@@ -310,7 +310,8 @@ class _DecodedVideos(torch.utils.data.IterableDataset):
                     first: np.ndarray | None = None
                     for number, (frame, time) in enumerate(reader.timed()):
                         first = frame if first is None else first
-                        check_frame_size(first, frame, number)
+                        if (changed := size_change(first, frame, number, self.short_side)) is not None:
+                            raise DataError(changed)  # (its windows would mix two framings: no crop makes one clip)
                         chunk.append(frame)
                         times.append(time)
                         if len(chunk) == CHUNK_FRAMES:
@@ -333,15 +334,6 @@ def _end_facts(fps: float, end: float | None, damaged: int = 0, rotation: int = 
     frames, how its frames were turned and its pixels' aspect."""
     return {"fps": float(fps), "end": end, "damaged": int(damaged), "rotation": int(rotation),
             "mirrored": bool(mirrored), "pixel_aspect": float(pixel_aspect)}
-
-
-def check_frame_size(first: np.ndarray, frame: np.ndarray, number: int) -> None:
-    """Refuse a video whose frame size changes mid-stream (a stream spliced from two encodings): its windows
-    would mix frames of two sizes (and two framings), which no crop makes one clip."""
-    if frame.shape != first.shape:
-        raise DataError(f"the frame size changes mid-stream, from {first.shape[1]}x{first.shape[0]} to "
-                        f"{frame.shape[1]}x{frame.shape[0]} at frame {number}; re-encode the video at one size "
-                        "(e.g. ffmpeg -i IN -vf scale=W:H OUT)")
 
 
 def _message(path: str, error: BaseException) -> str:

@@ -21,7 +21,7 @@ from coclr.store.jobs import JobSummary, run_entry_jobs, shard, writing_view
 from coclr.store.jpeg import encode_jpeg
 from coclr.store.options import StoreOptions
 from coclr.threads import check_workers
-from coclr.video.decode import VideoReader
+from coclr.video.decode import VideoReader, size_change
 from coclr.video.indexes import VideoIndex, check_videos_exist
 
 
@@ -53,14 +53,12 @@ def encoded_frames(reader: VideoReader, quality: int, notes: dict[str, Any] | No
     """The JPEG bytes of the frames of ``reader``, one at a time; a frame whose size differs from the first one's
     (a stream that changes size) is a :class:`VideoDecodeError` naming the video, as the entry needs one size. At
     the end, ``notes`` gets the damaged frames kept and the turn applied, if any."""
-    shape = None
+    first = None
     with reader:
         for number, frame in enumerate(reader):
-            if shape is None:
-                shape = frame.shape
-            elif frame.shape != shape:
-                raise VideoDecodeError(f"{reader.path}: frame {number} is {frame.shape[1]}x{frame.shape[0]}, the "
-                                       f"frames before it {shape[1]}x{shape[0]}: a store entry holds one frame size")
+            first = frame if first is None else first
+            if (changed := size_change(first, frame, number, reader.short_side)) is not None:
+                raise VideoDecodeError(f"{reader.path}: {changed}")
             yield encode_jpeg(frame, quality)
     if notes is not None and reader.damaged:
         notes["damaged_frames"] = reader.damaged

@@ -183,6 +183,7 @@ class VideoReader:
         self.pixel_aspect = pixel_aspect(self._stream)
         """A pixel's width over its height as a player shows it (1: square; the frames keep the coded width)."""
         self._converter = _RGBConverter(short_side)
+        self.short_side = short_side
         self.decoded = 0
         self.damaged = 0
         self.lost = 0
@@ -610,6 +611,18 @@ def why_not_video(path: str | Path) -> str | None:
         text = str(error)
         return text[len(f"{path}: "):] if text.startswith(f"{path}: ") else text
     return None
+
+
+def size_change(first: np.ndarray, frame: np.ndarray, number: int, short_side: int | None) -> str | None:
+    """Why frame ``number`` of a video cannot follow its ``first`` (None when it can): its size changed mid-stream
+    (a stream spliced from two encodings), and a clip, a store entry or a window holds frames of one size. The sizes
+    are the frames' as decoded, at ``short_side`` when they were resized to it."""
+    if frame.shape == first.shape:
+        return None
+    resized = f" (as resized to a short side of {short_side} px)" if short_side else ""
+    return (f"the frame size changes mid-stream, from {first.shape[1]}x{first.shape[0]} to {frame.shape[1]}x"
+            f"{frame.shape[0]} at frame {number}{resized}; re-encode the video at one size (e.g. ffmpeg -i IN -vf "
+            "scale=W:H OUT)")
 
 
 def resize_short_side(frame: np.ndarray, short_side: int) -> np.ndarray:

@@ -218,15 +218,17 @@ def video_folder(root: str | Path) -> Path:
     return root
 
 
-def check_videos_exist(index: VideoIndex, root: str | Path) -> None:
-    """Raise one DataError listing every video of ``index`` missing under ``root`` (count + first names)."""
+def check_videos_exist(index: VideoIndex, root: str | Path, remedy: str = "") -> None:
+    """Raise one DataError listing every video of ``index`` missing under ``root`` (count + first names; a link to
+    nothing said so), ending with ``remedy`` (what to do) when given."""
     root = video_folder(root)
     missing = missing_videos(index, root)
     if missing:
-        shown = ", ".join(missing[:MISSING_SHOWN])
+        shown = ", ".join(path + (" (a link to nothing)" if os.path.islink(root / path) else "")
+                          for path in missing[:MISSING_SHOWN])
         more = f" (and {len(missing) - MISSING_SHOWN} more)" if len(missing) > MISSING_SHOWN else ""
         raise DataError(f"{len(missing)} of the {len(index)} videos of index {index.name!r} are missing "
-                        f"under {root}: {shown}{more}")
+                        f"under {root}: {shown}{more}{'; ' + remedy if remedy else ''}")
 
 
 # ---------------------------------------------------------------------------------------------- UCF101
@@ -610,12 +612,12 @@ class _FolderScan:
                 continue
             if child.is_dir():
                 self._visit(child, [*ancestors, real], found)
-            elif child.is_symlink() and not child.exists():
+            elif child.is_symlink() and not child.exists() and self.not_video(child) is not None:
                 self.skipped.append((child.relative_to(self.root).as_posix(), "a link to nothing"))
             elif child.is_file() and (reason := self.not_video(child)) is not None:
                 self.skipped.append((child.relative_to(self.root).as_posix(), reason))
-            elif child.is_file():
-                relative = child.relative_to(self.root).as_posix()
+            elif child.is_file() or child.is_symlink():  # (a link to nothing named as a video: a video that fails
+                relative = child.relative_to(self.root).as_posix()  # when read, as coclr embed's inputs)
                 target = os.path.realpath(child)
                 if target in self.seen:
                     self.twice.append(f"{relative} (also {self.seen[target]})")
