@@ -220,6 +220,21 @@ def test_an_empty_value_is_refused_by_its_flag(argv, tmp_path, capsys, monkeypat
     assert capsys.readouterr().err.rstrip().endswith("argument --out: empty: give a value")
 
 
+@pytest.mark.parametrize("argv, name", [
+    (["embed", "", "--checkpoint", "c.pth", "--out", "o"], "INPUT"), (["search", "", "--query", "0"], "DIR"),
+    (["learn", "v.mp4", "", "--out", "o"], "VIDEOS"), (["curate", "", "--out", "o"], "EMBED_DIR"),
+    (["pretrain", "run.out=R", ""], "key=value"), (["flow", ""], "STORE")])
+def test_an_empty_argument_is_refused_by_its_name(argv, name, tmp_path, capsys, monkeypatch):
+    """``coclr embed --checkpoint c.pth --out o "$VIDEOS"`` with the variable unset embedded every video under the
+    current folder (an empty path is "."): an empty positional argument is refused as an empty option value is."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "v.mp4").write_bytes(b"")
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2 and f"argument {name}: empty: give a value" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["v.mp4"]
+
+
 def test_a_config_file_is_named_when_it_is_a_folder_or_holds_an_unknown_option(tmp_path, capsys):
     (tmp_path / "typo.yaml").write_text("optim:\n  lrr: 1\n")
     (tmp_path / "dotted.yaml").write_text("optim.lr: 0.01\n")  # ("did you mean optim.lr for optim.lr?")

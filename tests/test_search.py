@@ -152,6 +152,10 @@ def test_bad_queries_are_one_line_errors(folder, capsys):
     assert "row 99 is out of range (6 rows" in capsys.readouterr().err
     assert cli_main(["search", str(out), "--query", "nothing.mp4"]) == 2
     assert "--query: nothing.mp4: no such file, nor a row number; give a video file" in capsys.readouterr().err
+    assert cli_main(["search", str(out), "--query", "-1"]) == 2
+    assert "--query: -1: no such file, and rows are numbered from 0; give a video file" in capsys.readouterr().err
+    assert cli_main(["search", str(out), "--query", "1", "--device", "foo"]) == 2  # (a row's query took any device)
+    assert "device: 'foo' is not a torch device" in capsys.readouterr().err
     assert cli_main(["search", str(out), "--query", str(out)]) == 2
     assert f"--query: {out}: a folder, not a video file" in capsys.readouterr().err
     assert cli_main(["search", str(out.parent), "--query", "1"]) == 2

@@ -201,10 +201,12 @@ def _given(kind: typing.Callable[[str], typing.Any] | None, required: bool) -> t
 
 def given_once(parser: argparse.ArgumentParser) -> None:
     """Make every option of ``parser`` and its subcommands that stores one value a :class:`_StoreOnce`, and refuse an
-    empty value of any option that takes values (:func:`_given`)."""
+    empty value of any option or positional argument that takes values (:func:`_given`: ``coclr embed ""``, an
+    unset shell variable, embedded the whole current folder)."""
     for action in parser._actions:
-        if type(action) in (argparse._StoreAction, argparse._AppendAction) and action.option_strings:
-            action.type = _given(action.type, action.required)
+        if type(action) in (argparse._StoreAction, argparse._AppendAction) and action.nargs != argparse.REMAINDER:
+            action.type = _given(action.type, action.required or not action.option_strings)  # (a remainder: its own
+            # parser's arguments, refused there)
         if type(action) is argparse._StoreAction and action.option_strings:
             action.__class__ = _StoreOnce
         elif type(action) is argparse.BooleanOptionalAction:

@@ -49,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.html:  # before any work: a page is written only where it overwrites nothing but a page of ours
         check_output_file(args.html, "search", is_page_file, "a coclr page")
+    if args.device is not None:  # (checked where given: a row's query embeds nothing, and took any text silently)
+        from coclr.distributed import pick_device  # noqa: PLC0415 (heavy: torch)
+
+        pick_device(args.device, "device")
     embeddings = Embeddings(args.dir)
     writer = lock_holder(os.path.join(args.dir, LOCK_FILE))
     if writer is not None:

@@ -803,8 +803,11 @@ def resolve_query(embeddings: Embeddings, query: str, windows: bool = False, dev
         vector = embedder_for(embeddings.root, device=device, workers=0).embed(query).vector
         return Query(vector, str(Path(query).absolute()))
     if not (query.isascii() and query.isdigit()):  # ("²" and "３" are digits to str.isdigit, not to int or a user)
-        what = ("a folder, not a video file" if Path(query).is_dir() else "no such file, nor a row number"
-                if not Path(query).exists() else "not a regular file, nor a row number")
+        negative = query.startswith("-") and query[1:].isascii() and query[1:].isdigit()
+        what = ("a folder, not a video file" if Path(query).is_dir() else
+                "no such file, and rows are numbered from 0" if negative and not Path(query).exists() else
+                "no such file, nor a row number" if not Path(query).exists() else
+                "not a regular file, nor a row number")
         raise DataError(f"--query: {query}: {what}; give a video file or the row number of one in the folder")
     row = int(query)
     records = embeddings.window_records if windows else embeddings.video_records
