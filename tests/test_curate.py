@@ -124,6 +124,35 @@ def test_a_stretch_shared_by_many_videos_is_found_whole_in_every_pair(monkeypatc
         assert all((s.start, s.end, s.other_start, s.other_end) == (0.0, 2.0, 0.0, 2.0) for s in stretches)
 
 
+def test_an_intro_and_an_outro_two_videos_share_are_two_stretches():
+    """Two episodes share an intro (0-2 s) and an outro (7.5-9.5 s), their middles unlike: one stretch spanned
+    every match of the pair, 0-9.5 s in each, the unshared middle included. Each run of matches that follow one
+    another in both videos is a stretch of its own; a window that missed its match inside a run does not split it,
+    and a video holding a copy twice gives a stretch per copy."""
+    rng = np.random.default_rng(3)
+    intro, outro = rng.normal(size=(4, 32)), rng.normal(size=(4, 32))
+    episodes = [np.concatenate([intro, rng.normal(size=(11, 32)), outro]) for _ in range(2)]
+    episodes[1][1] = rng.normal(size=32)  # (one window of the intro, re-cut: no match)
+    clip = rng.normal(size=(4, 32))
+    twice = np.concatenate([clip, rng.normal(size=(6, 32)), clip])  # the clip at 0-2.5 s and at 5-7.5 s
+    rows = np.concatenate([*episodes, clip, twice])
+    window_video = np.repeat([0, 1, 2, 3], [19, 19, 4, 14])
+    starts = np.concatenate([np.arange(count) * 0.5 for count in (19, 19, 4, 14)])
+    ends = starts + 1.0
+    units = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    scores = units @ units.T
+    query, row = np.nonzero(scores >= 0.999)
+    stretches = rules.matching_stretches(query, row, scores[query, row], window_video, starts, ends, np.full(4, -1))
+    seconds = [(s.video, s.other, s.start, s.end, s.other_start, s.other_end) for s in stretches]
+    assert seconds == [(0, 1, 0.0, 2.5, 0.0, 2.5), (0, 1, 7.5, 10.0, 7.5, 10.0), (2, 3, 0.0, 2.5, 0.0, 2.5)], seconds
+    assert rules.sharing_pairs(stretches) == 2
+    # a clip's windows (0-3) whose matches alternate between its two copies in another video (windows 10-13 and
+    # 20-23): one run per copy, not one spanning both and what lies between
+    times = np.arange(24) * 0.5
+    both = rules.runs(np.array([0, 1, 2, 3]), np.array([10, 21, 12, 23]), times, times + 1.0)
+    assert [run.tolist() for run in both] == [[0, 2], [1, 3]]
+
+
 def test_outlier_scores_are_one_minus_the_mean_similarity_of_the_nearest():
     rng = np.random.default_rng(0)
     scores = -np.sort(-rng.uniform(-1, 1, size=(50, 12)), axis=1)
@@ -786,6 +815,8 @@ frame.onload = () => setTimeout(() => {
     (type === 'mouseup' ? w : canvas).dispatchEvent(new (type === 'wheel' ? w.WheelEvent : w.MouseEvent)(type, init));
   }
   const group = Array.from(doc.querySelectorAll('#duplicates li bdi')).map(e => e.textContent);
+  const a = view.toScreen(0), b = view.toScreen(4);  // pixels per unit of the layout, across and up
+  const axes = [(b[0] - a[0]) / (D.points[8] - D.points[0]), (b[1] - a[1]) / (D.points[9] - D.points[1])];
   at(4, 'mousemove');
   const tip = doc.getElementById('tip').getBoundingClientRect();
   const map = doc.getElementById('map').getBoundingClientRect();
@@ -799,7 +830,7 @@ frame.onload = () => setTimeout(() => {
   for (let i = 0; i < 3; i++) { at(2, 'mousedown'); at(2, 'mouseup'); chosen.push(view.chosen); }
   document.getElementById('result').textContent = JSON.stringify({
     ready: doc.body.dataset.ready, names: D.names, group: group, inside: inside, more: more,
-    moved: Math.hypot(after[0] - before[0], after[1] - before[1]), scale: view.scale, chosen: chosen,
+    moved: Math.hypot(after[0] - before[0], after[1] - before[1]), scale: view.scale, chosen: chosen, axes: axes,
     heading: doc.querySelector('header h1 bdi').textContent});
 }, 500);
 </script></body></html>"""
@@ -808,8 +839,8 @@ frame.onload = () => setTimeout(() => {
 def test_the_page_isolates_names_keeps_its_tip_inside_zooms_on_the_cursor_and_reaches_stacked_videos(tmp_path):
     """A right-to-left override in one name stays inside it (each name a ``<bdi>``), a name's bytes that are not
     UTF-8 reach the script as U+FFFD (a lone surrogate in its data crashed the browser), the tip near the map's
-    corner stays on the map, the wheel keeps the spot under the cursor, and videos drawn at one spot are each
-    chosen in turn by clicking it again."""
+    corner stays on the map, the wheel keeps the spot under the cursor, videos drawn at one spot are each chosen
+    in turn by clicking it again, and the map keeps the layout's proportions (it scaled each axis by its side)."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("chromium is not installed")
@@ -824,6 +855,8 @@ def test_the_page_isolates_names_keeps_its_tip_inside_zooms_on_the_cursor_and_re
     write_page(tmp_path / "page", Path("/v/\u202efolder"), ["a line"], data)
     found = harness_result(chromium, tmp_path, NAMES_HARNESS, 5000, "1100,800")
     assert found["ready"] == "yes" and found["names"][1] == "/v/caf\ufffd.mp4"
+    across, up = found["axes"]  # one scale for both axes (a 1000 x 600 frame stretched the map across by 1.7)
+    assert across == pytest.approx(up, rel=1e-6) and across > 100, found["axes"]
     assert found["group"] == [names[0], names[2], names[3]]  # each name its own element
     assert found["heading"] == "\u202efolder"
     assert found["inside"]  # the tip of the corner's video on the map
@@ -1104,6 +1137,17 @@ def test_solid_colour_videos_match_only_their_own_colour_and_a_fingerprint_of_ze
     assert sorted(Path(path).name for path in record["fingerprints"]["solid_colour"]) == [
         "black again.mp4", "black.mp4", "dark.mp4", "red.mp4", "white.mp4"]
     assert record["fingerprints"]["without"] == [] and summary.unfingerprinted == 0
+    # calibrated on copies of black and of another video: black's copies have no layout, so one video's copies
+    # were compared (it said two)
+    from coclr.curate import calibrate
+
+    rows = {Path(json.loads(line)["path"]).name: number
+            for number, line in enumerate((folder / "videos.jsonl").read_text().splitlines())}
+    monkeypatch.setattr(calibrate, "sample_rows", lambda embeddings, count, stale: [rows["black.mp4"],
+                                                                                   rows[videos[2].name]])
+    curate(folder, tmp_path / "calibrated", CurateOptions(calibrate=2, windows=False, thumbnails=0), show=False)
+    calibration = json.loads((tmp_path / "calibrated" / "curate.json").read_text())["fingerprints"]["calibration"]
+    assert calibration["videos"] == 1
     checkpoint = read_checkpoint(embeddings)
     paths = [str(path) for path in videos[1:5]]
     made = prints.fingerprint_file

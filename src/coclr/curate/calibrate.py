@@ -204,13 +204,15 @@ def calibrate_fingerprints(embeddings: Embeddings, units: np.ndarray, mean: np.n
     negatives = []
     usable = units.any(axis=(1, 2))
     compared_all = similarities(copied, np.arange(len(copies)), units)  # each copy to every video of the folder
+    counted = set()  # (the videos a copy of which was compared: a solid-colour one's copies have no layout)
     for number, (row, name, _) in enumerate(copies):
         if number in lacking or not usable[row]:
             continue
         compared = compared_all[number]
         positives.setdefault(name, []).append(float(compared[row]))
         negatives.append(np.delete(compared, row)[np.delete(usable, row)])
-    videos = len({row for row, _, _ in copies})
+        counted.add(row)
+    videos = len(counted)
     values = np.concatenate([np.asarray(v) for v in positives.values()]) if positives else np.empty(0)
     if not len(values):
         return {"threshold": None, "rule": "no altered copy could be fingerprinted", "positives": {}, "videos": 0}

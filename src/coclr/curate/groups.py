@@ -191,12 +191,14 @@ def matching_stretches(query: np.ndarray, row: np.ndarray, score: np.ndarray, wi
     """The stretches two videos share where only part of one repeats, from every pair of windows whose similarity
     reaches the threshold (``query``, ``row``, ``score``, either way; ``window_video`` each window's video row,
     ``starts``/``ends`` its seconds), gathered per pair of videos that is not already a whole-video duplicate
-    (``whole``: each video's duplicate group, -1 for none, :func:`group_of`); one stretch per pair, ``video <
-    other``. Decided per pair of videos: a window matches the window of the other video that is its best there
-    (:func:`best_windows`) when it is that window's best in its own video too (mutual): in a space where a few
-    windows are near everything (hubs), a window's best alone would tie unrelated stretches together; and an intro
-    shared by many videos is matched in each pair whatever the others (a window's single nearest of any video
-    left all but one pair a window or two)."""
+    (``whole``: each video's duplicate group, -1 for none, :func:`group_of`); ``video < other``, one stretch per
+    run of matching windows that follow one another in both videos (:func:`runs`: two shared stretches apart, an
+    intro and an outro, are two stretches, not one spanning what lies between them). Decided per pair of videos:
+    a window matches the window of the other video that is its best there (:func:`best_windows`) when it is that
+    window's best in its own video too (mutual): in a space where a few windows are near everything (hubs), a
+    window's best alone would tie unrelated stretches together; and an intro shared by many videos is matched in
+    each pair whatever the others (a window's single nearest of any video left all but one pair a window or
+    two)."""
     query, row, score = best_windows(np.asarray(query, np.int64), np.asarray(row, np.int64), score, window_video)
     if not len(query):
         return []
@@ -215,10 +217,48 @@ def matching_stretches(query: np.ndarray, row: np.ndarray, score: np.ndarray, wi
     for (a, b), matches in sorted(found.items()):
         mine = np.array([m[0] for m in matches])
         theirs = np.array([m[1] for m in matches])
-        stretches.append(Stretch(a, b, float(starts[mine].min()), float(ends[mine].max()),
-                                 float(starts[theirs].min()), float(ends[theirs].max()),
-                                 max(m[2] for m in matches)))
+        values = np.array([m[2] for m in matches])
+        for run in runs(mine, theirs, starts, ends):
+            stretches.append(Stretch(a, b, float(starts[mine[run]].min()), float(ends[mine[run]].max()),
+                                     float(starts[theirs[run]].min()), float(ends[theirs[run]].max()),
+                                     float(values[run].max())))
     return stretches
+
+
+def runs(mine: np.ndarray, theirs: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
+    """The matches of one pair of videos (window ``mine[i]`` of one matching ``theirs[i]`` of the other) split into
+    runs, each the indices of one copy's matches in order of time: matches whose offset between the two videos
+    (``starts[theirs] - starts[mine]``) stays within one window's length of the next are one copy (a video that
+    holds a clip twice gives one run per copy, however its windows' matches alternate between them), and within a
+    copy a run ends where the next match's window begins more than one window's length after the end of the
+    previous one's (one window that missed its match inside a stretch does not split it; an intro and an outro at
+    the same offset are two runs)."""
+    offset = starts[theirs] - starts[mine]
+    length = ends[mine] - starts[mine]
+    by_offset = np.lexsort((starts[mine], offset))
+    copies, current = [], [by_offset[0]]
+    for previous, index in zip(by_offset[:-1], by_offset[1:]):
+        if offset[index] - offset[previous] > length[previous]:
+            copies.append(current)
+            current = []
+        current.append(index)
+    copies.append(current)
+    found = []
+    for copy in copies:
+        copy = sorted(copy, key=lambda index: (starts[mine[index]], mine[index]))
+        current = [copy[0]]
+        for previous, index in zip(copy[:-1], copy[1:]):
+            if starts[mine[index]] > ends[mine[previous]] + length[previous]:
+                found.append(np.array(current))
+                current = []
+            current.append(index)
+        found.append(np.array(current))
+    return sorted(found, key=lambda run: (starts[mine[run[0]]], starts[theirs[run[0]]]))
+
+
+def sharing_pairs(stretches: list[Stretch]) -> int:
+    """How many pairs of videos share at least one stretch (a pair may share several)."""
+    return len({(stretch.video, stretch.other) for stretch in stretches})
 
 
 def outlier_scores(scores: np.ndarray, k: int = OUTLIER_K) -> np.ndarray:

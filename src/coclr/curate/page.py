@@ -69,9 +69,13 @@ SCRIPT = r"""
     const v = parseInt(hex.slice(1), 16);
     return new Uint32Array(new Uint8Array([v >> 16, (v >> 8) & 255, v & 255, 255]).buffer)[0];
   });
+  function origin() {  // CSS pixels: the side of the square the layout fills at scale 1 (one scale for both
+    const w = canvas.clientWidth - 2 * pad, h = canvas.clientHeight - 2 * pad, s = Math.min(w, h);  // axes: the
+    return [s, pad + (w - s) / 2, pad + (h - s) / 2];  // layout's proportions), and where it starts, centred
+  }
   function frame() {  // CSS pixels: x = ax * X + bx, y = ay * Y + by
-    const w = canvas.clientWidth - 2 * pad, h = canvas.clientHeight - 2 * pad;
-    return [w * view.scale, pad + view.x, h * view.scale, pad + view.y];
+    const [s, left, top] = origin();
+    return [s * view.scale, left + view.x, s * view.scale, top + view.y];
   }
   view.toScreen = function (row) {  // CSS pixels within the canvas
     const f = frame();
@@ -208,7 +212,8 @@ SCRIPT = r"""
   canvas.addEventListener('mouseleave', () => showTip(-1, 0, 0));
   canvas.addEventListener('wheel', e => {
     e.preventDefault();
-    const factor = Math.exp(-e.deltaY / 500), x = e.offsetX - pad, y = e.offsetY - pad;  // the spot under the
+    const [, left, top] = origin();
+    const factor = Math.exp(-e.deltaY / 500), x = e.offsetX - left, y = e.offsetY - top;  // the spot under the
     view.x = x - (x - view.x) * factor; view.y = y - (y - view.y) * factor; view.scale *= factor;  // cursor stays
     draw();
   }, {passive: false});

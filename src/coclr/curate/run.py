@@ -263,7 +263,8 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
     searched = ("not asked for" if not windows else "not searched: one group holds every video" if alike
                 else "searched" if trusted else "not searched: the windows' threshold is not calibrated")
     summary = CurateSummary(out, count, group_threshold, group_rule, len(whole), sum(len(group) for group in whole),
-                            len(stretches), len(stale), 0.0, len(fingerprinted.get("without", [])), searched)
+                            rules.sharing_pairs(stretches), len(stale), 0.0, len(fingerprinted.get("without", [])),
+                            searched)
     data = page_data(paths, points, colours, scores, neighbours, whole, stretches, outliers, ranking, thumbs, count,
                      links.best)
     shown_map = "UMAP" if method == "umap" else "the first two principal components (pip install umap-learn for UMAP)"
@@ -288,7 +289,8 @@ def _curate(embeddings: Embeddings, out: Path, options: CurateOptions, started: 
         "window_rule": window_rule if windows else None,
         "stretches": searched,
         "calibration": {key: value for key, value in calibration.items() if key != "threshold"},
-        "groups": len(whole), "duplicate_videos": summary.duplicates, "partial_pairs": len(stretches),
+        "groups": len(whole), "duplicate_videos": summary.duplicates, "partial_pairs": summary.partial,
+        "partial_stretches": len(stretches),
         "stale": sorted(stale), "map": method, "colour_groups": int(colours.max()) + 1,
         "outlier_score": f"1 - mean similarity of the {k} nearest others",
         "seconds": {**seconds, "all": summary.seconds}})
