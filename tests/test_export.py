@@ -434,3 +434,59 @@ def test_the_card_of_a_pretrain_checkpoint_says_how_it_was_trained(tmp_path):
     assert '- method: "infonce"' in training and '- view: "rgb"' in training and '- steps: 1' in training
     assert "- epochs: 2" in training and "- epochs_done: 0" in training and "not recorded" not in training
     assert "None" not in card
+    assert "init_checkpoint" not in training  # (not given: not said)
+    warm = tmp_path / "warm"  # a warm start says what it started from (the card never did)
+    assert main(["pretrain", f"data.store={store}", f"run.out={warm}", *TINY, "optim.epochs=2", "run.max_steps=1",
+                 f"method.init_checkpoint={run / 'checkpoint_last.pth'}"]) == 0
+    assert main(["export", str(warm / "checkpoint_last.pth"), "--format", "safetensors", "--out",
+                 str(tmp_path / "warm_ex")]) == 0
+    training = (tmp_path / "warm_ex" / "README.md").read_text().split("## Training")[1].split("##")[0]
+    assert f'- init_checkpoint: "{run / "checkpoint_last.pth"}"' in training
+
+
+def test_a_meta_of_number_keys_or_numbers_that_are_not_finite_exports_as_strict_json(tmp_path, capsys):
+    """save_encoder allows int keys in meta: export gave a traceback (JSON's sort of str and int keys); a tuple key
+    left a model file without its config; a NaN wrote `NaN` into config.json, which strict JSON readers refuse."""
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+
+    encoder = build_encoder(width=0.125, embed_dim=16).eval()
+    meta = {1: "a", "view": "rgb", "best": float("nan"), "loss": float("inf")}
+    save_encoder(tmp_path / "keys.pth", encoder, meta=meta)
+    assert main(["export", str(tmp_path / "keys.pth"), "--format", "safetensors", "--out", str(tmp_path / "a")]) == 0
+    config = json.loads((tmp_path / "a" / "config.json").read_text(), parse_constant=lambda name: 1 / 0)
+    assert config["meta"]["1"] == "a" and config["meta"]["best"] == "nan" and config["meta"]["loss"] == "inf"
+    payload = torch.load(tmp_path / "keys.pth", weights_only=True)
+    payload["meta"] = {("a", 1): 2}
+    torch.save(payload, tmp_path / "tuple.pth")
+    assert main(["export", str(tmp_path / "tuple.pth"), "--format", "torchscript", "--out", str(tmp_path / "b")]) == 2
+    assert "meta has the key ('a', 1), a tuple, which its config (JSON) cannot hold" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
+def test_an_encoder_saved_with_its_view_alone_is_that_view_everywhere(tmp_path):
+    """meta={"view": "flow"} without clip settings: export's config said flow, while embed fed it RGB frames."""
+    from coclr.embed.settings import checkpoint_view
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import read_clip_settings, save_encoder
+
+    path = save_encoder(tmp_path / "flow.pth", build_encoder(width=0.125, embed_dim=16).eval(), meta={"view": "flow"})
+    assert read_clip_settings(path) == {"view": "flow"} and checkpoint_view(path) == "flow"
+
+
+def test_a_folder_whose_export_never_wrote_its_model_says_so(tmp_path, capsys):
+    """An export stopped before its model was written left run.json alone: another encoder was refused as if the
+    folder "holds an exported encoder", with no way on (export has no --restart)."""
+    from coclr.models.encoder import build_encoder
+    from coclr.models.exported import EXPORT_FOLDER
+    from coclr.models.loading import save_encoder
+    from coclr.runfolder import claim_folder
+
+    with claim_folder(tmp_path / "half", EXPORT_FOLDER, {"encoder": "/x/enc.pth", "sha256": "ab" * 32,
+                                                         "format": "safetensors"}):
+        pass  # (stopped here: nothing written but its record)
+    path = save_encoder(tmp_path / "enc.pth", build_encoder(width=0.125, embed_dim=16).eval(), meta={"view": "rgb"})
+    assert main(["export", str(path), "--format", "safetensors", "--out", str(tmp_path / "half")]) == 2
+    said = capsys.readouterr().err
+    assert "holds an export that was stopped before it wrote its model, of another encoder or format (sha256=" in said
+    assert "delete the folder to export into it, or give another folder" in said

@@ -1722,6 +1722,10 @@ def test_the_report_says_the_epochs_the_stages_trained():
     notes = card_notes({"plan": {**plan, "batch": 12, "model": {"width": 0.125}}, "videos": 9, "failed": failed,
                         "trained_videos": 9}, None)  # (it failed to embed only: trained on all the same)
     assert " on 9 videos " in notes[0]
+    init = {"rgb": {"source": "/runs/old/encoder_rgb.pth", "format": "ours", "sha256": "ab" * 32}}
+    notes = card_notes({"plan": {**plan, "batch": 12, "model": {"width": 0.125}, "init": init}, "videos": 8}, None)
+    assert "its rgb encoder started from /runs/old/encoder_rgb.pth (ours checkpoint, sha256 abababababab...)" in \
+        notes  # (a warm start's card never said what it started from)
 
 
 def test_a_phase_killed_outright_keeps_its_seconds_to_the_last_record(tmp_path):

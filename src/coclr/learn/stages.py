@@ -219,6 +219,10 @@ def card_notes(result: dict[str, Any], stage: str | None) -> list[str]:
         notes.append(f"from a `coclr learn` run without labels on {videos} videos (InfoNCE then "
                      f"two CoCLR cycles, {steps} steps of batch {plan.get('batch', '?')} over all its stages, S3D "
                      f"width {model.get('width', '?')})" + (f"; this encoder is its stage {stage}" if stage else ""))
+        for view, start in _mapping(plan.get("init")).items():  # (a warm start: what the run started from)
+            start = _mapping(start)
+            notes.append(f"its {view} encoder started from {start.get('source', '?')} ({start.get('format', '?')} "
+                         f"checkpoint, sha256 {str(start.get('sha256', '?'))[:12]}...)")
     for view, entry in _mapping(result.get("exported")).items():
         if _mapping(entry).get("stage") == stage:
             notes.append(f"exported as encoder_{view}: {entry.get('reason')}")

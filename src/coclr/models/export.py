@@ -64,19 +64,35 @@ def encoder_config(backbone, head, meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _as_json(value: Any, where: str) -> Any:
-    """``value`` as JSON holds it: a one-number tensor or NumPy scalar (a training script's ``best_acc``) as its
-    number; anything else JSON cannot hold refused, naming where it is in the meta."""
+    """``value`` as strict JSON holds it: a one-number tensor or NumPy scalar (a training script's ``best_acc``) as
+    its number, a number that is not finite as its text (``"nan"``, ``"inf"``: JSON has none), a key that is a
+    number, a boolean or None as its JSON text (``1`` as ``"1"``, as :func:`coclr.models.loading.save_encoder`
+    allows); anything else JSON cannot hold refused, naming where it is in the meta (before any file is written)."""
+    import math  # noqa: PLC0415
+
     import numpy as np  # noqa: PLC0415
     import torch  # noqa: PLC0415
 
     if isinstance(value, dict):
-        return {key: _as_json(item, f"{where}[{key!r}]") for key, item in value.items()}
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise CheckpointError(f"the encoder's {where} has the key {key!r}, a {type(key).__name__}, which its "
+                                      "config (JSON) cannot hold; only its tensors can be exported as they are")
+            name = key if isinstance(key, str) else json.dumps(_as_json(key, where))
+            if name in out:
+                raise CheckpointError(f"the encoder's {where} has two keys written {name!r} in JSON ({key!r} and "
+                                      "another); only its tensors can be exported as they are")
+            out[name] = _as_json(item, f"{where}[{key!r}]")
+        return out
     if isinstance(value, (list, tuple)):
         return [_as_json(item, f"{where}[{index}]") for index, item in enumerate(value)]
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
-        return value.item()
+        return _as_json(value.item(), where)
     if isinstance(value, np.generic) and not np.iscomplexobj(value):
-        return value.item()
+        return _as_json(value.item(), where)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     what = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__

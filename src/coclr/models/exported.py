@@ -34,7 +34,7 @@ from coclr.models.export import (
     run_exported,
     save_safetensors,
 )
-from coclr.runfolder import FolderRule, check_folder, claim_folder
+from coclr.runfolder import FolderRefused, FolderRule, check_folder, claim_folder
 
 EXPORT_FOLDER = FolderRule("export", "an exported encoder", may_differ=("encoder",))
 """How an export folder is continued or refused (:mod:`coclr.runfolder`): by the encoder's content and the format;
@@ -88,7 +88,16 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
     options = {"encoder": str(encoder.resolve()), "sha256": read.sha256, "format": fmt}
     model = out / f"model{SUFFIXES[fmt]}"
     changed = False
-    if check_folder(out, EXPORT_FOLDER, options) and model.is_file() and (out / "README.md").is_file():
+    try:
+        held = check_folder(out, EXPORT_FOLDER, options)
+    except FolderRefused as refused:  # (it said "holds an exported encoder" of a folder where none was written)
+        if any((out / f"model{suffix}").is_file() for suffix in SUFFIXES.values()):
+            raise
+        differing = str(refused).split(" with ", 1)[-1].split(";")[0]  # (the keys, as the refusal names them)
+        raise FolderRefused(f"{out}: holds an export that was stopped before it wrote its model, of another "
+                            f"encoder or format ({differing}): delete the folder to export into it, or give another "
+                            "folder") from None
+    if held and model.is_file() and (out / "README.md").is_file():
         try:
             recorded = (read_json_record(out / "config.json") or {}).get("sha256")  # the model file's, as exported
         except DataError:  # (damaged too: written again with the model)
@@ -165,15 +174,16 @@ def _check_safetensors(path: Path, backbone, head) -> dict[str, float]:
 def training_meta(payload: dict[str, Any]) -> dict[str, Any]:
     """What a ``coclr pretrain`` checkpoint (its ``config`` and ``position``, no ``meta``) says of its training, as
     an encoder file's ``meta`` does: the method, the view, the store, the epochs planned, those finished and the
-    steps done (what it lacks left out); {} for others."""
+    steps done, and the checkpoints it started from and mined with (what it lacks left out); {} for others."""
     config, position = payload.get("config"), payload.get("position")
     if not isinstance(config, dict) or not isinstance(position, dict):
         return {}
     method, data, optim = (config.get(key) if isinstance(config.get(key), dict) else {} for key in
                            ("method", "data", "optim"))
     found = {"method": method.get("name"), "view": data.get("view"), "store": data.get("store"),
-             "epochs": optim.get("epochs"), "epochs_done": position.get("epoch"), "steps": position.get("global_step")}
-    return {key: value for key, value in found.items() if value is not None}
+             "epochs": optim.get("epochs"), "epochs_done": position.get("epoch"), "steps": position.get("global_step"),
+             **{key: method.get(key) for key in ("init_checkpoint", "second_init_checkpoint", "sampler_checkpoint")}}
+    return {key: value for key, value in found.items() if value is not None and value != ""}
 
 
 RGB_DIFFERENCES = "rgbdiff"

@@ -200,6 +200,10 @@ def _clip_settings(payload: Any) -> dict[str, Any]:
     elif payload.get("format") == ENCODER_FORMAT:
         meta = payload.get("meta")
         settings = meta.get("clip_settings") if isinstance(meta, dict) else None
+        if isinstance(meta, dict) and isinstance(meta.get("view"), str) and not (
+                isinstance(settings, dict) and settings.get("view")):  # (an encoder saved with its view alone:
+            settings = {**(settings if isinstance(settings, dict) else {}), "view": meta["view"]}  # that view, as
+            # an export's config says: embedding fed an encoder of flow RGB frames)
     if not isinstance(settings, dict):
         return {}
     return {key: settings[key] for key in CLIP_SETTING_KEYS if key in settings}
