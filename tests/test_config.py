@@ -152,6 +152,14 @@ def test_an_option_given_twice_is_refused(argv: list[str], option: str, tmp_path
     (["study", "--check", "--out", "s", "data.synth={seed: 3}"], "data.synth.seed: is the study's seed"),
     (["data", "synth", "--out", "s", "height=100000"], "height: must be from 16 to 4320 pixels"),
     (["eval", "linear", "--checkpoint", "c.pth", "--store", "s", "--seed", "-1"], "seed: must be from 0 to 2**32"),
+    (["pretrain", *BASE, "optim.schedule=constant", "optim.milestones=[1]"],  # (the lr stayed constant, unsaid)
+     "optim.milestones: [1] are read only with optim.schedule=milestones (given constant)"),
+    (["pipeline", *BASE, "optim.schedule=plateau", "pipeline.cycle_milestones=[1]"],
+     "pipeline.cycle_milestones: [1] are read only with optim.schedule=milestones (given plateau)"),
+    (["pipeline", *BASE, "optim.epochs=300"],  # (the default, given: dropped without a word; another was refused)
+     "optim.epochs: is set by each stage of a pipeline: give pipeline.infonce_epochs and pipeline.cycle_epochs"),
+    (["pipeline", *BASE, "method.name=infonce"], "method.name: is set by each stage of a pipeline"),
+    (["pretrain", *BASE, "data.second_view= flow"], "data.second_view: invalid view name ' flow'"),  # (named no key)
 ])
 def test_a_command_line_that_would_lose_an_option_is_refused(argv: list[str], said: str, tmp_path: Path, capsys,
                                                             monkeypatch) -> None:

@@ -272,7 +272,8 @@ def test_stretches_of_videos_count_as_instances_in_the_check_before_the_stages(t
 
 
 def test_the_time_left_counts_an_epoch_of_both_views_as_two(tmp_path: Path) -> None:
-    """A sim stage's epoch trains both views: the ETA priced it as one view's (about half the time it took)."""
+    """A sim stage's epoch trains both views: the ETA priced it as one view's (about half the time it took); each
+    method's epochs at their own time."""
     from coclr.train.pipeline import Stage, pipeline_eta
 
     stages = [Stage("infonce_rgb", "infonce", ["rgb"], 0, 2, []), Stage("infonce_flow", "infonce", ["flow"], 0, 2, []),
@@ -280,7 +281,14 @@ def test_the_time_left_counts_an_epoch_of_both_views_as_two(tmp_path: Path) -> N
     (tmp_path / "infonce_rgb").mkdir()
     (tmp_path / "infonce_rgb" / "log.jsonl").write_text("".join(json.dumps({"epoch": e, "epoch_seconds": 5.0}) + "\n"
                                                                 for e in (1, 2)))
-    assert pipeline_eta(tmp_path, stages) == "2/8 epochs of the pipeline done, about 50 s left"  # (2 + 4 x 2) x 5
+    assert pipeline_eta(tmp_path, stages) == ("2/8 epochs of the pipeline done, about 50 s left (coclr epochs not "
+                                              "timed yet: taken at the others')")  # (2 + 4 x 2) x 5
+    # a CoCLR epoch timed: its stages at its own time (it cost more than InfoNCE's, and the ETA fell short), and
+    # --until counts only the stages up to it (it gave the whole pipeline's time)
+    (tmp_path / "cycle1_sim").mkdir()
+    (tmp_path / "cycle1_sim" / "log.jsonl").write_text(json.dumps({"epoch": 1, "epoch_seconds": 16.0}) + "\n")
+    assert pipeline_eta(tmp_path, stages) == "3/8 epochs of the pipeline done, about 58 s left"  # 2 x 5 + 3 x 16
+    assert pipeline_eta(tmp_path, stages, "infonce_flow") == "2/4 epochs up to infonce_flow done, about 10 s left"
 
 
 def test_a_pipeline_folder_recorded_before_its_global_batch_was_continues() -> None:

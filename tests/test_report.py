@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import re
 
 import numpy as np
@@ -235,7 +236,7 @@ def fake_run(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_report_run_end_to_end(tmp_path):
+def test_report_run_end_to_end(tmp_path, capsys):
     """``coclr report --run``: retrieval after every stage of a (fake) pipeline run, plot, table, gallery."""
     fake_run(tmp_path)
     logged = [0.4, 0.6]
@@ -254,6 +255,16 @@ def test_report_run_end_to_end(tmp_path):
     stage = json.loads((out / "results" / "cycle1_rgb_rgb.json").read_text())
     assert stage["mined_precision"] == pytest.approx(50.0)
     assert "mined_precision" not in json.loads((out / "results" / "cycle1_flow_flow.json").read_text())  # no log
+    rows = json.loads((out / "table.json").read_text())  # each row names its record (it said "")
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    assert [os.path.basename(source) for row in rows for source in row["sources"]] == [
+        "infonce_rgb_rgb.json", "infonce_flow_flow.json", "cycle1_rgb_rgb.json", "cycle1_flow_flow.json"]
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    manifest["stages"][-1]["status"] = "running"  # stopped mid-way: said, not reported as if it were all
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["report", "--run", str(tmp_path / "run"), "--store", str(tmp_path / "store"), "--out", str(out),
+                 "--length", "8", "--size", "32", "--quiet"]) == 0
+    assert "stage(s) cycle1_flow not finished: reported are the 3 finished ones" in capsys.readouterr().err
 
 
 def test_a_run_whose_store_left_videos_out_says_so_and_is_not_all_done(tmp_path, capsys):

@@ -212,15 +212,23 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     are mappings (``dict`` fields) are merged key by key with their default, so ``train.optim.lr=0.01`` changes one
     entry of a default mapping and keeps the others."""
     data = merge(dict_defaults(cls), dict(base or {}))
+    refuse_given = getattr(cls, "refuse_given", None)  # (keys the class sets itself: given at all, refused)
+    if refuse_given is not None:
+        refuse_given(dict(base or {}))
     if path is not None:
         from_file = read_yaml(path)
         try:
             _refuse_unknown(cls, from_file, "", nested=True)
             _check_types(cls, from_file, "")
+            if refuse_given is not None:
+                refuse_given(from_file)
         except ConfigError as error:
             raise ConfigError(f"{path}: {error}") from None
         data = merge(data, from_file)
-    data = merge(data, parse_overrides(overrides or []))
+    given = parse_overrides(overrides or [])
+    if refuse_given is not None:
+        refuse_given(given)
+    data = merge(data, given)
     return from_dict(cls, data)
 
 

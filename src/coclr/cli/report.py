@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -138,6 +139,12 @@ def run_settings(args: argparse.Namespace) -> tuple[ClipConfig, str]:
 def evaluate_run(args: argparse.Namespace, store, clip_config: ClipConfig, device: str) -> list[dict]:
     """The retrieval records of every finished stage of the pipeline run ``args.run`` (written into ``args.out``),
     with the clips and device of :func:`run_settings`."""
+    from coclr.atomic import read_json_record
     from coclr.eval.report import report_run
 
+    stages = (read_json_record(os.path.join(args.run, "manifest.json")) or {}).get("stages", [])
+    unfinished = [str(stage.get("name")) for stage in stages if stage.get("status") != "done"]
+    if unfinished:  # (a run stopped mid-way was reported as if those were all its stages)
+        print(f"coclr report: note: {args.run}: stage(s) {', '.join(unfinished)} not finished: reported are the "
+              f"{len(stages) - len(unfinished)} finished ones", file=sys.stderr)
     return report_run(args.run, store, args.out, clip_config, device, args.cache_dir, not args.quiet)

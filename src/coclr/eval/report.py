@@ -507,7 +507,8 @@ def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None
                 if view in stage["trains"]:
                     atomic_write_json(out_dir / "results" / f"{trained_in}_{view}.json", record)
                     written.add(f"{trained_in}_{view}.json")
-                    records.append(record)
+                    record["source"] = str(out_dir / "results" / f"{trained_in}_{view}.json")  # (the table's
+                    records.append(record)  # provenance, as a result file read gives it: it was "")
                 by_content[key] = record
             recall[view].append(by_content[key]["results"]["R@1"])
     for earlier in (out_dir / "results").glob("*.json"):  # another run's stages (this folder's own files)

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from coclr.clips import ClipSettings, clip_option, feature_map_size
 from coclr.config import option, require, require_milestones
 from coclr.core.methods import CONTRASTIVE, MINING_SPACES, methods_help, mining_help
 from coclr.data.augment import AugmentOptions
+from coclr.errors import DataError
 from coclr.seeding import check_seed
+from coclr.store.clipstore import check_view_name
 from coclr.threads import check_workers
 
 
@@ -67,6 +69,11 @@ class DataOptions:
 
     def validate(self) -> None:
         require(bool(self.store), "store", "is required (a clip store directory)")
+        for key in ("view", "second_view"):  # (the store refused it later, naming neither the key nor the file)
+            try:
+                check_view_name(getattr(self, key))
+            except DataError as error:
+                require(False, key, str(error))
         ClipSettings.check(self)
         check_workers(self.workers, "workers")
         require(self.cache_mb >= 0, "cache_mb", "must be non-negative")
@@ -206,6 +213,9 @@ class OptimOptions:
         require(0 <= self.warmup_epochs <= self.epochs, "warmup_epochs", f"must lie in 0..epochs ({self.epochs})")
         require(self.weight_decay >= 0, "weight_decay", "must be non-negative")
         require_milestones(self.milestones, self.epochs, "milestones", "optim.epochs", "optim.milestones=[]")
+        require(not self.milestones or self.schedule == "milestones", "milestones",
+                f"{self.milestones} are read only with optim.schedule=milestones (given {self.schedule}): leave them "
+                "out, or give optim.schedule=milestones")
         require(0 < self.gamma <= 1, "gamma", "must be in (0, 1]")
         require(self.patience >= 0, "patience", "must be non-negative")
 
@@ -348,8 +358,18 @@ class PipelineConfig(PretrainConfig):
 
     pipeline: PipelineOptions = field(default_factory=PipelineOptions, metadata={"help": "schedule"})
 
+    @staticmethod
+    def refuse_given(given: dict[str, Any]) -> None:
+        """Refuse the options each stage sets (:data:`PER_STAGE`) where they are given at all, whatever their value
+        (:func:`coclr.config.load_config`: ``optim.epochs=300``, the default, was dropped without a word)."""
+        for key, instead in PER_STAGE.items():
+            section, name = key.split(".")
+            require(not (isinstance(given.get(section), dict) and name in given[section]), key,
+                    f"is set by each stage of a pipeline: give {instead} (in coclr study: its schedule.* options)")
+
     def validate_first(self) -> None:
-        """Before the sections' rules (``method.simultaneous`` was refused as "applies to coclr only")."""
+        """Before the sections' rules (``method.simultaneous`` was refused as "applies to coclr only"); a value
+        given otherwise than from a file or the command line (:meth:`refuse_given`), where it differs."""
         defaults = PretrainConfig()
         for key, instead in PER_STAGE.items():
             section, name = key.split(".")
@@ -358,6 +378,10 @@ class PipelineConfig(PretrainConfig):
 
     def validate(self) -> None:
         self.check_second_view("a pipeline trains both")
+        for key in ("infonce_milestones", "cycle_milestones"):  # (each stage's optim.milestones: read by one rule)
+            require(not getattr(self.pipeline, key) or self.optim.schedule == "milestones", f"pipeline.{key}",
+                    f"{getattr(self.pipeline, key)} are read only with optim.schedule=milestones (given "
+                    f"{self.optim.schedule}): leave them out, or give optim.schedule=milestones")
         require(not self.method.mining_space.own_view or self.pipeline.mode == "alternate", "method.mine_in",
                 f"{self.method.mine_in} needs pipeline.mode=alternate (a frozen other-view encoder mines)")
 

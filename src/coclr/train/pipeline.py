@@ -161,22 +161,36 @@ def epoch_seconds(run_dir: Path, stage: str) -> list[float]:
     return [r["epoch_seconds"] for r in read_json_lines(log) if isinstance(r, dict) and "epoch_seconds" in r]
 
 
-def pipeline_eta(run_dir: Path, stages: list[Stage]) -> str:
-    """How much of the pipeline is done, in epochs, and the time left at the mean time of a view's epoch in its
-    training logs so far (every stage's ``log.jsonl`` records each epoch's seconds; an epoch of a stage that trains
-    both views at once, ``sim``, costs two)."""
-    done = views_done = 0
-    seconds = 0.0
+def pipeline_eta(run_dir: Path, stages: list[Stage], until: str | None = None) -> str:
+    """How much of the pipeline (of its stages up to ``until``) is done, in epochs, and the time left at the mean
+    time of a view's epoch of each method in its training logs so far (every stage's ``log.jsonl`` records each
+    epoch's seconds; an epoch of a stage that trains both views at once, ``sim``, costs two; a CoCLR epoch, which
+    mines, costs more than an InfoNCE one): a method not timed yet is taken at the mean of those that are, and
+    said so."""
+    if until is not None:
+        stages = stages[:[stage.name for stage in stages].index(until) + 1]
+    done: dict[str, int] = {}
+    seconds: dict[str, float] = {}
+    epochs_done = 0
     for stage in stages:
         epochs = epoch_seconds(run_dir, stage.name)
-        done += len(epochs)
-        views_done += len(epochs) * len(stage.trains)
-        seconds += sum(epochs)
+        epochs_done += len(epochs)
+        done[stage.method] = done.get(stage.method, 0) + len(epochs) * len(stage.trains)
+        seconds[stage.method] = seconds.get(stage.method, 0.0) + sum(epochs)
     total = sum(stage.epochs for stage in stages)
-    text = f"{done}/{total} epochs of the pipeline done"
-    if views_done:
-        left = sum(stage.epochs * len(stage.trains) for stage in stages) - views_done
-        text += f", about {duration(left * seconds / views_done)} left"
+    text = f"{epochs_done}/{total} epochs {'of the pipeline' if until is None else f'up to {until}'} done"
+    timed = sum(done.values())
+    if timed:
+        mean = sum(seconds.values()) / timed
+        left, untimed = 0.0, []
+        for stage in stages:
+            views_left = stage.epochs * len(stage.trains) - len(epoch_seconds(run_dir, stage.name)) * len(stage.trains)
+            if views_left > 0 and not done.get(stage.method):
+                untimed.append(stage.method)
+            left += views_left * (seconds[stage.method] / done[stage.method] if done.get(stage.method) else mean)
+        text += f", about {duration(left)} left"
+        if untimed:
+            text += f" ({', '.join(dict.fromkeys(untimed))} epochs not timed yet: taken at the others')"
     return text
 
 
@@ -322,7 +336,8 @@ def _run_stages(run_dir: Path, stages: list[Stage], stage_configs: list[Pretrain
         if is_main():
             atomic_write_json(run_dir / MANIFEST, manifest)
             print(f"[coclr pipeline] stage {number}/{len(stages)}: {stage.name} ({stage.method} on "
-                  f"{'+'.join(stage.trains)}, {stage.epochs} epochs); {pipeline_eta(run_dir, stages)}", flush=True)
+                  f"{'+'.join(stage.trains)}, {stage.epochs} epochs); {pipeline_eta(run_dir, stages, until)}",
+                  flush=True)
         label = f"stage {number}/{len(stages)} {stage.name}"
         try:
             trained = pretrain(stage_cfg, label=label)
