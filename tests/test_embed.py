@@ -362,6 +362,11 @@ def test_a_flow_encoder_is_fed_the_flow_its_store_computed(tmp_path):
         for other in set(flows) - {flow}:  # (each other flow is far from it)
             assert np.abs(windows_of - expected(flows[other])).max() > 1e-2, (view, method, other)
     assert flow_of_method(default, "flow") is None and flow_of_method(None, "flow_dis") == {"backend": "dis"}
+    from coclr.embed.output import EMBED_FOLDER
+
+    before = {"length": 8, "size": 32, "flow_bound": 5.0}  # (a folder recorded before flow_method was: TV-L1)
+    assert EMBED_FOLDER.differing(before, {**before, "flow_method": None}) == []
+    assert EMBED_FOLDER.differing(before, {**before, "flow_method": {"backend": "dis"}}), "DIS rows beside TV-L1 ones"
     with pytest.raises(ConfigError, match="flow_method: must be None"):
         resolve_settings(save_tiny_encoder(tmp_path / "odd.pth"), flow_method={"backend": "farneback"})
 

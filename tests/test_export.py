@@ -490,3 +490,11 @@ def test_a_folder_whose_export_never_wrote_its_model_says_so(tmp_path, capsys):
     said = capsys.readouterr().err
     assert "holds an export that was stopped before it wrote its model, of another encoder or format (sha256=" in said
     assert "delete the folder to export into it, or give another folder" in said
+    (tmp_path / "mine").mkdir()  # other refusals keep their own words (none of them is an unwritten export)
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    (tmp_path / "afile").write_text("")
+    for out, words in (("mine", "holds notes.txt, which coclr export did not write"),
+                       ("afile", "exists and is not a folder")):
+        assert main(["export", str(path), "--format", "safetensors", "--out", str(tmp_path / out)]) == 2
+        said = capsys.readouterr().err
+        assert words in said and "stopped before" not in said, said

@@ -974,8 +974,12 @@ def test_the_scheduler_counts_the_epochs_a_finetuning_job_tells(tmp_path: Path, 
                                               "coclr task: interrupted (SIGTERM)\n")
     tells = [sys.executable, "-c", "import time\nfrom coclr.jobs.tasks import tell_epochs_done\n"
              "for n in (3, 4):\n    time.sleep(0.5)\n    tell_epochs_done(n)\ntime.sleep(0.5)"]
-    scheduler.run_jobs([Job("ft", _flow(tmp_path / "store"), epochs=5)], tmp_path, processes=1, poll_seconds=0.05,
-                       command=tells)
+    from coclr.eval.features import ClipConfig
+    from coclr.eval.finetune import FinetuneConfig
+    from coclr.jobs.tasks import Finetune
+
+    task = Finetune(tmp_path / "enc.pth", "rgb", tmp_path / "store", tmp_path / "ft", ClipConfig(), FinetuneConfig())
+    scheduler.run_jobs([Job("ft", task, epochs=5)], tmp_path, processes=1, poll_seconds=0.05, command=tells)
     assert started == [2] and seen == [3, 4, 5]
 
 
@@ -1108,3 +1112,19 @@ def test_a_given_store_whose_flow_the_study_would_not_continue_is_refused_before
     with pytest.raises(ConfigError, match=r"TV-L1 parameters nscales=2, warps=1 \(a study extracts flow with "
                                           r"OpenCV's defaults\): give another store"):
         check_store_flow(load_config(StudyConfig, overrides=["data.source=store", f"data.store={other}"]), other)
+
+
+def test_a_study_of_a_folder_with_a_link_to_nothing_says_what_to_do(tmp_path: Path, capsys) -> None:
+    """A link to nothing named as a video is a missing video of the study's folder: refused before any work, with
+    what to do (the study has no --drop-missing)."""
+    from coclr.cli import main
+    from test_embed import moving_square, write_video
+
+    for split, kind in (("train", "a"), ("train", "b"), ("test", "a"), ("test", "b")):
+        write_video(tmp_path / "videos" / split / kind / f"{kind}.mp4", moving_square(4))
+    (tmp_path / "videos" / "train" / "a" / "gone.mp4").symlink_to(tmp_path / "nowhere.mp4")
+    assert main(["study", "--out", str(tmp_path / "s"), "data.source=folder", f"data.root={tmp_path / 'videos'}",
+                 "--check"]) == 2
+    said = capsys.readouterr().err
+    assert "train/a/gone.mp4 (a link to nothing); restore them, or remove them from data.root" in said, said
+    assert not (tmp_path / "s").exists()

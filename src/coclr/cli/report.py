@@ -140,10 +140,11 @@ def evaluate_run(args: argparse.Namespace, store, clip_config: ClipConfig, devic
     """The retrieval records of every finished stage of the pipeline run ``args.run`` (written into ``args.out``),
     with the clips and device of :func:`run_settings`."""
     from coclr.atomic import read_json_record
-    from coclr.eval.report import report_run
+    from coclr.eval.report import finished_stage, report_run
 
-    stages = (read_json_record(os.path.join(args.run, "manifest.json")) or {}).get("stages", [])
-    unfinished = [str(stage.get("name")) for stage in stages if stage.get("status") != "done"]
+    stages = (read_json_record(os.path.join(args.run, "manifest.json")) or {}).get("stages", [])  # (checked by now)
+    unfinished = [str(stage.get("name") if isinstance(stage, dict) else stage) for stage in stages
+                  if not finished_stage(stage)]
     if unfinished:  # (a run stopped mid-way was reported as if those were all its stages)
         print(f"coclr report: note: {args.run}: stage(s) {', '.join(unfinished)} not finished: reported are the "
               f"{len(stages) - len(unfinished)} finished ones", file=sys.stderr)

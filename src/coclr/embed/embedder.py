@@ -53,7 +53,7 @@ from coclr.embed.options import EmbedJob
 from coclr.embed.settings import EmbedSettings, checkpoint_view, resolve_settings
 from coclr.errors import CheckpointError, ConfigError, DataError, out_of_memory
 from coclr.flow.encode import flow_to_uint8
-from coclr.flow.opencv import opencv_dis, rgb_to_gray
+from coclr.flow.opencv import DIS_MIN_SIDE, opencv_video_flow, rgb_to_gray
 from coclr.flow.params import TVL1Params
 from coclr.flow.tvl1 import tvl1_flow
 from coclr.interrupts import loader_worker_signals
@@ -505,10 +505,13 @@ class _Runner:
             gray = np.concatenate([previous[None], gray])
         if len(gray) < 2:
             return np.zeros((0, *frames.shape[1:]), np.uint8)
-        method = self.settings.flow_method  # (the flow the encoder was trained on: embed_flow_method)
-        if method is not None and method["backend"] == "dis":  # (as the store's DIS view: OpenCV's, in float32)
-            flow = np.stack([opencv_dis(first, second) for first, second in zip(gray[:-1], gray[1:])])
-            return flow_to_uint8(flow, self.settings.flow_bound)
+        method = self.settings.flow_method  # (the flow the encoder was trained on: flow_of_method)
+        if method is not None and method["backend"] == "dis":  # (as the store's DIS view computes it)
+            if min(gray.shape[1:]) < DIS_MIN_SIDE:
+                raise DataError(f"frames of {gray.shape[2]} x {gray.shape[1]} px are too small for DIS flow, which "
+                                f"the flow encoder was trained on (it needs {DIS_MIN_SIDE} px on each side): give a "
+                                "larger --short-side")
+            return flow_to_uint8(opencv_video_flow(gray, "dis"), self.settings.flow_bound)
         params = TVL1Params(**method["params"]) if method is not None else None
         device_gray = torch.from_numpy(gray).to(self.embedder.device)
         with torch.inference_mode():

@@ -77,10 +77,14 @@ def _as_typed(settings: dict[str, Any]) -> dict[str, Any]:
     return {**settings, "short_side": 0} if "short_side" in settings and settings["short_side"] is None else settings
 
 
-EMBED_FOLDER = FolderRule("embed", "embeddings", other="another output folder", shown=_as_typed,
-                          since=("flow_method",))
-"""How an output folder is continued or refused (:mod:`coclr.runfolder`): by the ``"settings"`` of ``embed.json``
-(``flow_method``, recorded since 2026-12-02, only where the folder records it)."""
+def _flow_of_old(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings recorded before ``flow_method`` was (2026-12-02): their flow was TV-L1 at OpenCV's defaults (None),
+    whatever the flow encoder had been trained on, so a folder of them continues only with that flow."""
+    return {"flow_method": None, **settings}
+
+
+EMBED_FOLDER = FolderRule("embed", "embeddings", other="another output folder", shown=_as_typed, same=_flow_of_old)
+"""How an output folder is continued or refused (:mod:`coclr.runfolder`): by the ``"settings"`` of ``embed.json``."""
 ARRAY_BLOCK = 65536
 """Rows copied at a time when the arrays are rewritten (bounds memory for millions of rows)."""
 

@@ -392,7 +392,7 @@ def stage_encoders(run_dir: str | Path) -> list[dict[str, Any]]:
     logs: dict[str, Path] = {}
     points: list[dict[str, Any]] = []
     for stage in manifest.get("stages", []):
-        if stage.get("status") != "done":
+        if not finished_stage(stage):
             continue
         trains = [view for view in str(stage.get("trains") or stage.get("view", "")).split("+") if view]
         encoders = stage.get("encoders") or {}
@@ -467,6 +467,11 @@ def run_warnings(stages: Sequence[dict[str, Any]], store) -> list[str]:
         lines += [line for line in unlike_training(store, path, view) if line not in lines]
     return lines + label_warnings(split_entries(store, "train", views), split_entries(store, "test", views),
                                   "train", "test")
+
+
+def finished_stage(stage: Any) -> bool:
+    """Whether a pipeline manifest's ``stage`` entry is a finished stage (what a report of the run shows)."""
+    return isinstance(stage, dict) and stage.get("status") == "done"
 
 
 def report_run(run_dir: str | Path, store, out_dir: str | Path, clip_config=None, device: str = "cpu",

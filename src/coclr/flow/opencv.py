@@ -89,3 +89,14 @@ DIS_MIN_SIDE = 16
 """The least side OpenCV's DIS (5.0) takes safely: below it some sizes are refused with its own error (a literal
 "\\n" and its source line in the failure list) and others crash the process (8-15 px by 40 px or more: a
 segmentation fault), measured on every size up to 29 x 79 and some longer."""
+
+
+def opencv_video_flow(gray: np.ndarray, method: str, params: TVL1Params | None = None) -> np.ndarray:
+    """Flow between consecutive frames of ``gray [N, H, W]`` with an OpenCV backend: float32 ``[N-1, H, W, 2]``."""
+    if method == "tvl1":
+        flows = [opencv_tvl1(a, b, params) for a, b in zip(gray[:-1], gray[1:])]
+    elif method == "dis":
+        flows = [opencv_dis(a, b) for a, b in zip(gray[:-1], gray[1:])]
+    else:
+        raise ValueError(f"not an OpenCV flow method: {method!r}")
+    return np.stack(flows) if flows else np.zeros((0, *gray.shape[1:], 2), np.float32)

@@ -71,7 +71,7 @@ _TOLD = re.compile(rf'^\{{"{EPOCHS_DONE}": (\d+)\}}$', re.MULTILINE)
 
 def _epochs_done(job: Job, finished: bool, logs: Path) -> int:
     """Training epochs a job has logged (all of them once it finished): in its runs' ``log.jsonl``, and in its own
-    log where its task tells them (:data:`~coclr.jobs.tasks.EPOCHS_DONE`: finetuning)."""
+    log where its task tells them (:attr:`~coclr.jobs.tasks.Task.tells_epochs`: finetuning), the last it told."""
     if finished:
         return job.epochs
     done = 0
@@ -80,8 +80,9 @@ def _epochs_done(job: Job, finished: bool, logs: Path) -> int:
         if log.is_file():
             done += sum('"epoch_loss"' in line for line in log.read_text().splitlines())
     own = logs / f"{job.name}.log"
-    if own.is_file():
-        done += max(map(int, _TOLD.findall(own.read_text(errors="replace"))), default=0)
+    if job.task.tells_epochs and own.is_file():  # (the last told: a run started over tells from 1 again)
+        told = _TOLD.findall(own.read_text(errors="replace"))
+        done += int(told[-1]) if told else 0
     return min(done, job.epochs)
 
 

@@ -45,6 +45,9 @@ class Task:
     kind: ClassVar[str] = ""
     shares_work: ClassVar[bool] = False
     """Whether the processes torchrun starts share the task's work (a training run); the others run as one process."""
+    tells_epochs: ClassVar[bool] = False
+    """Whether the task prints the line of :data:`EPOCHS_DONE` as its epochs are kept (what the scheduler's progress
+    reads from its log; a training run's epochs are in its run folder's ``log.jsonl``)."""
 
     def __init_subclass__(cls, kind: str = "", **rest: Any) -> None:
         super().__init_subclass__(**rest)
@@ -207,6 +210,7 @@ class Finetune(Task, kind="finetune"):
     clips: ClipConfig
     options: FinetuneConfig
     also_views: tuple[str, ...] = ()
+    tells_epochs: ClassVar[bool] = True
 
     def run(self) -> int:
         from coclr.distributed import pick_device  # noqa: PLC0415 (heavy: torch)

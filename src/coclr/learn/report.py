@@ -33,7 +33,7 @@ from coclr.eval.gallery import (
     thumbnail_frames,
     video_cell,
 )
-from coclr.learn.stages import trained_steps
+from coclr.learn.stages import start_text, trained_steps
 from coclr.progress import duration
 from coclr.store.clipstore import ClipStore
 from coclr.text import html_name, on_page
@@ -112,8 +112,7 @@ def _summary(result: dict[str, Any]) -> str:
     reasons = "".join(f"<li>{html.escape(reason)}</li>" for reason in plan.get("reasons", []))
     exported = "".join(f"<li>encoder_{html.escape(view)}.pth: {html.escape(entry['stage'])} "
                        f"({html.escape(entry['reason'])})</li>" for view, entry in result.get("exported", {}).items())
-    started = "".join(f"<li>{html.escape(view)}: {html_name(entry['source'])} ({html.escape(entry['format'])} "
-                      f"checkpoint, sha256 {html.escape(entry['sha256'][:12])}...)</li>"
+    started = "".join(f"<li>{html.escape(view)}: {start_text(entry, html_name, html.escape)}</li>"
                       for view, entry in plan.get("init", {}).items())
     if started:
         alone = " (the other view from scratch)" if len(plan["init"]) == 1 else ""

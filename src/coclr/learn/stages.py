@@ -201,6 +201,14 @@ def videos_learnt(result: dict[str, Any]) -> int | None:
     return videos - len(failed) if isinstance(videos, int) and isinstance(failed, list) else None
 
 
+def start_text(start: dict[str, Any], name: Callable[[str], str] = str, escape: Callable[[str], str] = str) -> str:
+    """A warm start's checkpoint as learn's report and an export's model card name it (``start``: its record in the
+    plan, :meth:`coclr.learn.init.Start.record`): the file (as ``name`` shows it), its format and the beginning of
+    its sha256 (each as ``escape`` writes it)."""
+    return (f"{name(str(start.get('source', '?')))} ({escape(str(start.get('format', '?')))} checkpoint, sha256 "
+            f"{escape(str(start.get('sha256', '?'))[:12])}...)")
+
+
 def card_notes(result: dict[str, Any], stage: str | None) -> list[str]:
     """Lines for an exported encoder's model card from its learn run's ``learn.json`` (``result``): the run's
     plan, why this stage was exported, and its label-free measures (:mod:`coclr.eval.label_free`)."""
@@ -220,9 +228,7 @@ def card_notes(result: dict[str, Any], stage: str | None) -> list[str]:
                      f"two CoCLR cycles, {steps} steps of batch {plan.get('batch', '?')} over all its stages, S3D "
                      f"width {model.get('width', '?')})" + (f"; this encoder is its stage {stage}" if stage else ""))
         for view, start in _mapping(plan.get("init")).items():  # (a warm start: what the run started from)
-            start = _mapping(start)
-            notes.append(f"its {view} encoder started from {start.get('source', '?')} ({start.get('format', '?')} "
-                         f"checkpoint, sha256 {str(start.get('sha256', '?'))[:12]}...)")
+            notes.append(f"its {view} encoder started from {start_text(_mapping(start))}")
     for view, entry in _mapping(result.get("exported")).items():
         if _mapping(entry).get("stage") == stage:
             notes.append(f"exported as encoder_{view}: {entry.get('reason')}")

@@ -79,7 +79,8 @@ def _as_json(value: Any, where: str) -> Any:
             if not isinstance(key, (str, int, float, bool)) and key is not None:
                 raise CheckpointError(f"the encoder's {where} has the key {key!r}, a {type(key).__name__}, which its "
                                       "config (JSON) cannot hold; only its tensors can be exported as they are")
-            name = key if isinstance(key, str) else json.dumps(_as_json(key, where))
+            converted = _as_json(key, where)  # (a key that is not finite: its text already)
+            name = converted if isinstance(converted, str) else json.dumps(converted)
             if name in out:
                 raise CheckpointError(f"the encoder's {where} has two keys written {name!r} in JSON ({key!r} and "
                                       "another); only its tensors can be exported as they are")

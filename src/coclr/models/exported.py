@@ -34,7 +34,7 @@ from coclr.models.export import (
     run_exported,
     save_safetensors,
 )
-from coclr.runfolder import FolderRefused, FolderRule, check_folder, claim_folder
+from coclr.runfolder import FolderRefused, FolderRule, check_folder, claim_folder, read_record
 
 EXPORT_FOLDER = FolderRule("export", "an exported encoder", may_differ=("encoder",))
 """How an export folder is continued or refused (:mod:`coclr.runfolder`): by the encoder's content and the format;
@@ -88,16 +88,8 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
     options = {"encoder": str(encoder.resolve()), "sha256": read.sha256, "format": fmt}
     model = out / f"model{SUFFIXES[fmt]}"
     changed = False
-    try:
-        held = check_folder(out, EXPORT_FOLDER, options)
-    except FolderRefused as refused:  # (it said "holds an exported encoder" of a folder where none was written)
-        if any((out / f"model{suffix}").is_file() for suffix in SUFFIXES.values()):
-            raise
-        differing = str(refused).split(" with ", 1)[-1].split(";")[0]  # (the keys, as the refusal names them)
-        raise FolderRefused(f"{out}: holds an export that was stopped before it wrote its model, of another "
-                            f"encoder or format ({differing}): delete the folder to export into it, or give another "
-                            "folder") from None
-    if held and model.is_file() and (out / "README.md").is_file():
+    _refuse_unwritten_export(out, options)
+    if check_folder(out, EXPORT_FOLDER, options) and model.is_file() and (out / "README.md").is_file():
         try:
             recorded = (read_json_record(out / "config.json") or {}).get("sha256")  # the model file's, as exported
         except DataError:  # (damaged too: written again with the model)
@@ -148,6 +140,25 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
         atomic_write_json(out / "config.json", config)
         atomic_write_text(out / "README.md", model_card(config, fmt, encoder, notes))
     return Exported(out, model, check, changed=changed)
+
+
+def _refuse_unwritten_export(out: Path, options: dict[str, Any]) -> None:
+    """Refuse, saying so, a folder whose export of another encoder or format was stopped before it wrote its model
+    (its record alone): :func:`~coclr.runfolder.check_folder` said it "holds an exported encoder", and export has no
+    --restart to go on with."""
+    if not out.is_dir() or any((out / f"model{suffix}").is_file() for suffix in SUFFIXES.values()):
+        return
+    try:
+        record = read_record(out)
+    except DataError:  # (a damaged record: check_folder's own refusal says so)
+        return
+    if record is None or record.get("command") != EXPORT_FOLDER.command:
+        return
+    differing = EXPORT_FOLDER.differing(record["options"], options)
+    if differing:
+        raise FolderRefused(f"{out}: holds an export that was stopped before it wrote its model, of another "
+                            f"encoder or format ({'; '.join(differing)}): delete the folder to export into it, or "
+                            "give another folder")
 
 
 def _check_safetensors(path: Path, backbone, head) -> dict[str, float]:

@@ -41,7 +41,7 @@ from coclr.distributed import init_distributed, launched_world_size, pick_device
 from coclr.errors import ConfigError, DataError
 from coclr.flow.backends import ALIASES, BACKENDS, FlowBackend
 from coclr.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
-from coclr.flow.opencv import opencv_dis, opencv_tvl1
+from coclr.flow.opencv import opencv_video_flow
 from coclr.flow.options import BATCH_PAIRS, FlowOptions
 from coclr.flow.params import TVL1Params, check_mode
 from coclr.flow.tvl1_cpu import KERNEL as TVL1_KERNEL
@@ -113,17 +113,6 @@ def encode_flow_frames(flow: np.ndarray, quality: int = JPEG_QUALITY, bound: flo
 def _is_entry_shard(path: Path) -> bool:
     """Whether ``path`` is one of the 256 sub-folders of a view's entry files (``ab/``)."""
     return path.is_dir() and len(path.name) == 2 and all(c in "0123456789abcdef" for c in path.name)
-
-
-def opencv_video_flow(gray: np.ndarray, method: str, params: TVL1Params | None = None) -> np.ndarray:
-    """Flow between consecutive frames of ``gray [N, H, W]`` with an OpenCV backend: float32 ``[N-1, H, W, 2]``."""
-    if method == "tvl1":
-        flows = [opencv_tvl1(a, b, params) for a, b in zip(gray[:-1], gray[1:])]
-    elif method == "dis":
-        flows = [opencv_dis(a, b) for a, b in zip(gray[:-1], gray[1:])]
-    else:
-        raise ValueError(f"not an OpenCV flow method: {method!r}")
-    return np.stack(flows) if flows else np.zeros((0, *gray.shape[1:], 2), np.float32)
 
 
 @dataclass

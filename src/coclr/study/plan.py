@@ -340,7 +340,8 @@ def _check_data(plan: StudyPlan) -> None:
         index = indexes.csv_index(data.annotations)
     else:
         index = indexes.folder_index(data.root)
-    indexes.check_videos_exist(index, data.root)
+    indexes.check_videos_exist(index, data.root, "restore them, or remove them from data.root"
+                               + (" and data.annotations" if data.source != "folder" else ""))
     index.require_labels("a study (Table 1 is evaluated with labels)", ["train", "test"])
     for split in ("train", "test"):
         if split not in index.split_counts():

@@ -213,9 +213,7 @@ class OptimOptions:
         require(0 <= self.warmup_epochs <= self.epochs, "warmup_epochs", f"must lie in 0..epochs ({self.epochs})")
         require(self.weight_decay >= 0, "weight_decay", "must be non-negative")
         require_milestones(self.milestones, self.epochs, "milestones", "optim.epochs", "optim.milestones=[]")
-        require(not self.milestones or self.schedule == "milestones", "milestones",
-                f"{self.milestones} are read only with optim.schedule=milestones (given {self.schedule}): leave them "
-                "out, or give optim.schedule=milestones")
+        require_read_milestones(self.milestones, self.schedule, "milestones")
         require(0 < self.gamma <= 1, "gamma", "must be in (0, 1]")
         require(self.patience >= 0, "patience", "must be non-negative")
 
@@ -362,26 +360,23 @@ class PipelineConfig(PretrainConfig):
     def refuse_given(given: dict[str, Any]) -> None:
         """Refuse the options each stage sets (:data:`PER_STAGE`) where they are given at all, whatever their value
         (:func:`coclr.config.load_config`: ``optim.epochs=300``, the default, was dropped without a word)."""
-        for key, instead in PER_STAGE.items():
+        for key in PER_STAGE:
             section, name = key.split(".")
-            require(not (isinstance(given.get(section), dict) and name in given[section]), key,
-                    f"is set by each stage of a pipeline: give {instead} (in coclr study: its schedule.* options)")
+            require(not (isinstance(given.get(section), dict) and name in given[section]), key, per_stage(key))
 
     def validate_first(self) -> None:
         """Before the sections' rules (``method.simultaneous`` was refused as "applies to coclr only"); a value
         given otherwise than from a file or the command line (:meth:`refuse_given`), where it differs."""
         defaults = PretrainConfig()
-        for key, instead in PER_STAGE.items():
+        for key in PER_STAGE:
             section, name = key.split(".")
             require(getattr(getattr(self, section), name) == getattr(getattr(defaults, section), name), key,
-                    f"is set by each stage of a pipeline: give {instead} (in coclr study: its schedule.* options)")
+                    per_stage(key))
 
     def validate(self) -> None:
         self.check_second_view("a pipeline trains both")
-        for key in ("infonce_milestones", "cycle_milestones"):  # (each stage's optim.milestones: read by one rule)
-            require(not getattr(self.pipeline, key) or self.optim.schedule == "milestones", f"pipeline.{key}",
-                    f"{getattr(self.pipeline, key)} are read only with optim.schedule=milestones (given "
-                    f"{self.optim.schedule}): leave them out, or give optim.schedule=milestones")
+        for key in ("infonce_milestones", "cycle_milestones"):  # (each stage's optim.milestones)
+            require_read_milestones(getattr(self.pipeline, key), self.optim.schedule, f"pipeline.{key}")
         require(not self.method.mining_space.own_view or self.pipeline.mode == "alternate", "method.mine_in",
                 f"{self.method.mine_in} needs pipeline.mode=alternate (a frozen other-view encoder mines)")
 
@@ -395,3 +390,16 @@ PER_STAGE = {"method.name": "pipeline.mode (the stages' methods are InfoNCE, the
              "optim.milestones": "pipeline.infonce_milestones and pipeline.cycle_milestones"}
 """The pretraining options a pipeline sets for each of its stages (:func:`coclr.train.pipeline.stage_config`),
 and the pipeline's option to give instead: a value given for one would be dropped."""
+
+
+def per_stage(key: str) -> str:
+    """Why a pipeline refuses the option ``key`` of :data:`PER_STAGE`, and what to give instead."""
+    return f"is set by each stage of a pipeline: give {PER_STAGE[key]} (in coclr study: its schedule.* options)"
+
+
+def require_read_milestones(milestones: list[int], schedule: str, key: str) -> None:
+    """Refuse lr ``milestones`` (option ``key``) under a ``schedule`` that never reads them (the lr stayed as it was,
+    without a word)."""
+    require(not milestones or schedule == "milestones", key,
+            f"{milestones} are read only with optim.schedule=milestones (given {schedule}): leave them out, or give "
+            "optim.schedule=milestones")
