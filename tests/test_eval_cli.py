@@ -19,7 +19,8 @@ CLIP_ARGS = ["--length", "8", "--size", "32", "--batch-size", "6", "--quiet"]
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     store = make_tiny_store(root / "store", train_per_class=2, test_per_class=1, frames=8, views=("rgb", "flow"))
-    return store, save_tiny_encoder(root / "rgb.pt", seed=0), save_tiny_encoder(root / "flow.pt", seed=1), root
+    flow = save_tiny_encoder(root / "flow.pt", seed=1, meta={"method": "infonce", "view": "flow"})
+    return store, save_tiny_encoder(root / "rgb.pt", seed=0), flow, root
 
 
 def _cached(store_root, checkpoint, view, cache, monkeypatch):
@@ -80,7 +81,7 @@ def test_eval_linear(tiny):
 
 @pytest.mark.parametrize("args, message", [
     (["--checkpoint", "{root}/missing.pt"], "checkpoint not found"),
-    (["--view", "flow_dis"], "view 'flow_dis' is missing"),
+    (["--checkpoint", "{root}/flow.pt", "--view", "flow_dis"], "view 'flow_dis' is missing"),
     (["--test-split", "val"], "split 'val' has no videos"),
     (["--store", "{root}/nowhere"], "clip store not found"),
 ])
@@ -227,26 +228,52 @@ def test_videos_whose_job_failed_are_left_out_of_evaluation_and_listed(tmp_path,
     assert json.loads(out.read_text())["splits"]["test"]["videos"] == 3
 
 
-@pytest.mark.parametrize("relabel, said", [
-    (lambda e: 0, "is of one class: every score is 100 by construction"),
-    (lambda e: 0 if e.split == "train" and e.label == 2 else e.label,
-     "1 of the 3 'test' videos are of classes no 'train' video has: each counts as a miss"),
-])
-def test_scores_that_mean_less_than_they_seem_are_said(tmp_path, capsys, relabel, said):
-    """One class in all gave R@k 100 without a word; a test class no training video has, misses without one."""
+def _relabelled(tmp_path, relabel, train_per_class: int = 1):
     import dataclasses
 
     from coclr.store.clipstore import ClipStore, create_store
 
-    root = make_tiny_store(tmp_path / "store", train_per_class=1, test_per_class=1, frames=8)
+    root = make_tiny_store(tmp_path / "store", train_per_class=train_per_class, test_per_class=1, frames=8)
     index = ClipStore(root).index
     create_store(root, dataclasses.replace(index, entries=[dataclasses.replace(e, label=relabel(e))
                                                            for e in index.entries]), replace_index=True)
+    return root
+
+
+def test_scores_that_mean_less_than_they_seem_are_said(tmp_path, capsys):
+    """A test class no training video has: misses without a word."""
+    root = _relabelled(tmp_path, lambda e: 0 if e.split == "train" and e.label == 2 else e.label)
     checkpoint = save_tiny_encoder(tmp_path / "enc.pt")
     assert main(["eval", "retrieval", "--checkpoint", str(checkpoint), "--store", str(root), "--ks", "1",
                  *CLIP_ARGS]) == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    said = "1 of the 3 'test' videos are of classes no 'train' video has: each counts as a miss"
     assert sum(said in line for line in warnings) == 1, warnings  # (and the random encoder's health warning)
+
+
+@pytest.mark.parametrize("task", ["retrieval", "linear"])
+def test_what_the_index_tells_is_refused_before_any_feature(tmp_path, capsys, monkeypatch, task):
+    """One class in all scored 100 "by construction" with exit status 0 (a warning on the terminal, none in the
+    record); an unlabelled store was warned to be of one class before the labels' refusal; the probe's selection
+    that holds out nothing was refused after every feature was extracted."""
+    import coclr.eval.features as features
+
+    monkeypatch.setattr(features, "load_backbone", lambda path: pytest.fail("features computed before refusing"))
+    checkpoint = save_tiny_encoder(tmp_path / "enc.pt")
+    args = ["--checkpoint", str(checkpoint), "--ks", "1", *CLIP_ARGS] if task == "retrieval" else [
+        "--checkpoint", str(checkpoint), *CLIP_ARGS]
+    one = _relabelled(tmp_path / "one", lambda e: 0)
+    assert main(["eval", task, "--store", str(one), *args]) == 2
+    err = capsys.readouterr().err
+    assert f"evaluation ({task}): every 'train' and 'test' video is of one class, so every score would be 100" in err
+    unlabelled = _relabelled(tmp_path / "none", lambda e: None)
+    assert main(["eval", task, "--store", str(unlabelled), *args]) == 2
+    err = capsys.readouterr().err
+    assert "needs labels" in err and "one class" not in err and "warning" not in err, err
+    if task == "linear":  # one train video a class: nothing to hold out for the selection
+        assert main(["eval", task, "--store", str(make_tiny_store(tmp_path / "single", train_per_class=1,
+                                                                   test_per_class=1, frames=8)), *args]) == 2
+        assert "held-out split is empty: every class has a single train video" in capsys.readouterr().err
 
 
 def test_a_feature_cache_that_cannot_be_written_is_refused_before_the_features(tiny, capsys, monkeypatch):

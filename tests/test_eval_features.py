@@ -144,6 +144,20 @@ def test_cache_key_covers_the_data_configuration(tiny):
                  for name, value in (("length", 16), ("stride", 2), ("size", 64), ("amp", True))]
     assert all(variant != base for variant in variants)
     assert cache_key("abc", store, "rgb", "test", replace(CONFIG, batch_size=1, workers=2)) == base
+    # another flow view extracted: the RGB features stand (they were extracted again after every coclr flow), a
+    # flow view's own bound or method keys its features
+    import copy
+
+    other = copy.copy(store)
+    other.meta = {**store.meta, "flow_dis_bound_px": 20.0, "flow_dis_method": {"backend": "dis", "params": None}}
+    assert cache_key("abc", other, "rgb", "test", CONFIG) == base
+    assert cache_key("abc", other, "flow", "test", CONFIG) == cache_key("abc", store, "flow", "test", CONFIG)
+    from coclr.eval.features import settings_of_views
+
+    assert "flow_dis_method" in settings_of_views(other.meta, ["flow_dis"])
+    rebound = copy.copy(store)
+    rebound.meta = {**store.meta, "flow_bound_px": 5.0}
+    assert cache_key("abc", rebound, "flow", "test", CONFIG) != cache_key("abc", store, "flow", "test", CONFIG)
 
 
 def test_cache_is_keyed_by_store_content_not_its_path(tmp_path, monkeypatch):

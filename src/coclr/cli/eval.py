@@ -46,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     retrieval = tasks.add_parser(
         "retrieval", help="nearest-neighbour retrieval, R@k",
         description="Each test video queries the train videos by the cosine similarity of its features (each the "
-        "mean of its windows' pooled backbone features, centred by the train videos' mean); R@k is the share of "
+        "mean of its windows' pooled backbone features, each L2-normalised first, as the authors' retrieval; then "
+        "centred by the train videos' mean); R@k is the share of "
         "queries with a video of their class among their k nearest, ties counted in expectation.")
     _add_common(retrieval)
     retrieval.add_argument("--ks", type=int, nargs="+", default=[1, 5, 10, 20],
@@ -56,8 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     linear = tasks.add_parser(
         "linear", help="linear probe on frozen features",
-        description="A batch-norm and linear classifier trained with Adam on the frozen features of the train "
-        "videos; learning rate, weight decay and epochs are chosen on held-out train videos, then the probe is "
+        description="A linear classifier (L2 normalisation, batch-norm, then a linear layer: the authors' probe) "
+        "trained with Adam on the frozen features of the train videos, on one CPU thread (its result the same on "
+        "any number); learning rate, weight decay and epochs are chosen on held-out train videos, then the probe is "
         "retrained on every train video and tested once. Writes the test probabilities beside --out.")
     _add_common(linear)
     linear.add_argument("--cache-dir", help="feature cache folder (keyed by checkpoint content and data options)")
@@ -117,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from coclr.cli._status import job_status
     from coclr.distributed import pick_device
     from coclr.errors import ConfigError, DataError
-    from coclr.eval.evaluate import evaluate_checkpoint
+    from coclr.eval.evaluate import check_evaluable, evaluate_checkpoint
     from coclr.eval.features import (
         ClipConfig,
         Stream,
@@ -146,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     views = [*(s.view for s in streams), *args.also_views]
     left_out = check_inputs(store, streams, [args.train_split, args.test_split], args.also_views)
+    check_evaluable(args.task, store, streams, options, args.train_split, args.test_split, args.also_views)
     if args.task == "retrieval":
         if min(args.ks) < 1:
             raise ConfigError(f"--ks {' '.join(map(str, args.ks))}: each k must be at least 1")

@@ -17,13 +17,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from coclr.cpu import require_native_bfloat16
 from coclr.errors import ConfigError
-from coclr.eval.features import ClipConfig, Stream, cache_key, input_normalisation, stream_views
+from coclr.eval.features import (
+    ClipConfig,
+    Stream,
+    cache_key,
+    check_classes,
+    input_normalisation,
+    split_entries,
+    stream_views,
+)
 from coclr.eval.finetune import evaluate_finetune, save_probabilities
-from coclr.eval.linear import evaluate_linear
+from coclr.eval.linear import checked_holdout, evaluate_linear
 from coclr.eval.options import FinetuneConfig, LinearProbeConfig
 from coclr.eval.retrieval import DEFAULT_KS, evaluate_retrieval
 from coclr.models.loading import checkpoint_sha256
@@ -71,6 +80,18 @@ def inputs_digest(task: str, store, streams: Sequence[Stream], clips: ClipConfig
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
+def check_evaluable(task: str, store, streams: Sequence[Stream], options: TaskOptions, train_split: str = "train",
+                    test_split: str = "test", with_views: Sequence[str] = ()) -> None:
+    """What the index alone tells, refused before any feature is extracted: splits without labels, splits of one
+    class (every score 100 by construction), and for the linear probe a selection that would hold out nothing."""
+    store.index.require_labels(f"evaluation ({task})", [train_split, test_split])
+    views = [*stream_views(streams, with_views)]
+    train = split_entries(store, train_split, views)
+    check_classes(train, split_entries(store, test_split, views), train_split, test_split, task)
+    if task == "linear":
+        checked_holdout(np.array([entry.label_id for entry in train]), options.probe)
+
+
 def evaluate_checkpoint(task: str, store, streams: Sequence[Stream], clips: ClipConfig,
                         options: TaskOptions | None = None, *, name: str | None = None,
                         device: str | torch.device = "cpu", train_split: str = "train", test_split: str = "test",
@@ -90,7 +111,7 @@ def evaluate_checkpoint(task: str, store, streams: Sequence[Stream], clips: Clip
         require_native_bfloat16("amp", "leave --amp off")
     store = open_store(store)
     streams = list(streams)
-    store.index.require_labels(f"evaluation ({task})", [train_split, test_split])
+    check_evaluable(task, store, streams, options, train_split, test_split, with_views)
     digest = inputs_digest(task, store, streams, clips, options, train_split=train_split, test_split=test_split,
                            with_views=with_views)
     if earlier is not None and earlier.get("inputs_sha256") == digest:

@@ -57,7 +57,7 @@ from coclr.models.loading import (
 )
 from coclr.progress import bar as progress_bar
 from coclr.runfolder import check_output_folder
-from coclr.store.flow_views import stored_bound
+from coclr.store.flow_views import bound_key, method_key, stored_bound
 
 CACHE_FORMAT = 4
 """Bumped whenever the way features are computed changes, which invalidates every cache entry (3: each window's
@@ -115,13 +115,17 @@ def split_entries(store, split: str, views: Sequence[str] = ()) -> list:
     return usable_entries(store, split, views)[0]
 
 
+def check_classes(train: list, test: list, train_split: str, test_split: str, task: str) -> None:
+    """Refuse, before any work, splits whose videos are all of one class: every score would be 100 by construction
+    (it was reported as a result, with a warning and exit status 0)."""
+    if len({entry.label for entry in [*train, *test]}) == 1:
+        raise DataError(f"evaluation ({task}): every {train_split!r} and {test_split!r} video is of one class, so "
+                        "every score would be 100 by construction; evaluate on splits of two or more classes")
+
+
 def label_warnings(train: list, test: list, train_split: str, test_split: str) -> list[str]:
-    """What makes a score mean less than it seems, said before any work: one class in all (every score 100 by
-    construction), test videos of classes that no training video has (each a miss, whatever the features)."""
-    classes = {entry.label for entry in [*train, *test]}
-    if len(classes) == 1:
-        return [f"every {train_split!r} and {test_split!r} video is of one class: every score is 100 by "
-                "construction; evaluate on a split of two or more classes"]
+    """What makes a score mean less than it seems, said before any work: test videos of classes that no training
+    video has (each a miss, whatever the features). (One class in all is refused: :func:`check_classes`.)"""
     unseen = sum(entry.label not in {e.label for e in train} for entry in test)
     if unseen:
         return [f"{unseen} of the {len(test)} {test_split!r} videos are of classes no {train_split!r} video has: each "
@@ -228,10 +232,19 @@ def cache_key(checkpoint_sha256: str, store, view: str, split: str, config: Clip
     """Everything the features depend on: checkpoint content, the store's settings, view, split, the split's
     videos, their labels and the content of their entries (:func:`videos_digest`), clip options, and the input
     normalisation where it is not ImageNet's. Not the store's path."""
-    key = {"format": CACHE_FORMAT, "checkpoint_sha256": checkpoint_sha256, "store_settings": store.meta,
-           "view": view, "split": split, "videos_sha256": videos_digest(store, view, split, with_views),
-           **config.data_key(), **normalisation_key(normalisation)}
+    key = {"format": CACHE_FORMAT, "checkpoint_sha256": checkpoint_sha256,
+           "store_settings": settings_of_views(store.meta, [view, *with_views]), "view": view, "split": split,
+           "videos_sha256": videos_digest(store, view, split, with_views), **config.data_key(),
+           **normalisation_key(normalisation)}
     return key
+
+
+def settings_of_views(meta: dict[str, object], views: Sequence[str]) -> dict[str, object]:
+    """The store's settings less those of flow views other than ``views`` (their bound and method): extracting
+    another flow view changes no feature of these (the RGB features were extracted again after every coclr flow)."""
+    flow_views = {key.removesuffix(bound_key("")) for key in meta if key.endswith(bound_key(""))}  # (each records
+    others = {key for other in flow_views - set(views) for key in (bound_key(other), method_key(other))}  # a bound)
+    return {key: value for key, value in meta.items() if key not in others}
 
 
 def normalisation_key(normalisation: Normalisation) -> dict[str, object]:
