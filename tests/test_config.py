@@ -160,6 +160,8 @@ def test_an_option_given_twice_is_refused(argv: list[str], option: str, tmp_path
      "optim.epochs: is set by each stage of a pipeline: give pipeline.infonce_epochs and pipeline.cycle_epochs"),
     (["pipeline", *BASE, "method.name=infonce"], "method.name: is set by each stage of a pipeline"),
     (["pretrain", *BASE, "data.second_view= flow"], "data.second_view: invalid view name ' flow'"),  # (named no key)
+    (["pretrain", *BASE, "data.view=motion"],  # (refused once training had started, its run folder left behind)
+     "data.view: view 'motion': unknown kind; name it 'rgb', 'rgbdiff' or 'flow...' (a view's kind is read from"),
 ])
 def test_a_command_line_that_would_lose_an_option_is_refused(argv: list[str], said: str, tmp_path: Path, capsys,
                                                             monkeypatch) -> None:

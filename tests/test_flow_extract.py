@@ -176,6 +176,9 @@ def test_bad_input_is_a_clear_error_before_any_work(small_store, tmp_path):
         extract_flow(small_store, backend="dis", params=TVL1Params())
     with pytest.raises(ConfigError, match="'rgb'"):
         extract_flow(small_store, backend="dis", view="rgb")
+    for view in ("rgbdiff", "motion"):  # (rgbdiff was then trained as RGB differences, motion refused mid-training)
+        with pytest.raises(ConfigError, match=f"view: '{view}' is not a flow view's name: a flow view's starts with"):
+            extract_flow(small_store, backend="dis", view=view)
     with pytest.raises(DataError, match="nope.avi"):
         extract_flow(small_store, backend="dis", keys=["nope.avi"])
     with pytest.raises(ConfigError, match="split.*'validation'"):

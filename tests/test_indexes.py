@@ -70,6 +70,14 @@ def test_ucf101_label_that_contradicts_the_folder_is_reported(tmp_path):
         ucf101_index(tmp_path)
 
 
+def test_ucf101_a_line_with_more_than_a_path_and_a_label_is_refused(tmp_path):
+    """The rest of the line was dropped without a word (a name with a space, two lines run together)."""
+    make_ucf101_lists(tmp_path)
+    (tmp_path / "trainlist01.txt").write_text("ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi 1 extra\n")
+    with pytest.raises(DataError, match=r"trainlist01.txt:1: expected 'Class/video.avi \[label\]', got"):
+        ucf101_index(tmp_path)
+
+
 def test_ucf101_missing_split_file_is_named(tmp_path):
     make_ucf101_lists(tmp_path)
     with pytest.raises(DataError, match="trainlist02.txt"):
@@ -644,3 +652,9 @@ def test_an_empty_name_and_store_options_out_of_range_are_refused_by_their_flags
                      "--out", str(tmp_path / "store"), flag, value]) == 2
         assert f"error: {flag}: " in capsys.readouterr().err, flag
         assert not (tmp_path / "store").exists()
+
+
+def test_an_index_given_as_a_folder_is_named_a_folder(tmp_path):
+    """`data store --index UCF` with UCF a folder said "index file not found: UCF" of a folder that is there."""
+    with pytest.raises(DataError, match="a folder, not an index file: give the index file `coclr data index` wrote"):
+        VideoIndex.load(tmp_path)

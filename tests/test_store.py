@@ -136,6 +136,24 @@ def test_missing_videos_stop_the_build_before_any_work(tmp_path):
     assert not (tmp_path / "store").exists()
 
 
+def test_a_synthetic_store_is_not_taken_over_by_decoded_videos(tmp_path):
+    """`coclr data store` on a `coclr data synth` store replaced its index and recorded both datasets' settings,
+    exit 0; it is refused before any write."""
+    from coclr.synth import generate_synthetic
+    from coclr.synth.config import SynthConfig
+
+    generate_synthetic(tmp_path / "synth", SynthConfig(train_scenes=1, test_scenes=1, num_classes=2,
+                                                       actions_per_scene=2, clips_per_action=1, frames=8), workers=0)
+    before = {path: path.read_bytes() for path in (tmp_path / "synth").rglob("*") if path.is_file()}
+    index = make_dataset(tmp_path / "videos", 2)
+    with pytest.raises(DataError, match="holds a store whose rgb frames `coclr data synth` wrote, not decoded videos"):
+        build_store(index, tmp_path / "videos", tmp_path / "synth")
+    assert {path: path.read_bytes() for path in (tmp_path / "synth").rglob("*") if path.is_file()} == before
+    (tmp_path / "synth" / "store.json").write_text('{"format": "coclr-clip-store", "version": 2, "meta": "x"}')
+    for argv in (["data", "info", str(tmp_path / "synth")],):  # (a traceback: 'str' object has no attribute 'items')
+        assert main(argv) == 2
+
+
 def test_create_store_is_idempotent_and_refuses_another_index(tmp_path):
     index = VideoIndex("x", ["a"], [VideoEntry("a/1.avi", 0, "train")])
     create_store(tmp_path, index, short_side=128)

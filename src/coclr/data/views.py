@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from coclr.errors import ConfigError
+from coclr.flow.backends import is_flow_view
 
 VIEW_KINDS = ("rgb", "flow", "rgbdiff")
 """What a view holds: RGB frames, optical flow, or RGB frame differences."""
@@ -19,11 +20,6 @@ DERIVED_VIEWS = {"rgbdiff": "rgb"}
 def stored_view(view: str) -> str:
     """The stored view a (possibly derived) view reads its frames from."""
     return DERIVED_VIEWS.get(view, view)
-
-
-def is_flow_view(view: str) -> bool:
-    """Flow views (``flow``, ``flow_dis``, ...) have one frame fewer than the RGB they come from."""
-    return view.startswith("flow")
 
 
 def view_kind(name: str, kinds: Mapping[str, str] | None = None) -> str:
@@ -39,8 +35,9 @@ def view_kind(name: str, kinds: Mapping[str, str] | None = None) -> str:
         return kind
     if name in ("rgb", "rgbdiff"):
         return name
-    if name.startswith("flow"):
+    if is_flow_view(name):
         return "flow"
-    raise ConfigError(f"view {name!r}: unknown kind; name it 'rgb', 'rgbdiff' or 'flow...', "
-                      f"or map it to one of {', '.join(VIEW_KINDS)} in kinds")
+    mapped = f", or map it to one of {', '.join(VIEW_KINDS)} in kinds" if kinds is not None else ""
+    raise ConfigError(f"view {name!r}: unknown kind; name it 'rgb', 'rgbdiff' or 'flow...' (a view's kind is read from "
+                      f"its name: flow views start with 'flow'){mapped}")
 

@@ -31,6 +31,13 @@ BACKENDS: dict[str, FlowBackend] = {
 }
 
 
+def is_flow_view(view: str) -> bool:
+    """Whether ``view`` names a flow view: its name starts with "flow" (``flow``, ``flow_dis``, ...), the one rule
+    by which training, evaluation and embedding tell a flow view (:mod:`coclr.data.views`) and ``coclr flow``
+    names the views it writes. Flow views have one frame fewer than the RGB they come from."""
+    return view.startswith("flow")
+
+
 ALIASES = {"torch": "tvl1-torch", "opencv": "tvl1"}
 """Short names accepted for the two TV-L1 backends."""
 

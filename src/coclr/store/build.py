@@ -97,6 +97,9 @@ def build_store(index: VideoIndex, video_root: str | Path, out: str | Path,
         before = ClipStore(out) if (Path(out) / META_FILE).is_file() else None  # (reads only)
     except DataError:  # (the claim below says what is wrong with it)
         before = None
+    if before is not None and before.rgb_command() != "coclr data store":  # (it took one over, and mixed the two)
+        raise DataError(f"{out}: holds a store whose rgb frames `{before.rgb_command()}` wrote, not decoded videos: "
+                        "give another output folder")
     # the views of videos that may have changed (their size or modification time differs: read, not hashed, before
     # the claim refuses or takes the job) are held too: a flow job on them is refused
     removing = before is not None and bool(moved_identities(before, keys, video_root))

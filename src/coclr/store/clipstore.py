@@ -1070,6 +1070,9 @@ def _read_meta(root: Path) -> dict:
         raise DataError(f"{path}: unsupported store version {record.get('version')!r} (this library reads "
                         f"{', '.join(map(str, READABLE_VERSIONS))})")
     record.setdefault("meta", {})
+    if not isinstance(record["meta"], dict):  # (a hand-edited file: a traceback where it was read)
+        raise DataError(f"{path}: \"meta\" must be a mapping, got {record['meta']!r}; restore the file (or build "
+                        "the store again)")
     return record
 
 

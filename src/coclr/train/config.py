@@ -21,7 +21,8 @@ from coclr.clips import ClipSettings, clip_option, feature_map_size
 from coclr.config import option, require, require_milestones
 from coclr.core.methods import CONTRASTIVE, MINING_SPACES, methods_help, mining_help
 from coclr.data.augment import AugmentOptions
-from coclr.errors import DataError
+from coclr.data.views import view_kind
+from coclr.errors import ConfigError, DataError
 from coclr.seeding import check_seed
 from coclr.store.clipstore import check_view_name
 from coclr.threads import check_workers
@@ -69,10 +70,11 @@ class DataOptions:
 
     def validate(self) -> None:
         require(bool(self.store), "store", "is required (a clip store directory)")
-        for key in ("view", "second_view"):  # (the store refused it later, naming neither the key nor the file)
-            try:
+        for key in ("view", "second_view"):  # (the store refused it later, naming neither the key nor the file;
+            try:  # and a view of no kind only once training had started, its run folder left behind)
                 check_view_name(getattr(self, key))
-            except DataError as error:
+                view_kind(getattr(self, key))
+            except (DataError, ConfigError) as error:
                 require(False, key, str(error))
         ClipSettings.check(self)
         check_workers(self.workers, "workers")

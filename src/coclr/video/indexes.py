@@ -181,6 +181,9 @@ class VideoIndex:
     @classmethod
     def load(cls, path: str | Path) -> VideoIndex:
         path = Path(path)
+        if path.is_dir():  # (it said "not found" of a folder that is there)
+            raise DataError(f"{path}: a folder, not an index file: give the index file `coclr data index` wrote "
+                            "(its --out)")
         data = read_json_record(path)
         if data is None:
             raise DataError(f"index file not found: {path}")
@@ -276,6 +279,8 @@ def ucf101_index(annotations: str | Path, split: int = 1) -> VideoIndex:
         for number, line in _lines(list_file):
             fields = line.split()
             where = f"{list_file}:{number}"
+            if len(fields) > 2:  # (the rest was dropped without a word: a name with a space, a line run together)
+                raise DataError(f"{where}: expected 'Class/video.avi [label]', got {line.strip()!r}")
             path = posixpath.normpath(fields[0])  # (Class/./v.avi is Class/v.avi: listed twice, one video in both
             folder = PurePosixPath(path).parts[0] if "/" in path else ""  # splits, was not seen)
             if folder.lower() not in label_of_folder:
