@@ -909,19 +909,15 @@ def test_a_study_continues_with_options_that_never_change_a_result(tmp_path: Pat
         STUDY_FOLDER.check(tmp_path, first, record("train.run.batch_size=3"))
 
 
-def test_the_scheduler_s_bar_moves_only_when_epochs_are_done(tmp_path: Path, monkeypatch) -> None:
-    """Each poll updated the bar, by 0 when no epoch had ended: tqdm's clock of the epoch under way restarted at
-    every poll, so an epoch was timed as one poll's second and the ETA was far too short."""
-    from coclr.jobs import scheduler
-    from coclr.synth.output import random_store
-
-    updates = []
+def recording_bar() -> tuple[type, dict[str, list[int]]]:
+    """A stand-in for the scheduler's progress bar, and what it records: where each bar started, each update's
+    count, and the count after each update."""
+    record: dict[str, list[int]] = {"started": [], "updates": [], "seen": []}
 
     class Bar:
-        n = 0
-
         def __init__(self, **kwargs):
             self.n = kwargs.get("initial", 0)
+            record["started"].append(self.n)
 
         def __enter__(self):
             return self
@@ -933,9 +929,21 @@ def test_the_scheduler_s_bar_moves_only_when_epochs_are_done(tmp_path: Path, mon
             pass
 
         def update(self, count):
-            updates.append(count)
+            record["updates"].append(count)
             self.n += count
+            record["seen"].append(self.n)
 
+    return Bar, record
+
+
+def test_the_scheduler_s_bar_moves_only_when_epochs_are_done(tmp_path: Path, monkeypatch) -> None:
+    """Each poll updated the bar, by 0 when no epoch had ended: tqdm's clock of the epoch under way restarted at
+    every poll, so an epoch was timed as one poll's second and the ETA was far too short."""
+    from coclr.jobs import scheduler
+    from coclr.synth.output import random_store
+
+    Bar, record = recording_bar()
+    updates = record["updates"]
     monkeypatch.setattr(scheduler, "progress_bar", Bar)
     store = random_store(tmp_path / "s", videos=2, frames=3, size=(16, 16), views=("rgb",))
     scheduler.run_jobs([Job("flow", _flow(store), epochs=1)], tmp_path, processes=1, poll_seconds=0.01)
@@ -948,26 +956,8 @@ def test_the_scheduler_counts_the_epochs_a_finetuning_job_tells(tmp_path: Path, 
     (``coclr task``'s output, the job's log); the bar counts them, an earlier run's as where it starts."""
     from coclr.jobs import scheduler
 
-    seen, started = [], []
-
-    class Bar:
-        def __init__(self, **kwargs):
-            self.n = kwargs.get("initial", 0)
-            started.append(self.n)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def set_postfix_str(self, *args, **kwargs):
-            pass
-
-        def update(self, count):
-            self.n += count
-            seen.append(self.n)
-
+    Bar, record = recording_bar()
+    seen, started = record["seen"], record["started"]
     monkeypatch.setattr(scheduler, "progress_bar", Bar)
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "ft.log").write_text("=== coclr job started 2026-12-01 10:00:00\n{\"epochs_done\": 2}\n"
