@@ -624,9 +624,11 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
         per_step = _per_step(footage, cheapest, costs, batch)
         needed = (spent + fixed + least * per_step) / MARGIN
         raise ConfigError(f"--budget {as_given(budget)} is too small for {footage.videos} videos on this machine: "
-                          f"storing, flow and embedding alone take about {duration(fixed)}, and the smallest network "
-                          f"({cheapest}) needs {duration(least * per_step)} for {least} training steps; give "
-                          f"--budget {suggested_minutes(needed)}m or more, or fewer videos")
+                          f"this measurement took {duration(spent)}, storing, flow and embedding would take about "
+                          f"{duration(fixed)}, and the smallest network ({cheapest}) needs "
+                          f"{duration(least * per_step)} for {least} training steps, all within "
+                          f"{MARGIN:.0%} of the budget; give --budget {suggested_minutes(needed)}m or more, or fewer "
+                          "videos")  # (the parts it named summed to less than the budget given)
     return _plan(footage, costs, model, affordable[model], budget, spent,
                  _reasons(footage, costs, model, affordable, budget))
 

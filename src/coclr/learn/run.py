@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from coclr import progress
-from coclr.atomic import atomic_duplicate, atomic_write_json, read_json_record
+from coclr.atomic import atomic_duplicate, atomic_write_json, file_identity, read_json_record
 from coclr.config import from_dict
 from coclr.curate.groups import stretches_text
 from coclr.embed.inputs import expand_inputs
@@ -193,7 +193,6 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     if len(paths) < MIN_VIDEOS:  # (the readable ones are counted once the videos are probed)
         raise ConfigError(f"{len(paths)} video(s): learning needs at least {MIN_VIDEOS} (each batch contrasts a video "
                           "with the others); give more videos")
-    check_inputs(out, paths, options.restart)
     root = common_root(paths)
     named = [path for path in paths if not is_relative_key(os.path.relpath(path, root))]  # (the index's rule)
     if named:  # (refused by the store's index after the measurement, naming no remedy)
@@ -208,6 +207,7 @@ def learn(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
                       "workers": options.workers}
     if starts:  # (a run from scratch records no key: folders made before --init continue)
         record_options["init"] = recorded_starts(starts)
+    check_inputs(out, paths, options.restart, record_options)
     if options.restart:  # (a folder --restart may not move: refused now, not after the measurement)
         check_restart(out, LEARN_FOLDER)
     elif check_folder(out, LEARN_FOLDER, record_options):  # reads only
@@ -296,7 +296,7 @@ def record_start(out: Path, paths: list[str], notes: list[str], plan: Plan, cloc
         say(note)
     copy_starts(out, starts)
     if not (out / INPUTS_FILE).is_file():
-        atomic_write_json(out / INPUTS_FILE, {"videos": paths})
+        write_inputs_record(out, paths)
     if not (out / PLAN_FILE).is_file():
         atomic_write_json(out / PLAN_FILE, plan.to_dict())
     clock.record(read_result(out))
@@ -367,13 +367,15 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
             result["labels"] = {**scored, "notes": [*label_notes, *scored["notes"]]}
         else:  # a run scored before and continued without --labels: no scores of a file no longer given
             result.pop("labels", None)
-        untrained = {**store_failures(store, root), **flow_failed}  # (a video embedding failed on was trained on)
-        failed = sorted({**untrained, **embed_failed}.items())
+        untrained = {**flow_failed, **store_failures(store, root)}  # (a video embedding failed on was trained on;
+        # the store's reason first: a video that could not be decoded failed in flow too, "no 'rgb' entry")
+        failed = sorted({**embed_failed, **untrained}.items())  # (why it was not trained on: the first cause)
         result.update(status="done", plan=plan.to_dict(), labels_file=labels and labels["file"],
                       trained_videos=len(paths) - len(untrained),
                       labels_sha256=labels and labels["sha256"],
                       failed=[{"path": path, "error": error} for path, error in failed],
-                      short_videos=plan.short_videos, videos=len(paths), torch=torch.__version__)
+                      short_videos=[path for path in plan.short_videos if path not in untrained],  # (padded and
+                      videos=len(paths), torch=torch.__version__)  # trained on: not those left out of training)
         with line.phase("fixed", None):
             from coclr.learn.report import write_report  # noqa: PLC0415
 
@@ -452,22 +454,42 @@ def read_plan(out: Path) -> Plan | None:
     return None if record is None else Plan.from_dict(record)
 
 
-def check_inputs(out: Path, paths: list[str], restart: bool) -> None:
-    """Refuse a folder that learnt from other videos, naming those added and removed (before any work)."""
+def write_inputs_record(out: Path, paths: list[str]) -> None:
+    """``inputs.json``: the videos a run learns from, and each one's identity (size and modification time: one
+    changed since is refused by :func:`check_inputs`)."""
+    atomic_write_json(out / INPUTS_FILE, {"videos": paths, "identities": {
+        path: list(identity) for path in paths if (identity := file_identity(path)) is not None}})
+
+
+def check_inputs(out: Path, paths: list[str], restart: bool, options: dict[str, Any]) -> None:
+    """Refuse a folder that learnt from other videos, naming those added and removed, and those whose file changed
+    since (their size or modification time: the run's encoders and embeddings are of what they were; a finished
+    run said "nothing to do"), with every other option that differs (``options``, as the folder records them),
+    before any work."""
     record = read_record(out) if out.is_dir() else None
     inputs = out / INPUTS_FILE
     if restart or record is None or record.get("command") != LEARN_FOLDER.command or not inputs.is_file():
         return
-    before = (read_json_record(inputs) or {}).get("videos")
+    recorded = read_json_record(inputs) or {}
+    before, identities = recorded.get("videos"), recorded.get("identities") or {}
+    shown = lambda names: f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"  # noqa: E731
     if before == paths:
+        changed = [path for path in paths if path in identities and list(file_identity(path) or ()) != identities[path]]
+        parts = [f"{len(changed)} changed since ({shown(changed)}): its encoders and embeddings are of their "
+                 "earlier content"] if changed else []
+    else:
+        added = [p for p in paths if p not in set(before)]
+        removed = [p for p in before if p not in set(paths)]
+        parts = [f"{len(added)} added ({shown(added)})" if added else "",
+                 f"{len(removed)} removed ({shown(removed)})" if removed else "",
+                 "in another order" if not added and not removed else ""]
+    if not any(parts):
         return
-    added = [p for p in paths if p not in set(before)]
-    removed = [p for p in before if p not in set(paths)]
-    parts = [f"{len(added)} added ({', '.join(added[:3])}{' ...' if len(added) > 3 else ''})" if added else "",
-             f"{len(removed)} removed ({', '.join(removed[:3])}{' ...' if len(removed) > 3 else ''})"
-             if removed else "", "in another order" if not added and not removed else ""]
-    raise ConfigError(f"{out} learnt from other videos: {'; '.join(p for p in parts if p)}; give the same videos to "
-                      f"continue it, another --out, or --restart to move it aside and start over")
+    others = [line for line in LEARN_FOLDER.differing(record["options"], options) if not line.startswith("videos")]
+    also = f"; and other options: {', '.join(others)}" if others else ""
+    raise ConfigError(f"{out} learnt from other videos: {'; '.join(p for p in parts if p)}{also}; give the same "
+                      "videos (and options) to continue it, another --out, or --restart to move it aside and start "
+                      "over")
 
 
 def make_plan(paths: list[str], budget: float, device, workers: int | None, spent: float,
