@@ -176,9 +176,6 @@ def test_bad_input_is_a_clear_error_before_any_work(small_store, tmp_path):
         extract_flow(small_store, backend="dis", params=TVL1Params())
     with pytest.raises(ConfigError, match="'rgb'"):
         extract_flow(small_store, backend="dis", view="rgb")
-    for view in ("rgbdiff", "motion"):  # (rgbdiff was then trained as RGB differences, motion refused mid-training)
-        with pytest.raises(ConfigError, match=f"view: '{view}' is not a flow view's name: a flow view's starts with"):
-            extract_flow(small_store, backend="dis", view=view)
     with pytest.raises(DataError, match="nope.avi"):
         extract_flow(small_store, backend="dis", keys=["nope.avi"])
     with pytest.raises(ConfigError, match="split.*'validation'"):
@@ -270,10 +267,14 @@ def test_cli_reports_bad_input_as_one_line(small_store, tmp_path, capsys):
 
 def test_cli_extracts_and_prints_the_summary(small_store, capsys):
     status = cli_main(["flow", str(small_store), "--backend", "dis", "--workers", "1", "--view", "motion"])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert status == 3  # finished, the 1-frame video failed
     assert "motion: 2 done" in out and "1 failed" in out and "still.avi" in out
     assert ClipStore(small_store).num_frames("right_up.avi", "motion") == 3
+    assert "--view motion: training takes a view as flow by its name (flow, flow_...)" in err  # (refused mid-training)
+    assert cli_main(["flow", str(small_store), "--backend", "dis", "--view", "rgbdiff"]) == 2  # (training read RGB
+    assert "--view rgbdiff: training computes this view from rgb on the fly" in capsys.readouterr().err  # differences)
+    assert not (small_store / "rgbdiff").exists()
 
 
 # --- kill and resume ----------------------------------------------------------------------------------------

@@ -1829,8 +1829,6 @@ def test_a_video_changed_since_the_run_learnt_from_it_is_refused_with_every_othe
     """A finished run whose video was replaced by other content said "finished before; nothing to do" and kept the
     embeddings of the old content; other videos were refused without the other options that differ (the corrected
     command was then refused for those)."""
-    import os
-
     from coclr.learn.run import INPUTS_FILE, LEARN_FOLDER, check_inputs, write_inputs_record
     from coclr.runfolder import claim_folder
 
@@ -1847,9 +1845,11 @@ def test_a_video_changed_since_the_run_learnt_from_it_is_refused_with_every_othe
     assert json.loads((out / INPUTS_FILE).read_text())["videos"] == paths
     videos[1].write_bytes(b"other content, same name")
     with pytest.raises(ConfigError, match=r"learnt from other videos: 1 changed since \(.*v1.mp4\): its encoders and "
-                                          r"embeddings are of their earlier content"):
+                                          r"embeddings are of their earlier content; give the same videos, restored, "
+                                          r"to continue it, another --out, or --restart"):
         check_inputs(out, paths, False, options)
     check_inputs(out, paths, True, options)  # --restart: moved aside, so nothing to refuse here
-    os.utime(videos[1], ns=(0, 0))
-    with pytest.raises(ConfigError, match=r"1 removed \(.*v2.mp4\); and other options: budget='5m' \(given '10m'\)"):
+    with pytest.raises(ConfigError, match=r"1 removed \(.*v2.mp4\); 1 changed since \(.*v1.mp4\): .*; and other "
+                                          r"options: budget='5m' \(given '10m'\); give the same videos, restored, "
+                                          r"and options to continue it"):  # (each difference at once)
         check_inputs(out, paths[:2], False, {**options, "budget": 600.0})

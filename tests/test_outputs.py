@@ -156,9 +156,9 @@ def test_report_writes_a_report_folder_and_refuses_any_other(tmp_path, capsys):
 
 def test_flow_refuses_a_view_folder_of_other_files(tmp_path, capsys):
     store = make_random_store(tmp_path / "store")
-    (store / "notes").mkdir()
-    (store / "notes" / "todo.txt").write_text("mine")
-    refused(capsys, ["flow", str(store), "--backend", "dis", "--view", "notes", "--workers", "0"],
+    (store / "flow_notes").mkdir()
+    (store / "flow_notes" / "todo.txt").write_text("mine")
+    refused(capsys, ["flow", str(store), "--backend", "dis", "--view", "flow_notes", "--workers", "0"],
             "holds todo.txt, which coclr flow did not write (it writes only entry files", untouched=store)
 
 

@@ -971,6 +971,12 @@ def test_the_scheduler_counts_the_epochs_a_finetuning_job_tells(tmp_path: Path, 
     task = Finetune(tmp_path / "enc.pth", "rgb", tmp_path / "store", tmp_path / "ft", ClipConfig(), FinetuneConfig())
     scheduler.run_jobs([Job("ft", task, epochs=5)], tmp_path, processes=1, poll_seconds=0.05, command=tells)
     assert started == [2] and seen == [3, 4, 5]
+    # the last told counts (a finetune whose state was thrown away starts over from 1: not the 4 of before), and
+    # only a task that tells: the same lines in a flow job's log are not its epochs
+    (tmp_path / "logs" / "ft.log").write_text('{"epochs_done": 4}\n=== coclr job started\n{"epochs_done": 1}\n')
+    assert scheduler._epochs_done(Job("ft", task, epochs=5), False, tmp_path / "logs") == 1
+    (tmp_path / "logs" / "flow.log").write_text('{"epochs_done": 4}\n')
+    assert scheduler._epochs_done(Job("flow", _flow(tmp_path / "store"), epochs=5), False, tmp_path / "logs") == 0
 
 
 def test_a_synthetic_option_given_at_the_value_the_study_used_continues_it(tmp_path: Path) -> None:
@@ -1117,4 +1123,18 @@ def test_a_study_of_a_folder_with_a_link_to_nothing_says_what_to_do(tmp_path: Pa
                  "--check"]) == 2
     said = capsys.readouterr().err
     assert "train/a/gone.mp4 (a link to nothing); restore them, or remove them from data.root" in said, said
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_study_of_one_class_is_refused_before_it_trains(tmp_path: Path, capsys) -> None:
+    """Its evaluation refuses splits of one class (every score 100 by construction): a study found it only after
+    every stage had trained; its plan refuses it."""
+    from coclr.cli import main
+    from test_embed import moving_square, write_video
+
+    for split in ("train", "test"):
+        write_video(tmp_path / "videos" / split / "a" / "a.mp4", moving_square(4))
+    assert main(["study", "--out", str(tmp_path / "s"), "data.source=folder", f"data.root={tmp_path / 'videos'}",
+                 "--check"]) == 2
+    assert "evaluation (study): every 'train' and 'test' video is of one class" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()

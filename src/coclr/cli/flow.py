@@ -65,8 +65,26 @@ def run(args: argparse.Namespace) -> int:
     from coclr.store.flow_extract import extract_flow
 
     options = options_from_flags(FlowOptions, args)
+    check_flow_view(options.view)
     with named_by_flags(FlowOptions):  # (a refusal of an option's value names its flag: --device, not device)
         summary = extract_flow(args.store, params=params, **dataclasses.asdict(options))
     print(summary, flush=True)
     failed = summary.totals[2] if summary.totals is not None else len(summary.failed)
     return job_status(failed) if summary.rank == 0 else EXIT_DONE  # under torchrun, rank 0 speaks for the job
+
+
+def check_flow_view(view: str | None) -> None:
+    """Refuse a view that training computes from RGB (``rgbdiff``: flow written under its name was never read, the
+    encoder trained on RGB differences), and say of a view not named as flow that training will not take it as flow
+    (a view's kind is read from its name: :func:`coclr.data.views.view_kind`)."""
+    import sys  # noqa: PLC0415
+
+    from coclr.data.views import DERIVED_VIEWS, is_flow_view  # noqa: PLC0415
+    from coclr.errors import ConfigError  # noqa: PLC0415
+
+    if view in DERIVED_VIEWS:
+        raise ConfigError(f"--view {view}: training computes this view from {DERIVED_VIEWS[view]} on the fly and never "
+                          "reads a stored one; give a flow view's name (e.g. flow_dis)")
+    if view is not None and not is_flow_view(view):
+        print(f"coclr flow: note: --view {view}: training takes a view as flow by its name (flow, flow_...): "
+              f"pretrain and pipeline refuse {view!r} as a view of no kind", file=sys.stderr)

@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "embeddings/{rgb,flow,two_stream} (for coclr search), report.html and learn.json (the plan, the time of "
         "each phase, the quality of each stage judged without labels). Each encoder is the last stage of its view "
         "that did not collapse; when every stage of a view collapsed, the run says so and exits with 3. The same "
-        "command continues after an interruption; other videos or options on the same OUT are refused; a finished "
+        "command continues after an interruption; other videos (or ones changed since) or options on the same OUT "
+        "are refused; a finished "
         "run returns at once. Under "
         "torchrun (torchrun --nproc_per_node=N -m coclr learn ...) the processes share the videos and every batch.")
     parser.add_argument("inputs", nargs="+", metavar="VIDEOS", help="video files, folders, list files or globs")

@@ -137,6 +137,11 @@ class Embedder:
         self.checkpoint = Path(checkpoint)
         self.flow_checkpoint = Path(flow_checkpoint) if flow_checkpoint is not None else None
         self.settings: EmbedSettings = resolve_settings(self.checkpoint, self.flow_checkpoint, **settings)
+        short = self.settings.short_side
+        if (self.settings.flow_method or {}).get("backend") == "dis" and short and short < DIS_MIN_SIDE:
+            raise ConfigError(f"--short-side {short}: frames too small for DIS flow, which the flow encoder was "
+                              f"trained on (it needs {DIS_MIN_SIDE} px on each side); give --short-side "
+                              f"{DIS_MIN_SIDE} or more")  # (before any video: each failed alone; at its own size there)
         if batch_size < 1:
             raise DataError(f"batch_size must be at least 1, got {batch_size}")
         check_workers(workers, "workers")

@@ -86,10 +86,18 @@ def check_evaluable(task: str, store, streams: Sequence[Stream], options: TaskOp
     class (every score 100 by construction), and for the linear probe a selection that would hold out nothing."""
     store.index.require_labels(f"evaluation ({task})", [train_split, test_split])
     views = [*stream_views(streams, with_views)]
-    train = split_entries(store, train_split, views)
-    check_classes(train, split_entries(store, test_split, views), train_split, test_split, task)
-    if task == "linear":
-        checked_holdout(np.array([entry.label_id for entry in train]), options.probe)
+    check_split_labels(split_entries(store, train_split, views), split_entries(store, test_split, views), task,
+                       options.probe if task == "linear" else None, train_split, test_split)
+
+
+def check_split_labels(train: Sequence, test: Sequence, task: str, probe: LinearProbeConfig | None = None,
+                       train_split: str = "train", test_split: str = "test") -> None:
+    """The index entries of the two splits refused for an evaluation (``task``, a study's too, before it trains):
+    one class in all (:func:`~coclr.eval.features.check_classes`), and with ``probe`` a selection that would hold
+    out nothing (:func:`~coclr.eval.linear.checked_holdout`)."""
+    check_classes(list(train), list(test), train_split, test_split, task)
+    if probe is not None:
+        checked_holdout(np.array([entry.label_id for entry in train]), probe)
 
 
 def evaluate_checkpoint(task: str, store, streams: Sequence[Stream], clips: ClipConfig,

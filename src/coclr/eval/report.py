@@ -23,7 +23,7 @@ from typing import Any
 from coclr.atomic import atomic_open, atomic_write_json, atomic_write_text, read_json_lines, read_json_record
 from coclr.clips import CLIP_KEYS
 from coclr.core.methods import display_name, find_method
-from coclr.data.views import view_kind
+from coclr.data.views import is_flow_view, view_kind
 from coclr.errors import DataError
 from coclr.eval.evaluate import TaskOptions, evaluate_checkpoint
 from coclr.eval.features import (
@@ -50,7 +50,7 @@ def view_name(view: str) -> str:
     """Display name of a store view (``flow_dis`` -> ``Flow (dis)``)."""
     if view in VIEW_NAMES:
         return VIEW_NAMES[view]
-    if view.startswith("flow"):
+    if is_flow_view(view):
         return f"Flow ({view[4:].lstrip('_')})"
     return view
 
@@ -207,7 +207,7 @@ def describe_encoders(record: dict[str, Any]) -> dict[str, str]:
     distinct = list(dict.fromkeys(methods))
     name = record.get("name") or "/".join(display_name(m) for m in distinct)
     views = [s["view"] for s in streams]
-    if len(views) == 2 and views[0] == "rgb" and views[1].startswith("flow"):
+    if len(views) == 2 and views[0] == "rgb" and is_flow_view(views[1]):
         input_name = "R+F"
     else:
         input_name = "+".join(view_name(v) for v in views)
@@ -350,7 +350,7 @@ def plot_stage_recall(stages: Sequence[str], recall: dict[str, Sequence[float | 
 
     figure, axes = plt.subplots(figsize=(max(5.0, 1.1 * len(stages) + 2), 3.6), dpi=120)
     for view, values in recall.items():
-        colour = VIEW_COLOURS.get("flow" if view.startswith("flow") else view, None)
+        colour = VIEW_COLOURS.get("flow" if is_flow_view(view) else view, None)
         xs = [i for i, value in enumerate(values) if value is not None]
         for previous, current in zip(xs, xs[1:]):
             style = "-" if view in trained[current] else ":"

@@ -24,7 +24,8 @@ class FlowOptions:
     """How flow is extracted; each is a flag of ``coclr flow``."""
 
     backend: str = option("auto", backends_help(), cli={"choices": (*BACKENDS, *ALIASES)})
-    view: str | None = option(None, "view name to write", cli={"shown": "'flow' for TV-L1, 'flow_dis' for DIS"})
+    view: str | None = option(None, "view name to write (training takes a view as flow by its name: flow, "
+                                    "flow_...)", cli={"shown": "'flow' for TV-L1, 'flow_dis' for DIS"})
     workers: int | None = option(None, "worker processes for the CPU backends, JPEG processes for tvl1-torch (0: "
                                        "none, work in this process, as DataLoader's num_workers)",
                                  cli={"shown": "one per core"})

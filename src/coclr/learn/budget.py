@@ -624,11 +624,8 @@ def choose_plan(footage: Footage, costs: Costs, budget: float, spent: float = 0.
         per_step = _per_step(footage, cheapest, costs, batch)
         needed = (spent + fixed + least * per_step) / MARGIN
         raise ConfigError(f"--budget {as_given(budget)} is too small for {footage.videos} videos on this machine: "
-                          f"this measurement took {duration(spent)}, storing, flow and embedding would take about "
-                          f"{duration(fixed)}, and the smallest network ({cheapest}) needs "
-                          f"{duration(least * per_step)} for {least} training steps, all within "
-                          f"{MARGIN:.0%} of the budget; give --budget {suggested_minutes(needed)}m or more, or fewer "
-                          "videos")  # (the parts it named summed to less than the budget given)
+                          + too_small(spent, fixed, f"the smallest network ({cheapest}) needs "
+                                      f"{duration(least * per_step)} for {least} training steps", needed))
     return _plan(footage, costs, model, affordable[model], budget, spent,
                  _reasons(footage, costs, model, affordable, budget))
 
@@ -650,6 +647,15 @@ def least_steps(footage: Footage, model: Model, processes: int = 1) -> int:
     return schedule(0, steps_per_epoch(footage, model, plan_batch(footage, model, processes), processes), up=True)[1]
 
 
+def too_small(spent: float, fixed: float, training: str, needed: float) -> str:
+    """The end of a refused budget's line: what it had to hold (the measurement so far, the footage's phases, the
+    ``training`` said, all within :data:`MARGIN` of it: the parts summed to less than the budget when the first and
+    the margin went unsaid) and the budget that would do (``needed`` seconds)."""
+    return (f"this measurement took {duration(spent)}, storing, flow and embedding would take about {duration(fixed)}, "
+            f"and {training}, all within {MARGIN:.0%} of the budget; give --budget {suggested_minutes(needed)}m or "
+            "more, or fewer videos")
+
+
 def _fixed_plan(footage: Footage, costs: Costs, budget: float, spent: float, model: Model) -> Plan:
     """The plan of ``model``, fixed by a checkpoint (:func:`choose_plan` with ``fixed``)."""
     batch = plan_batch(footage, model, costs.processes)
@@ -660,10 +666,9 @@ def _fixed_plan(footage: Footage, costs: Costs, budget: float, spent: float, mod
     if affordable < least:
         needed = (spent + fixed + least * per_step) / MARGIN
         raise ConfigError(f"--budget {as_given(budget)} cannot afford one epoch of the starting checkpoint's network "
-                          f"({model}) on {footage.videos} videos on this machine: storing, flow and embedding take "
-                          f"about {duration(fixed)}, and its smallest schedule ({least} steps: one epoch of each "
-                          f"CoCLR stage, two of each InfoNCE stage) {duration(least * per_step)}; give --budget "
-                          f"{suggested_minutes(needed)}m or more, or fewer videos")
+                          f"({model}) on {footage.videos} videos on this machine: "
+                          + too_small(spent, fixed, f"its smallest schedule ({least} steps: one epoch of each CoCLR "
+                                      f"stage, two of each InfoNCE stage) {duration(least * per_step)}", needed))
     reasons = [f"{footage.videos} videos, {footage.frames} frames (median short side {footage.short_side} px); "
                f"measured here: {1e3 * costs.decode_frame:.2f} ms to decode a frame, "
                f"{1e3 * costs.flow_pair[model.size]:.2f} ms of flow per frame pair at {model.size} px, "

@@ -11,7 +11,8 @@ stage's encoder is judged without labels (:mod:`coclr.eval.label_free`), and ``O
 (never used to train), the kNN accuracy and R@k of the labelled videos.
 
 The rule of every long command: the same command continues where it stopped (each part resumes on its own), the
-same folder with other videos or options is refused before any work naming what differs, and a finished run
+same folder with other videos (or videos changed since) or options is refused before any work naming what
+differs, and a finished run
 returns at once without writing anything. Unreadable videos are listed and left out.
 """
 
@@ -473,23 +474,22 @@ def check_inputs(out: Path, paths: list[str], restart: bool, options: dict[str, 
     recorded = read_json_record(inputs) or {}
     before, identities = recorded.get("videos"), recorded.get("identities") or {}
     shown = lambda names: f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"  # noqa: E731
-    if before == paths:
-        changed = [path for path in paths if path in identities and list(file_identity(path) or ()) != identities[path]]
-        parts = [f"{len(changed)} changed since ({shown(changed)}): its encoders and embeddings are of their "
-                 "earlier content"] if changed else []
-    else:
-        added = [p for p in paths if p not in set(before)]
-        removed = [p for p in before if p not in set(paths)]
-        parts = [f"{len(added)} added ({shown(added)})" if added else "",
-                 f"{len(removed)} removed ({shown(removed)})" if removed else "",
-                 "in another order" if not added and not removed else ""]
+    added = [p for p in paths if p not in set(before)]
+    removed = [p for p in before if p not in set(paths)]
+    changed = [path for path in paths if path in identities and list(file_identity(path) or ()) != identities[path]]
+    parts = [f"{len(added)} added ({shown(added)})" if added else "",
+             f"{len(removed)} removed ({shown(removed)})" if removed else "",
+             "in another order" if not added and not removed and before != paths else "",
+             f"{len(changed)} changed since ({shown(changed)}): its encoders and embeddings are of their earlier "
+             "content" if changed else ""]
     if not any(parts):
         return
     others = [line for line in LEARN_FOLDER.differing(record["options"], options) if not line.startswith("videos")]
     also = f"; and other options: {', '.join(others)}" if others else ""
-    raise ConfigError(f"{out} learnt from other videos: {'; '.join(p for p in parts if p)}{also}; give the same "
-                      "videos (and options) to continue it, another --out, or --restart to move it aside and start "
-                      "over")
+    same = ("give the same videos" + (", restored," if changed else "") + (" and options" if others else "")
+            + " to continue it")
+    raise ConfigError(f"{out} learnt from other videos: {'; '.join(p for p in parts if p)}{also}; {same}, another "
+                      "--out, or --restart to move it aside and start over")
 
 
 def make_plan(paths: list[str], budget: float, device, workers: int | None, spent: float,

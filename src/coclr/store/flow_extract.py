@@ -39,7 +39,7 @@ import torch
 from coclr.clips import JPEG_QUALITY
 from coclr.distributed import init_distributed, launched_world_size, pick_device, rank, world_size
 from coclr.errors import ConfigError, DataError
-from coclr.flow.backends import ALIASES, BACKENDS, FlowBackend, is_flow_view
+from coclr.flow.backends import ALIASES, BACKENDS, FlowBackend
 from coclr.flow.encode import FLOW_BOUND, check_bound, flow_to_uint8
 from coclr.flow.opencv import opencv_video_flow
 from coclr.flow.options import BATCH_PAIRS, FlowOptions
@@ -234,9 +234,6 @@ def extract_flow(store_root: str | Path, backend: str = FlowOptions.backend, vie
     check_view_name(view)
     if view == SOURCE_VIEW:
         raise ConfigError(f"view: flow cannot be written into the {SOURCE_VIEW!r} view")
-    if not is_flow_view(view):  # (training reads a view's kind from its name: rgbdiff was trained as RGB
-        raise ConfigError(f"view: {view!r} is not a flow view's name: a flow view's starts with 'flow' (e.g. flow, "
-                          "flow_dis), as training reads a view's kind from its name")  # differences, motion refused)
     if not (store.root / SOURCE_VIEW).is_dir():
         raise DataError(f"{store.root}: the store has no {SOURCE_VIEW!r} view to compute flow from")
     keys = list(store.keys() if keys is None else keys)

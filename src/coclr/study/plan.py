@@ -26,6 +26,7 @@ from coclr.clips import recorded_clips
 from coclr.config import from_dict, load_config, merge, to_dict
 from coclr.core.methods import METHODS
 from coclr.errors import ConfigError
+from coclr.eval.evaluate import check_split_labels
 from coclr.eval.options import ClipConfig, FinetuneConfig, LinearProbeConfig, check_ten_crops
 from coclr.flow.options import FlowOptions
 from coclr.jobs.scheduler import Job
@@ -327,6 +328,7 @@ def _check_data(plan: StudyPlan) -> None:
         for split in ("train", "test"):
             if not any(entry.split == split for entry in store.index.entries):
                 raise ConfigError(f"data.store: {plan.store} has no {split!r} split; a study needs train and test")
+        _check_evaluable(plan, store.index)
         return
     for key in ("root", "annotations"):
         path = getattr(data, key)
@@ -340,13 +342,24 @@ def _check_data(plan: StudyPlan) -> None:
         index = indexes.csv_index(data.annotations)
     else:
         index = indexes.folder_index(data.root)
-    indexes.check_videos_exist(index, data.root, "restore them, or remove them from data.root"
-                               + (" and data.annotations" if data.source != "folder" else ""))
+    indexes.check_videos_exist(index, data.root, "restore them" + (", or remove them from data.root" if data.source
+                                                                    == "folder" else ", or remove their lines from "
+                                                                    "data.annotations"))
     index.require_labels("a study (Table 1 is evaluated with labels)", ["train", "test"])
     for split in ("train", "test"):
         if split not in index.split_counts():
             raise ConfigError(f"data: the {data.source} index of {data.root} has no {split!r} split")
+    _check_evaluable(plan, index)
     plan.index = index
+
+
+def _check_evaluable(plan: StudyPlan, index) -> None:
+    """What the evaluation refuses of the index's labels (:func:`coclr.eval.evaluate.check_evaluable`: one class
+    in all, a probe selection holding out nothing), refused before the study trains anything (it was refused after
+    every stage had trained)."""
+    check_split_labels([entry for entry in index.entries if entry.split == "train"],
+                       [entry for entry in index.entries if entry.split == "test"], "study",
+                       plan.probe if "linear" in plan.config.columns else None)
 
 
 def _train_videos(plan: StudyPlan) -> int:

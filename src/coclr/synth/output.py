@@ -14,6 +14,7 @@ import numpy as np
 from coclr.atomic import atomic_write_text
 from coclr.config import to_dict, validate
 from coclr.errors import ConfigError
+from coclr.flow.backends import is_flow_view
 from coclr.runfolder import FolderRule, claim_folder
 from coclr.store.clipstore import create_store, write_entry
 from coclr.store.jobs import JobSummary, run_entry_jobs, writing_view
@@ -157,7 +158,7 @@ def random_store(root: str | Path, videos: int = 12, frames: int = 12, size: tup
     create_store(root, VideoIndex("random", [f"class{c}" for c in range(classes)], entries))
     for entry in entries:
         for view in views:
-            count = frames - 1 if view.startswith("flow") else frames
+            count = frames - 1 if is_flow_view(view) else frames
             pixels = rng.integers(0, 256, (count, *size, 3), dtype=np.uint8)
             write_entry(root, entry.path, view, [encode_jpeg(f) for f in pixels], fps=25.0)
     return Path(root)
