@@ -26,8 +26,8 @@ from coclr.train.config import PipelineConfig, PretrainConfig
 
 EPOCHS_DONE = "epochs_done"
 """The key of the line (``{"epochs_done": N}``) a task whose training keeps no ``log.jsonl`` (finetuning) prints
-each time ``N`` of its epochs are done and kept: what the scheduler's progress counts (the largest ``N`` in the
-job's log, which every run of it appends to)."""
+each time ``N`` of its epochs are done and kept: what the scheduler's progress counts (the last ``N`` in the job's
+log, which every run of it appends to)."""
 
 
 def tell_epochs_done(done: int) -> None:
