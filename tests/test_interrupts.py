@@ -571,12 +571,12 @@ def test_an_unwritable_cache_falls_back_to_one_private_folder_shared_by_commands
         path.unlink()
     fallback.rmdir()
     fallback.write_text("")  # the fallback cannot be a folder either
-    result = run(["flow", str(stores[0]), "--view", "other", *argv], env)
+    result = run(["flow", str(stores[0]), "--view", "flow_other", *argv], env)
     assert result.returncode == 2
     assert re.fullmatch(r"coclr flow: error: kernels='c': the C loops cannot be built here: no folder to keep the "
                         r"compiled C loops in: .*file/cache: Not a directory; .*coclr-cache-\d+: .*; kernels='auto' "
                         r"or 'torch' run without them\n", result.stderr), result.stderr
-    assert not (stores[0] / "other").exists()
+    assert not (stores[0] / "flow_other").exists()
 
 
 def test_the_fallback_cache_is_refused_unless_private(tmp_path, monkeypatch):
