@@ -1829,6 +1829,8 @@ def test_a_video_changed_since_the_run_learnt_from_it_is_refused_with_every_othe
     """A finished run whose video was replaced by other content said "finished before; nothing to do" and kept the
     embeddings of the old content; other videos were refused without the other options that differ (the corrected
     command was then refused for those)."""
+    import os
+
     from coclr.learn.run import INPUTS_FILE, LEARN_FOLDER, check_inputs, write_inputs_record
     from coclr.runfolder import claim_folder
 
@@ -1843,6 +1845,16 @@ def test_a_video_changed_since_the_run_learnt_from_it_is_refused_with_every_othe
         write_inputs_record(out, paths)
     check_inputs(out, paths, False, options)  # the same: continued
     assert json.loads((out / INPUTS_FILE).read_text())["videos"] == paths
+    # touched (or copied without its times), its content the one its store entry noted: the same video, as the
+    # store's rule has it (coclr.store.build.changed_videos)
+    from coclr.atomic import file_sha256
+    from coclr.store.clipstore import create_store, record_notes
+    from coclr.video.indexes import VideoEntry, VideoIndex
+
+    create_store(out / "store", VideoIndex("v", ["a"], [VideoEntry(video.name, 0, "train") for video in videos]))
+    record_notes(out / "store", "rgb", ["v0.mp4"], {"v0.mp4": {"source": [100, 1], "sha256": file_sha256(videos[0])}})
+    os.utime(videos[0], ns=(1, 1))
+    check_inputs(out, paths, False, options)
     videos[1].write_bytes(b"other content, same name")
     with pytest.raises(ConfigError, match=r"learnt from other videos: 1 changed since \(.*v1.mp4\): its encoders and "
                                           r"embeddings are of their earlier content; give the same videos, restored, "

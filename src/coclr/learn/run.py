@@ -462,6 +462,30 @@ def write_inputs_record(out: Path, paths: list[str]) -> None:
         path: list(identity) for path in paths if (identity := file_identity(path)) is not None}})
 
 
+def changed_since(out: Path, paths: list[str], identities: dict[str, list[int]]) -> list[str]:
+    """The videos of ``paths`` whose file is not the one the run recorded (``identities``: size and modification
+    time): by the store's rule (:func:`coclr.store.build.changed_videos`), a file touched or copied without its times
+    whose content is the one its store entry noted (its sha256) is the same video. Reads only."""
+    from coclr.atomic import file_sha256  # noqa: PLC0415
+    from coclr.store.clipstore import ClipStore  # noqa: PLC0415
+
+    suspects = [path for path in paths if path in identities and list(file_identity(path) or ()) != identities[path]]
+    if not suspects:
+        return []
+    try:
+        noted = ClipStore(out / "store").notes("rgb") if (out / "store").is_dir() else {}
+    except DataError:
+        noted = {}
+    root = common_root(paths)
+
+    def same(path: str) -> bool:
+        identity, note = file_identity(path), noted.get(os.path.relpath(path, root), {})
+        return (identity is not None and identity[0] == identities[path][0] and "sha256" in note
+                and file_sha256(path) == note["sha256"])
+
+    return [path for path in suspects if not same(path)]
+
+
 def check_inputs(out: Path, paths: list[str], restart: bool, options: dict[str, Any]) -> None:
     """Refuse a folder that learnt from other videos, naming those added and removed, and those whose file changed
     since (their size or modification time: the run's encoders and embeddings are of what they were; a finished
@@ -476,7 +500,7 @@ def check_inputs(out: Path, paths: list[str], restart: bool, options: dict[str, 
     shown = lambda names: f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"  # noqa: E731
     added = [p for p in paths if p not in set(before)]
     removed = [p for p in before if p not in set(paths)]
-    changed = [path for path in paths if path in identities and list(file_identity(path) or ()) != identities[path]]
+    changed = changed_since(out, paths, identities)
     parts = [f"{len(added)} added ({shown(added)})" if added else "",
              f"{len(removed)} removed ({shown(removed)})" if removed else "",
              "in another order" if not added and not removed and before != paths else "",
