@@ -372,7 +372,7 @@ def test_a_flow_encoder_is_fed_the_flow_its_store_computed(tmp_path):
     dis = save_tiny_encoder(tmp_path / "dis.pth", seed=1, meta={"method": "infonce", "view": "flow_dis"})
     with pytest.raises(ConfigError, match="--short-side 12: frames too small for DIS flow"):  # (each video failed)
         Embedder(dis, workers=0, length=8, size=32, short_side=12)
-    tiny = np.repeat(video[:, :12, :12], 1, axis=0)  # (decoded at its own size: that video's failure, said why)
+    tiny = np.ascontiguousarray(video[:, :12, :12])  # (decoded at its own size: that video's failure, said why)
     with pytest.raises(DataError, match="frames of 12 x 12 px are too small for DIS flow, which the flow encoder"):
         Embedder(dis, workers=0, length=8, size=32, short_side=0).embed_frames(tiny, 25.0)
 

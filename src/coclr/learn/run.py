@@ -462,6 +462,11 @@ def write_inputs_record(out: Path, paths: list[str]) -> None:
         path: list(identity) for path in paths if (identity := file_identity(path)) is not None}})
 
 
+def _some(names: list[str]) -> str:
+    """The first three of ``names``, and " ..." when there are more."""
+    return f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+
+
 def changed_since(out: Path, paths: list[str], identities: dict[str, list[int]]) -> list[str]:
     """The videos of ``paths`` whose file is not the one the run recorded (``identities``: size and modification
     time): by the store's rule (:func:`coclr.store.build.changed_videos`), a file touched or copied without its times
@@ -497,14 +502,13 @@ def check_inputs(out: Path, paths: list[str], restart: bool, options: dict[str, 
         return
     recorded = read_json_record(inputs) or {}
     before, identities = recorded.get("videos"), recorded.get("identities") or {}
-    shown = lambda names: f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"  # noqa: E731
     added = [p for p in paths if p not in set(before)]
     removed = [p for p in before if p not in set(paths)]
     changed = changed_since(out, paths, identities)
-    parts = [f"{len(added)} added ({shown(added)})" if added else "",
-             f"{len(removed)} removed ({shown(removed)})" if removed else "",
+    parts = [f"{len(added)} added ({_some(added)})" if added else "",
+             f"{len(removed)} removed ({_some(removed)})" if removed else "",
              "in another order" if not added and not removed and before != paths else "",
-             f"{len(changed)} changed since ({shown(changed)}): its encoders and embeddings are of their earlier "
+             f"{len(changed)} changed since ({_some(changed)}): its encoders and embeddings are of their earlier "
              "content" if changed else ""]
     if not any(parts):
         return

@@ -169,25 +169,24 @@ def pipeline_eta(run_dir: Path, stages: list[Stage], until: str | None = None) -
     said so."""
     if until is not None:
         stages = stages[:[stage.name for stage in stages].index(until) + 1]
-    done: dict[str, int] = {}
+    logged = {stage.name: epoch_seconds(run_dir, stage.name) for stage in stages}
+    done: dict[str, int] = {}  # views' epochs timed, and their seconds, by method
     seconds: dict[str, float] = {}
-    epochs_done = 0
     for stage in stages:
-        epochs = epoch_seconds(run_dir, stage.name)
-        epochs_done += len(epochs)
-        done[stage.method] = done.get(stage.method, 0) + len(epochs) * len(stage.trains)
-        seconds[stage.method] = seconds.get(stage.method, 0.0) + sum(epochs)
+        done[stage.method] = done.get(stage.method, 0) + len(logged[stage.name]) * len(stage.trains)
+        seconds[stage.method] = seconds.get(stage.method, 0.0) + sum(logged[stage.name])
     total = sum(stage.epochs for stage in stages)
-    text = f"{epochs_done}/{total} epochs {'of the pipeline' if until is None else f'up to {until}'} done"
+    text = (f"{sum(map(len, logged.values()))}/{total} epochs "
+            f"{'of the pipeline' if until is None else f'up to {until}'} done")
     timed = sum(done.values())
     if timed:
         mean = sum(seconds.values()) / timed
         left, untimed = 0.0, []
         for stage in stages:
-            views_left = stage.epochs * len(stage.trains) - len(epoch_seconds(run_dir, stage.name)) * len(stage.trains)
-            if views_left > 0 and not done.get(stage.method):
+            views_left = (stage.epochs - len(logged[stage.name])) * len(stage.trains)
+            if views_left > 0 and not done[stage.method]:
                 untimed.append(stage.method)
-            left += views_left * (seconds[stage.method] / done[stage.method] if done.get(stage.method) else mean)
+            left += views_left * (seconds[stage.method] / done[stage.method] if done[stage.method] else mean)
         text += f", about {duration(left)} left"
         if untimed:
             text += f" ({', '.join(dict.fromkeys(untimed))} epochs not timed yet: taken at the others')"
