@@ -1689,6 +1689,37 @@ def test_labelled_videos_without_a_vector_are_said_and_too_few_score_nothing(tmp
     assert [note for note in result["notes"] if "nothing scored" in note] == []
 
 
+def test_measures_of_more_neighbours_than_the_gallery_holds_are_left_out(tmp_path, monkeypatch):
+    """Five labelled videos showed R@5 and R@10 of 100 (every query's whole gallery of four): a figure of the labels,
+    not of the features, shown as a result."""
+    import numpy as np
+
+    from coclr.learn import scores
+
+    features = np.random.default_rng(0).normal(size=(5, 8)).astype(np.float32)
+    labels = np.array([0, 0, 1, 1, 2])
+    loo = scores.scores_of(features, labels, ["train"] * 5)
+    assert loo["gallery"] == 4 and loo["R@1"] is not None and loo["R@5"] is None and loo["R@10"] is None
+    assert loo["kNN@5"] is None and "R@5, R@10, kNN@5 not measured: the gallery holds 4" in loo["unmeasured"]
+    split = scores.scores_of(features, labels, ["train", "test", "train", "test", "train"])
+    assert split["gallery"] == 3 and split["R@1"] is not None and split["R@5"] is None
+    wide = scores.scores_of(np.tile(features, (3, 1)), np.tile(labels, 3), ["train"] * 15)
+    assert wide["R@10"] is not None and wide["kNN@5"] is not None and "unmeasured" not in wide
+    (tmp_path / "embeddings" / "rgb").mkdir(parents=True)
+
+    class Embedded:
+        def __init__(self, folder):
+            self.videos = features
+
+        def row_of(self, path):
+            return int(path[0])
+
+    monkeypatch.setattr(scores, "Embeddings", Embedded)
+    result = scores.label_scores(tmp_path, {"file": "l.csv", "videos": {f"{i}.mp4": (int(labels[i]), "train")
+                                                                     for i in range(5)}})
+    assert any(note.startswith("R@5, R@10, kNN@5 not measured") for note in result["notes"])
+
+
 def test_chance_is_that_of_the_scored_videos():
     """Chance was one over the labels file's classes, counting classes no scored video has (20% for five classes
     where the seven scored videos held four, whose R@1 at random is 25%)."""

@@ -4,6 +4,8 @@ With labelled videos of both a train and a test split (the manifest's ``split`` 
 the train videos as the paper's retrieval does (:func:`coclr.eval.retrieval.retrieve`: R@k, features centred by
 the gallery's mean, ties counted in expectation); otherwise every labelled video queries the others (leave one
 out). The kNN accuracy is the majority class of the ``k`` nearest (a tie goes to the class met first, nearest).
+A measure of ``k`` neighbours is left out (None) when the gallery holds ``k`` videos or fewer: every query then
+meets the whole gallery, and the figure tells the labels, not the features.
 """
 
 from __future__ import annotations
@@ -109,11 +111,13 @@ def scores_of(features: np.ndarray, labels: np.ndarray, splits: list[str]) -> di
     test = np.array([split == "test" for split in splits])
     train = np.array([split == "train" for split in splits])
     if test.any() and train.any():
+        gallery = int(train.sum())
         result = retrieve(features[test], labels[test], features[train], labels[train], ks=KS)
-        recall = {f"R@{k}": 100.0 * result.recall[k] for k in KS}
-        knn = knn_accuracy(result.topk_indices, labels[test], labels[train], KNN)
+        recall = {f"R@{k}": 100.0 * result.recall[k] if k < gallery else None for k in KS}
+        knn = knn_accuracy(result.topk_indices, labels[test], labels[train], KNN) if KNN < gallery else None
         return {"protocol": "test videos query the train videos", "queries": int(test.sum()),
-                "gallery": int(train.sum()), **recall, f"kNN@{KNN}": knn}
+                "gallery": gallery, **recall, f"kNN@{KNN}": knn, **_unmeasured(gallery)}
+    gallery = len(features) - 1
     recalls = {k: 0.0 for k in KS}
     knn_hits = []
     for query in range(len(features)):
@@ -124,8 +128,18 @@ def scores_of(features: np.ndarray, labels: np.ndarray, splits: list[str]) -> di
         knn_hits.append(knn_accuracy(result.topk_indices, labels[[query]], labels[others], KNN))
     count = max(1, len(features))
     return {"protocol": "each labelled video queries the others (leave one out)", "queries": len(features),
-            "gallery": len(features) - 1, **{f"R@{k}": 100.0 * recalls[k] / count for k in KS},
-            f"kNN@{KNN}": float(np.mean(knn_hits)) if knn_hits else 0.0}
+            "gallery": gallery, **{f"R@{k}": 100.0 * recalls[k] / count if k < gallery else None for k in KS},
+            f"kNN@{KNN}": float(np.mean(knn_hits)) if knn_hits and KNN < gallery else None,
+            **_unmeasured(gallery)}
+
+
+def _unmeasured(gallery: int) -> dict[str, str]:
+    """``{"unmeasured": why}`` when a gallery of ``gallery`` videos leaves measures of :func:`scores_of` out."""
+    left = [f"R@{k}" for k in KS if k >= gallery] + ([f"kNN@{KNN}"] if KNN >= gallery else [])
+    if not left:
+        return {}
+    return {"unmeasured": f"{', '.join(left)} not measured: the gallery holds {gallery} labelled video(s), and a "
+                          "measure of k neighbours needs more than k (label more videos)"}
 
 
 def label_scores(out: Path, labels: dict[str, Any]) -> dict[str, Any]:
@@ -153,6 +167,7 @@ def label_scores(out: Path, labels: dict[str, Any]) -> dict[str, Any]:
         shown = ", ".join(sorted(vectorless)[:SHOWN]) + (" ..." if len(vectorless) > SHOWN else "")
         notes.append(f"{len(vectorless)} labelled video(s) have no vector (they failed, listed with the reason): "
                      f"{shown}; each embedding is scored on the labelled videos it holds")
+    notes.extend(dict.fromkeys(entry["unmeasured"] for entry in scores.values() if "unmeasured" in entry))
     if not scores:
         notes.append(f"nothing scored: {scored} labelled video(s) have a vector, and at least {MIN_LABELLED} are "
                      "needed; label more of the videos")
