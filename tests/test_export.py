@@ -248,6 +248,16 @@ def test_cli_card_of_a_learn_encoder(encoder_file, tmp_path, capsys):
     assert ("from a `coclr learn` run without labels on 8 videos (InfoNCE then two CoCLR cycles, 640 steps of batch "
             "12 over all its stages, S3D width 0.125); this encoder is its stage cycle2_rgb") in card
     assert "effective_rank 3.5" in card and "coclr.load_encoder" in card
+    assert "collapsed encoder" not in capsys.readouterr().err
+    # a collapsed encoder (every stage of its view collapsed) was exported in silence, as if it were fine
+    record = json.loads((folder / "learn.json").read_text())
+    record["exported"]["rgb"] = {"stage": "cycle2_rgb", "collapsed": True, "reason": "every rgb stage collapsed"}
+    record["stages"]["cycle2_rgb"]["collapsed"] = True
+    (folder / "learn.json").write_text(json.dumps(record))
+    assert main(["export", str(folder / "encoder_rgb.pth"), "--format", "safetensors", "--out",
+                 str(tmp_path / "c")]) == 0
+    assert "is a collapsed encoder (every rgb stage collapsed)" in capsys.readouterr().err
+    assert "; collapsed" in (tmp_path / "c" / "README.md").read_text()
     # any other checkpoint put beside a learn.json was called "learnt by coclr learn" with the run's figures
     save_encoder(folder / "my_pretrain.pth", build_encoder(width=0.125), {"view": "flow", "method": "infonce"})
     assert main(["export", str(folder / "my_pretrain.pth"), "--format", "safetensors", "--out",

@@ -24,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
     from pathlib import Path
 
     from coclr.atomic import read_json_record
@@ -34,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     encoder = Path(args.encoder)
     notes: list[str] = []
+    collapsed = False
     try:
         learnt = read_json_record(encoder.parent / "learn.json") if encoder.is_file() else None
     except DataError:  # (not a learn run's record: the card goes without its notes)
@@ -43,10 +45,15 @@ def run(args: argparse.Namespace) -> int:
         meta = payload.get("meta") if isinstance(payload, dict) else None
         stage = meta.get("stage") if isinstance(meta, dict) else None
         listed = learnt.get("exported")
-        exported = {f"encoder_{view}{suffix}": entry.get("stage") for view, entry in
+        exported = {f"encoder_{view}{suffix}": entry for view, entry in
                     (listed.items() if isinstance(listed, dict) else ()) if isinstance(entry, dict)
                     for suffix in (".pth", ".safetensors")}
-        if stage is not None and exported.get(encoder.name) == stage:  # (not any file put beside a learn.json)
+        entry = exported.get(encoder.name) or {}
+        if stage is not None and entry.get("stage") == stage:  # (not any file put beside a learn.json)
             notes = card_notes(learnt, stage)
+            collapsed = bool(entry.get("collapsed"))
     print(export_encoder(encoder, args.format, args.out, notes=notes), flush=True)
+    if collapsed:  # (exported as asked, as an evaluation measures it: said, and on its card)
+        print(f"coclr export: note: {encoder} is a collapsed encoder ({entry.get('reason')}); its features carry "
+              "nothing, and its model card says so", file=sys.stderr, flush=True)
     return 0
