@@ -179,9 +179,18 @@ def test_logits_are_float32_under_bf16_autocast():
 def test_a_temperature_or_batch_no_loss_can_use_is_refused():
     """tau=0 gave infinities, tau=-1 negated logits silently, an empty batch a NaN loss."""
     q = F.normalize(torch.randn(3, 4), dim=1)
-    for tau in (0.0, -1.0, float("nan"), float("inf"), True, "0.07"):
+    for tau in (0.0, -1.0, float("nan"), float("inf"), True, "0.07", torch.tensor(-0.07), torch.ones(2),
+                torch.tensor(1)):
         with pytest.raises(ValueError, match="tau .the temperature. must be a positive number"):
             logits_from(q, q, q, tau)
+    # a learnt temperature (a one-value tensor) was refused as "not a positive number, got tensor(0.0700)"
+    tau = torch.tensor(0.5, requires_grad=True)
+    logits = logits_from(q, q, q, tau)
+    assert torch.allclose(logits, logits_from(q, q, q, 0.5))
+    logits.sum().backward()
+    assert tau.grad is not None and float(tau.grad) != 0.0
+    with pytest.raises(ValueError, match="logits must be a float tensor"):  # (an int64 overflow deep in torch)
+        multi_positive_nce(torch.randint(0, 5, (3, 5)), torch.ones(3, 5, dtype=torch.bool))
     # a NumPy number is a number (it was refused as "not a positive number, got np.float32(0.07)")
     assert torch.equal(logits_from(q, q, q, np.float32(0.5)), logits_from(q, q, q, float(np.float32(0.5))))
     with pytest.raises(ValueError, match="a batch of 0 rows"):

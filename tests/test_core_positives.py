@@ -251,3 +251,18 @@ def test_mining_options_out_of_range_are_refused(options, said):
     queue = MomentumQueue(8, 4)
     with pytest.raises(ValueError, match=said):
         positive_mask("coclr", batch_size=2, queue=queue, other_keys=torch.randn(2, 4), **options)
+
+
+def test_mining_inputs_of_the_wrong_shape_or_type_are_named():
+    """A queue_valid or groups of the wrong length gave torch's broadcast error, topk=2.5 a TypeError inside topk."""
+    keys, queue = F.normalize(torch.randn(3, 4), dim=1), F.normalize(torch.randn(6, 4), dim=1)
+    valid = torch.ones(6, dtype=torch.bool)
+    with pytest.raises(ValueError, match="queue_valid must be \\[K\\] = \\[6\\]"):
+        cross_view_topk_positives(keys, queue, 2, torch.ones(3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="topk must be a whole number"):
+        cross_view_topk_positives(keys, queue, 2.5, valid)
+    with pytest.raises(ValueError, match="groups \\[B\\] and queue_groups \\[K\\] must match"):
+        cross_view_topk_positives(keys, queue, 2, valid, torch.zeros(2, dtype=torch.long),
+                                  torch.zeros(6, dtype=torch.long))
+    with pytest.raises(ValueError, match="MomentumQueue needs size >= 1"):
+        MomentumQueue(2.5, 4)

@@ -294,6 +294,35 @@ def test_two_stream_concatenates_rgb_and_on_the_fly_flow(tmp_path, flow_encoder)
     assert len(result.starts) == len(windows)
 
 
+def test_the_library_refuses_a_path_for_paths_and_an_odd_batch_size_in_one_line(encoder, tmp_path):
+    """embed_many("a.mp4") took each character as a path ("/: a folder, not a video file"); batch_size=2.5 and "4"
+    failed inside the first batch with a TypeError."""
+    for size in (2.5, "4", 0, True):
+        with pytest.raises(ConfigError, match="batch_size must be a whole number"):
+            Embedder(encoder, workers=0, batch_size=size)
+    embedder = Embedder(encoder, workers=0, batch_size=np.int64(2))
+    assert embedder.batch_size == 2 and type(embedder.batch_size) is int
+    video = str(tmp_path / "a.mp4")
+    with pytest.raises(ConfigError, match="embed_many takes a list of paths, got one"):
+        list(embedder.embed_many(video))
+    with pytest.raises(ConfigError, match="stream takes a list of paths"):
+        list(embedder.stream(tmp_path / "a.mp4"))
+    with pytest.raises(ConfigError, match="embed takes one video's path, got list"):
+        embedder.embed([video])
+
+
+def test_tiny_features_are_unit_vectors_and_each_stream_keeps_its_half():
+    """An untrained narrow encoder's pooled features (about 1e-13) stayed under F.normalize's floor: its vectors had
+    norm 0.0002, and beside another stream its half of the two-stream vector had 0.4 of the other's length."""
+    generator = torch.Generator().manual_seed(0)
+    tiny, plain = 1e-14 * torch.randn(5, 8, generator=generator), torch.randn(5, 6, generator=generator)
+    both = combine([tiny, plain])
+    np.testing.assert_allclose(both.norm(dim=1).numpy(), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(both[:, :8].norm(dim=1).numpy(), 2 ** -0.5, rtol=1e-6)
+    np.testing.assert_allclose(combine([tiny[0]]).norm().item(), 1.0, rtol=1e-6)  # (a video's mean: one row)
+    assert torch.allclose(combine([plain]), torch.nn.functional.normalize(plain, dim=1), atol=1e-7)
+
+
 def test_a_flow_encoder_alone_embeds_the_flow_stream_of_the_two_stream_embedding(tmp_path, flow_encoder):
     """A checkpoint trained on flow is a flow stream alone: its vectors are the flow half of the two-stream
     vectors (times sqrt 2), over the same n - 1 frames; a flow encoder given as --checkpoint beside

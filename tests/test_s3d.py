@@ -227,3 +227,14 @@ def test_clips_of_another_dtype_and_an_infinite_width_are_one_clear_error():
         assert network(torch.zeros(1, 3, 8, 32, 32)).shape[1] == network.out_channels
     with pytest.raises(ValueError, match="width must be a positive finite number"):
         S3D(width=float("inf"))
+
+
+def test_a_network_its_own_loader_would_refuse_is_not_built():
+    """S3D(bn_eps=0) saved a file load_encoder refused, bn_eps=-1 gave NaN features, gating="no" a gated network."""
+    for bn_eps in (0.0, -1.0, float("nan"), True, "1e-5"):
+        with pytest.raises(ValueError, match="bn_eps must be a positive finite number"):
+            S3D(width=0.125, bn_eps=bn_eps)
+    for gating in ("no", 1, None):
+        with pytest.raises(ValueError, match="gating must be True or False"):
+            S3D(width=0.125, gating=gating)
+    assert S3D(width=0.125, bn_eps=1e-3, gating=True).gating is True

@@ -42,7 +42,9 @@ FPS_RANGE = (0.01, 1000.0)
 100 s to 1000 frames a second (past which a resampled video is made of copies of its frames)."""
 MIN_LENGTH = 8
 MIN_SIZE = 32
-"""The smallest input S3D takes: 8 frames of 32 x 32 pixels."""
+"""The smallest clip coclr takes, 8 frames of 32 x 32 pixels: the smallest that every stride of S3D halves exactly
+down to a 1x1x1 map. (The layers themselves run on as little as 5 x 17 x 17, where the padded borders weigh on
+every stage: a policy, not the layers' limit.)"""
 MAX_CLIP_PIXELS = 2 ** 26
 """The most pixels a clip may hold, frames x side x side (256 frames of 512 x 512, 128 of 724 x 724; the paper's
 32 x 128 x 128 is 0.5M): 0.8 GB of float32 a clip before the network's activations multiply it, where a typo

@@ -34,6 +34,8 @@ REDUCTIONS: tuple[str, ...] = ("mean", "none")
 def _check_inputs(logits: torch.Tensor, positive_mask: torch.Tensor, check_values: bool = True) -> None:
     if logits.dim() != 2:
         raise ValueError(f"logits must be [B, N], got shape {tuple(logits.shape)}")
+    if not logits.is_floating_point():
+        raise ValueError(f"logits must be a float tensor (similarities over the temperature), got {logits.dtype}")
     if positive_mask.shape != logits.shape:
         raise ValueError(
             f"positive_mask shape {tuple(positive_mask.shape)} differs from logits shape {tuple(logits.shape)}"
@@ -103,22 +105,27 @@ def multi_positive_nce(
     return per_row.mean() if reduction == "mean" else per_row
 
 
-def logits_from(q: torch.Tensor, k: torch.Tensor, queue_keys: torch.Tensor, tau: float) -> torch.Tensor:
+def logits_from(q: torch.Tensor, k: torch.Tensor, queue_keys: torch.Tensor, tau: float | torch.Tensor
+                ) -> torch.Tensor:
     """Logits ``[B, 1+K]`` of queries against their own key (column 0) and the queue (columns 1..).
 
     ``logits = [q . k_own, q . queue^T] / tau``: negatives come only from the queue, never from the other
     rows of the batch (as in MoCo and the authors' code). ``q`` and ``k`` are ``[B, D]``, ``queue_keys``
     ``[K, D]``; all are expected L2-normalised. The logits are computed in float32 whatever the inputs' dtype
     and the autocast state (:func:`float32_scores`). For CMC, concatenate this for the own view and the other
-    view along dim 1.
+    view along dim 1. ``tau``: a number, or a one-value float tensor (a learnt temperature: its gradient flows).
     """
     if q.shape != k.shape or q.dim() != 2:
         raise ValueError(f"q and k must both be [B, D], got {tuple(q.shape)} and {tuple(k.shape)}")
     if queue_keys.dim() != 2 or queue_keys.shape[1] != q.shape[1]:
         raise ValueError(f"queue_keys must be [K, {q.shape[1]}], got {tuple(queue_keys.shape)}")
-    if not (isinstance(tau, numbers.Real) and not isinstance(tau, bool) and math.isfinite(tau) and tau > 0):
-        raise ValueError(f"tau (the temperature) must be a positive number, got {tau!r}")  # (0: inf, < 0: negated)
-    tau = float(tau)
+    learnt = isinstance(tau, torch.Tensor) and tau.dim() == 0 and tau.is_floating_point()  # (kept in the graph)
+    value = float(tau.detach()) if learnt else tau
+    if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0):
+        kind = f"a {type(tau).__name__} of shape {tuple(tau.shape)}" if isinstance(tau, torch.Tensor) else repr(tau)
+        raise ValueError(f"tau (the temperature) must be a positive number or a one-value float tensor, got "
+                         f"{kind}")  # (0: inf, < 0: negated)
+    tau = tau if learnt else float(tau)
     with float32_scores(q):
         own = (q.float() * k.float()).sum(dim=1, keepdim=True)
         return torch.cat([own, similarity(q, queue_keys)], dim=1) / tau

@@ -10,6 +10,7 @@ storage order (CMC: ``[B, 2(1+K)]``, the own-view candidates then the other-view
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -69,10 +70,18 @@ def cross_view_topk_positives(
         raise ValueError(
             f"other_keys [B, D] and queue_other [K, D] disagree: {tuple(other_keys.shape)}, {tuple(queue_other.shape)}"
         )
-    if topk < 0:
-        raise ValueError(f"topk must be >= 0, got {topk}")
+    if isinstance(topk, bool) or not isinstance(topk, numbers.Integral) or topk < 0:
+        raise ValueError(f"topk must be a whole number >= 0, got {topk!r}")
+    if queue_valid.shape != (queue_other.shape[0],):
+        raise ValueError(f"queue_valid must be [K] = [{queue_other.shape[0]}] (one flag a queue slot), got "
+                         f"{tuple(queue_valid.shape)}")
     if (groups is None) != (queue_groups is None):
         raise ValueError("pass both groups and queue_groups, or neither")
+    if groups is not None and queue_groups is not None and (
+            groups.shape != (other_keys.shape[0],) or queue_groups.shape != (queue_other.shape[0],)):
+        raise ValueError(f"groups [B] and queue_groups [K] must match other_keys [B, D] and queue_other [K, D]: got "
+                         f"{tuple(groups.shape)} and {tuple(queue_groups.shape)} for B={other_keys.shape[0]}, "
+                         f"K={queue_other.shape[0]}")
     queue_valid = queue_valid.to(torch.bool)
     siblings = (
         group_matches(groups, queue_groups, queue_valid)

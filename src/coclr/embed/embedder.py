@@ -41,7 +41,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from coclr.clips import check_fps
@@ -57,6 +56,7 @@ from coclr.flow.opencv import DIS_MIN_SIDE, opencv_video_flow, rgb_to_gray
 from coclr.flow.params import TVL1Params
 from coclr.flow.tvl1 import tvl1_flow
 from coclr.interrupts import loader_worker_signals
+from coclr.models.heads import unit_length
 from coclr.models.inference import inference_network, padded
 from coclr.models.loading import load_encoder
 from coclr.progress import bar as progress_bar
@@ -142,8 +142,9 @@ class Embedder:
             raise ConfigError(f"--short-side {short}: frames too small for DIS flow, which the flow encoder was "
                               f"trained on (it needs {DIS_MIN_SIDE} px on each side); give --short-side "
                               f"{DIS_MIN_SIDE} or more")  # (before any video: each failed alone; at its own size there)
-        if batch_size < 1:
-            raise DataError(f"batch_size must be at least 1, got {batch_size}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+            raise ConfigError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
+        batch_size = int(batch_size)
         check_workers(workers, "workers")
         self.batch_size = batch_size
         self.workers = workers if workers is not None else max(1, min(8, usable_cores() - 1))
@@ -162,6 +163,9 @@ class Embedder:
 
     def embed(self, path: str | os.PathLike[str]) -> VideoEmbedding:
         """The embedding of one video; an unreadable file raises :class:`~coclr.errors.DataError` naming it."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise ConfigError(f"embed takes one video's path, got {type(path).__name__} {path!r:.80}; embed_many "
+                              "takes many")
         for _, result in self.stream([path], workers=0):
             if isinstance(result, EmbedFailure):
                 raise DataError(result.error)
@@ -196,7 +200,7 @@ class Embedder:
                    skip_errors: bool = False) -> Iterator[VideoEmbedding]:
         """The embeddings of ``paths``, in their order, decoded by the worker processes meanwhile. An unreadable
         file raises :class:`~coclr.errors.DataError` naming it, or is left out with ``skip_errors``."""
-        paths = [str(p) for p in paths]
+        paths = path_list(paths, "embed_many")
         done: dict[int, VideoEmbedding | EmbedFailure] = {}
         next_index = 0
         for index, result in self.stream(paths, progress=progress):
@@ -214,8 +218,7 @@ class Embedder:
                desc: str = "embedding") -> Iterator[tuple[int, VideoEmbedding | EmbedFailure]]:
         """``(position in paths, result)`` for every path, in the order the videos finish; never raises for
         a bad video (it gives an :class:`EmbedFailure`). ``progress`` shows a bar with the ETA."""
-
-        paths = [str(p) for p in paths]
+        paths = path_list(paths, "stream")
         workers = self.workers if workers is None else workers
         runner = _Runner(self, paths)
         with progress_bar(total=len(paths), desc=desc, unit="video", disable=not progress, dynamic_ncols=True,
@@ -269,10 +272,21 @@ def check_precision(precision: str | None, device: torch.device) -> None:
         require_native_bfloat16("precision", "leave the precision at float32")
 
 
+def path_list(paths: Iterable[str | os.PathLike[str]], method: str) -> list[str]:
+    """``paths`` as a list of strings; one path given where many are taken (a string is iterable: its characters
+    were taken as paths, "/: a folder, not a video file") refused in one line."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise ConfigError(f"{method} takes a list of paths, got one ({paths!r:.80}); give [path], or embed(path)")
+    return [str(p) for p in paths]
+
+
 def combine(features: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Per-stream features ``[N, D_i]`` -> one unit vector per row: the L2-normalised streams concatenated
-    and divided by sqrt(number of streams)."""
-    parts = [F.normalize(f.float(), dim=-1) for f in features]
+    """Per-stream features ``[N, D_i]`` (or one ``[D_i]``) -> one unit vector per row: the L2-normalised streams
+    concatenated and divided by sqrt(number of streams). Each stream is normalised as ``coclr eval`` normalises a
+    clip's features (:func:`~coclr.models.heads.unit_length`): a stream of tiny features (an untrained or narrow
+    network's can be 1e-13) is a unit vector too, not a row under ``F.normalize``'s floor that left the vector
+    short and the other stream its whole weight."""
+    parts = [unit_length(f.float().reshape(-1, f.shape[-1])).reshape(f.shape) for f in features]
     return torch.cat(parts, dim=-1) / math.sqrt(len(parts))
 
 

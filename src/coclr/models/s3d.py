@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from collections.abc import Sequence
 
 import torch
 from torch import nn
+
+from coclr.clips import MIN_LENGTH, MIN_SIZE
 
 #: Channel table of the separable inception blocks: (name, [b0, b1a, b1b, b2a, b2b, b3]) at width 1.
 INCEPTION_TABLE: tuple[tuple[str, tuple[int, int, int, int, int, int]], ...] = (
@@ -35,8 +38,8 @@ INCEPTION_TABLE: tuple[tuple[str, tuple[int, int, int, int, int, int]], ...] = (
     ("Mixed_5c", (384, 192, 384, 48, 128, 128)),
 )
 
-#: Smallest input (T, H, W) the network accepts: every pooling stage needs at least one position.
-MIN_INPUT_SIZE = (8, 32, 32)
+#: Smallest input (T, H, W) the network takes: the clips' rule (:data:`coclr.clips.MIN_LENGTH`, ``MIN_SIZE``).
+MIN_INPUT_SIZE = (MIN_LENGTH, MIN_SIZE, MIN_SIZE)
 
 
 def scaled_channels(channels: int, width: float) -> int:
@@ -242,6 +245,11 @@ class S3D(nn.Module):
         super().__init__()
         if not (width > 0 and math.isfinite(width)):  # (an infinite one was an OverflowError deep inside)
             raise ValueError(f"S3D width must be a positive finite number, got {width!r}")
+        positive = not isinstance(bn_eps, bool) and isinstance(bn_eps, numbers.Real) and math.isfinite(bn_eps)
+        if not (positive and bn_eps > 0):  # (0 or less: NaN features wherever a channel's variance is small)
+            raise ValueError(f"S3D bn_eps must be a positive finite number, got {bn_eps!r}")
+        if not isinstance(gating, bool):  # (bool("no") built a gated network)
+            raise ValueError(f"S3D gating must be True or False, got {gating!r}")
         self.width = float(width)
         self.gating = bool(gating)
         self.bn_eps = float(bn_eps)
