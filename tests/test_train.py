@@ -622,6 +622,32 @@ def test_an_epoch_resumed_mid_way_has_the_loss_schedule_and_best_of_one_not_stop
             load_checkpoint(tmp_path / "a" / "checkpoint_best.pth")["position"]
 
 
+def test_a_kill_between_the_best_and_the_last_checkpoint_leaves_a_run_that_ends_with_its_best(
+        store: Path, tmp_path: Path, monkeypatch) -> None:
+    """The last checkpoint was renamed into place holding the new best loss, then linked as the best: killed between
+    the two, the run continued from the last one, and its best checkpoint stayed missing for good."""
+    from coclr.cli import main
+    from coclr.train import trainer
+
+    args = ["pretrain", f"data.store={store}", *TINY, "optim.epochs=2", "run.save_every=1"]
+    assert main([*args, f"run.out={tmp_path / 'a'}"]) == 0
+
+    class Killed(BaseException):
+        pass
+
+    def killed(*_):
+        raise Killed
+
+    monkeypatch.setattr(trainer, "atomic_duplicate", killed)
+    with pytest.raises(Killed):
+        main([*args, f"run.out={tmp_path / 'b'}"])
+    monkeypatch.undo()
+    assert main([*args, f"run.out={tmp_path / 'b'}"]) == 0
+    for name in ("checkpoint_best.pth", "checkpoint_last.pth"):
+        assert load_checkpoint(tmp_path / "b" / name)["position"] == \
+            load_checkpoint(tmp_path / "a" / name)["position"], name
+
+
 def test_a_refusal_names_every_differing_option(store: Path, tmp_path: Path, capsys) -> None:
     from coclr.cli import main
 

@@ -228,12 +228,17 @@ class Trainer:
     def save(self, best: bool = False) -> None:
         """Write the checkpoint (the main process; every process records where it stands: :meth:`kept`). An
         interruption waits until both are done: raised as the file was renamed into place, it said "no checkpoint
-        yet" (or named the one before) beside the checkpoint it had just written."""
+        yet" (or named the one before) beside the checkpoint it had just written. A best checkpoint is written as
+        the best first, then as the last: a kill between the two leaves the last one before it, which continues
+        into this best again (the other way, the last already held the new best loss, and the best stayed behind
+        or missing for good)."""
         with deferred_interrupts():
             if is_main():
-                atomic_torch_save(self.state(), self.out / LAST)
                 if best:
-                    atomic_duplicate(self.out / LAST, self.out / BEST)
+                    atomic_torch_save(self.state(), self.out / BEST)
+                    atomic_duplicate(self.out / BEST, self.out / LAST)
+                else:
+                    atomic_torch_save(self.state(), self.out / LAST)
             self.saved = dataclasses.replace(self.position)
 
     # ------------------------------------------------------------------ logging
