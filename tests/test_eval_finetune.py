@@ -98,6 +98,41 @@ def test_finetune_end_to_end_and_resume(tmp_path, monkeypatch):
                                rtol=1e-4, atol=1e-6)
 
 
+def test_finetuning_continued_on_another_thread_count_says_it_drifts(tmp_path, monkeypatch):
+    """Its sums are ordered by the thread count on a CPU: continued under another one, it mixed two runs in
+    silence (top-1 25.0 on one thread, 37.5 on two)."""
+    import torch
+
+    from coclr.atomic import file_sha256
+    from coclr.eval import finetune as module
+    from coclr.store.clipstore import ClipStore
+
+    store = ClipStore(make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8))
+    checkpoint = save_tiny_encoder(tmp_path / "enc.pt")
+    clips = ClipConfig(length=8, size=32, batch_size=3)
+    config = from_dict(FinetuneConfig, {"epochs": 2, "milestones": [1]})
+    original, calls = module.train_epoch, []
+
+    def stopped_on_second_epoch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        monkeypatch.setattr(module, "train_epoch", stopped_on_second_epoch)
+        with pytest.raises(KeyboardInterrupt):
+            finetune(checkpoint, file_sha256(checkpoint), store, "rgb", tmp_path / "f", clips, config, progress=False)
+        monkeypatch.setattr(module, "train_epoch", original)
+        torch.set_num_threads(2)
+        with pytest.warns(UserWarning, match="the finetuning trained on 1 thread.s. and continues on 2"):
+            finetune(checkpoint, file_sha256(checkpoint), store, "rgb", tmp_path / "f", clips, config, progress=False)
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_finetuned_encoder_records_its_normalisation_and_flow_bound(tmp_path):
     """Its record held no mean or std when they were ImageNet's, and no flow bound: an export of it said "mean
     None, std None" and named no bound."""

@@ -648,6 +648,39 @@ def test_a_kill_between_the_best_and_the_last_checkpoint_leaves_a_run_that_ends_
             load_checkpoint(tmp_path / "a" / name)["position"], name
 
 
+def test_a_run_continued_on_other_threads_kernels_or_processes_says_it_drifts(store: Path, tmp_path: Path,
+                                                                             capsys) -> None:
+    """CPU training's sums are ordered by the thread count (oneDNN's convolutions): a run killed and continued under
+    another OMP_NUM_THREADS ended 1,249 tensors away from the uninterrupted run, without a word."""
+    import torch
+
+    from coclr.cli import main
+    from coclr.cpu import arithmetic_changes
+
+    args = ["pretrain", f"data.store={store}", *TINY, "optim.epochs=2", f"run.out={tmp_path / 'run'}"]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert main([*args, "run.max_steps=1"]) == 0
+        capsys.readouterr()
+        assert main([*args, "run.max_steps=2"]) == 0
+        assert "thread" not in capsys.readouterr().err  # the same threads: nothing said
+        torch.set_num_threads(2)
+        assert main(args) == 0
+    finally:
+        torch.set_num_threads(before)
+    said = [line for line in capsys.readouterr().err.splitlines() if "thread" in line]
+    assert len(said) == 1 and "the run trained on 1 thread(s) and continues on 2" in said[0]
+    assert "OMP_NUM_THREADS=1 continues it exactly" in said[0]
+    cpu = {"device": "cpu", "threads": 2, "kernels": "AVX512", "limits": {}}
+    emulated = {**cpu, "kernels": "AVX2", "limits": {"ONEDNN_MAX_CPU_ISA": "AVX2"}}
+    assert arithmetic_changes(cpu, cpu, 2, 2) == [] and arithmetic_changes(None, cpu, None, 1) == []
+    assert arithmetic_changes({"device": "cuda"}, {"device": "cuda"}, 1, 1) == []
+    changes = arithmetic_changes(cpu, emulated, 2, 1)
+    assert len(changes) == 2 and changes[0].startswith("the run trained as 2 process(es) and continues as 1")
+    assert "trained with AVX512 kernels and continues with AVX2 (limited: ONEDNN_MAX_CPU_ISA=AVX2)" in changes[1]
+
+
 def test_a_refusal_names_every_differing_option(store: Path, tmp_path: Path, capsys) -> None:
     from coclr.cli import main
 

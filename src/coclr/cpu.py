@@ -22,6 +22,7 @@ import os
 import platform
 import sys
 from pathlib import Path
+from typing import Any
 
 from coclr.errors import ConfigError
 
@@ -140,3 +141,45 @@ def c_march() -> str | None:
     if platform.machine().lower() in ("x86_64", "amd64") and aten in ("avx2", "default"):
         return "-march=x86-64-v3" if aten == "avx2" else None
     return "-march=native"
+
+
+def arithmetic(device: Any) -> dict[str, Any]:
+    """What orders a run's sums on ``device`` (a ``torch.device``; a training or finetuning checkpoint records it):
+    on a CPU, the threads and the kernels PyTorch and oneDNN use.
+    oneDNN's convolutions split their sums by the thread count and the instruction set, and training amplifies
+    the last-bit differences, so a run continued with others drifts from the run it would have been."""
+    import torch  # noqa: PLC0415 (heavy: only where a run is)
+
+    if device.type != "cpu":
+        return {"device": device.type}
+    return {"device": "cpu", "threads": torch.get_num_threads(),
+            "kernels": torch.backends.cpu.get_cpu_capability(), "limits": limits()}
+
+
+def arithmetic_changes(recorded: Any, now: dict[str, Any], world: Any, processes: int, run: str = "the run"
+                       ) -> list[str]:
+    """What differs between a checkpoint's :func:`arithmetic` (and its number of processes, ``world``) and this
+    process's, each as a line saying that the continuation (of ``run``) is not the uninterrupted one and how to make
+    it so; none for a checkpoint that recorded nothing (from before it was kept) or of another device."""
+    changes = []
+    if isinstance(world, int) and world != processes:
+        changes.append(f"{run} trained as {world} process(es) and continues as {processes} (each process's "
+                       "BatchNorm sees its own share of a batch): from here it is not what it would have been "
+                       f"uninterrupted; {world} processes continue it exactly")
+    if not isinstance(recorded, dict) or recorded.get("device") != "cpu" or now.get("device") != "cpu":
+        return changes
+    if recorded.get("threads") != now["threads"]:
+        changes.append(f"{run} trained on {recorded.get('threads')} thread(s) and continues on {now['threads']} "
+                       "(oneDNN's convolutions order their sums by the thread count): from here it drifts from "
+                       f"what it would have been uninterrupted; OMP_NUM_THREADS={recorded.get('threads')} continues it "
+                       "exactly")
+    if (recorded.get("kernels"), recorded.get("limits")) != (now["kernels"], now["limits"]):
+        changes.append(f"{run} trained with {recorded.get('kernels')} kernels{_limited(recorded.get('limits'))} "
+                       f"and continues with {now['kernels']}{_limited(now['limits'])} (another CPU kind, or "
+                       "coclr.cpu.AVX2_LIMIT): from here it drifts from what it would have been uninterrupted")
+    return changes
+
+
+def _limited(limits: Any) -> str:
+    return f" (limited: {', '.join(f'{key}={value}' for key, value in limits.items())})" \
+        if isinstance(limits, dict) and limits else ""

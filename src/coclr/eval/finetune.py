@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from torch.utils.data import DataLoader
 
 from coclr import seeding
 from coclr.atomic import atomic_open, atomic_torch_save, atomic_write_json, read_json_record
+from coclr.cpu import arithmetic, arithmetic_changes
 from coclr.data.augment import ClipAugment
 from coclr.data.datasets import TrainClips
 from coclr.data.views import is_flow_view, stored_view
@@ -97,9 +99,11 @@ def build_optimizer(model: Classifier, config: FinetuneConfig) -> torch.optim.Op
 def _save_state(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler, epoch: int,
                 fingerprint: dict[str, object], losses: list[float | None]) -> None:
 
+    device = next(model.parameters()).device
     atomic_torch_save({"format": STATE_FORMAT, "epoch": epoch, "fingerprint": fingerprint,
                        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                       "scheduler": scheduler.state_dict(), "losses": list(losses)}, path)
+                       "scheduler": scheduler.state_dict(), "losses": list(losses),
+                       "arithmetic": arithmetic(device)}, path)
 
 
 def _read_state(path: Path) -> dict:
@@ -127,6 +131,9 @@ def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, sch
     if not path.is_file():
         return []
     state = _read_state(path)
+    for change in arithmetic_changes(state.get("arithmetic"), arithmetic(next(model.parameters()).device), None, 1,
+                                     "the finetuning"):
+        warnings.warn(f"{path}: {change}", stacklevel=2)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

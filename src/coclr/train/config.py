@@ -234,7 +234,9 @@ class RunOptions:
                                               "precision runs on CUDA (its tensor-core convolutions use it)")
     ddp_bucket_mb: float = option(25.0, "size of DistributedDataParallel's gradient buckets in MiB (all-reduces "
                                         "start as each bucket's gradients are ready)")
-    deterministic: bool = option(False, "deterministic algorithms (exact resume and reproducibility)")
+    deterministic: bool = option(False, "PyTorch's deterministic algorithms (torch.use_deterministic_algorithms): "
+                                        "the same result on every run where a GPU kernel would vary; a resume is "
+                                        "exact without it (on a CPU, with the run's thread count and CPU kind)")
     freeze_bn: bool = option(False, "keep BatchNorm in eval mode (running statistics frozen; for tests)")
     max_steps: int = option(0, "stop after this many optimiser iterations in total (0: no limit)")
     save_every: int = option(0, "also save checkpoint_last every N iterations within an epoch (0: per epoch)")

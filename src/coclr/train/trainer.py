@@ -35,6 +35,7 @@ from torch.utils.tensorboard import SummaryWriter
 from coclr import seeding
 from coclr.atomic import atomic_duplicate, atomic_torch_save, atomic_write_text, read_json_lines
 from coclr.config import to_dict
+from coclr.cpu import arithmetic, arithmetic_changes
 from coclr.data.batch_decode import collate_clips, decode_batch
 from coclr.distributed import is_main, mean_where_defined
 from coclr.errors import CheckpointError, CoclrError
@@ -199,6 +200,7 @@ class Trainer:
             "best_loss": self.best_loss,
             "world_size": self.world,
             "videos": len(self.dataset),
+            "arithmetic": arithmetic(self.device),
         }
 
     def _load(self, path: Path) -> None:
@@ -217,6 +219,10 @@ class Trainer:
         self.saved = dataclasses.replace(self.position)
         self.best_loss = ckpt["best_loss"]
         self._log_line(f"resumed from {path} at {self.position.where()} (step {self.position.global_step})")
+        if is_main():
+            for change in arithmetic_changes(ckpt.get("arithmetic"), arithmetic(self.device), ckpt.get("world_size"),
+                                             self.world):
+                warnings.warn(f"{path}: {change}", stacklevel=2)
         trained = ckpt.get("videos")  # (a checkpoint from before it was recorded: not known)
         if isinstance(trained, int) and trained != len(self.dataset) and is_main():
             why = ("videos left out since, e.g. found damaged" if len(self.dataset) < trained
