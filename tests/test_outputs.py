@@ -186,6 +186,20 @@ def test_run_folders_refuse_other_files_and_nest_only_as_the_commands_do(tmp_pat
     assert check_folder(tmp_path / "pipe" / "infonce_rgb", rule, {})  # a recorded folder is continued
 
 
+def test_a_studys_evaluation_records_and_report_are_its_own(tmp_path):
+    """`coclr eval linear --out STUDY/eval/coclr_rgb_linear.json` replaced the study's record (its table then
+    disagreed with it, and the study's next run replaced the user's file in turn); `coclr report --out STUDY/eval/r`
+    was accepted too."""
+    with claim_folder(tmp_path / "study", FolderRule("study", "a study run"), {}):
+        pass
+    for command, inside in (("eval", "eval/coclr_rgb_linear.json"), ("eval", "mine.json"), ("report", "eval/r"),
+                            ("report", "logs/r")):
+        with pytest.raises(FolderRefused, match="the output folder of `coclr study`, which coclr "
+                                                f"{command} must not write into"):
+            check_place(tmp_path / "study" / inside, command)
+    check_place(tmp_path / "study" / "finetune" / "x", "finetune")  # (its own finetuning: the study's evaluations)
+
+
 def test_a_record_written_while_the_folder_is_checked_is_checked_not_refused(tmp_path):
     """Two processes of one job (torchrun) claim one folder: the record the first writes between the second's read
     of it and its look at the folder's files is the folder's record, checked as such, not a file in the way."""

@@ -395,6 +395,9 @@ def test_results_markdown_lists_the_stages_with_their_mined_precision() -> None:
     assert "| Stage |" not in results_markdown(rows, ["linear", "retrieval"], {}, 60.0, 0)
     # one row tests no claim: the heading stood over nothing
     assert "Claims of the paper" not in markdown and "No claim of the paper rests on these rows alone" in markdown
+    # a note names a video as written: its Markdown was rendered (bold, an <img> tag, a link)
+    noted = results_markdown(rows, ["linear"], {}, 60.0, 0, notes=["failed: train/**b** <img src=x> [l](http:e).mp4"])
+    assert r"- failed: train/\*\*b\*\* &lt;img src=x&gt; \[l\](http:e).mp4" in noted
 
 
 def test_the_oracle_gets_as_many_rgb_epochs_as_coclr_rgb(tmp_path: Path) -> None:
@@ -456,6 +459,26 @@ def test_gpus_index_into_the_gpus_the_user_left_visible(tmp_path: Path, monkeypa
     with pytest.raises(ConfigError, match=r"gpus: no GPU 2 on this machine \(it has 2 CUDA device\(s\): 0 to 1 of "
                                           r"CUDA_VISIBLE_DEVICES\)"):
         check_gpus(from_dict(StudyConfig, {"gpus": [2], "train": {"run": {"device": "cuda"}}}))
+
+
+def test_a_training_job_runs_on_the_studys_threads_whatever_processes_is(tmp_path: Path, monkeypatch) -> None:
+    """Each job ran on the cores shared by processes (2 threads with processes=1, 1 with 2), and a CPU training's
+    result depends on its thread count: the same study gave CoCLR-RGB R@1 6.25 or 21.9 by processes."""
+    from coclr.jobs import scheduler
+    from coclr.jobs.tasks import Pretrain
+
+    monkeypatch.setattr(scheduler, "usable_cores", lambda: 4)
+    shows = [sys.executable, "-c", "import os; print('threads', os.environ['OMP_NUM_THREADS'])"]
+    training = Pretrain.__new__(Pretrain)  # (not run: the command stands for its process)
+    assert Pretrain.thread_bound and not type(_flow(tmp_path / "store")).thread_bound
+    for processes in (1, 2):
+        logs = tmp_path / f"p{processes}"
+        monkeypatch.setattr(scheduler, "check_records", lambda pairs: {name: {} for name, _ in pairs})
+        monkeypatch.setattr(scheduler, "_claimed_folders", lambda task: frozenset())
+        run_jobs([Job("train", training), Job("flow", _flow(tmp_path / "store"))], logs, processes=processes,
+                 poll_seconds=0.05, command=shows, threads=3)
+        assert "threads 3" in (logs / "logs" / "train.log").read_text()
+        assert f"threads {4 // processes}" in (logs / "logs" / "flow.log").read_text()
 
 
 def test_a_job_some_of_whose_inputs_failed_is_done_and_said(tmp_path: Path) -> None:
@@ -1138,3 +1161,27 @@ def test_a_study_of_one_class_is_refused_before_it_trains(tmp_path: Path, capsys
                  "--check"]) == 2
     assert "evaluation (study): every 'train' and 'test' video is of one class" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
+
+
+def test_a_stage_option_no_stage_can_take_names_the_row_or_job_it_came_from(tmp_path: Path, capsys) -> None:
+    """"method.topk: must be smaller than queue_size (32)" named a key the study spells train.method.topk, and not the
+    row whose top-50 it was."""
+    from coclr.cli import main
+
+    synth = "data.synth={train_scenes: 8, test_scenes: 8}"
+    assert main(["study", "--out", str(tmp_path / "a"), "--check", "rows=[infonce_rgb,coclr_k50_rgb]",
+                 "train.method.queue_size=32", synth]) == 2
+    assert ("error: train (the coclr_k50_rgb row's cycle1_rgb stage): method.topk: must be smaller than queue_size "
+            "(32)") in capsys.readouterr().err
+    assert main(["study", "--out", str(tmp_path / "b"), "--check", "rows=[infonce_rgb,coclr_rgb]",
+                 "train.method.topk=40", "train.method.queue_size=32", synth]) == 2
+    assert "error: train (the coclr job's cycle1_rgb stage): method.topk" in capsys.readouterr().err
+
+
+def test_a_job_outside_the_epoch_count_is_said_to_be(tmp_path: Path) -> None:
+    """The bar said 100%, nothing left, for a quarter of the phase while the test split's flow (no epochs) ran."""
+    from coclr.jobs.scheduler import running_text
+
+    flow = _flow(tmp_path / "store")
+    assert running_text([Job("coclr", flow, (), 20), Job("flow_test", flow)]) == \
+        "coclr, flow_test (not in the count or the ETA)"

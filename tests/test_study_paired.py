@@ -61,8 +61,10 @@ def test_a_row_missing_on_one_seed_gives_no_pair_and_one_seed_no_interval():
     assert paired_differences(both) == {}
     one = paired_differences([_result(0, {"coclr_flow": 50.0, "infonce_flow": 48.0})])
     assert one["CoCLR-Flow - InfoNCE-Flow (R@1)"]["interval"] is None
-    assert "no interval (one seed)" in seeds_markdown(summarise_seeds([_result(0, {"coclr_flow": 5.0,
-                                                                                  "infonce_flow": 4.0})]))
+    single = seeds_markdown(summarise_seeds([_result(0, {"coclr_flow": 5.0, "infonce_flow": 4.0})]))
+    assert "no interval (one seed)" in single
+    # one seed has no spread: it read "5.0 ± 0.0", a standard deviation of nothing
+    assert "±" not in single and "The one seed's figures (no spread)" in single
 
 
 def test_every_pair_names_rows_of_the_table():

@@ -53,16 +53,17 @@ OWNER_RECORDS = {"store.json": ("coclr-clip-store", "data store"), "embed.json":
 """Records other than ``run.json`` that make a folder a command's output: file name -> (its ``"format"``, the
 command); ``run.json`` names its command itself. (``coclr.store.clipstore`` and ``coclr.embed.output`` write them.)"""
 NESTED: dict[str, tuple[str, ...]] = {
-    "study": ("pretrain", "pipeline", "finetune", "eval", "report", "data store", "flow", "feature cache"),
+    "study": ("pretrain", "pipeline", "finetune", "data store", "flow", "feature cache"),
     "learn": ("data store", "flow", "pipeline", "pretrain", "embed", "curate"),
     "curate": ("embed",),
     "pipeline": ("pretrain",),
     "report": ("feature cache",),
     "data store": ("flow",),
 }
-"""The outputs a command's folder may hold, by command: the study runs its stages, evaluations and store inside its
-folder, learn its store, pipeline and embeddings, a pipeline its stages, a report keeps its feature cache, a store has
-its flow views, curate the embedding of its altered copies. Any other output inside a command's folder is refused
+"""The outputs a command's folder may hold, by command: the study runs its stages, finetuning and store inside its
+folder (its evaluation records and report are its own: a user's `coclr eval --out study/eval/...` replaced one),
+learn its store, pipeline and embeddings, a pipeline its stages, a report keeps its feature cache, a store has its
+flow views, curate the embedding of its altered copies. Any other output inside a command's folder is refused
 (:func:`check_place`)."""
 PLACES: dict[tuple[str, str], tuple[str, ...]] = {
     ("learn", "curate"): ("curate",),

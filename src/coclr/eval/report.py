@@ -302,7 +302,7 @@ def build_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
-    return f"{value:.1f}" if isinstance(value, (int, float)) else _markdown(str(value))
+    return f"{value:.1f}" if isinstance(value, (int, float)) else markdown_text(str(value))
 
 
 _MARKDOWN_PUNCTUATION = re.compile(r"([\\`*\[\]~|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
@@ -310,7 +310,7 @@ _MARKDOWN_PUNCTUATION = re.compile(r"([\\`*\[\]~|]|(?<![A-Za-z0-9])_|_(?![A-Za-z
 underscore inside a word (``cycle1_rgb``) is none."""
 
 
-def _markdown(text: str) -> str:
+def markdown_text(text: str) -> str:
     """``text`` as Markdown shows it as written: HTML escaped (a viewer renders it), Markdown's punctuation
     backslash-escaped (a name ``**v2**`` was bold, ``[x](url)`` a link), a ``|`` not a cell's end, a line break not a
     row's."""
@@ -322,7 +322,8 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     escaped (:func:`_markdown`)."""
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 3) + "|"]
     lines += ["| " + " | ".join(_cell(row[column]) for column in TABLE_COLUMNS) + " |" for row in rows]
-    notes = [_markdown(f"- {row['Method']} ({row['Input']}): {note}") for row in rows for note in row.get("notes", [])]
+    notes = [markdown_text(f"- {row['Method']} ({row['Input']}): {note}") for row in rows
+             for note in row.get("notes", [])]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 

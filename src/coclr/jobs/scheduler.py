@@ -44,7 +44,8 @@ class Job:
 
 
 def threads_per_job(processes: int) -> int:
-    """Intra-op threads of each job: the machine's cores shared among the jobs that run at once."""
+    """Intra-op threads of a job whose result does not depend on them (:attr:`Task.thread_bound` false): the
+    machine's cores shared among the jobs that run at once."""
     return max(1, usable_cores() // processes)
 
 
@@ -175,10 +176,19 @@ def visible_gpus() -> list[str]:
     return [str(index) for index in range(torch.cuda.device_count())]
 
 
+def running_text(running: Sequence[Job]) -> str:
+    """The jobs under way as the progress bar names them; a job of no epochs (flow: its videos, not epochs) is said
+    to be outside the count and the ETA (the bar stood at 100%, nothing left, while the test split's flow ran)."""
+    return ", ".join(job.name if job.epochs else f"{job.name} (not in the count or the ETA)" for job in running)
+
+
 def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None = None,
-             desc: str = "study", poll_seconds: float = 1.0, command: Sequence[str] = COMMAND) -> list[str]:
+             desc: str = "study", poll_seconds: float = 1.0, command: Sequence[str] = COMMAND, threads: int = 1
+             ) -> list[str]:
     """Run ``jobs`` (in priority order), each task in a child process (:func:`start_task`), at most ``processes`` at
-    once, each after the jobs named in its ``deps`` and never beside one that claims the same folder
+    once (a task whose result depends on its thread count, :attr:`~coclr.jobs.tasks.Task.thread_bound`, on
+    ``threads`` of them whatever ``processes`` is; the others on their share of the cores, :func:`threads_per_job`),
+    each after the jobs named in its ``deps`` and never beside one that claims the same folder
     (:meth:`~coclr.jobs.tasks.Task.writes`); raises :class:`CoclrError` naming every failed job (and those
     it stopped) once the others are done. Every task is checked to reach its process as it is before any starts.
     Stopped early (Ctrl-C, SIGTERM, an error), it stops the jobs still running before it returns. Returns the jobs
@@ -186,7 +196,7 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
     log): done, so the jobs after them run on the inputs that worked, where one bad video stopped a whole study."""
 
     check_records([(job.name, job.task) for job in jobs])
-    threads = threads_per_job(processes)
+    share = threads_per_job(processes)
     pending = list(jobs)
     running: list[_Running] = []
     done: set[str] = set()
@@ -197,7 +207,8 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
     logs.mkdir(parents=True, exist_ok=True)
 
     def start(job: Job, slot: int, writes: frozenset[Path]) -> _Running:
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        count = threads if job.task.thread_bound else share
+        env = {**os.environ, "OMP_NUM_THREADS": str(count), "MKL_NUM_THREADS": str(count)}
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = visible_gpus()[gpus[slot % len(gpus)]]
         process, log = start_task(job.task, job.name, logs, env, command)
@@ -242,7 +253,7 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
                     raise CoclrError(f"jobs {', '.join(job.name for job in pending)} wait for {', '.join(missing)}, "
                                      "which no job provides")
                 epochs = sum(_epochs_done(job, job.name in done, logs) for job in jobs)
-                bar.set_postfix_str(", ".join(item.job.name for item in running), refresh=False)
+                bar.set_postfix_str(running_text([item.job for item in running]), refresh=False)
                 if epochs > bar.n:  # (an update of 0 restarts tqdm's clock of the epoch under way: the rate of
                     bar.update(epochs - bar.n)  # an epoch would be the poll's second, the ETA far too short)
                 if pending or running:

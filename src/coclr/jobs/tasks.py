@@ -48,6 +48,10 @@ class Task:
     tells_epochs: ClassVar[bool] = False
     """Whether the task prints the line of :data:`EPOCHS_DONE` as its epochs are kept (what the scheduler's progress
     reads from its log; a training run's epochs are in its run folder's ``log.jsonl``)."""
+    thread_bound: ClassVar[bool] = True
+    """Whether the task's result depends on its thread count on a CPU (training and finetuning: oneDNN orders a
+    convolution's sums by it, and training grows the last bits): such a task runs on a fixed count
+    (:func:`coclr.jobs.scheduler.run_jobs`'s ``threads``), the others (flow) on their share of the cores."""
 
     def __init_subclass__(cls, kind: str = "", **rest: Any) -> None:
         super().__init_subclass__(**rest)
@@ -249,6 +253,7 @@ class Flow(Task, kind="flow"):
 
     store: Path
     options: FlowOptions
+    thread_bound: ClassVar[bool] = False  # (the flow's values are the same on any thread count)
 
     def run(self) -> int:
         from coclr.store.flow_extract import extract_flow  # noqa: PLC0415 (heavy: torch)

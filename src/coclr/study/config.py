@@ -247,8 +247,12 @@ class StudyConfig:
                                    "checkpoints and folders")
     schedule: StudySchedule = field(default_factory=StudySchedule, metadata={"help": "schedule"})
     eval: StudyEval = field(default_factory=StudyEval, metadata={"help": "evaluation"})
-    processes: int = option(2, "jobs run at once (training runs, flow, finetuning), each with its share of "
-                            "the CPU threads (with gpus: one GPU each, in turn)")
+    processes: int = option(2, "jobs run at once (training runs, flow, finetuning; with gpus: one GPU each, in "
+                            "turn): it only schedules the work, results are the same for any")
+    threads: int = option(1, "CPU threads of each training and finetuning job, whatever processes is: a result "
+                          "depends on them (oneDNN orders a convolution's sums by the thread count, and training "
+                          "grows the last bits), so they are a setting of the study; flow jobs share the cores. "
+                          "More may speed a full-width network on many cores")
     gpus: list[int] = option([], "GPU indices the jobs run on (empty: as train.run.device says)")
 
     def validate(self) -> None:
@@ -271,4 +275,5 @@ class StudyConfig:
         require(not unknown and bool(self.columns), "columns", f"must be some of {', '.join(COLUMNS)}")
         require(len(set(self.columns)) == len(self.columns), "columns", "must list columns, each once")
         require(self.processes >= 1, "processes", "must be at least 1")
+        require(self.threads >= 1, "threads", "must be at least 1")
         require(all(gpu >= 0 for gpu in self.gpus), "gpus", "must be GPU indices")

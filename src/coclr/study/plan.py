@@ -151,6 +151,15 @@ def _pipeline_config(options: dict[str, Any], where: str) -> PipelineConfig:
         raise ConfigError(f"train (the {where}): {error}") from None
 
 
+def _stage_config(pipeline: PipelineConfig, stage, folder: Path, where: str) -> PretrainConfig:
+    """A pipeline stage's validated configuration (:func:`~coclr.train.pipeline.stage_config`); errors name the
+    study option and the row or stage they came from (a row's own setting, e.g. its top-K, beside the study's)."""
+    try:
+        return stage_config(pipeline, stage, folder)
+    except ConfigError as error:
+        raise ConfigError(f"train (the {where}'s {stage.name} stage): {error}") from None
+
+
 def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
     """Every job, configuration and output of the study in ``out``, checked: the data's paths, every stage's
     options, the evaluation's options, every task's record. Raises a :class:`~coclr.errors.CoclrError`
@@ -179,7 +188,7 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
     pipeline = _pipeline_config(pipeline_options, "CoCLR pipeline")
     stages = plan_stages(pipeline)
     for stage in stages[:2]:
-        configs[stage.name] = to_dict(stage_config(pipeline, stage, out / "pipeline"))
+        configs[stage.name] = to_dict(_stage_config(pipeline, stage, out / "pipeline", "CoCLR pipeline"))
         jobs.append(Job(stage.name, Pretrain(_pretrain_config(configs[stage.name], f"{stage.name} stage")), (),
                         stage.epochs, (out / "pipeline" / stage.name,)))
     # The pipeline marks the InfoNCE stages done and exports their encoders, which every later stage starts from.
@@ -245,7 +254,7 @@ def plan_study(config: StudyConfig, out: str | Path) -> StudyPlan:
         ablation_stages = plan_stages(ablation)
         final = next(s.name for s in ablation_stages if s.name.startswith(last) and view in s.trains)
         for stage in ablation_stages:
-            stage_config(ablation, stage, out / folder)  # checks every stage's options now
+            _stage_config(ablation, stage, out / folder, f"{key} row")  # checks every stage's options now
         configs[folder] = options
         count = [s.name for s in ablation_stages].index(final) + 1
         start, earlier = planned.get(folder, (0, None))
@@ -381,7 +390,7 @@ def _check_every_stage_trains(plan: StudyPlan) -> None:
             config, planned = job.task.config, plan_stages(job.task.config)
             names = [stage.name for stage in planned]
             runs = planned[: names.index(job.task.until) + 1] if job.task.until in names else planned
-            stages = [stage_config(config, stage, Path(config.run.out)) for stage in runs]
+            stages = [_stage_config(config, stage, Path(config.run.out), f"{job.name} job") for stage in runs]
         else:
             continue
         for options in stages:  # (named by its folder: a pipeline's stages may be run by several of its jobs)

@@ -18,6 +18,7 @@ from typing import Any
 from coclr.atomic import atomic_open
 from coclr.eval.health import describe_health
 from coclr.eval.report import DEGENERATE_MARK as COLLAPSED_MARK
+from coclr.eval.report import markdown_text
 from coclr.study.config import COLUMNS, ROWS
 
 METRICS = {"retrieval": "R@1", "linear": "linear probe", "finetune": "finetune"}
@@ -177,8 +178,8 @@ def results_markdown(rows: Sequence[dict[str, Any]], columns: Sequence[str], che
     lines = [f"# {title} (seed {seed}; this command took {seconds / 60:.1f} min)", "",
              "Numbers in percent; 'paper': Table 1 of the paper (UCF101 split 1). Test videos query train videos.",
              "", *table_markdown(rows, columns), ""]
-    if notes:
-        lines += [*(f"- {note}" for note in notes), ""]
+    if notes:  # (a note names videos: a name's Markdown shown as written)
+        lines += [*(f"- {markdown_text(note)}" for note in notes), ""]
     resting = claim_rows(rows, columns)
     if checks:  # (a heading with nothing under it where the rows chosen test no claim)
         lines += ["Claims of the paper on these results:", ""]
@@ -351,16 +352,22 @@ def mining_points(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def seeds_markdown(summary: dict[str, Any]) -> str:
-    """The summary of :func:`summarise_seeds` as Markdown: mean ± std per number, then the claims."""
+    """The summary of :func:`summarise_seeds` as Markdown: mean ± std per number (the value alone over one seed,
+    which has no spread), then the claims."""
+    seeds, rows = summary["seeds"], summary["rows"]
+
+    def spread(pair: Sequence[float]) -> str:
+        return f"{pair[0]:.1f}" if len(seeds) < 2 else f"{pair[0]:.1f} ± {pair[1]:.1f}"
+
     def cell(row: dict[str, Any], key: str) -> str:
         value = _lookup_pair(row, key)
         if value is None:
             return "-"
-        return f"{value:.1f}" if isinstance(value, float) else f"{value[0]:.1f} ± {value[1]:.1f}"
+        return f"{value:.1f}" if isinstance(value, float) else spread(value)
 
-    seeds, rows = summary["seeds"], summary["rows"]
+    told = ("Mean ± standard deviation over the seeds" if len(seeds) > 1 else "The one seed's figures (no spread)")
     lines = [f"# coclr study over seeds {', '.join(map(str, seeds))}", "",
-             "Mean ± standard deviation over the seeds, in percent; 'paper': Table 1 of the paper.", "",
+             f"{told}, in percent; 'paper': Table 1 of the paper.", "",
              *table_markdown(rows, summary["columns"], cell=cell), ""]
     collapsed = [f"- {row_name(row)}: {COLLAPSED_MARK} its encoder collapsed on {row['collapsed']} of {len(seeds)} "
                  "seeds (degenerate features: `seed<S>/results.md` says which): its mean is no evidence of a "
@@ -393,8 +400,7 @@ def seeds_markdown(summary: dict[str, Any]) -> str:
     if mined:
         lines += ["", "Mined positives of the query's class (%, mean over the row's CoCLR stages; mean ± standard "
                   "deviation over the seeds):", ""]
-        lines += [f"- {row_name(row)}: {row['mined_precision'][0]:.1f} ± {row['mined_precision'][1]:.1f}"
-                  for row in mined]
+        lines += [f"- {row_name(row)}: {spread(row['mined_precision'])}" for row in mined]
     if summary.get("mining"):
         lines += ["", f"`{MINING_PLOT}`: each CoCLR row of flow's R@1 minus InfoNCE-Flow's against its mined "
                   "positives' class precision, one point per seed."]

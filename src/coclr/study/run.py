@@ -104,9 +104,10 @@ def numbers_of_text(value: Any) -> Any:
 
 STUDY_FOLDER = FolderRule("study", "a study run", may_differ=(
     *(f"train.{key}" for key in CONTINUABLE if key not in ("run.out", "run.batch_size", "run.max_steps")),
-    "data.flow_workers"), same=study_settings, rooted=True)
+    "data.flow_workers"), same=study_settings, rooted=True, since=("threads",))
 """How a study folder is continued or refused (:mod:`coclr.runfolder`); its options leave out ``processes`` and
-``gpus``, which only schedule the work, and its stages' options that never change a result may differ, as in
+``gpus``, which only schedule the work (each training job runs on ``threads``, compared where recorded: a folder from
+before it was continues on 1), and its stages' options that never change a result may differ, as in
 ``coclr pretrain`` (:data:`coclr.train.setup.CONTINUABLE`; not the batch, a study's is its global batch; not
 ``run.max_steps``, which a study refuses), and so may the flow job's workers (not the evaluation's batch: the
 finetuning trains in it)."""
@@ -359,7 +360,7 @@ def _run_plan(plan: StudyPlan, started: float) -> dict[str, Any]:
     if any(map(supervised_row, config.rows)):
         write_cross_entropy_init(plan)
     print(f"[2/{steps}] training and finetuning: {len(plan.jobs)} jobs, {config.processes} at a time", flush=True)
-    failed = failed_inputs(plan, run_jobs(plan.jobs, out, config.processes, config.gpus))
+    failed = failed_inputs(plan, run_jobs(plan.jobs, out, config.processes, config.gpus, threads=config.threads))
     print(f"[3/{steps}] evaluation: {', '.join(config.columns)} of {len(config.rows)} rows", flush=True)
     rows = evaluate_rows(plan)
     print(f"[4/{steps}] stages of co-training (Figure 4)", flush=True)

@@ -221,7 +221,7 @@ def run_pipeline(config: PipelineConfig, until: str | None = None, restart: bool
     stages = check_sized(plan_stages(config), stages) if stages is not None else plan_stages(config)
     names = [stage.name for stage in stages]
     if until is not None and until not in names:
-        raise ConfigError(f"until: no stage {until!r} in this pipeline; its stages are {', '.join(names)}")
+        raise ConfigError(f"--until {until}: no stage {until!r} in this pipeline; its stages are {', '.join(names)}")
     device = resolve_device(config.run.device)
     if restart:  # every process: the same refusal on each (not rank 0's alone, the others waiting for it); the
         check_restart(run_dir, PIPELINE_FOLDER, legacy=_manifest_options)  # folder is moved once all is checked

@@ -130,6 +130,10 @@ def run_left(step_seconds: list[float], steps_per_epoch: int, epoch: int, epochs
     return left
 
 
+MIN_MINING_SPREAD = 1e-3
+"""A sampler's queued embeddings (unit vectors) all within this distance of their mean embed every clip alike."""
+
+
 class Trainer:
     """Runs the loop of one pretraining stage over the parts it is handed (:class:`~coclr.train.setup.RunParts`,
     built by :func:`~coclr.train.setup.build_parts` in :func:`~coclr.train.run.start_run`, which holds the run
@@ -398,6 +402,8 @@ class Trainer:
                     self.position.global_step += 1
                     if not queue_full:
                         queue_full = self.model.queues_full
+                        if queue_full:
+                            self._check_mining_space()
                     if progress is not None:
                         progress.update(1)
                     step = self.position.global_step
@@ -469,6 +475,24 @@ class Trainer:
                         self.position.consumed // self.data_order.global_batch, self.position.global_step,
                         self.config.run.max_steps, self.check_seconds, self.config.run.knn_every)
         return "" if not left else f", about {duration(left)} left"
+
+    def _check_mining_space(self) -> None:
+        """Once, as the queues fill: a frozen sampler that embeds every clip alike (a collapsed encoder, or one whose
+        BatchNorm statistics never settled) makes CoCLR's top-K the first queue slots, and the run mined at random
+        with normal-looking figures; said in one warning."""
+        if self.model.sampler is None or not is_main():
+            return
+        for learner in self.model.learners.values():
+            other = learner.queue.other.float()
+            if other.numel() == 0:
+                continue
+            spread = float((other - other.mean(dim=0)).norm(dim=1).max())  # (unit rows: 0 when every one is alike)
+            if spread < MIN_MINING_SPREAD:
+                warnings.warn(f"method.sampler_checkpoint {self.config.method.sampler_checkpoint}: it embeds every "
+                              f"clip of the full queue alike (rows within {spread:.1e} of their mean): the positives "
+                              "it mines are arbitrary; give a sampler that has learnt (check it with coclr eval "
+                              "retrieval), or train its view longer", stacklevel=2)
+                return
 
     def _check_finite(self, nonfinite: torch.Tensor) -> None:
         if bool(nonfinite):
