@@ -339,46 +339,68 @@ def default_start_method() -> str:
 def _run_in_pool(root: str, view: str, todo: list[str], job: EntryJob, workers: int,
                  record: Callable[[str, int, str | None], None], start_method: str) -> None:
     """Run the keys in a process pool with at most 2 jobs per worker in flight, so results stream in order
-    of completion and a worker that dies (crash, out of memory) costs only its in-flight keys: they are
-    failed and a new pool takes the rest."""
+    of completion; a worker that dies (crash, out of memory) breaks the pool, a new pool takes the rest, and each
+    key that was in flight is run again alone (:func:`_run_pools`)."""
     with opencv_threads(1):  # a forked worker would hang stopping the threads of an OpenCV pool running here
         _run_pools(root, view, todo, job, workers, record, multiprocessing.get_context(start_method))
 
 
+WORKER_DIED = "worker process died (crash or out of memory) while running this entry, alone in its pool"
+"""The failure of an entry whose worker died with it and died again when it ran alone."""
+
+
 def _run_pools(root: str, view: str, todo: list[str], job: EntryJob, workers: int,
                record: Callable[[str, int, str | None], None], context: multiprocessing.context.BaseContext) -> None:
+    """Pools until every key is recorded. The keys in flight when a worker died (up to 2 per worker: the one that
+    killed it, and others queued or running beside it) are each run again alone, in a pool of one worker: only a
+    key whose own worker dies again fails (they all failed, with the same reason, where one video was at fault)."""
     pending = list(reversed(todo))
-    while pending:
-        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker,
-                                   initargs=(job, os.getpid()))
-        in_flight: dict[Future, str] = {}
-        broken = False
-        try:
-            while (pending and not broken) or in_flight:
-                while pending and not broken and len(in_flight) < 2 * workers:
-                    key = pending.pop()
-                    try:
-                        in_flight[pool.submit(_run_in_worker, root, view, key)] = key
-                    except BrokenProcessPool:
-                        broken = True
-                        if in_flight:
-                            pending.append(key)
-                        else:
-                            record(key, 0, "worker processes could not be started")
-                if not in_flight:
-                    break
-                finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    key = in_flight.pop(future)
-                    try:
-                        record(*future.result())
-                    except BrokenProcessPool:
-                        broken = True
-                        record(key, 0, "worker process died (crash or out of memory) while running this entry")
-            pool.shutdown(wait=True)
-        except BaseException:
-            stop_pool(pool)
-            raise
+    suspects: list[str] = []
+    while pending or suspects:
+        if suspects:
+            alone = [suspects.pop()]
+            for key in _one_pool(root, view, alone, job, 1, record, context):
+                record(key, 0, WORKER_DIED)
+        else:
+            suspects.extend(reversed(_one_pool(root, view, pending, job, workers, record, context)))
+
+
+def _one_pool(root: str, view: str, queue: list[str], job: EntryJob, workers: int,
+              record: Callable[[str, int, str | None], None], context: multiprocessing.context.BaseContext
+              ) -> list[str]:
+    """Run the keys popped from ``queue`` in one pool until it is empty or a worker dies; returns the keys that were
+    in flight when it died (not recorded)."""
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker, initargs=(job, os.getpid()))
+    in_flight: dict[Future, str] = {}
+    broken = False
+    died: list[str] = []
+    try:
+        while (queue and not broken) or in_flight:
+            while queue and not broken and len(in_flight) < 2 * workers:
+                key = queue.pop()
+                try:
+                    in_flight[pool.submit(_run_in_worker, root, view, key)] = key
+                except BrokenProcessPool:
+                    broken = True
+                    if in_flight:
+                        queue.append(key)
+                    else:
+                        record(key, 0, "worker processes could not be started")
+            if not in_flight:
+                break
+            finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in finished:
+                key = in_flight.pop(future)
+                try:
+                    record(*future.result())
+                except BrokenProcessPool:
+                    broken = True
+                    died.append(key)
+        pool.shutdown(wait=True)
+    except BaseException:
+        stop_pool(pool)
+        raise
+    return died
 
 
 def stop_pool(pool: ProcessPoolExecutor) -> None:
