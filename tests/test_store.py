@@ -260,6 +260,24 @@ def test_run_entry_jobs_writes_skips_and_lists_failures(tmp_path):
         run_entry_jobs(tmp_path, "../up", ["k/1"], FramesOfKey(), workers=1)
 
 
+def test_a_job_that_knows_each_keys_frames_counts_frames_not_videos(tmp_path):
+    """Nine 6-frame videos and one of 300: the bar stood at 80% (8 of 10 videos), under a second left, for 25 s."""
+    from coclr.progress import observed
+
+    keys = ["k/1", "k/2", "k/bad", "k/4"]
+    create_store(tmp_path, VideoIndex("x", ["k"], [VideoEntry(k, 0, "train") for k in keys]))
+    seen = []
+    frames = {"k/1": 10, "k/2": 1, "k/bad": 300}  # (k/4: not told, counted as one)
+
+    def weight(key):
+        return frames[key]
+
+    with observed(lambda desc, count, total, earlier=False: seen.append((count, total))):
+        summary = run_entry_jobs(tmp_path, "w", keys, FramesOfKey(), workers=1, weight=weight)
+    assert summary.done == 3 and len(summary.failed) == 1
+    assert sorted(count for count, _ in seen if count) == [1, 1, 10, 300] and {t for _, t in seen} == {312}
+
+
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_a_dying_worker_fails_only_its_entry(tmp_path, start_method):
     if start_method not in multiprocessing.get_all_start_methods():

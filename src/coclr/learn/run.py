@@ -332,7 +332,7 @@ def _learn(out: Path, paths: list[str], labels: dict[str, Any] | None, label_not
         root = common_root(paths)
         with line.phase("store", len(paths)), record("store"):
             store = build_learn_store(out, root, paths, plan, options.workers)
-        with line.phase("flow", len(paths)), record("flow"):
+        with line.phase("flow", flow_pairs(store)), record("flow"):
             flow_failed = extract_learn_flow(store, root, options.workers, plan.flow_bound or FLOW_BOUND)
         config = pipeline_config(out, store, plan, options.seed, str(device), usable_instances(store, plan),
                                  world_size())
@@ -582,6 +582,20 @@ def job_workers(workers: int | None) -> int:
 def common_root(paths: list[str]) -> str:
     """The deepest folder holding every path."""
     return os.path.commonpath([os.path.dirname(path) for path in paths])
+
+
+def flow_pairs(store: Path) -> int:
+    """The frame pairs of the stored videos' flow: the units of the flow job's bar (it counts pairs, not videos of
+    any length), at least one a video, as it counts them."""
+    from coclr.store.clipstore import ClipStore  # noqa: PLC0415 (heavy: torch)
+
+    clips, pairs = ClipStore(store), 0
+    for key in clips.keys():
+        try:
+            pairs += max(1, clips.num_frames(key, "rgb") - 1) if clips.has(key, "rgb") else 1
+        except Exception:  # noqa: BLE001 (a damaged entry: its flow's failure says why)
+            pairs += 1
+    return pairs
 
 
 def build_learn_store(out: Path, root: str, paths: list[str], plan: Plan, workers: int | None) -> Path:

@@ -275,12 +275,16 @@ def extract_flow(store_root: str | Path, backend: str = FlowOptions.backend, vie
     if launched_world_size() > 1:  # under torchrun, once every check above passed on every process (a process
         # refused by them tells the others, coclr.distributed.share_refusal); they meet only at the start and the end
         init_distributed(torch.device(torch_device or "cpu"), timeout=GROUP_TIMEOUT)
+    def pairs(key: str) -> int:  # (the bar counts frame pairs: a long video is not one step like a short one)
+        return store.num_frames(key, "rgb") - 1
+
     with writing_view(root, view, store.index, **settings):
         if not chosen.gpu:
             job = OpenCVFlowJob(root, chosen.name, params, quality, bound)
-            return run_entry_jobs(root, view, keys, job, workers, desc=f"flow ({chosen.name}) -> {view}")
+            return run_entry_jobs(root, view, keys, job, workers, desc=f"flow ({chosen.name}) -> {view}",
+                                  weight=pairs)
         summary = run_entry_stream(root, view, keys, pipeline,
-                                   desc=f"flow (tvl1-torch {mode} on {torch_device}) -> {view}")
+                                   desc=f"flow (tvl1-torch {mode} on {torch_device}) -> {view}", weight=pairs)
     if pipeline.stats.pairs:
         summary.notes.append(str(pipeline.stats))
     return summary

@@ -183,7 +183,8 @@ def shard(keys: Sequence[str]) -> list[str]:
 
 
 def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJob, workers: int | None = None,
-                   desc: str | None = None, start_method: str | None = None) -> JobSummary:
+                   desc: str | None = None, start_method: str | None = None,
+                   weight: Callable[[str], int] | None = None) -> JobSummary:
     """Run ``job(key) -> (encoded_frames, fps)`` for every key whose entry of ``view`` is not complete yet,
     in a pool of ``workers`` processes (None: one per core; 0, as DataLoader's ``num_workers``, or 1: in this
     process), writing each result atomically as soon as it is done.
@@ -213,14 +214,15 @@ def run_entry_jobs(root: str | Path, view: str, keys: Iterable[str], job: EntryJ
         else:
             _run_in_pool(str(root), view, todo, job, count, record, start_method or default_start_method())
 
-    return run_entry_stream(root, view, keys, stream, desc)
+    return run_entry_stream(root, view, keys, stream, desc, weight)
 
 
 def run_entry_stream(root: str | Path, view: str, keys: Iterable[str], stream: EntryStream,
-                     desc: str | None = None) -> JobSummary:
+                     desc: str | None = None, weight: Callable[[str], int] | None = None) -> JobSummary:
     """:func:`run_entry_jobs` with the work done by ``stream(todo, record)`` (:data:`EntryStream`), for jobs that
     are not one call per key: the same checks, sharding, lock, skipping of complete entries, progress bar (on
-    rank 0), failure records and summary."""
+    rank 0), failure records and summary. ``weight(key)``: the frames of a key's work where they are known before
+    it (a flow job's: its rgb entry's), so that the bar and its ETA count frames, not videos of any length."""
     started = time.perf_counter()
     store = ClipStore(root)
     keys = list(dict.fromkeys(keys))
@@ -231,7 +233,7 @@ def run_entry_stream(root: str | Path, view: str, keys: Iterable[str], stream: E
         summary = JobSummary(view)
         summary.noted.update(adopt_pending_notes(store, view, keys))  # (of a job killed before it recorded them)
         try:
-            _run_stream(store, view, keys, stream, desc, summary)
+            _run_stream(store, view, keys, stream, desc, summary, weight)
         except BaseException:  # interrupted, or stopped: what the entries written noted is kept all the same (a video
             with suppress(OSError, StorageFullError):  # changed later is then told), and what failed
                 record_failures(store.root, view, summary.attempted, summary.failed)
@@ -250,13 +252,15 @@ def run_entry_stream(root: str | Path, view: str, keys: Iterable[str], stream: E
 
 
 def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStream, desc: str | None,
-                summary: JobSummary) -> JobSummary:
+                summary: JobSummary, weight: Callable[[str], int] | None = None) -> JobSummary:
     listed = store.failed(view)  # failed or damaged: tried again (a damaged entry's file exists)
     todo = [key for key in keys if key in listed or not store.has(key, view)]
     summary.skipped = len(keys) - len(todo)
+    weights = {key: _weight_of(weight, key) for key in todo} if weight is not None else None
 
-    with progress_bar(total=len(todo), desc=desc or f"{view} entries", unit="video", smoothing=0.05,
-                      dynamic_ncols=True, disable=rank() != 0) as progress:
+    with progress_bar(total=sum(weights.values()) if weights is not None else len(todo),
+                      desc=desc or f"{view} entries", unit="frame" if weights is not None else "video",
+                      smoothing=0.05, dynamic_ncols=True, disable=rank() != 0) as progress:
         done: set[str] = set()
 
         def record(key: str, frames: int, error: str | None, notes: dict[str, Any] | None = None) -> None:
@@ -269,8 +273,12 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
                 summary.frames += frames
             else:
                 summary.failed.append((key, error))
-                progress.set_postfix(failed=len(summary.failed), refresh=False)
-            progress.update(1)
+            told = {"videos": f"{len(summary.attempted)}/{len(todo)}"} if weights is not None else {}
+            if summary.failed:
+                told["failed"] = len(summary.failed)
+            if told:
+                progress.set_postfix(told, refresh=False)
+            progress.update(weights[key] if weights is not None else 1)
 
         if todo:
             try:
@@ -285,6 +293,14 @@ def _run_stream(store: ClipStore, view: str, keys: list[str], stream: EntryStrea
                 raise interrupted(error, f"{view}: {summary.skipped + len(done | written)} of {len(keys)} videos done "
                                   "and kept") from None
     return summary
+
+
+def _weight_of(weight: Callable[[str], int], key: str) -> int:
+    """``weight(key)``, at least 1; 1 where it cannot be told (a damaged entry: the job's own failure says why)."""
+    try:
+        return max(1, int(weight(key)))
+    except Exception:  # noqa: BLE001 (the key's work reports it)
+        return 1
 
 
 _WORKER_JOB: EntryJob | None = None
