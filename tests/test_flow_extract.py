@@ -275,6 +275,12 @@ def test_cli_extracts_and_prints_the_summary(small_store, capsys):
     assert cli_main(["flow", str(small_store), "--backend", "dis", "--view", "rgbdiff"]) == 2  # (training read RGB
     assert "--view rgbdiff: training computes this view from rgb on the fly" in capsys.readouterr().err  # differences)
     assert not (small_store / "rgbdiff").exists()
+    # a name no view can have, or the source view, is one line: a note that training would not take it stood above
+    for view, said in ((".lock", "invalid view name '.lock'"), ("../up", "invalid view name '../up'"),
+                       ("rgb", "flow cannot be written into the 'rgb' view")):
+        assert cli_main(["flow", str(small_store), "--backend", "dis", "--view", view]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and said in lines[0], lines
 
 
 # --- kill and resume ----------------------------------------------------------------------------------------

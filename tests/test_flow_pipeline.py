@@ -126,7 +126,7 @@ def test_the_mode_is_recorded_and_a_view_never_mixes_modes(tmp_path):
     assert (recorded["mode"], recorded["stop_every"]) == ("fast", 3)
     with pytest.raises(ConfigError, match=r"mode='fast' \(given 'exact'\)"):
         extract_flow(root, backend="tvl1-torch", device="cpu", params=SHORT)
-    with pytest.raises(ConfigError, match=r"stop_every=3 \(given 5\)"):
+    with pytest.raises(ConfigError, match=r"--stop-every=3 \(given 5\)"):
         extract_flow(root, backend="tvl1-torch", device="cpu", params=SHORT, mode="fast")
     with pytest.raises(ConfigError, match="mode: the fast mode is computed by the tvl1-torch backend only"):
         extract_flow(root, backend="tvl1", params=SHORT, mode="fast", view="other")

@@ -159,8 +159,10 @@ def test_create_store_is_idempotent_and_refuses_another_index(tmp_path):
     create_store(tmp_path, index, short_side=128)
     create_store(tmp_path, index, short_side=128, flow_backend="tvl1")
     assert ClipStore(tmp_path).meta == {"short_side": 128, "flow_backend": "tvl1"}
-    with pytest.raises(DataError, match="short_side=128"):
+    with pytest.raises(DataError, match="--short-side=128"):
         create_store(tmp_path, index, short_side=112)
+    with pytest.raises(DataError, match=r"--short-side=128 \(given 0 \(the decoded size\)\);"):  # (it was "null")
+        create_store(tmp_path, index, short_side=None)
     (tmp_path / LOCK_FILE).unlink()
     before = (tmp_path / "store.json").stat().st_mtime_ns
     create_store(tmp_path, index, short_side=128)  # every key recorded: only read, so a read-only store will do
@@ -463,7 +465,7 @@ def test_an_updated_index_replaces_the_old_one_in_place_and_keeps_the_work_done(
     assert entry.stat().st_mtime_ns == written  # the removed video's entry is kept, not rewritten
     with pytest.raises(DataError, match="different index"):  # other jobs never replace an index by mistake
         create_store(tmp_path / "store", first)
-    with pytest.raises(DataError, match="short_side=16 \\(given 24\\)"):
+    with pytest.raises(DataError, match="--short-side=16 \\(given 24\\)"):
         build_store(updated, tmp_path / "videos", tmp_path / "store", short_side=24, workers=1)
     assert main(["data", "info", str(tmp_path / "store")]) == 0
     assert "1 entries of videos no longer in the index" in capsys.readouterr().out
@@ -919,7 +921,7 @@ def test_a_refused_store_job_reads_no_video_through_and_writes_nothing(tmp_path,
               if path.is_file() and "lock" not in path.name}
     hashed = []
     monkeypatch.setattr(build, "file_sha256", lambda path: hashed.append(path) or "0")
-    with pytest.raises(DataError, match="quality=90 \\(given 80\\)"):
+    with pytest.raises(DataError, match="--quality=90 \\(given 80\\)"):
         build_store(index, tmp_path / "videos", tmp_path / "store", short_side=16, quality=80, workers=0)
     assert not hashed
     assert {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in (tmp_path / "store").rglob("*")
@@ -992,3 +994,14 @@ def test_no_rank_removes_what_another_machine_writes(tmp_path):
 
     create_store(tmp_path, VideoIndex("x", ["a"], [VideoEntry(k, 0, "train") for k in ("a/1", "a/2")]))
     mp.spawn(_sweeping_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+
+
+def test_a_view_stopped_before_its_first_entry_is_listed(tmp_path):
+    """Ctrl-C before a flow job's first entry left its settings recorded, refusing any other, while `data info` and
+    `data verify --view flow` said there was no such view."""
+    from coclr.store.jobs import writing_view
+
+    create_store(tmp_path, VideoIndex("x", ["k"], [VideoEntry("k/1", 0, "train")]))
+    with pytest.raises(KeyboardInterrupt), writing_view(tmp_path, "flow", ClipStore(tmp_path).index, flow_bound=5.0):
+        raise KeyboardInterrupt
+    assert "flow" in ClipStore(tmp_path).views() and ClipStore(tmp_path).meta["flow_bound"] == 5.0

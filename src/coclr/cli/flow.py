@@ -81,10 +81,14 @@ def check_flow_view(view: str | None) -> None:
 
     from coclr.data.views import DERIVED_VIEWS, is_flow_view  # noqa: PLC0415
     from coclr.errors import ConfigError  # noqa: PLC0415
+    from coclr.store.clipstore import check_view_name  # noqa: PLC0415
+    from coclr.store.flow_source import SOURCE_VIEW  # noqa: PLC0415
 
+    if view is not None:  # (a name no store can hold: its one line, without a note above it)
+        check_view_name(view)
     if view in DERIVED_VIEWS:
         raise ConfigError(f"--view {view}: training computes this view from {DERIVED_VIEWS[view]} on the fly and never "
                           "reads a stored one; give a flow view's name (e.g. flow_dis)")
-    if view is not None and not is_flow_view(view):
+    if view is not None and not is_flow_view(view) and view != SOURCE_VIEW:  # (the source: refused, not noted)
         print(f"coclr flow: note: --view {view}: training takes a view as flow by its name (flow, flow_...): "
               f"pretrain and pipeline refuse {view!r} as a view of no kind", file=sys.stderr)

@@ -180,7 +180,27 @@ class IndexUpdate:
         return text
 
 
-STORE_FOLDER = FolderRule("data store", "a clip store", may_add=True, other="another output folder")
+class _Plain(str):
+    """Text a refusal shows as it is (not quoted as a typed string would be)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _as_store_options(meta: dict[str, Any]) -> dict[str, Any]:
+    """A store's metadata as a refusal names it: the frames' settings in the words of ``coclr data store``'s options
+    (a short side or rate of None read "given null" where ``--short-side 0`` or no ``--fps`` was typed)."""
+    named = {"short_side": ("--short-side", _Plain("0 (the decoded size)")),
+             "fps": ("--fps", _Plain("none (every frame)")), "quality": ("--quality", None)}
+    shown = {}
+    for key, value in meta.items():
+        option, instead = named.get(key, (key, None))
+        shown[option] = instead if value is None and instead is not None else value
+    return shown
+
+
+STORE_FOLDER = FolderRule("data store", "a clip store", may_add=True, other="another output folder",
+                          shown=_as_store_options)
 """How a store's metadata is continued or refused (:mod:`coclr.runfolder`): it may only gain keys."""
 
 
@@ -296,8 +316,9 @@ def create_store(root: str | Path, index: VideoIndex, *, replace_index: bool = F
 
 def check_view_name(view: str) -> None:
     """Raise DataError unless ``view`` is a valid view (folder) name."""
-    if not _VIEW_NAME.match(view):
-        raise DataError(f"invalid view name {view!r} (letters, digits, '_', '-', '.')")
+    if not _VIEW_NAME.match(view):  # (".lock" was refused naming only allowed characters: the first one says)
+        raise DataError(f"invalid view name {view!r} (letters, digits, '_', '-', '.', beginning with a letter or a "
+                        "digit)")
     if view.lower().endswith(".json"):  # (the store's own files are: index.json, failed_<view>.json, ...)
         raise DataError(f"invalid view name {view!r}: a name ending in .json is one of the store's own files; "
                         "choose another (e.g. flow_dis)")

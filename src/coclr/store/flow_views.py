@@ -69,7 +69,7 @@ def _as_options(view: str, settings: dict) -> dict:
         if key == bound_key(view):
             shown["--bound"] = value
         elif key == method_key(view) and isinstance(value, dict):
-            named = {"backend": "--backend", "mode": "--mode", "kernels": "--kernels", "stop_every": "stop_every"}
+            named = {"backend": "--backend", "mode": "--mode", "kernels": "--kernels", "stop_every": "--stop-every"}
             shown.update((named.get(part, part), setting) for part, setting in value.items() if part != "params")
             shown.update(value.get("params") or {})
         else:

@@ -134,6 +134,8 @@ def writing_view(root: str | Path, view: str, index: VideoIndex, replace_index: 
             yield
 
     with claim_folder(root, STORE_FOLDER, recorded_meta(meta), record=record, lock=locks):
+        # the view's folder now: a view stopped before its first entry is listed, as its recorded settings are (it
+        (Path(root) / view).mkdir(exist_ok=True)  # was hidden from info and verify, yet refused other settings)
         yield updates[0]
 
 
