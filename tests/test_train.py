@@ -681,6 +681,35 @@ def test_a_run_continued_on_other_threads_kernels_or_processes_says_it_drifts(st
     assert "trained with AVX512 kernels and continues with AVX2 (limited: ONEDNN_MAX_CPU_ISA=AVX2)" in changes[1]
 
 
+def test_a_sampler_that_embeds_every_clip_alike_is_said_to_mine_at_random(store: Path, tmp_path: Path) -> None:
+    """A flow checkpoint of two InfoNCE epochs (its BatchNorm statistics not settled) embedded every clip alike: each
+    row's top-K were the first queue slots, and two such samplers gave bit-identical runs with normal-looking
+    mining figures, without a word."""
+    import warnings
+
+    from torch import nn
+
+    from coclr.models.encoder import build_encoder
+    from coclr.models.loading import save_encoder
+
+    meta = {"view": "flow", "clip_settings": {"view": "flow", "length": 8}}
+    alike = save_encoder(tmp_path / "alike.pth", build_encoder(width=0.125), meta=meta)  # untrained: 1e-7 apart
+    spread = build_encoder(width=0.125)
+    for module in spread.modules():
+        if isinstance(module, (nn.Conv3d, nn.Linear)):
+            nn.init.kaiming_normal_(module.weight)  # (clips 0.1 apart)
+    spread = save_encoder(tmp_path / "spread.pth", spread, meta=meta)
+    said = {}
+    for name, sampler in (("alike", alike), ("spread", spread)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pretrain(tiny_config(store, tmp_path / name, "method.name=coclr", f"method.sampler_checkpoint={sampler}",
+                                 "optim.epochs=1"))
+        said[name] = [str(w.message) for w in caught if "embeds every clip" in str(w.message)]
+    assert len(said["alike"]) == 1 and "the positives it mines are arbitrary" in said["alike"][0]
+    assert said["spread"] == []
+
+
 def test_a_refusal_names_every_differing_option(store: Path, tmp_path: Path, capsys) -> None:
     from coclr.cli import main
 
