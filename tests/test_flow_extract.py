@@ -406,3 +406,20 @@ def test_flow_on_a_store_whose_rgb_view_is_not_finished_is_refused_before_any_wo
     record_failures(store, "rgb", ["c1/v001"], [("c1/v001", "VideoDecodeError: damaged")])  # a failure: its input's
     assert cli_main(["flow", str(store), "--backend", "dis", "--workers", "0"]) == 3
     assert "c1/v001: no 'rgb' entry" in capsys.readouterr().out
+
+
+def test_a_frame_of_the_rgb_entry_that_does_not_decode_or_fit_is_named():
+    """An rgb entry from before checksums is read unchecked: its bad frame failed the video with OpenCV's "cannot
+    decode an image from 1048 bytes", or NumPy's "all input arrays must have the same shape", naming no frame."""
+    import numpy as np
+
+    from coclr.errors import DataError
+    from coclr.store.flow_source import decode_gray
+    from coclr.store.jpeg import encode_jpeg
+
+    good, wide = encode_jpeg(np.zeros((8, 8, 3), np.uint8), 90), encode_jpeg(np.zeros((8, 12, 3), np.uint8), 90)
+    assert decode_gray([good, good], 5).shape == (2, 8, 8)
+    with pytest.raises(DataError, match=r"^rgb frame 6 does not decode .*run `coclr data store` again"):
+        decode_gray([good, b"\xff\xd8 not a jpeg"], 5)
+    with pytest.raises(DataError, match=r"^rgb frame 7 is 12x8 where the frames before it are 8x8"):
+        decode_gray([good, good, wide], 5)

@@ -156,7 +156,7 @@ class OpenCVFlowJob(_StoreJob):
         store = self.store()
         for start in range(0, count - 1, DECODE_CHUNK):
             stop = min(count, start + DECODE_CHUNK + 1)  # one frame of overlap: the next chunk's first pair
-            gray = decode_gray(store.read_encoded(key, SOURCE_VIEW, range(start, stop)))
+            gray = decode_gray(store.read_encoded(key, SOURCE_VIEW, range(start, stop)), start)
             yield from encode_flow_frames(opencv_video_flow(gray, self.method, self.params), self.quality, self.bound)
 
 

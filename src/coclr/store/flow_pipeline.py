@@ -117,7 +117,8 @@ class _DecodedChunks:
             if self._store is None:
                 self._store = ClipStore(self.root)
             blobs = self._store.read_encoded(chunk.key, SOURCE_VIEW, range(chunk.start, chunk.stop))
-            return {"key": chunk.key, "first": chunk.start, "frames": torch.from_numpy(decode_gray(blobs)), "error": ""}
+            return {"key": chunk.key, "first": chunk.start, "frames": torch.from_numpy(decode_gray(blobs, chunk.start)),
+                    "error": ""}
         except Exception as error:  # reported for this video; the others go on
             return {"key": chunk.key, "first": chunk.start, "frames": None, "error": f"{type(error).__name__}: {error}"}
 

@@ -14,9 +14,24 @@ from coclr.store.jpeg import decode_jpeg
 SOURCE_VIEW = "rgb"
 
 
-def decode_gray(blobs: Sequence[bytes]) -> np.ndarray:
-    """Grayscale ``uint8 [N, H, W]`` of encoded RGB frames (as ``cv2.COLOR_RGB2GRAY`` converts them)."""
-    return rgb_to_gray(np.stack([decode_jpeg(blob) for blob in blobs]))
+def decode_gray(blobs: Sequence[bytes], first: int = 0) -> np.ndarray:
+    """Grayscale ``uint8 [N, H, W]`` of encoded RGB frames (as ``cv2.COLOR_RGB2GRAY`` converts them), the first of
+    them frame ``first`` of its entry. A frame that does not decode, or is of another size than the first, is a
+    :class:`DataError` naming it and the remedy (an entry written before checksums is read unchecked: it was
+    NumPy's "all input arrays must have the same shape")."""
+    frames = []
+    for number, blob in enumerate(blobs, start=first):
+        try:
+            frame = decode_jpeg(blob)
+        except Exception as error:  # noqa: BLE001 (OpenCV's, or the decoder's own: the entry's fault)
+            raise DataError(f"rgb frame {number} does not decode ({error}): its store entry is damaged; run `coclr "
+                            "data store` again to decode the video anew") from None
+        if frames and frame.shape != frames[0].shape:
+            raise DataError(f"rgb frame {number} is {frame.shape[1]}x{frame.shape[0]} where the frames before it are "
+                            f"{frames[0].shape[1]}x{frames[0].shape[0]}: its store entry is damaged; run `coclr data "
+                            "store` again to decode the video anew")
+        frames.append(frame)
+    return rgb_to_gray(np.stack(frames))
 
 
 def source_frames(store: ClipStore, key: str) -> tuple[int, float]:
