@@ -1185,3 +1185,13 @@ def test_a_job_outside_the_epoch_count_is_said_to_be(tmp_path: Path) -> None:
     flow = _flow(tmp_path / "store")
     assert running_text([Job("coclr", flow, (), 20), Job("flow_test", flow)]) == \
         "coclr, flow_test (not in the count or the ETA)"
+
+
+def test_jobs_on_gpus_take_their_share_of_the_cores() -> None:
+    """The study's threads hold the CPU's sums; a GPU's are not the threads', and one thread would starve it."""
+    from coclr.config import from_dict
+    from coclr.study.config import StudyConfig
+    from coclr.study.run import job_threads
+
+    assert job_threads(from_dict(StudyConfig, {"threads": 3, "train": {"run": {"device": "cpu"}}})) == 3
+    assert job_threads(from_dict(StudyConfig, {"threads": 3, "gpus": [0]})) is None

@@ -183,11 +183,12 @@ def running_text(running: Sequence[Job]) -> str:
 
 
 def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None = None,
-             desc: str = "study", poll_seconds: float = 1.0, command: Sequence[str] = COMMAND, threads: int = 1
-             ) -> list[str]:
+             desc: str = "study", poll_seconds: float = 1.0, command: Sequence[str] = COMMAND,
+             threads: int | None = 1) -> list[str]:
     """Run ``jobs`` (in priority order), each task in a child process (:func:`start_task`), at most ``processes`` at
     once (a task whose result depends on its thread count, :attr:`~coclr.jobs.tasks.Task.thread_bound`, on
-    ``threads`` of them whatever ``processes`` is; the others on their share of the cores, :func:`threads_per_job`),
+    ``threads`` of them whatever ``processes`` is; the others, and every task with ``threads`` None, on their share
+    of the cores, :func:`threads_per_job`),
     each after the jobs named in its ``deps`` and never beside one that claims the same folder
     (:meth:`~coclr.jobs.tasks.Task.writes`); raises :class:`CoclrError` naming every failed job (and those
     it stopped) once the others are done. Every task is checked to reach its process as it is before any starts.
@@ -207,7 +208,7 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
     logs.mkdir(parents=True, exist_ok=True)
 
     def start(job: Job, slot: int, writes: frozenset[Path]) -> _Running:
-        count = threads if job.task.thread_bound else share
+        count = threads if job.task.thread_bound and threads is not None else share
         env = {**os.environ, "OMP_NUM_THREADS": str(count), "MKL_NUM_THREADS": str(count)}
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = visible_gpus()[gpus[slot % len(gpus)]]

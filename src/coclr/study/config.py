@@ -249,10 +249,10 @@ class StudyConfig:
     eval: StudyEval = field(default_factory=StudyEval, metadata={"help": "evaluation"})
     processes: int = option(2, "jobs run at once (training runs, flow, finetuning; with gpus: one GPU each, in "
                             "turn): it only schedules the work, results are the same for any")
-    threads: int = option(1, "CPU threads of each training and finetuning job, whatever processes is: a result "
-                          "depends on them (oneDNN orders a convolution's sums by the thread count, and training "
-                          "grows the last bits), so they are a setting of the study; flow jobs share the cores. "
-                          "More may speed a full-width network on many cores")
+    threads: int = option(1, "CPU threads of each training and finetuning job on a CPU, whatever processes is: a "
+                          "result depends on them (oneDNN orders a convolution's sums by the thread count, and "
+                          "training grows the last bits), so they are a setting of the study; flow jobs, and jobs "
+                          "on GPUs, share the cores. More may speed a full-width network on many cores")
     gpus: list[int] = option([], "GPU indices the jobs run on (empty: as train.run.device says)")
 
     def validate(self) -> None:

@@ -348,6 +348,18 @@ def check_gpus(config: StudyConfig) -> None:
                           "train.run.device=cuda too, or leave gpus out")
 
 
+def job_threads(config: StudyConfig) -> int | None:
+    """The threads of each training and finetuning job (:func:`coclr.jobs.scheduler.run_jobs`): the study's
+    ``threads`` where the jobs train on the CPU (their results depend on them); None, their share of the cores,
+    where they train on GPUs (the GPU's sums are not the threads'; the cores feed it)."""
+    if config.gpus:
+        return None
+    from coclr.distributed import pick_device  # noqa: PLC0415 (heavy: torch)
+
+    device = pick_device((config.train.get("run") or {}).get("device"), "train.run.device")
+    return None if device.type == "cuda" else config.threads
+
+
 def _run_plan(plan: StudyPlan, started: float) -> dict[str, Any]:
     """Every step of a study whose folder this process holds; returns the ``results.json`` content."""
 
@@ -360,7 +372,7 @@ def _run_plan(plan: StudyPlan, started: float) -> dict[str, Any]:
     if any(map(supervised_row, config.rows)):
         write_cross_entropy_init(plan)
     print(f"[2/{steps}] training and finetuning: {len(plan.jobs)} jobs, {config.processes} at a time", flush=True)
-    failed = failed_inputs(plan, run_jobs(plan.jobs, out, config.processes, config.gpus, threads=config.threads))
+    failed = failed_inputs(plan, run_jobs(plan.jobs, out, config.processes, config.gpus, threads=job_threads(config)))
     print(f"[3/{steps}] evaluation: {', '.join(config.columns)} of {len(config.rows)} rows", flush=True)
     rows = evaluate_rows(plan)
     print(f"[4/{steps}] stages of co-training (Figure 4)", flush=True)
