@@ -408,18 +408,19 @@ def test_flow_on_a_store_whose_rgb_view_is_not_finished_is_refused_before_any_wo
     assert "c1/v001: no 'rgb' entry" in capsys.readouterr().out
 
 
-def test_a_frame_of_the_rgb_entry_that_does_not_decode_or_fit_is_named():
-    """An rgb entry from before checksums is read unchecked: its bad frame failed the video with OpenCV's "cannot
-    decode an image from 1048 bytes", or NumPy's "all input arrays must have the same shape", naming no frame."""
-    import numpy as np
-
-    from coclr.errors import DataError
-    from coclr.store.flow_source import decode_gray
-    from coclr.store.jpeg import encode_jpeg
-
-    good, wide = encode_jpeg(np.zeros((8, 8, 3), np.uint8), 90), encode_jpeg(np.zeros((8, 12, 3), np.uint8), 90)
-    assert decode_gray([good, good], 5).shape == (2, 8, 8)
-    with pytest.raises(DataError, match=r"^rgb frame 6 does not decode .*run `coclr data store` again"):
-        decode_gray([good, b"\xff\xd8 not a jpeg"], 5)
-    with pytest.raises(DataError, match=r"^rgb frame 7 is 12x8 where the frames before it are 8x8"):
-        decode_gray([good, good, wide], 5)
+def test_an_rgb_frame_that_does_not_decode_or_fit_is_its_entrys_damage_listed_for_rebuilding(tmp_path):
+    """An rgb entry read unchecked (written before checksums) failed its flow with OpenCV's "cannot decode an image
+    from 1048 bytes", or NumPy's "all input arrays must have the same shape", naming no frame; and the remedy it
+    was given, `coclr data store` again, did nothing: the rgb entry was not listed as failed, so it was skipped."""
+    good, wide = encode_jpeg(np.zeros((16, 16, 3), np.uint8), 90), encode_jpeg(np.zeros((16, 24, 3), np.uint8), 90)
+    keys = ["ok.avi", "garbled.avi", "wide.avi"]
+    create_store(tmp_path, VideoIndex("x", ["a"], [VideoEntry(key, 0, "train") for key in keys]))
+    for key, frames in (("ok.avi", [good] * 3), ("garbled.avi", [good, b"\xff\xd8 not a jpeg", good]),
+                        ("wide.avi", [good, good, wide])):
+        write_entry(tmp_path, key, "rgb", frames, fps=10.0)
+    summary = extract_flow(tmp_path, backend="dis", workers=0)
+    failed = dict(summary.failed)
+    assert summary.done == 1 and set(failed) == {"garbled.avi", "wide.avi"}
+    assert "damaged entry" in failed["garbled.avi"] and "frame 1 does not decode" in failed["garbled.avi"]
+    assert "frame 2 is 24x16, the entry's frames are 16x16" in failed["wide.avi"]
+    assert set(ClipStore(tmp_path).failed("rgb")) == {"garbled.avi", "wide.avi"}  # (the rgb job rebuilds them)

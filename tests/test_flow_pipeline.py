@@ -22,9 +22,8 @@ from coclr.native import find_compiler
 from coclr.store.clipstore import ClipStore
 from coclr.store.flow_extract import extract_flow
 from coclr.store.flow_pipeline import OPEN_SIZES, _Batcher
-from coclr.store.flow_source import decode_gray
 from coclr.store.flow_views import method_key
-from coclr.store.jpeg import encode_jpeg
+from coclr.store.jpeg import decode_jpeg, encode_jpeg
 from coclr.video.decode import resize_short_side
 from middlebury import endpoint_error
 from test_flow_extract import make_store, moving_texture
@@ -46,7 +45,9 @@ def mixed_videos() -> dict[str, np.ndarray]:
 
 def reference_entry(store: ClipStore, key: str, params: TVL1Params, mode: str, quality: int = 90) -> list[bytes]:
     """The stored frames of ``key`` computed the obvious way: the video's pairs alone, quantised, encoded."""
-    gray = torch.from_numpy(decode_gray(store.read_encoded(key, "rgb", range(store.num_frames(key, "rgb")))))
+    blobs = store.read_encoded(key, "rgb", range(store.num_frames(key, "rgb")))
+    frames = np.stack([decode_jpeg(blob) for blob in blobs])
+    gray = torch.from_numpy(rgb_to_gray(frames))
     flow = tvl1_flow(gray[:-1], gray[1:], params, mode=mode)
     return [encode_jpeg(image, quality) for image in flow_to_uint8(flow.permute(0, 2, 3, 1)).numpy()]
 

@@ -382,6 +382,12 @@ def test_claims_follow_the_rows_present() -> None:
     mixed = summarise_seeds([{"seed": seed, "columns": ["retrieval"], "rows": these,
                               "claims": claims(these, ["retrieval"])} for seed, these in ((0, rows), (1, flat))])
     assert "gap closed by CoCLR-RGB (R@1): 50% (one seed: no spread) (" in seeds_markdown(mixed)
+    # a gap claim beside a row's mined positives (the default rows give both): seeds.md failed to be written
+    mined = [{**r, "mined_precision": 40.0 + seed} if r["row"] == "coclr_flow" else r for r in rows for seed in (0,)]
+    both = summarise_seeds([{"seed": seed, "columns": ["retrieval"], "rows": mined,
+                             "claims": claims(mined, ["retrieval"])} for seed in (0, 1)])
+    text = seeds_markdown(both)
+    assert "gap closed by CoCLR-RGB (R@1): 50% ± 0% over the seeds (" in text and text.endswith(": 40.0 ± 0.0\n")
 
 
 def test_results_markdown_lists_the_stages_with_their_mined_precision() -> None:

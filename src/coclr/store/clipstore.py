@@ -822,7 +822,9 @@ class ClipStore:
         return [blobs[i] for i in indices]
 
     def read(self, key: str, view: str, indices: Iterable[int] | np.ndarray) -> np.ndarray:
-        """Decoded frames at ``indices`` as ``uint8 [T, H, W, 3]`` (RGB, or the flow view's u, v, 128)."""
+        """Decoded frames at ``indices`` as ``uint8 [T, H, W, 3]`` (RGB, or the flow view's u, v, 128). A frame that
+        does not decode, or is not of the entry's size, is a :class:`DamagedEntryError`, its entry listed as failed
+        (the job that writes the view rebuilds it on its next run)."""
         indices = _as_indices(indices)
         blobs = self._read_blobs(key, view, indices)
         header = self._header(key, view)
@@ -835,11 +837,12 @@ class ClipStore:
             first_row[index] = row
             try:
                 frame = decode_jpeg(blobs[index])
-            except ValueError as error:
-                raise DataError(f"{header.where}: frame {index}: {error}") from None
+            except ValueError as error:  # (an entry from before checksums is read unchecked: its damage shows here)
+                raise self._recorded(_broken(header.path, key, f"frame {index} does not decode ({error})")) from None
             if frame.shape != out.shape[1:]:
-                raise DataError(f"{header.where}: frame {index} is {frame.shape[1]}x{frame.shape[0]}, the "
-                                f"entry's frames are {header.width}x{header.height}")
+                size = f"{frame.shape[1]}x{frame.shape[0]}"
+                raise self._recorded(_broken(header.path, key, f"frame {index} is {size}, the entry's frames are "
+                                                               f"{header.width}x{header.height}"))
             out[row] = frame
         return out
 

@@ -48,7 +48,7 @@ from coclr.flow.tvl1_cpu import KERNEL as TVL1_KERNEL
 from coclr.runfolder import check_output_folder
 from coclr.store.clipstore import ClipStore, check_view_name
 from coclr.store.flow_pipeline import FlowPipeline
-from coclr.store.flow_source import SOURCE_VIEW, decode_gray, source_frames
+from coclr.store.flow_source import SOURCE_VIEW, gray_frames, source_frames
 from coclr.store.flow_views import (
     bound_key,
     flow_method,
@@ -156,7 +156,7 @@ class OpenCVFlowJob(_StoreJob):
         store = self.store()
         for start in range(0, count - 1, DECODE_CHUNK):
             stop = min(count, start + DECODE_CHUNK + 1)  # one frame of overlap: the next chunk's first pair
-            gray = decode_gray(store.read_encoded(key, SOURCE_VIEW, range(start, stop)), start)
+            gray = gray_frames(store, key, start, stop)
             yield from encode_flow_frames(opencv_video_flow(gray, self.method, self.params), self.quality, self.bound)
 
 

@@ -49,7 +49,7 @@ from coclr.flow.params import TVL1Params
 from coclr.flow.tvl1 import make_passes, tvl1_flow
 from coclr.interrupts import loader_worker_signals
 from coclr.store.clipstore import ClipStore, EntryWriter, StorageFullError
-from coclr.store.flow_source import SOURCE_VIEW, decode_gray, source_frames
+from coclr.store.flow_source import gray_frames, source_frames
 from coclr.store.jobs import RecordFn, default_start_method, init_worker, stop_pool
 from coclr.store.jpeg import encode_jpeg
 from coclr.threads import opencv_threads, worker_opencv_threads
@@ -116,9 +116,8 @@ class _DecodedChunks:
         try:
             if self._store is None:
                 self._store = ClipStore(self.root)
-            blobs = self._store.read_encoded(chunk.key, SOURCE_VIEW, range(chunk.start, chunk.stop))
-            return {"key": chunk.key, "first": chunk.start, "frames": torch.from_numpy(decode_gray(blobs, chunk.start)),
-                    "error": ""}
+            frames = gray_frames(self._store, chunk.key, chunk.start, chunk.stop)
+            return {"key": chunk.key, "first": chunk.start, "frames": torch.from_numpy(frames), "error": ""}
         except Exception as error:  # reported for this video; the others go on
             return {"key": chunk.key, "first": chunk.start, "frames": None, "error": f"{type(error).__name__}: {error}"}
 

@@ -2,36 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from coclr.errors import DataError
 from coclr.flow.opencv import rgb_to_gray
 from coclr.store.clipstore import ClipStore
-from coclr.store.jpeg import decode_jpeg
 
 SOURCE_VIEW = "rgb"
 
 
-def decode_gray(blobs: Sequence[bytes], first: int = 0) -> np.ndarray:
-    """Grayscale ``uint8 [N, H, W]`` of encoded RGB frames (as ``cv2.COLOR_RGB2GRAY`` converts them), the first of
-    them frame ``first`` of its entry. A frame that does not decode, or is of another size than the first, is a
-    :class:`DataError` naming it and the remedy (an entry written before checksums is read unchecked: it was
-    NumPy's "all input arrays must have the same shape")."""
-    frames = []
-    for number, blob in enumerate(blobs, start=first):
-        try:
-            frame = decode_jpeg(blob)
-        except Exception as error:  # noqa: BLE001 (OpenCV's, or the decoder's own: the entry's fault)
-            raise DataError(f"rgb frame {number} does not decode ({error}): its store entry is damaged; run `coclr "
-                            "data store` again to decode the video anew") from None
-        if frames and frame.shape != frames[0].shape:
-            raise DataError(f"rgb frame {number} is {frame.shape[1]}x{frame.shape[0]} where the frames before it are "
-                            f"{frames[0].shape[1]}x{frames[0].shape[0]}: its store entry is damaged; run `coclr data "
-                            "store` again to decode the video anew")
-        frames.append(frame)
-    return rgb_to_gray(np.stack(frames))
+def gray_frames(store: ClipStore, key: str, start: int, stop: int) -> np.ndarray:
+    """Grayscale ``uint8 [N, H, W]`` of frames ``start`` to ``stop`` of ``key``'s RGB entry (as
+    ``cv2.COLOR_RGB2GRAY`` converts them), read by :meth:`ClipStore.read`: a frame that does not decode, or is not
+    of the entry's size, is the entry's damage, listed so that the job that writes it rebuilds it."""
+    return rgb_to_gray(store.read(key, SOURCE_VIEW, range(start, stop)))
 
 
 def source_frames(store: ClipStore, key: str) -> tuple[int, float]:

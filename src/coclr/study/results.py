@@ -356,14 +356,14 @@ def seeds_markdown(summary: dict[str, Any]) -> str:
     which has no spread), then the claims."""
     seeds, rows = summary["seeds"], summary["rows"]
 
-    def spread(pair: Sequence[float]) -> str:
+    def mean_and_spread(pair: Sequence[float]) -> str:
         return f"{pair[0]:.1f}" if len(seeds) < 2 else f"{pair[0]:.1f} ± {pair[1]:.1f}"
 
     def cell(row: dict[str, Any], key: str) -> str:
         value = _lookup_pair(row, key)
         if value is None:
             return "-"
-        return f"{value:.1f}" if isinstance(value, float) else spread(value)
+        return f"{value:.1f}" if isinstance(value, float) else mean_and_spread(value)
 
     told = ("Mean ± standard deviation over the seeds" if len(seeds) > 1 else "The one seed's figures (no spread)")
     lines = [f"# coclr study over seeds {', '.join(map(str, seeds))}", "",
@@ -398,9 +398,9 @@ def seeds_markdown(summary: dict[str, Any]) -> str:
             lines.append(f"- {name}: {entry['mean']:+.1f} {shown} ({per_seed})")
     mined = [row for row in rows if row.get("mined_precision")]
     if mined:
-        lines += ["", "Mined positives of the query's class (%, mean over the row's CoCLR stages; mean ± standard "
-                  "deviation over the seeds):", ""]
-        lines += [f"- {row_name(row)}: {spread(row['mined_precision'])}" for row in mined]
+        told = "mean ± standard deviation over the seeds" if len(seeds) > 1 else "the one seed's"
+        lines += ["", f"Mined positives of the query's class (%, mean over the row's CoCLR stages; {told}):", ""]
+        lines += [f"- {row_name(row)}: {mean_and_spread(row['mined_precision'])}" for row in mined]
     if summary.get("mining"):
         lines += ["", f"`{MINING_PLOT}`: each CoCLR row of flow's R@1 minus InfoNCE-Flow's against its mined "
                   "positives' class precision, one point per seed."]
