@@ -101,6 +101,8 @@ def test_finetune_end_to_end_and_resume(tmp_path, monkeypatch):
 def test_finetuning_continued_on_another_thread_count_says_it_drifts(tmp_path, monkeypatch):
     """Its sums are ordered by the thread count on a CPU: continued under another one, it mixed two runs in
     silence (top-1 25.0 on one thread, 37.5 on two)."""
+    import warnings
+
     import torch
 
     from coclr.atomic import file_sha256
@@ -128,6 +130,11 @@ def test_finetuning_continued_on_another_thread_count_says_it_drifts(tmp_path, m
         monkeypatch.setattr(module, "train_epoch", original)
         torch.set_num_threads(2)
         with pytest.warns(UserWarning, match="the finetuning trained on 1 thread.s. and continues on 2"):
+            finetune(checkpoint, file_sha256(checkpoint), store, "rgb", tmp_path / "f", clips, config, progress=False)
+        (tmp_path / "f" / module.RESULT_FILE).unlink()  # (finished: tested again, its training done)
+        torch.set_num_threads(1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # nothing left to train: nothing said
             finetune(checkpoint, file_sha256(checkpoint), store, "rgb", tmp_path / "f", clips, config, progress=False)
     finally:
         torch.set_num_threads(before)
@@ -168,10 +175,10 @@ def test_a_state_from_before_losses_were_kept_resumes_twice(tmp_path):
     state = torch.load(path, weights_only=True)
     del state["losses"]  # as written before
     torch.save(state, path)
-    losses = module._resume(path, model, optimizer, scheduler)
+    losses = module._resume(path, model, optimizer, scheduler, config.epochs)
     assert losses == [None]
     module._save_state(path, model, optimizer, scheduler, 2, {}, [*losses, 0.25])
-    assert module._resume(path, model, optimizer, scheduler) == [None, 0.25]
+    assert module._resume(path, model, optimizer, scheduler, config.epochs) == [None, 0.25]
 
 
 def test_finetune_of_a_finished_folder_returns_its_results_without_work(tmp_path, monkeypatch):

@@ -485,6 +485,9 @@ def test_a_training_job_runs_on_the_studys_threads_whatever_processes_is(tmp_pat
                  poll_seconds=0.05, command=shows, threads=3)
         assert "threads 3" in (logs / "logs" / "train.log").read_text()
         assert f"threads {4 // processes}" in (logs / "logs" / "flow.log").read_text()
+        # recorded for a retry by hand (`coclr task`: it ran on the shell's count, another result)
+        assert json.loads((logs / "logs" / "train.task.json").read_text())["threads"] == 3
+        assert "threads" not in json.loads((logs / "logs" / "flow.task.json").read_text())
 
 
 def test_a_job_some_of_whose_inputs_failed_is_done_and_said(tmp_path: Path) -> None:
@@ -526,7 +529,7 @@ def test_the_scheduler_runs_jobs_after_their_dependencies_and_stops_what_a_failu
     assert all("0 failed" in (logs / f"{name}.log").read_text() for name in ("first", "beside", "after"))
     assert [(tmp_path / name / "flow").is_dir() for name in names] == [True, False, True, True]
     assert not (logs / "never.log").exists()
-    assert read_task_file(logs / "first.task.json") == ok["first"]  # what the child ran, and reruns it by hand
+    assert read_task_file(logs / "first.task.json") == (ok["first"], None)  # what the child ran, and reruns it by hand
     with pytest.raises(CoclrError, match="wait for nowhere, which no job provides"):
         run_jobs([Job("lost", ok["first"], ("nowhere",))], tmp_path, processes=1, poll_seconds=0.05)
 
@@ -548,6 +551,18 @@ def test_a_task_reads_back_from_its_record_and_coclr_task_runs_it(tmp_path: Path
     record.write_text(json.dumps({**task.record(), "stride": 2}))
     assert main(["task", str(record)]) == 2
     assert "coclr task: error: task flow: unknown option(s) stride" in capsys.readouterr().err
+    import torch  # a job's recorded threads: a retry by hand runs on them (it ran on the shell's count)
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        record.write_text(json.dumps({**task.record(), "threads": 1}))
+        assert main(["task", str(record)]) == 0 and torch.get_num_threads() == 1
+        record.write_text(json.dumps({**task.record(), "threads": 0}))
+        assert main(["task", str(record)]) == 2
+        assert "threads must be a whole number of at least 1, got 0" in capsys.readouterr().err
+    finally:
+        torch.set_num_threads(before)
     for change, message in (({"task": ["flow"]}, "task: ['flow'] is not a kind of task"),
                             ({"store": 5}, "store: expected a path, got 5"),
                             ({"options": None}, "options: needs a value, got null"),

@@ -667,9 +667,12 @@ def test_a_run_continued_on_other_threads_kernels_or_processes_says_it_drifts(st
         assert "thread" not in capsys.readouterr().err  # the same threads: nothing said
         torch.set_num_threads(2)
         assert main(args) == 0
+        said = [line for line in capsys.readouterr().err.splitlines() if "thread" in line]
+        torch.set_num_threads(1)
+        assert main(args) == 0  # finished: nothing left to train, nothing said (a pipeline loads its done stages)
+        assert "thread" not in capsys.readouterr().err
     finally:
         torch.set_num_threads(before)
-    said = [line for line in capsys.readouterr().err.splitlines() if "thread" in line]
     assert len(said) == 1 and "the run trained on 1 thread(s) and continues on 2" in said[0]
     assert "OMP_NUM_THREADS=1 continues it exactly" in said[0]
     cpu = {"device": "cpu", "threads": 2, "kernels": "AVX512", "limits": {}}

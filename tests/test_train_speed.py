@@ -38,8 +38,9 @@ READ_BACK_OPS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonz
 """Ops whose result the host must wait for on a GPU: reading a value (``item``, ``bool``, ``float``, ``int``) and
 ops whose output size depends on the data."""
 
-SYNC_POINTS = {"_record", "_check_finite", "_end_epoch", "save", "_knn", "_load"}
-"""The trainer's places that may read back (every ``run.log_every`` steps, per epoch, at start-up)."""
+SYNC_POINTS = {"_record", "_check_finite", "_end_epoch", "save", "_knn", "_load", "_check_mining_space"}
+"""The trainer's places that may read back (every ``run.log_every`` steps, per epoch, at start-up, once as the
+queues fill)."""
 
 CPU_BY_DESIGN = {("augment.py", "upload"), ("augment.py", "sample_crop_boxes"), ("methods.py", "_draw"),
                  ("sampler.py", "__iter__"), ("augment.py", "_cpu_clips"), ("augment.py", "colour_clip_u8")}

@@ -125,19 +125,22 @@ def _state_fingerprint(folder: Path) -> dict[str, object] | None:
     return (_read_state(path).get("fingerprint") or {}) if path.is_file() else None
 
 
-def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler) -> list[float | None]:
+def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler, epochs: int
+            ) -> list[float | None]:
     """Load the last epoch's state when it exists (its folder holds the same job: :data:`FINETUNE_FOLDER`);
-    returns the training loss of each epoch done (None for one a state written before they were kept)."""
+    returns the training loss of each epoch done (None for one a state written before they were kept). Continued
+    under other threads or kernels than it trained on (of its ``epochs``), it says so."""
     if not path.is_file():
         return []
     state = _read_state(path)
-    for change in arithmetic_changes(state.get("arithmetic"), arithmetic(next(model.parameters()).device), None, 1,
-                                     "the finetuning"):
-        warnings.warn(f"{path}: {change}", stacklevel=2)
+    done = int(state["epoch"])
+    if done < epochs:  # (nothing left to train: silent)
+        for change in arithmetic_changes(state.get("arithmetic"), arithmetic(next(model.parameters()).device), None,
+                                         1, "the finetuning"):
+            warnings.warn(f"{path}: {change}", stacklevel=2)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
-    done = int(state["epoch"])
     losses = [None if loss is None else float(loss) for loss in state.get("losses") or []]
     return losses if len(losses) == done else [None] * done
 
@@ -224,7 +227,8 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
         optimizer = build_optimizer(model, config)
         scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, config.milestones, gamma=0.1)
         state_path = out_dir / STATE_FILE
-        losses = _resume(state_path, model, optimizer, scheduler)  # (a resumed run's result lists every epoch's)
+        losses = _resume(state_path, model, optimizer, scheduler, config.epochs)  # (a resumed run's result lists
+        # every epoch's)
         done = len(losses)
 
         mean, std = normalisation

@@ -1,8 +1,10 @@
 """Running jobs (a study's, learn's): each task (:mod:`coclr.jobs.tasks`) in a child process once the jobs it needs
 are done, a few at a time.
 
-Every job gets its share of the CPU threads (and, with GPUs, one GPU, in turn); its task is recorded in
-``OUT/logs/<name>.task.json``, which the child reads (``coclr task RECORD``: run it by hand to retry one job), and
+Every job gets its share of the CPU threads, but a job whose result depends on its thread count (training,
+finetuning on a CPU), which gets the count its caller fixes (and, with GPUs, one GPU each, in turn); its task, and
+that fixed count, are recorded in ``OUT/logs/<name>.task.json``, which the child reads (``coclr task RECORD``: run it
+by hand to retry one job, on the same threads), and
 its output goes to ``OUT/logs/<name>.log``. A progress bar counts the training epochs of all of them, with an ETA.
 A job that fails stops the jobs that need it; the others run on; then the failures are raised together with the end
 of each one's log. Running the study again continues every job where it stopped (each task is resumable). When the
@@ -26,7 +28,7 @@ from pathlib import Path
 from coclr.atomic import atomic_write_json
 from coclr.errors import EXIT_SOME_FAILED, CoclrError
 from coclr.interrupts import check_interrupt, deferred_interrupts, die_with_parent, interrupted, signals_interrupt
-from coclr.jobs.tasks import EPOCHS_DONE, Task, check_records
+from coclr.jobs.tasks import EPOCHS_DONE, THREADS_KEY, Task, check_records
 from coclr.progress import bar as progress_bar
 from coclr.threads import usable_cores
 
@@ -123,13 +125,14 @@ def stop_processes(processes: Sequence[subprocess.Popen], grace: float = STOP_SE
 
 
 def start_task(task: Task, name: str, logs: Path, env: Mapping[str, str],
-               command: Sequence[str] = COMMAND) -> tuple[subprocess.Popen, Path]:
+               command: Sequence[str] = COMMAND, threads: int | None = None) -> tuple[subprocess.Popen, Path]:
     """Start ``task`` in a child process (``COMMAND + [RECORD]``) that dies with this one: the one way a job of coclr
-    starts one. Its record goes to ``logs/<name>.task.json``, its output (appended) to ``logs/<name>.log``, which is
+    starts one. Its record goes to ``logs/<name>.task.json`` (with ``threads``, the count its result depends on,
+    where one is fixed: :data:`~coclr.jobs.tasks.THREADS_KEY`), its output (appended) to ``logs/<name>.log``, which is
     returned with the process."""
     record = check_records([(name, task)])[name]
     record_file = logs / f"{name}.task.json"
-    atomic_write_json(record_file, record)
+    atomic_write_json(record_file, record if threads is None else {**record, THREADS_KEY: threads})
     log = logs / f"{name}.log"
     with log.open("a") as handle:
         handle.write(f"{RUN_MARK} {time.strftime('%Y-%m-%d %H:%M:%S')}\n")  # (a failure shows this run's lines)
@@ -184,7 +187,7 @@ def running_text(running: Sequence[Job]) -> str:
 
 def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None = None,
              desc: str = "study", poll_seconds: float = 1.0, command: Sequence[str] = COMMAND,
-             threads: int | None = 1) -> list[str]:
+             threads: int | None = None) -> list[str]:
     """Run ``jobs`` (in priority order), each task in a child process (:func:`start_task`), at most ``processes`` at
     once (a task whose result depends on its thread count, :attr:`~coclr.jobs.tasks.Task.thread_bound`, on
     ``threads`` of them whatever ``processes`` is; the others, and every task with ``threads`` None, on their share
@@ -208,11 +211,12 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
     logs.mkdir(parents=True, exist_ok=True)
 
     def start(job: Job, slot: int, writes: frozenset[Path]) -> _Running:
-        count = threads if job.task.thread_bound and threads is not None else share
+        fixed = threads if job.task.thread_bound else None
+        count = fixed if fixed is not None else share
         env = {**os.environ, "OMP_NUM_THREADS": str(count), "MKL_NUM_THREADS": str(count)}
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = visible_gpus()[gpus[slot % len(gpus)]]
-        process, log = start_task(job.task, job.name, logs, env, command)
+        process, log = start_task(job.task, job.name, logs, env, command, fixed)
         return _Running(job, process, slot, log, writes)
 
     claims: dict[str, frozenset[Path]] = {}  # a job's folders, read once its inputs are done (they stay as read)

@@ -132,8 +132,14 @@ def read_task(record: Mapping[str, Any]) -> Task:
     return cls(**values)
 
 
-def read_task_file(path: str | Path) -> Task:
-    """The task recorded in the JSON file ``path`` (what the scheduler writes for a job's child)."""
+THREADS_KEY = "threads"
+"""The key of a task file that holds the threads its job ran on where its result depends on them
+(:attr:`Task.thread_bound`; :func:`coclr.jobs.scheduler.start_task`): a retry by hand runs on them too."""
+
+
+def read_task_file(path: str | Path) -> tuple[Task, int | None]:
+    """The task recorded in the JSON file ``path`` (what the scheduler writes for a job's child), and the threads
+    it runs on (None: any)."""
     try:
         record = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -142,7 +148,10 @@ def read_task_file(path: str | Path) -> Task:
         raise ConfigError(f"{path}: not a task record ({error})") from None
     if not isinstance(record, dict):
         raise ConfigError(f"{path}: not a task record (a JSON object is needed)")
-    return read_task(record)
+    threads = record.pop(THREADS_KEY, None)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"{path}: {THREADS_KEY} must be a whole number of at least 1, got {threads!r}")
+    return read_task(record), threads
 
 
 def check_records(named: Sequence[tuple[str, Task]]) -> dict[str, dict[str, Any]]:

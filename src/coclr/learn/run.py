@@ -646,8 +646,9 @@ def pipeline_config(out: Path, store: Path, plan: Plan, seed: int, device: str, 
 
 
 def train_side_by_side(out: Path, config, stages) -> None:
-    """Train the InfoNCE ``stages`` at once, each a pretraining task in a child process on its share of the cores
-    (as a study runs them: the pipeline then finds them done), their output in ``OUT/logs``."""
+    """Train the InfoNCE ``stages`` at once, each a pretraining task in a child process of one thread (as a study
+    runs them: the pipeline then finds them done; one thread, as the plan timed them, and a result that does not
+    depend on the machine's cores), their output in ``OUT/logs``."""
     from coclr.config import merge, to_dict  # noqa: PLC0415
     from coclr.jobs.scheduler import Job, run_jobs  # noqa: PLC0415
     from coclr.jobs.tasks import Pretrain  # noqa: PLC0415
@@ -659,7 +660,7 @@ def train_side_by_side(out: Path, config, stages) -> None:
         options = merge(to_dict(stage_config(config, stage, Path(config.run.out))), {"run": {"progress": False}})
         jobs.append(Job(stage.name, Pretrain(from_dict(PretrainConfig, options)), (), stage.epochs,
                         (Path(config.run.out) / stage.name,)))
-    run_jobs(jobs, out, processes=len(jobs), desc="InfoNCE")
+    run_jobs(jobs, out, processes=len(jobs), desc="InfoNCE", threads=1)
 
 
 def train_coclr(out: Path, config, plan: Plan, stages: list, clock: Clock, result: dict[str, Any],

@@ -223,7 +223,7 @@ class Trainer:
         self.saved = dataclasses.replace(self.position)
         self.best_loss = ckpt["best_loss"]
         self._log_line(f"resumed from {path} at {self.position.where()} (step {self.position.global_step})")
-        if is_main():
+        if is_main() and self.position.epoch < self.config.optim.epochs:  # (a run with nothing left to train: silent)
             for change in arithmetic_changes(ckpt.get("arithmetic"), arithmetic(self.device), ckpt.get("world_size"),
                                              self.world):
                 warnings.warn(f"{path}: {change}", stacklevel=2)
