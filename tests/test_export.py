@@ -256,7 +256,7 @@ def test_cli_card_of_a_learn_encoder(encoder_file, tmp_path, capsys):
     (folder / "learn.json").write_text(json.dumps(record))
     assert main(["export", str(folder / "encoder_rgb.pth"), "--format", "safetensors", "--out",
                  str(tmp_path / "c")]) == 0
-    assert "is a collapsed encoder (every rgb stage collapsed)" in capsys.readouterr().err
+    assert "is a collapsed encoder (its learn.json: every stage of its view collapsed)" in capsys.readouterr().err
     assert "; collapsed" in (tmp_path / "c" / "README.md").read_text()
     # any other checkpoint put beside a learn.json was called "learnt by coclr learn" with the run's figures
     save_encoder(folder / "my_pretrain.pth", build_encoder(width=0.125), {"view": "flow", "method": "infonce"})

@@ -282,10 +282,10 @@ def test_tensors_that_are_not_weights_are_refused_naming_each(tmp_path, edit, wh
 
 @pytest.mark.parametrize("key, value, problem", [
     ("width", 1000.0, r"width 1000, but backbone\.Conv_1a\.conv1\.weight holds 8 filters \(width 0\.125\)"),
-    ("width", -1, r"width must be a positive number, got -1"),
+    ("width", -1, r"width must be a positive finite number, got -1"),
     ("embed_dim", 10 ** 9, r"embed_dim 1000000000, but head\.fc2\.weight holds 16 outputs"),
-    ("bn_eps", -1.0, r"bn_eps must be a positive number, got -1\.0"),
-    ("bn_eps", float("nan"), r"bn_eps must be a positive number, got nan"),
+    ("bn_eps", -1.0, r"bn_eps must be a positive finite number, got -1\.0"),
+    ("bn_eps", float("nan"), r"bn_eps must be a positive finite number, got nan"),
     ("gating", "no", r"gating must be true or false, got 'no'"),
 ])
 def test_an_arch_its_tensors_do_not_have_is_refused_before_the_network_is_built(tmp_path, key, value, problem,

@@ -235,6 +235,6 @@ def test_a_network_its_own_loader_would_refuse_is_not_built():
         with pytest.raises(ValueError, match="bn_eps must be a positive finite number"):
             S3D(width=0.125, bn_eps=bn_eps)
     for gating in ("no", 1, None):
-        with pytest.raises(ValueError, match="gating must be True or False"):
+        with pytest.raises(ValueError, match="gating must be true or false"):
             S3D(width=0.125, gating=gating)
     assert S3D(width=0.125, bn_eps=1e-3, gating=True).gating is True

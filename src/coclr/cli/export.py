@@ -54,6 +54,6 @@ def run(args: argparse.Namespace) -> int:
             collapsed = bool(entry.get("collapsed"))
     print(export_encoder(encoder, args.format, args.out, notes=notes), flush=True)
     if collapsed:  # (exported as asked, as an evaluation measures it: said, and on its card)
-        print(f"coclr export: note: {encoder} is a collapsed encoder ({entry.get('reason')}); its features carry "
-              "nothing, and its model card says so", file=sys.stderr, flush=True)
+        print(f"coclr export: note: {encoder} is a collapsed encoder (its learn.json: every stage of its view "
+              "collapsed); its features carry nothing, and its model card says so", file=sys.stderr, flush=True)
     return 0

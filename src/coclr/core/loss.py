@@ -113,7 +113,7 @@ def logits_from(q: torch.Tensor, k: torch.Tensor, queue_keys: torch.Tensor, tau:
     rows of the batch (as in MoCo and the authors' code). ``q`` and ``k`` are ``[B, D]``, ``queue_keys``
     ``[K, D]``; all are expected L2-normalised. The logits are computed in float32 whatever the inputs' dtype
     and the autocast state (:func:`float32_scores`). For CMC, concatenate this for the own view and the other
-    view along dim 1. ``tau``: a number, or a one-value float tensor (a learnt temperature: its gradient flows).
+    view along dim 1. ``tau``: a number, or a 0-dim float tensor (a learnt temperature: its gradient flows).
     """
     if q.shape != k.shape or q.dim() != 2:
         raise ValueError(f"q and k must both be [B, D], got {tuple(q.shape)} and {tuple(k.shape)}")
@@ -122,8 +122,10 @@ def logits_from(q: torch.Tensor, k: torch.Tensor, queue_keys: torch.Tensor, tau:
     learnt = isinstance(tau, torch.Tensor) and tau.dim() == 0 and tau.is_floating_point()  # (kept in the graph)
     value = float(tau.detach()) if learnt else tau
     if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0):
-        kind = f"a {type(tau).__name__} of shape {tuple(tau.shape)}" if isinstance(tau, torch.Tensor) else repr(tau)
-        raise ValueError(f"tau (the temperature) must be a positive number or a one-value float tensor, got "
+        kind = (f"a {tau.dtype} tensor of shape {tuple(tau.shape)}"
+                + (f" holding {float(tau.detach().reshape(-1)[0]):g}" if tau.numel() == 1 else "")
+                if isinstance(tau, torch.Tensor) else repr(tau))
+        raise ValueError(f"tau (the temperature) must be a positive number or a 0-dim float tensor, got "
                          f"{kind}")  # (0: inf, < 0: negated)
     tau = tau if learnt else float(tau)
     with float32_scores(q):

@@ -319,7 +319,7 @@ def markdown_text(text: str) -> str:
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """Rows as a Markdown table in the layout of the paper's Table 1, then the notes of marked rows; names and notes
-    escaped (:func:`_markdown`)."""
+    escaped (:func:`markdown_text`)."""
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 3) + "|"]
     lines += ["| " + " | ".join(_cell(row[column]) for column in TABLE_COLUMNS) + " |" for row in rows]
     notes = [markdown_text(f"- {row['Method']} ({row['Input']}): {note}") for row in rows

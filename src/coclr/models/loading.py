@@ -43,7 +43,7 @@ from coclr.errors import CheckpointError, ConfigError
 from coclr.models.encoder import Encoder
 from coclr.models.export import is_safetensors, read_safetensors
 from coclr.models.heads import LinearClassifier, ProjectionHead
-from coclr.models.s3d import S3D, scaled_channels
+from coclr.models.s3d import S3D, check_arch, scaled_channels
 
 __all__ = ["load_encoder", "load_classifier", "save_encoder", "read_clip_settings", "implied_clip_settings",
            "read_checkpoint_file",
@@ -532,9 +532,11 @@ def _load_ours(path: Path, payload: dict[str, Any]) -> tuple[S3D, ProjectionHead
     if not isinstance(arch, dict) or any(key not in arch for key in _ARCH_KEYS):
         raise CheckpointError(f"{path}: 'arch' must be a dict with keys {_names(_ARCH_KEYS)}, got {arch!r}")
     state = _strip_module(path, _tensors(path, payload["backbone"], "backbone"))
-    width, bn_eps = _arch_number(path, arch, "width"), _arch_number(path, arch, "bn_eps")
-    if not isinstance(arch["gating"], bool):
-        raise CheckpointError(f"{path}: invalid 'arch': gating must be true or false, got {arch['gating']!r}")
+    try:
+        check_arch(arch["width"], arch["gating"], arch["bn_eps"])  # (before the network is built at its width)
+    except ValueError as error:
+        raise CheckpointError(f"{path}: invalid 'arch': {error}") from None
+    width, bn_eps = float(arch["width"]), float(arch["bn_eps"])
     stem = "Conv_1a.conv1.weight"  # the network is built only at the size its tensors have (no file's word for it)
     if stem in state and _width_from_stem(path, state[stem], f"backbone.{stem}") != scaled_channels(64, width) / 64:
         raise CheckpointError(f"{path}: invalid 'arch': width {width:g}, but backbone.{stem} holds "
@@ -565,14 +567,6 @@ def _load_ours(path: Path, payload: dict[str, Any]) -> tuple[S3D, ProjectionHead
     head = ProjectionHead(dim, dim, embed_dim)
     _load_strict(path, head, head_tensors, "head.")
     return backbone, head
-
-
-def _arch_number(path: Path, arch: dict[str, Any], key: str) -> float:
-    """``arch[key]``, a positive finite number (a network width, a BatchNorm epsilon), or refused naming the file."""
-    value = arch[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise CheckpointError(f"{path}: invalid 'arch': {key} must be a positive number, got {value!r}")
-    return float(value)
 
 
 def _load_authors_pretrain(path: Path, state: dict[str, Any]) -> tuple[S3D, ProjectionHead | None]:

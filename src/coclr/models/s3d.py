@@ -227,6 +227,25 @@ class SepInception(nn.Module):
         return torch.cat((x0, x1, x2, x3), dim=1)
 
 
+def _positive(value: object) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+            and value > 0)
+
+
+def check_arch(width: object, gating: object, bn_eps: object) -> None:
+    """The rule of :class:`S3D`'s construction arguments (also of a checkpoint's ``arch``, checked before a network is
+    built: :func:`coclr.models.loading.load_encoder`): a ``ValueError`` naming the one at fault. A width or epsilon
+    that is not a positive finite number (an infinite width was an OverflowError deep inside; an epsilon of 0 or less
+    gave NaN features wherever a channel's variance is small), a gating that is not a bool (``bool("no")`` built a
+    gated network)."""
+    if not _positive(width):
+        raise ValueError(f"width must be a positive finite number, got {width!r}")
+    if not _positive(bn_eps):
+        raise ValueError(f"bn_eps must be a positive finite number, got {bn_eps!r}")
+    if not isinstance(gating, bool):
+        raise ValueError(f"gating must be true or false, got {gating!r}")
+
+
 class S3D(nn.Module):
     """S3D backbone returning the 5-D feature map (pooling and heads live outside it).
 
@@ -243,13 +262,7 @@ class S3D(nn.Module):
 
     def __init__(self, width: float = 1.0, gating: bool = False, bn_eps: float = 1e-5, bn_momentum: float = 0.1):
         super().__init__()
-        if not (width > 0 and math.isfinite(width)):  # (an infinite one was an OverflowError deep inside)
-            raise ValueError(f"S3D width must be a positive finite number, got {width!r}")
-        positive = not isinstance(bn_eps, bool) and isinstance(bn_eps, numbers.Real) and math.isfinite(bn_eps)
-        if not (positive and bn_eps > 0):  # (0 or less: NaN features wherever a channel's variance is small)
-            raise ValueError(f"S3D bn_eps must be a positive finite number, got {bn_eps!r}")
-        if not isinstance(gating, bool):  # (bool("no") built a gated network)
-            raise ValueError(f"S3D gating must be True or False, got {gating!r}")
+        check_arch(width, gating, bn_eps)
         self.width = float(width)
         self.gating = bool(gating)
         self.bn_eps = float(bn_eps)

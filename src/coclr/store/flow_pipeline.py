@@ -475,7 +475,8 @@ class _Run:
                 self._encoded(*future.result())
             except BrokenProcessPool:
                 broken = True
-                self.finish(key, 0, "worker process died (crash or out of memory) while encoding this entry")
+                self.finish(key, 0, "an encoding worker process died (crash or out of memory) while this entry, "
+                                    "or another beside it, was in flight; run the same command again")
         if broken:
             self._replace_pool()
 
