@@ -642,7 +642,9 @@ def test_a_kill_between_the_best_and_the_last_checkpoint_leaves_a_run_that_ends_
     with pytest.raises(Killed):
         main([*args, f"run.out={tmp_path / 'b'}"])
     monkeypatch.undo()
+    assert (tmp_path / "b" / "checkpoint_best.pth").is_file()  # (the best first: the last is the one before it)
     assert main([*args, f"run.out={tmp_path / 'b'}"]) == 0
+    assert (tmp_path / "b" / "checkpoint_best.pth").is_file()
     for name in ("checkpoint_best.pth", "checkpoint_last.pth"):
         assert load_checkpoint(tmp_path / "b" / name)["position"] == \
             load_checkpoint(tmp_path / "a" / name)["position"], name
