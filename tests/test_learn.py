@@ -864,7 +864,15 @@ def test_a_pipeline_runs_sized_stages_and_a_warm_up_never_longer_than_its_stage(
     short = [*stages[:2], *(sized(stage, 3) for stage in stages[2:])]
     assert check_sized(stages, short) == short and short[2].epochs == 3 and short[2].milestones == [2]
     made = stage_config(config, short[2], Path("out"))
-    assert (made.optim.epochs, made.optim.milestones, made.optim.warmup_epochs) == (3, [2], 3)
+    # cut to 3 of 8 epochs, its warm-up and own-key phase shrink with it, the plan's shape kept: the whole stage was
+    # warm-up, and its own key never dropped (own_positive_epochs 6 of a 3-epoch stage planned as 6 of 8)
+    planned = stage_config(config, stages[2], Path("out"))
+    assert (made.optim.epochs, made.optim.milestones) == (3, [2])
+    assert made.optim.warmup_epochs == pytest.approx(planned.optim.warmup_epochs * 3 / 8) and made.optim.warmup_epochs < 3
+    assert made.method.own_positive_epochs == pytest.approx(planned.method.own_positive_epochs * 3 / 8)
+    longer = stage_config(config, sized(stages[2], 12), Path("out"))  # sized longer: as planned
+    assert (longer.optim.warmup_epochs, longer.method.own_positive_epochs) == \
+        (planned.optim.warmup_epochs, planned.method.own_positive_epochs)
     # its jobs' records name the store and the folder absolutely: `coclr task` runs them from any folder (a
     # relative "learn/store" was "not a directory" from another one)
     assert config.data.store == os.path.abspath("store") and config.run.out == os.path.abspath("out")

@@ -39,9 +39,11 @@ def milestones(epochs: int, share: float) -> list[int]:
 
 
 def sized(stage, epochs: int):
-    """A CoCLR ``stage`` (:class:`~coclr.train.pipeline.Stage`) sized to ``epochs``, its lr decayed for the same
-    last share of them as the plan's."""
-    return dataclasses.replace(stage, epochs=epochs, milestones=milestones(epochs, DECAY_SHARE["coclr"]))
+    """A CoCLR ``stage`` (:class:`~coclr.train.pipeline.Stage`, as planned) sized to ``epochs``, its lr decayed for
+    the same last share of them as the plan's; sized shorter than planned, its warm-up and own-key phase shrink in
+    proportion (``Stage.share``), as the plan shaped them."""
+    return dataclasses.replace(stage, epochs=epochs, milestones=milestones(epochs, DECAY_SHARE["coclr"]),
+                               share=min(1.0, epochs / max(1, stage.epochs)))
 
 
 def pipeline_options(plan: Plan, store: str, out: str, seed: int, device: str, instances: int,

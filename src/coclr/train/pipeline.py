@@ -77,6 +77,10 @@ class Stage:
     """a fixed checkpoint of the frozen view that mines positives instead (``pipeline.miner``)"""
     init_file: str | None = None
     """a checkpoint that initialises the (InfoNCE) stage's view (``pipeline.init``, ``pipeline.second_init``)"""
+    share: float = 1.0
+    """the share of its planned epochs a caller sized it to, when fewer (``coclr learn``'s stages sized to the time
+    left): its warm-up and its own-key phase (``method.own_positive_epochs``) shrink with it, so that it keeps the
+    recipe's shape (a stage cut to 2 of 8 epochs spent them all in warm-up, its own key never dropped)"""
 
 
 def plan_stages(config: PipelineConfig) -> list[Stage]:
@@ -135,9 +139,12 @@ def stage_config(config: PipelineConfig, stage: Stage, run_dir: Path) -> Pretrai
     else:
         method.sampler_checkpoint = (str(encoder_file(run_dir, stage.sampler_from, stage.frozen, config))
                                      if stage.sampler_from else "")
+    if stage.share < 1.0:
+        method.own_positive_epochs *= stage.share
     optim = copy.deepcopy(config.optim)
     optim.epochs, optim.milestones = stage.epochs, list(stage.milestones)
-    optim.warmup_epochs = min(optim.warmup_epochs, stage.epochs)  # (a stage sized shorter than the warm-up)
+    optim.warmup_epochs = min(optim.warmup_epochs * min(stage.share, 1.0), stage.epochs)  # (a stage sized shorter
+    # than the warm-up)
     if stage.lr is not None:
         optim.lr = stage.lr
     run = copy.deepcopy(config.run)
@@ -313,10 +320,10 @@ def _check_every_stage_trains(config: PipelineConfig, stages: list[Stage],
 
 
 def check_sized(planned: list[Stage], sized: list[Stage]) -> list[Stage]:
-    """``sized``, checked to be the ``planned`` stages but for their epochs and milestones (a caller's error
+    """``sized``, checked to be the ``planned`` stages but for their epochs, milestones and share (a caller's error
     otherwise)."""
     def unsized(stages: list[Stage]) -> list[Stage]:
-        return [replace(stage, epochs=0, milestones=[]) for stage in stages]
+        return [replace(stage, epochs=0, milestones=[], share=1.0) for stage in stages]
 
     if unsized(sized) != unsized(planned):
         raise ValueError("sized stages differ from the pipeline's own in more than their epochs and milestones")
