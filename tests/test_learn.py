@@ -1737,8 +1737,28 @@ def test_chance_is_that_of_the_scored_videos():
 
     labels = np.array([0, 0, 1, 2, 0, 1, 2, 3])
     splits = ["train"] * 4 + ["test"] * 4  # queries of classes 0, 1, 2 and 3 against a gallery of 0, 0, 1, 2
-    assert chance_recall(labels, splits) == pytest.approx(100 * (2 / 4 + 1 / 4 + 1 / 4 + 0) / 4)
-    assert chance_recall(np.array([0, 0, 1]), ["train"] * 3) == pytest.approx(100 * (1 / 2 + 1 / 2 + 0) / 3)
+    # (the class-3 query has nothing to find: left out of the scores, and of chance)
+    assert chance_recall(labels, splits) == pytest.approx(100 * (2 / 4 + 1 / 4 + 1 / 4) / 3)
+    assert chance_recall(np.array([0, 0, 1]), ["train"] * 3) == pytest.approx(100 * (1 / 2 + 1 / 2) / 2)
+    assert chance_recall(np.array([0, 1, 2]), ["train"] * 3) == 0.0
+
+
+def test_a_query_with_nothing_of_its_class_to_find_is_left_out_and_none_is_nothing_measured():
+    """Eight clips of eight actions scored R@1 0.0, R@5 0.0, kNN 0.0 (chance 0.0) as if measured: no query had a
+    video of its class to find."""
+    import numpy as np
+
+    from coclr.learn.scores import scores_of
+
+    features = np.random.default_rng(1).normal(size=(8, 4)).astype(np.float32)
+    alone = scores_of(features, np.arange(8), ["train"] * 8)
+    assert alone["queries"] == 0 and all(alone[key] is None for key in ("R@1", "R@5", "kNN@5"))
+    assert alone["unmeasured"].startswith("nothing measured: no labelled video has another of its class")
+    some = scores_of(features, np.array([0, 0, 0, 1, 1, 1, 2, 3]), ["train"] * 8)
+    assert some["queries"] == 6 and some["R@1"] is not None
+    assert some["left_out"].startswith("2 labelled video(s) whose class no video of their gallery has")
+    split = scores_of(features, np.array([0, 0, 1, 1, 0, 1, 2, 2]), ["train"] * 4 + ["test"] * 4)
+    assert split["queries"] == 2 and "2 labelled video(s)" in split["left_out"]  # (class 2: no train video)
 
 
 def test_the_report_says_the_epochs_the_stages_trained():

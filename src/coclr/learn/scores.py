@@ -107,30 +107,52 @@ def knn_accuracy(topk_indices: np.ndarray, query_labels: np.ndarray, gallery_lab
 
 def scores_of(features: np.ndarray, labels: np.ndarray, splits: list[str]) -> dict[str, Any]:
     """R@k and kNN accuracy (percent) of labelled video features: test -> train when both splits have videos,
-    else leave-one-out."""
+    else leave-one-out. A query whose class no video of its gallery has (nothing to find: it could only miss) is
+    left out, and said; with none left, nothing is measured (every measure None)."""
     test = np.array([split == "test" for split in splits])
     train = np.array([split == "train" for split in splits])
     if test.any() and train.any():
         gallery = int(train.sum())
-        result = retrieve(features[test], labels[test], features[train], labels[train], ks=KS)
+        asked = np.flatnonzero(test)
+        kept = asked[np.isin(labels[asked], labels[train])]
+        found = {"protocol": "test videos query the train videos", "queries": len(kept), "gallery": gallery,
+                 **_left_out(len(asked) - len(kept))}
+        if not len(kept):
+            return {**found, **_nothing_to_find()}
+        result = retrieve(features[kept], labels[kept], features[train], labels[train], ks=KS)
         recall = {f"R@{k}": 100.0 * result.recall[k] if k < gallery else None for k in KS}
-        knn = knn_accuracy(result.topk_indices, labels[test], labels[train], KNN) if KNN < gallery else None
-        return {"protocol": "test videos query the train videos", "queries": int(test.sum()),
-                "gallery": gallery, **recall, f"kNN@{KNN}": knn, **_unmeasured(gallery)}
+        knn = knn_accuracy(result.topk_indices, labels[kept], labels[train], KNN) if KNN < gallery else None
+        return {**found, **recall, f"kNN@{KNN}": knn, **_unmeasured(gallery)}
     gallery = len(features) - 1
+    classes, counts = np.unique(labels, return_counts=True)
+    kept = np.flatnonzero(np.isin(labels, classes[counts > 1]))
+    found = {"protocol": "each labelled video queries the others (leave one out)", "queries": len(kept),
+             "gallery": gallery, **_left_out(len(features) - len(kept))}
+    if not len(kept):
+        return {**found, **_nothing_to_find()}
     recalls = {k: 0.0 for k in KS}
     knn_hits = []
-    for query in range(len(features)):
+    for query in kept:
         others = np.flatnonzero(np.arange(len(features)) != query)
         result = retrieve(features[[query]], labels[[query]], features[others], labels[others], ks=KS)
         for k in KS:
             recalls[k] += result.recall[k]
         knn_hits.append(knn_accuracy(result.topk_indices, labels[[query]], labels[others], KNN))
-    count = max(1, len(features))
-    return {"protocol": "each labelled video queries the others (leave one out)", "queries": len(features),
-            "gallery": gallery, **{f"R@{k}": 100.0 * recalls[k] / count if k < gallery else None for k in KS},
-            f"kNN@{KNN}": float(np.mean(knn_hits)) if knn_hits and KNN < gallery else None,
-            **_unmeasured(gallery)}
+    return {**found, **{f"R@{k}": 100.0 * recalls[k] / len(kept) if k < gallery else None for k in KS},
+            f"kNN@{KNN}": float(np.mean(knn_hits)) if KNN < gallery else None, **_unmeasured(gallery)}
+
+
+def _left_out(count: int) -> dict[str, str]:
+    """``{"left_out": why}`` when ``count`` queries of :func:`scores_of` have nothing to find."""
+    return {"left_out": f"{count} labelled video(s) whose class no video of their gallery has (nothing to find: they "
+                        "could only miss) are left out of the queries"} if count else {}
+
+
+def _nothing_to_find() -> dict[str, Any]:
+    """Every measure of :func:`scores_of` None, and why: no query has a video of its class to find."""
+    return {**{f"R@{k}": None for k in KS}, f"kNN@{KNN}": None,
+            "unmeasured": "nothing measured: no labelled video has another of its class to find (label at least "
+                          "two videos of a class)"}
 
 
 def _unmeasured(gallery: int) -> dict[str, str]:
@@ -167,7 +189,8 @@ def label_scores(out: Path, labels: dict[str, Any]) -> dict[str, Any]:
         shown = ", ".join(sorted(vectorless)[:SHOWN]) + (" ..." if len(vectorless) > SHOWN else "")
         notes.append(f"{len(vectorless)} labelled video(s) have no vector (they failed, listed with the reason): "
                      f"{shown}; each embedding is scored on the labelled videos it holds")
-    notes.extend(dict.fromkeys(entry["unmeasured"] for entry in scores.values() if "unmeasured" in entry))
+    notes.extend(dict.fromkeys(entry[key] for entry in scores.values() for key in ("left_out", "unmeasured")
+                               if key in entry))
     if not scores:
         notes.append(f"nothing scored: {scored} labelled video(s) have a vector, and at least {MIN_LABELLED} are "
                      "needed; label more of the videos")
@@ -180,7 +203,8 @@ def label_scores(out: Path, labels: dict[str, Any]) -> dict[str, Any]:
 
 def chance_recall(labels: np.ndarray, splits: list[str]) -> float:
     """The R@1 (percent) of features that order the videos at random, under :func:`scores_of`'s protocol: each
-    query's share of its gallery in its class, averaged (one over the classes counted those no scored video has)."""
+    query's share of its gallery in its class, averaged over the queries it keeps (one over the classes counted
+    those no scored video has; 0 where it keeps none)."""
     test = np.array([split == "test" for split in splits], dtype=bool)
     train = np.array([split == "train" for split in splits], dtype=bool)
     if test.any() and train.any():
@@ -189,7 +213,8 @@ def chance_recall(labels: np.ndarray, splits: list[str]) -> float:
         shares = [float(((labels == label).sum() - 1) / (len(labels) - 1)) for label in labels]
     else:
         return 0.0
-    return 100.0 * float(np.mean(shares))
+    kept = [share for share in shares if share > 0]  # (a query with nothing to find is left out: scores_of)
+    return 100.0 * float(np.mean(kept)) if kept else 0.0
 
 
 def stage_scorer(labels: dict[str, Any], root: str) -> Callable[[list[str], np.ndarray], dict[str, Any] | None]:
