@@ -868,7 +868,8 @@ def test_a_pipeline_runs_sized_stages_and_a_warm_up_never_longer_than_its_stage(
     # warm-up, and its own key never dropped (own_positive_epochs 6 of a 3-epoch stage planned as 6 of 8)
     planned = stage_config(config, stages[2], Path("out"))
     assert (made.optim.epochs, made.optim.milestones) == (3, [2])
-    assert made.optim.warmup_epochs == pytest.approx(planned.optim.warmup_epochs * 3 / 8) and made.optim.warmup_epochs < 3
+    assert made.optim.warmup_epochs == pytest.approx(planned.optim.warmup_epochs * 3 / 8)
+    assert made.optim.warmup_epochs < 3
     assert made.method.own_positive_epochs == pytest.approx(planned.method.own_positive_epochs * 3 / 8)
     longer = stage_config(config, sized(stages[2], 12), Path("out"))  # sized longer: as planned
     assert (longer.optim.warmup_epochs, longer.method.own_positive_epochs) == \
@@ -1008,6 +1009,11 @@ def test_bad_labels_files_are_one_line_naming_the_file(tmp_path):
     text = "path,label\nclip0.mp4,a\nclip1.mp4,b\n"
     cases = {
         "utf16.csv": (text.encode("utf-16"), "UTF-16 text, not UTF-8; save it as UTF-8"),
+        "utf16be.csv": (text.encode("utf-16-be"), "UTF-16 text, not UTF-8"),  # (no byte-order mark)
+        "labels.xlsx": (b"PK\x03\x04\x14\x00\x00\x00" + b"<x/>" * 50, r"not a text file \(a ZIP archive: a "
+                        r"spreadsheet's .xlsx\?\); save it as CSV"),  # (it was "UTF-16 text")
+        "binary.csv": (bytes(range(256)) * 4, r"not a text file; save it as CSV"),
+        "gone.csv": (None, r"^--labels .*gone\.csv: .*"),  # (it named no option: "gone.csv: manifest not found")
         "latin.csv": ("path,label\nclip0.mp4,caf\xe9\n".encode("latin-1"), r"not UTF-8 text \(byte 0xe9 at offset"),
         "split.csv": ("clip0.mp4,a,holdout\nclip1.mp4,b\n,c\n", r"2 malformed row\(s\): line 1 \(split 'holdout'\), "
                       r"line 3 \(no path\)"),
@@ -1021,7 +1027,7 @@ def test_bad_labels_files_are_one_line_naming_the_file(tmp_path):
         "tabs.csv": ("clip0.mp4\ta\nclip1.mp4\tb\n", r"its rows are separated by tabs"),
     }
     for name, (content, message) in cases.items():
-        path = _labels_file(tmp_path, content, name)
+        path = _labels_file(tmp_path, content, name) if content is not None else tmp_path / name
         with pytest.raises(DataError, match=message) as error:
             read_labels(str(path), videos)
         assert str(path) in str(error.value) and "\n" not in str(error.value)

@@ -20,7 +20,7 @@ import numpy as np
 
 from coclr.atomic import file_sha256
 from coclr.embed.output import Embeddings
-from coclr.errors import DataError
+from coclr.errors import DataError, why_no_file
 from coclr.eval.retrieval import retrieve
 from coclr.video.indexes import SPLITS, manifest_labels, manifest_rows
 
@@ -40,6 +40,8 @@ def read_labels(path: str, paths: list[str]) -> tuple[dict[str, Any], list[str]]
     are not scored: rows naming no input video, rows without a label, a video's further rows of its label. Refused in
     one line, before any work, naming the file and its lines: text that is not UTF-8, rows without a path or of an
     unknown split, a video given two labels or splits, or fewer than :data:`MIN_LABELLED` labelled input videos."""
+    if not os.path.isfile(path):  # (it said "x.csv: manifest not found", naming no option)
+        raise DataError(f"--labels {path}: {why_no_file(path, 'labels file')}")
     folder = os.path.dirname(os.path.abspath(path))
     inputs = {os.path.realpath(p): p for p in paths}  # a row may name a video through a link, or the link's target
     bad, outside, unlabelled, rows, again = [], [], [], [], []

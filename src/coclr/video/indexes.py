@@ -720,13 +720,26 @@ def manifest_text(path: str | Path) -> str:
     if not path.is_file():
         raise DataError(f"{path}: {why_no_file(path, 'manifest')}")
     data = path.read_bytes()
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\0" in data:
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or _utf16_without_mark(data):
         raise DataError(f"{path}: UTF-16 text, not UTF-8; save it as UTF-8 (a spreadsheet's \"CSV UTF-8\")")
+    if b"\0" in data:  # (a spreadsheet's own file, an archive: "UTF-16 text" was said of any NUL byte)
+        kind = " (a ZIP archive: a spreadsheet's .xlsx?)" if data.startswith(b"PK\x03\x04") else ""
+        raise DataError(f"{path}: not a text file{kind}; save it as CSV (a spreadsheet's \"CSV UTF-8\")")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}); save it "
                         "as UTF-8 (a spreadsheet's \"CSV UTF-8\")") from None
+
+
+def _utf16_without_mark(data: bytes) -> bool:
+    """Whether ``data`` reads as UTF-16 text without a byte-order mark: ASCII text in UTF-16 has a NUL in every other
+    byte (the even ones, big-endian; the odd ones, little-endian), where other binary data has them anywhere."""
+    head = data[:4096]
+    if len(head) < 2 or b"\0" not in head:
+        return False
+    pairs = len(head) // 2
+    return any(head[side::2][:pairs].count(0) >= 0.9 * pairs for side in (0, 1))
 
 
 def manifest_header(cells: Sequence[str]) -> list[str] | None:
