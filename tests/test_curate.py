@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from coclr.curate import groups as rules
-from coclr.errors import ConfigError
+from coclr.errors import ConfigError, DataError
 
 # ------------------------------------------------------------------------------------------------ pure rules
 
@@ -127,8 +127,9 @@ def test_a_stretch_shared_by_many_videos_is_found_whole_in_every_pair(monkeypatc
 def test_an_intro_and_an_outro_two_videos_share_are_two_stretches():
     """Two episodes share an intro (0-2 s) and an outro (7.5-9.5 s), their middles unlike: one stretch spanned
     every match of the pair, 0-9.5 s in each, the unshared middle included. Each run of matches that follow one
-    another in both videos is a stretch of its own; a window that missed its match inside a run does not split it,
-    and a video holding a copy twice gives a stretch per copy."""
+    another in both videos is a stretch of its own; a window that missed its match inside a run does not split it.
+    A video holding a clip twice gives the stretch of the copy its windows match best (mutual best windows: one
+    copy; not yet both)."""
     rng = np.random.default_rng(3)
     intro, outro = rng.normal(size=(4, 32)), rng.normal(size=(4, 32))
     episodes = [np.concatenate([intro, rng.normal(size=(11, 32)), outro]) for _ in range(2)]
@@ -175,6 +176,16 @@ def test_the_calibrated_threshold_separates_copies_from_other_videos():
     assert gain(threshold) == pytest.approx(max(gain(t) for t in grid), abs=1e-9)
     assert rules.separation(positives, negatives, threshold) == pytest.approx(gain(threshold))
     assert rules.separation(np.array([0.9, 0.95]), np.array([0.5, 0.92]), 0.93) == pytest.approx(0.5)
+    # two intervals apart that both give the best J: their midpoint fell in the dip between them (J 0 at 0.65, where
+    # 0.45 and 0.8 give 0.5), and a calibration that passes was rejected
+    positives, negatives = np.array([0.5, 0.9]), np.array([0.4, 0.7])
+    threshold = rules.calibrated_threshold(positives, negatives)
+    assert rules.separation(positives, negatives, threshold) == pytest.approx(0.5) and 0.4 < threshold <= 0.5
+    for seed in range(200):  # overlapping distributions, many ties of J: always at its best
+        rng = np.random.default_rng(seed)
+        positives, negatives = np.round(rng.normal(0.93, 0.03, 80), 3), np.round(rng.normal(0.85, 0.03, 40), 3)
+        found = rules.separation(positives, negatives, rules.calibrated_threshold(positives, negatives))
+        assert found == pytest.approx(max(gain(t) for t in np.unique(np.concatenate([positives, negatives]))))
 
 
 def test_the_recall_threshold_keeps_the_target_share_of_the_copies():
@@ -712,6 +723,15 @@ def test_curate_finds_the_copy_ranks_every_video_and_keeps_its_rules(embedded, t
     assert not (tmp_path / "never").exists()
     assert curate(moved, tmp_path / "fence", CurateOptions(calibrate=0, fingerprints=False),
                   show=False).rule.startswith("the distribution rule")
+    damaged = tmp_path / "damaged"  # a window of NaN: refused, but only after the output folder was claimed
+    shutil.copytree(embeddings, damaged, ignore=shutil.ignore_patterns("search"))
+    windows = np.load(damaged / "windows.npy")
+    windows[3, 5] = np.nan
+    np.save(damaged / "windows.npy", windows)
+    with pytest.raises(DataError, match=r"windows\.npy: damaged \(row 3 holds NaN"):
+        curate(damaged, tmp_path / "unclaimed", CurateOptions(calibrate=0, threshold=0.9, fingerprints=False),
+               show=False)
+    assert not (tmp_path / "unclaimed").exists()
     # the windows' threshold, not calibrated by the distribution rule, is null: curate.json was not JSON (NaN)
     record = json.loads((tmp_path / "fence" / "curate.json").read_text(), parse_constant=_not_json)
     assert record["window_threshold"] is None and record["window_rule"].startswith("not calibrated")

@@ -193,7 +193,8 @@ def matching_stretches(query: np.ndarray, row: np.ndarray, score: np.ndarray, wi
     ``starts``/``ends`` its seconds), gathered per pair of videos that is not already a whole-video duplicate
     (``whole``: each video's duplicate group, -1 for none, :func:`group_of`); ``video < other``, one stretch per
     run of matching windows that follow one another in both videos (:func:`runs`: two shared stretches apart, an
-    intro and an outro, are two stretches, not one spanning what lies between them). Decided per pair of videos:
+    intro and an outro, are two stretches, not one spanning what lies between them; a clip one video holds twice
+    gives the stretch of the copy each window matches best, not both). Decided per pair of videos:
     a window matches the window of the other video that is its best there (:func:`best_windows`) when it is that
     window's best in its own video too (mutual): in a space where a few windows are near everything (hubs), a
     window's best alone would tie unrelated stretches together; and an intro shared by many videos is matched in
@@ -228,8 +229,8 @@ def matching_stretches(query: np.ndarray, row: np.ndarray, score: np.ndarray, wi
 def runs(mine: np.ndarray, theirs: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
     """The matches of one pair of videos (window ``mine[i]`` of one matching ``theirs[i]`` of the other) split into
     runs, each the indices of one copy's matches in order of time: matches whose offset between the two videos
-    (``starts[theirs] - starts[mine]``) stays within one window's length of the next are one copy (a video that
-    holds a clip twice gives one run per copy, however its windows' matches alternate between them), and within a
+    (``starts[theirs] - starts[mine]``) stays within one window's length of the next are one copy (matches of two
+    copies give one run per copy, however they alternate between them), and within a
     copy a run ends where the next match's window begins more than one window's length after the end of the
     previous one's (one window that missed its match inside a stretch does not split it; an intro and an outro at
     the same offset are two runs)."""
@@ -276,16 +277,17 @@ def calibrated_threshold(positives: np.ndarray, negatives: np.ndarray) -> float:
     """The similarity that best separates altered copies of a video from it (``positives``: each copy's similarity
     to its original) from other videos (``negatives``: each video's similarity to its nearest other video):
     Youden's J (recall of the copies minus the share of videos whose nearest other passes) at its best, the
-    midpoint of the best interval between two observed values."""
+    midpoint of the best interval between two observed values (the lowest, where several give the best J)."""
     positives, negatives = np.sort(np.asarray(positives, np.float64)), np.sort(np.asarray(negatives, np.float64))
     values = np.unique(np.concatenate([positives, negatives]))
     candidates = np.concatenate([values, [np.nextafter(values[-1], np.inf)]])
     recall = 1.0 - np.searchsorted(positives, candidates, side="left") / max(1, len(positives))
     passed = 1.0 - np.searchsorted(negatives, candidates, side="left") / max(1, len(negatives))
     gain = recall - passed
-    best = np.flatnonzero(gain == gain.max())
-    first, last = best[0], best[-1]
-    low = values[first - 1] if first > 0 else candidates[first] - 1e-3
+    best = np.flatnonzero(gain >= gain.max() - 1e-12)  # (shares equal as fractions may differ by a rounding)
+    breaks = np.flatnonzero(np.diff(best) != 1)
+    first, last = best[0], best[breaks[0]] if len(breaks) else best[-1]  # the first run of best J: two runs apart
+    low = values[first - 1] if first > 0 else candidates[first] - 1e-3  # had their midpoint in the dip between them
     high = candidates[last]  # thresholds in (low, high] all give the best J
     return float(np.clip((low + high) / 2, -1.0, 1.0))
 

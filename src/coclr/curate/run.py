@@ -167,6 +167,11 @@ def curate(source: str | os.PathLike[str], out: str | os.PathLike[str], options:
         raise ConfigError(f"{source}: {len(embeddings.videos)} video(s) embedded; curation compares each video with "
                           f"the others, less what they share (their mean), which needs at least {MIN_VIDEOS} (of two, "
                           "each is the other's opposite)")
+    from coclr.embed.search import folder_rows  # noqa: PLC0415
+
+    folder_rows(embeddings, center=True)  # rows that hold NaN: the folder is damaged, said before any write (the
+    if options.windows and len(embeddings.windows) > 1:  # rows are prepared beside them, once, as search keeps them)
+        folder_rows(embeddings, windows=True, center=True)
     encoder = stem = None
     if options.fingerprints:  # the encoder the fingerprints need, checked before any write
         from coclr.curate.fingerprint import folder_checkpoint  # noqa: PLC0415 (heavy: torch)
