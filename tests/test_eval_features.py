@@ -279,3 +279,30 @@ def test_features_take_the_normalisation_the_encoder_records(tiny, tmp_path):
     assert cache_key("abc", store, "rgb", "test", CONFIG, normalisation=(KINETICS_MEAN, KINETICS_STD)) != \
         cache_key("abc", store, "rgb", "test", CONFIG)
     assert "normalisation" not in cache_key("abc", store, "rgb", "test", CONFIG)  # earlier keys stand
+
+
+def test_a_videos_features_do_not_depend_on_the_other_videos_of_its_split(tmp_path):
+    """A portrait video among landscape ones was fitted to the split's most common size before its centre crop (71%
+    of its centre square), and cut otherwise when the others were portrait: its features changed with its
+    neighbours, and as a query and as a gallery item."""
+    from coclr.data.datasets import WindowClips
+    from coclr.eval.features import ClipConfig, window_features
+    from coclr.models.loading import load_encoder
+    from coclr.store.clipstore import ClipStore, write_entry
+    from coclr.store.jpeg import encode_jpeg
+
+    root = make_tiny_store(tmp_path / "store", train_per_class=1, test_per_class=2, frames=10, height=40, width=56)
+    rng = np.random.default_rng(5)
+    portrait = "green_class/test_01.avi"
+    write_entry(root, portrait, "rgb", [encode_jpeg(rng.integers(0, 255, (56, 40, 3), dtype=np.uint8))
+                                        for _ in range(10)], fps=25.0)
+    backbone, _ = load_encoder(save_tiny_encoder(tmp_path / "enc.pt"))
+    backbone.eval()
+    store, config = ClipStore(root), ClipConfig(length=8, size=32, batch_size=4)
+    together, videos, keys, _ = window_features(backbone, store, "rgb", "test", config)
+    alone, _, _, _ = window_features(backbone, store, "rgb", "test", config, keys=[portrait])
+    np.testing.assert_allclose(together[videos == keys.index(portrait)], alone, rtol=0, atol=0)
+    windows = WindowClips(store, "test", "rgb", 8)
+    batches = windows.batches(4)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(windows)))
+    assert all(len({windows.sizes[windows.windows[i][0]] for i in batch}) == 1 for batch in batches)

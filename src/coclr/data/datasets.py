@@ -90,7 +90,8 @@ def left_out_message(store: ClipStore, split: str, views: Sequence[str], left_ou
 
 
 class _SplitClips(Dataset):
-    """Shared state of the two datasets: the split's entries, their frame counts and a common frame size.
+    """Shared state of the two datasets: the split's entries, their frame counts and a common frame size (none with
+    :attr:`own_sizes`: each video's frames as stored).
 
     The entries are those that have every view read and every view of ``with_views`` (:func:`usable_entries`; two
     streams evaluated together read the same videos); ``left_out`` lists the others with the reason.
@@ -101,6 +102,10 @@ class _SplitClips(Dataset):
     process for many epochs (``num_workers=0``), as in the quick CPU study, whose 32-px clips decode in a sizeable
     share of an epoch.
     """
+
+    own_sizes = False
+    """Whether each video keeps its own frame size (no ``frame_size`` given): a clip then never depends on which
+    other videos share its split (evaluation); else every clip is fitted to one size (training batches)."""
 
     def __init__(self, store: ClipStore | str | Path, split: str, views: Sequence[str], length: int, stride: int,
                  frame_size: tuple[int, int] | None, cache_mb: float = 0.0, with_views: Sequence[str] = (),
@@ -135,7 +140,7 @@ class _SplitClips(Dataset):
         group_ids = {g: i for i, g in enumerate(groups)}
         self.labels = torch.tensor([e.label_id for e in self.entries], dtype=torch.long)
         self.groups = torch.tensor([group_ids.get(e.group, -1) for e in self.entries], dtype=torch.long)
-        self.frame_size = tuple(frame_size) if frame_size else self._common_size()
+        self.frame_size = (tuple(frame_size) if frame_size else None if self.own_sizes else self._common_size())
         self._say_unverified()
 
     def _say_unverified(self) -> None:
@@ -196,12 +201,16 @@ class _SplitClips(Dataset):
         frames = self.store.num_frames(key, source)
         cached = self._cache.get((key, source))
         if cached is None and self._cached_bytes < self.cache_bytes:
-            cached = fit_frames(self.store.read(key, source, range(frames)), self.frame_size)
+            cached = self._fitted(self.store.read(key, source, range(frames)))
             self._cache[(key, source)] = cached
             self._cached_bytes += cached.nbytes
         if cached is not None:
             return cached[indices]
-        return fit_frames(self.store.read(key, source, indices), self.frame_size)
+        return self._fitted(self.store.read(key, source, indices))
+
+    def _fitted(self, frames: np.ndarray) -> np.ndarray:
+        """``frames`` fitted to the common frame size (as they are where each video keeps its own)."""
+        return frames if self.frame_size is None else fit_frames(frames, self.frame_size)
 
 
 class TrainClips(_SplitClips):
@@ -304,20 +313,38 @@ class TrainClips(_SplitClips):
 
 
 class WindowClips(_SplitClips):
-    """Every test-time window of every video: half-overlapping windows covering the whole video.
+    """Every test-time window of every video: half-overlapping windows covering the whole video, each video's frames
+    at their own size (an evaluation's crop of a video never depends on the other videos of its split: fitted to
+    the split's most common size, a portrait video among landscape ones was cut to 71% of its centre square, and
+    differently as a query and as a gallery item). Batch them with :meth:`batches`, whose batches each hold one
+    frame size.
 
     Items are dicts with ``clip`` (``uint8 [T, H, W, 3]``, T+1 frames for ``rgbdiff``), ``video`` (index in
     the split, to average the windows of a video) and ``label``. ``keys``: only these videos of the split (a
     sample).
     """
 
+    own_sizes = True
+
     def __init__(self, store: ClipStore | str | Path, split: str, view: str, length: int, stride: int = 1,
-                 frame_size: tuple[int, int] | None = None, with_views: Sequence[str] = (),
-                 keys: Sequence[str] | None = None):
-        super().__init__(store, split, [view], length, stride, frame_size, with_views=with_views, keys=keys)
+                 with_views: Sequence[str] = (), keys: Sequence[str] | None = None):
+        super().__init__(store, split, [view], length, stride, None, with_views=with_views, keys=keys)
         self.view = view
         self.windows = [(video, window) for video, n in enumerate(self.num_frames)
                         for window in sliding_windows(int(n), length, stride)]
+        self.sizes = [self.store.frame_size(entry.path, stored_view(view)) for entry in self.entries]
+
+    def batches(self, batch_size: int) -> list[list[int]]:
+        """The windows in order, in batches of at most ``batch_size`` whose videos share one frame size (a batch
+        ends early where the size changes)."""
+        found: list[list[int]] = []
+        for item, (video, _) in enumerate(self.windows):
+            if found and len(found[-1]) < batch_size and \
+                    self.sizes[self.windows[found[-1][0]][0]] == self.sizes[video]:
+                found[-1].append(item)
+            else:
+                found.append([item])
+        return found
 
     def __len__(self) -> int:
         return len(self.windows)

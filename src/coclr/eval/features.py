@@ -59,10 +59,10 @@ from coclr.progress import bar as progress_bar
 from coclr.runfolder import check_output_folder
 from coclr.store.flow_views import bound_key, method_key, stored_bound
 
-CACHE_FORMAT = 4
+CACHE_FORMAT = 5
 """Bumped whenever the way features are computed changes, which invalidates every cache entry (3: each window's
 feature L2-normalised before the video's mean; 4: on the CPU the fused inference network, every batch padded to its
-full size)."""
+full size; 5: each video's windows cropped from its own frames, not fitted to the split's most common size)."""
 
 
 class VideoFeatures(NamedTuple):
@@ -182,8 +182,9 @@ def _window_outputs(model: Callable[[torch.Tensor], torch.Tensor], windows: Wind
     every batch at its full size (the last one padded, :func:`~coclr.models.inference.padded`), so an output never
     depends on how many windows shared its batch."""
     device = torch.device(device)
-    loader = DataLoader(windows, batch_size=config.batch_size, shuffle=False, num_workers=config.workers,
-                        pin_memory=device.type == "cuda", worker_init_fn=loader_worker_signals)
+    loader = DataLoader(windows, batch_sampler=windows.batches(config.batch_size), num_workers=config.workers,
+                        pin_memory=device.type == "cuda", worker_init_fn=loader_worker_signals)  # (one frame size a
+    # batch: each video's crop is of its own frames)
     for batch in progress_bar(loader, desc=desc, unit="batch", disable=not progress, leave=False):
         count = len(batch["video"])  # (padded as the decoded clips: the smallest copy)
         crops = eval_views(padded(batch["clip"], config.batch_size).to(device, non_blocking=True), windows.view,
