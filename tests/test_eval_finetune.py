@@ -343,3 +343,27 @@ def test_a_damaged_state_file_says_what_to_do(tmp_path):
     state.write_bytes(state.read_bytes()[:40])
     with pytest.raises(CheckpointError, match=f"^{state}: .*; it is the finetuning state of this folder: delete it"):
         _read_state(state)
+
+
+def test_a_finetuning_that_diverges_is_refused_not_scored(tmp_path):
+    """A large --lr trained to a loss of NaN and reported top-1 33.3 (NaN probabilities sorted in class order) at exit
+    0, its record not even JSON; its NaN state was kept for a rerun to continue from."""
+    from coclr.atomic import file_sha256
+    from coclr.errors import CoclrError
+    from coclr.eval import finetune as module
+    from coclr.store.clipstore import ClipStore
+
+    store = ClipStore(make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8))
+    checkpoint = save_tiny_encoder(tmp_path / "enc.pt")
+    clips = ClipConfig(length=8, size=32, batch_size=3)
+    config = from_dict(FinetuneConfig, {"epochs": 3, "milestones": [], "lr": 1e12, "backbone_lr_scale": 1.0,
+                                        "dropout": 0.0})
+    with pytest.raises(CoclrError, match=r"finetuning diverged: the training loss of epoch \d is (nan|inf)"):
+        finetune(checkpoint, file_sha256(checkpoint), store, "rgb", tmp_path / "f", clips, config, progress=False)
+    assert not (tmp_path / "f" / module.RESULT_FILE).exists()
+    state = tmp_path / "f" / module.STATE_FILE
+    if state.exists():  # (the epochs kept are those before it diverged)
+        import torch
+
+        saved = torch.load(state, weights_only=True)
+        assert all(bool(torch.isfinite(value).all()) for value in saved["model"].values() if value.is_floating_point())

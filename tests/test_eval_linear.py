@@ -175,3 +175,17 @@ def test_the_probe_takes_unit_length_features_as_the_authors_do():
     scaled = linear_probe(rescaled(train), rescaled(test), 5, config)
     np.testing.assert_array_equal(scaled.probabilities, plain.probabilities)
     assert scaled.top1 == plain.top1
+
+
+def test_a_probe_that_diverges_is_refused_not_scored():
+    """lrs 1e30 gave NaN probabilities, val_loss NaN, and top-1 33.3 (NaN rows sorted in class order: class 0's
+    share) at exit 0; a NaN held-out loss broke the grid's tie rule and could win it."""
+    from coclr.errors import CoclrError
+
+    train, test = _split()
+    with pytest.raises(CoclrError, match="the linear probe diverged at every setting of its grid"):
+        linear_probe(train, test, 5, from_dict(LinearProbeConfig, {**SMALL_GRID, "lrs": [1e30],
+                                                                  "weight_decays": [0.0]}))
+    selected, grid = select_hyperparameters(train.features, train.labels, 5, from_dict(
+        LinearProbeConfig, {**SMALL_GRID, "lrs": [1e30, 0.01], "weight_decays": [0.0]}))
+    assert selected["lr"] == 0.01 and any(point["val_loss"] is None for point in grid)  # (diverged: last)

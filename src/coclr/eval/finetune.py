@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,7 +36,7 @@ from coclr.cpu import arithmetic, arithmetic_changes
 from coclr.data.augment import ClipAugment
 from coclr.data.datasets import TrainClips
 from coclr.data.views import is_flow_view, stored_view
-from coclr.errors import CheckpointError, DataError
+from coclr.errors import CheckpointError, CoclrError, DataError
 from coclr.eval.features import (
     IMAGENET,
     ClipConfig,
@@ -50,7 +51,7 @@ from coclr.eval.features import (
     stream_views,
     videos_digest,
 )
-from coclr.eval.fusion import fuse_probabilities, topk_accuracy
+from coclr.eval.fusion import fuse_probabilities, require_finite, topk_accuracy
 from coclr.eval.options import FinetuneConfig, check_ten_crops
 from coclr.interrupts import interrupted, loader_worker_signals
 from coclr.models.encoder import Encoder
@@ -246,6 +247,10 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
                     losses.append(train_epoch(model, loader, augment, optimizer, view, device, clip_config.amp,
                                               seeding.generator(config.seed, epoch, seeding.AUGMENT), progress,
                                               f"epoch {epoch + 1}"))
+                if not math.isfinite(losses[-1]):  # (before its state is kept: a rerun does not continue from NaN)
+                    raise CoclrError(f"finetuning diverged: the training loss of epoch {epoch + 1} is {losses[-1]}; "
+                                     f"{done} epoch(s) kept, nothing tested: give a lower --lr (or "
+                                     "--backbone-lr-scale)")
                 scheduler.step()
                 _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint, losses)
                 done = epoch + 1
@@ -273,6 +278,8 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
         keys = [entry.path for entry in entries]
         labels = np.array([entry.label_id for entry in entries], dtype=np.int64)
         probabilities_file = out_dir / probabilities_name(short_side, clip_config.size)
+        for crops in (center, ten):
+            require_finite(crops.numpy(), "the finetuning", "give a lower --lr (or --backbone-lr-scale)")
         save_probabilities(probabilities_file, keys, labels, center=center.numpy(), ten_crop=ten.numpy())
         center_acc, ten_acc = topk_accuracy(center.numpy(), labels), topk_accuracy(ten.numpy(), labels)
         result = {"top1": round(100 * ten_acc[1], 4), "top5": round(100 * ten_acc[5], 4),

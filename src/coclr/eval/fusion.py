@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from coclr.errors import DataError
+from coclr.errors import CoclrError, DataError
 
 
 def check_same_videos(keys_a: Sequence[str], keys_b: Sequence[str], what: str = "two streams") -> None:
@@ -33,6 +33,14 @@ def fuse_probabilities(probs_a: np.ndarray, keys_a: Sequence[str], probs_b: np.n
     if probs_a.shape != probs_b.shape:
         raise DataError(f"probability fusion: shapes differ, {probs_a.shape} vs {probs_b.shape}")
     return ((probs_a + probs_b) / 2.0).astype(np.float32)
+
+
+def require_finite(probabilities: np.ndarray, what: str, remedy: str) -> None:
+    """Refuse, in one line, probabilities that are not finite: ``what`` (a finetuning, a probe) diverged, and an
+    accuracy of them would be that of NaN rows sorted in class order (the share of class 0), reported as a result."""
+    if not np.isfinite(np.asarray(probabilities)).all():
+        raise CoclrError(f"{what} diverged: its test probabilities are not finite (NaN or infinite), so no accuracy "
+                         f"is written; {remedy}")
 
 
 def topk_accuracy(probabilities: np.ndarray, labels: np.ndarray, ks: Sequence[int] = (1, 5)) -> dict[int, float]:

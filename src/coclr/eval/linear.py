@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -20,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from coclr.config import validate
-from coclr.errors import DataError
+from coclr.errors import CoclrError, DataError
 from coclr.eval.features import (
     ClipConfig,
     VideoFeatures,
@@ -29,7 +30,7 @@ from coclr.eval.features import (
     input_record,
     stream_views,
 )
-from coclr.eval.fusion import fuse_probabilities, topk_accuracy
+from coclr.eval.fusion import fuse_probabilities, require_finite, topk_accuracy
 from coclr.eval.health import health_warnings, streams_health
 from coclr.eval.options import LinearProbeConfig
 from coclr.models.heads import LinearClassifier
@@ -157,8 +158,13 @@ def select_hyperparameters(features: np.ndarray, labels: np.ndarray, num_classes
         for epochs in sorted(config.epochs):
             accuracy, loss = scores[epochs]
             grid.append({"lr": lr, "weight_decay": weight_decay, "epochs": epochs, "val_top1": accuracy,
-                         "val_loss": loss})
-    best = min(range(len(grid)), key=lambda i: (-grid[i]["val_top1"], grid[i]["val_loss"], i))
+                         "val_loss": loss if math.isfinite(loss) else None})  # (None: it diverged)
+    if all(point["val_loss"] is None for point in grid):
+        raise CoclrError("the linear probe diverged at every setting of its grid (held-out loss NaN or infinite); "
+                         "give lower --lrs")
+    # a setting that diverged ranks last (its NaN loss compared false both ways, and its accuracy was class 0's)
+    best = min(range(len(grid)), key=lambda i: (grid[i]["val_loss"] is None, -grid[i]["val_top1"],
+                                                grid[i]["val_loss"] or 0.0, i))
     selected = {name: grid[best][name] for name in ("lr", "weight_decay", "epochs")}
     return selected, grid
 
@@ -215,6 +221,7 @@ def linear_probe(train: VideoFeatures, test: VideoFeatures, num_classes: int, co
                                on_epoch=lambda: bar.update(1))
         logits = _predict(probe, torch.as_tensor(test.features, device=torch.device(device)))
     probabilities = logits.softmax(dim=1).float().cpu().numpy()
+    require_finite(probabilities, "the linear probe", "give lower --lrs")
     accuracy = topk_accuracy(probabilities, test.labels, (1, 5))
     return LinearProbeResult(selected, grid, accuracy[1], accuracy[5], probabilities, list(test.keys))
 
