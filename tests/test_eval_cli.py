@@ -266,6 +266,10 @@ def test_what_the_index_tells_is_refused_before_any_feature(tmp_path, capsys, mo
     assert main(["eval", task, "--store", str(one), *args]) == 2
     err = capsys.readouterr().err
     assert f"evaluation ({task}): every 'train' and 'test' video is of one class, so every score would be 100" in err
+    # one class in the train split: every score is the share of test videos of it (R@k 33.3 for any encoder)
+    one_train = _relabelled(tmp_path / "one_train", lambda e: 0 if e.split == "train" else e.label)
+    assert main(["eval", task, "--store", str(one_train), *args]) == 2
+    assert f"evaluation ({task}): every 'train' video is of one class" in capsys.readouterr().err
     unlabelled = _relabelled(tmp_path / "none", lambda e: None)
     assert main(["eval", task, "--store", str(unlabelled), *args]) == 2
     err = capsys.readouterr().err

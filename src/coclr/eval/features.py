@@ -116,11 +116,16 @@ def split_entries(store, split: str, views: Sequence[str] = ()) -> list:
 
 
 def check_classes(train: list, test: list, train_split: str, test_split: str, task: str) -> None:
-    """Refuse, before any work, splits whose videos are all of one class: every score would be 100 by construction
-    (it was reported as a result, with a warning and exit status 0)."""
+    """Refuse, before any work, splits whose videos are all of one class (every score would be 100 by construction:
+    it was reported as a result, with a warning and exit status 0), or a training split of one class (the gallery
+    or the probe knows one class: every score is the share of the test videos of it, whatever the features)."""
     if len({entry.label for entry in [*train, *test]}) == 1:
         raise DataError(f"evaluation ({task}): every {train_split!r} and {test_split!r} video is of one class, so "
                         "every score would be 100 by construction; evaluate on splits of two or more classes")
+    if len({entry.label for entry in train}) == 1:
+        raise DataError(f"evaluation ({task}): every {train_split!r} video is of one class, so every score would be "
+                        f"the share of {test_split!r} videos of that class, whatever the features; evaluate with a "
+                        f"{train_split!r} split of two or more classes")
 
 
 def label_warnings(train: list, test: list, train_split: str, test_split: str) -> list[str]:
