@@ -292,3 +292,14 @@ def test_a_feature_cache_that_cannot_be_written_is_refused_before_the_features(t
     assert main(["eval", "retrieval", "--checkpoint", str(rgb), "--store", str(store), "--cache-dir",
                  str(root / "read_only" / "cache"), *CLIP_ARGS]) == 2
     assert "cannot be written by this user" in capsys.readouterr().err
+
+
+def test_a_finetuning_result_named_without_a_suffix_has_its_own_work_folder(tmp_path):
+    """--out ftx trained, tested, then failed: its default work folder was ftx itself (".ftx.partial -> ftx: Is a
+    directory"), and the rerun was refused ("ftx: is a folder")."""
+    from pathlib import Path
+
+    from coclr.cli.eval import work_dir_of
+
+    assert work_dir_of(Path("runs/ft.json")) == Path("runs/ft")
+    assert work_dir_of(Path("runs/ftx")) == Path("runs/ftx.work")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from coclr.cli._options import add_clip_arguments, add_option_flags, config_from_flags
 from coclr.eval.options import FinetuneConfig, LinearProbeConfig
@@ -71,15 +72,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "videos, the backbone at --backbone-lr-scale times the classifier's learning rate; the model after the "
         "last epoch is tested with centre crops and with the ten-crop test. Resumable in --work-dir.")
     _add_common(finetune)
-    finetune.add_argument("--work-dir", help="folder for the resumable state and probabilities (default: next to "
-                          "--out, else ./finetune)")
+    finetune.add_argument("--work-dir", help="folder for the resumable state and probabilities (default: --out "
+                          "without its suffix, or OUT.work where it has none; else ./finetune)")
     add_option_flags(finetune, FinetuneConfig)
     parser.set_defaults(func=run)
 
 
 def task_options(args: argparse.Namespace):
     """The options of the task ``args.task`` asks for (:class:`coclr.eval.evaluate.TaskOptions`)."""
-    from pathlib import Path
 
     from coclr.eval.evaluate import TaskOptions
 
@@ -91,8 +91,14 @@ def task_options(args: argparse.Namespace):
                            probabilities=Path(args.out).with_suffix(".probabilities.npz") if args.out else None)
     config = config_from_flags(FinetuneConfig, args)
     work_dir = Path(args.work_dir) if args.work_dir else (
-        Path(args.out).with_suffix("") if args.out else Path("finetune"))
+        work_dir_of(Path(args.out)) if args.out else Path("finetune"))
     return TaskOptions(finetune=config, work_dir=work_dir)
+
+
+def work_dir_of(out: Path) -> Path:
+    """The finetuning's default work folder beside its result ``out``: ``out`` without its suffix, or ``out.work``
+    where it has none (the folder was the result's own path: the finetuning trained, then could not write it)."""
+    return out.with_suffix("") if out.suffix else out.with_name(out.name + ".work")
 
 
 def check_outputs(args: argparse.Namespace, options) -> None:
@@ -113,7 +119,6 @@ def check_outputs(args: argparse.Namespace, options) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from coclr.atomic import atomic_write_json
     from coclr.cli._status import job_status
