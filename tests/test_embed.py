@@ -110,6 +110,32 @@ def test_a_folder_scan_leaves_out_coclrs_own_output_folders_but_synthetic_videos
     assert any("left out 2 folder(s) of coclr's own outputs" in note and "curated (coclr curate)" in note
                for note in notes), notes
     assert expand_inputs([copy.parent]) == [copy]  # named itself, a folder is scanned
+    # a pattern reached into them, while its note said they were left out
+    for pattern in ("clips/**", "clips/**/*.mp4", "clips/*"):
+        notes = []
+        assert expand_inputs([str(tmp_path / pattern)], notes) == kept, pattern
+        assert any("curated (coclr curate)" in note for note in notes), (pattern, notes)
+    assert expand_inputs([str(copy.parent / "*.mp4")]) == [copy]  # below the pattern's start: asked for
+
+
+def test_a_pattern_does_not_follow_links_to_folders_round_a_loop(tmp_path):
+    """Two links up (``..``) made `g2/**/*.avi` walk without end (glob.glob follows them); one made names forty
+    folders deep, each a note."""
+    import signal
+
+    video = write_video(tmp_path / "g2" / "a.mp4", moving_square(4))
+    (tmp_path / "g2" / "sub").mkdir()
+    (tmp_path / "g2" / "sub" / "up").symlink_to("..")
+    (tmp_path / "g2" / "sub" / "up2").symlink_to("..")
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the pattern's walk did not end"))
+    signal.alarm(20)
+    try:
+        for pattern in ("g2/**/*.mp4", "g2/**", "g2/*"):
+            notes: list[str] = []
+            assert expand_inputs([str(tmp_path / pattern)], notes) == [video], pattern
+            assert sum(len(note) for note in notes) < 2000, notes
+    finally:
+        signal.alarm(0)
 
 
 def test_a_folder_the_scan_cannot_read_is_noted_with_its_videos_left_out(tmp_path, monkeypatch):

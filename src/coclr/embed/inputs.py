@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import codecs
 import csv
-import glob
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -123,11 +122,20 @@ def _expand(item: str, notes: list[str]) -> tuple[list[Path], str | None]:
             return [], f"neither a video ({not_video}) nor a text list of paths (it holds binary data)"
         return read_list_file(path), None
     if any(char in item for char in GLOB_CHARACTERS):
-        matches = sorted(glob.glob(str(path), recursive=True))
+        base, matches = glob_matches(path)
         out: list[Path] = []
         skipped: list[tuple[str, str]] = []
-        for match in map(Path, matches):
+        outputs: list[str] = []
+        scanned: set[str] = set()
+        for match in matches:
+            owner = _output_above(base, match)
+            if owner is not None:  # (a pattern reached into curate's altered copies that a scan leaves out)
+                outputs.append(f"{owner[0]} (coclr {owner[1]})")
+                continue
             if match.is_dir():
+                if any(os.path.realpath(parent) in scanned for parent in (match, *match.parents)):
+                    continue  # (inside a folder matched and scanned already: its videos once)
+                scanned.add(os.path.realpath(match))
                 out.extend(scan_folder(match, notes))
             elif match.is_file():
                 reason = why_not_video(match)
@@ -135,9 +143,46 @@ def _expand(item: str, notes: list[str]) -> tuple[list[Path], str | None]:
                     out.append(_absolute(str(match), Path.cwd()))
                 else:
                     skipped.append((str(match), reason))
+        if outputs:
+            notes.append(left_out_note(item, list(dict.fromkeys(outputs))))
         _note_skipped(item, skipped, notes)
         return out, None
     return [], None
+
+
+def glob_matches(path: Path) -> tuple[Path, list[Path]]:
+    """The paths a pattern matches, sorted, and the literal folder it starts from: ``**`` does not follow symbolic
+    links to folders (``glob.glob`` did: two links up, ``..``, made the pattern's walk grow without end, and one made
+    a name forty folders deep); a hidden entry is matched only by a pattern part that begins with a dot, as
+    ``glob.glob`` and a scan have it."""
+    parts = path.parts
+    literal = next((i for i, part in enumerate(parts) if any(char in part for char in GLOB_CHARACTERS)), len(parts))
+    base = Path(*parts[:literal]) if literal else Path(".")
+    rest = parts[literal:]
+    if not rest:
+        return base, [base] if base.exists() else []
+    dotted = any(part.startswith(".") for part in rest)
+    found = []
+    for match in base.glob("/".join(rest)):
+        relative = match.relative_to(base).parts
+        if not dotted and any(part.startswith(".") for part in relative):
+            continue
+        found.append(match)
+    return base, sorted(found)
+
+
+def _output_above(base: Path, match: Path) -> tuple[str, str] | None:
+    """The first folder from ``base`` down to ``match`` (itself included, where it is a folder) that is the output of
+    a command a scan does not enter (:func:`~coclr.runfolder.scanned_past`), and that command; None where none is."""
+    folder = base
+    for part in match.relative_to(base).parts:
+        folder = folder / part
+        if not folder.is_dir():
+            break
+        owner = scanned_past(folder)
+        if owner is not None:
+            return str(folder), owner
+    return None
 
 
 def _nothing_found(item: str) -> str:
@@ -150,7 +195,7 @@ def _nothing_found(item: str) -> str:
     if path.is_file():
         return f"{item}: the list file names no video"
     if any(char in item for char in GLOB_CHARACTERS):
-        matched = glob.glob(str(path), recursive=True)
+        matched = glob_matches(path)[1]
         return f"{item}: the pattern matches no video (only files that are not videos)" if matched else \
             f"{item}: the pattern matches no file"
     return f"{item}: no such file or folder"
