@@ -335,6 +335,14 @@ def test_the_library_refuses_a_path_for_paths_and_an_odd_batch_size_in_one_line(
         list(embedder.stream(tmp_path / "a.mp4"))
     with pytest.raises(ConfigError, match="embed takes one video's path, got list"):
         embedder.embed([video])
+    # clip settings of the wrong type: accepted, then every video failed ("list indices must be integers")
+    for key, value, said in (("length", 8.5, "length: must be a whole number, got 8.5"),
+                             ("length", "8", "length: must be a whole number, got '8'"),
+                             ("window_step", 2.5, "window_step: must be a whole number of frames"),
+                             ("short_side", 32.5, "short_side: must be a whole number of pixels"),
+                             ("fps", "25", "fps: must be a number between 0.01 and 1000.0 .*, got '25'")):
+        with pytest.raises(ConfigError, match=said):
+            Embedder(encoder, workers=0, **{key: value})
 
 
 def test_tiny_features_are_unit_vectors_and_each_stream_keeps_its_half():
@@ -1085,7 +1093,7 @@ def test_rates_and_bounds_that_are_not_finite_or_sensible_are_refused_before_any
         assert stopped.value.code == 2 and f"{flag}: expected a finite number, got '{value}'" in capsys.readouterr().err
     for fps in ("1e-300", "1e300"):  # finite, but no video can be resampled so (a division by zero, endless frames)
         assert cli_main([*command, "--fps", fps]) == 2
-        assert "fps: must be between 0.01 and 1000.0 frames per second" in capsys.readouterr().err
+        assert "fps: must be a number between 0.01 and 1000.0 frames per second" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 

@@ -416,7 +416,7 @@ def test_a_safetensors_form_that_does_not_read_back_is_not_kept(encoder_file, tm
                                             ({"fps": -3.0}, "fps: must be between"),
                                             ({"flow_bound": float("nan")}, "flow_bound: the flow bound must be"),
                                             ({"flow_bound": 0}, "flow_bound: the flow bound must be"),
-                                            ({"short_side": "128"}, "short_side: must be from 1 to 4320 pixels")])
+                                            ({"short_side": "128"}, "short_side: must be a whole number of pixels from 1 to 4320")])
 def test_recorded_clips_s3d_cannot_take_are_one_line_for_every_reader(clips, problem, tmp_path):
     save_encoder(tmp_path / "odd.pth", build_encoder(width=0.125), {"clip_settings": {**SETTINGS, **clips}})
     expected = f"odd.pth: the clips it records are not usable: {problem}"

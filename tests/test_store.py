@@ -544,7 +544,7 @@ def test_a_frame_rate_no_video_can_be_decoded_at_is_refused_before_any_write(tmp
     for fps in ("1e-300", "5000"):  # a division by zero per video; copies of every frame
         assert main(["data", "store", "--index", str(tmp_path / "index.json"), "--root", str(tmp_path / "videos"),
                      "--out", str(tmp_path / "store"), "--fps", fps]) == 2
-        assert "fps: must be between 0.01 and 1000.0 frames per second" in capsys.readouterr().err
+        assert "fps: must be a number between 0.01 and 1000.0 frames per second" in capsys.readouterr().err
     assert main(["data", "store", "--index", str(tmp_path / "index.json"), "--root", str(tmp_path / "videos"),
                  "--out", str(tmp_path / "store"), "--workers", "-1"]) == 2  # not one worker, silently
     assert "workers: must be 0 or more" in capsys.readouterr().err

@@ -71,8 +71,8 @@ frame takes hundreds of megabytes."""
 def check_short_side(value: int | None, key: str, least: int = 1) -> None:
     """Refuse, as ``ConfigError("key: ...")``, a short side to resize frames to outside ``least`` ..
     :data:`MAX_SHORT_SIDE` (None: the decoded size, fine)."""
-    require(value is None or (_number(value) and least <= value <= MAX_SHORT_SIDE), key,
-            f"must be from {least} to {MAX_SHORT_SIDE} pixels, got {value}")
+    require(value is None or (whole_number(value) and least <= value <= MAX_SHORT_SIDE), key,
+            f"must be a whole number of pixels from {least} to {MAX_SHORT_SIDE}, got {value!r}")
 
 
 def _number(value: Any) -> bool:
@@ -80,10 +80,15 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def whole_number(value: Any) -> bool:
+    """Whether ``value`` is a whole number (a NumPy one too; not a bool, not text, not 8.0)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def check_fps(value: float | None, key: str) -> None:
     """Refuse a frame rate outside :data:`FPS_RANGE` (None: every decoded frame, fine)."""
     require(value is None or (_number(value) and FPS_RANGE[0] <= value <= FPS_RANGE[1]), key,
-            f"must be between {FPS_RANGE[0]} and {FPS_RANGE[1]} frames per second, got {value}")
+            f"must be a number between {FPS_RANGE[0]} and {FPS_RANGE[1]} frames per second, got {value!r}")
 
 
 def check_normalisation(value: Any, key: str, positive: bool = False) -> None:
@@ -144,6 +149,8 @@ class ClipSettings:
     size: int = option(128, "side of the square crop fed to the network (the paper: 128)")
 
     def validate(self) -> None:
+        for key in ("length", "stride", "size"):  # (a library caller's 8.5 failed every video, "8" a TypeError)
+            require(whole_number(getattr(self, key)), key, f"must be a whole number, got {getattr(self, key)!r}")
         require(self.length >= MIN_LENGTH, "length", f"must be >= {MIN_LENGTH} (the smallest input S3D takes is "
                 f"{MIN_LENGTH}x{MIN_SIZE}x{MIN_SIZE}), got {self.length}")
         require(self.stride >= 1, "stride", f"must be >= 1, got {self.stride}")

@@ -35,6 +35,7 @@ from coclr.clips import (
     check_normalisation,
     check_short_side,
     clip_option,
+    whole_number,
 )
 from coclr.config import from_dict, option, require
 from coclr.data.views import view_kind
@@ -102,8 +103,8 @@ class EmbedSettings:
         ClipSettings.check(self)
         check_fps(self.fps, "fps")
         check_short_side(self.short_side, "short_side")
-        require(self.window_step is None or self.window_step >= 1, "window_step",
-                f"must be at least 1 frame, got {self.window_step}")
+        require(self.window_step is None or (whole_number(self.window_step) and self.window_step >= 1),
+                "window_step", f"must be a whole number of frames, at least 1, got {self.window_step!r}")
         require(self.feature in FEATURES, "feature", f"must be one of {', '.join(FEATURES)}, got {self.feature!r}")
         for key in ("mean", "std", "flow_mean", "flow_std"):
             check_normalisation(getattr(self, key), key, positive=key.endswith("std"))
