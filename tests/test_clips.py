@@ -49,7 +49,7 @@ def test_configs_give_their_clips_and_records_are_read_alike() -> None:
 
 @pytest.mark.parametrize("given, said", [(["--size", "100000"], "--size: 32 frames of 100000 x 100000 px are"),
                                          (["--length", "100000"], "--length: 100000 frames of"),
-                                         (["--short-side", "100000"], "--short-side: must be a whole number of pixels from 1 to 4320")])
+                                         (["--short-side", "100000"], "--short-side: must be a whole number of")])
 def test_a_clip_no_memory_holds_is_refused_before_any_work(tmp_path, capsys, given, said) -> None:
     """``coclr embed --size 100000`` failed every video on a 900 GB allocation; ``--length 100000`` was killed for
     memory. Both are one line now, before the output folder is made."""

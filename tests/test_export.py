@@ -413,10 +413,10 @@ def test_a_safetensors_form_that_does_not_read_back_is_not_kept(encoder_file, tm
                                             ({"length": "eight"}, "length: expected an integer"),
                                             ({"std": [0, 0, 0]}, r"std: needs positive values, got \[0, 0, 0\]"),
                                             ({"mean": [0.5, 0.5]}, "mean: needs 3 values"),
-                                            ({"fps": -3.0}, "fps: must be between"),
+                                            ({"fps": -3.0}, "fps: must be a number between"),
                                             ({"flow_bound": float("nan")}, "flow_bound: the flow bound must be"),
                                             ({"flow_bound": 0}, "flow_bound: the flow bound must be"),
-                                            ({"short_side": "128"}, "short_side: must be a whole number of pixels from 1 to 4320")])
+                                            ({"short_side": "128"}, "short_side: must be a whole number of pixels")])
 def test_recorded_clips_s3d_cannot_take_are_one_line_for_every_reader(clips, problem, tmp_path):
     save_encoder(tmp_path / "odd.pth", build_encoder(width=0.125), {"clip_settings": {**SETTINGS, **clips}})
     expected = f"odd.pth: the clips it records are not usable: {problem}"

@@ -282,7 +282,7 @@ def test_embed_names_the_flag_of_a_refused_value(tmp_path, capsys):
     encoder = save_tiny_encoder(tmp_path / "rgb.pth", meta={"clip_settings": {"view": "rgb", "length": 8, "size": 32}})
     common = ["embed", str(tmp_path / "v.mp4"), "--out", str(tmp_path / "out"), "--checkpoint", str(encoder)]
     for flags, said in ((["--stride", "0"], "coclr embed: error: --stride: must be >= 1, got 0"),
-                        (["--window-step", "0"], "error: --window-step: must be at least 1 frame"),
+                        (["--window-step", "0"], "error: --window-step: must be a whole number of frames, at least 1"),
                         (["--flow-bound", "5"], "error: --flow-bound: applies to a flow stream only")):
         assert main([*common, *flags]) == 2
         assert said in capsys.readouterr().err

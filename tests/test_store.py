@@ -549,7 +549,7 @@ def test_a_frame_rate_no_video_can_be_decoded_at_is_refused_before_any_write(tmp
                  "--out", str(tmp_path / "store"), "--workers", "-1"]) == 2  # not one worker, silently
     assert "workers: must be 0 or more" in capsys.readouterr().err
     assert not (tmp_path / "store").exists()
-    with pytest.raises(ConfigError, match="fps: must be between 0.01 and 1000.0"):
+    with pytest.raises(ConfigError, match="fps: must be a number between 0.01 and 1000.0"):
         from_dict(SynthConfig, {"fps": 0.001})
 
 
