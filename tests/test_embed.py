@@ -1187,6 +1187,9 @@ def test_settings_changed_from_outside_are_one_line_and_a_refusal_shows_the_opti
     assert run_cli(tmp_path / "videos", "--checkpoint", encoder, "--out", out, "--short-side", "32") == 0
     assert run_cli(tmp_path / "videos", "--checkpoint", encoder, "--out", out, "--short-side", "0") == 2
     assert "holds embeddings with short_side=32 (given 0)" in capsys.readouterr().err
+    other = save_tiny_encoder(tmp_path / "other.pth", seed=7)  # another encoder, named by the option that gives it
+    assert run_cli(tmp_path / "videos", "--checkpoint", other, "--out", out, "--short-side", "32") == 2
+    assert "holds embeddings with --checkpoint (its sha256)='" in capsys.readouterr().err
     settings = out / "embed.json"
     kept = settings.read_text()
     for edit, named in ((lambda r: r["settings"].update(length="eight"), "embed.json: damaged (settings: "),

@@ -69,6 +69,14 @@ def test_queries_of_another_width_are_refused_not_reshaped(folder):
         search(embeddings, embeddings.videos[:2], k=2)
     row = np.asarray(embeddings.videos[1])
     assert search(embeddings, row[None], k=2, exclude=1) == search(embeddings, row, k=2, exclude=1)  # (learn's form)
+    # a NaN query was blamed on the folder ("the searched rows hold NaN"); k=2.5 was NumPy's "Partition index" error
+    with pytest.raises(DataError, match="query 0 holds NaN or infinite values"):
+        search(embeddings, np.full_like(row, np.nan), k=2)
+    from coclr.errors import ConfigError
+
+    for k in (2.5, True, "3"):
+        with pytest.raises(ConfigError, match="-k: must be a whole number of at least 1"):
+            search(embeddings, row, k=k)
 
 
 @pytest.mark.skipif(not faiss_available(), reason="faiss-cpu is not installed (optional)")
@@ -619,7 +627,7 @@ def test_a_search_that_cannot_run_is_refused_before_a_query_video_is_embedded(fo
 
     monkeypatch.setattr(module, "resolve_query", embedded)
     assert cli_main(["search", str(out), "--query", str(videos[0]), "-k", "0"]) == 2
-    assert "-k: must be at least 1, got 0" in capsys.readouterr().err
+    assert "-k: must be a whole number of at least 1, got 0" in capsys.readouterr().err
     monkeypatch.setattr(module, "faiss_available", lambda: False)
     assert cli_main(["search", str(out), "--query", str(videos[0]), "--backend", "faiss"]) == 2
     assert "faiss is not installed" in capsys.readouterr().err

@@ -73,8 +73,15 @@ CHECKPOINTS = ("checkpoint", "flow_checkpoint")
 
 
 def _as_typed(settings: dict[str, Any]) -> dict[str, Any]:
-    """Settings as the options take them: the decoded size as ``--short-side 0`` gives it (recorded as null)."""
-    return {**settings, "short_side": 0} if "short_side" in settings and settings["short_side"] is None else settings
+    """Settings as the options take them: the decoded size as ``--short-side 0`` gives it (recorded as null), an
+    encoder by the option that gives it (another encoder was refused as ``checkpoint_sha256='59ae...'``)."""
+    settings = {**settings, "short_side": 0} if "short_side" in settings and settings["short_side"] is None \
+        else dict(settings)
+    for key, option in (("checkpoint_sha256", "--checkpoint (its sha256)"),
+                        ("flow_checkpoint_sha256", "--flow-checkpoint (its sha256)")):
+        if key in settings:
+            settings[option] = settings.pop(key)
+    return settings
 
 
 def _flow_of_old(settings: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import numbers
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -688,6 +689,9 @@ def nearest(gallery: np.ndarray | UnitRows, queries: np.ndarray, k: int, backend
     if queries.ndim != 2 or queries.shape[1] != dim:
         raise DataError(f"queries must be vectors of the gallery's {dim} dimensions ([{dim}] or [queries, {dim}]), "
                         f"got shape {queries.shape} (from another encoder?)")
+    if not np.isfinite(queries).all():  # (it was blamed on the folder: "the searched rows hold NaN")
+        bad = int(np.flatnonzero(~np.isfinite(queries).all(axis=1))[0])
+        raise DataError(f"query {bad} holds NaN or infinite values; give finite query vectors")
     if backend == "faiss":
         raw = gallery.block(0, gallery.count) if isinstance(gallery, UnitRows) else gallery
         return _faiss_nearest(raw, queries, k, center and not isinstance(gallery, UnitRows), chunk)
@@ -723,8 +727,8 @@ def check_search(embeddings: Embeddings, asked: SearchOptions) -> None:
         raise DataError(f"{embeddings.root}: no {'window' if asked.windows else 'video'} rows to search yet (a coclr "
                         "embed run adds them as it merges its results; one that ended may have failed every video: "
                         "see failed.jsonl there)")
-    if asked.k < 1:
-        raise ConfigError(f"-k: must be at least 1, got {asked.k}")
+    if isinstance(asked.k, bool) or not isinstance(asked.k, numbers.Integral) or asked.k < 1:  # (2.5 was NumPy's
+        raise ConfigError(f"-k: must be a whole number of at least 1, got {asked.k!r}")  # "Partition index" error)
     if asked.backend == "faiss" and not faiss_available():
         raise ConfigError("--backend faiss: faiss is not installed (pip install faiss-cpu); use the exact backend")
 
