@@ -90,6 +90,9 @@ def test_inputs_expand_files_folders_lists_and_globs(tmp_path, monkeypatch):
         expand_inputs(["nope.mp4", "empty"])
     with pytest.raises(DataError, match="matches no file"):
         expand_inputs(["clips/*.webm"])
+    split = tmp_path / "trainlist01.txt"  # a UCF101 split file's lines, "path label": every line failed
+    split.write_text("clips/a.mp4 1\nclips/sub/deeper/b.mp4 7\n")
+    assert expand_inputs([str(split)]) == [a, b]
     marked = tmp_path / "excel.txt"  # a byte-order mark (Notepad, a spreadsheet's "UTF-8") made the first path missing
     marked.write_bytes(b"\xef\xbb\xbfclips/a.mp4\r\nclips/sub/deeper/b.mp4\r\n")
     assert expand_inputs([str(marked)]) == [a, b]

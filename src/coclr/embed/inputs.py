@@ -5,13 +5,15 @@ Which files are videos is one rule, :func:`coclr.video.decode.why_not_video`: a 
 
 - a file: a video, itself; otherwise a list file: a text file of one path per line, or a CSV whose first column is
   the path, or the ``path`` column its header row names (:func:`coclr.video.indexes.manifest_header`: ``label,path``
-  as a manifest); blank lines and lines starting with ``#`` are skipped; relative paths are taken from the list
-  file's folder. Labels are not needed. A file that is neither (a binary file PyAV cannot read as a video) is that
+  as a manifest), or a line whose first space-separated part is a file (a UCF101 split file's ``path label``);
+  blank lines and lines starting with ``#`` are skipped; relative paths are taken from the list file's folder.
+  Labels are not needed. A file that is neither (a binary file PyAV cannot read as a video) is that
   input's failure, listed with the failed videos: the others go on;
 - a folder: every video under it, recursively (hidden files and folders left out), in sorted order; the files that
   are not videos are counted and named in one line (a few of them, with the reason);
-- a glob pattern (``*``, ``?``, ``[``; ``**`` reaches into subfolders): the videos among the files it matches, and
-  the videos in the folders it matches.
+- a glob pattern (``*``, ``?``, ``[``; ``**`` reaches into subfolders, not through links to folders): the videos
+  among the files it matches, and the videos in the folders it matches, but in coclr's own output folders below
+  where it starts (as a folder scan leaves them out).
 
 Every video is named by its absolute path (``os.path.abspath``: symbolic links are kept, not resolved), the key
 of the output folder's rows; a file reached twice (the same path, or another name of the same real file through
@@ -303,6 +305,10 @@ def read_list_file(path: Path) -> list[Path]:
             column = header.index("path")
             continue
         cell = cells[column].strip() if column < len(cells) else ""
+        if len(cells) == 1 and " " in cell and not _absolute(cell, base).exists():  # ("Class/v_x.avi 1": a UCF101
+            token = _absolute(cell.split()[0], base)  # split file's line, its label after a space, failed every line)
+            if token.is_file():
+                cell = str(token)
         if cell:
             out.append(_absolute(cell, base))
     return out
