@@ -17,7 +17,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
-from coclr.config import from_dict, option, require
+from coclr.config import from_dict, option, require, whole_number
 from coclr.errors import ConfigError
 
 SHORT_SIDE = 128
@@ -78,11 +78,6 @@ def check_short_side(value: int | None, key: str, least: int = 1) -> None:
 def _number(value: Any) -> bool:
     """Whether ``value`` is a real number (not a bool, not text)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def whole_number(value: Any) -> bool:
-    """Whether ``value`` is a whole number (a NumPy one too; not a bool, not text, not 8.0)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def check_fps(value: float | None, key: str) -> None:

@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import difflib
 import math
+import numbers
 import os
 import re
 import types
@@ -537,6 +538,12 @@ def finite_number(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return value
+
+
+def whole_number(value: Any) -> bool:
+    """Whether ``value`` is a whole number (a NumPy one too; not a bool, not text, not 8.0): the one test of every
+    count a library caller may give (a clip's frames, a batch, k, a queue's size)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def require(condition: bool, key: str, message: str) -> None:

@@ -10,11 +10,11 @@ storage order (CMC: ``[B, 2(1+K)]``, the own-view candidates then the other-view
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 
 import torch
 
+from coclr.config import whole_number
 from coclr.core.loss import similarity
 
 
@@ -70,7 +70,7 @@ def cross_view_topk_positives(
         raise ValueError(
             f"other_keys [B, D] and queue_other [K, D] disagree: {tuple(other_keys.shape)}, {tuple(queue_other.shape)}"
         )
-    if isinstance(topk, bool) or not isinstance(topk, numbers.Integral) or topk < 0:
+    if not whole_number(topk) or topk < 0:
         raise ValueError(f"topk must be a whole number >= 0, got {topk!r}")
     if queue_valid.shape != (queue_other.shape[0],):
         raise ValueError(f"queue_valid must be [K] = [{queue_other.shape[0]}] (one flag a queue slot), got "

@@ -7,11 +7,10 @@ ids of sibling clips) and bookkeeping (``video_ids``).
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 from torch import nn
 
+from coclr.config import whole_number
 from coclr.distributed import all_gather_concat
 
 UNKNOWN = -1
@@ -59,8 +58,7 @@ class MomentumQueue(nn.Module):
     def __init__(self, size: int, dim: int, other_dim: int = 0, generator: torch.Generator | None = None,
                  contrasted_other: bool = False) -> None:
         super().__init__()
-        if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in (size, dim, other_dim)) \
-                or size < 1 or dim < 1 or other_dim < 0:
+        if not all(map(whole_number, (size, dim, other_dim))) or size < 1 or dim < 1 or other_dim < 0:
             raise ValueError(f"MomentumQueue needs size >= 1, dim >= 1, other_dim >= 0; got {size}, {dim}, {other_dim}")
         self.size = size
         self.dim = dim

@@ -44,6 +44,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from coclr.clips import check_fps
+from coclr.config import whole_number
 from coclr.cpu import require_native_bfloat16
 from coclr.data.augment import center_crop
 from coclr.data.sampling import clip_span, sliding_windows
@@ -142,7 +143,7 @@ class Embedder:
             raise ConfigError(f"--short-side {short}: frames too small for DIS flow, which the flow encoder was "
                               f"trained on (it needs {DIS_MIN_SIDE} px on each side); give --short-side "
                               f"{DIS_MIN_SIDE} or more")  # (before any video: each failed alone; at its own size there)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        if not whole_number(batch_size) or batch_size < 1:
             raise ConfigError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
         batch_size = int(batch_size)
         check_workers(workers, "workers")

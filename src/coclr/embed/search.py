@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import numbers
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +42,7 @@ from coclr.atomic import (
     file_state,
     remove_stale_partials,
 )
+from coclr.config import whole_number
 from coclr.cpu import native_bfloat16
 from coclr.embed import search_cpu
 from coclr.embed.options import SEARCH_BACKENDS, SearchOptions
@@ -727,7 +727,7 @@ def check_search(embeddings: Embeddings, asked: SearchOptions) -> None:
         raise DataError(f"{embeddings.root}: no {'window' if asked.windows else 'video'} rows to search yet (a coclr "
                         "embed run adds them as it merges its results; one that ended may have failed every video: "
                         "see failed.jsonl there)")
-    if isinstance(asked.k, bool) or not isinstance(asked.k, numbers.Integral) or asked.k < 1:  # (2.5 was NumPy's
+    if not whole_number(asked.k) or asked.k < 1:  # (2.5 was NumPy's
         raise ConfigError(f"-k: must be a whole number of at least 1, got {asked.k!r}")  # "Partition index" error)
     if asked.backend == "faiss" and not faiss_available():
         raise ConfigError("--backend faiss: faiss is not installed (pip install faiss-cpu); use the exact backend")

@@ -35,9 +35,8 @@ from coclr.clips import (
     check_normalisation,
     check_short_side,
     clip_option,
-    whole_number,
 )
-from coclr.config import from_dict, option, require
+from coclr.config import from_dict, option, require, whole_number
 from coclr.data.views import view_kind
 from coclr.errors import ConfigError
 from coclr.flow.backends import flow_of_method

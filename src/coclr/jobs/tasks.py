@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from coclr.atomic import atomic_write_json
-from coclr.config import from_dict, to_dict
+from coclr.config import from_dict, to_dict, whole_number
 from coclr.errors import CoclrError, ConfigError
 from coclr.eval.options import ClipConfig, FinetuneConfig
 from coclr.flow.options import FlowOptions
@@ -149,7 +149,7 @@ def read_task_file(path: str | Path) -> tuple[Task, int | None]:
     if not isinstance(record, dict):
         raise ConfigError(f"{path}: not a task record (a JSON object is needed)")
     threads = record.pop(THREADS_KEY, None)
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+    if threads is not None and (not whole_number(threads) or threads < 1):
         raise ConfigError(f"{path}: {THREADS_KEY} must be a whole number of at least 1, got {threads!r}")
     return read_task(record), threads
 
