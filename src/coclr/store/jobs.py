@@ -370,31 +370,31 @@ WORKER_DIED = "worker process died (crash or out of memory) while running this e
 def _run_pools(root: str, view: str, todo: list[str], job: EntryJob, workers: int,
                record: Callable[[str, int, str | None], None], context: multiprocessing.context.BaseContext) -> None:
     """Pools until every key is recorded. The keys in flight when a worker died (up to 2 per worker: the one that
-    killed it, and others queued or running beside it) are each run again alone, in a pool of one worker: only a
-    key whose own worker dies again fails (they all failed, with the same reason, where one video was at fault)."""
+    killed it, and others queued or running beside it) are run again one at a time, in a pool of one worker: only a
+    key whose own worker dies again fails (they all failed, with the same reason, where one video was at fault), and
+    a new such pool takes the suspects left."""
     pending = list(reversed(todo))
     suspects: list[str] = []
     while pending or suspects:
         if suspects:
-            alone = [suspects.pop()]
-            for key in _one_pool(root, view, alone, job, 1, record, context):
+            for key in _one_pool(root, view, suspects, job, 1, record, context, per_worker=1):
                 record(key, 0, WORKER_DIED)
         else:
             suspects.extend(reversed(_one_pool(root, view, pending, job, workers, record, context)))
 
 
 def _one_pool(root: str, view: str, queue: list[str], job: EntryJob, workers: int,
-              record: Callable[[str, int, str | None], None], context: multiprocessing.context.BaseContext
-              ) -> list[str]:
-    """Run the keys popped from ``queue`` in one pool until it is empty or a worker dies; returns the keys that were
-    in flight when it died (not recorded)."""
+              record: Callable[[str, int, str | None], None], context: multiprocessing.context.BaseContext,
+              per_worker: int = 2) -> list[str]:
+    """Run the keys popped from ``queue`` in one pool, at most ``per_worker`` in flight per worker, until it is empty
+    or a worker dies; returns the keys that were in flight when it died (not recorded)."""
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker, initargs=(job, os.getpid()))
     in_flight: dict[Future, str] = {}
     broken = False
     died: list[str] = []
     try:
         while (queue and not broken) or in_flight:
-            while queue and not broken and len(in_flight) < 2 * workers:
+            while queue and not broken and len(in_flight) < per_worker * workers:
                 key = queue.pop()
                 try:
                     in_flight[pool.submit(_run_in_worker, root, view, key)] = key
