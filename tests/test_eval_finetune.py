@@ -367,3 +367,56 @@ def test_a_finetuning_that_diverges_is_refused_not_scored(tmp_path):
 
         saved = torch.load(state, weights_only=True)
         assert all(bool(torch.isfinite(value).all()) for value in saved["model"].values() if value.is_floating_point())
+
+
+def _one_epoch(scaler, seed=0):
+    """A classifier of the tiny S3D after one epoch of two batches, trained with ``scaler``."""
+    from coclr.eval import finetune as module
+    from coclr.models.s3d import S3D
+
+    torch.manual_seed(seed)
+    model = Classifier(S3D(width=0.125), 3, 0.0)
+    optimizer = build_optimizer(model, from_dict(FinetuneConfig, {"epochs": 1, "milestones": []}))
+    generator = torch.Generator().manual_seed(1)
+    batches = [{"rgb": torch.randn(2, 1, 3, 8, 32, 32, generator=generator), "label": torch.tensor([0, 2])}
+               for _ in range(2)]
+    loss = module.train_epoch(model, batches, lambda clips, _generator: clips, optimizer, "rgb", torch.device("cpu"),
+                              False, generator, False, "epoch", scaler)
+    return model, loss
+
+
+def test_float16_finetuning_scales_its_loss_and_skips_overflowed_steps():
+    """Float16 autocast on CUDA trained without a loss scaler (its small gradients flush to zero); with one, a
+    power-of-two scale leaves the step as it was, and a step whose scaled gradients overflow is skipped."""
+    from coclr.eval.finetune import loss_scaler
+    from coclr.models.s3d import S3D
+
+    assert not loss_scaler(torch.device("cpu"), True).is_enabled()  # (bfloat16 on a CPU: nothing to scale)
+    plain, plain_loss = _one_epoch(None)
+    scaled, scaled_loss = _one_epoch(torch.amp.GradScaler("cpu", init_scale=2.0 ** 12, growth_interval=1))
+    assert scaled_loss == plain_loss
+    for a, b in zip(plain.state_dict().values(), scaled.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    torch.manual_seed(0)
+    untrained = Classifier(S3D(width=0.125), 3, 0.0)
+    overflow = torch.amp.GradScaler("cpu", init_scale=3e38, growth_interval=1000)
+    skipped, _ = _one_epoch(overflow)
+    assert overflow.get_scale() < 3e38  # lowered after the overflow
+    weights = [name for name in untrained.state_dict() if name.endswith("weight")]
+    assert weights and all(torch.equal(untrained.state_dict()[n], skipped.state_dict()[n]) for n in weights)
+
+
+def test_the_loss_scale_is_kept_with_the_finetuning_state(tmp_path):
+    from coclr.eval import finetune as module
+    from coclr.models.s3d import S3D
+
+    model = Classifier(S3D(width=0.125), 3, 0.0)
+    config = from_dict(FinetuneConfig, {"epochs": 3, "milestones": [2]})
+    optimizer = build_optimizer(model, config)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, config.milestones, gamma=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 9)
+    scaler.scale(torch.ones(()))  # (its state exists once it has scaled)
+    module._save_state(tmp_path / "state.pt", model, optimizer, scheduler, 1, {}, [0.5], scaler)
+    resumed = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    module._resume(tmp_path / "state.pt", model, optimizer, scheduler, config.epochs, resumed)
+    assert resumed.get_scale() == 2.0 ** 9

@@ -98,12 +98,14 @@ def build_optimizer(model: Classifier, config: FinetuneConfig) -> torch.optim.Op
 
 
 def _save_state(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler, epoch: int,
-                fingerprint: dict[str, object], losses: list[float | None]) -> None:
+                fingerprint: dict[str, object], losses: list[float | None],
+                scaler: torch.amp.GradScaler | None = None) -> None:
 
     device = next(model.parameters()).device
     atomic_torch_save({"format": STATE_FORMAT, "epoch": epoch, "fingerprint": fingerprint,
                        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                        "scheduler": scheduler.state_dict(), "losses": list(losses),
+                       "scaler": {} if scaler is None else scaler.state_dict(),
                        "arithmetic": arithmetic(device)}, path)
 
 
@@ -126,8 +128,8 @@ def _state_fingerprint(folder: Path) -> dict[str, object] | None:
     return (_read_state(path).get("fingerprint") or {}) if path.is_file() else None
 
 
-def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler, epochs: int
-            ) -> list[float | None]:
+def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, scheduler, epochs: int,
+            scaler: torch.amp.GradScaler | None = None) -> list[float | None]:
     """Load the last epoch's state when it exists (its folder holds the same job: :data:`FINETUNE_FOLDER`);
     returns the training loss of each epoch done (None for one a state written before they were kept). Continued
     under other threads or kernels than it trained on (of its ``epochs``), it says so."""
@@ -142,13 +144,23 @@ def _resume(path: Path, model: Classifier, optimizer: torch.optim.Optimizer, sch
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None and state.get("scaler"):  # (a state written before the scaler was kept: a fresh one)
+        scaler.load_state_dict(state["scaler"])
     losses = [None if loss is None else float(loss) for loss in state.get("losses") or []]
     return losses if len(losses) == done else [None] * done
 
 
+def loss_scaler(device: torch.device, amp: bool) -> torch.amp.GradScaler:
+    """The loss scaler of float16 autocast (on CUDA), which keeps small gradients from flushing to zero; disabled
+    (a pass-through) for bfloat16 and float32."""
+    return torch.amp.GradScaler(device.type, enabled=amp and device.type == "cuda")
+
+
 def train_epoch(model: Classifier, loader, augment, optimizer: torch.optim.Optimizer, view: str,
-                device: torch.device, amp: bool, generator: torch.Generator, progress: bool, desc: str) -> float:
-    """One epoch of cross-entropy training; returns the mean loss."""
+                device: torch.device, amp: bool, generator: torch.Generator, progress: bool, desc: str,
+                scaler: torch.amp.GradScaler | None = None) -> float:
+    """One epoch of cross-entropy training; returns the mean loss. ``scaler`` scales the loss before the backward
+    pass (:func:`loss_scaler`; none: unscaled)."""
 
     model.train()
     total, count = 0.0, 0
@@ -160,8 +172,13 @@ def train_epoch(model: Classifier, loader, augment, optimizer: torch.optim.Optim
         with torch.autocast(device_type=device.type, dtype=dtype, enabled=amp):
             loss = F.cross_entropy(model(clips).float(), labels)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:  # (a step whose scaled gradients overflowed is skipped and the scale lowered)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
         total += float(loss.detach()) * len(labels)
         count += len(labels)
     return total / max(count, 1)
@@ -227,8 +244,9 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
             model = Classifier(load_backbone(checkpoint), num_classes, config.dropout).to(device)
         optimizer = build_optimizer(model, config)
         scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, config.milestones, gamma=0.1)
+        scaler = loss_scaler(device, clip_config.amp)
         state_path = out_dir / STATE_FILE
-        losses = _resume(state_path, model, optimizer, scheduler, config.epochs)  # (a resumed run's result lists
+        losses = _resume(state_path, model, optimizer, scheduler, config.epochs, scaler)  # (a resumed run's result lists
         # every epoch's)
         done = len(losses)
 
@@ -246,13 +264,13 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
                     torch.manual_seed(seeding.derive_seed(config.seed, epoch))  # this epoch's dropout, restored after
                     losses.append(train_epoch(model, loader, augment, optimizer, view, device, clip_config.amp,
                                               seeding.generator(config.seed, epoch, seeding.AUGMENT), progress,
-                                              f"epoch {epoch + 1}"))
+                                              f"epoch {epoch + 1}", scaler))
                 if not math.isfinite(losses[-1]):  # (before its state is kept: a rerun does not continue from NaN)
                     raise CoclrError(f"finetuning diverged: the training loss of epoch {epoch + 1} is {losses[-1]}; "
                                      f"{done} epoch(s) kept, nothing tested: give a lower --lr (or "
                                      "--backbone-lr-scale)")
                 scheduler.step()
-                _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint, losses)
+                _save_state(state_path, model, optimizer, scheduler, epoch + 1, fingerprint, losses, scaler)
                 done = epoch + 1
                 if on_epoch is not None:
                     on_epoch(done)
