@@ -110,6 +110,15 @@ def test_config_validation():
         from_dict(LinearProbeConfig, {"val_fraction": 1.0})
     with pytest.raises(ConfigError, match="lrs"):
         from_dict(LinearProbeConfig, {"lrs": []})
+    # (Adam's float32 step overflowed at an lr past about 3e37: a RuntimeError traceback mid-grid)
+    with pytest.raises(ConfigError, match=r"^lrs: must lie in \(0, 1e\+30\], got 1e\+38$"):
+        from_dict(LinearProbeConfig, {"lrs": [0.001, 1e38]})
+    from coclr.eval.finetune import FinetuneConfig
+    from coclr.train.config import OptimOptions
+
+    for config_class in (FinetuneConfig, OptimOptions):
+        with pytest.raises(ConfigError, match=r"^lr: must lie in \(0, 1e\+30\], got 1e\+38$"):
+            from_dict(config_class, {"lr": 1e38, "milestones": []})
 
 
 def test_progress_counts_every_training_epoch_of_the_grid_and_the_final_probe(capsys):

@@ -552,6 +552,15 @@ def require(condition: bool, key: str, message: str) -> None:
         raise ConfigError(f"{key}: {message}")
 
 
+MAX_LEARNING_RATE = 1e30
+
+
+def require_learning_rate(lr: float, key: str) -> None:
+    """The one rule of an Adam learning rate: positive, and at most :data:`MAX_LEARNING_RATE` (far past any that
+    trains, where a run diverges and says so; past about 3e37 Adam's float32 step overflowed in a traceback)."""
+    require(0 < lr <= MAX_LEARNING_RATE, key, f"must lie in (0, {MAX_LEARNING_RATE:g}], got {lr:g}")
+
+
 def require_milestones(milestones: list[int], epochs: int, key: str, epochs_key: str, none: str) -> None:
     """The one rule of lr milestones (pretraining, a pipeline's stages, finetuning): each lies in 1..epochs, since
     one past the last epoch never lowers the lr, which a changed epoch count left unsaid (``epochs_key`` and

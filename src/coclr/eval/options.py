@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from coclr.clips import ClipSettings, clip_option
-from coclr.config import option, require, require_milestones
+from coclr.config import option, require, require_learning_rate, require_milestones
 from coclr.errors import ConfigError
 from coclr.seeding import check_seed
 from coclr.threads import check_workers
@@ -53,7 +53,9 @@ class LinearProbeConfig:
     seed: int = option(0, "seed of the held-out split, the initialisation and the batch order")
 
     def validate(self) -> None:
-        require(bool(self.lrs) and all(lr > 0 for lr in self.lrs), "lrs", f"need positive values, got {self.lrs}")
+        require(bool(self.lrs), "lrs", "give at least one learning rate")
+        for lr in self.lrs:
+            require_learning_rate(lr, "lrs")
         check_seed(self.seed)
         require(bool(self.weight_decays) and all(wd >= 0 for wd in self.weight_decays), "weight_decays",
                 f"need values >= 0, got {self.weight_decays}")
@@ -83,7 +85,7 @@ class FinetuneConfig:
         require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
         require_milestones(self.milestones, self.epochs, "milestones", "epochs",
                            "--milestones with no value, or [] in a config,")
-        require(self.lr > 0, "lr", f"must be positive, got {self.lr}")
+        require_learning_rate(self.lr, "lr")
         check_seed(self.seed)
         require(self.backbone_lr_scale >= 0, "backbone_lr_scale", f"must be >= 0, got {self.backbone_lr_scale}")
         require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from coclr.clips import ClipSettings, clip_option, feature_map_size
-from coclr.config import option, require, require_milestones
+from coclr.config import option, require, require_learning_rate, require_milestones
 from coclr.core.methods import CONTRASTIVE, MINING_SPACES, methods_help, mining_help
 from coclr.data.augment import AugmentOptions
 from coclr.data.views import view_kind
@@ -210,7 +210,7 @@ class OptimOptions:
                                   "what a stage initialised from a trained encoder (CoCLR) starts from")
 
     def validate(self) -> None:
-        require(self.lr > 0, "lr", f"must be positive, got {self.lr}")
+        require_learning_rate(self.lr, "lr")
         require(self.epochs >= 1, "epochs", f"must be at least 1, got {self.epochs}")
         require(0 <= self.warmup_epochs <= self.epochs, "warmup_epochs", f"must lie in 0..epochs ({self.epochs})")
         require(self.weight_decay >= 0, "weight_decay", "must be non-negative")
