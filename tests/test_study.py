@@ -1216,3 +1216,21 @@ def test_jobs_on_gpus_take_their_share_of_the_cores() -> None:
 
     assert job_threads(from_dict(StudyConfig, {"threads": 3, "train": {"run": {"device": "cpu"}}})) == 3
     assert job_threads(from_dict(StudyConfig, {"threads": 3, "gpus": [0]})) is None
+
+
+def test_seeds_given_other_than_those_summarised_are_said_before_the_work(tmp_path: Path, capsys) -> None:
+    """``--seeds 3 4`` on a folder whose seeds.json summarised 0, 1, 2 rewrote it for 3 and 4 in silence."""
+    from coclr.atomic import atomic_write_json
+    from coclr.cli import main
+
+    out = tmp_path / "s"
+    out.mkdir()
+    atomic_write_json(out / "seeds.json", {"seeds": [0, 1, 2]})
+    assert main(["study", "--out", str(out), "--seeds", "3", "4", "rows=[infonce_rgb]", "--check"]) == 0
+    printed = capsys.readouterr().out
+    assert (f"[study] note: {out / 'seeds.json'} summarises seeds 0, 1, 2; it will summarise 3, 4, the seeds given "
+            "(the others' folders are kept: give --seeds 0 1 2 3 4 to summarise them all)") in printed
+    assert printed.index("[study] note:") < printed.index("=== seed 3")
+    atomic_write_json(out / "seeds.json", {"seeds": [3, 4]})
+    assert main(["study", "--out", str(out), "--seeds", "3", "4", "rows=[infonce_rgb]", "--check"]) == 0
+    assert "[study] note" not in capsys.readouterr().out  # the same seeds: nothing to say

@@ -9,6 +9,7 @@ before any work, naming each, and a second study on a running one is refused by 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Sequence
@@ -411,6 +412,20 @@ def _seeds_output(path: Path) -> bool:
     return path.name in SEEDS_FILES or (path.is_dir() and path.name.startswith("seed") and path.name[4:].isdigit())
 
 
+def _summarised_seeds(out: Path) -> list[int] | None:
+    """The seeds ``out/seeds.json`` summarises (None: no summary, or one that cannot be read, which is written
+    again)."""
+    try:
+        seeds = json.loads((out / "seeds.json").read_text(encoding="utf-8")).get("seeds")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return seeds if isinstance(seeds, list) else None
+
+
+def _seed_list(seeds: Sequence[int]) -> str:
+    return ", ".join(map(str, seeds))
+
+
 def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_only: bool = False
               ) -> dict[str, Any] | None:
     """The study once per seed (``OUT/seed<S>``, each resumable), then every number's mean and standard deviation
@@ -427,6 +442,12 @@ def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_
     check_output_folder(out, STUDY_FOLDER.command, _seeds_output, "seed<S>/, " + ", ".join(SEEDS_FILES))
     for seed in seeds:  # every seed's folder before any seed's work: not hours of one, then a refusal
         check_study(dataclasses.replace(config, seed=seed), Path(os.path.abspath(out / f"seed{seed}")))
+    before = _summarised_seeds(out)
+    if before is not None and before != list(seeds):  # (it was rewritten for the seeds given, without a word)
+        every = sorted(set(before) | set(seeds))
+        print(f"[study] note: {out / 'seeds.json'} summarises seeds {_seed_list(before)}; it will summarise "
+              f"{_seed_list(seeds)}, the seeds given (the others' folders are kept: give --seeds "
+              f"{' '.join(map(str, every))} to summarise them all)", flush=True)
     results = []
     for seed in seeds:
         print(f"=== seed {seed}", flush=True)
