@@ -141,6 +141,19 @@ def test_a_pattern_does_not_follow_links_to_folders_round_a_loop(tmp_path):
         signal.alarm(0)
 
 
+def test_a_pattern_takes_a_link_to_nothing_as_a_scan_does(tmp_path):
+    """``clips/*.mp4`` left out a link to nothing and a link in a loop in silence (exit 0), where a scan of the
+    folder listed both as failures; a pattern of those links only was "matches no video (only files that are not
+    videos)"."""
+    video = write_video(tmp_path / "clips" / "a.mp4", moving_square(4))
+    (tmp_path / "clips" / "b.mp4").symlink_to("/nowhere/b.mp4")
+    (tmp_path / "clips" / "c.mp4").symlink_to("c.mp4")
+    links = [tmp_path / "clips" / "b.mp4", tmp_path / "clips" / "c.mp4"]
+    assert expand_inputs([tmp_path / "clips"]) == [video, *links]
+    assert expand_inputs([str(tmp_path / "clips" / "*.mp4")]) == [video, *links]
+    assert expand_inputs([str(tmp_path / "clips" / "[bc].mp4")]) == links
+
+
 def test_a_folder_the_scan_cannot_read_is_noted_with_its_videos_left_out(tmp_path, monkeypatch):
     """A subfolder without read permission: its videos were left out of embed and learn in silence (exit 0), and
     the folder itself given was "no videos in this folder"."""

@@ -139,7 +139,8 @@ def _expand(item: str, notes: list[str]) -> tuple[list[Path], str | None]:
                     continue  # (inside a folder matched and scanned already: its videos once)
                 scanned.add(os.path.realpath(match))
                 out.extend(scan_folder(match, notes))
-            elif match.is_file():
+            elif match.is_file() or match.is_symlink():  # (a link to nothing, or in a loop, is a video that fails
+                # with its reason, as in a scan: it was left out in silence)
                 reason = why_not_video(match)
                 if reason is None:
                     out.append(_absolute(str(match), Path.cwd()))

@@ -128,8 +128,9 @@ def decode_video(path: str | Path, short_side: int | None = None, fps: float | N
         short_side: resize so that the shorter side has this many pixels, keeping the aspect ratio
             (``INTER_AREA``); ``None`` keeps the decoded size.
         fps: resample to this frame rate by timestamps: output frame ``k`` is the source frame whose
-            timestamp is nearest to ``k / fps`` (frames are repeated or dropped; on a constant rate the frames
-            FFmpeg's ``fps`` filter gives, across a gap of a variable rate the next frame where it is nearer), and
+            timestamp is nearest to ``k / fps`` (frames are repeated or dropped; FFmpeg's ``fps`` filter keeps
+            the last of the source frames that round to one output frame, so 30 -> 10 gives it frames 1, 4, 7
+            where nearest gives 0, 3, 6: docs/store.md), and
             the output lasts ``round(duration * fps)`` frames; ``None`` keeps every decoded frame.
 
     Raises:
