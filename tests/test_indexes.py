@@ -517,12 +517,24 @@ def test_a_link_to_nothing_named_as_a_video_is_a_missing_video(tmp_path, capsys)
     (tmp_path / "videos" / "notes.txt").symlink_to(tmp_path / "nowhere.txt")
     notes: list[str] = []
     assert [entry.path for entry in tree_index(tmp_path / "videos", notes=notes).entries] == ["a.mp4", "gone.mp4"]
-    assert any("skipped 1 files that are not videos (notes.txt: a link to nothing)" in note for note in notes), notes
+    assert any("skipped 1 files that are not videos (notes.txt: a link to "
+               f"{tmp_path / 'nowhere.txt'}, which does not exist)" in note for note in notes), notes
     args = ["data", "index", "--format", "folder", "--unlabelled", "--root", str(tmp_path / "videos"), "--out",
             str(tmp_path / "index.json")]
     assert main(args) == 2 and not (tmp_path / "index.json").exists()
     assert ("1 of the 2 videos of index 'videos' are missing under " f"{tmp_path / 'videos'}: gone.mp4 (a link to "
-            "nothing); restore them, or give --drop-missing to leave them out") in capsys.readouterr().err
+            f"{tmp_path / 'nowhere.mp4'}, which does not exist); restore them, or give --drop-missing to leave them "
+            "out") in capsys.readouterr().err
+    # a folder named as a video and a link in a loop were "missing" and "a link to nothing" too
+    from coclr.errors import DataError
+    from coclr.video.indexes import VideoEntry, VideoIndex, check_videos_exist
+
+    (tmp_path / "videos" / "dir.mp4").mkdir()
+    (tmp_path / "videos" / "loop.mp4").symlink_to("loop.mp4")
+    index = VideoIndex("v", ["x"], [VideoEntry(name, 0, "train") for name in ("a.mp4", "dir.mp4", "loop.mp4")])
+    with pytest.raises(DataError, match=r"dir\.mp4 \(a folder, not a video file\), loop\.mp4 \(a symbolic link in "
+                       r"a loop \(it leads back to itself\), not a video file\)$"):
+        check_videos_exist(index, tmp_path / "videos")
     assert main([*args, "--drop-missing"]) == 0
     assert [entry["path"] for entry in json.loads((tmp_path / "index.json").read_text())["entries"]] == ["a.mp4"]
 

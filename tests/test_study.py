@@ -1166,7 +1166,8 @@ def test_a_study_of_a_folder_with_a_link_to_nothing_says_what_to_do(tmp_path: Pa
     assert main(["study", "--out", str(tmp_path / "s"), "data.source=folder", f"data.root={tmp_path / 'videos'}",
                  "--check"]) == 2
     said = capsys.readouterr().err
-    assert "train/a/gone.mp4 (a link to nothing); restore them, or remove them from data.root" in said, said
+    assert (f"train/a/gone.mp4 (a link to {tmp_path / 'nowhere.mp4'}, which does not exist); restore them, or "
+            "remove them from data.root") in said, said
     assert not (tmp_path / "s").exists()
 
 

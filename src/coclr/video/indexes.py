@@ -211,6 +211,13 @@ def missing_videos(index: VideoIndex, root: str | Path) -> list[str]:
     return [e.path for e in index.entries if not (root / e.path).is_file()]
 
 
+def _missing_text(root: Path, path: str) -> str:
+    """``path`` of a missing video, with why it is no file where something is there (it read "a link to nothing" for
+    a link in a loop, and nothing for a folder)."""
+    why = why_no_file(root / path, "video file")
+    return path if why == "video file not found" else f"{path} ({why})"
+
+
 def video_folder(root: str | Path) -> Path:
     """``root`` when it is a folder; else one line: not there, or a file (a video, not the folder of videos)."""
     root = Path(root)
@@ -222,13 +229,12 @@ def video_folder(root: str | Path) -> Path:
 
 
 def check_videos_exist(index: VideoIndex, root: str | Path, remedy: str = "") -> None:
-    """Raise one DataError listing every video of ``index`` missing under ``root`` (count + first names; a link to
-    nothing said so), ending with ``remedy`` (what to do) when given."""
+    """Raise one DataError listing every video of ``index`` missing under ``root`` (count + first names; one that is
+    a folder, a link to nothing or in a loop said so), ending with ``remedy`` (what to do) when given."""
     root = video_folder(root)
     missing = missing_videos(index, root)
     if missing:
-        shown = ", ".join(path + (" (a link to nothing)" if os.path.islink(root / path) else "")
-                          for path in missing[:MISSING_SHOWN])
+        shown = ", ".join(_missing_text(root, path) for path in missing[:MISSING_SHOWN])
         more = f" (and {len(missing) - MISSING_SHOWN} more)" if len(missing) > MISSING_SHOWN else ""
         raise DataError(f"{len(missing)} of the {len(index)} videos of index {index.name!r} are missing "
                         f"under {root}: {shown}{more}{'; ' + remedy if remedy else ''}")
@@ -618,7 +624,7 @@ class _FolderScan:
             if child.is_dir():
                 self._visit(child, [*ancestors, real], found)
             elif child.is_symlink() and not child.exists() and self.not_video(child) is not None:
-                self.skipped.append((child.relative_to(self.root).as_posix(), "a link to nothing"))
+                self.skipped.append((child.relative_to(self.root).as_posix(), why_no_file(child)))
             elif child.is_file() and (reason := self.not_video(child)) is not None:
                 self.skipped.append((child.relative_to(self.root).as_posix(), reason))
             elif child.is_file() or child.is_symlink():  # (a link to nothing named as a video: a video that fails
