@@ -181,8 +181,7 @@ class VideoReader:
         self.expected_end = None if self.expected is not None else _expected_end(self._container, self._stream)
         self.fps = float(fps if fps is not None else source_fps)
         self._target_fps = fps
-        self.pixel_aspect = pixel_aspect(self._stream)
-        """A pixel's width over its height as a player shows it (1: square; the frames keep the coded width)."""
+        self._coded_pixel_aspect = pixel_aspect(self._stream)
         self._converter = _RGBConverter(short_side)
         self.short_side = short_side
         self.decoded = 0
@@ -194,6 +193,15 @@ class VideoReader:
         self._end: int | Fraction | None = None
         self._end_on_stream_clock: Fraction | None = None
         self._discarded = [0]
+
+    @property
+    def pixel_aspect(self) -> Fraction:
+        """A pixel's width over its height in the frames as shown (1: square; the frames keep the coded width): the
+        coded picture's, inverted where the frames are turned a quarter (a player stretches the coded 80 x 48 of
+        pixels twice as wide to 160 x 48 and turns it to 48 x 160, whose pixels are then twice as tall as wide).
+        Known once the first frame is decoded (:attr:`orientation`)."""
+        turned = self.orientation.rotation in (90, 270)
+        return 1 / self._coded_pixel_aspect if turned else self._coded_pixel_aspect
 
     def __enter__(self) -> VideoReader:
         return self
