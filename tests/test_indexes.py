@@ -204,6 +204,30 @@ def test_a_kinetics_index_points_evaluation_to_its_validation_videos(tmp_path, c
     assert "--test-split val (coclr eval)" in printed and "--test-fraction" not in printed
 
 
+def test_an_index_of_no_video_is_refused_not_written(tmp_path, capsys):
+    """Every video dropped by --drop-missing (a wrong --root), or Kinetics' test CSV (no labels: every row left out
+    in silence), wrote an index of 0 videos at exit 0, which `data store` then refused."""
+    from coclr.cli import main
+
+    touch(tmp_path / "vids" / "a" / "x.avi")
+    (tmp_path / "m.csv").write_text("path,label\na/x.avi,a\n")
+    assert main(["data", "index", "--format", "csv", "--annotations", str(tmp_path / "m.csv"), "--root",
+                 str(tmp_path), "--drop-missing", "--out", str(tmp_path / "i.json")]) == 2
+    assert (f"error: all 1 videos of index 'm' are missing under {tmp_path} (the first: a/x.avi): check --root, "
+            "which the paths are relative to") in capsys.readouterr().err
+    assert not (tmp_path / "i.json").exists()
+    (tmp_path / "k400_test.csv").write_text("label,youtube_id,time_start,time_end,split\n,abc,0,10,test\n"
+                                            ",abd,0,10,test\n")
+    assert main(["data", "index", "--format", "kinetics", "--annotations", str(tmp_path / "k400_test.csv"),
+                 "--root", str(tmp_path / "vids"), "--out", str(tmp_path / "k.json")]) == 2
+    said = capsys.readouterr()
+    assert (f"note: left out 2 rows without a label (first {tmp_path / 'k400_test.csv'}:2): Kinetics' test CSV has "
+            "none") in said.out
+    assert "error: index 'kinetics400' lists no video: its annotations name none with a label; nothing written" in \
+        said.err
+    assert not (tmp_path / "k.json").exists()
+
+
 def test_kinetics_csv_without_the_columns_is_rejected(tmp_path):
     (tmp_path / "bad.csv").write_text("label,youtube_id\nabseiling,x\n")
     with pytest.raises(DataError, match="bad.csv"):

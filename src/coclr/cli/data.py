@@ -14,6 +14,7 @@ import argparse
 from coclr.cli import _synth
 from coclr.cli._options import add_option_flags, options_from_flags
 from coclr.cli._status import job_status
+from coclr.errors import DataError
 from coclr.store.options import InfoOptions, StoreOptions, VerifyOptions
 from coclr.video.options import FORMATS, IndexOptions
 
@@ -85,7 +86,7 @@ def run_index(args: argparse.Namespace) -> int:
     elif args.format == "hmdb51":
         index = indexes.hmdb51_index(annotations[0], options.split)
     elif args.format == "kinetics":
-        index = indexes.kinetics_index(annotations, options.root)
+        index = indexes.kinetics_index(annotations, options.root, notes=notes)
     elif args.format == "folder" and options.unlabelled:
         index = indexes.tree_index(options.root, test_fraction=options.test_fraction, seed=options.seed, notes=notes)
     elif args.format == "folder":
@@ -99,12 +100,18 @@ def run_index(args: argparse.Namespace) -> int:
     if options.root:
         missing = indexes.missing_videos(index, options.root)
         if missing and options.drop_missing:
+            if len(missing) == len(index):  # (an index of no video was written, exit 0)
+                raise DataError(f"all {len(index)} videos of index {index.name!r} are missing under {options.root} "
+                                f"(the first: {missing[0]}): check --root, which the paths are relative to")
             index = index.without(missing)
             print(f"left out {len(missing)} videos missing under {options.root}")
         elif missing:
             indexes.check_videos_exist(index, options.root, "restore them, or give --drop-missing to leave them out")
     else:
         print("note: no --root given, so the videos were not checked")
+    if not len(index):
+        raise DataError(f"index {index.name!r} lists no video: its annotations name none" +
+                        (" with a label" if args.format == "kinetics" else "") + "; nothing written")
     index.save(args.out)
     counts = ", ".join(f"{split} {n}" for split, n in index.split_counts().items())
     unlabelled = len(index.unlabelled())

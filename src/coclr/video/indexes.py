@@ -340,7 +340,7 @@ _KINETICS_SPLITS = {"train": "train", "val": "val", "validate": "val", "validati
 
 
 def kinetics_index(annotations: str | Path | Sequence[str | Path], root: str | Path,
-                   name: str = "kinetics400") -> VideoIndex:
+                   name: str = "kinetics400", notes: list[str] | None = None) -> VideoIndex:
     """Kinetics from annotation CSVs (``label,youtube_id,time_start,time_end,split``, one or several).
 
     Videos are named ``<youtube_id>_<start:06d>_<end:06d>.mp4`` and looked for under ``root`` in the usual
@@ -348,7 +348,7 @@ def kinetics_index(annotations: str | Path | Sequence[str | Path], root: str | P
     ``<split>`` is the CSV's value or ours ("validate" -> "val") and ``<label>`` the class name as written or
     with spaces as underscores. A video found nowhere gets the first layout's path, so that
     :func:`check_videos_exist` reports it. Classes are the sorted labels; the group is the YouTube id. Rows
-    without a label (the unlabelled test set's CSV) are left out.
+    without a label (the unlabelled test set's CSV) are left out, counted in one line of ``notes``.
     """
     files = [Path(annotations)] if isinstance(annotations, (str, Path)) else [Path(a) for a in annotations]
     root = Path(root)
@@ -397,6 +397,10 @@ def kinetics_index(annotations: str | Path | Sequence[str | Path], root: str | P
         path = next((c for c in candidates if listing.exists(c)), candidates[0])
         listed.check(path, where, split)
         entries.append(VideoEntry(path, label_of[label], split, youtube_id))
+    unlabelled = [where for label, *_, where in rows if not label]
+    if unlabelled and notes is not None:  # (left out in silence: an index of the test CSV held no video, exit 0)
+        notes.append(f"left out {len(unlabelled)} rows without a label (first {unlabelled[0]}): Kinetics' test CSV "
+                     "has none; the index lists the labelled rows")
     return VideoIndex(name, classes, entries)
 
 
