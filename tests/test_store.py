@@ -764,8 +764,14 @@ def test_the_test_split_of_a_folder_keeps_its_videos_as_videos_are_added(tmp_pat
     other = split_by_group(VideoIndex("f", ["a"], [VideoEntry(f"a/v{n:02d}.mp4", 0, "train", None)
                                                    for n in range(10)]), 0.3, seed=1)
     update = create_store(tmp_path / "store", other, replace_index=True)
-    assert update.to_test and "moved from the train split to the test split" in str(update)
+    assert update.from_train and "moved from the train split to the test split" in str(update)
     assert ClipStore(tmp_path / "store").index.to_dict() == other.to_dict()
+    # to val (Kinetics is evaluated on it: --test-split val) the move was said nothing of
+    trained = next(e.path for e in other.entries if e.split == "train")
+    val = VideoIndex("f", ["a"], [VideoEntry(e.path, 0, "val" if e.path == trained else e.split, None)
+                                  for e in other.entries])
+    update = create_store(tmp_path / "store", val, replace_index=True)
+    assert update.from_train == ((trained, "val"),) and "to the val split" in str(update)
 
 
 def test_an_index_that_numbers_the_classes_otherwise_says_so(tmp_path):
@@ -782,8 +788,12 @@ def test_an_index_that_numbers_the_classes_otherwise_says_so(tmp_path):
     create_store(tmp_path / "store", index(["climb_stairs", "climb", "kick"]))
     update = create_store(tmp_path / "store", index(["climb", "climb_stairs", "kick"]), replace_index=True)
     assert set(update.relabelled) == {"climb/a.avi", "climb_stairs/b.avi"}
-    assert "2 video(s) have another class number than before" in str(update)
+    assert "2 video(s) have another class than before (its number or name; e.g. " in str(update)
     assert not create_store(tmp_path / "store", index(["climb", "climb_stairs", "kick"]), replace_index=True)
+    # a class renamed keeps its number: taken without a word
+    renamed = VideoIndex("h", ["climb", "climb_stairs", "kicking"], [VideoEntry(path, ["climb", "climb_stairs",
+                         "kick"].index(name), "train", None) for path, name in entries])
+    assert create_store(tmp_path / "store", renamed, replace_index=True).relabelled == ("kick/c.avi",)
 
 
 def test_a_store_that_may_not_be_written_stops_the_job_blaming_no_video(tmp_path, capsys, monkeypatch):

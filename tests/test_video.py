@@ -460,7 +460,8 @@ def test_anamorphic_pixels_are_read_as_coded_and_their_aspect_reported(tmp_path)
             assert reader.pixel_aspect == reported
     # turned a quarter, the frames as shown have pixels twice as tall as wide (it reported the coded 2)
     for degrees, reported in ((90, Fraction(1, 2)), (-90, Fraction(1, 2)), (180, Fraction(2))):
-        with VideoReader(write_turned(tmp_path / f"turned{degrees}.mp4", frames, degrees, aspect=Fraction(2))) as reader:
+        turned = write_turned(tmp_path / f"turned{degrees}.mp4", frames, degrees, aspect=Fraction(2))
+        with VideoReader(turned) as reader:
             assert next(iter(reader)).shape[:2] == ((24, 32) if degrees == 180 else (32, 24))
             assert reader.pixel_aspect == reported
 

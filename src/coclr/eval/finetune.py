@@ -246,8 +246,8 @@ def finetune(checkpoint: str | Path, checkpoint_sha256: str, store, view: str, o
         scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, config.milestones, gamma=0.1)
         scaler = loss_scaler(device, clip_config.amp)
         state_path = out_dir / STATE_FILE
-        losses = _resume(state_path, model, optimizer, scheduler, config.epochs, scaler)  # (a resumed run's result lists
-        # every epoch's)
+        losses = _resume(state_path, model, optimizer, scheduler, config.epochs, scaler)  # (a resumed run's result
+        # lists every epoch's)
         done = len(losses)
 
         mean, std = normalisation

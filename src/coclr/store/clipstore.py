@@ -61,7 +61,7 @@ from coclr.filelock import exclusive_lock
 from coclr.runfolder import LOCK_FILE, FolderRecord, FolderRule, check_folder
 from coclr.store.jpeg import decode_jpeg, decode_jpeg_strict
 from coclr.text import from_bytes, to_bytes
-from coclr.video.indexes import VideoIndex, is_relative_key
+from coclr.video.indexes import VideoEntry, VideoIndex, is_relative_key
 
 try:
     import xxhash
@@ -156,27 +156,31 @@ def metadata_lock(root: Path) -> Iterator[None]:
 @dataclass(frozen=True)
 class IndexUpdate:
     """How a store's index changed when an updated one replaced it: entry keys added and removed, and those that
-    went from the train split to the test split."""
+    left the train split for a split evaluation tests on (val, as Kinetics is evaluated, or test)."""
 
     added: tuple[str, ...]
     removed: tuple[str, ...]
-    to_test: tuple[str, ...] = ()
+    from_train: tuple[tuple[str, str], ...] = ()
+    """``(key, split)`` of each video that was in the train split and is now in ``split``."""
     relabelled: tuple[str, ...] = ()
-    """Videos of both whose class number changed (a class added or renamed, or the classes ordered otherwise)."""
+    """Videos of both whose class changed: its number (a class added, or the classes ordered otherwise) or its
+    name (a class renamed)."""
 
     def __bool__(self) -> bool:
-        return bool(self.added or self.removed or self.to_test or self.relabelled)
+        return bool(self.added or self.removed or self.from_train or self.relabelled)
 
     def __str__(self) -> str:
         text = (f"index updated: {len(self.added)} video(s) added, {len(self.removed)} removed (the entries of "
                 "removed videos stay on disk, unlisted)")
-        if self.to_test:
-            text += (f"; warning: {len(self.to_test)} video(s) moved from the train split to the test split (e.g. "
-                     f"{self.to_test[0]}): an encoder trained on this store before saw them, so its test scores "
-                     "would count them; evaluate it with the index it was trained on, or train again")
+        if self.from_train:
+            splits = " and ".join(sorted({split for _, split in self.from_train}))
+            text += (f"; warning: {len(self.from_train)} video(s) moved from the train split to the {splits} split "
+                     f"(e.g. {self.from_train[0][0]}): an encoder trained on this store before saw them, so its "
+                     "scores there would count them; evaluate it with the index it was trained on, or train again")
         if self.relabelled:
-            text += (f"; note: {len(self.relabelled)} video(s) have another class number than before (e.g. "
-                     f"{self.relabelled[0]}): a classifier trained on this store before numbers its classes otherwise")
+            text += (f"; note: {len(self.relabelled)} video(s) have another class than before (its number or name; "
+                     f"e.g. {self.relabelled[0]}): a classifier trained on this store before names its classes "
+                     "otherwise")
         return text
 
 
@@ -295,15 +299,22 @@ def create_store(root: str | Path, index: VideoIndex, *, replace_index: bool = F
         new, changed = _conflicts(root, index, meta, replace_index)  # again under the lock: others may have written
         update = IndexUpdate((), ())
         if changed:
-            old = {entry.path: entry for entry in _load_index(root).entries}
+            stored = _load_index(root)
+            old = {entry.path: entry for entry in stored.entries}
             before = {path: entry.split for path, entry in old.items()}
             after = [entry.path for entry in index.entries]
+
+            def relabelled(entry: VideoEntry) -> bool:
+                was = old[entry.path]
+                return (was.label != entry.label  # (a class renamed kept its number: said by its name)
+                        or stored.classes[was.label] != index.classes[entry.label])
+
             update = IndexUpdate(tuple(k for k in after if k not in before),
                                  tuple(sorted(set(before) - set(after))),
-                                 tuple(e.path for e in index.entries if e.split == "test"
-                                       and before.get(e.path) == "train"),
+                                 tuple((e.path, e.split) for e in index.entries if e.split != "train"
+                                       and before.get(e.path) == "train"),  # (val too: it was test only)
                                  tuple(e.path for e in index.entries if e.path in old and e.label is not None
-                                       and old[e.path].label is not None and old[e.path].label != e.label))
+                                       and old[e.path].label is not None and relabelled(e)))
             with storage_errors(root / INDEX_FILE):
                 index.save(root / INDEX_FILE)
         if new:
