@@ -423,3 +423,45 @@ def test_verify_of_a_store_that_may_not_be_written_does_not_say_it_listed_the_da
     assert main(["data", "verify", str(tmp_path / "store")]) == 3
     out = capsys.readouterr().out
     assert "1 damaged entries could not be listed in" in out and "are listed in" not in out
+
+
+def test_a_view_whose_folder_is_gone_is_checked_as_missing_entries(tmp_path, capsys):
+    """A store's rgb folder deleted: `data verify` printed nothing at exit 0, and `data info` "no views yet"; a flow
+    view deleted while the store records its method, the same. An entry path that is a folder made `data info` fail
+    with "Is a directory", naming no file."""
+    import shutil
+
+    from coclr.store.flow_views import method_key
+
+    store = _store_with(tmp_path, {f"c/{n}.avi": _noise_frames(2, seed=n) for n in range(3)})
+    create_store(store.root, store.index, short_side=32, quality=90, **{method_key("flow"): {"backend": "dis"}})
+    shutil.rmtree(store.root / "rgb")
+    assert main(["data", "verify", str(store.root)]) == 3
+    out = capsys.readouterr().out
+    assert "rgb: 0 verified, 0 damaged, 3 missing" in out and "flow: 0 verified, 0 damaged, 3 missing" in out
+    assert main(["data", "verify", str(store.root), "--view", "rgb"]) == 3  # (it was "no view 'rgb'")
+    assert main(["data", "info", str(store.root)]) == 0
+    out = capsys.readouterr().out
+    assert "view 'rgb': 0/3 entries complete" in out and "no views yet" not in out
+    entry = store.entry_path("c/0.avi", "rgb")
+    write_entry(store.root, "c/1.avi", "rgb", _noise_frames(2), 25.0)
+    entry.mkdir(parents=True)
+    assert main(["data", "info", str(store.root)]) == 0
+    assert "view 'rgb': 1/3 entries complete" in capsys.readouterr().out
+
+
+def test_an_unverified_entry_listed_as_damaged_is_not_passed_by_a_plain_verify(tmp_path, capsys):
+    """An entry written before checksums, found damaged by `verify --add` (listed in failed_rgb.json): a later plain
+    verify said "0 damaged, 1 unverified" at exit 0, while training left it out."""
+    store = _store_with(tmp_path, {"c/a.avi": _noise_frames(3), "c/b.avi": _noise_frames(3, seed=1)})
+    frames = _noise_frames(4, seed=2)
+    frames[2] = frames[2][: len(frames[2]) // 2]
+    path = store.entry_path("c/b.avi", "rgb")
+    path.unlink()
+    _write_unverified_entry(path, "c/b.avi", frames)
+    assert main(["data", "verify", str(store.root), "--add"]) == 3
+    assert list(read_failures(store.root, "rgb")) == ["c/b.avi"]
+    capsys.readouterr()
+    assert main(["data", "verify", str(store.root)]) == 3
+    out = capsys.readouterr().out
+    assert "rgb: 1 verified, 1 damaged, 0 missing" in out and "found damaged before and listed: " in out

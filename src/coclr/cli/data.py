@@ -148,6 +148,7 @@ def run_store(args: argparse.Namespace) -> int:
 
 def run_info(args: argparse.Namespace) -> int:
     from coclr.store.clipstore import failures_path, open_store
+    from coclr.store.verify import recorded_views
 
     options = options_from_flags(InfoOptions, args)
     store = open_store(args.store)
@@ -162,7 +163,7 @@ def run_info(args: argparse.Namespace) -> int:
         print(f"  {split}: {count} videos{classes}{none}")
     if store.meta:
         print("  built with: " + ", ".join(f"{k}={v}" for k, v in sorted(store.meta.items())))
-    views = store.views()
+    views = recorded_views(store)  # (a view whose folder was deleted: "no views yet", every entry unsaid)
     if not views:
         print("  no views yet")
     keys = store.keys()

@@ -981,7 +981,7 @@ class ClipStore:
         for path in (self.root / view).glob(f"*/*{ENTRY_SUFFIX}"):
             try:
                 key = _read_header(path).key
-            except DataError:
+            except (DataError, OSError):  # (a folder where an entry's file belongs: "Is a directory", naming none)
                 continue
             if key is not None and key not in self._positions:
                 found.append(key)

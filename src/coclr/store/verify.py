@@ -27,14 +27,38 @@ class ViewCheck:
         return self.counts["damaged"] + self.counts["missing"]
 
 
+def recorded_views(store) -> list[str]:
+    """The views of ``store``: those with a folder, and those it records having written whose folder is gone (their
+    settings in its metadata: rgb's JPEG quality, a flow view's method; or a list of their failures or notes), so
+    that a deleted view is checked as one of missing entries (it was passed over: no line, exit 0)."""
+    from coclr.store.clipstore import FAILED_PREFIX, NOTES_PREFIX, check_view_name  # noqa: PLC0415
+    from coclr.store.flow_views import method_key  # noqa: PLC0415
+
+    named = set(store.views())
+    if "quality" in store.meta:  # (coclr data store's settings: its rgb view)
+        named.add("rgb")
+    suffix = method_key("")
+    named.update(key[: -len(suffix)] for key in store.meta if key.endswith(suffix) and len(key) > len(suffix))
+    for prefix in (FAILED_PREFIX, NOTES_PREFIX):
+        named.update(path.name[len(prefix): -len(".json")] for path in store.root.glob(f"{prefix}*.json"))
+    views = []
+    for view in sorted(named):
+        try:
+            check_view_name(view)
+        except DataError:
+            continue
+        views.append(view)
+    return views
+
+
 def check_views(store, views: list[str] | None) -> list[str]:
-    """The views to check (``None``: every view of the store); an unknown one is a :class:`DataError` naming the
-    store's views, before any work."""
-    chosen = views or store.views()
-    unknown = [view for view in chosen if view not in store.views()]
+    """The views to check (``None``: every view of the store, :func:`recorded_views`); an unknown one is a
+    :class:`DataError` naming the store's views, before any work."""
+    known = recorded_views(store)
+    chosen = views or known
+    unknown = [view for view in chosen if view not in known]
     if unknown:
-        raise DataError(f"{store.root}: no view {', '.join(map(repr, unknown))} (views: "
-                        f"{', '.join(store.views()) or 'none'})")
+        raise DataError(f"{store.root}: no view {', '.join(map(repr, unknown))} (views: {', '.join(known) or 'none'})")
     return chosen
 
 
@@ -61,7 +85,11 @@ def verify_view(store, view: str, decode: bool = False, add: bool = False,
         for key in progress_bar(store.keys(), desc=f"verify {view}", unit="entry", dynamic_ncols=True,
                                 disable=not progress):
             problem = store.check_entry(key, view, decode)
-            if problem is None and store.checksum(key, view) is None:
+            if problem is None and store.checksum(key, view) is None and key in failed and not add:
+                entry = store.entry_path(key, view).relative_to(store.root)  # (found damaged before: "0 damaged")
+                problem = (f"damaged entry: store {store.root}, video {key!r}, entry {entry}: found damaged before "
+                           f"and listed: {failed[key]}")
+            elif problem is None and store.checksum(key, view) is None:
                 if not add:
                     counts["unverified"] += 1
                     continue
