@@ -402,3 +402,22 @@ def test_seed_from_an_override_or_a_config_file_is_honoured_and_a_conflict_refus
     assert "disagrees" in capsys.readouterr().err and not out.exists()  # refused before any work
     assert main(["data", "synth", "--videos", str(out), "--workers", "4"]) == 2  # it had no effect, silently
     assert "--workers: applies to --out (the clip store)" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_refused_output_folder_names_data_synth_and_the_folder_s_own_command(tmp_path, capsys, monkeypatch):
+    """`data synth --out` on a folder of `data synth --videos` (or of other files) said "which coclr data store did
+    not write": the store's rule named the command that builds stores from videos."""
+    from coclr.cli import main
+    from coclr.runfolder import RUN_RECORD
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "vq").mkdir()
+    (tmp_path / "vq" / "labels.csv").write_text("path,label\n")
+    (tmp_path / "vq" / RUN_RECORD).write_text('{"command": "data synth --videos", "options": {}}')
+    assert main(["data", "synth", "--out", "vq", "frames=8"]) == 2
+    assert "error: vq: the output folder of `coclr data synth --videos`, not of `coclr data synth`; give another " \
+        "folder" in capsys.readouterr().err
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x.txt").write_text("mine")
+    assert main(["data", "synth", "--out", "other", "frames=8"]) == 2
+    assert "other: holds x.txt, which coclr data synth did not write" in capsys.readouterr().err

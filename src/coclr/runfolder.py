@@ -533,6 +533,10 @@ def refuse_foreign(folder: str | Path, command: str, record: str,
     """Refuse to write ``folder`` for ``command`` when it holds files the command did not write (a folder without
     ``record``, the file that would say it did): one line naming them (:func:`foreign_files`)."""
     names = foreign_files(folder, ours)
+    owner = folder_owner(folder) if names else None
+    if owner is not None and owner != command:  # (a folder of data synth --videos: "which data synth did not write")
+        raise FolderRefused(f"{folder}: the output folder of `coclr {owner}`, not of `coclr {command}`; give another "
+                            "folder")
     if names:
         raise FolderRefused(f"{folder}: holds {_some(names)}, which coclr {command} did not write (it writes a new or "
                             f"empty folder, or one with its {record}); give another folder, or move those away")

@@ -278,7 +278,7 @@ def extract_flow(store_root: str | Path, backend: str = FlowOptions.backend, vie
     def pairs(key: str) -> int:  # (the bar counts frame pairs: a long video is not one step like a short one)
         return store.num_frames(key, "rgb") - 1
 
-    with writing_view(root, view, store.index, **settings):
+    with writing_view(root, view, store.index, command="flow", **settings):
         if not chosen.gpu:
             job = OpenCVFlowJob(root, chosen.name, params, quality, bound)
             return run_entry_jobs(root, view, keys, job, workers, desc=f"flow ({chosen.name}) -> {view}",

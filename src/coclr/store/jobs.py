@@ -14,6 +14,7 @@ job stops its workers at once, discards what they were writing and says how many
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import pickle
@@ -116,13 +117,14 @@ def _locked_and_swept(root: str | Path, view: str, holder: str | None) -> Iterat
 
 @contextmanager
 def writing_view(root: str | Path, view: str, index: VideoIndex, replace_index: bool = False,
-                 also: Sequence[str] = (), **meta: Any) -> Iterator[IndexUpdate]:
+                 also: Sequence[str] = (), command: str = STORE_FOLDER.command, **meta: Any) -> Iterator[IndexUpdate]:
     """Hold ``view`` of the store at ``root`` for a job that first creates or updates the store (its index and
     metadata, :func:`~coclr.store.clipstore.create_store`); yields what changed in the index. The store's claim is
     every folder's (:func:`~coclr.runfolder.claim_folder` with :func:`~coclr.store.clipstore.store_record`), so that
     a refused job writes nothing: the store's checks (reads only), the view's lock (:func:`job_view_lock`: a second
     job on the view is refused, one on another view goes on beside it), the checks again, then the update.
-    ``also``: other views the job removes entries of, held too (a job writing one of them is refused)."""
+    ``also``: other views the job removes entries of, held too (a job writing one of them is refused); ``command``:
+    the command as a refusal names it (``coclr data synth`` was named ``coclr data store``)."""
     updates: list[IndexUpdate] = []
     record = store_record(index, replace_index, updates.append, **meta)
 
@@ -133,7 +135,8 @@ def writing_view(root: str | Path, view: str, index: VideoIndex, replace_index: 
                 held.enter_context(job_view_lock(root, name))
             yield
 
-    with claim_folder(root, STORE_FOLDER, recorded_meta(meta), record=record, lock=locks):
+    rule = STORE_FOLDER if command == STORE_FOLDER.command else dataclasses.replace(STORE_FOLDER, command=command)
+    with claim_folder(root, rule, recorded_meta(meta), record=record, lock=locks):
         # the view's folder now: a view stopped before its first entry is listed, as its recorded settings are (it
         (Path(root) / view).mkdir(exist_ok=True)  # was hidden from info and verify, yet refused other settings)
         yield updates[0]

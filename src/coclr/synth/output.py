@@ -78,7 +78,8 @@ def generate_synthetic(out: str | Path, config: SynthConfig, workers: int | None
     check_workers(workers, "workers")
     index = synthetic_index(config)
     keys = [entry.path for entry in index.entries]
-    with writing_view(out, "rgb", index, generator="coclr.synth", synth=recorded_options(config)):
+    with writing_view(out, "rgb", index, command="data synth", generator="coclr.synth",
+                      synth=recorded_options(config)):
         job = run_entry_jobs(out, "rgb", keys, SynthClipJob(config), workers, desc="rendering synthetic clips")
     counts = index.split_counts()
     return SynthSummary(str(out), config, counts.get("train", 0), counts.get("test", 0), job)
