@@ -656,12 +656,16 @@ def test_unlabelled_footage_laid_out_by_split_keeps_its_splits(tmp_path, capsys)
     among those trained on), without a word."""
     from coclr.video.indexes import tree_index
 
-    for path in ("train/cam1/a.mp4", "train/cam2/b.mp4", "Test/cam3/c.mp4", "val/d.mp4"):
+    for path in ("train/cam1/a.mp4", "train/cam2/b.mp4", "Test/cam3/c.mp4", "val/d.mp4", "train/e.mp4",
+                 "train/f.mp4"):
         touch(tmp_path / "split" / path)
     index = tree_index(tmp_path / "split")
-    assert sorted((e.path, e.split) for e in index.entries) == [
-        ("Test/cam3/c.mp4", "test"), ("train/cam1/a.mp4", "train"), ("train/cam2/b.mp4", "train"),
-        ("val/d.mp4", "val")]
+    # a group is the source folder below the split folder: train/e.mp4 and train/f.mp4 were both of group "train"
+    # (each other's positive under group_positives), where a video at the top of a flat folder has none
+    assert sorted((e.path, e.split, e.group) for e in index.entries) == [
+        ("Test/cam3/c.mp4", "test", "cam3"), ("train/cam1/a.mp4", "train", "cam1"),
+        ("train/cam2/b.mp4", "train", "cam2"), ("train/e.mp4", "train", None), ("train/f.mp4", "train", None),
+        ("val/d.mp4", "val", None)]
     with pytest.raises(DataError, match="laid out by split already"):
         tree_index(tmp_path / "split", test_fraction=0.2)
     for path in ("footage/a.mp4", "test/b.mp4"):

@@ -534,7 +534,10 @@ def tree_index(root: str | Path, name: str | None = None, extensions: Sequence[s
     if held_out and all(top in SPLITS for top in tops):  # laid out <split>/...: its splits kept (all went to train,
         if test_fraction:  # an evaluation's test videos among those trained on)
             raise DataError(f"{root}: laid out by split already (train/, test/ ...): leave --test-fraction out")
-        index = VideoIndex(index.name, [], [replace(entry, split=top) for entry, top in zip(index.entries, tops)])
+        index = VideoIndex(index.name, [], [  # (a group from below the split folder: a video directly in train/
+            replace(entry, split=top,  # was of group "train", the positive of every other one there)
+                    group=ucf101_group(entry.path) or source_folder(entry.path.split("/", 1)[1]))
+            for entry, top in zip(index.entries, tops)])
     elif held_out and notes is not None:
         notes.append(f"{root}: {held_out} videos under test/ or val/ folders are indexed as training videos, as "
                      "the other folders are not split folders: lay the whole folder out as <split>/... to keep them "
