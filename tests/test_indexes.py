@@ -323,7 +323,8 @@ def test_csv_manifest_one_video_under_two_spellings_is_listed_twice(tmp_path):
     manifest = tmp_path / "list.csv"
     for twice in ("./pool/p1.mp4", "pool/./p1.mp4", "pool//p1.mp4"):
         manifest.write_text(f"path,label,split\npool/p1.mp4,a,train\n{twice},b,test\n")
-        with pytest.raises(DataError, match="pool/p1.mp4: listed in the train split and in the test split"):
+        with pytest.raises(DataError, match=r"list\.csv:3: pool/p1\.mp4 is in the test split here and in the train "
+                           r"split at .*list\.csv:2; a video belongs to one split"):
             csv_index(manifest)
 
 
@@ -351,6 +352,20 @@ def test_loading_a_non_index_names_the_file(tmp_path):
     (tmp_path / "x.json").write_text('{"hello": 1}')
     with pytest.raises(DataError, match="x.json"):
         VideoIndex.load(tmp_path / "x.json")
+
+
+def test_a_manifest_s_repeated_video_and_one_hmdb51_split_file_are_named(tmp_path):
+    """A CSV listing a video twice (once as ./A/x.avi) was "index 'm' is invalid: A/x.avi: listed twice", naming
+    no line; one HMDB51 split file given for the folder was "no split files found in" that file."""
+    (tmp_path / "m.csv").write_text("A/x.avi,0\nB/y.avi,1\n./A/x.avi,1\n")
+    with pytest.raises(DataError, match=rf"^{tmp_path / 'm.csv'}:3: A/x\.avi is listed again \(first at "
+                       rf"{tmp_path / 'm.csv'}:1\); remove one of the two lines$"):
+        csv_index(tmp_path / "m.csv")
+    (tmp_path / "hmdb").mkdir()
+    (tmp_path / "hmdb" / "climb_test_split1.txt").write_text("a.avi 1\n")
+    with pytest.raises(DataError, match=r"climb_test_split1\.txt: a file; give the folder that holds the split "
+                       r"files '\*_test_split1\.txt'"):
+        hmdb51_index(tmp_path / "hmdb" / "climb_test_split1.txt")
 
 
 def test_invalid_entries_are_rejected():

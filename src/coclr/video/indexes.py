@@ -310,6 +310,9 @@ def hmdb51_index(annotations: str | Path, split: int = 1) -> VideoIndex:
     suffix = f"_test_split{split}.txt"
     files = sorted((p for p in annotations.glob(f"*{suffix}") if p.is_file()), key=lambda p: p.name[: -len(suffix)]
                    ) if annotations.is_dir() else []  # (by class name: "climb" before "climb_stairs", as folders sort)
+    if not files and annotations.is_file():  # (one class's split file: "no split files found in" that file)
+        raise DataError(f"{annotations}: a file; give the folder that holds the split files '*{suffix}' (one per "
+                        "class)")
     if not files:
         raise DataError(f"no HMDB51 split files '*{suffix}' found in {annotations}")
     classes = [p.name[: -len(suffix)] for p in files]
@@ -825,6 +828,7 @@ def csv_index(path: str | Path, name: str | None = None) -> VideoIndex:
     classes, ids = manifest_labels([r["label"] for _, r in records if r.get("label")])
     labels = iter(ids)
     entries = []
+    listed = _Listed()  # (a path listed twice, as ./a.mp4 too, is named by both lines: the index's check names none)
     for number, record in records:
         if not record.get("path"):
             raise DataError(f"{path}:{number}: no path")
@@ -833,6 +837,7 @@ def csv_index(path: str | Path, name: str | None = None) -> VideoIndex:
             raise DataError(f"{path}:{number}: unknown split {split!r} (known: {', '.join(SPLITS)})")
         label = next(labels) if record.get("label") else None  # one spelling of a path (./a.mp4, a//b.mp4: the same
         key = posixpath.normpath(record["path"])  # files, which the index then refuses as listed twice)
+        listed.check(key, f"{path}:{number}", split)
         entries.append(VideoEntry(key, label, split, record.get("group") or None))
     return VideoIndex(name or path.stem, classes, entries)
 
