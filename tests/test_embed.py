@@ -1398,3 +1398,29 @@ def test_an_input_whose_name_says_out_of_memory_is_that_inputs_failure(encoder, 
                      "--length", "8", "--size", "32", "--short-side", "32", "--workers", "0", "--quiet"]) == 3
     failed = [json.loads(line) for line in (tmp_path / "out" / "failed.jsonl").read_text().splitlines()]
     assert [Path(record["path"]).name for record in failed] == ["Out of Memory (2019).mp4"]
+
+
+def test_the_embedding_bar_counts_bytes_of_video_not_videos(tmp_path, encoder, capsys, monkeypatch):
+    """The bar counted videos: a folder of short clips and one long film had its ETA from the clips' pace. It counts
+    the videos' bytes (each in step with its length), and the videos done and failed beside them."""
+    import coclr.embed.embedder as module
+
+    short = write_video(tmp_path / "a.mp4", moving_square(8))
+    long = write_video(tmp_path / "b.mp4", moving_square(64, seed=1))
+    (tmp_path / "c.mp4").write_bytes(b"not a video")
+    counted = []
+    real = module.progress_bar
+
+    def spy(*args, **kwargs):
+        bar = real(*args, **kwargs)
+        counted.append(bar)
+        return bar
+
+    monkeypatch.setattr(module, "progress_bar", spy)
+    paths = [short, long, tmp_path / "c.mp4"]
+    results = list(Embedder(encoder, workers=0, **SMALL).stream(paths, progress=True))
+    assert len(results) == 3
+    bar = counted[0]
+    sizes = [path.stat().st_size for path in paths]
+    assert bar.total == sum(sizes) and bar.n == sum(sizes) and sizes[1] > 2 * sizes[0]
+    assert "videos=3/3, failed=1" in capsys.readouterr().err
