@@ -152,7 +152,9 @@ def test_a_torchvision_file_exports_with_the_clips_its_format_takes(tmp_path):
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["clip_settings"]["mean"] == list(FORMAT_CLIPS["torchvision"]["mean"])
     card = (tmp_path / "out" / "README.md").read_text()
-    assert "- clips of 224 x 224 px, frames decoded at a short side of 256 px, 15.0 fps" in card
+    assert "- clips of 32 frames (stride 1), 224 x 224 px, frames decoded at a short side of 256 px, 15.0 fps" in card
+    assert "- not recorded by the checkpoint, so the values above are those coclr embed feeds it: length, stride;" \
+        in card
     assert "None" not in card.split("## Training")[0] and "head.*" not in card  # (it has no projection head)
     assert card.startswith("# S3D video encoder (rgb view, implied by its format)")  # (title "unknown", input "rgb")
 
@@ -508,3 +510,60 @@ def test_a_folder_whose_export_never_wrote_its_model_says_so(tmp_path, capsys):
         assert main(["export", str(path), "--format", "safetensors", "--out", str(tmp_path / out)]) == 2
         said = capsys.readouterr().err
         assert words in said and "stopped before" not in said, said
+
+
+def test_the_card_says_what_embedding_feeds_an_encoder_that_records_little(tmp_path):
+    """An encoder saved with its view alone had a card of "clips of None x None px", "mean None, std None" and no
+    flow line, where coclr embed fed it 32 frames of 128 px, ImageNet's normalisation and flow clipped at 20 px; an
+    rgb encoder whose settings held a flow bound got the flow line."""
+    from coclr.embed.settings import resolve_settings
+
+    flow = save_encoder(tmp_path / "flow.pth", build_encoder(width=0.125), {"view": "flow"})
+    export_encoder(flow, "safetensors", tmp_path / "flow")
+    card = (tmp_path / "flow" / "README.md").read_text().split("## Training")[0]
+    used = resolve_settings(flow)
+    assert "- view: flow" in card and "None" not in card
+    assert (f"- clips of {used.length} frames (stride {used.stride}), {used.size} x {used.size} px, frames decoded at "
+            f"a short side of {used.short_side} px") in card
+    assert f"mean {list(used.flow_mean)}, std {list(used.flow_std)}" in card
+    assert f"clipped to +-{used.flow_bound} px" in card
+    assert ("- not recorded by the checkpoint, so the values above are those coclr embed feeds it: length, stride, "
+            "size, short_side, mean, std, flow_bound;") in card
+    rgb = save_encoder(tmp_path / "rgb.pth", build_encoder(width=0.125), {"clip_settings": {
+        "view": "rgb", "length": 8, "stride": 1, "size": 32, "short_side": 32, "mean": MEAN, "std": STD,
+        "flow_bound": 5.0}})
+    export_encoder(rgb, "safetensors", tmp_path / "rgb")
+    card = (tmp_path / "rgb" / "README.md").read_text().split("## Training")[0]
+    assert "optical flow" not in card and "not recorded" not in card
+
+
+def test_odd_recorded_clip_settings_export_or_are_refused_in_one_line(tmp_path):
+    """Clip settings recorded as a list, or with None for the shape, failed export with a traceback (embed took
+    them as none recorded); a view that is a number failed embed, eval and pretrain with tracebacks."""
+    listed = save_encoder(tmp_path / "list.pth", build_encoder(width=0.125), {"clip_settings": [32, 128]})
+    export_encoder(listed, "safetensors", tmp_path / "list")
+    nones = save_encoder(tmp_path / "none.pth", build_encoder(width=0.125), {
+        "clip_settings": {"length": None, "size": None, "view": "rgb"}})
+    export_encoder(nones, "torchscript", tmp_path / "n")
+    assert "clips of 32 frames (stride 1), 128 x 128 px" in (tmp_path / "n" / "README.md").read_text()
+    numbered = save_encoder(tmp_path / "five.pth", build_encoder(width=0.125), {"clip_settings": {"view": 5}})
+    with pytest.raises(CheckpointError, match=r"five\.pth: the clips it records are not usable: view: must be the "
+                       r"name of a view \(rgb, flow, \.\.\.\), got 5$"):
+        read_clip_settings(numbered)
+    with pytest.raises(CheckpointError, match="view: must be the name of a view"):
+        export_encoder(numbered, "safetensors", tmp_path / "five")
+    assert not (tmp_path / "five").exists()
+
+
+def test_a_file_without_its_stem_is_refused_before_the_network_is_built_at_its_claimed_width(tmp_path):
+    """The width is read from the stem's filters; a file without them was built at the width its record claims (200:
+    gigabytes) before its keys were checked, then "not enough memory"."""
+    from coclr.models.loading import ENCODER_FORMAT
+
+    encoder = build_encoder(width=0.125)
+    backbone = {k: v for k, v in encoder.backbone.state_dict().items() if not k.startswith("Conv_1a.")}
+    path = tmp_path / "stemless.pth"
+    torch.save({"format": ENCODER_FORMAT, "arch": {"width": 200.0, "gating": False, "bn_eps": 1e-3,
+                                                   "embed_dim": None}, "backbone": backbone, "head": None}, path)
+    with pytest.raises(CheckpointError, match=r"stemless\.pth: S3D does not match: missing keys \[backbone\.Conv_1a"):
+        load_encoder(path)

@@ -87,6 +87,10 @@ def test_the_starting_checkpoints_are_read_and_checked_before_any_work(tmp_path)
         read_starts(flow, None)
     with pytest.raises(ConfigError, match="--flow-init: .*rgb.pth .*give it as --init"):
         read_starts(None, rgb)
+    differences = encoder_file(tmp_path / "diff.pth", "rgbdiff")  # (it said "give it as neither option")
+    with pytest.raises(ConfigError, match=r"--init: .*diff\.pth is an encoder of 'rgbdiff' clips, not of rgb ones; "
+                       r"coclr learn trains rgb and flow encoders only: give one of those$"):
+        read_starts(differences, None)
     with pytest.raises(CheckpointError, match="--init: checkpoint not found"):
         read_starts(tmp_path / "absent.pth", None)
     with pytest.raises(CheckpointError, match="--init: .* is a folder, not a checkpoint file"):

@@ -24,6 +24,9 @@ SHORT_SIDE = 128
 """The short side, in pixels, videos are decoded at by default (the paper's: its 128 px crops fit)."""
 JPEG_QUALITY = 90
 """The JPEG quality of stored frames (RGB, and flow when the store records none)."""
+FLOW_BOUND = 20.0
+"""Flow magnitudes beyond this many pixels per frame are clipped (the I3D convention): a store's default, and what an
+encoder that records no bound is fed."""
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 """The RGB normalisation of training, evaluation and embedding (ImageNet's mean and standard deviation)."""
@@ -123,11 +126,23 @@ def check_flow_bound(value: float | None, key: str) -> None:
             raise ConfigError(f"{key}: {error}") from None
 
 
+def is_flow_view(view: str) -> bool:
+    """Whether ``view`` names a flow view: its name starts with "flow" (``flow``, ``flow_dis``, ...), the one rule
+    by which training, evaluation, embedding and an export's card tell a flow view (:mod:`coclr.data.views`) and
+    ``coclr flow`` names the views it writes. Flow views have one frame fewer than the RGB they come from."""
+    return view.startswith("flow")
+
+
 def check_recorded(settings: Mapping[str, Any]) -> None:
     """Refuse recorded clip settings (a checkpoint's ``clip_settings``) that no reader can use, naming the key: a
     clip shape S3D cannot take, a frame rate, short side, normalisation or flow bound outside the rules the
     options that set them follow."""
     from_dict(ClipSettings, recorded_clips(settings))  # (its types and values, named as the options name them)
+    view, method = settings.get("view"), settings.get("flow_method")
+    if view is not None and not (isinstance(view, str) and view):  # (a number: a traceback in embed, eval, pretrain)
+        raise ConfigError(f"view: must be the name of a view (rgb, flow, ...), got {view!r}")
+    if method is not None and not isinstance(method, dict):
+        raise ConfigError(f"flow_method: must be a mapping (its backend and parameters), got {method!r}")
     check_fps(settings.get("fps"), "fps")
     check_short_side(settings.get("short_side"), "short_side")
     check_normalisation(settings.get("mean"), "mean")

@@ -26,6 +26,7 @@ import numpy as np
 
 from coclr.clips import (
     CLIP_KEYS,
+    FLOW_BOUND,
     IMAGENET_MEAN,
     IMAGENET_STD,
     SHORT_SIDE,
@@ -155,7 +156,7 @@ def recorded_settings(checkpoint: str | Path, expected_view: str) -> dict[str, A
         out["fps"] = recorded["fps"]  # None is a recorded value here: every decoded frame
     if expected_view == "flow":
         out = {("flow_" + key if key in ("mean", "std") else key): value for key, value in out.items()}
-        out["flow_bound"] = recorded["flow_bound"] if recorded.get("flow_bound") is not None else 20.0
+        out["flow_bound"] = recorded["flow_bound"] if recorded.get("flow_bound") is not None else FLOW_BOUND
         out["flow_method"] = flow_of_method(recorded.get("flow_method"), recorded.get("view"))
     return out
 

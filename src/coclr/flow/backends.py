@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from coclr.clips import is_flow_view  # noqa: F401 (the one rule of flow view names, kept with the clips')
+
 
 @dataclass(frozen=True)
 class FlowBackend:
@@ -30,12 +32,6 @@ BACKENDS: dict[str, FlowBackend] = {
     )
 }
 
-
-def is_flow_view(view: str) -> bool:
-    """Whether ``view`` names a flow view: its name starts with "flow" (``flow``, ``flow_dis``, ...), the one rule
-    by which training, evaluation and embedding tell a flow view (:mod:`coclr.data.views`) and ``coclr flow``
-    names the views it writes. Flow views have one frame fewer than the RGB they come from."""
-    return view.startswith("flow")
 
 
 ALIASES = {"torch": "tvl1-torch", "opencv": "tvl1"}

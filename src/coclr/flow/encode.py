@@ -16,10 +16,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from coclr.clips import BOUND_RANGE, check_bound  # noqa: F401 (the flow bound's rule, kept with the clips')
+from coclr.clips import BOUND_RANGE, FLOW_BOUND, check_bound  # noqa: F401 (the bound's rule, default: the clips')
 
-FLOW_BOUND = 20.0
-"""Flow magnitudes beyond this many pixels per frame are clipped (the I3D convention)."""
 BOUND_SIDE = 128
 """The frame side (px) the I3D convention's bound suits; smaller frames get a proportionally smaller one."""
 

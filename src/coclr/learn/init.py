@@ -76,9 +76,9 @@ def read_starts(rgb: str | os.PathLike[str] | None, flow: str | os.PathLike[str]
                               "head, or one without a head (its backbone alone)")
         trained = read_clip_settings(path).get("view")
         if trained is not None and view_kind(trained) != view:
-            other = OPTIONS[view_kind(trained)] if view_kind(trained) in OPTIONS else "neither option"
-            raise ConfigError(f"{option}: {path} is an encoder of {trained!r} clips, not of {view} ones; give it "
-                              f"as {other}")
+            where = (f"give it as {OPTIONS[view_kind(trained)]}" if view_kind(trained) in OPTIONS else
+                     f"coclr learn trains {' and '.join(OPTIONS)} encoders only: give one of those")
+            raise ConfigError(f"{option}: {path} is an encoder of {trained!r} clips, not of {view} ones; {where}")
         settings = recorded_settings(path, view)
         defaults = EmbedSettings()
         model = Model(float(backbone.width), int(settings.get("size", defaults.size)),

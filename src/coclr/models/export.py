@@ -57,8 +57,9 @@ def encoder_config(backbone, head, meta: Mapping[str, Any]) -> dict[str, Any]:
 
     arch = Encoder(backbone, head).arch
     meta = _as_json(dict(meta), "meta")
-    settings = meta.get("clip_settings") or {}
-    view = settings.get("view") or (meta.get("view") if isinstance(meta.get("view"), str) else None)
+    settings = meta.get("clip_settings") if isinstance(meta.get("clip_settings"), dict) else {}  # (a list: none)
+    view = settings.get("view") if isinstance(settings.get("view"), str) else None
+    view = view or (meta.get("view") if isinstance(meta.get("view"), str) else None)
     return {"format": "coclr.encoder", "arch": arch, "feature_dim": backbone.out_channels,
             "view": view or None, "clip_settings": settings, "meta": meta}
 

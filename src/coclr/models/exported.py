@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from coclr.atomic import atomic_write_json, atomic_write_text, file_sha256, read_json_record
+from coclr.clips import FLOW_BOUND, IMAGENET_MEAN, IMAGENET_STD, SHORT_SIDE, ClipSettings, is_flow_view
 from coclr.errors import CheckpointError, DataError
 from coclr.models.export import (
     FORMATS,
@@ -104,8 +105,8 @@ def export_encoder(encoder: str | os.PathLike[str], fmt: str, out: str | os.Path
     settings = config["clip_settings"]
     if clips is None:
         generator = torch.Generator().manual_seed(0)
-        shape = (CHECK_CLIPS, 3, settings.get("length", 32), settings.get("size", 128),
-                 settings.get("size", 128))
+        side = settings.get("size") or ClipSettings.size  # (a key recorded as None: not recorded)
+        shape = (CHECK_CLIPS, 3, settings.get("length") or ClipSettings.length, side, side)
         clips = torch.randn(shape, generator=generator)
     reference = None
     if fmt != "safetensors":  # the encoder's own features first, before any write
@@ -202,6 +203,40 @@ RGB_DIFFERENCES = "rgbdiff"
 clips a checkpoint records name the view, not its kind)."""
 
 
+def input_lines(config: dict[str, Any]) -> list[str]:
+    """The card's input section: the clips the encoder takes, as it recorded them, and for each value it did not
+    record the one ``coclr embed`` feeds it (:mod:`coclr.clips`' defaults), said to be so (a card said "None x None
+    px" and "mean None" where embedding fed 128 px and ImageNet's normalisation)."""
+    settings = {key: value for key, value in config["clip_settings"].items() if value is not None}
+    defaults = {"length": ClipSettings.length, "stride": ClipSettings.stride, "size": ClipSettings.size,
+                "short_side": SHORT_SIDE, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
+                "flow_bound": FLOW_BOUND}
+    view = config.get("view")
+    flow = view is not None and is_flow_view(view)
+    unrecorded = [key for key in defaults if key not in settings and (key != "flow_bound" or flow)]
+    value = {**defaults, **settings}
+    length = value["length"]
+    lines = [f"- view: {view or 'rgb (implied: the checkpoint records no view)'}",
+             f"- clips of {length} frames (stride {value['stride']}), {value['size']} x {value['size']} px, frames "
+             f"decoded at a short side of {value['short_side']} px" + (f", {value['fps']} fps" if value.get("fps")
+                                                                         else ""),
+             f"- normalised: (x / 255 - mean) / std, mean {value['mean']}, std {value['std']}"]
+    if view == RGB_DIFFERENCES:
+        lines.append(f"- the clip is the differences of consecutive normalised frames, x[t+1] - x[t]: {length} "
+                     f"differences of {length} + 1 consecutive frames (not the frames themselves)")
+    if flow:
+        method = settings.get("flow_method")  # (a checkpoint written before they recorded it does not say)
+        how = (f"computed by {method.get('backend')}" + (f" with parameters {json.dumps(method['params'])}"
+                                                         if method.get("params") else "") + "; "
+               if isinstance(method, dict) else "")
+        lines.append(f"- optical flow as its training store held it ({how}channels u, v and a constant 128), "
+                     f"clipped to +-{value['flow_bound']} px and mapped linearly to [0, 255] before the normalisation")
+    if unrecorded:
+        lines.append(f"- not recorded by the checkpoint, so the values above are those coclr embed feeds it: "
+                     f"{', '.join(unrecorded)}; give the clips its training used if they differ")
+    return lines
+
+
 def model_card(config: dict[str, Any], fmt: str, encoder: Path, notes: Sequence[str]) -> str:
     """The README.md of an export: what it is, how it was trained, how to load it, what was checked."""
     arch, settings, meta = config["arch"], config["clip_settings"], config["meta"]
@@ -211,28 +246,7 @@ def model_card(config: dict[str, Any], fmt: str, encoder: Path, notes: Sequence[
              f"Exported from `{encoder.name}` as {fmt}. An S3D network (width {arch['width']}, gating "
              f"{arch['gating']}) whose pooled feature has {config['feature_dim']} dimensions.", "",
              "## Input", ""]
-    if settings:
-        frames = (f"clips of {settings['length']} frames (stride {settings.get('stride', 1)}), "
-                  if settings.get("length") else "clips of ")
-        lines += [f"- view: {settings.get('view') or 'rgb (implied by its format)'}",
-                  f"- {frames}{settings.get('size')} x {settings.get('size')} px"
-                  + (f", frames decoded at a short side of {settings['short_side']} px" if settings.get("short_side")
-                     else "") + (f", {settings['fps']} fps" if settings.get("fps") else ""),
-                  f"- normalised: (x / 255 - mean) / std, mean {settings.get('mean')}, std {settings.get('std')}"]
-        if settings.get("view") == RGB_DIFFERENCES:
-            lines.append(f"- the clip is the differences of consecutive normalised frames, x[t+1] - x[t]: "
-                         f"{settings.get('length', 'T')} differences of {settings.get('length', 'T')} + 1 "
-                         "consecutive frames (not the frames themselves)")
-        if settings.get("flow_bound") is not None:
-            method = settings.get("flow_method")  # (a checkpoint written before they recorded it does not say)
-            how = (f"computed by {method.get('backend')}"
-                   + (f" with parameters {json.dumps(method['params'])}" if method.get("params") else "") + "; "
-                   if isinstance(method, dict) else "")
-            lines.append(f"- optical flow as its training store held it ({how}channels u, v and a constant 128), "
-                         f"clipped to +-{settings['flow_bound']} px and mapped linearly to [0, 255] before the "
-                         "normalisation")
-    else:
-        lines.append("- not recorded by the checkpoint: give the clips its training used")
+    lines += input_lines(config)
     lines += ["", "## Training", ""]
     trained = {key: value for key, value in meta.items() if key != "clip_settings"}
     lines += [f"- {key}: {json.dumps(value)}" for key, value in trained.items()] or ["- not recorded"]

@@ -557,9 +557,12 @@ def _load_ours(path: Path, payload: dict[str, Any]) -> tuple[S3D, ProjectionHead
             raise CheckpointError(f"{path}: invalid 'arch': embed_dim {embed_dim}, but head.fc2.weight holds "
                                   f"{last.shape[0]} outputs")
     try:
-        backbone = S3D(width=width, gating=arch["gating"], bn_eps=bn_eps)
+        with torch.device("meta"):  # (its keys and shapes first: a file lacking the stem, by which the width is
+            shaped = S3D(width=width, gating=arch["gating"], bn_eps=bn_eps)  # read, built one of width 200 in GBs)
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"{path}: invalid 'arch' {arch!r}: {error}") from None
+    _check_keys(path, shaped, state, "backbone.")
+    backbone = S3D(width=width, gating=arch["gating"], bn_eps=bn_eps)
     _load_strict(path, backbone, state, "backbone.")
     if head_tensors is None:
         return backbone, None
@@ -752,6 +755,25 @@ def _load_strict(
         return prefix + (rename(key) if rename is not None else key)
 
     expected = module.state_dict()
+    _check_keys(path, module, state, prefix, rename, unexpected)
+    unfit = [f"{name(key)} ({why})" for key, value in state.items()
+             if (why := _unfit(value, expected[key], key)) is not None]
+    if unfit:
+        raise CheckpointError(f"{path}: not usable as weights: {_names(unfit)}; the file is damaged, or not a "
+                              "trained network's")
+    module.load_state_dict(state, strict=True)
+
+
+def _check_keys(path: Path, module: nn.Module, state: Tensors, prefix: str,
+                rename: Callable[[str], str] | None = None, unexpected: Iterable[str] = ()) -> None:
+    """Refuse ``state`` unless it holds every tensor of ``module`` at its shape and no other (a module on the meta
+    device checks a file before the network is built at the size its record claims), naming keys as the file
+    spells them."""
+
+    def name(key: str) -> str:
+        return prefix + (rename(key) if rename is not None else key)
+
+    expected = module.state_dict()
     missing = [name(key) for key in expected if key not in state]
     extra = [*unexpected, *(name(key) for key in state if key not in expected)]
     misshaped = [
@@ -761,12 +783,6 @@ def _load_strict(
     ]
     if missing or extra or misshaped:
         raise CheckpointError(f"{path}: {type(module).__name__} does not match: {_problems(missing, extra, misshaped)}")
-    unfit = [f"{name(key)} ({why})" for key, value in state.items()
-             if (why := _unfit(value, expected[key], key)) is not None]
-    if unfit:
-        raise CheckpointError(f"{path}: not usable as weights: {_names(unfit)}; the file is damaged, or not a "
-                              "trained network's")
-    module.load_state_dict(state, strict=True)
 
 
 def _unfit(value: torch.Tensor, expected: torch.Tensor, key: str = "") -> str | None:
