@@ -421,3 +421,18 @@ def test_a_refused_output_folder_names_data_synth_and_the_folder_s_own_command(t
     (tmp_path / "other" / "x.txt").write_text("mine")
     assert main(["data", "synth", "--out", "other", "frames=8"]) == 2
     assert "other: holds x.txt, which coclr data synth did not write" in capsys.readouterr().err
+
+
+def test_a_study_makes_its_synthetic_store_inside_its_folder(tmp_path):
+    """The synthetic store's writer named as `data synth` (not `data store`) was refused inside the study's own
+    folder: the default `coclr study` and `coclr demo` stopped at their first step."""
+    from coclr.config import from_dict
+    from coclr.runfolder import claim_folder
+    from coclr.study.run import STUDY_FOLDER
+    from coclr.synth import SynthConfig, generate_synthetic
+
+    config = from_dict(SynthConfig, {"train_scenes": 1, "test_scenes": 1, "num_classes": 2, "actions_per_scene": 2,
+                                     "clips_per_action": 1, "frames": 8, "height": 32, "width": 32})
+    with claim_folder(tmp_path / "study", STUDY_FOLDER, {"seed": 0}):
+        generate_synthetic(tmp_path / "study" / "store", config, workers=0)
+    assert (tmp_path / "study" / "store" / "store.json").is_file()

@@ -53,18 +53,18 @@ OWNER_RECORDS = {"store.json": ("coclr-clip-store", "data store"), "embed.json":
 """Records other than ``run.json`` that make a folder a command's output: file name -> (its ``"format"``, the
 command); ``run.json`` names its command itself. (``coclr.store.clipstore`` and ``coclr.embed.output`` write them.)"""
 NESTED: dict[str, tuple[str, ...]] = {
-    "study": ("pretrain", "pipeline", "finetune", "data store", "flow", "feature cache"),
+    "study": ("pretrain", "pipeline", "finetune", "data store", "data synth", "flow", "feature cache"),
     "learn": ("data store", "flow", "pipeline", "pretrain", "embed", "curate"),
     "curate": ("embed",),
     "pipeline": ("pretrain",),
     "report": ("feature cache",),
     "data store": ("flow",),
 }
-"""The outputs a command's folder may hold, by command: the study runs its stages, finetuning and store inside its
-folder (its evaluation records and report are its own: a user's `coclr eval --out study/eval/...` replaced one),
-learn its store, pipeline and embeddings, a pipeline its stages, a report keeps its feature cache, a store has its
-flow views, curate the embedding of its altered copies. Any other output inside a command's folder is refused
-(:func:`check_place`)."""
+"""The outputs a command's folder may hold, by command: the study runs its stages, finetuning and store (of videos,
+or synthetic) inside its folder (its evaluation records and report are its own: a user's `coclr eval --out
+study/eval/...` replaced one), learn its store, pipeline and embeddings, a pipeline its stages, a report keeps its
+feature cache, a store has its flow views, curate the embedding of its altered copies. Any other output inside a
+command's folder is refused (:func:`check_place`)."""
 PLACES: dict[tuple[str, str], tuple[str, ...]] = {
     ("learn", "curate"): ("curate",),
     ("learn", "embed"): ("embeddings/*", "curate/*"),
@@ -533,8 +533,11 @@ def refuse_foreign(folder: str | Path, command: str, record: str,
     """Refuse to write ``folder`` for ``command`` when it holds files the command did not write (a folder without
     ``record``, the file that would say it did): one line naming them (:func:`foreign_files`)."""
     names = foreign_files(folder, ours)
-    owner = folder_owner(folder) if names else None
-    if owner is not None and owner != command:  # (a folder of data synth --videos: "which data synth did not write")
+    try:  # (by its run.json alone: a store's store.json is the record of every command that writes a store)
+        owner = (read_record(folder) or {}).get("command") if names else None
+    except (DataError, OSError):
+        owner = None
+    if isinstance(owner, str) and owner != command:  # (data synth --videos': "which data synth did not write")
         raise FolderRefused(f"{folder}: the output folder of `coclr {owner}`, not of `coclr {command}`; give another "
                             "folder")
     if names:
