@@ -119,6 +119,12 @@ def test_config_validation():
     for config_class in (FinetuneConfig, OptimOptions):
         with pytest.raises(ConfigError, match=r"^lr: must lie in \(0, 1e\+30\], got 1e\+38$"):
             from_dict(config_class, {"lr": 1e38, "milestones": []})
+    from coclr.study.config import StudySchedule
+    from coclr.train.config import PipelineOptions
+
+    for config_class in (StudySchedule, PipelineOptions):  # (it was named as optim.lr, in a stage, later)
+        with pytest.raises(ConfigError, match=r"^cycle_lr: must lie in \(0, 1e\+30\], got 1e\+38$"):
+            from_dict(config_class, {"cycle_lr": 1e38})
 
 
 def test_progress_counts_every_training_epoch_of_the_grid_and_the_final_probe(capsys):

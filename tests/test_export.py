@@ -535,6 +535,11 @@ def test_the_card_says_what_embedding_feeds_an_encoder_that_records_little(tmp_p
     export_encoder(rgb, "safetensors", tmp_path / "rgb")
     card = (tmp_path / "rgb" / "README.md").read_text().split("## Training")[0]
     assert "optical flow" not in card and "not recorded" not in card
+    whole = save_encoder(tmp_path / "whole.pth", build_encoder(width=0.125), {"clip_settings": {
+        "view": "rgb", "length": 8, "stride": 1, "size": 32, "short_side": None, "mean": MEAN, "std": STD}})
+    export_encoder(whole, "safetensors", tmp_path / "whole")  # (a store at --short-side 0: recorded as None)
+    card = (tmp_path / "whole" / "README.md").read_text().split("## Training")[0]
+    assert "32 x 32 px, frames at their decoded size (not resized)" in card and "not recorded" not in card
 
 
 def test_odd_recorded_clip_settings_export_or_are_refused_in_one_line(tmp_path):

@@ -9,7 +9,7 @@ window (half overlap) of every test video is cut into the centre crop, and separ
 Model selection never looks at the test split: the model after the last of a fixed number of epochs is
 tested (the reference picked its best epoch on the test set).
 
-The job is resumable: a checkpoint of the model, optimiser and schedule is written atomically after every
+The job is resumable: a checkpoint of the model, optimiser, schedule and loss scale is written atomically after every
 epoch, and each epoch's randomness (clip choice, augmentation, dropout, batch order) is a function of
 ``(seed, epoch)``, so a resumed run trains exactly as an uninterrupted one.
 """

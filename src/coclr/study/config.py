@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from coclr.clips import JPEG_QUALITY, SHORT_SIDE, check_short_side
-from coclr.config import option, require
+from coclr.config import option, require, require_learning_rate
 from coclr.core.methods import METHODS
 from coclr.flow.backends import BACKENDS
 from coclr.flow.encode import check_bound
@@ -191,7 +191,8 @@ class StudySchedule:
     def validate(self) -> None:
         for key in ("infonce_epochs", "cycle_epochs", "cycles"):
             require(getattr(self, key) >= 1, key, "must be at least 1")
-        require(self.cycle_lr is None or self.cycle_lr > 0, "cycle_lr", "must be positive (or null)")
+        if self.cycle_lr is not None:
+            require_learning_rate(self.cycle_lr, "cycle_lr")
         shortest = min(self.infonce_epochs, self.cycle_epochs)
         require(0 <= self.decay_epochs < shortest, "decay_epochs", f"must lie in 0..{shortest - 1} (below the "
                 "shortest stage)")

@@ -443,7 +443,7 @@ def run_seeds(config: StudyConfig, out: str | Path, seeds: Sequence[int], check_
     for seed in seeds:  # every seed's folder before any seed's work: not hours of one, then a refusal
         check_study(dataclasses.replace(config, seed=seed), Path(os.path.abspath(out / f"seed{seed}")))
     before = _summarised_seeds(out)
-    if before is not None and before != list(seeds):  # (it was rewritten for the seeds given, without a word)
+    if before is not None and set(before) != set(seeds):  # (it was rewritten for the seeds given, without a word)
         every = sorted(set(before) | set(seeds))
         print(f"[study] note: {out / 'seeds.json'} summarises seeds {_seed_list(before)}; it will summarise "
               f"{_seed_list(seeds)}, the seeds given (the others' folders are kept: give --seeds "

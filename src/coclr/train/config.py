@@ -335,8 +335,8 @@ class PipelineOptions:
 
     def validate(self) -> None:
         require(self.cycles >= 0, "cycles", "must be non-negative")
-        require(self.cycle_lr is None or self.cycle_lr > 0, "cycle_lr",
-                f"must be positive (or null), got {self.cycle_lr}")
+        if self.cycle_lr is not None:
+            require_learning_rate(self.cycle_lr, "cycle_lr")
         require(self.infonce_epochs >= 1, "infonce_epochs", "must be at least 1")
         require(self.cycle_epochs >= 1, "cycle_epochs", "must be at least 1")
         for key in ("init", "second_init", "miner"):
