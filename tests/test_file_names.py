@@ -191,5 +191,23 @@ def test_the_listings_keep_a_name_with_control_characters_on_its_line(tmp_path, 
     hits = [line for line in lines if line.endswith(".mp4") and " row " in line]
     assert len(hits) == 4 and any(line.endswith("/two\\nlines \\x1b[2J\\x1b]0;title\\x07.mp4") for line in hits)
     assert any(line.startswith("query: ") and line.endswith("\\x07.mp4") for line in lines)
-    refused = printed.err[printed.err.index("coclr search: error:"):]  # an error keeps its lines (a job's log tails)
-    assert "gone two\nlines \\x1b[2J\\x1b]0;title\\x07.mp4" in refused
+    refused = printed.err[printed.err.index("coclr search: error:"):]  # one line (it kept the name's line break:
+    # only a message of several lines, a job's log tails, keeps its own)
+    assert "gone two\\nlines \\x1b[2J\\x1b]0;title\\x07.mp4" in refused.splitlines()[0]
+
+
+def test_an_error_of_several_lines_keeps_them_and_a_one_line_error_escapes_a_name_s_newline(tmp_path, capsys,
+                                                                                           monkeypatch):
+    import coclr.cli as cli
+    from coclr.errors import CoclrError, DataError
+
+    tails = CoclrError("failed: a\n--- a, killed\nlast line of its log")
+    tails.lines = True  # (as the scheduler raises it)
+    for error, said in ((tails, "error: failed: a\n--- a, killed\nlast line of its log\n"),
+                        (DataError("no\nfile.csv: manifest not found"), "error: no\\nfile.csv: manifest not found\n")):
+        def failing(args, error=error):
+            raise error
+
+        monkeypatch.setattr(cli, "run_command", failing)
+        assert cli.main(["data", "verify", str(tmp_path)]) == 2
+        assert capsys.readouterr().err.endswith(said)

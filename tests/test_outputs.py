@@ -74,11 +74,22 @@ def test_search_html_refuses_the_embedding_folder_and_files_it_did_not_write(tmp
     mine = tmp_path / "mine.html"
     mine.write_text("<html>my own page</html>")
     refused(capsys, ["search", str(emb), "--query", "0", "--html", str(mine)],
-            f"{mine}: exists and is not a coclr page", untouched=mine)
+            f"{mine}: exists and is not a coclr search page", untouched=mine)
     page = tmp_path / "page.html"
     for _ in range(2):  # its own page is rewritten
         assert main(["search", str(emb), "--query", "0", "--html", str(page)]) == 0
     assert "coclr" in page.read_text()[:200]
+    # a report's retrieval gallery the user kept was replaced by a search page: every page had one mark
+    from coclr.eval.gallery import LEGACY_GENERATOR, gallery_page, page_generator
+
+    kept = tmp_path / "kept_gallery.html"
+    kept.write_text(gallery_page("Nearest-neighbour retrieval", "Test-set queries", []))
+    refused(capsys, ["search", str(emb), "--query", "0", "--html", str(kept)],
+            f"{kept}: exists and is not a coclr search page", untouched=kept)
+    old = tmp_path / "old_search.html"  # (a search page written before the mark named its kind: rewritten)
+    old.write_text(page.read_text().replace(page_generator("search"), LEGACY_GENERATOR))
+    assert LEGACY_GENERATOR in old.read_text()
+    assert main(["search", str(emb), "--query", "0", "--html", str(old)]) == 0
     assert main(["search", str(emb), "--query", "0"]) == 0  # the folder works as before
 
 

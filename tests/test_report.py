@@ -383,6 +383,10 @@ def test_the_markdown_table_shows_names_as_written():
     row["Method"] = "**CoCLR** [v2](http://x.example/) `k=5` a_b_ c\\d"  # bold, a link and code when rendered
     table = markdown_table([row]).split("\n")[2]
     assert table.startswith("| \\*\\*CoCLR\\*\\* \\[v2\\](http://x.example/) \\`k=5\\` a_b\\_ c\\\\d | RGB |")
+    # a name that begins a block: a heading, a numbered or a nested list inside the notes' list
+    for name, shown in (("# best run", "\\# best run"), ("1. first", "1\\. first"), ("+ plus", "\\+ plus")):
+        row["Method"] = name
+        assert markdown_table([row]).split("\n")[4] == f"- {shown} (RGB): two lines"
 
 
 def test_records_of_two_stores_are_two_rows_each_naming_its_store():
@@ -411,6 +415,12 @@ def test_records_of_other_splits_are_other_rows_and_a_missing_result_keeps_the_e
     assert "test split test, train split train" in rows[0]["notes"]
     assert "test split train, train split test" in rows[1]["notes"]
     assert all(not row["notes"] for row in build_table([standard, wider]))  # one protocol: nothing to say
+    # one encoder on two clip shapes: two rows alike but for their numbers, nothing said
+    short = _record("retrieval", {"R@1": 12.5}, [("a", "rgb", "infonce")])
+    long = _record("retrieval", {"R@1": 50.0}, [("a", "rgb", "infonce")])
+    short["config"], long["config"] = {"clips": {"length": 8, "size": 32}}, {"clips": {"length": 16, "size": 32}}
+    rows = build_table([short, long])
+    assert [(row["R@1"], row["notes"]) for row in rows] == [(12.5, ["on 8x32 clips"]), (50.0, ["on 16x32 clips"])]
     finetuned = _record("retrieval", {"R@1": 80.0}, [("f", "rgb", "finetuned")])
     finetuned["streams"][0]["meta"]["finetuned_from"] = "a" * 64
     assert build_table([finetuned])[0]["Labels"] == "✓"
@@ -441,7 +451,11 @@ def test_report_inputs_refused_before_out_is_made(gallery_inputs, tmp_path, caps
     for problem, said in ((lambda r: r["results"].update({"top1": 250.0}), "results.top1: not a percentage"),
                           (lambda r: r.update(feature_health=[{"train": {"degenerate": "no"},
                                                                "test": {"degenerate": False}}]),
-                           "feature_health: needs")):  # (250 was shown; "no" read as degenerate)
+                           "feature_health: needs"),  # (250 was shown; "no" read as degenerate)
+                          # (tracebacks: a list of splits, clip values that are not numbers)
+                          (lambda r: r.update(splits=["train", "test"]), "splits: not a mapping of each role"),
+                          (lambda r: r.update(config={"clips": {"length": "8", "size": [32]}}),
+                           r"config\.clips\.length: not a whole number \('8'\)")):
         edited = _record("linear", {"top1": 50.0}, [("a", "rgb", "infonce")])
         problem(edited)
         (tmp_path / "edited.json").write_text(json.dumps(edited))
@@ -465,3 +479,16 @@ def test_a_report_of_another_run_keeps_none_of_the_first_run_s_results(tmp_path)
                      str(tmp_path / "report"), "--length", "8", "--size", "32", "--quiet"]) == 0
     assert sorted(p.name for p in (tmp_path / "report" / "results").iterdir()) == [
         "infonce_flow_flow.json", "infonce_rgb_rgb.json"]
+
+
+def test_a_gallery_of_ragged_neighbour_rows_is_refused_before_anything_is_written():
+    """Rows of nearest gallery videos of other lengths (each valid) failed in the gallery, after table.md and
+    table.json were written."""
+    from coclr.eval.report import neighbours_problem
+
+    neighbours = {"query_keys": ["q0", "q1"], "query_labels": [0, 1], "gallery_keys": ["g0", "g1", "g2"],
+                  "gallery_labels": [0, 1, 1], "classes": ["a", "b"], "topk_indices": [[0, 1], [2, 1]]}
+    assert neighbours_problem({"neighbours": neighbours}) is None
+    ragged = {**neighbours, "topk_indices": [[0, 1], [2]]}
+    assert neighbours_problem({"neighbours": ragged}) == ("neighbours.topk_indices: needs one list of gallery rows "
+                                                          "(below 3) per query, all of one length")

@@ -15,7 +15,10 @@ one line. (The other statuses: :mod:`coclr.cli._status`.)"""
 
 
 class CoclrError(Exception):
-    """Base class of the errors caused by user input (files, options, checkpoints)."""
+    """Base class of the errors caused by user input (files, options, checkpoints). Said on one line (a name's
+    newline escaped, as every name in a line is) unless ``lines``: a message of several lines (jobs' log tails)."""
+
+    lines = False
 
 
 class ConfigError(CoclrError, ValueError):

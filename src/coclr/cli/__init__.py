@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     except CoclrError as error:
         _close_progress_bars()
         if getattr(error, "said", True):  # (a refusal of another torchrun process: said once on each machine)
-            _say(f"coclr {args.command}: error: {shown(error, newlines=True)}")
+            _say(f"coclr {args.command}: error: {shown(error, newlines=error.lines)}")  # (a file named with a
+            # newline broke a one-line refusal in two)
         tell_the_others(args.command, str(error))
         return EXIT_ERROR
     except KeyboardInterrupt as error:  # SIGINT or SIGTERM (run_command): the work stopped, what it finished kept

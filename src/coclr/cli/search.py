@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from coclr.runfolder import LOCK_FILE, check_output_file
 
     if args.html:  # before any work: a page is written only where it overwrites nothing but a page of ours
-        check_output_file(args.html, "search", is_page_file, "a coclr page")
+        check_output_file(args.html, "search", lambda path: is_page_file(path, "search"), "a coclr search page")
     if args.device is not None:  # (checked where given: a row's query embeds nothing, and took any text silently)
         from coclr.distributed import pick_device  # noqa: PLC0415 (heavy: torch)
 

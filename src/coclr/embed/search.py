@@ -854,7 +854,7 @@ def write_search_html(path: str | Path, query_label: str, query_thumbnail: np.nd
     what = "windows" if windows else "videos"
     note = (f"The query (blue) and its nearest {what} by cosine similarity, best first. Thumbnails are animated; "
             "hover one for its whole path.")
-    return atomic_write_text(path, gallery_page(f"Nearest {what}", note, [gallery_row(query_cell, cells)]))
+    return atomic_write_text(path, gallery_page(f"Nearest {what}", note, [gallery_row(query_cell, cells)], "search"))
 
 
 def file_thumbnail(path: str, embeddings: Embeddings | None = None, start: float | None = None,

@@ -140,28 +140,42 @@ def gallery_row(query_cell: str, neighbour_cells: Sequence[str]) -> str:
     return f'<tr><td>{query_cell}</td><td class="sep">' + "</td><td>".join(neighbour_cells) + "</td></tr>"
 
 
-PAGE_GENERATOR = '<meta name="generator" content="coclr">'
-"""Marks the pages coclr writes (:func:`gallery_page`), so that a command rewrites its own page, not another file
-(:func:`is_page_file`)."""
+LEGACY_GENERATOR = '<meta name="generator" content="coclr">'
+"""The mark of pages written before it named their kind (:func:`page_generator`)."""
+LEGACY_TITLES = {"search": "<title>Nearest "}
+"""How a page of a kind was known before its mark named it: its title (a search's "Nearest videos")."""
 
 
-def gallery_page(title: str, note: str, rows: Sequence[str]) -> str:
-    """A self-contained HTML page of ``rows`` (from :func:`gallery_row`) under a title and a note."""
-    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">{PAGE_GENERATOR}"
+def page_generator(kind: str) -> str:
+    """The mark of the pages of ``kind`` (``"gallery"``: a report's or study's retrieval gallery; ``"search"``), so
+    that a command rewrites its own page, not another file (:func:`is_page_file`): a search's ``--html`` replaced a
+    report's gallery page that the user kept, since every page had one mark."""
+    return f'<meta name="generator" content="coclr {kind}">'
+
+
+def gallery_page(title: str, note: str, rows: Sequence[str], kind: str = "gallery") -> str:
+    """A self-contained HTML page of ``rows`` (from :func:`gallery_row`) under a title and a note, marked as a page
+    of ``kind``."""
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">{page_generator(kind)}"
             f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>"
             f"<h1>{html.escape(title)}</h1><p class=\"note\">{html.escape(note)}</p>"
             f"<table>{''.join(rows)}</table></body></html>\n")
 
 
-def is_page_file(path: str | Path) -> bool:
-    """Whether ``path`` is a page :func:`gallery_page` wrote (marked :data:`PAGE_GENERATOR`; pages written before the
-    mark are known by their style sheet)."""
+def is_page_file(path: str | Path, kind: str) -> bool:
+    """Whether ``path`` is a page of ``kind`` that :func:`gallery_page` wrote (marked so; a page written before the
+    mark named its kind, known by its title, :data:`LEGACY_TITLES`)."""
     try:
         with open(path, "rb") as file:
             head = file.read(4096).decode("utf-8", "replace")
     except OSError:
         return False
-    return head.startswith("<!DOCTYPE html>") and (PAGE_GENERATOR in head or f"<style>{PAGE_STYLE}</style>" in head)
+    if not head.startswith("<!DOCTYPE html>"):
+        return False
+    if page_generator(kind) in head:
+        return True
+    legacy = LEGACY_GENERATOR in head or f"<style>{PAGE_STYLE}</style>" in head
+    return legacy and kind in LEGACY_TITLES and LEGACY_TITLES[kind] in head
 
 
 def write_gallery(path: str | Path, store, record: dict, count: int = 8, view: str | None = None,

@@ -159,6 +159,13 @@ def record_problem(record: dict[str, Any]) -> str | None:
     config = record.get("config", {})
     if not isinstance(config, dict) or not isinstance(config.get("clips", {}), dict):
         return "config: not a mapping of the clip settings"
+    clips = config.get("clips", config)
+    wrong = [key for key in CLIP_KEYS
+             if key in clips and not (_is_number(clips[key]) and float(clips[key]).is_integer())]
+    if wrong:
+        return f"config.clips.{wrong[0]}: not a whole number ({clips[wrong[0]]!r})"
+    if record.get("splits") is not None and not isinstance(record["splits"], dict):
+        return "splits: not a mapping of each role (train, test) to its split"
     health = record.get("feature_health", [])
     if not isinstance(health, list) or not all(
             isinstance(item, dict) and all(isinstance(item.get(split), dict)
@@ -187,8 +194,10 @@ def neighbours_problem(record: dict[str, Any]) -> str | None:
         if len(labels) != count or not _int_list(labels, len(classes)):
             return f"neighbours.{name}: needs one class number below {len(classes)} per key"
     topk = neighbours["topk_indices"]
-    if len(topk) != len(queries) or not all(_int_list(row, len(gallery)) for row in topk):
-        return f"neighbours.topk_indices: needs one list of gallery rows (below {len(gallery)}) per query"
+    if len(topk) != len(queries) or not all(_int_list(row, len(gallery)) for row in topk) or len(
+            {len(row) for row in topk}) > 1:  # (rows of other lengths: a traceback after the table was written)
+        return (f"neighbours.topk_indices: needs one list of gallery rows (below {len(gallery)}) per query, all of "
+                "one length")
     return None
 
 
@@ -263,15 +272,16 @@ def build_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per encoder (or encoder pair) and clip shape: the linear-probe and finetune top-1 and R@1 in
     percent, None where not evaluated. Rows keep the order in which their encoders first appear; a later record
     of the same task, encoders, clips, store and splits replaces an earlier one (a result it lacks is kept); records
-    of other stores or splits are other rows, each noting its store or splits when the table holds more than one (an
-    R@1 of one dataset beside a probe of another was one row). A row evaluated on other clips than its encoder
-    was trained on has the Method marked :data:`OTHER_CLIPS_MARK`, one with degenerate features
+    of other stores, splits or clips are other rows, each noting its store, splits or clips when the table holds more
+    than one (an R@1 of one dataset beside a probe of another was one row). A row evaluated on other clips than its
+    encoder was trained on has the Method marked :data:`OTHER_CLIPS_MARK`, one with degenerate features
     :data:`DEGENERATE_MARK`; ``notes`` says why (:func:`markdown_table` lists them under the table)."""
     rows: dict[tuple, dict[str, Any]] = {}
     columns = {"linear": "Linear probe", "finetune": "Finetune", "retrieval": "R@1"}
     metric = {"linear": "top1", "finetune": "top1", "retrieval": "R@1"}
     stores = {(record.get("dataset"), record.get("store")) for record in records}
     protocols = {record_splits(record) for record in records}
+    shapes = {tuple(sorted(record_clips(record).items())) for record in records}
     for record in records:
         clips = record_clips(record)
         data = (record.get("dataset"), record.get("store"))
@@ -291,6 +301,8 @@ def build_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if len(protocols) > 1:
             notes.append(", ".join(f"{role} split {name}" for role, name in record_splits(record)) or
                          "splits not recorded")
+        if len(shapes) > 1 and not other_clips(record):  # (rows of one encoder on two clip shapes read alike)
+            notes.append(f"on {clips_text(clips)} clips")
         row["notes"] += [note for note in notes if note not in row["notes"]]
     for row in rows.values():
         marks = "".join(mark for mark in (OTHER_CLIPS_MARK, DEGENERATE_MARK) if any(n[0] == mark for n in row["notes"]))
@@ -310,11 +322,22 @@ _MARKDOWN_PUNCTUATION = re.compile(r"([\\`*\[\]~|]|(?<![A-Za-z0-9])_|_(?![A-Za-z
 underscore inside a word (``cycle1_rgb``) is none."""
 
 
+_MARKDOWN_BLOCK = re.compile(r"^([#+-]|\d+(?=[.)]))")
+"""What a Markdown viewer reads as a block's start at the beginning of a line: a heading, a list item (a method
+named ``# best run`` was a heading in the notes' list, ``1. first`` a numbered list; a quote's ``>`` is escaped as
+HTML)."""
+
+
 def markdown_text(text: str) -> str:
     """``text`` as Markdown shows it as written: HTML escaped (a viewer renders it), Markdown's punctuation
     backslash-escaped (a name ``**v2**`` was bold, ``[x](url)`` a link), a ``|`` not a cell's end, a line break not a
-    row's."""
-    return " ".join(_MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(text, quote=False)).split())
+    row's, and a block's marker at its start not one (:data:`_MARKDOWN_BLOCK`)."""
+    line = " ".join(_MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(text, quote=False)).split())
+    marker = _MARKDOWN_BLOCK.match(line)
+    if marker is None:
+        return line
+    end = marker.end()
+    return (line[:end] + "\\" + line[end:]) if line[:1].isdigit() else "\\" + line
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -322,7 +345,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     escaped (:func:`markdown_text`)."""
     lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 3) + "|"]
     lines += ["| " + " | ".join(_cell(row[column]) for column in TABLE_COLUMNS) + " |" for row in rows]
-    notes = [markdown_text(f"- {row['Method']} ({row['Input']}): {note}") for row in rows
+    notes = ["- " + markdown_text(f"{row['Method']} ({row['Input']}): {note}") for row in rows
              for note in row.get("notes", [])]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 

@@ -274,6 +274,8 @@ def run_jobs(jobs: list[Job], out: Path, processes: int, gpus: list[int] | None 
                           f"{shlex.quote(str(logs / f'{job.name}.task.json'))}):\n" + log_tail(log)
                           for job, log, ended in failed)
         stopped = f"; not run, as they need them: {', '.join(job.name for job in blocked)}" if blocked else ""
-        raise CoclrError(f"failed: {', '.join(job.name for job, _, _ in failed)}{stopped}\n{tails}")
+        error = CoclrError(f"failed: {', '.join(job.name for job, _, _ in failed)}{stopped}\n{tails}")
+        error.lines = True  # (the log tails, line by line)
+        raise error
     return partly
 
