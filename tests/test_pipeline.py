@@ -339,3 +339,26 @@ def test_what_a_later_stage_would_refuse_is_refused_before_the_first_trains_or_t
     with pytest.raises(CoclrError, match=r"optim\.lr=.*part of `coclr pipeline`'s output .*p4: restart that "
                                          r"command to start over$"):  # --restart, which it advised, is refused there
         pretrain(replace(stage, optim=replace(stage.optim, lr=stage.optim.lr * 2)))
+
+
+def test_a_warm_up_is_checked_against_the_stages_epochs() -> None:
+    """A pipeline checked the warm-up against optim.epochs (300), which it never reads: a warm-up of 350 in stages of
+    400 was refused, naming an option the pipeline refuses, and one longer than its stages was cut to them without a
+    word."""
+    from coclr.train.config import PretrainConfig
+
+    needed = ["data.store=s", "run.out=o"]
+
+    long = load_config(PipelineConfig, overrides=[*needed, "pipeline.infonce_epochs=400", "pipeline.cycle_epochs=400",
+                                                   "optim.warmup_epochs=350"])
+    assert long.optim.warmup_epochs == 350
+    with pytest.raises(ConfigError, match=r"^optim\.warmup_epochs: must lie in 0\.\.2, the epochs of the pipeline's "
+                       r"shortest stages \(pipeline\.cycle_epochs\): it counts within each stage$"):
+        load_config(PipelineConfig, overrides=[*needed, "pipeline.infonce_epochs=4", "pipeline.cycle_epochs=2",
+                                               "optim.warmup_epochs=3"])
+    sim = load_config(PipelineConfig, overrides=[*needed, "pipeline.infonce_epochs=8", "pipeline.cycle_epochs=2",
+                                                 "pipeline.mode=sim", "optim.warmup_epochs=3"])  # (stages of 4)
+    assert sim.optim.warmup_epochs == 3
+    with pytest.raises(ConfigError, match=r"^optim\.warmup_epochs: must lie in 0\.\.optim\.epochs \(3\)$"):
+        load_config(PretrainConfig, overrides=[*needed, "optim.epochs=3", "optim.warmup_epochs=5",
+                                               "optim.milestones=[]"])

@@ -212,7 +212,8 @@ class OptimOptions:
     def validate(self) -> None:
         require_learning_rate(self.lr, "lr")
         require(self.epochs >= 1, "epochs", f"must be at least 1, got {self.epochs}")
-        require(0 <= self.warmup_epochs <= self.epochs, "warmup_epochs", f"must lie in 0..epochs ({self.epochs})")
+        require(self.warmup_epochs >= 0, "warmup_epochs", "must be non-negative")  # (at most the epochs of the
+        # run, or of a pipeline's shortest stage: PretrainConfig.validate, PipelineConfig.validate)
         require(self.weight_decay >= 0, "weight_decay", "must be non-negative")
         require_milestones(self.milestones, self.epochs, "milestones", "optim.epochs", "optim.milestones=[]")
         require_read_milestones(self.milestones, self.schedule, "milestones")
@@ -274,6 +275,8 @@ class PretrainConfig:
         CoCLR."""
         if self.method.spec.other_view is not None:
             self.check_second_view(f"{self.method.name} reads both")
+        require(self.optim.warmup_epochs <= self.optim.epochs, "optim.warmup_epochs",
+                f"must lie in 0..optim.epochs ({self.optim.epochs})")
         method = self.method
         if method.needs_sampler:
             require(bool(method.sampler_checkpoint), "method.sampler_checkpoint",
@@ -368,6 +371,15 @@ class PipelineConfig(PretrainConfig):
             section, name = key.split(".")
             require(not (isinstance(given.get(section), dict) and name in given[section]), key, per_stage(key))
 
+    def stage_epochs(self) -> dict[str, int]:
+        """The epochs of each kind of stage the pipeline trains, by the option that sets them (none of a kind it
+        does not train: InfoNCE stages taken from ``infonce_from``, cycles of 0)."""
+        schedule = self.pipeline
+        epochs = {} if schedule.infonce_from else {"pipeline.infonce_epochs": schedule.infonce_epochs}
+        if schedule.cycles:
+            epochs["pipeline.cycle_epochs"] = schedule.cycle_epochs * (2 if schedule.mode == "sim" else 1)
+        return epochs
+
     def validate_first(self) -> None:
         """Before the sections' rules (``method.simultaneous`` was refused as "applies to coclr only"); a value
         given otherwise than from a file or the command line (:meth:`refuse_given`), where it differs."""
@@ -379,6 +391,12 @@ class PipelineConfig(PretrainConfig):
 
     def validate(self) -> None:
         self.check_second_view("a pipeline trains both")
+        stages = self.stage_epochs()
+        if stages:  # (checked against optim.epochs, which a pipeline never reads: 300 refused a warm-up of 350 in
+            shortest = min(stages, key=stages.get)  # stages of 400, and one longer than a stage was cut silently)
+            require(self.optim.warmup_epochs <= stages[shortest], "optim.warmup_epochs",
+                    f"must lie in 0..{stages[shortest]}, the epochs of the pipeline's shortest stages "
+                    f"({shortest}): it counts within each stage")
         for key in ("infonce_milestones", "cycle_milestones"):  # (each stage's optim.milestones)
             require_read_milestones(getattr(self.pipeline, key), self.optim.schedule, f"pipeline.{key}")
         require(not self.method.mining_space.own_view or self.pipeline.mode == "alternate", "method.mine_in",

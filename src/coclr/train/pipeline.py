@@ -143,8 +143,8 @@ def stage_config(config: PipelineConfig, stage: Stage, run_dir: Path) -> Pretrai
         method.own_positive_epochs *= stage.share
     optim = copy.deepcopy(config.optim)
     optim.epochs, optim.milestones = stage.epochs, list(stage.milestones)
-    optim.warmup_epochs = min(optim.warmup_epochs * min(stage.share, 1.0), stage.epochs)  # (a stage sized shorter
-    # than the warm-up)
+    optim.warmup_epochs = min(optim.warmup_epochs * min(stage.share, 1.0), stage.epochs)  # (a stage coclr learn
+    # sized shorter than the plan; the pipeline's options never hold a warm-up longer than a stage: its validate)
     if stage.lr is not None:
         optim.lr = stage.lr
     run = copy.deepcopy(config.run)
