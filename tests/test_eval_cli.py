@@ -188,9 +188,10 @@ def test_a_collapsed_encoder_is_reported_and_scores_chance(tiny, capsys):
     assert "| CoCLR ‡ | RGB |" in table and "‡ degenerate features in the retrieval evaluation" in table
 
 
-def test_a_video_found_damaged_as_it_is_read_says_what_to_do_and_the_next_run_leaves_it_out(tmp_path, capsys):
-    """A frame whose checksum fails stopped the evaluation with the checksums and nothing to do; the same command
-    then left the video out and said it was all done (exit status 0)."""
+def test_a_video_found_damaged_as_it_is_read_is_left_out_and_the_evaluation_goes_on(tmp_path, capsys):
+    """A frame whose checksum fails stopped the evaluation with the checksums and nothing to do (then, the job with
+    exit 2, what to do): one input's failure is that input's, so the evaluation leaves it out, starts again and
+    ends with exit status 3; the same command again leaves it out too."""
     from coclr.store.clipstore import entry_path
 
     store = make_tiny_store(tmp_path / "store", train_per_class=2, test_per_class=1, frames=8)
@@ -199,11 +200,13 @@ def test_a_video_found_damaged_as_it_is_read_says_what_to_do_and_the_next_run_le
     damaged.write_bytes(data[:len(data) // 2] + bytes(len(data) - len(data) // 2))
     rgb = save_tiny_encoder(tmp_path / "rgb.pt")
     command = ["eval", "retrieval", "--checkpoint", str(rgb), "--store", str(store), *CLIP_ARGS]
-    assert main(command) == 2
+    assert main([*command, "--out", str(tmp_path / "first.json")]) == 3
     err = capsys.readouterr().err
-    assert "checksum" in err and "the same command leaves the video out (exit status 3)" in err, err
-    assert main(command) == 3
+    assert "checksum" in err and "listed as failed and left out: the evaluation starts again without it" in err, err
+    assert main([*command, "--out", str(tmp_path / "again.json")]) == 3
     assert "left out 1 'test' video(s)" in capsys.readouterr().err
+    first, again = (json.loads((tmp_path / name).read_text()) for name in ("first.json", "again.json"))
+    assert first["results"] == again["results"]  # the same evaluation, of the videos left
 
 
 def test_videos_whose_job_failed_are_left_out_of_evaluation_and_listed(tmp_path, capsys):

@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     from coclr.eval.report import degenerate
     from coclr.models.loading import require_checkpoint_file
     from coclr.store.clipstore import DamagedEntryError, open_store
+    from coclr.text import shown as shown_text
 
     options = task_options(args)
     check_outputs(args, options)
@@ -177,14 +178,23 @@ def run(args: argparse.Namespace) -> int:
             from coclr.data.datasets import left_out_message
 
             print(f"coclr eval: {left_out_message(store, split, views, videos)}", file=sys.stderr)
-    try:
-        record = evaluate_checkpoint(args.task, store, streams, clip_config, options, name=args.name,
-                                     device=device, train_split=args.train_split, test_split=args.test_split,
-                                     with_views=args.also_views, progress=not args.quiet)
-    except DamagedEntryError as error:  # found as its frames were read: listed by the store as failed
-        raise DataError(f"{error}; now listed as failed, the same command leaves the video out (exit status 3), "
-                        "or the next coclr data store (coclr flow, for a flow view) on the store rebuilds its "
-                        "entry") from None
+    while True:  # a damaged entry found as its frames are read: that video's failure, not the job's
+        try:
+            record = evaluate_checkpoint(args.task, store, streams, clip_config, options, name=args.name,
+                                         device=device, train_split=args.train_split, test_split=args.test_split,
+                                         with_views=args.also_views, progress=not args.quiet)
+            break
+        except DamagedEntryError as error:  # (listed by the store as failed as it was found)
+            before = sum(map(len, left_out.values()))
+            store = open_store(args.store)
+            left_out = check_inputs(store, streams, [args.train_split, args.test_split], args.also_views)
+            if sum(map(len, left_out.values())) <= before:  # (not listed: the store may not be written)
+                raise DataError(f"{error}; it could not be listed as failed: make the store writable, or rebuild "
+                                "its entry (coclr data store, or coclr flow for a flow view)") from None
+            check_evaluable(args.task, store, streams, options, args.train_split, args.test_split, args.also_views)
+            print(f"coclr eval: {shown_text(error)}; listed as failed and left out: the evaluation starts again "
+                  "without it (the next coclr data store, or coclr flow for a flow view, rebuilds its entry)",
+                  file=sys.stderr)
     left = sum(len(videos) for videos in left_out.values())
     if args.out:
         atomic_write_json(args.out, record)
