@@ -362,3 +362,15 @@ def test_a_warm_up_is_checked_against_the_stages_epochs() -> None:
     with pytest.raises(ConfigError, match=r"^optim\.warmup_epochs: must lie in 0\.\.optim\.epochs \(3\)$"):
         load_config(PretrainConfig, overrides=[*needed, "optim.epochs=3", "optim.warmup_epochs=5",
                                                "optim.milestones=[]"])
+
+
+def test_a_temperature_too_small_to_train_is_refused_before_any_work() -> None:
+    """1e-38 trained an epoch at a loss of 3e36, then stopped at NaN with a hint of optim.lr; 1e-30 "finished"."""
+    from coclr.train.config import PretrainConfig
+
+    for value in ("1e-38", "0.0005"):
+        with pytest.raises(ConfigError, match=r"^method\.temperature: must be at least 0\.001 \(the paper's is "
+                           r"0\.07\), got "):
+            load_config(PretrainConfig, overrides=["data.store=s", "run.out=o", f"method.temperature={value}"])
+    assert load_config(PretrainConfig, overrides=["data.store=s", "run.out=o", "method.temperature=0.001"]
+                       ).method.temperature == 0.001

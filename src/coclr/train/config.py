@@ -100,6 +100,11 @@ class ModelOptions:
         require(self.embed_dim >= 1, "embed_dim", f"must be positive, got {self.embed_dim}")
 
 
+MIN_TEMPERATURE = 1e-3
+"""The lowest contrastive temperature taken: below it the logits of unit vectors pass +-1000, the softmax is a hard
+maximum, and the loss grows past what float32 holds (1e-38 trained an epoch at a loss of 3e36, then NaN)."""
+
+
 @dataclass
 class MethodOptions:
     name: str = option("infonce", methods_help())
@@ -172,7 +177,8 @@ class MethodOptions:
     def validate(self) -> None:
         require(self.name in CONTRASTIVE, "name", f"{self.name!r} is not one of {', '.join(CONTRASTIVE)}")
         require(self.queue_size >= 1, "queue_size", f"must be positive, got {self.queue_size}")
-        require(self.temperature > 0, "temperature", f"must be positive, got {self.temperature}")
+        require(self.temperature >= MIN_TEMPERATURE, "temperature", f"must be at least {MIN_TEMPERATURE:g} (the "
+                f"paper's is 0.07), got {self.temperature:g}")
         require(0 <= self.momentum < 1, "momentum", "must be in [0, 1)")
         require(self.topk >= 1, "topk", "must be at least 1")
         if self.spec.mines:  # (the other methods mine nothing: inert there)

@@ -500,7 +500,7 @@ class Trainer:
                     else "no checkpoint was saved yet")
             raise NonFiniteLossError(
                 f"the loss became NaN or infinite before step {self.position.global_step}; stopped, {kept} (try a "
-                "lower optim.lr or run.amp=none)")
+                "lower optim.lr, a higher method.temperature, or run.amp=none)")
 
     def _record(self, loss: torch.Tensor, stats: dict[str, torch.Tensor]) -> dict[str, Any]:
         values = torch.stack([loss.float(), *(v.float() for v in stats.values())])
