@@ -352,3 +352,16 @@ def test_an_on_off_flag_given_both_ways_is_refused(tmp_path, capsys) -> None:
         main(["eval", "linear", "--checkpoint", "c.pth", "--store", "s", "--amp", "--no-amp"])
     assert stopped.value.code == 2
     assert "--amp/--no-amp given twice" in capsys.readouterr().err
+
+
+def test_a_list_split_by_the_shell_says_to_quote_it() -> None:
+    """The README's `optim.milestones=[200, 250]`, typed as shown, reached the command as two words: "expected the
+    node content, but found '<stream end>'", and no word of why."""
+    from coclr.config import parse_overrides
+
+    with pytest.raises(ConfigError, match=r"the shell split it at a space: quote the whole override "
+                       r"\('optim\.milestones=\[\.\.\.'\) or leave out the spaces$"):
+        parse_overrides(["optim.milestones=[200,", "250]"])
+    with pytest.raises(ConfigError) as caught:  # (a value closed but wrong: no such hint)
+        parse_overrides(["optim.milestones=[200, ]]"])
+    assert "shell" not in str(caught.value)

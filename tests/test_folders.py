@@ -260,7 +260,7 @@ def test_finetune(tmp_path):
                         from_dict(FinetuneConfig, {"epochs": 1, "milestones": [1], **changed}), progress=False)
 
     again()
-    refused_untouched(out, lambda: again(lr=0.002), FolderRefused, r"finetune\.lr=0\.001 \(given 0\.002\)")
+    refused_untouched(out, lambda: again(lr=0.002), FolderRefused, r"--lr=0\.001 \(given 0\.002\)")
     with locked_by_another_process(out / LOCK_FILE):
         refused_untouched(out, again, DataError, "another coclr finetune is writing this folder")
     assert config.lr == 0.001
@@ -282,7 +282,7 @@ def test_two_stream_finetune_checks_both_folders_before_any_work(tmp_path):
 
     evaluate([first, second], 0.001)
     # The second stream's folder holds other options: refused before the first stream (a new folder) is trained.
-    refused_untouched(out, lambda: evaluate([third, second], 0.002), FolderRefused, r"finetune\.lr=0\.001 \(given "
+    refused_untouched(out, lambda: evaluate([third, second], 0.002), FolderRefused, r"--lr=0\.001 \(given "
                       r"0\.002\)")
     # a work folder that holds the user's files: the finetuning folders went in beside them without a word
     mine = tmp_path / "mine"

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -415,6 +416,14 @@ def test_records_of_other_splits_are_other_rows_and_a_missing_result_keeps_the_e
     assert "test split test, train split train" in rows[0]["notes"]
     assert "test split train, train split test" in rows[1]["notes"]
     assert all(not row["notes"] for row in build_table([standard, wider]))  # one protocol: nothing to say
+    # two encoders of one default name: rows alike but for their numbers, nothing said (only table.json's sources)
+    first = _record("retrieval", {"R@1": 25.0}, [("a", "rgb", "infonce")])
+    second = _record("retrieval", {"R@1": 0.0}, [("b", "rgb", "infonce")])
+    rows = build_table([first, second])
+    assert [row["Method"] for row in rows] == ["InfoNCE", "InfoNCE"]
+    assert [row["notes"][-1].split(" (")[0] for row in rows] == [
+        f"encoder {Path(record['streams'][0]['checkpoint']).name}" for record in (first, second)]
+    assert rows[0]["notes"] != rows[1]["notes"]
     # one encoder on two clip shapes: two rows alike but for their numbers, nothing said
     short = _record("retrieval", {"R@1": 12.5}, [("a", "rgb", "infonce")])
     long = _record("retrieval", {"R@1": 50.0}, [("a", "rgb", "infonce")])

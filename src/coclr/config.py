@@ -148,7 +148,12 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
             try:
                 value = parse_yaml(raw)
             except yaml.YAMLError as error:
-                raise ConfigError(f"override {item!r}: cannot parse the value as YAML{yaml_problem(error)}") from None
+                opened = raw.lstrip()[:1]
+                cut = opened in "[{" and raw.rstrip()[-1:] != {"[": "]", "{": "}"}[opened]
+                hint = (f"; the shell split it at a space: quote the whole override ('{key}={opened}...') or leave "
+                        "out the spaces" if cut else "")  # (the README's own example, [200, 250], typed as shown)
+                raise ConfigError(f"override {item!r}: cannot parse the value as YAML{yaml_problem(error)}{hint}"
+                                  ) from None
         node = nested
         for part in parts[:-1]:
             node = node.setdefault(part, {})

@@ -23,8 +23,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                         "trained on, else rgb; a view of another kind is refused)")
     parser.add_argument("--checkpoint2", help="second encoder for two-stream evaluation (e.g. the flow network)")
     parser.add_argument("--view2", help="view of --checkpoint2 (default: the view it was trained on, else flow)")
-    parser.add_argument("--out", help="JSON file to write the result to (default: print it); a new file, or a result "
-                        "file: rewritten")
+    parser.add_argument("--out", help="JSON file to write the result record to, which coclr report reads (default: "
+                        "none; the main figures are printed either way); a new file, or a result file: rewritten")
     parser.add_argument("--also-views", nargs="+", default=[], metavar="VIEW",
                         help="evaluate only the videos that also have these views (so that evaluations run apart, "
                         "e.g. an RGB and a flow encoder, compare the same videos)")

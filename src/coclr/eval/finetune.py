@@ -23,6 +23,7 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -75,8 +76,24 @@ ENCODER_FILE = "finetuned_encoder.pth"
 RESULT_FILE = "finetune_result.json"
 FUSED_FILE = "fused_probabilities.npz"
 STATE_FORMAT = "coclr.finetune"
+
+
+def _as_flags(settings: dict[str, Any]) -> dict[str, Any]:
+    """A finetuning folder's settings as ``coclr eval finetune``'s flags name them (a refusal named
+    ``clips.batch_size``, ``finetune.lr`` where ``--batch-size``, ``--lr`` were typed)."""
+    flags = {"checkpoint_sha256": "--checkpoint (its sha256)", "store": "--store", "view": "--view",
+             "train_split": "--train-split"}
+    shown: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key in ("clips", "finetune") and isinstance(value, dict):
+            shown.update({"--" + name.replace("_", "-"): item for name, item in value.items()})
+        else:
+            shown[flags.get(key, key)] = value
+    return shown
+
+
 FINETUNE_FOLDER = FolderRule("finetune", "a finetuning job", other="another folder (--work-dir)",
-                             since=("train_videos_sha256",), may_differ=("finetune.ten_crop_short_side",))
+                             since=("train_videos_sha256",), may_differ=("--ten-crop-short-side",), shown=_as_flags)
 """How a finetuning folder is continued or refused (:mod:`coclr.runfolder`): its settings are the job's
 fingerprint (checkpoint content, store, view, training videos with their labels and stored content, clip and
 finetuning options; not the workers, nor the test's short side: another one tests the trained network again)."""

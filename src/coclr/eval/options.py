@@ -21,7 +21,8 @@ class ClipConfig:
     length: int = clip_option("length")
     stride: int = clip_option("stride")
     size: int = clip_option("size")
-    batch_size: int = option(16, "clips per forward pass")
+    batch_size: int = option(16, "clips per forward pass; in finetuning, the training batch too (a setting of its "
+                                 "result)")
     workers: int = option(0, "DataLoader worker processes reading the store (0: read in this process)")
     amp: bool = option(False, "run the backbone under autocast (float16 on CUDA; bfloat16 on a CPU with bfloat16 "
                               "instructions, AVX512_BF16 or AMX, and refused on others)")

@@ -287,7 +287,10 @@ def build_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         data = (record.get("dataset"), record.get("store"))
         key = (_encoder_key(record), record.get("name"), tuple(sorted(clips.items())), data, record_splits(record))
         row = rows.setdefault(key, {**describe_encoders(record), "Linear probe": None, "Finetune": None,
-                                    "R@1": None, "clips": clips, "notes": [], "sources": []})
+                                    "R@1": None, "clips": clips, "notes": [], "sources": [],
+                                    "encoders": [f"{Path(stream['checkpoint']).name} "
+                                                 f"({stream['checkpoint_sha256'][:12]})"
+                                                 for stream in record["streams"]]})
         value = record["results"].get(metric[record["task"]])
         if value is not None:  # (a record without it, e.g. R@5 and R@10 only, leaves an earlier one's)
             row[columns[record["task"]]] = value
@@ -304,6 +307,13 @@ def build_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if len(shapes) > 1 and not other_clips(record):  # (rows of one encoder on two clip shapes read alike)
             notes.append(f"on {clips_text(clips)} clips")
         row["notes"] += [note for note in notes if note not in row["notes"]]
+    named: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows.values():
+        named.setdefault((row["Method"], row["Input"], tuple(row["notes"])), []).append(row)
+    for alike in named.values():  # (other encoders of one default name: rows alike but for their numbers)
+        if len({tuple(row["encoders"]) for row in alike}) > 1:
+            for row in alike:
+                row["notes"].append("encoder " + " and ".join(row["encoders"]))
     for row in rows.values():
         marks = "".join(mark for mark in (OTHER_CLIPS_MARK, DEGENERATE_MARK) if any(n[0] == mark for n in row["notes"]))
         if marks:
