@@ -1235,3 +1235,14 @@ def test_seeds_given_other_than_those_summarised_are_said_before_the_work(tmp_pa
     atomic_write_json(out / "seeds.json", {"seeds": [3, 4]})
     assert main(["study", "--out", str(out), "--seeds", "4", "3", "rows=[infonce_rgb]", "--check"]) == 0
     assert "[study] note" not in capsys.readouterr().out  # the same seeds, in any order: nothing to say
+
+
+def test_a_warm_up_longer_than_the_study_s_stages_is_refused_naming_its_schedule(tmp_path: Path, capsys) -> None:
+    """Stages of one epoch under the study's warm-up of two were cut to it without a word."""
+    from coclr.cli import main
+
+    assert main(["study", "--out", str(tmp_path / "s"), "--check", "schedule.cycle_epochs=1",
+                 "schedule.decay_epochs=0"]) == 2
+    assert ("train (the CoCLR pipeline): optim.warmup_epochs: must lie in 0..1, the epochs of the pipeline's shortest "
+            "stages (schedule.cycle_epochs)") in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()

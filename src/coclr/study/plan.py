@@ -148,7 +148,10 @@ def _pipeline_config(options: dict[str, Any], where: str) -> PipelineConfig:
     try:
         return load_config(PipelineConfig, base=options)
     except ConfigError as error:
-        raise ConfigError(f"train (the {where}): {error}") from None
+        said = str(error)
+        for key in ("infonce_epochs", "cycle_epochs"):  # (the study's schedule sets them)
+            said = said.replace(f"pipeline.{key}", f"schedule.{key}")
+        raise ConfigError(f"train (the {where}): {said}") from None
 
 
 def _stage_config(pipeline: PipelineConfig, stage, folder: Path, where: str) -> PretrainConfig:
