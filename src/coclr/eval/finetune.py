@@ -59,14 +59,7 @@ from coclr.models.encoder import Encoder
 from coclr.models.heads import LinearClassifier
 from coclr.models.loading import checkpoint_sha256, read_checkpoint_file, save_encoder
 from coclr.progress import bar as progress_bar
-from coclr.runfolder import (
-    FolderRule,
-    check_folder,
-    check_output_file,
-    check_output_folder,
-    claim_folder,
-    folder_owner,
-)
+from coclr.runfolder import FolderRule, check_folder, check_output_file, check_place, claim_folder
 from coclr.store.flow_views import recorded_method, stored_bound
 from coclr.text import to_bytes
 
@@ -413,15 +406,6 @@ def stream_folders(streams: Sequence, out_dir: str | Path, with_views: Sequence[
     return [stream_folder(out_dir, stream.view, checkpoint_sha256(stream.checkpoint), views) for stream in streams]
 
 
-def _work_folder_part(path: Path) -> bool:
-    """Whether ``path`` in a finetuning work folder is the finetuning's: a finetuning folder (recorded, or one written
-    before folders recorded themselves: its state file) or the fused probabilities (a user's own files there were
-    kept beside its folders without a word)."""
-    if path.is_dir():
-        return folder_owner(path) == FINETUNE_FOLDER.command or (path / STATE_FILE).is_file()
-    return path.name == FUSED_FILE
-
-
 def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: ClipConfig | None = None,
                       config: FinetuneConfig | None = None, train_split: str = "train", test_split: str = "test",
                       device: str | torch.device = "cpu", progress: bool = True,
@@ -441,8 +425,7 @@ def evaluate_finetune(store, streams: list, out_dir: str | Path, clip_config: Cl
     shas = [checkpoint_sha256(stream.checkpoint) for stream in streams]
     out_dir = Path(out_dir)
     views = stream_views(streams, with_views)
-    check_output_folder(out_dir, FINETUNE_FOLDER.command, _work_folder_part,  # a work folder holds finetuning
-                        "finetuning folders (VIEW_SHA/) and fused probabilities")  # folders (each claimed) ...
+    check_place(out_dir, FINETUNE_FOLDER.command)  # a work folder holds finetuning folders (each claimed) ...
     if len(streams) > 1:  # ... and the fused probabilities: rewritten only if they are that
         check_output_file(out_dir / FUSED_FILE, FINETUNE_FOLDER.command, is_probabilities_file,
                           "a probabilities file")
