@@ -1,7 +1,8 @@
 """Nothing overwritten, nothing written into another command's folder: every output option of the CLI (``--out``,
-``--html``, ``--cache-dir``, ``--work-dir``, a flow ``--view``, ``run.out``) refuses, in one line naming what is in
-the way, with exit status 2 and before any work, a path that holds files the command did not write or lies inside a
-folder another command owns (:mod:`coclr.runfolder`); and it still rewrites what it wrote itself."""
+``--html``, ``--cache-dir``, a flow ``--view``, ``run.out``) refuses, in one line naming what is in the way, with exit
+status 2 and before any work, a path that holds files the command did not write or lies inside a folder another
+command owns (:mod:`coclr.runfolder`); and it still rewrites what it wrote itself. (A finetuning ``--work-dir`` gains
+only its own claimed folders: tests/test_folders.py.)"""
 
 from __future__ import annotations
 
