@@ -436,3 +436,17 @@ def test_a_study_makes_its_synthetic_store_inside_its_folder(tmp_path):
     with claim_folder(tmp_path / "study", STUDY_FOLDER, {"seed": 0}):
         generate_synthetic(tmp_path / "study" / "store", config, workers=0)
     assert (tmp_path / "study" / "store" / "store.json").is_file()
+
+
+def test_a_run_into_a_store_folder_names_the_store_not_its_files(tmp_path, capsys):
+    """A refusal of a store as another command's output named its files and said to move them away (which would
+    break the store), where it named the store; a synthetic store's writer is a store's writer."""
+    from coclr.cli import main
+
+    store = tmp_path / "rs2"
+    assert main(["data", "synth", "--out", str(store), "frames=8", "--workers", "0"]) == 0
+    capsys.readouterr()
+    assert main(["pretrain", f"data.store={store}", f"run.out={store}"]) == 2
+    assert f"error: {store}: the output folder of `coclr data store`, not of `coclr pretrain`; give another folder" \
+        in capsys.readouterr().err
+    assert main(["data", "synth", "--out", str(store), "frames=8", "--workers", "0"]) == 0  # its own: continued

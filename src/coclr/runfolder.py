@@ -52,6 +52,8 @@ LOCK_FILE = ".lock"
 OWNER_RECORDS = {"store.json": ("coclr-clip-store", "data store"), "embed.json": ("coclr-embeddings", "embed")}
 """Records other than ``run.json`` that make a folder a command's output: file name -> (its ``"format"``, the
 command); ``run.json`` names its command itself. (``coclr.store.clipstore`` and ``coclr.embed.output`` write them.)"""
+STORE_WRITERS = {"data store", "data synth"}
+"""The commands that write a store's own files (its ``store.json`` names ``data store`` for both)."""
 NESTED: dict[str, tuple[str, ...]] = {
     "study": ("pretrain", "pipeline", "finetune", "data store", "data synth", "flow", "feature cache"),
     "learn": ("data store", "flow", "pipeline", "pretrain", "embed", "curate"),
@@ -533,11 +535,9 @@ def refuse_foreign(folder: str | Path, command: str, record: str,
     """Refuse to write ``folder`` for ``command`` when it holds files the command did not write (a folder without
     ``record``, the file that would say it did): one line naming them (:func:`foreign_files`)."""
     names = foreign_files(folder, ours)
-    try:  # (by its run.json alone: a store's store.json is the record of every command that writes a store)
-        owner = (read_record(folder) or {}).get("command") if names else None
-    except (DataError, OSError):
-        owner = None
-    if isinstance(owner, str) and owner != command:  # (data synth --videos': "which data synth did not write")
+    owner = folder_owner(folder) if names else None
+    if owner is not None and owner != command and {owner, command} - STORE_WRITERS:  # (a folder of data synth
+        # --videos: "which data synth did not write"; a store: "move those away")
         raise FolderRefused(f"{folder}: the output folder of `coclr {owner}`, not of `coclr {command}`; give another "
                             "folder")
     if names:
