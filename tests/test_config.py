@@ -360,8 +360,9 @@ def test_a_list_split_by_the_shell_says_to_quote_it() -> None:
     from coclr.config import parse_overrides
 
     with pytest.raises(ConfigError, match=r"the shell split it at a space: quote the whole override "
-                       r"\('optim\.milestones=\[\.\.\.'\) or leave out the spaces$"):
+                       r"\('optim\.milestones=\[200, 250\]'\) or leave out the spaces$"):
         parse_overrides(["optim.milestones=[200,", "250]"])
-    with pytest.raises(ConfigError) as caught:  # (a value closed but wrong: no such hint)
-        parse_overrides(["optim.milestones=[200, ]]"])
-    assert "shell" not in str(caught.value)
+    for given in (["optim.milestones=[200, ]]"], ["optim.milestones=[200,250"], ["optim.milestones=[200,", "a=1"]):
+        with pytest.raises(ConfigError) as caught:  # (a value wrong as typed, not split: no such hint)
+            parse_overrides(given)
+        assert "shell" not in str(caught.value), given

@@ -153,8 +153,8 @@ def test_a_torchvision_file_exports_with_the_clips_its_format_takes(tmp_path):
     assert config["clip_settings"]["mean"] == list(FORMAT_CLIPS["torchvision"]["mean"])
     card = (tmp_path / "out" / "README.md").read_text()
     assert "- clips of 32 frames (stride 1), 224 x 224 px, frames decoded at a short side of 256 px, 15.0 fps" in card
-    assert "- not recorded by the checkpoint, so the values above are those coclr embed feeds it: length, stride;" \
-        in card
+    assert "- not recorded by the checkpoint (or recorded as none), so the values above are those coclr embed feeds " \
+        "it: length, stride;" in card
     assert "None" not in card.split("## Training")[0] and "head.*" not in card  # (it has no projection head)
     assert card.startswith("# S3D video encoder (rgb view, implied by its format)")  # (title "unknown", input "rgb")
 
@@ -527,8 +527,8 @@ def test_the_card_says_what_embedding_feeds_an_encoder_that_records_little(tmp_p
             f"a short side of {used.short_side} px") in card
     assert f"mean {list(used.flow_mean)}, std {list(used.flow_std)}" in card
     assert f"clipped to +-{used.flow_bound} px" in card
-    assert ("- not recorded by the checkpoint, so the values above are those coclr embed feeds it: length, stride, "
-            "size, short_side, mean, std, flow_bound;") in card
+    assert ("- not recorded by the checkpoint (or recorded as none), so the values above are those coclr embed feeds "
+            "it: length, stride, size, short_side, mean, std, flow_bound;") in card
     rgb = save_encoder(tmp_path / "rgb.pth", build_encoder(width=0.125), {"clip_settings": {
         "view": "rgb", "length": 8, "stride": 1, "size": 32, "short_side": 32, "mean": MEAN, "std": STD,
         "flow_bound": 5.0}})
@@ -537,9 +537,11 @@ def test_the_card_says_what_embedding_feeds_an_encoder_that_records_little(tmp_p
     assert "optical flow" not in card and "not recorded" not in card
     whole = save_encoder(tmp_path / "whole.pth", build_encoder(width=0.125), {"clip_settings": {
         "view": "rgb", "length": 8, "stride": 1, "size": 32, "short_side": None, "mean": MEAN, "std": STD}})
-    export_encoder(whole, "safetensors", tmp_path / "whole")  # (a store at --short-side 0: recorded as None)
+    export_encoder(whole, "safetensors", tmp_path / "whole")  # (a synthetic store's frames: recorded as None)
     card = (tmp_path / "whole" / "README.md").read_text().split("## Training")[0]
-    assert "32 x 32 px, frames at their decoded size (not resized)" in card and "not recorded" not in card
+    used = resolve_settings(whole)
+    assert f"32 x 32 px, frames decoded at a short side of {used.short_side} px" in card
+    assert "embed feeds it: short_side;" in card
 
 
 def test_odd_recorded_clip_settings_export_or_are_refused_in_one_line(tmp_path):

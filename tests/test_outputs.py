@@ -87,6 +87,10 @@ def test_search_html_refuses_the_embedding_folder_and_files_it_did_not_write(tmp
     kept.write_text(gallery_page("Nearest-neighbour retrieval", "Test-set queries", []))
     refused(capsys, ["search", str(emb), "--query", "0", "--html", str(kept)],
             f"{kept}: exists and is not a coclr search page", untouched=kept)
+    legacy = tmp_path / "legacy_gallery.html"  # (a gallery written before the mark named its kind, as reported)
+    legacy.write_text(kept.read_text().replace(page_generator("gallery"), LEGACY_GENERATOR))
+    refused(capsys, ["search", str(emb), "--query", "0", "--html", str(legacy)],
+            f"{legacy}: exists and is not a coclr search page", untouched=legacy)
     old = tmp_path / "old_search.html"  # (a search page written before the mark named its kind: rewritten)
     old.write_text(page.read_text().replace(page_generator("search"), LEGACY_GENERATOR))
     assert LEGACY_GENERATOR in old.read_text()

@@ -134,7 +134,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     mappings, quoted text), any other as the text typed (:class:`Given`, read as its option's type). A later
     override of an option replaces an earlier one (a command line refuses that: :func:`refuse_repeated`)."""
     nested: dict[str, Any] = {}
-    for item in overrides:
+    for number, item in enumerate(overrides):
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {item!r} is not of the form key=value")
@@ -148,10 +148,10 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
             try:
                 value = parse_yaml(raw)
             except yaml.YAMLError as error:
-                opened = raw.lstrip()[:1]
-                cut = opened in "[{" and raw.rstrip()[-1:] != {"[": "]", "{": "}"}[opened]
-                hint = (f"; the shell split it at a space: quote the whole override ('{key}={opened}...') or leave "
-                        "out the spaces" if cut else "")  # (the README's own example, [200, 250], typed as shown)
+                rest = overrides[number + 1] if number + 1 < len(overrides) else ""
+                cut = raw.lstrip()[:1] in "[{" and rest and "=" not in rest  # (its rest came as the next word)
+                hint = (f"; the shell split it at a space: quote the whole override ('{item} {rest}') or leave out "
+                        "the spaces" if cut else "")  # (the README's own example, [200, 250], typed as shown)
                 raise ConfigError(f"override {item!r}: cannot parse the value as YAML{yaml_problem(error)}{hint}"
                                   ) from None
         node = nested

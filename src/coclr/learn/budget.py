@@ -1308,8 +1308,10 @@ def _time_side_by_side(model: Model, batch: int, steps: int = 5) -> tuple[float,
         try:
             for (child, log), result in zip(children, results):
                 if child.wait(600) != 0 or not result.is_file():
-                    raise ConfigError("the calibration of two processes side by side failed: "
-                                      f"{log_tail(log, 5).strip()[-300:]}")
+                    error = ConfigError("the calibration of two processes side by side failed: "
+                                        f"{log_tail(log, 5).strip()[-300:]}")
+                    error.lines = True  # (its log's tail, line by line)
+                    raise error
                 timings.append(json.loads(result.read_text()))
         finally:  # (a failed or stopped calibration leaves no child behind)
             stop_processes([child for child, _ in children])

@@ -207,10 +207,8 @@ def input_lines(config: dict[str, Any]) -> list[str]:
     """The card's input section: the clips the encoder takes, as it recorded them, and for each value it did not
     record the one ``coclr embed`` feeds it (:mod:`coclr.clips`' defaults), said to be so (a card said "None x None
     px" and "mean None" where embedding fed 128 px and ImageNet's normalisation)."""
-    recorded = config["clip_settings"]
-    settings = {key: value for key, value in recorded.items() if value is not None}
-    if "short_side" in recorded and recorded["short_side"] is None:  # (recorded: frames not resized, --short-side 0)
-        settings["short_side"] = None
+    settings = {key: value for key, value in config["clip_settings"].items() if value is not None}  # (a short side
+    # recorded as none, a synthetic store's frames or --short-side 0, is one embedding does not take: it feeds 128)
     defaults = {"length": ClipSettings.length, "stride": ClipSettings.stride, "size": ClipSettings.size,
                 "short_side": SHORT_SIDE, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
                 "flow_bound": FLOW_BOUND}
@@ -221,8 +219,8 @@ def input_lines(config: dict[str, Any]) -> list[str]:
     length = value["length"]
     lines = [f"- view: {view or 'rgb (implied: the checkpoint records no view)'}",
              f"- clips of {length} frames (stride {value['stride']}), {value['size']} x {value['size']} px, frames "
-             + (f"decoded at a short side of {value['short_side']} px" if value["short_side"] is not None else
-                "at their decoded size (not resized)") + (f", {value['fps']} fps" if value.get("fps") else ""),
+             f"decoded at a short side of {value['short_side']} px" + (f", {value['fps']} fps" if value.get("fps")
+                                                                         else ""),
              f"- normalised: (x / 255 - mean) / std, mean {value['mean']}, std {value['std']}"]
     if view == RGB_DIFFERENCES:
         lines.append(f"- the clip is the differences of consecutive normalised frames, x[t+1] - x[t]: {length} "
@@ -235,7 +233,8 @@ def input_lines(config: dict[str, Any]) -> list[str]:
         lines.append(f"- optical flow as its training store held it ({how}channels u, v and a constant 128), "
                      f"clipped to +-{value['flow_bound']} px and mapped linearly to [0, 255] before the normalisation")
     if unrecorded:
-        lines.append(f"- not recorded by the checkpoint, so the values above are those coclr embed feeds it: "
+        lines.append(f"- not recorded by the checkpoint (or recorded as none), so the values above are those coclr "
+                     f"embed feeds it: "
                      f"{', '.join(unrecorded)}; give the clips its training used if they differ")
     return lines
 

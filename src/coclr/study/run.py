@@ -205,7 +205,8 @@ def evaluate_rows(plan: StudyPlan) -> list[dict[str, Any]]:
             try:
                 record = evaluate_checkpoint(task, store, streams, plan.clips, options, name=ROWS[key].method,
                                              earlier=earlier, **common)
-            except DamagedEntryError as error:  # found as its frames were read (a remedy, as coclr eval gives)
+            except DamagedEntryError as error:  # found as its frames were read: the study stops, as its rows must
+                # compare the same videos (coclr eval leaves the video out and goes on: one encoder's figures)
                 raise DataError(f"{error}; now listed as failed: run the same command again, whose store or flow "
                                 "job rebuilds the entry") from None
             if record is not earlier:
