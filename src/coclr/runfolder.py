@@ -536,8 +536,9 @@ def refuse_foreign(folder: str | Path, command: str, record: str,
     ``record``, the file that would say it did): one line naming them (:func:`foreign_files`)."""
     names = foreign_files(folder, ours)
     owner = folder_owner(folder) if names else None
-    if owner is not None and owner != command and {owner, command} - STORE_WRITERS:  # (a folder of data synth
-        # --videos: "which data synth did not write"; a store: "move those away")
+    if (owner is not None and owner != command and {owner, command} - STORE_WRITERS
+            and command not in NESTED.get(owner, ())):  # (a folder of data synth --videos: "which data synth did
+        # not write"; a store: "move those away"; but flow writes into a store)
         raise FolderRefused(f"{folder}: the output folder of `coclr {owner}`, not of `coclr {command}`; give another "
                             "folder")
     if names:
