@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -306,3 +307,24 @@ def test_a_finetuning_result_named_without_a_suffix_has_its_own_work_folder(tmp_
 
     assert work_dir_of(Path("runs/ft.json")) == Path("runs/ft")
     assert work_dir_of(Path("runs/ftx")) == Path("runs/ftx.work")
+
+
+def test_a_killed_evaluation_s_temporary_files_are_removed_by_the_next(tiny, tmp_path):
+    """A kill while the result, the probabilities or a feature cache file was being written left its hidden
+    temporary file (as large as the features), which no later run removed."""
+    store, rgb, _, _ = tiny
+    out, cache = tmp_path / "linear.json", tmp_path / "cache"
+    command = ["eval", "linear", "--checkpoint", str(rgb), "--store", str(store), "--out", str(out), "--cache-dir",
+               str(cache), "--lrs", "0.01", "--weight-decays", "0", "--epochs", "2", *CLIP_ARGS]
+    assert main(command) == 0
+    dead = 2 ** 22 + 12345  # above the default pid_max of 4194304: no such process
+    cached = sorted(cache.iterdir())
+    cached[0].unlink()  # (the kill came as it was written: the next run writes it again)
+    probabilities = tmp_path / "linear.probabilities.npz"
+    stale = [path.parent / f".{path.name}.{dead}.a1b2c3.partial" for path in (out, probabilities, cached[0])]
+    for path in stale:
+        path.write_bytes(b"half a file")
+    alive = out.parent / f".{out.name}.{os.getpid()}.d4e5f6.partial"  # (a writer still at work: kept)
+    alive.write_bytes(b"being written")
+    assert main(command) == 0
+    assert not any(path.exists() for path in stale) and alive.exists()

@@ -19,6 +19,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
@@ -235,6 +236,21 @@ def remove_stale_partials(folder: Path, recursive: bool = True) -> int:
             if pid is not None and _process_alive(pid):
                 continue
             Path(directory, name).unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def remove_stale_partials_of(path: str | Path) -> int:
+    """Delete the temporary files of the one file ``path`` (beside it) left by killed writers, as the next write of
+    it begins (a result file in a folder of the user's, which no claim of a folder sweeps); returns how many."""
+    path = Path(path)
+    removed = 0
+    if not path.parent.is_dir():
+        return removed
+    for candidate in path.parent.glob(f".{glob_escape(path.name)}.*{PARTIAL_SUFFIX}"):
+        pid = _writer_pid(candidate.name)
+        if pid is not None and not _process_alive(pid):
+            candidate.unlink(missing_ok=True)
             removed += 1
     return removed
 

@@ -120,7 +120,7 @@ def check_outputs(args: argparse.Namespace, options) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    from coclr.atomic import atomic_write_json
+    from coclr.atomic import atomic_write_json, remove_stale_partials_of
     from coclr.cli._status import job_status
     from coclr.distributed import pick_device
     from coclr.errors import ConfigError, DataError
@@ -197,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
     left = sum(len(videos) for videos in left_out.values())
     if args.out:
+        remove_stale_partials_of(args.out)  # (a killed run's, beside the user's files)
         atomic_write_json(args.out, record)
         print(f"wrote {args.out}")
     for warning in record.get("warnings", []):

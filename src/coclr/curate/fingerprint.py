@@ -149,10 +149,11 @@ def fingerprints(paths: Sequence[str], checkpoint: str | Path, encoder_sha256: s
     from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
     from coclr import progress  # noqa: PLC0415
-    from coclr.atomic import atomic_open  # noqa: PLC0415
+    from coclr.atomic import atomic_open, remove_stale_partials  # noqa: PLC0415
     from coclr.threads import torch_threads, usable_cores  # noqa: PLC0415
 
     folder.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(folder, recursive=False)  # (a killed run's)
     keys = [cache_key(path, encoder_sha256) for path in paths]
     loaded: list = []
     lock = threading.Lock()

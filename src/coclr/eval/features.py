@@ -37,7 +37,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from coclr.atomic import atomic_open, file_state
+from coclr.atomic import atomic_open, file_state, remove_stale_partials_of
 from coclr.clips import IMAGENET_MEAN, IMAGENET_STD, PAPER_CLIPS, recorded_clips
 from coclr.data import augment
 from coclr.data.datasets import WindowClips, usable_entries
@@ -340,6 +340,7 @@ def cached_features(checkpoint: str | Path, store, view: str, split: str, config
             return hit
     result = extract_features(backbone or load_backbone(checkpoint), store, view, split, config, device, progress,
                               with_views, normalisation)
+    remove_stale_partials_of(path)  # (a killed run's: each as large as the features)
     _write_cache(path, key, result)
     return result
 

@@ -32,7 +32,13 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from coclr import seeding
-from coclr.atomic import atomic_open, atomic_torch_save, atomic_write_json, read_json_record
+from coclr.atomic import (
+    atomic_open,
+    atomic_torch_save,
+    atomic_write_json,
+    read_json_record,
+    remove_stale_partials_of,
+)
 from coclr.cpu import arithmetic, arithmetic_changes
 from coclr.data.augment import ClipAugment
 from coclr.data.datasets import TrainClips
@@ -368,8 +374,9 @@ def _save_finetuned(path: Path, model: Classifier, view: str, clip_config: ClipC
 
 
 def save_probabilities(path: str | Path, keys: list[str], labels: np.ndarray, **probabilities: np.ndarray) -> Path:
-    """Per-video class probabilities as ``.npz`` (``keys``, ``labels`` and one array per name), atomically."""
-
+    """Per-video class probabilities as ``.npz`` (``keys``, ``labels`` and one array per name), atomically (a killed
+    write's temporary file removed)."""
+    remove_stale_partials_of(path)
     with atomic_open(path, "wb") as out:
         np.savez(out, keys=np.array(keys), labels=np.asarray(labels), **probabilities)
     return Path(path)
