@@ -63,12 +63,15 @@ def test_eval_retrieval_two_stream(tiny, capsys, monkeypatch):
     assert '"R@1"' in capsys.readouterr().out
 
 
-def test_eval_linear(tiny):
+def test_eval_linear(tiny, capsys):
     store, rgb, _, root = tiny
     out = root / "linear.json"
     assert main(["eval", "linear", "--checkpoint", str(rgb), "--store", str(store), "--out", str(out),
                  "--cache-dir", str(root / "cache"), "--lrs", "0.01", "--weight-decays", "0", "--epochs", "2", "6",
                  *CLIP_ARGS]) == 0
+    # three classes: the top-5 of 100% is no result, and was printed beside top-1 without a word
+    assert "note: top-5 is 100% by construction with 3 classes (at most 5): only top-1 measures the classifier" in \
+        capsys.readouterr().err
     record = json.loads(out.read_text())
     results = record["results"]
     assert results["selected"]["epochs"] in (2, 6) and len(results["grid"]) == 2

@@ -118,6 +118,10 @@ def check_outputs(args: argparse.Namespace, options) -> None:
         check_cache_dir(options.cache_dir)
 
 
+TOP_K = 5
+"""The k of the classifiers' top-k accuracy beside their top-1 (the results' ``top5``)."""
+
+
 def run(args: argparse.Namespace) -> int:
 
     from coclr.atomic import atomic_write_json, remove_stale_partials_of
@@ -168,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
     for line in label_warnings(split_entries(store, args.train_split, views),
                                split_entries(store, args.test_split, views), args.train_split, args.test_split):
         print(f"coclr eval: warning: {line}", file=sys.stderr)
+    if args.task in ("linear", "finetune") and len(store.index.classes) <= TOP_K:  # (100%, as if it were a result)
+        print(f"coclr eval: note: top-{TOP_K} is 100% by construction with {len(store.index.classes)} classes (at "
+              f"most {TOP_K}): only top-1 measures the classifier", file=sys.stderr)
     shown = ", ".join(f"{key} {value} ({sources[key]})" for key, value in clips.items())
     print(f"coclr eval: clips of {shown}; views {', '.join(s.view for s in streams)}", file=sys.stderr)
     for stream in streams:
