@@ -229,30 +229,29 @@ def remove_stale_partials(folder: Path, recursive: bool = True) -> int:
     for directory, folders, files in os.walk(folder):
         if not recursive:
             folders.clear()
-        for name in files:
-            if not name.endswith(PARTIAL_SUFFIX):
-                continue
-            pid = _writer_pid(name)
-            if pid is not None and _process_alive(pid):
-                continue
-            Path(directory, name).unlink(missing_ok=True)
-            removed += 1
+        removed += sum(_discard_stale(Path(directory, name)) for name in files if name.endswith(PARTIAL_SUFFIX))
     return removed
 
 
 def remove_stale_partials_of(path: str | Path) -> int:
     """Delete the temporary files of the one file ``path`` (beside it) left by killed writers, as the next write of
-    it begins (a result file in a folder of the user's, which no claim of a folder sweeps); returns how many."""
+    it begins (a result file in a folder of the user's, which no claim of a folder sweeps; a file there that names
+    no writer is kept); returns how many."""
     path = Path(path)
-    removed = 0
     if not path.parent.is_dir():
-        return removed
-    for candidate in path.parent.glob(f".{glob_escape(path.name)}.*{PARTIAL_SUFFIX}"):
-        pid = _writer_pid(candidate.name)
-        if pid is not None and not _process_alive(pid):
-            candidate.unlink(missing_ok=True)
-            removed += 1
-    return removed
+        return 0
+    return sum(_discard_stale(candidate, unnamed=False)
+               for candidate in path.parent.glob(f".{glob_escape(path.name)}.*{PARTIAL_SUFFIX}"))
+
+
+def _discard_stale(path: Path, unnamed: bool = True) -> bool:
+    """Delete the temporary file ``path`` unless its writer still runs (``unnamed``: one that names no writer too);
+    whether it did."""
+    pid = _writer_pid(path.name)
+    if (pid is None and not unnamed) or (pid is not None and _process_alive(pid)):
+        return False
+    path.unlink(missing_ok=True)
+    return True
 
 
 def _writer_pid(name: str) -> int | None:

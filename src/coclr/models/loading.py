@@ -750,13 +750,9 @@ def _load_strict(
     unexpected: Iterable[str] = (),
 ) -> None:
     """``load_state_dict`` after checking every key; errors name keys as the file spells them."""
-
-    def name(key: str) -> str:
-        return prefix + (rename(key) if rename is not None else key)
-
     expected = module.state_dict()
     _check_keys(path, module, state, prefix, rename, unexpected)
-    unfit = [f"{name(key)} ({why})" for key, value in state.items()
+    unfit = [f"{_spelled(key, prefix, rename)} ({why})" for key, value in state.items()
              if (why := _unfit(value, expected[key], key)) is not None]
     if unfit:
         raise CheckpointError(f"{path}: not usable as weights: {_names(unfit)}; the file is damaged, or not a "
@@ -771,7 +767,7 @@ def _check_keys(path: Path, module: nn.Module, state: Tensors, prefix: str,
     spells them."""
 
     def name(key: str) -> str:
-        return prefix + (rename(key) if rename is not None else key)
+        return _spelled(key, prefix, rename)
 
     expected = module.state_dict()
     missing = [name(key) for key in expected if key not in state]
@@ -783,6 +779,11 @@ def _check_keys(path: Path, module: nn.Module, state: Tensors, prefix: str,
     ]
     if missing or extra or misshaped:
         raise CheckpointError(f"{path}: {type(module).__name__} does not match: {_problems(missing, extra, misshaped)}")
+
+
+def _spelled(key: str, prefix: str, rename: Callable[[str], str] | None) -> str:
+    """A module's ``key`` as the file spells it."""
+    return prefix + (rename(key) if rename is not None else key)
 
 
 def _unfit(value: torch.Tensor, expected: torch.Tensor, key: str = "") -> str | None:
